@@ -1,0 +1,12 @@
+"""mgegraph: a define-then-run deep-learning engine with a planner you can see into."""
+from . import ops  # noqa: F401  (registers every op before the dispatcher reads them)
+from . import dispatch  # noqa: F401
+from . import functional  # noqa: F401
+from .ir.errors import DispatchError, FeedError, GraphError, KernelError, OpError
+from .ir.graph import Graph, Node, Var
+from .ir.types import TensorType
+from .plan import Instruction, Plan, Slot, compile
+
+__all__ = ["Graph", "Node", "Var", "TensorType", "Plan", "Slot", "Instruction", "compile",
+           "functional", "GraphError", "OpError", "FeedError", "KernelError", "DispatchError"]
+__version__ = "0.1.0"

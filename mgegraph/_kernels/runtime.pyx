@@ -1,0 +1,86 @@
+# The executor: one C loop over a plan's instructions.
+#
+# Design: everything a run needs (function pointers, buffer pointers, parameters) is copied into
+# C arrays when the executor is built, once per plan. run() then releases the GIL and calls the
+# kernels in order; a kernel's non-zero status stops the loop and is reported with its index.
+
+from libc.stdlib cimport malloc, free
+from libc.string cimport memset
+
+from .abi cimport Call, kernel_fn
+
+
+cdef class Executor:
+    cdef Call* calls
+    cdef kernel_fn* fns
+    cdef char** buf_table
+    cdef Py_ssize_t* int_table
+    cdef double* float_table
+    cdef Py_ssize_t n
+    cdef readonly object buffers  # keeps the memory the pointers point into alive
+
+    def __cinit__(self, list kernels, list buffer_pointers, list ints, list floats, buffers):
+        """kernels[i]: function address; buffer_pointers[i]: list of data addresses;
+        ints[i] / floats[i]: parameter lists of instruction i."""
+        cdef Py_ssize_t i, j, nb = 0, ni = 0, nf = 0, pb = 0, pi = 0, pf = 0
+        self.n = len(kernels)
+        self.buffers = buffers
+        for i in range(self.n):
+            nb += len(buffer_pointers[i])
+            ni += len(ints[i])
+            nf += len(floats[i]) + 2  # two spare slots so kernels may read floats[0..1]
+        self.calls = <Call*>malloc(max(self.n, 1) * sizeof(Call))
+        self.fns = <kernel_fn*>malloc(max(self.n, 1) * sizeof(kernel_fn))
+        self.buf_table = <char**>malloc(max(nb, 1) * sizeof(char*))
+        self.int_table = <Py_ssize_t*>malloc(max(ni, 1) * sizeof(Py_ssize_t))
+        self.float_table = <double*>malloc(max(nf, 1) * sizeof(double))
+        if not (self.calls and self.fns and self.buf_table and self.int_table and self.float_table):
+            raise MemoryError("cannot allocate the executor's tables")
+        memset(self.float_table, 0, max(nf, 1) * sizeof(double))
+        for i in range(self.n):
+            self.fns[i] = <kernel_fn><Py_ssize_t>kernels[i]
+            self.calls[i].bufs = self.buf_table + pb
+            self.calls[i].ints = self.int_table + pi
+            self.calls[i].floats = self.float_table + pf
+            for j in range(len(buffer_pointers[i])):
+                self.buf_table[pb] = <char*><Py_ssize_t>buffer_pointers[i][j]
+                pb += 1
+            for j in range(len(ints[i])):
+                self.int_table[pi] = ints[i][j]
+                pi += 1
+            for j in range(len(floats[i])):
+                self.float_table[pf + j] = floats[i][j]
+            pf += len(floats[i]) + 2
+
+    def __dealloc__(self):
+        free(self.calls)
+        free(self.fns)
+        free(self.buf_table)
+        free(self.int_table)
+        free(self.float_table)
+
+    def __len__(self):
+        return self.n
+
+    def run(self):
+        """Run every instruction; returns None, or (index, status) of the first that failed."""
+        cdef Py_ssize_t i = 0
+        cdef int status = 0
+        with nogil:
+            while i < self.n:
+                status = self.fns[i](&self.calls[i])
+                if status != 0:
+                    break
+                i += 1
+        if status != 0:
+            return (i, status)
+        return None
+
+    def run_one(self, Py_ssize_t i):
+        """Run instruction i alone (for the profiler and for debugging); returns its status."""
+        cdef int status
+        if not 0 <= i < self.n:
+            raise IndexError(f"instruction {i} out of range 0..{self.n - 1}")
+        with nogil:
+            status = self.fns[i](&self.calls[i])
+        return status

@@ -1,0 +1,43 @@
+"""Errors that point at the user's code, not at mgegraph's internals."""
+from __future__ import annotations
+
+import os
+import sys
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def user_location() -> str:
+    """file:line of the innermost caller outside the mgegraph package."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep):
+            return f"{filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<unknown>"
+
+
+class GraphError(ValueError):
+    """A graph could not be built: bad shapes, dtypes, attributes or a foreign Var."""
+
+
+class OpError(GraphError):
+    """An op refused its inputs; the message names the op, the input types and the user's line."""
+
+    def __init__(self, op: str, in_types, reason: str, location: str):
+        self.op, self.in_types, self.reason, self.location = op, tuple(in_types), reason, location
+        types = ", ".join(str(t) for t in self.in_types) or "no inputs"
+        super().__init__(f"{op}({types}): {reason} (node made at {location})")
+
+
+class FeedError(ValueError):
+    """plan.run got feeds that do not match the plan's inputs."""
+
+
+class KernelError(RuntimeError):
+    """A kernel failed at run time (for example an index out of range)."""
+
+
+class DispatchError(LookupError):
+    """No kernel is registered for an (op, device, dtype)."""

@@ -1,0 +1,213 @@
+"""The symbolic IR: a Graph of Nodes in topological (insertion) order, whose values are Vars."""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import GraphError, OpError, user_location
+from .types import TensorType, as_dtype, tensor_type
+
+
+class Var:
+    """One value of a graph: its type is known when the node that makes it is created.
+
+    Python operators build nodes: ``x @ w + b``, ``-x``, ``x < 0``, ``x[1:, ::2]``.
+    """
+
+    __slots__ = ("graph", "id", "type", "node", "index")
+    __array_priority__ = 1000  # so ndarray + Var defers to Var.__radd__
+
+    def __init__(self, graph: Graph, id: int, type: TensorType, node: Node | None, index: int):
+        self.graph, self.id, self.type, self.node, self.index = graph, id, type, node, index
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.type.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.type.ndim
+
+    @property
+    def size(self) -> int:
+        return self.type.size
+
+    def __repr__(self) -> str:
+        return f"Var(%{self.id}:{self.type})"
+
+    __hash__ = object.__hash__  # identity; internal maps key by var.id because __eq__ builds a node
+
+    def _F(self):
+        from .. import functional
+
+        return functional
+
+    def __add__(self, o): return self._F().add(self, o)
+    def __radd__(self, o): return self._F().add(o, self)
+    def __sub__(self, o): return self._F().sub(self, o)
+    def __rsub__(self, o): return self._F().sub(o, self)
+    def __mul__(self, o): return self._F().mul(self, o)
+    def __rmul__(self, o): return self._F().mul(o, self)
+    def __truediv__(self, o): return self._F().div(self, o)
+    def __rtruediv__(self, o): return self._F().div(o, self)
+    def __pow__(self, o): return self._F().pow(self, o)
+    def __rpow__(self, o): return self._F().pow(o, self)
+    def __matmul__(self, o): return self._F().matmul(self, o)
+    def __rmatmul__(self, o): return self._F().matmul(o, self)
+    def __neg__(self): return self._F().neg(self)
+    def __abs__(self): return self._F().abs(self)
+    def __lt__(self, o): return self._F().less(self, o)
+    def __le__(self, o): return self._F().less_equal(self, o)
+    def __gt__(self, o): return self._F().greater(self, o)
+    def __ge__(self, o): return self._F().greater_equal(self, o)
+    def __eq__(self, o): return self._F().equal(self, o)  # type: ignore[override]
+    def __ne__(self, o): return self._F().not_equal(self, o)  # type: ignore[override]
+    def __getitem__(self, index): return self._F().subscript(self, index)
+
+    def __bool__(self):
+        raise TypeError("the truth value of a symbolic Var is unknown until the graph runs")
+
+    def reshape(self, *shape): return self._F().reshape(self, shape[0] if len(shape) == 1 else shape)
+    def transpose(self, *pattern): return self._F().transpose(self, pattern or None)
+    def astype(self, dtype): return self._F().astype(self, dtype)
+    def sum(self, axis=None, keepdims=False): return self._F().sum(self, axis, keepdims)
+    def mean(self, axis=None, keepdims=False): return self._F().mean(self, axis, keepdims)
+    def max(self, axis=None, keepdims=False): return self._F().max(self, axis, keepdims)
+    def min(self, axis=None, keepdims=False): return self._F().min(self, axis, keepdims)
+    def flatten(self, start_axis=0, end_axis=-1): return self._F().flatten(self, start_axis, end_axis)
+
+    @property
+    def T(self): return self._F().transpose(self, None)
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    """One op application. ``attrs`` is a tuple of (name, value) pairs of plain immutable values."""
+
+    op: object  # ops.registry.OpDef
+    inputs: tuple[Var, ...]
+    attrs: tuple[tuple[str, object], ...]
+    outputs: tuple[Var, ...]
+    location: str
+
+    @property
+    def attr(self) -> dict:
+        return dict(self.attrs)
+
+
+class Graph:
+    """A symbolic graph. Nodes are kept in the order they were made, which is a topological order.
+
+    >>> g = Graph(); x = g.input("x", (2, 3)); y = x * 2.0
+    """
+
+    def __init__(self):
+        self.nodes: list[Node] = []
+        self.inputs: dict[str, Var] = {}
+        self.params: dict[str, Var] = {}
+        self.values: dict[int, np.ndarray] = {}  # var id -> value of a param or const
+        self._next_id = 0
+
+    # -- sources --------------------------------------------------------------------------
+    def input(self, name: str, shape, dtype="float32") -> Var:
+        """A value fed at run time: ``plan.run({name: array})``."""
+        self._check_new_name(name)
+        (var,) = self.add_node("input", (), {"name": name}, types=(tensor_type(shape, dtype),)).outputs
+        self.inputs[name] = var
+        return var
+
+    def param(self, name: str, value) -> Var:
+        """A named, persistent, trainable value, initialised from ``value`` (copied)."""
+        self._check_new_name(name)
+        array = _as_array(value)
+        (var,) = self.add_node("param", (), {"name": name}, types=(_type_of(array),)).outputs
+        self.params[name] = var
+        self.values[var.id] = array
+        return var
+
+    def const(self, value, dtype=None) -> Var:
+        """A constant baked into the graph (copied)."""
+        array = _as_array(value, dtype)
+        attrs = {"value": array.item()} if array.ndim == 0 else {}
+        (var,) = self.add_node("const", (), attrs, types=(_type_of(array),)).outputs
+        self.values[var.id] = array
+        return var
+
+    def _check_new_name(self, name: str):
+        if not isinstance(name, str) or not name:
+            raise GraphError(f"a name must be a non-empty string, got {name!r}")
+        if name in self.inputs or name in self.params:
+            raise GraphError(f"name {name!r} is already used in this graph")
+
+    # -- nodes ----------------------------------------------------------------------------
+    def add_node(self, op, inputs, attrs, types=None) -> Node:
+        """Make a node of registered op ``op`` (name or OpDef); its output types are inferred."""
+        from ..ops.registry import get_op
+
+        opdef = get_op(op) if isinstance(op, str) else op
+        location = user_location()
+        for v in inputs:
+            if not isinstance(v, Var) or v.graph is not self:
+                raise OpError(opdef.name, [_describe(v) for v in inputs],
+                              "an input belongs to another graph or is not a Var", location)
+        in_types = tuple(v.type for v in inputs)
+        full_attrs = opdef.complete_attrs(attrs, in_types, location)
+        if types is None:
+            try:
+                types = tuple(opdef.infer(in_types, full_attrs))
+            except (ValueError, TypeError) as exc:
+                raise OpError(opdef.name, in_types, str(exc), location) from None
+        outputs = tuple(Var(self, self._new_id(), t, None, i) for i, t in enumerate(types))
+        node = Node(opdef, tuple(inputs), tuple(sorted(full_attrs.items())), outputs, location)
+        for v in outputs:
+            v.node = node
+        self.nodes.append(node)
+        return node
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id - 1
+
+    def lift(self, value, like: Var | None = None) -> Var:
+        """A Python scalar or array as a const; scalars take NumPy 2's weak-scalar dtype rule."""
+        if isinstance(value, Var):
+            return value
+        if like is not None and isinstance(value, (numbers.Number, np.bool_)) and not isinstance(
+                value, np.generic):
+            return self.const(value, np.result_type(like.dtype, value))
+        return self.const(value)
+
+    # -- views ----------------------------------------------------------------------------
+    def __str__(self) -> str:
+        from .printer import format_graph
+
+        return format_graph(self)
+
+    def to_dot(self) -> str:
+        from .printer import graph_to_dot
+
+        return graph_to_dot(self)
+
+
+def _as_array(value, dtype=None) -> np.ndarray:
+    array = np.array(value, dtype=dtype, copy=True)
+    if dtype is None and array.dtype == np.float64 and not isinstance(value, np.ndarray):
+        array = array.astype(np.float32)  # Python floats become float32, the first-class dtype
+    if dtype is None and array.dtype.kind == "i" and not isinstance(value, np.ndarray):
+        array = array.astype(np.int64)
+    as_dtype(array.dtype)
+    return array if array.flags.c_contiguous else array.copy(order="C")
+
+
+def _type_of(array: np.ndarray) -> TensorType:
+    return tensor_type(array.shape, array.dtype)
+
+
+def _describe(v) -> str:
+    return str(v.type) if isinstance(v, Var) else type(v).__name__

@@ -1,0 +1,50 @@
+"""The IR text form and its DOT picture. The grammar is published in docs/ir.md."""
+from __future__ import annotations
+
+from .graph import Graph, Node
+
+
+def format_attr_value(value) -> str:
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, tuple):
+        return "(" + ",".join(format_attr_value(v) for v in value) + ")"
+    if isinstance(value, str):
+        return value
+    return str(value)
+
+
+def format_attrs(attrs) -> str:
+    if not attrs:
+        return ""
+    return "[" + ", ".join(f"{k}={format_attr_value(v)}" for k, v in attrs) + "]"
+
+
+def format_node(node: Node) -> str:
+    outs = ", ".join(f"%{v.id}:{v.type}" for v in node.outputs)
+    args = " ".join(f"%{v.id}" for v in node.inputs)
+    return f"{outs} = {node.op.name}{format_attrs(node.attrs)}{' ' + args if args else ''}"
+
+
+def format_graph(graph: Graph) -> str:
+    return "\n".join(format_node(n) for n in graph.nodes)
+
+
+# Stable colours per op category, so the same kind of op looks the same in every picture.
+_COLOURS = {"source": "#d9ead3", "elementwise": "#cfe2f3", "reduce": "#fce5cd",
+            "matmul": "#f4cccc", "movement": "#eeeeee", "nn": "#d9d2e9"}
+
+
+def graph_to_dot(graph: Graph) -> str:
+    lines = ["digraph mgegraph {", "  rankdir=TB;", '  node [shape=box, style="rounded,filled"];']
+    for i, node in enumerate(graph.nodes):
+        label = f"{node.op.name}{format_attrs(node.attrs)}".replace('"', r"\"")
+        types = "\\n".join(str(v.type) for v in node.outputs)
+        colour = _COLOURS.get(node.op.category, "#ffffff")
+        lines.append(f'  n{i} [label="{label}\\n{types}", fillcolor="{colour}"];')
+    producer = {v.id: i for i, n in enumerate(graph.nodes) for v in n.outputs}
+    for i, node in enumerate(graph.nodes):
+        for v in node.inputs:
+            lines.append(f'  n{producer[v.id]} -> n{i} [label="%{v.id}"];')
+    lines.append("}")
+    return "\n".join(lines)

@@ -1,0 +1,91 @@
+"""Tensor types: dtypes mgegraph supports and the NumPy rules it follows."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# Design: the engine's dtypes are a closed set; each has a short code used in
+# the IR text form and an integer code shared with the Cython kernels (abi.pxd).
+SUPPORTED = {
+    np.dtype(np.float32): ("f32", 0),
+    np.dtype(np.float64): ("f64", 1),
+    np.dtype(np.int32): ("i32", 2),
+    np.dtype(np.int64): ("i64", 3),
+    np.dtype(np.bool_): ("bool", 4),
+}
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+INT_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+class DTypeError(TypeError):
+    pass
+
+
+def as_dtype(dtype) -> np.dtype:
+    """Normalise a user dtype ("float32", np.float32, np.dtype) to a supported np.dtype."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as exc:
+        raise DTypeError(f"not a dtype: {dtype!r}") from exc
+    if dt not in SUPPORTED:
+        names = ", ".join(str(d) for d in SUPPORTED)
+        raise DTypeError(f"dtype {dt} is not supported (supported: {names})")
+    return dt
+
+
+def short_name(dtype: np.dtype) -> str:
+    return SUPPORTED[dtype][0]
+
+
+def dtype_code(dtype: np.dtype) -> int:
+    return SUPPORTED[dtype][1]
+
+
+def is_float(dtype: np.dtype) -> bool:
+    return dtype in FLOAT_DTYPES
+
+
+def result_type(*dtypes: np.dtype) -> np.dtype:
+    """NumPy's promotion restricted to the supported dtypes (int32+float32 -> float64 as NumPy)."""
+    return as_dtype(np.result_type(*dtypes))
+
+
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """NumPy broadcasting; raises ValueError naming the shapes when they do not broadcast."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = []
+    for axis in range(-ndim, 0):
+        sizes = {s[axis] for s in shapes if len(s) >= -axis} - {1}
+        if len(sizes) > 1:
+            raise ValueError(f"shapes {', '.join(map(str, shapes))} do not broadcast")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class TensorType:
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def __str__(self) -> str:
+        return f"{short_name(self.dtype)}[{','.join(map(str, self.shape))}]"
+
+
+def tensor_type(shape, dtype) -> TensorType:
+    shape = tuple(int(d) for d in shape)
+    if any(d < 0 for d in shape):
+        raise ValueError(f"negative dimension in shape {shape}")
+    return TensorType(shape, as_dtype(dtype))

@@ -1,0 +1,115 @@
+"""The op registry: one declarative OpDef per op, the single list of ops every stage reads."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+import numpy as np
+
+from ..ir.errors import GraphError, OpError
+from ..ir.types import SUPPORTED, TensorType
+
+REQUIRED = object()  # marks an attribute without a default
+ALL_DTYPES = tuple(SUPPORTED)
+NUMERIC_DTYPES = tuple(d for d in SUPPORTED if d != np.dtype(np.bool_))
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+# Op categories are plain strings that passes and pictures test.
+CATEGORIES = ("source", "elementwise", "reduce", "matmul", "movement", "nn")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How one node calls its kernel: integer and float parameters, and workspace bytes."""
+
+    ints: tuple[int, ...] = ()
+    floats: tuple[float, ...] = ()
+    workspace: int = 0
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One op. ``infer`` maps (input types, attrs) to output types and raises ValueError or
+    TypeError with a reason; ``lower`` maps a node to its kernel Launch; the CPU kernel for a
+    node is ``f"{kernel}_{dtype short name}"`` looked up in the kernel modules at import time.
+    """
+
+    name: str
+    category: str
+    infer: Callable[[tuple[TensorType, ...], dict], tuple[TensorType, ...]]
+    attrs: Mapping[str, object] = field(default_factory=dict)
+    kernel: str | None = None          # CPU kernel family; None for sources and views
+    dtypes: tuple[np.dtype, ...] = ALL_DTYPES  # dtypes the kernel family implements
+    lower: Callable | None = None      # Node -> Launch
+    dispatch_input: int = 0            # which input's dtype picks the kernel (-1: first output)
+    inplace: bool = False              # output 0 may overwrite input 0 when it dies
+    view: bool = False                 # output 0 aliases input 0's buffer; no kernel runs
+    grad: Callable | None = None       # gradient rule (autodiff issue)
+    flops_per_element: float = 1.0     # rough cost per output element, for planners
+
+    def complete_attrs(self, attrs: Mapping, in_types, location: str) -> dict:
+        unknown = set(attrs) - set(self.attrs)
+        if unknown:
+            raise OpError(self.name, in_types, f"unknown attribute(s) {sorted(unknown)}; "
+                          f"{self.name} takes {sorted(self.attrs) or 'none'}", location)
+        full = {}
+        for key, default in self.attrs.items():
+            if key in attrs:
+                full[key] = attrs[key]
+            elif default is REQUIRED:
+                raise OpError(self.name, in_types, f"missing attribute {key!r}", location)
+            else:
+                full[key] = default
+        return full
+
+    def dispatch_dtype(self, node) -> np.dtype:
+        if self.dispatch_input >= 0 and node.inputs:
+            return node.inputs[self.dispatch_input].dtype
+        return node.outputs[0].dtype
+
+
+_REGISTRY: dict[str, OpDef] = {}
+
+
+def register(opdef: OpDef) -> OpDef:
+    if opdef.name in _REGISTRY:
+        raise GraphError(f"op {opdef.name!r} is registered twice")
+    if opdef.category not in CATEGORIES:
+        raise GraphError(f"op {opdef.name!r}: unknown category {opdef.category!r}")
+    _REGISTRY[opdef.name] = opdef
+    return opdef
+
+
+def get_op(name: str) -> OpDef:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise GraphError(f"no op named {name!r}; known ops: {', '.join(sorted(_REGISTRY))}") from None
+
+
+def all_ops() -> dict[str, OpDef]:
+    return dict(_REGISTRY)
+
+
+# -- small helpers shared by shape rules -----------------------------------------------------------
+def normalize_axis(axis: int, ndim: int) -> int:
+    if not -max(ndim, 1) <= axis < max(ndim, 1):
+        raise ValueError(f"axis {axis} is out of range for {ndim}-d input")
+    return axis % max(ndim, 1)
+
+
+def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
+    """None -> all axes; int or sequence -> sorted unique non-negative axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    result = tuple(sorted({normalize_axis(int(a), ndim) for a in axes}))
+    if len(result) != len(axes):
+        raise ValueError(f"repeated axis in {axis}")
+    return result
+
+
+def require_dtypes(opdef_name: str, t: TensorType, allowed, what="input"):
+    if t.dtype not in allowed:
+        names = ", ".join(str(d) for d in allowed)
+        raise TypeError(f"{what} dtype {t.dtype} is not supported by {opdef_name} (needs {names})")
