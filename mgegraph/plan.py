@@ -91,9 +91,9 @@ class Plan:
                             f"missing {missing}, extra {extra}")
         for name, slot in self.feeds.items():
             value, want = feeds[name], self.slots[slot].type
-            if not isinstance(value, np.ndarray):
+            if not isinstance(value, (np.ndarray, np.generic)):
                 raise FeedError(f"feed {name!r} must be a numpy array, got {type(value).__name__}")
-            if value.shape != want.shape or value.dtype != want.dtype:
+            if np.shape(value) != want.shape or value.dtype != want.dtype:
                 raise FeedError(f"feed {name!r} is {value.dtype}{list(value.shape)}, the plan "
                                 f"needs {want.dtype}{list(want.shape)}")
 

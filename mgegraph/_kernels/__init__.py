@@ -1,4 +1,4 @@
 """Compiled CPU kernels. Each module exposes KERNELS: {name: C function address}."""
-from . import elementwise
+from . import conv, elementwise, linalg, movement, nn, reduce
 
-KERNEL_MODULES = (elementwise,)
+KERNEL_MODULES = (elementwise, reduce, nn, linalg, conv, movement)

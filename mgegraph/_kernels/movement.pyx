@@ -1,0 +1,2 @@
+# Placeholder: this family's kernels are being written.
+KERNELS = {}

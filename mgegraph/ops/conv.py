@@ -1,0 +1,2 @@
+"""Op family (being written)."""
+__all__ = []

@@ -1,0 +1,96 @@
+"""Compiling and running plans: feeds checks, output ownership, printing, dispatch errors."""
+import numpy as np
+import pytest
+
+import mgegraph as mg
+import mgegraph.functional as F
+from mgegraph import dispatch
+
+
+def plan_and_graph():
+    g = mg.Graph()
+    x = g.input("x", (2, 3), "float32")
+    b = g.param("b", np.arange(3, dtype=np.float32))
+    y = F.exp(x) + b
+    return mg.compile([y]), g
+
+
+def test_run_checks_feeds():
+    plan, _ = plan_and_graph()
+    good = np.zeros((2, 3), np.float32)
+    with pytest.raises(mg.FeedError, match=r"missing \['x'\]"):
+        plan.run({})
+    with pytest.raises(mg.FeedError, match=r"extra \['z'\]"):
+        plan.run({"x": good, "z": good})
+    with pytest.raises(mg.FeedError, match=r"float32\[3, 2\].*needs float32\[2, 3\]"):
+        plan.run({"x": np.zeros((3, 2), np.float32)})
+    with pytest.raises(mg.FeedError, match="float64.*needs float32"):
+        plan.run({"x": np.zeros((2, 3))})
+    with pytest.raises(mg.FeedError, match="must be a numpy array"):
+        plan.run({"x": [[0.0] * 3] * 2})
+
+
+def test_outputs_are_owned_by_the_caller():
+    plan, _ = plan_and_graph()
+    first = plan.run({"x": np.zeros((2, 3), np.float32)})[0]
+    kept = first.copy()
+    plan.run({"x": np.ones((2, 3), np.float32)})
+    np.testing.assert_array_equal(first, kept)
+    np.testing.assert_allclose(kept, np.ones((2, 3)) + np.arange(3))
+
+
+def test_non_contiguous_feed_is_accepted():
+    plan, _ = plan_and_graph()
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)[:, ::2]
+    assert not x.flags.c_contiguous
+    (out,) = plan.run({"x": x})
+    np.testing.assert_allclose(out, np.exp(x) + np.arange(3), rtol=1e-6)
+
+
+def test_plan_prints_slots_and_instructions():
+    plan, _ = plan_and_graph()
+    text = str(plan)
+    assert text.splitlines()[0] == "plan device=cpu: 2 instructions, 4 slots"
+    assert "  s0: f32[2,3] input x 24B" in text
+    assert "  0: s2 = exp s0  <unary_f32>" in text
+    assert "  1: s3 = add s2 s1  <binary_f32>" in text
+    assert text.endswith("outputs: s3")
+
+
+def test_only_needed_nodes_are_planned():
+    g = mg.Graph()
+    x = g.input("x", (4,))
+    F.exp(x)
+    y = F.relu(x)
+    assert [ins.op for ins in mg.compile([y]).instructions] == ["relu"]
+
+
+def test_dispatch_miss_names_op_device_and_dtype():
+    with pytest.raises(mg.DispatchError) as info:
+        dispatch.lookup("exp", "cpu", "int32")
+    message = str(info.value)
+    assert "'exp'" in message and "'cpu'" in message and "int32" in message
+    assert "cpu/float32" in message
+
+
+def test_every_kernel_family_dtype_is_registered():
+    for (op, device, dtype), kernel in dispatch.TABLE.items():
+        assert kernel.address != 0, (op, device, dtype)
+
+
+def test_compile_rejects_bad_arguments():
+    g1, g2 = mg.Graph(), mg.Graph()
+    a, b = g1.input("a", (1,)), g2.input("b", (1,))
+    with pytest.raises(mg.GraphError, match="one graph"):
+        mg.compile([a, b])
+    with pytest.raises(mg.GraphError, match="unknown device"):
+        mg.compile([a], device="tpu")
+    with pytest.raises(mg.GraphError, match="non-empty"):
+        mg.compile([])
+
+
+def test_plan_is_reusable_many_times():
+    plan, _ = plan_and_graph()
+    for k in range(5):
+        x = np.full((2, 3), k, np.float32)
+        np.testing.assert_allclose(plan.run({"x": x})[0], np.exp(x) + np.arange(3), rtol=1e-6)
