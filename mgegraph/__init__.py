@@ -2,11 +2,14 @@
 from . import ops  # noqa: F401  (registers every op before the dispatcher reads them)
 from . import dispatch  # noqa: F401
 from . import functional  # noqa: F401
+from .autodiff import grad
 from .ir.errors import DispatchError, FeedError, GraphError, KernelError, OpError
 from .ir.graph import Graph, Node, Var
 from .ir.types import TensorType
 from .plan import Instruction, Plan, Slot, compile
+from .train import DataLoader, compile_module, compile_train_step, fit
+from . import nn, optim  # noqa: E402
 
-__all__ = ["Graph", "Node", "Var", "TensorType", "Plan", "Slot", "Instruction", "compile",
+__all__ = ["grad", "compile_train_step", "compile_module", "DataLoader", "fit", "nn", "optim", "Graph", "Node", "Var", "TensorType", "Plan", "Slot", "Instruction", "compile",
            "functional", "GraphError", "OpError", "FeedError", "KernelError", "DispatchError"]
 __version__ = "0.1.0"

@@ -3,7 +3,12 @@
 >>> import mgegraph.functional as F
 >>> y = F.softmax(F.relu(x @ w + b), axis=-1)
 """
-from .ops import conv, elementwise, matmul, movement, nn, reduce
+from .ops import conv as _conv
+from .ops import elementwise as _elementwise
+from .ops import matmul as _matmul
+from .ops import movement as _movement
+from .ops import nn as _nn
+from .ops import reduce as _reduce
 from .ops.conv import *  # noqa: F401,F403
 from .ops.elementwise import *  # noqa: F401,F403
 from .ops.matmul import *  # noqa: F401,F403
@@ -11,5 +16,5 @@ from .ops.movement import *  # noqa: F401,F403
 from .ops.nn import *  # noqa: F401,F403
 from .ops.reduce import *  # noqa: F401,F403
 
-__all__ = [name for family in (elementwise, reduce, nn, matmul, conv, movement)
+__all__ = [name for family in (_elementwise, _reduce, _nn, _matmul, _conv, _movement)
            for name in family.__all__]

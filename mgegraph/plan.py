@@ -61,6 +61,7 @@ class Plan:
     feeds: dict[str, int]                  # input name -> slot
     outputs: tuple[int, ...]
     values: dict[int, np.ndarray]          # slot -> initial value of a param or const
+    shared: frozenset[int] = frozenset()   # param slots whose value array is the buffer itself
     _executor: Executor | None = field(default=None, repr=False)
     _buffers: dict[int, np.ndarray] | None = field(default=None, repr=False)
 
@@ -101,13 +102,16 @@ class Plan:
         """Allocate every slot's buffer and build the executor: once per plan, not per run."""
         buffers: dict[int, np.ndarray] = {}
         for slot in self.slots:
-            if slot.alias is None:
+            if slot.index in self.shared:
+                buffers[slot.index] = self.values[slot.index]
+            elif slot.alias is None:
                 buffers[slot.index] = np.empty(slot.type.shape, slot.type.dtype)
         for slot in self.slots:
             if slot.alias is not None:
                 buffers[slot.index] = buffers[slot.alias].reshape(slot.type.shape)
         for index, value in self.values.items():
-            buffers[index][...] = value
+            if index not in self.shared:
+                buffers[index][...] = value
         self._executor = Executor(
             [ins.kernel.address for ins in self.instructions],
             [[buffers[b].ctypes.data for b in ins.buffers] for ins in self.instructions],
@@ -153,7 +157,7 @@ def _needed_nodes(graph: Graph, outputs) -> list:
     needed = {v.id for v in outputs}
     kept = []
     for node in reversed(graph.nodes):
-        if node.op.name == "input" or any(v.id in needed for v in node.outputs):
+        if node.op.name in ("input", "assign") or any(v.id in needed for v in node.outputs):
             kept.append(node)
             needed.update(v.id for v in node.inputs)
     return kept[::-1]
@@ -169,7 +173,10 @@ def _lower(graph: Graph, outputs, device: str) -> Plan:
         slots.append(Slot(len(slots), t, role, name, alias))
         return len(slots) - 1
 
-    for node in _needed_nodes(graph, outputs):
+    nodes = _needed_nodes(graph, outputs)
+    # Assigns run last so that every read in a run sees the state as it was when the run began.
+    nodes = [n for n in nodes if n.op.name != "assign"] + [n for n in nodes if n.op.name == "assign"]
+    for node in nodes:
         op = node.op
         if op.category == "source":
             (var,) = node.outputs
@@ -189,13 +196,17 @@ def _lower(graph: Graph, outputs, device: str) -> Plan:
             raise OpError(op.name, [v.type for v in node.inputs], str(exc), node.location) from None
         for var in node.outputs:
             slot_of[var.id] = new_slot(var.type, "temp")
+        ins_inputs = tuple(slot_of[v.id] for v in node.inputs)
+        ins_outputs = tuple(slot_of[v.id] for v in node.outputs)
+        if op.name == "assign":  # copy the value (input 1) into the param's buffer (input 0)
+            ins_inputs, ins_outputs = ins_inputs[1:], ins_inputs[:1]
         workspace = None
         if launch.workspace:
             workspace = new_slot(TensorType((launch.workspace,), np.dtype(np.uint8)), "workspace")
         instructions.append(Instruction(
-            op.name, kernel, tuple(slot_of[v.id] for v in node.inputs),
-            tuple(slot_of[v.id] for v in node.outputs), workspace, launch.ints, launch.floats,
+            op.name, kernel, ins_inputs, ins_outputs, workspace, launch.ints, launch.floats,
             node.attrs, node.location))
     feeds = {name: slot_of[v.id] for name, v in graph.inputs.items()}
+    shared = frozenset(slot_of[i] for i in graph.shared if i in slot_of)
     return Plan(device, tuple(slots), tuple(instructions), feeds,
-                tuple(slot_of[v.id] for v in outputs), values)
+                tuple(slot_of[v.id] for v in outputs), values, shared)

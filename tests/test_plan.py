@@ -94,3 +94,34 @@ def test_plan_is_reusable_many_times():
     for k in range(5):
         x = np.full((2, 3), k, np.float32)
         np.testing.assert_allclose(plan.run({"x": x})[0], np.exp(x) + np.arange(3), rtol=1e-6)
+
+
+def test_assign_updates_a_shared_param_after_all_reads():
+    w0 = np.ones(3, np.float32)
+    g = mg.Graph()
+    w = g.param("w", w0, share=True)
+    x = g.input("x", (3,), "float32")
+    y = x * w
+    g.assign(w, w * 2.0)
+    z = w + 0.0  # made after the assign, still reads the value at the start of the run
+    plan = mg.compile([y, z])
+    assert [ins.op for ins in plan.instructions][-1] == "assign"
+    out_y, out_z = plan.run({"x": np.ones(3, np.float32)})
+    np.testing.assert_array_equal(out_y, 1)
+    np.testing.assert_array_equal(out_z, 1)
+    np.testing.assert_array_equal(w0, 2)  # the user's array is the plan's buffer
+    out_y, _ = plan.run({"x": np.ones(3, np.float32)})
+    np.testing.assert_array_equal(out_y, 2)
+    np.testing.assert_array_equal(w0, 4)
+
+
+def test_assign_checks_target_and_type():
+    g = mg.Graph()
+    w = g.param("w", np.zeros(3, np.float32))
+    x = g.input("x", (3,), "float32")
+    with pytest.raises(mg.GraphError, match="must be a param"):
+        g.assign(x, x)
+    with pytest.raises(mg.GraphError, match=r"does not match param 'w'"):
+        g.assign(w, F.astype(x, "float64"))
+    with pytest.raises(mg.GraphError, match="C-contiguous"):
+        g.param("v", np.zeros((3, 2), np.float32).T, share=True)

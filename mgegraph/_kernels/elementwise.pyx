@@ -41,7 +41,7 @@ ctypedef fused dst_t:
 cdef enum UnaryOp:
     U_COPY, U_NEG, U_ABS, U_EXP, U_LOG, U_LOG1P, U_SQRT, U_RSQRT, U_SQUARE, U_SIN, U_COS,
     U_TANH, U_SIGMOID, U_RELU, U_LEAKY_RELU, U_GELU, U_GELU_TANH, U_SILU, U_SOFTPLUS, U_CLIP,
-    U_FLOOR, U_CEIL, U_SIGN, U_RECIPROCAL
+    U_FLOOR, U_CEIL, U_SIGN, U_RECIPROCAL, U_ERF
 
 cdef enum BinaryOp:
     B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MAXIMUM, B_MINIMUM, B_FLOOR_DIV, B_MOD
@@ -54,7 +54,7 @@ UNARY_OPS = {"copy": U_COPY, "neg": U_NEG, "abs": U_ABS, "exp": U_EXP, "log": U_
              "cos": U_COS, "tanh": U_TANH, "sigmoid": U_SIGMOID, "relu": U_RELU,
              "leaky_relu": U_LEAKY_RELU, "gelu": U_GELU, "gelu_tanh": U_GELU_TANH, "silu": U_SILU,
              "softplus": U_SOFTPLUS, "clip": U_CLIP, "floor": U_FLOOR, "ceil": U_CEIL,
-             "sign": U_SIGN, "reciprocal": U_RECIPROCAL}
+             "sign": U_SIGN, "reciprocal": U_RECIPROCAL, "erf": U_ERF}
 BINARY_OPS = {"add": B_ADD, "sub": B_SUB, "mul": B_MUL, "div": B_DIV, "pow": B_POW,
               "maximum": B_MAXIMUM, "minimum": B_MINIMUM, "floor_div": B_FLOOR_DIV, "mod": B_MOD}
 COMPARE_OPS = {"equal": C_EQ, "not_equal": C_NE, "less": C_LT, "less_equal": C_LE,
@@ -142,6 +142,8 @@ cdef inline num_t unary_scalar(int op, num_t x, double a, double b) noexcept nog
             # max(x, 0) + log1p(exp(-|x|)) never overflows
             return (x if x > 0 else 0) + (log1pf if num_t is float else log1p)(
                 f_exp(-x if x > 0 else x))
+        if op == U_ERF:
+            return erff(x) if num_t is float else erf(x)
         if op == U_FLOOR:
             return floorf(x) if num_t is float else floor(x)
         if op == U_CEIL:

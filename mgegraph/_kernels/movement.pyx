@@ -1,2 +1,305 @@
-# Placeholder: this family's kernels are being written.
-KERNELS = {}
+# Movement kernels: strided copy, concat, split, take, gather, pad, one_hot, fill, range.
+#
+# Design: moving data is copying bits, so every kernel that only moves elements is written once
+# per element size (1, 4 and 8 bytes) and the KERNELS table maps each dtype to the kernel of its
+# size; only one_hot and range, which compute values, are typed by dtype. Parameter layouts are
+# written by mgegraph.ops.movement (one *_params function per family) and documented per kernel.
+
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+
+from .abi cimport Call, KERNEL_OK, KERNEL_INDEX_OUT_OF_RANGE, kernel_fn
+from .nditer cimport MAX_DIMS, Odometer, odometer_init, odometer_next, count_rows
+
+ctypedef fused elem_t:
+    uint8_t
+    uint32_t
+    uint64_t
+
+ctypedef fused idx_t:
+    int32_t
+    int64_t
+
+ctypedef fused num_t:
+    float
+    double
+    int32_t
+    int64_t
+
+cdef enum PadMode:
+    PAD_CONSTANT, PAD_EDGE, PAD_REFLECT
+
+PAD_MODES = {"constant": PAD_CONSTANT, "edge": PAD_EDGE, "reflect": PAD_REFLECT}
+
+
+# -- strided copy -------------------------------------------------------------------------------
+cdef inline int strided_impl(const elem_t* x, elem_t* y, const Call* c) noexcept nogil:
+    # ints: [ndim, shape[ndim], input element strides[ndim] (any sign, 0 broadcasts), offset].
+    # The output is contiguous; transpose, broadcast_to and slicing are all this one loop.
+    cdef int ndim = <int>c.ints[0]
+    cdef const Py_ssize_t* shape = c.ints + 1
+    cdef Py_ssize_t inner = shape[ndim - 1], s = c.ints[2 * ndim]
+    cdef Py_ssize_t rows = count_rows(ndim, shape), r, i
+    cdef const elem_t* px
+    cdef Odometer o
+    odometer_init(&o, ndim, shape, c.ints + 1 + ndim, 1)
+    x += c.ints[1 + 2 * ndim]
+    for r in range(rows):
+        px = x + o.offset[0]
+        if s == 1:
+            memcpy(y, px, inner * sizeof(elem_t))
+        elif s == 0:
+            for i in range(inner):
+                y[i] = px[0]
+        else:
+            for i in range(inner):
+                y[i] = px[i * s]
+        y += inner
+        odometer_next(&o)
+    return KERNEL_OK
+
+
+# -- concat and split: byte rows, independent of dtype --------------------------------------------
+cdef int concat_bytes(const Call* c) noexcept nogil:
+    # ints: [n inputs, outer, row bytes of input 0, ..., of input n-1]; bufs: n inputs, output.
+    cdef Py_ssize_t n = c.ints[0], outer = c.ints[1], o, k, row
+    cdef char* y = c.bufs[n]
+    for o in range(outer):
+        for k in range(n):
+            row = c.ints[2 + k]
+            memcpy(y, c.bufs[k] + o * row, row)
+            y += row
+    return KERNEL_OK
+
+
+cdef int split_bytes(const Call* c) noexcept nogil:
+    # ints: [n outputs, outer, input row bytes, (start byte, row bytes) per output]; bufs: input,
+    # n outputs. Output k holds bytes [start, start + row) of every input row; ranges may overlap.
+    cdef Py_ssize_t n = c.ints[0], outer = c.ints[1], in_row = c.ints[2], o, k, start, row
+    cdef const char* x = c.bufs[0]
+    for k in range(n):
+        start = c.ints[3 + 2 * k]
+        row = c.ints[4 + 2 * k]
+        for o in range(outer):
+            memcpy(c.bufs[1 + k] + o * row, x + o * in_row + start, row)
+    return KERNEL_OK
+
+
+# -- take (np.take) ---------------------------------------------------------------------------
+cdef inline bint wrap_index(Py_ssize_t* i, Py_ssize_t n) noexcept nogil:
+    # NumPy's rule: -n..n-1 are valid, negatives count from the end.
+    if i[0] < 0:
+        i[0] += n
+    return 0 <= i[0] < n
+
+
+cdef inline int take_rows(const char* x, const idx_t* idx, char* y, const Call* c) noexcept nogil:
+    # ints: [index is int64, outer, axis length n, inner row bytes, m indices]. x is viewed as
+    # (outer, n, row) and y as (outer, m, row). Indices are checked first so no row is written
+    # before an error is reported.
+    cdef Py_ssize_t outer = c.ints[1], n = c.ints[2], row = c.ints[3], m = c.ints[4], o, j, i
+    for j in range(m):
+        i = idx[j]
+        if not wrap_index(&i, n):
+            return KERNEL_INDEX_OUT_OF_RANGE
+    for o in range(outer):
+        for j in range(m):
+            i = idx[j]
+            wrap_index(&i, n)
+            memcpy(y, x + (o * n + i) * row, row)
+            y += row
+    return KERNEL_OK
+
+
+cdef int take_bytes(const Call* c) noexcept nogil:
+    if c.ints[0]:
+        return take_rows(c.bufs[0], <const int64_t*>c.bufs[1], c.bufs[2], c)
+    return take_rows(c.bufs[0], <const int32_t*>c.bufs[1], c.bufs[2], c)
+
+
+# -- gather (np.take_along_axis) ------------------------------------------------------------------
+cdef inline int gather_impl(const elem_t* x, const idx_t* idx, elem_t* y,
+                            const Call* c) noexcept nogil:
+    # ints: [index is int64, ndim, shape[ndim], input strides[ndim] (0 on the gathered axis),
+    #        index strides[ndim], axis length, axis stride]. Output contiguous.
+    cdef int ndim = <int>c.ints[1]
+    cdef const Py_ssize_t* shape = c.ints + 2
+    cdef Py_ssize_t n = c.ints[2 + 3 * ndim], axis_stride = c.ints[3 + 3 * ndim]
+    cdef Py_ssize_t inner = shape[ndim - 1], sx = c.ints[1 + 2 * ndim], si = c.ints[1 + 3 * ndim]
+    cdef Py_ssize_t rows = count_rows(ndim, shape), r, i, k
+    cdef Odometer o
+    odometer_init(&o, ndim, shape, c.ints + 2 + ndim, 2)
+    for r in range(rows):
+        for i in range(inner):
+            k = idx[o.offset[1] + i * si]
+            if not wrap_index(&k, n):
+                return KERNEL_INDEX_OUT_OF_RANGE
+            y[i] = x[o.offset[0] + i * sx + k * axis_stride]
+        y += inner
+        odometer_next(&o)
+    return KERNEL_OK
+
+
+cdef inline int gather_sized(const elem_t* x, elem_t* y, const Call* c) noexcept nogil:
+    if c.ints[0]:
+        return gather_impl(x, <const int64_t*>c.bufs[1], y, c)
+    return gather_impl(x, <const int32_t*>c.bufs[1], y, c)
+
+
+# -- pad -----------------------------------------------------------------------------------------
+cdef inline Py_ssize_t pad_source(int mode, Py_ssize_t j, Py_ssize_t n) noexcept nogil:
+    # j is an output index minus the padding before; returns the input index it reads, or -1
+    # where a constant is written. Reflect is periodic with period 2(n-1), which is what NumPy's
+    # repeated reflection gives for pads wider than the axis.
+    cdef Py_ssize_t p
+    if 0 <= j < n:
+        return j
+    if mode == PAD_CONSTANT:
+        return -1
+    if mode == PAD_EDGE or n == 1:
+        return 0 if j < 0 else n - 1
+    p = 2 * (n - 1)
+    j = j % p
+    if j < 0:
+        j += p
+    return p - j if j >= n else j
+
+
+cdef inline int pad_impl(const elem_t* x, elem_t* y, const Call* c) noexcept nogil:
+    # ints: [mode, ndim, fill bits, out shape[ndim], in shape[ndim], pad before[ndim],
+    #        input strides[ndim]]. Walks output rows with an index vector, since the mapping from
+    # output to input index is not linear.
+    cdef int mode = <int>c.ints[0], ndim = <int>c.ints[1], d
+    cdef elem_t fill = <elem_t>c.ints[2]
+    cdef const Py_ssize_t* out_shape = c.ints + 3
+    cdef const Py_ssize_t* in_shape = out_shape + ndim
+    cdef const Py_ssize_t* before = in_shape + ndim
+    cdef const Py_ssize_t* strides = before + ndim
+    cdef Py_ssize_t index[MAX_DIMS]
+    cdef Py_ssize_t inner = out_shape[ndim - 1], rows = count_rows(ndim, out_shape), r, i, j, base
+    cdef int last = ndim - 1
+    for d in range(ndim):
+        index[d] = 0
+    for r in range(rows):
+        base = 0
+        for d in range(last):
+            j = pad_source(mode, index[d] - before[d], in_shape[d])
+            if j < 0:
+                base = -1
+                break
+            base += j * strides[d]
+        for i in range(inner):
+            j = pad_source(mode, i - before[last], in_shape[last]) if base >= 0 else -1
+            y[i] = fill if j < 0 else x[base + j * strides[last]]
+        y += inner
+        d = last - 1
+        while d >= 0:
+            index[d] += 1
+            if index[d] < out_shape[d]:
+                break
+            index[d] = 0
+            d -= 1
+    return KERNEL_OK
+
+
+# -- fills -----------------------------------------------------------------------------------
+cdef inline int fill_impl(elem_t* y, const Call* c) noexcept nogil:
+    # ints: [count, value bits]
+    cdef Py_ssize_t n = c.ints[0], i
+    cdef elem_t v = <elem_t>c.ints[1]
+    for i in range(n):
+        y[i] = v
+    return KERNEL_OK
+
+
+cdef inline int one_hot_impl(const idx_t* x, idx_t* y, const Call* c) noexcept nogil:
+    # ints: [count, num_classes]; y is (count, num_classes) and is written whole.
+    cdef Py_ssize_t n = c.ints[0], classes = c.ints[1], i, j
+    for i in range(n):
+        if not 0 <= x[i] < classes:
+            return KERNEL_INDEX_OUT_OF_RANGE
+        for j in range(classes):
+            y[j] = 0
+        y[x[i]] = 1
+        y += classes
+    return KERNEL_OK
+
+
+cdef inline int range_impl(num_t* y, const Call* c) noexcept nogil:
+    # ints: [count, end is exact]; floats: [start, step, end]. Computed in double as
+    # start + i * step (NumPy's arange and linspace); linspace pins its last value to end.
+    cdef Py_ssize_t n = c.ints[0], i
+    cdef double start = c.floats[0], step = c.floats[1]
+    for i in range(n):
+        y[i] = <num_t>(start + i * step)
+    if c.ints[1] and n > 0:
+        y[n - 1] = <num_t>c.floats[2]
+    return KERNEL_OK
+
+
+# -- entry points ----------------------------------------------------------------------------
+cdef int strided_1(const Call* c) noexcept nogil:
+    return strided_impl(<const uint8_t*>c.bufs[0], <uint8_t*>c.bufs[1], c)
+cdef int strided_4(const Call* c) noexcept nogil:
+    return strided_impl(<const uint32_t*>c.bufs[0], <uint32_t*>c.bufs[1], c)
+cdef int strided_8(const Call* c) noexcept nogil:
+    return strided_impl(<const uint64_t*>c.bufs[0], <uint64_t*>c.bufs[1], c)
+
+cdef int gather_1(const Call* c) noexcept nogil:
+    return gather_sized(<const uint8_t*>c.bufs[0], <uint8_t*>c.bufs[2], c)
+cdef int gather_4(const Call* c) noexcept nogil:
+    return gather_sized(<const uint32_t*>c.bufs[0], <uint32_t*>c.bufs[2], c)
+cdef int gather_8(const Call* c) noexcept nogil:
+    return gather_sized(<const uint64_t*>c.bufs[0], <uint64_t*>c.bufs[2], c)
+
+cdef int pad_1(const Call* c) noexcept nogil:
+    return pad_impl(<const uint8_t*>c.bufs[0], <uint8_t*>c.bufs[1], c)
+cdef int pad_4(const Call* c) noexcept nogil:
+    return pad_impl(<const uint32_t*>c.bufs[0], <uint32_t*>c.bufs[1], c)
+cdef int pad_8(const Call* c) noexcept nogil:
+    return pad_impl(<const uint64_t*>c.bufs[0], <uint64_t*>c.bufs[1], c)
+
+cdef int fill_1(const Call* c) noexcept nogil:
+    return fill_impl(<uint8_t*>c.bufs[0], c)
+cdef int fill_4(const Call* c) noexcept nogil:
+    return fill_impl(<uint32_t*>c.bufs[0], c)
+cdef int fill_8(const Call* c) noexcept nogil:
+    return fill_impl(<uint64_t*>c.bufs[0], c)
+
+cdef int one_hot_i32(const Call* c) noexcept nogil:
+    return one_hot_impl(<const int32_t*>c.bufs[0], <int32_t*>c.bufs[1], c)
+cdef int one_hot_i64(const Call* c) noexcept nogil:
+    return one_hot_impl(<const int64_t*>c.bufs[0], <int64_t*>c.bufs[1], c)
+
+cdef int range_f32(const Call* c) noexcept nogil:
+    return range_impl(<float*>c.bufs[0], c)
+cdef int range_f64(const Call* c) noexcept nogil:
+    return range_impl(<double*>c.bufs[0], c)
+cdef int range_i32(const Call* c) noexcept nogil:
+    return range_impl(<int32_t*>c.bufs[0], c)
+cdef int range_i64(const Call* c) noexcept nogil:
+    return range_impl(<int64_t*>c.bufs[0], c)
+
+
+cdef inline object addr(kernel_fn f):
+    return <Py_ssize_t>f
+
+
+def _by_size(family, one, four, eight):
+    """Dtype-named entries for a kernel written per element size."""
+    return {f"{family}_bool": one, f"{family}_f32": four, f"{family}_i32": four,
+            f"{family}_f64": eight, f"{family}_i64": eight}
+
+
+KERNELS = {
+    **_by_size("strided", addr(strided_1), addr(strided_4), addr(strided_8)),
+    **_by_size("gather", addr(gather_1), addr(gather_4), addr(gather_8)),
+    **_by_size("pad", addr(pad_1), addr(pad_4), addr(pad_8)),
+    **_by_size("fill", addr(fill_1), addr(fill_4), addr(fill_8)),
+    **_by_size("concat", *[addr(concat_bytes)] * 3),
+    **_by_size("split", *[addr(split_bytes)] * 3),
+    **_by_size("take", *[addr(take_bytes)] * 3),
+    "one_hot_i32": addr(one_hot_i32), "one_hot_i64": addr(one_hot_i64),
+    "range_f32": addr(range_f32), "range_f64": addr(range_f64),
+    "range_i32": addr(range_i32), "range_i64": addr(range_i64),
+}

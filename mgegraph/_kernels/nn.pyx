@@ -1,2 +1,357 @@
-# Placeholder: this family's kernels are being written.
-KERNELS = {}
+# Neural-network kernels: softmax / log_softmax, cross entropy, layer norm, batch norm, dropout.
+#
+# Parameter layouts (ints / floats), written by mgegraph.ops.nn:
+#   softmax        [O, n, M, log]            / -              input read as (O, n, M), over n
+#   cross_entropy  [O, C, M, with_logits, reduction, label_is_int64] / [label_smooth]
+#   layer_norm     [R, N]                    / [eps]          R rows of N; weight, bias of N
+#   batch_norm     [N, C, M, training]       / [eps]          input (N, C, M), stats per channel
+#   dropout        [size, seed]              / [drop_prob]
+# Buffers: softmax x, y; cross_entropy pred, label, loss; layer_norm x, weight, bias, y;
+# batch_norm x, weight, bias, then y, mean, var (training) or running_mean, running_var, y;
+# dropout x, y.
+#
+# Design: ops that reduce over a middle axis of (O, n, M) handle up to CHUNK neighbouring columns
+# at once, so every step reads a contiguous run of the inner dims instead of striding by M.
+# Statistics accumulate in double; elementwise results are computed in double and rounded once.
+
+from libc.math cimport exp, expf, log, sqrt, INFINITY
+from libc.stdint cimport int32_t, int64_t, uint64_t
+from cython cimport floating
+
+from .abi cimport Call, KERNEL_OK, KERNEL_INDEX_OUT_OF_RANGE, KERNEL_UNSUPPORTED, kernel_fn
+
+cdef enum:
+    CHUNK = 256
+
+cdef enum Reduction:
+    RED_NONE, RED_MEAN, RED_SUM
+
+REDUCTIONS = {"none": RED_NONE, "mean": RED_MEAN, "sum": RED_SUM}
+
+
+cdef inline floating f_exp(floating x) noexcept nogil:
+    if floating is float:
+        return expf(x)
+    else:
+        return exp(x)
+
+
+cdef inline Py_ssize_t chunk_len(Py_ssize_t start, Py_ssize_t total) noexcept nogil:
+    return total - start if total - start < CHUNK else CHUNK
+
+
+cdef double run_sum(const floating* x, Py_ssize_t n, double centre, bint squares) noexcept nogil:
+    # Four partial sums: faster (independent adds) and more accurate than one running sum.
+    cdef double r0 = 0, r1 = 0, r2 = 0, r3 = 0, d0, d1, d2, d3
+    cdef Py_ssize_t i = 0
+    while i + 4 <= n:
+        d0, d1, d2, d3 = x[i] - centre, x[i + 1] - centre, x[i + 2] - centre, x[i + 3] - centre
+        if squares:
+            d0, d1, d2, d3 = d0 * d0, d1 * d1, d2 * d2, d3 * d3
+        r0 += d0
+        r1 += d1
+        r2 += d2
+        r3 += d3
+        i += 4
+    while i < n:
+        d0 = x[i] - centre
+        r0 += d0 * d0 if squares else d0
+        i += 1
+    return (r0 + r1) + (r2 + r3)
+
+
+# -- softmax / log_softmax ------------------------------------------------------------------------
+cdef void column_max(const floating* x, Py_ssize_t n, Py_ssize_t M, Py_ssize_t cnt,
+                     floating* mx) noexcept nogil:
+    # NaN never wins here; it still reaches every output of its column through exp().
+    cdef Py_ssize_t i, b
+    cdef const floating* px
+    for b in range(cnt):
+        mx[b] = -INFINITY
+    for i in range(n):
+        px = x + i * M
+        for b in range(cnt):
+            if px[b] > mx[b]:
+                mx[b] = px[b]
+
+
+cdef void column_logsumexp(const floating* x, Py_ssize_t n, Py_ssize_t M, Py_ssize_t cnt,
+                           floating* mx, double* lse) noexcept nogil:
+    cdef Py_ssize_t i, b
+    cdef const floating* px
+    column_max(x, n, M, cnt, mx)
+    for b in range(cnt):
+        lse[b] = 0
+    for i in range(n):
+        px = x + i * M
+        for b in range(cnt):
+            lse[b] += f_exp(px[b] - mx[b])
+    for b in range(cnt):
+        lse[b] = mx[b] + log(lse[b])
+
+
+cdef void softmax_chunk(const floating* x, floating* y, Py_ssize_t n, Py_ssize_t M,
+                        Py_ssize_t cnt, bint take_log) noexcept nogil:
+    # Safe in place (y == x): every element is read before it is written.
+    cdef floating mx[CHUNK]
+    cdef double s[CHUNK]
+    cdef Py_ssize_t i, b
+    cdef floating e
+    if take_log:
+        column_logsumexp(x, n, M, cnt, mx, s)
+        for i in range(n):
+            for b in range(cnt):
+                y[i * M + b] = <floating>(<double>x[i * M + b] - s[b])
+        return
+    column_max(x, n, M, cnt, mx)
+    for b in range(cnt):
+        s[b] = 0
+    for i in range(n):
+        for b in range(cnt):
+            e = f_exp(x[i * M + b] - mx[b])
+            s[b] += e
+            y[i * M + b] = e
+    for b in range(cnt):
+        s[b] = 1 / s[b]
+    for i in range(n):
+        for b in range(cnt):
+            y[i * M + b] = <floating>(y[i * M + b] * s[b])
+
+
+cdef int softmax_impl(const floating* x, floating* y, const Call* c) noexcept nogil:
+    cdef Py_ssize_t O = c.ints[0], n = c.ints[1], M = c.ints[2], o, m0, cnt, base
+    cdef bint take_log = c.ints[3] != 0
+    for o in range(O):
+        m0 = 0
+        while m0 < M:
+            cnt = chunk_len(m0, M)
+            base = o * n * M + m0
+            softmax_chunk(x + base, y + base, n, M, cnt, take_log)
+            m0 += cnt
+    return KERNEL_OK
+
+
+# -- cross entropy --------------------------------------------------------------------------------
+cdef inline int64_t label_at(const char* label, Py_ssize_t i, bint wide) noexcept nogil:
+    if wide:
+        return (<const int64_t*>label)[i]
+    return (<const int32_t*>label)[i]
+
+
+cdef double smoothing_mean(const floating* x, Py_ssize_t C, Py_ssize_t M, Py_ssize_t b,
+                           bint logits) noexcept nogil:
+    # mean over classes of the logits, or of the log-probabilities
+    cdef double acc = 0
+    cdef Py_ssize_t i
+    for i in range(C):
+        acc += x[i * M + b] if logits else log(x[i * M + b])
+    return acc / C
+
+
+cdef int ce_chunk(const floating* x, const char* label, Py_ssize_t C, Py_ssize_t M,
+                  Py_ssize_t cnt, bint logits, bint wide, double ls, double* loss) noexcept nogil:
+    # loss = logZ - (1 - ls) * x[label] - ls * mean(x), with x = log(p) and logZ = 0 for
+    # probabilities; the smoothing term is skipped when ls == 0 so that log(0) of an unused class
+    # does not turn the loss into NaN.
+    cdef floating mx[CHUNK]
+    cdef Py_ssize_t b
+    cdef int64_t k
+    cdef double picked
+    if logits:
+        column_logsumexp(x, C, M, cnt, mx, loss)
+    for b in range(cnt):
+        k = label_at(label, b, wide)
+        if k < 0 or k >= C:
+            return KERNEL_INDEX_OUT_OF_RANGE
+        picked = x[k * M + b] if logits else log(x[k * M + b])
+        loss[b] = (loss[b] if logits else 0.0) - (1 - ls) * picked
+        if ls != 0:
+            loss[b] -= ls * smoothing_mean(x, C, M, b, logits)
+    return KERNEL_OK
+
+
+cdef int ce_impl(const floating* x, const char* label, floating* y, const Call* c) noexcept nogil:
+    cdef Py_ssize_t O = c.ints[0], C = c.ints[1], M = c.ints[2], o, m0, cnt, b, k = 0
+    cdef bint logits = c.ints[3] != 0, wide = c.ints[5] != 0
+    cdef int reduction = <int>c.ints[4], status
+    cdef double ls = c.floats[0], total = 0
+    cdef double loss[CHUNK]
+    cdef Py_ssize_t item = 8 if wide else 4
+    for o in range(O):
+        m0 = 0
+        while m0 < M:
+            cnt = chunk_len(m0, M)
+            status = ce_chunk(x + o * C * M + m0, label + k * item, C, M, cnt, logits, wide,
+                              ls, loss)
+            if status != KERNEL_OK:
+                return status
+            for b in range(cnt):
+                if reduction == RED_NONE:
+                    y[k + b] = <floating>loss[b]
+                else:
+                    total += loss[b]
+            k += cnt
+            m0 += cnt
+    if reduction == RED_MEAN:
+        y[0] = <floating>(total / <double>k)  # no samples: 0 / 0 is NaN, as a mean of nothing
+    elif reduction == RED_SUM:
+        y[0] = <floating>total
+    return KERNEL_OK
+
+
+# -- layer norm -----------------------------------------------------------------------------------
+cdef int layer_norm_impl(const floating* x, const floating* w, const floating* bias, floating* y,
+                         const Call* c) noexcept nogil:
+    cdef Py_ssize_t R = c.ints[0], N = c.ints[1], r, j
+    cdef double eps = c.floats[0], mean, rstd
+    cdef const floating* px
+    cdef floating* py
+    for r in range(R):
+        px = x + r * N
+        py = y + r * N
+        mean = run_sum(px, N, 0, False) / N
+        rstd = 1 / sqrt(run_sum(px, N, mean, True) / N + eps)
+        for j in range(N):
+            py[j] = <floating>((px[j] - mean) * rstd * w[j] + bias[j])
+    return KERNEL_OK
+
+
+# -- batch norm -----------------------------------------------------------------------------------
+cdef void channel_sums(const floating* x, Py_ssize_t N, Py_ssize_t C, Py_ssize_t M,
+                       Py_ssize_t cnt, const double* centre, double* acc) noexcept nogil:
+    # Sums over (N, M) for channels [0, cnt) of x; of squared deviations when centre is given.
+    cdef Py_ssize_t n, b
+    cdef const floating* px
+    cdef double d
+    for b in range(cnt):
+        acc[b] = 0
+    for n in range(N):
+        px = x + n * C * M
+        if M == 1:
+            for b in range(cnt):
+                d = px[b] - (centre[b] if centre != NULL else 0.0)
+                acc[b] += d * d if centre != NULL else d
+        else:
+            for b in range(cnt):
+                acc[b] += run_sum(px + b * M, M, centre[b] if centre != NULL else 0.0,
+                                  centre != NULL)
+
+
+cdef void batch_stats(const floating* x, Py_ssize_t N, Py_ssize_t C, Py_ssize_t M,
+                      Py_ssize_t cnt, double* mean, double* var) noexcept nogil:
+    # Two passes (mean, then squared deviations): no cancellation when |mean| >> std.
+    cdef Py_ssize_t b
+    cdef double count = <double>(N * M)
+    channel_sums(x, N, C, M, cnt, NULL, mean)
+    for b in range(cnt):
+        mean[b] /= count  # an empty batch gives NaN statistics
+    channel_sums(x, N, C, M, cnt, mean, var)
+    for b in range(cnt):
+        var[b] /= count
+
+
+cdef void normalise_channels(const floating* x, floating* y, Py_ssize_t N, Py_ssize_t C,
+                             Py_ssize_t M, Py_ssize_t cnt, const double* mean,
+                             const double* scale, const floating* bias) noexcept nogil:
+    cdef Py_ssize_t n, b, m
+    cdef const floating* px
+    cdef floating* py
+    for n in range(N):
+        px = x + n * C * M
+        py = y + n * C * M
+        for b in range(cnt):
+            for m in range(M):
+                py[b * M + m] = <floating>((px[b * M + m] - mean[b]) * scale[b] + bias[b])
+
+
+cdef int batch_norm_impl(const floating* x, const floating* w, const floating* bias,
+                         const Call* c) noexcept nogil:
+    cdef Py_ssize_t N = c.ints[0], C = c.ints[1], M = c.ints[2], c0 = 0, cnt, b
+    cdef bint training = c.ints[3] != 0
+    cdef double eps = c.floats[0]
+    cdef double mean[CHUNK]
+    cdef double scale[CHUNK]
+    cdef floating* y = <floating*>c.bufs[3 if training else 5]
+    cdef floating* stat0 = <floating*>c.bufs[4 if training else 3]  # mean out / running mean
+    cdef floating* stat1 = <floating*>c.bufs[5 if training else 4]  # var out / running var
+    while c0 < C:
+        cnt = chunk_len(c0, C)
+        if training:
+            batch_stats(x + c0 * M, N, C, M, cnt, mean, scale)
+            for b in range(cnt):
+                stat0[c0 + b] = <floating>mean[b]
+                stat1[c0 + b] = <floating>scale[b]
+        else:
+            for b in range(cnt):
+                mean[b] = stat0[c0 + b]
+                scale[b] = stat1[c0 + b]
+        for b in range(cnt):
+            scale[b] = w[c0 + b] / sqrt(scale[b] + eps)
+        normalise_channels(x + c0 * M, y + c0 * M, N, C, M, cnt, mean, scale, bias + c0)
+        c0 += cnt
+    return KERNEL_OK
+
+
+# -- dropout --------------------------------------------------------------------------------------
+cdef inline uint64_t mix64(uint64_t z) noexcept nogil:
+    # splitmix64's finaliser: a bijection whose outputs look independent for consecutive inputs
+    z = (z ^ (z >> 30)) * <uint64_t>0xBF58476D1CE4E5B9ULL
+    z = (z ^ (z >> 27)) * <uint64_t>0x94D049BB133111EBULL
+    return z ^ (z >> 31)
+
+
+cdef int dropout_impl(const floating* x, floating* y, const Call* c) noexcept nogil:
+    # Counter-based: element i's coin depends only on (seed, i), never on the order of work.
+    cdef Py_ssize_t n = c.ints[0], i
+    cdef uint64_t golden = <uint64_t>0x9E3779B97F4A7C15ULL
+    cdef uint64_t key = mix64(<uint64_t>c.ints[1] + golden)
+    cdef double p = c.floats[0], u
+    cdef floating scale = <floating>(1 / (1 - p)) if p < 1 else 0
+    if not 0 <= p <= 1:
+        return KERNEL_UNSUPPORTED
+    for i in range(n):
+        u = <double>(mix64(key + <uint64_t>i * golden) >> 11) * (1.0 / 9007199254740992.0)
+        y[i] = x[i] * scale if u >= p else 0
+    return KERNEL_OK
+
+
+# -- entry points ---------------------------------------------------------------------------------
+cdef int softmax_f32(const Call* c) noexcept nogil:
+    return softmax_impl(<const float*>c.bufs[0], <float*>c.bufs[1], c)
+cdef int softmax_f64(const Call* c) noexcept nogil:
+    return softmax_impl(<const double*>c.bufs[0], <double*>c.bufs[1], c)
+
+cdef int cross_entropy_f32(const Call* c) noexcept nogil:
+    return ce_impl(<const float*>c.bufs[0], c.bufs[1], <float*>c.bufs[2], c)
+cdef int cross_entropy_f64(const Call* c) noexcept nogil:
+    return ce_impl(<const double*>c.bufs[0], c.bufs[1], <double*>c.bufs[2], c)
+
+cdef int layer_norm_f32(const Call* c) noexcept nogil:
+    return layer_norm_impl(<const float*>c.bufs[0], <const float*>c.bufs[1],
+                           <const float*>c.bufs[2], <float*>c.bufs[3], c)
+cdef int layer_norm_f64(const Call* c) noexcept nogil:
+    return layer_norm_impl(<const double*>c.bufs[0], <const double*>c.bufs[1],
+                           <const double*>c.bufs[2], <double*>c.bufs[3], c)
+
+cdef int batch_norm_f32(const Call* c) noexcept nogil:
+    return batch_norm_impl(<const float*>c.bufs[0], <const float*>c.bufs[1],
+                           <const float*>c.bufs[2], c)
+cdef int batch_norm_f64(const Call* c) noexcept nogil:
+    return batch_norm_impl(<const double*>c.bufs[0], <const double*>c.bufs[1],
+                           <const double*>c.bufs[2], c)
+
+cdef int dropout_f32(const Call* c) noexcept nogil:
+    return dropout_impl(<const float*>c.bufs[0], <float*>c.bufs[1], c)
+cdef int dropout_f64(const Call* c) noexcept nogil:
+    return dropout_impl(<const double*>c.bufs[0], <double*>c.bufs[1], c)
+
+cdef inline object addr(kernel_fn f):
+    return <Py_ssize_t>f
+
+KERNELS = {
+    "softmax_f32": addr(softmax_f32), "softmax_f64": addr(softmax_f64),
+    "cross_entropy_f32": addr(cross_entropy_f32), "cross_entropy_f64": addr(cross_entropy_f64),
+    "layer_norm_f32": addr(layer_norm_f32), "layer_norm_f64": addr(layer_norm_f64),
+    "batch_norm_f32": addr(batch_norm_f32), "batch_norm_f64": addr(batch_norm_f64),
+    "dropout_f32": addr(dropout_f32), "dropout_f64": addr(dropout_f64),
+}

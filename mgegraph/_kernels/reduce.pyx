@@ -1,2 +1,427 @@
-# Placeholder: this family's kernels are being written.
-KERNELS = {}
+# Reductions over any set of axes: sum, prod, mean, var, max, min, argmax, argmin.
+#
+# Parameter layout (ints), written by mgegraph.ops.reduce.reduce_params:
+#   [opcode, ndo, kept shape[ndo], kept strides[ndo], ndr, reduced shape[ndr], reduced strides[ndr]]
+# The input is read as (kept dims..., reduced dims...) through element strides, each group
+# collapsed; the output is contiguous over the kept dims. Reduced positions are visited in C
+# order, so argmax's index is the flat index within the reduced axes, as NumPy's.
+#
+# Design: outputs are made in chunks of up to CHUNK. When neighbouring outputs are neighbours in
+# the input (kept innermost stride 1), a chunk is reduced "by columns": every reduced position
+# updates the chunk's accumulators from one contiguous run, so reducing a leading axis streams
+# memory instead of striding through it. Otherwise each output reduces its own block "by rows".
+# Float sums accumulate in double, pairwise along rows as NumPy does; integer sums and products
+# wrap in uint64 (well defined, and what NumPy's int64 arithmetic gives).
+
+from libc.math cimport NAN
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
+
+from .abi cimport Call, KERNEL_OK, KERNEL_BAD_VALUE, KERNEL_UNSUPPORTED, kernel_fn
+from .nditer cimport Odometer, odometer_init, odometer_next, count_rows
+
+ctypedef fused num_t:
+    float
+    double
+    int32_t
+    int64_t
+    uint8_t
+
+ctypedef fused acc_t:
+    double
+    uint64_t
+
+cdef enum:
+    CHUNK = 256
+
+cdef enum ReduceOp:
+    R_SUM, R_PROD, R_MEAN, R_VAR, R_MAX, R_MIN, R_ARGMAX, R_ARGMIN
+
+REDUCE_OPS = {"sum": R_SUM, "prod": R_PROD, "mean": R_MEAN, "var": R_VAR, "max": R_MAX,
+              "min": R_MIN, "argmax": R_ARGMAX, "argmin": R_ARGMIN}
+
+
+ctypedef struct Layout:
+    int ndr
+    const Py_ssize_t* rshape
+    const Py_ssize_t* rstride
+    Py_ssize_t nred          # reduced elements per output
+    Py_ssize_t n             # innermost reduced dim: length and stride
+    Py_ssize_t s
+
+
+cdef inline Py_ssize_t product(int ndim, const Py_ssize_t* shape) noexcept nogil:
+    cdef Py_ssize_t p = 1
+    cdef int d
+    for d in range(ndim):
+        p *= shape[d]
+    return p
+
+
+cdef inline void parse_reduced(const Py_ssize_t* p, Layout* L) noexcept nogil:
+    # p points at ndr
+    L.ndr = <int>p[0]
+    L.rshape = p + 1
+    L.rstride = p + 1 + L.ndr
+    L.nred = product(L.ndr, L.rshape)
+    L.n = L.rshape[L.ndr - 1]
+    L.s = L.rstride[L.ndr - 1]
+
+
+# -- scalar pieces --------------------------------------------------------------------------------
+cdef inline double term(num_t v, double centre, bint squares) noexcept nogil:
+    cdef double d
+    if squares:
+        d = <double>v - centre
+        return d * d
+    return <double>v
+
+
+cdef inline double block8(const num_t* x, Py_ssize_t n, Py_ssize_t s, double centre,
+                         bint squares) noexcept nogil:
+    # 8 <= n <= 128 elements into 8 partial sums; inlined with s == 1 for contiguous rows
+    cdef double r[8]
+    cdef double total
+    cdef Py_ssize_t i = 8, j
+    for j in range(8):
+        r[j] = term(x[j * s], centre, squares)
+    while i + 8 <= n:
+        for j in range(8):
+            r[j] += term(x[(i + j) * s], centre, squares)
+        i += 8
+    total = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    while i < n:
+        total += term(x[i * s], centre, squares)
+        i += 1
+    return total
+
+
+cdef double pairwise(const num_t* x, Py_ssize_t n, Py_ssize_t s, double centre,
+                     bint squares) noexcept nogil:
+    # NumPy's pairwise summation: error grows like log(n) instead of n.
+    cdef double total = 0
+    cdef Py_ssize_t i, half
+    if n < 8:
+        for i in range(n):
+            total += term(x[i * s], centre, squares)
+        return total
+    if n <= 128:
+        if s == 1:
+            return block8(x, n, 1, centre, squares)
+        return block8(x, n, s, centre, squares)
+    half = n // 2
+    half -= half % 8
+    return (pairwise(x, half, s, centre, squares)
+            + pairwise(x + half * s, n - half, s, centre, squares))
+
+
+cdef inline acc_t fold_step(acc_t acc, num_t v, bint mul) noexcept nogil:
+    # acc_t is uint64_t only for integer inputs: the cast wraps negative values modulo 2**64.
+    if mul:
+        return acc * <acc_t>v
+    return acc + <acc_t>v
+
+
+cdef inline bint beats(num_t v, num_t best, bint want_max) noexcept nogil:
+    # NaN beats every number and nothing beats NaN, so the first NaN wins, as in NumPy.
+    if num_t is float or num_t is double:
+        if v != v:
+            return best == best
+    if want_max:
+        return v > best
+    return v < best
+
+
+cdef inline num_t pick(num_t v, num_t best, bint want_max) noexcept nogil:
+    # branch-free select (maxss/minss); NaN is never picked here and is tracked on the side
+    if want_max:
+        return v if v > best else best
+    return v if v < best else best
+
+
+cdef num_t row_extreme(const num_t* x, Py_ssize_t n, Py_ssize_t s, bint want_max,
+                       num_t best) noexcept nogil:
+    # Four independent chains; returns NaN when the row holds one.
+    cdef num_t m0 = best, m1 = best, m2 = best, m3 = best
+    cdef Py_ssize_t i = 0
+    cdef bint nan = False
+    while i + 4 <= n:
+        m0 = pick(x[i * s], m0, want_max)
+        m1 = pick(x[(i + 1) * s], m1, want_max)
+        m2 = pick(x[(i + 2) * s], m2, want_max)
+        m3 = pick(x[(i + 3) * s], m3, want_max)
+        if num_t is float or num_t is double:
+            nan |= ((x[i * s] != x[i * s]) | (x[(i + 1) * s] != x[(i + 1) * s])
+                    | (x[(i + 2) * s] != x[(i + 2) * s]) | (x[(i + 3) * s] != x[(i + 3) * s]))
+        i += 4
+    while i < n:
+        m0 = pick(x[i * s], m0, want_max)
+        if num_t is float or num_t is double:
+            nan |= x[i * s] != x[i * s]
+        i += 1
+    if num_t is float or num_t is double:
+        if nan:
+            return <num_t>NAN
+    return pick(pick(m1, m0, want_max), pick(m3, m2, want_max), want_max)
+
+
+# -- one output at a time ("rows") ----------------------------------------------------------------
+cdef double block_sum(const num_t* x, const Layout* L, double centre, bint squares) noexcept nogil:
+    cdef Py_ssize_t r, rows = count_rows(L.ndr, L.rshape)
+    cdef double acc = 0
+    cdef Odometer o
+    odometer_init(&o, L.ndr, L.rshape, L.rstride, 1)
+    for r in range(rows):
+        acc += pairwise(x + o.offset[0], L.n, L.s, centre, squares)
+        odometer_next(&o)
+    return acc
+
+
+cdef acc_t block_fold(const num_t* x, const Layout* L, acc_t acc, bint mul) noexcept nogil:
+    cdef Py_ssize_t r, i, rows = count_rows(L.ndr, L.rshape)
+    cdef const num_t* px
+    cdef Odometer o
+    odometer_init(&o, L.ndr, L.rshape, L.rstride, 1)
+    for r in range(rows):
+        px = x + o.offset[0]
+        for i in range(L.n):
+            acc = fold_step(acc, px[i * L.s], mul)
+        odometer_next(&o)
+    return acc
+
+
+cdef num_t block_extreme(const num_t* x, const Layout* L, bint want_max) noexcept nogil:
+    # The block is not empty; NaN is sticky from the first row that has one.
+    cdef Py_ssize_t r, rows = count_rows(L.ndr, L.rshape)
+    cdef num_t b = x[0]
+    cdef Odometer o
+    odometer_init(&o, L.ndr, L.rshape, L.rstride, 1)
+    for r in range(rows):
+        if (num_t is float or num_t is double) and b != b:
+            break
+        b = row_extreme(x + o.offset[0], L.n, L.s, want_max, b)
+        odometer_next(&o)
+    return b
+
+
+cdef int64_t block_find(const num_t* x, const Layout* L, num_t target) noexcept nogil:
+    # Flat index of the first element equal to target (or the first NaN when target is NaN):
+    # with target the block's extreme, that is NumPy's argmax/argmin.
+    cdef Py_ssize_t r, i, j = 0, rows = count_rows(L.ndr, L.rshape)
+    cdef bint nan = target != target
+    cdef const num_t* px
+    cdef Odometer o
+    odometer_init(&o, L.ndr, L.rshape, L.rstride, 1)
+    for r in range(rows):
+        px = x + o.offset[0]
+        for i in range(L.n):
+            if px[i * L.s] == target or (nan and px[i * L.s] != px[i * L.s]):
+                return j + i
+        j += L.n
+        odometer_next(&o)
+    return 0
+
+
+# -- cnt neighbouring outputs at once ("columns") -------------------------------------------------
+cdef void cols_sum(const num_t* x, const Layout* L, Py_ssize_t cnt, double* acc,
+                   const double* centre) noexcept nogil:
+    cdef Py_ssize_t r, i, b, rows = count_rows(L.ndr, L.rshape)
+    cdef const num_t* px
+    cdef double d
+    cdef Odometer o
+    for b in range(cnt):
+        acc[b] = 0
+    odometer_init(&o, L.ndr, L.rshape, L.rstride, 1)
+    for r in range(rows):
+        for i in range(L.n):
+            px = x + o.offset[0] + i * L.s
+            if centre == NULL:
+                for b in range(cnt):
+                    acc[b] += <double>px[b]
+            else:
+                for b in range(cnt):
+                    d = <double>px[b] - centre[b]
+                    acc[b] += d * d
+        odometer_next(&o)
+
+
+cdef void cols_fold(const num_t* x, const Layout* L, Py_ssize_t cnt, acc_t* acc,
+                    bint mul) noexcept nogil:
+    cdef Py_ssize_t r, i, b, rows = count_rows(L.ndr, L.rshape)
+    cdef const num_t* px
+    cdef Odometer o
+    for b in range(cnt):
+        acc[b] = 1 if mul else 0
+    odometer_init(&o, L.ndr, L.rshape, L.rstride, 1)
+    for r in range(rows):
+        for i in range(L.n):
+            px = x + o.offset[0] + i * L.s
+            for b in range(cnt):
+                acc[b] = fold_step(acc[b], px[b], mul)
+        odometer_next(&o)
+
+
+cdef void cols_extreme(const num_t* x, const Layout* L, Py_ssize_t cnt, bint want_max,
+                       num_t* best, int64_t* idx) noexcept nogil:
+    cdef Py_ssize_t r, i, b, j = 0, rows = count_rows(L.ndr, L.rshape)
+    cdef const num_t* px
+    cdef Odometer o
+    for b in range(cnt):
+        best[b] = x[b]
+        idx[b] = 0
+    odometer_init(&o, L.ndr, L.rshape, L.rstride, 1)
+    for r in range(rows):
+        for i in range(L.n):
+            px = x + o.offset[0] + i * L.s
+            for b in range(cnt):
+                if beats(px[b], best[b], want_max):
+                    best[b] = px[b]
+                    idx[b] = j
+            j += 1
+        odometer_next(&o)
+
+
+# -- a chunk of outputs: pick rows or columns, then store in the output dtype ---------------------
+cdef void chunk_moments(int op, const num_t* x, Py_ssize_t so, Py_ssize_t cnt, const Layout* L,
+                        char* y) noexcept nogil:
+    # sum of floats, mean, var: double accumulators; var is two-pass (mean, then deviations).
+    cdef double acc[CHUNK]
+    cdef double centre[CHUNK]
+    cdef Py_ssize_t b
+    cdef double n = <double>L.nred
+    cdef bint columns = so == 1 and cnt > 1
+    if columns:
+        cols_sum(x, L, cnt, acc, NULL)
+    else:
+        for b in range(cnt):
+            acc[b] = block_sum(x + b * so, L, 0, False)
+    if op != R_SUM:
+        for b in range(cnt):
+            acc[b] = acc[b] / n  # 0 / 0 is NaN for an empty reduction, as NumPy's mean
+    if op == R_VAR:
+        for b in range(cnt):
+            centre[b] = acc[b]
+        if columns:
+            cols_sum(x, L, cnt, acc, centre)
+        else:
+            for b in range(cnt):
+                acc[b] = block_sum(x + b * so, L, centre[b], True)
+        for b in range(cnt):
+            acc[b] = acc[b] / n
+    for b in range(cnt):
+        if num_t is float:
+            (<float*>y)[b] = <float>acc[b]
+        else:
+            (<double*>y)[b] = acc[b]  # float64 inputs, and mean/var of integers
+
+
+cdef void chunk_fold(int op, const num_t* x, Py_ssize_t so, Py_ssize_t cnt, const Layout* L,
+                     char* y, acc_t* acc) noexcept nogil:
+    # products, and sums of integers (acc_t is uint64_t; results are int64 as NumPy's)
+    cdef Py_ssize_t b
+    cdef bint mul = op == R_PROD
+    if so == 1 and cnt > 1:
+        cols_fold(x, L, cnt, acc, mul)
+    else:
+        for b in range(cnt):
+            acc[b] = block_fold(x + b * so, L, <acc_t>(1 if mul else 0), mul)
+    for b in range(cnt):
+        if num_t is float:
+            (<float*>y)[b] = <float>acc[b]
+        elif acc_t is double:
+            (<double*>y)[b] = acc[b]
+        else:
+            (<int64_t*>y)[b] = <int64_t>acc[b]
+
+
+cdef void chunk_extreme(bint want_max, bint want_index, const num_t* x, Py_ssize_t so,
+                        Py_ssize_t cnt, const Layout* L, char* y) noexcept nogil:
+    cdef num_t best[CHUNK]
+    cdef int64_t idx[CHUNK]
+    cdef Py_ssize_t b
+    if so == 1 and cnt > 1:
+        cols_extreme(x, L, cnt, want_max, best, idx)
+    else:
+        for b in range(cnt):
+            best[b] = block_extreme(x + b * so, L, want_max)
+            if want_index:
+                idx[b] = block_find(x + b * so, L, best[b])
+    for b in range(cnt):
+        if want_index:
+            (<int64_t*>y)[b] = idx[b]
+        else:
+            (<num_t*>y)[b] = best[b]
+
+
+cdef void reduce_chunk(int op, const num_t* x, Py_ssize_t so, Py_ssize_t cnt, const Layout* L,
+                       char* y) noexcept nogil:
+    cdef double accd[CHUNK]
+    cdef uint64_t accu[CHUNK]
+    if op >= R_MAX:
+        chunk_extreme(op == R_MAX or op == R_ARGMAX, op >= R_ARGMAX, x, so, cnt, L, y)
+    elif op == R_PROD and (num_t is float or num_t is double):
+        chunk_fold(op, x, so, cnt, L, y, accd)
+    elif op == R_PROD or (op == R_SUM and not (num_t is float or num_t is double)):
+        chunk_fold(op, x, so, cnt, L, y, accu)
+    else:
+        chunk_moments(op, x, so, cnt, L, y)
+
+
+cdef inline Py_ssize_t out_itemsize(int op, num_t zero) noexcept nogil:
+    # Mirrors mgegraph.ops.reduce.result_dtype: max/min keep the dtype, arg* give int64, the
+    # rest keep float32 and give 8-byte int64/float64 otherwise.
+    if op == R_MAX or op == R_MIN:
+        return sizeof(num_t)
+    if op < R_ARGMAX and num_t is float:
+        return 4
+    return 8
+
+
+# -- driver ---------------------------------------------------------------------------------------
+cdef int reduce_impl(const num_t* x, char* y, const Call* c) noexcept nogil:
+    cdef int op = <int>c.ints[0], ndo = <int>c.ints[1]
+    cdef const Py_ssize_t* oshape = c.ints + 2
+    cdef const Py_ssize_t* ostride = c.ints + 2 + ndo
+    cdef Py_ssize_t last = oshape[ndo - 1], so = ostride[ndo - 1]
+    cdef Py_ssize_t rows = count_rows(ndo, oshape), r, start, cnt
+    cdef Py_ssize_t item = out_itemsize(op, <num_t>0)
+    cdef Layout L
+    cdef Odometer o
+    if op < R_SUM or op > R_ARGMIN:
+        return KERNEL_UNSUPPORTED
+    parse_reduced(c.ints + 2 + 2 * ndo, &L)
+    if product(ndo, oshape) == 0:
+        return KERNEL_OK
+    if L.nred == 0 and op >= R_MAX:
+        return KERNEL_BAD_VALUE  # refused at build time; kept so a bad plan cannot read past
+    odometer_init(&o, ndo, oshape, ostride, 1)
+    for r in range(rows):
+        start = 0
+        while start < last:
+            cnt = last - start if last - start < CHUNK else CHUNK
+            reduce_chunk(op, x + o.offset[0] + start * so, so, cnt, &L, y)
+            y += cnt * item
+            start += cnt
+        odometer_next(&o)
+    return KERNEL_OK
+
+
+# -- entry points ---------------------------------------------------------------------------------
+cdef int reduce_f32(const Call* c) noexcept nogil:
+    return reduce_impl(<const float*>c.bufs[0], c.bufs[1], c)
+cdef int reduce_f64(const Call* c) noexcept nogil:
+    return reduce_impl(<const double*>c.bufs[0], c.bufs[1], c)
+cdef int reduce_i32(const Call* c) noexcept nogil:
+    return reduce_impl(<const int32_t*>c.bufs[0], c.bufs[1], c)
+cdef int reduce_i64(const Call* c) noexcept nogil:
+    return reduce_impl(<const int64_t*>c.bufs[0], c.bufs[1], c)
+cdef int reduce_bool(const Call* c) noexcept nogil:
+    return reduce_impl(<const uint8_t*>c.bufs[0], c.bufs[1], c)
+
+cdef inline object addr(kernel_fn f):
+    return <Py_ssize_t>f
+
+KERNELS = {
+    "reduce_f32": addr(reduce_f32), "reduce_f64": addr(reduce_f64),
+    "reduce_i32": addr(reduce_i32), "reduce_i64": addr(reduce_i64),
+    "reduce_bool": addr(reduce_bool),
+}

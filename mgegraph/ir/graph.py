@@ -112,6 +112,9 @@ class Graph:
         self.inputs: dict[str, Var] = {}
         self.params: dict[str, Var] = {}
         self.values: dict[int, np.ndarray] = {}  # var id -> value of a param or const
+        self.shared: set[int] = set()  # param var ids whose array is used in place, not copied
+        self.assigns: list[Node] = []  # state updates, applied at the end of every run
+        self._bound: dict[int, Var] = {}  # id(nn.Parameter) -> its param Var in this graph
         self._next_id = 0
 
     # -- sources --------------------------------------------------------------------------
@@ -122,14 +125,47 @@ class Graph:
         self.inputs[name] = var
         return var
 
-    def param(self, name: str, value) -> Var:
-        """A named, persistent, trainable value, initialised from ``value`` (copied)."""
+    def param(self, name: str, value, share: bool = False) -> Var:
+        """A named, persistent, trainable value, initialised from ``value`` (copied).
+
+        With ``share=True`` the plan uses ``value`` itself as the buffer (it must be a
+        C-contiguous array of a supported dtype): runs read it and state updates write it, so
+        several plans (a training step and a predictor) see the same weights.
+        """
         self._check_new_name(name)
-        array = _as_array(value)
+        if share:
+            if not (isinstance(value, np.ndarray) and value.flags.c_contiguous
+                    and value.flags.writeable):
+                raise GraphError(f"param {name!r}: share=True needs a writeable C-contiguous "
+                                 "numpy array")
+            as_dtype(value.dtype)
+            array = value
+        else:
+            array = _as_array(value)
         (var,) = self.add_node("param", (), {"name": name}, types=(_type_of(array),)).outputs
         self.params[name] = var
         self.values[var.id] = array
+        if share:
+            self.shared.add(var.id)
         return var
+
+    def assign(self, target: Var, value: Var) -> None:
+        """Write ``value`` into param ``target`` when a run ends.
+
+        Every read during a run sees the values the params had when it started; all assigns
+        take effect together at its end, in the order they were made.
+        """
+        from ..ops.registry import get_op
+
+        if not (isinstance(target, Var) and target.graph is self and target.node.op.name == "param"):
+            raise GraphError("assign(): the target must be a param of this graph")
+        value = self.lift(value, target)
+        if value.type != target.type:
+            raise GraphError(f"assign(): value {value.type} does not match param "
+                             f"{target.node.attr['name']!r} {target.type}")
+        node = Node(get_op("assign"), (target, value), (), (), user_location())
+        self.nodes.append(node)
+        self.assigns.append(node)
 
     def const(self, value, dtype=None) -> Var:
         """A constant baked into the graph (copied)."""
@@ -152,6 +188,7 @@ class Graph:
 
         opdef = get_op(op) if isinstance(op, str) else op
         location = user_location()
+        inputs = tuple(self.bind(v) if hasattr(v, "bind_to") else v for v in inputs)
         for v in inputs:
             if not isinstance(v, Var) or v.graph is not self:
                 raise OpError(opdef.name, [_describe(v) for v in inputs],
@@ -175,13 +212,25 @@ class Graph:
         return self._next_id - 1
 
     def lift(self, value, like: Var | None = None) -> Var:
-        """A Python scalar or array as a const; scalars take NumPy 2's weak-scalar dtype rule."""
+        """A Python scalar or array as a const; scalars take NumPy 2's weak-scalar dtype rule.
+
+        An ``nn.Parameter`` (anything with ``bind_to``) becomes this graph's param Var for it.
+        """
         if isinstance(value, Var):
             return value
+        if hasattr(value, "bind_to"):
+            return self.bind(value)
         if like is not None and isinstance(value, (numbers.Number, np.bool_)) and not isinstance(
                 value, np.generic):
             return self.const(value, np.result_type(like.dtype, value))
         return self.const(value)
+
+    def bind(self, parameter) -> Var:
+        """The param Var of an nn.Parameter in this graph, made on first use (shared buffer)."""
+        key = id(parameter)
+        if key not in self._bound:
+            self._bound[key] = parameter.bind_to(self)
+        return self._bound[key]
 
     # -- views ----------------------------------------------------------------------------
     def __str__(self) -> str:

@@ -16,7 +16,8 @@ def graph_of(*values):
             for item in v:
                 if isinstance(item, Var):
                     return item.graph
-    raise GraphError("at least one argument must be a graph Var")
+    raise GraphError("at least one argument must be a graph Var (an nn.Parameter alone does not "
+                     "say which graph it belongs to)")
 
 
 def apply(op: str, inputs, **attrs) -> Var:

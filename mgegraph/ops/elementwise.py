@@ -20,6 +20,99 @@ for _name, _attrs in (("input", {"name": REQUIRED}), ("param", {"name": REQUIRED
     register(OpDef(_name, "source", _source_infer, attrs=_attrs))
 
 
+# -- gradient rules (the autodiff walker undoes broadcasting and dtype) ---------------------------
+# Each takes (x, y, g, attrs) for unary ops: input, output, output gradient, attributes.
+def _gelu_grad(x, y, g, a):
+    cdf = 0.5 * (1.0 + erf(x * 0.7071067811865476))
+    pdf = exp(-0.5 * square(x)) * 0.3989422804014327
+    return g * (cdf + x * pdf)
+
+
+def _gelu_tanh_grad(x, y, g, a):
+    t = tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))
+    d_inner = 0.7978845608028654 * (1.0 + 0.134145 * square(x))
+    return g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - square(t)) * d_inner)
+
+
+UNARY_GRADS = {
+    "copy": lambda x, y, g, a: g,
+    "neg": lambda x, y, g, a: -g,
+    "abs": lambda x, y, g, a: g * sign(x),
+    "square": lambda x, y, g, a: g * (2.0 * x),
+    "relu": lambda x, y, g, a: where(x > 0, g, 0.0),
+    "exp": lambda x, y, g, a: g * y,
+    "log": lambda x, y, g, a: g / x,
+    "log1p": lambda x, y, g, a: g / (x + 1.0),
+    "sqrt": lambda x, y, g, a: g * 0.5 / y,
+    "rsqrt": lambda x, y, g, a: g * -0.5 * y * y * y,
+    "reciprocal": lambda x, y, g, a: -g * y * y,
+    "sin": lambda x, y, g, a: g * cos(x),
+    "cos": lambda x, y, g, a: -g * sin(x),
+    "tanh": lambda x, y, g, a: g * (1.0 - y * y),
+    "sigmoid": lambda x, y, g, a: g * y * (1.0 - y),
+    "silu": lambda x, y, g, a: g * (sigmoid(x) * (1.0 + x * (1.0 - sigmoid(x)))),
+    "softplus": lambda x, y, g, a: g * sigmoid(x),
+    "leaky_relu": lambda x, y, g, a: where(x > 0, g, g * a["negative_slope"]),
+    "clip": lambda x, y, g, a: where(x < a["lower"], 0.0, where(x > a["upper"], 0.0, g)),
+    "erf": lambda x, y, g, a: g * 1.1283791670955126 * exp(-square(x)),
+    "gelu": _gelu_grad,
+    "gelu_tanh": _gelu_tanh_grad,
+    "floor": lambda x, y, g, a: g * 0.0,
+    "ceil": lambda x, y, g, a: g * 0.0,
+    "sign": lambda x, y, g, a: g * 0.0,
+}
+
+
+def _unary_grad(name):
+    rule = UNARY_GRADS[name]
+
+    def grad(node, out_grads):
+        return (rule(node.inputs[0], node.outputs[0], out_grads[0], node.attr),)
+    return grad
+
+
+def _pow_grad(x, y, out, g):
+    safe_log = log(where(x > 0, x, 1.0))
+    return g * y * x ** (y - 1.0), g * out * safe_log
+
+
+BINARY_GRADS = {
+    "add": lambda x, y, out, g: (g, g),
+    "sub": lambda x, y, out, g: (g, -g),
+    "mul": lambda x, y, out, g: (g * y, g * x),
+    "div": lambda x, y, out, g: (g / y, -g * out / y),
+    "pow": _pow_grad,
+    "maximum": lambda x, y, out, g: (where(x >= y, g, 0.0), where(x >= y, 0.0, g)),
+    "minimum": lambda x, y, out, g: (where(x <= y, g, 0.0), where(x <= y, 0.0, g)),
+    "floor_div": lambda x, y, out, g: (None, None),
+    "mod": lambda x, y, out, g: (g, -g * floor_div(x, y)),
+}
+
+
+def _binary_grad(name):
+    rule = BINARY_GRADS[name]
+
+    def grad(node, out_grads):
+        x, y = node.inputs
+        if not x.dtype.kind == "f":
+            return (None, None)
+        return rule(x, y, node.outputs[0], out_grads[0])
+    return grad
+
+
+def _where_grad(node, out_grads):
+    cond, _, _ = node.inputs
+    g = out_grads[0]
+    return None, where(cond, g, 0.0), where(cond, 0.0, g)
+
+
+def _cast_grad(node, out_grads):
+    x = node.inputs[0]
+    if x.dtype.kind != "f" or node.outputs[0].dtype.kind != "f":
+        return (None,)
+    return (astype(out_grads[0], x.dtype),)
+
+
 # -- unary ---------------------------------------------------------------------------------------
 def _unary_infer(name, dtypes):
     def infer(in_types, attrs):
@@ -47,7 +140,7 @@ UNARY = {
     "cos": (FLOAT_DTYPES, {}, 8), "tanh": (FLOAT_DTYPES, {}, 8), "sigmoid": (FLOAT_DTYPES, {}, 10),
     "silu": (FLOAT_DTYPES, {}, 11), "softplus": (FLOAT_DTYPES, {}, 17),
     "gelu": (FLOAT_DTYPES, {}, 12), "gelu_tanh": (FLOAT_DTYPES, {}, 14),
-    "floor": (FLOAT_DTYPES, {}, 1), "ceil": (FLOAT_DTYPES, {}, 1),
+    "floor": (FLOAT_DTYPES, {}, 1), "ceil": (FLOAT_DTYPES, {}, 1), "erf": (FLOAT_DTYPES, {}, 10),
     "reciprocal": (FLOAT_DTYPES, {}, 1),
     "leaky_relu": (FLOAT_DTYPES, {"negative_slope": 0.01}, 2),
     "clip": (NUMERIC_DTYPES, {"lower": REQUIRED, "upper": REQUIRED}, 2),
@@ -56,7 +149,7 @@ UNARY = {
 for _name, (_dtypes, _attrs, _flops) in UNARY.items():
     register(OpDef(_name, "elementwise", _unary_infer(_name, _dtypes), attrs=_attrs,
                    kernel="unary", dtypes=_dtypes, lower=_unary_lower(K.UNARY_OPS[_name], _attrs),
-                   inplace=True, flops_per_element=_flops))
+                   grad=_unary_grad(_name), inplace=True, flops_per_element=_flops))
 
 
 # -- binary --------------------------------------------------------------------------------------
@@ -86,6 +179,7 @@ BINARY = {"add": NUMERIC_DTYPES, "sub": NUMERIC_DTYPES, "mul": NUMERIC_DTYPES,
 for _name, _dtypes in BINARY.items():
     register(OpDef(_name, "elementwise", _binary_infer(_name, _dtypes), kernel="binary",
                    dtypes=_dtypes, lower=_lower_broadcast(K.BINARY_OPS[_name]), inplace=True,
+                   grad=_binary_grad(_name),
                    flops_per_element=8 if _name == "pow" else 1))
 
 for _name, _code in K.COMPARE_OPS.items():
@@ -103,7 +197,21 @@ def _where_infer(in_types, attrs):
 
 
 register(OpDef("where", "elementwise", _where_infer, kernel="where", dtypes=ALL_DTYPES,
-               lower=_lower_broadcast(0), dispatch_input=1))
+               lower=_lower_broadcast(0), dispatch_input=1, grad=_where_grad))
+
+
+def _assign_infer(in_types, attrs):
+    raise TypeError("assign nodes are made by Graph.assign")
+
+
+# Graph.assign makes these; the plan lowers them to copies run after every other instruction.
+def _assign_lower(node):
+    target = node.inputs[0]
+    return Launch(elementwise_params(K.UNARY_OPS["copy"], target.shape, [target.shape]))
+
+
+register(OpDef("assign", "movement", _assign_infer, kernel="unary", dtypes=NUMERIC_DTYPES,
+               lower=_assign_lower))
 
 
 # -- cast ----------------------------------------------------------------------------------------
@@ -119,7 +227,7 @@ def _cast_lower(node):
 
 
 register(OpDef("cast", "elementwise", _cast_infer, attrs={"dtype": REQUIRED}, kernel="cast",
-               dtypes=ALL_DTYPES, lower=_cast_lower))
+               dtypes=ALL_DTYPES, lower=_cast_lower, grad=_cast_grad))
 
 
 # -- public functions (re-exported by mgegraph.functional) ---------------------------------------

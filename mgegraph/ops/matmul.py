@@ -1,2 +1,136 @@
-"""Op family (being written)."""
-__all__ = []
+"""Matrix products: matmul (NumPy semantics, batched with broadcasting) and linear.
+
+NOTE: ``linear`` is one op, not matmul + add, so that the GEMM and its bias share one kernel;
+epilogue fusion (activations after the GEMM) extends this op rather than matching a pattern.
+Its bias is an optional third input: ``linear(x, w)`` or ``linear(x, w, b)``.
+"""
+from __future__ import annotations
+
+import math
+
+from ..ir.types import TensorType, broadcast_shapes
+from .layout import broadcast_strides, collapse, contiguous_strides
+from .registry import FLOAT_DTYPES, NUMERIC_DTYPES, Launch, OpDef, register, require_dtypes
+
+BLAS_INT_MAX = 2**31 - 1  # SciPy's BLAS takes 32-bit dimensions
+
+
+def check_blas_dims(dtype, *dims):
+    if dtype in FLOAT_DTYPES and max(dims, default=0) > BLAS_INT_MAX:
+        raise ValueError(f"a GEMM dimension of {max(dims)} exceeds BLAS's 32-bit limit")
+
+
+def same_dtype(types, what="input"):
+    dtypes = {t.dtype for t in types}
+    if len(dtypes) > 1:
+        raise TypeError(f"{what} dtypes differ ({', '.join(str(t.dtype) for t in types)}); "
+                        "mgegraph.functional promotes them, the op itself does not")
+
+
+# -- matmul ---------------------------------------------------------------------------------------
+def _operand(t: TensorType, transpose: bool, left: bool):
+    """(batch shape, rows, cols) of op(t) as a matrix; a 1-D operand is a row on the left and
+    a column on the right (NumPy), and transposing it changes nothing."""
+    if t.ndim == 1:
+        return (), *((1, t.shape[0]) if left else (t.shape[0], 1))
+    rows, cols = t.shape[-2:]
+    return t.shape[:-2], *((cols, rows) if transpose else (rows, cols))
+
+
+def _matmul_dims(a, b, attrs):
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError("operands must have at least 1 dimension (use mul for scalars)")
+    a_batch, m, k = _operand(a, attrs["transpose_a"], left=True)
+    b_batch, kb, n = _operand(b, attrs["transpose_b"], left=False)
+    if k != kb:
+        raise ValueError(f"contracted dimensions differ: {k} (inp1) and {kb} (inp2)")
+    try:
+        batch = broadcast_shapes(a_batch, b_batch)
+    except ValueError:
+        raise ValueError(f"batch dimensions {a_batch} and {b_batch} do not broadcast") from None
+    return a_batch, b_batch, batch, m, n, k
+
+
+def _matmul_infer(in_types, attrs):
+    a, b = in_types
+    same_dtype(in_types)
+    require_dtypes("matmul", a, NUMERIC_DTYPES)
+    _, _, batch, m, n, _ = _matmul_dims(a, b, attrs)
+    shape = batch + ((m,) if a.ndim >= 2 else ()) + ((n,) if b.ndim >= 2 else ())
+    return (TensorType(shape, a.dtype),)
+
+
+def _matmul_lower(node):
+    a, b = node.inputs
+    a_batch, b_batch, batch, m, n, k = _matmul_dims(a.type, b.type, node.attr)
+    ta = node.attr["transpose_a"] and a.ndim >= 2
+    tb = node.attr["transpose_b"] and b.ndim >= 2
+    sa = [s * m * k for s in broadcast_strides(a_batch, batch)]
+    sb = [s * k * n for s in broadcast_strides(b_batch, batch)]
+    if batch and not ta and a_batch == batch and not any(sb):
+        # Every batch shares one B and A's batches are contiguous rows: one tall GEMM.
+        m, batch, sa, sb = m * math.prod(batch), (), [], []
+    out = [s * m * n for s in contiguous_strides(batch)]
+    shape, (_, sa, sb) = collapse(batch, [out, sa, sb])
+    check_blas_dims(a.dtype, m, n, k)
+    return Launch((m, n, k, int(ta), int(tb), len(shape), *shape, *sa, *sb))
+
+
+register(OpDef("matmul", "matmul", _matmul_infer,
+               attrs={"transpose_a": False, "transpose_b": False}, kernel="matmul",
+               dtypes=NUMERIC_DTYPES, lower=_matmul_lower,
+               flops_per_element=128.0))  # really 2k; a typical k for cost heuristics
+
+
+# -- linear ---------------------------------------------------------------------------------------
+def _linear_infer(in_types, attrs):
+    if len(in_types) not in (2, 3):
+        raise ValueError(f"takes (inp, weight) or (inp, weight, bias), got {len(in_types)} inputs")
+    x, w, *bias = in_types
+    same_dtype(in_types)
+    require_dtypes("linear", x, FLOAT_DTYPES)
+    if w.ndim != 2:
+        raise ValueError(f"weight must be 2-D (out_features, in_features), got {w.ndim}-D")
+    if x.ndim == 0 or x.shape[-1] != w.shape[1]:
+        raise ValueError(f"input's last dimension must equal in_features={w.shape[1]}, "
+                         f"got shape {x.shape}")
+    if bias and bias[0].shape != (w.shape[0],):
+        raise ValueError(f"bias must have shape ({w.shape[0]},), got {bias[0].shape}")
+    return (TensorType(x.shape[:-1] + (w.shape[0],), x.dtype),)
+
+
+def _linear_lower(node):
+    x, w = node.inputs[:2]
+    m, (n, k) = math.prod(x.shape[:-1]), w.shape
+    check_blas_dims(x.dtype, m, n, k)
+    return Launch((m, n, k, int(len(node.inputs) == 3)))
+
+
+register(OpDef("linear", "matmul", _linear_infer, kernel="linear", dtypes=FLOAT_DTYPES,
+               lower=_linear_lower, flops_per_element=128.0))
+
+
+# -- public functions (re-exported by mgegraph.functional) ---------------------------------------
+from .builder import apply, promote  # noqa: E402
+
+__all__ = ["matmul", "linear"]
+
+
+def matmul(inp1, inp2, transpose_a=False, transpose_b=False):
+    """Matrix product with NumPy's rules: 1-D operands are promoted to a row (left) or a
+    column (right) and that dimension is removed again; leading batch dimensions broadcast.
+    ``transpose_a`` / ``transpose_b`` transpose the last two dims of an operand of 2+ dims.
+
+    >>> y = F.matmul(x, w, transpose_b=True)   # x: (b, m, k), w: (n, k) -> (b, m, n)
+    """
+    a, b = promote(inp1, inp2)
+    return apply("matmul", (a, b), transpose_a=bool(transpose_a), transpose_b=bool(transpose_b))
+
+
+def linear(inp, weight, bias=None):
+    """``inp @ weight.T + bias`` in one op; weight is (out_features, in_features).
+
+    >>> y = F.linear(x, w, b)   # x: (batch, 784), w: (10, 784), b: (10,) -> (batch, 10)
+    """
+    operands = promote(inp, weight) if bias is None else promote(inp, weight, bias)
+    return apply("linear", tuple(operands))

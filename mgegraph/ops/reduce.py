@@ -1,2 +1,146 @@
-"""Op family (being written)."""
-__all__ = []
+"""Reductions over any set of axes: sum, mean, prod, var, max, min, argmax, argmin."""
+from __future__ import annotations
+
+import numpy as np
+
+from .._kernels import reduce as K
+from ..ir.errors import OpError, user_location
+from ..ir.graph import Var
+from ..ir.types import FLOAT_DTYPES, TensorType
+from .builder import apply, graph_of
+from .layout import collapse, contiguous_strides
+from .registry import ALL_DTYPES, Launch, OpDef, normalize_axes, register
+
+__all__ = ["sum", "mean", "prod", "var", "max", "min", "argmax", "argmin"]
+
+# NumPy's wording when an empty axis is reduced by an op without an identity.
+_NO_IDENTITY = {
+    "max": "zero-size array to reduction operation maximum which has no identity",
+    "min": "zero-size array to reduction operation minimum which has no identity",
+    "argmax": "attempt to get argmax of an empty sequence",
+    "argmin": "attempt to get argmin of an empty sequence",
+}
+_INT64, _FLOAT64 = np.dtype(np.int64), np.dtype(np.float64)
+
+
+def result_dtype(op: str, dtype: np.dtype) -> np.dtype:
+    """NumPy's result dtype: sums and products of integers and bools are int64, their means and
+    variances float64; max/min keep the dtype; argmax/argmin give int64."""
+    if op in ("argmax", "argmin"):
+        return _INT64
+    if op in ("max", "min") or dtype in FLOAT_DTYPES:
+        return dtype
+    return _INT64 if op in ("sum", "prod") else _FLOAT64
+
+
+def canonical_axes(axis, ndim: int) -> tuple[int, ...]:
+    """None -> every axis; an int or a sequence -> sorted unique non-negative axes."""
+    if ndim == 0 and axis is not None and (isinstance(axis, (int, np.integer)) or len(axis)):
+        raise ValueError(f"axis {axis} is out of range for a 0-d input")
+    if axis is not None and not isinstance(axis, (int, np.integer, tuple, list)):
+        raise TypeError(f"axis must be None, an int or a sequence of ints, got {axis!r}")
+    return normalize_axes(axis, ndim)
+
+
+def reduced_shape(shape, axes, keepdims: bool) -> tuple[int, ...]:
+    if keepdims:
+        return tuple(1 if d in axes else n for d, n in enumerate(shape))
+    return tuple(n for d, n in enumerate(shape) if d not in axes)
+
+
+def reduce_params(opcode: int, shape, axes) -> tuple[int, ...]:
+    """[opcode, ndo, kept shape, kept strides, ndr, reduced shape, reduced strides] for
+    _kernels/reduce.pyx: the input read as (kept dims..., reduced dims...), each group collapsed."""
+    strides = contiguous_strides(shape)
+    kept = [d for d in range(len(shape)) if d not in axes]
+    kept_shape = [shape[d] for d in kept]
+    oshape, (_, ostrides) = collapse(kept_shape, [contiguous_strides(kept_shape),
+                                                  [strides[d] for d in kept]])
+    rshape, (rstrides,) = collapse([shape[d] for d in axes], [[strides[d] for d in axes]])
+    return (opcode, len(oshape), *oshape, *ostrides, len(rshape), *rshape, *rstrides)
+
+
+def _infer(name):
+    def infer(in_types, attrs):
+        (x,) = in_types
+        axes = canonical_axes(attrs["axis"], x.ndim)
+        if name in _NO_IDENTITY and any(x.shape[a] == 0 for a in axes):
+            raise ValueError(_NO_IDENTITY[name])
+        shape = reduced_shape(x.shape, axes, bool(attrs["keepdims"]))
+        return (TensorType(shape, result_dtype(name, x.dtype)),)
+    return infer
+
+
+def _lower(opcode):
+    def lower(node):
+        (x,) = node.inputs
+        return Launch(reduce_params(opcode, x.shape, canonical_axes(node.attr["axis"], x.ndim)))
+    return lower
+
+
+for _name, _code in K.REDUCE_OPS.items():
+    register(OpDef(_name, "reduce", _infer(_name), attrs={"axis": None, "keepdims": False},
+                   kernel="reduce", dtypes=ALL_DTYPES, lower=_lower(_code),
+                   flops_per_element=2.0 if _name == "var" else 1.0))
+
+
+# -- public functions (re-exported by mgegraph.functional) ---------------------------------------
+def _reduce(name: str, inp, axis, keepdims: bool) -> Var:
+    x = graph_of(inp).lift(inp)
+    try:
+        axes = canonical_axes(axis, x.ndim)
+    except (ValueError, TypeError) as exc:
+        raise OpError(name, (x.type,), str(exc), user_location()) from None
+    return apply(name, (x,), axis=axes, keepdims=bool(keepdims))
+
+
+def sum(inp, axis=None, keepdims=False):
+    """Sum over ``axis`` (None: every axis; an int or a sequence of ints).
+
+    >>> F.sum(x, axis=(0, 2), keepdims=True)
+    """
+    return _reduce("sum", inp, axis, keepdims)
+
+
+def mean(inp, axis=None, keepdims=False):
+    """Arithmetic mean over ``axis``; integer inputs give float64. ``F.mean(x, axis=-1)``"""
+    return _reduce("mean", inp, axis, keepdims)
+
+
+def prod(inp, axis=None, keepdims=False):
+    """Product over ``axis``; an empty axis gives 1. ``F.prod(x, axis=0)``"""
+    return _reduce("prod", inp, axis, keepdims)
+
+
+def var(inp, axis=None, keepdims=False):
+    """Population variance (ddof=0, like ``np.var``) over ``axis``. ``F.var(x, axis=1)``"""
+    return _reduce("var", inp, axis, keepdims)
+
+
+def max(inp, axis=None, keepdims=False):
+    """Maximum over ``axis``; NaN propagates. ``F.max(x, axis=1)``"""
+    return _reduce("max", inp, axis, keepdims)
+
+
+def min(inp, axis=None, keepdims=False):
+    """Minimum over ``axis``; NaN propagates. ``F.min(x, axis=1)``"""
+    return _reduce("min", inp, axis, keepdims)
+
+
+def _arg(name: str, inp, axis, keepdims: bool) -> Var:
+    x = graph_of(inp).lift(inp)
+    if axis is not None and not isinstance(axis, (int, np.integer)):
+        raise OpError(name, (x.type,), f"axis must be None or an int, got {axis!r}",
+                      user_location())
+    return _reduce(name, x, axis, keepdims)
+
+
+def argmax(inp, axis=None, keepdims=False):
+    """Index (int64) of the first maximum along ``axis``; None: in the flattened input. The
+    first NaN counts as the maximum, as in NumPy. ``F.argmax(logits, axis=1)``"""
+    return _arg("argmax", inp, axis, keepdims)
+
+
+def argmin(inp, axis=None, keepdims=False):
+    """Index (int64) of the first minimum along ``axis``, as ``argmax``. ``F.argmin(x, 0)``"""
+    return _arg("argmin", inp, axis, keepdims)

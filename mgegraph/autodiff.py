@@ -1,0 +1,94 @@
+"""Reverse-mode autodiff on the graph itself: the backward pass is made of ordinary nodes.
+
+Gradient rules live with each op (``OpDef.grad``): ``rule(node, output_grads)`` returns one
+entry per input, ``None`` where the input gets no gradient. This walker alone accumulates
+gradients over uses and undoes broadcasting, so no rule repeats either.
+"""
+from __future__ import annotations
+
+from .ir.errors import GraphError
+from .ir.graph import Var
+from .ir.types import is_float
+
+
+def grad(loss: Var, wrt, seed: Var | None = None) -> list[Var]:
+    """Gradients of scalar ``loss`` with respect to each Var of ``wrt`` (params or inputs).
+
+    The gradient nodes are added to ``loss``'s graph, so they print, plan and run like any
+    other node, and ``grad`` can be applied again to them (grad of grad). ``seed`` replaces the
+    implicit 1 for a non-scalar ``loss`` (a vector-Jacobian product).
+
+    >>> (dw,) = mg.grad(F.sum(x @ w), [w])
+    """
+    from . import functional as F
+
+    wrt = [wrt] if isinstance(wrt, Var) else list(wrt)
+    _check_request(loss, wrt, seed)
+    graph = loss.graph
+    if seed is None:
+        seed = F.ones_like(loss)
+    needed = _on_a_path(graph, wrt, loss)
+    grads: dict[int, Var] = {loss.id: seed}
+    for node in reversed(graph.nodes):
+        outs = tuple(grads.get(v.id) for v in node.outputs)
+        if all(g is None for g in outs) or not any(v.id in needed for v in node.inputs):
+            continue
+        if node.op.grad is None:
+            raise GraphError(f"op {node.op.name!r} has no gradient rule (node made at "
+                             f"{node.location}); it lies between the loss and {wrt_names(wrt)}")
+        in_grads = node.op.grad(node, outs)
+        for var, g in zip(node.inputs, in_grads):
+            if g is None or var.id not in needed:
+                continue
+            g = _unbroadcast(g, var)
+            grads[var.id] = g if var.id not in grads else grads[var.id] + g
+    return [grads[v.id] if v.id in grads else F.zeros_like(v) for v in wrt]
+
+
+def wrt_names(wrt) -> str:
+    return ", ".join(f"%{v.id}" for v in wrt)
+
+
+def _check_request(loss: Var, wrt, seed):
+    if not isinstance(loss, Var):
+        raise GraphError(f"grad() needs a Var loss, got {type(loss).__name__}")
+    if not is_float(loss.dtype):
+        raise GraphError(f"grad(): the loss must be floating point, got {loss.type}")
+    if seed is None and loss.size != 1:
+        raise GraphError(f"grad(): the loss must be a scalar (got {loss.type}); pass seed= for a "
+                         "vector-Jacobian product")
+    if seed is not None and (seed.shape != loss.shape or seed.graph is not loss.graph):
+        raise GraphError(f"grad(): seed must be a Var of the loss's graph and shape {loss.shape}")
+    for v in wrt:
+        if not isinstance(v, Var) or v.graph is not loss.graph:
+            raise GraphError("grad(): every entry of wrt must be a Var of the loss's graph")
+        if not is_float(v.dtype):
+            raise GraphError(f"grad(): %{v.id}:{v.type} is not differentiable (integer or bool "
+                             "values such as labels and indices have no gradient)")
+
+
+def _on_a_path(graph, wrt, loss) -> set[int]:
+    """Ids of the values that depend on some ``wrt`` entry and that ``loss`` depends on."""
+    depends = {v.id for v in wrt}
+    for node in graph.nodes:
+        if any(v.id in depends for v in node.inputs):
+            depends.update(v.id for v in node.outputs)
+    used = {loss.id}
+    for node in reversed(graph.nodes):
+        if any(v.id in used for v in node.outputs):
+            used.update(v.id for v in node.inputs)
+    return depends & used
+
+
+def _unbroadcast(g: Var, like: Var) -> Var:
+    """Sum ``g`` over the axes along which ``like`` was broadcast, and match its dtype."""
+    from . import functional as F
+
+    if g.shape != like.shape:
+        lead = g.ndim - like.ndim
+        axes = tuple(range(lead)) + tuple(
+            lead + i for i, d in enumerate(like.shape) if d == 1 and g.shape[lead + i] != 1)
+        if axes:
+            g = F.sum(g, axis=axes, keepdims=True)
+        g = F.reshape(g, like.shape)
+    return F.astype(g, like.dtype)

@@ -1,0 +1,185 @@
+"""Layers. Each is a short Module whose forward calls mgegraph.functional."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import functional as F
+from . import init
+from .module import Buffer, Module, Parameter
+
+
+class Sequential(Module):
+    def __init__(self, *layers: Module):
+        self.layers = list(layers)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+    def __getitem__(self, i):
+        return self.layers[i]
+
+    def __len__(self):
+        return len(self.layers)
+
+
+class Linear(Module):
+    """y = x @ weight.T + bias, weight (out_features, in_features), PyTorch's initialisation."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True):
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = Parameter(init.kaiming_uniform((out_features, in_features), a=math.sqrt(5)))
+        self.bias = Parameter(init.uniform(out_features, 1 / math.sqrt(in_features))) if bias \
+            else None
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self):
+        return f"{self.in_features}, {self.out_features}, bias={self.bias is not None}"
+
+
+class Conv2d(Module):
+    """2-D convolution over NCHW input; weight (out, in/groups, kh, kw)."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
+                 groups=1, bias=True):
+        kh, kw = (kernel_size, kernel_size) if isinstance(kernel_size, int) else kernel_size
+        shape = (out_channels, in_channels // groups, kh, kw)
+        self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+        self.weight = Parameter(init.kaiming_uniform(shape, a=math.sqrt(5)))
+        fan_in, _ = init.fans(shape)
+        self.bias = Parameter(init.uniform(out_channels, 1 / math.sqrt(fan_in))) if bias else None
+
+    def forward(self, x):
+        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                        self.groups)
+
+    def extra_repr(self):
+        o, i, kh, kw = self.weight.shape
+        return f"{i * self.groups}, {o}, kernel_size=({kh}, {kw}), stride={self.stride}, " \
+               f"padding={self.padding}"
+
+
+class BatchNorm2d(Module):
+    """Batch norm over NCHW (or NC) input. In training the step normalises with the batch
+    statistics and updates the running ones (MegEngine's convention:
+    running = momentum * running + (1 - momentum) * batch, with the unbiased batch variance)."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.9,
+                 affine: bool = True):
+        self.eps, self.momentum = eps, momentum
+        self.weight = Parameter(np.ones(num_features, np.float32)) if affine else None
+        self.bias = Parameter(np.zeros(num_features, np.float32)) if affine else None
+        self.running_mean = Buffer(np.zeros(num_features, np.float32))
+        self.running_var = Buffer(np.ones(num_features, np.float32))
+
+    def forward(self, x):
+        y = F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                         training=self.training, momentum=self.momentum, eps=self.eps)
+        if self.training:
+            self._update_running_stats(x)
+        return y
+
+    def _update_running_stats(self, x):
+        axes = (0,) + tuple(range(2, x.ndim))
+        n = x.size // x.shape[1]
+        g = x.graph
+        mean, var = F.mean(x, axis=axes), F.var(x, axis=axes) * (n / max(n - 1, 1))
+        for buffer, batch in ((self.running_mean, mean), (self.running_var, var)):
+            running = g.bind(buffer)
+            g.assign(running, running * self.momentum + batch * (1 - self.momentum))
+
+
+class LayerNorm(Module):
+    def __init__(self, normalized_shape, eps: float = 1e-5, affine: bool = True):
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.normalized_shape, self.eps = shape, eps
+        self.weight = Parameter(np.ones(shape, np.float32)) if affine else None
+        self.bias = Parameter(np.zeros(shape, np.float32)) if affine else None
+
+    def forward(self, x):
+        return F.layer_norm(x, self.normalized_shape, self.weight is not None, self.weight,
+                            self.bias, self.eps)
+
+
+class Embedding(Module):
+    """A lookup table: integer indices of any shape -> rows of ``weight``."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int):
+        rng = init.generator()
+        self.weight = Parameter(rng.standard_normal((num_embeddings, embedding_dim))
+                                .astype(np.float32))
+
+    def forward(self, indices):
+        return F.take(indices.graph.bind(self.weight), indices, axis=0)
+
+
+class Dropout(Module):
+    def __init__(self, drop_prob: float = 0.5, seed: int = 0):
+        self.drop_prob, self.seed = drop_prob, seed
+
+    def forward(self, x):
+        return F.dropout(x, self.drop_prob, training=self.training, seed=self.seed)
+
+
+class _Activation(Module):
+    fn = None
+
+    def forward(self, x):
+        return type(self).fn(x)
+
+
+class ReLU(_Activation):
+    fn = staticmethod(F.relu)
+
+
+class Sigmoid(_Activation):
+    fn = staticmethod(F.sigmoid)
+
+
+class Tanh(_Activation):
+    fn = staticmethod(F.tanh)
+
+
+class GELU(Module):
+    def __init__(self, approximate: str = "none"):
+        self.approximate = approximate
+
+    def forward(self, x):
+        return F.gelu(x, approximate=self.approximate)
+
+
+class MaxPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0):
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+
+    def forward(self, x):
+        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding)
+
+
+class AvgPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0, mode="average_count_exclude_padding"):
+        self.kernel_size, self.stride, self.padding, self.mode = kernel_size, stride, padding, mode
+
+    def forward(self, x):
+        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.mode)
+
+
+class AdaptiveAvgPool2d(Module):
+    def __init__(self, oshp):
+        self.oshp = oshp
+
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, self.oshp)
+
+
+class Flatten(Module):
+    def __init__(self, start_axis: int = 1, end_axis: int = -1):
+        self.start_axis, self.end_axis = start_axis, end_axis
+
+    def forward(self, x):
+        return F.flatten(x, self.start_axis, self.end_axis)

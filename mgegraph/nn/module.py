@@ -1,0 +1,156 @@
+"""Module and Parameter: the containers of a model's trainable and persistent arrays."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.graph import Graph
+
+
+class Parameter:
+    """A persistent array of a Module, used in graph code like a value: ``x @ self.weight``.
+
+    When a graph first uses it, the graph gets a param node that shares this array as its
+    buffer, so every plan made from the module reads (and a training step updates) the same
+    memory. ``trainable=False`` marks state such as batch-norm running statistics.
+    """
+
+    def __init__(self, value, trainable: bool = True):
+        self.value = np.array(value, copy=True, order="C")
+        self.trainable = trainable
+        self.name: str | None = None  # the dotted name, set by the first named traversal
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.value.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.value.dtype
+
+    def numpy(self) -> np.ndarray:
+        return self.value.copy()
+
+    def bind_to(self, graph: Graph):
+        name = self.name or "param"
+        while name in graph.params or name in graph.inputs:
+            name += "_"
+        return graph.param(name, self.value, share=True)
+
+    def __repr__(self) -> str:
+        kind = "Parameter" if self.trainable else "Buffer"
+        return f"{kind}({self.name or '?'}: {self.dtype}{list(self.shape)})"
+
+    def _F(self):
+        from .. import functional
+
+        return functional
+
+    def __add__(self, o): return self._F().add(self, o)
+    def __radd__(self, o): return self._F().add(o, self)
+    def __sub__(self, o): return self._F().sub(self, o)
+    def __rsub__(self, o): return self._F().sub(o, self)
+    def __mul__(self, o): return self._F().mul(self, o)
+    def __rmul__(self, o): return self._F().mul(o, self)
+    def __truediv__(self, o): return self._F().div(self, o)
+    def __rtruediv__(self, o): return self._F().div(o, self)
+    def __matmul__(self, o): return self._F().matmul(self, o)
+    def __rmatmul__(self, o): return self._F().matmul(o, self)
+
+
+def Buffer(value) -> Parameter:
+    """A persistent, non-trainable array (running statistics, step counters)."""
+    return Parameter(value, trainable=False)
+
+
+class Module:
+    """Base class of layers and models. Submodules and Parameters are found by one traversal of
+    the instance attributes in sorted order (lists and tuples of modules included), so no
+    registration calls are needed.
+
+    >>> class MLP(Module):
+    ...     def __init__(self): self.fc1, self.fc2 = Linear(784, 128), Linear(128, 10)
+    ...     def forward(self, x): return self.fc2(F.relu(self.fc1(x)))
+    """
+
+    training = True
+
+    def forward(self, *inputs):
+        raise NotImplementedError(f"{type(self).__name__} does not define forward()")
+
+    def __call__(self, *inputs, **kwargs):
+        return self.forward(*inputs, **kwargs)
+
+    # -- traversal ------------------------------------------------------------------------
+    def named_children(self):
+        for key in sorted(vars(self)):
+            value = vars(self)[key]
+            if isinstance(value, Module):
+                yield key, value
+            elif isinstance(value, (list, tuple)):
+                for i, item in enumerate(value):
+                    if isinstance(item, Module):
+                        yield f"{key}.{i}", item
+
+    def named_modules(self, prefix: str = ""):
+        yield prefix, self
+        for name, child in self.named_children():
+            yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
+
+    def _named_arrays(self):
+        seen = set()
+        for prefix, module in self.named_modules():
+            for key in sorted(vars(module)):
+                value = vars(module)[key]
+                if isinstance(value, Parameter) and id(value) not in seen:
+                    seen.add(id(value))
+                    name = f"{prefix}.{key}" if prefix else key
+                    if value.name is None:
+                        value.name = name
+                    yield name, value
+
+    def named_parameters(self):
+        """(dotted name, Parameter) of every trainable parameter, in a stable sorted order."""
+        return [(n, p) for n, p in self._named_arrays() if p.trainable]
+
+    def parameters(self) -> list[Parameter]:
+        return [p for _, p in self.named_parameters()]
+
+    def named_buffers(self):
+        return [(n, p) for n, p in self._named_arrays() if not p.trainable]
+
+    # -- state ----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """A flat dict of every parameter and buffer name to a copy of its array."""
+        return {name: p.value.copy() for name, p in self._named_arrays()}
+
+    def load_state_dict(self, state: dict, strict: bool = True) -> None:
+        """Copy ``state`` into the existing arrays in place (plans bound to them see it)."""
+        arrays = dict(self._named_arrays())
+        missing, unexpected = sorted(set(arrays) - set(state)), sorted(set(state) - set(arrays))
+        if strict and (missing or unexpected):
+            raise KeyError(f"load_state_dict: missing {missing}, unexpected {unexpected}")
+        for name, value in state.items():
+            if name not in arrays:
+                continue
+            target = arrays[name].value
+            value = np.asarray(value)
+            if value.shape != target.shape:
+                raise ValueError(f"load_state_dict: {name} has shape {value.shape}, the module "
+                                 f"needs {target.shape}")
+            np.copyto(target, value, casting="same_kind")
+
+    def train(self, mode: bool = True) -> Module:
+        for _, module in self.named_modules():
+            module.training = mode
+        return self
+
+    def eval(self) -> Module:
+        return self.train(False)
+
+    def __repr__(self) -> str:
+        children = "".join(f"\n  ({n}): " + repr(c).replace("\n", "\n  ")
+                           for n, c in self.named_children())
+        return f"{type(self).__name__}({self.extra_repr()}{children}{chr(10) if children else ''})"
+
+    def extra_repr(self) -> str:
+        return ""

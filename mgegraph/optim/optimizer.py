@@ -1,0 +1,122 @@
+"""Optimisers whose updates are graph nodes, so a training step is one plan.
+
+Design: an optimiser keeps its state (momentum, moments) in Buffers and its per-step scalars
+(learning rate, bias corrections) in one small shared array that ``prepare_step`` rewrites in
+Python before each run. The plan reads them like any param, so a schedule changes the learning
+rate without recompiling, and the update nodes assign new values in place at the end of the run.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..nn.module import Buffer, Parameter
+
+
+class Optimizer:
+    def __init__(self, params, lr: float, scalars: tuple[str, ...]):
+        self.params: list[Parameter] = list(params)
+        if not self.params:
+            raise ValueError(f"{type(self).__name__} got no parameters")
+        if any(not isinstance(p, Parameter) or not p.trainable for p in self.params):
+            raise TypeError(f"{type(self).__name__} takes trainable nn.Parameters")
+        self.lr = float(lr)
+        self.step_count = 0
+        self._scalar_names = scalars
+        self.scalars = Buffer(np.zeros(len(scalars), np.float32))
+        self.scalars.name = f"{type(self).__name__.lower()}.scalars"
+        self.state: dict[int, dict[str, Parameter]] = {}
+
+    def _state(self, p: Parameter, key: str) -> Parameter:
+        slots = self.state.setdefault(id(p), {})
+        if key not in slots:
+            slots[key] = Buffer(np.zeros_like(p.value))
+            slots[key].name = f"{p.name or 'param'}.{key}"
+        return slots[key]
+
+    def _scalar(self, graph, key: str):
+        from ..functional import subscript
+
+        return subscript(graph.bind(self.scalars), self._scalar_names.index(key))
+
+    def build(self, graph, grads: dict[int, object]) -> None:
+        """Add the update of every parameter to ``graph``; ``grads`` maps id(param) -> grad Var."""
+        for p in self.params:
+            w = graph.bind(p)
+            new_w = self._update(graph, p, w, grads[id(p)])
+            graph.assign(w, new_w)
+
+    def prepare_step(self) -> None:
+        """Advance the step counter and write this step's scalars (read by the next run)."""
+        self.step_count += 1
+        values = self._scalar_values()
+        self.scalars.value[:] = [values[k] for k in self._scalar_names]
+
+    def _scalar_values(self) -> dict[str, float]:
+        return {"lr": self.lr}
+
+    def _update(self, graph, p, w, g):
+        raise NotImplementedError
+
+
+class SGD(Optimizer):
+    """SGD with momentum, Nesterov momentum and L2 weight decay (PyTorch's update rule)."""
+
+    def __init__(self, params, lr: float, momentum: float = 0.0, nesterov: bool = False,
+                 weight_decay: float = 0.0):
+        if nesterov and momentum <= 0:
+            raise ValueError("SGD: nesterov needs momentum > 0")
+        super().__init__(params, lr, ("lr",))
+        self.momentum, self.nesterov, self.weight_decay = momentum, nesterov, weight_decay
+
+    def _update(self, graph, p, w, g):
+        if self.weight_decay:
+            g = g + w * self.weight_decay
+        if self.momentum:
+            buf = graph.bind(self._state(p, "momentum"))
+            new_buf = buf * self.momentum + g
+            graph.assign(buf, new_buf)
+            g = g + new_buf * self.momentum if self.nesterov else new_buf
+        return w - g * self._scalar(graph, "lr")
+
+
+class Adam(Optimizer):
+    """Adam (Kingma and Ba), with PyTorch's arithmetic; ``decoupled=True`` is AdamW."""
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, decoupled: bool = False):
+        super().__init__(params, lr, ("lr", "step_size", "inv_sqrt_bc2", "decay"))
+        self.betas, self.eps = tuple(betas), eps
+        self.weight_decay, self.decoupled = weight_decay, decoupled
+
+    def _scalar_values(self):
+        b1, b2 = self.betas
+        t = self.step_count
+        return {"lr": self.lr, "step_size": self.lr / (1 - b1 ** t),
+                "inv_sqrt_bc2": 1 / math.sqrt(1 - b2 ** t),
+                "decay": 1 - self.lr * self.weight_decay}
+
+    def _update(self, graph, p, w, g):
+        from .. import functional as F
+
+        b1, b2 = self.betas
+        if self.weight_decay and self.decoupled:
+            w = w * self._scalar(graph, "decay")
+        elif self.weight_decay:
+            g = g + w * self.weight_decay
+        m, v = graph.bind(self._state(p, "exp_avg")), graph.bind(self._state(p, "exp_avg_sq"))
+        new_m = m * b1 + g * (1 - b1)
+        new_v = v * b2 + g * g * (1 - b2)
+        graph.assign(m, new_m)
+        graph.assign(v, new_v)
+        denom = F.sqrt(new_v) * self._scalar(graph, "inv_sqrt_bc2") + self.eps
+        return w - new_m / denom * self._scalar(graph, "step_size")
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov and Hutter), default decay 1e-2."""
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2):
+        super().__init__(params, lr, betas, eps, weight_decay, decoupled=True)

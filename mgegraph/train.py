@@ -1,0 +1,148 @@
+"""A whole training step as one plan, a predictor that shares the weights, and a data loader."""
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+from . import functional as F
+from .autodiff import grad
+from .ir.graph import Graph
+from .plan import compile
+
+
+def _inputs(graph: Graph, arrays, names):
+    return [graph.input(name, np.shape(a), np.asarray(a).dtype) for name, a in zip(names, arrays)]
+
+
+class TrainStep:
+    """``loss = step(x, y)`` runs forward, backward and the optimiser update as one plan."""
+
+    def __init__(self, plan, optimizer, metric_names):
+        self.plan, self.optimizer, self.metric_names = plan, optimizer, metric_names
+
+    def __call__(self, *batch):
+        self.optimizer.prepare_step()
+        feeds = {f"input{i}": np.asarray(a) for i, a in enumerate(batch)}
+        loss, *metrics = self.plan.run(feeds)
+        if not self.metric_names:
+            return float(loss)
+        return float(loss), {k: float(v) for k, v in zip(self.metric_names, metrics)}
+
+
+def accuracy(output, target):
+    """Fraction of rows whose argmax equals the integer target."""
+    hits = F.equal(F.argmax(output, axis=1), F.astype(target, "int64"))
+    return F.mean(F.astype(hits, "float32"))
+
+
+METRICS = {"accuracy": accuracy}
+
+
+def compile_train_step(model, loss_fn, optimizer, example_batch, metrics=()) -> TrainStep:
+    """Compile ``loss_fn(model(x), y)``, its gradients and ``optimizer``'s update into one plan.
+
+    ``example_batch`` gives the shapes and dtypes of every batch; ``metrics`` names extra
+    outputs computed in the same plan (``"accuracy"``). The model's parameters are updated in
+    place, so ``model.state_dict()`` and plans from ``compile_module`` see the trained weights.
+
+    >>> step = mg.compile_train_step(model, F.cross_entropy, opt, example_batch=(x, y))
+    >>> loss = step(x, y)
+    """
+    model.train()
+    model.named_parameters()  # names every parameter before the graph binds them
+    g = Graph()
+    *xs, y = _inputs(g, example_batch, [f"input{i}" for i in range(len(example_batch))])
+    out = model(*xs)
+    loss = loss_fn(out, y)
+    if loss.size != 1:
+        raise ValueError(f"loss_fn must return a scalar, got {loss.type}")
+    params = optimizer.params
+    grads = grad(loss, [g.bind(p) for p in params])
+    optimizer.build(g, {id(p): dg for p, dg in zip(params, grads)})
+    extra = [METRICS[m](out, y) for m in metrics]
+    return TrainStep(compile([F.reshape(loss, ())] + extra), optimizer, tuple(metrics))
+
+
+class Predictor:
+    def __init__(self, plan):
+        self.plan = plan
+
+    def __call__(self, *inputs):
+        outs = self.plan.run({f"input{i}": np.asarray(a) for i, a in enumerate(inputs)})
+        return outs[0] if len(outs) == 1 else outs
+
+
+def compile_module(model, example_inputs) -> Predictor:
+    """Compile ``model(*inputs)`` for evaluation, reading the model's current weights.
+
+    Call ``model.eval()`` first for inference-form batch norm and dropout.
+
+    >>> predict = mg.compile_module(model, example_inputs=(x,)); logits = predict(x)
+    """
+    model.named_parameters()
+    g = Graph()
+    xs = _inputs(g, example_inputs, [f"input{i}" for i in range(len(example_inputs))])
+    out = model(*xs)
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    return Predictor(compile(outs))
+
+
+class DataLoader:
+    """Batches over NumPy arrays: ``for x, y in DataLoader((X, Y), 64, shuffle=True, seed=0)``.
+
+    A fixed ``seed`` gives the same order every epoch sequence; the epoch number is mixed in so
+    epochs differ from each other.
+    """
+
+    def __init__(self, arrays, batch_size: int, shuffle: bool = False, drop_last: bool = False,
+                 seed: int = 0):
+        self.arrays = [np.asarray(a) for a in arrays]
+        if len({len(a) for a in self.arrays}) != 1:
+            raise ValueError("DataLoader: arrays must have the same length")
+        self.batch_size, self.shuffle, self.drop_last, self.seed = batch_size, shuffle, drop_last, seed
+        self.epoch = 0
+
+    def __len__(self):
+        n = len(self.arrays[0])
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self):
+        n = len(self.arrays[0])
+        order = np.arange(n)
+        if self.shuffle:
+            order = np.random.default_rng((self.seed, self.epoch)).permutation(n)
+        self.epoch += 1
+        for b in range(len(self)):
+            index = order[b * self.batch_size:(b + 1) * self.batch_size]
+            yield tuple(np.ascontiguousarray(a[index]) for a in self.arrays)
+
+
+def fit(step: TrainStep, loader: DataLoader, epochs: int, log=sys.stderr, scheduler=None):
+    """Run ``epochs`` over ``loader`` with a one-line progress display: loss, accuracy, steps/s.
+
+    Batches smaller than the compiled batch (the last one without drop_last) are skipped.
+    Returns the mean loss of each epoch.
+    """
+    want = step.plan.slots[step.plan.feeds["input0"]].type.shape[0]
+    history = []
+    for epoch in range(epochs):
+        start, losses, accs = time.perf_counter(), [], []
+        for i, batch in enumerate(loader):
+            if len(batch[0]) != want:
+                continue
+            result = step(*batch)
+            loss, metrics = result if isinstance(result, tuple) else (result, {})
+            losses.append(loss)
+            if "accuracy" in metrics:
+                accs.append(metrics["accuracy"])
+            if scheduler is not None:
+                scheduler.step()
+            rate = len(losses) / (time.perf_counter() - start)
+            acc = f" acc {np.mean(accs):.3f}" if accs else ""
+            print(f"\repoch {epoch + 1}/{epochs} [{i + 1}/{len(loader)}] loss {np.mean(losses):.4f}"
+                  f"{acc} {rate:.0f} steps/s", end="", file=log, flush=True)
+        print(file=log)
+        history.append(float(np.mean(losses)))
+    return history

@@ -1,0 +1,262 @@
+"""conv2d and pooling against direct NumPy references: stride, padding, dilation, groups."""
+import numpy as np
+import pytest
+
+import mgegraph as mg
+import mgegraph.functional as F
+
+RNG = np.random.default_rng(0)
+FLOATS = [np.float32, np.float64]
+
+
+def run(fn, *arrays):
+    g = mg.Graph()
+    xs = [g.input(f"x{i}", a.shape, a.dtype) for i, a in enumerate(arrays)]
+    (out,) = mg.compile([fn(*xs)]).run({f"x{i}": a for i, a in enumerate(arrays)})
+    return out
+
+
+def check(out, expected):
+    assert out.dtype == expected.dtype and out.shape == expected.shape
+    tol = {"rtol": 1e-5, "atol": 1e-5} if out.dtype == np.float32 else {"rtol": 1e-12,
+                                                                        "atol": 1e-12}
+    np.testing.assert_allclose(out, expected, **tol)
+
+
+def pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def conv_ref(x, w, b, stride, padding, dilation, groups):
+    """Sum over kernel taps of a strided slice of the padded input times that tap's weights."""
+    (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
+    n, c, h, wd = x.shape
+    oc, cg, kh, kw = w.shape
+    oh, ow = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (wd + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    out = np.zeros((n, oc, oh, ow))
+    ocg = oc // groups
+    for i in range(kh):
+        for j in range(kw):
+            rows = slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)
+            cols = slice(j * dw, j * dw + sw * (ow - 1) + 1, sw)
+            tap = xp[:, :, rows, cols]
+            for g in range(groups):
+                out[:, g * ocg:(g + 1) * ocg] += np.einsum(
+                    "nchw,oc->nohw", tap[:, g * cg:(g + 1) * cg], w[g * ocg:(g + 1) * ocg, :, i, j])
+    if b is not None:
+        out += b.reshape(1, oc, 1, 1)
+    return out.astype(x.dtype)
+
+
+CONV_CASES = [
+    # x shape, weight shape, stride, padding, dilation, groups
+    ((2, 3, 7, 6), (4, 3, 3, 3), 1, 0, 1, 1),
+    ((2, 3, 7, 6), (4, 3, 3, 3), 2, 1, 1, 1),
+    ((1, 2, 9, 8), (3, 2, 3, 2), (2, 3), (1, 2), 1, 1),
+    ((1, 2, 9, 9), (3, 2, 3, 3), 1, 2, 2, 1),                 # dilation
+    ((2, 2, 10, 7), (2, 2, 2, 3), (1, 2), 0, (3, 1), 1),
+    ((2, 4, 6, 6), (6, 2, 3, 3), 1, 1, 1, 2),                 # groups
+    ((2, 4, 6, 5), (4, 1, 3, 3), 1, 1, 1, 4),                 # depthwise
+    ((1, 3, 5, 5), (6, 1, 3, 3), 2, 1, 1, 3),                 # depthwise, multiplier 2
+    ((2, 3, 5, 4), (5, 3, 1, 1), 1, 0, 1, 1),                 # 1x1: GEMM on the input
+    ((2, 4, 5, 4), (6, 2, 1, 1), 1, 0, 1, 2),                 # 1x1 grouped
+    ((2, 3, 5, 4), (5, 3, 1, 1), 2, 0, 1, 1),                 # 1x1 strided: im2col
+    ((2, 3, 3, 3), (5, 3, 1, 1), 1, 1, 1, 1),                 # 1x1 padded: im2col
+    ((1, 1, 1, 1), (1, 1, 1, 1), 1, 0, 1, 1),
+    ((1, 2, 4, 4), (3, 2, 4, 4), 1, 0, 1, 1),                 # kernel covers the input
+    ((3, 2, 1, 5), (2, 2, 1, 3), 1, (0, 1), 1, 1),
+    ((0, 3, 5, 5), (4, 3, 3, 3), 1, 1, 1, 1),                 # empty batch
+    ((2, 3, 5, 5), (0, 3, 3, 3), 1, 1, 1, 1),                 # no output channels
+    ((2, 0, 5, 5), (4, 0, 3, 3), 1, 1, 1, 1),                 # no input channels: bias only
+]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("xs,ws,stride,padding,dilation,groups", CONV_CASES)
+def test_conv2d_matches_reference(xs, ws, stride, padding, dilation, groups, bias, dtype):
+    x, w = RNG.standard_normal(xs).astype(dtype), RNG.standard_normal(ws).astype(dtype)
+    b = RNG.standard_normal(ws[0]).astype(dtype)
+    expected = conv_ref(x, w, b if bias else None, stride, padding, dilation, groups)
+    args = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    if bias:
+        out = run(lambda v, k, c: F.conv2d(v, k, c, **args), x, w, b)
+    else:
+        out = run(lambda v, k: F.conv2d(v, k, **args), x, w)
+    check(out, expected)
+
+
+def test_conv2d_bias_layouts_and_grouped_weight():
+    x = RNG.standard_normal((2, 4, 5, 5))
+    w = RNG.standard_normal((6, 2, 3, 3))
+    b = RNG.standard_normal(6)
+    expected = conv_ref(x, w, b, 1, 1, 1, 2)
+    check(run(lambda v, k, c: F.conv2d(v, k, c, padding=1, groups=2), x, w, b.reshape(1, 6, 1, 1)),
+          expected)
+    # MegEngine's grouped weight layout (groups, out/groups, in/groups, kh, kw)
+    check(run(lambda v, k, c: F.conv2d(v, k, c, padding=1, groups=2), x, w.reshape(2, 3, 2, 3, 3),
+              b), expected)
+
+
+def _conv_plan(xs, ws, **kw):
+    g = mg.Graph()
+    y = F.conv2d(g.input("x", xs), g.input("w", ws), **kw)
+    plan = mg.compile([y])
+    (ins,) = [i for i in plan.instructions if i.op == "conv2d"]
+    return plan, ins
+
+
+@pytest.mark.parametrize("xs,ws,kw,nbytes", [
+    ((8, 3, 10, 10), (16, 3, 3, 3), {}, 3 * 3 * 3 * 8 * 8 * 4),           # one batch element
+    ((8, 4, 10, 10), (8, 2, 3, 3), {"groups": 2, "padding": 1}, 2 * 9 * 100 * 4),  # one group
+    ((2, 3, 9, 9), (4, 3, 1, 1), {"stride": 2}, 3 * 25 * 4),
+])
+def test_conv2d_workspace_is_one_im2col_matrix(xs, ws, kw, nbytes):
+    plan, ins = _conv_plan(xs, ws, **kw)
+    assert ins.workspace is not None
+    slot = plan.slots[ins.workspace]
+    assert slot.role == "workspace" and slot.nbytes == nbytes
+    assert ins.buffers[-1] == ins.workspace
+
+
+def test_conv2d_1x1_has_no_workspace():
+    plan, ins = _conv_plan((4, 8, 7, 7), (16, 8, 1, 1))
+    assert ins.workspace is None
+    assert not any(s.role == "workspace" for s in plan.slots)
+
+
+@pytest.mark.parametrize("xs,ws,kw,reason", [
+    ((1, 3, 5, 5), (4, 2, 3, 3), {}, "channel mismatch"),
+    ((1, 4, 5, 5), (4, 4, 3, 3), {"groups": 2}, "channel mismatch"),
+    ((1, 3, 5, 5), (4, 1, 3, 3), {"groups": 2}, "groups=2 must divide"),
+    ((1, 4, 5, 5), (3, 2, 3, 3), {"groups": 2}, "groups=2 must divide"),
+    ((1, 3, 2, 5), (4, 3, 3, 3), {}, "output size would be 0x3"),
+    ((1, 3, 5, 5), (4, 3, 3, 3), {"dilation": 3}, "output size would be -1x-1"),
+    ((3, 5, 5), (4, 3, 3, 3), {}, "must be 4-D"),
+    ((1, 3, 5, 5), (4, 3, 3), {}, "weight must be 4-D"),
+    ((1, 3, 5, 5), (4, 3, 3, 3), {"stride": 0}, "stride must be an int >= 1"),
+    ((1, 3, 5, 5), (4, 3, 3, 3), {"padding": (1, 1, 1)}, "padding must be"),
+    ((1, 3, 5, 5), (4, 3, 3, 3), {"groups": 0}, "groups must be a positive int"),
+    ((1, 4, 5, 5), (3, 2, 2, 3, 3), {"groups": 2}, "groups=2 as its first dim"),
+])
+def test_conv2d_build_errors(xs, ws, kw, reason):
+    g = mg.Graph()
+    x, w = g.input("x", xs), g.input("w", ws)
+    with pytest.raises(mg.OpError, match=f"conv2d.*{reason}"):
+        F.conv2d(x, w, **kw)
+
+
+def test_conv2d_bias_and_dtype_errors():
+    g = mg.Graph()
+    x, w = g.input("x", (1, 3, 5, 5)), g.input("w", (4, 3, 3, 3))
+    with pytest.raises(mg.OpError, match="conv2d.*bias must have shape"):
+        F.conv2d(x, w, g.input("b", (3,)))
+    xi, wi = g.input("xi", (1, 3, 5, 5), "int32"), g.input("wi", (4, 3, 3, 3), "int32")
+    with pytest.raises(mg.OpError, match="conv2d.*int32"):
+        F.conv2d(xi, wi)
+
+
+# -- pooling --------------------------------------------------------------------------------------
+def pool_ref(x, kernel, stride, padding, kind):
+    (kh, kw), (sh, sw), (ph, pw) = pair(kernel), pair(stride), pair(padding)
+    n, c, h, w = x.shape
+    oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    out = np.empty((n, c, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            h0, w0 = i * sh - ph, j * sw - pw
+            win = x[:, :, max(h0, 0):h0 + kh, max(w0, 0):w0 + kw].astype(np.float64)
+            if kind == "max":
+                out[:, :, i, j] = win.max(axis=(2, 3))
+            elif kind == "average":
+                out[:, :, i, j] = win.sum(axis=(2, 3)) / (kh * kw)
+            else:
+                out[:, :, i, j] = win.mean(axis=(2, 3))
+    return out.astype(x.dtype)
+
+
+def adaptive_ref(x, oshp, kind):
+    oh, ow = pair(oshp)
+    n, c, h, w = x.shape
+    out = np.empty((n, c, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            win = x[:, :, i * h // oh:-(-(i + 1) * h // oh), j * w // ow:-(-(j + 1) * w // ow)]
+            out[:, :, i, j] = getattr(win.astype(np.float64), kind)(axis=(2, 3))
+    return out.astype(x.dtype)
+
+
+POOL_CASES = [
+    # x shape, kernel, stride, padding
+    ((2, 3, 6, 6), 2, None, 0), ((2, 3, 7, 5), 3, 2, 1), ((1, 2, 8, 9), (3, 2), (2, 1), (1, 0)),
+    ((1, 1, 5, 5), 5, 1, 2), ((1, 2, 4, 4), 1, 1, 0), ((3, 1, 1, 1), 1, None, 0),
+    ((0, 2, 4, 4), 2, None, 0), ((2, 0, 4, 4), 2, None, 0), ((1, 2, 7, 7), (2, 4), 3, (1, 2)),
+]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("xs,kernel,stride,padding", POOL_CASES)
+def test_max_pool2d(xs, kernel, stride, padding, dtype):
+    x = RNG.standard_normal(xs).astype(dtype)
+    out = run(lambda v: F.max_pool2d(v, kernel, stride, padding), x)
+    check(out, pool_ref(x, kernel, kernel if stride is None else stride, padding, "max"))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("mode", ["average", "average_count_exclude_padding"])
+@pytest.mark.parametrize("xs,kernel,stride,padding", POOL_CASES)
+def test_avg_pool2d(xs, kernel, stride, padding, mode, dtype):
+    x = RNG.standard_normal(xs).astype(dtype)
+    out = run(lambda v: F.avg_pool2d(v, kernel, stride, padding, mode=mode), x)
+    check(out, pool_ref(x, kernel, kernel if stride is None else stride, padding, mode))
+
+
+def test_avg_pool2d_modes_differ_only_at_padding():
+    x = np.ones((1, 1, 3, 3), np.float32)
+    exclude = run(lambda v: F.avg_pool2d(v, 3, 1, 1), x)
+    include = run(lambda v: F.avg_pool2d(v, 3, 1, 1, mode="average"), x)
+    np.testing.assert_array_equal(exclude, np.ones((1, 1, 3, 3), np.float32))
+    np.testing.assert_allclose(include[0, 0], [[4 / 9, 6 / 9, 4 / 9], [6 / 9, 1, 6 / 9],
+                                               [4 / 9, 6 / 9, 4 / 9]], rtol=1e-6)
+
+
+def test_max_pool2d_nan_and_negative_inputs():
+    x = -np.arange(1, 17, dtype=np.float32).reshape(1, 1, 4, 4)  # padding must not win
+    x[0, 0, 0, 1] = np.nan
+    out = run(lambda v: F.max_pool2d(v, 2, 2, 1), x)
+    assert np.isnan(out[0, 0, 0, 1]) and not np.isnan(out[0, 0, 0, 0])
+    np.testing.assert_array_equal(out[0, 0, 1:, :], [[-5, -6, -8], [-13, -14, -16]])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("kind", ["mean", "max"])
+@pytest.mark.parametrize("xs,oshp", [((2, 3, 7, 7), (1, 1)), ((2, 3, 7, 5), (3, 2)),
+                                     ((1, 2, 4, 6), 4), ((1, 2, 3, 2), (5, 4)),
+                                     ((1, 1, 1, 1), 1), ((0, 3, 4, 4), 2), ((2, 2, 56, 56), 1)])
+def test_adaptive_pool2d(xs, oshp, kind, dtype):
+    x = RNG.standard_normal(xs).astype(dtype)
+    fn = F.adaptive_avg_pool2d if kind == "mean" else F.adaptive_max_pool2d
+    check(run(lambda v: fn(v, oshp), x), adaptive_ref(x, oshp, kind))
+
+
+@pytest.mark.parametrize("fn,xs,reason", [
+    (lambda v: F.max_pool2d(v, 3, 1, 3), (1, 1, 5, 5), "padding .* must be smaller"),
+    (lambda v: F.max_pool2d(v, 4), (1, 1, 3, 5), "output size would be 0x1"),
+    (lambda v: F.max_pool2d(v, 2), (1, 5, 5), "must be 4-D"),
+    (lambda v: F.max_pool2d(v, 0), (1, 1, 5, 5), "kernel_size must be an int >= 1"),
+    (lambda v: F.max_pool2d(v, 2, stride=0), (1, 1, 5, 5), "stride must be an int >= 1"),
+    (lambda v: F.avg_pool2d(v, 2, mode="sum"), (1, 1, 4, 4), "mode must be one of"),
+    (lambda v: F.adaptive_avg_pool2d(v, 0), (1, 1, 4, 4), "oshp must be an int >= 1"),
+    (lambda v: F.adaptive_max_pool2d(v, 2), (1, 1, 0, 4), "spatial size"),
+])
+def test_pool_build_errors(fn, xs, reason):
+    g = mg.Graph()
+    with pytest.raises(mg.OpError, match=reason):
+        fn(g.input("x", xs))
+
+
+def test_pool_rejects_ints():
+    g = mg.Graph()
+    with pytest.raises(mg.OpError, match="max_pool2d.*int32"):
+        F.max_pool2d(g.input("x", (1, 1, 4, 4), "int32"), 2)

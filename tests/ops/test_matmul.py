@@ -1,0 +1,170 @@
+"""matmul and linear against NumPy: 1-D operands, batch broadcasting, transposes, empty dims."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mgegraph as mg
+import mgegraph.functional as F
+
+RNG = np.random.default_rng(0)
+ALL = [np.float32, np.float64, np.int32, np.int64]
+
+
+def run(fn, *arrays):
+    g = mg.Graph()
+    xs = [g.input(f"x{i}", a.shape, a.dtype) for i, a in enumerate(arrays)]
+    (out,) = mg.compile([fn(*xs)]).run({f"x{i}": a for i, a in enumerate(arrays)})
+    return out
+
+
+def data(shape, dtype):
+    if np.dtype(dtype).kind == "i":
+        return RNG.integers(-5, 6, shape).astype(dtype)
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def check(out, expected):
+    assert out.dtype == expected.dtype and out.shape == expected.shape
+    if out.dtype == np.float32:
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+    elif out.dtype == np.float64:
+        np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12)
+    else:
+        np.testing.assert_array_equal(out, expected)
+
+
+def reference(a, b, ta=False, tb=False):
+    a = np.swapaxes(a, -1, -2) if ta and a.ndim >= 2 else a
+    b = np.swapaxes(b, -1, -2) if tb and b.ndim >= 2 else b
+    if a.dtype.kind == "f":  # reference in float64, rounded once
+        return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
+    return np.matmul(a, b)
+
+
+SHAPES = [
+    ((3, 4), (4, 5)), ((7, 2), (2, 3)), ((1, 1), (1, 1)), ((1, 4), (4, 1)), ((3, 1), (1, 5)),
+    ((1, 6), (6, 9)), ((6, 4), (4, 1)),                                # gemv paths
+    ((4,), (4,)), ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (2, 4, 5)), ((2, 3, 4), (4,)),
+    ((2, 3, 4), (2, 4, 5)), ((2, 3, 4), (4, 5)), ((2, 3, 4), (1, 4, 5)),  # shared B: one GEMM
+    ((3, 4), (2, 4, 5)), ((2, 1, 3, 4), (5, 4, 6)), ((1, 3, 2, 4), (2, 1, 4, 3)),
+    ((2, 2, 1, 2, 3, 4), (2, 1, 2, 1, 4, 2)),
+    ((3, 0), (0, 5)), ((2, 3, 0), (0, 4)), ((0,), (0,)),              # k = 0: zeros
+    ((0, 4), (4, 5)), ((3, 4), (4, 0)), ((0, 3, 4), (4, 5)), ((1, 3, 4), (0, 4, 5)),
+]
+
+
+@pytest.mark.parametrize("dtype", ALL)
+@pytest.mark.parametrize("sa,sb", SHAPES)
+def test_matmul_matches_numpy(sa, sb, dtype):
+    a, b = data(sa, dtype), data(sb, dtype)
+    check(run(F.matmul, a, b), reference(a, b))
+
+
+def test_matmul_k0_gives_zeros():
+    out = run(F.matmul, np.ones((2, 3, 0), np.float32), np.ones((0, 4), np.float32))
+    np.testing.assert_array_equal(out, np.zeros((2, 3, 4), np.float32))
+
+
+@pytest.mark.parametrize("dtype", ALL)
+@pytest.mark.parametrize("ta,tb", [(True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("sa,sb", [((3, 4), (4, 5)), ((1, 4), (4, 6)), ((5, 4), (4, 1)),
+                                   ((2, 3, 4), (4, 5)), ((3, 4), (2, 1, 4, 5)), ((4,), (4, 5)),
+                                   ((2, 1, 3, 4), (3, 4, 2)), ((3, 0), (0, 2))])
+def test_matmul_transposes(sa, sb, ta, tb, dtype):
+    # sa, sb are the shapes of op(a), op(b); the operands are stored transposed where flagged
+    def stored(shape, flag):
+        return shape[:-2] + shape[-2:][::-1] if flag and len(shape) >= 2 else shape
+    a, b = data(stored(sa, ta), dtype), data(stored(sb, tb), dtype)
+    out = run(lambda x, y: F.matmul(x, y, transpose_a=ta, transpose_b=tb), a, b)
+    check(out, reference(a, b, ta, tb))
+
+
+def test_matmul_operator_and_promotion():
+    a, b = data((2, 3), np.float32), data((3, 4), np.float64)
+    check(run(lambda x, y: x @ y, a, b), reference(a.astype(np.float64), b))
+    w = data((3, 2), np.float32)
+    check(run(lambda x: x @ w, a), reference(a, w))
+    xi = data((2, 3), np.int32)
+    out = run(lambda x, y: F.matmul(x, y), xi, data((3, 2), np.float32))
+    assert out.dtype == np.float64
+
+
+def test_matmul_rmatmul_with_array():
+    x, w = data((3, 4), np.float32), data((2, 3), np.float32)
+    check(run(lambda v: w @ v, x), reference(w, x))
+
+
+@pytest.mark.parametrize("sa,sb,reason", [
+    ((3, 4), (5, 6), "contracted dimensions differ"),
+    ((4,), (5,), "contracted dimensions differ"),
+    ((2, 3, 4), (3, 4, 5), "batch dimensions"),
+    ((), (3,), "at least 1 dimension"),
+])
+def test_matmul_shape_errors(sa, sb, reason):
+    g = mg.Graph()
+    a, b = g.input("a", sa), g.input("b", sb)
+    with pytest.raises(mg.OpError, match=f"matmul.*{reason}"):
+        F.matmul(a, b)
+
+
+def test_matmul_rejects_bool():
+    g = mg.Graph()
+    a, b = g.input("a", (2, 2), "bool"), g.input("b", (2, 2), "bool")
+    with pytest.raises(mg.OpError, match="matmul.*bool"):
+        F.matmul(a, b)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_matmul_broadcast_property(draw):
+    m, n, k = (draw.draw(st.integers(0, 4)) for _ in range(3))
+    ndim = draw.draw(st.integers(0, 3))
+    batch = [draw.draw(st.integers(1, 3)) for _ in range(ndim)]
+    ba = [d if draw.draw(st.booleans()) else 1 for d in batch][draw.draw(st.integers(0, ndim)):]
+    bb = [d if draw.draw(st.booleans()) else 1 for d in batch][draw.draw(st.integers(0, ndim)):]
+    ta, tb = draw.draw(st.booleans()), draw.draw(st.booleans())
+    dtype = draw.draw(st.sampled_from([np.float64, np.int64]))
+    a = data(tuple(ba) + ((k, m) if ta else (m, k)), dtype)
+    b = data(tuple(bb) + ((n, k) if tb else (k, n)), dtype)
+    out = run(lambda x, y: F.matmul(x, y, transpose_a=ta, transpose_b=tb), a, b)
+    check(out, reference(a, b, ta, tb))
+
+
+# -- linear ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("xshape", [(5, 4), (2, 3, 4), (4,), (1, 4), (0, 4), (3, 0)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_matches_numpy(xshape, bias, dtype):
+    k = xshape[-1]
+    x, w, b = data(xshape, dtype), data((6, k), dtype), data((6,), dtype)
+    wide = x.astype(np.float64) @ w.T.astype(np.float64) + (b if bias else 0)
+    out = run(F.linear, x, w, b) if bias else run(F.linear, x, w)
+    check(out, wide.astype(dtype))
+
+
+def test_linear_is_one_node():
+    g = mg.Graph()
+    x, w, b = g.input("x", (2, 3)), g.input("w", (4, 3)), g.input("b", (4,))
+    y = F.linear(x, w, b)
+    assert [n.op.name for n in g.nodes if n.op.category != "source"] == ["linear"]
+    assert y.shape == (2, 4)
+
+
+@pytest.mark.parametrize("xs,ws,bs,reason", [
+    ((2, 3), (4, 5), None, "in_features=5"),
+    ((2, 3), (3,), None, "weight must be 2-D"),
+    ((2, 3), (4, 3), (3,), r"bias must have shape \(4,\)"),
+])
+def test_linear_errors(xs, ws, bs, reason):
+    g = mg.Graph()
+    x, w = g.input("x", xs), g.input("w", ws)
+    b = None if bs is None else g.input("b", bs)
+    with pytest.raises(mg.OpError, match=f"linear.*{reason}"):
+        F.linear(x, w, b)
+
+
+def test_linear_rejects_ints():
+    g = mg.Graph()
+    with pytest.raises(mg.OpError, match="linear"):
+        F.linear(g.input("x", (2, 3), "int32"), g.input("w", (4, 3), "int32"))
