@@ -69,8 +69,8 @@ MLP_LAYERS = (784, 1024, 1024, 10)
 
 def mlp_weights():
     rng = np.random.default_rng(SEED)
-    return [(rng.standard_normal((i, o), dtype=np.float32) / np.sqrt(i),
-             rng.standard_normal(o, dtype=np.float32) * 0.1)
+    return [((rng.standard_normal((i, o)) / np.sqrt(i)).astype(np.float32),
+             (rng.standard_normal(o) * 0.1).astype(np.float32))
             for i, o in zip(MLP_LAYERS[:-1], MLP_LAYERS[1:])]
 
 

@@ -51,7 +51,6 @@ def compile_train_step(model, loss_fn, optimizer, example_batch, metrics=()) -> 
     >>> loss = step(x, y)
     """
     model.train()
-    model.named_parameters()  # names every parameter before the graph binds them
     g = Graph()
     *xs, y = _inputs(g, example_batch, [f"input{i}" for i in range(len(example_batch))])
     out = model(*xs)
@@ -81,7 +80,6 @@ def compile_module(model, example_inputs) -> Predictor:
 
     >>> predict = mg.compile_module(model, example_inputs=(x,)); logits = predict(x)
     """
-    model.named_parameters()
     g = Graph()
     xs = _inputs(g, example_inputs, [f"input{i}" for i in range(len(example_inputs))])
     out = model(*xs)

@@ -1,20 +1,27 @@
-# Convolution (im2col + GEMM) and 2-D pooling over NCHW tensors.
+# Convolution (im2col + GEMM) and 2-D pooling over NCHW tensors, and their backward passes.
 #
 # Parameter layout (ints), written by mgegraph.ops.conv; the kernels read them as the structs
 # below (a struct of Py_ssize_t fields has no padding, so it overlays the int array exactly):
-#   conv2d: Conv fields in order; bufs: x, w, [bias,] y, [workspace when use_col]
-#   pools:  Pool fields in order; bufs: x, y
+#   conv2d:                 Conv fields in order; bufs: x, w, [bias,] y, [workspace when use_col]
+#   conv2d_backward_data:   Conv fields (x is the result); bufs: w, dy, dx, [workspace]
+#   conv2d_backward_filter: Conv fields (w is the result); bufs: x, dy, dw, [workspace]
+#   pool2d:                 Pool fields in order; bufs: x, y
+#   max_pool2d_backward:    Pool fields; bufs: x, dy, dx
+#   avg_pool2d_backward:    Pool fields; bufs: dy, dx
+#   max_pool2d_select:      Pool fields; bufs: x, h, y (y = h at the argmax of each window of x)
 #
 # Design: the im2col matrix of one batch element and one group lives in the workspace and is
 # reused for every (element, group) pair, so scratch memory does not grow with the batch. A 1x1,
 # stride-1, unpadded convolution's input already is its im2col matrix, so it skips the copy.
+# The backward passes reuse the forward's layout: backward-data is GEMM (W^T dy) then col2im,
+# the adjoint of im2col; backward-filter accumulates dy col^T over the batch in place.
 
 from libc.math cimport INFINITY
 from libc.string cimport memcpy, memset
 from cython cimport floating
-from scipy.linalg.cython_blas cimport sgemm, dgemm, sgemv, dgemv
 
 from .abi cimport Call, KERNEL_OK, kernel_fn
+from .blas cimport gemm
 
 ctypedef struct Conv:
     Py_ssize_t batch, cin, h, w, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups
@@ -31,30 +38,6 @@ POOL_MODES = {"max": P_MAX, "average": P_AVG_INCLUDE,
               "adaptive_max": P_ADAPTIVE_MAX, "adaptive_average": P_ADAPTIVE_AVG}
 CONV_NINTS = sizeof(Conv) // sizeof(Py_ssize_t)  # lowerings check their layout against these
 POOL_NINTS = sizeof(Pool) // sizeof(Py_ssize_t)
-
-
-# -- GEMM -----------------------------------------------------------------------------------------
-cdef inline void gemm_nn(Py_ssize_t m, Py_ssize_t n, Py_ssize_t k, const floating* a,
-                         const floating* b, floating* c) noexcept nogil:
-    # Row-major C[m, n] = A[m, k] B[k, n]. BLAS is column-major, so this is C^T = B^T A^T.
-    cdef int im = <int>m, jn = <int>n, ik = <int>k, one = 1
-    cdef char nt = c'N'
-    cdef floating alpha = 1, beta = 0
-    if m == 0 or n == 0:
-        return
-    if k == 0:
-        memset(c, 0, <size_t>(m * n) * sizeof(floating))
-        return
-    if floating is float:
-        if m == 1:  # depthwise: one filter row, gemv is much faster than a one-row gemm
-            sgemv(&nt, &jn, &ik, &alpha, <float*>b, &jn, <float*>a, &one, &beta, c, &one)
-        else:
-            sgemm(&nt, &nt, &jn, &im, &ik, &alpha, <float*>b, &jn, <float*>a, &ik, &beta, c, &jn)
-    else:
-        if m == 1:
-            dgemv(&nt, &jn, &ik, &alpha, <double*>b, &jn, <double*>a, &one, &beta, c, &one)
-        else:
-            dgemm(&nt, &nt, &jn, &im, &ik, &alpha, <double*>b, &jn, <double*>a, &ik, &beta, c, &jn)
 
 
 # -- convolution ----------------------------------------------------------------------------------

@@ -6,18 +6,13 @@
 #   linear: [m, n, k, has_bias]
 # Batch strides are in elements and 0 on broadcast batch dims, so broadcast operands are never
 # materialised; the output is contiguous (batch..., m, n). Float dtypes go to BLAS through
-# SciPy's Cython bindings; integer dtypes use a plain loop.
-#
-# Design: BLAS is column-major. A row-major (r, c) matrix is the column-major (c, r) matrix, so
-# row-major C = op(A) op(B) is computed as the column-major C^T = op(B)^T op(A)^T: swap the
-# operands and keep each one's transpose flag.
+# SciPy's Cython bindings (blas.pxd); integer dtypes use a plain loop.
 
 from libc.stdint cimport int32_t, int64_t
-from libc.string cimport memset
 from cython cimport floating
-from scipy.linalg.cython_blas cimport sgemm, dgemm, sgemv, dgemv
 
 from .abi cimport Call, KERNEL_OK, kernel_fn
+from .blas cimport gemm
 from .nditer cimport Odometer, odometer_init, odometer_next, count_rows
 
 ctypedef fused num_t:
@@ -28,46 +23,6 @@ ctypedef fused num_t:
 
 
 # -- one matrix product -------------------------------------------------------------------------
-cdef inline void gemv(char trans, int rows, int cols, const floating* a, int lda,
-                      const floating* x, floating* y) noexcept nogil:
-    # y = op(a) x for a column-major (rows, cols) matrix a; x and y are contiguous
-    cdef int one = 1
-    cdef floating alpha = 1, beta = 0
-    if floating is float:
-        sgemv(&trans, &rows, &cols, &alpha, <float*>a, &lda, <float*>x, &one, &beta, y, &one)
-    else:
-        dgemv(&trans, &rows, &cols, &alpha, <double*>a, &lda, <double*>x, &one, &beta, y, &one)
-
-
-cdef inline void gemm_rm(bint ta, bint tb, int m, int n, int k, const floating* a,
-                         const floating* b, floating* c) noexcept nogil:
-    # Row-major C[m, n] = op(A)[m, k] op(B)[k, n], all three contiguous.
-    cdef int lda = m if ta else k, ldb = k if tb else n
-    cdef char fa = c'T' if ta else c'N', fb = c'T' if tb else c'N'
-    cdef floating alpha = 1, beta = 0
-    if m == 0 or n == 0:
-        return
-    if k == 0:
-        # gemv returns without touching y when k == 0; the product of empty sums is zero
-        memset(c, 0, <size_t>m * n * sizeof(floating))
-        return
-    # A vector operand goes to gemv, which BLAS implements far faster than a thin gemm.
-    if n == 1:
-        if ta:
-            gemv(c'N', m, k, a, m, b, c)
-        else:
-            gemv(c'T', k, m, a, k, b, c)
-    elif m == 1:
-        if tb:
-            gemv(c'T', k, n, b, k, a, c)
-        else:
-            gemv(c'N', n, k, b, n, a, c)
-    elif floating is float:
-        sgemm(&fb, &fa, &n, &m, &k, &alpha, <float*>b, &ldb, <float*>a, &lda, &beta, c, &n)
-    else:
-        dgemm(&fb, &fa, &n, &m, &k, &alpha, <double*>b, &ldb, <double*>a, &lda, &beta, c, &n)
-
-
 cdef inline void matmul_loop(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
                              const num_t* a, const num_t* b, num_t* c) noexcept nogil:
     # i-p-j order: the innermost loop walks a row of B and of C
@@ -87,7 +42,7 @@ cdef inline void matmul_loop(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_ss
 cdef inline void matrix_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
                                 const num_t* a, const num_t* b, num_t* c) noexcept nogil:
     if num_t is float or num_t is double:
-        gemm_rm(ta, tb, <int>m, <int>n, <int>k, a, b, c)
+        gemm(ta, tb, m, n, k, a, b, c, False)
     else:
         matmul_loop(ta, tb, m, n, k, a, b, c)
 
@@ -116,7 +71,7 @@ cdef inline int linear_impl(const floating* x, const floating* w, const floating
                             floating* y, const Call* call) noexcept nogil:
     # y[m, n] = x[m, k] w[n, k]^T (+ bias[n]); the bias is added while the rows are in cache
     cdef Py_ssize_t m = call.ints[0], n = call.ints[1], k = call.ints[2], i, j
-    gemm_rm(False, True, <int>m, <int>n, <int>k, x, w, y)
+    gemm(False, True, m, n, k, x, w, y, False)
     if bias != NULL:
         for i in range(m):
             for j in range(n):

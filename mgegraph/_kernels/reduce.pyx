@@ -31,7 +31,7 @@ ctypedef fused acc_t:
     uint64_t
 
 cdef enum:
-    CHUNK = 256
+    CHUNK = 1024
 
 cdef enum ReduceOp:
     R_SUM, R_PROD, R_MEAN, R_VAR, R_MAX, R_MIN, R_ARGMAX, R_ARGMIN
@@ -138,30 +138,37 @@ cdef inline num_t pick(num_t v, num_t best, bint want_max) noexcept nogil:
     return v if v < best else best
 
 
-cdef num_t row_extreme(const num_t* x, Py_ssize_t n, Py_ssize_t s, bint want_max,
-                       num_t best) noexcept nogil:
-    # Four independent chains; returns NaN when the row holds one.
-    cdef num_t m0 = best, m1 = best, m2 = best, m3 = best
-    cdef Py_ssize_t i = 0
-    cdef bint nan = False
-    while i + 4 <= n:
-        m0 = pick(x[i * s], m0, want_max)
-        m1 = pick(x[(i + 1) * s], m1, want_max)
-        m2 = pick(x[(i + 2) * s], m2, want_max)
-        m3 = pick(x[(i + 3) * s], m3, want_max)
-        if num_t is float or num_t is double:
-            nan |= ((x[i * s] != x[i * s]) | (x[(i + 1) * s] != x[(i + 1) * s])
-                    | (x[(i + 2) * s] != x[(i + 2) * s]) | (x[(i + 3) * s] != x[(i + 3) * s]))
-        i += 4
+cdef inline num_t row_extreme(const num_t* x, Py_ssize_t n, Py_ssize_t s, bint want_max,
+                              num_t best) noexcept nogil:
+    # Eight independent lanes (vectorisable when inlined with s == 1); NaN is flagged on the
+    # side and returned when the row holds one.
+    cdef num_t m[8]
+    cdef uint8_t nan[8]
+    cdef Py_ssize_t i = 0, j
+    cdef num_t v
+    for j in range(8):
+        m[j] = best
+        nan[j] = 0
+    while i + 8 <= n:
+        for j in range(8):
+            v = x[(i + j) * s]
+            m[j] = pick(v, m[j], want_max)
+            if num_t is float or num_t is double:
+                nan[j] |= v != v
+        i += 8
     while i < n:
-        m0 = pick(x[i * s], m0, want_max)
+        v = x[i * s]
+        m[0] = pick(v, m[0], want_max)
         if num_t is float or num_t is double:
-            nan |= x[i * s] != x[i * s]
+            nan[0] |= v != v
         i += 1
+    for j in range(1, 8):
+        m[0] = pick(m[j], m[0], want_max)
+        nan[0] |= nan[j]
     if num_t is float or num_t is double:
-        if nan:
+        if nan[0]:
             return <num_t>NAN
-    return pick(pick(m1, m0, want_max), pick(m3, m2, want_max), want_max)
+    return m[0]
 
 
 # -- one output at a time ("rows") ----------------------------------------------------------------
@@ -198,7 +205,10 @@ cdef num_t block_extreme(const num_t* x, const Layout* L, bint want_max) noexcep
     for r in range(rows):
         if (num_t is float or num_t is double) and b != b:
             break
-        b = row_extreme(x + o.offset[0], L.n, L.s, want_max, b)
+        if L.s == 1:
+            b = row_extreme(x + o.offset[0], L.n, 1, want_max, b)
+        else:
+            b = row_extreme(x + o.offset[0], L.n, L.s, want_max, b)
         odometer_next(&o)
     return b
 
@@ -207,15 +217,18 @@ cdef int64_t block_find(const num_t* x, const Layout* L, num_t target) noexcept 
     # Flat index of the first element equal to target (or the first NaN when target is NaN):
     # with target the block's extreme, that is NumPy's argmax/argmin.
     cdef Py_ssize_t r, i, j = 0, rows = count_rows(L.ndr, L.rshape)
-    cdef bint nan = target != target
+    cdef bint nan = False
     cdef const num_t* px
     cdef Odometer o
     odometer_init(&o, L.ndr, L.rshape, L.rstride, 1)
     for r in range(rows):
         px = x + o.offset[0]
         for i in range(L.n):
-            if px[i * L.s] == target or (nan and px[i * L.s] != px[i * L.s]):
+            if px[i * L.s] == target:
                 return j + i
+            if num_t is float or num_t is double:
+                if target != target and px[i * L.s] != px[i * L.s]:
+                    return j + i
         j += L.n
         odometer_next(&o)
     return 0
@@ -261,7 +274,32 @@ cdef void cols_fold(const num_t* x, const Layout* L, Py_ssize_t cnt, acc_t* acc,
 
 
 cdef void cols_extreme(const num_t* x, const Layout* L, Py_ssize_t cnt, bint want_max,
-                       num_t* best, int64_t* idx) noexcept nogil:
+                       num_t* best) noexcept nogil:
+    # branch-free over the chunk, NaNs flagged on the side
+    cdef Py_ssize_t r, i, b, rows = count_rows(L.ndr, L.rshape)
+    cdef uint8_t nan[CHUNK]
+    cdef const num_t* px
+    cdef Odometer o
+    for b in range(cnt):
+        best[b] = x[b]
+        nan[b] = 0
+    odometer_init(&o, L.ndr, L.rshape, L.rstride, 1)
+    for r in range(rows):
+        for i in range(L.n):
+            px = x + o.offset[0] + i * L.s
+            for b in range(cnt):
+                best[b] = pick(px[b], best[b], want_max)
+                if num_t is float or num_t is double:
+                    nan[b] |= px[b] != px[b]
+        odometer_next(&o)
+    if num_t is float or num_t is double:
+        for b in range(cnt):
+            if nan[b]:
+                best[b] = <num_t>NAN
+
+
+cdef void cols_arg(const num_t* x, const Layout* L, Py_ssize_t cnt, bint want_max,
+                   num_t* best, int64_t* idx) noexcept nogil:
     cdef Py_ssize_t r, i, b, j = 0, rows = count_rows(L.ndr, L.rshape)
     cdef const num_t* px
     cdef Odometer o
@@ -338,8 +376,10 @@ cdef void chunk_extreme(bint want_max, bint want_index, const num_t* x, Py_ssize
     cdef num_t best[CHUNK]
     cdef int64_t idx[CHUNK]
     cdef Py_ssize_t b
-    if so == 1 and cnt > 1:
-        cols_extreme(x, L, cnt, want_max, best, idx)
+    if so == 1 and cnt > 1 and want_index:
+        cols_arg(x, L, cnt, want_max, best, idx)
+    elif so == 1 and cnt > 1:
+        cols_extreme(x, L, cnt, want_max, best)
     else:
         for b in range(cnt):
             best[b] = block_extreme(x + b * so, L, want_max)

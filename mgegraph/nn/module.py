@@ -78,6 +78,7 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
     def __call__(self, *inputs, **kwargs):
+        self._named_arrays()  # names the parameters (outermost call first) before graphs bind them
         return self.forward(*inputs, **kwargs)
 
     # -- traversal ------------------------------------------------------------------------
@@ -96,8 +97,9 @@ class Module:
         for name, child in self.named_children():
             yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
 
-    def _named_arrays(self):
-        seen = set()
+    def _named_arrays(self) -> list[tuple[str, Parameter]]:
+        """Every Parameter reachable from this module once, sorted by dotted name."""
+        found, seen = [], set()
         for prefix, module in self.named_modules():
             for key in sorted(vars(module)):
                 value = vars(module)[key]
@@ -106,7 +108,8 @@ class Module:
                     name = f"{prefix}.{key}" if prefix else key
                     if value.name is None:
                         value.name = name
-                    yield name, value
+                    found.append((name, value))
+        return sorted(found, key=lambda item: item[0])
 
     def named_parameters(self):
         """(dotted name, Parameter) of every trainable parameter, in a stable sorted order."""

@@ -28,7 +28,8 @@ def _erf(x):
 
 
 def _sigmoid(x):
-    return 1 / (1 + np.exp(-x))
+    with np.errstate(over="ignore"):
+        return 1 / (1 + np.exp(-x))
 
 
 UNARY_REF = {

@@ -1,0 +1,56 @@
+# Row-major GEMM on contiguous matrices, through SciPy's Cython BLAS bindings.
+#
+# Design: BLAS is column-major. A row-major (r, c) matrix is the column-major (c, r) matrix, so
+# row-major C = op(A) op(B) is computed as the column-major C^T = op(B)^T op(A)^T: swap the
+# operands and keep each one's transpose flag. Callers check that every dimension fits BLAS's
+# 32-bit ints (mgegraph.ops.matmul.check_blas_dims) before a kernel runs.
+
+from libc.string cimport memset
+from cython cimport floating
+from scipy.linalg.cython_blas cimport sgemm, dgemm, sgemv, dgemv
+
+
+cdef inline void gemv(char trans, int rows, int cols, const floating* a, int lda,
+                      const floating* x, floating beta, floating* y) noexcept nogil:
+    # y = op(a) x + beta y for a column-major (rows, cols) matrix a; x and y are contiguous
+    cdef int one = 1
+    cdef floating alpha = 1
+    if floating is float:
+        sgemv(&trans, &rows, &cols, &alpha, <float*>a, &lda, <float*>x, &one, &beta, y, &one)
+    else:
+        dgemv(&trans, &rows, &cols, &alpha, <double*>a, &lda, <double*>x, &one, &beta, y, &one)
+
+
+cdef inline void gemm(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
+                      const floating* a,   # IN  op(a) is (m, k)
+                      const floating* b,   # IN  op(b) is (k, n)
+                      floating* c,         # OUT (m, n)
+                      bint accumulate) noexcept nogil:
+    # C = op(A) op(B), or C += op(A) op(B) when accumulate (backward passes sum over a batch).
+    cdef int im = <int>m, jn = <int>n, ik = <int>k
+    cdef int lda = im if ta else ik, ldb = ik if tb else jn
+    cdef char fa = c'T' if ta else c'N', fb = c'T' if tb else c'N'
+    cdef floating alpha = 1, beta = 1 if accumulate else 0
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        # gemv returns without touching y when k == 0; the product of empty sums is zero
+        if not accumulate:
+            memset(c, 0, <size_t>(m * n) * sizeof(floating))
+        return
+    # A vector operand goes to gemv, which BLAS implements far faster than a thin gemm
+    # (depthwise convolutions have one filter row per group).
+    if n == 1:
+        if ta:
+            gemv(c'N', im, ik, a, im, b, beta, c)
+        else:
+            gemv(c'T', ik, im, a, ik, b, beta, c)
+    elif m == 1:
+        if tb:
+            gemv(c'T', ik, jn, b, ik, a, beta, c)
+        else:
+            gemv(c'N', jn, ik, b, jn, a, beta, c)
+    elif floating is float:
+        sgemm(&fb, &fa, &jn, &im, &ik, &alpha, <float*>b, &ldb, <float*>a, &lda, &beta, c, &jn)
+    else:
+        dgemm(&fb, &fa, &jn, &im, &ik, &alpha, <double*>b, &ldb, <double*>a, &lda, &beta, c, &jn)
