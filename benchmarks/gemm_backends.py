@@ -24,6 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+# Imported here, not lazily: benchmarks/conftest.py's threadpool_limits (entered at session start)
+# only reaches BLAS libraries already loaded, and this loads SciPy's OpenBLAS at collection.
+from scipy.linalg import blas as scipy_blas
 
 SEED = 0
 THREADS = int(os.environ.get("MGEGRAPH_BENCH_THREADS", "2"))  # as benchmarks/conftest.py
@@ -87,8 +90,7 @@ def _op(g: Gemm, a, b):
 
 # -- backends: each returns (callable, c) -------------------------------------------------------
 def scipy_openblas(g: Gemm):
-    from scipy.linalg import blas
-
+    blas = scipy_blas
     a, b, c = operands(g)
     # a.T / b.T are Fortran-ordered, so f2py passes them through; trans flags swap roles.
     fa, fb, fc = b.T, a.T, c.T
@@ -176,6 +178,23 @@ def mkl(g: Gemm):
     return run, c, (a, b)  # a, b kept alive with the callable
 
 
+def _is_lib(backend: str, info: dict) -> bool:
+    if backend == "mkl":
+        return info["internal_api"] == "mkl"
+    where = {"scipy openblas": "scipy.libs", "numpy openblas": "numpy.libs"}[backend]
+    return info["internal_api"] == "openblas" and where in info["filepath"]
+
+
+def library_info(backend: str) -> dict:
+    """threadpoolctl's record of the library behind backend (num_threads, architecture, ...)."""
+    from threadpoolctl import threadpool_info
+
+    found = [i for i in threadpool_info() if _is_lib(backend, i)]
+    if len(found) != 1:
+        raise RuntimeError(f"{backend}: expected one library, threadpoolctl sees {found}")
+    return found[0]
+
+
 BUILDERS = {"scipy openblas": scipy_openblas, "numpy openblas": numpy_openblas, "mkl": mkl}
 
 
@@ -191,7 +210,12 @@ def build(backend: str, g: Gemm):
     ref = np.matmul(opa, opb)
     if not np.allclose(c, ref, rtol=1e-4, atol=1e-4):
         raise AssertionError(f"{backend} on {g.label}: max |err| {np.nanmax(np.abs(c - ref))}")
+    info = library_info(backend)
+    if info["num_threads"] != THREADS:
+        raise RuntimeError(f"{backend} runs {info['num_threads']} threads, not {THREADS}")
     run.keep = (a, b, c)
+    run.info = {k: info.get(k) for k in ("version", "architecture", "threading_layer",
+                                           "num_threads", "filepath")}
     return run
 
 

@@ -24,4 +24,5 @@ def test_gemm(benchmark, backend, shape):
     run = built(backend, shape)
     if run is None:
         pytest.skip(f"{backend} is not installed")
+    benchmark.extra_info.update(run.info)
     benchmark(run)

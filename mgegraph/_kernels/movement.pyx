@@ -1,12 +1,16 @@
-# Movement kernels: strided copy, concat, split, take, gather, pad, one_hot, fill, range.
+# Movement kernels: strided copy, concat, split, take, gather, pad, one_hot, fill, range, and the
+# adjoints gradients need: slice_backward, pad_backward, index_add (of take), scatter_add (of
+# gather).
 #
 # Design: moving data is copying bits, so every kernel that only moves elements is written once
 # per element size (1, 4 and 8 bytes) and the KERNELS table maps each dtype to the kernel of its
-# size; only one_hot and range, which compute values, are typed by dtype. Parameter layouts are
-# written by mgegraph.ops.movement (one *_params function per family) and documented per kernel.
+# size; one_hot, range and the accumulating adjoints, which compute values, are typed by dtype.
+# The adjoints zero their whole output first, since it is an arena view that holds garbage.
+# Parameter layouts are written by mgegraph.ops.movement (one lowering per op) and documented per
+# kernel.
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 from .abi cimport Call, KERNEL_OK, KERNEL_INDEX_OUT_OF_RANGE, kernel_fn
 from .nditer cimport MAX_DIMS, Odometer, odometer_init, odometer_next, count_rows
@@ -55,6 +59,28 @@ cdef inline int strided_impl(const elem_t* x, elem_t* y, const Call* c) noexcept
             for i in range(inner):
                 y[i] = px[i * s]
         y += inner
+        odometer_next(&o)
+    return KERNEL_OK
+
+
+cdef inline int slice_backward_impl(const elem_t* x, elem_t* y, const Call* c) noexcept nogil:
+    # ints: [ndim, shape[ndim], output element strides[ndim] (any sign, never 0), offset, output
+    # size]. The adjoint of a slice: the contiguous input lands on a strided window of a zeroed
+    # output. Slice steps are non-zero, so no two input elements share a destination.
+    cdef int ndim = <int>c.ints[0]
+    cdef const Py_ssize_t* shape = c.ints + 1
+    cdef Py_ssize_t inner = shape[ndim - 1], s = c.ints[2 * ndim]
+    cdef Py_ssize_t rows = count_rows(ndim, shape), r, i
+    cdef elem_t* py
+    cdef Odometer o
+    memset(y, 0, c.ints[2 + 2 * ndim] * sizeof(elem_t))
+    odometer_init(&o, ndim, shape, c.ints + 1 + ndim, 1)
+    y += c.ints[1 + 2 * ndim]
+    for r in range(rows):
+        py = y + o.offset[0]
+        for i in range(inner):
+            py[i * s] = x[i]
+        x += inner
         odometer_next(&o)
     return KERNEL_OK
 
@@ -117,6 +143,36 @@ cdef int take_bytes(const Call* c) noexcept nogil:
     return take_rows(c.bufs[0], <const int32_t*>c.bufs[1], c.bufs[2], c)
 
 
+cdef inline int index_add_impl(const num_t* x, const idx_t* idx, num_t* y,
+                               const Call* c) noexcept nogil:
+    # ints: [index is int64, outer, axis length n, inner elements, m indices]. The adjoint of
+    # take: x is (outer, m, inner), y is (outer, n, inner) and y[:, idx[j]] += x[:, j], so repeated
+    # indices accumulate.
+    cdef Py_ssize_t outer = c.ints[1], n = c.ints[2], inner = c.ints[3], m = c.ints[4]
+    cdef Py_ssize_t o, j, i, k
+    cdef num_t* row
+    for j in range(m):
+        i = idx[j]
+        if not wrap_index(&i, n):
+            return KERNEL_INDEX_OUT_OF_RANGE
+    memset(y, 0, outer * n * inner * sizeof(num_t))
+    for o in range(outer):
+        for j in range(m):
+            i = idx[j]
+            wrap_index(&i, n)
+            row = y + (o * n + i) * inner
+            for k in range(inner):
+                row[k] += x[k]
+            x += inner
+    return KERNEL_OK
+
+
+cdef inline int index_add_typed(const num_t* x, num_t* y, const Call* c) noexcept nogil:
+    if c.ints[0]:
+        return index_add_impl(x, <const int64_t*>c.bufs[1], y, c)
+    return index_add_impl(x, <const int32_t*>c.bufs[1], y, c)
+
+
 # -- gather (np.take_along_axis) ------------------------------------------------------------------
 cdef inline int gather_impl(const elem_t* x, const idx_t* idx, elem_t* y,
                             const Call* c) noexcept nogil:
@@ -146,6 +202,36 @@ cdef inline int gather_sized(const elem_t* x, elem_t* y, const Call* c) noexcept
     return gather_impl(x, <const int32_t*>c.bufs[1], y, c)
 
 
+cdef inline int scatter_add_impl(const num_t* x, const idx_t* idx, num_t* y,
+                                 const Call* c) noexcept nogil:
+    # ints: gather's layout with y as the gathered-from tensor, then y's size. The adjoint of
+    # gather: walks x (gather's output shape) and adds each element where gather read it, so
+    # repeated indices and axes along which y was broadcast (stride 0) accumulate.
+    cdef int ndim = <int>c.ints[1]
+    cdef const Py_ssize_t* shape = c.ints + 2
+    cdef Py_ssize_t n = c.ints[2 + 3 * ndim], axis_stride = c.ints[3 + 3 * ndim]
+    cdef Py_ssize_t inner = shape[ndim - 1], sy = c.ints[1 + 2 * ndim], si = c.ints[1 + 3 * ndim]
+    cdef Py_ssize_t rows = count_rows(ndim, shape), r, i, k
+    cdef Odometer o
+    memset(y, 0, c.ints[4 + 3 * ndim] * sizeof(num_t))
+    odometer_init(&o, ndim, shape, c.ints + 2 + ndim, 2)
+    for r in range(rows):
+        for i in range(inner):
+            k = idx[o.offset[1] + i * si]
+            if not wrap_index(&k, n):
+                return KERNEL_INDEX_OUT_OF_RANGE
+            y[o.offset[0] + i * sy + k * axis_stride] += x[i]
+        x += inner
+        odometer_next(&o)
+    return KERNEL_OK
+
+
+cdef inline int scatter_add_typed(const num_t* x, num_t* y, const Call* c) noexcept nogil:
+    if c.ints[0]:
+        return scatter_add_impl(x, <const int64_t*>c.bufs[1], y, c)
+    return scatter_add_impl(x, <const int32_t*>c.bufs[1], y, c)
+
+
 # -- pad -----------------------------------------------------------------------------------------
 cdef inline Py_ssize_t pad_source(int mode, Py_ssize_t j, Py_ssize_t n) noexcept nogil:
     # j is an output index minus the padding before; returns the input index it reads, or -1
@@ -165,6 +251,31 @@ cdef inline Py_ssize_t pad_source(int mode, Py_ssize_t j, Py_ssize_t n) noexcept
     return p - j if j >= n else j
 
 
+cdef inline Py_ssize_t pad_row_base(int mode, int last, const Py_ssize_t* index,
+                                     const Py_ssize_t* before, const Py_ssize_t* in_shape,
+                                     const Py_ssize_t* strides) noexcept nogil:
+    # The input offset of the row an output row reads (all dims but the last), or -1 for a
+    # constant row.
+    cdef Py_ssize_t base = 0, j
+    cdef int d
+    for d in range(last):
+        j = pad_source(mode, index[d] - before[d], in_shape[d])
+        if j < 0:
+            return -1
+        base += j * strides[d]
+    return base
+
+
+cdef inline void next_index(int last, Py_ssize_t* index, const Py_ssize_t* shape) noexcept nogil:
+    cdef int d = last - 1
+    while d >= 0:
+        index[d] += 1
+        if index[d] < shape[d]:
+            return
+        index[d] = 0
+        d -= 1
+
+
 cdef inline int pad_impl(const elem_t* x, elem_t* y, const Call* c) noexcept nogil:
     # ints: [mode, ndim, fill bits, out shape[ndim], in shape[ndim], pad before[ndim],
     #        input strides[ndim]]. Walks output rows with an index vector, since the mapping from
@@ -181,24 +292,41 @@ cdef inline int pad_impl(const elem_t* x, elem_t* y, const Call* c) noexcept nog
     for d in range(ndim):
         index[d] = 0
     for r in range(rows):
-        base = 0
-        for d in range(last):
-            j = pad_source(mode, index[d] - before[d], in_shape[d])
-            if j < 0:
-                base = -1
-                break
-            base += j * strides[d]
+        base = pad_row_base(mode, last, index, before, in_shape, strides)
         for i in range(inner):
             j = pad_source(mode, i - before[last], in_shape[last]) if base >= 0 else -1
             y[i] = fill if j < 0 else x[base + j * strides[last]]
         y += inner
-        d = last - 1
-        while d >= 0:
-            index[d] += 1
-            if index[d] < out_shape[d]:
-                break
-            index[d] = 0
-            d -= 1
+        next_index(last, index, out_shape)
+    return KERNEL_OK
+
+
+cdef inline int pad_backward_impl(const num_t* x, num_t* y, const Call* c) noexcept nogil:
+    # ints: pad's layout, x being the padded shape and y the unpadded one. The adjoint of pad:
+    # every padded element adds into the input element it was read from (edge and reflect read
+    # some elements many times); constant elements are dropped.
+    cdef int mode = <int>c.ints[0], ndim = <int>c.ints[1], d
+    cdef const Py_ssize_t* out_shape = c.ints + 3
+    cdef const Py_ssize_t* in_shape = out_shape + ndim
+    cdef const Py_ssize_t* before = in_shape + ndim
+    cdef const Py_ssize_t* strides = before + ndim
+    cdef Py_ssize_t index[MAX_DIMS]
+    cdef Py_ssize_t inner = out_shape[ndim - 1], rows = count_rows(ndim, out_shape), r, i, j, base
+    cdef Py_ssize_t size = 1
+    cdef int last = ndim - 1
+    for d in range(ndim):
+        index[d] = 0
+        size *= in_shape[d]
+    memset(y, 0, size * sizeof(num_t))
+    for r in range(rows):
+        base = pad_row_base(mode, last, index, before, in_shape, strides)
+        if base >= 0:
+            for i in range(inner):
+                j = pad_source(mode, i - before[last], in_shape[last])
+                if j >= 0:
+                    y[base + j * strides[last]] += x[i]
+        x += inner
+        next_index(last, index, out_shape)
     return KERNEL_OK
 
 
@@ -245,6 +373,13 @@ cdef int strided_4(const Call* c) noexcept nogil:
 cdef int strided_8(const Call* c) noexcept nogil:
     return strided_impl(<const uint64_t*>c.bufs[0], <uint64_t*>c.bufs[1], c)
 
+cdef int slice_backward_1(const Call* c) noexcept nogil:
+    return slice_backward_impl(<const uint8_t*>c.bufs[0], <uint8_t*>c.bufs[1], c)
+cdef int slice_backward_4(const Call* c) noexcept nogil:
+    return slice_backward_impl(<const uint32_t*>c.bufs[0], <uint32_t*>c.bufs[1], c)
+cdef int slice_backward_8(const Call* c) noexcept nogil:
+    return slice_backward_impl(<const uint64_t*>c.bufs[0], <uint64_t*>c.bufs[1], c)
+
 cdef int gather_1(const Call* c) noexcept nogil:
     return gather_sized(<const uint8_t*>c.bufs[0], <uint8_t*>c.bufs[2], c)
 cdef int gather_4(const Call* c) noexcept nogil:
@@ -281,6 +416,35 @@ cdef int range_i64(const Call* c) noexcept nogil:
     return range_impl(<int64_t*>c.bufs[0], c)
 
 
+# The accumulating adjoints: bufs are (values, [indices,] output); typed by the value dtype.
+cdef int index_add_f32(const Call* c) noexcept nogil:
+    return index_add_typed(<const float*>c.bufs[0], <float*>c.bufs[2], c)
+cdef int index_add_f64(const Call* c) noexcept nogil:
+    return index_add_typed(<const double*>c.bufs[0], <double*>c.bufs[2], c)
+cdef int index_add_i32(const Call* c) noexcept nogil:
+    return index_add_typed(<const int32_t*>c.bufs[0], <int32_t*>c.bufs[2], c)
+cdef int index_add_i64(const Call* c) noexcept nogil:
+    return index_add_typed(<const int64_t*>c.bufs[0], <int64_t*>c.bufs[2], c)
+
+cdef int scatter_add_f32(const Call* c) noexcept nogil:
+    return scatter_add_typed(<const float*>c.bufs[0], <float*>c.bufs[2], c)
+cdef int scatter_add_f64(const Call* c) noexcept nogil:
+    return scatter_add_typed(<const double*>c.bufs[0], <double*>c.bufs[2], c)
+cdef int scatter_add_i32(const Call* c) noexcept nogil:
+    return scatter_add_typed(<const int32_t*>c.bufs[0], <int32_t*>c.bufs[2], c)
+cdef int scatter_add_i64(const Call* c) noexcept nogil:
+    return scatter_add_typed(<const int64_t*>c.bufs[0], <int64_t*>c.bufs[2], c)
+
+cdef int pad_backward_f32(const Call* c) noexcept nogil:
+    return pad_backward_impl(<const float*>c.bufs[0], <float*>c.bufs[1], c)
+cdef int pad_backward_f64(const Call* c) noexcept nogil:
+    return pad_backward_impl(<const double*>c.bufs[0], <double*>c.bufs[1], c)
+cdef int pad_backward_i32(const Call* c) noexcept nogil:
+    return pad_backward_impl(<const int32_t*>c.bufs[0], <int32_t*>c.bufs[1], c)
+cdef int pad_backward_i64(const Call* c) noexcept nogil:
+    return pad_backward_impl(<const int64_t*>c.bufs[0], <int64_t*>c.bufs[1], c)
+
+
 cdef inline object addr(kernel_fn f):
     return <Py_ssize_t>f
 
@@ -291,8 +455,15 @@ def _by_size(family, one, four, eight):
             f"{family}_f64": eight, f"{family}_i64": eight}
 
 
+def _by_dtype(family, f32, f64, i32, i64):
+    return {f"{family}_f32": f32, f"{family}_f64": f64, f"{family}_i32": i32,
+            f"{family}_i64": i64}
+
+
 KERNELS = {
     **_by_size("strided", addr(strided_1), addr(strided_4), addr(strided_8)),
+    **_by_size("slice_backward", addr(slice_backward_1), addr(slice_backward_4),
+               addr(slice_backward_8)),
     **_by_size("gather", addr(gather_1), addr(gather_4), addr(gather_8)),
     **_by_size("pad", addr(pad_1), addr(pad_4), addr(pad_8)),
     **_by_size("fill", addr(fill_1), addr(fill_4), addr(fill_8)),
@@ -302,4 +473,10 @@ KERNELS = {
     "one_hot_i32": addr(one_hot_i32), "one_hot_i64": addr(one_hot_i64),
     "range_f32": addr(range_f32), "range_f64": addr(range_f64),
     "range_i32": addr(range_i32), "range_i64": addr(range_i64),
+    **_by_dtype("index_add", addr(index_add_f32), addr(index_add_f64), addr(index_add_i32),
+                addr(index_add_i64)),
+    **_by_dtype("scatter_add", addr(scatter_add_f32), addr(scatter_add_f64),
+                addr(scatter_add_i32), addr(scatter_add_i64)),
+    **_by_dtype("pad_backward", addr(pad_backward_f32), addr(pad_backward_f64),
+                addr(pad_backward_i32), addr(pad_backward_i64)),
 }

@@ -14,7 +14,7 @@
 # at once, so every step reads a contiguous run of the inner dims instead of striding by M.
 # Statistics accumulate in double; elementwise results are computed in double and rounded once.
 
-from libc.math cimport exp, expf, log, sqrt, INFINITY
+from libc.math cimport ceil, exp, expf, log, sqrt, INFINITY
 from libc.stdint cimport int32_t, int64_t, uint64_t
 from cython cimport floating
 
@@ -302,16 +302,23 @@ cdef inline uint64_t mix64(uint64_t z) noexcept nogil:
 
 cdef int dropout_impl(const floating* x, floating* y, const Call* c) noexcept nogil:
     # Counter-based: element i's coin depends only on (seed, i), never on the order of work.
+    # It keeps i when u = (hash >> 11) / 2**53, uniform in [0, 1), is >= p, i.e. when
+    # hash >> 11 >= ceil(p * 2**53) (exact: scaling by 2**53 does not round).
     cdef Py_ssize_t n = c.ints[0], i
     cdef uint64_t golden = <uint64_t>0x9E3779B97F4A7C15ULL
     cdef uint64_t key = mix64(<uint64_t>c.ints[1] + golden)
-    cdef double p = c.floats[0], u
-    cdef floating scale = <floating>(1 / (1 - p)) if p < 1 else 0
+    cdef double p = c.floats[0]
+    cdef uint64_t threshold
+    cdef floating factor[2]  # [dropped, kept]
     if not 0 <= p <= 1:
         return KERNEL_UNSUPPORTED
+    threshold = <uint64_t>ceil(p * 9007199254740992.0)
+    factor[0] = 0
+    factor[1] = <floating>(1 / (1 - p)) if p < 1 else 0
     for i in range(n):
-        u = <double>(mix64(key + <uint64_t>i * golden) >> 11) * (1.0 / 9007199254740992.0)
-        y[i] = x[i] * scale if u >= p else 0
+        # an indexed load, not a branch (the coin is unpredictable by design) nor an int-to-float
+        # conversion (3x slower here)
+        y[i] = x[i] * factor[(mix64(key + <uint64_t>i * golden) >> 11) >= threshold]
     return KERNEL_OK
 
 

@@ -148,7 +148,8 @@ cdef inline num_t row_extreme(const num_t* x, Py_ssize_t n, Py_ssize_t s, bint w
     cdef num_t v
     for j in range(8):
         m[j] = best
-        nan[j] = 0
+        if num_t is float or num_t is double:
+            nan[j] = 0
     while i + 8 <= n:
         for j in range(8):
             v = x[(i + j) * s]
@@ -164,10 +165,10 @@ cdef inline num_t row_extreme(const num_t* x, Py_ssize_t n, Py_ssize_t s, bint w
         i += 1
     for j in range(1, 8):
         m[0] = pick(m[j], m[0], want_max)
-        nan[0] |= nan[j]
     if num_t is float or num_t is double:
-        if nan[0]:
-            return <num_t>NAN
+        for j in range(8):
+            if nan[j]:
+                return <num_t>NAN
     return m[0]
 
 
@@ -217,7 +218,6 @@ cdef int64_t block_find(const num_t* x, const Layout* L, num_t target) noexcept 
     # Flat index of the first element equal to target (or the first NaN when target is NaN):
     # with target the block's extreme, that is NumPy's argmax/argmin.
     cdef Py_ssize_t r, i, j = 0, rows = count_rows(L.ndr, L.rshape)
-    cdef bint nan = False
     cdef const num_t* px
     cdef Odometer o
     odometer_init(&o, L.ndr, L.rshape, L.rstride, 1)
@@ -282,7 +282,8 @@ cdef void cols_extreme(const num_t* x, const Layout* L, Py_ssize_t cnt, bint wan
     cdef Odometer o
     for b in range(cnt):
         best[b] = x[b]
-        nan[b] = 0
+        if num_t is float or num_t is double:
+            nan[b] = 0
     odometer_init(&o, L.ndr, L.rshape, L.rstride, 1)
     for r in range(rows):
         for i in range(L.n):
@@ -394,14 +395,13 @@ cdef void chunk_extreme(bint want_max, bint want_index, const num_t* x, Py_ssize
 
 cdef void reduce_chunk(int op, const num_t* x, Py_ssize_t so, Py_ssize_t cnt, const Layout* L,
                        char* y) noexcept nogil:
-    cdef double accd[CHUNK]
-    cdef uint64_t accu[CHUNK]
+    cdef uint64_t scratch[CHUNK]  # one 8-byte accumulator per output: double or uint64
     if op >= R_MAX:
         chunk_extreme(op == R_MAX or op == R_ARGMAX, op >= R_ARGMAX, x, so, cnt, L, y)
     elif op == R_PROD and (num_t is float or num_t is double):
-        chunk_fold(op, x, so, cnt, L, y, accd)
+        chunk_fold(op, x, so, cnt, L, y, <double*>scratch)
     elif op == R_PROD or (op == R_SUM and not (num_t is float or num_t is double)):
-        chunk_fold(op, x, so, cnt, L, y, accu)
+        chunk_fold(op, x, so, cnt, L, y, scratch)
     else:
         chunk_moments(op, x, so, cnt, L, y)
 

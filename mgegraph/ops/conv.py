@@ -1,4 +1,5 @@
-"""Convolution and pooling over NCHW tensors: conv2d, max/avg pooling, adaptive pooling.
+"""Convolution and pooling over NCHW tensors: conv2d, max/avg pooling, adaptive pooling, and
+the backward ops their gradient rules are made of (each of which has a rule too).
 
 NOTE: like ``linear``, ``conv2d`` takes its bias as an optional third input so the bias add
 happens in the convolution's kernel; epilogue fusion extends that kernel.
@@ -49,12 +50,10 @@ def _weight_dims(w, groups):
 
 
 def _conv_geometry(in_types, attrs):
-    """Validated (x, out_channels, in_channels per group, kernel, stride, padding, dilation)."""
+    """Validated (out_channels, in_channels per group, kernel, stride, padding, dilation)."""
     x, w = in_types[:2]
     stride, padding = _pair(attrs, "stride", 1), _pair(attrs, "padding", 0)
-    dilation, groups = _pair(attrs, "dilation", 1), attrs["groups"]
-    if not isinstance(groups, int) or groups < 1:
-        raise ValueError(f"groups must be a positive int, got {groups!r}")
+    dilation, groups = _pair(attrs, "dilation", 1), _groups(attrs)
     oc, cg, kh, kw = _weight_dims(w, groups)
     c = x.shape[1]
     if c % groups or oc % groups:
@@ -64,6 +63,13 @@ def _conv_geometry(in_types, attrs):
         raise ValueError(f"channel mismatch: the weight expects {cg * groups} input channels "
                          f"({cg} per group x {groups} groups), the input has {c}")
     return oc, cg, (kh, kw), stride, padding, dilation
+
+
+def _groups(attrs) -> int:
+    groups = attrs["groups"]
+    if not isinstance(groups, int) or groups < 1:
+        raise ValueError(f"groups must be a positive int, got {groups!r}")
+    return groups
 
 
 def _conv2d_infer(in_types, attrs):
@@ -83,25 +89,139 @@ def _conv2d_infer(in_types, attrs):
     return (TensorType((x.shape[0], oc, oh, ow), x.dtype),)
 
 
-def _conv2d_lower(node):
-    x, y = node.inputs[0].type, node.outputs[0].type
-    oc, cg, (kh, kw), stride, padding, dilation = _conv_geometry(
-        [v.type for v in node.inputs], node.attr)
-    groups, npix, kdim = node.attr["groups"], y.shape[2] * y.shape[3], cg * kh * kw
+def _conv_launch(x, w, y, attrs, has_bias=False) -> Launch:
+    """The Conv parameters of convolving x by w into y. The backward ops, which compute x or w
+    instead, walk the same im2col layout, so they take the same parameters."""
+    oc, cg, (kh, kw), stride, padding, dilation = _conv_geometry((x, w), attrs)
+    groups, npix, kdim = attrs["groups"], y.shape[2] * y.shape[3], cg * kh * kw
     direct = (kh, kw) == (1, 1) and stride == (1, 1) and padding == (0, 0)
     use_col = not direct and kdim > 0
     ints = (*x.shape, oc, *y.shape[2:], kh, kw, *stride, *padding, *dilation, groups,
-            int(len(node.inputs) == 3), int(use_col))
+            int(has_bias), int(use_col))
     assert len(ints) == K.CONV_NINTS
     check_blas_dims(x.dtype, oc // groups, npix, kdim)
     # one (batch element, group) im2col matrix, reused for all of them
     return Launch(ints, workspace=kdim * npix * x.dtype.itemsize if use_col else 0)
 
 
-register(OpDef("conv2d", "matmul", _conv2d_infer,
-               attrs={"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1},
-               kernel="conv2d", dtypes=FLOAT_DTYPES, lower=_conv2d_lower,
+def _conv2d_lower(node):
+    x, w = node.inputs[:2]
+    return _conv_launch(x.type, w.type, node.outputs[0].type, node.attr, len(node.inputs) == 3)
+
+
+# The backward ops rebuild the type of the operand they compute and check conv2d's shape rule
+# against the output gradient they are given, so their errors read like conv2d's.
+def _check_grad_shape(x, w, dy, attrs):
+    (y,) = _conv2d_infer((x, w), attrs)
+    if dy.shape != y.shape:
+        raise ValueError(f"output gradient has shape {dy.shape}, but convolving a {x.shape} "
+                         f"input with a {w.shape} weight gives {y.shape}")
+
+
+def _backward_data_infer(in_types, attrs):
+    w, dy = in_types
+    same_dtype(in_types)
+    _require_nchw("conv2d_backward_data", dy)
+    _, cg, _, _ = _weight_dims(w, _groups(attrs))
+    x = TensorType((dy.shape[0], cg * attrs["groups"], *_pair(attrs, "input_hw", 1)), dy.dtype)
+    _check_grad_shape(x, w, dy, attrs)
+    return (x,)
+
+
+def _backward_filter_infer(in_types, attrs):
+    x, dy = in_types
+    same_dtype(in_types)
+    _require_nchw("conv2d_backward_filter", x)
+    _require_nchw("conv2d_backward_filter", dy)
+    cg = x.shape[1] // _groups(attrs)
+    w = TensorType((dy.shape[1], cg, *_pair(attrs, "kernel_size", 1)), x.dtype)
+    _check_grad_shape(x, w, dy, attrs)
+    return (w,)
+
+
+def _backward_data_lower(node):
+    w, dy = node.inputs
+    return _conv_launch(node.outputs[0].type, w.type, dy.type, node.attr)
+
+
+def _backward_filter_lower(node):
+    x, dy = node.inputs
+    return _conv_launch(x.type, node.outputs[0].type, dy.type, node.attr)
+
+
+# -- convolution gradients ------------------------------------------------------------------------
+# conv2d is bilinear: <h, conv2d(x, w)> = <backward_data(w, h), x> = <backward_filter(x, h), w>.
+# So each of the three ops' gradients is made of the other two, and any order works.
+CONV_ATTRS = ("stride", "padding", "dilation", "groups")
+
+
+def _conv_attrs(node) -> dict:
+    return {key: node.attr[key] for key in CONV_ATTRS}
+
+
+def conv2d_backward_data(weight, grad, input_hw, **conv):
+    """conv2d's input gradient, a transposed convolution: ``grad`` (N, OC, OH, OW) gives
+    (N, C, *input_hw). ``conv`` holds conv2d's attributes.
+
+    >>> dx = conv2d_backward_data(w, dy, (32, 32), stride=(2, 2), padding=(1, 1),
+    ...                           dilation=(1, 1), groups=1)
+    """
+    return apply("conv2d_backward_data", (weight, grad), input_hw=tuple(input_hw), **conv)
+
+
+def conv2d_backward_filter(inp, grad, kernel_size, **conv):
+    """conv2d's weight gradient (OC, C/groups, *kernel_size), summed over the batch.
+
+    >>> dw = conv2d_backward_filter(x, dy, (3, 3), **conv)
+    """
+    return apply("conv2d_backward_filter", (inp, grad), kernel_size=tuple(kernel_size), **conv)
+
+
+def _like(v, shape):
+    """A 5-D (grouped) weight or a (1, OC, 1, 1) bias has the memory order of the 4-D or 1-D
+    gradient computed for it, so a reshape (a view) is all it needs."""
+    from .. import functional as F
+
+    return v if v.shape == shape else F.reshape(v, shape)
+
+
+def _conv2d_grad(node, out_grads):
+    from .. import functional as F
+
+    x, w = node.inputs[:2]
+    g, conv = out_grads[0], _conv_attrs(node)
+    dx = conv2d_backward_data(w, g, x.shape[2:], **conv)
+    dw = _like(conv2d_backward_filter(x, g, w.shape[-2:], **conv), w.shape)
+    if len(node.inputs) == 2:
+        return dx, dw
+    return dx, dw, _like(F.sum(g, axis=(0, 2, 3)), node.inputs[2].shape)
+
+
+def _backward_data_grad(node, out_grads):
+    w, dy = node.inputs
+    h, conv = out_grads[0], _conv_attrs(node)
+    dw = _like(conv2d_backward_filter(h, dy, w.shape[-2:], **conv), w.shape)
+    return dw, apply("conv2d", (h, w), **conv)
+
+
+def _backward_filter_grad(node, out_grads):
+    x, dy = node.inputs
+    h, conv = out_grads[0], _conv_attrs(node)
+    return conv2d_backward_data(h, dy, x.shape[2:], **conv), apply("conv2d", (x, h), **conv)
+
+
+_CONV = {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1}
+register(OpDef("conv2d", "matmul", _conv2d_infer, attrs=_CONV, kernel="conv2d",
+               dtypes=FLOAT_DTYPES, lower=_conv2d_lower, grad=_conv2d_grad,
                flops_per_element=256.0))  # really 2 * C/groups * kh * kw
+register(OpDef("conv2d_backward_data", "matmul", _backward_data_infer,
+               attrs={**_CONV, "input_hw": REQUIRED}, kernel="conv2d_backward_data",
+               dtypes=FLOAT_DTYPES, lower=_backward_data_lower, grad=_backward_data_grad,
+               flops_per_element=256.0))  # really 2 * OC/groups * kh * kw / stride^2
+register(OpDef("conv2d_backward_filter", "matmul", _backward_filter_infer,
+               attrs={**_CONV, "kernel_size": REQUIRED}, kernel="conv2d_backward_filter",
+               dtypes=FLOAT_DTYPES, lower=_backward_filter_lower, grad=_backward_filter_grad,
+               flops_per_element=1024.0))  # really 2 * N * OH * OW
 
 
 # -- pooling --------------------------------------------------------------------------------------
@@ -119,57 +239,150 @@ def _window_geometry(x, attrs):
     return kernel, stride, padding, (oh, ow)
 
 
-def _pool_infer(name):
-    def infer(in_types, attrs):
-        (x,) = in_types
-        _require_nchw(name, x)
-        if "mode" in attrs and attrs["mode"] not in AVG_MODES:
-            raise ValueError(f"mode must be one of {AVG_MODES}, got {attrs['mode']!r}")
-        oh, ow = _window_geometry(x, attrs)[3]
-        return (TensorType(x.shape[:2] + (oh, ow), x.dtype),)
-    return infer
-
-
-def _pool_lower(node):
-    x = node.inputs[0].type
-    kernel, stride, padding, out = _window_geometry(x, node.attr)
-    mode = K.POOL_MODES[node.attr.get("mode", "max")]
-    ints = (mode, x.shape[0] * x.shape[1], *x.shape[2:], *out, *kernel, *stride, *padding)
-    assert len(ints) == K.POOL_NINTS
-    return Launch(ints)
-
-
-def _adaptive_infer(name):
-    def infer(in_types, attrs):
-        (x,) = in_types
-        _require_nchw(name, x)
-        oshp = _pair(attrs, "oshp", 1)
+def _pooled(name, x, attrs, adaptive) -> TensorType:
+    """The forward shape rule: the pooled type of an NCHW ``x``."""
+    _require_nchw(name, x)
+    if adaptive:
         if x.shape[2] == 0 or x.shape[3] == 0:
             raise ValueError(f"input spatial size {x.shape[2:]} must be positive")
-        return (TensorType(x.shape[:2] + oshp, x.dtype),)
+        return TensorType(x.shape[:2] + _pair(attrs, "oshp", 1), x.dtype)
+    if "mode" in attrs and attrs["mode"] not in AVG_MODES:
+        raise ValueError(f"mode must be one of {AVG_MODES}, got {attrs['mode']!r}")
+    return TensorType(x.shape[:2] + _window_geometry(x, attrs)[3], x.dtype)
+
+
+def _check_pooled(name, x, dy, attrs, adaptive):
+    want = _pooled(name, x, attrs, adaptive)
+    if dy.shape != want.shape:
+        raise ValueError(f"output gradient has shape {dy.shape}, but pooling a {x.shape} input "
+                         f"gives {want.shape}")
+
+
+def _pool_infer(name, adaptive):
+    def infer(in_types, attrs):
+        (x,) = in_types
+        return (_pooled(name, x, attrs, adaptive),)
     return infer
 
 
-def _adaptive_lower(mode):
+def _max_backward_infer(name, adaptive):
+    # (x, dy) -> dx, where dy is the gradient of the pooled output
+    def infer(in_types, attrs):
+        x, dy = in_types
+        same_dtype(in_types)
+        _check_pooled(name, x, dy, attrs, adaptive)
+        return (x,)
+    return infer
+
+
+def _select_infer(name, adaptive):
+    # (x, h) -> pooled: h read at the cell where each window of x has its maximum
+    def infer(in_types, attrs):
+        x, h = in_types
+        same_dtype(in_types)
+        if h.shape != x.shape:
+            raise ValueError(f"the values read must have the input's shape {x.shape}, "
+                             f"got {h.shape}")
+        return (_pooled(name, x, attrs, adaptive),)
+    return infer
+
+
+def _avg_backward_infer(name, adaptive):
+    # (dy,) -> dx of shape (N, C, *input_hw)
+    def infer(in_types, attrs):
+        (dy,) = in_types
+        _require_nchw(name, dy)
+        x = TensorType(dy.shape[:2] + _pair(attrs, "input_hw", 1), dy.dtype)
+        _check_pooled(name, x, dy, attrs, adaptive)
+        return (x,)
+    return infer
+
+
+# Which of a node's types is the full-size one (the forward's input) and which the pooled one
+def _forward_sides(node):
+    return node.inputs[0].type, node.outputs[0].type
+
+
+def _max_backward_sides(node):
+    return node.inputs[0].type, node.inputs[1].type
+
+
+def _avg_backward_sides(node):
+    return node.outputs[0].type, node.inputs[0].type
+
+
+def _pool_lower(sides, adaptive_mode=None):
     def lower(node):
-        x, y = node.inputs[0].type, node.outputs[0].type
+        x, y = sides(node)
+        if adaptive_mode is None:
+            kernel, stride, padding, _ = _window_geometry(x, node.attr)
+            mode, window = node.attr.get("mode", "max"), (*kernel, *stride, *padding)
+        else:
+            mode, window = adaptive_mode, (0,) * 6  # windows come from the sizes alone
         ints = (K.POOL_MODES[mode], x.shape[0] * x.shape[1], *x.shape[2:], *y.shape[2:],
-                0, 0, 0, 0, 0, 0)  # windows come from the sizes alone
+                *window)
         assert len(ints) == K.POOL_NINTS
         return Launch(ints)
     return lower
 
 
+# -- pooling gradients ----------------------------------------------------------------------------
+# Average pooling is linear, so its backward's gradient is the forward again. Max pooling is
+# piecewise linear: its backward is linear in dy, with "select" (read at each window's argmax)
+# as the adjoint, and piecewise constant in x, which therefore gets no gradient.
+def _max_rules(backward, select):
+    def forward_grad(node, out_grads):
+        return (apply(backward, (node.inputs[0], out_grads[0]), **node.attr),)
+
+    def backward_grad(node, out_grads):
+        return None, apply(select, (node.inputs[0], out_grads[0]), **node.attr)
+
+    def select_grad(node, out_grads):
+        return None, apply(backward, (node.inputs[0], out_grads[0]), **node.attr)
+    return forward_grad, backward_grad, select_grad
+
+
+def _avg_rules(forward, backward):
+    def forward_grad(node, out_grads):
+        hw = node.inputs[0].shape[2:]
+        return (apply(backward, (out_grads[0],), input_hw=hw, **node.attr),)
+
+    def backward_grad(node, out_grads):
+        attrs = {k: v for k, v in node.attr.items() if k != "input_hw"}
+        return (apply(forward, (out_grads[0],), **attrs),)
+    return forward_grad, backward_grad
+
+
+def _register_max(prefix, attrs, adaptive_mode):
+    adaptive = adaptive_mode is not None
+    fwd, bwd, sel = (f"{prefix}max_pool2d{suffix}" for suffix in ("", "_backward", "_select"))
+    rules = _max_rules(bwd, sel)
+    for name, infer, sides, kernel, rule in (
+            (fwd, _pool_infer, _forward_sides, "pool2d", rules[0]),
+            (bwd, _max_backward_infer, _max_backward_sides, "max_pool2d_backward", rules[1]),
+            (sel, _select_infer, _forward_sides, "max_pool2d_select", rules[2])):
+        register(OpDef(name, "nn", infer(name, adaptive), attrs=attrs, kernel=kernel,
+                       dtypes=FLOAT_DTYPES, lower=_pool_lower(sides, adaptive_mode), grad=rule))
+
+
+def _register_avg(prefix, attrs, adaptive_mode):
+    adaptive = adaptive_mode is not None
+    fwd, bwd = f"{prefix}avg_pool2d", f"{prefix}avg_pool2d_backward"
+    rules = _avg_rules(fwd, bwd)
+    register(OpDef(fwd, "nn", _pool_infer(fwd, adaptive), attrs=attrs, kernel="pool2d",
+                   dtypes=FLOAT_DTYPES, lower=_pool_lower(_forward_sides, adaptive_mode),
+                   grad=rules[0]))
+    register(OpDef(bwd, "nn", _avg_backward_infer(bwd, adaptive),
+                   attrs={**attrs, "input_hw": REQUIRED}, kernel="avg_pool2d_backward",
+                   dtypes=FLOAT_DTYPES, lower=_pool_lower(_avg_backward_sides, adaptive_mode),
+                   grad=rules[1]))
+
+
 _WINDOW = {"kernel_size": REQUIRED, "stride": REQUIRED, "padding": (0, 0)}
-register(OpDef("max_pool2d", "nn", _pool_infer("max_pool2d"), attrs=_WINDOW, kernel="pool2d",
-               dtypes=FLOAT_DTYPES, lower=_pool_lower))
-register(OpDef("avg_pool2d", "nn", _pool_infer("avg_pool2d"),
-               attrs={**_WINDOW, "mode": AVG_MODES[1]}, kernel="pool2d", dtypes=FLOAT_DTYPES,
-               lower=_pool_lower))
-for _name, _mode in (("adaptive_max_pool2d", "adaptive_max"),
-                     ("adaptive_avg_pool2d", "adaptive_average")):
-    register(OpDef(_name, "nn", _adaptive_infer(_name), attrs={"oshp": REQUIRED},
-                   kernel="pool2d", dtypes=FLOAT_DTYPES, lower=_adaptive_lower(_mode)))
+_register_max("", _WINDOW, None)
+_register_avg("", {**_WINDOW, "mode": AVG_MODES[1]}, None)
+_register_max("adaptive_", {"oshp": REQUIRED}, "adaptive_max")
+_register_avg("adaptive_", {"oshp": REQUIRED}, "adaptive_average")
 
 
 # -- public functions (re-exported by mgegraph.functional) ---------------------------------------

@@ -76,9 +76,40 @@ def _matmul_lower(node):
     return Launch((m, n, k, int(ta), int(tb), len(shape), *shape, *sa, *sb))
 
 
+def _matmul_grad(node, out_grads):
+    """dA = G op(B)^T and dB = op(A)^T G, each as one matmul whose transpose flags absorb the
+    transposes, so no operand is copied; broadcast batch dims are summed by the walker."""
+    from .. import functional as F
+
+    a, b = node.inputs
+    g = out_grads[0]
+    if a.dtype.kind != "f":
+        return None, None
+    ta = node.attr["transpose_a"] and a.ndim >= 2
+    tb = node.attr["transpose_b"] and b.ndim >= 2
+    # A 1-D operand is the row (left) or column (right) that the forward used; its missing
+    # output dimension goes back into g, so one rule covers every case.
+    a2 = a if a.ndim >= 2 else F.expand_dims(a, 0)
+    b2 = b if b.ndim >= 2 else F.expand_dims(b, 1)
+    if b.ndim == 1:
+        g = F.expand_dims(g, -1)
+    if a.ndim == 1:
+        g = F.expand_dims(g, -2)
+    da = matmul(b2, g, transpose_a=tb, transpose_b=True) if ta else \
+        matmul(g, b2, transpose_b=not tb)
+    if b2.ndim == 2 and a2.ndim > 2 and not ta:
+        # B is one matrix shared by every batch: fold the batch into A's rows, one GEMM for dB
+        # instead of a product per batch and a sum (the forward lowering does the same).
+        rows = math.prod(a2.shape[:-1])
+        a2, g = F.reshape(a2, (rows, a2.shape[-1])), F.reshape(g, (rows, g.shape[-1]))
+    db = matmul(g, a2, transpose_a=True, transpose_b=ta) if tb else \
+        matmul(a2, g, transpose_a=not ta)
+    return (F.squeeze(da, -2) if a.ndim == 1 else da), (F.squeeze(db, -1) if b.ndim == 1 else db)
+
+
 register(OpDef("matmul", "matmul", _matmul_infer,
                attrs={"transpose_a": False, "transpose_b": False}, kernel="matmul",
-               dtypes=NUMERIC_DTYPES, lower=_matmul_lower,
+               dtypes=NUMERIC_DTYPES, lower=_matmul_lower, grad=_matmul_grad,
                flops_per_element=128.0))  # really 2k; a typical k for cost heuristics
 
 
@@ -106,8 +137,25 @@ def _linear_lower(node):
     return Launch((m, n, k, int(len(node.inputs) == 3)))
 
 
+def _linear_grad(node, out_grads):
+    """dx = g W; dW = g^T x with every leading dim folded into the rows of one GEMM;
+    db = g summed over all but its last axis."""
+    from .. import functional as F
+
+    x, w = node.inputs[:2]
+    g = out_grads[0]
+    g2, x2 = g, x
+    if x.ndim != 2:
+        rows = math.prod(x.shape[:-1])
+        g2, x2 = F.reshape(g, (rows, w.shape[0])), F.reshape(x, (rows, w.shape[1]))
+    dx, dw = matmul(g, w), matmul(g2, x2, transpose_a=True)
+    if len(node.inputs) == 2:
+        return dx, dw
+    return dx, dw, F.sum(g, axis=tuple(range(g.ndim - 1))) if g.ndim > 1 else g
+
+
 register(OpDef("linear", "matmul", _linear_infer, kernel="linear", dtypes=FLOAT_DTYPES,
-               lower=_linear_lower, flops_per_element=128.0))
+               lower=_linear_lower, grad=_linear_grad, flops_per_element=128.0))
 
 
 # -- public functions (re-exported by mgegraph.functional) ---------------------------------------

@@ -230,12 +230,13 @@ def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0.0, reduc
 
 
 def _param(g, value, shape, dtype, fill: float) -> Var:
-    """A Var for an optional parameter: as given if a Var, else a const of ``dtype``."""
-    if isinstance(value, Var):
-        return value
+    """A Var for an optional parameter: a Var or an nn.Parameter as given, an array-like as a
+    const of ``dtype``, None as a const filled with ``fill``."""
     if value is None:
         return g.const(np.full(shape, fill, dtype))
-    return g.const(np.asarray(value, dtype=dtype))
+    if isinstance(value, (np.ndarray, list, tuple, int, float)):
+        return g.const(np.asarray(value, dtype=dtype))
+    return g.lift(value)
 
 
 def layer_norm(inp, normalized_shape, affine=True, weight=None, bias=None, eps=1e-5):

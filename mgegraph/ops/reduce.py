@@ -1,6 +1,9 @@
 """Reductions over any set of axes: sum, mean, prod, var, max, min, argmax, argmin."""
 from __future__ import annotations
 
+import builtins
+import math
+
 import numpy as np
 
 from .._kernels import reduce as K
@@ -78,9 +81,51 @@ def _lower(opcode):
     return lower
 
 
+# -- gradient rules -----------------------------------------------------------------------------
+# Each takes (x, y, g, axes): input, output and output gradient, both in keepdims shape, and the
+# reduced axes. The backward is made of ordinary ops, so grad of grad works.
+def _expand(v: Var, x: Var) -> Var:
+    """A keepdims-shaped ``v`` broadcast back to ``x``'s shape."""
+    from .. import functional as F
+
+    return v if v.shape == x.shape else F.broadcast_to(v, x.shape)
+
+
+def _count(x: Var, axes) -> int:
+    return math.prod(x.shape[a] for a in axes)
+
+
+def _sum_grad(x, y, g, axes):
+    return _expand(g, x)
+
+
+def _mean_grad(x, y, g, axes):
+    return _expand(g / float(builtins.max(_count(x, axes), 1)), x)
+
+
+REDUCE_GRADS = {"sum": _sum_grad, "mean": _mean_grad}
+
+
+def _grad(name):
+    rule = REDUCE_GRADS[name]
+
+    def grad(node, out_grads):
+        from .. import functional as F
+
+        (x,), (y,), (g,) = node.inputs, node.outputs, out_grads
+        if x.dtype.kind != "f":
+            return (None,)
+        axes = canonical_axes(node.attr["axis"], x.ndim)
+        keep = reduced_shape(x.shape, axes, True)
+        y, g = (v if v.shape == keep else F.reshape(v, keep) for v in (y, g))
+        return (rule(x, y, g, axes),)
+    return grad
+
+
 for _name, _code in K.REDUCE_OPS.items():
     register(OpDef(_name, "reduce", _infer(_name), attrs={"axis": None, "keepdims": False},
                    kernel="reduce", dtypes=ALL_DTYPES, lower=_lower(_code),
+                   grad=_grad(_name) if _name in REDUCE_GRADS else None,
                    flops_per_element=2.0 if _name == "var" else 1.0))
 
 

@@ -4,6 +4,8 @@ import pytest
 
 import mgegraph as mg
 import mgegraph.functional as F
+from mgegraph.ops import conv as C
+from mgegraph.ops.builder import apply
 
 RNG = np.random.default_rng(0)
 FLOATS = [np.float32, np.float64]
@@ -260,3 +262,242 @@ def test_pool_rejects_ints():
     g = mg.Graph()
     with pytest.raises(mg.OpError, match="max_pool2d.*int32"):
         F.max_pool2d(g.input("x", (1, 1, 4, 4), "int32"), 2)
+
+
+# -- convolution backward ops ---------------------------------------------------------------------
+def taps(x_hw, w_shape, oshape, stride, padding, dilation):
+    """(i, j, rows, cols): each kernel tap and the strided slice of the padded input it reads."""
+    (sh, sw), (dh, dw) = pair(stride), pair(dilation)
+    oh, ow = oshape
+    for i in range(w_shape[2]):
+        for j in range(w_shape[3]):
+            yield (i, j, slice(i * dh, i * dh + sh * (oh - 1) + 1, sh),
+                   slice(j * dw, j * dw + sw * (ow - 1) + 1, sw))
+
+
+def backward_data_ref(w, dy, hw, stride, padding, dilation, groups):
+    """Each tap's weights scatter the output gradient back onto the padded input."""
+    (ph, pw), (h, wd) = pair(padding), hw
+    n, oc = dy.shape[:2]
+    cg, ocg = w.shape[1], oc // groups
+    dxp = np.zeros((n, cg * groups, h + 2 * ph, wd + 2 * pw))
+    for i, j, rows, cols in taps(hw, w.shape, dy.shape[2:], stride, padding, dilation):
+        for g in range(groups):
+            dxp[:, g * cg:(g + 1) * cg, rows, cols] += np.einsum(
+                "nohw,oc->nchw", dy[:, g * ocg:(g + 1) * ocg], w[g * ocg:(g + 1) * ocg, :, i, j])
+    return dxp[:, :, ph:ph + h, pw:pw + wd].astype(dy.dtype)
+
+
+def backward_filter_ref(x, dy, kernel, stride, padding, dilation, groups):
+    """Each tap's weight gradient: its input slice against the output gradient, batch summed."""
+    (ph, pw), oc = pair(padding), dy.shape[1]
+    cg, ocg = x.shape[1] // groups, oc // groups
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    dw = np.zeros((oc, cg, *kernel))
+    for i, j, rows, cols in taps(x.shape[2:], dw.shape, dy.shape[2:], stride, padding, dilation):
+        for g in range(groups):
+            tap = xp[:, g * cg:(g + 1) * cg, rows, cols]
+            dw[g * ocg:(g + 1) * ocg, :, i, j] = np.einsum("nchw,nohw->oc", tap,
+                                                           dy[:, g * ocg:(g + 1) * ocg])
+    return dw.astype(x.dtype)
+
+
+def conv_attrs(stride, padding, dilation, groups):
+    return dict(stride=pair(stride), padding=pair(padding), dilation=pair(dilation), groups=groups)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("xs,ws,stride,padding,dilation,groups", CONV_CASES)
+def test_conv2d_backward_data_matches_reference(xs, ws, stride, padding, dilation, groups, dtype):
+    conv = conv_attrs(stride, padding, dilation, groups)
+    w = RNG.standard_normal(ws).astype(dtype)
+    oshape = conv_ref(np.zeros(xs), w, None, stride, padding, dilation, groups).shape
+    dy = RNG.standard_normal(oshape).astype(dtype)
+    out = run(lambda k, d: C.conv2d_backward_data(k, d, xs[2:], **conv), w, dy)
+    check(out, backward_data_ref(w, dy, xs[2:], stride, padding, dilation, groups))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("xs,ws,stride,padding,dilation,groups", CONV_CASES)
+def test_conv2d_backward_filter_matches_reference(xs, ws, stride, padding, dilation, groups,
+                                                  dtype):
+    conv = conv_attrs(stride, padding, dilation, groups)
+    x = RNG.standard_normal(xs).astype(dtype)
+    oshape = conv_ref(x, np.zeros(ws), None, stride, padding, dilation, groups).shape
+    dy = RNG.standard_normal(oshape).astype(dtype)
+    out = run(lambda v, d: C.conv2d_backward_filter(v, d, ws[2:], **conv), x, dy)
+    check(out, backward_filter_ref(x, dy, ws[2:], stride, padding, dilation, groups))
+
+
+def test_conv2d_backward_data_takes_the_grouped_weight():
+    w, dy = RNG.standard_normal((6, 2, 3, 3)), RNG.standard_normal((2, 6, 5, 5))
+    conv = conv_attrs(1, 1, 1, 2)
+    out = run(lambda k, d: C.conv2d_backward_data(k, d, (5, 5), **conv), w.reshape(2, 3, 2, 3, 3),
+              dy)
+    check(out, backward_data_ref(w, dy, (5, 5), 1, 1, 1, 2))
+
+
+@pytest.mark.parametrize("op", ["conv2d_backward_data", "conv2d_backward_filter"])
+@pytest.mark.parametrize("xs,ws,kw,nbytes", [
+    ((8, 3, 10, 10), (16, 3, 3, 3), {}, 3 * 3 * 3 * 8 * 8 * 4),
+    ((8, 4, 10, 10), (8, 2, 3, 3), {"groups": 2, "padding": 1}, 2 * 9 * 100 * 4),
+    ((4, 8, 7, 7), (16, 8, 1, 1), {}, 0),
+])
+def test_conv2d_backward_workspace_is_the_forwards(op, xs, ws, kw, nbytes):
+    g = mg.Graph()
+    x, w = g.input("x", xs), g.input("w", ws)
+    y = F.conv2d(x, w, **kw)
+    conv = {**conv_attrs(1, 0, 1, 1), **{k: pair(v) if k != "groups" else v
+                                          for k, v in kw.items()}}
+    dy = g.input("dy", y.shape)
+    out = (C.conv2d_backward_data(w, dy, xs[2:], **conv) if op == "conv2d_backward_data"
+           else C.conv2d_backward_filter(x, dy, ws[2:], **conv))
+    plan = mg.compile([out])
+    (ins,) = [i for i in plan.instructions if i.op == op]
+    assert (0 if ins.workspace is None else plan.slots[ins.workspace].nbytes) == nbytes
+
+
+def test_conv2d_backward_build_errors():
+    g = mg.Graph()
+    w, dy, x = g.input("w", (4, 3, 3, 3)), g.input("dy", (1, 4, 3, 3)), g.input("x", (1, 3, 5, 5))
+    conv = conv_attrs(1, 0, 1, 1)
+    with pytest.raises(mg.OpError, match=r"conv2d_backward_data.*output gradient has shape"):
+        C.conv2d_backward_data(w, dy, (6, 5), **conv)
+    with pytest.raises(mg.OpError, match=r"conv2d_backward_filter.*output gradient has shape"):
+        C.conv2d_backward_filter(x, dy, (2, 3), **conv)
+    with pytest.raises(mg.OpError, match=r"conv2d_backward_filter.*groups=2 must divide"):
+        C.conv2d_backward_filter(x, dy, (3, 3), **{**conv, "groups": 2})
+
+
+# -- pooling backward ops -------------------------------------------------------------------------
+def pool_windows(hw, kernel=None, stride=None, padding=None, oshp=None):
+    """(i, j, rows, cols, padded window size) of every output cell, padding cut off."""
+    h, w = hw
+    if oshp is not None:
+        (oh, ow), area = pair(oshp), None
+        rows = [slice(i * h // oh, -(-(i + 1) * h // oh)) for i in range(oh)]
+        cols = [slice(j * w // ow, -(-(j + 1) * w // ow)) for j in range(ow)]
+    else:
+        (kh, kw), (sh, sw), (ph, pw) = pair(kernel), pair(stride), pair(padding)
+        oh, ow, area = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1, kh * kw
+        rows = [slice(max(i * sh - ph, 0), i * sh - ph + kh) for i in range(oh)]
+        cols = [slice(max(j * sw - pw, 0), j * sw - pw + kw) for j in range(ow)]
+    for i, r in enumerate(rows):
+        for j, c in enumerate(cols):
+            yield i, j, r, c, area
+
+
+def argmax_cells(x, windows):
+    """(i, j, plane index, flat cell index) of each window's first maximum (np.argmax's)."""
+    n, c, h, w = x.shape
+    planes = x.reshape(n * c, h, w)
+    for i, j, r, cl, _ in windows:
+        for p in range(n * c):
+            win = planes[p, r, cl]
+            a, b = np.unravel_index(np.argmax(win), win.shape)
+            yield i, j, p, (r.start + a) * w + cl.start + b
+
+
+def max_backward_ref(x, dy, windows):
+    dx = np.zeros(x.size)
+    plane = x.shape[2] * x.shape[3]
+    for i, j, p, cell in argmax_cells(x, windows):
+        dx[p * plane + cell] += dy.reshape(-1, *dy.shape[2:])[p, i, j]
+    return dx.reshape(x.shape).astype(x.dtype)
+
+
+def select_ref(x, h, windows, oshape):
+    y = np.zeros((x.shape[0] * x.shape[1], *oshape))
+    for i, j, p, cell in argmax_cells(x, windows):
+        y[p, i, j] = h.reshape(y.shape[0], -1)[p, cell]
+    return y.reshape(x.shape[:2] + oshape).astype(x.dtype)
+
+
+def avg_backward_ref(dy, hw, windows, mode):
+    dx = np.zeros(dy.shape[:2] + tuple(hw))
+    for i, j, r, c, area in windows:
+        cells = dx[:, :, r, c]
+        count = area if mode == "average" else cells.shape[2] * cells.shape[3]
+        cells += dy[:, :, i, j, None, None].astype(np.float64) / count
+    return dx.astype(dy.dtype)
+
+
+def pool_input(xs, dtype, ties):
+    # small integers make many ties, which must go to the first maximum of each window
+    if ties:
+        return RNG.integers(0, 3, xs).astype(dtype)
+    return RNG.standard_normal(xs).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("xs,kernel,stride,padding", POOL_CASES)
+def test_max_pool2d_backward_and_select(xs, kernel, stride, padding, ties, dtype):
+    stride = kernel if stride is None else stride
+    attrs = dict(kernel_size=pair(kernel), stride=pair(stride), padding=pair(padding))
+    x, h = pool_input(xs, dtype, ties), RNG.standard_normal(xs).astype(dtype)
+    oshape = pool_ref(x, kernel, stride, padding, "max").shape[2:]
+    dy = RNG.standard_normal(xs[:2] + oshape).astype(dtype)
+    windows = list(pool_windows(xs[2:], kernel, stride, padding))
+    check(run(lambda v, d: apply("max_pool2d_backward", (v, d), **attrs), x, dy),
+          max_backward_ref(x, dy, windows))
+    check(run(lambda v, u: apply("max_pool2d_select", (v, u), **attrs), x, h),
+          select_ref(x, h, windows, oshape))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("mode", ["average", "average_count_exclude_padding"])
+@pytest.mark.parametrize("xs,kernel,stride,padding", POOL_CASES)
+def test_avg_pool2d_backward(xs, kernel, stride, padding, mode, dtype):
+    stride = kernel if stride is None else stride
+    attrs = dict(kernel_size=pair(kernel), stride=pair(stride), padding=pair(padding), mode=mode)
+    oshape = pool_ref(np.zeros(xs), kernel, stride, padding, "max").shape[2:]
+    dy = RNG.standard_normal(xs[:2] + oshape).astype(dtype)
+    out = run(lambda d: apply("avg_pool2d_backward", (d,), input_hw=xs[2:], **attrs), dy)
+    check(out, avg_backward_ref(dy, xs[2:], pool_windows(xs[2:], kernel, stride, padding), mode))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("xs,oshp", [((2, 3, 7, 5), (3, 2)), ((1, 2, 4, 6), 4),
+                                     ((1, 2, 3, 2), (5, 4)), ((1, 1, 1, 1), 1), ((0, 3, 4, 4), 2)])
+def test_adaptive_pool2d_backward_ops(xs, oshp, dtype):
+    oshape = pair(oshp)
+    x, h = pool_input(xs, dtype, True), RNG.standard_normal(xs).astype(dtype)
+    dy = RNG.standard_normal(xs[:2] + oshape).astype(dtype)
+    windows = list(pool_windows(xs[2:], oshp=oshp))
+    check(run(lambda v, d: apply("adaptive_max_pool2d_backward", (v, d), oshp=oshape), x, dy),
+          max_backward_ref(x, dy, windows))
+    check(run(lambda v, u: apply("adaptive_max_pool2d_select", (v, u), oshp=oshape), x, h),
+          select_ref(x, h, windows, oshape))
+    out = run(lambda d: apply("adaptive_avg_pool2d_backward", (d,), input_hw=xs[2:], oshp=oshape),
+              dy)
+    check(out, avg_backward_ref(dy, xs[2:], windows, "exclude"))
+
+
+def test_max_pool2d_backward_sends_nan_windows_to_the_first_nan():
+    x = np.zeros((1, 1, 2, 2), np.float32)
+    x[0, 0, 0, 1] = x[0, 0, 1, 0] = np.nan
+    attrs = dict(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0))
+    out = run(lambda v, d: apply("max_pool2d_backward", (v, d), **attrs), x,
+              np.ones((1, 1, 1, 1), np.float32))
+    np.testing.assert_array_equal(out[0, 0], [[0, 1], [0, 0]])
+
+
+@pytest.mark.parametrize("op,inputs,attrs,reason", [
+    ("max_pool2d_backward", [(1, 1, 4, 4), (1, 1, 3, 3)],
+     {"kernel_size": (2, 2), "stride": (2, 2)}, "output gradient has shape"),
+    ("max_pool2d_select", [(1, 1, 4, 4), (1, 1, 4, 3)],
+     {"kernel_size": (2, 2), "stride": (2, 2)}, "must have the input's shape"),
+    ("avg_pool2d_backward", [(1, 1, 2, 2)],
+     {"kernel_size": (2, 2), "stride": (2, 2), "input_hw": (6, 6)}, "output gradient has shape"),
+    ("adaptive_max_pool2d_backward", [(1, 1, 4, 4), (1, 2, 2, 2)], {"oshp": (2, 2)},
+     "output gradient has shape"),
+    ("avg_pool2d_backward", [(1, 1, 2, 2)],
+     {"kernel_size": (2, 2), "stride": (2, 2), "input_hw": (4, 4), "mode": "sum"},
+     "mode must be one of"),
+])
+def test_pool_backward_build_errors(op, inputs, attrs, reason):
+    g = mg.Graph()
+    xs = [g.input(f"x{i}", s) for i, s in enumerate(inputs)]
+    with pytest.raises(mg.OpError, match=f"{op}.*{reason}"):
+        apply(op, xs, **attrs)

@@ -7,6 +7,7 @@ from hypothesis.extra import numpy as hnp
 
 import mgegraph as mg
 import mgegraph.functional as F
+from mgegraph.ops.builder import apply
 
 RNG = np.random.default_rng(0)
 DTYPES = [np.float32, np.float64, np.int32, np.int64, np.bool_]
@@ -423,3 +424,121 @@ def test_fill_errors():
         F.full((2, -1), 0, graph=g)
     with pytest.raises(TypeError, match="graph="):
         F.arange(5, graph=None)
+
+
+# -- adjoint ops made by gradient rules: slice_backward, pad_backward, index_add, scatter_add ---
+ADD_DTYPES = [np.float32, np.float64, np.int32, np.int64]
+
+
+def check_twice(fn, ref, *arrays):
+    """Run one plan on two feeds: an adjoint that does not zero its output would add the first
+    run's result into the second."""
+    g = mg.Graph()
+    xs = [g.input(f"x{i}", a.shape, a.dtype) for i, a in enumerate(arrays)]
+    plan = mg.compile([fn(*xs)])
+    for scale in (1, 3):
+        feeds = [(arrays[0] * scale).astype(arrays[0].dtype), *arrays[1:]]
+        (out,) = plan.run({f"x{i}": a for i, a in enumerate(feeds)})
+        want = ref(*feeds)
+        assert out.shape == want.shape and out.dtype == want.dtype, (out.shape, want.shape)
+        np.testing.assert_allclose(out, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape, index", [((4, 5, 3), (slice(1, None, 2), slice(None, None, -2))),
+                                          ((6,), (slice(5, 0, -3),)), ((3, 4), (slice(1, 1),)),
+                                          ((2, 3, 4), (1, slice(None), slice(-1, 0, -1)))])
+def test_slice_backward(dtype, shape, index):
+    index = index + (slice(None),) * (len(shape) - len(index))
+    index = tuple(i if isinstance(i, slice) else slice(i, i + 1) for i in index)
+    attrs = {k: tuple(getattr(i, k[:-1]) for i in index) for k in ("starts", "stops", "steps")}
+    g = sample(np.zeros(shape)[index].shape, dtype)
+
+    def ref(a):
+        out = np.zeros(shape, dtype)
+        out[index] = a
+        return out
+    check_twice(lambda x: apply("slice_backward", (x,), shape=shape, **attrs), ref, g)
+
+
+@pytest.mark.parametrize("dtype", ADD_DTYPES)
+@pytest.mark.parametrize("mode", ["constant", "edge", "reflect"])
+@pytest.mark.parametrize("shape, width", [((3, 4), ((1, 2), (0, 3))), ((4,), ((6, 7),)),
+                                          ((2, 3, 4, 5), ((0, 0), (0, 0), (2, 1), (1, 0))),
+                                          ((1, 3), ((2, 2), (1, 1))), ((2, 2), ((0, 0), (0, 0)))])
+def test_pad_backward(dtype, mode, shape, width):
+    # pad's adjoint: each padded element adds into the input element np.pad copied it from
+    source = np.pad(np.arange(int(np.prod(shape))).reshape(shape), width, mode=mode,
+                    **({"constant_values": -1} if mode == "constant" else {}))
+    g = sample(source.shape, dtype)
+
+    def ref(a):
+        out = np.zeros(int(np.prod(shape)), dtype)
+        np.add.at(out, source[source >= 0], a[source >= 0])
+        return out.reshape(shape)
+    check_twice(lambda x: apply("pad_backward", (x,), pad_width=width, mode=mode), ref, g)
+
+
+@pytest.mark.parametrize("dtype", ADD_DTYPES)
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("src_shape, index_shape, axis, size",
+                         [((3, 6), (6,), 1, 4), ((5, 2), (5,), 0, 3), ((2, 2, 3, 4), (2, 3), -2, 3),
+                          ((4, 2), (), 1, 4), ((2, 0), (0,), 1, 3), ((0, 2), (2,), 1, 5)])
+def test_index_add(dtype, index_dtype, src_shape, index_shape, axis, size):
+    # repeated and negative indices accumulate, as np.add.at
+    src = sample(src_shape, dtype)
+    idx = RNG.integers(-size, size, index_shape).astype(index_dtype)
+    k = len(index_shape)
+    nd = len(src_shape) - k + 1
+    ax = axis % nd
+
+    def ref(a, i):
+        out = np.zeros(src_shape[:ax] + (size,) + src_shape[ax + k:], dtype)
+        np.add.at(out, (slice(None),) * ax + (i,), a)
+        return out
+    check_twice(lambda x, i: apply("index_add", (x, i), axis=axis, size=size), ref, src, idx)
+
+
+@pytest.mark.parametrize("dtype", ADD_DTYPES)
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("shape, index_shape, axis", [((3, 4), (3, 6), 1), ((3, 4), (5, 4), 0),
+                                                      ((2, 3, 4), (2, 3, 4), -1),
+                                                      ((2, 3, 4), (1, 6, 4), 1),
+                                                      ((1, 4), (3, 2), 1), ((3, 4), (3, 0), 1)])
+def test_scatter_add(dtype, index_dtype, shape, index_shape, axis):
+    # gather's adjoint: also adds over the axes along which gather broadcast its input
+    n = shape[axis]
+    idx = RNG.integers(-n, n, index_shape).astype(index_dtype)
+    where = np.take_along_axis(np.arange(int(np.prod(shape))).reshape(shape), idx, axis)
+    src = sample(where.shape, dtype)
+
+    def ref(a, i):
+        out = np.zeros(int(np.prod(shape)), dtype)
+        np.add.at(out, where.ravel(), a.ravel())
+        return out.reshape(shape)
+    check_twice(lambda x, i: apply("scatter_add", (x, i), axis=axis, shape=shape), ref, src, idx)
+
+
+def test_adjoint_op_errors():
+    g = mg.Graph()
+    x, i = g.input("x", (2, 3)), g.input("i", (3,), "int32")
+    with pytest.raises(mg.OpError, match="slice_backward.*not the input's"):
+        apply("slice_backward", (x,), shape=(4, 3), starts=(0, 0), stops=(3, 3), steps=(1, 1))
+    with pytest.raises(mg.OpError, match="pad_backward.*wider"):
+        apply("pad_backward", (x,), pad_width=((1, 2), (0, 0)), mode="edge")
+    with pytest.raises(mg.OpError, match="pad_backward.*mode"):
+        apply("pad_backward", (x,), pad_width=((0, 0), (1, 1)), mode="wrap")
+    with pytest.raises(mg.OpError, match="index_add.*indices' shape"):
+        apply("index_add", (x, i), axis=0, size=4)
+    with pytest.raises(mg.OpError, match="index_add.*size"):
+        apply("index_add", (x, i), axis=1, size=-1)
+    with pytest.raises(mg.OpError, match="index_add.*bool"):
+        apply("index_add", (x > 0, i), axis=1, size=2)
+    with pytest.raises(mg.OpError, match="scatter_add.*not the source's"):
+        apply("scatter_add", (x, g.input("k", (1, 3), "int64")), axis=1, shape=(4, 5))
+    ones = sample((2, 3))
+    with pytest.raises(mg.KernelError, match="index_add.*out of range"):
+        run(lambda x, i: apply("index_add", (x, i), axis=1, size=2), ones, np.arange(3))
+    with pytest.raises(mg.KernelError, match="scatter_add.*out of range"):
+        run(lambda x, j: apply("scatter_add", (x, j), axis=1, shape=(2, 2)), ones,
+            np.array([[0, 1, -3]] * 2))

@@ -1,0 +1,368 @@
+"""The public movement functions (re-exported by mgegraph.functional via mgegraph.ops.movement).
+
+Design: these validate user arguments and pick node attributes; the ops themselves, their shape
+rules and gradient rules live in mgegraph.ops.movement. Several functions (flip, tile, repeat,
+roll, stack, subscript) are compositions of the ops, so their gradients come for free.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+
+import numpy as np
+
+from ..ir.errors import OpError, user_location
+from ..ir.graph import Var
+from ..ir.types import as_dtype
+from .builder import apply, apply_multi, graph_of, promote
+from .movement import _axis
+
+__all__ = ["reshape", "flatten", "expand_dims", "squeeze", "transpose", "broadcast_to", "concat",
+           "stack", "split", "pad", "subscript", "gather", "take", "one_hot", "flip", "tile",
+           "repeat", "roll", "full", "zeros", "ones", "full_like", "zeros_like", "ones_like",
+           "arange", "linspace"]
+
+
+def _fail(op: str, inputs, reason: str):
+    """Build-time errors found by a public function read like those of an op's shape rule."""
+    raise OpError(op, [v.type for v in inputs], reason, user_location())
+
+
+def _int_tuple(op: str, inp, values) -> tuple[int, ...]:
+    values = (values,) if isinstance(values, (numbers.Integral, np.integer)) else values
+    try:
+        return tuple(operator.index(v) for v in values)
+    except TypeError:
+        _fail(op, [inp], f"expected an int or a sequence of ints, got {values!r}")
+
+
+def _axes(op: str, inp, axis, ndim: int) -> tuple[int, ...]:
+    axes = _int_tuple(op, inp, axis)
+    try:
+        result = tuple(_axis(a, ndim) for a in axes)
+    except ValueError as exc:
+        _fail(op, [inp], str(exc))
+    if len(set(result)) != len(result):
+        _fail(op, [inp], f"repeated axis in {axis}")
+    return result
+
+
+def _view(x: Var, shape) -> Var:
+    shape = tuple(shape)
+    return x if x.shape == shape else apply("reshape", (x,), shape=shape)
+
+
+def reshape(inp, target_shape):
+    """Reshape without copying (the result views ``inp``'s buffer); one dimension may be -1.
+
+    >>> y = F.reshape(x, (2, -1))
+    """
+    return apply("reshape", (inp,), shape=_int_tuple("reshape", inp, target_shape))
+
+
+def flatten(inp, start_axis=0, end_axis=-1):
+    """Merge axes ``start_axis..end_axis`` (inclusive) into one. ``F.flatten(x, 1)``"""
+    if inp.ndim == 0:
+        return _view(inp, (1,))
+    start, end = (_axes("flatten", inp, a, inp.ndim)[0] for a in (start_axis, end_axis))
+    if start > end:
+        _fail("flatten", [inp], f"start_axis {start_axis} comes after end_axis {end_axis}")
+    s = inp.shape
+    return _view(inp, s[:start] + (math.prod(s[start:end + 1]),) + s[end + 1:])
+
+
+def expand_dims(inp, axis):
+    """Insert axes of size 1 at ``axis`` (int or tuple, positions in the result)."""
+    ndim = inp.ndim + len(_int_tuple("expand_dims", inp, axis))
+    new = set(_axes("expand_dims", inp, axis, ndim))
+    dims = iter(inp.shape)
+    return _view(inp, [1 if d in new else next(dims) for d in range(ndim)])
+
+
+def squeeze(inp, axis=None):
+    """Remove axes of size 1: all of them, or those in ``axis``, which must have size 1."""
+    axes = [d for d, n in enumerate(inp.shape) if n == 1] if axis is None else \
+        _axes("squeeze", inp, axis, inp.ndim)
+    for d in axes:
+        if inp.shape[d] != 1:
+            _fail("squeeze", [inp], f"cannot squeeze axis {d} of size {inp.shape[d]}")
+    return _view(inp, [n for d, n in enumerate(inp.shape) if d not in axes])
+
+
+def transpose(inp, pattern):
+    """Permute axes; ``pattern=None`` reverses them and ``"x"`` inserts a new axis of size 1.
+
+    >>> F.transpose(x, (1, "x", 0)).shape  # x: (2, 3) -> (3, 1, 2)
+    """
+    if pattern is None:
+        pattern = tuple(reversed(range(inp.ndim)))
+    if len(pattern) == 1 and isinstance(pattern[0], (tuple, list)):
+        pattern = pattern[0]  # Var.transpose((1, 0)) as well as Var.transpose(1, 0)
+    pattern = tuple("x" if p == "x" else _int_tuple("transpose", inp, p)[0] for p in pattern)
+    if pattern == tuple(range(inp.ndim)):
+        return inp
+    return apply("transpose", (inp,), pattern=pattern)
+
+
+def broadcast_to(inp, shape):
+    """Broadcast to ``shape`` by NumPy's rules (copies; size-1 axes are read with stride 0)."""
+    shape = _int_tuple("broadcast_to", inp, shape)
+    return inp if inp.shape == shape else apply("broadcast_to", (inp,), shape=shape)
+
+
+def concat(inps, axis=0):
+    """Join along an existing axis; dtypes are promoted as NumPy does.
+
+    >>> F.concat([a, b], axis=1)
+    """
+    inps = list(inps)
+    if not inps:
+        raise ValueError("concat needs at least one input")
+    inps = promote(*inps)
+    return inps[0] if len(inps) == 1 else apply("concat", inps, axis=axis)
+
+
+def stack(inps, axis=0):
+    """Join equally shaped inputs along a new axis. ``F.stack([a, b], axis=-1)``"""
+    inps = promote(*inps)
+    if len({v.shape for v in inps}) != 1:
+        _fail("stack", inps, "all inputs must have the same shape")
+    (axis,) = _axes("stack", inps[0], axis, inps[0].ndim + 1)
+    return concat([expand_dims(v, axis) for v in inps], axis)
+
+
+def _split_ranges(inp, sections, n: int):
+    if isinstance(sections, (numbers.Integral, np.integer)):
+        k = int(sections)
+        if k < 1 or n % k:
+            _fail("split", [inp], f"axis of size {n} cannot be split into {k} equal parts")
+        return tuple((i * n // k, (i + 1) * n // k) for i in range(k))
+    points = (0, *_int_tuple("split", inp, sections), n)
+    ranges = []
+    for a, b in zip(points, points[1:]):  # numpy.split: part i is x[points[i]:points[i + 1]]
+        r = range(*slice(a, b).indices(n))
+        ranges.append((r.start, r.start + len(r)))
+    return tuple(ranges)
+
+
+def split(inp, nsplits_or_sections, axis=0):
+    """Split into a list of parts: an int is a number of equal parts, a list holds split indices
+    as in ``numpy.split``. ``a, b = F.split(x, [2], axis=1)``"""
+    (axis,) = _axes("split", inp, axis, inp.ndim)
+    ranges = _split_ranges(inp, nsplits_or_sections, inp.shape[axis])
+    return list(apply_multi("split", (inp,), axis=axis, ranges=ranges))
+
+
+def _pad_width(src, pad_width):
+    ndim = src.ndim
+    if isinstance(pad_width, (numbers.Integral, np.integer)):
+        return ((int(pad_width),) * 2,) * ndim
+    pad_width = tuple(pad_width)
+    if len(pad_width) == 2 and all(isinstance(p, (numbers.Integral, np.integer))
+                                   for p in pad_width):
+        return (_int_tuple("pad", src, pad_width),) * ndim  # NumPy's (before, after) for all
+    pairs = tuple(_int_tuple("pad", src, p) for p in pad_width)
+    return pairs + ((0, 0),) * (ndim - len(pairs))  # MegEngine: missing trailing axes unpadded
+
+
+def pad(src, pad_width, mode="constant", constant_value=0.0):
+    """Pad with ``pad_width`` (per-axis (before, after) pairs from the first axis, as MegEngine;
+    an int or one pair pads every axis, as NumPy). Modes: constant, edge (or replicate), reflect.
+
+    >>> F.pad(x, ((1, 1), (2, 0)), mode="reflect")
+    """
+    mode = "edge" if mode == "replicate" else mode
+    return apply("pad", (src,), pad_width=_pad_width(src, pad_width), mode=mode,
+                 constant_value=float(constant_value))
+
+
+def _index_items(inp, index) -> list:
+    items = list(index) if isinstance(index, tuple) else [index]
+    for item in items:
+        if isinstance(item, (bool, np.bool_)) or not (
+                item is None or item is Ellipsis or isinstance(item, slice)
+                or isinstance(item, (numbers.Integral, np.integer))):
+            _fail("subscript", [inp], f"unsupported index {item!r}: use ints, slices, None and "
+                  "..., or F.take / F.gather for index arrays")
+    if sum(item is Ellipsis for item in items) > 1:
+        _fail("subscript", [inp], "an index can only have a single ellipsis")
+    used = sum(item is not None and item is not Ellipsis for item in items)
+    if used > inp.ndim:
+        _fail("subscript", [inp], f"too many indices ({used}) for a {inp.ndim}-d input")
+    fill = [slice(None)] * (inp.ndim - used)
+    if Ellipsis in items:
+        at = next(i for i, item in enumerate(items) if item is Ellipsis)
+        return items[:at] + fill + items[at + 1:]
+    return items + fill
+
+
+def _index_bounds(inp, item, axis: int):
+    """(start, stop, step) for the slice op, the kept length or None, and whether it is a no-op."""
+    n = inp.shape[axis]
+    if isinstance(item, slice):
+        try:
+            r = range(*item.indices(n))
+        except (TypeError, ValueError) as exc:
+            _fail("subscript", [inp], f"bad slice {item}: {exc}")
+        return (item.start, item.stop, item.step), len(r), len(r) == n and (n < 2 or r.step == 1)
+    i = operator.index(item)
+    if not -n <= i < n:
+        _fail("subscript", [inp], f"index {i} is out of range for axis {axis} of size {n}")
+    return (i % n, i % n + 1, 1), None, n == 1
+
+
+def subscript(inp, index):
+    """``inp[index]`` with ints (negative too; each removes its axis), slices with any step,
+    ``...`` and ``None`` (a new axis): one ``slice`` node plus a view for removed/added axes.
+    An integer Var or array as the whole index takes rows: ``x[ids]`` is ``F.take(x, ids, 0)``.
+
+    >>> y = x[1, ::-2, None]
+    """
+    if isinstance(index, Var) or (isinstance(index, (list, np.ndarray))
+                                  and np.asarray(index).dtype.kind in "iu"):
+        return take(inp, index, axis=0)
+    bounds, shape, trivial = [], [], True
+    for item in _index_items(inp, index):
+        if item is None:
+            shape.append(1)
+            continue
+        b, length, same = _index_bounds(inp, item, len(bounds))
+        bounds.append(b)
+        shape += [] if length is None else [length]
+        trivial &= same
+    x = inp
+    if not trivial:
+        starts, stops, steps = zip(*bounds)
+        x = apply("slice", (inp,), starts=starts, stops=stops, steps=steps)
+    return _view(x, shape)
+
+
+def gather(inp, axis, index):
+    """``out[..., i, ...] = inp[..., index[..., i, ...], ...]`` along ``axis``, as
+    ``numpy.take_along_axis`` (negative indices count from the end; the other axes broadcast).
+
+    >>> F.gather(x, 1, idx)  # x: (N, C), idx: (N, 1) int32 -> (N, 1)
+    """
+    return apply("gather", (inp, index), axis=axis)
+
+
+def take(inp, indices, axis=None):
+    """``numpy.take``: rows of ``inp`` along ``axis`` (the flattened input when None) picked by
+    integer ``indices`` of any shape; negative indices count from the end."""
+    g = graph_of(inp)
+    indices = g.const(np.asarray(indices, np.int64)) if not isinstance(indices, Var) else indices
+    if axis is None:
+        inp, axis = _view(inp, (inp.size,)), 0
+    return apply("take", (inp, indices), axis=axis)
+
+
+def one_hot(inp, num_classes):
+    """One-hot rows of an int32/int64 input, in the input's dtype (as MegEngine)."""
+    return apply("one_hot", (inp,), num_classes=operator.index(num_classes))
+
+
+def flip(inp, axis):
+    """Reverse the order of elements along ``axis`` (int or tuple)."""
+    axes = _axes("flip", inp, axis, inp.ndim)
+    return subscript(inp, tuple(slice(None, None, -1) if d in axes else slice(None)
+                                for d in range(inp.ndim)))
+
+
+def tile(inp, reps):
+    """Repeat the whole input ``reps[i]`` times along axis i, as ``numpy.tile``."""
+    reps = _int_tuple("tile", inp, reps)
+    ndim = max(len(reps), inp.ndim)
+    reps = (1,) * (ndim - len(reps)) + reps
+    shape = (1,) * (ndim - inp.ndim) + inp.shape
+    x = _view(inp, [d for n in shape for d in (1, n)])
+    x = broadcast_to(x, [d for r, n in zip(reps, shape) for d in (r, n)])
+    return _view(x, [r * n for r, n in zip(reps, shape)])
+
+
+def repeat(inp, repeats, axis=None):
+    """Repeat each element ``repeats`` times along ``axis`` (the flattened input when None)."""
+    if axis is None:
+        inp, axis = _view(inp, (inp.size,)), 0
+    (axis,) = _axes("repeat", inp, axis, inp.ndim)
+    s = inp.shape
+    x = broadcast_to(_view(inp, s[:axis + 1] + (1,) + s[axis + 1:]),
+                     s[:axis + 1] + (operator.index(repeats),) + s[axis + 1:])
+    return _view(x, s[:axis] + (s[axis] * operator.index(repeats),) + s[axis + 1:])
+
+
+def roll(inp, shift, axis=None):
+    """Roll elements along ``axis`` (int or tuple, with a shift each); None rolls the flat input.
+    Each axis is one split into two parts and one concat."""
+    if axis is None:
+        return _view(roll(_view(inp, (inp.size,)), shift, 0), inp.shape)
+    shifts, axes = _int_tuple("roll", inp, shift), _axes("roll", inp, axis, inp.ndim)
+    if len(shifts) != len(axes):
+        _fail("roll", [inp], f"shift {shift} and axis {axis} differ in length")
+    x = inp
+    for s, d in zip(shifts, axes):
+        n = x.shape[d]
+        if n and s % n:
+            cut = n - s % n
+            head, tail = apply_multi("split", (x,), axis=d, ranges=((cut, n), (0, cut)))
+            x = apply("concat", (head, tail), axis=d)
+    return x
+
+
+# -- fills -----------------------------------------------------------------------------------
+def _no_input_node(graph, op: str, **attrs) -> Var:
+    from ..ir.graph import Graph
+
+    if not isinstance(graph, Graph):
+        raise TypeError(f"{op} has no input Var, so it needs graph=<mgegraph.Graph>, got {graph!r}")
+    (out,) = graph.add_node(op, (), attrs).outputs
+    return out
+
+
+def full(shape, value, dtype="float32", *, graph):
+    """A tensor of ``shape`` filled with ``value``, made by a fill kernel (no constant stored).
+
+    >>> F.full((2, 3), 7, "int32", graph=g)
+    """
+    dtype = as_dtype(dtype)
+    return _no_input_node(graph, "fill", shape=tuple(shape), dtype=str(dtype),
+                          value=np.array(value).astype(dtype).item())
+
+
+def zeros(shape, dtype="float32", *, graph):
+    return full(shape, 0, dtype, graph=graph)
+
+
+def ones(shape, dtype="float32", *, graph):
+    return full(shape, 1, dtype, graph=graph)
+
+
+def full_like(inp, value):
+    """Shape and dtype of ``inp`` filled with ``value``; does not depend on ``inp``'s values."""
+    return full(inp.shape, value, inp.dtype, graph=inp.graph)
+
+
+def zeros_like(inp):
+    return full_like(inp, 0)
+
+
+def ones_like(inp):
+    return full_like(inp, 1)
+
+
+def arange(start=0, stop=None, step=1, dtype="float32", *, graph):
+    """Values ``start, start + step, ...`` below ``stop`` (``arange(n)`` counts from 0).
+
+    >>> F.arange(5, graph=g)
+    """
+    if stop is None:
+        start, stop = 0, start
+    start, stop, step = (v.item() if isinstance(v, np.generic) else v for v in (start, stop, step))
+    return _no_input_node(graph, "arange", start=start, stop=stop, step=step,
+                          dtype=str(as_dtype(dtype)))
+
+
+def linspace(start, stop, num, dtype="float32", *, graph):
+    """``num`` evenly spaced values from ``start`` to ``stop``, both included."""
+    return _no_input_node(graph, "linspace", start=start, stop=stop, num=operator.index(num),
+                          dtype=str(as_dtype(dtype)))
