@@ -32,3 +32,16 @@ def test_op_overhead(benchmark, impl):
 def test_mlp_infer(benchmark, impl, batch):
     benchmark.group = f"mlp-infer batch {batch}"
     run(benchmark, built("mlp_infer", batch), impl)
+
+
+@pytest.mark.parametrize("impl", ["gemms only (scipy blas)", "mgegraph step", "numpy hand-written",
+                                  "torch eager"])
+def test_mlp_train(benchmark, impl):
+    benchmark.group = "mlp-train batch 128"
+    run(benchmark, built("mlp_train"), impl)
+
+
+@pytest.mark.parametrize("impl", ["torch eager", "mgegraph step"])
+def test_convnet_train(benchmark, impl):
+    benchmark.group = "convnet-train batch 32"
+    run(benchmark, built("convnet_train"), impl)

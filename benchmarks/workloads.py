@@ -126,3 +126,126 @@ def mlp_infer(batch: int) -> dict:
 
         impls["torch eager"] = torch_eager
     return impls
+
+
+# -- mlp-train: one SGD step of the same MLP with softmax cross-entropy, batch 128 ----------------
+def _mlp_module():
+    from mgegraph import nn
+
+    layers = []
+    for k, (i, o) in enumerate(zip(MLP_LAYERS[:-1], MLP_LAYERS[1:])):
+        layers.append(nn.Linear(i, o))
+        if k < len(MLP_LAYERS) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+def _batch(shape, classes=10):
+    rng = np.random.default_rng(SEED + 2)
+    return (rng.standard_normal(shape, dtype=np.float32),
+            rng.integers(0, classes, shape[0]).astype(np.int64))
+
+
+def mlp_train() -> dict:
+    from scipy.linalg import blas
+
+    from mgegraph import nn, optim
+
+    nn.init.manual_seed(SEED)
+    model = _mlp_module()
+    x, y = _batch((128, MLP_LAYERS[0]))
+    step = mg.compile_train_step(model, F.cross_entropy, optim.SGD(model.parameters(), lr=0.01),
+                                 example_batch=(x, y))
+    step(x, y)
+    weights = [(lyr.weight.value.copy(), lyr.bias.value.copy()) for lyr in model.layers[::2]]
+
+    # The GEMMs of the step back to back: 3 forward, 3 weight gradients, 2 input gradients.
+    # Every operand is passed as an F-contiguous view so that SciPy copies nothing.
+    acts = [x] + [np.empty((128, w.shape[0]), np.float32) for w, _ in weights]
+    dws = [np.empty_like(w) for w, _ in weights]
+    dxs = [np.empty((128, w.shape[1]), np.float32) for w, _ in weights[1:]]
+
+    def gemms_only():
+        for (w, _), a, out in zip(weights, acts[:-1], acts[1:]):
+            blas.sgemm(1.0, w.T, a.T, beta=0.0, c=out.T, overwrite_c=True, trans_a=True)
+        for a, g, dw in zip(acts[:-1], acts[1:], dws):
+            blas.sgemm(1.0, a.T, g.T, beta=0.0, c=dw.T, overwrite_c=True, trans_b=True)
+        for (w, _), g, dx in zip(weights[1:], acts[2:], dxs):
+            blas.sgemm(1.0, w.T, g.T, beta=0.0, c=dx.T, overwrite_c=True)
+
+    def numpy_step():
+        hs, a = [x], x
+        for k, (w, b) in enumerate(weights):
+            a = a @ w.T + b
+            if k < len(weights) - 1:
+                a = np.maximum(a, 0)
+            hs.append(a)
+        p = np.exp(a - a.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        p[np.arange(len(y)), y] -= 1
+        g = p / len(y)
+        for k in range(len(weights) - 1, -1, -1):
+            w, b = weights[k]
+            dw, db = g.T @ hs[k], g.sum(0)
+            if k:
+                g = (g @ w) * (hs[k] > 0)
+            w -= 0.01 * dw
+            b -= 0.01 * db
+
+    impls = {"gemms only (scipy blas)": gemms_only, "mgegraph step": lambda: step(x, y),
+             "numpy hand-written": numpy_step}
+    torch = _torch()
+    if torch is not None:
+        impls["torch eager"] = _torch_train_step(torch, model, x, y, "mlp")
+    return impls
+
+
+def _torch_train_step(torch, model, x, y, kind):
+    if kind == "mlp":
+        tmodel = torch.nn.Sequential(torch.nn.Linear(784, 1024), torch.nn.ReLU(),
+                                     torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+                                     torch.nn.Linear(1024, 10))
+    else:
+        tmodel = _torch_convnet(torch)
+    opt = torch.optim.SGD(tmodel.parameters(), lr=0.01)
+    tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+
+    def torch_step():
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(tmodel(tx), ty).backward()
+        opt.step()
+
+    return torch_step
+
+
+# -- convnet-train ---------------------------------------------------------------------------------
+def _convnet():
+    from mgegraph import nn
+
+    return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(),
+                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                         nn.Flatten(), nn.Linear(128, 10))
+
+
+def _torch_convnet(torch):
+    t = torch.nn
+    return t.Sequential(t.Conv2d(3, 32, 3, padding=1), t.ReLU(), t.Conv2d(32, 64, 3, padding=1),
+                        t.ReLU(), t.MaxPool2d(2), t.Conv2d(64, 128, 3, padding=1), t.ReLU(),
+                        t.AdaptiveAvgPool2d(1), t.Flatten(), t.Linear(128, 10))
+
+
+def convnet_train() -> dict:
+    from mgegraph import nn, optim
+
+    nn.init.manual_seed(SEED)
+    model = _convnet()
+    x, y = _batch((32, 3, 32, 32))
+    step = mg.compile_train_step(model, F.cross_entropy, optim.SGD(model.parameters(), lr=0.01),
+                                 example_batch=(x, y))
+    step(x, y)
+    impls = {"mgegraph step": lambda: step(x, y)}
+    torch = _torch()
+    if torch is not None:
+        impls = {"torch eager": _torch_train_step(torch, model, x, y, "convnet"), **impls}
+    return impls

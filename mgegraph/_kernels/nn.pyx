@@ -6,9 +6,14 @@
 #   layer_norm     [R, N]                    / [eps]          R rows of N; weight, bias of N
 #   batch_norm     [N, C, M, training]       / [eps]          input (N, C, M), stats per channel
 #   dropout        [size, seed]              / [drop_prob]
+#   cross_entropy_backward  as cross_entropy
+#   layer_norm_backward     as layer_norm
+#   batch_norm_backward     [N, C, M]        / [eps]
 # Buffers: softmax x, y; cross_entropy pred, label, loss; layer_norm x, weight, bias, y;
 # batch_norm x, weight, bias, then y, mean, var (training) or running_mean, running_var, y;
-# dropout x, y.
+# dropout x, y; cross_entropy_backward pred, label, dloss, dpred; layer_norm_backward x, weight,
+# dy, then dx, dweight, dbias and a workspace of 2 N doubles; batch_norm_backward x, weight,
+# batch mean, batch var, dy, then dx, dweight, dbias.
 #
 # Design: ops that reduce over a middle axis of (O, n, M) handle up to CHUNK neighbouring columns
 # at once, so every step reads a contiguous run of the inner dims instead of striding by M.
@@ -322,6 +327,143 @@ cdef int dropout_impl(const floating* x, floating* y, const Call* c) noexcept no
     return KERNEL_OK
 
 
+# -- backward kernels -----------------------------------------------------------------------------
+# Design: the training step runs these every step, so each is one pass (two for the norms) over
+# its input instead of the ten or so elementwise and reduction nodes of the composed formula.
+cdef int ce_backward_chunk(const floating* x, const char* label, floating* dx, Py_ssize_t C,
+                           Py_ssize_t M, Py_ssize_t cnt, bint logits, bint wide, double ls,
+                           const double* scale) noexcept nogil:
+    # d loss / d x_i = (softmax_i - t_i) * scale for logits, -t_i / p_i * scale for
+    # probabilities, with the smoothed target t_i = (1 - ls) [i == label] + ls / C. Safe in place
+    # (dx == x): each element is read before it is written.
+    cdef floating mx[CHUNK]
+    cdef double lse[CHUNK]
+    cdef int64_t k[CHUNK]
+    cdef double off = ls / C, t
+    cdef Py_ssize_t i, b
+    for b in range(cnt):
+        k[b] = label_at(label, b, wide)
+        if k[b] < 0 or k[b] >= C:
+            return KERNEL_INDEX_OUT_OF_RANGE
+    if logits:
+        column_logsumexp(x, C, M, cnt, mx, lse)
+    for i in range(C):
+        for b in range(cnt):
+            t = off + (1 - ls if k[b] == i else 0.0)
+            if logits:
+                dx[i * M + b] = <floating>((f_exp(<floating>(x[i * M + b] - lse[b])) - t)
+                                           * scale[b])
+            else:  # t == 0 (no smoothing, other class): 0 even where p is 0
+                dx[i * M + b] = <floating>(-t / x[i * M + b] * scale[b]) if t != 0 else 0
+    return KERNEL_OK
+
+
+cdef int ce_backward_impl(const floating* x, const char* label, const floating* g, floating* dx,
+                          const Call* c) noexcept nogil:
+    cdef Py_ssize_t O = c.ints[0], C = c.ints[1], M = c.ints[2], o, m0, cnt, b, k = 0
+    cdef bint logits = c.ints[3] != 0, wide = c.ints[5] != 0
+    cdef int reduction = <int>c.ints[4], status
+    cdef double ls = c.floats[0], shared = 0
+    cdef double scale[CHUNK]
+    cdef Py_ssize_t item = 8 if wide else 4
+    if O * M == 0:
+        return KERNEL_OK  # nothing to write, and no loss gradient to read for "none"
+    if reduction != RED_NONE:
+        shared = g[0] / <double>(O * M) if reduction == RED_MEAN else g[0]
+    for o in range(O):
+        m0 = 0
+        while m0 < M:
+            cnt = chunk_len(m0, M)
+            for b in range(cnt):
+                scale[b] = g[k + b] if reduction == RED_NONE else shared
+            status = ce_backward_chunk(x + o * C * M + m0, label + k * item, dx + o * C * M + m0,
+                                       C, M, cnt, logits, wide, ls, scale)
+            if status != KERNEL_OK:
+                return status
+            k += cnt
+            m0 += cnt
+    return KERNEL_OK
+
+
+cdef int layer_norm_backward_impl(const floating* x, const floating* w, const floating* g,
+                                  floating* dx, floating* dw, floating* db, double* acc,
+                                  const Call* c) noexcept nogil:
+    # dx = rstd (g w - mean(g w) - xhat mean(g w xhat)); dw, db sum over rows in ``acc`` (double,
+    # 2 N) so that float32 inputs with many rows do not lose the small terms. Safe in place.
+    cdef Py_ssize_t R = c.ints[0], N = c.ints[1], r, j
+    cdef double eps = c.floats[0], mean, rstd, a, bsum, xhat, gw
+    cdef const floating* px
+    cdef const floating* pg
+    cdef floating* pdx
+    for j in range(2 * N):
+        acc[j] = 0
+    for r in range(R):
+        px, pg, pdx = x + r * N, g + r * N, dx + r * N
+        mean = run_sum(px, N, 0, False) / N
+        rstd = 1 / sqrt(run_sum(px, N, mean, True) / N + eps)
+        a = 0
+        bsum = 0
+        for j in range(N):
+            gw = <double>pg[j] * w[j]
+            a += gw
+            bsum += gw * (px[j] - mean)
+        a /= N
+        bsum *= rstd / N
+        for j in range(N):
+            xhat = (px[j] - mean) * rstd
+            acc[j] += pg[j] * xhat
+            acc[N + j] += pg[j]
+            pdx[j] = <floating>(rstd * (<double>pg[j] * w[j] - a - xhat * bsum))
+    for j in range(N):
+        dw[j] = <floating>acc[j]
+        db[j] = <floating>acc[N + j]
+    return KERNEL_OK
+
+
+cdef int batch_norm_backward_impl(const floating* x, const floating* w, const floating* mean,
+                                  const floating* var, const floating* g, floating* dx,
+                                  floating* dw, floating* db, const Call* c) noexcept nogil:
+    # Per channel with the batch statistics: db = sum g, dw = sum g xhat and
+    # dx = w rstd (g - db / count - xhat dw / count). Safe in place.
+    # The given mean is rounded to the dtype, which costs float32 digits when |mean| >> std; the
+    # first pass also sums x - mean to correct it in double (centre = mean + that sum / count).
+    cdef Py_ssize_t N = c.ints[0], C = c.ints[1], M = c.ints[2], c0 = 0, cnt, n, b, m, i
+    cdef double eps = c.floats[0], count = <double>(N * M), xhat, d
+    cdef double sg[CHUNK]
+    cdef double sgx[CHUNK]
+    cdef double sx[CHUNK]
+    cdef double rstd[CHUNK]
+    while c0 < C:
+        cnt = chunk_len(c0, C)
+        for b in range(cnt):
+            sg[b] = 0
+            sgx[b] = 0
+            sx[b] = 0
+            rstd[b] = 1 / sqrt(var[c0 + b] + eps)
+        for n in range(N):
+            for b in range(cnt):
+                for m in range(M):
+                    i = (n * C + c0 + b) * M + m
+                    d = <double>x[i] - mean[c0 + b]
+                    sg[b] += g[i]
+                    sgx[b] += g[i] * d
+                    sx[b] += d
+        for b in range(cnt):
+            sx[b] = mean[c0 + b] + sx[b] / count  # from here on: the centre
+            sgx[b] = (sgx[b] - (sx[b] - mean[c0 + b]) * sg[b]) * rstd[b]
+            dw[c0 + b] = <floating>sgx[b]
+            db[c0 + b] = <floating>sg[b]
+        for n in range(N):
+            for b in range(cnt):
+                for m in range(M):
+                    i = (n * C + c0 + b) * M + m
+                    xhat = (<double>x[i] - sx[b]) * rstd[b]
+                    dx[i] = <floating>(w[c0 + b] * rstd[b]
+                                       * (g[i] - sg[b] / count - xhat * sgx[b] / count))
+        c0 += cnt
+    return KERNEL_OK
+
+
 # -- entry points ---------------------------------------------------------------------------------
 cdef int softmax_f32(const Call* c) noexcept nogil:
     return softmax_impl(<const float*>c.bufs[0], <float*>c.bufs[1], c)
@@ -352,6 +494,33 @@ cdef int dropout_f32(const Call* c) noexcept nogil:
 cdef int dropout_f64(const Call* c) noexcept nogil:
     return dropout_impl(<const double*>c.bufs[0], <double*>c.bufs[1], c)
 
+cdef int cross_entropy_backward_f32(const Call* c) noexcept nogil:
+    return ce_backward_impl(<const float*>c.bufs[0], c.bufs[1], <const float*>c.bufs[2],
+                            <float*>c.bufs[3], c)
+cdef int cross_entropy_backward_f64(const Call* c) noexcept nogil:
+    return ce_backward_impl(<const double*>c.bufs[0], c.bufs[1], <const double*>c.bufs[2],
+                            <double*>c.bufs[3], c)
+
+cdef int layer_norm_backward_f32(const Call* c) noexcept nogil:
+    return layer_norm_backward_impl(<const float*>c.bufs[0], <const float*>c.bufs[1],
+                                    <const float*>c.bufs[2], <float*>c.bufs[3],
+                                    <float*>c.bufs[4], <float*>c.bufs[5], <double*>c.bufs[6], c)
+cdef int layer_norm_backward_f64(const Call* c) noexcept nogil:
+    return layer_norm_backward_impl(<const double*>c.bufs[0], <const double*>c.bufs[1],
+                                    <const double*>c.bufs[2], <double*>c.bufs[3],
+                                    <double*>c.bufs[4], <double*>c.bufs[5], <double*>c.bufs[6], c)
+
+cdef int batch_norm_backward_f32(const Call* c) noexcept nogil:
+    return batch_norm_backward_impl(<const float*>c.bufs[0], <const float*>c.bufs[1],
+                                    <const float*>c.bufs[2], <const float*>c.bufs[3],
+                                    <const float*>c.bufs[4], <float*>c.bufs[5],
+                                    <float*>c.bufs[6], <float*>c.bufs[7], c)
+cdef int batch_norm_backward_f64(const Call* c) noexcept nogil:
+    return batch_norm_backward_impl(<const double*>c.bufs[0], <const double*>c.bufs[1],
+                                    <const double*>c.bufs[2], <const double*>c.bufs[3],
+                                    <const double*>c.bufs[4], <double*>c.bufs[5],
+                                    <double*>c.bufs[6], <double*>c.bufs[7], c)
+
 cdef inline object addr(kernel_fn f):
     return <Py_ssize_t>f
 
@@ -361,4 +530,10 @@ KERNELS = {
     "layer_norm_f32": addr(layer_norm_f32), "layer_norm_f64": addr(layer_norm_f64),
     "batch_norm_f32": addr(batch_norm_f32), "batch_norm_f64": addr(batch_norm_f64),
     "dropout_f32": addr(dropout_f32), "dropout_f64": addr(dropout_f64),
+    "cross_entropy_backward_f32": addr(cross_entropy_backward_f32),
+    "cross_entropy_backward_f64": addr(cross_entropy_backward_f64),
+    "layer_norm_backward_f32": addr(layer_norm_backward_f32),
+    "layer_norm_backward_f64": addr(layer_norm_backward_f64),
+    "batch_norm_backward_f32": addr(batch_norm_backward_f32),
+    "batch_norm_backward_f64": addr(batch_norm_backward_f64),
 }

@@ -81,14 +81,15 @@ class BatchNorm2d(Module):
         y = F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
                          training=self.training, momentum=self.momentum, eps=self.eps)
         if self.training:
-            self._update_running_stats(x)
+            self._update_running_stats(x, y)
         return y
 
-    def _update_running_stats(self, x):
-        axes = (0,) + tuple(range(2, x.ndim))
+    def _update_running_stats(self, x, y):
+        # the training-form batch_norm node also outputs the batch mean and biased variance
+        _, mean, biased_var = y.node.outputs
         n = x.size // x.shape[1]
         g = x.graph
-        mean, var = F.mean(x, axis=axes), F.var(x, axis=axes) * (n / max(n - 1, 1))
+        var = biased_var * (n / max(n - 1, 1))
         for buffer, batch in ((self.running_mean, mean), (self.running_var, var)):
             running = g.bind(buffer)
             g.assign(running, running * self.momentum + batch * (1 - self.momentum))

@@ -1,7 +1,10 @@
 """NN ops: softmax, log_softmax, cross_entropy, layer_norm, batch_norm, dropout.
 
 Design: each is one op with its own kernel, not a composite of reductions and elementwise ops,
-so fusion and memory planning see one node (and one output buffer) per layer.
+so fusion and memory planning see one node (and one output buffer) per layer. The gradients of
+cross_entropy, layer_norm and training batch_norm are dedicated backward ops for the same reason
+(the training step runs them every step); those ops' own gradients, for grad of grad, come from
+differentiating a composed reference twice (``_grad_of_vjp``).
 """
 from __future__ import annotations
 
@@ -54,10 +57,25 @@ def _softmax_lower(take_log):
     return lower
 
 
+def _softmax_grad(take_log):
+    # Both rules read only the output y, so the input need not stay alive for the backward.
+    def grad(node, out_grads):
+        from .. import functional as F
+
+        (y,), (g,) = node.outputs, out_grads
+        if y.ndim == 0:  # softmax of a scalar is 1, its log 0: constants
+            return (g * 0.0,)
+        axis = normalize_axis(node.attr["axis"], y.ndim)
+        if take_log:
+            return (g - F.exp(y) * F.sum(g, axis, keepdims=True),)
+        return (y * (g - F.sum(g * y, axis, keepdims=True)),)
+    return grad
+
+
 for _name, _log in (("softmax", 0), ("log_softmax", 1)):
     register(OpDef(_name, "nn", _softmax_infer(_name), attrs={"axis": REQUIRED},
                    kernel="softmax", dtypes=FLOAT_DTYPES, lower=_softmax_lower(_log),
-                   inplace=True, flops_per_element=12))
+                   grad=_softmax_grad(_log), inplace=True, flops_per_element=12))
 
 
 # -- cross entropy -------------------------------------------------------------------------------
@@ -82,7 +100,7 @@ def _ce_infer(in_types, attrs):
 
 
 def _ce_lower(node):
-    pred, label = node.inputs
+    pred, label = node.inputs[:2]  # cross_entropy_backward also takes d loss
     a = node.attr
     split = _split(pred.shape, normalize_axis(a["axis"], pred.ndim))
     ints = (*split, int(a["with_logits"]), K.REDUCTIONS[a["reduction"]],
@@ -90,10 +108,47 @@ def _ce_lower(node):
     return Launch(ints, (float(a["label_smooth"]),))
 
 
-register(OpDef("cross_entropy", "nn", _ce_infer,
-               attrs={"axis": 1, "with_logits": True, "label_smooth": 0.0, "reduction": "mean"},
-               kernel="cross_entropy", dtypes=FLOAT_DTYPES, lower=_ce_lower,
-               flops_per_element=12))
+def _ce_grad(node, out_grads):
+    pred, label = node.inputs
+    return apply("cross_entropy_backward", (pred, label, out_grads[0]), **node.attr), None
+
+
+def _ce_backward_infer(in_types, attrs):
+    pred, label, dloss = in_types
+    (loss,) = _ce_infer((pred, label), attrs)
+    if dloss != loss:
+        raise TypeError(f"the loss gradient must be {loss}, got {dloss}")
+    return (pred,)
+
+
+def _ce_reference(pred: Var, label: Var, attrs) -> Var:
+    """cross_entropy composed of ops that have gradient rules: differentiated twice, it gives
+    the gradient of cross_entropy_backward."""
+    from .. import functional as F
+
+    axis = normalize_axis(attrs["axis"], pred.ndim)
+    logp = log_softmax(pred, axis) if attrs["with_logits"] else F.log(pred)
+    ls = attrs["label_smooth"]
+    loss = F.squeeze(F.gather(logp, axis, F.expand_dims(label, axis)), axis) * -(1.0 - ls)
+    if ls:
+        loss = loss - F.mean(logp, axis) * ls
+    return {"none": loss, "sum": F.sum(loss), "mean": F.mean(loss)}[attrs["reduction"]]
+
+
+def _ce_backward_grad(node, out_grads):
+    pred, label, dloss = node.inputs
+    dpred, ddloss = _grad_of_vjp(lambda p: _ce_reference(p, label, node.attr), (pred,), dloss,
+                                 out_grads)
+    return dpred, None, ddloss
+
+
+_CE_ATTRS = {"axis": 1, "with_logits": True, "label_smooth": 0.0, "reduction": "mean"}
+register(OpDef("cross_entropy", "nn", _ce_infer, attrs=_CE_ATTRS, kernel="cross_entropy",
+               dtypes=FLOAT_DTYPES, lower=_ce_lower, grad=_ce_grad, flops_per_element=12))
+# Inputs pred, label, d loss; output d pred (pred's type), for the loss of the same attributes.
+register(OpDef("cross_entropy_backward", "nn", _ce_backward_infer, attrs=_CE_ATTRS,
+               kernel="cross_entropy_backward", dtypes=FLOAT_DTYPES, lower=_ce_lower,
+               grad=_ce_backward_grad, inplace=True, flops_per_element=12))
 
 
 # -- layer norm ----------------------------------------------------------------------------------
@@ -118,9 +173,50 @@ def _ln_lower(node):
                   (float(node.attr["eps"]),))
 
 
-register(OpDef("layer_norm", "nn", _ln_infer, attrs={"normalized_shape": REQUIRED, "eps": 1e-5},
-               kernel="layer_norm", dtypes=FLOAT_DTYPES, lower=_ln_lower, inplace=True,
+def _ln_grad(node, out_grads):
+    x, weight, _ = node.inputs
+    return apply_multi("layer_norm_backward", (x, weight, out_grads[0]), **node.attr)
+
+
+def _ln_backward_infer(in_types, attrs):
+    x, weight, dy = in_types
+    _ln_infer((x, weight, weight), attrs)
+    if dy != x:
+        raise TypeError(f"dy must be {x}, got {dy}")
+    return (x, weight, weight)
+
+
+def _ln_backward_lower(node):
+    launch = _ln_lower(node)
+    return Launch(launch.ints, launch.floats, workspace=16 * launch.ints[1])
+
+
+def _ln_reference(x: Var, weight: Var, bias: Var, attrs) -> Var:
+    from .. import functional as F
+
+    axes = tuple(range(x.ndim - len(attrs["normalized_shape"]), x.ndim))
+    centred = x - F.mean(x, axes, keepdims=True)
+    return centred * F.rsqrt(F.var(x, axes, keepdims=True) + attrs["eps"]) * weight + bias
+
+
+def _ln_backward_grad(node, out_grads):
+    from .. import functional as F
+
+    x, weight, dy = node.inputs
+    zero = F.zeros_like(weight)  # the bias: it only shifts y, but dbias is an output too
+    dx, dweight, _, ddy = _grad_of_vjp(lambda *a: _ln_reference(*a, node.attr), (x, weight, zero),
+                                       dy, out_grads)
+    return dx, dweight, ddy
+
+
+_LN_ATTRS = {"normalized_shape": REQUIRED, "eps": 1e-5}
+register(OpDef("layer_norm", "nn", _ln_infer, attrs=_LN_ATTRS, kernel="layer_norm",
+               dtypes=FLOAT_DTYPES, lower=_ln_lower, grad=_ln_grad, inplace=True,
                flops_per_element=8))
+# Inputs x, weight, dy; outputs dx, dweight, dbias (the bias does not enter the gradients).
+register(OpDef("layer_norm_backward", "nn", _ln_backward_infer, attrs=_LN_ATTRS,
+               kernel="layer_norm_backward", dtypes=FLOAT_DTYPES, lower=_ln_backward_lower,
+               grad=_ln_backward_grad, inplace=True, flops_per_element=12))
 
 
 # -- batch norm ----------------------------------------------------------------------------------
@@ -157,9 +253,111 @@ def _bn_lower(node):
 
 # Outputs: y; when training also the batch mean and the biased batch variance (shape (C,)), which
 # the running-statistics update reads (scale the variance by n / (n - 1) for the unbiased one).
+def _channels(v: Var, x: Var) -> Var:
+    """A per-channel value of shape (C,) or (1, C, 1, ...) shaped to broadcast against x."""
+    from .. import functional as F
+
+    shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    return v if v.shape == shape else F.reshape(v, shape)
+
+
+def _bn_axes(x: Var) -> tuple[int, ...]:
+    return (0,) + tuple(range(2, x.ndim))
+
+
+def _per_channel_sum(v: Var, x: Var, like: Var) -> Var:
+    from .. import functional as F
+
+    return F.reshape(F.sum(v, _bn_axes(x)), like.shape)
+
+
+def _bn_inference_grad(node, out_grads):
+    # y = (x - running_mean) * rstd * weight + bias: no batch statistics, so no coupling
+    # between samples. Running statistics are buffers, not trained: no gradient.
+    from .. import functional as F
+
+    x, weight, bias, rmean, rvar = node.inputs
+    (g,) = out_grads
+    rstd = F.rsqrt(_channels(rvar, x) + node.attr["eps"])
+    dx = g * (_channels(weight, x) * rstd)
+    dweight = _per_channel_sum(g * (x - _channels(rmean, x)) * rstd, x, weight)
+    return dx, dweight, _per_channel_sum(g, x, bias), None, None
+
+
+def _bn_training_grad(node, out_grads):
+    """y through batch_norm_backward; the batch mean and variance outputs, when they are used,
+    through their formulas (d mean / dx = 1 / n, d var / dx = 2 (x - mean) / n)."""
+    from .. import functional as F
+
+    x, weight, bias = node.inputs
+    _, mean, var = node.outputs
+    gy, gmean, gvar = out_grads
+    dx = dweight = dbias = None
+    if gy is not None:
+        dx, dweight, dbias = apply_multi("batch_norm_backward", (x, weight, mean, var, gy),
+                                         eps=node.attr["eps"])
+        dbias = dbias if bias.shape == dbias.shape else F.reshape(dbias, bias.shape)
+    count = float(max(x.size // max(x.shape[1], 1), 1))
+    stats = [_channels(gmean, x) / count if gmean is not None else None,
+             (x - _channels(mean, x)) * (_channels(gvar, x) * (2.0 / count))
+             if gvar is not None else None]
+    for term in stats:
+        if term is not None:
+            dx = term if dx is None else dx + term
+    return dx, dweight, dbias
+
+
+def _bn_grad(node, out_grads):
+    return (_bn_training_grad if node.attr["training"] else _bn_inference_grad)(node, out_grads)
+
+
+def _bn_backward_infer(in_types, attrs):
+    x, weight, mean, var, dy = in_types
+    _bn_infer((x, weight, weight), {"training": True, **attrs})
+    for what, t in (("mean", mean), ("var", var)):
+        if t != TensorType((x.shape[1],), x.dtype):
+            raise TypeError(f"{what} must be the batch statistic of type {x.dtype}[{x.shape[1]}]"
+                            f", got {t}")
+    if dy != x:
+        raise TypeError(f"dy must be {x}, got {dy}")
+    return (x, weight, weight)
+
+
+def _bn_backward_lower(node):
+    x = node.inputs[0]
+    return Launch((x.shape[0], x.shape[1], _size(x.shape[2:])), (float(node.attr["eps"]),))
+
+
+def _bn_reference(x: Var, weight: Var, bias: Var, eps: float) -> Var:
+    from .. import functional as F
+
+    axes = _bn_axes(x)
+    rstd = F.rsqrt(F.var(x, axes, keepdims=True) + eps)
+    return (x - F.mean(x, axes, keepdims=True)) * rstd * _channels(weight, x) + _channels(bias, x)
+
+
+def _bn_backward_grad(node, out_grads):
+    # The statistics inputs are the batch statistics of x (the rule above wires them so), so
+    # the reference recomputes them from x and they get no gradient of their own.
+    from .. import functional as F
+
+    x, weight, _, _, dy = node.inputs
+    zero = F.zeros_like(weight)
+    dx, dweight, _, ddy = _grad_of_vjp(lambda *a: _bn_reference(*a, node.attr["eps"]),
+                                       (x, weight, zero), dy, out_grads)
+    return dx, dweight, None, None, ddy
+
+
+# Outputs: y; when training also the batch mean and the biased batch variance (shape (C,)), which
+# the running-statistics update reads (scale the variance by n / (n - 1) for the unbiased one).
 register(OpDef("batch_norm", "nn", _bn_infer, attrs={"training": False, "eps": 1e-5},
-               kernel="batch_norm", dtypes=FLOAT_DTYPES, lower=_bn_lower, inplace=True,
-               flops_per_element=6))
+               kernel="batch_norm", dtypes=FLOAT_DTYPES, lower=_bn_lower, grad=_bn_grad,
+               inplace=True, flops_per_element=6))
+# Training form only. Inputs x, weight, batch mean, batch var, dy; outputs dx, dweight, dbias,
+# the last two in the weight's shape.
+register(OpDef("batch_norm_backward", "nn", _bn_backward_infer, attrs={"eps": 1e-5},
+               kernel="batch_norm_backward", dtypes=FLOAT_DTYPES, lower=_bn_backward_lower,
+               grad=_bn_backward_grad, inplace=True, flops_per_element=10))
 
 
 # -- dropout -------------------------------------------------------------------------------------
@@ -179,9 +377,38 @@ def _dropout_lower(node):
     return Launch((node.inputs[0].size, seed), (float(node.attr["drop_prob"]),))
 
 
+def _dropout_grad(node, out_grads):
+    # The mask hashes (seed, element index) only, so the same attributes drop the same elements
+    # of the gradient and scale the kept ones alike.
+    return (apply("dropout", (out_grads[0],), **node.attr),)
+
+
 register(OpDef("dropout", "nn", _dropout_infer, attrs={"drop_prob": REQUIRED, "seed": 0},
-               kernel="dropout", dtypes=FLOAT_DTYPES, lower=_dropout_lower, inplace=True,
-               flops_per_element=4))
+               kernel="dropout", dtypes=FLOAT_DTYPES, lower=_dropout_lower, grad=_dropout_grad,
+               inplace=True, flops_per_element=4))
+
+
+# -- second-order support ------------------------------------------------------------------------
+def _grad_of_vjp(reference, primals, dy: Var, out_grads):
+    """Gradients w.r.t. (*primals, dy) of <vjp, h>, where vjp = d<reference(*primals), dy> / d
+    primals is what a dedicated backward op computes and h = ``out_grads`` its cotangents.
+
+    Design: the backward ops are fast kernels without a formula in the graph; their own
+    gradients come from differentiating the composed forward twice. It only runs for grad of
+    grad, which can afford the larger graph. ``grad`` gives total derivatives, and dy often
+    depends on the primals (dy = x in d(sum(f(x) * x))): the formula is written on stand-ins,
+    free views of the inputs, so that it yields the partial derivatives a rule must return.
+    """
+    from .. import functional as F
+    from ..autodiff import grad
+
+    *primals, dy = (F.reshape(v, v.shape) for v in (*primals, dy))
+    firsts = grad(F.sum(reference(*primals) * dy), primals)
+    terms = [F.sum(d * h) for d, h in zip(firsts, out_grads) if h is not None]
+    total = terms[0]
+    for term in terms[1:]:
+        total = total + term
+    return grad(total, [*primals, dy])
 
 
 # -- public functions (re-exported by mgegraph.functional) ---------------------------------------

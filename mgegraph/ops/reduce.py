@@ -103,17 +103,52 @@ def _mean_grad(x, y, g, axes):
     return _expand(g / float(builtins.max(_count(x, axes), 1)), x)
 
 
-REDUCE_GRADS = {"sum": _sum_grad, "mean": _mean_grad}
+def _prod_grad(x, y, g, axes):
+    """d prod / d x_i is the product of the others, computed without dividing by zero.
+
+    Design: with P the product of the non-zero entries and k the number of zeros in a group, the
+    product of the others is P / x_i when k = 0; when k = 1 it is P at the zero and, elsewhere,
+    ``z * P / x_i`` where z is the zero entry itself: 0 in value, but its derivative keeps grad
+    of grad right. Only second derivatives within a group holding two or more zeros are lost.
+    """
+    from .. import functional as F
+
+    is_zero = F.equal(x, 0.0)
+    nonzero = F.where(is_zero, 1.0, x)
+    p = prod(nonzero, axes, keepdims=True)
+    zeros = sum(F.astype(is_zero, x.dtype), axes, keepdims=True)
+    zero_entry = sum(F.where(is_zero, x, 0.0), axes, keepdims=True)
+    factor = F.where(F.equal(zeros, 0.0), 1.0,
+                     F.where(F.equal(zeros, 1.0), F.where(is_zero, 1.0, zero_entry), 0.0))
+    return g * (p / nonzero) * factor
+
+
+def _extremum_grad(x, y, g, axes):
+    """The gradient goes to the entries equal to the extremum, split evenly between ties (JAX's
+    convention, so the sum of the gradient equals g); a NaN extremum gives NaN gradients."""
+    from .. import functional as F
+
+    hit = F.astype(F.equal(x, y), x.dtype)
+    return hit * (g / sum(hit, axes, keepdims=True))
+
+
+def _var_grad(x, y, g, axes):
+    n = float(builtins.max(_count(x, axes), 1))
+    return (x - mean(x, axes, keepdims=True)) * (g * (2.0 / n))
+
+
+REDUCE_GRADS = {"sum": _sum_grad, "mean": _mean_grad, "prod": _prod_grad, "max": _extremum_grad,
+                "min": _extremum_grad, "var": _var_grad}
 
 
 def _grad(name):
-    rule = REDUCE_GRADS[name]
+    rule = REDUCE_GRADS.get(name)
 
     def grad(node, out_grads):
         from .. import functional as F
 
         (x,), (y,), (g,) = node.inputs, node.outputs, out_grads
-        if x.dtype.kind != "f":
+        if rule is None or x.dtype.kind != "f":  # argmax/argmin: integer indices, no gradient
             return (None,)
         axes = canonical_axes(node.attr["axis"], x.ndim)
         keep = reduced_shape(x.shape, axes, True)
@@ -125,7 +160,7 @@ def _grad(name):
 for _name, _code in K.REDUCE_OPS.items():
     register(OpDef(_name, "reduce", _infer(_name), attrs={"axis": None, "keepdims": False},
                    kernel="reduce", dtypes=ALL_DTYPES, lower=_lower(_code),
-                   grad=_grad(_name) if _name in REDUCE_GRADS else None,
+                   grad=_grad(_name),
                    flops_per_element=2.0 if _name == "var" else 1.0))
 
 

@@ -1,5 +1,5 @@
 """NN ops against NumPy references: softmax, log_softmax, cross_entropy, layer_norm, batch_norm,
-dropout."""
+dropout, and the backward ops their gradient rules use."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 import mgegraph as mg
 import mgegraph.functional as F
+from mgegraph.ops.builder import apply, apply_multi
 
 RNG = np.random.default_rng(0)
 FLOATS = [np.float32, np.float64]
@@ -279,3 +280,112 @@ def test_dropout_mask_depends_only_on_seed_and_index(seed, p):
     half = run(lambda v: F.dropout(v, p, seed=seed), x[:2048])
     np.testing.assert_array_equal(whole[:2048], half)
     assert set(np.unique(whole)) <= {0.0, np.float32(1 / (1 - p))}
+
+
+# -- backward ops ---------------------------------------------------------------------------------
+def ref_cross_entropy_grad(pred, label, axis, with_logits, ls, reduction, dloss):
+    p = np.moveaxis(pred.astype(np.float64), axis, -1)
+    c = p.shape[-1]
+    target = (1 - ls) * np.eye(c)[label] + ls / c
+    scale = {"none": np.asarray(dloss, np.float64)[..., None], "sum": dloss,
+             "mean": dloss / max(label.size, 1)}[reduction]
+    if with_logits:
+        d = (ref_softmax(p, -1) - target) * scale
+    else:
+        d = np.where(target == 0, 0.0, -target / p) * scale
+    return np.moveaxis(d, -1, axis)
+
+
+@pytest.mark.parametrize("with_logits", [True, False])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("shape,axis", [((6, 5), 1), ((2, 4, 3), 1), ((3, 2, 300), 1), ((0, 4), 1),
+                                        ((5,), 0)])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_cross_entropy_backward_matches_numpy(dtype, shape, axis, reduction, with_logits):
+    a = axis % len(shape)
+    pred = normal(shape, dtype)
+    if not with_logits:
+        pred = ref_softmax(pred, a).astype(dtype)
+    label = RNG.integers(0, shape[a], shape[:a] + shape[a + 1:]).astype(np.int32)
+    dloss = normal(label.shape if reduction == "none" else (), dtype, 1.0)
+    for ls in (0.0, 0.1):
+        attrs = dict(axis=a, with_logits=with_logits, label_smooth=ls, reduction=reduction)
+        out = run(lambda p, y, d: apply("cross_entropy_backward", (p, y, d), **attrs),
+                  pred, label, dloss)
+        want = ref_cross_entropy_grad(pred, label, a, with_logits, ls, reduction, dloss)
+        assert out.dtype == dtype and out.shape == shape
+        np.testing.assert_allclose(out, want, rtol=tol(dtype)["rtol"] * 10, atol=tol(dtype)["atol"])
+
+
+def test_cross_entropy_backward_errors():
+    g = mg.Graph()
+    p, y = g.input("p", (3, 5), "float32"), g.input("y", (3,), "int64")
+    with pytest.raises(mg.OpError, match=r"_backward.*loss gradient must be f32\[\]"):
+        apply("cross_entropy_backward", (p, y, p))
+    plan = mg.compile([apply("cross_entropy_backward", (p, y, g.input("e", (), "float32")))])
+    with pytest.raises(mg.KernelError, match="out of range"):
+        plan.run({"p": np.zeros((3, 5), np.float32), "y": np.array([0, 5, 1]),
+                  "e": np.float32(1)})
+
+
+def ref_layer_norm_grad(x, k, w, dy, eps):
+    x, dy = x.astype(np.float64), dy.astype(np.float64)
+    axes = tuple(range(x.ndim - k, x.ndim))
+    rstd = 1 / np.sqrt(x.var(axes, keepdims=True) + eps)
+    xhat = (x - x.mean(axes, keepdims=True)) * rstd
+    gw = dy * w
+    dx = rstd * (gw - gw.mean(axes, keepdims=True) - xhat * (gw * xhat).mean(axes, keepdims=True))
+    rows = tuple(range(x.ndim - k))
+    return dx, (dy * xhat).sum(rows), dy.sum(rows)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape,k", [((4, 6), 1), ((2, 3, 4, 5), 2), ((3, 1), 1), ((5,), 1),
+                                     ((0, 3), 1), ((2, 700), 1)])
+def test_layer_norm_backward_matches_numpy(dtype, shape, k):
+    nshape = shape[len(shape) - k:]
+    x, dy, w = normal(shape, dtype) + 5, normal(shape, dtype, 1.0), normal(nshape, dtype, 1.0)
+    got = run(lambda *v: apply_multi("layer_norm_backward", v, normalized_shape=nshape,
+                                     eps=1e-3), x, w, dy)
+    for out, want in zip(got, ref_layer_norm_grad(x, k, w, dy, 1e-3)):
+        assert out.dtype == dtype
+        np.testing.assert_allclose(out, want, rtol=tol(dtype)["rtol"] * 10, atol=1e-5
+                                   if dtype == np.float32 else 1e-12)
+
+
+def ref_batch_norm_grad(x, w, dy, eps):
+    x, dy = x.astype(np.float64), dy.astype(np.float64)
+    axes = (0,) + tuple(range(2, x.ndim))
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    rstd = 1 / np.sqrt(x.var(axes, keepdims=True) + eps)
+    xhat = (x - x.mean(axes, keepdims=True)) * rstd
+    db, dw = dy.sum(axes), (dy * xhat).sum(axes)
+    n = x.size // x.shape[1]
+    dx = w.reshape(shape) * rstd * (dy - db.reshape(shape) / n - xhat * dw.reshape(shape) / n)
+    return dx, dw, db
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", BN_SHAPES)
+def test_batch_norm_backward_matches_numpy(dtype, shape):
+    c = shape[1]
+    x, dy, w = normal(shape, dtype) + 10, normal(shape, dtype, 1.0), normal((c,), dtype, 1.0)
+
+    def build(v, wv, d):
+        y = F.batch_norm(v, weight=wv, training=True, eps=1e-3)
+        mean, var = y.node.outputs[1:]
+        return apply_multi("batch_norm_backward", (v, wv, mean, var, d), eps=1e-3)
+
+    for out, want in zip(run(build, x, w, dy), ref_batch_norm_grad(x, w, dy, 1e-3)):
+        assert out.dtype == dtype
+        np.testing.assert_allclose(out, want, rtol=tol(dtype)["rtol"] * 10, atol=1e-5
+                                   if dtype == np.float32 else 1e-11)
+
+
+def test_norm_backward_errors():
+    g = mg.Graph()
+    x, w = g.input("x", (2, 3), "float32"), g.input("w", (3,), "float32")
+    with pytest.raises(mg.OpError, match=r"layer_norm_backward.*dy must be f32\[2,3\]"):
+        apply_multi("layer_norm_backward", (x, w, w), normalized_shape=(3,))
+    with pytest.raises(mg.OpError, match=r"batch_norm_backward.*mean must be the batch statistic"):
+        apply_multi("batch_norm_backward", (x, w, x, w, x))
