@@ -228,8 +228,39 @@ cdef inline bint compare_scalar(int op, any_t x, any_t y) noexcept nogil:
 
 
 # -- loops --------------------------------------------------------------------------------------
-cdef inline int unary_impl(const num_t* x, num_t* y, const Call* c) noexcept nogil:
-    cdef int op = <int>c.ints[0], ndim = <int>c.ints[1]
+cdef inline bint fast_unary_row(int op, const num_t* x, num_t* y, Py_ssize_t n) noexcept nogil:
+    # The cheap ops get loops of their own on contiguous rows. In the generic loop the compiler
+    # neither vectorises them nor turns a select into a blend, so relu ran at 5 ns per element
+    # (a mispredicted branch on half of random data) instead of 0.1.
+    cdef Py_ssize_t i
+    cdef num_t v
+    if op == U_COPY:
+        for i in range(n):
+            y[i] = x[i]
+    elif op == U_NEG:
+        for i in range(n):
+            y[i] = -x[i]
+    elif op == U_SQUARE:
+        for i in range(n):
+            y[i] = x[i] * x[i]
+    elif op == U_RELU:
+        for i in range(n):
+            v = x[i]
+            y[i] = v if v > 0 else 0
+    elif op == U_ABS:
+        for i in range(n):
+            v = x[i]
+            y[i] = -v if v < 0 else v
+    else:
+        return False
+    return True
+
+
+# Design: the *_rows functions are inlined once per opcode with the opcode as a literal, so the
+# compiler folds the opcode tests out of the inner loop and can vectorise it; a run-time opcode
+# in the loop costs several nanoseconds per element.
+cdef inline void unary_rows(int op, const num_t* x, num_t* y, const Call* c) noexcept nogil:
+    cdef int ndim = <int>c.ints[1]
     cdef const Py_ssize_t* shape = c.ints + 2
     cdef Py_ssize_t inner = shape[ndim - 1] if ndim > 0 else 1
     cdef Py_ssize_t s = c.ints[2 + 2 * ndim - 1] if ndim > 0 else 1
@@ -240,7 +271,9 @@ cdef inline int unary_impl(const num_t* x, num_t* y, const Call* c) noexcept nog
     odometer_init(&o, ndim, shape, c.ints + 2 + ndim, 1)
     for r in range(rows):
         px = x + o.offset[0]
-        if s == 1:
+        if s == 1 and fast_unary_row(op, px, y, inner):
+            pass
+        elif s == 1:
             for i in range(inner):
                 y[i] = unary_scalar(op, px[i], a, b)
         else:
@@ -248,11 +281,106 @@ cdef inline int unary_impl(const num_t* x, num_t* y, const Call* c) noexcept nog
                 y[i] = unary_scalar(op, px[i * s], a, b)
         y += inner
         odometer_next(&o)
+
+
+cdef inline int unary_impl(const num_t* x, num_t* y, const Call* c) noexcept nogil:
+    cdef int op = <int>c.ints[0]
+    if op == U_COPY:
+        unary_rows(U_COPY, x, y, c)
+    elif op == U_NEG:
+        unary_rows(U_NEG, x, y, c)
+    elif op == U_ABS:
+        unary_rows(U_ABS, x, y, c)
+    elif op == U_EXP:
+        unary_rows(U_EXP, x, y, c)
+    elif op == U_LOG:
+        unary_rows(U_LOG, x, y, c)
+    elif op == U_LOG1P:
+        unary_rows(U_LOG1P, x, y, c)
+    elif op == U_SQRT:
+        unary_rows(U_SQRT, x, y, c)
+    elif op == U_RSQRT:
+        unary_rows(U_RSQRT, x, y, c)
+    elif op == U_SQUARE:
+        unary_rows(U_SQUARE, x, y, c)
+    elif op == U_SIN:
+        unary_rows(U_SIN, x, y, c)
+    elif op == U_COS:
+        unary_rows(U_COS, x, y, c)
+    elif op == U_TANH:
+        unary_rows(U_TANH, x, y, c)
+    elif op == U_SIGMOID:
+        unary_rows(U_SIGMOID, x, y, c)
+    elif op == U_RELU:
+        unary_rows(U_RELU, x, y, c)
+    elif op == U_LEAKY_RELU:
+        unary_rows(U_LEAKY_RELU, x, y, c)
+    elif op == U_GELU:
+        unary_rows(U_GELU, x, y, c)
+    elif op == U_GELU_TANH:
+        unary_rows(U_GELU_TANH, x, y, c)
+    elif op == U_SILU:
+        unary_rows(U_SILU, x, y, c)
+    elif op == U_SOFTPLUS:
+        unary_rows(U_SOFTPLUS, x, y, c)
+    elif op == U_CLIP:
+        unary_rows(U_CLIP, x, y, c)
+    elif op == U_FLOOR:
+        unary_rows(U_FLOOR, x, y, c)
+    elif op == U_CEIL:
+        unary_rows(U_CEIL, x, y, c)
+    elif op == U_SIGN:
+        unary_rows(U_SIGN, x, y, c)
+    elif op == U_RECIPROCAL:
+        unary_rows(U_RECIPROCAL, x, y, c)
+    elif op == U_ERF:
+        unary_rows(U_ERF, x, y, c)
+    else:
+        return KERNEL_UNSUPPORTED
     return KERNEL_OK
 
 
-cdef inline int binary_impl(const num_t* x, const num_t* z, num_t* y, const Call* c) noexcept nogil:
-    cdef int op = <int>c.ints[0], ndim = <int>c.ints[1]
+cdef inline bint fast_binary_row(int op, const num_t* x, Py_ssize_t sx, const num_t* z,
+                                 Py_ssize_t sz, num_t* y, Py_ssize_t n) noexcept nogil:
+    # Contiguous (or scalar-broadcast) add/sub/mul/div in loops the compiler vectorises.
+    cdef Py_ssize_t i
+    cdef num_t c
+    if sx == 1 and sz == 1:
+        if op == B_ADD:
+            for i in range(n):
+                y[i] = x[i] + z[i]
+        elif op == B_SUB:
+            for i in range(n):
+                y[i] = x[i] - z[i]
+        elif op == B_MUL:
+            for i in range(n):
+                y[i] = x[i] * z[i]
+        elif op == B_DIV and (num_t is float or num_t is double):
+            for i in range(n):
+                y[i] = x[i] / z[i]
+        else:
+            return False
+        return True
+    if sx == 1 and sz == 0:
+        c = z[0]
+        if op == B_ADD:
+            for i in range(n):
+                y[i] = x[i] + c
+        elif op == B_SUB:
+            for i in range(n):
+                y[i] = x[i] - c
+        elif op == B_MUL:
+            for i in range(n):
+                y[i] = x[i] * c
+        else:
+            return False
+        return True
+    return False
+
+
+cdef inline void binary_rows(int op, const num_t* x, const num_t* z, num_t* y,
+                             const Call* c) noexcept nogil:
+    cdef int ndim = <int>c.ints[1]
     cdef const Py_ssize_t* shape = c.ints + 2
     cdef Py_ssize_t inner = shape[ndim - 1] if ndim > 0 else 1
     cdef Py_ssize_t sx = c.ints[2 + 2 * ndim - 1] if ndim > 0 else 0
@@ -265,7 +393,9 @@ cdef inline int binary_impl(const num_t* x, const num_t* z, num_t* y, const Call
     for r in range(rows):
         px = x + o.offset[0]
         pz = z + o.offset[1]
-        if sx == 1 and sz == 1:
+        if fast_binary_row(op, px, sx, pz, sz, y, inner):
+            pass
+        elif sx == 1 and sz == 1:
             for i in range(inner):
                 y[i] = binary_scalar(op, px[i], pz[i])
         elif sx == 1 and sz == 0:
@@ -279,6 +409,30 @@ cdef inline int binary_impl(const num_t* x, const num_t* z, num_t* y, const Call
                 y[i] = binary_scalar(op, px[i * sx], pz[i * sz])
         y += inner
         odometer_next(&o)
+
+
+cdef inline int binary_impl(const num_t* x, const num_t* z, num_t* y, const Call* c) noexcept nogil:
+    cdef int op = <int>c.ints[0]
+    if op == B_ADD:
+        binary_rows(B_ADD, x, z, y, c)
+    elif op == B_SUB:
+        binary_rows(B_SUB, x, z, y, c)
+    elif op == B_MUL:
+        binary_rows(B_MUL, x, z, y, c)
+    elif op == B_DIV:
+        binary_rows(B_DIV, x, z, y, c)
+    elif op == B_POW:
+        binary_rows(B_POW, x, z, y, c)
+    elif op == B_MAXIMUM:
+        binary_rows(B_MAXIMUM, x, z, y, c)
+    elif op == B_MINIMUM:
+        binary_rows(B_MINIMUM, x, z, y, c)
+    elif op == B_FLOOR_DIV:
+        binary_rows(B_FLOOR_DIV, x, z, y, c)
+    elif op == B_MOD:
+        binary_rows(B_MOD, x, z, y, c)
+    else:
+        return KERNEL_UNSUPPORTED
     return KERNEL_OK
 
 

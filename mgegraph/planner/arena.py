@@ -79,15 +79,13 @@ def _align(n: int, alignment: int) -> int:
 
 @dataclass
 class _Problem:
-    keys: list            # request keys, index = piece id
+    keys: list            # request keys; a piece's id is its index here
     begin: list
     end: list
     asize: list           # aligned sizes
     blocks: list          # per block: tuple of (piece, offset relative to the block base)
     block_of: list        # piece -> block
-    parent: list          # piece -> its overwrite src piece, or -1
-    rows: np.ndarray      # intersecting pairs of nonzero pieces in different blocks,
-    cols: np.ndarray      # both directions, sorted by row
+    index: _TimeIndex     # the nonzero pieces, for "who is live with me" queries
 
 
 def _check_requests(requests: Sequence[Request], alignment: int) -> dict:
@@ -165,6 +163,36 @@ def _time_pairs(begin: np.ndarray, end: np.ndarray, chunk: int = 1 << 22):
         first = last
 
 
+@dataclass
+class _TimeIndex:
+    """Nonzero pieces sorted by begin. The pieces live with piece p lie in the window
+    ``order[lo[p]:hi[p]]``: past ``hi`` they begin after p ends, and before ``lo`` every piece
+    has ended (``lo`` comes from the running maximum of the ends). A window may hold pieces
+    that ended before p began, so users still test ``end > begin``."""
+
+    order: np.ndarray     # position -> piece
+    pos: list             # piece -> position, or -1 for an empty piece
+    end: np.ndarray       # position -> end step
+    size: np.ndarray      # position -> aligned size
+    lo: list              # piece -> window start
+    hi: list              # piece -> window stop
+
+
+def _time_index(begin: list, end: list, asize: list) -> _TimeIndex:
+    size = np.asarray(asize, np.int64)
+    order = np.flatnonzero(size > 0)
+    order = order[np.argsort(np.asarray(begin, np.int64)[order], kind="stable")]
+    b, e = np.asarray(begin, np.int64)[order], np.asarray(end, np.int64)[order]
+    pos = np.full(len(begin), -1, np.int64)
+    pos[order] = np.arange(len(order))
+    reach = np.maximum.accumulate(e) if len(e) else e
+    lo, hi = np.zeros(len(begin), np.int64), np.zeros(len(begin), np.int64)
+    lo[order] = np.searchsorted(reach, b, side="right")
+    hi[order] = np.searchsorted(b, e, side="left")
+    return _TimeIndex(order=order, pos=pos.tolist(), end=e, size=size[order], lo=lo.tolist(),
+                      hi=hi.tolist())
+
+
 def _normalise(requests, overwrites, alignment) -> _Problem:
     index = _check_requests(requests, alignment)
     parent, off = _parents(requests, overwrites, index, alignment)
@@ -173,29 +201,11 @@ def _normalise(requests, overwrites, alignment) -> _Problem:
     blocks = [[] for _ in block_id]
     for i, r in enumerate(root):
         blocks[block_id[r]].append((i, rel[i]))
-    prob = _Problem(keys=[r.key for r in requests], begin=[r.begin for r in requests],
-                    end=[r.end for r in requests],
-                    asize=[_align(r.size, alignment) for r in requests],
+    begin, end = [r.begin for r in requests], [r.end for r in requests]
+    asize = [_align(r.size, alignment) for r in requests]
+    return _Problem(keys=[r.key for r in requests], begin=begin, end=end, asize=asize,
                     blocks=[tuple(b) for b in blocks], block_of=[block_id[r] for r in root],
-                    parent=parent, rows=np.zeros(0, np.int64), cols=np.zeros(0, np.int64))
-    prob.rows, prob.cols = _conflicts(prob)
-    return prob
-
-
-def _conflicts(prob: _Problem) -> tuple[np.ndarray, np.ndarray]:
-    """Pairs of nonzero pieces of different blocks whose lifetimes intersect, sorted by row."""
-    live = np.flatnonzero(np.asarray(prob.asize, np.int64) > 0)
-    block = np.asarray(prob.block_of, np.int64)
-    rows, cols = [], []
-    for i, j in _time_pairs(np.asarray(prob.begin)[live], np.asarray(prob.end)[live]):
-        i, j = live[i], live[j]
-        keep = block[i] != block[j]  # members of one block never conflict with each other
-        rows += [i[keep], j[keep]]
-        cols += [j[keep], i[keep]]
-    rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-    cols = np.concatenate(cols) if cols else np.zeros(0, np.int64)
-    order = np.argsort(rows, kind="stable")
-    return rows[order], cols[order]
+                    index=_time_index(begin, end, asize))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,34 +351,32 @@ def _tightest(intervals: list) -> int:
     return best if best >= 0 else cur
 
 
-def _earlier_neighbours(prob: _Problem, order: list) -> list:
-    """Per piece, the neighbours whose block comes before its own in ``order``."""
-    rank = np.empty(len(prob.blocks), np.int64)
-    rank[np.asarray(order, np.int64)] = np.arange(len(order))
-    piece_rank = rank[np.asarray(prob.block_of, np.int64)]
-    keep = piece_rank[prob.cols] < piece_rank[prob.rows]
-    cols = prob.cols[keep].tolist()
-    bounds = np.searchsorted(prob.rows[keep], np.arange(len(prob.keys) + 1)).tolist()
+def _neighbours(prob: _Problem) -> list:
+    """Per piece, the pieces of other blocks live at some step with it."""
+    cols = prob.cols.tolist()
+    bounds = np.searchsorted(prob.rows, np.arange(len(prob.keys) + 1)).tolist()
     return [cols[bounds[p]:bounds[p + 1]] for p in range(len(prob.keys))]
 
 
-def _place(prob: _Problem, order: list, fit) -> list:
-    """Offsets per piece, placing blocks in ``order`` with the ``fit`` rule."""
-    asize, offset = prob.asize, [-1] * len(prob.keys)
-    before = _earlier_neighbours(prob, order)
+def _place(prob: _Problem, order: list, fit, limit: int | None = None) -> list | None:
+    """Offsets per piece, placing blocks in ``order`` with the ``fit`` rule; None as soon as
+    the arena would reach ``limit`` bytes (a search candidate that cannot win)."""
+    asize, nbrs, offset = prob.asize, prob.neighbours, [-1] * len(prob.keys)
     for k in order:
         block = prob.blocks[k]
         if len(block) == 1:  # the common case, kept lean: rel is 0
             p = block[0][0]
             s = asize[p]
-            intervals = [(offset[q] - s, offset[q] + asize[q]) for q in before[p]]
+            intervals = [(offset[q] - s, offset[q] + asize[q]) for q in nbrs[p] if offset[q] >= 0]
         else:
             intervals = [(offset[q] - rel - asize[p], offset[q] - rel + asize[q])
-                         for p, rel in block for q in before[p]]
+                         for p, rel in block for q in nbrs[p] if offset[q] >= 0]
         intervals.sort()
         base = fit(intervals)
         for p, rel in block:
             offset[p] = base + rel
+            if limit is not None and base + rel + asize[p] >= limit:
+                return None
     return offset
 
 
