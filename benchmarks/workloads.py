@@ -96,7 +96,10 @@ def mlp_infer(batch: int) -> dict:
     def gemms_only():
         a = x0
         for (w, _), c in zip(weights, outs):
-            blas.sgemm(1.0, w.T, a.T, beta=0.0, c=c.T, overwrite_c=True)
+            if batch == 1:  # a row times a matrix is a gemv, as mgegraph's kernel calls it
+                blas.sgemv(1.0, w.T, a[0], beta=0.0, y=c[0], overwrite_y=True, trans=0)
+            else:
+                blas.sgemm(1.0, w.T, a.T, beta=0.0, c=c.T, overwrite_c=True)
             a = c
         return a
 

@@ -86,6 +86,7 @@ class _Problem:
     blocks: list          # per block: tuple of (piece, offset relative to the block base)
     block_of: list        # piece -> block
     index: _TimeIndex     # the nonzero pieces, for "who is live with me" queries
+    block_top: list       # block -> its extent above its base
 
 
 def _check_requests(requests: Sequence[Request], alignment: int) -> dict:
@@ -205,7 +206,8 @@ def _normalise(requests, overwrites, alignment) -> _Problem:
     asize = [_align(r.size, alignment) for r in requests]
     return _Problem(keys=[r.key for r in requests], begin=begin, end=end, asize=asize,
                     blocks=[tuple(b) for b in blocks], block_of=[block_id[r] for r in root],
-                    index=_time_index(begin, end, asize))
+                    index=_time_index(begin, end, asize),
+                    block_top=[max(rel + asize[p] for p, rel in b) for b in blocks])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -323,10 +325,10 @@ def _by_breadth(prob: _Problem) -> list:
 
 
 # ---------------------------------------------------------------------------------------------
-# Placement. For a block at base B, each (member p at rel, placed neighbour q at offset o)
-# forbids B in the open interval (o - rel - size_p, o - rel + size_q). Sorted by their lower
-# ends, one sweep finds every feasible B (all multiples of the alignment, since every size,
-# offset and rel is one).
+# Fit rules. For a block at base B, each (member p at rel, placed live neighbour q at offset o)
+# forbids B in the open interval (o - rel - size_p, o - rel + size_q). Sorted by lower end, one
+# sweep finds every feasible B; all are multiples of the alignment, as every size, offset and
+# rel is. Each rule has a list form (few neighbours) and a NumPy form (many).
 
 
 def _lowest(intervals: list) -> int:
@@ -351,37 +353,157 @@ def _tightest(intervals: list) -> int:
     return best if best >= 0 else cur
 
 
-def _neighbours(prob: _Problem) -> list:
-    """Per piece, the pieces of other blocks live at some step with it."""
-    cols = prob.cols.tolist()
-    bounds = np.searchsorted(prob.rows, np.arange(len(prob.keys) + 1)).tolist()
-    return [cols[bounds[p]:bounds[p + 1]] for p in range(len(prob.keys))]
+def _sweep(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Sorted lower ends, the sweep's position before each, and its final position."""
+    order = lo.argsort(kind="stable")
+    lo, reach = lo[order], np.maximum.accumulate(hi[order].clip(0))
+    cur = np.empty_like(reach)
+    cur[0], cur[1:] = 0, reach[:-1]
+    return lo, cur, int(reach[-1])
 
 
-def _place(prob: _Problem, order: list, fit, limit: int | None = None) -> list | None:
-    """Offsets per piece, placing blocks in ``order`` with the ``fit`` rule; None as soon as
-    the arena would reach ``limit`` bytes (a search candidate that cannot win)."""
-    asize, nbrs, offset = prob.asize, prob.neighbours, [-1] * len(prob.keys)
+def _lowest_np(lo: np.ndarray, hi: np.ndarray) -> int:
+    lo, cur, top = _sweep(lo, hi)
+    fits = lo >= cur
+    k = fits.argmax()
+    return int(cur[k]) if fits[k] else top
+
+
+def _tightest_np(lo: np.ndarray, hi: np.ndarray) -> int:
+    lo, cur, top = _sweep(lo, hi)
+    slack = lo - cur
+    slack[slack < 0] = np.iinfo(np.int64).max
+    k = slack.argmin()
+    return int(cur[k]) if lo[k] >= cur[k] else top
+
+
+@dataclass(frozen=True)
+class _Fit:
+    small: object   # sorted list of (lo, hi) -> base
+    large: object   # lo, hi arrays -> base
+
+
+LOWEST, TIGHTEST = _Fit(_lowest, _lowest_np), _Fit(_tightest, _tightest_np)
+
+
+# ---------------------------------------------------------------------------------------------
+# Placement: blocks in a given order, each at the base its fit rule picks.
+
+_SMALL = 256  # windows up to this many pieces are scanned in Python; NumPy costs more below it
+
+
+class _Arena:
+    """Offsets so far, by piece and by time-index position (mirrored as a list and an array,
+    for the Python and the NumPy scans)."""
+
+    def __init__(self, prob: _Problem):
+        self.prob, self.offset = prob, [-1] * len(prob.keys)
+        n = len(prob.index.order)
+        self.by_pos, self.by_pos_np = [-1] * n, np.full(n, -1, np.int64)
+        self.end, self.size = prob.index.end.tolist(), prob.index.size.tolist()
+
+    def put(self, block: tuple, base: int) -> None:
+        pos = self.prob.index.pos
+        for p, rel in block:
+            self.offset[p] = base + rel
+            if pos[p] >= 0:
+                self.by_pos[pos[p]] = self.by_pos_np[pos[p]] = base + rel
+
+    def intervals(self, p: int, rel: int) -> list:
+        """Forbidden (lo, hi) for the block base, from placed pieces live with piece p."""
+        ix, b, s = self.prob.index, self.prob.begin[p], self.prob.asize[p] + rel
+        off, end, size = self.by_pos, self.end, self.size
+        return [(off[r] - s, off[r] - rel + size[r]) for r in range(ix.lo[p], ix.hi[p])
+                if off[r] >= 0 and end[r] > b]
+
+    def intervals_np(self, p: int, rel: int) -> tuple[np.ndarray, np.ndarray]:
+        ix, b = self.prob.index, self.prob.begin[p]
+        w = slice(ix.lo[p], ix.hi[p])
+        off = self.by_pos_np[w]
+        live = (off >= 0) & (ix.end[w] > b)
+        o = off[live] - rel
+        return o - self.prob.asize[p], o + ix.size[w][live]
+
+    def base(self, block: tuple, fit: _Fit) -> int:
+        ix = self.prob.index
+        members = [(p, rel) for p, rel in block if ix.pos[p] >= 0]
+        if sum(ix.hi[p] - ix.lo[p] for p, _ in members) <= _SMALL:
+            intervals = [iv for p, rel in members for iv in self.intervals(p, rel)]
+            intervals.sort()
+            return fit.small(intervals)
+        parts = [self.intervals_np(p, rel) for p, rel in members]
+        lo, hi = parts[0] if len(parts) == 1 else map(np.concatenate, zip(*parts))
+        return fit.large(lo, hi) if len(lo) else 0
+
+
+def _place(prob: _Problem, order: list, fit: _Fit, limit: int | None = None) -> list | None:
+    """Offsets per piece, placing blocks in ``order``; None as soon as the arena reaches
+    ``limit`` bytes (a search candidate that cannot win)."""
+    arena, top = _Arena(prob), prob.block_top
     for k in order:
         block = prob.blocks[k]
-        if len(block) == 1:  # the common case, kept lean: rel is 0
-            p = block[0][0]
-            s = asize[p]
-            intervals = [(offset[q] - s, offset[q] + asize[q]) for q in nbrs[p] if offset[q] >= 0]
-        else:
-            intervals = [(offset[q] - rel - asize[p], offset[q] - rel + asize[q])
-                         for p, rel in block for q in nbrs[p] if offset[q] >= 0]
-        intervals.sort()
-        base = fit(intervals)
-        for p, rel in block:
-            offset[p] = base + rel
-            if limit is not None and base + rel + asize[p] >= limit:
-                return None
-    return offset
+        base = arena.base(block, fit)
+        if limit is not None and base + top[k] >= limit:
+            return None
+        arena.put(block, base)
+    return arena.offset
 
 
 def _total(prob: _Problem, offset: list) -> int:
     return max((o + s for o, s in zip(offset, prob.asize)), default=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Local search. The arena's top is reached by a stack of blocks, each resting on the next
+# (its base is the top of a live neighbour) down to offset 0. Only moving one of them can
+# lower the top, so the search promotes each in turn to an earlier place in the order and keeps
+# the first change that shrinks the arena. Its effort is capped in units of placement work, so
+# small problems get many rounds and huge ones none; it is deterministic.
+
+_SEARCH_WORK = 3_000_000
+
+
+def _resting_on(prob: _Problem, offset: list, p: int) -> int:
+    """A placed piece live with p whose top is p's offset, or -1."""
+    ix = prob.index
+    for r in range(ix.lo[p], ix.hi[p]):
+        q = int(ix.order[r])
+        if prob.end[q] > prob.begin[p] and offset[q] + prob.asize[q] == offset[p] and q != p:
+            return q
+    return -1
+
+
+def _stack(prob: _Problem, offset: list, total: int) -> list:
+    """The blocks under the arena's top, from the top down."""
+    p = max(range(len(offset)), key=lambda i: (offset[i] + prob.asize[i], -i))
+    blocks = []
+    while p >= 0 and prob.block_of[p] not in blocks:
+        blocks.append(prob.block_of[p])
+        p = _resting_on(prob, offset, p) if offset[p] > 0 else -1
+    return blocks
+
+
+def _moves(order: list, block: int):
+    i = order.index(block)
+    for j in sorted({0, i // 2, i - 1}):
+        if 0 <= j < i:
+            yield order[:j] + [block] + order[j:i] + order[i + 1:]
+
+
+def _improve(prob: _Problem, order: list, fit: _Fit, offset: list, bound: int):
+    """A better (order, offsets) than the given ones, or None."""
+    budget = _SEARCH_WORK // (len(prob.blocks) + sum(prob.index.hi) - sum(prob.index.lo) + 1)
+    total, improved = _total(prob, offset), False
+    while total > bound and budget > 0:
+        for cand in (c for b in _stack(prob, offset, total) for c in _moves(order, b)):
+            budget -= 1
+            placed = _place(prob, cand, fit, limit=total)
+            if placed is not None or budget <= 0:
+                break
+        if placed is None:
+            break
+        order, offset, total, improved = cand, placed, _total(prob, placed), True
+    return (order, offset) if improved else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,35 +512,50 @@ def _total(prob: _Problem, offset: list) -> int:
 
 @dataclass(frozen=True)
 class Strategy:
-    """An order over blocks and a fit rule; ``solve`` tries them in the order of STRATEGIES."""
+    """An order over blocks and a fit rule; "best" tries them in the order of STRATEGIES."""
 
     order: object
-    fit: object
+    fit: _Fit
 
 
 STRATEGIES = {
     # TFLite / "Efficient Memory Management for DNN Inference": largest first, lowest offset.
-    "greedy_by_size": Strategy(_by_size, _lowest),
+    "greedy_by_size": Strategy(_by_size, LOWEST),
     # TFLite's own greedy by size takes the smallest gap rather than the lowest one.
-    "greedy_by_size_tight": Strategy(_by_size, _tightest),
+    "greedy_by_size_tight": Strategy(_by_size, TIGHTEST),
     # XLA heap simulator / MegEngine best fit: in order of allocation, the smallest gap.
-    "best_fit": Strategy(_by_begin, _tightest),
-    "greedy_by_breadth": Strategy(_by_breadth, _tightest),
-    "greedy_by_area": Strategy(_by_area, _lowest),
+    "best_fit": Strategy(_by_begin, TIGHTEST),
+    # TFLite: from the step with the most bytes live down, largest first, smallest gap.
+    "greedy_by_breadth": Strategy(_by_breadth, TIGHTEST),
+    # Largest size x lifetime first, lowest offset.
+    "greedy_by_area": Strategy(_by_area, LOWEST),
 }
 
 
-def _run(prob: _Problem, name: str) -> list:
-    strategy = STRATEGIES[name]
-    return _place(prob, strategy.order(prob), strategy.fit)
+def _best(prob: _Problem, names: list, bound: int, search: bool) -> tuple[str, list]:
+    """The strategy with the smallest arena (first on ties) and its offsets."""
+    best = None
+    for name in names:
+        strategy = STRATEGIES[name]
+        order = strategy.order(prob)
+        offset = _place(prob, order, strategy.fit)
+        total = _total(prob, offset)
+        if best is None or total < best[0]:
+            best = (total, name, order, offset)
+        if total == bound:
+            break
+    total, name, order, offset = best
+    better = _improve(prob, order, STRATEGIES[name].fit, offset, bound) if search else None
+    return (name, offset) if better is None else (name + "+search", better[1])
 
 
 def solve(requests: Sequence[Request], overwrites: Iterable[Overwrite] = (),
           alignment: int = 64, strategy: str = "best") -> ArenaPlan:
     """Assign every request an aligned offset in one arena.
 
-    ``strategy`` is a name in STRATEGIES, or "best" to try them all and keep the smallest
-    arena (the first in STRATEGIES on a tie; it stops early once one meets the lower bound).
+    ``strategy`` is a name in STRATEGIES, or "best": try them all, keep the smallest arena
+    (the first in STRATEGIES on a tie), then improve it by local search; the plan's strategy
+    then reads e.g. "greedy_by_size+search".
 
     >>> solve([Request("x", 0, 1, 10), Request("y", 1, 2, 10)]).offsets
     {'x': 0, 'y': 0}
@@ -430,17 +567,9 @@ def solve(requests: Sequence[Request], overwrites: Iterable[Overwrite] = (),
     prob = _normalise(requests, overwrites, alignment)
     bound = _lower_bound(prob)
     names = list(STRATEGIES) if strategy == "best" else [strategy]
-    best = None
-    for name in names:
-        offset = _run(prob, name)
-        total = _total(prob, offset)
-        if best is None or total < best[0]:
-            best = (total, name, offset)
-        if total == bound:
-            break
-    total, name, offset = best
-    return ArenaPlan(offsets=dict(zip(prob.keys, offset)), total=total, lower_bound=bound,
-                     strategy=name, naive=sum(prob.asize))
+    name, offset = _best(prob, names, bound, search=strategy == "best")
+    return ArenaPlan(offsets=dict(zip(prob.keys, offset)), total=_total(prob, offset),
+                     lower_bound=bound, strategy=name, naive=sum(prob.asize))
 
 
 # ---------------------------------------------------------------------------------------------
