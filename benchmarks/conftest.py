@@ -1,12 +1,11 @@
 """Pins every implementation to the same thread count and prints medians as ratios per group."""
 import os
 
-# Several thread pools share this process (SciPy's OpenBLAS, NumPy's, PyTorch's OpenMP). By
-# default each spins for a long time after a call, so on 2 cores whichever runs next starves:
-# a conv step measured 30x slower right after a PyTorch step. Idle threads must sleep instead.
-# These are read when the libraries load, hence before any import below.
+# Several thread pools share this process (SciPy's OpenBLAS, NumPy's, PyTorch's OpenMP). With
+# PyTorch's OpenMP threads spinning while idle (its default), every OpenBLAS call on these 2 cores
+# starved: mlp-infer batch 1 took 16 ms instead of 0.08 for every implementation. Idle OpenMP
+# threads must sleep; the variable is read when libgomp loads, hence before any import below.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 import pytest
 

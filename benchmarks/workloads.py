@@ -5,6 +5,8 @@ iteration of the workload. Peers that are not installed are left out.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 import mgegraph as mg
@@ -14,6 +16,8 @@ SEED = 0
 
 
 def _torch():
+    if os.environ.get("MGEGRAPH_BENCH_NO_TORCH"):
+        return None
     try:
         import torch
     except ImportError:

@@ -44,7 +44,7 @@ cdef enum UnaryOp:
     U_FLOOR, U_CEIL, U_SIGN, U_RECIPROCAL, U_ERF
 
 cdef enum BinaryOp:
-    B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MAXIMUM, B_MINIMUM, B_FLOOR_DIV, B_MOD
+    B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MAXIMUM, B_MINIMUM, B_FLOOR_DIV, B_MOD, B_RELU_GRAD
 
 cdef enum CompareOp:
     C_EQ, C_NE, C_LT, C_LE, C_GT, C_GE
@@ -56,7 +56,8 @@ UNARY_OPS = {"copy": U_COPY, "neg": U_NEG, "abs": U_ABS, "exp": U_EXP, "log": U_
              "softplus": U_SOFTPLUS, "clip": U_CLIP, "floor": U_FLOOR, "ceil": U_CEIL,
              "sign": U_SIGN, "reciprocal": U_RECIPROCAL, "erf": U_ERF}
 BINARY_OPS = {"add": B_ADD, "sub": B_SUB, "mul": B_MUL, "div": B_DIV, "pow": B_POW,
-              "maximum": B_MAXIMUM, "minimum": B_MINIMUM, "floor_div": B_FLOOR_DIV, "mod": B_MOD}
+              "maximum": B_MAXIMUM, "minimum": B_MINIMUM, "floor_div": B_FLOOR_DIV, "mod": B_MOD,
+              "relu_backward": B_RELU_GRAD}
 COMPARE_OPS = {"equal": C_EQ, "not_equal": C_NE, "less": C_LT, "less_equal": C_LE,
                "greater": C_GT, "greater_equal": C_GE}
 
@@ -169,6 +170,8 @@ cdef inline num_t binary_scalar(int op, num_t x, num_t y) noexcept nogil:
         return x - y
     if op == B_MUL:
         return x * y
+    if op == B_RELU_GRAD:  # x is relu's output, y the gradient of that output
+        return y if x > 0 else 0
     if op == B_MAXIMUM:
         if num_t is float or num_t is double:
             if isnan(x) or isnan(y):
@@ -358,6 +361,10 @@ cdef inline bint fast_binary_row(int op, const num_t* x, Py_ssize_t sx, const nu
         elif op == B_DIV and (num_t is float or num_t is double):
             for i in range(n):
                 y[i] = x[i] / z[i]
+        elif op == B_RELU_GRAD:
+            for i in range(n):
+                c = z[i]  # loaded unconditionally, so the select needs no branch
+                y[i] = c if x[i] > 0 else 0
         else:
             return False
         return True
@@ -431,6 +438,8 @@ cdef inline int binary_impl(const num_t* x, const num_t* z, num_t* y, const Call
         binary_rows(B_FLOOR_DIV, x, z, y, c)
     elif op == B_MOD:
         binary_rows(B_MOD, x, z, y, c)
+    elif op == B_RELU_GRAD:
+        binary_rows(B_RELU_GRAD, x, z, y, c)
     else:
         return KERNEL_UNSUPPORTED
     return KERNEL_OK
@@ -464,8 +473,29 @@ cdef inline int where_impl(const uint8_t* cond, const any_t* x, const any_t* z, 
     cdef Py_ssize_t sz = c.ints[2 + 4 * ndim - 1] if ndim > 0 else 0
     cdef Py_ssize_t rows = count_rows(ndim, shape), r, i
     cdef Odometer o
+    cdef const uint8_t* pc
+    cdef const any_t* px
+    cdef const any_t* pz
+    cdef any_t a, b
     odometer_init(&o, ndim, shape, c.ints + 2 + ndim, 3)
     for r in range(rows):
+        pc, px, pz = cond + o.offset[0], x + o.offset[1], z + o.offset[2]
+        if sc == 1 and sx == 1 and sz == 1:
+            # both branches loaded unconditionally: a select the compiler can vectorise
+            for i in range(inner):
+                a, b = px[i], pz[i]
+                y[i] = a if pc[i] else b
+            y += inner
+            odometer_next(&o)
+            continue
+        if sc == 1 and sx == 1 and sz == 0:
+            b = pz[0]
+            for i in range(inner):
+                a = px[i]
+                y[i] = a if pc[i] else b
+            y += inner
+            odometer_next(&o)
+            continue
         for i in range(inner):
             if cond[o.offset[0] + i * sc]:
                 y[i] = x[o.offset[1] + i * sx]

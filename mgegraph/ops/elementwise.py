@@ -39,7 +39,7 @@ UNARY_GRADS = {
     "neg": lambda x, y, g, a: -g,
     "abs": lambda x, y, g, a: g * sign(x),
     "square": lambda x, y, g, a: g * (2.0 * x),
-    "relu": lambda x, y, g, a: where(x > 0, g, 0.0),
+    "relu": lambda x, y, g, a: apply("relu_backward", (y, g)),
     "exp": lambda x, y, g, a: g * y,
     "log": lambda x, y, g, a: g / x,
     "log1p": lambda x, y, g, a: g / (x + 1.0),
@@ -86,6 +86,8 @@ BINARY_GRADS = {
     "minimum": lambda x, y, out, g: (where(x <= y, g, 0.0), where(x <= y, 0.0, g)),
     "floor_div": lambda x, y, out, g: (None, None),
     "mod": lambda x, y, out, g: (g, -g * floor_div(x, y)),
+    # relu_backward(y, g) = g where y > 0: d/dg is the same mask; d/dy is zero almost everywhere
+    "relu_backward": lambda y, g, out, gg: (None, apply("relu_backward", (y, gg))),
 }
 
 
@@ -173,7 +175,8 @@ def _lower_broadcast(code):
 
 
 BINARY = {"add": NUMERIC_DTYPES, "sub": NUMERIC_DTYPES, "mul": NUMERIC_DTYPES,
-          "div": FLOAT_DTYPES, "pow": NUMERIC_DTYPES, "maximum": NUMERIC_DTYPES,
+          "div": FLOAT_DTYPES, "relu_backward": FLOAT_DTYPES, "pow": NUMERIC_DTYPES,
+          "maximum": NUMERIC_DTYPES,
           "minimum": NUMERIC_DTYPES, "floor_div": NUMERIC_DTYPES, "mod": NUMERIC_DTYPES}
 
 for _name, _dtypes in BINARY.items():
@@ -275,7 +278,7 @@ def _make_binary(name):
 
 
 for _name in BINARY:
-    if _name != "div":
+    if _name not in ("div", "relu_backward"):
         globals()[_name] = _make_binary(_name)
 for _name in K.COMPARE_OPS:
     globals()[_name] = _make_binary(_name)

@@ -7,21 +7,21 @@ offset per buffer in a single contiguous arena. Nothing here knows about graphs 
 >>> plan.offsets, plan.total, plan.lower_bound
 ({'a': 0, 'b': 128, 'c': 0}, 192, 192)
 
-Design: every strategy is an *order* over blocks plus a *fit* rule (lowest offset, or the
-smallest gap that fits). A block is a buffer together with everything overwriting it in place
-(a chain a in b in c is one block); its members keep fixed offsets relative to its base, so the
-solver places blocks, each a small set of rectangles in (time, bytes).
+Design: a strategy is an *order* over blocks plus a *fit* rule (the lowest offset, or the
+smallest gap that fits). A block is a buffer together with everything that overwrites it in
+place (a chain a in b in c is one block); its members keep fixed offsets from the block's base,
+so the solver places blocks, each a few rectangles in (time, bytes). "best" runs every
+strategy, then a local search that reorders the blocks stacked under the arena's top.
 
-Design: the solver only ever looks at buffers whose lifetimes intersect the one being placed.
-Those pairs are found once with NumPy (sorted by begin, the buffers that start inside a
-lifetime form a contiguous run), and each order keeps only the already-placed half. Cost is
-O(n log n + P) for P intersecting pairs, so a schedule with a bounded live set plans in near
-linear time; everything live at once is quadratic by nature.
+Design: placing a block only looks at the pieces live with it. Those neighbour lists are built
+once with NumPy (sorted by begin, the buffers live with one lie in a short window of it), so a
+placement costs O(n log n + P) for P pairs of buffers live together: near linear when the live
+set is bounded, quadratic only when everything is live at once.
 """
 from __future__ import annotations
 
 import json
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,23 +70,11 @@ class ArenaPlan:
 
 
 # ---------------------------------------------------------------------------------------------
-# The problem, normalised: aligned sizes, blocks, and the lifetime-intersection pairs.
+# Checking the input, and the in-place forest.
 
 
 def _align(n: int, alignment: int) -> int:
     return -(-n // alignment) * alignment
-
-
-@dataclass
-class _Problem:
-    keys: list            # request keys; a piece's id is its index here
-    begin: list
-    end: list
-    asize: list           # aligned sizes
-    blocks: list          # per block: tuple of (piece, offset relative to the block base)
-    block_of: list        # piece -> block
-    index: _TimeIndex     # the nonzero pieces, for "who is live with me" queries
-    block_top: list       # block -> its extent above its base
 
 
 def _check_requests(requests: Sequence[Request], alignment: int) -> dict:
@@ -105,7 +93,7 @@ def _check_requests(requests: Sequence[Request], alignment: int) -> dict:
 
 
 def _parents(requests, overwrites, index, alignment) -> tuple[list, list]:
-    """Each piece's overwrite source and offset inside it, after checking the spec is legal."""
+    """Each request's overwrite source (or -1) and offset inside it, once the spec is legal."""
     parent, off = [-1] * len(requests), [0] * len(requests)
     for w in overwrites:
         if w.src_key not in index or w.dst_key not in index:
@@ -124,11 +112,10 @@ def _parents(requests, overwrites, index, alignment) -> tuple[list, list]:
     return parent, off
 
 
-def _relative_offsets(parent: list, off: list) -> tuple[list, list]:
-    """Root piece and offset from the root, following chains; a cycle is an error."""
+def _roots(parent: list, off: list) -> tuple[list, list]:
+    """Root of each request's chain and its offset from the root; a cycle is an error."""
     n = len(parent)
-    root, rel = list(range(n)), [0] * n
-    done = [False] * n
+    root, rel, done = list(range(n)), [0] * n, [False] * n
     for i in range(n):
         path, j = [], i
         while not done[j] and parent[j] >= 0:
@@ -142,62 +129,81 @@ def _relative_offsets(parent: list, off: list) -> tuple[list, list]:
     return root, rel
 
 
-def _time_pairs(begin: np.ndarray, end: np.ndarray, chunk: int = 1 << 22):
-    """Yield (i, j) index arrays of every pair of intervals that intersect, each pair once.
+# ---------------------------------------------------------------------------------------------
+# The problem, normalised. Pieces are the requests; the nonzero ones also get a *position* in
+# begin order, and neighbour lists by position.
 
-    Sorted by begin, the intervals starting inside interval i are a contiguous run after it,
-    and every intersecting pair is found that way from the one that begins first.
-    """
-    order = np.argsort(begin, kind="stable")
-    b, e = begin[order], end[order]
-    stop = np.searchsorted(b, e, side="left")
-    counts = stop - np.arange(len(b)) - 1
-    first = 0
-    while first < len(b):  # chunked so that a dense overlap does not need one huge array
-        last = int(np.searchsorted(np.cumsum(counts[first:]), chunk, side="right")) + first + 1
-        last = min(max(last, first + 1), len(b))
-        c = counts[first:last]
-        rows = np.repeat(np.arange(first, last), c)
-        starts = np.cumsum(c) - c
-        cols = np.arange(len(rows)) - np.repeat(starts, c) + rows + 1
-        yield order[rows], order[cols]
-        first = last
+_SMALL = 256  # neighbour lists up to this long are scanned in Python; NumPy costs more below
+_CHUNK = 1 << 22  # window entries expanded at once while building neighbour lists
 
 
 @dataclass
-class _TimeIndex:
-    """Nonzero pieces sorted by begin. The pieces live with piece p lie in the window
-    ``order[lo[p]:hi[p]]``: past ``hi`` they begin after p ends, and before ``lo`` every piece
-    has ended (``lo`` comes from the running maximum of the ends). A window may hold pieces
-    that ended before p began, so users still test ``end > begin``."""
+class _Live:
+    """Who is live with whom, for the nonzero pieces, by position."""
 
-    order: np.ndarray     # position -> piece
     pos: list             # piece -> position, or -1 for an empty piece
-    end: np.ndarray       # position -> end step
+    piece: list           # position -> piece
     size: np.ndarray      # position -> aligned size
-    lo: list              # piece -> window start
-    hi: list              # piece -> window stop
+    start: np.ndarray     # position -> its neighbours are cols[start[r]:start[r + 1]]
+    cols: np.ndarray
+    small: list           # position -> its neighbours as a list when short, else None
 
 
-def _time_index(begin: list, end: list, asize: list) -> _TimeIndex:
+def _windows(begin: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per position (sorted by begin) a window [lo, hi) holding every position live with it:
+    past hi the pieces begin after it ends, and before lo all have ended (a running maximum
+    of the ends). The window may still hold pieces that ended before it began."""
+    reach = np.maximum.accumulate(end) if len(end) else end
+    return np.searchsorted(reach, begin, side="right"), np.searchsorted(begin, end, side="left")
+
+
+def _neighbour_lists(begin: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR (start, cols) of the positions live with each position; begin is sorted."""
+    lo, hi = _windows(begin, end)
+    counts, cols, degree, first = hi - lo, [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], 0
+    while first < len(begin):  # in chunks, so a dense overlap never needs one huge array
+        last = first + 1 + int(np.searchsorted(np.cumsum(counts[first:]), _CHUNK))
+        c = counts[first:last]
+        rows = np.repeat(np.arange(first, first + len(c)), c)
+        col = np.arange(len(rows)) - np.repeat(np.cumsum(c) - c - lo[first:last], c)
+        keep = (end[col] > begin[rows]) & (col != rows)
+        cols.append(col[keep])
+        degree.append(np.bincount(rows[keep] - first, minlength=len(c)))
+        first = last
+    start = np.concatenate(([0], np.cumsum(np.concatenate(degree))))
+    return start, np.concatenate(cols).astype(np.int32 if len(begin) < 2**31 else np.int64)
+
+
+def _live(begin: list, end: list, asize: list) -> _Live:
     size = np.asarray(asize, np.int64)
-    order = np.flatnonzero(size > 0)
-    order = order[np.argsort(np.asarray(begin, np.int64)[order], kind="stable")]
-    b, e = np.asarray(begin, np.int64)[order], np.asarray(end, np.int64)[order]
+    piece = np.flatnonzero(size > 0)
+    piece = piece[np.argsort(np.asarray(begin, np.int64)[piece], kind="stable")]
     pos = np.full(len(begin), -1, np.int64)
-    pos[order] = np.arange(len(order))
-    reach = np.maximum.accumulate(e) if len(e) else e
-    lo, hi = np.zeros(len(begin), np.int64), np.zeros(len(begin), np.int64)
-    lo[order] = np.searchsorted(reach, b, side="right")
-    hi[order] = np.searchsorted(b, e, side="left")
-    return _TimeIndex(order=order, pos=pos.tolist(), end=e, size=size[order], lo=lo.tolist(),
-                      hi=hi.tolist())
+    pos[piece] = np.arange(len(piece))
+    start, cols = _neighbour_lists(np.asarray(begin, np.int64)[piece],
+                                   np.asarray(end, np.int64)[piece])
+    bounds = start.tolist()
+    small = [cols[a:b].tolist() if b - a <= _SMALL else None
+             for a, b in zip(bounds[:-1], bounds[1:])]
+    return _Live(pos=pos.tolist(), piece=piece.tolist(), size=size[piece], start=start,
+                 cols=cols, small=small)
+
+
+@dataclass
+class _Problem:
+    keys: list            # request keys; a piece's id is its index here
+    begin: list
+    end: list
+    asize: list           # aligned sizes
+    blocks: list          # per block: tuple of (piece, offset from the block's base)
+    block_of: list        # piece -> block
+    block_top: list       # block -> its extent above its base
+    live: _Live
 
 
 def _normalise(requests, overwrites, alignment) -> _Problem:
     index = _check_requests(requests, alignment)
-    parent, off = _parents(requests, overwrites, index, alignment)
-    root, rel = _relative_offsets(parent, off)
+    root, rel = _roots(*_parents(requests, overwrites, index, alignment))
     block_id = {r: k for k, r in enumerate(sorted(set(root)))}
     blocks = [[] for _ in block_id]
     for i, r in enumerate(root):
@@ -206,8 +212,8 @@ def _normalise(requests, overwrites, alignment) -> _Problem:
     asize = [_align(r.size, alignment) for r in requests]
     return _Problem(keys=[r.key for r in requests], begin=begin, end=end, asize=asize,
                     blocks=[tuple(b) for b in blocks], block_of=[block_id[r] for r in root],
-                    index=_time_index(begin, end, asize),
-                    block_top=[max(rel + asize[p] for p, rel in b) for b in blocks])
+                    block_top=[max(rel + asize[p] for p, rel in b) for b in blocks],
+                    live=_live(begin, end, asize))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,23 +222,20 @@ def _normalise(requests, overwrites, alignment) -> _Problem:
 
 
 def _union_bytes(ranges: list) -> int:
-    total, reach = 0, None
+    total, reach = 0, 0
     for lo, hi in sorted(ranges):
-        if reach is None or lo >= reach:
-            total, reach = total + hi - lo, hi
-        elif hi > reach:
-            total, reach = total + hi - reach, hi
+        total += max(0, hi - max(lo, reach))
+        reach = max(reach, hi)
     return total
 
 
 def _block_profile(prob: _Problem, block: tuple) -> list:
-    """(step, change in bytes) events for one block."""
+    """(step, change in bytes live) events of one block."""
     if len(block) == 1:
         p = block[0][0]
         return [(prob.begin[p], prob.asize[p]), (prob.end[p], -prob.asize[p])]
-    steps = sorted({t for p, _ in block for t in (prob.begin[p], prob.end[p])})
     events, prev = [], 0
-    for t in steps:
+    for t in sorted({t for p, _ in block for t in (prob.begin[p], prob.end[p])}):
         now = _union_bytes([(rel, rel + prob.asize[p]) for p, rel in block
                             if prob.begin[p] <= t < prob.end[p]])
         events.append((t, now - prev))
@@ -263,15 +266,13 @@ def lower_bound(requests: Sequence[Request], overwrites: Iterable[Overwrite] = (
 
 
 # ---------------------------------------------------------------------------------------------
-# Orders over blocks. Each returns block ids; ties fall back to the block id so that a plan
-# never depends on dict or hash order.
+# Orders over blocks. Ties fall back to the block id, so a plan never depends on hash order.
 
 
 def _block_stats(prob: _Problem) -> tuple[list, list, list]:
-    size = [max((rel + prob.asize[p] for p, rel in b), default=0) for b in prob.blocks]
     begin = [min(prob.begin[p] for p, _ in b) for b in prob.blocks]
     end = [max(prob.end[p] for p, _ in b) for b in prob.blocks]
-    return size, begin, end
+    return prob.block_top, begin, end
 
 
 def _by_size(prob: _Problem) -> list:
@@ -290,21 +291,18 @@ def _by_area(prob: _Problem) -> list:
 
 
 def _range_argmax(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Index of the largest ``values[lo:hi]`` per query (the first on ties): a sparse table."""
+    """Index of the largest of ``values[lo:hi]`` per query (the first on ties): a sparse
+    table, one level per power of two."""
     table, width = [np.arange(len(values))], 1
     while 2 * width <= len(values):
         a, b = table[-1][:-width], table[-1][width:]
         table.append(np.where(values[a] >= values[b], a, b))
         width *= 2
-    level = np.log2(hi - lo).astype(np.int64)
-    picks = []
-    for j in range(len(table)):  # queries grouped by level, since tables differ in length
+    level, out = np.log2(hi - lo).astype(np.int64), np.empty(len(lo), np.int64)
+    for j, t in enumerate(table):  # queries grouped by level, as the levels differ in length
         m = level == j
-        a, b = table[j][lo[m]], table[j][hi[m] - (1 << j)]
-        picks.append((np.flatnonzero(m), np.where(values[a] >= values[b], a, b)))
-    out = np.empty(len(lo), np.int64)
-    for where, pick in picks:
-        out[where] = pick
+        a, b = t[lo[m]], t[hi[m] - (1 << j)]
+        out[m] = np.where(values[a] >= values[b], a, b)
     return out
 
 
@@ -325,7 +323,7 @@ def _by_breadth(prob: _Problem) -> list:
 
 
 # ---------------------------------------------------------------------------------------------
-# Fit rules. For a block at base B, each (member p at rel, placed live neighbour q at offset o)
+# Fit rules. For a block at base B, each (member p at rel, placed neighbour q at offset o)
 # forbids B in the open interval (o - rel - size_p, o - rel + size_q). Sorted by lower end, one
 # sweep finds every feasible B; all are multiples of the alignment, as every size, offset and
 # rel is. Each rule has a list form (few neighbours) and a NumPy form (many).
@@ -379,8 +377,8 @@ def _tightest_np(lo: np.ndarray, hi: np.ndarray) -> int:
 
 @dataclass(frozen=True)
 class _Fit:
-    small: object   # sorted list of (lo, hi) -> base
-    large: object   # lo, hi arrays -> base
+    small: Callable   # sorted list of (lo, hi) -> base
+    large: Callable   # lo, hi arrays -> base
 
 
 LOWEST, TIGHTEST = _Fit(_lowest, _lowest_np), _Fit(_tightest, _tightest_np)
@@ -389,63 +387,63 @@ LOWEST, TIGHTEST = _Fit(_lowest, _lowest_np), _Fit(_tightest, _tightest_np)
 # ---------------------------------------------------------------------------------------------
 # Placement: blocks in a given order, each at the base its fit rule picks.
 
-_SMALL = 256  # windows up to this many pieces are scanned in Python; NumPy costs more below it
-
 
 class _Arena:
-    """Offsets so far, by piece and by time-index position (mirrored as a list and an array,
-    for the Python and the NumPy scans)."""
+    """Offsets so far, by piece and by position (a list and an array, for the Python and the
+    NumPy scans)."""
 
     def __init__(self, prob: _Problem):
         self.prob, self.offset = prob, [-1] * len(prob.keys)
-        n = len(prob.index.order)
-        self.by_pos, self.by_pos_np = [-1] * n, np.full(n, -1, np.int64)
-        self.end, self.size = prob.index.end.tolist(), prob.index.size.tolist()
+        self.at, self.at_np = [-1] * len(prob.live.piece), np.full(len(prob.live.piece), -1)
+        self.size = prob.live.size.tolist()
 
     def put(self, block: tuple, base: int) -> None:
-        pos = self.prob.index.pos
+        pos = self.prob.live.pos
         for p, rel in block:
             self.offset[p] = base + rel
             if pos[p] >= 0:
-                self.by_pos[pos[p]] = self.by_pos_np[pos[p]] = base + rel
+                self.at[pos[p]] = self.at_np[pos[p]] = base + rel
 
-    def intervals(self, p: int, rel: int) -> list:
-        """Forbidden (lo, hi) for the block base, from placed pieces live with piece p."""
-        ix, b, s = self.prob.index, self.prob.begin[p], self.prob.asize[p] + rel
-        off, end, size = self.by_pos, self.end, self.size
-        return [(off[r] - s, off[r] - rel + size[r]) for r in range(ix.lo[p], ix.hi[p])
-                if off[r] >= 0 and end[r] > b]
+    def intervals(self, r: int, rel: int) -> list:
+        """Forbidden (lo, hi) for the block's base from the placed neighbours of position r."""
+        at, size, s = self.at, self.size, self.size[r] + rel
+        return [(at[q] - s, at[q] - rel + size[q]) for q in self.prob.live.small[r] if at[q] >= 0]
 
-    def intervals_np(self, p: int, rel: int) -> tuple[np.ndarray, np.ndarray]:
-        ix, b = self.prob.index, self.prob.begin[p]
-        w = slice(ix.lo[p], ix.hi[p])
-        off = self.by_pos_np[w]
-        live = (off >= 0) & (ix.end[w] > b)
-        o = off[live] - rel
-        return o - self.prob.asize[p], o + ix.size[w][live]
+    def intervals_np(self, r: int, rel: int) -> tuple[np.ndarray, np.ndarray]:
+        live = self.prob.live
+        nb = live.cols[live.start[r]:live.start[r + 1]]
+        at = self.at_np[nb]
+        placed = at >= 0
+        o = at[placed] - rel
+        return o - self.size[r], o + live.size[nb[placed]]
 
     def base(self, block: tuple, fit: _Fit) -> int:
-        ix = self.prob.index
-        members = [(p, rel) for p, rel in block if ix.pos[p] >= 0]
-        if sum(ix.hi[p] - ix.lo[p] for p, _ in members) <= _SMALL:
-            intervals = [iv for p, rel in members for iv in self.intervals(p, rel)]
+        live = self.prob.live
+        members = [(live.pos[p], rel) for p, rel in block if live.pos[p] >= 0]
+        if all(live.small[r] is not None for r, _ in members):
+            intervals = self.intervals(*members[0]) if len(members) == 1 else [
+                iv for r, rel in members for iv in self.intervals(r, rel)]
             intervals.sort()
             return fit.small(intervals)
-        parts = [self.intervals_np(p, rel) for p, rel in members]
+        parts = [self.intervals_np(r, rel) for r, rel in members]
         lo, hi = parts[0] if len(parts) == 1 else map(np.concatenate, zip(*parts))
         return fit.large(lo, hi) if len(lo) else 0
 
 
-def _place(prob: _Problem, order: list, fit: _Fit, limit: int | None = None) -> list | None:
-    """Offsets per piece, placing blocks in ``order``; None as soon as the arena reaches
-    ``limit`` bytes (a search candidate that cannot win)."""
-    arena, top = _Arena(prob), prob.block_top
-    for k in order:
-        block = prob.blocks[k]
-        base = arena.base(block, fit)
-        if limit is not None and base + top[k] >= limit:
+def _place(prob: _Problem, order: list, fit: _Fit, limit: int | None = None,
+           keep: int = 0, prev: list | None = None) -> list | None:
+    """Offsets per piece, placing blocks in ``order``; None as soon as a block would end
+    above ``limit`` bytes (a search candidate that cannot win). The first ``keep`` blocks take
+    their offsets from ``prev``, a placement that began with the same blocks."""
+    arena, top, blocks = _Arena(prob), prob.block_top, prob.blocks
+    for k in order[:keep]:
+        p, rel = blocks[k][0]
+        arena.put(blocks[k], prev[p] - rel)
+    for k in order[keep:]:
+        base = arena.base(blocks[k], fit)
+        if limit is not None and base + top[k] > limit:
             return None
-        arena.put(block, base)
+        arena.put(blocks[k], base)
     return arena.offset
 
 
@@ -454,56 +452,72 @@ def _total(prob: _Problem, offset: list) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# Local search. The arena's top is reached by a stack of blocks, each resting on the next
-# (its base is the top of a live neighbour) down to offset 0. Only moving one of them can
-# lower the top, so the search promotes each in turn to an earlier place in the order and keeps
-# the first change that shrinks the arena. Its effort is capped in units of placement work, so
-# small problems get many rounds and huge ones none; it is deterministic.
+# Local search. The arena's top is reached by a stack of blocks, each resting on a live
+# neighbour's top, down to offset 0; only moving one of them can lower it. So the search moves
+# each in turn to the front of the order, or halfway there, and keeps the first change that
+# lowers the top or leaves fewer pieces touching it. (Moving one place up almost never
+# helped.) Its work is capped in block placements weighted by neighbours, so small problems
+# get many rounds and huge ones none; it is deterministic.
 
 _SEARCH_WORK = 3_000_000
 
 
 def _resting_on(prob: _Problem, offset: list, p: int) -> int:
-    """A placed piece live with p whose top is p's offset, or -1."""
-    ix = prob.index
-    for r in range(ix.lo[p], ix.hi[p]):
-        q = int(ix.order[r])
-        if prob.end[q] > prob.begin[p] and offset[q] + prob.asize[q] == offset[p] and q != p:
+    """A piece of another block, live with p, whose top is p's offset; or -1."""
+    live, r = prob.live, prob.live.pos[p]
+    if r < 0 or offset[p] == 0:
+        return -1
+    for q in live.cols[live.start[r]:live.start[r + 1]].tolist():
+        q = live.piece[q]
+        if offset[q] + prob.asize[q] == offset[p] and prob.block_of[q] != prob.block_of[p]:
             return q
     return -1
 
 
-def _stack(prob: _Problem, offset: list, total: int) -> list:
+def _stack(prob: _Problem, offset: list) -> list:
     """The blocks under the arena's top, from the top down."""
     p = max(range(len(offset)), key=lambda i: (offset[i] + prob.asize[i], -i))
     blocks = []
-    while p >= 0 and prob.block_of[p] not in blocks:
+    while p >= 0:
         blocks.append(prob.block_of[p])
-        p = _resting_on(prob, offset, p) if offset[p] > 0 else -1
+        p = _resting_on(prob, offset, p)
     return blocks
 
 
-def _moves(order: list, block: int):
-    i = order.index(block)
-    for j in sorted({0, i // 2, i - 1}):
-        if 0 <= j < i:
-            yield order[:j] + [block] + order[j:i] + order[i + 1:]
+def _moves(order: list, blocks: list):
+    for block in blocks:
+        i = order.index(block)
+        for j in sorted({0, i // 2} - {i}):
+            yield j, order[:j] + [block] + order[j:i] + order[i + 1:]
 
 
-def _improve(prob: _Problem, order: list, fit: _Fit, offset: list, bound: int):
-    """A better (order, offsets) than the given ones, or None."""
-    budget = _SEARCH_WORK // (len(prob.blocks) + sum(prob.index.hi) - sum(prob.index.lo) + 1)
-    total, improved = _total(prob, offset), False
-    while total > bound and budget > 0:
-        for cand in (c for b in _stack(prob, offset, total) for c in _moves(order, b)):
-            budget -= 1
-            placed = _place(prob, cand, fit, limit=total)
-            if placed is not None or budget <= 0:
+def _score(prob: _Problem, offset: list) -> tuple[int, int]:
+    """Arena size, then how many pieces touch its top (fewer is a step towards a lower one)."""
+    total = _total(prob, offset)
+    return total, sum(1 for o, s in zip(offset, prob.asize) if s and o + s == total)
+
+
+def _improve(prob: _Problem, order: list, fit: _Fit, offset: list, bound: int,
+             budget: int) -> tuple[list, int]:
+    """Local search from (order, offset): the best offsets found, and the budget left."""
+    n = len(order)
+    cost = 1 + (len(prob.live.cols) + n) // max(n, 1)  # work per block placed
+    score = _score(prob, offset)
+    while score[0] > bound and budget > 0:
+        found = None
+        for keep, cand in _moves(order, _stack(prob, offset)):
+            budget -= (n - keep) * cost
+            placed = _place(prob, cand, fit, score[0], keep, offset)
+            if placed is not None and _score(prob, placed) < score:
+                found = cand, placed
                 break
-        if placed is None:
+            if budget <= 0:
+                break
+        if found is None:
             break
-        order, offset, total, improved = cand, placed, _total(prob, placed), True
-    return (order, offset) if improved else None
+        order, offset = found
+        score = _score(prob, offset)
+    return offset, budget
 
 
 # ---------------------------------------------------------------------------------------------
@@ -514,7 +528,7 @@ def _improve(prob: _Problem, order: list, fit: _Fit, offset: list, bound: int):
 class Strategy:
     """An order over blocks and a fit rule; "best" tries them in the order of STRATEGIES."""
 
-    order: object
+    order: Callable
     fit: _Fit
 
 
@@ -533,29 +547,35 @@ STRATEGIES = {
 
 
 def _best(prob: _Problem, names: list, bound: int, search: bool) -> tuple[str, list]:
-    """The strategy with the smallest arena (first on ties) and its offsets."""
-    best = None
+    """The strategy with the smallest arena (the first on ties) and its offsets; with search,
+    each run is then improved in turn, from the best start down, while the budget lasts."""
+    runs = []
     for name in names:
         strategy = STRATEGIES[name]
         order = strategy.order(prob)
         offset = _place(prob, order, strategy.fit)
-        total = _total(prob, offset)
-        if best is None or total < best[0]:
-            best = (total, name, order, offset)
-        if total == bound:
+        runs.append((_total(prob, offset), len(runs), name, order, offset))
+        if runs[-1][0] == bound:
             break
-    total, name, order, offset = best
-    better = _improve(prob, order, STRATEGIES[name].fit, offset, bound) if search else None
-    return (name, offset) if better is None else (name + "+search", better[1])
+    runs.sort(key=lambda run: run[:2])
+    total, _, name, _, best = runs[0]
+    budget = _SEARCH_WORK if search else 0
+    for _, _, start, order, offset in runs:
+        if budget <= 0 or total == bound:
+            break
+        offset, budget = _improve(prob, order, STRATEGIES[start].fit, offset, bound, budget)
+        if _total(prob, offset) < total:
+            total, name, best = _total(prob, offset), start + "+search", offset
+    return name, best
 
 
 def solve(requests: Sequence[Request], overwrites: Iterable[Overwrite] = (),
           alignment: int = 64, strategy: str = "best") -> ArenaPlan:
     """Assign every request an aligned offset in one arena.
 
-    ``strategy`` is a name in STRATEGIES, or "best": try them all, keep the smallest arena
-    (the first in STRATEGIES on a tie), then improve it by local search; the plan's strategy
-    then reads e.g. "greedy_by_size+search".
+    ``strategy`` is a name in STRATEGIES, or "best": run them all, keep the smallest arena
+    (the first on a tie), then try to improve on it by local search; the plan's strategy then
+    reads e.g. "greedy_by_size+search".
 
     >>> solve([Request("x", 0, 1, 10), Request("y", 1, 2, 10)]).offsets
     {'x': 0, 'y': 0}
@@ -573,16 +593,16 @@ def solve(requests: Sequence[Request], overwrites: Iterable[Overwrite] = (),
 
 
 # ---------------------------------------------------------------------------------------------
-# The checker. Independent of the solver's internals on purpose: it re-derives the in-place
-# relation from the specs and tests every pair of buffers live at the same step.
+# The checker. Independent of the solver on purpose: it re-derives the in-place relation from
+# the specs and tests every pair of buffers live at one step, in chunks, with NumPy.
 
 
 def _ancestors(parent: list, i: int) -> set:
-    seen = set()
-    while parent[i] >= 0 and i not in seen:
-        seen.add(i)
+    seen = {i}
+    while parent[i] >= 0 and parent[i] not in seen:
         i = parent[i]
-    return seen | {i}
+        seen.add(i)
+    return seen
 
 
 def _check_offsets(plan: ArenaPlan, requests, alignment) -> list:
@@ -608,22 +628,27 @@ def _check_overwrites(plan: ArenaPlan, overwrites) -> None:
                              f"{plan.offsets[w.dst_key]}, not {want}")
 
 
+def _overlap_error(requests, offset, size, a, b) -> ArenaError:
+    ra, rb = requests[a], requests[b]
+    return ArenaError(
+        f"buffers {ra.key!r} at [{offset[a]}, {offset[a] + size[a]}) live [{ra.begin}, "
+        f"{ra.end}) and {rb.key!r} at [{offset[b]}, {offset[b] + size[b]}) live "
+        f"[{rb.begin}, {rb.end}) share bytes while both are live")
+
+
 def _check_overlaps(requests, offset, parent, alignment) -> None:
     size = np.array([_align(r.size, alignment) for r in requests], np.int64)
-    live = np.flatnonzero(size > 0)
+    piece = np.flatnonzero(size > 0)
+    piece = piece[np.argsort([requests[i].begin for i in piece], kind="stable")]
+    begin = np.array([requests[i].begin for i in piece], np.int64)
+    start, cols = _neighbour_lists(begin, np.array([requests[i].end for i in piece], np.int64))
+    rows = np.repeat(np.arange(len(piece)), np.diff(start))
+    a, b = piece[rows], piece[cols]
     off = np.asarray(offset, np.int64)
-    begin = np.array([r.begin for r in requests], np.int64)[live]
-    end = np.array([r.end for r in requests], np.int64)[live]
-    for i, j in _time_pairs(begin, end):
-        i, j = live[i], live[j]
-        bad = (off[i] < off[j] + size[j]) & (off[j] < off[i] + size[i])
-        for a, b in zip(i[bad].tolist(), j[bad].tolist()):
-            if a not in _ancestors(parent, b) and b not in _ancestors(parent, a):
-                ra, rb = requests[a], requests[b]
-                raise ArenaError(
-                    f"buffers {ra.key!r} [{off[a]}, {off[a] + size[a]}) live "
-                    f"[{ra.begin}, {ra.end}) and {rb.key!r} [{off[b]}, {off[b] + size[b]}) "
-                    f"live [{rb.begin}, {rb.end}) overlap in bytes while both are live")
+    shared = (off[a] < off[b] + size[b]) & (off[b] < off[a] + size[a])
+    for i, j in zip(a[shared].tolist(), b[shared].tolist()):
+        if i not in _ancestors(parent, j) and j not in _ancestors(parent, i):
+            raise _overlap_error(requests, offset, size.tolist(), i, j)
 
 
 def verify(plan: ArenaPlan, requests: Sequence[Request], overwrites: Iterable[Overwrite] = (),
@@ -639,8 +664,8 @@ def verify(plan: ArenaPlan, requests: Sequence[Request], overwrites: Iterable[Ov
     """
     requests, overwrites = list(requests), tuple(overwrites)
     index = _check_requests(requests, alignment)
-    parent, _ = _parents(requests, overwrites, index, alignment)
-    _relative_offsets(parent, [0] * len(parent))  # rejects cycles
+    parent, off = _parents(requests, overwrites, index, alignment)
+    _roots(parent, off)  # rejects cycles
     offset = _check_offsets(plan, requests, alignment)
     _check_overwrites(plan, overwrites)
     _check_overlaps(requests, offset, parent, alignment)
