@@ -163,6 +163,35 @@ def _needed_nodes(graph: Graph, outputs) -> list:
     return kept[::-1]
 
 
+def _assigns_written_in_place(nodes, outputs) -> dict[int, int]:
+    """Assigns whose value can be computed straight into the param: {id(assign): value var id}.
+
+    That holds when the value is made by an elementwise op (which reads each element before
+    writing it), is used by nothing but the assign, and every other read of the param comes
+    earlier in the schedule; the copy of the assign is then saved.
+    """
+    position = {id(n): i for i, n in enumerate(nodes)}
+    uses: dict[int, list] = {}
+    for n in nodes:
+        for v in n.inputs:
+            uses.setdefault(v.id, []).append(n)
+    output_ids = {v.id for v in outputs}
+    chosen = {}
+    for node in nodes:
+        if node.op.name != "assign":
+            continue
+        target, value = node.inputs
+        producer = value.node
+        if (producer is None or not producer.op.inplace or id(producer) not in position
+                or len(producer.outputs) != 1 or value.id in output_ids
+                or target.id in output_ids or len(uses.get(value.id, ())) != 1):
+            continue
+        others = [u for u in uses.get(target.id, ()) if u is not node and u is not producer]
+        if all(position[id(u)] < position[id(producer)] for u in others):
+            chosen[id(node)] = value.id
+    return chosen
+
+
 def _lower(graph: Graph, outputs, device: str) -> Plan:
     slots: list[Slot] = []
     slot_of: dict[int, int] = {}
@@ -176,8 +205,15 @@ def _lower(graph: Graph, outputs, device: str) -> Plan:
     nodes = _needed_nodes(graph, outputs)
     # Assigns run last so that every read in a run sees the state as it was when the run began.
     nodes = [n for n in nodes if n.op.name != "assign"] + [n for n in nodes if n.op.name == "assign"]
+    written_in_place = _assigns_written_in_place(nodes, outputs)
     for node in nodes:
         op = node.op
+        if node.op.name == "assign" and id(node) in written_in_place:
+            continue
+        if node.outputs and node.outputs[0].id in written_in_place.values():
+            target = next(a.inputs[0] for a in nodes if written_in_place.get(id(a)) ==
+                          node.outputs[0].id)
+            slot_of[node.outputs[0].id] = slot_of[target.id]
         if op.category == "source":
             (var,) = node.outputs
             slot_of[var.id] = new_slot(var.type, op.name, node.attr.get("name"))
@@ -195,7 +231,8 @@ def _lower(graph: Graph, outputs, device: str) -> Plan:
         except (ValueError, LookupError) as exc:
             raise OpError(op.name, [v.type for v in node.inputs], str(exc), node.location) from None
         for var in node.outputs:
-            slot_of[var.id] = new_slot(var.type, "temp")
+            if var.id not in slot_of:
+                slot_of[var.id] = new_slot(var.type, "temp")
         ins_inputs = tuple(slot_of[v.id] for v in node.inputs)
         ins_outputs = tuple(slot_of[v.id] for v in node.outputs)
         if op.name == "assign":  # copy the value (input 1) into the param's buffer (input 0)

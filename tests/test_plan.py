@@ -105,7 +105,7 @@ def test_assign_updates_a_shared_param_after_all_reads():
     g.assign(w, w * 2.0)
     z = w + 0.0  # made after the assign, still reads the value at the start of the run
     plan = mg.compile([y, z])
-    assert [ins.op for ins in plan.instructions][-1] == "assign"
+    assert [ins.op for ins in plan.instructions][-1] == "assign"  # z's add reads w after w * 2
     out_y, out_z = plan.run({"x": np.ones(3, np.float32)})
     np.testing.assert_array_equal(out_y, 1)
     np.testing.assert_array_equal(out_z, 1)
@@ -125,3 +125,18 @@ def test_assign_checks_target_and_type():
         g.assign(w, F.astype(x, "float64"))
     with pytest.raises(mg.GraphError, match="C-contiguous"):
         g.param("v", np.zeros((3, 2), np.float32).T, share=True)
+
+
+def test_an_update_after_every_read_is_written_into_the_param():
+    w0 = np.ones(3, np.float32)
+    g = mg.Graph()
+    w = g.param("w", w0, share=True)
+    x = g.input("x", (3,), "float32")
+    y = x * w
+    g.assign(w, w * 2.0)
+    plan = mg.compile([y])
+    assert [ins.op for ins in plan.instructions] == ["mul", "mul"]
+    assert plan.slots[plan.instructions[-1].outputs[0]].role == "param"
+    for k in (1, 2):
+        np.testing.assert_array_equal(plan.run({"x": np.ones(3, np.float32)})[0], 2 ** (k - 1))
+    np.testing.assert_array_equal(w0, 4)

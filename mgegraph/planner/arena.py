@@ -390,19 +390,37 @@ LOWEST, TIGHTEST = _Fit(_lowest, _lowest_np), _Fit(_tightest, _tightest_np)
 
 class _Arena:
     """Offsets so far, by piece and by position (a list and an array, for the Python and the
-    NumPy scans)."""
+    NumPy scans), and which positions moved from a previous placement."""
 
     def __init__(self, prob: _Problem):
+        n = len(prob.live.piece)
         self.prob, self.offset = prob, [-1] * len(prob.keys)
-        self.at, self.at_np = [-1] * len(prob.live.piece), np.full(len(prob.live.piece), -1)
+        self.at, self.at_np = [-1] * n, np.full(n, -1)
+        self.moved, self.moved_np = [False] * n, np.zeros(n, bool)
         self.size = prob.live.size.tolist()
 
-    def put(self, block: tuple, base: int) -> None:
+    def put(self, block: tuple, base: int, moved: bool = False) -> None:
         pos = self.prob.live.pos
         for p, rel in block:
             self.offset[p] = base + rel
             if pos[p] >= 0:
                 self.at[pos[p]] = self.at_np[pos[p]] = base + rel
+                if moved:
+                    self.moved[pos[p]] = self.moved_np[pos[p]] = True
+
+    def touched(self, block: tuple) -> bool:
+        """Whether a neighbour of the block has moved."""
+        live = self.prob.live
+        for p, _ in block:
+            r = live.pos[p]
+            if r < 0:
+                continue
+            nb = live.small[r]
+            if nb is None and self.moved_np[live.cols[live.start[r]:live.start[r + 1]]].any():
+                return True
+            if nb is not None and any(map(self.moved.__getitem__, nb)):
+                return True
+        return False
 
     def intervals(self, r: int, rel: int) -> list:
         """Forbidden (lo, hi) for the block's base from the placed neighbours of position r."""
@@ -430,20 +448,35 @@ class _Arena:
         return fit.large(lo, hi) if len(lo) else 0
 
 
-def _place(prob: _Problem, order: list, fit: _Fit, limit: int | None = None,
-           keep: int = 0, prev: list | None = None) -> list | None:
+def _place(prob: _Problem, order: list, fit: _Fit, limit: int | None = None) -> list | None:
     """Offsets per piece, placing blocks in ``order``; None as soon as a block would end
-    above ``limit`` bytes (a search candidate that cannot win). The first ``keep`` blocks take
-    their offsets from ``prev``, a placement that began with the same blocks."""
+    above ``limit`` bytes."""
     arena, top, blocks = _Arena(prob), prob.block_top, prob.blocks
-    for k in order[:keep]:
-        p, rel = blocks[k][0]
-        arena.put(blocks[k], prev[p] - rel)
-    for k in order[keep:]:
+    for k in order:
         base = arena.base(blocks[k], fit)
         if limit is not None and base + top[k] > limit:
             return None
         arena.put(blocks[k], base)
+    return arena.offset
+
+
+def _replace(prob: _Problem, order: list, fit: _Fit, limit: int, keep: int,
+             prev: list) -> list | None:
+    """``_place`` for an order that moved one block up to ``keep``, given the offsets ``prev``
+    of the order before. A block's base depends only on its neighbours placed before it, so
+    a block none of whose neighbours moved keeps its old base; only the ripple is redone.
+    None as soon as a block would end above ``limit`` bytes (a candidate that cannot win)."""
+    arena, top, blocks = _Arena(prob), prob.block_top, prob.blocks
+    for n, k in enumerate(order):
+        p, rel = blocks[k][0]
+        if n < keep or (n > keep and not arena.touched(blocks[k])):
+            arena.put(blocks[k], prev[p] - rel)
+            continue
+        base = arena.base(blocks[k], fit)
+        if base + top[k] > limit:
+            return None
+        # The moved block counts as moved even in place: blocks it overtook now see it.
+        arena.put(blocks[k], base, moved=n == keep or base != prev[p] - rel)
     return arena.offset
 
 
@@ -507,7 +540,7 @@ def _improve(prob: _Problem, order: list, fit: _Fit, offset: list, bound: int,
         found = None
         for keep, cand in _moves(order, _stack(prob, offset)):
             budget -= (n - keep) * cost
-            placed = _place(prob, cand, fit, score[0], keep, offset)
+            placed = _replace(prob, cand, fit, score[0], keep, offset)
             if placed is not None and _score(prob, placed) < score:
                 found = cand, placed
                 break
