@@ -194,6 +194,12 @@ POOL_CASES = [
     ((2, 3, 6, 6), 2, None, 0), ((2, 3, 7, 5), 3, 2, 1), ((1, 2, 8, 9), (3, 2), (2, 1), (1, 0)),
     ((1, 1, 5, 5), 5, 1, 2), ((1, 2, 4, 4), 1, 1, 0), ((3, 1, 1, 1), 1, None, 0),
     ((0, 2, 4, 4), 2, None, 0), ((2, 0, 4, 4), 2, None, 0), ((1, 2, 7, 7), (2, 4), 3, (1, 2)),
+    # the kernels' literal window shapes (2x2/2, 3x3/3, 3x3/2, 3x3/1), with odd sizes that leave
+    # rows and columns no window covers, padding that leaves border windows, and the general path
+    ((2, 2, 7, 9), 2, None, 0), ((1, 2, 8, 7), 3, None, 0), ((1, 2, 6, 7), 3, 1, 1),
+    ((2, 1, 5, 6), 2, 1, 1),
+    ((1, 1, 3, 150), 2, None, 0), ((1, 1, 3, 140), 3, 2, 1),  # a row of more than 64 windows
+    ((1, 1, 9, 17), (9, 8), 1, 0),                            # windows of more than 64 cells
 ]
 
 
@@ -481,6 +487,29 @@ def test_max_pool2d_backward_sends_nan_windows_to_the_first_nan():
     out = run(lambda v, d: apply("max_pool2d_backward", (v, d), **attrs), x,
               np.ones((1, 1, 1, 1), np.float32))
     np.testing.assert_array_equal(out[0, 0], [[0, 1], [0, 0]])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("xs,kernel,stride,padding", [
+    ((2, 2, 6, 8), 2, 2, 0), ((1, 2, 9, 9), 3, 3, 0), ((1, 2, 9, 8), 3, 2, 1),
+    ((1, 2, 7, 7), 3, 1, 1), ((1, 1, 5, 130), 2, 1, 0), ((1, 1, 6, 6), 5, 1, 2)])
+def test_max_pool2d_nan_inf_and_ties_on_every_path(xs, kernel, stride, padding, dtype):
+    # NaN is a window's maximum and its first NaN takes the gradient (np.max, np.argmax);
+    # -inf windows and ties send it to their first cell; an infinite gradient stays whole.
+    x = RNG.integers(0, 3, xs).astype(dtype)
+    cells = RNG.choice(x.size, x.size // 5, replace=False)
+    x.reshape(-1)[cells[::2]], x.reshape(-1)[cells[1::2]] = np.nan, -np.inf
+    attrs = dict(kernel_size=pair(kernel), stride=pair(stride), padding=pair(padding))
+    y = pool_ref(x, kernel, stride, padding, "max")
+    dy = RNG.standard_normal(y.shape).astype(dtype)
+    dy.reshape(-1)[0] = np.inf
+    windows = list(pool_windows(xs[2:], kernel, stride, padding))
+    check(run(lambda v: F.max_pool2d(v, kernel, stride, padding), x), y)
+    check(run(lambda v, d: apply("max_pool2d_backward", (v, d), **attrs), x, dy),
+          max_backward_ref(x, dy, windows))
+    h = RNG.standard_normal(xs).astype(dtype)
+    check(run(lambda v, u: apply("max_pool2d_select", (v, u), **attrs), x, h),
+          select_ref(x, h, windows, y.shape[2:]))
 
 
 @pytest.mark.parametrize("op,inputs,attrs,reason", [
