@@ -136,3 +136,42 @@ def test_fifty_steps_match_pytorch(kind, optimiser):
     for a, b in pairs:
         np.testing.assert_allclose(a.weight.value, b.weight.detach().numpy(), rtol=1e-4,
                                    atol=1e-5)
+
+
+def test_dropout_draws_a_new_mask_every_step_and_none_in_eval():
+    nn.init.manual_seed(0)
+    x, y = blobs(32)
+    model = nn.Sequential(nn.Linear(8, 64), nn.Dropout(0.5, seed=1), nn.Linear(64, 3))
+    step = mg.compile_train_step(model, F.cross_entropy, optim.SGD(model.parameters(), lr=0.0),
+                                 example_batch=(x, y))
+    losses = [step(x, y) for _ in range(3)]
+    assert len(set(losses)) == 3  # same weights and batch: only the mask changed
+    assert int(model[1].steps.value) == 3
+    model.eval()
+    predict = mg.compile_module(model, example_inputs=(x,))
+    w1, b1 = model[0].weight.value, model[0].bias.value
+    w2, b2 = model[2].weight.value, model[2].bias.value
+    np.testing.assert_allclose(predict(x), (x @ w1.T + b1) @ w2.T + b2, rtol=1e-4, atol=1e-5)
+
+
+def test_embedding_and_layer_norm_train():
+    nn.init.manual_seed(0)
+
+    class Tagger(nn.Module):
+        def __init__(self):
+            self.embed = nn.Embedding(20, 8)
+            self.norm = nn.LayerNorm(8)
+            self.out = nn.Linear(8, 4)
+
+        def forward(self, tokens):
+            return self.out(self.norm(self.embed(tokens)))
+
+    tokens = np.random.default_rng(0).integers(0, 20, 64).astype(np.int64)
+    labels = (tokens % 4).astype(np.int32)
+    model = Tagger()
+    step = mg.compile_train_step(model, F.cross_entropy, optim.Adam(model.parameters(), lr=0.05),
+                                 example_batch=(tokens, labels))
+    first = step(tokens, labels)
+    for _ in range(60):
+        last = step(tokens, labels)
+    assert last < first / 10

@@ -5,7 +5,7 @@
 #   cross_entropy  [O, C, M, with_logits, reduction, label_is_int64] / [label_smooth]
 #   layer_norm     [R, N]                    / [eps]          R rows of N; weight, bias of N
 #   batch_norm     [N, C, M, training]       / [eps]          input (N, C, M), stats per channel
-#   dropout        [size, seed]              / [drop_prob]
+#   dropout        [size, seed, has_step]    / [drop_prob]
 #   cross_entropy_backward  as cross_entropy
 #   layer_norm_backward     as layer_norm
 #   batch_norm_backward     [N, C, M]        / [eps]
@@ -306,13 +306,17 @@ cdef inline uint64_t mix64(uint64_t z) noexcept nogil:
 
 
 cdef int dropout_impl(const floating* x, floating* y, const Call* c) noexcept nogil:
-    # Counter-based: element i's coin depends only on (seed, i), never on the order of work.
+    # Counter-based: element i's coin depends only on (seed, step, i), never on the order of
+    # work; ``step`` is an optional int64 input (a counter the training step advances), so each
+    # run draws a new mask while the backward pass, given the same step, reuses it.
     # It keeps i when u = (hash >> 11) / 2**53, uniform in [0, 1), is >= p, i.e. when
     # hash >> 11 >= ceil(p * 2**53) (exact: scaling by 2**53 does not round).
     cdef Py_ssize_t n = c.ints[0], i
     cdef uint64_t golden = <uint64_t>0x9E3779B97F4A7C15ULL
     cdef uint64_t key = mix64(<uint64_t>c.ints[1] + golden)
     cdef double p = c.floats[0]
+    if c.ints[2]:
+        key = mix64(key ^ mix64(<uint64_t>(<const int64_t*>c.bufs[1])[0] + golden))
     cdef uint64_t threshold
     cdef floating factor[2]  # [dropped, kept]
     if not 0 <= p <= 1:
@@ -490,9 +494,9 @@ cdef int batch_norm_f64(const Call* c) noexcept nogil:
                            <const double*>c.bufs[2], c)
 
 cdef int dropout_f32(const Call* c) noexcept nogil:
-    return dropout_impl(<const float*>c.bufs[0], <float*>c.bufs[1], c)
+    return dropout_impl(<const float*>c.bufs[0], <float*>c.bufs[1 + c.ints[2]], c)
 cdef int dropout_f64(const Call* c) noexcept nogil:
-    return dropout_impl(<const double*>c.bufs[0], <double*>c.bufs[1], c)
+    return dropout_impl(<const double*>c.bufs[0], <double*>c.bufs[1 + c.ints[2]], c)
 
 cdef int cross_entropy_backward_f32(const Call* c) noexcept nogil:
     return ce_backward_impl(<const float*>c.bufs[0], c.bufs[1], <const float*>c.bufs[2],

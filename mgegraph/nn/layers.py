@@ -120,11 +120,20 @@ class Embedding(Module):
 
 
 class Dropout(Module):
+    """Inverted dropout in training, identity in eval. A step counter (a Buffer the training
+    step advances) makes every step draw a new mask; the seed makes runs reproducible."""
+
     def __init__(self, drop_prob: float = 0.5, seed: int = 0):
         self.drop_prob, self.seed = drop_prob, seed
+        self.steps = Buffer(np.zeros((), np.int64))
 
     def forward(self, x):
-        return F.dropout(x, self.drop_prob, training=self.training, seed=self.seed)
+        if not self.training or self.drop_prob == 0:
+            return x
+        g = x.graph
+        step = g.bind(self.steps)
+        g.assign(step, step + 1)
+        return F.dropout(x, self.drop_prob, seed=self.seed, step=step)
 
 
 class _Activation(Module):

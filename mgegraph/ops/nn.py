@@ -362,8 +362,10 @@ register(OpDef("batch_norm_backward", "nn", _bn_backward_infer, attrs={"eps": 1e
 
 # -- dropout -------------------------------------------------------------------------------------
 def _dropout_infer(in_types, attrs):
-    (x,) = in_types
+    x, *step = in_types
     require_dtypes("dropout", x, FLOAT_DTYPES)
+    if step and (step[0].dtype != np.dtype(np.int64) or step[0].size != 1):
+        raise TypeError(f"the step input must be one int64, got {step[0]}")
     if not 0 <= attrs["drop_prob"] <= 1:
         raise ValueError(f"drop_prob must be in [0, 1], got {attrs['drop_prob']}")
     if not isinstance(attrs["seed"], (int, np.integer)):
@@ -374,13 +376,15 @@ def _dropout_infer(in_types, attrs):
 def _dropout_lower(node):
     seed = int(node.attr["seed"]) & (2**64 - 1)
     seed = seed - 2**64 if seed >= 2**63 else seed  # the kernel reads it back as uint64
-    return Launch((node.inputs[0].size, seed), (float(node.attr["drop_prob"]),))
+    has_step = int(len(node.inputs) == 2)
+    return Launch((node.inputs[0].size, seed, has_step), (float(node.attr["drop_prob"]),))
 
 
 def _dropout_grad(node, out_grads):
     # The mask hashes (seed, element index) only, so the same attributes drop the same elements
     # of the gradient and scale the kept ones alike.
-    return (apply("dropout", (out_grads[0],), **node.attr),)
+    return (apply("dropout", (out_grads[0],) + node.inputs[1:], **node.attr),) + \
+        (None,) * (len(node.inputs) - 1)
 
 
 register(OpDef("dropout", "nn", _dropout_infer, attrs={"drop_prob": REQUIRED, "seed": 0},
@@ -506,14 +510,17 @@ def batch_norm(inp, running_mean=None, running_var=None, weight=None, bias=None,
     return outputs[0]
 
 
-def dropout(inp, drop_prob, training=True, seed=0):
+def dropout(inp, drop_prob, training=True, seed=0, step=None):
     """Inverted dropout: zero each element with probability ``drop_prob`` and scale the kept
-    ones by 1 / (1 - drop_prob). The mask depends only on ``seed`` and the element's index.
+    ones by 1 / (1 - drop_prob). The mask depends only on ``seed``, the element's index and
+    ``step``, an optional int64 scalar Var read at run time (nn.Dropout passes a counter that
+    each training step advances, so every step draws a new mask).
     ``training=False`` or ``drop_prob=0`` returns ``inp`` itself (no node).
 
-    >>> h = F.dropout(h, 0.1, seed=step)
+    >>> h = F.dropout(h, 0.1, seed=3)
     """
     if not training or drop_prob == 0:
         return inp
-    x = graph_of(inp).lift(inp)
-    return apply("dropout", (x,), drop_prob=float(drop_prob), seed=seed)
+    g = graph_of(inp, step)
+    inputs = (g.lift(inp),) if step is None else (g.lift(inp), g.lift(step))
+    return apply("dropout", inputs, drop_prob=float(drop_prob), seed=seed)
