@@ -10,14 +10,39 @@ from .errors import GraphError, OpError, user_location
 from .types import TensorType, as_dtype, tensor_type
 
 
-class Var:
+class Arithmetic:
+    """Python arithmetic operators that build nodes through mgegraph.functional (for Var and
+    nn.Parameter alike; comparisons stay on Var, since a Parameter must keep identity equality)."""
+
+    __slots__ = ()
+    __array_priority__ = 1000  # so ndarray + Var defers to Var.__radd__
+
+    def _F(self):
+        from .. import functional
+
+        return functional
+
+    def __add__(self, o): return self._F().add(self, o)
+    def __radd__(self, o): return self._F().add(o, self)
+    def __sub__(self, o): return self._F().sub(self, o)
+    def __rsub__(self, o): return self._F().sub(o, self)
+    def __mul__(self, o): return self._F().mul(self, o)
+    def __rmul__(self, o): return self._F().mul(o, self)
+    def __truediv__(self, o): return self._F().div(self, o)
+    def __rtruediv__(self, o): return self._F().div(o, self)
+    def __pow__(self, o): return self._F().pow(self, o)
+    def __rpow__(self, o): return self._F().pow(o, self)
+    def __matmul__(self, o): return self._F().matmul(self, o)
+    def __rmatmul__(self, o): return self._F().matmul(o, self)
+
+
+class Var(Arithmetic):
     """One value of a graph: its type is known when the node that makes it is created.
 
     Python operators build nodes: ``x @ w + b``, ``-x``, ``x < 0``, ``x[1:, ::2]``.
     """
 
     __slots__ = ("graph", "id", "type", "node", "index")
-    __array_priority__ = 1000  # so ndarray + Var defers to Var.__radd__
 
     def __init__(self, graph: Graph, id: int, type: TensorType, node: Node | None, index: int):
         self.graph, self.id, self.type, self.node, self.index = graph, id, type, node, index
@@ -43,23 +68,6 @@ class Var:
 
     __hash__ = object.__hash__  # identity; internal maps key by var.id because __eq__ builds a node
 
-    def _F(self):
-        from .. import functional
-
-        return functional
-
-    def __add__(self, o): return self._F().add(self, o)
-    def __radd__(self, o): return self._F().add(o, self)
-    def __sub__(self, o): return self._F().sub(self, o)
-    def __rsub__(self, o): return self._F().sub(o, self)
-    def __mul__(self, o): return self._F().mul(self, o)
-    def __rmul__(self, o): return self._F().mul(o, self)
-    def __truediv__(self, o): return self._F().div(self, o)
-    def __rtruediv__(self, o): return self._F().div(o, self)
-    def __pow__(self, o): return self._F().pow(self, o)
-    def __rpow__(self, o): return self._F().pow(o, self)
-    def __matmul__(self, o): return self._F().matmul(self, o)
-    def __rmatmul__(self, o): return self._F().matmul(o, self)
     def __neg__(self): return self._F().neg(self)
     def __abs__(self): return self._F().abs(self)
     def __lt__(self, o): return self._F().less(self, o)

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.graph import Graph
+from ..ir.graph import Arithmetic, Graph
 
 
-class Parameter:
+class Parameter(Arithmetic):
     """A persistent array of a Module, used in graph code like a value: ``x @ self.weight``.
 
     When a graph first uses it, the graph gets a param node that shares this array as its
@@ -39,22 +39,6 @@ class Parameter:
     def __repr__(self) -> str:
         kind = "Parameter" if self.trainable else "Buffer"
         return f"{kind}({self.name or '?'}: {self.dtype}{list(self.shape)})"
-
-    def _F(self):
-        from .. import functional
-
-        return functional
-
-    def __add__(self, o): return self._F().add(self, o)
-    def __radd__(self, o): return self._F().add(o, self)
-    def __sub__(self, o): return self._F().sub(self, o)
-    def __rsub__(self, o): return self._F().sub(o, self)
-    def __mul__(self, o): return self._F().mul(self, o)
-    def __rmul__(self, o): return self._F().mul(o, self)
-    def __truediv__(self, o): return self._F().div(self, o)
-    def __rtruediv__(self, o): return self._F().div(o, self)
-    def __matmul__(self, o): return self._F().matmul(self, o)
-    def __rmatmul__(self, o): return self._F().matmul(o, self)
 
 
 def Buffer(value) -> Parameter:
