@@ -11,16 +11,19 @@ Design: a strategy is an *order* over blocks plus a *fit* rule (the lowest offse
 smallest gap that fits). A block is a buffer together with everything that overwrites it in
 place (a chain a in b in c is one block); its members keep fixed offsets from the block's base,
 so the solver places blocks, each a few rectangles in (time, bytes). "best" runs every
-strategy, then a local search that reorders the blocks stacked under the arena's top.
+strategy, then a local search that reorders the blocks stacked under the arena's top, then
+seeded restarts from shaken orders, within a fixed budget of work.
 
-Design: placing a block only looks at the pieces live with it. Those neighbour lists are built
-once with NumPy (sorted by begin, the buffers live with one lie in a short window of it), so a
-placement costs O(n log n + P) for P pairs of buffers live together: near linear when the live
-set is bounded, quadratic only when everything is live at once.
+Design: placing a block only looks at the pieces live with it. Their lists are built once with
+NumPy (sorted by begin, the buffers that start during one's life are a contiguous run after
+it; transposing those pairs gives the ones before), so a placement costs O(n log n + P) for P
+pairs of buffers live together: near linear when the live set is bounded, quadratic only when
+everything is live at once. Short lists are scanned in Python, long ones in NumPy.
 """
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -466,16 +469,25 @@ class _Arena:
             ids.sort(key=at.__getitem__)
             return fit.small(ids, at, self.top, self.size[r])
         members = [(self.pos[p], rel) for p, rel in block if self.pos[p] >= 0]
-        if not members:
-            return 0
-        lo, hi = self._intervals(members)
-        if len(lo) <= _SMALL:
-            lo, hi = lo.tolist(), hi.tolist()
+        if all(self.small[r] is not None for r, _ in members):
+            lo, hi = self._intervals_small(members)
             return fit.small(sorted(range(len(lo)), key=lo.__getitem__), lo, hi, 0)
+        lo, hi = self._intervals(members)
         return fit.large(lo, hi) if len(lo) else 0
 
+    def _intervals_small(self, members: list) -> tuple[list, list]:
+        """Forbidden (lo, hi) for a block's base from its members' placed neighbours."""
+        at, top, lo, hi = self.at, self.top, [], []
+        for r, rel in members:
+            s = self.size[r] + rel
+            for q in self.small[r]:
+                if at[q] >= 0:
+                    lo.append(at[q] - s)
+                    hi.append(top[q] - rel)
+        return lo, hi
+
     def _intervals(self, members: list) -> tuple[np.ndarray, np.ndarray]:
-        """Forbidden (lo, hi) for the block's base from its members' placed neighbours."""
+        """The same, with NumPy, for long neighbour lists."""
         live, parts = self.prob.live, []
         for r, rel in members:
             nb = live.cols[live.start[r]:live.start[r + 1]]
@@ -511,11 +523,18 @@ def _total(prob: _Problem, offset: list) -> int:
 # neighbour's top, down to offset 0; only moving one of them can lower it. So the search moves
 # each in turn, largest first, to the front of the order, and keeps the first change that
 # lowers the top or leaves fewer pieces touching it. (Tried on the fuzz cases and dropped:
-# moving a block one place up or halfway, and going top-down: all cost more for less.) Its
-# work is capped in neighbour visits, so small problems get many rounds and huge ones none;
-# it is deterministic.
+# moving a block one place up or halfway, and going top-down: all cost more for less; and
+# re-placing only the blocks a move disturbs: on dense cases the ripple reaches nearly all.)
+# The work is capped in estimated placement cost, so small problems get many rounds and huge
+# ones none; it is deterministic, never timed.
 
-_SEARCH_WORK = 2_000_000
+_SEARCH_WORK = 2_000_000  # in _cost units, about 11 to a microsecond here: 0.2 s at most
+
+
+def _cost(prob: _Problem) -> int:
+    """The work of one placement. Measured: a block costs about ten neighbour visits, and
+    each try some 300 more (setting up, scoring, finding the stack)."""
+    return 300 + 10 * len(prob.blocks) + len(prob.live.cols)
 
 
 def _resting_on(prob: _Problem, offset: list, p: int) -> int:
@@ -546,24 +565,53 @@ def _score(prob: _Problem, offset: list) -> tuple[int, int]:
     return total, sum(1 for o, s in zip(offset, prob.asize) if s and o + s == total)
 
 
-def _improve(prob: _Problem, order: list, fit: _Fit, offset: list, bound: int,
-             budget: int) -> tuple[list, int]:
-    """Local search from (order, offset): the best offsets found, and the budget left."""
-    cost = len(order) + len(prob.live.cols)  # neighbour visits per placement
+def _first_better(prob: _Problem, order: list, fit: _Fit, offset: list, budget: int):
+    """The first move of a stack block to the front that scores better, as (order, offset),
+    or None; and the budget left."""
+    cost = _cost(prob)
     score = _score(prob, offset)
-    while score[0] > bound and budget > 0:
-        for block in _stack(prob, offset):
-            if budget < cost:
-                break
-            budget -= cost
-            cand = [block] + [k for k in order if k != block]
-            placed = _place(prob, cand, fit, limit=score[0])
-            if placed is not None and _score(prob, placed) < score:
-                order, offset, score = cand, placed, _score(prob, placed)
-                break
-        else:
-            break  # no move helps
-    return offset, budget
+    for block in _stack(prob, offset):
+        if budget < cost:
+            break
+        budget -= cost
+        cand = [block] + [k for k in order if k != block]
+        placed = _place(prob, cand, fit, limit=score[0])
+        if placed is not None and _score(prob, placed) < score:
+            return (cand, placed), budget
+    return None, budget
+
+
+def _improve(prob: _Problem, order: list, fit: _Fit, offset: list, bound: int,
+             budget: int) -> tuple[list, list, int]:
+    """Local search from (order, offset): the best (order, offsets) found and the budget
+    left. Each step lowers the score, so it ends even before the budget does."""
+    while _total(prob, offset) > bound:
+        found, budget = _first_better(prob, order, fit, offset, budget)
+        if found is None:
+            break
+        order, offset = found
+    return order, offset, budget
+
+
+_SHAKE = 2.0  # how many places a restart moves a block, typically (tried 2, 5, 10, 20)
+
+
+def _restarts(prob: _Problem, order: list, fit: _Fit, offset: list, bound: int,
+              budget: int) -> list:
+    """Iterated local search, once every start is stuck: shake the best order so far (each
+    block moves a few places, at random but seeded, so a plan is reproducible), search from
+    there, keep what is better, until the budget is spent."""
+    rng = random.Random(len(order))
+    cost = _cost(prob)
+    while budget >= cost and _total(prob, offset) > bound:
+        budget -= cost
+        keys = [i + rng.gauss(0, _SHAKE) for i in range(len(order))]
+        shaken = [order[i] for i in sorted(range(len(order)), key=keys.__getitem__)]
+        found = _improve(prob, shaken, fit, _place(prob, shaken, fit), bound, budget)
+        budget = found[2]
+        if _total(prob, found[1]) < _total(prob, offset):
+            order, offset = found[:2]
+    return offset
 
 
 # ---------------------------------------------------------------------------------------------
@@ -592,9 +640,9 @@ STRATEGIES = {
 }
 
 
-def _best(prob: _Problem, names: list, bound: int, search: bool) -> tuple[str, list]:
-    """The strategy with the smallest arena (the first on ties) and its offsets; with search,
-    each run is then improved in turn, from the best start down, while the budget lasts."""
+def _runs(prob: _Problem, names: list, bound: int) -> list:
+    """(total, name, order, offsets) of each strategy, smallest arena first (the first named
+    on ties); it stops early once one meets the lower bound."""
     runs = []
     for name in names:
         strategy = STRATEGIES[name]
@@ -603,16 +651,25 @@ def _best(prob: _Problem, names: list, bound: int, search: bool) -> tuple[str, l
         runs.append((_total(prob, offset), len(runs), name, order, offset))
         if runs[-1][0] == bound:
             break
-    runs.sort(key=lambda run: run[:2])
-    total, _, name, _, best = runs[0]
-    budget = _SEARCH_WORK if search else 0
-    for _, _, start, order, offset in runs:
-        if budget <= 0 or total == bound:
+    return [run[:1] + run[2:] for run in sorted(runs, key=lambda run: run[:2])]
+
+
+def _search(prob: _Problem, runs: list, bound: int) -> tuple[int, str, list]:
+    """Local search from each run in turn, then restarts from the best result, all within
+    one budget; returns (total, name of the start, offsets)."""
+    budget, best = _SEARCH_WORK, None
+    for total, name, order, offset in runs:
+        if total == bound or budget < _cost(prob):
             break
-        offset, budget = _improve(prob, order, STRATEGIES[start].fit, offset, bound, budget)
-        if _total(prob, offset) < total:
-            total, name, best = _total(prob, offset), start + "+search", offset
-    return name, best
+        order, offset, budget = _improve(prob, order, STRATEGIES[name].fit, offset, bound,
+                                         budget)
+        if best is None or _total(prob, offset) < best[0]:
+            best = _total(prob, offset), name, order, offset
+    if best is None:
+        return runs[0][0], runs[0][1], runs[0][3]
+    total, name, order, offset = best
+    offset = _restarts(prob, order, STRATEGIES[name].fit, offset, bound, budget)
+    return _total(prob, offset), name, offset
 
 
 def solve(requests: Sequence[Request], overwrites: Iterable[Overwrite] = (),
@@ -620,8 +677,8 @@ def solve(requests: Sequence[Request], overwrites: Iterable[Overwrite] = (),
     """Assign every request an aligned offset in one arena.
 
     ``strategy`` is a name in STRATEGIES, or "best": run them all, keep the smallest arena
-    (the first on a tie), then try to improve on it by local search; the plan's strategy then
-    reads e.g. "greedy_by_size+search".
+    (the first on a tie), then try to improve on it by local search within a fixed budget of
+    work; when that wins, the plan's strategy reads e.g. "greedy_by_size+search".
 
     >>> solve([Request("x", 0, 1, 10), Request("y", 1, 2, 10)]).offsets
     {'x': 0, 'y': 0}
@@ -633,7 +690,12 @@ def solve(requests: Sequence[Request], overwrites: Iterable[Overwrite] = (),
     prob = _normalise(requests, overwrites, alignment)
     bound = _lower_bound(prob)
     names = list(STRATEGIES) if strategy == "best" else [strategy]
-    name, offset = _best(prob, names, bound, search=strategy == "best")
+    runs = _runs(prob, names, bound)
+    name, offset = runs[0][1], runs[0][3]
+    if strategy == "best":
+        total, start, searched = _search(prob, runs, bound)
+        if total < runs[0][0]:
+            name, offset = start + "+search", searched
     return ArenaPlan(offsets=dict(zip(prob.keys, offset)), total=_total(prob, offset),
                      lower_bound=bound, strategy=name, naive=sum(prob.asize))
 
