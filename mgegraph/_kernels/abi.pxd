@@ -19,3 +19,8 @@ cdef enum:
     KERNEL_INDEX_OUT_OF_RANGE = 1
     KERNEL_BAD_VALUE = 2
     KERNEL_UNSUPPORTED = 3
+
+
+cdef inline object kernel_address(kernel_fn f):
+    """The address a module's KERNELS table holds for ``f`` (read back by the executor)."""
+    return <Py_ssize_t>f

@@ -20,7 +20,7 @@ from libc.math cimport INFINITY, NAN
 from libc.string cimport memcpy, memset
 from cython cimport floating
 
-from .abi cimport Call, KERNEL_OK, kernel_fn
+from .abi cimport Call, KERNEL_OK, kernel_fn, kernel_address
 from .blas cimport gemm
 
 ctypedef struct Conv:
@@ -565,20 +565,17 @@ cdef int avg_pool2d_backward_f64(const Call* c) noexcept nogil:
     return avg_pool2d_backward_impl(<const double*>c.bufs[0], <double*>c.bufs[1],
                                     <const Pool*>c.ints)
 
-cdef inline object addr(kernel_fn f):
-    return <Py_ssize_t>f
-
 KERNELS = {
-    "conv2d_f32": addr(conv2d_f32), "conv2d_f64": addr(conv2d_f64),
-    "conv2d_backward_data_f32": addr(conv2d_backward_data_f32),
-    "conv2d_backward_data_f64": addr(conv2d_backward_data_f64),
-    "conv2d_backward_filter_f32": addr(conv2d_backward_filter_f32),
-    "conv2d_backward_filter_f64": addr(conv2d_backward_filter_f64),
-    "pool2d_f32": addr(pool2d_f32), "pool2d_f64": addr(pool2d_f64),
-    "max_pool2d_backward_f32": addr(max_pool2d_backward_f32),
-    "max_pool2d_backward_f64": addr(max_pool2d_backward_f64),
-    "max_pool2d_select_f32": addr(max_pool2d_select_f32),
-    "max_pool2d_select_f64": addr(max_pool2d_select_f64),
-    "avg_pool2d_backward_f32": addr(avg_pool2d_backward_f32),
-    "avg_pool2d_backward_f64": addr(avg_pool2d_backward_f64),
+    "conv2d_f32": kernel_address(conv2d_f32), "conv2d_f64": kernel_address(conv2d_f64),
+    "conv2d_backward_data_f32": kernel_address(conv2d_backward_data_f32),
+    "conv2d_backward_data_f64": kernel_address(conv2d_backward_data_f64),
+    "conv2d_backward_filter_f32": kernel_address(conv2d_backward_filter_f32),
+    "conv2d_backward_filter_f64": kernel_address(conv2d_backward_filter_f64),
+    "pool2d_f32": kernel_address(pool2d_f32), "pool2d_f64": kernel_address(pool2d_f64),
+    "max_pool2d_backward_f32": kernel_address(max_pool2d_backward_f32),
+    "max_pool2d_backward_f64": kernel_address(max_pool2d_backward_f64),
+    "max_pool2d_select_f32": kernel_address(max_pool2d_select_f32),
+    "max_pool2d_select_f64": kernel_address(max_pool2d_select_f64),
+    "avg_pool2d_backward_f32": kernel_address(avg_pool2d_backward_f32),
+    "avg_pool2d_backward_f64": kernel_address(avg_pool2d_backward_f64),
 }

@@ -11,26 +11,11 @@ from libc.math cimport (exp, expf, log, logf, log1p, log1pf, sqrt, sqrtf, sin, s
 from libc.stdint cimport int32_t, int64_t, uint8_t
 from cython cimport floating
 
-from .abi cimport Call, KERNEL_OK, KERNEL_BAD_VALUE, KERNEL_UNSUPPORTED, kernel_fn
+from .dtypes cimport any_t, int_t, num_t
+from .abi cimport Call, KERNEL_OK, KERNEL_BAD_VALUE, KERNEL_UNSUPPORTED, kernel_fn, kernel_address
 from .nditer cimport Odometer, odometer_init, odometer_next, count_rows
 
-ctypedef fused num_t:
-    float
-    double
-    int32_t
-    int64_t
-
-ctypedef fused int_t:
-    int32_t
-    int64_t
-
-ctypedef fused any_t:
-    float
-    double
-    int32_t
-    int64_t
-    uint8_t
-
+# a second fused type over every dtype, so cast can vary source and destination independently
 ctypedef fused dst_t:
     float
     double
@@ -599,19 +584,16 @@ cdef int cast_i64(const Call* c) noexcept nogil:
 cdef int cast_bool(const Call* c) noexcept nogil:
     return cast_impl(<const uint8_t*>c.bufs[0], c.bufs[1], c)
 
-cdef inline object addr(kernel_fn f):
-    return <Py_ssize_t>f
-
 KERNELS = {
-    "unary_f32": addr(unary_f32), "unary_f64": addr(unary_f64),
-    "unary_i32": addr(unary_i32), "unary_i64": addr(unary_i64),
-    "binary_f32": addr(binary_f32), "binary_f64": addr(binary_f64),
-    "binary_i32": addr(binary_i32), "binary_i64": addr(binary_i64),
-    "compare_f32": addr(compare_f32), "compare_f64": addr(compare_f64),
-    "compare_i32": addr(compare_i32), "compare_i64": addr(compare_i64),
-    "compare_bool": addr(compare_bool),
-    "where_f32": addr(where_f32), "where_f64": addr(where_f64), "where_i32": addr(where_i32),
-    "where_i64": addr(where_i64), "where_bool": addr(where_bool),
-    "cast_f32": addr(cast_f32), "cast_f64": addr(cast_f64), "cast_i32": addr(cast_i32),
-    "cast_i64": addr(cast_i64), "cast_bool": addr(cast_bool),
+    "unary_f32": kernel_address(unary_f32), "unary_f64": kernel_address(unary_f64),
+    "unary_i32": kernel_address(unary_i32), "unary_i64": kernel_address(unary_i64),
+    "binary_f32": kernel_address(binary_f32), "binary_f64": kernel_address(binary_f64),
+    "binary_i32": kernel_address(binary_i32), "binary_i64": kernel_address(binary_i64),
+    "compare_f32": kernel_address(compare_f32), "compare_f64": kernel_address(compare_f64),
+    "compare_i32": kernel_address(compare_i32), "compare_i64": kernel_address(compare_i64),
+    "compare_bool": kernel_address(compare_bool),
+    "where_f32": kernel_address(where_f32), "where_f64": kernel_address(where_f64), "where_i32": kernel_address(where_i32),
+    "where_i64": kernel_address(where_i64), "where_bool": kernel_address(where_bool),
+    "cast_f32": kernel_address(cast_f32), "cast_f64": kernel_address(cast_f64), "cast_i32": kernel_address(cast_i32),
+    "cast_i64": kernel_address(cast_i64), "cast_bool": kernel_address(cast_bool),
 }

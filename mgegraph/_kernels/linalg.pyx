@@ -11,15 +11,10 @@
 from libc.stdint cimport int32_t, int64_t
 from cython cimport floating
 
-from .abi cimport Call, KERNEL_OK, kernel_fn
+from .dtypes cimport num_t
+from .abi cimport Call, KERNEL_OK, kernel_fn, kernel_address
 from .blas cimport gemm
 from .nditer cimport Odometer, odometer_init, odometer_next, count_rows
-
-ctypedef fused num_t:
-    float
-    double
-    int32_t
-    int64_t
 
 
 # -- one matrix product -------------------------------------------------------------------------
@@ -103,11 +98,8 @@ cdef int linear_f64(const Call* c) noexcept nogil:
     return linear_impl(<const double*>c.bufs[0], <const double*>c.bufs[1], <const double*>NULL,
                        <double*>c.bufs[2], c)
 
-cdef inline object addr(kernel_fn f):
-    return <Py_ssize_t>f
-
 KERNELS = {
-    "matmul_f32": addr(matmul_f32), "matmul_f64": addr(matmul_f64),
-    "matmul_i32": addr(matmul_i32), "matmul_i64": addr(matmul_i64),
-    "linear_f32": addr(linear_f32), "linear_f64": addr(linear_f64),
+    "matmul_f32": kernel_address(matmul_f32), "matmul_f64": kernel_address(matmul_f64),
+    "matmul_i32": kernel_address(matmul_i32), "matmul_i64": kernel_address(matmul_i64),
+    "linear_f32": kernel_address(linear_f32), "linear_f64": kernel_address(linear_f64),
 }

@@ -12,23 +12,14 @@
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
-from .abi cimport Call, KERNEL_OK, KERNEL_INDEX_OUT_OF_RANGE, kernel_fn
+from .dtypes cimport int_t, num_t
+from .abi cimport Call, KERNEL_OK, KERNEL_INDEX_OUT_OF_RANGE, kernel_fn, kernel_address
 from .nditer cimport MAX_DIMS, Odometer, odometer_init, odometer_next, count_rows
 
 ctypedef fused elem_t:
     uint8_t
     uint32_t
     uint64_t
-
-ctypedef fused idx_t:
-    int32_t
-    int64_t
-
-ctypedef fused num_t:
-    float
-    double
-    int32_t
-    int64_t
 
 cdef enum PadMode:
     PAD_CONSTANT, PAD_EDGE, PAD_REFLECT
@@ -119,7 +110,7 @@ cdef inline bint wrap_index(Py_ssize_t* i, Py_ssize_t n) noexcept nogil:
     return 0 <= i[0] < n
 
 
-cdef inline int take_rows(const char* x, const idx_t* idx, char* y, const Call* c) noexcept nogil:
+cdef inline int take_rows(const char* x, const int_t* idx, char* y, const Call* c) noexcept nogil:
     # ints: [index is int64, outer, axis length n, inner row bytes, m indices]. x is viewed as
     # (outer, n, row) and y as (outer, m, row). Indices are checked first so no row is written
     # before an error is reported.
@@ -143,7 +134,7 @@ cdef int take_bytes(const Call* c) noexcept nogil:
     return take_rows(c.bufs[0], <const int32_t*>c.bufs[1], c.bufs[2], c)
 
 
-cdef inline int index_add_impl(const num_t* x, const idx_t* idx, num_t* y,
+cdef inline int index_add_impl(const num_t* x, const int_t* idx, num_t* y,
                                const Call* c) noexcept nogil:
     # ints: [index is int64, outer, axis length n, inner elements, m indices]. The adjoint of
     # take: x is (outer, m, inner), y is (outer, n, inner) and y[:, idx[j]] += x[:, j], so repeated
@@ -174,7 +165,7 @@ cdef inline int index_add_typed(const num_t* x, num_t* y, const Call* c) noexcep
 
 
 # -- gather (np.take_along_axis) ------------------------------------------------------------------
-cdef inline int gather_impl(const elem_t* x, const idx_t* idx, elem_t* y,
+cdef inline int gather_impl(const elem_t* x, const int_t* idx, elem_t* y,
                             const Call* c) noexcept nogil:
     # ints: [index is int64, ndim, shape[ndim], input strides[ndim] (0 on the gathered axis),
     #        index strides[ndim], axis length, axis stride]. Output contiguous.
@@ -202,7 +193,7 @@ cdef inline int gather_sized(const elem_t* x, elem_t* y, const Call* c) noexcept
     return gather_impl(x, <const int32_t*>c.bufs[1], y, c)
 
 
-cdef inline int scatter_add_impl(const num_t* x, const idx_t* idx, num_t* y,
+cdef inline int scatter_add_impl(const num_t* x, const int_t* idx, num_t* y,
                                  const Call* c) noexcept nogil:
     # ints: gather's layout with y as the gathered-from tensor, then y's size. The adjoint of
     # gather: walks x (gather's output shape) and adds each element where gather read it, so
@@ -340,7 +331,7 @@ cdef inline int fill_impl(elem_t* y, const Call* c) noexcept nogil:
     return KERNEL_OK
 
 
-cdef inline int one_hot_impl(const idx_t* x, idx_t* y, const Call* c) noexcept nogil:
+cdef inline int one_hot_impl(const int_t* x, int_t* y, const Call* c) noexcept nogil:
     # ints: [count, num_classes]; y is (count, num_classes) and is written whole.
     cdef Py_ssize_t n = c.ints[0], classes = c.ints[1], i, j
     for i in range(n):
@@ -445,9 +436,6 @@ cdef int pad_backward_i64(const Call* c) noexcept nogil:
     return pad_backward_impl(<const int64_t*>c.bufs[0], <int64_t*>c.bufs[1], c)
 
 
-cdef inline object addr(kernel_fn f):
-    return <Py_ssize_t>f
-
 
 def _by_size(family, one, four, eight):
     """Dtype-named entries for a kernel written per element size."""
@@ -461,22 +449,22 @@ def _by_dtype(family, f32, f64, i32, i64):
 
 
 KERNELS = {
-    **_by_size("strided", addr(strided_1), addr(strided_4), addr(strided_8)),
-    **_by_size("slice_backward", addr(slice_backward_1), addr(slice_backward_4),
-               addr(slice_backward_8)),
-    **_by_size("gather", addr(gather_1), addr(gather_4), addr(gather_8)),
-    **_by_size("pad", addr(pad_1), addr(pad_4), addr(pad_8)),
-    **_by_size("fill", addr(fill_1), addr(fill_4), addr(fill_8)),
-    **_by_size("concat", *[addr(concat_bytes)] * 3),
-    **_by_size("split", *[addr(split_bytes)] * 3),
-    **_by_size("take", *[addr(take_bytes)] * 3),
-    "one_hot_i32": addr(one_hot_i32), "one_hot_i64": addr(one_hot_i64),
-    "range_f32": addr(range_f32), "range_f64": addr(range_f64),
-    "range_i32": addr(range_i32), "range_i64": addr(range_i64),
-    **_by_dtype("index_add", addr(index_add_f32), addr(index_add_f64), addr(index_add_i32),
-                addr(index_add_i64)),
-    **_by_dtype("scatter_add", addr(scatter_add_f32), addr(scatter_add_f64),
-                addr(scatter_add_i32), addr(scatter_add_i64)),
-    **_by_dtype("pad_backward", addr(pad_backward_f32), addr(pad_backward_f64),
-                addr(pad_backward_i32), addr(pad_backward_i64)),
+    **_by_size("strided", kernel_address(strided_1), kernel_address(strided_4), kernel_address(strided_8)),
+    **_by_size("slice_backward", kernel_address(slice_backward_1), kernel_address(slice_backward_4),
+               kernel_address(slice_backward_8)),
+    **_by_size("gather", kernel_address(gather_1), kernel_address(gather_4), kernel_address(gather_8)),
+    **_by_size("pad", kernel_address(pad_1), kernel_address(pad_4), kernel_address(pad_8)),
+    **_by_size("fill", kernel_address(fill_1), kernel_address(fill_4), kernel_address(fill_8)),
+    **_by_size("concat", *[kernel_address(concat_bytes)] * 3),
+    **_by_size("split", *[kernel_address(split_bytes)] * 3),
+    **_by_size("take", *[kernel_address(take_bytes)] * 3),
+    "one_hot_i32": kernel_address(one_hot_i32), "one_hot_i64": kernel_address(one_hot_i64),
+    "range_f32": kernel_address(range_f32), "range_f64": kernel_address(range_f64),
+    "range_i32": kernel_address(range_i32), "range_i64": kernel_address(range_i64),
+    **_by_dtype("index_add", kernel_address(index_add_f32), kernel_address(index_add_f64), kernel_address(index_add_i32),
+                kernel_address(index_add_i64)),
+    **_by_dtype("scatter_add", kernel_address(scatter_add_f32), kernel_address(scatter_add_f64),
+                kernel_address(scatter_add_i32), kernel_address(scatter_add_i64)),
+    **_by_dtype("pad_backward", kernel_address(pad_backward_f32), kernel_address(pad_backward_f64),
+                kernel_address(pad_backward_i32), kernel_address(pad_backward_i64)),
 }

@@ -23,7 +23,7 @@ from libc.math cimport ceil, exp, expf, log, sqrt, INFINITY
 from libc.stdint cimport int32_t, int64_t, uint64_t
 from cython cimport floating
 
-from .abi cimport Call, KERNEL_OK, KERNEL_INDEX_OUT_OF_RANGE, KERNEL_UNSUPPORTED, kernel_fn
+from .abi cimport Call, KERNEL_OK, KERNEL_INDEX_OUT_OF_RANGE, KERNEL_UNSUPPORTED, kernel_fn, kernel_address
 
 cdef enum:
     CHUNK = 256
@@ -525,19 +525,16 @@ cdef int batch_norm_backward_f64(const Call* c) noexcept nogil:
                                     <const double*>c.bufs[4], <double*>c.bufs[5],
                                     <double*>c.bufs[6], <double*>c.bufs[7], c)
 
-cdef inline object addr(kernel_fn f):
-    return <Py_ssize_t>f
-
 KERNELS = {
-    "softmax_f32": addr(softmax_f32), "softmax_f64": addr(softmax_f64),
-    "cross_entropy_f32": addr(cross_entropy_f32), "cross_entropy_f64": addr(cross_entropy_f64),
-    "layer_norm_f32": addr(layer_norm_f32), "layer_norm_f64": addr(layer_norm_f64),
-    "batch_norm_f32": addr(batch_norm_f32), "batch_norm_f64": addr(batch_norm_f64),
-    "dropout_f32": addr(dropout_f32), "dropout_f64": addr(dropout_f64),
-    "cross_entropy_backward_f32": addr(cross_entropy_backward_f32),
-    "cross_entropy_backward_f64": addr(cross_entropy_backward_f64),
-    "layer_norm_backward_f32": addr(layer_norm_backward_f32),
-    "layer_norm_backward_f64": addr(layer_norm_backward_f64),
-    "batch_norm_backward_f32": addr(batch_norm_backward_f32),
-    "batch_norm_backward_f64": addr(batch_norm_backward_f64),
+    "softmax_f32": kernel_address(softmax_f32), "softmax_f64": kernel_address(softmax_f64),
+    "cross_entropy_f32": kernel_address(cross_entropy_f32), "cross_entropy_f64": kernel_address(cross_entropy_f64),
+    "layer_norm_f32": kernel_address(layer_norm_f32), "layer_norm_f64": kernel_address(layer_norm_f64),
+    "batch_norm_f32": kernel_address(batch_norm_f32), "batch_norm_f64": kernel_address(batch_norm_f64),
+    "dropout_f32": kernel_address(dropout_f32), "dropout_f64": kernel_address(dropout_f64),
+    "cross_entropy_backward_f32": kernel_address(cross_entropy_backward_f32),
+    "cross_entropy_backward_f64": kernel_address(cross_entropy_backward_f64),
+    "layer_norm_backward_f32": kernel_address(layer_norm_backward_f32),
+    "layer_norm_backward_f64": kernel_address(layer_norm_backward_f64),
+    "batch_norm_backward_f32": kernel_address(batch_norm_backward_f32),
+    "batch_norm_backward_f64": kernel_address(batch_norm_backward_f64),
 }

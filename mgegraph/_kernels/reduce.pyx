@@ -16,15 +16,9 @@
 from libc.math cimport NAN
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 
-from .abi cimport Call, KERNEL_OK, KERNEL_BAD_VALUE, KERNEL_UNSUPPORTED, kernel_fn
+from .dtypes cimport any_t
+from .abi cimport Call, KERNEL_OK, KERNEL_BAD_VALUE, KERNEL_UNSUPPORTED, kernel_fn, kernel_address
 from .nditer cimport Odometer, odometer_init, odometer_next, count_rows
-
-ctypedef fused num_t:
-    float
-    double
-    int32_t
-    int64_t
-    uint8_t
 
 ctypedef fused acc_t:
     double
@@ -68,7 +62,7 @@ cdef inline void parse_reduced(const Py_ssize_t* p, Layout* L) noexcept nogil:
 
 
 # -- scalar pieces --------------------------------------------------------------------------------
-cdef inline double term(num_t v, double centre, bint squares) noexcept nogil:
+cdef inline double term(any_t v, double centre, bint squares) noexcept nogil:
     cdef double d
     if squares:
         d = <double>v - centre
@@ -76,7 +70,7 @@ cdef inline double term(num_t v, double centre, bint squares) noexcept nogil:
     return <double>v
 
 
-cdef inline double block8(const num_t* x, Py_ssize_t n, Py_ssize_t s, double centre,
+cdef inline double block8(const any_t* x, Py_ssize_t n, Py_ssize_t s, double centre,
                          bint squares) noexcept nogil:
     # 8 <= n <= 128 elements into 8 partial sums; inlined with s == 1 for contiguous rows
     cdef double r[8]
@@ -95,7 +89,7 @@ cdef inline double block8(const num_t* x, Py_ssize_t n, Py_ssize_t s, double cen
     return total
 
 
-cdef double pairwise(const num_t* x, Py_ssize_t n, Py_ssize_t s, double centre,
+cdef double pairwise(const any_t* x, Py_ssize_t n, Py_ssize_t s, double centre,
                      bint squares) noexcept nogil:
     # NumPy's pairwise summation: error grows like log(n) instead of n.
     cdef double total = 0
@@ -114,16 +108,16 @@ cdef double pairwise(const num_t* x, Py_ssize_t n, Py_ssize_t s, double centre,
             + pairwise(x + half * s, n - half, s, centre, squares))
 
 
-cdef inline acc_t fold_step(acc_t acc, num_t v, bint mul) noexcept nogil:
+cdef inline acc_t fold_step(acc_t acc, any_t v, bint mul) noexcept nogil:
     # acc_t is uint64_t only for integer inputs: the cast wraps negative values modulo 2**64.
     if mul:
         return acc * <acc_t>v
     return acc + <acc_t>v
 
 
-cdef inline bint beats(num_t v, num_t best, bint want_max) noexcept nogil:
+cdef inline bint beats(any_t v, any_t best, bint want_max) noexcept nogil:
     # NaN beats every number and nothing beats NaN, so the first NaN wins, as in NumPy.
-    if num_t is float or num_t is double:
+    if any_t is float or any_t is double:
         if v != v:
             return best == best
     if want_max:
@@ -131,49 +125,49 @@ cdef inline bint beats(num_t v, num_t best, bint want_max) noexcept nogil:
     return v < best
 
 
-cdef inline num_t pick(num_t v, num_t best, bint want_max) noexcept nogil:
+cdef inline any_t pick(any_t v, any_t best, bint want_max) noexcept nogil:
     # branch-free select (maxss/minss); NaN is never picked here and is tracked on the side
     if want_max:
         return v if v > best else best
     return v if v < best else best
 
 
-cdef inline num_t row_extreme(const num_t* x, Py_ssize_t n, Py_ssize_t s, bint want_max,
-                              num_t best) noexcept nogil:
+cdef inline any_t row_extreme(const any_t* x, Py_ssize_t n, Py_ssize_t s, bint want_max,
+                              any_t best) noexcept nogil:
     # Eight independent lanes (vectorisable when inlined with s == 1); NaN is flagged on the
     # side and returned when the row holds one.
-    cdef num_t m[8]
+    cdef any_t m[8]
     cdef uint8_t nan[8]
     cdef Py_ssize_t i = 0, j
-    cdef num_t v
+    cdef any_t v
     for j in range(8):
         m[j] = best
-        if num_t is float or num_t is double:
+        if any_t is float or any_t is double:
             nan[j] = 0
     while i + 8 <= n:
         for j in range(8):
             v = x[(i + j) * s]
             m[j] = pick(v, m[j], want_max)
-            if num_t is float or num_t is double:
+            if any_t is float or any_t is double:
                 nan[j] |= v != v
         i += 8
     while i < n:
         v = x[i * s]
         m[0] = pick(v, m[0], want_max)
-        if num_t is float or num_t is double:
+        if any_t is float or any_t is double:
             nan[0] |= v != v
         i += 1
     for j in range(1, 8):
         m[0] = pick(m[j], m[0], want_max)
-    if num_t is float or num_t is double:
+    if any_t is float or any_t is double:
         for j in range(8):
             if nan[j]:
-                return <num_t>NAN
+                return <any_t>NAN
     return m[0]
 
 
 # -- one output at a time ("rows") ----------------------------------------------------------------
-cdef double block_sum(const num_t* x, const Layout* L, double centre, bint squares) noexcept nogil:
+cdef double block_sum(const any_t* x, const Layout* L, double centre, bint squares) noexcept nogil:
     cdef Py_ssize_t r, rows = count_rows(L.ndr, L.rshape)
     cdef double acc = 0
     cdef Odometer o
@@ -184,9 +178,9 @@ cdef double block_sum(const num_t* x, const Layout* L, double centre, bint squar
     return acc
 
 
-cdef acc_t block_fold(const num_t* x, const Layout* L, acc_t acc, bint mul) noexcept nogil:
+cdef acc_t block_fold(const any_t* x, const Layout* L, acc_t acc, bint mul) noexcept nogil:
     cdef Py_ssize_t r, i, rows = count_rows(L.ndr, L.rshape)
-    cdef const num_t* px
+    cdef const any_t* px
     cdef Odometer o
     odometer_init(&o, L.ndr, L.rshape, L.rstride, 1)
     for r in range(rows):
@@ -197,14 +191,14 @@ cdef acc_t block_fold(const num_t* x, const Layout* L, acc_t acc, bint mul) noex
     return acc
 
 
-cdef num_t block_extreme(const num_t* x, const Layout* L, bint want_max) noexcept nogil:
+cdef any_t block_extreme(const any_t* x, const Layout* L, bint want_max) noexcept nogil:
     # The block is not empty; NaN is sticky from the first row that has one.
     cdef Py_ssize_t r, rows = count_rows(L.ndr, L.rshape)
-    cdef num_t b = x[0]
+    cdef any_t b = x[0]
     cdef Odometer o
     odometer_init(&o, L.ndr, L.rshape, L.rstride, 1)
     for r in range(rows):
-        if (num_t is float or num_t is double) and b != b:
+        if (any_t is float or any_t is double) and b != b:
             break
         if L.s == 1:
             b = row_extreme(x + o.offset[0], L.n, 1, want_max, b)
@@ -214,11 +208,11 @@ cdef num_t block_extreme(const num_t* x, const Layout* L, bint want_max) noexcep
     return b
 
 
-cdef int64_t block_find(const num_t* x, const Layout* L, num_t target) noexcept nogil:
+cdef int64_t block_find(const any_t* x, const Layout* L, any_t target) noexcept nogil:
     # Flat index of the first element equal to target (or the first NaN when target is NaN):
     # with target the block's extreme, that is NumPy's argmax/argmin.
     cdef Py_ssize_t r, i, j = 0, rows = count_rows(L.ndr, L.rshape)
-    cdef const num_t* px
+    cdef const any_t* px
     cdef Odometer o
     odometer_init(&o, L.ndr, L.rshape, L.rstride, 1)
     for r in range(rows):
@@ -226,7 +220,7 @@ cdef int64_t block_find(const num_t* x, const Layout* L, num_t target) noexcept 
         for i in range(L.n):
             if px[i * L.s] == target:
                 return j + i
-            if num_t is float or num_t is double:
+            if any_t is float or any_t is double:
                 if target != target and px[i * L.s] != px[i * L.s]:
                     return j + i
         j += L.n
@@ -235,10 +229,10 @@ cdef int64_t block_find(const num_t* x, const Layout* L, num_t target) noexcept 
 
 
 # -- cnt neighbouring outputs at once ("columns") -------------------------------------------------
-cdef void cols_sum(const num_t* x, const Layout* L, Py_ssize_t cnt, double* acc,
+cdef void cols_sum(const any_t* x, const Layout* L, Py_ssize_t cnt, double* acc,
                    const double* centre) noexcept nogil:
     cdef Py_ssize_t r, i, b, rows = count_rows(L.ndr, L.rshape)
-    cdef const num_t* px
+    cdef const any_t* px
     cdef double d
     cdef Odometer o
     for b in range(cnt):
@@ -257,10 +251,10 @@ cdef void cols_sum(const num_t* x, const Layout* L, Py_ssize_t cnt, double* acc,
         odometer_next(&o)
 
 
-cdef void cols_fold(const num_t* x, const Layout* L, Py_ssize_t cnt, acc_t* acc,
+cdef void cols_fold(const any_t* x, const Layout* L, Py_ssize_t cnt, acc_t* acc,
                     bint mul) noexcept nogil:
     cdef Py_ssize_t r, i, b, rows = count_rows(L.ndr, L.rshape)
-    cdef const num_t* px
+    cdef const any_t* px
     cdef Odometer o
     for b in range(cnt):
         acc[b] = 1 if mul else 0
@@ -273,16 +267,16 @@ cdef void cols_fold(const num_t* x, const Layout* L, Py_ssize_t cnt, acc_t* acc,
         odometer_next(&o)
 
 
-cdef void cols_extreme(const num_t* x, const Layout* L, Py_ssize_t cnt, bint want_max,
-                       num_t* best) noexcept nogil:
+cdef void cols_extreme(const any_t* x, const Layout* L, Py_ssize_t cnt, bint want_max,
+                       any_t* best) noexcept nogil:
     # branch-free over the chunk, NaNs flagged on the side
     cdef Py_ssize_t r, i, b, rows = count_rows(L.ndr, L.rshape)
     cdef uint8_t nan[CHUNK]
-    cdef const num_t* px
+    cdef const any_t* px
     cdef Odometer o
     for b in range(cnt):
         best[b] = x[b]
-        if num_t is float or num_t is double:
+        if any_t is float or any_t is double:
             nan[b] = 0
     odometer_init(&o, L.ndr, L.rshape, L.rstride, 1)
     for r in range(rows):
@@ -290,19 +284,19 @@ cdef void cols_extreme(const num_t* x, const Layout* L, Py_ssize_t cnt, bint wan
             px = x + o.offset[0] + i * L.s
             for b in range(cnt):
                 best[b] = pick(px[b], best[b], want_max)
-                if num_t is float or num_t is double:
+                if any_t is float or any_t is double:
                     nan[b] |= px[b] != px[b]
         odometer_next(&o)
-    if num_t is float or num_t is double:
+    if any_t is float or any_t is double:
         for b in range(cnt):
             if nan[b]:
-                best[b] = <num_t>NAN
+                best[b] = <any_t>NAN
 
 
-cdef void cols_arg(const num_t* x, const Layout* L, Py_ssize_t cnt, bint want_max,
-                   num_t* best, int64_t* idx) noexcept nogil:
+cdef void cols_arg(const any_t* x, const Layout* L, Py_ssize_t cnt, bint want_max,
+                   any_t* best, int64_t* idx) noexcept nogil:
     cdef Py_ssize_t r, i, b, j = 0, rows = count_rows(L.ndr, L.rshape)
-    cdef const num_t* px
+    cdef const any_t* px
     cdef Odometer o
     for b in range(cnt):
         best[b] = x[b]
@@ -320,7 +314,7 @@ cdef void cols_arg(const num_t* x, const Layout* L, Py_ssize_t cnt, bint want_ma
 
 
 # -- a chunk of outputs: pick rows or columns, then store in the output dtype ---------------------
-cdef void chunk_moments(int op, const num_t* x, Py_ssize_t so, Py_ssize_t cnt, const Layout* L,
+cdef void chunk_moments(int op, const any_t* x, Py_ssize_t so, Py_ssize_t cnt, const Layout* L,
                         char* y) noexcept nogil:
     # sum of floats, mean, var: double accumulators; var is two-pass (mean, then deviations).
     cdef double acc[CHUNK]
@@ -347,13 +341,13 @@ cdef void chunk_moments(int op, const num_t* x, Py_ssize_t so, Py_ssize_t cnt, c
         for b in range(cnt):
             acc[b] = acc[b] / n
     for b in range(cnt):
-        if num_t is float:
+        if any_t is float:
             (<float*>y)[b] = <float>acc[b]
         else:
             (<double*>y)[b] = acc[b]  # float64 inputs, and mean/var of integers
 
 
-cdef void chunk_fold(int op, const num_t* x, Py_ssize_t so, Py_ssize_t cnt, const Layout* L,
+cdef void chunk_fold(int op, const any_t* x, Py_ssize_t so, Py_ssize_t cnt, const Layout* L,
                      char* y, acc_t* acc) noexcept nogil:
     # products, and sums of integers (acc_t is uint64_t; results are int64 as NumPy's)
     cdef Py_ssize_t b
@@ -364,7 +358,7 @@ cdef void chunk_fold(int op, const num_t* x, Py_ssize_t so, Py_ssize_t cnt, cons
         for b in range(cnt):
             acc[b] = block_fold(x + b * so, L, <acc_t>(1 if mul else 0), mul)
     for b in range(cnt):
-        if num_t is float:
+        if any_t is float:
             (<float*>y)[b] = <float>acc[b]
         elif acc_t is double:
             (<double*>y)[b] = acc[b]
@@ -372,9 +366,9 @@ cdef void chunk_fold(int op, const num_t* x, Py_ssize_t so, Py_ssize_t cnt, cons
             (<int64_t*>y)[b] = <int64_t>acc[b]
 
 
-cdef void chunk_extreme(bint want_max, bint want_index, const num_t* x, Py_ssize_t so,
+cdef void chunk_extreme(bint want_max, bint want_index, const any_t* x, Py_ssize_t so,
                         Py_ssize_t cnt, const Layout* L, char* y) noexcept nogil:
-    cdef num_t best[CHUNK]
+    cdef any_t best[CHUNK]
     cdef int64_t idx[CHUNK]
     cdef Py_ssize_t b
     if so == 1 and cnt > 1 and want_index:
@@ -390,40 +384,40 @@ cdef void chunk_extreme(bint want_max, bint want_index, const num_t* x, Py_ssize
         if want_index:
             (<int64_t*>y)[b] = idx[b]
         else:
-            (<num_t*>y)[b] = best[b]
+            (<any_t*>y)[b] = best[b]
 
 
-cdef void reduce_chunk(int op, const num_t* x, Py_ssize_t so, Py_ssize_t cnt, const Layout* L,
+cdef void reduce_chunk(int op, const any_t* x, Py_ssize_t so, Py_ssize_t cnt, const Layout* L,
                        char* y) noexcept nogil:
     cdef uint64_t scratch[CHUNK]  # one 8-byte accumulator per output: double or uint64
     if op >= R_MAX:
         chunk_extreme(op == R_MAX or op == R_ARGMAX, op >= R_ARGMAX, x, so, cnt, L, y)
-    elif op == R_PROD and (num_t is float or num_t is double):
+    elif op == R_PROD and (any_t is float or any_t is double):
         chunk_fold(op, x, so, cnt, L, y, <double*>scratch)
-    elif op == R_PROD or (op == R_SUM and not (num_t is float or num_t is double)):
+    elif op == R_PROD or (op == R_SUM and not (any_t is float or any_t is double)):
         chunk_fold(op, x, so, cnt, L, y, scratch)
     else:
         chunk_moments(op, x, so, cnt, L, y)
 
 
-cdef inline Py_ssize_t out_itemsize(int op, num_t zero) noexcept nogil:
+cdef inline Py_ssize_t out_itemsize(int op, any_t zero) noexcept nogil:
     # Mirrors mgegraph.ops.reduce.result_dtype: max/min keep the dtype, arg* give int64, the
     # rest keep float32 and give 8-byte int64/float64 otherwise.
     if op == R_MAX or op == R_MIN:
-        return sizeof(num_t)
-    if op < R_ARGMAX and num_t is float:
+        return sizeof(any_t)
+    if op < R_ARGMAX and any_t is float:
         return 4
     return 8
 
 
 # -- driver ---------------------------------------------------------------------------------------
-cdef int reduce_impl(const num_t* x, char* y, const Call* c) noexcept nogil:
+cdef int reduce_impl(const any_t* x, char* y, const Call* c) noexcept nogil:
     cdef int op = <int>c.ints[0], ndo = <int>c.ints[1]
     cdef const Py_ssize_t* oshape = c.ints + 2
     cdef const Py_ssize_t* ostride = c.ints + 2 + ndo
     cdef Py_ssize_t last = oshape[ndo - 1], so = ostride[ndo - 1]
     cdef Py_ssize_t rows = count_rows(ndo, oshape), r, start, cnt
-    cdef Py_ssize_t item = out_itemsize(op, <num_t>0)
+    cdef Py_ssize_t item = out_itemsize(op, <any_t>0)
     cdef Layout L
     cdef Odometer o
     if op < R_SUM or op > R_ARGMIN:
@@ -457,11 +451,8 @@ cdef int reduce_i64(const Call* c) noexcept nogil:
 cdef int reduce_bool(const Call* c) noexcept nogil:
     return reduce_impl(<const uint8_t*>c.bufs[0], c.bufs[1], c)
 
-cdef inline object addr(kernel_fn f):
-    return <Py_ssize_t>f
-
 KERNELS = {
-    "reduce_f32": addr(reduce_f32), "reduce_f64": addr(reduce_f64),
-    "reduce_i32": addr(reduce_i32), "reduce_i64": addr(reduce_i64),
-    "reduce_bool": addr(reduce_bool),
+    "reduce_f32": kernel_address(reduce_f32), "reduce_f64": kernel_address(reduce_f64),
+    "reduce_i32": kernel_address(reduce_i32), "reduce_i64": kernel_address(reduce_i64),
+    "reduce_bool": kernel_address(reduce_bool),
 }
