@@ -163,8 +163,8 @@ def _needed_nodes(graph: Graph, outputs) -> list:
     return kept[::-1]
 
 
-def _assigns_written_in_place(nodes, outputs) -> dict[int, int]:
-    """Assigns whose value can be computed straight into the param: {id(assign): value var id}.
+def _assigns_written_in_place(nodes, outputs) -> dict[int, Var]:
+    """Assigned values that can be computed straight into their param: {value var id: param}.
 
     That holds when the value is made by an elementwise op (which reads each element before
     writing it), is used by nothing but the assign, and every other read of the param comes
@@ -188,7 +188,7 @@ def _assigns_written_in_place(nodes, outputs) -> dict[int, int]:
             continue
         others = [u for u in uses.get(target.id, ()) if u is not node and u is not producer]
         if all(position[id(u)] < position[id(producer)] for u in others):
-            chosen[id(node)] = value.id
+            chosen[value.id] = target
     return chosen
 
 
@@ -208,12 +208,10 @@ def _lower(graph: Graph, outputs, device: str) -> Plan:
     written_in_place = _assigns_written_in_place(nodes, outputs)
     for node in nodes:
         op = node.op
-        if node.op.name == "assign" and id(node) in written_in_place:
+        if op.name == "assign" and node.inputs[1].id in written_in_place:
             continue
-        if node.outputs and node.outputs[0].id in written_in_place.values():
-            target = next(a.inputs[0] for a in nodes if written_in_place.get(id(a)) ==
-                          node.outputs[0].id)
-            slot_of[node.outputs[0].id] = slot_of[target.id]
+        if node.outputs and node.outputs[0].id in written_in_place:
+            slot_of[node.outputs[0].id] = slot_of[written_in_place[node.outputs[0].id].id]
         if op.category == "source":
             (var,) = node.outputs
             slot_of[var.id] = new_slot(var.type, op.name, node.attr.get("name"))

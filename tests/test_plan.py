@@ -96,13 +96,19 @@ def test_plan_is_reusable_many_times():
         np.testing.assert_allclose(plan.run({"x": x})[0], np.exp(x) + np.arange(3), rtol=1e-6)
 
 
-def test_assign_updates_a_shared_param_after_all_reads():
+def doubling_param():
+    """A graph reading shared param w (as y = x * w) that doubles w on every run."""
     w0 = np.ones(3, np.float32)
     g = mg.Graph()
     w = g.param("w", w0, share=True)
     x = g.input("x", (3,), "float32")
     y = x * w
     g.assign(w, w * 2.0)
+    return w0, w, y
+
+
+def test_assign_updates_a_shared_param_after_all_reads():
+    w0, w, y = doubling_param()
     z = w + 0.0  # made after the assign, still reads the value at the start of the run
     plan = mg.compile([y, z])
     assert [ins.op for ins in plan.instructions][-1] == "assign"  # z's add reads w after w * 2
@@ -128,12 +134,7 @@ def test_assign_checks_target_and_type():
 
 
 def test_an_update_after_every_read_is_written_into_the_param():
-    w0 = np.ones(3, np.float32)
-    g = mg.Graph()
-    w = g.param("w", w0, share=True)
-    x = g.input("x", (3,), "float32")
-    y = x * w
-    g.assign(w, w * 2.0)
+    w0, _, y = doubling_param()
     plan = mg.compile([y])
     assert [ins.op for ins in plan.instructions] == ["mul", "mul"]
     assert plan.slots[plan.instructions[-1].outputs[0]].role == "param"
