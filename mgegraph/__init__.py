@@ -8,8 +8,8 @@ from .ir.graph import Graph, Node, Var
 from .ir.types import TensorType
 from .plan import Instruction, Plan, Slot, compile
 from .train import DataLoader, compile_module, compile_train_step, fit
-from . import nn, optim  # noqa: E402
+from . import nn, optim, planner  # noqa: E402
 
 __all__ = ["grad", "compile_train_step", "compile_module", "DataLoader", "fit", "nn", "optim", "Graph", "Node", "Var", "TensorType", "Plan", "Slot", "Instruction", "compile",
-           "functional", "GraphError", "OpError", "FeedError", "KernelError", "DispatchError"]
+           "functional", "planner", "GraphError", "OpError", "FeedError", "KernelError", "DispatchError"]
 __version__ = "0.1.0"

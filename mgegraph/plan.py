@@ -5,7 +5,7 @@ reported and run without the graph that made it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -15,6 +15,8 @@ from .ir.errors import FeedError, GraphError, KernelError, OpError
 from .ir.graph import Graph, Var
 from .ir.printer import format_attrs
 from .ir.types import TensorType
+from .planner.memory import MemoryPlan, memory_options, plan_memory
+from .planner.verify import checks_enabled, verify
 
 _KERNEL_STATUS = {1: "an index is out of range", 2: "a value is invalid",
                   3: "the kernel does not support these parameters"}
@@ -22,13 +24,20 @@ _KERNEL_STATUS = {1: "an index is out of range", 2: "a value is invalid",
 
 @dataclass(frozen=True)
 class Slot:
-    """A buffer the plan reads or writes. ``alias`` names the slot whose memory it views."""
+    """A buffer the plan reads or writes.
+
+    ``role``: "input", "param", "const" and "output" are persistent (buffers of their own);
+    "temp" and "workspace" live in the arena at ``offset``; a "view" is ``alias``'s bytes from
+    ``view_offset`` on, reinterpreted with its own type.
+    """
 
     index: int
     type: TensorType
-    role: str            # "input", "param", "const", "temp" or "workspace"
+    role: str
     name: str | None = None
     alias: int | None = None
+    view_offset: int = 0
+    offset: int | None = None
 
     @property
     def nbytes(self) -> int:
@@ -61,9 +70,35 @@ class Plan:
     feeds: dict[str, int]                  # input name -> slot
     outputs: tuple[int, ...]
     values: dict[int, np.ndarray]          # slot -> initial value of a param or const
+    memory: MemoryPlan
     shared: frozenset[int] = frozenset()   # param slots whose value array is the buffer itself
     _executor: Executor | None = field(default=None, repr=False)
     _buffers: dict[int, np.ndarray] | None = field(default=None, repr=False)
+
+    @property
+    def arena_bytes(self) -> int:
+        """Bytes of the one arena that holds every temporary and workspace."""
+        return self.memory.arena_bytes
+
+    @property
+    def lower_bound_bytes(self) -> int:
+        """The most bytes live at one step of the schedule: no arena can be smaller."""
+        return self.memory.lower_bound_bytes
+
+    @property
+    def naive_bytes(self) -> int:
+        """What the temporaries would take with no reuse at all: the sum of their sizes."""
+        return self.memory.naive_bytes
+
+    @property
+    def persistent_bytes(self) -> int:
+        """Inputs, outputs, parameters and constants, each in a buffer of its own."""
+        return self.memory.persistent_bytes
+
+    def memory_report(self, format: str = "text", top: int = 10):
+        """The memory plan explained: see ``mgegraph.planner.report``."""
+        from .planner.report import memory_report
+        return memory_report(self, format=format, top=top)
 
     # -- running --------------------------------------------------------------------------
     def run(self, feeds: dict) -> list[np.ndarray]:
@@ -99,25 +134,32 @@ class Plan:
                                 f"needs {want.dtype}{list(want.shape)}")
 
     def _prepare(self):
-        """Allocate every slot's buffer and build the executor: once per plan, not per run."""
+        """Carve every buffer out of the arena or allocate it, and build the executor: once
+        per plan, not per run."""
+        arena = _aligned_bytes(self.memory.arena_bytes, self.memory.options.alignment)
         buffers: dict[int, np.ndarray] = {}
         for slot in self.slots:
             if slot.index in self.shared:
                 buffers[slot.index] = self.values[slot.index]
+            elif slot.offset is not None:
+                buffers[slot.index] = _typed(arena[slot.offset:slot.offset + slot.nbytes], slot)
             elif slot.alias is None:
                 buffers[slot.index] = np.empty(slot.type.shape, slot.type.dtype)
         for slot in self.slots:
             if slot.alias is not None:
-                buffers[slot.index] = buffers[slot.alias].reshape(slot.type.shape)
+                root = buffers[slot.alias].reshape(-1).view(np.uint8)
+                buffers[slot.index] = _typed(
+                    root[slot.view_offset:slot.view_offset + slot.nbytes], slot)
         for index, value in self.values.items():
             if index not in self.shared:
                 buffers[index][...] = value
+        poison = _poison_list(self, buffers) if self.memory.options.poison else []
         self._executor = Executor(
             [ins.kernel.address for ins in self.instructions],
             [[buffers[b].ctypes.data for b in ins.buffers] for ins in self.instructions],
             [list(ins.ints) for ins in self.instructions],
             [list(ins.floats) for ins in self.instructions],
-            buffers)
+            (buffers, arena), poison)
         self._buffers = buffers
 
     # -- reading --------------------------------------------------------------------------
@@ -126,22 +168,55 @@ class Plan:
                  f"{len(self.slots)} slots"]
         for s in self.slots:
             extra = f" {s.name}" if s.name else ""
-            extra += f" (view of s{s.alias})" if s.alias is not None else ""
-            lines.append(f"  s{s.index}: {s.type} {s.role}{extra} {s.nbytes}B")
+            if s.alias is not None:
+                extra += f" (view of s{s.alias}" + (f" +{s.view_offset}" if s.view_offset else "") + ")"
+            where = f" @+{s.offset:#x}" if s.offset is not None else ""
+            lines.append(f"  s{s.index}: {s.type}{where} {s.role}{extra} {s.nbytes}B")
         for i, ins in enumerate(self.instructions):
             outs = ", ".join(f"s{o}" for o in ins.outputs)
             args = " ".join(f"s{a}" for a in ins.inputs)
             ws = f" ws=s{ins.workspace}" if ins.workspace is not None else ""
             lines.append(f"  {i}: {outs} = {ins.op}{format_attrs(ins.attrs)} {args}{ws}  <{ins.kernel.name}>")
         lines.append(f"  outputs: {', '.join(f's{o}' for o in self.outputs)}")
+        m = self.memory
+        lines.append(f"  arena: {m.arena_bytes}B (lower bound {m.lower_bound_bytes}B, naive "
+                     f"{m.naive_bytes}B), persistent: {m.persistent_bytes}B")
         return "\n".join(lines)
 
 
-def compile(outputs, device: str = "cpu") -> Plan:
+def _aligned_bytes(nbytes: int, alignment: int) -> np.ndarray:
+    """A zeroed uint8 array of ``nbytes`` whose first byte is ``alignment``-aligned."""
+    raw = np.zeros(nbytes + alignment, np.uint8)
+    start = -raw.ctypes.data % alignment
+    return raw[start:start + nbytes]
+
+
+def _typed(raw: np.ndarray, slot: Slot) -> np.ndarray:
+    return raw.view(slot.type.dtype).reshape(slot.type.shape)
+
+
+_POISON_KIND = {np.dtype(np.float32): 1, np.dtype(np.float64): 2}  # NaN; others: 0xA5 bytes
+
+
+def _poison_list(plan: Plan, buffers) -> list[tuple[int, int, int, int]]:
+    """(step, address, bytes, dtype code) of each arena value once its last reader ran; a
+    value another takes over in place is left to its successor."""
+    taken = {src for src, _ in plan.memory.overwrites.values()}
+    return sorted((end - 1, buffers[s].ctypes.data, plan.slots[s].nbytes,
+                   _POISON_KIND.get(plan.slots[s].type.dtype, 0))
+                  for s, (_, end) in plan.memory.spans.items() if s not in taken)
+
+
+def compile(outputs, device: str = "cpu", memory=None) -> Plan:
     """Compile the graph that computes ``outputs`` into a Plan.
+
+    ``memory`` chooses how temporaries share the arena: None (the default plan), a preset
+    ("default", "debug" poisons dead buffers, "no_reuse"), an arena strategy name, or a
+    ``mg.planner.MemoryOptions``.
 
     >>> plan = compile([y]); (out,) = plan.run({"x": x_value})
     """
+    options = memory_options(memory)
     outputs = [outputs] if isinstance(outputs, Var) else list(outputs)
     if not outputs or not all(isinstance(v, Var) for v in outputs):
         raise GraphError("compile() takes a non-empty list of Vars")
@@ -150,7 +225,7 @@ def compile(outputs, device: str = "cpu") -> Plan:
         raise GraphError("all outputs of compile() must belong to one graph")
     if device != "cpu":
         raise GraphError(f"unknown device {device!r}; available: 'cpu'")
-    return _lower(graph, outputs, device)
+    return _plan(_lower(graph, outputs, device), options)
 
 
 def _needed_nodes(graph: Graph, outputs) -> list:
@@ -192,14 +267,45 @@ def _assigns_written_in_place(nodes, outputs) -> dict[int, Var]:
     return chosen
 
 
-def _lower(graph: Graph, outputs, device: str) -> Plan:
+@dataclass
+class _Lowered:
+    """A plan before memory planning: instructions in the user's order, no offsets."""
+
+    device: str
+    slots: list[Slot]
+    instructions: list[Instruction]
+    feeds: dict[str, int]
+    outputs: tuple[int, ...]
+    values: dict[int, np.ndarray]
+    shared: frozenset[int]
+
+
+def _plan(lowered: _Lowered, options) -> Plan:
+    order, memory = plan_memory(lowered.slots, lowered.instructions, options)
+    slots = tuple(replace(s, offset=memory.offsets.get(s.index)) for s in lowered.slots)
+    plan = Plan(lowered.device, slots, tuple(lowered.instructions[i] for i in order),
+                lowered.feeds, lowered.outputs, lowered.values, memory, lowered.shared)
+    if checks_enabled():
+        verify(plan)
+    return plan
+
+
+def _mark_outputs(slots: list[Slot], outputs) -> None:
+    """Temporaries the caller gets back (or that an output views) outlive the run."""
+    for s in outputs:
+        root = slots[s].alias if slots[s].alias is not None else s
+        if slots[root].role == "temp":
+            slots[root] = replace(slots[root], role="output")
+
+
+def _lower(graph: Graph, outputs, device: str) -> _Lowered:
     slots: list[Slot] = []
     slot_of: dict[int, int] = {}
     values: dict[int, np.ndarray] = {}
     instructions: list[Instruction] = []
 
-    def new_slot(t, role, name=None, alias=None) -> int:
-        slots.append(Slot(len(slots), t, role, name, alias))
+    def new_slot(t, role, name=None, alias=None, view_offset=0) -> int:
+        slots.append(Slot(len(slots), t, role, name, alias, view_offset))
         return len(slots) - 1
 
     nodes = _needed_nodes(graph, outputs)
@@ -218,10 +324,12 @@ def _lower(graph: Graph, outputs, device: str) -> Plan:
             if op.name != "input":
                 values[slot_of[var.id]] = graph.values[var.id]
             continue
-        if op.view:
-            src = slot_of[node.inputs[0].id]
-            root = slots[src].alias if slots[src].alias is not None else src
-            slot_of[node.outputs[0].id] = new_slot(node.outputs[0].type, "temp", alias=root)
+        view_offset = op.view(node) if op.view is not None else None
+        if view_offset is not None:
+            src = slots[slot_of[node.inputs[0].id]]
+            root = src.alias if src.alias is not None else src.index
+            slot_of[node.outputs[0].id] = new_slot(node.outputs[0].type, "view", alias=root,
+                                                   view_offset=src.view_offset + view_offset)
             continue
         try:
             kernel = dispatch.lookup(op.name, device, op.dispatch_dtype(node))
@@ -243,5 +351,6 @@ def _lower(graph: Graph, outputs, device: str) -> Plan:
             node.attrs, node.location))
     feeds = {name: slot_of[v.id] for name, v in graph.inputs.items()}
     shared = frozenset(slot_of[i] for i in graph.shared if i in slot_of)
-    return Plan(device, tuple(slots), tuple(instructions), feeds,
-                tuple(slot_of[v.id] for v in outputs), values, shared)
+    output_slots = tuple(slot_of[v.id] for v in outputs)
+    _mark_outputs(slots, output_slots)
+    return _Lowered(device, slots, instructions, feeds, output_slots, values, shared)

@@ -4,10 +4,30 @@
 # C arrays when the executor is built, once per plan. run() then releases the GIL and calls the
 # kernels in order; a kernel's non-zero status stops the loop and is reported with its index.
 
+from libc.math cimport NAN
 from libc.stdlib cimport malloc, free
 from libc.string cimport memset
 
 from .abi cimport Call, kernel_fn
+
+
+ctypedef struct Poison:
+    Py_ssize_t step
+    char* data
+    Py_ssize_t nbytes
+    int kind
+
+
+cdef void _fill_poison(const Poison* p) noexcept nogil:
+    cdef Py_ssize_t i
+    if p.kind == 1:
+        for i in range(p.nbytes // 4):
+            (<float*>p.data)[i] = NAN
+    elif p.kind == 2:
+        for i in range(p.nbytes // 8):
+            (<double*>p.data)[i] = NAN
+    else:
+        memset(p.data, 0xA5, p.nbytes)
 
 
 cdef class Executor:
@@ -17,14 +37,26 @@ cdef class Executor:
     cdef Py_ssize_t* int_table
     cdef double* float_table
     cdef Py_ssize_t n
+    cdef Poison* poison
+    cdef Py_ssize_t n_poison
     cdef readonly object buffers  # keeps the memory the pointers point into alive
 
-    def __cinit__(self, list kernels, list buffer_pointers, list ints, list floats, buffers):
+    def __cinit__(self, list kernels, list buffer_pointers, list ints, list floats, buffers,
+                  list poison=[]):
         """kernels[i]: function address; buffer_pointers[i]: list of data addresses;
-        ints[i] / floats[i]: parameter lists of instruction i."""
+        ints[i] / floats[i]: parameter lists of instruction i; poison: (step, address, bytes,
+        kind) sorted by step, buffers to fill with garbage once that step ran (kind 1:
+        float32 NaN, 2: float64 NaN, else 0xA5 bytes)."""
         cdef Py_ssize_t i, j, nb = 0, ni = 0, nf = 0, pb = 0, pi = 0, pf = 0
         self.n = len(kernels)
         self.buffers = buffers
+        self.n_poison = len(poison)
+        self.poison = <Poison*>malloc(max(self.n_poison, 1) * sizeof(Poison))
+        if not self.poison:
+            raise MemoryError("cannot allocate the executor's tables")
+        for i in range(self.n_poison):
+            self.poison[i].step, address, self.poison[i].nbytes, self.poison[i].kind = poison[i]
+            self.poison[i].data = <char*><Py_ssize_t>address
         for i in range(self.n):
             nb += len(buffer_pointers[i])
             ni += len(ints[i])
@@ -53,6 +85,7 @@ cdef class Executor:
             pf += len(floats[i]) + 2
 
     def __dealloc__(self):
+        free(self.poison)
         free(self.calls)
         free(self.fns)
         free(self.buf_table)
@@ -64,13 +97,16 @@ cdef class Executor:
 
     def run(self):
         """Run every instruction; returns None, or (index, status) of the first that failed."""
-        cdef Py_ssize_t i = 0
+        cdef Py_ssize_t i = 0, p = 0
         cdef int status = 0
         with nogil:
             while i < self.n:
                 status = self.fns[i](&self.calls[i])
                 if status != 0:
                     break
+                while p < self.n_poison and self.poison[p].step == i:
+                    _fill_poison(&self.poison[p])
+                    p += 1
                 i += 1
         if status != 0:
             return (i, status)

@@ -27,7 +27,8 @@ from ..ir.graph import Var
 from ..ir.types import INT_DTYPES, TensorType, as_dtype, broadcast_shapes, tensor_type
 from .builder import apply, apply_multi
 from .layout import MAX_DIMS, broadcast_strides, collapse, contiguous_strides
-from .registry import NUMERIC_DTYPES, REQUIRED, Launch, OpDef, register, require_dtypes
+from .registry import (NUMERIC_DTYPES, REQUIRED, Launch, OpDef, register, require_dtypes,
+                       whole_input)
 
 
 def _shape_attr(shape) -> tuple[int, ...]:
@@ -72,7 +73,7 @@ def _reshape_grad(node, out_grads):
     return (api.reshape(out_grads[0], node.inputs[0].shape),)
 
 
-register(OpDef("reshape", "movement", _reshape_infer, attrs={"shape": REQUIRED}, view=True,
+register(OpDef("reshape", "movement", _reshape_infer, attrs={"shape": REQUIRED}, view=whole_input,
                grad=_reshape_grad))
 
 
@@ -164,6 +165,23 @@ def _slice_lower(node):
     return Launch(_slice_params(x.type, node.attr, y.shape))
 
 
+def _slice_view(node) -> int | None:
+    """The window's byte offset when it is one contiguous run of the input (the axes before
+    the last cut one taken at a single index, that one cut to a unit-step range, the rest
+    whole), else None: then the slice kernel copies."""
+    x = node.inputs[0].type
+    ranges = _slice_ranges(x, node.attr)
+    if any(length == 0 for _, length, _ in ranges):
+        return 0
+    cut = [d for d, r in enumerate(ranges) if r != (0, x.shape[d], 1)]
+    if cut:
+        _, length, step = ranges[cut[-1]]
+        if (length > 1 and step != 1) or any(n != 1 for _, n, _ in ranges[:cut[-1]]):
+            return None
+    base = contiguous_strides(x.shape)
+    return sum(start * b for (start, _, _), b in zip(ranges, base)) * x.dtype.itemsize
+
+
 def _slice_backward_infer(in_types, attrs):
     (g,) = in_types
     full = TensorType(_shape_attr(attrs["shape"]), g.dtype)
@@ -188,7 +206,7 @@ register(OpDef("broadcast_to", "movement", _broadcast_infer, attrs={"shape": REQ
                kernel="strided", lower=_broadcast_lower, flops_per_element=0,
                grad=lambda node, out_grads: out_grads))
 register(OpDef("slice", "movement", _slice_infer, attrs=dict.fromkeys(_SLICE_ATTRS, REQUIRED),
-               kernel="strided", lower=_slice_lower, flops_per_element=0,
+               kernel="strided", lower=_slice_lower, view=_slice_view, flops_per_element=0,
                grad=lambda node, out_grads: (apply(
                    "slice_backward", out_grads, shape=node.inputs[0].shape, **node.attr),)))
 # slice's adjoint: zeros of `shape` with the input written where slicing `shape` reads

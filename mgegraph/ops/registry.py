@@ -42,8 +42,12 @@ class OpDef:
     dtypes: tuple[np.dtype, ...] = ALL_DTYPES  # dtypes the kernel family implements
     lower: Callable | None = None      # Node -> Launch
     dispatch_input: int = 0            # which input's dtype picks the kernel (-1: first output)
-    inplace: bool = False              # output 0 may overwrite input 0 when it dies
-    view: bool = False                 # output 0 aliases input 0's buffer; no kernel runs
+    # output 0 may overwrite a dying input: any input of its shape and element size for an
+    # elementwise op, input 0 for others (their kernels read an element before writing it)
+    inplace: bool = False
+    # Node -> byte offset of output 0 inside input 0's buffer when the output can be a view of
+    # it (no kernel runs), or None when the kernel must copy.
+    view: Callable | None = None
     grad: Callable | None = None       # gradient rule (autodiff issue)
     flops_per_element: float = 1.0     # rough cost per output element, for planners
 
@@ -66,6 +70,11 @@ class OpDef:
         if self.dispatch_input >= 0 and node.inputs:
             return node.inputs[self.dispatch_input].dtype
         return node.outputs[0].dtype
+
+
+def whole_input(node) -> int:
+    """``OpDef.view`` of ops whose output is always its input's bytes (reshape)."""
+    return 0
 
 
 _REGISTRY: dict[str, OpDef] = {}

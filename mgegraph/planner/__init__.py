@@ -1,6 +1,11 @@
-"""The memory planner. ``arena`` assigns offsets in one arena from buffer lifetimes."""
-from .arena import (STRATEGIES, ArenaError, ArenaPlan, Overwrite, Request, dump, load,
-                    lower_bound, solve, verify)
+"""The memory planner: schedule, liveness, in-place reuse and offsets in one arena.
 
-__all__ = ["ArenaError", "ArenaPlan", "Overwrite", "Request", "STRATEGIES", "dump", "load",
-           "lower_bound", "solve", "verify"]
+``arena`` assigns offsets from buffer lifetimes and knows nothing about graphs; ``memory``
+plans a lowered plan with it; ``verify`` checks any plan independently of both.
+"""
+from .arena import STRATEGIES, ArenaError, ArenaPlan, Overwrite, Request, lower_bound, solve
+from .memory import PRESETS, MemoryOptions, MemoryPlan
+from .verify import PlanError, checking, verify
+
+__all__ = ["ArenaError", "ArenaPlan", "MemoryOptions", "MemoryPlan", "Overwrite", "PRESETS",
+           "PlanError", "Request", "STRATEGIES", "checking", "lower_bound", "solve", "verify"]

@@ -1,0 +1,143 @@
+"""Memory planning of a lowered plan: schedule, liveness, in-place reuse, arena offsets.
+
+``plan_memory`` takes slots and instructions in the user's order and returns the order to run
+them in together with a ``MemoryPlan``: an offset in one arena for every temporary and
+workspace, and the figures the report explains (arena, lower bound, naive total, savings).
+Inputs, outputs, parameters and constants are persistent: they keep buffers of their own,
+outside the arena, counted in ``persistent_bytes``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir.errors import GraphError
+from . import arena
+from .inplace import choose_overwrites
+from .liveness import analyze, is_arena_buffer
+from .schedule import memory_aware_order
+
+SCHEDULES = ("memory", "user")
+
+
+def _aligned(nbytes: int, alignment: int) -> int:
+    return -(-nbytes // alignment) * alignment
+
+
+@dataclass(frozen=True)
+class MemoryOptions:
+    """How ``mg.compile`` plans memory.
+
+    ``strategy``: an arena strategy (see ``mg.planner.STRATEGIES``), "best" (all of them, the
+    smallest arena wins) or "none" (no reuse: every buffer its own bytes). ``schedule``:
+    "memory" (the memory-aware order when its lower bound beats the user's order) or "user".
+    ``poison``: fill each buffer with NaN (integers: 0xA5 bytes) once it is dead, so a planner
+    bug shows as a wrong result.
+
+    >>> mg.compile(y, memory=MemoryOptions(schedule="user", inplace=False))
+    """
+
+    strategy: str = "best"
+    schedule: str = "memory"
+    inplace: bool = True
+    alignment: int = 64
+    poison: bool = False
+
+    def __post_init__(self):
+        strategies = ("best", "none", *arena.STRATEGIES)
+        if self.strategy not in strategies:
+            raise GraphError(f"memory strategy {self.strategy!r} is not one of {strategies}")
+        if self.schedule not in SCHEDULES:
+            raise GraphError(f"memory schedule {self.schedule!r} is not one of {SCHEDULES}")
+        if self.alignment < 1 or self.alignment & (self.alignment - 1):
+            raise GraphError(f"memory alignment must be a power of two, got {self.alignment}")
+
+
+PRESETS = {
+    "default": MemoryOptions(),
+    "debug": MemoryOptions(poison=True),
+    "no_reuse": MemoryOptions(strategy="none", schedule="user", inplace=False),
+}
+
+
+def memory_options(value) -> MemoryOptions:
+    """``memory=`` of compile: None, a preset name, an arena strategy name, or MemoryOptions."""
+    if value is None:
+        return PRESETS["default"]
+    if isinstance(value, MemoryOptions):
+        return value
+    if isinstance(value, str):
+        if value in PRESETS:
+            return PRESETS[value]
+        if value in arena.STRATEGIES:
+            return MemoryOptions(strategy=value)
+    raise GraphError(f"memory={value!r}: pass a MemoryOptions, None, a preset "
+                     f"{sorted(PRESETS)} or a strategy {sorted(arena.STRATEGIES)}")
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    options: MemoryOptions
+    offsets: dict[int, int]             # arena slot -> byte offset
+    spans: dict[int, tuple[int, int]]   # arena slot -> steps [begin, end) it is live
+    overwrites: dict[int, tuple[int, int]]  # slot -> (slot whose bytes it takes, offset)
+    arena_bytes: int
+    lower_bound_bytes: int
+    naive_bytes: int
+    persistent_bytes: int
+    strategy: str                       # the arena strategy that won
+    schedule: str                       # "memory" or "user": the order the plan runs in
+    lower_bounds: dict[str, int] = field(default_factory=dict)  # per schedule tried
+
+    inplace_saved_bytes: int = 0        # bytes of the buffers that took over an input's
+
+    @property
+    def reuse_saved_bytes(self) -> int:
+        return self.naive_bytes - self.inplace_saved_bytes - self.arena_bytes
+
+
+def _requests(slots, instructions, options):
+    live = analyze(slots, instructions)
+    chosen = choose_overwrites(slots, instructions, live, options.alignment) \
+        if options.inplace else {}
+    requests = [arena.Request(r, *live.request_span(r), slots[r].nbytes)
+                for r in sorted(live.first) if is_arena_buffer(slots[r])]
+    overwrites = [arena.Overwrite(src, dst, off) for dst, (src, off) in chosen.items()]
+    return requests, overwrites, chosen
+
+
+def _no_reuse(requests, alignment) -> arena.ArenaPlan:
+    offsets, top = {}, 0
+    for r in requests:
+        offsets[r.key] = top
+        top += _aligned(r.size, alignment)
+    return arena.ArenaPlan(offsets, top, arena.lower_bound(requests, (), alignment), "none", top)
+
+
+def plan_memory(slots, instructions, options: MemoryOptions):
+    """(the order to run ``instructions`` in, its MemoryPlan)."""
+    orders = {"user": list(range(len(instructions)))}
+    if options.schedule == "memory" and options.strategy != "none":
+        orders["memory"] = memory_aware_order(slots, instructions)
+    candidates = {}
+    for name, order in orders.items():
+        ordered = [instructions[i] for i in order]
+        requests, overwrites, chosen = _requests(slots, ordered, options)
+        bound = arena.lower_bound(requests, overwrites, options.alignment)
+        candidates[name] = (bound, requests, overwrites, chosen)
+    schedule = min(candidates, key=lambda n: (candidates[n][0], n != "user"))
+    bound, requests, overwrites, chosen = candidates[schedule]
+    if options.strategy == "none":
+        solved = _no_reuse(requests, options.alignment)
+    else:
+        solved = arena.solve(requests, overwrites, options.alignment, options.strategy)
+    persistent = sum(s.nbytes for s in slots if s.alias is None and not is_arena_buffer(s))
+    memory = MemoryPlan(
+        options=options, offsets=solved.offsets,
+        spans={r.key: (r.begin, r.end) for r in requests}, overwrites=chosen,
+        arena_bytes=solved.total, lower_bound_bytes=solved.lower_bound,
+        naive_bytes=sum(_aligned(r.size, options.alignment) for r in requests),
+        persistent_bytes=persistent, strategy=solved.strategy, schedule=schedule,
+        lower_bounds={n: c[0] for n, c in candidates.items()},
+        inplace_saved_bytes=sum(_aligned(slots[s].nbytes, options.alignment)
+                                for s in chosen))
+    return orders[schedule], memory
