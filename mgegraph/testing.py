@@ -54,3 +54,67 @@ def _finite_differences(forward, arrays, index, eps):
         flat[j] = keep
         result[j] = (float(up) - float(down)) / (2 * eps)
     return result.reshape(arrays[index].shape)
+
+
+# The ops random_graph draws from: (name, how many inputs, function of the Vars).
+_RANDOM_OPS = (
+    ("tanh", 1, lambda a: _F().tanh(a)),
+    ("relu", 1, lambda a: _F().relu(a)),
+    ("sigmoid", 1, lambda a: _F().sigmoid(a)),
+    ("neg", 1, lambda a: -a),
+    ("add", 2, lambda a, b: a + b),
+    ("mul", 2, lambda a, b: a * b),
+    ("sub", 2, lambda a, b: a - b),
+    ("maximum", 2, lambda a, b: _F().maximum(a, b)),
+    ("sum_keep", 1, lambda a: _F().sum(a, axis=-1, keepdims=True)),
+    ("mean_rows", 1, lambda a: _F().mean(a, axis=0)),
+    ("transpose", 1, lambda a: _F().transpose(a, (1, 0))),
+    ("matmul", 2, lambda a, b: _F().matmul(_F().matmul(a, _F().transpose(b, (1, 0))), b)),
+    ("softmax", 1, lambda a: _F().softmax(a, axis=-1)),
+    ("rows", 1, lambda a: _F().concat([a[1:3], a[:-2]])),            # slices are views
+    ("cols", 1, lambda a: _F().concat([a[:, 1:3], a[:, :-2]], 1)),   # strided: copies
+    ("flat", 1, lambda a: _F().reshape(_F().flatten(a), a.shape)),
+)
+
+
+def _F():
+    from . import functional
+    return functional
+
+
+def random_graph(seed: int, nodes: int = 24, shape=(6, 8)):
+    """A seeded random DAG of elementwise, reduction, movement, matmul and softmax ops over
+    2-D float32 tensors, for fuzzing the planner: returns (graph, outputs, feeds).
+
+    Values stay bounded (tanh, sigmoid and softmax keep magnitudes small), so two plans of it
+    agree bitwise whenever they run the same kernels on the same inputs.
+
+    >>> g, outs, feeds = random_graph(3); mg.compile(outs).run(feeds)
+    """
+    rng = np.random.default_rng(seed)
+    g = Graph()
+    pool = [g.input(f"x{i}", shape, "float32") for i in range(rng.integers(1, 4))]
+    feeds = {name: rng.standard_normal(shape).astype(np.float32) for name in g.inputs}
+    pool.append(g.param("w", rng.standard_normal(shape).astype(np.float32)))
+    for _ in range(nodes):
+        name, arity, make = _RANDOM_OPS[rng.integers(len(_RANDOM_OPS))]
+        picks = [pool[int(i)] for i in rng.integers(max(0, len(pool) - 8), len(pool), arity)]
+        var = _broadcast_or_none(make, picks, shape)
+        if var is not None:
+            pool.append(var)
+    temps = [v for v in pool if v.node is not None and v.node.op.category != "source"]
+    count = min(len(temps), int(rng.integers(1, 4)))
+    outputs = [temps[int(i)] for i in rng.choice(len(temps), count, replace=False)]
+    return g, outputs, feeds
+
+
+def _broadcast_or_none(make, picks, shape):
+    """The op's result brought back to ``shape`` (broadcasting), or None when it does not fit."""
+    from .ir.errors import OpError
+    try:
+        var = make(*picks)
+        if var.shape != shape:
+            var = var + _F().zeros_like(picks[0])
+        return var if var is not None and var.shape == shape else None
+    except OpError:
+        return None
