@@ -1,7 +1,9 @@
 """Tensor types: dtypes mgegraph supports and the NumPy rules it follows."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -72,11 +74,11 @@ class TensorType:
     def ndim(self) -> int:
         return len(self.shape)
 
-    @property
+    @cached_property  # planners ask for sizes many times per buffer
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
 

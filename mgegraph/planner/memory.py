@@ -105,12 +105,32 @@ def _requests(slots, instructions, options):
     return requests, overwrites, chosen
 
 
+def peak_bytes(requests, overwrites, alignment: int) -> int:
+    """The lower bound of ``arena.lower_bound`` for this planner's overwrites, which always
+    put a buffer inside the one it replaces: at the handover step the pair takes the bytes
+    of the larger alone. A sweep, without the solver's neighbour lists, so that comparing
+    schedules stays cheap."""
+    successor = {w.dst_key for w in overwrites}
+    delta: dict[int, int] = {}
+    for r in requests:
+        begin = r.begin + (r.key in successor)
+        if begin < r.end:
+            size = _aligned(r.size, alignment)
+            delta[begin] = delta.get(begin, 0) + size
+            delta[r.end] = delta.get(r.end, 0) - size
+    live = best = 0
+    for step in sorted(delta):
+        live += delta[step]
+        best = max(best, live)
+    return best
+
+
 def _no_reuse(requests, alignment) -> arena.ArenaPlan:
     offsets, top = {}, 0
     for r in requests:
         offsets[r.key] = top
         top += _aligned(r.size, alignment)
-    return arena.ArenaPlan(offsets, top, arena.lower_bound(requests, (), alignment), "none", top)
+    return arena.ArenaPlan(offsets, top, peak_bytes(requests, (), alignment), "none", top)
 
 
 def plan_memory(slots, instructions, options: MemoryOptions):
@@ -122,7 +142,7 @@ def plan_memory(slots, instructions, options: MemoryOptions):
     for name, order in orders.items():
         ordered = [instructions[i] for i in order]
         requests, overwrites, chosen = _requests(slots, ordered, options)
-        bound = arena.lower_bound(requests, overwrites, options.alignment)
+        bound = peak_bytes(requests, overwrites, options.alignment)
         candidates[name] = (bound, requests, overwrites, chosen)
     schedule = min(candidates, key=lambda n: (candidates[n][0], n != "user"))
     bound, requests, overwrites, chosen = candidates[schedule]
