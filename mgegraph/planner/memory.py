@@ -137,7 +137,9 @@ def plan_memory(slots, instructions, options: MemoryOptions):
     """(the order to run ``instructions`` in, its MemoryPlan)."""
     orders = {"user": list(range(len(instructions)))}
     if options.schedule == "memory" and options.strategy != "none":
-        orders["memory"] = memory_aware_order(slots, instructions)
+        order = memory_aware_order(slots, instructions)
+        if order != orders["user"]:
+            orders["memory"] = order
     candidates = {}
     for name, order in orders.items():
         ordered = [instructions[i] for i in order]
