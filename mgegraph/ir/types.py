@@ -37,7 +37,8 @@ def as_dtype(dtype) -> np.dtype:
 
 
 def short_name(dtype: np.dtype) -> str:
-    return SUPPORTED[dtype][0]
+    """"f32" for float32; the raw bytes of workspaces print as "u8"."""
+    return "u8" if dtype == np.uint8 else SUPPORTED[dtype][0]
 
 
 def dtype_code(dtype: np.dtype) -> int:

@@ -5,7 +5,9 @@ plans a lowered plan with it; ``verify`` checks any plan independently of both.
 """
 from .arena import STRATEGIES, ArenaError, ArenaPlan, Overwrite, Request, lower_bound, solve
 from .memory import PRESETS, MemoryOptions, MemoryPlan
+from .report import memory_report, memory_summary, memory_svg, save_memory_picture
 from .verify import PlanError, checking, verify
 
 __all__ = ["ArenaError", "ArenaPlan", "MemoryOptions", "MemoryPlan", "Overwrite", "PRESETS",
-           "PlanError", "Request", "STRATEGIES", "checking", "lower_bound", "solve", "verify"]
+           "PlanError", "Request", "STRATEGIES", "checking",
+           "memory_report", "memory_summary", "memory_svg", "save_memory_picture", "lower_bound", "solve", "verify"]
