@@ -4,7 +4,7 @@ Every builder takes ``memory`` (passed to ``mg.compile``) and returns the compil
 the suite can plan one graph under several memory options. ``SUITE`` names them all; ``CHAIN``
 names those whose values form a single chain (each value read only by the next op).
 
->>> plan = SUITE["resnet18-infer b1"]()
+>>> plan = SUITE["resnet18-infer b1 224"]()
 >>> plan.arena_bytes / plan.lower_bound_bytes
 """
 from __future__ import annotations
@@ -27,7 +27,8 @@ class BasicBlock(nn.Module):
     """conv3x3-bn-relu-conv3x3-bn plus the input (1x1 conv-bn when the shape changes), relu."""
 
     def __init__(self, cin, cout, stride):
-        self.body = nn.Sequential(_conv_bn(cin, cout, 3, stride), nn.ReLU(), _conv_bn(cout, cout, 3))
+        self.body = nn.Sequential(_conv_bn(cin, cout, 3, stride), nn.ReLU(),
+                                  _conv_bn(cout, cout, 3))
         self.skip = _conv_bn(cin, cout, 1, stride) if stride != 1 or cin != cout else None
 
     def forward(self, x):
@@ -67,7 +68,8 @@ class InvertedResidual(nn.Module):
     def __init__(self, cin, cout, stride, expand):
         hidden = cin * expand
         layers = [_conv_bn_relu6(cin, hidden, 1)] if expand != 1 else []
-        layers += [_conv_bn_relu6(hidden, hidden, 3, stride, groups=hidden), _conv_bn(hidden, cout, 1)]
+        layers += [_conv_bn_relu6(hidden, hidden, 3, stride, groups=hidden),
+                   _conv_bn(hidden, cout, 1)]
         self.body = nn.Sequential(*layers)
         self.residual = stride == 1 and cin == cout
 
@@ -113,7 +115,7 @@ def mobilenet_infer(size=224, memory=None) -> mg.Plan:
     return _inference(mobilenet_v2, (1, 3, size, size), memory)
 
 
-# -- the workloads of benchmarks/workloads.py, compiled only ----------------------------------------
+# -- the workloads of benchmarks/workloads.py, compiled only ------------------------------------
 def op_chain(ops=OP_CHAIN, memory=None) -> mg.Plan:
     """op-overhead: ``ops`` elementwise ops (add, mul, relu cycled) on 16 elements."""
     g = mg.Graph()
