@@ -25,7 +25,7 @@ from .blas cimport gemm
 
 ctypedef struct Conv:
     Py_ssize_t batch, cin, h, w, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups
-    Py_ssize_t has_bias, use_col
+    Py_ssize_t has_bias, use_col, relu  # relu: the epilogue applies relu (conv2d only)
 
 ctypedef struct Pool:
     Py_ssize_t mode, planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw
@@ -106,12 +106,20 @@ cdef inline void col2im(const floating* col, floating* x, const Conv* s) noexcep
 
 
 # -- convolution ----------------------------------------------------------------------------------
-cdef inline void add_bias_rows(floating* y, const floating* bias, Py_ssize_t rows,
+cdef inline void epilogue_rows(floating* y, const floating* bias, bint relu, Py_ssize_t rows,
                                Py_ssize_t cols) noexcept nogil:
+    # bias and relu on one group's GEMM output while it is still in cache
     cdef Py_ssize_t r, i
+    cdef floating b, v
     for r in range(rows):
-        for i in range(cols):
-            y[i] += bias[r]
+        b = bias[r] if bias != NULL else 0
+        if relu:
+            for i in range(cols):
+                v = y[i] + b
+                y[i] = v if v > 0 else 0
+        elif bias != NULL:
+            for i in range(cols):
+                y[i] += b
         y += cols
 
 
@@ -129,8 +137,8 @@ cdef inline int conv2d_impl(const floating* x, const floating* w, const floating
                 im2col(xg, col, s)
                 xg = col
             gemm(False, False, ocg, npix, kdim, w + g * ocg * kdim, xg, yg, False)
-            if bias != NULL:
-                add_bias_rows(yg, bias + g * ocg, ocg, npix)
+            if bias != NULL or s.relu:
+                epilogue_rows(yg, bias + g * ocg if bias != NULL else NULL, s.relu, ocg, npix)
     return KERNEL_OK
 
 

@@ -3,7 +3,7 @@
 # Parameter layout (ints), written by mgegraph.ops.matmul:
 #   matmul: [m, n, k, transpose_a, transpose_b, ndim, batch shape[ndim],
 #            batch strides of a [ndim], batch strides of b [ndim]]
-#   linear: [m, n, k, has_bias]
+#   linear: [m, n, k, has_bias, relu]
 # Batch strides are in elements and 0 on broadcast batch dims, so broadcast operands are never
 # materialised; the output is contiguous (batch..., m, n). Float dtypes go to BLAS through
 # SciPy's Cython bindings (blas.pxd); integer dtypes use a plain loop.
@@ -64,11 +64,22 @@ cdef inline int matmul_impl(const num_t* a, const num_t* b, num_t* c,
 
 cdef inline int linear_impl(const floating* x, const floating* w, const floating* bias,
                             floating* y, const Call* call) noexcept nogil:
-    # y[m, n] = x[m, k] w[n, k]^T (+ bias[n]); the bias is added while the rows are in cache
+    # y[m, n] = x[m, k] w[n, k]^T (+ bias[n]), then relu when asked: the epilogue runs row by
+    # row while each row is in cache
     cdef Py_ssize_t m = call.ints[0], n = call.ints[1], k = call.ints[2], i, j
+    cdef bint relu = call.ints[4]
+    cdef floating v
     gemm(False, True, m, n, k, x, w, y, False)
-    if bias != NULL:
-        for i in range(m):
+    for i in range(m):
+        if relu and bias != NULL:
+            for j in range(n):
+                v = y[i * n + j] + bias[j]
+                y[i * n + j] = v if v > 0 else 0
+        elif relu:
+            for j in range(n):
+                v = y[i * n + j]
+                y[i * n + j] = v if v > 0 else 0
+        elif bias != NULL:
             for j in range(n):
                 y[i * n + j] += bias[j]
     return KERNEL_OK

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .._kernels import conv as K
 from ..ir.types import TensorType
-from .matmul import check_blas_dims, same_dtype
+from .matmul import through_activation, check_activation, check_blas_dims, same_dtype
 from .registry import FLOAT_DTYPES, REQUIRED, Launch, OpDef, register, require_dtypes
 
 
@@ -89,7 +89,7 @@ def _conv2d_infer(in_types, attrs):
     return (TensorType((x.shape[0], oc, oh, ow), x.dtype),)
 
 
-def _conv_launch(x, w, y, attrs, has_bias=False) -> Launch:
+def _conv_launch(x, w, y, attrs, has_bias=False, relu=False) -> Launch:
     """The Conv parameters of convolving x by w into y. The backward ops, which compute x or w
     instead, walk the same im2col layout, so they take the same parameters."""
     oc, cg, (kh, kw), stride, padding, dilation = _conv_geometry((x, w), attrs)
@@ -97,16 +97,22 @@ def _conv_launch(x, w, y, attrs, has_bias=False) -> Launch:
     direct = (kh, kw) == (1, 1) and stride == (1, 1) and padding == (0, 0)
     use_col = not direct and kdim > 0
     ints = (*x.shape, oc, *y.shape[2:], kh, kw, *stride, *padding, *dilation, groups,
-            int(has_bias), int(use_col))
+            int(has_bias), int(use_col), int(relu))
     assert len(ints) == K.CONV_NINTS
     check_blas_dims(x.dtype, oc // groups, npix, kdim)
     # one (batch element, group) im2col matrix, reused for all of them
     return Launch(ints, workspace=kdim * npix * x.dtype.itemsize if use_col else 0)
 
 
+def _conv2d_epilogue_infer(in_types, attrs):
+    check_activation(attrs)
+    return _conv2d_infer(in_types, attrs)
+
+
 def _conv2d_lower(node):
     x, w = node.inputs[:2]
-    return _conv_launch(x.type, w.type, node.outputs[0].type, node.attr, len(node.inputs) == 3)
+    return _conv_launch(x.type, w.type, node.outputs[0].type, node.attr, len(node.inputs) == 3,
+                        node.attr["activation"] == "relu")
 
 
 # The backward ops rebuild the type of the operand they compute and check conv2d's shape rule
@@ -189,7 +195,7 @@ def _conv2d_grad(node, out_grads):
     from .. import functional as F
 
     x, w = node.inputs[:2]
-    g, conv = out_grads[0], _conv_attrs(node)
+    g, conv = through_activation(node, out_grads[0]), _conv_attrs(node)
     dx = conv2d_backward_data(w, g, x.shape[2:], **conv)
     dw = _like(conv2d_backward_filter(x, g, w.shape[-2:], **conv), w.shape)
     if len(node.inputs) == 2:
@@ -211,7 +217,8 @@ def _backward_filter_grad(node, out_grads):
 
 
 _CONV = {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1}
-register(OpDef("conv2d", "matmul", _conv2d_infer, attrs=_CONV, kernel="conv2d",
+register(OpDef("conv2d", "matmul", _conv2d_epilogue_infer, attrs={**_CONV, "activation": "none"},
+               kernel="conv2d",
                dtypes=FLOAT_DTYPES, lower=_conv2d_lower, grad=_conv2d_grad,
                flops_per_element=256.0))  # really 2 * C/groups * kh * kw
 register(OpDef("conv2d_backward_data", "matmul", _backward_data_infer,

@@ -114,7 +114,26 @@ register(OpDef("matmul", "matmul", _matmul_infer,
 
 
 # -- linear ---------------------------------------------------------------------------------------
+EPILOGUE_ACTIVATIONS = ("none", "relu")  # what linear and conv2d can apply to their output
+
+
+def check_activation(attrs) -> None:
+    if attrs["activation"] not in EPILOGUE_ACTIVATIONS:
+        raise ValueError(f"activation must be one of {EPILOGUE_ACTIVATIONS}, "
+                         f"got {attrs['activation']!r}")
+
+
+def through_activation(node, g):
+    """The gradient at the GEMM's output, before a fused epilogue relu (its output y > 0
+    exactly where its input was)."""
+    if node.attr["activation"] == "relu":
+        from .builder import apply as _apply
+        return _apply("relu_backward", (node.outputs[0], g))
+    return g
+
+
 def _linear_infer(in_types, attrs):
+    check_activation(attrs)
     if len(in_types) not in (2, 3):
         raise ValueError(f"takes (inp, weight) or (inp, weight, bias), got {len(in_types)} inputs")
     x, w, *bias = in_types
@@ -134,7 +153,7 @@ def _linear_lower(node):
     x, w = node.inputs[:2]
     m, (n, k) = math.prod(x.shape[:-1]), w.shape
     check_blas_dims(x.dtype, m, n, k)
-    return Launch((m, n, k, int(len(node.inputs) == 3)))
+    return Launch((m, n, k, int(len(node.inputs) == 3), int(node.attr["activation"] == "relu")))
 
 
 def _linear_grad(node, out_grads):
@@ -143,7 +162,7 @@ def _linear_grad(node, out_grads):
     from .. import functional as F
 
     x, w = node.inputs[:2]
-    g = out_grads[0]
+    g = through_activation(node, out_grads[0])
     g2, x2 = g, x
     if x.ndim != 2:
         rows = math.prod(x.shape[:-1])
@@ -155,7 +174,8 @@ def _linear_grad(node, out_grads):
 
 
 register(OpDef("linear", "matmul", _linear_infer, kernel="linear", dtypes=FLOAT_DTYPES,
-               lower=_linear_lower, grad=_linear_grad, flops_per_element=128.0))
+               attrs={"activation": "none"}, lower=_linear_lower, grad=_linear_grad,
+               flops_per_element=128.0))
 
 
 # -- public functions (re-exported by mgegraph.functional) ---------------------------------------

@@ -1,0 +1,91 @@
+"""Epilogue fusion: linear or conv2d, then a bias add and a relu, become one kernel call.
+
+The GEMM kernels apply the bias and the relu row by row while the output is still in cache
+(``activation="relu"`` on linear and conv2d), so the intermediate values are never written out
+and read back. A value is absorbed only when the next op of the chain is its one use and no
+one else (an output of the plan, another op) needs it.
+
+>>> str(epilogue(g, [y]).graph)      # relu(linear(x, w) + b) -> linear[activation=relu] x w b
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .rewrite import PassResult, rebuild, result
+
+PRODUCERS = ("linear", "conv2d")
+
+
+@dataclass(frozen=True)
+class _Chain:
+    base: object               # the linear or conv2d node
+    bias: object = None        # a bias Var added after it (linear only), or None
+    relu: bool = False
+    ops: tuple[str, ...] = ()
+
+
+def _uses(graph, outputs) -> dict[int, int]:
+    count = {v.id: 1 for v in outputs}
+    for node in graph.nodes:
+        for v in node.inputs:
+            count[v.id] = count.get(v.id, 0) + 1
+    return count
+
+
+def _extend(node, chains, uses) -> _Chain | None:
+    """The chain ``node`` continues, or None."""
+    name = node.op.name
+    if name in PRODUCERS and node.attr["activation"] == "none":
+        return _Chain(node, ops=(name,))
+    if name not in ("add", "relu"):
+        return None
+    for k, v in enumerate(node.inputs):
+        chain = chains.get(v.id)
+        if chain is None or uses.get(v.id) != 1 or chain.relu:
+            continue
+        if name == "relu":
+            return _Chain(chain.base, chain.bias, True, chain.ops + ("relu",))
+        bias = node.inputs[1 - k]
+        if (chain.base.op.name == "linear" and len(chain.base.inputs) == 2 and chain.bias is None
+                and bias.shape == (v.shape[-1],) and node.outputs[0].type == v.type):
+            return _Chain(chain.base, bias, False, chain.ops + ("add",))
+    return None
+
+
+def _chains(graph, outputs) -> dict[int, _Chain]:
+    """Var id -> the chain it ends, for every var a fused chain could end at."""
+    uses, chains = _uses(graph, outputs), {}
+    for node in graph.nodes:
+        chain = _extend(node, chains, uses)
+        if chain is not None:
+            chains[node.outputs[0].id] = chain
+    return chains
+
+
+def epilogue(graph, outputs) -> PassResult:
+    chains = _chains(graph, outputs)
+    longest: dict[int, int] = {}  # base node -> the var its longest chain ends at
+    for v_id, chain in chains.items():
+        if len(chain.ops) > len(chains[longest.get(id(chain.base), v_id)].ops) \
+                or id(chain.base) not in longest:
+            longest[id(chain.base)] = v_id
+    finals = {v: chains[v] for v in longest.values() if len(chains[v].ops) > 1}
+    members = {id(c.base) for c in finals.values()}
+    fused = []
+
+    def rewrite(builder, node):
+        out = node.outputs[0].id if node.outputs else None
+        if out in finals:
+            c = finals[out]
+            inputs = [builder.var(v) for v in c.base.inputs]
+            if c.bias is not None:
+                inputs.append(builder.var(c.bias))
+            attrs = {**c.base.attr, "activation": "relu" if c.relu else "none"}
+            fused.append("+".join(c.ops))
+            return builder.add(c.base.op, inputs, attrs, node)
+        if id(node) in members or (out in chains and id(chains[out].base) in members):
+            return (None,) * len(node.outputs)
+        return None
+
+    builder = rebuild(graph, rewrite)
+    return result(builder, outputs, bool(fused), {"fused": len(fused), "groups": fused})

@@ -1,0 +1,131 @@
+"""Building a new Graph from an old one node by node: the one helper every graph pass uses.
+
+Design: passes never edit a graph. ``rebuild`` walks the old graph in order and asks the pass's
+callback what each node becomes; the answer is None (copy the node onto the mapped inputs) or
+a tuple with one new Var per output (the node is replaced; a None entry is an output nothing
+may use any more, a dropped node answers all None). Sources keep their identity: inputs keep
+their names, params keep their names and their value arrays (the *same* objects, so a shared
+param is still the user's weight that a training step updates in place), consts keep their
+arrays, and every assign is remade with ``Graph.assign`` on the mapped target and value.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from ..ir.errors import GraphError
+from ..ir.graph import Graph, Node, Var
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """What a pass made: the new graph, the caller's outputs mapped into it, whether anything
+    changed, and counts for the report (``{"nodes_removed": 3}``)."""
+
+    graph: Graph
+    outputs: list[Var]
+    changed: bool
+    stats: dict
+
+
+class Builder:
+    """The graph being built and the map from old var ids to its Vars."""
+
+    def __init__(self, old: Graph):
+        self.old, self.graph = old, Graph()
+        self.vars: dict[int, Var] = {}
+
+    def var(self, old_var: Var) -> Var:
+        """The new Var standing for ``old_var``; an error if its node was dropped."""
+        try:
+            return self.vars[old_var.id]
+        except KeyError:
+            raise GraphError(f"%{old_var.id} is used but its node was removed") from None
+
+    def add(self, op, inputs, attrs, like: Node) -> tuple[Var, ...]:
+        """A new node of ``op`` that keeps ``like``'s user location (errors point at user code,
+        not at the pass)."""
+        node = self.graph.add_node(op, tuple(inputs), dict(attrs))
+        return _relocate(self.graph, node, like.location).outputs
+
+    def copy(self, node: Node) -> tuple[Var, ...]:
+        """``node`` on the mapped inputs (sources and assigns keep their identity)."""
+        name = node.op.name
+        if name == "input":
+            (v,) = node.outputs
+            return (self.graph.input(node.attr["name"], v.shape, v.dtype),)
+        if name == "param":
+            return (self._param(node),)
+        if name == "const":
+            return (self.const(self.old.values[node.outputs[0].id]),)
+        if name == "assign":
+            target, value = (self.var(v) for v in node.inputs)
+            self.graph.assign(target, value)
+            self.graph.assigns[-1] = _relocate(self.graph, self.graph.assigns[-1], node.location)
+            return ()
+        return self.add(node.op, [self.var(v) for v in node.inputs], node.attrs, node)
+
+    def const(self, array) -> Var:
+        """A const holding ``array`` itself (no copy: consts are never written)."""
+        var = self.graph.const(array, array.dtype)
+        self.graph.values[var.id] = array
+        return var
+
+    def _param(self, node: Node) -> Var:
+        (old,) = node.outputs
+        array = self.old.values[old.id]
+        shared = old.id in self.old.shared
+        var = self.graph.param(node.attr["name"], array, share=shared)
+        # NOTE: Graph.param copies an unshared value; the plan copies it again into its own
+        # buffer, so keeping the old array object is safe and saves a copy of every weight.
+        self.graph.values[var.id] = array
+        return var
+
+
+def _relocate(graph: Graph, node: Node, location: str) -> Node:
+    """``node`` with ``location``, replacing it in ``graph`` (Graph.add_node has no location
+    argument; its outputs point back at their node, so they are updated too)."""
+    moved = replace(node, location=location)
+    for v in moved.outputs:
+        v.node = moved
+    for i in range(len(graph.nodes) - 1, -1, -1):
+        if graph.nodes[i] is node:
+            graph.nodes[i] = moved
+            break
+    return moved
+
+
+Rewrite = Callable[[Builder, Node], "tuple[Var | None, ...] | None"]
+
+
+def rebuild(graph: Graph, rewrite: Rewrite | None = None) -> Builder:
+    """A new graph made node by node from ``graph``; ``rewrite(builder, node)`` may replace a node
+    (see the module docstring). Returns the Builder: ``.graph`` and ``.vars`` (old id -> Var).
+
+    >>> b = rebuild(g); new_y = b.var(y)
+    """
+    builder = Builder(graph)
+    for node in graph.nodes:
+        outs = rewrite(builder, node) if rewrite is not None else None
+        if outs is None:
+            outs = builder.copy(node)
+        elif len(outs) != len(node.outputs):
+            raise GraphError(f"a rewrite of {node.op.name} gave {len(outs)} values for "
+                             f"{len(node.outputs)} outputs")
+        for old, new in zip(node.outputs, outs):
+            if new is not None:
+                _check_same_type(old, new)
+                builder.vars[old.id] = new
+    builder.graph._bound = {key: builder.vars[v.id] for key, v in graph._bound.items()
+                            if v.id in builder.vars}
+    return builder
+
+
+def _check_same_type(old: Var, new: Var) -> None:
+    if old.type != new.type:
+        raise GraphError(f"a rewrite replaced %{old.id}:{old.type} by %{new.id}:{new.type}")
+
+
+def result(builder: Builder, outputs, changed: bool, stats: dict) -> PassResult:
+    """The PassResult of a rebuilt graph, with the caller's ``outputs`` mapped into it."""
+    return PassResult(builder.graph, [builder.var(v) for v in outputs], changed, stats)
