@@ -107,3 +107,41 @@ def test_fused_linear_relu_gradient():
     w = RNG.standard_normal((3, 4))
     gradcheck(lambda x, w: apply("linear", (x, w), activation="relu"),
               RNG.standard_normal((5, 4)), w)
+
+
+# -- batch-norm folding (inference) --------------------------------------------------------------
+def resnet_block(train_steps=2):
+    from mgegraph.planner.bnfold import bnfold
+    nn.init.manual_seed(1)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.Conv2d(8, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4))
+    x = RNG.standard_normal((4, 3, 6, 6)).astype(np.float32)
+    step = mg.compile_train_step(model, lambda out, y: F.mean(out * out), optim.SGD(
+        model.parameters(), 0.1), example_batch=(x, np.zeros(4, np.int64)))
+    for _ in range(train_steps):  # running statistics away from their initial 0 and 1
+        step(x, np.zeros(4, np.int64))
+    model.eval()
+    g = mg.Graph()
+    out = model(g.input("x", x.shape, "float32"))
+    return g, out, x, bnfold
+
+
+def test_batch_norm_folds_into_the_conv():
+    g, out, x, bnfold = resnet_block()
+    r = bnfold(g, [out])
+    assert r.stats == {"folded": 2}
+    ops = [n.op.name for n in r.graph.nodes]
+    assert "batch_norm" not in ops
+    folded, plain = run(r.outputs, {"x": x})[0], run([out], {"x": x})[0]
+    np.testing.assert_allclose(folded, plain, rtol=1e-5, atol=1e-5)
+    fused = epilogue(r.graph, r.outputs)
+    assert fused.stats["groups"] == ["conv2d+relu"]
+    np.testing.assert_allclose(run(fused.outputs, {"x": x})[0], plain, rtol=1e-5, atol=1e-5)
+
+
+def test_batch_norm_in_training_is_not_folded():
+    from mgegraph.planner.bnfold import bnfold
+    g = mg.Graph()
+    x = g.input("x", (2, 3, 4, 4), "float32")
+    y = F.batch_norm(F.conv2d(x, g.const(np.ones((3, 3, 1, 1), np.float32))), training=True)
+    assert not bnfold(g, [y]).changed
