@@ -15,8 +15,36 @@ COMPILE_ARGS = ["-O0", "-g"] if DEBUG else ["-O3", "-fno-math-errno", "-fno-trap
 
 ONLY = set(filter(None, os.environ.get("MGEGRAPH_BUILD_ONLY", "").split(",")))
 
+# The fused-expression evaluators share their blocks among OpenMP threads.
+OPENMP = {"expr"}
+OPENMP_OPTIONAL = {"fused"}  # builds single-threaded where the compiler lacks OpenMP
+
+
+def _have_openmp() -> bool:
+    import tempfile
+    from setuptools._distutils import ccompiler, sysconfig
+    from setuptools._distutils.errors import CCompilerError, DistutilsExecError
+
+    cc = ccompiler.new_compiler()
+    sysconfig.customize_compiler(cc)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp, "probe.c")
+        src.write_text("#include <omp.h>\nint main(void) { return omp_get_max_threads() < 1; }\n")
+        try:
+            objs = cc.compile([str(src)], output_dir=tmp, extra_postargs=["-fopenmp"])
+            cc.link_executable(objs, str(Path(tmp, "probe")), extra_postargs=["-fopenmp"])
+        except (CCompilerError, DistutilsExecError):
+            return False
+    return True
+
+
+if (not ONLY or ONLY & OPENMP_OPTIONAL) and _have_openmp():
+    OPENMP |= OPENMP_OPTIONAL
+
 extensions = [
-    Extension(f"mgegraph._kernels.{path.stem}", [str(path)], extra_compile_args=COMPILE_ARGS)
+    Extension(f"mgegraph._kernels.{path.stem}", [str(path)],
+              extra_compile_args=COMPILE_ARGS + (["-fopenmp"] if path.stem in OPENMP else []),
+              extra_link_args=["-fopenmp"] if path.stem in OPENMP else [])
     for path in sorted(Path("mgegraph/_kernels").glob("*.pyx"))
     if not ONLY or path.stem in ONLY
 ]

@@ -16,6 +16,8 @@ from .ir.graph import Graph, Var
 from .ir.printer import format_attrs
 from .ir.types import TensorType
 from .planner.memory import MemoryPlan, memory_options, plan_memory
+from .planner.pipeline import optimize as optimize_graph
+from .planner.pipeline import passes_report
 from .planner.verify import checks_enabled, verify
 
 _KERNEL_STATUS = {1: "an index is out of range", 2: "a value is invalid",
@@ -72,6 +74,7 @@ class Plan:
     values: dict[int, np.ndarray]          # slot -> initial value of a param or const
     memory: MemoryPlan
     shared: frozenset[int] = frozenset()   # param slots whose value array is the buffer itself
+    passes: tuple = ()                      # (pass name, what it did) of the graph passes run
     _executor: Executor | None = field(default=None, repr=False)
     _buffers: dict[int, np.ndarray] | None = field(default=None, repr=False)
 
@@ -99,6 +102,10 @@ class Plan:
         """The memory plan explained: see ``mgegraph.planner.report``."""
         from .planner.report import memory_report
         return memory_report(self, format=format, top=top)
+
+    def passes_report(self) -> str:
+        """One line per graph pass that ran before planning: what it changed."""
+        return passes_report(self.passes) if self.passes else "no passes ran (optimize=0)"
 
     # -- running --------------------------------------------------------------------------
     def run(self, feeds: dict) -> list[np.ndarray]:
@@ -207,12 +214,14 @@ def _poison_list(plan: Plan, buffers) -> list[tuple[int, int, int, int]]:
                   for s, (_, end) in plan.memory.spans.items() if s not in taken)
 
 
-def compile(outputs, device: str = "cpu", memory=None) -> Plan:
+def compile(outputs, device: str = "cpu", memory=None, optimize=1) -> Plan:
     """Compile the graph that computes ``outputs`` into a Plan.
 
     ``memory`` chooses how temporaries share the arena: None (the default plan), a preset
     ("default", "debug" poisons dead buffers, "no_reuse"), an arena strategy name, or a
-    ``mg.planner.MemoryOptions``.
+    ``mg.planner.MemoryOptions``. ``optimize`` is a level (0: no pass, 1: every pass) or a
+    list of pass names of ``mg.planner.pipeline.PASSES``; ``plan.passes_report()`` says what
+    each did.
 
     >>> plan = compile([y]); (out,) = plan.run({"x": x_value})
     """
@@ -225,7 +234,21 @@ def compile(outputs, device: str = "cpu", memory=None) -> Plan:
         raise GraphError("all outputs of compile() must belong to one graph")
     if device != "cpu":
         raise GraphError(f"unknown device {device!r}; available: 'cpu'")
-    return _plan(_lower(graph, outputs, device), options)
+    graph, outputs, report = optimize_graph(graph, outputs, optimize, check=checks_enabled())
+    outputs = _before_updates(graph, outputs)
+    plan = _plan(_lower(graph, outputs, device), options)
+    plan.passes = tuple(report)
+    return plan
+
+
+def _before_updates(graph: Graph, outputs) -> list:
+    """Outputs that the passes reduced to a param an assign updates (``w + 0`` -> ``w``) are
+    copied, so they still give the value the run began with, not the updated one."""
+    assigned = {node.inputs[0].id for node in graph.assigns}
+    if not any(v.id in assigned for v in outputs):
+        return outputs
+    from .ops.builder import apply
+    return [apply("copy", (v,)) if v.id in assigned else v for v in outputs]
 
 
 def _needed_nodes(graph: Graph, outputs) -> list:
@@ -241,8 +264,9 @@ def _needed_nodes(graph: Graph, outputs) -> list:
 def _assigns_written_in_place(nodes, outputs) -> dict[int, Var]:
     """Assigned values that can be computed straight into their param: {value var id: param}.
 
-    That holds when the value is made by an elementwise op (which reads each element before
-    writing it), is used by nothing but the assign, and every other read of the param comes
+    That holds when the value is made by an in-place op (which reads each element before
+    writing it; with several outputs, only an elementwise one, such as a fused update), is
+    used by nothing but the assign, and every other read of the param comes
     earlier in the schedule; the copy of the assign is then saved.
     """
     position = {id(n): i for i, n in enumerate(nodes)}
@@ -257,8 +281,9 @@ def _assigns_written_in_place(nodes, outputs) -> dict[int, Var]:
             continue
         target, value = node.inputs
         producer = value.node
+        several = len(producer.outputs) != 1 if producer is not None else False
         if (producer is None or not producer.op.inplace or id(producer) not in position
-                or len(producer.outputs) != 1 or value.id in output_ids
+                or (several and producer.op.category != "elementwise") or value.id in output_ids
                 or target.id in output_ids or len(uses.get(value.id, ())) != 1):
             continue
         others = [u for u in uses.get(target.id, ()) if u is not node and u is not producer]
@@ -316,8 +341,9 @@ def _lower(graph: Graph, outputs, device: str) -> _Lowered:
         op = node.op
         if op.name == "assign" and node.inputs[1].id in written_in_place:
             continue
-        if node.outputs and node.outputs[0].id in written_in_place:
-            slot_of[node.outputs[0].id] = slot_of[written_in_place[node.outputs[0].id].id]
+        for var in node.outputs:
+            if var.id in written_in_place:
+                slot_of[var.id] = slot_of[written_in_place[var.id].id]
         if op.category == "source":
             (var,) = node.outputs
             slot_of[var.id] = new_slot(var.type, op.name, node.attr.get("name"))

@@ -38,19 +38,26 @@ def test_training_step_learns_and_predictor_sees_the_weights():
     assert 0.9 <= metrics["accuracy"] <= 1.0
 
 
-def test_the_step_is_one_plan_with_in_place_updates():
+@pytest.mark.parametrize("optimize", [0, 1])
+def test_the_step_is_one_plan_with_in_place_updates(optimize):
     nn.init.manual_seed(0)
     x, y = blobs(64)
     model = mlp()
     opt = optim.Adam(model.parameters(), lr=1e-2)
-    step = mg.compile_train_step(model, F.cross_entropy, opt, example_batch=(x, y))
+    step = mg.compile_train_step(model, F.cross_entropy, opt, example_batch=(x, y),
+                                 optimize=optimize)
     plan = step.plan
-    writes = [ins for ins in plan.instructions
-              if any(plan.slots[o].role == "param" for o in ins.outputs)]
+    writes = [(ins.op, o) for ins in plan.instructions for o in ins.outputs
+              if plan.slots[o].role == "param"]
     assert len(writes) == 3 * len(model.parameters())  # weight, exp_avg, exp_avg_sq
-    # the weight updates are elementwise and come after every other read of their weight,
-    # so they are computed straight into the parameter instead of being copied by an assign
-    assert [ins.op for ins in writes].count("assign") == 2 * len(model.parameters())
+    ops = [op for op, _ in writes]
+    if optimize:
+        # each parameter's whole update is one fused kernel writing all three in place
+        assert ops == ["fused_elementwise"] * len(writes)
+    else:
+        # the weight updates are elementwise and come after every other read of their
+        # weight, so they are computed straight into the parameter; the state is copied
+        assert ops.count("assign") == 2 * len(model.parameters())
     before = model.state_dict()
     step(x, y)
     after = model.state_dict()

@@ -43,7 +43,8 @@ class OpDef:
     lower: Callable | None = None      # Node -> Launch
     dispatch_input: int = 0            # which input's dtype picks the kernel (-1: first output)
     # output 0 may overwrite a dying input: any input of its shape and element size for an
-    # elementwise op, input 0 for others (their kernels read an element before writing it)
+    # elementwise op (whose every output may), input 0 for others (their kernels read an
+    # element before writing it)
     inplace: bool = False
     # Node -> byte offset of output 0 inside input 0's buffer when the output can be a view of
     # it (no kernel runs), or None when the kernel must copy.

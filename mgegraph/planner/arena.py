@@ -22,14 +22,15 @@ everything is live at once. Short lists are scanned in Python, long ones in NumP
 """
 from __future__ import annotations
 
+import bisect
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from .arena_check import (ArenaError, ArenaPlan, Overwrite, Request, _align, _check_requests,
-                          _forward_pairs, _parents, _related, _roots, dump, load, verify)
+from .arena_check import (ArenaError, ArenaPlan, Overwrite, Request, _forest, _forward_pairs,
+                          _lower_bound, dump, load, lower_bound, verify)
 
 __all__ = ["ArenaError", "ArenaPlan", "Overwrite", "Request", "STRATEGIES", "dump", "load",
            "lower_bound", "solve", "verify"]
@@ -48,6 +49,7 @@ class _Live:
 
     pos: list             # piece -> position, or -1 for an empty piece
     piece: list           # position -> piece
+    begin: list           # position -> begin, ascending
     size: np.ndarray      # position -> aligned size
     start: np.ndarray     # position -> its neighbours are cols[start[r]:start[r + 1]]
     cols: np.ndarray
@@ -84,8 +86,8 @@ def _live(begin: list, end: list, asize: list) -> _Live:
     bounds = start.tolist()
     small = [cols[a:b].tolist() if b - a <= _SMALL else None
              for a, b in zip(bounds[:-1], bounds[1:])]
-    return _Live(pos=pos.tolist(), piece=piece.tolist(), size=size[piece], start=start,
-                 cols=cols, small=small)
+    return _Live(pos=pos.tolist(), piece=piece.tolist(), begin=np.asarray(begin)[piece].tolist(),
+                 size=size[piece], start=start, cols=cols, small=small)
 
 
 @dataclass
@@ -97,102 +99,38 @@ class _Problem:
     blocks: list          # per block: tuple of (piece, offset from the block's base)
     block_of: list        # piece -> block
     block_top: list       # block -> its extent above its base
-    live: _Live
+    block_begin: list     # block -> its first step, and one past its last
+    block_end: list
+    live: _Live | None    # None when dense: see _place_dense
+    pinned: tuple = ()    # (block, base) placed before any order, for a window's sub-problem
 
 
-def _check_block(prob: _Problem, block: tuple, parent: list, depth: list) -> None:
-    """Members of one block may share bytes while live only down an overwrite chain; two
-    buffers written into one source at overlapping offsets would clobber each other."""
-    for _, new, live in _block_steps(prob, block):
-        for p, rp in new:
-            for q, rq in live:
-                clash = p != q and rp < rq + prob.asize[q] and rq < rp + prob.asize[p]
-                if clash and not _related(parent, depth, p, q):
-                    raise ArenaError(f"overwrites put {prob.keys[p]!r} and {prob.keys[q]!r} "
-                                     f"in the same bytes while both are live")
+def _entries(begin: list, end: list, asize: list) -> int:
+    """How long the neighbour lists would be in all, without making them."""
+    keep = np.asarray(asize) > 0
+    b, e = np.asarray(begin, np.int64)[keep], np.asarray(end, np.int64)[keep]
+    order = np.argsort(b, kind="stable")
+    return 2 * int((np.searchsorted(b[order], e[order]) - np.arange(len(b)) - 1).sum())
+
+
+def _build(keys, begin, end, asize, blocks, live=True, pinned=()) -> _Problem:
+    block_of = [0] * len(keys)
+    for k, block in enumerate(blocks):
+        for p, _ in block:
+            block_of[p] = k
+    return _Problem(keys=keys, begin=begin, end=end, asize=asize, blocks=blocks,
+                    block_of=block_of, block_top=[max(r + asize[p] for p, r in b) for b in blocks],
+                    block_begin=[min(begin[p] for p, _ in b) for b in blocks],
+                    block_end=[max(end[p] for p, _ in b) for b in blocks],
+                    live=_live(begin, end, asize) if live else None, pinned=pinned)
 
 
 def _normalise(requests, overwrites, alignment) -> _Problem:
-    index = _check_requests(requests, alignment)
-    parent, off = _parents(requests, overwrites, index, alignment)
-    root, rel, depth = _roots(parent, off)
-    block_id = {r: k for k, r in enumerate(sorted(set(root)))}
-    blocks = [[] for _ in block_id]
-    for i, r in enumerate(root):
-        blocks[block_id[r]].append((i, rel[i]))
-    begin, end = [r.begin for r in requests], [r.end for r in requests]
-    asize = [_align(r.size, alignment) for r in requests]
-    prob = _Problem(keys=[r.key for r in requests], begin=begin, end=end, asize=asize,
-                    blocks=[tuple(b) for b in blocks], block_of=[block_id[r] for r in root],
-                    block_top=[max(rel + asize[p] for p, rel in b) for b in blocks],
-                    live=_live(begin, end, asize))
-    for block in prob.blocks:
-        if len(block) > 1:
-            _check_block(prob, block, parent, depth)
+    f = _forest(requests, overwrites, alignment)
+    prob = _build(f.keys, f.begin, f.end, f.asize, f.blocks, live=False)
+    if _entries(f.begin, f.end, f.asize) <= _DENSE or not _nests(prob):
+        prob.live = _live(f.begin, f.end, f.asize)
     return prob
-
-
-# ---------------------------------------------------------------------------------------------
-# Lower bound: the most bytes live at one step, a block's live members counted by the union
-# of their byte ranges (an in-place pair shares its bytes at the handover step).
-
-
-def _union_bytes(ranges: list) -> int:
-    total, reach = 0, 0
-    for lo, hi in sorted(ranges):
-        total += max(0, hi - max(lo, reach))
-        reach = max(reach, hi)
-    return total
-
-
-def _block_steps(prob: _Problem, block: tuple):
-    """(step, newly live members, live members) at each step where a member of a block of
-    several pieces begins or ends; a sweep, so a long in-place chain stays linear."""
-    by_begin = sorted(block, key=lambda m: prob.begin[m[0]])
-    live, i = [], 0
-    for t in sorted({t for p, _ in block for t in (prob.begin[p], prob.end[p])}):
-        live = [m for m in live if prob.end[m[0]] > t]
-        new = []
-        while i < len(by_begin) and prob.begin[by_begin[i][0]] <= t:
-            new.append(by_begin[i])
-            i += 1
-        live += new
-        yield t, new, live
-
-
-def _block_profile(prob: _Problem, block: tuple) -> list:
-    """(step, change in bytes live) events of one block."""
-    if len(block) == 1:
-        p = block[0][0]
-        return [(prob.begin[p], prob.asize[p]), (prob.end[p], -prob.asize[p])]
-    events, prev = [], 0
-    for t, _, live in _block_steps(prob, block):
-        now = _union_bytes([(rel, rel + prob.asize[p]) for p, rel in live])
-        events.append((t, now - prev))
-        prev = now
-    return events
-
-
-def _lower_bound(prob: _Problem) -> int:
-    delta = {}
-    for block in prob.blocks:
-        for t, d in _block_profile(prob, block):
-            delta[t] = delta.get(t, 0) + d
-    best = live = 0
-    for t in sorted(delta):
-        live += delta[t]
-        best = max(best, live)
-    return best
-
-
-def lower_bound(requests: Sequence[Request], overwrites: Iterable[Overwrite] = (),
-                alignment: int = 64) -> int:
-    """The most aligned bytes live at any one step; no arena can be smaller.
-
-    >>> lower_bound([Request("a", 0, 2, 64), Request("b", 1, 3, 64), Request("c", 2, 3, 1)])
-    128
-    """
-    return _lower_bound(_normalise(list(requests), tuple(overwrites), alignment))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,9 +138,7 @@ def lower_bound(requests: Sequence[Request], overwrites: Iterable[Overwrite] = (
 
 
 def _block_stats(prob: _Problem) -> tuple[list, list, list]:
-    begin = [min(prob.begin[p] for p, _ in b) for b in prob.blocks]
-    end = [max(prob.end[p] for p, _ in b) for b in prob.blocks]
-    return prob.block_top, begin, end
+    return prob.block_top, prob.block_begin, prob.block_end
 
 
 def _by_size(prob: _Problem) -> list:
@@ -377,8 +313,14 @@ class _Arena:
 def _place(prob: _Problem, order: list, fit: _Fit, limit: int | None = None) -> list | None:
     """Offsets per piece, placing blocks in ``order``; None as soon as a block would end
     above ``limit`` bytes (a search candidate that cannot win)."""
+    if prob.live is None:
+        return _place_dense(prob, order, fit)
     arena, top, blocks = _Arena(prob), prob.block_top, prob.blocks
     offset = [-1] * len(prob.keys)
+    for k, base in prob.pinned:
+        arena.put(blocks[k], base)
+        for p, rel in blocks[k]:
+            offset[p] = base + rel
     for k in order:
         block = blocks[k]
         base = arena.base(block, fit)
@@ -392,6 +334,116 @@ def _place(prob: _Problem, order: list, fit: _Fit, limit: int | None = None) -> 
 
 def _total(prob: _Problem, offset: list) -> int:
     return max((o + s for o, s in zip(offset, prob.asize)), default=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dense problems. With thousands of buffers live at once (a training graph's saved activations)
+# the neighbour lists hold tens of millions of pairs and cost seconds to make and to scan. So a
+# dense problem keeps, per step, the byte ranges taken there, and places in two passes over the
+# strategy's order: first the long-lived single buffers, each on top of what is live during its
+# life (a skyline: exact when they are all live together, as nested activations are); then
+# everything else by the fit rule against the ranges taken at each of its steps, which for a
+# short life is a few merged runs rather than thousands of neighbours.
+
+_DENSE = 4_000_000  # neighbour-list entries beyond which lists cost more than they save
+_LONG = 16          # steps (distinct begin/end points) beyond which a buffer is placed first
+
+
+def _runs_per_step(arrive: list, leave: list) -> list:
+    """Per step, the sorted byte runs that the long buffers cover. Those live at one step are
+    disjoint, so a run is tiled by its buffers: one leaving splits it in two, one arriving
+    merges with the runs it touches."""
+    los, his, out = [], [], []
+    for gone, new in zip(leave, arrive):
+        for a, c in gone:
+            i = bisect.bisect_right(los, a) - 1
+            parts = [(x, y) for x, y in ((los[i], a), (c, his[i])) if x < y]
+            los[i:i + 1], his[i:i + 1] = [x for x, _ in parts], [y for _, y in parts]
+        for a, c in new:
+            i = bisect.bisect_left(los, a)
+            left, right = i > 0 and his[i - 1] == a, i < len(los) and los[i] == c
+            if left and right:
+                his[i - 1] = his.pop(i)
+                del los[i]
+            elif left:
+                his[i - 1] = c
+            elif right:
+                los[i] = a
+            else:
+                los.insert(i, a)
+                his.insert(i, c)
+        out.append(list(zip(los, his)))
+    return out
+
+
+def _steps(prob: _Problem) -> tuple[list, list, list, int]:
+    """Begin and end of each piece as step numbers 0, 1, ...; which blocks go first; steps."""
+    steps = np.unique(np.asarray(prob.begin + prob.end, np.int64))
+    b = np.searchsorted(steps, prob.begin).tolist()
+    e = np.searchsorted(steps, prob.end).tolist()
+    first = [len(bl) == 1 and prob.asize[bl[0][0]] > 0 and e[bl[0][0]] - b[bl[0][0]] > _LONG
+             for bl in prob.blocks]
+    return b, e, first, len(steps)
+
+
+def _skyline(prob: _Problem, order: list, steps: tuple, offset: list) -> np.ndarray:
+    """Puts the long buffers, in ``order``, each on top of those live during its life; returns
+    the height reached at each step."""
+    b, e, first, n = steps
+    sky = np.zeros(n, np.int64)
+    for k in order:
+        if first[k]:
+            p = prob.blocks[k][0][0]
+            h = sky[b[p]:e[p]]
+            offset[p] = o = int(h.max())
+            np.maximum(h, o + prob.asize[p], out=h)
+    return sky
+
+
+def _nests(prob: _Problem) -> bool:
+    """Whether the skyline of the long buffers, largest first, is no higher than the most of
+    them live at once: then it is optimal for them (as for nested activations), while on
+    long lives that cross at random it can take twice the bytes, and the lists are worth it."""
+    steps = b, e, first, n = _steps(prob)
+    sky = _skyline(prob, _by_size(prob), steps, [0] * len(prob.keys))
+    delta = np.zeros(n + 1, np.int64)
+    for k in np.flatnonzero(first).tolist():
+        p = prob.blocks[k][0][0]
+        delta[b[p]] += prob.asize[p]
+        delta[e[p]] -= prob.asize[p]
+    return int(sky.max(initial=0)) <= int(np.cumsum(delta).max())
+
+
+def _place_dense(prob: _Problem, order: list, fit: _Fit) -> list:
+    offset = [0] * len(prob.keys)
+    steps = b, e, first, n = _steps(prob)
+    _skyline(prob, order, steps, offset)
+    size, blocks = prob.asize, prob.blocks
+    arrive, leave = [[] for _ in range(n)], [[] for _ in range(n + 1)]
+    for k in np.flatnonzero(first).tolist():
+        p = blocks[k][0][0]
+        arrive[b[p]].append((offset[p], offset[p] + size[p]))
+        leave[e[p]].append((offset[p], offset[p] + size[p]))
+    taken = _runs_per_step(arrive, leave)
+    for k in order:
+        if not first[k]:
+            _put_dense(blocks[k], fit, taken, b, e, size, offset)
+    return offset
+
+
+def _put_dense(block: tuple, fit: _Fit, taken: list, b: list, e: list, size: list,
+               offset: list) -> None:
+    lo, hi, members = [], [], [(p, rel) for p, rel in block if size[p]]
+    for p, rel in members:
+        for t in range(b[p], e[p]):
+            for a, c in taken[t]:
+                lo.append(a - rel - size[p])
+                hi.append(c - rel)
+    base = fit.small(sorted(range(len(lo)), key=lo.__getitem__), lo, hi, 0)
+    for p, rel in block:
+        offset[p] = o = base + rel
+        for t in range(b[p], e[p]) if size[p] else ():
+            bisect.insort(taken[t], (o, o + size[p]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -432,6 +484,8 @@ def _stack(prob: _Problem, offset: list) -> list:
     while p >= 0:  # offsets fall strictly on the way down, so this ends
         blocks.setdefault(prob.block_of[p], len(blocks))
         p = _resting_on(prob, offset, p)
+    for k, _ in prob.pinned:
+        blocks.pop(k, None)
     return sorted(blocks, key=lambda k: (-prob.block_top[k], blocks[k]))
 
 
@@ -491,6 +545,86 @@ def _restarts(prob: _Problem, order: list, fit: _Fit, offset: list, bound: int,
 
 
 # ---------------------------------------------------------------------------------------------
+# Windows. On a big problem one try of the search above re-places every block, so the budget
+# buys only a few; yet what holds the top up is local in time. So the search takes a piece at
+# the top and re-solves the steps around it as a problem of its own (every strategy, then the
+# search above), the blocks that cross the window's edges pinned where they are. It keeps the
+# result when the window no longer reaches the top, and widens the window when it still does.
+
+_WHOLE = 50_000         # _cost up to which the search re-places the whole problem
+_WIDTHS = (4, 16, 64)   # steps a window reaches either side of its block, tried in turn
+_WINDOW_WORK = 100_000  # search budget of one window
+
+
+def _window(prob: _Problem, offset: list, k: int, width: int) -> tuple[_Problem, list]:
+    """The blocks within ``width`` steps of block k as a problem, those live with them pinned
+    at their offsets; and the piece ids of its pieces."""
+    lo, hi = prob.block_begin[k] - width, prob.block_end[k] + width
+    live, around = prob.live, set()
+    for r in range(bisect.bisect_left(live.begin, lo), bisect.bisect_left(live.begin, hi)):
+        around.add(prob.block_of[live.piece[r]])
+    free = {j for j in around if lo <= prob.block_begin[j] and prob.block_end[j] <= hi} | {k}
+    ids = sorted(free) + sorted(_touching(prob, free) - free)
+    pieces = [p for j in ids for p, _ in prob.blocks[j]]
+    local = {p: i for i, p in enumerate(pieces)}
+    blocks = [tuple((local[p], rel) for p, rel in prob.blocks[j]) for j in ids]
+    pinned = tuple((i, offset[prob.blocks[j][0][0]] - prob.blocks[j][0][1])
+                   for i, j in enumerate(ids) if i >= len(free))
+    sub = _build([prob.keys[p] for p in pieces], [prob.begin[p] for p in pieces],
+                 [prob.end[p] for p in pieces], [prob.asize[p] for p in pieces], blocks,
+                 pinned=pinned)
+    return sub, pieces
+
+
+def _touching(prob: _Problem, blocks: set) -> set:
+    """The blocks with a piece live with a piece of ``blocks``."""
+    live, out = prob.live, set()
+    for j in blocks:
+        for p, _ in prob.blocks[j]:
+            r = live.pos[p]
+            if r >= 0:
+                out.update(prob.block_of[live.piece[q]]
+                           for q in live.cols[live.start[r]:live.start[r + 1]].tolist())
+    return out
+
+
+def _lowered(prob: _Problem, offset: list, k: int, width: int, total: int, bound: int):
+    """Offsets with the window around block k re-solved below ``total``, or None."""
+    sub, pieces = _window(prob, offset, k, width)
+    held = [p for j, _ in sub.pinned for p, _ in sub.blocks[j]]
+    if any(offset[pieces[p]] + sub.asize[p] >= total for p in held):
+        return None  # a pinned piece holds the top up: only a wider window can help
+    target = max(bound, _lower_bound(sub))
+    runs = _runs(sub, list(STRATEGIES), target)
+    best, placed = runs[0][0], runs[0][3]
+    if best >= total:
+        best, _, placed = _search(sub, runs, target, _WINDOW_WORK)
+    if best >= total:
+        return None
+    offset = list(offset)
+    for i, p in enumerate(pieces):
+        offset[p] = placed[i]
+    return offset
+
+
+def _repair(prob: _Problem, offset: list, bound: int, budget: int) -> list:
+    """Lower the top one window at a time until it meets ``bound``, a piece at the top resists
+    every width, or the budget is spent."""
+    total = _total(prob, offset)
+    while budget > 0 and total > bound:
+        p = next(i for i, (o, s) in enumerate(zip(offset, prob.asize)) if o + s == total)
+        for width in _WIDTHS:
+            budget -= _WINDOW_WORK
+            found = _lowered(prob, offset, prob.block_of[p], width, total, bound)
+            if found is not None:
+                offset, total = found, _total(prob, found)
+                break
+        else:
+            break
+    return offset
+
+
+# ---------------------------------------------------------------------------------------------
 # Strategies and the solver.
 
 
@@ -522,7 +656,8 @@ def _runs(prob: _Problem, names: list, bound: int) -> list:
     runs = []
     for name in names:
         strategy = STRATEGIES[name]
-        order = strategy.order(prob)
+        pinned = {k for k, _ in prob.pinned}
+        order = [k for k in strategy.order(prob) if k not in pinned]
         offset = _place(prob, order, strategy.fit)
         runs.append((_total(prob, offset), len(runs), name, order, offset))
         if runs[-1][0] == bound:
@@ -530,10 +665,10 @@ def _runs(prob: _Problem, names: list, bound: int) -> list:
     return [run[:1] + run[2:] for run in sorted(runs, key=lambda run: run[:2])]
 
 
-def _search(prob: _Problem, runs: list, bound: int) -> tuple[int, str, list]:
+def _search(prob: _Problem, runs: list, bound: int, budget: int) -> tuple[int, str, list]:
     """Local search from each run in turn, then restarts from the best result, all within
     one budget; returns (total, name of the start, offsets)."""
-    budget, best = _SEARCH_WORK, None
+    best = None
     for total, name, order, offset in runs:
         if total == bound or budget < _cost(prob):
             break
@@ -568,9 +703,12 @@ def solve(requests: Sequence[Request], overwrites: Iterable[Overwrite] = (),
     names = list(STRATEGIES) if strategy == "best" else [strategy]
     runs = _runs(prob, names, bound)
     name, offset = runs[0][1], runs[0][3]
-    if strategy == "best":
-        total, start, searched = _search(prob, runs, bound)
-        if total < runs[0][0]:
+    if strategy == "best" and runs[0][0] > bound and prob.live is not None:
+        if _cost(prob) <= _WHOLE:
+            _, start, searched = _search(prob, runs, bound, _SEARCH_WORK)
+        else:
+            start, searched = name, _repair(prob, offset, bound, _SEARCH_WORK)
+        if _total(prob, searched) < runs[0][0]:
             name, offset = start + "+search", searched
     return ArenaPlan(offsets=dict(zip(prob.keys, offset)), total=_total(prob, offset),
                      lower_bound=bound, strategy=name, naive=sum(prob.asize))

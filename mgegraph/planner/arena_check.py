@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ArenaError", "ArenaPlan", "Overwrite", "Request", "dump", "load", "verify"]
+__all__ = ["ArenaError", "ArenaPlan", "Overwrite", "Request", "dump", "load", "lower_bound",
+           "verify"]
 
 _CHUNK = 1 << 22  # pairs made at once by _forward_pairs
 
@@ -137,6 +138,113 @@ def _related(parent: list, depth: list, a: int, b: int) -> bool:
     for _ in range(depth[b] - depth[a]):
         b = parent[b]
     return a == b
+
+
+@dataclass
+class _Forest:
+    """The requests as pieces (a piece's id is its index), grouped into blocks: a buffer with
+    everything that overwrites it in place, each member at a fixed offset from the block's
+    base. The solver places blocks; the lower bound counts each block's bytes once."""
+
+    keys: list
+    begin: list
+    end: list
+    asize: list           # aligned sizes
+    blocks: list          # per block: tuple of (piece, offset from the block's base)
+
+
+def _forest(requests: list, overwrites: tuple, alignment: int) -> _Forest:
+    """The checked input as blocks; ArenaError on anything malformed."""
+    index = _check_requests(requests, alignment)
+    parent, off = _parents(requests, overwrites, index, alignment)
+    root, rel, depth = _roots(parent, off)
+    block_id = {r: k for k, r in enumerate(sorted(set(root)))}
+    blocks = [[] for _ in block_id]
+    for i, r in enumerate(root):
+        blocks[block_id[r]].append((i, rel[i]))
+    forest = _Forest(keys=[r.key for r in requests], begin=[r.begin for r in requests],
+                     end=[r.end for r in requests],
+                     asize=[_align(r.size, alignment) for r in requests],
+                     blocks=[tuple(b) for b in blocks])
+    for block in forest.blocks:
+        if len(block) > 1:
+            _check_block(forest, block, parent, depth)
+    return forest
+
+
+def _check_block(prob: _Forest, block: tuple, parent: list, depth: list) -> None:
+    """Members of one block may share bytes while live only down an overwrite chain; two
+    buffers written into one source at overlapping offsets would clobber each other."""
+    for _, new, live in _block_steps(prob, block):
+        for p, rp in new:
+            for q, rq in live:
+                clash = p != q and rp < rq + prob.asize[q] and rq < rp + prob.asize[p]
+                if clash and not _related(parent, depth, p, q):
+                    raise ArenaError(f"overwrites put {prob.keys[p]!r} and {prob.keys[q]!r} "
+                                     f"in the same bytes while both are live")
+
+
+# ---------------------------------------------------------------------------------------------
+# Lower bound: the most bytes live at one step, a block's live members counted by the union
+# of their byte ranges (an in-place pair shares its bytes at the handover step).
+
+
+def _union_bytes(ranges: list) -> int:
+    total, reach = 0, 0
+    for lo, hi in sorted(ranges):
+        total += max(0, hi - max(lo, reach))
+        reach = max(reach, hi)
+    return total
+
+
+def _block_steps(prob: _Forest, block: tuple):
+    """(step, newly live members, live members) at each step where a member of a block of
+    several pieces begins or ends; a sweep, so a long in-place chain stays linear."""
+    by_begin = sorted(block, key=lambda m: prob.begin[m[0]])
+    live, i = [], 0
+    for t in sorted({t for p, _ in block for t in (prob.begin[p], prob.end[p])}):
+        live = [m for m in live if prob.end[m[0]] > t]
+        new = []
+        while i < len(by_begin) and prob.begin[by_begin[i][0]] <= t:
+            new.append(by_begin[i])
+            i += 1
+        live += new
+        yield t, new, live
+
+
+def _block_profile(prob: _Forest, block: tuple) -> list:
+    """(step, change in bytes live) events of one block."""
+    if len(block) == 1:
+        p = block[0][0]
+        return [(prob.begin[p], prob.asize[p]), (prob.end[p], -prob.asize[p])]
+    events, prev = [], 0
+    for t, _, live in _block_steps(prob, block):
+        now = _union_bytes([(rel, rel + prob.asize[p]) for p, rel in live])
+        events.append((t, now - prev))
+        prev = now
+    return events
+
+
+def _lower_bound(prob: _Forest) -> int:
+    delta = {}
+    for block in prob.blocks:
+        for t, d in _block_profile(prob, block):
+            delta[t] = delta.get(t, 0) + d
+    best = live = 0
+    for t in sorted(delta):
+        live += delta[t]
+        best = max(best, live)
+    return best
+
+
+def lower_bound(requests: Sequence[Request], overwrites: Iterable[Overwrite] = (),
+                alignment: int = 64) -> int:
+    """The most aligned bytes live at any one step; no arena can be smaller.
+
+    >>> lower_bound([Request("a", 0, 2, 64), Request("b", 1, 3, 64), Request("c", 2, 3, 1)])
+    128
+    """
+    return _lower_bound(_forest(list(requests), tuple(overwrites), alignment))
 
 
 # ---------------------------------------------------------------------------------------------

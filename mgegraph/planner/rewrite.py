@@ -15,6 +15,7 @@ from typing import Callable
 
 from ..ir.errors import GraphError
 from ..ir.graph import Graph, Node, Var
+from ..ir.types import tensor_type
 
 
 @dataclass(frozen=True)
@@ -51,34 +52,40 @@ class Builder:
     def copy(self, node: Node) -> tuple[Var, ...]:
         """``node`` on the mapped inputs (sources and assigns keep their identity)."""
         name = node.op.name
-        if name == "input":
-            (v,) = node.outputs
-            return (self.graph.input(node.attr["name"], v.shape, v.dtype),)
-        if name == "param":
-            return (self._param(node),)
-        if name == "const":
-            return (self.const(self.old.values[node.outputs[0].id]),)
         if name == "assign":
             target, value = (self.var(v) for v in node.inputs)
             self.graph.assign(target, value)
             self.graph.assigns[-1] = _relocate(self.graph, self.graph.assigns[-1], node.location)
             return ()
-        return self.add(node.op, [self.var(v) for v in node.inputs], node.attrs, node)
+        if name not in ("input", "param", "const"):
+            return self.add(node.op, [self.var(v) for v in node.inputs], node.attrs, node)
+        (old,) = node.outputs
+        if name == "input":
+            var = self.graph.input(node.attr["name"], old.shape, old.dtype)
+        elif name == "param":
+            var = self._param(node.attr["name"], old)
+        else:
+            var = self.const(self.old.values[old.id])
+        _relocate(self.graph, var.node, node.location)
+        return (var,)
 
     def const(self, array) -> Var:
-        """A const holding ``array`` itself (no copy: consts are never written)."""
-        var = self.graph.const(array, array.dtype)
-        self.graph.values[var.id] = array
-        return var
+        """A const holding ``array`` itself: consts are never written, and a pipeline of five
+        passes should not copy a large table five times. (Graph.const always copies, so this
+        takes its steps: the scalar's value attribute, the node, the value.)"""
+        attrs = {"value": array.item()} if array.ndim == 0 else {}
+        var_type = tensor_type(array.shape, array.dtype)
+        node = self.graph.add_node("const", (), attrs, types=(var_type,))
+        self.graph.values[node.outputs[0].id] = array
+        return node.outputs[0]
 
-    def _param(self, node: Node) -> Var:
-        (old,) = node.outputs
-        array = self.old.values[old.id]
-        shared = old.id in self.old.shared
-        var = self.graph.param(node.attr["name"], array, share=shared)
-        # NOTE: Graph.param copies an unshared value; the plan copies it again into its own
-        # buffer, so keeping the old array object is safe and saves a copy of every weight.
-        self.graph.values[var.id] = array
+    def _param(self, name: str, old: Var) -> Var:
+        # NOTE: Graph.param copies an unshared value, so every param is added shared (the array
+        # itself) and the flag then dropped where it was not set: a plan copies an unshared
+        # value into its own buffer, so the old array object is safe to keep.
+        var = self.graph.param(name, self.old.values[old.id], share=True)
+        if old.id not in self.old.shared:
+            self.graph.shared.discard(var.id)
         return var
 
 
@@ -127,5 +134,8 @@ def _check_same_type(old: Var, new: Var) -> None:
 
 
 def result(builder: Builder, outputs, changed: bool, stats: dict) -> PassResult:
-    """The PassResult of a rebuilt graph, with the caller's ``outputs`` mapped into it."""
+    """The PassResult of a rebuilt graph, with the caller's ``outputs`` mapped into it.
+
+    >>> return result(rebuild(g, my_rewrite), outputs, changed=True, stats={"rewrites": 2})
+    """
     return PassResult(builder.graph, [builder.var(v) for v in outputs], changed, stats)

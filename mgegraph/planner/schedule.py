@@ -28,21 +28,21 @@ def dependencies(slots, instructions) -> list[set[int]]:
     run began with.
     """
     root = root_of(slots)
-    writer: dict[int, int] = {}
+    writers: dict[int, list] = {}
     for i, ins in enumerate(instructions):
         for s in ins.outputs:
-            writer.setdefault(root[s], i)
+            writers.setdefault(root[s], []).append(i)
     before = [set() for _ in instructions]
     for j, ins in enumerate(instructions):
         for s in ins.inputs:
             r = root[s]
-            w = writer.get(r)
-            if w is None or w == j:
-                continue
-            if slots[r].role in _INITIAL_VALUE_ROLES:
-                before[w].add(j)
-            else:
-                before[j].add(w)
+            for w in writers.get(r, ()):
+                if w == j:
+                    continue
+                if slots[r].role in _INITIAL_VALUE_ROLES:
+                    before[w].add(j)
+                else:
+                    before[j].add(w)
     return before
 
 

@@ -130,9 +130,10 @@ def _check_read(plan, shadows, step, s) -> None:
 
 
 def _may_overwrite(plan, ins, out, victim) -> bool:
-    """An in-place write: out covers exactly an input of ins that lives in victim's bytes."""
+    """An in-place write: out covers exactly an input of ins that lives in victim's bytes
+    (any output of an elementwise op, such as a fused update; output 0 of others)."""
     op = get_op(ins.op)
-    if not op.inplace or out != ins.outputs[0]:
+    if not op.inplace or (out != ins.outputs[0] and op.category != "elementwise"):
         return False
     allowed = ins.inputs if op.category == "elementwise" else ins.inputs[:1]
     out_place = _place(plan, plan.slots[out])

@@ -21,14 +21,14 @@ def train_plan():
                           nn.Linear(64, 10))
     x, y = np.ones((8, 1, 4, 4), np.float32), np.zeros(8, np.int64)
     return mg.compile_train_step(model, F.cross_entropy, optim.Adam(model.parameters(), 0.1),
-                                 example_batch=(x, y)).plan
+                                 example_batch=(x, y), optimize=0).plan
 
 
 def tiny_plan():
     g = mg.Graph()
     x = g.input("x", (16,), "float32")
     a = F.exp(x)
-    return mg.compile([F.sum(F.relu(a) * a)])
+    return mg.compile([F.sum(F.relu(a) * a)], optimize=0)
 
 
 PLANS = {"train": train_plan, "tiny": tiny_plan,

@@ -1,0 +1,230 @@
+# Vectorised math for the fused kernel (float32 and float64): exp, log, log1p, tanh, sigmoid, erf.
+#
+# Design: branch-free inline functions (selects instead of branches, no libm calls) so that GCC -O3
+# vectorises the block loops of fused.pyx that call them. exp builds 2^n from exponent bits with
+# integer ops; inputs are clamped against overflow; inf and NaN come out as libm's.
+#
+# NOTE: lines 1-15 restored by hand from fused.c after a concurrent edit overwrote this file;
+# lines 16 onwards are the original text, recovered from Cython's comments in fused.c.
+
+from libc.math cimport INFINITY, NAN
+from libc.stdint cimport int32_t, int64_t
+from libc.string cimport memcpy
+
+
+
+
+# -- bit casts ---------------------------------------------------------------------------------
+cdef inline float f32_from_bits(int32_t b) noexcept nogil:
+    cdef float out
+    memcpy(&out, &b, 4)
+    return out
+
+cdef inline int32_t f32_bits(float x) noexcept nogil:
+    cdef int32_t out
+    memcpy(&out, &x, 4)
+    return out
+
+cdef inline double f64_from_bits(int64_t b) noexcept nogil:
+    cdef double out
+    memcpy(&out, &b, 8)
+    return out
+
+cdef inline int64_t f64_bits(double x) noexcept nogil:
+    cdef int64_t out
+    memcpy(&out, &x, 8)
+    return out
+
+
+cdef inline float pow2i(float n) noexcept nogil:
+    # 2**n for an integral n in [-126, 127], from its exponent bits
+    return f32_from_bits((<int32_t>n + 127) << 23)
+
+
+# -- float32 -----------------------------------------------------------------------------------
+cdef inline float vexpf(float x) noexcept nogil:
+    # x = n ln2 + r, |r| <= ln2/2; 2^n applied as two halves so that results down to the
+    # smallest denormal round once instead of flushing to zero
+    cdef float c = x if x < <float>88.72283935546875 else <float>88.72283935546875
+    c = c if c > <float>-104.0 else <float>-104.0
+    cdef float t = c * <float>1.44269504088896341 + <float>12582912.0  # 1.5 * 2^23 rounds n
+    cdef float n = t - <float>12582912.0
+    cdef int32_t ni = f32_bits(t) - f32_bits(<float>12582912.0)
+    cdef int32_t n1 = ni >> 1
+    cdef float r = c - n * <float>0.693359375 + n * <float>2.12194440e-4
+    cdef float p = <float>1.9875691500e-4
+    p = p * r + <float>1.3981999507e-3
+    p = p * r + <float>8.3334519073e-3
+    p = p * r + <float>4.1665795894e-2
+    p = p * r + <float>1.6666665459e-1
+    p = p * r + <float>5.0000001201e-1
+    cdef float y = (p * r * r + r + <float>1.0) * f32_from_bits((n1 + 127) << 23)
+    y = y * f32_from_bits((ni - n1 + 127) << 23)
+    y = y if x < <float>88.72283935546875 else <float>INFINITY
+    y = y if x > <float>-104.0 else <float>0.0
+    return y if x == x else x
+
+
+cdef inline float vlogf(float x) noexcept nogil:
+    # x = 2^e m with m in [sqrt(1/2), sqrt(2)); denormals are scaled by 2^23 first
+    cdef bint tiny = x < <float>1.17549435e-38
+    cdef float xs = x * <float>8388608.0 if tiny else x
+    cdef int32_t bits = f32_bits(xs)
+    cdef float e = <float>(((bits >> 23) & 0xff) - 126) - (<float>23.0 if tiny else <float>0.0)
+    cdef float m = f32_from_bits((bits & ~<int32_t>0x7f800000) | 0x3f000000)  # [0.5, 1)
+    cdef bint low = m < <float>0.707106781186547524
+    e = e - <float>1.0 if low else e
+    m = (m + m - <float>1.0) if low else (m - <float>1.0)
+    cdef float z = m * m
+    cdef float y = <float>7.0376836292e-2
+    y = y * m - <float>1.1514610310e-1
+    y = y * m + <float>1.1676998740e-1
+    y = y * m - <float>1.2420140846e-1
+    y = y * m + <float>1.4249322787e-1
+    y = y * m - <float>1.6668057665e-1
+    y = y * m + <float>2.0000714765e-1
+    y = y * m - <float>2.4999993993e-1
+    y = y * m + <float>3.3333331174e-1
+    y = y * m * z - e * <float>2.12194440e-4 - <float>0.5 * z
+    y = m + y + e * <float>0.693359375
+    y = y if x != <float>INFINITY else x
+    y = y if x != 0 else -<float>INFINITY
+    y = y if x >= 0 else <float>NAN
+    return y if x == x else x
+
+
+cdef inline float vlog1pf(float x) noexcept nogil:
+    # Kahan's log(u) * x / (u - 1) with u = 1 + x: the factor undoes the rounding of u
+    cdef float u = x + <float>1.0
+    cdef float y = vlogf(u) * (x / (u - <float>1.0))
+    y = y if u != <float>1.0 else x
+    return y if u != <float>INFINITY else u
+
+
+cdef inline float vtanhf(float x) noexcept nogil:
+    # small |x|: Cephes' odd polynomial; otherwise 1 - 2 / (e^{2|x|} + 1) with x's sign
+    cdef float a = x if x > 0 else -x
+    cdef float z = x * x
+    cdef float small = ((((-<float>5.70498872745e-3 * z + <float>2.06390887954e-2) * z
+                          - <float>5.37397155531e-2) * z + <float>1.33314422036e-1) * z
+                        - <float>3.33332819422e-1) * z * x + x
+    cdef float big = <float>1.0 - <float>2.0 / (vexpf(a + a) + <float>1.0)
+    big = big if x > 0 else -big
+    return small if a < <float>0.625 else big
+
+
+cdef inline float vsigmoidf(float x) noexcept nogil:
+    return <float>1.0 / (<float>1.0 + vexpf(-x))
+
+
+cdef inline float verff(float x) noexcept nogil:
+    # |x| < 1: Taylor series in x^2 (truncation 1e-9); else Abramowitz-Stegun 7.1.26
+    # (1.5e-7 absolute), which near 0 would keep no relative accuracy
+    cdef float a = x if x > 0 else -x
+    cdef float z = x * x
+    cdef float s = <float>1.4807192815879218e-08
+    s = s * z - <float>1.6365844691234924e-07
+    s = s * z + <float>1.6462114365889246e-06
+    s = s * z - <float>1.492565035840625e-05
+    s = s * z + <float>0.00012055332981789664
+    s = s * z - <float>0.0008548327023450852
+    s = s * z + <float>0.005223977625442188
+    s = s * z - <float>0.026866170645131252
+    s = s * z + <float>0.11283791670955126
+    s = s * z - <float>0.37612638903183754
+    s = (s * z + <float>1.1283791670955126) * x
+    cdef float t = <float>1.0 / (<float>1.0 + <float>0.3275911 * a)
+    cdef float q = t * (<float>0.254829592 + t * (-<float>0.284496736 + t * (
+        <float>1.421413741 + t * (-<float>1.453152027 + t * <float>1.061405429))))
+    cdef float big = <float>1.0 - q * vexpf(-z)
+    big = big if x > 0 else -big
+    return s if a < <float>1.0 else big
+
+
+# -- float64 -----------------------------------------------------------------------------------
+cdef inline double vexp(double x) noexcept nogil:
+    # Cephes exp: e^r = 1 + 2 r P(r^2) / (Q(r^2) - r P(r^2)), 2^n as two halves (see vexpf)
+    cdef double c = x if x < 709.782712893384 else 709.782712893384
+    c = c if c > -745.2 else -745.2
+    cdef double t = c * 1.4426950408889634074 + 6755399441055744.0  # 1.5 * 2^52 rounds n
+    cdef double n = t - 6755399441055744.0
+    cdef int64_t ni = f64_bits(t) - f64_bits(6755399441055744.0)
+    cdef int64_t n1 = ni >> 1
+    cdef double r = c - n * 6.93145751953125e-1 - n * 1.42860682030941723212e-6
+    cdef double rr = r * r
+    cdef double px = r * ((1.26177193074810590878e-4 * rr + 3.02994407707441961300e-2) * rr
+                          + 9.99999999999999999910e-1)
+    cdef double qx = ((3.00198505138664455042e-6 * rr + 2.52448340349684104192e-3) * rr
+                      + 2.27265548208155028766e-1) * rr + 2.00000000000000000009e0
+    cdef double y = (1.0 + 2.0 * (px / (qx - px))) * f64_from_bits((n1 + 1023) << 52)
+    y = y * f64_from_bits((ni - n1 + 1023) << 52)
+    y = y if x < 709.782712893384 else INFINITY
+    y = y if x > -745.2 else 0.0
+    return y if x == x else x
+
+
+cdef inline double vlog(double x) noexcept nogil:
+    # fdlibm's reduction: x = 2^e (1 + f), log(1 + f) = f - s (f - R(s^2)), s = f / (2 + f),
+    # R the atanh series 2 z / 3 + 2 z^2 / 5 + ... (|s| < 0.172, 11 terms reach 1e-18)
+    cdef bint tiny = x < 2.2250738585072014e-308
+    cdef double xs = x * 18014398509481984.0 if tiny else x  # 2^54
+    cdef int64_t bits = f64_bits(xs)
+    # the exponent field as a double through its bits: int64 -> double does not vectorise
+    cdef double e = f64_from_bits(((bits >> 52) & 0x7ff) | <int64_t>0x4330000000000000LL) - (
+        4503599627370496.0 + 1022.0 + (54.0 if tiny else 0.0))
+    cdef double m = f64_from_bits((bits & ~<int64_t>0x7ff0000000000000LL)
+                                 | <int64_t>0x3fe0000000000000LL)
+    cdef bint low = m < 0.70710678118654752440
+    e = e - 1.0 if low else e
+    cdef double f = (m + m - 1.0) if low else (m - 1.0)
+    cdef double s = f / (2.0 + f)
+    cdef double z = s * s
+    cdef double rz = 2.0 / 23
+    rz = rz * z + 2.0 / 21
+    rz = rz * z + 2.0 / 19
+    rz = rz * z + 2.0 / 17
+    rz = rz * z + 2.0 / 15
+    rz = rz * z + 2.0 / 13
+    rz = rz * z + 2.0 / 11
+    rz = rz * z + 2.0 / 9
+    rz = rz * z + 2.0 / 7
+    rz = rz * z + 2.0 / 5
+    rz = (rz * z + 2.0 / 3) * z
+    cdef double y = e * 6.93147180369123816490e-01 + (
+        f - (s * (f - rz) - e * 1.90821492927058770002e-10))
+    y = y if x != INFINITY else x
+    y = y if x != 0 else -INFINITY
+    y = y if x >= 0 else NAN
+    return y if x == x else x
+
+
+cdef inline double vlog1p(double x) noexcept nogil:
+    cdef double u = x + 1.0
+    cdef double y = vlog(u) * (x / (u - 1.0))
+    y = y if u != 1.0 else x
+    return y if u != INFINITY else u
+
+
+cdef inline double vtanh(double x) noexcept nogil:
+    # |x| < 0.3: Taylor series to x^23 (truncation 2e-17); else 1 - 2 / (e^{2|x|} + 1)
+    cdef double a = x if x > 0 else -x
+    cdef double z = x * x
+    cdef double s = -3.927832388331683e-05
+    s = s * z + 9.691537956929451e-05
+    s = s * z - 0.00023912911424355248
+    s = s * z + 0.000590027440945586
+    s = s * z - 0.0014558343870513183
+    s = s * z + 0.003592128036572481
+    s = s * z - 0.008863235529902197
+    s = s * z + 0.021869488536155203
+    s = s * z - 0.05396825396825397
+    s = s * z + 0.13333333333333333
+    s = s * z - 0.3333333333333333
+    s = s * z * x + x
+    cdef double big = 1.0 - 2.0 / (vexp(a + a) + 1.0)
+    big = big if x > 0 else -big
+    return s if a < 0.3 else big
+
+
+cdef inline double vsigmoid(double x) noexcept nogil:
+    return 1.0 / (1.0 + vexp(-x))
