@@ -1,5 +1,13 @@
 """Compiled CPU kernels. Each module exposes KERNELS: {name: C function address}."""
-from . import conv, elementwise, expr, fused, linalg, movement, nn, reduce
+import os
+
+# NOTE: idle OpenMP threads spin by default; between two fused kernels the BLAS threads then
+# fight them for the cores and a step can run tens of times slower (seen on 2 cores). Passive
+# waiting costs a few microseconds per parallel kernel. It must be set before libgomp loads;
+# a value the user set wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from . import conv, elementwise, expr, fused, linalg, movement, nn, reduce  # noqa: E402
 
 if expr.cpu_has_avx2_fma():
     from . import expr_avx2 as expr  # the same kernels, built for AVX2 + FMA

@@ -1,8 +1,8 @@
 """The arena's contract, and a checker of plans that shares no code with the solver's search.
 
-Here: the request, overwrite and plan types, the checks on input that the solver and the
-checker both run (with the in-place forest they both need), the enumeration of every pair of
-buffers live at one step, ``verify``, and ``dump``/``load`` so that any failing case replays.
+Here: the request, overwrite and plan types; the checks on input that the solver and the
+checker both run, with the in-place forest (blocks) they both need; the lower bound; who is
+live with whom; ``verify``; and ``dump``/``load`` so that any failing case replays.
 ``mgegraph.planner.arena`` re-exports the public names; import them from there.
 
 >>> reqs = [Request("a", 0, 2, 64), Request("b", 1, 3, 64)]
@@ -11,9 +11,8 @@ Traceback (most recent call last):
 mgegraph.planner.arena_check.ArenaError: buffers 'a' at [0, 64) ... share bytes while both are live
 
 Design: ``verify`` re-derives the in-place relation from the specs and tests every pair of
-buffers live at one step, so a solver bug cannot hide behind a shared data structure; the
-pieces it does share (``_check_requests`` to ``_related``, ``_forward_pairs``) only read the
-input, and each has its own tests.
+buffers live at one step, so a solver bug cannot hide behind a shared data structure; what
+it shares with the solver (the input checks, ``_forward_pairs``) only reads the input.
 """
 from __future__ import annotations
 
@@ -248,7 +247,7 @@ def lower_bound(requests: Sequence[Request], overwrites: Iterable[Overwrite] = (
 
 
 # ---------------------------------------------------------------------------------------------
-# Pairs of buffers live at one step, for the checker and the solver's neighbour lists.
+# Pairs of buffers live at one step: the checker tests them, the solver lists them.
 
 
 def _forward_pairs(begin: np.ndarray, end: np.ndarray):
@@ -264,6 +263,32 @@ def _forward_pairs(begin: np.ndarray, end: np.ndarray):
         yield rows, np.arange(len(rows)) - np.repeat(np.cumsum(c) - c, c) + rows + 1
         first = last
 
+
+def _neighbour_lists(begin: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR (start, cols) of the positions live with each position; ``begin`` is sorted. Each
+    list is its earlier neighbours (the forward pairs transposed) then its later ones."""
+    n, index = len(begin), np.int32 if len(begin) < 2**31 else np.int64
+    pairs = list(_forward_pairs(begin, end))
+    rows = np.concatenate([r.astype(index) for r, _ in pairs] + [np.zeros(0, index)])
+    cols = np.concatenate([c.astype(index) for _, c in pairs] + [np.zeros(0, index)])
+    later, earlier = np.bincount(rows, minlength=n), np.bincount(cols, minlength=n)
+    start = np.concatenate(([0], np.cumsum(later + earlier)))
+    out = np.empty(len(rows) * 2, index)
+    # Forward entries are grouped by row; each group goes after that row's earlier ones.
+    shift = start[:-1] + earlier - np.concatenate(([0], np.cumsum(later)[:-1]))
+    out[np.arange(len(rows)) + np.repeat(shift, later)] = cols
+    by_col = np.argsort(cols, kind="stable")  # fast: cols is a run of ascending runs
+    shift = start[:-1] - np.concatenate(([0], np.cumsum(earlier)[:-1]))
+    out[np.arange(len(rows)) + np.repeat(shift, earlier)] = rows[by_col]
+    return start, out
+
+
+def _entries(begin: list, end: list, asize: list) -> int:
+    """How long the neighbour lists would be in all, without making them."""
+    keep = np.asarray(asize) > 0
+    b, e = np.asarray(begin, np.int64)[keep], np.asarray(end, np.int64)[keep]
+    order = np.argsort(b, kind="stable")
+    return 2 * int((np.searchsorted(b[order], e[order]) - np.arange(len(b)) - 1).sum())
 
 
 # ---------------------------------------------------------------------------------------------
