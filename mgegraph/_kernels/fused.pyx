@@ -44,13 +44,13 @@ cdef extern from *:
     int mg_fused_max_threads() nogil
 
 # The build targets baseline x86-64 (SSE2), where exp costs 2.3 ns per float32. GCC's
-# target_clones compiles the two loop dispatchers once more for Haswell (AVX2 + FMA) and picks one
+# target_clones compiles the two loop dispatchers once more for AVX2 and picks one
 # at load time; the declarations name the C functions Cython emits for the two specialisations
 # (were a name to change, GCC warns of an unused declaration and the baseline code runs).
 cdef extern from *:
     """
     #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-    #define MG_CLONES __attribute__((target_clones("arch=haswell", "default")))
+    #define MG_CLONES __attribute__((target_clones("avx2", "default")))
     static void __pyx_fuse_0__pyx_f_8mgegraph_8_kernels_5fused_run_unary(
         int, float *, float const *, float, float, Py_ssize_t) MG_CLONES;
     static void __pyx_fuse_1__pyx_f_8mgegraph_8_kernels_5fused_run_unary(

@@ -11,15 +11,7 @@ The arithmetic differs from the batch-norm kernel's, so results agree to roundin
 """
 from __future__ import annotations
 
-from .rewrite import PassResult, rebuild, result
-
-
-def _uses(graph, outputs) -> dict[int, int]:
-    count = {v.id: 1 for v in outputs}
-    for node in graph.nodes:
-        for v in node.inputs:
-            count[v.id] = count.get(v.id, 0) + 1
-    return count
+from .rewrite import PassResult, rebuild, result, use_counts
 
 
 def _foldable(node, uses) -> bool:
@@ -44,7 +36,7 @@ def _folded(builder, bn):
 
 
 def bnfold(graph, outputs) -> PassResult:
-    uses = _uses(graph, outputs)
+    uses = use_counts(graph, outputs)
     folds = [n for n in graph.nodes if _foldable(n, uses)]
     convs = {id(n.inputs[0].node) for n in folds}
     targets = {id(n) for n in folds}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .rewrite import PassResult, rebuild, result
+from .rewrite import PassResult, rebuild, result, use_counts
 
 PRODUCERS = ("linear", "conv2d")
 
@@ -22,14 +22,6 @@ class _Chain:
     bias: object = None        # a bias Var added after it (linear only), or None
     relu: bool = False
     ops: tuple[str, ...] = ()
-
-
-def _uses(graph, outputs) -> dict[int, int]:
-    count = {v.id: 1 for v in outputs}
-    for node in graph.nodes:
-        for v in node.inputs:
-            count[v.id] = count.get(v.id, 0) + 1
-    return count
 
 
 def _extend(node, chains, uses) -> _Chain | None:
@@ -54,7 +46,7 @@ def _extend(node, chains, uses) -> _Chain | None:
 
 def _chains(graph, outputs) -> dict[int, _Chain]:
     """Var id -> the chain it ends, for every var a fused chain could end at."""
-    uses, chains = _uses(graph, outputs), {}
+    uses, chains = use_counts(graph, outputs), {}
     for node in graph.nodes:
         chain = _extend(node, chains, uses)
         if chain is not None:

@@ -139,3 +139,12 @@ def result(builder: Builder, outputs, changed: bool, stats: dict) -> PassResult:
     >>> return result(rebuild(g, my_rewrite), outputs, changed=True, stats={"rewrites": 2})
     """
     return PassResult(builder.graph, [builder.var(v) for v in outputs], changed, stats)
+
+
+def use_counts(graph: Graph, outputs) -> dict[int, int]:
+    """Var id -> how many node inputs and outputs of the caller read it."""
+    count = {v.id: 1 for v in outputs}
+    for node in graph.nodes:
+        for v in node.inputs:
+            count[v.id] = count.get(v.id, 0) + 1
+    return count
