@@ -1,10 +1,16 @@
 """Errors that point at the user's code, not at mgegraph's internals."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@functools.lru_cache(maxsize=4096)  # every node asks, over a handful of files
+def _inside_package(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep)
 
 
 def user_location() -> str:
@@ -12,7 +18,7 @@ def user_location() -> str:
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep):
+        if not _inside_package(filename):
             return f"{filename}:{frame.f_lineno}"
         frame = frame.f_back
     return "<unknown>"

@@ -190,12 +190,14 @@ class Graph:
             raise GraphError(f"name {name!r} is already used in this graph")
 
     # -- nodes ----------------------------------------------------------------------------
-    def add_node(self, op, inputs, attrs, types=None) -> Node:
-        """Make a node of registered op ``op`` (name or OpDef); its output types are inferred."""
+    def add_node(self, op, inputs, attrs, types=None, location: str | None = None) -> Node:
+        """Make a node of registered op ``op`` (name or OpDef); its output types are inferred.
+        ``location`` is where the user made it (found from the stack when not given; passes
+        rebuilding a graph pass the original node's)."""
         from ..ops.registry import get_op
 
         opdef = get_op(op) if isinstance(op, str) else op
-        location = user_location()
+        location = user_location() if location is None else location
         inputs = tuple(self.bind(v) if hasattr(v, "bind_to") else v for v in inputs)
         for v in inputs:
             if not isinstance(v, Var) or v.graph is not self:

@@ -38,6 +38,8 @@ def _folded(builder, bn):
 def bnfold(graph, outputs) -> PassResult:
     uses = use_counts(graph, outputs)
     folds = [n for n in graph.nodes if _foldable(n, uses)]
+    if not folds:
+        return PassResult(graph, list(outputs), False, {"folded": 0})
     convs = {id(n.inputs[0].node) for n in folds}
     targets = {id(n) for n in folds}
 

@@ -39,6 +39,8 @@ def dce(graph: Graph, outputs: list[Var]) -> PassResult:
     >>> r = dce(g, [y]); print(r.graph)
     """
     live = live_nodes(graph, outputs)
+    if len(live) == len(graph.nodes):  # nothing to drop: keep the graph, skip the rebuild
+        return PassResult(graph, list(outputs), False, {"nodes_removed": 0})
 
     def drop_dead(builder, node):
         return None if id(node) in live else (None,) * len(node.outputs)

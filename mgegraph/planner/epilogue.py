@@ -63,6 +63,8 @@ def epilogue(graph, outputs) -> PassResult:
             longest[id(chain.base)] = v_id
     finals = {v: chains[v] for v in longest.values() if len(chains[v].ops) > 1}
     members = {id(c.base) for c in finals.values()}
+    if not finals:
+        return PassResult(graph, list(outputs), False, {"fused": 0, "groups": []})
     fused = []
 
     def rewrite(builder, node):

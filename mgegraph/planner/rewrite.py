@@ -46,8 +46,8 @@ class Builder:
     def add(self, op, inputs, attrs, like: Node) -> tuple[Var, ...]:
         """A new node of ``op`` that keeps ``like``'s user location (errors point at user code,
         not at the pass)."""
-        node = self.graph.add_node(op, tuple(inputs), dict(attrs))
-        return _relocate(self.graph, node, like.location).outputs
+        return self.graph.add_node(op, tuple(inputs), dict(attrs),
+                                   location=like.location).outputs
 
     def copy(self, node: Node) -> tuple[Var, ...]:
         """``node`` on the mapped inputs (sources and assigns keep their identity)."""
@@ -65,17 +65,17 @@ class Builder:
         elif name == "param":
             var = self._param(node.attr["name"], old)
         else:
-            var = self.const(self.old.values[old.id])
+            return (self.const(self.old.values[old.id], node.location),)
         _relocate(self.graph, var.node, node.location)
         return (var,)
 
-    def const(self, array) -> Var:
+    def const(self, array, location: str | None = None) -> Var:
         """A const holding ``array`` itself: consts are never written, and a pipeline of five
         passes should not copy a large table five times. (Graph.const always copies, so this
         takes its steps: the scalar's value attribute, the node, the value.)"""
         attrs = {"value": array.item()} if array.ndim == 0 else {}
         var_type = tensor_type(array.shape, array.dtype)
-        node = self.graph.add_node("const", (), attrs, types=(var_type,))
+        node = self.graph.add_node("const", (), attrs, types=(var_type,), location=location)
         self.graph.values[node.outputs[0].id] = array
         return node.outputs[0]
 
@@ -90,8 +90,8 @@ class Builder:
 
 
 def _relocate(graph: Graph, node: Node, location: str) -> Node:
-    """``node`` with ``location``, replacing it in ``graph`` (Graph.add_node has no location
-    argument; its outputs point back at their node, so they are updated too)."""
+    """``node`` with ``location``, replacing it in ``graph``, for the sources and assigns the
+    Graph methods make (their outputs point back at their node, so they are updated too)."""
     moved = replace(node, location=location)
     for v in moved.outputs:
         v.node = moved

@@ -1,0 +1,84 @@
+"""fusion-chain (shared/BENCHMARKS.md) on the fused kernel: relu(x*a+b)*c - tanh(x)/(1+exp(-x)).
+
+Compares the kernel on 1 and 2 threads with NumPy eager and with the bandwidth limit: the bytes
+the chain must move (4 inputs read, 1 output written: 80 MiB) at the copy bandwidth np.copyto
+reaches on a 64 MiB buffer (which moves 128 MiB: 64 read, 64 written).
+"""
+import numpy as np
+import pytest
+
+from mgegraph._kernels import fused as K
+from mgegraph.ops.fused_program import Program, encode, kernel_name
+
+N = 4_194_304
+MIB = 1 << 20
+CHAIN_BYTES = 5 * N * 4
+COPY_BYTES = 64 * MIB
+MEDIANS = {}
+GROUP = f"fusion-chain kernel ({N} float32 per input)"
+
+
+def _chain():
+    code = [("load", 0, 0), ("load", 1, 1), ("mul", 2, 0, 1), ("load", 3, 2), ("add", 4, 2, 3),
+            ("relu", 5, 4), ("load", 6, 3), ("mul", 7, 5, 6), ("tanh", 8, 0), ("neg", 9, 0),
+            ("exp", 10, 9), ("const", 11, 0), ("add", 12, 11, 10), ("div", 13, 8, 12),
+            ("sub", 14, 7, 13), ("store", 0, 14)]
+    return Program([(N,)] * 4, (N,), np.float32, code, [1.0])
+
+
+def _inputs():
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal(N, dtype=np.float32) for _ in range(4)]
+
+
+def _numpy_eager(x, a, b, c):
+    return np.maximum(x * a + b, 0) * c - np.tanh(x) / (1 + np.exp(-x))
+
+
+def _fused(threads):
+    program, inputs = _chain(), _inputs()
+    ints, floats, ws = encode(program, threads=threads)
+    out = np.empty(N, np.float32)
+    arrays = inputs + [out, np.empty(ws, np.uint8)]
+    name = kernel_name(np.float32)
+    np.testing.assert_allclose(  # the kernel computes the chain (checked once, untimed)
+        (K.call_kernel(name, arrays, ints, floats), out)[1], _numpy_eager(*inputs),
+        rtol=1e-5, atol=1e-5)
+    return lambda: K.call_kernel(name, arrays, ints, floats)
+
+
+def _copy():
+    src = np.ones(COPY_BYTES // 4, np.float32)
+    dst = np.empty_like(src)
+    return lambda: np.copyto(dst, src)
+
+
+IMPLS = {
+    "numpy eager": lambda: (lambda xs: lambda: _numpy_eager(*xs))(_inputs()),
+    "fused 1 thread": lambda: _fused(1),
+    "fused 2 threads": lambda: _fused(2),
+    "np.copyto 64 MiB": _copy,
+}
+
+
+@pytest.mark.parametrize("impl", list(IMPLS))
+def test_fusion_chain_kernel(benchmark, impl):
+    benchmark.group = GROUP
+    benchmark(IMPLS[impl]())
+    if benchmark.stats is not None:
+        MEDIANS[impl] = benchmark.stats.stats.median
+
+
+def test_fusion_chain_kernel_summary(capsys):
+    if len(MEDIANS) < len(IMPLS):
+        pytest.skip("run with the benchmarks enabled, all implementations")
+    copy = MEDIANS["np.copyto 64 MiB"]
+    limit = copy / (2 * COPY_BYTES) * CHAIN_BYTES
+    lines = [f"{GROUP}: bandwidth limit {limit * 1e3:.2f} ms "
+             f"({2 * COPY_BYTES / copy / 1e9:.1f} GB/s copied, 80 MiB to move)"]
+    for impl in ("numpy eager", "fused 1 thread", "fused 2 threads"):
+        t = MEDIANS[impl]
+        lines.append(f"  {impl:16s} median {t * 1e3:8.2f} ms  x{t / MEDIANS['numpy eager']:.3f}"
+                     f" of numpy  x{t / limit:.2f} of the limit")
+    with capsys.disabled():  # the terminal summary is the conftest's; this adds the limit
+        print("\n" + "\n".join(lines))
