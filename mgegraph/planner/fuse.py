@@ -32,13 +32,16 @@ def _fusable(node) -> bool:
 
 
 class _Groups:
-    """Union-find over group ids, with each group's members and the groups its outside
+    """Union-find over group ids with each group's members. Sets of groups are int bitmasks
+    over the ids ever made (OR is one C loop, where Python sets cost a loop per element):
+    ``alias`` holds the ids merged into a root, ``ext_deps`` the groups that a root's outside
     inputs depend on."""
 
     def __init__(self):
         self.parent: dict[int, int] = {}
         self.members: dict[int, list] = {}
-        self.ext_deps: dict[int, set] = {}
+        self.alias: dict[int, int] = {}
+        self.ext_deps: dict[int, int] = {}
 
     def find(self, g: int) -> int:
         while self.parent[g] != g:
@@ -46,16 +49,17 @@ class _Groups:
             g = self.parent[g]
         return g
 
-    def new(self, node) -> int:
+    def new(self, node, ext: int) -> int:
         g = len(self.parent)
-        self.parent[g], self.members[g], self.ext_deps[g] = g, [node], set()
+        self.parent[g], self.members[g], self.alias[g], self.ext_deps[g] = g, [node], 1 << g, ext
         return g
 
-    def merge(self, groups: set[int], node, ext: set[int]) -> int:
+    def merge(self, groups: set[int], node, ext: int) -> int:
         keep = min(groups)
         for g in groups - {keep}:
             self.parent[g] = keep
             self.members[keep] += self.members.pop(g)
+            self.alias[keep] |= self.alias.pop(g)
             self.ext_deps[keep] |= self.ext_deps.pop(g)
         self.members[keep].append(node)
         self.ext_deps[keep] |= ext
@@ -66,28 +70,30 @@ def _group_nodes(graph) -> tuple[_Groups, dict[int, int]]:
     """The groups, and var id -> group id for every var a group member makes."""
     groups, group_of, deps = _Groups(), {}, {}
     for node in graph.nodes:
-        inside = {groups.find(group_of[v.id]) for v in node.inputs if v.id in group_of}
-        outside = [v for v in node.inputs if v.id not in group_of]
-        ext = {groups.find(d) for v in outside for d in deps.get(v.id, ())}
+        roots = {v.id: groups.find(group_of[v.id]) for v in node.inputs if v.id in group_of}
+        reads = 0  # the groups this node depends on, through its inputs
+        for v in node.inputs:
+            reads |= deps.get(v.id, 0) | (groups.alias[roots[v.id]] if v.id in roots else 0)
         mine = None
         if _fusable(node):
             shape = node.outputs[0].type
-            inside = {g for g in inside if groups.members[g][0].outputs[0].type == shape}
-            ext |= {groups.find(d) for g in inside for d in groups.ext_deps[g]}
-            ext |= {groups.find(group_of[v.id]) for v in node.inputs
-                    if v.id in group_of and groups.find(group_of[v.id]) not in inside}
-            if inside and not inside & ext:
+            inside = {g for g in roots.values() if groups.members[g][0].outputs[0].type == shape}
+            ext = 0  # what the merged group would read from outside, through anything
+            for v in node.inputs:
+                if roots.get(v.id) not in inside:
+                    ext |= deps.get(v.id, 0) | (groups.alias[roots[v.id]] if v.id in roots else 0)
+            for g in inside:
+                ext |= groups.ext_deps[g]
+            if inside and not any(ext & groups.alias[g] for g in inside):
                 mine = groups.merge(inside, node, ext)
             else:
-                mine = groups.new(node)
-                groups.ext_deps[mine] = ext | inside
+                mine = groups.new(node, reads)
         for v in node.outputs:
-            d = {groups.find(x) for u in node.inputs for x in deps.get(u.id, ())}
-            d |= {groups.find(group_of[u.id]) for u in node.inputs if u.id in group_of}
             if mine is not None:
                 group_of[v.id] = mine
-                d.discard(mine)
-            deps[v.id] = d
+                deps[v.id] = reads & ~groups.alias[mine]
+            else:
+                deps[v.id] = reads
     return groups, group_of
 
 
