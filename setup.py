@@ -26,7 +26,6 @@ OPENMP_OPTIONAL = {"fused"}  # builds single-threaded where the compiler lacks O
 def _have_openmp() -> bool:
     import tempfile
     from setuptools._distutils import ccompiler, sysconfig
-    from setuptools._distutils.errors import CCompilerError, DistutilsExecError
 
     cc = ccompiler.new_compiler()
     sysconfig.customize_compiler(cc)
@@ -36,8 +35,8 @@ def _have_openmp() -> bool:
         try:
             objs = cc.compile([str(src)], output_dir=tmp, extra_postargs=["-fopenmp"])
             cc.link_executable(objs, str(Path(tmp, "probe")), extra_postargs=["-fopenmp"])
-        except (CCompilerError, DistutilsExecError):
-            return False
+        except Exception:  # noqa: BLE001  any failure means no OpenMP; setuptools 80+ raises
+            return False   # a CompileError that is no longer a CCompilerError
     return True
 
 

@@ -1,3 +1,4 @@
+# cython: cdivision=True
 # The fused elementwise kernel: a whole expression of elementwise ops evaluated block by block.
 #
 # Kernels fused_f32 and fused_f64; inputs, registers and outputs all have the kernel's dtype.

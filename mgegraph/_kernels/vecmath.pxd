@@ -1,11 +1,12 @@
+# cython: cdivision=True
 # Vectorised math for the fused kernel (float32 and float64): exp, log, log1p, tanh, sigmoid, erf.
 #
 # Design: branch-free inline functions (selects instead of branches, no libm calls) so that GCC -O3
 # vectorises the block loops of fused.pyx that call them. exp builds 2^n from exponent bits with
 # integer ops; inputs are clamped against overflow; inf and NaN come out as libm's.
 #
-# NOTE: lines 1-15 restored by hand from fused.c after a concurrent edit overwrote this file;
-# lines 16 onwards are the original text, recovered from Cython's comments in fused.c.
+# NOTE: cdivision is on even in debug builds: IEEE division (x / 0 = inf, 0 / 0 = NaN) is part
+# of these functions; Cython's checked division would raise in nogil code and return garbage.
 
 from libc.math cimport INFINITY, NAN
 from libc.stdint cimport int32_t, int64_t
