@@ -77,6 +77,21 @@ _RANDOM_OPS = (
 )
 
 
+def assert_same_results(before, after, feeds, rtol: float = 0.0) -> None:
+    """The outputs ``before`` and ``after`` a graph pass give the same values on ``feeds``,
+    each compiled without passes: bitwise, or to ``rtol`` where the pass changes arithmetic
+    (fused tanh, sigmoid and exp use vector math that differs from libm in the last bits).
+
+    >>> assert_same_results([y], dce(g, [y]).outputs, {"x": x_value})
+    """
+    want = compile(before, optimize=0).run(feeds)
+    for a, b in zip(want, compile(after, optimize=0).run(feeds)):
+        if rtol:
+            np.testing.assert_allclose(b, a, rtol=rtol, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(b, a)
+
+
 def _F():
     from . import functional
     return functional

@@ -6,12 +6,7 @@ import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph.planner.fold import fold
 from mgegraph.planner.pipeline import verify_graph
-from mgegraph.testing import random_graph
-
-
-def same_results(before, after, feeds):
-    for a, b in zip(mg.compile(before, optimize=0).run(feeds), mg.compile(after, optimize=0).run(feeds)):
-        np.testing.assert_array_equal(a, b)
+from mgegraph.testing import assert_same_results as same_results, random_graph
 
 
 def test_a_constant_chain_becomes_one_const():

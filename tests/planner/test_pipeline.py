@@ -12,15 +12,7 @@ from mgegraph.planner import pipeline
 from mgegraph.planner.pipeline import (LEVELS, PASSES, PassError, optimize, passes_report,
                                        verify_graph)
 from mgegraph.planner.rewrite import PassResult, rebuild
-from mgegraph.testing import random_graph
-
-
-def same_results(before, after, feeds, rtol=0.0):
-    """Equal results, bitwise unless ``rtol``: fused tanh, sigmoid and exp use the evaluator's
-    vector math, which differs from libm in the last bits."""
-    got = mg.compile(after, optimize=0).run(feeds)
-    for a, b in zip(mg.compile(before, optimize=0).run(feeds), got):
-        np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol and 1e-6)
+from mgegraph.testing import assert_same_results as same_results, random_graph
 
 
 def small_graph():

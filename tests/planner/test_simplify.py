@@ -7,12 +7,7 @@ import mgegraph.functional as F
 from mgegraph.planner.dce import dce
 from mgegraph.planner.pipeline import verify_graph
 from mgegraph.planner.simplify import RULES, simplify
-from mgegraph.testing import random_graph
-
-
-def same_results(before, after, feeds):
-    for a, b in zip(mg.compile(before, optimize=0).run(feeds), mg.compile(after, optimize=0).run(feeds)):
-        np.testing.assert_array_equal(a, b)
+from mgegraph.testing import assert_same_results as same_results, random_graph
 
 
 def simplified(outputs):
