@@ -71,7 +71,12 @@ class ArenaPlan:
 # Checking the input, and the in-place forest.
 
 
-def _align(n: int, alignment: int) -> int:
+def aligned(n: int, alignment: int) -> int:
+    """``n`` bytes rounded up to a multiple of ``alignment``: what a buffer takes in an arena.
+
+    >>> aligned(100, 64)
+    128
+    """
     return -(-n // alignment) * alignment
 
 
@@ -163,7 +168,7 @@ def _forest(requests: list, overwrites: tuple, alignment: int) -> _Forest:
         blocks[block_id[r]].append((i, rel[i]))
     forest = _Forest(keys=[r.key for r in requests], begin=[r.begin for r in requests],
                      end=[r.end for r in requests],
-                     asize=[_align(r.size, alignment) for r in requests],
+                     asize=[aligned(r.size, alignment) for r in requests],
                      blocks=[tuple(b) for b in blocks])
     for block in forest.blocks:
         if len(block) > 1:
@@ -300,7 +305,7 @@ def _check_offsets(plan: ArenaPlan, requests, alignment) -> list:
     for r in requests:
         if r.key not in plan.offsets:
             raise ArenaError(f"buffer {r.key!r} has no offset")
-        o, s = plan.offsets[r.key], _align(r.size, alignment)
+        o, s = plan.offsets[r.key], aligned(r.size, alignment)
         if not isinstance(o, int) or o % alignment:
             raise ArenaError(f"buffer {r.key!r}: offset {o!r} is not a multiple of {alignment}")
         if o < 0 or o + s > plan.total:
@@ -327,7 +332,7 @@ def _overlap_error(requests, offset, size, a, b) -> ArenaError:
 
 
 def _check_overlaps(requests, offset, parent, depth, alignment) -> None:
-    size = np.array([_align(r.size, alignment) for r in requests], np.int64)
+    size = np.array([aligned(r.size, alignment) for r in requests], np.int64)
     piece = np.flatnonzero(size > 0)
     piece = piece[np.argsort([requests[i].begin for i in piece], kind="stable")]
     begin = np.array([requests[i].begin for i in piece], np.int64)

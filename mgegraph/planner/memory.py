@@ -12,15 +12,13 @@ from dataclasses import dataclass, field
 
 from ..ir.errors import GraphError
 from . import arena
+from .arena_check import aligned
 from .inplace import choose_overwrites
 from .liveness import analyze, is_arena_buffer
 from .schedule import memory_aware_order
 
 SCHEDULES = ("memory", "user")
 
-
-def _aligned(nbytes: int, alignment: int) -> int:
-    return -(-nbytes // alignment) * alignment
 
 
 @dataclass(frozen=True)
@@ -115,7 +113,7 @@ def peak_bytes(requests, overwrites, alignment: int) -> int:
     for r in requests:
         begin = r.begin + (r.key in successor)
         if begin < r.end:
-            size = _aligned(r.size, alignment)
+            size = aligned(r.size, alignment)
             delta[begin] = delta.get(begin, 0) + size
             delta[r.end] = delta.get(r.end, 0) - size
     live = best = 0
@@ -129,7 +127,7 @@ def _no_reuse(requests, alignment) -> arena.ArenaPlan:
     offsets, top = {}, 0
     for r in requests:
         offsets[r.key] = top
-        top += _aligned(r.size, alignment)
+        top += aligned(r.size, alignment)
     return arena.ArenaPlan(offsets, top, peak_bytes(requests, (), alignment), "none", top)
 
 
@@ -157,9 +155,9 @@ def plan_memory(slots, instructions, options: MemoryOptions):
         options=options, offsets=solved.offsets,
         spans={r.key: (r.begin, r.end) for r in requests}, overwrites=chosen,
         arena_bytes=solved.total, lower_bound_bytes=solved.lower_bound,
-        naive_bytes=sum(_aligned(r.size, options.alignment) for r in requests),
+        naive_bytes=sum(aligned(r.size, options.alignment) for r in requests),
         persistent_bytes=persistent, strategy=solved.strategy, schedule=schedule,
         lower_bounds={n: c[0] for n, c in candidates.items()},
-        inplace_saved_bytes=sum(_aligned(slots[s].nbytes, options.alignment)
+        inplace_saved_bytes=sum(aligned(slots[s].nbytes, options.alignment)
                                 for s in chosen))
     return orders[schedule], memory

@@ -16,6 +16,7 @@ import math
 from html import escape
 
 from ..ops import get_op
+from .arena_check import aligned
 from .liveness import is_arena_buffer
 
 FORMATS = ("text", "json")
@@ -34,9 +35,6 @@ def human(nbytes: int) -> str:
             return f"{nbytes / size:.2f} {unit}"
     return f"{nbytes} B"
 
-
-def _aligned(nbytes: int, alignment: int) -> int:
-    return -(-nbytes // alignment) * alignment
 
 
 # -- the summary -------------------------------------------------------------------------------
@@ -61,7 +59,7 @@ def _buffers(plan) -> list[dict]:
         took = memory.overwrites.get(s)
         rows.append({"slot": s, "op": made[s][0], "category": made[s][1],
                      "type": str(slot.type), "bytes": slot.nbytes,
-                     "aligned_bytes": _aligned(slot.nbytes, memory.options.alignment),
+                     "aligned_bytes": aligned(slot.nbytes, memory.options.alignment),
                      "offset": memory.offsets[s], "begin": begin, "end": end,
                      "in_place_of": None if took is None else took[0]})
     rows.sort(key=lambda r: (-r["bytes"], r["slot"]))
