@@ -281,9 +281,9 @@ def _assigns_written_in_place(nodes, outputs) -> dict[int, Var]:
             continue
         target, value = node.inputs
         producer = value.node
-        several = len(producer.outputs) != 1 if producer is not None else False
         if (producer is None or not producer.op.inplace or id(producer) not in position
-                or (several and producer.op.category != "elementwise") or value.id in output_ids
+                or (len(producer.outputs) != 1 and producer.op.category != "elementwise")
+                or value.id in output_ids
                 or target.id in output_ids or len(uses.get(value.id, ())) != 1):
             continue
         others = [u for u in uses.get(target.id, ()) if u is not node and u is not producer]

@@ -55,21 +55,19 @@ class _Shadow:
     def write(self, lo: int, hi: int, value) -> None:
         if lo == hi:
             return
-        pieces = []
-        for k in self.overlapping(lo, hi):
-            if self.lo[k] < lo:
-                pieces.append((self.lo[k], lo, self.value[k]))
-            if self.hi[k] > hi:
-                pieces.append((hi, self.hi[k], self.value[k]))
         ks = self.overlapping(lo, hi)
-        if ks:
-            del self.lo[ks[0]:ks[-1] + 1], self.hi[ks[0]:ks[-1] + 1]
-            del self.value[ks[0]:ks[-1] + 1]
-        for piece in sorted(pieces + [(lo, hi, value)]):
-            k = bisect_right(self.lo, piece[0])
-            self.lo.insert(k, piece[0])
-            self.hi.insert(k, piece[1])
-            self.value.insert(k, piece[2])
+        pieces = [(lo, hi, value)]
+        if ks:  # the ranges are disjoint and sorted: only the ends can stick out of [lo, hi)
+            first, stop = ks[0], ks[-1] + 1
+            if self.lo[first] < lo:
+                pieces.insert(0, (self.lo[first], lo, self.value[first]))
+            if self.hi[stop - 1] > hi:
+                pieces.append((hi, self.hi[stop - 1], self.value[stop - 1]))
+        else:
+            first = stop = bisect_right(self.lo, lo)
+        self.lo[first:stop] = [p[0] for p in pieces]
+        self.hi[first:stop] = [p[1] for p in pieces]
+        self.value[first:stop] = [p[2] for p in pieces]
 
 
 def _root(slot) -> int:
