@@ -130,13 +130,16 @@ def test_disjoint_lifetimes_share_offset_zero(strategy):
     assert plan.total == plan.lower_bound == 1024
 
 
+def chain_requests(seed: int) -> list:
+    """Each buffer read by the next op only, or now and then by one a few steps on."""
+    rng = random.Random(seed)
+    return [Request(i, i, i + (2 if rng.random() < 0.7 else rng.randint(3, 6)),
+                    log_uniform_size(rng)) for i in range(rng.randint(2, 300))]
+
+
 def test_lower_bound_is_met_on_chains():
     for seed in range(40):
-        rng = random.Random(seed)
-        n = rng.randint(2, 300)
-        # Each buffer read by the next op only, or now and then by one a few steps on.
-        reqs = [Request(i, i, i + (2 if rng.random() < 0.7 else rng.randint(3, 6)),
-                        log_uniform_size(rng)) for i in range(n)]
+        reqs = chain_requests(seed)
         plan = checked(reqs)
         assert plan.total == plan.lower_bound, dump(reqs)
 
@@ -457,10 +460,7 @@ def test_runs_per_step_match_the_union_of_live_ranges():
 def test_windows_meet_the_bound_on_chains(monkeypatch):
     monkeypatch.setattr(arena, "_WHOLE", -1)  # every search goes by windows
     for seed in range(20):
-        rng = random.Random(seed)
-        n = rng.randint(2, 300)
-        reqs = [Request(i, i, i + (2 if rng.random() < 0.7 else rng.randint(3, 6)),
-                        log_uniform_size(rng)) for i in range(n)]
+        reqs = chain_requests(seed)
         plan = checked(reqs)
         assert plan.total == plan.lower_bound, dump(reqs)
 
