@@ -207,6 +207,5 @@ def fuse(graph, outputs) -> PassResult:
         for old, new in zip(needed, news):
             builder.vars[old.id] = new
         made.append("+".join(n.op.name for n in nodes))
-    builder.graph._bound = {key: builder.vars[v.id] for key, v in graph._bound.items()
-                            if v.id in builder.vars}
+    builder.carry_bindings()
     return result(builder, outputs, bool(made), {"groups": len(made), "fused": made})

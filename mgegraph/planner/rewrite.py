@@ -49,6 +49,12 @@ class Builder:
         return self.graph.add_node(op, tuple(inputs), dict(attrs),
                                    location=like.location).outputs
 
+    def carry_bindings(self) -> None:
+        """Once every node is built: the nn.Parameters bound in the old graph are bound to
+        their new Vars, so a model called on the new graph reuses them."""
+        self.graph._bound = {key: self.vars[v.id] for key, v in self.old._bound.items()
+                             if v.id in self.vars}
+
     def copy(self, node: Node) -> tuple[Var, ...]:
         """``node`` on the mapped inputs (sources and assigns keep their identity)."""
         name = node.op.name
@@ -123,8 +129,7 @@ def rebuild(graph: Graph, rewrite: Rewrite | None = None) -> Builder:
             if new is not None:
                 _check_same_type(old, new)
                 builder.vars[old.id] = new
-    builder.graph._bound = {key: builder.vars[v.id] for key, v in graph._bound.items()
-                            if v.id in builder.vars}
+    builder.carry_bindings()
     return builder
 
 
