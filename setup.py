@@ -15,11 +15,8 @@ COMPILE_ARGS = ["-O0", "-g"] if DEBUG else ["-O3", "-fno-math-errno", "-fno-trap
 
 ONLY = set(filter(None, os.environ.get("MGEGRAPH_BUILD_ONLY", "").split(",")))
 
-# The fused-expression evaluators share their blocks among OpenMP threads; expr_avx2 is expr's
-# source for CPUs with AVX2 and FMA (picked at import), twice as fast on exp and tanh; no FP
-# contraction, so both builds give the same results.
-OPENMP = {"expr", "expr_avx2"}
-TARGET = {"expr_avx2": ["-mavx2", "-mfma", "-ffp-contract=off"]}
+OPENMP = set()
+TARGET = {}
 OPENMP_OPTIONAL = {"fused"}  # builds single-threaded where the compiler lacks OpenMP
 
 

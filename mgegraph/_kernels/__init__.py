@@ -7,9 +7,6 @@ import os
 # a value the user set wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from . import conv, elementwise, expr, fused, linalg, movement, nn, reduce  # noqa: E402
+from . import conv, elementwise, fused, linalg, movement, nn, reduce  # noqa: E402
 
-if expr.cpu_has_avx2_fma():
-    from . import expr_avx2 as expr  # the same kernels, built for AVX2 + FMA
-
-KERNEL_MODULES = (elementwise, reduce, nn, linalg, conv, movement, expr, fused)
+KERNEL_MODULES = (elementwise, reduce, nn, linalg, conv, movement, fused)
