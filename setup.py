@@ -4,6 +4,7 @@ Set MGEGRAPH_DEBUG_KERNELS=1 at build time to compile with bounds checks and -O0
 MGEGRAPH_BUILD_ONLY=name,name to rebuild only those kernel modules while developing them.
 """
 import os
+import platform
 from pathlib import Path
 
 from Cython.Build import cythonize
@@ -15,9 +16,17 @@ COMPILE_ARGS = ["-O0", "-g"] if DEBUG else ["-O3", "-fno-math-errno", "-fno-trap
 
 ONLY = set(filter(None, os.environ.get("MGEGRAPH_BUILD_ONLY", "").split(",")))
 
+# The fused elementwise kernel is one source built three times, for any CPU and for AVX2 and
+# AVX-512 (512-bit vectors: GCC otherwise keeps to 256), and _kernels/__init__.py imports the
+# widest build the CPU runs. No FP contraction, so every build gives bitwise the same results.
+X86 = platform.machine().lower() in ("x86_64", "amd64")
+FUSED_BUILDS = ("fused", "fused_avx2", "fused_avx512") if X86 else ("fused",)
+TARGET = {"fused": ["-ffp-contract=off"],
+          "fused_avx2": ["-mavx2", "-mfma", "-ffp-contract=off"],
+          "fused_avx512": ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mfma",
+                           "-mprefer-vector-width=512", "-ffp-contract=off"]}
 OPENMP = set()
-TARGET = {}
-OPENMP_OPTIONAL = {"fused"}  # builds single-threaded where the compiler lacks OpenMP
+OPENMP_OPTIONAL = set(FUSED_BUILDS)  # builds single-threaded where the compiler lacks OpenMP
 
 
 def _have_openmp() -> bool:
@@ -46,7 +55,8 @@ extensions = [
               + TARGET.get(path.stem, []),
               extra_link_args=["-fopenmp"] if path.stem in OPENMP else [])
     for path in sorted(Path("mgegraph/_kernels").glob("*.pyx"))
-    if not ONLY or path.stem in ONLY
+    if (not ONLY or path.stem in ONLY) and (path.stem in FUSED_BUILDS
+                                            or not path.stem.startswith("fused"))
 ]
 
 setup(

@@ -9,4 +9,18 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from . import conv, elementwise, fused, linalg, movement, nn, reduce  # noqa: E402
 
+
+def _widest_fused_build():
+    """The fused kernel built for the widest vectors this CPU runs (the same results)."""
+    import importlib
+    for isa in ("avx512", "avx2"):
+        if fused.cpu_has(isa):
+            try:
+                return importlib.import_module(f"{__name__}.fused_{isa}")
+            except ImportError:  # not built on this platform
+                continue
+    return fused
+
+
+fused = _widest_fused_build()  # noqa: F811
 KERNEL_MODULES = (elementwise, reduce, nn, linalg, conv, movement, fused)
