@@ -103,15 +103,29 @@ cdef inline float vlog1pf(float x) noexcept nogil:
 
 
 cdef inline float vtanhf(float x) noexcept nogil:
-    # small |x|: Cephes' odd polynomial; otherwise 1 - 2 / (e^{2|x|} + 1) with x's sign
+    # Design: the odd rational minimax approximation Eigen and XLA use, x P(x^2) / Q(x^2) on
+    # [-7.9053, 7.9053] (beyond it tanh rounds to +-1): one division and no exp, about twice
+    # as fast as 1 - 2 / (e^{2|x|} + 1) in a block loop, within 7 ulp (4e-7 relative)
+    cdef float c = x if x < <float>7.90531110763549805 else <float>7.90531110763549805
+    c = c if c > -<float>7.90531110763549805 else -<float>7.90531110763549805
+    cdef float z = c * c
+    cdef float p = -<float>2.76076847742355e-16
+    p = p * z + <float>2.00018790482477e-13
+    p = p * z - <float>8.60467152213735e-11
+    p = p * z + <float>5.12229709037114e-08
+    p = p * z + <float>1.48572235717979e-05
+    p = p * z + <float>6.37261928875436e-04
+    p = (p * z + <float>4.89352455891786e-03) * c
+    cdef float q = <float>1.19825839466702e-06
+    q = q * z + <float>1.18534705686654e-04
+    q = q * z + <float>2.26843463243900e-03
+    q = q * z + <float>4.89352518554385e-03
+    cdef float y = p / q
     cdef float a = x if x > 0 else -x
-    cdef float z = x * x
-    cdef float small = ((((-<float>5.70498872745e-3 * z + <float>2.06390887954e-2) * z
-                          - <float>5.37397155531e-2) * z + <float>1.33314422036e-1) * z
-                        - <float>3.33332819422e-1) * z * x + x
-    cdef float big = <float>1.0 - <float>2.0 / (vexpf(a + a) + <float>1.0)
-    big = big if x > 0 else -big
-    return small if a < <float>0.625 else big
+    # tiny |x|: tanh(x) rounds to x (and keeps -0.0); one select each, no branch (an `or`
+    # here becomes a branch that stops the loop vectorising)
+    y = y if a > <float>0.0004 else x
+    return y if x == x else x
 
 
 cdef inline float vsigmoidf(float x) noexcept nogil:
