@@ -2,7 +2,7 @@
 # Vectorised math for the fused kernel (float32 and float64): exp, log, log1p, tanh, sigmoid, erf.
 #
 # Design: branch-free inline functions (selects instead of branches, no libm calls) so that GCC -O3
-# vectorises the block loops of fused.pyx that call them. exp builds 2^n from exponent bits with
+# vectorises the block loops of fused_body.pxi that call them. exp builds 2^n from exponent bits with
 # integer ops; inputs are clamped against overflow; inf and NaN come out as libm's.
 #
 # NOTE: cdivision is on even in debug builds: IEEE division (x / 0 = inf, 0 / 0 = NaN) is part

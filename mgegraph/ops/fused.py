@@ -5,7 +5,7 @@ Its attributes are the group's expression as an SSA program (see mgegraph.planne
 "const" dst <- constants[a], registry op names on values, "store" output a <- value b), and
 ``constants`` the floats they use. That is the form a GPU backend renders as one kernel; the
 CPU lowering (mgegraph.ops.fused_program.encode) maps values to a few registers and hands the
-program to _kernels/fused.pyx.
+program to the fused kernel (_kernels/fused_body.pxi).
 """
 from __future__ import annotations
 

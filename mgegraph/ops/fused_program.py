@@ -1,11 +1,11 @@
-"""Fused elementwise programs for _kernels/fused.pyx: encoding, register allocation, a reference.
+"""Fused elementwise programs for _kernels/fused_body.pxi: encoding, register allocation, a reference.
 
 A Program is one elementwise expression over inputs of one float dtype, as steps
 ``(op, dst, a, b, c)``: ``("load", v, input)``, ``("const", v, constant index)``, registry op
 names on values (``("exp", v, x)``, ``("add", v, x, y)``, ``("where", v, cond, x, y)``;
 leaky_relu's slope and clip's bounds are constant indices in b and c) and
 ``("store", output, v)``. Values may be SSA numbers or reused names; ``encode`` maps them to a
-few registers by liveness and lays out the kernel's parameters (see fused.pyx).
+few registers by liveness and lays out the kernel's parameters (see _kernels/fused_body.pxi).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The fused elementwise kernel (_kernels/fused.pyx) against NumPy, and its vector math."""
+"""The fused elementwise kernel (_kernels/fused_body.pxi) against NumPy, and its vector math."""
 import numpy as np
 import pytest
 
