@@ -4,7 +4,7 @@ import pytest
 
 from mgegraph._kernels import fused as K
 from mgegraph.ops.fused_program import (BINARY, UNARY, Program, allocate_registers, encode,
-                                        evaluate_numpy, run)
+                                        evaluate_numpy, kernel_name, run)
 
 RNG = np.random.default_rng(0)
 DTYPES = [np.float32, np.float64]
@@ -239,3 +239,52 @@ def test_composite_functions_over_wide_ranges(name, dtype):
     floor = 1.0 if name != "log1p" else np.finfo(dtype).tiny
     scale = np.maximum(np.abs(want[ok]), floor)
     assert np.max(np.abs(got[ok] - want[ok]) / scale) <= (2e-6 if dtype == np.float32 else 1e-13)
+
+
+# -- the builds for wider vectors ----------------------------------------------------------------
+def builds():
+    import importlib
+    found = []
+    for name in ("fused", "fused_avx2", "fused_avx512"):
+        try:
+            module = importlib.import_module(f"mgegraph._kernels.{name}")
+        except ImportError:
+            continue
+        if module.cpu_has(name.partition("_")[2] or "baseline"):
+            found.append(module)
+    return found
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_build_gives_bitwise_the_same_results(dtype):
+    # no FP contraction and no reassociation in any build, so vector width changes nothing
+    names = sorted(UNARY - {"sin", "cos"}) + sorted(BINARY)
+    x = np.concatenate([RNG.standard_normal(4099) * 4, [0.0, -0.0, np.inf, -np.inf, np.nan]])
+    x, y = x.astype(dtype), np.abs(x[::-1]).astype(dtype) + dtype(0.5)
+    results = []
+    for module in builds():
+        got = []
+        for name in names:
+            if name in BINARY:
+                program = Program([x.shape, y.shape], x.shape, dtype,
+                                  [("load", 0, 0), ("load", 1, 1), (name, 2, 0, 1), ("store", 0, 2)])
+                arrays = [x, y]
+            else:
+                program = unary_program(name, x.shape, dtype, {"leaky_relu": [0.1],
+                                                                "clip": [-0.5, 1.5]}.get(name, []))
+                arrays = [x]
+            ints, floats, ws = encode(program)
+            out = np.empty_like(x)
+            with np.errstate(all="ignore"):
+                assert module.call_kernel(kernel_name(dtype), arrays + [out, np.empty(ws, np.uint8)],
+                                          ints, floats) == 0
+            got.append(out)
+        results.append(got)
+    assert results, "no build of the fused kernel runs here"
+    bits = np.uint32 if dtype == np.float32 else np.uint64
+    for other in results[1:]:
+        for name, a, b in zip(names, results[0], other):
+            # a NaN's sign and payload may differ; every other result equals bit for bit
+            np.testing.assert_array_equal(np.isnan(a), np.isnan(b), err_msg=name)
+            np.testing.assert_array_equal(a.view(bits)[~np.isnan(a)], b.view(bits)[~np.isnan(b)],
+                                          err_msg=name)
