@@ -217,6 +217,22 @@ class Graph:
         self.nodes.append(node)
         return node
 
+    def add_copy(self, node: Node, inputs: tuple[Var, ...]) -> Node:
+        """``node`` again on ``inputs``: the same op, attributes, output types and location.
+
+        For graph passes, which copy most nodes as they are onto inputs of the same types (their
+        rebuild checks that every replaced value keeps its type): no attribute completion and no
+        type inference, which would repeat what the node already holds. Check mode still
+        re-infers every type after each pass (``pipeline.verify_graph``).
+        """
+        outputs = tuple(Var(self, self._new_id(), v.type, None, i)
+                        for i, v in enumerate(node.outputs))
+        new = Node(node.op, tuple(inputs), node.attrs, outputs, node.location)
+        for v in outputs:
+            v.node = new
+        self.nodes.append(new)
+        return new
+
     def _new_id(self) -> int:
         self._next_id += 1
         return self._next_id - 1

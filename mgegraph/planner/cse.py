@@ -25,18 +25,37 @@ def _attr_key(value):
     return type(value).__name__, repr(value)
 
 
-def _key(builder, node: Node):
-    """The merge key of ``node`` in the new graph, or None when it must stay on its own."""
+def _key(graph: Graph, node: Node, rep: dict[int, int]):
+    """The merge key of ``node`` (inputs named by their representatives' ids), or None when
+    it must stay on its own."""
     name = node.op.name
     if name in _NEVER_MERGED:
         return None
     if name == "const":
-        array = builder.old.values[node.outputs[0].id]
+        array = graph.values[node.outputs[0].id]
         if array.nbytes > CONST_MERGE_BYTES:
             return None
         return name, array.dtype.str, array.shape, array.tobytes()
-    inputs = tuple(builder.var(v).id for v in node.inputs)
+    inputs = tuple(rep.get(v.id, v.id) for v in node.inputs)
     return name, inputs, _attr_key(node.attrs)
+
+
+def _merges(graph: Graph) -> dict[int, Node]:
+    """id(node) -> the earlier equal node that replaces it. Found before building anything, so
+    a graph with nothing to merge is returned as it is."""
+    seen: dict[tuple, Node] = {}
+    rep: dict[int, int] = {}  # var id -> the id of the var that stands for it
+    merges = {}
+    for node in graph.nodes:
+        key = _key(graph, node, rep)
+        if key is None:
+            continue
+        first = seen.setdefault(key, node)
+        if first is not node:
+            merges[id(node)] = first
+            for old, kept in zip(node.outputs, first.outputs):
+                rep[old.id] = kept.id
+    return merges
 
 
 def cse(graph: Graph, outputs: list[Var]) -> PassResult:
@@ -44,19 +63,12 @@ def cse(graph: Graph, outputs: list[Var]) -> PassResult:
 
     >>> r = cse(g, [x * 2.0 + x * 2.0]); print(r.graph)  # one mul
     """
-    seen: dict[tuple, tuple[Var, ...]] = {}
-    merged = 0
+    merges = _merges(graph)
+    if not merges:
+        return PassResult(graph, list(outputs), False, {"merged": 0})
 
     def merge(builder, node):
-        nonlocal merged
-        key = _key(builder, node)
-        if key is None:
-            return None
-        if key in seen:
-            merged += 1
-            return seen[key]
-        seen[key] = builder.copy(node)
-        return seen[key]
+        first = merges.get(id(node))
+        return None if first is None else tuple(builder.var(v) for v in first.outputs)
 
-    builder = rebuild(graph, merge)
-    return result(builder, outputs, merged > 0, {"merged": merged})
+    return result(rebuild(graph, merge), outputs, True, {"merged": len(merges)})

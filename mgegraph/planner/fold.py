@@ -71,6 +71,8 @@ def fold(graph: Graph, outputs: list[Var], max_bytes: int = MAX_BYTES) -> PassRe
     >>> r = fold(g, [x * (g.const(2.0) + 1.0)]); print(r.graph)  # x * const 3.0
     """
     folded = _constant_nodes(graph, max_bytes)
+    if not folded:
+        return PassResult(graph, list(outputs), False, {"folded": 0, "consts": 0, "bytes": 0})
     wanted = _boundary(graph, outputs, folded) if folded else []
     values = dict(zip((v.id for v in wanted), _evaluate(graph, folded, wanted))) if wanted else {}
 

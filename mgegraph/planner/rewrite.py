@@ -64,7 +64,7 @@ class Builder:
             self.graph.assigns[-1] = _relocate(self.graph, self.graph.assigns[-1], node.location)
             return ()
         if name not in ("input", "param", "const"):
-            return self.add(node.op, [self.var(v) for v in node.inputs], node.attrs, node)
+            return self.graph.add_copy(node, tuple(self.var(v) for v in node.inputs)).outputs
         (old,) = node.outputs
         if name == "input":
             var = self.graph.input(node.attr["name"], old.shape, old.dtype)
