@@ -16,11 +16,16 @@ import numpy as np
 
 from .._kernels import fused as K
 from .layout import broadcast_strides, collapse, contiguous_strides
+from .registry import get_op
 
 UNARY, BINARY = frozenset(K.UNARY), frozenset(K.BINARY)
 REGISTER_BYTES = 48 * 1024    # one thread's registers: inside L2 with room for the streams
 MIN_BLOCK, MAX_BLOCK = 256, 4096
-PARALLEL_ELEMENTS = 1 << 16   # at most this many elements run on one thread
+# Work (elements x the registry's flops per element of each step, plus one per load and store)
+# below which one thread runs the program: waking a sleeping OpenMP thread (passive wait, see
+# _kernels/__init__.py) costs some 60-90 us on 2 cores here, about this much work. Measured:
+# fusion-chain gains from 2 threads above ~100k elements, a lone add above ~500k.
+PARALLEL_WORK = 2_500_000
 
 
 @dataclass(frozen=True)
@@ -129,7 +134,7 @@ def encode(program: Program, threads: int | None = None,
         block = 1 << int(math.log2(max(1, REGISTER_BYTES // (n_regs * itemsize))))
         block = min(max(MIN_BLOCK, min(MAX_BLOCK, block)), 1 << max(0, size - 1).bit_length())
     if threads is None:
-        threads = K.max_threads() if size > PARALLEL_ELEMENTS else 1
+        threads = K.max_threads() if size * _work_per_element(code) >= PARALLEL_WORK else 1
     ints = [len(program.input_shapes), program.n_outputs, len(shape), *shape]
     for s in merged[1:]:
         ints.extend(s)
@@ -138,6 +143,11 @@ def encode(program: Program, threads: int | None = None,
         ints += [K.OPCODES[op], dst, a, b, c]
     return tuple(ints), tuple(float(v) for v in program.constants), \
         threads * n_regs * block * itemsize
+
+
+def _work_per_element(code) -> float:
+    return sum(1.0 if op in ("load", "const", "store") else get_op(op).flops_per_element
+               for op, *_ in code)
 
 
 def kernel_name(dtype) -> str:

@@ -129,7 +129,7 @@ def test_threads_give_identical_results():
     (one,) = run(program, inputs, threads=1)
     (two,) = run(program, inputs, threads=2)
     np.testing.assert_array_equal(one, two)
-    assert encode(program)[0][3 + 2 + 4 * 2 + 1] == K.max_threads()  # > 64k: default threads
+    assert encode(program)[0][3 + 2 + 4 * 2 + 1] == K.max_threads()  # 300k elements of the chain: threads
 
 
 def test_register_allocation_reuses_registers():
