@@ -8,7 +8,7 @@ import statistics
 import numpy as np
 import pytest
 
-from mgegraph.planner import arena
+from mgegraph.planner import arena, arena_check, arena_place
 from mgegraph.planner.arena import (STRATEGIES, ArenaError, ArenaPlan, Overwrite, Request, dump,
                                     load, lower_bound, solve, verify)
 
@@ -303,7 +303,7 @@ def test_neighbour_lists_match_brute_force():
         n = rng.randint(0, 60)
         begin = sorted(rng.randrange(30) for _ in range(n))
         end = [b + rng.randint(1, 10) for b in begin]
-        start, cols = arena._neighbour_lists(np.array(begin), np.array(end))
+        start, cols = arena_check._neighbour_lists(np.array(begin), np.array(end))
         for r in range(n):
             want = [q for q in range(n) if q != r and begin[q] < end[r] and begin[r] < end[q]]
             assert cols[start[r]:start[r + 1]].tolist() == want
@@ -313,7 +313,7 @@ def test_numpy_and_python_scans_agree(monkeypatch):
     rng = random.Random(2)
     cases = [random_intervals(rng, rng.randint(2, 120)) for _ in range(15)]
     want = [[solve(c, strategy=s).offsets for s in STRATEGIES] for c in cases]
-    monkeypatch.setattr(arena, "_SMALL", -1)  # every neighbour scan goes through NumPy
+    monkeypatch.setattr(arena_place, "_SMALL", -1)  # every neighbour scan goes through NumPy
     assert [[solve(c, strategy=s).offsets for s in STRATEGIES] for c in cases] == want
 
 
@@ -394,18 +394,18 @@ def test_graph_shapes(shape):
 
 def test_training_graphs_are_placed_without_lists_at_scale():
     reqs, ow = training_graph(random.Random(0), 10_000)
-    assert arena._normalise(reqs, ow, 64).live is None
+    assert arena_place._normalise(reqs, ow, 64).live is None
     plan = checked(reqs, ow, strategy="greedy_by_size")
     assert plan.total == plan.lower_bound
 
 
 def test_only_nested_long_lives_count_as_dense(monkeypatch):
     nested = [Request(i, i, 100 - i, 64 * (1 + i % 3)) for i in range(40)]
-    assert arena._nests(arena._normalise(nested, (), 64))
+    assert arena_place._nests(arena_place._normalise(nested, (), 64))
     # On the skyline w goes above y, though x has died and left it room at 0.
-    monkeypatch.setattr(arena, "_LONG", 0)
+    monkeypatch.setattr(arena_place, "_LONG", 0)
     crossing = [Request("x", 0, 10, 256), Request("y", 5, 30, 128), Request("w", 12, 20, 128)]
-    assert not arena._nests(arena._normalise(crossing, (), 64))
+    assert not arena_place._nests(arena_place._normalise(crossing, (), 64))
 
 
 def dense_cases():
@@ -417,24 +417,24 @@ def dense_cases():
 
 
 def test_dense_placement_is_legal(monkeypatch):
-    monkeypatch.setattr(arena, "_DENSE", -1)
-    monkeypatch.setattr(arena, "_nests", lambda prob: True)
-    monkeypatch.setattr(arena, "_LONG", 3)  # many long buffers, on the skyline
+    monkeypatch.setattr(arena_place, "_DENSE", -1)
+    monkeypatch.setattr(arena_place, "_nests", lambda prob: True)
+    monkeypatch.setattr(arena_place, "_LONG", 3)  # many long buffers, on the skyline
     for reqs, ow in dense_cases():
-        assert arena._normalise(reqs, ow, 64).live is None
+        assert arena_place._normalise(reqs, ow, 64).live is None
         for s in ALL:
             checked(reqs, ow, strategy=s)
 
 
 def test_dense_placement_equals_lists_when_nothing_is_long(monkeypatch):
     # Then it places every block by the same rule against the same placed neighbours.
-    monkeypatch.setattr(arena, "_LONG", 1 << 30)
+    monkeypatch.setattr(arena_place, "_LONG", 1 << 30)
     for reqs, ow in dense_cases():
-        prob = arena._normalise(reqs, ow, 64)
+        prob = arena_place._normalise(reqs, ow, 64)
         for strategy in STRATEGIES.values():
             order = strategy.order(prob)
-            assert arena._place_dense(prob, order, strategy.fit) == \
-                arena._place(prob, order, strategy.fit)
+            assert arena_place._place_dense(prob, order, strategy.fit) == \
+                arena_place._place(prob, order, strategy.fit)
 
 
 def test_runs_per_step_match_the_union_of_live_ranges():
@@ -451,7 +451,7 @@ def test_runs_per_step_match_the_union_of_live_ranges():
             arrive[b].append((o, o + size))
             leave[e].append((o, o + size))
             live.append((b, e, o, o + size))
-        for t, runs in enumerate(arena._runs_per_step(arrive, leave)):
+        for t, runs in enumerate(arena_place._runs_per_step(arrive, leave)):
             covered = {x for b, e, lo, hi in live if b <= t < e for x in range(lo, hi)}
             assert {x for lo, hi in runs for x in range(lo, hi)} == covered
             assert all(hi < lo2 for (_, hi), (lo2, _) in zip(runs, runs[1:]))  # merged
