@@ -9,6 +9,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest
 
+# The test modules that ran, for the summaries some of them add (see pytest_terminal_summary).
+MODULES = pytest.StashKey[list]()
 THREADS = int(os.environ.get("MGEGRAPH_BENCH_THREADS", "2"))
 
 
@@ -24,6 +26,11 @@ def same_threads_for_everyone():
         pass
     with threadpool_limits(limits=THREADS):
         yield
+
+
+def pytest_collection_modifyitems(config, items):
+    modules = {id(item.module): item.module for item in items if hasattr(item, "module")}
+    config.stash[MODULES] = list(modules.values())
 
 
 def pytest_terminal_summary(terminalreporter, config):
@@ -43,3 +50,11 @@ def pytest_terminal_summary(terminalreporter, config):
             terminalreporter.write_line(
                 f"  {b.name:60s} median {b.stats.median * 1e3:9.4f} ms  "
                 f"x{b.stats.median / base:6.3f}{extra}")
+    # A module may add figures that need several groups at once (a limit computed from one case,
+    # ratios across groups): its terminal_summary() returns the lines from what it measured.
+    for module in config.stash.get(MODULES, []):
+        lines = module.terminal_summary() if hasattr(module, "terminal_summary") else []
+        if lines:
+            terminalreporter.section(f"{module.__name__}: figures")
+            for line in lines:
+                terminalreporter.write_line(line)
