@@ -245,7 +245,7 @@ TRAIN_LEVELS = {"optimize=0": 0, "all passes but epilogue": without("epilogue"),
 @functools.cache
 def first_loss(workload):
     """The loss of the first step with no pass: what every optimisation level must reproduce."""
-    return train_step(workload, 0)(*workloads._batch(TRAIN[workload][1]))[0]
+    return train_step(workload, 0)(*workloads._batch(TRAIN[workload][1]))
 
 
 def train_step(workload, optimize):
@@ -263,7 +263,7 @@ def test_train_epilogue(benchmark, workload, level):
     want = first_loss(workload)
     step = train_step(workload, TRAIN_LEVELS[level])
     batch = workloads._batch(TRAIN[workload][1])
-    check(step(*batch)[0], want, f"{workload} {level}: first loss")
+    check(step(*batch), want, f"{workload} {level}: first loss")
     record(benchmark, f"{workload}: epilogue fusion", level, functools.partial(step, *batch),
            arena_bytes=step.plan.arena_bytes)
 
