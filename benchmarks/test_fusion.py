@@ -54,8 +54,11 @@ def check(got, want, what: str, rtol=RTOL, atol=RTOL):
     np.testing.assert_allclose(np.asarray(got), want, rtol=rtol, atol=atol, err_msg=what)
 
 
-def need(module: str, why: str = ""):
-    return pytest.importorskip(module, reason=f"{module} is not installed{why}")
+def need(module: str):
+    # ImportError, not only ModuleNotFoundError: a peer whose native library fails to load is
+    # skipped as well, with its reason
+    return pytest.importorskip(module, reason=f"{module} is not installed or does not import",
+                               exc_type=ImportError)
 
 
 def mg_executor(plan, feeds, want, what):
