@@ -15,9 +15,12 @@ from .ir.errors import FeedError, GraphError, KernelError, OpError
 from .ir.graph import Graph, Var
 from .ir.printer import format_attrs
 from .ir.types import TensorType
-from .planner.memory import MemoryPlan, memory_options, plan_memory
+from .planner.memory import MemoryPlan, memory_options, place, schedule
 from .planner.pipeline import optimize as optimize_graph
 from .planner.pipeline import passes_report
+from .planner.remat import graph_flops, remat_options, split
+from .planner.remat_report import RematReport
+from .planner.remat_search import Judge, candidates, choose
 from .planner.verify import checks_enabled, verify
 
 _KERNEL_STATUS = {1: "an index is out of range", 2: "a value is invalid",
@@ -75,6 +78,7 @@ class Plan:
     memory: MemoryPlan
     shared: frozenset[int] = frozenset()   # param slots whose value array is the buffer itself
     passes: tuple = ()                      # (pass name, what it did) of the graph passes run
+    remat: object = None                    # planner.remat_report.RematReport, when remat= ran
     _executor: Executor | None = field(default=None, repr=False)
     _buffers: dict[int, np.ndarray] | None = field(default=None, repr=False)
 
@@ -102,6 +106,14 @@ class Plan:
         """The memory plan explained: see ``mgegraph.planner.report``."""
         from .planner.report import memory_report
         return memory_report(self, format=format, top=top)
+
+    def remat_report(self, format: str = "text"):
+        """What rematerialisation kept and recomputed, the bytes saved, the extra FLOPs and
+        the curve of peak against extra compute: see ``mgegraph.planner.remat_report``."""
+        if self.remat is None:
+            raise GraphError("this plan was compiled without remat=; pass remat='auto', "
+                             "'sqrt' or a byte budget to mg.compile")
+        return self.remat.render(format)
 
     def passes_report(self) -> str:
         """One line per graph pass that ran before planning: what it changed."""
@@ -214,18 +226,21 @@ def _poison_list(plan: Plan, buffers) -> list[tuple[int, int, int, int]]:
                   for s, (_, end) in plan.memory.spans.items() if s not in taken)
 
 
-def compile(outputs, device: str = "cpu", memory=None, optimize=1) -> Plan:
+def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None) -> Plan:
     """Compile the graph that computes ``outputs`` into a Plan.
 
     ``memory`` chooses how temporaries share the arena: None (the default plan), a preset
     ("default", "debug" poisons dead buffers, "no_reuse"), an arena strategy name, or a
     ``mg.planner.MemoryOptions``. ``optimize`` is a level (0: no pass, 1: every pass) or a
     list of pass names of ``mg.planner.pipeline.PASSES``; ``plan.passes_report()`` says what
-    each did.
+    each did. ``remat`` trades compute for memory in a training graph (the first output is the
+    loss): None (off), "sqrt", "auto", a byte budget for the arena, or a
+    ``mg.planner.RematOptions``; ``plan.remat_report()`` says what it kept and recomputed.
 
     >>> plan = compile([y]); (out,) = plan.run({"x": x_value})
     """
     options = memory_options(memory)
+    remat = remat_options(remat)
     outputs = [outputs] if isinstance(outputs, Var) else list(outputs)
     if not outputs or not all(isinstance(v, Var) for v in outputs):
         raise GraphError("compile() takes a non-empty list of Vars")
@@ -236,8 +251,30 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1) -> Plan:
         raise GraphError(f"unknown device {device!r}; available: 'cpu'")
     graph, outputs, report = optimize_graph(graph, outputs, optimize, check=checks_enabled())
     outputs = _before_updates(graph, outputs)
-    plan = _plan(_lower(graph, outputs, device), options)
+    if remat is None:
+        plan = _plan(_lower(graph, outputs, device), options)
+    else:
+        plan = _remat_plan(graph, outputs, device, options, remat)
     plan.passes = tuple(report)
+    return plan
+
+
+def _remat_plan(graph: Graph, outputs, device: str, options, remat) -> Plan:
+    """Rematerialisation runs after the graph passes, so that CSE cannot merge the clones back
+    into their originals and the clones are the same fused kernels (bitwise the same results);
+    every candidate is judged by its own memory plan."""
+    s = split(graph, outputs)
+    judge = Judge(s, outputs, lambda g, outs, clones: _lower(g, outs, device, clones), options)
+    pool = candidates(s)
+    chosen = judge(choose(judge, pool, remat, graph_flops(graph)))
+    plan = _plan(chosen.lowered, options, chosen.scheduled, chosen.memory(options))
+
+    def plan_of(candidate):
+        judged = judge(candidate)
+        return _plan(judged.lowered, options, judged.scheduled, judged.memory(options))
+
+    plan.remat = RematReport(s, judge, pool, chosen.candidate, remat, graph_flops(graph),
+                             plan_of)
     return plan
 
 
@@ -303,10 +340,16 @@ class _Lowered:
     outputs: tuple[int, ...]
     values: dict[int, np.ndarray]
     shared: frozenset[int]
+    after: tuple[tuple[int, int], ...] = ()  # (i, j): instruction j runs after i
 
 
-def _plan(lowered: _Lowered, options) -> Plan:
-    order, memory = plan_memory(lowered.slots, lowered.instructions, options)
+def _plan(lowered: _Lowered, options, scheduled=None, memory=None) -> Plan:
+    """The Plan of a lowered graph; ``scheduled`` (memory.schedule's result) and ``memory``
+    (its placement) when the caller has them already."""
+    if scheduled is None:
+        scheduled = schedule(lowered.slots, lowered.instructions, options, lowered.after)
+    order = scheduled.order
+    memory = place(lowered.slots, scheduled, options) if memory is None else memory
     slots = tuple(replace(s, offset=memory.offsets.get(s.index)) for s in lowered.slots)
     plan = Plan(lowered.device, slots, tuple(lowered.instructions[i] for i in order),
                 lowered.feeds, lowered.outputs, lowered.values, memory, lowered.shared)
@@ -323,7 +366,9 @@ def _mark_outputs(slots: list[Slot], outputs) -> None:
             slots[root] = replace(slots[root], role="output")
 
 
-def _lower(graph: Graph, outputs, device: str) -> _Lowered:
+def _lower(graph: Graph, outputs, device: str, clones=frozenset()) -> _Lowered:
+    """Instructions in the graph's order. ``clones`` (id() of rematerialisation's recomputing
+    nodes) each run after the last other instruction before them (``_Lowered.after``)."""
     slots: list[Slot] = []
     slot_of: dict[int, int] = {}
     values: dict[int, np.ndarray] = {}
@@ -337,6 +382,7 @@ def _lower(graph: Graph, outputs, device: str) -> _Lowered:
     # Assigns run last so that every read in a run sees the state as it was when the run began.
     nodes = [n for n in nodes if n.op.name != "assign"] + [n for n in nodes if n.op.name == "assign"]
     written_in_place = _assigns_written_in_place(nodes, outputs)
+    after, anchor = [], None
     for node in nodes:
         op = node.op
         if op.name == "assign" and node.inputs[1].id in written_in_place:
@@ -369,6 +415,10 @@ def _lower(graph: Graph, outputs, device: str) -> _Lowered:
         ins_outputs = tuple(slot_of[v.id] for v in node.outputs)
         if op.name == "assign":  # copy the value (input 1) into the param's buffer (input 0)
             ins_inputs, ins_outputs = ins_inputs[1:], ins_inputs[:1]
+        if id(node) not in clones:
+            anchor = len(instructions)
+        elif anchor is not None:
+            after.append((anchor, len(instructions)))
         workspace = None
         if launch.workspace:
             workspace = new_slot(TensorType((launch.workspace,), np.dtype(np.uint8)), "workspace")
@@ -379,4 +429,5 @@ def _lower(graph: Graph, outputs, device: str) -> _Lowered:
     shared = frozenset(slot_of[i] for i in graph.shared if i in slot_of)
     output_slots = tuple(slot_of[v.id] for v in outputs)
     _mark_outputs(slots, output_slots)
-    return _Lowered(device, slots, instructions, feeds, output_slots, values, shared)
+    return _Lowered(device, slots, instructions, feeds, output_slots, values, shared,
+                    tuple(after))

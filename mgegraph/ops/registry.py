@@ -16,6 +16,10 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 # Op categories are plain strings that passes and pictures test.
 CATEGORIES = ("source", "elementwise", "reduce", "matmul", "movement", "nn")
+# Recomputing an op up to this many FLOPs per output element is "cheap" (softmax and the
+# norms are 6-12; a GEMM or a convolution is 2k, k in the hundreds): rematerialisation
+# prefers recomputing those and keeping the outputs of the dear ones.
+CHEAP_FLOPS_PER_ELEMENT = 16.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,9 @@ class OpDef:
     view: Callable | None = None
     grad: Callable | None = None       # gradient rule (autodiff issue)
     flops_per_element: float = 1.0     # rough cost per output element, for planners
+    # Node -> exact FLOPs of one run where the shapes give them (GEMMs, convolutions); the
+    # rematerialisation planner prices recomputation with ``cost``.
+    flops: Callable | None = None
 
     def complete_attrs(self, attrs: Mapping, in_types, location: str) -> dict:
         unknown = set(attrs) - set(self.attrs)
@@ -66,6 +73,21 @@ class OpDef:
             else:
                 full[key] = default
         return full
+
+    def cost(self, node) -> float:
+        """FLOPs of one run of ``node``: the op's own formula, else ``flops_per_element`` per
+        output element. A view or a source costs nothing."""
+        if self.category == "source" or (self.view is not None and self.view(node) is not None):
+            return 0.0
+        if self.flops is not None:
+            return float(self.flops(node))
+        return self.flops_per_element * sum(v.size for v in node.outputs)
+
+    def cheap(self, node) -> bool:
+        """Cheap to recompute: at most ``CHEAP_FLOPS_PER_ELEMENT`` per output element
+        (elementwise ops, norms, movement, views), unlike a GEMM or a convolution."""
+        elements = max(sum(v.size for v in node.outputs), 1)
+        return self.cost(node) <= CHEAP_FLOPS_PER_ELEMENT * elements
 
     def dispatch_dtype(self, node) -> np.dtype:
         if self.dispatch_input >= 0 and node.inputs:

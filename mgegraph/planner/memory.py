@@ -131,11 +131,25 @@ def _no_reuse(requests, alignment) -> arena.ArenaPlan:
     return arena.ArenaPlan(offsets, top, peak_bytes(requests, (), alignment), "none", top)
 
 
-def plan_memory(slots, instructions, options: MemoryOptions):
-    """(the order to run ``instructions`` in, its MemoryPlan)."""
+@dataclass(frozen=True)
+class Scheduled:
+    """The order a plan runs in and its buffer requests, before offsets are chosen."""
+
+    order: list[int]
+    schedule: str                      # "memory" or "user"
+    bound: int                         # its lower bound: no arena can be smaller
+    requests: list
+    overwrites: list
+    chosen: dict
+    lower_bounds: dict[str, int]       # per schedule tried
+
+
+def schedule(slots, instructions, options: MemoryOptions, after=()) -> Scheduled:
+    """The user's order or the memory-aware one, whichever has the lower bound; ``after``
+    holds extra (i, j) pairs: j runs after i."""
     orders = {"user": list(range(len(instructions)))}
     if options.schedule == "memory" and options.strategy != "none":
-        order = memory_aware_order(slots, instructions)
+        order = memory_aware_order(slots, instructions, after)
         if order != orders["user"]:
             orders["memory"] = order
     candidates = {}
@@ -144,20 +158,31 @@ def plan_memory(slots, instructions, options: MemoryOptions):
         requests, overwrites, chosen = _requests(slots, ordered, options)
         bound = peak_bytes(requests, overwrites, options.alignment)
         candidates[name] = (bound, requests, overwrites, chosen)
-    schedule = min(candidates, key=lambda n: (candidates[n][0], n != "user"))
-    bound, requests, overwrites, chosen = candidates[schedule]
+    name = min(candidates, key=lambda n: (candidates[n][0], n != "user"))
+    return Scheduled(orders[name], name, *candidates[name],
+                     lower_bounds={n: c[0] for n, c in candidates.items()})
+
+
+def place(slots, scheduled: Scheduled, options: MemoryOptions) -> MemoryPlan:
+    """Offsets in one arena for a scheduled plan's requests."""
+    requests, chosen = scheduled.requests, scheduled.chosen
     if options.strategy == "none":
         solved = _no_reuse(requests, options.alignment)
     else:
-        solved = arena.solve(requests, overwrites, options.alignment, options.strategy)
+        solved = arena.solve(requests, scheduled.overwrites, options.alignment, options.strategy)
     persistent = sum(s.nbytes for s in slots if s.alias is None and not is_arena_buffer(s))
-    memory = MemoryPlan(
+    return MemoryPlan(
         options=options, offsets=solved.offsets,
         spans={r.key: (r.begin, r.end) for r in requests}, overwrites=chosen,
         arena_bytes=solved.total, lower_bound_bytes=solved.lower_bound,
         naive_bytes=sum(aligned(r.size, options.alignment) for r in requests),
-        persistent_bytes=persistent, strategy=solved.strategy, schedule=schedule,
-        lower_bounds={n: c[0] for n, c in candidates.items()},
+        persistent_bytes=persistent, strategy=solved.strategy, schedule=scheduled.schedule,
+        lower_bounds=dict(scheduled.lower_bounds),
         inplace_saved_bytes=sum(aligned(slots[s].nbytes, options.alignment)
                                 for s in chosen))
-    return orders[schedule], memory
+
+
+def plan_memory(slots, instructions, options: MemoryOptions, after=()):
+    """(the order to run ``instructions`` in, its MemoryPlan)."""
+    scheduled = schedule(slots, instructions, options, after)
+    return scheduled.order, place(slots, scheduled, options)

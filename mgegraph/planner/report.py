@@ -246,15 +246,16 @@ class _Canvas:
         return round(_H - _BOTTOM - (_H - _TOP - _BOTTOM) * nbytes / self.top, 1)
 
 
-def memory_svg(plan, title: str | None = None) -> str:
+def memory_svg(plan, title: str | None = None, scale_bytes: int | None = None) -> str:
     """The arena over time as SVG text: steps across, byte offsets up, one rectangle per
     buffer coloured by op category (tooltip: slot, op, type, bytes, steps), the peak step, the
-    arena size and the lower bound marked.
+    arena size and the lower bound marked. ``scale_bytes`` sets the top of the byte axis (to
+    draw two plans on one scale; the default is this plan's arena).
 
     >>> open("memory.svg", "w").write(memory_svg(plan, "forward"))
     """
     s = memory_summary(plan)
-    c = _Canvas(max(s["steps"], 1), max(s["arena_bytes"], 1) * _HEADROOM)
+    c = _Canvas(max(s["steps"], 1), max(scale_bytes or s["arena_bytes"], 1) * _HEADROOM)
     # NOTE: strokes sit in one style rule, not on each of maybe 10k rectangles; on narrow
     # steps they would hide the fill, so they thin out with the width of a step.
     stroke = round(min(0.5, (c.x(1) - c.x(0)) / 4), 2)

@@ -55,16 +55,19 @@ class Builder:
         self.graph._bound = {key: self.vars[v.id] for key, v in self.old._bound.items()
                              if v.id in self.vars}
 
-    def copy(self, node: Node) -> tuple[Var, ...]:
-        """``node`` on the mapped inputs (sources and assigns keep their identity)."""
+    def copy(self, node: Node, inputs: tuple[Var, ...] | None = None) -> tuple[Var, ...]:
+        """``node`` on the mapped inputs, or on ``inputs`` (new Vars) when given (sources and
+        assigns keep their identity)."""
         name = node.op.name
+        if inputs is None and name not in ("input", "param", "const"):
+            inputs = tuple(self.var(v) for v in node.inputs)
         if name == "assign":
-            target, value = (self.var(v) for v in node.inputs)
+            target, value = inputs
             self.graph.assign(target, value)
             self.graph.assigns[-1] = _relocate(self.graph, self.graph.assigns[-1], node.location)
             return ()
         if name not in ("input", "param", "const"):
-            return self.graph.add_copy(node, tuple(self.var(v) for v in node.inputs)).outputs
+            return self.graph.add_copy(node, tuple(inputs)).outputs
         (old,) = node.outputs
         if name == "input":
             var = self.graph.input(node.attr["name"], old.shape, old.dtype)

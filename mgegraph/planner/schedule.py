@@ -20,12 +20,14 @@ from .liveness import is_arena_buffer, root_of
 _INITIAL_VALUE_ROLES = frozenset({"input", "param", "const"})
 
 
-def dependencies(slots, instructions) -> list[set[int]]:
+def dependencies(slots, instructions, after=()) -> list[set[int]]:
     """Per instruction, the instructions that must run before it.
 
     A read of a buffer waits for its write; a write to a param or input (an optimiser update,
     an assign) waits for every other read of it, because all reads in a run see the value the
-    run began with.
+    run began with. ``after`` adds pairs (i, j): j runs after i (rematerialisation pins a
+    recomputation behind the backward step before its first use, or the greedy order would
+    recompute it right after the original, which saves nothing).
     """
     root = root_of(slots)
     writers: dict[int, list] = {}
@@ -43,6 +45,8 @@ def dependencies(slots, instructions) -> list[set[int]]:
                     before[w].add(j)
                 else:
                     before[j].add(w)
+    for i, j in after:
+        before[j].add(i)
     return before
 
 
@@ -62,8 +66,8 @@ def _buffer_bytes(slots, instructions):
     return written, reads, readers
 
 
-def memory_aware_order(slots, instructions) -> list[int]:
-    before = dependencies(slots, instructions)
+def memory_aware_order(slots, instructions, after=()) -> list[int]:
+    before = dependencies(slots, instructions, after)
     written, reads, remaining = _buffer_bytes(slots, instructions)
     after = [[] for _ in instructions]
     waiting = [len(b) for b in before]

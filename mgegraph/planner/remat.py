@@ -1,0 +1,220 @@
+"""Rematerialisation (sublinear memory): recompute forward values in the backward pass instead of
+keeping them alive from the forward pass to their use in the backward.
+
+Design: a remat plan is data, the set of forward values that are *kept* (their originals may be
+read by the backward part); every other forward value the backward part reads is recomputed
+there, from kept values and sources, by clones of the forward nodes that made it, inserted
+just before its first backward use. ``rematerialize`` turns a plan into an ordinary Graph that
+goes through lowering and memory planning like any other; the clones are listed so that the
+scheduler can pin each behind the backward step before it (``pins``). Which set to keep is
+chosen in ``remat_search`` by planning the candidates' memory for real.
+
+The forward part is what the first output (the loss) depends on; the backward part is every
+other node after the last forward node (gradients, optimiser updates, metrics). Nodes that are
+not forward but sit among the forward nodes (batch norm's running statistics) read originals.
+
+>>> compile([loss], remat="sqrt")      # or "auto", RematOptions(overhead=0.2), 64 * 2**20
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir.errors import GraphError
+from ..ir.graph import Graph, Node, Var
+from .rewrite import Builder
+
+MODES = ("sqrt", "auto")
+
+
+@dataclass(frozen=True)
+class RematOptions:
+    """How ``mg.compile(..., remat=)`` trades compute for memory.
+
+    ``mode``: "sqrt" (checkpointed segments, each forward value recomputed at most once, the
+    smallest peak such a plan reaches), "auto" (the smallest peak whose extra FLOPs are at most
+    ``overhead`` times the step's) or a byte budget (the least recomputation whose planned
+    arena, workspaces included, fits in it; an error names the smallest peak reachable).
+
+    >>> mg.compile([loss], remat=RematOptions("auto", overhead=0.2))
+    """
+
+    mode: str | int = "auto"
+    overhead: float = 0.30
+
+    def __post_init__(self):
+        budget = isinstance(self.mode, int) and not isinstance(self.mode, bool)
+        if not (self.mode in MODES or (budget and self.mode > 0)):
+            raise GraphError(f"remat mode {self.mode!r} is not one of {MODES} or a positive "
+                             "number of bytes")
+        if not (isinstance(self.overhead, (int, float)) and self.overhead >= 0):
+            raise GraphError(f"remat overhead must be a fraction >= 0, got {self.overhead!r}")
+
+    @property
+    def budget(self) -> int | None:
+        return None if self.mode in MODES else int(self.mode)
+
+
+def remat_options(value) -> RematOptions | None:
+    """``remat=`` of compile: None (off), "sqrt", "auto", a byte budget, or RematOptions."""
+    if value is None or isinstance(value, RematOptions):
+        return value
+    if isinstance(value, str) and value in MODES:
+        return RematOptions(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return RematOptions(value)
+    raise GraphError(f"remat={value!r}: pass None, 'sqrt', 'auto', a positive byte budget "
+                     "(remat=512 * 2**20) or a mg.planner.RematOptions")
+
+
+# -- the forward/backward split ----------------------------------------------------------------
+def is_view(node: Node) -> bool:
+    return node.op.view is not None and node.op.view(node) is not None
+
+
+def root(v: Var) -> Var:
+    """The value whose buffer ``v`` lives in (itself unless it is a view)."""
+    while v.node is not None and is_view(v.node):
+        v = v.node.inputs[0]
+    return v
+
+
+@dataclass(frozen=True)
+class Split:
+    """A training graph cut into its forward part and the rest.
+
+    ``forward``: the non-source nodes the loss depends on, in graph order; ``backward_from``:
+    the index in ``graph.nodes`` after the last of them; ``crossing``: the buffers (root value
+    id -> Var) of forward values that nodes from there on read; ``outputs``: root ids of the
+    caller's outputs, which outlive the run and so are always kept.
+    """
+
+    graph: Graph
+    forward: tuple[Node, ...]
+    forward_ids: frozenset[int]
+    backward_from: int
+    crossing: dict[int, Var]
+    outputs: frozenset[int]
+    positions: dict[int, int]   # id() of a forward node -> its index in ``forward``
+    values: dict[int, Var]      # id of a forward value -> the Var
+
+    def is_forward_value(self, v: Var) -> bool:
+        return v.node is not None and id(v.node) in self.forward_ids
+
+
+def split(graph: Graph, outputs) -> Split:
+    needed, forward = {outputs[0].id}, set()
+    for node in reversed(graph.nodes):
+        if any(v.id in needed for v in node.outputs):
+            needed.update(v.id for v in node.inputs)
+            if node.op.category != "source":
+                forward.add(id(node))
+    last = max((i for i, n in enumerate(graph.nodes) if id(n) in forward), default=-1)
+    crossing = {}
+    for node in graph.nodes[last + 1:]:
+        for v in node.inputs:
+            if v.node is not None and id(v.node) in forward:
+                r = root(v)
+                if r.node is not None and id(r.node) in forward:
+                    crossing[r.id] = r
+    nodes = tuple(n for n in graph.nodes if id(n) in forward)
+    return Split(graph, nodes, frozenset(forward), last + 1, crossing,
+                 frozenset(root(v).id for v in outputs),
+                 {id(n): i for i, n in enumerate(nodes)},
+                 {v.id: v for n in nodes for v in n.outputs})
+
+
+# -- what a plan recomputes ----------------------------------------------------------------------
+def recomputed_nodes(s: Split, kept) -> list[Node]:
+    """The forward nodes a plan keeping ``kept`` (root value ids) clones, in graph order: the
+    makers of the crossing values not kept, and of the values those need that are not kept."""
+    chosen: dict[int, Node] = {}
+    kept = frozenset(kept) | s.outputs
+    stack = [v.node for rid, v in s.crossing.items() if rid not in kept]
+    while stack:
+        node = stack.pop()
+        if id(node) in chosen:
+            continue
+        chosen[id(node)] = node
+        stack += [u.node for u in node.inputs
+                  if s.is_forward_value(u) and root(u).id not in kept and id(u.node) not in chosen]
+    return sorted(chosen.values(), key=lambda n: s.positions[id(n)])
+
+
+def graph_flops(graph: Graph) -> float:
+    return sum(node.op.cost(node) for node in graph.nodes if node.op.name != "assign")
+
+
+# -- the transform -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Rematerialized:
+    """The rebuilt graph, the caller's outputs in it, the clone nodes (new graph) and, per
+    backward node that first needed them, the forward nodes recomputed before it."""
+
+    graph: Graph
+    outputs: list[Var]
+    clones: frozenset[int]                           # id() of the clone nodes
+    groups: tuple[tuple[Node, tuple[Node, ...]], ...]  # (first user, cloned forward nodes)
+    extra_flops: float
+
+
+class _Cloner:
+    """Clones of forward nodes on demand, each at most once."""
+
+    def __init__(self, builder: Builder, s: Split, kept):
+        self.b, self.s, self.kept = builder, s, kept
+        self.clone: dict[int, Var] = {}    # old value id -> its recomputed Var
+        self.nodes: list[Node] = []        # new clone nodes
+        self.groups: list = []
+        self.flops = 0.0
+
+    def recomputed(self, v: Var) -> bool:
+        return self.s.is_forward_value(v) and root(v).id not in self.kept
+
+    def var(self, v: Var) -> Var:
+        return self.clone[v.id] if self.recomputed(v) else self.b.var(v)
+
+    def inputs_of(self, user: Node) -> tuple[Var, ...]:
+        """``user``'s inputs in the new graph, cloning what it needs first."""
+        missing = self._missing([v for v in user.inputs if self.recomputed(v)])
+        for node in missing:
+            new = self.b.graph.add_copy(node, tuple(self.var(u) for u in node.inputs))
+            self.nodes.append(new)
+            self.flops += node.op.cost(node)
+            for old, out in zip(node.outputs, new.outputs):
+                self.clone[old.id] = out
+        if missing:
+            self.groups.append((user, tuple(missing)))
+        return tuple(self.var(v) for v in user.inputs)
+
+    def _missing(self, wanted: list[Var]) -> list[Node]:
+        found: dict[int, Node] = {}
+        stack = [v.node for v in wanted if v.id not in self.clone]
+        while stack:
+            node = stack.pop()
+            if id(node) in found:
+                continue
+            found[id(node)] = node
+            stack += [u.node for u in node.inputs if self.recomputed(u) and u.id not in self.clone]
+        return sorted(found.values(), key=lambda n: self.s.positions[id(n)])
+
+
+def rematerialize(s: Split, outputs, kept) -> Rematerialized:
+    """``s.graph`` with every forward value outside ``kept`` (root ids) recomputed before its
+    first use after the forward part.
+
+    >>> r = rematerialize(split(g, [loss]), [loss], kept=frozenset()); print(r.graph)
+    """
+    kept = frozenset(kept) | s.outputs
+    b = Builder(s.graph)
+    cloner = _Cloner(b, s, kept)
+    for index, node in enumerate(s.graph.nodes):
+        if index < s.backward_from:
+            outs = b.copy(node)
+        else:
+            outs = b.copy(node, cloner.inputs_of(node))
+        for old, new in zip(node.outputs, outs):
+            b.vars[old.id] = new
+    b.carry_bindings()
+    return Rematerialized(b.graph, [b.var(v) for v in outputs],
+                          frozenset(id(n) for n in cloner.nodes), tuple(cloner.groups),
+                          cloner.flops)

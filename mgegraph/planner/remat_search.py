@@ -1,0 +1,212 @@
+"""Which forward values to keep: candidate remat plans, each judged by its planned arena.
+
+Design: candidates come from one family, Chen et al. (2016)'s segments generalised from chains
+to any graph. Walking the forward nodes in order, a segment grows until its crossing bytes plus
+the checkpoints kept so far pass a limit; it is then cut at the last *candidate boundary* (a
+point of the order where at most one buffer crosses from before to after: between layers of a
+chain, between residual blocks of a ResNet) and the buffers crossing there become checkpoints.
+The top segment, live when the backward starts anyway, is kept; so are the caller's outputs.
+Sweeping the limit gives segments that shrink towards the loss (more checkpoints are live
+there), so each value is recomputed at most once. A second flavour keeps the outputs of dear
+ops (GEMMs, convolutions: ``OpDef.cheap`` in the registry) and recomputes only cheap ones, and
+one candidate recomputes every cheap value and nothing else. Nothing decides on an estimate:
+each candidate is rebuilt, lowered and scheduled, its lower bound read, and arenas are solved
+(workspaces included) for the candidates that can still win.
+
+>>> choice = search(graph, outputs, RematOptions("auto"), memory_options, lower)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir.errors import GraphError
+from .memory import place, schedule
+from .remat import RematOptions, Rematerialized, Split, recomputed_nodes, rematerialize, root
+from .report import human
+
+GRID_STEP = 1.15  # ratio between neighbouring segment limits tried
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    kept: frozenset[int]
+    extra_flops: float
+    segments: bool        # each value recomputed at most once, whole segments ("sqrt" family)
+
+
+# -- candidate boundaries ------------------------------------------------------------------------
+def _bytes(v) -> int:
+    return v.type.nbytes
+
+
+def crossing_cuts(s: Split) -> list[frozenset[int]]:
+    """Per forward position p, the buffers (root ids) made at or before p that forward nodes
+    after p read: what a cut after p must keep."""
+    last_use: dict[int, int] = {}
+    for p, node in enumerate(s.forward):
+        for u in node.inputs:
+            r = root(u)
+            if s.is_forward_value(r):
+                last_use[r.id] = p
+    live: set[int] = set()
+    cuts = []
+    for p, node in enumerate(s.forward):
+        live -= {rid for rid in live if last_use[rid] <= p}
+        live |= {v.id for v in node.outputs if root(v) is v and last_use.get(v.id, -1) > p}
+        cuts.append(frozenset(live))
+    return cuts
+
+
+def boundaries(cuts: list[frozenset[int]]) -> set[int]:
+    """Positions where at most one buffer crosses; every position when fewer than two do."""
+    found = {p for p, c in enumerate(cuts) if len(c) <= 1}
+    return found if len(found) >= 2 else set(range(len(cuts)))
+
+
+# -- the family ----------------------------------------------------------------------------------
+def _keep_dear(s: Split, kept: set[int]) -> set[int]:
+    """``kept`` plus the outputs of every dear node a recomputation would otherwise clone."""
+    while True:
+        dear = [n for n in recomputed_nodes(s, kept) if not n.op.cheap(n)]
+        if not dear:
+            return kept
+        kept |= {root(v).id for n in dear for v in n.outputs}
+
+
+def segment_plan(s: Split, cuts, allowed: set[int], limit: int, keep_dear: bool) -> frozenset:
+    """The kept set of segments grown up to ``limit`` bytes (crossing bytes of the open segment
+    plus the checkpoints so far), cut at the last allowed boundary."""
+    kept, kept_bytes = set(s.outputs), 0
+    segment: list[int] = []
+    seg_bytes, last_cut = 0, None
+    for p, node in enumerate(s.forward):
+        for v in node.outputs:
+            if v.id in s.crossing:
+                if keep_dear and not node.op.cheap(node):
+                    kept.add(v.id)
+                    kept_bytes += _bytes(v)
+                else:
+                    segment.append(v.id)
+                    seg_bytes += _bytes(v)
+        if p in allowed:
+            last_cut = p
+        if seg_bytes + kept_bytes > limit and last_cut is not None:
+            new = cuts[last_cut] - kept
+            kept |= new
+            kept_bytes += sum(_bytes(s.values[r]) for r in new)
+            segment = [r for r in segment if r not in kept and _made_after(s, r, last_cut)]
+            seg_bytes = sum(_bytes(s.crossing[r]) for r in segment)
+            last_cut = None
+    kept |= set(segment)  # the top segment: live when the backward starts anyway
+    return frozenset(_keep_dear(s, kept) if keep_dear else kept)
+
+
+def _made_after(s: Split, rid: int, p: int) -> bool:
+    return s.positions[id(s.crossing[rid].node)] > p
+
+
+def cheap_plan(s: Split) -> frozenset:
+    """Keep the outputs of dear ops only: every cheap value is recomputed."""
+    return frozenset(_keep_dear(s, set(s.outputs)))
+
+
+def candidates(s: Split) -> list[Candidate]:
+    """The family, without duplicates, fewest extra FLOPs first; the first keeps everything."""
+    found = {frozenset(s.crossing) | s.outputs: ("none", False)}
+    found.setdefault(cheap_plan(s), ("cheap", False))
+    cuts = crossing_cuts(s)
+    allowed = boundaries(cuts)
+    sizes = [_bytes(v) for v in s.crossing.values()]
+    limit, top = max(sizes, default=0), sum(sizes)
+    while sizes and limit < top * GRID_STEP:
+        for keep_dear in (False, True):
+            kept = segment_plan(s, cuts, allowed, int(limit), keep_dear)
+            label = f"segments {human(int(limit))}" + (" (dear ops kept)" if keep_dear else "")
+            found.setdefault(kept, (label, not keep_dear))
+        limit *= GRID_STEP
+    out = [Candidate(name, kept, sum(n.op.cost(n) for n in recomputed_nodes(s, kept)), seg)
+           for kept, (name, seg) in found.items()]
+    return sorted(out, key=lambda c: (c.extra_flops, -len(c.kept), c.name))
+
+
+# -- judging candidates by their plans ----------------------------------------------------------
+@dataclass
+class Judged:
+    """A candidate rebuilt, lowered and scheduled; its arena solved on demand."""
+
+    candidate: Candidate
+    remat: Rematerialized
+    lowered: object
+    scheduled: object
+    _memory: object = field(default=None, repr=False)
+
+    @property
+    def bound(self) -> int:
+        return self.scheduled.bound
+
+    def memory(self, options):
+        if self._memory is None:
+            self._memory = place(self.lowered.slots, self.scheduled, options)
+        return self._memory
+
+    def arena(self, options) -> int:
+        return self.memory(options).arena_bytes
+
+
+class Judge:
+    """Plans candidates of one graph, each at most once."""
+
+    def __init__(self, s: Split, outputs, lower, options):
+        self.s, self.outputs, self.lower, self.options = s, outputs, lower, options
+        self.done: dict[frozenset, Judged] = {}
+
+    def __call__(self, c: Candidate) -> Judged:
+        if c.kept not in self.done:
+            r = rematerialize(self.s, self.outputs, c.kept)
+            low = self.lower(r.graph, r.outputs, r.clones)
+            sched = schedule(low.slots, low.instructions, self.options, low.after)
+            self.done[c.kept] = Judged(c, r, low, sched)
+        return self.done[c.kept]
+
+    def arena(self, c: Candidate) -> int:
+        return self(c).arena(self.options)
+
+
+def smallest_peak(judge: Judge, pool: list[Candidate]) -> Candidate:
+    """The candidate of ``pool`` with the smallest arena (fewest FLOPs on ties). Arenas are
+    solved in order of lower bound, until no bound left can beat the best arena."""
+    by_bound = sorted(pool, key=lambda c: (judge(c).bound, c.extra_flops))
+    best, best_arena = None, None
+    for c in by_bound:
+        if best is not None and judge(c).bound > best_arena:
+            break
+        a = judge.arena(c)
+        if best is None or (a, c.extra_flops) < (best_arena, best.extra_flops):
+            best, best_arena = c, a
+    return best
+
+
+def within_budget(judge: Judge, pool: list[Candidate], budget: int) -> Candidate | None:
+    """The candidate with the fewest extra FLOPs whose arena fits ``budget``: the first such in
+    ``pool``'s order (fewest FLOPs first), so a looser budget never costs more compute."""
+    for c in pool:
+        if judge(c).bound <= budget and judge.arena(c) <= budget:
+            return c
+    return None
+
+
+def choose(judge: Judge, pool: list[Candidate], options: RematOptions, base_flops: float):
+    """The candidate ``options`` asks for; GraphError when a budget cannot be met."""
+    if options.mode == "sqrt":
+        return smallest_peak(judge, [c for c in pool if c.segments or c.name == "none"])
+    if options.mode == "auto":
+        limit = options.overhead * base_flops
+        return smallest_peak(judge, [c for c in pool if c.extra_flops <= limit])
+    chosen = within_budget(judge, pool, options.budget)
+    if chosen is None:
+        least = judge.arena(smallest_peak(judge, pool))
+        raise GraphError(f"remat budget {human(options.budget)} ({options.budget} B) cannot be "
+                         f"met: the smallest peak reachable is {human(least)} ({least} B), "
+                         f"arena with workspaces")
+    return chosen

@@ -1,0 +1,272 @@
+"""Rematerialisation: the same losses, gradients and weights bitwise, smaller arenas, budgets,
+the report. Every plan here also goes through the plan checker (tests/conftest.py)."""
+import json
+
+import numpy as np
+import pytest
+
+import mgegraph as mg
+import mgegraph.functional as F
+from mgegraph import nn, optim
+from mgegraph.planner.remat import RematOptions, remat_options, split
+from mgegraph.planner.verify import PlanError
+from mgegraph.testing import random_graph
+
+
+# -- models ---------------------------------------------------------------------------------------
+def deep_mlp(depth, width):
+    layers = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(width, 10))
+
+
+class Block(nn.Module):
+    """conv-bn-relu-dropout-conv-bn plus the input, relu: a ResNet basic block with dropout."""
+
+    def __init__(self, c, seed):
+        self.conv1 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c)
+        self.drop = nn.Dropout(0.2, seed=seed)
+        self.conv2 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        h = self.drop(F.relu(self.bn1(self.conv1(x))))
+        return F.relu(x + self.bn2(self.conv2(h)))
+
+
+def resnet_like(blocks, c):
+    return nn.Sequential(nn.Conv2d(3, c, 3, padding=1), nn.ReLU(),
+                         *[Block(c, seed=k) for k in range(blocks)],
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 10))
+
+
+def batch(shape, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(shape, dtype=np.float32), rng.integers(0, 10, shape[0])
+
+
+def train(make, shape, remat, steps=2):
+    """Losses, the final state_dict and the plan of ``steps`` SGD-momentum steps."""
+    nn.init.manual_seed(0)
+    model = make()
+    x, y = batch(shape)
+    opt = optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    step = mg.compile_train_step(model, F.cross_entropy, opt, example_batch=(x, y), remat=remat)
+    losses = [step(x, y) for _ in range(steps)]
+    return losses, model.state_dict(), step.plan
+
+
+def assert_same_training(make, shape, remat):
+    want_losses, want_state, plain = train(make, shape, None)
+    losses, state, plan = train(make, shape, remat)
+    assert losses == want_losses  # floats compared exactly: bitwise
+    assert state.keys() == want_state.keys()
+    for name in state:
+        np.testing.assert_array_equal(state[name], want_state[name], err_msg=name)
+    return plain, plan
+
+
+# -- options ---------------------------------------------------------------------------------------
+def test_options_name_what_the_user_wrote():
+    assert remat_options(None) is None
+    assert remat_options("sqrt") == RematOptions("sqrt")
+    assert remat_options(2**20).budget == 2**20
+    with pytest.raises(mg.GraphError, match="'fast'"):
+        remat_options("fast")
+    with pytest.raises(mg.GraphError, match="-5"):
+        RematOptions(-5)
+    with pytest.raises(mg.GraphError, match="overhead"):
+        RematOptions("auto", overhead=-0.1)
+
+
+def test_split_finds_the_forward_part_from_the_graph():
+    g = mg.Graph()
+    x = g.input("x", (4, 8))
+    w = g.param("w", np.ones((8, 8), np.float32))
+    h = F.relu(x @ w)
+    loss = F.sum(F.tanh(h))
+    (dw,) = mg.grad(loss, [w])
+    s = split(g, [loss, dw])
+    assert {n.op.name for n in s.forward} == {"matmul", "relu", "tanh", "sum"}
+    assert {v.node.op.name for v in s.crossing.values()} >= {"relu", "tanh"}
+
+
+# -- bitwise equality ------------------------------------------------------------------------------
+@pytest.mark.parametrize("remat", ["sqrt", "auto"])
+def test_deep_mlp_trains_bitwise_the_same_in_a_third_of_the_memory(remat):
+    plain, plan = assert_same_training(lambda: deep_mlp(32, 32), (64, 32), remat)
+    assert plan.arena_bytes * 3 <= plain.arena_bytes
+    assert plan.remat.chosen.extra_flops > 0
+
+
+def test_resnet_like_with_batch_norm_and_dropout_trains_bitwise_the_same():
+    plain, plan = assert_same_training(lambda: resnet_like(4, 8), (4, 3, 8, 8), "sqrt")
+    assert plan.arena_bytes < plain.arena_bytes
+    recomputed = {n.op.name for _, nodes in plan.remat.judge(plan.remat.chosen).remat.groups
+                  for n in nodes}
+    assert {"conv2d", "batch_norm", "dropout"} <= recomputed  # the same mask, drawn again
+
+
+def test_auto_prefers_recomputing_cheap_ops():
+    """With a small overhead bound only cheap values (norms, relu, dropout) are recomputed."""
+    _, plan = assert_same_training(lambda: resnet_like(3, 8), (4, 3, 8, 8),
+                                   RematOptions("auto", overhead=0.05))
+    report = plan.remat
+    nodes = report.judge(report.chosen).remat.groups
+    assert report.chosen.extra_flops <= 0.05 * report.base_flops
+    assert nodes and all(n.op.cheap(n) for _, group in nodes for n in group)
+
+
+def test_gradients_are_bitwise_the_same():
+    rng = np.random.default_rng(1)
+    g = mg.Graph()
+    x = g.input("x", (16, 12))
+    ws = [g.param(f"w{k}", rng.standard_normal((12, 12)).astype(np.float32) / 4)
+          for k in range(12)]
+    h = x
+    for w in ws:
+        h = F.tanh(h @ w)
+    loss = F.mean(h * h)
+    grads = mg.grad(loss, ws)
+    feeds = {"x": rng.standard_normal((16, 12)).astype(np.float32)}
+    want = mg.compile([loss] + grads).run(feeds)
+    plan = mg.compile([loss] + grads, remat="sqrt")
+    assert plan.remat.chosen.extra_flops > 0
+    for a, b in zip(plan.run(feeds), want):
+        np.testing.assert_array_equal(a, b)
+
+
+def random_training_graph(seed):
+    """random_graph's DAG, a loss over its outputs, and an SGD assign of its param."""
+    g, outputs, feeds = random_graph(seed, nodes=20)
+    w = g.params["w"]
+    loss = sum(F.mean(F.tanh(o)) for o in outputs)
+    (dw,) = mg.grad(loss, [w])
+    g.assign(w, w - dw * 0.1)
+    return loss, dw, feeds
+
+
+def two_runs(plan, feeds):
+    return plan.run(feeds) + plan.run(feeds)  # the second after the assign's update
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_training_graphs_are_bitwise_the_same(seed):
+    """Every candidate plan the search considers, not only the one it picks."""
+    loss, dw, feeds = random_training_graph(seed)
+    want = two_runs(mg.compile([loss, dw]), feeds)
+    loss, dw, feeds = random_training_graph(seed)
+    report = mg.compile([loss, dw], remat="sqrt").remat
+    for candidate in report.pool:
+        for a, b in zip(two_runs(report.plan_of(candidate), feeds), want):
+            np.testing.assert_array_equal(a, b, err_msg=candidate.name)
+
+
+# -- budgets ---------------------------------------------------------------------------------------
+def mlp_graph(depth=16, width=32):
+    nn.init.manual_seed(0)
+    model = deep_mlp(depth, width)
+    g = mg.Graph()
+    x, y = g.input("x", (32, width)), g.input("y", (32,), "int64")
+    loss = F.cross_entropy(model(x), y)
+    opt = optim.SGD(model.parameters(), lr=0.01)
+    grads = mg.grad(loss, [g.bind(p) for p in opt.params])
+    opt.build(g, {id(p): dg for p, dg in zip(opt.params, grads)})
+    return F.reshape(loss, ())
+
+
+def test_budgets_are_met_and_looser_ones_never_cost_more_compute():
+    loss = mlp_graph()
+    plain = mg.compile([loss]).arena_bytes
+    smallest = mg.compile([loss], remat="sqrt").arena_bytes
+    budgets = np.linspace(smallest, plain, 8).astype(int)
+    plans = [mg.compile([loss], remat=int(b)) for b in budgets]
+    for budget, plan in zip(budgets, plans):
+        assert plan.arena_bytes <= budget
+    flops = [p.remat.chosen.extra_flops for p in plans]
+    assert flops == sorted(flops, reverse=True)
+    assert flops[0] > 0 and flops[-1] == 0
+    # each choice is on the frontier: no candidate fits its budget with less recomputation
+    report = plans[3].remat
+    cheaper = [c for c in report.pool if c.extra_flops < report.chosen.extra_flops]
+    assert all(report.judge.arena(c) > budgets[3] for c in cheaper)
+
+
+def test_an_unreachable_budget_says_the_smallest_peak():
+    loss = mlp_graph()
+    smallest = mg.compile([loss], remat="sqrt").arena_bytes
+    with pytest.raises(mg.GraphError, match=r"remat budget 1.00 KiB \(1024 B\) cannot be met: "
+                                            rf"the smallest peak reachable is .* \({smallest} B\)"):
+        mg.compile([loss], remat=1024)
+
+
+def test_auto_keeps_within_its_overhead_bound():
+    loss = mlp_graph()
+    for bound in (0.05, 0.15, 0.3):
+        plan = mg.compile([loss], remat=RematOptions("auto", overhead=bound))
+        report = plan.remat
+        assert report.chosen.extra_flops <= bound * report.base_flops
+        assert plan.arena_bytes == min(report.judge.arena(c) for c in report.pool
+                                       if c.extra_flops <= bound * report.base_flops)
+
+
+# -- scheduling ------------------------------------------------------------------------------------
+def test_recomputations_are_pinned_behind_the_backward_step_before_them():
+    plan = mg.compile([mlp_graph()], remat="sqrt")
+    judged = plan.remat.judge(plan.remat.chosen)
+    assert judged.lowered.after
+    where = {id(ins): k for k, ins in enumerate(plan.instructions)}
+    for i, j in judged.lowered.after:
+        a, b = judged.lowered.instructions[i], judged.lowered.instructions[j]
+        assert where[id(a)] < where[id(b)]
+
+
+def test_the_checker_rejects_a_read_of_a_param_after_its_update():
+    """What a recomputation scheduled after the optimiser's update would do."""
+    g = mg.Graph()
+    x = g.input("x", (4,))
+    w = g.param("w", np.ones(4, np.float32))
+    y = x * w
+    g.assign(w, w + 1.0)
+    plan = mg.compile([F.sum(y)], optimize=0)
+    ops = [ins.op for ins in plan.instructions]
+    reader = ops.index("mul")
+    moved = [ins for k, ins in enumerate(plan.instructions) if k != reader]
+    moved.append(plan.instructions[reader])
+    moved.append(moved.pop(moved.index(next(i for i in moved if i.op == "sum"))))
+    bad = mg.Plan(plan.device, plan.slots, tuple(moved), plan.feeds, plan.outputs, plan.values,
+                  plan.memory)
+    with pytest.raises(PlanError, match=r"writes s\d+ over .* which step \d+ still reads"):
+        mg.planner.verify(bad)
+
+
+# -- the report ------------------------------------------------------------------------------------
+def test_report_says_what_was_kept_and_recomputed(tmp_path):
+    plan = mg.compile([mlp_graph()], remat="auto")
+    text = plan.remat_report()
+    for words in ("kept", "recomputed", "bytes saved", "extra compute", "peak against extra"):
+        assert words in text
+    data = json.loads(plan.remat_report(format="json"))
+    assert data["arena_bytes"] == plan.arena_bytes
+    assert data["bytes_saved"] == data["arena_bytes_without_remat"] - plan.arena_bytes > 0
+    assert data["recomputed"] and data["kept"]
+    curve = data["curve"]
+    assert curve[0]["extra_flops_percent"] == 0.0 and len(curve) >= 3
+    assert [p["arena_bytes"] for p in curve] == sorted((p["arena_bytes"] for p in curve),
+                                                       reverse=True)
+    mg.planner.save_remat_picture(plan, tmp_path / "remat.svg")
+    svg = (tmp_path / "remat.svg").read_text()
+    assert svg.count("<svg") == 3 and "without remat" in svg and "with remat" in svg
+    with pytest.raises(mg.GraphError, match="without remat"):
+        mg.compile([mlp_graph()]).remat_report()
+
+
+def test_inference_graph_has_nothing_to_recompute():
+    g = mg.Graph()
+    x = g.input("x", (4, 8))
+    y = F.relu(x @ g.param("w", np.ones((8, 8), np.float32)))
+    plan = mg.compile([y], remat="sqrt")
+    assert plan.remat.chosen.extra_flops == 0
+    assert plan.arena_bytes == mg.compile([y]).arena_bytes
