@@ -87,14 +87,14 @@ def _text(s: dict) -> list[str]:
     kept_bytes = sum(r["bytes"] for r in s["kept"])
     redo_bytes = sum(r["bytes"] for r in s["recomputed"])
     lines = [
-        f"remat ({mode}, overhead bound {s['overhead_bound']:.0%}): {s['candidate']}, "
-        f"best of {s['candidates']} candidates",
-        f"  arena          {human(s['arena_bytes']):>12}  without remat "
-        f"{human(s['arena_bytes_without_remat'])} ({s['peak_ratio']:.2f}x smaller)",
+        (f"remat ({mode}, overhead bound {s['overhead_bound']:.0%}): {s['candidate']}, "
+         f"best of {s['candidates']} candidates"),
+        (f"  arena          {human(s['arena_bytes']):>12}  without remat "
+         f"{human(s['arena_bytes_without_remat'])} ({s['peak_ratio']:.2f}x smaller)"),
         f"  bytes saved    {human(s['bytes_saved']):>12}",
-        f"  extra compute  {s['extra_flops_percent']:>11.1f}%  {s['extra_flops']:.3g} of "
-        f"{s['base_flops']:.3g} FLOPs, {s['recomputed_nodes']} nodes recomputed in "
-        f"{len(s['recomputations'])} groups",
+        (f"  extra compute  {s['extra_flops_percent']:>11.1f}%  {s['extra_flops']:.3g} of "
+         f"{s['base_flops']:.3g} FLOPs, {s['recomputed_nodes']} nodes recomputed in "
+         f"{len(s['recomputations'])} groups"),
         f"  kept           {len(s['kept']):>5} activations, {human(kept_bytes)}",
         f"  recomputed     {len(s['recomputed']):>5} activations, {human(redo_bytes)}",
     ]

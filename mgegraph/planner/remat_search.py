@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from ..ir.errors import GraphError
 from .memory import place, schedule
-from .remat import RematOptions, Rematerialized, Split, recomputed_nodes, rematerialize, root
+from .remat import Rematerialized, RematOptions, Split, recomputed_nodes, rematerialize, root
 from .report import human
 
 GRID_STEP = 1.15  # ratio between neighbouring segment limits tried
