@@ -264,7 +264,9 @@ def _remat_plan(graph: Graph, outputs, device: str, options, remat) -> Plan:
     into their originals and the clones are the same fused kernels (bitwise the same results);
     every candidate is judged by its own memory plan."""
     s = split(graph, outputs)
-    judge = Judge(s, outputs, lambda g, outs, clones: _lower(g, outs, device, clones), options)
+    launches: dict = {}
+    judge = Judge(s, outputs, lambda g, outs, clones: _lower(g, outs, device, clones, launches),
+                  options)
     pool = candidates(s)
     chosen = judge(choose(judge, pool, remat, graph_flops(graph)))
     plan = _plan(chosen.lowered, options, chosen.scheduled, chosen.memory(options))
@@ -329,6 +331,14 @@ def _assigns_written_in_place(nodes, outputs) -> dict[int, Var]:
     return chosen
 
 
+def _launch(node, launches: dict):
+    key = (node.op.name, node.attrs, tuple(v.type for v in node.inputs),
+           tuple(v.type for v in node.outputs))
+    if key not in launches:
+        launches[key] = node.op.lower(node)
+    return launches[key]
+
+
 @dataclass
 class _Lowered:
     """A plan before memory planning: instructions in the user's order, no offsets."""
@@ -366,9 +376,13 @@ def _mark_outputs(slots: list[Slot], outputs) -> None:
             slots[root] = replace(slots[root], role="output")
 
 
-def _lower(graph: Graph, outputs, device: str, clones=frozenset()) -> _Lowered:
+def _lower(graph: Graph, outputs, device: str, clones=frozenset(), launches=None) -> _Lowered:
     """Instructions in the graph's order. ``clones`` (id() of rematerialisation's recomputing
-    nodes) each run after the last other instruction before them (``_Lowered.after``)."""
+    nodes) each run after the last other instruction before them (``_Lowered.after``).
+    ``launches`` memoises ``OpDef.lower`` (a pure function of the op, attributes and types)
+    across nodes and calls: the layers of a deep network, and the candidate graphs of
+    rematerialisation, repeat the same nodes."""
+    launches = {} if launches is None else launches
     slots: list[Slot] = []
     slot_of: dict[int, int] = {}
     values: dict[int, np.ndarray] = {}
@@ -405,7 +419,7 @@ def _lower(graph: Graph, outputs, device: str, clones=frozenset()) -> _Lowered:
             continue
         try:
             kernel = dispatch.lookup(op.name, device, op.dispatch_dtype(node))
-            launch = op.lower(node)
+            launch = _launch(node, launches)
         except (ValueError, LookupError) as exc:
             raise OpError(op.name, [v.type for v in node.inputs], str(exc), node.location) from None
         for var in node.outputs:

@@ -24,7 +24,12 @@ from .memory import place, schedule
 from .remat import Rematerialized, RematOptions, Split, recomputed_nodes, rematerialize, root
 from .report import human
 
-GRID_STEP = 1.15  # ratio between neighbouring segment limits tried
+# Segment limits tried: from the largest crossing buffer to all of them, each GRID_STEP times
+# the last, or coarser so that at most GRID_POINTS are tried (each candidate is planned, and a
+# 300-layer step takes 0.2 s to plan); and FINE_STEP apart within FINE_SPAN of sqrt(2 * total
+# * largest), where a chain of equal buffers has its smallest peak (segments of k, k-1, ...,
+# 1 layers with k(k+1)/2 = n).
+GRID_STEP, GRID_POINTS, FINE_STEP, FINE_SPAN = 1.15, 16, 1.03, 1.4
 
 
 @dataclass(frozen=True)
@@ -111,20 +116,35 @@ def cheap_plan(s: Split) -> frozenset:
     return frozenset(_keep_dear(s, set(s.outputs)))
 
 
+def limits(sizes: list[int]) -> list[tuple[int, bool]]:
+    """(segment limit, whether the dear-ops-kept flavour is tried too), ascending."""
+    if not sizes:
+        return []
+    low, top = max(sizes), sum(sizes)
+    step = max(GRID_STEP, (top / low) ** (1 / GRID_POINTS))
+    found, limit = {}, float(low)
+    while limit < top * step:
+        found[int(limit)] = True
+        limit *= step
+    best = (2 * top * low) ** 0.5
+    limit = best / FINE_SPAN
+    while limit < best * FINE_SPAN:
+        found.setdefault(int(limit), False)
+        limit *= FINE_STEP
+    return sorted(found.items())
+
+
 def candidates(s: Split) -> list[Candidate]:
     """The family, without duplicates, fewest extra FLOPs first; the first keeps everything."""
     found = {frozenset(s.crossing) | s.outputs: ("none", False)}
     found.setdefault(cheap_plan(s), ("cheap", False))
     cuts = crossing_cuts(s)
     allowed = boundaries(cuts)
-    sizes = [_bytes(v) for v in s.crossing.values()]
-    limit, top = max(sizes, default=0), sum(sizes)
-    while sizes and limit < top * GRID_STEP:
-        for keep_dear in (False, True):
-            kept = segment_plan(s, cuts, allowed, int(limit), keep_dear)
-            label = f"segments {human(int(limit))}" + (" (dear ops kept)" if keep_dear else "")
+    for limit, both in limits([_bytes(v) for v in s.crossing.values()]):
+        for keep_dear in (False, True) if both else (False,):
+            kept = segment_plan(s, cuts, allowed, limit, keep_dear)
+            label = f"segments {human(limit)}" + (" (dear ops kept)" if keep_dear else "")
             found.setdefault(kept, (label, not keep_dear))
-        limit *= GRID_STEP
     out = [Candidate(name, kept, sum(n.op.cost(n) for n in recomputed_nodes(s, kept)), seg)
            for kept, (name, seg) in found.items()]
     return sorted(out, key=lambda c: (c.extra_flops, -len(c.kept), c.name))
