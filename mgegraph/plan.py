@@ -334,6 +334,10 @@ def _assigns_written_in_place(nodes, outputs) -> dict[int, Var]:
 def _launch(node, launches: dict):
     key = (node.op.name, node.attrs, tuple(v.type for v in node.inputs),
            tuple(v.type for v in node.outputs))
+    try:
+        hash(key)
+    except TypeError:  # an attribute that is not a plain immutable value: no memo
+        return node.op.lower(node)
     if key not in launches:
         launches[key] = node.op.lower(node)
     return launches[key]

@@ -84,8 +84,10 @@ class Split:
 
     ``forward``: the non-source nodes the loss depends on, in graph order; ``backward_from``:
     the index in ``graph.nodes`` after the last of them; ``crossing``: the buffers (root value
-    id -> Var) of forward values that nodes from there on read; ``outputs``: root ids of the
-    caller's outputs, which outlive the run and so are always kept.
+    id -> Var) of forward values that nodes from there on read; ``always_kept``: root ids
+    never recomputed, the caller's outputs (they outlive the run) and what the last forward
+    node that is not a view (the loss) reads or makes (live when the backward starts anyway, so recomputing them
+    would save nothing).
     """
 
     graph: Graph
@@ -93,7 +95,7 @@ class Split:
     forward_ids: frozenset[int]
     backward_from: int
     crossing: dict[int, Var]
-    outputs: frozenset[int]
+    always_kept: frozenset[int]
     positions: dict[int, int]   # id() of a forward node -> its index in ``forward``
     values: dict[int, Var]      # id of a forward value -> the Var
 
@@ -117,8 +119,11 @@ def split(graph: Graph, outputs) -> Split:
                 if r.node is not None and id(r.node) in forward:
                     crossing[r.id] = r
     nodes = tuple(n for n in graph.nodes if id(n) in forward)
+    computing = [n for n in nodes if not is_view(n)]
+    at_end = [root(v).id for v in computing[-1].inputs + computing[-1].outputs] \
+        if computing else []
     return Split(graph, nodes, frozenset(forward), last + 1, crossing,
-                 frozenset(root(v).id for v in outputs),
+                 frozenset([root(v).id for v in outputs] + at_end),
                  {id(n): i for i, n in enumerate(nodes)},
                  {v.id: v for n in nodes for v in n.outputs})
 
@@ -128,7 +133,7 @@ def recomputed_nodes(s: Split, kept) -> list[Node]:
     """The forward nodes a plan keeping ``kept`` (root value ids) clones, in graph order: the
     makers of the crossing values not kept, and of the values those need that are not kept."""
     chosen: dict[int, Node] = {}
-    kept = frozenset(kept) | s.outputs
+    kept = frozenset(kept) | s.always_kept
     stack = [v.node for rid, v in s.crossing.items() if rid not in kept]
     while stack:
         node = stack.pop()
@@ -204,7 +209,7 @@ def rematerialize(s: Split, outputs, kept) -> Rematerialized:
 
     >>> r = rematerialize(split(g, [loss]), [loss], kept=frozenset()); print(r.graph)
     """
-    kept = frozenset(kept) | s.outputs
+    kept = frozenset(kept) | s.always_kept
     b = Builder(s.graph)
     cloner = _Cloner(b, s, kept)
     for index, node in enumerate(s.graph.nodes):

@@ -52,7 +52,7 @@ class RematReport:
         return self._curve
 
     def _values(self, kept: bool) -> list[dict]:
-        chosen = self.chosen.kept | self.split.outputs
+        chosen = self.chosen.kept | self.split.always_kept
         rows = [{"value": f"%{v.id}", "op": v.node.op.name, "type": str(v.type),
                  "bytes": v.type.nbytes}
                 for rid, v in self.split.crossing.items() if (rid in chosen) == kept]

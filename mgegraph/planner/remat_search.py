@@ -5,7 +5,7 @@ to any graph. Walking the forward nodes in order, a segment grows until its cros
 the checkpoints kept so far pass a limit; it is then cut at the last *candidate boundary* (a
 point of the order where at most one buffer crosses from before to after: between layers of a
 chain, between residual blocks of a ResNet) and the buffers crossing there become checkpoints.
-The top segment, live when the backward starts anyway, is kept; so are the caller's outputs.
+The top segment, live when the backward starts anyway, is kept (``Split.always_kept`` too).
 Sweeping the limit gives segments that shrink towards the loss (more checkpoints are live
 there), so each value is recomputed at most once. A second flavour keeps the outputs of dear
 ops (GEMMs, convolutions: ``OpDef.cheap`` in the registry) and recomputes only cheap ones, and
@@ -13,7 +13,8 @@ one candidate recomputes every cheap value and nothing else. Nothing decides on 
 each candidate is rebuilt, lowered and scheduled, its lower bound read, and arenas are solved
 (workspaces included) for the candidates that can still win.
 
->>> choice = search(graph, outputs, RematOptions("auto"), memory_options, lower)
+>>> s = split(graph, outputs); judge = Judge(s, outputs, lower, memory_options)
+>>> chosen = choose(judge, candidates(s), RematOptions("auto"), graph_flops(graph))
 """
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ def _keep_dear(s: Split, kept: set[int]) -> set[int]:
 def segment_plan(s: Split, cuts, allowed: set[int], limit: int, keep_dear: bool) -> frozenset:
     """The kept set of segments grown up to ``limit`` bytes (crossing bytes of the open segment
     plus the checkpoints so far), cut at the last allowed boundary."""
-    kept, kept_bytes = set(s.outputs), 0
+    kept, kept_bytes = set(s.always_kept), 0
     segment: list[int] = []
     seg_bytes, last_cut = 0, None
     for p, node in enumerate(s.forward):
@@ -113,7 +114,7 @@ def _made_after(s: Split, rid: int, p: int) -> bool:
 
 def cheap_plan(s: Split) -> frozenset:
     """Keep the outputs of dear ops only: every cheap value is recomputed."""
-    return frozenset(_keep_dear(s, set(s.outputs)))
+    return frozenset(_keep_dear(s, set(s.always_kept)))
 
 
 def limits(sizes: list[int]) -> list[tuple[int, bool]]:
@@ -136,7 +137,7 @@ def limits(sizes: list[int]) -> list[tuple[int, bool]]:
 
 def candidates(s: Split) -> list[Candidate]:
     """The family, without duplicates, fewest extra FLOPs first; the first keeps everything."""
-    found = {frozenset(s.crossing) | s.outputs: ("none", False)}
+    found = {frozenset(s.crossing) | s.always_kept: ("none", False)}
     found.setdefault(cheap_plan(s), ("cheap", False))
     cuts = crossing_cuts(s)
     allowed = boundaries(cuts)

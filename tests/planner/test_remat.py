@@ -8,7 +8,7 @@ import pytest
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph import nn, optim
-from mgegraph.planner.remat import RematOptions, remat_options, split
+from mgegraph.planner.remat import RematOptions, recomputed_nodes, remat_options, split
 from mgegraph.planner.verify import PlanError
 from mgegraph.testing import random_graph
 
@@ -200,6 +200,17 @@ def test_an_unreachable_budget_says_the_smallest_peak():
     with pytest.raises(mg.GraphError, match=r"remat budget 1.00 KiB \(1024 B\) cannot be met: "
                                             rf"the smallest peak reachable is .* \({smallest} B\)"):
         mg.compile([loss], remat=1024)
+
+
+def test_nothing_is_recomputed_that_is_kept_anyway():
+    """Outputs, and what the loss reads (the logits), are live when the backward starts."""
+    plan = mg.compile([mlp_graph()], remat="sqrt")
+    s = plan.remat.split
+    logits = next(v for v in s.forward[-1].inputs if v.node.op.name == "linear")
+    assert logits.id in s.always_kept
+    for c in plan.remat.pool:
+        made = {v.id for n in recomputed_nodes(s, c.kept) for v in n.outputs}
+        assert not made & s.always_kept, c.name
 
 
 def test_auto_keeps_within_its_overhead_bound():
