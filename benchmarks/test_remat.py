@@ -22,7 +22,7 @@ from mgegraph import nn, optim
 
 MODES = {"plain": None, "sqrt": "sqrt", "auto": "auto"}
 DEEP = {"depth": 64, "width": 512, "batch": 512}
-RESNET = {"blocks": 8, "channels": 16, "batch": 8, "size": 32}
+RESNET = {"blocks": 16, "channels": 16, "batch": 8, "size": 32}
 FIGURES: dict[str, dict] = {}    # workload -> {implementation: (bytes, median seconds)}
 
 
@@ -163,7 +163,7 @@ def workload(name) -> dict:
 
 IMPLS = [f"mgegraph {m}" for m in MODES] + ["torch eager", "torch checkpoint_sequential(8)"]
 GROUPS = {"deep-mlp-remat": "deep-mlp-remat (64 x 512, batch 512)",
-          "convnet-train": "convnet-train, ResNet-style (8 blocks x 16 ch, 8x3x32x32)"}
+          "convnet-train": "convnet-train, ResNet-style (16 blocks x 16 ch, 8x3x32x32)"}
 
 
 @pytest.mark.parametrize("name", list(GROUPS))
