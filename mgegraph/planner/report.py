@@ -118,7 +118,17 @@ def memory_summary(plan) -> dict:
         "peak": {"step": step, "op": plan.instructions[step].op if there else None,
                  "bytes": live, "live": [b["slot"] for b in there]},
         "buffers": buffers,
+        "remat": _remat_line(plan),
     }
+
+
+def _remat_line(plan) -> dict | None:
+    """What rematerialisation did, in short (``plan.remat_report()`` has the rest)."""
+    if getattr(plan, "remat", None) is None:
+        return None
+    r = plan.remat
+    return {"candidate": r.chosen.name, "arena_bytes_without_remat": r.judge.arena(r.pool[0]),
+            "extra_flops_percent": round(r.percent(r.chosen.extra_flops), 3)}
 
 
 # -- the text report ---------------------------------------------------------------------------
@@ -164,7 +174,14 @@ def _head(s: dict) -> list[str]:
         f"different steps",
         f"  persistent       {human(s['persistent_bytes']):>12}  outside the arena: {roles or '-'}",
         f"  schedule: {_schedule_line(s)}",
-    ]
+    ] + _remat_text(s["remat"])
+
+
+def _remat_text(r: dict | None) -> list[str]:
+    if r is None:
+        return []
+    return [f"  remat: {r['candidate']}, {r['extra_flops_percent']:.1f}% extra FLOPs; arena "
+            f"without remat {human(r['arena_bytes_without_remat'])} (plan.remat_report())"]
 
 
 def _text(s: dict, top: int) -> list[str]:

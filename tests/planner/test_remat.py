@@ -274,6 +274,9 @@ def test_report_says_what_was_kept_and_recomputed(tmp_path):
     assert curve[0]["extra_flops_percent"] == 0.0 and len(curve) >= 3
     assert [p["arena_bytes"] for p in curve] == sorted((p["arena_bytes"] for p in curve),
                                                        reverse=True)
+    assert "remat: " in plan.memory_report()
+    assert json.loads(plan.memory_report(format="json"))["remat"]["extra_flops_percent"] == \
+        data["extra_flops_percent"]
     mg.planner.save_remat_picture(plan, tmp_path / "remat.svg")
     svg = (tmp_path / "remat.svg").read_text()
     assert svg.count("<svg") == 3 and "without remat" in svg and "with remat" in svg
