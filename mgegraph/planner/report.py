@@ -180,8 +180,8 @@ def _head(s: dict) -> list[str]:
 def _remat_text(r: dict | None) -> list[str]:
     if r is None:
         return []
-    return [f"  remat: {r['candidate']}, {r['extra_flops_percent']:.1f}% extra FLOPs; arena "
-            f"without remat {human(r['arena_bytes_without_remat'])} (plan.remat_report())"]
+    return [(f"  remat: {r['candidate']}, {r['extra_flops_percent']:.1f}% extra FLOPs; arena "
+             f"without remat {human(r['arena_bytes_without_remat'])} (plan.remat_report())")]
 
 
 def _text(s: dict, top: int) -> list[str]:
