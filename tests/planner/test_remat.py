@@ -47,21 +47,30 @@ def batch(shape, seed=0):
     return rng.standard_normal(shape, dtype=np.float32), rng.integers(0, 10, shape[0])
 
 
-def train(make, shape, remat, steps=2, memory=None):
-    """Losses, the final state_dict and the plan of ``steps`` SGD-momentum steps."""
+def norm_mlp(depth=8, width=32):
+    """Linear-LayerNorm-GELU-Dropout layers."""
+    layers = []
+    for k in range(depth):
+        layers += [nn.Linear(width, width), nn.LayerNorm(width), nn.GELU(), nn.Dropout(0.1, k)]
+    return nn.Sequential(*layers, nn.Linear(width, 10))
+
+
+def train(make, shape, remat, steps=2, memory=None, adam=False):
+    """Losses, the final state_dict and the plan of ``steps`` SGD-momentum (or Adam) steps."""
     nn.init.manual_seed(0)
     model = make()
     x, y = batch(shape)
-    opt = optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    opt = optim.Adam(model.parameters(), lr=0.01) if adam else \
+        optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     step = mg.compile_train_step(model, F.cross_entropy, opt, example_batch=(x, y), remat=remat,
-                                 memory=memory)
+                                 memory=memory, metrics=("accuracy",) if adam else ())
     losses = [step(x, y) for _ in range(steps)]
     return losses, model.state_dict(), step.plan
 
 
-def assert_same_training(make, shape, remat, memory=None):
-    want_losses, want_state, plain = train(make, shape, None)
-    losses, state, plan = train(make, shape, remat, memory=memory)
+def assert_same_training(make, shape, remat, memory=None, adam=False):
+    want_losses, want_state, plain = train(make, shape, None, adam=adam)
+    losses, state, plan = train(make, shape, remat, memory=memory, adam=adam)
     assert losses == want_losses  # floats compared exactly: bitwise
     assert state.keys() == want_state.keys()
     for name in state:
@@ -111,6 +120,11 @@ def test_resnet_like_with_batch_norm_and_dropout_trains_bitwise_the_same():
     recomputed = {n.op.name for _, nodes in plan.remat.judge(plan.remat.chosen).remat.groups
                   for n in nodes}
     assert {"conv2d", "batch_norm", "dropout"} <= recomputed  # the same mask, drawn again
+
+
+def test_layer_norm_gelu_dropout_with_adam_and_a_metric_train_bitwise_the_same():
+    plain, plan = assert_same_training(norm_mlp, (16, 32), "sqrt", adam=True)
+    assert plan.arena_bytes * 3 <= plain.arena_bytes * 2
 
 
 def test_auto_prefers_recomputing_cheap_ops():
