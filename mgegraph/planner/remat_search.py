@@ -31,6 +31,9 @@ from .report import human
 # * largest), where a chain of equal buffers has its smallest peak (segments of k, k-1, ...,
 # 1 layers with k(k+1)/2 = n).
 GRID_STEP, GRID_POINTS, FINE_STEP, FINE_SPAN = 1.15, 16, 1.03, 1.4
+# Partial-depth plans: everything above these fractions of the crossing bytes (counted from the
+# loss down) is kept, with PARTIAL_LIMITS segment limits (doubling) below.
+KEEP_ABOVE, PARTIAL_LIMITS = (0.25, 0.5, 0.75), 3
 
 
 @dataclass(frozen=True)
@@ -80,9 +83,11 @@ def _keep_dear(s: Split, kept: set[int]) -> set[int]:
         kept |= {root(v).id for n in dear for v in n.outputs}
 
 
-def segment_plan(s: Split, cuts, allowed: set[int], limit: int, keep_dear: bool) -> frozenset:
+def segment_plan(s: Split, cuts, allowed: set[int], limit: int, keep_dear: bool,
+                 stop: int | None = None) -> frozenset:
     """The kept set of segments grown up to ``limit`` bytes (crossing bytes of the open segment
-    plus the checkpoints so far), cut at the last allowed boundary."""
+    plus the checkpoints so far), cut at the last allowed boundary; no cut after forward
+    position ``stop``, so everything above the last cut before it is kept."""
     kept, kept_bytes = set(s.always_kept), 0
     segment: list[int] = []
     seg_bytes, last_cut = 0, None
@@ -95,7 +100,7 @@ def segment_plan(s: Split, cuts, allowed: set[int], limit: int, keep_dear: bool)
                 else:
                     segment.append(v.id)
                     seg_bytes += _bytes(v)
-        if p in allowed:
+        if p in allowed and (stop is None or p <= stop):
             last_cut = p
         if seg_bytes + kept_bytes > limit and last_cut is not None:
             new = cuts[last_cut] - kept
@@ -135,6 +140,26 @@ def limits(sizes: list[int]) -> list[tuple[int, bool]]:
     return sorted(found.items())
 
 
+def partial_depths(s: Split) -> list[tuple[int, int, str]]:
+    """(stop position, segment limit, label) of plans that recompute only below a point of
+    the forward order and keep everything above it: less memory saved for less compute, the
+    points between keeping all and recomputing all the way down."""
+    sizes = [_bytes(v) for v in s.crossing.values()]
+    if not sizes:
+        return []
+    top, low, out, above = sum(sizes), max(sizes), [], 0
+    fractions = list(KEEP_ABOVE)
+    for p in range(len(s.forward) - 1, -1, -1):
+        above += sum(_bytes(v) for v in s.forward[p].outputs if v.id in s.crossing)
+        while fractions and above >= fractions[0] * top:
+            rest = top - above
+            first = (2 * rest * low) ** 0.5
+            for k in range(PARTIAL_LIMITS):
+                out.append((p, int(first * 2 ** k), f"{fractions[0]:.0%} above kept"))
+            fractions.pop(0)
+    return out
+
+
 def candidates(s: Split) -> list[Candidate]:
     """The family, without duplicates, fewest extra FLOPs first; the first keeps everything."""
     found = {frozenset(s.crossing) | s.always_kept: ("none", False)}
@@ -146,6 +171,9 @@ def candidates(s: Split) -> list[Candidate]:
             kept = segment_plan(s, cuts, allowed, limit, keep_dear)
             label = f"segments {human(limit)}" + (" (dear ops kept)" if keep_dear else "")
             found.setdefault(kept, (label, not keep_dear))
+    for stop, limit, label in partial_depths(s):
+        kept = segment_plan(s, cuts, allowed, limit, False, stop)
+        found.setdefault(kept, (f"segments {human(limit)}, {label}", False))
     out = [Candidate(name, kept, sum(n.op.cost(n) for n in recomputed_nodes(s, kept)), seg)
            for kept, (name, seg) in found.items()]
     return sorted(out, key=lambda c: (c.extra_flops, -len(c.kept), c.name))
