@@ -267,16 +267,15 @@ def _remat_plan(graph: Graph, outputs, device: str, options, remat) -> Plan:
     launches: dict = {}
     judge = Judge(s, outputs, lambda g, outs, clones: _lower(g, outs, device, clones, launches),
                   options)
-    pool = candidates(s)
-    chosen = judge(choose(judge, pool, remat, graph_flops(graph)))
+    pool, base_flops = candidates(s), graph_flops(graph)
+    chosen = judge(choose(judge, pool, remat, base_flops))
     plan = _plan(chosen.lowered, options, chosen.scheduled, chosen.memory(options))
 
     def plan_of(candidate):
         judged = judge(candidate)
         return _plan(judged.lowered, options, judged.scheduled, judged.memory(options))
 
-    plan.remat = RematReport(s, judge, pool, chosen.candidate, remat, graph_flops(graph),
-                             plan_of)
+    plan.remat = RematReport(s, judge, pool, chosen.candidate, remat, base_flops, plan_of)
     return plan
 
 

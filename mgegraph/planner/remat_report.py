@@ -84,11 +84,12 @@ class RematReport:
 
 def _text(s: dict) -> list[str]:
     mode = s["mode"] if isinstance(s["mode"], str) else f"budget {human(s['mode'])}"
+    if s["mode"] == "auto":
+        mode += f", at most {s['overhead_bound']:.0%} extra FLOPs"
     kept_bytes = sum(r["bytes"] for r in s["kept"])
     redo_bytes = sum(r["bytes"] for r in s["recomputed"])
     lines = [
-        (f"remat ({mode}, overhead bound {s['overhead_bound']:.0%}): {s['candidate']}, "
-         f"best of {s['candidates']} candidates"),
+        f"remat ({mode}): {s['candidate']}, chosen from {s['candidates']} candidates",
         (f"  arena          {human(s['arena_bytes']):>12}  without remat "
          f"{human(s['arena_bytes_without_remat'])} ({s['peak_ratio']:.2f}x smaller)"),
         f"  bytes saved    {human(s['bytes_saved']):>12}",
