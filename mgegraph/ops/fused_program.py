@@ -1,4 +1,5 @@
-"""Fused elementwise programs for _kernels/fused_body.pxi: encoding, register allocation, a reference.
+"""Fused elementwise programs for the fused kernel (_kernels/fused_body.pxi): encoding,
+register allocation, a NumPy reference.
 
 A Program is one elementwise expression over inputs of one float dtype, as steps
 ``(op, dst, a, b, c)``: ``("load", v, input)``, ``("const", v, constant index)``, registry op

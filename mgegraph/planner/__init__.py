@@ -12,5 +12,5 @@ from .verify import PlanError, checking, verify
 
 __all__ = ["ArenaError", "ArenaPlan", "MemoryOptions", "MemoryPlan", "Overwrite", "PRESETS",
            "PlanError", "RematOptions", "Request", "STRATEGIES", "checking",
-           "memory_report", "memory_summary", "memory_svg", "save_memory_picture", "lower_bound", "solve", "verify",
-           "remat_svg", "save_remat_picture"]
+           "memory_report", "memory_summary", "memory_svg", "save_memory_picture", "lower_bound",
+           "solve", "verify", "remat_svg", "save_remat_picture"]

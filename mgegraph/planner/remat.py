@@ -86,8 +86,8 @@ class Split:
     the index in ``graph.nodes`` after the last of them; ``crossing``: the buffers (root value
     id -> Var) of forward values that nodes from there on read; ``always_kept``: root ids
     never recomputed, the caller's outputs (they outlive the run) and what the last forward
-    node that is not a view (the loss) reads or makes (live when the backward starts anyway, so recomputing them
-    would save nothing).
+    node that is not a view (the loss) reads or makes (live when the backward starts anyway,
+    so recomputing them would save nothing).
     """
 
     graph: Graph

@@ -129,7 +129,7 @@ def test_threads_give_identical_results():
     (one,) = run(program, inputs, threads=1)
     (two,) = run(program, inputs, threads=2)
     np.testing.assert_array_equal(one, two)
-    assert encode(program)[0][3 + 2 + 4 * 2 + 1] == K.max_threads()  # 300k elements of the chain: threads
+    assert encode(program)[0][3 + 2 + 4 * 2 + 1] == K.max_threads()  # 300k elements: threads
 
 
 def test_register_allocation_reuses_registers():
@@ -267,7 +267,8 @@ def test_every_build_gives_bitwise_the_same_results(dtype):
         for name in names:
             if name in BINARY:
                 program = Program([x.shape, y.shape], x.shape, dtype,
-                                  [("load", 0, 0), ("load", 1, 1), (name, 2, 0, 1), ("store", 0, 2)])
+                                  [("load", 0, 0), ("load", 1, 1), (name, 2, 0, 1),
+                                   ("store", 0, 2)])
                 arrays = [x, y]
             else:
                 program = unary_program(name, x.shape, dtype, {"leaky_relu": [0.1],
@@ -276,8 +277,10 @@ def test_every_build_gives_bitwise_the_same_results(dtype):
             ints, floats, ws = encode(program)
             out = np.empty_like(x)
             with np.errstate(all="ignore"):
-                assert module.call_kernel(kernel_name(dtype), arrays + [out, np.empty(ws, np.uint8)],
-                                          ints, floats) == 0
+                workspace = np.empty(ws, np.uint8)
+                status = module.call_kernel(kernel_name(dtype), arrays + [out, workspace], ints,
+                                            floats)
+                assert status == 0
             got.append(out)
         results.append(got)
     assert results, "no build of the fused kernel runs here"
