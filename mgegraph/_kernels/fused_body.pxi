@@ -21,6 +21,10 @@
 # it); others are gathered by strides. Blocks are shared among OpenMP threads, each with its own
 # registers. Steps run in code order, so an output may share an input's buffer only when no step
 # after the output's STORE reads that input.
+#
+# This source is built three times (setup.py): fused.pyx for any CPU, fused_avx2.pyx and
+# fused_avx512.pyx for wider vectors, all without FP contraction, so they agree bitwise;
+# _kernels/__init__.py imports the widest one the CPU runs (cpu_has).
 
 from libc.math cimport (sqrt, sqrtf, sin, sinf, cos, cosf, erf, fabs, fabsf, floor, floorf, ceil,
                         ceilf, pow as cpow, powf)
