@@ -193,34 +193,19 @@ def test_fusion_chain(benchmark, impl):
 
 
 # -- op-overhead ----------------------------------------------------------------------------------
-def op_chain_numpy(x0):
-    a, m = np.float32(0.5), np.float32(0.999)
-    v = x0
-    for i in range(workloads.OP_CHAIN):
-        k = i % 3
-        v = v + a if k == 0 else (v * m if k == 1 else np.maximum(v, 0))
-    return v
+op_chain_numpy = workloads.op_chain_numpy
 
 
 @functools.cache
 def op_chain_feeds():
-    return {"x": np.random.default_rng(workloads.SEED).standard_normal(16).astype(np.float32)}
+    return {"x": workloads.op_chain_input()}
 
 
 def ops_mgegraph(optimize):
-    plan = mg.compile([op_chain_graph()], optimize=optimize)
+    plan = mg.compile([workloads.op_chain_graph()], optimize=optimize)
     feeds = op_chain_feeds()
     run = mg_executor(plan, feeds, op_chain_numpy(feeds["x"]), f"op chain optimize={optimize}")
     return run, {"instructions": len(plan.instructions)}
-
-
-def op_chain_graph():
-    g = mg.Graph()
-    y = g.input("x", (16,), "float32")
-    ca, cm = g.const(np.float32(0.5)), g.const(np.float32(0.999))
-    for i in range(workloads.OP_CHAIN):
-        y = (y + ca, y * cm, F.relu(y))[i % 3]
-    return y
 
 
 def ops_numpy():
@@ -228,18 +213,11 @@ def ops_numpy():
     return functools.partial(op_chain_numpy, x0), {}
 
 
-def torch_op_chain(torch, v):
-    for i in range(workloads.OP_CHAIN):
-        k = i % 3
-        v = v + 0.5 if k == 0 else (v * 0.999 if k == 1 else torch.relu(v))
-    return v
-
-
 def ops_torch(compiled):
     torch = need("torch")
     x0 = op_chain_feeds()["x"]
     t0 = torch.from_numpy(x0.copy())
-    fn = functools.partial(torch_op_chain, torch)
+    fn = functools.partial(workloads.op_chain_torch, torch)
     if compiled:  # about 10 s of compiling for the 1,000 ops
         fn = compile_or_skip(torch, fn, [t0])
     run = torch.no_grad()(functools.partial(fn, t0))

@@ -29,41 +29,48 @@ def _torch():
 OP_CHAIN = 1000
 
 
-def op_overhead() -> dict:
-    x0 = np.random.default_rng(SEED).standard_normal(16).astype(np.float32)
-    a, m = np.float32(0.5), np.float32(0.999)
+def op_chain_input() -> np.ndarray:
+    return np.random.default_rng(SEED).standard_normal(16).astype(np.float32)
+
+
+def op_chain_graph() -> mg.Var:
+    """The chain on a (16,) float32 input named "x": its last value."""
     g = mg.Graph()
-    x = g.input("x", (16,), "float32")
-    ca, cm = g.const(a), g.const(m)
-    y = x
+    y = g.input("x", (16,), "float32")
+    ca, cm = g.const(np.float32(0.5)), g.const(np.float32(0.999))
     for i in range(OP_CHAIN):
         y = (y + ca, y * cm, F.relu(y))[i % 3]
-    plan = mg.compile([y])
+    return y
+
+
+def op_chain_numpy(x0: np.ndarray) -> np.ndarray:
+    a, m = np.float32(0.5), np.float32(0.999)
+    v = x0
+    for i in range(OP_CHAIN):
+        k = i % 3
+        v = v + a if k == 0 else (v * m if k == 1 else np.maximum(v, 0))
+    return v
+
+
+def op_chain_torch(torch, v):
+    for i in range(OP_CHAIN):
+        k = i % 3
+        v = v + 0.5 if k == 0 else (v * 0.999 if k == 1 else torch.relu(v))
+    return v
+
+
+def op_overhead() -> dict:
+    x0 = op_chain_input()
+    plan = mg.compile([op_chain_graph()])
     feeds = {"x": x0}
     plan.run(feeds)
-
-    def numpy_eager():
-        v = x0
-        for i in range(OP_CHAIN):
-            k = i % 3
-            v = v + a if k == 0 else (v * m if k == 1 else np.maximum(v, 0))
-        return v
-
     impls = {"mgegraph plan.run": lambda: plan.run(feeds),
              "mgegraph executor only": plan._executor.run,
-             "numpy eager": numpy_eager}
+             "numpy eager": lambda: op_chain_numpy(x0)}
     torch = _torch()
     if torch is not None:
         t0 = torch.from_numpy(x0.copy())
-
-        def torch_eager():
-            v = t0
-            for i in range(OP_CHAIN):
-                k = i % 3
-                v = v + 0.5 if k == 0 else (v * 0.999 if k == 1 else torch.relu(v))
-            return v
-
-        impls["torch eager"] = torch_eager
+        impls["torch eager"] = lambda: op_chain_torch(torch, t0)
     return impls
 
 
