@@ -129,20 +129,26 @@ def split(graph: Graph, outputs) -> Split:
 
 
 # -- what a plan recomputes ----------------------------------------------------------------------
+def makers(s: Split, kept, values, done=frozenset()) -> list[Node]:
+    """The forward nodes that recompute ``values`` from ``kept`` values (root ids) and sources,
+    in forward order; values in ``done`` (ids) are at hand already and need no node."""
+    found: dict[int, Node] = {}
+    stack = [v.node for v in values if v.id not in done]
+    while stack:
+        node = stack.pop()
+        if id(node) in found:
+            continue
+        found[id(node)] = node
+        stack += [u.node for u in node.inputs
+                  if s.is_forward_value(u) and root(u).id not in kept and u.id not in done]
+    return sorted(found.values(), key=lambda n: s.positions[id(n)])
+
+
 def recomputed_nodes(s: Split, kept) -> list[Node]:
     """The forward nodes a plan keeping ``kept`` (root value ids) clones, in graph order: the
     makers of the crossing values not kept, and of the values those need that are not kept."""
-    chosen: dict[int, Node] = {}
     kept = frozenset(kept) | s.always_kept
-    stack = [v.node for rid, v in s.crossing.items() if rid not in kept]
-    while stack:
-        node = stack.pop()
-        if id(node) in chosen:
-            continue
-        chosen[id(node)] = node
-        stack += [u.node for u in node.inputs
-                  if s.is_forward_value(u) and root(u).id not in kept and id(u.node) not in chosen]
-    return sorted(chosen.values(), key=lambda n: s.positions[id(n)])
+    return makers(s, kept, [v for rid, v in s.crossing.items() if rid not in kept])
 
 
 def graph_flops(graph: Graph) -> float:
@@ -180,7 +186,8 @@ class _Cloner:
 
     def inputs_of(self, user: Node) -> tuple[Var, ...]:
         """``user``'s inputs in the new graph, cloning what it needs first."""
-        missing = self._missing([v for v in user.inputs if self.recomputed(v)])
+        missing = makers(self.s, self.kept, [v for v in user.inputs if self.recomputed(v)],
+                         self.clone)
         for node in missing:
             new = self.b.graph.add_copy(node, tuple(self.var(u) for u in node.inputs))
             self.nodes.append(new)
@@ -190,17 +197,6 @@ class _Cloner:
         if missing:
             self.groups.append((user, tuple(missing)))
         return tuple(self.var(v) for v in user.inputs)
-
-    def _missing(self, wanted: list[Var]) -> list[Node]:
-        found: dict[int, Node] = {}
-        stack = [v.node for v in wanted if v.id not in self.clone]
-        while stack:
-            node = stack.pop()
-            if id(node) in found:
-                continue
-            found[id(node)] = node
-            stack += [u.node for u in node.inputs if self.recomputed(u) and u.id not in self.clone]
-        return sorted(found.values(), key=lambda n: self.s.positions[id(n)])
 
 
 def rematerialize(s: Split, outputs, kept) -> Rematerialized:
