@@ -268,14 +268,14 @@ def _remat_plan(graph: Graph, outputs, device: str, options, remat) -> Plan:
     judge = Judge(s, outputs, lambda g, outs, clones: _lower(g, outs, device, clones, launches),
                   options)
     pool, base_flops = candidates(s), graph_flops(graph)
-    chosen = judge(choose(judge, pool, remat, base_flops))
-    plan = _plan(chosen.lowered, options, chosen.scheduled, chosen.memory(options))
 
     def plan_of(candidate):
         judged = judge(candidate)
         return _plan(judged.lowered, options, judged.scheduled, judged.memory(options))
 
-    plan.remat = RematReport(s, judge, pool, chosen.candidate, remat, base_flops, plan_of)
+    chosen = choose(judge, pool, remat, base_flops)
+    plan = plan_of(chosen)
+    plan.remat = RematReport(s, judge, pool, chosen, remat, base_flops, plan_of)
     return plan
 
 
