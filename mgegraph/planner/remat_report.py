@@ -58,16 +58,23 @@ class RematReport:
                 for rid, v in self.split.crossing.items() if (rid in chosen) == kept]
         return sorted(rows, key=lambda r: (-r["bytes"], int(r["value"][1:])))
 
+    def brief(self) -> dict:
+        """The chosen candidate, the arena without remat and the extra FLOPs (the memory
+        report's remat line)."""
+        return {"candidate": self.chosen.name,
+                "arena_bytes_without_remat": self.judge.arena(self.pool[0]),
+                "extra_flops_percent": round(self.percent(self.chosen.extra_flops), 3)}
+
     def summary(self) -> dict:
-        plain, arena = self.judge.arena(self.pool[0]), self.judge.arena(self.chosen)
+        brief, arena = self.brief(), self.judge.arena(self.chosen)
+        plain = brief["arena_bytes_without_remat"]
         judged = self.judge(self.chosen)
         return {
+            **brief,
             "mode": self.options.mode, "overhead_bound": self.options.overhead,
-            "candidate": self.chosen.name, "candidates": len(self.pool),
-            "arena_bytes_without_remat": plain, "arena_bytes": arena,
+            "candidates": len(self.pool), "arena_bytes": arena,
             "bytes_saved": plain - arena, "peak_ratio": plain / arena if arena else 1.0,
             "base_flops": self.base_flops, "extra_flops": self.chosen.extra_flops,
-            "extra_flops_percent": round(self.percent(self.chosen.extra_flops), 3),
             "kept": self._values(True), "recomputed": self._values(False),
             "recomputed_nodes": len(judged.remat.clones),
             "recomputations": [{"before": user.op.name, "nodes": len(nodes)}

@@ -126,9 +126,7 @@ def _remat_line(plan) -> dict | None:
     """What rematerialisation did, in short (``plan.remat_report()`` has the rest)."""
     if getattr(plan, "remat", None) is None:
         return None
-    r = plan.remat
-    return {"candidate": r.chosen.name, "arena_bytes_without_remat": r.judge.arena(r.pool[0]),
-            "extra_flops_percent": round(r.percent(r.chosen.extra_flops), 3)}
+    return plan.remat.brief()
 
 
 # -- the text report ---------------------------------------------------------------------------
