@@ -111,17 +111,13 @@ register(OpDef("matmul", "matmul", _matmul_infer,
                attrs={"transpose_a": False, "transpose_b": False}, kernel="matmul",
                dtypes=NUMERIC_DTYPES, lower=_matmul_lower, grad=_matmul_grad,
                flops_per_element=128.0,  # really 2k; a typical k for cost heuristics
-               flops=lambda node: _gemm_flops(node, _inner(node))))
+               flops=lambda node: _gemm_flops(
+                   node, _operand(node.inputs[0].type, node.attr["transpose_a"], left=True)[2])))
 
 
 def _gemm_flops(node, k: int) -> float:
     """2k multiply-adds per output element of a product over an inner dimension ``k``."""
     return 2.0 * k * node.outputs[0].size
-
-
-def _inner(node) -> int:
-    a = node.inputs[0]
-    return a.shape[-2] if node.attr["transpose_a"] and a.ndim > 1 else a.shape[-1]
 
 
 # -- linear ---------------------------------------------------------------------------------------
@@ -186,7 +182,8 @@ def _linear_grad(node, out_grads):
 
 register(OpDef("linear", "matmul", _linear_infer, kernel="linear", dtypes=FLOAT_DTYPES,
                attrs={"activation": "none"}, lower=_linear_lower, grad=_linear_grad,
-               flops_per_element=128.0, flops=lambda node: _gemm_flops(node, node.inputs[1].shape[1])))
+               flops_per_element=128.0,
+               flops=lambda node: _gemm_flops(node, node.inputs[1].shape[1])))
 
 
 # -- public functions (re-exported by mgegraph.functional) ---------------------------------------
