@@ -334,12 +334,12 @@ def _launch(node, launches: dict):
     key = (node.op.name, node.attrs, tuple(v.type for v in node.inputs),
            tuple(v.type for v in node.outputs))
     try:
-        hash(key)
+        return launches[key]
+    except KeyError:
+        launches[key] = launch = node.op.lower(node)
+        return launch
     except TypeError:  # an attribute that is not a plain immutable value: no memo
         return node.op.lower(node)
-    if key not in launches:
-        launches[key] = node.op.lower(node)
-    return launches[key]
 
 
 @dataclass
