@@ -14,7 +14,8 @@ import numpy as np
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph import nn, optim
-from workloads import MLP_LAYERS, OP_CHAIN, SEED, _batch, _convnet, _mlp_module, mlp_weights
+from workloads import (MLP_LAYERS, OP_CHAIN, SEED, _batch, _convnet, _mlp_module, mlp_weights,
+                       op_chain_graph)
 
 
 # -- ResNet-18 -------------------------------------------------------------------------------------
@@ -118,12 +119,7 @@ def mobilenet_infer(size=224, memory=None) -> mg.Plan:
 # -- the workloads of benchmarks/workloads.py, compiled only ------------------------------------
 def op_chain(ops=OP_CHAIN, memory=None) -> mg.Plan:
     """op-overhead: ``ops`` elementwise ops (add, mul, relu cycled) on 16 elements."""
-    g = mg.Graph()
-    y = g.input("x", (16,), "float32")
-    ca, cm = g.const(np.float32(0.5)), g.const(np.float32(0.999))
-    for i in range(ops):
-        y = (y + ca, y * cm, F.relu(y))[i % 3]
-    return mg.compile([y], memory=memory)
+    return mg.compile([op_chain_graph(ops)], memory=memory)
 
 
 def mlp_infer(batch, memory=None) -> mg.Plan:
@@ -138,12 +134,16 @@ def mlp_infer(batch, memory=None) -> mg.Plan:
     return mg.compile([h], memory=memory)
 
 
-def fusion_chain(n=4_194_304, memory=None) -> mg.Plan:
-    """fusion-chain: ``relu(x * a + b) * c - tanh(x) / (1 + exp(-x))`` on n-element tensors."""
+def fusion_chain_graph(n=4_194_304) -> mg.Var:
+    """fusion-chain: ``relu(x * a + b) * c - tanh(x) / (1 + exp(-x))`` on n-element inputs
+    named x, a, b, c."""
     g = mg.Graph()
     x, a, b, c = (g.input(name, (n,), "float32") for name in "xabc")
-    y = F.relu(x * a + b) * c - F.tanh(x) / (1.0 + F.exp(-x))
-    return mg.compile([y], memory=memory)
+    return F.relu(x * a + b) * c - F.tanh(x) / (1.0 + F.exp(-x))
+
+
+def fusion_chain(n=4_194_304, memory=None) -> mg.Plan:
+    return mg.compile([fusion_chain_graph(n)], memory=memory)
 
 
 def train_step(model, batch_shape, memory=None) -> mg.Plan:

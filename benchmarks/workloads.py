@@ -33,12 +33,12 @@ def op_chain_input() -> np.ndarray:
     return np.random.default_rng(SEED).standard_normal(16).astype(np.float32)
 
 
-def op_chain_graph() -> mg.Var:
-    """The chain on a (16,) float32 input named "x": its last value."""
+def op_chain_graph(ops: int = OP_CHAIN) -> mg.Var:
+    """The chain of ``ops`` ops on a (16,) float32 input named "x": its last value."""
     g = mg.Graph()
     y = g.input("x", (16,), "float32")
     ca, cm = g.const(np.float32(0.5)), g.const(np.float32(0.999))
-    for i in range(OP_CHAIN):
+    for i in range(ops):
         y = (y + ca, y * cm, F.relu(y))[i % 3]
     return y
 
