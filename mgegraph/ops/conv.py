@@ -198,8 +198,10 @@ def _conv2d_grad(node, out_grads):
 
     x, w = node.inputs[:2]
     g, conv = through_activation(node, out_grads[0]), _conv_attrs(node)
-    dx = conv2d_backward_data(w, g, x.shape[2:], **conv)
+    # The filter gradient first: it reads x, whose buffer (often x's last use, or a value
+    # rematerialisation just remade) can then die before the data gradient's output is made.
     dw = _like(conv2d_backward_filter(x, g, w.shape[-2:], **conv), w.shape)
+    dx = conv2d_backward_data(w, g, x.shape[2:], **conv)
     if len(node.inputs) == 2:
         return dx, dw
     return dx, dw, _like(F.sum(g, axis=(0, 2, 3)), node.inputs[2].shape)

@@ -30,8 +30,8 @@ MODES = ("sqrt", "auto")
 class RematOptions:
     """How ``mg.compile(..., remat=)`` trades compute for memory.
 
-    ``mode``: "sqrt" (checkpointed segments, each forward value recomputed at most once, the
-    smallest peak such a plan reaches), "auto" (the smallest peak whose extra FLOPs are at most
+    ``mode``: "sqrt" (checkpointed segments, each dear value recomputed at most once, the
+    smallest peak such a plan reaches; cheap values may be remade at each use), "auto" (the smallest peak whose extra FLOPs are at most
     ``overhead`` times the step's) or a byte budget (the least recomputation whose planned
     arena, workspaces included, fits in it; an error names the smallest peak reachable).
 
@@ -151,6 +151,38 @@ def recomputed_nodes(s: Split, kept) -> list[Node]:
     return makers(s, kept, [v for rid, v in s.crossing.items() if rid not in kept])
 
 
+def recomputations(s: Split, kept, mirror: bool = False) -> list[tuple[int, list[Node]]]:
+    """(index in ``s.graph.nodes`` of a backward node, the forward nodes cloned just before
+    it), in order, for a plan keeping ``kept`` (root value ids).
+
+    A clone is made before the first backward node that needs its value and held for the later
+    ones. With ``mirror`` (Chen et al.'s "mirror" of cheap ops, as in MXNet), only the clones
+    of dear ops are held: a cheap clone serves the backward nodes up to the next dear one and
+    is then remade where needed, so a segment's cheap values (norm and activation outputs) are
+    not live across its GEMMs or convolutions. Remaking them costs cheap FLOPs only.
+    """
+    kept = frozenset(kept) | s.always_kept
+    held: set[int] = set()    # ids of values whose clones later nodes may read
+    fresh: set[int] = set()   # cheap clones, with mirror, until the next dear node
+    out = []
+    for index in range(s.backward_from, len(s.graph.nodes)):
+        user = s.graph.nodes[index]
+        if mirror and not user.op.cheap(user):
+            held -= fresh
+            fresh.clear()
+        needed = [v for v in user.inputs if s.is_forward_value(v) and root(v).id not in kept]
+        missing = makers(s, kept, needed, held) if needed else []
+        if not missing:
+            continue
+        out.append((index, missing))
+        for node in missing:
+            made = {v.id for v in node.outputs}
+            held |= made
+            if mirror and node.op.cheap(node):
+                fresh |= made
+    return out
+
+
 def graph_flops(graph: Graph) -> float:
     return sum(node.op.cost(node) for node in graph.nodes if node.op.name != "assign")
 
@@ -158,64 +190,61 @@ def graph_flops(graph: Graph) -> float:
 # -- the transform -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Rematerialized:
-    """The rebuilt graph, the caller's outputs in it, the clone nodes (new graph) and, per
-    backward node that first needed them, the forward nodes recomputed before it."""
+    """The rebuilt graph, the caller's outputs in it, the clone nodes (new graph), each with the
+    node it must run after, and per backward node that needed them, the forward nodes
+    recomputed before it.
+
+    A clone runs after the backward node that last made an input of its user: no earlier than
+    the user could run, or the scheduler could hoist the recomputation into the forward part
+    and save nothing. When the user reads no backward value, its anchor is None: the clone
+    runs after the last instruction before it in graph order.
+    """
 
     graph: Graph
     outputs: list[Var]
-    clones: frozenset[int]                           # id() of the clone nodes
+    clones: dict[int, Node | None]                   # id() of a clone node -> its anchor
     groups: tuple[tuple[Node, tuple[Node, ...]], ...]  # (first user, cloned forward nodes)
     extra_flops: float
 
 
-class _Cloner:
-    """Clones of forward nodes on demand, each at most once."""
-
-    def __init__(self, builder: Builder, s: Split, kept):
-        self.b, self.s, self.kept = builder, s, kept
-        self.clone: dict[int, Var] = {}    # old value id -> its recomputed Var
-        self.nodes: list[Node] = []        # new clone nodes
-        self.groups: list = []
-        self.flops = 0.0
-
-    def recomputed(self, v: Var) -> bool:
-        return self.s.is_forward_value(v) and root(v).id not in self.kept
-
-    def var(self, v: Var) -> Var:
-        return self.clone[v.id] if self.recomputed(v) else self.b.var(v)
-
-    def inputs_of(self, user: Node) -> tuple[Var, ...]:
-        """``user``'s inputs in the new graph, cloning what it needs first."""
-        missing = makers(self.s, self.kept, [v for v in user.inputs if self.recomputed(v)],
-                         self.clone)
-        for node in missing:
-            new = self.b.graph.add_copy(node, tuple(self.var(u) for u in node.inputs))
-            self.nodes.append(new)
-            self.flops += node.op.cost(node)
-            for old, out in zip(node.outputs, new.outputs):
-                self.clone[old.id] = out
-        if missing:
-            self.groups.append((user, tuple(missing)))
-        return tuple(self.var(v) for v in user.inputs)
-
-
-def rematerialize(s: Split, outputs, kept) -> Rematerialized:
+def rematerialize(s: Split, outputs, kept, mirror: bool = False) -> Rematerialized:
     """``s.graph`` with every forward value outside ``kept`` (root ids) recomputed before its
-    first use after the forward part.
+    uses after the forward part, as ``recomputations`` orders.
 
     >>> r = rematerialize(split(g, [loss]), [loss], kept=frozenset()); print(r.graph)
     """
     kept = frozenset(kept) | s.always_kept
+    groups = dict(recomputations(s, kept, mirror))
+    index_of = {id(n): i for i, n in enumerate(s.graph.nodes)}
     b = Builder(s.graph)
-    cloner = _Cloner(b, s, kept)
+    latest: dict[int, Var] = {}   # id of a value not kept -> its newest clone
+    clones, made, flops = {}, [], 0.0
+
+    def new(v: Var) -> Var:
+        recomputed = s.is_forward_value(v) and root(v).id not in kept
+        return latest[v.id] if recomputed else b.var(v)
+
     for index, node in enumerate(s.graph.nodes):
-        if index < s.backward_from:
-            outs = b.copy(node)
-        else:
-            outs = b.copy(node, cloner.inputs_of(node))
-        for old, new in zip(node.outputs, outs):
-            b.vars[old.id] = new
+        if index in groups:
+            anchor = _anchor(s, node, index_of)
+            anchor = None if anchor is None else b.var(anchor).node
+            for old in groups[index]:
+                clone = b.graph.add_copy(old, tuple(new(u) for u in old.inputs))
+                clones[id(clone)] = anchor
+                flops += old.op.cost(old)
+                latest.update((v.id, c) for v, c in zip(old.outputs, clone.outputs))
+            made.append((node, tuple(groups[index])))
+        outs = b.copy(node, tuple(new(u) for u in node.inputs) if index >= s.backward_from
+                      else None)
+        for old, out in zip(node.outputs, outs):
+            b.vars[old.id] = out
     b.carry_bindings()
-    return Rematerialized(b.graph, [b.var(v) for v in outputs],
-                          frozenset(id(n) for n in cloner.nodes), tuple(cloner.groups),
-                          cloner.flops)
+    return Rematerialized(b.graph, [b.var(v) for v in outputs], clones, tuple(made), flops)
+
+
+def _anchor(s: Split, user: Node, index_of: dict[int, int]) -> Var | None:
+    """The backward value ``user`` reads that is made last in graph order (through views, the
+    buffer it lives in), or None when it reads none."""
+    made = [root(v) for v in user.inputs]
+    made = [v for v in made if v.node is not None and index_of[id(v.node)] >= s.backward_from]
+    return max(made, key=lambda v: index_of[id(v.node)], default=None)

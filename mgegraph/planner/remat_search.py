@@ -7,9 +7,12 @@ point of the order where at most one buffer crosses from before to after: betwee
 chain, between residual blocks of a ResNet) and the buffers crossing there become checkpoints.
 The top segment, live when the backward starts anyway, is kept (``Split.always_kept`` too).
 Sweeping the limit gives segments that shrink towards the loss (more checkpoints are live
-there), so each value is recomputed at most once. A second flavour keeps the outputs of dear
-ops (GEMMs, convolutions: ``OpDef.cheap`` in the registry) and recomputes only cheap ones, and
-one candidate recomputes every cheap value and nothing else. Nothing decides on an estimate:
+there), so each value is recomputed at most once. Each segment plan also comes *mirrored*
+(``remat.recomputations``): only dear clones (GEMMs, convolutions: ``OpDef.cheap`` in the
+registry) are held, cheap values are remade at each use, and segments are sized by their dear
+bytes only, so they grow longer for the same memory. A second flavour keeps the outputs of dear
+ops and recomputes only cheap ones; partial-depth plans keep everything (or, mirrored, every
+dear output) above a point of the forward order. Nothing decides on an estimate:
 each candidate is rebuilt, lowered and scheduled, its lower bound read, and arenas are solved
 (workspaces included) for the candidates that can still win.
 
@@ -22,7 +25,8 @@ from dataclasses import dataclass, field
 
 from ..ir.errors import GraphError
 from .memory import place, schedule
-from .remat import Rematerialized, RematOptions, Split, recomputed_nodes, rematerialize, root
+from .remat import (Rematerialized, RematOptions, Split, recomputations, recomputed_nodes,
+                    rematerialize, root)
 from .report import human
 
 # Segment limits tried: from the largest crossing buffer to all of them, each GRID_STEP times
@@ -33,7 +37,7 @@ from .report import human
 GRID_STEP, GRID_POINTS, FINE_STEP, FINE_SPAN = 1.15, 16, 1.03, 1.4
 # Partial-depth plans: everything above these fractions of the crossing bytes (counted from the
 # loss down) is kept, with PARTIAL_LIMITS segment limits (doubling) below.
-KEEP_ABOVE, PARTIAL_LIMITS = (0.25, 0.5, 0.75), 3
+KEEP_ABOVE, PARTIAL_LIMITS = (0.06, 0.09, 0.12, 0.18, 0.25, 0.5, 0.75), 3
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,8 @@ class Candidate:
     name: str
     kept: frozenset[int]
     extra_flops: float
-    segments: bool        # each value recomputed at most once, whole segments ("sqrt" family)
+    segments: bool        # whole segments, each dear value recomputed once ("sqrt" family)
+    mirror: bool = False  # cheap clones remade at each use (``remat.recomputations``)
 
 
 # -- candidate boundaries ------------------------------------------------------------------------
@@ -84,20 +89,23 @@ def _keep_dear(s: Split, kept: set[int]) -> set[int]:
 
 
 def segment_plan(s: Split, cuts, allowed: set[int], limit: int, keep_dear: bool,
-                 stop: int | None = None) -> frozenset:
+                 stop: int | None = None, mirror: bool = False) -> frozenset:
     """The kept set of segments grown up to ``limit`` bytes (crossing bytes of the open segment
     plus the checkpoints so far), cut at the last allowed boundary; no cut after forward
-    position ``stop``, so everything above the last cut before it is kept."""
+    position ``stop``, so everything above the last cut before it is kept. With ``mirror``,
+    only the outputs of dear ops count and are kept at the top: the cheap ones are remade at
+    each use."""
     kept, kept_bytes = set(s.always_kept), 0
     segment: list[int] = []
     seg_bytes, last_cut = 0, None
     for p, node in enumerate(s.forward):
+        dear = not node.op.cheap(node)
         for v in node.outputs:
             if v.id in s.crossing:
-                if keep_dear and not node.op.cheap(node):
+                if keep_dear and dear:
                     kept.add(v.id)
                     kept_bytes += _bytes(v)
-                else:
+                elif dear or not mirror:
                     segment.append(v.id)
                     seg_bytes += _bytes(v)
         if p in allowed and (stop is None or p <= stop):
@@ -161,21 +169,34 @@ def partial_depths(s: Split) -> list[tuple[int, int, str]]:
 
 
 def candidates(s: Split) -> list[Candidate]:
-    """The family, without duplicates, fewest extra FLOPs first; the first keeps everything."""
-    found = {frozenset(s.crossing) | s.always_kept: ("none", False)}
-    found.setdefault(cheap_plan(s), ("cheap", False))
+    """The family, fewest extra FLOPs first; the first keeps everything. Candidates that
+    recompute the same nodes at the same places are one (mirroring often changes nothing)."""
+    found = {(frozenset(s.crossing) | s.always_kept, False): ("none", False)}
+    for mirror in (False, True):
+        found.setdefault((cheap_plan(s), mirror), ("cheap", False))
     cuts = crossing_cuts(s)
     allowed = boundaries(cuts)
     for limit, both in limits([_bytes(v) for v in s.crossing.values()]):
-        for keep_dear in (False, True) if both else (False,):
-            kept = segment_plan(s, cuts, allowed, limit, keep_dear)
-            label = f"segments {human(limit)}" + (" (dear ops kept)" if keep_dear else "")
-            found.setdefault(kept, (label, not keep_dear))
+        label = f"segments {human(limit)}"
+        found.setdefault((segment_plan(s, cuts, allowed, limit, False), False), (label, True))
+        found.setdefault((segment_plan(s, cuts, allowed, limit, False, mirror=True), True),
+                         (label, True))
+        if both:
+            found.setdefault((segment_plan(s, cuts, allowed, limit, True), False),
+                             (label + " (dear ops kept)", False))
     for stop, limit, label in partial_depths(s):
-        kept = segment_plan(s, cuts, allowed, limit, False, stop)
-        found.setdefault(kept, (f"segments {human(limit)}, {label}", False))
-    out = [Candidate(name, kept, sum(n.op.cost(n) for n in recomputed_nodes(s, kept)), seg)
-           for kept, (name, seg) in found.items()]
+        for mirror in (False, True):
+            found.setdefault((segment_plan(s, cuts, allowed, limit, False, stop, mirror), mirror),
+                             (f"segments {human(limit)}, {label}", False))
+    out, seen = [], set()
+    for (kept, mirror), (name, segments) in found.items():
+        groups = recomputations(s, kept, mirror)
+        key = tuple((index, tuple(map(id, nodes))) for index, nodes in groups)
+        if key not in seen:
+            seen.add(key)
+            flops = sum(n.op.cost(n) for _, nodes in groups for n in nodes)
+            out.append(Candidate(name + (" mirrored" if mirror else ""), kept, flops, segments,
+                                 mirror))
     return sorted(out, key=lambda c: (c.extra_flops, -len(c.kept), c.name))
 
 
@@ -211,12 +232,12 @@ class Judge:
         self.done: dict[frozenset, Judged] = {}
 
     def __call__(self, c: Candidate) -> Judged:
-        if c.kept not in self.done:
-            r = rematerialize(self.s, self.outputs, c.kept)
+        if (c.kept, c.mirror) not in self.done:
+            r = rematerialize(self.s, self.outputs, c.kept, c.mirror)
             low = self.lower(r.graph, r.outputs, r.clones)
             sched = schedule(low.slots, low.instructions, self.options, low.after)
-            self.done[c.kept] = Judged(c, r, low, sched)
-        return self.done[c.kept]
+            self.done[c.kept, c.mirror] = Judged(c, r, low, sched)
+        return self.done[c.kept, c.mirror]
 
     def arena(self, c: Candidate) -> int:
         return self(c).arena(self.options)

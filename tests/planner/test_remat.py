@@ -8,7 +8,8 @@ import pytest
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph import nn, optim
-from mgegraph.planner.remat import RematOptions, recomputed_nodes, remat_options, split
+from mgegraph.planner.remat import (RematOptions, recomputations, recomputed_nodes, remat_options,
+                                   split)
 from mgegraph.planner.verify import PlanError
 from mgegraph.testing import random_graph
 
@@ -182,6 +183,62 @@ def test_random_training_graphs_are_bitwise_the_same(seed):
             np.testing.assert_array_equal(a, b, err_msg=candidate.name)
 
 
+def resnet_graph(blocks=3, c=4):
+    """The training graph of ``resnet_like`` (batch norm, dropout, skips, SGD assigns to the
+    model's params), the feeds and the model."""
+    nn.init.manual_seed(0)
+    model = resnet_like(blocks, c)
+    g = mg.Graph()
+    x, y = g.input("x", (2, 3, 6, 6)), g.input("y", (2,), "int64")
+    loss = F.reshape(F.cross_entropy(model(x), y), ())
+    opt = optim.SGD(model.parameters(), lr=0.05)
+    grads = mg.grad(loss, [g.bind(p) for p in opt.params])
+    opt.build(g, {id(p): dg for p, dg in zip(opt.params, grads)})
+    xv, yv = batch((2, 3, 6, 6))
+    return loss, {"x": xv, "y": yv}, model
+
+
+def test_every_mirrored_candidate_of_a_resnet_is_bitwise_the_same():
+    """Mirrored plans remake batch norm, relu and dropout outputs at each use."""
+    loss, feeds, model = resnet_graph()
+    start = model.state_dict()
+    want = two_runs(mg.compile([loss]), feeds)
+    report = mg.compile([loss], remat="sqrt", memory="debug").remat
+    mirrored = [c for c in report.pool if c.mirror]
+    assert mirrored
+    for candidate in mirrored:
+        model.load_state_dict(start)  # the runs update the model's params
+        for a, b in zip(two_runs(report.plan_of(candidate), feeds), want):
+            np.testing.assert_array_equal(a, b, err_msg=candidate.name)
+
+
+def test_mirror_remakes_cheap_values_but_recomputes_each_dear_one_once():
+    loss, _, _ = resnet_graph()
+    s = split(loss.graph, [loss])
+    for mirror in (False, True):
+        nodes = [n for _, group in recomputations(s, frozenset(), mirror) for n in group]
+        dear = [n for n in nodes if not n.op.cheap(n)]
+        assert dear and len(dear) == len(set(map(id, dear)))
+        assert (len(nodes) > len(set(map(id, nodes)))) == mirror
+        assert {n.op.name for n in nodes} >= {"conv2d", "batch_norm", "dropout"}
+
+
+def test_mirror_holds_no_cheap_clone_across_a_dear_backward_node():
+    loss, _, _ = resnet_graph()
+    s = split(loss.graph, [loss])
+    nodes = s.graph.nodes
+    groups = dict(recomputations(s, frozenset(), mirror=True))
+    remade: dict[int, int] = {}  # id() of a cheap forward node -> where its clone was last made
+    for index in range(s.backward_from, len(nodes)):
+        for n in groups.get(index, ()):
+            if n.op.cheap(n):
+                remade[id(n)] = index
+        for v in nodes[index].inputs:
+            if v.node is not None and id(v.node) in remade:
+                between = nodes[remade[id(v.node)] + 1:index]
+                assert all(b.op.cheap(b) for b in between), v
+
+
 # -- budgets ---------------------------------------------------------------------------------------
 def mlp_graph(depth=16, width=32):
     nn.init.manual_seed(0)
@@ -228,6 +285,8 @@ def test_nothing_is_recomputed_that_is_kept_anyway():
     assert logits.id in s.always_kept
     for c in plan.remat.pool:
         made = {v.id for n in recomputed_nodes(s, c.kept) for v in n.outputs}
+        made |= {v.id for _, nodes in recomputations(s, c.kept, c.mirror) for n in nodes
+                 for v in n.outputs}
         assert not made & s.always_kept, c.name
 
 
@@ -245,7 +304,7 @@ def test_auto_keeps_within_its_overhead_bound_and_a_looser_one_never_raises_the_
 
 
 # -- scheduling ------------------------------------------------------------------------------------
-def test_recomputations_are_pinned_behind_the_backward_step_before_them():
+def test_recomputations_are_pinned_behind_a_backward_step():
     plan = mg.compile([mlp_graph()], remat="sqrt")
     judged = plan.remat.judge(plan.remat.chosen)
     assert judged.lowered.after
