@@ -379,15 +379,13 @@ def _mark_outputs(slots: list[Slot], outputs) -> None:
             slots[root] = replace(slots[root], role="output")
 
 
-def _lower(graph: Graph, outputs, device: str, clones=None, launches=None) -> _Lowered:
+def _lower(graph: Graph, outputs, device: str, clones=frozenset(), launches=None) -> _Lowered:
     """Instructions in the graph's order. ``clones`` (id() of rematerialisation's recomputing
-    nodes -> the node each runs after, or None: the last other instruction before it) become
-    ``_Lowered.after`` pairs.
+    nodes) each run after the last other instruction before them (``_Lowered.after``).
     ``launches`` memoises ``OpDef.lower`` (a pure function of the op, attributes and types)
     across nodes and calls: the layers of a deep network, and the candidate graphs of
     rematerialisation, repeat the same nodes."""
     launches = {} if launches is None else launches
-    clones = {} if clones is None else clones
     slots: list[Slot] = []
     slot_of: dict[int, int] = {}
     values: dict[int, np.ndarray] = {}
@@ -401,7 +399,7 @@ def _lower(graph: Graph, outputs, device: str, clones=None, launches=None) -> _L
     # Assigns run last so that every read in a run sees the state as it was when the run began.
     nodes = [n for n in nodes if n.op.name != "assign"] + [n for n in nodes if n.op.name == "assign"]
     written_in_place = _assigns_written_in_place(nodes, outputs)
-    after, anchor, instruction_of = [], None, {}
+    after, anchor = [], None
     for node in nodes:
         op = node.op
         if op.name == "assign" and node.inputs[1].id in written_in_place:
@@ -435,12 +433,9 @@ def _lower(graph: Graph, outputs, device: str, clones=None, launches=None) -> _L
         if op.name == "assign":  # copy the value (input 1) into the param's buffer (input 0)
             ins_inputs, ins_outputs = ins_inputs[1:], ins_inputs[:1]
         if id(node) not in clones:
-            anchor = instruction_of[id(node)] = len(instructions)
-        else:
-            target = clones[id(node)]
-            pinned = anchor if target is None else instruction_of.get(id(target), anchor)
-            if pinned is not None:
-                after.append((pinned, len(instructions)))
+            anchor = len(instructions)
+        elif anchor is not None:
+            after.append((anchor, len(instructions)))
         workspace = None
         if launch.workspace:
             workspace = new_slot(TensorType((launch.workspace,), np.dtype(np.uint8)), "workspace")

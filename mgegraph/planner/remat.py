@@ -190,19 +190,12 @@ def graph_flops(graph: Graph) -> float:
 # -- the transform -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Rematerialized:
-    """The rebuilt graph, the caller's outputs in it, the clone nodes (new graph), each with the
-    node it must run after, and per backward node that needed them, the forward nodes
-    recomputed before it.
-
-    A clone runs after the backward node that last made an input of its user: no earlier than
-    the user could run, or the scheduler could hoist the recomputation into the forward part
-    and save nothing. When the user reads no backward value, its anchor is None: the clone
-    runs after the last instruction before it in graph order.
-    """
+    """The rebuilt graph, the caller's outputs in it, the clone nodes (new graph) and, per
+    backward node that needed them, the forward nodes recomputed before it."""
 
     graph: Graph
     outputs: list[Var]
-    clones: dict[int, Node | None]                   # id() of a clone node -> its anchor
+    clones: frozenset[int]                           # id() of the clone nodes
     groups: tuple[tuple[Node, tuple[Node, ...]], ...]  # (first user, cloned forward nodes)
     extra_flops: float
 
@@ -215,10 +208,9 @@ def rematerialize(s: Split, outputs, kept, mirror: bool = False) -> Rematerializ
     """
     kept = frozenset(kept) | s.always_kept
     groups = dict(recomputations(s, kept, mirror))
-    index_of = {id(n): i for i, n in enumerate(s.graph.nodes)}
     b = Builder(s.graph)
     latest: dict[int, Var] = {}   # id of a value not kept -> its newest clone
-    clones, made, flops = {}, [], 0.0
+    clones, made, flops = [], [], 0.0
 
     def new(v: Var) -> Var:
         recomputed = s.is_forward_value(v) and root(v).id not in kept
@@ -226,11 +218,9 @@ def rematerialize(s: Split, outputs, kept, mirror: bool = False) -> Rematerializ
 
     for index, node in enumerate(s.graph.nodes):
         if index in groups:
-            anchor = _anchor(s, node, index_of)
-            anchor = None if anchor is None else b.var(anchor).node
             for old in groups[index]:
                 clone = b.graph.add_copy(old, tuple(new(u) for u in old.inputs))
-                clones[id(clone)] = anchor
+                clones.append(clone)
                 flops += old.op.cost(old)
                 latest.update((v.id, c) for v, c in zip(old.outputs, clone.outputs))
             made.append((node, tuple(groups[index])))
@@ -239,12 +229,6 @@ def rematerialize(s: Split, outputs, kept, mirror: bool = False) -> Rematerializ
         for old, out in zip(node.outputs, outs):
             b.vars[old.id] = out
     b.carry_bindings()
-    return Rematerialized(b.graph, [b.var(v) for v in outputs], clones, tuple(made), flops)
+    return Rematerialized(b.graph, [b.var(v) for v in outputs],
+                          frozenset(id(n) for n in clones), tuple(made), flops)
 
-
-def _anchor(s: Split, user: Node, index_of: dict[int, int]) -> Var | None:
-    """The backward value ``user`` reads that is made last in graph order (through views, the
-    buffer it lives in), or None when it reads none."""
-    made = [root(v) for v in user.inputs]
-    made = [v for v in made if v.node is not None and index_of[id(v.node)] >= s.backward_from]
-    return max(made, key=lambda v: index_of[id(v.node)], default=None)

@@ -304,7 +304,7 @@ def test_auto_keeps_within_its_overhead_bound_and_a_looser_one_never_raises_the_
 
 
 # -- scheduling ------------------------------------------------------------------------------------
-def test_recomputations_are_pinned_behind_a_backward_step():
+def test_recomputations_are_pinned_behind_the_backward_step_before_them():
     plan = mg.compile([mlp_graph()], remat="sqrt")
     judged = plan.remat.judge(plan.remat.chosen)
     assert judged.lowered.after
