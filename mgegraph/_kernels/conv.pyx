@@ -71,12 +71,85 @@ cdef inline void im2col_row(const floating* xrow, floating* out, Py_ssize_t off,
     memset(out + hi, 0, <size_t>(s.ow - hi) * sizeof(floating))
 
 
+# Design: at stride 1 (any padding or dilation), tap (i, j)'s block of col (oh, ow) is the input
+# plane shifted by (top, left) = (i dh - ph, j dw - pw), zero outside the image, so it is built
+# from its bounds alone instead of row by row (im2col_row: a memset and memcpy per output row,
+# tens of thousands of small calls per convolution). When rows have the same length on both
+# sides (ow == w: 'same' padding), the whole block is one contiguous run from its first in-image
+# cell to its last, and the cells in that run that wrapped round a row edge (|left| per row
+# boundary) are fixed up separately: im2col is then one memcpy per tap and col2im one run of
+# adds. Both paths give the same bits: im2col copies, and col2im adds in the same order.
+ctypedef struct Shift:
+    Py_ssize_t top, left  # the block's cell (r, c) reads plane cell (r + top, c + left)
+    Py_ssize_t r0, r1     # its rows that read the image, or r0 == r1 when none of it does
+    Py_ssize_t lo, hi     # its columns that do
+
+
+cdef inline Shift shift_of(Py_ssize_t i, Py_ssize_t j, const Conv* s) noexcept nogil:
+    cdef Shift t
+    t.top, t.left = i * s.dh - s.ph, j * s.dw - s.pw
+    t.r0 = clamp(-t.top, 0, s.oh)
+    t.r1 = clamp(s.h - t.top, t.r0, s.oh)
+    t.lo = clamp(-t.left, 0, s.ow)
+    t.hi = clamp(s.w - t.left, t.lo, s.ow)
+    if t.hi == t.lo:
+        t.r1 = t.r0
+    return t
+
+
+cdef inline void run_of(const Shift* t, const Conv* s, Py_ssize_t* first,
+                        Py_ssize_t* last) noexcept nogil:
+    # With ow == w and r1 > r0: the block cells [first, last) from the first in-image cell to the
+    # last; they read plane cells [first, last) + top * w + left
+    first[0] = t.r0 * s.ow + t.lo
+    last[0] = (t.r1 - 1) * s.ow + t.hi
+
+
+cdef inline void zero(floating* p, Py_ssize_t n) noexcept nogil:
+    memset(p, 0, <size_t>n * sizeof(floating))
+
+
+cdef inline void clear_wrapped(floating* block, const Shift* t, const Conv* s) noexcept nogil:
+    # With ow == w: zero the cells of the run that wrapped round a row edge. Column by column, as
+    # a loop over each short run would compile to a call to memset.
+    cdef Py_ssize_t r, k
+    for k in range(s.ow - t.hi + t.lo):
+        for r in range(t.r0, t.r1 - 1):
+            block[r * s.ow + t.hi + k] = 0
+
+
+cdef inline void im2col_shifted(const floating* plane, floating* block, const Shift* t,
+                                const Conv* s) noexcept nogil:
+    cdef Py_ssize_t r, first, last
+    zero(block, t.r0 * s.ow)
+    if s.ow == s.w and t.r1 > t.r0:
+        run_of(t, s, &first, &last)
+        memcpy(block + first, plane + first + t.top * s.w + t.left,
+               <size_t>(last - first) * sizeof(floating))
+        zero(block + t.r0 * s.ow, t.lo)
+        clear_wrapped(block, t, s)
+        zero(block + last, s.ow - t.hi)
+    else:
+        for r in range(t.r0, t.r1):
+            zero(block + r * s.ow, t.lo)
+            memcpy(block + r * s.ow + t.lo, plane + (r + t.top) * s.w + t.lo + t.left,
+                   <size_t>(t.hi - t.lo) * sizeof(floating))
+            zero(block + r * s.ow + t.hi, s.ow - t.hi)
+    zero(block + t.r1 * s.ow, (s.oh - t.r1) * s.ow)
+
+
 cdef inline void im2col(const floating* x, floating* col, const Conv* s) noexcept nogil:
     # x: one group of one image, (cin/groups, h, w); col: (cin/groups * kh * kw, oh * ow)
     cdef Py_ssize_t ci, i, j, oh, ih
+    cdef Shift t
     for ci in range(s.cin // s.groups):
         for i in range(s.kh):
             for j in range(s.kw):
+                if s.sh == 1 and s.sw == 1:
+                    t = shift_of(i, j, s)
+                    im2col_shifted(x + ci * s.h * s.w, col, &t, s)
+                    col += s.oh * s.ow
+                    continue
                 for oh in range(s.oh):
                     ih = oh * s.sh - s.ph + i * s.dh
                     if 0 <= ih < s.h:
@@ -86,14 +159,42 @@ cdef inline void im2col(const floating* x, floating* col, const Conv* s) noexcep
                     col += s.ow
 
 
-cdef inline void col2im(const floating* col, floating* x, const Conv* s) noexcept nogil:
+cdef inline void add_run(floating* x, const floating* v, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t k
+    for k in range(n):
+        x[k] += v[k]
+
+
+cdef inline void col2im_shifted(floating* block, floating* plane, const Shift* t,
+                                const Conv* s) noexcept nogil:
+    # The adjoint of im2col_shifted, in unit-stride adds. With ow == w, one run once the wrapped
+    # cells are cleared: adding them then adds +0, which leaves x bitwise as it was (x never
+    # holds -0: it starts at +0, and a sum is -0 only when both terms are).
+    cdef Py_ssize_t r, first, last
+    if s.ow == s.w and t.r1 > t.r0:
+        run_of(t, s, &first, &last)
+        clear_wrapped(block, t, s)
+        add_run(plane + first + t.top * s.w + t.left, block + first, last - first)
+        return
+    for r in range(t.r0, t.r1):
+        add_run(plane + (r + t.top) * s.w + t.lo + t.left, block + r * s.ow + t.lo, t.hi - t.lo)
+
+
+cdef inline void col2im(floating* col, floating* x, const Conv* s) noexcept nogil:
     # The adjoint of im2col: x += every column entry added back where im2col read it, so
-    # overlapping windows accumulate. x must be zeroed (or hold a partial sum) beforehand.
+    # overlapping windows accumulate, in the order (ci, i, j) on both paths. x must be zeroed
+    # beforehand; col is scratch (col2im_shifted clears cells of it).
     cdef Py_ssize_t ci, i, j, oh, ih, ow, lo, hi, off
     cdef floating* xrow
+    cdef Shift t
     for ci in range(s.cin // s.groups):
         for i in range(s.kh):
             for j in range(s.kw):
+                if s.sh == 1 and s.sw == 1:
+                    t = shift_of(i, j, s)
+                    col2im_shifted(col, x + ci * s.h * s.w, &t, s)
+                    col += s.oh * s.ow
+                    continue
                 off = j * s.dw - s.pw
                 inside(off, s, &lo, &hi)
                 for oh in range(s.oh):

@@ -71,6 +71,16 @@ CONV_CASES = [
     ((0, 3, 5, 5), (4, 3, 3, 3), 1, 1, 1, 1),                 # empty batch
     ((2, 3, 5, 5), (0, 3, 3, 3), 1, 1, 1, 1),                 # no output channels
     ((2, 0, 5, 5), (4, 0, 3, 3), 1, 1, 1, 1),                 # no input channels: bias only
+    # stride 1 shifts the input plane per tap; with ow == w ('same' padding) one run per tap
+    ((1, 2, 7, 5), (3, 2, 5, 5), 1, 2, 1, 1),                 # 'same' 5x5, h != w
+    ((2, 2, 5, 8), (3, 2, 3, 5), 1, (1, 2), 1, 1),            # 'same', non-square kernel
+    ((1, 2, 7, 6), (2, 2, 3, 3), 1, 2, 2, 1),                 # 'same' with dilation 2
+    ((1, 2, 6, 7), (2, 2, 3, 3), 1, (0, 1), 1, 1),            # ow == w, oh < h
+    ((1, 2, 6, 7), (2, 2, 3, 3), 1, 2, 1, 1),                 # ow > w
+    ((1, 2, 6, 7), (2, 2, 1, 3), 1, (2, 0), 1, 1),            # ow < w, oh > h
+    ((2, 6, 4, 5), (4, 3, 3, 3), 1, 1, 1, 2),                 # 'same', groups
+    ((2, 1, 1, 4), (2, 1, 3, 3), 1, 1, 1, 1),                 # one row: taps that read nothing
+    ((1, 1, 2, 2), (1, 1, 3, 3), 1, 3, 1, 1),                 # padding wider than the image
 ]
 
 
@@ -333,6 +343,17 @@ def test_conv2d_backward_filter_matches_reference(xs, ws, stride, padding, dilat
     dy = RNG.standard_normal(oshape).astype(dtype)
     out = run(lambda v, d: C.conv2d_backward_filter(v, d, ws[2:], **conv), x, dy)
     check(out, backward_filter_ref(x, dy, ws[2:], stride, padding, dilation, groups))
+
+
+@pytest.mark.parametrize("stride,padding", [(1, 1), (1, 0), (2, 1)])
+def test_conv2d_backward_data_zeros_are_positive(stride, padding):
+    # -0 gradients, and cells no window reads, give +0 on every path, as a sum from +0 does
+    w, dy = -np.ones((2, 3, 3, 3)), np.zeros((1, 2, 4, 4))
+    dy[...] = -0.0
+    conv = conv_attrs(stride, padding, 1, 1)
+    hw = (4 * stride + 2 - 2 * padding,) * 2
+    out = run(lambda k, d: C.conv2d_backward_data(k, d, hw, **conv), w, dy)
+    assert out.shape == (1, 3, *hw) and not np.signbit(out).any()
 
 
 def test_conv2d_backward_data_takes_the_grouped_weight():
