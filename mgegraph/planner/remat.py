@@ -30,9 +30,9 @@ MODES = ("sqrt", "auto")
 class RematOptions:
     """How ``mg.compile(..., remat=)`` trades compute for memory.
 
-    ``mode``: "sqrt" (checkpointed segments, each dear value recomputed at most once, the
-    smallest peak such a plan reaches; cheap values may be remade at each use), "auto" (the smallest peak whose extra FLOPs are at most
-    ``overhead`` times the step's) or a byte budget (the least recomputation whose planned
+    ``mode``: "sqrt" (checkpointed segments, each dear value recomputed at most once and cheap
+    ones possibly remade at each use, the smallest peak such a plan reaches), "auto" (the
+    smallest peak whose extra FLOPs are at most ``overhead`` times the step's) or a byte budget (the least recomputation whose planned
     arena, workspaces included, fits in it; an error names the smallest peak reachable).
 
     >>> mg.compile([loss], remat=RematOptions("auto", overhead=0.2))
@@ -231,4 +231,3 @@ def rematerialize(s: Split, outputs, kept, mirror: bool = False) -> Rematerializ
     b.carry_bindings()
     return Rematerialized(b.graph, [b.var(v) for v in outputs],
                           frozenset(id(n) for n in clones), tuple(made), flops)
-

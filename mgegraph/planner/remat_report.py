@@ -42,9 +42,9 @@ class RematReport:
             for fraction in CURVE_FRACTIONS:
                 c = within_budget(self.judge, self.pool, int(plain * fraction))
                 if c is not None:
-                    points.setdefault(c.kept, (fraction, c))
+                    points.setdefault((c.kept, c.mirror), (fraction, c))
             least = smallest_peak(self.judge, self.pool)
-            points.setdefault(least.kept, (None, least))
+            points.setdefault((least.kept, least.mirror), (None, least))
             self._curve = [{"budget_fraction": f, "candidate": c.name,
                             "arena_bytes": self.judge.arena(c),
                             "extra_flops_percent": round(self.percent(c.extra_flops), 3)}

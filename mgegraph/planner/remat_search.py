@@ -25,8 +25,15 @@ from dataclasses import dataclass, field
 
 from ..ir.errors import GraphError
 from .memory import place, schedule
-from .remat import (Rematerialized, RematOptions, Split, recomputations, recomputed_nodes,
-                    rematerialize, root)
+from .remat import (
+    Rematerialized,
+    RematOptions,
+    Split,
+    recomputations,
+    recomputed_nodes,
+    rematerialize,
+    root,
+)
 from .report import human
 
 # Segment limits tried: from the largest crossing buffer to all of them, each GRID_STEP times
@@ -229,7 +236,7 @@ class Judge:
 
     def __init__(self, s: Split, outputs, lower, options):
         self.s, self.outputs, self.lower, self.options = s, outputs, lower, options
-        self.done: dict[frozenset, Judged] = {}
+        self.done: dict[tuple[frozenset, bool], Judged] = {}  # (kept, mirror) -> plan
 
     def __call__(self, c: Candidate) -> Judged:
         if (c.kept, c.mirror) not in self.done:

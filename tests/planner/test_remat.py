@@ -8,8 +8,13 @@ import pytest
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph import nn, optim
-from mgegraph.planner.remat import (RematOptions, recomputations, recomputed_nodes, remat_options,
-                                   split)
+from mgegraph.planner.remat import (
+    RematOptions,
+    recomputations,
+    recomputed_nodes,
+    remat_options,
+    split,
+)
 from mgegraph.planner.verify import PlanError
 from mgegraph.testing import random_graph
 
