@@ -196,21 +196,20 @@ class Rematerialized:
     graph: Graph
     outputs: list[Var]
     clones: frozenset[int]                           # id() of the clone nodes
-    groups: tuple[tuple[Node, tuple[Node, ...]], ...]  # (first user, cloned forward nodes)
-    extra_flops: float
+    groups: tuple[tuple[Node, tuple[Node, ...]], ...]  # (user, forward nodes cloned for it)
 
 
-def rematerialize(s: Split, outputs, kept, mirror: bool = False) -> Rematerialized:
+def rematerialize(s: Split, outputs, kept, groups) -> Rematerialized:
     """``s.graph`` with every forward value outside ``kept`` (root ids) recomputed before its
-    uses after the forward part, as ``recomputations`` orders.
+    uses after the forward part, where ``groups`` (``recomputations(s, kept, mirror)``) says.
 
-    >>> r = rematerialize(split(g, [loss]), [loss], kept=frozenset()); print(r.graph)
+    >>> r = rematerialize(s, [loss], frozenset(), recomputations(s, frozenset())); print(r.graph)
     """
     kept = frozenset(kept) | s.always_kept
-    groups = dict(recomputations(s, kept, mirror))
+    groups = dict(groups)
     b = Builder(s.graph)
     latest: dict[int, Var] = {}   # id of a value not kept -> its newest clone
-    clones, made, flops = [], [], 0.0
+    clones, made = [], []
 
     def new(v: Var) -> Var:
         recomputed = s.is_forward_value(v) and root(v).id not in kept
@@ -221,7 +220,6 @@ def rematerialize(s: Split, outputs, kept, mirror: bool = False) -> Rematerializ
             for old in groups[index]:
                 clone = b.graph.add_copy(old, tuple(new(u) for u in old.inputs))
                 clones.append(clone)
-                flops += old.op.cost(old)
                 latest.update((v.id, c) for v, c in zip(old.outputs, clone.outputs))
             made.append((node, tuple(groups[index])))
         outs = b.copy(node, tuple(new(u) for u in node.inputs) if index >= s.backward_from
@@ -230,4 +228,4 @@ def rematerialize(s: Split, outputs, kept, mirror: bool = False) -> Rematerializ
             b.vars[old.id] = out
     b.carry_bindings()
     return Rematerialized(b.graph, [b.var(v) for v in outputs],
-                          frozenset(id(n) for n in clones), tuple(made), flops)
+                          frozenset(id(n) for n in clones), tuple(made))

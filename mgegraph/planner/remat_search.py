@@ -54,6 +54,7 @@ class Candidate:
     extra_flops: float
     segments: bool        # whole segments, each dear value recomputed once ("sqrt" family)
     mirror: bool = False  # cheap clones remade at each use (``remat.recomputations``)
+    groups: tuple = field(default=(), compare=False, repr=False)  # its recomputations
 
 
 # -- candidate boundaries ------------------------------------------------------------------------
@@ -197,13 +198,13 @@ def candidates(s: Split) -> list[Candidate]:
                              (f"segments {human(limit)}, {label}", False))
     out, seen = [], set()
     for (kept, mirror), (name, segments) in found.items():
-        groups = recomputations(s, kept, mirror)
+        groups = tuple(recomputations(s, kept, mirror))
         key = tuple((index, tuple(map(id, nodes))) for index, nodes in groups)
         if key not in seen:
             seen.add(key)
             flops = sum(n.op.cost(n) for _, nodes in groups for n in nodes)
             out.append(Candidate(name + (" mirrored" if mirror else ""), kept, flops, segments,
-                                 mirror))
+                                 mirror, groups))
     return sorted(out, key=lambda c: (c.extra_flops, -len(c.kept), c.name))
 
 
@@ -240,7 +241,7 @@ class Judge:
 
     def __call__(self, c: Candidate) -> Judged:
         if (c.kept, c.mirror) not in self.done:
-            r = rematerialize(self.s, self.outputs, c.kept, c.mirror)
+            r = rematerialize(self.s, self.outputs, c.kept, c.groups)
             low = self.lower(r.graph, r.outputs, r.clones)
             sched = schedule(low.slots, low.instructions, self.options, low.after)
             self.done[c.kept, c.mirror] = Judged(c, r, low, sched)
