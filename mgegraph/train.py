@@ -47,7 +47,8 @@ def compile_train_step(model, loss_fn, optimizer, example_batch, metrics=(),
     ``example_batch`` gives the shapes and dtypes of every batch; ``metrics`` names extra
     outputs computed in the same plan (``"accuracy"``); ``memory``, ``optimize`` and ``remat``
     (sublinear memory: "sqrt", "auto" or a byte budget) are passed to ``mg.compile``. The
-    model's parameters are updated in place, so ``model.state_dict()`` and plans from ``compile_module`` see the trained weights.
+    model's parameters are updated in place, so ``model.state_dict()`` and plans from
+    ``compile_module`` see the trained weights.
 
     >>> step = mg.compile_train_step(model, F.cross_entropy, opt, example_batch=(x, y))
     >>> loss = step(x, y)

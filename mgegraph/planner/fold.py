@@ -73,7 +73,7 @@ def fold(graph: Graph, outputs: list[Var], max_bytes: int = MAX_BYTES) -> PassRe
     folded = _constant_nodes(graph, max_bytes)
     if not folded:
         return PassResult(graph, list(outputs), False, {"folded": 0, "consts": 0, "bytes": 0})
-    wanted = _boundary(graph, outputs, folded) if folded else []
+    wanted = _boundary(graph, outputs, folded)
     values = dict(zip((v.id for v in wanted), _evaluate(graph, folded, wanted))) if wanted else {}
 
     def replace_folded(builder, node: Node):

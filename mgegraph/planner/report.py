@@ -124,9 +124,7 @@ def memory_summary(plan) -> dict:
 
 def _remat_line(plan) -> dict | None:
     """What rematerialisation did, in short (``plan.remat_report()`` has the rest)."""
-    if getattr(plan, "remat", None) is None:
-        return None
-    return plan.remat.brief()
+    return None if plan.remat is None else plan.remat.brief()
 
 
 # -- the text report ---------------------------------------------------------------------------

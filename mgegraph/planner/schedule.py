@@ -69,11 +69,11 @@ def _buffer_bytes(slots, instructions):
 def memory_aware_order(slots, instructions, after=()) -> list[int]:
     before = dependencies(slots, instructions, after)
     written, reads, remaining = _buffer_bytes(slots, instructions)
-    after = [[] for _ in instructions]
+    successors = [[] for _ in instructions]
     waiting = [len(b) for b in before]
     for j, b in enumerate(before):
         for i in b:
-            after[i].append(j)
+            successors[i].append(j)
     last_reader: dict[int, list] = {}
     for j, mine in enumerate(reads):
         for r in mine:
@@ -98,7 +98,7 @@ def memory_aware_order(slots, instructions, after=()) -> list[int]:
                 for k in last_reader[r]:
                     if not done[k] and waiting[k] == 0:
                         heapq.heappush(heap, (score(k), k))
-        for k in after[j]:
+        for k in successors[j]:
             waiting[k] -= 1
             if waiting[k] == 0:
                 heapq.heappush(heap, (score(k), k))
