@@ -224,17 +224,14 @@ _CONV = {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1}
 register(OpDef("conv2d", "matmul", _conv2d_epilogue_infer, attrs={**_CONV, "activation": "none"},
                kernel="conv2d",
                dtypes=FLOAT_DTYPES, lower=_conv2d_lower, grad=_conv2d_grad,
-               flops_per_element=256.0,  # really 2 * C/groups * kh * kw:
                flops=lambda node: 2.0 * node.outputs[0].size * math.prod(node.inputs[1].shape[1:])))
 register(OpDef("conv2d_backward_data", "matmul", _backward_data_infer,
                attrs={**_CONV, "input_hw": REQUIRED}, kernel="conv2d_backward_data",
                dtypes=FLOAT_DTYPES, lower=_backward_data_lower, grad=_backward_data_grad,
-               flops_per_element=256.0,  # really 2 * OC/groups * kh * kw / stride^2:
                flops=lambda node: 2.0 * node.inputs[1].size * math.prod(node.inputs[0].shape[1:])))
 register(OpDef("conv2d_backward_filter", "matmul", _backward_filter_infer,
                attrs={**_CONV, "kernel_size": REQUIRED}, kernel="conv2d_backward_filter",
                dtypes=FLOAT_DTYPES, lower=_backward_filter_lower, grad=_backward_filter_grad,
-               flops_per_element=1024.0,  # really 2 * N * OH * OW:
                flops=lambda node: 2.0 * node.inputs[1].size * math.prod(node.outputs[0].shape[1:])))
 
 

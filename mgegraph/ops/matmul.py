@@ -110,7 +110,6 @@ def _matmul_grad(node, out_grads):
 register(OpDef("matmul", "matmul", _matmul_infer,
                attrs={"transpose_a": False, "transpose_b": False}, kernel="matmul",
                dtypes=NUMERIC_DTYPES, lower=_matmul_lower, grad=_matmul_grad,
-               flops_per_element=128.0,  # really 2k; a typical k for cost heuristics
                flops=lambda node: _gemm_flops(
                    node, _operand(node.inputs[0].type, node.attr["transpose_a"], left=True)[2])))
 
@@ -182,7 +181,6 @@ def _linear_grad(node, out_grads):
 
 register(OpDef("linear", "matmul", _linear_infer, kernel="linear", dtypes=FLOAT_DTYPES,
                attrs={"activation": "none"}, lower=_linear_lower, grad=_linear_grad,
-               flops_per_element=128.0,
                flops=lambda node: _gemm_flops(node, node.inputs[1].shape[1])))
 
 

@@ -55,8 +55,9 @@ class OpDef:
     view: Callable | None = None
     grad: Callable | None = None       # gradient rule (autodiff issue)
     flops_per_element: float = 1.0     # rough cost per output element, for planners
-    # Node -> exact FLOPs of one run where the shapes give them (GEMMs, convolutions); the
-    # rematerialisation planner prices recomputation with ``cost``.
+    # Node -> exact FLOPs of one run where the shapes give them (GEMMs, convolutions, whose
+    # flops_per_element is then unused); the rematerialisation planner prices recomputation
+    # with ``cost``.
     flops: Callable | None = None
 
     def complete_attrs(self, attrs: Mapping, in_types, location: str) -> dict:
