@@ -188,19 +188,25 @@ def test_random_training_graphs_are_bitwise_the_same(seed):
             np.testing.assert_array_equal(a, b, err_msg=candidate.name)
 
 
-def resnet_graph(blocks=3, c=4):
-    """The training graph of ``resnet_like`` (batch norm, dropout, skips, SGD assigns to the
-    model's params), the feeds and the model."""
-    nn.init.manual_seed(0)
-    model = resnet_like(blocks, c)
+def sgd_graph(model, x_shape, lr):
+    """The training graph of ``model`` on a batch of ``x_shape`` (SGD assigns to the model's
+    params): its loss, the first output."""
     g = mg.Graph()
-    x, y = g.input("x", (2, 3, 6, 6)), g.input("y", (2,), "int64")
+    x, y = g.input("x", x_shape), g.input("y", x_shape[:1], "int64")
     loss = F.reshape(F.cross_entropy(model(x), y), ())
-    opt = optim.SGD(model.parameters(), lr=0.05)
+    opt = optim.SGD(model.parameters(), lr=lr)
     grads = mg.grad(loss, [g.bind(p) for p in opt.params])
     opt.build(g, {id(p): dg for p, dg in zip(opt.params, grads)})
+    return loss
+
+
+def resnet_graph(blocks=3, c=4):
+    """The training graph of ``resnet_like`` (batch norm, dropout, skips), the feeds and the
+    model."""
+    nn.init.manual_seed(0)
+    model = resnet_like(blocks, c)
     xv, yv = batch((2, 3, 6, 6))
-    return loss, {"x": xv, "y": yv}, model
+    return sgd_graph(model, xv.shape, lr=0.05), {"x": xv, "y": yv}, model
 
 
 def test_every_mirrored_candidate_of_a_resnet_is_bitwise_the_same():
@@ -247,14 +253,7 @@ def test_mirror_holds_no_cheap_clone_across_a_dear_backward_node():
 # -- budgets ---------------------------------------------------------------------------------------
 def mlp_graph(depth=16, width=32):
     nn.init.manual_seed(0)
-    model = deep_mlp(depth, width)
-    g = mg.Graph()
-    x, y = g.input("x", (32, width)), g.input("y", (32,), "int64")
-    loss = F.cross_entropy(model(x), y)
-    opt = optim.SGD(model.parameters(), lr=0.01)
-    grads = mg.grad(loss, [g.bind(p) for p in opt.params])
-    opt.build(g, {id(p): dg for p, dg in zip(opt.params, grads)})
-    return F.reshape(loss, ())
+    return sgd_graph(deep_mlp(depth, width), (32, width), lr=0.01)
 
 
 def test_budgets_are_met_and_looser_ones_never_cost_more_compute():
