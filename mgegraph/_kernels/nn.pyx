@@ -279,43 +279,47 @@ cdef void batch_stats(const floating* x, Py_ssize_t N, Py_ssize_t C, Py_ssize_t 
 
 
 cdef void normalise_channels(const floating* x, floating* y, Py_ssize_t N, Py_ssize_t C,
-                             Py_ssize_t M, Py_ssize_t cnt, const double* mean,
-                             const double* scale, const floating* bias) noexcept nogil:
+                             Py_ssize_t M, Py_ssize_t cnt, const floating* mean,
+                             const floating* scale, const floating* bias) noexcept nogil:
     cdef Py_ssize_t n, b, m
     cdef const floating* px
     cdef floating* py
+    cdef floating centre, factor, shift
     for n in range(N):
         px = x + n * C * M
         py = y + n * C * M
         for b in range(cnt):
+            centre, factor, shift = mean[b], scale[b], bias[b]
             for m in range(M):
-                py[b * M + m] = <floating>((px[b * M + m] - mean[b]) * scale[b] + bias[b])
+                py[b * M + m] = (px[b * M + m] - centre) * factor + shift
 
 
 cdef int batch_norm_impl(const floating* x, const floating* w, const floating* bias,
                          const Call* c) noexcept nogil:
+    # Both modes normalise with the statistics as stored, in x's dtype: a training batch norm
+    # remade from the mean and variance it saved (rematerialisation) is then bitwise the same,
+    # in one pass instead of three.
     cdef Py_ssize_t N = c.ints[0], C = c.ints[1], M = c.ints[2], c0 = 0, cnt, b
     cdef bint training = c.ints[3] != 0
     cdef double eps = c.floats[0]
     cdef double mean[CHUNK]
-    cdef double scale[CHUNK]
+    cdef double var[CHUNK]
+    cdef floating centre[CHUNK]
+    cdef floating scale[CHUNK]
     cdef floating* y = <floating*>c.bufs[3 if training else 5]
     cdef floating* stat0 = <floating*>c.bufs[4 if training else 3]  # mean out / running mean
     cdef floating* stat1 = <floating*>c.bufs[5 if training else 4]  # var out / running var
     while c0 < C:
         cnt = chunk_len(c0, C)
         if training:
-            batch_stats(x + c0 * M, N, C, M, cnt, mean, scale)
+            batch_stats(x + c0 * M, N, C, M, cnt, mean, var)
             for b in range(cnt):
                 stat0[c0 + b] = <floating>mean[b]
-                stat1[c0 + b] = <floating>scale[b]
-        else:
-            for b in range(cnt):
-                mean[b] = stat0[c0 + b]
-                scale[b] = stat1[c0 + b]
+                stat1[c0 + b] = <floating>var[b]
         for b in range(cnt):
-            scale[b] = w[c0 + b] / sqrt(scale[b] + eps)
-        normalise_channels(x + c0 * M, y + c0 * M, N, C, M, cnt, mean, scale, bias + c0)
+            centre[b] = stat0[c0 + b]
+            scale[b] = <floating>(w[c0 + b] / sqrt(<double>stat1[c0 + b] + eps))
+        normalise_channels(x + c0 * M, y + c0 * M, N, C, M, cnt, centre, scale, bias + c0)
         c0 += cnt
     return KERNEL_OK
 

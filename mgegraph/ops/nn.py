@@ -17,7 +17,7 @@ from ..ir.errors import OpError, user_location
 from ..ir.graph import Var
 from ..ir.types import INT_DTYPES, TensorType
 from .builder import apply, apply_multi, graph_of
-from .registry import (FLOAT_DTYPES, REQUIRED, Launch, OpDef, normalize_axis, register,
+from .registry import (FLOAT_DTYPES, REQUIRED, Launch, OpDef, Remake, normalize_axis, register,
                        require_dtypes)
 
 __all__ = ["softmax", "log_softmax", "logsoftmax", "cross_entropy", "layer_norm", "batch_norm",
@@ -348,11 +348,32 @@ def _bn_backward_grad(node, out_grads):
     return dx, dweight, None, None, ddy
 
 
+# Per element: (x - mean) * scale + bias; the batch statistics add a sum and a sum of squared
+# deviations.
+_BN_NORMALISE_FLOPS, _BN_STATS_FLOPS = 3, 4
+
+
+def _bn_flops(node):
+    return node.inputs[0].size * (_BN_NORMALISE_FLOPS
+                                  + (_BN_STATS_FLOPS if node.attr["training"] else 0))
+
+
+def _bn_remake(node):
+    # The kernel normalises with the statistics as stored, so the inference form on the batch
+    # mean and variance the node saved gives its y bitwise, in one pass instead of three.
+    if not node.attr["training"]:
+        return None
+    x, weight, bias = node.inputs
+    _, mean, var = node.outputs
+    return Remake("batch_norm", {"training": False, "eps": node.attr["eps"]},
+                  (x, weight, bias, mean, var), (0,), _BN_NORMALISE_FLOPS * x.size)
+
+
 # Outputs: y; when training also the batch mean and the biased batch variance (shape (C,)), which
 # the running-statistics update reads (scale the variance by n / (n - 1) for the unbiased one).
 register(OpDef("batch_norm", "nn", _bn_infer, attrs={"training": False, "eps": 1e-5},
                kernel="batch_norm", dtypes=FLOAT_DTYPES, lower=_bn_lower, grad=_bn_grad,
-               inplace=True, flops_per_element=6))
+               inplace=True, flops=_bn_flops, remake=_bn_remake))
 # Training form only. Inputs x, weight, batch mean, batch var, dy; outputs dx, dweight, dbias,
 # the last two in the weight's shape.
 register(OpDef("batch_norm_backward", "nn", _bn_backward_infer, attrs={"eps": 1e-5},

@@ -32,6 +32,20 @@ class Launch:
 
 
 @dataclass(frozen=True)
+class Remake:
+    """How rematerialisation recomputes some outputs of a node more cheaply than by running it
+    again: op ``op`` with ``attrs`` on ``inputs`` (Vars of the node's graph: its inputs, or its
+    own outputs, which are then always kept), making the node's outputs at ``outputs``;
+    ``flops`` per run. Its results must equal the node's bitwise."""
+
+    op: str
+    attrs: Mapping[str, object]
+    inputs: tuple
+    outputs: tuple[int, ...]
+    flops: float
+
+
+@dataclass(frozen=True)
 class OpDef:
     """One op. ``infer`` maps (input types, attrs) to output types and raises ValueError or
     TypeError with a reason; ``lower`` maps a node to its kernel Launch; the CPU kernel for a
@@ -59,6 +73,9 @@ class OpDef:
     # flops_per_element is then unused); the rematerialisation planner prices recomputation
     # with ``cost``.
     flops: Callable | None = None
+    # Node -> Remake or None: a cheaper way to recompute it (training batch norm from the
+    # statistics it saved); None: rematerialisation runs the node again.
+    remake: Callable | None = None
 
     def complete_attrs(self, attrs: Mapping, in_types, location: str) -> dict:
         unknown = set(attrs) - set(self.attrs)

@@ -3,7 +3,8 @@ keeping them alive from the forward pass to their use in the backward.
 
 Design: a remat plan is data, the set of forward values that are *kept* (their originals may be
 read by the backward part); every other forward value the backward part reads is recomputed
-there, from kept values and sources, by clones of the forward nodes that made it, inserted
+there, from kept values and sources, by clones of the forward nodes that made it (or their
+op's cheaper ``OpDef.remake``: a training batch norm from the statistics it saved), inserted
 just before its first backward use. ``rematerialize`` turns a plan into an ordinary Graph that
 goes through lowering and memory planning like any other; the clones are listed so that the
 scheduler can pin each behind the backward step before it (``pins``). Which set to keep is
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 from ..ir.errors import GraphError
 from ..ir.graph import Graph, Node, Var
+from ..ops.registry import Remake
 from .rewrite import Builder
 
 MODES = ("sqrt", "auto")
@@ -71,6 +73,22 @@ def is_view(node: Node) -> bool:
     return node.op.view is not None and node.op.view(node) is not None
 
 
+def remake(node: Node) -> Remake | None:
+    """The op's cheaper way to recompute ``node`` (``OpDef.remake``), or None."""
+    return node.op.remake(node) if node.op.remake is not None else None
+
+
+def recompute_inputs(node: Node) -> tuple[Var, ...]:
+    r = remake(node)
+    return node.inputs if r is None else r.inputs
+
+
+def recompute_cost(node: Node) -> float:
+    """FLOPs of recomputing ``node``: its remake's, else a run of the node."""
+    r = remake(node)
+    return node.op.cost(node) if r is None else r.flops
+
+
 def root(v: Var) -> Var:
     """The value whose buffer ``v`` lives in (itself unless it is a view)."""
     while v.node is not None and is_view(v.node):
@@ -85,9 +103,10 @@ class Split:
     ``forward``: the non-source nodes the loss depends on, in graph order; ``backward_from``:
     the index in ``graph.nodes`` after the last of them; ``crossing``: the buffers (root value
     id -> Var) of forward values that nodes from there on read; ``always_kept``: root ids
-    never recomputed, the caller's outputs (they outlive the run) and what the last forward
+    never recomputed, the caller's outputs (they outlive the run), what the last forward
     node that is not a view (the loss) reads or makes (live when the backward starts anyway,
-    so recomputing them would save nothing).
+    so recomputing them would save nothing) and the outputs a node's remake reads (batch
+    norm's statistics, C values each).
     """
 
     graph: Graph
@@ -122,8 +141,9 @@ def split(graph: Graph, outputs) -> Split:
     computing = [n for n in nodes if not is_view(n)]
     at_end = [root(v).id for v in computing[-1].inputs + computing[-1].outputs] \
         if computing else []
+    remake_reads = [root(v).id for n in nodes for v in recompute_inputs(n) if v.node is n]
     return Split(graph, nodes, frozenset(forward), last + 1, crossing,
-                 frozenset([root(v).id for v in outputs] + at_end),
+                 frozenset([root(v).id for v in outputs] + at_end + remake_reads),
                  {id(n): i for i, n in enumerate(nodes)},
                  {v.id: v for n in nodes for v in n.outputs})
 
@@ -139,7 +159,7 @@ def makers(s: Split, kept, values, done=frozenset()) -> list[Node]:
         if id(node) in found:
             continue
         found[id(node)] = node
-        stack += [u.node for u in node.inputs
+        stack += [u.node for u in recompute_inputs(node)
                   if s.is_forward_value(u) and root(u).id not in kept and u.id not in done]
     return sorted(found.values(), key=lambda n: s.positions[id(n)])
 
@@ -176,11 +196,17 @@ def recomputations(s: Split, kept, mirror: bool = False) -> list[tuple[int, list
             continue
         out.append((index, missing))
         for node in missing:
-            made = {v.id for v in node.outputs}
+            made = {v.id for v in remade_outputs(node)}
             held |= made
             if mirror and node.op.cheap(node):
                 fresh |= made
     return out
+
+
+def remade_outputs(node: Node) -> tuple[Var, ...]:
+    """The outputs of ``node`` a recomputation makes (its remake's, or all)."""
+    r = remake(node)
+    return node.outputs if r is None else tuple(node.outputs[i] for i in r.outputs)
 
 
 def graph_flops(graph: Graph) -> float:
@@ -218,9 +244,12 @@ def rematerialize(s: Split, outputs, kept, groups) -> Rematerialized:
     for index, node in enumerate(s.graph.nodes):
         if index in groups:
             for old in groups[index]:
-                clone = b.graph.add_copy(old, tuple(new(u) for u in old.inputs))
+                r = remake(old)
+                inputs = tuple(new(u) for u in recompute_inputs(old))
+                clone = b.graph.add_copy(old, inputs) if r is None else \
+                    b.graph.add_node(r.op, inputs, dict(r.attrs), location=old.location)
                 clones.append(clone)
-                latest.update((v.id, c) for v, c in zip(old.outputs, clone.outputs))
+                latest.update((v.id, c) for v, c in zip(remade_outputs(old), clone.outputs))
             made.append((node, tuple(groups[index])))
         outs = b.copy(node, tuple(new(u) for u in node.inputs) if index >= s.backward_from
                       else None)

@@ -30,6 +30,7 @@ from .remat import (
     RematOptions,
     Split,
     recomputations,
+    recompute_cost,
     recomputed_nodes,
     rematerialize,
     root,
@@ -202,7 +203,7 @@ def candidates(s: Split) -> list[Candidate]:
         key = tuple((index, tuple(map(id, nodes))) for index, nodes in groups)
         if key not in seen:
             seen.add(key)
-            flops = sum(n.op.cost(n) for _, nodes in groups for n in nodes)
+            flops = sum(recompute_cost(n) for _, nodes in groups for n in nodes)
             out.append(Candidate(name + (" mirrored" if mirror else ""), kept, flops, segments,
                                  mirror, groups))
     return sorted(out, key=lambda c: (c.extra_flops, -len(c.kept), c.name))

@@ -212,9 +212,27 @@ def test_batch_norm_training_uses_batch_statistics(dtype, shape):
         return [y, y.node.outputs[1], y.node.outputs[2]]
 
     y, m, s = run(build, x, w, b)
-    np.testing.assert_allclose(y, ref_batch_norm(x, mean, var, w, b, 1e-3), **tol(dtype))
     np.testing.assert_allclose(m, mean, **tol(dtype))
     np.testing.assert_allclose(s, var, **tol(dtype))
+    # y is normalised with the statistics as returned, rounded to x's dtype (as PyTorch's CPU
+    # kernel does): remat remakes y from them bitwise.
+    np.testing.assert_allclose(y, ref_batch_norm(x, m, s, w, b, 1e-3), **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", BN_SHAPES)
+def test_batch_norm_on_its_saved_statistics_remakes_its_output_bitwise(dtype, shape):
+    # what rematerialisation relies on to remake a training batch norm in one pass
+    c = shape[1]
+    x = normal(shape, dtype) + 3
+    w, b = normal((c,), dtype, 1.0), normal((c,), dtype, 1.0)
+
+    def build(v, wv, bv):
+        y, mean, var = F.batch_norm(v, weight=wv, bias=bv, training=True).node.outputs
+        return [y, F.batch_norm(v, mean, var, wv, bv, training=False)]
+
+    y, remade = run(build, x, w, b)
+    np.testing.assert_array_equal(remade, y)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

@@ -13,6 +13,7 @@ from mgegraph.planner.remat import (
     recomputations,
     recomputed_nodes,
     remat_options,
+    rematerialize,
     split,
 )
 from mgegraph.planner.verify import PlanError
@@ -232,6 +233,20 @@ def test_mirror_remakes_cheap_values_but_recomputes_each_dear_one_once():
         assert dear and len(dear) == len(set(map(id, dear)))
         assert (len(nodes) > len(set(map(id, nodes)))) == mirror
         assert {n.op.name for n in nodes} >= {"conv2d", "batch_norm", "dropout"}
+
+
+def test_batch_norm_is_remade_from_the_statistics_it_saved():
+    """In its inference form on the batch mean and variance the forward kept: one pass, no
+    reductions (the candidates above check that y comes out bitwise the same)."""
+    loss, _, _ = resnet_graph()
+    s = split(loss.graph, [loss])
+    r = rematerialize(s, [loss], frozenset(), recomputations(s, frozenset(), mirror=True))
+    remade = [n for n in r.graph.nodes if id(n) in r.clones and n.op.name == "batch_norm"]
+    assert remade and not any(n.attr["training"] for n in remade)
+    for n in remade:
+        makers = {id(v.node) for v in n.inputs[3:]}
+        assert len(makers) == 1 and not makers & r.clones
+        assert all(v.node.attr["training"] for v in n.inputs[3:])
 
 
 def test_mirror_holds_no_cheap_clone_across_a_dear_backward_node():
