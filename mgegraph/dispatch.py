@@ -45,9 +45,15 @@ def _build_table() -> dict[tuple[str, str, str], Kernel]:
 TABLE = _build_table()
 
 
+_DTYPE_NAMES: dict = {}  # dtype -> str(np.dtype(dtype)), slow to make and asked for per node
+
+
 def lookup(op: str, device: str, dtype) -> Kernel:
     """The kernel for (op, device, dtype); a miss names all three and lists what exists."""
-    key = (op, device, str(np.dtype(dtype)))
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(np.dtype(dtype))
+    key = (op, device, name)
     try:
         return TABLE[key]
     except KeyError:

@@ -106,7 +106,8 @@ class Split:
     never recomputed, the caller's outputs (they outlive the run), what the last forward
     node that is not a view (the loss) reads or makes (live when the backward starts anyway,
     so recomputing them would save nothing) and the outputs a node's remake reads (batch
-    norm's statistics, C values each).
+    norm's statistics, C values each); ``across_loss``: the crossing buffers read by nodes
+    that depend on the loss, so live while it is computed in any plan that keeps them.
     """
 
     graph: Graph
@@ -117,6 +118,7 @@ class Split:
     always_kept: frozenset[int]
     positions: dict[int, int]   # id() of a forward node -> its index in ``forward``
     values: dict[int, Var]      # id of a forward value -> the Var
+    across_loss: frozenset[int]
 
     def is_forward_value(self, v: Var) -> bool:
         return v.node is not None and id(v.node) in self.forward_ids
@@ -130,13 +132,18 @@ def split(graph: Graph, outputs) -> Split:
             if node.op.category != "source":
                 forward.add(id(node))
     last = max((i for i, n in enumerate(graph.nodes) if id(n) in forward), default=-1)
-    crossing = {}
+    crossing, across_loss, after_loss = {}, set(), {outputs[0].id}
     for node in graph.nodes[last + 1:]:
+        on_loss = any(v.id in after_loss for v in node.inputs)
+        if on_loss:
+            after_loss.update(v.id for v in node.outputs)
         for v in node.inputs:
             if v.node is not None and id(v.node) in forward:
                 r = root(v)
                 if r.node is not None and id(r.node) in forward:
                     crossing[r.id] = r
+                    if on_loss:
+                        across_loss.add(r.id)
     nodes = tuple(n for n in graph.nodes if id(n) in forward)
     computing = [n for n in nodes if not is_view(n)]
     at_end = [root(v).id for v in computing[-1].inputs + computing[-1].outputs] \
@@ -145,7 +152,7 @@ def split(graph: Graph, outputs) -> Split:
     return Split(graph, nodes, frozenset(forward), last + 1, crossing,
                  frozenset([root(v).id for v in outputs] + at_end + remake_reads),
                  {id(n): i for i, n in enumerate(nodes)},
-                 {v.id: v for n in nodes for v in n.outputs})
+                 {v.id: v for n in nodes for v in n.outputs}, frozenset(across_loss))
 
 
 # -- what a plan recomputes ----------------------------------------------------------------------

@@ -21,6 +21,7 @@ each candidate is rebuilt, lowered and scheduled, its lower bound read, and aren
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 from ..ir.errors import GraphError
@@ -56,6 +57,9 @@ class Candidate:
     segments: bool        # whole segments, each dear value recomputed once ("sqrt" family)
     mirror: bool = False  # cheap clones remade at each use (``remat.recomputations``)
     groups: tuple = field(default=(), compare=False, repr=False)  # its recomputations
+    # bytes of the kept buffers live across the loss: a lower bound on its arena, known
+    # before the candidate is built
+    floor: int = field(default=0, compare=False)
 
 
 # -- candidate boundaries ------------------------------------------------------------------------
@@ -204,8 +208,9 @@ def candidates(s: Split) -> list[Candidate]:
         if key not in seen:
             seen.add(key)
             flops = sum(recompute_cost(n) for _, nodes in groups for n in nodes)
+            floor = sum(_bytes(s.crossing[r]) for r in s.across_loss & (kept | s.always_kept))
             out.append(Candidate(name + (" mirrored" if mirror else ""), kept, flops, segments,
-                                 mirror, groups))
+                                 mirror, groups, floor))
     return sorted(out, key=lambda c: (c.extra_flops, -len(c.kept), c.name))
 
 
@@ -253,16 +258,30 @@ class Judge:
 
 
 def smallest_peak(judge: Judge, pool: list[Candidate]) -> Candidate:
-    """The candidate of ``pool`` with the smallest arena (fewest FLOPs on ties). Arenas are
-    solved in order of lower bound, until no bound left can beat the best arena."""
-    by_bound = sorted(pool, key=lambda c: (judge(c).bound, c.extra_flops))
+    """The candidate of ``pool`` with the smallest arena (fewest FLOPs on ties).
+
+    Building a candidate gives its scheduled lower bound and solving its arena costs as much
+    again, so both go in order of what is known: candidates are built in order of their floor
+    and solved in order of their bound, whichever is lower next, until neither the floor of
+    the next unbuilt candidate nor the bound of the next unsolved one can beat the best arena.
+    """
+    unbuilt = sorted(pool, key=lambda c: (c.floor, c.extra_flops))[::-1]
+    unsolved: list = []  # heap of (bound, extra FLOPs, order built, candidate)
     best, best_arena = None, None
-    for c in by_bound:
-        if best is not None and judge(c).bound > best_arena:
+    while unbuilt or unsolved:
+        next_floor = unbuilt[-1].floor if unbuilt else None
+        if unsolved and (next_floor is None or unsolved[0][0] < next_floor):
+            bound, flops, _, c = heapq.heappop(unsolved)
+            if best is not None and bound > best_arena:
+                break
+            a = judge.arena(c)
+            if best is None or (a, flops) < (best_arena, best.extra_flops):
+                best, best_arena = c, a
+        elif best is not None and next_floor > best_arena:
             break
-        a = judge.arena(c)
-        if best is None or (a, c.extra_flops) < (best_arena, best.extra_flops):
-            best, best_arena = c, a
+        else:
+            c = unbuilt.pop()
+            heapq.heappush(unsolved, (judge(c).bound, c.extra_flops, len(pool) - len(unbuilt), c))
     return best
 
 
@@ -270,7 +289,7 @@ def within_budget(judge: Judge, pool: list[Candidate], budget: int) -> Candidate
     """The candidate with the fewest extra FLOPs whose arena fits ``budget``: the first such in
     ``pool``'s order (fewest FLOPs first), so a looser budget never costs more compute."""
     for c in pool:
-        if judge(c).bound <= budget and judge.arena(c) <= budget:
+        if c.floor <= budget and judge(c).bound <= budget and judge.arena(c) <= budget:
             return c
     return None
 

@@ -185,6 +185,7 @@ def test_random_training_graphs_are_bitwise_the_same(seed):
     loss, dw, feeds = random_training_graph(seed)
     report = mg.compile([loss, dw], remat="sqrt").remat
     for candidate in report.pool:
+        assert candidate.floor <= report.judge(candidate).bound, candidate.name
         for a, b in zip(two_runs(report.plan_of(candidate), feeds), want):
             np.testing.assert_array_equal(a, b, err_msg=candidate.name)
 
@@ -320,6 +321,18 @@ def test_auto_keeps_within_its_overhead_bound_and_a_looser_one_never_raises_the_
                                        if c.extra_flops <= bound * report.base_flops)
         peaks.append(plan.arena_bytes)
     assert peaks == sorted(peaks, reverse=True) and peaks[-1] < peaks[0]
+
+
+@pytest.mark.parametrize("graph", ["resnet", "mlp"])
+def test_floors_are_lower_bounds_and_sqrt_finds_the_smallest_arena(graph):
+    """The search skips building candidates by their floors: it must still find the least."""
+    loss = resnet_graph()[0] if graph == "resnet" else mlp_graph()
+    report = mg.compile([loss], remat="sqrt").remat
+    assert len(report.judge.done) < len(report.pool)
+    for c in report.pool:
+        assert c.floor <= report.judge(c).bound <= report.judge.arena(c), c.name
+    segments = [c for c in report.pool if c.segments or c.name == "none"]
+    assert report.judge.arena(report.chosen) == min(map(report.judge.arena, segments))
 
 
 # -- scheduling ------------------------------------------------------------------------------------
