@@ -54,3 +54,30 @@ cdef inline void gemm(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k
         sgemm(&fb, &fa, &jn, &im, &ik, &alpha, <float*>b, &ldb, <float*>a, &lda, &beta, c, &jn)
     else:
         dgemm(&fb, &fa, &jn, &im, &ik, &alpha, <double*>b, &ldb, <double*>a, &lda, &beta, c, &jn)
+
+
+cdef inline void gemm_strided(Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
+                              const floating* a, Py_ssize_t lda,  # IN  (m, k), rows lda apart
+                              const floating* b, Py_ssize_t ldb,  # IN  (k, n), rows ldb apart
+                              floating* c, Py_ssize_t ldc,        # OUT (m, n), rows ldc apart
+                              bint accumulate) noexcept nogil:
+    # gemm without transposes, on matrices whose rows are further apart than their length (a
+    # window of a larger array). BLAS asks lda >= k, ldb >= n, ldc >= n.
+    cdef int im = <int>m, jn = <int>n, ik = <int>k
+    cdef int ia = <int>lda, ib = <int>ldb, ic = <int>ldc
+    cdef char fn = c'N'
+    cdef floating alpha = 1, beta = 1 if accumulate else 0
+    cdef Py_ssize_t r
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        if not accumulate:
+            for r in range(m):
+                memset(c + r * ldc, 0, <size_t>n * sizeof(floating))
+        return
+    if m == 1:  # one row of a: a gemv over b, as in gemm
+        gemv(c'N', jn, ik, b, ib, a, beta, c)
+    elif floating is float:
+        sgemm(&fn, &fn, &jn, &im, &ik, &alpha, <float*>b, &ib, <float*>a, &ia, &beta, c, &ic)
+    else:
+        dgemm(&fn, &fn, &jn, &im, &ik, &alpha, <double*>b, &ib, <double*>a, &ia, &beta, c, &ic)

@@ -2,9 +2,10 @@
 #
 # Parameter layout (ints), written by mgegraph.ops.conv; the kernels read them as the structs
 # below (a struct of Py_ssize_t fields has no padding, so it overlays the int array exactly):
-#   conv2d:                 Conv fields in order; bufs: x, w, [bias,] y, [workspace when use_col]
+#   conv2d:                 Conv fields in order; bufs: x, w, [bias,] y, [workspace]
 #   conv2d_backward_data:   Conv fields (x is the result); bufs: w, dy, dx, [workspace]
 #   conv2d_backward_filter: Conv fields (w is the result); bufs: x, dy, dw, [workspace]
+# The workspace, present unless the path is C_DIRECT, holds workspace_size(ints) elements.
 #   pool2d:                 Pool fields in order; bufs: x, y
 #   max_pool2d_backward:    Pool fields; bufs: x, dy, dx
 #   avg_pool2d_backward:    Pool fields; bufs: dy, dx
@@ -13,6 +14,8 @@
 # Design: the im2col matrix of one batch element and one group lives in the workspace and is
 # reused for every (element, group) pair, so scratch memory does not grow with the batch. A 1x1,
 # stride-1, unpadded convolution's input already is its im2col matrix, so it skips the copy.
+# A forward convolution at stride 1 without dilation needs no im2col matrix: it sums one GEMM
+# per tap over a padded copy of the input (see shifted_group).
 # The backward passes reuse the forward's layout: backward-data is GEMM (W^T dy) then col2im,
 # the adjoint of im2col; backward-filter accumulates dy col^T over the batch in place.
 
@@ -21,18 +24,24 @@ from libc.string cimport memcpy, memset
 from cython cimport floating
 
 from .abi cimport Call, KERNEL_OK, kernel_fn, kernel_address
-from .blas cimport gemm
+from .blas cimport gemm, gemm_strided
 
 ctypedef struct Conv:
     Py_ssize_t batch, cin, h, w, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups
-    Py_ssize_t has_bias, use_col, relu  # relu: the epilogue applies relu (conv2d only)
+    Py_ssize_t has_bias, path, relu  # path: a ConvPath; relu: the epilogue applies relu (conv2d)
 
 ctypedef struct Pool:
     Py_ssize_t mode, planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw
 
+cdef enum ConvPath:
+    C_DIRECT,   # a 1x1, stride-1, unpadded convolution: the input is its own im2col matrix
+    C_IM2COL,   # im2col, then one GEMM per (image, group)
+    C_SHIFTED,  # stride-1, undilated conv2d (forward only): one GEMM per tap
+
 cdef enum PoolMode:
     P_MAX, P_AVG_INCLUDE, P_AVG_EXCLUDE, P_ADAPTIVE_MAX, P_ADAPTIVE_AVG
 
+CONV_PATHS = {"direct": C_DIRECT, "im2col": C_IM2COL, "shifted": C_SHIFTED}
 POOL_MODES = {"max": P_MAX, "average": P_AVG_INCLUDE,
               "average_count_exclude_padding": P_AVG_EXCLUDE,
               "adaptive_max": P_ADAPTIVE_MAX, "adaptive_average": P_ADAPTIVE_AVG}
@@ -224,20 +233,122 @@ cdef inline void epilogue_rows(floating* y, const floating* bias, bint relu, Py_
         y += cols
 
 
+# Design: at stride 1 without dilation, the zero-padded input plane (hp, wp) read from flat
+# offset i * wp + j is tap (i, j)'s block of im2col, except that its rows are wp long: each has
+# wp - ow extra cells that wrapped round the padded row's edge. So conv2d is the sum over taps of
+# W_ij (ocg, cg) @ that window (cg planes, hp * wp apart), each a GEMM reading the padded input in
+# place (kn2row, or "shifted GEMM"): the input is copied once rather than kh * kw times, and no
+# im2col matrix is stored. The result keeps rows of wp cells, and a copy into y drops the wrapped
+# ones. Its last row stops at ow cells, so the last tap's window ends at the padded plane's last
+# cell: (kh - 1) * wp + kw - 1 + (oh - 1) * wp + ow = hp * wp, as oh = hp - kh + 1 and
+# ow = wp - kw + 1. Without padding, the input itself is the padded plane.
+# Workspace, in order: the weights repacked as one (ocg, cg) matrix per (group, tap); one
+# (image, group)'s padded input, (cg, hp, wp), only when padded; the result, (ocg, ncols).
+ctypedef struct Shifted:
+    Py_ssize_t hp, wp, ncols             # the padded plane; the result's row length
+    Py_ssize_t npacked, npadded, nrows   # the workspace areas, in elements
+
+
+cdef inline Shifted shifted_of(const Conv* s) noexcept nogil:
+    cdef Shifted t
+    cdef Py_ssize_t cg = s.cin // s.groups
+    t.hp, t.wp = s.h + 2 * s.ph, s.w + 2 * s.pw
+    t.ncols = (s.oh - 1) * t.wp + s.ow
+    t.npacked = s.cout * cg * s.kh * s.kw
+    t.npadded = cg * t.hp * t.wp if s.ph or s.pw else 0
+    t.nrows = s.cout // s.groups * t.ncols
+    return t
+
+
+cdef inline void pack_taps(const floating* w, floating* packed, const Conv* s) noexcept nogil:
+    # packed[g, t, o, c] = w[g * ocg + o, c, t], for tap t = i * kw + j
+    cdef Py_ssize_t cg = s.cin // s.groups, ocg = s.cout // s.groups, taps = s.kh * s.kw
+    cdef Py_ssize_t o, c, t, g
+    for o in range(s.cout):
+        g = o // ocg
+        for c in range(cg):
+            for t in range(taps):
+                packed[((g * taps + t) * ocg + o - g * ocg) * cg + c] = w[(o * cg + c) * taps + t]
+
+
+cdef inline void pad_planes(const floating* x, floating* padded, Py_ssize_t cg, const Shifted* t,
+                            const Conv* s) noexcept nogil:
+    # The interior of cg padded planes; their borders are zeroed once per call
+    cdef Py_ssize_t c, r
+    for c in range(cg):
+        for r in range(s.h):
+            memcpy(padded + (c * t.hp + r + s.ph) * t.wp + s.pw, x + (c * s.h + r) * s.w,
+                   <size_t>s.w * sizeof(floating))
+
+
+cdef inline void shifted_group(const floating* x, const floating* packed, floating* y,
+                               floating* padded, floating* rows, const Shifted* t,
+                               const Conv* s) noexcept nogil:
+    # y (ocg, oh, ow) = one group's convolution of x (cg, h, w), packed holding its weights
+    cdef Py_ssize_t cg = s.cin // s.groups, ocg = s.cout // s.groups, i, j, o, r
+    if t.npadded:
+        pad_planes(x, padded, cg, t, s)
+        x = padded
+    for i in range(s.kh):
+        for j in range(s.kw):
+            gemm_strided(ocg, t.ncols, cg, packed, cg, x + i * t.wp + j, t.hp * t.wp, rows,
+                         t.ncols, i > 0 or j > 0)
+            packed += ocg * cg
+    for o in range(ocg):
+        for r in range(s.oh):
+            memcpy(y + (o * s.oh + r) * s.ow, rows + o * t.ncols + r * t.wp,
+                   <size_t>s.ow * sizeof(floating))
+
+
+cdef inline Py_ssize_t workspace_elems(const Conv* s) noexcept nogil:
+    cdef Shifted t
+    if s.path == C_IM2COL:
+        return s.cin // s.groups * s.kh * s.kw * s.oh * s.ow
+    if s.path == C_SHIFTED:
+        t = shifted_of(s)
+        return t.npacked + t.npadded + t.nrows
+    return 0
+
+
+def workspace_size(ints):
+    """The elements of workspace a kernel of this module needs for Conv parameters ``ints``
+    (the lowering's layout), for all three convolution kernels.
+
+    >>> workspace_size(ints) * itemsize  # bytes, as the lowering asks for them
+    """
+    cdef Conv s
+    cdef Py_ssize_t* fields = <Py_ssize_t*>&s
+    cdef Py_ssize_t i
+    if len(ints) != CONV_NINTS:
+        raise ValueError(f"expected {CONV_NINTS} Conv parameters, got {len(ints)}")
+    for i in range(CONV_NINTS):
+        fields[i] = ints[i]
+    return workspace_elems(&s)
+
+
 cdef inline int conv2d_impl(const floating* x, const floating* w, const floating* bias,
-                            floating* y, floating* col, const Conv* s) noexcept nogil:
+                            floating* y, floating* ws, const Conv* s) noexcept nogil:
     cdef Py_ssize_t cg = s.cin // s.groups, ocg = s.cout // s.groups
     cdef Py_ssize_t npix = s.oh * s.ow, kdim = cg * s.kh * s.kw, n, g
     cdef const floating* xg
     cdef floating* yg
+    cdef Shifted t
+    if s.path == C_SHIFTED:
+        t = shifted_of(s)
+        pack_taps(w, ws, s)
+        zero(ws + t.npacked, t.npadded)
     for n in range(s.batch):
         for g in range(s.groups):
             xg = x + (n * s.cin + g * cg) * s.h * s.w
             yg = y + (n * s.cout + g * ocg) * npix
-            if s.use_col:
-                im2col(xg, col, s)
-                xg = col
-            gemm(False, False, ocg, npix, kdim, w + g * ocg * kdim, xg, yg, False)
+            if s.path == C_SHIFTED:
+                shifted_group(xg, ws + g * ocg * kdim, yg, ws + t.npacked,
+                              ws + t.npacked + t.npadded, &t, s)
+            else:
+                if s.path == C_IM2COL:
+                    im2col(xg, ws, s)
+                    xg = ws
+                gemm(False, False, ocg, npix, kdim, w + g * ocg * kdim, xg, yg, False)
             if bias != NULL or s.relu:
                 epilogue_rows(yg, bias + g * ocg if bias != NULL else NULL, s.relu, ocg, npix)
     return KERNEL_OK
@@ -251,14 +362,14 @@ cdef inline int conv2d_backward_data_impl(const floating* w,   # IN  (cout, cin/
     cdef Py_ssize_t cg = s.cin // s.groups, ocg = s.cout // s.groups
     cdef Py_ssize_t npix = s.oh * s.ow, kdim = cg * s.kh * s.kw, n, g
     cdef floating* dxg
-    if s.use_col:
+    if s.path == C_IM2COL:
         memset(dx, 0, <size_t>(s.batch * s.cin * s.h * s.w) * sizeof(floating))
     for n in range(s.batch):
         for g in range(s.groups):
             dxg = dx + (n * s.cin + g * cg) * s.h * s.w
             gemm(True, False, kdim, npix, ocg, w + g * ocg * kdim,
-                 dy + (n * s.cout + g * ocg) * npix, col if s.use_col else dxg, False)
-            if s.use_col:
+                 dy + (n * s.cout + g * ocg) * npix, col if s.path == C_IM2COL else dxg, False)
+            if s.path == C_IM2COL:
                 col2im(col, dxg, s)
     return KERNEL_OK
 
@@ -275,7 +386,7 @@ cdef inline int conv2d_backward_filter_impl(const floating* x,   # IN  (batch, c
     for n in range(s.batch):
         for g in range(s.groups):
             xg = x + (n * s.cin + g * cg) * s.h * s.w
-            if s.use_col:
+            if s.path == C_IM2COL:
                 im2col(xg, col, s)
                 xg = col
             gemm(False, True, ocg, kdim, npix, dy + (n * s.cout + g * ocg) * npix, xg,
@@ -288,14 +399,14 @@ cdef inline int conv2d_call(const Call* c, floating* dtype_tag) noexcept nogil:
     cdef const Conv* s = <const Conv*>c.ints
     cdef int nb = <int>s.has_bias
     cdef const floating* bias = <const floating*>c.bufs[2] if nb else NULL
-    cdef floating* col = <floating*>c.bufs[3 + nb] if s.use_col else NULL
+    cdef floating* ws = <floating*>c.bufs[3 + nb] if s.path != C_DIRECT else NULL
     return conv2d_impl(<const floating*>c.bufs[0], <const floating*>c.bufs[1], bias,
-                       <floating*>c.bufs[2 + nb], col, s)
+                       <floating*>c.bufs[2 + nb], ws, s)
 
 
 cdef inline int conv2d_backward_call(const Call* c, bint data, floating* dtype_tag) noexcept nogil:
     cdef const Conv* s = <const Conv*>c.ints
-    cdef floating* col = <floating*>c.bufs[3] if s.use_col else NULL
+    cdef floating* col = <floating*>c.bufs[3] if s.path == C_IM2COL else NULL
     if data:
         return conv2d_backward_data_impl(<const floating*>c.bufs[0], <const floating*>c.bufs[1],
                                          <floating*>c.bufs[2], col, s)

@@ -4,6 +4,7 @@ import pytest
 
 import mgegraph as mg
 import mgegraph.functional as F
+from mgegraph._kernels import conv as K
 from mgegraph.ops import conv as C
 from mgegraph.ops.builder import apply
 
@@ -136,6 +137,98 @@ def test_conv2d_1x1_has_no_workspace():
     plan, ins = _conv_plan((4, 8, 7, 7), (16, 8, 1, 1))
     assert ins.workspace is None
     assert not any(s.role == "workspace" for s in plan.slots)
+
+
+# -- the shifted-GEMM path (stride 1, no dilation) ----------------------------------------------
+SHIFTED_CASES = [
+    # x shape, weight shape, padding, groups
+    ((2, 3, 7, 6), (4, 3, 3, 3), 0, 1),
+    ((2, 3, 7, 6), (4, 3, 3, 3), 1, 1),
+    ((1, 2, 9, 8), (3, 2, 5, 5), 2, 1),
+    ((2, 4, 6, 9), (5, 4, 1, 3), (0, 1), 1),                  # 1x3: rows one tap wide
+    ((2, 4, 9, 6), (5, 4, 3, 1), (1, 0), 1),                  # 3x1: no wrapped columns unpadded
+    ((2, 3, 5, 7), (4, 3, 2, 2), 0, 1),                       # even kernel
+    ((2, 3, 5, 7), (4, 3, 2, 2), 1, 1),
+    ((2, 6, 5, 4), (4, 3, 3, 3), 1, 2),                       # groups
+    ((2, 4, 6, 5), (4, 1, 3, 3), 1, 4),                       # depthwise: one-row GEMMs (gemv)
+    ((2, 3, 3, 8), (2, 3, 3, 3), 0, 1),                       # oh == 1
+    ((2, 3, 8, 3), (2, 3, 3, 3), 0, 1),                       # ow == 1
+    ((1, 2, 3, 3), (3, 2, 3, 3), 0, 1),                       # one output pixel
+    ((1, 2, 1, 1), (3, 2, 3, 3), 1, 1),                       # a 1x1 image, padded to 3x3
+    ((1, 1, 2, 2), (1, 1, 3, 3), 3, 1),                       # padding wider than the image
+    ((2, 3, 6, 5), (4, 3, 3, 5), (2, 1), 1),                  # padding wider than 'same'
+]
+CONV_PATH_FIELD = -2  # the Conv struct's path: its next to last field
+
+
+def conv2d_node(x, w, b, padding, groups, relu):
+    attrs = {"stride": (1, 1), "padding": pair(padding), "dilation": (1, 1), "groups": groups,
+             "activation": "relu" if relu else "none"}
+    return apply("conv2d", (x, w) if b is None else (x, w, b), **attrs)
+
+
+def shifted_workspace(xs, ws, padding, groups, itemsize):
+    """The bytes the shifted path's layout takes: weights per tap, padded input, result rows."""
+    (ph, pw), (_, cg, kh, kw) = pair(padding), ws
+    hp, wp = xs[2] + 2 * ph, xs[3] + 2 * pw
+    oh, ow = hp - kh + 1, wp - kw + 1
+    padded = cg * hp * wp if ph or pw else 0
+    return (ws[0] * cg * kh * kw + padded + ws[0] // groups * ((oh - 1) * wp + ow)) * itemsize
+
+
+@pytest.fixture
+def always_shifted(monkeypatch):
+    """Take the shifted path wherever it applies, however small the convolution."""
+    monkeypatch.setattr(C, "_shifted_pays", lambda cg, ocg, col_bytes: True)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("bias,relu", [(False, False), (True, False), (True, True),
+                                       (False, True)])
+@pytest.mark.parametrize("xs,ws,padding,groups", SHIFTED_CASES)
+def test_conv2d_shifted_matches_reference(always_shifted, xs, ws, padding, groups, bias, relu,
+                                          dtype):
+    x, w = RNG.standard_normal(xs).astype(dtype), RNG.standard_normal(ws).astype(dtype)
+    b = RNG.standard_normal(ws[0]).astype(dtype) if bias else None
+    g = mg.Graph()
+    ins = [g.input("x", xs, dtype), g.input("w", ws, dtype)] + (
+        [g.input("b", b.shape, dtype)] if bias else [None])
+    plan = mg.compile([conv2d_node(*ins, padding, groups, relu)])
+    (ins,) = [i for i in plan.instructions if i.op == "conv2d"]
+    assert ins.ints[CONV_PATH_FIELD] == K.CONV_PATHS["shifted"]
+    assert plan.slots[ins.workspace].nbytes == shifted_workspace(xs, ws, padding, groups,
+                                                                 np.dtype(dtype).itemsize)
+    feeds = {"x": x, "w": w, **({"b": b} if bias else {})}
+    (first,) = plan.run(feeds)
+    # all-ones bytes are NaN in both dtypes: any workspace cell read before it is written in
+    # this run (a padding border, say) would show in the second run's result
+    plan._buffers[ins.workspace][...] = 0xFF
+    (second,) = plan.run(feeds)
+    np.testing.assert_array_equal(first, second)
+    expected = conv_ref(x, w, b, 1, padding, 1, groups)
+    check(first, np.maximum(expected, 0) if relu else expected)
+
+
+@pytest.mark.parametrize("xs,ws,kw,path", [
+    ((8, 16, 32, 32), (16, 16, 3, 3), {"padding": 1}, "shifted"),      # the benchmark's
+    ((8, 64, 32, 32), (64, 64, 3, 3), {"padding": 1}, "shifted"),      # im2col matrix > 2 MiB
+    ((8, 64, 16, 16), (64, 64, 3, 3), {"padding": 1}, "im2col"),       # GEMM-bound: im2col
+    ((8, 3, 32, 32), (16, 3, 3, 3), {"padding": 1}, "im2col"),         # few input channels
+    ((8, 16, 32, 32), (64, 16, 3, 3), {"padding": 1}, "im2col"),       # many output channels
+    ((8, 16, 8, 8), (16, 16, 3, 3), {"padding": 1}, "im2col"),         # a small matrix
+    ((8, 16, 32, 32), (16, 16, 3, 3), {"padding": 1, "stride": 2}, "im2col"),
+    ((8, 16, 32, 32), (16, 16, 3, 3), {"padding": 2, "dilation": 2}, "im2col"),
+    ((8, 16, 32, 32), (16, 16, 1, 1), {"padding": 1}, "im2col"),       # one tap
+    ((8, 16, 32, 32), (16, 16, 1, 1), {}, "direct"),
+])
+def test_conv2d_path_choice_and_workspace(xs, ws, kw, path):
+    plan, ins = _conv_plan(xs, ws, **kw)
+    assert ins.ints[CONV_PATH_FIELD] == K.CONV_PATHS[path]
+    nbytes = 0 if ins.workspace is None else plan.slots[ins.workspace].nbytes
+    if path == "shifted":
+        assert nbytes == shifted_workspace(xs, ws, kw["padding"], 1, 4)
+    if xs == (8, 16, 32, 32) and path == "shifted":
+        assert nbytes == 152704  # im2col's matrix was 16 * 9 * 32 * 32 * 4 = 589824 bytes
 
 
 @pytest.mark.parametrize("xs,ws,kw,reason", [
