@@ -83,6 +83,12 @@ def recompute_inputs(node: Node) -> tuple[Var, ...]:
     return node.inputs if r is None else r.inputs
 
 
+def remade_outputs(node: Node) -> tuple[Var, ...]:
+    """The outputs of ``node`` a recomputation makes (its remake's, or all)."""
+    r = remake(node)
+    return node.outputs if r is None else tuple(node.outputs[i] for i in r.outputs)
+
+
 def recompute_cost(node: Node) -> float:
     """FLOPs of recomputing ``node``: its remake's, else a run of the node."""
     r = remake(node)
@@ -208,12 +214,6 @@ def recomputations(s: Split, kept, mirror: bool = False) -> list[tuple[int, list
             if mirror and node.op.cheap(node):
                 fresh |= made
     return out
-
-
-def remade_outputs(node: Node) -> tuple[Var, ...]:
-    """The outputs of ``node`` a recomputation makes (its remake's, or all)."""
-    r = remake(node)
-    return node.outputs if r is None else tuple(node.outputs[i] for i in r.outputs)
 
 
 def graph_flops(graph: Graph) -> float:

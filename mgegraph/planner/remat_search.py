@@ -12,9 +12,10 @@ there), so each value is recomputed at most once. Each segment plan also comes *
 registry) are held, cheap values are remade at each use, and segments are sized by their dear
 bytes only, so they grow longer for the same memory. A second flavour keeps the outputs of dear
 ops and recomputes only cheap ones; partial-depth plans keep everything (or, mirrored, every
-dear output) above a point of the forward order. Nothing decides on an estimate:
-each candidate is rebuilt, lowered and scheduled, its lower bound read, and arenas are solved
-(workspaces included) for the candidates that can still win.
+dear output) above a point of the forward order. Nothing decides on an estimate: a
+candidate is rebuilt, lowered and scheduled, its lower bound read, and its arena solved
+(workspaces included), unless its floor (the kept bytes live across the loss) or its bound
+shows that it cannot win.
 
 >>> s = split(graph, outputs); judge = Judge(s, outputs, lower, memory_options)
 >>> chosen = choose(judge, candidates(s), RematOptions("auto"), graph_flops(graph))
