@@ -214,7 +214,8 @@ def _typed(raw: np.ndarray, slot: Slot) -> np.ndarray:
     return raw.view(slot.type.dtype).reshape(slot.type.shape)
 
 
-_POISON_KIND = {np.dtype(np.float32): 1, np.dtype(np.float64): 2}  # NaN; others: 0xA5 bytes
+# NaN; others (workspaces are bytes) 0xFF bytes, NaN as float32 and float64 too
+_POISON_KIND = {np.dtype(np.float32): 1, np.dtype(np.float64): 2}
 
 
 def _poison_list(plan: Plan, buffers) -> list[tuple[int, int, int, int]]:

@@ -26,8 +26,8 @@ cdef void _fill_poison(const Poison* p) noexcept nogil:
     elif p.kind == 2:
         for i in range(p.nbytes // 8):
             (<double*>p.data)[i] = NAN
-    else:
-        memset(p.data, 0xA5, p.nbytes)
+    else:  # NaN too wherever a kernel reads these bytes as floats (a workspace)
+        memset(p.data, 0xFF, p.nbytes)
 
 
 cdef class Executor:
@@ -46,7 +46,7 @@ cdef class Executor:
         """kernels[i]: function address; buffer_pointers[i]: list of data addresses;
         ints[i] / floats[i]: parameter lists of instruction i; poison: (step, address, bytes,
         kind) sorted by step, buffers to fill with garbage once that step ran (kind 1:
-        float32 NaN, 2: float64 NaN, else 0xA5 bytes)."""
+        float32 NaN, 2: float64 NaN, else 0xFF bytes)."""
         cdef Py_ssize_t i, j, nb = 0, ni = 0, nf = 0, pb = 0, pi = 0, pf = 0
         self.n = len(kernels)
         self.buffers = buffers

@@ -266,3 +266,15 @@ def test_alignment_is_honoured():
     _, outputs, _ = random_graph(11)
     plan = mg.compile(outputs, memory=MemoryOptions(alignment=256))
     assert all(s.offset % 256 == 0 for s in plan.slots if s.offset is not None)
+
+
+def test_debug_poisons_a_dead_workspace_with_bytes_that_are_nan_as_floats():
+    """So a kernel that reads its workspace before writing it gives NaN, not a tiny error."""
+    g = mg.Graph()
+    x, w = g.input("x", (1, 2, 6, 6)), g.input("w", (2, 2, 3, 3))
+    plan = mg.compile([F.conv2d(x, w, padding=1)], memory="debug")
+    plan.run({"x": np.ones((1, 2, 6, 6), np.float32), "w": np.ones((2, 2, 3, 3), np.float32)})
+    (ins,) = [i for i in plan.instructions if i.workspace is not None]
+    workspace = plan._buffers[ins.workspace]
+    assert workspace.size and (workspace == 0xFF).all()
+    assert np.isnan(workspace[:workspace.size // 4 * 4].view(np.float32)).all()
