@@ -34,8 +34,9 @@ class RematOptions:
 
     ``mode``: "sqrt" (checkpointed segments, each dear value recomputed at most once and cheap
     ones possibly remade at each use, the smallest peak such a plan reaches), "auto" (the
-    smallest peak whose extra FLOPs are at most ``overhead`` times the step's) or a byte budget (the least recomputation whose planned
-    arena, workspaces included, fits in it; an error names the smallest peak reachable).
+    smallest peak whose extra FLOPs are at most ``overhead`` times the step's) or a byte budget
+    (the least recomputation whose planned arena, workspaces included, fits in it; an error
+    names the smallest peak reachable).
 
     >>> mg.compile([loss], remat=RematOptions("auto", overhead=0.2))
     """
@@ -60,12 +61,11 @@ def remat_options(value) -> RematOptions | None:
     """``remat=`` of compile: None (off), "sqrt", "auto", a byte budget, or RematOptions."""
     if value is None or isinstance(value, RematOptions):
         return value
-    if isinstance(value, str) and value in MODES:
+    try:
         return RematOptions(value)
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return RematOptions(value)
-    raise GraphError(f"remat={value!r}: pass None, 'sqrt', 'auto', a positive byte budget "
-                     "(remat=512 * 2**20) or a mg.planner.RematOptions")
+    except GraphError:
+        raise GraphError(f"remat={value!r}: pass None, 'sqrt', 'auto', a positive byte budget "
+                         "(remat=512 * 2**20) or a mg.planner.RematOptions") from None
 
 
 # -- the forward/backward split ----------------------------------------------------------------
