@@ -414,7 +414,7 @@ def _lower(graph: Graph, outputs, device: str, clones=frozenset(), launches=None
             if op.name != "input":
                 values[slot_of[var.id]] = graph.values[var.id]
             continue
-        view_offset = op.view(node) if op.view is not None else None
+        view_offset = op.view_offset(node)
         if view_offset is not None:
             src = slots[slot_of[node.inputs[0].id]]
             root = src.alias if src.alias is not None else src.index

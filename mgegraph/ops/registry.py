@@ -92,10 +92,15 @@ class OpDef:
                 full[key] = default
         return full
 
+    def view_offset(self, node) -> int | None:
+        """Where ``node``'s output 0 sits in input 0's buffer when it is a view of it (no
+        kernel runs), else None."""
+        return self.view(node) if self.view is not None else None
+
     def cost(self, node) -> float:
         """FLOPs of one run of ``node``: the op's own formula, else ``flops_per_element`` per
         output element. A view or a source costs nothing."""
-        if self.category == "source" or (self.view is not None and self.view(node) is not None):
+        if self.category == "source" or self.view_offset(node) is not None:
             return 0.0
         if self.flops is not None:
             return float(self.flops(node))

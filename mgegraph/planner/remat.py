@@ -70,7 +70,7 @@ def remat_options(value) -> RematOptions | None:
 
 # -- the forward/backward split ----------------------------------------------------------------
 def is_view(node: Node) -> bool:
-    return node.op.view is not None and node.op.view(node) is not None
+    return node.op.view_offset(node) is not None
 
 
 def remake(node: Node) -> Remake | None:
