@@ -254,19 +254,26 @@ def _backward_filter_grad(node, out_grads):
     return conv2d_backward_data(h, dy, x.shape[2:], **conv), apply("conv2d", (x, h), **conv)
 
 
+def _conv_flops(y, w) -> float:
+    """A convolution's multiply-adds, the same for its two gradients: 2 per (output element,
+    weight of its group), for output (or output gradient) ``y`` and weight (or its gradient)
+    ``w``."""
+    return 2.0 * y.size * math.prod(w.shape[1:])
+
+
 _CONV = {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1}
 register(OpDef("conv2d", "matmul", _conv2d_epilogue_infer, attrs={**_CONV, "activation": "none"},
                kernel="conv2d",
                dtypes=FLOAT_DTYPES, lower=_conv2d_lower, grad=_conv2d_grad,
-               flops=lambda node: 2.0 * node.outputs[0].size * math.prod(node.inputs[1].shape[1:])))
+               flops=lambda node: _conv_flops(node.outputs[0], node.inputs[1])))
 register(OpDef("conv2d_backward_data", "matmul", _backward_data_infer,
                attrs={**_CONV, "input_hw": REQUIRED}, kernel="conv2d_backward_data",
                dtypes=FLOAT_DTYPES, lower=_backward_data_lower, grad=_backward_data_grad,
-               flops=lambda node: 2.0 * node.inputs[1].size * math.prod(node.inputs[0].shape[1:])))
+               flops=lambda node: _conv_flops(node.inputs[1], node.inputs[0])))
 register(OpDef("conv2d_backward_filter", "matmul", _backward_filter_infer,
                attrs={**_CONV, "kernel_size": REQUIRED}, kernel="conv2d_backward_filter",
                dtypes=FLOAT_DTYPES, lower=_backward_filter_lower, grad=_backward_filter_grad,
-               flops=lambda node: 2.0 * node.inputs[1].size * math.prod(node.outputs[0].shape[1:])))
+               flops=lambda node: _conv_flops(node.inputs[1], node.outputs[0])))
 
 
 # -- pooling --------------------------------------------------------------------------------------
