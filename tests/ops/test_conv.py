@@ -193,16 +193,15 @@ def test_conv2d_shifted_matches_reference(always_shifted, xs, ws, padding, group
     g = mg.Graph()
     ins = [g.input("x", xs, dtype), g.input("w", ws, dtype)] + (
         [g.input("b", b.shape, dtype)] if bias else [None])
-    plan = mg.compile([conv2d_node(*ins, padding, groups, relu)])
+    # memory="debug" refills the dead workspace with 0xFF bytes, NaN in both dtypes, after each
+    # run: any cell read before it is written (a padding border, say) shows in the second run
+    plan = mg.compile([conv2d_node(*ins, padding, groups, relu)], memory="debug")
     (ins,) = [i for i in plan.instructions if i.op == "conv2d"]
     assert ins.ints[CONV_PATH_FIELD] == K.CONV_PATHS["shifted"]
     assert plan.slots[ins.workspace].nbytes == shifted_workspace(xs, ws, padding, groups,
                                                                  np.dtype(dtype).itemsize)
     feeds = {"x": x, "w": w, **({"b": b} if bias else {})}
     (first,) = plan.run(feeds)
-    # all-ones bytes are NaN in both dtypes: any workspace cell read before it is written in
-    # this run (a padding border, say) would show in the second run's result
-    plan._buffers[ins.workspace][...] = 0xFF
     (second,) = plan.run(feeds)
     np.testing.assert_array_equal(first, second)
     expected = conv_ref(x, w, b, 1, padding, 1, groups)
