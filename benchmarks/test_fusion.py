@@ -6,7 +6,7 @@ mlp-train, convnet-train (epilogue fusion) and resnet-infer (batch-norm folding)
 Each implementation is one parametrised case; peers that are not installed are skipped with the
 reason. Every case checks its result once, untimed, before it is timed, so a wrong kernel cannot
 post a figure. ``terminal_summary`` (called by the conftest) prints the ratios the issue asks for.
-mgegraph cases time the executor alone (``plan._executor.run`` after a first ``plan.run``), as
+mgegraph cases time the executor alone (``plan.executable().executor.run`` after a first ``plan.run``), as
 test_core does: the feeds are already in place, so the figure is the kernels' and the loop's.
 """
 from __future__ import annotations
@@ -66,7 +66,7 @@ def need(module: str):
 
 def mg_executor(plan, feeds, want, what):
     check(plan.run(feeds)[0], want, what)
-    return plan._executor.run
+    return plan.executable().executor.run
 
 
 # -- fusion-chain ---------------------------------------------------------------------------------
@@ -336,7 +336,7 @@ def test_resnet_infer_bnfold(benchmark, shape, level):
     scale = np.abs(want).max()
     got = plan.run({"input0": resnet_input(*RESNET[shape])})[0]
     check(got / scale, want / scale, f"resnet {shape} {level}", rtol=0, atol=RESNET_ATOL)
-    record(benchmark, f"resnet-infer {shape}: batch-norm folding", level, plan._executor.run,
+    record(benchmark, f"resnet-infer {shape}: batch-norm folding", level, plan.executable().executor.run,
            arena_bytes=plan.arena_bytes, lower_bound_bytes=plan.lower_bound_bytes)
 
 

@@ -24,6 +24,7 @@ import mgegraph as mg
 import mgegraph.functional as F
 import models
 from mgegraph import nn, optim
+from mgegraph.backend import get_backend
 from mgegraph.planner import arena as arena_module
 from mgegraph.planner.memory import memory_options, plan_memory
 from mgegraph.planner.schedule import memory_aware_order
@@ -200,13 +201,13 @@ def phases(graph, outputs) -> dict:
     lower, then plan_memory (its schedule, one arena solve, and the rest: liveness and in-place
     choice for each order tried), then the plan's assembly."""
     options = memory_options(None)
-    lowered = mg.plan._lower(graph, outputs, "cpu")
+    lowered = mg.lowering.lower(graph, outputs, get_backend("cpu"))
     spent = []
     with timing_solve(spent):
         planning = timed(lambda: plan_memory(lowered.slots, lowered.instructions, options))
     times = {
         "compile": timed(lambda: mg.compile(outputs)),
-        "lower": timed(lambda: mg.plan._lower(graph, outputs, "cpu")),
+        "lower": timed(lambda: mg.lowering.lower(graph, outputs, get_backend("cpu"))),
         "plan_memory": planning,
         "schedule": timed(lambda: memory_aware_order(lowered.slots, lowered.instructions)),
         "solve": spent if len(spent) == len(planning) else [float("nan")],

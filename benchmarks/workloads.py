@@ -65,7 +65,7 @@ def op_overhead() -> dict:
     feeds = {"x": x0}
     plan.run(feeds)
     impls = {"mgegraph plan.run": lambda: plan.run(feeds),
-             "mgegraph executor only": plan._executor.run,
+             "mgegraph executor only": plan.executable().executor.run,
              "numpy eager": lambda: op_chain_numpy(x0)}
     torch = _torch()
     if torch is not None:

@@ -1,15 +1,16 @@
 """mgegraph: a define-then-run deep-learning engine with a planner you can see into."""
-from . import ops  # noqa: F401  (registers every op before the dispatcher reads them)
-from . import dispatch  # noqa: F401
+from . import ops  # noqa: F401  (registers every op)
 from . import functional  # noqa: F401
 from .autodiff import grad
 from .ir.errors import DispatchError, FeedError, GraphError, KernelError, OpError
 from .ir.graph import Graph, Node, Var
 from .ir.types import TensorType
-from .plan import Instruction, Plan, Slot, compile
+from .backend import devices, register_backend
+from .compiler import compile
+from .plan import Instruction, Plan, Slot
 from .train import DataLoader, compile_module, compile_train_step, fit
 from . import nn, optim, planner  # noqa: E402
 
-__all__ = ["grad", "compile_train_step", "compile_module", "DataLoader", "fit", "nn", "optim", "Graph", "Node", "Var", "TensorType", "Plan", "Slot", "Instruction", "compile",
+__all__ = ["devices", "register_backend", "grad", "compile_train_step", "compile_module", "DataLoader", "fit", "nn", "optim", "Graph", "Node", "Var", "TensorType", "Plan", "Slot", "Instruction", "compile",
            "functional", "planner", "GraphError", "OpError", "FeedError", "KernelError", "DispatchError"]
 __version__ = "0.1.0"

@@ -5,7 +5,7 @@ import numpy as np
 
 from .autodiff import grad
 from .ir.graph import Graph
-from .plan import compile
+from .compiler import compile
 
 
 def gradcheck(fn, *arrays, wrt=None, eps=1e-6, rtol=1e-5, atol=1e-7, seed=0):

@@ -9,7 +9,7 @@ import numpy as np
 from . import functional as F
 from .autodiff import grad
 from .ir.graph import Graph
-from .plan import compile
+from .compiler import compile
 
 
 def _inputs(graph: Graph, arrays, names):

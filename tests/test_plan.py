@@ -4,7 +4,7 @@ import pytest
 
 import mgegraph as mg
 import mgegraph.functional as F
-from mgegraph import dispatch
+from mgegraph.backend import get_backend
 
 
 def plan_and_graph():
@@ -71,15 +71,15 @@ def test_only_needed_nodes_are_planned():
 
 def test_dispatch_miss_names_op_device_and_dtype():
     with pytest.raises(mg.DispatchError) as info:
-        dispatch.lookup("exp", "cpu", "int32")
+        get_backend("cpu").kernel("exp", "int32")
     message = str(info.value)
     assert "'exp'" in message and "'cpu'" in message and "int32" in message
     assert "cpu/float32" in message
 
 
 def test_every_kernel_family_dtype_is_registered():
-    for (op, device, dtype), kernel in dispatch.TABLE.items():
-        assert kernel.address != 0, (op, device, dtype)
+    for (op, dtype), kernel in get_backend("cpu").table.items():
+        assert kernel.entry != 0, (op, dtype)
 
 
 def test_compile_rejects_bad_arguments():

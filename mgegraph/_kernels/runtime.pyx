@@ -8,7 +8,20 @@ from libc.math cimport NAN
 from libc.stdlib cimport malloc, free
 from libc.string cimport memset
 
-from .abi cimport Call, kernel_fn
+from .abi cimport (Call, kernel_fn, KERNEL_OK, KERNEL_INDEX_OUT_OF_RANGE, KERNEL_BAD_VALUE,
+                   KERNEL_UNSUPPORTED)
+
+# What each status of abi.pxd means, for the error a failed run raises.
+KERNEL_STATUS = {KERNEL_INDEX_OUT_OF_RANGE: "an index is out of range",
+                 KERNEL_BAD_VALUE: "a value is invalid",
+                 KERNEL_UNSUPPORTED: "the kernel does not support these parameters"}
+
+# How a dead buffer is poisoned in memory="debug" plans (Executor's poison kinds).
+cdef enum:
+    _POISON_BYTES = 0
+    _POISON_FLOAT32 = 1
+    _POISON_FLOAT64 = 2
+POISON_BYTES, POISON_FLOAT32, POISON_FLOAT64 = _POISON_BYTES, _POISON_FLOAT32, _POISON_FLOAT64
 
 
 ctypedef struct Poison:
@@ -20,10 +33,10 @@ ctypedef struct Poison:
 
 cdef void _fill_poison(const Poison* p) noexcept nogil:
     cdef Py_ssize_t i
-    if p.kind == 1:
+    if p.kind == _POISON_FLOAT32:
         for i in range(p.nbytes // 4):
             (<float*>p.data)[i] = NAN
-    elif p.kind == 2:
+    elif p.kind == _POISON_FLOAT64:
         for i in range(p.nbytes // 8):
             (<double*>p.data)[i] = NAN
     else:  # NaN too wherever a kernel reads these bytes as floats (a workspace)

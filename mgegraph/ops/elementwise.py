@@ -6,7 +6,7 @@ import numpy as np
 from .._kernels import elementwise as K
 from ..ir.graph import Var
 from ..ir.types import TensorType, as_dtype, broadcast_shapes, dtype_code
-from .layout import elementwise_params
+from .._kernels.lowering.layout import elementwise_params
 from .registry import (ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, REQUIRED, Launch, OpDef,
                        register, require_dtypes)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._kernels import fused as K
-from .layout import broadcast_strides, collapse, contiguous_strides
+from .._kernels.lowering.layout import broadcast_strides, collapse, contiguous_strides
 from .registry import get_op
 
 UNARY, BINARY = frozenset(K.UNARY), frozenset(K.BINARY)

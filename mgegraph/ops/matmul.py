@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from ..ir.types import TensorType, broadcast_shapes
-from .layout import broadcast_strides, collapse, contiguous_strides
+from .._kernels.lowering.layout import broadcast_strides, collapse, contiguous_strides
 from .registry import FLOAT_DTYPES, NUMERIC_DTYPES, Launch, OpDef, register, require_dtypes
 
 BLAS_INT_MAX = 2**31 - 1  # SciPy's BLAS takes 32-bit dimensions

@@ -26,7 +26,7 @@ from .._kernels import movement as K
 from ..ir.graph import Var
 from ..ir.types import INT_DTYPES, TensorType, as_dtype, broadcast_shapes, tensor_type
 from .builder import apply, apply_multi
-from .layout import MAX_DIMS, broadcast_strides, collapse, contiguous_strides
+from .._kernels.lowering.layout import MAX_DIMS, broadcast_strides, collapse, contiguous_strides
 from .registry import (NUMERIC_DTYPES, REQUIRED, Launch, OpDef, register, require_dtypes,
                        whole_input)
 

@@ -11,7 +11,7 @@ from ..ir.errors import OpError, user_location
 from ..ir.graph import Var
 from ..ir.types import FLOAT_DTYPES, TensorType
 from .builder import apply, graph_of
-from .layout import collapse, contiguous_strides
+from .._kernels.lowering.layout import collapse, contiguous_strides
 from .registry import ALL_DTYPES, Launch, OpDef, normalize_axes, register
 
 __all__ = ["sum", "mean", "prod", "var", "max", "min", "argmax", "argmin"]

@@ -50,9 +50,9 @@ def _boundary(graph: Graph, outputs, folded: set[int]) -> list[Var]:
     return [v for i, v in made.items() if i in read]
 
 
-def _evaluate(graph: Graph, folded: set[int], wanted: list[Var]) -> list:
-    """The values of ``wanted``, by compiling and running the constant subgraph."""
-    from ..plan import compile
+def _evaluate(graph: Graph, folded: set[int], wanted: list[Var], evaluate) -> list:
+    """The values of ``wanted``: ``evaluate`` (the pipeline's, which runs an unoptimised plan
+    on the target device) applied to the constant subgraph alone."""
 
     def constant_only(builder, node):
         if id(node) in folded or node.op.name == "const" or (
@@ -61,20 +61,23 @@ def _evaluate(graph: Graph, folded: set[int], wanted: list[Var]) -> list:
         return (None,) * len(node.outputs)
 
     builder = rebuild(graph, constant_only)
-    return compile([builder.var(v) for v in wanted], optimize=0).run({})
+    return evaluate([builder.var(v) for v in wanted])
 
 
-def fold(graph: Graph, outputs: list[Var], max_bytes: int = MAX_BYTES) -> PassResult:
+def fold(graph: Graph, outputs: list[Var], max_bytes: int = MAX_BYTES,
+         evaluate=None) -> PassResult:
     """Replace constant nodes by consts; stats ``{"folded": nodes, "consts": made,
-    "bytes": bytes of the new consts}``.
+    "bytes": bytes of the new consts}``. ``evaluate(outputs) -> arrays`` computes the folded
+    values (``mg.compile`` passes one that runs on its device); without it nothing is folded.
 
     >>> r = fold(g, [x * (g.const(2.0) + 1.0)]); print(r.graph)  # x * const 3.0
     """
-    folded = _constant_nodes(graph, max_bytes)
+    folded = _constant_nodes(graph, max_bytes) if evaluate is not None else set()
     if not folded:
         return PassResult(graph, list(outputs), False, {"folded": 0, "consts": 0, "bytes": 0})
     wanted = _boundary(graph, outputs, folded)
-    values = dict(zip((v.id for v in wanted), _evaluate(graph, folded, wanted))) if wanted else {}
+    values = dict(zip((v.id for v in wanted), _evaluate(graph, folded, wanted, evaluate))) \
+        if wanted else {}
 
     def replace_folded(builder, node: Node):
         if id(node) not in folded:

@@ -181,7 +181,7 @@ def _needed(members, readers, outputs) -> list:
             or any(id(r) not in inside for r in readers.get(n.outputs[0].id, ()))]
 
 
-def fuse(graph, outputs) -> PassResult:
+def fuse(graph, outputs, limits=None) -> PassResult:
     groups, group_of = _group_nodes(graph)
     readers: dict[int, list] = {}
     for node in graph.nodes:

@@ -120,11 +120,15 @@ def _select(passes_or_level) -> list[tuple[str, Callable, str]]:
     return [by_name[n] for n in names]
 
 
-def optimize(graph: Graph, outputs, passes_or_level=1, check: bool = False, dump=None):
+def optimize(graph: Graph, outputs, passes_or_level=1, check: bool = False, dump=None,
+             evaluate=None, fusion=None):
     """Run the pipeline (a level of ``LEVELS`` or a list of pass names) on the graph computing
     ``outputs``; returns (new graph, outputs mapped into it, report: [(pass name, stats)]).
 
     ``check`` verifies the IR after each pass; ``dump(pass name, graph)`` is called after each.
+    What the target device contributes: ``evaluate(outputs) -> arrays`` computes the values
+    constant folding folds (without it, fold is skipped), and ``fusion`` (a
+    ``backend.FusionLimits``) bounds the groups fuse makes.
 
     >>> g2, outs, report = optimize(g, [y], check=True); print(passes_report(report))
     """
@@ -132,8 +136,9 @@ def optimize(graph: Graph, outputs, passes_or_level=1, check: bool = False, dump
     if check:
         _run_checked("(input)", lambda: verify_graph(graph))
     report = []
+    target = {"fold": {"evaluate": evaluate}, "fuse": {"limits": fusion}}
     for name, fn, _ in _select(passes_or_level):
-        res = _run_checked(name, lambda: fn(graph, outputs))
+        res = _run_checked(name, lambda: fn(graph, outputs, **target.get(name, {})))
         if check:
             _run_checked(name, lambda: verify_graph(res.graph))
         graph, outputs = res.graph, res.outputs

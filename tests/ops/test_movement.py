@@ -66,7 +66,7 @@ def test_reshape_is_a_view_without_kernel():
         np.testing.assert_array_equal(out, v.reshape(3, 4) + np.arange(12).reshape(3, 4))
         np.testing.assert_array_equal(flat, v.ravel())
     for s in views:
-        assert np.shares_memory(plan._buffers[s.index], plan._buffers[s.alias])
+        assert np.shares_memory(plan.executable().buffers[s.index], plan.executable().buffers[s.alias])
 
 
 def test_view_of_view_and_of_kernel_output():

@@ -168,7 +168,7 @@ def test_contiguous_slices_are_views(index, is_view):
     assert bool(views) == is_view
     if is_view and views[0].nbytes:
         plan.run({"x": value})
-        assert np.shares_memory(plan._buffers[views[0].index], plan._buffers[views[0].alias])
+        assert np.shares_memory(plan.executable().buffers[views[0].index], plan.executable().buffers[views[0].alias])
 
 
 def test_flatten_squeeze_and_expand_dims_are_views():
@@ -275,6 +275,6 @@ def test_debug_poisons_a_dead_workspace_with_bytes_that_are_nan_as_floats():
     plan = mg.compile([F.conv2d(x, w, padding=1)], memory="debug")
     plan.run({"x": np.ones((1, 2, 6, 6), np.float32), "w": np.ones((2, 2, 3, 3), np.float32)})
     (ins,) = [i for i in plan.instructions if i.workspace is not None]
-    workspace = plan._buffers[ins.workspace]
+    workspace = plan.executable().buffers[ins.workspace]
     assert workspace.size and (workspace == 0xFF).all()
     assert np.isnan(workspace[:workspace.size // 4 * 4].view(np.float32)).all()

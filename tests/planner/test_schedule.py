@@ -5,7 +5,8 @@ import pytest
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph import nn, optim
-from mgegraph.plan import _lower
+from mgegraph.backend import get_backend
+from mgegraph.lowering import lower
 from mgegraph.planner import arena, liveness
 from mgegraph.planner.inplace import choose_overwrites
 from mgegraph.planner.memory import MemoryOptions, peak_bytes, plan_memory
@@ -14,7 +15,7 @@ from mgegraph.testing import random_graph
 
 
 def lowered(outputs):
-    return _lower(outputs[0].graph, outputs, "cpu")
+    return lower(outputs[0].graph, outputs, get_backend("cpu"))
 
 
 def test_liveness_spans_a_chain_exactly():

@@ -27,7 +27,7 @@ def chain_plan(memory=None):
 def with_slot(plan, index, **changes):
     slots = list(plan.slots)
     slots[index] = replace(slots[index], **changes)
-    return replace(plan, slots=tuple(slots), _executor=None, _buffers=None)
+    return replace(plan, slots=tuple(slots))
 
 
 def producer(plan, op):
@@ -131,7 +131,6 @@ def test_poison_turns_a_liveness_bug_into_a_wrong_result():
              if end - begin > 1 and s not in taken)
     spans = dict(plan.memory.spans)
     spans[a] = (spans[a][0], spans[a][0] + 1)  # as if a died right after its write
-    buggy = replace(plan, memory=replace(plan.memory, spans=spans), _executor=None,
-                    _buffers=None)
+    buggy = replace(plan, memory=replace(plan.memory, spans=spans))
     (bad,) = buggy.run(feeds)
     assert np.isnan(bad)

@@ -1,0 +1,149 @@
+"""The CPU backend: the Cython kernels of this package, their lowerings (``lowering/``), and the
+executable that carves a plan's buffers out of one NumPy arena and runs them in the C loop of
+``runtime.pyx``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..backend import FusionLimits, KernelTable
+from ..ir.errors import FeedError, KernelError
+from . import KERNEL_MODULES, fused, lowering
+from .runtime import KERNEL_STATUS, POISON_BYTES, POISON_FLOAT32, POISON_FLOAT64, Executor
+
+# Arena offsets are multiples of a cache line: no two buffers share one, and every vector load
+# of the kernels is aligned.
+ALIGNMENT = 64
+
+
+class CpuBackend(KernelTable):
+    """``mg.compile(device="cpu")``: kernels keyed by (op, dtype) resolved to C addresses."""
+
+    name = "cpu"
+    alignment = ALIGNMENT
+
+    def __init__(self):
+        super().__init__("cpu")
+        self.fusion = FusionLimits(max_inputs=fused.LIMITS["inputs"],
+                                   max_outputs=fused.LIMITS["inputs"],
+                                   max_registers=fused.LIMITS["registers"],
+                                   max_dims=fused.LIMITS["dims"])
+        lowering.implement_all(self)
+        self.resolve(_kernel_addresses())
+
+    def executable(self, plan) -> CpuExecutable:
+        return CpuExecutable(plan)
+
+
+def _kernel_addresses() -> dict[str, int]:
+    table: dict[str, int] = {}
+    for module in KERNEL_MODULES:
+        clash = table.keys() & module.KERNELS.keys()
+        if clash:
+            raise ImportError(f"kernel names defined twice: {sorted(clash)}")
+        table.update(module.KERNELS)
+    return table
+
+
+def backend() -> CpuBackend:
+    return CpuBackend()
+
+
+class CpuExecutable:
+    """A plan's memory on the CPU and the executor that runs it: made once per plan.
+
+    ``buffers`` maps each slot to its array (arena views, persistent buffers, views of both);
+    ``executor.run()`` runs every instruction on what the buffers hold (the benchmarks time it
+    alone); ``run(feeds)`` copies the feeds in, runs, and returns copies of the outputs.
+    """
+
+    def __init__(self, plan):
+        self.plan = plan
+        arena = _aligned_bytes(plan.memory.arena_bytes, plan.memory.options.alignment)
+        buffers: dict[int, np.ndarray] = {}
+        for slot in plan.slots:
+            if slot.index in plan.shared:
+                buffers[slot.index] = plan.values[slot.index]
+            elif slot.offset is not None:
+                buffers[slot.index] = _typed(arena[slot.offset:slot.offset + slot.nbytes], slot)
+            elif slot.alias is None:
+                buffers[slot.index] = np.empty(slot.type.shape, slot.type.dtype)
+        for slot in plan.slots:
+            if slot.alias is not None:
+                root = buffers[slot.alias].reshape(-1).view(np.uint8)
+                buffers[slot.index] = _typed(
+                    root[slot.view_offset:slot.view_offset + slot.nbytes], slot)
+        for index, value in plan.values.items():
+            if index not in plan.shared:
+                buffers[index][...] = value
+        backend = _backend()
+        kernels = [backend.kernel_by_name(ins.kernel) for ins in plan.instructions]
+        poison = _poison_list(plan, buffers) if plan.memory.options.poison else []
+        self.executor = Executor(
+            kernels,
+            [[buffers[b].ctypes.data for b in ins.buffers] for ins in plan.instructions],
+            [list(ins.ints) for ins in plan.instructions],
+            [list(ins.floats) for ins in plan.instructions],
+            (buffers, arena), poison)
+        self.buffers = buffers
+
+    def run(self, feeds: dict) -> list[np.ndarray]:
+        plan, buffers = self.plan, self.buffers
+        check_feeds(plan, feeds)
+        for name, slot in plan.feeds.items():
+            np.copyto(buffers[slot], feeds[name], casting="no")
+        failure = self.executor.run()
+        if failure is not None:
+            index, status = failure
+            ins = plan.instructions[index]
+            raise KernelError(f"{ins.op} (kernel {ins.kernel}, node made at {ins.location}): "
+                              f"{KERNEL_STATUS.get(status, f'status {status}')}")
+        return [buffers[s].copy() for s in plan.outputs]
+
+
+def check_feeds(plan, feeds) -> None:
+    """A FeedError unless ``feeds`` holds exactly the plan's inputs, each a NumPy array of the
+    shape and dtype the plan was compiled for."""
+    if not isinstance(feeds, dict):
+        raise FeedError(f"feeds must be a dict of input name to array, got {type(feeds).__name__}")
+    missing = sorted(set(plan.feeds) - set(feeds))
+    extra = sorted(set(feeds) - set(plan.feeds))
+    if missing or extra:
+        raise FeedError(f"feeds do not match the plan's inputs {sorted(plan.feeds)}: "
+                        f"missing {missing}, extra {extra}")
+    for name, slot in plan.feeds.items():
+        value, want = feeds[name], plan.slots[slot].type
+        if not isinstance(value, (np.ndarray, np.generic)):
+            raise FeedError(f"feed {name!r} must be a numpy array, got {type(value).__name__}")
+        if np.shape(value) != want.shape or value.dtype != want.dtype:
+            raise FeedError(f"feed {name!r} is {value.dtype}{list(value.shape)}, the plan "
+                            f"needs {want.dtype}{list(want.shape)}")
+
+
+def _backend() -> CpuBackend:
+    from ..backend import get_backend
+    return get_backend("cpu")
+
+
+def _aligned_bytes(nbytes: int, alignment: int) -> np.ndarray:
+    """A zeroed uint8 array of ``nbytes`` whose first byte is ``alignment``-aligned."""
+    raw = np.zeros(nbytes + alignment, np.uint8)
+    start = -raw.ctypes.data % alignment
+    return raw[start:start + nbytes]
+
+
+def _typed(raw: np.ndarray, slot) -> np.ndarray:
+    return raw.view(slot.type.dtype).reshape(slot.type.shape)
+
+
+# NaN in float buffers; 0xFF bytes in the others (workspaces are bytes: NaN as floats too)
+_POISON_KIND = {np.dtype(np.float32): POISON_FLOAT32, np.dtype(np.float64): POISON_FLOAT64}
+
+
+def _poison_list(plan, buffers) -> list[tuple[int, int, int, int]]:
+    """(step, address, bytes, poison kind) of each arena value once its last reader ran; a
+    value another takes over in place is left to its successor."""
+    taken = {src for src, _ in plan.memory.overwrites.values()}
+    return sorted((end - 1, buffers[s].ctypes.data, plan.slots[s].nbytes,
+                   _POISON_KIND.get(plan.slots[s].type.dtype, POISON_BYTES))
+                  for s, (_, end) in plan.memory.spans.items() if s not in taken)

@@ -1,0 +1,194 @@
+"""The backend seam: how a device runs the ops the registry defines.
+
+An ``OpDef`` (mgegraph.ops) says what an op means; a backend says how one device runs it: for
+each op, a kernel family, the dtypes it implements and the lowering of a node to the kernel's
+parameter block (``Launch``); whether a fused elementwise group fits its fused kernel; the
+alignment of its arena; and the executable that allocates a plan's memory and runs it.
+
+Backends are registered by name with a factory that is called on first use, so importing the op
+layer, the IR or the planner never loads a compiled module:
+
+>>> import mgegraph as mg
+>>> mg.devices()
+['cpu']
+
+A backend for a new device implements ``Backend`` (see the NumPy reference backend in
+tests/backends/reference.py) and calls ``register_backend("name", factory)``.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import numpy as np
+
+from .ir.errors import DispatchError, GraphError
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How one node calls its kernel: integer and float parameters, and workspace bytes."""
+
+    ints: tuple[int, ...] = ()
+    floats: tuple[float, ...] = ()
+    workspace: int = 0
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One compiled kernel of a backend: its name and whatever the executable calls it by (a C
+    function address on the CPU, a Python function in the reference backend)."""
+
+    name: str
+    entry: object
+
+
+@dataclass(frozen=True)
+class OpImpl:
+    """How a backend runs one op: kernel family ``kernel`` (kernel ``f"{kernel}_{dtype}"``),
+    the ``dtypes`` it implements, ``lower`` (Node -> Launch), and which input's dtype picks the
+    kernel (``dispatch_input``; -1: the first output's)."""
+
+    kernel: str
+    dtypes: tuple[np.dtype, ...]
+    lower: Callable
+    dispatch_input: int = 0
+
+    def dispatch_dtype(self, node) -> np.dtype:
+        if self.dispatch_input >= 0 and node.inputs:
+            return node.inputs[self.dispatch_input].dtype
+        return node.outputs[0].dtype
+
+
+@dataclass(frozen=True)
+class FusionLimits:
+    """What one fused elementwise kernel of a backend can hold; the fusion pass splits a group
+    that would exceed them."""
+
+    max_inputs: int
+    max_outputs: int
+    max_registers: int
+    max_dims: int
+
+
+class Executable(Protocol):
+    """A plan made runnable on one device: it owns the plan's memory (the arena, persistent
+    buffers) and runs the instructions."""
+
+    def run(self, feeds: dict) -> list[np.ndarray]: ...
+
+
+class Backend(Protocol):
+    """What the compiler needs from a device."""
+
+    name: str
+    alignment: int            # bytes every arena offset is a multiple of
+    fusion: FusionLimits | None  # None: the backend has no fused elementwise kernel
+
+    def impl(self, op: str) -> OpImpl | None:
+        """How this backend runs ``op``; None when it does not."""
+
+    def kernel(self, op: str, dtype) -> Kernel:
+        """The kernel for (op, dtype); raises DispatchError naming both."""
+
+    def executable(self, plan) -> Executable:
+        """Allocate ``plan``'s buffers and get ready to run it."""
+
+
+class KernelTable:
+    """The common part of a backend: its ``OpImpl`` per op and the kernels they resolve to,
+    keyed by (op, dtype). ``resolve`` maps kernel names to entries and fails at once (not at
+    the first run) when an op names a kernel the backend lacks."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.impls: dict[str, OpImpl] = {}
+        self.table: dict[tuple[str, str], Kernel] = {}
+        self.entries: dict[str, object] = {}
+
+    def implement(self, op: str, kernel: str, dtypes, lower: Callable,
+                  dispatch_input: int = 0) -> None:
+        from .ops import get_op
+        get_op(op)  # a typo in a backend's table fails here, naming the op
+        if op in self.impls:
+            raise GraphError(f"op {op!r} is implemented twice on {self.device!r}")
+        self.impls[op] = OpImpl(kernel, tuple(np.dtype(d) for d in dtypes), lower,
+                                dispatch_input)
+
+    def resolve(self, entries: dict[str, object]) -> None:
+        self.entries = dict(entries)
+        for op, impl in self.impls.items():
+            for dtype in impl.dtypes:
+                name = f"{impl.kernel}_{_SHORT[dtype.name]}"
+                if name not in entries:
+                    raise ImportError(f"op {op!r} names {self.device} kernel {name!r}, which the "
+                                      "backend does not define")
+                self.table[(op, dtype.name)] = Kernel(name, entries[name])
+
+    def impl(self, op: str) -> OpImpl | None:
+        return self.impls.get(op)
+
+    def kernel_by_name(self, name: str) -> object:
+        """The entry of the kernel a plan's instruction names."""
+        try:
+            return self.entries[name]
+        except KeyError:
+            raise DispatchError(f"the {self.device} backend has no kernel {name!r}") from None
+
+    def kernel(self, op: str, dtype) -> Kernel:
+        name = np.dtype(dtype).name
+        try:
+            return self.table[(op, name)]
+        except KeyError:
+            have = sorted(f"{self.device}/{t}" for o, t in self.table if o == op)
+            raise DispatchError(f"no kernel for op {op!r} on device {self.device!r} with dtype "
+                                f"{name}; {op!r} has: {', '.join(have) or 'no kernels at all'}"
+                                ) from None
+
+
+_SHORT = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "bool"}
+
+# device name -> factory, or "module:attribute" of one, imported on first use
+_FACTORIES: dict[str, Callable[[], Backend] | str] = {"cpu": "mgegraph._kernels.cpu:backend"}
+_BACKENDS: dict[str, Backend] = {}
+
+
+def register_backend(name: str, factory: Callable[[], Backend]) -> None:
+    """Make ``mg.compile(device=name)`` use ``factory()`` (called once, on first use)."""
+    if name in _FACTORIES:
+        raise GraphError(f"a backend named {name!r} is registered already")
+    _FACTORIES[name] = factory
+
+
+def unregister_backend(name: str) -> None:
+    """Forget a backend registered with ``register_backend`` (tests register temporary ones)."""
+    if name == "cpu":
+        raise GraphError("the cpu backend cannot be unregistered")
+    _FACTORIES.pop(name, None)
+    _BACKENDS.pop(name, None)
+
+
+def devices() -> list[str]:
+    """The device names ``mg.compile(device=...)`` accepts."""
+    return sorted(_FACTORIES)
+
+
+def get_backend(device: str) -> Backend:
+    """The backend for ``device`` ("cpu"; an index after a colon picks one of several devices
+    of a kind, "cuda:1"); an unknown device is a GraphError listing the known ones."""
+    if not isinstance(device, str):
+        raise GraphError(f"device must be a string such as 'cpu', got {type(device).__name__}")
+    kind = device.split(":", 1)[0]
+    backend = _BACKENDS.get(kind)
+    if backend is not None:
+        return backend
+    factory = _FACTORIES.get(kind)
+    if factory is None:
+        raise GraphError(f"unknown device {device!r}; known devices: "
+                         f"{', '.join(repr(d) for d in devices())}")
+    if isinstance(factory, str):
+        module, attr = factory.split(":")
+        factory = getattr(importlib.import_module(module), attr)
+    backend = _BACKENDS[kind] = factory()
+    return backend

@@ -1,0 +1,116 @@
+"""``mg.compile``: the driver of the pipeline from a graph to a plan.
+
+graph -> graph passes (planner.pipeline) -> rematerialisation (planner.remat*) -> lowering
+through the device's backend (lowering.py) -> memory-aware schedule and arena offsets
+(planner.memory) -> a frozen Plan (plan.py), which the backend's executable runs. The caller's
+graph is never changed.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .backend import get_backend
+from .ir.errors import GraphError
+from .ir.graph import Graph, Var
+from .lowering import Lowered, lower
+from .plan import Plan
+from .planner.memory import memory_options, place, schedule
+from .planner.pipeline import optimize as optimize_graph
+from .planner.remat import graph_flops, remat_options, split
+from .planner.remat_report import RematReport
+from .planner.remat_search import Judge, candidates, choose
+from .planner.rewrite import rebuild
+from .planner.verify import checks_enabled, verify
+
+
+def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None) -> Plan:
+    """Compile the graph that computes ``outputs`` into a Plan for ``device`` (one of
+    ``mg.devices()``).
+
+    ``memory`` chooses how temporaries share the arena: None (the default plan), a preset
+    ("default", "debug" poisons dead buffers, "no_reuse"), an arena strategy name, or a
+    ``mg.planner.MemoryOptions``. ``optimize`` is a level (0: no pass, 1: every pass) or a
+    list of pass names of ``mg.planner.pipeline.PASSES``; ``plan.passes_report()`` says what
+    each did. ``remat`` trades compute for memory in a training graph (the first output is the
+    loss): None (off), "sqrt", "auto", a byte budget for the arena, or a
+    ``mg.planner.RematOptions``; ``plan.remat_report()`` says what it kept and recomputed.
+
+    >>> plan = compile([y]); (out,) = plan.run({"x": x_value})
+    """
+    options = memory_options(memory)
+    remat = remat_options(remat)
+    outputs = [outputs] if isinstance(outputs, Var) else list(outputs)
+    if not outputs or not all(isinstance(v, Var) for v in outputs):
+        raise GraphError("compile() takes a non-empty list of Vars")
+    graph = outputs[0].graph
+    if any(v.graph is not graph for v in outputs):
+        raise GraphError("all outputs of compile() must belong to one graph")
+    backend = get_backend(device)
+    if options.alignment < backend.alignment:
+        options = replace(options, alignment=backend.alignment)
+    graph, outputs, report = optimize_graph(graph, outputs, optimize, check=checks_enabled(),
+                                            evaluate=evaluator(device),
+                                            fusion=getattr(backend, "fusion", None))
+    graph, outputs = _before_updates(graph, outputs)
+    if remat is None:
+        plan = plan_of(lower(graph, outputs, backend), options)
+    else:
+        plan = _remat_plan(graph, outputs, backend, options, remat)
+    return replace(plan, passes=tuple(report))
+
+
+def evaluator(device: str):
+    """How constant folding computes the values it folds: an unoptimised plan on the target
+    device, so that a folded constant is bitwise what the device would have computed."""
+    def evaluate(outputs) -> list:
+        return compile(outputs, device=device, optimize=0).run({})
+    return evaluate
+
+
+def _remat_plan(graph: Graph, outputs, backend, options, remat) -> Plan:
+    """Rematerialisation runs after the graph passes, so that CSE cannot merge the clones back
+    into their originals and the clones are the same fused kernels (bitwise the same results);
+    every candidate is judged by its own memory plan."""
+    s = split(graph, outputs)
+    launches: dict = {}
+    judge = Judge(s, outputs, lambda g, outs, clones: lower(g, outs, backend, clones, launches),
+                  options)
+    pool, base_flops = candidates(s), graph_flops(graph)
+
+    def judged_plan(candidate):
+        judged = judge(candidate)
+        return plan_of(judged.lowered, options, judged.scheduled, judged.memory(options))
+
+    chosen = choose(judge, pool, remat, base_flops)
+    plan = judged_plan(chosen)
+    return replace(plan, remat=RematReport(s, judge, pool, chosen, remat, base_flops,
+                                           judged_plan))
+
+
+def _before_updates(graph: Graph, outputs) -> tuple[Graph, list]:
+    """Outputs that the passes reduced to a param an assign updates (``w + 0`` -> ``w``) are
+    copied, so they still give the value the run began with, not the updated one. The copies
+    go into a rebuilt graph: the caller's (``optimize=0`` passes it through) stays as it was."""
+    assigned = {node.inputs[0].id for node in graph.assigns}
+    if not any(v.id in assigned for v in outputs):
+        return graph, outputs
+    from .ops.builder import apply
+    builder = rebuild(graph)
+    outputs = [builder.var(v) for v in outputs]
+    new_assigned = {node.inputs[0].id for node in builder.graph.assigns}
+    return builder.graph, [apply("copy", (v,)) if v.id in new_assigned else v for v in outputs]
+
+
+def plan_of(lowered: Lowered, options, scheduled=None, memory=None) -> Plan:
+    """The Plan of a lowered graph; ``scheduled`` (memory.schedule's result) and ``memory``
+    (its placement) when the caller has them already."""
+    if scheduled is None:
+        scheduled = schedule(lowered.slots, lowered.instructions, options, lowered.after)
+    order = scheduled.order
+    memory = place(lowered.slots, scheduled, options) if memory is None else memory
+    slots = tuple(replace(s, offset=memory.offsets.get(s.index)) for s in lowered.slots)
+    plan = Plan(lowered.device, slots, tuple(lowered.instructions[i] for i in order),
+                lowered.feeds, lowered.outputs, lowered.values, memory, lowered.shared)
+    if checks_enabled():
+        verify(plan)
+    return plan
