@@ -7,10 +7,10 @@ from .ir.graph import Graph, Node, Var
 from .ir.types import TensorType
 from .backend import devices, register_backend
 from .compiler import compile
-from .plan import Instruction, Plan, Slot
+from .plan import Instruction, Plan, Role, Slot
 from .train import DataLoader, compile_module, compile_train_step, fit
 from . import nn, optim, planner  # noqa: E402
 
-__all__ = ["devices", "register_backend", "grad", "compile_train_step", "compile_module", "DataLoader", "fit", "nn", "optim", "Graph", "Node", "Var", "TensorType", "Plan", "Slot", "Instruction", "compile",
+__all__ = ["devices", "register_backend", "grad", "compile_train_step", "compile_module", "DataLoader", "fit", "nn", "optim", "Graph", "Node", "Var", "TensorType", "Plan", "Role", "Slot", "Instruction", "compile",
            "functional", "planner", "GraphError", "OpError", "FeedError", "KernelError", "DispatchError"]
 __version__ = "0.1.0"

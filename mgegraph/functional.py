@@ -18,3 +18,10 @@ from .ops.reduce import *  # noqa: F401,F403
 
 __all__ = [name for family in (_elementwise, _reduce, _nn, _matmul, _conv, _movement)
            for name in family.__all__]
+
+# Var's Python operators (x + y, x @ w, x[1:]) build nodes with these functions.
+import sys as _sys  # noqa: E402
+
+from .ir import graph as _graph  # noqa: E402
+
+_graph.install("functional", _sys.modules[__name__])

@@ -15,7 +15,7 @@ import numpy as np
 from .ir.errors import OpError
 from .ir.graph import Graph, Var
 from .ir.types import TensorType
-from .plan import Instruction, Slot
+from .plan import Instruction, Role, Slot
 
 def _needed_nodes(graph: Graph, outputs) -> list:
     needed = {v.id for v in outputs}
@@ -89,8 +89,8 @@ def _mark_outputs(slots: list[Slot], outputs) -> None:
     """Temporaries the caller gets back (or that an output views) outlive the run."""
     for s in outputs:
         root = slots[s].alias if slots[s].alias is not None else s
-        if slots[root].role == "temp":
-            slots[root] = replace(slots[root], role="output")
+        if slots[root].role == Role.TEMP:
+            slots[root] = replace(slots[root], role=Role.OUTPUT)
 
 
 def lower(graph: Graph, outputs, backend, clones=frozenset(), launches=None) -> Lowered:
@@ -123,7 +123,7 @@ def lower(graph: Graph, outputs, backend, clones=frozenset(), launches=None) -> 
                 slot_of[var.id] = slot_of[written_in_place[var.id].id]
         if op.category == "source":
             (var,) = node.outputs
-            slot_of[var.id] = new_slot(var.type, op.name, node.attr.get("name"))
+            slot_of[var.id] = new_slot(var.type, Role(op.name), node.attr.get("name"))
             if op.name != "input":
                 values[slot_of[var.id]] = graph.values[var.id]
             continue
@@ -131,7 +131,7 @@ def lower(graph: Graph, outputs, backend, clones=frozenset(), launches=None) -> 
         if view_offset is not None:
             src = slots[slot_of[node.inputs[0].id]]
             root = src.alias if src.alias is not None else src.index
-            slot_of[node.outputs[0].id] = new_slot(node.outputs[0].type, "view", alias=root,
+            slot_of[node.outputs[0].id] = new_slot(node.outputs[0].type, Role.VIEW, alias=root,
                                                    view_offset=src.view_offset + view_offset)
             continue
         impl = backend.impl(op.name)
@@ -145,7 +145,7 @@ def lower(graph: Graph, outputs, backend, clones=frozenset(), launches=None) -> 
             raise OpError(op.name, [v.type for v in node.inputs], str(exc), node.location) from None
         for var in node.outputs:
             if var.id not in slot_of:
-                slot_of[var.id] = new_slot(var.type, "temp")
+                slot_of[var.id] = new_slot(var.type, Role.TEMP)
         ins_inputs = tuple(slot_of[v.id] for v in node.inputs)
         ins_outputs = tuple(slot_of[v.id] for v in node.outputs)
         if op.name == "assign":  # copy the value (input 1) into the param's buffer (input 0)
@@ -156,7 +156,7 @@ def lower(graph: Graph, outputs, backend, clones=frozenset(), launches=None) -> 
             after.append((anchor, len(instructions)))
         workspace = None
         if launch.workspace:
-            workspace = new_slot(TensorType((launch.workspace,), np.dtype(np.uint8)), "workspace")
+            workspace = new_slot(TensorType((launch.workspace,), np.dtype(np.uint8)), Role.WORKSPACE)
         instructions.append(Instruction(
             op.name, kernel.name, ins_inputs, ins_outputs, workspace, launch.ints, launch.floats,
             node.attrs, node.location))

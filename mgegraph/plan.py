@@ -8,6 +8,7 @@ compares without the graph that made it. Running it is its backend's business:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import numpy as np
 
@@ -16,6 +17,20 @@ from .ir.printer import format_attrs
 from .ir.types import TensorType
 from .planner.memory import MemoryPlan
 from .planner.pipeline import passes_report
+
+
+class Role(StrEnum):
+    """What a slot holds. Inputs, params, consts and outputs are persistent (buffers of their
+    own, outside the arena); temporaries and workspaces live in the arena; a view is another
+    slot's bytes. A Role equals its name as a string (``Role.TEMP == "temp"``)."""
+
+    INPUT = "input"
+    PARAM = "param"
+    CONST = "const"
+    OUTPUT = "output"
+    TEMP = "temp"
+    WORKSPACE = "workspace"
+    VIEW = "view"
 
 
 @dataclass(frozen=True)
@@ -29,7 +44,7 @@ class Slot:
 
     index: int
     type: TensorType
-    role: str
+    role: Role
     name: str | None = None
     alias: int | None = None
     view_offset: int = 0

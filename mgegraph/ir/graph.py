@@ -10,6 +10,30 @@ from .errors import GraphError, OpError, user_location
 from .types import TensorType, as_dtype, tensor_type
 
 
+# Design: the IR imports nothing above it. The layers above plug in here when they are
+# imported (as JAX installs Tracer's operators): the op registry gives its lookup of an op by
+# name, and mgegraph.functional the functions Python's operators on a Var build nodes with.
+_LAYERS: dict[str, object] = {}
+
+
+def install(name: str, value) -> None:
+    """Plug a layer above the IR in: ``"get_op"`` (name -> OpDef) or ``"functional"`` (the
+    module whose functions Var's operators call)."""
+    _LAYERS[name] = value
+
+
+def _layer(name: str):
+    try:
+        return _LAYERS[name]
+    except KeyError:
+        raise GraphError(f"the IR is used before mgegraph's {name!r} layer is imported; "
+                         "import mgegraph first") from None
+
+
+def _get_op(name):
+    return _layer("get_op")(name)
+
+
 class Arithmetic:
     """Python arithmetic operators that build nodes through mgegraph.functional (for Var and
     nn.Parameter alike; comparisons stay on Var, since a Parameter must keep identity equality)."""
@@ -18,9 +42,7 @@ class Arithmetic:
     __array_priority__ = 1000  # so ndarray + Var defers to Var.__radd__
 
     def _F(self):
-        from .. import functional
-
-        return functional
+        return _layer("functional")
 
     def __add__(self, o): return self._F().add(self, o)
     def __radd__(self, o): return self._F().add(o, self)
@@ -163,15 +185,13 @@ class Graph:
         Every read during a run sees the values the params had when it started; all assigns
         take effect together at its end, in the order they were made.
         """
-        from ..ops.registry import get_op
-
         if not (isinstance(target, Var) and target.graph is self and target.node.op.name == "param"):
             raise GraphError("assign(): the target must be a param of this graph")
         value = self.lift(value, target)
         if value.type != target.type:
             raise GraphError(f"assign(): value {value.type} does not match param "
                              f"{target.node.attr['name']!r} {target.type}")
-        node = Node(get_op("assign"), (target, value), (), (), user_location())
+        node = Node(_get_op("assign"), (target, value), (), (), user_location())
         self.nodes.append(node)
         self.assigns.append(node)
 
@@ -194,9 +214,7 @@ class Graph:
         """Make a node of registered op ``op`` (name or OpDef); its output types are inferred.
         ``location`` is where the user made it (found from the stack when not given; passes
         rebuilding a graph pass the original node's)."""
-        from ..ops.registry import get_op
-
-        opdef = get_op(op) if isinstance(op, str) else op
+        opdef = _get_op(op) if isinstance(op, str) else op
         location = user_location() if location is None else location
         inputs = tuple(self.bind(v) if hasattr(v, "bind_to") else v for v in inputs)
         for v in inputs:

@@ -7,6 +7,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from ..ir.errors import GraphError, OpError
+from ..ir.graph import install
 from ..ir.types import SUPPORTED, TensorType
 
 REQUIRED = object()  # marks an attribute without a default
@@ -144,6 +145,9 @@ def get_op(name: str) -> OpDef:
 
 def all_ops() -> dict[str, OpDef]:
     return dict(_REGISTRY)
+
+
+install("get_op", get_op)  # Graph.add_node finds ops by name through this
 
 
 # -- small helpers shared by shape rules -----------------------------------------------------------
