@@ -92,8 +92,13 @@ class Backend(Protocol):
     def kernel(self, op: str, dtype) -> Kernel:
         """The kernel for (op, dtype); raises DispatchError naming both."""
 
+    def allocate(self, nbytes: int, alignment: int):
+        """One block of device memory of ``nbytes`` starting at an ``alignment`` boundary: a
+        plan's arena (temporaries and workspaces at their planned offsets)."""
+
     def executable(self, plan) -> Executable:
-        """Allocate ``plan``'s buffers and get ready to run it."""
+        """Allocate ``plan``'s buffers (its arena through ``allocate``) and get ready to run
+        it."""
 
 
 class KernelTable:

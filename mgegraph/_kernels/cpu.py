@@ -31,8 +31,14 @@ class CpuBackend(KernelTable):
         lowering.implement_all(self)
         self.resolve(_kernel_addresses())
 
+    def allocate(self, nbytes: int, alignment: int) -> np.ndarray:
+        """A zeroed uint8 array of ``nbytes`` whose first byte is ``alignment``-aligned."""
+        raw = np.zeros(nbytes + alignment, np.uint8)
+        start = -raw.ctypes.data % alignment
+        return raw[start:start + nbytes]
+
     def executable(self, plan) -> CpuExecutable:
-        return CpuExecutable(plan)
+        return CpuExecutable(self, plan)
 
 
 def _kernel_addresses() -> dict[str, int]:
@@ -57,9 +63,9 @@ class CpuExecutable:
     alone); ``run(feeds)`` copies the feeds in, runs, and returns copies of the outputs.
     """
 
-    def __init__(self, plan):
+    def __init__(self, backend: CpuBackend, plan):
         self.plan = plan
-        arena = _aligned_bytes(plan.memory.arena_bytes, plan.memory.options.alignment)
+        arena = backend.allocate(plan.memory.arena_bytes, plan.memory.options.alignment)
         buffers: dict[int, np.ndarray] = {}
         for slot in plan.slots:
             if slot.index in plan.shared:
@@ -76,7 +82,6 @@ class CpuExecutable:
         for index, value in plan.values.items():
             if index not in plan.shared:
                 buffers[index][...] = value
-        backend = _backend()
         kernels = [backend.kernel_by_name(ins.kernel) for ins in plan.instructions]
         poison = _poison_list(plan, buffers) if plan.memory.options.poison else []
         self.executor = Executor(
@@ -118,18 +123,6 @@ def check_feeds(plan, feeds) -> None:
         if np.shape(value) != want.shape or value.dtype != want.dtype:
             raise FeedError(f"feed {name!r} is {value.dtype}{list(value.shape)}, the plan "
                             f"needs {want.dtype}{list(want.shape)}")
-
-
-def _backend() -> CpuBackend:
-    from ..backend import get_backend
-    return get_backend("cpu")
-
-
-def _aligned_bytes(nbytes: int, alignment: int) -> np.ndarray:
-    """A zeroed uint8 array of ``nbytes`` whose first byte is ``alignment``-aligned."""
-    raw = np.zeros(nbytes + alignment, np.uint8)
-    start = -raw.ctypes.data % alignment
-    return raw[start:start + nbytes]
 
 
 def _typed(raw: np.ndarray, slot) -> np.ndarray:
