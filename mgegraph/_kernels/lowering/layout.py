@@ -1,7 +1,24 @@
-"""Strided layouts that lowerings hand to kernels: broadcast strides, collapsed dimensions."""
+"""What lowerings hand to kernels: parameter blocks packed by field name, broadcast strides,
+collapsed dimensions."""
 from __future__ import annotations
 
 MAX_DIMS = 8  # mirrors nditer.pxd
+
+
+def pack(fields: tuple[str, ...], **values) -> tuple[int, ...]:
+    """The ints of a kernel's parameter struct, in the order of its ``fields`` (the names a
+    kernel module exports, e.g. ``conv.CONV_FIELDS``); a missing or unknown name is a
+    ValueError, so a lowering and its kernel cannot disagree on the layout silently.
+
+    >>> pack(("m", "n", "k"), k=4, m=2, n=3)
+    (2, 3, 4)
+    """
+    missing = [f for f in fields if f not in values]
+    unknown = sorted(set(values) - set(fields))
+    if missing or unknown:
+        raise ValueError(f"parameter block {fields}: missing fields {missing}, "
+                         f"unknown fields {unknown}")
+    return tuple(int(values[f]) for f in fields)
 
 
 def contiguous_strides(shape) -> tuple[int, ...]:
