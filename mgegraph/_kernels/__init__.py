@@ -7,7 +7,7 @@ import os
 # a value the user set wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from . import conv, elementwise, fused, linalg, movement, nn, reduce  # noqa: E402
+from . import conv, elementwise, fused, linalg, movement, nn, pool, reduce  # noqa: E402
 
 
 def _widest_fused_build():
@@ -23,4 +23,4 @@ def _widest_fused_build():
 
 
 fused = _widest_fused_build()  # noqa: F811
-KERNEL_MODULES = (elementwise, reduce, nn, linalg, conv, movement, fused)
+KERNEL_MODULES = (elementwise, reduce, nn, linalg, conv, pool, movement, fused)

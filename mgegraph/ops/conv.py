@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from .._kernels import conv as K
+from .._kernels import pool as KP
 from ..ir.types import TensorType
 from .matmul import through_activation, check_activation, check_blas_dims, same_dtype
 from .registry import FLOAT_DTYPES, REQUIRED, Launch, OpDef, register, require_dtypes
@@ -132,7 +133,7 @@ def _conv_launch(x, w, y, attrs, has_bias=False, relu=False, forward=False) -> L
                       kdim * npix * x.dtype.itemsize, forward)
     ints = (*x.shape, oc, *y.shape[2:], kh, kw, *stride, *padding, *dilation, groups,
             int(has_bias), K.CONV_PATHS[path], int(relu))
-    assert len(ints) == K.CONV_NINTS
+    assert len(ints) == len(K.CONV_FIELDS)
     # the shifted path's leading dimension is one padded plane
     plane = (x.shape[2] + 2 * padding[0]) * (x.shape[3] + 2 * padding[1])
     check_blas_dims(x.dtype, oc // groups, npix, kdim, plane if path == "shifted" else 0)
@@ -371,9 +372,9 @@ def _pool_lower(sides, adaptive_mode=None):
             mode, window = node.attr.get("mode", "max"), (*kernel, *stride, *padding)
         else:
             mode, window = adaptive_mode, (0,) * 6  # windows come from the sizes alone
-        ints = (K.POOL_MODES[mode], x.shape[0] * x.shape[1], *x.shape[2:], *y.shape[2:],
+        ints = (KP.POOL_MODES[mode], x.shape[0] * x.shape[1], *x.shape[2:], *y.shape[2:],
                 *window)
-        assert len(ints) == K.POOL_NINTS
+        assert len(ints) == len(KP.POOL_FIELDS)
         return Launch(ints)
     return lower
 
