@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "planner"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "planner" / "memory"))
 import test_arena as cases  # noqa: E402
 
-from mgegraph.planner.arena import STRATEGIES, solve, verify  # noqa: E402
+from mgegraph.planner.memory.arena import STRATEGIES, solve, verify  # noqa: E402
 
 ALL = [*STRATEGIES, "best"]
 N = 10_000

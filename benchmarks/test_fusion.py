@@ -22,7 +22,7 @@ from conftest import THREADS
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph import nn, optim
-from mgegraph.planner.pipeline import PASSES
+from mgegraph.planner.passes.pipeline import PASSES
 
 N = 4_194_304
 MIB = 1 << 20

@@ -25,9 +25,9 @@ import mgegraph.functional as F
 import models
 from mgegraph import nn, optim
 from mgegraph.backend import get_backend
-from mgegraph.planner import arena as arena_module
-from mgegraph.planner.memory import memory_options, plan_memory
-from mgegraph.planner.schedule import memory_aware_order
+from mgegraph.planner.memory import arena as arena_module
+from mgegraph.planner.memory.plan import memory_options, plan_memory
+from mgegraph.planner.memory.schedule import memory_aware_order
 from mgegraph.testing import random_graph
 from workloads import SEED, _batch
 

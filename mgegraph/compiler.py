@@ -14,13 +14,13 @@ from .ir.errors import GraphError
 from .ir.graph import Graph, Var
 from .lowering import Lowered, lower
 from .plan import Plan
-from .planner.memory import memory_options, place, schedule
-from .planner.pipeline import optimize as optimize_graph
-from .planner.remat import graph_flops, remat_options, split
-from .planner.remat_report import RematReport
-from .planner.remat_search import Judge, candidates, choose
-from .planner.rewrite import rebuild
-from .planner.verify import checks_enabled, verify
+from .planner.memory.plan import memory_options, place, schedule
+from .planner.memory.verify import checks_enabled, verify
+from .planner.passes.pipeline import optimize as optimize_graph
+from .planner.passes.rewrite import rebuild
+from .planner.remat.remat import graph_flops, remat_options, split
+from .planner.remat.remat_report import RematReport
+from .planner.remat.remat_search import Judge, candidates, choose
 
 
 def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None) -> Plan:

@@ -15,8 +15,8 @@ import numpy as np
 from .ir.errors import GraphError
 from .ir.printer import format_attrs
 from .ir.types import TensorType
-from .planner.memory import MemoryPlan
-from .planner.pipeline import passes_report
+from .planner.memory.plan import MemoryPlan
+from .planner.passes.pipeline import passes_report
 
 
 class Role(StrEnum):
@@ -91,7 +91,7 @@ class Plan:
     memory: MemoryPlan
     shared: frozenset[int] = frozenset()   # param slots whose value array is the buffer itself
     passes: tuple = ()                      # (pass name, what it did) of the graph passes run
-    remat: object = None                    # planner.remat_report.RematReport, when remat= ran
+    remat: object = None                    # remat.remat_report.RematReport, when remat= ran
     # the backend's executable, made on first use: memory the plan owns, not part of its data
     _cache: dict = field(default_factory=dict, init=False, repr=False)
 
@@ -129,13 +129,13 @@ class Plan:
         return self.memory.persistent_bytes
 
     def memory_report(self, format: str = "text", top: int = 10):
-        """The memory plan explained: see ``mgegraph.planner.report``."""
-        from .planner.report import memory_report
+        """The memory plan explained: see ``mgegraph.planner.memory.report``."""
+        from .planner.memory.report import memory_report
         return memory_report(self, format=format, top=top)
 
     def remat_report(self, format: str = "text"):
         """What rematerialisation kept and recomputed, the bytes saved, the extra FLOPs and
-        the curve of peak against extra compute: see ``mgegraph.planner.remat_report``."""
+        the curve of peak against extra compute: see ``mgegraph.planner.remat.remat_report``."""
         if self.remat is None:
             raise GraphError("this plan was compiled without remat=; pass remat='auto', "
                              "'sqrt' or a byte budget to mg.compile")

@@ -1,16 +1,20 @@
-"""The memory planner: schedule, liveness, in-place reuse and offsets in one arena.
+"""The planner, one sub-package per stage: ``passes`` (graph -> graph, run by
+``passes.pipeline``), ``remat`` (recompute instead of keep) and ``memory`` (schedule,
+liveness, in-place reuse and offsets in one arena, the reports, and the plan verifier).
 
-``arena`` assigns offsets from buffer lifetimes and knows nothing about graphs; ``memory``
-plans a lowered plan with it; ``verify`` checks any plan independently of both.
+``memory.arena`` assigns offsets from buffer lifetimes and knows nothing about graphs;
+``memory.plan`` plans a lowered plan with it; ``memory.verify`` checks any plan independently
+of both. Here are the public names of all three stages.
 """
-from .arena import STRATEGIES, ArenaError, ArenaPlan, Overwrite, Request, lower_bound, solve
-from .memory import PRESETS, MemoryOptions, MemoryPlan
-from .remat import RematOptions
-from .remat_report import remat_svg, save_remat_picture
-from .report import memory_report, memory_summary, memory_svg, save_memory_picture
-from .verify import PlanError, checking, verify
+from .memory.arena import STRATEGIES, ArenaError, ArenaPlan, Overwrite, Request, lower_bound, solve
+from .memory.plan import PRESETS, MemoryOptions, MemoryPlan
+from .memory.report import memory_report, memory_summary, memory_svg, save_memory_picture
+from .memory.verify import PlanError, checking, verify
+from .passes import pipeline
+from .remat.remat import RematOptions
+from .remat.remat_report import remat_svg, save_remat_picture
 
 __all__ = ["ArenaError", "ArenaPlan", "MemoryOptions", "MemoryPlan", "Overwrite", "PRESETS",
            "PlanError", "RematOptions", "Request", "STRATEGIES", "checking",
            "memory_report", "memory_summary", "memory_svg", "save_memory_picture", "lower_bound",
-           "solve", "verify", "remat_svg", "save_remat_picture"]
+           "pipeline", "solve", "verify", "remat_svg", "save_remat_picture"]

@@ -1,0 +1,91 @@
+"""Constant folding: evaluate at compile time every node whose inputs are all constant.
+
+Design: a value is constant when a const node or a constant node makes it; params are not
+(a training step or ``load_state_dict`` changes them between runs), nor inputs. The constant
+nodes are copied into a graph of their own, compiled with the plain (unoptimised)
+``plan.compile`` and run once, so folding uses the very kernels a run would and the folded
+values are bitwise the ones the unfolded graph computes. Only the constant values that a
+non-constant node, an assign or an output reads become consts; the constant nodes between
+them simply disappear.
+
+Generators without inputs (fill, arange, linspace) are constant but not folded on their own:
+they exist so a large constant takes no persistent memory. A node is folded only when each of
+its results is at most ``max_bytes``, so a huge constant is not materialised by accident.
+"""
+from __future__ import annotations
+
+from ...ir.graph import Graph, Node, Var
+from .rewrite import PassResult, rebuild, result
+
+MAX_BYTES = 1 << 20
+
+
+def _constant_nodes(graph: Graph, max_bytes: int) -> set[int]:
+    """``id`` of every non-source node whose inputs are all constant and whose results are
+    small enough; generators count as constant inputs."""
+    constant_vars: set[int] = set()
+    found = set()
+    for node in graph.nodes:
+        name = node.op.name
+        if name == "const":
+            constant_vars.add(node.outputs[0].id)
+        if node.op.category == "source" or name == "assign" or not node.outputs:
+            continue
+        if all(v.id in constant_vars for v in node.inputs):
+            if not node.inputs:
+                constant_vars.update(v.id for v in node.outputs)
+            elif all(v.type.nbytes <= max_bytes for v in node.outputs):
+                constant_vars.update(v.id for v in node.outputs)
+                found.add(id(node))
+    return found
+
+
+def _boundary(graph: Graph, outputs, folded: set[int]) -> list[Var]:
+    """The results of folded nodes that something other than a folded node reads."""
+    made = {v.id: v for n in graph.nodes if id(n) in folded for v in n.outputs}
+    read = {v.id for v in outputs}
+    for node in graph.nodes:
+        if id(node) not in folded:
+            read.update(v.id for v in node.inputs)
+    return [v for i, v in made.items() if i in read]
+
+
+def _evaluate(graph: Graph, folded: set[int], wanted: list[Var], evaluate) -> list:
+    """The values of ``wanted``: ``evaluate`` (the pipeline's, which runs an unoptimised plan
+    on the target device) applied to the constant subgraph alone."""
+
+    def constant_only(builder, node):
+        if id(node) in folded or node.op.name == "const" or (
+                not node.inputs and node.outputs and node.op.category != "source"):
+            return None
+        return (None,) * len(node.outputs)
+
+    builder = rebuild(graph, constant_only)
+    return evaluate([builder.var(v) for v in wanted])
+
+
+def fold(graph: Graph, outputs: list[Var], max_bytes: int = MAX_BYTES,
+         evaluate=None) -> PassResult:
+    """Replace constant nodes by consts; stats ``{"folded": nodes, "consts": made,
+    "bytes": bytes of the new consts}``. ``evaluate(outputs) -> arrays`` computes the folded
+    values (``mg.compile`` passes one that runs on its device); without it nothing is folded.
+
+    >>> r = fold(g, [x * (g.const(2.0) + 1.0)]); print(r.graph)  # x * const 3.0
+    """
+    folded = _constant_nodes(graph, max_bytes) if evaluate is not None else set()
+    if not folded:
+        return PassResult(graph, list(outputs), False, {"folded": 0, "consts": 0, "bytes": 0})
+    wanted = _boundary(graph, outputs, folded)
+    values = dict(zip((v.id for v in wanted), _evaluate(graph, folded, wanted, evaluate))) \
+        if wanted else {}
+
+    def replace_folded(builder, node: Node):
+        if id(node) not in folded:
+            return None
+        return tuple(builder.const(values[v.id]) if v.id in values else None
+                     for v in node.outputs)
+
+    builder = rebuild(graph, replace_folded)
+    stats = {"folded": len(folded), "consts": len(values),
+             "bytes": sum(a.nbytes for a in values.values())}
+    return result(builder, outputs, bool(folded), stats)

@@ -1,0 +1,179 @@
+"""The graph optimisation pipeline: one ordered list of passes, and the runner that applies them.
+
+Design: the runner is the only place that knows about levels, checking and dumps; every pass
+is a pure ``(graph, outputs) -> PassResult`` and knows nothing of the others. In check mode
+the IR is verified after each pass, and any error (from the pass or the check) names the pass.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ...ir.errors import GraphError
+from ...ir.graph import Graph, Var
+from .bnfold import bnfold
+from .cse import cse
+from .dce import dce
+from .epilogue import epilogue
+from .fold import fold
+from .fuse import fuse
+from .rewrite import PassResult
+from .simplify import simplify
+
+# (name, pass, why it runs here). Order matters: folding exposes constants that simplify
+# recognises, and simplify and fold leave dead nodes that the last DCE removes.
+PASSES: list[tuple[str, Callable[[Graph, list[Var]], PassResult], str]] = [
+    ("dce", dce, "drop what the outputs, assigns and inputs do not need, so later passes "
+                 "do less work"),
+    ("cse", cse, "merge equal nodes (autodiff repeats forward values), so fold and simplify "
+                 "see each value once"),
+    ("fold", fold, "evaluate nodes of constants once, at compile time"),
+    ("simplify", simplify, "algebraic identities (x*1, neg(neg x), transpose of transpose) "
+                           "on the folded constants"),
+    ("bnfold", bnfold, "inference batch norm after a conv becomes the conv's weight and bias, "
+                       "before epilogue fusion looks at what follows the conv"),
+    ("epilogue", epilogue, "bias add and relu after linear/conv2d run inside the GEMM "
+                           "kernel, before elementwise fusion could claim them"),
+    ("fuse", fuse, "the remaining elementwise groups become one fused kernel each"),
+    ("dce_final", dce, "remove the nodes that the passes above left unused"),
+]
+
+LEVELS = {0: [], 1: [name for name, _, _ in PASSES]}
+
+
+class PassError(GraphError):
+    """A pass failed or left an invalid graph; ``pass_name`` says which."""
+
+    def __init__(self, pass_name: str, reason: str):
+        self.pass_name = pass_name
+        super().__init__(f"optimisation pass {pass_name!r}: {reason}")
+
+
+def verify_graph(graph: Graph) -> None:
+    """Raise GraphError unless every value is defined once before use, names are unique, the
+    source tables match the nodes, and every type is what its op's rule infers.
+
+    >>> verify_graph(optimize(g, [y])[0])
+    """
+    defined: set[int] = set()
+    for node in graph.nodes:
+        _verify_node(graph, node, defined)
+    assigns = [n for n in graph.nodes if n.op.name == "assign"]
+    listed = graph.assigns
+    if len(assigns) != len(listed) or any(a is not b for a, b in zip(assigns, listed)):
+        raise GraphError("graph.assigns does not list the assign nodes in order")
+    _verify_sources(graph)
+
+
+def _verify_node(graph: Graph, node, defined: set[int]) -> None:
+    for v in node.inputs:
+        if v.graph is not graph or v.id not in defined:
+            raise GraphError(f"{node.op.name} reads %{v.id} before it is defined")
+    for v in node.outputs:
+        if v.id in defined or v.node is not node or v.graph is not graph:
+            raise GraphError(f"%{v.id} is defined twice or does not point at its node")
+        defined.add(v.id)
+    if node.op.category == "source":
+        return
+    if node.op.name == "assign":
+        target, value = node.inputs
+        if target.node.op.name != "param" or target.type != value.type:
+            raise GraphError(f"assign %{target.id} <- %{value.id}: not a param of that type")
+        return
+    want = tuple(node.op.infer(tuple(v.type for v in node.inputs), node.attr))
+    have = tuple(v.type for v in node.outputs)
+    if want != have:
+        raise GraphError(f"{node.op.name} records types {', '.join(map(str, have))} but its rule "
+                         f"gives {', '.join(map(str, want))}")
+
+
+def _verify_sources(graph: Graph) -> None:
+    names: dict[str, int] = {}
+    for node in graph.nodes:
+        if node.op.name not in ("input", "param", "const"):
+            continue
+        (v,) = node.outputs
+        if node.op.name != "const":
+            table = graph.inputs if node.op.name == "input" else graph.params
+            name = node.attr["name"]
+            if name in names or table.get(name) is not v:
+                raise GraphError(f"{node.op.name} {name!r} is repeated or not in the graph's table")
+            names[name] = v.id
+        if node.op.name != "input":
+            value = graph.values.get(v.id)
+            if value is None or value.shape != v.shape or value.dtype != v.dtype:
+                raise GraphError(f"%{v.id}: the stored value does not match {v.type}")
+    if len(names) != len(graph.inputs) + len(graph.params):
+        raise GraphError("graph.inputs or graph.params names a value that has no node")
+
+
+def _select(passes_or_level) -> list[tuple[str, Callable, str]]:
+    by_name = {name: (name, fn, why) for name, fn, why in PASSES}
+    if isinstance(passes_or_level, int) and not isinstance(passes_or_level, bool):
+        if passes_or_level not in LEVELS:
+            raise ValueError(f"unknown optimisation level {passes_or_level}; levels: "
+                             f"{sorted(LEVELS)}")
+        return [by_name[n] for n in LEVELS[passes_or_level]]
+    names = list(passes_or_level)
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise ValueError(f"unknown pass(es) {unknown}; available: {', '.join(by_name)}")
+    return [by_name[n] for n in names]
+
+
+def optimize(graph: Graph, outputs, passes_or_level=1, check: bool = False, dump=None,
+             evaluate=None, fusion=None):
+    """Run the pipeline (a level of ``LEVELS`` or a list of pass names) on the graph computing
+    ``outputs``; returns (new graph, outputs mapped into it, report: [(pass name, stats)]).
+
+    ``check`` verifies the IR after each pass; ``dump(pass name, graph)`` is called after each.
+    What the target device contributes: ``evaluate(outputs) -> arrays`` computes the values
+    constant folding folds (without it, fold is skipped), and ``fusion`` (a
+    ``backend.FusionLimits``) bounds the groups fuse makes.
+
+    >>> g2, outs, report = optimize(g, [y], check=True); print(passes_report(report))
+    """
+    outputs = [outputs] if isinstance(outputs, Var) else list(outputs)
+    if check:
+        _run_checked("(input)", lambda: verify_graph(graph))
+    report = []
+    target = {"fold": {"evaluate": evaluate}, "fuse": {"limits": fusion}}
+    for name, fn, _ in _select(passes_or_level):
+        res = _run_checked(name, lambda: fn(graph, outputs, **target.get(name, {})))
+        if check:
+            _run_checked(name, lambda: verify_graph(res.graph))
+        graph, outputs = res.graph, res.outputs
+        report.append((name, res.stats))
+        if dump is not None:
+            dump(name, graph)
+    return graph, outputs, report
+
+
+def _run_checked(name: str, thunk):
+    try:
+        return thunk()
+    except PassError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure inside a pass is reported with its name
+        raise PassError(name, f"{type(exc).__name__}: {exc}") from exc
+
+
+def passes_report(report) -> str:
+    """One line per pass: its name and what it changed.
+
+    >>> print(passes_report(optimize(g, [y])[2]))
+    """
+    lines = []
+    for name, stats in report:
+        lines.append(f"{name:<12} {_describe(stats)}")
+    return "\n".join(lines)
+
+
+def _describe(stats: dict) -> str:
+    parts = []
+    for key, value in stats.items():
+        if isinstance(value, dict):
+            inner = ", ".join(f"{k} {v}" for k, v in sorted(value.items()))
+            parts.append(f"{key}: {inner or 'none'}")
+        else:
+            parts.append(f"{key.replace('_', ' ')} {value}")
+    return ", ".join(parts) or "nothing"
