@@ -1,7 +1,8 @@
 # Reductions over any set of axes: sum, prod, mean, var, max, min, argmax, argmin.
 #
-# Parameter layout (ints), written by mgegraph.ops.reduce.reduce_params:
-#   [opcode, ndo, kept shape[ndo], kept strides[ndo], ndr, reduced shape[ndr], reduced strides[ndr]]
+# Parameter layout (ints): the Reduce struct below, whose field names this module exports as
+# REDUCE_FIELDS (the lowering, mgegraph/_kernels/lowering/reduce.py, packs them by name), then
+#   kept shape[kept_ndim], kept strides[kept_ndim], ndr, reduced shape[ndr], reduced strides[ndr]
 # The input is read as (kept dims..., reduced dims...) through element strides, each group
 # collapsed; the output is contiguous over the kept dims. Reduced positions are visited in C
 # order, so argmax's index is the flat index within the reduced axes, as NumPy's.
@@ -18,6 +19,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 
 from .dtypes cimport any_t
 from .abi cimport Call, KERNEL_OK, KERNEL_BAD_VALUE, KERNEL_UNSUPPORTED, kernel_fn, kernel_address
+from .params cimport fields_of
 from .nditer cimport Odometer, odometer_init, odometer_next, count_rows
 
 ctypedef fused acc_t:
@@ -32,6 +34,12 @@ cdef enum ReduceOp:
 
 REDUCE_OPS = {"sum": R_SUM, "prod": R_PROD, "mean": R_MEAN, "var": R_VAR, "max": R_MAX,
               "min": R_MIN, "argmax": R_ARGMAX, "argmin": R_ARGMIN}
+
+ctypedef struct Reduce:  # then the kept and reduced groups (the layout above)
+    Py_ssize_t op, kept_ndim  # op: a ReduceOp
+
+cdef Reduce _reduce
+REDUCE_FIELDS = fields_of(_reduce, sizeof(Reduce))
 
 
 ctypedef struct Layout:
@@ -412,9 +420,10 @@ cdef inline Py_ssize_t out_itemsize(int op, any_t zero) noexcept nogil:
 
 # -- driver ---------------------------------------------------------------------------------------
 cdef int reduce_impl(const any_t* x, char* y, const Call* c) noexcept nogil:
-    cdef int op = <int>c.ints[0], ndo = <int>c.ints[1]
-    cdef const Py_ssize_t* oshape = c.ints + 2
-    cdef const Py_ssize_t* ostride = c.ints + 2 + ndo
+    cdef const Reduce* s = <const Reduce*>c.ints
+    cdef int op = <int>s.op, ndo = <int>s.kept_ndim
+    cdef const Py_ssize_t* oshape = <const Py_ssize_t*>(s + 1)
+    cdef const Py_ssize_t* ostride = oshape + ndo
     cdef Py_ssize_t last = oshape[ndo - 1], so = ostride[ndo - 1]
     cdef Py_ssize_t rows = count_rows(ndo, oshape), r, start, cnt
     cdef Py_ssize_t item = out_itemsize(op, <any_t>0)
@@ -422,7 +431,7 @@ cdef int reduce_impl(const any_t* x, char* y, const Call* c) noexcept nogil:
     cdef Odometer o
     if op < R_SUM or op > R_ARGMIN:
         return KERNEL_UNSUPPORTED
-    parse_reduced(c.ints + 2 + 2 * ndo, &L)
+    parse_reduced(oshape + 2 * ndo, &L)
     if product(ndo, oshape) == 0:
         return KERNEL_OK
     if L.nred == 0 and op >= R_MAX:

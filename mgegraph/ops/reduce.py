@@ -6,15 +6,15 @@ import math
 
 import numpy as np
 
-from .._kernels import reduce as K
 from ..ir.errors import OpError, user_location
 from ..ir.graph import Var
 from ..ir.types import FLOAT_DTYPES, TensorType
 from .builder import apply, graph_of
-from .._kernels.lowering.layout import collapse, contiguous_strides
-from .registry import ALL_DTYPES, Launch, OpDef, normalize_axes, register
+from .registry import OpDef, normalize_axes, register
 
 __all__ = ["sum", "mean", "prod", "var", "max", "min", "argmax", "argmin"]
+
+REDUCE_OPS = ("sum", "prod", "mean", "var", "max", "min", "argmax", "argmin")
 
 # NumPy's wording when an empty axis is reduced by an op without an identity.
 _NO_IDENTITY = {
@@ -51,18 +51,6 @@ def reduced_shape(shape, axes, keepdims: bool) -> tuple[int, ...]:
     return tuple(n for d, n in enumerate(shape) if d not in axes)
 
 
-def reduce_params(opcode: int, shape, axes) -> tuple[int, ...]:
-    """[opcode, ndo, kept shape, kept strides, ndr, reduced shape, reduced strides] for
-    _kernels/reduce.pyx: the input read as (kept dims..., reduced dims...), each group collapsed."""
-    strides = contiguous_strides(shape)
-    kept = [d for d in range(len(shape)) if d not in axes]
-    kept_shape = [shape[d] for d in kept]
-    oshape, (_, ostrides) = collapse(kept_shape, [contiguous_strides(kept_shape),
-                                                  [strides[d] for d in kept]])
-    rshape, (rstrides,) = collapse([shape[d] for d in axes], [[strides[d] for d in axes]])
-    return (opcode, len(oshape), *oshape, *ostrides, len(rshape), *rshape, *rstrides)
-
-
 def _infer(name):
     def infer(in_types, attrs):
         (x,) = in_types
@@ -72,13 +60,6 @@ def _infer(name):
         shape = reduced_shape(x.shape, axes, bool(attrs["keepdims"]))
         return (TensorType(shape, result_dtype(name, x.dtype)),)
     return infer
-
-
-def _lower(opcode):
-    def lower(node):
-        (x,) = node.inputs
-        return Launch(reduce_params(opcode, x.shape, canonical_axes(node.attr["axis"], x.ndim)))
-    return lower
 
 
 # -- gradient rules -----------------------------------------------------------------------------
@@ -157,11 +138,9 @@ def _grad(name):
     return grad
 
 
-for _name, _code in K.REDUCE_OPS.items():
+for _name in REDUCE_OPS:
     register(OpDef(_name, "reduce", _infer(_name), attrs={"axis": None, "keepdims": False},
-                   kernel="reduce", dtypes=ALL_DTYPES, lower=_lower(_code),
-                   grad=_grad(_name),
-                   flops_per_element=2.0 if _name == "var" else 1.0))
+                   grad=_grad(_name), flops_per_element=2.0 if _name == "var" else 1.0))
 
 
 # -- public functions (re-exported by mgegraph.functional) ---------------------------------------
