@@ -1,14 +1,8 @@
 # Neural-network kernels: softmax / log_softmax, cross entropy, layer norm, batch norm, dropout.
 #
-# Parameter layouts (ints / floats), written by mgegraph.ops.nn:
-#   softmax        [O, n, M, log]            / -              input read as (O, n, M), over n
-#   cross_entropy  [O, C, M, with_logits, reduction, label_is_int64] / [label_smooth]
-#   layer_norm     [R, N]                    / [eps]          R rows of N; weight, bias of N
-#   batch_norm     [N, C, M, training]       / [eps]          input (N, C, M), stats per channel
-#   dropout        [size, seed, has_step]    / [drop_prob]
-#   cross_entropy_backward  as cross_entropy
-#   layer_norm_backward     as layer_norm
-#   batch_norm_backward     [N, C, M]        / [eps]
+# Parameter layouts: the ints are the structs below, whose field names this module exports
+# (SOFTMAX_FIELDS, ...) for the lowering, mgegraph/_kernels/lowering/nn.py, to pack by name;
+# the floats are [label_smooth] for cross entropy, [eps] for the norms, [drop_prob] for dropout.
 # Buffers: softmax x, y; cross_entropy pred, label, loss; layer_norm x, weight, bias, y;
 # batch_norm x, weight, bias, then y, mean, var (training) or running_mean, running_var, y;
 # dropout x, y; cross_entropy_backward pred, label, dloss, dpred; layer_norm_backward x, weight,
@@ -23,7 +17,9 @@ from libc.math cimport ceil, exp, expf, log, sqrt, INFINITY
 from libc.stdint cimport int32_t, int64_t, uint64_t
 from cython cimport floating
 
-from .abi cimport Call, KERNEL_OK, KERNEL_INDEX_OUT_OF_RANGE, KERNEL_UNSUPPORTED, kernel_fn, kernel_address
+from .abi cimport (Call, KERNEL_OK, KERNEL_INDEX_OUT_OF_RANGE, KERNEL_UNSUPPORTED, kernel_fn,
+                   kernel_address)
+from .params cimport fields_of
 
 cdef enum:
     CHUNK = 256
@@ -32,6 +28,37 @@ cdef enum Reduction:
     RED_NONE, RED_MEAN, RED_SUM
 
 REDUCTIONS = {"none": RED_NONE, "mean": RED_MEAN, "sum": RED_SUM}
+
+ctypedef struct Softmax:            # softmax, log_softmax: x read as (outer, n, inner), over n
+    Py_ssize_t outer, n, inner, take_log
+
+ctypedef struct CrossEntropy:       # and its backward: pred (outer, classes, inner)
+    Py_ssize_t outer, classes, inner, with_logits, reduction, label_is_int64  # a Reduction
+
+ctypedef struct LayerNorm:          # and its backward: rows of n; weight and bias of n
+    Py_ssize_t rows, n
+
+ctypedef struct BatchNorm:          # x (batch, channels, inner), statistics per channel
+    Py_ssize_t batch, channels, inner, training
+
+ctypedef struct BatchNormBackward:  # the training form's
+    Py_ssize_t batch, channels, inner
+
+ctypedef struct Dropout:            # has_step: the optional step input is there
+    Py_ssize_t size, seed, has_step
+
+cdef Softmax _softmax
+cdef CrossEntropy _ce
+cdef LayerNorm _ln
+cdef BatchNorm _bn
+cdef BatchNormBackward _bn_backward
+cdef Dropout _dropout
+SOFTMAX_FIELDS = fields_of(_softmax, sizeof(Softmax))
+CROSS_ENTROPY_FIELDS = fields_of(_ce, sizeof(CrossEntropy))
+LAYER_NORM_FIELDS = fields_of(_ln, sizeof(LayerNorm))
+BATCH_NORM_FIELDS = fields_of(_bn, sizeof(BatchNorm))
+BATCH_NORM_BACKWARD_FIELDS = fields_of(_bn_backward, sizeof(BatchNormBackward))
+DROPOUT_FIELDS = fields_of(_dropout, sizeof(Dropout))
 
 
 cdef inline floating f_exp(floating x) noexcept nogil:
@@ -147,8 +174,9 @@ cdef void softmax_chunk(const floating* x, floating* y, Py_ssize_t n, Py_ssize_t
 
 
 cdef int softmax_impl(const floating* x, floating* y, const Call* c) noexcept nogil:
-    cdef Py_ssize_t O = c.ints[0], n = c.ints[1], M = c.ints[2], o, m0, cnt, base
-    cdef bint take_log = c.ints[3] != 0
+    cdef const Softmax* s = <const Softmax*>c.ints
+    cdef Py_ssize_t O = s.outer, n = s.n, M = s.inner, o, m0, cnt, base
+    cdef bint take_log = s.take_log != 0
     for o in range(O):
         m0 = 0
         while m0 < M:
@@ -199,9 +227,10 @@ cdef int ce_chunk(const floating* x, const char* label, Py_ssize_t C, Py_ssize_t
 
 
 cdef int ce_impl(const floating* x, const char* label, floating* y, const Call* c) noexcept nogil:
-    cdef Py_ssize_t O = c.ints[0], C = c.ints[1], M = c.ints[2], o, m0, cnt, b, k = 0
-    cdef bint logits = c.ints[3] != 0, wide = c.ints[5] != 0
-    cdef int reduction = <int>c.ints[4], status
+    cdef const CrossEntropy* s = <const CrossEntropy*>c.ints
+    cdef Py_ssize_t O = s.outer, C = s.classes, M = s.inner, o, m0, cnt, b, k = 0
+    cdef bint logits = s.with_logits != 0, wide = s.label_is_int64 != 0
+    cdef int reduction = <int>s.reduction, status
     cdef double ls = c.floats[0], total = 0
     cdef double loss[CHUNK]
     cdef Py_ssize_t item = 8 if wide else 4
@@ -230,7 +259,8 @@ cdef int ce_impl(const floating* x, const char* label, floating* y, const Call* 
 # -- layer norm -----------------------------------------------------------------------------------
 cdef int layer_norm_impl(const floating* x, const floating* w, const floating* bias, floating* y,
                          const Call* c) noexcept nogil:
-    cdef Py_ssize_t R = c.ints[0], N = c.ints[1], r, j
+    cdef const LayerNorm* s = <const LayerNorm*>c.ints
+    cdef Py_ssize_t R = s.rows, N = s.n, r, j
     cdef double eps = c.floats[0], mean, rstd
     cdef const floating* px
     cdef floating* py
@@ -299,8 +329,9 @@ cdef int batch_norm_impl(const floating* x, const floating* w, const floating* b
     # Both modes normalise with the statistics as stored, in x's dtype: a training batch norm
     # remade from the mean and variance it saved (rematerialisation) is then bitwise the same,
     # in one pass instead of three.
-    cdef Py_ssize_t N = c.ints[0], C = c.ints[1], M = c.ints[2], c0 = 0, cnt, b
-    cdef bint training = c.ints[3] != 0
+    cdef const BatchNorm* s = <const BatchNorm*>c.ints
+    cdef Py_ssize_t N = s.batch, C = s.channels, M = s.inner, c0 = 0, cnt, b
+    cdef bint training = s.training != 0
     cdef double eps = c.floats[0]
     cdef double mean[CHUNK]
     cdef double var[CHUNK]
@@ -338,11 +369,12 @@ cdef int dropout_impl(const floating* x, floating* y, const Call* c) noexcept no
     # run draws a new mask while the backward pass, given the same step, reuses it.
     # It keeps i when u = (hash >> 11) / 2**53, uniform in [0, 1), is >= p, i.e. when
     # hash >> 11 >= ceil(p * 2**53) (exact: scaling by 2**53 does not round).
-    cdef Py_ssize_t n = c.ints[0], i
+    cdef const Dropout* s = <const Dropout*>c.ints
+    cdef Py_ssize_t n = s.size, i
     cdef uint64_t golden = <uint64_t>0x9E3779B97F4A7C15ULL
-    cdef uint64_t key = mix64(<uint64_t>c.ints[1] + golden)
+    cdef uint64_t key = mix64(<uint64_t>s.seed + golden)
     cdef double p = c.floats[0]
-    if c.ints[2]:
+    if s.has_step:
         key = mix64(key ^ mix64(<uint64_t>(<const int64_t*>c.bufs[1])[0] + golden))
     cdef uint64_t threshold
     cdef floating factor[2]  # [dropped, kept]
@@ -391,9 +423,10 @@ cdef int ce_backward_chunk(const floating* x, const char* label, floating* dx, P
 
 cdef int ce_backward_impl(const floating* x, const char* label, const floating* g, floating* dx,
                           const Call* c) noexcept nogil:
-    cdef Py_ssize_t O = c.ints[0], C = c.ints[1], M = c.ints[2], o, m0, cnt, b, k = 0
-    cdef bint logits = c.ints[3] != 0, wide = c.ints[5] != 0
-    cdef int reduction = <int>c.ints[4], status
+    cdef const CrossEntropy* s = <const CrossEntropy*>c.ints
+    cdef Py_ssize_t O = s.outer, C = s.classes, M = s.inner, o, m0, cnt, b, k = 0
+    cdef bint logits = s.with_logits != 0, wide = s.label_is_int64 != 0
+    cdef int reduction = <int>s.reduction, status
     cdef double ls = c.floats[0], shared = 0
     cdef double scale[CHUNK]
     cdef Py_ssize_t item = 8 if wide else 4
@@ -421,7 +454,8 @@ cdef int layer_norm_backward_impl(const floating* x, const floating* w, const fl
                                   const Call* c) noexcept nogil:
     # dx = rstd (g w - mean(g w) - xhat mean(g w xhat)); dw, db sum over rows in ``acc`` (double,
     # 2 N) so that float32 inputs with many rows do not lose the small terms. Safe in place.
-    cdef Py_ssize_t R = c.ints[0], N = c.ints[1], r, j
+    cdef const LayerNorm* s = <const LayerNorm*>c.ints
+    cdef Py_ssize_t R = s.rows, N = s.n, r, j
     cdef double eps = c.floats[0], mean, rstd, a, bsum, xhat, gw
     cdef const floating* px
     cdef const floating* pg
@@ -487,7 +521,8 @@ cdef int batch_norm_backward_impl(const floating* x, const floating* w, const fl
     # dx = w rstd (g - db / count - xhat dw / count). Safe in place.
     # The given mean is rounded to the dtype, which costs float32 digits when |mean| >> std; the
     # first pass also sums x - mean to correct it in double (centre = mean + that sum / count).
-    cdef Py_ssize_t N = c.ints[0], C = c.ints[1], M = c.ints[2], c0 = 0, cnt, n, b, m, at
+    cdef const BatchNormBackward* s = <const BatchNormBackward*>c.ints
+    cdef Py_ssize_t N = s.batch, C = s.channels, M = s.inner, c0 = 0, cnt, n, b, m, at
     cdef double eps = c.floats[0], count = <double>(N * M), rstd, d
     # Per channel of the chunk: the sums of the first pass, then the factors of
     # dx = scale (g - sg - (x - centre) sgd) that the second pass applies
@@ -555,9 +590,11 @@ cdef int batch_norm_f64(const Call* c) noexcept nogil:
                            <const double*>c.bufs[2], c)
 
 cdef int dropout_f32(const Call* c) noexcept nogil:
-    return dropout_impl(<const float*>c.bufs[0], <float*>c.bufs[1 + c.ints[2]], c)
+    return dropout_impl(<const float*>c.bufs[0],
+                        <float*>c.bufs[1 + (<const Dropout*>c.ints).has_step], c)
 cdef int dropout_f64(const Call* c) noexcept nogil:
-    return dropout_impl(<const double*>c.bufs[0], <double*>c.bufs[1 + c.ints[2]], c)
+    return dropout_impl(<const double*>c.bufs[0],
+                        <double*>c.bufs[1 + (<const Dropout*>c.ints).has_step], c)
 
 cdef int cross_entropy_backward_f32(const Call* c) noexcept nogil:
     return ce_backward_impl(<const float*>c.bufs[0], c.bufs[1], <const float*>c.bufs[2],

@@ -8,31 +8,17 @@ differentiating a composed reference twice (``_grad_of_vjp``).
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from .._kernels import nn as K
 from ..ir.errors import OpError, user_location
 from ..ir.graph import Var
 from ..ir.types import INT_DTYPES, TensorType
 from .builder import apply, apply_multi, graph_of
-from .registry import (FLOAT_DTYPES, REQUIRED, Launch, OpDef, Remake, normalize_axis, register,
+from .registry import (FLOAT_DTYPES, REQUIRED, OpDef, Remake, normalize_axis, register,
                        require_dtypes)
 
 __all__ = ["softmax", "log_softmax", "logsoftmax", "cross_entropy", "layer_norm", "batch_norm",
            "dropout"]
-
-
-def _size(shape) -> int:
-    return math.prod(shape)
-
-
-def _split(shape, axis: int) -> tuple[int, int, int]:
-    """(outer, axis length, inner) sizes of a contiguous ``shape`` around ``axis``."""
-    if not shape:
-        return 1, 1, 1
-    return _size(shape[:axis]), shape[axis], _size(shape[axis + 1:])
 
 
 def _same_dtype(x: TensorType, other: TensorType, what: str):
@@ -48,13 +34,6 @@ def _softmax_infer(name):
         normalize_axis(attrs["axis"], x.ndim)
         return (x,)
     return infer
-
-
-def _softmax_lower(take_log):
-    def lower(node):
-        (x,) = node.inputs
-        return Launch((*_split(x.shape, normalize_axis(node.attr["axis"], x.ndim)), take_log))
-    return lower
 
 
 def _softmax_grad(take_log):
@@ -74,11 +53,13 @@ def _softmax_grad(take_log):
 
 for _name, _log in (("softmax", 0), ("log_softmax", 1)):
     register(OpDef(_name, "nn", _softmax_infer(_name), attrs={"axis": REQUIRED},
-                   kernel="softmax", dtypes=FLOAT_DTYPES, lower=_softmax_lower(_log),
                    grad=_softmax_grad(_log), inplace=True, flops_per_element=12))
 
 
 # -- cross entropy -------------------------------------------------------------------------------
+REDUCTIONS = ("none", "mean", "sum")  # what cross_entropy's loss per sample is reduced by
+
+
 def _ce_infer(in_types, attrs):
     pred, label = in_types
     require_dtypes("cross_entropy", pred, FLOAT_DTYPES, "pred")
@@ -90,22 +71,13 @@ def _ce_infer(in_types, attrs):
     if label.shape != want:
         raise ValueError(f"label shape {label.shape} must be pred's shape without axis {axis}, "
                          f"{want}")
-    if attrs["reduction"] not in K.REDUCTIONS:
-        raise ValueError(f"reduction must be one of {sorted(K.REDUCTIONS)}, "
+    if attrs["reduction"] not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {sorted(REDUCTIONS)}, "
                          f"got {attrs['reduction']!r}")
     if not 0 <= attrs["label_smooth"] <= 1:
         raise ValueError(f"label_smooth must be in [0, 1], got {attrs['label_smooth']}")
     shape = label.shape if attrs["reduction"] == "none" else ()
     return (TensorType(shape, pred.dtype),)
-
-
-def _ce_lower(node):
-    pred, label = node.inputs[:2]  # cross_entropy_backward also takes d loss
-    a = node.attr
-    split = _split(pred.shape, normalize_axis(a["axis"], pred.ndim))
-    ints = (*split, int(a["with_logits"]), K.REDUCTIONS[a["reduction"]],
-            int(label.dtype == np.dtype(np.int64)))
-    return Launch(ints, (float(a["label_smooth"]),))
 
 
 def _ce_grad(node, out_grads):
@@ -143,11 +115,10 @@ def _ce_backward_grad(node, out_grads):
 
 
 _CE_ATTRS = {"axis": 1, "with_logits": True, "label_smooth": 0.0, "reduction": "mean"}
-register(OpDef("cross_entropy", "nn", _ce_infer, attrs=_CE_ATTRS, kernel="cross_entropy",
-               dtypes=FLOAT_DTYPES, lower=_ce_lower, grad=_ce_grad, flops_per_element=12))
+register(OpDef("cross_entropy", "nn", _ce_infer, attrs=_CE_ATTRS, grad=_ce_grad,
+               flops_per_element=12))
 # Inputs pred, label, d loss; output d pred (pred's type), for the loss of the same attributes.
 register(OpDef("cross_entropy_backward", "nn", _ce_backward_infer, attrs=_CE_ATTRS,
-               kernel="cross_entropy_backward", dtypes=FLOAT_DTYPES, lower=_ce_lower,
                grad=_ce_backward_grad, inplace=True, flops_per_element=12))
 
 
@@ -166,13 +137,6 @@ def _ln_infer(in_types, attrs):
     return (x,)
 
 
-def _ln_lower(node):
-    x = node.inputs[0]
-    n = _size(node.attr["normalized_shape"])
-    return Launch((_size(x.shape[:x.ndim - len(node.attr["normalized_shape"])]), n),
-                  (float(node.attr["eps"]),))
-
-
 def _ln_grad(node, out_grads):
     x, weight, _ = node.inputs
     return apply_multi("layer_norm_backward", (x, weight, out_grads[0]), **node.attr)
@@ -184,11 +148,6 @@ def _ln_backward_infer(in_types, attrs):
     if dy != x:
         raise TypeError(f"dy must be {x}, got {dy}")
     return (x, weight, weight)
-
-
-def _ln_backward_lower(node):
-    launch = _ln_lower(node)
-    return Launch(launch.ints, launch.floats, workspace=16 * launch.ints[1])
 
 
 def _ln_reference(x: Var, weight: Var, bias: Var, attrs) -> Var:
@@ -210,12 +169,10 @@ def _ln_backward_grad(node, out_grads):
 
 
 _LN_ATTRS = {"normalized_shape": REQUIRED, "eps": 1e-5}
-register(OpDef("layer_norm", "nn", _ln_infer, attrs=_LN_ATTRS, kernel="layer_norm",
-               dtypes=FLOAT_DTYPES, lower=_ln_lower, grad=_ln_grad, inplace=True,
+register(OpDef("layer_norm", "nn", _ln_infer, attrs=_LN_ATTRS, grad=_ln_grad, inplace=True,
                flops_per_element=8))
 # Inputs x, weight, dy; outputs dx, dweight, dbias (the bias does not enter the gradients).
 register(OpDef("layer_norm_backward", "nn", _ln_backward_infer, attrs=_LN_ATTRS,
-               kernel="layer_norm_backward", dtypes=FLOAT_DTYPES, lower=_ln_backward_lower,
                grad=_ln_backward_grad, inplace=True, flops_per_element=12))
 
 
@@ -243,12 +200,6 @@ def _bn_infer(in_types, attrs):
         return (x,)
     stats = TensorType((c,), x.dtype)
     return (x, stats, stats)
-
-
-def _bn_lower(node):
-    x = node.inputs[0]
-    return Launch((x.shape[0], x.shape[1], _size(x.shape[2:]), int(node.attr["training"])),
-                  (float(node.attr["eps"]),))
 
 
 # Outputs: y; when training also the batch mean and the biased batch variance (shape (C,)), which
@@ -323,11 +274,6 @@ def _bn_backward_infer(in_types, attrs):
     return (x, weight, weight)
 
 
-def _bn_backward_lower(node):
-    x = node.inputs[0]
-    return Launch((x.shape[0], x.shape[1], _size(x.shape[2:])), (float(node.attr["eps"]),))
-
-
 def _bn_reference(x: Var, weight: Var, bias: Var, eps: float) -> Var:
     from .. import functional as F
 
@@ -372,12 +318,10 @@ def _bn_remake(node):
 # Outputs: y; when training also the batch mean and the biased batch variance (shape (C,)), which
 # the running-statistics update reads (scale the variance by n / (n - 1) for the unbiased one).
 register(OpDef("batch_norm", "nn", _bn_infer, attrs={"training": False, "eps": 1e-5},
-               kernel="batch_norm", dtypes=FLOAT_DTYPES, lower=_bn_lower, grad=_bn_grad,
-               inplace=True, flops=_bn_flops, remake=_bn_remake))
+               grad=_bn_grad, inplace=True, flops=_bn_flops, remake=_bn_remake))
 # Training form only. Inputs x, weight, batch mean, batch var, dy; outputs dx, dweight, dbias,
 # the last two in the weight's shape.
 register(OpDef("batch_norm_backward", "nn", _bn_backward_infer, attrs={"eps": 1e-5},
-               kernel="batch_norm_backward", dtypes=FLOAT_DTYPES, lower=_bn_backward_lower,
                grad=_bn_backward_grad, inplace=True, flops_per_element=10))
 
 
@@ -394,13 +338,6 @@ def _dropout_infer(in_types, attrs):
     return (x,)
 
 
-def _dropout_lower(node):
-    seed = int(node.attr["seed"]) & (2**64 - 1)
-    seed = seed - 2**64 if seed >= 2**63 else seed  # the kernel reads it back as uint64
-    has_step = int(len(node.inputs) == 2)
-    return Launch((node.inputs[0].size, seed, has_step), (float(node.attr["drop_prob"]),))
-
-
 def _dropout_grad(node, out_grads):
     # The mask hashes (seed, element index) only, so the same attributes drop the same elements
     # of the gradient and scale the kept ones alike.
@@ -409,8 +346,7 @@ def _dropout_grad(node, out_grads):
 
 
 register(OpDef("dropout", "nn", _dropout_infer, attrs={"drop_prob": REQUIRED, "seed": 0},
-               kernel="dropout", dtypes=FLOAT_DTYPES, lower=_dropout_lower, grad=_dropout_grad,
-               inplace=True, flops_per_element=4))
+               grad=_dropout_grad, inplace=True, flops_per_element=4))
 
 
 # -- second-order support ------------------------------------------------------------------------
