@@ -1,10 +1,16 @@
 """Builds the Cython kernels of mgegraph/_kernels with optimisation on.
 
+First it renders the elementwise table (mgegraph/ops/elementwise_table.py) into
+mgegraph/_kernels/ew_ops.pxd, the scalar functions and loops of every elementwise op that the
+kernels cimport (see mgegraph/_kernels/ew_codegen.py).
+
 Set MGEGRAPH_DEBUG_KERNELS=1 at build time to compile with bounds checks and -O0 -g, and
 MGEGRAPH_BUILD_ONLY=name,name to rebuild only those kernel modules while developing them.
 """
+import importlib.util
 import os
 import platform
+import sys
 from pathlib import Path
 
 from Cython.Build import cythonize
@@ -15,13 +21,33 @@ COMPILE_ARGS = ["-O0", "-g"] if DEBUG else ["-O3", "-fno-math-errno", "-fno-trap
                                            "-finline-limit=5000"]
 
 ONLY = set(filter(None, os.environ.get("MGEGRAPH_BUILD_ONLY", "").split(",")))
+KERNELS = Path("mgegraph/_kernels")
+
+
+def _load(name: str, path: Path):
+    """A module loaded from its file: the package cannot be imported before it is built."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+def _render_elementwise_ops() -> None:
+    table = _load("_mgegraph_elementwise_table", Path("mgegraph/ops/elementwise_table.py"))
+    codegen = _load("_mgegraph_ew_codegen", KERNELS / "ew_codegen.py")
+    codegen.write(table, KERNELS)
+
+
+_render_elementwise_ops()
 
 # The fused elementwise kernel is one source built three times, for any CPU and for AVX2 and
 # AVX-512 (512-bit vectors: GCC otherwise keeps to 256), and _kernels/__init__.py imports the
 # widest build the CPU runs. No FP contraction, so every build gives bitwise the same results.
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 FUSED_BUILDS = ("fused", "fused_avx2", "fused_avx512") if X86 else ("fused",)
-TARGET = {"fused": ["-ffp-contract=off"],
+# elementwise.pyx runs the same loops as the fused builds and must agree with them bitwise too.
+TARGET = {"elementwise": ["-ffp-contract=off"], "fused": ["-ffp-contract=off"],
           "fused_avx2": ["-mavx2", "-mfma", "-ffp-contract=off"],
           "fused_avx512": ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mfma",
                            "-mprefer-vector-width=512", "-ffp-contract=off"]}
@@ -54,7 +80,7 @@ extensions = [
               extra_compile_args=COMPILE_ARGS + (["-fopenmp"] if path.stem in OPENMP else [])
               + TARGET.get(path.stem, []),
               extra_link_args=["-fopenmp"] if path.stem in OPENMP else [])
-    for path in sorted(Path("mgegraph/_kernels").glob("*.pyx"))
+    for path in sorted(KERNELS.glob("*.pyx"))
     if (not ONLY or path.stem in ONLY) and (path.stem in FUSED_BUILDS
                                             or not path.stem.startswith("fused"))
 ]

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from mgegraph._kernels import fused as K
-from mgegraph.ops.fused_program import Program, encode, kernel_name
+from mgegraph._kernels.lowering.fused import encode, kernel_name
+from mgegraph.ops.fused_program import Program
 
 N = 4_194_304
 MIB = 1 << 20

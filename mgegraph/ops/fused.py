@@ -2,25 +2,23 @@
 
 Its attributes are the group's expression as an SSA program (see mgegraph.planner.fuse):
 ``code`` holds ``(op, dst, a, b, c)`` steps over numbered values ("load" value dst <- input a,
-"const" dst <- constants[a], registry op names on values, "store" output a <- value b), and
+"const" dst <- constants[a], table op names on values, "store" output a <- value b), and
 ``constants`` the floats they use. That is the form a GPU backend renders as one kernel; the
-CPU lowering (mgegraph.ops.fused_program.encode) maps values to a few registers and hands the
+CPU lowering (mgegraph/_kernels/lowering/fused.py) maps values to a few registers and hands the
 program to the fused kernel (_kernels/fused_body.pxi).
 """
 from __future__ import annotations
 
 from ..ir.types import TensorType, as_dtype, broadcast_shapes
-from .fused_program import BINARY, UNARY, Program, encode
-from .registry import FLOAT_DTYPES, REQUIRED, Launch, OpDef, register
+from . import elementwise_table as TABLE
+from .fused_program import Program
+from .registry import FLOAT_DTYPES, REQUIRED, OpDef, register
 
-# op name -> its float attributes, passed as constants (in the b and c operands). Comparisons
-# give bool in the registry, so they and where stay out of float groups.
-_COMPARISONS = {"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"}
-FUSABLE_OPS = {
-    **dict.fromkeys(sorted((UNARY | BINARY) - _COMPARISONS), ()),
-    "leaky_relu": ("negative_slope",),
-    "clip": ("lower", "upper"),
-}
+# The ops the fusion pass may put in a group -> their attributes, which become constants (in
+# the b and c operands): the table's float ops marked fusable. Comparisons give bool in the
+# registry, so they and where stay out of float groups.
+FUSABLE_OPS = {op.name: op.params for op in TABLE.OPS
+               if op.fusable and set(FLOAT_DTYPES) <= set(op.dtypes)}
 
 
 def _infer(in_types, attrs):
@@ -41,15 +39,9 @@ def program_of(node) -> Program:
                    node.outputs[0].dtype, list(node.attr["code"]), list(node.attr["constants"]))
 
 
-def _lower(node):
-    ints, floats, workspace = encode(program_of(node))
-    return Launch(ints, floats, workspace=workspace)
-
-
 register(OpDef("fused_elementwise", "elementwise", _infer,
                attrs={"code": REQUIRED, "constants": (), "shape": REQUIRED, "dtype": REQUIRED,
                       "n_outputs": 1},
-               kernel="fused", dtypes=FLOAT_DTYPES, lower=_lower, dispatch_input=-1,
                # in place: the program stores its outputs after its last step, so a block of an
                # input is read in full before the same block of an output is written
                inplace=True, flops_per_element=4.0))

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from mgegraph._kernels import fused as K
-from mgegraph.ops.fused_program import (BINARY, UNARY, Program, allocate_registers, encode,
-                                        evaluate_numpy, kernel_name, run)
+from mgegraph._kernels.lowering.fused import allocate_registers, encode, kernel_name, run
+from mgegraph.ops.fused_program import BINARY, UNARY, Program, evaluate_numpy
 
 RNG = np.random.default_rng(0)
 DTYPES = [np.float32, np.float64]

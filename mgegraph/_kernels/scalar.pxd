@@ -1,21 +1,33 @@
 # cython: cdivision=True
-# Vectorised math for the fused kernel (float32 and float64): exp, log, log1p, tanh, sigmoid, erf.
+# The scalar functions every CPU elementwise op is made of: the helpers (m_*) that the
+# expressions of mgegraph/ops/elementwise_table.py call, and the vectorisable math behind them.
 #
-# Design: branch-free inline functions (selects instead of branches, no libm calls) so that GCC -O3
-# vectorises the block loops of fused_body.pxi that call them. exp builds 2^n from exponent bits with
-# integer ops; inputs are clamped against overflow; inf and NaN come out as libm's.
+# The table's expressions become one inline function per op (ew_ops.pxd, generated at build
+# time), which the unfused kernels, the fused evaluator and the GEMM/conv epilogues all call, so
+# every path computes an op with the same instructions and gives bitwise the same results.
+# Special values follow NumPy: see the NOTE in elementwise_table.py.
+#
+# Design: branch-free inline functions (selects instead of branches, no libm calls for exp, log,
+# log1p, tanh and float32 erf) so that GCC -O3 vectorises the loops that call them. exp builds
+# 2^n from exponent bits with integer ops; inputs are clamped against overflow; inf and NaN come
+# out as libm's. sqrt, floor and ceil are single instructions; sin, cos, pow, fmod and float64
+# erf stay libm calls.
 #
 # NOTE: cdivision is on even in debug builds: IEEE division (x / 0 = inf, 0 / 0 = NaN) is part
 # of these functions; Cython's checked division would raise in nogil code and return garbage.
+# The integer helpers handle a zero divisor themselves.
 
-from libc.math cimport INFINITY, NAN
+from libc.math cimport (INFINITY, NAN, erf, fabs, fabsf, sqrt, sqrtf, sin, sinf, cos, cosf,
+                        floor, floorf, ceil, ceilf, fmod, fmodf, copysign, copysignf,
+                        pow as cpow, powf)
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcpy
+from cython cimport floating
+
+from .dtypes cimport int_t, num_t
 
 
-
-
-# -- bit casts ---------------------------------------------------------------------------------
+# -- the vectorisable math behind m_exp, m_log, m_log1p, m_tanh and m_erf -------------------------
 cdef inline float f32_from_bits(int32_t b) noexcept nogil:
     cdef float out
     memcpy(&out, &b, 4)
@@ -42,7 +54,7 @@ cdef inline float pow2i(float n) noexcept nogil:
     return f32_from_bits((<int32_t>n + 127) << 23)
 
 
-# -- float32 -----------------------------------------------------------------------------------
+# float32
 cdef inline float vexpf(float x) noexcept nogil:
     # x = n ln2 + r, |r| <= ln2/2; 2^n applied as two halves so that results down to the
     # smallest denormal round once instead of flushing to zero
@@ -128,10 +140,6 @@ cdef inline float vtanhf(float x) noexcept nogil:
     return y if x == x else x
 
 
-cdef inline float vsigmoidf(float x) noexcept nogil:
-    return <float>1.0 / (<float>1.0 + vexpf(-x))
-
-
 cdef inline float verff(float x) noexcept nogil:
     # |x| < 1: Taylor series in x^2 (truncation 1e-9); else Abramowitz-Stegun 7.1.26
     # (1.5e-7 absolute), which near 0 would keep no relative accuracy
@@ -156,7 +164,7 @@ cdef inline float verff(float x) noexcept nogil:
     return s if a < <float>1.0 else big
 
 
-# -- float64 -----------------------------------------------------------------------------------
+# float64
 cdef inline double vexp(double x) noexcept nogil:
     # Cephes exp: e^r = 1 + 2 r P(r^2) / (Q(r^2) - r P(r^2)), 2^n as two halves (see vexpf)
     cdef double c = x if x < 709.782712893384 else 709.782712893384
@@ -241,5 +249,106 @@ cdef inline double vtanh(double x) noexcept nogil:
     return s if a < 0.3 else big
 
 
-cdef inline double vsigmoid(double x) noexcept nogil:
-    return 1.0 / (1.0 + vexp(-x))
+# -- the helpers the table's expressions call (elementwise_table.HELPERS) -------------------------
+cdef inline floating m_exp(floating x) noexcept nogil:
+    return vexpf(x) if floating is float else vexp(x)
+
+cdef inline floating m_log(floating x) noexcept nogil:
+    return vlogf(x) if floating is float else vlog(x)
+
+cdef inline floating m_log1p(floating x) noexcept nogil:
+    return vlog1pf(x) if floating is float else vlog1p(x)
+
+cdef inline floating m_tanh(floating x) noexcept nogil:
+    return vtanhf(x) if floating is float else vtanh(x)
+
+cdef inline floating m_erf(floating x) noexcept nogil:
+    return verff(x) if floating is float else erf(x)
+
+cdef inline floating m_sqrt(floating x) noexcept nogil:
+    return sqrtf(x) if floating is float else sqrt(x)
+
+cdef inline floating m_sin(floating x) noexcept nogil:
+    return sinf(x) if floating is float else sin(x)
+
+cdef inline floating m_cos(floating x) noexcept nogil:
+    return cosf(x) if floating is float else cos(x)
+
+cdef inline floating m_floor(floating x) noexcept nogil:
+    return floorf(x) if floating is float else floor(x)
+
+cdef inline floating m_ceil(floating x) noexcept nogil:
+    return ceilf(x) if floating is float else ceil(x)
+
+cdef inline num_t m_pow(num_t x, num_t y) noexcept nogil:
+    cdef num_t result = 1
+    if num_t is float:
+        return powf(x, y)
+    elif num_t is double:
+        return cpow(x, y)
+    else:
+        while y > 0:  # by squaring; a negative exponent gives 1
+            if y & 1:
+                result *= x
+            x *= x
+            y >>= 1
+        return result
+
+cdef inline num_t m_abs(num_t x) noexcept nogil:
+    if num_t is float:
+        return fabsf(x)
+    elif num_t is double:
+        return fabs(x)
+    else:
+        return -x if x < 0 else x
+
+cdef inline num_t m_relu(num_t x) noexcept nogil:
+    return 0 if x <= 0 else x  # NaN <= 0 is false: NaN stays; -0.0 gives +0.0
+
+cdef inline num_t m_sign(num_t x) noexcept nogil:
+    if num_t is float or num_t is double:
+        # x - x: +0.0 for either zero, NaN for NaN
+        return 1 if x > 0 else (-1 if x < 0 else x - x)
+    else:
+        return (x > 0) - (x < 0)
+
+cdef inline num_t m_max(num_t x, num_t y) noexcept nogil:
+    if num_t is float or num_t is double:
+        return x if x > y else (y if y >= x else x + y)  # neither: a NaN, which x + y keeps
+    else:
+        return x if x > y else y
+
+cdef inline num_t m_min(num_t x, num_t y) noexcept nogil:
+    if num_t is float or num_t is double:
+        return x if x < y else (y if y <= x else x + y)
+    else:
+        return x if x < y else y
+
+cdef inline num_t m_clamp(num_t x, num_t lo, num_t hi) noexcept nogil:
+    return lo if x < lo else (hi if x > hi else x)
+
+cdef inline num_t m_select(bint c, num_t a, num_t b) noexcept nogil:
+    return a if c else b  # both operands are evaluated by the caller: a blend, no branch
+
+cdef inline floating m_mod(floating x, floating y) noexcept nogil:
+    # NumPy's: fmod moved to the divisor's sign; a zero remainder takes the divisor's sign
+    cdef floating r = fmodf(x, y) if floating is float else fmod(x, y)
+    cdef floating z = copysignf(0, y) if floating is float else copysign(0, y)
+    if r != 0:
+        return r + y if (r < 0) != (y < 0) else r
+    return z
+
+cdef inline int_t m_floor_div_int(int_t x, int_t y) noexcept nogil:
+    # C division truncates (cdivision): step down when the signs differ and it was inexact
+    cdef int_t r
+    if y == 0:
+        return 0
+    r = x // y
+    return r - 1 if (x % y != 0) and ((x < 0) != (y < 0)) else r
+
+cdef inline int_t m_mod_int(int_t x, int_t y) noexcept nogil:
+    cdef int_t r
+    if y == 0:
+        return 0
+    r = x % y
+    return r + y if r != 0 and ((r < 0) != (y < 0)) else r

@@ -1,0 +1,134 @@
+"""CPU lowering of fused_elementwise: a Program's values mapped to the fused kernel's registers,
+its parameter block (_kernels/fused_body.pxi: structs Head, Run and Step, which the kernel module
+exports by field name), and ``run``, which calls the compiled kernel on NumPy arrays for tests
+and benchmarks.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...backend import Launch
+from ...ops import elementwise_table as TABLE
+from ...ops.fused import program_of
+from ...ops.fused_program import UNARY, Program, reads, to_ssa
+from ...ops.registry import FLOAT_DTYPES
+from .. import fused as K
+from .elementwise import check_build
+from .layout import broadcast_strides, collapse, contiguous_strides, pack
+
+REGISTER_BYTES = 48 * 1024    # one thread's registers: inside L2 with room for the streams
+MIN_BLOCK, MAX_BLOCK = 256, 4096
+# Work (elements x the table's flops per element of each step, plus one per load and store)
+# below which one thread runs the program: waking a sleeping OpenMP thread (passive wait, see
+# _kernels/__init__.py) costs some 60-90 us on 2 cores here, about this much work. Measured:
+# fusion-chain gains from 2 threads above ~100k elements, a lone add above ~500k.
+PARALLEL_WORK = 2_500_000
+STEPS = ("load", "const", "store", "where")  # the kernel's own steps, beside the table's ops
+
+
+def allocate_registers(ssa_code) -> tuple[list, int]:
+    """Values -> registers: a register is free again after its value's last read.
+
+    A step never writes a register it reads, so no loop has its output alias an input.
+
+    >>> allocate_registers([("load", 5, 0), ("exp", 6, 5), ("store", 0, 6)])
+    ([('load', 0, 0, 0, 0), ('exp', 1, 0, 0, 0), ('store', 0, 1, 0, 0)], 2)
+    """
+    code = to_ssa(ssa_code)
+    last = {v: k for k, (op, _, a, b, c) in enumerate(code) for v in reads(op, a, b, c)}
+    reg, free, top, out = {}, [], 0, []
+    for k, (op, dst, a, b, c) in enumerate(code):
+        read = reads(op, a, b, c)
+        if op == "store":
+            out.append((op, dst, reg[a], 0, 0))
+        elif k in last:  # a value nobody reads needs no step
+            if free:
+                reg[dst] = free.pop()
+            else:
+                reg[dst], top = top, top + 1
+            operands = (a, b, c) if not read else (reg[a], b, c) if op in UNARY else \
+                tuple(reg[v] for v in read) + (0,) * (3 - len(read))
+            out.append((op, reg[dst], *operands))
+        free += sorted({reg[v] for v in read if last[v] == k}, reverse=True)
+    return out, max(top, 1)
+
+
+def _layout(program):
+    out = tuple(program.output_shape) or (1,)
+    strides = [broadcast_strides(tuple(s), out) for s in program.input_shapes]
+    return collapse(out, [contiguous_strides(out)] + strides)
+
+
+def _block_size(n_regs: int, itemsize: int, size: int) -> int:
+    block = 1 << int(math.log2(max(1, REGISTER_BYTES // (n_regs * itemsize))))
+    return min(max(MIN_BLOCK, min(MAX_BLOCK, block)), 1 << max(0, size - 1).bit_length())
+
+
+def encode(program: Program, threads: int | None = None,
+           block: int | None = None) -> tuple[tuple, tuple, int]:
+    """(ints, floats, workspace bytes) for the kernel ``fused_f32`` or ``fused_f64``.
+
+    >>> ints, floats, ws = encode(Program([(8,)], (8,), "float32",
+    ...                                   [("load", 0, 0), ("neg", 1, 0), ("store", 0, 1)]))
+    >>> ints[:4], ws
+    ((1, 1, 1, 8), 64)
+    """
+    code, n_regs = allocate_registers(program.code)
+    shape, merged = _layout(program)
+    itemsize = np.dtype(program.dtype).itemsize
+    size = math.prod(shape)
+    if block is None:
+        block = _block_size(n_regs, itemsize, size)
+    if threads is None:
+        threads = K.max_threads() if size * _work_per_element(code) >= PARALLEL_WORK else 1
+    ints = [*pack(K.HEAD_FIELDS, n_in=len(program.input_shapes), n_out=program.n_outputs,
+                  ndim=len(shape)), *shape]
+    for s in merged[1:]:
+        ints.extend(s)
+    ints += pack(K.RUN_FIELDS, block=block, threads=threads, n_regs=n_regs, n_code=len(code))
+    for op, dst, a, b, c in code:
+        ints += pack(K.STEP_FIELDS, op=K.OPCODES[op], dst=dst, a=a, b=b, c=c)
+    return tuple(ints), tuple(float(v) for v in program.constants), \
+        threads * n_regs * block * itemsize
+
+
+def _work_per_element(code) -> float:
+    return sum(TABLE.BY_NAME[op].flops if op in TABLE.BY_NAME else 1.0 for op, *_ in code)
+
+
+def kernel_name(dtype) -> str:
+    return {"float32": "fused_f32", "float64": "fused_f64"}[np.dtype(dtype).name]
+
+
+def run(program: Program, inputs, threads: int | None = None, block: int | None = None,
+        outputs=None) -> list:
+    """Run the program through the compiled kernel (tests and benchmarks; plans use encode).
+
+    >>> run(Program([(2,)], (2,), "float64", [("load", 0, 0), ("square", 1, 0),
+    ...                                        ("store", 0, 1)]), [np.array([2.0, 3.0])])
+    [array([4., 9.])]
+    """
+    dtype = np.dtype(program.dtype)
+    ints, floats, ws = encode(program, threads, block)
+    xs = [np.ascontiguousarray(x, dtype) for x in inputs]
+    if outputs is None:
+        outputs = [np.empty(program.output_shape, dtype) for _ in range(program.n_outputs)]
+    workspace = np.empty(max(ws, 1), np.uint8)
+    status = K.call_kernel(kernel_name(dtype), xs + list(outputs) + [workspace], ints, floats)
+    if status:
+        raise RuntimeError(f"fused kernel failed with status {status}")
+    return list(outputs)
+
+
+def _lower(node) -> Launch:
+    ints, floats, workspace = encode(program_of(node))
+    return Launch(ints, floats, workspace=workspace)
+
+
+def implement(table) -> None:
+    check_build(K, extra=STEPS)
+    # dispatched by the output's dtype (-1): a program's inputs all have it too
+    table.implement("fused_elementwise", kernel="fused", dtypes=FLOAT_DTYPES, lower=_lower,
+                    dispatch_input=-1)
