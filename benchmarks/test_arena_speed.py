@@ -18,7 +18,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "planner" / "memory"))
 import test_arena as cases  # noqa: E402
 
-from mgegraph.planner.memory.arena import STRATEGIES, solve, verify  # noqa: E402
+from mgegraph.planner.memory.arena import STRATEGIES, solve  # noqa: E402
+from mgegraph.planner.memory.arena import verify_arena as verify  # noqa: E402
 
 ALL = [*STRATEGIES, "best"]
 N = 10_000

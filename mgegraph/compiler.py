@@ -15,7 +15,7 @@ from .ir.graph import Graph, Var
 from .lowering import Lowered, lower
 from .plan import Plan
 from .planner.memory.plan import memory_options, place, schedule
-from .planner.memory.verify import checks_enabled, verify
+from .planner.memory.verify import checks_enabled, verify_plan
 from .planner.passes.pipeline import optimize as optimize_graph
 from .planner.passes.rewrite import rebuild
 from .planner.remat.remat import graph_flops, remat_options, split
@@ -112,5 +112,5 @@ def plan_of(lowered: Lowered, options, scheduled=None, memory=None) -> Plan:
     plan = Plan(lowered.device, slots, tuple(lowered.instructions[i] for i in order),
                 lowered.feeds, lowered.outputs, lowered.values, memory, lowered.shared)
     if checks_enabled():
-        verify(plan)
+        verify_plan(plan)
     return plan

@@ -9,12 +9,16 @@ of both. Here are the public names of all three stages.
 from .memory.arena import STRATEGIES, ArenaError, ArenaPlan, Overwrite, Request, lower_bound, solve
 from .memory.plan import PRESETS, MemoryOptions, MemoryPlan
 from .memory.report import memory_report, memory_summary, memory_svg, save_memory_picture
-from .memory.verify import PlanError, checking, verify
+from .memory.verify import PlanError, checking, verify_plan
 from .passes import pipeline
+from .passes.verify import verify_graph
 from .remat.remat import RematOptions
 from .remat.remat_report import remat_svg, save_remat_picture
+
+verify = verify_plan  # the name mg.planner.verify has always had
 
 __all__ = ["ArenaError", "ArenaPlan", "MemoryOptions", "MemoryPlan", "Overwrite", "PRESETS",
            "PlanError", "RematOptions", "Request", "STRATEGIES", "checking",
            "memory_report", "memory_summary", "memory_svg", "save_memory_picture", "lower_bound",
-           "pipeline", "solve", "verify", "remat_svg", "save_remat_picture"]
+           "pipeline", "solve", "verify", "verify_graph", "verify_plan", "remat_svg",
+           "save_remat_picture"]

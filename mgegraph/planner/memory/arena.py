@@ -23,20 +23,22 @@ everything is live at once. Short lists are scanned in Python, long ones in NumP
 with millions of such pairs whose long lives nest (a training graph) is placed without lists,
 from the byte ranges taken at each step (see _place_dense).
 
-The parts: ``arena_place`` (the normalised problem, orders, fit rules, placement),
-``arena_search`` (the strategies, local search, restarts and windows) and ``arena_check``
-(input checks, the lower bound, the checker, dump and replay, whose public names this module
-re-exports); here is only ``solve``, which composes them.
+The parts, each building only on the public names of the one before: ``arena_check`` (the
+types, the input checks that give the in-place forest, the lower bound, the checker
+``verify_arena``, dump and replay; it knows nothing of the solver), ``arena_place`` (the
+normalised problem, orders, fit rules, placement) and ``arena_search`` (the strategies, local
+search, restarts and windows, and ``solve_best``). Here is only ``solve``, which composes
+them, and the names a caller needs, re-exported.
 """
 from collections.abc import Iterable, Sequence
 
-from .arena_check import (ArenaError, ArenaPlan, Overwrite, Request, _lower_bound, dump, load,
-                          lower_bound, verify)
-from .arena_place import _DENSE_BEST, _normalise, _total
-from .arena_search import _SEARCH_WORK, _WHOLE, STRATEGIES, Strategy, _repair, _runs, _search
+from .arena_check import (ArenaError, ArenaPlan, Overwrite, Request, dump, forest_bound, load,
+                          lower_bound, verify_arena)
+from .arena_place import arena_size, normalise
+from .arena_search import STRATEGIES, Strategy, run_strategies, solve_best
 
 __all__ = ["ArenaError", "ArenaPlan", "Overwrite", "Request", "STRATEGIES", "Strategy", "dump",
-           "load", "lower_bound", "solve", "verify"]
+           "load", "lower_bound", "solve", "verify_arena"]
 
 
 def solve(requests: Sequence[Request], overwrites: Iterable[Overwrite] = (),
@@ -45,7 +47,7 @@ def solve(requests: Sequence[Request], overwrites: Iterable[Overwrite] = (),
 
     ``strategy`` is a name in STRATEGIES, or "best": run them all, keep the smallest arena
     (the first on a tie), then try to improve on it by local search within a fixed budget of
-    work (by windows of time on a big problem; a dense one gets _DENSE_BEST and no search);
+    work (by windows of time on a big problem; a dense one gets two strategies and no search);
     when that wins, the plan's strategy reads e.g. "greedy_by_size+search".
 
     >>> solve([Request("x", 0, 1, 10), Request("y", 1, 2, 10)]).offsets
@@ -55,21 +57,11 @@ def solve(requests: Sequence[Request], overwrites: Iterable[Overwrite] = (),
     if strategy != "best" and strategy not in STRATEGIES:
         raise ArenaError(f"unknown strategy {strategy!r}; pick 'best' or one of "
                          f"{sorted(STRATEGIES)}")
-    prob = _normalise(requests, overwrites, alignment)
-    bound = _lower_bound(prob)
-    names = list(STRATEGIES) if strategy == "best" else [strategy]
-    if strategy == "best" and prob.live is None:
-        names = list(_DENSE_BEST)
-    runs = _runs(prob, names, bound)
-    name, offset = runs[0][1], runs[0][3]
-    if strategy == "best" and runs[0][0] > bound and prob.live is not None:
-        if len(prob.blocks) <= _WHOLE:
-            _, start, searched = _search(prob, runs, bound, _SEARCH_WORK)
-        else:
-            start, searched = name, _repair(prob, offset, bound, _SEARCH_WORK)
-        if _total(prob, searched) < runs[0][0]:
-            name, offset = start + "+search", searched
-    return ArenaPlan(offsets=dict(zip(prob.keys, offset)), total=_total(prob, offset),
+    prob = normalise(requests, overwrites, alignment)
+    bound = forest_bound(prob)
+    if strategy == "best":
+        name, offset = solve_best(prob, bound)
+    else:
+        _, name, _, offset = run_strategies(prob, [strategy], bound)[0]
+    return ArenaPlan(offsets=dict(zip(prob.keys, offset)), total=arena_size(prob, offset),
                      lower_bound=bound, strategy=name, naive=sum(prob.asize))
-
-

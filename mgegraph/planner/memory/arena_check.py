@@ -1,18 +1,21 @@
 """The arena's contract, and a checker of plans that shares no code with the solver's search.
 
 Here: the request, overwrite and plan types; the checks on input that the solver and the
-checker both run, with the in-place forest (blocks) they both need; the lower bound; who is
-live with whom; ``verify``; and ``dump``/``load`` so that any failing case replays.
-``mgegraph.planner.arena`` re-exports the public names; import them from there.
+checker both run, which give the in-place forest (``forest``: blocks) the solver places; the
+lower bound (``lower_bound``, and ``forest_bound`` of a checked forest); who is live with whom
+(``forward_pairs``, which the checker tests and ``arena_place`` turns into neighbour lists);
+``verify_arena``; and ``dump``/``load`` so that any failing case replays. This module imports
+nothing of the solver: ``arena_place`` and ``arena_search`` build on its public names, and
+``mgegraph.planner.memory.arena`` re-exports those a caller needs.
 
 >>> reqs = [Request("a", 0, 2, 64), Request("b", 1, 3, 64)]
->>> verify(ArenaPlan({"a": 0, "b": 0}, 64, 128, "hand", 128), reqs)  # doctest: +ELLIPSIS
+>>> verify_arena(ArenaPlan({"a": 0, "b": 0}, 64, 128, "hand", 128), reqs)  # doctest: +ELLIPSIS
 Traceback (most recent call last):
-mgegraph.planner.arena_check.ArenaError: buffers 'a' at [0, 64) ... share bytes while both are live
+mgegraph.planner.memory.arena_check.ArenaError: buffers 'a' at [0, 64) ... both are live
 
-Design: ``verify`` re-derives the in-place relation from the specs and tests every pair of
-buffers live at one step, so a solver bug cannot hide behind a shared data structure; what
-it shares with the solver (the input checks, ``_forward_pairs``) only reads the input.
+Design: ``verify_arena`` re-derives the in-place relation from the specs and tests every pair
+of buffers live at one step, so a solver bug cannot hide behind a shared data structure; what
+it shares with the solver (the input checks, ``forward_pairs``) only reads the input.
 """
 from __future__ import annotations
 
@@ -22,10 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ArenaError", "ArenaPlan", "Overwrite", "Request", "dump", "load", "lower_bound",
-           "verify"]
+__all__ = ["ArenaError", "ArenaPlan", "Forest", "Overwrite", "Request", "aligned", "dump",
+           "forest", "forest_bound", "forward_pairs", "load", "lower_bound", "verify_arena"]
 
-_CHUNK = 1 << 22  # pairs made at once by _forward_pairs
+_CHUNK = 1 << 22  # pairs made at once by forward_pairs
 
 
 class ArenaError(ValueError):
@@ -145,10 +148,11 @@ def _related(parent: list, depth: list, a: int, b: int) -> bool:
 
 
 @dataclass
-class _Forest:
+class Forest:
     """The requests as pieces (a piece's id is its index), grouped into blocks: a buffer with
     everything that overwrites it in place, each member at a fixed offset from the block's
-    base. The solver places blocks; the lower bound counts each block's bytes once."""
+    base. The solver places blocks (its problem, ``arena_place.Problem``, is a Forest with
+    indexes added); the lower bound counts each block's bytes once."""
 
     keys: list
     begin: list
@@ -157,8 +161,12 @@ class _Forest:
     blocks: list          # per block: tuple of (piece, offset from the block's base)
 
 
-def _forest(requests: list, overwrites: tuple, alignment: int) -> _Forest:
-    """The checked input as blocks; ArenaError on anything malformed."""
+def forest(requests: list, overwrites: tuple, alignment: int) -> Forest:
+    """The checked input as blocks; ArenaError on anything malformed.
+
+    >>> forest([Request("a", 0, 2, 8), Request("b", 1, 2, 8)], (Overwrite("a", "b"),), 64).blocks
+    [((0, 0), (1, 0))]
+    """
     index = _check_requests(requests, alignment)
     parent, off = _parents(requests, overwrites, index, alignment)
     root, rel, depth = _roots(parent, off)
@@ -166,17 +174,17 @@ def _forest(requests: list, overwrites: tuple, alignment: int) -> _Forest:
     blocks = [[] for _ in block_id]
     for i, r in enumerate(root):
         blocks[block_id[r]].append((i, rel[i]))
-    forest = _Forest(keys=[r.key for r in requests], begin=[r.begin for r in requests],
-                     end=[r.end for r in requests],
-                     asize=[aligned(r.size, alignment) for r in requests],
-                     blocks=[tuple(b) for b in blocks])
-    for block in forest.blocks:
+    made = Forest(keys=[r.key for r in requests], begin=[r.begin for r in requests],
+                  end=[r.end for r in requests],
+                  asize=[aligned(r.size, alignment) for r in requests],
+                  blocks=[tuple(b) for b in blocks])
+    for block in made.blocks:
         if len(block) > 1:
-            _check_block(forest, block, parent, depth)
-    return forest
+            _check_block(made, block, parent, depth)
+    return made
 
 
-def _check_block(prob: _Forest, block: tuple, parent: list, depth: list) -> None:
+def _check_block(prob: Forest, block: tuple, parent: list, depth: list) -> None:
     """Members of one block may share bytes while live only down an overwrite chain; two
     buffers written into one source at overlapping offsets would clobber each other."""
     for _, new, live in _block_steps(prob, block):
@@ -201,7 +209,7 @@ def _union_bytes(ranges: list) -> int:
     return total
 
 
-def _block_steps(prob: _Forest, block: tuple):
+def _block_steps(prob: Forest, block: tuple):
     """(step, newly live members, live members) at each step where a member of a block of
     several pieces begins or ends; a sweep, so a long in-place chain stays linear."""
     by_begin = sorted(block, key=lambda m: prob.begin[m[0]])
@@ -216,7 +224,7 @@ def _block_steps(prob: _Forest, block: tuple):
         yield t, new, live
 
 
-def _block_profile(prob: _Forest, block: tuple) -> list:
+def _block_profile(prob: Forest, block: tuple) -> list:
     """(step, change in bytes live) events of one block."""
     if len(block) == 1:
         p = block[0][0]
@@ -229,7 +237,8 @@ def _block_profile(prob: _Forest, block: tuple) -> list:
     return events
 
 
-def _lower_bound(prob: _Forest) -> int:
+def forest_bound(prob: Forest) -> int:
+    """The lower bound of a checked forest (or of the solver's problem, which is one)."""
     delta = {}
     for block in prob.blocks:
         for t, d in _block_profile(prob, block):
@@ -248,14 +257,14 @@ def lower_bound(requests: Sequence[Request], overwrites: Iterable[Overwrite] = (
     >>> lower_bound([Request("a", 0, 2, 64), Request("b", 1, 3, 64), Request("c", 2, 3, 1)])
     128
     """
-    return _lower_bound(_forest(list(requests), tuple(overwrites), alignment))
+    return forest_bound(forest(list(requests), tuple(overwrites), alignment))
 
 
 # ---------------------------------------------------------------------------------------------
 # Pairs of buffers live at one step: the checker tests them, the solver lists them.
 
 
-def _forward_pairs(begin: np.ndarray, end: np.ndarray):
+def forward_pairs(begin: np.ndarray, end: np.ndarray):
     """Every pair of positions live at one step, once each, as (rows, cols) chunks with
     row < col; ``begin`` is sorted. The positions live with r that begin no earlier are the
     run from r + 1 up to the first that begins at or after r's end, so nothing is tested."""
@@ -267,33 +276,6 @@ def _forward_pairs(begin: np.ndarray, end: np.ndarray):
         rows = np.repeat(np.arange(first, first + len(c)), c)
         yield rows, np.arange(len(rows)) - np.repeat(np.cumsum(c) - c, c) + rows + 1
         first = last
-
-
-def _neighbour_lists(begin: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """CSR (start, cols) of the positions live with each position; ``begin`` is sorted. Each
-    list is its earlier neighbours (the forward pairs transposed) then its later ones."""
-    n, index = len(begin), np.int32 if len(begin) < 2**31 else np.int64
-    pairs = list(_forward_pairs(begin, end))
-    rows = np.concatenate([r.astype(index) for r, _ in pairs] + [np.zeros(0, index)])
-    cols = np.concatenate([c.astype(index) for _, c in pairs] + [np.zeros(0, index)])
-    later, earlier = np.bincount(rows, minlength=n), np.bincount(cols, minlength=n)
-    start = np.concatenate(([0], np.cumsum(later + earlier)))
-    out = np.empty(len(rows) * 2, index)
-    # Forward entries are grouped by row; each group goes after that row's earlier ones.
-    shift = start[:-1] + earlier - np.concatenate(([0], np.cumsum(later)[:-1]))
-    out[np.arange(len(rows)) + np.repeat(shift, later)] = cols
-    by_col = np.argsort(cols, kind="stable")  # fast: cols is a run of ascending runs
-    shift = start[:-1] - np.concatenate(([0], np.cumsum(earlier)[:-1]))
-    out[np.arange(len(rows)) + np.repeat(shift, earlier)] = rows[by_col]
-    return start, out
-
-
-def _entries(begin: list, end: list, asize: list) -> int:
-    """How long the neighbour lists would be in all, without making them."""
-    keep = np.asarray(asize) > 0
-    b, e = np.asarray(begin, np.int64)[keep], np.asarray(end, np.int64)[keep]
-    order = np.argsort(b, kind="stable")
-    return 2 * int((np.searchsorted(b[order], e[order]) - np.arange(len(b)) - 1).sum())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,7 +320,7 @@ def _check_overlaps(requests, offset, parent, depth, alignment) -> None:
     begin = np.array([requests[i].begin for i in piece], np.int64)
     end = np.array([requests[i].end for i in piece], np.int64)
     off = np.asarray(offset, np.int64)
-    for rows, cols in _forward_pairs(begin, end):
+    for rows, cols in forward_pairs(begin, end):
         a, b = piece[rows], piece[cols]
         shared = (off[a] < off[b] + size[b]) & (off[b] < off[a] + size[a])
         for i, j in zip(a[shared].tolist(), b[shared].tolist()):
@@ -346,16 +328,16 @@ def _check_overlaps(requests, offset, parent, depth, alignment) -> None:
                 raise _overlap_error(requests, offset, size.tolist(), i, j)
 
 
-def verify(plan: ArenaPlan, requests: Sequence[Request], overwrites: Iterable[Overwrite] = (),
-           alignment: int = 64) -> None:
+def verify_arena(plan: ArenaPlan, requests: Sequence[Request],
+                 overwrites: Iterable[Overwrite] = (), alignment: int = 64) -> None:
     """Raise ArenaError unless ``plan`` is a legal placement of ``requests``.
 
     Legal: every offset aligned, every buffer inside [0, total), every overwrite honoured, and
     no two buffers live at one step share a byte unless one overwrites the other (directly or
     down a chain).
 
-    >>> verify(ArenaPlan({"a": 0, "b": 64}, 128, 128, "hand", 128),
-    ...        [Request("a", 0, 2, 64), Request("b", 1, 2, 64)])
+    >>> verify_arena(ArenaPlan({"a": 0, "b": 64}, 128, 128, "hand", 128),
+    ...              [Request("a", 0, 2, 64), Request("b", 1, 2, 64)])
     """
     requests, overwrites = list(requests), tuple(overwrites)
     index = _check_requests(requests, alignment)

@@ -1,6 +1,10 @@
-"""Arena placement primitives: the normalised problem, the orders and fit rules of the
-strategies, and placing blocks in a given order (also without neighbour lists, for dense
-problems). ``arena`` composes them into strategies and a solver; see its docstring.
+"""Placing blocks in an arena: the normalised problem (``normalise``: the checked forest with
+the indexes placement needs, and who is live with whom as neighbour lists), the orders
+(``by_size``, ...) and fit rules (``LOWEST``, ``TIGHTEST``) that make up a strategy, and
+``place``, which puts blocks in a given order (without neighbour lists on a dense problem).
+
+This module builds on ``arena_check``'s public names (the forest, ``forward_pairs``) and
+knows nothing of strategies or search: ``arena_search`` composes its public names into them.
 """
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .arena_check import _entries, _forest, _neighbour_lists
+from .arena_check import Forest, forest, forward_pairs
 
 # ---------------------------------------------------------------------------------------------
 # The problem, normalised. Pieces are the requests; the nonzero ones also get a *position* in
@@ -19,8 +23,35 @@ from .arena_check import _entries, _forest, _neighbour_lists
 _SMALL = 256  # neighbour lists up to this long are scanned in Python; NumPy costs more below
 
 
+def _neighbour_lists(begin: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR (start, cols) of the positions live with each position; ``begin`` is sorted. Each
+    list is its earlier neighbours (the forward pairs transposed) then its later ones."""
+    n, index = len(begin), np.int32 if len(begin) < 2**31 else np.int64
+    pairs = list(forward_pairs(begin, end))
+    rows = np.concatenate([r.astype(index) for r, _ in pairs] + [np.zeros(0, index)])
+    cols = np.concatenate([c.astype(index) for _, c in pairs] + [np.zeros(0, index)])
+    later, earlier = np.bincount(rows, minlength=n), np.bincount(cols, minlength=n)
+    start = np.concatenate(([0], np.cumsum(later + earlier)))
+    out = np.empty(len(rows) * 2, index)
+    # Forward entries are grouped by row; each group goes after that row's earlier ones.
+    shift = start[:-1] + earlier - np.concatenate(([0], np.cumsum(later)[:-1]))
+    out[np.arange(len(rows)) + np.repeat(shift, later)] = cols
+    by_col = np.argsort(cols, kind="stable")  # fast: cols is a run of ascending runs
+    shift = start[:-1] - np.concatenate(([0], np.cumsum(earlier)[:-1]))
+    out[np.arange(len(rows)) + np.repeat(shift, earlier)] = rows[by_col]
+    return start, out
+
+
+def _entries(begin: list, end: list, asize: list) -> int:
+    """How long the neighbour lists would be in all, without making them."""
+    keep = np.asarray(asize) > 0
+    b, e = np.asarray(begin, np.int64)[keep], np.asarray(end, np.int64)[keep]
+    order = np.argsort(b, kind="stable")
+    return 2 * int((np.searchsorted(b[order], e[order]) - np.arange(len(b)) - 1).sum())
+
+
 @dataclass
-class _Live:
+class Live:
     """Who is live with whom, for the nonzero pieces, by position."""
 
     pos: list             # piece -> position, or -1 for an empty piece
@@ -32,7 +63,7 @@ class _Live:
     small: list           # position -> its neighbours as a list when short, else None
 
 
-def _live(begin: list, end: list, asize: list) -> _Live:
+def _live(begin: list, end: list, asize: list) -> Live:
     size = np.asarray(asize, np.int64)
     piece = np.flatnonzero(size > 0)
     piece = piece[np.argsort(np.asarray(begin, np.int64)[piece], kind="stable")]
@@ -43,40 +74,45 @@ def _live(begin: list, end: list, asize: list) -> _Live:
     bounds = start.tolist()
     small = [cols[a:b].tolist() if b - a <= _SMALL else None
              for a, b in zip(bounds[:-1], bounds[1:])]
-    return _Live(pos=pos.tolist(), piece=piece.tolist(), begin=np.asarray(begin)[piece].tolist(),
-                 size=size[piece], start=start, cols=cols, small=small)
+    return Live(pos=pos.tolist(), piece=piece.tolist(), begin=np.asarray(begin)[piece].tolist(),
+                size=size[piece], start=start, cols=cols, small=small)
 
 
 @dataclass
-class _Problem:
-    keys: list            # request keys; a piece's id is its index here
-    begin: list
-    end: list
-    asize: list           # aligned sizes
-    blocks: list          # per block: tuple of (piece, offset from the block's base)
+class Problem(Forest):
+    """A forest (``keys``, ``begin``, ``end``, ``asize``, ``blocks``: a piece's id is its index)
+    with the indexes that placing its blocks needs."""
+
     block_of: list        # piece -> block
     block_top: list       # block -> its extent above its base
     block_begin: list     # block -> its first step, and one past its last
     block_end: list
-    live: _Live | None    # None when dense: see _place_dense
+    live: Live | None     # None when dense: see _place_dense
     pinned: tuple = ()    # (block, base) placed before any order, for a window's sub-problem
 
 
-def _build(keys, begin, end, asize, blocks, live=True, pinned=()) -> _Problem:
+def build(keys, begin, end, asize, blocks, live=True, pinned=()) -> Problem:
+    """The problem of placing ``blocks`` (with neighbour lists unless ``live`` is False);
+    ``arena_search`` builds a window's sub-problem with it, ``pinned`` blocks held in place."""
     block_of = [0] * len(keys)
     for k, block in enumerate(blocks):
         for p, _ in block:
             block_of[p] = k
-    return _Problem(keys=keys, begin=begin, end=end, asize=asize, blocks=blocks,
-                    block_of=block_of, block_top=[max(r + asize[p] for p, r in b) for b in blocks],
-                    block_begin=[min(begin[p] for p, _ in b) for b in blocks],
-                    block_end=[max(end[p] for p, _ in b) for b in blocks],
-                    live=_live(begin, end, asize) if live else None, pinned=pinned)
+    return Problem(keys=keys, begin=begin, end=end, asize=asize, blocks=blocks,
+                   block_of=block_of, block_top=[max(r + asize[p] for p, r in b) for b in blocks],
+                   block_begin=[min(begin[p] for p, _ in b) for b in blocks],
+                   block_end=[max(end[p] for p, _ in b) for b in blocks],
+                   live=_live(begin, end, asize) if live else None, pinned=pinned)
 
 
-def _normalise(requests, overwrites, alignment) -> _Problem:
-    f = _forest(requests, overwrites, alignment)
-    prob = _build(f.keys, f.begin, f.end, f.asize, f.blocks, live=False)
+def normalise(requests, overwrites, alignment) -> Problem:
+    """The checked input as a problem to place; a dense one (see _place_dense) gets no lists.
+
+    >>> normalise([Request("a", 0, 2, 100), Request("b", 1, 3, 64)], (), 64).block_top
+    [128, 64]
+    """
+    f = forest(requests, overwrites, alignment)
+    prob = build(f.keys, f.begin, f.end, f.asize, f.blocks, live=False)
     if _entries(f.begin, f.end, f.asize) <= _DENSE or not _nests(prob):
         prob.live = _live(f.begin, f.end, f.asize)
     return prob
@@ -86,21 +122,21 @@ def _normalise(requests, overwrites, alignment) -> _Problem:
 # Orders over blocks. Ties fall back to the block id, so a plan never depends on hash order.
 
 
-def _block_stats(prob: _Problem) -> tuple[list, list, list]:
+def _block_stats(prob: Problem) -> tuple[list, list, list]:
     return prob.block_top, prob.block_begin, prob.block_end
 
 
-def _by_size(prob: _Problem) -> list:
+def by_size(prob: Problem) -> list:
     size, begin, end = _block_stats(prob)
     return sorted(range(len(size)), key=lambda k: (-size[k], begin[k] - end[k], begin[k], k))
 
 
-def _by_begin(prob: _Problem) -> list:
+def by_begin(prob: Problem) -> list:
     size, begin, end = _block_stats(prob)
     return sorted(range(len(size)), key=lambda k: (begin[k], -size[k], begin[k] - end[k], k))
 
 
-def _by_area(prob: _Problem) -> list:
+def by_area(prob: Problem) -> list:
     size, begin, end = _block_stats(prob)
     return sorted(range(len(size)), key=lambda k: (-size[k] * (end[k] - begin[k]), -size[k], k))
 
@@ -121,7 +157,7 @@ def _range_argmax(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndar
     return out
 
 
-def _by_breadth(prob: _Problem) -> list:
+def by_breadth(prob: Problem) -> list:
     """TFLite's greedy by breadth: visit steps from the most bytes live to the least and take
     the blocks live at each, largest first. A block is thus taken at the widest step of its
     life, which a range-max query finds without walking every step."""
@@ -194,12 +230,12 @@ def _tightest_np(lo: np.ndarray, hi: np.ndarray) -> int:
 
 
 @dataclass(frozen=True)
-class _Fit:
+class Fit:
     small: Callable   # (ids sorted by offset, at, top, size) -> base
     large: Callable   # (lo, hi) arrays -> base
 
 
-LOWEST, TIGHTEST = _Fit(_lowest, _lowest_np), _Fit(_tightest, _tightest_np)
+LOWEST, TIGHTEST = Fit(_lowest, _lowest_np), Fit(_tightest, _tightest_np)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -209,7 +245,7 @@ LOWEST, TIGHTEST = _Fit(_lowest, _lowest_np), _Fit(_tightest, _tightest_np)
 class _Arena:
     """Offsets so far by position, as lists (for the loops) and an array (for NumPy)."""
 
-    def __init__(self, prob: _Problem):
+    def __init__(self, prob: Problem):
         n, live = len(prob.live.piece), prob.live
         self.prob, self.pos, self.small = prob, live.pos, live.small
         self.at, self.top, self.at_np = [-1] * n, [-1] * n, np.full(n, -1)
@@ -222,7 +258,7 @@ class _Arena:
                 self.at[r] = self.at_np[r] = base + rel
                 self.top[r] = base + rel + self.size[r]
 
-    def base(self, block: tuple, fit: _Fit) -> int:
+    def base(self, block: tuple, fit: Fit) -> int:
         r = self.pos[block[0][0]]
         if len(block) == 1 and r >= 0 and self.small[r] is not None:
             at = self.at  # the common case, kept lean
@@ -259,7 +295,7 @@ class _Arena:
         return parts[0] if len(parts) == 1 else tuple(map(np.concatenate, zip(*parts)))
 
 
-def _place(prob: _Problem, order: list, fit: _Fit, limit: int | None = None) -> list | None:
+def place(prob: Problem, order: list, fit: Fit, limit: int | None = None) -> list | None:
     """Offsets per piece, placing blocks in ``order``; None as soon as a block would end
     above ``limit`` bytes (a search candidate that cannot win)."""
     if prob.live is None:
@@ -281,7 +317,8 @@ def _place(prob: _Problem, order: list, fit: _Fit, limit: int | None = None) -> 
     return offset
 
 
-def _total(prob: _Problem, offset: list) -> int:
+def arena_size(prob: Problem, offset: list) -> int:
+    """The bytes an arena needs for ``offset`` (the top of its highest piece)."""
     return max((o + s for o, s in zip(offset, prob.asize)), default=0)
 
 
@@ -299,9 +336,6 @@ def _total(prob: _Problem, offset: list) -> int:
 
 _DENSE = 4_000_000  # neighbour-list entries beyond which lists cost more than they save
 _LONG = 16          # steps (distinct begin/end points) beyond which a buffer is placed first
-# What "best" runs on a dense problem, at some 0.15 s each for 10k requests: on 14 training
-# graphs no other strategy did better than these two (by area ties by size at twice the time).
-_DENSE_BEST = ("greedy_by_size", "greedy_by_breadth")
 
 
 def _runs_per_step(arrive: list, leave: list) -> list:
@@ -331,7 +365,7 @@ def _runs_per_step(arrive: list, leave: list) -> list:
     return out
 
 
-def _steps(prob: _Problem) -> tuple[list, list, list, int]:
+def _steps(prob: Problem) -> tuple[list, list, list, int]:
     """Begin and end of each piece as step numbers 0, 1, ...; which blocks go first; steps."""
     steps = np.unique(np.asarray(prob.begin + prob.end, np.int64))
     b = np.searchsorted(steps, prob.begin).tolist()
@@ -341,7 +375,7 @@ def _steps(prob: _Problem) -> tuple[list, list, list, int]:
     return b, e, first, len(steps)
 
 
-def _skyline(prob: _Problem, order: list, steps: tuple, offset: list) -> np.ndarray:
+def _skyline(prob: Problem, order: list, steps: tuple, offset: list) -> np.ndarray:
     """Puts the long buffers, in ``order``, each on top of those live during its life; returns
     the height reached at each step."""
     b, e, first, n = steps
@@ -355,12 +389,12 @@ def _skyline(prob: _Problem, order: list, steps: tuple, offset: list) -> np.ndar
     return sky
 
 
-def _nests(prob: _Problem) -> bool:
+def _nests(prob: Problem) -> bool:
     """Whether the skyline of the long buffers, largest first, is no higher than the most of
     them live at once: then it is optimal for them (as for nested activations), while on
     long lives that cross at random it can take twice the bytes, and the lists are worth it."""
     steps = b, e, first, n = _steps(prob)
-    sky = _skyline(prob, _by_size(prob), steps, [0] * len(prob.keys))
+    sky = _skyline(prob, by_size(prob), steps, [0] * len(prob.keys))
     delta = np.zeros(n + 1, np.int64)
     for k in np.flatnonzero(first).tolist():
         p = prob.blocks[k][0][0]
@@ -369,7 +403,7 @@ def _nests(prob: _Problem) -> bool:
     return int(sky.max(initial=0)) <= int(np.cumsum(delta).max())
 
 
-def _place_dense(prob: _Problem, order: list, fit: _Fit) -> list:
+def _place_dense(prob: Problem, order: list, fit: Fit) -> list:
     offset = [0] * len(prob.keys)
     steps = b, e, first, n = _steps(prob)
     _skyline(prob, order, steps, offset)
@@ -386,7 +420,7 @@ def _place_dense(prob: _Problem, order: list, fit: _Fit) -> list:
     return offset
 
 
-def _put_dense(block: tuple, fit: _Fit, taken: list, b: list, e: list, size: list,
+def _put_dense(block: tuple, fit: Fit, taken: list, b: list, e: list, size: list,
                offset: list) -> None:
     lo, hi, members = [], [], [(p, rel) for p, rel in block if size[p]]
     for p, rel in members:

@@ -1,5 +1,10 @@
 """The arena's strategies and the search that improves on them: local search over the blocks
 under the arena's top, seeded restarts, and windows of time re-solved on big problems.
+
+Its public names are what ``arena.solve`` composes: ``STRATEGIES`` (each an order and a fit
+rule of ``arena_place``), ``run_strategies`` (one or more of them on a problem) and
+``solve_best`` (all of them, then the search). It builds only on ``arena_place``'s public
+names; the search itself (``_improve``, ``_restarts``, ``_repair``) stays private here.
 """
 from __future__ import annotations
 
@@ -8,8 +13,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .arena_place import LOWEST, TIGHTEST, _build, _by_area, _by_begin, _by_breadth, \
-    _by_size, _Fit, _place, _Problem, _total
+from .arena_place import (LOWEST, TIGHTEST, Fit, Problem, arena_size, build, by_area, by_begin,
+                          by_breadth, by_size, place)
 
 # ---------------------------------------------------------------------------------------------
 # Local search. The arena's top is reached by a stack of blocks, each resting on a live
@@ -24,13 +29,13 @@ from .arena_place import LOWEST, TIGHTEST, _build, _by_area, _by_begin, _by_brea
 _SEARCH_WORK = 2_000_000  # in _cost units, some 5 to a microsecond on 2 cores: 0.4 s at most
 
 
-def _cost(prob: _Problem) -> int:
+def _cost(prob: Problem) -> int:
     """The work of one placement. Measured: a block costs about ten neighbour visits, and
     each try some 300 more (setting up, scoring, finding the stack)."""
     return 300 + 10 * len(prob.blocks) + len(prob.live.cols)
 
 
-def _resting_on(prob: _Problem, offset: list, p: int) -> int:
+def _resting_on(prob: Problem, offset: list, p: int) -> int:
     """A piece of another block, live with p, whose top is p's offset; or -1."""
     live, r = prob.live, prob.live.pos[p]
     if r < 0 or offset[p] == 0:
@@ -42,7 +47,7 @@ def _resting_on(prob: _Problem, offset: list, p: int) -> int:
     return -1
 
 
-def _stack(prob: _Problem, offset: list) -> list:
+def _stack(prob: Problem, offset: list) -> list:
     """The blocks under the arena's top, largest first (top down on ties)."""
     p = max(range(len(offset)), key=lambda i: (offset[i] + prob.asize[i], -i))
     blocks = {}
@@ -54,13 +59,13 @@ def _stack(prob: _Problem, offset: list) -> list:
     return sorted(blocks, key=lambda k: (-prob.block_top[k], blocks[k]))
 
 
-def _score(prob: _Problem, offset: list) -> tuple[int, int]:
+def _score(prob: Problem, offset: list) -> tuple[int, int]:
     """Arena size, then how many pieces touch its top (fewer is a step towards a lower one)."""
-    total = _total(prob, offset)
+    total = arena_size(prob, offset)
     return total, sum(1 for o, s in zip(offset, prob.asize) if s and o + s == total)
 
 
-def _first_better(prob: _Problem, order: list, fit: _Fit, offset: list, budget: int):
+def _first_better(prob: Problem, order: list, fit: Fit, offset: list, budget: int):
     """The first move of a stack block to the front that scores better, as (order, offset),
     or None; and the budget left."""
     cost = _cost(prob)
@@ -70,17 +75,17 @@ def _first_better(prob: _Problem, order: list, fit: _Fit, offset: list, budget: 
             break
         budget -= cost
         cand = [block] + [k for k in order if k != block]
-        placed = _place(prob, cand, fit, limit=score[0])
+        placed = place(prob, cand, fit, limit=score[0])
         if placed is not None and _score(prob, placed) < score:
             return (cand, placed), budget
     return None, budget
 
 
-def _improve(prob: _Problem, order: list, fit: _Fit, offset: list, bound: int,
+def _improve(prob: Problem, order: list, fit: Fit, offset: list, bound: int,
              budget: int) -> tuple[list, list, int]:
     """Local search from (order, offset): the best (order, offsets) found and the budget
     left. Each step lowers the score, so it ends even before the budget does."""
-    while _total(prob, offset) > bound:
+    while arena_size(prob, offset) > bound:
         found, budget = _first_better(prob, order, fit, offset, budget)
         if found is None:
             break
@@ -91,20 +96,20 @@ def _improve(prob: _Problem, order: list, fit: _Fit, offset: list, bound: int,
 _SHAKE = 2.0  # how many places a restart moves a block, typically (tried 2, 5, 10, 20)
 
 
-def _restarts(prob: _Problem, order: list, fit: _Fit, offset: list, bound: int,
+def _restarts(prob: Problem, order: list, fit: Fit, offset: list, bound: int,
               budget: int) -> list:
     """Iterated local search, once every start is stuck: shake the best order so far (each
     block moves a few places, at random but seeded, so a plan is reproducible), search from
     there, keep what is better, until the budget is spent."""
     rng = random.Random(len(order))
     cost = _cost(prob)
-    while budget >= cost and _total(prob, offset) > bound:
+    while budget >= cost and arena_size(prob, offset) > bound:
         budget -= cost
         keys = [i + rng.gauss(0, _SHAKE) for i in range(len(order))]
         shaken = [order[i] for i in sorted(range(len(order)), key=keys.__getitem__)]
-        found = _improve(prob, shaken, fit, _place(prob, shaken, fit), bound, budget)
+        found = _improve(prob, shaken, fit, place(prob, shaken, fit), bound, budget)
         budget = found[2]
-        if _total(prob, found[1]) < _total(prob, offset):
+        if arena_size(prob, found[1]) < arena_size(prob, offset):
             order, offset = found[:2]
     return offset
 
@@ -121,7 +126,7 @@ _WIDTHS = (4, 16, 64)   # steps a window reaches either side of its block, tried
 _WINDOW_WORK = 100_000  # search budget of one window
 
 
-def _window(prob: _Problem, offset: list, k: int, width: int) -> tuple[_Problem, list]:
+def _window(prob: Problem, offset: list, k: int, width: int) -> tuple[Problem, list]:
     """The blocks within ``width`` steps of block k as a problem, those live with them pinned
     at their offsets; and the piece ids of its pieces."""
     lo, hi = prob.block_begin[k] - width, prob.block_end[k] + width
@@ -135,13 +140,13 @@ def _window(prob: _Problem, offset: list, k: int, width: int) -> tuple[_Problem,
     blocks = [tuple((local[p], rel) for p, rel in prob.blocks[j]) for j in ids]
     pinned = tuple((i, offset[prob.blocks[j][0][0]] - prob.blocks[j][0][1])
                    for i, j in enumerate(ids) if i >= len(free))
-    sub = _build([prob.keys[p] for p in pieces], [prob.begin[p] for p in pieces],
+    sub = build([prob.keys[p] for p in pieces], [prob.begin[p] for p in pieces],
                  [prob.end[p] for p in pieces], [prob.asize[p] for p in pieces], blocks,
                  pinned=pinned)
     return sub, pieces
 
 
-def _touching(prob: _Problem, blocks: set) -> set:
+def _touching(prob: Problem, blocks: set) -> set:
     """The blocks with a piece live with a piece of ``blocks``."""
     live, out = prob.live, set()
     for j in blocks:
@@ -153,13 +158,14 @@ def _touching(prob: _Problem, blocks: set) -> set:
     return out
 
 
-def _lowered(prob: _Problem, offset: list, k: int, width: int, total: int, bound: int):
+def _lowered(prob: Problem, offset: list, k: int, width: int, total: int, bound: int):
     """Offsets with the window around block k re-solved below ``total``, or None."""
     sub, pieces = _window(prob, offset, k, width)
     held = [p for j, _ in sub.pinned for p, _ in sub.blocks[j]]
     if any(offset[pieces[p]] + sub.asize[p] >= total for p in held):
         return None  # a pinned piece holds the top up: only a wider window can help
-    runs = _runs(sub, list(STRATEGIES), bound)  # a part's bound is no higher than the whole's
+    # a part's bound is no higher than the whole's
+    runs = run_strategies(sub, list(STRATEGIES), bound)
     best, placed = runs[0][0], runs[0][3]
     if best >= total:
         best, _, placed = _search(sub, runs, bound, _WINDOW_WORK)
@@ -171,17 +177,17 @@ def _lowered(prob: _Problem, offset: list, k: int, width: int, total: int, bound
     return offset
 
 
-def _repair(prob: _Problem, offset: list, bound: int, budget: int) -> list:
+def _repair(prob: Problem, offset: list, bound: int, budget: int) -> list:
     """Lower the top one window at a time until it meets ``bound``, a piece at the top resists
     every width, or the budget is spent."""
-    total = _total(prob, offset)
+    total = arena_size(prob, offset)
     while budget > 0 and total > bound:
         p = next(i for i, (o, s) in enumerate(zip(offset, prob.asize)) if o + s == total)
         for width in _WIDTHS:
             budget -= _WINDOW_WORK
             found = _lowered(prob, offset, prob.block_of[p], width, total, bound)
             if found is not None:
-                offset, total = found, _total(prob, found)
+                offset, total = found, arena_size(prob, found)
                 break
         else:
             break
@@ -189,7 +195,7 @@ def _repair(prob: _Problem, offset: list, bound: int, budget: int) -> list:
 
 
 # ---------------------------------------------------------------------------------------------
-# Strategies and the solver.
+# Strategies, and "best": all of them, then the search.
 
 
 @dataclass(frozen=True)
@@ -197,24 +203,28 @@ class Strategy:
     """An order over blocks and a fit rule; "best" tries them in the order of STRATEGIES."""
 
     order: Callable
-    fit: _Fit
+    fit: Fit
 
 
 STRATEGIES = {
     # TFLite / "Efficient Memory Management for DNN Inference": largest first, lowest offset.
-    "greedy_by_size": Strategy(_by_size, LOWEST),
+    "greedy_by_size": Strategy(by_size, LOWEST),
     # TFLite's own greedy by size takes the smallest gap rather than the lowest one.
-    "greedy_by_size_tight": Strategy(_by_size, TIGHTEST),
+    "greedy_by_size_tight": Strategy(by_size, TIGHTEST),
     # XLA heap simulator / MegEngine best fit: in order of allocation, the smallest gap.
-    "best_fit": Strategy(_by_begin, TIGHTEST),
+    "best_fit": Strategy(by_begin, TIGHTEST),
     # TFLite: from the step with the most bytes live down, largest first, smallest gap.
-    "greedy_by_breadth": Strategy(_by_breadth, TIGHTEST),
+    "greedy_by_breadth": Strategy(by_breadth, TIGHTEST),
     # Largest size x lifetime first, lowest offset.
-    "greedy_by_area": Strategy(_by_area, LOWEST),
+    "greedy_by_area": Strategy(by_area, LOWEST),
 }
 
+# What "best" runs on a dense problem, at some 0.15 s each for 10k requests: on 14 training
+# graphs no other strategy did better than these two (by area ties by size at twice the time).
+_DENSE_BEST = ("greedy_by_size", "greedy_by_breadth")
 
-def _runs(prob: _Problem, names: list, bound: int) -> list:
+
+def run_strategies(prob: Problem, names: list, bound: int) -> list:
     """(total, name, order, offsets) of each strategy, smallest arena first (the first named
     on ties); it stops early once one meets the lower bound."""
     runs = []
@@ -222,14 +232,14 @@ def _runs(prob: _Problem, names: list, bound: int) -> list:
         strategy = STRATEGIES[name]
         pinned = {k for k, _ in prob.pinned}
         order = [k for k in strategy.order(prob) if k not in pinned]
-        offset = _place(prob, order, strategy.fit)
-        runs.append((_total(prob, offset), len(runs), name, order, offset))
+        offset = place(prob, order, strategy.fit)
+        runs.append((arena_size(prob, offset), len(runs), name, order, offset))
         if runs[-1][0] == bound:
             break
     return [run[:1] + run[2:] for run in sorted(runs, key=lambda run: run[:2])]
 
 
-def _search(prob: _Problem, runs: list, bound: int, budget: int) -> tuple[int, str, list]:
+def _search(prob: Problem, runs: list, bound: int, budget: int) -> tuple[int, str, list]:
     """Local search from each run in turn, then restarts from the best result, all within
     one budget; returns (total, name of the start, offsets)."""
     best = None
@@ -238,12 +248,29 @@ def _search(prob: _Problem, runs: list, bound: int, budget: int) -> tuple[int, s
             break
         order, offset, budget = _improve(prob, order, STRATEGIES[name].fit, offset, bound,
                                          budget)
-        if best is None or _total(prob, offset) < best[0]:
-            best = _total(prob, offset), name, order, offset
+        if best is None or arena_size(prob, offset) < best[0]:
+            best = arena_size(prob, offset), name, order, offset
     if best is None:
         return runs[0][0], runs[0][1], runs[0][3]
     total, name, order, offset = best
     offset = _restarts(prob, order, STRATEGIES[name].fit, offset, bound, budget)
-    return _total(prob, offset), name, offset
+    return arena_size(prob, offset), name, offset
 
 
+def solve_best(prob: Problem, bound: int) -> tuple[str, list]:
+    """(name, offsets) of "best": every strategy (``_DENSE_BEST`` on a dense problem), the
+    smallest arena (the first named on a tie), then local search from there within a fixed
+    budget of work (by windows of time on a big problem; none on a dense one, which has no
+    neighbour lists); a win of the search is named e.g. "greedy_by_size+search"."""
+    names = list(STRATEGIES) if prob.live is not None else list(_DENSE_BEST)
+    runs = run_strategies(prob, names, bound)
+    total, name, _, offset = runs[0]
+    if total == bound or prob.live is None:
+        return name, offset
+    if len(prob.blocks) <= _WHOLE:
+        _, start, searched = _search(prob, runs, bound, _SEARCH_WORK)
+    else:
+        start, searched = name, _repair(prob, offset, bound, _SEARCH_WORK)
+    if arena_size(prob, searched) < total:
+        return start + "+search", searched
+    return name, offset

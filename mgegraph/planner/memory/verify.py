@@ -1,4 +1,9 @@
-"""The plan checker: ``verify(plan)`` raises PlanError unless the plan's memory is sound.
+"""The plan verifier: ``verify_plan(plan)`` raises PlanError unless the plan's memory is sound.
+
+One verifier per level, each with its level in its name: ``verify_graph`` (the IR, in
+``planner.passes.verify``), ``verify_plan`` here (a lowered plan's memory) and
+``verify_arena`` (offsets against lifetimes, in ``arena_check``). ``mg.planner.verify`` is
+this one, the name the public API has always had.
 
 Design: it trusts nothing the planner computed but the plan itself (slots with offsets and
 views, instructions in order). It replays the schedule over a shadow of memory that records,
@@ -8,7 +13,7 @@ an op that allows it over exactly the input it replaces. That single rule catche
 live buffers and reads of a value already overwritten; the static checks catch buffers outside
 the arena and broken alignment.
 
->>> verify(mg.compile(y))   # returns None, or raises PlanError naming the slots and steps
+>>> verify_plan(mg.compile(y))   # returns None, or raises PlanError naming the slots and steps
 """
 from __future__ import annotations
 
@@ -158,7 +163,7 @@ def _check_write(plan, shadows, last, step, s) -> None:
     shadow.write(lo, hi, (s, step))
 
 
-def verify(plan) -> None:
+def verify_plan(plan) -> None:
     """Raise PlanError unless no two live buffers share bytes, every buffer is inside the
     arena and aligned, and every read finds the value it names (in-place included)."""
     _check_static(plan)

@@ -1,25 +1,25 @@
 """Offset assignment: exact small cases, the checker catching each kind of bad plan, seeded
 fuzzing that logs arena bytes over the lower bound, and graph-shaped cases (an inference chain,
 a training graph, a residual network) whose 10k-request sizes benchmarks/test_arena_speed.py
-times. Every plan made here goes through verify."""
+times. Every plan made here goes through verify_arena."""
 import random
 import statistics
 
 import numpy as np
 import pytest
 
-from mgegraph.planner.memory import arena, arena_check, arena_place
+from mgegraph.planner.memory import arena_place, arena_search
 from mgegraph.planner.memory.arena import (STRATEGIES, ArenaError, ArenaPlan, Overwrite, Request,
-                                           dump, load, lower_bound, solve, verify)
+                                           dump, load, lower_bound, solve, verify_arena)
 
 ALL = [*STRATEGIES, "best"]
 
 
 def checked(requests, overwrites=(), alignment=64, strategy="best") -> ArenaPlan:
-    """solve, then verify; a failure message carries the case as replayable JSON."""
+    """solve, then verify_arena; a failure message carries the case as replayable JSON."""
     plan = solve(requests, overwrites, alignment, strategy)
     try:
-        verify(plan, requests, overwrites, alignment)
+        verify_arena(plan, requests, overwrites, alignment)
         assert plan.total >= plan.lower_bound
         assert plan.lower_bound == lower_bound(requests, overwrites, alignment)
     except (ArenaError, AssertionError) as e:
@@ -232,8 +232,8 @@ TWO = [Request("a", 0, 2, 128), Request("b", 1, 3, 128)]
 
 
 def test_verify_accepts_a_good_hand_plan():
-    verify(plan_of({"a": 0, "b": 128}), TWO)
-    verify(plan_of({"a": 0, "b": 0}, total=128), TWO, [Overwrite("a", "b")])
+    verify_arena(plan_of({"a": 0, "b": 128}), TWO)
+    verify_arena(plan_of({"a": 0, "b": 0}, total=128), TWO, [Overwrite("a", "b")])
 
 
 @pytest.mark.parametrize("offsets, total, overwrites, message", [
@@ -246,17 +246,17 @@ def test_verify_accepts_a_good_hand_plan():
 ])
 def test_verify_rejects(offsets, total, overwrites, message):
     with pytest.raises(ArenaError, match=message):
-        verify(plan_of(offsets, total), TWO, overwrites)
+        verify_arena(plan_of(offsets, total), TWO, overwrites)
 
 
 def test_verify_tells_a_chain_from_siblings():
     # a -> b -> c in place, each live one step: a and c overlap in time and bytes, legally.
     reqs = [Request("a", 0, 2, 64), Request("b", 1, 2, 64), Request("c", 1, 3, 64)]
     chain = [Overwrite("a", "b"), Overwrite("b", "c")]
-    verify(plan_of({"a": 0, "b": 0, "c": 0}, 64), reqs, chain)
+    verify_arena(plan_of({"a": 0, "b": 0, "c": 0}, 64), reqs, chain)
     siblings = [Overwrite("a", "b"), Overwrite("a", "c")]
     with pytest.raises(ArenaError, match="'b'.*'c'.*share bytes"):
-        verify(plan_of({"a": 0, "b": 0, "c": 0}, 64), reqs, siblings)
+        verify_arena(plan_of({"a": 0, "b": 0, "c": 0}, 64), reqs, siblings)
 
 
 @pytest.mark.parametrize("requests, overwrites, message", [
@@ -303,7 +303,7 @@ def test_neighbour_lists_match_brute_force():
         n = rng.randint(0, 60)
         begin = sorted(rng.randrange(30) for _ in range(n))
         end = [b + rng.randint(1, 10) for b in begin]
-        start, cols = arena_check._neighbour_lists(np.array(begin), np.array(end))
+        start, cols = arena_place._neighbour_lists(np.array(begin), np.array(end))
         for r in range(n):
             want = [q for q in range(n) if q != r and begin[q] < end[r] and begin[r] < end[q]]
             assert cols[start[r]:start[r + 1]].tolist() == want
@@ -394,18 +394,18 @@ def test_graph_shapes(shape):
 
 def test_training_graphs_are_placed_without_lists_at_scale():
     reqs, ow = training_graph(random.Random(0), 10_000)
-    assert arena_place._normalise(reqs, ow, 64).live is None
+    assert arena_place.normalise(reqs, ow, 64).live is None
     plan = checked(reqs, ow, strategy="greedy_by_size")
     assert plan.total == plan.lower_bound
 
 
 def test_only_nested_long_lives_count_as_dense(monkeypatch):
     nested = [Request(i, i, 100 - i, 64 * (1 + i % 3)) for i in range(40)]
-    assert arena_place._nests(arena_place._normalise(nested, (), 64))
+    assert arena_place._nests(arena_place.normalise(nested, (), 64))
     # On the skyline w goes above y, though x has died and left it room at 0.
     monkeypatch.setattr(arena_place, "_LONG", 0)
     crossing = [Request("x", 0, 10, 256), Request("y", 5, 30, 128), Request("w", 12, 20, 128)]
-    assert not arena_place._nests(arena_place._normalise(crossing, (), 64))
+    assert not arena_place._nests(arena_place.normalise(crossing, (), 64))
 
 
 def dense_cases():
@@ -421,7 +421,7 @@ def test_dense_placement_is_legal(monkeypatch):
     monkeypatch.setattr(arena_place, "_nests", lambda prob: True)
     monkeypatch.setattr(arena_place, "_LONG", 3)  # many long buffers, on the skyline
     for reqs, ow in dense_cases():
-        assert arena_place._normalise(reqs, ow, 64).live is None
+        assert arena_place.normalise(reqs, ow, 64).live is None
         for s in ALL:
             checked(reqs, ow, strategy=s)
 
@@ -430,11 +430,11 @@ def test_dense_placement_equals_lists_when_nothing_is_long(monkeypatch):
     # Then it places every block by the same rule against the same placed neighbours.
     monkeypatch.setattr(arena_place, "_LONG", 1 << 30)
     for reqs, ow in dense_cases():
-        prob = arena_place._normalise(reqs, ow, 64)
+        prob = arena_place.normalise(reqs, ow, 64)
         for strategy in STRATEGIES.values():
             order = strategy.order(prob)
             assert arena_place._place_dense(prob, order, strategy.fit) == \
-                arena_place._place(prob, order, strategy.fit)
+                arena_place.place(prob, order, strategy.fit)
 
 
 def test_runs_per_step_match_the_union_of_live_ranges():
@@ -458,7 +458,7 @@ def test_runs_per_step_match_the_union_of_live_ranges():
 
 
 def test_windows_meet_the_bound_on_chains(monkeypatch):
-    monkeypatch.setattr(arena, "_WHOLE", -1)  # every search goes by windows
+    monkeypatch.setattr(arena_search, "_WHOLE", -1)  # every search goes by windows
     for seed in range(20):
         reqs = chain_requests(seed)
         plan = checked(reqs)
@@ -466,7 +466,7 @@ def test_windows_meet_the_bound_on_chains(monkeypatch):
 
 
 def test_windows_keep_plans_legal(monkeypatch):
-    monkeypatch.setattr(arena, "_WHOLE", -1)
+    monkeypatch.setattr(arena_search, "_WHOLE", -1)
     rng = random.Random(12)
     for _ in range(12):
         reqs, ow = in_place_case(rng, rng.randint(2, 120))

@@ -5,7 +5,7 @@ import pytest
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph.planner.passes.cse import CONST_MERGE_BYTES, cse
-from mgegraph.planner.passes.pipeline import verify_graph
+from mgegraph.planner.passes.verify import verify_graph
 from mgegraph.testing import assert_same_results as same_results, random_graph
 
 

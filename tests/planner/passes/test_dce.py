@@ -5,7 +5,7 @@ import pytest
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph.planner.passes.dce import dce
-from mgegraph.planner.passes.pipeline import verify_graph
+from mgegraph.planner.passes.verify import verify_graph
 from mgegraph.planner.passes.rewrite import rebuild
 from mgegraph.testing import assert_same_results as same_results, random_graph
 
