@@ -1,0 +1,1 @@
+"""Backends defined by the tests: the NumPy reference backend (reference.py)."""
