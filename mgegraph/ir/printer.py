@@ -30,9 +30,13 @@ def format_graph(graph: Graph) -> str:
     return "\n".join(format_node(n) for n in graph.nodes)
 
 
-# Stable colours per op category, so the same kind of op looks the same in every picture.
-_COLOURS = {"source": "#d9ead3", "elementwise": "#cfe2f3", "reduce": "#fce5cd",
-            "matmul": "#f4cccc", "movement": "#eeeeee", "nn": "#d9d2e9"}
+# The one colour table of op categories (ops.registry.CATEGORIES), stable, so that the same
+# kind of op looks the same in every picture: the DOT graph here and the planner's memory
+# pictures, which import it from this, the lowest layer both may import. Black text reads on
+# each (contrast 4.6:1 or more).
+CATEGORY_COLOURS = {"source": "#9c755f", "elementwise": "#4e79a7", "reduce": "#f28e2b",
+                    "matmul": "#e15759", "movement": "#76b7b2", "nn": "#59a14f"}
+OTHER_COLOUR = "#bab0ac"  # a category without a colour of its own
 
 
 def graph_to_dot(graph: Graph) -> str:
@@ -40,7 +44,7 @@ def graph_to_dot(graph: Graph) -> str:
     for i, node in enumerate(graph.nodes):
         label = f"{node.op.name}{format_attrs(node.attrs)}".replace('"', r"\"")
         types = "\\n".join(str(v.type) for v in node.outputs)
-        colour = _COLOURS.get(node.op.category, "#ffffff")
+        colour = CATEGORY_COLOURS.get(node.op.category, OTHER_COLOUR)
         lines.append(f'  n{i} [label="{label}\\n{types}", fillcolor="{colour}"];')
     producer = {v.id: i for i, n in enumerate(graph.nodes) for v in n.outputs}
     for i, node in enumerate(graph.nodes):

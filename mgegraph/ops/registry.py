@@ -8,12 +8,11 @@ import numpy as np
 
 from ..ir.errors import GraphError, OpError
 from ..ir.graph import install
-from ..ir.types import SUPPORTED, TensorType
+from ..ir.types import FLOAT_DTYPES, SUPPORTED, TensorType
 
 REQUIRED = object()  # marks an attribute without a default
 ALL_DTYPES = tuple(SUPPORTED)
 NUMERIC_DTYPES = tuple(d for d in SUPPORTED if d != np.dtype(np.bool_))
-FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 # Op categories are plain strings that passes and pictures test.
 CATEGORIES = ("source", "elementwise", "reduce", "matmul", "movement", "nn")

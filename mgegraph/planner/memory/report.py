@@ -15,16 +15,16 @@ import json
 import math
 from html import escape
 
+from ...ir.printer import CATEGORY_COLOURS, OTHER_COLOUR
 from ...ops import get_op
 from .arena_check import aligned
 from .liveness import is_arena_buffer
 
 FORMATS = ("text", "json")
 ROLES = ("input", "param", "const", "output")
-# stable colours per op category, so pictures of different plans read alike
-COLOURS = {"elementwise": "#4e79a7", "reduce": "#f28e2b", "matmul": "#e15759",
-           "movement": "#76b7b2", "nn": "#59a14f", "workspace": "#b07aa1", "source": "#9c755f"}
-OTHER_COLOUR = "#bab0ac"
+# the op categories' colours (one table for every picture), and kernel workspaces, which no op
+# category describes, in a colour of their own
+COLOURS = {**CATEGORY_COLOURS, "workspace": "#b07aa1"}
 UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
 
 
