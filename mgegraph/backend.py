@@ -24,6 +24,7 @@ from typing import Callable, Protocol
 import numpy as np
 
 from .ir.errors import DispatchError, GraphError
+from .ir.types import short_name
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ class KernelTable:
         self.entries = dict(entries)
         for op, impl in self.impls.items():
             for dtype in impl.dtypes:
-                name = f"{impl.kernel}_{_SHORT[dtype.name]}"
+                name = kernel_name(impl.kernel, dtype)
                 if name not in entries:
                     raise ImportError(f"op {op!r} names {self.device} kernel {name!r}, which the "
                                       "backend does not define")
@@ -152,7 +153,10 @@ class KernelTable:
                                 ) from None
 
 
-_SHORT = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "bool"}
+def kernel_name(family: str, dtype) -> str:
+    """The name of ``family``'s kernel for ``dtype``: ``kernel_name("unary", "float32")`` is
+    ``"unary_f32"``; every backend's kernels are named so."""
+    return f"{family}_{short_name(np.dtype(dtype))}"
 
 # device name -> factory, or "module:attribute" of one, imported on first use
 _FACTORIES: dict[str, Callable[[], Backend] | str] = {"cpu": "mgegraph._kernels.cpu:backend"}

@@ -12,7 +12,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from .ir.errors import GraphError
+from .ir.errors import FeedError, GraphError
 from .ir.printer import format_attrs
 from .ir.types import TensorType
 from .planner.memory.plan import MemoryPlan
@@ -181,3 +181,20 @@ class Plan:
         return "\n".join(lines)
 
 
+def check_feeds(plan, feeds) -> None:
+    """For every backend's executable: a FeedError unless ``feeds`` holds exactly the plan's inputs, each a NumPy array of the
+    shape and dtype the plan was compiled for."""
+    if not isinstance(feeds, dict):
+        raise FeedError(f"feeds must be a dict of input name to array, got {type(feeds).__name__}")
+    missing = sorted(set(plan.feeds) - set(feeds))
+    extra = sorted(set(feeds) - set(plan.feeds))
+    if missing or extra:
+        raise FeedError(f"feeds do not match the plan's inputs {sorted(plan.feeds)}: "
+                        f"missing {missing}, extra {extra}")
+    for name, slot in plan.feeds.items():
+        value, want = feeds[name], plan.slots[slot].type
+        if not isinstance(value, (np.ndarray, np.generic)):
+            raise FeedError(f"feed {name!r} must be a numpy array, got {type(value).__name__}")
+        if np.shape(value) != want.shape or value.dtype != want.dtype:
+            raise FeedError(f"feed {name!r} is {value.dtype}{list(value.shape)}, the plan "
+                            f"needs {want.dtype}{list(want.shape)}")

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import FusionLimits, KernelTable
-from ..ir.errors import FeedError, KernelError
+from ..ir.errors import KernelError
+from ..plan import check_feeds
 from . import KERNEL_MODULES, fused, lowering
 from .runtime import KERNEL_STATUS, POISON_BYTES, POISON_FLOAT32, POISON_FLOAT64, Executor
 
@@ -104,25 +105,6 @@ class CpuExecutable:
             raise KernelError(f"{ins.op} (kernel {ins.kernel}, node made at {ins.location}): "
                               f"{KERNEL_STATUS.get(status, f'status {status}')}")
         return [buffers[s].copy() for s in plan.outputs]
-
-
-def check_feeds(plan, feeds) -> None:
-    """A FeedError unless ``feeds`` holds exactly the plan's inputs, each a NumPy array of the
-    shape and dtype the plan was compiled for."""
-    if not isinstance(feeds, dict):
-        raise FeedError(f"feeds must be a dict of input name to array, got {type(feeds).__name__}")
-    missing = sorted(set(plan.feeds) - set(feeds))
-    extra = sorted(set(feeds) - set(plan.feeds))
-    if missing or extra:
-        raise FeedError(f"feeds do not match the plan's inputs {sorted(plan.feeds)}: "
-                        f"missing {missing}, extra {extra}")
-    for name, slot in plan.feeds.items():
-        value, want = feeds[name], plan.slots[slot].type
-        if not isinstance(value, (np.ndarray, np.generic)):
-            raise FeedError(f"feed {name!r} must be a numpy array, got {type(value).__name__}")
-        if np.shape(value) != want.shape or value.dtype != want.dtype:
-            raise FeedError(f"feed {name!r} is {value.dtype}{list(value.shape)}, the plan "
-                            f"needs {want.dtype}{list(want.shape)}")
 
 
 def _typed(raw: np.ndarray, slot) -> np.ndarray:

@@ -21,9 +21,9 @@ import sys
 
 import numpy as np
 
-from mgegraph.backend import FusionLimits, KernelTable, Launch
-from mgegraph.ir.errors import FeedError, KernelError
-from mgegraph.ir.types import short_name
+from mgegraph.backend import FusionLimits, KernelTable, Launch, kernel_name
+from mgegraph.ir.errors import KernelError
+from mgegraph.plan import check_feeds
 
 FLOATS = ("float32", "float64")
 INTS = ("int32", "int64")
@@ -256,7 +256,7 @@ class ReferenceBackend(KernelTable):
             for op in ops:
                 self.implement(op, family, dtypes, _LOWER.get(op, _no_parameters),
                                _DISPATCH.get(op, 0))
-            entries.update({f"{family}_{short_name(np.dtype(d))}": fn for d in dtypes})
+            entries.update({kernel_name(family, d): fn for d in dtypes})
         self.resolve(entries)
 
     def allocate(self, nbytes: int, alignment: int) -> np.ndarray:
@@ -347,24 +347,3 @@ def _fill_poison(buffer: np.ndarray) -> None:
         buffer[...] = np.nan
     else:  # 0xFF bytes: NaN too where a kernel reads a byte workspace as floats
         buffer.reshape(-1).view(np.uint8)[...] = 0xFF
-
-
-# NOTE: a copy of mgegraph._kernels.cpu.check_feeds, which cannot be imported without the CPU
-# build (cpu.py loads the compiled kernels); it belongs in a backend-neutral module.
-def check_feeds(plan, feeds) -> None:
-    """A FeedError unless ``feeds`` holds exactly the plan's inputs, each a NumPy array of the
-    shape and dtype the plan was compiled for."""
-    if not isinstance(feeds, dict):
-        raise FeedError(f"feeds must be a dict of input name to array, got {type(feeds).__name__}")
-    missing = sorted(set(plan.feeds) - set(feeds))
-    extra = sorted(set(feeds) - set(plan.feeds))
-    if missing or extra:
-        raise FeedError(f"feeds do not match the plan's inputs {sorted(plan.feeds)}: "
-                        f"missing {missing}, extra {extra}")
-    for name, slot in plan.feeds.items():
-        value, want = feeds[name], plan.slots[slot].type
-        if not isinstance(value, (np.ndarray, np.generic)):
-            raise FeedError(f"feed {name!r} must be a numpy array, got {type(value).__name__}")
-        if np.shape(value) != want.shape or value.dtype != want.dtype:
-            raise FeedError(f"feed {name!r} is {value.dtype}{list(value.shape)}, the plan "
-                            f"needs {want.dtype}{list(want.shape)}")
