@@ -2,8 +2,8 @@
 #
 # Design: BLAS is column-major. A row-major (r, c) matrix is the column-major (c, r) matrix, so
 # row-major C = op(A) op(B) is computed as the column-major C^T = op(B)^T op(A)^T: swap the
-# operands and keep each one's transpose flag. Callers check that every dimension fits BLAS's
-# 32-bit ints (mgegraph.ops.matmul.check_blas_dims) before a kernel runs.
+# operands and keep each one's transpose flag. The lowerings check that every dimension fits
+# BLAS's 32-bit ints (check_blas_dims in mgegraph/_kernels/lowering/matmul.py).
 
 from libc.string cimport memset
 from cython cimport floating

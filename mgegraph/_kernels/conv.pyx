@@ -22,6 +22,7 @@ from libc.string cimport memcpy, memset
 from cython cimport floating
 
 from .abi cimport Call, KERNEL_OK, kernel_fn, kernel_address
+from .params cimport fields_of
 from .blas cimport gemm, gemm_strided
 
 ctypedef struct Conv:
@@ -36,9 +37,7 @@ cdef enum ConvPath:
 CONV_PATHS = {"direct": C_DIRECT, "im2col": C_IM2COL, "shifted": C_SHIFTED}
 
 cdef Conv _conv
-CONV_FIELDS = tuple(<dict>_conv)  # Cython converts a struct to a dict of its fields, in order
-if len(CONV_FIELDS) * sizeof(Py_ssize_t) != sizeof(Conv):
-    raise ImportError("the Conv struct must consist of Py_ssize_t fields")
+CONV_FIELDS = fields_of(_conv, sizeof(Conv))
 
 
 # -- im2col and its adjoint -----------------------------------------------------------------------

@@ -1,20 +1,32 @@
 # Matrix products: batched matmul with broadcast batch dims, and linear (GEMM + bias).
 #
-# Parameter layout (ints), written by mgegraph.ops.matmul:
-#   matmul: [m, n, k, transpose_a, transpose_b, ndim, batch shape[ndim],
-#            batch strides of a [ndim], batch strides of b [ndim]]
-#   linear: [m, n, k, has_bias, relu]
-# Batch strides are in elements and 0 on broadcast batch dims, so broadcast operands are never
-# materialised; the output is contiguous (batch..., m, n). Float dtypes go to BLAS through
-# SciPy's Cython bindings (blas.pxd); integer dtypes use a plain loop.
+# Parameter layout (ints): the structs below, whose field names this module exports as
+# MATMUL_FIELDS and LINEAR_FIELDS (the lowering, mgegraph/_kernels/lowering/matmul.py, packs
+# them by name). matmul's fixed fields are followed by three groups of ``ndim`` ints: the batch
+# shape, then the batch strides of a and of b, in elements and 0 on broadcast batch dims, so
+# broadcast operands are never materialised; the output is contiguous (batch..., m, n). Float
+# dtypes go to BLAS through SciPy's Cython bindings (blas.pxd); integer dtypes use a plain loop.
 
 from libc.stdint cimport int32_t, int64_t
 from cython cimport floating
 
 from .dtypes cimport num_t
 from .abi cimport Call, KERNEL_OK, kernel_fn, kernel_address
+from .params cimport fields_of
 from .blas cimport gemm
 from .nditer cimport Odometer, odometer_init, odometer_next, count_rows
+
+ctypedef struct Matmul:  # then batch shape[ndim], batch strides of a[ndim], of b[ndim]
+    Py_ssize_t m, n, k, transpose_a, transpose_b, ndim
+
+ctypedef struct Linear:  # bufs: x, w, [bias,] y
+    Py_ssize_t m, n, k, has_bias, relu
+
+
+cdef Matmul _matmul
+cdef Linear _linear
+MATMUL_FIELDS = fields_of(_matmul, sizeof(Matmul))
+LINEAR_FIELDS = fields_of(_linear, sizeof(Linear))
 
 
 # -- one matrix product -------------------------------------------------------------------------
@@ -45,15 +57,15 @@ cdef inline void matrix_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py
 # -- kernels --------------------------------------------------------------------------------------
 cdef inline int matmul_impl(const num_t* a, const num_t* b, num_t* c,
                             const Call* call) noexcept nogil:
-    cdef const Py_ssize_t* p = call.ints
-    cdef Py_ssize_t m = p[0], n = p[1], k = p[2]
-    cdef bint ta = p[3] != 0, tb = p[4] != 0
-    cdef int ndim = <int>p[5]
-    cdef const Py_ssize_t* shape = p + 6
+    cdef const Matmul* s = <const Matmul*>call.ints
+    cdef Py_ssize_t m = s.m, n = s.n, k = s.k
+    cdef bint ta = s.transpose_a != 0, tb = s.transpose_b != 0
+    cdef int ndim = <int>s.ndim
+    cdef const Py_ssize_t* shape = <const Py_ssize_t*>(s + 1)
     cdef Py_ssize_t inner = shape[ndim - 1], rows = count_rows(ndim, shape), r, i
-    cdef Py_ssize_t sa = p[6 + 2 * ndim - 1], sb = p[6 + 3 * ndim - 1]
+    cdef Py_ssize_t sa = shape[2 * ndim - 1], sb = shape[3 * ndim - 1]
     cdef Odometer o
-    odometer_init(&o, ndim, shape, p + 6 + ndim, 2)
+    odometer_init(&o, ndim, shape, shape + ndim, 2)
     for r in range(rows):
         for i in range(inner):
             matrix_product(ta, tb, m, n, k, a + o.offset[0] + i * sa, b + o.offset[1] + i * sb, c)
@@ -66,8 +78,9 @@ cdef inline int linear_impl(const floating* x, const floating* w, const floating
                             floating* y, const Call* call) noexcept nogil:
     # y[m, n] = x[m, k] w[n, k]^T (+ bias[n]), then relu when asked: the epilogue runs row by
     # row while each row is in cache
-    cdef Py_ssize_t m = call.ints[0], n = call.ints[1], k = call.ints[2], i, j
-    cdef bint relu = call.ints[4]
+    cdef const Linear* s = <const Linear*>call.ints
+    cdef Py_ssize_t m = s.m, n = s.n, k = s.k, i, j
+    cdef bint relu = s.relu
     cdef floating v
     gemm(False, True, m, n, k, x, w, y, False)
     for i in range(m):
@@ -95,15 +108,14 @@ cdef int matmul_i32(const Call* c) noexcept nogil:
 cdef int matmul_i64(const Call* c) noexcept nogil:
     return matmul_impl(<const int64_t*>c.bufs[0], <const int64_t*>c.bufs[1], <int64_t*>c.bufs[2], c)
 
-# bufs: x, w, [bias,] y
 cdef int linear_f32(const Call* c) noexcept nogil:
-    if c.ints[3]:
+    if (<const Linear*>c.ints).has_bias:
         return linear_impl(<const float*>c.bufs[0], <const float*>c.bufs[1],
                            <const float*>c.bufs[2], <float*>c.bufs[3], c)
     return linear_impl(<const float*>c.bufs[0], <const float*>c.bufs[1], <const float*>NULL,
                        <float*>c.bufs[2], c)
 cdef int linear_f64(const Call* c) noexcept nogil:
-    if c.ints[3]:
+    if (<const Linear*>c.ints).has_bias:
         return linear_impl(<const double*>c.bufs[0], <const double*>c.bufs[1],
                            <const double*>c.bufs[2], <double*>c.bufs[3], c)
     return linear_impl(<const double*>c.bufs[0], <const double*>c.bufs[1], <const double*>NULL,

@@ -14,6 +14,7 @@ from libc.string cimport memset
 from cython cimport floating
 
 from .abi cimport Call, KERNEL_OK, kernel_fn, kernel_address
+from .params cimport fields_of
 
 ctypedef struct Pool:
     Py_ssize_t mode, planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw
@@ -25,10 +26,9 @@ POOL_MODES = {"max": P_MAX, "average": P_AVG_INCLUDE,
               "average_count_exclude_padding": P_AVG_EXCLUDE,
               "adaptive_max": P_ADAPTIVE_MAX, "adaptive_average": P_ADAPTIVE_AVG}
 
+
 cdef Pool _pool
-POOL_FIELDS = tuple(<dict>_pool)  # Cython converts a struct to a dict of its fields, in order
-if len(POOL_FIELDS) * sizeof(Py_ssize_t) != sizeof(Pool):
-    raise ImportError("the Pool struct must consist of Py_ssize_t fields")
+POOL_FIELDS = fields_of(_pool, sizeof(Pool))
 
 
 cdef inline Py_ssize_t ceil_div(Py_ssize_t a, Py_ssize_t d) noexcept nogil:

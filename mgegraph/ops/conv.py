@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import math
 
-from .._kernels import conv as K
-from .._kernels import pool as KP
 from ..ir.types import TensorType
-from .matmul import through_activation, check_activation, check_blas_dims, same_dtype
-from .registry import FLOAT_DTYPES, REQUIRED, Launch, OpDef, register, require_dtypes
+from .matmul import check_activation, same_dtype, through_activation
+from .registry import FLOAT_DTYPES, REQUIRED, OpDef, register, require_dtypes
 
 
 def _pair(attrs, key, minimum) -> tuple[int, int]:
@@ -52,7 +50,7 @@ def _weight_dims(w, groups):
     return w.shape
 
 
-def _conv_geometry(in_types, attrs):
+def conv_geometry(in_types, attrs):
     """Validated (out_channels, in_channels per group, kernel, stride, padding, dilation)."""
     x, w = in_types[:2]
     stride, padding = _pair(attrs, "stride", 1), _pair(attrs, "padding", 0)
@@ -81,7 +79,7 @@ def _conv2d_infer(in_types, attrs):
     x = in_types[0]
     same_dtype(in_types)
     _require_nchw("conv2d", x)
-    oc, _, kernel, stride, padding, dilation = _conv_geometry(in_types, attrs)
+    oc, _, kernel, stride, padding, dilation = conv_geometry(in_types, attrs)
     if len(in_types) == 3 and in_types[2].shape not in ((oc,), (1, oc, 1, 1)):
         raise ValueError(f"bias must have shape ({oc},) or (1, {oc}, 1, 1), "
                          f"got {in_types[2].shape}")
@@ -92,64 +90,9 @@ def _conv2d_infer(in_types, attrs):
     return (TensorType((x.shape[0], oc, oh, ow), x.dtype),)
 
 
-def _shifted_pays(cg, ocg, col_bytes) -> bool:
-    """Whether shifted GEMMs are expected to beat im2col: a rule fitted to measurements.
-
-    Design: per tap, the shifted path reads and writes the (ocg, npix) result once more where
-    im2col copies a (cg, npix) block, so it needs cg not far below ocg. Im2col's one GEMM streams
-    its (cg * kh * kw, npix) matrix once per ocg rows: with few output channels, or a matrix
-    larger than L2, that streaming is what it waits on. Measured on a 2-core Xeon (2 MiB L2 per
-    core; OpenBLAS at 1 and 2 threads; 3x3 to 7x7 kernels, 1 to 128 channels, 4x4 to 64x64
-    images), shifted was 1.2-2.8x faster where this holds (16 -> 16 at 32x32: x1.8, 64 -> 64 at
-    32x32: x1.3); elsewhere it was up to 1.8x slower (3 -> 16, 16 -> 64) or within 10% either way
-    (small images, 64 -> 64 at 16x16, 128 -> 128 at 8x8).
-    """
-    if ocg > 2 * cg or col_bytes < 256 * 1024:
-        return False
-    return ocg <= 32 or col_bytes >= 2 * 1024 * 1024
-
-
-def _conv_path(kernel, stride, padding, dilation, groups_dims, col_bytes, forward) -> str:
-    """Which of the kernels' ways to compute a convolution (a key of ``K.CONV_PATHS``).
-    ``groups_dims`` is (input, output) channels per group; the backward passes (not
-    ``forward``) have only the im2col layout."""
-    cg, ocg = groups_dims
-    if cg == 0:
-        return "direct"  # no input channels: the GEMM only zeroes y
-    if kernel == (1, 1) and stride == (1, 1) and padding == (0, 0):
-        return "direct"
-    if (forward and stride == (1, 1) and dilation == (1, 1) and kernel != (1, 1)
-            and _shifted_pays(cg, ocg, col_bytes)):
-        return "shifted"
-    return "im2col"
-
-
-def _conv_launch(x, w, y, attrs, has_bias=False, relu=False, forward=False) -> Launch:
-    """The Conv parameters of convolving x by w into y. The backward ops, which compute x or w
-    instead, walk the same im2col layout, so they take the same parameters."""
-    oc, cg, (kh, kw), stride, padding, dilation = _conv_geometry((x, w), attrs)
-    groups, npix, kdim = attrs["groups"], y.shape[2] * y.shape[3], cg * kh * kw
-    path = _conv_path((kh, kw), stride, padding, dilation, (cg, oc // groups),
-                      kdim * npix * x.dtype.itemsize, forward)
-    ints = (*x.shape, oc, *y.shape[2:], kh, kw, *stride, *padding, *dilation, groups,
-            int(has_bias), K.CONV_PATHS[path], int(relu))
-    assert len(ints) == len(K.CONV_FIELDS)
-    # the shifted path's leading dimension is one padded plane
-    plane = (x.shape[2] + 2 * padding[0]) * (x.shape[3] + 2 * padding[1])
-    check_blas_dims(x.dtype, oc // groups, npix, kdim, plane if path == "shifted" else 0)
-    # scratch for one (batch element, group), reused for all of them
-    return Launch(ints, workspace=K.workspace_size(ints) * x.dtype.itemsize)
-
-
 def _conv2d_epilogue_infer(in_types, attrs):
     check_activation(attrs)
     return _conv2d_infer(in_types, attrs)
-
-
-def _conv2d_lower(node):
-    x, w = node.inputs[:2]
-    return _conv_launch(x.type, w.type, node.outputs[0].type, node.attr, len(node.inputs) == 3,
-                        node.attr["activation"] == "relu", forward=True)
 
 
 # The backward ops rebuild the type of the operand they compute and check conv2d's shape rule
@@ -180,16 +123,6 @@ def _backward_filter_infer(in_types, attrs):
     w = TensorType((dy.shape[1], cg, *_pair(attrs, "kernel_size", 1)), x.dtype)
     _check_grad_shape(x, w, dy, attrs)
     return (w,)
-
-
-def _backward_data_lower(node):
-    w, dy = node.inputs
-    return _conv_launch(node.outputs[0].type, w.type, dy.type, node.attr)
-
-
-def _backward_filter_lower(node):
-    x, dy = node.inputs
-    return _conv_launch(x.type, node.outputs[0].type, dy.type, node.attr)
 
 
 # -- convolution gradients ------------------------------------------------------------------------
@@ -264,16 +197,12 @@ def _conv_flops(y, w) -> float:
 
 _CONV = {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1}
 register(OpDef("conv2d", "matmul", _conv2d_epilogue_infer, attrs={**_CONV, "activation": "none"},
-               kernel="conv2d",
-               dtypes=FLOAT_DTYPES, lower=_conv2d_lower, grad=_conv2d_grad,
-               flops=lambda node: _conv_flops(node.outputs[0], node.inputs[1])))
+               grad=_conv2d_grad, flops=lambda node: _conv_flops(node.outputs[0], node.inputs[1])))
 register(OpDef("conv2d_backward_data", "matmul", _backward_data_infer,
-               attrs={**_CONV, "input_hw": REQUIRED}, kernel="conv2d_backward_data",
-               dtypes=FLOAT_DTYPES, lower=_backward_data_lower, grad=_backward_data_grad,
+               attrs={**_CONV, "input_hw": REQUIRED}, grad=_backward_data_grad,
                flops=lambda node: _conv_flops(node.inputs[1], node.inputs[0])))
 register(OpDef("conv2d_backward_filter", "matmul", _backward_filter_infer,
-               attrs={**_CONV, "kernel_size": REQUIRED}, kernel="conv2d_backward_filter",
-               dtypes=FLOAT_DTYPES, lower=_backward_filter_lower, grad=_backward_filter_grad,
+               attrs={**_CONV, "kernel_size": REQUIRED}, grad=_backward_filter_grad,
                flops=lambda node: _conv_flops(node.inputs[1], node.outputs[0])))
 
 
@@ -281,7 +210,8 @@ register(OpDef("conv2d_backward_filter", "matmul", _backward_filter_infer,
 AVG_MODES = ("average", "average_count_exclude_padding")
 
 
-def _window_geometry(x, attrs):
+def window_geometry(x, attrs):
+    """Validated (kernel, stride, padding, output size) of a sliding-window pooling of x."""
     kernel, stride = _pair(attrs, "kernel_size", 1), _pair(attrs, "stride", 1)
     padding = _pair(attrs, "padding", 0)
     if padding[0] >= kernel[0] or padding[1] >= kernel[1]:
@@ -301,7 +231,7 @@ def _pooled(name, x, attrs, adaptive) -> TensorType:
         return TensorType(x.shape[:2] + _pair(attrs, "oshp", 1), x.dtype)
     if "mode" in attrs and attrs["mode"] not in AVG_MODES:
         raise ValueError(f"mode must be one of {AVG_MODES}, got {attrs['mode']!r}")
-    return TensorType(x.shape[:2] + _window_geometry(x, attrs)[3], x.dtype)
+    return TensorType(x.shape[:2] + window_geometry(x, attrs)[3], x.dtype)
 
 
 def _check_pooled(name, x, dy, attrs, adaptive):
@@ -351,34 +281,6 @@ def _avg_backward_infer(name, adaptive):
     return infer
 
 
-# Which of a node's types is the full-size one (the forward's input) and which the pooled one
-def _forward_sides(node):
-    return node.inputs[0].type, node.outputs[0].type
-
-
-def _max_backward_sides(node):
-    return node.inputs[0].type, node.inputs[1].type
-
-
-def _avg_backward_sides(node):
-    return node.outputs[0].type, node.inputs[0].type
-
-
-def _pool_lower(sides, adaptive_mode=None):
-    def lower(node):
-        x, y = sides(node)
-        if adaptive_mode is None:
-            kernel, stride, padding, _ = _window_geometry(x, node.attr)
-            mode, window = node.attr.get("mode", "max"), (*kernel, *stride, *padding)
-        else:
-            mode, window = adaptive_mode, (0,) * 6  # windows come from the sizes alone
-        ints = (KP.POOL_MODES[mode], x.shape[0] * x.shape[1], *x.shape[2:], *y.shape[2:],
-                *window)
-        assert len(ints) == len(KP.POOL_FIELDS)
-        return Launch(ints)
-    return lower
-
-
 # -- pooling gradients ----------------------------------------------------------------------------
 # Average pooling is linear, so its backward's gradient is the forward again. Max pooling is
 # piecewise linear: its backward is linear in dy, with "select" (read at each window's argmax)
@@ -406,36 +308,27 @@ def _avg_rules(forward, backward):
     return forward_grad, backward_grad
 
 
-def _register_max(prefix, attrs, adaptive_mode):
-    adaptive = adaptive_mode is not None
+def _register_max(prefix, attrs, adaptive):
     fwd, bwd, sel = (f"{prefix}max_pool2d{suffix}" for suffix in ("", "_backward", "_select"))
     rules = _max_rules(bwd, sel)
-    for name, infer, sides, kernel, rule in (
-            (fwd, _pool_infer, _forward_sides, "pool2d", rules[0]),
-            (bwd, _max_backward_infer, _max_backward_sides, "max_pool2d_backward", rules[1]),
-            (sel, _select_infer, _forward_sides, "max_pool2d_select", rules[2])):
-        register(OpDef(name, "nn", infer(name, adaptive), attrs=attrs, kernel=kernel,
-                       dtypes=FLOAT_DTYPES, lower=_pool_lower(sides, adaptive_mode), grad=rule))
+    for name, infer, rule in ((fwd, _pool_infer, rules[0]), (bwd, _max_backward_infer, rules[1]),
+                              (sel, _select_infer, rules[2])):
+        register(OpDef(name, "nn", infer(name, adaptive), attrs=attrs, grad=rule))
 
 
-def _register_avg(prefix, attrs, adaptive_mode):
-    adaptive = adaptive_mode is not None
+def _register_avg(prefix, attrs, adaptive):
     fwd, bwd = f"{prefix}avg_pool2d", f"{prefix}avg_pool2d_backward"
     rules = _avg_rules(fwd, bwd)
-    register(OpDef(fwd, "nn", _pool_infer(fwd, adaptive), attrs=attrs, kernel="pool2d",
-                   dtypes=FLOAT_DTYPES, lower=_pool_lower(_forward_sides, adaptive_mode),
-                   grad=rules[0]))
+    register(OpDef(fwd, "nn", _pool_infer(fwd, adaptive), attrs=attrs, grad=rules[0]))
     register(OpDef(bwd, "nn", _avg_backward_infer(bwd, adaptive),
-                   attrs={**attrs, "input_hw": REQUIRED}, kernel="avg_pool2d_backward",
-                   dtypes=FLOAT_DTYPES, lower=_pool_lower(_avg_backward_sides, adaptive_mode),
-                   grad=rules[1]))
+                   attrs={**attrs, "input_hw": REQUIRED}, grad=rules[1]))
 
 
 _WINDOW = {"kernel_size": REQUIRED, "stride": REQUIRED, "padding": (0, 0)}
-_register_max("", _WINDOW, None)
-_register_avg("", {**_WINDOW, "mode": AVG_MODES[1]}, None)
-_register_max("adaptive_", {"oshp": REQUIRED}, "adaptive_max")
-_register_avg("adaptive_", {"oshp": REQUIRED}, "adaptive_average")
+_register_max("", _WINDOW, adaptive=False)
+_register_avg("", {**_WINDOW, "mode": AVG_MODES[1]}, adaptive=False)
+_register_max("adaptive_", {"oshp": REQUIRED}, adaptive=True)
+_register_avg("adaptive_", {"oshp": REQUIRED}, adaptive=True)
 
 
 # -- public functions (re-exported by mgegraph.functional) ---------------------------------------

@@ -9,15 +9,7 @@ from __future__ import annotations
 import math
 
 from ..ir.types import TensorType, broadcast_shapes
-from .._kernels.lowering.layout import broadcast_strides, collapse, contiguous_strides
-from .registry import FLOAT_DTYPES, NUMERIC_DTYPES, Launch, OpDef, register, require_dtypes
-
-BLAS_INT_MAX = 2**31 - 1  # SciPy's BLAS takes 32-bit dimensions
-
-
-def check_blas_dims(dtype, *dims):
-    if dtype in FLOAT_DTYPES and max(dims, default=0) > BLAS_INT_MAX:
-        raise ValueError(f"a GEMM dimension of {max(dims)} exceeds BLAS's 32-bit limit")
+from .registry import FLOAT_DTYPES, NUMERIC_DTYPES, OpDef, register, require_dtypes
 
 
 def same_dtype(types, what="input"):
@@ -37,7 +29,9 @@ def _operand(t: TensorType, transpose: bool, left: bool):
     return t.shape[:-2], *((cols, rows) if transpose else (rows, cols))
 
 
-def _matmul_dims(a, b, attrs):
+def matmul_dims(a, b, attrs):
+    """(a's batch shape, b's, the broadcast batch shape, m, n, k) of matmul(a, b): op(a) is
+    (m, k) and op(b) (k, n); a ValueError when they do not fit."""
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError("operands must have at least 1 dimension (use mul for scalars)")
     a_batch, m, k = _operand(a, attrs["transpose_a"], left=True)
@@ -55,25 +49,9 @@ def _matmul_infer(in_types, attrs):
     a, b = in_types
     same_dtype(in_types)
     require_dtypes("matmul", a, NUMERIC_DTYPES)
-    _, _, batch, m, n, _ = _matmul_dims(a, b, attrs)
+    _, _, batch, m, n, _ = matmul_dims(a, b, attrs)
     shape = batch + ((m,) if a.ndim >= 2 else ()) + ((n,) if b.ndim >= 2 else ())
     return (TensorType(shape, a.dtype),)
-
-
-def _matmul_lower(node):
-    a, b = node.inputs
-    a_batch, b_batch, batch, m, n, k = _matmul_dims(a.type, b.type, node.attr)
-    ta = node.attr["transpose_a"] and a.ndim >= 2
-    tb = node.attr["transpose_b"] and b.ndim >= 2
-    sa = [s * m * k for s in broadcast_strides(a_batch, batch)]
-    sb = [s * k * n for s in broadcast_strides(b_batch, batch)]
-    if batch and not ta and a_batch == batch and not any(sb):
-        # Every batch shares one B and A's batches are contiguous rows: one tall GEMM.
-        m, batch, sa, sb = m * math.prod(batch), (), [], []
-    out = [s * m * n for s in contiguous_strides(batch)]
-    shape, (_, sa, sb) = collapse(batch, [out, sa, sb])
-    check_blas_dims(a.dtype, m, n, k)
-    return Launch((m, n, k, int(ta), int(tb), len(shape), *shape, *sa, *sb))
 
 
 def _matmul_grad(node, out_grads):
@@ -108,8 +86,7 @@ def _matmul_grad(node, out_grads):
 
 
 register(OpDef("matmul", "matmul", _matmul_infer,
-               attrs={"transpose_a": False, "transpose_b": False}, kernel="matmul",
-               dtypes=NUMERIC_DTYPES, lower=_matmul_lower, grad=_matmul_grad,
+               attrs={"transpose_a": False, "transpose_b": False}, grad=_matmul_grad,
                flops=lambda node: _gemm_flops(
                    node, _operand(node.inputs[0].type, node.attr["transpose_a"], left=True)[2])))
 
@@ -155,13 +132,6 @@ def _linear_infer(in_types, attrs):
     return (TensorType(x.shape[:-1] + (w.shape[0],), x.dtype),)
 
 
-def _linear_lower(node):
-    x, w = node.inputs[:2]
-    m, (n, k) = math.prod(x.shape[:-1]), w.shape
-    check_blas_dims(x.dtype, m, n, k)
-    return Launch((m, n, k, int(len(node.inputs) == 3), int(node.attr["activation"] == "relu")))
-
-
 def _linear_grad(node, out_grads):
     """dx = g W; dW = g^T x with every leading dim folded into the rows of one GEMM;
     db = g summed over all but its last axis."""
@@ -179,8 +149,8 @@ def _linear_grad(node, out_grads):
     return dx, dw, F.sum(g, axis=tuple(range(g.ndim - 1))) if g.ndim > 1 else g
 
 
-register(OpDef("linear", "matmul", _linear_infer, kernel="linear", dtypes=FLOAT_DTYPES,
-               attrs={"activation": "none"}, lower=_linear_lower, grad=_linear_grad,
+register(OpDef("linear", "matmul", _linear_infer, attrs={"activation": "none"},
+               grad=_linear_grad,
                flops=lambda node: _gemm_flops(node, node.inputs[1].shape[1])))
 
 

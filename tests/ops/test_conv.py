@@ -5,6 +5,7 @@ import pytest
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph._kernels import conv as K
+from mgegraph._kernels.lowering import conv as lowering
 from mgegraph.ops import conv as C
 from mgegraph.ops.builder import apply
 
@@ -158,7 +159,7 @@ SHIFTED_CASES = [
     ((1, 1, 2, 2), (1, 1, 3, 3), 3, 1),                       # padding wider than the image
     ((2, 3, 6, 5), (4, 3, 3, 5), (2, 1), 1),                  # padding wider than 'same'
 ]
-CONV_PATH_FIELD = -2  # the Conv struct's path: its next to last field
+CONV_PATH_FIELD = K.CONV_FIELDS.index("path")
 
 
 def conv2d_node(x, w, b, padding, groups, relu):
@@ -179,7 +180,7 @@ def shifted_workspace(xs, ws, padding, groups, itemsize):
 @pytest.fixture
 def always_shifted(monkeypatch):
     """Take the shifted path wherever it applies, however small the convolution."""
-    monkeypatch.setattr(C, "_shifted_pays", lambda cg, ocg, col_bytes: True)
+    monkeypatch.setattr(lowering, "_shifted_pays", lambda cg, ocg, col_bytes: True)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

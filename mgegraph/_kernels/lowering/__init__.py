@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-FAMILIES = ("elementwise", "reduce", "nn", "matmul", "conv", "movement", "fused")
+FAMILIES = ("elementwise", "reduce", "nn", "matmul", "conv", "pool", "movement", "fused")
 
 
 def implement_all(table) -> None:
