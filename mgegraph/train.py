@@ -41,12 +41,13 @@ METRICS = {"accuracy": accuracy}
 
 
 def compile_train_step(model, loss_fn, optimizer, example_batch, metrics=(),
-                       memory=None, optimize=1, remat=None) -> TrainStep:
+                       memory=None, optimize=1, remat=None, device="cpu") -> TrainStep:
     """Compile ``loss_fn(model(x), y)``, its gradients and ``optimizer``'s update into one plan.
 
     ``example_batch`` gives the shapes and dtypes of every batch; ``metrics`` names extra
-    outputs computed in the same plan (``"accuracy"``); ``memory``, ``optimize`` and ``remat``
-    (sublinear memory: "sqrt", "auto" or a byte budget) are passed to ``mg.compile``. The
+    outputs computed in the same plan (``"accuracy"``); ``memory``, ``optimize``, ``remat``
+    (sublinear memory: "sqrt", "auto" or a byte budget) and ``device`` (one of
+    ``mg.devices()``) are passed to ``mg.compile``. The
     model's parameters are updated in place, so ``model.state_dict()`` and plans from
     ``compile_module`` see the trained weights.
 
@@ -64,7 +65,8 @@ def compile_train_step(model, loss_fn, optimizer, example_batch, metrics=(),
     grads = grad(loss, [g.bind(p) for p in params])
     optimizer.build(g, {id(p): dg for p, dg in zip(params, grads)})
     extra = [METRICS[m](out, y) for m in metrics]
-    plan = compile([F.reshape(loss, ())] + extra, memory=memory, optimize=optimize, remat=remat)
+    plan = compile([F.reshape(loss, ())] + extra, device=device, memory=memory,
+                   optimize=optimize, remat=remat)
     return TrainStep(plan, optimizer, tuple(metrics))
 
 
@@ -77,10 +79,11 @@ class Predictor:
         return outs[0] if len(outs) == 1 else outs
 
 
-def compile_module(model, example_inputs, memory=None, optimize=1, remat=None) -> Predictor:
+def compile_module(model, example_inputs, memory=None, optimize=1, remat=None,
+                   device="cpu") -> Predictor:
     """Compile ``model(*inputs)`` for evaluation, reading the model's current weights;
-    ``memory``, ``optimize`` and ``remat`` are passed to ``mg.compile`` (an inference graph
-    has no backward part, so remat finds nothing to recompute).
+    ``memory``, ``optimize``, ``remat`` and ``device`` are passed to ``mg.compile`` (an
+    inference graph has no backward part, so remat finds nothing to recompute).
 
     Call ``model.eval()`` first for inference-form batch norm and dropout.
 
@@ -90,7 +93,8 @@ def compile_module(model, example_inputs, memory=None, optimize=1, remat=None) -
     xs = _inputs(g, example_inputs, [f"input{i}" for i in range(len(example_inputs))])
     out = model(*xs)
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
-    return Predictor(compile(outs, memory=memory, optimize=optimize, remat=remat))
+    return Predictor(compile(outs, device=device, memory=memory, optimize=optimize,
+                             remat=remat))
 
 
 class DataLoader:

@@ -233,3 +233,19 @@ def test_devices_lists_the_registered_backend(reference):
     with pytest.raises(mg.GraphError, match=r"unknown device 'reference'; known devices: 'cpu'"):
         mg.compile([x * 2.0], device="reference")
     mg.register_backend("reference", ReferenceBackend)  # the fixture unregisters it again
+
+
+def test_compile_train_step_and_compile_module_take_the_device(reference):
+    batch = _batch(np.float32)
+    cpu_model, ref_model = _mlp(np.float32), _mlp(np.float32)
+    steps = [mg.compile_train_step(m, F.cross_entropy, optim.SGD(m.parameters(), lr=0.1),
+                                   batch, device=d)
+             for m, d in ((cpu_model, "cpu"), (ref_model, reference))]
+    assert steps[1].plan.device == reference
+    for _ in range(2):
+        want, got = (step(*batch) for step in steps)
+        np.testing.assert_allclose(got, want, **TOLERANCE[np.float32])
+    predict = mg.compile_module(ref_model.eval(), (batch[0],), device=reference)
+    np.testing.assert_allclose(predict(batch[0]),
+                               mg.compile_module(cpu_model.eval(), (batch[0],))(batch[0]),
+                               **TOLERANCE[np.float32])
