@@ -6,13 +6,13 @@
 from .ops import conv as _conv
 from .ops import elementwise as _elementwise
 from .ops import matmul as _matmul
-from .ops import movement as _movement
+from .ops import movement_api as _movement
 from .ops import nn as _nn
 from .ops import reduce as _reduce
 from .ops.conv import *  # noqa: F401,F403
 from .ops.elementwise import *  # noqa: F401,F403
 from .ops.matmul import *  # noqa: F401,F403
-from .ops.movement import *  # noqa: F401,F403
+from .ops.movement_api import *  # noqa: F401,F403
 from .ops.nn import *  # noqa: F401,F403
 from .ops.reduce import *  # noqa: F401,F403
 

@@ -6,8 +6,13 @@
 # per element size (1, 4 and 8 bytes) and the KERNELS table maps each dtype to the kernel of its
 # size; one_hot, range and the accumulating adjoints, which compute values, are typed by dtype.
 # The adjoints zero their whole output first, since it is an arena view that holds garbage.
-# Parameter layouts are written by mgegraph.ops.movement (one lowering per op) and documented per
-# kernel.
+#
+# Parameter layouts: each kernel's ints are a fixed head (a struct below), then for most the
+# variable-length arrays its comment names (shapes and strides of ndim entries, one row per
+# input), then for some a fixed tail (another struct). A struct of Py_ssize_t fields has no
+# padding, so it overlays the int array exactly; this module exports each struct's field names
+# (the *_FIELDS tuples) and its limits (LIMITS), and the lowerings
+# (mgegraph/_kernels/lowering/movement.py) pack the fields by name.
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
@@ -15,6 +20,7 @@ from libc.string cimport memcpy, memset
 from .dtypes cimport int_t, num_t
 from .abi cimport Call, KERNEL_OK, KERNEL_INDEX_OUT_OF_RANGE, kernel_fn, kernel_address
 from .nditer cimport MAX_DIMS, Odometer, odometer_init, odometer_next, count_rows
+from .params cimport fields_of
 
 ctypedef fused elem_t:
     uint8_t
@@ -25,20 +31,96 @@ cdef enum PadMode:
     PAD_CONSTANT, PAD_EDGE, PAD_REFLECT
 
 PAD_MODES = {"constant": PAD_CONSTANT, "edge": PAD_EDGE, "reflect": PAD_REFLECT}
+LIMITS = {"dims": MAX_DIMS}  # ndim of every strided, gather and pad layout
+
+
+# -- parameter layouts ----------------------------------------------------------------------------
+ctypedef struct Strided:        # strided, slice_backward: then shape[ndim], strides[ndim], a tail
+    Py_ssize_t ndim
+ctypedef struct StridedTail:    # strided: the input element the first output element reads
+    Py_ssize_t offset
+ctypedef struct SliceBackwardTail:  # the output element the first input element lands on
+    Py_ssize_t offset, size
+ctypedef struct Concat:         # then the row bytes of each of the count inputs
+    Py_ssize_t count, outer
+ctypedef struct Split:          # then one SplitPart per output
+    Py_ssize_t count, outer, in_row
+ctypedef struct SplitPart:      # the output's bytes [start, start + row) of each input row
+    Py_ssize_t start, row
+ctypedef struct Take:           # take's rows are bytes, index_add's are elements
+    Py_ssize_t index64, outer, axis_length, row, count
+ctypedef struct Gather:         # then shape, input strides, index strides [ndim each], a tail
+    Py_ssize_t index64, ndim
+ctypedef struct GatherTail:
+    Py_ssize_t axis_length, axis_stride
+ctypedef struct ScatterAddTail:
+    Py_ssize_t axis_length, axis_stride, size
+ctypedef struct Pad:            # then out shape, in shape, pad before, input strides [ndim each]
+    Py_ssize_t mode, ndim, fill_bits
+ctypedef struct Fill:
+    Py_ssize_t count, value_bits
+ctypedef struct OneHot:
+    Py_ssize_t count, classes
+ctypedef struct Range:
+    Py_ssize_t count, end_exact
+ctypedef struct RangeFloats:    # the floats of range
+    double start, step, end
+
+
+cdef Strided _strided
+cdef StridedTail _strided_tail
+cdef SliceBackwardTail _slice_backward_tail
+cdef Concat _concat
+cdef Split _split
+cdef SplitPart _split_part
+cdef Take _take
+cdef Gather _gather
+cdef GatherTail _gather_tail
+cdef ScatterAddTail _scatter_add_tail
+cdef Pad _pad
+cdef Fill _fill
+cdef OneHot _one_hot
+cdef Range _range
+cdef RangeFloats _range_floats
+STRIDED_FIELDS = fields_of(_strided, sizeof(Strided))
+STRIDED_TAIL_FIELDS = fields_of(_strided_tail, sizeof(StridedTail))
+SLICE_BACKWARD_TAIL_FIELDS = fields_of(_slice_backward_tail, sizeof(SliceBackwardTail))
+CONCAT_FIELDS = fields_of(_concat, sizeof(Concat))
+SPLIT_FIELDS = fields_of(_split, sizeof(Split))
+SPLIT_PART_FIELDS = fields_of(_split_part, sizeof(SplitPart))
+TAKE_FIELDS = fields_of(_take, sizeof(Take))  # take and index_add
+GATHER_FIELDS = fields_of(_gather, sizeof(Gather))  # gather and scatter_add
+GATHER_TAIL_FIELDS = fields_of(_gather_tail, sizeof(GatherTail))
+SCATTER_ADD_TAIL_FIELDS = fields_of(_scatter_add_tail, sizeof(ScatterAddTail))
+PAD_FIELDS = fields_of(_pad, sizeof(Pad))  # pad and pad_backward
+FILL_FIELDS = fields_of(_fill, sizeof(Fill))
+ONE_HOT_FIELDS = fields_of(_one_hot, sizeof(OneHot))
+RANGE_FIELDS = fields_of(_range, sizeof(Range))
+RANGE_FLOAT_FIELDS = tuple(<dict>_range_floats)
+if len(RANGE_FLOAT_FIELDS) * sizeof(double) != sizeof(RangeFloats):
+    raise ImportError(f"parameter struct {RANGE_FLOAT_FIELDS} is not all double fields")
+
+
+cdef inline const Py_ssize_t* after(const void* fields, size_t size) noexcept nogil:
+    # the parameters that follow a struct of ``size`` bytes
+    return <const Py_ssize_t*>(<const char*>fields + size)
 
 
 # -- strided copy -------------------------------------------------------------------------------
 cdef inline int strided_impl(const elem_t* x, elem_t* y, const Call* c) noexcept nogil:
-    # ints: [ndim, shape[ndim], input element strides[ndim] (any sign, 0 broadcasts), offset].
-    # The output is contiguous; transpose, broadcast_to and slicing are all this one loop.
-    cdef int ndim = <int>c.ints[0]
-    cdef const Py_ssize_t* shape = c.ints + 1
-    cdef Py_ssize_t inner = shape[ndim - 1], s = c.ints[2 * ndim]
+    # ints: Strided, shape[ndim], input element strides[ndim] (any sign, 0 broadcasts),
+    # StridedTail. The output is contiguous; transpose, broadcast_to and slicing are all this
+    # one loop.
+    cdef int ndim = <int>(<const Strided*>c.ints).ndim
+    cdef const Py_ssize_t* shape = after(c.ints, sizeof(Strided))
+    cdef const Py_ssize_t* strides = shape + ndim
+    cdef const StridedTail* tail = <const StridedTail*>(strides + ndim)
+    cdef Py_ssize_t inner = shape[ndim - 1], s = strides[ndim - 1]
     cdef Py_ssize_t rows = count_rows(ndim, shape), r, i
     cdef const elem_t* px
     cdef Odometer o
-    odometer_init(&o, ndim, shape, c.ints + 1 + ndim, 1)
-    x += c.ints[1 + 2 * ndim]
+    odometer_init(&o, ndim, shape, strides, 1)
+    x += tail.offset
     for r in range(rows):
         px = x + o.offset[0]
         if s == 1:
@@ -55,18 +137,20 @@ cdef inline int strided_impl(const elem_t* x, elem_t* y, const Call* c) noexcept
 
 
 cdef inline int slice_backward_impl(const elem_t* x, elem_t* y, const Call* c) noexcept nogil:
-    # ints: [ndim, shape[ndim], output element strides[ndim] (any sign, never 0), offset, output
-    # size]. The adjoint of a slice: the contiguous input lands on a strided window of a zeroed
-    # output. Slice steps are non-zero, so no two input elements share a destination.
-    cdef int ndim = <int>c.ints[0]
-    cdef const Py_ssize_t* shape = c.ints + 1
-    cdef Py_ssize_t inner = shape[ndim - 1], s = c.ints[2 * ndim]
+    # ints: Strided, shape[ndim], output element strides[ndim] (any sign, never 0),
+    # SliceBackwardTail. The adjoint of a slice: the contiguous input lands on a strided window
+    # of a zeroed output. Slice steps are non-zero, so no two input elements share a destination.
+    cdef int ndim = <int>(<const Strided*>c.ints).ndim
+    cdef const Py_ssize_t* shape = after(c.ints, sizeof(Strided))
+    cdef const Py_ssize_t* strides = shape + ndim
+    cdef const SliceBackwardTail* tail = <const SliceBackwardTail*>(strides + ndim)
+    cdef Py_ssize_t inner = shape[ndim - 1], s = strides[ndim - 1]
     cdef Py_ssize_t rows = count_rows(ndim, shape), r, i
     cdef elem_t* py
     cdef Odometer o
-    memset(y, 0, c.ints[2 + 2 * ndim] * sizeof(elem_t))
-    odometer_init(&o, ndim, shape, c.ints + 1 + ndim, 1)
-    y += c.ints[1 + 2 * ndim]
+    memset(y, 0, tail.size * sizeof(elem_t))
+    odometer_init(&o, ndim, shape, strides, 1)
+    y += tail.offset
     for r in range(rows):
         py = y + o.offset[0]
         for i in range(inner):
@@ -78,25 +162,29 @@ cdef inline int slice_backward_impl(const elem_t* x, elem_t* y, const Call* c) n
 
 # -- concat and split: byte rows, independent of dtype --------------------------------------------
 cdef int concat_bytes(const Call* c) noexcept nogil:
-    # ints: [n inputs, outer, row bytes of input 0, ..., of input n-1]; bufs: n inputs, output.
-    cdef Py_ssize_t n = c.ints[0], outer = c.ints[1], o, k, row
+    # ints: Concat, row bytes of input 0, ..., of input count-1; bufs: the inputs, the output.
+    cdef const Concat* p = <const Concat*>c.ints
+    cdef const Py_ssize_t* rows = after(c.ints, sizeof(Concat))
+    cdef Py_ssize_t n = p.count, outer = p.outer, o, k, row
     cdef char* y = c.bufs[n]
     for o in range(outer):
         for k in range(n):
-            row = c.ints[2 + k]
+            row = rows[k]
             memcpy(y, c.bufs[k] + o * row, row)
             y += row
     return KERNEL_OK
 
 
 cdef int split_bytes(const Call* c) noexcept nogil:
-    # ints: [n outputs, outer, input row bytes, (start byte, row bytes) per output]; bufs: input,
-    # n outputs. Output k holds bytes [start, start + row) of every input row; ranges may overlap.
-    cdef Py_ssize_t n = c.ints[0], outer = c.ints[1], in_row = c.ints[2], o, k, start, row
+    # ints: Split (in_row: input row bytes), SplitPart per output; bufs: the input, the count
+    # outputs. Output k holds bytes [start, start + row) of every input row; ranges may overlap.
+    cdef const Split* p = <const Split*>c.ints
+    cdef const SplitPart* parts = <const SplitPart*>after(c.ints, sizeof(Split))
+    cdef Py_ssize_t n = p.count, outer = p.outer, in_row = p.in_row, o, k, start, row
     cdef const char* x = c.bufs[0]
     for k in range(n):
-        start = c.ints[3 + 2 * k]
-        row = c.ints[4 + 2 * k]
+        start = parts[k].start
+        row = parts[k].row
         for o in range(outer):
             memcpy(c.bufs[1 + k] + o * row, x + o * in_row + start, row)
     return KERNEL_OK
@@ -111,10 +199,11 @@ cdef inline bint wrap_index(Py_ssize_t* i, Py_ssize_t n) noexcept nogil:
 
 
 cdef inline int take_rows(const char* x, const int_t* idx, char* y, const Call* c) noexcept nogil:
-    # ints: [index is int64, outer, axis length n, inner row bytes, m indices]. x is viewed as
-    # (outer, n, row) and y as (outer, m, row). Indices are checked first so no row is written
-    # before an error is reported.
-    cdef Py_ssize_t outer = c.ints[1], n = c.ints[2], row = c.ints[3], m = c.ints[4], o, j, i
+    # ints: Take (row: inner row bytes). x is viewed as (outer, n = axis_length, row) and y as
+    # (outer, m = count, row). Indices are checked first so no row is written before an error
+    # is reported.
+    cdef const Take* p = <const Take*>c.ints
+    cdef Py_ssize_t outer = p.outer, n = p.axis_length, row = p.row, m = p.count, o, j, i
     for j in range(m):
         i = idx[j]
         if not wrap_index(&i, n):
@@ -129,17 +218,17 @@ cdef inline int take_rows(const char* x, const int_t* idx, char* y, const Call* 
 
 
 cdef int take_bytes(const Call* c) noexcept nogil:
-    if c.ints[0]:
+    if (<const Take*>c.ints).index64:
         return take_rows(c.bufs[0], <const int64_t*>c.bufs[1], c.bufs[2], c)
     return take_rows(c.bufs[0], <const int32_t*>c.bufs[1], c.bufs[2], c)
 
 
 cdef inline int index_add_impl(const num_t* x, const int_t* idx, num_t* y,
                                const Call* c) noexcept nogil:
-    # ints: [index is int64, outer, axis length n, inner elements, m indices]. The adjoint of
-    # take: x is (outer, m, inner), y is (outer, n, inner) and y[:, idx[j]] += x[:, j], so repeated
-    # indices accumulate.
-    cdef Py_ssize_t outer = c.ints[1], n = c.ints[2], inner = c.ints[3], m = c.ints[4]
+    # ints: Take (row: inner elements). The adjoint of take: x is (outer, m = count, inner), y is
+    # (outer, n = axis_length, inner) and y[:, idx[j]] += x[:, j], so repeated indices accumulate.
+    cdef const Take* p = <const Take*>c.ints
+    cdef Py_ssize_t outer = p.outer, n = p.axis_length, inner = p.row, m = p.count
     cdef Py_ssize_t o, j, i, k
     cdef num_t* row
     for j in range(m):
@@ -159,7 +248,7 @@ cdef inline int index_add_impl(const num_t* x, const int_t* idx, num_t* y,
 
 
 cdef inline int index_add_typed(const num_t* x, num_t* y, const Call* c) noexcept nogil:
-    if c.ints[0]:
+    if (<const Take*>c.ints).index64:
         return index_add_impl(x, <const int64_t*>c.bufs[1], y, c)
     return index_add_impl(x, <const int32_t*>c.bufs[1], y, c)
 
@@ -167,15 +256,17 @@ cdef inline int index_add_typed(const num_t* x, num_t* y, const Call* c) noexcep
 # -- gather (np.take_along_axis) ------------------------------------------------------------------
 cdef inline int gather_impl(const elem_t* x, const int_t* idx, elem_t* y,
                             const Call* c) noexcept nogil:
-    # ints: [index is int64, ndim, shape[ndim], input strides[ndim] (0 on the gathered axis),
-    #        index strides[ndim], axis length, axis stride]. Output contiguous.
-    cdef int ndim = <int>c.ints[1]
-    cdef const Py_ssize_t* shape = c.ints + 2
-    cdef Py_ssize_t n = c.ints[2 + 3 * ndim], axis_stride = c.ints[3 + 3 * ndim]
-    cdef Py_ssize_t inner = shape[ndim - 1], sx = c.ints[1 + 2 * ndim], si = c.ints[1 + 3 * ndim]
+    # ints: Gather, shape[ndim], input strides[ndim] (0 on the gathered axis), index
+    # strides[ndim], GatherTail. Output contiguous.
+    cdef int ndim = <int>(<const Gather*>c.ints).ndim
+    cdef const Py_ssize_t* shape = after(c.ints, sizeof(Gather))
+    cdef const Py_ssize_t* strides = shape + ndim  # the input's, then the index's
+    cdef const GatherTail* tail = <const GatherTail*>(strides + 2 * ndim)
+    cdef Py_ssize_t n = tail.axis_length, axis_stride = tail.axis_stride
+    cdef Py_ssize_t inner = shape[ndim - 1], sx = strides[ndim - 1], si = strides[2 * ndim - 1]
     cdef Py_ssize_t rows = count_rows(ndim, shape), r, i, k
     cdef Odometer o
-    odometer_init(&o, ndim, shape, c.ints + 2 + ndim, 2)
+    odometer_init(&o, ndim, shape, strides, 2)
     for r in range(rows):
         for i in range(inner):
             k = idx[o.offset[1] + i * si]
@@ -188,24 +279,27 @@ cdef inline int gather_impl(const elem_t* x, const int_t* idx, elem_t* y,
 
 
 cdef inline int gather_sized(const elem_t* x, elem_t* y, const Call* c) noexcept nogil:
-    if c.ints[0]:
+    if (<const Gather*>c.ints).index64:
         return gather_impl(x, <const int64_t*>c.bufs[1], y, c)
     return gather_impl(x, <const int32_t*>c.bufs[1], y, c)
 
 
 cdef inline int scatter_add_impl(const num_t* x, const int_t* idx, num_t* y,
                                  const Call* c) noexcept nogil:
-    # ints: gather's layout with y as the gathered-from tensor, then y's size. The adjoint of
-    # gather: walks x (gather's output shape) and adds each element where gather read it, so
-    # repeated indices and axes along which y was broadcast (stride 0) accumulate.
-    cdef int ndim = <int>c.ints[1]
-    cdef const Py_ssize_t* shape = c.ints + 2
-    cdef Py_ssize_t n = c.ints[2 + 3 * ndim], axis_stride = c.ints[3 + 3 * ndim]
-    cdef Py_ssize_t inner = shape[ndim - 1], sy = c.ints[1 + 2 * ndim], si = c.ints[1 + 3 * ndim]
+    # ints: gather's layout with y as the gathered-from tensor, ScatterAddTail (gather's tail,
+    # then y's size) for its tail. The adjoint of gather: walks x (gather's output shape) and
+    # adds each element where gather read it, so repeated indices and axes along which y was
+    # broadcast (stride 0) accumulate.
+    cdef int ndim = <int>(<const Gather*>c.ints).ndim
+    cdef const Py_ssize_t* shape = after(c.ints, sizeof(Gather))
+    cdef const Py_ssize_t* strides = shape + ndim  # y's, then the index's
+    cdef const ScatterAddTail* tail = <const ScatterAddTail*>(strides + 2 * ndim)
+    cdef Py_ssize_t n = tail.axis_length, axis_stride = tail.axis_stride
+    cdef Py_ssize_t inner = shape[ndim - 1], sy = strides[ndim - 1], si = strides[2 * ndim - 1]
     cdef Py_ssize_t rows = count_rows(ndim, shape), r, i, k
     cdef Odometer o
-    memset(y, 0, c.ints[4 + 3 * ndim] * sizeof(num_t))
-    odometer_init(&o, ndim, shape, c.ints + 2 + ndim, 2)
+    memset(y, 0, tail.size * sizeof(num_t))
+    odometer_init(&o, ndim, shape, strides, 2)
     for r in range(rows):
         for i in range(inner):
             k = idx[o.offset[1] + i * si]
@@ -218,7 +312,7 @@ cdef inline int scatter_add_impl(const num_t* x, const int_t* idx, num_t* y,
 
 
 cdef inline int scatter_add_typed(const num_t* x, num_t* y, const Call* c) noexcept nogil:
-    if c.ints[0]:
+    if (<const Gather*>c.ints).index64:
         return scatter_add_impl(x, <const int64_t*>c.bufs[1], y, c)
     return scatter_add_impl(x, <const int32_t*>c.bufs[1], y, c)
 
@@ -268,12 +362,13 @@ cdef inline void next_index(int last, Py_ssize_t* index, const Py_ssize_t* shape
 
 
 cdef inline int pad_impl(const elem_t* x, elem_t* y, const Call* c) noexcept nogil:
-    # ints: [mode, ndim, fill bits, out shape[ndim], in shape[ndim], pad before[ndim],
-    #        input strides[ndim]]. Walks output rows with an index vector, since the mapping from
-    # output to input index is not linear.
-    cdef int mode = <int>c.ints[0], ndim = <int>c.ints[1], d
-    cdef elem_t fill = <elem_t>c.ints[2]
-    cdef const Py_ssize_t* out_shape = c.ints + 3
+    # ints: Pad (mode: a PadMode), out shape[ndim], in shape[ndim], pad before[ndim], input
+    # strides[ndim]. Walks output rows with an index vector, since the mapping from output to
+    # input index is not linear.
+    cdef const Pad* p = <const Pad*>c.ints
+    cdef int mode = <int>p.mode, ndim = <int>p.ndim, d
+    cdef elem_t fill = <elem_t>p.fill_bits
+    cdef const Py_ssize_t* out_shape = after(c.ints, sizeof(Pad))
     cdef const Py_ssize_t* in_shape = out_shape + ndim
     cdef const Py_ssize_t* before = in_shape + ndim
     cdef const Py_ssize_t* strides = before + ndim
@@ -296,8 +391,9 @@ cdef inline int pad_backward_impl(const num_t* x, num_t* y, const Call* c) noexc
     # ints: pad's layout, x being the padded shape and y the unpadded one. The adjoint of pad:
     # every padded element adds into the input element it was read from (edge and reflect read
     # some elements many times); constant elements are dropped.
-    cdef int mode = <int>c.ints[0], ndim = <int>c.ints[1], d
-    cdef const Py_ssize_t* out_shape = c.ints + 3
+    cdef const Pad* p = <const Pad*>c.ints
+    cdef int mode = <int>p.mode, ndim = <int>p.ndim, d
+    cdef const Py_ssize_t* out_shape = after(c.ints, sizeof(Pad))
     cdef const Py_ssize_t* in_shape = out_shape + ndim
     cdef const Py_ssize_t* before = in_shape + ndim
     cdef const Py_ssize_t* strides = before + ndim
@@ -323,17 +419,19 @@ cdef inline int pad_backward_impl(const num_t* x, num_t* y, const Call* c) noexc
 
 # -- fills -----------------------------------------------------------------------------------
 cdef inline int fill_impl(elem_t* y, const Call* c) noexcept nogil:
-    # ints: [count, value bits]
-    cdef Py_ssize_t n = c.ints[0], i
-    cdef elem_t v = <elem_t>c.ints[1]
+    # ints: Fill
+    cdef const Fill* p = <const Fill*>c.ints
+    cdef Py_ssize_t n = p.count, i
+    cdef elem_t v = <elem_t>p.value_bits
     for i in range(n):
         y[i] = v
     return KERNEL_OK
 
 
 cdef inline int one_hot_impl(const int_t* x, int_t* y, const Call* c) noexcept nogil:
-    # ints: [count, num_classes]; y is (count, num_classes) and is written whole.
-    cdef Py_ssize_t n = c.ints[0], classes = c.ints[1], i, j
+    # ints: OneHot; y is (count, classes) and is written whole.
+    cdef const OneHot* p = <const OneHot*>c.ints
+    cdef Py_ssize_t n = p.count, classes = p.classes, i, j
     for i in range(n):
         if not 0 <= x[i] < classes:
             return KERNEL_INDEX_OUT_OF_RANGE
@@ -345,14 +443,16 @@ cdef inline int one_hot_impl(const int_t* x, int_t* y, const Call* c) noexcept n
 
 
 cdef inline int range_impl(num_t* y, const Call* c) noexcept nogil:
-    # ints: [count, end is exact]; floats: [start, step, end]. Computed in double as
-    # start + i * step (NumPy's arange and linspace); linspace pins its last value to end.
-    cdef Py_ssize_t n = c.ints[0], i
-    cdef double start = c.floats[0], step = c.floats[1]
+    # ints: Range; floats: RangeFloats. Computed in double as start + i * step (NumPy's arange
+    # and linspace); linspace pins its last value to end (end_exact).
+    cdef const Range* p = <const Range*>c.ints
+    cdef const RangeFloats* f = <const RangeFloats*>c.floats
+    cdef Py_ssize_t n = p.count, i
+    cdef double start = f.start, step = f.step
     for i in range(n):
         y[i] = <num_t>(start + i * step)
-    if c.ints[1] and n > 0:
-        y[n - 1] = <num_t>c.floats[2]
+    if p.end_exact and n > 0:
+        y[n - 1] = <num_t>f.end
     return KERNEL_OK
 
 
@@ -449,10 +549,12 @@ def _by_dtype(family, f32, f64, i32, i64):
 
 
 KERNELS = {
-    **_by_size("strided", kernel_address(strided_1), kernel_address(strided_4), kernel_address(strided_8)),
+    **_by_size("strided", kernel_address(strided_1), kernel_address(strided_4),
+               kernel_address(strided_8)),
     **_by_size("slice_backward", kernel_address(slice_backward_1), kernel_address(slice_backward_4),
                kernel_address(slice_backward_8)),
-    **_by_size("gather", kernel_address(gather_1), kernel_address(gather_4), kernel_address(gather_8)),
+    **_by_size("gather", kernel_address(gather_1), kernel_address(gather_4),
+               kernel_address(gather_8)),
     **_by_size("pad", kernel_address(pad_1), kernel_address(pad_4), kernel_address(pad_8)),
     **_by_size("fill", kernel_address(fill_1), kernel_address(fill_4), kernel_address(fill_8)),
     **_by_size("concat", *[kernel_address(concat_bytes)] * 3),
@@ -461,8 +563,8 @@ KERNELS = {
     "one_hot_i32": kernel_address(one_hot_i32), "one_hot_i64": kernel_address(one_hot_i64),
     "range_f32": kernel_address(range_f32), "range_f64": kernel_address(range_f64),
     "range_i32": kernel_address(range_i32), "range_i64": kernel_address(range_i64),
-    **_by_dtype("index_add", kernel_address(index_add_f32), kernel_address(index_add_f64), kernel_address(index_add_i32),
-                kernel_address(index_add_i64)),
+    **_by_dtype("index_add", kernel_address(index_add_f32), kernel_address(index_add_f64),
+                kernel_address(index_add_i32), kernel_address(index_add_i64)),
     **_by_dtype("scatter_add", kernel_address(scatter_add_f32), kernel_address(scatter_add_f64),
                 kernel_address(scatter_add_i32), kernel_address(scatter_add_i64)),
     **_by_dtype("pad_backward", kernel_address(pad_backward_f32), kernel_address(pad_backward_f64),

@@ -1,13 +1,12 @@
 """Movement ops: reshape views, strided copies (transpose, broadcast_to, slice), concat, split,
 pad, gather/take, one_hot, fills (fill, arange, linspace), and the adjoints their gradients need
-(slice_backward, pad_backward, index_add, scatter_add). The public functions are in
-mgegraph.ops.movement_api and re-exported from here.
+(slice_backward, pad_backward, index_add, scatter_add): what each means (shape rules, gradients,
+view rules). The public functions are in mgegraph.ops.movement_api, which builds on this module;
+the CPU lowerings are in mgegraph/_kernels/lowering/movement.py.
 
-Design: every op that reads its input with a linear layout (transpose, broadcast_to, slice) lowers
-to one strided-copy kernel: the lowering turns the op into element strides (possibly 0 or
-negative) and a start offset, collapses dimensions, and the kernel walks the input once. Reshape
-and the functions built on it (flatten, expand_dims, squeeze, subscript's axis changes) are views:
-the plan aliases the input buffer and no kernel runs.
+Design: reshape and the functions built on it (flatten, expand_dims, squeeze, subscript's axis
+changes) are views, as is a slice that is one contiguous run of its input: the plan aliases the
+input buffer and no kernel runs.
 
 Design: each gradient rule is the adjoint op of its forward op, and each adjoint op's own rule is
 the forward op again (slice <-> slice_backward, pad <-> pad_backward, take <-> index_add,
@@ -22,13 +21,14 @@ import operator
 
 import numpy as np
 
-from .._kernels import movement as K
-from ..ir.graph import Var
+from ..ir.graph import Graph, Var
 from ..ir.types import INT_DTYPES, TensorType, as_dtype, broadcast_shapes, tensor_type
 from .builder import apply, apply_multi
-from .._kernels.lowering.layout import MAX_DIMS, broadcast_strides, collapse, contiguous_strides
-from .registry import (NUMERIC_DTYPES, REQUIRED, Launch, OpDef, register, require_dtypes,
-                       whole_input)
+from .registry import NUMERIC_DTYPES, REQUIRED, OpDef, register, require_dtypes, whole_input
+
+# The pad modes; a backend maps them to its kernels' codes (the CPU lowering checks on import
+# that _kernels/movement.pyx implements exactly these).
+PAD_MODES = ("constant", "edge", "reflect")
 
 
 def _shape_attr(shape) -> tuple[int, ...]:
@@ -39,7 +39,7 @@ def _shape_attr(shape) -> tuple[int, ...]:
     return tuple(int(d) for d in dims)
 
 
-def _axis(axis, ndim: int) -> int:
+def axis_index(axis, ndim: int) -> int:
     """A non-negative axis; unlike registry.normalize_axis a 0-d input has none."""
     axis = operator.index(axis)
     if not -ndim <= axis < ndim:
@@ -49,6 +49,28 @@ def _axis(axis, ndim: int) -> int:
 
 def _same_shape(t: TensorType, shape) -> TensorType:
     return TensorType(tuple(shape), t.dtype)
+
+
+# -- nodes the gradient rules (and the public functions) build ----------------------------------
+def reshaped(x: Var, shape) -> Var:
+    """``x`` as ``shape``: a reshape view, or ``x`` itself when it has that shape already."""
+    shape = tuple(shape)
+    return x if x.shape == shape else apply("reshape", (x,), shape=shape)
+
+
+def no_input_node(graph, op: str, **attrs) -> Var:
+    """The output of a new ``op`` node without inputs (fill, arange, linspace) in ``graph``."""
+    if not isinstance(graph, Graph):
+        raise TypeError(f"{op} has no input Var, so it needs graph=<mgegraph.Graph>, got {graph!r}")
+    (out,) = graph.add_node(op, (), attrs).outputs
+    return out
+
+
+def full_node(shape, value, dtype, graph) -> Var:
+    """``shape`` filled with ``value`` cast to ``dtype``: a fill node (no constant stored)."""
+    dtype = as_dtype(dtype)
+    return no_input_node(graph, "fill", shape=tuple(shape), dtype=str(dtype),
+                         value=np.array(value).astype(dtype).item())
 
 
 # -- reshape (a view) -------------------------------------------------------------------------
@@ -70,7 +92,7 @@ def _reshape_infer(in_types, attrs):
 
 
 def _reshape_grad(node, out_grads):
-    return (api.reshape(out_grads[0], node.inputs[0].shape),)
+    return (apply("reshape", (out_grads[0],), shape=node.inputs[0].shape),)
 
 
 register(OpDef("reshape", "movement", _reshape_infer, attrs={"shape": REQUIRED}, view=whole_input,
@@ -78,15 +100,9 @@ register(OpDef("reshape", "movement", _reshape_infer, attrs={"shape": REQUIRED},
 
 
 # -- strided copies: transpose, broadcast_to, slice --------------------------------------------
-def strided_params(out_shape, strides, offset=0) -> tuple[int, ...]:
-    """[ndim, shape, input strides, offset] for the strided kernel of _kernels/movement.pyx."""
-    shape, (_, merged) = collapse(out_shape, [contiguous_strides(out_shape), strides])
-    return (len(shape), *shape, *merged, offset)
-
-
-def _transpose_pattern(pattern, ndim) -> tuple:
+def transpose_axes(pattern, ndim) -> tuple:
     """Normalised pattern: input axes (non-negative) and "x" for new axes of size 1."""
-    axes = tuple("x" if p == "x" else _axis(p, ndim) for p in pattern)
+    axes = tuple("x" if p == "x" else axis_index(p, ndim) for p in pattern)
     if sorted(a for a in axes if a != "x") != list(range(ndim)):
         raise ValueError(f"pattern {tuple(pattern)} must name each of the {ndim} input axes "
                          "exactly once ('x' inserts a new axis)")
@@ -95,25 +111,18 @@ def _transpose_pattern(pattern, ndim) -> tuple:
 
 def _transpose_infer(in_types, attrs):
     (x,) = in_types
-    axes = _transpose_pattern(attrs["pattern"], x.ndim)
+    axes = transpose_axes(attrs["pattern"], x.ndim)
     return (_same_shape(x, [1 if a == "x" else x.shape[a] for a in axes]),)
-
-
-def _transpose_lower(node):
-    (x,) = node.inputs
-    base = contiguous_strides(x.shape)
-    axes = _transpose_pattern(node.attr["pattern"], x.ndim)
-    strides = [0 if a == "x" else base[a] for a in axes]
-    return Launch(strided_params(node.outputs[0].shape, strides))
 
 
 def _transpose_grad(node, out_grads):
     """Drop the inserted axes, then apply the inverse permutation."""
     (x,), (g,) = node.inputs, out_grads
-    axes = _transpose_pattern(node.attr["pattern"], x.ndim)
+    axes = transpose_axes(node.attr["pattern"], x.ndim)
     kept = [a for a in axes if a != "x"]
-    g = api.squeeze(g, tuple(i for i, a in enumerate(axes) if a == "x"))
-    return (api.transpose(g, tuple(kept.index(d) for d in range(x.ndim))),)
+    g = reshaped(g, [n for n, a in zip(g.shape, axes) if a != "x"])
+    inverse = tuple(kept.index(d) for d in range(x.ndim))
+    return (g if inverse == tuple(range(x.ndim)) else apply("transpose", (g,), pattern=inverse),)
 
 
 def _broadcast_infer(in_types, attrs):
@@ -126,12 +135,7 @@ def _broadcast_infer(in_types, attrs):
     return (_same_shape(x, shape),)
 
 
-def _broadcast_lower(node):
-    (x,), (y,) = node.inputs, node.outputs
-    return Launch(strided_params(y.shape, broadcast_strides(x.shape, y.shape)))
-
-
-def _slice_ranges(x: TensorType, attrs):
+def slice_ranges(x: TensorType, attrs):
     """(start, length, step) per axis; the attrs follow Python slice semantics (None allowed)."""
     starts, stops, steps = attrs["starts"], attrs["stops"], attrs["steps"]
     if not len(starts) == len(stops) == len(steps) == x.ndim:
@@ -147,22 +151,7 @@ def _slice_ranges(x: TensorType, attrs):
 
 def _slice_infer(in_types, attrs):
     (x,) = in_types
-    return (_same_shape(x, [length for _, length, _ in _slice_ranges(x, attrs)]),)
-
-
-def _slice_params(x: TensorType, attrs, window_shape) -> tuple[int, ...]:
-    """Strided-kernel parameters of the window ``attrs`` cut from a contiguous ``x``."""
-    ranges = _slice_ranges(x, attrs)
-    base = contiguous_strides(x.shape)
-    empty = any(length == 0 for _, length, _ in ranges)
-    offset = 0 if empty else sum(start * b for (start, _, _), b in zip(ranges, base))
-    strides = [step * b for (_, _, step), b in zip(ranges, base)]
-    return strided_params(window_shape, strides, offset)
-
-
-def _slice_lower(node):
-    (x,), (y,) = node.inputs, node.outputs
-    return Launch(_slice_params(x.type, node.attr, y.shape))
+    return (_same_shape(x, [length for _, length, _ in slice_ranges(x, attrs)]),)
 
 
 def _slice_view(node) -> int | None:
@@ -170,7 +159,7 @@ def _slice_view(node) -> int | None:
     the last cut one taken at a single index, that one cut to a unit-step range, the rest
     whole), else None: then the slice kernel copies."""
     x = node.inputs[0].type
-    ranges = _slice_ranges(x, node.attr)
+    ranges = slice_ranges(x, node.attr)
     if any(length == 0 for _, length, _ in ranges):
         return 0
     cut = [d for d, r in enumerate(ranges) if r != (0, x.shape[d], 1)]
@@ -178,8 +167,15 @@ def _slice_view(node) -> int | None:
         _, length, step = ranges[cut[-1]]
         if (length > 1 and step != 1) or any(n != 1 for _, n, _ in ranges[:cut[-1]]):
             return None
-    base = contiguous_strides(x.shape)
-    return sum(start * b for (start, _, _), b in zip(ranges, base)) * x.dtype.itemsize
+    return _element_offset(x.shape, [start for start, _, _ in ranges]) * x.dtype.itemsize
+
+
+def _element_offset(shape, index) -> int:
+    """The position of element ``index`` in a contiguous ``shape``."""
+    offset = 0
+    for n, i in zip(shape, index):
+        offset = offset * n + i
+    return offset
 
 
 def _slice_backward_infer(in_types, attrs):
@@ -192,41 +188,30 @@ def _slice_backward_infer(in_types, attrs):
     return (full,)
 
 
-def _slice_backward_lower(node):
-    (g,), (y,) = node.inputs, node.outputs
-    return Launch((*_slice_params(y.type, node.attr, g.shape), y.size))
-
-
 _SLICE_ATTRS = ("starts", "stops", "steps")
 register(OpDef("transpose", "movement", _transpose_infer, attrs={"pattern": REQUIRED},
-               kernel="strided", lower=_transpose_lower, flops_per_element=0,
-               grad=_transpose_grad))
+               flops_per_element=0, grad=_transpose_grad))
 # the walker sums a gradient over the axes its input was broadcast along, so this rule is empty
 register(OpDef("broadcast_to", "movement", _broadcast_infer, attrs={"shape": REQUIRED},
-               kernel="strided", lower=_broadcast_lower, flops_per_element=0,
-               grad=lambda node, out_grads: out_grads))
+               flops_per_element=0, grad=lambda node, out_grads: out_grads))
 register(OpDef("slice", "movement", _slice_infer, attrs=dict.fromkeys(_SLICE_ATTRS, REQUIRED),
-               kernel="strided", lower=_slice_lower, view=_slice_view, flops_per_element=0,
+               view=_slice_view, flops_per_element=0,
                grad=lambda node, out_grads: (apply(
                    "slice_backward", out_grads, shape=node.inputs[0].shape, **node.attr),)))
 # slice's adjoint: zeros of `shape` with the input written where slicing `shape` reads
 register(OpDef("slice_backward", "movement", _slice_backward_infer,
                attrs={"shape": REQUIRED, **dict.fromkeys(_SLICE_ATTRS, REQUIRED)},
-               kernel="slice_backward", lower=_slice_backward_lower, flops_per_element=0,
+               flops_per_element=0,
                grad=lambda node, out_grads: (apply(
                    "slice", out_grads, **{k: node.attr[k] for k in _SLICE_ATTRS}),)))
 
 
 # -- concat and split: rows of bytes ----------------------------------------------------------
-def _outer_inner(shape, axis) -> tuple[int, int]:
-    return math.prod(shape[:axis]), math.prod(shape[axis + 1:])
-
-
 def _concat_infer(in_types, attrs):
     if not in_types:
         raise ValueError("needs at least one input")
     first = in_types[0]
-    axis = _axis(attrs["axis"], first.ndim)
+    axis = axis_index(attrs["axis"], first.ndim)
     for t in in_types[1:]:
         if t.dtype != first.dtype:
             raise TypeError("input dtypes differ; mgegraph.functional.concat promotes them")
@@ -238,17 +223,9 @@ def _concat_infer(in_types, attrs):
     return (_same_shape(first, shape),)
 
 
-def _concat_lower(node):
-    axis = _axis(node.attr["axis"], node.inputs[0].ndim)
-    outer, inner = _outer_inner(node.outputs[0].shape, axis)
-    itemsize = node.outputs[0].dtype.itemsize
-    rows = [v.shape[axis] * inner * itemsize for v in node.inputs]
-    return Launch((len(rows), outer, *rows))
-
-
 def _split_infer(in_types, attrs):
     (x,) = in_types
-    axis = _axis(attrs["axis"], x.ndim)
+    axis = axis_index(attrs["axis"], x.ndim)
     out = []
     for start, stop in attrs["ranges"]:
         if not 0 <= start <= stop <= x.shape[axis]:
@@ -262,19 +239,8 @@ def _split_infer(in_types, attrs):
     return tuple(out)
 
 
-def _split_lower(node):
-    (x,) = node.inputs
-    axis = _axis(node.attr["axis"], x.ndim)
-    outer, inner = _outer_inner(x.shape, axis)
-    row = inner * x.dtype.itemsize
-    params = [len(node.attr["ranges"]), outer, x.shape[axis] * row]
-    for start, stop in node.attr["ranges"]:
-        params += [start * row, (stop - start) * row]
-    return Launch(tuple(params))
-
-
 def _concat_grad(node, out_grads):
-    axis = _axis(node.attr["axis"], node.inputs[0].ndim)
+    axis = axis_index(node.attr["axis"], node.inputs[0].ndim)
     stops = np.cumsum([v.shape[axis] for v in node.inputs]).tolist()
     ranges = tuple(zip([0] + stops[:-1], stops))
     return apply_multi("split", out_grads, axis=axis, ranges=ranges)
@@ -284,9 +250,9 @@ def _split_grad(node, out_grads):
     """Concat the output gradients back in axis order, zeros where an output or a gap between
     ranges got none. Overlapping ranges (the op allows them) add one scattered window each."""
     (x,) = node.inputs
-    axis = _axis(node.attr["axis"], x.ndim)
+    axis = axis_index(node.attr["axis"], x.ndim)
     ranges = node.attr["ranges"]
-    grads = [g if g is not None else api.zeros_like(v) for g, v in zip(out_grads, node.outputs)]
+    grads = [g if g is not None else _zeros_like(v) for g, v in zip(out_grads, node.outputs)]
     order = sorted(range(len(ranges)), key=lambda k: ranges[k])
     if any(ranges[a][1] > ranges[b][0] for a, b in zip(order, order[1:])):
         return (functools.reduce(operator.add, (_embed_along(x, axis, ranges[k], grads[k])
@@ -298,12 +264,18 @@ def _split_grad(node, out_grads):
         parts += [g] if stop > start else []
         at = stop
     parts += [_zeros_along(x, axis, x.shape[axis] - at)] if x.shape[axis] > at else []
-    return (api.concat(parts, axis) if parts else api.zeros_like(x),)
+    if not parts:
+        return (_zeros_like(x),)
+    return (parts[0] if len(parts) == 1 else apply("concat", parts, axis=axis),)
+
+
+def _zeros_like(x: Var) -> Var:
+    return full_node(x.shape, 0, x.dtype, x.graph)
 
 
 def _zeros_along(x: Var, axis: int, n: int) -> Var:
     shape = x.shape[:axis] + (n,) + x.shape[axis + 1:]
-    return api.zeros(shape, x.dtype, graph=x.graph)
+    return full_node(shape, 0, x.dtype, x.graph)
 
 
 def _embed_along(x: Var, axis: int, bounds, g: Var) -> Var:
@@ -313,57 +285,24 @@ def _embed_along(x: Var, axis: int, bounds, g: Var) -> Var:
                  steps=(1,) * x.ndim)
 
 
-register(OpDef("concat", "movement", _concat_infer, attrs={"axis": 0}, kernel="concat",
-               lower=_concat_lower, flops_per_element=0, grad=_concat_grad))
+register(OpDef("concat", "movement", _concat_infer, attrs={"axis": 0}, flops_per_element=0,
+               grad=_concat_grad))
 register(OpDef("split", "movement", _split_infer, attrs={"axis": 0, "ranges": REQUIRED},
-               kernel="split", lower=_split_lower, flops_per_element=0, grad=_split_grad))
+               flops_per_element=0, grad=_split_grad))
 
 
 # -- pad -----------------------------------------------------------------------------------------
 def _pad_infer(in_types, attrs):
     (x,) = in_types
     widths, mode = attrs["pad_width"], attrs["mode"]
-    if mode not in K.PAD_MODES:
-        raise ValueError(f"mode must be one of {sorted(K.PAD_MODES)}, got {mode!r}")
+    if mode not in PAD_MODES:
+        raise ValueError(f"mode must be one of {sorted(PAD_MODES)}, got {mode!r}")
     if len(widths) != x.ndim or any(len(w) != 2 or min(w) < 0 for w in widths):
         raise ValueError(f"pad_width must be {x.ndim} pairs of non-negative ints, got {widths}")
     for n, w in zip(x.shape, widths):
         if n == 0 and any(w) and mode != "constant":
             raise ValueError(f"{mode} padding cannot extend an empty axis")
     return (_same_shape(x, [n + a + b for n, (a, b) in zip(x.shape, widths)]),)
-
-
-def value_bits(value, dtype: np.dtype) -> int:
-    """The bits of ``value`` cast to ``dtype``, as a signed integer kernel parameter."""
-    view = {1: np.int8, 4: np.int32, 8: np.int64}[dtype.itemsize]
-    return int(np.array(value).astype(dtype).view(view))
-
-
-def _pad_dims(in_shape, widths):
-    """Merge neighbouring unpadded dims (they index input and output alike), keep at least one."""
-    dims = []
-    for n, w in zip(in_shape, widths):
-        if dims and not any(w) and not any(dims[-1][1]):
-            dims[-1] = (dims[-1][0] * n, (0, 0))
-        else:
-            dims.append((n, tuple(w)))
-    return dims or [(1, (0, 0))]
-
-
-def _pad_params(name, in_shape, attrs, fill_bits=0) -> tuple[int, ...]:
-    dims = _pad_dims(in_shape, attrs["pad_width"])
-    if len(dims) > MAX_DIMS:
-        raise ValueError(f"{name} needs {len(dims)} dimensions after merging; at most {MAX_DIMS}")
-    in_shape = [n for n, _ in dims]
-    params = [K.PAD_MODES[attrs["mode"]], len(dims), fill_bits]
-    params += [n + a + b for n, (a, b) in dims] + in_shape + [a for _, (a, _) in dims]
-    return tuple(params) + contiguous_strides(in_shape)
-
-
-def _pad_lower(node):
-    (x,) = node.inputs
-    return Launch(_pad_params("pad", x.shape, node.attr,
-                              value_bits(node.attr["constant_value"], x.dtype)))
 
 
 def _pad_grad(node, out_grads):
@@ -391,17 +330,12 @@ def _pad_backward_infer(in_types, attrs):
     return (small,)
 
 
-def _pad_backward_lower(node):
-    return Launch(_pad_params("pad_backward", node.outputs[0].shape, node.attr))
-
-
 register(OpDef("pad", "movement", _pad_infer,
                attrs={"pad_width": REQUIRED, "mode": "constant", "constant_value": 0.0},
-               kernel="pad", lower=_pad_lower, flops_per_element=0, grad=_pad_grad))
+               flops_per_element=0, grad=_pad_grad))
 # pad's adjoint: each padded element adds into the input element it was copied from
 register(OpDef("pad_backward", "movement", _pad_backward_infer,
-               attrs={"pad_width": REQUIRED, "mode": "constant"}, kernel="pad_backward",
-               dtypes=NUMERIC_DTYPES, lower=_pad_backward_lower,
+               attrs={"pad_width": REQUIRED, "mode": "constant"},
                grad=lambda node, out_grads: (apply(
                    "pad", out_grads, constant_value=0.0, **node.attr),)))
 
@@ -413,26 +347,12 @@ def _gather_infer(in_types, attrs):
     if index.ndim != x.ndim:
         raise ValueError(f"index must have the input's number of dims ({x.ndim}), got "
                          f"{index.ndim}")
-    axis = _axis(attrs["axis"], x.ndim)
+    axis = axis_index(attrs["axis"], x.ndim)
     # NumPy's take_along_axis: the other axes broadcast against each other
     others = [(a, b) for i, (a, b) in enumerate(zip(x.shape, index.shape)) if i != axis]
     shape = list(broadcast_shapes(*map(tuple, zip(*others)))) if others else []
     shape.insert(axis, index.shape[axis])
     return (_same_shape(x, shape),)
-
-
-def _gather_params(x_shape, index: Var, y_shape, axis: int) -> tuple[int, ...]:
-    """Kernel parameters of gathering ``y_shape`` from ``x_shape`` (also scatter_add's)."""
-    xb, ib = contiguous_strides(x_shape), contiguous_strides(index.shape)
-    xs = [0 if d == axis or x_shape[d] == 1 else xb[d] for d in range(len(x_shape))]
-    js = [0 if index.shape[d] == 1 else ib[d] for d in range(len(x_shape))]
-    shape, (_, xs, js) = collapse(y_shape, [contiguous_strides(y_shape), xs, js])
-    return (index.dtype.itemsize == 8, len(shape), *shape, *xs, *js, x_shape[axis], xb[axis])
-
-
-def _gather_lower(node):
-    (x, index), (y,) = node.inputs, node.outputs
-    return Launch(_gather_params(x.shape, index, y.shape, _axis(node.attr["axis"], x.ndim)))
 
 
 def _scatter_add_infer(in_types, attrs):
@@ -446,25 +366,11 @@ def _scatter_add_infer(in_types, attrs):
     return (out,)
 
 
-def _scatter_add_lower(node):
-    (src, index), (y,) = node.inputs, node.outputs
-    axis = _axis(node.attr["axis"], y.ndim)
-    return Launch((*_gather_params(y.shape, index, src.shape, axis), y.size))
-
-
 def _take_infer(in_types, attrs):
     x, indices = in_types
     require_dtypes("take", indices, INT_DTYPES, "indices")
-    axis = _axis(attrs["axis"], x.ndim)
+    axis = axis_index(attrs["axis"], x.ndim)
     return (_same_shape(x, x.shape[:axis] + indices.shape + x.shape[axis + 1:]),)
-
-
-def _take_lower(node):
-    x, indices = node.inputs
-    axis = _axis(node.attr["axis"], x.ndim)
-    outer, inner = _outer_inner(x.shape, axis)
-    return Launch((indices.dtype.itemsize == 8, outer, x.shape[axis], inner * x.dtype.itemsize,
-                   indices.size))
 
 
 def _index_add_infer(in_types, attrs):
@@ -474,29 +380,22 @@ def _index_add_infer(in_types, attrs):
     size, k = attrs["size"], indices.ndim
     if not isinstance(size, int) or size < 0:
         raise ValueError(f"size must be a non-negative int, got {size!r}")
-    axis = _axis(attrs["axis"], src.ndim - k + 1)
+    axis = axis_index(attrs["axis"], src.ndim - k + 1)
     if src.shape[axis:axis + k] != indices.shape:
         raise ValueError(f"source axes {axis}..{axis + k - 1} must have the indices' shape "
                          f"{indices.shape}")
     return (_same_shape(src, src.shape[:axis] + (size,) + src.shape[axis + k:]),)
 
 
-def _index_add_lower(node):
-    (src, indices), (y,) = node.inputs, node.outputs
-    axis = _axis(node.attr["axis"], y.ndim)
-    outer, inner = _outer_inner(y.shape, axis)
-    return Launch((indices.dtype.itemsize == 8, outer, y.shape[axis], inner, indices.size))
-
-
 def _gather_grad(node, out_grads):
     (x, index), (g,) = node.inputs, out_grads
-    axis = _axis(node.attr["axis"], x.ndim)
+    axis = axis_index(node.attr["axis"], x.ndim)
     return apply("scatter_add", (g, index), axis=axis, shape=x.shape), None
 
 
 def _take_grad(node, out_grads):
     (x, indices), (g,) = node.inputs, out_grads
-    axis = _axis(node.attr["axis"], x.ndim)
+    axis = axis_index(node.attr["axis"], x.ndim)
     return apply("index_add", (g, indices), axis=axis, size=x.shape[axis]), None
 
 
@@ -509,39 +408,27 @@ def _one_hot_infer(in_types, attrs):
     return (_same_shape(x, x.shape + (classes,)),)
 
 
-def _one_hot_lower(node):
-    return Launch((node.inputs[0].size, node.attr["num_classes"]))
-
-
 # Indices never get a gradient. The adjoints (scatter_add of gather, index_add of take) add into
 # zeros, so repeated indices accumulate; their own rules gather/take again, for grad of grad.
-register(OpDef("gather", "movement", _gather_infer, attrs={"axis": REQUIRED}, kernel="gather",
-               lower=_gather_lower, flops_per_element=0, grad=_gather_grad))
-register(OpDef("take", "movement", _take_infer, attrs={"axis": 0}, kernel="take",
-               lower=_take_lower, flops_per_element=0, grad=_take_grad))
+register(OpDef("gather", "movement", _gather_infer, attrs={"axis": REQUIRED},
+               flops_per_element=0, grad=_gather_grad))
+register(OpDef("take", "movement", _take_infer, attrs={"axis": 0}, flops_per_element=0,
+               grad=_take_grad))
 register(OpDef("scatter_add", "movement", _scatter_add_infer,
-               attrs={"axis": REQUIRED, "shape": REQUIRED}, kernel="scatter_add",
-               dtypes=NUMERIC_DTYPES, lower=_scatter_add_lower,
+               attrs={"axis": REQUIRED, "shape": REQUIRED},
                grad=lambda node, out_grads: (apply(
                    "gather", (out_grads[0], node.inputs[1]), axis=node.attr["axis"]), None)))
 register(OpDef("index_add", "movement", _index_add_infer,
-               attrs={"axis": REQUIRED, "size": REQUIRED}, kernel="index_add",
-               dtypes=NUMERIC_DTYPES, lower=_index_add_lower,
+               attrs={"axis": REQUIRED, "size": REQUIRED},
                grad=lambda node, out_grads: (apply(
                    "take", (out_grads[0], node.inputs[1]), axis=node.attr["axis"]), None)))
 register(OpDef("one_hot", "movement", _one_hot_infer, attrs={"num_classes": REQUIRED},
-               kernel="one_hot", dtypes=INT_DTYPES, lower=_one_hot_lower, flops_per_element=0,
-               grad=lambda node, out_grads: (None,)))
+               flops_per_element=0, grad=lambda node, out_grads: (None,)))
 
 
 # -- fills: ops without inputs ----------------------------------------------------------------
 def _fill_infer(in_types, attrs):
     return (tensor_type(_shape_attr(attrs["shape"]), attrs["dtype"]),)
-
-
-def _fill_lower(node):
-    (y,) = node.outputs
-    return Launch((y.size, value_bits(node.attr["value"], y.dtype)))
 
 
 def _arange_count(start, stop, step) -> int:
@@ -558,22 +445,10 @@ def _range_infer(name, count):
     return infer
 
 
-def _arange_lower(node):
-    a = node.attr
-    return Launch((node.outputs[0].size, 0), (float(a["start"]), float(a["step"])))
-
-
 def _linspace_count(attrs) -> int:
     if not isinstance(attrs["num"], int) or attrs["num"] < 0:
         raise ValueError(f"num must be a non-negative int, got {attrs['num']!r}")
     return attrs["num"]
-
-
-def _linspace_lower(node):
-    a = node.attr
-    start, stop, num = float(a["start"]), float(a["stop"]), a["num"]
-    step = (stop - start) / (num - 1) if num > 1 else 0.0
-    return Launch((num, int(num > 1)), (start, step, stop))  # num == 1 gives start, as NumPy
 
 
 def _no_inputs_grad(node, out_grads):
@@ -581,21 +456,13 @@ def _no_inputs_grad(node, out_grads):
 
 
 _FILL_ATTRS = {"shape": REQUIRED, "dtype": "float32", "value": 0}
-register(OpDef("fill", "movement", _fill_infer, attrs=_FILL_ATTRS, kernel="fill",
-               lower=_fill_lower, dispatch_input=-1, flops_per_element=0, grad=_no_inputs_grad))
+register(OpDef("fill", "movement", _fill_infer, attrs=_FILL_ATTRS, flops_per_element=0,
+               grad=_no_inputs_grad))
 register(OpDef("arange", "movement",
                _range_infer("arange", lambda a: _arange_count(a["start"], a["stop"], a["step"])),
                attrs={"start": 0, "stop": REQUIRED, "step": 1, "dtype": "float32"},
-               kernel="range", dtypes=NUMERIC_DTYPES, lower=_arange_lower, dispatch_input=-1,
                grad=_no_inputs_grad))
 register(OpDef("linspace", "movement", _range_infer("linspace", _linspace_count),
                attrs={"start": REQUIRED, "stop": REQUIRED, "num": REQUIRED, "dtype": "float32"},
-               kernel="range", dtypes=NUMERIC_DTYPES, lower=_linspace_lower, dispatch_input=-1,
                grad=_no_inputs_grad))
 
-
-# -- public functions: mgegraph.ops.movement_api, re-exported for mgegraph.functional ----------
-from . import movement_api as api  # noqa: E402  (it imports helpers from this module)
-from .movement_api import *  # noqa: E402,F401,F403
-
-__all__ = api.__all__

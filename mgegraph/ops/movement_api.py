@@ -1,8 +1,9 @@
-"""The public movement functions (re-exported by mgegraph.functional via mgegraph.ops.movement).
+"""The public movement functions, re-exported by mgegraph.functional.
 
 Design: these validate user arguments and pick node attributes; the ops themselves, their shape
-rules and gradient rules live in mgegraph.ops.movement. Several functions (flip, tile, repeat,
-roll, stack, subscript) are compositions of the ops, so their gradients come for free.
+rules and gradient rules live in mgegraph.ops.movement, which this module builds on (and which
+never imports it). Several functions (flip, tile, repeat, roll, stack, subscript) are
+compositions of the ops, so their gradients come for free.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ..ir.errors import OpError, user_location
 from ..ir.graph import Var
 from ..ir.types import as_dtype
 from .builder import apply, apply_multi, graph_of, promote
-from .movement import _axis
+from .movement import axis_index, full_node, no_input_node, reshaped
 
 __all__ = ["reshape", "flatten", "expand_dims", "squeeze", "transpose", "broadcast_to", "concat",
            "stack", "split", "pad", "subscript", "gather", "take", "one_hot", "flip", "tile",
@@ -40,17 +41,12 @@ def _int_tuple(op: str, inp, values) -> tuple[int, ...]:
 def _axes(op: str, inp, axis, ndim: int) -> tuple[int, ...]:
     axes = _int_tuple(op, inp, axis)
     try:
-        result = tuple(_axis(a, ndim) for a in axes)
+        result = tuple(axis_index(a, ndim) for a in axes)
     except ValueError as exc:
         _fail(op, [inp], str(exc))
     if len(set(result)) != len(result):
         _fail(op, [inp], f"repeated axis in {axis}")
     return result
-
-
-def _view(x: Var, shape) -> Var:
-    shape = tuple(shape)
-    return x if x.shape == shape else apply("reshape", (x,), shape=shape)
 
 
 def reshape(inp, target_shape):
@@ -64,12 +60,12 @@ def reshape(inp, target_shape):
 def flatten(inp, start_axis=0, end_axis=-1):
     """Merge axes ``start_axis..end_axis`` (inclusive) into one. ``F.flatten(x, 1)``"""
     if inp.ndim == 0:
-        return _view(inp, (1,))
+        return reshaped(inp, (1,))
     start, end = (_axes("flatten", inp, a, inp.ndim)[0] for a in (start_axis, end_axis))
     if start > end:
         _fail("flatten", [inp], f"start_axis {start_axis} comes after end_axis {end_axis}")
     s = inp.shape
-    return _view(inp, s[:start] + (math.prod(s[start:end + 1]),) + s[end + 1:])
+    return reshaped(inp, s[:start] + (math.prod(s[start:end + 1]),) + s[end + 1:])
 
 
 def expand_dims(inp, axis):
@@ -77,7 +73,7 @@ def expand_dims(inp, axis):
     ndim = inp.ndim + len(_int_tuple("expand_dims", inp, axis))
     new = set(_axes("expand_dims", inp, axis, ndim))
     dims = iter(inp.shape)
-    return _view(inp, [1 if d in new else next(dims) for d in range(ndim)])
+    return reshaped(inp, [1 if d in new else next(dims) for d in range(ndim)])
 
 
 def squeeze(inp, axis=None):
@@ -87,7 +83,7 @@ def squeeze(inp, axis=None):
     for d in axes:
         if inp.shape[d] != 1:
             _fail("squeeze", [inp], f"cannot squeeze axis {d} of size {inp.shape[d]}")
-    return _view(inp, [n for d, n in enumerate(inp.shape) if d not in axes])
+    return reshaped(inp, [n for d, n in enumerate(inp.shape) if d not in axes])
 
 
 def transpose(inp, pattern):
@@ -235,7 +231,7 @@ def subscript(inp, index):
     if not trivial:
         starts, stops, steps = zip(*bounds)
         x = apply("slice", (inp,), starts=starts, stops=stops, steps=steps)
-    return _view(x, shape)
+    return reshaped(x, shape)
 
 
 def gather(inp, axis, index):
@@ -253,7 +249,7 @@ def take(inp, indices, axis=None):
     g = graph_of(inp)
     indices = g.const(np.asarray(indices, np.int64)) if not isinstance(indices, Var) else indices
     if axis is None:
-        inp, axis = _view(inp, (inp.size,)), 0
+        inp, axis = reshaped(inp, (inp.size,)), 0
     return apply("take", (inp, indices), axis=axis)
 
 
@@ -275,27 +271,27 @@ def tile(inp, reps):
     ndim = max(len(reps), inp.ndim)
     reps = (1,) * (ndim - len(reps)) + reps
     shape = (1,) * (ndim - inp.ndim) + inp.shape
-    x = _view(inp, [d for n in shape for d in (1, n)])
+    x = reshaped(inp, [d for n in shape for d in (1, n)])
     x = broadcast_to(x, [d for r, n in zip(reps, shape) for d in (r, n)])
-    return _view(x, [r * n for r, n in zip(reps, shape)])
+    return reshaped(x, [r * n for r, n in zip(reps, shape)])
 
 
 def repeat(inp, repeats, axis=None):
     """Repeat each element ``repeats`` times along ``axis`` (the flattened input when None)."""
     if axis is None:
-        inp, axis = _view(inp, (inp.size,)), 0
+        inp, axis = reshaped(inp, (inp.size,)), 0
     (axis,) = _axes("repeat", inp, axis, inp.ndim)
     s = inp.shape
-    x = broadcast_to(_view(inp, s[:axis + 1] + (1,) + s[axis + 1:]),
+    x = broadcast_to(reshaped(inp, s[:axis + 1] + (1,) + s[axis + 1:]),
                      s[:axis + 1] + (operator.index(repeats),) + s[axis + 1:])
-    return _view(x, s[:axis] + (s[axis] * operator.index(repeats),) + s[axis + 1:])
+    return reshaped(x, s[:axis] + (s[axis] * operator.index(repeats),) + s[axis + 1:])
 
 
 def roll(inp, shift, axis=None):
     """Roll elements along ``axis`` (int or tuple, with a shift each); None rolls the flat input.
     Each axis is one split into two parts and one concat."""
     if axis is None:
-        return _view(roll(_view(inp, (inp.size,)), shift, 0), inp.shape)
+        return reshaped(roll(reshaped(inp, (inp.size,)), shift, 0), inp.shape)
     shifts, axes = _int_tuple("roll", inp, shift), _axes("roll", inp, axis, inp.ndim)
     if len(shifts) != len(axes):
         _fail("roll", [inp], f"shift {shift} and axis {axis} differ in length")
@@ -310,23 +306,12 @@ def roll(inp, shift, axis=None):
 
 
 # -- fills -----------------------------------------------------------------------------------
-def _no_input_node(graph, op: str, **attrs) -> Var:
-    from ..ir.graph import Graph
-
-    if not isinstance(graph, Graph):
-        raise TypeError(f"{op} has no input Var, so it needs graph=<mgegraph.Graph>, got {graph!r}")
-    (out,) = graph.add_node(op, (), attrs).outputs
-    return out
-
-
 def full(shape, value, dtype="float32", *, graph):
     """A tensor of ``shape`` filled with ``value``, made by a fill kernel (no constant stored).
 
     >>> F.full((2, 3), 7, "int32", graph=g)
     """
-    dtype = as_dtype(dtype)
-    return _no_input_node(graph, "fill", shape=tuple(shape), dtype=str(dtype),
-                          value=np.array(value).astype(dtype).item())
+    return full_node(shape, value, dtype, graph)
 
 
 def zeros(shape, dtype="float32", *, graph):
@@ -358,11 +343,11 @@ def arange(start=0, stop=None, step=1, dtype="float32", *, graph):
     if stop is None:
         start, stop = 0, start
     start, stop, step = (v.item() if isinstance(v, np.generic) else v for v in (start, stop, step))
-    return _no_input_node(graph, "arange", start=start, stop=stop, step=step,
-                          dtype=str(as_dtype(dtype)))
+    return no_input_node(graph, "arange", start=start, stop=stop, step=step,
+                         dtype=str(as_dtype(dtype)))
 
 
 def linspace(start, stop, num, dtype="float32", *, graph):
     """``num`` evenly spaced values from ``start`` to ``stop``, both included."""
-    return _no_input_node(graph, "linspace", start=start, stop=stop, num=operator.index(num),
-                          dtype=str(as_dtype(dtype)))
+    return no_input_node(graph, "linspace", start=start, stop=stop, num=operator.index(num),
+                         dtype=str(as_dtype(dtype)))

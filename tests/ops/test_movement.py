@@ -542,3 +542,71 @@ def test_adjoint_op_errors():
     with pytest.raises(mg.KernelError, match="scatter_add.*out of range"):
         run(lambda x, j: apply("scatter_add", (x, j), axis=1, shape=(2, 2)), ones,
             np.array([[0, 1, -3]] * 2))
+
+
+# -- the seam: what the ops mean apart from the CPU kernels that run them -----------------------
+def _imported_modules(module) -> set[str]:
+    """Absolute names of every module ``module``'s source imports, inside functions too."""
+    import ast
+    import inspect
+
+    package = module.__name__.rsplit(".", 1)[0]
+    names = set()
+    for node in ast.walk(ast.parse(inspect.getsource(module))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.rsplit(".", node.level - 1)[0]
+                base = f"{parent}.{base}" if base else parent
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_movement_ops_import_no_kernel_and_not_their_public_functions():
+    from mgegraph.ops import movement, movement_api
+
+    ops, functions = _imported_modules(movement), _imported_modules(movement_api)
+    assert not [m for m in ops | functions if m.startswith("mgegraph._kernels")]
+    # one way: the public functions build on the ops
+    assert "mgegraph.ops.movement" in functions
+    assert not {"mgegraph.ops.movement_api", "mgegraph.functional"} & ops
+
+
+def test_cpu_lowering_checks_the_kernels_pad_modes_are_the_ops(monkeypatch):
+    from mgegraph._kernels import movement as K
+    from mgegraph._kernels.lowering import movement as lowering
+    from mgegraph.backend import KernelTable
+    from mgegraph.ops.movement import PAD_MODES
+
+    assert sorted(K.PAD_MODES) == sorted(PAD_MODES)
+    monkeypatch.setattr(K, "PAD_MODES", {**K.PAD_MODES, "wrap": len(K.PAD_MODES)})
+    with pytest.raises(ImportError, match="wrap"):
+        lowering.implement(KernelTable("test"))
+
+
+def test_pad_over_more_dims_than_the_kernel_takes_fails_at_compile():
+    # the shape rule accepts it; the CPU kernel's limit (LIMITS["dims"]) is the lowering's
+    g = mg.Graph()
+    y = F.pad(g.input("x", (2,) * 9), ((1, 0),) * 9)
+    with pytest.raises(mg.OpError, match="pad needs 9 dimensions after merging; at most 8"):
+        mg.compile([y])
+
+
+def test_cpu_parameter_blocks_by_the_kernels_field_names():
+    from mgegraph._kernels import movement as K
+
+    g = mg.Graph()
+    x, i = g.input("x", (2, 5, 3)), g.input("i", (4,), "int64")
+    y = F.pad(x, ((0, 0), (1, 1), (0, 0)), mode="reflect")
+    plan = mg.compile([F.take(x, i, axis=1), y, F.linspace(0, 1, 5, graph=g)])
+    ins = {ins.op: ins for ins in plan.instructions}
+    assert dict(zip(K.TAKE_FIELDS, ins["take"].ints)) == {
+        "index64": 1, "outer": 2, "axis_length": 5, "row": 3 * 4, "count": 4}
+    head = dict(zip(K.PAD_FIELDS, ins["pad"].ints))
+    assert head == {"mode": K.PAD_MODES["reflect"], "ndim": 3, "fill_bits": 0}
+    assert dict(zip(K.RANGE_FIELDS, ins["linspace"].ints)) == {"count": 5, "end_exact": 1}
+    assert dict(zip(K.RANGE_FLOAT_FIELDS, ins["linspace"].floats)) == {
+        "start": 0.0, "step": 0.25, "end": 1.0}
