@@ -120,6 +120,10 @@ def _gelu_tanh(x):
     return 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
 
 
+def _hardswish(x):
+    return x * np.clip(x + 3, 0, 6) / 6
+
+
 # -- gradient rules --------------------------------------------------------------------------------
 def _gelu_grad(f, x, y, g, a):
     cdf = 0.5 * (1.0 + f.erf(x * 0.7071067811865476))
@@ -131,6 +135,11 @@ def _gelu_tanh_grad(f, x, y, g, a):
     t = f.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))
     d_inner = 0.7978845608028654 * (1.0 + 0.134145 * f.square(x))
     return g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - f.square(t)) * d_inner)
+
+
+def _hardswish_grad(f, x, y, g, a):
+    # d/dx x relu6(x + 3) / 6: 0 below -3, 1 above 3, (2x + 3) / 6 between (PyTorch's rule)
+    return g * f.where(x < -3.0, 0.0, f.where(x > 3.0, 1.0, x / 3.0 + 0.5))
 
 
 def _pow_grad(f, x, y, out, g):
@@ -195,6 +204,7 @@ OPS: tuple[Elementwise, ...] = (
            lambda x: 0.5 * x * (1 + _erf(x * 0.7071067811865476)), FLOAT, 12.0, _gelu_grad),
     _unary("gelu_tanh", "0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))",
            _gelu_tanh, FLOAT, 14.0, _gelu_tanh_grad, public=False),
+    _unary("hardswish", "x * clip(x + 3, 0, 6) / 6", _hardswish, FLOAT, 4.0, _hardswish_grad),
     _unary("floor", "m_floor(x)", np.floor, FLOAT, 1.0, _zero),
     _unary("ceil", "m_ceil(x)", np.ceil, FLOAT, 1.0, _zero),
     _unary("leaky_relu", "m_select(x > 0, x, x * p)",

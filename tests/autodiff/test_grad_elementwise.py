@@ -36,6 +36,15 @@ def test_piecewise_unary_away_from_kinks(fn):
     gradcheck(fn, x)
 
 
+def test_hardswish_on_each_piece():
+    # zero below -3, (2x + 3) / 6 between -3 and 3, one above; finite differences stay clear of
+    # the kinks at -3 and 3
+    x = np.concatenate([rand(6, low=-6, high=-3.1), rand(6, low=-2.9, high=2.9),
+                        rand(6, low=3.1, high=6)])
+    (dx,) = gradcheck(F.hardswish, x)
+    assert np.all(dx[:6] == 0)
+
+
 @pytest.mark.parametrize("name", ["add", "sub", "mul", "div", "maximum", "minimum", "pow"])
 @pytest.mark.parametrize("shapes", [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 1, 3), (4, 1)),
                                     ((), (2, 3)), ((1,), (3, 1))])

@@ -55,6 +55,27 @@ def test_unary_matches_numpy(name, dtype, shape):
     np.testing.assert_allclose(out, expected, **tol(dtype))
 
 
+def _hardswish(x):
+    with np.errstate(invalid="ignore"):  # -inf * 0 is NaN: the formula's value at -inf
+        return x * np.clip(x + 3, 0, 6) / 6
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("optimize", [0, 1])
+def test_hardswish_matches_numpy_fused_and_unfused(dtype, optimize):
+    # the table's worked example: x * relu6(x + 3) / 6, PyTorch's order of operations; with
+    # optimize=1 it runs inside a fused group (the * 2 joins it)
+    x = np.concatenate([np.linspace(-5, 5, 101), [-3, 3, -0.0, np.inf, -np.inf]]).astype(dtype)
+    g = mg.Graph()
+    v = g.input("x", x.shape, dtype)
+    plan = mg.compile([F.hardswish(v) * 2, F.hswish(v)], optimize=optimize)
+    doubled, alias = plan.run({"x": x})
+    want = _hardswish(x.astype(np.float64)).astype(dtype)
+    np.testing.assert_allclose(doubled, 2 * want, **tol(dtype))
+    np.testing.assert_allclose(alias, want, **tol(dtype))
+    assert ("fused_elementwise" in str(plan)) == (optimize == 1)
+
+
 def test_unary_extremes_do_not_overflow():
     x = np.array([-1000, -80, 0, 80, 1000], np.float32)
     np.testing.assert_allclose(run(F.sigmoid, x), _sigmoid(x.astype(np.float64)), atol=1e-7)
