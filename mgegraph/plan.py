@@ -198,3 +198,39 @@ def check_feeds(plan, feeds) -> None:
         if np.shape(value) != want.shape or value.dtype != want.dtype:
             raise FeedError(f"feed {name!r} is {value.dtype}{list(value.shape)}, the plan "
                             f"needs {want.dtype}{list(want.shape)}")
+
+
+def host_buffers(plan: Plan, arena: np.ndarray) -> dict[int, np.ndarray]:
+    """Every slot of ``plan`` as a NumPy array, for a backend whose memory is the host's: the
+    temporaries and workspaces at their offsets in ``arena`` (uint8), persistent slots in
+    buffers of their own (a shared param is its value array itself), views as their root's
+    bytes at the view offset; params and consts hold their initial values."""
+    buffers: dict[int, np.ndarray] = {}
+    for slot in plan.slots:
+        if slot.index in plan.shared:
+            buffers[slot.index] = plan.values[slot.index]
+        elif slot.offset is not None:
+            buffers[slot.index] = _typed(arena[slot.offset:slot.offset + slot.nbytes], slot)
+        elif slot.alias is None:
+            buffers[slot.index] = np.empty(slot.type.shape, slot.type.dtype)
+    for slot in plan.slots:
+        if slot.alias is not None:
+            root = buffers[slot.alias].reshape(-1).view(np.uint8)
+            buffers[slot.index] = _typed(
+                root[slot.view_offset:slot.view_offset + slot.nbytes], slot)
+    for index, value in plan.values.items():
+        if index not in plan.shared:
+            buffers[index][...] = value
+    return buffers
+
+
+def _typed(raw: np.ndarray, slot: Slot) -> np.ndarray:
+    return raw.view(slot.type.dtype).reshape(slot.type.shape)
+
+
+def dead_values(plan: Plan) -> list[tuple[int, int]]:
+    """(step, slot) of each arena value after its last reader ran, in step order: what a
+    ``memory="debug"`` plan poisons. A value another takes over in place is left to its
+    successor."""
+    taken = {src for src, _ in plan.memory.overwrites.values()}
+    return sorted((end - 1, s) for s, (_, end) in plan.memory.spans.items() if s not in taken)

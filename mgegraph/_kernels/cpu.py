@@ -8,7 +8,7 @@ import numpy as np
 
 from ..backend import FusionLimits, KernelTable
 from ..ir.errors import KernelError
-from ..plan import check_feeds
+from ..plan import check_feeds, dead_values, host_buffers
 from . import KERNEL_MODULES, fused, lowering
 from .runtime import KERNEL_STATUS, POISON_BYTES, POISON_FLOAT32, POISON_FLOAT64, Executor
 
@@ -67,22 +67,7 @@ class CpuExecutable:
     def __init__(self, backend: CpuBackend, plan):
         self.plan = plan
         arena = backend.allocate(plan.memory.arena_bytes, plan.memory.options.alignment)
-        buffers: dict[int, np.ndarray] = {}
-        for slot in plan.slots:
-            if slot.index in plan.shared:
-                buffers[slot.index] = plan.values[slot.index]
-            elif slot.offset is not None:
-                buffers[slot.index] = _typed(arena[slot.offset:slot.offset + slot.nbytes], slot)
-            elif slot.alias is None:
-                buffers[slot.index] = np.empty(slot.type.shape, slot.type.dtype)
-        for slot in plan.slots:
-            if slot.alias is not None:
-                root = buffers[slot.alias].reshape(-1).view(np.uint8)
-                buffers[slot.index] = _typed(
-                    root[slot.view_offset:slot.view_offset + slot.nbytes], slot)
-        for index, value in plan.values.items():
-            if index not in plan.shared:
-                buffers[index][...] = value
+        buffers = host_buffers(plan, arena)
         kernels = [backend.kernel_by_name(ins.kernel) for ins in plan.instructions]
         poison = _poison_list(plan, buffers) if plan.memory.options.poison else []
         self.executor = Executor(
@@ -107,18 +92,12 @@ class CpuExecutable:
         return [buffers[s].copy() for s in plan.outputs]
 
 
-def _typed(raw: np.ndarray, slot) -> np.ndarray:
-    return raw.view(slot.type.dtype).reshape(slot.type.shape)
-
-
 # NaN in float buffers; 0xFF bytes in the others (workspaces are bytes: NaN as floats too)
 _POISON_KIND = {np.dtype(np.float32): POISON_FLOAT32, np.dtype(np.float64): POISON_FLOAT64}
 
 
 def _poison_list(plan, buffers) -> list[tuple[int, int, int, int]]:
-    """(step, address, bytes, poison kind) of each arena value once its last reader ran; a
-    value another takes over in place is left to its successor."""
-    taken = {src for src, _ in plan.memory.overwrites.values()}
-    return sorted((end - 1, buffers[s].ctypes.data, plan.slots[s].nbytes,
-                   _POISON_KIND.get(plan.slots[s].type.dtype, POISON_BYTES))
-                  for s, (_, end) in plan.memory.spans.items() if s not in taken)
+    """(step, address, bytes, poison kind) of each dead arena value, for the executor."""
+    return [(step, buffers[s].ctypes.data, plan.slots[s].nbytes,
+             _POISON_KIND.get(plan.slots[s].type.dtype, POISON_BYTES))
+            for step, s in dead_values(plan)]

@@ -23,7 +23,7 @@ import numpy as np
 
 from mgegraph.backend import FusionLimits, KernelTable, Launch, kernel_name
 from mgegraph.ir.errors import KernelError
-from mgegraph.plan import check_feeds
+from mgegraph.plan import check_feeds, dead_values, host_buffers
 
 FLOATS = ("float32", "float64")
 INTS = ("int32", "int64")
@@ -282,10 +282,7 @@ class ReferenceExecutable:
     def __init__(self, plan, backend: ReferenceBackend):
         self.plan = plan
         self.arena = backend.allocate(plan.memory.arena_bytes, plan.memory.options.alignment)
-        self.buffers = _carve(plan, self.arena)
-        for index, value in plan.values.items():
-            if index not in plan.shared:
-                self.buffers[index][...] = value
+        self.buffers = host_buffers(plan, self.arena)
         b = self.buffers
         self.calls = [(ins, backend.kernel_by_name(ins.kernel), [b[s] for s in ins.inputs],
                        [b[s] for s in ins.outputs],
@@ -310,35 +307,11 @@ class ReferenceExecutable:
         return [buffers[s].copy() for s in plan.outputs]
 
 
-def _carve(plan, arena: np.ndarray) -> dict[int, np.ndarray]:
-    buffers: dict[int, np.ndarray] = {}
-    for slot in plan.slots:
-        if slot.index in plan.shared:
-            buffers[slot.index] = plan.values[slot.index]
-        elif slot.offset is not None:
-            buffers[slot.index] = _typed(arena[slot.offset:slot.offset + slot.nbytes], slot)
-        elif slot.alias is None:
-            buffers[slot.index] = np.empty(slot.type.shape, slot.type.dtype)
-    for slot in plan.slots:
-        if slot.alias is not None:
-            root = buffers[slot.alias].reshape(-1).view(np.uint8)
-            buffers[slot.index] = _typed(root[slot.view_offset:slot.view_offset + slot.nbytes],
-                                         slot)
-    return buffers
-
-
-def _typed(raw: np.ndarray, slot) -> np.ndarray:
-    return raw.view(slot.type.dtype).reshape(slot.type.shape)
-
-
 def _poison_after(plan) -> dict[int, list[int]]:
-    """memory="debug": step -> the arena slots whose last reader it is; a slot whose bytes a
-    successor takes over in place is left to the successor."""
-    taken = {src for src, _ in plan.memory.overwrites.values()}
+    """memory="debug": step -> the arena slots whose last reader it is."""
     after: dict[int, list[int]] = {}
-    for slot, (_, end) in plan.memory.spans.items():
-        if slot not in taken:
-            after.setdefault(end - 1, []).append(slot)
+    for step, slot in dead_values(plan):
+        after.setdefault(step, []).append(slot)
     return after
 
 
