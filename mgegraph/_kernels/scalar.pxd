@@ -338,6 +338,22 @@ cdef inline floating m_mod(floating x, floating y) noexcept nogil:
         return r + y if (r < 0) != (y < 0) else r
     return z
 
+cdef inline floating m_floor_div(floating x, floating y) noexcept nogil:
+    # NumPy's (npy_divmod): (x - fmod(x, y)) / y moved to the floor, then rounded to the nearest
+    # integer, so 1 // 0.1 is 9 (the quotient 10.000000000000002 rounds wrongly to 10) and
+    # inf // 1 is NaN; a zero divisor gives x / y
+    cdef floating mod, div, whole
+    if y == 0:
+        return x / y
+    mod = fmodf(x, y) if floating is float else fmod(x, y)
+    div = (x - mod) / y
+    if mod != 0 and (y < 0) != (mod < 0):
+        div = div - 1
+    if div != 0:
+        whole = floorf(div) if floating is float else floor(div)
+        return whole + 1 if div - whole > <floating>0.5 else whole
+    return copysignf(0, x / y) if floating is float else copysign(0, x / y)
+
 cdef inline int_t m_floor_div_int(int_t x, int_t y) noexcept nogil:
     # C division truncates (cdivision): step down when the signs differ and it was inexact
     cdef int_t r
