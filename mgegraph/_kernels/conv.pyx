@@ -24,6 +24,7 @@ from cython cimport floating
 from .abi cimport Call, KERNEL_OK, kernel_fn, kernel_address
 from .params cimport fields_of
 from .blas cimport gemm, gemm_strided
+from .ew_ops cimport ew_relu
 
 ctypedef struct Conv:
     Py_ssize_t batch, cin, h, w, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups
@@ -209,15 +210,15 @@ cdef inline void col2im(floating* col, floating* x, const Conv* s) noexcept nogi
 # -- convolution ----------------------------------------------------------------------------------
 cdef inline void epilogue_rows(floating* y, const floating* bias, bint relu, Py_ssize_t rows,
                                Py_ssize_t cols) noexcept nogil:
-    # bias and relu on one group's GEMM output while it is still in cache
+    # bias and relu on one group's GEMM output while it is still in cache; the relu is the op's
+    # own scalar function (ew_ops.pxd), so it gives bitwise what a relu node after the conv would
     cdef Py_ssize_t r, i
-    cdef floating b, v
+    cdef floating b
     for r in range(rows):
         b = bias[r] if bias != NULL else 0
         if relu:
             for i in range(cols):
-                v = y[i] + b
-                y[i] = v if v > 0 else 0
+                y[i] = ew_relu(y[i] + b)
         elif bias != NULL:
             for i in range(cols):
                 y[i] += b

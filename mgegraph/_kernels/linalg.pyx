@@ -14,6 +14,7 @@ from .dtypes cimport num_t
 from .abi cimport Call, KERNEL_OK, kernel_fn, kernel_address
 from .params cimport fields_of
 from .blas cimport gemm
+from .ew_ops cimport ew_relu
 from .nditer cimport Odometer, odometer_init, odometer_next, count_rows
 
 ctypedef struct Matmul:  # then batch shape[ndim], batch strides of a[ndim], of b[ndim]
@@ -77,21 +78,19 @@ cdef inline int matmul_impl(const num_t* a, const num_t* b, num_t* c,
 cdef inline int linear_impl(const floating* x, const floating* w, const floating* bias,
                             floating* y, const Call* call) noexcept nogil:
     # y[m, n] = x[m, k] w[n, k]^T (+ bias[n]), then relu when asked: the epilogue runs row by
-    # row while each row is in cache
+    # row while each row is in cache, with the relu op's own scalar function (ew_ops.pxd), so
+    # it gives bitwise what a relu node after the linear would
     cdef const Linear* s = <const Linear*>call.ints
     cdef Py_ssize_t m = s.m, n = s.n, k = s.k, i, j
     cdef bint relu = s.relu
-    cdef floating v
     gemm(False, True, m, n, k, x, w, y, False)
     for i in range(m):
         if relu and bias != NULL:
             for j in range(n):
-                v = y[i * n + j] + bias[j]
-                y[i * n + j] = v if v > 0 else 0
+                y[i * n + j] = ew_relu(y[i * n + j] + bias[j])
         elif relu:
             for j in range(n):
-                v = y[i * n + j]
-                y[i * n + j] = v if v > 0 else 0
+                y[i * n + j] = ew_relu(y[i * n + j])
         elif bias != NULL:
             for j in range(n):
                 y[i * n + j] += bias[j]
