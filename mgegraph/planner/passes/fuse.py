@@ -12,13 +12,25 @@ depends on one of the groups (each value tracks the groups it depends on). Group
 stay as they are. The new graph is emitted in a topological order of groups and other nodes,
 stable in the original order, because a fused node must come after everything it reads.
 
+Design: what one fused kernel holds is the backend's to say (``backend.FusionLimits``: inputs,
+outputs, registers, dims). A group that would exceed them is split into runs of its members in
+graph order, each the longest that fits from where the last one ended, emitted one after the
+other where the group would have been (all the group's outside inputs are made before that
+point and its readers after it, so the order stays valid). Inputs and outputs are counted on
+the program as it will be built; registers are the most values live at once in it
+(``registers_needed``), which every allocator of straight-line code needs and the CPU's linear
+scan achieves, so the count is exact before lowering; dims are bounded by the output's rank
+(conservative: a lowering that collapses contiguous dims may need fewer).
+
 >>> str(fuse(g, [y]).graph)   # relu(x * a + b) -> fused_elementwise[...] %x %a %b
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 
 from ...ops.fused import FUSABLE_OPS
+from ...ops.fused_program import reads, steps
 from .rewrite import Builder, PassResult, result
 
 FLOAT = ("float32", "float64")
@@ -181,7 +193,105 @@ def _needed(members, readers, outputs) -> list:
             or any(id(r) not in inside for r in readers.get(n.outputs[0].id, ()))]
 
 
+def registers_needed(code) -> int:
+    """The registers an SSA program needs: the most values live at one step, at least one. A
+    value takes a register from the step that makes it to its last read (a value nobody reads
+    takes none), and a step's result takes one while its operands still hold theirs.
+
+    >>> registers_needed([("load", 0, 0), ("load", 1, 1), ("add", 2, 0, 1), ("store", 0, 2)])
+    2
+    """
+    code = steps(code)
+    last = {v: k for k, (op, _, a, b, c) in enumerate(code) for v in reads(op, a, b, c)}
+    freed = [0] * len(code)
+    for k in last.values():
+        freed[k] += 1
+    held = most = 0
+    for k, (op, dst, *_) in enumerate(code):
+        if op != "store" and dst in last:
+            held += 1
+            most = max(most, held)
+        held -= freed[k]
+    return max(most, 1)
+
+
+def _split(graph, members, readers, outputs, limits) -> list[list]:
+    """The group as runs of members (graph order) that each fit ``limits``; a run of one node
+    is emitted unfused, which always works. No limits: the group whole."""
+    if limits is None:
+        return [members]
+    if len(members[0].outputs[0].shape) > limits.max_dims:
+        return [[m] for m in members]
+    runs, start = [], 0
+    while start < len(members):
+        end = _run_end(graph, members, start, readers, outputs, limits)
+        runs.append(members[start:end])
+        start = end
+    return runs
+
+
+def _run_end(graph, members, start, readers, outputs, limits) -> int:
+    """The end of the longest run ``members[start:end]`` that fits, at least ``start + 1``.
+
+    A run's inputs and registers only grow as it grows (a member adds loads and steps, and
+    makes values live longer, never shorter), so the longest run within those two limits is
+    found by galloping and bisection; its outputs can fall as it grows (a value's last outside
+    reader joins it), so the run is then the longest prefix of that one whose outputs fit."""
+    def bounded(end: int) -> bool:
+        run = members[start:end]
+        inputs, attrs = _program(graph, run, _needed(run, readers, outputs))
+        return (len(inputs) <= limits.max_inputs
+                and registers_needed(attrs["code"]) <= limits.max_registers)
+
+    stop = len(members)
+    if bounded(stop):  # the rest fits whole, the common case: one program built
+        good = stop
+    elif not bounded(start + 1):
+        return start + 1
+    else:
+        good = _longest(bounded, start, stop)
+    counts = _outputs_by_length(members[start:good], readers, outputs)
+    return next((start + n for n in range(good - start, 1, -1)
+                 if counts[n - 1] <= limits.max_outputs), start + 1)
+
+
+def _longest(bounded, start: int, stop: int) -> int:
+    """The largest end in [start + 1, stop] with ``bounded(end)``, which holds at start + 1 and,
+    once false, stays false: runs of 2, 4, 8, ... members until one fails, then bisection."""
+    good, width = start + 1, 1
+    while good < stop:
+        probe = min(start + 2 * width, stop)
+        if not bounded(probe):
+            ends = range(good + 1, probe)
+            return good + bisect.bisect_left(ends, True, key=lambda end: not bounded(end))
+        good, width = probe, 2 * width
+    return good
+
+
+def _outputs_by_length(run, readers, outputs) -> list[int]:
+    """For each length n, how many values ``run[:n]`` stores (what ``_needed`` lists): those
+    the caller wants or someone outside the first n members reads."""
+    wanted = {v.id for v in outputs}
+    outside, count, counts = {}, 0, []
+    for node in run:
+        for v in node.inputs:
+            if v.id in outside:
+                outside[v.id] -= 1
+                count -= outside[v.id] == 0 and v.id not in wanted
+        out = node.outputs[0]
+        outside[out.id] = len(readers.get(out.id, ()))
+        count += outside[out.id] > 0 or out.id in wanted
+        counts.append(count)
+    return counts
+
+
 def fuse(graph, outputs, limits=None) -> PassResult:
+    """Fuse the graph's elementwise groups; with ``limits`` (a ``backend.FusionLimits``) every
+    fused node fits them, a group that would not being split (the report counts those split).
+
+    >>> fuse(g, [y], limits=mg.backend.get_backend("cpu").fusion).stats
+    {'groups': 1, 'fused': ['mul+add+relu']}
+    """
     groups, group_of = _group_nodes(graph)
     readers: dict[int, list] = {}
     for node in graph.nodes:
@@ -193,19 +303,33 @@ def fuse(graph, outputs, limits=None) -> PassResult:
         # group that grew after a value read from it; those groups go back to single nodes,
         # which always leaves a valid order, since the graph itself has no cycle.
         order, stuck = _items(graph, groups, group_of, dissolved=stuck)
-    builder, made = Builder(graph), []
+    builder, made, split = Builder(graph), [], 0
     for kind, nodes in order:
-        if kind == "node":
-            for node in nodes:
-                for old, new in zip(node.outputs, builder.copy(node)):
-                    builder.vars[old.id] = new
-            continue
-        needed = _needed(nodes, readers, outputs)
-        inputs, attrs = _program(graph, nodes, needed)
-        news = builder.add("fused_elementwise", [builder.var(v) for v in inputs], attrs,
-                           nodes[-1])
-        for old, new in zip(needed, news):
-            builder.vars[old.id] = new
-        made.append("+".join(n.op.name for n in nodes))
+        runs = [nodes] if kind == "node" else _split(graph, nodes, readers, outputs, limits)
+        split += len(runs) > 1
+        for run in runs:
+            if kind == "node" or len(run) == 1:
+                _copy(builder, run)
+            else:
+                made.append(_emit(builder, graph, run, readers, outputs))
     builder.carry_bindings()
-    return result(builder, outputs, bool(made), {"groups": len(made), "fused": made})
+    stats = {"groups": len(made), "fused": made}
+    if split:  # only then, so that the report of a graph that fits reads as it always has
+        stats["split"] = split
+    return result(builder, outputs, bool(made), stats)
+
+
+def _copy(builder, nodes) -> None:
+    for node in nodes:
+        for old, new in zip(node.outputs, builder.copy(node)):
+            builder.vars[old.id] = new
+
+
+def _emit(builder, graph, members, readers, outputs) -> str:
+    """One fused node for ``members``; returns what the report calls it."""
+    needed = _needed(members, readers, outputs)
+    inputs, attrs = _program(graph, members, needed)
+    news = builder.add("fused_elementwise", [builder.var(v) for v in inputs], attrs, members[-1])
+    for old, new in zip(needed, news):
+        builder.vars[old.id] = new
+    return "+".join(n.op.name for n in members)

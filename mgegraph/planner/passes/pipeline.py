@@ -35,7 +35,8 @@ PASSES: list[tuple[str, Callable[[Graph, list[Var]], PassResult], str]] = [
                        "before epilogue fusion looks at what follows the conv"),
     ("epilogue", epilogue, "bias add and relu after linear/conv2d run inside the GEMM "
                            "kernel, before elementwise fusion could claim them"),
-    ("fuse", fuse, "the remaining elementwise groups become one fused kernel each"),
+    ("fuse", fuse, "the remaining elementwise groups become one fused kernel each (split where "
+                   "one would not fit the backend's fused kernel)"),
     ("dce_final", dce, "remove the nodes that the passes above left unused"),
 ]
 

@@ -1,12 +1,15 @@
 """Elementwise fusion: the groups it forms (exact IR), results against the unfused graph, the
-register allocator, and training steps through fused updates."""
+register allocator, training steps through fused updates, and groups split to fit a backend's
+FusionLimits (the CPU kernel's 32 inputs, and small made-up limits)."""
 import numpy as np
 import pytest
 
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph import nn, optim
-from mgegraph.planner.passes.fuse import fuse
+from mgegraph._kernels.lowering.fused import allocate_registers
+from mgegraph.backend import FusionLimits, get_backend
+from mgegraph.planner.passes.fuse import fuse, registers_needed
 from mgegraph.testing import random_graph
 
 RNG = np.random.default_rng(0)
@@ -127,3 +130,138 @@ def test_training_steps_match_with_fused_updates():
     np.testing.assert_allclose(fused_losses, plain_losses, rtol=1e-5)
     for key in plain_state:
         np.testing.assert_allclose(fused_state[key], plain_state[key], rtol=1e-5, atol=1e-6)
+
+
+# -- what fits the backend's fused kernel -------------------------------------------------------
+CPU_LIMITS = get_backend("cpu").fusion
+
+
+def input_chain(n, size=64):
+    """x0 + x1 * x2 - x3 + ...: one elementwise group reading n inputs; its feeds."""
+    g = mg.Graph()
+    xs = [g.input(f"x{i}", (size,), "float32") for i in range(n)]
+    y = xs[0]
+    for i, x in enumerate(xs[1:]):
+        y = y + x if i % 3 == 0 else y * x if i % 3 == 1 else y - x
+    feeds = {f"x{i}": RNG.uniform(0.5, 1.5, size).astype(np.float32) for i in range(n)}
+    return g, y, feeds
+
+
+def fused_nodes(graph):
+    return [n for n in graph.nodes if n.op.name == "fused_elementwise"]
+
+
+def assert_fits(graph, limits):
+    for node in fused_nodes(graph):
+        assert len(node.inputs) <= limits.max_inputs
+        assert len(node.outputs) <= limits.max_outputs
+        assert registers_needed(node.attr["code"]) <= limits.max_registers
+        assert len(node.attr["shape"]) <= limits.max_dims
+
+
+def assert_bitwise(a, b):
+    assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+# Runs as long as the kernel allows: the first 31 steps read 32 inputs, each later run the run
+# before it and 31 more; the 33-input chain's last step is left alone, unfused.
+RUN_INPUTS = {33: [32], 100: [32, 32, 32, 7]}
+
+
+@pytest.mark.parametrize("n", [33, 100])
+def test_a_chain_of_more_inputs_than_the_kernel_holds_compiles_and_runs(n):
+    g, y, feeds = input_chain(n)
+    plan = mg.compile([y])
+    fused = [i for i in plan.instructions if i.op == "fused_elementwise"]
+    assert [len(i.inputs) for i in fused] == RUN_INPUTS[n]
+    assert_bitwise(plan.run(feeds)[0], mg.compile([y], optimize=0).run(feeds)[0])
+    r = fuse(g, [y], limits=CPU_LIMITS)
+    assert_fits(r.graph, CPU_LIMITS)
+    assert r.stats["split"] == 1
+    assert [len(node.inputs) for node in fused_nodes(r.graph)] == RUN_INPUTS[n]
+
+
+def test_without_limits_or_within_them_a_group_stays_whole():
+    g, y, _ = input_chain(33)
+    assert fuse(g, [y]).stats == {"groups": 1, "fused": ["+".join(["add", "mul", "sub"] * 11
+                                                                   )[:-len("+sub")]]}
+    g, y, _ = chain_graph(8)
+    assert fuse(g, [y], limits=CPU_LIMITS).stats == fuse(g, [y]).stats
+    assert str(fuse(g, [y], limits=CPU_LIMITS).graph) == str(fuse(g, [y]).graph)
+
+
+def test_a_group_is_split_at_the_input_limit():
+    g = mg.Graph()
+    x = [g.input(f"x{i}", (5,), "float32") for i in range(5)]
+    y = ((x[0] + x[1]) * x[2] + x[3]) * x[4]
+    small = FusionLimits(max_inputs=3, max_outputs=1, max_registers=8, max_dims=4)
+    r = fuse(g, [y], limits=small)
+    assert r.stats == {"groups": 2, "fused": ["add+mul", "add+mul"], "split": 1}
+    first, second = fused_nodes(r.graph)
+    assert [v.id for v in second.inputs][0] == first.outputs[0].id
+    assert_fits(r.graph, small)
+    feeds = {f"x{i}": RNG.standard_normal(5).astype(np.float32) for i in range(5)}
+    assert_bitwise(mg.compile(r.outputs, optimize=0).run(feeds)[0],
+                   mg.compile([y], optimize=0).run(feeds)[0])
+
+
+def test_a_group_is_split_at_the_output_limit():
+    g = mg.Graph()
+    x = g.input("x", (3, 5), "float32")
+    row = g.input("row", (5,), "float32")
+    h = F.sigmoid(x * row) + 1.0
+    y = F.square(h) - row
+    z = F.sum(h)                           # h is read outside the group: a second output
+    assert len(fuse(g, [y, z]).graph.nodes[-2].outputs) == 2
+    one = FusionLimits(max_inputs=8, max_outputs=1, max_registers=8, max_dims=4)
+    r = fuse(g, [y, z], limits=one)
+    assert r.stats["fused"] == ["mul+sigmoid+add", "square+sub"]
+    assert_fits(r.graph, one)
+
+
+def test_a_group_is_split_at_the_register_limit():
+    g = mg.Graph()
+    x, a, b = (g.input(k, (7,), "float32") for k in "xab")
+    y = (x * a + x * b) * (x - a)          # x, a and x * a live while b and x * b are made
+    code = fused_nodes(fuse(g, [y]).graph)[0].attr["code"]
+    assert registers_needed(code) == allocate_registers(code)[1] == 5
+    few = FusionLimits(max_inputs=8, max_outputs=2, max_registers=4, max_dims=4)
+    r = fuse(g, [y], limits=few)
+    assert r.stats["split"] == 1
+    assert_fits(r.graph, few)
+    feeds = {k: RNG.standard_normal(7).astype(np.float32) for k in "xab"}
+    assert_bitwise(mg.compile(r.outputs, optimize=0).run(feeds)[0],
+                   mg.compile([y], optimize=0).run(feeds)[0])
+
+
+def test_a_group_of_more_dims_than_the_kernel_takes_stays_unfused():
+    g = mg.Graph()
+    x = g.input("x", (2, 3, 4), "float32")
+    y = F.exp(x) * x + 1.0
+    r = fuse(g, [y], limits=FusionLimits(max_inputs=8, max_outputs=2, max_registers=8,
+                                         max_dims=2))
+    assert r.stats == {"groups": 0, "fused": [], "split": 1} and not r.changed
+
+
+LIMITS = [FusionLimits(3, 1, 8, 8), FusionLimits(2, 2, 3, 8), FusionLimits(4, 1, 2, 8),
+          FusionLimits(32, 32, 64, 8)]
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("limits", LIMITS, ids=lambda k: f"in{k.max_inputs}-out{k.max_outputs}"
+                                                        f"-reg{k.max_registers}")
+def test_random_dags_fit_small_limits_and_keep_their_results(seed, limits):
+    _, outputs, feeds = random_graph(seed)
+    r = fuse(outputs[0].graph, outputs, limits=limits)
+    assert_fits(r.graph, limits)
+    for a, b in zip(mg.compile(r.outputs, optimize=0).run(feeds),
+                    mg.compile(outputs, optimize=0).run(feeds)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_register_count_is_the_cpu_allocators(seed):
+    _, outputs, _ = random_graph(seed)
+    for node in fused_nodes(fuse(outputs[0].graph, outputs).graph):
+        code = node.attr["code"]
+        assert registers_needed(code) == allocate_registers(code)[1]
