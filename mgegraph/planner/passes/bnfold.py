@@ -11,6 +11,7 @@ The arithmetic differs from the batch-norm kernel's, so results agree to roundin
 """
 from __future__ import annotations
 
+from ... import functional as F
 from .rewrite import PassResult, rebuild, result, use_counts
 
 
@@ -23,8 +24,6 @@ def _foldable(node, uses) -> bool:
 
 
 def _folded(builder, bn):
-    from ... import functional as F
-
     conv = bn.inputs[0].node
     x, w = (builder.var(v) for v in conv.inputs[:2])
     gamma, beta, mean, var = (F.reshape(builder.var(v), (w.shape[0],)) for v in bn.inputs[1:])
