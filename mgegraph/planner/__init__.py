@@ -17,8 +17,8 @@ from .remat.remat_report import remat_svg, save_remat_picture
 
 verify = verify_plan  # the name mg.planner.verify has always had
 
-__all__ = ["ArenaError", "ArenaPlan", "MemoryOptions", "MemoryPlan", "Overwrite", "PRESETS",
-           "PlanError", "RematOptions", "Request", "STRATEGIES", "checking",
-           "memory_report", "memory_summary", "memory_svg", "save_memory_picture", "lower_bound",
-           "pipeline", "solve", "verify", "verify_graph", "verify_plan", "remat_svg",
-           "save_remat_picture"]
+__all__ = ["PRESETS", "STRATEGIES", "ArenaError", "ArenaPlan", "MemoryOptions", "MemoryPlan",
+           "Overwrite", "PlanError", "RematOptions", "Request", "checking", "lower_bound",
+           "memory_report", "memory_summary", "memory_svg", "pipeline", "remat_svg",
+           "save_memory_picture", "save_remat_picture", "solve", "verify", "verify_graph",
+           "verify_plan"]

@@ -37,7 +37,7 @@ from .arena_check import (ArenaError, ArenaPlan, Overwrite, Request, dump, fores
 from .arena_place import arena_size, normalise
 from .arena_search import STRATEGIES, Strategy, run_strategies, solve_best
 
-__all__ = ["ArenaError", "ArenaPlan", "Overwrite", "Request", "STRATEGIES", "Strategy", "dump",
+__all__ = ["STRATEGIES", "ArenaError", "ArenaPlan", "Overwrite", "Request", "Strategy", "dump",
            "load", "lower_bound", "solve", "verify_arena"]
 
 

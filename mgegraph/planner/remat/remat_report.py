@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 
-from .remat_search import smallest_peak, within_budget
 from ..memory.report import human, memory_svg
+from .remat_search import smallest_peak, within_budget
 
 FORMATS = ("text", "json")
 CURVE_FRACTIONS = (1.0, 0.75, 0.5, 0.35, 0.25, 0.15)  # budgets, as fractions of the plain arena

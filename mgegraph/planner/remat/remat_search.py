@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from ...ir.errors import GraphError
 from ..memory.plan import place, schedule
+from ..memory.report import human
 from .remat import (
     Rematerialized,
     RematOptions,
@@ -37,7 +38,6 @@ from .remat import (
     rematerialize,
     root,
 )
-from ..memory.report import human
 
 # Segment limits tried: from the largest crossing buffer to all of them, each GRID_STEP times
 # the last, or coarser so that at most GRID_POINTS are tried (each candidate is planned, and a

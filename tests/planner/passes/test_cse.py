@@ -6,7 +6,8 @@ import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph.planner.passes.cse import CONST_MERGE_BYTES, cse
 from mgegraph.planner.passes.verify import verify_graph
-from mgegraph.testing import assert_same_results as same_results, random_graph
+from mgegraph.testing import assert_same_results as same_results
+from mgegraph.testing import random_graph
 
 
 def test_equal_nodes_merge_and_chains_follow():

@@ -5,9 +5,10 @@ import pytest
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph.planner.passes.dce import dce
-from mgegraph.planner.passes.verify import verify_graph
 from mgegraph.planner.passes.rewrite import rebuild
-from mgegraph.testing import assert_same_results as same_results, random_graph
+from mgegraph.planner.passes.verify import verify_graph
+from mgegraph.testing import assert_same_results as same_results
+from mgegraph.testing import random_graph
 
 
 def test_dead_nodes_and_unused_sources_go():

@@ -7,7 +7,8 @@ import mgegraph.functional as F
 from mgegraph.compiler import evaluator
 from mgegraph.planner.passes.fold import fold as fold_pass
 from mgegraph.planner.passes.verify import verify_graph
-from mgegraph.testing import assert_same_results as same_results, random_graph
+from mgegraph.testing import assert_same_results as same_results
+from mgegraph.testing import random_graph
 
 
 def fold(graph, outputs, **kw):

@@ -6,15 +6,16 @@ import pytest
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph import nn, optim
+from mgegraph.compiler import evaluator
 from mgegraph.ir.graph import Graph
 from mgegraph.ir.types import tensor_type
 from mgegraph.planner.passes import pipeline
-from mgegraph.compiler import evaluator
 from mgegraph.planner.passes.pipeline import LEVELS, PASSES, PassError, passes_report
 from mgegraph.planner.passes.pipeline import optimize as optimize_pass
 from mgegraph.planner.passes.rewrite import PassResult, rebuild
 from mgegraph.planner.passes.verify import verify_graph
-from mgegraph.testing import assert_same_results as same_results, random_graph
+from mgegraph.testing import assert_same_results as same_results
+from mgegraph.testing import random_graph
 
 
 def optimize(graph, outputs, *args, **kw):

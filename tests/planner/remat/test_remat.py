@@ -8,6 +8,7 @@ import pytest
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph import nn, optim
+from mgegraph.planner import PlanError
 from mgegraph.planner.remat.remat import (
     RematOptions,
     recomputations,
@@ -16,7 +17,6 @@ from mgegraph.planner.remat.remat import (
     rematerialize,
     split,
 )
-from mgegraph.planner import PlanError
 from mgegraph.testing import random_graph
 
 
