@@ -12,7 +12,8 @@ from one loop over a run-time op code: the compiler then sees a plain loop over 
 expression, which it vectorises (selects become blends, no call is left), and nothing depends on
 it folding a chain of op-code tests.
 
->>> text = render(table)  # doctest: +SKIP
+>>> write(elementwise_table, Path("mgegraph/_kernels"))  # doctest: +SKIP
+True
 """
 from __future__ import annotations
 
@@ -68,13 +69,15 @@ def _scalar_function(table, op) -> list[str]:
         f"        return {cython_expression(table, op, op.int_expr, ctype)}", ""]
 
 
-def _wrap(names, width=96) -> list[str]:
-    lines, line = [], "   "
-    for name in names:
-        if len(line) + len(name) + 2 > width:
+def _wrap(items, indent=4, end=",") -> list[str]:
+    """``items`` comma-separated on lines of at most 100 columns, ``end`` after the last."""
+    lines, line = [], " " * (indent - 1)
+    for k, item in enumerate(items):
+        text = f" {item}" + ("," if k < len(items) - 1 else end)
+        if len(line) + len(text) > 100:
             lines.append(line)
-            line = "   "
-        line += f" {name},"
+            line = " " * (indent - 1)
+        line += text
     return lines + [line]
 
 
@@ -102,9 +105,10 @@ def _binary_case(op, target="d[e]") -> list[str]:
             + ["        return True"])
 
 
-def _run_function(signature: str, doc: str, ops, case, ctype: str) -> list[str]:
-    lines = [f"cdef inline bint {signature} noexcept nogil:", f"    # {doc}",
-             "    cdef Py_ssize_t e"]
+def _run_function(name: str, args: str, doc: str, ops, case, ctype: str) -> list[str]:
+    lines = [f"cdef inline bint {name}(",
+             *_wrap(args.split(", "), indent=8, end=") noexcept nogil:"),
+             f"    # {doc}", "    cdef Py_ssize_t e"]
     if case is _binary_case:
         lines.append(f"    cdef {ctype} v  # the broadcast operand")
     general = [op for op in ops if op_type(op) != "floating"]
@@ -139,10 +143,10 @@ def _n_params(table) -> list[str]:
 
 
 def _opcodes(table) -> list[str]:
-    items = ", ".join(f'"{op.name}": {enum_name(op.name)}' for op in table.OPS)
+    items = [f'"{op.name}": {enum_name(op.name)}' for op in table.OPS]
     return ["cdef inline dict ew_opcodes():",
             "    # name -> op code, which the modules export as OPCODES for their lowerings",
-            f"    return {{{items}}}", ""]
+            "    return {", *_wrap(items, indent=8), "    }", ""]
 
 
 def helpers_defined(scalar_pxd: str) -> set[str]:
@@ -169,20 +173,19 @@ def render(table, scalar_pxd: str) -> str:
     lines += ["", "# -- one scalar function per op " + "-" * 68]
     for op in table.OPS:
         lines += _scalar_function(table, op)
-    lines += ["", "# -- one op over a row: d[e] = op(a[e * sa], ...) for e < n; False for an "
-              "unknown op code " + "-" * 4]
+    lines += ["", "# -- one op over a row: d[e] = op(a[e * sa], ...); False for an unknown op"]
     lines += _run_function(
-        "ew_unary_run(int op, num_t* d, const num_t* a, Py_ssize_t sa, num_t p, num_t q, "
-        "Py_ssize_t n)", "unary ops; p and q are the op's parameters", unary, _unary_case,
+        "ew_unary_run", "int op, num_t* d, const num_t* a, Py_ssize_t sa, num_t p, num_t q, "
+        "Py_ssize_t n", "unary ops; p and q are the op's parameters", unary, _unary_case,
         "num_t")
     lines += _run_function(
-        "ew_binary_run(int op, num_t* d, const num_t* a, Py_ssize_t sa, const num_t* b, "
-        "Py_ssize_t sb, Py_ssize_t n)",
+        "ew_binary_run", "int op, num_t* d, const num_t* a, Py_ssize_t sa, const num_t* b, "
+        "Py_ssize_t sb, Py_ssize_t n",
         "binary ops and comparisons (1 or 0); a stride 0 broadcasts one value", binary,
         _binary_case, "num_t")
     lines += _run_function(
-        "ew_compare_run(int op, uint8_t* d, const any_t* a, Py_ssize_t sa, const any_t* b, "
-        "Py_ssize_t sb, Py_ssize_t n)", "comparisons into bools", compare, _binary_case,
+        "ew_compare_run", "int op, uint8_t* d, const any_t* a, Py_ssize_t sa, const any_t* b, "
+        "Py_ssize_t sb, Py_ssize_t n", "comparisons into bools", compare, _binary_case,
         "any_t")
     return "\n".join(lines).rstrip() + "\n"
 

@@ -97,10 +97,6 @@ class Elementwise:
     def arity(self) -> int:
         return 1 if self.kind == "unary" else 2
 
-    def expr_for(self, dtype) -> str:
-        """The expression that defines the op for ``dtype``."""
-        return self.int_expr if self.int_expr and np.dtype(dtype).kind in "iu" else self.expr
-
 
 # -- NumPy references (float64 in, the op's value out) --------------------------------------------
 def _erf(x):
@@ -161,7 +157,7 @@ def _binary(name, expr, numpy, dtypes=NUMERIC, flops=1.0, grad=None, **kw):
 
 
 def _compare(name, expr, numpy):
-    return Elementwise(name, "compare", expr, numpy, ALL, 1.0, fusable=False, public=True)
+    return Elementwise(name, "compare", expr, numpy, ALL, 1.0, fusable=False)
 
 
 # Order matters twice: an op may call only ops above it, and the CPU's op codes follow it

@@ -59,7 +59,7 @@ def fused(name, arrays):
     y = _node(g, name, xs)
     plan = mg.compile([y, _node(g, "neg", [y])], optimize=["fuse"])
     assert "fused_elementwise" in str(plan)
-    out, negated = plan.run(_feeds(arrays))
+    out, _ = plan.run(_feeds(arrays))
     return out
 
 

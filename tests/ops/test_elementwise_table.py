@@ -2,6 +2,7 @@
 that renders it (ew_ops.pxd) in step with it."""
 import shutil
 import subprocess
+import types
 from pathlib import Path
 
 import numpy as np
@@ -72,7 +73,7 @@ def test_the_expressions_are_c():
     if cc is None:
         pytest.skip("no C compiler")
     done = subprocess.run([cc, "-std=c11", "-fsyntax-only", "-Werror", "-x", "c", "-"],
-                          input=c_source(), capture_output=True, text=True)
+                          input=c_source(), capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
 
 
@@ -80,15 +81,13 @@ def test_the_built_kernels_follow_the_table():
     # ew_ops.pxd as built is what the table renders to now, and both kernel modules carry its
     # op codes (a stale build is refused when the backend loads)
     rendered = ew_codegen.render(TABLE, (KERNELS / "scalar.pxd").read_text())
-    assert (KERNELS / "ew_ops.pxd").read_text() == rendered
+    assert (KERNELS / "ew_ops.pxd").read_text() == rendered, "the table changed: rebuild"
     check_build(elementwise)
     check_build(fused, extra=("load", "const", "store", "where"))
 
 
 def test_a_stale_build_is_refused():
-    class Stale:
-        __name__ = "stale"
-        OPCODES = {**elementwise.OPCODES, "exp": elementwise.OPCODES["log"]}
-
+    stale = types.SimpleNamespace(__name__="stale", OPCODES={
+        **elementwise.OPCODES, "exp": elementwise.OPCODES["log"]})
     with pytest.raises(ImportError, match="another elementwise table"):
-        check_build(Stale)
+        check_build(stale)
