@@ -14,10 +14,10 @@
 from libc.stdint cimport int32_t, int64_t, uint8_t
 
 from .dtypes cimport any_t, num_t
-from .abi cimport Call, KERNEL_OK, KERNEL_UNSUPPORTED, kernel_fn, kernel_address
+from .abi cimport Call, KERNEL_OK, KERNEL_UNSUPPORTED, kernel_address
 from .nditer cimport Odometer, odometer_init, odometer_next, count_rows
-from .ew_ops cimport (EW_FIRST_BINARY, EW_FIRST_COMPARE, EW_COUNT, ew_opcodes, ew_unary_run,
-                      ew_binary_run, ew_compare_run)
+from .ew_ops cimport (EW_FIRST_BINARY, EW_FIRST_COMPARE, EW_COUNT, ew_opcodes, ew_n_params,
+                      ew_unary_run, ew_binary_run, ew_compare_run)
 
 # a second fused type over every dtype, so cast can vary source and destination independently
 ctypedef fused dst_t:
@@ -37,11 +37,14 @@ cdef inline int unary_impl(const num_t* x, num_t* y, const Call* c) noexcept nog
     cdef Py_ssize_t inner = shape[ndim - 1] if ndim > 0 else 1
     cdef Py_ssize_t s = c.ints[2 + 2 * ndim - 1] if ndim > 0 else 1
     cdef Py_ssize_t rows = count_rows(ndim, shape), r
-    # the executor leaves two float slots even for ops without parameters
-    cdef num_t p = <num_t>c.floats[0], q = <num_t>c.floats[1]
+    cdef num_t p = 0, q = 0
     cdef Odometer o
     if op < 0 or op >= EW_FIRST_BINARY:
         return KERNEL_UNSUPPORTED
+    if ew_n_params(op) > 0:  # in the data's dtype, as the fused kernel takes them
+        p = <num_t>c.floats[0]
+    if ew_n_params(op) > 1:
+        q = <num_t>c.floats[1]
     odometer_init(&o, ndim, shape, c.ints + 2 + ndim, 1)
     for r in range(rows):
         if not ew_unary_run(op, y, x + o.offset[0], s, p, q, inner):
