@@ -23,15 +23,6 @@ CHEAP_FLOPS_PER_ELEMENT = 16.0
 
 
 @dataclass(frozen=True)
-class Launch:
-    """How one node calls its kernel: integer and float parameters, and workspace bytes."""
-
-    ints: tuple[int, ...] = ()
-    floats: tuple[float, ...] = ()
-    workspace: int = 0
-
-
-@dataclass(frozen=True)
 class Remake:
     """How rematerialisation recomputes some outputs of a node more cheaply than by running it
     again: op ``op`` with ``attrs`` on ``inputs`` (Vars of the node's graph: its inputs, or its
@@ -47,19 +38,16 @@ class Remake:
 
 @dataclass(frozen=True)
 class OpDef:
-    """One op. ``infer`` maps (input types, attrs) to output types and raises ValueError or
-    TypeError with a reason; ``lower`` maps a node to its kernel Launch; the CPU kernel for a
-    node is ``f"{kernel}_{dtype short name}"`` looked up in the kernel modules at import time.
+    """What one op means, whatever device runs it. ``infer`` maps (input types, attrs) to
+    output types and raises ValueError or TypeError with a reason. How a device runs the op
+    (its kernel, the dtypes the kernel implements, the lowering to a parameter block) is that
+    device's backend's: ``mgegraph.backend``; the CPU's in ``mgegraph/_kernels/lowering/``.
     """
 
     name: str
     category: str
     infer: Callable[[tuple[TensorType, ...], dict], tuple[TensorType, ...]]
     attrs: Mapping[str, object] = field(default_factory=dict)
-    kernel: str | None = None          # CPU kernel family; None for sources and views
-    dtypes: tuple[np.dtype, ...] = ALL_DTYPES  # dtypes the kernel family implements
-    lower: Callable | None = None      # Node -> Launch
-    dispatch_input: int = 0            # which input's dtype picks the kernel (-1: first output)
     # output 0 may overwrite a dying input: any input of its shape and element size for an
     # elementwise op (whose every output may), input 0 for others (their kernels read an
     # element before writing it)
@@ -112,10 +100,6 @@ class OpDef:
         elements = max(sum(v.size for v in node.outputs), 1)
         return self.cost(node) <= CHEAP_FLOPS_PER_ELEMENT * elements
 
-    def dispatch_dtype(self, node) -> np.dtype:
-        if self.dispatch_input >= 0 and node.inputs:
-            return node.inputs[self.dispatch_input].dtype
-        return node.outputs[0].dtype
 
 
 def whole_input(node) -> int:

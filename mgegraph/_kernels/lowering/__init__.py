@@ -5,26 +5,11 @@ One module per kernel module; each has ``implement(table)``, which registers its
 """
 from __future__ import annotations
 
-import importlib
+from . import conv, elementwise, fused, matmul, movement, nn, pool, reduce
 
-FAMILIES = ("elementwise", "reduce", "nn", "matmul", "conv", "pool", "movement", "fused")
+FAMILIES = (elementwise, reduce, nn, matmul, conv, pool, movement, fused)
 
 
 def implement_all(table) -> None:
     for family in FAMILIES:
-        try:
-            module = importlib.import_module(f"{__name__}.{family}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{family}":
-                raise
-            continue
-        module.implement(table)
-    _implement_legacy(table)
-
-
-def _implement_legacy(table) -> None:
-    # NOTE: transitional, while ops still carry CPU fields; removed once every family moved.
-    from ...ops import all_ops
-    for op in all_ops().values():
-        if getattr(op, "kernel", None) is not None and op.name not in table.impls:
-            table.implement(op.name, op.kernel, op.dtypes, op.lower, op.dispatch_input)
+        family.implement(table)
