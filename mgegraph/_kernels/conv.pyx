@@ -23,6 +23,7 @@ from cython cimport floating
 
 from .abi cimport Call, KERNEL_OK, kernel_fn, kernel_address
 from .params cimport fields_of
+from .window cimport ceil_div, clamp
 from .blas cimport gemm, gemm_strided
 from .ew_ops cimport ew_relu
 
@@ -42,13 +43,6 @@ CONV_FIELDS = fields_of(_conv, sizeof(Conv))
 
 
 # -- im2col and its adjoint -----------------------------------------------------------------------
-cdef inline Py_ssize_t ceil_div(Py_ssize_t a, Py_ssize_t d) noexcept nogil:
-    # d > 0; C division truncates, which is a floor only for a >= 0
-    return (a + d - 1) // d if a > 0 else -((-a) // d)
-
-
-cdef inline Py_ssize_t clamp(Py_ssize_t v, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    return lo if v < lo else (hi if v > hi else v)
 
 
 cdef inline void inside(Py_ssize_t off, const Conv* s, Py_ssize_t* lo,

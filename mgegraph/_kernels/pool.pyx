@@ -15,6 +15,7 @@ from cython cimport floating
 
 from .abi cimport Call, KERNEL_OK, kernel_fn, kernel_address
 from .params cimport fields_of
+from .window cimport ceil_div, clamp
 
 ctypedef struct Pool:
     Py_ssize_t mode, planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw
@@ -31,13 +32,6 @@ cdef Pool _pool
 POOL_FIELDS = fields_of(_pool, sizeof(Pool))
 
 
-cdef inline Py_ssize_t ceil_div(Py_ssize_t a, Py_ssize_t d) noexcept nogil:
-    # d > 0; C division truncates, which is a floor only for a >= 0
-    return (a + d - 1) // d if a > 0 else -((-a) // d)
-
-
-cdef inline Py_ssize_t clamp(Py_ssize_t v, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    return lo if v < lo else (hi if v > hi else v)
 
 
 # Design: every pooling kernel walks one output row at a time. The columns whose windows lie wholly

@@ -20,6 +20,15 @@ def test_the_table_is_well_formed():
     assert set(TABLE.UNARY) | set(TABLE.BINARY) | set(TABLE.COMPARE) == set(TABLE.BY_NAME)
 
 
+def test_the_tables_dtype_sets_are_the_registrys():
+    # the table keeps its own (it is loaded alone by setup.py, importing only NumPy): the same
+    # sets the IR and the registry use everywhere else
+    from mgegraph.ir.types import FLOAT_DTYPES
+    from mgegraph.ops.registry import ALL_DTYPES, NUMERIC_DTYPES
+
+    assert (TABLE.FLOAT, TABLE.NUMERIC, TABLE.ALL) == (FLOAT_DTYPES, NUMERIC_DTYPES, ALL_DTYPES)
+
+
 def entry(expr, **kw):
     return TABLE.Elementwise("probe", kw.pop("kind", "unary"), expr, np.negative, **kw)
 
