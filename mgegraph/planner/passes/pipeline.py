@@ -72,8 +72,9 @@ def optimize(graph: Graph, outputs, passes_or_level=1, check: bool = False, dump
 
     ``check`` verifies the IR after each pass; ``dump(pass name, graph)`` is called after each.
     What the target device contributes: ``evaluate(outputs) -> arrays`` computes the values
-    constant folding folds (without it, fold is skipped), and ``fusion`` (a
-    ``backend.FusionLimits``) bounds the groups fuse makes.
+    constant folding folds, and ``fusion`` (the backend's ``FusionLimits``) bounds the groups
+    fuse makes; without one, its pass is skipped (a device with no fused kernel gets no
+    fused nodes) and the report says so.
 
     >>> g2, outs, report = optimize(g, [y], check=True); print(passes_report(report))
     """
@@ -82,7 +83,12 @@ def optimize(graph: Graph, outputs, passes_or_level=1, check: bool = False, dump
         _run_checked("(input)", lambda: verify_graph(graph))
     report = []
     target = {"fold": {"evaluate": evaluate}, "fuse": {"limits": fusion}}
+    needs = {"fold": evaluate, "fuse": fusion}
     for name, fn, _ in _select(passes_or_level):
+        if name in needs and needs[name] is None:
+            report.append((name, {"skipped": "the target gives no " + (
+                "evaluator" if name == "fold" else "fused kernel")}))
+            continue
         res = _run_checked(name, lambda: fn(graph, outputs, **target.get(name, {})))
         if check:
             _run_checked(name, lambda: verify_graph(res.graph))

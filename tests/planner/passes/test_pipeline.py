@@ -6,6 +6,7 @@ import pytest
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph import nn, optim
+from mgegraph.backend import get_backend
 from mgegraph.compiler import evaluator
 from mgegraph.ir.graph import Graph
 from mgegraph.ir.types import tensor_type
@@ -19,8 +20,10 @@ from mgegraph.testing import random_graph
 
 
 def optimize(graph, outputs, *args, **kw):
-    """The pipeline as mg.compile runs it on the CPU: fold evaluates there."""
-    return optimize_pass(graph, outputs, *args, evaluate=evaluator("cpu"), **kw)
+    """The pipeline as mg.compile runs it on the CPU: fold evaluates there, fuse within the
+    fused kernel's limits."""
+    return optimize_pass(graph, outputs, *args, evaluate=evaluator("cpu"),
+                         fusion=get_backend("cpu").fusion, **kw)
 
 
 def small_graph():
@@ -185,3 +188,13 @@ def test_an_optimised_training_step_trains_bitwise_alike(opt_kind):
     assert not np.array_equal(want_state["layers.0.weight"], _train_graph(opt_kind)[2]
                               .state_dict()["layers.0.weight"])
     assert dict(report)["cse"]["merged"] > 0
+
+
+def test_passes_the_target_cannot_serve_are_skipped_and_reported():
+    # a device with no fused kernel (fusion=None) gets no fused nodes; without an evaluator
+    # nothing is folded
+    g, y = small_graph()
+    new, _, report = optimize_pass(g, [y], ["fold", "fuse"])
+    assert [n.op.name for n in new.nodes] == [n.op.name for n in g.nodes]
+    assert dict(report) == {"fold": {"skipped": "the target gives no evaluator"},
+                            "fuse": {"skipped": "the target gives no fused kernel"}}
