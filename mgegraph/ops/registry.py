@@ -8,7 +8,7 @@ import numpy as np
 
 from ..ir.errors import GraphError, OpError
 from ..ir.graph import install
-from ..ir.types import FLOAT_DTYPES, SUPPORTED, TensorType
+from ..ir.types import FLOAT_DTYPES, SUPPORTED, TensorType  # noqa: F401  (FLOAT_DTYPES: re-exported)
 
 REQUIRED = object()  # marks an attribute without a default
 ALL_DTYPES = tuple(SUPPORTED)

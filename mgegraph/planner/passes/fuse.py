@@ -29,18 +29,17 @@ from __future__ import annotations
 import bisect
 import heapq
 
+from ...ir.types import FLOAT_DTYPES
 from ...ops.fused import FUSABLE_OPS
 from ...ops.fused_program import reads, steps
 from .rewrite import Builder, PassResult, result
-
-FLOAT = ("float32", "float64")
 
 
 def _fusable(node) -> bool:
     if node.op.name not in FUSABLE_OPS or len(node.outputs) != 1:
         return False
     out = node.outputs[0]
-    return str(out.dtype) in FLOAT and all(v.dtype == out.dtype for v in node.inputs)
+    return out.dtype in FLOAT_DTYPES and all(v.dtype == out.dtype for v in node.inputs)
 
 
 class _Groups:
