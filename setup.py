@@ -6,6 +6,8 @@ kernels cimport (see mgegraph/_kernels/ew_codegen.py).
 
 Set MGEGRAPH_DEBUG_KERNELS=1 at build time to compile with bounds checks and -O0 -g, and
 MGEGRAPH_BUILD_ONLY=name,name to rebuild only those kernel modules while developing them.
+MGEGRAPH_ASAN=1 compiles and links them with AddressSanitizer (-fsanitize=address -O1 -g); the
+result loads only with libasan preloaded: .ci/asan builds and tests such a build in a clone.
 """
 import importlib.util
 import os
@@ -19,6 +21,10 @@ from setuptools import Extension, setup
 DEBUG = os.environ.get("MGEGRAPH_DEBUG_KERNELS") == "1"
 COMPILE_ARGS = ["-O0", "-g"] if DEBUG else ["-O3", "-fno-math-errno", "-fno-trapping-math",
                                            "-finline-limit=5000"]
+ASAN = os.environ.get("MGEGRAPH_ASAN") == "1"
+ASAN_ARGS = ["-fsanitize=address", "-fno-omit-frame-pointer", "-O1", "-g"] if ASAN else []
+# (the last -O wins, so ASan's -O1 after the -O3 above: fast enough, and exact line numbers)
+COMPILE_ARGS = COMPILE_ARGS + ASAN_ARGS
 
 ONLY = set(filter(None, os.environ.get("MGEGRAPH_BUILD_ONLY", "").split(",")))
 KERNELS = Path("mgegraph/_kernels")
@@ -79,7 +85,7 @@ extensions = [
     Extension(f"mgegraph._kernels.{path.stem}", [str(path)],
               extra_compile_args=COMPILE_ARGS + (["-fopenmp"] if path.stem in OPENMP else [])
               + TARGET.get(path.stem, []),
-              extra_link_args=["-fopenmp"] if path.stem in OPENMP else [])
+              extra_link_args=(["-fopenmp"] if path.stem in OPENMP else []) + ASAN_ARGS[:1])
     for path in sorted(KERNELS.glob("*.pyx"))
     if (not ONLY or path.stem in ONLY) and (path.stem in FUSED_BUILDS
                                             or not path.stem.startswith("fused"))
