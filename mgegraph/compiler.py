@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from .backend import get_backend
 from .ir.errors import GraphError
 from .ir.graph import Graph, Var
@@ -88,17 +90,63 @@ def _remat_plan(graph: Graph, outputs, backend, options, remat) -> Plan:
 
 
 def _before_updates(graph: Graph, outputs) -> tuple[Graph, list]:
-    """Outputs that the passes reduced to a param an assign updates (``w + 0`` -> ``w``) are
-    copied, so they still give the value the run began with, not the updated one. The copies
-    go into a rebuilt graph: the caller's (``optimize=0`` passes it through) stays as it was."""
-    assigned = {node.inputs[0].id for node in graph.assigns}
-    if not any(v.id in assigned for v in outputs):
+    """Outputs that are a param an assign updates, or a view of one (``F.reshape(w)``, a
+    contiguous slice, or ``w + 0`` that the passes reduced to ``w``), are copied, so they
+    still give the value the run began with, not the updated one: the caller reads them
+    after the run, when the assigns have written. The copies go into a rebuilt graph: the
+    caller's (``optimize=0`` passes it through) stays as it was. Shared params whose arrays
+    overlap, one of them assigned, are refused (an update of one would change the other
+    during the run)."""
+    _check_one_assign_each(graph)
+    _check_shared_overlap(graph)
+    if not any(_assigned_root(graph, v) for v in outputs):
         return graph, outputs
     from .ops.builder import apply
     builder = rebuild(graph)
     outputs = [builder.var(v) for v in outputs]
-    new_assigned = {node.inputs[0].id for node in builder.graph.assigns}
-    return builder.graph, [apply("copy", (v,)) if v.id in new_assigned else v for v in outputs]
+    new = builder.graph
+    return new, [apply("copy", (v,)) if _assigned_root(new, v) else v for v in outputs]
+
+
+def _view_root(v: Var) -> Var:
+    """The var whose bytes ``v`` is, through the view ops lowering makes no copy for."""
+    while v.node is not None and v.node.op.category != "source" and v.node.inputs:
+        if v.node.op.view_offset(v.node) is None:
+            break
+        v = v.node.inputs[0]
+    return v
+
+
+def _assigned_root(graph: Graph, v: Var) -> bool:
+    return _view_root(v).id in {node.inputs[0].id for node in graph.assigns}
+
+
+def _check_one_assign_each(graph: Graph) -> None:
+    """A GraphError for a param assigned twice: which write a run keeps would be an accident."""
+    first: dict[int, object] = {}
+    for node in graph.assigns:
+        target = node.inputs[0]
+        if target.id in first:
+            raise GraphError(
+                f"param {target.node.attr['name']!r} is assigned twice (at "
+                f"{first[target.id].location} and at {node.location}); assign it once with "
+                "the final value")
+        first[target.id] = node
+
+
+def _check_shared_overlap(graph: Graph) -> None:
+    """A GraphError when an assigned param's shared array overlaps another shared param's."""
+    assigned = {node.inputs[0].id for node in graph.assigns}
+    shared = [(name, var) for name, var in graph.params.items() if var.id in graph.shared]
+    for i, (name, var) in enumerate(shared):
+        for other, ovar in shared[i + 1:]:
+            if (var.id in assigned or ovar.id in assigned) and np.shares_memory(
+                    graph.values[var.id], graph.values[ovar.id]):
+                raise GraphError(
+                    f"params {name!r} and {other!r} share memory (share=True on one array or "
+                    f"on overlapping views of it) and {name if var.id in assigned else other!r}"
+                    " is assigned: an update of one would change the other during the run; "
+                    "give each its own array")
 
 
 def plan_of(lowered: Lowered, options, scheduled=None, memory=None) -> Plan:

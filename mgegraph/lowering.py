@@ -32,8 +32,8 @@ def _assigns_written_in_place(nodes, outputs) -> dict[int, Var]:
 
     That holds when the value is made by an in-place op (which reads each element before
     writing it; with several outputs, only an elementwise one, such as a fused update), is
-    used by nothing but the assign, and every other read of the param comes
-    earlier in the schedule; the copy of the assign is then saved.
+    used by nothing but the assign, and every other read of the param or of a view of it
+    (a reshape, a slice) comes earlier in the schedule; the copy of the assign is then saved.
     """
     position = {id(n): i for i, n in enumerate(nodes)}
     uses: dict[int, list] = {}
@@ -41,6 +41,14 @@ def _assigns_written_in_place(nodes, outputs) -> dict[int, Var]:
         for v in n.inputs:
             uses.setdefault(v.id, []).append(n)
     output_ids = {v.id for v in outputs}
+    # a view (a reshape, a contiguous slice) is its input's bytes: reading it reads the param
+    root: dict[int, int] = {}
+    for n in nodes:
+        if n.op.category != "source" and n.inputs and n.op.view_offset(n) is not None:
+            root[n.outputs[0].id] = root.get(n.inputs[0].id, n.inputs[0].id)
+    aliases: dict[int, list] = {}
+    for vid, r in root.items():
+        aliases.setdefault(r, []).append(vid)
     chosen = {}
     for node in nodes:
         if node.op.name != "assign":
@@ -52,7 +60,12 @@ def _assigns_written_in_place(nodes, outputs) -> dict[int, Var]:
                 or value.id in output_ids
                 or target.id in output_ids or len(uses.get(value.id, ())) != 1):
             continue
-        others = [u for u in uses.get(target.id, ()) if u is not node and u is not producer]
+        views = aliases.get(target.id, [])
+        if any(v in output_ids for v in views) or any(v.id in views for v in producer.inputs):
+            continue
+        others = [u for vid in [target.id, *views] for u in uses.get(vid, ())
+                  if u is not node and u is not producer
+                  and not (u.outputs and u.outputs[0].id in root)]
         if all(position[id(u)] < position[id(producer)] for u in others):
             chosen[value.id] = target
     return chosen

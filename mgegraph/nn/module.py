@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.errors import GraphError
 from ..ir.graph import Arithmetic, Graph
 
 
@@ -12,12 +13,36 @@ class Parameter(Arithmetic):
     When a graph first uses it, the graph gets a param node that shares this array as its
     buffer, so every plan made from the module reads (and a training step updates) the same
     memory. ``trainable=False`` marks state such as batch-norm running statistics.
+
+    ``param.value = array`` before any graph used it takes a copy of ``array`` (any shape and
+    dtype); after, it copies ``array`` into the bound array in place, so every plan sharing it
+    reads the new values, and a different shape or dtype is a GraphError (the plans were
+    compiled for the old one: make a new Parameter and recompile).
     """
 
     def __init__(self, value, trainable: bool = True):
-        self.value = np.array(value, copy=True, order="C")
+        self._bound = False  # a graph shares self._value as a param's buffer
+        self._value = np.array(value, copy=True, order="C")
         self.trainable = trainable
         self.name: str | None = None  # the dotted name, set by the first named traversal
+
+    @property
+    def value(self) -> np.ndarray:
+        return self._value
+
+    @value.setter
+    def value(self, new) -> None:
+        if not self._bound:
+            self._value = np.array(new, copy=True, order="C")
+            return
+        new = np.asarray(new)
+        if new.shape != self._value.shape or new.dtype != self._value.dtype:
+            raise GraphError(
+                f"{self!r}: cannot set its value to {new.dtype}{list(new.shape)}: plans "
+                f"compiled from it read this {self.dtype}{list(self.shape)} array in place; "
+                "assign an array of the same shape and dtype, or make a new Parameter and "
+                "recompile")
+        np.copyto(self._value, new, casting="no")
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -34,7 +59,9 @@ class Parameter(Arithmetic):
         name = self.name or "param"
         while name in graph.params or name in graph.inputs:
             name += "_"
-        return graph.param(name, self.value, share=True)
+        var = graph.param(name, self._value, share=True)
+        self._bound = True
+        return var
 
     def __repr__(self) -> str:
         kind = "Parameter" if self.trainable else "Buffer"
