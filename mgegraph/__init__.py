@@ -2,7 +2,7 @@
 from . import ops  # noqa: F401  (registers every op)
 from . import functional  # noqa: F401
 from .autodiff import grad
-from .ir.errors import DispatchError, FeedError, GraphError, KernelError, OpError
+from .ir.errors import DispatchError, FeedError, GraphError, KernelError, NumericsError, OpError
 from .ir.graph import Graph, Node, Var
 from .ir.types import TensorType
 from .backend import devices, register_backend
@@ -12,5 +12,6 @@ from .train import DataLoader, compile_module, compile_train_step, fit
 from . import nn, optim, planner  # noqa: E402
 
 __all__ = ["devices", "register_backend", "grad", "compile_train_step", "compile_module", "DataLoader", "fit", "nn", "optim", "Graph", "Node", "Var", "TensorType", "Plan", "Role", "Slot", "Instruction", "compile",
-           "functional", "planner", "GraphError", "OpError", "FeedError", "KernelError", "DispatchError"]
+           "functional", "planner", "GraphError", "OpError", "FeedError", "KernelError", "NumericsError",
+           "DispatchError"]
 __version__ = "0.1.0"

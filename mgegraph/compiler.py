@@ -25,7 +25,8 @@ from .planner.remat.remat_report import RematReport
 from .planner.remat.remat_search import Judge, candidates, choose
 
 
-def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None) -> Plan:
+def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
+            check_numerics: bool = False) -> Plan:
     """Compile the graph that computes ``outputs`` into a Plan for ``device`` (one of
     ``mg.devices()``).
 
@@ -36,6 +37,9 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None) -
     each did. ``remat`` trades compute for memory in a training graph (the first output is the
     loss): None (off), "sqrt", "auto", a byte budget for the arena, or a
     ``mg.planner.RematOptions``; ``plan.remat_report()`` says what it kept and recomputed.
+    ``check_numerics=True`` makes every run check each instruction's float outputs and raise
+    ``mg.NumericsError`` at the first NaN or infinity, naming the instruction, its op and the
+    user's line (slower: the instructions run one by one; off, runs cost nothing more).
 
     >>> plan = compile([y]); (out,) = plan.run({"x": x_value})
     """
@@ -58,7 +62,7 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None) -
         plan = plan_of(lower(graph, outputs, backend), options)
     else:
         plan = _remat_plan(graph, outputs, backend, options, remat)
-    return replace(plan, passes=tuple(report))
+    return replace(plan, passes=tuple(report), check_numerics=bool(check_numerics))
 
 
 def evaluator(device: str):

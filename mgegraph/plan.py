@@ -92,6 +92,7 @@ class Plan:
     shared: frozenset[int] = frozenset()   # param slots whose value array is the buffer itself
     passes: tuple = ()                      # (pass name, what it did) of the graph passes run
     remat: object = None                    # remat.remat_report.RematReport, when remat= ran
+    check_numerics: bool = False            # runs stop at the first NaN/inf (NumericsError)
     # the backend's executable, made on first use: memory the plan owns, not part of its data
     _cache: dict = field(default_factory=dict, init=False, repr=False)
 
@@ -99,9 +100,9 @@ class Plan:
         if not isinstance(other, Plan):
             return NotImplemented
         return ((self.device, self.slots, self.instructions, self.feeds, self.outputs,
-                 self.memory, self.shared) == (other.device, other.slots, other.instructions,
-                                               other.feeds, other.outputs, other.memory,
-                                               other.shared)
+                 self.memory, self.shared, self.check_numerics)
+                == (other.device, other.slots, other.instructions, other.feeds, other.outputs,
+                    other.memory, other.shared, other.check_numerics)
                 and self.values.keys() == other.values.keys()
                 and all(np.array_equal(v, other.values[k], equal_nan=v.dtype.kind == "f")
                         for k, v in self.values.items()))
@@ -162,7 +163,7 @@ class Plan:
     # -- reading --------------------------------------------------------------------------
     def __str__(self) -> str:
         lines = [f"plan device={self.device}: {len(self.instructions)} instructions, "
-                 f"{len(self.slots)} slots"]
+                 f"{len(self.slots)} slots" + (", check_numerics" if self.check_numerics else "")]
         for s in self.slots:
             extra = f" {s.name}" if s.name else ""
             if s.alias is not None:

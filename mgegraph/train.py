@@ -41,13 +41,15 @@ METRICS = {"accuracy": accuracy}
 
 
 def compile_train_step(model, loss_fn, optimizer, example_batch, metrics=(),
-                       memory=None, optimize=1, remat=None, device="cpu") -> TrainStep:
+                       memory=None, optimize=1, remat=None, device="cpu",
+                       check_numerics=False) -> TrainStep:
     """Compile ``loss_fn(model(x), y)``, its gradients and ``optimizer``'s update into one plan.
 
     ``example_batch`` gives the shapes and dtypes of every batch; ``metrics`` names extra
     outputs computed in the same plan (``"accuracy"``); ``memory``, ``optimize``, ``remat``
-    (sublinear memory: "sqrt", "auto" or a byte budget) and ``device`` (one of
-    ``mg.devices()``) are passed to ``mg.compile``. The
+    (sublinear memory: "sqrt", "auto" or a byte budget), ``device`` (one of
+    ``mg.devices()``) and ``check_numerics`` (a NumericsError at the first NaN/inf any
+    instruction writes, before it reaches the weights) are passed to ``mg.compile``. The
     model's parameters are updated in place, so ``model.state_dict()`` and plans from
     ``compile_module`` see the trained weights.
 
@@ -66,7 +68,7 @@ def compile_train_step(model, loss_fn, optimizer, example_batch, metrics=(),
     optimizer.build(g, {id(p): dg for p, dg in zip(params, grads)})
     extra = [METRICS[m](out, y) for m in metrics]
     plan = compile([F.reshape(loss, ())] + extra, device=device, memory=memory,
-                   optimize=optimize, remat=remat)
+                   optimize=optimize, remat=remat, check_numerics=check_numerics)
     return TrainStep(plan, optimizer, tuple(metrics))
 
 
@@ -80,9 +82,10 @@ class Predictor:
 
 
 def compile_module(model, example_inputs, memory=None, optimize=1, remat=None,
-                   device="cpu") -> Predictor:
+                   device="cpu", check_numerics=False) -> Predictor:
     """Compile ``model(*inputs)`` for evaluation, reading the model's current weights;
-    ``memory``, ``optimize``, ``remat`` and ``device`` are passed to ``mg.compile`` (an
+    ``memory``, ``optimize``, ``remat``, ``device`` and ``check_numerics`` are passed to
+    ``mg.compile`` (an
     inference graph has no backward part, so remat finds nothing to recompute).
 
     Call ``model.eval()`` first for inference-form batch norm and dropout.
@@ -94,7 +97,7 @@ def compile_module(model, example_inputs, memory=None, optimize=1, remat=None,
     out = model(*xs)
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
     return Predictor(compile(outs, device=device, memory=memory, optimize=optimize,
-                             remat=remat))
+                             remat=remat, check_numerics=check_numerics))
 
 
 class DataLoader:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import FusionLimits, KernelTable
-from ..ir.errors import KernelError
+from ..ir.errors import KernelError, NumericsError
 from ..plan import check_feeds, dead_values, host_buffers
 from . import KERNEL_MODULES, fused, lowering
 from .runtime import KERNEL_STATUS, POISON_BYTES, POISON_FLOAT32, POISON_FLOAT64, Executor
@@ -83,13 +83,37 @@ class CpuExecutable:
         check_feeds(plan, feeds)
         for name, slot in plan.feeds.items():
             np.copyto(buffers[slot], feeds[name], casting="no")
-        failure = self.executor.run()
+        failure = self._run_checking_numerics() if plan.check_numerics else self.executor.run()
         if failure is not None:
             index, status = failure
             ins = plan.instructions[index]
             raise KernelError(f"{ins.op} (kernel {ins.kernel}, node made at {ins.location}): "
                               f"{KERNEL_STATUS.get(status, f'status {status}')}")
         return [buffers[s].copy() for s in plan.outputs]
+
+    def _run_checking_numerics(self):
+        """``executor.run()`` one instruction at a time (a plan compiled with
+        ``check_numerics=True``): a NumericsError at the first float output holding a NaN or
+        an infinity; a kernel's own failure is returned as (index, status), as ``run`` does."""
+        plan, buffers = self.plan, self.buffers
+        bad_feeds = [name for name, slot in plan.feeds.items()
+                     if buffers[slot].dtype.kind == "f" and not np.isfinite(buffers[slot]).all()]
+        for i, ins in enumerate(plan.instructions):
+            status = self.executor.run_one(i)
+            if status != 0:
+                return i, status
+            for s in ins.outputs:
+                out = buffers[s]
+                if out.dtype.kind != "f" or np.isfinite(out).all():
+                    continue
+                what = "NaN" if np.isnan(out).any() else "an infinity"
+                already = (f"; feed(s) {', '.join(map(repr, bad_feeds))} already held NaN/inf"
+                           if bad_feeds else "; every feed was finite")
+                raise NumericsError(
+                    f"instruction {i} ({ins.op}, kernel {ins.kernel}, node made at "
+                    f"{ins.location}) wrote {what} into its output s{s} "
+                    f"{plan.slots[s].type}{already}")
+        return None
 
 
 # NaN in float buffers; 0xFF bytes in the others (workspaces are bytes: NaN as floats too)

@@ -45,5 +45,11 @@ class KernelError(RuntimeError):
     """A kernel failed at run time (for example an index out of range)."""
 
 
+class NumericsError(KernelError):
+    """A plan compiled with ``check_numerics=True`` produced a NaN or an infinity: the message
+    names the first instruction that did (index, op, output slot, the user's line) and any feed
+    that was already non-finite."""
+
+
 class DispatchError(LookupError):
     """No kernel is registered for an (op, device, dtype)."""
