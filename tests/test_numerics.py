@@ -72,3 +72,26 @@ def test_compile_module_passes_check_numerics():
     predict = mg.compile_module(model, example_inputs=(np.ones((2, 3), np.float32),),
                                 check_numerics=True)
     assert predict.plan.check_numerics
+
+
+def test_an_infinity_is_reported_as_one():
+    g = mg.Graph()
+    x = g.input("x", (2,), np.float32)
+    plan = mg.compile([F.exp(x)], check_numerics=True)
+    with pytest.raises(mg.NumericsError, match="an infinity"):
+        plan.run({"x": np.array([0, 1000], np.float32)})
+
+
+@pytest.mark.parametrize("memory", [None, "debug"])
+def test_finite_runs_match_with_and_without_under_every_memory_preset(memory):
+    rng = np.random.default_rng(0)
+    g = mg.Graph()
+    x = g.input("x", (8, 16), np.float32)
+    w = g.param("w", rng.standard_normal((16, 16)).astype(np.float32))
+    h = F.relu(x @ w)
+    outs = [F.sum(F.tanh(h @ w) * h), F.mean(h)]
+    feeds = {"x": rng.standard_normal((8, 16)).astype(np.float32)}
+    on = mg.compile(outs, memory=memory, check_numerics=True).run(feeds)
+    off = mg.compile(outs, memory=memory).run(feeds)
+    for a, b in zip(on, off):
+        np.testing.assert_array_equal(a, b)

@@ -22,6 +22,21 @@ def _run(make_output, optimize=1):
 @pytest.mark.parametrize("optimize", [0, 1])
 @pytest.mark.parametrize("make, want", [
     (lambda w: F.reshape(w, (3, 2)), W0.reshape(3, 2)),
+    (lambda w: F.reshape(w, (3, 2)) * 2, W0.reshape(3, 2) * 2),
+    (lambda w: F.sum(w[1]), W0[1].sum()),
+])
+def test_reads_made_after_the_assign_see_the_value_before_it(make, want, optimize):
+    g = mg.Graph()
+    w = g.param("w", W0)
+    x = g.input("x", (2, 3), np.float32)
+    g.assign(w, w - x)  # w - x could be computed straight into w: not before these reads
+    out = make(w)
+    np.testing.assert_array_equal(mg.compile([out], optimize=optimize).run({"x": ONES})[0], want)
+
+
+@pytest.mark.parametrize("optimize", [0, 1])
+@pytest.mark.parametrize("make, want", [
+    (lambda w: F.reshape(w, (3, 2)), W0.reshape(3, 2)),
     (lambda w: F.flatten(w), W0.reshape(-1)),
     (lambda w: w[1], W0[1]),
     (lambda w: F.reshape(F.reshape(w, (6,)), (3, 2)), W0.reshape(3, 2)),
