@@ -20,6 +20,18 @@ def _run(make_output, optimize=1):
 
 
 @pytest.mark.parametrize("optimize", [0, 1])
+def test_a_view_made_before_the_assign_and_read_after_it_sees_the_old_value(optimize):
+    g = mg.Graph()
+    w = g.param("w", W0)
+    x = g.input("x", (2, 3), np.float32)
+    view = F.reshape(w, (3, 2))
+    g.assign(w, w - x)  # was computed straight into w before the read of the view
+    out = view * 2
+    np.testing.assert_array_equal(mg.compile([out], optimize=optimize).run({"x": ONES})[0],
+                                  W0.reshape(3, 2) * 2)
+
+
+@pytest.mark.parametrize("optimize", [0, 1])
 @pytest.mark.parametrize("make, want", [
     (lambda w: F.reshape(w, (3, 2)), W0.reshape(3, 2)),
     (lambda w: F.reshape(w, (3, 2)) * 2, W0.reshape(3, 2) * 2),
