@@ -18,6 +18,7 @@ tests/backends/reference.py) and calls ``register_backend("name", factory)``.
 from __future__ import annotations
 
 import importlib
+import threading
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
@@ -161,6 +162,9 @@ def kernel_name(family: str, dtype) -> str:
 # device name -> factory, or "module:attribute" of one, imported on first use
 _FACTORIES: dict[str, Callable[[], Backend] | str] = {"cpu": "mgegraph._kernels.cpu:backend"}
 _BACKENDS: dict[str, Backend] = {}
+# makes each backend once when threads ask for it at the same time (re-entrant: a factory may
+# ask for another backend)
+_LOCK = threading.RLock()
 
 
 def register_backend(name: str, factory: Callable[[], Backend]) -> None:
@@ -192,12 +196,16 @@ def get_backend(device: str) -> Backend:
     backend = _BACKENDS.get(kind)
     if backend is not None:
         return backend
-    factory = _FACTORIES.get(kind)
-    if factory is None:
-        raise GraphError(f"unknown device {device!r}; known devices: "
-                         f"{', '.join(repr(d) for d in devices())}")
-    if isinstance(factory, str):
-        module, attr = factory.split(":")
-        factory = getattr(importlib.import_module(module), attr)
-    backend = _BACKENDS[kind] = factory()
-    return backend
+    with _LOCK:
+        backend = _BACKENDS.get(kind)
+        if backend is not None:  # another thread made it while this one waited
+            return backend
+        factory = _FACTORIES.get(kind)
+        if factory is None:
+            raise GraphError(f"unknown device {device!r}; known devices: "
+                             f"{', '.join(repr(d) for d in devices())}")
+        if isinstance(factory, str):
+            module, attr = factory.split(":")
+            factory = getattr(importlib.import_module(module), attr)
+        backend = _BACKENDS[kind] = factory()
+        return backend

@@ -52,6 +52,20 @@ cdef extern from *:
     """
     int mg_fused_max_threads() nogil
 
+# 1 in a child made by fork(): GCC's OpenMP pool does not survive fork, and a child entering a
+# parallel region the parent had started hangs, so a forked child runs each kernel on one thread.
+cdef int _forked = 0
+
+
+def _mark_forked():
+    global _forked
+    _forked = 1
+
+
+import os as _os
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(after_in_child=_mark_forked)
+
 cdef extern from *:
     """
     static int mg_fused_cpu_has(int level) {
@@ -201,19 +215,51 @@ cdef void eval_block(const Program* p, const Call* c, Py_ssize_t start, Py_ssize
         cur[s.dst] = d
 
 
+cdef inline bint _bad_reg(Py_ssize_t r, const Program* p, unsigned long long defined) noexcept nogil:
+    return r < 0 or r >= p.n_regs or not (defined >> r) & 1
+
+
 cdef int check_code(const Program* p) noexcept nogil:
+    # Once per call, before any element is touched: whatever the parameter block says, no step
+    # reads or writes outside its buffers or reads a register no earlier step wrote. (Constant
+    # indices can only be checked >= 0 here: the Call carries no count of its floats; the
+    # op's shape rule, fused_program.check_code, has checked them against the constants.)
     cdef Py_ssize_t k
     cdef const Step* s
+    cdef unsigned long long defined = 0, stored = 0  # bit r: register r written / output r stored
+    cdef int params
+    if p.n_code < 0 or p.n_out < 0 or p.n_out > 64 or p.n_in < 0 or p.n_regs < 1:
+        return KERNEL_BAD_VALUE
     for k in range(p.n_code):
         s = p.code + k
         if s.op < 0 or s.op > F_WHERE:
             return KERNEL_UNSUPPORTED
         if s.op == F_STORE:
-            if s.dst < 0 or s.dst >= p.n_out or s.a < 0 or s.a >= p.n_regs:
+            if s.dst < 0 or s.dst >= p.n_out or (stored >> s.dst) & 1 or _bad_reg(s.a, p, defined):
                 return KERNEL_BAD_VALUE
-        elif s.dst < 0 or s.dst >= p.n_regs or (
-                s.op == F_LOAD and (s.a < 0 or s.a >= p.n_in)):
+            stored |= 1ULL << s.dst
+            continue
+        if s.dst < 0 or s.dst >= p.n_regs:
             return KERNEL_BAD_VALUE
+        if s.op == F_LOAD:
+            if s.a < 0 or s.a >= p.n_in:
+                return KERNEL_BAD_VALUE
+        elif s.op == F_CONST:
+            if s.a < 0:
+                return KERNEL_BAD_VALUE
+        elif s.op == F_WHERE:
+            if _bad_reg(s.a, p, defined) or _bad_reg(s.b, p, defined) or _bad_reg(s.c, p, defined):
+                return KERNEL_BAD_VALUE
+        elif s.op >= EW_FIRST_BINARY:
+            if _bad_reg(s.a, p, defined) or _bad_reg(s.b, p, defined):
+                return KERNEL_BAD_VALUE
+        else:
+            params = ew_n_params(<int>s.op)
+            if _bad_reg(s.a, p, defined) or (params > 0 and s.b < 0) or (params > 1 and s.c < 0):
+                return KERNEL_BAD_VALUE
+        defined |= 1ULL << s.dst
+    if p.n_out < 64 and stored != (1ULL << p.n_out) - 1 or p.n_out == 64 and stored != ~0ULL:
+        return KERNEL_BAD_VALUE
     return KERNEL_OK
 
 
@@ -256,7 +302,7 @@ cdef inline int fused_impl(const Call* c, floating* tag) noexcept nogil:
         return status
     ws = <floating*>c.bufs[p.n_in + p.n_out]
     nblocks = (p.size + p.block - 1) // p.block
-    if p.threads == 1 or nblocks < 2:
+    if p.threads == 1 or nblocks < 2 or _forked:
         for b in range(nblocks):
             eval_block(&p, c, b * p.block, min(p.block, p.size - b * p.block), ws)
         return KERNEL_OK
@@ -286,12 +332,13 @@ def cpu_has(str isa) -> bool:
 
 
 def max_threads() -> int:
-    """The threads a fused kernel may use: OpenMP's maximum, 1 when built without OpenMP.
+    """The threads a fused kernel may use: OpenMP's maximum, 1 when built without OpenMP or in
+    a forked child.
 
     >>> max_threads() >= 1
     True
     """
-    return mg_fused_max_threads()
+    return 1 if _forked else mg_fused_max_threads()
 
 
 def call_kernel(str name, list arrays, ints, floats) -> int:

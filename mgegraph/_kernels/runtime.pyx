@@ -3,10 +3,14 @@
 # Design: everything a run needs (function pointers, buffer pointers, parameters) is copied into
 # C arrays when the executor is built, once per plan. run() then releases the GIL and calls the
 # kernels in order; a kernel's non-zero status stops the loop and is reported with its index.
+# The loop takes the GIL back only at the check points the executable chose (after roughly a
+# millisecond of estimated work) to let Python run its signal handlers: Ctrl-C raises
+# KeyboardInterrupt between two instructions, and the run costs nothing more when there are none.
 
 from libc.math cimport NAN
 from libc.stdlib cimport malloc, free
 from libc.string cimport memset
+from cpython.exc cimport PyErr_CheckSignals
 
 from .abi cimport (Call, kernel_fn, KERNEL_OK, KERNEL_INDEX_OUT_OF_RANGE, KERNEL_BAD_VALUE,
                    KERNEL_UNSUPPORTED)
@@ -52,14 +56,18 @@ cdef class Executor:
     cdef Py_ssize_t n
     cdef Poison* poison
     cdef Py_ssize_t n_poison
+    cdef Py_ssize_t* checks
+    cdef Py_ssize_t n_checks
+    cdef readonly Py_ssize_t ran  # instructions the last run completed
     cdef readonly object buffers  # keeps the memory the pointers point into alive
 
     def __cinit__(self, list kernels, list buffer_pointers, list ints, list floats, buffers,
-                  list poison=[]):
+                  list poison=[], list checks=[]):
         """kernels[i]: function address; buffer_pointers[i]: list of data addresses;
         ints[i] / floats[i]: parameter lists of instruction i; poison: (step, address, bytes,
         kind) sorted by step, buffers to fill with garbage once that step ran (kind 1:
-        float32 NaN, 2: float64 NaN, else 0xFF bytes)."""
+        float32 NaN, 2: float64 NaN, else 0xFF bytes); checks: sorted steps after which run()
+        takes the GIL back and lets Python handle pending signals."""
         cdef Py_ssize_t i, j, nb = 0, ni = 0, nf = 0, pb = 0, pi = 0, pf = 0
         self.n = len(kernels)
         self.buffers = buffers
@@ -67,6 +75,12 @@ cdef class Executor:
         self.poison = <Poison*>malloc(max(self.n_poison, 1) * sizeof(Poison))
         if not self.poison:
             raise MemoryError("cannot allocate the executor's tables")
+        self.n_checks = len(checks)
+        self.checks = <Py_ssize_t*>malloc(max(self.n_checks, 1) * sizeof(Py_ssize_t))
+        if not self.checks:
+            raise MemoryError("cannot allocate the executor's tables")
+        for i in range(self.n_checks):
+            self.checks[i] = checks[i]
         for i in range(self.n_poison):
             self.poison[i].step, address, self.poison[i].nbytes, self.poison[i].kind = poison[i]
             self.poison[i].data = <char*><Py_ssize_t>address
@@ -99,6 +113,7 @@ cdef class Executor:
 
     def __dealloc__(self):
         free(self.poison)
+        free(self.checks)
         free(self.calls)
         free(self.fns)
         free(self.buf_table)
@@ -109,21 +124,30 @@ cdef class Executor:
         return self.n
 
     def run(self):
-        """Run every instruction; returns None, or (index, status) of the first that failed."""
-        cdef Py_ssize_t i = 0, p = 0
+        """Run every instruction; returns None, or (index, status) of the first that failed.
+        A signal handler's exception (KeyboardInterrupt) is raised at the next check point;
+        the executor stays usable."""
+        cdef Py_ssize_t i = 0, p = 0, c = 0, end
         cdef int status = 0
-        with nogil:
-            while i < self.n:
-                status = self.fns[i](&self.calls[i])
-                if status != 0:
-                    break
-                while p < self.n_poison and self.poison[p].step == i:
-                    _fill_poison(&self.poison[p])
-                    p += 1
-                i += 1
-        if status != 0:
-            return (i, status)
-        return None
+        self.ran = 0
+        while True:
+            end = self.checks[c] + 1 if c < self.n_checks else self.n
+            with nogil:
+                while i < end:
+                    status = self.fns[i](&self.calls[i])
+                    if status != 0:
+                        break
+                    while p < self.n_poison and self.poison[p].step == i:
+                        _fill_poison(&self.poison[p])
+                        p += 1
+                    i += 1
+            self.ran = i
+            if status != 0:
+                return (i, status)
+            if i >= self.n:
+                return None
+            c += 1
+            PyErr_CheckSignals()
 
     def run_one(self, Py_ssize_t i):
         """Run instruction i alone (for the profiler and for debugging); returns its status."""

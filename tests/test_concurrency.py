@@ -1,0 +1,138 @@
+"""The executor under threads, fork and Ctrl-C (issue 14, items 3-5)."""
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import mgegraph as mg
+import mgegraph.functional as F
+
+# big enough that the fused kernel runs on every OpenMP thread (lowering.fused.PARALLEL_WORK)
+N_BIG = 1 << 20
+
+
+def big_chain_plan():
+    g = mg.Graph()
+    x = g.input("x", (N_BIG,), "float32")
+    y = F.tanh(F.exp(x) * 0.5 + 1.0) * 3.0 - x
+    return mg.compile([y])
+
+
+_FORK_PLAN = None
+
+
+def _run_in_child(seed):
+    x = np.random.default_rng(seed).standard_normal(N_BIG).astype(np.float32)
+    return _FORK_PLAN.run({"x": x})[0]
+
+
+@pytest.mark.skipif(sys.platform == "win32" or "fork" not in multiprocessing.get_all_start_methods(),
+                    reason="needs fork")
+def test_forked_children_run_a_threaded_plan():
+    global _FORK_PLAN
+    from mgegraph._kernels import fused
+    _FORK_PLAN = plan = big_chain_plan()
+    expected = [_run_in_child(s) for s in range(2)]  # the parent starts its OpenMP pool
+    assert fused.max_threads() >= 1
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        got = pool.map_async(_run_in_child, range(2)).get(timeout=60)
+    for e, r in zip(expected, got):
+        np.testing.assert_array_equal(e, r)
+    _FORK_PLAN = None
+    assert plan.run({"x": np.zeros(N_BIG, np.float32)})[0].shape == (N_BIG,)
+
+
+def slow_plan(steps=300):
+    g = mg.Graph()
+    x = g.input("x", (256, 256), "float32")
+    y = x
+    for _ in range(steps):
+        y = F.matmul(y, x) * 0.001
+    return mg.compile([y], optimize=0)
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
+                    reason="signals reach the main thread only")
+def test_ctrl_c_stops_a_long_run_and_the_plan_stays_usable():
+    plan = slow_plan()
+    x = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32) * 0.1
+    expected = plan.run({"x": x})[0]
+    executor = plan.executable().executor
+    n = len(executor)
+    assert executor.ran == n
+    timer = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))
+    interrupted = False
+    try:
+        try:
+            timer.start()
+            plan.run({"x": x})
+        finally:
+            timer.join()
+    except KeyboardInterrupt:
+        interrupted = True
+    assert interrupted
+    assert executor.ran < n  # stopped between instructions, not after the whole run
+    np.testing.assert_array_equal(plan.run({"x": x})[0], expected)
+    assert executor.ran == n
+
+
+def test_one_plan_from_many_threads_matches_serial_runs_bitwise():
+    g = mg.Graph()
+    x = g.input("x", (64, 128), "float32")
+    w = g.param("w", np.random.default_rng(1).standard_normal((128, 256)).astype(np.float32))
+    v = g.param("v", np.random.default_rng(2).standard_normal((256, 32)).astype(np.float32))
+    y = F.matmul(F.relu(F.matmul(x, w)), v)
+    plan = mg.compile([F.tanh(y), F.sum(y)])
+    feeds = [np.random.default_rng(10 + i).standard_normal((64, 128)).astype(np.float32)
+             for i in range(8)]
+    serial = [plan.run({"x": f}) for f in feeds]
+    errors = []
+    barrier = threading.Barrier(8)
+
+    def work(i):
+        barrier.wait()
+        for _ in range(50):
+            got = plan.run({"x": feeds[i]})
+            if not all(np.array_equal(a, b) for a, b in zip(got, serial[i])):
+                errors.append(i)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_get_backend_from_many_threads_makes_one_backend():
+    import time
+
+    from mgegraph import backend as B
+    made = []
+
+    def factory():  # a slow first use (importing, resolving kernels) lets other threads in
+        time.sleep(0.05)
+        made.append(object())
+        return made[-1]
+
+    B.register_backend("slow_for_threads", factory)
+    try:
+        got = []
+        barrier = threading.Barrier(8)
+
+        def work():
+            barrier.wait()
+            got.append(B.get_backend("slow_for_threads"))
+
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        B.unregister_backend("slow_for_threads")
+    assert len(made) == 1 and all(b is made[0] for b in got)
