@@ -8,6 +8,7 @@ import numpy as np
 
 from . import functional as F
 from .autodiff import grad
+from .ir.errors import FeedError, GraphError
 from .ir.graph import Graph
 from .compiler import compile
 
@@ -23,9 +24,15 @@ class TrainStep:
         self.plan, self.optimizer, self.metric_names = plan, optimizer, metric_names
 
     def __call__(self, *batch):
-        self.optimizer.prepare_step()
-        feeds = {f"input{i}": np.asarray(a) for i, a in enumerate(batch)}
-        loss, *metrics = self.plan.run(feeds)
+        opt = self.optimizer
+        saved = (opt.step_count, opt.scalars.value.copy())
+        opt.prepare_step()
+        try:
+            feeds = {f"input{i}": np.asarray(a) for i, a in enumerate(batch)}
+            loss, *metrics = self.plan.run(feeds)
+        except BaseException:  # a step that did not run is not counted (Adam's bias correction)
+            opt.undo_step(*saved)
+            raise
         if not self.metric_names:
             return float(loss)
         return float(loss), {k: float(v) for k, v in zip(self.metric_names, metrics)}
@@ -110,8 +117,16 @@ class DataLoader:
     def __init__(self, arrays, batch_size: int, shuffle: bool = False, drop_last: bool = False,
                  seed: int = 0):
         self.arrays = [np.asarray(a) for a in arrays]
+        if not self.arrays or any(a.ndim == 0 for a in self.arrays):
+            raise GraphError("DataLoader: arrays must be one or more arrays of at least 1 "
+                             f"dimension, got shapes {[a.shape for a in self.arrays]}")
         if len({len(a) for a in self.arrays}) != 1:
-            raise ValueError("DataLoader: arrays must have the same length")
+            raise GraphError("DataLoader: arrays must have the same length, got lengths "
+                             f"{[len(a) for a in self.arrays]}")
+        if isinstance(batch_size, (bool, np.bool_)) or not isinstance(batch_size, (int, np.integer)) \
+                or batch_size < 1:
+            raise GraphError(f"DataLoader: batch_size must be an int >= 1, got {batch_size!r}")
+        batch_size = int(batch_size)
         self.batch_size, self.shuffle, self.drop_last, self.seed = batch_size, shuffle, drop_last, seed
         self.epoch = 0
 
@@ -155,5 +170,11 @@ def fit(step: TrainStep, loader: DataLoader, epochs: int, log=sys.stderr, schedu
             print(f"\repoch {epoch + 1}/{epochs} [{i + 1}/{len(loader)}] loss {np.mean(losses):.4f}"
                   f"{acc} {rate:.0f} steps/s", end="", file=log, flush=True)
         print(file=log)
+        if not losses:
+            n = len(loader.arrays[0])
+            raise FeedError(f"fit: epoch {epoch + 1} ran no step: the step was compiled for "
+                            f"batches of {want}, the loader gives {n} samples in batches of "
+                            f"{loader.batch_size} (drop_last={loader.drop_last}); every batch "
+                            f"smaller than {want} is skipped")
         history.append(float(np.mean(losses)))
     return history

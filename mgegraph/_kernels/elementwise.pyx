@@ -14,9 +14,10 @@
 from libc.stdint cimport int32_t, int64_t, uint8_t
 
 from .dtypes cimport any_t, num_t
-from .abi cimport Call, KERNEL_OK, KERNEL_UNSUPPORTED, kernel_address
+from .abi cimport Call, KERNEL_OK, KERNEL_BAD_VALUE, KERNEL_UNSUPPORTED, kernel_address
 from .nditer cimport Odometer, odometer_init, odometer_next, count_rows
-from .ew_ops cimport (EW_FIRST_BINARY, EW_FIRST_COMPARE, EW_COUNT, ew_opcodes, ew_n_params,
+from .scalar cimport float_to_i32, float_to_i64
+from .ew_ops cimport (EW_POW, EW_FIRST_BINARY, EW_FIRST_COMPARE, EW_COUNT, ew_opcodes, ew_n_params,
                       ew_unary_run, ew_binary_run, ew_compare_run)
 
 # a second fused type over every dtype, so cast can vary source and destination independently
@@ -60,12 +61,17 @@ cdef inline int binary_impl(const num_t* x, const num_t* z, num_t* y, const Call
     cdef Py_ssize_t inner = shape[ndim - 1] if ndim > 0 else 1
     cdef Py_ssize_t sx = c.ints[2 + 2 * ndim - 1] if ndim > 0 else 0
     cdef Py_ssize_t sz = c.ints[2 + 3 * ndim - 1] if ndim > 0 else 0
-    cdef Py_ssize_t rows = count_rows(ndim, shape), r
+    cdef Py_ssize_t rows = count_rows(ndim, shape), r, i
     cdef Odometer o
+    cdef bint int_pow = op == EW_POW and not (num_t is float or num_t is double)
     if op < EW_FIRST_BINARY or op >= EW_FIRST_COMPARE:
         return KERNEL_UNSUPPORTED
     odometer_init(&o, ndim, shape, c.ints + 2 + ndim, 2)
     for r in range(rows):
+        if int_pow:  # integers to negative integer powers: an error, as in NumPy
+            for i in range(inner):
+                if z[o.offset[1] + i * sz] < 0:
+                    return KERNEL_BAD_VALUE
         if not ew_binary_run(op, y, x + o.offset[0], sx, z + o.offset[1], sz, inner):
             return KERNEL_UNSUPPORTED
         y += inner
@@ -147,6 +153,10 @@ cdef inline void cast_rows(const any_t* x, dst_t* y, const Call* c) noexcept nog
         for i in range(inner):
             if dst_t is uint8_t:
                 y[i] = x[o.offset[0] + i * s] != 0
+            elif (any_t is float or any_t is double) and dst_t is int32_t:
+                y[i] = float_to_i32(x[o.offset[0] + i * s])  # NaN, inf, out of range: INT_MIN
+            elif (any_t is float or any_t is double) and dst_t is int64_t:
+                y[i] = float_to_i64(x[o.offset[0] + i * s])
             else:
                 y[i] = <dst_t>x[o.offset[0] + i * s]
         y += inner

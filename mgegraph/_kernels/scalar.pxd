@@ -20,7 +20,7 @@
 from libc.math cimport (INFINITY, NAN, erf, fabs, fabsf, sqrt, sqrtf, sin, sinf, cos, cosf,
                         floor, floorf, ceil, ceilf, fmod, fmodf, copysign, copysignf,
                         pow as cpow, powf)
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, INT32_MIN, INT64_MIN
 from libc.string cimport memcpy
 from cython cimport floating
 
@@ -281,26 +281,59 @@ cdef inline floating m_ceil(floating x) noexcept nogil:
     return ceilf(x) if floating is float else ceil(x)
 
 cdef inline num_t m_pow(num_t x, num_t y) noexcept nogil:
-    cdef num_t result = 1
+    # integers: by squaring in unsigned arithmetic, so an overflow wraps as NumPy's does (signed
+    # overflow is undefined in C); a negative exponent gives 0 here, and the binary kernel
+    # refuses the call (KERNEL_BAD_VALUE) before it gets one, as NumPy raises
+    cdef uint64_t result = 1, base
     if num_t is float:
         return powf(x, y)
     elif num_t is double:
         return cpow(x, y)
     else:
-        while y > 0:  # by squaring; a negative exponent gives 1
+        if y < 0:
+            return 0
+        base = <uint64_t>x
+        while y > 0:
             if y & 1:
-                result *= x
-            x *= x
+                result = result * base
+            base = base * base
             y >>= 1
-        return result
+        return <num_t>result
+
+cdef inline int_t m_neg_int(int_t x) noexcept nogil:
+    # -x wrapping as NumPy: -INT_MIN is INT_MIN (computed unsigned; signed overflow is UB)
+    if int_t is int32_t:
+        return <int32_t>(<uint32_t>0 - <uint32_t>x)
+    else:
+        return <int64_t>(<uint64_t>0 - <uint64_t>x)
+
+cdef inline int_t m_add_int(int_t x, int_t y) noexcept nogil:
+    if int_t is int32_t:
+        return <int32_t>(<uint32_t>x + <uint32_t>y)
+    else:
+        return <int64_t>(<uint64_t>x + <uint64_t>y)
+
+cdef inline int_t m_sub_int(int_t x, int_t y) noexcept nogil:
+    if int_t is int32_t:
+        return <int32_t>(<uint32_t>x - <uint32_t>y)
+    else:
+        return <int64_t>(<uint64_t>x - <uint64_t>y)
+
+cdef inline int_t m_mul_int(int_t x, int_t y) noexcept nogil:
+    if int_t is int32_t:
+        return <int32_t>(<uint32_t>x * <uint32_t>y)
+    else:
+        return <int64_t>(<uint64_t>x * <uint64_t>y)
 
 cdef inline num_t m_abs(num_t x) noexcept nogil:
     if num_t is float:
         return fabsf(x)
     elif num_t is double:
         return fabs(x)
+    elif num_t is int32_t:
+        return <int32_t>(<uint32_t>0 - <uint32_t>x) if x < 0 else x  # abs(INT_MIN) = INT_MIN
     else:
-        return -x if x < 0 else x
+        return <int64_t>(<uint64_t>0 - <uint64_t>x) if x < 0 else x
 
 cdef inline num_t m_relu(num_t x) noexcept nogil:
     return 0 if x <= 0 else x  # NaN <= 0 is false: NaN stays; -0.0 gives +0.0
@@ -355,16 +388,35 @@ cdef inline floating m_floor_div(floating x, floating y) noexcept nogil:
     return copysignf(0, x / y) if floating is float else copysign(0, x / y)
 
 cdef inline int_t m_floor_div_int(int_t x, int_t y) noexcept nogil:
-    # C division truncates (cdivision): step down when the signs differ and it was inexact
+    # C division truncates (cdivision): step down when the signs differ and it was inexact.
+    # A zero divisor gives 0 and INT_MIN // -1 gives INT_MIN (NumPy's results); in C both trap
+    # (SIGFPE on x86), so neither reaches the division
     cdef int_t r
     if y == 0:
         return 0
+    if y == -1:
+        return m_neg_int(x)
     r = x // y
     return r - 1 if (x % y != 0) and ((x < 0) != (y < 0)) else r
 
 cdef inline int_t m_mod_int(int_t x, int_t y) noexcept nogil:
+    # 0 for a zero divisor and for -1 (INT_MIN % -1 traps in C)
     cdef int_t r
-    if y == 0:
+    if y == 0 or y == -1:
         return 0
     r = x % y
     return r + y if r != 0 and ((r < 0) != (y < 0)) else r
+
+
+# -- casts of floats to integers ------------------------------------------------------------------
+# C leaves a float outside the integer's range (NaN, inf, too large) undefined; the result here is
+# the one NumPy gives on x86 (the cvttsd2si "integer indefinite"): INT_MIN of the destination.
+cdef inline int32_t float_to_i32(double x) noexcept nogil:
+    if x >= -2147483648.0 and x < 2147483648.0:  # false for NaN
+        return <int32_t>x
+    return INT32_MIN
+
+cdef inline int64_t float_to_i64(double x) noexcept nogil:
+    if x >= -9223372036854775808.0 and x < 9223372036854775808.0:
+        return <int64_t>x
+    return INT64_MIN

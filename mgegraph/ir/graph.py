@@ -223,11 +223,25 @@ class Graph:
                               "an input belongs to another graph or is not a Var", location)
         in_types = tuple(v.type for v in inputs)
         full_attrs = opdef.complete_attrs(attrs, in_types, location)
-        if types is None:
+        if opdef.category == "source":
+            # input/param/const: Graph.input/param/const (and a pass's rebuild) give the type,
+            # taken from the shape and dtype asked for or from the value itself
+            types = tuple(types) if types is not None else ()
+            if len(types) != 1 or not isinstance(types[0], TensorType) or inputs:
+                raise OpError(opdef.name, in_types, f"a source takes no inputs and one output "
+                              f"type, got types={types!r}", location)
+        else:
+            # every other node's types are its op's rule's, whatever the caller says: a kernel
+            # trusts them (buffer sizes), so a wrong given type would overrun a buffer
             try:
-                types = tuple(opdef.infer(in_types, full_attrs))
+                inferred = tuple(opdef.infer(in_types, full_attrs))
             except (ValueError, TypeError) as exc:
                 raise OpError(opdef.name, in_types, str(exc), location) from None
+            if types is not None and tuple(types) != inferred:
+                raise OpError(opdef.name, in_types, f"given output types "
+                              f"{', '.join(map(str, types)) or 'none'} but the op's rule "
+                              f"gives {', '.join(map(str, inferred)) or 'none'}", location)
+            types = inferred
         outputs = tuple(Var(self, self._new_id(), t, None, i) for i, t in enumerate(types))
         node = Node(opdef, tuple(inputs), tuple(sorted(full_attrs.items())), outputs, location)
         for v in outputs:

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+
+from .errors import GraphError, user_location
 
 # Design: the engine's dtypes are a closed set; each has a short code used in
 # the IR text form and an integer code shared with the Cython kernels (abi.pxd).
@@ -20,8 +23,12 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 INT_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
 
-class DTypeError(TypeError):
-    pass
+class DTypeError(GraphError, TypeError):
+    """A dtype mgegraph does not support (a GraphError, and a TypeError as before)."""
+
+
+# The most bytes one tensor may hold: NumPy's limit (an index of the C ``Py_ssize_t`` type).
+MAX_BYTES = sys.maxsize
 
 
 def as_dtype(dtype) -> np.dtype:
@@ -29,10 +36,11 @@ def as_dtype(dtype) -> np.dtype:
     try:
         dt = np.dtype(dtype)
     except TypeError as exc:
-        raise DTypeError(f"not a dtype: {dtype!r}") from exc
+        raise DTypeError(f"not a dtype: {dtype!r} (at {user_location()})") from exc
     if dt not in SUPPORTED:
         names = ", ".join(str(d) for d in SUPPORTED)
-        raise DTypeError(f"dtype {dt} is not supported (supported: {names})")
+        raise DTypeError(f"dtype {dt} is not supported (supported: {names}) "
+                         f"(at {user_location()})")
     return dt
 
 
@@ -71,6 +79,14 @@ class TensorType:
     shape: tuple[int, ...]
     dtype: np.dtype
 
+    def __post_init__(self):
+        # a type whose bytes cannot be addressed would overflow C long in planning or at run;
+        # an op's rule raising here becomes an OpError naming the op and the user's line
+        if math.prod(self.shape) * self.dtype.itemsize > MAX_BYTES:
+            raise GraphError(f"shape {self.shape} of {self.dtype} needs "
+                             f"{math.prod(self.shape) * self.dtype.itemsize} bytes, more than "
+                             f"can be addressed ({MAX_BYTES})")
+
     @property
     def ndim(self) -> int:
         return len(self.shape)
@@ -87,8 +103,27 @@ class TensorType:
         return f"{short_name(self.dtype)}[{','.join(map(str, self.shape))}]"
 
 
+def _is_dim(d) -> bool:
+    return isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_))
+
+
 def tensor_type(shape, dtype) -> TensorType:
-    shape = tuple(int(d) for d in shape)
-    if any(d < 0 for d in shape):
-        raise ValueError(f"negative dimension in shape {shape}")
-    return TensorType(shape, as_dtype(dtype))
+    """The type of a user's shape and dtype; a shape is a sequence of non-negative ints
+    (NumPy integers too; no floats or bools) whose tensor's bytes can be addressed."""
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise GraphError(f"shape {shape!r} is not a sequence of ints (at {user_location()})") \
+            from None
+    bad = [d for d in dims if not _is_dim(d)]
+    if bad:
+        raise GraphError(f"shape {shape!r}: dimension {bad[0]!r} is not an int "
+                         f"(at {user_location()})")
+    dims = tuple(int(d) for d in dims)
+    if any(d < 0 for d in dims):
+        raise GraphError(f"negative dimension in shape {dims} (at {user_location()})")
+    dtype = as_dtype(dtype)
+    try:
+        return TensorType(dims, dtype)
+    except GraphError as exc:
+        raise GraphError(f"{exc} (at {user_location()})") from None

@@ -6,8 +6,31 @@ import math
 import numpy as np
 
 from .. import functional as F
+from ..ir.errors import GraphError
 from . import init
 from .module import Buffer, Module, Parameter
+
+
+def _size(owner: str, what: str, value, low: int = 1) -> int:
+    """``value`` as an int >= ``low``, or a GraphError naming the layer and the argument."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+            or value < low:
+        raise GraphError(f"{owner}: {what} must be an int >= {low}, got {value!r}")
+    return int(value)
+
+
+def _pair(owner: str, what: str, value, low: int) -> tuple[int, int]:
+    pair = (value, value) if not isinstance(value, (tuple, list)) else tuple(value)
+    if len(pair) != 2:
+        raise GraphError(f"{owner}: {what} must be an int or a pair of ints, got {value!r}")
+    return tuple(_size(owner, what, v, low) for v in pair)
+
+
+def _fraction(owner: str, what: str, value) -> float:
+    if isinstance(value, (bool, str)) or not isinstance(value, (int, float, np.number)) \
+            or not 0 <= value <= 1:
+        raise GraphError(f"{owner}: {what} must be a number in [0, 1], got {value!r}")
+    return float(value)
 
 
 class Sequential(Module):
@@ -30,6 +53,8 @@ class Linear(Module):
     """y = x @ weight.T + bias, weight (out_features, in_features), PyTorch's initialisation."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True):
+        in_features = _size("Linear", "in_features", in_features)
+        out_features = _size("Linear", "out_features", out_features)
         self.in_features, self.out_features = in_features, out_features
         self.weight = Parameter(init.kaiming_uniform((out_features, in_features), a=math.sqrt(5)))
         self.bias = Parameter(init.uniform(out_features, 1 / math.sqrt(in_features))) if bias \
@@ -47,7 +72,16 @@ class Conv2d(Module):
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
                  groups=1, bias=True):
-        kh, kw = (kernel_size, kernel_size) if isinstance(kernel_size, int) else kernel_size
+        in_channels = _size("Conv2d", "in_channels", in_channels)
+        out_channels = _size("Conv2d", "out_channels", out_channels)
+        groups = _size("Conv2d", "groups", groups)
+        if in_channels % groups or out_channels % groups:
+            raise GraphError(f"Conv2d: in_channels {in_channels} and out_channels {out_channels} "
+                             f"must both be divisible by groups {groups}")
+        kh, kw = _pair("Conv2d", "kernel_size", kernel_size, 1)
+        _pair("Conv2d", "stride", stride, 1)
+        _pair("Conv2d", "padding", padding, 0)
+        _pair("Conv2d", "dilation", dilation, 1)
         shape = (out_channels, in_channels // groups, kh, kw)
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
         self.weight = Parameter(init.kaiming_uniform(shape, a=math.sqrt(5)))
@@ -71,6 +105,11 @@ class BatchNorm2d(Module):
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.9,
                  affine: bool = True):
+        num_features = _size("BatchNorm2d", "num_features", num_features)
+        if isinstance(eps, (bool, str)) or not isinstance(eps, (int, float, np.number)) \
+                or not 0 < eps < float("inf"):
+            raise GraphError(f"BatchNorm2d: eps must be a finite number > 0, got {eps!r}")
+        momentum = _fraction("BatchNorm2d", "momentum", momentum)
         self.eps, self.momentum = eps, momentum
         self.weight = Parameter(np.ones(num_features, np.float32)) if affine else None
         self.bias = Parameter(np.zeros(num_features, np.float32)) if affine else None
@@ -97,7 +136,13 @@ class BatchNorm2d(Module):
 
 class LayerNorm(Module):
     def __init__(self, normalized_shape, eps: float = 1e-5, affine: bool = True):
-        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        try:
+            dims = (normalized_shape,) if not hasattr(normalized_shape, "__iter__") \
+                else tuple(normalized_shape)
+        except TypeError:
+            dims = (normalized_shape,)
+        shape = tuple(_size("LayerNorm", f"normalized_shape {normalized_shape!r}: dimension", d)
+                      for d in dims)
         self.normalized_shape, self.eps = shape, eps
         self.weight = Parameter(np.ones(shape, np.float32)) if affine else None
         self.bias = Parameter(np.zeros(shape, np.float32)) if affine else None
@@ -111,6 +156,8 @@ class Embedding(Module):
     """A lookup table: integer indices of any shape -> rows of ``weight``."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int):
+        num_embeddings = _size("Embedding", "num_embeddings", num_embeddings)
+        embedding_dim = _size("Embedding", "embedding_dim", embedding_dim)
         rng = init.generator()
         self.weight = Parameter(rng.standard_normal((num_embeddings, embedding_dim))
                                 .astype(np.float32))
@@ -124,7 +171,7 @@ class Dropout(Module):
     step advances) makes every step draw a new mask; the seed makes runs reproducible."""
 
     def __init__(self, drop_prob: float = 0.5, seed: int = 0):
-        self.drop_prob, self.seed = drop_prob, seed
+        self.drop_prob, self.seed = _fraction("Dropout", "drop_prob", drop_prob), seed
         self.steps = Buffer(np.zeros((), np.int64))
 
     def forward(self, x):

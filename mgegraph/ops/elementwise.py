@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 
+from ..ir.errors import GraphError, user_location
 from ..ir.graph import Var
 from ..ir.types import TensorType, as_dtype, broadcast_shapes
 from . import elementwise_table as TABLE
@@ -219,7 +220,8 @@ def leaky_relu(inp, negative_slope=0.01):
 def gelu(inp, approximate="none"):
     """GELU, exact (erf) by default; ``approximate="tanh"`` for the tanh form."""
     if approximate not in ("none", "tanh"):
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        raise GraphError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r} "
+                         f"(at {user_location()})")
     return apply("gelu" if approximate == "none" else "gelu_tanh", (_floating(inp),))
 
 

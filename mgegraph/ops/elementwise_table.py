@@ -46,8 +46,9 @@ HELPERS = {
     "m_tanh": "tanh (float)", "m_erf": "the error function (float)",
     "m_sqrt": "square root (float)", "m_sin": "sine (float)", "m_cos": "cosine (float)",
     "m_floor": "round down (float)", "m_ceil": "round up (float)",
-    "m_pow": "x^y; for integers by squaring, 1 for a negative exponent",
-    "m_abs": "|x|, +0 for -0", "m_relu": "max(x, 0): NaN stays NaN, -0 gives +0",
+    "m_pow": "x^y; for integers by squaring, wrapping on overflow as NumPy; 0 for a negative "
+             "exponent, which the kernels refuse before (NumPy raises)",
+    "m_abs": "|x|, +0 for -0; abs(INT_MIN) is INT_MIN (wraps, as NumPy)", "m_relu": "max(x, 0): NaN stays NaN, -0 gives +0",
     "m_sign": "-1, 0 or 1; +0 for -0, NaN stays NaN",
     "m_max": "the larger, NaN if either is; y on a tie (+0 and -0)",
     "m_min": "the smaller, NaN if either is; y on a tie",
@@ -55,8 +56,13 @@ HELPERS = {
     "m_select": "m_select(c, a, b): a where c else b, both evaluated (a blend, no branch)",
     "m_floor_div": "floor(x / y) as NumPy computes it, from fmod: 1 // 0.1 is 9 (float)",
     "m_mod": "x - floor(x / y) y with the sign of y, as Python's % (float)",
-    "m_floor_div_int": "Python's // on integers; 0 for a zero divisor (NumPy's result)",
-    "m_mod_int": "Python's % on integers; 0 for a zero divisor (NumPy's result)",
+    "m_floor_div_int": "Python's // on integers; 0 for a zero divisor, INT_MIN // -1 is INT_MIN "
+                       "(NumPy's results; C would trap)",
+    "m_mod_int": "Python's % on integers; 0 for a zero divisor and for -1 (NumPy's results)",
+    "m_neg_int": "-x on integers, wrapping: -INT_MIN is INT_MIN (NumPy's result)",
+    "m_add_int": "x + y on integers, wrapping on overflow (NumPy's result; C leaves it undefined)",
+    "m_sub_int": "x - y on integers, wrapping on overflow",
+    "m_mul_int": "x * y on integers, wrapping on overflow",
 }
 
 # NOTE: special values are NumPy's, on every path (unfused, fused, GEMM epilogue):
@@ -165,10 +171,13 @@ def _compare(name, expr, numpy):
 OPS: tuple[Elementwise, ...] = (
     _unary("copy", "x", lambda x: x, NUMERIC, 0.0, lambda f, x, y, g, a: g,
            fusable=False, public=False),
-    _unary("neg", "-x", np.negative, NUMERIC, 1.0, lambda f, x, y, g, a: -g),
+    # Integer expressions wrap on overflow as NumPy does, through helpers that compute in
+    # unsigned arithmetic: C leaves signed overflow undefined (and INT_MIN // -1 traps)
+    _unary("neg", "-x", np.negative, NUMERIC, 1.0, lambda f, x, y, g, a: -g,
+           int_expr="m_neg_int(x)"),
     _unary("abs", "m_abs(x)", np.abs, NUMERIC, 1.0, lambda f, x, y, g, a: g * f.sign(x)),
     _unary("square", "x * x", np.square, NUMERIC, 1.0,
-           lambda f, x, y, g, a: g * (2.0 * x)),
+           lambda f, x, y, g, a: g * (2.0 * x), int_expr="m_mul_int(x, x)"),
     _unary("relu", "m_relu(x)", lambda x: np.maximum(x, 0), NUMERIC, 1.0,
            lambda f, x, y, g, a: f.relu_backward(y, g)),
     _unary("sign", "m_sign(x)", np.sign, NUMERIC, 1.0, _zero),
@@ -208,10 +217,12 @@ OPS: tuple[Elementwise, ...] = (
            lambda x, slope: np.where(x > 0, x, x * slope), FLOAT, 2.0,
            lambda f, x, y, g, a: f.where(x > 0, g, g * a["negative_slope"]),
            params=("negative_slope",), defaults={"negative_slope": 0.01}),
-    _binary("add", "x + y", np.add, NUMERIC, 1.0, lambda f, x, y, out, g: (g, g)),
-    _binary("sub", "x - y", np.subtract, NUMERIC, 1.0, lambda f, x, y, out, g: (g, -g)),
+    _binary("add", "x + y", np.add, NUMERIC, 1.0, lambda f, x, y, out, g: (g, g),
+            int_expr="m_add_int(x, y)"),
+    _binary("sub", "x - y", np.subtract, NUMERIC, 1.0, lambda f, x, y, out, g: (g, -g),
+            int_expr="m_sub_int(x, y)"),
     _binary("mul", "x * y", np.multiply, NUMERIC, 1.0,
-            lambda f, x, y, out, g: (g * y, g * x)),
+            lambda f, x, y, out, g: (g * y, g * x), int_expr="m_mul_int(x, y)"),
     _binary("div", "x / y", np.divide, FLOAT, 1.0,
             lambda f, x, y, out, g: (g / y, -g * out / y)),
     _binary("pow", "m_pow(x, y)", np.power, NUMERIC, 8.0, _pow_grad),

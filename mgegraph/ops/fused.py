@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..ir.types import TensorType, as_dtype, broadcast_shapes
 from . import elementwise_table as TABLE
-from .fused_program import Program
+from .fused_program import Program, check_code
 from .registry import FLOAT_DTYPES, REQUIRED, OpDef, register
 
 # The ops the fusion pass may put in a group -> their attributes, which become constants (in
@@ -27,7 +27,9 @@ def _infer(in_types, attrs):
         raise TypeError(f"inputs must all be {dtype} and floating point")
     if broadcast_shapes(shape, *(t.shape for t in in_types)) != shape:
         raise ValueError(f"inputs do not broadcast to {shape}")
-    loads = {a for op, _, a, _, _ in attrs["code"] if op == "load"}
+    # the whole program, before any backend sees it: a kernel indexes its buffers by it
+    check_code(attrs["code"], len(in_types), len(attrs["constants"]), attrs["n_outputs"])
+    loads = {a for op, _, a, *_ in attrs["code"] if op == "load"}
     if loads != set(range(len(in_types))):
         raise ValueError(f"the program loads inputs {sorted(loads)} of {len(in_types)}")
     return tuple(TensorType(shape, dtype) for _ in range(attrs["n_outputs"]))

@@ -117,3 +117,50 @@ def evaluate_numpy(program: Program, inputs) -> list:
             else:
                 values[dst] = _numpy_step(op, [values[v] for v in reads(op, a, b, c)], b, c, k)
     return [outputs[i] for i in range(program.n_outputs)]
+
+
+def check_code(code, n_inputs: int, n_constants: int, n_outputs) -> None:
+    """Raise ValueError unless ``code`` is a well-formed SSA program: known ops, int operands,
+    every value defined once before it is read, loads of inputs ``< n_inputs``, constant indices
+    (a const's a, a unary op's parameters) ``< n_constants``, and outputs ``0..n_outputs-1``
+    each stored exactly once. What the fused op's shape rule checks before any kernel sees it.
+
+    >>> check_code([("load", 0, 0), ("store", 0, 1)], 1, 0, 1)
+    Traceback (most recent call last):
+    ...
+    ValueError: step 1 (store): reads value 1 before it is defined
+    """
+    if isinstance(n_outputs, bool) or not isinstance(n_outputs, int) or n_outputs < 0:
+        raise ValueError(f"n_outputs must be an int >= 0, got {n_outputs!r}")
+    defined, stored = set(), set()
+    for k, step in enumerate(code):
+        if not isinstance(step, (tuple, list)) or not 2 <= len(step) <= 5 or not isinstance(
+                step[0], str):
+            raise ValueError(f"step {k} is not (op, dst, a, b, c): {step!r}")
+        op, dst, a, b, c = tuple(step) + (0,) * (5 - len(step))
+        where = f"step {k} ({op})"
+        if op not in ("load", "const", "store", "where") and op not in UNARY | BINARY:
+            raise ValueError(f"{where}: not an op a fused program may hold")
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in (dst, a, b, c)):
+            raise ValueError(f"{where}: operands must be ints, got {step!r}")
+        for v in reads(op, a, b, c):
+            if v not in defined:
+                raise ValueError(f"{where}: reads value {v} before it is defined")
+        if op == "store":
+            if not 0 <= dst < n_outputs or dst in stored:
+                raise ValueError(f"{where}: output {dst} is out of range 0..{n_outputs - 1} "
+                                 "or stored twice")
+            stored.add(dst)
+            continue
+        if dst < 0 or dst in defined:
+            raise ValueError(f"{where}: value {dst} is negative or defined twice")
+        if op == "load" and not 0 <= a < n_inputs:
+            raise ValueError(f"{where}: input {a} of {n_inputs}")
+        n_params = 1 if op == "const" else (
+            len(TABLE.BY_NAME[op].params) if op in UNARY else 0)
+        for i in ((a,) if op == "const" else (b, c))[:n_params]:
+            if not 0 <= i < n_constants:
+                raise ValueError(f"{where}: constant {i} of {n_constants}")
+        defined.add(dst)
+    if len(stored) != n_outputs:
+        raise ValueError(f"outputs {sorted(set(range(n_outputs)) - stored)} are never stored")

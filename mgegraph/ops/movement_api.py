@@ -13,7 +13,7 @@ import operator
 
 import numpy as np
 
-from ..ir.errors import OpError, user_location
+from ..ir.errors import GraphError, OpError, user_location
 from ..ir.graph import Var
 from ..ir.types import as_dtype
 from .builder import apply, apply_multi, graph_of, promote
@@ -255,7 +255,12 @@ def take(inp, indices, axis=None):
 
 def one_hot(inp, num_classes):
     """One-hot rows of an int32/int64 input, in the input's dtype (as MegEngine)."""
-    return apply("one_hot", (inp,), num_classes=operator.index(num_classes))
+    try:
+        num_classes = operator.index(num_classes)
+    except TypeError:
+        raise GraphError(f"one_hot: num_classes must be an int, got {num_classes!r} "
+                         f"(at {user_location()})") from None
+    return apply("one_hot", (inp,), num_classes=num_classes)
 
 
 def flip(inp, axis):

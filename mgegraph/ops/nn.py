@@ -198,6 +198,9 @@ def _bn_infer(in_types, attrs):
                              f"{per_channel[1]}")
     if not attrs["training"]:
         return (x,)
+    if c and x.size // c <= 1:  # PyTorch: "Expected more than 1 value per channel when training"
+        raise ValueError(f"training needs more than 1 value per channel to take batch "
+                         f"statistics, input shape {x.shape} has {x.size // c}")
     stats = TensorType((c,), x.dtype)
     return (x, stats, stats)
 

@@ -3,6 +3,14 @@ from __future__ import annotations
 
 import math
 
+from ..ir.errors import GraphError
+from .optimizer import check_number
+
+
+def _check_steps(owner: str, what: str, value, low: int = 1) -> None:
+    if isinstance(value, bool) or not hasattr(type(value), "__index__") or value < low:
+        raise GraphError(f"{owner}: {what} must be an int >= {low}, got {value!r}")
+
 
 class LRScheduler:
     def __init__(self, optimizer):
@@ -11,8 +19,12 @@ class LRScheduler:
         self.epoch = 0
 
     def step(self) -> float:
+        lr = self.lr_at(self.epoch + 1)
+        try:
+            self.optimizer.lr = lr
+        except GraphError as exc:
+            raise GraphError(f"{type(self).__name__} at step {self.epoch + 1}: {exc}") from None
         self.epoch += 1
-        self.optimizer.lr = self.lr_at(self.epoch)
         return self.optimizer.lr
 
     def lr_at(self, epoch: int) -> float:
@@ -24,7 +36,8 @@ class StepLR(LRScheduler):
 
     def __init__(self, optimizer, step_size: int, gamma: float = 0.1):
         super().__init__(optimizer)
-        self.step_size, self.gamma = step_size, gamma
+        _check_steps("StepLR", "step_size", step_size)
+        self.step_size, self.gamma = step_size, check_number("StepLR", "gamma", gamma)
 
     def lr_at(self, epoch):
         return self.base_lr * self.gamma ** (epoch // self.step_size)
@@ -35,7 +48,8 @@ class CosineAnnealingLR(LRScheduler):
 
     def __init__(self, optimizer, T_max: int, eta_min: float = 0.0):
         super().__init__(optimizer)
-        self.T_max, self.eta_min = T_max, eta_min
+        _check_steps("CosineAnnealingLR", "T_max", T_max)
+        self.T_max, self.eta_min = T_max, check_number("CosineAnnealingLR", "eta_min", eta_min)
 
     def lr_at(self, epoch):
         t = min(epoch, self.T_max)
@@ -48,6 +62,8 @@ class LinearWarmup(LRScheduler):
 
     def __init__(self, optimizer, warmup_steps: int, start_factor: float = 0.0, after=None):
         super().__init__(optimizer)
+        _check_steps("LinearWarmup", "warmup_steps", warmup_steps, low=0)
+        start_factor = check_number("LinearWarmup", "start_factor", start_factor)
         self.warmup_steps, self.start_factor, self.after = warmup_steps, start_factor, after
         optimizer.lr = self.lr_at(0)
 

@@ -11,22 +11,55 @@ import math
 
 import numpy as np
 
+from ..ir.errors import GraphError
 from ..nn.module import Buffer, Parameter
+
+
+class ParamTypeError(GraphError, TypeError):
+    """An optimiser was given something other than trainable Parameters."""
+
+
+def check_number(owner: str, what: str, value, low: float = 0.0, high: float | None = None,
+                 open_high: bool = False) -> float:
+    """``value`` as a float, refused (a GraphError naming ``owner`` and ``what``) unless it is a
+    finite real number in [low, high] (or [low, high) with ``open_high``)."""
+    try:
+        if isinstance(value, (str, bytes)):
+            raise TypeError
+        number = float(value)
+    except (TypeError, ValueError):
+        raise GraphError(f"{owner}: {what} must be a number, got {value!r}") from None
+    if not math.isfinite(number) or number < low or (high is not None and (
+            number > high or (open_high and number == high))):
+        bound = "" if high is None else f" and {'<' if open_high else '<='} {high}"
+        raise GraphError(f"{owner}: {what} must be a finite number >= {low}{bound}, "
+                         f"got {value!r}")
+    return number
 
 
 class Optimizer:
     def __init__(self, params, lr: float, scalars: tuple[str, ...]):
         self.params: list[Parameter] = list(params)
         if not self.params:
-            raise ValueError(f"{type(self).__name__} got no parameters")
+            raise GraphError(f"{type(self).__name__} got no parameters")
         if any(not isinstance(p, Parameter) or not p.trainable for p in self.params):
-            raise TypeError(f"{type(self).__name__} takes trainable nn.Parameters")
-        self.lr = float(lr)
+            raise ParamTypeError(f"{type(self).__name__} takes trainable nn.Parameters, got "
+                                 f"{[type(p).__name__ for p in self.params]}")
+        self.lr = lr
         self.step_count = 0
         self._scalar_names = scalars
         self.scalars = Buffer(np.zeros(len(scalars), np.float32))
         self.scalars.name = f"{type(self).__name__.lower()}.scalars"
         self.state: dict[int, dict[str, Parameter]] = {}
+
+    @property
+    def lr(self) -> float:
+        return self._lr
+
+    @lr.setter
+    def lr(self, value) -> None:
+        # a NaN, inf or negative rate would silently ruin every weight at the next step
+        self._lr = check_number(type(self).__name__, "lr", value)
 
     def _state(self, p: Parameter, key: str) -> Parameter:
         slots = self.state.setdefault(id(p), {})
@@ -53,6 +86,11 @@ class Optimizer:
         values = self._scalar_values()
         self.scalars.value[:] = [values[k] for k in self._scalar_names]
 
+    def undo_step(self, step_count: int, scalars) -> None:
+        """Put back the counter and scalars ``prepare_step`` replaced (the run failed)."""
+        self.step_count = step_count
+        self.scalars.value[:] = scalars
+
     def _scalar_values(self) -> dict[str, float]:
         return {"lr": self.lr}
 
@@ -65,8 +103,10 @@ class SGD(Optimizer):
 
     def __init__(self, params, lr: float, momentum: float = 0.0, nesterov: bool = False,
                  weight_decay: float = 0.0):
+        momentum = check_number("SGD", "momentum", momentum)
+        weight_decay = check_number("SGD", "weight_decay", weight_decay)
         if nesterov and momentum <= 0:
-            raise ValueError("SGD: nesterov needs momentum > 0")
+            raise GraphError("SGD: nesterov needs momentum > 0")
         super().__init__(params, lr, ("lr",))
         self.momentum, self.nesterov, self.weight_decay = momentum, nesterov, weight_decay
 
@@ -86,6 +126,15 @@ class Adam(Optimizer):
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, decoupled: bool = False):
+        name = "AdamW" if decoupled else "Adam"
+        try:
+            b1, b2 = betas
+        except (TypeError, ValueError):
+            raise GraphError(f"{name}: betas must be a pair of numbers, got {betas!r}") from None
+        betas = (check_number(name, "betas[0]", b1, 0.0, 1.0, open_high=True),
+                 check_number(name, "betas[1]", b2, 0.0, 1.0, open_high=True))
+        eps = check_number(name, "eps", eps)
+        weight_decay = check_number(name, "weight_decay", weight_decay)
         super().__init__(params, lr, ("lr", "step_size", "inv_sqrt_bc2", "decay"))
         self.betas, self.eps = tuple(betas), eps
         self.weight_decay, self.decoupled = weight_decay, decoupled

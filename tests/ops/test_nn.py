@@ -194,7 +194,7 @@ def test_layer_norm_build_errors():
 # -- batch norm -----------------------------------------------------------------------------------
 # M (elements per sample and channel) of 1, below, at and past the 4 and 8 lanes of the sums;
 # more channels than one chunk (256) with M > 1
-BN_SHAPES = [(8, 3), (4, 3, 5, 5), (2, 300), (3, 2, 7), (1, 4, 1, 1), (5, 1), (2, 3, 8, 8),
+BN_SHAPES = [(8, 3), (4, 3, 5, 5), (2, 300), (3, 2, 7), (2, 4, 1, 1), (5, 1), (2, 3, 8, 8),
              (3, 260, 5), (2, 4, 37, 3)]
 
 

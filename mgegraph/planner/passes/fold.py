@@ -10,10 +10,18 @@ them simply disappear.
 
 Generators without inputs (fill, arange, linspace) are constant but not folded on their own:
 they exist so a large constant takes no persistent memory. A node is folded only when each of
-its results is at most ``max_bytes``, so a huge constant is not materialised by accident.
+its results and each of its inputs is at most ``max_bytes``: evaluating the constant subgraph
+materialises every value in it, so ``sum(full((8192, 8192), 1.0))`` stays a run-time reduction
+of a generator instead of a 256 MiB fill at compile time. (A const input is already in memory;
+it is read in place whatever its size.)
+
+A constant subgraph whose evaluation fails in a kernel (an integer ``pow`` with a negative
+exponent) is left unfolded: the run then raises the kernel's KernelError, naming the op and the
+user's line, instead of compile failing inside the pass.
 """
 from __future__ import annotations
 
+from ...ir.errors import KernelError
 from ...ir.graph import Graph, Node, Var
 from .rewrite import PassResult, rebuild, result
 
@@ -21,20 +29,23 @@ MAX_BYTES = 1 << 20
 
 
 def _constant_nodes(graph: Graph, max_bytes: int) -> set[int]:
-    """``id`` of every non-source node whose inputs are all constant and whose results are
-    small enough; generators count as constant inputs."""
+    """``id`` of every non-source node whose inputs are all constant and whose results and
+    computed inputs are small enough; generators count as constant inputs."""
     constant_vars: set[int] = set()
+    in_memory: set[int] = set()  # const results: evaluating reads them, materialises nothing
     found = set()
     for node in graph.nodes:
         name = node.op.name
         if name == "const":
             constant_vars.add(node.outputs[0].id)
+            in_memory.add(node.outputs[0].id)
         if node.op.category == "source" or name == "assign" or not node.outputs:
             continue
         if all(v.id in constant_vars for v in node.inputs):
             if not node.inputs:
                 constant_vars.update(v.id for v in node.outputs)
-            elif all(v.type.nbytes <= max_bytes for v in node.outputs):
+            elif all(v.type.nbytes <= max_bytes for v in node.outputs) and all(
+                    v.type.nbytes <= max_bytes for v in node.inputs if v.id not in in_memory):
                 constant_vars.update(v.id for v in node.outputs)
                 found.add(id(node))
     return found
@@ -76,8 +87,11 @@ def fold(graph: Graph, outputs: list[Var], max_bytes: int = MAX_BYTES,
     if not folded:
         return PassResult(graph, list(outputs), False, {"folded": 0, "consts": 0, "bytes": 0})
     wanted = _boundary(graph, outputs, folded)
-    values = dict(zip((v.id for v in wanted), _evaluate(graph, folded, wanted, evaluate))) \
-        if wanted else {}
+    try:
+        values = dict(zip((v.id for v in wanted), _evaluate(graph, folded, wanted, evaluate))) \
+            if wanted else {}
+    except KernelError:  # left for the run to raise, with the op and the user's line
+        return PassResult(graph, list(outputs), False, {"folded": 0, "consts": 0, "bytes": 0})
 
     def replace_folded(builder, node: Node):
         if id(node) not in folded:

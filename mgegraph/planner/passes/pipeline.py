@@ -55,7 +55,7 @@ def _select(passes_or_level) -> list[tuple[str, Callable, str]]:
     by_name = {name: (name, fn, why) for name, fn, why in PASSES}
     if isinstance(passes_or_level, int) and not isinstance(passes_or_level, bool):
         if passes_or_level not in LEVELS:
-            raise ValueError(f"unknown optimisation level {passes_or_level}; levels: "
+            raise GraphError(f"compile: unknown optimisation level {passes_or_level}; levels: "
                              f"{sorted(LEVELS)}")
         return [by_name[n] for n in LEVELS[passes_or_level]]
     names = list(passes_or_level)

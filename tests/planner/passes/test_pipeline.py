@@ -88,10 +88,11 @@ def test_dump_sees_the_graph_after_each_pass():
 
 
 def _wrong_type_pass(graph, outputs):
-    """Adds a neg that records a wrong type."""
+    """Adds a neg that records a wrong type (add_node refuses one, so it is patched after)."""
     builder = rebuild(graph)
     x = builder.var(outputs[0])
-    builder.graph.add_node("neg", (x,), {}, types=(tensor_type(x.shape, "float64"),))
+    node = builder.graph.add_node("neg", (x,), {})
+    node.outputs[0].type = tensor_type(x.shape, "float64")
     return PassResult(builder.graph, [x], True, {})
 
 
