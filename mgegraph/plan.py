@@ -201,6 +201,14 @@ def check_feeds(plan, feeds) -> None:
                             f"needs {want.dtype}{list(want.shape)}")
 
 
+def host_arena(nbytes: int, alignment: int) -> np.ndarray:
+    """A zeroed uint8 array of ``nbytes`` whose first byte is ``alignment``-aligned: the arena
+    of a backend whose memory is the host's."""
+    raw = np.zeros(nbytes + alignment, np.uint8)
+    start = -raw.ctypes.data % alignment
+    return raw[start:start + nbytes]
+
+
 def host_buffers(plan: Plan, arena: np.ndarray) -> dict[int, np.ndarray]:
     """Every slot of ``plan`` as a NumPy array, for a backend whose memory is the host's: the
     temporaries and workspaces at their offsets in ``arena`` (uint8), persistent slots in

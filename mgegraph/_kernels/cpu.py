@@ -10,7 +10,7 @@ import numpy as np
 
 from ..backend import FusionLimits, KernelTable
 from ..ir.errors import KernelError, NumericsError
-from ..plan import check_feeds, dead_values, host_buffers
+from ..plan import check_feeds, dead_values, host_arena, host_buffers
 from . import KERNEL_MODULES, fused, lowering
 from .runtime import KERNEL_STATUS, POISON_BYTES, POISON_FLOAT32, POISON_FLOAT64, Executor
 
@@ -35,10 +35,7 @@ class CpuBackend(KernelTable):
         self.resolve(_kernel_addresses())
 
     def allocate(self, nbytes: int, alignment: int) -> np.ndarray:
-        """A zeroed uint8 array of ``nbytes`` whose first byte is ``alignment``-aligned."""
-        raw = np.zeros(nbytes + alignment, np.uint8)
-        start = -raw.ctypes.data % alignment
-        return raw[start:start + nbytes]
+        return host_arena(nbytes, alignment)
 
     def executable(self, plan) -> CpuExecutable:
         return CpuExecutable(self, plan)

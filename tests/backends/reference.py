@@ -23,7 +23,7 @@ import numpy as np
 
 from mgegraph.backend import FusionLimits, KernelTable, Launch, kernel_name
 from mgegraph.ir.errors import KernelError
-from mgegraph.plan import check_feeds, dead_values, host_buffers
+from mgegraph.plan import check_feeds, dead_values, host_arena, host_buffers
 
 FLOATS = ("float32", "float64")
 INTS = ("int32", "int64")
@@ -260,10 +260,7 @@ class ReferenceBackend(KernelTable):
         self.resolve(entries)
 
     def allocate(self, nbytes: int, alignment: int) -> np.ndarray:
-        """A zeroed uint8 array of ``nbytes`` whose first byte is ``alignment``-aligned."""
-        raw = np.zeros(nbytes + alignment, np.uint8)
-        start = -raw.ctypes.data % alignment
-        return raw[start:start + nbytes]
+        return host_arena(nbytes, alignment)
 
     def executable(self, plan) -> ReferenceExecutable:
         return ReferenceExecutable(plan, self)
