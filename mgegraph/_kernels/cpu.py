@@ -107,23 +107,15 @@ class CpuExecutable:
         """``executor.run()`` one instruction at a time (a plan compiled with
         ``check_numerics=True``): a NumericsError at the first float output holding a NaN or
         an infinity; a kernel's own failure is returned as (index, status), as ``run`` does.
-        A ``memory="debug"`` plan's dead values are poisoned here as the C loop does, so a
+        ``run_one`` poisons a ``memory="debug"`` plan's dead values as the C loop does, so a
         read of one shows up as the NaN it makes."""
         plan, buffers = self.plan, self.buffers
         bad_feeds = [name for name, slot in plan.feeds.items()
                      if buffers[slot].dtype.kind == "f" and not np.isfinite(buffers[slot]).all()]
-        dead: dict[int, list] = {}
-        for step, s in (dead_values(plan) if plan.memory.options.poison else ()):
-            dead.setdefault(step, []).append(buffers[s])
         for i, ins in enumerate(plan.instructions):
             status = self.executor.run_one(i)
             if status != 0:
                 return i, status
-            for value in dead.get(i, ()):
-                if value.dtype in _POISON_KIND:
-                    value[...] = np.nan
-                else:  # NaN too wherever a kernel reads these bytes as floats (a workspace)
-                    value.reshape(-1).view(np.uint8)[:] = 0xFF
             for s in ins.outputs:
                 out = buffers[s]
                 if out.dtype.kind != "f" or np.isfinite(out).all():

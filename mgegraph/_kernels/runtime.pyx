@@ -56,6 +56,7 @@ cdef class Executor:
     cdef Py_ssize_t n
     cdef Poison* poison
     cdef Py_ssize_t n_poison
+    cdef Py_ssize_t* poison_at  # poison[poison_at[i]:poison_at[i + 1]]: the entries of step i
     cdef Py_ssize_t* checks
     cdef Py_ssize_t n_checks
     cdef readonly Py_ssize_t ran  # instructions the last run completed
@@ -110,9 +111,18 @@ cdef class Executor:
             for j in range(len(floats[i])):
                 self.float_table[pf + j] = floats[i][j]
             pf += len(floats[i]) + 2
+        self.poison_at = <Py_ssize_t*>malloc((self.n + 1) * sizeof(Py_ssize_t))
+        if not self.poison_at:
+            raise MemoryError("cannot allocate the executor's tables")
+        j = 0
+        for i in range(self.n + 1):
+            while j < self.n_poison and self.poison[j].step < i:
+                j += 1
+            self.poison_at[i] = j
 
     def __dealloc__(self):
         free(self.poison)
+        free(self.poison_at)
         free(self.checks)
         free(self.calls)
         free(self.fns)
@@ -150,10 +160,15 @@ cdef class Executor:
             PyErr_CheckSignals()
 
     def run_one(self, Py_ssize_t i):
-        """Run instruction i alone (for the profiler and for debugging); returns its status."""
+        """Run instruction i alone (for the profiler, the numerics check and debugging) as
+        run() runs it, dead values poisoned after it; returns its status."""
         cdef int status
+        cdef Py_ssize_t p
         if not 0 <= i < self.n:
             raise IndexError(f"instruction {i} out of range 0..{self.n - 1}")
         with nogil:
             status = self.fns[i](&self.calls[i])
+            if status == 0:
+                for p in range(self.poison_at[i], self.poison_at[i + 1]):
+                    _fill_poison(&self.poison[p])
         return status
