@@ -14,7 +14,7 @@ import numpy as np
 from .backend import get_backend
 from .ir.errors import GraphError
 from .ir.graph import Graph, Var
-from .lowering import Lowered, lower
+from .lowering import Lowered, lower, view_root
 from .plan import Plan
 from .planner.memory.plan import memory_options, place, schedule
 from .planner.memory.verify import checks_enabled, verify_plan
@@ -102,27 +102,16 @@ def _before_updates(graph: Graph, outputs) -> tuple[Graph, list]:
     overlap, one of them assigned, are refused (an update of one would change the other
     during the run)."""
     _check_one_assign_each(graph)
-    _check_shared_overlap(graph)
-    if not any(_assigned_root(graph, v) for v in outputs):
+    assigned = {node.inputs[0].id for node in graph.assigns}
+    _check_shared_overlap(graph, assigned)
+    if not any(view_root(v).id in assigned for v in outputs):
         return graph, outputs
     from .ops.builder import apply
     builder = rebuild(graph)
     outputs = [builder.var(v) for v in outputs]
-    new = builder.graph
-    return new, [apply("copy", (v,)) if _assigned_root(new, v) else v for v in outputs]
-
-
-def _view_root(v: Var) -> Var:
-    """The var whose bytes ``v`` is, through the view ops lowering makes no copy for."""
-    while v.node is not None and v.node.op.category != "source" and v.node.inputs:
-        if v.node.op.view_offset(v.node) is None:
-            break
-        v = v.node.inputs[0]
-    return v
-
-
-def _assigned_root(graph: Graph, v: Var) -> bool:
-    return _view_root(v).id in {node.inputs[0].id for node in graph.assigns}
+    assigned = {node.inputs[0].id for node in builder.graph.assigns}
+    return builder.graph, [apply("copy", (v,)) if view_root(v).id in assigned else v
+                           for v in outputs]
 
 
 def _check_one_assign_each(graph: Graph) -> None:
@@ -138,9 +127,9 @@ def _check_one_assign_each(graph: Graph) -> None:
         first[target.id] = node
 
 
-def _check_shared_overlap(graph: Graph) -> None:
-    """A GraphError when an assigned param's shared array overlaps another shared param's."""
-    assigned = {node.inputs[0].id for node in graph.assigns}
+def _check_shared_overlap(graph: Graph, assigned: set[int]) -> None:
+    """A GraphError when an assigned param's (``assigned``: their var ids) shared array
+    overlaps another shared param's."""
     shared = [(name, var) for name, var in graph.params.items() if var.id in graph.shared]
     for i, (name, var) in enumerate(shared):
         for other, ovar in shared[i + 1:]:

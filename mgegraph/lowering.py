@@ -17,6 +17,19 @@ from .ir.graph import Graph, Var
 from .ir.types import TensorType
 from .plan import Instruction, Role, Slot
 
+def makes_view(node) -> bool:
+    """Whether ``node``'s output 0 is its input 0's bytes (no kernel runs for it)."""
+    return node.op.category != "source" and bool(node.inputs) \
+        and node.op.view_offset(node) is not None
+
+
+def view_root(v: Var) -> Var:
+    """The var whose bytes ``v`` is, through the views lowering makes no copy for."""
+    while v.node is not None and makes_view(v.node):
+        v = v.node.inputs[0]
+    return v
+
+
 def _needed_nodes(graph: Graph, outputs) -> list:
     needed = {v.id for v in outputs}
     kept = []
@@ -42,10 +55,7 @@ def _assigns_written_in_place(nodes, outputs) -> dict[int, Var]:
             uses.setdefault(v.id, []).append(n)
     output_ids = {v.id for v in outputs}
     # a view (a reshape, a contiguous slice) is its input's bytes: reading it reads the param
-    root: dict[int, int] = {}
-    for n in nodes:
-        if n.op.category != "source" and n.inputs and n.op.view_offset(n) is not None:
-            root[n.outputs[0].id] = root.get(n.inputs[0].id, n.inputs[0].id)
+    root = {n.outputs[0].id: view_root(n.outputs[0]).id for n in nodes if makes_view(n)}
     aliases: dict[int, list] = {}
     for vid, r in root.items():
         aliases.setdefault(r, []).append(vid)
