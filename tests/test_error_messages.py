@@ -87,6 +87,15 @@ CASES = [
     ("dataloader_zero", lambda c: mg.DataLoader((np.zeros(4),), 0), ["DataLoader", "batch_size", "0"], False),
     ("dataloader_negative", lambda c: mg.DataLoader((np.zeros(4),), -2), ["DataLoader", "batch_size", "-2"], False),
     ("dataloader_float", lambda c: mg.DataLoader((np.zeros(4),), 1.5), ["DataLoader", "batch_size", "1.5"], False),
+    ("reshape_bool_dim", lambda c: F.reshape(c.x, (True, 6)), ["reshape", "(True, 6)", "f32[2,3]"], True),
+    ("reshape_bool_minus_one", lambda c: F.reshape(c.x, (-1, True)), ["reshape", "(-1, True)"], True),
+    ("softmax_str_axis", lambda c: F.softmax(c.x, axis="a"), ["softmax", "f32[2,3]", "'a'"], True),
+    ("softmax_float_axis", lambda c: F.softmax(c.x, axis=1.0), ["softmax", "f32[2,3]", "1.0"], True),
+    ("log_softmax_str_axis", lambda c: F.log_softmax(c.x, axis="a"), ["log_softmax", "'a'"], True),
+    ("const_huge_broadcast", lambda c: c.g.const(np.broadcast_to(np.float32(1), (1 << 40,))), ["(1099511627776,)", "4398046511104 bytes"], True),
+    ("int_pow_negative", lambda c: (lambda g: mg.compile([g.input("i", (2,), "int32") ** g.input("e", (2,), "int32")]))(mg.Graph()).run({"i": np.array([2, 2], np.int32), "e": np.array([1, -1], np.int32)}), ["pow", "integers to negative integer powers are not allowed"], True),
+    ("arange_inf", lambda c: F.arange(0, float("inf"), graph=c.g), ["arange", "inf", "finite"], True),
+    ("arange_int_overflow", lambda c: F.arange(2**31 - 3, 2**31 + 2, dtype="int32", graph=c.g), ["arange", "2147483649", "int32"], True),
     ("dataloader_lengths", lambda c: mg.DataLoader((np.zeros(4), np.zeros(3)), 2), ["DataLoader", "[4, 3]"], False),
 ]
 
@@ -130,3 +139,20 @@ def test_a_scheduler_setting_a_bad_lr_is_refused_and_keeps_the_old_one():
     with pytest.raises(mg.GraphError, match="SGD: lr"):
         opt.lr = -1.0
     assert opt.lr == 0.1
+
+
+def test_assign_says_a_second_assign_of_a_param_is_refused():
+    doc = mg.Graph.assign.__doc__
+    assert "at most once" in doc and "refused" in doc
+    g = mg.Graph()
+    w = g.param("w", np.zeros(2, np.float32))
+    g.assign(w, w + 1.0)
+    g.assign(w, w + 2.0)
+    with pytest.raises(mg.GraphError, match="'w' is assigned twice"):
+        mg.compile([w + 0.0])
+
+
+def test_integer_ranges_that_fit_still_build():
+    g = mg.Graph()
+    assert F.arange(2**31 - 3, 2**31 - 1, dtype="int32", graph=g).shape == (2,)
+    assert F.arange(0, 3, 0.5, dtype="float32", graph=g).shape == (6,)

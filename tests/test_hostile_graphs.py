@@ -73,9 +73,9 @@ def _call(patch):
                       [("load", 0, 0), ("leaky_relu", 1, 0, 0, 0), ("store", 0, 1)], [0.1])
     ints, floats, ws = LF.encode(program, threads=1)
     ints = list(ints)
-    head, ndim = 3, ints[2]
+    head, ndim = len(LF.K.HEAD_FIELDS), ints[2]
     run = head + ndim + ints[0] * ndim
-    steps = run + 4
+    steps = run + len(LF.K.RUN_FIELDS)
     patch(ints, run, steps)
     x = np.arange(16, dtype=np.float32)
     out = np.zeros(16, np.float32)
@@ -105,3 +105,91 @@ def test_the_fused_kernel_refuses_a_bad_parameter_block(patch):
 def test_the_fused_kernel_runs_the_unpatched_block():
     status, out = _call(lambda i, r, s: None)
     assert status == 0 and out[3] == 3
+
+
+def test_the_fused_kernel_refuses_a_constant_index_past_its_floats():
+    # leaky_relu's slope is floats[0] of one: floats[1] and a block saying it has no floats
+    # are refused before an element is read (n_floats, the Run field the lowering encodes)
+    b = LF.K.STEP_FIELDS.index("b")
+    for patch in (lambda i, r, s: i.__setitem__(s + 5 * 1 + b, 1),
+                  lambda i, r, s: i.__setitem__(r + LF.K.RUN_FIELDS.index("n_floats"), 0)):
+        status, out = _call(patch)
+        assert status != 0 and not out.any()
+    assert _call(lambda i, r, s: None)[0] == 0
+
+
+# -- attributes are plain immutable values -------------------------------------------------------
+@pytest.mark.parametrize("attrs", [{"shape": [3, 4]}, {"shape": np.array([3, 4])},
+                                   {"shape": {3: 4}}, {"shape": ((3,), [4])}])
+def test_add_node_refuses_attributes_that_are_not_plain_immutable_values(attrs):
+    g = Graph()
+    x = g.input("x", (2, 6))
+    with pytest.raises(OpError, match=r"reshape\(f32\[2,6\]\): attribute shape=.*not a plain "
+                                      r"immutable value.*test_hostile_graphs"):
+        g.add_node("reshape", (x,), attrs)
+    assert g.add_node("reshape", (x,), {"shape": (3, 4)}).outputs[0].shape == (3, 4)
+
+
+# -- values of dtypes the engine has no kernels for --------------------------------------------
+@pytest.mark.parametrize("value", [np.array([1, "a"], dtype=object), np.array(["a", "b"]),
+                                   np.array([1 + 2j]), "abc", None, np.zeros(2, np.float16)])
+def test_sources_refuse_object_str_and_complex_values(value):
+    from mgegraph.ir.errors import GraphError
+
+    g = Graph()
+    with pytest.raises(GraphError, match="dtype"):
+        g.const(value)
+    with pytest.raises(GraphError, match="dtype"):
+        g.param("p", value)
+    if isinstance(value, np.ndarray):
+        with pytest.raises(GraphError, match="dtype"):
+            g.input("x", (2,), dtype=value.dtype)
+    assert not g.nodes
+
+
+# -- every strided kernel checks its ndim before it reads a shape --------------------------------
+_DIMS_CHECK = """
+import numpy as np
+from mgegraph._kernels import elementwise as E, linalg as L, movement as M, reduce as R
+from mgegraph._kernels.runtime import Executor
+
+def status(module, name, ints):
+    bufs = [np.zeros(64, np.float64) for _ in range(4)]
+    ints = list(ints) + [0] * 2000  # room for what an unchecked kernel would read
+    ex = Executor([module.KERNELS[name]], [[b.ctypes.data for b in bufs]], [ints], [[0.0, 0.0]],
+                  bufs)
+    failure = ex.run()
+    return None if failure is None else failure[1]
+
+def head(fields, **values):
+    return [values.get(f, 0) for f in fields]
+
+cases = {
+    "unary": (E, "unary_f32", [0, 100]), "binary": (E, "binary_f32", [0, 100]),
+    "compare": (E, "compare_f32", [0, 100]), "where": (E, "where_f32", [0, 100]),
+    "cast": (E, "cast_f32", [0, 100]),
+    "strided": (M, "strided_f32", head(M.STRIDED_FIELDS, ndim=100)),
+    "slice_backward": (M, "slice_backward_f32", head(M.STRIDED_FIELDS, ndim=100)),
+    "gather": (M, "gather_f32", head(M.GATHER_FIELDS, ndim=100)),
+    "scatter_add": (M, "scatter_add_f32", head(M.GATHER_FIELDS, ndim=100)),
+    "pad": (M, "pad_f32", head(M.PAD_FIELDS, ndim=100)),
+    "pad_backward": (M, "pad_backward_f32", head(M.PAD_FIELDS, ndim=100)),
+    "matmul": (L, "matmul_f32", head(L.MATMUL_FIELDS, ndim=100)),
+    "reduce_kept": (R, "reduce_f32", head(R.REDUCE_FIELDS, kept_ndim=100)),
+    "reduce_reduced": (R, "reduce_f32", head(R.REDUCE_FIELDS, kept_ndim=1) + [1, 1, 100]),
+}
+for what, (module, name, ints) in cases.items():
+    assert status(module, name, ints) == 3, what  # KERNEL_UNSUPPORTED
+print("ok")
+"""
+
+
+def test_strided_kernels_refuse_more_dims_than_they_hold():
+    import subprocess
+    import sys
+
+    # in a child: an unchecked kernel writes past its Odometer on the stack and may crash
+    proc = subprocess.run([sys.executable, "-c", _DIMS_CHECK], capture_output=True, text=True,
+                          check=False,
+                          timeout=60)
+    assert proc.returncode == 0 and "ok" in proc.stdout, (proc.returncode, proc.stderr[-2000:])

@@ -19,6 +19,7 @@ cdef enum:
     KERNEL_INDEX_OUT_OF_RANGE = 1
     KERNEL_BAD_VALUE = 2
     KERNEL_UNSUPPORTED = 3
+    KERNEL_NEGATIVE_POWER = 4  # integer pow by a negative exponent (NumPy raises too)
 
 
 cdef inline object kernel_address(kernel_fn f):

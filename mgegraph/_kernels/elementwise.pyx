@@ -14,8 +14,8 @@
 from libc.stdint cimport int32_t, int64_t, uint8_t
 
 from .dtypes cimport any_t, num_t
-from .abi cimport Call, KERNEL_OK, KERNEL_BAD_VALUE, KERNEL_UNSUPPORTED, kernel_address
-from .nditer cimport Odometer, odometer_init, odometer_next, count_rows
+from .abi cimport Call, KERNEL_OK, KERNEL_NEGATIVE_POWER, KERNEL_UNSUPPORTED, kernel_address
+from .nditer cimport dims_ok, Odometer, odometer_init, odometer_next, count_rows
 from .scalar cimport float_to_i32, float_to_i64
 from .ew_ops cimport (EW_POW, EW_FIRST_BINARY, EW_FIRST_COMPARE, EW_COUNT, ew_opcodes, ew_n_params,
                       ew_unary_run, ew_binary_run, ew_compare_run)
@@ -33,6 +33,8 @@ OPCODES = ew_opcodes()  # op name -> code, as the table orders them (the lowerin
 
 # -- loops --------------------------------------------------------------------------------------
 cdef inline int unary_impl(const num_t* x, num_t* y, const Call* c) noexcept nogil:
+    if not dims_ok(c.ints[1], 0):
+        return KERNEL_UNSUPPORTED
     cdef int op = <int>c.ints[0], ndim = <int>c.ints[1]
     cdef const Py_ssize_t* shape = c.ints + 2
     cdef Py_ssize_t inner = shape[ndim - 1] if ndim > 0 else 1
@@ -56,6 +58,8 @@ cdef inline int unary_impl(const num_t* x, num_t* y, const Call* c) noexcept nog
 
 
 cdef inline int binary_impl(const num_t* x, const num_t* z, num_t* y, const Call* c) noexcept nogil:
+    if not dims_ok(c.ints[1], 0):
+        return KERNEL_UNSUPPORTED
     cdef int op = <int>c.ints[0], ndim = <int>c.ints[1]
     cdef const Py_ssize_t* shape = c.ints + 2
     cdef Py_ssize_t inner = shape[ndim - 1] if ndim > 0 else 1
@@ -71,7 +75,7 @@ cdef inline int binary_impl(const num_t* x, const num_t* z, num_t* y, const Call
         if int_pow:  # integers to negative integer powers: an error, as in NumPy
             for i in range(inner):
                 if z[o.offset[1] + i * sz] < 0:
-                    return KERNEL_BAD_VALUE
+                    return KERNEL_NEGATIVE_POWER
         if not ew_binary_run(op, y, x + o.offset[0], sx, z + o.offset[1], sz, inner):
             return KERNEL_UNSUPPORTED
         y += inner
@@ -80,6 +84,8 @@ cdef inline int binary_impl(const num_t* x, const num_t* z, num_t* y, const Call
 
 
 cdef inline int compare_impl(const any_t* x, const any_t* z, uint8_t* y, const Call* c) noexcept nogil:
+    if not dims_ok(c.ints[1], 0):
+        return KERNEL_UNSUPPORTED
     cdef int op = <int>c.ints[0], ndim = <int>c.ints[1]
     cdef const Py_ssize_t* shape = c.ints + 2
     cdef Py_ssize_t inner = shape[ndim - 1] if ndim > 0 else 1
@@ -100,6 +106,8 @@ cdef inline int compare_impl(const any_t* x, const any_t* z, uint8_t* y, const C
 cdef inline int where_impl(const uint8_t* cond, const any_t* x, const any_t* z, any_t* y,
                            const Call* c) noexcept nogil:
     # ints: [unused opcode, ndim, shape, strides cond, strides x, strides z]
+    if not dims_ok(c.ints[1], 0):
+        return KERNEL_UNSUPPORTED
     cdef int ndim = <int>c.ints[1]
     cdef const Py_ssize_t* shape = c.ints + 2
     cdef Py_ssize_t inner = shape[ndim - 1] if ndim > 0 else 1
@@ -166,6 +174,8 @@ cdef inline void cast_rows(const any_t* x, dst_t* y, const Call* c) noexcept nog
 cdef inline int cast_impl(const any_t* x, char* y, const Call* c) noexcept nogil:
     # ints[0] is the destination dtype code (mgegraph.ir.types.SUPPORTED)
     cdef int dst = <int>c.ints[0]
+    if not dims_ok(c.ints[1], 0):
+        return KERNEL_UNSUPPORTED
     if dst == 0:
         cast_rows(x, <float*>y, c)
     elif dst == 1:

@@ -7,14 +7,15 @@
 # ints, written by mgegraph._kernels.lowering.fused.encode, three structs (Head, Run, Step,
 # whose field names this module exports) with arrays between them:
 #   Head [n_in, n_out, ndim], out_shape[ndim], input strides[n_in * ndim] (elements, 0 on
-#   broadcast dims), Run [block, threads, n_regs, n_code], then n_code Steps [op, dst, a, b, c]
+#   broadcast dims), Run [block, threads, n_regs, n_code, n_floats], then n_code Steps
+#   [op, dst, a, b, c]
 # over registers:
 #   LOAD dst <- input a          CONST dst <- floats[a]          STORE output dst <- register a
 #   a unary op (its op code of ew_ops.pxd) dst <- op(a) with its parameters floats[b] and
 #   floats[c] (leaky_relu's slope, clip's bounds); binary ops and comparisons dst <- op(a, b)
 #   (comparisons give 1.0 or 0.0; relu_backward(y, g) is g where y > 0, the registry's operand
 #   order); WHERE dst <- a != 0 ? b : c
-# floats: the constants the code refers to by index.
+# floats: the n_floats constants the code refers to by index.
 #
 # Design (numexpr's): the flattened output is walked in blocks small enough that every register
 # stays in L1/L2, and each step runs over a whole block, so every loop is long, simple and
@@ -101,7 +102,7 @@ ctypedef struct Head:    # then out_shape[ndim], input strides[n_in * ndim]
     Py_ssize_t n_in, n_out, ndim
 
 ctypedef struct Run:     # then n_code Steps
-    Py_ssize_t block, threads, n_regs, n_code
+    Py_ssize_t block, threads, n_regs, n_code, n_floats  # n_floats: the length of Call.floats
 
 ctypedef struct Step:
     Py_ssize_t op, dst, a, b, c
@@ -115,7 +116,7 @@ STEP_FIELDS = fields_of(_step, sizeof(Step))
 
 
 ctypedef struct Program:
-    Py_ssize_t n_in, n_out, ndim, size, block, threads, n_regs, n_code
+    Py_ssize_t n_in, n_out, ndim, size, block, threads, n_regs, n_code, n_floats
     const Py_ssize_t* shape
     const Py_ssize_t* strides
     const Step* code
@@ -219,16 +220,20 @@ cdef inline bint _bad_reg(Py_ssize_t r, const Program* p, unsigned long long def
     return r < 0 or r >= p.n_regs or not (defined >> r) & 1
 
 
+cdef inline bint _bad_const(Py_ssize_t i, const Program* p) noexcept nogil:
+    return i < 0 or i >= p.n_floats
+
+
 cdef int check_code(const Program* p) noexcept nogil:
     # Once per call, before any element is touched: whatever the parameter block says, no step
-    # reads or writes outside its buffers or reads a register no earlier step wrote. (Constant
-    # indices can only be checked >= 0 here: the Call carries no count of its floats; the
-    # op's shape rule, fused_program.check_code, has checked them against the constants.)
+    # reads or writes outside its buffers or reads a register no earlier step wrote, and every
+    # constant index is below n_floats (the op's shape rule, fused_program.check_code, has
+    # checked them against the constants too).
     cdef Py_ssize_t k
     cdef const Step* s
     cdef unsigned long long defined = 0, stored = 0  # bit r: register r written / output r stored
     cdef int params
-    if p.n_code < 0 or p.n_out < 0 or p.n_out > 64 or p.n_in < 0 or p.n_regs < 1:
+    if p.n_code < 0 or p.n_out < 0 or p.n_out > 64 or p.n_in < 0 or p.n_regs < 1 or p.n_floats < 0:
         return KERNEL_BAD_VALUE
     for k in range(p.n_code):
         s = p.code + k
@@ -245,7 +250,7 @@ cdef int check_code(const Program* p) noexcept nogil:
             if s.a < 0 or s.a >= p.n_in:
                 return KERNEL_BAD_VALUE
         elif s.op == F_CONST:
-            if s.a < 0:
+            if _bad_const(s.a, p):
                 return KERNEL_BAD_VALUE
         elif s.op == F_WHERE:
             if _bad_reg(s.a, p, defined) or _bad_reg(s.b, p, defined) or _bad_reg(s.c, p, defined):
@@ -255,7 +260,8 @@ cdef int check_code(const Program* p) noexcept nogil:
                 return KERNEL_BAD_VALUE
         else:
             params = ew_n_params(<int>s.op)
-            if _bad_reg(s.a, p, defined) or (params > 0 and s.b < 0) or (params > 1 and s.c < 0):
+            if (_bad_reg(s.a, p, defined) or (params > 0 and _bad_const(s.b, p))
+                    or (params > 1 and _bad_const(s.c, p))):
                 return KERNEL_BAD_VALUE
         defined |= 1ULL << s.dst
     if p.n_out < 64 and stored != (1ULL << p.n_out) - 1 or p.n_out == 64 and stored != ~0ULL:
@@ -277,6 +283,7 @@ cdef int read_program(Program* p, const Call* c) noexcept nogil:
         p.size *= p.shape[d]
     run = <const Run*>(p.strides + p.n_in * p.ndim)
     p.block, p.threads, p.n_regs, p.n_code = run.block, run.threads, run.n_regs, run.n_code
+    p.n_floats = run.n_floats
     if p.n_regs > MAX_REGS or p.block < 1 or p.threads < 1:
         return KERNEL_UNSUPPORTED
     p.code = <const Step*>(run + 1)

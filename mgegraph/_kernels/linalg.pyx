@@ -11,11 +11,11 @@ from libc.stdint cimport int32_t, int64_t
 from cython cimport floating
 
 from .dtypes cimport num_t
-from .abi cimport Call, KERNEL_OK, kernel_fn, kernel_address
+from .abi cimport Call, KERNEL_OK, KERNEL_UNSUPPORTED, kernel_fn, kernel_address
 from .params cimport fields_of
 from .blas cimport gemm
 from .ew_ops cimport ew_relu
-from .nditer cimport Odometer, odometer_init, odometer_next, count_rows
+from .nditer cimport dims_ok, Odometer, odometer_init, odometer_next, count_rows
 
 ctypedef struct Matmul:  # then batch shape[ndim], batch strides of a[ndim], of b[ndim]
     Py_ssize_t m, n, k, transpose_a, transpose_b, ndim
@@ -59,6 +59,8 @@ cdef inline void matrix_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py
 cdef inline int matmul_impl(const num_t* a, const num_t* b, num_t* c,
                             const Call* call) noexcept nogil:
     cdef const Matmul* s = <const Matmul*>call.ints
+    if not dims_ok(s.ndim, 1):
+        return KERNEL_UNSUPPORTED
     cdef Py_ssize_t m = s.m, n = s.n, k = s.k
     cdef bint ta = s.transpose_a != 0, tb = s.transpose_b != 0
     cdef int ndim = <int>s.ndim

@@ -18,8 +18,9 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
 from .dtypes cimport int_t, num_t
-from .abi cimport Call, KERNEL_OK, KERNEL_INDEX_OUT_OF_RANGE, kernel_fn, kernel_address
-from .nditer cimport MAX_DIMS, Odometer, odometer_init, odometer_next, count_rows
+from .abi cimport (Call, KERNEL_OK, KERNEL_INDEX_OUT_OF_RANGE, KERNEL_UNSUPPORTED, kernel_fn,
+                   kernel_address)
+from .nditer cimport MAX_DIMS, dims_ok, Odometer, odometer_init, odometer_next, count_rows
 from .params cimport fields_of
 
 ctypedef fused elem_t:
@@ -111,6 +112,8 @@ cdef inline int strided_impl(const elem_t* x, elem_t* y, const Call* c) noexcept
     # ints: Strided, shape[ndim], input element strides[ndim] (any sign, 0 broadcasts),
     # StridedTail. The output is contiguous; transpose, broadcast_to and slicing are all this
     # one loop.
+    if not dims_ok((<const Strided*>c.ints).ndim, 1):
+        return KERNEL_UNSUPPORTED
     cdef int ndim = <int>(<const Strided*>c.ints).ndim
     cdef const Py_ssize_t* shape = after(c.ints, sizeof(Strided))
     cdef const Py_ssize_t* strides = shape + ndim
@@ -140,6 +143,8 @@ cdef inline int slice_backward_impl(const elem_t* x, elem_t* y, const Call* c) n
     # ints: Strided, shape[ndim], output element strides[ndim] (any sign, never 0),
     # SliceBackwardTail. The adjoint of a slice: the contiguous input lands on a strided window
     # of a zeroed output. Slice steps are non-zero, so no two input elements share a destination.
+    if not dims_ok((<const Strided*>c.ints).ndim, 1):
+        return KERNEL_UNSUPPORTED
     cdef int ndim = <int>(<const Strided*>c.ints).ndim
     cdef const Py_ssize_t* shape = after(c.ints, sizeof(Strided))
     cdef const Py_ssize_t* strides = shape + ndim
@@ -258,6 +263,8 @@ cdef inline int gather_impl(const elem_t* x, const int_t* idx, elem_t* y,
                             const Call* c) noexcept nogil:
     # ints: Gather, shape[ndim], input strides[ndim] (0 on the gathered axis), index
     # strides[ndim], GatherTail. Output contiguous.
+    if not dims_ok((<const Gather*>c.ints).ndim, 1):
+        return KERNEL_UNSUPPORTED
     cdef int ndim = <int>(<const Gather*>c.ints).ndim
     cdef const Py_ssize_t* shape = after(c.ints, sizeof(Gather))
     cdef const Py_ssize_t* strides = shape + ndim  # the input's, then the index's
@@ -290,6 +297,8 @@ cdef inline int scatter_add_impl(const num_t* x, const int_t* idx, num_t* y,
     # then y's size) for its tail. The adjoint of gather: walks x (gather's output shape) and
     # adds each element where gather read it, so repeated indices and axes along which y was
     # broadcast (stride 0) accumulate.
+    if not dims_ok((<const Gather*>c.ints).ndim, 1):
+        return KERNEL_UNSUPPORTED
     cdef int ndim = <int>(<const Gather*>c.ints).ndim
     cdef const Py_ssize_t* shape = after(c.ints, sizeof(Gather))
     cdef const Py_ssize_t* strides = shape + ndim  # y's, then the index's
@@ -366,6 +375,8 @@ cdef inline int pad_impl(const elem_t* x, elem_t* y, const Call* c) noexcept nog
     # strides[ndim]. Walks output rows with an index vector, since the mapping from output to
     # input index is not linear.
     cdef const Pad* p = <const Pad*>c.ints
+    if not dims_ok(p.ndim, 1):
+        return KERNEL_UNSUPPORTED
     cdef int mode = <int>p.mode, ndim = <int>p.ndim, d
     cdef elem_t fill = <elem_t>p.fill_bits
     cdef const Py_ssize_t* out_shape = after(c.ints, sizeof(Pad))
@@ -392,6 +403,8 @@ cdef inline int pad_backward_impl(const num_t* x, num_t* y, const Call* c) noexc
     # every padded element adds into the input element it was read from (edge and reflect read
     # some elements many times); constant elements are dropped.
     cdef const Pad* p = <const Pad*>c.ints
+    if not dims_ok(p.ndim, 1):
+        return KERNEL_UNSUPPORTED
     cdef int mode = <int>p.mode, ndim = <int>p.ndim, d
     cdef const Py_ssize_t* out_shape = after(c.ints, sizeof(Pad))
     cdef const Py_ssize_t* in_shape = out_shape + ndim

@@ -16,6 +16,12 @@ ctypedef struct Odometer:
     Py_ssize_t offset[MAX_OPERANDS]            # current element offset per operand
 
 
+cdef inline bint dims_ok(Py_ssize_t ndim, Py_ssize_t least) noexcept nogil:
+    # A kernel's first check, before it reads a shape: ndim within what an Odometer holds
+    # (whatever its parameter block says, no iteration writes past these arrays).
+    return least <= ndim <= MAX_DIMS
+
+
 cdef inline void odometer_init(Odometer* o, int ndim, const Py_ssize_t* shape,
                                const Py_ssize_t* strides, int nops) noexcept nogil:
     # shape: ndim sizes; strides: nops blocks of ndim element strides. Iterates dims [0, ndim-1).

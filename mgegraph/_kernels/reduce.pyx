@@ -20,7 +20,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from .dtypes cimport any_t
 from .abi cimport Call, KERNEL_OK, KERNEL_BAD_VALUE, KERNEL_UNSUPPORTED, kernel_fn, kernel_address
 from .params cimport fields_of
-from .nditer cimport Odometer, odometer_init, odometer_next, count_rows
+from .nditer cimport dims_ok, Odometer, odometer_init, odometer_next, count_rows
 
 ctypedef fused acc_t:
     double
@@ -421,6 +421,8 @@ cdef inline Py_ssize_t out_itemsize(int op, any_t zero) noexcept nogil:
 # -- driver ---------------------------------------------------------------------------------------
 cdef int reduce_impl(const any_t* x, char* y, const Call* c) noexcept nogil:
     cdef const Reduce* s = <const Reduce*>c.ints
+    if not dims_ok(s.kept_ndim, 1) or not dims_ok((<const Py_ssize_t*>(s + 1))[2 * s.kept_ndim], 1):
+        return KERNEL_UNSUPPORTED  # the kept and the reduced groups each fit an Odometer
     cdef int op = <int>s.op, ndo = <int>s.kept_ndim
     cdef const Py_ssize_t* oshape = <const Py_ssize_t*>(s + 1)
     cdef const Py_ssize_t* ostride = oshape + ndo

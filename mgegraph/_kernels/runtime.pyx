@@ -13,12 +13,14 @@ from libc.string cimport memset
 from cpython.exc cimport PyErr_CheckSignals
 
 from .abi cimport (Call, kernel_fn, KERNEL_OK, KERNEL_INDEX_OUT_OF_RANGE, KERNEL_BAD_VALUE,
-                   KERNEL_UNSUPPORTED)
+                   KERNEL_UNSUPPORTED, KERNEL_NEGATIVE_POWER)
 
 # What each status of abi.pxd means, for the error a failed run raises.
 KERNEL_STATUS = {KERNEL_INDEX_OUT_OF_RANGE: "an index is out of range",
                  KERNEL_BAD_VALUE: "a value is invalid",
-                 KERNEL_UNSUPPORTED: "the kernel does not support these parameters"}
+                 KERNEL_UNSUPPORTED: "the kernel does not support these parameters",
+                 KERNEL_NEGATIVE_POWER: "integers to negative integer powers are not allowed "
+                                        "(as in NumPy)"}
 
 # How a dead buffer is poisoned in memory="debug" plans (Executor's poison kinds).
 cdef enum:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numbers
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -183,7 +184,12 @@ class Graph:
         """Write ``value`` into param ``target`` when a run ends.
 
         Every read during a run sees the values the params had when it started; all assigns
-        take effect together at its end, in the order they were made.
+        take effect together at its end. A param is assigned at most once in a graph: a second
+        ``assign`` of the same param is refused when the graph is compiled (a GraphError), since
+        which of two writes wins would be an accident of the schedule; combine the updates into
+        one value instead.
+
+        >>> g.assign(w, w - 0.1 * dw)
         """
         if not (isinstance(target, Var) and target.graph is self and target.node.op.name == "param"):
             raise GraphError("assign(): the target must be a param of this graph")
@@ -223,6 +229,7 @@ class Graph:
                               "an input belongs to another graph or is not a Var", location)
         in_types = tuple(v.type for v in inputs)
         full_attrs = opdef.complete_attrs(attrs, in_types, location)
+        _check_plain_attrs(opdef.name, in_types, full_attrs, location)
         if opdef.category == "source":
             # input/param/const: Graph.input/param/const (and a pass's rebuild) give the type,
             # taken from the shape and dtype asked for or from the value itself
@@ -303,13 +310,46 @@ class Graph:
 
 
 def _as_array(value, dtype=None) -> np.ndarray:
-    array = np.array(value, dtype=dtype, copy=True)
+    if isinstance(value, np.ndarray):
+        # a broadcast view (np.broadcast_to) holds few bytes but its copy may need terabytes:
+        # refuse what cannot be addressed, or is more than this machine's memory, before copying
+        kind = tensor_type(value.shape, as_dtype(value.dtype if dtype is None else dtype))
+        memory = _physical_memory()
+        if memory is not None and kind.nbytes > memory:
+            raise GraphError(f"a value of shape {value.shape} and dtype {kind.dtype} needs "
+                             f"{kind.nbytes} bytes to copy, more than this machine's memory "
+                             f"({memory} bytes) (at {user_location()})")
+    try:
+        array = np.array(value, dtype=dtype, copy=True)
+    except MemoryError:
+        raise GraphError(f"a value of shape {np.shape(value)} is more than can be allocated "
+                         f"(at {user_location()})") from None
     if dtype is None and array.dtype == np.float64 and not isinstance(value, np.ndarray):
         array = array.astype(np.float32)  # Python floats become float32, the first-class dtype
     if dtype is None and array.dtype.kind == "i" and not isinstance(value, np.ndarray):
         array = array.astype(np.int64)
     as_dtype(array.dtype)
     return array if array.flags.c_contiguous else array.copy(order="C")
+
+
+def _check_plain_attrs(op: str, in_types, attrs: dict, location: str) -> None:
+    """Attributes are plain immutable values (numbers, strings, tuples of them): a node is
+    immutable, passes compare and hash them (cse), and a list or array a caller keeps could
+    change under a built graph."""
+    for key, value in attrs.items():
+        try:
+            hash(value)
+        except TypeError:
+            raise OpError(op, in_types, f"attribute {key}={value!r} is not a plain immutable "
+                          f"value ({type(value).__name__}); pass a tuple, a number or a string",
+                          location) from None
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def _type_of(array: np.ndarray) -> TensorType:

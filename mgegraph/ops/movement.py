@@ -434,14 +434,36 @@ def _fill_infer(in_types, attrs):
 def _arange_count(start, stop, step) -> int:
     if step == 0:
         raise ValueError("step must not be zero")
+    if not all(math.isfinite(v) for v in (start, stop, step)):
+        raise ValueError(f"start {start}, stop {stop} and step {step} must be finite")
     return max(0, math.ceil((stop - start) / step))
+
+
+# The range kernel computes start + i * step in float64 and casts: integers beyond 2**53 would
+# round, and values outside the dtype would saturate where NumPy wraps, so both are refused.
+_EXACT_IN_FLOAT64 = 2**53
+
+
+def _check_int_range(attrs, count: int, dtype: np.dtype):
+    if dtype.kind not in "iu" or count == 0:
+        return
+    start = attrs["start"]
+    last = start + (count - 1) * attrs.get("step", 0) if "step" in attrs else attrs["stop"]
+    info = np.iinfo(dtype)
+    low, high = max(info.min, -_EXACT_IN_FLOAT64), min(info.max, _EXACT_IN_FLOAT64)
+    for v in (start, last):
+        if not low <= v <= high:
+            raise ValueError(f"value {v} is outside [{low}, {high}], the {dtype} values it "
+                             "computes exactly")
 
 
 def _range_infer(name, count):
     def infer(in_types, attrs):
         dtype = as_dtype(attrs["dtype"])
         require_dtypes(name, TensorType((), dtype), NUMERIC_DTYPES, "output")
-        return (TensorType((count(attrs),), dtype),)
+        n = count(attrs)
+        _check_int_range(attrs, n, dtype)
+        return (TensorType((n,), dtype),)
     return infer
 
 

@@ -33,9 +33,13 @@ def _fail(op: str, inputs, reason: str):
 def _int_tuple(op: str, inp, values) -> tuple[int, ...]:
     values = (values,) if isinstance(values, (numbers.Integral, np.integer)) else values
     try:
-        return tuple(operator.index(v) for v in values)
+        ints = tuple(operator.index(v) for v in values)
     except TypeError:
+        ints = None
+    # operator.index takes True for 1: a bool is refused as a dim or an axis, as a float is
+    if ints is None or any(isinstance(v, (bool, np.bool_)) for v in values):
         _fail(op, [inp], f"expected an int or a sequence of ints, got {values!r}")
+    return ints
 
 
 def _axes(op: str, inp, axis, ndim: int) -> tuple[int, ...]:

@@ -31,7 +31,7 @@ def _softmax_infer(name):
     def infer(in_types, attrs):
         (x,) = in_types
         require_dtypes(name, x, FLOAT_DTYPES)
-        normalize_axis(attrs["axis"], x.ndim)
+        normalize_axis(_int_axis(attrs["axis"]), x.ndim)
         return (x,)
     return infer
 
@@ -380,9 +380,16 @@ def _axis_attr(axis, ndim: int):
     """The normalised axis; an invalid one is passed on as given, so the op's shape rule reports
     it with the op, the types and the user's line."""
     try:
-        return normalize_axis(int(axis), ndim)
+        return normalize_axis(_int_axis(axis), ndim)
     except (ValueError, TypeError):
         return axis
+
+
+def _int_axis(axis) -> int:
+    """``axis`` as an int; a float, a bool or a string is a TypeError (int() would take 1.0)."""
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"axis must be an int, got {axis!r}")
+    return int(axis)
 
 
 def _softmax_axis(ndim: int) -> int:

@@ -87,7 +87,8 @@ def encode(program: Program, threads: int | None = None,
                   ndim=len(shape)), *shape]
     for s in merged[1:]:
         ints.extend(s)
-    ints += pack(K.RUN_FIELDS, block=block, threads=threads, n_regs=n_regs, n_code=len(code))
+    ints += pack(K.RUN_FIELDS, block=block, threads=threads, n_regs=n_regs, n_code=len(code),
+                 n_floats=len(program.constants))
     for op, dst, a, b, c in code:
         ints += pack(K.STEP_FIELDS, op=K.OPCODES[op], dst=dst, a=a, b=b, c=c)
     return tuple(ints), tuple(float(v) for v in program.constants), \
