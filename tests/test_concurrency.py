@@ -136,3 +136,44 @@ def test_get_backend_from_many_threads_makes_one_backend():
     finally:
         B.unregister_backend("slow_for_threads")
     assert len(made) == 1 and all(b is made[0] for b in got)
+
+
+_BLAS_PLANS = None
+
+
+def _blas_plans():
+    g, h = mg.Graph(), mg.Graph()
+    a, b = g.input("a", (256, 256)), g.input("b", (256, 256))
+    img, w = h.input("img", (2, 16, 32, 32)), h.input("w", (32, 16, 3, 3))
+    return mg.compile([F.matmul(a, b)]), mg.compile([F.conv2d(img, w, padding=1)])
+
+
+def _blas_feeds(seed):
+    rng = np.random.default_rng(seed)
+    return ({"a": rng.standard_normal((256, 256), np.float32),
+             "b": rng.standard_normal((256, 256), np.float32)},
+            {"img": rng.standard_normal((2, 16, 32, 32), np.float32),
+             "w": rng.standard_normal((32, 16, 3, 3), np.float32)})
+
+
+def _run_blas_in_child(seed):
+    (gemm, conv), (fg, fc) = _BLAS_PLANS, _blas_feeds(seed)
+    return gemm.run(fg)[0], conv.run(fc)[0]
+
+
+@pytest.mark.skipif(sys.platform == "win32" or "fork" not in multiprocessing.get_all_start_methods(),
+                    reason="needs fork")
+def test_forked_children_run_gemm_and_conv_plans_after_the_parent_did():
+    # the parent's BLAS has started its threads before the fork; a child that inherited a
+    # BLAS pool it cannot use would hang: the timeout makes that a failure, not a stuck suite
+    global _BLAS_PLANS
+    _BLAS_PLANS = _blas_plans()
+    expected = [_run_blas_in_child(s) for s in range(2)]
+    try:
+        with multiprocessing.get_context("fork").Pool(2) as pool:
+            got = pool.map_async(_run_blas_in_child, range(2)).get(timeout=60)
+    finally:
+        _BLAS_PLANS = None
+    for (eg, ec), (rg, rc) in zip(expected, got):
+        np.testing.assert_array_equal(eg, rg)
+        np.testing.assert_array_equal(ec, rc)
