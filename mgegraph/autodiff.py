@@ -24,13 +24,25 @@ def grad(loss: Var, wrt, seed: Var | None = None) -> list[Var]:
 
     wrt = [wrt] if isinstance(wrt, Var) else list(wrt)
     _check_request(loss, wrt, seed)
-    graph = loss.graph
     if seed is None:
         seed = F.ones_like(loss)
-    needed = _on_a_path(graph, wrt, loss)
+    grads = backward(loss.graph.nodes, loss, wrt, seed)
+    return [grads[v.id] if v.id in grads else F.zeros_like(v) for v in wrt]
+
+
+def backward(nodes, loss: Var, wrt, seed: Var, consume: bool = False) -> dict[int, Var]:
+    """The walker: {id of each ``wrt`` entry the loss depends on: its gradient}, through the
+    gradient rules of ``nodes`` (a graph's nodes, or an eager tape: any list in which a value
+    is made before it is used), from ``seed`` at ``loss``. A gradient is dropped once the
+    node that made its value is done, and with ``consume`` each node is popped off ``nodes``
+    as it is walked, so an eager tape frees its activations during the walk."""
+    needed = _on_a_path(nodes, wrt, loss)
+    keep = {v.id for v in wrt}
     grads: dict[int, Var] = {loss.id: seed}
-    for node in reversed(graph.nodes):
-        outs = tuple(grads.get(v.id) for v in node.outputs)
+    walk = _popping(nodes) if consume else reversed(nodes)
+    for node in walk:
+        outs = tuple(grads.get(v.id) if v.id in keep else grads.pop(v.id, None)
+                     for v in node.outputs)
         if all(g is None for g in outs) or not any(v.id in needed for v in node.inputs):
             continue
         if node.op.grad is None:
@@ -42,7 +54,12 @@ def grad(loss: Var, wrt, seed: Var | None = None) -> list[Var]:
                 continue
             g = _unbroadcast(g, var)
             grads[var.id] = g if var.id not in grads else grads[var.id] + g
-    return [grads[v.id] if v.id in grads else F.zeros_like(v) for v in wrt]
+    return {v.id: grads[v.id] for v in wrt if v.id in grads}
+
+
+def _popping(nodes: list):
+    while nodes:
+        yield nodes.pop()
 
 
 def wrt_names(wrt) -> str:
@@ -67,14 +84,14 @@ def _check_request(loss: Var, wrt, seed):
                              "values such as labels and indices have no gradient)")
 
 
-def _on_a_path(graph, wrt, loss) -> set[int]:
+def _on_a_path(nodes, wrt, loss) -> set[int]:
     """Ids of the values that depend on some ``wrt`` entry and that ``loss`` depends on."""
     depends = {v.id for v in wrt}
-    for node in graph.nodes:
+    for node in nodes:
         if any(v.id in depends for v in node.inputs):
             depends.update(v.id for v in node.outputs)
     used = {loss.id}
-    for node in reversed(graph.nodes):
+    for node in reversed(nodes):
         if any(v.id in used for v in node.outputs):
             used.update(v.id for v in node.inputs)
     return depends & used
@@ -92,3 +109,11 @@ def _unbroadcast(g: Var, like: Var) -> Var:
             g = F.sum(g, axis=axes, keepdims=True)
         g = F.reshape(g, like.shape)
     return F.astype(g, like.dtype)
+
+
+def __getattr__(name):
+    # mgegraph.autodiff.GradManager (MegEngine's place for it) lives with eager mode
+    if name == "GradManager":
+        from .eager.grad_manager import GradManager
+        return GradManager
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -102,6 +102,10 @@ class Backend(Protocol):
         """Allocate ``plan``'s buffers (its arena through ``allocate``) and get ready to run
         it."""
 
+    def launcher(self, kernel: Kernel, launch: Launch, n_inputs: int, release_gil: bool):
+        """One call of ``kernel`` outside a plan, for eager mode: a callable taking the tuple
+        of arrays (inputs, outputs, then the workspace) and returning the kernel's status."""
+
 
 class KernelTable:
     """The common part of a backend: its ``OpImpl`` per op and the kernels they resolve to,

@@ -12,6 +12,7 @@ from ..backend import FusionLimits, KernelTable
 from ..ir.errors import KernelError, NumericsError
 from ..plan import check_feeds, dead_values, host_arena, host_buffers
 from . import KERNEL_MODULES, fused, lowering
+from .launch import Launcher
 from .runtime import KERNEL_STATUS, POISON_BYTES, POISON_FLOAT32, POISON_FLOAT64, Executor
 
 # Arena offsets are multiples of a cache line: no two buffers share one, and every vector load
@@ -39,6 +40,11 @@ class CpuBackend(KernelTable):
 
     def executable(self, plan) -> CpuExecutable:
         return CpuExecutable(self, plan)
+
+    def launcher(self, kernel, launch, n_inputs: int, release_gil: bool) -> Launcher:
+        """One call of ``kernel`` with ``launch``'s parameters outside a plan (eager mode):
+        ``launcher((inputs..., outputs..., workspace))`` returns the kernel's status."""
+        return Launcher(kernel.entry, launch.ints, launch.floats, n_inputs, release_gil)
 
 
 def _kernel_addresses() -> dict[str, int]:

@@ -3,16 +3,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..eager.dispatch import updates
+from ..eager.tensor import Tensor, set_array
 from ..ir.errors import GraphError
-from ..ir.graph import Arithmetic, Graph
+from ..ir.graph import Graph
+from ..ir.types import as_dtype
 
 
-class Parameter(Arithmetic):
+class Parameter(Tensor):
     """A persistent array of a Module, used in graph code like a value: ``x @ self.weight``.
 
     When a graph first uses it, the graph gets a param node that shares this array as its
     buffer, so every plan made from the module reads (and a training step updates) the same
-    memory. ``trainable=False`` marks state such as batch-norm running statistics.
+    memory. ``trainable=False`` marks state such as batch-norm running statistics. In eager
+    code it is a Tensor (its array is its value) that optimisers update in place, with its
+    gradient in ``.grad``. ``==`` compares identity, as for any container's key.
 
     ``param.value = array`` before any graph used it takes a copy of ``array`` (any shape and
     dtype); after, it copies ``array`` into the bound array in place, so every plan sharing it
@@ -22,9 +27,21 @@ class Parameter(Arithmetic):
 
     def __init__(self, value, trainable: bool = True):
         self._bound = False  # a graph shares self._value as a param's buffer
-        self._value = np.array(value, copy=True, order="C")
+        self._set(value)
         self.trainable = trainable
         self.name: str | None = None  # the dotted name, set by the first named traversal
+
+    def _set(self, value) -> None:
+        array = np.array(value.numpy() if isinstance(value, Tensor) else value, copy=True,
+                         order="C")
+        as_dtype(array.dtype)
+        if getattr(self, "_nbytes", 0):
+            self._release()
+        set_array(self, array, owns=True)
+
+    __eq__ = object.__eq__
+    __ne__ = object.__ne__
+    __hash__ = object.__hash__
 
     @property
     def value(self) -> np.ndarray:
@@ -33,7 +50,7 @@ class Parameter(Arithmetic):
     @value.setter
     def value(self, new) -> None:
         if not self._bound:
-            self._value = np.array(new, copy=True, order="C")
+            self._set(new)
             return
         new = np.asarray(new)
         if new.shape != self._value.shape or new.dtype != self._value.dtype:
@@ -51,9 +68,6 @@ class Parameter(Arithmetic):
     @property
     def dtype(self) -> np.dtype:
         return self.value.dtype
-
-    def numpy(self) -> np.ndarray:
-        return self.value.copy()
 
     def bind_to(self, graph: Graph):
         name = self.name or "param"
@@ -85,12 +99,21 @@ class Module:
 
     training = True
 
+    def __init__(self, name: str | None = None):
+        """Subclasses may call ``super().__init__()`` (MegEngine's modules do); nothing needs
+        registering."""
+        if name is not None:
+            self.module_name = name
+
     def forward(self, *inputs):
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
     def __call__(self, *inputs, **kwargs):
         self._named_arrays()  # names the parameters (outermost call first) before graphs bind them
-        return self.forward(*inputs, **kwargs)
+        # eager state updates (batch-norm statistics, dropout's step) land when the outermost
+        # call ends, as a plan's do when its run ends
+        with updates():
+            return self.forward(*inputs, **kwargs)
 
     # -- traversal ------------------------------------------------------------------------
     def named_children(self):

@@ -3,21 +3,50 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.errors import GraphError
+from ..ir.errors import GraphError, user_location
 from ..ir.graph import Var
 from ..ir.types import result_type
 
 
-def graph_of(*values):
+def _values(values):
     for v in values:
-        if isinstance(v, Var):
-            return v.graph
         if isinstance(v, (list, tuple)):
-            for item in v:
-                if isinstance(item, Var):
-                    return item.graph
-    raise GraphError("at least one argument must be a graph Var (an nn.Parameter alone does not "
-                     "say which graph it belongs to)")
+            yield from v
+        else:
+            yield v
+
+
+def graph_of(*values):
+    """The graph a new node on ``values`` goes into: the graph of its Vars, or the eager graph
+    when its values are eager Tensors (``mgegraph.eager``). An nn.Parameter is a value of
+    whichever graph uses it, and of the eager graph when it is used alone."""
+    graph = eager = None
+    tensors = False
+    for v in _values(values):
+        if not isinstance(v, Var):
+            continue
+        if getattr(v.graph, "eager", False):
+            eager = v.graph
+            tensors = tensors or not hasattr(v, "bind_to")
+        elif graph is None:
+            graph = v.graph
+    if graph is not None:
+        if tensors:
+            raise mixing_error(None, list(_values(values)))
+        return graph
+    if eager is not None:
+        return eager
+    raise GraphError("at least one argument must be a graph Var or a Tensor")
+
+
+def mixing_error(op, values) -> GraphError:
+    """The error of an op given both eager Tensors and a graph's Vars."""
+    name = getattr(op, "name", op) or "an op"
+    kinds = ", ".join(("Tensor" if getattr(v.graph, "eager", False) else f"Var %{v.id}")
+                      if isinstance(v, Var) else type(v).__name__ for v in values)
+    return GraphError(f"{name}: an eager Tensor and a graph Var cannot be mixed in one op (got "
+                      f"{kinds}, at {user_location()}); make the tensor a graph value with "
+                      "g.const(t.numpy()), or run the graph and use its result as a tensor")
 
 
 def apply(op: str, inputs, **attrs) -> Var:

@@ -74,11 +74,37 @@ class Optimizer:
         return subscript(graph.bind(self.scalars), self._scalar_names.index(key))
 
     def build(self, graph, grads: dict[int, object]) -> None:
-        """Add the update of every parameter to ``graph``; ``grads`` maps id(param) -> grad Var."""
+        """Add the update of each parameter in ``grads`` (id(param) -> grad Var) to ``graph``
+        (the eager graph runs it at once)."""
         for p in self.params:
-            w = graph.bind(p)
-            new_w = self._update(graph, p, w, grads[id(p)])
-            graph.assign(w, new_w)
+            if id(p) in grads:
+                w = graph.bind(p)
+                graph.assign(w, self._update(graph, p, w, grads[id(p)]))
+
+    def step(self) -> Optimizer:
+        """Eager mode: update every parameter that has a ``.grad`` (set by a GradManager's
+        backward) with the same update rule, hence the same numbers, as a compiled training
+        step. Returns the optimiser: ``opt.step().clear_grad()``."""
+        from ..eager.dispatch import EAGER, MODE, updates
+
+        grads = {id(p): p.grad for p in self.params if p.grad is not None}
+        saved = (self.step_count, self.scalars.value.copy())
+        self.prepare_step()
+        try:
+            with updates():  # every update reads the state of before the step, as in a plan
+                self.build(EAGER, grads)
+        except BaseException:
+            self.undo_step(*saved)
+            raise
+        for recorder in MODE.recorders:
+            recorder.stepped(self)
+        return self
+
+    def clear_grad(self) -> Optimizer:
+        """Forget every parameter's ``.grad`` (the next backward starts from zero)."""
+        for p in self.params:
+            p.grad = None
+        return self
 
     def prepare_step(self) -> None:
         """Advance the step counter and write this step's scalars (read by the next run)."""

@@ -101,7 +101,12 @@ def test_seeded_initialisation_is_reproducible():
     assert np.abs(w).max() <= np.sqrt(6 / 96)
 
 
-def test_a_parameter_alone_does_not_pick_a_graph():
-    p = nn.Parameter(np.ones(2, np.float32))
-    with pytest.raises(mg.GraphError, match="nn.Parameter alone"):
-        F.relu(p)
+def test_a_parameter_alone_is_an_eager_value_and_joins_a_graph_with_a_var():
+    p = nn.Parameter(np.array([-1.0, 2.0], np.float32))
+    y = F.relu(p)  # no graph Var among the inputs: it runs now, as in MegEngine
+    assert isinstance(y, mg.Tensor) and y.numpy().tolist() == [0.0, 2.0]
+    g = mg.Graph()
+    x = g.input("x", (2,))
+    z = F.add(p, x)  # with a Var it is that graph's param, in either order
+    assert isinstance(z, mg.Var) and not isinstance(z, mg.Tensor) and z.graph is g
+    assert mg.compile([z]).run({"x": np.ones(2, np.float32)})[0].tolist() == [0.0, 3.0]

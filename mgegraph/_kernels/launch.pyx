@@ -1,0 +1,75 @@
+# One kernel call outside a plan: how eager mode runs an op.
+#
+# Design: a Launcher is made once per (op, attributes, input types) and cached by eager
+# dispatch; it holds the kernel's address and its parameter block in C arrays, as the plan
+# executor does for each instruction, so a call only reads the arrays' data pointers (the buffer
+# protocol: no NumPy C API needed) and calls the kernel. The GIL is released only for calls
+# big enough that another Python thread gains by it.
+
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
+from libc.stdlib cimport malloc, free
+
+from .abi cimport Call, kernel_fn
+
+cdef enum:
+    MAX_BUFFERS = 72  # the fused kernel's 32 inputs and 32 outputs and a workspace fit
+
+MAX_LAUNCH_BUFFERS = MAX_BUFFERS
+
+
+cdef class Launcher:
+    cdef kernel_fn fn
+    cdef Py_ssize_t* ints
+    cdef double* floats
+    cdef readonly Py_ssize_t n_inputs
+    cdef bint release_gil
+
+    def __cinit__(self, Py_ssize_t address, ints, floats, Py_ssize_t n_inputs,
+                  bint release_gil):
+        """``address``: a kernel of a module's KERNELS table; ``ints``/``floats``: its
+        parameter block; the first ``n_inputs`` buffers of a call are read, the rest written."""
+        cdef Py_ssize_t i
+        self.fn = <kernel_fn>address
+        self.n_inputs = n_inputs
+        self.release_gil = release_gil
+        self.ints = <Py_ssize_t*>malloc(max(len(ints), 1) * sizeof(Py_ssize_t))
+        self.floats = <double*>malloc(max(len(floats), 1) * sizeof(double))
+        if not self.ints or not self.floats:
+            raise MemoryError("cannot allocate a launcher's parameter block")
+        for i in range(len(ints)):
+            self.ints[i] = ints[i]
+        for i in range(len(floats)):
+            self.floats[i] = floats[i]
+
+    def __dealloc__(self):
+        free(self.ints)
+        free(self.floats)
+
+    def __call__(self, tuple buffers):
+        """Run the kernel on ``buffers`` (C-contiguous arrays: inputs, outputs, then the
+        workspace); returns its status (0: done)."""
+        cdef Py_buffer views[MAX_BUFFERS]
+        cdef char* pointers[MAX_BUFFERS]
+        cdef Call call
+        cdef Py_ssize_t i, n = len(buffers), got = 0
+        cdef int status
+        if n > MAX_BUFFERS:
+            raise ValueError(f"a launch takes at most {MAX_BUFFERS} buffers, got {n}")
+        try:
+            for i in range(n):
+                PyObject_GetBuffer(buffers[i], &views[i],
+                                   PyBUF_SIMPLE if i < self.n_inputs else PyBUF_WRITABLE)
+                got += 1
+                pointers[i] = <char*>views[i].buf
+            call.bufs = pointers
+            call.ints = self.ints
+            call.floats = self.floats
+            if self.release_gil:
+                with nogil:
+                    status = self.fn(&call)
+            else:
+                status = self.fn(&call)
+        finally:
+            for i in range(got):
+                PyBuffer_Release(&views[i])
+        return status

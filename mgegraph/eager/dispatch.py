@@ -1,0 +1,300 @@
+"""Eager dispatch: the graph whose nodes run when they are made.
+
+``EAGER`` is the graph every Tensor belongs to. The functions of ``mgegraph.functional`` build
+nodes on it exactly as on a user's graph; its ``add_node`` checks the node with the op's own
+rules (the same OpErrors naming the op, the types and the user's line), runs the op's CPU kernel
+on the inputs' arrays, and returns output Tensors instead of keeping the node.
+
+What one op needs besides its inputs' arrays (output types, the kernel, the parameter block the
+CPU backend's lowering computes, whether the output is a view) depends only on the op, its
+attributes and the input types, so it is made once per such key (``_Entry``) and reused.
+
+Recorders see every node that runs while they are active on this thread: a GradManager's tape
+(``with gm:``) and a trace. ``mg.lazy()`` makes nodes pending instead (eager/lazy.py).
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import numpy as np
+
+from ..backend import get_backend
+from ..ir.errors import GraphError, KernelError, OpError, user_location
+from ..ir.graph import Graph, Node, Var, _as_array
+from ..ir.types import TensorType
+from ..ops.builder import mixing_error
+from .tensor import Tensor, _Held, type_of, wrap, wrap_view
+
+
+class _Mode(threading.local):
+    """What eager ops do on this thread besides running."""
+
+    def __init__(self):
+        self.recorders: tuple = ()  # GradManager tapes and traces that see each node
+        self.lazy = None            # the pending graph of ``with mg.lazy():``
+        self.update_depth = 0       # inside an optimiser step or a module call
+        self.pending: list = []     # their assigns, applied when the outermost one ends
+
+
+MODE = _Mode()
+
+
+class Recorder:
+    """What a recorder is told, on the thread it records: each node run (with Tensors as its
+    inputs and outputs), each eager assign, each read of a value by Python, each optimiser
+    step."""
+
+    def record_node(self, node) -> None:
+        pass
+
+    def assigned(self, target, value) -> None:
+        pass
+
+    def read(self, t) -> None:
+        pass
+
+    def stepped(self, optimizer) -> None:
+        pass
+
+
+class _Made:
+    """What ``add_node`` returns when no Node is kept: the outputs."""
+
+    __slots__ = ("outputs",)
+
+    def __init__(self, outputs):
+        self.outputs = outputs
+
+
+class EagerGraph(Graph):
+    """The graph of eager mode: ``add_node`` runs the node's kernel and keeps nothing.
+
+    Its consts are new Tensors, a Parameter is its own value (``bind``), and ``assign`` copies
+    into the target's array (at the end of the outermost optimiser step or module call, so that,
+    as in a plan, every read in it sees the state as it was when it began)."""
+
+    eager = True  # what graph_of tells an eager value's graph by
+
+    def add_node(self, op, inputs, attrs, types=None, location=None):
+        mode = MODE
+        if mode.lazy is not None:
+            return mode.lazy.add_node(op, inputs, attrs, location)
+        for v in inputs:
+            if type(v) is not Tensor and not isinstance(v, Tensor):
+                raise mixing_error(op, inputs)
+            if v._value is None:  # pending in a lazy graph that is no longer recording
+                v._array()
+        try:
+            entry = _ENTRIES[(op, tuple(attrs.items()), *[v.type for v in inputs])]
+        except KeyError:
+            entry = _prepare(op, inputs, attrs)
+        except TypeError:  # an attribute that is not hashable: no memo
+            entry = _prepare(op, inputs, attrs, memo=False)
+        outputs = entry.run(inputs)
+        if mode.recorders or len(outputs) > 1:
+            node = Node(entry.opdef, tuple(inputs), entry.attrs, outputs,
+                        location or user_location())
+            if len(outputs) > 1:  # batch norm's statistics are read through y.node.outputs
+                for out in outputs:
+                    out.node = node
+            for recorder in mode.recorders:
+                recorder.record_node(node)
+            return node
+        return _Made(outputs)
+
+    def add_copy(self, node, inputs):
+        raise GraphError("passes do not run on the eager graph")
+
+    def input(self, name, shape, dtype="float32"):
+        raise GraphError("eager mode has no inputs: make a tensor with mg.tensor(array)")
+
+    def param(self, name, value, share=False):
+        raise GraphError("eager mode has no graph params: use nn.Parameter(array)")
+
+    def const(self, value, dtype=None) -> Tensor:
+        return wrap(_as_array(value, dtype))
+
+    def lift(self, value, like=None) -> Tensor:
+        if isinstance(value, Tensor):
+            return value
+        if isinstance(value, Var):
+            raise mixing_error(None, (like, value))
+        return super().lift(value, like)
+
+    def bind(self, parameter):
+        return parameter  # a Parameter is a Tensor: its array is the value
+
+    def assign(self, target, value) -> None:
+        if not (isinstance(target, Tensor) and target._nbytes and target._value.flags.writeable):
+            raise GraphError("assign(): the target must be a Parameter or a state buffer")
+        value = self.lift(value, target)
+        if value.type != target.type:
+            raise GraphError(f"assign(): value {value.type} does not match {target!r:.60} "
+                             f"{target.type}")
+        mode = MODE
+        if mode.lazy is not None:
+            mode.lazy.assign(target, value)
+            return
+        for recorder in mode.recorders:
+            recorder.assigned(target, value)
+        if mode.update_depth:
+            mode.pending.append((target, value))
+        else:
+            np.copyto(target._value, value._array(), casting="no")
+
+    def __str__(self) -> str:
+        return "<the eager graph: its nodes run when made>"
+
+
+EAGER = EagerGraph()
+
+
+@contextlib.contextmanager
+def updates():
+    """Defer eager assigns to the end of the outermost ``updates()`` block (an optimiser step,
+    a module call); dropped when the block fails, as a failed plan run writes no state."""
+    mode = MODE
+    mode.update_depth += 1
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        mode.update_depth -= 1
+        if mode.update_depth == 0:
+            pending, mode.pending = mode.pending, []
+            if ok:
+                for target, value in pending:
+                    np.copyto(target._value, value._array(), casting="no")
+
+
+def value_read(t: Tensor) -> None:
+    """Tell the recorders that Python reads ``t``'s value (a trace warns: its branch is fixed)."""
+    for recorder in MODE.recorders:
+        recorder.read(t)
+
+
+@contextlib.contextmanager
+def recording(recorder):
+    """Let ``recorder`` see every eager node made on this thread in the block."""
+    mode = MODE
+    mode.recorders = mode.recorders + (recorder,)
+    try:
+        yield recorder
+    finally:
+        mode.recorders = tuple(r for r in mode.recorders if r is not recorder)
+
+
+@contextlib.contextmanager
+def not_recording(recorder):
+    """Hide ``recorder`` for the block (a GradManager does not tape its own backward pass)."""
+    mode = MODE
+    before = mode.recorders
+    mode.recorders = tuple(r for r in before if r is not recorder)
+    try:
+        yield
+    finally:
+        mode.recorders = before
+
+
+# -- one op's cached preparation ----------------------------------------------------------------
+# A call whose GIL release lets another Python thread run meanwhile (smaller ones keep it: the
+# release costs more than it gives).
+RELEASE_GIL_BYTES = 1 << 16
+
+_ENTRIES: dict = {}
+
+
+class _Entry:
+    """What running one (op, attributes, input types) needs: output types, and either the
+    view offset or the kernel's launcher and workspace bytes."""
+
+    __slots__ = ("opdef", "attrs", "types", "launcher", "workspace", "view", "kernel")
+
+    def run(self, inputs):
+        if self.view is not None:
+            return (_view(inputs[0], self.view, self.types[0]),)
+        outputs = [np.empty(t.shape, t.dtype) for t in self.types]
+        buffers = [v._value for v in inputs] + outputs
+        if self.workspace:
+            buffers.append(np.empty(self.workspace, np.uint8))
+            _Held.add(self.workspace)
+        try:
+            status = self.launcher(tuple(buffers))
+        finally:
+            if self.workspace:
+                _Held.remove(self.workspace)
+        if status:
+            raise self.failure(status, inputs)
+        return tuple(wrap(out) for out in outputs)
+
+    def failure(self, status: int, inputs) -> KernelError:
+        from .._kernels.runtime import KERNEL_STATUS
+
+        return KernelError(f"{self.opdef.name}({', '.join(str(v.type) for v in inputs)}) "
+                           f"(kernel {self.kernel}, at {user_location()}): "
+                           f"{KERNEL_STATUS.get(status, f'status {status}')}")
+
+
+def _view(x: Tensor, offset: int, t: TensorType) -> Tensor:
+    """``t``'s elements from byte ``offset`` of ``x``'s array, without a copy."""
+    array = x._value
+    if t.dtype == array.dtype and offset % array.itemsize == 0:
+        start = offset // array.itemsize
+        flat = array.reshape(-1)
+        array = flat[start:start + t.size].reshape(t.shape) if start or t.size != flat.size \
+            else array.reshape(t.shape)
+    else:
+        raw = array.reshape(-1).view(np.uint8)[offset:offset + t.nbytes]
+        array = raw.view(t.dtype).reshape(t.shape)
+    return wrap_view(array, x)
+
+
+def _prepare(op, inputs, attrs, memo: bool = True) -> _Entry:
+    from ..ops import get_op
+
+    opdef = get_op(op) if isinstance(op, str) else op
+    location = user_location()
+    in_types = tuple(v.type for v in inputs)
+    full = opdef.complete_attrs(attrs, in_types, location)
+    if opdef.category == "source":
+        raise OpError(opdef.name, in_types, "sources are made by mg.tensor and nn.Parameter in "
+                      "eager mode", location)
+    try:
+        types = tuple(type_of(t.shape, t.dtype) for t in opdef.infer(in_types, full))
+    except (ValueError, TypeError) as exc:
+        raise OpError(opdef.name, in_types, str(exc), location) from None
+    entry = _Entry()
+    entry.opdef, entry.attrs, entry.types = opdef, tuple(sorted(full.items())), types
+    # lowerings read types and attributes only: placeholder values, so the memo holds no array
+    stand_in = Node(opdef, tuple(Var(EAGER, -1, t, None, i) for i, t in enumerate(in_types)),
+                    entry.attrs, tuple(Var(EAGER, -1, t, None, i) for i, t in enumerate(types)),
+                    location)
+    entry.view = opdef.view_offset(stand_in) if inputs else None
+    entry.launcher = entry.kernel = None
+    entry.workspace = 0
+    if entry.view is None:
+        backend = get_backend("cpu")
+        impl = backend.impl(opdef.name)
+        if impl is None:
+            raise OpError(opdef.name, in_types, "the cpu backend does not run it", location)
+        try:
+            kernel = backend.kernel(opdef.name, impl.dispatch_dtype(stand_in))
+            launch = impl.lower(stand_in)
+        except (ValueError, LookupError) as exc:
+            raise OpError(opdef.name, in_types, str(exc), location) from None
+        work = sum(t.nbytes for t in in_types + types)
+        entry.kernel = kernel.name
+        entry.workspace = launch.workspace
+        entry.launcher = backend.launcher(kernel, launch, len(inputs), work >= RELEASE_GIL_BYTES)
+    if memo:
+        _ENTRIES[(op, tuple(attrs.items()), *in_types)] = entry
+    return entry
+
+
+def clear_cache() -> None:
+    """Forget every cached op preparation (they are remade on next use)."""
+    _ENTRIES.clear()
+
+

@@ -1,0 +1,189 @@
+"""Eager tensors: values that hold an array, made and computed op by op as in NumPy.
+
+Design: a Tensor is a Var of the one eager graph (``eager.dispatch.EAGER``), so every function
+of ``mgegraph.functional`` builds it with the same code as a graph value, and the eager graph's
+``add_node`` runs each node's CPU kernel at once instead of keeping it. A Tensor's array is
+C-contiguous and never written after it is made, except a Parameter's or a state buffer's (which
+optimisers and batch norm update in place, as plans do).
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir.errors import GraphError, user_location
+from ..ir.graph import Var, _as_array
+from ..ir.types import TensorType, as_dtype
+
+
+class _Held:
+    """Bytes held by live tensors' own arrays and eager kernels' workspaces, now and at the
+    peak since the last reset."""
+
+    lock = threading.Lock()
+    current = 0
+    peak = 0
+
+    @classmethod
+    def add(cls, nbytes: int) -> None:
+        with cls.lock:
+            cls.current += nbytes
+            if cls.current > cls.peak:
+                cls.peak = cls.current
+
+    @classmethod
+    def remove(cls, nbytes: int) -> None:
+        with cls.lock:
+            cls.current -= nbytes
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    current: int  # bytes held by live tensors (and running eager kernels' workspaces)
+    peak: int     # the most held at once since the last reset_peak
+
+
+def memory_stats(reset_peak: bool = False) -> MemoryStats:
+    """Bytes held by live eager tensors now and at the peak (Parameters and optimiser state
+    included; a view holds no bytes of its own). ``reset_peak=True`` starts a new peak from
+    now, after reading this one.
+
+    >>> mg.memory_stats(reset_peak=True); step(x, y); mg.memory_stats().peak
+    """
+    with _Held.lock:
+        stats = MemoryStats(_Held.current, _Held.peak)
+        if reset_peak:
+            _Held.peak = _Held.current
+    return stats
+
+
+_IDS = itertools.count(1)  # ids never repeat, so a map keyed by one never meets a new tensor
+_TYPES: dict[tuple, TensorType] = {}  # one TensorType per (shape, dtype) an eager value had
+
+
+def type_of(shape: tuple, dtype: np.dtype) -> TensorType:
+    key = (shape, dtype)
+    t = _TYPES.get(key)
+    if t is None:
+        t = _TYPES[key] = TensorType(shape, dtype)
+    return t
+
+
+class Tensor(Var):
+    """An eager value: ``mg.tensor([1., 2.]) * 3`` computes at once.
+
+    ``.numpy()`` (a copy the caller owns), ``.item()``, ``float()``, ``int()``, ``bool()``,
+    ``len()`` and printing read the value; the Python operators, comparisons, indexing and the
+    methods of ``Var`` (``reshape``, ``sum``, ``T``...) run ops. ``.grad`` is set by a
+    ``GradManager``'s ``backward``. A Tensor cannot be mixed with a graph's ``Var`` in one op.
+    """
+
+    __slots__ = ("_value", "_nbytes", "_base", "_lazy", "grad", "__weakref__")
+
+    def __init__(self, data, dtype=None):
+        if isinstance(data, Tensor):
+            data = data.numpy()
+        set_array(self, _as_array(data, None if dtype is None else as_dtype(dtype)), owns=True)
+
+    # -- reading the value ----------------------------------------------------------------
+    @property
+    def value(self) -> np.ndarray:
+        """The array itself (read-only use; ``numpy()`` for a copy)."""
+        return self._read()
+
+    def _read(self) -> np.ndarray:
+        """The array, for Python code that reads the value (a trace is told)."""
+        from .dispatch import value_read
+
+        value_read(self)
+        return self._array()
+
+    def _array(self) -> np.ndarray:
+        """The array, computing it first if it is pending in a lazy graph."""
+        if self._value is None:
+            self._lazy.materialize()
+        return self._value
+
+    def numpy(self) -> np.ndarray:
+        return self._read().copy()
+
+    def __array__(self, dtype=None, copy=None):
+        array = self._read()
+        return array.astype(dtype) if dtype is not None else array.copy()
+
+    def item(self):
+        array = self._read()
+        if array.size != 1:
+            raise GraphError(f"item(): the tensor has {array.size} elements, not 1 "
+                             f"({self.type}, at {user_location()})")
+        return array.item()
+
+    def __float__(self): return float(self.item())
+    def __int__(self): return int(self.item())
+    def __index__(self): return int(self.item())
+    def __bool__(self): return bool(self.item())
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def __repr__(self) -> str:
+        body = np.array2string(self._read(), separator=", ", prefix="Tensor(")
+        return f"Tensor({body}, dtype={self.dtype})"
+
+    def detach(self) -> Tensor:
+        """The same value, not recorded by any GradManager (a new tensor sharing the bytes)."""
+        return wrap_view(self._array(), self)
+
+    __hash__ = Var.__hash__
+
+    def _release(self) -> None:
+        _Held.remove(self._nbytes)
+        self._nbytes = 0
+
+    def __del__(self):
+        if self._nbytes:
+            _Held.remove(self._nbytes)
+
+
+def set_array(t: Tensor, array: np.ndarray, owns: bool, base: Tensor | None = None) -> None:
+    """Make ``t`` hold ``array`` (C-contiguous, of a supported dtype); ``owns``: its bytes are
+    ``t``'s own (counted by memory_stats); ``base``: the tensor whose bytes a view reads."""
+    from .dispatch import EAGER
+
+    t.graph, t.id, t.node, t.index = EAGER, next(_IDS), None, 0
+    t.type = type_of(array.shape, array.dtype)
+    t._value, t._base, t._lazy, t.grad = array, base, None, None
+    t._nbytes = array.nbytes if owns else 0
+    if t._nbytes:
+        _Held.add(t._nbytes)
+
+
+def wrap(array: np.ndarray) -> Tensor:
+    """A new Tensor owning ``array`` (just made by a kernel or a copy)."""
+    t = Tensor.__new__(Tensor)
+    set_array(t, array, owns=True)
+    return t
+
+
+def wrap_view(array: np.ndarray, base: Tensor) -> Tensor:
+    """A Tensor over ``array``, a view of ``base``'s bytes (kept alive by it)."""
+    t = Tensor.__new__(Tensor)
+    set_array(t, array, owns=False, base=base if base._nbytes else base._base)
+    return t
+
+
+def tensor(data, dtype=None) -> Tensor:
+    """An eager Tensor of ``data`` (copied); Python floats become float32 and ints int64.
+
+    >>> x = mg.tensor([[1., 2.], [3., 4.]]); (x @ x).numpy()
+    """
+    return Tensor(data, dtype)

@@ -1,0 +1,270 @@
+"""``trace``: one decorator turns an eager function of tensors into a compiled plan.
+
+>>> @mg.jit.trace
+... def train_step(x, y):
+...     with gm:
+...         loss = F.cross_entropy(model(x), y)
+...         gm.backward(loss)
+...     opt.step().clear_grad()
+...     return loss
+
+The first call with given input shapes and dtypes runs the function eagerly while a recorder
+builds a graph of every op it runs (forward, ``gm.backward``'s gradient ops, the optimiser's
+updates as assigns to the shared parameters); the graph is compiled with ``mg.compile`` and the
+options given to ``trace``. Later calls with the same shapes, dtypes and non-tensor arguments
+run that plan: no Python of the function runs, so its control flow is the one of the recording
+call (a warning names the line where it read a value that could change).
+
+The cache: ``traced.plans`` maps each key (the tensor arguments' shapes and dtypes, and the
+other arguments' values) to its plan; ``traced.clear_cache()`` empties it, ``traced.plan`` is
+the plan of the latest call.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import warnings
+
+import numpy as np
+
+from ..compiler import compile
+from ..ir.errors import GraphError, user_location
+from ..ir.graph import Graph
+from .dispatch import Recorder, recording
+from .tensor import Tensor, wrap
+
+
+class TraceWarning(UserWarning):
+    """A traced function read a value that can change between calls (its branch is fixed)."""
+
+
+class _Tracer(Recorder):
+    """Builds the graph of what one eager call does: every Tensor it touches gets a Var."""
+
+    def __init__(self, capture_as_const: bool):
+        self.graph = Graph()
+        self.vars: dict[int, object] = {}    # tensor id -> its Var in the graph
+        self.varying: set[int] = set()        # ids of tensors that can differ between calls
+        self.parameters: dict[int, Tensor] = {}
+        self.optimizers: list = []
+        self.capture_as_const = capture_as_const
+        self.warned: set[str] = set()
+
+    def var_of(self, t: Tensor):
+        v = self.vars.get(t.id)
+        if v is not None:
+            return v
+        if hasattr(t, "bind_to") and not self.capture_as_const:
+            v = self.graph.bind(t)  # shared: the plan reads and updates the Parameter's array
+            self.varying.add(t.id)
+            self.parameters[t.id] = t
+        else:  # a tensor made outside the call (or a frozen parameter): its value now
+            v = self.graph.const(t._array())
+        self.vars[t.id] = v
+        return v
+
+    def input(self, name: str, t: Tensor) -> None:
+        self.vars[t.id] = self.graph.input(name, t.shape, t.dtype)
+        self.varying.add(t.id)
+
+    def record_node(self, node) -> None:
+        ins = [self.var_of(v) for v in node.inputs]
+        made = self.graph.add_node(node.op, ins, dict(node.attrs), location=node.location)
+        varying = any(v.id in self.varying for v in node.inputs)
+        for t, v in zip(node.outputs, made.outputs):
+            self.vars[t.id] = v
+            if varying:
+                self.varying.add(t.id)
+
+    def assigned(self, target, value) -> None:
+        if self.capture_as_const:
+            raise GraphError(f"trace(capture_as_const=True): the function updates {target!r:.60}"
+                             f", which is captured as a constant (at {user_location()})")
+        self.graph.assign(self.var_of(target), self.var_of(value))
+
+    def read(self, t) -> None:
+        if t.id not in self.varying:
+            return
+        where = user_location()
+        if where not in self.warned:
+            self.warned.add(where)
+            warnings.warn(f"trace: the traced function reads a tensor's value at {where}; "
+                          "the plan keeps the Python branch this call took, whatever the value "
+                          "is in later calls", TraceWarning, stacklevel=3)
+
+    def stepped(self, optimizer) -> None:
+        if optimizer not in self.optimizers:
+            self.optimizers.append(optimizer)
+
+
+def _flatten(result, leaves: list):
+    """The structure of a traced function's result, with its Tensors moved to ``leaves``."""
+    if isinstance(result, Tensor):
+        leaves.append(result)
+        return len(leaves) - 1
+    if result is None:
+        return None
+    if isinstance(result, (list, tuple)):
+        return type(result), [_flatten(r, leaves) for r in result]
+    if isinstance(result, dict):
+        return dict, {k: _flatten(r, leaves) for k, r in result.items()}
+    raise GraphError(f"trace: the traced function must return Tensors (or None, or tuples, "
+                     f"lists and dicts of them), got {type(result).__name__}")
+
+
+def _unflatten(structure, values):
+    if structure is None:
+        return None
+    if isinstance(structure, int):
+        return values[structure]
+    kind, items = structure
+    if kind is dict:
+        return {k: _unflatten(s, values) for k, s in items.items()}
+    return kind(_unflatten(s, values) for s in items)
+
+
+class TracedPlan:
+    """One recorded call: its plan, which arguments feed which input, and the Python-side
+    state a run brings along (optimisers' step counters and scalars, parameters' grads)."""
+
+    def __init__(self, plan, feeds, structure, n_results, grads, optimizers):
+        self.plan, self.feeds, self.structure = plan, feeds, structure
+        self.n_results, self.grads, self.optimizers = n_results, grads, optimizers
+
+    def run(self, arguments: dict):
+        saved = [(opt, opt.step_count, opt.scalars.value.copy()) for opt in self.optimizers]
+        for opt in self.optimizers:
+            opt.prepare_step()
+        try:
+            outs = self.plan.run({name: _array(arguments[name]) for name in self.feeds})
+        except BaseException:  # a step that did not run is not counted
+            for opt, count, scalars in saved:
+                opt.undo_step(count, scalars)
+            raise
+        tensors = [wrap(o) for o in outs]
+        for p, index in self.grads:
+            p.grad = None if index is None else tensors[index]
+        return _unflatten(self.structure, tensors[:self.n_results])
+
+
+def _array(value) -> np.ndarray:
+    return value._array() if isinstance(value, Tensor) else np.asarray(value)
+
+
+class Traced:
+    """A function traced into plans, one per input signature (``trace`` makes it)."""
+
+    def __init__(self, function, symbolic=True, capture_as_const=False, **compile_options):
+        self.function = function
+        self.symbolic, self.capture_as_const = symbolic, capture_as_const
+        self.compile_options = compile_options
+        self.signature = inspect.signature(function)
+        self.plans: dict[tuple, TracedPlan] = {}
+        self._latest: TracedPlan | None = None
+        functools.update_wrapper(self, function)
+
+    @property
+    def plan(self):
+        """The Plan of the latest call (``memory_report()``, ``passes_report()``, ``to_dot``...)."""
+        if self._latest is None:
+            raise GraphError(f"trace: {self.function.__qualname__} has not been called yet, so "
+                             "it has no plan")
+        return self._latest.plan
+
+    def clear_cache(self) -> None:
+        """Forget every plan: the next call records again."""
+        self.plans.clear()
+        self._latest = None
+
+    def __call__(self, *args, **kwargs):
+        if not self.symbolic:
+            return self.function(*args, **kwargs)
+        bound = self.signature.bind(*args, **kwargs)
+        arguments = _named_arguments(bound)
+        key = tuple((name, (v.shape, v.dtype) if isinstance(v, (Tensor, np.ndarray)) else v)
+                    for name, v in arguments.items())
+        try:
+            traced = self.plans.get(key)
+        except TypeError:
+            raise GraphError(f"trace: arguments that are not tensors must be hashable (they "
+                             f"select the plan), got {key!r:.200}") from None
+        if traced is None:
+            return self._record(bound, arguments, key)
+        self._latest = traced
+        return traced.run(arguments)
+
+    def _record(self, bound, arguments, key):
+        tracer = _Tracer(self.capture_as_const)
+        for name, value in arguments.items():
+            if isinstance(value, np.ndarray):
+                value = Tensor(value)
+                _replace(bound, name, value)
+            if isinstance(value, Tensor):
+                tracer.input(name, value)
+        with recording(tracer):
+            result = self.function(*bound.args, **bound.kwargs)
+        leaves: list = []
+        structure = _flatten(result, leaves)
+        outputs = [tracer.var_of(t) for t in leaves]
+        grads = []
+        for p in tracer.parameters.values():
+            if p.grad is None:
+                grads.append((p, None))
+            else:
+                grads.append((p, len(outputs)))
+                outputs.append(tracer.var_of(p.grad))
+        if not outputs:  # a step that returns nothing: some output is needed to compile
+            if not tracer.graph.assigns:
+                raise GraphError(f"trace: {self.function.__qualname__} returned no tensor and "
+                                 "updated no state; there is nothing to compile")
+            outputs.append(min((n.inputs[0] for n in tracer.graph.assigns),
+                               key=lambda v: v.type.nbytes))
+        plan = compile(outputs, **self.compile_options)
+        self._latest = self.plans[key] = TracedPlan(
+            plan, list(plan.feeds), structure, len(leaves), grads, list(tracer.optimizers))
+        return result
+
+
+def _named_arguments(bound) -> dict:
+    """Each argument under a name the plan's inputs take: varargs as ``name0, name1...``."""
+    named = {}
+    for name, value in bound.arguments.items():
+        kind = bound.signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            named.update({f"{name}{i}": v for i, v in enumerate(value)})
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            named.update(value)
+        else:
+            named[name] = value
+    return named
+
+
+def _replace(bound, name: str, value) -> None:
+    if name in bound.arguments:
+        bound.arguments[name] = value
+        return
+    for pname, param in bound.signature.parameters.items():
+        if param.kind is inspect.Parameter.VAR_POSITIONAL and name.startswith(pname):
+            items = list(bound.arguments[pname])
+            items[int(name[len(pname):])] = value
+            bound.arguments[pname] = tuple(items)
+        elif param.kind is inspect.Parameter.VAR_KEYWORD and name in bound.arguments.get(pname, {}):
+            bound.arguments[pname][name] = value
+
+
+def trace(function=None, *, symbolic: bool = True, capture_as_const: bool = False,
+          optimize=1, memory=None, remat=None, device: str = "cpu",
+          check_numerics: bool = False):
+    """Trace ``function`` into a plan per input signature: ``@trace`` or
+    ``@trace(symbolic=True, capture_as_const=False, optimize=..., memory=..., remat=...)``
+    (the planner options are ``mg.compile``'s). ``capture_as_const=True`` bakes the
+    parameters' current values into the plan as constants (an inference plan with frozen
+    weights; the function may then not update them). ``symbolic=False`` runs the function
+    eagerly on every call (for debugging a traced function without changing its code)."""
+    options = dict(optimize=optimize, memory=memory, remat=remat, device=device,
+                   check_numerics=check_numerics)
+
+    def decorate(fn):
+        return Traced(fn, symbolic=symbolic, capture_as_const=capture_as_const, **options)
+
+    return decorate if function is None else decorate(function)
