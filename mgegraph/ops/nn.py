@@ -27,6 +27,13 @@ def _same_dtype(x: TensorType, other: TensorType, what: str):
 
 
 # -- softmax / log_softmax -----------------------------------------------------------------------
+def _int_axis(axis) -> int:
+    """``axis`` as an int; a float, a bool or a string is a TypeError (int() would take 1.0)."""
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"axis must be an int, got {axis!r}")
+    return int(axis)
+
+
 def _softmax_infer(name):
     def infer(in_types, attrs):
         (x,) = in_types
@@ -383,13 +390,6 @@ def _axis_attr(axis, ndim: int):
         return normalize_axis(_int_axis(axis), ndim)
     except (ValueError, TypeError):
         return axis
-
-
-def _int_axis(axis) -> int:
-    """``axis`` as an int; a float, a bool or a string is a TypeError (int() would take 1.0)."""
-    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
-        raise TypeError(f"axis must be an int, got {axis!r}")
-    return int(axis)
 
 
 def _softmax_axis(ndim: int) -> int:
