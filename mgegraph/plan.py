@@ -146,6 +146,36 @@ class Plan:
         """One line per graph pass that ran before planning: what it changed."""
         return passes_report(self.passes) if self.passes else "no passes ran (optimize=0)"
 
+    def to_dot(self) -> str:
+        """The plan as a Graphviz digraph, without the graph that made it: a box per
+        instruction (op, kernel, output types; coloured by op category as ``Graph.to_dot``),
+        an ellipse per input, param and const; each edge is the slot an instruction reads
+        (a view is drawn from the instruction that wrote the bytes it views)."""
+        from .ir.printer import CATEGORY_COLOURS, OTHER_COLOUR
+        from .ops import get_op
+
+        lines = ["digraph plan {", "  rankdir=TB;", '  node [shape=box, style="rounded,filled"];']
+        writer: dict[int, str] = {}
+        for slot in self.slots:
+            if slot.role in (Role.INPUT, Role.PARAM, Role.CONST):
+                writer[slot.index] = f"s{slot.index}"
+                label = f"{slot.role} {slot.name or ''}\\n{slot.type}".replace('"', r'\"')
+                lines.append(f'  s{slot.index} [shape=ellipse, label="{label}"];')
+        for i, ins in enumerate(self.instructions):
+            colour = CATEGORY_COLOURS.get(get_op(ins.op).category, OTHER_COLOUR)
+            types = "\\n".join(str(self.slots[o].type) for o in ins.outputs)
+            label = f"{ins.op}{format_attrs(ins.attrs)}\\n{ins.kernel}\\n{types}"
+            lines.append(f'  i{i} [label="{label.replace(chr(34), chr(92) + chr(34))}", '
+                         f'fillcolor="{colour}"];')
+            for s in ins.inputs:
+                root = self.slots[s].alias if self.slots[s].alias is not None else s
+                if root in writer:
+                    lines.append(f'  {writer[root]} -> i{i} [label="s{s}"];')
+            for o in ins.outputs:
+                writer[o] = f"i{i}"
+        lines.append("}")
+        return "\n".join(lines)
+
     # -- running --------------------------------------------------------------------------
     def executable(self):
         """The plan made runnable by its backend (buffers allocated, kernels resolved): once

@@ -145,3 +145,21 @@ def test_an_update_after_every_read_is_written_into_the_param():
     for k in (1, 2):
         np.testing.assert_array_equal(plan.run({"x": np.ones(3, np.float32)})[0], 2 ** (k - 1))
     np.testing.assert_array_equal(w0, 4)
+
+
+def test_to_dot_draws_the_instructions_and_the_sources_without_the_graph():
+    import mgegraph.functional as F
+
+    g = mg.Graph()
+    x = g.input("x", (2, 3))
+    w = g.param("w", np.ones((3, 4), np.float32))
+    plan = mg.compile([F.relu(x @ w).reshape(8) + 1.0], optimize=0)
+    dot = plan.to_dot()
+    assert dot.startswith("digraph plan {") and dot.endswith("}")
+    assert 's0 [shape=ellipse, label="input x\\nf32[2,3]"]' in dot
+    assert "s0 -> i0" in dot and "s1 -> i0" in dot
+    assert dot.count(" [label=") - dot.count("->") == len(plan.instructions)
+    # the add reads the reshape view of the relu's output: drawn from the relu
+    relu = next(i for i, ins in enumerate(plan.instructions) if ins.op == "relu")
+    add = next(i for i, ins in enumerate(plan.instructions) if ins.op == "add")
+    assert f"i{relu} -> i{add}" in dot

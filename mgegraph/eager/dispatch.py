@@ -57,6 +57,9 @@ class Recorder:
     def stepped(self, optimizer) -> None:
         pass
 
+    def overwriting(self, target) -> None:
+        """``target``'s array is about to be written in place (an assign lands)."""
+
 
 class _Made:
     """What ``add_node`` returns when no Node is kept: the outputs."""
@@ -141,7 +144,7 @@ class EagerGraph(Graph):
         if mode.update_depth:
             mode.pending.append((target, value))
         else:
-            np.copyto(target._value, value._array(), casting="no")
+            _write(target, value)
 
     def __str__(self) -> str:
         return "<the eager graph: its nodes run when made>"
@@ -166,7 +169,14 @@ def updates():
             pending, mode.pending = mode.pending, []
             if ok:
                 for target, value in pending:
-                    np.copyto(target._value, value._array(), casting="no")
+                    _write(target, value)
+
+
+def _write(target: Tensor, value: Tensor) -> None:
+    """Land an eager assign; a tape holding ``target`` keeps the value it recorded."""
+    for recorder in MODE.recorders:
+        recorder.overwriting(target)
+    np.copyto(target._value, value._array(), casting="no")
 
 
 def value_read(t: Tensor) -> None:

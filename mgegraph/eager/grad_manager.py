@@ -14,11 +14,13 @@ Outside ``with gm:`` nothing is recorded and nothing is held.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..autodiff import backward as walk
 from ..ir.errors import GraphError, user_location
 from ..ir.types import is_float
 from .dispatch import MODE, Recorder, not_recording
-from .tensor import Tensor
+from .tensor import Tensor, snapshot
 
 
 class GradManager(Recorder):
@@ -91,6 +93,22 @@ class GradManager(Recorder):
                 self._tape.append(node)
                 tracked.update(out.id for out in node.outputs)
                 return
+
+    def overwriting(self, target) -> None:
+        # the gradient rules of taped nodes must see what those nodes read (as a plan's, whose
+        # assigns land after its backward pass): they get a copy of it under the same id
+        snapshots = {}
+
+        def kept(v):
+            if v is not target and v._base is not target:
+                return v
+            if v.id not in snapshots:
+                snapshots[v.id] = snapshot(v)
+            return snapshots[v.id]
+
+        for i, node in enumerate(self._tape or ()):
+            if any(v is target or v._base is target for v in node.inputs):
+                self._tape[i] = replace(node, inputs=tuple(kept(v) for v in node.inputs))
 
     # -- backward -------------------------------------------------------------------------
     def backward(self, y=None, dy=None) -> None:

@@ -139,6 +139,11 @@ class Tensor(Var):
         body = np.array2string(self._read(), separator=", ", prefix="Tensor(")
         return f"Tensor({body}, dtype={self.dtype})"
 
+    def __floordiv__(self, o): return self._F().floor_div(self, o)
+    def __rfloordiv__(self, o): return self._F().floor_div(o, self)
+    def __mod__(self, o): return self._F().mod(self, o)
+    def __rmod__(self, o): return self._F().mod(o, self)
+
     def detach(self) -> Tensor:
         """The same value, not recorded by any GradManager (a new tensor sharing the bytes)."""
         return wrap_view(self._array(), self)
@@ -150,8 +155,12 @@ class Tensor(Var):
         self._nbytes = 0
 
     def __del__(self):
-        if self._nbytes:
-            _Held.remove(self._nbytes)
+        try:
+            nbytes = self._nbytes
+        except AttributeError:  # __init__ refused its data before the tensor held any
+            return
+        if nbytes:
+            _Held.remove(nbytes)
 
 
 def set_array(t: Tensor, array: np.ndarray, owns: bool, base: Tensor | None = None) -> None:
@@ -179,6 +188,13 @@ def wrap_view(array: np.ndarray, base: Tensor) -> Tensor:
     t = Tensor.__new__(Tensor)
     set_array(t, array, owns=False, base=base if base._nbytes else base._base)
     return t
+
+
+def snapshot(t: Tensor) -> Tensor:
+    """A copy of ``t``'s value now that keeps ``t``'s id (what a tape recorded ``t`` as)."""
+    copy = wrap(t._array().copy())
+    copy.id = t.id
+    return copy
 
 
 def tensor(data, dtype=None) -> Tensor:
