@@ -24,6 +24,7 @@ from ..ir.errors import GraphError, KernelError, OpError, user_location
 from ..ir.graph import Graph, Node, Var, _as_array
 from ..ir.types import TensorType
 from ..ops.builder import mixing_error
+from . import tensor as _tensor
 from .tensor import Tensor, _Held, type_of, wrap, wrap_view
 
 
@@ -123,6 +124,15 @@ class EagerGraph(Graph):
             return value
         if isinstance(value, Var):
             raise mixing_error(None, (like, value))
+        if type(value) in (float, int, bool):
+            # a Python scalar's tensor is made once per (value, dtype): tensors are immutable
+            key = (type(value), value, None if like is None else like.dtype)
+            t = _SCALARS.get(key)
+            if t is None:
+                t = super().lift(value, like)
+                if len(_SCALARS) < MAX_SCALARS:
+                    _SCALARS[key] = t
+            return t
         return super().lift(value, like)
 
     def bind(self, parameter):
@@ -151,6 +161,7 @@ class EagerGraph(Graph):
 
 
 EAGER = EagerGraph()
+_tensor.EAGER_GRAPH = EAGER
 
 
 @contextlib.contextmanager
@@ -214,6 +225,8 @@ def not_recording(recorder):
 RELEASE_GIL_BYTES = 1 << 16
 
 _ENTRIES: dict = {}
+_SCALARS: dict = {}
+MAX_SCALARS = 4096
 
 
 class _Entry:
@@ -226,18 +239,23 @@ class _Entry:
         if self.view is not None:
             return (_view(inputs[0], self.view, self.types[0]),)
         outputs = [np.empty(t.shape, t.dtype) for t in self.types]
-        buffers = [v._value for v in inputs] + outputs
         if self.workspace:
-            buffers.append(np.empty(self.workspace, np.uint8))
-            _Held.add(self.workspace)
-        try:
-            status = self.launcher(tuple(buffers))
-        finally:
-            if self.workspace:
-                _Held.remove(self.workspace)
+            return self._run_with_workspace(inputs, outputs)
+        status = self.launcher((*[v._value for v in inputs], *outputs))
         if status:
             raise self.failure(status, inputs)
-        return tuple(wrap(out) for out in outputs)
+        return tuple([wrap(out) for out in outputs])
+
+    def _run_with_workspace(self, inputs, outputs):
+        workspace = np.empty(self.workspace, np.uint8)
+        _Held.add(self.workspace)
+        try:
+            status = self.launcher((*[v._value for v in inputs], *outputs, workspace))
+        finally:
+            _Held.remove(self.workspace)
+        if status:
+            raise self.failure(status, inputs)
+        return tuple([wrap(out) for out in outputs])
 
     def failure(self, status: int, inputs) -> KernelError:
         from .._kernels.runtime import KERNEL_STATUS
@@ -306,5 +324,6 @@ def _prepare(op, inputs, attrs, memo: bool = True) -> _Entry:
 def clear_cache() -> None:
     """Forget every cached op preparation (they are remade on next use)."""
     _ENTRIES.clear()
+    _SCALARS.clear()
 
 

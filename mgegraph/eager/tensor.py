@@ -163,17 +163,23 @@ class Tensor(Var):
             _Held.remove(nbytes)
 
 
+# the eager graph every Tensor belongs to (eager.dispatch sets it when it is imported)
+EAGER_GRAPH = None
+
+
 def set_array(t: Tensor, array: np.ndarray, owns: bool, base: Tensor | None = None) -> None:
     """Make ``t`` hold ``array`` (C-contiguous, of a supported dtype); ``owns``: its bytes are
     ``t``'s own (counted by memory_stats); ``base``: the tensor whose bytes a view reads."""
-    from .dispatch import EAGER
-
-    t.graph, t.id, t.node, t.index = EAGER, next(_IDS), None, 0
-    t.type = type_of(array.shape, array.dtype)
+    t.graph, t.id, t.node, t.index = EAGER_GRAPH, next(_IDS), None, 0
+    key = (array.shape, array.dtype)
+    t.type = _TYPES.get(key) or type_of(*key)
     t._value, t._base, t._lazy, t.grad = array, base, None, None
-    t._nbytes = array.nbytes if owns else 0
-    if t._nbytes:
-        _Held.add(t._nbytes)
+    nbytes = t._nbytes = array.nbytes if owns else 0
+    if nbytes:
+        with _Held.lock:
+            _Held.current += nbytes
+            if _Held.current > _Held.peak:
+                _Held.peak = _Held.current
 
 
 def wrap(array: np.ndarray) -> Tensor:

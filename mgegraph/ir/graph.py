@@ -138,6 +138,8 @@ class Graph:
     >>> g = Graph(); x = g.input("x", (2, 3)); y = x * 2.0
     """
 
+    eager = False  # the eager graph of mgegraph.eager, whose nodes run when made, says True
+
     def __init__(self):
         self.nodes: list[Node] = []
         self.inputs: dict[str, Var] = {}
@@ -281,10 +283,10 @@ class Graph:
 
         An ``nn.Parameter`` (anything with ``bind_to``) becomes this graph's param Var for it.
         """
+        if hasattr(value, "bind_to"):  # (a Parameter is an eager Tensor, a Var, too)
+            return self.bind(value)
         if isinstance(value, Var):
             return value
-        if hasattr(value, "bind_to"):
-            return self.bind(value)
         if like is not None and isinstance(value, (numbers.Number, np.bool_)) and not isinstance(
                 value, np.generic):
             return self.const(value, np.result_type(like.dtype, value))

@@ -22,14 +22,34 @@ def graph_of(*values):
     whichever graph uses it, and of the eager graph when it is used alone."""
     graph = eager = None
     tensors = False
-    for v in _values(values):
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            return _graph_of_items(values)
         if not isinstance(v, Var):
             continue
-        if getattr(v.graph, "eager", False):
+        if v.graph.eager:
             eager = v.graph
             tensors = tensors or not hasattr(v, "bind_to")
         elif graph is None:
             graph = v.graph
+    return _chosen(graph, eager, tensors, values)
+
+
+def _graph_of_items(values):
+    graph = eager = None
+    tensors = False
+    for v in _values(values):
+        if not isinstance(v, Var):
+            continue
+        if v.graph.eager:
+            eager = v.graph
+            tensors = tensors or not hasattr(v, "bind_to")
+        elif graph is None:
+            graph = v.graph
+    return _chosen(graph, eager, tensors, values)
+
+
+def _chosen(graph, eager, tensors, values):
     if graph is not None:
         if tensors:
             raise mixing_error(None, list(_values(values)))
@@ -55,13 +75,22 @@ def apply(op: str, inputs, **attrs) -> Var:
     return out
 
 
+def apply_in(graph, op: str, inputs: tuple, attrs: dict) -> Var:
+    """``apply`` when the caller knows the graph already (``promote`` found it)."""
+    (out,) = graph.add_node(op, inputs, attrs).outputs
+    return out
+
+
 def apply_multi(op: str, inputs, **attrs) -> tuple[Var, ...]:
     return graph_of(*inputs).add_node(op, tuple(inputs), attrs).outputs
 
 
 def cast_to(x: Var, dtype) -> Var:
     dtype = np.dtype(dtype)
-    return x if x.dtype == dtype else apply("cast", (x,), dtype=str(dtype))
+    return x if x.type.dtype == dtype else apply("cast", (x,), dtype=str(dtype))
+
+
+_RESULT_TYPES: dict = {}  # the dtypes of a promotion -> its result (NumPy's rule is slow)
 
 
 def promote(*values) -> list[Var]:
@@ -69,5 +98,9 @@ def promote(*values) -> list[Var]:
     g = graph_of(*values)
     like = next(v for v in values if isinstance(v, Var))
     lifted = [g.lift(v, like) for v in values]
-    dtype = result_type(*(v.dtype for v in lifted))
-    return [cast_to(v, dtype) for v in lifted]
+    dtypes = tuple(v.type.dtype for v in lifted)
+    dtype = _RESULT_TYPES.get(dtypes)
+    if dtype is None:
+        dtype = _RESULT_TYPES[dtypes] = result_type(*dtypes)
+    return [v if v.type.dtype == dtype else apply("cast", (v,), dtype=str(dtype))
+            for v in lifted]

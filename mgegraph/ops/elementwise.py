@@ -15,7 +15,7 @@ from ..ir.errors import GraphError, user_location
 from ..ir.graph import Var
 from ..ir.types import TensorType, as_dtype, broadcast_shapes
 from . import elementwise_table as TABLE
-from .builder import apply, cast_to, graph_of, promote
+from .builder import apply, apply_in, cast_to, graph_of, promote
 from .elementwise_table import Elementwise
 from .registry import FLOAT_DTYPES, REQUIRED, OpDef, register, require_dtypes
 
@@ -162,7 +162,7 @@ def _make_unary(name):
 def _make_binary(name):
     def fn(x, y):
         a, b = promote(x, y)
-        return apply(name, (a, b))
+        return apply_in(a.graph, name, (a, b), {})
 
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"Elementwise {name} with NumPy broadcasting and type promotion."
