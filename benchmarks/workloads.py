@@ -263,3 +263,80 @@ def convnet_train() -> dict:
     if torch is not None:
         impls = {"torch eager": _torch_train_step(torch, model, x, y, "convnet"), **impls}
     return impls
+
+
+# -- eager mode (mg.tensor, GradManager, mg.jit.trace) against the plan and PyTorch eager ---------
+def op_chain_eager(v, a, m):
+    """The op chain of op_chain_graph run op by op on tensors (a, m: the two constants)."""
+    for i in range(OP_CHAIN):
+        k = i % 3
+        v = v + a if k == 0 else (v * m if k == 1 else F.relu(v))
+    return v
+
+
+def op_overhead_eager() -> dict:
+    x0 = op_chain_input()
+    x, a, m = mg.tensor(x0), mg.tensor(np.float32(0.5)), mg.tensor(np.float32(0.999))
+    np.testing.assert_array_equal(op_chain_eager(x, a, m).numpy(), op_chain_numpy(x0))
+    impls = {"mgegraph eager": lambda: op_chain_eager(x, a, m),
+             "mgegraph eager, python scalars": lambda: op_chain_eager(x, 0.5, 0.999),
+             "numpy eager": lambda: op_chain_numpy(x0)}
+    torch = _torch()
+    if torch is not None:
+        t0 = torch.from_numpy(x0.copy())
+        impls["torch eager"] = lambda: op_chain_torch(torch, t0)
+    return impls
+
+
+def _eager_step(model, lr=0.01):
+    """A MegEngine-style step: GradManager records, backward fills .grad, SGD updates."""
+    from mgegraph import optim
+
+    gm = mg.GradManager().attach(model.parameters())
+    opt = optim.SGD(model.parameters(), lr=lr)
+
+    def step(x, y):
+        with gm:
+            loss = F.cross_entropy(model(x), y)
+            gm.backward(loss)
+        opt.step().clear_grad()
+        return loss
+
+    return step
+
+
+def _train_modes(make, shape) -> dict:
+    """One SGD step of ``make()`` on a seeded batch of ``shape``: eager, traced, compiled, torch."""
+    from mgegraph import nn, optim
+
+    x, y = _batch(shape)
+    tx, ty = mg.tensor(x), mg.tensor(y)
+    impls = {}
+    nn.init.manual_seed(SEED)
+    eager = _eager_step(make())
+    impls["mgegraph eager"] = lambda: eager(tx, ty)
+    nn.init.manual_seed(SEED)
+    traced = mg.jit.trace(_eager_step(make()))
+    impls["mgegraph trace"] = lambda: traced(tx, ty)
+    nn.init.manual_seed(SEED)
+    model = make()
+    step = mg.compile_train_step(model, F.cross_entropy, optim.SGD(model.parameters(), lr=0.01),
+                                 example_batch=(x, y))
+    impls["mgegraph compile_train_step"] = lambda: step(x, y)
+    # the first step of each mode from the same weights gives the same loss (and records the trace)
+    losses = [float(eager(tx, ty)), float(traced(tx, ty)), float(step(x, y))]
+    assert losses[0] == losses[1] == losses[2], losses
+    traced(tx, ty)  # the second call runs the plan
+    torch = _torch()
+    if torch is not None:
+        kind = "mlp" if len(shape) == 2 else "convnet"
+        impls["torch eager"] = _torch_train_step(torch, model, x, y, kind)
+    return impls
+
+
+def mlp_train_eager() -> dict:
+    return _train_modes(_mlp_module, (128, MLP_LAYERS[0]))
+
+
+def convnet_train_eager() -> dict:
+    return _train_modes(_convnet, (32, 3, 32, 32))
