@@ -21,7 +21,7 @@ import numpy as np
 
 from ..backend import get_backend
 from ..ir.errors import GraphError, KernelError, OpError, user_location
-from ..ir.graph import Graph, Node, Var, _as_array
+from ..ir.graph import Graph, Node, Var, _as_array, install
 from ..ir.types import TensorType
 from ..ops.builder import mixing_error
 from . import tensor as _tensor
@@ -162,6 +162,7 @@ class EagerGraph(Graph):
 
 EAGER = EagerGraph()
 _tensor.EAGER_GRAPH = EAGER
+install("eager", EAGER)  # F.zeros(shape) and the other fills without graph= make Tensors
 
 
 @contextlib.contextmanager
@@ -233,7 +234,7 @@ class _Entry:
     """What running one (op, attributes, input types) needs: output types, and either the
     view offset or the kernel's launcher and workspace bytes."""
 
-    __slots__ = ("opdef", "attrs", "types", "launcher", "workspace", "view", "kernel")
+    __slots__ = ("attrs", "kernel", "launcher", "opdef", "types", "view", "workspace")
 
     def run(self, inputs):
         if self.view is not None:

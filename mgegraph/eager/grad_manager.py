@@ -79,7 +79,7 @@ class GradManager(Recorder):
         MODE.recorders = tuple(r for r in MODE.recorders if r is not self)
         self._tape, self._tracked = None, set()
 
-    def __enter__(self) -> GradManager:
+    def __enter__(self) -> GradManager:  # noqa: PYI034
         return self.record()
 
     def __exit__(self, *exc) -> None:

@@ -19,7 +19,7 @@ from ..compiler import compile
 from ..ir.errors import GraphError
 from ..ir.graph import Graph, Node
 from .dispatch import MODE, _Made
-from .tensor import Tensor, _Held, _IDS
+from .tensor import _IDS, Tensor, _Held
 
 
 class LazyGraph:

@@ -31,8 +31,7 @@ class _Held:
     def add(cls, nbytes: int) -> None:
         with cls.lock:
             cls.current += nbytes
-            if cls.current > cls.peak:
-                cls.peak = cls.current
+            cls.peak = max(cls.peak, cls.current)
 
     @classmethod
     def remove(cls, nbytes: int) -> None:
@@ -81,7 +80,7 @@ class Tensor(Var):
     ``GradManager``'s ``backward``. A Tensor cannot be mixed with a graph's ``Var`` in one op.
     """
 
-    __slots__ = ("_value", "_nbytes", "_base", "_lazy", "grad", "__weakref__")
+    __slots__ = ("__weakref__", "_base", "_lazy", "_nbytes", "_value", "grad")
 
     def __init__(self, data, dtype=None):
         if isinstance(data, Tensor):
@@ -178,8 +177,7 @@ def set_array(t: Tensor, array: np.ndarray, owns: bool, base: Tensor | None = No
     if nbytes:
         with _Held.lock:
             _Held.current += nbytes
-            if _Held.current > _Held.peak:
-                _Held.peak = _Held.current
+            _Held.peak = max(_Held.peak, _Held.current)
 
 
 def wrap(array: np.ndarray) -> Tensor:

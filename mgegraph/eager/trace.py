@@ -261,8 +261,8 @@ def trace(function=None, *, symbolic: bool = True, capture_as_const: bool = Fals
     parameters' current values into the plan as constants (an inference plan with frozen
     weights; the function may then not update them). ``symbolic=False`` runs the function
     eagerly on every call (for debugging a traced function without changing its code)."""
-    options = dict(optimize=optimize, memory=memory, remat=remat, device=device,
-                   check_numerics=check_numerics)
+    options = {"optimize": optimize, "memory": memory, "remat": remat, "device": device,
+               "check_numerics": check_numerics}
 
     def decorate(fn):
         return Traced(fn, symbolic=symbolic, capture_as_const=capture_as_const, **options)

@@ -9,19 +9,19 @@ from ..ops import matmul as _matmul
 from ..ops import movement_api as _movement
 from ..ops import nn as _nn
 from ..ops import reduce as _reduce
-from ..ops.conv import *  # noqa: F401,F403
-from ..ops.elementwise import *  # noqa: F401,F403
-from ..ops.matmul import *  # noqa: F401,F403
-from ..ops.movement_api import *  # noqa: F401,F403
-from ..ops.nn import *  # noqa: F401,F403
-from ..ops.reduce import *  # noqa: F401,F403
+from ..ops.conv import *
+from ..ops.elementwise import *
+from ..ops.matmul import *
+from ..ops.movement_api import *
+from ..ops.nn import *
+from ..ops.reduce import *
 
 __all__ = [name for family in (_elementwise, _reduce, _nn, _matmul, _conv, _movement)
            for name in family.__all__]
 
 # Var's Python operators (x + y, x @ w, x[1:]) build nodes with these functions.
-import sys as _sys  # noqa: E402
+import sys as _sys
 
-from ..ir import graph as _graph  # noqa: E402
+from ..ir import graph as _graph
 
 _graph.install("functional", _sys.modules[__name__])

@@ -18,8 +18,8 @@ _LAYERS: dict[str, object] = {}
 
 
 def install(name: str, value) -> None:
-    """Plug a layer above the IR in: ``"get_op"`` (name -> OpDef) or ``"functional"`` (the
-    module whose functions Var's operators call)."""
+    """Plug a layer above the IR in: ``"get_op"`` (name -> OpDef), ``"functional"`` (the
+    module whose functions Var's operators call) or ``"eager"`` (the eager graph)."""
     _LAYERS[name] = value
 
 
@@ -29,6 +29,11 @@ def _layer(name: str):
     except KeyError:
         raise GraphError(f"the IR is used before mgegraph's {name!r} layer is imported; "
                          "import mgegraph first") from None
+
+
+def eager_graph():
+    """The graph of eager mode (mgegraph.eager installs it), where a node runs when made."""
+    return _layer("eager")
 
 
 def _get_op(name):

@@ -21,7 +21,7 @@ import operator
 
 import numpy as np
 
-from ..ir.graph import Graph, Var
+from ..ir.graph import Graph, Var, eager_graph
 from ..ir.types import INT_DTYPES, TensorType, as_dtype, broadcast_shapes, tensor_type
 from .builder import apply, apply_multi
 from .registry import NUMERIC_DTYPES, REQUIRED, OpDef, register, require_dtypes, whole_input
@@ -59,7 +59,10 @@ def reshaped(x: Var, shape) -> Var:
 
 
 def no_input_node(graph, op: str, **attrs) -> Var:
-    """The output of a new ``op`` node without inputs (fill, arange, linspace) in ``graph``."""
+    """The output of a new ``op`` node without inputs (fill, arange, linspace) in ``graph``
+    (None: the eager graph, which runs it at once)."""
+    if graph is None:
+        graph = eager_graph()
     if not isinstance(graph, Graph):
         raise TypeError(f"{op} has no input Var, so it needs graph=<mgegraph.Graph>, got {graph!r}")
     (out,) = graph.add_node(op, (), attrs).outputs

@@ -315,19 +315,21 @@ def roll(inp, shift, axis=None):
 
 
 # -- fills -----------------------------------------------------------------------------------
-def full(shape, value, dtype="float32", *, graph):
-    """A tensor of ``shape`` filled with ``value``, made by a fill kernel (no constant stored).
+def full(shape, value, dtype="float32", *, graph=None):
+    """A tensor of ``shape`` filled with ``value``, made by a fill kernel (no constant stored),
+    in ``graph``; without one, an eager Tensor (as are ``zeros``, ``ones``, ``arange`` and
+    ``linspace`` without ``graph=``).
 
     >>> F.full((2, 3), 7, "int32", graph=g)
     """
     return full_node(shape, value, dtype, graph)
 
 
-def zeros(shape, dtype="float32", *, graph):
+def zeros(shape, dtype="float32", *, graph=None):
     return full(shape, 0, dtype, graph=graph)
 
 
-def ones(shape, dtype="float32", *, graph):
+def ones(shape, dtype="float32", *, graph=None):
     return full(shape, 1, dtype, graph=graph)
 
 
@@ -344,7 +346,7 @@ def ones_like(inp):
     return full_like(inp, 1)
 
 
-def arange(start=0, stop=None, step=1, dtype="float32", *, graph):
+def arange(start=0, stop=None, step=1, dtype="float32", *, graph=None):
     """Values ``start, start + step, ...`` below ``stop`` (``arange(n)`` counts from 0).
 
     >>> F.arange(5, graph=g)
@@ -356,7 +358,7 @@ def arange(start=0, stop=None, step=1, dtype="float32", *, graph):
                          dtype=str(as_dtype(dtype)))
 
 
-def linspace(start, stop, num, dtype="float32", *, graph):
+def linspace(start, stop, num, dtype="float32", *, graph=None):
     """``num`` evenly spaced values from ``start`` to ``stop``, both included."""
     return no_input_node(graph, "linspace", start=start, stop=stop, num=operator.index(num),
                          dtype=str(as_dtype(dtype)))

@@ -155,3 +155,70 @@ def test_empty_and_special_values():
     np.testing.assert_array_equal(F.relu(s).numpy(), [np.nan, 0.0, 0.0])
     m = mg.tensor(np.array([np.iinfo(np.int32).min], np.int32))
     assert (m // -1).numpy().tolist() == [np.iinfo(np.int32).min]  # NumPy's wrap, no SIGFPE
+
+
+X = RNG.standard_normal((2, 3, 6, 6)).astype(np.float32)
+W = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+IDX = np.array([[1, 0, 2]], np.int64)
+# every public function that is not an elementwise table entry, on one NCHW input v
+CALLS = {
+    "adaptive_avg_pool2d": lambda v: F.adaptive_avg_pool2d(v, 2),
+    "adaptive_max_pool2d": lambda v: F.adaptive_max_pool2d(v, 3),
+    "argmax": lambda v: F.argmax(v, axis=1), "argmin": lambda v: F.argmin(v, axis=3),
+    "astype": lambda v: F.astype(v, "int32"), "cast": lambda v: F.cast(v, "float64"),
+    "avg_pool2d": lambda v: F.avg_pool2d(v, 2), "max_pool2d": lambda v: F.max_pool2d(v, 3, 2, 1),
+    "batch_norm": lambda v: F.batch_norm(v, training=True),
+    "broadcast_to": lambda v: F.broadcast_to(v[:, :1], (2, 5, 6, 6)),
+    "concat": lambda v: F.concat([v, v * 2.0], axis=2),
+    "conv2d": lambda v: F.conv2d(v, v.graph.const(W), padding=1, stride=2),
+    "cross_entropy": lambda v: F.cross_entropy(F.flatten(v, 1)[:, :5], v.graph.const(IDX[0, :2])),
+    "dropout": lambda v: F.dropout(v, 0.4, seed=2),
+    "expand_dims": lambda v: F.expand_dims(v, 1), "flatten": lambda v: F.flatten(v, 2),
+    "flip": lambda v: F.flip(v, 3), "full_like": lambda v: F.full_like(v, 3.0),
+    "gather": lambda v: F.gather(v[0, 0, :1], 1, v.graph.const(IDX)),
+    "hsigmoid": F.hsigmoid, "hswish": F.hswish, "relu6": F.relu6,
+    "layer_norm": lambda v: F.layer_norm(v, (6, 6)),
+    "linear": lambda v: F.linear(F.flatten(v, 1)[:, :3], v.graph.const(W.reshape(4, 27)[:, :3].copy())),
+    "log_softmax": lambda v: F.log_softmax(v, axis=1), "logsoftmax": lambda v: F.logsoftmax(v, 1),
+    "softmax": lambda v: F.softmax(v, axis=-1),
+    "matmul": lambda v: F.matmul(v, v, transpose_b=True),
+    "max": lambda v: F.max(v, axis=(2, 3)), "min": lambda v: F.min(v, axis=0, keepdims=True),
+    "mean": lambda v: F.mean(v, axis=1), "prod": lambda v: F.prod(v[:, :, :2, :2], axis=3),
+    "sum": lambda v: F.sum(v), "var": lambda v: F.var(v, axis=2),
+    "one_hot": lambda v: F.one_hot(v.graph.const(IDX), 4),
+    "ones_like": F.ones_like, "zeros_like": F.zeros_like,
+    "pad": lambda v: F.pad(v, ((0, 0), (0, 0), (1, 2), (2, 1))),
+    "repeat": lambda v: F.repeat(v, 2, axis=1), "tile": lambda v: F.tile(v, (1, 2, 1, 1)),
+    "reshape": lambda v: F.reshape(v, (6, -1)), "roll": lambda v: F.roll(v, 2, axis=3),
+    "split": lambda v: F.split(v, 3, axis=1)[1], "squeeze": lambda v: F.squeeze(v[:, :1], 1),
+    "stack": lambda v: F.stack([v, v], axis=0), "subscript": lambda v: F.subscript(v, (1, ..., slice(None, None, 2))),
+    "take": lambda v: F.take(v, v.graph.const(IDX[0]), axis=1),
+    "transpose": lambda v: F.transpose(v, (0, 2, 3, 1)),
+    "where": lambda v: F.where(v > 0, v, v * 0.1),
+}
+# sources without an input: run eagerly without graph=, compared with the graph's below
+SOURCES = {"arange": lambda g: F.arange(2, 9, 3, graph=g), "full": lambda g: F.full((2,), 7, graph=g),
+           "linspace": lambda g: F.linspace(0, 1, 5, graph=g), "ones": lambda g: F.ones((3,), graph=g),
+           "zeros": lambda g: F.zeros((2, 2), "int32", graph=g)}
+
+
+def test_every_functional_function_is_covered_here():
+    table = {op.name for op in OPS if op.public}
+    assert set(F.__all__) - table == set(CALLS) | set(SOURCES)
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_every_function_runs_eagerly_with_the_graphs_numbers(name):
+    g = mg.Graph()
+    want = mg.compile([CALLS[name](g.input("x", X.shape))], optimize=0).run({"x": X})[0]
+    got = CALLS[name](mg.tensor(X))
+    assert isinstance(got, mg.Tensor)
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
+@pytest.mark.parametrize("name", sorted(SOURCES))
+def test_fills_without_a_graph_are_eager_tensors(name):
+    got = SOURCES[name](None)
+    want = mg.compile([SOURCES[name](mg.Graph())], optimize=0).run({})[0]
+    assert isinstance(got, mg.Tensor)
+    np.testing.assert_array_equal(got.numpy(), want)
