@@ -423,7 +423,8 @@ def test_fill_errors():
     with pytest.raises(mg.OpError, match="fill.*negative dimension"):
         F.full((2, -1), 0, graph=g)
     with pytest.raises(TypeError, match="graph="):
-        F.arange(5, graph=None)
+        F.arange(5, graph="g")  # not a graph; without graph= it is an eager Tensor
+    assert isinstance(F.arange(5, graph=None), mg.Tensor)
 
 
 # -- adjoint ops made by gradient rules: slice_backward, pad_backward, index_add, scatter_add ---
