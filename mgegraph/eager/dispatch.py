@@ -61,6 +61,9 @@ class Recorder:
     def overwriting(self, target) -> None:
         """``target``'s array is about to be written in place (an assign lands)."""
 
+    def module_called(self, module) -> None:
+        """An nn.Module was called (its ``training`` flag decides what its forward does)."""
+
 
 class _Made:
     """What ``add_node`` returns when no Node is kept: the outputs."""

@@ -16,8 +16,9 @@ run that plan: no Python of the function runs, so its control flow is the one of
 call (a warning names the line where it read a value that could change).
 
 The cache: ``traced.plans`` maps each key (the tensor arguments' shapes and dtypes, and the
-other arguments' values) to its plan; ``traced.clear_cache()`` empties it, ``traced.plan`` is
-the plan of the latest call.
+other arguments' values) to its recordings, one per train/eval mode of the modules the
+function called (``model.eval()`` after training records again rather than rerun the training
+form); ``traced.clear_cache()`` empties it, ``traced.plan`` is the plan of the latest call.
 """
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ class _Tracer(Recorder):
         self.optimizers: list = []
         self.capture_as_const = capture_as_const
         self.warned: set[str] = set()
+        self.modules: dict[int, tuple] = {}  # id -> (module, its training flag when called)
 
     def var_of(self, t: Tensor):
         v = self.vars.get(t.id)
@@ -96,6 +98,9 @@ class _Tracer(Recorder):
         if optimizer not in self.optimizers:
             self.optimizers.append(optimizer)
 
+    def module_called(self, module) -> None:
+        self.modules.setdefault(id(module), (module, module.training))
+
 
 def _flatten(result, leaves: list):
     """The structure of a traced function's result, with its Tensors moved to ``leaves``."""
@@ -127,9 +132,14 @@ class TracedPlan:
     """One recorded call: its plan, which arguments feed which input, and the Python-side
     state a run brings along (optimisers' step counters and scalars, parameters' grads)."""
 
-    def __init__(self, plan, feeds, structure, n_results, grads, optimizers):
+    def __init__(self, plan, feeds, structure, n_results, grads, optimizers, modules):
         self.plan, self.feeds, self.structure = plan, feeds, structure
         self.n_results, self.grads, self.optimizers = n_results, grads, optimizers
+        self.modules = modules  # (module, training) of every module the recording called
+
+    def fits(self) -> bool:
+        """Whether every module the recording called is in the same train/eval mode now."""
+        return all(m.training == training for m, training in self.modules)
 
     def run(self, arguments: dict):
         saved = [(opt, opt.step_count, opt.scalars.value.copy()) for opt in self.optimizers]
@@ -159,7 +169,7 @@ class Traced:
         self.symbolic, self.capture_as_const = symbolic, capture_as_const
         self.compile_options = compile_options
         self.signature = inspect.signature(function)
-        self.plans: dict[tuple, TracedPlan] = {}
+        self.plans: dict[tuple, list[TracedPlan]] = {}
         self._latest: TracedPlan | None = None
         functools.update_wrapper(self, function)
 
@@ -184,11 +194,12 @@ class Traced:
         key = tuple((name, (v.shape, v.dtype) if isinstance(v, (Tensor, np.ndarray)) else v)
                     for name, v in arguments.items())
         try:
-            traced = self.plans.get(key)
+            recorded = self.plans.get(key, ())
         except TypeError:
             raise GraphError(f"trace: arguments that are not tensors must be hashable (they "
                              f"select the plan), got {key!r:.200}") from None
-        if traced is None:
+        traced = next((t for t in recorded if t.fits()), None)
+        if traced is None:  # new shapes, or a module switched between train() and eval()
             return self._record(bound, arguments, key)
         self._latest = traced
         return traced.run(arguments)
@@ -220,8 +231,9 @@ class Traced:
             outputs.append(min((n.inputs[0] for n in tracer.graph.assigns),
                                key=lambda v: v.type.nbytes))
         plan = compile(outputs, **self.compile_options)
-        self._latest = self.plans[key] = TracedPlan(
-            plan, list(plan.feeds), structure, len(leaves), grads, list(tracer.optimizers))
+        self._latest = TracedPlan(plan, list(plan.feeds), structure, len(leaves), grads,
+                                  list(tracer.optimizers), list(tracer.modules.values()))
+        self.plans.setdefault(key, []).append(self._latest)
         return result
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..eager.dispatch import updates
+from ..eager.dispatch import MODE, updates
 from ..eager.tensor import Tensor, set_array
 from ..ir.errors import GraphError
 from ..ir.graph import Graph
@@ -110,6 +110,8 @@ class Module:
 
     def __call__(self, *inputs, **kwargs):
         self._named_arrays()  # names the parameters (outermost call first) before graphs bind them
+        for recorder in MODE.recorders:  # a trace keys its plan by the modules' train/eval mode
+            recorder.module_called(self)
         # eager state updates (batch-norm statistics, dropout's step) land when the outermost
         # call ends, as a plan's do when its run ends
         with updates():

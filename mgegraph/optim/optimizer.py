@@ -84,21 +84,46 @@ class Optimizer:
     def step(self) -> Optimizer:
         """Eager mode: update every parameter that has a ``.grad`` (set by a GradManager's
         backward) with the same update rule, hence the same numbers, as a compiled training
-        step. Returns the optimiser: ``opt.step().clear_grad()``."""
+        step. Returns the optimiser: ``opt.step().clear_grad()``.
+
+        The update runs as one small plan per set of gradient shapes, compiled on first use:
+        fused and in place, as in a training step's plan. Under a trace, a lazy block or a
+        GradManager's recording it runs op by op instead, so that they see its ops."""
         from ..eager.dispatch import EAGER, MODE, updates
 
-        grads = {id(p): p.grad for p in self.params if p.grad is not None}
+        with_grad = [p for p in self.params if p.grad is not None]
         saved = (self.step_count, self.scalars.value.copy())
         self.prepare_step()
         try:
-            with updates():  # every update reads the state of before the step, as in a plan
-                self.build(EAGER, grads)
+            if MODE.recorders or MODE.lazy is not None:
+                with updates():  # every update reads the state of before the step
+                    self.build(EAGER, {id(p): p.grad for p in with_grad})
+            elif with_grad:
+                self._update_plan(with_grad).run(
+                    {f"grad{i}": p.grad._array() for i, p in enumerate(with_grad)})
         except BaseException:
             self.undo_step(*saved)
             raise
         for recorder in MODE.recorders:
             recorder.stepped(self)
         return self
+
+    def _update_plan(self, with_grad):
+        """The plan of the update of the parameters in ``with_grad`` from gradients fed as
+        ``grad0, grad1, ...``, made once per such list and gradient types."""
+        from ..compiler import compile
+        from ..ir.graph import Graph
+
+        key = tuple((id(p), p.grad.type) for p in with_grad)
+        plans = self.__dict__.setdefault("_update_plans", {})
+        plan = plans.get(key)
+        if plan is None:
+            g = Graph()
+            self.build(g, {id(p): g.input(f"grad{i}", p.grad.shape, p.grad.dtype)
+                           for i, p in enumerate(with_grad)})
+            # a plan needs an output: the step's scalars (a few bytes)
+            plan = plans[key] = compile([g.bind(self.scalars)])
+        return plan
 
     def clear_grad(self) -> Optimizer:
         """Forget every parameter's ``.grad`` (the next backward starts from zero)."""

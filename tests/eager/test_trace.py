@@ -251,3 +251,23 @@ def test_lazy_state_updates_land_when_the_block_ends():
     assert p.numpy().tolist() == [0.0, 0.0, 0.0]
     with pytest.raises(mg.GraphError, match="do not nest"), mg.lazy(), mg.lazy():
         pass
+
+
+def test_switching_modules_to_eval_records_again_instead_of_rerunning_training():
+    drop, bn = nn.Dropout(0.5, seed=1), nn.BatchNorm2d(2)
+
+    @mg.trace
+    def f(x):
+        return bn(drop(x))
+
+    x = mg.tensor(RNG.standard_normal((4, 2, 3, 3)).astype(np.float32))
+    f(x)
+    f(x)
+    drop.eval()
+    bn.eval()
+    np.testing.assert_array_equal(f(x).numpy(), bn(drop(x)).numpy())
+    assert len(f.plans) == 1 and len(next(iter(f.plans.values()))) == 2
+    drop.train()
+    bn.train()
+    f(x)  # the training recording again: nothing new
+    assert len(next(iter(f.plans.values()))) == 2
