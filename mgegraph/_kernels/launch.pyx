@@ -73,3 +73,36 @@ cdef class Launcher:
             for i in range(got):
                 PyBuffer_Release(&views[i])
         return status
+
+
+# Bytes held by eager tensors' own arrays (and running eager kernels' workspaces): a C count,
+# changed only with the GIL held, by a token each owning tensor holds. A token's __dealloc__
+# runs no Python code, which keeps a tensor's death as cheap as its array's.
+cdef Py_ssize_t _held_now = 0
+cdef Py_ssize_t _held_peak = 0
+
+
+cdef class Held:
+    """``nbytes`` counted as held while this token lives."""
+
+    cdef readonly Py_ssize_t nbytes
+
+    def __cinit__(self, Py_ssize_t nbytes):
+        global _held_now, _held_peak
+        self.nbytes = nbytes
+        _held_now += nbytes
+        if _held_now > _held_peak:
+            _held_peak = _held_now
+
+    def __dealloc__(self):
+        global _held_now
+        _held_now -= self.nbytes
+
+
+def held_bytes(bint reset_peak=False):
+    """(bytes held now, the peak since the last reset); ``reset_peak`` starts a new peak."""
+    global _held_peak
+    result = (_held_now, _held_peak)
+    if reset_peak:
+        _held_peak = _held_now
+    return result

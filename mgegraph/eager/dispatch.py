@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import types
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from ..ir.graph import Graph, Node, Var, _as_array, install
 from ..ir.types import TensorType
 from ..ops.builder import mixing_error
 from . import tensor as _tensor
-from .tensor import Tensor, _Held, type_of, wrap, wrap_view
+from .tensor import Held, Tensor, type_of, wrap, wrap_view
 
 
 class _Mode(threading.local):
@@ -65,13 +66,9 @@ class Recorder:
         """An nn.Module was called (its ``training`` flag decides what its forward does)."""
 
 
-class _Made:
-    """What ``add_node`` returns when no Node is kept: the outputs."""
-
-    __slots__ = ("outputs",)
-
-    def __init__(self, outputs):
-        self.outputs = outputs
+# What ``add_node`` returns when no Node is kept: its ``outputs`` (a C-made object: cheaper
+# to make than an instance of a class of ours)
+_Made = types.SimpleNamespace
 
 
 class EagerGraph(Graph):
@@ -93,7 +90,9 @@ class EagerGraph(Graph):
             if v._value is None:  # pending in a lazy graph that is no longer recording
                 v._array()
         try:
-            entry = _ENTRIES[(op, tuple(attrs.items()), *[v.type for v in inputs])]
+            entry = _ENTRIES[(op, tuple(attrs.items()) if attrs else (), inputs[0].type)
+                             if len(inputs) == 1 else
+                             (op, tuple(attrs.items()) if attrs else (), *[v.type for v in inputs])]
         except KeyError:
             entry = _prepare(op, inputs, attrs)
         except TypeError:  # an attribute that is not hashable: no memo
@@ -108,7 +107,7 @@ class EagerGraph(Graph):
             for recorder in mode.recorders:
                 recorder.record_node(node)
             return node
-        return _Made(outputs)
+        return _Made(outputs=outputs)
 
     def add_copy(self, node, inputs):
         raise GraphError("passes do not run on the eager graph")
@@ -142,7 +141,8 @@ class EagerGraph(Graph):
         return parameter  # a Parameter is a Tensor: its array is the value
 
     def assign(self, target, value) -> None:
-        if not (isinstance(target, Tensor) and target._nbytes and target._value.flags.writeable):
+        if not (isinstance(target, Tensor) and target._held is not None
+                and target._value.flags.writeable):
             raise GraphError("assign(): the target must be a Parameter or a state buffer")
         value = self.lift(value, target)
         if value.type != target.type:
@@ -194,6 +194,36 @@ def _write(target: Tensor, value: Tensor) -> None:
     np.copyto(target._value, value._array(), casting="no")
 
 
+def binary(name: str, a: Tensor, b, swapped: bool = False):
+    """``a <name> b`` (``b <name> a`` when ``swapped``) for Python's operators on a Tensor.
+
+    When nothing records, ``b`` is a Tensor or a Python number of ``a``'s dtype (no cast) and
+    the op ran before on these types, the cached kernel runs at once; otherwise (the first
+    time, a cast, a recorder, a lazy block) ``mgegraph.functional`` makes the node, with its
+    checks and errors. Both give the same node, so the same result."""
+    mode = MODE
+    if not mode.recorders and mode.lazy is None and a._value is not None:
+        kind = type(b)
+        if kind is Tensor:
+            other = b if b._value is not None else None
+        elif kind is float or kind is int:
+            other = _SCALARS.get((kind, b, a.type.dtype))
+        else:
+            other = None
+        if other is not None and other.type.dtype == a.type.dtype:
+            x, y = (other, a) if swapped else (a, other)
+            entry = _ENTRIES.get((name, (), x.type, y.type))
+            if entry is not None:
+                return entry.run((x, y))[0]
+    fn = getattr(_functional(), name)
+    return fn(b, a) if swapped else fn(a, b)
+
+
+def _functional():
+    from .. import functional
+    return functional
+
+
 def value_read(t: Tensor) -> None:
     """Tell the recorders that Python reads ``t``'s value (a trace warns: its branch is fixed)."""
     for recorder in MODE.recorders:
@@ -237,9 +267,19 @@ class _Entry:
     """What running one (op, attributes, input types) needs: output types, and either the
     view offset or the kernel's launcher and workspace bytes."""
 
-    __slots__ = ("attrs", "kernel", "launcher", "opdef", "types", "view", "workspace")
+    __slots__ = ("attrs", "kernel", "launcher", "opdef", "simple", "types", "view", "workspace")
 
     def run(self, inputs):
+        if self.simple:  # a kernel with one output and no workspace: most ops, made short
+            t = self.types[0]
+            out = np.empty(t.shape, t.dtype)
+            n = len(inputs)
+            status = self.launcher((inputs[0]._value, inputs[1]._value, out) if n == 2 else
+                                   (inputs[0]._value, out) if n == 1 else
+                                   (*[v._value for v in inputs], out))
+            if status:
+                raise self.failure(status, inputs)
+            return (wrap(out, t),)
         if self.view is not None:
             return (_view(inputs[0], self.view, self.types[0]),)
         outputs = [np.empty(t.shape, t.dtype) for t in self.types]
@@ -248,18 +288,15 @@ class _Entry:
         status = self.launcher((*[v._value for v in inputs], *outputs))
         if status:
             raise self.failure(status, inputs)
-        return tuple([wrap(out) for out in outputs])
+        return tuple([wrap(out, t) for out, t in zip(outputs, self.types)])
 
     def _run_with_workspace(self, inputs, outputs):
         workspace = np.empty(self.workspace, np.uint8)
-        _Held.add(self.workspace)
-        try:
-            status = self.launcher((*[v._value for v in inputs], *outputs, workspace))
-        finally:
-            _Held.remove(self.workspace)
+        held = Held(self.workspace)  # noqa: F841  (counted while the kernel runs)
+        status = self.launcher((*[v._value for v in inputs], *outputs, workspace))
         if status:
             raise self.failure(status, inputs)
-        return tuple([wrap(out) for out in outputs])
+        return tuple([wrap(out, t) for out, t in zip(outputs, self.types)])
 
     def failure(self, status: int, inputs) -> KernelError:
         from .._kernels.runtime import KERNEL_STATUS
@@ -320,6 +357,7 @@ def _prepare(op, inputs, attrs, memo: bool = True) -> _Entry:
         entry.kernel = kernel.name
         entry.workspace = launch.workspace
         entry.launcher = backend.launcher(kernel, launch, len(inputs), work >= RELEASE_GIL_BYTES)
+    entry.simple = entry.view is None and len(types) == 1 and not entry.workspace
     if memo:
         _ENTRIES[(op, tuple(attrs.items()), *in_types)] = entry
     return entry
@@ -331,3 +369,6 @@ def clear_cache() -> None:
     _SCALARS.clear()
 
 
+
+
+_tensor.BINARY = binary

@@ -19,7 +19,7 @@ from ..compiler import compile
 from ..ir.errors import GraphError
 from ..ir.graph import Graph, Node
 from .dispatch import MODE, _Made
-from .tensor import _IDS, Tensor, _Held
+from .tensor import _IDS, Held, Tensor
 
 
 class LazyGraph:
@@ -65,12 +65,12 @@ class LazyGraph:
             for recorder in MODE.recorders:
                 recorder.record_node(node)
             return node
-        return _Made(outputs)
+        return _Made(outputs=outputs)
 
     def _pending(self, v) -> Tensor:
         t = Tensor.__new__(Tensor)
         t.graph, t.id, t.node, t.index, t.type = _eager(), next(_IDS), None, 0, v.type
-        t._value, t._nbytes, t._base, t._lazy, t.grad = None, 0, None, self, None
+        t._value, t._held, t._base, t._lazy, t.grad = None, None, None, self, None
         self.vars[t.id] = v
         self.pending[t.id] = t
         return t
@@ -87,8 +87,7 @@ class LazyGraph:
         if outputs:
             results = compile(outputs, **self.compile_options).run({})
             for t, array in zip(live, results):
-                t._value, t._nbytes, t._lazy = array, array.nbytes, None
-                _Held.add(array.nbytes)
+                t._value, t._held, t._lazy = array, Held(array.nbytes), None
         self._reset()
 
     def has_work(self) -> bool:

@@ -19,24 +19,31 @@ from ..ir.graph import Var, _as_array
 from ..ir.types import TensorType, as_dtype
 
 
-class _Held:
-    """Bytes held by live tensors' own arrays and eager kernels' workspaces, now and at the
-    peak since the last reset."""
+try:  # a C count the tokens change without running Python code (eager death is cheap)
+    from .._kernels.launch import Held, held_bytes
+except ImportError:  # without the CPU build (the reference backend's tests): the same in Python
+    class Held:
+        """``nbytes`` counted as held while this token lives."""
 
-    lock = threading.Lock()
-    current = 0
-    peak = 0
+        now = peak = 0
+        lock = threading.Lock()
 
-    @classmethod
-    def add(cls, nbytes: int) -> None:
-        with cls.lock:
-            cls.current += nbytes
-            cls.peak = max(cls.peak, cls.current)
+        def __init__(self, nbytes: int):
+            self.nbytes = nbytes
+            with Held.lock:
+                Held.now += nbytes
+                Held.peak = max(Held.peak, Held.now)
 
-    @classmethod
-    def remove(cls, nbytes: int) -> None:
-        with cls.lock:
-            cls.current -= nbytes
+        def __del__(self):
+            with Held.lock:
+                Held.now -= self.nbytes
+
+    def held_bytes(reset_peak: bool = False):
+        with Held.lock:
+            result = (Held.now, Held.peak)
+            if reset_peak:
+                Held.peak = Held.now
+        return result
 
 
 @dataclass(frozen=True)
@@ -52,11 +59,7 @@ def memory_stats(reset_peak: bool = False) -> MemoryStats:
 
     >>> mg.memory_stats(reset_peak=True); step(x, y); mg.memory_stats().peak
     """
-    with _Held.lock:
-        stats = MemoryStats(_Held.current, _Held.peak)
-        if reset_peak:
-            _Held.peak = _Held.current
-    return stats
+    return MemoryStats(*held_bytes(reset_peak))
 
 
 _IDS = itertools.count(1)  # ids never repeat, so a map keyed by one never meets a new tensor
@@ -80,7 +83,9 @@ class Tensor(Var):
     ``GradManager``'s ``backward``. A Tensor cannot be mixed with a graph's ``Var`` in one op.
     """
 
-    __slots__ = ("__weakref__", "_base", "_lazy", "_nbytes", "_value", "grad")
+    # _held: the token counting the bytes of _value while this tensor owns them (None for a
+    # view, whose _base owns them, and a pending lazy value)
+    __slots__ = ("__weakref__", "_base", "_held", "_lazy", "_value", "grad")
 
     def __init__(self, data, dtype=None):
         if isinstance(data, Tensor):
@@ -138,6 +143,22 @@ class Tensor(Var):
         body = np.array2string(self._read(), separator=", ", prefix="Tensor(")
         return f"Tensor({body}, dtype={self.dtype})"
 
+    # Python's operators take eager dispatch's fast path (dispatch.binary); ``/`` only for
+    # floats, as integer division computes in floating point
+    def __add__(self, o): return BINARY("add", self, o)
+    def __radd__(self, o): return BINARY("add", self, o, True)
+    def __sub__(self, o): return BINARY("sub", self, o)
+    def __rsub__(self, o): return BINARY("sub", self, o, True)
+    def __mul__(self, o): return BINARY("mul", self, o)
+    def __rmul__(self, o): return BINARY("mul", self, o, True)
+
+    def __truediv__(self, o):
+        return BINARY("div", self, o) if self.type.dtype.kind == "f" else self._F().div(self, o)
+
+    def __rtruediv__(self, o):
+        return BINARY("div", self, o, True) if self.type.dtype.kind == "f" \
+            else self._F().div(o, self)
+
     def __floordiv__(self, o): return self._F().floor_div(self, o)
     def __rfloordiv__(self, o): return self._F().floor_div(o, self)
     def __mod__(self, o): return self._F().mod(self, o)
@@ -149,48 +170,40 @@ class Tensor(Var):
 
     __hash__ = Var.__hash__
 
-    def _release(self) -> None:
-        _Held.remove(self._nbytes)
-        self._nbytes = 0
-
-    def __del__(self):
-        try:
-            nbytes = self._nbytes
-        except AttributeError:  # __init__ refused its data before the tensor held any
-            return
-        if nbytes:
-            _Held.remove(nbytes)
+    @property
+    def owns_bytes(self) -> bool:
+        """Whether the array is this tensor's own (not a view of another's)."""
+        return self._held is not None
 
 
-# the eager graph every Tensor belongs to (eager.dispatch sets it when it is imported)
+# the eager graph every Tensor belongs to, and the operators' fast path (eager.dispatch sets
+# both when it is imported)
 EAGER_GRAPH = None
+BINARY = None
 
 
-def set_array(t: Tensor, array: np.ndarray, owns: bool, base: Tensor | None = None) -> None:
-    """Make ``t`` hold ``array`` (C-contiguous, of a supported dtype); ``owns``: its bytes are
-    ``t``'s own (counted by memory_stats); ``base``: the tensor whose bytes a view reads."""
+def set_array(t: Tensor, array: np.ndarray, owns: bool, base: Tensor | None = None,
+              type: TensorType | None = None) -> None:
+    """Make ``t`` hold ``array`` (C-contiguous, of a supported dtype; ``type`` when the caller
+    knows it); ``owns``: its bytes are ``t``'s own (counted by memory_stats); ``base``: the
+    tensor whose bytes a view reads."""
     t.graph, t.id, t.node, t.index = EAGER_GRAPH, next(_IDS), None, 0
-    key = (array.shape, array.dtype)
-    t.type = _TYPES.get(key) or type_of(*key)
+    t.type = type or type_of(array.shape, array.dtype)
     t._value, t._base, t._lazy, t.grad = array, base, None, None
-    nbytes = t._nbytes = array.nbytes if owns else 0
-    if nbytes:
-        with _Held.lock:
-            _Held.current += nbytes
-            _Held.peak = max(_Held.peak, _Held.current)
+    t._held = Held(array.nbytes) if owns else None
 
 
-def wrap(array: np.ndarray) -> Tensor:
-    """A new Tensor owning ``array`` (just made by a kernel or a copy)."""
+def wrap(array: np.ndarray, type: TensorType | None = None) -> Tensor:
+    """A new Tensor owning ``array`` (just made by a kernel or a copy), of ``type`` if given."""
     t = Tensor.__new__(Tensor)
-    set_array(t, array, owns=True)
+    set_array(t, array, True, None, type)
     return t
 
 
 def wrap_view(array: np.ndarray, base: Tensor) -> Tensor:
     """A Tensor over ``array``, a view of ``base``'s bytes (kept alive by it)."""
     t = Tensor.__new__(Tensor)
-    set_array(t, array, owns=False, base=base if base._nbytes else base._base)
+    set_array(t, array, owns=False, base=base if base._held is not None else base._base)
     return t
 
 

@@ -71,6 +71,9 @@ class Var(Arithmetic):
     """
 
     __slots__ = ("graph", "id", "type", "node", "index")
+    # a value of the graph it names (an nn.Parameter, which joins whichever graph uses it,
+    # says False): op builders use it as it is, without lifting
+    plain = True
 
     def __init__(self, graph: Graph, id: int, type: TensorType, node: Node | None, index: int):
         self.graph, self.id, self.type, self.node, self.index = graph, id, type, node, index

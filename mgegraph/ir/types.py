@@ -87,6 +87,14 @@ class TensorType:
                              f"{math.prod(self.shape) * self.dtype.itemsize} bytes, more than "
                              f"can be addressed ({MAX_BYTES})")
 
+    def __hash__(self) -> int:
+        # cached: eager dispatch and the planners key dicts by types many times per value
+        try:
+            return self.__dict__["_hash"]
+        except KeyError:
+            h = self.__dict__["_hash"] = hash((self.shape, self.dtype))
+            return h
+
     @property
     def ndim(self) -> int:
         return len(self.shape)

@@ -35,10 +35,9 @@ class Parameter(Tensor):
         array = np.array(value.numpy() if isinstance(value, Tensor) else value, copy=True,
                          order="C")
         as_dtype(array.dtype)
-        if getattr(self, "_nbytes", 0):
-            self._release()
-        set_array(self, array, owns=True)
+        set_array(self, array, owns=True)  # (a previous array's token dies with it)
 
+    plain = False  # lifted into whichever graph uses it
     __eq__ = object.__eq__
     __ne__ = object.__ne__
     __hash__ = object.__hash__

@@ -151,8 +151,10 @@ def _make_unary(name):
     float_only = set(TABLE.BY_NAME[name].dtypes) <= set(FLOAT_DTYPES)
 
     def fn(inp):
-        x = graph_of(inp).lift(inp)
-        return apply(name, (_floating(x) if float_only else x,))
+        x = inp if getattr(inp, "plain", False) else graph_of(inp).lift(inp)
+        if float_only and x.type.dtype not in FLOAT_DTYPES:
+            x = _floating(x)
+        return apply_in(x.graph, name, (x,), {})
 
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"Elementwise {name}. ``F.{name}(x)``"
