@@ -18,7 +18,6 @@ from ..ir.errors import GraphError, user_location
 from ..ir.graph import Var, _as_array
 from ..ir.types import TensorType, as_dtype
 
-
 try:  # a C count the tokens change without running Python code (eager death is cheap)
     from .._kernels.launch import Held, held_bytes
 except ImportError:  # without the CPU build (the reference backend's tests): the same in Python
