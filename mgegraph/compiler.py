@@ -15,7 +15,7 @@ from .backend import get_backend
 from .ir.errors import GraphError
 from .ir.graph import Graph, Var
 from .lowering import Lowered, lower, view_root
-from .plan import Plan
+from .plan import Plan, PlanSource
 from .planner.memory.plan import memory_options, place, schedule
 from .planner.memory.verify import checks_enabled, verify_plan
 from .planner.passes.pipeline import optimize as optimize_graph
@@ -44,10 +44,11 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
     >>> plan = compile([y]); (out,) = plan.run({"x": x_value})
     """
     options = memory_options(memory)
-    remat = remat_options(remat)
+    remat_given, remat = remat, remat_options(remat)
     outputs = [outputs] if isinstance(outputs, Var) else list(outputs)
     if not outputs or not all(isinstance(v, Var) for v in outputs):
         raise GraphError("compile() takes a non-empty list of Vars")
+    outputs_given = outputs
     graph = outputs[0].graph
     if any(v.graph is not graph for v in outputs):
         raise GraphError("all outputs of compile() must belong to one graph")
@@ -62,7 +63,22 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
         plan = plan_of(lower(graph, outputs, backend), options)
     else:
         plan = _remat_plan(graph, outputs, backend, options, remat)
-    return replace(plan, passes=tuple(report), check_numerics=bool(check_numerics))
+    source = PlanSource(snapshot(outputs_given[0].graph), tuple(outputs_given),
+                        {"device": device, "memory": memory, "optimize": optimize,
+                         "remat": remat_given, "check_numerics": bool(check_numerics)})
+    return replace(plan, passes=tuple(report), check_numerics=bool(check_numerics),
+                   source=source)
+
+
+def snapshot(graph: Graph) -> Graph:
+    """A copy of ``graph`` as it is now: the same Nodes and Vars, its own lists and maps (nodes
+    the caller adds later are not in it)."""
+    copy = Graph.__new__(Graph)
+    copy.__dict__.update(graph.__dict__)
+    copy.nodes, copy.assigns = list(graph.nodes), list(graph.assigns)
+    copy.inputs, copy.params = dict(graph.inputs), dict(graph.params)
+    copy.values, copy.shared, copy._bound = dict(graph.values), set(graph.shared), dict(graph._bound)
+    return copy
 
 
 def evaluator(device: str):

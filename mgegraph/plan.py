@@ -77,6 +77,18 @@ class Instruction:
         return self.inputs + self.outputs + ws
 
 
+@dataclass(frozen=True)
+class PlanSource:
+    """What a plan was compiled from, for saving it (the model file) and exporting it (ONNX):
+    ``graph``, a snapshot of the caller's graph as it was at ``compile`` (later nodes of the
+    same graph are not in it), its ``outputs`` Vars, and the keyword ``options`` of
+    ``mg.compile`` (device, memory, optimize, remat, check_numerics) that give this plan."""
+
+    graph: object
+    outputs: tuple
+    options: dict
+
+
 @dataclass(frozen=True, eq=False)
 class Plan:
     """A compiled graph: plain data. Two plans are equal when their slots, instructions,
@@ -93,6 +105,7 @@ class Plan:
     passes: tuple = ()                      # (pass name, what it did) of the graph passes run
     remat: object = None                    # remat.remat_report.RematReport, when remat= ran
     check_numerics: bool = False            # runs stop at the first NaN/inf (NumericsError)
+    source: PlanSource | None = None        # the graph and options it was compiled from
     # the backend's executable, made on first use: memory the plan owns, not part of its data
     _cache: dict = field(default_factory=dict, init=False, repr=False)
 
