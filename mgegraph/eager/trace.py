@@ -181,6 +181,13 @@ class Traced:
                              "it has no plan")
         return self._latest.plan
 
+    def __get__(self, instance, owner=None):
+        """``@trace`` on a method: the instance is an argument like any other (its identity
+        selects the plan)."""
+        if instance is None:
+            return self
+        return functools.partial(self, instance)
+
     def clear_cache(self) -> None:
         """Forget every plan: the next call records again."""
         self.plans.clear()
