@@ -4,6 +4,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
