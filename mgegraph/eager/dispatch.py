@@ -15,6 +15,7 @@ Recorders see every node that runs while they are active on this thread: a GradM
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import types
 
@@ -128,7 +129,7 @@ class EagerGraph(Graph):
             raise mixing_error(None, (like, value))
         if type(value) in (float, int, bool):
             # a Python scalar's tensor is made once per (value, dtype): tensors are immutable
-            key = (type(value), value, None if like is None else like.dtype)
+            key = _scalar_key(value, None if like is None else like.dtype)
             t = _SCALARS.get(key)
             if t is None:
                 t = super().lift(value, like)
@@ -207,7 +208,7 @@ def binary(name: str, a: Tensor, b, swapped: bool = False):
         if kind is Tensor:
             other = b if b._value is not None else None
         elif kind is float or kind is int:
-            other = _SCALARS.get((kind, b, a.type.dtype))
+            other = _SCALARS.get(_scalar_key(b, a.type.dtype))
         else:
             other = None
         if other is not None and other.type.dtype == a.type.dtype:
@@ -261,6 +262,14 @@ RELEASE_GIL_BYTES = 1 << 16
 _ENTRIES: dict = {}
 _SCALARS: dict = {}
 MAX_SCALARS = 4096
+
+
+def _scalar_key(value, dtype):
+    # -0.0 == 0.0 (and they hash alike), so a float's sign is part of its key; NaN never
+    # equals itself, so it is simply made again each time
+    if type(value) is float:
+        return (float, value, dtype, math.copysign(1.0, value))
+    return (type(value), value, dtype)
 
 
 class _Entry:

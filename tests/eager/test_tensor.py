@@ -153,6 +153,9 @@ def test_empty_and_special_values():
     assert (e + 1.0).shape == (0, 3) and F.sum(e).item() == 0.0
     s = mg.tensor(np.array([np.nan, -np.inf, 0.0], np.float32))
     np.testing.assert_array_equal(F.relu(s).numpy(), [np.nan, 0.0, 0.0])
+    one = mg.tensor(np.ones(2, np.float32))
+    assert not np.signbit((one * 0.0).numpy()).any() and np.signbit((one * -0.0).numpy()).all()
+    assert np.signbit((-0.0 * one).numpy()).all() and np.isnan((one * float("nan")).numpy()).all()
     m = mg.tensor(np.array([np.iinfo(np.int32).min], np.int32))
     assert (m // -1).numpy().tolist() == [np.iinfo(np.int32).min]  # NumPy's wrap, no SIGFPE
 
