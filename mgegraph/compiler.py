@@ -18,7 +18,10 @@ from .lowering import Lowered, lower, view_root
 from .plan import Plan, PlanSource
 from .planner.memory.plan import memory_options, place, schedule
 from .planner.memory.verify import checks_enabled, verify_plan
+from .planner.passes.dce import dce
+from .planner.passes.fold import fold
 from .planner.passes.pipeline import optimize as optimize_graph
+from .planner.passes.prologue import split as split_prologue
 from .planner.passes.rewrite import rebuild
 from .planner.remat.remat import graph_flops, remat_options, split
 from .planner.remat.remat_report import RematReport
@@ -26,7 +29,7 @@ from .planner.remat.remat_search import Judge, candidates, choose
 
 
 def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
-            check_numerics: bool = False) -> Plan:
+            check_numerics: bool = False, freeze: bool = False) -> Plan:
     """Compile the graph that computes ``outputs`` into a Plan for ``device`` (one of
     ``mg.devices()``).
 
@@ -40,6 +43,13 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
     ``check_numerics=True`` makes every run check each instruction's float outputs and raise
     ``mg.NumericsError`` at the first NaN or infinity, naming the instruction, its op and the
     user's line (slower: the instructions run one by one; off, runs cost nothing more).
+
+    ``freeze=True`` (inference): every param no assign of the graph writes becomes a constant
+    of the plan holding its value now, so folding, batch-norm folding and the epilogue work on
+    the weights once, here; later changes of the weights are not seen, and the plan shares no
+    weight. Without it, an optimised plan (``optimize`` not 0) on a backend that can moves the
+    instructions that read only weights into ``plan.prologue``, run again only after one of
+    those weights was written (``mgegraph.planner.passes.prologue`` lists the writers seen).
 
     >>> plan = compile([y]); (out,) = plan.run({"x": x_value})
     """
@@ -55,19 +65,68 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
     backend = get_backend(device)
     if options.alignment < backend.alignment:
         options = replace(options, alignment=backend.alignment)
+    if freeze:
+        graph, outputs = frozen(graph, outputs)
     graph, outputs, report = optimize_graph(graph, outputs, optimize, check=checks_enabled(),
                                             evaluate=evaluator(device),
                                             fusion=getattr(backend, "fusion", None))
+    if freeze and report:
+        graph, outputs, refold = _fold_weights(graph, outputs, device)
+        report.append(("fold_weights", refold))
     graph, outputs = _before_updates(graph, outputs)
+    prologue = None
+    if report and getattr(backend, "runs_prologue", False):
+        graph, outputs, prologue = _prologue_plan(graph, outputs, device, memory,
+                                                  check_numerics, report)
     if remat is None:
         plan = plan_of(lower(graph, outputs, backend), options)
     else:
         plan = _remat_plan(graph, outputs, backend, options, remat)
     source = PlanSource(snapshot(outputs_given[0].graph), tuple(outputs_given),
                         {"device": device, "memory": memory, "optimize": optimize,
-                         "remat": remat_given, "check_numerics": bool(check_numerics)})
+                         "remat": remat_given, "check_numerics": bool(check_numerics),
+                         "freeze": bool(freeze)})
     return replace(plan, passes=tuple(report), check_numerics=bool(check_numerics),
-                   source=source)
+                   source=source, prologue=prologue)
+
+
+def frozen(graph: Graph, outputs) -> tuple[Graph, list[Var]]:
+    """``graph`` with every param no assign writes replaced by a const holding a copy of its
+    value now (``compile(freeze=True)``)."""
+    assigned = {node.inputs[0].id for node in graph.assigns}
+
+    def to_const(builder, node):
+        if node.op.name != "param" or node.outputs[0].id in assigned:
+            return None
+        return (builder.const(np.array(graph.values[node.outputs[0].id], copy=True),
+                              node.location),)
+
+    builder = rebuild(graph, to_const)
+    return builder.graph, [builder.var(v) for v in outputs]
+
+
+def _fold_weights(graph: Graph, outputs, device: str):
+    """A frozen graph after the passes: what they made of the weights (bnfold's scaled
+    weights, fused casts) is folded too, whatever its size, as long as it is no larger than
+    the constants it is computed from; then the nodes left unused go."""
+    res = fold(graph, outputs, evaluate=evaluator(device), weights=True)
+    cleaned = dce(res.graph, res.outputs)
+    return cleaned.graph, cleaned.outputs, {**res.stats, **cleaned.stats}
+
+
+def _prologue_plan(graph: Graph, outputs, device, memory, check_numerics, report):
+    """Split the weight-only instructions off into a plan of their own (see
+    ``planner.passes.prologue``); the report says how many moved."""
+    main, main_outputs, pro = split_prologue(graph, outputs)
+    if pro is None:
+        report.append(("prologue", {"moved": 0}))
+        return graph, outputs, None
+    plan = compile([pro.output], device=device, memory=memory, optimize=0,
+                   check_numerics=check_numerics)
+    report.append(("prologue", {"moved": len(plan.instructions),
+                                "values": len(pro.targets),
+                                "bytes": sum(t.nbytes for t in pro.targets)}))
+    return main, main_outputs, plan
 
 
 def snapshot(graph: Graph) -> Graph:

@@ -106,6 +106,10 @@ class Plan:
     remat: object = None                    # remat.remat_report.RematReport, when remat= ran
     check_numerics: bool = False            # runs stop at the first NaN/inf (NumericsError)
     source: PlanSource | None = None        # the graph and options it was compiled from
+    # the plan of the weight-only instructions (planner.passes.prologue), which fills the
+    # shared params named "prologue:k" of this plan; its executable reruns it when one of
+    # the weights it reads was written (a backend without ``runs_prologue`` never gets one)
+    prologue: Plan | None = None
     # the backend's executable, made on first use: memory the plan owns, not part of its data
     _cache: dict = field(default_factory=dict, init=False, repr=False)
 

@@ -89,11 +89,16 @@ class Predictor:
 
 
 def compile_module(model, example_inputs, memory=None, optimize=1, remat=None,
-                   device="cpu", check_numerics=False) -> Predictor:
+                   device="cpu", check_numerics=False, freeze=False) -> Predictor:
     """Compile ``model(*inputs)`` for evaluation, reading the model's current weights;
-    ``memory``, ``optimize``, ``remat``, ``device`` and ``check_numerics`` are passed to
-    ``mg.compile`` (an
-    inference graph has no backward part, so remat finds nothing to recompute).
+    ``memory``, ``optimize``, ``remat``, ``device``, ``check_numerics`` and ``freeze`` are
+    passed to ``mg.compile`` (an inference graph has no backward part, so remat finds nothing
+    to recompute).
+
+    Without ``freeze`` the predictor shares the model's weights: it sees every training step,
+    ``load_state_dict`` and ``param.value = ...`` (what reads only weights, such as batch-norm
+    folding's scaled weights, reruns once after such a write, not on every call). With
+    ``freeze=True`` it holds a copy of the weights as they are now, folded into the plan once.
 
     Call ``model.eval()`` first for inference-form batch norm and dropout.
 
@@ -104,7 +109,7 @@ def compile_module(model, example_inputs, memory=None, optimize=1, remat=None,
     out = model(*xs)
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
     return Predictor(compile(outs, device=device, memory=memory, optimize=optimize,
-                             remat=remat, check_numerics=check_numerics))
+                             remat=remat, check_numerics=check_numerics, freeze=freeze))
 
 
 class DataLoader:

@@ -10,7 +10,8 @@ import numpy as np
 
 from ..backend import FusionLimits, KernelTable
 from ..ir.errors import KernelError, NumericsError
-from ..plan import check_feeds, dead_values, host_arena, host_buffers
+from ..plan import Role, check_feeds, dead_values, host_arena, host_buffers
+from ..planner.passes.prologue import PLACEHOLDER, epoch, versions, written
 from . import KERNEL_MODULES, fused, lowering
 from .launch import Launcher
 from .runtime import KERNEL_STATUS, POISON_BYTES, POISON_FLOAT32, POISON_FLOAT64, Executor
@@ -25,6 +26,7 @@ class CpuBackend(KernelTable):
 
     name = "cpu"
     alignment = ALIGNMENT
+    runs_prologue = True  # CpuExecutable runs plan.prologue when a weight it reads changed
 
     def __init__(self):
         super().__init__("cpu")
@@ -75,6 +77,11 @@ class CpuExecutable:
     every core, and assigned (``share=True``) params need the lock anyway so that two training
     steps never interleave their writes. A run also stops with
     KeyboardInterrupt at the next check point (``_check_points``) when Ctrl-C is pressed.
+
+    Weights: a run that assigns shared params says so (``prologue.written``) when it ends, and
+    the plan's prologue (``plan.prologue``: what reads only weights) runs when the executable is
+    made and again before a run after one of the weights it reads was written, so
+    ``executor.run()`` alone sees the weights as they were at the last ``run``.
     """
 
     def __init__(self, backend: CpuBackend, plan):
@@ -91,6 +98,8 @@ class CpuExecutable:
             (buffers, arena), poison, _check_points(plan))
         self.buffers = buffers
         self._lock = threading.Lock()
+        self._assigned = _assigned_shared(plan, buffers)
+        self._prologue = None if plan.prologue is None else _Prologue(plan.prologue)
 
     def run(self, feeds: dict) -> list[np.ndarray]:
         with self._lock:  # one arena, one set of feed and output buffers: one run at a time
@@ -99,9 +108,16 @@ class CpuExecutable:
     def _run(self, feeds: dict) -> list[np.ndarray]:
         plan, buffers = self.plan, self.buffers
         check_feeds(plan, feeds)
+        if self._prologue is not None:
+            self._prologue.refresh()
         for name, slot in plan.feeds.items():
             np.copyto(buffers[slot], feeds[name], casting="no")
-        failure = self._run_checking_numerics() if plan.check_numerics else self.executor.run()
+        try:
+            failure = self._run_checking_numerics() if plan.check_numerics \
+                else self.executor.run()
+        finally:  # a failed run may have written some (the C loop stops where it failed)
+            for array in self._assigned:
+                written(array)
         if failure is not None:
             index, status = failure
             ins = plan.instructions[index]
@@ -134,6 +150,35 @@ class CpuExecutable:
                     f"{ins.location}) wrote {what} into its output s{s} "
                     f"{plan.slots[s].type}{already}")
         return None
+
+
+def _assigned_shared(plan, buffers) -> list[np.ndarray]:
+    """The shared param arrays a run of ``plan`` writes (its assigns)."""
+    slots = {s for ins in plan.instructions for s in ins.outputs}
+    roots = {plan.slots[s].alias if plan.slots[s].alias is not None else s for s in slots}
+    return [buffers[s] for s in sorted(roots)
+            if s in plan.shared and plan.slots[s].role == Role.PARAM]
+
+
+class _Prologue:
+    """A plan's prologue and the write counts of the weights it read at its last run."""
+
+    def __init__(self, plan):
+        self.executable = plan.executable()
+        self.weights = [plan.values[s] for s in sorted(plan.shared)
+                        if not (plan.slots[s].name or "").startswith(PLACEHOLDER)]
+        self.epoch, self.seen = None, None
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Run the prologue when a weight it reads was written since it last ran."""
+        now = epoch()
+        if now == self.epoch:
+            return
+        seen = versions(self.weights)
+        if seen != self.seen:  # (counts taken before the run: a write during it is seen next)
+            self.executable.run({})
+        self.epoch, self.seen = now, seen
 
 
 # Bytes an instruction touches (its buffers' sizes) between two checks for Ctrl-C: about a

@@ -26,6 +26,7 @@ from ..ir.errors import GraphError, KernelError, OpError, user_location
 from ..ir.graph import Graph, Node, Var, _as_array, install
 from ..ir.types import TensorType
 from ..ops.builder import mixing_error
+from ..planner.passes.prologue import written
 from . import tensor as _tensor
 from .tensor import Held, Tensor, type_of, wrap, wrap_view
 
@@ -193,6 +194,7 @@ def _write(target: Tensor, value: Tensor) -> None:
     for recorder in MODE.recorders:
         recorder.overwriting(target)
     np.copyto(target._value, value._array(), casting="no")
+    written(target._value)
 
 
 def binary(name: str, a: Tensor, b, swapped: bool = False):

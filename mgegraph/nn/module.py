@@ -8,6 +8,7 @@ from ..eager.tensor import Tensor, set_array
 from ..ir.errors import GraphError
 from ..ir.graph import Graph
 from ..ir.types import as_dtype
+from ..planner.passes.prologue import written
 
 
 class Parameter(Tensor):
@@ -59,6 +60,7 @@ class Parameter(Tensor):
                 "assign an array of the same shape and dtype, or make a new Parameter and "
                 "recompile")
         np.copyto(self._value, new, casting="no")
+        written(self._value)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -176,6 +178,7 @@ class Module:
                 raise ValueError(f"load_state_dict: {name} has shape {value.shape}, the module "
                                  f"needs {target.shape}")
             np.copyto(target, value, casting="same_kind")
+            written(target)
 
     def train(self, mode: bool = True) -> Module:
         for _, module in self.named_modules():

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..ir.errors import GraphError
 from ..nn.module import Buffer, Parameter
+from ..planner.passes.prologue import written
 
 
 class ParamTypeError(GraphError, TypeError):
@@ -136,11 +137,13 @@ class Optimizer:
         self.step_count += 1
         values = self._scalar_values()
         self.scalars.value[:] = [values[k] for k in self._scalar_names]
+        written(self.scalars.value)
 
     def undo_step(self, step_count: int, scalars) -> None:
         """Put back the counter and scalars ``prepare_step`` replaced (the run failed)."""
         self.step_count = step_count
         self.scalars.value[:] = scalars
+        written(self.scalars.value)
 
     def _scalar_values(self) -> dict[str, float]:
         return {"lr": self.lr}

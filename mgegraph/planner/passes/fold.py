@@ -28,11 +28,14 @@ from .rewrite import PassResult, rebuild, result
 MAX_BYTES = 1 << 20
 
 
-def _constant_nodes(graph: Graph, max_bytes: int) -> set[int]:
+def _constant_nodes(graph: Graph, max_bytes: int, weights: bool = False) -> set[int]:
     """``id`` of every non-source node whose inputs are all constant and whose results and
-    computed inputs are small enough; generators count as constant inputs."""
+    computed inputs are small enough; generators count as constant inputs. With ``weights``,
+    a node computed from consts alone (no generator before it) is also folded when no result
+    is larger than its largest input."""
     constant_vars: set[int] = set()
     in_memory: set[int] = set()  # const results: evaluating reads them, materialises nothing
+    from_consts: set[int] = set()  # values computed from consts alone (no generator)
     found = set()
     for node in graph.nodes:
         name = node.op.name
@@ -44,6 +47,12 @@ def _constant_nodes(graph: Graph, max_bytes: int) -> set[int]:
         if all(v.id in constant_vars for v in node.inputs):
             if not node.inputs:
                 constant_vars.update(v.id for v in node.outputs)
+            elif weights and all(v.id in in_memory or v.id in from_consts for v in node.inputs) \
+                    and max(v.type.nbytes for v in node.outputs) <= max(
+                        v.type.nbytes for v in node.inputs):
+                constant_vars.update(v.id for v in node.outputs)
+                from_consts.update(v.id for v in node.outputs)
+                found.add(id(node))
             elif all(v.type.nbytes <= max_bytes for v in node.outputs) and all(
                     v.type.nbytes <= max_bytes for v in node.inputs if v.id not in in_memory):
                 constant_vars.update(v.id for v in node.outputs)
@@ -76,14 +85,17 @@ def _evaluate(graph: Graph, folded: set[int], wanted: list[Var], evaluate) -> li
 
 
 def fold(graph: Graph, outputs: list[Var], max_bytes: int = MAX_BYTES,
-         evaluate=None) -> PassResult:
+         evaluate=None, weights: bool = False) -> PassResult:
     """Replace constant nodes by consts; stats ``{"folded": nodes, "consts": made,
     "bytes": bytes of the new consts}``. ``evaluate(outputs) -> arrays`` computes the folded
     values (``mg.compile`` passes one that runs on its device); without it nothing is folded.
+    ``weights=True`` (``compile(freeze=True)``, whose weights are consts) folds values
+    computed from consts alone whatever their size when none is larger than what it is
+    computed from: a scaled or transposed weight replaces the weight, it adds no memory.
 
     >>> r = fold(g, [x * (g.const(2.0) + 1.0)]); print(r.graph)  # x * const 3.0
     """
-    folded = _constant_nodes(graph, max_bytes) if evaluate is not None else set()
+    folded = _constant_nodes(graph, max_bytes, weights) if evaluate is not None else set()
     if not folded:
         return PassResult(graph, list(outputs), False, {"folded": 0, "consts": 0, "bytes": 0})
     wanted = _boundary(graph, outputs, folded)

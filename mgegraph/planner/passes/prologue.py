@@ -1,0 +1,171 @@
+"""The plan prologue: the part of a graph that reads only weights, run once per weight change.
+
+Design: after the passes, a node whose inputs are all params that no assign of the graph
+writes, consts, or values of such nodes (bnfold's scaled weights, a transpose or a cast of a
+weight) computes the same thing on every run until a weight changes. ``split`` moves those
+nodes into a graph of their own, the prologue, which ends in assigns into fresh arrays; the
+main graph reads those arrays as shared params. The executable runs the prologue when it is
+made and again before a run only when one of the weights it reads was written since.
+
+"Written" is a count per array (its ``.base`` root, so views of one array share it) that every
+writer of a shared weight bumps with ``written(array)``:
+
+- a plan run that assigns a shared param (``CpuExecutable.run``: training steps, eager
+  ``opt.step()``'s update plan, a prologue itself);
+- an eager assign landing (``eager.dispatch._write``: ``opt.step()`` under a trace, a lazy block
+  or a GradManager's recording);
+- ``Parameter.value = array`` on a bound parameter and ``Module.load_state_dict``.
+
+A write straight into the array with NumPy (``p.value[...] = 0``, ``np.copyto(p.value, a)``)
+is not seen: call ``mg.planner.passes.prologue.written(p.value)`` after one (or set
+``p.value = a``, which does). Checking the bytes instead would cost a pass over every weight
+per run, which is what the prologue is there to save.
+
+A run with no write anywhere since the prologue last ran costs one integer comparison (a
+global count of writes); otherwise the counts of its own weights are compared.
+
+>>> main, outs, pro = split(graph, outputs)   # pro is None when nothing reads only weights
+"""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...ir.graph import Graph, Var
+from .dce import dce
+from .rewrite import rebuild
+
+# -- the written signal -------------------------------------------------------------------
+_COUNTS: dict[int, int] = {}   # id of a root array -> writes; the entry dies with the array
+_EPOCH = [0]                    # writes of any array: the prologue's quick check
+
+
+def _root(array: np.ndarray) -> np.ndarray:
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
+def written(array: np.ndarray) -> None:
+    """Say that ``array`` (or the array it is a view of) was written: prologues that read it
+    rerun before their plan's next run."""
+    root = _root(array)
+    key = id(root)
+    if key not in _COUNTS:
+        weakref.finalize(root, _COUNTS.pop, key, None)
+        _COUNTS[key] = 0
+    _COUNTS[key] += 1
+    _EPOCH[0] += 1
+
+
+def epoch() -> int:
+    """How many writes ``written`` has seen, of any array."""
+    return _EPOCH[0]
+
+
+def versions(arrays) -> tuple[int, ...]:
+    """The write count of each of ``arrays``."""
+    return tuple(_COUNTS.get(id(_root(a)), 0) for a in arrays)
+
+
+# -- the split ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Prologue:
+    """The graph a prologue runs: ``graph`` ends in assigns into ``targets`` (the arrays the
+    main graph reads as shared params); ``output`` is a one-byte value (a plan must have one)."""
+
+    graph: Graph
+    output: Var
+    targets: tuple[np.ndarray, ...]
+
+
+PLACEHOLDER = "prologue:"  # the name prefix of the main graph's params the prologue fills
+
+
+def _weight_nodes(graph: Graph) -> set[int]:
+    """``id`` of each computing node whose inputs are all weights (unassigned params, consts
+    or values of such nodes), at least one of them a param's, with results no larger than its
+    largest input (a prologue value takes persistent memory; it must not blow up)."""
+    assigned = {n.inputs[0].id for n in graph.assigns}
+    fixed, from_param, found = set(), set(), set()
+    for node in graph.nodes:
+        name = node.op.name
+        if name == "param" and node.outputs[0].id not in assigned:
+            fixed.add(node.outputs[0].id)
+            from_param.add(node.outputs[0].id)
+        elif name == "const":
+            fixed.add(node.outputs[0].id)
+        if node.op.category == "source" or name == "assign" or not node.inputs:
+            continue
+        if all(v.id in fixed for v in node.inputs) and any(v.id in from_param
+                                                           for v in node.inputs):
+            largest = max(v.type.nbytes for v in node.inputs)
+            if all(v.type.nbytes <= largest for v in node.outputs):
+                fixed.update(v.id for v in node.outputs)
+                from_param.update(v.id for v in node.outputs)
+                found.add(id(node))
+    return found
+
+
+def _is_view(node) -> bool:
+    return node.op.view_offset(node) is not None
+
+
+def split(graph: Graph, outputs) -> tuple[Graph, list[Var], Prologue | None]:
+    """The main graph (the weight-only nodes replaced by shared params named ``prologue:k``),
+    its outputs, and the Prologue that fills those params (None when there is nothing to
+    move). A view of a weight stays in the main graph (it costs nothing there), and so does a
+    weight-only value the caller gets back as an output (and what it is computed from)."""
+    weights = _weight_nodes(graph)
+    out_ids = {v.id for v in outputs}
+    hoisted = set()
+    for node in reversed(graph.nodes):  # backwards: an output's weight-only inputs stay too
+        if id(node) not in weights:
+            continue
+        if any(v.id in out_ids for v in node.outputs):
+            out_ids.update(v.id for v in node.inputs)
+        elif not (_is_view(node) and node.inputs[0].node.op.category == "source"):
+            hoisted.add(id(node))
+    made = {v.id: v for n in graph.nodes if id(n) in hoisted for v in n.outputs}
+    read = {v.id for v in outputs}
+    for node in graph.nodes:
+        if id(node) not in hoisted:
+            read.update(v.id for v in node.inputs)
+    boundary = [v for i, v in made.items() if i in read]
+    if not boundary:
+        return graph, list(outputs), None
+    targets = {v.id: np.zeros(v.shape, v.dtype) for v in boundary}
+    names = {v.id: f"{PLACEHOLDER}{k}" for k, v in enumerate(boundary)}
+
+    def main_rewrite(builder, node):
+        if id(node) not in hoisted:
+            return None
+        return tuple(builder.graph.param(names[v.id], targets[v.id], share=True)
+                     if v.id in targets else None for v in node.outputs)
+
+    main = rebuild(graph, main_rewrite)
+    return (main.graph, [main.var(v) for v in outputs],
+            _prologue_graph(graph, weights, boundary, targets, names))
+
+
+def _prologue_graph(graph: Graph, weights: set[int], boundary, targets, names) -> Prologue:
+    """A graph of the weight-only nodes that assigns each boundary value into its array."""
+    placeholders = {}
+
+    def weights_only(builder, node):
+        if not placeholders:  # first, so that lowering may compute a value into its target
+            placeholders.update({v.id: builder.graph.param(names[v.id], targets[v.id],
+                                                           share=True) for v in boundary})
+        if id(node) in weights or node.op.name in ("param", "const"):
+            return None
+        return (None,) * len(node.outputs)
+
+    builder = rebuild(graph, weights_only)
+    pro = builder.graph
+    for v in boundary:
+        pro.assign(placeholders[v.id], builder.var(v))
+    output = pro.const(np.zeros((), np.bool_))
+    res = dce(pro, [output])
+    return Prologue(res.graph, res.outputs[0], tuple(targets[v.id] for v in boundary))
