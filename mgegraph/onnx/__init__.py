@@ -1,0 +1,70 @@
+"""ONNX in and out (optional extra ``onnx``): ``import_graph``, ``import_model``, ``export``.
+
+Importing this package does not import ``onnx``; each function imports it when called, so
+``import mgegraph`` works without the extra installed.
+
+>>> import mgegraph.onnx
+>>> plan = mgegraph.onnx.import_model("model.onnx")      # run() takes the ONNX input names
+>>> (y,) = plan.run({"input": x})
+>>> mgegraph.onnx.export(plan, "again.onnx")
+"""
+from __future__ import annotations
+
+from ..ir.errors import GraphError
+
+__all__ = [
+    "SUPPORTED_OPSETS",
+    "OnnxExportError",
+    "OnnxImportError",
+    "export",
+    "import_graph",
+    "import_model",
+]
+
+# the opsets the importer is written against; newer opsets are read where every node's op has
+# the same definition as at 21 or only added element types (see importer.same_semantics)
+SUPPORTED_OPSETS = range(13, 22)
+
+
+class OnnxImportError(GraphError):
+    """An ONNX model mgegraph cannot import. ``unsupported`` maps each op type it has no
+    converter for to its count (all of them, found before anything is built);
+    ``needs_constant`` names graph inputs whose values decide a shape (pass them in
+    ``constants=``)."""
+
+    def __init__(self, message: str, unsupported: dict | None = None,
+                 needs_constant: tuple = ()):
+        super().__init__(message)
+        self.unsupported = dict(unsupported or {})
+        self.needs_constant = tuple(needs_constant)
+
+
+class OnnxExportError(GraphError):
+    """A graph mgegraph cannot write as ONNX (an op without an ONNX form, named with counts)."""
+
+
+def import_graph(model, *, constants=None, input_shapes=None):
+    """``(Graph, outputs)`` of an ONNX model (a path, bytes or a ``ModelProto``).
+
+    Initializers become params (float weights, named as in the file) or constants; the graph
+    inputs become ``g.input``s with their ONNX names; shape arithmetic on static shapes is
+    folded at import. ``constants`` binds graph inputs to fixed arrays (folded like
+    initializers); ``input_shapes`` gives static shapes to inputs with symbolic dims.
+    """
+    from .importer import import_graph as _import
+    return _import(model, constants=constants, input_shapes=input_shapes)
+
+
+def import_model(model, *, constants=None, input_shapes=None, **compile_options):
+    """``mg.compile`` of :func:`import_graph`'s graph: a Plan whose ``run(feeds)`` takes the
+    ONNX input names and returns the ONNX outputs in order."""
+    from ..compiler import compile as _compile
+    _, outputs = import_graph(model, constants=constants, input_shapes=input_shapes)
+    return _compile(outputs, **compile_options)
+
+
+def export(obj, path=None, opset: int = 17, *, output_names=None):
+    """Write ``obj`` (a Plan, a traced function, or ``(graph, outputs)``) as an ONNX model at
+    ``path`` (returns the ``ModelProto``; ``path=None`` only returns it)."""
+    from .exporter import export as _export
+    return _export(obj, path, opset=opset, output_names=output_names)

@@ -1,0 +1,486 @@
+"""mgegraph Graph -> ONNX: one small writer per mgegraph op (the ``WRITERS`` table).
+
+A plan is exported from ``plan.source`` (the graph it was compiled from and its outputs), a
+traced function from its latest plan, a ``(graph, outputs)`` pair as it is. Params become
+initializers under their names; constants become initializers too; the graph inputs keep their
+names; only the nodes the outputs depend on are written.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..ir.graph import Graph, Var
+from . import OnnxExportError
+
+INT64_MIN = np.iinfo(np.int64).min
+
+
+class _Writer:
+    """The ONNX graph being built: nodes, initializers, and a name per mgegraph Var."""
+
+    def __init__(self, graph: Graph, opset: int):
+        self.g, self.opset = graph, opset
+        self.nodes, self.initializers = [], []
+        self.names: dict[int, str] = {}
+        self._used: set[str] = set()
+        self._count = 0
+
+    def fresh(self, hint: str = "t") -> str:
+        while True:
+            self._count += 1
+            name = f"{hint}_{self._count}"
+            if name not in self._used:
+                self._used.add(name)
+                return name
+
+    def claim(self, name: str) -> str:
+        if name in self._used:
+            raise OnnxExportError(f"the name {name!r} is used twice in the exported graph")
+        self._used.add(name)
+        return name
+
+    def name(self, var: Var) -> str:
+        return self.names[var.id]
+
+    def const(self, array, hint: str = "const") -> str:
+        name = self.fresh(hint)
+        self.initializers.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def ints(self, values) -> str:
+        return self.const(np.asarray(list(values), np.int64), "ints")
+
+    def add(self, op: str, inputs, n_outputs: int = 1, outputs=None, **attrs) -> list[str]:
+        outputs = list(outputs) if outputs is not None else [self.fresh(op.lower())
+                                                              for _ in range(n_outputs)]
+        self.nodes.append(helper.make_node(op, list(inputs), outputs, **attrs))
+        return outputs
+
+
+def _tensor_type(dtype) -> int:
+    return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+
+
+# -- writers: (w, node, input names) -> list of output names (one per node output) ---------
+WRITERS: dict = {}
+
+
+def writer(*names):
+    def register(fn):
+        for name in names:
+            WRITERS[name] = fn
+        return fn
+    return register
+
+
+_UNARY = {"relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid", "exp": "Exp", "log": "Log",
+          "sqrt": "Sqrt", "erf": "Erf", "abs": "Abs", "neg": "Neg", "ceil": "Ceil",
+          "floor": "Floor", "reciprocal": "Reciprocal", "sin": "Sin", "cos": "Cos",
+          "sign": "Sign", "softplus": "Softplus", "hardswish": "HardSwish", "copy": "Identity"}
+_BINARY = {"add": "Add", "sub": "Sub", "mul": "Mul", "pow": "Pow", "maximum": "Max",
+           "minimum": "Min", "equal": "Equal", "less": "Less", "greater": "Greater",
+           "less_equal": "LessOrEqual", "greater_equal": "GreaterOrEqual", "where": "Where"}
+
+def _same(onnx_op):
+    """The writer of an op with one ONNX op of the same inputs."""
+    return lambda w, n, ins: w.add(onnx_op, ins)
+
+
+for _op, _onnx in {**_UNARY, **_BINARY}.items():
+    WRITERS[_op] = _same(_onnx)
+
+
+@writer("div")
+def _div(w, n, ins):
+    if n.inputs[0].dtype.kind != "f":  # NumPy's integer true division is float; mgegraph's too?
+        raise OnnxExportError("div of integers has no ONNX form with NumPy's meaning")
+    return w.add("Div", ins)
+
+
+@writer("floor_div")
+def _floor_div(w, n, ins):
+    if n.outputs[0].dtype.kind != "f":
+        raise OnnxExportError("floor_div of integers is not exported")
+    return w.add("Floor", w.add("Div", ins))
+
+
+@writer("not_equal")
+def _not_equal(w, n, ins):
+    return w.add("Not", w.add("Equal", ins))
+
+
+@writer("square")
+def _square(w, n, ins):
+    return w.add("Mul", [ins[0], ins[0]])
+
+
+@writer("rsqrt")
+def _rsqrt(w, n, ins):
+    return w.add("Reciprocal", w.add("Sqrt", ins))
+
+
+@writer("log1p")
+def _log1p(w, n, ins):
+    one = w.const(np.ones((), n.inputs[0].dtype))
+    return w.add("Log", w.add("Add", [ins[0], one]))
+
+
+@writer("silu")
+def _silu(w, n, ins):
+    return w.add("Mul", [ins[0], w.add("Sigmoid", ins)[0]])
+
+
+@writer("leaky_relu")
+def _leaky_relu(w, n, ins):
+    return w.add("LeakyRelu", ins, alpha=float(n.attr["negative_slope"]))
+
+
+def _gelu_by_formula(w, ins, dtype, tanh: bool):
+    c = lambda v: w.const(np.asarray(v, dtype))
+    x = ins[0]
+    if tanh:
+        inner = w.add("Mul", [x, w.add("Add", [c(1.0), w.add("Mul", [c(0.044715),
+                                                                  w.add("Mul", [x, x])[0]])[0]])[0]])
+        t = w.add("Tanh", w.add("Mul", [inner[0], c(math.sqrt(2 / math.pi))]))
+    else:
+        t = w.add("Erf", w.add("Mul", [x, c(1 / math.sqrt(2))]))
+    return w.add("Mul", [w.add("Mul", [x, c(0.5)])[0], w.add("Add", [t[0], c(1.0)])[0]])
+
+
+@writer("gelu", "gelu_tanh")
+def _gelu(w, n, ins):
+    tanh = n.op.name == "gelu_tanh"
+    if w.opset >= 20:
+        return w.add("Gelu", ins, approximate="tanh" if tanh else "none")
+    return _gelu_by_formula(w, ins, n.inputs[0].dtype, tanh)
+
+
+@writer("cast")
+def _cast(w, n, ins):
+    return w.add("Cast", ins, to=_tensor_type(n.outputs[0].dtype))
+
+
+@writer("clip")
+def _clip(w, n, ins):
+    dtype = n.inputs[0].dtype
+    lo, hi = n.attr["lower"], n.attr["upper"]
+    bound = lambda v: "" if not np.isfinite(v) else w.const(np.asarray(v, dtype))
+    return w.add("Clip", [ins[0], bound(lo), bound(hi)])
+
+
+@writer("mod")
+def _mod(w, n, ins):
+    if n.outputs[0].dtype.kind != "f":
+        return w.add("Mod", ins, fmod=0)  # ONNX's integer Mod takes the divisor's sign, as NumPy
+    # NumPy's float remainder: a - floor(a / b) * b
+    q = w.add("Floor", w.add("Div", ins))
+    return w.add("Sub", [ins[0], w.add("Mul", [q[0], ins[1]])[0]])
+
+
+def _activation(w, n, outs):
+    act = n.attr.get("activation", "none")
+    if act == "none":
+        return outs
+    if act == "relu":
+        return w.add("Relu", outs)
+    raise OnnxExportError(f"{n.op.name} with activation {act!r} is not exported")
+
+
+@writer("linear")
+def _linear(w, n, ins):
+    x = n.inputs[0]
+    if x.ndim == 2:
+        return _activation(w, n, w.add("Gemm", ins, transB=1))
+    wt = w.add("Transpose", [ins[1]], perm=[1, 0])
+    out = w.add("MatMul", [ins[0], wt[0]])
+    if len(ins) > 2:
+        out = w.add("Add", [out[0], ins[2]])
+    return _activation(w, n, out)
+
+
+@writer("matmul")
+def _matmul(w, n, ins):
+    a, b = ins
+    for i, flag in ((0, "transpose_a"), (1, "transpose_b")):
+        if n.attr.get(flag):
+            nd = n.inputs[i].ndim
+            perm = list(range(nd - 2)) + [nd - 1, nd - 2]
+            t = w.add("Transpose", [ins[i]], perm=perm)[0]
+            a, b = (t, b) if i == 0 else (a, t)
+    return w.add("MatMul", [a, b])
+
+
+@writer("conv2d")
+def _conv(w, n, ins):
+    ph, pw = n.attr["padding"]
+    bias = ins[2:]
+    if bias and n.inputs[2].ndim != 1:
+        bias = w.add("Reshape", [ins[2], w.ints([-1])])
+    out = w.add("Conv", [ins[0], ins[1], *bias], strides=list(n.attr["stride"]),
+                pads=[ph, pw, ph, pw], dilations=list(n.attr["dilation"]),
+                group=int(n.attr["groups"]), kernel_shape=list(n.inputs[1].shape[2:]))
+    return _activation(w, n, out)
+
+
+@writer("batch_norm")
+def _batch_norm(w, n, ins):
+    if n.attr["training"]:
+        raise OnnxExportError("batch_norm with training=True is not exported (inference only)")
+    x, weight, bias, mean, var = ins
+    flat = []
+    for name, v in zip((weight, bias, mean, var), n.inputs[1:]):
+        flat.append(name if v.ndim == 1 else w.add("Reshape", [name, w.ints([-1])])[0])
+    out = w.add("BatchNormalization", [x, *flat], epsilon=float(n.attr["eps"]))
+    return out + [w.fresh("unused") for _ in n.outputs[1:]]
+
+
+@writer("max_pool2d", "avg_pool2d")
+def _pool(w, n, ins):
+    ph, pw = n.attr["padding"]
+    attrs = {"kernel_shape": list(n.attr["kernel_size"]), "strides": list(n.attr["stride"]),
+             "pads": [ph, pw, ph, pw]}
+    if n.op.name == "max_pool2d":
+        return w.add("MaxPool", ins, **attrs)
+    return w.add("AveragePool", ins, count_include_pad=int(n.attr["mode"] == "average"), **attrs)
+
+
+@writer("adaptive_avg_pool2d", "adaptive_max_pool2d")
+def _adaptive_pool(w, n, ins):
+    oh, ow = n.attr["oshp"]
+    h, wd = n.inputs[0].shape[2:]
+    avg = n.op.name == "adaptive_avg_pool2d"
+    if (oh, ow) == (1, 1):
+        return w.add("GlobalAveragePool" if avg else "GlobalMaxPool", ins)
+    if h % oh or wd % ow:
+        raise OnnxExportError(f"{n.op.name} from {h}x{wd} to {oh}x{ow} (windows of unequal "
+                              "sizes) has no ONNX pooling form")
+    k = [h // oh, wd // ow]
+    return w.add("AveragePool" if avg else "MaxPool", ins, kernel_shape=k, strides=k)
+
+
+@writer("reshape")
+def _reshape(w, n, ins):
+    return w.add("Reshape", [ins[0], w.ints(n.outputs[0].shape)])
+
+
+@writer("broadcast_to")
+def _broadcast_to(w, n, ins):
+    return w.add("Expand", [ins[0], w.ints(n.outputs[0].shape)])
+
+
+@writer("transpose")
+def _transpose(w, n, ins):
+    return w.add("Transpose", ins, perm=list(n.attr["pattern"]))
+
+
+@writer("concat")
+def _concat(w, n, ins):
+    return w.add("Concat", ins, axis=int(n.attr["axis"]))
+
+
+@writer("split")
+def _split(w, n, ins):
+    sizes = [b - a for a, b in n.attr["ranges"]]
+    return w.add("Split", [ins[0], w.ints(sizes)], n_outputs=len(sizes),
+                 axis=int(n.attr["axis"]))
+
+
+@writer("slice")
+def _slice(w, n, ins):
+    shape = n.inputs[0].shape
+    starts, ends, axes, steps = [], [], [], []
+    for axis, (s, e, st) in enumerate(zip(n.attr["starts"], n.attr["stops"], n.attr["steps"])):
+        if s is None and e is None and st in (None, 1):
+            continue
+        start, stop, step = slice(s, e, st).indices(shape[axis])
+        if step < 0 and stop < 0:
+            stop = INT64_MIN  # past the first element
+        starts.append(start), ends.append(stop), axes.append(axis), steps.append(step)
+    if not axes:
+        return w.add("Identity", ins)
+    return w.add("Slice", [ins[0], w.ints(starts), w.ints(ends), w.ints(axes), w.ints(steps)])
+
+
+@writer("take")
+def _take(w, n, ins):
+    return w.add("Gather", ins, axis=int(n.attr["axis"]))
+
+
+@writer("gather")
+def _gather(w, n, ins):
+    return w.add("GatherElements", ins, axis=int(n.attr["axis"]))
+
+
+@writer("pad")
+def _pad(w, n, ins):
+    width = n.attr["pad_width"]
+    pads = [b for b, _ in width] + [e for _, e in width]
+    value = w.const(np.asarray(n.attr["constant_value"], n.inputs[0].dtype))
+    return w.add("Pad", [ins[0], w.ints(pads), value], mode=n.attr["mode"])
+
+
+_REDUCE = {"sum": "ReduceSum", "mean": "ReduceMean", "max": "ReduceMax", "min": "ReduceMin",
+           "prod": "ReduceProd"}
+
+
+def _reduce_node(w, op, x, axes, keep):
+    if op == "ReduceSum" or w.opset >= 18:
+        return w.add(op, [x, w.ints(axes)], keepdims=int(keep))
+    return w.add(op, [x], axes=list(axes), keepdims=int(keep))
+
+
+@writer(*_REDUCE)
+def _reduce(w, n, ins):
+    axis = n.attr["axis"]
+    axes = range(n.inputs[0].ndim) if axis is None else (axis if isinstance(axis, tuple)
+                                                           else (axis,))
+    return _reduce_node(w, _REDUCE[n.op.name], ins[0], list(axes), n.attr["keepdims"])
+
+
+@writer("var")
+def _var(w, n, ins):
+    axis = n.attr["axis"]
+    axes = list(range(n.inputs[0].ndim) if axis is None else (axis if isinstance(axis, tuple)
+                                                               else (axis,)))
+    mean = _reduce_node(w, "ReduceMean", ins[0], axes, True)
+    d = w.add("Sub", [ins[0], mean[0]])
+    return _reduce_node(w, "ReduceMean", w.add("Mul", [d[0], d[0]])[0], axes,
+                        n.attr["keepdims"])
+
+
+@writer("argmax", "argmin")
+def _argmax(w, n, ins):
+    x = n.inputs[0]
+    axis = n.attr["axis"]
+    axes = tuple(range(x.ndim)) if axis is None else (axis if isinstance(axis, tuple) else (axis,))
+    op = "ArgMax" if n.op.name == "argmax" else "ArgMin"
+    if len(axes) == 1:
+        out = w.add(op, ins, axis=int(axes[0]), keepdims=int(n.attr["keepdims"]))
+    else:
+        if tuple(axes) != tuple(range(x.ndim)):
+            raise OnnxExportError(f"{n.op.name} over axes {axes} is not exported")
+        flat = w.add("Reshape", [ins[0], w.ints([-1])])
+        out = w.add(op, flat, axis=0, keepdims=0)
+        out = w.add("Reshape", [out[0], w.ints(n.outputs[0].shape)])
+    if n.outputs[0].dtype != np.int64:
+        out = w.add("Cast", out, to=_tensor_type(n.outputs[0].dtype))
+    return out
+
+
+@writer("softmax", "log_softmax")
+def _softmax(w, n, ins):
+    return w.add("Softmax" if n.op.name == "softmax" else "LogSoftmax", ins,
+                 axis=int(n.attr["axis"]))
+
+
+@writer("layer_norm")
+def _layer_norm(w, n, ins):
+    k = len(n.attr["normalized_shape"])
+    eps = float(n.attr["eps"])
+    if w.opset >= 17:
+        return w.add("LayerNormalization", ins, axis=-k, epsilon=eps)
+    x, scale, bias = ins
+    axes = list(range(n.inputs[0].ndim - k, n.inputs[0].ndim))
+    mean = _reduce_node(w, "ReduceMean", x, axes, True)
+    d = w.add("Sub", [x, mean[0]])
+    var = _reduce_node(w, "ReduceMean", w.add("Mul", [d[0], d[0]])[0], axes, True)
+    std = w.add("Sqrt", w.add("Add", [var[0], w.const(np.asarray(eps, n.inputs[0].dtype))]))
+    y = w.add("Div", [d[0], std[0]])
+    return w.add("Add", [w.add("Mul", [y[0], scale])[0], bias])
+
+
+@writer("fill")
+def _fill(w, n, ins):
+    out = n.outputs[0]
+    value = numpy_helper.from_array(np.full((1,), n.attr["value"], out.dtype))
+    return w.add("ConstantOfShape", [w.ints(out.shape)], value=value)
+
+
+# -- the walk -----------------------------------------------------------------------------
+def _source(obj):
+    """(graph, outputs) of a Plan, a traced function, a Predictor or a (graph, outputs) pair."""
+    if isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[0], Graph):
+        graph, outputs = obj
+        outputs = [outputs] if isinstance(outputs, Var) else list(outputs)
+        return graph, outputs
+    plan = getattr(obj, "plan", None)
+    plan = obj if plan is None else plan
+    source = getattr(plan, "source", None)
+    if source is None:
+        if hasattr(obj, "plan") and getattr(obj, "plan", None) is None:
+            raise OnnxExportError("the traced function has no plan yet: call it once first")
+        raise OnnxExportError(f"cannot export a {type(obj).__name__}: pass a Plan, a traced "
+                              "function, a compile_module predictor or (graph, outputs)")
+    return source.graph, list(source.outputs)
+
+
+def _needed(graph: Graph, outputs) -> list:
+    """The nodes ``outputs`` depend on, in graph order."""
+    want = {v.id for v in outputs}
+    keep = []
+    for node in reversed(graph.nodes):
+        if any(v.id in want for v in node.outputs):
+            keep.append(node)
+            want.update(v.id for v in node.inputs)
+    return keep[::-1]
+
+
+def export(obj, path=None, opset: int = 17, *, output_names=None):
+    if not 13 <= opset <= 21:
+        raise OnnxExportError(f"opset {opset}: mgegraph writes opsets 13 to 21")
+    graph, outputs = _source(obj)
+    nodes = _needed(graph, outputs)
+    missing = Counter(n.op.name for n in nodes
+                      if n.op.name not in WRITERS and n.op.name not in ("input", "param", "const"))
+    if missing:
+        listed = ", ".join(f"{op} (x{k})" for op, k in sorted(missing.items()))
+        raise OnnxExportError(f"mgegraph ops without an ONNX form: {listed}")
+    w = _Writer(graph, opset)
+    inputs, used_inputs = [], {v.id for n in nodes for v in n.inputs} | {v.id for v in outputs}
+    for name, var in graph.inputs.items():  # every graph input, in the order they were made
+        w.names[var.id] = w.claim(name)
+        inputs.append(helper.make_tensor_value_info(name, _tensor_type(var.dtype), var.shape))
+    for name, var in graph.params.items():
+        if var.id in used_inputs:
+            w.names[var.id] = w.claim(name)
+            w.initializers.append(numpy_helper.from_array(
+                np.array(graph.values[var.id], order="C"), name))
+    for node in nodes:
+        op = node.op.name
+        if op in ("input", "param"):
+            continue
+        if op == "const":
+            w.names[node.outputs[0].id] = w.const(graph.values[node.outputs[0].id])
+            continue
+        ins = [w.name(v) for v in node.inputs]
+        try:
+            outs = WRITERS[op](w, node, ins)
+        except OnnxExportError as exc:
+            raise OnnxExportError(f"{op} node made at {node.location}: {exc}") from None
+        for var, name in zip(node.outputs, outs):
+            w.names[var.id] = name
+    names = list(output_names) if output_names is not None else [f"output{i}" for i in
+                                                                  range(len(outputs))]
+    if len(names) != len(outputs):
+        raise OnnxExportError(f"{len(names)} output names for {len(outputs)} outputs")
+    out_infos = []
+    for var, name in zip(outputs, names):
+        w.add("Identity", [w.name(var)], outputs=[w.claim(name)])
+        out_infos.append(helper.make_tensor_value_info(name, _tensor_type(var.dtype), var.shape))
+    onnx_graph = helper.make_graph(w.nodes, "mgegraph", inputs, out_infos, w.initializers)
+    model = helper.make_model(onnx_graph, producer_name="mgegraph",
+                              opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = min(model.ir_version, _IR_FOR_OPSET.get(opset, 8))
+    onnx.checker.check_model(model, full_check=True)
+    if path is not None:
+        onnx.save(model, str(path))
+    return model
+
+
+# the newest IR version each opset shipped with, so older runtimes load the file
+_IR_FOR_OPSET = {13: 7, 14: 7, 15: 8, 16: 8, 17: 8, 18: 8, 19: 9, 20: 9, 21: 10}
