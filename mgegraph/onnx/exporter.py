@@ -468,10 +468,20 @@ def export(obj, path=None, opset: int = 17, *, output_names=None):
                                                                   range(len(outputs))]
     if len(names) != len(outputs):
         raise OnnxExportError(f"{len(names)} output names for {len(outputs)} outputs")
-    out_infos = []
+    out_infos, rename = [], {}
+    produced = {name for node in w.nodes for name in node.output}
     for var, name in zip(outputs, names):
-        w.add("Identity", [w.name(var)], outputs=[w.claim(name)])
+        current = w.name(var)
+        if current in produced and current not in rename:
+            rename[current] = w.claim(name)  # the node that makes it writes the output itself
+        else:  # a graph input, a weight, or an output listed twice
+            w.add("Identity", [rename.get(current, current)], outputs=[w.claim(name)])
         out_infos.append(helper.make_tensor_value_info(name, _tensor_type(var.dtype), var.shape))
+    for node in w.nodes:
+        for field in (node.input, node.output):
+            for i, name in enumerate(field):
+                if name in rename:
+                    field[i] = rename[name]
     onnx_graph = helper.make_graph(w.nodes, "mgegraph", inputs, out_infos, w.initializers)
     model = helper.make_model(onnx_graph, producer_name="mgegraph",
                               opset_imports=[helper.make_opsetid("", opset)])

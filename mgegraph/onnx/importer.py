@@ -30,8 +30,8 @@ DTYPES = {TensorProto.FLOAT: np.dtype(np.float32), TensorProto.DOUBLE: np.dtype(
 
 # Attributes later revisions added that the converters accept at their defaults' meaning
 # (Range-27's stash_type picks the accumulation type of float16 and bfloat16 ranges; Cast-24's
-# round_mode the rounding to float8e8m0: types mgegraph does not have).
-LATER_ATTRIBUTES = {"Range": {"stash_type"}, "Cast": {"round_mode"}}
+# and CastLike-24's round_mode the rounding to float8e8m0: types mgegraph does not have).
+LATER_ATTRIBUTES = {"Range": {"stash_type"}, "Cast": {"round_mode"}, "CastLike": {"round_mode"}}
 
 
 def same_semantics(op_type: str, opset: int) -> bool:
@@ -213,8 +213,7 @@ def _not(cx, ins, at):
 
 @converter("Identity")
 def _identity(cx, ins, at):
-    x = ins[0]
-    return [x if isinstance(x, np.ndarray) else F.reshape(x, _shape(x))]
+    return [ins[0]]  # the same value (a graph output that is one gets its own node below)
 
 
 @converter("Dropout")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import re
 import warnings
 
 import numpy as np
@@ -21,17 +22,24 @@ OPERATORS = ["Gemm", "MatMul", "Conv", "BatchNormalization", "Relu", "Gelu", "So
 
 @functools.lru_cache(maxsize=1)
 def cases() -> dict:
-    """op -> [TestCase]: the single-node cases whose node is that op."""
+    """op -> [TestCase]: the single-node cases whose node is that op, and the same cases with
+    a function op expanded into its body (``test_layer_normalization_2d_axis0_expanded``)."""
     from onnx.backend.test.case.node import collect_testcases
 
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         every = collect_testcases()
     out = {op: [] for op in OPERATORS}
+    op_of = {}
     for case in every:
         nodes = case.model.graph.node
-        if len(nodes) == 1 and nodes[0].op_type in out:
+        if len(nodes) == 1 and nodes[0].op_type in out and "_expanded" not in case.name:
             out[nodes[0].op_type].append(case)
+            op_of[case.name] = nodes[0].op_type
+    for case in every:
+        base = re.sub(r"_expanded(_ver\d+)?$", "", case.name)
+        if base != case.name and base in op_of:
+            out[op_of[base]].append(case)
     return out
 
 

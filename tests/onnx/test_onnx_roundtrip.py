@@ -138,3 +138,16 @@ def test_export_asks_for_a_plan_with_a_source():
     with pytest.raises(mo.OnnxExportError, match="opsets 13 to 21"):
         g = mg.Graph()
         mo.export((g, [g.input("x", (2,)) * 2.0]), opset=11)
+
+
+def test_export_of_a_predictor_and_of_a_frozen_plan():
+    model = _randomize(CNN())
+    x = np.random.default_rng(2).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    predictor = mg.compile_module(model, (x,))
+    (want,) = predictor.plan.run({"input0": x})
+    from_predictor = mo.export(predictor)
+    (_, outputs) = mo.import_graph(from_predictor)
+    frozen = mg.compile(outputs, freeze=True)
+    np.testing.assert_allclose(frozen.run({"input0": x})[0], want, rtol=0, atol=1e-5)
+    again = mo.export(frozen)  # a plan compiled from an imported graph exports as well
+    assert [n.op_type for n in again.graph.node] == [n.op_type for n in from_predictor.graph.node]
