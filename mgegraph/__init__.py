@@ -1,25 +1,115 @@
 """mgegraph: a define-then-run deep-learning engine with a planner you can see into."""
-from . import ops  # noqa: F401  (registers every op)
-from . import functional  # noqa: F401
-from .autodiff import grad
-from .ir.errors import DispatchError, FeedError, GraphError, KernelError, NumericsError, OpError
-from .ir.graph import Graph, Node, Var
-from .ir.types import TensorType
+import importlib as _importlib
+
+from . import (
+    functional,
+    ops,  # noqa: F401  (registers every op)
+    planner,
+    runtime,
+)
 from .backend import devices, register_backend
 from .compiler import compile
+from .io import load, save
+from .ir.errors import (
+    DispatchError,
+    FeedError,
+    GraphError,
+    KernelError,
+    ModelFormatError,
+    NumericsError,
+    OpError,
+)
+from .ir.graph import Graph, Node, Var
+from .ir.types import TensorType
 from .plan import Instruction, Plan, Role, Slot
-from .train import DataLoader, compile_module, compile_train_step, fit
-from . import nn, optim, planner  # noqa: E402
-from .eager.grad_manager import GradManager  # noqa: E402
-from .eager.lazy import lazy  # noqa: E402
-from .eager.tensor import MemoryStats, Tensor, memory_stats, tensor  # noqa: E402
-from . import jit  # noqa: E402
-from .jit import trace  # noqa: E402
-from .functional import nn as _functional_nn  # noqa: E402,F401  (F.nn: MegEngine's names)
-from . import module, optimizer  # noqa: E402,F401  (MegEngine's names for nn and optim)
 
-__all__ = ["devices", "register_backend", "grad", "compile_train_step", "compile_module", "DataLoader", "fit", "nn", "optim", "Graph", "Node", "Var", "TensorType", "Plan", "Role", "Slot", "Instruction", "compile",
-           "functional", "planner", "GraphError", "OpError", "FeedError", "KernelError", "NumericsError",
-           "DispatchError", "Tensor", "tensor", "memory_stats", "MemoryStats", "GradManager",
-           "lazy", "jit", "trace", "module", "optimizer"]
+# Design: the training and eager layers load on first use (PEP 562), so that a deployment's
+# ``import mgegraph.runtime`` brings in the ops, the planner and the kernels but no autodiff,
+# nn or optim; every ``mg.X`` name still works. Name -> (module, attribute or None: the module).
+_LAZY = {
+    "grad": ("mgegraph.autodiff", "grad"),
+    "compile_train_step": ("mgegraph.train", "compile_train_step"),
+    "compile_module": ("mgegraph.train", "compile_module"),
+    "DataLoader": ("mgegraph.train", "DataLoader"),
+    "fit": ("mgegraph.train", "fit"),
+    "GradManager": ("mgegraph.eager.grad_manager", "GradManager"),
+    "lazy": ("mgegraph.eager.lazy", "lazy"),
+    "Tensor": ("mgegraph.eager.tensor", "Tensor"),
+    "tensor": ("mgegraph.eager.tensor", "tensor"),
+    "memory_stats": ("mgegraph.eager.tensor", "memory_stats"),
+    "MemoryStats": ("mgegraph.eager.tensor", "MemoryStats"),
+    "trace": ("mgegraph.jit", "trace"),
+    **{name: (f"mgegraph.{name}", None) for name in
+       ("nn", "optim", "autodiff", "train", "eager", "jit", "module", "optimizer", "onnx")},
+}
+
+
+def __getattr__(name):
+    try:
+        module, attribute = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'mgegraph' has no attribute {name!r}") from None
+    value = _importlib.import_module(module)
+    if attribute is not None:
+        value = getattr(value, attribute)
+    globals()[name] = value  # the next lookup is an ordinary one
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
+
+def _functional_getattr(name):
+    # ``F.nn`` (MegEngine's names) imports mgegraph.nn's losses: loaded when first used
+    if name == "nn":
+        return _importlib.import_module("mgegraph.functional.nn")
+    raise AttributeError(f"module 'mgegraph.functional' has no attribute {name!r}")
+
+
+if not hasattr(functional, "__getattr__"):
+    functional.__getattr__ = _functional_getattr
+
+__all__ = [
+    "DataLoader",
+    "DispatchError",
+    "FeedError",
+    "GradManager",
+    "Graph",
+    "GraphError",
+    "Instruction",
+    "KernelError",
+    "MemoryStats",
+    "ModelFormatError",
+    "Node",
+    "NumericsError",
+    "OpError",
+    "Plan",
+    "Role",
+    "Slot",
+    "Tensor",
+    "TensorType",
+    "Var",
+    "compile",
+    "compile_module",
+    "compile_train_step",
+    "devices",
+    "fit",
+    "functional",
+    "grad",
+    "jit",
+    "lazy",
+    "load",
+    "memory_stats",
+    "module",
+    "nn",
+    "optim",
+    "optimizer",
+    "planner",
+    "register_backend",
+    "runtime",
+    "save",
+    "tensor",
+    "trace",
+]
 __version__ = "0.1.0"

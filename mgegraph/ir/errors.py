@@ -53,3 +53,9 @@ class NumericsError(KernelError):
 
 class DispatchError(LookupError):
     """No kernel is registered for an (op, device, dtype)."""
+
+
+class ModelFormatError(GraphError):
+    """A model file (``mg.load``, ``mg.runtime.load``) is not one mgegraph wrote or can run:
+    the message names what is wrong (a member, a node, an attribute, a limit); nothing from the
+    file ran."""

@@ -1,0 +1,273 @@
+"""A graph as JSON and back: nodes (op name, op version, attributes, inputs, output types),
+sources referring to array members, and state updates.
+
+Design: the file stores the graph, not the plan. Loading rebuilds it through
+``Graph.input/param/const`` and ``Graph.add_node``, so every node passes its op's rules again
+(types, attributes) and a node's recorded output types must be what the rule infers; then the
+plan is compiled as it was, with the saved options, which gives the same kernels and the same
+numbers on the same machine. Var ids are implicit: each node's outputs take the next numbers,
+and an input names an earlier number.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir.errors import GraphError, ModelFormatError
+from ..ir.graph import Graph, Node
+from ..ir.types import SUPPORTED, TensorType
+from .container import Limits, fail
+
+# Every registered op has a version here: an op whose meaning (attributes, semantics) changes
+# gets a new number, and files naming an older one are refused instead of run differently. A
+# test asserts that every op of ``ops.all_ops()`` is listed, so a new op forces a decision.
+OP_VERSIONS = {
+    "abs": 1, "adaptive_avg_pool2d": 1, "adaptive_avg_pool2d_backward": 1,
+    "adaptive_max_pool2d": 1, "adaptive_max_pool2d_backward": 1, "adaptive_max_pool2d_select": 1,
+    "add": 1, "arange": 1, "argmax": 1, "argmin": 1, "assign": 1, "avg_pool2d": 1,
+    "avg_pool2d_backward": 1, "batch_norm": 1, "batch_norm_backward": 1, "broadcast_to": 1,
+    "cast": 1, "ceil": 1, "clip": 1, "concat": 1, "const": 1, "conv2d": 1,
+    "conv2d_backward_data": 1, "conv2d_backward_filter": 1, "copy": 1, "cos": 1,
+    "cross_entropy": 1, "cross_entropy_backward": 1, "div": 1, "dropout": 1, "equal": 1, "erf": 1,
+    "exp": 1, "fill": 1, "floor": 1, "floor_div": 1, "fused_elementwise": 1, "gather": 1,
+    "gelu": 1, "gelu_tanh": 1, "greater": 1, "greater_equal": 1, "hardswish": 1, "index_add": 1,
+    "input": 1, "layer_norm": 1, "layer_norm_backward": 1, "leaky_relu": 1, "less": 1,
+    "less_equal": 1, "linear": 1, "linspace": 1, "log": 1, "log1p": 1, "log_softmax": 1,
+    "matmul": 1, "max": 1, "max_pool2d": 1, "max_pool2d_backward": 1, "max_pool2d_select": 1,
+    "maximum": 1, "mean": 1, "min": 1, "minimum": 1, "mod": 1, "mul": 1, "neg": 1, "not_equal": 1,
+    "one_hot": 1, "pad": 1, "pad_backward": 1, "param": 1, "pow": 1, "prod": 1, "reciprocal": 1,
+    "relu": 1, "relu_backward": 1, "reshape": 1, "rsqrt": 1, "scatter_add": 1, "sigmoid": 1,
+    "sign": 1, "silu": 1, "sin": 1, "slice": 1, "slice_backward": 1, "softmax": 1, "softplus": 1,
+    "split": 1, "sqrt": 1, "square": 1, "sub": 1, "sum": 1, "take": 1, "tanh": 1, "transpose": 1,
+    "var": 1, "where": 1,
+}
+
+SOURCES = ("input", "param", "const")
+DTYPES = {str(d): d for d in SUPPORTED}
+INT_LIMIT = 1 << 63
+MAX_DIM = 1 << 62
+MAX_STRING = 1 << 16
+
+
+# -- attributes ----------------------------------------------------------------------------------
+def encode_attr(value):
+    """A plain attribute value as JSON: tuples as {"tuple": [...]}, floats that are not finite
+    as {"float": "nan" | "inf" | "-inf"}; NumPy scalars as the Python value they equal."""
+    if value is None or isinstance(value, (bool, np.bool_)):
+        return None if value is None else bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        return value if math.isfinite(value) else {"float": repr(value)}
+    if isinstance(value, str):
+        return value
+    if isinstance(value, tuple):
+        return {"tuple": [encode_attr(v) for v in value]}
+    raise GraphError(f"an attribute value {value!r} of type {type(value).__name__} has no "
+                     "model-file form (numbers, strings, None and tuples of them)")
+
+
+def decode_attr(value, limits: Limits, where: str, depth: int = 0):
+    if depth > limits.max_attr_depth:
+        fail(f"{where}: attribute nested deeper than {limits.max_attr_depth}")
+    if value is None or type(value) in (bool, float):
+        return value
+    if type(value) is int:
+        if not -INT_LIMIT <= value < INT_LIMIT:
+            fail(f"{where}: integer attribute out of the int64 range")
+        return value
+    if type(value) is str:
+        if len(value) > limits.max_attr_items:
+            fail(f"{where}: string attribute over {limits.max_attr_items} characters")
+        return value
+    if type(value) is dict and len(value) == 1:
+        if type(value.get("tuple")) is list:
+            items = value["tuple"]
+            if len(items) > limits.max_attr_items:
+                fail(f"{where}: tuple attribute over {limits.max_attr_items} items")
+            return tuple(decode_attr(v, limits, where, depth + 1) for v in items)
+        if value.get("float") in ("nan", "inf", "-inf"):
+            return float(value["float"])
+    fail(f"{where}: {str(value)[:100]!r} is not an attribute value (number, string, null, "
+         "{'tuple': [...]} or {'float': 'nan'|'inf'|'-inf'})")
+
+
+# -- types ---------------------------------------------------------------------------------------
+def encode_type(t: TensorType) -> dict:
+    return {"shape": list(t.shape), "dtype": str(t.dtype)}
+
+
+def decode_type(value, limits: Limits, where: str) -> TensorType:
+    entry = fields(value, {"shape", "dtype"}, where)
+    shape, dtype = entry["shape"], entry["dtype"]
+    if type(shape) is not list or len(shape) > limits.max_ndim:
+        fail(f"{where}: shape must be a list of at most {limits.max_ndim} ints")
+    if not all(type(d) is int and 0 <= d <= MAX_DIM for d in shape):
+        fail(f"{where}: shape {str(shape)[:100]} must hold non-negative ints")
+    if type(dtype) is not str or dtype not in DTYPES:
+        fail(f"{where}: dtype {str(dtype)[:50]!r} is not one of {sorted(DTYPES)}")
+    nbytes = math.prod(shape) * DTYPES[dtype].itemsize
+    if nbytes > limits.max_tensor_bytes:
+        fail(f"{where}: a tensor of {nbytes} bytes is over the limit of "
+             f"{limits.max_tensor_bytes}")
+    return TensorType(tuple(shape), DTYPES[dtype])
+
+
+def fields(value, keys: set, where: str, optional: set = frozenset()) -> dict:
+    """``value`` as an object with exactly ``keys`` (and maybe ``optional``)."""
+    if type(value) is not dict:
+        fail(f"{where}: expected an object, got {type(value).__name__}")
+    missing, extra = keys - set(value), set(value) - keys - optional
+    if missing or extra:
+        fail(f"{where}: missing keys {sorted(missing)}, unexpected keys "
+             f"{sorted(extra)[:10]}")
+    return value
+
+
+# -- writing -------------------------------------------------------------------------------------
+def encode_graph(graph: Graph, outputs) -> tuple[dict, dict[int, int], list[np.ndarray]]:
+    """The nodes ``outputs`` and the state updates need, and every input, as JSON; the file id
+    of each saved Var (by Var id); the arrays of the params and consts, in member order."""
+    live = _live(graph, outputs)
+    ids: dict[int, int] = {}
+    arrays: list[np.ndarray] = []
+    members: dict[int, int] = {}  # id(array) -> member: params sharing an array share a member
+    nodes = []
+    for node in graph.nodes:
+        name = node.op.name
+        if name == "assign" or (node not in live and name != "input"):
+            continue
+        if name not in OP_VERSIONS:
+            raise GraphError(f"op {name!r} has no model-file version (mgegraph.io.graph_json)")
+        entry = {"op": name, "version": OP_VERSIONS[name],
+                 "inputs": [ids[v.id] for v in node.inputs],
+                 "outputs": [encode_type(v.type) for v in node.outputs],
+                 "location": node.location}
+        if name in SOURCES:
+            var = node.outputs[0]
+            if name != "const":
+                entry["name"] = node.attr["name"]
+            if name != "input":
+                array = graph.values[var.id]
+                if id(array) not in members:
+                    members[id(array)] = len(arrays)
+                    arrays.append(array)
+                entry["array"] = f"arrays/{members[id(array)]}.npy"
+            if name == "param":
+                entry["shared"] = var.id in graph.shared
+        else:
+            entry["attrs"] = {key: encode_attr(value) for key, value in node.attrs}
+        for v in node.outputs:
+            ids[v.id] = len(ids)
+        nodes.append(entry)
+    assigns = [[ids[n.inputs[0].id], ids[n.inputs[1].id]] for n in graph.assigns]
+    return {"nodes": nodes, "assigns": assigns}, ids, arrays
+
+
+def _live(graph: Graph, outputs) -> set[Node]:
+    live: set[Node] = set()
+    stack = [v.node for v in outputs] + [v.node for n in graph.assigns for v in n.inputs]
+    while stack:
+        node = stack.pop()
+        if node not in live:
+            live.add(node)
+            stack.extend(v.node for v in node.inputs)
+    return live
+
+
+# -- reading -------------------------------------------------------------------------------------
+NODE_KEYS = {"op", "version", "inputs", "outputs", "location"}
+
+
+def decode_graph(value, container, limits: Limits) -> tuple[Graph, list]:
+    """The Graph the JSON describes, rebuilt through its ops' rules, and its Vars by file id."""
+    entry = fields(value, {"nodes", "assigns"}, "graph")
+    nodes, assigns = entry["nodes"], entry["assigns"]
+    if type(nodes) is not list or len(nodes) > limits.max_nodes:
+        fail(f"graph.nodes must be a list of at most {limits.max_nodes} nodes")
+    g, variables, used = Graph(), [], set()
+    for i, node in enumerate(nodes):
+        variables.extend(_decode_node(g, node, variables, container, limits, used, i))
+    if type(assigns) is not list:
+        fail("graph.assigns must be a list of [param id, value id]")
+    for k, pair in enumerate(assigns):
+        if not (type(pair) is list and len(pair) == 2):
+            fail(f"graph.assigns[{k}] must be [param id, value id]")
+        target, new = (_var(variables, j, f"graph.assigns[{k}]") for j in pair)
+        try:
+            g.assign(target, new)
+        except GraphError as exc:
+            fail(f"graph.assigns[{k}]: {exc}")
+    return g, variables, used
+
+
+def _var(variables: list, index, where: str):
+    if type(index) is not int or not 0 <= index < len(variables):
+        fail(f"{where}: {str(index)[:50]} is not the id of an earlier value")
+    return variables[index]
+
+
+def _decode_node(g: Graph, value, variables, container, limits, used, i):
+    where = f"node {i}"
+    op = value.get("op") if type(value) is dict else None
+    extra = {"input": {"name"}, "param": {"name", "array", "shared"},
+             "const": {"array"}}.get(op, {"attrs"}) if type(op) is str else set()
+    entry = fields(value, NODE_KEYS | extra, where)
+    where = f"node {i} ({op[:50]})"
+    if op not in OP_VERSIONS or op == "assign":
+        fail(f"{where}: unknown op {op[:100]!r}")
+    if type(entry["version"]) is not int or entry["version"] != OP_VERSIONS[op]:
+        fail(f"{where}: op version {str(entry['version'])[:20]} is unknown (this mgegraph "
+             f"has version {OP_VERSIONS[op]})")
+    location = entry["location"]
+    if type(location) is not str or len(location) > 4096:
+        fail(f"{where}: location must be a string")
+    if type(entry["inputs"]) is not list or type(entry["outputs"]) is not list \
+            or len(entry["outputs"]) > 1024:
+        fail(f"{where}: inputs and outputs must be lists")
+    inputs = [_var(variables, j, f"{where} input {k}") for k, j in enumerate(entry["inputs"])]
+    types = tuple(decode_type(t, limits, f"{where} output {k}")
+                  for k, t in enumerate(entry["outputs"]))
+    try:
+        if op in SOURCES:
+            node = _source(g, op, entry, inputs, types, container, used, where)
+        else:
+            if type(entry["attrs"]) is not dict:
+                fail(f"{where}: attrs must be an object")
+            attrs = {k: decode_attr(v, limits, f"{where} attr {k[:50]}")
+                     for k, v in entry["attrs"].items()}
+            node = g.add_node(op, inputs, attrs, location=location)
+    except ModelFormatError:
+        raise
+    except (GraphError, ValueError, TypeError, ArithmeticError) as exc:
+        fail(f"{where}: {str(exc)[:500]}")
+    got = tuple(v.type for v in node.outputs)
+    if got != types:
+        fail(f"{where}: the op's rule gives {', '.join(map(str, got)) or 'no outputs'}, the "
+             f"file says {', '.join(map(str, types)) or 'no outputs'}")
+    return node.outputs
+
+
+def _source(g: Graph, op, entry, inputs, types, container, used, where) -> Node:
+    if inputs or len(types) != 1:
+        fail(f"{where}: a source takes no inputs and has one output")
+    (t,) = types
+    if op == "input":
+        var = g.input(entry["name"], t.shape, t.dtype)
+    else:
+        array = container.array(entry["array"], t.shape, t.dtype, used)
+        if op == "const":
+            var = g.const(array)
+        elif type(entry["shared"]) is not bool:
+            fail(f"{where}: 'shared' must be true or false")
+        else:
+            var = g.param(entry["name"], _shared_array(container, entry["array"], array)
+                          if entry["shared"] else array, share=entry["shared"])
+    return var.node
+
+
+def _shared_array(container, member: str, array: np.ndarray) -> np.ndarray:
+    """Params saved with one shared array get one array again (``share=True`` on both)."""
+    return container.shared.setdefault(member, array)

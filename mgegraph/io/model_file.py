@@ -1,0 +1,255 @@
+"""``mg.save`` / ``mg.load``: a plan, a traced function, a ``compile_module`` predictor or a
+state dict in one zip container (``model.json`` and ``.npy`` members, each checksummed).
+
+A model file holds the graph a plan was compiled from (``plan.source``), its input and output
+names, shapes and dtypes and the compile options; loading validates all of it, rebuilds the
+graph through the ops' rules and compiles it again with the same options, so the loaded plan
+gives bitwise the outputs of the saved one on the same machine. A state dict file holds named
+arrays only. Any problem with a file is one ``ModelFormatError``, raised before anything runs.
+
+>>> mg.save(plan, "model.mgm"); predictor = mg.load("model.mgm"); (y,) = predictor.run({"x": x})
+"""
+from __future__ import annotations
+
+import inspect
+import sys
+from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
+
+import numpy as np
+
+from ..ir.errors import GraphError, ModelFormatError
+from ..ir.types import SUPPORTED
+from .container import Container, Limits, fail, write
+from .graph_json import DTYPES, decode_graph, decode_type, encode_graph, encode_type, fields
+
+KINDS = ("plan", "traced", "predictor", "state_dict")
+MODEL_KEYS = {"magic", "format_version", "members", "kind", "graph", "inputs", "outputs",
+              "options"}
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """What a model file gives: the compiled ``plan``, what kind of object was saved, and the
+    names of its inputs (the plan's feeds) and outputs, in order."""
+
+    plan: object
+    kind: str
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+
+
+# -- saving --------------------------------------------------------------------------------------
+def save(obj, path) -> None:
+    """Save a Plan, a function traced with ``mg.jit.trace`` (its latest plan), the predictor of
+    ``mg.compile_module`` or a state dict (``{name: ndarray}``) to ``path``.
+
+    >>> mg.save(model.state_dict(), "weights.mgm"); mg.save(predict, "model.mgm")
+    """
+    if isinstance(obj, dict):
+        _save_state(obj, path)
+        return
+    kind, plan = _plan_of(obj)
+    source = getattr(plan, "source", None)
+    if source is None:
+        raise GraphError("save(): this plan has no source graph (plan.source); compile it with "
+                         "mg.compile to save it")
+    graph_json, ids, arrays = encode_graph(source.graph, source.outputs)
+    inputs = [{"name": name, **encode_type(plan.slots[slot].type)}
+              for name, slot in plan.feeds.items()]
+    outputs = [{"name": f"output{i}", "var": ids[v.id], **encode_type(v.type)}
+               for i, v in enumerate(source.outputs)]
+    write(path, {"kind": kind, "graph": graph_json, "inputs": inputs, "outputs": outputs,
+                 "options": encode_options(source.options)}, arrays)
+
+
+def _plan_of(obj) -> tuple[str, object]:
+    from ..plan import Plan
+
+    if isinstance(obj, Plan):
+        return "plan", obj
+    # the eager and training layers are looked up, not imported: an object of theirs exists
+    # only when they are loaded, and the model file must not pull them into a runtime
+    trace = sys.modules.get("mgegraph.eager.trace")
+    if trace is not None and isinstance(obj, trace.Traced):
+        return "traced", obj.plan
+    train = sys.modules.get("mgegraph.train")
+    if train is not None and isinstance(obj, train.Predictor):
+        return "predictor", obj.plan
+    raise GraphError(f"save(): cannot save a {type(obj).__name__}; pass a Plan, a traced "
+                     "function, a compile_module predictor or a state dict of arrays")
+
+
+def _save_state(state: dict, path) -> None:
+    entries, arrays = [], []
+    for name, value in state.items():
+        array = value if isinstance(value, np.ndarray) else getattr(value, "numpy", lambda: None)()
+        if not isinstance(name, str) or not isinstance(array, np.ndarray) \
+                or array.dtype not in SUPPORTED:
+            raise GraphError(f"save(): a state dict maps names to arrays of {sorted(DTYPES)}; "
+                             f"got {name!r}: {type(value).__name__}")
+        entries.append({"name": name, "array": f"arrays/{len(arrays)}.npy",
+                        **encode_type(_type(array))})
+        arrays.append(array)
+    write(path, {"kind": "state_dict", "state": entries}, arrays)
+
+
+def _type(array):
+    from ..ir.types import tensor_type
+    return tensor_type(array.shape, array.dtype)
+
+
+# -- compile options -----------------------------------------------------------------------------
+def encode_options(options: dict) -> dict:
+    """``plan.source.options`` as JSON: MemoryOptions and RematOptions as tagged objects."""
+    encoded = {}
+    for key, value in options.items():
+        if hasattr(value, "__dataclass_fields__"):
+            value = {type(value).__name__: {f.name: getattr(value, f.name)
+                                            for f in dataclass_fields(value)}}
+        elif isinstance(value, (list, tuple)):
+            value = list(value)
+        encoded[key] = value
+    return encoded
+
+
+def decode_options(value) -> dict:
+    from ..compiler import compile
+    from ..planner.memory.plan import MemoryOptions
+    from ..planner.remat.remat import RematOptions
+
+    accepted = set(inspect.signature(compile).parameters) - {"outputs"}
+    options = fields(value, {"device"}, "options", accepted)
+    device, optimize = options["device"], options.get("optimize", 1)
+    if type(device) is not str:
+        fail("options.device must be a string")
+    if not (type(optimize) is int or (type(optimize) is list
+                                      and all(type(p) is str for p in optimize))):
+        fail("options.optimize must be an int or a list of pass names")
+    decoded = dict(options, optimize=optimize)
+    for key, cls in (("memory", MemoryOptions), ("remat", RematOptions)):
+        if key in options:
+            decoded[key] = _option(options[key], cls, key)
+    for key, given in options.items():
+        if key not in ("device", "optimize", "memory", "remat") and type(given) is not bool:
+            fail(f"options.{key} must be true or false")
+    return decoded
+
+
+def _option(value, cls, key: str):
+    if value is None or type(value) is str or (type(value) is int and key == "remat"):
+        return value
+    if type(value) is dict and set(value) == {cls.__name__} and type(value[cls.__name__]) is dict:
+        given = value[cls.__name__]
+        kinds = {f.name: f.type for f in dataclass_fields(cls)}
+        if not set(given) <= set(kinds):
+            fail(f"options.{key}: unknown fields {sorted(set(given) - set(kinds))}")
+        if not all(type(v) in (str, int, float, bool) for v in given.values()):
+            fail(f"options.{key}: fields must be strings, numbers or booleans")
+        try:
+            return cls(**given)
+        except (GraphError, TypeError, ValueError) as exc:
+            fail(f"options.{key}: {exc}")
+    fail(f"options.{key}: {str(value)[:100]!r} is not a {key} option")
+
+
+# -- loading -------------------------------------------------------------------------------------
+def read(path, limits: Limits | None = None, device: str | None = None):
+    """The contents of a model file, validated: a LoadedModel, or a dict for a state dict."""
+    limits = Limits() if limits is None else limits
+    with Container(path, limits) as container:
+        description = container.description
+        kind = description.get("kind")
+        if kind not in KINDS:
+            fail(f"unknown kind {str(kind)[:50]!r} (one of {KINDS})")
+        if kind == "state_dict":
+            state = _read_state(container)
+        else:
+            fields(description, MODEL_KEYS, "model.json")
+            graph, variables, used = decode_graph(description["graph"], container, limits)
+            _check_unused(container, used)
+    if kind == "state_dict":
+        return state
+    return _compile(description, kind, graph, variables, limits, device)
+
+
+def _read_state(container) -> dict:
+    description = container.description
+    fields(description, {"magic", "format_version", "members", "kind", "state"}, "model.json")
+    entries, state, used = description["state"], {}, set()
+    if type(entries) is not list:
+        fail("state must be a list of named arrays")
+    for i, entry in enumerate(entries):
+        entry = fields(entry, {"name", "array", "shape", "dtype"}, f"state[{i}]")
+        name = entry["name"]
+        if type(name) is not str or name in state:
+            fail(f"state[{i}]: the name must be a string used once")
+        t = decode_type({"shape": entry["shape"], "dtype": entry["dtype"]}, container.limits,
+                        f"state[{i}]")
+        state[name] = container.array(entry["array"], t.shape, t.dtype, used)
+    _check_unused(container, used)
+    return state
+
+
+def _check_unused(container, used: set) -> None:
+    unused = set(container.description["members"]) - used
+    if unused:
+        fail(f"members {sorted(unused)[:10]} are listed but nothing uses them")
+
+
+def _compile(description, kind, graph, variables, limits, device) -> LoadedModel:
+    from ..compiler import compile
+
+    inputs, outputs = description["inputs"], description["outputs"]
+    if type(inputs) is not list or type(outputs) is not list or not outputs:
+        fail("inputs and outputs must be lists (and a model has an output)")
+    input_names = []
+    for i, entry in enumerate(inputs):
+        entry = fields(entry, {"name", "shape", "dtype"}, f"inputs[{i}]")
+        name = entry["name"]
+        t = decode_type({"shape": entry["shape"], "dtype": entry["dtype"]}, limits,
+                        f"inputs[{i}]")
+        if type(name) is not str or name not in graph.inputs or graph.inputs[name].type != t \
+                or name in input_names:
+            fail(f"inputs[{i}]: {str(name)[:100]!r} {t} is not an input of the graph")
+        input_names.append(name)
+    if set(input_names) != set(graph.inputs):
+        fail(f"inputs list {input_names[:10]}, the graph has {sorted(graph.inputs)[:10]}")
+    vars_out, output_names = [], []
+    for i, entry in enumerate(outputs):
+        entry = fields(entry, {"name", "var", "shape", "dtype"}, f"outputs[{i}]")
+        var = variables[entry["var"]] if type(entry["var"]) is int \
+            and 0 <= entry["var"] < len(variables) else fail(f"outputs[{i}]: unknown value")
+        t = decode_type({"shape": entry["shape"], "dtype": entry["dtype"]}, limits,
+                        f"outputs[{i}]")
+        if type(entry["name"]) is not str or var.type != t:
+            fail(f"outputs[{i}]: the name must be a string and the type {var.type}")
+        vars_out.append(var)
+        output_names.append(entry["name"])
+    options = decode_options(description["options"])
+    if device is not None:
+        options["device"] = device
+    try:
+        plan = compile(vars_out, **options)
+    except ModelFormatError:
+        raise
+    except (GraphError, ValueError, TypeError, ArithmeticError, LookupError) as exc:
+        fail(f"the graph does not compile: {type(exc).__name__}: {str(exc)[:500]}")
+    total = plan.arena_bytes + plan.persistent_bytes
+    if total > limits.max_plan_bytes:
+        fail(f"the plan needs {total} bytes, over the limit of {limits.max_plan_bytes}")
+    return LoadedModel(plan, kind, tuple(input_names), tuple(output_names))
+
+
+def load(path, limits: Limits | None = None, device: str | None = None):
+    """What ``save`` wrote: a ``mg.runtime.Predictor`` for a model (``.run(feeds)``, its
+    input and output names, shapes and dtypes; ``.plan``), a dict of arrays for a state dict.
+    ``device`` compiles the model for another device than the one it was saved from.
+
+    >>> weights = mg.load("weights.mgm"); model.load_state_dict(weights)
+    """
+    loaded = read(path, limits, device)
+    if isinstance(loaded, dict):
+        return loaded
+    from ..runtime import Predictor
+    return Predictor(loaded)
