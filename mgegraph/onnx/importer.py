@@ -375,26 +375,41 @@ def _conv(cx, ins, at):
     return [F.reshape(y, _shape(y)[:3]) if one_d else y]
 
 
-def _pool_geometry(cx, at, in_hw, kernel, strides):
-    pads = _auto_pad(cx, at, in_hw, kernel, strides, [1] * len(kernel))
-    if at.get("ceil_mode", 0):
-        extra = []
-        for (b, e), size, k, s in zip(pads, in_hw, kernel, strides):
-            out = math.ceil((size + b + e - k) / s) + 1
+def _pool_geometry(cx, at, in_hw, kernel, strides, dilations):
+    """ONNX's pads per axis and the extra end padding ``ceil_mode`` needs, and the output
+    size per axis."""
+    pads = _auto_pad(cx, at, in_hw, kernel, strides, dilations)
+    extra, sizes = [], []
+    for (b, e), size, k, s, d in zip(pads, in_hw, kernel, strides, dilations):
+        span = (k - 1) * d + 1
+        if at.get("ceil_mode", 0):
+            out = math.ceil((size + b + e - span) / s) + 1
             if (out - 1) * s >= size + b:  # a window that starts in the end padding is dropped
                 out -= 1
-            extra.append(max((out - 1) * s + k - (size + b + e), 0))
-    else:
-        extra = [0] * len(kernel)
-    return pads, extra
+        else:
+            out = (size + b + e - span) // s + 1
+        extra.append(max((out - 1) * s + span - (size + b + e), 0))
+        sizes.append(out)
+    return pads, extra, sizes
 
 
-def _window_counts(mask_1d_h, mask_1d_w, kernel, strides):
-    """How many cells of each window a 0/1 mask per axis counts, as a (OH, OW) array."""
-    def along(mask, k, s):
-        n = (len(mask) - k) // s + 1
-        return np.array([mask[i * s:i * s + k].sum() for i in range(n)], np.float64)
-    return np.outer(along(mask_1d_h, kernel[0], strides[0]), along(mask_1d_w, kernel[1], strides[1]))
+def _window_counts(masks, kernel, strides, dilations, sizes):
+    """How many cells of each window the 0/1 mask of each axis counts, as an (OH, OW) array."""
+    per_axis = [np.array([mask[o * s:o * s + (k - 1) * d + 1:d].sum() for o in range(n)],
+                         np.float64)
+                for mask, k, s, d, n in zip(masks, kernel, strides, dilations, sizes)]
+    return np.outer(*per_axis)
+
+
+def _dilated_windows(x, kernel, strides, dilations, sizes):
+    """The kh*kw strided slices of a padded input, one per window offset: pooling with
+    dilation as elementwise max/add over them."""
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            h0, w0 = i * dilations[0], j * dilations[1]
+            yield F.subscript(x, (slice(None), slice(None),
+                                  slice(h0, h0 + (sizes[0] - 1) * strides[0] + 1, strides[0]),
+                                  slice(w0, w0 + (sizes[1] - 1) * strides[1] + 1, strides[1])))
 
 
 @converter("MaxPool", "AveragePool")
@@ -405,40 +420,53 @@ def _pool(cx, ins, at):
         cx.fail("the Indices output is not supported")
     if at.get("storage_order", 0):
         cx.fail("storage_order=1 is not supported")
-    kernel = _as2(at["kernel_shape"], one_d, 1)
     nd = 2 - one_d
+    kernel = _as2(at["kernel_shape"], one_d, 1)
     strides = _as2(at.get("strides", [1] * nd), one_d, 1)
-    if any(d != 1 for d in at.get("dilations", [1] * nd)):
-        cx.fail("dilations other than 1 are not supported")
-    in_hw = _shape(x)[2:2 + nd]
-    pads, extra = _pool_geometry(cx, at, in_hw, kernel[:nd], strides[:nd])
+    dilations = _as2(at.get("dilations", [1] * nd), one_d, 1)
+    pads, extra, sizes = _pool_geometry(cx, at, _shape(x)[2:2 + nd], kernel[:nd], strides[:nd],
+                                        dilations[:nd])
     if one_d:
-        pads, extra = pads + [(0, 0)], extra + [0]
-    symmetric = all(b == e for b, e in pads) and not any(extra)
+        pads, extra, sizes = pads + [(0, 0)], extra + [0], sizes + [_shape(x)[3]]
+    full = ((0, 0), (0, 0)) + tuple((b, e + x_) for (b, e), x_ in zip(pads, extra))
+    dilated = any(d != 1 for d in dilations)
+    # the kernels' own padding: symmetric, at most half the window, no ceil-mode overhang
+    native = (not dilated and all(b == e for b, e in pads) and not any(extra)
+              and all(2 * b <= k for (b, _), k in zip(pads, kernel)))
     if op == "MaxPool":
-        if symmetric and all(2 * b <= k for (b, _), k in zip(pads, kernel)):
+        if native:
             y = F.max_pool2d(x, tuple(kernel), tuple(strides), tuple(b for b, _ in pads))
-        else:
-            full = ((0, 0), (0, 0)) + tuple((b, e + x_) for (b, e), x_ in zip(pads, extra))
+        elif not dilated:
             y = F.max_pool2d(F.pad(x, full, constant_value=-np.inf), tuple(kernel),
                              tuple(strides), 0)
-    else:
-        include = bool(at.get("count_include_pad", 0))
-        if symmetric and all(2 * b <= k for (b, _), k in zip(pads, kernel)):
-            y = F.avg_pool2d(x, tuple(kernel), tuple(strides), tuple(b for b, _ in pads),
-                             mode="average" if include else "average_count_exclude_padding")
         else:
-            # sum over the explicitly padded input, divided by the number of cells ONNX counts
-            full = ((0, 0), (0, 0)) + tuple((b, e + x_) for (b, e), x_ in zip(pads, extra))
-            sums = F.avg_pool2d(F.pad(x, full), tuple(kernel), tuple(strides), 0, mode="average")
-            masks = []
-            for (b, e), x_, size in zip(pads, extra, _shape(x)[2:]):
-                inner = [1] * size
-                pad_cell = 1 if include else 0
-                masks.append(np.array([pad_cell] * b + inner + [pad_cell] * e + [0] * x_))
-            counts = _window_counts(masks[0], masks[1], kernel, strides)
-            scale = (kernel[0] * kernel[1]) / np.maximum(counts, 1)
-            y = F.mul(sums, cx.g.const(scale.astype(x.dtype)))
+            windows = _dilated_windows(F.pad(x, full, constant_value=-np.inf), kernel, strides,
+                                       dilations, sizes)
+            y = next(windows)
+            for w in windows:
+                y = F.maximum(y, w)
+        return [F.reshape(y, _shape(y)[:3]) if one_d else y]
+    include = bool(at.get("count_include_pad", 0))
+    if native:
+        y = F.avg_pool2d(x, tuple(kernel), tuple(strides), tuple(b for b, _ in pads),
+                         mode="average" if include else "average_count_exclude_padding")
+        return [F.reshape(y, _shape(y)[:3]) if one_d else y]
+    # the sum over the explicitly padded input, divided by the number of cells ONNX counts
+    padded = F.pad(x, full)
+    if dilated:
+        windows = _dilated_windows(padded, kernel, strides, dilations, sizes)
+        sums = next(windows)
+        for w in windows:
+            sums = F.add(sums, w)
+        area = 1
+    else:
+        sums = F.avg_pool2d(padded, tuple(kernel), tuple(strides), 0, mode="average")
+        area = kernel[0] * kernel[1]
+    pad_cell = 1 if include else 0
+    masks = [np.array([pad_cell] * b + [1] * size + [pad_cell] * e + [0] * x_)
+             for (b, e), x_, size in zip(pads, extra, _shape(x)[2:])]
+    counts = _window_counts(masks, kernel, strides, dilations, sizes)
+    y = F.mul(sums, cx.g.const((area / np.maximum(counts, 1)).astype(x.dtype)))
     return [F.reshape(y, _shape(y)[:3]) if one_d else y]
 
 
@@ -454,12 +482,20 @@ def _global_pool(cx, ins, at):
 
 @converter("BatchNormalization")
 def _batch_norm(cx, ins, at):
-    if at.get("training_mode", 0):
-        cx.fail("training_mode=1 is not supported (inference only)")
     x, scale, bias, mean, var = (cx.var(v) for v in ins[:5])
     if x.ndim < 2:
         cx.fail("the input needs a channel axis")
-    return [F.batch_norm(x, mean, var, scale, bias, training=False, eps=at.get("epsilon", 1e-5))]
+    eps = at.get("epsilon", 1e-5)
+    if not at.get("training_mode", 0):
+        return [F.batch_norm(x, mean, var, scale, bias, training=False, eps=eps)]
+    # training mode: the batch's statistics, and the running ones updated with them
+    y = F.batch_norm(x, weight=scale, bias=bias, training=True, eps=eps)
+    axes = (0,) + tuple(range(2, x.ndim))
+    m = at.get("momentum", 0.9)
+    keep, new = cx.g.const(np.asarray(m, x.dtype)), cx.g.const(np.asarray(1 - m, x.dtype))
+    running_mean = F.add(F.mul(mean, keep), F.mul(F.mean(x, axes), new))
+    running_var = F.add(F.mul(var, keep), F.mul(F.var(x, axes), new))
+    return [y, running_mean, running_var]
 
 
 @converter("LayerNormalization")

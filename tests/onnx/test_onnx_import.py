@@ -134,11 +134,30 @@ def test_unsupported_dtypes_and_features_name_the_node():
                    [_vi("y", [2], TensorProto.FLOAT16)])
     with pytest.raises(mo.OnnxImportError, match="FLOAT16 is not supported"):
         mo.import_graph(model)
-    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], dilations=[2, 2],
-                            name="pool1")
-    model = _model([node], [_vi("x", [1, 1, 5, 5])], [_vi("y", [1, 1, 3, 3])])
-    with pytest.raises(mo.OnnxImportError, match="MaxPool node 'pool1': dilations"):
+    node = helper.make_node("MaxPool", ["x"], ["y", "where"], kernel_shape=[2, 2], name="pool1")
+    model = _model([node], [_vi("x", [1, 1, 4, 4])],
+                   [_vi("y", [1, 1, 3, 3]), _vi("where", [1, 1, 3, 3], TensorProto.INT64)])
+    with pytest.raises(mo.OnnxImportError, match="MaxPool node 'pool1': the Indices output"):
         mo.import_graph(model)
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("ceil_mode", [0, 1])
+@pytest.mark.parametrize("pads", [[0, 0, 0, 0], [1, 0, 2, 1], [1, 1, 1, 1]])
+def test_pooling_with_dilations_ceil_mode_and_uneven_pads_matches_onnx_runtime(op, ceil_mode,
+                                                                              pads):
+    ort = pytest.importorskip("onnxruntime")
+    extra = {"count_include_pad": 1} if op == "AveragePool" and pads[0] else {}
+    node = helper.make_node(op, ["x"], ["y"], kernel_shape=[3, 2], strides=[2, 1],
+                            dilations=[2, 2] if op == "MaxPool" else [1, 1], pads=pads,
+                            ceil_mode=ceil_mode, **extra)
+    model = _model([node], [_vi("x", [2, 3, 9, 8])], [_vi("y", None)], opset=19)
+    model = onnx.shape_inference.infer_shapes(model)
+    x = np.random.default_rng(0).standard_normal((2, 3, 9, 8)).astype(np.float32)
+    (want,) = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    (got,) = mo.import_model(model).run({"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
 def test_newer_opsets_read_where_the_ops_only_gained_types():
