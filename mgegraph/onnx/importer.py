@@ -557,7 +557,15 @@ def _reduce(cx, ins, at):
     keep = bool(at.get("keepdims", 1))
     op = cx.node.op_type
     if any(_shape(x)[a] == 0 for a in axes) and op in ("ReduceMax", "ReduceMin"):
-        cx.fail("max/min over an empty axis")
+        # ONNX: the max of nothing is the lowest value of the type, the min the highest
+        shape = tuple(1 if i in axes else d for i, d in enumerate(_shape(x)) if keep or i not in axes)
+        if x.dtype.kind == "f":
+            value = -np.inf if op == "ReduceMax" else np.inf
+        elif x.dtype.kind == "b":
+            value = op == "ReduceMin"
+        else:
+            value = np.iinfo(x.dtype).min if op == "ReduceMax" else np.iinfo(x.dtype).max
+        return [np.full(shape, value, x.dtype)]
     if op == "ReduceSumSquare":
         return [F.sum(F.square(x), axes, keep)]
     if op == "ReduceL1":
