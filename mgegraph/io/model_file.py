@@ -44,6 +44,11 @@ def save(obj, path) -> None:
     """Save a Plan, a function traced with ``mg.jit.trace`` (its latest plan), the predictor of
     ``mg.compile_module`` or a state dict (``{name: ndarray}``) to ``path``.
 
+    Params are saved with the values their graph holds: a shared param's (``share=True``, as
+    every ``nn`` parameter) is its live array, so the weights as they are now; a param copied
+    at compile keeps the value it had then (state updates a plan's runs made to such a copy
+    live in its executable and are not saved).
+
     >>> mg.save(model.state_dict(), "weights.mgm"); mg.save(predict, "model.mgm")
     """
     if isinstance(obj, dict):
