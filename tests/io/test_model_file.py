@@ -520,5 +520,8 @@ def test_fuzz_loader_raises_only_model_format_errors(tmp_path, fuzz_models):
 
 
 @pytest.mark.slow
-def test_fuzz_loader_thousands_of_cases(tmp_path, fuzz_models):
+def test_fuzz_loader_thousands_of_cases(tmp_path, fuzz_models, request):
+    # the default run stays short: this runs when asked for, ``pytest -m slow tests/io``
+    if "slow" not in (request.config.getoption("markexpr") or "").replace("not slow", ""):
+        pytest.skip("thousands of fuzz cases: run with -m slow")
     run_fuzz(tmp_path, fuzz_models, 2500)
