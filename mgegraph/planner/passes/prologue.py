@@ -54,7 +54,10 @@ def written(array: np.ndarray) -> None:
     root = _root(array)
     key = id(root)
     if key not in _COUNTS:
-        weakref.finalize(root, _COUNTS.pop, key, None)
+        try:  # the count goes with the array: a later array with its id starts afresh
+            weakref.finalize(root, _COUNTS.pop, key, None)
+        except TypeError:  # not weakly referenceable: the count stays (a rerun too many)
+            pass
         _COUNTS[key] = 0
     _COUNTS[key] += 1
     _EPOCH[0] += 1
