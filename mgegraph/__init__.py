@@ -60,16 +60,6 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
-def _functional_getattr(name):
-    # ``F.nn`` (MegEngine's names) imports mgegraph.nn's losses: loaded when first used
-    if name == "nn":
-        return _importlib.import_module("mgegraph.functional.nn")
-    raise AttributeError(f"module 'mgegraph.functional' has no attribute {name!r}")
-
-
-if not hasattr(functional, "__getattr__"):
-    functional.__getattr__ = _functional_getattr
-
 __all__ = [
     "DataLoader",
     "DispatchError",

@@ -33,6 +33,9 @@ def _layer(name: str):
 
 def eager_graph():
     """The graph of eager mode (mgegraph.eager installs it), where a node runs when made."""
+    if "eager" not in _LAYERS:  # the eager layer loads on first use (mgegraph/__init__.py)
+        import importlib
+        importlib.import_module("mgegraph.eager.dispatch")
     return _layer("eager")
 
 
