@@ -23,22 +23,8 @@ def graph_of(*values):
     graph = eager = None
     tensors = False
     for v in values:
-        if isinstance(v, (list, tuple)):
-            return _graph_of_items(values)
-        if not isinstance(v, Var):
-            continue
-        if v.graph.eager:
-            eager = v.graph
-            tensors = tensors or not hasattr(v, "bind_to")
-        elif graph is None:
-            graph = v.graph
-    return _chosen(graph, eager, tensors, values)
-
-
-def _graph_of_items(values):
-    graph = eager = None
-    tensors = False
-    for v in _values(values):
+        if isinstance(v, (list, tuple)):  # concat's and stack's list of values
+            return graph_of(*_values(values))
         if not isinstance(v, Var):
             continue
         if v.graph.eager:
