@@ -225,3 +225,14 @@ def test_fills_without_a_graph_are_eager_tensors(name):
     want = mg.compile([SOURCES[name](mg.Graph())], optimize=0).run({})[0]
     assert isinstance(got, mg.Tensor)
     np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_a_tensor_works_in_a_fresh_interpreter_that_imported_only_mgegraph():
+    import subprocess
+    import sys
+
+    code = ("import mgegraph as mg; t = mg.tensor([1.0, 2.0]); "
+            "print((t + 1.0).numpy().tolist(), (2.0 * t).numpy().tolist(), t.graph.eager)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[2.0, 3.0] [2.0, 4.0] True"
