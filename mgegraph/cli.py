@@ -1,0 +1,513 @@
+"""The ``mgegraph`` command line (also ``python -m mgegraph``): one small function per
+subcommand over the library's own calls.
+
+    mgegraph demo                                   # train on digits, save digits_cnn.mgm
+    mgegraph run digits_cnn.mgm --input input0=x.npy -o y.npz
+    mgegraph report digits_cnn.mgm --json
+    mgegraph viz digits_cnn.mgm -o plan.html
+    mgegraph profile digits_cnn.mgm --runs 20 --trace trace.json
+    mgegraph convert model.onnx -o model.mgm
+    mgegraph bench --json bench.json
+
+An error is one line on stderr (``mgegraph: error: ...``) and exit status 1 (2 for a wrong
+command line); ``--debug`` shows the traceback instead.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from .ir.errors import FeedError, GraphError, KernelError
+
+PROG = "mgegraph"
+VIZ_FORMATS = (".html", ".svg", ".dot")
+DEMO_OUTPUT = "digits_cnn.mgm"  # demo.DEFAULT_OUTPUT, for the help text (a test keeps them equal)
+# errors that describe the user's input; anything else is reported with its type, as a bug
+_EXPECTED = (GraphError, FeedError, KernelError, OSError, ImportError, ValueError)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line on ``argv`` (default ``sys.argv[1:]``); returns the exit status.
+
+    >>> main(["report", "digits_cnn.mgm", "--json"])   # prints the JSON report, returns 0
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    head, bench_argv = _split_bench(argv)
+    try:
+        args = build_parser().parse_args(head)
+    except SystemExit as exit:  # --help, --version and usage errors: argparse has printed
+        return exit.code if isinstance(exit.code, int) else 1
+    args.bench_argv = bench_argv
+    return _dispatch(args)
+
+
+def _split_bench(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``bench``'s arguments go to ``mgegraph.tools.bench.main`` untouched (its own parser);
+    the global options before it (and a ``--debug`` anywhere) stay here."""
+    for i, token in enumerate(argv):
+        if not token.startswith("-"):
+            if token != "bench":
+                break
+            rest = argv[i + 1:]
+            debug = ["--debug"] if "--debug" in rest else []
+            return argv[:i + 1] + debug, [a for a in rest if a != "--debug"]
+    return argv, []
+
+
+def _dispatch(args) -> int:
+    try:
+        return args.func(args) or 0
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `mgegraph report m.mgm | head`: the reader left; not an error
+        _silence_stdout()
+        return 0
+    except Exception as exc:  # noqa: BLE001 (the one place every error becomes one line)
+        if args.debug:
+            traceback.print_exc()
+        else:
+            print(error_line(exc), file=sys.stderr)
+        return 1
+
+
+def error_line(exc: BaseException) -> str:
+    """The one line an error prints: its message, with its type when it is not one that
+    describes the user's input (a bug, then).
+
+    >>> error_line(FeedError("no --input for input0"))   # 'mgegraph: error: no --input ...'
+    """
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if not isinstance(exc, _EXPECTED):
+        text = f"{type(exc).__name__}: {text} (--debug shows the traceback)"
+    return f"{PROG}: error: {text}"
+
+
+def _silence_stdout() -> None:
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+# -- the parser ----------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line, like every other error of the command."""
+
+    def error(self, message):
+        self.exit(2, f"{PROG}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line: global options and one subparser per subcommand.
+
+    >>> build_parser().parse_args(["report", "m.mgm"]).json   # False
+    """
+    parser = _Parser(prog=PROG, description="mgegraph: train, run, inspect, profile and "
+                     "convert models from the command line.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the full traceback of an error instead of one line")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add in (_add_demo, _add_run, _add_report, _add_viz, _add_profile, _add_convert,
+                _add_bench):
+        command = add(sub)
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help="show the full traceback of an error instead of one line")
+    return parser
+
+
+def _add_demo(sub):
+    # the demo module is imported only when it runs: it loads nn and optim, which the other
+    # subcommands (a deployment's) never need
+    p = sub.add_parser("demo", help="train an MLP and a CNN on the digits, save the CNN",
+                       description="The main job: train an MLP and a CNN on scikit-learn's "
+                       "digits, print test accuracy and the memory report, save the CNN.")
+    p.add_argument("-o", "--output", default=None, metavar="FILE.mgm",
+                   help=f"where to save the CNN's predictor (default {DEMO_OUTPUT})")
+    p.add_argument("--epochs", type=_positive_int, default=None,
+                   help="epochs for each model (default 30 for the MLP, 15 for the CNN)")
+    p.add_argument("--train-size", type=_positive_int, default=None, metavar="N",
+                   help="train on the first N training images (default all 1,437)")
+    p.set_defaults(func=cmd_demo)
+    return p
+
+
+def _add_run(sub):
+    p = sub.add_parser("run", help="run a saved model on .npy inputs",
+                       description="Load a model file, feed it and print each output's "
+                       "dtype, shape and summary, or write the outputs to an .npz.")
+    p.add_argument("model", help="a model file written by mg.save")
+    _add_input(p, "the model's input NAME from FILE.npy (NAME= may be left out when the "
+               "model has one input); one per input")
+    p.add_argument("-o", "--output", metavar="OUT.npz", help="write the outputs here")
+    p.set_defaults(func=cmd_run)
+    return p
+
+
+def _add_report(sub):
+    p = sub.add_parser("report", help="memory, passes and remat reports of a saved model")
+    p.add_argument("model", help="a model file written by mg.save")
+    p.add_argument("--json", action="store_true", help="the reports as one JSON object")
+    p.set_defaults(func=cmd_report)
+    return p
+
+
+def _add_viz(sub):
+    p = sub.add_parser("viz", help="draw a saved model's plan: HTML page, SVG or DOT")
+    p.add_argument("model", help="a model file written by mg.save")
+    p.add_argument("-o", "--output", required=True, type=_viz_path, metavar="FILE",
+                   help="FILE.html (the viewer page), FILE.svg (the graph) or FILE.dot")
+    p.set_defaults(func=cmd_viz)
+    return p
+
+
+def _add_profile(sub):
+    p = sub.add_parser("profile", help="time each instruction of a saved model's plan",
+                       description="Run a model under the profiler and print the time per op. "
+                       "Inputs not given with --input are seeded random: standard normal "
+                       "floats, zeros for integers and booleans.")
+    p.add_argument("model", help="a model file written by mg.save")
+    p.add_argument("--runs", type=_positive_int, default=10, help="profiled runs (default 10)")
+    p.add_argument("--trace", metavar="FILE.json",
+                   help="write a Chrome/Perfetto trace (open in ui.perfetto.dev)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    _add_input(p, "feed the input NAME from FILE.npy instead of random values")
+    p.set_defaults(func=cmd_profile)
+    return p
+
+
+def _add_convert(sub):
+    p = sub.add_parser("convert", help="import an ONNX model and save it as a model file")
+    p.add_argument("model", metavar="MODEL.onnx", help="an ONNX model")
+    p.add_argument("-o", "--output", metavar="MODEL.mgm",
+                   help="the model file to write (default: MODEL.mgm beside MODEL.onnx)")
+    p.add_argument("--input-shape", action="append", default=[], type=_shape_spec,
+                   metavar="NAME=D,D,...", help="a static shape for an input with symbolic "
+                   "dimensions (repeat per input)")
+    p.add_argument("--freeze", action="store_true",
+                   help="fold the weights into the plan as constants (mg.compile freeze=True)")
+    p.set_defaults(func=cmd_convert)
+    return p
+
+
+def _add_bench(sub):
+    p = sub.add_parser("bench", add_help=False, help="the benchmark table (`mgegraph bench "
+                       "--help` for its options)")
+    p.set_defaults(func=cmd_bench)
+    return p
+
+
+def _add_input(p, text: str) -> None:
+    p.add_argument("--input", action="append", default=[], type=_feed_spec,
+                   metavar="NAME=FILE.npy", help=text)
+
+
+# argparse types: a bad value is a usage error naming what was written
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+def _feed_spec(text: str) -> tuple[str | None, str]:
+    name, sep, path = text.rpartition("=")
+    if sep and not name:
+        raise argparse.ArgumentTypeError(f"{text!r}: the name before '=' is empty")
+    if not path:
+        raise argparse.ArgumentTypeError(f"{text!r}: no file after '='")
+    return (name if sep else None), path
+
+
+def _shape_spec(text: str) -> tuple[str, tuple[int, ...]]:
+    name, sep, dims = text.rpartition("=")
+    try:
+        shape = tuple(int(d) for d in dims.split(",") if d.strip())
+    except ValueError:
+        shape = None
+    if not (sep and name) or shape is None or any(d < 0 for d in shape):
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=D,D,... (e.g. input=1,3,224,224)")
+    return name, shape
+
+
+def _viz_path(text: str) -> str:
+    if Path(text).suffix.lower() not in VIZ_FORMATS:
+        raise argparse.ArgumentTypeError(f"{text!r}: the file name must end in one of "
+                                         f"{', '.join(VIZ_FORMATS)} (it picks the format)")
+    return text
+
+
+# -- the subcommands -----------------------------------------------------------------------------
+def cmd_demo(args) -> int:
+    """``mgegraph demo``: train, save, report; with the default epochs and all the data, a
+    model below its target accuracy fails the command."""
+    from . import demo
+
+    accuracies = demo.run_demo(epochs=args.epochs, train_size=args.train_size,
+                               output=args.output or demo.DEFAULT_OUTPUT,
+                               progress=sys.stdout.isatty())
+    if args.epochs is None and args.train_size is None:
+        missed = {k: round(a, 4) for k, a in accuracies.items() if a < demo.TARGETS[k]}
+        if missed:
+            print(f"{PROG}: error: below target accuracy: {missed} (targets {demo.TARGETS})",
+                  file=sys.stderr)
+            return 1
+    return 0
+
+
+def cmd_run(args) -> int:
+    """``mgegraph run MODEL --input NAME=FILE.npy ... [-o OUT.npz]``."""
+    predictor = _load(args.model)
+    outputs = predictor.run(read_feeds(predictor, args.input))
+    named = dict(zip(predictor.output_names, outputs))
+    if args.output is None:
+        for name, array in named.items():
+            print(summary_line(name, array))
+        return 0
+    np.savez(args.output, **named)
+    written = args.output if args.output.endswith(".npz") else args.output + ".npz"
+    print(f"wrote {', '.join(named)} to {written}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    """``mgegraph report MODEL [--json]``: what the plan of a model file is, and why."""
+    from .io import read
+
+    loaded = read(args.model)
+    if isinstance(loaded, dict):
+        report = state_report(args.model, loaded)
+        print(json.dumps(report, indent=1) if args.json else _state_text(report))
+        return 0
+    report = model_report(args.model, loaded)
+    print(json.dumps(report, indent=1, default=str) if args.json
+          else _model_text(report, loaded.plan))
+    return 0
+
+
+def cmd_viz(args) -> int:
+    """``mgegraph viz MODEL -o FILE.html|.svg|.dot``: the format is the file's suffix."""
+    plan = _load(args.model).plan
+    suffix = Path(args.output).suffix.lower()
+    if suffix == ".dot":
+        Path(args.output).write_text(plan.to_dot() + "\n")
+    elif suffix == ".svg":
+        Path(args.output).write_text(_tool("mgegraph.viz", "the viewer").to_svg(plan))
+    else:
+        _tool("mgegraph.viz", "the viewer").save_html(plan, args.output)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def cmd_profile(args) -> int:
+    """``mgegraph profile MODEL [--runs N] [--trace FILE.json] [--input NAME=FILE.npy]``."""
+    profiler = _tool("mgegraph.tools.profiler", "the profiler")
+    predictor = _load(args.model)
+    feeds = read_feeds(predictor, args.input, rng=np.random.default_rng(args.seed))
+    predictor.run(feeds)  # allocation and the weights' prologue happen once, unprofiled
+    with profiler.profile() as prof:
+        for _ in range(args.runs):
+            predictor.run(feeds)
+    print(prof.table())
+    if args.trace:
+        prof.save_chrome_trace(args.trace)
+        print(f"wrote {args.trace} (open it in ui.perfetto.dev or chrome://tracing)")
+    return 0
+
+
+def cmd_convert(args) -> int:
+    """``mgegraph convert MODEL.onnx -o MODEL.mgm``: import, compile and ``mg.save``."""
+    from . import onnx as mg_onnx
+    from .io import save
+
+    output = args.output or str(Path(args.model).with_suffix(".mgm"))
+    try:
+        plan = mg_onnx.import_model(args.model, input_shapes=dict(args.input_shape) or None,
+                                    freeze=args.freeze)
+    except ModuleNotFoundError as exc:
+        if exc.name != "onnx":
+            raise
+        raise ImportError('convert needs the onnx package: pip install -e ".[onnx]"') from None
+    except mg_onnx.OnnxImportError as exc:
+        if exc.needs_constant or "input_shapes=" not in str(exc):
+            raise
+        raise mg_onnx.OnnxImportError(f"{exc} (on the command line: --input-shape "
+                                      "NAME=D,D,...)") from exc
+    save(plan, output)
+    ins = ", ".join(f"{n}: {plan.slots[s].type}" for n, s in plan.feeds.items())
+    print(f"converted {args.model} -> {output}: inputs {ins}; {len(plan.outputs)} outputs, "
+          f"{len(plan.instructions)} instructions")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    """``mgegraph bench [WORKLOAD...] [options]``: ``mgegraph.tools.bench.main`` decides."""
+    return _tool("mgegraph.tools.bench", "the benchmark table").main(args.bench_argv)
+
+
+# -- helpers -------------------------------------------------------------------------------------
+def _load(path: str):
+    from .runtime import load
+
+    return load(path)
+
+
+def _tool(module: str, what: str):
+    """A tool module of this package; a one-line error when this build does not have it."""
+    if importlib.util.find_spec(module) is None:
+        raise ImportError(f"{what} ({module}) is not part of this mgegraph build")
+    return importlib.import_module(module)
+
+
+def read_feeds(predictor, specs, rng: np.random.Generator | None = None) -> dict:
+    """The feeds named by ``--input`` specs ``(name or None, path)``; inputs not given are
+    random when ``rng`` is given (standard normal floats, zeros otherwise), else an error.
+
+    >>> read_feeds(predictor, [(None, "x.npy")])   # {'input0': array(...)}
+    """
+    names, feeds = predictor.input_names, {}
+    wants = dict(zip(names, zip(predictor.input_shapes, predictor.input_dtypes)))
+    for name, path in specs:
+        name = _feed_name(name, path, names)
+        if name in feeds:
+            raise FeedError(f"--input {name}=...: given twice")
+        feeds[name] = _read_array(name, path, *wants[name])
+    missing = [n for n in names if n not in feeds]
+    if missing and rng is None:
+        wanted = ", ".join(f"{n} ({_type_text(*wants[n])})" for n in missing)
+        raise FeedError(f"no --input NAME=FILE.npy for the model's input(s) {wanted}")
+    for name in missing:
+        feeds[name] = random_array(*wants[name], rng)
+    return feeds
+
+
+def _feed_name(name: str | None, path: str, names: tuple[str, ...]) -> str:
+    if name is None:
+        if len(names) != 1:
+            raise FeedError(f"--input {path}: the model has {len(names)} inputs {list(names)}; "
+                            f"write --input NAME={path}")
+        return names[0]
+    if name not in names:
+        raise FeedError(f"--input {name}={path}: the model has no input {name!r}; its inputs "
+                        f"are {list(names)}")
+    return name
+
+
+def _read_array(name: str, path: str, shape, dtype) -> np.ndarray:
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (ValueError, EOFError) as exc:  # truncated, or not NumPy's format at all
+        # np.load takes a file without NumPy's magic for a pickle: say what the user has
+        why = "" if "pickle" in str(exc) else f" ({exc})"
+        raise FeedError(f"--input {name}={path}: not an array file written by np.save"
+                        f"{why}") from None
+    if not isinstance(array, np.ndarray):
+        array.close()
+        raise FeedError(f"--input {name}={path}: an .npz archive; give one array as .npy")
+    if array.shape != tuple(shape) or array.dtype != dtype:
+        raise FeedError(f"--input {name}={path}: the array is "
+                        f"{_type_text(array.shape, array.dtype)}, the model's input {name} is "
+                        f"{_type_text(shape, dtype)}")
+    return array
+
+
+def random_array(shape, dtype, rng: np.random.Generator) -> np.ndarray:
+    """A feed of ``shape`` and ``dtype``: standard normal floats, zeros for integers and
+    booleans (an index input then stays in range).
+
+    >>> random_array((2, 3), np.dtype("float32"), np.random.default_rng(0)).shape  # (2, 3)
+    """
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    return np.zeros(shape, dtype)
+
+
+def _type_text(shape, dtype) -> str:
+    return f"{np.dtype(dtype)}{list(shape)}"
+
+
+def summary_line(name: str, array: np.ndarray) -> str:
+    """``name: dtype[shape]  min .. mean .. max ..`` over the finite values, and how many
+    are not finite.
+
+    >>> summary_line("y", np.array([1.0, 3.0]))   # 'y: float64[2]  min 1  mean 2  max 3'
+    """
+    text = f"{name}: {_type_text(array.shape, array.dtype)}"
+    if array.size == 0:
+        return text + "  (empty)"
+    values = array.astype(np.float64).ravel()
+    finite = values[np.isfinite(values)]
+    if finite.size:
+        text += f"  min {finite.min():.6g}  mean {finite.mean():.6g}  max {finite.max():.6g}"
+    if finite.size < values.size:
+        text += f"  ({values.size - finite.size} not finite)"
+    return text
+
+
+# -- reports -------------------------------------------------------------------------------------
+def model_report(path: str, loaded) -> dict:
+    """The ``report --json`` object of a model file: its inputs and outputs, the plan's size
+    and its memory, passes and remat reports (``remat`` is None without remat=).
+
+    >>> model_report("m.mgm", mg.io.read("m.mgm"))["memory"]["arena_bytes"]
+    """
+    plan = loaded.plan
+    types = [plan.slots[plan.feeds[n]].type for n in loaded.input_names]
+    outs = [plan.slots[s].type for s in plan.outputs]
+    return {
+        "model": str(path), "kind": loaded.kind,
+        "inputs": [_io_entry(n, t) for n, t in zip(loaded.input_names, types)],
+        "outputs": [_io_entry(n, t) for n, t in zip(loaded.output_names, outs)],
+        "device": plan.device, "instructions": len(plan.instructions), "slots": len(plan.slots),
+        "prologue_instructions": len(plan.prologue.instructions) if plan.prologue else 0,
+        "memory": json.loads(plan.memory_report(format="json")),
+        "passes": [{"name": name, "changes": stats} for name, stats in plan.passes],
+        "remat": json.loads(plan.remat_report("json")) if plan.remat is not None else None,
+    }
+
+
+def _io_entry(name: str, t) -> dict:
+    return {"name": name, "shape": list(t.shape), "dtype": str(t.dtype)}
+
+
+def _model_text(report: dict, plan) -> str:
+    def io(entries):
+        return ", ".join(f"{e['name']}: {e['dtype']}{e['shape']}" for e in entries)
+
+    prologue = (f"; prologue {report['prologue_instructions']} instructions (weight-only work, "
+                "rerun after a weight changes)" if report["prologue_instructions"] else "")
+    remat = plan.remat_report() if plan.remat is not None else "not compiled with remat="
+    return "\n".join([
+        (f"model {report['model']}: a {report['kind']} for {report['device']}, "
+         f"{report['instructions']} instructions over {report['slots']} slots{prologue}"),
+        f"  inputs   {io(report['inputs'])}", f"  outputs  {io(report['outputs'])}",
+        "", "memory", plan.memory_report(), "", "passes", plan.passes_report(),
+        "", "remat", remat])
+
+
+def state_report(path: str, state: dict) -> dict:
+    """The ``report --json`` object of a weights file (``mg.save(state_dict)``)."""
+    arrays = [{**_io_entry(n, a), "bytes": int(a.nbytes)} for n, a in state.items()]
+    return {"model": str(path), "kind": "state_dict", "arrays": arrays,
+            "bytes": sum(a["bytes"] for a in arrays)}
+
+
+def _state_text(report: dict) -> str:
+    lines = [(f"weights {report['model']}: {len(report['arrays'])} arrays, "
+              f"{report['bytes']} bytes (a state dict: no plan to report)")]
+    lines += [f"  {a['name']}: {a['dtype']}{a['shape']}" for a in report["arrays"]]
+    return "\n".join(lines)
