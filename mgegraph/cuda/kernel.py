@@ -1,0 +1,36 @@
+"""What the CUDA backend's kernel table holds: a kernel's source and its launches.
+
+The contract between the hand-written kernels (csrc_cuda/*.cu, mgegraph/cuda/kernels/) and the
+runtime (mgegraph/cuda/backend.py): every kernel is ``extern "C" __global__ void
+mg_<name>(const MgArgs a)`` (csrc_cuda/mg_abi.cuh); ``a.bufs`` holds the instruction's inputs,
+outputs and workspace in order, ``a.ints``/``a.floats`` its lowering's ``Launch.ints/floats``.
+One instruction may launch several kernels (``steps``); each gets the same MgArgs.
+
+>>> Step("mg_unary_exp_f32", (120, 1, 1), (256, 1, 1)).shared_bytes
+0
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Step:
+    """One kernel launch: the entry point's name in its module and the launch geometry."""
+
+    entry: str                      # "mg_reduce_sum_f32_pass1"
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class CudaKernel:
+    """The ``Kernel.entry`` of the CUDA backend's kernels: ``source`` is a file of csrc_cuda/
+    (``"reduce.cu"``) or the name of a source the backend renders (mgegraph/cuda/sources.py);
+    ``steps(launch, types)`` gives the launches of one instruction, where ``types`` are the
+    TensorTypes of its buffers, inputs then outputs."""
+
+    source: str
+    steps: Callable

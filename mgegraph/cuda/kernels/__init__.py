@@ -1,0 +1,11 @@
+"""The CUDA kernel families: each module has ``implement(table)`` (the ops it runs, their kernel
+family, dtypes and lowering, as the CPU's mgegraph/_kernels/lowering/<family>.py) and
+``KERNELS`` (kernel name, e.g. "unary_f32", -> mgegraph.cuda.kernel.CudaKernel).
+
+The backend (mgegraph/cuda/backend.py) imports every module listed in FAMILIES, in order; a
+kernel name defined twice or an op implemented twice is an ImportError there.
+"""
+FAMILIES = [
+    "elementwise",   # unary, binary, compare, where, cast, assign, copy: rendered from the table
+    "fused",         # fused_elementwise: each group's program rendered to one kernel
+]

@@ -1,0 +1,80 @@
+"""Run a CUDA kernel on the host: the source compiled as C++ by g++ with csrc_cuda/host_emu.h
+(which maps __global__, threadIdx, blockIdx, ... to loops), called through ctypes.
+
+For kernels without shared memory, barriers or warp intrinsics (elementwise, broadcasting,
+rendered fused kernels, casts, copies): their results are compared with the CPU backend's in
+CI, where there is no GPU. Each distinct source is compiled once per test session (a temp .so).
+
+>>> out = np.zeros(4, np.float32)
+>>> run_on_host(SRC, [Step("mg_twice", (1, 1, 1), (4, 1, 1))],
+...             [np.arange(4, dtype=np.float32), out], (4,), ())  # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from mgegraph.cuda import CSRC
+from mgegraph.cuda.abi import MgArgs, pack
+from mgegraph.cuda.kernel import Step
+
+# no FP contraction, as the CPU kernels are built (setup.py), so results can agree bitwise
+GXX_FLAGS = ["-std=c++17", "-O2", "-ffp-contract=off", "-fPIC", "-shared", "-w"]
+_LIBS: dict[str, ctypes.CDLL] = {}
+_DIR = Path(tempfile.mkdtemp(prefix="mg_host_emu_"))
+
+
+def have_compiler() -> bool:
+    return shutil.which("g++") is not None
+
+
+def _source_text(source: str) -> str:
+    """A file of csrc_cuda/ by name, or source text."""
+    if "\n" not in source and (CSRC / source).is_file():
+        return (CSRC / source).read_text()
+    return source
+
+
+def build(source: str) -> ctypes.CDLL:
+    """The host build of ``source`` (a csrc_cuda/ file name or text), compiled once."""
+    text = _source_text(source)
+    key = hashlib.sha256(text.encode()).hexdigest()[:20]
+    lib = _LIBS.get(key)
+    if lib is not None:
+        return lib
+    cpp, so = _DIR / f"{key}.cpp", _DIR / f"{key}.so"
+    cpp.write_text(f'#include "host_emu.h"\n#line 1 "kernel.cu"\n{text}\nMG_EMU_DEFINE_LAUNCH\n')
+    done = subprocess.run(["g++", *GXX_FLAGS, "-I", str(CSRC.resolve()), str(cpp), "-o", str(so)],
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"g++ could not build the host emulation:\n{done.stderr[-4000:]}")
+    lib = _LIBS[key] = ctypes.CDLL(str(so))
+    lib.mg_emu_launch.argtypes = [ctypes.c_void_p, ctypes.POINTER(MgArgs),
+                                  ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint)]
+    return lib
+
+
+def run_on_host(source: str, steps, bufs, ints=(), floats=()) -> None:
+    """Launch each of ``steps`` (mgegraph.cuda.kernel.Step) of ``source`` on the host over the
+    NumPy arrays ``bufs`` (inputs, outputs, workspace), which the kernels write in place."""
+    lib = build(source)
+    arrays = [b if isinstance(b, np.ndarray) else np.asarray(b) for b in bufs]
+    for a in arrays:
+        if not a.flags.c_contiguous:
+            raise ValueError("host emulation buffers must be C-contiguous")
+    args = pack([a.ctypes.data for a in arrays], ints, floats)
+    for step in steps:
+        if step.shared_bytes:
+            raise ValueError(f"{step.entry} uses shared memory: it cannot run on the host")
+        kernel = ctypes.cast(getattr(lib, step.entry), ctypes.c_void_p)
+        lib.mg_emu_launch(kernel, ctypes.byref(args), (ctypes.c_uint * 3)(*step.grid),
+                          (ctypes.c_uint * 3)(*step.block))
+
+
+__all__ = ["Step", "build", "have_compiler", "run_on_host"]
