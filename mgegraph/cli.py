@@ -335,22 +335,35 @@ def cmd_convert(args) -> int:
 
     output = args.output or str(Path(args.model).with_suffix(".mgm"))
     try:
-        plan = mg_onnx.import_model(args.model, input_shapes=dict(args.input_shape) or None,
+        plan = mg_onnx.import_model(_read_onnx(args.model),
+                                    input_shapes=dict(args.input_shape) or None,
                                     freeze=args.freeze)
-    except ModuleNotFoundError as exc:
-        if exc.name != "onnx":
-            raise
-        raise ImportError('convert needs the onnx package: pip install -e ".[onnx]"') from None
     except mg_onnx.OnnxImportError as exc:
         if exc.needs_constant or "input_shapes=" not in str(exc):
             raise
         raise mg_onnx.OnnxImportError(f"{exc} (on the command line: --input-shape "
                                       "NAME=D,D,...)") from exc
     save(plan, output)
-    ins = ", ".join(f"{n}: {plan.slots[s].type}" for n, s in plan.feeds.items())
+    ins = ", ".join(f"{n}: {_type_text(plan.slots[s].type.shape, plan.slots[s].type.dtype)}"
+                    for n, s in plan.feeds.items())
     print(f"converted {args.model} -> {output}: inputs {ins}; {len(plan.outputs)} outputs, "
           f"{len(plan.instructions)} instructions")
     return 0
+
+
+def _read_onnx(path: str):
+    """The ModelProto at ``path``; a file that is not one is an OnnxImportError naming it."""
+    from .onnx import OnnxImportError
+
+    try:
+        import onnx
+        from google.protobuf.message import DecodeError
+    except ModuleNotFoundError:
+        raise ImportError('convert needs the onnx package: pip install -e ".[onnx]"') from None
+    try:
+        return onnx.load(path)
+    except (DecodeError, ValueError) as exc:
+        raise OnnxImportError(f"{path}: not an ONNX model ({exc})") from None
 
 
 def cmd_bench(args) -> int:
