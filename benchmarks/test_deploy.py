@@ -91,9 +91,11 @@ def checked(got, shape, impl):
     check(np.asarray(got) / scale, want / scale, f"resnet {shape} {impl}", rtol=0, atol=ATOL)
 
 
+@pytest.mark.workload("resnet-infer")
 @pytest.mark.parametrize("impl", list(LEVELS) + PEERS)
 @pytest.mark.parametrize("shape", list(RESNET))
-def test_resnet_infer_deploy(benchmark, shape, impl):
+def test_resnet_infer_deploy(benchmark, tag, shape, impl):
+    tag(shape, impl)  # arena_bytes: record() adds the plan's
     x = resnet_input(shape)
     if impl in LEVELS:
         plan = mg.compile_module(model(), (x,), **LEVELS[impl]).plan
@@ -155,9 +157,11 @@ def mlp_onnx(batch) -> bytes:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
+@pytest.mark.workload("mlp-infer")
 @pytest.mark.parametrize("impl", MLP_IMPLS)
 @pytest.mark.parametrize("batch", MLP_BATCHES)
-def test_mlp_infer_deploy(benchmark, batch, impl):
+def test_mlp_infer_deploy(benchmark, tag, batch, impl):
+    tag(f"batch {batch}", impl)
     x = np.random.default_rng(workloads.SEED + 1).standard_normal(
         (batch, workloads.MLP_LAYERS[0]), dtype=np.float32)
     feeds = {"x": x}
@@ -174,6 +178,7 @@ def test_mlp_infer_deploy(benchmark, batch, impl):
         plan = mg.compile([mlp_graph(batch)], freeze=impl.endswith("freeze=True"))
         fn = functools.partial(plan.run, feeds)
         got = fn()[0]
+        benchmark.extra_info["arena_bytes"] = plan.arena_bytes
     check(got, want, f"mlp b{batch} {impl}")
     benchmark.group = f"mlp-infer batch {batch}: deploy"
     benchmark(fn)

@@ -4,7 +4,6 @@ PyTorch eager, each workload in one group (shared/BENCHMARKS.md)."""
 import functools
 
 import pytest
-
 import workloads
 
 # the figures terminal_summary() reads: (group, impl) -> median seconds
@@ -15,6 +14,9 @@ OP_IMPLS = ["torch eager", "mgegraph eager", "mgegraph eager, python scalars", "
 TRAIN_IMPLS = ["torch eager", "mgegraph eager", "mgegraph trace", "mgegraph compile_train_step"]
 TRAIN = {"mlp-train eager batch 128": "mlp_train_eager",
          "convnet-train eager batch 32": "convnet_train_eager"}
+# group -> (workload, case): the row each group's benchmarks make in the table
+ROWS = {"mlp-train eager batch 128": ("mlp-train", "batch 128"),
+        "convnet-train eager batch 32": ("convnet-train", "batch 32")}
 
 
 @functools.cache
@@ -30,16 +32,19 @@ def run(benchmark, group, impls, impl):
     MEDIANS[group, impl] = benchmark.stats.stats.median
 
 
+@pytest.mark.workload("op-overhead")
 @pytest.mark.parametrize("impl", OP_IMPLS)
-def test_op_overhead_eager(benchmark, impl):
-    benchmark.extra_info["ops"] = workloads.OP_CHAIN
+def test_op_overhead_eager(benchmark, tag, impl):
+    tag(f"{workloads.OP_CHAIN} ops, 16 elements", impl, ops=workloads.OP_CHAIN)
     run(benchmark, OP_GROUP, built("op_overhead_eager"), impl)
     benchmark.extra_info["us_per_op"] = MEDIANS[OP_GROUP, impl] / workloads.OP_CHAIN * 1e6
 
 
 @pytest.mark.parametrize("impl", TRAIN_IMPLS)
-@pytest.mark.parametrize("group", list(TRAIN))
-def test_train_step_eager(benchmark, group, impl):
+@pytest.mark.parametrize("group", [pytest.param(g, marks=pytest.mark.workload(ROWS[g][0]))
+                                   for g in TRAIN])
+def test_train_step_eager(benchmark, tag, group, impl):
+    tag(ROWS[group][1], impl)
     run(benchmark, group, built(TRAIN[group]), impl)
 
 

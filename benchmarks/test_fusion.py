@@ -37,6 +37,9 @@ EXTRA: dict[tuple[str, str], dict] = {}
 
 CHAIN_GROUP = f"fusion-chain ({N:,} float32 per input)"
 OPS_GROUP = f"op-overhead with fusion ({workloads.OP_CHAIN} ops, 16 elements)"
+# the cases of the benchmark table (see conftest.tag)
+CHAIN_CASE = f"{N:,} elements"
+OPS_CASE = f"{workloads.OP_CHAIN} ops, 16 elements"
 
 
 def without(name: str) -> list[str]:
@@ -69,6 +72,11 @@ def mg_executor(plan, feeds, want, what):
     return plan.executable().executor.run
 
 
+def label(impl: str) -> str:
+    """The table's name of a case: mgegraph's cases here time the executor alone."""
+    return f"{impl}, executor" if impl.startswith("mgegraph") else impl
+
+
 # -- fusion-chain ---------------------------------------------------------------------------------
 @functools.cache
 def chain_inputs():
@@ -87,7 +95,8 @@ def chain_reference():
 
 def chain_mgegraph(optimize):
     plan = mg.compile([models.fusion_chain_graph(N)], optimize=optimize)
-    return mg_executor(plan, chain_inputs(), chain_reference(), f"mgegraph optimize={optimize}")
+    run = mg_executor(plan, chain_inputs(), chain_reference(), f"mgegraph optimize={optimize}")
+    return run, {"arena_bytes": plan.arena_bytes}
 
 
 def chain_numpy():
@@ -169,21 +178,28 @@ def copy_bandwidth():
     return functools.partial(np.copyto, dst, src)
 
 
-CHAIN_IMPLS = {
+CHAIN_IMPLS = {  # impl -> () -> (callable, figures)
     "mgegraph fused (optimize=1)": lambda: chain_mgegraph(1),
     "mgegraph unfused (optimize=0)": lambda: chain_mgegraph(0),
-    "numpy eager": chain_numpy,
-    "numexpr": chain_numexpr,
-    "onnxruntime": chain_onnxruntime,
-    "torch eager": lambda: chain_torch(False),
-    "torch.compile": lambda: chain_torch(True),
-    "np.copyto 64 MiB (bandwidth)": copy_bandwidth,
+    "numpy eager": lambda: (chain_numpy(), {}),
+    "numexpr": lambda: (chain_numexpr(), {}),
+    "onnxruntime": lambda: (chain_onnxruntime(), {}),
+    "torch eager": lambda: (chain_torch(False), {}),
+    "torch.compile": lambda: (chain_torch(True), {}),
+    "np.copyto 64 MiB (bandwidth)": lambda: (copy_bandwidth(), {}),
 }
+# The copy is the table's limit: the chain's 80 MiB at the rate np.copyto moves its 128 MiB.
+CHAIN_LIMIT = {"role": "limit", "limit_scale": CHAIN_BYTES / (2 * COPY_BYTES),
+               "limit_what": "80 MiB (4 inputs read, 1 output written) at the bandwidth of "
+                             "np.copyto on 64 MiB"}
 
 
+@pytest.mark.workload("fusion-chain")
 @pytest.mark.parametrize("impl", list(CHAIN_IMPLS))
-def test_fusion_chain(benchmark, impl):
-    record(benchmark, CHAIN_GROUP, impl, CHAIN_IMPLS[impl]())
+def test_fusion_chain(benchmark, tag, impl):
+    tag(CHAIN_CASE, label(impl), **(CHAIN_LIMIT if impl.startswith("np.copyto") else {}))
+    run, extra = CHAIN_IMPLS[impl]()
+    record(benchmark, CHAIN_GROUP, impl, run, **extra)
 
 
 # -- op-overhead ----------------------------------------------------------------------------------
@@ -199,7 +215,7 @@ def ops_mgegraph(optimize):
     plan = mg.compile([workloads.op_chain_graph()], optimize=optimize)
     feeds = op_chain_feeds()
     run = mg_executor(plan, feeds, op_chain_numpy(feeds["x"]), f"op chain optimize={optimize}")
-    return run, {"instructions": len(plan.instructions)}
+    return run, {"instructions": len(plan.instructions), "arena_bytes": plan.arena_bytes}
 
 
 def ops_numpy():
@@ -228,10 +244,11 @@ OPS_IMPLS = {
 }
 
 
+@pytest.mark.workload("op-overhead")
 @pytest.mark.parametrize("impl", list(OPS_IMPLS))
-def test_op_overhead_fused(benchmark, impl):
+def test_op_overhead_fused(benchmark, tag, impl):
+    tag(OPS_CASE, label(impl), ops=workloads.OP_CHAIN)  # the table prints us/op from ops
     run, extra = OPS_IMPLS[impl]()
-    benchmark.extra_info["ops"] = workloads.OP_CHAIN  # the conftest prints us/op from it
     record(benchmark, OPS_GROUP, impl, run, **extra)
 
 
@@ -239,6 +256,8 @@ def test_op_overhead_fused(benchmark, impl):
 TRAIN = {"mlp-train batch 128": (workloads._mlp_module, (128, workloads.MLP_LAYERS[0])),
          "convnet-train batch 32": (workloads._convnet, (32, 3, 32, 32))}
 TRAIN_LEVELS = {"optimize=0": 0, "all passes but epilogue": without("epilogue"), "optimize=1": 1}
+TRAIN_ROWS = {"mlp-train batch 128": ("mlp-train", "batch 128"),  # workload, case in the table
+              "convnet-train batch 32": ("convnet-train", "batch 32")}
 
 
 @functools.cache
@@ -293,8 +312,10 @@ def train_step(workload, optimize):
 
 
 @pytest.mark.parametrize("level", list(TRAIN_LEVELS))
-@pytest.mark.parametrize("workload", list(TRAIN))
-def test_train_epilogue(benchmark, workload, level):
+@pytest.mark.parametrize("workload", [pytest.param(w, marks=pytest.mark.workload(TRAIN_ROWS[w][0]))
+                                      for w in TRAIN])
+def test_train_epilogue(benchmark, tag, workload, level):
+    tag(TRAIN_ROWS[workload][1], f"mgegraph {level}")
     want = first_loss(workload)
     step = train_step(workload, TRAIN_LEVELS[level])
     batch = workloads._batch(TRAIN[workload][1])
@@ -328,9 +349,11 @@ def resnet_predictor(shape, optimize):
     return mg.compile_module(model, (resnet_input(*RESNET[shape]),), optimize=optimize)
 
 
+@pytest.mark.workload("resnet-infer")
 @pytest.mark.parametrize("level", list(RESNET_LEVELS))
 @pytest.mark.parametrize("shape", list(RESNET))
-def test_resnet_infer_bnfold(benchmark, shape, level):
+def test_resnet_infer_bnfold(benchmark, tag, shape, level):
+    tag(shape, label(f"mgegraph {level}"))
     want = resnet_reference(shape)
     plan = resnet_predictor(shape, RESNET_LEVELS[level]).plan
     scale = np.abs(want).max()
