@@ -5,6 +5,7 @@ executable that carves a plan's buffers out of one NumPy arena and runs them in 
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 
@@ -12,6 +13,7 @@ from ..backend import FusionLimits, KernelTable
 from ..ir.errors import KernelError, NumericsError
 from ..plan import Role, check_feeds, dead_values, host_arena, host_buffers
 from ..planner.passes.prologue import PLACEHOLDER, epoch, versions, written
+from ..tools import profiler
 from . import KERNEL_MODULES, fused, lowering
 from .launch import Launcher
 from .runtime import KERNEL_STATUS, POISON_BYTES, POISON_FLOAT32, POISON_FLOAT64, Executor
@@ -82,6 +84,11 @@ class CpuExecutable:
     the plan's prologue (``plan.prologue``: what reads only weights) runs when the executable is
     made and again before a run after one of the weights it reads was written, so
     ``executor.run()`` alone sees the weights as they were at the last ``run``.
+
+    Profiling: while an ``mg.profile()`` is active, ``run`` takes the executor's timed loop
+    (``run_timed``; a plan with ``check_numerics`` times its one-by-one runs) and hands each
+    instruction's start and duration to the active profiles, for a failed or interrupted run
+    too (the instructions that ran); otherwise ``executor.run()``, which times nothing.
     """
 
     def __init__(self, backend: CpuBackend, plan):
@@ -112,9 +119,13 @@ class CpuExecutable:
             self._prologue.refresh()
         for name, slot in plan.feeds.items():
             np.copyto(buffers[slot], feeds[name], casting="no")
+        profiles = profiler.active()
         try:
-            failure = self._run_checking_numerics() if plan.check_numerics \
-                else self.executor.run()
+            if profiles:
+                failure = self._run_profiled(profiles)
+            else:
+                failure = self._run_checking_numerics() if plan.check_numerics \
+                    else self.executor.run()
         finally:  # a failed run may have written some (the C loop stops where it failed)
             for array in self._assigned:
                 written(array)
@@ -124,6 +135,36 @@ class CpuExecutable:
             raise KernelError(f"{ins.op} (kernel {ins.kernel}, node made at {ins.location}): "
                               f"{KERNEL_STATUS.get(status, f'status {status}')}")
         return [buffers[s].copy() for s in plan.outputs]
+
+    def _run_profiled(self, profiles):
+        """The run, timed, recorded by ``profiles`` however it ends; returns what the untimed
+        run would (None, or the failing instruction's (index, status))."""
+        executor, failure, complete = self.executor, None, False
+        began = time.monotonic_ns()
+        try:
+            failure = self._run_checking_numerics() if self.plan.check_numerics \
+                else executor.run_timed()
+            complete = failure is None
+        finally:  # the failing instruction ran and is timed too (ran counts the successes)
+            ended = time.monotonic_ns()
+            times = np.empty((executor.ran + (failure is not None), 2), np.int64)
+            executor.copy_times(times)
+            profiler.record(profiles, self.plan, began, ended, times, complete)
+        return failure
+
+    def _written(self, slot: int, results: dict) -> np.ndarray:
+        """Where this run left ``slot``: the plan's buffer, or (the slot or a view of it) in
+        the array its root was bound to (an output's, or a feed read in place)."""
+        info = self.plan.slots[slot]
+        root = slot if info.alias is None else info.alias
+        bound = results.get(root, self._bound_feeds.get(root))
+        if bound is None:
+            return self.buffers[slot]
+        if root == slot:
+            return bound
+        raw = bound.reshape(-1).view(np.uint8)
+        return raw[info.view_offset:info.view_offset + info.nbytes].view(
+            info.type.dtype).reshape(info.type.shape)
 
     def _run_checking_numerics(self):
         """``executor.run()`` one instruction at a time (a plan compiled with

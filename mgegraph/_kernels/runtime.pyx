@@ -6,11 +6,19 @@
 # The loop takes the GIL back only at the check points the executable chose (after roughly a
 # millisecond of estimated work) to let Python run its signal handlers: Ctrl-C raises
 # KeyboardInterrupt between two instructions, and the run costs nothing more when there are none.
+#
+# Design: run_timed() is run() with two reads of CLOCK_MONOTONIC (the clock of Python's
+# time.monotonic_ns) around each kernel call, stored in a table allocated with the others. It is
+# a second loop rather than a flag tested in run()'s, so an unprofiled run pays nothing for the
+# profiler (mgegraph.tools.profiler).
+
 
 from libc.math cimport NAN
+from libc.stdint cimport int64_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memset
 from cpython.exc cimport PyErr_CheckSignals
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from .abi cimport (Call, kernel_fn, KERNEL_OK, KERNEL_INDEX_OUT_OF_RANGE, KERNEL_BAD_VALUE,
                    KERNEL_UNSUPPORTED, KERNEL_NEGATIVE_POWER)
@@ -49,6 +57,12 @@ cdef void _fill_poison(const Poison* p) noexcept nogil:
         memset(p.data, 0xFF, p.nbytes)
 
 
+cdef inline int64_t _now_ns() noexcept nogil:
+    cdef timespec t
+    clock_gettime(CLOCK_MONOTONIC, &t)
+    return <int64_t>t.tv_sec * 1000000000 + t.tv_nsec
+
+
 cdef class Executor:
     cdef Call* calls
     cdef kernel_fn* fns
@@ -61,6 +75,7 @@ cdef class Executor:
     cdef Py_ssize_t* poison_at  # poison[poison_at[i]:poison_at[i + 1]]: the entries of step i
     cdef Py_ssize_t* checks
     cdef Py_ssize_t n_checks
+    cdef int64_t* times  # times[2i], times[2i + 1]: start and duration of instruction i (ns)
     cdef readonly Py_ssize_t ran  # instructions the last run completed
     cdef readonly object buffers  # keeps the memory the pointers point into alive
 
@@ -114,18 +129,21 @@ cdef class Executor:
                 self.float_table[pf + j] = floats[i][j]
             pf += len(floats[i]) + 2
         self.poison_at = <Py_ssize_t*>malloc((self.n + 1) * sizeof(Py_ssize_t))
-        if not self.poison_at:
+        self.times = <int64_t*>malloc(max(2 * self.n, 1) * sizeof(int64_t))
+        if not (self.poison_at and self.times):
             raise MemoryError("cannot allocate the executor's tables")
         j = 0
         for i in range(self.n + 1):
             while j < self.n_poison and self.poison[j].step < i:
                 j += 1
             self.poison_at[i] = j
+        memset(self.times, 0, max(2 * self.n, 1) * sizeof(int64_t))
 
     def __dealloc__(self):
         free(self.poison)
         free(self.poison_at)
         free(self.checks)
+        free(self.times)
         free(self.calls)
         free(self.fns)
         free(self.buf_table)
@@ -161,16 +179,62 @@ cdef class Executor:
             c += 1
             PyErr_CheckSignals()
 
+    def run_timed(self):
+        """run(), also timing each instruction it calls (the failing one too) into the table
+        ``copy_times`` reads."""
+        cdef Py_ssize_t i = 0, p = 0, c = 0, end
+        cdef int status = 0
+        cdef int64_t start
+        self.ran = 0
+        while True:
+            end = self.checks[c] + 1 if c < self.n_checks else self.n
+            with nogil:
+                while i < end:
+                    start = _now_ns()
+                    status = self.fns[i](&self.calls[i])
+                    self.times[2 * i + 1] = _now_ns() - start
+                    self.times[2 * i] = start
+                    if status != 0:
+                        break
+                    while p < self.n_poison and self.poison[p].step == i:
+                        _fill_poison(&self.poison[p])
+                        p += 1
+                    i += 1
+            self.ran = i
+            if status != 0:
+                return (i, status)
+            if i >= self.n:
+                return None
+            c += 1
+            PyErr_CheckSignals()
+
     def run_one(self, Py_ssize_t i):
-        """Run instruction i alone (for the profiler, the numerics check and debugging) as
-        run() runs it, dead values poisoned after it; returns its status."""
+        """Run instruction i alone (for the numerics check and debugging) as run_timed() runs
+        it, dead values poisoned after it; returns its status. Running 0, 1, ... in turn is a
+        run: ``ran`` counts the instructions completed."""
         cdef int status
         cdef Py_ssize_t p
+        cdef int64_t start
         if not 0 <= i < self.n:
             raise IndexError(f"instruction {i} out of range 0..{self.n - 1}")
         with nogil:
+            start = _now_ns()
             status = self.fns[i](&self.calls[i])
+            self.times[2 * i + 1] = _now_ns() - start
+            self.times[2 * i] = start
             if status == 0:
                 for p in range(self.poison_at[i], self.poison_at[i + 1]):
                     _fill_poison(&self.poison[p])
+        self.ran = i + (status == 0)
         return status
+
+    def copy_times(self, int64_t[:, ::1] out):
+        """Copy the start and duration (CLOCK_MONOTONIC nanoseconds) of instructions
+        0 .. len(out) - 1, as run_timed() or run_one() last timed them, into ``out``."""
+        cdef Py_ssize_t i
+        if out.shape[1] != 2 or out.shape[0] > self.n:
+            raise ValueError(f"out must have shape (k <= {self.n}, 2), got "
+                             f"({out.shape[0]}, {out.shape[1]})")
+        for i in range(out.shape[0]):
+            out[i, 0] = self.times[2 * i]
+            out[i, 1] = self.times[2 * i + 1]

@@ -59,3 +59,8 @@ class ModelFormatError(GraphError):
     """A model file (``mg.load``, ``mg.runtime.load``) is not one mgegraph wrote or can run:
     the message names what is wrong (a member, a node, an attribute, a limit); nothing from the
     file ran."""
+
+
+class ProfileError(ValueError):
+    """``mg.profile`` or one of its reports got an argument it cannot use (a negative warmup,
+    an unknown ``sort_by``); the message names the argument and what it takes."""

@@ -1,0 +1,465 @@
+"""The profiler: ``with mg.profile() as prof:`` times every instruction of every plan run inside
+it, from the executor's C loop, and reports them as a table or a Chrome/Perfetto trace.
+
+>>> with mg.profile() as prof:
+...     step(x, y)                      # plans, training steps, predictors, traced functions
+>>> print(prof.table(top=10))           # top ops by total time, share, GFLOP/s, bytes moved
+>>> prof.save_chrome_trace("step.json") # open in https://ui.perfetto.dev or chrome://tracing
+
+Design: a profile is process-wide, as PyTorch's profiler records every thread: while one is
+active, every plan run on any thread is timed (``CpuExecutable`` asks ``active()`` once per run
+and then runs the executor's timed loop, ``Executor.run_timed``) and handed to every active
+profile (``record``), each run in the lane of the thread that ran it. Nested and concurrent
+profiles therefore each see every run made while they are active; a run belongs to the profiles
+active when it began. Timestamps are CLOCK_MONOTONIC nanoseconds, the clock of
+``time.monotonic_ns``, so the C loop's and Python's agree. Only plans are timed: eager ops (one
+kernel call each, outside any plan) are not recorded, and on devices other than the CPU only
+once their executable records its runs too (``active`` and ``record`` are that seam).
+
+After each recorded run the plan carries ``plan._cache["instruction_times"]``: the mean wall
+seconds of each instruction over the runs the most recently entered active profile recorded
+(the HTML viewer reads it; ``Profile.instruction_times`` is the same for any profile).
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Self
+
+import numpy as np
+
+from ..ir.errors import ProfileError
+
+# -- which profiles record now -------------------------------------------------------------------
+_lock = threading.Lock()
+_active: tuple[Profile, ...] = ()  # in the order they were entered; swapped whole, never edited
+
+
+def active() -> tuple[Profile, ...]:
+    """The profiles recording now; an executable asks once per run (an empty tuple: run untimed).
+    """
+    return _active
+
+
+def record(profiles, plan, began: int, ended: int, times: np.ndarray, complete: bool) -> None:
+    """Hand one timed run of ``plan`` on this thread to ``profiles`` (what ``active()`` said
+    when it began). ``times``: (k, 2) int64, start and duration in CLOCK_MONOTONIC nanoseconds of
+    instructions 0 .. k - 1 (those that ran, a failing one included); ``began``/``ended``: the
+    run's own span; ``complete``: every instruction ran and succeeded."""
+    run = Run(plan, threading.get_native_id(), threading.current_thread().name, began, ended,
+              times, complete)
+    for profile in profiles:
+        profile._record(run)
+
+
+def _activate(profile) -> None:
+    global _active
+    with _lock:
+        _active = _active + (profile,)
+
+
+def _deactivate(profile) -> None:
+    global _active
+    with _lock:
+        _active = tuple(p for p in _active if p is not profile)
+
+
+# -- what a profile holds ------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class Run:
+    """One timed run: ``times[i]`` = (start, duration) in ns of instruction i of ``plan``."""
+
+    plan: object
+    thread: int         # the OS thread id (a lane of the trace)
+    thread_name: str
+    began: int
+    ended: int
+    times: np.ndarray
+    complete: bool
+
+
+class _PlanTimes:
+    """Per instruction of one plan: total ns and calls over a profile's runs."""
+
+    def __init__(self, plan):
+        self.plan, self.runs = plan, 0
+        self.total_ns = np.zeros(len(plan.instructions), np.int64)
+        self.calls = np.zeros(len(plan.instructions), np.int64)
+
+    def add(self, times: np.ndarray) -> None:
+        k = len(times)
+        self.total_ns[:k] += times[:, 1]
+        self.calls[:k] += 1
+        self.runs += 1
+
+    def mean_seconds(self) -> tuple[float, ...]:
+        """Mean seconds per call of each instruction; 0.0 for one no recorded run reached."""
+        return tuple((self.total_ns / np.maximum(self.calls, 1) * 1e-9).tolist())
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of ``Profile.table``: an op (all its instructions), or one instruction.
+
+    ``calls``, ``seconds`` (wall time), ``flops`` and ``nbytes`` (bytes of the buffers it reads
+    and writes) are totals over the calls, or per run with ``average=True``; ``flops`` is None
+    where the op's FLOPs are not known; ``share``: percent of all profiled instruction time.
+    Instruction rows also name the ``plan``, the instruction ``index``, ``kernel`` and the user's
+    ``location``."""
+
+    op: str
+    calls: float
+    seconds: float
+    flops: float | None
+    nbytes: float
+    share: float
+    plan: str | None = None
+    index: int | None = None
+    kernel: str | None = None
+    location: str | None = None
+
+    @property
+    def mean(self) -> float:
+        """Seconds per call."""
+        return self.seconds / self.calls if self.calls else 0.0
+
+    @property
+    def gflops(self) -> float | None:
+        """GFLOP/s over the calls, where the FLOPs are known."""
+        if self.flops is None or self.seconds <= 0:
+            return None
+        return self.flops / self.seconds * 1e-9
+
+
+# What table(sort_by=) orders by, largest first ("order": plan order, first first).
+_SORT_KEYS = {
+    "total": lambda r: -r.seconds,
+    "mean": lambda r: -r.mean,
+    "calls": lambda r: -r.calls,
+    "gflops": lambda r: -(r.gflops or -1.0),
+    "bytes": lambda r: -r.nbytes,
+    "order": lambda r: (r.plan or "", r.index if r.index is not None else 0, r.op),
+}
+_BY = ("op", "instruction")
+
+
+class Profile:
+    """Records every plan run while it is active (``with mg.profile() as prof:``); see the
+    module's docstring for the threads and nesting. ``warmup``: the first runs of each plan
+    inside the profile are left out (a first run faults its pages in).
+
+    >>> with mg.profile(warmup=1) as prof:
+    ...     for _ in range(11):
+    ...         plan.run(feeds)
+    >>> print(prof.table(average=True))   # per run of each plan, over the last 10
+    """
+
+    def __init__(self, warmup: int = 0):
+        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+            raise ProfileError(f"mg.profile(warmup=...) takes a count of runs >= 0, "
+                               f"got {warmup!r}")
+        self.warmup = warmup
+        self.began: int | None = None   # CLOCK_MONOTONIC ns when the profile was entered
+        self.ended: int | None = None
+        self._lock = threading.Lock()
+        self._runs: list[Run] = []
+        self._plans: dict[int, _PlanTimes] = {}  # id(plan) -> its times, in first-run order
+        self._seen: dict[int, int] = {}          # id(plan) -> runs seen, warmup ones included
+
+    def __enter__(self) -> Self:
+        if self.began is not None:
+            raise ProfileError("this profile was already entered: a profile records one "
+                               "window; make a new mg.profile() for another")
+        self.began = time.monotonic_ns()
+        _activate(self)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        _deactivate(self)
+        self.ended = time.monotonic_ns()
+        return False
+
+    def _record(self, run: Run) -> None:
+        key = id(run.plan)
+        with self._lock:
+            self._seen[key] = seen = self._seen.get(key, 0) + 1
+            if seen <= self.warmup:
+                return
+            times = self._plans.get(key)
+            if times is None:
+                times = self._plans[key] = _PlanTimes(run.plan)
+            times.add(run.times)
+            self._runs.append(run)
+            run.plan._cache["instruction_times"] = times.mean_seconds()
+
+    # -- reading -----------------------------------------------------------------------------
+    @property
+    def runs(self) -> tuple[Run, ...]:
+        """Every recorded run, in the order they ended."""
+        with self._lock:
+            return tuple(self._runs)
+
+    def instruction_times(self, plan) -> tuple[float, ...] | None:
+        """Mean wall seconds of each of ``plan``'s instructions over the runs this profile
+        recorded (0.0 where none reached it), or None when it recorded none of ``plan``.
+
+        >>> prof.instruction_times(plan)[0]   # seconds of instruction 0
+        """
+        with self._lock:
+            times = self._plans.get(id(plan))
+            return None if times is None else times.mean_seconds()
+
+    def profiled_seconds(self) -> float:
+        """Total wall time of every recorded instruction (what shares are percents of)."""
+        with self._lock:
+            return sum(int(t.total_ns.sum()) for t in self._plans.values()) * 1e-9
+
+    def instructions(self, average: bool = False) -> list[Row]:
+        """One Row per instruction of every plan recorded, in plan order; ``average``: per run
+        of its plan instead of totals."""
+        with self._lock:
+            plans = list(self._plans.values())
+        labels = _labels([t.plan for t in plans])
+        rows = [_instruction_row(t, labels[id(t.plan)], i, average)
+                for t in plans for i in range(len(t.plan.instructions))]
+        total = sum(r.seconds for r in rows)
+        return [_with_share(r, total) for r in rows]
+
+    def ops(self, average: bool = False) -> list[Row]:
+        """One Row per op (summing its instructions over all plans), by total time."""
+        groups: dict[str, list[Row]] = {}
+        for row in self.instructions(average):
+            groups.setdefault(row.op, []).append(row)
+        rows = [_sum_rows(op, rows) for op, rows in groups.items()]
+        return sorted(rows, key=_SORT_KEYS["total"])
+
+    def table(self, top: int | None = 20, sort_by: str = "total", by: str = "op",
+              average: bool = False) -> str:
+        """The report as text: one line per op (``by="op"``) or per instruction
+        (``by="instruction"``: plan, index, kernel and the user's line), the ``top`` first by
+        ``sort_by`` ("total", "mean", "calls", "gflops", "bytes" or "order"); ``average``:
+        figures per run of each plan instead of totals over the profile.
+
+        >>> print(prof.table(top=5, by="instruction"))
+        """
+        _check_table_args(top, sort_by, by)
+        rows = self.ops(average) if by == "op" else self.instructions(average)
+        rows = [r for r in rows if r.calls] if by == "instruction" else rows
+        rows.sort(key=_SORT_KEYS[sort_by])
+        shown = rows if top is None else rows[:top]
+        seconds = sum(r.seconds for r in rows)
+        lines = self._header(average, seconds) + _format_rows(shown, by)
+        if len(shown) < len(rows):
+            rest = rows[len(shown):]
+            lines.append(f"... {len(rest)} more {by}s: {sum(r.share for r in rest):.1f}% "
+                         f"of the time")
+        return "\n".join(lines)
+
+    def _header(self, average: bool, seconds: float) -> list[str]:
+        with self._lock:
+            plans, runs = list(self._plans.values()), list(self._runs)
+        if not runs:
+            return ["mg.profile: no plan ran inside this profile"]
+        labels = _labels([t.plan for t in plans])
+        threads = len({r.thread for r in runs})
+        what = "per run of each plan" if average else "in total"
+        head = (f"mg.profile: {len(runs)} run(s) of {len(plans)} plan(s) on {threads} "
+                f"thread(s); instructions took {seconds * 1e3:.3f} ms {what}")
+        listed = "; ".join(f"{labels[id(t.plan)]}: {len(t.plan.instructions)} instructions, "
+                           f"{t.runs} run(s)" for t in plans)
+        return [head, f"  {listed}"]
+
+    # -- the Chrome / Perfetto trace ---------------------------------------------------------
+    def chrome_trace(self) -> dict:
+        """The trace-event JSON object (``save_chrome_trace`` writes it): a complete event
+        (``"ph": "X"``, microseconds from the profile's start) per instruction of every run,
+        category "instruction", inside one per run (category "run"), in the lane of the thread
+        that ran it, with thread-name metadata."""
+        with self._lock:
+            runs, plans = list(self._runs), [t.plan for t in self._plans.values()]
+        origin = self.began if self.began is not None else 0
+        pid = os.getpid()
+        labels = _labels(plans)
+        events = _metadata(pid, runs)
+        for number, run in enumerate(runs):
+            events += _run_events(run, number, labels[id(run.plan)], origin, pid)
+        return {"traceEvents": events, "displayTimeUnit": "ms",
+                "otherData": {"producer": "mgegraph.profile", "runs": len(runs)}}
+
+    def save_chrome_trace(self, path) -> None:
+        """Write the trace (``chrome_trace``) as JSON to ``path``: open it in
+        https://ui.perfetto.dev or chrome://tracing.
+
+        >>> prof.save_chrome_trace("step.json")
+        """
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.chrome_trace(), f)
+
+
+def profile(warmup: int = 0) -> Profile:
+    """A profile to use as a context manager: every plan run inside it, on any thread, is
+    timed instruction by instruction (``warmup``: runs of each plan to leave out first).
+
+    >>> with mg.profile() as prof:
+    ...     plan.run({"x": x})
+    >>> print(prof.table())
+    """
+    return Profile(warmup)
+
+
+# -- rows ----------------------------------------------------------------------------------------
+def _instruction_row(times: _PlanTimes, label: str, i: int, average: bool) -> Row:
+    plan = times.plan
+    ins = plan.instructions[i]
+    scale = 1.0 / times.runs if average else 1.0
+    calls = float(times.calls[i]) * scale
+    flops = instruction_flops(plan, i)
+    return Row(ins.op, calls, float(times.total_ns[i]) * 1e-9 * scale,
+               None if flops is None else flops * calls, instruction_bytes(plan, i) * calls,
+               0.0, label, i, ins.kernel, ins.location)
+
+
+def _with_share(row: Row, total: float) -> Row:
+    share = 100.0 * row.seconds / total if total > 0 else 0.0
+    return Row(row.op, row.calls, row.seconds, row.flops, row.nbytes, share, row.plan,
+               row.index, row.kernel, row.location)
+
+
+def _sum_rows(op: str, rows: list[Row]) -> Row:
+    flops = None if any(r.flops is None for r in rows) else sum(r.flops for r in rows)
+    return Row(op, sum(r.calls for r in rows), sum(r.seconds for r in rows), flops,
+               sum(r.nbytes for r in rows), sum(r.share for r in rows))
+
+
+def _check_table_args(top, sort_by, by) -> None:
+    if sort_by not in _SORT_KEYS:
+        raise ProfileError(f"table(sort_by={sort_by!r}): sort by one of {', '.join(_SORT_KEYS)}")
+    if by not in _BY:
+        raise ProfileError(f"table(by={by!r}): group by one of {', '.join(_BY)}")
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+        raise ProfileError(f"table(top={top!r}): give a count of rows >= 1, or None for all")
+
+
+def _format_rows(rows: list[Row], by: str) -> list[str]:
+    first = f"{'plan:#':<14}{'op':<24}" if by == "instruction" else f"{'op':<26}"
+    lines = [f"{first}{'calls':>8}{'total ms':>12}{'mean us':>11}{'share':>8}{'GFLOP/s':>10}"
+             f"{'MB moved':>11}" + ("  kernel / location" if by == "instruction" else "")]
+    for r in rows:
+        gflops = "-" if r.gflops is None else f"{r.gflops:.2f}"
+        name = (f"{f'{r.plan}:{r.index}':<14}{r.op[:23]:<24}" if by == "instruction"
+                else f"{r.op[:25]:<26}")
+        where = f"  {r.kernel} {os.path.basename(r.location)}" if by == "instruction" else ""
+        lines.append(f"{name}{r.calls:>8g}{r.seconds * 1e3:>12.3f}{r.mean * 1e6:>11.2f}"
+                     f"{r.share:>7.1f}%{gflops:>10}{r.nbytes / 1e6:>11.2f}{where}")
+    return lines
+
+
+def _labels(plans) -> dict[int, str]:
+    """id(plan) -> "plan0", "plan1", ... in order; a prologue is named after its plan's."""
+    parent = {id(p.prologue): p for p in plans if p.prologue is not None}
+    labels: dict[int, str] = {}
+    for p in plans:
+        if id(p) not in parent:
+            labels[id(p)] = f"plan{len(labels)}"
+    for p in plans:
+        if id(p) in parent:
+            labels[id(p)] = labels.get(id(parent[id(p)]), "plan?") + ".prologue"
+    return labels
+
+
+# -- trace events --------------------------------------------------------------------------------
+def _metadata(pid: int, runs: list[Run]) -> list[dict]:
+    events = [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+               "args": {"name": "mgegraph"}}]
+    threads = {r.thread: r.thread_name for r in runs}
+    for order, (tid, name) in enumerate(threads.items()):
+        events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+                       "args": {"name": name}})
+        events.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid,
+                       "args": {"sort_index": order}})
+    return events
+
+
+def _run_events(run: Run, number: int, label: str, origin: int, pid: int) -> list[dict]:
+    plan = run.plan
+    lane = {"pid": pid, "tid": run.thread}
+    events = [{"name": f"{label} run", "cat": "run", "ph": "X", **lane,
+               "ts": (run.began - origin) / 1e3, "dur": (run.ended - run.began) / 1e3,
+               "args": {"plan": label, "run": number, "instructions": len(plan.instructions),
+                        "complete": run.complete}}]
+    for i, (start, dur) in enumerate(run.times.tolist()):
+        ins = plan.instructions[i]
+        events.append({"name": ins.op, "cat": "instruction", "ph": "X", **lane,
+                       "ts": (start - origin) / 1e3, "dur": dur / 1e3,
+                       "args": {"plan": label, "run": number, "instruction": i,
+                                "kernel": ins.kernel, "location": ins.location,
+                                "inputs": [f"s{s}" for s in ins.inputs],
+                                "outputs": [f"s{s}" for s in ins.outputs],
+                                "flops": instruction_flops(plan, i),
+                                "bytes": instruction_bytes(plan, i)}})
+    return events
+
+
+# -- what an instruction costs -------------------------------------------------------------------
+class _Value:
+    """A slot seen as the Var the op's FLOPs rule reads (type, shape, size)."""
+
+    def __init__(self, type):
+        self.type, self.shape, self.size, self.ndim = type, type.shape, type.size, type.ndim
+
+
+class _NodeView:
+    """An instruction seen as the node it was lowered from, for the op's FLOPs rule."""
+
+    def __init__(self, plan, ins):
+        self.inputs = [_Value(plan.slots[s].type) for s in ins.inputs]
+        self.outputs = [_Value(plan.slots[s].type) for s in ins.outputs]
+        self.attrs, self.attr = ins.attrs, dict(ins.attrs)
+
+
+def instruction_flops(plan, index: int) -> float | None:
+    """FLOPs of one run of ``plan.instructions[index]`` where the op registry knows them: the
+    op's own formula (GEMMs, convolutions, batch norm), an elementwise op's FLOPs per element
+    from its table (a fused group: the sum over its program's steps); None for the others
+    (reductions, movement, and nn ops whose registry cost is only a planner's estimate).
+
+    >>> instruction_flops(plan, 0)   # a 128x784 @ 784x1024 matmul: 2 * 128 * 784 * 1024
+    """
+    return _costs(plan)[index][0]
+
+
+def instruction_bytes(plan, index: int) -> int:
+    """Bytes ``plan.instructions[index]`` reads and writes: its input and output slots' sizes
+    (a workspace is scratch the kernel may touch only in part, so it is not counted)."""
+    return _costs(plan)[index][1]
+
+
+def _costs(plan) -> tuple[tuple[float | None, int], ...]:
+    """(FLOPs, bytes) of each instruction, computed once per plan (a plan is frozen)."""
+    costs = plan._cache.get("instruction_costs")
+    if costs is None:
+        costs = plan._cache["instruction_costs"] = tuple(
+            (_flops(plan, ins), sum(plan.slots[s].nbytes for s in ins.inputs + ins.outputs))
+            for ins in plan.instructions)
+    return costs
+
+
+def _flops(plan, ins) -> float | None:
+    from ..ops import elementwise_table as TABLE
+    from ..ops.registry import get_op
+
+    op = get_op(ins.op)
+    if ins.op == "fused_elementwise":
+        per = sum(TABLE.BY_NAME[step[0]].flops for step in dict(ins.attrs)["code"]
+                  if step[0] in TABLE.BY_NAME)
+        flops = per * plan.slots[ins.outputs[0]].type.size
+    elif op.flops is not None:
+        flops = float(op.flops(_NodeView(plan, ins)))
+    elif op.category == "elementwise":
+        flops = op.flops_per_element * sum(plan.slots[s].type.size for s in ins.outputs)
+    else:
+        return None
+    return flops if flops > 0 else None
