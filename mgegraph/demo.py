@@ -86,13 +86,12 @@ def run_demo(epochs: int | None = None, train_size: int | None = None,
 
     >>> run_demo(epochs=1, train_size=256, output="cnn.mgm")   # {'mlp': 0.8..., 'cnn': ...}
     """
+    if train_size is not None and train_size < BATCH:
+        raise ValueError(f"--train-size {train_size}: the demo trains on batches of {BATCH}, "
+                         f"so it needs at least {BATCH} images")
     nn.init.manual_seed(0)
     x_train, y_train, x_test, y_test = load_digits_split()
-    if train_size is not None:
-        if train_size < BATCH:
-            raise ValueError(f"--train-size {train_size}: the demo trains on batches of "
-                             f"{BATCH}, so it needs at least {BATCH} images")
-        x_train, y_train = x_train[:train_size], y_train[:train_size]
+    x_train, y_train = x_train[:train_size], y_train[:train_size]
     print(f"digits: {len(x_train)} train / {len(x_test)} test images, 10 classes")
     log = sys.stderr if progress else open(os.devnull, "w")  # noqa: SIM115 (closed below)
     try:
