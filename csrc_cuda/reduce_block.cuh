@@ -5,13 +5,17 @@
 // Design: a "group" is blockDim.x threads reducing one value together (a warp, or the whole
 // block when blockDim.x > 32, in which case blockDim.y is 1); a block holds blockDim.y groups.
 // Every thread of a group must call the group functions (they hold barriers when the group is a
-// block), and blockDim.x is a multiple of 32.
+// block), and blockDim.x is 1 (a thread per value: nothing to combine) or a multiple of 32.
 #pragma once
 
 #define MG_FULL_MASK 0xffffffffu
 
 typedef long long i64;
 typedef unsigned long long u64;
+
+// NVRTC has no <math.h> macros: the quiet NaN and infinity of double (exact in float too)
+#define MG_NAN __longlong_as_double(0x7ff8000000000000ll)
+#define MG_INF __longlong_as_double(0x7ff0000000000000ll)
 
 __device__ __forceinline__ double mg_shfl(double v, int lane_mask) {
     return __shfl_xor_sync(MG_FULL_MASK, v, lane_mask);
@@ -43,6 +47,7 @@ __device__ __forceinline__ V mg_warp_reduce(V v, Op op) {
 // The group's value on every thread of the group. `smem` holds 32 V (one per warp).
 template <class V, class Op>
 __device__ V mg_group_reduce(V v, Op op, V* smem) {
+    if (blockDim.x == 1) return v;
     v = mg_warp_reduce(v, op);
     if (blockDim.x <= 32) return v;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

@@ -8,4 +8,5 @@ kernel name defined twice or an op implemented twice is an ImportError there.
 FAMILIES = [
     "elementwise",   # unary, binary, compare, where, cast, assign, copy: rendered from the table
     "fused",         # fused_elementwise: each group's program rendered to one kernel
+    "reduce",        # csrc_cuda/reduce.cu: sum, prod, mean, var, max, min, argmax, argmin
 ]

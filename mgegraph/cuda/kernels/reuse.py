@@ -1,0 +1,67 @@
+"""What the hand-written CUDA families share: the CPU's lowerings, reused, and launch geometry.
+
+Design: a CUDA kernel of csrc_cuda/ reads the same ints/floats layout as the CPU kernel of its
+op, so the CPU lowering (mgegraph/_kernels/lowering/<family>.py) is reused as it is; a family
+that needs more (a workspace for a two-step launch) wraps it and says why.
+"""
+from __future__ import annotations
+
+import math
+
+from ...backend import KernelTable, OpImpl, kernel_name
+from ..kernel import Step
+
+MAX_GRID = 1 << 20  # kernels stride over the rest: no grid is larger than this many blocks
+
+
+def cpu_impls(cpu_family) -> dict[str, OpImpl]:
+    """The CPU backend's ``OpImpl`` per op of one lowering module (its kernel family, dtypes,
+    lowering), without resolving any CPU kernel.
+
+    >>> from mgegraph._kernels.lowering import reduce
+    >>> cpu_impls(reduce)["sum"].kernel
+    'reduce'
+    """
+    table = KernelTable("cpu")
+    cpu_family.implement(table)
+    return table.impls
+
+
+def implement_like_cpu(table, cpu_family, wrap=None) -> None:
+    """Register every op of ``cpu_family`` on ``table`` as the CPU does; ``wrap(op, lower)``,
+    when given, returns the lowering to use instead of the CPU's ``lower``."""
+    for op, impl in cpu_impls(cpu_family).items():
+        lower = impl.lower if wrap is None else wrap(op, impl.lower)
+        table.implement(op, kernel=impl.kernel, dtypes=impl.dtypes, lower=lower,
+                        dispatch_input=impl.dispatch_input)
+
+
+def family_kernels(cpu_family, source: str, make_steps) -> dict:
+    """KERNELS for every (kernel family, dtype) of ``cpu_family``'s ops: ``make_steps(family,
+    dtype)`` gives the steps function of one kernel."""
+    from ..kernel import CudaKernel
+    kernels = {}
+    for impl in cpu_impls(cpu_family).values():
+        for dtype in impl.dtypes:
+            kernels[kernel_name(impl.kernel, dtype)] = CudaKernel(source,
+                                                                  make_steps(impl.kernel, dtype))
+    return kernels
+
+
+def blocks(items: int, per_block: int) -> int:
+    """Blocks for ``items`` at ``per_block`` each, capped at MAX_GRID (kernels grid-stride)."""
+    return max(1, min(MAX_GRID, math.ceil(items / per_block)))
+
+
+def column_steps(entry: str, columns: int, length: int, contiguous: bool) -> list[Step]:
+    """One launch of a kernel that reduces ``columns`` runs of ``length`` elements, a group of
+    blockDim.x threads per run (csrc_cuda/reduce_block.cuh): a thread per run when neighbouring
+    runs are neighbours in memory (``not contiguous``: their loads coalesce), else a warp per
+    run, or a whole block for long runs. No launch when there is nothing to write."""
+    if columns == 0:
+        return []
+    if not contiguous and columns >= 32:
+        return [Step(entry, (blocks(columns, 256), 1, 1), (1, 256, 1))]
+    if length >= 4096 or (length >= 512 and columns < 512):
+        return [Step(entry, (blocks(columns, 1), 1, 1), (256, 1, 1))]
+    return [Step(entry, (blocks(columns, 8), 1, 1), (32, 8, 1))]

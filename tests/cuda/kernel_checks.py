@@ -1,0 +1,142 @@
+"""Helpers of the hand-written kernels' tests (test_kernels_*.py): NVRTC compiles of one
+csrc_cuda/ source, a node's CPU result (its CPU kernel, run through the CPU backend's launcher),
+and the host emulation of a kernel run with one thread per group.
+
+Design: the hand-written kernels combine a group's partial results through shuffles and shared
+memory (csrc_cuda/reduce_block.cuh), which the host emulation cannot run. With blockDim.x == 1
+a group is one thread and every combine returns before it shuffles or waits, so the emulation
+runs such launches when `SOLO_PRELUDE` gives `__shared__` and `__syncthreads` a host meaning and
+makes any shuffle abort: the arithmetic is checked on the host; the cooperative combines (warp
+and block groups, which the steps choose for long rows) wait for a GPU.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import mgegraph as mg
+from mgegraph.backend import get_backend
+
+SOLO_PRELUDE = """
+#include <cstdlib>
+#define __shared__ static
+#define __syncthreads() ((void)0)
+template <class T> T __shfl_xor_sync(unsigned, T, int) { std::abort(); }
+using std::isnan; using std::exp; using std::log; using std::sqrt;
+"""
+ARCHS = ("sm_80", "sm_90")
+
+
+def nvrtc_compile(source: str, arch: str, extra=()) -> tuple[int, str, object]:
+    """(NVRTC result code, log, program) of compiling csrc_cuda/``source`` alone with the
+    product's options, ``-std=c++17 -I csrc_cuda`` and the architecture."""
+    nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="the cuda extra is not installed")
+    from mgegraph.cuda import CSRC
+    text = (CSRC / source).read_bytes()
+    _, prog = nvrtc.nvrtcCreateProgram(text, source.encode(), 0, [], [])
+    opts = [b"-std=c++17", b"-I", str(CSRC.resolve()).encode(),
+            f"--gpu-architecture={arch}".encode(), *extra]
+    result = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
+    size = nvrtc.nvrtcGetProgramLogSize(prog)[1]
+    log = b" " * size
+    nvrtc.nvrtcGetProgramLog(prog, log)
+    return int(result), log.decode(errors="replace").strip("\x00 \n"), prog
+
+
+def ptx_of(prog) -> str:
+    from cuda.bindings import nvrtc
+    size = nvrtc.nvrtcGetPTXSize(prog)[1]
+    ptx = b" " * size
+    nvrtc.nvrtcGetPTX(prog, ptx)
+    return ptx.decode()
+
+
+def has_cubin(prog) -> bool:
+    from cuda.bindings import nvrtc
+    return nvrtc.nvrtcGetCUBINSize(prog)[1] > 0
+
+
+def node_of(op: str, arrays, **attrs):
+    """A node of ``op`` over graph inputs shaped like ``arrays``."""
+    g = mg.Graph()
+    xs = [g.input(f"x{i}", a.shape, a.dtype) for i, a in enumerate(arrays)]
+    return g.add_node(op, xs, attrs)
+
+
+def empty_outputs(node) -> list[np.ndarray]:
+    return [np.zeros(v.shape, v.dtype) for v in node.outputs]
+
+
+def cpu_result(node, arrays) -> list[np.ndarray]:
+    """The node's outputs by its CPU kernel."""
+    cpu = get_backend("cpu")
+    launch = cpu.impl(node.op.name).lower(node)
+    kernel = cpu.kernel(node.op.name, cpu.impl(node.op.name).dispatch_dtype(node))
+    outs = empty_outputs(node)
+    bufs = [np.ascontiguousarray(a) for a in arrays] + outs
+    if launch.workspace:
+        bufs.append(np.zeros(launch.workspace, np.uint8))
+    status = cpu.launcher(kernel, launch, len(arrays), False)(tuple(bufs))
+    assert status == 0, f"CPU kernel status {status}"
+    return outs
+
+
+def cuda_launch(family, node):
+    """(Launch, steps) of the node on the CUDA backend's family module (no device needed)."""
+    from mgegraph.backend import KernelTable, kernel_name
+    table = KernelTable("cuda")
+    family.implement(table)
+    impl = table.impl(node.op.name)
+    launch = impl.lower(node)
+    kernel = family.KERNELS[kernel_name(impl.kernel, impl.dispatch_dtype(node))]
+    types = tuple(v.type for v in node.inputs + node.outputs)
+    return launch, kernel, kernel.steps(launch, types)
+
+
+def solo(steps):
+    """The steps with one thread per group (blockDim.x == 1), which the host can emulate."""
+    return [replace(s, block=(1, 1, 1), grid=(min(s.grid[0], 64), s.grid[1], s.grid[2]))
+            for s in steps]
+
+
+def emulate(family, node, arrays) -> list[np.ndarray]:
+    """The node's outputs by its CUDA kernel, emulated on the host with one thread per group."""
+    from host_emu import have_compiler, run_on_host
+
+    from mgegraph.cuda import CSRC
+    if not have_compiler():
+        pytest.skip("no g++ for the host emulation")
+    launch, kernel, steps = cuda_launch(family, node)
+    source = SOLO_PRELUDE + (CSRC / kernel.source).read_text()
+    outs = empty_outputs(node)
+    bufs = [np.ascontiguousarray(a) for a in arrays] + outs
+    if launch.workspace:
+        bufs.append(np.zeros(launch.workspace, np.uint8))
+    run_on_host(source, solo(steps), bufs, launch.ints, launch.floats)
+    return outs
+
+
+def assert_close(got, want, rtol=1e-5, atol=0.0):
+    """Equal values (NaN where NaN), within ``rtol`` for floats and exactly for integers."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if got.dtype.kind == "f":
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def run_on_device(node, arrays) -> list[np.ndarray]:
+    """The node's outputs computed on the CUDA device (an unoptimised plan of that one node);
+    skips cleanly, with the reason, where there is no device."""
+    from mgegraph import cuda
+    try:
+        reason = cuda.unavailable_reason()
+    except ImportError as e:  # the runtime is not there yet
+        reason = f"the CUDA runtime does not load ({e})"
+    if reason is not None:
+        pytest.skip(f"no CUDA device: {reason}")
+    plan = mg.compile(list(node.outputs), device="cuda", optimize=0)
+    return list(plan.run({f"x{i}": a for i, a in enumerate(arrays)}))
