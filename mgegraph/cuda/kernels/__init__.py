@@ -9,4 +9,5 @@ FAMILIES = [
     "elementwise",   # unary, binary, compare, where, cast, assign, copy: rendered from the table
     "fused",         # fused_elementwise: each group's program rendered to one kernel
     "reduce",        # csrc_cuda/reduce.cu: sum, prod, mean, var, max, min, argmax, argmin
+    "softmax",       # csrc_cuda/softmax.cu: softmax, log_softmax, cross entropy (+ backward)
 ]

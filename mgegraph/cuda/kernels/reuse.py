@@ -27,21 +27,25 @@ def cpu_impls(cpu_family) -> dict[str, OpImpl]:
     return table.impls
 
 
-def implement_like_cpu(table, cpu_family, wrap=None) -> None:
-    """Register every op of ``cpu_family`` on ``table`` as the CPU does; ``wrap(op, lower)``,
-    when given, returns the lowering to use instead of the CPU's ``lower``."""
+def implement_like_cpu(table, cpu_family, wrap=None, ops=None) -> None:
+    """Register the ops of ``cpu_family`` (those of ``ops`` when given) on ``table`` as the CPU
+    does; ``wrap(op, lower)``, when given, returns the lowering to use instead of the CPU's."""
     for op, impl in cpu_impls(cpu_family).items():
+        if ops is not None and op not in ops:
+            continue
         lower = impl.lower if wrap is None else wrap(op, impl.lower)
         table.implement(op, kernel=impl.kernel, dtypes=impl.dtypes, lower=lower,
                         dispatch_input=impl.dispatch_input)
 
 
-def family_kernels(cpu_family, source: str, make_steps) -> dict:
-    """KERNELS for every (kernel family, dtype) of ``cpu_family``'s ops: ``make_steps(family,
-    dtype)`` gives the steps function of one kernel."""
+def family_kernels(cpu_family, source: str, make_steps, ops=None) -> dict:
+    """KERNELS for every (kernel family, dtype) of ``cpu_family``'s ops (those of ``ops`` when
+    given): ``make_steps(family, dtype)`` gives the steps function of one kernel."""
     from ..kernel import CudaKernel
     kernels = {}
-    for impl in cpu_impls(cpu_family).values():
+    for op, impl in cpu_impls(cpu_family).items():
+        if ops is not None and op not in ops:
+            continue
         for dtype in impl.dtypes:
             kernels[kernel_name(impl.kernel, dtype)] = CudaKernel(source,
                                                                   make_steps(impl.kernel, dtype))
