@@ -173,13 +173,17 @@ def _add_viz(sub):
 
 def _add_profile(sub):
     p = sub.add_parser("profile", help="time each instruction of a saved model's plan",
-                       description="Run a model under the profiler and print the time per op. "
+                       description="Run a model under the profiler and print the time per op "
+                       "(per run, averaged over the runs). "
                        "Inputs not given with --input are seeded random: standard normal "
                        "floats, zeros for integers and booleans.")
     p.add_argument("model", help="a model file written by mg.save")
     p.add_argument("--runs", type=_positive_int, default=10, help="profiled runs (default 10)")
     p.add_argument("--trace", metavar="FILE.json",
                    help="write a Chrome/Perfetto trace (open in ui.perfetto.dev)")
+    p.add_argument("--by", choices=("op", "instruction"), default="op",
+                   help="one line per op (default) or per instruction of the plan")
+    p.add_argument("--top", type=_positive_int, default=20, help="lines shown (default 20)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     _add_input(p, "feed the input NAME from FILE.npy instead of random values")
     p.set_defaults(func=cmd_profile)
@@ -321,7 +325,7 @@ def cmd_profile(args) -> int:
     with profiler.profile() as prof:
         for _ in range(args.runs):
             predictor.run(feeds)
-    print(prof.table())
+    print(prof.table(top=args.top, by=args.by, average=True))
     if args.trace:
         prof.save_chrome_trace(args.trace)
         print(f"wrote {args.trace} (open it in ui.perfetto.dev or chrome://tracing)")

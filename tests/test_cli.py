@@ -261,6 +261,33 @@ def test_random_feeds_follow_the_input_types_and_the_seed(two_inputs):
     np.testing.assert_array_equal(a["n"], np.zeros((2, 3), np.int32))
 
 
+def test_profile_prints_the_table_and_writes_the_trace(capsys, files, tmp_path):
+    plan = mg.load(files / "model.mgm").plan
+    trace = tmp_path / "trace.json"
+    code, out, err = _cli(capsys, "profile", files / "model.mgm", "--runs", "3", "--trace", trace)
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0].startswith("mg.profile: 3 run(s) of 1 plan(s) on 1 thread(s); ")
+    assert lines[0].endswith(" per run of each plan")
+    ops = {ins.op for ins in plan.instructions}
+    assert {line.split()[0] for line in lines[3:3 + len(ops)]} == ops, out
+    assert lines[-1] == f"wrote {trace} (open it in ui.perfetto.dev or chrome://tracing)"
+    events = json.loads(trace.read_text())["traceEvents"]
+    timed = [e for e in events if e.get("ph") == "X" and e.get("cat") == "instruction"]
+    assert len(timed) == 3 * len(plan.instructions)  # the warm-up run is not in the profile
+
+
+def test_profile_by_instruction_with_given_inputs(capsys, two_inputs, tmp_path):
+    np.save(tmp_path / "n.npy", np.ones((2, 3), np.int32))
+    code, out, _ = _cli(capsys, "profile", two_inputs, "--input", f"n={tmp_path / 'n.npy'}",
+                        "--by", "instruction", "--top", "1", "--runs", "2")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[2].startswith("plan:#") and lines[3].startswith("plan0:")
+    n = len(mg.load(two_inputs).plan.instructions)
+    assert len(lines) == 4 + (n > 1), out
+
+
 def test_profile_needs_no_inputs_but_checks_given_ones(capsys, files):
     code, _, err = _cli(capsys, "profile", files / "model.mgm", "--input",
                         f"x={files / 'wrong_shape.npy'}")
