@@ -449,7 +449,7 @@ def test_python_m_mgegraph_demo_is_the_same_command():
                            "64, so it needs at least 64 images\n")
 
 
-# -- a real process ---------------------------------------------------------------------------------
+# -- a real process ------------------------------------------------------------------------------
 def test_python_m_mgegraph_runs_and_fails_cleanly(files):
     proc = _python("-m", "mgegraph", "run", files / "model.mgm", "--input", f"x={files / 'x.npy'}")
     assert proc.returncode == 0 and proc.stdout.startswith("output0: float32[4, 5]  min 0")
