@@ -471,6 +471,28 @@ def test_a_deployments_subcommands_load_no_training_layer(files):
     assert proc.stdout.splitlines()[-1] == "[]"
 
 
+# -- the README ------------------------------------------------------------------------------------
+def _readme_commands():
+    text = (ROOT / "README.md").read_text()
+    main_job = next(line for line in text.splitlines() if "# main job" in line)
+    section = text.split("\n## Command line\n")[1].split("\n## ")[0]
+    block = section.split("```bash\n")[1].split("```")[0]
+    lines = [main_job.split("&&")[1]] + block.splitlines()
+    return [line.split("#")[0].split() for line in lines if line.strip()]
+
+
+def test_the_readmes_commands_parse():
+    commands = _readme_commands()
+    assert commands[0] == ["mgegraph", "demo"]  # the main job
+    shown = [c[1] for c in commands[1:]]
+    assert sorted(shown) == sorted({"demo", "run", "report", "viz", "profile", "convert",
+                                    "bench"})  # each subcommand once
+    for command in commands:
+        assert command[0] == "mgegraph"
+        if command[1] != "bench":
+            cli.build_parser().parse_args(command[1:])
+
+
 # -- the console script ----------------------------------------------------------------------------
 def test_pyproject_declares_the_console_script():
     with open(ROOT / "pyproject.toml", "rb") as f:
