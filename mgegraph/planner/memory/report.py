@@ -292,7 +292,9 @@ def _svg_rect(b: dict, c: _Canvas) -> str:
         tip += f" in place of s{b['in_place_of']}"
     x0, x1 = c.x(b["begin"]), c.x(b["end"])
     y0, y1 = c.y(b["offset"] + b["aligned_bytes"]), c.y(b["offset"])
-    return (f'<rect class="buffer" x="{x0}" y="{y0}" width="{round(x1 - x0, 1)}" '
+    # data-slot: the HTML viewer (mgegraph/tools/html.py) links a buffer to its instruction
+    return (f'<rect class="buffer" data-slot="{b["slot"]}" x="{x0}" y="{y0}" '
+            f'width="{round(x1 - x0, 1)}" '
             f'height="{round(y1 - y0, 1)}" fill="{_colour(b["category"])}">'
             f"<title>{escape(tip)}</title></rect>")
 
