@@ -39,6 +39,7 @@ _LAZY = {
     "memory_stats": ("mgegraph.eager.tensor", "memory_stats"),
     "MemoryStats": ("mgegraph.eager.tensor", "MemoryStats"),
     "trace": ("mgegraph.jit", "trace"),
+    "viz": ("mgegraph.viz", None),
     "profile": ("mgegraph.tools.profiler", "profile"),
     **{name: (f"mgegraph.{name}", None) for name in
        ("nn", "optim", "autodiff", "train", "eager", "jit", "module", "optimizer", "onnx")},
