@@ -167,7 +167,7 @@ def from_json(doc: dict) -> list[Row]:
 # -- text --------------------------------------------------------------------------------------
 COLUMNS = ("workload", "case", "threads", "implementation", "median", "x torch", "x limit",
            "arena", "peak", "note")
-RIGHT = {"threads", "median", "x torch", "x limit", "arena", "peak"}
+RIGHT = {"threads", "median", "x torch", "x limit", "arena", "peak", "torch eager"}
 
 
 def fmt_time(seconds: float | None) -> str:
@@ -241,16 +241,16 @@ def table_lines(rows: list[Row]) -> list[str]:
     return lines + [f"{mark} peak: {kind}" for kind, mark in marks.items()]
 
 
-def _aligned(table: list[list[str] | None]) -> list[str]:
+def _aligned(table: list[list[str] | None], columns=COLUMNS) -> list[str]:
     cells = [r for r in table if r is not None]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(COLUMNS))]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
     lines = []
     for r in table:
         if r is None:
             lines.append("")
             continue
         line = "  ".join(c.rjust(w) if name in RIGHT else c.ljust(w)
-                         for c, w, name in zip(r, widths, COLUMNS))
+                         for c, w, name in zip(r, widths, columns))
         lines.append(line.rstrip())
     return lines
 
@@ -265,3 +265,43 @@ def render(rows: list[Row], title: str = "") -> str:
     if not rows:
         return "\n".join(head + ["(no tagged benchmark ran)"])
     return "\n".join(head + table_lines(rows))
+
+
+# -- the summary: one line per workload, case and thread count (issue 19's table) ---------------
+SUMMARY = ("workload", "case", "threads", "mgegraph (fastest)", "x limit", "torch eager",
+           "best peer", "limit")
+
+
+def _fastest(rows: list[Row]) -> Row | None:
+    return min(rows, key=lambda r: r.median_s, default=None)
+
+
+def summary_cells(members: list[Row]) -> list[str]:
+    """mgegraph's fastest row, PyTorch eager, the fastest peer and the limit of one group."""
+    measured = [r for r in members if r.median_s is not None and not r.is_limit]
+    ours = _fastest([r for r in measured if r.implementation.startswith("mgegraph")])
+    peer = _fastest([r for r in measured if not r.implementation.startswith("mgegraph")])
+    torch = next((r for r in measured if r.implementation == BASELINE), None)
+    limit = next((r for r in members if r.is_limit and r.limit_s), None)
+
+    def named(row: Row | None, prefix: str = "") -> str:
+        return "-" if row is None else \
+            f"{fmt_time(row.median_s)} {row.implementation.removeprefix(prefix)}"
+
+    return [named(ours, "mgegraph "), _ratio(ours.vs_limit) if ours else "-",
+            fmt_time(torch.median_s) if torch else "-", named(peer),
+            f"{fmt_time(limit.limit_s)} ({limit.implementation})" if limit else "-"]
+
+
+def render_summary(rows: list[Row], title: str = "") -> str:
+    """One line per workload, case and thread count: mgegraph's fastest implementation (and its
+    ratio to the limit), PyTorch eager, the fastest peer and the physical limit, side by side.
+
+    >>> print(render_summary(rows))
+    """
+    groups: dict[tuple, list[Row]] = {}
+    for row in sort_rows(rows):
+        groups.setdefault(row.group, []).append(row)
+    body = [[w, c, str(t)] + summary_cells(m) for (w, c, t), m in groups.items()]
+    head = [title] if title else []
+    return "\n".join(head + _aligned([list(SUMMARY)] + body, SUMMARY))
