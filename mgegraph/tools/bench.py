@@ -54,6 +54,16 @@ def find_benchmarks(directory: str | None = None) -> Path:
     return path
 
 
+def require_pytest_benchmark() -> None:
+    """The runner's own optional dependencies (the peers are each benchmark's to skip)."""
+    import importlib.util
+
+    missing = [m for m in ("pytest_benchmark", "threadpoolctl") if not importlib.util.find_spec(m)]
+    if missing:
+        raise BenchError(f"mgegraph bench needs {' and '.join(missing)}: pip install "
+                         "'mgegraph[bench]' (in a checkout: pip install -e '.[bench]')")
+
+
 def check_workloads(names: list[str]) -> list[str]:
     """The workloads asked for, in BENCHMARKS.md's order (all of them when none is named)."""
     for name in names:
@@ -185,6 +195,7 @@ def collect(args, extra: list[str]) -> list[dict]:
     if bad:
         raise BenchError(f"--threads {bad[0]}: a thread count is at least 1")
     bench_dir, workloads = find_benchmarks(args.dir), check_workloads(args.workloads)
+    require_pytest_benchmark()
     extra = QUICK + extra if args.quick else extra
     progress = Progress()
     docs = []
