@@ -167,6 +167,11 @@ def _add_viz(sub):
     p.add_argument("model", help="a model file written by mg.save")
     p.add_argument("-o", "--output", required=True, type=_viz_path, metavar="FILE",
                    help="FILE.html (the viewer page), FILE.svg (the graph) or FILE.dot")
+    p.add_argument("--profile", type=_positive_int, metavar="N",
+                   help="run the model N times under the profiler first: the page shows the "
+                   "time of each instruction (inputs as for `mgegraph profile`)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    _add_input(p, "feed the input NAME from FILE.npy instead of random values (--profile)")
     p.set_defaults(func=cmd_viz)
     return p
 
@@ -303,33 +308,47 @@ def cmd_report(args) -> int:
 
 
 def cmd_viz(args) -> int:
-    """``mgegraph viz MODEL -o FILE.html|.svg|.dot``: the format is the file's suffix."""
-    plan = _load(args.model).plan
+    """``mgegraph viz MODEL -o FILE.html|.svg|.dot [--profile N]``: the format is the file's
+    suffix; ``--profile`` runs the model N times first, so the page shows each instruction's
+    time."""
+    predictor = _load(args.model)
+    plan = predictor.plan
     suffix = Path(args.output).suffix.lower()
+    if args.profile and suffix != ".html":
+        raise ValueError(f"--profile {args.profile}: only the .html page shows the times, not "
+                         f"{suffix}")
+    prof = _profiled(predictor, args, args.profile) if args.profile else None
     if suffix == ".dot":
         Path(args.output).write_text(plan.to_dot() + "\n")
     elif suffix == ".svg":
         Path(args.output).write_text(_tool("mgegraph.viz", "the viewer").to_svg(plan))
     else:
-        _tool("mgegraph.viz", "the viewer").save_html(plan, args.output)
+        viz = _tool("mgegraph.viz", "the viewer")
+        viz.save_html(plan, args.output, profile=prof, title=Path(args.model).name)
     print(f"wrote {args.output}")
     return 0
 
 
 def cmd_profile(args) -> int:
     """``mgegraph profile MODEL [--runs N] [--trace FILE.json] [--input NAME=FILE.npy]``."""
-    profiler = _tool("mgegraph.tools.profiler", "the profiler")
-    predictor = _load(args.model)
-    feeds = read_feeds(predictor, args.input, rng=np.random.default_rng(args.seed))
-    predictor.run(feeds)  # allocation and the weights' prologue happen once, unprofiled
-    with profiler.profile() as prof:
-        for _ in range(args.runs):
-            predictor.run(feeds)
+    prof = _profiled(_load(args.model), args, args.runs)
     print(prof.table(top=args.top, by=args.by, average=True))
     if args.trace:
         prof.save_chrome_trace(args.trace)
         print(f"wrote {args.trace} (open it in ui.perfetto.dev or chrome://tracing)")
     return 0
+
+
+def _profiled(predictor, args, runs: int):
+    """The profile of ``runs`` runs of ``predictor`` on the feeds of ``args`` (``--input``,
+    the rest seeded random), after one unprofiled run (allocation, the weights' prologue)."""
+    profiler = _tool("mgegraph.tools.profiler", "the profiler")
+    feeds = read_feeds(predictor, args.input, rng=np.random.default_rng(args.seed))
+    predictor.run(feeds)
+    with profiler.profile() as prof:
+        for _ in range(runs):
+            predictor.run(feeds)
+    return prof
 
 
 def cmd_convert(args) -> int:
@@ -372,7 +391,11 @@ def _read_onnx(path: str):
 
 def cmd_bench(args) -> int:
     """``mgegraph bench [WORKLOAD...] [options]``: ``mgegraph.tools.bench.main`` decides."""
-    return _tool("mgegraph.tools.bench", "the benchmark table").main(args.bench_argv)
+    bench = _tool("mgegraph.tools.bench", "the benchmark table")
+    try:
+        return bench.main(args.bench_argv)
+    except SystemExit as exit:  # its parser's --help and usage errors, as from ours
+        return exit.code if isinstance(exit.code, int) else 1
 
 
 # -- helpers -------------------------------------------------------------------------------------

@@ -251,6 +251,32 @@ def test_viz_dot_is_the_plans_dot(capsys, files, tmp_path):
     assert (tmp_path / "plan.dot").read_text() == plan.to_dot() + "\n"
 
 
+def test_viz_svg_is_the_viewers_drawing(capsys, files, tmp_path):
+    code, _, _ = _cli(capsys, "viz", files / "model.mgm", "-o", tmp_path / "plan.svg")
+    assert code == 0
+    want = mg.viz.to_svg(mg.load(files / "model.mgm").plan)
+    assert (tmp_path / "plan.svg").read_text() == want and want.startswith("<svg")
+
+
+@pytest.mark.parametrize("profiled", [False, True])
+def test_viz_html_page_with_and_without_times(capsys, files, tmp_path, profiled):
+    page = tmp_path / "plan.html"
+    extra = ["--profile", "2"] if profiled else []
+    code, out, _ = _cli(capsys, "viz", files / "model.mgm", "-o", page, *extra)
+    assert code == 0 and out.strip() == f"wrote {page}"
+    text = page.read_text()
+    assert text.lstrip().lower().startswith("<!doctype html")
+    assert "<title>model.mgm</title>" in text
+    assert ("profiled run" in text) == profiled and ("time (ms)" in text) == profiled
+
+
+def test_viz_profile_needs_the_html_page(capsys, files, tmp_path):
+    code, _, err = _cli(capsys, "viz", files / "model.mgm", "-o", tmp_path / "p.svg",
+                        "--profile", "2")
+    _assert_one_line_error(code, err, "--profile 2: only the .html page shows the times")
+    assert not (tmp_path / "p.svg").exists()
+
+
 # -- profile ---------------------------------------------------------------------------------------
 def test_random_feeds_follow_the_input_types_and_the_seed(two_inputs):
     pred = mg.load(two_inputs)
@@ -360,6 +386,13 @@ def test_bench_gets_its_arguments_untouched(capsys, monkeypatch):
     assert cli.main(["--debug", "bench"]) == 3
     assert cli.main(["bench", "--debug", "x"]) == 3
     assert seen == [["mlp-infer", "--json", "out.json", "--help"], [], ["x"]]
+
+
+def test_bench_is_the_benchmark_tables_own_command(capsys):
+    code, out, _ = _cli(capsys, "bench", "--help")
+    assert code == 0 and out.startswith("usage: mgegraph bench ")
+    code, out, err = _cli(capsys, "bench", "no-such-workload")
+    assert code != 0 and "no-such-workload" in err and "Traceback" not in err
 
 
 def test_a_tool_missing_from_the_build_is_one_line(capsys, files, monkeypatch, tmp_path):
