@@ -27,7 +27,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Self
+from typing import NamedTuple, Self
 
 import numpy as np
 
@@ -68,9 +68,9 @@ def _deactivate(profile) -> None:
 
 
 # -- what a profile holds ------------------------------------------------------------------------
-@dataclass(frozen=True, eq=False)
-class Run:
-    """One timed run: ``times[i]`` = (start, duration) in ns of instruction i of ``plan``."""
+class Run(NamedTuple):
+    """One timed run: ``times[i]`` = (start, duration) in ns of instruction i of ``plan``.
+    (A tuple: one is made per run, so it must cost little to make and to keep.)"""
 
     plan: object
     thread: int         # the OS thread id (a lane of the trace)
@@ -82,21 +82,38 @@ class Run:
 
 
 class _PlanTimes:
-    """Per instruction of one plan: total ns and calls over a profile's runs."""
+    """Per instruction of one plan: total ns and calls over a profile's runs. Kept as each run
+    is recorded (the plan's ``instruction_times`` follows every run), with the common case, a
+    run of every instruction, in one NumPy operation."""
 
     def __init__(self, plan):
-        self.plan, self.runs = plan, 0
+        self.plan, self.runs, self.whole = plan, 0, 0  # whole: runs of every instruction
         self.total_ns = np.zeros(len(plan.instructions), np.int64)
-        self.calls = np.zeros(len(plan.instructions), np.int64)
+        self.partial_calls = np.zeros(len(plan.instructions), np.int64)
 
     def add(self, times: np.ndarray) -> None:
-        k = len(times)
-        self.total_ns[:k] += times[:, 1]
-        self.calls[:k] += 1
         self.runs += 1
+        if len(times) == len(self.total_ns):
+            self.total_ns += times[:, 1]
+            self.whole += 1
+        else:  # a failed or interrupted run: the instructions that ran
+            self.total_ns[:len(times)] += times[:, 1]
+            self.partial_calls[:len(times)] += 1
+
+    def copy(self) -> _PlanTimes:
+        other = _PlanTimes.__new__(_PlanTimes)
+        other.plan, other.runs, other.whole = self.plan, self.runs, self.whole
+        other.total_ns, other.partial_calls = self.total_ns.copy(), self.partial_calls.copy()
+        return other
+
+    @property
+    def calls(self) -> np.ndarray:
+        return self.partial_calls + self.whole
 
     def mean_seconds(self) -> tuple[float, ...]:
         """Mean seconds per call of each instruction; 0.0 for one no recorded run reached."""
+        if self.whole == self.runs:
+            return tuple((self.total_ns * (1e-9 / self.runs)).tolist())
         return tuple((self.total_ns / np.maximum(self.calls, 1) * 1e-9).tolist())
 
 
@@ -167,7 +184,8 @@ class Profile:
         self._lock = threading.Lock()
         self._runs: list[Run] = []
         self._plans: dict[int, _PlanTimes] = {}  # id(plan) -> its times, in first-run order
-        self._seen: dict[int, int] = {}          # id(plan) -> runs seen, warmup ones included
+        # id(plan) -> (plan, runs seen, warmup ones included); the plan keeps its id unique
+        self._seen: dict[int, tuple[object, int]] = {}
 
     def __enter__(self) -> Self:
         if self.began is not None:
@@ -185,7 +203,8 @@ class Profile:
     def _record(self, run: Run) -> None:
         key = id(run.plan)
         with self._lock:
-            self._seen[key] = seen = self._seen.get(key, 0) + 1
+            seen = self._seen.get(key, (run.plan, 0))[1] + 1
+            self._seen[key] = (run.plan, seen)
             if seen <= self.warmup:
                 return
             times = self._plans.get(key)
@@ -220,8 +239,8 @@ class Profile:
     def instructions(self, average: bool = False) -> list[Row]:
         """One Row per instruction of every plan recorded, in plan order; ``average``: per run
         of its plan instead of totals."""
-        with self._lock:
-            plans = list(self._plans.values())
+        with self._lock:  # a copy: runs on other threads may be adding to them
+            plans = [t.copy() for t in self._plans.values()]
         labels = _labels([t.plan for t in plans])
         rows = [_instruction_row(t, labels[id(t.plan)], i, average)
                 for t in plans for i in range(len(t.plan.instructions))]
