@@ -29,6 +29,7 @@ static thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __forceinline__
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
+#define __grid_constant__
 
 static inline int __float_as_int(float x) { int r; std::memcpy(&r, &x, 4); return r; }
 static inline float __int_as_float(int x) { float r; std::memcpy(&r, &x, 4); return r; }

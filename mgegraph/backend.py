@@ -164,7 +164,13 @@ def kernel_name(family: str, dtype) -> str:
     return f"{family}_{short_name(np.dtype(dtype))}"
 
 # device name -> factory, or "module:attribute" of one, imported on first use
-_FACTORIES: dict[str, Callable[[], Backend] | str] = {"cpu": "mgegraph._kernels.cpu:backend"}
+_FACTORIES: dict[str, Callable[[], Backend] | str] = {"cpu": "mgegraph._kernels.cpu:backend",
+                                                      "cuda": "mgegraph.cuda.backend:backend"}
+# kinds with a backend per device: the factory takes the index ("cuda:1" -> factory(1))
+_PER_DEVICE = {"cuda"}
+# kinds mg.devices() lists only when their probe (called then) says they can run here; asking
+# for one that cannot is the factory's clear error (the missing extra, driver or GPU)
+_PROBES = {"cuda": "mgegraph.cuda:available"}
 _BACKENDS: dict[str, Backend] = {}
 # makes each backend once when threads ask for it at the same time (re-entrant: a factory may
 # ask for another backend)
@@ -184,11 +190,21 @@ def unregister_backend(name: str) -> None:
         raise GraphError("the cpu backend cannot be unregistered")
     _FACTORIES.pop(name, None)
     _BACKENDS.pop(name, None)
+    _PROBES.pop(name, None)
 
 
 def devices() -> list[str]:
-    """The device names ``mg.compile(device=...)`` accepts."""
-    return sorted(_FACTORIES)
+    """The device names ``mg.compile(device=...)`` accepts here ("cuda" only where the cuda
+    extra, a driver and a GPU are)."""
+    return sorted(name for name in _FACTORIES if _usable(name))
+
+
+def _usable(name: str) -> bool:
+    probe = _PROBES.get(name)
+    if probe is None:
+        return True
+    module, attr = probe.split(":")
+    return bool(getattr(importlib.import_module(module), attr)())
 
 
 def get_backend(device: str) -> Backend:
@@ -196,12 +212,18 @@ def get_backend(device: str) -> Backend:
     of a kind, "cuda:1"); an unknown device is a GraphError listing the known ones."""
     if not isinstance(device, str):
         raise GraphError(f"device must be a string such as 'cpu', got {type(device).__name__}")
-    kind = device.split(":", 1)[0]
-    backend = _BACKENDS.get(kind)
+    kind, _, index = device.partition(":")
+    key = kind
+    if kind in _PER_DEVICE:
+        if index and not index.isdigit():
+            raise GraphError(f"device {device!r}: the index after the colon must be a number, "
+                             f"as in '{kind}:1'")
+        key = f"{kind}:{int(index or 0)}"
+    backend = _BACKENDS.get(key)
     if backend is not None:
         return backend
     with _LOCK:
-        backend = _BACKENDS.get(kind)
+        backend = _BACKENDS.get(key)
         if backend is not None:  # another thread made it while this one waited
             return backend
         factory = _FACTORIES.get(kind)
@@ -211,5 +233,6 @@ def get_backend(device: str) -> Backend:
         if isinstance(factory, str):
             module, attr = factory.split(":")
             factory = getattr(importlib.import_module(module), attr)
-        backend = _BACKENDS[kind] = factory()
+        backend = factory(int(index or 0)) if kind in _PER_DEVICE else factory()
+        _BACKENDS[key] = backend
         return backend

@@ -34,3 +34,13 @@ class CudaKernel:
 
     source: str
     steps: Callable
+
+
+@dataclass(frozen=True)
+class RenderedKernel:
+    """A kernel whose source the backend renders per instruction when it makes a plan's
+    executable (mgegraph/cuda/render.py): ``render(ins, types)`` gives the kernel's text and its
+    steps, for the plan's Instruction ``ins`` and its buffers' TensorTypes (inputs, then
+    outputs). The texts of a plan go into one module, compiled once (and cached on disk)."""
+
+    render: Callable

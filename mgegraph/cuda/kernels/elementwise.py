@@ -1,0 +1,71 @@
+"""The elementwise ops on CUDA: unary, binary, compare, where, cast and assign.
+
+Lowering: the CPU's (mgegraph/_kernels/lowering/elementwise.py), reused as it is: the rendered
+kernels (mgegraph/cuda/render.py over csrc_cuda/elementwise.cuh) read its ints layout
+``[opcode, ndim, shape, strides per input]`` and floats. A kernel per (op, dtype) is rendered
+from the table, so ``steps`` picks the entry by the opcode the lowering packed (the table's
+order, which the CPU build checks too).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..._kernels.lowering import elementwise as cpu
+from ...ir.types import SUPPORTED, short_name
+from ...ops import elementwise_table as TABLE
+from .. import geometry, render
+from ..kernel import RenderedKernel
+
+DTYPE_OF_CODE = {code: dtype for dtype, (_, code) in SUPPORTED.items()}
+
+
+def _contiguous(ints, n_inputs: int) -> bool:
+    """Whether the layout collapsed to one dimension with every input contiguous or a scalar
+    (the kernels' vector path)."""
+    return ints[1] == 1 and all(s in (0, 1) for s in ints[3:3 + n_inputs])
+
+
+def launch_steps(entry: str, ints, types, n_inputs: int):
+    """The grid-stride launch over the output of an elementwise instruction."""
+    out = types[-1]
+    per = geometry.vector_width(out.dtype.itemsize, _contiguous(ints, n_inputs)) \
+        if all(t.dtype.itemsize == out.dtype.itemsize for t in types) else 1
+    step = geometry.grid_stride(math.prod(out.shape), per, entry)
+    return [] if step is None else [step]
+
+
+def _render_table_op(ins, types):
+    op = TABLE.OPS[ins.ints[0]]
+    dtype = types[0].dtype
+    entry, text = (render.unary_kernel if op.kind == "unary" else render.binary_kernel)(
+        op.name, dtype)
+    return text, launch_steps(entry, ins.ints, types, len(types) - 1)
+
+
+def _render_where(ins, types):
+    entry, text = render.where_kernel(types[1].dtype)
+    return text, launch_steps(entry, ins.ints, types, 3)
+
+
+def _render_cast(ins, types):
+    entry, text = render.cast_kernel(types[0].dtype, DTYPE_OF_CODE[ins.ints[0]])
+    return text, launch_steps(entry, ins.ints, types, 1)
+
+
+def _kernels() -> dict[str, RenderedKernel]:
+    dtypes = [np.dtype(d) for d in render.CTYPES]
+    kernels = {}
+    for family, fn in (("unary", _render_table_op), ("binary", _render_table_op),
+                       ("compare", _render_table_op), ("where", _render_where),
+                       ("cast", _render_cast)):
+        kernels.update({f"{family}_{short_name(d)}": RenderedKernel(fn) for d in dtypes})
+    return kernels
+
+
+KERNELS = _kernels()
+
+
+def implement(table) -> None:
+    cpu.implement(table)

@@ -1,0 +1,185 @@
+"""A plan made runnable on one GPU: its device memory, its compiled kernels, its runs.
+
+The logic is in the pure functions of backend.py (``persistent_layout``, ``slot_addresses``,
+``plan_calls``) and abi.py (``pack``); this class calls the driver with what they give.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..ir.errors import NumericsError
+from ..plan import Role, check_feeds
+from ..planner.passes.prologue import versions, written
+from . import abi, nvrtc
+from .backend import persistent_layout, plan_calls, rendered_source, slot_addresses
+
+# hosts arrays whose newest value is on a device: id(array) -> the executable holding it
+_STALE: dict[int, object] = {}
+
+
+def fetch(*arrays) -> None:
+    """Copy the device's value of each shared param array (an ``nn.Parameter``'s ``value``)
+    back into it, where a CUDA training step updated it since (``state_dict`` before saving).
+
+    >>> mgegraph.cuda.fetch(*[p.value for p in model.parameters()])   # doctest: +SKIP
+    """
+    for array in arrays:
+        owner = _STALE.get(id(array))
+        if owner is not None:
+            owner.pull()
+
+
+class CudaExecutable:
+    """The plan's two device allocations (arena, persistent), its modules and MgArgs, and the
+    pinned buffers feeds and outputs go through. ``use_graph``: replay the launches as one
+    CUDA graph after the first run (the default; False launches them one by one)."""
+
+    def __init__(self, backend, plan):
+        self.plan, self.backend = plan, backend
+        device = self.device = backend.device()
+        device.activate()
+        self.calls, texts = plan_calls(plan, backend)
+        self.functions = self._functions(texts)
+        offsets, total = persistent_layout(plan)
+        self.arena = backend.allocate(plan.memory.arena_bytes, plan.memory.options.alignment)
+        self.persistent = device.alloc(total)
+        self.address = slot_addresses(plan, self.arena, self.persistent, offsets)
+        self.args = [abi.pack([self.address[s] for s in c.slots], plan.instructions[c.index].ints,
+                              plan.instructions[c.index].floats) for c in self.calls]
+        self.staging = {s: device.pinned(plan.slots[s].nbytes)
+                        for s in list(plan.feeds.values()) + list(plan.outputs)}
+        self.shared = {s: plan.values[s] for s in plan.shared}
+        self._seen = {s: None for s in self.shared}
+        self._assigned = _assigned(plan)
+        for s, value in plan.values.items():
+            if s not in plan.shared:
+                device.to_device(self.address[s], np.ascontiguousarray(value))
+        self.use_graph, self._graph, self._lock = True, None, threading.Lock()
+        device.synchronize()
+
+    def _functions(self, texts) -> list:
+        b = self.backend
+        rendered = b.module("rendered.cu", rendered_source(texts), nvrtc.EXACT_OPTIONS) \
+            if texts else None
+        return [self.device.function(rendered if c.source is None else b.module(c.source),
+                                     c.step.entry) for c in self.calls]
+
+    def __del__(self):
+        try:
+            self.device.free(self.arena)
+            self.device.free(self.persistent)
+        except Exception:  # noqa: BLE001  interpreter shutdown: the driver may be gone
+            pass
+
+    # -- runs ------------------------------------------------------------------------------
+    def run(self, feeds: dict) -> list[np.ndarray]:
+        with self._lock:
+            return self._run(feeds)
+
+    def _run(self, feeds: dict) -> list[np.ndarray]:
+        plan, device = self.plan, self.device
+        check_feeds(plan, feeds)
+        device.activate()
+        self._upload_written()
+        for name, slot in plan.feeds.items():
+            stage = self.staging[slot].view(plan.slots[slot].type.dtype)
+            np.copyto(stage.reshape(plan.slots[slot].type.shape), feeds[name], casting="no")
+            device.to_device(self.address[slot], self.staging[slot])
+        if plan.check_numerics:
+            self._launch_checking()
+        else:
+            self._launch_all()
+        for slot in plan.outputs:
+            device.to_host(self.staging[slot], self.address[slot])
+        device.synchronize()
+        self._mark_updated()
+        return [self.staging[s].view(plan.slots[s].type.dtype).reshape(
+            plan.slots[s].type.shape).copy() for s in plan.outputs]
+
+    def _launch_all(self) -> None:
+        device = self.device
+        if self._graph is not None:
+            device.replay(self._graph)
+            return
+        if self.use_graph and self.calls and self._ran_once():
+            device.begin_capture()
+            self._launch_each()
+            self._graph = device.end_capture()
+            device.replay(self._graph)
+            return
+        self._launch_each()
+
+    def _ran_once(self) -> bool:
+        first = not getattr(self, "_warm", False)
+        self._warm = True
+        return not first
+
+    def _launch_each(self) -> None:
+        for function, call, args in zip(self.functions, self.calls, self.args):
+            self.device.launch(function, call.step, args)
+
+    def _launch_checking(self) -> None:
+        """check_numerics: an instruction at a time, its float outputs read back."""
+        plan, by_ins = self.plan, {}
+        for k, call in enumerate(self.calls):
+            by_ins.setdefault(call.index, []).append(k)
+        for index, ks in by_ins.items():
+            for k in ks:
+                self.device.launch(self.functions[k], self.calls[k].step, self.args[k])
+            ins = plan.instructions[index]
+            for s in ins.outputs:
+                out = self._read(s)
+                if out.dtype.kind == "f" and not np.isfinite(out).all():
+                    what = "NaN" if np.isnan(out).any() else "an infinity"
+                    raise NumericsError(f"instruction {index} ({ins.op}, kernel {ins.kernel}, "
+                                        f"node made at {ins.location}) wrote {what} into its "
+                                        f"output s{s} {plan.slots[s].type} (on {self.backend.name})")
+
+    def _read(self, slot: int) -> np.ndarray:
+        t = self.plan.slots[slot].type
+        out = np.empty(t.shape, t.dtype)
+        self.device.to_host(out, self.address[slot])
+        self.device.synchronize()
+        return out
+
+    # -- shared params: on the device between runs ---------------------------------------------
+    def _upload_written(self) -> None:
+        """Upload each shared param the host wrote since this executable last saw it."""
+        arrays = list(self.shared.values())
+        for (s, value), seen in zip(self.shared.items(), versions(arrays)):
+            if self._seen[s] != seen:
+                owner = _STALE.get(id(value))
+                if owner is not None and owner is not self:  # another plan's update
+                    owner.pull()
+                self.device.to_device(self.address[s], np.ascontiguousarray(value))
+                self._seen[s] = seen
+
+    def _mark_updated(self) -> None:
+        """The shared params this run assigned are newer on the device: their host arrays say
+        so (``written``, for other plans and prologues) and ``fetch`` can bring them back."""
+        for s in self._assigned:
+            array = self.shared[s]
+            written(array)
+            _STALE[id(array)] = self
+            (self._seen[s],) = versions([array])
+
+    def pull(self) -> None:
+        """Copy every shared param this plan updates from the device into its host array."""
+        with self._lock:
+            self.device.activate()
+            for s in self._assigned:
+                array = self.shared[s]
+                host = np.empty(array.shape, array.dtype)
+                self.device.to_host(host, self.address[s])
+                self.device.synchronize()
+                array[...] = host
+                _STALE.pop(id(array), None)
+
+
+def _assigned(plan) -> list[int]:
+    """The shared param slots a run of ``plan`` writes (its assigns)."""
+    slots = {s for ins in plan.instructions for s in ins.outputs}
+    roots = {plan.slots[s].alias if plan.slots[s].alias is not None else s for s in slots}
+    return sorted(s for s in roots if s in plan.shared and plan.slots[s].role == Role.PARAM)
