@@ -108,7 +108,11 @@ def _graph_section(times: bool) -> str:
             f'{colour}<input id="find" placeholder="find op, input or step (Enter)" size="28">'
             '<span class="hint">click a box for details</span></div>'
             f'{_legend(times)}<div id="graph-area"><div id="graph-box"></div>'
-            '<aside id="details"><p class="empty">Click a box.</p></aside></div></section>')
+            '<aside id="details"><p class="empty">Click a box to see its op, attributes, '
+            'input and output types, slots, arena offsets, live steps and the line of your '
+            'code that made it. Double-click a group or a fused box (marked +) to open it in '
+            'place; the find box and the instruction table take you to any instruction.</p>'
+            '</aside></div></section>')
 
 
 def _arena_section(plan) -> str:

@@ -159,7 +159,7 @@ def coordinates(rows, sizes, edges, gap_x: float = GAP_X, gap_y: float = GAP_Y):
     left = min((centre[v] - widths[v] / 2 for v in centre), default=0.0)
     for v, c in centre.items():
         x[v] = round(c - widths[v] / 2 - left + MARGIN, 1)
-    width = max((x[v] + widths[v] for v in centre), default=0.0) + MARGIN
+    width = max((x[v] + widths[v] for v in centre), default=MARGIN) + MARGIN
     return x, y, round(width, 1), round(max(top - gap_y + MARGIN, 2 * MARGIN), 1)
 
 

@@ -338,8 +338,6 @@
     arena();
     table();
     toolbar();
-    const first = items.findIndex((it) => it.k === "i");
-    if (first >= 0) details(first);
   } catch (e) {
     record(e && e.stack ? e.stack : e);
   }

@@ -1,0 +1,330 @@
+"""mg.viz: the HTML page of a plan or graph (self-contained, every instruction, hostile names
+kept as text, remat clones and profile times shown), to_svg, and the page as a person sees it in
+headless Chromium (skipped where Chromium is missing)."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+import mgegraph as mg
+import mgegraph.functional as F
+from mgegraph import nn, optim
+from mgegraph.ir.errors import GraphError
+from mgegraph.tools.graphview import recomputed_steps
+
+HOSTILE = "</script><script>document.title='pwned'</script>"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def training_plan(name: str = "x", remat="sqrt") -> mg.Plan:
+    """A 5-layer MLP's SGD step as one plan (forward, gradients, updates), input ``name``."""
+    rng = np.random.default_rng(0)
+    g = mg.Graph()
+    x = g.input(name, (8, 16), "float32")
+    y = g.input("labels", (8,), "int64")
+    params = [g.param(f"w{k}", rng.standard_normal((16, 16), np.float32) * 0.3)
+              for k in range(5)]
+    h = x
+    for w in params[:-1]:
+        h = F.relu(h @ w)
+    loss = F.cross_entropy(h @ params[-1], y)
+    for p, dp in zip(params, mg.grad(loss, params)):
+        g.assign(p, p - 0.1 * dp)
+    return mg.compile([loss], remat=remat)
+
+
+def small_graph():
+    g = mg.Graph()
+    x = g.input("x", (4, 8), "float32")
+    w = g.param("w", np.ones((8, 8), np.float32))
+    return g, F.relu(x @ w * 2.0 + 1.0) - F.tanh(x @ w)
+
+
+def page_data(text: str) -> dict:
+    found = re.search(r'<script type="application/json" id="mg-data">(.*?)</script>', text, re.S)
+    return json.loads(found.group(1))
+
+
+def instructions_in_views(data) -> list[int]:
+    """Every instruction item reachable from the top view, opening every group."""
+    seen, stack = [], [0]
+    while stack:
+        for i in data["views"][stack.pop()]["n"]:
+            item = data["items"][i]
+            if item["k"] == "i":
+                seen.append(i)
+            if item["k"] == "g":
+                stack.append(item["v"])
+    return sorted(seen)
+
+
+# -- the page ------------------------------------------------------------------------------------
+def test_the_page_is_self_contained_and_holds_every_instruction(tmp_path):
+    plan = training_plan()
+    path = tmp_path / "plan.html"
+    plan.save_html(path)
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>")
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", text, re.I)
+    assert "<link" not in text and not re.search(r"<script[^>]*\ssrc=", text)
+    data = page_data(text)
+    items = [it for it in data["items"] if it["k"] == "i"]
+    assert [(it["step"], it["op"], it["kernel"]) for it in items] == \
+        [(k, ins.op, ins.kernel) for k, ins in enumerate(plan.instructions)]
+    assert instructions_in_views(data) == list(range(len(plan.instructions)))
+    for section in ('id="graph"', 'id="arena"', 'id="instructions"', 'id="memory"',
+                    'id="passes"', 'id="remat"'):
+        assert section in text
+    assert "memory plan: arena" in text and "remat (sqrt)" in text
+
+
+def test_details_carry_types_slots_offsets_live_ranges_and_locations():
+    plan = training_plan()
+    data = page_data(mg.viz.html(plan))
+    for k, ins in enumerate(plan.instructions):
+        item = data["items"][k]
+        assert (item["ins"], item["outs"], item["ws"]) == \
+            (list(ins.inputs), list(ins.outputs), ins.workspace)
+        assert item["loc"] == ins.location and __file__ in ins.location
+    for s, row in enumerate(data["slots"]):
+        slot = plan.slots[s]
+        assert row[:4] == [str(slot.type), str(slot.role), slot.name, slot.offset]
+        assert row[4:6] == list(plan.memory.spans.get(s, (None, None)))
+
+
+def test_hostile_names_stay_text():
+    text = mg.viz.html(training_plan(HOSTILE))
+    assert HOSTILE not in text
+    assert text.count("<script") == 3  # the error hook, the data and the viewer
+    assert [it["name"] for it in page_data(text)["items"] if it["k"] == "s"][0] == HOSTILE
+
+
+def test_remat_clones_are_marked():
+    plan = training_plan()
+    redo = recomputed_steps(plan)
+    assert redo
+    ins = plan.instructions
+    loss = next(k for k, i in enumerate(ins) if i.op == "cross_entropy")
+
+    def same(a, b):
+        return (a.op, a.attrs, [plan.slots[s].type for s in a.inputs + a.outputs]) == \
+            (b.op, b.attrs, [plan.slots[s].type for s in b.inputs + b.outputs])
+    for k in redo:  # each clone repeats a forward instruction, after the loss
+        assert k > loss and any(same(ins[k], ins[j]) for j in range(loss))
+    data = page_data(mg.viz.html(plan))
+    assert {k for k, it in enumerate(data["items"]) if it.get("remat")} == set(redo)
+    assert recomputed_steps(training_plan(remat=None)) == frozenset()
+
+
+def test_fused_programs_open_into_their_steps():
+    g, y = small_graph()
+    plan = mg.compile([y])
+    data = page_data(mg.viz.html(plan))
+    fused = [it for it in data["items"] if it.get("op") == "fused_elementwise"]
+    assert len(fused) == 1
+    steps = [data["items"][i] for i in data["views"][fused[0]["v"]]["n"]]
+    assert [s["lab"][0] for s in steps if s["k"] == "p"].count("input 0") == 1
+    assert {"relu", "tanh", "sub", "output 0"} <= {s["lab"][0] for s in steps}
+    assert "v5 = relu v4" in fused[0]["prog"]
+
+
+def test_a_graph_is_drawn_without_an_arena(tmp_path):
+    g, y = small_graph()
+    mg.viz.save_html(g, tmp_path / "g.html")
+    text = (tmp_path / "g.html").read_text(encoding="utf-8")
+    data = page_data(text)
+    assert data["kind"] == "graph" and data["slots"] is None
+    assert 'id="arena"' not in text
+    ops = sorted(it["op"] for it in data["items"] if it["k"] == "i")
+    assert ops == sorted(n.op.name for n in g.nodes if n.op.category != "source")
+
+
+def test_a_model_file_a_step_a_predictor_and_a_traced_function(tmp_path):
+    plan = training_plan()
+    mg.save(plan, tmp_path / "model.mgm")
+    from_file = page_data(mg.viz.html(str(tmp_path / "model.mgm")))
+    assert len([it for it in from_file["items"] if it["k"] == "i"]) == len(plan.instructions)
+    nn.init.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3))
+    x, y = np.ones((4, 6), np.float32), np.zeros(4, np.int64)
+    step = mg.compile_train_step(model, F.cross_entropy, optim.SGD(model.parameters(), 0.1),
+                                 example_batch=(x, y))
+    predict = mg.compile_module(model, example_inputs=(x,))
+    for obj in (step, predict):
+        assert page_data(mg.viz.html(obj))["title"].endswith(f"{len(obj.plan.instructions)} "
+                                                             "instructions on cpu")
+
+    @mg.jit.trace
+    def f(a):
+        return F.relu(a) * 2.0
+
+    with pytest.raises(GraphError, match="has not been called yet"):
+        mg.viz.html(f)
+    f(mg.tensor(np.ones(3, np.float32)))
+    assert page_data(mg.viz.html(f))["kind"] == "plan"
+
+
+def test_what_is_not_a_plan_is_refused_clearly(tmp_path):
+    with pytest.raises(GraphError, match="not int"):
+        mg.viz.save_html(42, tmp_path / "x.html")
+    with pytest.raises(GraphError, match="no model file at"):
+        mg.viz.html(str(tmp_path / "missing.mgm"))
+    mg.save({"w": np.ones(3, np.float32)}, tmp_path / "weights.mgm")
+    with pytest.raises(GraphError, match="state dict"):
+        mg.viz.html(tmp_path / "weights.mgm")
+    with pytest.raises(GraphError, match="engine 'neato'"):
+        mg.viz.to_svg(training_plan(), engine="neato")
+    assert not os.path.exists(tmp_path / "x.html")
+
+
+class FakeProfile:
+    def __init__(self, times):
+        self.times = times
+
+    def instruction_times(self, plan):
+        return self.times
+
+
+def test_profile_times_show_per_instruction():
+    plan = training_plan(remat=None)
+    n = len(plan.instructions)
+    assert page_data(mg.viz.html(plan))["times"] is False
+    times = tuple((k + 1) * 1e-6 for k in range(n))
+    data = page_data(mg.viz.html(plan, profile=FakeProfile(times)))
+    assert data["times"] is True and data["total_time"] == pytest.approx(sum(times))
+    assert [data["items"][k]["t"] for k in range(n)] == list(times)
+    plan._cache["instruction_times"] = times[::-1]  # what a profiled run leaves on the plan
+    text = mg.viz.html(plan)
+    assert page_data(text)["items"][0]["t"] == times[-1] and "time (ms)" in text
+    with pytest.raises(GraphError, match="profile times: 2 for a plan of"):
+        mg.viz.html(plan, profile=FakeProfile((1.0, 2.0)))
+
+
+def test_a_profiled_run_leaves_its_times_for_the_page():
+    plan = training_plan(remat=None)
+    feeds = {"x": np.ones((8, 16), np.float32), "labels": np.zeros(8, np.int64)}
+    with mg.profile():
+        plan.run(feeds)
+    data = page_data(mg.viz.html(plan))
+    assert data["times"] and all(data["items"][k]["t"] >= 0 for k in range(len(plan.instructions)))
+
+
+def test_arena_buffers_name_their_slots():
+    plan = training_plan()
+    root = ET.fromstring(mg.planner.memory_svg(plan))
+    slots = {int(r.get("data-slot")) for r in root.iter("{http://www.w3.org/2000/svg}rect")
+             if r.get("class") == "buffer"}
+    assert slots and slots <= set(plan.memory.spans)
+
+
+def test_to_svg_is_our_own_drawing():
+    g, y = small_graph()
+    for obj in (mg.compile([y]), g):
+        root = ET.fromstring(mg.viz.to_svg(obj))
+        labels = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
+        assert "relu" in labels and "x" in labels
+    if shutil.which("dot") is None:
+        with pytest.raises(GraphError, match="needs Graphviz"):
+            mg.viz.to_svg(g, engine="dot")
+    else:
+        assert "<svg" in mg.viz.to_svg(g, engine="dot")
+
+
+# -- a ResNet-50-shaped training step: groups keep it usable -----------------------------------------
+def _conv_bn(cin, cout, kernel, stride=1):
+    return nn.Sequential(nn.Conv2d(cin, cout, kernel, stride=stride, padding=kernel // 2,
+                                   bias=False), nn.BatchNorm2d(cout))
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, cin, width, stride):
+        self.body = nn.Sequential(_conv_bn(cin, width, 1), nn.ReLU(),
+                                  _conv_bn(width, width, 3, stride), nn.ReLU(),
+                                  _conv_bn(width, width * 4, 1))
+        self.skip = _conv_bn(cin, width * 4, 1, stride) if stride != 1 or cin != width * 4 \
+            else None
+
+    def forward(self, x):
+        return F.relu(self.body(x) + (x if self.skip is None else self.skip(x)))
+
+
+def resnet50_step():
+    """A ResNet-50-shaped SGD step (3-4-6-3 bottlenecks) on 2x3x32x32: ~2,000 graph nodes."""
+    nn.init.manual_seed(0)
+    layers, cin = [_conv_bn(3, 64, 7, 2), nn.ReLU(), nn.MaxPool2d(3, 2, padding=1)], 64
+    for i, (width, blocks) in enumerate(((64, 3), (128, 4), (256, 6), (512, 3))):
+        for b in range(blocks):
+            layers.append(Bottleneck(cin, width, 2 if i and not b else 1))
+            cin = width * 4
+    model = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 10))
+    x, y = np.zeros((2, 3, 32, 32), np.float32), np.zeros(2, np.int64)
+    return mg.compile_train_step(model, F.cross_entropy, optim.SGD(model.parameters(), 0.01),
+                                 example_batch=(x, y))
+
+
+def test_a_resnet50_step_opens_as_a_few_dozen_blocks():
+    step = resnet50_step()
+    assert len(step.plan.source.graph.nodes) > 1800
+    data = page_data(mg.viz.html(step))
+    top = [data["items"][i] for i in data["views"][0]["n"]]
+    assert len(top) < 60 < len(step.plan.instructions)
+    repeats = [it["lab"][0] for it in top if it["k"] == "g" and "\u00d7 block" in it["lab"][0]]
+    assert len(repeats) >= 6  # forward and backward runs of identical bottlenecks
+    assert instructions_in_views(data) == list(range(len(step.plan.instructions)))
+    assert data["opened"] == []
+
+
+# -- in a browser ----------------------------------------------------------------------------------
+def chromium(tmp_path, *args) -> str:
+    if CHROMIUM is None:
+        pytest.skip("headless Chromium is not installed (apt install chromium)")
+    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}", *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def step_page(tmp_path_factory):
+    """The page of a training step with remat, an input with a hostile name and profile
+    times."""
+    plan = training_plan(HOSTILE)
+    plan._cache["instruction_times"] = tuple(1e-5 * (1 + k % 7) for k in range(
+        len(plan.instructions)))
+    path = tmp_path_factory.mktemp("page") / "step.html"
+    plan.save_html(path)
+    return plan, path
+
+
+def test_chromium_renders_the_page_without_errors(step_page, tmp_path):
+    plan, path = step_page
+    dom = chromium(tmp_path, "--dump-dom", path.as_uri())
+    assert re.search(r'<body[^>]*data-rendered="1"', dom)
+    assert re.search(r'<ul id="js-errors"></ul>', dom), dom[dom.find("js-errors"):][:2000]
+    assert HOSTILE not in dom and "<title>mgegraph plan: " in dom  # no script ran from it
+    graph = dom[dom.find('id="graph-svg"'):dom.find("</svg>", dom.find('id="graph-svg"'))]
+    assert "&lt;/script&gt;&lt;script&gt;" in graph  # the input's name, drawn as text
+    assert graph.count('class="node ') >= len(plan.instructions)  # small: every box drawn
+    assert graph.count('class="node op remat') == len(recomputed_steps(plan))
+    assert dom.count('<rect class="buffer"') >= len(plan.memory.spans) - 1
+    table = dom[dom.find("<tbody>"):dom.find("</tbody>")]
+    assert table.count("<tr") == len(plan.instructions)
+    assert "memory plan: arena" in dom and "remat (sqrt)" in dom
+
+
+def test_chromium_screenshot(step_page, tmp_path):
+    _, path = step_page
+    shot = tmp_path / "step.png"
+    chromium(tmp_path, "--window-size=1300,1000", f"--screenshot={shot}", path.as_uri())
+    head = shot.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    assert int.from_bytes(head[16:20], "big") == 1300 and shot.stat().st_size > 20_000
+    if os.environ.get("MGEGRAPH_KEEP_SCREENSHOT"):
+        shutil.copy(shot, os.environ["MGEGRAPH_KEEP_SCREENSHOT"])
