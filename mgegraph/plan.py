@@ -163,6 +163,16 @@ class Plan:
         """One line per graph pass that ran before planning: what it changed."""
         return passes_report(self.passes) if self.passes else "no passes ran (optimize=0)"
 
+    def save_html(self, path, profile=None) -> None:
+        """One self-contained HTML page of this plan: the graph, the arena over time, the
+        instructions, the reports and, after a profiled run, the time per instruction (see
+        ``mgegraph.viz``).
+
+        >>> plan.save_html("plan.html")
+        """
+        from .viz import save_html
+        save_html(self, path, profile=profile)
+
     def to_dot(self) -> str:
         """The plan as a Graphviz digraph, without the graph that made it: a box per
         instruction (op, kernel, output types; coloured by op category as ``Graph.to_dot``),
@@ -203,9 +213,27 @@ class Plan:
             executable = self._cache["executable"] = get_backend(self.device).executable(self)
         return executable
 
-    def run(self, feeds: dict) -> list[np.ndarray]:
-        """Run the plan on ``feeds`` ({input name: array}); returns arrays the caller owns."""
-        return self.executable().run(feeds)
+    def run(self, feeds: dict, out=None) -> list[np.ndarray]:
+        """Run the plan on ``feeds`` ({input name: array}); returns arrays the caller owns.
+
+        ``out``: one entry per output, an array of its shape and dtype to write it into, or
+        None for a new one. Feeds are only read (in place where the backend can), and the run
+        reads each as it was when the run began, even when an ``out=`` array is a feed too:
+
+        >>> y = plan.run({"x": x}, out=[y])[0]     # no allocation per call
+        """
+        executable = self.executable()
+        if out is None:
+            return executable.run(feeds)
+        if getattr(executable, "writes_out", False):
+            return executable.run(feeds, out=out)
+        out = check_out(self, out)  # a backend that returns new arrays: copied into out=
+        results = executable.run(feeds)
+        for k, given in enumerate(out):
+            if given is not None:
+                np.copyto(given, results[k], casting="no")
+                results[k] = given
+        return results
 
     # -- reading --------------------------------------------------------------------------
     def __str__(self) -> str:
@@ -234,18 +262,43 @@ def check_feeds(plan, feeds) -> None:
     shape and dtype the plan was compiled for."""
     if not isinstance(feeds, dict):
         raise FeedError(f"feeds must be a dict of input name to array, got {type(feeds).__name__}")
-    missing = sorted(set(plan.feeds) - set(feeds))
-    extra = sorted(set(feeds) - set(plan.feeds))
-    if missing or extra:
+    if feeds.keys() != plan.feeds.keys():
+        missing = sorted(set(plan.feeds) - set(feeds))
+        extra = sorted(set(feeds) - set(plan.feeds))
         raise FeedError(f"feeds do not match the plan's inputs {sorted(plan.feeds)}: "
                         f"missing {missing}, extra {extra}")
     for name, slot in plan.feeds.items():
         value, want = feeds[name], plan.slots[slot].type
         if not isinstance(value, (np.ndarray, np.generic)):
             raise FeedError(f"feed {name!r} must be a numpy array, got {type(value).__name__}")
-        if np.shape(value) != want.shape or value.dtype != want.dtype:
+        if value.shape != want.shape or value.dtype != want.dtype:
             raise FeedError(f"feed {name!r} is {value.dtype}{list(value.shape)}, the plan "
                             f"needs {want.dtype}{list(want.shape)}")
+
+
+def check_out(plan, out) -> list:
+    """``out`` as a list with one entry per plan output (an array of the output's shape and
+    dtype, writeable, or None); a FeedError naming the output otherwise."""
+    if not isinstance(out, (list, tuple)) or len(out) != len(plan.outputs):
+        raise FeedError(f"out= must be a list of {len(plan.outputs)} arrays or None (one per "
+                        f"output of the plan), got {type(out).__name__}"
+                        + (f" of {len(out)}" if isinstance(out, (list, tuple)) else ""))
+    arrays = [a for a in out if a is not None]
+    for k, (array, slot) in enumerate(zip(out, plan.outputs)):
+        if array is None:
+            continue
+        want = plan.slots[slot].type
+        if not isinstance(array, np.ndarray):
+            raise FeedError(f"out[{k}] must be a numpy array or None, got {type(array).__name__}")
+        if array.shape != want.shape or array.dtype != want.dtype:
+            raise FeedError(f"out[{k}] is {array.dtype}{list(array.shape)}, output {k} of the "
+                            f"plan is {want.dtype}{list(want.shape)}")
+        if not array.flags.writeable:
+            raise FeedError(f"out[{k}] is read-only")
+        if any(other is not array and np.may_share_memory(array, other) for other in arrays) \
+                or sum(other is array for other in arrays) > 1:
+            raise FeedError(f"out[{k}] overlaps another out= array: each output needs its own")
+    return list(out)
 
 
 def host_arena(nbytes: int, alignment: int) -> np.ndarray:

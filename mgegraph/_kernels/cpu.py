@@ -11,10 +11,11 @@ import numpy as np
 
 from ..backend import FusionLimits, KernelTable
 from ..ir.errors import KernelError, NumericsError
-from ..plan import Role, check_feeds, dead_values, host_arena, host_buffers
+from ..plan import Role, check_feeds, check_out, dead_values, host_arena, host_buffers
 from ..planner.passes.prologue import PLACEHOLDER, epoch, versions, written
 from ..tools import profiler
 from . import KERNEL_MODULES, fused, lowering
+from .binding import OutputPool, binding_groups, overlaps_any, readable_in_place
 from .launch import Launcher
 from .runtime import KERNEL_STATUS, POISON_BYTES, POISON_FLOAT32, POISON_FLOAT64, Executor
 
@@ -107,18 +108,36 @@ class CpuExecutable:
         self._lock = threading.Lock()
         self._assigned = _assigned_shared(plan, buffers)
         self._prologue = None if plan.prologue is None else _Prologue(plan.prologue)
+        self._feed_group, self._output_group, groups = binding_groups(plan)
+        self.executor.set_bindings(groups)
+        self._own = {s: buffers[s].ctypes.data for s in (*self._feed_group, *self._output_group)}
+        self._bound_feeds: dict[int, np.ndarray] = {}  # what a bound feed group reads now
+        self._pool = OutputPool()
+        self._no_out = (None,) * len(plan.outputs)
+        self._shared = [plan.values[s] for s in sorted(plan.shared)]
 
-    def run(self, feeds: dict) -> list[np.ndarray]:
+    writes_out = True  # run(feeds, out=...) writes the outputs into the caller's arrays
+
+    def run(self, feeds: dict, out=None) -> list[np.ndarray]:
+        """Run on ``feeds``; returns arrays the caller owns: the ``out=`` arrays where given
+        (one entry per output, None for a fresh array). Feeds are read in place where they
+        can be and outputs written where they are returned (see ``binding``)."""
         with self._lock:  # one arena, one set of feed and output buffers: one run at a time
-            return self._run(feeds)
+            return self._run(feeds, out)
 
-    def _run(self, feeds: dict) -> list[np.ndarray]:
+    def _run(self, feeds: dict, out=None) -> list[np.ndarray]:
         plan, buffers = self.plan, self.buffers
         check_feeds(plan, feeds)
+        given = out is not None
+        out = check_out(plan, out) if given else self._no_out
         if self._prologue is not None:
             self._prologue.refresh()
+        # a plan checking numerics inspects its own buffers instruction by instruction
+        bindable = not plan.check_numerics
+        writes = [a for a in out if a is not None] + self._assigned if given else self._assigned
         for name, slot in plan.feeds.items():
-            np.copyto(buffers[slot], feeds[name], casting="no")
+            self._feed(slot, feeds[name], bindable, writes)
+        results = self._bind_outputs(out, writes) if bindable else {}
         profiles = profiler.active()
         try:
             if profiles:
@@ -129,12 +148,66 @@ class CpuExecutable:
         finally:  # a failed run may have written some (the C loop stops where it failed)
             for array in self._assigned:
                 written(array)
+            for slot in results:
+                self.executor.bind(self._output_group[slot], self._own[slot])
         if failure is not None:
             index, status = failure
             ins = plan.instructions[index]
             raise KernelError(f"{ins.op} (kernel {ins.kernel}, node made at {ins.location}): "
                               f"{KERNEL_STATUS.get(status, f'status {status}')}")
-        return [buffers[s].copy() for s in plan.outputs]
+        self._pool.keep({s: a for s, a in results.items()
+                         if not (given and any(a is g for g in out))})
+        return self._collect(out, results)
+
+    def _feed(self, slot: int, value, bindable: bool, writes: list) -> None:
+        """Point the feed's slot at ``value`` where it can be read in place, else copy it in."""
+        group = self._feed_group.get(slot)
+        if group is not None and bindable and readable_in_place(value) \
+                and not (writes and overlaps_any(value, writes)):
+            if self._bound_feeds.get(slot) is not value:
+                self.executor.bind(group, value)
+                self._bound_feeds[slot] = value
+            return
+        if self._bound_feeds.pop(slot, None) is not None and group is not None:
+            self.executor.bind(group, self._own[slot])
+        np.copyto(self.buffers[slot], value, casting="no")
+
+    def _bind_outputs(self, out: list, writes: list) -> dict[int, np.ndarray]:
+        """slot -> the array each bindable output is written into this run: the caller's
+        ``out=`` array where it is C-contiguous, aligned and overlaps nothing the run reads,
+        else a pooled or fresh array."""
+        results, reads = {}, None
+        for slot, given in zip(self.plan.outputs, out):
+            group = self._output_group.get(slot)
+            if group is None or slot in results:
+                continue
+            if given is not None:
+                if reads is None:
+                    reads = list(self._bound_feeds.values()) + self._shared
+                if not (given.flags.c_contiguous and given.flags.aligned) \
+                        or overlaps_any(given, reads):
+                    continue  # written into the plan's buffer, then copied into ``given``
+                results[slot] = given
+            else:
+                results[slot] = self._pool.take(slot, self.plan.slots[slot].type)
+            self.executor.bind(group, results[slot])
+        return results
+
+    def _collect(self, out: list, results: dict) -> list[np.ndarray]:
+        """The arrays to return, each the caller's alone: where the run wrote them, else copies
+        of the plan's buffers (into the ``out=`` array where one was given); a slot returned
+        twice is copied the second time."""
+        returned, seen = [], set()
+        for slot, given in zip(self.plan.outputs, out):
+            value = results.get(slot)
+            if value is None or slot in seen:
+                source = self._written(slot, results)
+                value = source.copy() if given is None else given
+                if given is not None:
+                    np.copyto(given, source, casting="no")
+            seen.add(slot)
+            returned.append(value)
+        return returned
 
     def _run_profiled(self, profiles):
         """The run, timed, recorded by ``profiles`` however it ends; returns what the untimed
@@ -173,7 +246,7 @@ class CpuExecutable:
         ``run_one`` poisons a ``memory="debug"`` plan's dead values as the C loop does, so a
         read of one shows up as the NaN it makes."""
         plan, buffers = self.plan, self.buffers
-        bad_feeds = [name for name, slot in plan.feeds.items()
+        bad_feeds = [name for name, slot in plan.feeds.items()  # (copied in: never bound here)
                      if buffers[slot].dtype.kind == "f" and not np.isfinite(buffers[slot]).all()]
         for i, ins in enumerate(plan.instructions):
             status = self.executor.run_one(i)

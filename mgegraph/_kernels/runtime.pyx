@@ -12,11 +12,11 @@
 # a second loop rather than a flag tested in run()'s, so an unprofiled run pays nothing for the
 # profiler (mgegraph.tools.profiler).
 
-
 from libc.math cimport NAN
 from libc.stdint cimport int64_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memset
+from cpython.buffer cimport PyBUF_ANY_CONTIGUOUS, PyBuffer_Release, PyObject_GetBuffer
 from cpython.exc cimport PyErr_CheckSignals
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
@@ -77,6 +77,12 @@ cdef class Executor:
     cdef Py_ssize_t n_checks
     cdef int64_t* times  # times[2i], times[2i + 1]: start and duration of instruction i (ns)
     cdef readonly Py_ssize_t ran  # instructions the last run completed
+    # Rebindable slots (set_bindings): group g's pointers are buf_table[bind_pos[k]] for k in
+    # bind_at[g]:bind_at[g + 1], each its group's base address plus bind_off[k] bytes.
+    cdef Py_ssize_t* bind_pos
+    cdef Py_ssize_t* bind_off
+    cdef Py_ssize_t* bind_at
+    cdef Py_ssize_t n_groups
     cdef readonly object buffers  # keeps the memory the pointers point into alive
 
     def __cinit__(self, list kernels, list buffer_pointers, list ints, list floats, buffers,
@@ -139,7 +145,52 @@ cdef class Executor:
             self.poison_at[i] = j
         memset(self.times, 0, max(2 * self.n, 1) * sizeof(int64_t))
 
+    def set_bindings(self, list groups):
+        """Make buffers rebindable between runs: ``groups[g]`` lists (instruction, buffer
+        index, byte offset) of every pointer into one slot's bytes (the slot and its views);
+        ``bind(g, address)`` then points all of them at ``address`` plus their offsets."""
+        cdef Py_ssize_t g, k = 0, n = sum(len(group) for group in groups)
+        free(self.bind_pos)
+        free(self.bind_off)
+        free(self.bind_at)
+        self.bind_pos = <Py_ssize_t*>malloc(max(n, 1) * sizeof(Py_ssize_t))
+        self.bind_off = <Py_ssize_t*>malloc(max(n, 1) * sizeof(Py_ssize_t))
+        self.bind_at = <Py_ssize_t*>malloc((len(groups) + 1) * sizeof(Py_ssize_t))
+        if not (self.bind_pos and self.bind_off and self.bind_at):
+            raise MemoryError("cannot allocate the executor's tables")
+        self.n_groups = len(groups)
+        for g in range(self.n_groups):
+            self.bind_at[g] = k
+            for instruction, buffer, offset in groups[g]:
+                if not (0 <= instruction < self.n):
+                    raise IndexError(f"instruction {instruction} out of range")
+                self.bind_pos[k] = (self.calls[instruction].bufs - self.buf_table) + buffer
+                self.bind_off[k] = offset
+                k += 1
+        self.bind_at[self.n_groups] = k
+
+    def bind(self, Py_ssize_t group, object target):
+        """Point binding group ``group``'s pointers at ``target`` (see set_bindings): an
+        address, or an object exporting a contiguous buffer (an ndarray: its data pointer
+        taken through the buffer protocol, a tenth of the cost of ``.ctypes.data``); the caller
+        keeps the memory alive while runs use it."""
+        cdef Py_ssize_t k, address
+        cdef Py_buffer view
+        if not 0 <= group < self.n_groups:
+            raise IndexError(f"binding group {group} out of range 0..{self.n_groups - 1}")
+        if isinstance(target, int):
+            address = target
+        else:
+            PyObject_GetBuffer(target, &view, PyBUF_ANY_CONTIGUOUS)
+            address = <Py_ssize_t>view.buf
+            PyBuffer_Release(&view)
+        for k in range(self.bind_at[group], self.bind_at[group + 1]):
+            self.buf_table[self.bind_pos[k]] = <char*>(address + self.bind_off[k])
+
     def __dealloc__(self):
+        free(self.bind_pos)
+        free(self.bind_off)
+        free(self.bind_at)
         free(self.poison)
         free(self.poison_at)
         free(self.checks)
