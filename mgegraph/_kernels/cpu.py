@@ -126,7 +126,7 @@ class CpuExecutable:
             return self._run(feeds, out)
 
     def _run(self, feeds: dict, out=None) -> list[np.ndarray]:
-        plan, buffers = self.plan, self.buffers
+        plan = self.plan
         check_feeds(plan, feeds)
         given = out is not None
         out = check_out(plan, out) if given else self._no_out
