@@ -1,17 +1,17 @@
 """Helpers of the hand-written kernels' tests (test_kernels_*.py): NVRTC compiles of one
 csrc_cuda/ source, a node's CPU result (its CPU kernel, run through the CPU backend's launcher),
-and the host emulation of a kernel run with one thread per group.
+and the host emulation of the node's CUDA launches.
 
-Design: the hand-written kernels combine a group's partial results through shuffles and shared
-memory (csrc_cuda/reduce_block.cuh), which the host emulation cannot run. With blockDim.x == 1
-a group is one thread and every combine returns before it shuffles or waits, so the emulation
-runs such launches when `SOLO_PRELUDE` gives `__shared__` and `__syncthreads` a host meaning and
-makes any shuffle abort: the arithmetic is checked on the host; the cooperative combines (warp
-and block groups, which the steps choose for long rows) wait for a GPU.
+Design: the hand-written kernels share tiles through shared memory, wait at barriers and combine
+through warp shuffles, which host_emu.h (one thread after another) cannot run. fiber_emu.h runs
+each thread of a block as a fiber that yields at __syncthreads and at every shuffle, so these
+kernels run on the host with the launch geometry their steps choose; what the emulation cannot
+show is timing: races between threads that a barrier does not order, and speed.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+import ctypes
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,13 +19,7 @@ import pytest
 import mgegraph as mg
 from mgegraph.backend import get_backend
 
-SOLO_PRELUDE = """
-#include <cstdlib>
-#define __shared__ static
-#define __syncthreads() ((void)0)
-template <class T> T __shfl_xor_sync(unsigned, T, int) { std::abort(); }
-using std::isnan; using std::exp; using std::log; using std::sqrt;
-"""
+FIBER_EMU = Path(__file__).with_name("fiber_emu.h")
 ARCHS = ("sm_80", "sm_90")
 
 
@@ -95,26 +89,24 @@ def cuda_launch(family, node):
     return launch, kernel, kernel.steps(launch, types)
 
 
-def solo(steps):
-    """The steps with one thread per group (blockDim.x == 1), which the host can emulate."""
-    return [replace(s, block=(1, 1, 1), grid=(min(s.grid[0], 64), s.grid[1], s.grid[2]))
-            for s in steps]
-
-
-def emulate(family, node, arrays) -> list[np.ndarray]:
-    """The node's outputs by its CUDA kernel, emulated on the host with one thread per group."""
-    from host_emu import have_compiler, run_on_host
+def emulate(family, node, arrays, steps=None) -> list[np.ndarray]:
+    """The node's outputs by its CUDA kernel, emulated on the host (fiber_emu.h) with the launch
+    geometry of its steps (or of ``steps``, to reach another entry of the kernel)."""
+    from host_emu import build, have_compiler, run_on_host
 
     from mgegraph.cuda import CSRC
     if not have_compiler():
         pytest.skip("no g++ for the host emulation")
-    launch, kernel, steps = cuda_launch(family, node)
-    source = SOLO_PRELUDE + (CSRC / kernel.source).read_text()
+    launch, kernel, chosen = cuda_launch(family, node)
+    steps = chosen if steps is None else steps
+    source = FIBER_EMU.read_text() + (CSRC / kernel.source).read_text()
     outs = empty_outputs(node)
     bufs = [np.ascontiguousarray(a) for a in arrays] + outs
     if launch.workspace:
         bufs.append(np.zeros(launch.workspace, np.uint8))
-    run_on_host(source, solo(steps), bufs, launch.ints, launch.floats)
+    run_on_host(source, steps, bufs, launch.ints, launch.floats)
+    failed = ctypes.c_int.in_dll(build(source), "mg_fiber_failed")
+    assert failed.value == 0, "a block of the emulation deadlocked at a barrier"
     return outs
 
 

@@ -149,3 +149,17 @@ def test_on_device_matches_cpu(op, dtype, shape, axis):
     node = node_of(op, [x], axis=axis)
     assert_close(run_on_device(node, [x])[0], cpu_result(node, [x])[0],
                  rtol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("shape,axis,block", [((3, 5000), (1,), (256, 1, 1)),
+                                               ((40, 64), (0,), (1, 256, 1)),
+                                               ((70, 33), (1,), (32, 8, 1))])
+def test_every_geometry_emulates_like_cpu(op, shape, axis, block):
+    # a block per output (warps combined through shared memory), a thread per output, a warp
+    x = _data(np.float32, shape, seed=7)
+    x[1, 2] = x.max() + 1  # a unique maximum, away from index 0
+    node = node_of(op, [x], axis=axis)
+    assert cuda_launch(family, node)[2][0].block == block
+    assert_close(emulate(family, node, [x])[0], cpu_result(node, [x])[0])

@@ -10,4 +10,5 @@ FAMILIES = [
     "fused",         # fused_elementwise: each group's program rendered to one kernel
     "reduce",        # csrc_cuda/reduce.cu: sum, prod, mean, var, max, min, argmax, argmin
     "softmax",       # csrc_cuda/softmax.cu: softmax, log_softmax, cross entropy (+ backward)
+    "gemm",          # csrc_cuda/gemm.cu: matmul, linear (bias and relu epilogue)
 ]

@@ -1,0 +1,155 @@
+"""csrc_cuda/gemm.cu and mgegraph/cuda/kernels/gemm.py: NVRTC compiles (shared-memory tiles, no
+local-memory spills), the launch geometry, the fiber emulation of whole blocks against the CPU
+kernels (BLAS for floats), and (marker cuda) the products on a device."""
+import re
+
+import numpy as np
+import pytest
+from kernel_checks import (
+    ARCHS,
+    assert_close,
+    cpu_result,
+    cuda_launch,
+    emulate,
+    node_of,
+    nvrtc_compile,
+    ptx_of,
+    run_on_device,
+)
+
+from mgegraph.cuda.kernel import Step
+from mgegraph.cuda.kernels import gemm as family
+
+ENTRIES = [f"mg_{name}" for name in family.KERNELS] + ["mg_matmul_f32_small",
+                                                        "mg_linear_f32_small"]
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return {arch: nvrtc_compile("gemm.cu", arch, [b"--ptxas-options=-v"]) for arch in ARCHS}
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("arch", ARCHS)
+def test_compiles_without_warnings_or_spills(compiled, arch):
+    result, log, _ = compiled[arch]
+    assert result == 0, log
+    assert "warning" not in log.lower()
+    # ptxas reports every entry: registers, and its spills, which must be none
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    assert len(spills) == len(ENTRIES), log
+    assert all(s == ("0", "0") for s in spills), log
+    for entry in ENTRIES:
+        assert f"Compiling entry function '{entry}' for '{arch}'" in log
+
+
+@pytest.mark.nvrtc
+def test_ptx_tiles_in_shared_memory(compiled):
+    ptx = ptx_of(compiled["sm_90"][2])
+    assert "ld.shared" in ptx and "st.shared" in ptx and "bar.sync" in ptx
+    assert "ld.local" not in ptx and "st.local" not in ptx
+    assert "fma.rn.f32" in ptx
+
+
+def _rand(dtype, shape, seed):
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind == "i":
+        return rng.integers(-9, 10, shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def _tol(dtype):
+    return {"rtol": 1e-5, "atol": 1e-5} if dtype == np.float32 else {"rtol": 1e-12,
+                                                                    "atol": 1e-12}
+
+
+def _matmul(a, b, **attrs):
+    node = node_of("matmul", [a, b], **attrs)
+    return node, cpu_result(node, [a, b])[0]
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("dtype", (np.float32, np.float64, np.int32, np.int64))
+@pytest.mark.parametrize("ta", (False, True))
+@pytest.mark.parametrize("tb", (False, True))
+def test_matmul_transposes_match_cpu(dtype, ta, tb):
+    m, n, k = 70, 37, 19  # no dimension a multiple of a tile
+    a = _rand(dtype, (k, m) if ta else (m, k), 1)
+    b = _rand(dtype, (n, k) if tb else (k, n), 2)
+    node, want = _matmul(a, b, transpose_a=ta, transpose_b=tb)
+    assert_close(emulate(family, node, [a, b])[0], want, **_tol(dtype))
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("shapes", [((2, 1, 5, 6), (3, 6, 4)), ((4, 3, 8), (8, 5)),
+                                    ((7,), (3, 7, 2)), ((3, 7), (7,)), ((2, 0, 4), (4, 3)),
+                                    ((3, 0), (0, 4))])
+def test_batched_broadcast_vectors_and_empty(shapes):
+    a, b = _rand(np.float64, shapes[0], 3), _rand(np.float64, shapes[1], 4)
+    node, want = _matmul(a, b)
+    assert_close(emulate(family, node, [a, b])[0], want, **_tol(np.float64))
+
+
+@pytest.mark.nvrtc
+def test_integer_products_wrap():
+    a = np.full((3, 4), 2**20, np.int32)
+    b = np.full((4, 2), 2**13 + 1, np.int32)
+    node, want = _matmul(a, b)
+    assert_close(emulate(family, node, [a, b])[0], want)
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("bias", (False, True))
+@pytest.mark.parametrize("activation", ("none", "relu"))
+@pytest.mark.parametrize("dtype", (np.float32, np.float64))
+def test_linear_epilogue_matches_cpu(bias, activation, dtype):
+    x, w = _rand(dtype, (2, 33, 20), 5), _rand(dtype, (50, 20), 6)
+    arrays = [x, w] + ([_rand(dtype, (50,), 7)] if bias else [])
+    node = node_of("linear", arrays, activation=activation)
+    assert_close(emulate(family, node, arrays)[0], cpu_result(node, arrays)[0], **_tol(dtype))
+
+
+@pytest.mark.nvrtc
+def test_large_float32_tile_matches_cpu():
+    # the 128 x 128 tile, emulated on a product too small for the steps to choose it
+    a, b = _rand(np.float32, (130, 24), 8), _rand(np.float32, (24, 129), 9)
+    node, want = _matmul(a, b)
+    steps = [Step("mg_matmul_f32", (2, 2, 1), (256, 1, 1))]
+    assert_close(emulate(family, node, [a, b], steps=steps)[0], want, **_tol(np.float32))
+
+
+def test_geometry():
+    def steps(shape_a, shape_b, dtype=np.float32):
+        a, b = np.zeros(shape_a, dtype), np.zeros(shape_b, dtype)
+        return cuda_launch(family, node_of("matmul", [a, b]))[2]
+    (s,) = steps((4096, 4096), (4096, 4096))
+    assert s.entry == "mg_matmul_f32" and s.grid == (32, 32, 1) and s.block == (256, 1, 1)
+    (s,) = steps((256, 64), (64, 256))  # too few large tiles to fill the SMs
+    assert s.entry == "mg_matmul_f32_small" and s.grid == (4, 4, 1)
+    (s,) = steps((5, 100, 30), (30, 70), np.float64)
+    assert s.entry == "mg_matmul_f64" and s.grid == (2, 8, 1)  # one tall GEMM over the batch
+    (s,) = steps((5, 30, 100), (5, 100, 70), np.int64)
+    assert s.entry == "mg_matmul_i64" and s.grid == (2, 1, 5)
+    assert steps((0, 4), (4, 3)) == []
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", (np.float32, np.float64, np.int32, np.int64))
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True)])
+@pytest.mark.parametrize("mnk", [(512, 512, 512), (1000, 130, 70), (3, 5000, 64)])
+def test_matmul_on_device(dtype, ta, tb, mnk):
+    m, n, k = mnk
+    a = _rand(dtype, (k, m) if ta else (m, k), 1)
+    b = _rand(dtype, (n, k) if tb else (k, n), 2)
+    node, want = _matmul(a, b, transpose_a=ta, transpose_b=tb)
+    tol = {"rtol": 1e-5, "atol": 1e-5 * np.sqrt(k)} if dtype == np.float32 else _tol(dtype)
+    assert_close(run_on_device(node, [a, b])[0], want, **tol)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("activation", ("none", "relu"))
+def test_linear_on_device(activation):
+    x, w, bias = (_rand(np.float32, s, i) for i, s in enumerate([(256, 784), (512, 784), (512,)]))
+    node = node_of("linear", [x, w, bias], activation=activation)
+    assert_close(run_on_device(node, [x, w, bias])[0], cpu_result(node, [x, w, bias])[0],
+                 rtol=1e-5, atol=1e-4)
