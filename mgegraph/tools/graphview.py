@@ -184,7 +184,7 @@ def program_lines(attrs: dict) -> list[str]:
         if op == "load":
             out.append(f"v{dst} = input {a}")
         elif op == "const":
-            out.append(f"v{dst} = {k[a]!r}")
+            out.append(f"v{dst} = {k[a]:.7g}")
         elif op == "store":
             out.append(f"output {dst} = v{a}")
         else:
@@ -203,7 +203,7 @@ def program_view(d: Drawing, owner: int, attrs: dict) -> int:
             continue
         args = [] if op in ("load", "store") else reads(op, a, b, c)
         label = {"load": f"input {a}", "store": f"output {dst}"}.get(op, op)
-        extra = ", ".join(repr(const[r]) for r in args if r in const)
+        extra = ", ".join(f"{const[r]:.7g}" for r in args if r in const)
         d.items.append({"k": "p", "op": op, "cat": "elementwise",
                         "lab": [label] + ([short(extra, 24)] if extra else [])})
         ids.append(len(d.items) - 1)

@@ -96,7 +96,7 @@
                       viewBox: `0 0 ${top.W} ${top.H}`, id: "graph-svg" });
     const defs = el("defs", {}, svg);
     const m = el("marker", { id: "arrow", viewBox: "0 0 8 8", refX: 8, refY: 4, markerWidth: 6,
-                             markerHeight: 6, orient: "auto" }, defs);
+                             markerHeight: 6, markerUnits: "userSpaceOnUse", orient: "auto" }, defs);
     el("path", { d: "M0,0 L8,4 L0,8 z", fill: "#9aa3b2" }, m);
     drawView(0, svg, 0, 0, memo);
     box.replaceChildren(svg);
@@ -161,7 +161,11 @@
     render();
     select(i);
     const g = nodeEl[i];
-    if (g) g.scrollIntoView({ block: "center", inline: "center" });
+    if (!g) return;
+    const at = g.getBoundingClientRect(), frame = box.getBoundingClientRect();
+    box.scrollTop += at.top - frame.top - (frame.height - at.height) / 2;
+    box.scrollLeft += at.left - frame.left - (frame.width - at.width) / 2;
+    if (frame.top < 0 || frame.top > window.innerHeight) box.scrollIntoView({ block: "start" });
   }
 
   // -- selection and details ----------------------------------------------------------------
@@ -245,39 +249,44 @@
   }
 
   // -- the arena picture: a buffer lights up its writer and its steps ---------------------------
+  let lit = [];
+  function unlight() {
+    lit.forEach((n) => (n.classList.contains("band") ? n.remove() : n.classList.remove("hl", "live")));
+    lit = [];
+  }
+  function light(s) {           // arena slot s: its steps, its writer and the steps it is live
+    const pic = document.querySelector("#arena-box svg");
+    const r = pic && pic.querySelector(`rect.buffer[data-slot="${s}"]`);
+    if (!r) return;
+    unlight();
+    lit.push(el("rect", { class: "band", x: r.getAttribute("x"), width: r.getAttribute("width"),
+                          y: 0, height: pic.getAttribute("height") }, pic));
+    const maker = writer[s], [, , , , begin, end] = D.slots[s];
+    document.getElementById("arena-info").textContent = slotText(s) +
+      (maker !== undefined ? `, made by step ${items[maker].step} ${items[maker].op}` : "");
+    for (let k = begin; k < end; k++) {
+      if (tableRows[k]) lit.push(tableRows[k]);
+      if (nodeEl[visible(k)]) lit.push(nodeEl[visible(k)]);
+    }
+    lit.forEach((n) => n.classList.add("live"));
+    if (maker !== undefined && nodeEl[visible(maker)]) {
+      nodeEl[visible(maker)].classList.add("hl");
+      lit.push(nodeEl[visible(maker)]);
+    }
+  }
   function arena() {
     const pic = document.querySelector("#arena-box svg");
     if (!pic) return;
-    const info = document.getElementById("arena-info");
-    let band = null, lit = [];
-    pic.addEventListener("mouseover", (e) => {
+    const slotOf = (e) => {
       const r = e.target.closest("rect.buffer");
-      if (!r) return;
-      const s = Number(r.getAttribute("data-slot")), maker = writer[s];
-      clear();
-      band = el("rect", { class: "band", x: r.getAttribute("x"), width: r.getAttribute("width"),
-                          y: 0, height: pic.getAttribute("height") }, pic);
-      info.textContent = slotText(s) + (maker !== undefined ? `, made by step ${items[maker].step} ${items[maker].op}` : "");
-      if (maker !== undefined && nodeEl[visible(maker)]) lit.push(nodeEl[visible(maker)]), nodeEl[visible(maker)].classList.add("hl");
-      const [, , , , begin, end] = D.slots[s];
-      for (let k = begin; k < end; k++) {
-        const tr = tableRows[k];
-        if (tr) { tr.classList.add("live"); lit.push(tr); }
-        const g = nodeEl[visible(k)];
-        if (g && k !== maker) { g.classList.add("live"); lit.push(g); }
-      }
-    });
-    pic.addEventListener("mouseleave", clear);
+      return r ? Number(r.getAttribute("data-slot")) : null;
+    };
+    pic.addEventListener("mouseover", (e) => { if (slotOf(e) !== null) light(slotOf(e)); });
+    pic.addEventListener("mouseleave", unlight);
     pic.addEventListener("click", (e) => {
-      const r = e.target.closest("rect.buffer");
-      if (r && writer[Number(r.getAttribute("data-slot"))] !== undefined) reveal(writer[Number(r.getAttribute("data-slot"))]);
+      const s = slotOf(e);
+      if (s !== null && writer[s] !== undefined) reveal(writer[s]);
     });
-    function clear() {
-      if (band) band.remove();
-      band = null;
-      lit.forEach((n) => n.classList.remove("hl", "live"));
-      lit = [];
-    }
   }
 
   // -- the instruction table ----------------------------------------------------------------
@@ -306,6 +315,23 @@
     body.replaceChildren(...rows);
   }
 
+  function openAll() {
+    items.forEach((it) => { if (it.k === "g") open.add(it.v); });
+    render();
+  }
+  // a link can say what to show: #open-all, #step=N (that instruction, selected) or #buffer=S
+  // (arena slot S lit up as when the pointer is on it)
+  function fromLink() {
+    const want = decodeURIComponent(location.hash.slice(1)), step = /^step=(\d+)$/.exec(want);
+    const buffer = /^buffer=(\d+)$/.exec(want);
+    if (want === "open-all") openAll();
+    if (buffer) light(Number(buffer[1]));
+    if (step) {
+      const i = items.findIndex((it) => it.k === "i" && it.step === Number(step[1]));
+      if (i >= 0) reveal(i);
+    }
+  }
+
   // -- the toolbar --------------------------------------------------------------------------
   function toolbar() {
     const zoom = (f) => { scale = f === 0 ? 1 : Math.min(4, Math.max(0.1, scale * f)); render(); };
@@ -316,10 +342,7 @@
       scale = Math.min(1, (box.clientWidth - 4) / top.W);
       render();
     });
-    document.getElementById("open-all").addEventListener("click", () => {
-      items.forEach((it) => { if (it.k === "g") open.add(it.v); });
-      render();
-    });
+    document.getElementById("open-all").addEventListener("click", openAll);
     document.getElementById("close-all").addEventListener("click", () => { open.clear(); render(); });
     const colour = document.getElementById("colour-by");
     if (colour) colour.addEventListener("change", () => { colourBy = colour.value; render(); });
@@ -338,6 +361,7 @@
     arena();
     table();
     toolbar();
+    fromLink();
   } catch (e) {
     record(e && e.stack ? e.stack : e);
   }

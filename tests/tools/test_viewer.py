@@ -46,7 +46,7 @@ def small_graph():
 
 
 def page_data(text: str) -> dict:
-    found = re.search(r'<script type="application/json" id="mg-data">(.*?)</script>', text, re.S)
+    found = re.search(r'<script type="application/json" id="mg-data">(.*?)</script>', text, re.DOTALL)
     return json.loads(found.group(1))
 
 
@@ -70,7 +70,7 @@ def test_the_page_is_self_contained_and_holds_every_instruction(tmp_path):
     plan.save_html(path)
     text = path.read_text(encoding="utf-8")
     assert text.startswith("<!DOCTYPE html>")
-    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", text, re.I)
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", text, re.IGNORECASE)
     assert "<link" not in text and not re.search(r"<script[^>]*\ssrc=", text)
     data = page_data(text)
     items = [it for it in data["items"] if it["k"] == "i"]
@@ -101,7 +101,7 @@ def test_hostile_names_stay_text():
     text = mg.viz.html(training_plan(HOSTILE))
     assert HOSTILE not in text
     assert text.count("<script") == 3  # the error hook, the data and the viewer
-    assert [it["name"] for it in page_data(text)["items"] if it["k"] == "s"][0] == HOSTILE
+    assert next(it["name"] for it in page_data(text)["items"] if it["k"] == "s") == HOSTILE
 
 
 def test_remat_clones_are_marked():
@@ -122,7 +122,7 @@ def test_remat_clones_are_marked():
 
 
 def test_fused_programs_open_into_their_steps():
-    g, y = small_graph()
+    _, y = small_graph()
     plan = mg.compile([y])
     data = page_data(mg.viz.html(plan))
     fused = [it for it in data["items"] if it.get("op") == "fused_elementwise"]
@@ -134,7 +134,7 @@ def test_fused_programs_open_into_their_steps():
 
 
 def test_a_graph_is_drawn_without_an_arena(tmp_path):
-    g, y = small_graph()
+    g, _ = small_graph()
     mg.viz.save_html(g, tmp_path / "g.html")
     text = (tmp_path / "g.html").read_text(encoding="utf-8")
     data = page_data(text)
@@ -305,7 +305,12 @@ def step_page(tmp_path_factory):
 
 def test_chromium_renders_the_page_without_errors(step_page, tmp_path):
     plan, path = step_page
-    dom = chromium(tmp_path, "--dump-dom", path.as_uri())
+    # the link lights a buffer up as the pointer would: its writer and the steps it is live
+    maker = next(k for k, ins in enumerate(plan.instructions) if k > 3 and ins.outputs[0]
+                 in plan.memory.spans)
+    slot = plan.instructions[maker].outputs[0]
+    begin, end = plan.memory.spans[slot]
+    dom = chromium(tmp_path, "--dump-dom", path.as_uri() + f"#buffer={slot}")
     assert re.search(r'<body[^>]*data-rendered="1"', dom)
     assert re.search(r'<ul id="js-errors"></ul>', dom), dom[dom.find("js-errors"):][:2000]
     assert HOSTILE not in dom and "<title>mgegraph plan: " in dom  # no script ran from it
@@ -317,12 +322,17 @@ def test_chromium_renders_the_page_without_errors(step_page, tmp_path):
     table = dom[dom.find("<tbody>"):dom.find("</tbody>")]
     assert table.count("<tr") == len(plan.instructions)
     assert "memory plan: arena" in dom and "remat (sqrt)" in dom
+    assert dom.count('class="band') == 1 and f"made by step {maker} " in dom
+    assert table.count('class="live"') + table.count('class="remat live"') == end - begin
+    lit = re.findall(r'<g class="node op[^"]*\bhl\b[^"]*" data-item="(\d+)"', graph)
+    assert lit == [str(maker)]
 
 
 def test_chromium_screenshot(step_page, tmp_path):
     _, path = step_page
     shot = tmp_path / "step.png"
-    chromium(tmp_path, "--window-size=1300,1000", f"--screenshot={shot}", path.as_uri())
+    chromium(tmp_path, "--window-size=1300,1000", f"--screenshot={shot}",
+             path.as_uri() + "#step=12")
     head = shot.read_bytes()[:24]
     assert head[:8] == b"\x89PNG\r\n\x1a\n"
     assert int.from_bytes(head[16:20], "big") == 1300 and shot.stat().st_size > 20_000
