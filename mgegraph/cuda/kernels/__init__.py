@@ -11,4 +11,5 @@ FAMILIES = [
     "reduce",        # csrc_cuda/reduce.cu: sum, prod, mean, var, max, min, argmax, argmin
     "softmax",       # csrc_cuda/softmax.cu: softmax, log_softmax, cross entropy (+ backward)
     "gemm",          # csrc_cuda/gemm.cu: matmul, linear (bias and relu epilogue)
+    "norm",          # csrc_cuda/norm.cu: layer_norm, batch_norm (+ backward)
 ]
