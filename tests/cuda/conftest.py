@@ -1,6 +1,6 @@
 """Markers of the CUDA tests: ``nvrtc`` needs only the NVRTC wheel (the cuda extra); ``cuda``
-needs a GPU too. Each skips with the reason when what it needs is missing. ``host`` tests
-compile kernels with g++ (csrc_cuda/host_emu.h) and need neither."""
+needs a GPU too. Each skips with the reason when what it needs is missing. Modules that import
+host_emu compile kernels with g++ (csrc_cuda/host_emu.h) and need neither."""
 import shutil
 import sys
 from pathlib import Path
@@ -28,10 +28,10 @@ def pytest_collection_modifyitems(config, items):
     reasons = {}
     for item in items:
         for marker, probe in (("nvrtc", _nvrtc_missing), ("cuda", _cuda_missing)):
-            if marker in item.keywords:
+            if item.get_closest_marker(marker) is not None:
                 if marker not in reasons:
                     reasons[marker] = probe()
                 if reasons[marker]:
                     item.add_marker(pytest.mark.skip(reason=reasons[marker]))
-        if "host" in item.keywords and shutil.which("g++") is None:
+        if "host_emu" in getattr(item.module, "__dict__", {}) and shutil.which("g++") is None:
             item.add_marker(pytest.mark.skip(reason="no g++ for the host emulation"))

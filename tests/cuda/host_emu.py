@@ -24,8 +24,9 @@ from mgegraph.cuda import CSRC
 from mgegraph.cuda.abi import MgArgs, pack
 from mgegraph.cuda.kernel import Step
 
-# no FP contraction, as the CPU kernels are built (setup.py), so results can agree bitwise
-GXX_FLAGS = ["-std=c++17", "-O2", "-ffp-contract=off", "-fPIC", "-shared", "-w"]
+# no FP contraction, as the CPU kernels are built (setup.py), so results can agree bitwise;
+# -O1: the arithmetic is IEEE at any level, and the module of every kernel builds in seconds
+GXX_FLAGS = ["-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-shared", "-w"]
 _LIBS: dict[str, ctypes.CDLL] = {}
 _DIR = Path(tempfile.mkdtemp(prefix="mg_host_emu_"))
 
@@ -77,4 +78,47 @@ def run_on_host(source: str, steps, bufs, ints=(), floats=()) -> None:
                           (ctypes.c_uint * 3)(*step.block))
 
 
-__all__ = ["Step", "build", "have_compiler", "run_on_host"]
+
+def run_plan_on_host(plan, backend, feeds) -> list[np.ndarray]:
+    """Run a CUDA plan whose kernels are all rendered (elementwise, fused, casts) on the host:
+    its arena and persistent block are NumPy arrays at the addresses the backend's pure layout
+    functions give (mgegraph.cuda.backend), its launches ``plan_calls``' steps over the
+    rendered module. What the GPU executable does, without a GPU."""
+    from mgegraph.cuda.backend import (persistent_layout, plan_calls, rendered_source,
+                                       slot_addresses)
+    calls, texts = plan_calls(plan, backend)
+    if any(c.source is not None for c in calls):
+        raise ValueError("the plan has hand-written kernels: it cannot run on the host")
+    lib = build(rendered_source(texts))
+    offsets, total = persistent_layout(plan)
+    arena = _aligned(plan.memory.arena_bytes, 256)
+    persistent = _aligned(total, 256)
+    address = slot_addresses(plan, arena.ctypes.data, persistent.ctypes.data, offsets)
+
+    def view(slot):
+        t = plan.slots[slot].type
+        start = address[slot] - persistent.ctypes.data
+        block = persistent if 0 <= start < persistent.nbytes else arena
+        start = address[slot] - block.ctypes.data
+        return block[start:start + t.nbytes].view(t.dtype).reshape(t.shape)
+
+    for slot, value in plan.values.items():
+        view(slot)[...] = value
+    for name, slot in plan.feeds.items():
+        view(slot)[...] = feeds[name]
+    for call in calls:
+        ins = plan.instructions[call.index]
+        args = pack([address[s] for s in call.slots], ins.ints, ins.floats)
+        kernel = ctypes.cast(getattr(lib, call.step.entry), ctypes.c_void_p)
+        lib.mg_emu_launch(kernel, ctypes.byref(args), (ctypes.c_uint * 3)(*call.step.grid),
+                          (ctypes.c_uint * 3)(*call.step.block))
+    return [view(s).copy() for s in plan.outputs]
+
+
+def _aligned(nbytes: int, alignment: int) -> np.ndarray:
+    raw = np.zeros(nbytes + alignment, np.uint8)
+    start = -raw.ctypes.data % alignment
+    return raw[start:start + nbytes]
+
+
+__all__ = ["Step", "build", "have_compiler", "run_on_host", "run_plan_on_host"]
