@@ -83,10 +83,11 @@ def pytest_collection_modifyitems(config, items):
 def same_threads_for_everyone():
     from threadpoolctl import threadpool_limits
 
-    try:
-        import torch
+    try:  # MGEGRAPH_BENCH_NO_TORCH (workloads._torch): PyTorch is left out, not even imported
+        if not os.environ.get("MGEGRAPH_BENCH_NO_TORCH"):
+            import torch
 
-        torch.set_num_threads(THREADS)
+            torch.set_num_threads(THREADS)
     except ImportError:
         pass
     with threadpool_limits(limits=THREADS):

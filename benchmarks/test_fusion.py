@@ -12,6 +12,7 @@ test_core does: the feeds are already in place, so the figure is the kernels' an
 from __future__ import annotations
 
 import functools
+import os
 
 import models
 import numpy as np
@@ -61,6 +62,8 @@ def check(got, want, what: str, rtol=RTOL, atol=RTOL):
 
 
 def need(module: str):
+    if module == "torch" and os.environ.get("MGEGRAPH_BENCH_NO_TORCH"):  # as workloads._torch
+        pytest.skip("torch is left out (MGEGRAPH_BENCH_NO_TORCH)")
     # ImportError, not only ModuleNotFoundError: a peer whose native library fails to load is
     # skipped as well, with its reason
     return pytest.importorskip(module, reason=f"{module} is not installed or does not import",

@@ -23,7 +23,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from mgegraph.tools import bench_table
@@ -98,7 +97,8 @@ class Progress:
         kind, workload, *rest = text.split()
         if kind == "start":
             count, threads = rest
-            self.stream.write(f"  {workload} ({count} benchmarks, {threads} threads) ... ")
+            plural = "s" if threads != "1" else ""
+            self.stream.write(f"  {workload} ({count} benchmarks, {threads} thread{plural}) ... ")
         else:
             self.stream.write(f"{float(rest[0]):.0f} s\n")
         self.stream.flush()
@@ -115,14 +115,13 @@ def run_suite(bench_dir: Path, workloads: list[str], threads: int, extra: list[s
         json_path = os.path.join(tmp, "benchmarks.json")
         command = pytest_command(bench_dir, workloads, json_path, extra)
         code, tail, failed = _run(command, bench_dir.parent, env, progress)
-        if code not in (0, 1) or not os.path.exists(json_path):
-            what = "no benchmark ran" if code in (0, 1, 5) else f"pytest exited with {code}"
-            raise BenchError(f"{what} ({threads} threads, workloads {' '.join(workloads)}); "
-                             "the end of its output:\n" + "\n".join(tail))
-        with open(json_path) as f:
-            doc = json.load(f)
-    doc["failed"] = failed
-    return doc
+        # pytest-benchmark leaves the file empty when no benchmark completed
+        text = Path(json_path).read_text() if os.path.exists(json_path) else ""
+    if code not in (0, 1) or not text:
+        what = "no benchmark was measured" if code in (0, 1, 5) else f"pytest exited with {code}"
+        raise BenchError(f"{what} ({threads} threads, workloads {' '.join(workloads)}); "
+                         "the end of its output:\n" + "\n".join(tail))
+    return {**json.loads(text), "failed": failed}
 
 
 def _run(command, cwd, env, progress) -> tuple[int, list[str], list[str]]:
@@ -133,9 +132,11 @@ def _run(command, cwd, env, progress) -> tuple[int, list[str], list[str]]:
     with subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True) as proc:
         for line in proc.stdout:
-            line = line.rstrip("\n")
-            if line.startswith(PROGRESS):
-                progress.line(line[len(PROGRESS):])
+            # pytest -q may have written its progress ("..... [100%]") on the same line first
+            line, _, said = line.rstrip("\n").partition(PROGRESS)
+            if said:
+                progress.line(said)
+            if not line:
                 continue
             tail.append(line)
             if line.startswith(("FAILED ", "ERROR ")):
@@ -200,13 +201,10 @@ def collect(args, extra: list[str]) -> list[dict]:
     progress = Progress()
     docs = []
     for threads in dict.fromkeys(args.threads):
-        start = time.perf_counter()
         docs.append(run_suite(bench_dir, workloads, threads, extra, progress))
         if args.keep_json:
             Path(args.keep_json).mkdir(parents=True, exist_ok=True)
             Path(args.keep_json, f"bench-{threads}-threads.json").write_text(json.dumps(docs[-1]))
-        if progress.on:
-            print(f"  {threads} threads done in {time.perf_counter() - start:.0f} s")
     return docs
 
 

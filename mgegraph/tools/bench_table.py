@@ -18,6 +18,7 @@ under ``"skipped"``; they become rows with the reason as their note.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -140,7 +141,7 @@ def sort_rows(rows: Iterable[Row]) -> list[Row]:
     def key(row: Row):
         order = WORKLOADS.index(row.workload) if row.workload in WORKLOADS else len(WORKLOADS)
         rank = 0 if row.is_limit else (1 if row.median_s is not None else 2)
-        return (order, row.workload, row.case, row.threads, rank, row.median_s or 0.0,
+        return (order, row.workload, row.case.casefold(), row.threads, rank, row.median_s or 0.0,
                 row.implementation, row.source)
 
     return sorted(rows, key=key)
@@ -197,11 +198,8 @@ def _ratio(value: float | None) -> str:
 
 def labels(rows: list[Row]) -> list[str]:
     """Implementation names, with the module added where a group holds the name twice."""
-    seen: dict[tuple, int] = {}
-    for row in rows:
-        seen[row.group + (row.implementation,)] = seen.get(row.group + (row.implementation,),
-                                                           0) + 1
-    return [f"{r.implementation} [{r.source}]" if seen[r.group + (r.implementation,)] > 1
+    counts = collections.Counter(r.group + (r.implementation,) for r in rows)
+    return [f"{r.implementation} [{r.source}]" if counts[r.group + (r.implementation,)] > 1
             else r.implementation for r in rows]
 
 
