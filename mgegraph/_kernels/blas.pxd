@@ -1,4 +1,5 @@
-# Row-major GEMM on contiguous matrices, through SciPy's Cython BLAS bindings.
+# Row-major GEMM on contiguous matrices, through the BLAS in use (blas_table.pxd: SciPy's OpenBLAS,
+# or MKL where blas_select.py measured it faster).
 #
 # Design: BLAS is column-major. A row-major (r, c) matrix is the column-major (c, r) matrix, so
 # row-major C = op(A) op(B) is computed as the column-major C^T = op(B)^T op(A)^T: swap the
@@ -7,7 +8,7 @@
 
 from libc.string cimport memset
 from cython cimport floating
-from scipy.linalg.cython_blas cimport sgemm, dgemm, sgemv, dgemv
+from .blas_table cimport sgemm, dgemm, sgemv, dgemv
 
 
 cdef inline void gemv(char trans, int rows, int cols, const floating* a, int lda,

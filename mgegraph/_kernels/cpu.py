@@ -14,7 +14,7 @@ from ..ir.errors import KernelError, NumericsError
 from ..plan import Role, check_feeds, check_out, dead_values, host_arena, host_buffers
 from ..planner.passes.prologue import PLACEHOLDER, epoch, versions, written
 from ..tools import profiler
-from . import KERNEL_MODULES, fused, lowering
+from . import KERNEL_MODULES, blas_select, fused, lowering
 from .binding import OutputPool, binding_groups, overlaps_any, readable_in_place
 from .launch import Launcher
 from .runtime import KERNEL_STATUS, POISON_BYTES, POISON_FLOAT32, POISON_FLOAT64, Executor
@@ -39,6 +39,7 @@ class CpuBackend(KernelTable):
                                    max_dims=fused.LIMITS["dims"])
         lowering.implement_all(self)
         self.resolve(_kernel_addresses())
+        self.blas = blas_select.choice()  # OpenBLAS, or MKL where measured faster here
 
     def allocate(self, nbytes: int, alignment: int) -> np.ndarray:
         return host_arena(nbytes, alignment)

@@ -1,0 +1,210 @@
+"""Which BLAS the CPU kernels call: a measured choice, made once per machine.
+
+SciPy's OpenBLAS is always there. When Intel's MKL is installed too (``pip install
+"mgegraph[mkl]"``), a short calibration times both on the GEMM shapes of an MLP training step
+(BENCHMARKS.md's mlp-train) and the faster one wins; the result is cached per machine (CPU
+model, libraries, thread count) in ``$XDG_CACHE_HOME/mgegraph/blas.json``, so later processes
+choose at once. ``MGEGRAPH_BLAS=openblas`` or ``=mkl`` overrides the measurement.
+
+Design: MKL is driven through its GNU threading layer, i.e. by the same OpenMP runtime
+(libgomp) as the fused and convolution kernels: one pool of threads for every parallel kernel,
+which cannot spin against a second one. MKL on AMD processors is often slower than OpenBLAS,
+and MKL on Intel often faster: hence a measurement, not a rule.
+
+>>> from mgegraph._kernels import blas_select
+>>> blas_select.choice().name         # "openblas" or "mkl"
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import hashlib
+import json
+import os
+import platform
+import sys
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..ir.errors import GraphError
+from . import blas_table
+
+ENV = "MGEGRAPH_BLAS"
+CHOICES = ("auto", "openblas", "mkl")
+# (m, n, k) of mlp-train's forward and backward GEMMs (784-1024-1024-10, batch 128)
+PROBE_SHAPES = ((128, 1024, 784), (128, 1024, 1024), (1024, 1024, 128), (128, 784, 1024))
+PROBE_REPEATS = 7
+# a library must be this much faster to displace OpenBLAS: a measurement on a busy machine
+# wanders by a few percent, and OpenBLAS is the one every test runs on in CI
+MARGIN = 1.05
+_MKL_THREADING_GNU, _MKL_INTERFACE_LP64 = 3, 0
+
+
+@dataclass(frozen=True)
+class BlasChoice:
+    """The BLAS in use, why, and the calibration's seconds per library (summed over the
+    probe shapes), when one ran."""
+
+    name: str
+    reason: str
+    seconds: dict = field(default_factory=dict)
+
+
+_LOCK = threading.Lock()
+_CHOICE: BlasChoice | None = None
+
+
+def choice() -> BlasChoice:
+    """The BLAS the kernels call, chosen on first use (see the module's doc)."""
+    global _CHOICE
+    with _LOCK:
+        if _CHOICE is None:
+            _CHOICE = select(os.environ.get(ENV, "auto"))
+        return _CHOICE
+
+
+def select(wanted: str, cache: Path | None = None) -> BlasChoice:
+    """Route the kernels to the BLAS ``wanted`` ("auto", "openblas" or "mkl") names and say
+    which it is; "auto" measures (or reads the cached measurement)."""
+    if wanted not in CHOICES:
+        raise GraphError(f"{ENV}={wanted!r} is not one of {', '.join(CHOICES)}")
+    mkl, missing = load_mkl()
+    if wanted == "openblas" or (wanted == "auto" and mkl is None):
+        blas_table.use("openblas")
+        why = f"{ENV}=openblas" if wanted == "openblas" else f"MKL not used: {missing}"
+        return BlasChoice("openblas", why)
+    if mkl is None:
+        raise GraphError(f"{ENV}=mkl, but MKL cannot be used: {missing} "
+                         '(pip install "mgegraph[mkl]")')
+    if wanted == "mkl":
+        blas_table.use("mkl", mkl)
+        return BlasChoice("mkl", f"{ENV}=mkl")
+    return _measured(mkl, cache or cache_file())
+
+
+def _measured(mkl: dict, path: Path) -> BlasChoice:
+    key = machine_key(mkl)
+    found = _read_cache(path).get(key)
+    if found is not None:
+        seconds = found
+    else:
+        seconds = calibrate(mkl)
+        _write_cache(path, key, seconds)
+    name = "mkl" if seconds["mkl"] * MARGIN < seconds["openblas"] else "openblas"
+    blas_table.use(name, mkl if name == "mkl" else None)
+    how = "cached measurement" if found is not None else "measured"
+    return BlasChoice(name, f"{how}: mlp-train GEMMs take {seconds['openblas'] * 1e3:.2f} ms "
+                            f"through OpenBLAS, {seconds['mkl'] * 1e3:.2f} ms through MKL",
+                      dict(seconds))
+
+
+def calibrate(mkl: dict) -> dict[str, float]:
+    """Seconds the probe GEMMs take through each library (the fastest of a few calls per
+    shape, summed), timed alternately so a burst of load on the machine hits both."""
+    rng = np.random.default_rng(0)
+    size = max(m * k + k * n + m * n for m, n, k in PROBE_SHAPES)
+    a, b, c = (rng.standard_normal(size, dtype=np.float32) for _ in range(3))
+    seconds = {"openblas": 0.0, "mkl": 0.0}
+    try:
+        for m, n, k in PROBE_SHAPES:
+            best = {"openblas": float("inf"), "mkl": float("inf")}
+            for name in ("openblas", "mkl", "openblas", "mkl"):
+                blas_table.use(name, mkl if name == "mkl" else None)
+                best[name] = min(best[name], blas_table.time_sgemm(m, n, k, a, b, c,
+                                                                   PROBE_REPEATS))
+            for name in seconds:
+                seconds[name] += best[name]
+    finally:
+        blas_table.use("openblas")
+    return seconds
+
+
+def load_mkl() -> tuple[dict | None, str]:
+    """The addresses of MKL's four routines (the LP64 Fortran interface, GNU threading
+    layer), or None and why not."""
+    for path in _mkl_candidates():
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as exc:
+            return None, f"{path} does not load ({exc})"
+        # before any other MKL call: threads from libgomp, 32-bit integers
+        lib.MKL_Set_Threading_Layer(_MKL_THREADING_GNU)
+        lib.MKL_Set_Interface_Layer(_MKL_INTERFACE_LP64)
+        _single_threaded_after_fork(lib)
+        return {r: ctypes.cast(getattr(lib, f"{r}_"), ctypes.c_void_p).value
+                for r in blas_table.ROUTINES} | {"path": path}, ""
+    return None, "libmkl_rt is not installed"
+
+
+_FORK_HOOKED: set[str] = set()
+
+
+def _single_threaded_after_fork(lib) -> None:
+    """GCC's OpenMP pool does not survive fork(): a GEMM that opened a parallel region in a
+    forked child whose parent had used the pool would hang, so MKL runs on one thread there
+    (as the fused and convolution kernels do)."""
+    if lib._name not in _FORK_HOOKED:
+        _FORK_HOOKED.add(lib._name)
+        os.register_at_fork(after_in_child=lambda: lib.MKL_Set_Num_Threads(1))
+
+
+def _mkl_candidates() -> list[str]:
+    found = sorted(glob.glob(os.path.join(sys.prefix, "lib", "libmkl_rt.so*")))
+    return found[:1]
+
+
+def machine_key(mkl: dict) -> str:
+    """What a measurement holds for: the CPU, both libraries and the thread count."""
+    import scipy
+
+    threads = [len(os.sched_getaffinity(0)), os.environ.get("OMP_NUM_THREADS")]
+    text = json.dumps([_cpu_model(), platform.machine(), scipy.__version__, mkl["path"],
+                       os.path.getsize(mkl["path"]), threads])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def cache_file() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "mgegraph" / "blas.json"
+
+
+def _read_cache(path: Path) -> dict:
+    """The cached measurements; an unreadable or malformed file is no cache (it is measured
+    again and rewritten)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, dict)
+            and all(isinstance(v.get(n), (int, float)) and v[n] > 0 for n in ("openblas", "mkl"))}
+
+
+def _write_cache(path: Path, key: str, seconds: dict) -> None:
+    data = _read_cache(path) | {key: seconds}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
+    except OSError:
+        pass  # a read-only home: measured again next time, nothing else changes
+
+
+def describe() -> dict:
+    """The choice as plain data (for reports and the benchmark table)."""
+    return asdict(choice())

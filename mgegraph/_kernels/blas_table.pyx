@@ -1,0 +1,87 @@
+# The BLAS in use: four function pointers, SciPy's by default (see blas_table.pxd).
+#
+# Design: the kernels cimport these four functions, so which library runs a GEMM is one pointer
+# store away, chosen once when the CPU backend is made (blas_select.py). Every library behind
+# them takes the Fortran BLAS interface with 32-bit integers (SciPy's OpenBLAS; MKL's
+# libmkl_rt in its LP64 layer), which is what the lowerings check dimensions against.
+
+from scipy.linalg cimport cython_blas as scipy_blas
+
+ctypedef void (*sgemm_t)(char*, char*, int*, int*, int*, float*, float*, int*, float*, int*,
+                         float*, float*, int*) noexcept nogil
+ctypedef void (*dgemm_t)(char*, char*, int*, int*, int*, double*, double*, int*, double*, int*,
+                         double*, double*, int*) noexcept nogil
+ctypedef void (*sgemv_t)(char*, int*, int*, float*, float*, int*, float*, int*, float*, float*,
+                         int*) noexcept nogil
+ctypedef void (*dgemv_t)(char*, int*, int*, double*, double*, int*, double*, int*, double*,
+                         double*, int*) noexcept nogil
+
+cdef sgemm_t _sgemm = scipy_blas.sgemm
+cdef dgemm_t _dgemm = scipy_blas.dgemm
+cdef sgemv_t _sgemv = scipy_blas.sgemv
+cdef dgemv_t _dgemv = scipy_blas.dgemv
+_current = "openblas"
+
+ROUTINES = ("sgemm", "dgemm", "sgemv", "dgemv")
+
+
+cdef void sgemm(char* transa, char* transb, int* m, int* n, int* k, float* alpha, float* a,
+                int* lda, float* b, int* ldb, float* beta, float* c, int* ldc) noexcept nogil:
+    _sgemm(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+
+
+cdef void dgemm(char* transa, char* transb, int* m, int* n, int* k, double* alpha, double* a,
+                int* lda, double* b, int* ldb, double* beta, double* c, int* ldc) noexcept nogil:
+    _dgemm(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+
+
+cdef void sgemv(char* trans, int* m, int* n, float* alpha, float* a, int* lda, float* x,
+                int* incx, float* beta, float* y, int* incy) noexcept nogil:
+    _sgemv(trans, m, n, alpha, a, lda, x, incx, beta, y, incy)
+
+
+cdef void dgemv(char* trans, int* m, int* n, double* alpha, double* a, int* lda, double* x,
+                int* incx, double* beta, double* y, int* incy) noexcept nogil:
+    _dgemv(trans, m, n, alpha, a, lda, x, incx, beta, y, incy)
+
+
+def use(str name, dict addresses=None):
+    """Route the kernels' BLAS calls to ``name``: "openblas" (SciPy's), or another library
+    whose Fortran routines' addresses ``addresses`` gives ({"sgemm": int, ...}, all four)."""
+    global _sgemm, _dgemm, _sgemv, _dgemv, _current
+    if name == "openblas":
+        _sgemm, _dgemm = scipy_blas.sgemm, scipy_blas.dgemm
+        _sgemv, _dgemv = scipy_blas.sgemv, scipy_blas.dgemv
+    else:
+        if addresses is None or any(not addresses.get(r) for r in ROUTINES):
+            raise ValueError(f"BLAS {name!r} needs the addresses of {', '.join(ROUTINES)}")
+        _sgemm = <sgemm_t><Py_ssize_t>addresses["sgemm"]
+        _dgemm = <dgemm_t><Py_ssize_t>addresses["dgemm"]
+        _sgemv = <sgemv_t><Py_ssize_t>addresses["sgemv"]
+        _dgemv = <dgemv_t><Py_ssize_t>addresses["dgemv"]
+    _current = name
+
+
+def current() -> str:
+    """The name of the BLAS the kernels call now."""
+    return _current
+
+
+def time_sgemm(int m, int n, int k, const float[::1] a, const float[::1] b, float[::1] c,
+               int repeats):
+    """Seconds of the fastest of ``repeats`` calls of the current sgemm, C (n, m) = B A in
+    column-major terms (row-major C (m, n) = A (m, k) @ B (k, n)): the calibration's probe."""
+    from time import perf_counter
+    cdef char no = c'N'
+    cdef float one = 1, zero = 0
+    cdef int r
+    best = float("inf")
+    if a.shape[0] < m * k or b.shape[0] < k * n or c.shape[0] < m * n:
+        raise ValueError("buffers too small for the probe's shape")
+    for r in range(repeats):
+        start = perf_counter()
+        with nogil:
+            _sgemm(&no, &no, &n, &m, &k, &one, <float*>&b[0], &n, <float*>&a[0], &k, &zero,
+                   &c[0], &n)
+        best = min(best, perf_counter() - start)
+    return best

@@ -1,0 +1,110 @@
+"""The BLAS as a measured choice: OpenBLAS always, MKL where installed and faster; the same
+numbers (within float rounding) whichever runs, and a cache that cannot go wrong silently."""
+import json
+
+import numpy as np
+import pytest
+
+import mgegraph as mg
+from mgegraph._kernels import blas_select, blas_table
+from mgegraph.ir.errors import GraphError
+
+MKL, WHY_NOT = blas_select.load_mkl()
+needs_mkl = pytest.mark.skipif(MKL is None, reason=f"MKL is not usable here: {WHY_NOT}")
+
+
+@pytest.fixture(autouse=True)
+def restore_the_choice():
+    before = blas_select.choice()
+    yield
+    blas_table.use(before.name, MKL if before.name == "mkl" else None)
+
+
+def gemm_plans():
+    """Float32 and float64 GEMMs and GEMVs with both transposes, and what they equal."""
+    rng = np.random.default_rng(0)
+    w, v = rng.standard_normal((70, 45)).astype(np.float32), rng.standard_normal((70, 70))
+    feeds = {"a": rng.standard_normal((33, 70)).astype(np.float32),
+             "b": rng.standard_normal((70, 1))}
+    g = mg.Graph()
+    a, b = g.input("a", (33, 70), "float32"), g.input("b", (70, 1), "float64")
+    gw, gv = g.param("w", w), g.param("v", v)
+    plan = mg.compile([a @ gw, mg.functional.matmul(a, a, transpose_b=True), gv @ b,
+                       mg.functional.matmul(gv, gv, transpose_a=True)])
+    a64 = feeds["a"].astype(np.float64)
+    return plan, feeds, [a64 @ w, a64 @ a64.T, v @ feeds["b"], v.T @ v]
+
+
+def test_openblas_is_chosen_on_request_and_computes_the_gemms():
+    assert blas_select.select("openblas").name == "openblas"
+    assert blas_table.current() == "openblas"
+    plan, feeds, wanted = gemm_plans()
+    for got, want in zip(plan.run(feeds), wanted):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-4)
+
+
+@needs_mkl
+def test_mkl_gives_the_same_numbers_as_openblas():
+    plan, feeds, _ = gemm_plans()
+    blas_select.select("openblas")
+    with_openblas = plan.run(feeds)
+    chosen = blas_select.select("mkl")
+    assert chosen.name == blas_table.current() == "mkl"
+    for got, want in zip(plan.run(feeds), with_openblas):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_a_wrong_setting_is_a_clear_error():
+    with pytest.raises(GraphError, match="MGEGRAPH_BLAS='atlas' is not one of auto, openblas"):
+        blas_select.select("atlas")
+
+
+def test_asking_for_mkl_without_it_says_what_is_missing(monkeypatch):
+    monkeypatch.setattr(blas_select, "load_mkl", lambda: (None, "libmkl_rt is not installed"))
+    with pytest.raises(GraphError, match="MGEGRAPH_BLAS=mkl.*not installed.*mgegraph\\[mkl\\]"):
+        blas_select.select("mkl")
+    assert blas_select.select("auto").name == "openblas"  # auto without MKL: no calibration
+
+
+@needs_mkl
+def test_auto_measures_once_then_reads_the_cache(tmp_path, monkeypatch):
+    path = tmp_path / "blas.json"
+    calls = []
+
+    def fake(mkl):
+        calls.append(1)
+        return {"openblas": 2.0, "mkl": 1.0}
+
+    monkeypatch.setattr(blas_select, "calibrate", fake)
+    first = blas_select.select("auto", cache=path)
+    second = blas_select.select("auto", cache=path)
+    assert calls == [1] and first.name == second.name == "mkl"
+    assert "cached" in second.reason and blas_table.current() == "mkl"
+    assert json.loads(path.read_text())[blas_select.machine_key(MKL)] == {"openblas": 2.0,
+                                                                          "mkl": 1.0}
+
+
+@needs_mkl
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]", '{"k": {"openblas": -1}}', ""])
+def test_a_corrupted_cache_is_measured_again(tmp_path, monkeypatch, content):
+    path = tmp_path / "blas.json"
+    path.write_text(content)
+    monkeypatch.setattr(blas_select, "calibrate", lambda mkl: {"openblas": 1.0, "mkl": 1.0})
+    chosen = blas_select.select("auto", cache=path)
+    assert chosen.name == "openblas"  # equal times: OpenBLAS keeps its place (MARGIN)
+    assert blas_select.machine_key(MKL) in json.loads(path.read_text())
+
+
+@needs_mkl
+def test_a_real_calibration_times_both_and_leaves_openblas_in_place():
+    seconds = blas_select.calibrate(MKL)
+    assert set(seconds) == {"openblas", "mkl"} and all(s > 0 for s in seconds.values())
+    assert blas_table.current() == "openblas"
+
+
+def test_the_probe_checks_its_buffers():
+    small = np.zeros(4, np.float32)
+    with pytest.raises(ValueError, match="too small"):
+        blas_table.time_sgemm(8, 8, 8, small, small, small, 1)
+    with pytest.raises(ValueError, match="addresses"):
+        blas_table.use("mkl", {"sgemm": 0})
