@@ -89,9 +89,11 @@ def cuda_launch(family, node):
     return launch, kernel, kernel.steps(launch, types)
 
 
-def emulate(family, node, arrays, steps=None) -> list[np.ndarray]:
-    """The node's outputs by its CUDA kernel, emulated on the host (fiber_emu.h) with the launch
-    geometry of its steps (or of ``steps``, to reach another entry of the kernel)."""
+def emulate(family, node, arrays, steps=None, fibers=True) -> list[np.ndarray]:
+    """The node's outputs by its CUDA kernel, emulated on the host with the launch geometry of
+    its steps (or of ``steps``, to reach another entry of the kernel): through fiber_emu.h, or
+    with ``fibers=False`` through host_emu.h alone (one thread after another), which builds
+    only kernels without shared memory, barriers or shuffles."""
     from host_emu import build, have_compiler, run_on_host
 
     from mgegraph.cuda import CSRC
@@ -99,14 +101,17 @@ def emulate(family, node, arrays, steps=None) -> list[np.ndarray]:
         pytest.skip("no g++ for the host emulation")
     launch, kernel, chosen = cuda_launch(family, node)
     steps = chosen if steps is None else steps
-    source = FIBER_EMU.read_text() + (CSRC / kernel.source).read_text()
+    source = (CSRC / kernel.source).read_text()
+    if fibers:
+        source = FIBER_EMU.read_text() + source
     outs = empty_outputs(node)
     bufs = [np.ascontiguousarray(a) for a in arrays] + outs
     if launch.workspace:
         bufs.append(np.zeros(launch.workspace, np.uint8))
     run_on_host(source, steps, bufs, launch.ints, launch.floats)
-    failed = ctypes.c_int.in_dll(build(source), "mg_fiber_failed")
-    assert failed.value == 0, "a block of the emulation deadlocked at a barrier"
+    if fibers:
+        failed = ctypes.c_int.in_dll(build(source), "mg_fiber_failed")
+        assert failed.value == 0, "a block of the emulation deadlocked at a barrier"
     return outs
 
 

@@ -12,4 +12,5 @@ FAMILIES = [
     "softmax",       # csrc_cuda/softmax.cu: softmax, log_softmax, cross entropy (+ backward)
     "gemm",          # csrc_cuda/gemm.cu: matmul, linear (bias and relu epilogue)
     "norm",          # csrc_cuda/norm.cu: layer_norm, batch_norm (+ backward)
+    "pool",          # csrc_cuda/pool.cu: max/avg/adaptive pooling, their gradients, select
 ]
