@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from html import escape
 
-from mgegraph.tools.bench_table import BASELINE, Row, fmt_time, sort_rows
+from mgegraph.tools.bench_table import BASELINE, Row, fmt_time, labels, sort_rows
 
 WIDTH, LABEL_X, BAR_X, BAR_W = 960, 330, 340, 470
 ROW_H, HEAD_H, GAP = 16, 20, 10
@@ -36,17 +36,17 @@ def _marker(x: float, top: float, bottom: float, colour: str) -> str:
 def _block(members: list[Row], y: float) -> tuple[list[str], float]:
     """The SVG elements of one group starting at height ``y``, and the height after it."""
     first = members[0]
-    parts = [_text(8, y + 14, f"{first.workload} · {first.case} · {first.threads} threads",
-                   font_weight="bold")]
+    threads = f"{first.threads} thread{'' if first.threads == 1 else 's'}"
+    parts = [_text(8, y + 14, f"{first.workload} · {first.case} · {threads}", font_weight="bold")]
     y += HEAD_H
     measured = [r for r in members if r.median_s is not None]
     scale = BAR_W / max([r.median_s for r in measured] + [r.limit_s or 0 for r in measured])
-    top = y
+    top, names = y, dict(zip(map(id, members), labels(members)))
     for row in measured:
         w = max(row.median_s * scale, 1.0)
         bar = (f'<rect x="{BAR_X}" y="{y + 2:.1f}" width="{w:.1f}" height="{ROW_H - 4}" '
                f'fill="{_colour(row)}"><title>{escape(fmt_time(row.median_s))}</title></rect>')
-        parts += [_text(LABEL_X, y + 12, row.implementation, text_anchor="end"), bar,
+        parts += [_text(LABEL_X, y + 12, names[id(row)], text_anchor="end"), bar,
                   _text(BAR_X + w + 4, y + 12, fmt_time(row.median_s))]
         y += ROW_H
     limit = next((r.limit_s for r in measured if r.limit_s), None)
@@ -55,7 +55,7 @@ def _block(members: list[Row], y: float) -> tuple[list[str], float]:
         if value:
             parts.append(_marker(BAR_X + value * scale, top, y, colour))
     for row in (r for r in members if r.median_s is None):
-        parts.append(_text(LABEL_X, y + 12, f"{row.implementation}: {row.note}",
+        parts.append(_text(LABEL_X, y + 12, f"{names[id(row)]}: {row.note}",
                            text_anchor="end", fill="#888"))
         y += ROW_H
     return parts, y + GAP

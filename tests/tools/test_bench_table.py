@@ -159,13 +159,16 @@ def test_summary_one_line_per_group():
 
 def test_svg_is_one_well_formed_document_with_a_bar_per_measured_row():
     d = doc(*MLP["benchmarks"], record("mlp-train", "batch 128", "<odd & name>", 6 * MS),
+            record("mlp-train", "batch 128", "torch eager", 9 * MS, module="test_eager"),
             skips=[skipped("mlp-train", "batch 128", "onnxruntime", "not installed")])
     svg = render_svg(rows_from_runs([d]), "title & more")
     root = ET.fromstring(svg)
     ns = "{http://www.w3.org/2000/svg}"
-    assert len(root.findall(f"{ns}rect")) == 5  # the skipped row has no bar
+    assert len(root.findall(f"{ns}rect")) == 6  # the skipped row has no bar
     texts = [t.text for t in root.iter(f"{ns}text")]
     assert "<odd & name>" in texts and "title & more" in texts
+    assert {"torch eager [test_core]", "torch eager [test_eager]"} <= set(texts)
+    assert "mlp-train · batch 128 · 2 threads" in texts
     assert "onnxruntime: skipped: not installed" in texts
     assert len(root.findall(f"{ns}line")) == 2  # the limit and PyTorch eager
 
