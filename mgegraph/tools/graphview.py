@@ -24,7 +24,7 @@ from .layout import layout
 GROUP_ABOVE = 120     # more items than this in the top view: group them into blocks
 OPEN_BELOW = 60       # fewer instructions than this: every group starts open
 SEGMENT_MAX = 60      # a segment longer than this is split into chunks (no cut point inside)
-CHAR_W, LINE_H, PAD = 6.6, 14.0, 8.0
+CHAR_W, LINE_H, PAD = 7.0, 14.0, 8.0
 
 
 @dataclass
@@ -165,7 +165,17 @@ def graph_drawing(graph) -> Drawing:
         for v in node.inputs:
             if v.node is not None and id(v.node) in item_of:
                 edges.append((item_of[id(v.node)], len(items) - 1))
-    return Drawing(items, list(range(len(items))), sorted(set(edges)), set())
+    return Drawing(items, list(range(len(items))), sorted(set(edges)),
+                   _forward(edges, _first_result(items, edges)))
+
+
+def _first_result(items, edges) -> list[int]:
+    """A graph knows no outputs: its first node that nothing reads and that is not an assign
+    (the loss, in a training graph) stands for the first output."""
+    read = {u for u, _ in edges}
+    first = next((i for i, it in enumerate(items) if it["k"] == "i" and i not in read
+                  and it["op"] != "assign"), None)
+    return [] if first is None else [first]
 
 
 def _var_text(v) -> str:

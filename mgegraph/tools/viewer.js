@@ -243,6 +243,15 @@
     row(t, "ops", lines(Object.entries(counts).sort((a, b) => b[1] - a[1]).map(([k, n]) => `${k} \u00d7 ${n}`)));
     const steps = members.map((j) => items[j].step).filter((s) => s !== undefined).sort((a, b) => a - b);
     if (steps.length) row(t, "steps", `${steps[0]} \u2026 ${steps[steps.length - 1]}`);
+    const list = html("div");
+    members.slice(0, 60).forEach((j) => {
+      const a = html("a", `${items[j].step !== undefined ? items[j].step + " " : ""}${items[j].op}`, list);
+      a.href = "#";
+      a.style.display = "block";
+      a.addEventListener("click", (e) => { e.preventDefault(); reveal(j); });
+    });
+    if (members.length > 60) html("div", `\u2026 and ${members.length - 60} more`, list);
+    row(t, "members", list);
     const redo = members.filter((j) => items[j].remat).length;
     if (redo) row(t, "recomputed", `${redo} instructions`);
     if (D.times) row(t, "time", ms(timeOf(i)));
@@ -308,10 +317,14 @@
     });
     document.querySelectorAll("#instructions th").forEach((th, k) => th.addEventListener("click", () => sortBy(body, k)));
   }
-  function sortBy(body, k) {
+  let sorted = null;
+  function sortBy(body, k) {     // a second click on the same heading reverses the order
     const rows = Array.from(body.children), num = (r) => parseFloat(r.children[k].textContent);
     const numeric = rows.every((r) => r.children[k].textContent === "" || !isNaN(num(r)));
-    rows.sort((a, b) => numeric ? (num(b) || 0) - (num(a) || 0) : a.children[k].textContent.localeCompare(b.children[k].textContent));
+    const sign = sorted === k ? -1 : 1;
+    sorted = sorted === k ? null : k;
+    rows.sort((a, b) => sign * (numeric ? (num(b) || 0) - (num(a) || 0)
+      : a.children[k].textContent.localeCompare(b.children[k].textContent)));
     body.replaceChildren(...rows);
   }
 

@@ -322,6 +322,11 @@ def test_chromium_renders_the_page_without_errors(step_page, tmp_path):
     table = dom[dom.find("<tbody>"):dom.find("</tbody>")]
     assert table.count("<tr") == len(plan.instructions)
     assert "memory plan: arena" in dom and "remat (sqrt)" in dom
+    # the page's JavaScript placed the open groups with the arithmetic of layout.grow
+    view_box = r'viewBox="0 0 ([\d.]+) ([\d.]+)"'
+    drawn = re.search(view_box, re.search(r'<svg[^>]*id="graph-svg"[^>]*>', dom).group()).groups()
+    assert [float(v) for v in drawn] == pytest.approx(
+        [float(v) for v in re.search(view_box, mg.viz.to_svg(plan)).groups()])
     assert dom.count('class="band') == 1 and f"made by step {maker} " in dom
     assert table.count('class="live"') + table.count('class="remat live"') == end - begin
     lit = re.findall(r'<g class="node op[^"]*\bhl\b[^"]*" data-item="(\d+)"', graph)
