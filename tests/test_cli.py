@@ -448,7 +448,8 @@ def test_demo_trains_saves_and_prints_the_memory_report(demo_model):
 
 
 def test_the_demos_model_runs_and_reports(capsys, demo_model):
-    _, out, _, d, y_test = demo_model
+    code, out, err, d, y_test = demo_model
+    assert code == 0, err
     accuracy = float(out.split("\ncnn: test accuracy ")[1].split()[0])
     code, out, _ = _cli(capsys, "run", d / "cnn.mgm", "--input", f"input0={d / 'x_test.npy'}",
                         "-o", d / "y.npz")
