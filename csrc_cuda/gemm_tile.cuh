@@ -1,0 +1,89 @@
+// The block tile of a matrix product, shared by the GEMM (gemm.cu) and the implicit-GEMM
+// convolutions (conv.cu): C[i, j] = sum over p of A(i, p) B(p, j), for i < m, j < n, p < k.
+//
+// Design: each block computes a BM x BN tile of C from BK-deep slices of A and B staged in shared
+// memory (A stored transposed there, so a thread reads its TM rows as one contiguous run); each
+// thread keeps a TM x TN block of C in registers and does TM * TN multiply-adds per TM + TN
+// shared loads. How A and B are read and C written is the caller's `Op`: a strided matrix, or
+// the im2col view of an image that is never materialised. Op provides
+//   i64 m, n, k;
+//   bool a_down;    // consecutive threads load along i (else along p): A's unit stride
+//   bool b_across;  // consecutive threads load along j (else along p)
+//   T a(i64 i, i64 p) const; T b(i64 p, i64 j) const;  // called in range only
+//   void store(i64 i, i64 j, Acc v) const;             // called in range only
+// Integer products accumulate in unsigned arithmetic: they wrap, as the CPU's.
+#pragma once
+#include "reduce_block.cuh"
+
+template <class T> struct Accum { typedef T type; };
+template <> struct Accum<int> { typedef unsigned type; };
+template <> struct Accum<i64> { typedef u64 type; };
+
+// BM x BN tile per block of (BM / TM) * (BN / TN) threads, BK deep
+template <int BM_, int BN_, int BK_, int TM_, int TN_> struct Tile {
+    static const int BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_;
+    static const int THREADS = (BM / TM) * (BN / TN);
+};
+typedef Tile<128, 128, 8, 8, 8> Large;
+typedef Tile<64, 64, 8, 4, 4> Small;
+
+// Stage A's (BM x BK) and B's (BK x BN) slices at (m0, p0) and (p0, n0), zero outside.
+template <class T, class C, class Op>
+__device__ __forceinline__ void mg_load_tiles(const Op& op, i64 m0, i64 n0, i64 p0,
+                                              T (*As)[C::BM + 4], T (*Bs)[C::BN + 4]) {
+    for (int l = threadIdx.x; l < C::BM * C::BK; l += C::THREADS) {
+        const int i = op.a_down ? l % C::BM : l / C::BK, p = op.a_down ? l / C::BM : l % C::BK;
+        const i64 gi = m0 + i, gp = p0 + p;
+        As[p][i] = gi < op.m && gp < op.k ? op.a(gi, gp) : T(0);
+    }
+    for (int l = threadIdx.x; l < C::BK * C::BN; l += C::THREADS) {
+        const int j = op.b_across ? l % C::BN : l / C::BK;
+        const int p = op.b_across ? l / C::BN : l % C::BK;
+        const i64 gj = n0 + j, gp = p0 + p;
+        Bs[p][j] = gj < op.n && gp < op.k ? op.b(gp, gj) : T(0);
+    }
+}
+
+// The tile of C at (m0, n0); every thread of the block calls it.
+template <class T, class C, class Op> __device__ void mg_gemm_tile(const Op& op, i64 m0, i64 n0) {
+    typedef typename Accum<T>::type A;
+    __shared__ T As[C::BK][C::BM + 4];  // padded: stores down a column hit every bank
+    __shared__ T Bs[C::BK][C::BN + 4];
+    const int tx = threadIdx.x % (C::BN / C::TN), ty = threadIdx.x / (C::BN / C::TN);
+    A acc[C::TM][C::TN];
+#pragma unroll
+    for (int r = 0; r < C::TM; ++r)
+#pragma unroll
+        for (int s = 0; s < C::TN; ++s) acc[r][s] = A(0);
+    for (i64 p0 = 0; p0 < op.k; p0 += C::BK) {
+        mg_load_tiles<T, C>(op, m0, n0, p0, As, Bs);
+        __syncthreads();
+#pragma unroll
+        for (int p = 0; p < C::BK; ++p) {
+            A ra[C::TM], rb[C::TN];
+#pragma unroll
+            for (int r = 0; r < C::TM; ++r) ra[r] = (A)As[p][ty * C::TM + r];
+#pragma unroll
+            for (int s = 0; s < C::TN; ++s) rb[s] = (A)Bs[p][tx * C::TN + s];
+#pragma unroll
+            for (int r = 0; r < C::TM; ++r)
+#pragma unroll
+                for (int s = 0; s < C::TN; ++s) acc[r][s] += ra[r] * rb[s];
+        }
+        __syncthreads();  // the next slice overwrites the tiles
+    }
+#pragma unroll
+    for (int r = 0; r < C::TM; ++r) {
+        const i64 i = m0 + ty * C::TM + r;
+#pragma unroll
+        for (int s = 0; s < C::TN; ++s) {
+            const i64 j = n0 + tx * C::TN + s;
+            if (i < op.m && j < op.n) op.store(i, j, acc[r][s]);
+        }
+    }
+}
+
+// float32 takes the large tile (the small one for products of few tiles: a `_small` entry);
+// 8 x 8 accumulators of 8 bytes would spill, so the 8-byte types take the small tile.
+template <class T> struct TileFor { typedef Small type; };
+template <> struct TileFor<float> { typedef Large type; };
