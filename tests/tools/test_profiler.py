@@ -281,6 +281,21 @@ def test_results_under_profiling_are_bitwise_those_without():
     assert all(a.tobytes() == b.tobytes() for a, b in zip(p0, p1))
 
 
+def test_the_timed_loop_poisons_dead_buffers_as_the_untimed_one_does():
+    g = mg.Graph()
+    x, w = g.input("x", (1, 2, 6, 6)), g.input("w", (2, 2, 3, 3))
+    plan = mg.compile([F.conv2d(x, w, padding=1)], memory="debug")
+    feeds = {"x": rand(1, 2, 6, 6), "w": rand(2, 2, 3, 3)}
+    (expected,) = plan.run(feeds)
+    (ins,) = [i for i in plan.instructions if i.workspace is not None]
+    workspace = plan.executable().buffers[ins.workspace]
+    workspace[:] = 0
+    with mg.profile() as prof:
+        (got,) = plan.run(feeds)
+    assert prof.runs[0].complete and got.tobytes() == expected.tobytes()
+    assert workspace.size and (workspace == 0xFF).all()
+
+
 class _nothing:
     def __enter__(self):
         return self
