@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
-from .ir.errors import FeedError, GraphError, KernelError
+from .ir.errors import FeedError, GraphError, KernelError, ModelFormatError
 
 PROG = "mgegraph"
 VIZ_FORMATS = (".html", ".svg", ".dot")
@@ -296,6 +296,7 @@ def cmd_report(args) -> int:
     """``mgegraph report MODEL [--json]``: what the plan of a model file is, and why."""
     from .io import read
 
+    _not_onnx(args.model)
     loaded = read(args.model)
     if isinstance(loaded, dict):
         report = state_report(args.model, loaded)
@@ -402,7 +403,15 @@ def cmd_bench(args) -> int:
 def _load(path: str):
     from .runtime import load
 
+    _not_onnx(path)
     return load(path)
+
+
+def _not_onnx(path: str) -> None:
+    """An ONNX file given where a model file is expected: say how to get one."""
+    if Path(path).suffix.lower() == ".onnx":
+        raise ModelFormatError(f"{path} is an ONNX model, not a model file; convert it first: "
+                               f"mgegraph convert {path} -o {Path(path).with_suffix('.mgm')}")
 
 
 def _tool(module: str, what: str):

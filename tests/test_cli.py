@@ -151,6 +151,8 @@ def test_summary_line_counts_values_that_are_not_finite():
     (["model.mgm", "--input", "x=archive.npz"], ["an .npz archive"]),
     (["model.mgm", "--input", "x=junk.mgm"], ["junk.mgm: not an array file written by np.save"]),
     (["model.mgm", "--input", "x=nothere.npy"], ["No such file", "nothere.npy"]),
+    (["net.onnx"], [("net.onnx is an ONNX model, not a model file; convert it first: "
+                     "mgegraph convert net.onnx -o net.mgm")]),
 ])
 def test_run_errors_are_one_line(capsys, files, monkeypatch, args, phrases):
     monkeypatch.chdir(files)
