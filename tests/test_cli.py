@@ -187,6 +187,15 @@ def test_an_unexpected_error_names_its_type(capsys, files, monkeypatch):
                                       "traceback)")
 
 
+def test_ctrl_c_is_one_line_and_status_130(capsys, files, monkeypatch):
+    def interrupted(path):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mg.runtime, "load", interrupted)
+    code, _, err = _cli(capsys, "run", files / "model.mgm", "--input", files / "x.npy")
+    assert code == 130 and err == "mgegraph: interrupted\n"
+
+
 # -- report ---------------------------------------------------------------------------------------
 def test_report_json_matches_the_loaded_plan(capsys, files):
     code, out, _ = _cli(capsys, "report", files / "model.mgm", "--json")
@@ -421,6 +430,13 @@ def test_demo_below_target_fails_only_the_full_run(capsys, monkeypatch):
     assert calls[0] == {"epochs": None, "train_size": None, "output": demo.DEFAULT_OUTPUT,
                         "progress": False}
     assert _cli(capsys, "demo", "--epochs", "1")[0] == 0
+
+
+def test_demo_without_scikit_learn_says_how_to_install_it(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "sklearn", None)
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
+    code, _, err = _cli(capsys, "demo", "--epochs", "1")
+    _assert_one_line_error(code, err, 'the demo needs scikit-learn: pip install -e ".[demo]"')
 
 
 @pytest.fixture(scope="module")
