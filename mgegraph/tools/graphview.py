@@ -165,16 +165,20 @@ def graph_drawing(graph) -> Drawing:
         for v in node.inputs:
             if v.node is not None and id(v.node) in item_of:
                 edges.append((item_of[id(v.node)], len(items) - 1))
+    scalar = {item_of[id(n)] for n in graph.nodes if id(n) in item_of
+              and n.outputs and n.outputs[0].size == 1}
     return Drawing(items, list(range(len(items))), sorted(set(edges)),
-                   _forward(edges, _first_result(items, edges)))
+                   _forward(edges, _first_result(items, edges, scalar)))
 
 
-def _first_result(items, edges) -> list[int]:
-    """A graph knows no outputs: its first node that nothing reads and that is not an assign
-    (the loss, in a training graph) stands for the first output."""
+def _first_result(items, edges, scalar) -> list[int]:
+    """A graph knows no outputs: its first node that nothing reads and that is not an assign,
+    a scalar one first (the loss of a training graph; an unused gradient is not one), stands
+    for the first output."""
     read = {u for u, _ in edges}
-    first = next((i for i, it in enumerate(items) if it["k"] == "i" and i not in read
-                  and it["op"] != "assign"), None)
+    unread = [i for i, it in enumerate(items) if it["k"] == "i" and i not in read
+              and it["op"] != "assign"]
+    first = next((i for i in unread if i in scalar), unread[0] if unread else None)
     return [] if first is None else [first]
 
 
@@ -251,8 +255,19 @@ def _room(box: tuple[float, float], toggle: bool) -> tuple[float, float]:
 
 
 def _sinks(d: Drawing, outputs: set[int]) -> set[int]:
-    read = {u for u, _ in d.edges}
-    return {u for u in d.units if d.items[u]["k"] == "i" and u not in read and u not in outputs}
+    """Instructions nothing reads, and the chains of single readers that end in one (an
+    update's arithmetic before its assign), outputs aside. (Not everything that leads only to
+    them: in a training step the whole backward part does.)"""
+    readers: dict[int, list[int]] = {}
+    for u, v in d.edges:
+        readers.setdefault(u, []).append(v)
+    sinks: set[int] = set()
+    for u in reversed(d.units):
+        read_by = readers.get(u, ())
+        if d.items[u]["k"] == "i" and u not in outputs and \
+                (not read_by or (len(set(read_by)) == 1 and read_by[0] in sinks)):
+            sinks.add(u)
+    return sinks
 
 
 def segments(d: Drawing, outputs=()) -> list[list[int]]:
