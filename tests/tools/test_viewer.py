@@ -15,7 +15,7 @@ import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph import nn, optim
 from mgegraph.ir.errors import GraphError
-from mgegraph.tools.graphview import recomputed_steps
+from mgegraph.tools.graphview import Drawing, build_views, recomputed_steps, segments
 
 HOSTILE = "</script><script>document.title='pwned'</script>"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -277,6 +277,21 @@ def test_a_resnet50_step_opens_as_a_few_dozen_blocks():
     assert len(repeats) >= 6  # forward and backward runs of identical bottlenecks
     assert instructions_in_views(data) == list(range(len(step.plan.instructions)))
     assert data["opened"] == []
+    graph = page_data(mg.viz.html(step.plan.source.graph))  # the graph it was compiled from
+    assert len(graph["views"][0]["n"]) < 60
+
+
+def test_blocks_are_cut_where_one_value_is_live_and_repeats_grouped():
+    # four diamonds a -> (b, c) -> d in a chain: one value is live between them
+    items = [{"k": "i", "op": "abcd"[k % 4], "lab": ["abcd"[k % 4]]} for k in range(16)]
+    edges = [(e + 4 * j, f + 4 * j) for j in range(4) for e, f in ((0, 1), (0, 2), (1, 3),
+                                                                     (2, 3))]
+    edges += [(4 * j + 3, 4 * j + 4) for j in range(3)]
+    d = Drawing(items, list(range(16)), edges, set(range(16)))
+    assert segments(d, [15]) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]
+    build_views(d, [15], group=True)
+    (top,) = d.views[0]["n"]
+    assert d.items[top]["lab"][0] == "4 \u00d7 block of 4 ops"
 
 
 # -- in a browser ----------------------------------------------------------------------------------
