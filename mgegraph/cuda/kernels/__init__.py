@@ -13,4 +13,5 @@ FAMILIES = [
     "gemm",          # csrc_cuda/gemm.cu: matmul, linear (bias and relu epilogue)
     "norm",          # csrc_cuda/norm.cu: layer_norm, batch_norm (+ backward)
     "pool",          # csrc_cuda/pool.cu: max/avg/adaptive pooling, their gradients, select
+    "conv",          # csrc_cuda/conv.cu: conv2d and its two gradients (implicit GEMMs)
 ]

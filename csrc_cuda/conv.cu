@@ -1,0 +1,157 @@
+// conv2d (NCHW, groups, stride, padding, dilation, bias and relu epilogue) as an implicit GEMM,
+// and its two gradients as implicit GEMMs too.
+//
+// Parameters: the first 19 fields of the CPU's Conv struct (mgegraph/_kernels/conv.pyx, packed
+// by lowering/conv.py; kernels/conv.py checks their order at import):
+//   ints [batch, cin, h, w, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups, has_bias,
+//         path, relu, ...]  (path and what follows choose among the CPU's ways: unused here)
+//   conv2d: x, w, [bias,] y;  conv2d_backward_data: w, dy, dx;  conv2d_backward_filter: x, dy, dw
+//
+// Design: each convolution is one product per group through gemm_tile.cuh, whose operands are
+// read straight from the tensors through the im2col index map (a column is a (channel, tap) of
+// the window, a row an output pixel), so no im2col matrix is ever built and no workspace is
+// needed. The gradients are products too, each writing every element of its result once (no
+// atomics): backward data sums, for an input pixel, the taps of the output pixels that read it;
+// backward filter sums over the batch's output pixels. grid.z is the group.
+#include "mg_abi.cuh"
+#include "gemm_tile.cuh"
+#include "scalar.cuh"
+
+struct Conv {
+    i64 batch, cin, h, w, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups, has_bias, path,
+        relu;
+    __device__ i64 cg() const { return cin / groups; }
+    __device__ i64 ocg() const { return cout / groups; }
+    __device__ i64 taps() const { return kh * kw; }
+};
+
+template <class T> __device__ __forceinline__ T load_x(const T* x, const Conv& c, i64 n, i64 ch,
+                                                       i64 y, i64 xx) {
+    return y >= 0 && y < c.h && xx >= 0 && xx < c.w ? x[((n * c.cin + ch) * c.h + y) * c.w + xx]
+                                                    : T(0);
+}
+
+// y[n, g ocg + i, pixel j] = sum over p = (channel, tap) of w[g ocg + i, p] x[n, g cg + p...]
+template <class T> struct Forward {
+    Conv c;
+    i64 g, m, n, k;
+    bool a_down = false, b_across = true;
+    const T *x, *wt, *bias;
+    T* y;
+    __device__ T a(i64 i, i64 p) const { return wt[(g * c.ocg() + i) * k + p]; }
+    __device__ T b(i64 p, i64 j) const {
+        const i64 ch = p / c.taps(), r = p % c.taps() / c.kw, s = p % c.kw;
+        const i64 pix = c.oh * c.ow, img = j / pix, oy = j % pix / c.ow, ox = j % c.ow;
+        return load_x(x, c, img, g * c.cg() + ch, oy * c.sh - c.ph + r * c.dh,
+                      ox * c.sw - c.pw + s * c.dw);
+    }
+    template <class V> __device__ void store(i64 i, i64 j, V acc) const {
+        const i64 pix = c.oh * c.ow, oc = g * c.ocg() + i;
+        T v = (T)acc;
+        if (bias) v = v + bias[oc];
+        if (c.relu) v = m_relu(v);
+        y[((j / pix) * c.cout + oc) * pix + j % pix] = v;
+    }
+};
+
+// dx[n, g cg + i, pixel j] = sum over p = (output channel, tap) of w[.., i, tap] dy[n, .., the
+// output pixel whose window puts that tap on j], where one exists
+template <class T> struct BackwardData {
+    Conv c;
+    i64 g, m, n, k;
+    bool a_down = false, b_across = true;
+    const T *wt, *dy;
+    T* dx;
+    __device__ T a(i64 i, i64 p) const {
+        const i64 oc = g * c.ocg() + p / c.taps();
+        return wt[(oc * c.cg() + i) * c.taps() + p % c.taps()];
+    }
+    __device__ T b(i64 p, i64 j) const {
+        const i64 oc = g * c.ocg() + p / c.taps(), r = p % c.taps() / c.kw, s = p % c.kw;
+        const i64 pix = c.h * c.w, img = j / pix, y = j % pix / c.w, xx = j % c.w;
+        const i64 ty = y + c.ph - r * c.dh, tx = xx + c.pw - s * c.dw;
+        if (ty < 0 || tx < 0 || ty % c.sh || tx % c.sw) return T(0);
+        const i64 oy = ty / c.sh, ox = tx / c.sw;
+        if (oy >= c.oh || ox >= c.ow) return T(0);
+        return dy[((img * c.cout + oc) * c.oh + oy) * c.ow + ox];
+    }
+    template <class V> __device__ void store(i64 i, i64 j, V acc) const {
+        const i64 pix = c.h * c.w;
+        dx[((j / pix) * c.cin + g * c.cg() + i) * pix + j % pix] = (T)acc;
+    }
+};
+
+// dw[g ocg + i, p = (channel, tap)] = sum over output pixels q of the batch of dy[.., i, q]
+// x[.., channel, the cell the tap of q's window reads]
+template <class T> struct BackwardFilter {
+    Conv c;
+    i64 g, m, n, k;
+    bool a_down = false, b_across = false;
+    const T *x, *dy;
+    T* dw;
+    __device__ T a(i64 i, i64 q) const {
+        const i64 pix = c.oh * c.ow;
+        return dy[((q / pix) * c.cout + g * c.ocg() + i) * pix + q % pix];
+    }
+    __device__ T b(i64 q, i64 p) const {
+        const i64 ch = p / c.taps(), r = p % c.taps() / c.kw, s = p % c.kw;
+        const i64 pix = c.oh * c.ow, img = q / pix, oy = q % pix / c.ow, ox = q % c.ow;
+        return load_x(x, c, img, g * c.cg() + ch, oy * c.sh - c.ph + r * c.dh,
+                      ox * c.sw - c.pw + s * c.dw);
+    }
+    template <class V> __device__ void store(i64 i, i64 p, V acc) const {
+        dw[(g * c.ocg() + i) * n + p] = (T)acc;
+    }
+};
+
+template <class T, class C, class Op> __device__ void tiles_of(Op& op) {
+    for (i64 g = blockIdx.z; g < op.c.groups; g += gridDim.z) {
+        op.g = g;
+        for (i64 ty = blockIdx.y; ty * C::BM < op.m; ty += gridDim.y)
+            mg_gemm_tile<T, C>(op, ty * C::BM, (i64)blockIdx.x * C::BN);
+    }
+}
+
+template <class T, class C> __device__ void conv2d(const MgArgs& a) {
+    Forward<T> op;
+    op.c = *(const Conv*)a.ints;
+    const bool nb = op.c.has_bias != 0;
+    op.m = op.c.ocg(), op.n = op.c.batch * op.c.oh * op.c.ow, op.k = op.c.cg() * op.c.taps();
+    op.x = (const T*)a.bufs[0], op.wt = (const T*)a.bufs[1];
+    op.bias = nb ? (const T*)a.bufs[2] : nullptr;
+    op.y = (T*)a.bufs[nb ? 3 : 2];
+    tiles_of<T, C>(op);
+}
+
+template <class T, class C> __device__ void conv2d_backward_data(const MgArgs& a) {
+    BackwardData<T> op;
+    op.c = *(const Conv*)a.ints;
+    op.m = op.c.cg(), op.n = op.c.batch * op.c.h * op.c.w, op.k = op.c.ocg() * op.c.taps();
+    op.wt = (const T*)a.bufs[0], op.dy = (const T*)a.bufs[1], op.dx = (T*)a.bufs[2];
+    tiles_of<T, C>(op);
+}
+
+template <class T, class C> __device__ void conv2d_backward_filter(const MgArgs& a) {
+    BackwardFilter<T> op;
+    op.c = *(const Conv*)a.ints;
+    op.m = op.c.ocg(), op.n = op.c.cg() * op.c.taps(), op.k = op.c.batch * op.c.oh * op.c.ow;
+    op.x = (const T*)a.bufs[0], op.dy = (const T*)a.bufs[1], op.dw = (T*)a.bufs[2];
+    tiles_of<T, C>(op);
+}
+
+#define MG_CONV_ENTRY(KIND, T, NAME)                                                          \
+    extern "C" __global__ void __launch_bounds__(TileFor<T>::type::THREADS)                  \
+        mg_##KIND##_##NAME(const MgArgs a) { KIND<T, TileFor<T>::type>(a); }
+#define MG_CONV_SMALL_ENTRY(KIND)                                                             \
+    extern "C" __global__ void __launch_bounds__(Small::THREADS)                             \
+        mg_##KIND##_f32_small(const MgArgs a) { KIND<float, Small>(a); }
+
+MG_CONV_ENTRY(conv2d, float, f32)
+MG_CONV_ENTRY(conv2d, double, f64)
+MG_CONV_ENTRY(conv2d_backward_data, float, f32)
+MG_CONV_ENTRY(conv2d_backward_data, double, f64)
+MG_CONV_ENTRY(conv2d_backward_filter, float, f32)
+MG_CONV_ENTRY(conv2d_backward_filter, double, f64)
+MG_CONV_SMALL_ENTRY(conv2d)
+MG_CONV_SMALL_ENTRY(conv2d_backward_data)
+MG_CONV_SMALL_ENTRY(conv2d_backward_filter)

@@ -1,0 +1,118 @@
+"""csrc_cuda/conv.cu and mgegraph/cuda/kernels/conv.py: NVRTC compiles, the steps, the fiber
+emulation of the implicit GEMMs against the CPU kernels, and (marker cuda) on a device."""
+import numpy as np
+import pytest
+from kernel_checks import (
+    ARCHS,
+    assert_close,
+    cpu_result,
+    cuda_launch,
+    emulate,
+    node_of,
+    nvrtc_compile,
+    ptx_of,
+    run_on_device,
+)
+
+from mgegraph.cuda.kernel import Step
+from mgegraph.cuda.kernels import conv as family
+
+CASES = [  # (x shape, w shape, attributes)
+    ((2, 4, 8, 7), (6, 4, 3, 3), {"padding": (1, 1)}),
+    ((1, 3, 9, 9), (5, 3, 3, 2), {"stride": (2, 1), "padding": (1, 0)}),
+    ((2, 2, 9, 8), (3, 2, 3, 3), {"dilation": (2, 2), "padding": (2, 1)}),
+    ((2, 4, 6, 6), (6, 2, 3, 3), {"groups": 2, "stride": (2, 2), "padding": (1, 1)}),
+    ((3, 5, 4, 4), (7, 5, 1, 1), {}),
+]
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return {arch: nvrtc_compile("conv.cu", arch) for arch in ARCHS}
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("arch", ARCHS)
+def test_compiles_without_warnings(compiled, arch):
+    result, log, _ = compiled[arch]
+    assert result == 0, log
+    assert log == ""
+
+
+@pytest.mark.nvrtc
+def test_ptx_tiles_in_shared_memory(compiled):
+    ptx = ptx_of(compiled["sm_90"][2])
+    for name in family.KERNELS:
+        assert f".entry mg_{name}(" in ptx
+    assert "ld.shared" in ptx and "atom." not in ptx
+
+
+def _rand(dtype, shape, seed):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def _tol(dtype):
+    return {"rtol": 1e-5, "atol": 1e-5} if dtype == np.float32 else {"rtol": 1e-12,
+                                                                    "atol": 1e-12}
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("dtype", (np.float32, np.float64))
+@pytest.mark.parametrize("case", CASES)
+def test_conv_and_gradients_match_cpu(dtype, case):
+    xs, ws, attrs = case
+    x, w = _rand(dtype, xs, 0), _rand(dtype, ws, 1)
+    fwd = node_of("conv2d", [x, w], **attrs)
+    assert_close(emulate(family, fwd, [x, w])[0], cpu_result(fwd, [x, w])[0], **_tol(dtype))
+    dy = _rand(dtype, fwd.outputs[0].shape, 2)
+    data = node_of("conv2d_backward_data", [w, dy], input_hw=xs[2:], **attrs)
+    assert_close(emulate(family, data, [w, dy])[0], cpu_result(data, [w, dy])[0], **_tol(dtype))
+    filt = node_of("conv2d_backward_filter", [x, dy], kernel_size=ws[2:], **attrs)
+    assert_close(emulate(family, filt, [x, dy])[0], cpu_result(filt, [x, dy])[0], **_tol(dtype))
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("activation", ("none", "relu"))
+def test_bias_and_relu_epilogue(activation):
+    x, w, b = _rand(np.float64, (2, 3, 6, 6), 0), _rand(np.float64, (4, 3, 3, 3), 1), \
+        _rand(np.float64, (4,), 2)
+    node = node_of("conv2d", [x, w, b], padding=(1, 1), activation=activation)
+    assert_close(emulate(family, node, [x, w, b])[0], cpu_result(node, [x, w, b])[0],
+                 **_tol(np.float64))
+
+
+@pytest.mark.nvrtc
+def test_large_float32_tile_matches_cpu():
+    x, w = _rand(np.float32, (1, 2, 12, 12), 0), _rand(np.float32, (3, 2, 3, 3), 1)
+    node = node_of("conv2d", [x, w], padding=(1, 1))
+    steps = [Step("mg_conv2d_f32", (2, 1, 1), (256, 1, 1))]  # n = 144 pixels: two columns
+    assert_close(emulate(family, node, [x, w], steps=steps)[0], cpu_result(node, [x, w])[0],
+                 **_tol(np.float32))
+
+
+def test_no_workspace_and_geometry():
+    x, w = np.zeros((8, 64, 32, 32), np.float32), np.zeros((64, 64, 3, 3), np.float32)
+    launch, _, (s,) = cuda_launch(family, node_of("conv2d", [x, w], padding=(1, 1)))
+    assert launch.workspace == 0
+    assert s.entry == "mg_conv2d_f32_small" and s.grid == (8 * 32 * 32 // 64, 1, 1)
+    x, w = np.zeros((64, 64, 56, 56), np.float32), np.zeros((64, 32, 3, 3), np.float32)
+    _, _, (s,) = cuda_launch(family, node_of("conv2d", [x, w], padding=(1, 1), groups=2))
+    assert s.entry == "mg_conv2d_f32" and s.grid == (64 * 56 * 56 // 128, 1, 2)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", (np.float32, np.float64))
+@pytest.mark.parametrize("case", CASES)
+def test_conv_on_device(dtype, case):
+    xs, ws, attrs = case
+    xs = (32,) + xs[1:2] + (28, 28)
+    x, w = _rand(dtype, xs, 0), _rand(dtype, ws, 1)
+    fwd = node_of("conv2d", [x, w], **attrs)
+    tol = {"rtol": 1e-5, "atol": 1e-4} if dtype == np.float32 else _tol(dtype)
+    assert_close(run_on_device(fwd, [x, w])[0], cpu_result(fwd, [x, w])[0], **tol)
+    dy = _rand(dtype, fwd.outputs[0].shape, 2)
+    data = node_of("conv2d_backward_data", [w, dy], input_hw=xs[2:], **attrs)
+    assert_close(run_on_device(data, [w, dy])[0], cpu_result(data, [w, dy])[0], **tol)
+    filt = node_of("conv2d_backward_filter", [x, dy], kernel_size=ws[2:], **attrs)
+    tol = {"rtol": 1e-5, "atol": 1e-3} if dtype == np.float32 else _tol(dtype)
+    assert_close(run_on_device(filt, [x, dy])[0], cpu_result(filt, [x, dy])[0], **tol)
