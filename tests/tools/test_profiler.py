@@ -1,5 +1,6 @@
 """mg.profile (issue 17, "A profiler"): per-instruction wall times from the executor's C loop,
 the table, the Chrome trace, threads, nesting, failures and every front end that runs plans."""
+import itertools
 import json
 import os
 import signal
@@ -167,7 +168,7 @@ def test_trace_has_one_complete_event_per_instruction_per_run_in_order(tmp_path)
         mine = [e for e in events if e["args"]["run"] == number]
         assert [e["args"]["instruction"] for e in mine] == list(range(n))
         assert [e["name"] for e in mine] == [ins.op for ins in plan.instructions]
-        for e, nxt in zip(mine, mine[1:]):
+        for e, nxt in itertools.pairwise(mine):
             assert e["ts"] + e["dur"] <= nxt["ts"] + 1e-3  # one after the other
         assert run["ts"] <= mine[0]["ts"] + 1e-3
         assert mine[-1]["ts"] + mine[-1]["dur"] <= run["ts"] + run["dur"] + 1e-3
@@ -450,9 +451,8 @@ def test_bad_arguments_raise_profile_errors_naming_them():
         prof.table(top=0)
     with prof:
         pass
-    with pytest.raises(ProfileError, match="already entered"):
-        with prof:
-            pass
+    with pytest.raises(ProfileError, match="already entered"), prof:
+        pass
 
 
 def test_warmup_leaves_out_the_first_runs_of_each_plan():
