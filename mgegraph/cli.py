@@ -233,12 +233,14 @@ def _positive_int(text: str) -> int:
 
 
 def _feed_spec(text: str) -> tuple[str | None, str]:
-    name, sep, path = text.rpartition("=")
-    if sep and not name:
+    name, sep, path = text.partition("=")  # the first '=': a path may hold one (a=1/x.npy)
+    if not sep:
+        return None, text
+    if not name:
         raise argparse.ArgumentTypeError(f"{text!r}: the name before '=' is empty")
     if not path:
         raise argparse.ArgumentTypeError(f"{text!r}: no file after '='")
-    return (name if sep else None), path
+    return name, path
 
 
 def _shape_spec(text: str) -> tuple[str, tuple[int, ...]]:

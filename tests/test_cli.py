@@ -101,6 +101,7 @@ def test_demo_help_names_the_demos_default_output(capsys):
     (["run"], "required: model"),
     (["demo", "--epochs", "0"], "'0' is not a positive integer"),
     (["run", "m.mgm", "--input", "=x.npy"], "the name before '=' is empty"),
+    (["run", "m.mgm", "--input", "x="], "'x=': no file after '='"),
     (["viz", "m.mgm", "-o", "plan.png"], "'plan.png': the file name must end in one of"),
     (["convert", "m.onnx", "--input-shape", "x=1,a"], "is not NAME=D,D,..."),
 ])
@@ -130,6 +131,14 @@ def test_run_writes_the_outputs_bitwise_to_npz(capsys, files, tmp_path):
         assert sorted(saved.files) == ["output0", "output1"]
         for name, want in zip(("output0", "output1"), _expected(files)):
             np.testing.assert_array_equal(saved[name], want)
+
+
+def test_an_input_path_may_hold_an_equals_sign(capsys, files, tmp_path):
+    (tmp_path / "run=1").mkdir()
+    np.save(tmp_path / "run=1" / "x.npy", np.load(files / "x.npy"))
+    code, out, _ = _cli(capsys, "run", files / "model.mgm", "--input",
+                        f"x={tmp_path / 'run=1' / 'x.npy'}")
+    assert code == 0 and out.startswith("output0: float32[4, 5]")
 
 
 def test_summary_line_counts_values_that_are_not_finite():
