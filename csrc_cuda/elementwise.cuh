@@ -29,7 +29,7 @@ MG_HD mg_i64 mg_ew_size(const MgArgs& a) {
 }
 
 // The offset in input k of the output's flat index i (the CPU's odometer, as a division chain)
-MG_HD mg_i64 mg_ew_offset(const MgArgs& a, int k, mg_i64 i) {
+__device__ __noinline__ mg_i64 mg_ew_offset(const MgArgs& a, int k, mg_i64 i) {
     const int ndim = (int)a.ints[1];
     const long long* shape = a.ints + 2;
     const long long* strides = a.ints + 2 + ndim * (k + 1);

@@ -27,6 +27,7 @@ static thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __device__ inline
 #define __host__
 #define __forceinline__
+#define __noinline__ __attribute__((noinline))
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
 #define __grid_constant__
