@@ -14,4 +14,5 @@ FAMILIES = [
     "norm",          # csrc_cuda/norm.cu: layer_norm, batch_norm (+ backward)
     "pool",          # csrc_cuda/pool.cu: max/avg/adaptive pooling, their gradients, select
     "conv",          # csrc_cuda/conv.cu: conv2d and its two gradients (implicit GEMMs)
+    "movement",      # csrc_cuda/movement.cu: strided copies, concat/split, pad, indexing, fills
 ]

@@ -14,8 +14,8 @@ import numpy as np
 from ...backend import Launch
 from ...ir.types import short_name
 from ..kernel import Step
-from .gemm import GRID_YZ, LARGE, SMALL, THREADS, tile_for
-from .reuse import family_kernels, implement_like_cpu
+from .gemm import LARGE, SMALL, THREADS, tile_for
+from .reuse import GRID_YZ, family_kernels, implement_like_cpu
 
 # The Conv fields csrc_cuda/conv.cu reads, by position (its struct Conv)
 FIELDS = ("batch", "cin", "h", "w", "cout", "oh", "ow", "kh", "kw", "sh", "sw", "ph", "pw", "dh",

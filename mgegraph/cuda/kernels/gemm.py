@@ -12,13 +12,12 @@ import numpy as np
 
 from ...ir.types import short_name
 from ..kernel import Step
-from .reuse import family_kernels, implement_like_cpu
+from .reuse import GRID_YZ, family_kernels, implement_like_cpu
 
 # csrc_cuda/gemm.cu's tiles (BM, BN) and threads: float32 takes the large one unless the
 # product has too few of its tiles to fill a GPU's SMs; the other dtypes always the small one
 LARGE, SMALL, THREADS = (128, 128), (64, 64), 256
 LARGE_MIN_TILES = 256  # about two blocks per SM of an A100/H100
-GRID_YZ = 65535        # the kernel strides over tile rows and batch elements past it
 
 
 def tile_for(dtype, tiles_large: int) -> str:

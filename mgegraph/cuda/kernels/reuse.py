@@ -12,6 +12,7 @@ from ...backend import KernelTable, OpImpl, kernel_name
 from ..kernel import Step
 
 MAX_GRID = 1 << 20  # kernels stride over the rest: no grid is larger than this many blocks
+GRID_YZ = 65535     # the limit of grid.y and grid.z; kernels stride past it too
 
 
 def cpu_impls(cpu_family) -> dict[str, OpImpl]:
