@@ -75,7 +75,8 @@
   }
   function timeOf(i) { return leaves(i, []).reduce((a, j) => a + (items[j].t || 0), 0); }
   function heat(t) {
-    const f = Math.sqrt(Math.min(1, t / maxTime));
+    // a log scale: one dominant kernel must not wash out the differences between the rest
+    const f = Math.log1p(9 * Math.min(1, t / maxTime)) / Math.log(10);
     const r = 255, g = Math.round(245 - 150 * f), b = Math.round(235 - 205 * f);
     return `rgb(${r},${g},${b})`;
   }
@@ -124,6 +125,8 @@
     if (it.remat) cls.push("remat");
     const g = el("g", { class: cls.join(" "), "data-item": i, transform: `translate(${x},${y})` }, parent);
     nodeEl[i] = g;
+    el("title", {}, g).textContent = (it.step !== undefined ? `step ${it.step}: ` : "") + it.lab.join("  ") +
+      (it.t !== undefined ? `  ${ms(it.t)}` : "");
     el("rect", { class: "box", width: size[0], height: size[1], rx: 4,
                  fill: opened ? "#f3f5f8" : fill(i) }, g);
     it.lab.forEach((line, k) => {
