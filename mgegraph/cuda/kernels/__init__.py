@@ -15,4 +15,5 @@ FAMILIES = [
     "pool",          # csrc_cuda/pool.cu: max/avg/adaptive pooling, their gradients, select
     "conv",          # csrc_cuda/conv.cu: conv2d and its two gradients (implicit GEMMs)
     "movement",      # csrc_cuda/movement.cu: strided copies, concat/split, pad, indexing, fills
+    "dropout",       # csrc_cuda/dropout.cu: the CPU's counter-based mask
 ]
