@@ -11,8 +11,8 @@ One instruction may launch several kernels (``steps``); each gets the same MgArg
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,8 @@ def unary_kernel(op: str, dtype) -> tuple[str, str]:
     cast to the dtype as the CPU kernel casts them."""
     entry, c = f"mg_unary_{op}_{short_name(np.dtype(dtype))}", ctype(dtype)
     params = TABLE.BY_NAME[op].params
-    lines = [f"    const {c} {n} = ({c})a.floats[{i}];" for i, n in enumerate(("p", "q")[:len(params)])]
+    names = ("p", "q")[:len(params)]
+    lines = [f"    const {c} {n} = ({c})a.floats[{i}];" for i, n in enumerate(names)]
     args = ", ".join(("v",) + ("p", "q")[:len(params)])
     lines.append(f"    mg_map1<{c}, {c}>(a, [&]({c} v) {{ return ew_{op}({args}); }});")
     return entry, _kernel(entry, f"{op} {np.dtype(dtype).name}", "\n".join(lines))
@@ -213,7 +214,8 @@ def _fused_loops(program, t, name, shape, strides, contiguous) -> list[str]:
 def _vector_loop(t, name, kinds, n_out) -> list[str]:
     """16-byte loads and stores where every array operand is contiguous and aligned; a
     broadcast scalar is read once."""
-    flat = [f"in{i}" for i, k in enumerate(kinds) if k == "flat"] + [f"out{j}" for j in range(n_out)]
+    flat = [f"in{i}" for i, k in enumerate(kinds) if k == "flat"]
+    flat += [f"out{j}" for j in range(n_out)]
     aligned = " && ".join(f"mg_aligned16({p})" for p in flat)
     lines = [f"    if ({aligned}) {{", f"        const int V = 16 / sizeof({t});"]
     lines += [f"        const {t} s{i} = in{i}[0];" for i, k in enumerate(kinds) if k == "scalar"]

@@ -5,6 +5,7 @@ The logic is in the pure functions of backend.py (``persistent_layout``, ``slot_
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import numpy as np
@@ -67,11 +68,9 @@ class CudaExecutable:
                                      c.step.entry) for c in self.calls]
 
     def __del__(self):
-        try:
+        with contextlib.suppress(Exception):  # at interpreter exit the driver may be gone
             self.device.free(self.arena)
             self.device.free(self.persistent)
-        except Exception:  # noqa: BLE001  interpreter shutdown: the driver may be gone
-            pass
 
     # -- runs ------------------------------------------------------------------------------
     def run(self, feeds: dict) -> list[np.ndarray]:
@@ -133,9 +132,10 @@ class CudaExecutable:
                 out = self._read(s)
                 if out.dtype.kind == "f" and not np.isfinite(out).all():
                     what = "NaN" if np.isnan(out).any() else "an infinity"
-                    raise NumericsError(f"instruction {index} ({ins.op}, kernel {ins.kernel}, "
-                                        f"node made at {ins.location}) wrote {what} into its "
-                                        f"output s{s} {plan.slots[s].type} (on {self.backend.name})")
+                    raise NumericsError(
+                        f"instruction {index} ({ins.op}, kernel {ins.kernel}, node made at "
+                        f"{ins.location}) wrote {what} into its output s{s} "
+                        f"{plan.slots[s].type} (on {self.backend.name})")
 
     def _read(self, slot: int) -> np.ndarray:
         t = self.plan.slots[slot].type

@@ -52,7 +52,7 @@ def build(source: str) -> ctypes.CDLL:
     cpp, so = _DIR / f"{key}.cpp", _DIR / f"{key}.so"
     cpp.write_text(f'#include "host_emu.h"\n#line 1 "kernel.cu"\n{text}\nMG_EMU_DEFINE_LAUNCH\n')
     done = subprocess.run(["g++", *GXX_FLAGS, "-I", str(CSRC.resolve()), str(cpp), "-o", str(so)],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, check=False)
     if done.returncode:
         raise RuntimeError(f"g++ could not build the host emulation:\n{done.stderr[-4000:]}")
     lib = _LIBS[key] = ctypes.CDLL(str(so))
@@ -84,8 +84,7 @@ def run_plan_on_host(plan, backend, feeds) -> list[np.ndarray]:
     its arena and persistent block are NumPy arrays at the addresses the backend's pure layout
     functions give (mgegraph.cuda.backend), its launches ``plan_calls``' steps over the
     rendered module. What the GPU executable does, without a GPU."""
-    from mgegraph.cuda.backend import (persistent_layout, plan_calls, rendered_source,
-                                       slot_addresses)
+    from mgegraph.cuda.backend import persistent_layout, plan_calls, rendered_source, slot_addresses
     calls, texts = plan_calls(plan, backend)
     if any(c.source is not None for c in calls):
         raise ValueError("the plan has hand-written kernels: it cannot run on the host")

@@ -2,13 +2,13 @@
 the CPU backend's results bit for bit, edge values included (+-0, +-inf, NaN, subnormals,
 INT_MIN): both compute with the same scalar functions (scalar.pxd / scalar.cuh), rendered
 from the same elementwise table."""
+import host_emu
 import numpy as np
 import pytest
+from host_emu import run_on_host
 
 import mgegraph as mg
 import mgegraph.functional as F
-import host_emu
-from host_emu import run_on_host
 from mgegraph.backend import Launch
 from mgegraph.cuda import render
 from mgegraph.cuda.backend import CudaBackend
@@ -153,7 +153,7 @@ def test_casts_equal_the_cpu_bitwise(backend, src):
         assert bitwise_equal(expected, got), (src, dst, x, expected, got)
 
 
-# -- whole plans of rendered kernels (fused groups) run on the host ---------------------------------
+# -- whole plans of rendered kernels (fused groups) run on the host --------------------------------
 @pytest.fixture(scope="module")
 def planner():
     """``device="cuda-plan"``: the CUDA backend without a device, for planning."""

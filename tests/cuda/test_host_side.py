@@ -2,6 +2,7 @@
 mg_abi.cuh, launch geometry, the disk cache, the device memory layout against the CPU plan's
 offsets, the launches of a plan, and the errors where CUDA cannot run."""
 import ctypes
+import itertools
 import os
 import shutil
 import subprocess
@@ -14,12 +15,12 @@ import pytest
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph.cuda import CSRC, DeviceUnavailableError, abi, geometry
-from mgegraph.cuda.backend import (CudaBackend, persistent_layout, plan_calls, slot_addresses)
+from mgegraph.cuda.backend import CudaBackend, persistent_layout, plan_calls, slot_addresses
 from mgegraph.cuda.cache import DiskCache, default_dir, key
 from mgegraph.plan import Role
 
 
-# -- MgArgs ------------------------------------------------------------------------------------------
+# -- MgArgs ----------------------------------------------------------------------------------------
 def _layout_program() -> str:
     fields = ", ".join(f'offsetof(MgArgs, {f}) == {o}' for f, o in abi.field_offsets().items())
     return fields
@@ -33,7 +34,8 @@ def test_mgargs_matches_what_gxx_computes_for_the_header(tmp_path):
                    f'int main() {{ printf("size %zu\\n", sizeof(MgArgs)); {prints} }}\n')
     subprocess.run(["g++", "-I", str(CSRC.resolve()), str(src), "-o", str(tmp_path / "a")],
                    check=True)
-    out = subprocess.run([str(tmp_path / "a")], capture_output=True, text=True).stdout
+    out = subprocess.run([str(tmp_path / "a")], capture_output=True, text=True,
+                         check=True).stdout
     got = dict(line.split() for line in out.splitlines())
     assert int(got.pop("size")) == ctypes.sizeof(abi.MgArgs) == 728
     assert {k: int(v) for k, v in got.items()} == abi.field_offsets()
@@ -66,7 +68,7 @@ def test_pack_fills_the_fields_and_refuses_what_does_not_fit():
         abi.pack([], (), [0.0] * 9)
 
 
-# -- launch geometry --------------------------------------------------------------------------------
+# -- launch geometry -------------------------------------------------------------------------------
 @pytest.mark.parametrize("n, per, grid", [(1, 1, 1), (256, 1, 1), (257, 1, 2), (1024, 4, 1),
                                           (1025, 4, 2), (4 << 20, 4, 4096), (1 << 40, 1, 4096)])
 def test_grid_stride_geometry(n, per, grid):
@@ -82,7 +84,7 @@ def test_an_empty_output_launches_nothing():
     assert geometry.vector_width(4, False) == 1
 
 
-# -- the disk cache -----------------------------------------------------------------------------------
+# -- the disk cache --------------------------------------------------------------------------------
 def test_cache_hit_miss_and_corrupted_entry(tmp_path):
     cache = DiskCache(tmp_path)
     assert cache.get("a") is None and cache.misses == 1
@@ -139,7 +141,7 @@ def test_a_second_compile_compiles_nothing_and_a_corrupted_entry_is_rebuilt(tmp_
     assert third.compiled == 1 and third.cache.corrupt == 1
 
 
-# -- device memory: the CPU plan's offsets ------------------------------------------------------------
+# -- device memory: the CPU plan's offsets ---------------------------------------------------------
 @pytest.fixture(scope="module")
 def planner():
     mg.register_backend("cuda-layout", lambda: CudaBackend(device=None))
@@ -184,7 +186,7 @@ def test_device_addresses_are_the_planned_offsets(planner):
             assert slot.role in (Role.INPUT, Role.PARAM, Role.CONST, Role.OUTPUT)
             assert address[slot.index] % 256 == 0
     spans = sorted((offsets[s], offsets[s] + plan.slots[s].nbytes) for s in offsets)
-    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # no two overlap
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))  # no two overlap
     assert total >= spans[-1][1] and total % 256 == 0
 
 
@@ -202,7 +204,7 @@ def test_the_launches_of_a_plan(planner):
         assert call.step.grid[0] * call.step.block[0] * 4 >= min(n, 4096 * 256)
 
 
-# -- where CUDA cannot run ----------------------------------------------------------------------------
+# -- where CUDA cannot run -------------------------------------------------------------------------
 def test_without_a_gpu_compile_says_what_is_missing_and_devices_leaves_cuda_out():
     from mgegraph.cuda import unavailable_reason
     reason = unavailable_reason()
@@ -228,7 +230,7 @@ def test_without_the_extra_the_error_names_the_extra():
             "g = mg.Graph(); y = g.input('x', (3,)) * 2.0\n"
             "try:\n    mg.compile([y], device='cuda')\n"
             "except mg.GraphError as e:\n    print(type(e).__name__, e)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
                           cwd=Path(__file__).resolve().parents[2], env=dict(os.environ))
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("DeviceUnavailableError device 'cuda:0' is not available: "
@@ -239,7 +241,7 @@ def test_without_the_extra_the_error_names_the_extra():
 def test_importing_mgegraph_imports_no_cuda_library():
     code = ("import sys, mgegraph, mgegraph.cuda, mgegraph.cuda.backend\n"
             "print(sorted(m for m in sys.modules if m.startswith('cuda')))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

@@ -7,8 +7,8 @@ compiles nothing (the log is cached with the module and still checked)."""
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
 from graphs import fused_nodes, graphs
+
 from mgegraph.cuda import CSRC, CompileError, render
 from mgegraph.cuda.nvrtc import EXACT_OPTIONS, Compiler
 from mgegraph.ops.fused import program_of
@@ -49,7 +49,8 @@ def test_every_cu_file_compiles_alone_without_warnings(compilers, source, arch):
 @pytest.fixture(scope="session")
 def elementwise(rendered_compilers):
     kernels = render.elementwise_kernels()
-    return kernels, compile_both(rendered_compilers, render.module(kernels.values()), "elementwise.cu")
+    module = render.module(kernels.values())
+    return kernels, compile_both(rendered_compilers, module, "elementwise.cu")
 
 
 def test_every_elementwise_kernel_compiles_without_warnings(elementwise):
@@ -61,7 +62,7 @@ def test_every_elementwise_kernel_compiles_without_warnings(elementwise):
 
 
 def test_contiguous_float32_kernels_load_16_bytes(elementwise):
-    kernels, compiled = elementwise
+    _kernels, compiled = elementwise
     ptx = _kernel_ptx(compiled["sm_90"].ptx, "mg_binary_add_f32")
     assert "ld.global.nc.v4.f32" in ptx or "ld.global.v4.f32" in ptx
     assert "st.global.v4.f32" in ptx

@@ -32,7 +32,7 @@ def program_of_instruction(ins, types) -> Program:
 
 
 def fused_steps(entry: str, program: Program):
-    shape, strides, contiguous = render.fused_layout(program)
+    _shape, strides, contiguous = render.fused_layout(program)
     flat = all(render._input_kind(s, contiguous) != "strided" for s in strides)
     per = geometry.vector_width(np.dtype(program.dtype).itemsize, flat)
     step = geometry.grid_stride(math.prod(program.output_shape), per, entry)
