@@ -61,8 +61,8 @@ def _steps(family, dtype):
 
     def steps(launch, types) -> list[Step]:
         nout, nred, columns = parse(launch.ints)
-        if launch.workspace:
-            parts = reduce_parts(launch.ints)
+        parts = reduce_parts(launch.ints)  # as the lowering decided: the ints alone say
+        if parts:
             return [Step(entry + "_part", (parts, nout, 1), (256, 1, 1)),
                     Step(entry + "_final", (blocks(nout, 1), 1, 1), (32, 1, 1))]
         return column_steps(entry, nout, nred, contiguous=not columns)
