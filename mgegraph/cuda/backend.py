@@ -176,7 +176,8 @@ def plan_calls(plan, backend) -> tuple[list[Call], list[str]]:
             texts.setdefault(text, None)
             source = None
         elif isinstance(entry, CudaKernel):
-            steps = entry.steps(Launch(ins.ints, ins.floats), tuple(types))
+            workspace = 0 if ins.workspace is None else plan.slots[ins.workspace].nbytes
+            steps = entry.steps(Launch(ins.ints, ins.floats, workspace), tuple(types))
             source = entry.source
         else:
             raise GraphError(f"kernel {ins.kernel!r} is not a CUDA kernel")

@@ -76,7 +76,7 @@ class Device:
         minor = _check(d.cuDeviceGetAttribute(
             attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.device), "cuDeviceGetAttribute")
         self.arch = f"sm_{major}{minor}"
-        self.stream = _check(d.cuStreamCreate(d.CUstream_flags.CU_STREAM_NON_BLOCKING),
+        self.stream = _check(d.cuStreamCreate(int(d.CUstream_flags.CU_STREAM_NON_BLOCKING)),
                              "cuStreamCreate")
 
     def activate(self) -> None:

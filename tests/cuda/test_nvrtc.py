@@ -6,7 +6,10 @@ The compiles go through the product's Compiler and the user's disk cache, so a s
 compiles nothing (the log is cached with the module and still checked)."""
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
+
+import mgegraph as mg
 from graphs import fused_nodes, graphs
 
 from mgegraph.cuda import CSRC, CompileError, render
@@ -115,3 +118,28 @@ def test_a_compile_error_shows_the_line_and_the_op(compilers):
     assert "fused_elementwise at model.py:12" in message
     assert "ew_tanhh(" in message and "rendered.cu:" in message
     assert "ew_tanhh" in info.value.log
+
+
+@pytest.fixture(scope="module")
+def planner():
+    """``device="cuda-plan"``: the CUDA backend without a device (plans, renders, no runs)."""
+    from mgegraph.cuda.backend import CudaBackend
+    mg.register_backend("cuda-plan", lambda: CudaBackend(device=None))
+    yield "cuda-plan"
+    mg.backend.unregister_backend("cuda-plan")
+
+
+@pytest.mark.parametrize("name", ["mlp-train", "convnet-train", "fusion-chain"])
+def test_every_launch_of_a_model_plan_names_a_kernel_its_module_defines(planner, name,
+                                                                        compilers,
+                                                                        rendered_compilers):
+    from mgegraph.cuda.backend import plan_calls, rendered_source
+    plan = mg.compile(graphs()[name](), device=planner)
+    calls, texts = plan_calls(plan, mg.backend.get_backend(planner))
+    assert calls
+    rendered = rendered_compilers["sm_90"].compile(rendered_source(texts), "rendered.cu",
+                                                   EXACT_OPTIONS) if texts else None
+    for call in calls:
+        module = rendered if call.source is None else compilers["sm_90"].compile_file(call.source)
+        assert f".entry {call.step.entry}(" in module.ptx, (call.source, call.step.entry)
+        assert all(g >= 1 for g in call.step.grid) and 1 <= np.prod(call.step.block) <= 1024
