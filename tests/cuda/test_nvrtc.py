@@ -8,10 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-
-import mgegraph as mg
 from graphs import fused_nodes, graphs
 
+import mgegraph as mg
 from mgegraph.cuda import CSRC, CompileError, render
 from mgegraph.cuda.nvrtc import EXACT_OPTIONS, Compiler
 from mgegraph.ops.fused import program_of
