@@ -23,7 +23,8 @@ from .errors import CompileError, DeviceUnavailableError
 # the CUDA sources (a link to the repository's csrc_cuda/, copied into wheels as package data)
 CSRC = Path(__file__).parent / "csrc"
 
-__all__ = ["CSRC", "CompileError", "DeviceUnavailableError", "available", "unavailable_reason"]
+__all__ = ["CSRC", "CompileError", "DeviceUnavailableError", "available", "fetch",
+           "unavailable_reason"]
 
 
 def unavailable_reason() -> str | None:
@@ -35,6 +36,16 @@ def unavailable_reason() -> str | None:
     """
     from .driver import probe
     return probe()
+
+
+def fetch(*arrays) -> None:
+    """Copy the device's newer value of shared param arrays (``p.value`` of the parameters a
+    CUDA training step updates) back into them: call it before ``state_dict()``.
+
+    >>> mgegraph.cuda.fetch(*[p.value for p in model.parameters()])   # doctest: +SKIP
+    """
+    from .runtime import fetch as _fetch
+    _fetch(*arrays)
 
 
 def available() -> bool:

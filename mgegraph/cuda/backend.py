@@ -119,10 +119,14 @@ class CudaBackend(KernelTable):
 def backend(index: int = 0) -> CudaBackend:
     """The factory ``mg.compile(device="cuda:N")`` calls: one clear error when the extra, the
     driver or the GPU is missing, before any planning."""
-    from .driver import probe
+    from .driver import device_count, probe
     reason = probe()
     if reason:
         raise DeviceUnavailableError(f"device 'cuda:{index}' is not available: {reason}")
+    count = device_count()
+    if index >= count:
+        raise DeviceUnavailableError(f"device 'cuda:{index}' asked for; this machine has "
+                                     f"{count} CUDA GPU(s): cuda:0..cuda:{count - 1}")
     return CudaBackend(index)
 
 

@@ -37,6 +37,13 @@ def probe() -> str | None:
     return None
 
 
+def device_count() -> int:
+    """How many CUDA GPUs the driver sees (after ``probe`` said it can run)."""
+    d = _driver()
+    _check(d.cuInit(0), "cuInit")
+    return _check(d.cuDeviceGetCount(), "cuDeviceGetCount")
+
+
 def _driver():
     from cuda.bindings import driver
     return driver
