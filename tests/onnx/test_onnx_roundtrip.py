@@ -118,8 +118,10 @@ def test_export_of_graph_and_outputs_in_order():
         ort = pytest.importorskip("onnxruntime")
         session = ort.InferenceSession(model.SerializeToString(),
                                        providers=["CPUExecutionProvider"])
+        # ONNX Runtime's GEMM rounds x @ w otherwise than the BLAS in use (OpenBLAS or MKL),
+        # and layer_norm's middle output, a difference of near-equal values, shows it at 1e-6
         for a, b in zip(session.run(None, {"x": data}), want):
-            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-5)
 
 
 def test_export_refuses_ops_without_an_onnx_form_all_at_once():
