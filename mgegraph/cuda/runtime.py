@@ -97,6 +97,14 @@ class CudaExecutable:
         return [self.staging[s].view(plan.slots[s].type.dtype).reshape(
             plan.slots[s].type.shape).copy() for s in plan.outputs]
 
+    def launch(self) -> None:
+        """Run the instructions on what the device buffers hold now, and wait: no feed in, no
+        output out (what benchmarks time alone, like the CPU's ``executor.run()``)."""
+        with self._lock:
+            self.device.activate()
+            self._launch_all()
+            self.device.synchronize()
+
     def _launch_all(self) -> None:
         device = self.device
         if self._graph is not None:

@@ -258,3 +258,15 @@ def test_the_cuda_sources_ship_with_the_package():
     assert shipped == {p.name for p in (root / "csrc_cuda").iterdir()
                        if p.suffix in (".cu", ".cuh", ".h")}
     assert "mg_abi.cuh" in shipped and "scalar.cuh" in shipped
+
+
+def test_cuda_check_says_why_it_cannot_run_here():
+    from mgegraph.cuda import unavailable_reason
+    reason = unavailable_reason()
+    if reason is None:
+        pytest.skip("this machine has a usable GPU: cuda_check would run for minutes")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "cuda_check.py")],
+                          capture_output=True, text=True, check=False, cwd=root)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout.startswith("cuda_check: no GPU run here: ") and reason in done.stdout

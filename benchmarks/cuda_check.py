@@ -1,0 +1,208 @@
+"""The CUDA backend on a GPU, in one run of under 5 minutes: its tests, then one table.
+
+    python benchmarks/cuda_check.py            # tests (pytest -m cuda tests/cuda), then the table
+    python benchmarks/cuda_check.py --no-tests # the table only
+
+Rows (medians of timed repeats after warm-up, each ratio measured in this run):
+- fusion-chain, 4M float32: the fused kernel's bytes per second as a share of a device-to-device
+  copy's (target >= 80%);
+- float32 GEMM 4096^3: mgegraph's time against cuBLAS through PyTorch, TF32 off on both
+  (target >= 50%; the row is skipped when torch has no CUDA);
+- mlp-train and convnet-train: a whole training step (batch in, loss out) against PyTorch CUDA
+  eager (target <= 1.0x), with the plan replayed as a CUDA graph and launched one by one.
+
+Exit status: 0 when the tests passed (or were not run), 1 when they failed, 2 when no GPU can
+run here (the reason is printed: the cuda extra, the driver or a GPU is missing).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import mgegraph as mg
+import mgegraph.functional as F
+
+N_CHAIN = 4 * 1024 * 1024
+N_GEMM = 4096
+
+
+def median_seconds(fn, repeat: int = 20, warmup: int = 3, budget: float = 10.0) -> float:
+    """The median wall time of ``fn()`` (which waits for the GPU itself), at most ``budget``
+    seconds of repeats."""
+    for _ in range(warmup):
+        fn()
+    times, start = [], time.perf_counter()
+    while len(times) < repeat and (time.perf_counter() - start < budget or len(times) < 3):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def _torch_cuda():
+    try:
+        import torch
+    except ImportError:
+        return None, "torch is not installed"
+    if not torch.cuda.is_available():
+        return None, "torch has no CUDA"
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return torch, None
+
+
+# -- rows ---------------------------------------------------------------------------------------
+def fusion_chain_row() -> list:
+    from models import fusion_chain_graph
+    rng = np.random.default_rng(0)
+    feeds = {k: rng.standard_normal(N_CHAIN).astype(np.float32) for k in "xabc"}
+    plan = mg.compile([fusion_chain_graph(N_CHAIN)], device="cuda")
+    ex = plan.executable()
+    ex.run(feeds)
+    t = median_seconds(ex.launch)
+    fused = 5 * N_CHAIN * 4 / t  # four inputs read, one output written
+    device = ex.device
+    nbytes = 64 << 20
+    src, dst = device.alloc(nbytes), device.alloc(nbytes)
+
+    def copy():
+        device.copy(dst, src, nbytes)
+        device.synchronize()
+
+    copy_rate = 2 * nbytes / median_seconds(copy)
+    device.free(src)
+    device.free(dst)
+    return ["fusion-chain 4M f32", f"{fused / 1e9:.0f} GB/s",
+            f"D2D copy {copy_rate / 1e9:.0f} GB/s", f"{100 * fused / copy_rate:.0f}% of copy",
+            ">= 80%"]
+
+
+def gemm_row() -> list:
+    torch, why = _torch_cuda()
+    name = f"GEMM f32 {N_GEMM}^3"
+    if torch is None:
+        return [name, "skipped", why, "", ">= 50%"]
+    rng = np.random.default_rng(1)
+    a, b = (rng.standard_normal((N_GEMM, N_GEMM)).astype(np.float32) for _ in range(2))
+    g = mg.Graph()
+    y = g.input("a", a.shape, "float32") @ g.input("b", b.shape, "float32")
+    ex = mg.compile([y], device="cuda").executable()
+    (out,) = ex.run({"a": a, "b": b})
+    t_mg = median_seconds(ex.launch, repeat=10)
+    ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+
+    def cublas():
+        torch.matmul(ta, tb)
+        torch.cuda.synchronize()
+
+    t_cublas = median_seconds(cublas, repeat=10)
+    error = float(np.abs(out - torch.matmul(ta, tb).cpu().numpy()).max())
+    flops = 2 * N_GEMM ** 3
+    return [name, f"{flops / t_mg / 1e12:.1f} TFLOP/s", f"cuBLAS {flops / t_cublas / 1e12:.1f}",
+            f"{100 * t_cublas / t_mg:.0f}% of cuBLAS (max |diff| {error:.1e})", ">= 50%"]
+
+
+def _torch_step(torch, kind, x, y):
+    from workloads import _torch_convnet
+    t = torch.nn
+    model = (t.Sequential(t.Linear(784, 1024), t.ReLU(), t.Linear(1024, 1024), t.ReLU(),
+                          t.Linear(1024, 10)) if kind == "mlp" else _torch_convnet(torch)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step():
+        tx, ty = torch.from_numpy(x).cuda(), torch.from_numpy(y).cuda()
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(tx), ty)
+        loss.backward()
+        opt.step()
+        return float(loss)  # the loss back on the host, as mgegraph's step returns it
+
+    return step
+
+
+def train_rows(kind: str) -> list[list]:
+    from workloads import SEED, _batch, _convnet, _mlp_module
+
+    from mgegraph import optim
+    mg.nn.init.manual_seed(SEED)
+    model = _mlp_module() if kind == "mlp" else _convnet()
+    x, y = _batch((128, 784) if kind == "mlp" else (32, 3, 32, 32))
+    step = mg.compile_train_step(model, F.cross_entropy, optim.SGD(model.parameters(), lr=0.01),
+                                 example_batch=(x, y), device="cuda")
+    ex = step.plan.executable()
+    t_graph = median_seconds(lambda: step(x, y))
+    ex.use_graph, ex._graph = False, None
+    t_launches = median_seconds(lambda: step(x, y))
+    name = f"{kind if kind == 'mlp' else 'convnet'}-train"
+    torch, why = _torch_cuda()
+    if torch is None:
+        return [[name, f"{t_graph * 1e3:.2f} ms (graph)", f"{t_launches * 1e3:.2f} ms (launches)",
+                 f"torch skipped: {why}", "<= 1.0x"]]
+    t_torch = median_seconds(_torch_step(torch, kind, x, y))
+    return [[name, f"{t_graph * 1e3:.2f} ms (graph)", f"torch eager {t_torch * 1e3:.2f} ms",
+             f"{t_graph / t_torch:.2f}x torch; {t_launches * 1e3:.2f} ms without graph",
+             "<= 1.0x"]]
+
+
+# -- the run ------------------------------------------------------------------------------------
+def run_tests(timeout: float) -> int:
+    command = [sys.executable, "-m", "pytest", "-m", "cuda", "tests/cuda", "-q", "-x",
+               "-p", "no:cacheprovider"]
+    print("$", " ".join(command), flush=True)
+    try:
+        return subprocess.run(command, cwd=ROOT, timeout=timeout, check=False).returncode
+    except subprocess.TimeoutExpired:
+        print(f"cuda_check: the tests ran past {timeout:.0f} s", flush=True)
+        return 1
+
+
+def print_table(rows) -> None:
+    header = ["workload", "mgegraph", "peer", "result", "target"]
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    for r in [header, ["-" * w for w in widths]] + rows:
+        print(" | ".join(str(c).ljust(w) for c, w in zip(r, widths)))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-tests", action="store_true", help="the table only")
+    parser.add_argument("--test-timeout", type=float, default=180.0)
+    args = parser.parse_args(argv)
+    from mgegraph.cuda import unavailable_reason
+    reason = unavailable_reason()
+    if reason:
+        print(f"cuda_check: no GPU run here: {reason}")
+        return 2
+    status = 0 if args.no_tests else run_tests(args.test_timeout)
+    rows = []
+    for make in (fusion_chain_row, gemm_row, lambda: train_rows("mlp"),
+                 lambda: train_rows("convnet")):
+        try:
+            made = make()
+        except Exception as exc:  # noqa: BLE001  one failing row still prints the others
+            made = [["(row failed)", type(exc).__name__, str(exc)[:120], "", ""]]
+        rows += made if isinstance(made[0], list) else [made]
+    print(f"\nCUDA check on {_device_name()} ({'tests passed' if status == 0 else 'TESTS FAILED'})")
+    print_table(rows)
+    return 0 if status == 0 else 1
+
+
+def _device_name() -> str:
+    from cuda.bindings import driver
+    _, dev = driver.cuDeviceGet(0)
+    _, name = driver.cuDeviceGetName(100, dev)
+    return name.split(b"\0")[0].decode()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
