@@ -1,6 +1,7 @@
 """The benchmark table (mgegraph.tools.bench_table, bench_svg) on synthetic pytest-benchmark JSON,
 ``mgegraph bench``'s errors, and one real run of ``mgegraph.tools.bench.main`` on mlp-infer."""
 import json
+import os
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -273,3 +274,24 @@ def test_a_missing_pytest_benchmark_is_named(monkeypatch, capsys):
                         lambda name, *a: None if name == "pytest_benchmark" else find_spec(name, *a))
     assert bench.main(["mlp-infer"]) == 2
     assert "needs pytest_benchmark: pip install 'mgegraph[bench]'" in capsys.readouterr().err
+
+
+def test_every_benchmark_of_the_workload_modules_has_a_workload():
+    """No test of the modules that measure the workloads lacks a workload marker (which would
+    leave its benchmark out of mgegraph bench and of the table): -m 'not workload' collects
+    none of them."""
+    import subprocess
+    import sys
+
+    bench_dir = Path(bench_table.__file__).parents[2] / "benchmarks"
+    if not (bench_dir / "conftest.py").exists():
+        pytest.skip("no benchmarks/ folder (not a source checkout)")
+    modules = [str(bench_dir / f"test_{m}.py") for m in ("core", "eager", "fusion", "deploy",
+                                                           "remat")]
+    done = subprocess.run([sys.executable, "-m", "pytest", *modules, "--collect-only", "-q",
+                           "-p", "no:cacheprovider", "-m", "not workload"], capture_output=True,
+                          text=True, cwd=bench_dir.parent, check=False,
+                          env={**os.environ, "MGEGRAPH_BENCH_NO_TORCH": "1"})
+    unmarked = [line for line in done.stdout.splitlines() if "::" in line]
+    assert unmarked == [] and "deselected" in done.stdout, done.stdout[-2000:]
+    assert done.returncode == 5  # no test collected, and no collection error
