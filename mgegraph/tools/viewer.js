@@ -10,7 +10,7 @@
     errors.appendChild(li);
     document.body.setAttribute("data-errors", String(errors.children.length));
   }
-  window.addEventListener("error", (e) => record(`${e.message} (${e.filename}:${e.lineno})`));
+  // uncaught errors: the page's window.onerror (html.py) writes them into #js-errors too
 
   const D = JSON.parse(document.getElementById("mg-data").textContent);
   const NS = "http://www.w3.org/2000/svg";

@@ -348,6 +348,17 @@ def test_chromium_renders_the_page_without_errors(step_page, tmp_path):
     assert lit == [str(maker)]
 
 
+def test_chromium_reports_javascript_errors_into_the_page(tmp_path):
+    # the check above is only as good as this channel: a broken page must show its errors
+    _, y = small_graph()
+    text = mg.viz.html(mg.compile([y])).replace('"views":[', '"views":[{"broken":1},', 1)
+    text = text.replace("</body>", "<script>notAFunction();</script></body>")
+    (tmp_path / "broken.html").write_text(text, encoding="utf-8")
+    dom = chromium(tmp_path, "--dump-dom", (tmp_path / "broken.html").as_uri())
+    assert re.search(r'<body[^>]*data-errors="2"', dom)
+    assert "TypeError" in dom and "notAFunction" in dom
+
+
 def test_chromium_screenshot(step_page, tmp_path):
     _, path = step_page
     shot = tmp_path / "step.png"
