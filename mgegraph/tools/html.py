@@ -125,8 +125,8 @@ def _arena_section(plan) -> str:
 
 
 def _table_section(times: bool, title: str = "Instructions") -> str:
-    heads = ["step", "op", "kernel", "outputs", "offset"] + (["time (ms)"] if times else []) \
-        + ["made at"]
+    heads = (["step", "op", "kernel", "outputs", "offset"] if title == "Instructions" else
+             ["node", "op", "outputs"]) + (["time (ms)"] if times else []) + ["made at"]
     cells = "".join(f"<th>{h}</th>" for h in heads)
     return (f'<section id="instructions"><h2>{title}</h2><p class="hint">Click a row to '
             "show it in the graph; click a heading to sort.</p><div id=\"table-box\">"

@@ -12,6 +12,9 @@ from .graphview import PAD, build_views, graph_drawing, plan_drawing, plan_outpu
 from .layout import Layout, grow
 
 HEAD = 22.0  # the title line of an open group (viewer.js: HEAD)
+_ARROW = ('<defs><marker id="arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="6" '
+          'markerHeight="6" markerUnits="userSpaceOnUse" orient="auto">'
+          '<path d="M0,0 L8,4 L0,8 z" fill="#9aa3b2"/></marker></defs>')
 
 
 def _placed(d, vid: int, opened: set, memo: dict) -> tuple[Layout, list]:
@@ -38,7 +41,7 @@ def _view(d, vid, ox, oy, opened, memo, out: list) -> None:
         x2, y2 = ox + box.x[b] + sizes[b][0] / 2, oy + box.y[b]
         c, bow = max(16.0, (y2 - y1) / 2), min(240.0, (y2 - y1) * 0.12) if y2 - y1 > 160 else 0
         out.append(f'<path class="edge" d="M{x1:.1f},{y1:.1f} C{x1 + bow:.1f},{y1 + c:.1f} '
-                   f'{x2 + bow:.1f},{y2 - c:.1f} {x2:.1f},{y2:.1f}"/>')
+                   f'{x2 + bow:.1f},{y2 - c:.1f} {x2:.1f},{y2:.1f}" marker-end="url(#arrow)"/>')
     for k, i in enumerate(v["n"]):
         _node(d, i, ox + box.x[k], oy + box.y[k], sizes[k], opened, memo, out)
 
@@ -51,8 +54,10 @@ def _node(d, i, x, y, size, opened, memo, out: list) -> None:
     dash = ' stroke-dasharray="4 2"' if item["k"] == "g" and not is_open else ""
     if item.get("remat"):
         dash = ' stroke="#d9480f" stroke-width="2.2" stroke-dasharray="5 2"'
-    out.append(f'<g transform="translate({x:.1f},{y:.1f})"><rect width="{size[0]}" '
-               f'height="{size[1]}" rx="4" fill="{fill}" stroke="#4a5261"{dash}/>')
+    tip = escape("  ".join(item["lab"]))
+    out.append(f'<g transform="translate({x:.1f},{y:.1f})"><title>{tip}</title>'
+               f'<rect width="{size[0]}" height="{size[1]}" rx="4" fill="{fill}" '
+               f'stroke="#4a5261"{dash}/>')
     for k, line in enumerate(item["lab"][:1] if is_open else item["lab"]):
         weight = ' font-weight="600"' if k == 0 else ""
         out.append(f'<text x="{PAD}" y="{15 + 14 * k}"{weight}>{escape(line)}</text>')
@@ -74,7 +79,7 @@ def drawing_svg(target, group=None) -> str:
     head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{top.width}" '
             f'height="{top.height}" viewBox="0 0 {top.width} {top.height}" '
             'font-family="sans-serif" font-size="11">')
-    out = [head, "<style>.edge{fill:none;stroke:#9aa3b2;stroke-width:1}</style>"]
+    out = [head, "<style>.edge{fill:none;stroke:#9aa3b2;stroke-width:1}</style>", _ARROW]
     _view(d, 0, 0.0, 0.0, opened, memo, out)
     out.append("</svg>")
     return "\n".join(out)

@@ -312,7 +312,8 @@
       if (it.remat) tr.className = "remat";
       const outs = it.outs ? it.outs.map((s) => D.slots[s][0]).join(", ") : it.lab[1];
       const where = it.outs && D.slots[it.outs[0]][3] !== null ? `0x${D.slots[it.outs[0]][3].toString(16)}` : "";
-      [it.step, it.op, it.kernel || "", outs, where].forEach((v, k) => html("td", v, tr, k === 0 ? "num" : ""));
+      const cells = D.kind === "plan" ? [it.step, it.op, it.kernel, outs, where] : [i, it.op, outs];
+      cells.forEach((v, k) => html("td", v, tr, k === 0 ? "num" : ""));
       if (D.times) html("td", it.t !== undefined ? (it.t * 1e3).toFixed(3) : "", tr, "num");
       html("td", it.loc, tr);
       tr.addEventListener("click", () => reveal(i));
