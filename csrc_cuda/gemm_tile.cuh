@@ -27,50 +27,98 @@ template <int BM_, int BN_, int BK_, int TM_, int TN_> struct Tile {
 typedef Tile<128, 128, 8, 8, 8> Large;
 typedef Tile<64, 64, 8, 4, 4> Small;
 
-// Stage A's (BM x BK) and B's (BK x BN) slices at (m0, p0) and (p0, n0), zero outside.
-template <class T, class C, class Op>
-__device__ __forceinline__ void mg_load_tiles(const Op& op, i64 m0, i64 n0, i64 p0,
-                                              T (*As)[C::BM + 4], T (*Bs)[C::BN + 4]) {
-    for (int l = threadIdx.x; l < C::BM * C::BK; l += C::THREADS) {
-        const int i = op.a_down ? l % C::BM : l / C::BK, p = op.a_down ? l / C::BM : l % C::BK;
-        const i64 gi = m0 + i, gp = p0 + p;
-        As[p][i] = gi < op.m && gp < op.k ? op.a(gi, gp) : T(0);
+// A thread's share of the slices at p0: A_PER elements of A's (BM x BK) slice and B_PER of
+// B's (BK x BN), zero outside the matrices; consecutive threads walk an operand's unit stride.
+template <class T, class C> struct Staged {
+    static const int A_PER = C::BM * C::BK / C::THREADS, B_PER = C::BK * C::BN / C::THREADS;
+    T a[A_PER], b[B_PER];
+
+    template <class Op> __device__ __forceinline__ void load(const Op& op, i64 m0, i64 n0, i64 p0) {
+#pragma unroll
+        for (int t = 0; t < A_PER; ++t) {
+            const int l = threadIdx.x + t * C::THREADS;
+            const int i = op.a_down ? l % C::BM : l / C::BK, p = op.a_down ? l / C::BM : l % C::BK;
+            const i64 gi = m0 + i, gp = p0 + p;
+            a[t] = gi < op.m && gp < op.k ? op.a(gi, gp) : T(0);
+        }
+#pragma unroll
+        for (int t = 0; t < B_PER; ++t) {
+            const int l = threadIdx.x + t * C::THREADS;
+            const int j = op.b_across ? l % C::BN : l / C::BK;
+            const int p = op.b_across ? l / C::BN : l % C::BK;
+            const i64 gj = n0 + j, gp = p0 + p;
+            b[t] = gj < op.n && gp < op.k ? op.b(gp, gj) : T(0);
+        }
     }
-    for (int l = threadIdx.x; l < C::BK * C::BN; l += C::THREADS) {
-        const int j = op.b_across ? l % C::BN : l / C::BK;
-        const int p = op.b_across ? l / C::BN : l % C::BK;
-        const i64 gj = n0 + j, gp = p0 + p;
-        Bs[p][j] = gj < op.n && gp < op.k ? op.b(gp, gj) : T(0);
+
+    template <class Op>
+    __device__ __forceinline__ void store(const Op& op, T (*As)[C::BM + 4],
+                                          T (*Bs)[C::BN + 4]) const {
+#pragma unroll
+        for (int t = 0; t < A_PER; ++t) {
+            const int l = threadIdx.x + t * C::THREADS;
+            if (op.a_down) As[l / C::BM][l % C::BM] = a[t];
+            else As[l % C::BK][l / C::BK] = a[t];
+        }
+#pragma unroll
+        for (int t = 0; t < B_PER; ++t) {
+            const int l = threadIdx.x + t * C::THREADS;
+            if (op.b_across) Bs[l / C::BN][l % C::BN] = b[t];
+            else Bs[l % C::BK][l / C::BK] = b[t];
+        }
+    }
+};
+
+// 16-byte vectors: a thread reads its TM (TN) neighbouring values of a shared row in
+// TM * sizeof(T) / 16 loads instead of TM
+template <class T> struct Vec16;
+template <> struct Vec16<float> { typedef float4 type; };
+template <> struct Vec16<double> { typedef double2 type; };
+template <> struct Vec16<int> { typedef int4 type; };
+template <> struct Vec16<i64> { typedef longlong2 type; };
+
+template <class T, int N, class A> __device__ __forceinline__ void load_run(const T* src, A* dst) {
+    typedef typename Vec16<T>::type V;
+    const int per = (int)(sizeof(V) / sizeof(T));
+#pragma unroll
+    for (int v = 0; v < N / per; ++v) {
+        const V q = reinterpret_cast<const V*>(src)[v];
+        const T* e = reinterpret_cast<const T*>(&q);
+#pragma unroll
+        for (int t = 0; t < per; ++t) dst[v * per + t] = (A)e[t];
     }
 }
 
-// The tile of C at (m0, n0); every thread of the block calls it.
+// The tile of C at (m0, n0); every thread of the block calls it. The next slices are loaded
+// into registers while the current ones are multiplied, so global latency overlaps the math.
 template <class T, class C, class Op> __device__ void mg_gemm_tile(const Op& op, i64 m0, i64 n0) {
     typedef typename Accum<T>::type A;
-    __shared__ T As[C::BK][C::BM + 4];  // padded: stores down a column hit every bank
-    __shared__ T Bs[C::BK][C::BN + 4];
+    // padded rows (stores down a column spread over the banks), 16-byte aligned for load_run
+    __shared__ __align__(16) T As[C::BK][C::BM + 4];
+    __shared__ __align__(16) T Bs[C::BK][C::BN + 4];
     const int tx = threadIdx.x % (C::BN / C::TN), ty = threadIdx.x / (C::BN / C::TN);
     A acc[C::TM][C::TN];
 #pragma unroll
     for (int r = 0; r < C::TM; ++r)
 #pragma unroll
         for (int s = 0; s < C::TN; ++s) acc[r][s] = A(0);
+    Staged<T, C> next;
+    if (op.k > 0) next.load(op, m0, n0, 0);
     for (i64 p0 = 0; p0 < op.k; p0 += C::BK) {
-        mg_load_tiles<T, C>(op, m0, n0, p0, As, Bs);
+        next.store(op, As, Bs);
         __syncthreads();
+        if (p0 + C::BK < op.k) next.load(op, m0, n0, p0 + C::BK);
 #pragma unroll
         for (int p = 0; p < C::BK; ++p) {
             A ra[C::TM], rb[C::TN];
-#pragma unroll
-            for (int r = 0; r < C::TM; ++r) ra[r] = (A)As[p][ty * C::TM + r];
-#pragma unroll
-            for (int s = 0; s < C::TN; ++s) rb[s] = (A)Bs[p][tx * C::TN + s];
+            load_run<T, C::TM>(&As[p][ty * C::TM], ra);
+            load_run<T, C::TN>(&Bs[p][tx * C::TN], rb);
 #pragma unroll
             for (int r = 0; r < C::TM; ++r)
 #pragma unroll
                 for (int s = 0; s < C::TN; ++s) acc[r][s] += ra[r] * rb[s];
         }
-        __syncthreads();  // the next slice overwrites the tiles
+        __syncthreads();  // the next slices overwrite the tiles
     }
 #pragma unroll
     for (int r = 0; r < C::TM; ++r) {

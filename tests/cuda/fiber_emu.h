@@ -102,6 +102,10 @@ static void run_block(dim3 block) {
 }  // namespace mg_fiber
 
 #define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+// the vector types of a kernel's 16-byte loads that host_emu.h leaves out
+struct alignas(16) int4 { int x, y, z, w; };
+struct alignas(16) longlong2 { long long x, y; };
 inline void __syncthreads() { mg_fiber::wait(mg_fiber::WAIT_BLOCK); }
 
 template <class T> T __shfl_xor_sync(unsigned, T v, int lane_mask) {

@@ -48,7 +48,10 @@ def test_ptx_tiles_in_shared_memory(compiled):
     ptx = ptx_of(compiled["sm_90"][2])
     assert "ld.shared" in ptx and "st.shared" in ptx and "bar.sync" in ptx
     assert "ld.local" not in ptx and "st.local" not in ptx
-    assert "fma.rn.f32" in ptx
+    # a thread reads its 8 rows and 8 columns of a slice as 16-byte vectors, 4 FMAs per float
+    body = ptx.split(".entry mg_matmul_f32(")[1].split(".entry")[0]
+    assert body.count("ld.shared.v4.f32") == 32 and body.count("fma.rn.f32") == 512
+    assert "ld.shared.f32" not in body
 
 
 def _rand(dtype, shape, seed):
