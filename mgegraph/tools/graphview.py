@@ -9,8 +9,10 @@ usable because the top view holds blocks, not instructions: the schedule is cut 
 one value is live between consecutive instructions of the same part (forward, or the rest:
 backward and updates), the segments between cuts become blocks, and runs of blocks with the
 same ops (a network's repeated layers) become one group of repeats. Instructions nothing reads
-(optimiser updates, running statistics) join the block of their last input, so that they do
-not hold values live across cuts.
+(optimiser updates, running statistics), and chains of single readers ending in one, join the
+block of their last input, so that they do not hold values live across cuts; the cuts are
+looked for in an order where each instruction comes as soon as its inputs are made, since a
+memory-aware schedule defers some (weight gradients) to the end.
 """
 from __future__ import annotations
 
