@@ -53,15 +53,17 @@ def family_modules() -> list:
 
 
 class CudaBackend(KernelTable):
-    """The kernel table of every CUDA family; ``device`` None makes one that can plan and
-    render but not run (the tests without a GPU)."""
+    """The kernel table of every CUDA family for GPU ``device``; None makes one that can plan
+    and render but not run (the tests without a GPU). ``name``: the device name it is
+    registered under, when not "cuda" / "cuda:N"."""
 
     alignment = ALIGNMENT
     fusion = FUSION
     runs_prologue = False  # weight-only instructions stay in the plan (no prologue split)
 
-    def __init__(self, device: int | None = 0):
-        self.name = "cuda" if not device else f"cuda:{device}"
+    def __init__(self, device: int | None = 0, name: str | None = None):
+        # the registered name plans carry (plan.executable() finds the backend by it)
+        self.name = name or ("cuda" if not device else f"cuda:{device}")
         super().__init__(self.name)
         self.index = device
         entries: dict = {}
@@ -76,8 +78,9 @@ class CudaBackend(KernelTable):
         self._modules: dict[str, object] = {}
         self._lock = threading.Lock()
 
-    def device(self):
-        """The driver's Device (made on first use)."""
+    def gpu(self):
+        """The driver's Device (made on first use). (Not ``device``: KernelTable's ``device``
+        is the backend's name.)"""
         if self.index is None:
             raise DeviceUnavailableError("this CUDA backend was made for planning only "
                                          "(device=None)")
@@ -89,7 +92,7 @@ class CudaBackend(KernelTable):
 
     def compiler(self) -> nvrtc.Compiler:
         if self._compiler is None:
-            self._compiler = nvrtc.Compiler(self.device().arch)
+            self._compiler = nvrtc.Compiler(self.gpu().arch)
         return self._compiler
 
     def module(self, source: str, text: str | None = None, extra=()):
@@ -98,14 +101,14 @@ class CudaBackend(KernelTable):
             self.compiler().compile(text, source, extra)
         key = nvrtc.key_of(compiled)
         if key not in self._modules:
-            self._modules[key] = self.device().load(compiled.cubin)
+            self._modules[key] = self.gpu().load(compiled.cubin)
         return self._modules[key]
 
     def allocate(self, nbytes: int, alignment: int) -> int:
         if alignment > PERSISTENT_ALIGNMENT:
             raise GraphError(f"the CUDA backend aligns allocations to {PERSISTENT_ALIGNMENT} "
                              f"bytes, not {alignment}")
-        return self.device().alloc(nbytes)
+        return self.gpu().alloc(nbytes)
 
     def executable(self, plan):
         from .runtime import CudaExecutable

@@ -122,6 +122,10 @@ class Device:
             _check(_driver().cuMemcpyDtoDAsync(dst, src, nbytes, self.stream),
                    "cuMemcpyDtoDAsync")
 
+    def memset(self, dst: int, byte: int, nbytes: int) -> None:
+        if nbytes:
+            _check(_driver().cuMemsetD8Async(dst, byte, nbytes, self.stream), "cuMemsetD8Async")
+
     def synchronize(self) -> None:
         _check(_driver().cuStreamSynchronize(self.stream), "cuStreamSynchronize")
 

@@ -39,7 +39,7 @@ class CudaExecutable:
 
     def __init__(self, backend, plan):
         self.plan, self.backend = plan, backend
-        device = self.device = backend.device()
+        device = self.device = backend.gpu()
         device.activate()
         self.calls, texts = plan_calls(plan, backend)
         self.functions = self._functions(texts)
@@ -57,6 +57,9 @@ class CudaExecutable:
         for s, value in plan.values.items():
             if s not in plan.shared:
                 device.to_device(self.address[s], np.ascontiguousarray(value))
+        # memory="debug": dead arena values are overwritten with 0xFF bytes (NaN as floats) after
+        # their last reader, as the CPU executor poisons them, so a read of one shows
+        self.poison = poison_after(plan, self.calls, self.address) if plan.memory.options.poison else {}
         self.use_graph, self._graph, self._lock = True, None, threading.Lock()
         device.synchronize()
 
@@ -124,8 +127,10 @@ class CudaExecutable:
         return not first
 
     def _launch_each(self) -> None:
-        for function, call, args in zip(self.functions, self.calls, self.args):
+        for k, (function, call, args) in enumerate(zip(self.functions, self.calls, self.args)):
             self.device.launch(function, call.step, args)
+            for address, nbytes in self.poison.get(k, ()):
+                self.device.memset(address, 0xFF, nbytes)
 
     def _launch_checking(self) -> None:
         """check_numerics: an instruction at a time, its float outputs read back."""
@@ -184,6 +189,19 @@ class CudaExecutable:
                 self.device.synchronize()
                 array[...] = host
                 _STALE.pop(id(array), None)
+
+
+def poison_after(plan, calls, address: dict[int, int]) -> dict[int, list[tuple[int, int]]]:
+    """memory="debug": the index of the last launch of each instruction -> (address, bytes) of
+    the arena values whose last reader it is."""
+    from ..plan import dead_values
+    last_launch = {call.index: k for k, call in enumerate(calls)}
+    after: dict[int, list[tuple[int, int]]] = {}
+    for step, slot in dead_values(plan):
+        if step in last_launch:
+            after.setdefault(last_launch[step], []).append((address[slot],
+                                                            plan.slots[slot].nbytes))
+    return after
 
 
 def _assigned(plan) -> list[int]:

@@ -270,3 +270,20 @@ def test_cuda_check_says_why_it_cannot_run_here():
                           capture_output=True, text=True, check=False, cwd=root)
     assert done.returncode == 2, done.stderr
     assert done.stdout.startswith("cuda_check: no GPU run here: ") and reason in done.stdout
+
+
+def test_a_debug_plan_poisons_each_dead_value_after_its_last_reader(planner):
+    from mgegraph.cuda.runtime import poison_after
+    from mgegraph.plan import dead_values
+    plan = mg.compile(_elementwise_graph(), device=planner, memory="debug", optimize=0)
+    calls, _ = plan_calls(plan, mg.backend.get_backend(planner))
+    offsets, _ = persistent_layout(plan)
+    address = slot_addresses(plan, 0x1000, 0x9000_0000, offsets)
+    after = poison_after(plan, calls, address)
+    dead = dead_values(plan)
+    assert sum(len(spans) for spans in after.values()) == len(dead) > 0
+    for step, slot in dead:
+        (k,) = [k for k, spans in after.items() if (address[slot], plan.slots[slot].nbytes)
+                in spans and calls[k].index == step]
+        assert slot in plan.instructions[step].inputs  # poisoned after its last reader ...
+        assert all(slot not in c.slots for c in calls[k + 1:])  # ... which no later launch reads

@@ -1,0 +1,202 @@
+"""The CUDA executable (mgegraph/cuda/runtime.py) run on the host: a fake Device whose memory is
+host memory and whose launches run the host build of the rendered kernels (host_emu), so the
+runtime's logic (staging feeds and outputs, initial values, shared weights kept on the device,
+uploads after host writes, fetch, CUDA-graph capture and replay, debug poisoning) is tested
+without a GPU. Only the driver calls themselves (driver.py, a line each) wait for one."""
+import ctypes
+
+import numpy as np
+import pytest
+
+import host_emu
+import mgegraph as mg
+import mgegraph.functional as F
+from mgegraph.cuda import DeviceUnavailableError
+from mgegraph.cuda.backend import CudaBackend
+from mgegraph.planner.passes.prologue import written
+
+
+class FakeDevice:
+    """Device's interface over host memory; counts what the runtime asked for."""
+
+    arch = "sm_90"
+
+    def __init__(self):
+        self.blocks, self.launches, self.capturing, self.replays = {}, 0, None, 0
+        self.uploads = 0
+
+    def alloc(self, nbytes):
+        if not nbytes:
+            return 0
+        raw = np.full(nbytes + 256, 0xAB, np.uint8)  # garbage, as cuMemAlloc's memory
+        address = raw.ctypes.data + (-raw.ctypes.data % 256)
+        self.blocks[address] = raw
+        return address
+
+    def free(self, ptr):
+        self.blocks.pop(ptr, None)
+
+    def pinned(self, nbytes):
+        return np.zeros(max(nbytes, 1), np.uint8)[:nbytes]
+
+    def to_device(self, dst, src):
+        self.uploads += 1
+        ctypes.memmove(dst, src.ctypes.data, src.nbytes)
+
+    def to_host(self, dst, src):
+        ctypes.memmove(dst.ctypes.data, src, dst.nbytes)
+
+    def copy(self, dst, src, nbytes):
+        ctypes.memmove(dst, src, nbytes)
+
+    def memset(self, dst, byte, nbytes):
+        ctypes.memset(dst, byte, nbytes)
+
+    def activate(self):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def function(self, module, entry):
+        return module, entry
+
+    def launch(self, function, step, args):
+        if self.capturing is not None:
+            self.capturing.append((function, step, args))
+            return
+        self.launches += 1
+        lib, entry = function
+        kernel = ctypes.cast(getattr(lib, entry), ctypes.c_void_p)
+        lib.mg_emu_launch(kernel, ctypes.byref(args), (ctypes.c_uint * 3)(*step.grid),
+                          (ctypes.c_uint * 3)(*step.block))
+
+    def begin_capture(self):
+        self.capturing = []
+
+    def end_capture(self):
+        graph, self.capturing = self.capturing, None
+        return graph
+
+    def replay(self, graph):
+        self.replays += 1
+        for launch in graph:
+            self.launch(*launch)
+
+
+class HostBackend(CudaBackend):
+    """The CUDA backend with the fake device; rendered modules built by g++ (host_emu)."""
+
+    def __init__(self):
+        super().__init__(device=0, name="cuda-host")
+        self.fake = FakeDevice()
+
+    def gpu(self):
+        return self.fake
+
+    def module(self, source, text=None, extra=()):
+        if text is None:
+            raise NotImplementedError("hand-written kernels need the fiber emulation")
+        return host_emu.build(text)
+
+
+@pytest.fixture
+def device():
+    mg.register_backend("cuda-host", HostBackend)
+    yield "cuda-host"
+    mg.backend.unregister_backend("cuda-host")
+
+
+def _graph(shared=True):
+    g = mg.Graph()
+    x = g.input("x", (5, 7), "float32")
+    w = g.param("w", np.linspace(-1, 1, 7).astype(np.float32), share=shared)
+    h = F.tanh(x * w) + 1.0
+    g.assign(w, w * 0.5 + 0.25)
+    return g, w, [F.sigmoid(h) * h, F.astype(h, "int32")]
+
+
+def _feeds(seed):
+    return {"x": np.random.default_rng(seed).standard_normal((5, 7)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("memory", [None, "debug"])
+def test_runs_equal_the_cpus_including_the_weight_updates(device, memory):
+    g, w, outputs = _graph()
+    w_cpu = g.values[w.id].copy()
+    cpu = mg.compile(outputs, device="cpu", optimize=1, memory=memory)
+    cuda = mg.compile(outputs, device=device, optimize=1, memory=memory)
+    cpu_runs = []
+    for seed in range(4):  # the CPU plan updates the shared w in place: run it on a copy
+        g.values[w.id][...] = w_cpu
+        cpu_runs.append(cpu.run(_feeds(seed)))
+        w_cpu = g.values[w.id].copy()
+    g.values[w.id][...] = np.linspace(-1, 1, 7).astype(np.float32)
+    written(g.values[w.id])
+    for seed in range(4):
+        for a, b in zip(cpu_runs[seed], cuda.run(_feeds(seed))):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+    ex = cuda.executable()
+    assert ex.device.replays == 3  # the first run launches; the second captures and replays
+
+
+def test_weights_stay_on_the_device_until_fetched(device):
+    from mgegraph.cuda import fetch
+    g, w, outputs = _graph()
+    plan = mg.compile(outputs, device=device)
+    w0 = g.values[w.id].copy()
+    plan.run(_feeds(0))
+    plan.run(_feeds(1))
+    np.testing.assert_array_equal(g.values[w.id], w0)  # the host array is not touched ...
+    fetch(g.values[w.id])
+    np.testing.assert_allclose(g.values[w.id], (w0 * 0.5 + 0.25) * 0.5 + 0.25)  # ... until now
+
+
+def test_a_host_write_of_a_shared_weight_is_uploaded_before_the_next_run(device):
+    g, w, outputs = _graph()
+    plan = mg.compile(outputs, device=device)
+    plan.run(_feeds(0))
+    uploads = plan.executable().device.uploads
+    plan.run(_feeds(0))
+    assert plan.executable().device.uploads == uploads + 1  # the feed only
+    g.values[w.id][...] = 0.0
+    written(g.values[w.id])  # what Parameter.value = ..., load_state_dict and optimisers do
+    y, _ = plan.run(_feeds(0))
+    h = np.tanh(_feeds(0)["x"] * 0.0) + 1.0
+    np.testing.assert_allclose(y, 1 / (1 + np.exp(-h)) * h, rtol=1e-6)
+
+
+def test_a_second_plan_sharing_the_weights_sees_the_firsts_updates(device):
+    g, w, outputs = _graph()
+    train = mg.compile(outputs, device=device)
+    predict = mg.compile([outputs[0]], device=device)  # no assign: reads w only
+    predict.run(_feeds(0))
+    train.run(_feeds(0))  # w on train's device copy is now w * 0.5 + 0.25
+    (y,) = predict.run(_feeds(2))
+    (cpu,) = mg.compile([outputs[0]], device="cpu").run(_feeds(2))
+    np.testing.assert_allclose(cpu, y, rtol=1e-6)  # the CPU reads the host array: fetched
+
+
+def test_without_graphs_every_run_launches(device):
+    g, w, outputs = _graph()
+    plan = mg.compile(outputs, device=device)
+    ex = plan.executable()
+    ex.use_graph = False
+    for seed in range(3):
+        plan.run(_feeds(seed))
+    assert ex.device.replays == 0 and ex.device.launches == 3 * len(ex.calls)
+
+
+def test_check_numerics_names_the_instruction(device):
+    g = mg.Graph()
+    x = g.input("x", (4,), "float32")
+    plan = mg.compile([F.log(x) * 2.0], device=device, check_numerics=True, optimize=0)
+    with pytest.raises(mg.NumericsError, match=r"instruction 0 \(log"):
+        plan.run({"x": np.array([1, 0, 2, 3], np.float32)})
+    with pytest.raises(mg.FeedError):
+        plan.run({"x": np.ones(3, np.float32)})
+
+
+def test_a_planning_backend_has_no_device():
+    with pytest.raises(DeviceUnavailableError, match="planning only"):
+        CudaBackend(device=None).gpu()
