@@ -30,11 +30,15 @@ struct Range {
     i64 lo, hi;  // [lo, hi)
 };
 
-__device__ __forceinline__ i64 floor_div(i64 a, i64 b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+__device__ __forceinline__ i64 floor_div(i64 a, i64 b) {
+    return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
 __device__ __forceinline__ i64 ceil_div(i64 a, i64 b) { return -floor_div(-a, b); }
 __device__ __forceinline__ i64 mg_max(i64 a, i64 b) { return a > b ? a : b; }
 __device__ __forceinline__ i64 mg_min(i64 a, i64 b) { return a < b ? a : b; }
-__device__ __forceinline__ i64 clamp(i64 v, i64 lo, i64 hi) { return v < lo ? lo : (v > hi ? hi : v); }
+__device__ __forceinline__ i64 clamp(i64 v, i64 lo, i64 hi) {
+    return v < lo ? lo : (v > hi ? hi : v);
+}
 
 // The input range output index o reads along one axis, padding cut off; adaptive windows are
 // PyTorch's: [floor(o size / osize), ceil((o + 1) size / osize)).

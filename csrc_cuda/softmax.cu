@@ -45,9 +45,11 @@ template <class T> __device__ T column_max(const T* x, Column c, i64 n, double* 
 }
 
 // sum over the column of exp(x - mx), in double; the CPU's column_logsumexp's inner sum
-template <class T> __device__ double column_expsum(const T* x, Column c, i64 n, T mx, double* smem) {
+template <class T>
+__device__ double column_expsum(const T* x, Column c, i64 n, T mx, double* smem) {
     double s = 0;
-    for (i64 i = threadIdx.x; i < n; i += blockDim.x) s += mg_exp((T)(x[c.base + i * c.stride] - mx));
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x)
+        s += mg_exp((T)(x[c.base + i * c.stride] - mx));
     return mg_group_reduce(s, MgSum(), smem);
 }
 

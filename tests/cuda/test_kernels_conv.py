@@ -1,5 +1,7 @@
 """csrc_cuda/conv.cu and mgegraph/cuda/kernels/conv.py: NVRTC compiles, the steps, the fiber
 emulation of the implicit GEMMs against the CPU kernels, and (marker cuda) on a device."""
+import re
+
 import numpy as np
 import pytest
 from kernel_checks import (
@@ -28,15 +30,17 @@ CASES = [  # (x shape, w shape, attributes)
 
 @pytest.fixture(scope="module")
 def compiled():
-    return {arch: nvrtc_compile("conv.cu", arch) for arch in ARCHS}
+    return {arch: nvrtc_compile("conv.cu", arch, [b"--ptxas-options=-v"]) for arch in ARCHS}
 
 
 @pytest.mark.nvrtc
 @pytest.mark.parametrize("arch", ARCHS)
-def test_compiles_without_warnings(compiled, arch):
+def test_compiles_without_warnings_or_spills(compiled, arch):
     result, log, _ = compiled[arch]
     assert result == 0, log
-    assert log == ""
+    assert "warning" not in log.lower()
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    assert len(spills) == len(family.KERNELS) + 3 and set(spills) == {("0", "0")}, log
 
 
 @pytest.mark.nvrtc
