@@ -5,10 +5,10 @@ uploads after host writes, fetch, CUDA-graph capture and replay, debug poisoning
 without a GPU. Only the driver calls themselves (driver.py, a line each) wait for one."""
 import ctypes
 
+import host_emu
 import numpy as np
 import pytest
 
-import host_emu
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph.cuda import DeviceUnavailableError
