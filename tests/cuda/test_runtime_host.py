@@ -167,7 +167,7 @@ def test_a_host_write_of_a_shared_weight_is_uploaded_before_the_next_run(device)
 
 
 def test_a_second_plan_sharing_the_weights_sees_the_firsts_updates(device):
-    g, w, outputs = _graph()
+    _g, _w, outputs = _graph()
     train = mg.compile(outputs, device=device)
     predict = mg.compile([outputs[0]], device=device)  # no assign: reads w only
     predict.run(_feeds(0))
@@ -178,7 +178,7 @@ def test_a_second_plan_sharing_the_weights_sees_the_firsts_updates(device):
 
 
 def test_without_graphs_every_run_launches(device):
-    g, w, outputs = _graph()
+    _g, _w, outputs = _graph()
     plan = mg.compile(outputs, device=device)
     ex = plan.executable()
     ex.use_graph = False
