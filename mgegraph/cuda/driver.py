@@ -131,8 +131,19 @@ class Device:
 
     # -- modules and launches --------------------------------------------------------------
     def load(self, cubin: bytes):
+        """A module from a CUBIN; where the driver refuses it (a driver older than the NVRTC
+        that made it), the error says both versions."""
         image = ctypes.create_string_buffer(cubin, len(cubin))
-        return _check(_driver().cuModuleLoadData(ctypes.addressof(image)), "cuModuleLoadData")
+        try:
+            return _check(_driver().cuModuleLoadData(ctypes.addressof(image)), "cuModuleLoadData")
+        except DeviceUnavailableError as exc:
+            from .nvrtc import version
+            driver = _check(_driver().cuDriverGetVersion(), "cuDriverGetVersion")
+            raise DeviceUnavailableError(
+                f"{exc}: the driver supports CUDA {driver // 1000}.{driver % 1000 // 10} and "
+                f"the code was compiled by NVRTC {'.'.join(map(str, version()))} for {self.arch}; "
+                "install an NVRTC wheel no newer than the driver (for a CUDA 12 driver: pip "
+                "install nvidia-cuda-nvrtc-cu12)") from None
 
     def function(self, module, entry: str):
         return _check(_driver().cuModuleGetFunction(module, entry.encode()),
