@@ -366,10 +366,13 @@
     const find = document.getElementById("find");
     find.addEventListener("keydown", (e) => {
       if (e.key !== "Enter") return;
-      const q = find.value.trim().toLowerCase();
-      const hit = items.findIndex((it, i) => it.k !== "g" && i !== selected &&
-        (String(it.step) === q || (it.op || "").toLowerCase().includes(q) || (it.name || "").toLowerCase().includes(q)));
-      if (hit >= 0) reveal(hit);
+      const q = find.value.trim().toLowerCase(), from = selected === null ? 0 : selected + 1;
+      const matches = (it) => it.k !== "g" && (String(it.step) === q ||
+        (it.op || "").toLowerCase().includes(q) || (it.name || "").toLowerCase().includes(q));
+      for (let n = 0; n < items.length; n++) {   // the next match after the selected box
+        const i = (from + n) % items.length;
+        if (matches(items[i])) { reveal(i); break; }
+      }
     });
   }
 

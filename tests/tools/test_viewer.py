@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -267,8 +268,13 @@ def resnet50_step():
                                  example_batch=(x, y))
 
 
-def test_a_resnet50_step_opens_as_a_few_dozen_blocks():
-    step = resnet50_step()
+@pytest.fixture(scope="module")
+def resnet_step():
+    return resnet50_step()
+
+
+def test_a_resnet50_step_opens_as_a_few_dozen_blocks(resnet_step):
+    step = resnet_step
     assert len(step.plan.source.graph.nodes) > 1800
     data = page_data(mg.viz.html(step))
     top = [data["items"][i] for i in data["views"][0]["n"]]
@@ -369,3 +375,130 @@ def test_chromium_screenshot(step_page, tmp_path):
     assert int.from_bytes(head[16:20], "big") == 1300 and shot.stat().st_size > 20_000
     if os.environ.get("MGEGRAPH_KEEP_SCREENSHOT"):
         shutil.copy(shot, os.environ["MGEGRAPH_KEEP_SCREENSHOT"])
+
+
+class Browser:
+    """Headless Chromium driven through the DevTools protocol over --remote-debugging-pipe
+    (NUL-terminated JSON on its fds 3 and 4): events dispatched as a person's clicks would be,
+    with no driver to install."""
+
+    def __init__(self, exe, profile):
+        to_browser, self._w = os.pipe()
+        self._r, from_browser = os.pipe()
+        command = (f"exec {exe} --headless --no-sandbox --disable-gpu --no-first-run "
+                   "--disable-background-networking --disable-component-update --disable-sync "
+                   f"--user-data-dir={profile} --remote-debugging-pipe "
+                   f"3<&{to_browser} 4>&{from_browser}")
+        self.proc = subprocess.Popen(["bash", "-c", command], pass_fds=(to_browser, from_browser),
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(to_browser)
+        os.close(from_browser)
+        self._buf, self._id, self.session = b"", 0, None
+
+    def send(self, method, session=True, **params):
+        self._id += 1
+        message = {"id": self._id, "method": method, "params": params}
+        if session:
+            message["sessionId"] = self.session
+        os.write(self._w, json.dumps(message).encode() + b"\0")
+        while True:
+            while b"\0" not in self._buf:
+                chunk = os.read(self._r, 1 << 16)
+                assert chunk, "chromium closed its pipe"
+                self._buf += chunk
+            raw, self._buf = self._buf.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self._id:
+                assert "error" not in reply, reply["error"]
+                return reply["result"]
+
+    def open(self, url):
+        target = self.send("Target.createTarget", session=False, url=url)["targetId"]
+        self.session = self.send("Target.attachToTarget", session=False, targetId=target,
+                                 flatten=True)["sessionId"]
+        deadline = time.monotonic() + 30
+        while self.js("document.body && document.body.getAttribute('data-rendered')") != "1":
+            assert time.monotonic() < deadline, "the page did not render in 30 s"
+            time.sleep(0.05)
+
+    def js(self, expression):
+        result = self.send("Runtime.evaluate", expression=expression, returnByValue=True)
+        assert "exceptionDetails" not in result, result["exceptionDetails"]
+        return result["result"].get("value")
+
+    def close(self):
+        self.send("Browser.close", session=False)
+        self.proc.wait(timeout=30)
+        os.close(self._w)
+        os.close(self._r)
+
+
+def test_chromium_clicks_hovers_and_searches(resnet_step, tmp_path):
+    if CHROMIUM is None:
+        pytest.skip("headless Chromium is not installed (apt install chromium)")
+    plan = resnet_step.plan
+    plan._cache["instruction_times"] = tuple(1e-6 * (1 + k % 13) for k in range(
+        len(plan.instructions)))
+    plan.save_html(tmp_path / "r50.html")
+    del plan._cache["instruction_times"]
+    browser = Browser(CHROMIUM, tmp_path / "profile")
+    try:
+        browser.open((tmp_path / "r50.html").as_uri())
+        run_interactions(browser, plan)
+    finally:
+        browser.close()
+
+
+def fire(selector: str, event: str, extra: str = "") -> str:
+    return (f"document.querySelector({json.dumps(selector)}).dispatchEvent(new "
+            f"{'KeyboardEvent' if event == 'keydown' else 'MouseEvent'}('{event}', "
+            f"{{bubbles: true{extra}}}))")
+
+
+def run_interactions(b: Browser, plan):
+    count = "document.querySelectorAll('#graph-svg .node').length"
+    closed = b.js(count)
+    group = b.js("document.querySelector('#graph-svg .node.group').getAttribute('data-item')")
+    b.js(fire(f'#graph-svg .node[data-item="{group}"]', "dblclick"))  # opens in place
+    assert b.js(count) > closed
+    assert "cluster" in b.js(f"document.querySelector('[data-item=\"{group}\"]').className.baseVal")
+    b.js(fire(f'#graph-svg .node[data-item="{group}"]', "dblclick"))
+    assert b.js(count) == closed
+    # the find box goes to the next match and shows it, opening the groups that hold it
+    b.js("document.getElementById('find').value = 'conv2d_backward_filter'")
+    b.js(fire("#find", "keydown", ", key: 'Enter'"))
+    hit = int(b.js("document.querySelector('#graph-svg .node.selected').getAttribute('data-item')"))
+    assert plan.instructions[hit].op == "conv2d_backward_filter"
+    assert b.js("document.querySelector('#details h3').textContent") == "conv2d_backward_filter"
+    assert b.js("document.querySelectorAll('#graph-svg .edge.in').length") >= 1
+    # a row of the table reveals its instruction (one that writes an arena buffer)
+    step = next(k for k in range(300, len(plan.instructions))
+                if plan.instructions[k].outputs[0] in plan.memory.spans)
+    b.js("Array.from(document.querySelectorAll('#instructions tbody tr')).find((r) => "
+         f"r.children[0].textContent === '{step}').dispatchEvent(new MouseEvent('click'))")
+    assert b.js("document.querySelector('#graph-svg .node.selected').getAttribute('data-item')") \
+        == str(step)
+    # hovering a buffer lights up its writer and its steps; leaving clears them
+    slot = plan.instructions[step].outputs[0]
+    b.js(fire(f'#arena-box rect.buffer[data-slot="{slot}"]', "mouseover"))
+    assert b.js("document.querySelectorAll('#arena-box .band').length") == 1
+    assert f"s{slot}:" in b.js("document.getElementById('arena-info').textContent")
+    assert b.js("document.querySelector('#graph-svg .node.hl').getAttribute('data-item')") == \
+        str(step)
+    b.js(fire("#arena-box svg", "mouseleave"))
+    assert b.js("document.querySelectorAll('#arena-box .band, #graph-svg .hl').length") == 0
+    # zoom, colour by time, sort by time
+    width = float(b.js("document.getElementById('graph-svg').getAttribute('width')"))
+    b.js(fire("#zoom-in", "click"))
+    assert float(b.js("document.getElementById('graph-svg').getAttribute('width')")) == \
+        pytest.approx(width * 1.25, rel=1e-3)
+    b.js("const c = document.getElementById('colour-by'); c.value = 'time';"
+         "c.dispatchEvent(new Event('change'))")
+    assert b.js("document.querySelector('#graph-svg .node.op > rect').getAttribute('fill')"
+                ".startsWith('rgb(')")
+    b.js("Array.from(document.querySelectorAll('#instructions th')).find("
+         "(h) => h.textContent.startsWith('time')).dispatchEvent(new MouseEvent('click'))")
+    first = b.js("parseFloat(document.querySelector('#instructions tbody tr').children[5]"
+                 ".textContent)")
+    assert first == pytest.approx(13e-3)
+    assert b.js("document.getElementById('js-errors').children.length") == 0
