@@ -5,6 +5,9 @@ kernels (mgegraph/cuda/render.py over csrc_cuda/elementwise.cuh) read its ints l
 ``[opcode, ndim, shape, strides per input]`` and floats. A kernel per (op, dtype) is rendered
 from the table, so ``steps`` picks the entry by the opcode the lowering packed (the table's
 order, which the CPU build checks too).
+
+One difference from the CPU: an integer ``pow`` with a negative exponent gives 0 here, where the
+CPU kernel stops the run with a KernelError (NumPy raises); a GPU kernel has no status to return.
 """
 from __future__ import annotations
 
