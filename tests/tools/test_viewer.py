@@ -1,6 +1,7 @@
 """mg.viz: the HTML page of a plan or graph (self-contained, every instruction, hostile names
 kept as text, remat clones and profile times shown), to_svg, and the page as a person sees it in
 headless Chromium (skipped where Chromium is missing)."""
+import base64
 import json
 import os
 import re
@@ -300,83 +301,7 @@ def test_blocks_are_cut_where_one_value_is_live_and_repeats_grouped():
     assert d.items[top]["lab"][0] == "4 \u00d7 block of 4 ops"
 
 
-# -- in a browser ----------------------------------------------------------------------------------
-def chromium(tmp_path, *args) -> str:
-    if CHROMIUM is None:
-        pytest.skip("headless Chromium is not installed (apt install chromium)")
-    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-               "--disable-background-networking", "--disable-component-update", "--disable-sync",
-               "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}", *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
-
-
-@pytest.fixture(scope="module")
-def step_page(tmp_path_factory):
-    """The page of a training step with remat, an input with a hostile name and profile
-    times."""
-    plan = training_plan(HOSTILE)
-    plan._cache["instruction_times"] = tuple(1e-5 * (1 + k % 7) for k in range(
-        len(plan.instructions)))
-    path = tmp_path_factory.mktemp("page") / "step.html"
-    plan.save_html(path)
-    return plan, path
-
-
-def test_chromium_renders_the_page_without_errors(step_page, tmp_path):
-    plan, path = step_page
-    # the link lights a buffer up as the pointer would: its writer and the steps it is live
-    maker = next(k for k, ins in enumerate(plan.instructions) if k > 3 and ins.outputs[0]
-                 in plan.memory.spans)
-    slot = plan.instructions[maker].outputs[0]
-    begin, end = plan.memory.spans[slot]
-    dom = chromium(tmp_path, "--dump-dom", path.as_uri() + f"#buffer={slot}")
-    assert re.search(r'<body[^>]*data-rendered="1"', dom)
-    assert re.search(r'<ul id="js-errors"></ul>', dom), dom[dom.find("js-errors"):][:2000]
-    assert HOSTILE not in dom and "<title>mgegraph plan: " in dom  # no script ran from it
-    graph = dom[dom.find('id="graph-svg"'):dom.find("</svg>", dom.find('id="graph-svg"'))]
-    assert "&lt;/script&gt;&lt;script&gt;" in graph  # the input's name, drawn as text
-    assert graph.count('class="node ') >= len(plan.instructions)  # small: every box drawn
-    assert graph.count('class="node op remat') == len(recomputed_steps(plan))
-    assert dom.count('<rect class="buffer"') >= len(plan.memory.spans) - 1
-    table = dom[dom.find("<tbody>"):dom.find("</tbody>")]
-    assert table.count("<tr") == len(plan.instructions)
-    assert "memory plan: arena" in dom and "remat (sqrt)" in dom
-    # the page's JavaScript placed the open groups with the arithmetic of layout.grow
-    view_box = r'viewBox="0 0 ([\d.]+) ([\d.]+)"'
-    drawn = re.search(view_box, re.search(r'<svg[^>]*id="graph-svg"[^>]*>', dom).group()).groups()
-    assert [float(v) for v in drawn] == pytest.approx(
-        [float(v) for v in re.search(view_box, mg.viz.to_svg(plan)).groups()])
-    assert dom.count('class="band') == 1 and f"made by step {maker} " in dom
-    assert table.count('class="live"') + table.count('class="remat live"') == end - begin
-    lit = re.findall(r'<g class="node op[^"]*\bhl\b[^"]*" data-item="(\d+)"', graph)
-    assert lit == [str(maker)]
-
-
-def test_chromium_reports_javascript_errors_into_the_page(tmp_path):
-    # the check above is only as good as this channel: a broken page must show its errors
-    _, y = small_graph()
-    text = mg.viz.html(mg.compile([y])).replace('"views":[', '"views":[{"broken":1},', 1)
-    text = text.replace("</body>", "<script>notAFunction();</script></body>")
-    (tmp_path / "broken.html").write_text(text, encoding="utf-8")
-    dom = chromium(tmp_path, "--dump-dom", (tmp_path / "broken.html").as_uri())
-    assert re.search(r'<body[^>]*data-errors="2"', dom)
-    assert "TypeError" in dom and "notAFunction" in dom
-
-
-def test_chromium_screenshot(step_page, tmp_path):
-    _, path = step_page
-    shot = tmp_path / "step.png"
-    chromium(tmp_path, "--window-size=1300,1000", f"--screenshot={shot}",
-             path.as_uri() + "#step=12")
-    head = shot.read_bytes()[:24]
-    assert head[:8] == b"\x89PNG\r\n\x1a\n"
-    assert int.from_bytes(head[16:20], "big") == 1300 and shot.stat().st_size > 20_000
-    if os.environ.get("MGEGRAPH_KEEP_SCREENSHOT"):
-        shutil.copy(shot, os.environ["MGEGRAPH_KEEP_SCREENSHOT"])
-
-
+# -- in a browser: one headless Chromium for the module, driven over its DevTools pipe ---------
 class Browser:
     """Headless Chromium driven through the DevTools protocol over --remote-debugging-pipe
     (NUL-terminated JSON on its fds 3 and 4): events dispatched as a person's clicks would be,
@@ -421,6 +346,14 @@ class Browser:
             assert time.monotonic() < deadline, "the page did not render in 30 s"
             time.sleep(0.05)
 
+    def dom(self) -> str:
+        return self.js("document.documentElement.outerHTML")
+
+    def screenshot(self, width: int, height: int) -> bytes:
+        self.send("Emulation.setDeviceMetricsOverride", width=width, height=height,
+                  deviceScaleFactor=1, mobile=False)
+        return base64.b64decode(self.send("Page.captureScreenshot", format="png")["data"])
+
     def js(self, expression):
         result = self.send("Runtime.evaluate", expression=expression, returnByValue=True)
         assert "exceptionDetails" not in result, result["exceptionDetails"]
@@ -433,20 +366,88 @@ class Browser:
         os.close(self._r)
 
 
-def test_chromium_clicks_hovers_and_searches(resnet_step, tmp_path):
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
     if CHROMIUM is None:
         pytest.skip("headless Chromium is not installed (apt install chromium)")
+    chromium = Browser(CHROMIUM, tmp_path_factory.mktemp("chromium"))
+    yield chromium
+    chromium.close()
+
+
+@pytest.fixture(scope="module")
+def step_page(tmp_path_factory):
+    """The page of a training step with remat, an input with a hostile name and profile
+    times."""
+    plan = training_plan(HOSTILE)
+    plan._cache["instruction_times"] = tuple(1e-5 * (1 + k % 7) for k in range(
+        len(plan.instructions)))
+    path = tmp_path_factory.mktemp("page") / "step.html"
+    plan.save_html(path)
+    return plan, path
+
+
+def test_chromium_renders_the_page_without_errors(browser, step_page):
+    plan, path = step_page
+    # the link lights a buffer up as the pointer would: its writer and the steps it is live
+    maker = next(k for k, ins in enumerate(plan.instructions) if k > 3 and ins.outputs[0]
+                 in plan.memory.spans)
+    slot = plan.instructions[maker].outputs[0]
+    begin, end = plan.memory.spans[slot]
+    browser.open(path.as_uri() + f"#buffer={slot}")
+    dom = browser.dom()
+    assert re.search(r'<ul id="js-errors"></ul>', dom), dom[dom.find("js-errors"):][:2000]
+    assert HOSTILE not in dom and "<title>mgegraph plan: " in dom  # no script ran from it
+    graph = dom[dom.find('id="graph-svg"'):dom.find("</svg>", dom.find('id="graph-svg"'))]
+    assert "&lt;/script&gt;&lt;script&gt;" in graph  # the input's name, drawn as text
+    assert graph.count('class="node ') >= len(plan.instructions)  # small: every box drawn
+    assert graph.count('class="node op remat') == len(recomputed_steps(plan))
+    assert dom.count('<rect class="buffer"') >= len(plan.memory.spans) - 1
+    table = dom[dom.find("<tbody>"):dom.find("</tbody>")]
+    assert table.count("<tr") == len(plan.instructions)
+    assert "memory plan: arena" in dom and "remat (sqrt)" in dom
+    # the page's JavaScript placed the open groups with the arithmetic of layout.grow
+    view_box = r'viewBox="0 0 ([\d.]+) ([\d.]+)"'
+    drawn = re.search(view_box, re.search(r'<svg[^>]*id="graph-svg"[^>]*>', dom).group()).groups()
+    assert [float(v) for v in drawn] == pytest.approx(
+        [float(v) for v in re.search(view_box, mg.viz.to_svg(plan)).groups()])
+    assert dom.count('class="band') == 1 and f"made by step {maker} " in dom
+    assert table.count('class="live"') + table.count('class="remat live"') == end - begin
+    lit = re.findall(r'<g class="node op[^"]*\bhl\b[^"]*" data-item="(\d+)"', graph)
+    assert lit == [str(maker)]
+
+
+def test_chromium_reports_javascript_errors_into_the_page(browser, tmp_path):
+    # the check above is only as good as this channel: a broken page must show its errors
+    _, y = small_graph()
+    text = mg.viz.html(mg.compile([y])).replace('"views":[', '"views":[{"broken":1},', 1)
+    text = text.replace("</body>", "<script>notAFunction();</script></body>")
+    (tmp_path / "broken.html").write_text(text, encoding="utf-8")
+    browser.open((tmp_path / "broken.html").as_uri())
+    dom = browser.dom()
+    assert re.search(r'<body[^>]*data-errors="2"', dom)
+    assert "TypeError" in dom and "notAFunction" in dom
+
+
+def test_chromium_screenshot(browser, step_page, tmp_path):
+    _, path = step_page
+    browser.open(path.as_uri() + "#step=12")
+    png = browser.screenshot(1300, 1000)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert int.from_bytes(png[16:20], "big") == 1300 and len(png) > 20_000
+    if os.environ.get("MGEGRAPH_KEEP_SCREENSHOT"):
+        with open(os.environ["MGEGRAPH_KEEP_SCREENSHOT"], "wb") as f:
+            f.write(png)
+
+
+def test_chromium_clicks_hovers_and_searches(browser, resnet_step, tmp_path):
     plan = resnet_step.plan
     plan._cache["instruction_times"] = tuple(1e-6 * (1 + k % 13) for k in range(
         len(plan.instructions)))
     plan.save_html(tmp_path / "r50.html")
     del plan._cache["instruction_times"]
-    browser = Browser(CHROMIUM, tmp_path / "profile")
-    try:
-        browser.open((tmp_path / "r50.html").as_uri())
-        run_interactions(browser, plan)
-    finally:
-        browser.close()
+    browser.open((tmp_path / "r50.html").as_uri())
+    run_interactions(browser, plan)
 
 
 def fire(selector: str, event: str, extra: str = "") -> str:
