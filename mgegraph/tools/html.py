@@ -70,6 +70,8 @@ def _facts_plan(plan, times) -> list[tuple[str, str]]:
     facts = [("device", plan.device), ("instructions", str(len(plan.instructions))),
              ("arena", human(plan.arena_bytes)), ("lower bound", human(plan.lower_bound_bytes)),
              ("persistent", human(plan.persistent_bytes))]
+    if plan.prologue is not None:  # the weight-only instructions, rerun when a weight changes
+        facts.append(("prologue", f"{len(plan.prologue.instructions)} instructions"))
     if plan.remat is not None:
         facts.append(("remat", plan.remat.brief()["candidate"]))
     if times is not None:

@@ -156,10 +156,14 @@ def test_a_model_file_a_step_a_predictor_and_a_traced_function(tmp_path):
     x, y = np.ones((4, 6), np.float32), np.zeros(4, np.int64)
     step = mg.compile_train_step(model, F.cross_entropy, optim.SGD(model.parameters(), 0.1),
                                  example_batch=(x, y))
-    predict = mg.compile_module(model, example_inputs=(x,))
+    predict = mg.compile_module(model.eval(), example_inputs=(x,))
     for obj in (step, predict):
         assert page_data(mg.viz.html(obj))["title"].endswith(f"{len(obj.plan.instructions)} "
                                                              "instructions on cpu")
+    # batch norm folded into the conv's weights: instructions in a prologue, named in the header
+    cnn = mg.compile_module(nn.Sequential(_conv_bn(3, 4, 3), nn.ReLU()).eval(),
+                            example_inputs=(np.ones((1, 3, 8, 8), np.float32),))
+    assert f"prologue <b>{len(cnn.plan.prologue.instructions)} instructions" in mg.viz.html(cnn)
 
     @mg.jit.trace
     def f(a):
