@@ -39,6 +39,8 @@ def test_compiles_without_warnings_or_spills(compiled, arch):
     result, log, _ = compiled[arch]
     assert result == 0, log
     assert "warning" not in log.lower()
+    if not arch.startswith("sm_"):
+        return  # PTX only: no ptxas report
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
     assert len(spills) == len(family.KERNELS) + 3 and set(spills) == {("0", "0")}, log
 

@@ -36,6 +36,8 @@ def test_compiles_without_warnings_or_spills(compiled, arch):
     assert result == 0, log
     assert "warning" not in log.lower()
     # ptxas reports every entry: registers, and its spills, which must be none
+    if not arch.startswith("sm_"):
+        return  # PTX only: no ptxas report
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
     assert len(spills) == len(ENTRIES), log
     assert all(s == ("0", "0") for s in spills), log
