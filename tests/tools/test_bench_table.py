@@ -295,3 +295,13 @@ def test_every_benchmark_of_the_workload_modules_has_a_workload():
     unmarked = [line for line in done.stdout.splitlines() if "::" in line]
     assert unmarked == [] and "deselected" in done.stdout, done.stdout[-2000:]
     assert done.returncode == 5  # no test collected, and no collection error
+
+
+def test_the_benchmarks_are_found_beside_the_installed_package():
+    import mgegraph
+
+    default = Path(mgegraph.__file__).parent.parent / "benchmarks"
+    if not (default / "conftest.py").exists():
+        pytest.skip("no benchmarks/ folder (not a source checkout)")
+    assert bench.find_benchmarks() == default
+    assert bench.find_benchmarks(str(default)) == default
