@@ -58,7 +58,7 @@ TARGET = {"elementwise": ["-ffp-contract=off"], "fused": ["-ffp-contract=off"],
           "fused_avx512": ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mfma",
                            "-mprefer-vector-width=512", "-ffp-contract=off"]}
 OPENMP = set()
-OPENMP_OPTIONAL = set(FUSED_BUILDS)  # builds single-threaded where the compiler lacks OpenMP
+OPENMP_OPTIONAL = set(FUSED_BUILDS) | {"conv"}  # single-threaded where the compiler lacks OpenMP
 
 
 def _have_openmp() -> bool:

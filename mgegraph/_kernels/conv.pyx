@@ -21,7 +21,7 @@
 from libc.string cimport memcpy, memset
 from cython cimport floating
 
-from .abi cimport Call, KERNEL_OK, kernel_fn, kernel_address
+from .abi cimport Call, KERNEL_OK, KERNEL_UNSUPPORTED, kernel_fn, kernel_address
 from .params cimport fields_of
 from .window cimport ceil_div, clamp
 from .blas cimport gemm, gemm_strided
@@ -30,16 +30,28 @@ from .ew_ops cimport ew_relu
 ctypedef struct Conv:
     Py_ssize_t batch, cin, h, w, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups
     Py_ssize_t has_bias, path, relu  # path: a ConvPath; relu: the epilogue applies relu (conv2d)
+    Py_ssize_t isa, threads  # the blocked path's tiles (BLOCKED_ISAS), the threads it may use
 
 cdef enum ConvPath:
     C_DIRECT,   # a 1x1, stride-1, unpadded convolution: the input is its own im2col matrix
     C_IM2COL,   # im2col, then one GEMM per (image, group)
     C_SHIFTED,  # stride-1, undilated conv2d (forward only): one GEMM per tap
+    C_BLOCKED,  # float32 at stride 1, conv2d and backward data: register-blocked row tiles
+    C_GATHER,   # float32, conv2d (any stride) and backward data at stride 1: gather tiles
 
-CONV_PATHS = {"direct": C_DIRECT, "im2col": C_IM2COL, "shifted": C_SHIFTED}
+CONV_PATHS = {"direct": C_DIRECT, "im2col": C_IM2COL, "shifted": C_SHIFTED, "blocked": C_BLOCKED,
+              "gather": C_GATHER}
 
 cdef Conv _conv
 CONV_FIELDS = fields_of(_conv, sizeof(Conv))
+
+cdef enum ConvOp:
+    OP_FORWARD, OP_DATA, OP_FILTER
+
+OPS = {"conv2d": OP_FORWARD, "conv2d_backward_data": OP_DATA,
+       "conv2d_backward_filter": OP_FILTER}
+
+include "conv_blocked.pxi"
 
 
 # -- im2col and its adjoint -----------------------------------------------------------------------
@@ -286,8 +298,10 @@ cdef inline void shifted_group(const floating* x, const floating* packed, floati
                    <size_t>s.ow * sizeof(floating))
 
 
-cdef inline Py_ssize_t workspace_elems(const Conv* s) noexcept nogil:
+cdef inline Py_ssize_t workspace_elems(const Conv* s, int op) noexcept nogil:
     cdef Shifted t
+    if s.path == C_BLOCKED or s.path == C_GATHER:
+        return blocked_elems(s, op)
     if s.path == C_IM2COL:
         return s.cin // s.groups * s.kh * s.kw * s.oh * s.ow
     if s.path == C_SHIFTED:
@@ -296,9 +310,9 @@ cdef inline Py_ssize_t workspace_elems(const Conv* s) noexcept nogil:
     return 0
 
 
-def workspace_size(ints):
-    """The elements of workspace a kernel of this module needs for Conv parameters ``ints``
-    (the lowering's layout), for all three convolution kernels.
+def workspace_size(ints, op="conv2d"):
+    """The elements of workspace the kernel of ``op`` (a key of OPS) needs for Conv parameters
+    ``ints`` (the lowering's layout).
 
     >>> workspace_size(ints) * itemsize  # bytes, as the lowering asks for them
     """
@@ -310,7 +324,7 @@ def workspace_size(ints):
                          f"got {len(ints)}")
     for i in range(len(CONV_FIELDS)):
         fields[i] = ints[i]
-    return workspace_elems(&s)
+    return workspace_elems(&s, OPS[op])
 
 
 cdef inline int conv2d_impl(const floating* x, const floating* w, const floating* bias,
@@ -320,6 +334,12 @@ cdef inline int conv2d_impl(const floating* x, const floating* w, const floating
     cdef const floating* xg
     cdef floating* yg
     cdef Shifted t
+    cdef Blocked b
+    if s.path == C_BLOCKED or s.path == C_GATHER:
+        if floating is float:
+            b = blocked_forward(s)
+            return blocked_call(x, w, bias, s.relu, y, ws, &b, s)
+        return KERNEL_UNSUPPORTED  # the lowering takes it for float32 only
     if s.path == C_SHIFTED:
         t = shifted_of(s)
         pack_taps(w, ws, s)
@@ -349,6 +369,12 @@ cdef inline int conv2d_backward_data_impl(const floating* w,   # IN  (cout, cin/
     cdef Py_ssize_t cg = s.cin // s.groups, ocg = s.cout // s.groups
     cdef Py_ssize_t npix = s.oh * s.ow, kdim = cg * s.kh * s.kw, n, g
     cdef floating* dxg
+    cdef Blocked b
+    if s.path == C_BLOCKED or s.path == C_GATHER:
+        if floating is float:
+            b = blocked_backward(s)
+            return blocked_call(dy, w, NULL, False, dx, col, &b, s)
+        return KERNEL_UNSUPPORTED
     if s.path == C_IM2COL:
         memset(dx, 0, <size_t>(s.batch * s.cin * s.h * s.w) * sizeof(floating))
     for n in range(s.batch):
@@ -369,6 +395,10 @@ cdef inline int conv2d_backward_filter_impl(const floating* x,   # IN  (batch, c
     cdef Py_ssize_t cg = s.cin // s.groups, ocg = s.cout // s.groups
     cdef Py_ssize_t npix = s.oh * s.ow, kdim = cg * s.kh * s.kw, n, g
     cdef const floating* xg
+    if s.path == C_GATHER:
+        if floating is float:
+            return filter_call(x, dy, dw, col, s)
+        return KERNEL_UNSUPPORTED
     memset(dw, 0, <size_t>(s.cout * kdim) * sizeof(floating))
     for n in range(s.batch):
         for g in range(s.groups):
@@ -393,7 +423,7 @@ cdef inline int conv2d_call(const Call* c, floating* dtype_tag) noexcept nogil:
 
 cdef inline int conv2d_backward_call(const Call* c, bint data, floating* dtype_tag) noexcept nogil:
     cdef const Conv* s = <const Conv*>c.ints
-    cdef floating* col = <floating*>c.bufs[3] if s.path == C_IM2COL else NULL
+    cdef floating* col = <floating*>c.bufs[3] if s.path in (C_IM2COL, C_BLOCKED, C_GATHER) else NULL
     if data:
         return conv2d_backward_data_impl(<const floating*>c.bufs[0], <const floating*>c.bufs[1],
                                          <floating*>c.bufs[2], col, s)

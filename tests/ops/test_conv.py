@@ -1,4 +1,5 @@
-"""conv2d and pooling against direct NumPy references: stride, padding, dilation, groups."""
+"""conv2d and pooling against direct NumPy references: stride, padding, dilation, groups (the
+GEMM paths of conv.pyx; the tiled ones are test_conv_tiles.py's)."""
 import numpy as np
 import pytest
 
@@ -11,6 +12,13 @@ from mgegraph.ops.builder import apply
 
 RNG = np.random.default_rng(0)
 FLOATS = [np.float32, np.float64]
+
+
+@pytest.fixture(autouse=True)
+def gemm_paths(monkeypatch):
+    """This module checks the GEMM paths (direct, im2col, shifted) and their rule; the tiled
+    float32 paths, and the rule that picks them, are test_conv_tiles.py's."""
+    monkeypatch.setattr(lowering, "_tiled_path", lambda *args: None)
 
 
 def run(fn, *arrays):

@@ -37,7 +37,8 @@ def test_pack_names_missing_and_unknown_fields():
 
 def test_kernel_modules_export_their_structs_fields():
     # taken from the structs the kernels read, so they are what the kernels read
-    assert KC.CONV_FIELDS[-3:] == ("has_bias", "path", "relu") and len(KC.CONV_FIELDS) == 19
+    assert KC.CONV_FIELDS[-5:] == ("has_bias", "path", "relu", "isa", "threads")
+    assert len(KC.CONV_FIELDS) == 21
     assert KP.POOL_FIELDS == ("mode", "planes", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw",
                               "ph", "pw")
     assert KL.MATMUL_FIELDS == ("m", "n", "k", "transpose_a", "transpose_b", "ndim")

@@ -9,7 +9,9 @@ from .. import conv as K
 from .layout import pack
 from .matmul import check_blas_dims
 
-PATHS = ("direct", "im2col", "shifted")  # what _conv_path chooses from
+# a convolution below this many FLOPs runs on one thread (fork/join costs ~10 us)
+PARALLEL_FLOPS = 4_000_000
+PATHS = ("direct", "im2col", "shifted", "blocked", "gather")  # what _conv_path chooses from
 
 
 def _shifted_pays(cg, ocg, col_bytes) -> bool:
@@ -29,53 +31,122 @@ def _shifted_pays(cg, ocg, col_bytes) -> bool:
     return ocg <= 32 or col_bytes >= 2 * 1024 * 1024
 
 
-def _conv_path(kernel, stride, padding, dilation, groups_dims, col_bytes, forward) -> str:
+def _tiles_apply(op, dtype, kernel, stride, padding, dilation, out_cols=1) -> tuple:
+    """The tiled paths that compute this op: float32 only, kernels of up to MAX_TAPS taps;
+    backward data at stride 1 with a padding d (k - 1) - p that is not negative; the row tiles
+    at stride 1; backward filter on the gather tiles, up to MAX_COLS output columns."""
+    if dtype != "float32" or kernel[0] * kernel[1] > K.MAX_TAPS:
+        return ()
+    if op == "conv2d_backward_filter":
+        return ("gather",) if out_cols <= K.MAX_COLS else ()
+    if op == "conv2d_backward_data" and (stride != (1, 1) or any(
+            p > d * (k - 1) for p, d, k in zip(padding, dilation, kernel))):
+        return ()
+    return ("blocked", "gather") if stride == (1, 1) else ("gather",)
+
+
+def _tiled_path(paths, op, kernel, groups_dims, plane) -> str | None:
+    """Which of the tiled ``paths`` is expected to beat the GEMM paths, if any: a rule fitted to
+    measurements. ``plane`` is the output's (oh, ow).
+
+    Design: measured on the shared 2-core AMD EPYC (Zen 4, AVX-512 tiles), 1 thread, CPU time
+    of the calling thread (the machine was overloaded: wall times drifted 4x), medians of 9-21
+    interleaved runs, as time over PyTorch 2.13 eager (oneDNN) on the same shape and pass
+    (GEMM path / row tiles / gather tiles):
+    - row tiles at stride 1 on planes of 16x16 or more, forward and backward data: convnet
+      32->64 at 32x32 1.20 / 1.01 / 1.45, 64->128 at 16x16 1.18 / 1.13 / 1.52, ResNet 64->64 at
+      56x56 1.30 / 1.01 / 1.48, 128->128 at 28x28 1.37 / 1.07 / 1.13; backward data alike
+      (1.19 / 0.99, 1.23 / 1.11, 1.36 / 0.97). Below 16x16 with many channels the GEMM paths
+      win (256 channels at 14x14: 1.17 / 1.27 / 1.74; 512 at 7x7: 0.94 / 1.47 / 2.08), as with
+      3 input channels (0.91 / 0.93 / 1.53).
+    - gather tiles where the GEMMs degenerate: a few input channels at stride 2 (ResNet stems,
+      7x7/2 from 3 channels: 2.26 / - / 1.59 at 224, 1.58 / - / 1.38 at 64) and planes of 4
+      cells or fewer (512 channels at 2x2: 4.6 / 5.1 / 1.7 forward, 6.3 / 5.4 / 2.9 backward
+      data; 2x2 from stride 2: 4.9 / - / 3.0). Elsewhere at stride 2 the GEMM paths are as fast
+      or faster (256 -> 512 to 7x7: 1.09 / - / 2.23).
+    - backward filter stays on im2col + GEMM: the gather tiles were slower (convnet 1.05 /
+      1.12 at 32 -> 64, 1.07 / 1.31 at 64 -> 128, 1.63 / 1.82 at 3 -> 32).
+    - grouped convolutions with fewer than 8 output channels per group (depthwise) were not
+      measured and keep the GEMM paths: most of a tile's rows would be padding.
+    """
+    cg, ocg = groups_dims
+    cells = plane[0] * plane[1]
+    if kernel == (1, 1) or op == "conv2d_backward_filter" or ocg < 8:
+        return None
+    if "blocked" in paths and cells >= 256 and cg > 3:
+        return "blocked"
+    stem = "blocked" not in paths and cg * kernel[0] * kernel[1] <= 256
+    if "gather" in paths and (cells <= 4 or stem):
+        return "gather"
+    return None
+
+
+def _conv_path(op, dtype, kernel, stride, padding, dilation, groups_dims, col_bytes,
+               plane) -> str:
     """Which of the kernels' ways to compute a convolution (one of ``PATHS``).
-    ``groups_dims`` is (input, output) channels per group; the backward passes (not
-    ``forward``) have only the im2col layout."""
+    ``groups_dims`` is (input, output) channels per group; backward filter has only the GEMM
+    paths, backward data no shifted one."""
     cg, ocg = groups_dims
     if cg == 0:
         return "direct"  # no input channels: the GEMM only zeroes y
     if kernel == (1, 1) and stride == (1, 1) and padding == (0, 0):
         return "direct"
+    tiled = _tiled_path(_tiles_apply(op, dtype, kernel, stride, padding, dilation, plane[1]),
+                        op, kernel, groups_dims, plane)
+    if tiled is not None:
+        return tiled
+    forward = op == "conv2d"
     if (forward and stride == (1, 1) and dilation == (1, 1) and kernel != (1, 1)
             and _shifted_pays(cg, ocg, col_bytes)):
         return "shifted"
     return "im2col"
 
 
-def _conv_launch(x, w, y, attrs, has_bias=False, relu=False, forward=False) -> Launch:
+def _isa() -> str:
+    """The tiles' instruction set: the widest this CPU runs."""
+    return K.blocked_isas()[-1]
+
+
+def _threads(batch, flops) -> int:
+    """The threads a blocked convolution may use (capped by OpenMP's at run time)."""
+    return K.max_threads() if flops >= PARALLEL_FLOPS else 1
+
+
+def _conv_launch(op, x, w, y, attrs, has_bias=False, relu=False) -> Launch:
     """The Conv parameters of convolving x by w into y. The backward ops, which compute x or w
-    instead, walk the same im2col layout, so they take the same parameters."""
+    instead, walk the same layouts, so they take the same parameters."""
     oc, cg, (kh, kw), stride, padding, dilation = conv_geometry((x, w), attrs)
     groups, npix, kdim = attrs["groups"], y.shape[2] * y.shape[3], cg * kh * kw
-    path = _conv_path((kh, kw), stride, padding, dilation, (cg, oc // groups),
-                      kdim * npix * x.dtype.itemsize, forward)
+    path = _conv_path(op, x.dtype.name, (kh, kw), stride, padding, dilation,
+                      (cg, oc // groups), kdim * npix * x.dtype.itemsize, y.shape[2:])
     ints = pack(K.CONV_FIELDS, batch=x.shape[0], cin=x.shape[1], h=x.shape[2], w=x.shape[3],
                 cout=oc, oh=y.shape[2], ow=y.shape[3], kh=kh, kw=kw, sh=stride[0], sw=stride[1],
                 ph=padding[0], pw=padding[1], dh=dilation[0], dw=dilation[1], groups=groups,
-                has_bias=has_bias, path=K.CONV_PATHS[path], relu=relu)
+                has_bias=has_bias, path=K.CONV_PATHS[path], relu=relu,
+                isa=K.BLOCKED_ISAS[_isa()],
+                threads=_threads(x.shape[0], 2 * x.shape[0] * oc * npix * kdim))
     # the shifted path's leading dimension is one padded plane
     plane = (x.shape[2] + 2 * padding[0]) * (x.shape[3] + 2 * padding[1])
     check_blas_dims(x.dtype, oc // groups, npix, kdim, plane if path == "shifted" else 0)
     # scratch for one (batch element, group), reused for all of them
-    return Launch(ints, workspace=K.workspace_size(ints) * x.dtype.itemsize)
+    nelems = K.workspace_size(ints, op)
+    return Launch(ints, workspace=nelems * x.dtype.itemsize)
 
 
 def _conv2d_lower(node) -> Launch:
     x, w = node.inputs[:2]
-    return _conv_launch(x.type, w.type, node.outputs[0].type, node.attr, len(node.inputs) == 3,
-                        node.attr["activation"] == "relu", forward=True)
+    return _conv_launch("conv2d", x.type, w.type, node.outputs[0].type, node.attr,
+                        len(node.inputs) == 3, node.attr["activation"] == "relu")
 
 
 def _backward_data_lower(node) -> Launch:
     w, dy = node.inputs
-    return _conv_launch(node.outputs[0].type, w.type, dy.type, node.attr)
+    return _conv_launch(node.op.name, node.outputs[0].type, w.type, dy.type, node.attr)
 
 
 def _backward_filter_lower(node) -> Launch:
     x, dy = node.inputs
-    return _conv_launch(x.type, node.outputs[0].type, dy.type, node.attr)
+    return _conv_launch(node.op.name, x.type, node.outputs[0].type, dy.type, node.attr)
 
 
 def implement(table) -> None:

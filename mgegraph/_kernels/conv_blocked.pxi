@@ -1,0 +1,417 @@
+# The "blocked" path of conv.pyx (float32, stride 1): register-blocked tiles (conv_tile.h) over a
+# zero-padded copy of each image, for conv2d and for conv2d_backward_data.
+#
+# Design: as in shifted_group, the padded plane (hp, wp) read from flat offset q + i dh wp + j dw
+# gives output cell q of tap (i, j), where q runs over rows of wp cells (the last wp - ow of each
+# row wrapped round the edge and are dropped when the result is copied out). Instead of one GEMM
+# per tap that writes the whole result back each time, a tile sums every (channel, tap) in
+# registers: the input is read once per tile, the result written once.
+# conv2d_backward_data at stride 1 is the same computation: dx is the convolution of dy, padded
+# by d (k - 1) - p, with the weights transposed (in <-> out channels) and flipped; so one driver
+# serves both, over a Blocked geometry made by blocked_forward or blocked_backward.
+# Threads: images go to threads when the batch has at least as many (each thread has its own
+# padded input and result in the workspace); otherwise each image's tiles are
+# split among the threads. Workspace: the packed weights, then (padded input with
+# CONV_COLS_MAX cells of slack for the last tile's overrun, result rows of qpad cells) per slot:
+# one per thread when threads take whole images (blocked_slots), else one.
+
+from cython.parallel cimport prange, threadid
+
+cdef extern from "conv_tile.h":
+    ctypedef void (*conv_tile_fn)(const float* x, Py_ssize_t cstride, const Py_ssize_t* offs,
+                                  Py_ssize_t ntaps, Py_ssize_t nc, const float* w, float* y,
+                                  Py_ssize_t ldy, Py_ssize_t nrows) noexcept nogil
+    ctypedef void (*conv_gather_fn)(const float* const* px, Py_ssize_t cstride,
+                                    const Py_ssize_t* offs, Py_ssize_t ntaps, Py_ssize_t nc,
+                                    const float* w, float* y, Py_ssize_t ldy,
+                                    int accumulate) noexcept nogil
+    ctypedef struct conv_tile:
+        conv_tile_fn fn
+        Py_ssize_t rows, cols
+        conv_gather_fn gather
+        Py_ssize_t pix, ch
+        conv_gather_fn narrow
+        Py_ssize_t narrow_pix, narrow_ch
+    enum:
+        CONV_PACK
+        CONV_COLS_MAX
+        CONV_CPACK
+        CONV_PIX_MAX
+    int conv_tile_isa_ok(int isa) noexcept nogil
+    conv_tile conv_tile_of(int isa) noexcept nogil
+
+cdef extern from *:
+    """
+    #ifdef _OPENMP
+    #include <omp.h>
+    static int mg_conv_max_threads(void) { return omp_get_max_threads(); }
+    #else
+    static int mg_conv_max_threads(void) { return 1; }
+    #endif
+    """
+    int mg_conv_max_threads() noexcept nogil
+
+# NOTE: GCC's OpenMP pool does not survive fork(); a forked child runs on one thread (as the
+# fused kernel does, fused_body.pxi).
+cdef int _forked = 0
+
+
+def _mark_forked():
+    global _forked
+    _forked = 1
+
+
+import os as _os
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(after_in_child=_mark_forked)
+
+BLOCKED_ISAS = {"base": 0, "avx2": 1, "avx512": 2}
+cdef enum:
+    BLOCKED_MAX_TAPS = 64    # tap offsets live on the stack; larger kernels take another path
+    BLOCKED_MAX_COLS = 1024  # so do backward filter's column offsets (one per output column)
+MAX_TAPS, MAX_COLS = BLOCKED_MAX_TAPS, BLOCKED_MAX_COLS
+
+
+def blocked_isas():
+    """The instruction sets (BLOCKED_ISAS keys) this CPU runs the tiles with, widest last.
+
+    >>> blocked_isas()[0]
+    'base'
+    """
+    return tuple(k for k, v in sorted(BLOCKED_ISAS.items(), key=lambda kv: kv[1])
+                 if conv_tile_isa_ok(v))
+
+
+def max_threads():
+    """The threads a blocked convolution may use now: OpenMP's maximum (1 without OpenMP or in a
+    forked child). >>> max_threads() >= 1"""
+    return 1 if _forked else mg_conv_max_threads()
+
+
+ctypedef struct Blocked:
+    Py_ssize_t nc, no, h, w, ph, pw    # channels per group in and out; the input plane; padding
+    Py_ssize_t hp, wp, oh, ow, sh, sw  # the padded plane; the output; stride
+    Py_ssize_t kh, kw, dh, dw, taps
+    Py_ssize_t pack, ldy               # packed weight block rows; the result's leading dimension
+    Py_ssize_t ncols                   # rows path: result cells, rows of wp (gather: oh * ow)
+    Py_ssize_t npacked, npadded, nres  # workspace areas, elements (npadded, nres per slot)
+    bint flip, gather                  # flip: backward data's weights; gather: the gather tiles
+
+
+cdef inline Py_ssize_t round_up(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    return (a + b - 1) // b * b
+
+
+cdef inline Py_ssize_t gather_rows(Py_ssize_t no) noexcept nogil:
+    # at least round_up(no, ch) for every gather tile's ch (8, 16, 32, 48): the workspace bound
+    return round_up(no, 16) + 32
+
+
+cdef inline Blocked blocked_of(Py_ssize_t nc, Py_ssize_t no, Py_ssize_t h, Py_ssize_t w,
+                               Py_ssize_t ph, Py_ssize_t pw, const Conv* s) noexcept nogil:
+    # the rows path at stride 1 (result rows of wp cells, qpad of them with the slack), or the
+    # gather path at any stride (a result row per output cell, ldy channels long)
+    cdef Blocked b
+    b.nc, b.no, b.h, b.w, b.ph, b.pw = nc, no, h, w, ph, pw
+    b.kh, b.kw, b.dh, b.dw, b.taps = s.kh, s.kw, s.dh, s.dw, s.kh * s.kw
+    b.hp, b.wp, b.sh, b.sw = h + 2 * ph, w + 2 * pw, s.sh, s.sw
+    b.oh = (b.hp - s.dh * (s.kh - 1) - 1) // s.sh + 1
+    b.ow = (b.wp - s.dw * (s.kw - 1) - 1) // s.sw + 1
+    b.gather, b.flip = s.path == C_GATHER, False
+    # the gather tiles' packed blocks are tile.ch wide, known at run time (tile_for): size for
+    # the widest rounding
+    b.pack = b.ldy = gather_rows(no) if b.gather else CONV_PACK
+    b.npacked = s.groups * round_up(no, b.pack) * nc * b.taps
+    b.npadded = nc * b.hp * b.wp
+    if b.gather:
+        b.ncols = b.oh * b.ow
+        b.nres = (b.ncols + CONV_PIX_MAX) * b.ldy  # a tile of any width may run past
+    else:
+        b.ncols = (b.oh - 1) * b.wp + b.ow
+        b.ldy = round_up(b.ncols, CONV_COLS_MAX)
+        b.npadded += CONV_COLS_MAX
+        b.nres = no * b.ldy
+    return b
+
+
+cdef inline Blocked blocked_forward(const Conv* s) noexcept nogil:
+    return blocked_of(s.cin // s.groups, s.cout // s.groups, s.h, s.w, s.ph, s.pw, s)
+
+
+cdef inline Blocked blocked_backward(const Conv* s) noexcept nogil:
+    # dx = dy padded by d (k - 1) - p (the lowering checks it is not negative), convolved
+    cdef Blocked b = blocked_of(s.cout // s.groups, s.cin // s.groups, s.oh, s.ow,
+                                s.dh * (s.kh - 1) - s.ph, s.dw * (s.kw - 1) - s.pw, s)
+    b.flip = True
+    return b
+
+
+cdef inline Py_ssize_t blocked_slots(const Conv* s) noexcept nogil:
+    # a padded input and result per thread when threads take whole images, else one
+    return s.threads if s.batch >= s.threads else 1
+
+
+cdef inline Blocked blocked_filter(const Conv* s) noexcept nogil:
+    # backward filter on the gather tiles, roles swapped: a tile's cells are (input channel,
+    # tap) pairs, its sum runs over output cells, and its "weights" are dy transposed, packed per
+    # image; the result (pairs, ldy) per group accumulates over the batch
+    cdef Py_ssize_t cg = s.cin // s.groups, ocg = s.cout // s.groups
+    cdef Blocked b = blocked_of(cg, ocg, s.h, s.w, s.ph, s.pw, s)
+    b.npacked = b.ldy * s.oh * s.ow
+    b.nres = s.groups * (cg * b.taps + CONV_PIX_MAX) * b.ldy
+    return b
+
+
+cdef inline Py_ssize_t blocked_elems(const Conv* s, int op) noexcept nogil:
+    cdef Blocked b
+    if op == OP_FILTER:
+        b = blocked_filter(s)
+        return b.npacked + b.npadded + b.nres
+    b = blocked_forward(s) if op == OP_FORWARD else blocked_backward(s)
+    return b.npacked + blocked_slots(s) * (b.npadded + b.nres)
+
+
+cdef inline void pack_blocks(const float* w, float* packed, const Blocked* b,
+                             const Conv* s) noexcept nogil:
+    # packed[g, blk, k, t, r] = the weight of output row blk * pack + r, input k, tap t, 0 past
+    # the last row. Forward: w[g, row, k, t]; backward data: w[g, k, row, flipped t].
+    cdef Py_ssize_t g, o, k, t, ng = s.cout // s.groups, cg = s.cin // s.groups
+    cdef Py_ssize_t rows = round_up(b.no, b.pack)
+    cdef float* blk
+    for g in range(s.groups):
+        for o in range(rows):
+            blk = packed + (g * rows + o - o % b.pack) * b.nc * b.taps + o % b.pack
+            for k in range(b.nc):
+                for t in range(b.taps):
+                    if o >= b.no:
+                        blk[0] = 0
+                    elif b.flip:
+                        blk[0] = w[((g * ng + k) * cg + o) * b.taps + b.taps - 1 - t]
+                    else:
+                        blk[0] = w[((g * ng + o) * cg + k) * b.taps + t]
+                    blk += b.pack
+
+
+cdef inline void pad_image(const float* x, float* padded, const Blocked* b) noexcept nogil:
+    # the interior of nc padded planes; the borders and the slack are zeroed once per call
+    cdef Py_ssize_t c, r
+    for c in range(b.nc):
+        for r in range(b.h):
+            memcpy(padded + (c * b.hp + r + b.ph) * b.wp + b.pw, x + (c * b.h + r) * b.w,
+                   <size_t>b.w * sizeof(float))
+
+
+cdef inline void tiles(const float* padded, const float* packed, float* rows, Py_ssize_t q,
+                       const Py_ssize_t* offs, conv_tile tile, const Blocked* b) noexcept nogil:
+    # the result cells [q, q + tile.cols) of every output channel
+    cdef Py_ssize_t k, o, ldw = b.nc * b.taps * CONV_PACK
+    for k in range((b.no + tile.rows - 1) // tile.rows):
+        o = k * tile.rows
+        tile.fn(padded + q, b.hp * b.wp, offs, b.taps, b.nc,
+                packed + o // CONV_PACK * ldw + o % CONV_PACK, rows + o * b.ldy + q, b.ldy,
+                b.no - o)
+
+
+cdef inline void rows_out(const float* rows, float* y, const float* bias, bint relu,
+                          Py_ssize_t o, const Blocked* b) noexcept nogil:
+    # output channel o's rows without their wrapped cells, with the epilogue
+    cdef Py_ssize_t r, i
+    cdef float v, add = bias[o] if bias != NULL else 0
+    cdef const float* src
+    cdef float* dst
+    for r in range(b.oh):
+        src, dst = rows + o * b.ldy + r * b.wp, y + (o * b.oh + r) * b.ow
+        if relu:
+            for i in range(b.ow):
+                dst[i] = ew_relu(src[i] + add)
+        elif bias != NULL:
+            for i in range(b.ow):
+                dst[i] = src[i] + add
+        else:
+            memcpy(dst, src, <size_t>b.ow * sizeof(float))
+
+
+cdef inline conv_tile tile_for(int isa, Blocked* b) noexcept nogil:
+    # the gather tile that computes the fewest padding channels for b.no output channels; b's
+    # packed blocks and result rows take its width
+    cdef conv_tile t = conv_tile_of(isa)
+    if round_up(b.no, t.narrow_ch) < round_up(b.no, t.ch):
+        t.gather, t.pix, t.ch = t.narrow, t.narrow_pix, t.narrow_ch
+    if b.gather:
+        b.pack, b.ldy = t.ch, round_up(b.no, t.ch)
+    return t
+
+
+cdef inline void gather_tiles(const float* padded, const float* packed, float* cells,
+                              Py_ssize_t first, Py_ssize_t last, const Py_ssize_t* offs,
+                              conv_tile tile, const Blocked* b) noexcept nogil:
+    # result rows of the cells in tiles [first, last): every output channel of tile.pix cells
+    # (a tile past the last cell repeats it; its rows are scratch). NOTE: splitting the sum into
+    # chunks of input channels whose packed weights stay in L2 across cell tiles measured slower
+    # on the EPYC (r64 l2 1.49x torch against 1.12x, 512-channel 7x7 1.86x against 1.44x).
+    cdef const float* px[CONV_PIX_MAX]
+    cdef Py_ssize_t i, p, cell, o, ldw = b.nc * b.taps * b.pack
+    for i in range(first, last):
+        for p in range(tile.pix):
+            cell = min(i * tile.pix + p, b.ncols - 1)
+            px[p] = padded + cell // b.ow * b.sh * b.wp + cell % b.ow * b.sw
+        for o in range((b.no + tile.ch - 1) // tile.ch):
+            tile.gather(px, b.hp * b.wp, offs, b.taps, b.nc, packed + o * ldw,
+                        cells + i * tile.pix * b.ldy + o * tile.ch, b.ldy, 0)
+
+
+cdef inline void cells_out(const float* cells, float* y, const float* bias, bint relu,
+                           const Blocked* b) noexcept nogil:
+    # y (no, oh * ow) = the transposed result rows, with the epilogue
+    cdef Py_ssize_t o, i
+    cdef float add
+    for o in range(b.no):
+        add = bias[o] if bias != NULL else 0
+        if relu:
+            for i in range(b.ncols):
+                y[o * b.ncols + i] = ew_relu(cells[i * b.ldy + o] + add)
+        else:
+            for i in range(b.ncols):
+                y[o * b.ncols + i] = cells[i * b.ldy + o] + add
+
+
+cdef inline void image_tiles(const float* padded, const float* packed, float* res,
+                             const Py_ssize_t* offs, conv_tile tile, const Blocked* b,
+                             int nt) noexcept nogil:
+    # every tile of one image and group; nt > 1 threads share them
+    cdef Py_ssize_t q, ntiles
+    if b.gather:
+        ntiles = (b.ncols + tile.pix - 1) // tile.pix
+        if nt > 1:
+            for q in prange(ntiles, num_threads=nt, schedule="static"):
+                gather_tiles(padded, packed, res, q, q + 1, offs, tile, b)
+        else:
+            gather_tiles(padded, packed, res, 0, ntiles, offs, tile, b)
+        return
+    ntiles = (b.ncols + tile.cols - 1) // tile.cols
+    if nt > 1:
+        for q in prange(ntiles, num_threads=nt, schedule="static"):
+            tiles(padded, packed, res, q * tile.cols, offs, tile, b)
+    else:
+        for q in range(ntiles):
+            tiles(padded, packed, res, q * tile.cols, offs, tile, b)
+
+
+cdef inline void blocked_image(const float* x, const float* packed, float* y, const float* bias,
+                               bint relu, float* padded, float* res, const Py_ssize_t* offs,
+                               conv_tile tile, const Blocked* b, const Conv* s,
+                               int nt) noexcept nogil:
+    # one image, every group; nt > 1 threads share its tiles
+    cdef Py_ssize_t g, o
+    cdef const float* bg
+    for g in range(s.groups):
+        pad_image(x + g * b.nc * b.h * b.w, padded, b)
+        image_tiles(padded, packed, res, offs, tile, b, nt)
+        bg = bias + g * b.no if bias != NULL else NULL
+        if b.gather:
+            cells_out(res, y + g * b.no * b.oh * b.ow, bg, relu, b)
+        else:
+            for o in range(b.no):
+                rows_out(res, y + g * b.no * b.oh * b.ow, bg, relu, o, b)
+        packed += round_up(b.no, b.pack) * b.nc * b.taps
+
+
+cdef inline int blocked_call(const float* x, const float* w, const float* bias, bint relu,
+                             float* y, float* ws, Blocked* b, const Conv* s) noexcept nogil:
+    # x: (batch, nc * groups, h, w) -> y: (batch, no * groups, oh, ow), by the path's layout
+    # (b: the geometry, whose gather packing the tile fixes)
+    cdef Py_ssize_t offs[BLOCKED_MAX_TAPS]
+    cdef Py_ssize_t i, j, n, slot = b.npadded + b.nres
+    cdef Py_ssize_t xs = b.nc * s.groups * b.h * b.w, ys = b.no * s.groups * b.oh * b.ow
+    cdef float* area = ws + b.npacked
+    cdef int k, nt = 1 if _forked else <int>min(s.threads, mg_conv_max_threads())
+    if not conv_tile_isa_ok(<int>s.isa) or b.taps > BLOCKED_MAX_TAPS:
+        return KERNEL_UNSUPPORTED
+    cdef conv_tile tile = tile_for(<int>s.isa, b)
+    for i in range(b.kh):
+        for j in range(b.kw):
+            offs[i * b.kw + j] = i * b.dh * b.wp + j * b.dw
+    pack_blocks(w, ws, b, s)
+    for k in range(blocked_slots(s)):
+        memset(area + k * slot, 0, <size_t>b.npadded * sizeof(float))
+    if nt > 1 and s.batch >= nt:
+        for n in prange(s.batch, num_threads=nt, schedule="static"):
+            k = threadid()
+            blocked_image(x + n * xs, ws, y + n * ys, bias, relu, area + k * slot,
+                          area + k * slot + b.npadded, offs, tile, b, s, 1)
+    else:
+        for n in range(s.batch):
+            blocked_image(x + n * xs, ws, y + n * ys, bias, relu, area, area + b.npadded, offs,
+                          tile, b, s, nt)
+    return KERNEL_OK
+
+
+# -- backward filter on the gather tiles ----------------------------------------------------------
+cdef inline void pack_dy(const float* dy, float* packed, const Blocked* b,
+                         Py_ssize_t ncells) noexcept nogil:
+    # packed[blk, cell, r] = dy[blk * pack + r, cell]; the channels past no stay zero
+    cdef Py_ssize_t o, i
+    cdef float* blk
+    for o in range(b.no):
+        blk = packed + (o - o % b.pack) * ncells + o % b.pack
+        for i in range(ncells):
+            blk[i * b.pack] = dy[o * ncells + i]
+
+
+cdef inline void filter_tiles(const float* padded, const float* packed, float* dwt,
+                              Py_ssize_t tile_index, const Py_ssize_t* cols, conv_tile tile,
+                              const Blocked* b, const Conv* s) noexcept nogil:
+    # dwt[pair, o] += sum over output cells of x(pair's window at the cell) dy[o, cell], for
+    # tile.pix (input channel, tap) pairs; a tile past the last pair repeats it (scratch rows)
+    cdef const float* px[CONV_PIX_MAX]
+    cdef Py_ssize_t p, pair, t, o, ncells = s.oh * s.ow, last = b.nc * b.taps - 1
+    for p in range(tile.pix):
+        pair = min(tile_index * tile.pix + p, last)
+        t = pair % b.taps
+        px[p] = (padded + pair // b.taps * b.hp * b.wp + t // b.kw * b.dh * b.wp
+                 + t % b.kw * b.dw)
+    for o in range((b.no + tile.ch - 1) // tile.ch):
+        tile.gather(px, s.sh * b.wp, cols, s.ow, s.oh,
+                    packed + o * b.pack * ncells,
+                    dwt + tile_index * tile.pix * b.ldy + o * tile.ch, b.ldy, 1)
+
+
+cdef inline void filter_out(const float* dwt, float* dw, const Blocked* b) noexcept nogil:
+    # dw (no, nc * taps) of one group = the transposed accumulators
+    cdef Py_ssize_t o, k, npairs = b.nc * b.taps
+    for o in range(b.no):
+        for k in range(npairs):
+            dw[o * npairs + k] = dwt[k * b.ldy + o]
+
+
+cdef inline int filter_call(const float* x,   # IN  (batch, cin, h, w)
+                            const float* dy,  # IN  (batch, cout, oh, ow)
+                            float* dw,        # OUT (cout, cin / groups, kh, kw)
+                            float* ws, const Conv* s) noexcept nogil:
+    cdef Blocked b = blocked_filter(s)
+    cdef Py_ssize_t cols[BLOCKED_MAX_COLS]
+    cdef Py_ssize_t n, g, i, ncells = s.oh * s.ow, npairs = b.nc * b.taps
+    cdef Py_ssize_t ntiles, gres = (npairs + CONV_PIX_MAX) * b.ldy
+    cdef float* padded = ws + b.npacked
+    cdef float* dwt = padded + b.npadded
+    cdef int nt = 1 if _forked else <int>min(s.threads, mg_conv_max_threads())
+    if not conv_tile_isa_ok(<int>s.isa) or s.ow > BLOCKED_MAX_COLS:
+        return KERNEL_UNSUPPORTED
+    cdef conv_tile tile = tile_for(<int>s.isa, &b)
+    ntiles = (npairs + tile.pix - 1) // tile.pix
+    for i in range(s.ow):
+        cols[i] = i * s.sw
+    memset(ws, 0, <size_t>(b.npacked + b.npadded + b.nres) * sizeof(float))
+    for n in range(s.batch):
+        for g in range(s.groups):
+            pad_image(x + (n * s.groups + g) * b.nc * s.h * s.w, padded, &b)
+            pack_dy(dy + (n * s.groups + g) * b.no * ncells, ws, &b, ncells)
+            if nt > 1:
+                for i in prange(ntiles, num_threads=nt, schedule="static"):
+                    filter_tiles(padded, ws, dwt + g * gres, i, cols, tile, &b, s)
+            else:
+                for i in range(ntiles):
+                    filter_tiles(padded, ws, dwt + g * gres, i, cols, tile, &b, s)
+    for g in range(s.groups):
+        filter_out(dwt + g * gres, dw + g * b.no * npairs, &b)
+    return KERNEL_OK

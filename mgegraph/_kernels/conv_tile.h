@@ -1,0 +1,146 @@
+/* Register-blocked tiles of a stride-1 convolution (float32), for conv.pyx's "blocked" path.
+ *
+ * Design: over a zero-padded input plane (hp, wp) read at flat offsets, output cell q (a flat
+ * index over rows of wp cells) of one output channel is sum over (c, tap) of
+ * w[c, tap] * x[c * cstride + q + off[tap]] (see conv_blocked.pxi). A tile keeps ROWS output
+ * channels x COLS consecutive cells in vector registers for the whole sum: per (c, tap) it loads
+ * COLS / VW input vectors once and multiplies each by ROWS broadcast weights, so the inner loop
+ * does ROWS * COLS / VW fused multiply-adds per COLS / VW + ROWS loads and never touches the
+ * output. That is oneDNN's and MLAS's register blocking; the tile shapes fill the register file
+ * (AVX-512: 8 x 3 zmm accumulators of 32; AVX2: 4 x 3 of 16 ymm; baseline SSE2: 4 x 2 of 16).
+ *
+ * One source, built once per instruction set through GCC's target attribute (vector extension
+ * types, so no intrinsics) and picked at run time by conv_tile_isa(). Packed weights come in
+ * blocks of CONV_PACK output channels: w[c][tap][CONV_PACK]; a tile of fewer ROWS reads its
+ * sub-block. Reads may run up to COLS - 1 cells past the last output cell: the caller's buffer
+ * has that slack, and the cells they feed are dropped.
+ */
+#include <stddef.h>
+
+#define CONV_PACK 8      /* output channels per packed weight block */
+#define CONV_COLS_MAX 48 /* the widest tile's columns: the slack a padded buffer carries */
+
+typedef void (*conv_tile_fn)(const float* x, ptrdiff_t cstride, const ptrdiff_t* offs,
+                             ptrdiff_t ntaps, ptrdiff_t nc, const float* w, float* y,
+                             ptrdiff_t ldy, ptrdiff_t nrows);
+
+#define CONV_TILE_BODY(VW, ROWS, NV)                                                         \
+    typedef float vec __attribute__((vector_size(VW * 4)));                                  \
+    typedef float uvec __attribute__((vector_size(VW * 4), aligned(4)));                     \
+    vec acc[ROWS][NV];                                                                       \
+    _Pragma("GCC unroll 8") for (int r = 0; r < ROWS; r++)                                   \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] = (vec){0};           \
+    for (ptrdiff_t c = 0; c < nc; c++) {                                                     \
+        const float* xc = x + c * cstride;                                                   \
+        for (ptrdiff_t t = 0; t < ntaps; t++, w += CONV_PACK) {                              \
+            const float* p = xc + offs[t];                                                   \
+            vec in[NV];                                                                      \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                             \
+                in[v] = *(const uvec*)(p + v * VW);                                          \
+            _Pragma("GCC unroll 8") for (int r = 0; r < ROWS; r++) {                         \
+                vec b = w[r] - (vec){0};                                                     \
+                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] += b * in[v]; \
+            }                                                                                \
+        }                                                                                    \
+    }                                                                                        \
+    for (int r = 0; r < ROWS && r < nrows; r++)                                              \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                 \
+            *(uvec*)(y + r * ldy + v * VW) = acc[r][v];
+
+#define CONV_TILE_ARGS                                                                       \
+    const float* x, ptrdiff_t cstride, const ptrdiff_t* offs, ptrdiff_t ntaps, ptrdiff_t nc, \
+    const float* w, float* y, ptrdiff_t ldy, ptrdiff_t nrows
+
+static void conv_tile_base(CONV_TILE_ARGS) { CONV_TILE_BODY(4, 4, 2) }
+
+#if defined(__GNUC__) && defined(__x86_64__)
+__attribute__((target("avx2,fma"))) static void conv_tile_avx2(CONV_TILE_ARGS)
+{ CONV_TILE_BODY(8, 4, 3) }
+__attribute__((target("avx512f,fma,prefer-vector-width=512")))
+static void conv_tile_avx512(CONV_TILE_ARGS) { CONV_TILE_BODY(16, 8, 3) }
+#endif
+
+/* Gather tiles: the transposed blocking, for small planes and strides (conv.pyx's "gather" path).
+ * A tile keeps PIX output cells x CH output channels (CH / VW vectors) in registers: per (c, tap)
+ * it loads CH / VW weight vectors (packed w[c][tap][CH]) and broadcasts one input value per
+ * cell, read at px[p] + c * cstride + off[tap], so a cell can sit anywhere (any stride, no wrapped
+ * cells computed). The result goes to y[p][0..CH) (cells by channels); the caller transposes.
+ */
+#define CONV_CPACK 48    /* the widest gather tile's channels */
+#define CONV_PIX_MAX 12 /* the most cells a gather tile takes */
+
+typedef void (*conv_gather_fn)(const float* const* px, ptrdiff_t cstride, const ptrdiff_t* offs,
+                               ptrdiff_t ntaps, ptrdiff_t nc, const float* w, float* y,
+                               ptrdiff_t ldy, int accumulate);
+
+#define CONV_GATHER_BODY(VW, PIX, NV)                                                        \
+    typedef float vec __attribute__((vector_size(VW * 4)));                                  \
+    typedef float uvec __attribute__((vector_size(VW * 4), aligned(4)));                     \
+    vec acc[PIX][NV];                                                                        \
+    _Pragma("GCC unroll 8") for (int p = 0; p < PIX; p++)                                    \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[p][v] = (vec){0};           \
+    for (ptrdiff_t c = 0; c < nc; c++) {                                                     \
+        for (ptrdiff_t t = 0; t < ntaps; t++, w += NV * VW) {                                \
+            ptrdiff_t off = c * cstride + offs[t];                                           \
+            vec wv[NV];                                                                      \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                             \
+                wv[v] = *(const uvec*)(w + v * VW);                                          \
+            _Pragma("GCC unroll 8") for (int p = 0; p < PIX; p++) {                          \
+                vec b = px[p][off] - (vec){0};                                               \
+                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[p][v] += b * wv[v]; \
+            }                                                                                \
+        }                                                                                    \
+    }                                                                                        \
+    _Pragma("GCC unroll 12") for (int p = 0; p < PIX; p++)                                   \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                               \
+            uvec* out = (uvec*)(y + p * ldy + v * VW);                                       \
+            *out = accumulate ? *out + acc[p][v] : acc[p][v];                                \
+        }
+
+#define CONV_GATHER_ARGS                                                                     \
+    const float* const* px, ptrdiff_t cstride, const ptrdiff_t* offs, ptrdiff_t ntaps,      \
+    ptrdiff_t nc, const float* w, float* y, ptrdiff_t ldy, int accumulate
+
+static void conv_gather_base(CONV_GATHER_ARGS) { CONV_GATHER_BODY(4, 4, 2) }
+
+#if defined(__GNUC__) && defined(__x86_64__)
+__attribute__((target("avx2,fma"))) static void conv_gather_avx2(CONV_GATHER_ARGS)
+{ CONV_GATHER_BODY(8, 6, 2) }
+__attribute__((target("avx512f,fma,prefer-vector-width=512")))
+static void conv_gather_avx512(CONV_GATHER_ARGS) { CONV_GATHER_BODY(16, 8, 3) }
+__attribute__((target("avx512f,fma,prefer-vector-width=512")))
+static void conv_gather_avx512_narrow(CONV_GATHER_ARGS) { CONV_GATHER_BODY(16, 12, 2) }
+#endif
+
+/* isa: 0 baseline, 1 AVX2 + FMA, 2 AVX-512F; rows/cols: the row tile's shape, pix/ch the
+ * gather tile's; narrow*: a gather tile of fewer channels, for channel counts it divides */
+typedef struct {
+    conv_tile_fn fn; ptrdiff_t rows, cols;
+    conv_gather_fn gather; ptrdiff_t pix, ch;
+    conv_gather_fn narrow; ptrdiff_t narrow_pix, narrow_ch;
+} conv_tile;
+
+static int conv_tile_isa_ok(int isa) {
+#if defined(__GNUC__) && defined(__x86_64__)
+    __builtin_cpu_init();
+    if (isa == 1) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (isa == 2) return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+#endif
+    return isa == 0;
+}
+
+static conv_tile conv_tile_of(int isa) {
+    conv_tile t = {conv_tile_base, 4, 8, conv_gather_base, 4, 8, conv_gather_base, 4, 8};
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (isa == 1) {
+        t.fn = conv_tile_avx2; t.cols = 24;
+        t.gather = t.narrow = conv_gather_avx2; t.pix = t.narrow_pix = 6; t.ch = t.narrow_ch = 16;
+    }
+    if (isa == 2) {
+        t.fn = conv_tile_avx512; t.rows = 8; t.cols = 48;
+        t.gather = conv_gather_avx512; t.pix = 8; t.ch = 48;
+        t.narrow = conv_gather_avx512_narrow; t.narrow_pix = 12; t.narrow_ch = 32;
+    }
+#endif
+    return t;
+}
