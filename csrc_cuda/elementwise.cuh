@@ -112,6 +112,13 @@ MG_HD void mg_where(const MgArgs& a) {
     const T* __restrict__ z = (const T*)a.bufs[2];
     T* __restrict__ y = (T*)a.bufs[3];
     const mg_i64 n = mg_ew_size(a), step = mg_nthreads();
+    if (mg_ew_kind(a, 0) == 1 && mg_ew_kind(a, 1) == 1 && mg_ew_kind(a, 2) == 1) {
+        for (mg_i64 i = mg_tid(); i < n; i += step) {
+            const T u = x[i], v = z[i];
+            y[i] = c[i] ? u : v;
+        }
+        return;
+    }
     for (mg_i64 i = mg_tid(); i < n; i += step) {
         const T u = x[mg_ew_offset(a, 1, i)], v = z[mg_ew_offset(a, 2, i)];
         y[i] = c[mg_ew_offset(a, 0, i)] ? u : v;  // both loaded: a select, no branch

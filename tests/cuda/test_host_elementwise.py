@@ -136,6 +136,12 @@ def test_where_equals_the_cpu(backend, dtype):
              "y": e[::-1].copy()}
     expected, got = run_cpu_and_host(backend, [F.where(cond, x, y)], feeds)
     assert bitwise_equal(expected, got)
+    g = mg.Graph()  # every operand contiguous: the kernel's direct path
+    c = g.input("c", (e.size,), "bool")
+    x, y = g.input("x", e.shape, dtype), g.input("y", e.shape, dtype)
+    flat = {"c": feeds["c"].ravel().copy(), "x": e, "y": e[::-1].copy()}
+    expected, got = run_cpu_and_host(backend, [F.where(c, x, y)], flat)
+    assert bitwise_equal(expected, got)
 
 
 @pytest.mark.parametrize("src", list(render.CTYPES))
