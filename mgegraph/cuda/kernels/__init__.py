@@ -1,6 +1,7 @@
 """The CUDA kernel families: each module has ``implement(table)`` (the ops it runs, their kernel
 family, dtypes and lowering, as the CPU's mgegraph/_kernels/lowering/<family>.py) and
-``KERNELS`` (kernel name, e.g. "unary_f32", -> mgegraph.cuda.kernel.CudaKernel).
+``KERNELS`` (kernel name, e.g. "unary_f32", -> mgegraph.cuda.kernel.CudaKernel, or a
+RenderedKernel for the families whose source is rendered per instruction: elementwise, fused).
 
 The backend (mgegraph/cuda/backend.py) imports every module listed in FAMILIES, in order; a
 kernel name defined twice or an op implemented twice is an ImportError there.
