@@ -1,5 +1,6 @@
 """The layered layout (mgegraph/tools/layout.py): ranks respect edges, boxes never overlap, the
 same graph always gives the same picture, and grow keeps all of that."""
+import itertools
 import random
 
 import pytest
@@ -56,7 +57,7 @@ def test_no_two_boxes_overlap(seed):
 def test_boxes_in_a_row_keep_the_gap():
     box = layout([(50, 20)] * 4, [(0, 1), (0, 2), (0, 3)])
     row = sorted(box.x[v] for v in (1, 2, 3))
-    assert [b - a for a, b in zip(row, row[1:])] == [50 + GAP_X] * 2
+    assert [b - a for a, b in itertools.pairwise(row)] == [50 + GAP_X] * 2
 
 
 @pytest.mark.parametrize("seed", range(4))
