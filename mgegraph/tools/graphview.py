@@ -77,10 +77,16 @@ def _slot_type(plan, s: int) -> str:
     return str(plan.slots[s].type)
 
 
+def op_label(op: str, attrs) -> str:
+    """The op's name, with the activation the epilogue pass fused into it (``conv2d+relu``)."""
+    act = dict(attrs).get("activation")
+    return short(f"{op}+{act}" if act not in (None, "", "none") else op)
+
+
 def _instruction(plan, step: int, ins, category: str, remat: bool, time) -> dict:
     outs = ", ".join(short(_slot_type(plan, o), 28) for o in ins.outputs[:2])
     item = {"k": "i", "op": ins.op, "cat": category, "kernel": ins.kernel, "step": step,
-            "lab": [short(ins.op), outs or "-"], "attrs": attrs_of(ins.attrs),
+            "lab": [op_label(ins.op, ins.attrs), outs or "-"], "attrs": attrs_of(ins.attrs),
             "ins": list(ins.inputs), "outs": list(ins.outputs), "ws": ins.workspace,
             "loc": ins.location, "remat": remat}
     if time is not None:
@@ -160,7 +166,8 @@ def graph_drawing(graph) -> Drawing:
                           "lab": [short(node.attr["name"]), types]})
             continue
         items.append({"k": "i", "op": node.op.name, "cat": node.op.category,
-                      "lab": [short(node.op.name), types or "-"], "attrs": attrs_of(node.attrs),
+                      "lab": [op_label(node.op.name, node.attrs), types or "-"],
+                      "attrs": attrs_of(node.attrs),
                       "vins": [_var_text(v) for v in node.inputs],
                       "vouts": [f"%{v.id}: {v.type}" for v in node.outputs],
                       "loc": node.location, "remat": False})

@@ -17,7 +17,7 @@ import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph import nn, optim
 from mgegraph.ir.errors import GraphError
-from mgegraph.tools.graphview import Drawing, build_views, recomputed_steps, segments
+from mgegraph.tools.graphview import Drawing, build_views, op_label, recomputed_steps, segments
 
 HOSTILE = "</script><script>document.title='pwned'</script>"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -133,6 +133,15 @@ def test_fused_programs_open_into_their_steps():
     assert [s["lab"][0] for s in steps if s["k"] == "p"].count("input 0") == 1
     assert {"relu", "tanh", "sub", "output 0"} <= {s["lab"][0] for s in steps}
     assert "v5 = relu v4" in fused[0]["prog"]
+
+
+def test_a_fused_activation_shows_in_the_label():
+    g = mg.Graph()
+    x = g.input("x", (4, 8), "float32")
+    y = F.relu(F.linear(x, g.param("w", np.ones((3, 8), np.float32))))
+    labels = [it["lab"][0] for it in page_data(mg.viz.html(mg.compile([y])))["items"]]
+    assert "linear+relu" in labels
+    assert op_label("conv2d", (("activation", "none"),)) == "conv2d"
 
 
 def test_a_graph_is_drawn_without_an_arena(tmp_path):
