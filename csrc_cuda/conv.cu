@@ -12,7 +12,8 @@
 // the window, a row an output pixel), so no im2col matrix is ever built and no workspace is
 // needed. The gradients are products too, each writing every element of its result once (no
 // atomics): backward data sums, for an input pixel, the taps of the output pixels that read it;
-// backward filter sums over the batch's output pixels. grid.z is the group.
+// backward filter sums over the batch's output pixels, split over blocks when the result has
+// few tiles and the batch many pixels. grid.z is the group.
 #include "mg_abi.cuh"
 #include "gemm_tile.cuh"
 #include "scalar.cuh"
@@ -82,20 +83,24 @@ template <class T> struct BackwardData {
 };
 
 // dw[g ocg + i, p = (channel, tap)] = sum over output pixels q of the batch of dy[.., i, q]
-// x[.., channel, the cell the tap of q's window reads]
+// x[.., channel, the cell the tap of q's window reads]; a split product sums the pixels
+// [q0, q0 + k) into its own partial result instead
 template <class T> struct BackwardFilter {
     Conv c;
-    i64 g, m, n, k;
+    i64 g, m, n, k, q0 = 0;
     bool a_down = false, b_across = false;
     const T *x, *dy;
     T* dw;
     __device__ T a(i64 i, i64 q) const {
         const i64 pix = c.oh * c.ow;
+        q += q0;
         return dy[((q / pix) * c.cout + g * c.ocg() + i) * pix + q % pix];
     }
     __device__ T b(i64 q, i64 p) const {
         const i64 ch = p / c.taps(), r = p % c.taps() / c.kw, s = p % c.kw;
-        const i64 pix = c.oh * c.ow, img = q / pix, oy = q % pix / c.ow, ox = q % c.ow;
+        const i64 pix = c.oh * c.ow;
+        q += q0;
+        const i64 img = q / pix, oy = q % pix / c.ow, ox = q % c.ow;
         return load_x(x, c, img, g * c.cg() + ch, oy * c.sh - c.ph + r * c.dh,
                       ox * c.sw - c.pw + s * c.dw);
     }
@@ -131,12 +136,51 @@ template <class T, class C> __device__ void conv2d_backward_data(const MgArgs& a
     tiles_of<T, C>(op);
 }
 
-template <class T, class C> __device__ void conv2d_backward_filter(const MgArgs& a) {
+template <class T> __device__ BackwardFilter<T> filter_op(const MgArgs& a) {
     BackwardFilter<T> op;
     op.c = *(const Conv*)a.ints;
     op.m = op.c.ocg(), op.n = op.c.cg() * op.c.taps(), op.k = op.c.batch * op.c.oh * op.c.ow;
     op.x = (const T*)a.bufs[0], op.dy = (const T*)a.bufs[1], op.dw = (T*)a.bufs[2];
+    return op;
+}
+
+template <class T, class C> __device__ void conv2d_backward_filter(const MgArgs& a) {
+    BackwardFilter<T> op = filter_op<T>(a);
     tiles_of<T, C>(op);
+}
+
+// Split over the batch's pixels (few output tiles, many pixels): grid.z = (split, group); each
+// split's partial dw goes to the workspace (after a header holding the number of splits), and
+// `_sum` adds the partials in split order, so the result does not depend on timing.
+#define MG_FILTER_HEADER 64
+
+template <class T, class C> __device__ void conv2d_backward_filter_split(const MgArgs& a) {
+    BackwardFilter<T> op = filter_op<T>(a);
+    const i64 groups = op.c.groups, splits = gridDim.z / groups, total = op.k;
+    const i64 len = (total + splits - 1) / splits;
+    char* ws = a.bufs[3];
+    if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0)
+        *(i64*)ws = splits;
+    const i64 split = blockIdx.z / groups;
+    op.g = blockIdx.z % groups;
+    op.q0 = split * len < total ? split * len : total;
+    op.k = (op.q0 + len < total ? op.q0 + len : total) - op.q0;
+    op.dw = (T*)(ws + MG_FILTER_HEADER) + split * op.c.cout * op.n;
+    for (i64 ty = blockIdx.y; ty * C::BM < op.m; ty += gridDim.y)
+        mg_gemm_tile<T, C>(op, ty * C::BM, (i64)blockIdx.x * C::BN);
+}
+
+template <class T> __device__ void conv2d_backward_filter_sum(const MgArgs& a) {
+    const Conv c = *(const Conv*)a.ints;
+    const char* ws = a.bufs[3];
+    const i64 splits = *(const i64*)ws, size = c.cout * c.cg() * c.taps();
+    const T* parts = (const T*)(ws + MG_FILTER_HEADER);
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < size;
+         i += (i64)gridDim.x * blockDim.x) {
+        T total = parts[i];
+        for (i64 s = 1; s < splits; ++s) total = total + parts[s * size + i];
+        ((T*)a.bufs[2])[i] = total;
+    }
 }
 
 #define MG_CONV_ENTRY(KIND, T, NAME)                                                          \
@@ -155,3 +199,15 @@ MG_CONV_ENTRY(conv2d_backward_filter, double, f64)
 MG_CONV_SMALL_ENTRY(conv2d)
 MG_CONV_SMALL_ENTRY(conv2d_backward_data)
 MG_CONV_SMALL_ENTRY(conv2d_backward_filter)
+
+#define MG_FILTER_SPLIT_ENTRIES(T, NAME)                                                      \
+    extern "C" __global__ void __launch_bounds__(Small::THREADS)                             \
+        mg_conv2d_backward_filter_##NAME##_split(const MgArgs a) {                            \
+        conv2d_backward_filter_split<T, Small>(a);                                             \
+    }                                                                                          \
+    extern "C" __global__ void mg_conv2d_backward_filter_##NAME##_sum(const MgArgs a) {       \
+        conv2d_backward_filter_sum<T>(a);                                                      \
+    }
+
+MG_FILTER_SPLIT_ENTRIES(float, f32)
+MG_FILTER_SPLIT_ENTRIES(double, f64)

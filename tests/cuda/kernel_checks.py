@@ -128,6 +128,14 @@ def assert_close(got, want, rtol=1e-5, atol=0.0):
         np.testing.assert_array_equal(got, want)
 
 
+def assert_close_scaled(got, want, rtol=1e-5):
+    """Within ``rtol`` of the largest value: the rounding of a long float32 sum is relative to
+    the sums' scale, so a small result of cancelling terms is off by more than its own rtol."""
+    want = np.asarray(want)
+    atol = rtol * float(np.abs(want).max()) if want.size and want.dtype.kind == "f" else 0.0
+    assert_close(got, want, rtol=rtol, atol=atol)
+
+
 def run_on_device(node, arrays) -> list[np.ndarray]:
     """The node's outputs computed on the CUDA device (an unoptimised plan of that one node);
     skips cleanly, with the reason, where there is no device."""

@@ -15,19 +15,43 @@ from ...backend import Launch
 from ...ir.types import short_name
 from ..kernel import Step
 from .gemm import LARGE, SMALL, THREADS, tile_for
-from .reuse import GRID_YZ, family_kernels, implement_like_cpu
+from .reuse import GRID_YZ, blocks, family_kernels, implement_like_cpu
 
 # The Conv fields csrc_cuda/conv.cu reads, by position (its struct Conv)
 FIELDS = ("batch", "cin", "h", "w", "cout", "oh", "ow", "kh", "kw", "sh", "sw", "ph", "pw", "dh",
           "dw", "groups", "has_bias", "path", "relu")
 
 
-def _no_workspace(op, cpu_lower):
+# backward filter's split over the batch's pixels (csrc_cuda/conv.cu): enough blocks for two
+# per SM of a 132-SM GPU, each summing at least SPLIT_MIN_PIXELS; the workspace holds a header
+# (MG_FILTER_HEADER bytes) and one partial dw per split
+SPLIT_BLOCKS = 264
+SPLIT_MIN_PIXELS = 2048
+FILTER_HEADER = 64
+
+
+def filter_splits(ints) -> int:
+    """Into how many parts backward filter splits its sum over pixels (1: no split)."""
+    m, n, groups = product_dims("conv2d_backward_filter", ints)
+    p = dict(zip(FIELDS, ints))
+    pixels = p["batch"] * p["oh"] * p["ow"]
+    tiles = math.ceil(m / SMALL[0]) * math.ceil(n / SMALL[1]) * groups
+    if m == 0 or n == 0 or tiles >= SPLIT_BLOCKS:
+        return 1
+    return max(1, min(math.ceil(SPLIT_BLOCKS / tiles), pixels // SPLIT_MIN_PIXELS,
+                      GRID_YZ // groups))
+
+
+def _workspace(op, cpu_lower):
     # Design: the CPU lowering's ints as they are; its workspace holds an im2col matrix, which an
-    # implicit GEMM never builds, so the device arena does not reserve it.
+    # implicit GEMM never builds; what the device reserves instead is backward filter's partial
+    # sums when it splits.
     def lower(node) -> Launch:
         launch = cpu_lower(node)
-        return Launch(launch.ints, launch.floats)
+        splits = filter_splits(launch.ints) if op == "conv2d_backward_filter" else 1
+        size = node.outputs[0].size * node.outputs[0].dtype.itemsize
+        return Launch(launch.ints, launch.floats,
+                      workspace=FILTER_HEADER + splits * size if splits > 1 else 0)
     return lower
 
 
@@ -49,6 +73,12 @@ def _steps(family, dtype):
         m, n, groups = product_dims(family, launch.ints)
         if m == 0 or n == 0 or groups == 0:
             return []
+        splits = filter_splits(launch.ints) if family == "conv2d_backward_filter" else 1
+        if splits > 1:
+            grid = (math.ceil(n / SMALL[1]), min(GRID_YZ, math.ceil(m / SMALL[0])),
+                    groups * splits)
+            return [Step(base + "_split", grid, (THREADS, 1, 1)),
+                    Step(base + "_sum", (blocks(m * n * groups, 256), 1, 1), (256, 1, 1))]
         suffix = tile_for(dtype, math.ceil(m / LARGE[0]) * math.ceil(n / LARGE[1]) * groups)
         bm, bn = LARGE if np.dtype(dtype) == np.float32 and not suffix else SMALL
         grid = (math.ceil(n / bn), min(GRID_YZ, math.ceil(m / bm)), min(GRID_YZ, groups))
@@ -67,7 +97,7 @@ def _cpu():
 
 def implement(table) -> None:
     """Register conv2d and its gradients on ``table``."""
-    implement_like_cpu(table, _cpu(), _no_workspace)
+    implement_like_cpu(table, _cpu(), _workspace)
 
 
 KERNELS = family_kernels(_cpu(), "conv.cu", _steps)
