@@ -66,6 +66,13 @@ def empty_outputs(node) -> list[np.ndarray]:
     return [np.zeros(v.shape, v.dtype) for v in node.outputs]
 
 
+def poisoned(shape, dtype) -> np.ndarray:
+    """An array of 0xFF bytes (NaN, -1, an invalid bool): a kernel that leaves an element of
+    its output (or reads its workspace) unwritten shows, as arena memory would hold garbage."""
+    return np.full(int(np.prod(shape)) * np.dtype(dtype).itemsize, 0xFF, np.uint8).view(
+        dtype).reshape(shape)
+
+
 def cpu_result(node, arrays) -> list[np.ndarray]:
     """The node's outputs by its CPU kernel."""
     cpu = get_backend("cpu")
@@ -107,10 +114,10 @@ def emulate(family, node, arrays, steps=None, fibers=True) -> list[np.ndarray]:
     source = (CSRC / kernel.source).read_text()
     if fibers:
         source = FIBER_EMU.read_text() + source
-    outs = empty_outputs(node)
+    outs = [poisoned(v.shape, v.dtype) for v in node.outputs]
     bufs = [np.ascontiguousarray(a) for a in arrays] + outs
     if launch.workspace:
-        bufs.append(np.zeros(launch.workspace, np.uint8))
+        bufs.append(poisoned((launch.workspace,), np.uint8))
     run_on_host(source, steps, bufs, launch.ints, launch.floats)
     if fibers:
         failed = ctypes.c_int.in_dll(build(source), "mg_fiber_failed")
@@ -194,6 +201,6 @@ def run_plan_emulated(plan, backend, feeds) -> list[np.ndarray]:
 
 
 def _aligned(nbytes: int, alignment: int = 256) -> np.ndarray:
-    raw = np.zeros(nbytes + alignment, np.uint8)
+    raw = np.full(nbytes + alignment, 0xFF, np.uint8)  # poisoned, as on the device
     start = -raw.ctypes.data % alignment
     return raw[start:start + nbytes]

@@ -141,3 +141,13 @@ def test_norms_on_device(dtype):
     arrays = [y, lw, dy.reshape(y.shape)]
     for g, wv in zip(run_on_device(lnb, arrays), cpu_result(lnb, arrays)):
         assert_close(g, wv, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.nvrtc
+def test_layer_norm_gradient_of_no_rows_writes_zero_parameters():
+    # the outputs start as garbage (poisoned): dweight and dbias must still be written
+    x, w = np.zeros((0, 6), np.float32), np.ones(6, np.float32)
+    node = node_of("layer_norm_backward", [x, w, x], normalized_shape=(6,))
+    _, dw, db = emulate(family, node, [x, w, x])
+    np.testing.assert_array_equal(dw, np.zeros(6, np.float32))
+    np.testing.assert_array_equal(db, np.zeros(6, np.float32))

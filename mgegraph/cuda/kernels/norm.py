@@ -40,7 +40,7 @@ def _layer_norm_steps(entry, ints, backward):
     if not backward:
         return column_steps(entry, rows, n, contiguous=True)
     return (column_steps(entry + "_stats", rows, n, contiguous=True)
-            + (elementwise_steps(entry + "_params", n) if rows else [])
+            + elementwise_steps(entry + "_params", n)  # zeros when there are no rows
             + column_steps(entry, rows, n, contiguous=True))
 
 
