@@ -1,4 +1,5 @@
-# Convolution (im2col + GEMM, or shifted GEMMs) over NCHW tensors, and its backward passes.
+# Convolution (im2col + GEMM, shifted GEMMs, or register-blocked float32 tiles) over NCHW tensors,
+# and its backward passes.
 #
 # Parameter layout (ints): the Conv struct below, whose field names this module exports as
 # CONV_FIELDS (the lowering, mgegraph/_kernels/lowering/conv.py, packs them by name; a struct of
@@ -7,7 +8,7 @@
 #   conv2d_backward_data:   x is the result; bufs: w, dy, dx, [workspace]
 #   conv2d_backward_filter: w is the result; bufs: x, dy, dw, [workspace]
 # ``path`` is one of CONV_PATHS; the workspace, present unless the path is C_DIRECT, holds
-# workspace_size(ints) elements.
+# workspace_size(ints, op) elements. ``isa`` and ``threads`` matter to the tiled paths only.
 #
 # Design: the im2col matrix of one batch element and one group lives in the workspace and is
 # reused for every (element, group) pair, so scratch memory does not grow with the batch. A 1x1,
@@ -16,6 +17,7 @@
 # per tap over a padded copy of the input (see shifted_group).
 # The backward passes reuse the forward's layout: backward-data is GEMM (W^T dy) then col2im,
 # the adjoint of im2col; backward-filter accumulates dy col^T over the batch in place.
+# The tiled paths ("blocked", "gather"; float32) live in conv_blocked.pxi and conv_tile.h.
 # Pooling is in pool.pyx.
 
 from libc.string cimport memcpy, memset
@@ -38,9 +40,10 @@ cdef enum ConvPath:
     C_SHIFTED,  # stride-1, undilated conv2d (forward only): one GEMM per tap
     C_BLOCKED,  # float32 at stride 1, conv2d and backward data: register-blocked row tiles
     C_GATHER,   # float32, conv2d (any stride) and backward data at stride 1: gather tiles
+    C_BATCHED,  # conv2d without groups: every image's im2col in one matrix, one GEMM
 
 CONV_PATHS = {"direct": C_DIRECT, "im2col": C_IM2COL, "shifted": C_SHIFTED, "blocked": C_BLOCKED,
-              "gather": C_GATHER}
+              "gather": C_GATHER, "batched": C_BATCHED}
 
 cdef Conv _conv
 CONV_FIELDS = fields_of(_conv, sizeof(Conv))
@@ -307,6 +310,8 @@ cdef inline Py_ssize_t workspace_elems(const Conv* s, int op) noexcept nogil:
     if s.path == C_SHIFTED:
         t = shifted_of(s)
         return t.npacked + t.npadded + t.nrows
+    if s.path == C_BATCHED:  # one image's im2col, every image's, the GEMM's result
+        return (s.cin * s.kh * s.kw * (1 + s.batch) + s.cout * s.batch) * s.oh * s.ow
     return 0
 
 
@@ -327,6 +332,30 @@ def workspace_size(ints, op="conv2d"):
     return workspace_elems(&s, OPS[op])
 
 
+# Design: on small planes (a ResNet's last stages at 64x64 input: 8x8 down to 2x2) one image's
+# GEMM has a few dozen columns, too thin for BLAS to reach speed; stacking the batch's im2col
+# matrices side by side makes it one GEMM of batch times the columns, whose result rows are then
+# scattered to the images (groups == 1; the lowering checks).
+cdef inline int conv2d_batched(const floating* x, const floating* w, const floating* bias,
+                               floating* y, floating* ws, const Conv* s) noexcept nogil:
+    cdef Py_ssize_t npix = s.oh * s.ow, kdim = s.cin * s.kh * s.kw, ncols = s.batch * npix
+    cdef Py_ssize_t n, k, o
+    cdef floating* col = ws + kdim * npix
+    cdef floating* res = col + kdim * ncols
+    for n in range(s.batch):
+        im2col(x + n * s.cin * s.h * s.w, ws, s)
+        for k in range(kdim):
+            memcpy(col + k * ncols + n * npix, ws + k * npix, <size_t>npix * sizeof(floating))
+    gemm(False, False, s.cout, ncols, kdim, w, col, res, False)
+    for n in range(s.batch):
+        for o in range(s.cout):
+            memcpy(y + (n * s.cout + o) * npix, res + o * ncols + n * npix,
+                   <size_t>npix * sizeof(floating))
+        if bias != NULL or s.relu:
+            epilogue_rows(y + n * s.cout * npix, bias, s.relu, s.cout, npix)
+    return KERNEL_OK
+
+
 cdef inline int conv2d_impl(const floating* x, const floating* w, const floating* bias,
                             floating* y, floating* ws, const Conv* s) noexcept nogil:
     cdef Py_ssize_t cg = s.cin // s.groups, ocg = s.cout // s.groups
@@ -340,6 +369,8 @@ cdef inline int conv2d_impl(const floating* x, const floating* w, const floating
             b = blocked_forward(s)
             return blocked_call(x, w, bias, s.relu, y, ws, &b, s)
         return KERNEL_UNSUPPORTED  # the lowering takes it for float32 only
+    if s.path == C_BATCHED:
+        return conv2d_batched(x, w, bias, y, ws, s)
     if s.path == C_SHIFTED:
         t = shifted_of(s)
         pack_taps(w, ws, s)

@@ -1,19 +1,24 @@
-# The "blocked" path of conv.pyx (float32, stride 1): register-blocked tiles (conv_tile.h) over a
-# zero-padded copy of each image, for conv2d and for conv2d_backward_data.
+# The tiled float32 paths of conv.pyx: register-blocked tiles (conv_tile.h) over a zero-padded
+# copy of each image. "blocked" (row tiles, stride 1): conv2d and conv2d_backward_data;
+# "gather" (gather tiles, any stride): conv2d, conv2d_backward_data at stride 1 and
+# conv2d_backward_filter.
 #
 # Design: as in shifted_group, the padded plane (hp, wp) read from flat offset q + i dh wp + j dw
 # gives output cell q of tap (i, j), where q runs over rows of wp cells (the last wp - ow of each
 # row wrapped round the edge and are dropped when the result is copied out). Instead of one GEMM
-# per tap that writes the whole result back each time, a tile sums every (channel, tap) in
-# registers: the input is read once per tile, the result written once.
+# per tap that writes the whole result back each time, a row tile sums every (channel, tap) in
+# registers: the input is read once per tile, the result written once. A gather tile holds
+# output channels in its vectors instead and reads each cell's input where it is (any stride,
+# no wrapped cells), writing (cell, channel) rows that are transposed into place.
 # conv2d_backward_data at stride 1 is the same computation: dx is the convolution of dy, padded
 # by d (k - 1) - p, with the weights transposed (in <-> out channels) and flipped; so one driver
 # serves both, over a Blocked geometry made by blocked_forward or blocked_backward.
+# conv2d_backward_filter (filter_call) runs the gather tiles with the roles swapped.
 # Threads: images go to threads when the batch has at least as many (each thread has its own
-# padded input and result in the workspace); otherwise each image's tiles are
-# split among the threads. Workspace: the packed weights, then (padded input with
-# CONV_COLS_MAX cells of slack for the last tile's overrun, result rows of qpad cells) per slot:
-# one per thread when threads take whole images (blocked_slots), else one.
+# padded input and result in the workspace); otherwise each image's tiles are split among the
+# threads (backward filter always splits its tiles). Workspace: the packed weights, then per
+# slot (one per thread when threads take whole images, blocked_slots, else one) the padded input
+# (with CONV_COLS_MAX cells of slack for the last row tile's overrun) and the result.
 
 from cython.parallel cimport prange, threadid
 
@@ -83,8 +88,12 @@ def blocked_isas():
 
 
 def max_threads():
-    """The threads a blocked convolution may use now: OpenMP's maximum (1 without OpenMP or in a
-    forked child). >>> max_threads() >= 1"""
+    """The threads a tiled convolution may use now: OpenMP's maximum (1 without OpenMP or in a
+    forked child).
+
+    >>> max_threads() >= 1
+    True
+    """
     return 1 if _forked else mg_conv_max_threads()
 
 
@@ -109,7 +118,7 @@ cdef inline Py_ssize_t gather_rows(Py_ssize_t no) noexcept nogil:
 
 cdef inline Blocked blocked_of(Py_ssize_t nc, Py_ssize_t no, Py_ssize_t h, Py_ssize_t w,
                                Py_ssize_t ph, Py_ssize_t pw, const Conv* s) noexcept nogil:
-    # the rows path at stride 1 (result rows of wp cells, qpad of them with the slack), or the
+    # the rows path at stride 1 (result rows of wp cells, ldy of them with the slack), or the
     # gather path at any stride (a result row per output cell, ldy channels long)
     cdef Blocked b
     b.nc, b.no, b.h, b.w, b.ph, b.pw = nc, no, h, w, ph, pw

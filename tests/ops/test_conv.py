@@ -16,9 +16,11 @@ FLOATS = [np.float32, np.float64]
 
 @pytest.fixture(autouse=True)
 def gemm_paths(monkeypatch):
-    """This module checks the GEMM paths (direct, im2col, shifted) and their rule; the tiled
-    float32 paths, and the rule that picks them, are test_conv_tiles.py's."""
+    """This module checks the GEMM paths (direct, im2col, shifted, and batched where a test
+    forces it) and their rule; the tiled float32 paths, and the rule that picks them, are
+    test_conv_tiles.py's."""
     monkeypatch.setattr(lowering, "_tiled_path", lambda *args: None)
+    monkeypatch.setattr(lowering, "_batched_pays", lambda batch, plane: False)
 
 
 def run(fn, *arrays):
@@ -214,6 +216,41 @@ def test_conv2d_shifted_matches_reference(always_shifted, xs, ws, padding, group
     (second,) = plan.run(feeds)
     np.testing.assert_array_equal(first, second)
     expected = conv_ref(x, w, b, 1, padding, 1, groups)
+    check(first, np.maximum(expected, 0) if relu else expected)
+
+
+# -- the batched path: every image's im2col side by side, one GEMM -------------------------------
+@pytest.fixture
+def always_batched(monkeypatch):
+    monkeypatch.setattr(lowering, "_batched_pays", lambda batch, plane: True)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("bias,relu", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("xs,ws,stride,padding,dilation,groups",
+                         [c for c in CONV_CASES if c[5] == 1])
+def test_conv2d_batched_matches_reference(always_batched, xs, ws, stride, padding, dilation,
+                                          groups, bias, relu, dtype):
+    x, w = RNG.standard_normal(xs).astype(dtype), RNG.standard_normal(ws).astype(dtype)
+    b = RNG.standard_normal(ws[0]).astype(dtype) if bias else None
+    g = mg.Graph()
+    ins = [g.input("x", xs, dtype), g.input("w", ws, dtype)] + (
+        [g.input("b", b.shape, dtype)] if bias else [])
+    attrs = {**conv_attrs(stride, padding, dilation, groups),
+             "activation": "relu" if relu else "none"}
+    plan = mg.compile([apply("conv2d", tuple(ins), **attrs)], memory="debug")  # NaN workspace
+    (node,) = [i for i in plan.instructions if i.op == "conv2d"]
+    direct = ws[1] == 0 or ws[2:] == (1, 1) and pair(stride) == (1, 1) and pair(padding) == (0, 0)
+    assert (node.ints[CONV_PATH_FIELD] == K.CONV_PATHS["batched"]) == (not direct)
+    if not direct:
+        (oh, ow), kdim = conv_ref(x[:1], w, None, stride, padding, dilation, 1).shape[2:], \
+            ws[1] * ws[2] * ws[3]
+        want = (kdim * (1 + xs[0]) + ws[0] * xs[0]) * oh * ow * np.dtype(dtype).itemsize
+        assert (0 if node.workspace is None else plan.slots[node.workspace].nbytes) == want
+    feeds = {"x": x, "w": w, **({"b": b} if bias else {})}
+    (first,), (second,) = plan.run(feeds), plan.run(feeds)
+    np.testing.assert_array_equal(first, second)
+    expected = conv_ref(x, w, b, stride, padding, dilation, groups)
     check(first, np.maximum(expected, 0) if relu else expected)
 
 

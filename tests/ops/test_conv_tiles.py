@@ -281,7 +281,10 @@ def test_optimized_plan_matches_unoptimized_through_the_tiles(tiled):
     ("conv2d", (32, 32, 32, 32), (64, 32, 3, 3), {"padding": 1}, "blocked"),   # convnet
     ("conv2d_backward_data", (32, 64, 16, 16), (128, 64, 3, 3), {"padding": 1}, "blocked"),
     ("conv2d", (1, 3, 224, 224), (64, 3, 7, 7), {"padding": 3, "stride": 2}, "gather"),  # stem
-    ("conv2d", (8, 512, 2, 2), (512, 512, 3, 3), {"padding": 1}, "gather"),    # 2x2 plane
+    ("conv2d", (8, 512, 2, 2), (512, 512, 3, 3), {"padding": 1}, "batched"),   # 2x2 plane
+    ("conv2d", (8, 256, 8, 8), (512, 256, 3, 3), {"padding": 1, "stride": 2}, "batched"),
+    ("conv2d", (1, 512, 2, 2), (512, 512, 3, 3), {"padding": 1}, "im2col"),    # one image
+    ("conv2d", (8, 128, 8, 8), (128, 128, 3, 3), {"padding": 1}, "im2col"),    # 8x8
     ("conv2d_backward_data", (8, 512, 2, 2), (512, 512, 3, 3), {"padding": 1}, "gather"),
     ("conv2d", (1, 256, 14, 14), (256, 256, 3, 3), {"padding": 1}, "im2col"),  # GEMMs win
     ("conv2d", (1, 256, 14, 14), (512, 256, 3, 3), {"padding": 1, "stride": 2}, "im2col"),

@@ -11,7 +11,7 @@ from .matmul import check_blas_dims
 
 # a convolution below this many FLOPs runs on one thread (fork/join costs ~10 us)
 PARALLEL_FLOPS = 4_000_000
-PATHS = ("direct", "im2col", "shifted", "blocked", "gather")  # what _conv_path chooses from
+PATHS = ("direct", "im2col", "shifted", "blocked", "gather", "batched")  # _conv_path's choices
 
 
 def _shifted_pays(cg, ocg, col_bytes) -> bool:
@@ -60,10 +60,10 @@ def _tiled_path(paths, op, kernel, groups_dims, plane) -> str | None:
       win (256 channels at 14x14: 1.17 / 1.27 / 1.74; 512 at 7x7: 0.94 / 1.47 / 2.08), as with
       3 input channels (0.91 / 0.93 / 1.53).
     - gather tiles where the GEMMs degenerate: a few input channels at stride 2 (ResNet stems,
-      7x7/2 from 3 channels: 2.26 / - / 1.59 at 224, 1.58 / - / 1.38 at 64) and planes of 4
-      cells or fewer (512 channels at 2x2: 4.6 / 5.1 / 1.7 forward, 6.3 / 5.4 / 2.9 backward
-      data; 2x2 from stride 2: 4.9 / - / 3.0). Elsewhere at stride 2 the GEMM paths are as fast
-      or faster (256 -> 512 to 7x7: 1.09 / - / 2.23).
+      7x7/2 from 3 channels: 2.26 / - / 1.59 at 224, 1.58 / - / 1.38 at 64) and backward data
+      on planes of 4 cells or fewer (512 channels at 2x2: 6.3 / 5.4 / 2.9). Elsewhere at stride
+      2 the GEMM paths are as fast or faster (256 -> 512 to 7x7: 1.09 / - / 2.23). A forward
+      pass on a tiny plane goes to the batched GEMM instead (_batched_pays).
     - backward filter stays on im2col + GEMM: the gather tiles were slower (convnet 1.05 /
       1.12 at 32 -> 64, 1.07 / 1.31 at 64 -> 128, 1.63 / 1.82 at 3 -> 32).
     - grouped convolutions with fewer than 8 output channels per group (depthwise) were not
@@ -76,13 +76,23 @@ def _tiled_path(paths, op, kernel, groups_dims, plane) -> str | None:
     if "blocked" in paths and cells >= 256 and cg > 3:
         return "blocked"
     stem = "blocked" not in paths and cg * kernel[0] * kernel[1] <= 256
-    if "gather" in paths and (cells <= 4 or stem):
+    tiny = op == "conv2d_backward_data" and cells <= 4
+    if "gather" in paths and (tiny or stem):
         return "gather"
     return None
 
 
+def _batched_pays(batch, plane) -> bool:
+    """Whether one GEMM over the whole batch's im2col beats a GEMM per image: a rule fitted to
+    measurements, as _tiled_path's (batch 8, time over PyTorch eager; im2col per image / batched
+    / gather tiles): 512 channels at 2x2 4.49 / 0.94 / 2.89, from stride 2 4.62 / 0.93 / 2.65;
+    256 at 4x4 1.65 / 1.55 / 2.41, from stride 2 1.76 / 1.50 / 2.26; but 128 at 8x8
+    1.24 / 1.38 / 1.58 and from stride 2 1.49 / 1.57 / 1.41."""
+    return batch > 1 and plane[0] * plane[1] <= 16
+
+
 def _conv_path(op, dtype, kernel, stride, padding, dilation, groups_dims, col_bytes,
-               plane) -> str:
+               plane, batch=1, groups=1) -> str:
     """Which of the kernels' ways to compute a convolution (one of ``PATHS``).
     ``groups_dims`` is (input, output) channels per group; backward filter has only the GEMM
     paths, backward data no shifted one."""
@@ -95,6 +105,8 @@ def _conv_path(op, dtype, kernel, stride, padding, dilation, groups_dims, col_by
                         op, kernel, groups_dims, plane)
     if tiled is not None:
         return tiled
+    if op == "conv2d" and groups == 1 and _batched_pays(batch, plane):
+        return "batched"
     forward = op == "conv2d"
     if (forward and stride == (1, 1) and dilation == (1, 1) and kernel != (1, 1)
             and _shifted_pays(cg, ocg, col_bytes)):
@@ -118,7 +130,8 @@ def _conv_launch(op, x, w, y, attrs, has_bias=False, relu=False) -> Launch:
     oc, cg, (kh, kw), stride, padding, dilation = conv_geometry((x, w), attrs)
     groups, npix, kdim = attrs["groups"], y.shape[2] * y.shape[3], cg * kh * kw
     path = _conv_path(op, x.dtype.name, (kh, kw), stride, padding, dilation,
-                      (cg, oc // groups), kdim * npix * x.dtype.itemsize, y.shape[2:])
+                      (cg, oc // groups), kdim * npix * x.dtype.itemsize, y.shape[2:],
+                      x.shape[0], groups)
     ints = pack(K.CONV_FIELDS, batch=x.shape[0], cin=x.shape[1], h=x.shape[2], w=x.shape[3],
                 cout=oc, oh=y.shape[2], ow=y.shape[3], kh=kh, kw=kw, sh=stride[0], sw=stride[1],
                 ph=padding[0], pw=padding[1], dh=dilation[0], dw=dilation[1], groups=groups,
@@ -127,7 +140,8 @@ def _conv_launch(op, x, w, y, attrs, has_bias=False, relu=False) -> Launch:
                 threads=_threads(x.shape[0], 2 * x.shape[0] * oc * npix * kdim))
     # the shifted path's leading dimension is one padded plane
     plane = (x.shape[2] + 2 * padding[0]) * (x.shape[3] + 2 * padding[1])
-    check_blas_dims(x.dtype, oc // groups, npix, kdim, plane if path == "shifted" else 0)
+    columns = npix * (x.shape[0] if path == "batched" else 1)  # batched: one GEMM for all images
+    check_blas_dims(x.dtype, oc // groups, columns, kdim, plane if path == "shifted" else 0)
     # scratch for one (batch element, group), reused for all of them
     nelems = K.workspace_size(ints, op)
     return Launch(ints, workspace=nelems * x.dtype.itemsize)
