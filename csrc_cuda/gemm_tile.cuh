@@ -89,6 +89,26 @@ template <class T, int N, class A> __device__ __forceinline__ void load_run(cons
     }
 }
 
+// The columns of C a thread owns: TN neighbours, or, when half of them fill whole 16-byte
+// vectors, two runs of TN / 2 half a tile apart. Two runs make a warp's loads of a B row hit
+// every shared-memory bank once (neighbouring threads read neighbouring 16 bytes) and its
+// stores of C contiguous; one run of 32 bytes per thread would load at two-way bank conflict.
+template <class T, class C> struct Columns {
+    static const int PER = (int)(16 / sizeof(T)), HALF = C::TN / 2;
+    static const bool SPLIT = HALF % PER == 0;
+    __device__ static int at(int tx, int s) {
+        return SPLIT ? (s / HALF) * (C::BN / 2) + tx * HALF + s % HALF : tx * C::TN + s;
+    }
+    template <class A> __device__ static void load(const T* row, int tx, A* rb) {
+        if (SPLIT) {
+            load_run<T, HALF>(row + tx * HALF, rb);
+            load_run<T, HALF>(row + C::BN / 2 + tx * HALF, rb + HALF);
+        } else {
+            load_run<T, C::TN>(row + tx * C::TN, rb);
+        }
+    }
+};
+
 // The tile of C at (m0, n0); every thread of the block calls it. The next slices are loaded
 // into registers while the current ones are multiplied, so global latency overlaps the math.
 template <class T, class C, class Op> __device__ void mg_gemm_tile(const Op& op, i64 m0, i64 n0) {
@@ -112,7 +132,7 @@ template <class T, class C, class Op> __device__ void mg_gemm_tile(const Op& op,
         for (int p = 0; p < C::BK; ++p) {
             A ra[C::TM], rb[C::TN];
             load_run<T, C::TM>(&As[p][ty * C::TM], ra);
-            load_run<T, C::TN>(&Bs[p][tx * C::TN], rb);
+            Columns<T, C>::load(Bs[p], tx, rb);
 #pragma unroll
             for (int r = 0; r < C::TM; ++r)
 #pragma unroll
@@ -125,7 +145,7 @@ template <class T, class C, class Op> __device__ void mg_gemm_tile(const Op& op,
         const i64 i = m0 + ty * C::TM + r;
 #pragma unroll
         for (int s = 0; s < C::TN; ++s) {
-            const i64 j = n0 + tx * C::TN + s;
+            const i64 j = n0 + Columns<T, C>::at(tx, s);
             if (i < op.m && j < op.n) op.store(i, j, acc[r][s]);
         }
     }
