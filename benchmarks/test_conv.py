@@ -1,7 +1,8 @@
 """The convolution kernels (issue 19, part 2): each conv shape and pass of convnet-train and
-resnet-infer on its own, and the two workloads, with the tiled float32 paths (the default rule,
-mgegraph/_kernels/lowering/conv.py) against the GEMM paths alone (the kernels before the tiles:
-``_tiled_path`` answering None) and the peers, in one run at one thread count.
+resnet-infer on its own, and the two workloads, with the tiled float32 and batched paths (the
+default rule, mgegraph/_kernels/lowering/conv.py) against the GEMM paths per image alone (the
+kernels before them: ``_tiled_path`` answering None, ``_batched_pays`` False) and the peers, in
+one run at one thread count.
 
     MGEGRAPH_BENCH_THREADS=1 python -m pytest benchmarks/test_conv.py --benchmark-only \\
         --benchmark-columns=median,iqr,rounds
@@ -45,14 +46,16 @@ IMPLS = ("mgegraph", "mgegraph GEMM paths", "torch eager")
 
 @contextlib.contextmanager
 def gemm_paths(on: bool):
-    """Compile with the GEMM paths alone (the kernels before the tiled ones) when ``on``."""
-    saved = lowering._tiled_path
+    """Compile with the GEMM paths per image alone (the kernels before the tiled and batched
+    paths) when ``on``."""
+    saved = lowering._tiled_path, lowering._batched_pays
     if on:
         lowering._tiled_path = lambda *args: None
+        lowering._batched_pays = lambda *args: False
     try:
         yield
     finally:
-        lowering._tiled_path = saved
+        lowering._tiled_path, lowering._batched_pays = saved
 
 
 def _conv_graph(name, conv_pass):
