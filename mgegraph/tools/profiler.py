@@ -415,11 +415,15 @@ def _run_events(run: Run, number: int, label: str, origin: int, pid: int) -> lis
                        "ts": (start - origin) / 1e3, "dur": dur / 1e3,
                        "args": {"plan": label, "run": number, "instruction": i,
                                 "kernel": ins.kernel, "location": ins.location,
-                                "inputs": [f"s{s}" for s in ins.inputs],
-                                "outputs": [f"s{s}" for s in ins.outputs],
+                                "inputs": [_slot(plan, s) for s in ins.inputs],
+                                "outputs": [_slot(plan, s) for s in ins.outputs],
                                 "flops": instruction_flops(plan, i),
                                 "bytes": instruction_bytes(plan, i)}})
     return events
+
+
+def _slot(plan, s: int) -> str:
+    return f"s{s} {plan.slots[s].type}"
 
 
 # -- what an instruction costs -------------------------------------------------------------------

@@ -175,7 +175,8 @@ def test_trace_has_one_complete_event_per_instruction_per_run_in_order(tmp_path)
     first = events[0]["args"]
     ins = plan.instructions[0]
     assert first["kernel"] == ins.kernel and first["location"] == ins.location
-    assert first["outputs"] == [f"s{s}" for s in ins.outputs] and first["plan"] == "plan0"
+    assert first["outputs"] == [f"s{s} {plan.slots[s].type}" for s in ins.outputs]
+    assert first["inputs"][0] == f"s{ins.inputs[0]} f32[48,48]" and first["plan"] == "plan0"
     assert first["flops"] == instruction_flops(plan, 0)
 
 
