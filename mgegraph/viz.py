@@ -72,6 +72,9 @@ def html(obj, profile=None, title: str | None = None) -> str:
 
     target = _plan_or_graph(obj)
     if isinstance(target, Graph):
+        if profile is not None:
+            raise GraphError("mg.viz: a Graph has no instructions to time; pass the plan "
+                             "compiled from it with profile=")
         return graph_page(target, title)
     return plan_page(target, _times(target, profile), title)
 

@@ -218,6 +218,8 @@ def test_profile_times_show_per_instruction():
     assert page_data(text)["items"][0]["t"] == times[-1] and "time (ms)" in text
     with pytest.raises(GraphError, match="profile times: 2 for a plan of"):
         mg.viz.html(plan, profile=FakeProfile((1.0, 2.0)))
+    with pytest.raises(GraphError, match="a Graph has no instructions to time"):
+        mg.viz.html(small_graph()[0], profile=FakeProfile(times))
 
 
 def test_a_profiled_run_leaves_its_times_for_the_page():
