@@ -5,6 +5,7 @@ import base64
 import json
 import os
 import re
+import select
 import shutil
 import subprocess
 import time
@@ -343,6 +344,8 @@ class Browser:
         os.write(self._w, json.dumps(message).encode() + b"\0")
         while True:
             while b"\0" not in self._buf:
+                ready, _, _ = select.select([self._r], [], [], 60)
+                assert ready, f"chromium did not answer {method} in 60 s"
                 chunk = os.read(self._r, 1 << 16)
                 assert chunk, "chromium closed its pipe"
                 self._buf += chunk
