@@ -378,8 +378,12 @@ class Browser:
         return result["result"].get("value")
 
     def close(self):
-        self.send("Browser.close", session=False)
-        self.proc.wait(timeout=30)
+        try:
+            self.send("Browser.close", session=False)
+            self.proc.wait(timeout=30)
+        except (AssertionError, subprocess.TimeoutExpired):  # it went before answering, or hung
+            self.proc.kill()
+            self.proc.wait()
         os.close(self._w)
         os.close(self._r)
 
