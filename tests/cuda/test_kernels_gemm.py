@@ -40,7 +40,7 @@ def test_compiles_without_warnings_or_spills(compiled, arch):
     if not arch.startswith("sm_"):
         return  # PTX only: no ptxas report
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
-    assert len(spills) == len(ENTRIES), log
+    assert len(spills) == len(ENTRIES) + 2 * len(family.KERNELS), log  # and _split, _sum
     assert all(s == ("0", "0") for s in spills), log
     for entry in ENTRIES:
         assert f"Compiling entry function '{entry}' for '{arch}'" in log
@@ -116,6 +116,38 @@ def test_linear_epilogue_matches_cpu(bias, activation, dtype):
 
 
 @pytest.mark.nvrtc
+@pytest.mark.parametrize("dtype", (np.float32, np.float64, np.int32))
+@pytest.mark.parametrize("ta", (False, True))
+def test_split_k_matmul_matches_cpu(dtype, ta):
+    # two tiles and k = 600: k splits in two, the parts summed in order (integers still wrap)
+    m, n, k = 70, 37, 600
+    a = _rand(dtype, (k, m) if ta else (m, k), 1)
+    if dtype == np.int32:
+        a = a * 2**24  # sums past 2**31
+    b = _rand(dtype, (k, n), 2)
+    node, want = _matmul(a, b, transpose_a=ta)
+    launch, _, steps = cuda_launch(family, node)
+    dt = {np.float32: "f32", np.float64: "f64", np.int32: "i32"}[dtype]
+    assert [s.entry for s in steps] == [f"mg_matmul_{dt}_split", f"mg_matmul_{dt}_sum"]
+    assert steps[0].grid == (1, 2, 2)
+    assert launch.workspace == family.SPLIT_HEADER + 2 * m * n * np.dtype(dtype).itemsize
+    tol = {"rtol": 1e-5, "atol": 1e-5 * abs(want).max()} if dtype == np.float32 else \
+        _tol(dtype)
+    assert_close(emulate(family, node, [a, b])[0], want, **tol)
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("bias", (False, True))
+def test_split_k_linear_applies_the_epilogue_once(bias):
+    x, w = _rand(np.float64, (40, 700), 5), _rand(np.float64, (30, 700), 6)
+    arrays = [x, w] + ([_rand(np.float64, (30,), 7) * 10] if bias else [])
+    node = node_of("linear", arrays, activation="relu")
+    assert cuda_launch(family, node)[2][0].entry == "mg_linear_f64_split"
+    assert_close(emulate(family, node, arrays)[0], cpu_result(node, arrays)[0],
+                 **_tol(np.float64))
+
+
+@pytest.mark.nvrtc
 def test_large_float32_tile_matches_cpu():
     # the 128 x 128 tile, emulated on a product too small for the steps to choose it
     a, b = _rand(np.float32, (130, 24), 8), _rand(np.float32, (24, 129), 9)
@@ -137,6 +169,8 @@ def test_geometry():
     (s,) = steps((5, 30, 100), (5, 100, 70), np.int64)
     assert s.entry == "mg_matmul_i64" and s.grid == (2, 1, 5)
     assert steps((0, 4), (4, 3)) == []
+    (p, q) = steps((128, 1024), (1024, 1024))  # 32 small tiles, k = 1024: split in four
+    assert (p.entry, p.grid, q.entry) == ("mg_matmul_f32_split", (16, 2, 4), "mg_matmul_f32_sum")
 
 
 @pytest.mark.cuda

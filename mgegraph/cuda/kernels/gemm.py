@@ -10,14 +10,22 @@ import math
 
 import numpy as np
 
+from ...backend import Launch
 from ...ir.types import short_name
 from ..kernel import Step
-from .reuse import GRID_YZ, family_kernels, implement_like_cpu
+from .reuse import GRID_YZ, blocks, family_kernels, implement_like_cpu
 
 # csrc_cuda/gemm.cu's tiles (BM, BN) and threads: float32 takes the large one unless the
 # product has too few of its tiles to fill a GPU's SMs; the other dtypes always the small one
 LARGE, SMALL, THREADS = (128, 128), (64, 64), 256
 LARGE_MIN_TILES = 256  # about two blocks per SM of an A100/H100
+# split-K (csrc_cuda/gemm.cu's `_split` and `_sum`): a product with fewer small tiles than an
+# H100/H200 has SMs (132) splits k into parts of at least SPLIT_MIN_K, up to two blocks per SM;
+# the workspace holds a header (MG_SPLIT_HEADER bytes) and one partial product per part
+SMS = 132
+SPLIT_MIN_K = 256
+MAX_SPLITS = 32
+SPLIT_HEADER = 64
 
 
 def tile_for(dtype, tiles_large: int) -> str:
@@ -34,6 +42,29 @@ def _dims(family, ints) -> tuple[int, int, int]:
     return m, n, math.prod(ints[6:6 + nd])
 
 
+def gemm_splits(family: str, ints) -> int:
+    """Into how many parts a product splits its k (1: none); only single products split."""
+    m, n, batch = _dims(family, ints)
+    k = ints[2]
+    tiles = math.ceil(m / SMALL[0]) * math.ceil(n / SMALL[1])
+    if batch != 1 or tiles == 0 or tiles >= SMS:
+        return 1
+    return max(1, min(math.ceil(2 * SMS / tiles), k // SPLIT_MIN_K, MAX_SPLITS))
+
+
+def _with_workspace(op, cpu_lower):
+    # Design: the CPU lowering's ints as they are (its BLAS needs no scratch); a split product's
+    # parts meet in a workspace, summed in a fixed order by a second step.
+    def lower(node) -> Launch:
+        launch = cpu_lower(node)
+        splits = gemm_splits(op, launch.ints)
+        if splits == 1:
+            return launch
+        size = node.outputs[0].size * node.outputs[0].dtype.itemsize
+        return Launch(launch.ints, launch.floats, SPLIT_HEADER + splits * size)
+    return lower
+
+
 def _steps(family, dtype):
     base = f"mg_{family}_{short_name(dtype)}"
 
@@ -41,6 +72,11 @@ def _steps(family, dtype):
         m, n, batch = _dims(family, launch.ints)
         if m == 0 or n == 0 or batch == 0:
             return []
+        splits = gemm_splits(family, launch.ints)
+        if splits > 1:
+            grid = (math.ceil(n / SMALL[1]), min(GRID_YZ, math.ceil(m / SMALL[0])), splits)
+            return [Step(base + "_split", grid, (THREADS, 1, 1)),
+                    Step(base + "_sum", (blocks(m * n, 256), 1, 1), (256, 1, 1))]
         tiles = math.ceil(m / LARGE[0]) * math.ceil(n / LARGE[1]) * batch
         suffix = tile_for(dtype, tiles)
         bm, bn = LARGE if np.dtype(dtype) == np.float32 and not suffix else SMALL
@@ -56,7 +92,7 @@ def _cpu():
 
 def implement(table) -> None:
     """Register matmul and linear on ``table`` with the CPU's lowerings."""
-    implement_like_cpu(table, _cpu())
+    implement_like_cpu(table, _cpu(), _with_workspace)
 
 
 KERNELS = family_kernels(_cpu(), "gemm.cu", _steps)
