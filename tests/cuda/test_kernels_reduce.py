@@ -114,6 +114,9 @@ def test_geometry_follows_the_layout():
     # neighbouring outputs neighbours in memory: a thread each, loads coalesce
     (s,) = _steps((1000, 512), (0,))
     assert s.block == (1, 256, 1) and s.grid == (2, 1, 1)
+    # rows of a few elements: a thread each (a warp would idle)
+    (s,) = _steps((1000, 4), (1,))
+    assert s.block == (1, 256, 1)
     # short rows: a warp each; long rows: a block each
     (s,) = _steps((1000, 100), (1,))
     assert s.block == (32, 8, 1) and s.grid == (125, 1, 1)
@@ -155,6 +158,7 @@ def test_on_device_matches_cpu(op, dtype, shape, axis):
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("shape,axis,block", [((3, 5000), (1,), (256, 1, 1)),
                                                ((40, 64), (0,), (1, 256, 1)),
+                                               ((50, 9), (1,), (1, 256, 1)),
                                                ((70, 33), (1,), (32, 8, 1))])
 def test_every_geometry_emulates_like_cpu(op, shape, axis, block):
     # a block per output (warps combined through shared memory), a thread per output, a warp

@@ -13,6 +13,7 @@ from ..kernel import Step
 
 MAX_GRID = 1 << 20  # kernels stride over the rest: no grid is larger than this many blocks
 GRID_YZ = 65535     # the limit of grid.y and grid.z; kernels stride past it too
+SHORT_RUN = 16      # runs up to this long take a thread each rather than a warp
 
 
 def cpu_impls(cpu_family) -> dict[str, OpImpl]:
@@ -61,11 +62,12 @@ def blocks(items: int, per_block: int) -> int:
 def column_steps(entry: str, columns: int, length: int, contiguous: bool) -> list[Step]:
     """One launch of a kernel that reduces ``columns`` runs of ``length`` elements, a group of
     blockDim.x threads per run (csrc_cuda/reduce_block.cuh): a thread per run when neighbouring
-    runs are neighbours in memory (``not contiguous``: their loads coalesce), else a warp per
-    run, or a whole block for long runs. No launch when there is nothing to write."""
+    runs are neighbours in memory (``not contiguous``: their loads coalesce) or runs are short
+    (a warp would idle), else a warp per run, or a whole block for long runs. No launch when
+    there is nothing to write."""
     if columns == 0:
         return []
-    if not contiguous and columns >= 32:
+    if columns >= 32 and (not contiguous or length <= SHORT_RUN):
         return [Step(entry, (blocks(columns, 256), 1, 1), (1, 256, 1))]
     if length >= 4096 or (length >= 512 and columns < 512):
         return [Step(entry, (blocks(columns, 1), 1, 1), (256, 1, 1))]
