@@ -162,7 +162,7 @@ def run_plan_emulated(plan, backend, feeds) -> list[np.ndarray]:
     persistent block are NumPy arrays at the addresses of the backend's layout functions, its
     launches ``plan_calls``' steps, the rendered module built with host_emu.h and every
     csrc_cuda/ source with fiber_emu.h. What the GPU executable does, without a GPU."""
-    from host_emu import build, run_plan_on_host  # noqa: F401  (its module's helpers)
+    from host_emu import build
 
     from mgegraph.cuda import CSRC
     from mgegraph.cuda.abi import pack
