@@ -1,5 +1,5 @@
-"""Whole CUDA plans with the hand-written kernels, without a GPU: an MLP and a small convnet
-(forward, loss and every gradient), planned by the CUDA backend (device=None: planning only),
+"""Whole CUDA plans with the hand-written kernels, without a GPU: an MLP, a small convnet and an
+attention head (forward, loss and every gradient), planned by the CUDA backend (device=None: planning only),
 run on the host by the fiber emulation at the planned arena offsets (rendered and csrc_cuda/
 kernels together), against the CPU backend's plan of the same graph. This checks what the
 per-op tests cannot: the families' lowerings and steps inside real plans (workspaces at their
@@ -60,7 +60,28 @@ def _convnet():
     return [loss, F.argmax(logits, axis=1), *grads], feeds
 
 
-GRAPHS = {"mlp": _mlp, "convnet": _convnet}
+def _attention():
+    """Embedding (take), layer norm, one attention head (batched matmuls with a transpose,
+    softmax), split/concat, dropout, and the gradients of every weight (the embedding's through
+    index_add)."""
+    rng = np.random.default_rng(2)
+    g = mg.Graph()
+    tokens, label = g.input("tokens", (2, 6), "int32"), g.input("label", (2,), "int32")
+    emb, wqkv, wo = _params(g, rng, [(11, 8), (24, 8), (5, 8)])
+    h = F.layer_norm(F.take(emb, tokens, axis=0), (8,))              # (2, 6, 8)
+    q, k, v = F.split(F.linear(h, wqkv), 3, axis=2)                  # (2, 6, 8) each
+    att = F.softmax(F.matmul(q, k, transpose_b=True) * 0.35, axis=2)  # (2, 6, 6)
+    ctx = F.concat([F.matmul(att, v), h], axis=2)                    # (2, 6, 16)
+    ctx = F.dropout(F.transpose(ctx, (0, 2, 1)), 0.2, seed=5)        # (2, 16, 6)
+    pooled = F.mean(F.pad(ctx, ((0, 0), (0, 0), (1, 1))), axis=1)    # (2, 8)
+    loss = F.cross_entropy(F.linear(pooled, wo), label)
+    grads = mg.grad(loss, [emb, wqkv, wo])
+    feeds = {"tokens": rng.integers(0, 11, (2, 6)).astype(np.int32),
+             "label": rng.integers(0, 5, 2).astype(np.int32)}
+    return [loss, *grads], feeds
+
+
+GRAPHS = {"mlp": _mlp, "convnet": _convnet, "attention": _attention}
 
 
 @pytest.mark.nvrtc
