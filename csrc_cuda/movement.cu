@@ -25,8 +25,10 @@ typedef unsigned char u8;
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (count);                    \
          i += (i64)gridDim.x * blockDim.x)
 
-// element offset of flat index i of a (shape, strides) walk of nd dims, C order
+// element offset of flat index i (< the shape's product) of a (shape, strides) walk of nd
+// dims, C order
 __device__ __forceinline__ i64 walk(i64 i, int nd, const i64* shape, const i64* strides) {
+    if (nd == 1) return i * strides[0];  // i < shape[0]: no 64-bit division, which is slow
     i64 off = 0;
     for (int d = nd - 1; d >= 0; --d) {
         off += (i % shape[d]) * strides[d];

@@ -72,8 +72,10 @@ struct MgMaxF {  // NaN never wins: NaNs reach the result through the caller's a
     __device__ static double shfl(double v, int m) { return mg_shfl(v, m); }
 };
 
-// The element offset of flat index `j` of a (shape, strides) group of `nd` dims, C order.
+// The element offset of flat index `j` (< the shape's product) of a (shape, strides) group of
+// `nd` dims, C order.
 __device__ __forceinline__ i64 mg_offset(i64 j, int nd, const i64* shape, const i64* strides) {
+    if (nd == 1) return j * strides[0];  // j < shape[0]: no 64-bit division, which is slow
     i64 off = 0;
     for (int d = nd - 1; d >= 0; --d) {
         const i64 n = shape[d];
