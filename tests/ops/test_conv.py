@@ -20,7 +20,7 @@ def gemm_paths(monkeypatch):
     forces it) and their rule; the tiled float32 paths, and the rule that picks them, are
     test_conv_tiles.py's."""
     monkeypatch.setattr(lowering, "_tiled_path", lambda *args: None)
-    monkeypatch.setattr(lowering, "_batched_pays", lambda batch, plane: False)
+    monkeypatch.setattr(lowering, "_batched_pays", lambda batch, plane, kdim: False)
 
 
 def run(fn, *arrays):
@@ -222,7 +222,7 @@ def test_conv2d_shifted_matches_reference(always_shifted, xs, ws, padding, group
 # -- the batched path: every image's im2col side by side, one GEMM -------------------------------
 @pytest.fixture
 def always_batched(monkeypatch):
-    monkeypatch.setattr(lowering, "_batched_pays", lambda batch, plane: True)
+    monkeypatch.setattr(lowering, "_batched_pays", lambda batch, plane, kdim: True)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

@@ -284,6 +284,7 @@ def test_optimized_plan_matches_unoptimized_through_the_tiles(tiled):
     ("conv2d", (8, 512, 2, 2), (512, 512, 3, 3), {"padding": 1}, "batched"),   # 2x2 plane
     ("conv2d", (8, 256, 8, 8), (512, 256, 3, 3), {"padding": 1, "stride": 2}, "batched"),
     ("conv2d", (1, 512, 2, 2), (512, 512, 3, 3), {"padding": 1}, "im2col"),    # one image
+    ("conv2d", (8, 1, 4, 4), (4, 1, 3, 3), {"padding": 1}, "im2col"),          # a short sum
     ("conv2d", (8, 128, 8, 8), (128, 128, 3, 3), {"padding": 1}, "im2col"),    # 8x8
     ("conv2d_backward_data", (8, 512, 2, 2), (512, 512, 3, 3), {"padding": 1}, "gather"),
     ("conv2d", (1, 256, 14, 14), (256, 256, 3, 3), {"padding": 1}, "im2col"),  # GEMMs win

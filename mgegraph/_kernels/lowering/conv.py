@@ -82,13 +82,15 @@ def _tiled_path(paths, op, kernel, groups_dims, plane) -> str | None:
     return None
 
 
-def _batched_pays(batch, plane) -> bool:
+def _batched_pays(batch, plane, kdim) -> bool:
     """Whether one GEMM over the whole batch's im2col beats a GEMM per image: a rule fitted to
     measurements, as _tiled_path's (batch 8, time over PyTorch eager; im2col per image / batched
     / gather tiles): 512 channels at 2x2 4.49 / 0.94 / 2.89, from stride 2 4.62 / 0.93 / 2.65;
     256 at 4x4 1.65 / 1.55 / 2.41, from stride 2 1.76 / 1.50 / 2.26; but 128 at 8x8
-    1.24 / 1.38 / 1.58 and from stride 2 1.49 / 1.57 / 1.41."""
-    return batch > 1 and plane[0] * plane[1] <= 16
+    1.24 / 1.38 / 1.58 and from stride 2 1.49 / 1.57 / 1.41. Every case measured had
+    ``kdim`` (input channels x taps) of 1152 or more; smaller sums keep a GEMM per image, whose
+    workspace does not grow with the batch."""
+    return batch > 1 and plane[0] * plane[1] <= 16 and kdim >= 1024
 
 
 def _conv_path(op, dtype, kernel, stride, padding, dilation, groups_dims, col_bytes,
@@ -105,7 +107,7 @@ def _conv_path(op, dtype, kernel, stride, padding, dilation, groups_dims, col_by
                         op, kernel, groups_dims, plane)
     if tiled is not None:
         return tiled
-    if op == "conv2d" and groups == 1 and _batched_pays(batch, plane):
+    if op == "conv2d" and groups == 1 and _batched_pays(batch, plane, cg * kernel[0] * kernel[1]):
         return "batched"
     forward = op == "conv2d"
     if (forward and stride == (1, 1) and dilation == (1, 1) and kernel != (1, 1)
