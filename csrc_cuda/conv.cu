@@ -21,8 +21,8 @@
 struct Conv {
     i64 batch, cin, h, w, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups, has_bias, path,
         relu;
-    __device__ i64 cg() const { return cin / groups; }
-    __device__ i64 ocg() const { return cout / groups; }
+    __device__ i64 cg() const { return mg_div(cin, groups); }
+    __device__ i64 ocg() const { return mg_div(cout, groups); }
     __device__ i64 taps() const { return kh * kw; }
 };
 
@@ -41,8 +41,9 @@ template <class T> struct Forward {
     T* y;
     __device__ T a(i64 i, i64 p) const { return wt[(g * c.ocg() + i) * k + p]; }
     __device__ T b(i64 p, i64 j) const {
-        const i64 ch = p / c.taps(), r = p % c.taps() / c.kw, s = p % c.kw;
-        const i64 pix = c.oh * c.ow, img = j / pix, oy = j % pix / c.ow, ox = j % c.ow;
+        const i64 taps = c.taps(), pix = c.oh * c.ow, ch = mg_div(p, taps);
+        const i64 r = mg_div(mg_mod(p, taps), c.kw), s = mg_mod(p, c.kw);
+        const i64 img = mg_div(j, pix), oy = mg_div(mg_mod(j, pix), c.ow), ox = mg_mod(j, c.ow);
         return load_x(x, c, img, g * c.cg() + ch, oy * c.sh - c.ph + r * c.dh,
                       ox * c.sw - c.pw + s * c.dw);
     }
@@ -51,7 +52,7 @@ template <class T> struct Forward {
         T v = (T)acc;
         if (bias) v = v + bias[oc];
         if (c.relu) v = m_relu(v);
-        y[((j / pix) * c.cout + oc) * pix + j % pix] = v;
+        y[(mg_div(j, pix) * c.cout + oc) * pix + mg_mod(j, pix)] = v;
     }
 };
 
@@ -64,21 +65,22 @@ template <class T> struct BackwardData {
     const T *wt, *dy;
     T* dx;
     __device__ T a(i64 i, i64 p) const {
-        const i64 oc = g * c.ocg() + p / c.taps();
-        return wt[(oc * c.cg() + i) * c.taps() + p % c.taps()];
+        const i64 oc = g * c.ocg() + mg_div(p, c.taps());
+        return wt[(oc * c.cg() + i) * c.taps() + mg_mod(p, c.taps())];
     }
     __device__ T b(i64 p, i64 j) const {
-        const i64 oc = g * c.ocg() + p / c.taps(), r = p % c.taps() / c.kw, s = p % c.kw;
-        const i64 pix = c.h * c.w, img = j / pix, y = j % pix / c.w, xx = j % c.w;
+        const i64 taps = c.taps(), pix = c.h * c.w, oc = g * c.ocg() + mg_div(p, taps);
+        const i64 r = mg_div(mg_mod(p, taps), c.kw), s = mg_mod(p, c.kw);
+        const i64 img = mg_div(j, pix), y = mg_div(mg_mod(j, pix), c.w), xx = mg_mod(j, c.w);
         const i64 ty = y + c.ph - r * c.dh, tx = xx + c.pw - s * c.dw;
-        if (ty < 0 || tx < 0 || ty % c.sh || tx % c.sw) return T(0);
-        const i64 oy = ty / c.sh, ox = tx / c.sw;
+        if (ty < 0 || tx < 0 || mg_mod(ty, c.sh) || mg_mod(tx, c.sw)) return T(0);
+        const i64 oy = mg_div(ty, c.sh), ox = mg_div(tx, c.sw);
         if (oy >= c.oh || ox >= c.ow) return T(0);
         return dy[((img * c.cout + oc) * c.oh + oy) * c.ow + ox];
     }
     template <class V> __device__ void store(i64 i, i64 j, V acc) const {
         const i64 pix = c.h * c.w;
-        dx[((j / pix) * c.cin + g * c.cg() + i) * pix + j % pix] = (T)acc;
+        dx[(mg_div(j, pix) * c.cin + g * c.cg() + i) * pix + mg_mod(j, pix)] = (T)acc;
     }
 };
 
@@ -94,13 +96,13 @@ template <class T> struct BackwardFilter {
     __device__ T a(i64 i, i64 q) const {
         const i64 pix = c.oh * c.ow;
         q += q0;
-        return dy[((q / pix) * c.cout + g * c.ocg() + i) * pix + q % pix];
+        return dy[(mg_div(q, pix) * c.cout + g * c.ocg() + i) * pix + mg_mod(q, pix)];
     }
     __device__ T b(i64 q, i64 p) const {
-        const i64 ch = p / c.taps(), r = p % c.taps() / c.kw, s = p % c.kw;
-        const i64 pix = c.oh * c.ow;
+        const i64 taps = c.taps(), pix = c.oh * c.ow, ch = mg_div(p, taps);
+        const i64 r = mg_div(mg_mod(p, taps), c.kw), s = mg_mod(p, c.kw);
         q += q0;
-        const i64 img = q / pix, oy = q % pix / c.ow, ox = q % c.ow;
+        const i64 img = mg_div(q, pix), oy = mg_div(mg_mod(q, pix), c.ow), ox = mg_mod(q, c.ow);
         return load_x(x, c, img, g * c.cg() + ch, oy * c.sh - c.ph + r * c.dh,
                       ox * c.sw - c.pw + s * c.dw);
     }
@@ -184,10 +186,10 @@ template <class T> __device__ void conv2d_backward_filter_sum(const MgArgs& a) {
 }
 
 #define MG_CONV_ENTRY(KIND, T, NAME)                                                          \
-    extern "C" __global__ void __launch_bounds__(TileFor<T>::type::THREADS)                  \
+    extern "C" __global__ void __launch_bounds__(TileFor<T>::type::THREADS, 1)                \
         mg_##KIND##_##NAME(const MgArgs a) { KIND<T, TileFor<T>::type>(a); }
 #define MG_CONV_SMALL_ENTRY(KIND)                                                             \
-    extern "C" __global__ void __launch_bounds__(Small::THREADS)                             \
+    extern "C" __global__ void __launch_bounds__(Small::THREADS, 1)                          \
         mg_##KIND##_f32_small(const MgArgs a) { KIND<float, Small>(a); }
 
 MG_CONV_ENTRY(conv2d, float, f32)
@@ -201,7 +203,7 @@ MG_CONV_SMALL_ENTRY(conv2d_backward_data)
 MG_CONV_SMALL_ENTRY(conv2d_backward_filter)
 
 #define MG_FILTER_SPLIT_ENTRIES(T, NAME)                                                      \
-    extern "C" __global__ void __launch_bounds__(Small::THREADS)                             \
+    extern "C" __global__ void __launch_bounds__(Small::THREADS, 1)                          \
         mg_conv2d_backward_filter_##NAME##_split(const MgArgs a) {                            \
         conv2d_backward_filter_split<T, Small>(a);                                             \
     }                                                                                          \

@@ -136,7 +136,7 @@ template <class T, class K> __device__ void product_sum(const MgArgs& a) {
 }
 
 #define MG_GEMM_ENTRIES(KIND, K, T, NAME)                                                     \
-    extern "C" __global__ void __launch_bounds__(TileFor<T>::type::THREADS)                  \
+    extern "C" __global__ void __launch_bounds__(TileFor<T>::type::THREADS, 1)                \
         mg_##KIND##_##NAME(const MgArgs a) { product<T, TileFor<T>::type, K>(a); }            \
     extern "C" __global__ void __launch_bounds__(Small::THREADS, 1)                          \
         mg_##KIND##_##NAME##_split(const MgArgs a) { product_split<T, Small, K>(a); }         \
@@ -144,7 +144,7 @@ template <class T, class K> __device__ void product_sum(const MgArgs& a) {
         product_sum<T, K>(a);                                                                  \
     }
 #define MG_GEMM_SMALL_ENTRY(KIND, K)                                                          \
-    extern "C" __global__ void __launch_bounds__(Small::THREADS)                             \
+    extern "C" __global__ void __launch_bounds__(Small::THREADS, 1)                          \
         mg_##KIND##_f32_small(const MgArgs a) { product<float, Small, K>(a); }
 
 MG_GEMM_ENTRIES(matmul, Matmul, float, f32)

@@ -16,9 +16,8 @@
 // step of their own. No shared memory and no barriers: everything here but the atomic adds runs
 // in the host emulation (host_emu.h), which gives atomics their one-thread meaning.
 #include "mg_abi.cuh"
+#include "movement_index.cuh"
 
-typedef long long i64;
-typedef unsigned long long u64;
 typedef unsigned char u8;
 
 #define MG_FOR_ELEMENTS(count)                                                                \
@@ -31,8 +30,8 @@ __device__ __forceinline__ i64 walk(i64 i, int nd, const i64* shape, const i64* 
     if (nd == 1) return i * strides[0];  // i < shape[0]: no 64-bit division, which is slow
     i64 off = 0;
     for (int d = nd - 1; d >= 0; --d) {
-        off += (i % shape[d]) * strides[d];
-        i /= shape[d];
+        off += mg_mod(i, shape[d]) * strides[d];
+        i = mg_div(i, shape[d]);
     }
     return off;
 }
@@ -95,8 +94,8 @@ template <class E> __device__ void concat(const MgArgs& a) {
     i64 width = 0;  // of an output row, in elements
     for (i64 k = 0; k < n; ++k) width += rows[k] / (i64)sizeof(E);
     MG_FOR_ELEMENTS(outer * width) {
-        const i64 o = i / width;
-        i64 at = i % width, k = 0;
+        const i64 o = mg_div(i, width);
+        i64 at = mg_mod(i, width), k = 0;
         while (at >= rows[k] / (i64)sizeof(E)) at -= rows[k++] / (i64)sizeof(E);
         ((E*)a.bufs[n])[i] = ((const E*)a.bufs[k])[o * (rows[k] / (i64)sizeof(E)) + at];
     }
@@ -109,7 +108,8 @@ template <class E> __device__ void split(const MgArgs& a) {
         const i64 start = a.ints[3 + 2 * k] / (i64)sizeof(E);
         const i64 row = a.ints[4 + 2 * k] / (i64)sizeof(E);
         MG_FOR_ELEMENTS(outer * row)
-        ((E*)a.bufs[1 + k])[i] = ((const E*)a.bufs[0])[(i / row) * in_row + start + i % row];
+        ((E*)a.bufs[1 + k])[i] = ((const E*)a.bufs[0])[mg_div(i, row) * in_row + start +
+                                                         mg_mod(i, row)];
     }
 }
 
@@ -119,7 +119,7 @@ template <class E> __device__ void take(const MgArgs& a) {
     const bool wide = a.ints[0] != 0;
     const i64 outer = a.ints[1], n = a.ints[2], row = a.ints[3] / (i64)sizeof(E), m = a.ints[4];
     MG_FOR_ELEMENTS(outer * m * row) {
-        const i64 o = i / (m * row), j = i / row % m, b = i % row;
+        const i64 o = mg_div(i, m * row), j = mg_mod(mg_div(i, row), m), b = mg_mod(i, row);
         const i64 k = wrap(index_at(a.bufs[1], j, wide), n);
         ((E*)a.bufs[2])[i] = k < 0 ? E(0) : ((const E*)a.bufs[0])[(o * n + k) * row + b];
     }
@@ -138,7 +138,8 @@ template <class T> __device__ void index_add(const MgArgs& a) {
     const bool wide = a.ints[0] != 0;
     const i64 outer = a.ints[1], n = a.ints[2], inner = a.ints[3], m = a.ints[4];
     MG_FOR_ELEMENTS(outer * m * inner) {
-        const i64 o = i / (m * inner), j = i / inner % m, b = i % inner;
+        const i64 o = mg_div(i, m * inner), j = mg_mod(mg_div(i, inner), m);
+        const i64 b = mg_mod(i, inner);
         const i64 k = wrap(index_at(a.bufs[1], j, wide), n);
         if (k >= 0) add_to((T*)a.bufs[2] + (o * n + k) * inner + b, ((const T*)a.bufs[0])[i]);
     }
@@ -216,10 +217,10 @@ __device__ __forceinline__ i64 pad_source(int mode, i64 j, i64 n) {
 __device__ i64 pad_offset(const PadLayout& L, i64 i) {
     i64 off = 0;
     for (int d = L.nd - 1; d >= 0; --d) {
-        const i64 j = pad_source(L.mode, i % L.out[d] - L.before[d], L.in[d]);
+        const i64 j = pad_source(L.mode, mg_mod(i, L.out[d]) - L.before[d], L.in[d]);
         if (j < 0) return -1;
         off += j * L.strides[d];
-        i /= L.out[d];
+        i = mg_div(i, L.out[d]);
     }
     return off;
 }
@@ -254,7 +255,7 @@ template <class E> __device__ void fill(const MgArgs& a) {  // ints: [count, val
 template <class T> __device__ void one_hot(const MgArgs& a) {
     const i64 classes = a.ints[1];
     MG_FOR_ELEMENTS(a.ints[0] * classes)
-    ((T*)a.bufs[1])[i] = (T)((i64)((const T*)a.bufs[0])[i / classes] == i % classes);
+    ((T*)a.bufs[1])[i] = (T)((i64)((const T*)a.bufs[0])[mg_div(i, classes)] == mg_mod(i, classes));
 }
 
 // ints: [count, end_exact]; floats: [start, step, end]. start + i step in double, rounded as

@@ -129,7 +129,7 @@ template <class T> __device__ void layer_norm_backward(const MgArgs& a) {
 
 struct Channels {  // x read as (batch, channels, inner)
     i64 N, C, M;
-    __device__ i64 at(i64 c, i64 e) const { return (e / M) * C * M + c * M + e % M; }
+    __device__ i64 at(i64 c, i64 e) const { return mg_div(e, M) * C * M + c * M + mg_mod(e, M); }
 };
 
 // batch_norm (training), step 1: each channel's mean and variance into the stat outputs
@@ -160,7 +160,7 @@ template <class T> __device__ void batch_norm(const MgArgs& a) {
     const T* var = (const T*)a.bufs[training ? 5 : 4];
     T* y = (T*)a.bufs[training ? 3 : 5];
     MG_FOR_ELEMENTS(ch.N * ch.C * ch.M) {
-        const i64 c = (i / ch.M) % ch.C;
+        const i64 c = mg_mod(mg_div(i, ch.M), ch.C);
         const T scale = (T)((double)w[c] / sqrt((double)var[c] + a.floats[0]));
         y[i] = mg_add(mg_mul((T)(x[i] - mean[c]), scale), b[c]);
     }
@@ -208,7 +208,7 @@ template <class T> __device__ void batch_norm_backward(const MgArgs& a) {
     const T *x = (const T*)a.bufs[0], *g = (const T*)a.bufs[4];
     const double* f = (const double*)a.bufs[8];
     MG_FOR_ELEMENTS(ch.N * ch.C * ch.M) {
-        const double* fc = f + 4 * ((i / ch.M) % ch.C);
+        const double* fc = f + 4 * mg_mod(mg_div(i, ch.M), ch.C);
         ((T*)a.bufs[5])[i] = (T)(fc[0] * ((double)g[i] - fc[1] - ((double)x[i] - fc[3]) * fc[2]));
     }
 }

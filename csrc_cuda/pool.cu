@@ -16,8 +16,7 @@
 // them: window rows ascending, and in a row the unclamped ("interior") windows first, then the
 // clamped ones on the left, then on the right.
 #include "mg_abi.cuh"
-
-typedef long long i64;
+#include "movement_index.cuh"
 
 enum { P_MAX, P_AVG_INCLUDE, P_AVG_EXCLUDE, P_ADAPTIVE_MAX, P_ADAPTIVE_AVG };
 
@@ -113,7 +112,7 @@ template <class T, bool SELECT> __device__ void pool_forward(const MgArgs& a) {
     T* y = (T*)a.bufs[SELECT ? 2 : 1];
     const i64 pooled = s.oh * s.ow, full = s.h * s.w;
     MG_FOR_ELEMENTS(s.planes * pooled) {
-        const i64 p = i / pooled, oh = (i % pooled) / s.ow, ow = i % s.ow;
+        const i64 p = mg_div(i, pooled), oh = mg_div(mg_mod(i, pooled), s.ow), ow = mg_mod(i, s.ow);
         const Window win = window_at(s, oh, ow);
         const T* xp = x + p * full;
         if (SELECT) {
@@ -141,7 +140,7 @@ __device__ T gather_run(const T* xp, const T* dyp, const Pool& s, i64 oh, i64 c0
         if (MAX) {
             if (argmax(xp, s, win) == cell) acc = acc + g;
         } else {
-            const i64 r = cell / s.w, c = cell % s.w;
+            const i64 r = mg_div(cell, s.w), c = mg_mod(cell, s.w);
             if (r >= win.r.lo && r < win.r.hi && c >= win.c.lo && c < win.c.hi)
                 acc = acc + g / (T)divisor(s, win);
         }
@@ -158,7 +157,8 @@ template <class T, bool MAX> __device__ void pool_backward(const MgArgs& a) {
     const i64 pooled = s.oh * s.ow, full = s.h * s.w;
     const Range in = interior(s);
     MG_FOR_ELEMENTS(s.planes * full) {
-        const i64 p = i / full, cell = i % full, r = cell / s.w, c = cell % s.w;
+        const i64 p = mg_div(i, full), cell = mg_mod(i, full);
+        const i64 r = mg_div(cell, s.w), c = mg_mod(cell, s.w);
         const Range rows = covering(r, s.h, s.oh, s.kh, s.sh, s.ph, s.adaptive());
         const Range cols = covering(c, s.w, s.ow, s.kw, s.sw, s.pw, s.adaptive());
         const T* xp = MAX ? x + p * full : nullptr;

@@ -1,6 +1,5 @@
-// Cooperative reductions every hand-written kernel shares: a warp's through shuffles, then a
-// block's through one word of shared memory per warp; and the strided-index decoding of the CPU
-// lowerings' (shape, strides) groups.
+// Cooperative reductions the hand-written kernels share: a warp's through shuffles, then a
+// block's through one word of shared memory per warp.
 //
 // Design: a "group" is blockDim.x threads reducing one value together (a warp, or the whole
 // block when blockDim.x > 32, in which case blockDim.y is 1); a block holds blockDim.y groups.
@@ -10,8 +9,7 @@
 
 #define MG_FULL_MASK 0xffffffffu
 
-typedef long long i64;
-typedef unsigned long long u64;
+#include "movement_index.cuh"  // i64, u64, mg_div, mg_mod, mg_offset
 
 // NVRTC has no <math.h> macros: the quiet NaN and infinity of double (exact in float too)
 #define MG_NAN __longlong_as_double(0x7ff8000000000000ll)
@@ -71,16 +69,3 @@ struct MgMaxF {  // NaN never wins: NaNs reach the result through the caller's a
     __device__ double operator()(double a, double b) const { return b > a ? b : a; }
     __device__ static double shfl(double v, int m) { return mg_shfl(v, m); }
 };
-
-// The element offset of flat index `j` (< the shape's product) of a (shape, strides) group of
-// `nd` dims, C order.
-__device__ __forceinline__ i64 mg_offset(i64 j, int nd, const i64* shape, const i64* strides) {
-    if (nd == 1) return j * strides[0];  // j < shape[0]: no 64-bit division, which is slow
-    i64 off = 0;
-    for (int d = nd - 1; d >= 0; --d) {
-        const i64 n = shape[d];
-        off += (j % n) * strides[d];
-        j /= n;
-    }
-    return off;
-}
