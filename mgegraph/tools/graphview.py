@@ -59,18 +59,8 @@ def attrs_of(attrs) -> list[list[str]]:
 
 # -- a plan ----------------------------------------------------------------------------------------
 def recomputed_steps(plan) -> frozenset[int]:
-    """Steps of ``plan`` that rematerialisation added (clones recomputing forward values): the
-    instructions lowering ordered behind the step before them (``Lowered.after``), in the
-    chosen candidate's schedule."""
-    report = plan.remat
-    if report is None:
-        return frozenset()
-    judged = report.judge(report.chosen)
-    clones = {j for _, j in judged.lowered.after}
-    order = judged.scheduled.order
-    if [judged.lowered.instructions[j] for j in order] != list(plan.instructions):
-        return frozenset()  # not the plan this report made (it was replaced): mark nothing
-    return frozenset(k for k, j in enumerate(order) if j in clones)
+    """Steps of ``plan`` that rematerialisation added (clones recomputing forward values)."""
+    return frozenset() if plan.remat is None else plan.remat.recomputed_steps(plan)
 
 
 def _slot_type(plan, s: int) -> str:

@@ -58,6 +58,17 @@ class RematReport:
                 for rid, v in self.split.crossing.items() if (rid in chosen) == kept]
         return sorted(rows, key=lambda r: (-r["bytes"], int(r["value"][1:])))
 
+    def recomputed_steps(self, plan) -> frozenset[int]:
+        """Steps of ``plan`` (the plan this report was made for) that recompute a forward
+        value: the clones lowering ordered behind the step before them (``Lowered.after``), in
+        the chosen candidate's schedule. Empty when ``plan`` is not the chosen candidate's."""
+        judged = self.judge(self.chosen)
+        clones = {j for _, j in judged.lowered.after}
+        order = judged.scheduled.order
+        if [judged.lowered.instructions[j] for j in order] != list(plan.instructions):
+            return frozenset()
+        return frozenset(k for k, j in enumerate(order) if j in clones)
+
     def brief(self) -> dict:
         """The chosen candidate, the arena without remat and the extra FLOPs (the memory
         report's remat line)."""
