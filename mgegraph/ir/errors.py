@@ -8,9 +8,15 @@ import sys
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# The demo ships inside the package but is a user's program: its lines are the ones to name
+# (`mgegraph demo` would otherwise place every node at runpy's frame)
+_USER_CODE = {os.path.join(_PACKAGE_DIR, "demo.py")}
+
+
 @functools.lru_cache(maxsize=4096)  # every node asks, over a handful of files
 def _inside_package(filename: str) -> bool:
-    return os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep)
+    path = os.path.abspath(filename)
+    return path.startswith(_PACKAGE_DIR + os.sep) and path not in _USER_CODE
 
 
 def user_location() -> str:
