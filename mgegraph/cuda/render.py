@@ -155,14 +155,17 @@ def _input_kind(strides, contiguous) -> str:
     return "scalar" if not any(strides) else "strided"
 
 
-def _offset(shape, strides) -> str:
+def _offset(shape, strides, wide: bool) -> str:
     """The input offset of flat output index ``i`` as baked constants (divisions by constants
-    become multiplications)."""
+    become multiplications), in 32-bit unsigned arithmetic unless the output is ``wide`` (2^31
+    elements or more): a 64-bit division is a long instruction sequence on a GPU, and every
+    offset is below the input's size, which is at most the output's."""
+    i, suffix = ("i", "LL") if wide else ("(unsigned)i", "u")
     terms, inner = [], 1
     for size, stride in reversed(list(zip(shape, strides))):
         if stride:
-            index = "i" if inner == 1 else f"(i / {inner}LL)"
-            terms.append(f"({index} % {size}LL) * {stride}LL")
+            index = i if inner == 1 else f"({i} / {inner}{suffix})"
+            terms.append(f"({index} % {size}{suffix}) * {stride}{suffix}")
         inner *= size
     return " + ".join(terms) or "0"
 
@@ -198,7 +201,8 @@ def _fused_loops(program, t, name, shape, strides, contiguous) -> list[str]:
     n_in, n_out = len(program.input_shapes), program.n_outputs
     kinds = [_input_kind(s, contiguous) for s in strides]
     n = math.prod(program.output_shape)
-    ins = [f"in{i}[{'i' if k == 'flat' else _offset(shape, strides[i])}]"
+    wide = n >= 2 ** 31
+    ins = [f"in{i}[{'i' if k == 'flat' else _offset(shape, strides[i], wide)}]"
            for i, k in enumerate(kinds)]
     outs = ", ".join(f"out{j}[i]" for j in range(n_out))
     lines = [f"    const {t}* __restrict__ in{i} = (const {t}*)a.bufs[{i}];" for i in range(n_in)]

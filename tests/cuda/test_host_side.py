@@ -287,3 +287,14 @@ def test_a_debug_plan_poisons_each_dead_value_after_its_last_reader(planner):
                 in spans and calls[k].index == step]
         assert slot in plan.instructions[step].inputs  # poisoned after its last reader ...
         assert all(slot not in c.slots for c in calls[k + 1:])  # ... which no later launch reads
+
+
+def test_fused_offsets_are_32_bit_below_2_to_the_31_elements():
+    from mgegraph.cuda import render
+    from mgegraph.ops.fused_program import Program
+    code = [("load", 0, 0), ("load", 1, 1), ("sub", 2, 0, 1), ("store", 0, 2)]
+    small = render.fused_kernel(Program([(4, 8), (4, 1)], (4, 8), "float32", code))[1]
+    assert "(((unsigned)i / 8u) % 4u) * 1u" in small and "LL)" not in small.split("n = ")[1]
+    shape = (2 ** 16, 2 ** 15 + 1)
+    big = render.fused_kernel(Program([shape, shape[1:]], shape, "float32", code))[1]
+    assert "in1[(i % 32769LL) * 1LL]" in big
