@@ -201,3 +201,15 @@ def test_a_failed_run_leaves_the_plan_correct():
     got = plan.run({"x": ok, "e": np.full(4, 2, np.int32)})
     np.testing.assert_array_equal(got[0], ok ** 2)
     np.testing.assert_array_equal(got[1], ok + 1)
+
+
+def test_switching_to_copies_after_in_place_runs():
+    """A feed bound by an in-place run is unbound before the plan copies again, so the
+    executor never reads an array the plan no longer holds."""
+    plan = chain_plan()
+    x, a = RNG.standard_normal((2, 1000), dtype=np.float32)
+    plan.run({"x": x.copy(), "a": a.copy()})  # bound to arrays only the plan holds now
+    plan.executable().in_place = False
+    same(plan.run({"x": x, "a": a}), expected(x, a))
+    assert not plan.executable()._bound_feeds
+    plan.executable().executor.run()  # reads the plan's own buffers: the copies just made

@@ -118,6 +118,9 @@ class CpuExecutable:
         self._shared = [plan.values[s] for s in sorted(plan.shared)]
 
     writes_out = True  # run(feeds, out=...) writes the outputs into the caller's arrays
+    # feeds read and outputs written in place (False: every feed copied in and every output
+    # copied out, the path before issue 19, which the benchmarks measure against)
+    in_place = True
 
     def run(self, feeds: dict, out=None) -> list[np.ndarray]:
         """Run on ``feeds``; returns arrays the caller owns: the ``out=`` arrays where given
@@ -134,7 +137,7 @@ class CpuExecutable:
         if self._prologue is not None:
             self._prologue.refresh()
         # a plan checking numerics inspects its own buffers instruction by instruction
-        bindable = not plan.check_numerics
+        bindable = self.in_place and not plan.check_numerics
         writes = [a for a in out if a is not None] + self._assigned if given else self._assigned
         for name, slot in plan.feeds.items():
             self._feed(slot, feeds[name], bindable, writes)
@@ -169,7 +172,7 @@ class CpuExecutable:
                 self.executor.bind(group, value)
                 self._bound_feeds[slot] = value
             return
-        if self._bound_feeds.pop(slot, None) is not None and group is not None:
+        if self._bound_feeds.pop(slot, None) is not None:
             self.executor.bind(group, self._own[slot])
         np.copyto(self.buffers[slot], value, casting="no")
 
