@@ -41,6 +41,25 @@ __device__ __noinline__ mg_i64 mg_ew_offset(const MgArgs& a, int k, mg_i64 i) {
     return off;
 }
 
+// The same in 32-bit unsigned arithmetic, for outputs below 2^31 elements (every offset is
+// below its input's size, at most the output's): a 64-bit division is a long sequence on a GPU
+__device__ __noinline__ unsigned mg_ew_offset32(const MgArgs& a, int k, unsigned i) {
+    const int ndim = (int)a.ints[1];
+    const long long* shape = a.ints + 2;
+    const long long* strides = a.ints + 2 + ndim * (k + 1);
+    unsigned off = 0;
+    for (int d = ndim - 1; d >= 0; --d) {
+        const unsigned size = (unsigned)shape[d];
+        off += (i % size) * (unsigned)strides[d];
+        i /= size;
+    }
+    return off;
+}
+
+MG_HD mg_i64 mg_ew_at(const MgArgs& a, int k, mg_i64 i, mg_i64 n) {
+    return n < (1LL << 31) ? (mg_i64)mg_ew_offset32(a, k, (unsigned)i) : mg_ew_offset(a, k, i);
+}
+
 // 1: contiguous, 0: one value broadcast, -1: neither (ndim > 1 or another stride)
 MG_HD int mg_ew_kind(const MgArgs& a, int k) {
     if ((int)a.ints[1] != 1) return -1;
@@ -71,7 +90,7 @@ MG_HD void mg_map1(const MgArgs& a, F f) {
         start = packs * V + t0;
     }
     for (mg_i64 i = start; i < n; i += step)
-        y[i] = f(x[kx == 1 ? i : (kx == 0 ? 0 : mg_ew_offset(a, 0, i))]);
+        y[i] = f(x[kx == 1 ? i : (kx == 0 ? 0 : mg_ew_at(a, 0, i, n))]);
 }
 
 template <class In, class Out, class F>
@@ -99,8 +118,8 @@ MG_HD void mg_map2(const MgArgs& a, F f) {
         start = packs * V + t0;
     }
     for (mg_i64 i = start; i < n; i += step) {
-        const mg_i64 ox = kx == 1 ? i : (kx == 0 ? 0 : mg_ew_offset(a, 0, i));
-        const mg_i64 oz = kz == 1 ? i : (kz == 0 ? 0 : mg_ew_offset(a, 1, i));
+        const mg_i64 ox = kx == 1 ? i : (kx == 0 ? 0 : mg_ew_at(a, 0, i, n));
+        const mg_i64 oz = kz == 1 ? i : (kz == 0 ? 0 : mg_ew_at(a, 1, i, n));
         y[i] = f(x[ox], z[oz]);
     }
 }
@@ -120,8 +139,8 @@ MG_HD void mg_where(const MgArgs& a) {
         return;
     }
     for (mg_i64 i = mg_tid(); i < n; i += step) {
-        const T u = x[mg_ew_offset(a, 1, i)], v = z[mg_ew_offset(a, 2, i)];
-        y[i] = c[mg_ew_offset(a, 0, i)] ? u : v;  // both loaded: a select, no branch
+        const T u = x[mg_ew_at(a, 1, i, n)], v = z[mg_ew_at(a, 2, i, n)];
+        y[i] = c[mg_ew_at(a, 0, i, n)] ? u : v;  // both loaded: a select, no branch
     }
 }
 
