@@ -11,8 +11,8 @@ import workloads
 from conftest import THREADS
 
 IMPLS_OP = ["mgegraph plan.run", "mgegraph executor only", "numpy eager", "torch eager"]
-IMPLS_MLP = ["gemms only (scipy blas)", "mgegraph plan.run", "numpy eager", "torch eager"]
-LIMIT = "gemms only (scipy blas)"
+LIMIT = workloads.GEMMS_ONLY
+IMPLS_MLP = [LIMIT, "mgegraph plan.run", "numpy eager", "torch eager"]
 PEAK_KIND = "RSS high-water growth over 3 steps, one fresh process (peak_memory.py)"
 
 
@@ -69,7 +69,7 @@ def test_op_overhead(benchmark, tag, impl):
 def test_mlp_infer(benchmark, tag, impl, batch):
     benchmark.group = f"mlp-infer batch {batch}"
     kind = "GEMVs" if batch == 1 else "GEMMs"  # a row times a matrix is a gemv, as in mgegraph
-    what = f"the 3 {kind} back to back through SciPy's BLAS"
+    what = f"the 3 {kind} back to back through {workloads.blas_in_use()}, the BLAS in use"
     tag(f"batch {batch}", impl, **limit_tags(impl, what))
     run(benchmark, built("mlp_infer", batch), impl)
 
@@ -78,7 +78,7 @@ def test_mlp_infer(benchmark, tag, impl, batch):
 @pytest.mark.parametrize("impl", [LIMIT, "mgegraph step", "numpy hand-written", "torch eager"])
 def test_mlp_train(benchmark, tag, impl):
     benchmark.group = "mlp-train batch 128"
-    what = "the step's 8 GEMMs back to back through SciPy's BLAS"
+    what = f"the step's 8 GEMMs back to back through {workloads.blas_in_use()}, the BLAS in use"
     tag("batch 128", impl, **limit_tags(impl, what), **memory_tags(impl, "mlp-train"))
     run(benchmark, built("mlp_train"), impl)
 

@@ -11,6 +11,17 @@ import numpy as np
 
 import mgegraph as mg
 import mgegraph.functional as F
+from mgegraph._kernels import blas_select
+from mgegraph._kernels.linalg import blas_gemm
+
+# The limit of the GEMM-bound workloads: their GEMMs back to back through the BLAS in use
+# (OpenBLAS, or MKL where blas_select measured it faster), named in the table's note.
+GEMMS_ONLY = "gemms only (the BLAS in use)"
+
+
+def blas_in_use() -> str:
+    return blas_select.choice().name
+
 
 SEED = 0
 
@@ -86,8 +97,6 @@ def mlp_weights():
 
 
 def mlp_infer(batch: int) -> dict:
-    from scipy.linalg import blas
-
     weights = mlp_weights()
     x0 = np.random.default_rng(SEED + 1).standard_normal((batch, MLP_LAYERS[0]), dtype=np.float32)
     g = mg.Graph()
@@ -100,17 +109,14 @@ def mlp_infer(batch: int) -> dict:
     feeds = {"x": x0}
     plan.run(feeds)
 
-    # The physical limit: the same GEMMs back to back on preallocated buffers through SciPy's
-    # BLAS, the one mgegraph's kernels call (row-major C = A @ B as column-major C^T = B^T A^T).
+    # The physical limit: the same GEMMs back to back on preallocated buffers through the BLAS
+    # mgegraph's kernels call, as they call it (blas_gemm: a gemv for one row, else a gemm).
     outs = [np.empty((batch, w.shape[1]), np.float32) for w, _ in weights]
 
     def gemms_only():
         a = x0
         for (w, _), c in zip(weights, outs):
-            if batch == 1:  # a row times a matrix is a gemv, as mgegraph's kernel calls it
-                blas.sgemv(1.0, w.T, a[0], beta=0.0, y=c[0], overwrite_y=True, trans=0)
-            else:
-                blas.sgemm(1.0, w.T, a.T, beta=0.0, c=c.T, overwrite_c=True)
+            blas_gemm(a, w, c)
             a = c
         return a
 
@@ -122,7 +128,7 @@ def mlp_infer(batch: int) -> dict:
                 a = np.maximum(a, 0)
         return a
 
-    impls = {"gemms only (scipy blas)": gemms_only, "mgegraph plan.run": lambda: plan.run(feeds),
+    impls = {GEMMS_ONLY: gemms_only, "mgegraph plan.run": lambda: plan.run(feeds),
              "numpy eager": numpy_eager}
     torch = _torch()
     if torch is not None:
@@ -161,8 +167,6 @@ def _batch(shape, classes=10):
 
 
 def mlp_train() -> dict:
-    from scipy.linalg import blas
-
     from mgegraph import nn, optim
 
     nn.init.manual_seed(SEED)
@@ -173,19 +177,20 @@ def mlp_train() -> dict:
     step(x, y)
     weights = [(lyr.weight.value.copy(), lyr.bias.value.copy()) for lyr in model.layers[::2]]
 
-    # The GEMMs of the step back to back: 3 forward, 3 weight gradients, 2 input gradients.
-    # Every operand is passed as an F-contiguous view so that SciPy copies nothing.
+    # The GEMMs of the step back to back: 3 forward, 3 weight gradients, 2 input gradients,
+    # through the BLAS the kernels call (weights are (out, in): forward a @ w.T, dw = g.T @ a,
+    # dx = g @ w).
     acts = [x] + [np.empty((128, w.shape[0]), np.float32) for w, _ in weights]
     dws = [np.empty_like(w) for w, _ in weights]
     dxs = [np.empty((128, w.shape[1]), np.float32) for w, _ in weights[1:]]
 
     def gemms_only():
         for (w, _), a, out in zip(weights, acts[:-1], acts[1:]):
-            blas.sgemm(1.0, w.T, a.T, beta=0.0, c=out.T, overwrite_c=True, trans_a=True)
+            blas_gemm(a, w, out, transpose_b=True)
         for a, g, dw in zip(acts[:-1], acts[1:], dws):
-            blas.sgemm(1.0, a.T, g.T, beta=0.0, c=dw.T, overwrite_c=True, trans_b=True)
+            blas_gemm(g, a, dw, transpose_a=True)
         for (w, _), g, dx in zip(weights[1:], acts[2:], dxs):
-            blas.sgemm(1.0, w.T, g.T, beta=0.0, c=dx.T, overwrite_c=True)
+            blas_gemm(g, w, dx)
 
     def numpy_step():
         hs, a = [x], x
@@ -206,7 +211,7 @@ def mlp_train() -> dict:
             w -= 0.01 * dw
             b -= 0.01 * db
 
-    impls = {"gemms only (scipy blas)": gemms_only, "mgegraph step": lambda: step(x, y),
+    impls = {GEMMS_ONLY: gemms_only, "mgegraph step": lambda: step(x, y),
              "numpy hand-written": numpy_step}
     torch = _torch()
     if torch is not None:

@@ -5,7 +5,7 @@
 # them by name). matmul's fixed fields are followed by three groups of ``ndim`` ints: the batch
 # shape, then the batch strides of a and of b, in elements and 0 on broadcast batch dims, so
 # broadcast operands are never materialised; the output is contiguous (batch..., m, n). Float
-# dtypes go to BLAS through SciPy's Cython bindings (blas.pxd); integer dtypes use a plain loop.
+# dtypes go to the BLAS in use (blas.pxd, blas_select.py); integer dtypes use a plain loop.
 
 from libc.stdint cimport int32_t, int64_t
 from cython cimport floating
@@ -127,3 +127,25 @@ KERNELS = {
     "matmul_i32": kernel_address(matmul_i32), "matmul_i64": kernel_address(matmul_i64),
     "linear_f32": kernel_address(linear_f32), "linear_f64": kernel_address(linear_f64),
 }
+
+
+def blas_gemm(const float[:, ::1] a, const float[:, ::1] b, float[:, ::1] c,
+              bint transpose_a=False, bint transpose_b=False):
+    """c = op(a) @ op(b) for float32 C-contiguous matrices, exactly as the matmul kernels
+    call the BLAS in use (blas_select: gemv for a single row or column, else gemm): the
+    benchmarks' physical limit, "the same GEMMs through the same BLAS".
+
+    >>> blas_gemm(x, w, out)
+    """
+    cdef Py_ssize_t m = a.shape[1] if transpose_a else a.shape[0]
+    cdef Py_ssize_t k = a.shape[0] if transpose_a else a.shape[1]
+    cdef Py_ssize_t n = b.shape[0] if transpose_b else b.shape[1]
+    if (b.shape[1] if transpose_b else b.shape[0]) != k or c.shape[0] != m or c.shape[1] != n:
+        raise ValueError(f"blas_gemm: op(a) is ({m}, {k}), op(b) is "
+                         f"({b.shape[1] if transpose_b else b.shape[0]}, {n}), c is "
+                         f"({c.shape[0]}, {c.shape[1]})")
+    if m and n and k:
+        with nogil:
+            gemm(transpose_a, transpose_b, m, n, k, &a[0, 0], &b[0, 0], &c[0, 0], False)
+    elif m and n:
+        c[:, :] = 0

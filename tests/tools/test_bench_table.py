@@ -255,11 +255,11 @@ def test_a_real_run_of_mlp_infer(tmp_path, capsys, monkeypatch):
     assert {(r.workload, r.case, r.threads) for r in rows} == {("mlp-infer", "batch 1", 1),
                                                               ("mlp-infer", "batch 128", 1)}
     impls = {r.implementation: r for r in rows if r.case == "batch 128"}
-    assert {"gemms only (scipy blas)", "mgegraph plan.run", "numpy eager", "mgegraph freeze=True",
+    assert {"gemms only (the BLAS in use)", "mgegraph plan.run", "numpy eager", "mgegraph freeze=True",
             "mgegraph optimize=1", "torch eager", "onnxruntime"} == set(impls)
-    assert impls["gemms only (scipy blas)"].is_limit
+    assert impls["gemms only (the BLAS in use)"].is_limit
     assert impls["mgegraph plan.run"].vs_limit == pytest.approx(
-        impls["mgegraph plan.run"].median_s / impls["gemms only (scipy blas)"].median_s)
+        impls["mgegraph plan.run"].median_s / impls["gemms only (the BLAS in use)"].median_s)
     assert impls["torch eager"].median_s is None and "skipped" in impls["torch eager"].note
     assert impls["mgegraph optimize=1"].arena_bytes > 0
     assert out.rstrip("\n").endswith(render(rows).splitlines()[-1])
