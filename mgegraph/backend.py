@@ -178,6 +178,25 @@ _BACKENDS: dict[str, Backend] = {}
 _LOCK = threading.RLock()
 
 
+# Functions that copy a device's newer value of host arrays back into them (a CUDA training
+# step keeps its weights on the device): state_dict() and save() call them before reading.
+_HOST_SYNC: list[Callable] = []
+
+
+def on_host_read(sync: Callable) -> None:
+    """Register ``sync(arrays)``, called before the host reads weights a device may hold newer
+    values of (``Module.state_dict``, ``mg.save``)."""
+    if sync not in _HOST_SYNC:
+        _HOST_SYNC.append(sync)
+
+
+def sync_to_host(arrays) -> None:
+    """Bring every device's newer value of ``arrays`` home (see ``on_host_read``)."""
+    arrays = list(arrays)
+    for sync in _HOST_SYNC:
+        sync(arrays)
+
+
 def register_backend(name: str, factory: Callable[[], Backend]) -> None:
     """Make ``mg.compile(device=name)`` use ``factory()`` (called once, on first use)."""
     if name in _FACTORIES:

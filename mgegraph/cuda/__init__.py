@@ -40,7 +40,7 @@ def unavailable_reason() -> str | None:
 
 def fetch(*arrays) -> None:
     """Copy the device's newer value of shared param arrays (``p.value`` of the parameters a
-    CUDA training step updates) back into them: call it before ``state_dict()``.
+    CUDA training step updates) back into them (``state_dict()`` and ``mg.save`` do).
 
     >>> mgegraph.cuda.fetch(*[p.value for p in model.parameters()])   # doctest: +SKIP
     """

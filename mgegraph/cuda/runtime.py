@@ -10,6 +10,7 @@ import threading
 
 import numpy as np
 
+from ..backend import on_host_read
 from ..ir.errors import NumericsError
 from ..plan import Role, check_feeds
 from ..planner.passes.prologue import versions, written
@@ -22,7 +23,8 @@ _STALE: dict[int, object] = {}
 
 def fetch(*arrays) -> None:
     """Copy the device's value of each shared param array (an ``nn.Parameter``'s ``value``)
-    back into it, where a CUDA training step updated it since (``state_dict`` before saving).
+    back into it, where a CUDA training step updated it since (``state_dict()`` and
+    ``mg.save`` call it through ``backend.on_host_read``).
 
     >>> mgegraph.cuda.fetch(*[p.value for p in model.parameters()])   # doctest: +SKIP
     """
@@ -30,6 +32,10 @@ def fetch(*arrays) -> None:
         owner = _STALE.get(id(array))
         if owner is not None:
             owner.pull()
+
+
+# state_dict() and mg.save() read weights through the host: bring a training step's home first
+on_host_read(lambda arrays: fetch(*arrays))
 
 
 class CudaExecutable:

@@ -18,6 +18,7 @@ from dataclasses import fields as dataclass_fields
 
 import numpy as np
 
+from ..backend import sync_to_host
 from ..ir.errors import GraphError, ModelFormatError
 from ..ir.types import SUPPORTED
 from .container import Container, Limits, fail, write
@@ -55,6 +56,7 @@ def save(obj, path) -> None:
         _save_state(obj, path)
         return
     kind, plan = _plan_of(obj)
+    sync_to_host(plan.values[s] for s in plan.shared)  # weights a device trained: its values
     source = getattr(plan, "source", None)
     if source is None:
         raise GraphError("save(): this plan has no source graph (plan.source); compile it with "

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..backend import sync_to_host
 from ..eager.dispatch import MODE, updates
 from ..eager.tensor import Tensor, set_array
 from ..ir.errors import GraphError
@@ -160,8 +161,11 @@ class Module:
 
     # -- state ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
-        """A flat dict of every parameter and buffer name to a copy of its array."""
-        return {name: p.value.copy() for name, p in self._named_arrays()}
+        """A flat dict of every parameter and buffer name to a copy of its array (a device
+        that trained them, CUDA, copies its values back first)."""
+        named = list(self._named_arrays())
+        sync_to_host(p.value for _, p in named)
+        return {name: p.value.copy() for name, p in named}
 
     def load_state_dict(self, state: dict, strict: bool = True) -> None:
         """Copy ``state`` into the existing arrays in place (plans bound to them see it)."""

@@ -200,3 +200,28 @@ def test_check_numerics_names_the_instruction(device):
 def test_a_planning_backend_has_no_device():
     with pytest.raises(DeviceUnavailableError, match="planning only"):
         CudaBackend(device=None).gpu()
+
+
+def test_state_dict_and_save_bring_the_devices_weights_home(device, tmp_path):
+    """A module whose weights a CUDA plan updates: state_dict() and mg.save read the
+    device's values (through backend.on_host_read), not the host's stale copy."""
+    from mgegraph import nn
+
+    class Scale(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(np.linspace(-1, 1, 7).astype(np.float32))
+
+    model = Scale()
+    g = mg.Graph()
+    x, w = g.input("x", (5, 7), "float32"), g.bind(model.w)
+    g.assign(w, w * 0.5 + 0.25)
+    plan = mg.compile([F.tanh(x * w)], device=device)
+    start = model.w.value.copy()
+    plan.run(_feeds(0))
+    np.testing.assert_array_equal(model.w.value, start)  # the update lives on the device
+    np.testing.assert_allclose(model.state_dict()["w"], start * 0.5 + 0.25)
+    plan.run(_feeds(1))
+    mg.save(model.state_dict(), tmp_path / "w.mgm")
+    np.testing.assert_allclose(mg.load(tmp_path / "w.mgm")["w"],
+                               (start * 0.5 + 0.25) * 0.5 + 0.25)
