@@ -158,11 +158,18 @@ def title(docs: list[dict]) -> str:
             "measured in the same run")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line, as every error of the ``mgegraph`` command."""
+
+    def error(self, message):
+        self.exit(2, f"mgegraph: error: {message} (see `mgegraph bench --help`)\n")
+
+
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """Arguments after ``--`` go to pytest unchanged."""
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[:argv.index("--")] if "--" in argv else argv
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="mgegraph bench", description="Run the workloads of BENCHMARKS.md against the "
         "peers that are installed and print one table.", epilog="Arguments after -- go to pytest.")
     parser.add_argument("workloads", nargs="*", metavar="WORKLOAD",
@@ -231,7 +238,7 @@ def main(argv: list[str]) -> int:
         rows = bench_table.rows_from_runs(docs)
         write_outputs(args, rows, docs)
     except BenchError as exc:
-        print(f"mgegraph bench: {exc}", file=sys.stderr)
+        print(f"mgegraph: error: {exc}", file=sys.stderr)
         return 2
     render = bench_table.render_summary if args.summary else bench_table.render
     print(render(rows, title=title(docs)))

@@ -185,7 +185,7 @@ def test_svg_is_one_well_formed_document_with_a_bar_per_measured_row():
 def test_bad_input_is_one_line_naming_it(argv, message, capsys):
     assert bench.main(argv) == 2
     out, err = capsys.readouterr()
-    assert out == "" and err.startswith(f"mgegraph bench: {message}")
+    assert out == "" and err.startswith(f"mgegraph: error: {message}") and err.count("\n") == 1
 
 
 def test_from_json_renders_and_writes_rows(tmp_path, capsys):
@@ -305,3 +305,12 @@ def test_the_benchmarks_are_found_beside_the_installed_package():
         pytest.skip("no benchmarks/ folder (not a source checkout)")
     assert bench.find_benchmarks() == default
     assert bench.find_benchmarks(str(default)) == default
+
+
+def test_a_usage_error_is_one_line_too(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["--nonsense"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mgegraph: error: unrecognized arguments: --nonsense") \
+        and err.count("\n") == 1
