@@ -79,16 +79,20 @@ def run_on_host(source: str, steps, bufs, ints=(), floats=()) -> None:
 
 
 
-def run_plan_on_host(plan, backend, feeds) -> list[np.ndarray]:
-    """Run a CUDA plan whose kernels are all rendered (elementwise, fused, casts) on the host:
-    its arena and persistent block are NumPy arrays at the addresses the backend's pure layout
-    functions give (mgegraph.cuda.backend), its launches ``plan_calls``' steps over the
-    rendered module. What the GPU executable does, without a GPU."""
+def run_plan_on_host(plan, backend, feeds, build_source=None) -> list[np.ndarray]:
+    """Run a CUDA plan on the host: its arena and persistent block are NumPy arrays (0xFF
+    bytes, as garbage device memory) at the addresses the backend's pure layout functions give
+    (mgegraph.cuda.backend), its launches ``plan_calls``' steps over the rendered module, and
+    over ``build_source(file)``'s library for each hand-written csrc_cuda/ source (without it,
+    a plan that has one is refused). What the GPU executable does, without a GPU."""
     from mgegraph.cuda.backend import persistent_layout, plan_calls, rendered_source, slot_addresses
     calls, texts = plan_calls(plan, backend)
-    if any(c.source is not None for c in calls):
+    hand_written = {c.source for c in calls if c.source is not None}
+    if hand_written and build_source is None:
         raise ValueError("the plan has hand-written kernels: it cannot run on the host")
-    lib = build(rendered_source(texts))
+    libs = {source: build_source(source) for source in hand_written}
+    if texts:
+        libs[None] = build(rendered_source(texts))
     offsets, total = persistent_layout(plan)
     arena = _aligned(plan.memory.arena_bytes, 256)
     persistent = _aligned(total, 256)
@@ -106,7 +110,7 @@ def run_plan_on_host(plan, backend, feeds) -> list[np.ndarray]:
     for name, slot in plan.feeds.items():
         view(slot)[...] = feeds[name]
     for call in calls:
-        ins = plan.instructions[call.index]
+        ins, lib = plan.instructions[call.index], libs[call.source]
         args = pack([address[s] for s in call.slots], ins.ints, ins.floats)
         kernel = ctypes.cast(getattr(lib, call.step.entry), ctypes.c_void_p)
         lib.mg_emu_launch(kernel, ctypes.byref(args), (ctypes.c_uint * 3)(*call.step.grid),
@@ -115,7 +119,7 @@ def run_plan_on_host(plan, backend, feeds) -> list[np.ndarray]:
 
 
 def _aligned(nbytes: int, alignment: int) -> np.ndarray:
-    raw = np.zeros(nbytes + alignment, np.uint8)
+    raw = np.full(nbytes + alignment, 0xFF, np.uint8)  # poisoned, as on the device
     start = -raw.ctypes.data % alignment
     return raw[start:start + nbytes]
 

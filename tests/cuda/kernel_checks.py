@@ -158,49 +158,10 @@ def run_on_device(node, arrays) -> list[np.ndarray]:
 
 
 def run_plan_emulated(plan, backend, feeds) -> list[np.ndarray]:
-    """Run a whole CUDA plan on the host, hand-written kernels included: its arena and
-    persistent block are NumPy arrays at the addresses of the backend's layout functions, its
-    launches ``plan_calls``' steps, the rendered module built with host_emu.h and every
-    csrc_cuda/ source with fiber_emu.h. What the GPU executable does, without a GPU."""
-    from host_emu import build
+    """Run a whole CUDA plan on the host, hand-written kernels included (every csrc_cuda/
+    source built with fiber_emu.h): host_emu.run_plan_on_host."""
+    from host_emu import build, run_plan_on_host
 
     from mgegraph.cuda import CSRC
-    from mgegraph.cuda.abi import pack
-    from mgegraph.cuda.backend import (
-        persistent_layout,
-        plan_calls,
-        rendered_source,
-        slot_addresses,
-    )
-    calls, texts = plan_calls(plan, backend)
-    libs = {None: build(rendered_source(texts))} if texts else {}
-    for source in {c.source for c in calls if c.source is not None}:
-        libs[source] = build(FIBER_EMU.read_text() + (CSRC / source).read_text())
-    offsets, total = persistent_layout(plan)
-    arena, persistent = _aligned(plan.memory.arena_bytes), _aligned(total)
-    address = slot_addresses(plan, arena.ctypes.data, persistent.ctypes.data, offsets)
-
-    def view(slot):
-        t = plan.slots[slot].type
-        block = persistent if 0 <= address[slot] - persistent.ctypes.data < persistent.nbytes \
-            else arena
-        start = address[slot] - block.ctypes.data
-        return block[start:start + t.nbytes].view(t.dtype).reshape(t.shape)
-
-    for slot, value in plan.values.items():
-        view(slot)[...] = value
-    for name, slot in plan.feeds.items():
-        view(slot)[...] = feeds[name]
-    for call in calls:
-        ins, lib = plan.instructions[call.index], libs[call.source]
-        args = pack([address[s] for s in call.slots], ins.ints, ins.floats)
-        kernel = ctypes.cast(getattr(lib, call.step.entry), ctypes.c_void_p)
-        lib.mg_emu_launch(kernel, ctypes.byref(args), (ctypes.c_uint * 3)(*call.step.grid),
-                          (ctypes.c_uint * 3)(*call.step.block))
-    return [view(s).copy() for s in plan.outputs]
-
-
-def _aligned(nbytes: int, alignment: int = 256) -> np.ndarray:
-    raw = np.full(nbytes + alignment, 0xFF, np.uint8)  # poisoned, as on the device
-    start = -raw.ctypes.data % alignment
-    return raw[start:start + nbytes]
+    return run_plan_on_host(plan, backend, feeds, build_source=lambda source: build(
+        FIBER_EMU.read_text() + (CSRC / source).read_text()))

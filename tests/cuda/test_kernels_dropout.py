@@ -12,14 +12,6 @@ def compiled():
     return {arch: nvrtc_compile("dropout.cu", arch) for arch in ARCHS}
 
 
-@pytest.mark.nvrtc
-@pytest.mark.parametrize("arch", ARCHS)
-def test_compiles_without_warnings(compiled, arch):
-    result, log, _ = compiled[arch]
-    assert result == 0, log
-    assert log == ""
-
-
 def _arrays(dtype, with_step):
     x = np.random.default_rng(0).standard_normal((37, 29)).astype(dtype)
     return [x, np.array(12345, np.int64)] if with_step else [x]

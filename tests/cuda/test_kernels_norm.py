@@ -26,14 +26,6 @@ def compiled():
 
 
 @pytest.mark.nvrtc
-@pytest.mark.parametrize("arch", ARCHS)
-def test_compiles_without_warnings(compiled, arch):
-    result, log, _ = compiled[arch]
-    assert result == 0, log
-    assert log == ""
-
-
-@pytest.mark.nvrtc
 def test_ptx_normalises_without_contraction(compiled):
     ptx = ptx_of(compiled["sm_90"][2])
     body = ptx.split(".entry mg_batch_norm_f32(")[1].split(".entry")[0]
