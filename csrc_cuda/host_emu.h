@@ -13,6 +13,8 @@
 #error "host_emu.h is for host (g++) builds only"
 #endif
 
+#define MG_HOST_EMU 1  // mg_abi.cuh's mg_fail without device atomics
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>

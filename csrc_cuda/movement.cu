@@ -7,10 +7,11 @@
 // bytes) and entered per dtype; the accumulating adjoints and range compute, per dtype.
 //
 // Semantics are the CPU kernel's and bitwise, but for two things a kernel that cannot stop must
-// do otherwise: an index out of range (take, gather, one_hot, index_add, scatter_add; the CPU
-// reports it) reads as zero and adds nothing; and the float adjoints that add many values into
-// one place (index_add, scatter_add, pad_backward with edge/reflect) add with atomics, in an
-// order that varies, so they equal the CPU's within rounding only (integers: exactly).
+// do otherwise: an index out of range (take, gather, one_hot, index_add, scatter_add) reads as
+// zero and adds nothing, and records the CPU's status (mg_fail), so the run raises the CPU's
+// KernelError and returns nothing; and the float adjoints that add many values into one place
+// (index_add, scatter_add, pad_backward with edge/reflect) add with atomics, in an order that
+// varies, so they equal the CPU's within rounding only (integers: exactly).
 //
 // Design: a thread per output element, grid-striding; adjoints first zero their output in a
 // step of their own. No shared memory and no barriers: everything here but the atomic adds runs
@@ -121,6 +122,7 @@ template <class E> __device__ void take(const MgArgs& a) {
     MG_FOR_ELEMENTS(outer * m * row) {
         const i64 o = mg_div(i, m * row), j = mg_mod(mg_div(i, row), m), b = mg_mod(i, row);
         const i64 k = wrap(index_at(a.bufs[1], j, wide), n);
+        if (k < 0) mg_fail(a, MG_STATUS_INDEX_OUT_OF_RANGE);  // the run raises; 0 written
         ((E*)a.bufs[2])[i] = k < 0 ? E(0) : ((const E*)a.bufs[0])[(o * n + k) * row + b];
     }
 }
@@ -141,7 +143,8 @@ template <class T> __device__ void index_add(const MgArgs& a) {
         const i64 o = mg_div(i, m * inner), j = mg_mod(mg_div(i, inner), m);
         const i64 b = mg_mod(i, inner);
         const i64 k = wrap(index_at(a.bufs[1], j, wide), n);
-        if (k >= 0) add_to((T*)a.bufs[2] + (o * n + k) * inner + b, ((const T*)a.bufs[0])[i]);
+        if (k < 0) mg_fail(a, MG_STATUS_INDEX_OUT_OF_RANGE);
+        else add_to((T*)a.bufs[2] + (o * n + k) * inner + b, ((const T*)a.bufs[0])[i]);
     }
 }
 
@@ -166,6 +169,7 @@ template <class E> __device__ void gather(const MgArgs& a) {
     const GatherLayout L = gather_layout(a);
     MG_FOR_ELEMENTS(product(L.nd, L.shape)) {
         const i64 k = wrap(index_at(a.bufs[1], walk(i, L.nd, L.shape, L.is), L.wide), L.n);
+        if (k < 0) mg_fail(a, MG_STATUS_INDEX_OUT_OF_RANGE);
         ((E*)a.bufs[2])[i] = k < 0 ? E(0) : ((const E*)a.bufs[0])[walk(i, L.nd, L.shape, L.xs) +
                                                                   k * L.axis_stride];
     }
@@ -179,7 +183,9 @@ template <class T> __device__ void scatter_add(const MgArgs& a) {
     const GatherLayout L = gather_layout(a);
     MG_FOR_ELEMENTS(product(L.nd, L.shape)) {
         const i64 k = wrap(index_at(a.bufs[1], walk(i, L.nd, L.shape, L.is), L.wide), L.n);
-        if (k >= 0)
+        if (k < 0)
+            mg_fail(a, MG_STATUS_INDEX_OUT_OF_RANGE);
+        else
             add_to((T*)a.bufs[2] + walk(i, L.nd, L.shape, L.xs) + k * L.axis_stride,
                    ((const T*)a.bufs[0])[i]);
     }
@@ -251,11 +257,15 @@ template <class E> __device__ void fill(const MgArgs& a) {  // ints: [count, val
     MG_FOR_ELEMENTS(a.ints[0])((E*)a.bufs[0])[i] = (E)a.ints[1];
 }
 
-// ints: [count, classes]; y (count, classes); a class out of range gives a row of zeros
+// ints: [count, classes]; y (count, classes); a class out of range gives a row of zeros and
+// fails the run (its first column's thread reports it)
 template <class T> __device__ void one_hot(const MgArgs& a) {
     const i64 classes = a.ints[1];
-    MG_FOR_ELEMENTS(a.ints[0] * classes)
-    ((T*)a.bufs[1])[i] = (T)((i64)((const T*)a.bufs[0])[mg_div(i, classes)] == mg_mod(i, classes));
+    MG_FOR_ELEMENTS(a.ints[0] * classes) {
+        const i64 k = (i64)((const T*)a.bufs[0])[mg_div(i, classes)], j = mg_mod(i, classes);
+        if (j == 0 && (k < 0 || k >= classes)) mg_fail(a, MG_STATUS_INDEX_OUT_OF_RANGE);
+        ((T*)a.bufs[1])[i] = (T)(k == j);
+    }
 }
 
 // ints: [count, end_exact]; floats: [start, step, end]. start + i step in double, rounded as

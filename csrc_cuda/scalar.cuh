@@ -238,7 +238,8 @@ MG_HD int m_mul_int(int x, int y) { return (int)((unsigned)x * (unsigned)y); }
 MG_HD mg_i64 m_mul_int(mg_i64 x, mg_i64 y) { return (mg_i64)((mg_u64)x * (mg_u64)y); }
 
 template <class T> MG_HD T mg_int_pow(T x, T y) {
-    // by squaring in unsigned arithmetic (wraps as NumPy); 0 for a negative exponent
+    // by squaring in unsigned arithmetic (wraps as NumPy); 0 for a negative exponent, which
+    // the kernels calling it report (mg_fail: the run raises, as NumPy does)
     mg_u64 result = 1, base = (mg_u64)x;
     if (y < 0) return 0;
     while (y > 0) {

@@ -8,7 +8,8 @@
 //
 // Semantics are the CPU kernel's, operation for operation (max in the dtype with NaN never
 // winning, exp in the dtype, sums in double, results rounded once); only the order of the sums
-// differs. A label out of range cannot stop a kernel: its loss (and gradient) is NaN.
+// differs. A label out of range cannot stop a kernel: its loss (and gradient) is NaN, and it
+// records the CPU's status (mg_fail), so the run raises the CPU's KernelError instead.
 //
 // Design: one "column" (o, m) per group of blockDim.x threads. With inner == 1 a row is
 // contiguous and a warp (or block) strides along it; with inner > 1 neighbouring columns are
@@ -123,6 +124,7 @@ template <class T> __device__ void cross_entropy(const MgArgs& a) {
         const i64 k = label_at(a.bufs[1], col, p.wide);
         const double loss = column_loss(x, c, p.C, k, p.logits, p.ls, smem);
         if (threadIdx.x != 0) continue;
+        if (k < 0 || k >= p.C) mg_fail(a, MG_STATUS_INDEX_OUT_OF_RANGE);  // the run raises
         if (p.reduction == RED_NONE) ((T*)a.bufs[2])[col] = (T)loss;
         else ((double*)a.bufs[3])[col] = loss;
     }
@@ -161,6 +163,7 @@ template <class T> __device__ void cross_entropy_backward(const MgArgs& a) {
             lse = (double)mx + log(column_expsum(x, c, p.C, mx, smem));
         }
         const bool bad = k < 0 || k >= p.C;
+        if (bad && threadIdx.x == 0) mg_fail(a, MG_STATUS_INDEX_OUT_OF_RANGE);
         for (i64 i = threadIdx.x; i < p.C; i += blockDim.x) {
             const i64 at = c.base + i * c.stride;
             const double t = p.ls / (double)p.C + (k == i ? 1 - p.ls : 0.0);

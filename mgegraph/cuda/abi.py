@@ -3,11 +3,13 @@
 Design: the header is the one definition; ``LIMITS`` reads its ``#define``s, and the tests
 check that this struct's size and field offsets equal what g++ and NVRTC compute for the
 header, so the two cannot drift. A kernel takes MgArgs by value: the launch passes the address
-of one packed struct as the kernel's only parameter.
+of one packed struct as the kernel's only parameter. A kernel that fails (an index out of
+range, ...) records ``(index + 1) << 8 | code`` in the plan's status word (``status``) with the
+CPU's codes (``STATUS``); ``decode`` reads it back.
 
->>> args = pack([0x1000, 0x2000], (3, 1, 8), (0.5,))
->>> args.n_bufs, args.ints[2], args.floats[0]
-(2, 8, 0.5)
+>>> args = pack([0x1000, 0x2000], (3, 1, 8), (0.5,), status=0x3000, index=7)
+>>> args.n_bufs, args.ints[2], args.floats[0], args.index
+(2, 8, 0.5, 7)
 """
 from __future__ import annotations
 
@@ -23,6 +25,9 @@ def _limits(text: str) -> dict[str, int]:
 
 
 LIMITS = _limits(HEADER.read_text())  # {"BUFS": 16, "INTS": 64, "FLOATS": 8}
+# the status codes: {"INDEX_OUT_OF_RANGE": 1, ...}, the CPU's (a test compares them)
+STATUS = {k: int(v) for k, v in re.findall(r"#define MG_STATUS_(\w+) (\d+)", HEADER.read_text())}
+STATUS_BYTES = 8  # the status word: one unsigned long long
 
 
 class MgArgs(ctypes.Structure):
@@ -33,7 +38,9 @@ class MgArgs(ctypes.Structure):
                 ("floats", ctypes.c_double * LIMITS["FLOATS"]),
                 ("n_bufs", ctypes.c_longlong),
                 ("n_ints", ctypes.c_longlong),
-                ("n_floats", ctypes.c_longlong)]
+                ("n_floats", ctypes.c_longlong),
+                ("status", ctypes.c_void_p),
+                ("index", ctypes.c_longlong)]
 
 
 def field_offsets() -> dict[str, int]:
@@ -41,9 +48,10 @@ def field_offsets() -> dict[str, int]:
     return {name: getattr(MgArgs, name).offset for name, _ in MgArgs._fields_}
 
 
-def pack(bufs, ints, floats) -> MgArgs:
-    """One MgArgs of buffer addresses (ints; 0 for none), integer and float parameters; a
-    ValueError naming the limit when one does not fit.
+def pack(bufs, ints, floats, status: int = 0, index: int = 0) -> MgArgs:
+    """One MgArgs of buffer addresses (ints; 0 for none), integer and float parameters, the
+    status word's address (0: none) and the instruction's index; a ValueError naming the
+    limit when one does not fit.
 
     >>> pack([0] * 17, (), ())
     Traceback (most recent call last):
@@ -60,4 +68,15 @@ def pack(bufs, ints, floats) -> MgArgs:
     args.ints[:len(ints)] = [int(i) for i in ints]
     args.floats[:len(floats)] = [float(f) for f in floats]
     args.n_bufs, args.n_ints, args.n_floats = len(bufs), len(ints), len(floats)
+    args.status, args.index = int(status) or None, int(index)
     return args
+
+
+def decode(word: int) -> tuple[int, int] | None:
+    """(instruction index, status code) of a status word; None for 0 (no failure).
+
+    >>> decode((5 + 1) << 8 | STATUS["INDEX_OUT_OF_RANGE"])
+    (5, 1)
+    """
+    word = int(word)
+    return None if word == 0 else ((word >> 8) - 1, word & 0xFF)

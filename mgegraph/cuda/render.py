@@ -97,11 +97,22 @@ def unary_kernel(op: str, dtype) -> tuple[str, str]:
     return entry, _kernel(entry, f"{op} {np.dtype(dtype).name}", "\n".join(lines))
 
 
+def _negative_power_check(op: str, dtype, exponent: str) -> str:
+    """The statement that fails the run (the CPU's KERNEL_NEGATIVE_POWER, as NumPy raises) on
+    an integer ``pow`` by a negative exponent; nothing for other ops and for floats."""
+    if op != "pow" or np.dtype(dtype).kind not in "iu":
+        return ""
+    return f"if ({exponent} < 0) mg_fail(a, MG_STATUS_NEGATIVE_POWER); "
+
+
 def binary_kernel(op: str, dtype) -> tuple[str, str]:
-    """(entry, text) of binary table op ``op`` (or a comparison, whose output is bool)."""
+    """(entry, text) of binary table op ``op`` (or a comparison, whose output is bool); an
+    integer ``pow`` by a negative exponent gives 0 and fails the run (mg_fail)."""
     entry, c = f"mg_binary_{op}_{short_name(np.dtype(dtype))}", ctype(dtype)
     out = "mg_bool" if TABLE.BY_NAME[op].kind == "compare" else c
-    body = f"    mg_map2<{c}, {out}>(a, []({c} x, {c} y) {{ return ({out})ew_{op}(x, y); }});"
+    check = _negative_power_check(op, dtype, "y")
+    body = (f"    mg_map2<{c}, {out}>(a, [&]({c} x, {c} y) {{ {check}return ({out})ew_{op}(x, y);"
+            " });")
     return entry, _kernel(entry, f"{op} {np.dtype(dtype).name}", body)
 
 
@@ -170,7 +181,7 @@ def _offset(shape, strides, wide: bool) -> str:
     return " + ".join(terms) or "0"
 
 
-def _step(op, dst, a, b, c, k, consts, t) -> str:
+def _step(op, dst, a, b, c, k, consts, t, dtype=None) -> str:
     if op == "load":
         return f"const {t} v{dst} = x{a};"
     if op == "const":
@@ -183,7 +194,8 @@ def _step(op, dst, a, b, c, k, consts, t) -> str:
         params = [consts[i] for i in (b, c)[:len(TABLE.BY_NAME[op].params)]]
         return f"const {t} v{dst} = ew_{op}({', '.join([f'v{a}', *params])});"
     if op in BINARY:  # comparisons give 1 or 0 in the program's dtype
-        return f"const {t} v{dst} = ({t})ew_{op}(v{a}, v{b});"
+        check = _negative_power_check(op, dtype, f"v{b}") if dtype is not None else ""
+        return f"{check}const {t} v{dst} = ({t})ew_{op}(v{a}, v{b});"
     raise ValueError(f"step {k}: op {op!r} cannot be fused")
 
 
@@ -191,8 +203,9 @@ def _fused_body(program: Program, t: str, name: str) -> str:
     consts = [literal(v, t) for v in program.constants]
     n_in, n_out = len(program.input_shapes), program.n_outputs
     params = [f"const {t} x{i}" for i in range(n_in)] + [f"{t}& o{j}" for j in range(n_out)]
-    lines = [f"MG_HD void {name}_body({', '.join(params)}) {{"]
-    lines += [f"    {_step(*s, k, consts, t)}  // step {k}: {s[0]}"
+    # the MgArgs too, for mg_fail (an integer pow by a negative exponent fails the run)
+    lines = [f"MG_HD void {name}_body({', '.join(['const MgArgs& a', *params])}) {{"]
+    lines += [f"    {_step(*s, k, consts, t, program.dtype)}  // step {k}: {s[0]}"
               for k, s in enumerate(to_ssa(program.code))]
     return "\n".join(lines + ["}"])
 
@@ -211,7 +224,7 @@ def _fused_loops(program, t, name, shape, strides, contiguous) -> list[str]:
     if "strided" not in kinds:
         lines += _vector_loop(t, name, kinds, n_out)
     lines += ["    for (mg_i64 i = start; i < n; i += step)",
-              f"        {name}_body({', '.join(ins + [outs])});"]
+              f"        {name}_body({', '.join(['a', *ins, outs])});"]
     return lines
 
 
@@ -227,7 +240,7 @@ def _vector_loop(t, name, kinds, n_out) -> list[str]:
     lines += [f"            const MgPack<{t}> p{i} = ((const MgPack<{t}>*)in{i})[i];"
               for i, k in enumerate(kinds) if k == "flat"]
     lines += [f"            MgPack<{t}> q{j};" for j in range(n_out)]
-    args = [f"p{i}.v[j]" if k == "flat" else f"s{i}" for i, k in enumerate(kinds)]
+    args = ["a"] + [f"p{i}.v[j]" if k == "flat" else f"s{i}" for i, k in enumerate(kinds)]
     args += [f"q{j}.v[j]" for j in range(n_out)]
     lines += ["#pragma unroll", "            for (int j = 0; j < V; ++j)",
               f"                {name}_body({', '.join(args)});"]

@@ -2,6 +2,11 @@
 
 The logic is in the pure functions of backend.py (``persistent_layout``, ``slot_addresses``,
 ``plan_calls``) and abi.py (``pack``); this class calls the driver with what they give.
+
+Errors: the plan's status word (8 bytes after the persistent block) is zeroed by the first
+operation of every run (a memset, inside the CUDA graph too), set by a failing kernel
+(``mg_fail``, mg_abi.cuh) and read back with the outputs; a non-zero word raises the CPU's
+``KernelError`` for the failing instruction and the run's outputs are not returned.
 """
 from __future__ import annotations
 
@@ -10,8 +15,9 @@ import threading
 
 import numpy as np
 
+from .._kernels.runtime import KERNEL_STATUS
 from ..backend import on_host_read
-from ..ir.errors import NumericsError
+from ..ir.errors import KernelError, NumericsError
 from ..plan import Role, check_feeds
 from ..planner.passes.prologue import versions, written
 from . import abi, nvrtc
@@ -51,10 +57,13 @@ class CudaExecutable:
         self.functions = self._functions(texts)
         offsets, total = persistent_layout(plan)
         self.arena = backend.allocate(plan.memory.arena_bytes, plan.memory.options.alignment)
-        self.persistent = device.alloc(total)
+        self.persistent = device.alloc(total + abi.STATUS_BYTES)
+        self.status = self.persistent + total  # the status word (a multiple of 256 bytes in)
         self.address = slot_addresses(plan, self.arena, self.persistent, offsets)
         self.args = [abi.pack([self.address[s] for s in c.slots], plan.instructions[c.index].ints,
-                              plan.instructions[c.index].floats) for c in self.calls]
+                              plan.instructions[c.index].floats, self.status, c.index)
+                     for c in self.calls]
+        self.status_host = device.pinned(abi.STATUS_BYTES)
         self.staging = {s: device.pinned(plan.slots[s].nbytes)
                         for s in list(plan.feeds.values()) + list(plan.outputs)}
         self.shared = {s: plan.values[s] for s in plan.shared}
@@ -101,8 +110,10 @@ class CudaExecutable:
             self._launch_all()
         for slot in plan.outputs:
             device.to_host(self.staging[slot], self.address[slot])
+        device.to_host(self.status_host, self.status)
         device.synchronize()
-        self._mark_updated()
+        self._mark_updated()  # the assigns before a failure did run on the device
+        self._check_status()
         return [self.staging[s].view(plan.slots[s].type.dtype).reshape(
             plan.slots[s].type.shape).copy() for s in plan.outputs]
 
@@ -112,7 +123,15 @@ class CudaExecutable:
         with self._lock:
             self.device.activate()
             self._launch_all()
+            self.device.to_host(self.status_host, self.status)
             self.device.synchronize()
+            self._check_status()
+
+    def _check_status(self) -> None:
+        """Raise the KernelError of the status word read back last, if a kernel set it."""
+        error = status_error(self.plan, int(self.status_host.view(np.uint64)[0]))
+        if error is not None:
+            raise error
 
     def _launch_all(self) -> None:
         device = self.device
@@ -133,6 +152,7 @@ class CudaExecutable:
         return not first
 
     def _launch_each(self) -> None:
+        self.device.memset(self.status, 0, abi.STATUS_BYTES)  # captured: zeroed by every replay
         for k, (function, call, args) in enumerate(zip(self.functions, self.calls, self.args)):
             self.device.launch(function, call.step, args)
             for address, nbytes in self.poison.get(k, ()):
@@ -143,9 +163,13 @@ class CudaExecutable:
         plan, by_ins = self.plan, {}
         for k, call in enumerate(self.calls):
             by_ins.setdefault(call.index, []).append(k)
+        self.device.memset(self.status, 0, abi.STATUS_BYTES)
         for index, ks in by_ins.items():
             for k in ks:
                 self.device.launch(self.functions[k], self.calls[k].step, self.args[k])
+            self.device.to_host(self.status_host, self.status)
+            self.device.synchronize()
+            self._check_status()  # a kernel's error before the NaN it may have written
             ins = plan.instructions[index]
             for s in ins.outputs:
                 out = self._read(s)
@@ -195,6 +219,22 @@ class CudaExecutable:
                 self.device.synchronize()
                 array[...] = host
                 _STALE.pop(id(array), None)
+
+
+def status_error(plan, word: int) -> KernelError | None:
+    """The KernelError a status word reports (the CPU's words: op, kernel, the user's line and
+    what went wrong), or None for 0.
+
+    >>> status_error(plan, 0) is None   # doctest: +SKIP
+    True
+    """
+    failure = abi.decode(word)
+    if failure is None:
+        return None
+    index, code = failure
+    ins = plan.instructions[index]
+    return KernelError(f"{ins.op} (kernel {ins.kernel}, node made at {ins.location}): "
+                       f"{KERNEL_STATUS.get(code, f'status {code}')}")
 
 
 def poison_after(plan, calls, address: dict[int, int]) -> dict[int, list[tuple[int, int]]]:

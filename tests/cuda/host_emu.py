@@ -61,22 +61,25 @@ def build(source: str) -> ctypes.CDLL:
     return lib
 
 
-def run_on_host(source: str, steps, bufs, ints=(), floats=()) -> None:
+def run_on_host(source: str, steps, bufs, ints=(), floats=(), index=0) -> int:
     """Launch each of ``steps`` (mgegraph.cuda.kernel.Step) of ``source`` on the host over the
-    NumPy arrays ``bufs`` (inputs, outputs, workspace), which the kernels write in place."""
+    NumPy arrays ``bufs`` (inputs, outputs, workspace), which the kernels write in place, as
+    instruction ``index``; the status word the kernels left (0: no failure, else
+    ``(index + 1) << 8 | code``, mgegraph.cuda.abi.decode)."""
     lib = build(source)
     arrays = [b if isinstance(b, np.ndarray) else np.asarray(b) for b in bufs]
     for a in arrays:
         if not a.flags.c_contiguous:
             raise ValueError("host emulation buffers must be C-contiguous")
-    args = pack([a.ctypes.data for a in arrays], ints, floats)
+    status = np.zeros(1, np.uint64)  # real memory for mg_fail, zeroed as a run zeroes it
+    args = pack([a.ctypes.data for a in arrays], ints, floats, status.ctypes.data, index)
     for step in steps:
         if step.shared_bytes:
             raise ValueError(f"{step.entry} uses shared memory: it cannot run on the host")
         kernel = ctypes.cast(getattr(lib, step.entry), ctypes.c_void_p)
         lib.mg_emu_launch(kernel, ctypes.byref(args), (ctypes.c_uint * 3)(*step.grid),
                           (ctypes.c_uint * 3)(*step.block))
-
+    return int(status[0])
 
 
 def run_plan_on_host(plan, backend, feeds, build_source=None) -> list[np.ndarray]:
@@ -84,8 +87,11 @@ def run_plan_on_host(plan, backend, feeds, build_source=None) -> list[np.ndarray
     bytes, as garbage device memory) at the addresses the backend's pure layout functions give
     (mgegraph.cuda.backend), its launches ``plan_calls``' steps over the rendered module, and
     over ``build_source(file)``'s library for each hand-written csrc_cuda/ source (without it,
-    a plan that has one is refused). What the GPU executable does, without a GPU."""
+    a plan that has one is refused). What the GPU executable does, without a GPU: a kernel's
+    failure (its status word, 8 bytes after the persistent block) raises its KernelError."""
+    from mgegraph.cuda.abi import STATUS_BYTES
     from mgegraph.cuda.backend import persistent_layout, plan_calls, rendered_source, slot_addresses
+    from mgegraph.cuda.runtime import status_error
     calls, texts = plan_calls(plan, backend)
     hand_written = {c.source for c in calls if c.source is not None}
     if hand_written and build_source is None:
@@ -95,7 +101,9 @@ def run_plan_on_host(plan, backend, feeds, build_source=None) -> list[np.ndarray
         libs[None] = build(rendered_source(texts))
     offsets, total = persistent_layout(plan)
     arena = _aligned(plan.memory.arena_bytes, 256)
-    persistent = _aligned(total, 256)
+    persistent = _aligned(total + STATUS_BYTES, 256)
+    status = persistent[total:].view(np.uint64)
+    status[0] = 0
     address = slot_addresses(plan, arena.ctypes.data, persistent.ctypes.data, offsets)
 
     def view(slot):
@@ -111,10 +119,14 @@ def run_plan_on_host(plan, backend, feeds, build_source=None) -> list[np.ndarray
         view(slot)[...] = feeds[name]
     for call in calls:
         ins, lib = plan.instructions[call.index], libs[call.source]
-        args = pack([address[s] for s in call.slots], ins.ints, ins.floats)
+        args = pack([address[s] for s in call.slots], ins.ints, ins.floats,
+                    status.ctypes.data, call.index)
         kernel = ctypes.cast(getattr(lib, call.step.entry), ctypes.c_void_p)
         lib.mg_emu_launch(kernel, ctypes.byref(args), (ctypes.c_uint * 3)(*call.step.grid),
                           (ctypes.c_uint * 3)(*call.step.block))
+    error = status_error(plan, int(status[0]))
+    if error is not None:
+        raise error
     return [view(s).copy() for s in plan.outputs]
 
 

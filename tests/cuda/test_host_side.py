@@ -37,7 +37,7 @@ def test_mgargs_matches_what_gxx_computes_for_the_header(tmp_path):
     out = subprocess.run([str(tmp_path / "a")], capture_output=True, text=True,
                          check=True).stdout
     got = dict(line.split() for line in out.splitlines())
-    assert int(got.pop("size")) == ctypes.sizeof(abi.MgArgs) == 728
+    assert int(got.pop("size")) == ctypes.sizeof(abi.MgArgs) == 744
     assert {k: int(v) for k, v in got.items()} == abi.field_offsets()
 
 

@@ -6,8 +6,9 @@ kernels (mgegraph/cuda/render.py over csrc_cuda/elementwise.cuh) read its ints l
 from the table, so ``steps`` picks the entry by the opcode the lowering packed (the table's
 order, which the CPU build checks too).
 
-One difference from the CPU: an integer ``pow`` with a negative exponent gives 0 here, where the
-CPU kernel stops the run with a KernelError (NumPy raises); a GPU kernel has no status to return.
+An integer ``pow`` with a negative exponent fails the run as on the CPU (NumPy raises): the
+kernel writes 0 and records the CPU's status in the plan's status word (``mg_fail``,
+csrc_cuda/mg_abi.cuh), and the run raises the CPU's KernelError instead of returning.
 """
 from __future__ import annotations
 
