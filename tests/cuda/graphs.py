@@ -73,3 +73,55 @@ def fused_nodes(outputs) -> list:
 
 
 __all__ = ["fused_nodes", "graphs", "np"]
+
+
+# -- graphs whose run fails on bad data: every kind of kernel status a CUDA kernel reports ------
+def failing_cases() -> dict:
+    """name -> (outputs, good feeds, bad feeds): one graph per data-dependent failure of a CPU
+    kernel (mgegraph/_kernels: KERNEL_NEGATIVE_POWER, KERNEL_INDEX_OUT_OF_RANGE), which the
+    CUDA kernel of the same op reports through the status word (mg_fail, mg_abi.cuh)."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    cases = {}
+    for dtype in ("int32", "int64"):
+        g = mg.Graph()
+        a, b = g.input("a", (6,), dtype), g.input("b", (6,), dtype)
+        base = np.arange(-2, 4).astype(dtype)
+        cases[f"pow_{dtype}"] = ([F.pow(a, b) + a], {"a": base, "b": np.arange(6).astype(dtype)},
+                                 {"a": base, "b": np.array([1, 2, -1, 0, 3, 1], dtype)})
+    idx_good, idx_bad = np.array([0, 3, -1], np.int32), np.array([0, 4, 1], np.int32)
+    for op in ("take", "index_add", "gather", "scatter_add"):
+        wide = op in ("gather", "scatter_add")  # an index per element, not per row
+        good = np.tile(idx_good[:, None], 6) if wide else idx_good
+        bad = np.tile(idx_bad[:, None], 6) if wide else idx_bad
+        source = "t" if op in ("take", "gather") else "s"
+        value = x if source == "t" else x[:3].copy()
+        cases[op] = ([_indexing(op, value.shape, good.shape)], {source: value, "i": good},
+                     {source: value, "i": bad})
+    g = mg.Graph()
+    labels = g.input("k", (4,), "int32")
+    cases["one_hot"] = ([F.one_hot(labels, 6)], {"k": np.array([0, 5, 2, 1], np.int32)},
+                        {"k": np.array([0, 6, 2, 1], np.int32)})
+    good, bad = np.array([0, 5, 2, 1], np.int32), np.array([0, 5, -1, 1], np.int32)
+    for reduction in ("none", "mean", "backward"):
+        g = mg.Graph()
+        pred = g.input("p", (4, 6), "float32")
+        loss = F.cross_entropy(pred, g.input("k", (4,), "int32"),
+                               reduction="none" if reduction == "none" else "mean")
+        outputs = mg.grad(loss, [pred]) if reduction == "backward" else [loss]
+        cases[f"cross_entropy_{reduction}"] = (outputs, {"p": x, "k": good}, {"p": x, "k": bad})
+    return cases
+
+
+def _indexing(op, shape, index_shape):
+    from mgegraph.ops.builder import apply
+    g = mg.Graph()
+    i = g.input("i", index_shape, "int32")
+    if op == "take":  # an embedding lookup
+        return F.take(g.input("t", shape, "float32"), i, axis=0)
+    if op == "gather":
+        return F.gather(g.input("t", shape, "float32"), 0, i)
+    s = g.input("s", shape, "float32")
+    if op == "index_add":
+        return apply("index_add", (s, i), axis=0, size=4)
+    return apply("scatter_add", (s, i), axis=0, shape=(4, 6))

@@ -18,6 +18,7 @@ import pytest
 
 import mgegraph as mg
 from mgegraph.backend import get_backend
+from mgegraph.cuda.abi import decode
 
 FIBER_EMU = Path(__file__).with_name("fiber_emu.h")
 # sm_80 through its PTX (NVRTC's front end, where warnings come from), sm_90 to SASS (ptxas too,
@@ -99,11 +100,13 @@ def cuda_launch(family, node):
     return launch, kernel, kernel.steps(launch, types)
 
 
-def emulate(family, node, arrays, steps=None, fibers=True) -> list[np.ndarray]:
+def emulate(family, node, arrays, steps=None, fibers=True, status=False):
     """The node's outputs by its CUDA kernel, emulated on the host with the launch geometry of
     its steps (or of ``steps``, to reach another entry of the kernel): through fiber_emu.h, or
     with ``fibers=False`` through host_emu.h alone (one thread after another), which builds
-    only kernels without shared memory, barriers or shuffles."""
+    only kernels without shared memory, barriers or shuffles. The kernel must not report a
+    failure (its status word, mg_fail); with ``status=True``: (outputs, the word), the
+    instruction's index being 0."""
     from host_emu import build, have_compiler, run_on_host
 
     from mgegraph.cuda import CSRC
@@ -118,10 +121,13 @@ def emulate(family, node, arrays, steps=None, fibers=True) -> list[np.ndarray]:
     bufs = [np.ascontiguousarray(a) for a in arrays] + outs
     if launch.workspace:
         bufs.append(poisoned((launch.workspace,), np.uint8))
-    run_on_host(source, steps, bufs, launch.ints, launch.floats)
+    word = run_on_host(source, steps, bufs, launch.ints, launch.floats)
     if fibers:
         failed = ctypes.c_int.in_dll(build(source), "mg_fiber_failed")
         assert failed.value == 0, "a block of the emulation deadlocked at a barrier"
+    if status:
+        return outs, word
+    assert word == 0, f"the kernel reported a failure: (instruction, code) {decode(word)}"
     return outs
 
 

@@ -1,10 +1,11 @@
 """On a GPU (marker ``cuda``; skipped elsewhere with the reason): plans run by the CUDA backend
 against the CPU backend: elementwise ops and fused groups bitwise (where the math is the same
 instructions: not sin, cos, pow and float64 erf, which are CUDA's), training within 1e-4 over
-20 steps, remat, CUDA graph replay, shared weights on the device, errors."""
+20 steps, remat, CUDA graph replay, shared weights on the device, errors (a kernel's failure
+through the status word raises the CPU's KernelError)."""
 import numpy as np
 import pytest
-from graphs import fusion_chain
+from graphs import failing_cases, fusion_chain
 
 import mgegraph as mg
 import mgegraph.functional as F
@@ -164,3 +165,37 @@ def test_check_numerics_names_the_instruction_on_the_gpu():
     plan = mg.compile([y], device="cuda", check_numerics=True, optimize=0)
     with pytest.raises(mg.NumericsError, match="log"):
         plan.run({"x": np.array([1, 0, 2, 3], np.float32)})
+
+
+@pytest.mark.parametrize("name", list(failing_cases()))
+def test_a_failing_kernel_raises_the_cpus_error_on_the_gpu(name):
+    # the status word: set by the kernel (mg_fail), zeroed by every run, graph replays included
+    outputs, good, bad = failing_cases()[name]
+    cpu = mg.compile(outputs, device="cpu", optimize=0)
+    gpu = mg.compile(outputs, device="cuda", optimize=0)
+    with pytest.raises(mg.KernelError) as want:
+        cpu.run(bad)
+    for _ in range(2):  # launched one by one, then captured as a graph and replayed
+        for a, b in zip(cpu.run(good), gpu.run(good), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        with pytest.raises(mg.KernelError) as got:
+            gpu.run(bad)
+        assert str(got.value) == str(want.value)
+    assert gpu.executable()._graph is not None
+    gpu.run(good)
+
+
+def test_the_first_failing_instruction_is_reported_on_the_gpu():
+    g = mg.Graph()
+    i, k = g.input("i", (3,), "int32"), g.input("k", (2,), "int32")
+    rows = F.take(g.input("t", (4, 6), "float32"), i, axis=0)
+    outputs = [rows, F.one_hot(k, 3)]  # both fail; many threads of each
+    feeds = {"t": np.ones((4, 6), np.float32), "i": np.array([0, 9, 1], np.int32),
+             "k": np.array([5, 0], np.int32)}
+    with pytest.raises(mg.KernelError) as want:
+        mg.compile(outputs, device="cpu", optimize=0).run(feeds)
+    plan = mg.compile(outputs, device="cuda", optimize=0)
+    for _ in range(3):
+        with pytest.raises(mg.KernelError) as got:
+            plan.run(feeds)
+        assert str(got.value) == str(want.value)

@@ -15,6 +15,7 @@ from kernel_checks import (
     run_on_device,
 )
 
+from mgegraph.cuda.abi import STATUS, decode
 from mgegraph.cuda.kernels import movement as family
 
 ALL = (np.float32, np.float64, np.int32, np.int64, np.bool_)
@@ -124,12 +125,14 @@ def test_ranges_are_bitwise(dtype):
 
 
 @pytest.mark.nvrtc
-def test_a_bad_index_reads_zero():
-    # the CPU kernel refuses it; a GPU kernel cannot stop, so it reads nothing
+def test_a_bad_index_reads_zero_and_fails_the_run():
+    # the CPU kernel refuses it; a GPU kernel cannot stop, so it reads nothing and reports the
+    # CPU's status in the status word (the run raises the CPU's KernelError)
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     node = node_of("take", [x, _idx([0, 7])], axis=1)
-    np.testing.assert_array_equal(emulate(family, node, [x, _idx([0, 7])], fibers=False)[0],
-                                  [[0, 0], [3, 0]])
+    (y,), word = emulate(family, node, [x, _idx([0, 7])], fibers=False, status=True)
+    np.testing.assert_array_equal(y, [[0, 0], [3, 0]])
+    assert decode(word) == (0, STATUS["INDEX_OUT_OF_RANGE"])
 
 
 def test_steps():

@@ -15,6 +15,7 @@ from kernel_checks import (
     run_on_device,
 )
 
+from mgegraph.cuda.abi import STATUS, decode
 from mgegraph.cuda.kernels import softmax as family
 
 FLOATS = (np.float32, np.float64)
@@ -90,12 +91,14 @@ def test_cross_entropy_and_gradient_match_cpu(reduction, with_logits, smooth, sh
 
 
 @pytest.mark.nvrtc
-def test_a_label_out_of_range_gives_nan():
-    # the CPU kernel refuses it with a status; a GPU kernel cannot stop, so its loss is NaN
+def test_a_label_out_of_range_gives_nan_and_fails_the_run():
+    # the CPU kernel refuses it with a status; a GPU kernel cannot stop, so its loss is NaN and
+    # it reports the CPU's status in the status word (the run raises the CPU's KernelError)
     pred, label = _logits(np.float32, (4, 3)), np.array([0, 3, 1, 2], np.int32)
     node = node_of("cross_entropy", [pred, label], reduction="none")
-    loss = emulate(family, node, [pred, label])[0]
+    (loss,), word = emulate(family, node, [pred, label], status=True)
     assert np.isnan(loss[1]) and np.isfinite(loss[[0, 2, 3]]).all()
+    assert decode(word) == (0, STATUS["INDEX_OUT_OF_RANGE"])
 
 
 @pytest.mark.nvrtc

@@ -8,10 +8,12 @@ import ctypes
 import host_emu
 import numpy as np
 import pytest
+from graphs import failing_cases
+from kernel_checks import FIBER_EMU
 
 import mgegraph as mg
 import mgegraph.functional as F
-from mgegraph.cuda import DeviceUnavailableError
+from mgegraph.cuda import CSRC, DeviceUnavailableError
 from mgegraph.cuda.backend import CudaBackend
 from mgegraph.planner.passes.prologue import written
 
@@ -50,6 +52,9 @@ class FakeDevice:
         ctypes.memmove(dst, src, nbytes)
 
     def memset(self, dst, byte, nbytes):
+        if self.capturing is not None:  # on a capturing stream a memset is a node of the graph
+            self.capturing.append((self.memset, (dst, byte, nbytes)))
+            return
         ctypes.memset(dst, byte, nbytes)
 
     def activate(self):
@@ -63,7 +68,7 @@ class FakeDevice:
 
     def launch(self, function, step, args):
         if self.capturing is not None:
-            self.capturing.append((function, step, args))
+            self.capturing.append((self.launch, (function, step, args)))
             return
         self.launches += 1
         lib, entry = function
@@ -80,12 +85,13 @@ class FakeDevice:
 
     def replay(self, graph):
         self.replays += 1
-        for launch in graph:
-            self.launch(*launch)
+        for operation, arguments in graph:
+            operation(*arguments)
 
 
 class HostBackend(CudaBackend):
-    """The CUDA backend with the fake device; rendered modules built by g++ (host_emu)."""
+    """The CUDA backend with the fake device; rendered modules built by g++ (host_emu), the
+    hand-written ones with the fiber emulation (kernel_checks.FIBER_EMU)."""
 
     def __init__(self):
         super().__init__(device=0, name="cuda-host")
@@ -95,8 +101,8 @@ class HostBackend(CudaBackend):
         return self.fake
 
     def module(self, source, text=None, extra=()):
-        if text is None:
-            raise NotImplementedError("hand-written kernels need the fiber emulation")
+        if text is None:  # a hand-written csrc_cuda/ source: through the fiber emulation
+            return host_emu.build(FIBER_EMU.read_text() + (CSRC / source).read_text())
         return host_emu.build(text)
 
 
@@ -225,3 +231,70 @@ def test_state_dict_and_save_bring_the_devices_weights_home(device, tmp_path):
     mg.save(model.state_dict(), tmp_path / "w.mgm")
     np.testing.assert_allclose(mg.load(tmp_path / "w.mgm")["w"],
                                (start * 0.5 + 0.25) * 0.5 + 0.25)
+
+
+# -- the status word: a kernel's failure raises the CPU's KernelError ----------------------------
+def _same_outputs(cpu, cuda):
+    for a, b in zip(cpu, cuda, strict=True):
+        assert a.dtype == b.dtype
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", list(failing_cases()))
+def test_a_failing_kernel_raises_the_cpus_error_and_the_next_run_works(device, name):
+    outputs, good, bad = failing_cases()[name]
+    cpu = mg.compile(outputs, device="cpu", optimize=0)
+    cuda = mg.compile(outputs, device=device, optimize=0)
+    with pytest.raises(mg.KernelError) as want:
+        cpu.run(bad)
+    for _ in range(2):  # launched one by one, then captured as a graph and replayed
+        _same_outputs(cpu.run(good), cuda.run(good))  # the word was zeroed in between
+        with pytest.raises(mg.KernelError) as got:
+            cuda.run(bad)
+        assert str(got.value) == str(want.value)  # op, kernel, the user's line, the words
+    _same_outputs(cpu.run(good), cuda.run(good))
+    assert cuda.executable().device.replays == 4
+
+
+def _two_failures():
+    g = mg.Graph()
+    t, i = g.input("t", (4, 6), "float32"), g.input("i", (3,), "int32")
+    a, b = g.input("a", (5,), "int32"), g.input("b", (5,), "int32")
+    rows = F.take(t, i, axis=0)
+    return [F.pow(a, b), rows * 2.0], {
+        "t": np.ones((4, 6), np.float32), "i": np.array([0, 9, 1], np.int32),
+        "a": np.arange(5, dtype=np.int32), "b": np.array([1, -2, 0, 1, 1], np.int32)}
+
+
+def test_the_first_failing_instruction_is_reported(device):
+    outputs, feeds = _two_failures()
+    cpu = mg.compile(outputs, device="cpu", optimize=0)
+    cuda = mg.compile(outputs, device=device, optimize=0)
+    with pytest.raises(mg.KernelError) as want:
+        cpu.run(feeds)
+    first = next(ins.op for ins in cuda.instructions if ins.op in ("pow", "take"))
+    assert str(want.value).startswith(first)
+    for _ in range(3):  # launched, captured, replayed: the later failure never overwrites
+        with pytest.raises(mg.KernelError) as got:
+            cuda.run(feeds)
+        assert str(got.value) == str(want.value)
+
+
+def test_check_numerics_reports_the_kernels_failure_before_its_nan(device):
+    outputs, good, bad = failing_cases()["cross_entropy_none"]
+    plan = mg.compile(outputs, device=device, check_numerics=True, optimize=0)
+    with pytest.raises(mg.KernelError, match="an index is out of range"):
+        plan.run(bad)  # the loss it wrote is NaN: the kernel's own error comes first
+    assert np.isfinite(plan.run(good)[0]).all()
+
+
+def test_launch_alone_raises_too(device):
+    outputs, good, bad = failing_cases()["take"]
+    plan = mg.compile(outputs, device=device, optimize=0)
+    plan.run(good)
+    ex = plan.executable()
+    ex.launch()
+    with pytest.raises(mg.KernelError):
+        plan.run(bad)
+    with pytest.raises(mg.KernelError, match="an index is out of range"):
+        ex.launch()  # the device still holds the bad indices
