@@ -11,48 +11,13 @@ import statistics
 import subprocess
 import time
 
-import numpy as np
 import pytest
+from models import resnet50_step
 
 import mgegraph as mg
-import mgegraph.functional as F
-from mgegraph import nn, optim
 from mgegraph.tools.graphview import build_views, plan_drawing, plan_output_items
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-def _conv_bn(cin, cout, kernel, stride=1):
-    return nn.Sequential(nn.Conv2d(cin, cout, kernel, stride=stride, padding=kernel // 2,
-                                   bias=False), nn.BatchNorm2d(cout))
-
-
-class Bottleneck(nn.Module):
-    """1x1 reduce, 3x3, 1x1 expand (x4), each conv-bn, relu between; the input added."""
-
-    def __init__(self, cin, width, stride):
-        self.body = nn.Sequential(_conv_bn(cin, width, 1), nn.ReLU(),
-                                  _conv_bn(width, width, 3, stride), nn.ReLU(),
-                                  _conv_bn(width, width * 4, 1))
-        self.skip = _conv_bn(cin, width * 4, 1, stride) if stride != 1 or cin != width * 4 \
-            else None
-
-    def forward(self, x):
-        return F.relu(self.body(x) + (x if self.skip is None else self.skip(x)))
-
-
-def resnet50_step(remat=None):
-    """One SGD step of a ResNet-50-shaped network (3-4-6-3 bottlenecks) on 2x3x32x32."""
-    nn.init.manual_seed(0)
-    layers, cin = [_conv_bn(3, 64, 7, 2), nn.ReLU(), nn.MaxPool2d(3, 2, padding=1)], 64
-    for i, (width, blocks) in enumerate(((64, 3), (128, 4), (256, 6), (512, 3))):
-        for b in range(blocks):
-            layers.append(Bottleneck(cin, width, 2 if i and not b else 1))
-            cin = width * 4
-    model = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 10))
-    x, y = np.zeros((2, 3, 32, 32), np.float32), np.zeros(2, np.int64)
-    return mg.compile_train_step(model, F.cross_entropy, optim.SGD(model.parameters(), 0.01),
-                                 example_batch=(x, y), remat=remat)
 
 
 @pytest.fixture(scope="module")
