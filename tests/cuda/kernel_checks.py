@@ -11,6 +11,7 @@ show is timing: races between threads that a barrier does not order, and speed.
 from __future__ import annotations
 
 import ctypes
+import re
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +50,18 @@ def ptx_of(prog) -> str:
     ptx = b" " * size
     nvrtc.nvrtcGetPTX(prog, ptx)
     return ptx.decode()
+
+
+def ptxas_spills(compiled, arch: str) -> list[tuple[str, str]] | None:
+    """Check an ``nvrtc_compile(..., ["--ptxas-options=-v"])`` result: it compiled without
+    warnings; then (spill stores, spill loads) ptxas reported per entry, or None for a PTX-only
+    architecture (no ptxas run, no report)."""
+    result, log, _ = compiled
+    assert result == 0, log
+    assert "warning" not in log.lower(), log
+    if not arch.startswith("sm_"):
+        return None
+    return re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
 
 
 def has_cubin(prog) -> bool:

@@ -1,6 +1,5 @@
 """csrc_cuda/conv.cu and mgegraph/cuda/kernels/conv.py: NVRTC compiles, the steps, the fiber
 emulation of the implicit GEMMs against the CPU kernels, and (marker cuda) on a device."""
-import re
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ from kernel_checks import (
     node_of,
     nvrtc_compile,
     ptx_of,
+    ptxas_spills,
     run_on_device,
 )
 
@@ -37,12 +37,10 @@ def compiled():
 @pytest.mark.nvrtc
 @pytest.mark.parametrize("arch", ARCHS)
 def test_compiles_without_warnings_or_spills(compiled, arch):
-    result, log, _ = compiled[arch]
-    assert result == 0, log
-    assert "warning" not in log.lower()
-    if not arch.startswith("sm_"):
+    spills = ptxas_spills(compiled[arch], arch)
+    if spills is None:
         return  # PTX only: no ptxas report
-    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    log = compiled[arch][1]
     assert len(spills) == len(family.KERNELS) + 3 + 4 and set(spills) == {("0", "0")}, log
 
 

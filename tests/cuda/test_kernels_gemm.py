@@ -1,7 +1,6 @@
 """csrc_cuda/gemm.cu and mgegraph/cuda/kernels/gemm.py: NVRTC compiles (shared-memory tiles, no
 local-memory spills), the launch geometry, the fiber emulation of whole blocks against the CPU
 kernels (BLAS for floats), and (marker cuda) the products on a device."""
-import re
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from kernel_checks import (
     node_of,
     nvrtc_compile,
     ptx_of,
+    ptxas_spills,
     run_on_device,
 )
 
@@ -33,13 +33,11 @@ def compiled():
 @pytest.mark.nvrtc
 @pytest.mark.parametrize("arch", ARCHS)
 def test_compiles_without_warnings_or_spills(compiled, arch):
-    result, log, _ = compiled[arch]
-    assert result == 0, log
-    assert "warning" not in log.lower()
     # ptxas reports every entry: registers, and its spills, which must be none
-    if not arch.startswith("sm_"):
+    spills = ptxas_spills(compiled[arch], arch)
+    if spills is None:
         return  # PTX only: no ptxas report
-    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    log = compiled[arch][1]
     assert len(spills) == len(ENTRIES) + 2 * len(family.KERNELS), log  # and _split, _sum
     assert all(s == ("0", "0") for s in spills), log
     for entry in ENTRIES:
