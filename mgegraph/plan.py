@@ -324,13 +324,17 @@ def host_buffers(plan: Plan, arena: np.ndarray) -> dict[int, np.ndarray]:
             buffers[slot.index] = np.empty(slot.type.shape, slot.type.dtype)
     for slot in plan.slots:
         if slot.alias is not None:
-            root = buffers[slot.alias].reshape(-1).view(np.uint8)
-            buffers[slot.index] = _typed(
-                root[slot.view_offset:slot.view_offset + slot.nbytes], slot)
+            buffers[slot.index] = view_in(buffers[slot.alias], slot)
     for index, value in plan.values.items():
         if index not in plan.shared:
             buffers[index][...] = value
     return buffers
+
+
+def view_in(root: np.ndarray, slot: Slot) -> np.ndarray:
+    """The view ``slot`` as an array over ``root``, an array holding its root slot's bytes."""
+    raw = root.reshape(-1).view(np.uint8)
+    return _typed(raw[slot.view_offset:slot.view_offset + slot.nbytes], slot)
 
 
 def _typed(raw: np.ndarray, slot: Slot) -> np.ndarray:

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..backend import FusionLimits, KernelTable
 from ..ir.errors import KernelError, NumericsError
-from ..plan import Role, check_feeds, check_out, dead_values, host_arena, host_buffers
+from ..plan import Role, check_feeds, check_out, dead_values, host_arena, host_buffers, view_in
 from ..planner.passes.prologue import PLACEHOLDER, epoch, versions, written
 from ..tools import profiler
 from . import KERNEL_MODULES, blas_select, fused, lowering
@@ -237,11 +237,7 @@ class CpuExecutable:
         bound = results.get(root, self._bound_feeds.get(root))
         if bound is None:
             return self.buffers[slot]
-        if root == slot:
-            return bound
-        raw = bound.reshape(-1).view(np.uint8)
-        return raw[info.view_offset:info.view_offset + info.nbytes].view(
-            info.type.dtype).reshape(info.type.shape)
+        return bound if root == slot else view_in(bound, info)
 
     def _run_checking_numerics(self):
         """``executor.run()`` one instruction at a time (a plan compiled with
