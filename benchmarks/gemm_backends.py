@@ -28,6 +28,8 @@ import numpy as np
 # only reaches BLAS libraries already loaded, and this loads SciPy's OpenBLAS at collection.
 from scipy.linalg import blas as scipy_blas
 
+from mgegraph._kernels import blas_select
+
 SEED = 0
 THREADS = int(os.environ.get("MGEGRAPH_BENCH_THREADS", "2"))  # as benchmarks/conftest.py
 BACKENDS = ["scipy openblas", "numpy openblas", "mkl"]  # the first is the ratio baseline
@@ -114,18 +116,8 @@ def numpy_openblas(g: Gemm):
 
 
 def mkl_library_path() -> Path | None:
-    try:
-        import importlib.metadata as md
-
-        files = md.files("mkl") or []
-    except Exception:
-        return None
-    for f in files:
-        if Path(str(f)).name.startswith("libmkl_rt.so"):
-            p = Path(f.locate()).resolve()
-            if p.exists():
-                return p
-    return None
+    path = blas_select.mkl_path()  # the locator mgegraph's own BLAS choice uses
+    return None if path is None else Path(path)
 
 
 _MKL = None

@@ -17,12 +17,11 @@ and MKL on Intel often faster: hence a measurement, not a rule.
 from __future__ import annotations
 
 import ctypes
-import glob
 import hashlib
+import importlib.metadata
 import json
 import os
 import platform
-import sys
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -125,18 +124,19 @@ def calibrate(mkl: dict) -> dict[str, float]:
 def load_mkl() -> tuple[dict | None, str]:
     """The addresses of MKL's four routines (the LP64 Fortran interface, GNU threading
     layer), or None and why not."""
-    for path in _mkl_candidates():
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError as exc:
-            return None, f"{path} does not load ({exc})"
-        # before any other MKL call: threads from libgomp, 32-bit integers
-        lib.MKL_Set_Threading_Layer(_MKL_THREADING_GNU)
-        lib.MKL_Set_Interface_Layer(_MKL_INTERFACE_LP64)
-        _single_threaded_after_fork(lib)
-        return {r: ctypes.cast(getattr(lib, f"{r}_"), ctypes.c_void_p).value
-                for r in blas_table.ROUTINES} | {"path": path}, ""
-    return None, "libmkl_rt is not installed"
+    path = mkl_path()
+    if path is None:
+        return None, "libmkl_rt is not installed"
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as exc:
+        return None, f"{path} does not load ({exc})"
+    # before any other MKL call: threads from libgomp, 32-bit integers
+    lib.MKL_Set_Threading_Layer(_MKL_THREADING_GNU)
+    lib.MKL_Set_Interface_Layer(_MKL_INTERFACE_LP64)
+    _single_threaded_after_fork(lib)
+    return {r: ctypes.cast(getattr(lib, f"{r}_"), ctypes.c_void_p).value
+            for r in blas_table.ROUTINES} | {"path": path}, ""
 
 
 _FORK_HOOKED: set[str] = set()
@@ -151,9 +151,19 @@ def _single_threaded_after_fork(lib) -> None:
         os.register_at_fork(after_in_child=lambda: lib.MKL_Set_Num_Threads(1))
 
 
-def _mkl_candidates() -> list[str]:
-    found = sorted(glob.glob(os.path.join(sys.prefix, "lib", "libmkl_rt.so*")))
-    return found[:1]
+def mkl_path() -> str | None:
+    """libmkl_rt of the installed ``mkl`` package (found through its metadata, so a user or
+    venv install is found too), or None."""
+    try:
+        files = importlib.metadata.files("mkl") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for f in files:
+        if Path(str(f)).name.startswith("libmkl_rt.so"):
+            located = Path(f.locate()).resolve()
+            if located.exists():
+                return str(located)
+    return None
 
 
 def machine_key(mkl: dict) -> str:
