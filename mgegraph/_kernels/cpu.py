@@ -10,14 +10,14 @@ import time
 import numpy as np
 
 from ..backend import FusionLimits, KernelTable
-from ..ir.errors import KernelError, NumericsError
+from ..ir.errors import NumericsError
 from ..plan import Role, check_feeds, check_out, dead_values, host_arena, host_buffers, view_in
 from ..planner.passes.prologue import PLACEHOLDER, epoch, versions, written
 from ..tools import profiler
 from . import KERNEL_MODULES, blas_select, fused, lowering
 from .binding import OutputPool, binding_groups, overlaps_any, readable_in_place
 from .launch import Launcher
-from .runtime import KERNEL_STATUS, POISON_BYTES, POISON_FLOAT32, POISON_FLOAT64, Executor
+from .runtime import POISON_BYTES, POISON_FLOAT32, POISON_FLOAT64, Executor, kernel_error
 
 # Arena offsets are multiples of a cache line: no two buffers share one, and every vector load
 # of the kernels is aligned.
@@ -156,9 +156,7 @@ class CpuExecutable:
                 self.executor.bind(self._output_group[slot], self._own[slot])
         if failure is not None:
             index, status = failure
-            ins = plan.instructions[index]
-            raise KernelError(f"{ins.op} (kernel {ins.kernel}, node made at {ins.location}): "
-                              f"{KERNEL_STATUS.get(status, f'status {status}')}")
+            raise kernel_error(plan.instructions[index], status)
         self._pool.keep({s: a for s, a in results.items()
                          if not (given and any(a is g for g in out))})
         return self._collect(out, results)

@@ -30,6 +30,14 @@ KERNEL_STATUS = {KERNEL_INDEX_OUT_OF_RANGE: "an index is out of range",
                  KERNEL_NEGATIVE_POWER: "integers to negative integer powers are not allowed "
                                         "(as in NumPy)"}
 
+def kernel_error(ins, int status):
+    """The KernelError of instruction ``ins`` (a plan's Instruction) that returned ``status``,
+    in the words every backend uses: op, kernel, the user's line and what went wrong."""
+    from ..ir.errors import KernelError
+    return KernelError(f"{ins.op} (kernel {ins.kernel}, node made at {ins.location}): "
+                       f"{KERNEL_STATUS.get(status, f'status {status}')}")
+
+
 # How a dead buffer is poisoned in memory="debug" plans (Executor's poison kinds).
 cdef enum:
     _POISON_BYTES = 0

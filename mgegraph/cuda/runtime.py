@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 
-from .._kernels.runtime import KERNEL_STATUS
+from .._kernels.runtime import kernel_error
 from ..backend import on_host_read
 from ..ir.errors import KernelError, NumericsError
 from ..plan import Role, check_feeds
@@ -232,9 +232,7 @@ def status_error(plan, word: int) -> KernelError | None:
     if failure is None:
         return None
     index, code = failure
-    ins = plan.instructions[index]
-    return KernelError(f"{ins.op} (kernel {ins.kernel}, node made at {ins.location}): "
-                       f"{KERNEL_STATUS.get(code, f'status {code}')}")
+    return kernel_error(plan.instructions[index], code)
 
 
 def poison_after(plan, calls, address: dict[int, int]) -> dict[int, list[tuple[int, int]]]:
