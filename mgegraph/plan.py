@@ -301,6 +301,17 @@ def check_out(plan, out) -> list:
     return list(out)
 
 
+def non_finite_output(plan, index: int, slot: int, value: np.ndarray) -> str | None:
+    """What a ``check_numerics`` run says when instruction ``index`` wrote ``value`` into its
+    output ``slot``: None unless it is a float array holding a NaN or an infinity."""
+    if value.dtype.kind != "f" or np.isfinite(value).all():
+        return None
+    ins = plan.instructions[index]
+    what = "NaN" if np.isnan(value).any() else "an infinity"
+    return (f"instruction {index} ({ins.op}, kernel {ins.kernel}, node made at {ins.location}) "
+            f"wrote {what} into its output s{slot} {plan.slots[slot].type}")
+
+
 def host_arena(nbytes: int, alignment: int) -> np.ndarray:
     """A zeroed uint8 array of ``nbytes`` whose first byte is ``alignment``-aligned: the arena
     of a backend whose memory is the host's."""

@@ -11,7 +11,16 @@ import numpy as np
 
 from ..backend import FusionLimits, KernelTable
 from ..ir.errors import NumericsError
-from ..plan import Role, check_feeds, check_out, dead_values, host_arena, host_buffers, view_in
+from ..plan import (
+    Role,
+    check_feeds,
+    check_out,
+    dead_values,
+    host_arena,
+    host_buffers,
+    non_finite_output,
+    view_in,
+)
 from ..planner.passes.prologue import PLACEHOLDER, epoch, versions, written
 from ..tools import profiler
 from . import KERNEL_MODULES, blas_select, fused, lowering
@@ -251,16 +260,11 @@ class CpuExecutable:
             if status != 0:
                 return i, status
             for s in ins.outputs:
-                out = buffers[s]
-                if out.dtype.kind != "f" or np.isfinite(out).all():
-                    continue
-                what = "NaN" if np.isnan(out).any() else "an infinity"
-                already = (f"; feed(s) {', '.join(map(repr, bad_feeds))} already held NaN/inf"
-                           if bad_feeds else "; every feed was finite")
-                raise NumericsError(
-                    f"instruction {i} ({ins.op}, kernel {ins.kernel}, node made at "
-                    f"{ins.location}) wrote {what} into its output s{s} "
-                    f"{plan.slots[s].type}{already}")
+                message = non_finite_output(plan, i, s, buffers[s])
+                if message is not None:
+                    raise NumericsError(message + (
+                        f"; feed(s) {', '.join(map(repr, bad_feeds))} already held NaN/inf"
+                        if bad_feeds else "; every feed was finite"))
         return None
 
 

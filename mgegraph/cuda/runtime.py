@@ -18,7 +18,7 @@ import numpy as np
 from .._kernels.runtime import kernel_error
 from ..backend import on_host_read
 from ..ir.errors import KernelError, NumericsError
-from ..plan import Role, check_feeds
+from ..plan import Role, check_feeds, non_finite_output
 from ..planner.passes.prologue import versions, written
 from . import abi, nvrtc
 from .backend import persistent_layout, plan_calls, rendered_source, slot_addresses
@@ -170,15 +170,10 @@ class CudaExecutable:
             self.device.to_host(self.status_host, self.status)
             self.device.synchronize()
             self._check_status()  # a kernel's error before the NaN it may have written
-            ins = plan.instructions[index]
-            for s in ins.outputs:
-                out = self._read(s)
-                if out.dtype.kind == "f" and not np.isfinite(out).all():
-                    what = "NaN" if np.isnan(out).any() else "an infinity"
-                    raise NumericsError(
-                        f"instruction {index} ({ins.op}, kernel {ins.kernel}, node made at "
-                        f"{ins.location}) wrote {what} into its output s{s} "
-                        f"{plan.slots[s].type} (on {self.backend.name})")
+            for s in plan.instructions[index].outputs:
+                message = non_finite_output(plan, index, s, self._read(s))
+                if message is not None:
+                    raise NumericsError(f"{message} (on {self.backend.name})")
 
     def _read(self, slot: int) -> np.ndarray:
         t = self.plan.slots[slot].type
