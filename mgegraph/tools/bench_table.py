@@ -23,6 +23,8 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..planner.memory.report import human
+
 # The workloads of shared/BENCHMARKS.md that have timed benchmarks, in the table's order
 # (planner-suite has none: benchmarks/test_planner.py prints its own tables).
 WORKLOADS = ("mlp-train", "mlp-infer", "deep-mlp-remat", "op-overhead", "fusion-chain",
@@ -182,12 +184,8 @@ def fmt_time(seconds: float | None) -> str:
 
 
 def fmt_bytes(nbytes: int | None) -> str:
-    if nbytes is None:
-        return "-"
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.2f} {unit}"
-    return f"{nbytes} B"
+    """The memory report's units ('1.50 KiB'), '-' for no figure."""
+    return "-" if nbytes is None else human(nbytes)
 
 
 def _ratio(value: float | None) -> str:
