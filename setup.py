@@ -58,7 +58,8 @@ TARGET = {"elementwise": ["-ffp-contract=off"], "fused": ["-ffp-contract=off"],
           "fused_avx512": ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mfma",
                            "-mprefer-vector-width=512", "-ffp-contract=off"]}
 OPENMP = set()
-OPENMP_OPTIONAL = set(FUSED_BUILDS) | {"conv"}  # single-threaded where the compiler lacks OpenMP
+# parallel.pyx holds the thread policy and the parallel loop of the other kernels (issue 19)
+OPENMP_OPTIONAL = set(FUSED_BUILDS) | {"conv", "parallel"}  # one thread without OpenMP
 
 
 def _have_openmp() -> bool:

@@ -1,21 +1,24 @@
 # Elementwise kernels: unary, binary with broadcasting, comparisons, where, cast.
 #
 # Parameter layout (ints), written by mgegraph._kernels.lowering.elementwise:
-#   [opcode, ndim, shape[ndim], strides of input 0 [ndim], strides of input 1 [ndim], ...]
+#   [opcode, ndim, shape[ndim], strides of input 0 [ndim], strides of input 1 [ndim], ..., threads]
 # Strides are in elements and 0 on broadcast dimensions, so broadcast inputs are never
-# materialised. The output is contiguous with the given shape. floats: a unary op's parameters
-# (leaky_relu's slope, clip's bounds), in the order of the table's ``params``.
+# materialised. The output is contiguous with the given shape. Last, the threads the lowering
+# planned (parallel.threads_for; after the layout that the CUDA kernels read from the front).
+# floats: a unary op's parameters (leaky_relu's slope, clip's bounds), in the table's order.
 #
 # Design: what each op computes is not written here. The op codes, the scalar function of every
 # op and the loops that apply one op over a row come from ew_ops.pxd, which setup.py generates
 # from mgegraph/ops/elementwise_table.py; the fused kernel and the GEMM epilogues use the same
-# functions, so every path gives bitwise the same results. This module walks the rows.
+# functions, so every path gives bitwise the same results. This module walks the rows: a thread
+# takes a contiguous range of output elements (parallel.pyx), which changes no result.
 
 from libc.stdint cimport int32_t, int64_t, uint8_t
 
 from .dtypes cimport any_t, num_t
 from .abi cimport Call, KERNEL_OK, KERNEL_NEGATIVE_POWER, KERNEL_UNSUPPORTED, kernel_address
-from .nditer cimport dims_ok, Odometer, odometer_init, odometer_next, count_rows
+from .nditer cimport dims_ok, Odometer, odometer_init, odometer_next, odometer_seek, count_rows
+from .parallel cimport parallel_for, part_fn
 from .scalar cimport float_to_i32, float_to_i64
 from .ew_ops cimport (EW_POW, EW_FIRST_BINARY, EW_FIRST_COMPARE, EW_COUNT, ew_opcodes, ew_n_params,
                       ew_unary_run, ew_binary_run, ew_compare_run)
@@ -31,222 +34,300 @@ ctypedef fused dst_t:
 OPCODES = ew_opcodes()  # op name -> code, as the table orders them (the lowering checks)
 
 
-# -- loops --------------------------------------------------------------------------------------
-cdef inline int unary_impl(const num_t* x, num_t* y, const Call* c) noexcept nogil:
-    if not dims_ok(c.ints[1], 0):
-        return KERNEL_UNSUPPORTED
-    cdef int op = <int>c.ints[0], ndim = <int>c.ints[1]
-    cdef const Py_ssize_t* shape = c.ints + 2
-    cdef Py_ssize_t inner = shape[ndim - 1] if ndim > 0 else 1
-    cdef Py_ssize_t s = c.ints[2 + 2 * ndim - 1] if ndim > 0 else 1
-    cdef Py_ssize_t rows = count_rows(ndim, shape), r
+# -- one thread's part: elements [lo, hi) of the output, in C order --------------------------------
+ctypedef struct Span:
+    # the rows of a part; a run is the piece of one row inside it, read from o.offset + col * s
+    Odometer o
+    Py_ssize_t at, end, col, inner
+
+
+cdef inline void span_init(Span* sp, const Call* c, int nops, Py_ssize_t lo,
+                           Py_ssize_t hi) noexcept nogil:
+    cdef int ndim = <int>c.ints[1]
+    sp.inner = c.ints[2 + ndim - 1] if ndim > 0 else 1
+    sp.at, sp.end, sp.col = lo, hi, 0
+    odometer_init(&sp.o, ndim, c.ints + 2, c.ints + 2 + ndim, nops)
+    if lo < hi:  # (inner > 0 then)
+        odometer_seek(&sp.o, lo // sp.inner)
+        sp.col = lo % sp.inner
+
+
+cdef inline Py_ssize_t span_run(const Span* sp) noexcept nogil:
+    # elements in the current run, 0 once the part is done
+    return min(sp.inner - sp.col, sp.end - sp.at)
+
+
+cdef inline void span_next(Span* sp, Py_ssize_t n) noexcept nogil:
+    sp.at += n
+    sp.col = 0
+    odometer_next(&sp.o)
+
+
+cdef inline Py_ssize_t inner_stride(const Call* c, int operand) noexcept nogil:
+    # the innermost element stride of input `operand` (0 for a 0-d layout: a scalar)
+    cdef int ndim = <int>c.ints[1]
+    return c.ints[2 + (operand + 2) * ndim - 1] if ndim > 0 else 0
+
+
+cdef inline int unary_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi, num_t* tag) noexcept nogil:
+    cdef const num_t* x = <const num_t*>c.bufs[0]
+    cdef num_t* y = <num_t*>c.bufs[1] + lo
+    cdef int op = <int>c.ints[0]
+    cdef Py_ssize_t s = inner_stride(c, 0) if c.ints[1] > 0 else 1, n
     cdef num_t p = 0, q = 0
-    cdef Odometer o
+    cdef Span sp
     if op < 0 or op >= EW_FIRST_BINARY:
         return KERNEL_UNSUPPORTED
     if ew_n_params(op) > 0:  # in the data's dtype, as the fused kernel takes them
         p = <num_t>c.floats[0]
     if ew_n_params(op) > 1:
         q = <num_t>c.floats[1]
-    odometer_init(&o, ndim, shape, c.ints + 2 + ndim, 1)
-    for r in range(rows):
-        if not ew_unary_run(op, y, x + o.offset[0], s, p, q, inner):
+    span_init(&sp, c, 1, lo, hi)
+    n = span_run(&sp)
+    while n > 0:
+        if not ew_unary_run(op, y, x + sp.o.offset[0] + sp.col * s, s, p, q, n):
             return KERNEL_UNSUPPORTED
-        y += inner
-        odometer_next(&o)
+        y += n
+        span_next(&sp, n)
+        n = span_run(&sp)
     return KERNEL_OK
 
 
-cdef inline int binary_impl(const num_t* x, const num_t* z, num_t* y, const Call* c) noexcept nogil:
-    if not dims_ok(c.ints[1], 0):
-        return KERNEL_UNSUPPORTED
-    cdef int op = <int>c.ints[0], ndim = <int>c.ints[1]
-    cdef const Py_ssize_t* shape = c.ints + 2
-    cdef Py_ssize_t inner = shape[ndim - 1] if ndim > 0 else 1
-    cdef Py_ssize_t sx = c.ints[2 + 2 * ndim - 1] if ndim > 0 else 0
-    cdef Py_ssize_t sz = c.ints[2 + 3 * ndim - 1] if ndim > 0 else 0
-    cdef Py_ssize_t rows = count_rows(ndim, shape), r, i
-    cdef Odometer o
+cdef inline int binary_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi, num_t* tag) noexcept nogil:
+    cdef const num_t* x = <const num_t*>c.bufs[0]
+    cdef const num_t* z = <const num_t*>c.bufs[1]
+    cdef num_t* y = <num_t*>c.bufs[2] + lo
+    cdef int op = <int>c.ints[0]
+    cdef Py_ssize_t sx = inner_stride(c, 0), sz = inner_stride(c, 1), n, i
+    cdef const num_t* pz
     cdef bint int_pow = op == EW_POW and not (num_t is float or num_t is double)
+    cdef Span sp
     if op < EW_FIRST_BINARY or op >= EW_FIRST_COMPARE:
         return KERNEL_UNSUPPORTED
-    odometer_init(&o, ndim, shape, c.ints + 2 + ndim, 2)
-    for r in range(rows):
+    span_init(&sp, c, 2, lo, hi)
+    n = span_run(&sp)
+    while n > 0:
+        pz = z + sp.o.offset[1] + sp.col * sz
         if int_pow:  # integers to negative integer powers: an error, as in NumPy
-            for i in range(inner):
-                if z[o.offset[1] + i * sz] < 0:
+            for i in range(n):
+                if pz[i * sz] < 0:
                     return KERNEL_NEGATIVE_POWER
-        if not ew_binary_run(op, y, x + o.offset[0], sx, z + o.offset[1], sz, inner):
+        if not ew_binary_run(op, y, x + sp.o.offset[0] + sp.col * sx, sx, pz, sz, n):
             return KERNEL_UNSUPPORTED
-        y += inner
-        odometer_next(&o)
+        y += n
+        span_next(&sp, n)
+        n = span_run(&sp)
     return KERNEL_OK
 
 
-cdef inline int compare_impl(const any_t* x, const any_t* z, uint8_t* y, const Call* c) noexcept nogil:
-    if not dims_ok(c.ints[1], 0):
-        return KERNEL_UNSUPPORTED
-    cdef int op = <int>c.ints[0], ndim = <int>c.ints[1]
-    cdef const Py_ssize_t* shape = c.ints + 2
-    cdef Py_ssize_t inner = shape[ndim - 1] if ndim > 0 else 1
-    cdef Py_ssize_t sx = c.ints[2 + 2 * ndim - 1] if ndim > 0 else 0
-    cdef Py_ssize_t sz = c.ints[2 + 3 * ndim - 1] if ndim > 0 else 0
-    cdef Py_ssize_t rows = count_rows(ndim, shape), r
-    cdef Odometer o
+cdef inline int compare_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi, any_t* tag) noexcept nogil:
+    cdef const any_t* x = <const any_t*>c.bufs[0]
+    cdef const any_t* z = <const any_t*>c.bufs[1]
+    cdef uint8_t* y = <uint8_t*>c.bufs[2] + lo
+    cdef int op = <int>c.ints[0]
+    cdef Py_ssize_t sx = inner_stride(c, 0), sz = inner_stride(c, 1), n
+    cdef Span sp
     if op < EW_FIRST_COMPARE or op >= EW_COUNT:
         return KERNEL_UNSUPPORTED
-    odometer_init(&o, ndim, shape, c.ints + 2 + ndim, 2)
-    for r in range(rows):
-        ew_compare_run(op, y, x + o.offset[0], sx, z + o.offset[1], sz, inner)
-        y += inner
-        odometer_next(&o)
+    span_init(&sp, c, 2, lo, hi)
+    n = span_run(&sp)
+    while n > 0:
+        ew_compare_run(op, y, x + sp.o.offset[0] + sp.col * sx, sx,
+                       z + sp.o.offset[1] + sp.col * sz, sz, n)
+        y += n
+        span_next(&sp, n)
+        n = span_run(&sp)
     return KERNEL_OK
 
 
-cdef inline int where_impl(const uint8_t* cond, const any_t* x, const any_t* z, any_t* y,
-                           const Call* c) noexcept nogil:
-    # ints: [unused opcode, ndim, shape, strides cond, strides x, strides z]
-    if not dims_ok(c.ints[1], 0):
-        return KERNEL_UNSUPPORTED
-    cdef int ndim = <int>c.ints[1]
-    cdef const Py_ssize_t* shape = c.ints + 2
-    cdef Py_ssize_t inner = shape[ndim - 1] if ndim > 0 else 1
-    cdef Py_ssize_t sc = c.ints[2 + 2 * ndim - 1] if ndim > 0 else 0
-    cdef Py_ssize_t sx = c.ints[2 + 3 * ndim - 1] if ndim > 0 else 0
-    cdef Py_ssize_t sz = c.ints[2 + 4 * ndim - 1] if ndim > 0 else 0
-    cdef Py_ssize_t rows = count_rows(ndim, shape), r, i
-    cdef Odometer o
-    cdef const uint8_t* pc
-    cdef const any_t* px
-    cdef const any_t* pz
+cdef inline void where_run(const uint8_t* pc, Py_ssize_t sc, const any_t* px, Py_ssize_t sx,
+                           const any_t* pz, Py_ssize_t sz, any_t* y, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
     cdef any_t a, b
-    odometer_init(&o, ndim, shape, c.ints + 2 + ndim, 3)
-    for r in range(rows):
-        pc, px, pz = cond + o.offset[0], x + o.offset[1], z + o.offset[2]
-        if sc == 1 and sx == 1 and sz == 1:
-            # both branches loaded unconditionally: a select the compiler can vectorise
-            for i in range(inner):
-                a, b = px[i], pz[i]
-                y[i] = a if pc[i] else b
-            y += inner
-            odometer_next(&o)
-            continue
-        if sc == 1 and sx == 1 and sz == 0:
-            b = pz[0]
-            for i in range(inner):
-                a = px[i]
-                y[i] = a if pc[i] else b
-            y += inner
-            odometer_next(&o)
-            continue
-        for i in range(inner):
-            if cond[o.offset[0] + i * sc]:
-                y[i] = x[o.offset[1] + i * sx]
-            else:
-                y[i] = z[o.offset[2] + i * sz]
-        y += inner
-        odometer_next(&o)
+    if sc == 1 and sx == 1 and sz == 1:
+        # both branches loaded unconditionally: a select the compiler can vectorise
+        for i in range(n):
+            a, b = px[i], pz[i]
+            y[i] = a if pc[i] else b
+    elif sc == 1 and sx == 1 and sz == 0:
+        b = pz[0]
+        for i in range(n):
+            a = px[i]
+            y[i] = a if pc[i] else b
+    else:
+        for i in range(n):
+            y[i] = px[i * sx] if pc[i * sc] else pz[i * sz]
+
+
+cdef inline int where_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi, any_t* tag) noexcept nogil:
+    # ints: [unused opcode, ndim, shape, strides cond, strides x, strides z, threads]
+    cdef const uint8_t* cond = <const uint8_t*>c.bufs[0]
+    cdef const any_t* x = <const any_t*>c.bufs[1]
+    cdef const any_t* z = <const any_t*>c.bufs[2]
+    cdef any_t* y = <any_t*>c.bufs[3] + lo
+    cdef Py_ssize_t sc = inner_stride(c, 0), sx = inner_stride(c, 1), sz = inner_stride(c, 2), n
+    cdef Span sp
+    span_init(&sp, c, 3, lo, hi)
+    n = span_run(&sp)
+    while n > 0:
+        where_run(cond + sp.o.offset[0] + sp.col * sc, sc, x + sp.o.offset[1] + sp.col * sx, sx,
+                  z + sp.o.offset[2] + sp.col * sz, sz, y, n)
+        y += n
+        span_next(&sp, n)
+        n = span_run(&sp)
     return KERNEL_OK
 
 
-cdef inline void cast_rows(const any_t* x, dst_t* y, const Call* c) noexcept nogil:
-    cdef int ndim = <int>c.ints[1]
-    cdef const Py_ssize_t* shape = c.ints + 2
-    cdef Py_ssize_t inner = shape[ndim - 1] if ndim > 0 else 1
-    cdef Py_ssize_t s = c.ints[2 + 2 * ndim - 1] if ndim > 0 else 1
-    cdef Py_ssize_t rows = count_rows(ndim, shape), r, i
-    cdef Odometer o
-    odometer_init(&o, ndim, shape, c.ints + 2 + ndim, 1)
-    for r in range(rows):
-        for i in range(inner):
+cdef inline void cast_rows(const Call* c, Py_ssize_t lo, Py_ssize_t hi, const any_t* x,
+                           dst_t* y) noexcept nogil:
+    cdef Py_ssize_t s = inner_stride(c, 0) if c.ints[1] > 0 else 1, n, i
+    cdef const any_t* px
+    cdef Span sp
+    span_init(&sp, c, 1, lo, hi)
+    y += lo
+    n = span_run(&sp)
+    while n > 0:
+        px = x + sp.o.offset[0] + sp.col * s
+        for i in range(n):
             if dst_t is uint8_t:
-                y[i] = x[o.offset[0] + i * s] != 0
+                y[i] = px[i * s] != 0
             elif (any_t is float or any_t is double) and dst_t is int32_t:
-                y[i] = float_to_i32(x[o.offset[0] + i * s])  # NaN, inf, out of range: INT_MIN
+                y[i] = float_to_i32(px[i * s])  # NaN, inf, out of range: INT_MIN
             elif (any_t is float or any_t is double) and dst_t is int64_t:
-                y[i] = float_to_i64(x[o.offset[0] + i * s])
+                y[i] = float_to_i64(px[i * s])
             else:
-                y[i] = <dst_t>x[o.offset[0] + i * s]
-        y += inner
-        odometer_next(&o)
+                y[i] = <dst_t>px[i * s]
+        y += n
+        span_next(&sp, n)
+        n = span_run(&sp)
 
 
-cdef inline int cast_impl(const any_t* x, char* y, const Call* c) noexcept nogil:
+cdef inline int cast_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi, any_t* tag) noexcept nogil:
     # ints[0] is the destination dtype code (mgegraph.ir.types.SUPPORTED)
     cdef int dst = <int>c.ints[0]
-    if not dims_ok(c.ints[1], 0):
-        return KERNEL_UNSUPPORTED
+    cdef const any_t* x = <const any_t*>c.bufs[0]
     if dst == 0:
-        cast_rows(x, <float*>y, c)
+        cast_rows(c, lo, hi, x, <float*>c.bufs[1])
     elif dst == 1:
-        cast_rows(x, <double*>y, c)
+        cast_rows(c, lo, hi, x, <double*>c.bufs[1])
     elif dst == 2:
-        cast_rows(x, <int32_t*>y, c)
+        cast_rows(c, lo, hi, x, <int32_t*>c.bufs[1])
     elif dst == 3:
-        cast_rows(x, <int64_t*>y, c)
+        cast_rows(c, lo, hi, x, <int64_t*>c.bufs[1])
     elif dst == 4:
-        cast_rows(x, <uint8_t*>y, c)
+        cast_rows(c, lo, hi, x, <uint8_t*>c.bufs[1])
     else:
         return KERNEL_UNSUPPORTED
     return KERNEL_OK
 
 
-# -- entry points: one per (kernel family, dtype) -------------------------------------------------
+# -- the instruction: its parts on the threads the lowering planned -------------------------------
+cdef inline int ew_run(const Call* c, int n_inputs, part_fn part) noexcept nogil:
+    # ints: [opcode, ndim, shape, strides per input, threads]; checked before any is read
+    if not dims_ok(c.ints[1], 0):
+        return KERNEL_UNSUPPORTED
+    cdef int ndim = <int>c.ints[1]
+    cdef Py_ssize_t size = count_rows(ndim, c.ints + 2) * (c.ints[1 + ndim] if ndim > 0 else 1)
+    return parallel_for(c.ints[2 + ndim * (1 + n_inputs)], size, part, <void*>c)
+
+
+# -- entry points: one per (kernel family, dtype), each a part function and the kernel -------
+cdef int unary_part_f32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return unary_part(<const Call*>c, lo, hi, <float*>NULL)
 cdef int unary_f32(const Call* c) noexcept nogil:
-    return unary_impl(<const float*>c.bufs[0], <float*>c.bufs[1], c)
+    return ew_run(c, 1, unary_part_f32)
+cdef int unary_part_f64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return unary_part(<const Call*>c, lo, hi, <double*>NULL)
 cdef int unary_f64(const Call* c) noexcept nogil:
-    return unary_impl(<const double*>c.bufs[0], <double*>c.bufs[1], c)
+    return ew_run(c, 1, unary_part_f64)
+cdef int unary_part_i32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return unary_part(<const Call*>c, lo, hi, <int32_t*>NULL)
 cdef int unary_i32(const Call* c) noexcept nogil:
-    return unary_impl(<const int32_t*>c.bufs[0], <int32_t*>c.bufs[1], c)
+    return ew_run(c, 1, unary_part_i32)
+cdef int unary_part_i64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return unary_part(<const Call*>c, lo, hi, <int64_t*>NULL)
 cdef int unary_i64(const Call* c) noexcept nogil:
-    return unary_impl(<const int64_t*>c.bufs[0], <int64_t*>c.bufs[1], c)
+    return ew_run(c, 1, unary_part_i64)
 
+cdef int binary_part_f32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return binary_part(<const Call*>c, lo, hi, <float*>NULL)
 cdef int binary_f32(const Call* c) noexcept nogil:
-    return binary_impl(<const float*>c.bufs[0], <const float*>c.bufs[1], <float*>c.bufs[2], c)
+    return ew_run(c, 2, binary_part_f32)
+cdef int binary_part_f64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return binary_part(<const Call*>c, lo, hi, <double*>NULL)
 cdef int binary_f64(const Call* c) noexcept nogil:
-    return binary_impl(<const double*>c.bufs[0], <const double*>c.bufs[1], <double*>c.bufs[2], c)
+    return ew_run(c, 2, binary_part_f64)
+cdef int binary_part_i32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return binary_part(<const Call*>c, lo, hi, <int32_t*>NULL)
 cdef int binary_i32(const Call* c) noexcept nogil:
-    return binary_impl(<const int32_t*>c.bufs[0], <const int32_t*>c.bufs[1], <int32_t*>c.bufs[2], c)
+    return ew_run(c, 2, binary_part_i32)
+cdef int binary_part_i64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return binary_part(<const Call*>c, lo, hi, <int64_t*>NULL)
 cdef int binary_i64(const Call* c) noexcept nogil:
-    return binary_impl(<const int64_t*>c.bufs[0], <const int64_t*>c.bufs[1], <int64_t*>c.bufs[2], c)
+    return ew_run(c, 2, binary_part_i64)
 
+cdef int compare_part_f32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return compare_part(<const Call*>c, lo, hi, <float*>NULL)
 cdef int compare_f32(const Call* c) noexcept nogil:
-    return compare_impl(<const float*>c.bufs[0], <const float*>c.bufs[1], <uint8_t*>c.bufs[2], c)
+    return ew_run(c, 2, compare_part_f32)
+cdef int compare_part_f64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return compare_part(<const Call*>c, lo, hi, <double*>NULL)
 cdef int compare_f64(const Call* c) noexcept nogil:
-    return compare_impl(<const double*>c.bufs[0], <const double*>c.bufs[1], <uint8_t*>c.bufs[2], c)
+    return ew_run(c, 2, compare_part_f64)
+cdef int compare_part_i32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return compare_part(<const Call*>c, lo, hi, <int32_t*>NULL)
 cdef int compare_i32(const Call* c) noexcept nogil:
-    return compare_impl(<const int32_t*>c.bufs[0], <const int32_t*>c.bufs[1], <uint8_t*>c.bufs[2], c)
+    return ew_run(c, 2, compare_part_i32)
+cdef int compare_part_i64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return compare_part(<const Call*>c, lo, hi, <int64_t*>NULL)
 cdef int compare_i64(const Call* c) noexcept nogil:
-    return compare_impl(<const int64_t*>c.bufs[0], <const int64_t*>c.bufs[1], <uint8_t*>c.bufs[2], c)
+    return ew_run(c, 2, compare_part_i64)
+cdef int compare_part_bool(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return compare_part(<const Call*>c, lo, hi, <uint8_t*>NULL)
 cdef int compare_bool(const Call* c) noexcept nogil:
-    return compare_impl(<const uint8_t*>c.bufs[0], <const uint8_t*>c.bufs[1], <uint8_t*>c.bufs[2], c)
+    return ew_run(c, 2, compare_part_bool)
 
+cdef int where_part_f32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return where_part(<const Call*>c, lo, hi, <float*>NULL)
 cdef int where_f32(const Call* c) noexcept nogil:
-    return where_impl(<const uint8_t*>c.bufs[0], <const float*>c.bufs[1], <const float*>c.bufs[2],
-                      <float*>c.bufs[3], c)
+    return ew_run(c, 3, where_part_f32)
+cdef int where_part_f64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return where_part(<const Call*>c, lo, hi, <double*>NULL)
 cdef int where_f64(const Call* c) noexcept nogil:
-    return where_impl(<const uint8_t*>c.bufs[0], <const double*>c.bufs[1],
-                      <const double*>c.bufs[2], <double*>c.bufs[3], c)
+    return ew_run(c, 3, where_part_f64)
+cdef int where_part_i32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return where_part(<const Call*>c, lo, hi, <int32_t*>NULL)
 cdef int where_i32(const Call* c) noexcept nogil:
-    return where_impl(<const uint8_t*>c.bufs[0], <const int32_t*>c.bufs[1],
-                      <const int32_t*>c.bufs[2], <int32_t*>c.bufs[3], c)
+    return ew_run(c, 3, where_part_i32)
+cdef int where_part_i64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return where_part(<const Call*>c, lo, hi, <int64_t*>NULL)
 cdef int where_i64(const Call* c) noexcept nogil:
-    return where_impl(<const uint8_t*>c.bufs[0], <const int64_t*>c.bufs[1],
-                      <const int64_t*>c.bufs[2], <int64_t*>c.bufs[3], c)
+    return ew_run(c, 3, where_part_i64)
+cdef int where_part_bool(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return where_part(<const Call*>c, lo, hi, <uint8_t*>NULL)
 cdef int where_bool(const Call* c) noexcept nogil:
-    return where_impl(<const uint8_t*>c.bufs[0], <const uint8_t*>c.bufs[1],
-                      <const uint8_t*>c.bufs[2], <uint8_t*>c.bufs[3], c)
+    return ew_run(c, 3, where_part_bool)
 
+cdef int cast_part_f32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return cast_part(<const Call*>c, lo, hi, <float*>NULL)
 cdef int cast_f32(const Call* c) noexcept nogil:
-    return cast_impl(<const float*>c.bufs[0], c.bufs[1], c)
+    return ew_run(c, 1, cast_part_f32)
+cdef int cast_part_f64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return cast_part(<const Call*>c, lo, hi, <double*>NULL)
 cdef int cast_f64(const Call* c) noexcept nogil:
-    return cast_impl(<const double*>c.bufs[0], c.bufs[1], c)
+    return ew_run(c, 1, cast_part_f64)
+cdef int cast_part_i32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return cast_part(<const Call*>c, lo, hi, <int32_t*>NULL)
 cdef int cast_i32(const Call* c) noexcept nogil:
-    return cast_impl(<const int32_t*>c.bufs[0], c.bufs[1], c)
+    return ew_run(c, 1, cast_part_i32)
+cdef int cast_part_i64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return cast_part(<const Call*>c, lo, hi, <int64_t*>NULL)
 cdef int cast_i64(const Call* c) noexcept nogil:
-    return cast_impl(<const int64_t*>c.bufs[0], c.bufs[1], c)
+    return ew_run(c, 1, cast_part_i64)
+cdef int cast_part_bool(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return cast_part(<const Call*>c, lo, hi, <uint8_t*>NULL)
 cdef int cast_bool(const Call* c) noexcept nogil:
-    return cast_impl(<const uint8_t*>c.bufs[0], c.bufs[1], c)
+    return ew_run(c, 1, cast_part_bool)
 
 KERNELS = {
     "unary_f32": kernel_address(unary_f32), "unary_f64": kernel_address(unary_f64),

@@ -51,6 +51,18 @@ cdef inline void odometer_next(Odometer* o) noexcept nogil:
         d -= 1
 
 
+cdef inline void odometer_seek(Odometer* o, Py_ssize_t row) noexcept nogil:
+    # A freshly initialised odometer moved to its row ``row`` (rows count in C order), as that
+    # many odometer_next calls would: where a thread's part of a kernel starts.
+    cdef int d, k
+    for d in range(o.ndim - 1, -1, -1):
+        if o.shape[d] > 0:
+            o.index[d] = row % o.shape[d]
+            row //= o.shape[d]
+        for k in range(o.nops):
+            o.offset[k] += o.index[d] * o.strides[k][d]
+
+
 cdef inline Py_ssize_t count_rows(int ndim, const Py_ssize_t* shape) noexcept nogil:
     cdef Py_ssize_t rows = 1
     cdef int d

@@ -7,7 +7,8 @@
 #   max_pool2d_backward:    bufs: x, dy, dx
 #   avg_pool2d_backward:    bufs: dy, dx
 #   max_pool2d_select:      bufs: x, h, y (y = h at the argmax of each window of x)
-# ``mode`` is one of POOL_MODES; the planes are the N * C images of the input.
+# ``mode`` is one of POOL_MODES; the planes are the N * C images of the input; ``threads`` the
+# threads the lowering planned (parallel.threads_for), split over planes.
 
 from libc.math cimport INFINITY, NAN
 from libc.string cimport memset
@@ -15,10 +16,11 @@ from cython cimport floating
 
 from .abi cimport Call, KERNEL_OK, kernel_fn, kernel_address
 from .params cimport fields_of
+from .parallel cimport parallel_for
 from .window cimport ceil_div, clamp
 
 ctypedef struct Pool:
-    Py_ssize_t mode, planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw
+    Py_ssize_t mode, planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw, threads
 
 cdef enum PoolMode:
     P_MAX, P_AVG_INCLUDE, P_AVG_EXCLUDE, P_ADAPTIVE_MAX, P_ADAPTIVE_AVG
@@ -43,7 +45,11 @@ POOL_FIELDS = fields_of(_pool, sizeof(Pool))
 # adaptive windows take pool_cell, which clamps each window. NaN semantics are np.max's: a NaN in
 # a window is its maximum, and the argmax ops use the first maximum in row-major order, or the
 # first NaN. Windows that tile the input (stride == kernel, no padding) let the max and avg
-# backward passes store rather than zero all of dx and then add.
+# backward passes store rather than zero all of dx and then add; adaptive windows that divide
+# the input evenly are such windows (as_sliding), and the global average of a plane, a chain of
+# dependent adds when summed alone, sums 8 planes at once (global_sums).
+# Threads: planes are independent; each thread pools a contiguous run of them (parallel.pyx), so
+# results are bitwise the same at any thread count and no two threads write one cell of dx.
 cdef enum RowOp:
     R_MAX, R_AVG, R_MAX_BACKWARD, R_SELECT, R_AVG_BACKWARD
 
@@ -316,20 +322,92 @@ cdef inline void clear_untiled(floating* dx, const Pool* s) noexcept nogil:
     memset(dx + used_h * s.w, 0, <size_t>((s.h - used_h) * s.w) * sizeof(floating))
 
 
-cdef inline int pool_planes(RowOp op, const Pool* s, const floating* x, const floating* h,
-                            floating* dx, const floating* pin, floating* pout) noexcept nogil:
-    # An op's unused pointers are set to used ones of the same layout, and are never read.
+ctypedef struct PoolRun:
+    # one pooling instruction, for the parts parallel_for runs: planes [lo, hi) each
+    RowOp op
+    Pool s               # the windows (adaptive ones made sliding where they can be)
+    const void* x
+    const void* h
+    void* dx
+    const void* pin
+    void* pout
+
+
+cdef inline void as_sliding(Pool* s) noexcept nogil:
+    # Adaptive windows over sizes the output divides are sliding windows of the quotient: the
+    # same cells, divisors (no padding: include == exclude) and argmax order; they tile the input.
+    if not is_adaptive(s) or s.oh <= 0 or s.ow <= 0 or s.h % s.oh != 0 or s.w % s.ow != 0:
+        return
+    s.mode = P_MAX if s.mode == P_ADAPTIVE_MAX else P_AVG_INCLUDE
+    s.kh = s.sh = s.h // s.oh
+    s.kw = s.sw = s.w // s.ow
+    s.ph = s.pw = 0
+
+
+cdef inline bint is_global_avg(RowOp op, const Pool* s) noexcept nogil:
+    return op == R_AVG and s.oh == 1 and s.ow == 1 and s.kh == s.h and s.kw == s.w and tiles(s)
+
+
+cdef void global_sums(const floating* x, floating* y, Py_ssize_t planes, Py_ssize_t full,
+                      double div) noexcept nogil:
+    # y[p] = sum of plane p / div, each plane summed in order as window_sum does (so bitwise its
+    # result), 8 planes at a time: one plane's adds wait on each other, 8 chains overlap.
+    cdef double acc[8]
+    cdef Py_ssize_t p = 0, i, k
+    while p + 8 <= planes:
+        for k in range(8):
+            acc[k] = 0
+        for i in range(full):
+            for k in range(8):
+                acc[k] += x[k * full + i]
+        for k in range(8):
+            y[p + k] = <floating>(acc[k] / div)
+        x += 8 * full
+        p += 8
+    for p in range(p, planes):
+        y[p] = <floating>(window_sum(x, full, 1, full) / div)
+        x += full
+
+
+cdef inline int planes_part(const PoolRun* r, Py_ssize_t lo, Py_ssize_t hi,
+                            floating* tag) noexcept nogil:
+    # Planes [lo, hi) of r (tag, always NULL, picks the dtype). An op's unused pointers are set
+    # to used ones of the same layout, and are never read.
+    cdef const Pool* s = &r.s
     cdef Py_ssize_t p, full = s.h * s.w, pooled = s.oh * s.ow
-    cdef bint backward = op == R_MAX_BACKWARD or op == R_AVG_BACKWARD
+    cdef bint backward = r.op == R_MAX_BACKWARD or r.op == R_AVG_BACKWARD
     cdef bint overwrite = backward and tiles(s)
+    cdef const floating* x = <const floating*>r.x + lo * full
+    cdef const floating* h = <const floating*>r.h + lo * full
+    cdef floating* dx = <floating*>r.dx + lo * full
+    cdef const floating* pin = <const floating*>r.pin + lo * pooled
+    cdef floating* pout = <floating*>r.pout + lo * pooled
+    if is_global_avg(r.op, s):
+        global_sums(x, pout, hi - lo, full, <double>divisor(s, 0, s.h, 0, s.w))
+        return KERNEL_OK
     if backward and not overwrite:
-        memset(dx, 0, <size_t>(s.planes * full) * sizeof(floating))
-    for p in range(s.planes):
+        memset(dx, 0, <size_t>((hi - lo) * full) * sizeof(floating))
+    for p in range(hi - lo):
         if overwrite:
             clear_untiled(dx + p * full, s)
-        pool_plane(op, s, x + p * full, h + p * full, dx + p * full, pin + p * pooled,
+        pool_plane(r.op, s, x + p * full, h + p * full, dx + p * full, pin + p * pooled,
                    pout + p * pooled, overwrite)
     return KERNEL_OK
+
+
+cdef int planes_f32(void* ctx, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return planes_part(<const PoolRun*>ctx, lo, hi, <float*>NULL)
+cdef int planes_f64(void* ctx, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return planes_part(<const PoolRun*>ctx, lo, hi, <double*>NULL)
+
+
+cdef inline int pool_planes(RowOp op, const Pool* s, const floating* x, const floating* h,
+                            floating* dx, const floating* pin, floating* pout) noexcept nogil:
+    cdef PoolRun r
+    r.op, r.s = op, s[0]
+    as_sliding(&r.s)
+    r.x, r.h, r.dx, r.pin, r.pout = x, h, dx, pin, pout
+    return parallel_for(s.threads, s.planes, planes_f32 if floating is float else planes_f64, &r)
 
 
 cdef inline int pool2d_impl(const floating* x,  # IN  (planes, h, w)

@@ -2,7 +2,9 @@
 #
 # Parameter layout (ints): the Reduce struct below, whose field names this module exports as
 # REDUCE_FIELDS (the lowering, mgegraph/_kernels/lowering/reduce.py, packs them by name), then
-#   kept shape[kept_ndim], kept strides[kept_ndim], ndr, reduced shape[ndr], reduced strides[ndr]
+#   kept shape[kept_ndim], kept strides[kept_ndim], ndr, reduced shape[ndr], reduced strides[ndr],
+#   threads (what the lowering planned, parallel.threads_for; last, so the CUDA kernels that
+#   read this layout from the front are unchanged)
 # The input is read as (kept dims..., reduced dims...) through element strides, each group
 # collapsed; the output is contiguous over the kept dims. Reduced positions are visited in C
 # order, so argmax's index is the flat index within the reduced axes, as NumPy's.
@@ -13,6 +15,9 @@
 # memory instead of striding through it. Otherwise each output reduces its own block "by rows".
 # Float sums accumulate in double, pairwise along rows as NumPy does; integer sums and products
 # wrap in uint64 (well defined, and what NumPy's int64 arithmetic gives).
+# Threads split the outputs, never a reduced axis: by columns, whole chunks (the chunks one
+# thread makes, so each output's arithmetic is the same: a chunk of one reduces by rows); by
+# rows, single outputs. Results are bitwise the same at any thread count.
 
 from libc.math cimport NAN
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
@@ -20,7 +25,8 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from .dtypes cimport any_t
 from .abi cimport Call, KERNEL_OK, KERNEL_BAD_VALUE, KERNEL_UNSUPPORTED, kernel_fn, kernel_address
 from .params cimport fields_of
-from .nditer cimport dims_ok, Odometer, odometer_init, odometer_next, count_rows
+from .nditer cimport dims_ok, Odometer, odometer_init, odometer_next, odometer_seek, count_rows
+from .parallel cimport parallel_for, part_fn
 
 ctypedef fused acc_t:
     double
@@ -419,48 +425,92 @@ cdef inline Py_ssize_t out_itemsize(int op, any_t zero) noexcept nogil:
 
 
 # -- driver ---------------------------------------------------------------------------------------
-cdef int reduce_impl(const any_t* x, char* y, const Call* c) noexcept nogil:
+ctypedef struct ReduceRun:
+    # one reduction, for the parts parallel_for runs; a unit is `per` outputs of a kept row (one
+    # chunk by columns, one output by rows), `nper` units to a row of `last` outputs
+    int op, ndo
+    const Py_ssize_t* oshape
+    const Py_ssize_t* ostride
+    Py_ssize_t last, so, item, per, nper
+    Layout L
+    const void* x
+    char* y
+
+
+cdef inline Py_ssize_t first_output(const ReduceRun* r, Py_ssize_t unit) noexcept nogil:
+    # the flat index of the first output of unit `unit` (the row's end for its last unit + 1)
+    cdef Py_ssize_t at = (unit % r.nper) * r.per
+    return (unit // r.nper) * r.last + (at if at < r.last else r.last)
+
+
+cdef inline int outputs_part(const ReduceRun* r, Py_ssize_t lo, Py_ssize_t hi,
+                             any_t* tag) noexcept nogil:
+    # units [lo, hi) of r (tag, always NULL, picks the dtype): their outputs in chunks of up to
+    # CHUNK, cut where one thread cuts them (unit boundaries are on that grid)
+    cdef Py_ssize_t first = first_output(r, lo), end = first_output(r, hi)
+    cdef Py_ssize_t row = first // r.last, start = first - row * r.last, cnt
+    cdef char* y = r.y + first * r.item
+    cdef Odometer o
+    odometer_init(&o, r.ndo, r.oshape, r.ostride, 1)
+    odometer_seek(&o, row)
+    while first < end:
+        cnt = min(min(r.last - start, <Py_ssize_t>CHUNK), end - first)
+        reduce_chunk(r.op, <const any_t*>r.x + o.offset[0] + start * r.so, r.so, cnt, &r.L, y)
+        y += cnt * r.item
+        first += cnt
+        start += cnt
+        if start == r.last:
+            start = 0
+            odometer_next(&o)
+    return KERNEL_OK
+
+
+cdef int part_f32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return outputs_part(<const ReduceRun*>c, lo, hi, <float*>NULL)
+cdef int part_f64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return outputs_part(<const ReduceRun*>c, lo, hi, <double*>NULL)
+cdef int part_i32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return outputs_part(<const ReduceRun*>c, lo, hi, <int32_t*>NULL)
+cdef int part_i64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return outputs_part(<const ReduceRun*>c, lo, hi, <int64_t*>NULL)
+cdef int part_bool(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return outputs_part(<const ReduceRun*>c, lo, hi, <uint8_t*>NULL)
+
+
+cdef int reduce_impl(const any_t* x, char* y, const Call* c, part_fn part) noexcept nogil:
     cdef const Reduce* s = <const Reduce*>c.ints
     if not dims_ok(s.kept_ndim, 1) or not dims_ok((<const Py_ssize_t*>(s + 1))[2 * s.kept_ndim], 1):
         return KERNEL_UNSUPPORTED  # the kept and the reduced groups each fit an Odometer
-    cdef int op = <int>s.op, ndo = <int>s.kept_ndim
-    cdef const Py_ssize_t* oshape = <const Py_ssize_t*>(s + 1)
-    cdef const Py_ssize_t* ostride = oshape + ndo
-    cdef Py_ssize_t last = oshape[ndo - 1], so = ostride[ndo - 1]
-    cdef Py_ssize_t rows = count_rows(ndo, oshape), r, start, cnt
-    cdef Py_ssize_t item = out_itemsize(op, <any_t>0)
-    cdef Layout L
-    cdef Odometer o
-    if op < R_SUM or op > R_ARGMIN:
+    cdef ReduceRun r
+    r.op, r.ndo, r.x, r.y = <int>s.op, <int>s.kept_ndim, x, y
+    r.oshape = <const Py_ssize_t*>(s + 1)
+    r.ostride = r.oshape + r.ndo
+    r.last, r.so = r.oshape[r.ndo - 1], r.ostride[r.ndo - 1]
+    r.item = out_itemsize(r.op, <any_t>0)
+    if r.op < R_SUM or r.op > R_ARGMIN:
         return KERNEL_UNSUPPORTED
-    parse_reduced(oshape + 2 * ndo, &L)
-    if product(ndo, oshape) == 0:
+    parse_reduced(r.oshape + 2 * r.ndo, &r.L)
+    if product(r.ndo, r.oshape) == 0:
         return KERNEL_OK
-    if L.nred == 0 and op >= R_MAX:
+    if r.L.nred == 0 and r.op >= R_MAX:
         return KERNEL_BAD_VALUE  # refused at build time; kept so a bad plan cannot read past
-    odometer_init(&o, ndo, oshape, ostride, 1)
-    for r in range(rows):
-        start = 0
-        while start < last:
-            cnt = last - start if last - start < CHUNK else CHUNK
-            reduce_chunk(op, x + o.offset[0] + start * so, so, cnt, &L, y)
-            y += cnt * item
-            start += cnt
-        odometer_next(&o)
-    return KERNEL_OK
+    r.per = CHUNK if r.so == 1 else 1
+    r.nper = (r.last + r.per - 1) // r.per
+    cdef Py_ssize_t threads = r.L.rstride[r.L.ndr]  # the field after the reduced strides
+    return parallel_for(threads, count_rows(r.ndo, r.oshape) * r.nper, part, &r)
 
 
 # -- entry points ---------------------------------------------------------------------------------
 cdef int reduce_f32(const Call* c) noexcept nogil:
-    return reduce_impl(<const float*>c.bufs[0], c.bufs[1], c)
+    return reduce_impl(<const float*>c.bufs[0], c.bufs[1], c, part_f32)
 cdef int reduce_f64(const Call* c) noexcept nogil:
-    return reduce_impl(<const double*>c.bufs[0], c.bufs[1], c)
+    return reduce_impl(<const double*>c.bufs[0], c.bufs[1], c, part_f64)
 cdef int reduce_i32(const Call* c) noexcept nogil:
-    return reduce_impl(<const int32_t*>c.bufs[0], c.bufs[1], c)
+    return reduce_impl(<const int32_t*>c.bufs[0], c.bufs[1], c, part_i32)
 cdef int reduce_i64(const Call* c) noexcept nogil:
-    return reduce_impl(<const int64_t*>c.bufs[0], c.bufs[1], c)
+    return reduce_impl(<const int64_t*>c.bufs[0], c.bufs[1], c, part_i64)
 cdef int reduce_bool(const Call* c) noexcept nogil:
-    return reduce_impl(<const uint8_t*>c.bufs[0], c.bufs[1], c)
+    return reduce_impl(<const uint8_t*>c.bufs[0], c.bufs[1], c, part_bool)
 
 KERNELS = {
     "reduce_f32": kernel_address(reduce_f32), "reduce_f64": kernel_address(reduce_f64),

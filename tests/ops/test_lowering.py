@@ -40,7 +40,7 @@ def test_kernel_modules_export_their_structs_fields():
     assert KC.CONV_FIELDS[-5:] == ("has_bias", "path", "relu", "isa", "threads")
     assert len(KC.CONV_FIELDS) == 21
     assert KP.POOL_FIELDS == ("mode", "planes", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw",
-                              "ph", "pw")
+                              "ph", "pw", "threads")
     assert KL.MATMUL_FIELDS == ("m", "n", "k", "transpose_a", "transpose_b", "ndim")
     assert KL.LINEAR_FIELDS == ("m", "n", "k", "has_bias", "relu")
     assert KR.REDUCE_FIELDS == ("op", "kept_ndim")

@@ -12,6 +12,7 @@ from ...ops import elementwise_table as TABLE
 from ...ops.registry import ALL_DTYPES, NUMERIC_DTYPES
 from .. import elementwise as K
 from .layout import elementwise_params
+from .threads import node_threads
 
 
 def check_build(module, extra=()) -> None:
@@ -31,26 +32,30 @@ def _lower_unary(entry):
     def lower(node) -> Launch:
         (x,) = node.inputs
         floats = tuple(float(node.attr[a]) for a in entry.params)
-        return Launch(elementwise_params(code, x.shape, [x.shape]), floats)
+        return Launch(elementwise_params(code, x.shape, [x.shape], threads=node_threads(node)),
+                      floats)
     return lower
 
 
 def _lower_broadcast(code: int):
     def lower(node) -> Launch:
         return Launch(elementwise_params(code, node.outputs[0].shape,
-                                         [v.shape for v in node.inputs]))
+                                         [v.shape for v in node.inputs],
+                                         threads=node_threads(node)))
     return lower
 
 
 def _lower_cast(node) -> Launch:
     (x,) = node.inputs
-    return Launch(elementwise_params(dtype_code(node.outputs[0].dtype), x.shape, [x.shape]))
+    return Launch(elementwise_params(dtype_code(node.outputs[0].dtype), x.shape, [x.shape],
+                                     threads=node_threads(node)))
 
 
 def _lower_assign(node) -> Launch:
     # Graph.assign's nodes are copies into their param, run after every other instruction
     target = node.inputs[0]
-    return Launch(elementwise_params(K.OPCODES["copy"], target.shape, [target.shape]))
+    return Launch(elementwise_params(K.OPCODES["copy"], target.shape, [target.shape],
+                                     threads=node_threads(node)))
 
 
 def implement(table) -> None:

@@ -61,8 +61,10 @@ def collapse(shape, operand_strides):
                                          for k in range(len(operand_strides))]
 
 
-def elementwise_params(opcode: int, out_shape, in_shapes, in_strides=None) -> tuple[int, ...]:
-    """[opcode, ndim, shape, strides per input] for kernels of _kernels/elementwise.pyx."""
+def elementwise_params(opcode: int, out_shape, in_shapes, in_strides=None,
+                       threads: int = 1) -> tuple[int, ...]:
+    """[opcode, ndim, shape, strides per input, threads] for kernels of
+    _kernels/elementwise.pyx."""
     strides = [broadcast_strides(s, out_shape) for s in in_shapes] if in_strides is None \
         else list(in_strides)
     out = contiguous_strides(out_shape)
@@ -70,4 +72,4 @@ def elementwise_params(opcode: int, out_shape, in_shapes, in_strides=None) -> tu
     params = [opcode, len(shape), *shape]
     for s in merged[1:]:
         params.extend(s)
-    return tuple(params)
+    return (*params, threads)

@@ -7,6 +7,7 @@ from ...ops.conv import AVG_MODES, window_geometry
 from ...ops.registry import FLOAT_DTYPES
 from .. import pool as K
 from .layout import pack
+from .threads import node_threads
 
 # The kernel's modes: max and the two averages pool sliding windows (the op's "mode"
 # attribute picks the average); the adaptive ones pool PyTorch's adaptive windows.
@@ -37,7 +38,7 @@ def _pool_lower(sides, adaptive_mode=None):
             mode, (kh, kw, sh, sw, ph, pw) = adaptive_mode, (0,) * 6
         return Launch(pack(K.POOL_FIELDS, mode=K.POOL_MODES[mode], planes=x.shape[0] * x.shape[1],
                            h=x.shape[2], w=x.shape[3], oh=y.shape[2], ow=y.shape[3], kh=kh,
-                           kw=kw, sh=sh, sw=sw, ph=ph, pw=pw))
+                           kw=kw, sh=sh, sw=sw, ph=ph, pw=pw, threads=node_threads(node)))
     return lower
 
 

@@ -6,12 +6,13 @@ from ...ops.reduce import REDUCE_OPS, canonical_axes
 from ...ops.registry import ALL_DTYPES
 from .. import reduce as K
 from .layout import collapse, contiguous_strides, pack
+from .threads import node_threads
 
 
-def reduce_params(opcode: int, shape, axes) -> tuple[int, ...]:
-    """The Reduce fields, then [kept shape, kept strides, ndr, reduced shape, reduced strides]
-    for _kernels/reduce.pyx: the input read as (kept dims..., reduced dims...), each group
-    collapsed."""
+def reduce_params(opcode: int, shape, axes, threads: int = 1) -> tuple[int, ...]:
+    """The Reduce fields, then [kept shape, kept strides, ndr, reduced shape, reduced strides,
+    threads] for _kernels/reduce.pyx: the input read as (kept dims..., reduced dims...), each
+    group collapsed."""
     strides = contiguous_strides(shape)
     kept = [d for d in range(len(shape)) if d not in axes]
     kept_shape = [shape[d] for d in kept]
@@ -19,13 +20,14 @@ def reduce_params(opcode: int, shape, axes) -> tuple[int, ...]:
                                                   [strides[d] for d in kept]])
     rshape, (rstrides,) = collapse([shape[d] for d in axes], [[strides[d] for d in axes]])
     head = pack(K.REDUCE_FIELDS, op=opcode, kept_ndim=len(oshape))
-    return (*head, *oshape, *ostrides, len(rshape), *rshape, *rstrides)
+    return (*head, *oshape, *ostrides, len(rshape), *rshape, *rstrides, threads)
 
 
 def _lower(opcode: int):
     def lower(node) -> Launch:
         (x,) = node.inputs
-        return Launch(reduce_params(opcode, x.shape, canonical_axes(node.attr["axis"], x.ndim)))
+        axes = canonical_axes(node.attr["axis"], x.ndim)
+        return Launch(reduce_params(opcode, x.shape, axes, node_threads(node)))
     return lower
 
 

@@ -1,0 +1,125 @@
+# The one thread policy of the CPU kernels (issue 19): how many threads an instruction gets, and
+# the loop that runs its parts on them. Declarations and the usage pattern: parallel.pxd.
+#
+# Design: a lowering decides an instruction's threads from its work (threads_for: bytes it moves,
+# or another unit with its own grain) and packs them into the parameter block, so a plan is
+# data that says how it runs; at run time parallel_for caps that by max_threads() (OpenMP's
+# maximum now, e.g. under threadpoolctl, and 1 in a forked child) and by the independent units
+# there are, cuts the units into one contiguous part per thread and runs them in one OpenMP
+# region. A part is a range of independent outputs (planes, rows, output elements), never a
+# piece of a reduction, so every result is bitwise the same at any thread count. Only this
+# module is built with -fopenmp: the kernels call parallel_for with a function pointer.
+#
+# Fork/join cost, measured with fork_join_us() (empty parts, OMP_WAIT_POLICY=PASSIVE as the
+# package sets; shared 2-core AMD EPYC, medians of 2000 regions): FORK_JOIN_NOTE below.
+# One thread of a memory-bound kernel here moves ~4-8 bytes per ns, so a region that costs
+# ~10 us is paid back once the second thread takes over ~40-80 KB: GRAIN_BYTES per thread.
+#
+# NOTE: GCC's OpenMP pool does not survive fork(): a child whose parent had run a parallel
+# region hangs in its first one. pthread_atfork marks the child (any fork, os.fork or C's),
+# and max_threads() is 1 there, so every kernel runs its parts in the calling thread.
+
+from cython.parallel cimport prange
+
+from .abi cimport KERNEL_OK
+
+cdef extern from *:
+    """
+    #ifdef _OPENMP
+    #include <omp.h>
+    static int mg_omp_max_threads(void) { return omp_get_max_threads(); }
+    #else
+    static int mg_omp_max_threads(void) { return 1; }
+    #endif
+    #include <pthread.h>
+    #include <time.h>
+    static volatile int mg_forked = 0;
+    static void mg_mark_forked(void) { mg_forked = 1; }
+    static int mg_watch_fork(void) { return pthread_atfork(NULL, NULL, mg_mark_forked); }
+    static double mg_now_us(void) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
+    }
+    """
+    int mg_omp_max_threads() noexcept nogil
+    int mg_forked
+    int mg_watch_fork() noexcept nogil
+    double mg_now_us() noexcept nogil
+
+if mg_watch_fork() != 0:
+    raise ImportError("pthread_atfork failed: the kernels could not guard against fork")
+
+# Bytes a thread should move for a second one to pay for the fork/join (see Design)
+GRAIN_BYTES = 64 * 1024
+TEAM_LIMIT = MAX_TEAM
+
+
+cpdef int max_threads() noexcept nogil:
+    """The threads a kernel may use now: OpenMP's maximum, 1 without OpenMP or in a forked
+    child.
+
+    >>> max_threads() >= 1
+    True
+    """
+    return 1 if mg_forked else mg_omp_max_threads()
+
+
+cdef int team(Py_ssize_t planned, Py_ssize_t units) noexcept nogil:
+    # the threads an instruction planned for `planned` runs on now, over `units` parts at most
+    cdef Py_ssize_t nt = planned
+    nt = min(nt, <Py_ssize_t>max_threads())
+    nt = min(nt, units)
+    nt = min(nt, <Py_ssize_t>MAX_TEAM)
+    return <int>nt if nt > 1 else 1
+
+
+cdef int parallel_for(Py_ssize_t planned, Py_ssize_t units, part_fn fn, void* ctx) noexcept nogil:
+    # fn over [0, units) in team() contiguous parts, part t on thread t (so t can index
+    # per-thread scratch); the first failing part's status, in part order, as one thread gives
+    cdef int nt = team(planned, units), t
+    cdef int status[MAX_TEAM]
+    if nt == 1:
+        return fn(ctx, 0, units)
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static"):
+        status[t] = fn(ctx, cut(units, nt, t), cut(units, nt, t + 1))
+    for t in range(nt):
+        if status[t] != KERNEL_OK:
+            return status[t]
+    return KERNEL_OK
+
+
+def threads_for(work: int, grain: int = GRAIN_BYTES) -> int:
+    """The threads an instruction doing ``work`` units (bytes moved, by default) should plan for:
+    one per ``grain`` units, at most max_threads() now (the parameter block keeps it; the
+    kernel caps it again when it runs).
+
+    >>> threads_for(1000)
+    1
+    """
+    if grain <= 0:
+        raise ValueError(f"threads_for: grain must be positive, got {grain}")
+    return int(max(1, min(max_threads(), MAX_TEAM, work // grain)))
+
+
+cdef int _empty(void* ctx, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return KERNEL_OK
+
+
+def fork_join_us(int threads=2, int repeats=2000) -> float:
+    """The median time in microseconds of one parallel_for over ``threads`` empty parts: what a
+    parallel kernel pays before any work (0-ish at one thread).
+
+    >>> fork_join_us(1, 10) < 1000
+    True
+    """
+    import statistics
+    cdef double t0
+    times = []
+    for _ in range(repeats):
+        with nogil:
+            t0 = mg_now_us()
+            parallel_for(threads, threads, _empty, NULL)
+            t0 = mg_now_us() - t0
+        times.append(t0)
+    return statistics.median(times)
