@@ -31,11 +31,18 @@
 # This source is built three times (setup.py): fused.pyx for any CPU, fused_avx2.pyx and
 # fused_avx512.pyx for wider vectors, all without FP contraction, so they agree bitwise;
 # _kernels/__init__.py imports the widest one the CPU runs (cpu_has).
+#
+# Streaming (Run.stream, Run.prefetch; the lowering sets them when a call moves more bytes than
+# the last-level cache holds): STORE writes with non-temporal stores, which skip the read for
+# ownership of each output line and leave the cache to the inputs, and each block first asks
+# for the contiguous inputs of the block `prefetch` blocks ahead (into L2), so their loads
+# overlap the arithmetic instead of stalling the steps that first read them. Both only move
+# bytes: results are the same bitwise with or without them.
 
 from libc.string cimport memcpy
 from libc.stdlib cimport malloc, free
 from cython cimport floating
-from cython.parallel cimport prange, threadid
+from cython.parallel cimport parallel, prange, threadid
 
 from .abi cimport Call, KERNEL_OK, KERNEL_BAD_VALUE, KERNEL_UNSUPPORTED, kernel_fn, kernel_address
 from .params cimport fields_of
@@ -83,8 +90,56 @@ cdef extern from *:
     """
     int mg_fused_cpu_has(int level) nogil
 
+cdef extern from *:
+    """
+    #include <string.h>
+    #if defined(__SSE2__)
+    #include <immintrin.h>
+    #endif
+    /* dst[0:bytes] = src[0:bytes], the 64-byte lines of dst written with non-temporal stores */
+    static void mg_stream_copy(char* dst, const char* src, size_t bytes) {
+    #if defined(__SSE2__)
+        size_t head = (64 - ((size_t)dst & 63)) & 63, k;
+        if (head > bytes) head = bytes;
+        memcpy(dst, src, head);
+        dst += head; src += head; bytes -= head;
+        for (k = 0; k + 64 <= bytes; k += 64) {
+    #if defined(__AVX512F__)
+            _mm512_stream_si512((__m512i*)(dst + k), _mm512_loadu_si512(src + k));
+    #elif defined(__AVX__)
+            _mm256_stream_si256((__m256i*)(dst + k), _mm256_loadu_si256((const __m256i*)(src + k)));
+            _mm256_stream_si256((__m256i*)(dst + k + 32),
+                                _mm256_loadu_si256((const __m256i*)(src + k + 32)));
+    #else
+            int j;
+            for (j = 0; j < 64; j += 16)
+                _mm_stream_si128((__m128i*)(dst + k + j), _mm_loadu_si128((const __m128i*)(src + k + j)));
+    #endif
+        }
+        memcpy(dst + k, src + k, bytes - k);
+    #else
+        memcpy(dst, src, bytes);
+    #endif
+    }
+    /* orders this thread's non-temporal stores before what follows (the end of the kernel) */
+    static void mg_store_fence(void) {
+    #if defined(__SSE2__)
+        _mm_sfence();
+    #endif
+    }
+    /* asks for p[0:bytes] in L2 (locality 2: T1 on x86); a hint, never a fault */
+    static void mg_prefetch(const char* p, size_t bytes) {
+        size_t k;
+        for (k = 0; k < bytes; k += 64) __builtin_prefetch(p + k, 0, 2);
+    }
+    """
+    void mg_stream_copy(char* dst, const char* src, size_t bytes) nogil
+    void mg_store_fence() nogil
+    void mg_prefetch(const char* p, size_t bytes) nogil
+
 cdef enum:
     MAX_REGS = 64
+    MAX_PREFETCH = 64  # blocks ahead
     MAX_INPUTS = 32
     MAX_DIMS = 8
 
@@ -95,7 +150,8 @@ cdef enum Opcode:  # the steps that are not elementwise ops, after the table's o
     F_WHERE
 
 OPCODES = {**ew_opcodes(), "load": F_LOAD, "const": F_CONST, "store": F_STORE, "where": F_WHERE}
-LIMITS = {"registers": MAX_REGS, "inputs": MAX_INPUTS, "dims": MAX_DIMS}
+LIMITS = {"registers": MAX_REGS, "inputs": MAX_INPUTS, "dims": MAX_DIMS,
+          "prefetch": MAX_PREFETCH}
 
 # The ints are three structs with arrays between them (see the top of this file):
 ctypedef struct Head:    # then out_shape[ndim], input strides[n_in * ndim]
@@ -103,6 +159,7 @@ ctypedef struct Head:    # then out_shape[ndim], input strides[n_in * ndim]
 
 ctypedef struct Run:     # then n_code Steps
     Py_ssize_t block, threads, n_regs, n_code, n_floats  # n_floats: the length of Call.floats
+    Py_ssize_t stream, prefetch  # STORE non-temporal (0/1); blocks ahead to prefetch (0: none)
 
 ctypedef struct Step:
     Py_ssize_t op, dst, a, b, c
@@ -117,6 +174,7 @@ STEP_FIELDS = fields_of(_step, sizeof(Step))
 
 ctypedef struct Program:
     Py_ssize_t n_in, n_out, ndim, size, block, threads, n_regs, n_code, n_floats
+    Py_ssize_t stream, prefetch, itemsize
     const Py_ssize_t* shape
     const Py_ssize_t* strides
     const Step* code
@@ -173,6 +231,18 @@ cdef void gather(const Program* p, const floating* src, Py_ssize_t i, Py_ssize_t
 
 
 # -- one block ---------------------------------------------------------------------------------
+cdef void prefetch_inputs(const Program* p, const Call* c, Py_ssize_t start) noexcept nogil:
+    # the contiguous inputs of the block p.prefetch blocks after the one at start, if any
+    cdef Py_ssize_t i, at, n
+    if p.prefetch == 0 or p.prefetch > (p.size - start - 1) // p.block:
+        return
+    at = start + p.prefetch * p.block
+    n = min(p.block, p.size - at)
+    for i in range(p.n_in):
+        if p.contiguous[i] and not p.scalar[i]:
+            mg_prefetch(<const char*>c.bufs[i] + at * p.itemsize, <size_t>(n * p.itemsize))
+
+
 cdef void eval_block(const Program* p, const Call* c, Py_ssize_t start, Py_ssize_t n,
                      floating* home) noexcept nogil:
     cdef const floating* cur[MAX_REGS]
@@ -182,12 +252,16 @@ cdef void eval_block(const Program* p, const Call* c, Py_ssize_t start, Py_ssize
     cdef floating* d
     cdef const floating* src
     cdef floating v
+    prefetch_inputs(p, c, start)
     for k in range(p.n_code):
         s = p.code + k
         op = <int>s.op
         if op == F_STORE:
-            memcpy((<floating*>c.bufs[p.n_in + s.dst]) + start, cur[s.a],
-                   <size_t>n * sizeof(floating))
+            d = (<floating*>c.bufs[p.n_in + s.dst]) + start
+            if p.stream:
+                mg_stream_copy(<char*>d, <const char*>cur[s.a], <size_t>n * sizeof(floating))
+            else:
+                memcpy(d, cur[s.a], <size_t>n * sizeof(floating))
             continue
         d = home + s.dst * p.block
         if op == F_LOAD:
@@ -283,9 +357,11 @@ cdef int read_program(Program* p, const Call* c) noexcept nogil:
         p.size *= p.shape[d]
     run = <const Run*>(p.strides + p.n_in * p.ndim)
     p.block, p.threads, p.n_regs, p.n_code = run.block, run.threads, run.n_regs, run.n_code
-    p.n_floats = run.n_floats
+    p.n_floats, p.stream, p.prefetch = run.n_floats, run.stream, run.prefetch
     if p.n_regs > MAX_REGS or p.block < 1 or p.threads < 1:
         return KERNEL_UNSUPPORTED
+    if p.stream < 0 or p.stream > 1 or p.prefetch < 0 or p.prefetch > MAX_PREFETCH:
+        return KERNEL_BAD_VALUE
     p.code = <const Step*>(run + 1)
     p.floats = c.floats
     for i in range(p.n_in):
@@ -307,15 +383,20 @@ cdef inline int fused_impl(const Call* c, floating* tag) noexcept nogil:
     cdef floating* ws
     if status != KERNEL_OK:
         return status
+    p.itemsize = sizeof(floating)
     ws = <floating*>c.bufs[p.n_in + p.n_out]
     nblocks = (p.size + p.block - 1) // p.block
     if p.threads == 1 or nblocks < 2 or _forked:
         for b in range(nblocks):
             eval_block(&p, c, b * p.block, min(p.block, p.size - b * p.block), ws)
+        mg_store_fence()
         return KERNEL_OK
-    for b in prange(nblocks, nogil=True, num_threads=p.threads, schedule="static"):
-        eval_block(&p, c, b * p.block, min(p.block, p.size - b * p.block),
-                   ws + threadid() * p.n_regs * p.block)
+    # static: each thread walks one run of consecutive blocks, which its prefetches follow
+    with parallel(num_threads=p.threads):
+        for b in prange(nblocks, schedule="static"):
+            eval_block(&p, c, b * p.block, min(p.block, p.size - b * p.block),
+                       ws + threadid() * p.n_regs * p.block)
+        mg_store_fence()  # each thread's own non-temporal stores
     return KERNEL_OK
 
 

@@ -5,7 +5,9 @@ and benchmarks.
 """
 from __future__ import annotations
 
+import functools
 import math
+from pathlib import Path
 
 import numpy as np
 
@@ -25,6 +27,12 @@ MIN_BLOCK, MAX_BLOCK = 256, 4096
 # _kernels/__init__.py) costs some 60-90 us on 2 cores here, about this much work. Measured:
 # fusion-chain gains from 2 threads above ~100k elements, a lone add above ~500k.
 PARALLEL_WORK = 2_500_000
+# A call that moves more bytes than the last-level cache holds streams (fused_body.pxi): stores
+# that skip the cache and inputs prefetched this many blocks ahead. Measured on fusion-chain
+# (4M float32, AMD EPYC Zen 4): 1 and 2 blocks ahead gain about alike, 4 no more; into L1
+# (locality 3) it loses.
+PREFETCH_BLOCKS = 2
+DEFAULT_LLC_BYTES = 32 << 20  # where /sys does not say
 STEPS = ("load", "const", "store", "where")  # the kernel's own steps, beside the table's ops
 
 
@@ -55,6 +63,35 @@ def allocate_registers(ssa_code) -> tuple[list, int]:
     return out, max(top, 1)
 
 
+@functools.cache
+def last_level_cache_bytes() -> int:
+    """The largest CPU cache of cpu0 in bytes, from Linux's /sys; DEFAULT_LLC_BYTES elsewhere.
+
+    >>> last_level_cache_bytes() > 0
+    True
+    """
+    sizes = []
+    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = entry.read_text().strip().upper()
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            sizes.append(int(digits) * scale)
+    return max(sizes, default=DEFAULT_LLC_BYTES)
+
+
+def streams(program) -> bool:
+    """Whether a call of ``program`` moves (reads once and writes) more bytes than the
+    last-level cache holds, so that its kernel streams (see PREFETCH_BLOCKS).
+
+    >>> streams(Program([(8,)], (8,), "float32", [("load", 0, 0), ("store", 0, 0)]))
+    False
+    """
+    elements = sum(math.prod(s) for s in program.input_shapes)
+    elements += program.n_outputs * math.prod(program.output_shape)
+    return elements * np.dtype(program.dtype).itemsize > last_level_cache_bytes()
+
+
 def _layout(program):
     out = tuple(program.output_shape) or (1,)
     strides = [broadcast_strides(tuple(s), out) for s in program.input_shapes]
@@ -66,9 +103,10 @@ def _block_size(n_regs: int, itemsize: int, size: int) -> int:
     return min(max(MIN_BLOCK, min(MAX_BLOCK, block)), 1 << max(0, size - 1).bit_length())
 
 
-def encode(program: Program, threads: int | None = None,
-           block: int | None = None) -> tuple[tuple, tuple, int]:
-    """(ints, floats, workspace bytes) for the kernel ``fused_f32`` or ``fused_f64``.
+def encode(program: Program, threads: int | None = None, block: int | None = None,
+           stream: bool | None = None) -> tuple[tuple, tuple, int]:
+    """(ints, floats, workspace bytes) for the kernel ``fused_f32`` or ``fused_f64``;
+    ``stream`` defaults to ``streams(program)``.
 
     >>> ints, floats, ws = encode(Program([(8,)], (8,), "float32",
     ...                                   [("load", 0, 0), ("neg", 1, 0), ("store", 0, 1)]))
@@ -87,8 +125,11 @@ def encode(program: Program, threads: int | None = None,
                   ndim=len(shape)), *shape]
     for s in merged[1:]:
         ints.extend(s)
+    if stream is None:
+        stream = streams(program)
     ints += pack(K.RUN_FIELDS, block=block, threads=threads, n_regs=n_regs, n_code=len(code),
-                 n_floats=len(program.constants))
+                 n_floats=len(program.constants), stream=int(stream),
+                 prefetch=PREFETCH_BLOCKS if stream else 0)
     for op, dst, a, b, c in code:
         ints += pack(K.STEP_FIELDS, op=K.OPCODES[op], dst=dst, a=a, b=b, c=c)
     return tuple(ints), tuple(float(v) for v in program.constants), \
@@ -104,7 +145,7 @@ def kernel_name(dtype) -> str:
 
 
 def run(program: Program, inputs, threads: int | None = None, block: int | None = None,
-        outputs=None) -> list:
+        outputs=None, stream: bool | None = None) -> list:
     """Run the program through the compiled kernel (tests and benchmarks; plans use encode).
 
     >>> run(Program([(2,)], (2,), "float64", [("load", 0, 0), ("square", 1, 0),
@@ -112,7 +153,7 @@ def run(program: Program, inputs, threads: int | None = None, block: int | None 
     [array([4., 9.])]
     """
     dtype = np.dtype(program.dtype)
-    ints, floats, ws = encode(program, threads, block)
+    ints, floats, ws = encode(program, threads, block, stream)
     xs = [np.ascontiguousarray(x, dtype) for x in inputs]
     if outputs is None:
         outputs = [np.empty(program.output_shape, dtype) for _ in range(program.n_outputs)]
