@@ -12,6 +12,7 @@
 # Design: ops that reduce over a middle axis of (O, n, M) handle up to CHUNK neighbouring columns
 # at once, so every step reads a contiguous run of the inner dims instead of striding by M.
 # Statistics accumulate in double; elementwise results are computed in double and rounded once.
+# Threads (parallel.pyx): batch norm splits its channels, each computed as on one thread.
 
 from libc.math cimport ceil, exp, expf, log, sqrt, INFINITY
 from libc.stdint cimport int32_t, int64_t, uint64_t
@@ -20,6 +21,7 @@ from cython cimport floating
 from .abi cimport (Call, KERNEL_OK, KERNEL_INDEX_OUT_OF_RANGE, KERNEL_UNSUPPORTED, kernel_fn,
                    kernel_address)
 from .params cimport fields_of
+from .parallel cimport parallel_for
 
 cdef enum:
     CHUNK = 256
@@ -39,7 +41,7 @@ ctypedef struct LayerNorm:          # and its backward: rows of n; weight and bi
     Py_ssize_t rows, n
 
 ctypedef struct BatchNorm:          # x (batch, channels, inner), statistics per channel
-    Py_ssize_t batch, channels, inner, training
+    Py_ssize_t batch, channels, inner, training, threads
 
 ctypedef struct BatchNormBackward:  # the training form's
     Py_ssize_t batch, channels, inner
@@ -324,24 +326,27 @@ cdef void normalise_channels(const floating* x, floating* y, Py_ssize_t N, Py_ss
                 py[b * M + m] = (px[b * M + m] - centre) * factor + shift
 
 
-cdef int batch_norm_impl(const floating* x, const floating* w, const floating* bias,
-                         const Call* c) noexcept nogil:
-    # Both modes normalise with the statistics as stored, in x's dtype: a training batch norm
-    # remade from the mean and variance it saved (rematerialisation) is then bitwise the same,
-    # in one pass instead of three.
+cdef inline int batch_norm_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
+                                floating* tag) noexcept nogil:
+    # Channels [lo, hi). Both modes normalise with the statistics as stored, in x's dtype: a
+    # training batch norm remade from the mean and variance it saved (rematerialisation) is then
+    # bitwise the same, in one pass instead of three.
     cdef const BatchNorm* s = <const BatchNorm*>c.ints
-    cdef Py_ssize_t N = s.batch, C = s.channels, M = s.inner, c0 = 0, cnt, b
+    cdef Py_ssize_t N = s.batch, C = s.channels, M = s.inner, c0 = lo, cnt, b
     cdef bint training = s.training != 0
     cdef double eps = c.floats[0]
     cdef double mean[CHUNK]
     cdef double var[CHUNK]
     cdef floating centre[CHUNK]
     cdef floating scale[CHUNK]
+    cdef const floating* x = <const floating*>c.bufs[0]
+    cdef const floating* w = <const floating*>c.bufs[1]
+    cdef const floating* bias = <const floating*>c.bufs[2]
     cdef floating* y = <floating*>c.bufs[3 if training else 5]
     cdef floating* stat0 = <floating*>c.bufs[4 if training else 3]  # mean out / running mean
     cdef floating* stat1 = <floating*>c.bufs[5 if training else 4]  # var out / running var
-    while c0 < C:
-        cnt = chunk_len(c0, C)
+    while c0 < hi:
+        cnt = min(hi - c0, <Py_ssize_t>CHUNK)
         if training:
             batch_stats(x + c0 * M, N, C, M, cnt, mean, var)
             for b in range(cnt):
@@ -353,6 +358,12 @@ cdef int batch_norm_impl(const floating* x, const floating* w, const floating* b
         normalise_channels(x + c0 * M, y + c0 * M, N, C, M, cnt, centre, scale, bias + c0)
         c0 += cnt
     return KERNEL_OK
+
+
+cdef int batch_norm_part_f32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return batch_norm_part(<const Call*>c, lo, hi, <float*>NULL)
+cdef int batch_norm_part_f64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return batch_norm_part(<const Call*>c, lo, hi, <double*>NULL)
 
 
 # -- dropout --------------------------------------------------------------------------------------
@@ -583,11 +594,11 @@ cdef int layer_norm_f64(const Call* c) noexcept nogil:
                            <const double*>c.bufs[2], <double*>c.bufs[3], c)
 
 cdef int batch_norm_f32(const Call* c) noexcept nogil:
-    return batch_norm_impl(<const float*>c.bufs[0], <const float*>c.bufs[1],
-                           <const float*>c.bufs[2], c)
+    cdef const BatchNorm* s = <const BatchNorm*>c.ints
+    return parallel_for(s.threads, s.channels, batch_norm_part_f32, <void*>c)
 cdef int batch_norm_f64(const Call* c) noexcept nogil:
-    return batch_norm_impl(<const double*>c.bufs[0], <const double*>c.bufs[1],
-                           <const double*>c.bufs[2], c)
+    cdef const BatchNorm* s = <const BatchNorm*>c.ints
+    return parallel_for(s.threads, s.channels, batch_norm_part_f64, <void*>c)
 
 cdef int dropout_f32(const Call* c) noexcept nogil:
     return dropout_impl(<const float*>c.bufs[0],

@@ -11,6 +11,7 @@ from ...ops.nn import REDUCTIONS
 from ...ops.registry import FLOAT_DTYPES, normalize_axis
 from .. import nn as K
 from .layout import pack
+from .threads import node_threads
 
 
 def _split(shape, axis: int) -> tuple[int, int, int]:
@@ -54,7 +55,8 @@ def _ln_backward_lower(node) -> Launch:
 def _bn_lower(node) -> Launch:
     x = node.inputs[0]
     ints = pack(K.BATCH_NORM_FIELDS, batch=x.shape[0], channels=x.shape[1],
-                inner=math.prod(x.shape[2:]), training=node.attr["training"])
+                inner=math.prod(x.shape[2:]), training=node.attr["training"],
+                threads=node_threads(node))
     return Launch(ints, (float(node.attr["eps"]),))
 
 
