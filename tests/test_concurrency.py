@@ -186,3 +186,15 @@ def test_forked_children_run_gemm_and_conv_plans_after_the_parent_did():
     for (eg, ec), (rg, rc) in zip(expected, got):
         np.testing.assert_array_equal(eg, rg)
         np.testing.assert_array_equal(ec, rc)
+
+
+@pytest.mark.skipif(sys.platform == "win32" or "fork" not in multiprocessing.get_all_start_methods(),
+                    reason="needs fork")
+def test_forked_children_run_gemms_after_threadpoolctl_limited_the_parent():
+    # threadpoolctl restores MKL's threads through a per-thread count, which outranks the
+    # global one a fork hook sets: the child's GEMM then opened the parent's pool and hung
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1):
+        pass
+    test_forked_children_run_gemm_and_conv_plans_after_the_parent_did()

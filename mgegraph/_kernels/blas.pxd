@@ -57,16 +57,17 @@ cdef inline void gemm(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k
         dgemm(&fb, &fa, &jn, &im, &ik, &alpha, <double*>b, &ldb, <double*>a, &lda, &beta, c, &jn)
 
 
-cdef inline void gemm_strided(Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
-                              const floating* a, Py_ssize_t lda,  # IN  (m, k), rows lda apart
-                              const floating* b, Py_ssize_t ldb,  # IN  (k, n), rows ldb apart
-                              floating* c, Py_ssize_t ldc,        # OUT (m, n), rows ldc apart
-                              bint accumulate) noexcept nogil:
-    # gemm without transposes, on matrices whose rows are further apart than their length (a
-    # window of a larger array). BLAS asks lda >= k, ldb >= n, ldc >= n.
+cdef inline void gemm_ld(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
+                         const floating* a, Py_ssize_t lda,  # IN  op(a) (m, k); stored rows lda apart
+                         const floating* b, Py_ssize_t ldb,  # IN  op(b) (k, n); stored rows ldb apart
+                         floating* c, Py_ssize_t ldc,        # OUT (m, n), rows ldc apart
+                         bint accumulate) noexcept nogil:
+    # gemm on matrices whose rows are further apart than their length (windows of larger arrays:
+    # a block of rows or columns, one tap's shifted plane). BLAS asks each leading dimension to
+    # be at least its stored row's length.
     cdef int im = <int>m, jn = <int>n, ik = <int>k
     cdef int ia = <int>lda, ib = <int>ldb, ic = <int>ldc
-    cdef char fn = c'N'
+    cdef char fa = c'T' if ta else c'N', fb = c'T' if tb else c'N'
     cdef floating alpha = 1, beta = 1 if accumulate else 0
     cdef Py_ssize_t r
     if m == 0 or n == 0:
@@ -76,9 +77,9 @@ cdef inline void gemm_strided(Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
             for r in range(m):
                 memset(c + r * ldc, 0, <size_t>n * sizeof(floating))
         return
-    if m == 1:  # one row of a: a gemv over b, as in gemm
+    if m == 1 and not ta and not tb:  # one row of a: a gemv over b, as in gemm
         gemv(c'N', jn, ik, b, ib, a, beta, c)
     elif floating is float:
-        sgemm(&fn, &fn, &jn, &im, &ik, &alpha, <float*>b, &ib, <float*>a, &ia, &beta, c, &ic)
+        sgemm(&fb, &fa, &jn, &im, &ik, &alpha, <float*>b, &ib, <float*>a, &ia, &beta, c, &ic)
     else:
-        dgemm(&fn, &fn, &jn, &im, &ik, &alpha, <double*>b, &ib, <double*>a, &ia, &beta, c, &ic)
+        dgemm(&fb, &fa, &jn, &im, &ik, &alpha, <double*>b, &ib, <double*>a, &ia, &beta, c, &ic)

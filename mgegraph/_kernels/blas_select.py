@@ -72,7 +72,7 @@ def select(wanted: str, cache: Path | None = None) -> BlasChoice:
         raise GraphError(f"{ENV}={wanted!r} is not one of {', '.join(CHOICES)}")
     mkl, missing = load_mkl()
     if wanted == "openblas" or (wanted == "auto" and mkl is None):
-        blas_table.use("openblas")
+        blas_table.use("openblas", openblas_addresses())
         why = f"{ENV}=openblas" if wanted == "openblas" else f"MKL not used: {missing}"
         return BlasChoice("openblas", why)
     if mkl is None:
@@ -93,7 +93,7 @@ def _measured(mkl: dict, path: Path) -> BlasChoice:
         seconds = calibrate(mkl)
         _write_cache(path, key, seconds)
     name = "mkl" if seconds["mkl"] * MARGIN < seconds["openblas"] else "openblas"
-    blas_table.use(name, mkl if name == "mkl" else None)
+    blas_table.use(name, mkl if name == "mkl" else openblas_addresses())
     how = "cached measurement" if found is not None else "measured"
     return BlasChoice(name, f"{how}: mlp-train GEMMs take {seconds['openblas'] * 1e3:.2f} ms "
                             f"through OpenBLAS, {seconds['mkl'] * 1e3:.2f} ms through MKL",
@@ -117,7 +117,7 @@ def calibrate(mkl: dict) -> dict[str, float]:
             for name in seconds:
                 seconds[name] += best[name]
     finally:
-        blas_table.use("openblas")
+        blas_table.use("openblas", openblas_addresses())
     return seconds
 
 
@@ -136,7 +136,39 @@ def load_mkl() -> tuple[dict | None, str]:
     lib.MKL_Set_Interface_Layer(_MKL_INTERFACE_LP64)
     _single_threaded_after_fork(lib)
     return {r: ctypes.cast(getattr(lib, f"{r}_"), ctypes.c_void_p).value
-            for r in blas_table.ROUTINES} | {"path": path}, ""
+            for r in blas_table.ROUTINES} | {"path": path,
+                                             "local_threads": _address(lib, LOCAL_THREADS)}, ""
+
+
+# the per-thread thread-count calls, by the names the libraries export them under
+LOCAL_THREADS = ("openblas_set_num_threads_local", "scipy_openblas_set_num_threads_local",
+                 "MKL_Set_Num_Threads_Local")
+
+
+def _address(lib, names) -> int:
+    for name in names:
+        if hasattr(lib, name):
+            return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+    return 0
+
+
+def openblas_addresses() -> dict:
+    """{"local_threads": address} of SciPy's OpenBLAS (whose GEMMs the kernels call by default),
+    or {} where it cannot be found: its library is the LP64 OpenBLAS mapped into the process
+    (NumPy's own is the ILP64 one, "64_")."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "openblas" in line.rsplit("/", 1)[-1]}
+    except OSError:  # not Linux: no guard, the kernels still give the same results
+        return {}
+    for path in sorted(p for p in paths if "64_" not in Path(p).name):
+        try:
+            address = _address(ctypes.CDLL(path), LOCAL_THREADS[:2])
+        except OSError:
+            continue
+        if address:
+            return {"local_threads": address}
+    return {}
 
 
 _FORK_HOOKED: set[str] = set()
@@ -145,10 +177,16 @@ _FORK_HOOKED: set[str] = set()
 def _single_threaded_after_fork(lib) -> None:
     """GCC's OpenMP pool does not survive fork(): a GEMM that opened a parallel region in a
     forked child whose parent had used the pool would hang, so MKL runs on one thread there
-    (as the fused and convolution kernels do)."""
+    (as the fused and convolution kernels do). The forking thread's own count is set too: a
+    per-thread count (threadpoolctl restores MKL's through one) outranks the global one."""
     if lib._name not in _FORK_HOOKED:
         _FORK_HOOKED.add(lib._name)
-        os.register_at_fork(after_in_child=lambda: lib.MKL_Set_Num_Threads(1))
+
+        def one_thread():
+            lib.MKL_Set_Num_Threads(1)
+            lib.MKL_Set_Num_Threads_Local(1)
+
+        os.register_at_fork(after_in_child=one_thread)
 
 
 def mkl_path() -> str | None:

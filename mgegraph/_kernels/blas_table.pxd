@@ -10,3 +10,9 @@ cdef void sgemv(char* trans, int* m, int* n, float* alpha, float* a, int* lda, f
                 int* incx, float* beta, float* y, int* incy) noexcept nogil
 cdef void dgemv(char* trans, int* m, int* n, double* alpha, double* a, int* lda, double* x,
                 int* incx, double* beta, double* y, int* incy) noexcept nogil
+
+# Threads the BLAS may use for calls from the calling thread only, returning the previous count
+# (0: the library's global count), or -1 when the library in use has no such call. The kernels
+# that split GEMMs among their own threads (conv.pyx) set 1 in each of them, so that the BLAS does
+# not start its own threads under theirs, and restore it after.
+cdef int blas_local_threads(int n) noexcept nogil

@@ -20,6 +20,10 @@ cdef sgemm_t _sgemm = scipy_blas.sgemm
 cdef dgemm_t _dgemm = scipy_blas.dgemm
 cdef sgemv_t _sgemv = scipy_blas.sgemv
 cdef dgemv_t _dgemv = scipy_blas.dgemv
+# the library's "threads for the calling thread only" call (OpenBLAS's
+# openblas_set_num_threads_local, MKL's mkl_set_num_threads_local), when it has one
+ctypedef int (*local_threads_t)(int) noexcept nogil
+cdef local_threads_t _local_threads = NULL
 _current = "openblas"
 
 ROUTINES = ("sgemm", "dgemm", "sgemv", "dgemv")
@@ -45,21 +49,40 @@ cdef void dgemv(char* trans, int* m, int* n, double* alpha, double* a, int* lda,
     _dgemv(trans, m, n, alpha, a, lda, x, incx, beta, y, incy)
 
 
+cdef int blas_local_threads(int n) noexcept nogil:
+    if _local_threads == NULL:
+        return -1
+    return _local_threads(n)
+
+
 def use(str name, dict addresses=None):
     """Route the kernels' BLAS calls to ``name``: "openblas" (SciPy's), or another library
-    whose Fortran routines' addresses ``addresses`` gives ({"sgemm": int, ...}, all four)."""
-    global _sgemm, _dgemm, _sgemv, _dgemv, _current
+    whose Fortran routines' addresses ``addresses`` gives ({"sgemm": int, ...}, all four).
+    ``addresses["local_threads"]``, for either, is the library's per-thread thread-count call
+    (int (int), returning the previous count), when it has one."""
+    global _sgemm, _dgemm, _sgemv, _dgemv, _current, _local_threads
+    addresses = addresses or {}
+    _local_threads = <local_threads_t><Py_ssize_t>addresses.get("local_threads", 0)
     if name == "openblas":
         _sgemm, _dgemm = scipy_blas.sgemm, scipy_blas.dgemm
         _sgemv, _dgemv = scipy_blas.sgemv, scipy_blas.dgemv
     else:
-        if addresses is None or any(not addresses.get(r) for r in ROUTINES):
+        if any(not addresses.get(r) for r in ROUTINES):
             raise ValueError(f"BLAS {name!r} needs the addresses of {', '.join(ROUTINES)}")
         _sgemm = <sgemm_t><Py_ssize_t>addresses["sgemm"]
         _dgemm = <dgemm_t><Py_ssize_t>addresses["dgemm"]
         _sgemv = <sgemv_t><Py_ssize_t>addresses["sgemv"]
         _dgemv = <dgemv_t><Py_ssize_t>addresses["dgemv"]
     _current = name
+
+
+def local_threads(int n):
+    """Set the calling thread's BLAS threads to ``n`` and return the previous count, or -1 when
+    the library in use cannot (the kernels' guard, blas_table.pxd, from Python: for tests).
+
+    >>> previous = local_threads(1); _ = local_threads(previous)
+    """
+    return blas_local_threads(n)
 
 
 def current() -> str:

@@ -11,7 +11,9 @@
 # workspace_size(ints, op) elements. ``isa`` and ``threads`` matter to the tiled paths only.
 #
 # Design: the im2col matrix of one batch element and one group lives in the workspace and is
-# reused for every (element, group) pair, so scratch memory does not grow with the batch. A 1x1,
+# reused for every (element, group) pair, so scratch memory does not grow with the batch (it
+# grows with the threads instead: one per thread, see conv_gemm.pxi, which splits the GEMM paths
+# among threads and runs the BLAS single-threaded under them). A 1x1,
 # stride-1, unpadded convolution's input already is its im2col matrix, so it skips the copy.
 # A forward convolution at stride 1 without dilation needs no im2col matrix: it sums one GEMM
 # per tap over a padded copy of the input (see shifted_group).
@@ -26,7 +28,8 @@ from cython cimport floating
 from .abi cimport Call, KERNEL_OK, KERNEL_UNSUPPORTED, kernel_fn, kernel_address
 from .params cimport fields_of
 from .window cimport ceil_div, clamp
-from .blas cimport gemm, gemm_strided
+from .blas cimport gemm, gemm_ld
+from .blas_table cimport blas_local_threads
 from .ew_ops cimport ew_relu
 
 ctypedef struct Conv:
@@ -55,6 +58,7 @@ OPS = {"conv2d": OP_FORWARD, "conv2d_backward_data": OP_DATA,
        "conv2d_backward_filter": OP_FILTER}
 
 include "conv_blocked.pxi"
+include "conv_gemm.pxi"
 
 
 # -- im2col and its adjoint -----------------------------------------------------------------------
@@ -150,9 +154,15 @@ cdef inline void im2col_shifted(const floating* plane, floating* block, const Sh
 
 cdef inline void im2col(const floating* x, floating* col, const Conv* s) noexcept nogil:
     # x: one group of one image, (cin/groups, h, w); col: (cin/groups * kh * kw, oh * ow)
+    im2col_range(x, col, 0, s.cin // s.groups, s)
+
+
+cdef inline void im2col_range(const floating* x, floating* col, Py_ssize_t c0, Py_ssize_t c1,
+                              const Conv* s) noexcept nogil:
+    # the rows of input channels [c0, c1) of x's im2col matrix, from col on
     cdef Py_ssize_t ci, i, j, oh, ih
     cdef Shift t
-    for ci in range(s.cin // s.groups):
+    for ci in range(c0, c1):
         for i in range(s.kh):
             for j in range(s.kw):
                 if s.sh == 1 and s.sw == 1:
@@ -194,10 +204,16 @@ cdef inline void col2im(floating* col, floating* x, const Conv* s) noexcept nogi
     # The adjoint of im2col: x += every column entry added back where im2col read it, so
     # overlapping windows accumulate, in the order (ci, i, j) on both paths. x must be zeroed
     # beforehand; col is scratch (col2im_shifted clears cells of it).
+    col2im_range(col, x, 0, s.cin // s.groups, s)
+
+
+cdef inline void col2im_range(floating* col, floating* x, Py_ssize_t c0, Py_ssize_t c1,
+                              const Conv* s) noexcept nogil:
+    # col2im of the rows of input channels [c0, c1), from col on: they add to those planes only
     cdef Py_ssize_t ci, i, j, oh, ih, ow, lo, hi, off
     cdef floating* xrow
     cdef Shift t
-    for ci in range(s.cin // s.groups):
+    for ci in range(c0, c1):
         for i in range(s.kh):
             for j in range(s.kw):
                 if s.sh == 1 and s.sw == 1:
@@ -272,47 +288,42 @@ cdef inline void pack_taps(const floating* w, floating* packed, const Conv* s) n
                 packed[((g * taps + t) * ocg + o - g * ocg) * cg + c] = w[(o * cg + c) * taps + t]
 
 
-cdef inline void pad_planes(const floating* x, floating* padded, Py_ssize_t cg, const Shifted* t,
-                            const Conv* s) noexcept nogil:
-    # The interior of cg padded planes; their borders are zeroed once per call
+cdef inline void pad_planes(const floating* x, floating* padded, Py_ssize_t c0, Py_ssize_t c1,
+                            const Shifted* t, const Conv* s) noexcept nogil:
+    # The interior of padded planes [c0, c1); their borders are zeroed once per call
     cdef Py_ssize_t c, r
-    for c in range(cg):
+    for c in range(c0, c1):
         for r in range(s.h):
             memcpy(padded + (c * t.hp + r + s.ph) * t.wp + s.pw, x + (c * s.h + r) * s.w,
                    <size_t>s.w * sizeof(floating))
 
 
-cdef inline void shifted_group(const floating* x, const floating* packed, floating* y,
-                               floating* padded, floating* rows, const Shifted* t,
-                               const Conv* s) noexcept nogil:
-    # y (ocg, oh, ow) = one group's convolution of x (cg, h, w), packed holding its weights
+cdef inline void shifted_rows(const floating* x, const floating* packed, floating* y,
+                              floating* rows, Py_ssize_t o0, Py_ssize_t o1, const Shifted* t,
+                              const Conv* s) noexcept nogil:
+    # output channels [o0, o1) of y (ocg, oh, ow) = one group's convolution of x, its (cg, hp,
+    # wp) padded planes (or the input itself when unpadded), packed holding its weights
     cdef Py_ssize_t cg = s.cin // s.groups, ocg = s.cout // s.groups, i, j, o, r
-    if t.npadded:
-        pad_planes(x, padded, cg, t, s)
-        x = padded
     for i in range(s.kh):
         for j in range(s.kw):
-            gemm_strided(ocg, t.ncols, cg, packed, cg, x + i * t.wp + j, t.hp * t.wp, rows,
-                         t.ncols, i > 0 or j > 0)
+            gemm_ld(False, False, o1 - o0, t.ncols, cg, packed + o0 * cg, cg, x + i * t.wp + j,
+                    t.hp * t.wp, rows + o0 * t.ncols, t.ncols, i > 0 or j > 0)
             packed += ocg * cg
-    for o in range(ocg):
+    for o in range(o0, o1):
         for r in range(s.oh):
             memcpy(y + (o * s.oh + r) * s.ow, rows + o * t.ncols + r * t.wp,
                    <size_t>s.ow * sizeof(floating))
 
 
 cdef inline Py_ssize_t workspace_elems(const Conv* s, int op) noexcept nogil:
-    cdef Shifted t
+    cdef Py_ssize_t extra = 0
     if s.path == C_BLOCKED or s.path == C_GATHER:
         return blocked_elems(s, op)
-    if s.path == C_IM2COL:
-        return s.cin // s.groups * s.kh * s.kw * s.oh * s.ow
     if s.path == C_SHIFTED:
-        t = shifted_of(s)
-        return t.npacked + t.npadded + t.nrows
-    if s.path == C_BATCHED:  # one image's im2col, every image's, the GEMM's result
-        return (s.cin * s.kh * s.kw * (1 + s.batch) + s.cout * s.batch) * s.oh * s.ow
-    return 0
+        extra = shifted_of(s).npacked
+    if s.path == C_BATCHED:  # every image's im2col and the GEMM's result
+        extra = (s.cin * s.kh * s.kw + s.cout) * s.batch * s.oh * s.ow
+    return extra + gemm_slots(s, op) * gemm_slot(s, op)
 
 
 def workspace_size(ints, op="conv2d"):
@@ -332,64 +343,22 @@ def workspace_size(ints, op="conv2d"):
     return workspace_elems(&s, OPS[op])
 
 
-# Design: on small planes (a ResNet's last stages at 64x64 input: 8x8 down to 2x2) one image's
-# GEMM has a few dozen columns, too thin for BLAS to reach speed; stacking the batch's im2col
-# matrices side by side makes it one GEMM of batch times the columns, whose result rows are then
-# scattered to the images (groups == 1; the lowering checks).
-cdef inline int conv2d_batched(const floating* x, const floating* w, const floating* bias,
-                               floating* y, floating* ws, const Conv* s) noexcept nogil:
-    cdef Py_ssize_t npix = s.oh * s.ow, kdim = s.cin * s.kh * s.kw, ncols = s.batch * npix
-    cdef Py_ssize_t n, k, o
-    cdef floating* col = ws + kdim * npix
-    cdef floating* res = col + kdim * ncols
-    for n in range(s.batch):
-        im2col(x + n * s.cin * s.h * s.w, ws, s)
-        for k in range(kdim):
-            memcpy(col + k * ncols + n * npix, ws + k * npix, <size_t>npix * sizeof(floating))
-    gemm(False, False, s.cout, ncols, kdim, w, col, res, False)
-    for n in range(s.batch):
-        for o in range(s.cout):
-            memcpy(y + (n * s.cout + o) * npix, res + o * ncols + n * npix,
-                   <size_t>npix * sizeof(floating))
-        if bias != NULL or s.relu:
-            epilogue_rows(y + n * s.cout * npix, bias, s.relu, s.cout, npix)
-    return KERNEL_OK
-
-
 cdef inline int conv2d_impl(const floating* x, const floating* w, const floating* bias,
                             floating* y, floating* ws, const Conv* s) noexcept nogil:
-    cdef Py_ssize_t cg = s.cin // s.groups, ocg = s.cout // s.groups
-    cdef Py_ssize_t npix = s.oh * s.ow, kdim = cg * s.kh * s.kw, n, g
-    cdef const floating* xg
-    cdef floating* yg
-    cdef Shifted t
     cdef Blocked b
     if s.path == C_BLOCKED or s.path == C_GATHER:
         if floating is float:
             b = blocked_forward(s)
             return blocked_call(x, w, bias, s.relu, y, ws, &b, s)
         return KERNEL_UNSUPPORTED  # the lowering takes it for float32 only
+    # the BLAS runs on one thread under each of ours, this one included (conv_gemm.pxi)
+    cdef int previous = blas_local_threads(1), status
     if s.path == C_BATCHED:
-        return conv2d_batched(x, w, bias, y, ws, s)
-    if s.path == C_SHIFTED:
-        t = shifted_of(s)
-        pack_taps(w, ws, s)
-        zero(ws + t.npacked, t.npadded)
-    for n in range(s.batch):
-        for g in range(s.groups):
-            xg = x + (n * s.cin + g * cg) * s.h * s.w
-            yg = y + (n * s.cout + g * ocg) * npix
-            if s.path == C_SHIFTED:
-                shifted_group(xg, ws + g * ocg * kdim, yg, ws + t.npacked,
-                              ws + t.npacked + t.npadded, &t, s)
-            else:
-                if s.path == C_IM2COL:
-                    im2col(xg, ws, s)
-                    xg = ws
-                gemm(False, False, ocg, npix, kdim, w + g * ocg * kdim, xg, yg, False)
-            if bias != NULL or s.relu:
-                epilogue_rows(yg, bias + g * ocg if bias != NULL else NULL, s.relu, ocg, npix)
-    return KERNEL_OK
+        status = conv2d_batched(x, w, bias, y, ws, s)
+    else:
+        status = conv2d_gemm(x, w, bias, y, ws, s)
+    blas_local_threads(previous)
+    return status
 
 
 cdef inline int conv2d_backward_data_impl(const floating* w,   # IN  (cout, cin/groups, kh, kw)
@@ -397,25 +366,13 @@ cdef inline int conv2d_backward_data_impl(const floating* w,   # IN  (cout, cin/
                                           floating* dx,        # OUT (batch, cin, h, w)
                                           floating* col, const Conv* s) noexcept nogil:
     # Per (image, group): col = W_g^T dy_g, then col2im; without im2col, W_g^T dy_g is dx_g.
-    cdef Py_ssize_t cg = s.cin // s.groups, ocg = s.cout // s.groups
-    cdef Py_ssize_t npix = s.oh * s.ow, kdim = cg * s.kh * s.kw, n, g
-    cdef floating* dxg
     cdef Blocked b
     if s.path == C_BLOCKED or s.path == C_GATHER:
         if floating is float:
             b = blocked_backward(s)
             return blocked_call(dy, w, NULL, False, dx, col, &b, s)
         return KERNEL_UNSUPPORTED
-    if s.path == C_IM2COL:
-        memset(dx, 0, <size_t>(s.batch * s.cin * s.h * s.w) * sizeof(floating))
-    for n in range(s.batch):
-        for g in range(s.groups):
-            dxg = dx + (n * s.cin + g * cg) * s.h * s.w
-            gemm(True, False, kdim, npix, ocg, w + g * ocg * kdim,
-                 dy + (n * s.cout + g * ocg) * npix, col if s.path == C_IM2COL else dxg, False)
-            if s.path == C_IM2COL:
-                col2im(col, dxg, s)
-    return KERNEL_OK
+    return backward_gemm(w, dy, dx, col, True, s)
 
 
 cdef inline int conv2d_backward_filter_impl(const floating* x,   # IN  (batch, cin, h, w)
@@ -423,23 +380,11 @@ cdef inline int conv2d_backward_filter_impl(const floating* x,   # IN  (batch, c
                                             floating* dw,        # OUT (cout, cin/groups, kh, kw)
                                             floating* col, const Conv* s) noexcept nogil:
     # dW_g = sum over images of dy_g col_g^T, accumulated by the GEMM itself (beta = 1)
-    cdef Py_ssize_t cg = s.cin // s.groups, ocg = s.cout // s.groups
-    cdef Py_ssize_t npix = s.oh * s.ow, kdim = cg * s.kh * s.kw, n, g
-    cdef const floating* xg
     if s.path == C_GATHER:
         if floating is float:
             return filter_call(x, dy, dw, col, s)
         return KERNEL_UNSUPPORTED
-    memset(dw, 0, <size_t>(s.cout * kdim) * sizeof(floating))
-    for n in range(s.batch):
-        for g in range(s.groups):
-            xg = x + (n * s.cin + g * cg) * s.h * s.w
-            if s.path == C_IM2COL:
-                im2col(xg, col, s)
-                xg = col
-            gemm(False, True, ocg, kdim, npix, dy + (n * s.cout + g * ocg) * npix, xg,
-                 dw + g * ocg * kdim, True)
-    return KERNEL_OK
+    return backward_gemm(x, dy, dw, col, False, s)
 
 
 cdef inline int conv2d_call(const Call* c, floating* dtype_tag) noexcept nogil:

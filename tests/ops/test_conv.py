@@ -178,13 +178,25 @@ def conv2d_node(x, w, b, padding, groups, relu):
     return apply("conv2d", (x, w) if b is None else (x, w, b), **attrs)
 
 
-def shifted_workspace(xs, ws, padding, groups, itemsize):
-    """The bytes the shifted path's layout takes: weights per tap, padded input, result rows."""
+CONV_THREADS_FIELD = K.CONV_FIELDS.index("threads")
+
+
+def unit_slots(ins, batch, groups):
+    """conv2d's scratch areas on the GEMM paths (conv_gemm.pxi): one per thread when its threads
+    take whole (image, group) units, else one they share."""
+    threads, units = ins.ints[CONV_THREADS_FIELD], batch * groups
+    return threads if threads > 1 and (units >= 2 * threads or units % threads == 0) else 1
+
+
+def shifted_workspace(xs, ws, padding, groups, itemsize, slots):
+    """The bytes the shifted path's layout takes: weights per tap, then per slot the padded
+    input and the result rows."""
     (ph, pw), (_, cg, kh, kw) = pair(padding), ws
     hp, wp = xs[2] + 2 * ph, xs[3] + 2 * pw
     oh, ow = hp - kh + 1, wp - kw + 1
     padded = cg * hp * wp if ph or pw else 0
-    return (ws[0] * cg * kh * kw + padded + ws[0] // groups * ((oh - 1) * wp + ow)) * itemsize
+    rows = ws[0] // groups * ((oh - 1) * wp + ow)
+    return (ws[0] * cg * kh * kw + slots * (padded + rows)) * itemsize
 
 
 @pytest.fixture
@@ -209,8 +221,8 @@ def test_conv2d_shifted_matches_reference(always_shifted, xs, ws, padding, group
     plan = mg.compile([conv2d_node(*ins, padding, groups, relu)], memory="debug")
     (ins,) = [i for i in plan.instructions if i.op == "conv2d"]
     assert ins.ints[CONV_PATH_FIELD] == K.CONV_PATHS["shifted"]
-    assert plan.slots[ins.workspace].nbytes == shifted_workspace(xs, ws, padding, groups,
-                                                                 np.dtype(dtype).itemsize)
+    assert plan.slots[ins.workspace].nbytes == shifted_workspace(
+        xs, ws, padding, groups, np.dtype(dtype).itemsize, unit_slots(ins, xs[0], groups))
     feeds = {"x": x, "w": w, **({"b": b} if bias else {})}
     (first,) = plan.run(feeds)
     (second,) = plan.run(feeds)
@@ -245,7 +257,8 @@ def test_conv2d_batched_matches_reference(always_batched, xs, ws, stride, paddin
     if not direct:
         (oh, ow), kdim = conv_ref(x[:1], w, None, stride, padding, dilation, 1).shape[2:], \
             ws[1] * ws[2] * ws[3]
-        want = (kdim * (1 + xs[0]) + ws[0] * xs[0]) * oh * ow * np.dtype(dtype).itemsize
+        slots = node.ints[CONV_THREADS_FIELD]  # an image's im2col per thread, then the batch's
+        want = (kdim * (slots + xs[0]) + ws[0] * xs[0]) * oh * ow * np.dtype(dtype).itemsize
         assert (0 if node.workspace is None else plan.slots[node.workspace].nbytes) == want
     feeds = {"x": x, "w": w, **({"b": b} if bias else {})}
     (first,), (second,) = plan.run(feeds), plan.run(feeds)
@@ -270,10 +283,11 @@ def test_conv2d_path_choice_and_workspace(xs, ws, kw, path):
     plan, ins = _conv_plan(xs, ws, **kw)
     assert ins.ints[CONV_PATH_FIELD] == K.CONV_PATHS[path]
     nbytes = 0 if ins.workspace is None else plan.slots[ins.workspace].nbytes
+    slots = unit_slots(ins, xs[0], 1)
     if path == "shifted":
-        assert nbytes == shifted_workspace(xs, ws, kw["padding"], 1, 4)
-    if xs == (8, 16, 32, 32) and path == "shifted":
-        assert nbytes == 152704  # im2col's matrix was 16 * 9 * 32 * 32 * 4 = 589824 bytes
+        assert nbytes == shifted_workspace(xs, ws, kw["padding"], 1, 4, slots)
+    if xs == (8, 16, 32, 32) and path == "shifted":  # im2col's matrix: 589824 bytes per slot
+        assert nbytes == 9216 + 143488 * slots
 
 
 @pytest.mark.parametrize("xs,ws,kw,reason", [

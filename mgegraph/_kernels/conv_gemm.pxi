@@ -1,0 +1,298 @@
+# The GEMM paths of conv.pyx ("direct", "im2col", "shifted", "batched") on several threads.
+#
+# Design: one pool of threads for every parallel kernel (OpenMP's, as the tiles and the fused
+# kernels use), and no BLAS threads under it: each of our threads calls the BLAS with
+# blas_local_threads(1), so the GEMMs run where the split puts them instead of two pools taking
+# turns on the cores. How the work is split:
+# - conv2d: whole (image, group) units per thread, each thread with its own scratch (a slot),
+#   when there are at least two units per thread or a multiple of the threads (whole_units);
+#   otherwise (a batch of one) the threads share each unit: first its im2col matrix (or padded
+#   copy) by input channels, then its GEMM by blocks of output rows. The batched path builds
+#   its matrix by images, then splits its one GEMM by output rows.
+# - the backward passes: by (group, input channel) pairs, which own disjoint rows of W^T dy and
+#   so disjoint planes of dx after col2im, and disjoint columns of dW. No two threads write the
+#   same cell, dW needs no sum across threads, and the split depends on the plan's thread count
+#   (s.threads, the lowering's), not on how many threads run it, so a plan gives the same bits
+#   on however many threads it finds.
+# s.threads is decided per instruction by the lowering from the FLOPs; a forked child runs on
+# one thread (GCC's pool does not survive fork). The BLAS runs on one thread under each of ours
+# even then, so that the instruction gets the threads the lowering gave it, and the same bits.
+
+from cython.parallel cimport parallel
+
+cdef enum:
+    ROW_BLOCK = 16  # output rows per GEMM block are a multiple of this: whole register tiles
+
+
+cdef inline int run_threads(const Conv* s) noexcept nogil:
+    return 1 if _forked else <int>min(s.threads, mg_conv_max_threads())
+
+
+cdef inline bint whole_units(const Conv* s) noexcept nogil:
+    cdef Py_ssize_t units = s.batch * s.groups
+    return s.threads > 1 and (units >= 2 * s.threads or units % s.threads == 0)
+
+
+cdef inline Py_ssize_t pair_chunk(const Conv* s) noexcept nogil:
+    # (group, input channel) pairs per thread on the backward passes
+    return max(ceil_div(s.cin, s.threads), 1)
+
+
+cdef inline Py_ssize_t gemm_slot(const Conv* s, int op) noexcept nogil:
+    # one thread's scratch on the GEMM paths, in elements
+    cdef Py_ssize_t cg = s.cin // s.groups, npix = s.oh * s.ow, taps = s.kh * s.kw
+    if op != OP_FORWARD:
+        return min(pair_chunk(s), cg) * taps * npix if s.path == C_IM2COL else 0
+    if s.path == C_IM2COL or s.path == C_BATCHED:
+        return cg * taps * npix
+    if s.path == C_SHIFTED:
+        return shifted_of(s).npadded + shifted_of(s).nrows
+    return 0
+
+
+cdef inline Py_ssize_t gemm_slots(const Conv* s, int op) noexcept nogil:
+    # the slots a call needs: one per thread, unless conv2d's threads share each unit
+    if op == OP_FORWARD and s.path != C_BATCHED and not whole_units(s):
+        return 1
+    return max(s.threads, 1)
+
+
+cdef inline Py_ssize_t row_step(Py_ssize_t rows, Py_ssize_t nt) noexcept nogil:
+    # output rows per block of a GEMM split among nt threads (one block when there are none)
+    return max(round_up(ceil_div(rows, nt), ROW_BLOCK), ROW_BLOCK)
+
+
+# -- conv2d ---------------------------------------------------------------------------------------
+cdef inline void forward_rows(const floating* src, const floating* w, const floating* bias,
+                              floating* y, floating* rows, Py_ssize_t o0, Py_ssize_t o1,
+                              const Shifted* t, const Conv* s) noexcept nogil:
+    # output channels [o0, o1) of one unit: src its im2col matrix (or padded planes), w and bias
+    # its group's, y its output
+    cdef Py_ssize_t kdim = s.cin // s.groups * s.kh * s.kw, npix = s.oh * s.ow
+    if s.path == C_SHIFTED:
+        shifted_rows(src, w, y, rows, o0, o1, t, s)
+    else:
+        gemm_ld(False, False, o1 - o0, npix, kdim, w + o0 * kdim, kdim, src, npix,
+                y + o0 * npix, npix, False)
+    if bias != NULL or s.relu:
+        epilogue_rows(y + o0 * npix, bias + o0 if bias != NULL else NULL, s.relu, o1 - o0, npix)
+
+
+cdef inline void forward_unit(const floating* x, const floating* w, const floating* bias,
+                              floating* y, floating* area, Py_ssize_t u, const Shifted* t,
+                              const Conv* s) noexcept nogil:
+    # unit u (image u // groups, group u % groups) on one thread; area: its slot
+    cdef Py_ssize_t cg = s.cin // s.groups, ocg = s.cout // s.groups, g = u % s.groups
+    cdef Py_ssize_t kdim = cg * s.kh * s.kw
+    cdef const floating* src = x + (u // s.groups * s.cin + g * cg) * s.h * s.w
+    if s.path == C_IM2COL:
+        im2col(src, area, s)
+        src = area
+    elif s.path == C_SHIFTED and t.npadded:
+        pad_planes(src, area, 0, cg, t, s)
+        src = area
+    forward_rows(src, w + g * ocg * kdim, bias + g * ocg if bias != NULL else NULL,
+                 y + (u // s.groups * s.cout + g * ocg) * s.oh * s.ow, area + t.npadded, 0, ocg,
+                 t, s)
+
+
+cdef inline void forward_shared(const floating* x, const floating* w, const floating* bias,
+                                floating* y, floating* area, Py_ssize_t u, const Shifted* t,
+                                const Conv* s, int nt) noexcept nogil:
+    # unit u on nt threads: its im2col matrix (or padded planes) by input channels, then its
+    # GEMM by blocks of output rows (as many as the plan's threads, however many run them)
+    cdef Py_ssize_t cg = s.cin // s.groups, ocg = s.cout // s.groups, g = u % s.groups
+    cdef Py_ssize_t kdim = cg * s.kh * s.kw, npix = s.oh * s.ow, step = row_step(ocg, s.threads)
+    cdef Py_ssize_t c, k, nblocks = ceil_div(ocg, step)
+    cdef const floating* xg = x + (u // s.groups * s.cin + g * cg) * s.h * s.w
+    cdef const floating* src = xg
+    cdef const floating* wg = w + g * ocg * kdim
+    cdef const floating* bg = bias + g * ocg if bias != NULL else NULL
+    cdef floating* yg = y + (u // s.groups * s.cout + g * ocg) * npix
+    cdef bint copies = s.path == C_IM2COL or t.npadded
+    cdef int previous = 0
+    if copies:
+        src = area
+    if nt == 1:
+        if copies:
+            input_rows(xg, area, 0, cg, t, s)
+        for k in range(nblocks):
+            forward_rows(src, wg, bg, yg, area + t.npadded, k * step, min(ocg, (k + 1) * step),
+                         t, s)
+        return
+    with parallel(num_threads=nt):
+        previous = blas_local_threads(1)
+        if copies:
+            for c in prange(cg, schedule="static"):
+                input_rows(xg, area, c, c + 1, t, s)
+        for k in prange(nblocks, schedule="static"):
+            forward_rows(src, wg, bg, yg, area + t.npadded, k * step, min(ocg, (k + 1) * step),
+                         t, s)
+        blas_local_threads(previous)
+
+
+cdef inline void input_rows(const floating* x, floating* area, Py_ssize_t c0, Py_ssize_t c1,
+                            const Shifted* t, const Conv* s) noexcept nogil:
+    # input channels [c0, c1) of one unit's im2col matrix, or of its padded planes
+    if s.path == C_IM2COL:
+        im2col_range(x, area + c0 * s.kh * s.kw * s.oh * s.ow, c0, c1, s)
+    else:
+        pad_planes(x, area, c0, c1, t, s)
+
+
+cdef inline int conv2d_gemm(const floating* x, const floating* w, const floating* bias,
+                            floating* y, floating* ws, const Conv* s) noexcept nogil:
+    # the direct, im2col and shifted paths; ws: the shifted path's packed weights, then slots
+    cdef Py_ssize_t u, k, units = s.batch * s.groups
+    cdef Py_ssize_t slot = gemm_slot(s, OP_FORWARD), nslots = gemm_slots(s, OP_FORWARD)
+    cdef Shifted t
+    cdef floating* area
+    cdef int nt = run_threads(s), previous = 0
+    memset(&t, 0, sizeof(t))
+    if s.path == C_SHIFTED:
+        t = shifted_of(s)
+        pack_taps(w, ws, s)
+        w = ws
+        ws += t.npacked
+        for k in range(nslots):
+            zero(ws + k * slot, t.npadded)
+    if whole_units(s) and nt == 1:
+        for u in range(units):
+            forward_unit(x, w, bias, y, ws, u, &t, s)
+    elif whole_units(s):
+        with parallel(num_threads=nt):
+            previous = blas_local_threads(1)
+            for u in prange(units, schedule="static"):
+                forward_unit(x, w, bias, y, ws + threadid() * slot, u, &t, s)
+            blas_local_threads(previous)
+    else:
+        for u in range(units):
+            forward_shared(x, w, bias, y, ws, u, &t, s, nt)
+    return KERNEL_OK
+
+
+# Design: on small planes (a ResNet's last stages at 64x64 input: 8x8 down to 2x2) one image's
+# GEMM has a few dozen columns, too thin for BLAS to reach speed; stacking the batch's im2col
+# matrices side by side makes it one GEMM of batch times the columns, whose result rows are then
+# scattered to the images (groups == 1; the lowering checks).
+cdef inline void batch_columns(const floating* x, floating* area, floating* col, Py_ssize_t n,
+                               const Conv* s) noexcept nogil:
+    # image n's im2col matrix, built in area, into its columns of col
+    cdef Py_ssize_t npix = s.oh * s.ow, kdim = s.cin * s.kh * s.kw, k
+    im2col(x + n * s.cin * s.h * s.w, area, s)
+    for k in range(kdim):
+        memcpy(col + k * s.batch * npix + n * npix, area + k * npix,
+               <size_t>npix * sizeof(floating))
+
+
+cdef inline void batch_out(const floating* res, floating* y, const floating* bias,
+                           Py_ssize_t n, const Conv* s) noexcept nogil:
+    # image n's output: its columns of the result, with the epilogue
+    cdef Py_ssize_t npix = s.oh * s.ow, o
+    for o in range(s.cout):
+        memcpy(y + (n * s.cout + o) * npix, res + o * s.batch * npix + n * npix,
+               <size_t>npix * sizeof(floating))
+    if bias != NULL or s.relu:
+        epilogue_rows(y + n * s.cout * npix, bias, s.relu, s.cout, npix)
+
+
+cdef inline int conv2d_batched(const floating* x, const floating* w, const floating* bias,
+                               floating* y, floating* ws, const Conv* s) noexcept nogil:
+    # ws: a slot per thread, then every image's im2col, then the GEMM's result
+    cdef Py_ssize_t kdim = s.cin * s.kh * s.kw, ncols = s.batch * s.oh * s.ow
+    cdef Py_ssize_t slot = gemm_slot(s, OP_FORWARD), n, k, step
+    cdef floating* col = ws + gemm_slots(s, OP_FORWARD) * slot
+    cdef floating* res = col + kdim * ncols
+    cdef int nt = run_threads(s), previous = 0
+    step = row_step(s.cout, s.threads)
+    if nt == 1:
+        for n in range(s.batch):
+            batch_columns(x, ws, col, n, s)
+        for k in range(ceil_div(s.cout, step)):
+            gemm_ld(False, False, min(s.cout - k * step, step), ncols, kdim, w + k * step * kdim,
+                    kdim, col, ncols, res + k * step * ncols, ncols, False)
+        for n in range(s.batch):
+            batch_out(res, y, bias, n, s)
+        return KERNEL_OK
+    with parallel(num_threads=nt):
+        previous = blas_local_threads(1)
+        for n in prange(s.batch, schedule="static"):
+            batch_columns(x, ws + threadid() * slot, col, n, s)
+        for k in prange(ceil_div(s.cout, step), schedule="static"):
+            gemm_ld(False, False, min(s.cout - k * step, step), ncols, kdim, w + k * step * kdim,
+                    kdim, col, ncols, res + k * step * ncols, ncols, False)
+        for n in prange(s.batch, schedule="static"):
+            batch_out(res, y, bias, n, s)
+        blas_local_threads(previous)
+    return KERNEL_OK
+
+
+# -- the backward passes, by (group, input channel) pairs -----------------------------------------
+cdef inline void data_pairs(const floating* w, const floating* dy, floating* dx, floating* area,
+                            Py_ssize_t p0, Py_ssize_t p1, const Conv* s) noexcept nogil:
+    # dx's planes of pairs [p0, p1) in every image: rows of W_g^T dy_g, then col2im (im2col
+    # path; the direct path's rows are the planes)
+    cdef Py_ssize_t cg = s.cin // s.groups, ocg = s.cout // s.groups, taps = s.kh * s.kw
+    cdef Py_ssize_t kdim = cg * taps, npix = s.oh * s.ow, n, g, c0, c1
+    cdef floating* dxg
+    cdef const floating* dyg
+    for n in range(s.batch):
+        for g in range(p0 // cg, ceil_div(p1, cg)):
+            c0, c1 = max(p0 - g * cg, 0), min(p1 - g * cg, cg)
+            dxg = dx + (n * s.cin + g * cg) * s.h * s.w
+            dyg = dy + (n * s.cout + g * ocg) * npix
+            if s.path == C_IM2COL:
+                gemm_ld(True, False, (c1 - c0) * taps, npix, ocg, w + g * ocg * kdim + c0 * taps,
+                        kdim, dyg, npix, area, npix, False)
+                zero(dxg + c0 * s.h * s.w, (c1 - c0) * s.h * s.w)
+                col2im_range(area, dxg, c0, c1, s)
+            else:
+                gemm_ld(True, False, c1 - c0, npix, ocg, w + g * ocg * kdim + c0, kdim, dyg, npix,
+                        dxg + c0 * npix, npix, False)
+
+
+cdef inline void filter_pairs(const floating* x, const floating* dy, floating* dw, floating* area,
+                              Py_ssize_t p0, Py_ssize_t p1, const Conv* s) noexcept nogil:
+    # dW's columns of pairs [p0, p1), summed over the images in order by the GEMM (beta = 1)
+    cdef Py_ssize_t cg = s.cin // s.groups, ocg = s.cout // s.groups, taps = s.kh * s.kw
+    cdef Py_ssize_t kdim = cg * taps, npix = s.oh * s.ow, n, g, c0, c1
+    cdef const floating* src
+    for n in range(s.batch):
+        for g in range(p0 // cg, ceil_div(p1, cg)):
+            c0, c1 = max(p0 - g * cg, 0), min(p1 - g * cg, cg)
+            src = x + (n * s.cin + g * cg + c0) * s.h * s.w
+            if s.path == C_IM2COL:
+                im2col_range(x + (n * s.cin + g * cg) * s.h * s.w, area, c0, c1, s)
+                src = area
+            gemm_ld(False, True, ocg, (c1 - c0) * taps, npix, dy + (n * s.cout + g * ocg) * npix,
+                    npix, src, npix, dw + g * ocg * kdim + c0 * taps, kdim, True)
+
+
+cdef inline int backward_gemm(const floating* a, const floating* dy, floating* result,
+                              floating* ws, bint data, const Conv* s) noexcept nogil:
+    # backward data (a: w, result: dx) or filter (a: x, result: dw) on the GEMM paths
+    cdef Py_ssize_t chunk = pair_chunk(s), slot = gemm_slot(s, OP_DATA), k
+    cdef Py_ssize_t nchunks = ceil_div(s.cin, chunk)
+    cdef int nt = run_threads(s), previous = 0
+    if not data:
+        zero(result, s.cout * (s.cin // s.groups) * s.kh * s.kw)
+    if nt == 1:
+        previous = blas_local_threads(1)
+        for k in range(nchunks):
+            if data:
+                data_pairs(a, dy, result, ws, k * chunk, min(s.cin, (k + 1) * chunk), s)
+            else:
+                filter_pairs(a, dy, result, ws, k * chunk, min(s.cin, (k + 1) * chunk), s)
+        blas_local_threads(previous)
+        return KERNEL_OK
+    with parallel(num_threads=nt):
+        previous = blas_local_threads(1)
+        for k in prange(nchunks, schedule="static"):
+            if data:
+                data_pairs(a, dy, result, ws + threadid() * slot, k * chunk,
+                           min(s.cin, (k + 1) * chunk), s)
+            else:
+                filter_pairs(a, dy, result, ws + threadid() * slot, k * chunk,
+                             min(s.cin, (k + 1) * chunk), s)
+        blas_local_threads(previous)
+    return KERNEL_OK

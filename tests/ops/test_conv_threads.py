@@ -1,0 +1,107 @@
+"""The convolution's GEMM paths on several threads (conv_gemm.pxi): whole (image, group) units
+per thread, or threads sharing one unit's im2col and GEMM rows, and the backward passes split by
+(group, input channel) pairs; every result against NumPy, and the same bits whether the plan's
+threads run on one core or two."""
+import numpy as np
+import pytest
+from test_conv import backward_data_ref, backward_filter_ref, conv_attrs, conv_ref
+from test_conv_tiles import FIELD, check, compile_op, run_twice
+from threadpoolctl import threadpool_limits
+
+import mgegraph.functional as F
+from mgegraph._kernels import blas_table
+from mgegraph._kernels import conv as K
+from mgegraph._kernels.lowering import conv as lowering
+from mgegraph.ops import conv as C
+
+RNG = np.random.default_rng(7)
+GEMM_PATHS = ("im2col", "shifted", "direct", "batched")
+
+# x shape, weight shape, stride, padding, groups: whole units (4 images, 2 groups of 1 image),
+# shared units (1 or 3 images on 2 threads), channels that do not split evenly, a stride
+CASES = [
+    ((4, 6, 9, 7), (10, 6, 3, 3), 1, 1, 1),
+    ((1, 6, 9, 7), (40, 6, 3, 3), 1, 1, 1),
+    ((3, 5, 8, 8), (33, 5, 3, 3), 1, 1, 1),
+    ((1, 4, 8, 8), (12, 2, 3, 3), 1, 1, 2),
+    ((2, 3, 11, 11), (17, 3, 3, 3), 2, 1, 1),
+    ((1, 7, 6, 6), (9, 7, 1, 1), 1, 0, 1),
+    ((5, 8, 6, 6), (8, 1, 3, 3), 1, 1, 8),  # depthwise: one input channel per group
+]
+
+
+@pytest.fixture(params=GEMM_PATHS)
+def gemm_path(request, monkeypatch):
+    """Take one GEMM path wherever it applies, however small the convolution."""
+    path = request.param
+    monkeypatch.setattr(lowering, "_tiled_path", lambda *a: None)
+    monkeypatch.setattr(lowering, "_batched_pays", lambda *a: path == "batched")
+    monkeypatch.setattr(lowering, "_shifted_pays", lambda *a: path == "shifted")
+    return path
+
+
+def _compile(op, xs, ws, stride, padding, groups, dtype):
+    conv = conv_attrs(stride, padding, 1, groups)
+    y_shape = conv_ref(np.zeros(xs), np.zeros(ws), None, stride, padding, 1, groups).shape
+    if op == "conv2d":
+        return compile_op(lambda a, b: F.conv2d(a, b, stride=stride, padding=padding,
+                                                groups=groups), [xs, ws], dtype)
+    if op == "conv2d_backward_data":
+        return compile_op(lambda a, b: C.conv2d_backward_data(a, b, xs[2:], **conv),
+                          [ws, y_shape], dtype)
+    return compile_op(lambda a, b: C.conv2d_backward_filter(a, b, ws[2:], **conv),
+                      [xs, y_shape], dtype)
+
+
+def _arrays(op, xs, ws, stride, padding, groups, dtype):
+    x, w = RNG.standard_normal(xs).astype(dtype), RNG.standard_normal(ws).astype(dtype)
+    dy = RNG.standard_normal(conv_ref(x, w, None, stride, padding, 1, groups).shape)
+    dy = dy.astype(dtype)
+    ref = {"conv2d": lambda: conv_ref(x, w, None, stride, padding, 1, groups),
+           "conv2d_backward_data": lambda: backward_data_ref(w, dy, xs[2:], stride, padding, 1,
+                                                             groups),
+           "conv2d_backward_filter": lambda: backward_filter_ref(x, dy, ws[2:], stride, padding,
+                                                                 1, groups)}[op]()
+    feeds = {"conv2d": (x, w), "conv2d_backward_data": (w, dy),
+             "conv2d_backward_filter": (x, dy)}[op]
+    return feeds, ref
+
+
+@pytest.mark.parametrize("op", ["conv2d", "conv2d_backward_data", "conv2d_backward_filter"])
+@pytest.mark.parametrize("case", CASES, ids=[str(c[0]) + str(c[1]) for c in CASES])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_gemm_paths_on_threads(gemm_path, monkeypatch, op, case, threads):
+    xs, ws, stride, padding, groups = case
+    if op != "conv2d" and gemm_path in ("shifted", "batched"):
+        pytest.skip("a forward path only")
+    monkeypatch.setattr(lowering, "_threads", lambda batch, flops: threads)
+    plan, ins = _compile(op, xs, ws, stride, padding, groups, np.float32)
+    if ins.ints[FIELD["path"]] != K.CONV_PATHS[gemm_path]:
+        pytest.skip(f"{gemm_path} does not apply to this convolution")
+    assert ins.ints[FIELD["threads"]] == threads
+    feeds, ref = _arrays(op, xs, ws, stride, padding, groups, np.float32)
+    out = run_twice(plan, *feeds)  # memory="debug": a workspace cell read unwritten is NaN
+    check(out, ref.astype(np.float32))
+    # a plan's split is the lowering's: the same bits on one core as on two
+    with threadpool_limits(limits=1, user_api="openmp"):
+        one_core = run_twice(plan, *feeds)
+    np.testing.assert_array_equal(one_core, out)
+
+
+@pytest.mark.parametrize("op", ["conv2d", "conv2d_backward_data", "conv2d_backward_filter"])
+def test_gemm_paths_on_threads_in_float64(gemm_path, monkeypatch, op):
+    xs, ws, stride, padding, groups = CASES[2]
+    if op != "conv2d" and gemm_path in ("shifted", "batched"):
+        pytest.skip("a forward path only")
+    monkeypatch.setattr(lowering, "_threads", lambda batch, flops: 2)
+    plan, ins = _compile(op, xs, ws, stride, padding, groups, np.float64)
+    feeds, ref = _arrays(op, xs, ws, stride, padding, groups, np.float64)
+    np.testing.assert_allclose(run_twice(plan, *feeds), ref, rtol=1e-10, atol=1e-10)
+
+
+def test_blas_threads_are_set_per_thread_and_restored():
+    # the guard the split GEMMs run under: -1 where the library in use has no such call
+    previous = blas_table.local_threads(1)
+    if previous == -1:
+        pytest.skip(f"{blas_table.current()} has no per-thread thread count here")
+    assert blas_table.local_threads(previous) == 1
