@@ -183,6 +183,23 @@ cdef inline void window_op(RowOp op, const floating* x, const floating* h, float
         window_spread(dx, w, nr, nc, pin[0] / <floating>div, overwrite)
 
 
+# -- 2x2 windows, stride 2 (the commonest max pooling) ---------------------------------------------
+# A loop the compiler vectorises across windows, bitwise what window_max gives: a left-leaning
+# tree of `b if b > a else a` over the cells in row-major order keeps the first maximum as the
+# sequential scan does (so -0.0 and 0.0 come out as there), with NaN flagged beside it.
+cdef inline floating max4(floating a, floating b, floating c, floating d) noexcept nogil:
+    a = b if b > a else a
+    c = d if d > c else c
+    a = c if c > a else a
+    return NAN if (a != a) | (b != b) | (c != c) | (d != d) else a
+
+
+cdef void max_2x2(const floating* x, Py_ssize_t w, floating* y, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t o
+    for o in range(n):
+        y[o] = max4(x[2 * o], x[2 * o + 1], x[w + 2 * o], x[w + 2 * o + 1])
+
+
 cdef enum:
     CHUNK = 64  # windows per pass of row_argmax; its scratch lives on the stack
 
@@ -201,8 +218,12 @@ cdef void chunk_argmax(const floating* x, floating* m, int* k, Py_ssize_t cnt, P
                        Py_ssize_t nr, Py_ssize_t nc, Py_ssize_t stride) noexcept nogil:
     # row_interior's literal cases, applied here: GCC will not inline the whole of row_argmax
     # into each of them, but does inline these two loops.
+    cdef Py_ssize_t o
     if nr == 2 and nc == 2 and stride == 2:
-        chunk_hits(x, m, k, cnt, w, 2, 2, 2)
+        for o in range(cnt):
+            m[o] = max4(x[2 * o], x[2 * o + 1], x[w + 2 * o], x[w + 2 * o + 1])
+        for o in range(cnt):
+            k[o] = first_hit(x + 2 * o, w, 2, 2, m[o])
     elif nr == 3 and nc == 3 and stride == 3:
         chunk_hits(x, m, k, cnt, w, 3, 3, 3)
     elif nr == 3 and nc == 3 and stride == 2:
@@ -261,7 +282,10 @@ cdef inline void row_interior(RowOp op, const floating* x, const floating* h, fl
                               Py_ssize_t nr, Py_ssize_t nc, Py_ssize_t stride, double div,
                               bint overwrite) noexcept nogil:
     # Literal window shapes for the common layers, so each call below compiles to its own loop
-    if op == R_MAX_BACKWARD or op == R_SELECT:  # specialised per chunk instead
+    cdef bint two = nr == 2 and nc == 2 and stride == 2
+    if op == R_MAX and two:
+        max_2x2(x, w, pout, n)
+    elif op == R_MAX_BACKWARD or op == R_SELECT:  # specialised per chunk instead
         row_argmax(op == R_SELECT, x, h, dx, pin, pout, w, n, nr, nc, stride, overwrite)
     elif nr == 2 and nc == 2 and stride == 2:
         row_windows(op, x, h, dx, pin, pout, w, n, 2, 2, 2, div, overwrite)

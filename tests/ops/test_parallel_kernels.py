@@ -136,6 +136,22 @@ def test_max_and_avg_pool(xs, kernel, stride, padding, monkeypatch):
                       monkeypatch)
 
 
+def test_max_pool_2x2_keeps_the_first_maximum_bits(monkeypatch):
+    # the vectorised 2x2/2 loop gives the sequential scan's bits: the first of tied -0.0 / 0.0,
+    # -inf windows, NaN wherever a window holds one
+    cells = np.array([0.0, -0.0, -np.inf, np.nan, 1.0, 2.0], np.float32)
+    x = cells[RNG.integers(0, len(cells), (3, 4, 6, 10))]
+    want = np.empty((3, 4, 3, 5), np.float32)
+    for b, c, i, j in np.ndindex(want.shape):
+        m, nan = np.float32(-np.inf), False
+        for v in x[b, c, 2 * i:2 * i + 2, 2 * j:2 * j + 2].ravel():
+            m, nan = max(m, v), nan or np.isnan(v)  # max keeps m unless v > m
+        want[b, c, i, j] = np.float32(np.nan) if nan else m
+    for threads in (1, 2):
+        out, _ = run_at(lambda v: F.max_pool2d(v, 2), [x], threads, monkeypatch)
+        assert out.tobytes() == want.tobytes()
+
+
 @pytest.mark.parametrize("xs", [(3, 5, 7, 9), (2, 3, 6, 6), (0, 2, 4, 4)])
 @pytest.mark.parametrize("kernel,stride,padding", [(2, 2, 0), (3, 1, 1), (3, 2, 1)])
 def test_pool_backward_scatters(xs, kernel, stride, padding, monkeypatch):
