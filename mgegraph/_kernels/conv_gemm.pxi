@@ -175,14 +175,49 @@ cdef inline int conv2d_gemm(const floating* x, const floating* w, const floating
 # GEMM has a few dozen columns, too thin for BLAS to reach speed; stacking the batch's im2col
 # matrices side by side makes it one GEMM of batch times the columns, whose result rows are then
 # scattered to the images (groups == 1; the lowering checks).
+cdef enum:
+    TABLE_MAX = 1024  # taps x output cells of a plane small enough for an im2col table
+
+
+cdef inline bint table_fits(const Conv* s) noexcept nogil:
+    return s.kh * s.kw * s.oh * s.ow <= TABLE_MAX
+
+
+cdef inline void fill_table(Py_ssize_t* table, const Conv* s) noexcept nogil:
+    # table[tap, cell]: where in an input plane tap (i, j) of output cell (oh, ow) reads, or -1
+    # in the padding
+    cdef Py_ssize_t i, j, oh, ow, ih, iw
+    for i in range(s.kh):
+        for j in range(s.kw):
+            for oh in range(s.oh):
+                ih = oh * s.sh - s.ph + i * s.dh
+                for ow in range(s.ow):
+                    iw = ow * s.sw - s.pw + j * s.dw
+                    table[0] = ih * s.w + iw if 0 <= ih < s.h and 0 <= iw < s.w else -1
+                    table += 1
+
+
 cdef inline void batch_columns(const floating* x, floating* area, floating* col, Py_ssize_t n,
                                const Conv* s) noexcept nogil:
-    # image n's im2col matrix, built in area, into its columns of col
-    cdef Py_ssize_t npix = s.oh * s.ow, kdim = s.cin * s.kh * s.kw, k
-    im2col(x + n * s.cin * s.h * s.w, area, s)
-    for k in range(kdim):
-        memcpy(col + k * s.batch * npix + n * npix, area + k * npix,
-               <size_t>npix * sizeof(floating))
+    # image n's im2col matrix into its columns of col (rows batch * oh * ow long). Small planes
+    # (the ones this path is for) read through a table of each cell's source: one pass, where
+    # im2col's per-tap copies are a few cells each; others go through area.
+    cdef Py_ssize_t table[TABLE_MAX]
+    cdef Py_ssize_t npix = s.oh * s.ow, taps = s.kh * s.kw, ldc = s.batch * npix, k, c, p
+    cdef const floating* plane
+    cdef floating* row
+    if not table_fits(s):
+        im2col(x + n * s.cin * s.h * s.w, area, s)
+        for k in range(s.cin * taps):
+            memcpy(col + k * ldc + n * npix, area + k * npix, <size_t>npix * sizeof(floating))
+        return
+    fill_table(table, s)
+    for c in range(s.cin):
+        plane = x + (n * s.cin + c) * s.h * s.w
+        for k in range(taps):
+            row = col + (c * taps + k) * ldc + n * npix
+            for p in range(npix):
+                row[p] = plane[table[k * npix + p]] if table[k * npix + p] >= 0 else 0
 
 
 cdef inline void batch_out(const floating* res, floating* y, const floating* bias,

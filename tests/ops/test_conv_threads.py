@@ -27,6 +27,7 @@ CASES = [
     ((2, 3, 11, 11), (17, 3, 3, 3), 2, 1, 1),
     ((1, 7, 6, 6), (9, 7, 1, 1), 1, 0, 1),
     ((5, 8, 6, 6), (8, 1, 3, 3), 1, 1, 8),  # depthwise: one input channel per group
+    ((2, 3, 16, 16), (4, 3, 3, 3), 1, 1, 1),  # batched: a plane too large for the cell table
 ]
 
 

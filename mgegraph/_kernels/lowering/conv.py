@@ -87,10 +87,13 @@ def _batched_pays(batch, plane, kdim) -> bool:
     measurements, as _tiled_path's (batch 8, time over PyTorch eager; im2col per image / batched
     / gather tiles): 512 channels at 2x2 4.49 / 0.94 / 2.89, from stride 2 4.62 / 0.93 / 2.65;
     256 at 4x4 1.65 / 1.55 / 2.41, from stride 2 1.76 / 1.50 / 2.26; but 128 at 8x8
-    1.24 / 1.38 / 1.58 and from stride 2 1.49 / 1.57 / 1.41. Every case measured had
-    ``kdim`` (input channels x taps) of 1152 or more; smaller sums keep a GEMM per image, whose
-    workspace does not grow with the batch."""
-    return batch > 1 and plane[0] * plane[1] <= 16 and kdim >= 1024
+    1.24 / 1.38 / 1.58 and from stride 2 1.49 / 1.57 / 1.41. With the batched path's im2col
+    read through a table (conv_gemm.pxi), kdim (input channels x taps) down to 128 pays too
+    (AMD EPYC, 1 thread, CPU time of the call, MKL, per image / batched): the 1x1 stride-2
+    256 -> 512 to 2x2 699 / 115 us, 128 -> 128 3x3 at 4x4 (batch 2) 151 / 133 us; at 8x8 it
+    does not (16 -> 16 3x3: 52 / 70 us, 64 -> 64: 1.88 / 2.39 ms). The workspace grows with
+    the batch: kdim x batch x cells."""
+    return batch > 1 and plane[0] * plane[1] <= 16 and kdim >= 128
 
 
 def _conv_path(op, dtype, kernel, stride, padding, dilation, groups_dims, col_bytes,
