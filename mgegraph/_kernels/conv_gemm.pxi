@@ -206,6 +206,8 @@ cdef inline void batch_columns(const floating* x, floating* area, floating* col,
     cdef Py_ssize_t npix = s.oh * s.ow, taps = s.kh * s.kw, ldc = s.batch * npix, k, c, p
     cdef const floating* plane
     cdef floating* row
+    cdef floating v
+    cdef Py_ssize_t i
     if not table_fits(s):
         im2col(x + n * s.cin * s.h * s.w, area, s)
         for k in range(s.cin * taps):
@@ -216,8 +218,10 @@ cdef inline void batch_columns(const floating* x, floating* area, floating* col,
         plane = x + (n * s.cin + c) * s.h * s.w
         for k in range(taps):
             row = col + (c * taps + k) * ldc + n * npix
-            for p in range(npix):
-                row[p] = plane[table[k * npix + p]] if table[k * npix + p] >= 0 else 0
+            for p in range(npix):  # a load and a select: no branch on the padding
+                i = table[k * npix + p]
+                v = plane[i if i >= 0 else 0]
+                row[p] = v if i >= 0 else 0
 
 
 cdef inline void batch_out(const floating* res, floating* y, const floating* bias,
