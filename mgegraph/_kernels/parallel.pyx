@@ -11,9 +11,16 @@
 # module is built with -fopenmp: the kernels call parallel_for with a function pointer.
 #
 # Fork/join cost, measured with fork_join_us() (empty parts, OMP_WAIT_POLICY=PASSIVE as the
-# package sets; shared 2-core AMD EPYC, medians of 2000 regions): FORK_JOIN_NOTE below.
-# One thread of a memory-bound kernel here moves ~4-8 bytes per ns, so a region that costs
-# ~10 us is paid back once the second thread takes over ~40-80 KB: GRAIN_BYTES per thread.
+# package sets; the shared 2-core AMD EPYC, medians of 2000 regions): 11 us for 2 threads when
+# the second core is idle (waking a sleeping thread), 60-95 us while other work holds it, and
+# 0.03 us for one thread (no region). One thread of these kernels moves 25-85 bytes per ns while
+# their data sits in L2/L3 (relu_backward 6.3 MB in 73 us, max_pool2d 2.6 MB in 103 us, a bias
+# sum 2.1 MB in 80 us). Two threads of a memory-bound kernel gain less than 2x (how much could
+# not be measured while the machine was shared); at 1.5x a second thread pays for its 11 us
+# from ~30 us of work: ~1-2.5 MB. GRAIN_BYTES is 1 MiB a
+# thread (2 threads from 2 MiB moved), in line with the fused kernel's own measurement (a lone
+# add gains from 2 threads above ~500k elements, 6 MB; lowering/fused.py). On an oversubscribed
+# machine a part whose thread is not scheduled holds up the region: then no threshold helps.
 #
 # NOTE: GCC's OpenMP pool does not survive fork(): a child whose parent had run a parallel
 # region hangs in its first one. pthread_atfork marks the child (any fork, os.fork or C's),
@@ -51,7 +58,7 @@ if mg_watch_fork() != 0:
     raise ImportError("pthread_atfork failed: the kernels could not guard against fork")
 
 # Bytes a thread should move for a second one to pay for the fork/join (see Design)
-GRAIN_BYTES = 64 * 1024
+GRAIN_BYTES = 1 << 20
 TEAM_LIMIT = MAX_TEAM
 
 
