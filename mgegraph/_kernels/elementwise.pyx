@@ -232,99 +232,99 @@ cdef inline int ew_run(const Call* c, int n_inputs, part_fn part) noexcept nogil
 
 
 # -- entry points: one per (kernel family, dtype), each a part function and the kernel -------
-cdef int unary_part_f32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int unary_part_f32(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return unary_part(<const Call*>c, lo, hi, <float*>NULL)
 cdef int unary_f32(const Call* c) noexcept nogil:
     return ew_run(c, 1, unary_part_f32)
-cdef int unary_part_f64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int unary_part_f64(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return unary_part(<const Call*>c, lo, hi, <double*>NULL)
 cdef int unary_f64(const Call* c) noexcept nogil:
     return ew_run(c, 1, unary_part_f64)
-cdef int unary_part_i32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int unary_part_i32(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return unary_part(<const Call*>c, lo, hi, <int32_t*>NULL)
 cdef int unary_i32(const Call* c) noexcept nogil:
     return ew_run(c, 1, unary_part_i32)
-cdef int unary_part_i64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int unary_part_i64(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return unary_part(<const Call*>c, lo, hi, <int64_t*>NULL)
 cdef int unary_i64(const Call* c) noexcept nogil:
     return ew_run(c, 1, unary_part_i64)
 
-cdef int binary_part_f32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int binary_part_f32(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return binary_part(<const Call*>c, lo, hi, <float*>NULL)
 cdef int binary_f32(const Call* c) noexcept nogil:
     return ew_run(c, 2, binary_part_f32)
-cdef int binary_part_f64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int binary_part_f64(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return binary_part(<const Call*>c, lo, hi, <double*>NULL)
 cdef int binary_f64(const Call* c) noexcept nogil:
     return ew_run(c, 2, binary_part_f64)
-cdef int binary_part_i32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int binary_part_i32(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return binary_part(<const Call*>c, lo, hi, <int32_t*>NULL)
 cdef int binary_i32(const Call* c) noexcept nogil:
     return ew_run(c, 2, binary_part_i32)
-cdef int binary_part_i64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int binary_part_i64(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return binary_part(<const Call*>c, lo, hi, <int64_t*>NULL)
 cdef int binary_i64(const Call* c) noexcept nogil:
     return ew_run(c, 2, binary_part_i64)
 
-cdef int compare_part_f32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int compare_part_f32(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return compare_part(<const Call*>c, lo, hi, <float*>NULL)
 cdef int compare_f32(const Call* c) noexcept nogil:
     return ew_run(c, 2, compare_part_f32)
-cdef int compare_part_f64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int compare_part_f64(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return compare_part(<const Call*>c, lo, hi, <double*>NULL)
 cdef int compare_f64(const Call* c) noexcept nogil:
     return ew_run(c, 2, compare_part_f64)
-cdef int compare_part_i32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int compare_part_i32(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return compare_part(<const Call*>c, lo, hi, <int32_t*>NULL)
 cdef int compare_i32(const Call* c) noexcept nogil:
     return ew_run(c, 2, compare_part_i32)
-cdef int compare_part_i64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int compare_part_i64(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return compare_part(<const Call*>c, lo, hi, <int64_t*>NULL)
 cdef int compare_i64(const Call* c) noexcept nogil:
     return ew_run(c, 2, compare_part_i64)
-cdef int compare_part_bool(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int compare_part_bool(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return compare_part(<const Call*>c, lo, hi, <uint8_t*>NULL)
 cdef int compare_bool(const Call* c) noexcept nogil:
     return ew_run(c, 2, compare_part_bool)
 
-cdef int where_part_f32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int where_part_f32(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return where_part(<const Call*>c, lo, hi, <float*>NULL)
 cdef int where_f32(const Call* c) noexcept nogil:
     return ew_run(c, 3, where_part_f32)
-cdef int where_part_f64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int where_part_f64(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return where_part(<const Call*>c, lo, hi, <double*>NULL)
 cdef int where_f64(const Call* c) noexcept nogil:
     return ew_run(c, 3, where_part_f64)
-cdef int where_part_i32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int where_part_i32(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return where_part(<const Call*>c, lo, hi, <int32_t*>NULL)
 cdef int where_i32(const Call* c) noexcept nogil:
     return ew_run(c, 3, where_part_i32)
-cdef int where_part_i64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int where_part_i64(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return where_part(<const Call*>c, lo, hi, <int64_t*>NULL)
 cdef int where_i64(const Call* c) noexcept nogil:
     return ew_run(c, 3, where_part_i64)
-cdef int where_part_bool(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int where_part_bool(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return where_part(<const Call*>c, lo, hi, <uint8_t*>NULL)
 cdef int where_bool(const Call* c) noexcept nogil:
     return ew_run(c, 3, where_part_bool)
 
-cdef int cast_part_f32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int cast_part_f32(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return cast_part(<const Call*>c, lo, hi, <float*>NULL)
 cdef int cast_f32(const Call* c) noexcept nogil:
     return ew_run(c, 1, cast_part_f32)
-cdef int cast_part_f64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int cast_part_f64(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return cast_part(<const Call*>c, lo, hi, <double*>NULL)
 cdef int cast_f64(const Call* c) noexcept nogil:
     return ew_run(c, 1, cast_part_f64)
-cdef int cast_part_i32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int cast_part_i32(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return cast_part(<const Call*>c, lo, hi, <int32_t*>NULL)
 cdef int cast_i32(const Call* c) noexcept nogil:
     return ew_run(c, 1, cast_part_i32)
-cdef int cast_part_i64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int cast_part_i64(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return cast_part(<const Call*>c, lo, hi, <int64_t*>NULL)
 cdef int cast_i64(const Call* c) noexcept nogil:
     return ew_run(c, 1, cast_part_i64)
-cdef int cast_part_bool(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int cast_part_bool(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return cast_part(<const Call*>c, lo, hi, <uint8_t*>NULL)
 cdef int cast_bool(const Call* c) noexcept nogil:
     return ew_run(c, 1, cast_part_bool)

@@ -360,9 +360,9 @@ cdef inline int batch_norm_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
     return KERNEL_OK
 
 
-cdef int batch_norm_part_f32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int batch_norm_part_f32(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return batch_norm_part(<const Call*>c, lo, hi, <float*>NULL)
-cdef int batch_norm_part_f64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int batch_norm_part_f64(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return batch_norm_part(<const Call*>c, lo, hi, <double*>NULL)
 
 

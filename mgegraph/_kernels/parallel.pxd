@@ -6,15 +6,16 @@
 #
 #     from .parallel cimport parallel_for, part_fn
 #
-#     cdef int rows(void* ctx, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+#     cdef int rows(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
 #         ...  # outputs [lo, hi) of the instruction whose state ctx points at; a status
 #     ...
 #     return parallel_for(params.threads, n_outputs, rows, &state)
 #
 # and in the lowering ``parallel.threads_for(work)`` for the parameter block's threads field.
 
-# A part of an instruction: the units [lo, hi) of its work, returning a kernel status.
-ctypedef int (*part_fn)(void* ctx, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil
+# A part of an instruction: the units [lo, hi) of its work, returning a kernel status; `part`
+# (0 .. threads - 1, the thread that runs it) can index per-thread scratch in a workspace.
+ctypedef int (*part_fn)(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil
 
 cdef enum:
     MAX_TEAM = 64  # the most threads one instruction runs on (its statuses live on the stack)

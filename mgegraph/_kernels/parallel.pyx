@@ -82,14 +82,15 @@ cdef int team(Py_ssize_t planned, Py_ssize_t units) noexcept nogil:
 
 
 cdef int parallel_for(Py_ssize_t planned, Py_ssize_t units, part_fn fn, void* ctx) noexcept nogil:
-    # fn over [0, units) in team() contiguous parts, part t on thread t (so t can index
-    # per-thread scratch); the first failing part's status, in part order, as one thread gives
+    # fn over [0, units) in team() contiguous parts, part t on thread t (t, passed to fn, can
+    # index per-thread scratch); the first failing part's status, in part order, as one thread
+    # gives
     cdef int nt = team(planned, units), t
     cdef int status[MAX_TEAM]
     if nt == 1:
-        return fn(ctx, 0, units)
+        return fn(ctx, 0, 0, units)
     for t in prange(nt, nogil=True, num_threads=nt, schedule="static"):
-        status[t] = fn(ctx, cut(units, nt, t), cut(units, nt, t + 1))
+        status[t] = fn(ctx, t, cut(units, nt, t), cut(units, nt, t + 1))
     for t in range(nt):
         if status[t] != KERNEL_OK:
             return status[t]
@@ -109,7 +110,7 @@ def threads_for(work: int, grain: int = GRAIN_BYTES) -> int:
     return int(max(1, min(max_threads(), MAX_TEAM, work // grain)))
 
 
-cdef int _empty(void* ctx, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int _empty(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return KERNEL_OK
 
 

@@ -419,9 +419,9 @@ cdef inline int planes_part(const PoolRun* r, Py_ssize_t lo, Py_ssize_t hi,
     return KERNEL_OK
 
 
-cdef int planes_f32(void* ctx, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int planes_f32(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return planes_part(<const PoolRun*>ctx, lo, hi, <float*>NULL)
-cdef int planes_f64(void* ctx, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int planes_f64(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return planes_part(<const PoolRun*>ctx, lo, hi, <double*>NULL)
 
 

@@ -465,15 +465,15 @@ cdef inline int outputs_part(const ReduceRun* r, Py_ssize_t lo, Py_ssize_t hi,
     return KERNEL_OK
 
 
-cdef int part_f32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int part_f32(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return outputs_part(<const ReduceRun*>c, lo, hi, <float*>NULL)
-cdef int part_f64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int part_f64(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return outputs_part(<const ReduceRun*>c, lo, hi, <double*>NULL)
-cdef int part_i32(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int part_i32(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return outputs_part(<const ReduceRun*>c, lo, hi, <int32_t*>NULL)
-cdef int part_i64(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int part_i64(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return outputs_part(<const ReduceRun*>c, lo, hi, <int64_t*>NULL)
-cdef int part_bool(void* c, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+cdef int part_bool(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return outputs_part(<const ReduceRun*>c, lo, hi, <uint8_t*>NULL)
 
 
