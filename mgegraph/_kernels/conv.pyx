@@ -44,9 +44,10 @@ cdef enum ConvPath:
     C_BLOCKED,  # float32 at stride 1, conv2d and backward data: register-blocked row tiles
     C_GATHER,   # float32, conv2d (any stride) and backward data at stride 1: gather tiles
     C_BATCHED,  # conv2d without groups: every image's im2col in one matrix, one GEMM
+    C_WINOGRAD,  # conv2d without groups, 3x3 at stride 1: Winograd F(2x2, 3x3), 16 GEMMs
 
 CONV_PATHS = {"direct": C_DIRECT, "im2col": C_IM2COL, "shifted": C_SHIFTED, "blocked": C_BLOCKED,
-              "gather": C_GATHER, "batched": C_BATCHED}
+              "gather": C_GATHER, "batched": C_BATCHED, "winograd": C_WINOGRAD}
 
 cdef Conv _conv
 CONV_FIELDS = fields_of(_conv, sizeof(Conv))
@@ -59,6 +60,7 @@ OPS = {"conv2d": OP_FORWARD, "conv2d_backward_data": OP_DATA,
 
 include "conv_blocked.pxi"
 include "conv_gemm.pxi"
+include "conv_winograd.pxi"
 
 
 # -- im2col and its adjoint -----------------------------------------------------------------------
@@ -319,6 +321,8 @@ cdef inline Py_ssize_t workspace_elems(const Conv* s, int op) noexcept nogil:
     cdef Py_ssize_t extra = 0
     if s.path == C_BLOCKED or s.path == C_GATHER:
         return blocked_elems(s, op)
+    if s.path == C_WINOGRAD:
+        return winograd_elems(s)
     if s.path == C_SHIFTED:
         extra = shifted_of(s).npacked
     if s.path == C_BATCHED:  # every image's im2col and the GEMM's result
@@ -353,7 +357,9 @@ cdef inline int conv2d_impl(const floating* x, const floating* w, const floating
         return KERNEL_UNSUPPORTED  # the lowering takes it for float32 only
     # the BLAS runs on one thread under each of ours, this one included (conv_gemm.pxi)
     cdef int previous = blas_local_threads(1), status
-    if s.path == C_BATCHED:
+    if s.path == C_WINOGRAD:
+        status = conv2d_winograd(x, w, bias, y, ws, s)
+    elif s.path == C_BATCHED:
         status = conv2d_batched(x, w, bias, y, ws, s)
     else:
         status = conv2d_gemm(x, w, bias, y, ws, s)

@@ -18,9 +18,10 @@ FLOATS = [np.float32, np.float64]
 def gemm_paths(monkeypatch):
     """This module checks the GEMM paths (direct, im2col, shifted, and batched where a test
     forces it) and their rule; the tiled float32 paths, and the rule that picks them, are
-    test_conv_tiles.py's."""
+    test_conv_tiles.py's, and Winograd's test_conv_threads.py's."""
     monkeypatch.setattr(lowering, "_tiled_path", lambda *args: None)
     monkeypatch.setattr(lowering, "_batched_pays", lambda batch, plane, kdim: False)
+    monkeypatch.setattr(lowering, "_winograd_pays", lambda *args: False)
 
 
 def run(fn, *arrays):

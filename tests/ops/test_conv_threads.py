@@ -106,3 +106,64 @@ def test_blas_threads_are_set_per_thread_and_restored():
     if previous == -1:
         pytest.skip(f"{blas_table.current()} has no per-thread thread count here")
     assert blas_table.local_threads(previous) == 1
+
+
+# -- Winograd's F(2x2, 3x3) -----------------------------------------------------------------------
+WINOGRAD_CASES = [
+    # x shape, output channels, padding: even and odd planes (cropped tiles), no padding, a
+    # padding of 2, one cell, channels that do not split evenly among threads, more tiles than
+    # one block holds (blocks of 32 tiles or more: several blocks per image, images across one)
+    ((2, 5, 8, 8), 7, 1), ((3, 4, 7, 9), 6, 1), ((1, 3, 6, 5), 2, 0), ((2, 2, 4, 4), 3, 2),
+    ((1, 1, 1, 1), 1, 1), ((4, 9, 5, 5), 11, 1), ((3, 64, 13, 11), 80, 1),
+    ((3, 200, 11, 11), 160, 1),  # 108 tiles in blocks of 80, which cross images
+]
+
+
+@pytest.fixture
+def always_winograd(monkeypatch):
+    monkeypatch.setattr(lowering, "_winograd_pays", lambda *a: True)
+
+
+def _winograd_plan(case, bias, relu, dtype):
+    xs, oc, padding = case
+
+    def conv(a, k, *b):
+        y = F.conv2d(a, k, *b, padding=padding)
+        return F.relu(y) if relu else y
+    return compile_op(conv, [xs, (oc, xs[1], 3, 3)] + ([(oc,)] if bias else []), dtype)
+
+
+@pytest.mark.parametrize("bias,relu", [(False, False), (True, True), (True, False)])
+@pytest.mark.parametrize("case", WINOGRAD_CASES, ids=[str(c) for c in WINOGRAD_CASES])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_winograd_matches_reference(always_winograd, monkeypatch, case, bias, relu, threads):
+    xs, oc, padding = case
+    monkeypatch.setattr(lowering, "_threads", lambda batch, flops: threads)
+    x = RNG.standard_normal(xs).astype(np.float32)
+    w = RNG.standard_normal((oc, xs[1], 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(oc).astype(np.float32) if bias else None
+    plan, ins = _winograd_plan(case, bias, relu, np.float32)
+    assert ins.ints[FIELD["path"]] == K.CONV_PATHS["winograd"]
+    feeds = (x, w, *([b] if bias else []))
+    out = run_twice(plan, *feeds)  # memory="debug": a workspace cell read unwritten is NaN
+    ref = conv_ref(x, w, b, 1, padding, 1, 1)
+    ref = np.maximum(ref, 0) if relu else ref
+    # the transforms round otherwise than the direct sum: a few ulps of the largest term
+    scale = np.abs(x).max() * np.abs(w).max() * xs[1] * 9
+    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-6 * scale)
+    with threadpool_limits(limits=1, user_api="openmp"):
+        np.testing.assert_array_equal(run_twice(plan, *feeds), out)
+
+
+def test_winograd_is_for_float32_3x3_stride_1_without_groups(always_winograd):
+    takes = {"float32": True, "float64": False}
+    for dtype, expected in takes.items():
+        _, ins = compile_op(lambda a, k: F.conv2d(a, k, padding=1), [(2, 4, 9, 9), (4, 4, 3, 3)],
+                            np.dtype(dtype))
+        assert (ins.ints[FIELD["path"]] == K.CONV_PATHS["winograd"]) == expected
+    for kw in ({"stride": 2}, {"dilation": 2}, {"groups": 2}):
+        _, ins = compile_op(lambda a, k: F.conv2d(a, k, padding=1, **kw),
+                            [(2, 4, 9, 9), (4, 4 // kw.get("groups", 1), 3, 3)])
+        assert ins.ints[FIELD["path"]] != K.CONV_PATHS["winograd"]
+    _, ins = compile_op(lambda a, k: F.conv2d(a, k, padding=2), [(2, 4, 9, 9), (4, 4, 5, 5)])
+    assert ins.ints[FIELD["path"]] != K.CONV_PATHS["winograd"]

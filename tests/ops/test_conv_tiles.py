@@ -286,9 +286,11 @@ def test_optimized_plan_matches_unoptimized_through_the_tiles(tiled):
     ("conv2d", (8, 256, 8, 8), (512, 256, 3, 3), {"padding": 1, "stride": 2}, "batched"),
     ("conv2d", (1, 512, 2, 2), (512, 512, 3, 3), {"padding": 1}, "im2col"),    # one image
     ("conv2d", (8, 1, 4, 4), (4, 1, 3, 3), {"padding": 1}, "im2col"),          # a short sum
-    ("conv2d", (8, 128, 8, 8), (128, 128, 3, 3), {"padding": 1}, "im2col"),    # 8x8
+    ("conv2d", (8, 128, 8, 8), (128, 128, 3, 3), {"padding": 1}, "winograd"),  # 8x8
+    ("conv2d", (32, 64, 16, 16), (128, 64, 3, 3), {"padding": 1}, "winograd"),  # convnet
     ("conv2d_backward_data", (8, 512, 2, 2), (512, 512, 3, 3), {"padding": 1}, "gather"),
-    ("conv2d", (1, 256, 14, 14), (256, 256, 3, 3), {"padding": 1}, "im2col"),  # GEMMs win
+    ("conv2d", (1, 256, 14, 14), (256, 256, 3, 3), {"padding": 1}, "winograd"),
+    ("conv2d", (1, 512, 7, 7), (512, 512, 3, 3), {"padding": 1}, "im2col"),    # GEMMs win
     ("conv2d", (1, 256, 14, 14), (512, 256, 3, 3), {"padding": 1, "stride": 2}, "im2col"),
     ("conv2d", (32, 3, 32, 32), (32, 3, 3, 3), {"padding": 1}, "im2col"),      # 3 channels in
     ("conv2d_backward_filter", (32, 32, 32, 32), (64, 32, 3, 3), {"padding": 1}, "im2col"),
