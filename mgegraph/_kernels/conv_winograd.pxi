@@ -27,6 +27,7 @@ cdef enum:
     # 16 streams would fall in the same cache sets and evict each other (the 512-channel U took
     # 4x the whole convolution's time), so each matrix starts a cache line further
     WINO_SKEW = 16
+    WINO_RUN = 64  # tiles along a row transformed together (their rows live on the stack)
 
 
 cdef inline Py_ssize_t wino_ld(Py_ssize_t rows, Py_ssize_t cols) noexcept nogil:
@@ -75,80 +76,109 @@ cdef inline void wino_filter(const floating* w, floating* u, Py_ssize_t o,
             dst[(4 * i + 3) * plane] = t[i][2]
 
 
-cdef inline void wino_window(const floating* src, Py_ssize_t r0, Py_ssize_t q0, floating d[4][4],
-                             const Conv* s) noexcept nogil:
-    # the 4x4 input window whose top left is plane cell (r0, q0), zero outside the image
-    cdef Py_ssize_t i, j, r, q
-    if r0 >= 0 and q0 >= 0 and r0 + 4 <= s.h and q0 + 4 <= s.w:
-        for i in range(4):
-            for j in range(4):
-                d[i][j] = src[(r0 + i) * s.w + q0 + j]
-        return
-    for i in range(4):
-        r = r0 + i
-        for j in range(4):
-            q = q0 + j
-            d[i][j] = src[r * s.w + q] if 0 <= r < s.h and 0 <= q < s.w else 0
+cdef inline void wino_input_run(const floating* plane, floating* dst, Py_ssize_t ld,
+                                Py_ssize_t a, Py_ssize_t b0, Py_ssize_t count,
+                                const Conv* s) noexcept nogil:
+    # dst[xi * ld + k] = (B^T d B)[xi] for tiles (a, b0 + k), k < count, of one channel's plane.
+    # The windows' columns are read once, split into even and odd ones, so that both halves of
+    # the transform run along the row of tiles in unit strides (loops the compiler vectorises)
+    cdef floating e[4][WINO_RUN + 1]
+    cdef floating o[4][WINO_RUN + 1]
+    cdef floating ve[4][WINO_RUN + 1]
+    cdef floating vo[4][WINO_RUN + 1]
+    cdef Py_ssize_t i, k, r, q, q0 = 2 * b0 - s.pw
+    for i in range(4):  # window rows 2a - ph + i; columns q0 + 2k (even) and + 1 (odd)
+        r = 2 * a - s.ph + i
+        for k in range(count + 1):
+            q = q0 + 2 * k
+            e[i][k] = plane[r * s.w + q] if 0 <= r < s.h and 0 <= q < s.w else 0
+            o[i][k] = plane[r * s.w + q + 1] if 0 <= r < s.h and 0 <= q + 1 < s.w else 0
+    for k in range(count + 1):  # B^T d: rows d0 - d2, d1 + d2, d2 - d1, d1 - d3
+        ve[0][k], vo[0][k] = e[0][k] - e[2][k], o[0][k] - o[2][k]
+        ve[1][k], vo[1][k] = e[1][k] + e[2][k], o[1][k] + o[2][k]
+        ve[2][k], vo[2][k] = e[2][k] - e[1][k], o[2][k] - o[1][k]
+        ve[3][k], vo[3][k] = e[1][k] - e[3][k], o[1][k] - o[3][k]
+    for i in range(4):  # (B^T d) B: columns d0 - d2, d1 + d2, d2 - d1, d1 - d3 of each row
+        for k in range(count):
+            dst[(4 * i) * ld + k] = ve[i][k] - ve[i][k + 1]
+            dst[(4 * i + 1) * ld + k] = vo[i][k] + ve[i][k + 1]
+            dst[(4 * i + 2) * ld + k] = ve[i][k + 1] - vo[i][k]
+            dst[(4 * i + 3) * ld + k] = vo[i][k] - vo[i][k + 1]
+
+
+cdef inline Py_ssize_t wino_run(Py_ssize_t tile, Py_ssize_t left, Py_ssize_t tw) noexcept nogil:
+    # tiles from this one to the end of its row of tiles, of the block's left, at most WINO_RUN
+    return min(min(tw - tile % tw, left), WINO_RUN)
 
 
 cdef inline void wino_input(const floating* x, floating* v, Py_ssize_t first, Py_ssize_t nb,
                             const Conv* s) noexcept nogil:
-    # v[xi, c, k] = (B^T d B)[xi] for tile first + k's window d in input channel c; channels
-    # outer, so that each of the 16 matrices is written along its rows
-    cdef Py_ssize_t th = ceil_div(s.oh, 2), tw = ceil_div(s.ow, 2), c, k, i, j, tile
-    cdef Py_ssize_t plane = wino_ld(s.cin, nb)
-    cdef floating d[4][4]
-    cdef floating t[4][4]
-    cdef floating* dst
+    # v[xi, c, k] = (B^T d B)[xi] for tile first + k's window d in input channel c, by runs of
+    # tiles along their rows; channels outer, so each of the 16 matrices is written along rows
+    cdef Py_ssize_t th = ceil_div(s.oh, 2), tw = ceil_div(s.ow, 2), c, k, tile, count
+    cdef Py_ssize_t ld = wino_ld(s.cin, nb)
     for c in range(s.cin):
-        for k in range(nb):
+        k = 0
+        while k < nb:
             tile = first + k
-            wino_window(x + (tile // (th * tw) * s.cin + c) * s.h * s.w,
-                        2 * (tile // tw % th) - s.ph, 2 * (tile % tw) - s.pw, d, s)
-            for j in range(4):  # B^T d: rows d0 - d2, d1 + d2, d2 - d1, d1 - d3
-                t[0][j] = d[0][j] - d[2][j]
-                t[1][j] = d[1][j] + d[2][j]
-                t[2][j] = d[2][j] - d[1][j]
-                t[3][j] = d[1][j] - d[3][j]
-            dst = v + c * nb + k
-            for i in range(4):  # (B^T d) B, row by row
-                dst[(4 * i) * plane] = t[i][0] - t[i][2]
-                dst[(4 * i + 1) * plane] = t[i][1] + t[i][2]
-                dst[(4 * i + 2) * plane] = t[i][2] - t[i][1]
-                dst[(4 * i + 3) * plane] = t[i][1] - t[i][3]
+            count = wino_run(tile, nb - k, tw)
+            wino_input_run(x + (tile // (th * tw) * s.cin + c) * s.h * s.w, v + c * nb + k, ld,
+                           tile // tw % th, tile % tw, count, s)
+            k += count
+
+
+cdef inline void wino_output_run(const floating* m, Py_ssize_t ld, floating* plane,
+                                 floating add, Py_ssize_t a, Py_ssize_t b0, Py_ssize_t count,
+                                 const Conv* s) noexcept nogil:
+    # output rows 2a and 2a + 1 of tiles (a, b0 + k), k < count, of one channel's plane: A^T M A
+    # from m[xi * ld + k], cropped to the output, with the epilogue
+    cdef floating rows[2][2 * WINO_RUN]
+    cdef floating t0, t1, t2, t3, u0, u1, u2, u3
+    cdef Py_ssize_t i, k, q, r, end = min(2 * (b0 + count), s.ow) - 2 * b0
+    cdef floating* dst
+    for k in range(count):
+        for i in range(2):  # A^T M (rows m0 + m1 + m2, m1 - m2 - m3), then (A^T M) A
+            if i == 0:
+                t0 = m[k] + m[4 * ld + k] + m[8 * ld + k]
+                t1 = m[ld + k] + m[5 * ld + k] + m[9 * ld + k]
+                t2 = m[2 * ld + k] + m[6 * ld + k] + m[10 * ld + k]
+                t3 = m[3 * ld + k] + m[7 * ld + k] + m[11 * ld + k]
+            else:
+                t0 = m[4 * ld + k] - m[8 * ld + k] - m[12 * ld + k]
+                t1 = m[5 * ld + k] - m[9 * ld + k] - m[13 * ld + k]
+                t2 = m[6 * ld + k] - m[10 * ld + k] - m[14 * ld + k]
+                t3 = m[7 * ld + k] - m[11 * ld + k] - m[15 * ld + k]
+            rows[i][2 * k] = t0 + t1 + t2
+            rows[i][2 * k + 1] = t1 - t2 - t3
+    for i in range(2):
+        r = 2 * a + i
+        if r >= s.oh:
+            break
+        dst = plane + r * s.ow + 2 * b0
+        if s.relu:
+            for q in range(end):
+                dst[q] = ew_relu(rows[i][q] + add)
+        else:
+            for q in range(end):
+                dst[q] = rows[i][q] + add
 
 
 cdef inline void wino_output(const floating* m, const floating* bias, floating* y,
                              Py_ssize_t first, Py_ssize_t nb, const Conv* s) noexcept nogil:
-    # y's 2x2 cells of tiles [first, first + nb) = A^T M A, cropped to the output, with the
-    # epilogue
-    cdef Py_ssize_t th = ceil_div(s.oh, 2), tw = ceil_div(s.ow, 2), o, k, i, j, r, q, tile
-    cdef Py_ssize_t plane = wino_ld(s.cout, nb), n, a, b
-    cdef floating t[2][4]
-    cdef floating out[2][2]
+    # y's cells of tiles [first, first + nb) = A^T M A, by runs of tiles along their rows
+    cdef Py_ssize_t th = ceil_div(s.oh, 2), tw = ceil_div(s.ow, 2), o, k, tile, count
+    cdef Py_ssize_t ld = wino_ld(s.cout, nb)
     cdef floating add
-    cdef const floating* src
-    cdef floating* dst
     for o in range(s.cout):
         add = bias[o] if bias != NULL else 0
-        for k in range(nb):
+        k = 0
+        while k < nb:
             tile = first + k
-            n, a, b = tile // (th * tw), tile // tw % th, tile % tw
-            src = m + o * nb + k
-            for j in range(4):  # A^T M: rows m0 + m1 + m2, m1 - m2 - m3
-                t[0][j] = src[j * plane] + src[(4 + j) * plane] + src[(8 + j) * plane]
-                t[1][j] = src[(4 + j) * plane] - src[(8 + j) * plane] - src[(12 + j) * plane]
-            for i in range(2):  # (A^T M) A
-                out[i][0] = t[i][0] + t[i][1] + t[i][2]
-                out[i][1] = t[i][1] - t[i][2] - t[i][3]
-            dst = y + (n * s.cout + o) * s.oh * s.ow
-            for i in range(2):
-                r = 2 * a + i
-                for j in range(2):
-                    q = 2 * b + j
-                    if r < s.oh and q < s.ow:
-                        dst[r * s.ow + q] = (ew_relu(out[i][j] + add) if s.relu
-                                             else out[i][j] + add)
+            count = wino_run(tile, nb - k, tw)
+            wino_output_run(m + o * nb + k, ld,
+                            y + (tile // (th * tw) * s.cout + o) * s.oh * s.ow, add,
+                            tile // tw % th, tile % tw, count, s)
+            k += count
 
 
 cdef inline void wino_tiles_block(const floating* x, const floating* u, const floating* bias,

@@ -102,15 +102,15 @@ def _winograd_pays(cg, ocg, plane, batch) -> bool:
     1, no dilation or groups: _conv_path checks): a rule fitted to measurements.
 
     Design: measured on the AMD EPYC (Zen 4), 1 thread, CPU time of the call, MKL, 3x3 with
-    padding 1 and relu, as Winograd's time over the path chosen without it (and that path's
-    over PyTorch 2.13 eager): ResNet-224 64 -> 64 at 56x56 0.95 (blocked, 1.07), 128 at 28x28
-    0.73 (blocked, 1.15), 256 at 14x14 0.82 (im2col, 1.22); ResNet-64 (batch 8) 64 at 16x16
-    0.90, 128 at 8x8 0.67, 256 at 4x4 0.76; convnet-train (batch 32) 64 -> 128 at 16x16 0.81.
-    It loses with 512 channels (7x7 1.55, 2x2 3.10: transforming 512 x 512 filters on every
-    call writes 16 MiB, and few tiles make thin GEMMs) and with 32 input channels (32 -> 64 at
-    32x32 1.14: GEMMs of depth 32 are slow for the BLAS).
+    padding 1 and relu, as Winograd's time over the path chosen without it (and Winograd's over
+    PyTorch 2.13 eager, oneDNN): ResNet-224 64 -> 64 at 56x56 0.75 (0.84), 128 at 28x28 0.64
+    (0.75), 256 at 14x14 0.81 (0.88); ResNet-64 (batch 8) 64 at 16x16 0.78 (0.93), 128 at 8x8
+    0.63 (0.90), 256 at 4x4 0.78 (1.21); convnet-train (batch 32) 32 -> 64 at 32x32 0.88
+    (0.85), 64 -> 128 at 16x16 0.69 (0.79). It loses with 512 channels (7x7 1.40, 2x2 3.29:
+    transforming 512 x 512 filters on every call writes 16 MiB, and few tiles make thin GEMMs).
+    Fewer than 32 input channels were not measured and keep the other paths.
     """
-    return 64 <= cg <= 256 and ocg <= 256
+    return 32 <= cg <= 256 and ocg <= 256
 
 
 def _conv_path(op, dtype, kernel, stride, padding, dilation, groups_dims, col_bytes,
