@@ -92,9 +92,12 @@ def _batched_pays(batch, plane, kdim) -> bool:
     read through a table (conv_gemm.pxi), kdim (input channels x taps) down to 128 pays too
     (AMD EPYC, 1 thread, CPU time of the call, MKL, per image / batched): the 1x1 stride-2
     256 -> 512 to 2x2 699 / 115 us, 128 -> 128 3x3 at 4x4 (batch 2) 151 / 133 us; at 8x8 it
-    does not (16 -> 16 3x3: 52 / 70 us, 64 -> 64: 1.88 / 2.39 ms). The workspace grows with
-    the batch: kdim x batch x cells."""
-    return batch > 1 and plane[0] * plane[1] <= 16 and kdim >= 128
+    does not (16 -> 16 3x3: 52 / 70 us, 64 -> 64: 1.88 / 2.39 ms), except from deeper sums:
+    the 3x3 stride-2 convolutions to 8x8 (64 -> 128, batch 8: 1.30 / 1.11 ms; 32 -> 64, batch
+    32: 1.94 / 1.62 ms), whose per-image im2col copies cell by cell anyway. The workspace grows
+    with the batch: kdim x batch x cells."""
+    cells = plane[0] * plane[1]
+    return batch > 1 and (cells <= 16 and kdim >= 128 or cells <= 64 and kdim >= 288)
 
 
 def _winograd_pays(cg, ocg, plane, batch) -> bool:
