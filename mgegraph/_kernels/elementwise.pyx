@@ -120,7 +120,8 @@ cdef inline int binary_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi, num_t* 
     return KERNEL_OK
 
 
-cdef inline int compare_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi, any_t* tag) noexcept nogil:
+cdef inline int compare_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
+                             any_t* tag) noexcept nogil:
     cdef const any_t* x = <const any_t*>c.bufs[0]
     cdef const any_t* z = <const any_t*>c.bufs[1]
     cdef uint8_t* y = <uint8_t*>c.bufs[2] + lo
