@@ -45,30 +45,15 @@ cdef extern from "conv_tile.h":
     int conv_tile_isa_ok(int isa) noexcept nogil
     conv_tile conv_tile_of(int isa) noexcept nogil
 
-cdef extern from *:
-    """
-    #ifdef _OPENMP
-    #include <omp.h>
-    static int mg_conv_max_threads(void) { return omp_get_max_threads(); }
-    #else
-    static int mg_conv_max_threads(void) { return 1; }
-    #endif
-    """
-    int mg_conv_max_threads() noexcept nogil
-
-# NOTE: GCC's OpenMP pool does not survive fork(); a forked child runs on one thread (as the
-# fused kernel does, fused_body.pxi).
-cdef int _forked = 0
+# The threads a call runs on: the plan's (s.threads, the lowering's), capped by the one thread
+# policy's maximum now (parallel.pyx: OpenMP's, 1 in a forked child, whose copy of GCC's pool
+# would hang)
+from .parallel cimport max_threads as policy_threads
 
 
-def _mark_forked():
-    global _forked
-    _forked = 1
+cdef inline int run_threads(const Conv* s) noexcept nogil:
+    return <int>min(s.threads, policy_threads())
 
-
-import os as _os
-if hasattr(_os, "register_at_fork"):
-    _os.register_at_fork(after_in_child=_mark_forked)
 
 BLOCKED_ISAS = {"base": 0, "avx2": 1, "avx512": 2}
 cdef enum:
@@ -85,16 +70,6 @@ def blocked_isas():
     """
     return tuple(k for k, v in sorted(BLOCKED_ISAS.items(), key=lambda kv: kv[1])
                  if conv_tile_isa_ok(v))
-
-
-def max_threads():
-    """The threads a tiled convolution may use now: OpenMP's maximum (1 without OpenMP or in a
-    forked child).
-
-    >>> max_threads() >= 1
-    True
-    """
-    return 1 if _forked else mg_conv_max_threads()
 
 
 ctypedef struct Blocked:
@@ -333,7 +308,7 @@ cdef inline int blocked_call(const float* x, const float* w, const float* bias, 
     cdef Py_ssize_t i, j, n, slot = b.npadded + b.nres
     cdef Py_ssize_t xs = b.nc * s.groups * b.h * b.w, ys = b.no * s.groups * b.oh * b.ow
     cdef float* area = ws + b.npacked
-    cdef int k, nt = 1 if _forked else <int>min(s.threads, mg_conv_max_threads())
+    cdef int k, nt = run_threads(s)
     if not conv_tile_isa_ok(<int>s.isa) or b.taps > BLOCKED_MAX_TAPS:
         return KERNEL_UNSUPPORTED
     cdef conv_tile tile = tile_for(<int>s.isa, b)
@@ -403,7 +378,7 @@ cdef inline int filter_call(const float* x,   # IN  (batch, cin, h, w)
     cdef Py_ssize_t ntiles, gres = (npairs + CONV_PIX_MAX) * b.ldy
     cdef float* padded = ws + b.npacked
     cdef float* dwt = padded + b.npadded
-    cdef int nt = 1 if _forked else <int>min(s.threads, mg_conv_max_threads())
+    cdef int nt = run_threads(s)
     if not conv_tile_isa_ok(<int>s.isa) or s.ow > BLOCKED_MAX_COLS:
         return KERNEL_UNSUPPORTED
     cdef conv_tile tile = tile_for(<int>s.isa, &b)

@@ -24,10 +24,6 @@ cdef enum:
     ROW_BLOCK = 16  # output rows per GEMM block are a multiple of this: whole register tiles
 
 
-cdef inline int run_threads(const Conv* s) noexcept nogil:
-    return 1 if _forked else <int>min(s.threads, mg_conv_max_threads())
-
-
 cdef inline bint whole_units(const Conv* s) noexcept nogil:
     cdef Py_ssize_t units = s.batch * s.groups
     return s.threads > 1 and (units >= 2 * s.threads or units % s.threads == 0)

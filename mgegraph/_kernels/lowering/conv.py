@@ -6,6 +6,7 @@ from ...backend import Launch
 from ...ops.conv import conv_geometry
 from ...ops.registry import FLOAT_DTYPES
 from .. import conv as K
+from .. import parallel
 from .layout import pack
 from .matmul import check_blas_dims
 
@@ -148,8 +149,9 @@ def _isa() -> str:
 
 
 def _threads(batch, flops) -> int:
-    """The threads a blocked convolution may use (capped by OpenMP's at run time)."""
-    return K.max_threads() if flops >= PARALLEL_FLOPS else 1
+    """The threads a convolution may use (capped at run time by the thread policy's maximum,
+    parallel.max_threads)."""
+    return parallel.max_threads() if flops >= PARALLEL_FLOPS else 1
 
 
 def _conv_launch(op, x, w, y, attrs, has_bias=False, relu=False) -> Launch:
