@@ -1,8 +1,8 @@
 """The convolution kernels (issue 19, part 2): each conv shape and pass of convnet-train and
-resnet-infer on its own, and the two workloads, with the tiled float32 and batched paths (the
-default rule, mgegraph/_kernels/lowering/conv.py) against the GEMM paths per image alone (the
-kernels before them: ``_tiled_path`` answering None, ``_batched_pays`` False) and the peers, in
-one run at one thread count.
+resnet-infer on its own, and the two workloads, with the default path rule
+(mgegraph/_kernels/lowering/conv.py: tiled, batched and Winograd paths) against the same rule
+without Winograd and against the GEMM paths per image alone (the kernels before them), and the
+peers, in one run at one thread count.
 
     MGEGRAPH_BENCH_THREADS=1 python -m pytest benchmarks/test_conv.py --benchmark-only \\
         --benchmark-columns=median,iqr,rounds
@@ -39,23 +39,28 @@ SHAPES = {
     "resnet224 256->256 14x14": ((1, 256, 14, 14), (256, 256, 3, 3), 1, 1),
     "resnet64 128->128 8x8": ((8, 128, 8, 8), (128, 128, 3, 3), 1, 1),
     "resnet64 512->512 2x2": ((8, 512, 2, 2), (512, 512, 3, 3), 1, 1),
+    "resnet224 128->128 28x28": ((1, 128, 28, 28), (128, 128, 3, 3), 1, 1),
+    "resnet224 64->128 56x56/2": ((1, 64, 56, 56), (128, 64, 3, 3), 2, 1),
 }
 PASSES = ("forward", "backward data", "backward filter")
-IMPLS = ("mgegraph", "mgegraph GEMM paths", "torch eager")
+IMPLS = ("mgegraph", "mgegraph no Winograd", "mgegraph GEMM paths", "torch eager")
 
 
 @contextlib.contextmanager
-def gemm_paths(on: bool):
-    """Compile with the GEMM paths per image alone (the kernels before the tiled and batched
-    paths) when ``on``."""
-    saved = lowering._tiled_path, lowering._batched_pays
-    if on:
+def paths_of(impl: str):
+    """Compile with the path rule ``impl`` names: the default; "no Winograd" (the rule before
+    the Winograd path); "GEMM paths" (the GEMM paths per image alone: the kernels before the
+    tiled, batched and Winograd paths)."""
+    saved = lowering._tiled_path, lowering._batched_pays, lowering._winograd_pays
+    if impl.endswith(("GEMM paths", "no Winograd")):
+        lowering._winograd_pays = lambda *args: False
+    if impl.endswith("GEMM paths"):
         lowering._tiled_path = lambda *args: None
         lowering._batched_pays = lambda *args: False
     try:
         yield
     finally:
-        lowering._tiled_path, lowering._batched_pays = saved
+        lowering._tiled_path, lowering._batched_pays, lowering._winograd_pays = saved
 
 
 def _conv_graph(name, conv_pass):
@@ -79,9 +84,9 @@ def _arrays(name):
     return rng.standard_normal(xs, dtype=np.float32), rng.standard_normal(ws, dtype=np.float32)
 
 
-def _mg_conv(name, conv_pass, gemm_only):
+def _mg_conv(name, conv_pass, impl):
     outputs, yshape = _conv_graph(name, conv_pass)
-    with gemm_paths(gemm_only):
+    with paths_of(impl):
         plan = mg.compile(outputs)
     x, w = _arrays(name)
     dy = np.random.default_rng(1).standard_normal(yshape, dtype=np.float32)
@@ -111,21 +116,23 @@ def test_conv_pass(benchmark, name, conv_pass, impl):
         pytest.skip("inference needs the forward pass only")
     benchmark.group = f"conv {name} {conv_pass} ({THREADS} threads)"
     fn = (_torch_conv(name, conv_pass) if impl == "torch eager"
-          else _mg_conv(name, conv_pass, impl != "mgegraph"))
+          else _mg_conv(name, conv_pass, impl))
     benchmark(fn)
 
 
-@pytest.mark.parametrize("impl", ["mgegraph step", "mgegraph step, GEMM paths", "torch eager"])
+@pytest.mark.parametrize("impl", ["mgegraph step", "mgegraph step, no Winograd",
+                                  "mgegraph step, GEMM paths", "torch eager"])
 def test_convnet_train_tiles(benchmark, impl):
     benchmark.group = f"convnet-train 32x3x32x32 ({THREADS} threads)"
-    with gemm_paths(impl.endswith("GEMM paths")):
+    with paths_of(impl):
         impls = workloads.convnet_train()
     if impl == "torch eager" and impl not in impls:
         pytest.skip("torch is not installed")
     benchmark(impls["torch eager" if impl == "torch eager" else "mgegraph step"])
 
 
-RESNET_IMPLS = ["mgegraph freeze=True", "mgegraph freeze=True, GEMM paths",
+RESNET_IMPLS = ["mgegraph freeze=True", "mgegraph freeze=True, no Winograd",
+                "mgegraph freeze=True, GEMM paths",
                 "mgegraph optimize=0", "onnxruntime", "torch eager"]
 
 
@@ -136,7 +143,7 @@ def test_resnet_infer_tiles(benchmark, shape, impl):
     x = resnet_input(shape)
     if impl.startswith("mgegraph"):
         options = {"optimize": 0} if impl.endswith("optimize=0") else {"freeze": True}
-        with gemm_paths(impl.endswith("GEMM paths")):
+        with paths_of(impl):
             plan = mg.compile_module(model(), (x,), **options).plan
         benchmark(functools.partial(plan.run, {"input0": x}))
     elif impl == "onnxruntime":
