@@ -44,8 +44,7 @@ MG_HD float vexpf(float x) {
     p = p * r + ((float)5.0000001201e-1);
     float y = (p * r * r + r + ((float)1.0)) * __int_as_float((n1 + 127) << 23);
     y = y * __int_as_float((ni - n1 + 127) << 23);
-    y = x < ((float)88.72283935546875) ? y : mg_f32_inf();
-    y = x > -((float)104.0) ? y : ((float)0.0);
+    y = x < ((float)88.72283935546875) ? y : mg_f32_inf();  // c = -104 gives +0.0: no select
     return x == x ? y : x;
 }
 
@@ -99,9 +98,7 @@ MG_HD float vtanhf(float x) {
     q = q * z + ((float)2.26843463243900e-03);
     q = q * z + ((float)4.89352518554385e-03);
     float y = p / q;
-    float a = x > 0 ? x : -x;
-    y = a > ((float)0.0004) ? y : x;
-    return x == x ? y : x;
+    return fabsf(x) > ((float)0.0004) ? y : x;  // tiny |x| and NaN: x itself
 }
 
 MG_HD float verff(float x) {

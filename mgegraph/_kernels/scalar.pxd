@@ -73,8 +73,9 @@ cdef inline float vexpf(float x) noexcept nogil:
     p = p * r + <float>5.0000001201e-1
     cdef float y = (p * r * r + r + <float>1.0) * f32_from_bits((n1 + 127) << 23)
     y = y * f32_from_bits((ni - n1 + 127) << 23)
+    # x <= -104 needs no select of its own: c = -104 gives +0.0 (e^-104 is below half the
+    # smallest denormal), as does x = -inf
     y = y if x < <float>88.72283935546875 else <float>INFINITY
-    y = y if x > <float>-104.0 else <float>0.0
     return y if x == x else x
 
 
@@ -133,11 +134,10 @@ cdef inline float vtanhf(float x) noexcept nogil:
     q = q * z + <float>2.26843463243900e-03
     q = q * z + <float>4.89352518554385e-03
     cdef float y = p / q
-    cdef float a = x if x > 0 else -x
-    # tiny |x|: tanh(x) rounds to x (and keeps -0.0); one select each, no branch (an `or`
-    # here becomes a branch that stops the loop vectorising)
-    y = y if a > <float>0.0004 else x
-    return y if x == x else x
+    # tiny |x|: tanh(x) rounds to x (and keeps -0.0); NaN fails the test too and comes back as
+    # itself. One select, no branch (an `or` here becomes a branch that stops the loop
+    # vectorising)
+    return y if fabsf(x) > <float>0.0004 else x
 
 
 cdef inline float verff(float x) noexcept nogil:

@@ -192,6 +192,19 @@ def test_exp_accuracy(dtype, bound):
     assert relative_error(got, want, dtype) <= bound
 
 
+def test_float32_exp_and_tanh_edges_bit_for_bit():
+    # exp has no select of its own below -104 and tanh none for NaN (scalar.pxd): the clamp
+    # and the small-|x| select give these bits
+    x = np.array([-104.0, -104.5, -1e30, -np.inf, -103.9, -0.0, 1e-30, -1e-30, 3e-4, np.nan,
+                  88.72283935546875, np.inf], np.float32)
+    bits = kernel("exp", x).view(np.uint32)
+    assert (bits[:4] == 0).all() and 0 < bits[4] < 0x00800000  # +0.0, then a denormal
+    assert np.isnan(kernel("exp", x)[9]) and np.isposinf(kernel("exp", x)[10:]).all()
+    t = kernel("tanh", x)
+    np.testing.assert_array_equal(t[5:9].view(np.uint32), x[5:9].view(np.uint32))
+    assert np.isnan(t[9]) and t[11] == 1.0 and t[3] == -1.0
+
+
 @pytest.mark.parametrize("dtype,bound", [(np.float32, 4e-7), (np.float64, 1e-14)])
 def test_log_accuracy(dtype, bound):
     x = wide(dtype, None, np.finfo(dtype).max)
