@@ -15,7 +15,8 @@
 #     V = B^T d B per (input channel, tile)
 #     M[xi] = U[xi] V[xi]                                      16 GEMMs, the BLAS on one thread
 #     y = A^T M A per (output channel, tile), with the bias and relu
-# so blocks go to threads whole, and a plan gives the same bits on any number of cores. The
+# so blocks go to threads whole (or, when there are fewer blocks than threads, the threads share
+# each block's three steps), and a plan gives the same bits on any number of cores. The
 # transforms add and subtract (G halves), so results differ from the direct sum by rounding: a
 # few ulps of the largest term, which the tests bound against NumPy in float64 and float32.
 # Workspace: U (16, cout, cin), then per thread V (16, cin, block) and M (16, cout, block),
@@ -40,9 +41,13 @@ cdef inline Py_ssize_t wino_tiles(const Conv* s) noexcept nogil:
 
 
 cdef inline Py_ssize_t wino_block(const Conv* s) noexcept nogil:
-    # tiles per block: V and M within WINO_BLOCK_FLOATS, a multiple of 16, at least 32
-    cdef Py_ssize_t per_tile = 16 * (s.cin + s.cout)
-    return min(max(WINO_BLOCK_FLOATS // per_tile // 16 * 16, 32), wino_tiles(s))
+    # tiles per block: V and M within WINO_BLOCK_FLOATS (or 32 tiles), in a number of blocks the
+    # plan's threads divide where there are 32 tiles a thread
+    cdef Py_ssize_t ntiles = wino_tiles(s)
+    cdef Py_ssize_t n = ceil_div(ntiles, max(WINO_BLOCK_FLOATS // (16 * (s.cin + s.cout)), 32))
+    if s.threads > 1 and ntiles >= 32 * s.threads:
+        n = round_up(n, s.threads)
+    return ceil_div(ntiles, n)
 
 
 cdef inline Py_ssize_t wino_slot(const Conv* s) noexcept nogil:
@@ -112,12 +117,12 @@ cdef inline Py_ssize_t wino_run(Py_ssize_t tile, Py_ssize_t left, Py_ssize_t tw)
 
 
 cdef inline void wino_input(const floating* x, floating* v, Py_ssize_t first, Py_ssize_t nb,
-                            const Conv* s) noexcept nogil:
+                            Py_ssize_t c0, Py_ssize_t c1, const Conv* s) noexcept nogil:
     # v[xi, c, k] = (B^T d B)[xi] for tile first + k's window d in input channel c, by runs of
     # tiles along their rows; channels outer, so each of the 16 matrices is written along rows
     cdef Py_ssize_t th = ceil_div(s.oh, 2), tw = ceil_div(s.ow, 2), c, k, tile, count
     cdef Py_ssize_t ld = wino_ld(s.cin, nb)
-    for c in range(s.cin):
+    for c in range(c0, c1):
         k = 0
         while k < nb:
             tile = first + k
@@ -164,12 +169,13 @@ cdef inline void wino_output_run(const floating* m, Py_ssize_t ld, floating* pla
 
 
 cdef inline void wino_output(const floating* m, const floating* bias, floating* y,
-                             Py_ssize_t first, Py_ssize_t nb, const Conv* s) noexcept nogil:
+                             Py_ssize_t first, Py_ssize_t nb, Py_ssize_t o0, Py_ssize_t o1,
+                             const Conv* s) noexcept nogil:
     # y's cells of tiles [first, first + nb) = A^T M A, by runs of tiles along their rows
     cdef Py_ssize_t th = ceil_div(s.oh, 2), tw = ceil_div(s.ow, 2), o, k, tile, count
     cdef Py_ssize_t ld = wino_ld(s.cout, nb)
     cdef floating add
-    for o in range(s.cout):
+    for o in range(o0, o1):
         add = bias[o] if bias != NULL else 0
         k = 0
         while k < nb:
@@ -187,13 +193,39 @@ cdef inline void wino_tiles_block(const floating* x, const floating* u, const fl
     # block k of tiles, on one thread; area: its V and M
     cdef Py_ssize_t block = wino_block(s), xi
     cdef Py_ssize_t first = k * block, nb = min(block, wino_tiles(s) - k * block)
-    cdef floating* v = area
     cdef floating* m = area + 16 * wino_ld(s.cin, block)
-    wino_input(x, v, first, nb, s)
+    wino_input(x, area, first, nb, 0, s.cin, s)
     for xi in range(16):
-        gemm(False, False, s.cout, nb, s.cin, u + xi * wino_ld(s.cout, s.cin),
-             v + xi * wino_ld(s.cin, nb), m + xi * wino_ld(s.cout, nb), False)
-    wino_output(m, bias, y, first, nb, s)
+        wino_gemm(u, area, m, nb, xi, s)
+    wino_output(m, bias, y, first, nb, 0, s.cout, s)
+
+
+cdef inline void wino_gemm(const floating* u, const floating* v, floating* m, Py_ssize_t nb,
+                           Py_ssize_t xi, const Conv* s) noexcept nogil:
+    # M[xi] (cout, nb) = U[xi] (cout, cin) @ V[xi] (cin, nb)
+    gemm(False, False, s.cout, nb, s.cin, u + xi * wino_ld(s.cout, s.cin),
+         v + xi * wino_ld(s.cin, nb), m + xi * wino_ld(s.cout, nb), False)
+
+
+cdef inline void wino_shared_block(const floating* x, const floating* u, const floating* bias,
+                                   floating* y, floating* area, Py_ssize_t k, const Conv* s,
+                                   int nt) noexcept nogil:
+    # block k of tiles on nt threads, fewer blocks than threads: its input transform by input
+    # channels, its GEMMs by xi, its output transform by output channels (the same operations as
+    # wino_tiles_block's, in other threads)
+    cdef Py_ssize_t block = wino_block(s), xi, c, o
+    cdef Py_ssize_t first = k * block, nb = min(block, wino_tiles(s) - k * block)
+    cdef floating* m = area + 16 * wino_ld(s.cin, block)
+    cdef int previous = 0
+    with parallel(num_threads=nt):
+        previous = blas_local_threads(1)
+        for c in prange(s.cin, schedule="static"):
+            wino_input(x, area, first, nb, c, c + 1, s)
+        for xi in prange(16, schedule="static"):
+            wino_gemm(u, area, m, nb, xi, s)
+        for o in prange(s.cout, schedule="static"):
+            wino_output(m, bias, y, first, nb, o, o + 1, s)
+        blas_local_threads(previous)
 
 
 cdef inline int conv2d_winograd(const floating* x, const floating* w, const floating* bias,
@@ -212,7 +244,11 @@ cdef inline int conv2d_winograd(const floating* x, const floating* w, const floa
         previous = blas_local_threads(1)
         for o in prange(s.cout, schedule="static"):
             wino_filter(w, ws, o, s)
-        for k in prange(nblocks, schedule="static"):
-            wino_tiles_block(x, ws, bias, y, area + threadid() * slot, k, s)
+        if nblocks >= nt:
+            for k in prange(nblocks, schedule="static"):
+                wino_tiles_block(x, ws, bias, y, area + threadid() * slot, k, s)
         blas_local_threads(previous)
+    if nblocks < nt:  # too few blocks to share: share each one's steps
+        for k in range(nblocks):
+            wino_shared_block(x, ws, bias, y, area, k, s, nt)
     return KERNEL_OK
