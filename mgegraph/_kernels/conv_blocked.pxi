@@ -59,6 +59,8 @@ BLOCKED_ISAS = {"base": 0, "avx2": 1, "avx512": 2}
 cdef enum:
     BLOCKED_MAX_TAPS = 64    # tap offsets live on the stack; larger kernels take another path
     BLOCKED_MAX_COLS = 1024  # so do backward filter's column offsets (one per output column)
+    OUT_CELLS = 64      # the gather path's results are transposed out by blocks of cells
+    OUT_CHANNELS = 8    # and of channels, a block per thread at a time
 MAX_TAPS, MAX_COLS = BLOCKED_MAX_TAPS, BLOCKED_MAX_COLS
 
 
@@ -245,18 +247,33 @@ cdef inline void gather_tiles(const float* padded, const float* packed, float* c
 
 
 cdef inline void cells_out(const float* cells, float* y, const float* bias, bint relu,
-                           const Blocked* b) noexcept nogil:
-    # y (no, oh * ow) = the transposed result rows, with the epilogue
-    cdef Py_ssize_t o, i
+                           Py_ssize_t o0, Py_ssize_t o1, const Blocked* b) noexcept nogil:
+    # y's channels [o0, o1) of (no, oh * ow) = the transposed result rows, with the epilogue; by
+    # blocks of OUT_CELLS cells, whose rows stay in L1 while every channel reads them
+    cdef Py_ssize_t o, i, k, i0, i1
     cdef float add
-    for o in range(b.no):
-        add = bias[o] if bias != NULL else 0
-        if relu:
-            for i in range(b.ncols):
-                y[o * b.ncols + i] = ew_relu(cells[i * b.ldy + o] + add)
-        else:
-            for i in range(b.ncols):
-                y[o * b.ncols + i] = cells[i * b.ldy + o] + add
+    for k in range(ceil_div(b.ncols, OUT_CELLS)):
+        i0, i1 = k * OUT_CELLS, min((k + 1) * OUT_CELLS, b.ncols)
+        for o in range(o0, o1):
+            add = bias[o] if bias != NULL else 0
+            if relu:
+                for i in range(i0, i1):
+                    y[o * b.ncols + i] = ew_relu(cells[i * b.ldy + o] + add)
+            else:
+                for i in range(i0, i1):
+                    y[o * b.ncols + i] = cells[i * b.ldy + o] + add
+
+
+cdef inline void results_out(const float* res, float* y, const float* bias, bint relu,
+                             Py_ssize_t k, const Blocked* b) noexcept nogil:
+    # output channels [k * OUT_CHANNELS, (k + 1) * OUT_CHANNELS) of one image and group, from
+    # either path's result layout
+    cdef Py_ssize_t o, o0 = k * OUT_CHANNELS, o1 = min(b.no, (k + 1) * OUT_CHANNELS)
+    if b.gather:
+        cells_out(res, y, bias, relu, o0, o1, b)
+    else:
+        for o in range(o0, o1):
+            rows_out(res, y, bias, relu, o, b)
 
 
 cdef inline void image_tiles(const float* padded, const float* packed, float* res,
@@ -292,11 +309,12 @@ cdef inline void blocked_image(const float* x, const float* packed, float* y, co
         pad_image(x + g * b.nc * b.h * b.w, padded, b)
         image_tiles(padded, packed, res, offs, tile, b, nt)
         bg = bias + g * b.no if bias != NULL else NULL
-        if b.gather:
-            cells_out(res, y + g * b.no * b.oh * b.ow, bg, relu, b)
+        if nt > 1:  # the threads that shared the tiles share the copy out, by channels
+            for o in prange(ceil_div(b.no, OUT_CHANNELS), num_threads=nt, schedule="static"):
+                results_out(res, y + g * b.no * b.oh * b.ow, bg, relu, o, b)
         else:
-            for o in range(b.no):
-                rows_out(res, y + g * b.no * b.oh * b.ow, bg, relu, o, b)
+            for o in range(ceil_div(b.no, OUT_CHANNELS)):
+                results_out(res, y + g * b.no * b.oh * b.ow, bg, relu, o, b)
         packed += round_up(b.no, b.pack) * b.nc * b.taps
 
 
