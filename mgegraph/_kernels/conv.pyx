@@ -319,10 +319,12 @@ cdef inline void shifted_rows(const floating* x, const floating* packed, floatin
 
 cdef inline Py_ssize_t workspace_elems(const Conv* s, int op) noexcept nogil:
     cdef Py_ssize_t extra = 0
+    cdef Conv backward
     if s.path == C_BLOCKED or s.path == C_GATHER:
         return blocked_elems(s, op)
     if s.path == C_WINOGRAD:
-        return winograd_elems(s)
+        backward = wino_backward(s)
+        return winograd_elems(&backward if op == OP_DATA else s)
     if s.path == C_SHIFTED:
         extra = shifted_of(s).npacked
     if s.path == C_BATCHED:  # every image's im2col and the GEMM's result
@@ -358,7 +360,7 @@ cdef inline int conv2d_impl(const floating* x, const floating* w, const floating
     # the BLAS runs on one thread under each of ours, this one included (conv_gemm.pxi)
     cdef int previous = blas_local_threads(1), status
     if s.path == C_WINOGRAD:
-        status = conv2d_winograd(x, w, bias, y, ws, s)
+        status = conv2d_winograd(x, w, bias, y, ws, False, s)
     elif s.path == C_BATCHED:
         status = conv2d_batched(x, w, bias, y, ws, s)
     else:
@@ -378,7 +380,19 @@ cdef inline int conv2d_backward_data_impl(const floating* w,   # IN  (cout, cin/
             b = blocked_backward(s)
             return blocked_call(dy, w, NULL, False, dx, col, &b, s)
         return KERNEL_UNSUPPORTED
+    if s.path == C_WINOGRAD:
+        return winograd_backward_data(w, dy, dx, col, s)
     return backward_gemm(w, dy, dx, col, True, s)
+
+
+cdef inline int winograd_backward_data(const floating* w, const floating* dy, floating* dx,
+                                       floating* ws, const Conv* s) noexcept nogil:
+    # the BLAS on one thread under each of ours, this one included, as conv2d_impl's
+    cdef Conv t = wino_backward(s)
+    cdef int previous = blas_local_threads(1), status
+    status = conv2d_winograd(dy, w, NULL, dx, ws, True, &t)
+    blas_local_threads(previous)
+    return status
 
 
 cdef inline int conv2d_backward_filter_impl(const floating* x,   # IN  (batch, cin, h, w)
@@ -405,7 +419,8 @@ cdef inline int conv2d_call(const Call* c, floating* dtype_tag) noexcept nogil:
 
 cdef inline int conv2d_backward_call(const Call* c, bint data, floating* dtype_tag) noexcept nogil:
     cdef const Conv* s = <const Conv*>c.ints
-    cdef floating* col = <floating*>c.bufs[3] if s.path in (C_IM2COL, C_BLOCKED, C_GATHER) else NULL
+    cdef floating* col = (<floating*>c.bufs[3] if s.path in (C_IM2COL, C_BLOCKED, C_GATHER,
+                                                              C_WINOGRAD) else NULL)
     if data:
         return conv2d_backward_data_impl(<const floating*>c.bufs[0], <const floating*>c.bufs[1],
                                          <floating*>c.bufs[2], col, s)

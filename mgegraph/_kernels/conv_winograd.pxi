@@ -19,6 +19,7 @@
 # each block's three steps), and a plan gives the same bits on any number of cores. The
 # transforms add and subtract (G halves), so results differ from the direct sum by rounding: a
 # few ulps of the largest term, which the tests bound against NumPy in float64 and float32.
+# conv2d_backward_data at stride 1 runs here too, as the convolution it is (wino_backward).
 # Workspace: U (16, cout, cin), then per thread V (16, cin, block) and M (16, cout, block),
 # each of the 16 matrices WINO_SKEW elements after the last.
 
@@ -59,15 +60,19 @@ cdef inline Py_ssize_t winograd_elems(const Conv* s) noexcept nogil:
     return 16 * wino_ld(s.cout, s.cin) + s.threads * wino_slot(s)
 
 
-cdef inline void wino_filter(const floating* w, floating* u, Py_ssize_t o,
+cdef inline void wino_filter(const floating* w, floating* u, Py_ssize_t o, bint flip,
                              const Conv* s) noexcept nogil:
-    # u[xi, o, c] = (G g G^T)[xi] for output channel o's filters g = w[o, c]
+    # u[xi, o, c] = (G g G^T)[xi] for output channel o's filters g = w[o, c]; with flip (the
+    # backward pass, wino_backward), g = w[c, o] turned by 180 degrees
     cdef Py_ssize_t c, i, plane = wino_ld(s.cout, s.cin)
+    cdef floating g[9]
     cdef floating t[4][3]
-    cdef const floating* g
+    cdef const floating* src
     cdef floating* dst
     for c in range(s.cin):
-        g = w + (o * s.cin + c) * 9
+        src = w + ((c * s.cout + o) if flip else (o * s.cin + c)) * 9
+        for i in range(9):
+            g[i] = src[8 - i] if flip else src[i]
         for i in range(3):  # G g: rows g0, (g0 + g1 + g2) / 2, (g0 - g1 + g2) / 2, g2
             t[0][i] = g[i]
             t[1][i] = (g[i] + g[3 + i] + g[6 + i]) * 0.5
@@ -228,22 +233,34 @@ cdef inline void wino_shared_block(const floating* x, const floating* u, const f
         blas_local_threads(previous)
 
 
+cdef inline Conv wino_backward(const Conv* s) noexcept nogil:
+    # conv2d_backward_data at stride 1 is the convolution of dy by the filters transposed (in <->
+    # out channels) and turned by 180 degrees, padded by k - 1 - p (the lowering checks it is
+    # not negative): this is that convolution's geometry, for conv2d_winograd with flip
+    cdef Conv t = s[0]
+    t.cin, t.cout, t.h, t.w, t.oh, t.ow = s.cout, s.cin, s.oh, s.ow, s.h, s.w
+    t.ph, t.pw = s.kh - 1 - s.ph, s.kw - 1 - s.pw
+    t.has_bias, t.relu = 0, 0
+    return t
+
+
 cdef inline int conv2d_winograd(const floating* x, const floating* w, const floating* bias,
-                                floating* y, floating* ws, const Conv* s) noexcept nogil:
+                                floating* y, floating* ws, bint flip,
+                                const Conv* s) noexcept nogil:
     cdef Py_ssize_t nblocks = ceil_div(wino_tiles(s), wino_block(s)), o, k
     cdef Py_ssize_t slot = wino_slot(s)
     cdef floating* area = ws + 16 * wino_ld(s.cout, s.cin)
     cdef int nt = run_threads(s), previous = 0
     if nt == 1:
         for o in range(s.cout):
-            wino_filter(w, ws, o, s)
+            wino_filter(w, ws, o, flip, s)
         for k in range(nblocks):
             wino_tiles_block(x, ws, bias, y, area, k, s)
         return KERNEL_OK
     with parallel(num_threads=nt):
         previous = blas_local_threads(1)
         for o in prange(s.cout, schedule="static"):
-            wino_filter(w, ws, o, s)
+            wino_filter(w, ws, o, flip, s)
         if nblocks >= nt:
             for k in prange(nblocks, schedule="static"):
                 wino_tiles_block(x, ws, bias, y, area + threadid() * slot, k, s)

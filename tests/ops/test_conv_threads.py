@@ -169,3 +169,28 @@ def test_winograd_is_for_float32_3x3_stride_1_without_groups(always_winograd):
         assert ins.ints[FIELD["path"]] != K.CONV_PATHS["winograd"]
     _, ins = compile_op(lambda a, k: F.conv2d(a, k, padding=2), [(2, 4, 9, 9), (4, 4, 5, 5)])
     assert ins.ints[FIELD["path"]] != K.CONV_PATHS["winograd"]
+
+
+@pytest.mark.parametrize("case", WINOGRAD_CASES, ids=[str(c) for c in WINOGRAD_CASES])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_winograd_backward_data_matches_reference(always_winograd, monkeypatch, case, threads):
+    # dx: the convolution of dy by the transposed, turned filters, on the same Winograd path
+    xs, oc, padding = case
+    ws = (oc, xs[1], 3, 3)
+    monkeypatch.setattr(lowering, "_threads", lambda batch, flops: threads)
+    plan, ins = _compile("conv2d_backward_data", xs, ws, 1, padding, 1, np.float32)
+    assert ins.ints[FIELD["path"]] == K.CONV_PATHS["winograd"]
+    (w, dy), ref = _arrays("conv2d_backward_data", xs, ws, 1, padding, 1, np.float32)
+    out = run_twice(plan, w, dy)
+    scale = np.abs(dy).max() * np.abs(w).max() * oc * 9
+    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-6 * scale)
+    with threadpool_limits(limits=1, user_api="openmp"):
+        np.testing.assert_array_equal(run_twice(plan, w, dy), out)
+
+
+def test_winograd_backward_data_needs_a_padding_of_at_most_2(always_winograd):
+    # dx is dy padded by 2 - p: a larger padding leaves it to the other paths
+    conv = conv_attrs(1, 3, 1, 1)
+    _, ins = compile_op(lambda k, d: C.conv2d_backward_data(k, d, (9, 9), **conv),
+                        [(4, 4, 3, 3), (2, 4, 13, 13)])
+    assert ins.ints[FIELD["path"]] != K.CONV_PATHS["winograd"]

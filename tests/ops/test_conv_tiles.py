@@ -282,7 +282,8 @@ def test_optimized_plan_matches_unoptimized_through_the_tiles(tiled):
 @pytest.mark.parametrize("op,xs,ws,kw,path", [
     ("conv2d", (32, 32, 32, 32), (64, 32, 3, 3), {"padding": 1}, "winograd"),  # convnet
     ("conv2d", (32, 16, 32, 32), (64, 16, 3, 3), {"padding": 1}, "blocked"),
-    ("conv2d_backward_data", (32, 64, 16, 16), (128, 64, 3, 3), {"padding": 1}, "blocked"),
+    ("conv2d_backward_data", (32, 64, 16, 16), (128, 64, 3, 3), {"padding": 1}, "winograd"),
+    ("conv2d_backward_data", (32, 64, 16, 16), (16, 64, 3, 3), {"padding": 1}, "blocked"),
     ("conv2d", (1, 3, 224, 224), (64, 3, 7, 7), {"padding": 3, "stride": 2}, "gather"),  # stem
     ("conv2d", (8, 512, 2, 2), (512, 512, 3, 3), {"padding": 1}, "batched"),   # 2x2 plane
     ("conv2d", (8, 256, 8, 8), (512, 256, 3, 3), {"padding": 1, "stride": 2}, "batched"),

@@ -112,9 +112,23 @@ def _winograd_pays(cg, ocg, plane, batch) -> bool:
     0.63 (0.90), 256 at 4x4 0.78 (1.21); convnet-train (batch 32) 32 -> 64 at 32x32 0.88
     (0.85), 64 -> 128 at 16x16 0.69 (0.79). It loses with 512 channels (7x7 1.40, 2x2 3.29:
     transforming 512 x 512 filters on every call writes 16 MiB, and few tiles make thin GEMMs).
-    Fewer than 32 input channels were not measured and keep the other paths.
+    Fewer than 32 input channels were not measured and keep the other paths. Backward data
+    (the convolution of dy: its "input" channels are the forward's outputs; the caller swaps
+    them) measured alike: convnet's 0.95 and 0.80, ResNet-64's 0.78 and 0.61, ResNet-224's
+    0.78 and 0.68 of the blocked or im2col path.
     """
     return 32 <= cg <= 256 and ocg <= 256
+
+
+def _winograd_applies(op, dtype, kernel, stride, padding, dilation, groups) -> bool:
+    """Whether the Winograd path computes this op: float32 3x3 at stride 1, undilated, without
+    groups; conv2d, or conv2d_backward_data (the convolution of dy padded by 2 - p, which must
+    not be negative)."""
+    if op not in ("conv2d", "conv2d_backward_data") or dtype != "float32" or groups != 1:
+        return False
+    if op == "conv2d_backward_data" and max(padding) > 2:
+        return False
+    return kernel == (3, 3) and stride == (1, 1) and dilation == (1, 1)
 
 
 def _conv_path(op, dtype, kernel, stride, padding, dilation, groups_dims, col_bytes,
@@ -127,8 +141,9 @@ def _conv_path(op, dtype, kernel, stride, padding, dilation, groups_dims, col_by
         return "direct"  # no input channels: the GEMM only zeroes y
     if kernel == (1, 1) and stride == (1, 1) and padding == (0, 0):
         return "direct"
-    if (op == "conv2d" and dtype == "float32" and groups == 1 and kernel == (3, 3)
-            and stride == (1, 1) and dilation == (1, 1) and _winograd_pays(cg, ocg, plane, batch)):
+    if _winograd_applies(op, dtype, kernel, stride, padding, dilation, groups) and (
+            _winograd_pays(ocg, cg, plane, batch) if op == "conv2d_backward_data"
+            else _winograd_pays(cg, ocg, plane, batch)):
         return "winograd"
     tiled = _tiled_path(_tiles_apply(op, dtype, kernel, stride, padding, dilation, plane[1]),
                         op, kernel, groups_dims, plane)
