@@ -35,8 +35,10 @@ cdef extern from *:
     #ifdef _OPENMP
     #include <omp.h>
     static int mg_omp_max_threads(void) { return omp_get_max_threads(); }
+    #define MG_HAVE_OPENMP 1
     #else
     static int mg_omp_max_threads(void) { return 1; }
+    #define MG_HAVE_OPENMP 0
     #endif
     #include <pthread.h>
     #include <time.h>
@@ -50,6 +52,7 @@ cdef extern from *:
     }
     """
     int mg_omp_max_threads() noexcept nogil
+    int MG_HAVE_OPENMP
     int mg_forked
     int mg_watch_fork() noexcept nogil
     double mg_now_us() noexcept nogil
@@ -57,6 +60,8 @@ cdef extern from *:
 if mg_watch_fork() != 0:
     raise ImportError("pthread_atfork failed: the kernels could not guard against fork")
 
+# Whether this build has OpenMP (without it every kernel runs on the calling thread)
+OPENMP = bool(MG_HAVE_OPENMP)
 # Bytes a thread should move for a second one to pay for the fork/join (see Design)
 GRAIN_BYTES = 1 << 20
 TEAM_LIMIT = MAX_TEAM
