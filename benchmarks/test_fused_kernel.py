@@ -4,7 +4,7 @@ Compares the kernel on 1 and 2 threads with NumPy eager and with the bandwidth l
 the chain must move (4 inputs read, 1 output written: 80 MiB) at the copy bandwidth np.copyto
 reaches on a 64 MiB buffer (which moves 128 MiB: 64 read, 64 written). The "plain stores" rows
 turn the kernel's streaming off (lowering.fused.streams picks it for these 80 MiB), to show
-what non-temporal stores and prefetching give in the same run.
+what non-temporal stores give in the same run.
 """
 import functools
 

@@ -32,12 +32,11 @@
 # fused_avx512.pyx for wider vectors, all without FP contraction, so they agree bitwise;
 # _kernels/__init__.py imports the widest one the CPU runs (cpu_has).
 #
-# Streaming (Run.stream, Run.prefetch; the lowering sets them when a call moves more bytes than
-# the last-level cache holds): STORE writes with non-temporal stores, which skip the read for
-# ownership of each output line and leave the cache to the inputs, and each block first asks
-# for the contiguous inputs of the block `prefetch` blocks ahead (into L2), so their loads
-# overlap the arithmetic instead of stalling the steps that first read them. Both only move
-# bytes: results are the same bitwise with or without them.
+# Streaming (Run.stream; the lowering sets it when a call moves more bytes than the last-level
+# cache holds): STORE writes with non-temporal stores, which skip the read for ownership of each
+# output line and leave the cache to the inputs; it only moves bytes, the results are the same
+# bitwise. (Software prefetch of the inputs a few blocks ahead, into L1 or L2, measured no
+# better than the hardware's prefetchers on fusion-chain and was left out.)
 
 from libc.string cimport memcpy
 from libc.stdlib cimport malloc, free
@@ -127,19 +126,12 @@ cdef extern from *:
         _mm_sfence();
     #endif
     }
-    /* asks for p[0:bytes] in L2 (locality 2: T1 on x86); a hint, never a fault */
-    static void mg_prefetch(const char* p, size_t bytes) {
-        size_t k;
-        for (k = 0; k < bytes; k += 64) __builtin_prefetch(p + k, 0, 2);
-    }
     """
     void mg_stream_copy(char* dst, const char* src, size_t bytes) nogil
     void mg_store_fence() nogil
-    void mg_prefetch(const char* p, size_t bytes) nogil
 
 cdef enum:
     MAX_REGS = 64
-    MAX_PREFETCH = 64  # blocks ahead
     MAX_INPUTS = 32
     MAX_DIMS = 8
 
@@ -150,8 +142,7 @@ cdef enum Opcode:  # the steps that are not elementwise ops, after the table's o
     F_WHERE
 
 OPCODES = {**ew_opcodes(), "load": F_LOAD, "const": F_CONST, "store": F_STORE, "where": F_WHERE}
-LIMITS = {"registers": MAX_REGS, "inputs": MAX_INPUTS, "dims": MAX_DIMS,
-          "prefetch": MAX_PREFETCH}
+LIMITS = {"registers": MAX_REGS, "inputs": MAX_INPUTS, "dims": MAX_DIMS}
 
 # The ints are three structs with arrays between them (see the top of this file):
 ctypedef struct Head:    # then out_shape[ndim], input strides[n_in * ndim]
@@ -159,7 +150,7 @@ ctypedef struct Head:    # then out_shape[ndim], input strides[n_in * ndim]
 
 ctypedef struct Run:     # then n_code Steps
     Py_ssize_t block, threads, n_regs, n_code, n_floats  # n_floats: the length of Call.floats
-    Py_ssize_t stream, prefetch  # STORE non-temporal (0/1); blocks ahead to prefetch (0: none)
+    Py_ssize_t stream  # 1: STORE with non-temporal stores; 0: plain ones
 
 ctypedef struct Step:
     Py_ssize_t op, dst, a, b, c
@@ -174,7 +165,7 @@ STEP_FIELDS = fields_of(_step, sizeof(Step))
 
 ctypedef struct Program:
     Py_ssize_t n_in, n_out, ndim, size, block, threads, n_regs, n_code, n_floats
-    Py_ssize_t stream, prefetch, itemsize
+    Py_ssize_t stream
     const Py_ssize_t* shape
     const Py_ssize_t* strides
     const Step* code
@@ -231,18 +222,6 @@ cdef void gather(const Program* p, const floating* src, Py_ssize_t i, Py_ssize_t
 
 
 # -- one block ---------------------------------------------------------------------------------
-cdef void prefetch_inputs(const Program* p, const Call* c, Py_ssize_t start) noexcept nogil:
-    # the contiguous inputs of the block p.prefetch blocks after the one at start, if any
-    cdef Py_ssize_t i, at, n
-    if p.prefetch == 0 or p.prefetch > (p.size - start - 1) // p.block:
-        return
-    at = start + p.prefetch * p.block
-    n = min(p.block, p.size - at)
-    for i in range(p.n_in):
-        if p.contiguous[i] and not p.scalar[i]:
-            mg_prefetch(<const char*>c.bufs[i] + at * p.itemsize, <size_t>(n * p.itemsize))
-
-
 cdef void eval_block(const Program* p, const Call* c, Py_ssize_t start, Py_ssize_t n,
                      floating* home) noexcept nogil:
     cdef const floating* cur[MAX_REGS]
@@ -252,7 +231,6 @@ cdef void eval_block(const Program* p, const Call* c, Py_ssize_t start, Py_ssize
     cdef floating* d
     cdef const floating* src
     cdef floating v
-    prefetch_inputs(p, c, start)
     for k in range(p.n_code):
         s = p.code + k
         op = <int>s.op
@@ -357,10 +335,10 @@ cdef int read_program(Program* p, const Call* c) noexcept nogil:
         p.size *= p.shape[d]
     run = <const Run*>(p.strides + p.n_in * p.ndim)
     p.block, p.threads, p.n_regs, p.n_code = run.block, run.threads, run.n_regs, run.n_code
-    p.n_floats, p.stream, p.prefetch = run.n_floats, run.stream, run.prefetch
+    p.n_floats, p.stream = run.n_floats, run.stream
     if p.n_regs > MAX_REGS or p.block < 1 or p.threads < 1:
         return KERNEL_UNSUPPORTED
-    if p.stream < 0 or p.stream > 1 or p.prefetch < 0 or p.prefetch > MAX_PREFETCH:
+    if p.stream < 0 or p.stream > 1:
         return KERNEL_BAD_VALUE
     p.code = <const Step*>(run + 1)
     p.floats = c.floats
@@ -383,7 +361,6 @@ cdef inline int fused_impl(const Call* c, floating* tag) noexcept nogil:
     cdef floating* ws
     if status != KERNEL_OK:
         return status
-    p.itemsize = sizeof(floating)
     ws = <floating*>c.bufs[p.n_in + p.n_out]
     nblocks = (p.size + p.block - 1) // p.block
     if p.threads == 1 or nblocks < 2 or _forked:
@@ -391,7 +368,6 @@ cdef inline int fused_impl(const Call* c, floating* tag) noexcept nogil:
             eval_block(&p, c, b * p.block, min(p.block, p.size - b * p.block), ws)
         mg_store_fence()
         return KERNEL_OK
-    # static: each thread walks one run of consecutive blocks, which its prefetches follow
     with parallel(num_threads=p.threads):
         for b in prange(nblocks, schedule="static"):
             eval_block(&p, c, b * p.block, min(p.block, p.size - b * p.block),

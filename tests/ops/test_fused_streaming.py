@@ -1,6 +1,6 @@
-"""The fused kernel's streaming mode (_kernels/fused_body.pxi: non-temporal stores, inputs
-prefetched blocks ahead): chosen by the bytes a call moves, and bitwise the plain mode's
-results whatever the block, threads, alignment or layout."""
+"""The fused kernel's streaming mode (_kernels/fused_body.pxi: non-temporal stores): chosen by the
+bytes a call moves, and bitwise the plain mode's results whatever the block, threads, alignment
+or layout."""
 import numpy as np
 import pytest
 
@@ -62,9 +62,8 @@ def test_streaming_is_chosen_above_the_last_level_cache(monkeypatch):
     assert run_block(LF.encode(program)[0])["stream"] == 0
     monkeypatch.setattr(LF, "last_level_cache_bytes", lambda: 23_999)
     assert LF.streams(program)
-    chosen = run_block(LF.encode(program)[0])
-    assert chosen["stream"] == 1 and chosen["prefetch"] == LF.PREFETCH_BLOCKS
-    assert run_block(LF.encode(program, stream=False)[0])["prefetch"] == 0
+    assert run_block(LF.encode(program)[0])["stream"] == 1
+    assert run_block(LF.encode(program, stream=False)[0])["stream"] == 0
 
 
 def test_last_level_cache_is_read_or_defaulted():
@@ -72,13 +71,12 @@ def test_last_level_cache_is_read_or_defaulted():
     assert size >= 1 << 16 and size % 1024 == 0
 
 
-@pytest.mark.parametrize("field,value", [("stream", 2), ("stream", -1), ("prefetch", -1),
-                                         ("prefetch", K.LIMITS["prefetch"] + 1)])
-def test_bad_streaming_fields_are_refused(field, value):
+@pytest.mark.parametrize("value", [2, -1])
+def test_bad_stream_field_is_refused(value):
     program = Program([(8,)], (8,), np.float32, [("load", 0, 0), ("exp", 1, 0), ("store", 0, 1)])
     ints, floats, ws = LF.encode(program)
     ints = list(ints)
-    ints[len(K.HEAD_FIELDS) + 1 + 1 + K.RUN_FIELDS.index(field)] = value
+    ints[len(K.HEAD_FIELDS) + 1 + 1 + K.RUN_FIELDS.index("stream")] = value
     x, out = np.ones(8, np.float32), np.full(8, 5.0, np.float32)
     assert K.call_kernel("fused_f32", [x, out, np.empty(ws, np.uint8)], ints, floats) != 0
     assert (out == 5.0).all()  # refused before any element is written

@@ -27,11 +27,9 @@ MIN_BLOCK, MAX_BLOCK = 256, 4096
 # _kernels/__init__.py) costs some 60-90 us on 2 cores here, about this much work. Measured:
 # fusion-chain gains from 2 threads above ~100k elements, a lone add above ~500k.
 PARALLEL_WORK = 2_500_000
-# A call that moves more bytes than the last-level cache holds streams (fused_body.pxi): stores
-# that skip the cache and inputs prefetched this many blocks ahead. Measured on fusion-chain
-# (4M float32, AMD EPYC Zen 4): 1 and 2 blocks ahead gain about alike, 4 no more; into L1
-# (locality 3) it loses.
-PREFETCH_BLOCKS = 2
+# A call that moves more bytes than the last-level cache holds streams (fused_body.pxi: stores
+# that skip the cache). Measured on fusion-chain (4M float32, AMD EPYC Zen 4, 2 cores, shared):
+# 8-12% faster at 1 and at 2 threads (paired runs), the same bits.
 DEFAULT_LLC_BYTES = 32 << 20  # where /sys does not say
 STEPS = ("load", "const", "store", "where")  # the kernel's own steps, beside the table's ops
 
@@ -82,7 +80,7 @@ def last_level_cache_bytes() -> int:
 
 def streams(program) -> bool:
     """Whether a call of ``program`` moves (reads once and writes) more bytes than the
-    last-level cache holds, so that its kernel streams (see PREFETCH_BLOCKS).
+    last-level cache holds, so that its kernel streams its stores past the cache.
 
     >>> streams(Program([(8,)], (8,), "float32", [("load", 0, 0), ("store", 0, 0)]))
     False
@@ -128,8 +126,7 @@ def encode(program: Program, threads: int | None = None, block: int | None = Non
     if stream is None:
         stream = streams(program)
     ints += pack(K.RUN_FIELDS, block=block, threads=threads, n_regs=n_regs, n_code=len(code),
-                 n_floats=len(program.constants), stream=int(stream),
-                 prefetch=PREFETCH_BLOCKS if stream else 0)
+                 n_floats=len(program.constants), stream=int(stream))
     for op, dst, a, b, c in code:
         ints += pack(K.STEP_FIELDS, op=K.OPCODES[op], dst=dst, a=a, b=b, c=c)
     return tuple(ints), tuple(float(v) for v in program.constants), \
