@@ -4,9 +4,17 @@ Compares the kernel on 1 and 2 threads with NumPy eager and with the bandwidth l
 the chain must move (4 inputs read, 1 output written: 80 MiB) at the copy bandwidth np.copyto
 reaches on a 64 MiB buffer (which moves 128 MiB: 64 read, 64 written). The "plain stores" rows
 turn the kernel's streaming off (lowering.fused.streams picks it for these 80 MiB), to show
-what non-temporal stores give in the same run.
+what non-temporal stores give in the same run. The "one loop" rows time fused_chain_loop.c, the
+chain as a single C loop with the kernel's math (the same bits, checked), built with the system
+C compiler: what the blocked evaluator costs against code generated for this one expression.
 """
+import ctypes
 import functools
+import shutil
+import subprocess
+import sysconfig
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -52,6 +60,44 @@ def _fused(threads, stream=None):
     return lambda: K.call_kernel(name, arrays, ints, floats)
 
 
+# the flags of setup.py's widest fused build this CPU runs (no contraction: the kernel's bits)
+LOOP_FLAGS = {"avx512": ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mfma",
+                         "-mprefer-vector-width=512"], "avx2": ["-mavx2", "-mfma"], "baseline": []}
+
+
+@functools.cache
+def _loop_library():
+    """fused_chain_loop.c built into a temporary shared library; skips without a compiler."""
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None:
+        pytest.skip(f"no C compiler ({cc}) to build fused_chain_loop.c")
+    isa = next(i for i in ("avx512", "avx2", "baseline") if K.cpu_has(i))
+    out = Path(tempfile.mkdtemp(prefix="mgegraph_bench_")) / "fused_chain_loop.so"
+    src = Path(__file__).with_name("fused_chain_loop.c")
+    args = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off", "-fopenmp",
+            "-shared", "-fPIC", *LOOP_FLAGS[isa], str(src), "-o", str(out)]
+    built = subprocess.run([cc, *args], check=False, capture_output=True, text=True)
+    if built.returncode:
+        pytest.skip(f"fused_chain_loop.c did not build: {built.stderr[-300:]}")
+    return ctypes.CDLL(str(out))
+
+
+def _one_loop(threads):
+    lib, inputs = _loop_library(), _inputs()
+    out = np.empty(N, np.float32)
+    ptrs = [a.ctypes.data_as(ctypes.POINTER(ctypes.c_float)) for a in inputs + [out]]
+
+    def call():
+        lib.fusion_chain(*ptrs, ctypes.c_long(N), ctypes.c_int(threads))
+
+    call()
+    want = np.empty(N, np.float32)  # the kernel's result, which the loop must give bit for bit
+    ints, floats, ws = encode(_chain(), threads=threads)
+    K.call_kernel(kernel_name(np.float32), inputs + [want, np.empty(ws, np.uint8)], ints, floats)
+    np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
+    return call
+
+
 def _copy():
     src = np.ones(COPY_BYTES // 4, np.float32)
     dst = np.empty_like(src)
@@ -64,6 +110,8 @@ IMPLS = {
     "fused 2 threads": lambda: _fused(2),
     "fused 1 thread, plain stores": lambda: _fused(1, stream=False),
     "fused 2 threads, plain stores": lambda: _fused(2, stream=False),
+    "one loop (C), 1 thread": lambda: _one_loop(1),
+    "one loop (C), 2 threads": lambda: _one_loop(2),
     "np.copyto 64 MiB": _copy,
 }
 
