@@ -62,8 +62,13 @@ def test_streaming_is_chosen_above_the_last_level_cache(monkeypatch):
     assert run_block(LF.encode(program)[0])["stream"] == 0
     monkeypatch.setattr(LF, "last_level_cache_bytes", lambda: 23_999)
     assert LF.streams(program)
-    assert run_block(LF.encode(program)[0])["stream"] == 1
-    assert run_block(LF.encode(program, stream=False)[0])["stream"] == 0
+    streamed = run_block(LF.encode(program)[0])
+    assert streamed["stream"] == 1
+    plain = run_block(LF.encode(program, stream=False)[0])
+    assert plain["stream"] == 0
+    # streaming, the registers fit the smaller budget (L1), in a smaller block
+    assert streamed["block"] * streamed["n_regs"] * 4 <= LF.STREAM_REGISTER_BYTES
+    assert plain["block"] * plain["n_regs"] * 4 > LF.STREAM_REGISTER_BYTES
 
 
 def test_last_level_cache_is_read_or_defaulted():
