@@ -6,7 +6,10 @@ import sys
 import numpy as np
 import pytest
 
-onnx = pytest.importorskip("onnx")
+# onnx.helper, not onnx: without onnx installed, tests/onnx itself imports as an empty
+# namespace package named "onnx"
+pytest.importorskip("onnx.helper")
+import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import mgegraph as mg

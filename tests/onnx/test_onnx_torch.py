@@ -7,10 +7,14 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-onnx = pytest.importorskip("onnx")
-tnn = torch.nn
+# onnx.helper, not onnx: without onnx installed, tests/onnx itself imports as an empty
+# namespace package named "onnx"
+pytest.importorskip("onnx.helper")
+import onnx
 
 import mgegraph.onnx as mo
+
+tnn = torch.nn
 
 
 def _export(model, args, opset=17, **kw):
