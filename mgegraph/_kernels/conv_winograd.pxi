@@ -18,7 +18,7 @@
 # so blocks go to threads whole (or, when there are fewer blocks than threads, the threads share
 # each block's three steps), and a plan gives the same bits on any number of cores. The
 # transforms add and subtract (G halves), so results differ from the direct sum by rounding: a
-# few ulps of the largest term, which the tests bound against NumPy in float64 and float32.
+# few ulps of the largest term, which the tests bound against NumPy.
 # conv2d_backward_data at stride 1 runs here too, as the convolution it is (wino_backward).
 # Workspace: U (16, cout, cin), then per thread V (16, cin, block) and M (16, cout, block),
 # each of the 16 matrices WINO_SKEW elements after the last.
@@ -48,7 +48,7 @@ cdef inline Py_ssize_t wino_block(const Conv* s) noexcept nogil:
     cdef Py_ssize_t n = ceil_div(ntiles, max(WINO_BLOCK_FLOATS // (16 * (s.cin + s.cout)), 32))
     if s.threads > 1 and ntiles >= 32 * s.threads:
         n = round_up(n, s.threads)
-    return ceil_div(ntiles, n)
+    return max(ceil_div(ntiles, max(n, 1)), 1)  # an empty batch still has a block, of nothing
 
 
 cdef inline Py_ssize_t wino_slot(const Conv* s) noexcept nogil:

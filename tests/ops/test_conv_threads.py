@@ -118,6 +118,7 @@ WINOGRAD_CASES = [
     ((2, 5, 8, 8), 7, 1), ((3, 4, 7, 9), 6, 1), ((1, 3, 6, 5), 2, 0), ((2, 2, 4, 4), 3, 2),
     ((1, 1, 1, 1), 1, 1), ((4, 9, 5, 5), 11, 1), ((3, 64, 13, 11), 80, 1),
     ((3, 200, 11, 11), 160, 1),  # 108 tiles in blocks of 80, which cross images
+    ((0, 4, 6, 6), 5, 1),  # an empty batch: no tiles
 ]
 
 
@@ -151,7 +152,7 @@ def test_winograd_matches_reference(always_winograd, monkeypatch, case, bias, re
     ref = conv_ref(x, w, b, 1, padding, 1, 1)
     ref = np.maximum(ref, 0) if relu else ref
     # the transforms round otherwise than the direct sum: a few ulps of the largest term
-    scale = np.abs(x).max() * np.abs(w).max() * xs[1] * 9
+    scale = np.abs(x).max(initial=0) * np.abs(w).max() * xs[1] * 9
     np.testing.assert_allclose(out, ref, rtol=0, atol=1e-6 * scale)
     with threadpool_limits(limits=1, user_api="openmp"):
         np.testing.assert_array_equal(run_twice(plan, *feeds), out)
@@ -182,7 +183,7 @@ def test_winograd_backward_data_matches_reference(always_winograd, monkeypatch, 
     assert ins.ints[FIELD["path"]] == K.CONV_PATHS["winograd"]
     (w, dy), ref = _arrays("conv2d_backward_data", xs, ws, 1, padding, 1, np.float32)
     out = run_twice(plan, w, dy)
-    scale = np.abs(dy).max() * np.abs(w).max() * oc * 9
+    scale = np.abs(dy).max(initial=0) * np.abs(w).max() * oc * 9
     np.testing.assert_allclose(out, ref, rtol=0, atol=1e-6 * scale)
     with threadpool_limits(limits=1, user_api="openmp"):
         np.testing.assert_array_equal(run_twice(plan, w, dy), out)
