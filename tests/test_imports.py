@@ -47,8 +47,22 @@ def test_every_module_imports_alone_in_a_fresh_interpreter():
     rest = sorted(set(modules()) - set(first.stdout.split()))
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
         results = list(pool.map(_import_alone, rest))
-    failed = [f"{name}:\n{err}" for name, code, err in results if code]
+    failed = [f"{name}:\n{err}" for name, code, err in results
+              if code and not _optional_missing(err)]
     assert not failed, "\n".join(failed)
+
+
+# the top-level packages of pyproject's optional extras (onnx, cuda, demo): a module that
+# imports one of them at its top is reached only through a function that imports it when called,
+# so where the extra is not installed, its failing alone is that extra missing, not a bug
+OPTIONAL = ("onnx", "cuda", "sklearn")
+
+
+def _optional_missing(err: str) -> bool:
+    # the fresh interpreter's word is the one to take: in this one, tests/onnx would be found
+    # as a namespace package named "onnx"
+    last = err.strip().splitlines()[-1] if err.strip() else ""
+    return any(last == f"ModuleNotFoundError: No module named '{name}'" for name in OPTIONAL)
 
 
 # -- the static graph ---------------------------------------------------------------------------
