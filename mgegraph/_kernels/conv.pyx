@@ -357,16 +357,11 @@ cdef inline int conv2d_impl(const floating* x, const floating* w, const floating
             b = blocked_forward(s)
             return blocked_call(x, w, bias, s.relu, y, ws, &b, s)
         return KERNEL_UNSUPPORTED  # the lowering takes it for float32 only
-    # the BLAS runs on one thread under each of ours, this one included (conv_gemm.pxi)
-    cdef int previous = blas_local_threads(1), status
     if s.path == C_WINOGRAD:
-        status = conv2d_winograd(x, w, bias, y, ws, False, s)
-    elif s.path == C_BATCHED:
-        status = conv2d_batched(x, w, bias, y, ws, s)
-    else:
-        status = conv2d_gemm(x, w, bias, y, ws, s)
-    blas_local_threads(previous)
-    return status
+        return conv2d_winograd(x, w, bias, y, ws, False, s)
+    if s.path == C_BATCHED:
+        return conv2d_batched(x, w, bias, y, ws, s)
+    return conv2d_gemm(x, w, bias, y, ws, s)
 
 
 cdef inline int conv2d_backward_data_impl(const floating* w,   # IN  (cout, cin/groups, kh, kw)
@@ -375,24 +370,16 @@ cdef inline int conv2d_backward_data_impl(const floating* w,   # IN  (cout, cin/
                                           floating* col, const Conv* s) noexcept nogil:
     # Per (image, group): col = W_g^T dy_g, then col2im; without im2col, W_g^T dy_g is dx_g.
     cdef Blocked b
+    cdef Conv t
     if s.path == C_BLOCKED or s.path == C_GATHER:
         if floating is float:
             b = blocked_backward(s)
             return blocked_call(dy, w, NULL, False, dx, col, &b, s)
         return KERNEL_UNSUPPORTED
     if s.path == C_WINOGRAD:
-        return winograd_backward_data(w, dy, dx, col, s)
+        t = wino_backward(s)
+        return conv2d_winograd(dy, w, NULL, dx, col, True, &t)
     return backward_gemm(w, dy, dx, col, True, s)
-
-
-cdef inline int winograd_backward_data(const floating* w, const floating* dy, floating* dx,
-                                       floating* ws, const Conv* s) noexcept nogil:
-    # the BLAS on one thread under each of ours, this one included, as conv2d_impl's
-    cdef Conv t = wino_backward(s)
-    cdef int previous = blas_local_threads(1), status
-    status = conv2d_winograd(dy, w, NULL, dx, ws, True, &t)
-    blas_local_threads(previous)
-    return status
 
 
 cdef inline int conv2d_backward_filter_impl(const floating* x,   # IN  (batch, cin, h, w)
@@ -413,19 +400,28 @@ cdef inline int conv2d_call(const Call* c, floating* dtype_tag) noexcept nogil:
     cdef int nb = <int>s.has_bias
     cdef const floating* bias = <const floating*>c.bufs[2] if nb else NULL
     cdef floating* ws = <floating*>c.bufs[3 + nb] if s.path != C_DIRECT else NULL
-    return conv2d_impl(<const floating*>c.bufs[0], <const floating*>c.bufs[1], bias,
-                       <floating*>c.bufs[2 + nb], ws, s)
+    # the BLAS runs on one thread under each of ours, this one included (conv_gemm.pxi)
+    cdef int previous = blas_local_threads(1), status
+    status = conv2d_impl(<const floating*>c.bufs[0], <const floating*>c.bufs[1], bias,
+                         <floating*>c.bufs[2 + nb], ws, s)
+    blas_local_threads(previous)
+    return status
 
 
 cdef inline int conv2d_backward_call(const Call* c, bint data, floating* dtype_tag) noexcept nogil:
     cdef const Conv* s = <const Conv*>c.ints
     cdef floating* col = (<floating*>c.bufs[3] if s.path in (C_IM2COL, C_BLOCKED, C_GATHER,
                                                               C_WINOGRAD) else NULL)
+    cdef int previous = blas_local_threads(1), status  # as conv2d_call's
     if data:
-        return conv2d_backward_data_impl(<const floating*>c.bufs[0], <const floating*>c.bufs[1],
-                                         <floating*>c.bufs[2], col, s)
-    return conv2d_backward_filter_impl(<const floating*>c.bufs[0], <const floating*>c.bufs[1],
-                                       <floating*>c.bufs[2], col, s)
+        status = conv2d_backward_data_impl(<const floating*>c.bufs[0],
+                                           <const floating*>c.bufs[1], <floating*>c.bufs[2], col, s)
+    else:
+        status = conv2d_backward_filter_impl(<const floating*>c.bufs[0],
+                                             <const floating*>c.bufs[1], <floating*>c.bufs[2], col,
+                                             s)
+    blas_local_threads(previous)
+    return status
 
 
 # -- entry points: one per (kernel family, dtype) -------------------------------------------------

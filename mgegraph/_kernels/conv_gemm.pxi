@@ -16,7 +16,8 @@
 #   on however many threads it finds.
 # s.threads is decided per instruction by the lowering from the FLOPs; a forked child runs on
 # one thread (GCC's pool does not survive fork). The BLAS runs on one thread under each of ours
-# even then, so that the instruction gets the threads the lowering gave it, and the same bits.
+# even then (conv.pyx's entry points set it for the calling thread, each parallel region for its
+# threads), so that the instruction gets the threads the lowering gave it, and the same bits.
 
 from cython.parallel cimport parallel
 
@@ -312,13 +313,11 @@ cdef inline int backward_gemm(const floating* a, const floating* dy, floating* r
     if not data:
         zero(result, s.cout * (s.cin // s.groups) * s.kh * s.kw)
     if nt == 1:
-        previous = blas_local_threads(1)
         for k in range(nchunks):
             if data:
                 data_pairs(a, dy, result, ws, k * chunk, min(s.cin, (k + 1) * chunk), s)
             else:
                 filter_pairs(a, dy, result, ws, k * chunk, min(s.cin, (k + 1) * chunk), s)
-        blas_local_threads(previous)
         return KERNEL_OK
     with parallel(num_threads=nt):
         previous = blas_local_threads(1)
