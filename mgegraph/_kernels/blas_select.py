@@ -17,6 +17,7 @@ and MKL on Intel often faster: hence a measurement, not a rule.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -152,10 +153,12 @@ def _address(lib, names) -> int:
     return 0
 
 
+@functools.cache
 def openblas_addresses() -> dict:
     """{"local_threads": address} of SciPy's OpenBLAS (whose GEMMs the kernels call by default),
     or {} where it cannot be found: its library is the LP64 OpenBLAS mapped into the process
-    (NumPy's own is the ILP64 one, "64_")."""
+    (NumPy's own is the ILP64 one, "64_"), loaded with blas_table, so one search serves every
+    later selection."""
     try:
         with open("/proc/self/maps") as maps:
             paths = {line.split()[-1] for line in maps if "openblas" in line.rsplit("/", 1)[-1]}
