@@ -28,36 +28,26 @@ MG_HD mg_i64 mg_ew_size(const MgArgs& a) {
     return n;
 }
 
-// The offset in input k of the output's flat index i (the CPU's odometer, as a division chain)
-__device__ __noinline__ mg_i64 mg_ew_offset(const MgArgs& a, int k, mg_i64 i) {
+// The offset in input k of the output's flat index i (the CPU's odometer, as a division chain),
+// in the index type I: unsigned for outputs below 2^31 elements (every offset is below its
+// input's size, at most the output's), since a 64-bit division is a long sequence on a GPU
+template <class I>
+__device__ __noinline__ I mg_ew_offset(const MgArgs& a, int k, I i) {
     const int ndim = (int)a.ints[1];
     const long long* shape = a.ints + 2;
     const long long* strides = a.ints + 2 + ndim * (k + 1);
-    mg_i64 off = 0;
+    I off = 0;
     for (int d = ndim - 1; d >= 0; --d) {
-        off += (i % shape[d]) * strides[d];
-        i /= shape[d];
-    }
-    return off;
-}
-
-// The same in 32-bit unsigned arithmetic, for outputs below 2^31 elements (every offset is
-// below its input's size, at most the output's): a 64-bit division is a long sequence on a GPU
-__device__ __noinline__ unsigned mg_ew_offset32(const MgArgs& a, int k, unsigned i) {
-    const int ndim = (int)a.ints[1];
-    const long long* shape = a.ints + 2;
-    const long long* strides = a.ints + 2 + ndim * (k + 1);
-    unsigned off = 0;
-    for (int d = ndim - 1; d >= 0; --d) {
-        const unsigned size = (unsigned)shape[d];
-        off += (i % size) * (unsigned)strides[d];
+        const I size = (I)shape[d];
+        off += (i % size) * (I)strides[d];
         i /= size;
     }
     return off;
 }
 
 MG_HD mg_i64 mg_ew_at(const MgArgs& a, int k, mg_i64 i, mg_i64 n) {
-    return n < (1LL << 31) ? (mg_i64)mg_ew_offset32(a, k, (unsigned)i) : mg_ew_offset(a, k, i);
+    return n < (1LL << 31) ? (mg_i64)mg_ew_offset<unsigned>(a, k, (unsigned)i)
+                           : mg_ew_offset<mg_i64>(a, k, i);
 }
 
 // 1: contiguous, 0: one value broadcast, -1: neither (ndim > 1 or another stride)
