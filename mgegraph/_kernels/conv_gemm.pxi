@@ -40,6 +40,8 @@ cdef inline Py_ssize_t gemm_slot(const Conv* s, int op) noexcept nogil:
     cdef Py_ssize_t cg = s.cin // s.groups, npix = s.oh * s.ow, taps = s.kh * s.kw
     if op != OP_FORWARD:
         return min(pair_chunk(s), cg) * taps * npix if s.path == C_IM2COL else 0
+    if s.path == C_BATCHED and table_fits(s):
+        return 0  # its im2col goes straight into the batch's matrix
     if s.path == C_IM2COL or s.path == C_BATCHED:
         return cg * taps * npix
     if s.path == C_SHIFTED:

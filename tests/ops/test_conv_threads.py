@@ -195,3 +195,18 @@ def test_winograd_backward_data_needs_a_padding_of_at_most_2(always_winograd):
     _, ins = compile_op(lambda k, d: C.conv2d_backward_data(k, d, (9, 9), **conv),
                         [(4, 4, 3, 3), (2, 4, 13, 13)])
     assert ins.ints[FIELD["path"]] != K.CONV_PATHS["winograd"]
+
+
+@pytest.mark.parametrize("xs,slots", [((4, 3, 4, 4), 0), ((4, 3, 16, 16), 2)])
+def test_batched_workspace_has_a_slot_per_thread_only_without_the_table(monkeypatch, xs, slots):
+    # planes whose taps x cells fit the source table (1024) im2col straight into the batch's
+    # matrix; larger ones through an image's matrix per thread
+    monkeypatch.setattr(lowering, "_tiled_path", lambda *a: None)
+    monkeypatch.setattr(lowering, "_winograd_pays", lambda *a: False)
+    monkeypatch.setattr(lowering, "_batched_pays", lambda *a: True)
+    monkeypatch.setattr(lowering, "_threads", lambda batch, flops: 2)
+    plan, ins = compile_op(lambda a, b: F.conv2d(a, b, padding=1), [xs, (5, 3, 3, 3)])
+    assert ins.ints[FIELD["path"]] == K.CONV_PATHS["batched"]
+    kdim, cells = 3 * 9, xs[2] * xs[3]
+    want = (kdim * (slots + xs[0]) + 5 * xs[0]) * cells * 4
+    assert plan.slots[ins.workspace].nbytes == want
