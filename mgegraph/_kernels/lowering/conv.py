@@ -103,7 +103,7 @@ def _batched_pays(batch, plane, kdim) -> bool:
 
 def _winograd_pays(cg, ocg, plane, batch) -> bool:
     """Whether Winograd's F(2x2, 3x3) is expected to beat the other paths (float32, 3x3, stride
-    1, no dilation or groups: _conv_path checks): a rule fitted to measurements.
+    1, no dilation or groups: _winograd_applies checks): a rule fitted to measurements.
 
     Design: measured on the AMD EPYC (Zen 4), 1 thread, CPU time of the call, MKL, 3x3 with
     padding 1 and relu, as Winograd's time over the path chosen without it (and Winograd's over
