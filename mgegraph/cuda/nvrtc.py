@@ -95,10 +95,13 @@ def nvrtc_compile(source: str, name: str, options) -> Compiled:
 def _read_bytes(nvrtc, prog, size_fn, get_fn) -> bytes:
     err, n = size_fn(prog)
     _check(nvrtc, err, size_fn.__name__)
-    buf = b" " * n
+    # NOTE: NVRTC writes into the buffer, so it must be a fresh mutable one. `b" " * n` is not:
+    # for n == 1 (an empty log is its NUL alone) it is CPython's shared one-byte b" ", and the
+    # write turned every b" " in the process into b"\0" (PyTorch then failed to import).
+    buf = bytearray(n)
     (err,) = get_fn(prog, buf)
     _check(nvrtc, err, get_fn.__name__)
-    return buf
+    return bytes(buf)
 
 
 def _read(nvrtc, prog, size_fn, get_fn) -> str:

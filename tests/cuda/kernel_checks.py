@@ -20,6 +20,7 @@ import pytest
 import mgegraph as mg
 from mgegraph.backend import get_backend
 from mgegraph.cuda.abi import decode
+from mgegraph.cuda.nvrtc import _read
 
 FIBER_EMU = Path(__file__).with_name("fiber_emu.h")
 # sm_80 through its PTX (NVRTC's front end, where warnings come from), sm_90 to SASS (ptxas too,
@@ -38,18 +39,13 @@ def nvrtc_compile(source: str, arch: str, extra=()) -> tuple[int, str, object]:
     opts = [b"-std=c++17", b"-I", str(CSRC.resolve()).encode(),
             f"--gpu-architecture={arch}".encode(), *extra]
     result = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
-    size = nvrtc.nvrtcGetProgramLogSize(prog)[1]
-    log = b" " * size
-    nvrtc.nvrtcGetProgramLog(prog, log)
-    return int(result), log.decode(errors="replace").strip("\x00 \n"), prog
+    log = _read(nvrtc, prog, nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog)
+    return int(result), log.strip("\x00 \n"), prog
 
 
 def ptx_of(prog) -> str:
     from cuda.bindings import nvrtc
-    size = nvrtc.nvrtcGetPTXSize(prog)[1]
-    ptx = b" " * size
-    nvrtc.nvrtcGetPTX(prog, ptx)
-    return ptx.decode()
+    return _read(nvrtc, prog, nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX)
 
 
 def ptxas_spills(compiled, arch: str) -> list[tuple[str, str]] | None:

@@ -56,6 +56,36 @@ def test_mgargs_matches_what_nvrtc_computes_for_the_header():
                       ("-std=c++17", f"-I{CSRC.resolve()}", "--gpu-architecture=compute_80"))
 
 
+def test_nvrtc_output_is_read_into_a_fresh_writable_buffer():
+    from mgegraph.cuda.nvrtc import _read
+
+    class FakeNvrtc:  # what NVRTC's C side does: writes the whole buffer it is given
+        @staticmethod
+        def nvrtcGetProgramLogSize(prog):
+            return 0, 1
+
+        @staticmethod
+        def nvrtcGetProgramLog(prog, buf):
+            memoryview(buf)[:] = b"\0"  # raises for an immutable (possibly shared) bytes
+            return (0,)
+
+    FakeNvrtc.nvrtcResult = type("R", (), {"NVRTC_SUCCESS": 0})
+    assert _read(FakeNvrtc, None, FakeNvrtc.nvrtcGetProgramLogSize,
+                 FakeNvrtc.nvrtcGetProgramLog) == ""
+    assert b" "[0] == 32
+
+
+@pytest.mark.nvrtc
+def test_an_empty_nvrtc_log_leaves_the_interpreters_shared_bytes_alone():
+    # once seen: reading an empty log into b" " * 1 wrote NUL into CPython's cached b" "
+    # (a subprocess, so a regression cannot break the other tests)
+    code = ("from mgegraph.cuda.nvrtc import nvrtc_compile\n"
+            "c = nvrtc_compile('__global__ void k() {}', 'k.cu', ['--gpu-architecture=compute_80'])\n"
+            "assert c.log.strip() == '', c.log\n"
+            "assert b' '[0] == 32 and ' '.encode()[0] == 32, b' '\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_pack_fills_the_fields_and_refuses_what_does_not_fit():
     args = abi.pack([0x1000, 0, 0x3000], (7, -1, 2**62), (0.5, -np.inf))
     assert list(args.bufs[:3]) == [0x1000, None, 0x3000]
