@@ -24,6 +24,13 @@ def modules() -> dict[str, tuple[Path, bool]]:
     return found
 
 
+@functools.cache
+def compiled_modules() -> set[str]:
+    """Module names of the Cython sources (.pyx): leaves of the import graph, since their
+    imports are C-level, but ``from . import blas_table`` names them, not their package."""
+    return {".".join(p.relative_to(ROOT).with_suffix("").parts) for p in PACKAGE.rglob("*.pyx")}
+
+
 # -- each module alone --------------------------------------------------------------------------
 def _python(code: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -104,7 +111,7 @@ def _targets(name: str, is_package: bool, node: ast.stmt, known) -> set[str]:
             source = f"{base}.{node.module}" if node.module else base
         else:
             source = node.module
-        subs = {f"{source}.{a.name}" for a in node.names} & set(known)
+        subs = {f"{source}.{a.name}" for a in node.names} & (set(known) | compiled_modules())
         named = subs | ({source} if len(subs) < len(node.names) else set())
     running = set(_ancestors(name)) | {name}
     out = named & set(known)

@@ -1,11 +1,27 @@
 """Compiled CPU kernels. Each module exposes KERNELS: {name: C function address}."""
 import os
 
-# NOTE: idle OpenMP threads spin by default; between two fused kernels the BLAS threads then
-# fight them for the cores and a step can run tens of times slower (seen on 2 cores). Passive
-# waiting costs a few microseconds per parallel kernel. It must be set before libgomp loads;
-# a value the user set wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from . import blas_select  # loads no OpenMP runtime (checked: no libgomp mapped after it)
+
+
+def _wait_policy() -> str | None:
+    """How idle OpenMP threads wait: None for libgomp's default (spin ~300k rounds, about a
+    millisecond, then sleep) or "PASSIVE" (sleep at once).
+
+    NOTE: every parallel kernel, MKL's GEMMs included (its GNU threading layer), runs on the one
+    libgomp pool. A sleeping thread must be woken for each parallel kernel, which costs tens of
+    microseconds, much more while another process holds the core: at 2 threads on the 2-core
+    AMD EPYC, resnet-infer 1x224 took 29-30 ms sleeping and 24-27 ms spinning, and mlp-train
+    10.7-14.6 against 8.6-9.9 (scratch A/B, medians of 30 runs, 2 rounds). OpenBLAS has its own
+    pthread pool instead, and idle libgomp threads spinning beside it made mlp-train 2.4x slower
+    (24 ms against 10): with OpenBLAS (or before the first measurement has chosen) they sleep."""
+    return None if blas_select.expected_name() == "mkl" else "PASSIVE"
+
+
+# read when libgomp loads, i.e. at the imports below; a policy or spin count the user set wins
+if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+    if (_policy := _wait_policy()) is not None:
+        os.environ["OMP_WAIT_POLICY"] = _policy
 
 from . import conv, elementwise, fused, linalg, movement, nn, pool, reduce  # noqa: E402
 

@@ -93,12 +93,31 @@ def _measured(mkl: dict, path: Path) -> BlasChoice:
     else:
         seconds = calibrate(mkl)
         _write_cache(path, key, seconds)
-    name = "mkl" if seconds["mkl"] * MARGIN < seconds["openblas"] else "openblas"
+    name = _faster(seconds)
     blas_table.use(name, mkl if name == "mkl" else openblas_addresses())
     how = "cached measurement" if found is not None else "measured"
     return BlasChoice(name, f"{how}: mlp-train GEMMs take {seconds['openblas'] * 1e3:.2f} ms "
                             f"through OpenBLAS, {seconds['mkl'] * 1e3:.2f} ms through MKL",
                       dict(seconds))
+
+
+def _faster(seconds: dict) -> str:
+    return "mkl" if seconds["mkl"] * MARGIN < seconds["openblas"] else "openblas"
+
+
+def expected_name() -> str | None:
+    """The BLAS ``choice()`` will pick in this process, known without loading either library
+    (from MGEGRAPH_BLAS, the installed packages and the cached measurement), or None where it
+    must still be measured. The thread policy is decided from it before the OpenMP runtime
+    loads (see _kernels/__init__.py)."""
+    wanted = os.environ.get(ENV, "auto")
+    path = mkl_path()
+    if wanted == "openblas" or path is None:
+        return "openblas"
+    if wanted == "mkl":
+        return "mkl"
+    seconds = _read_cache(cache_file()).get(machine_key({"path": path}))
+    return _faster(seconds) if seconds is not None else None
 
 
 def calibrate(mkl: dict) -> dict[str, float]:

@@ -108,3 +108,53 @@ def test_the_probe_checks_its_buffers():
         blas_table.time_sgemm(8, 8, 8, small, small, small, 1)
     with pytest.raises(ValueError, match="addresses"):
         blas_table.use("mkl", {"sgemm": 0})
+
+
+# -- known before either library loads: the thread policy is decided from it --------------------
+def test_expected_name_follows_the_setting_and_the_installed_libraries(monkeypatch):
+    monkeypatch.setenv("MGEGRAPH_BLAS", "openblas")
+    assert blas_select.expected_name() == "openblas"
+    monkeypatch.setenv("MGEGRAPH_BLAS", "auto")
+    monkeypatch.setattr(blas_select, "mkl_path", lambda: None)
+    assert blas_select.expected_name() == "openblas"  # auto without MKL: nothing to measure
+
+
+@needs_mkl
+@pytest.mark.parametrize("seconds, name", [({"openblas": 2.0, "mkl": 1.0}, "mkl"),
+                                           ({"openblas": 1.0, "mkl": 1.0}, "openblas")])
+def test_expected_name_is_what_the_cached_measurement_will_choose(tmp_path, monkeypatch,
+                                                                  seconds, name):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("MGEGRAPH_BLAS", "auto")
+    assert blas_select.expected_name() is None  # not measured on this machine yet
+    monkeypatch.setattr(blas_select, "calibrate", lambda mkl: dict(seconds))
+    chosen = blas_select.select("auto", cache=blas_select.cache_file())
+    assert blas_select.expected_name() == chosen.name == name
+    monkeypatch.setenv("MGEGRAPH_BLAS", "mkl")
+    assert blas_select.expected_name() == "mkl"
+
+
+def _policy_in_a_fresh_process(**env) -> str:
+    import os
+    import subprocess
+    import sys
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "MGEGRAPH_BLAS")}
+    done = subprocess.run([sys.executable, "-c", "import os, mgegraph._kernels; "
+                           "print(os.environ.get('OMP_WAIT_POLICY', 'libgomp default'))"],
+                          env={**base, **env}, capture_output=True, text=True, timeout=120,
+                          check=True)
+    return done.stdout.strip()
+
+
+def test_idle_threads_sleep_beside_openblas_and_a_users_policy_wins():
+    assert _policy_in_a_fresh_process(MGEGRAPH_BLAS="openblas") == "PASSIVE"
+    assert _policy_in_a_fresh_process(MGEGRAPH_BLAS="openblas",
+                                      OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"
+    assert _policy_in_a_fresh_process(MGEGRAPH_BLAS="openblas",
+                                      GOMP_SPINCOUNT="1000") == "libgomp default"
+
+
+@needs_mkl
+def test_idle_threads_spin_a_while_when_mkl_shares_their_pool():
+    assert _policy_in_a_fresh_process(MGEGRAPH_BLAS="mkl") == "libgomp default"
