@@ -8,14 +8,18 @@ def _wait_policy() -> str | None:
     """How idle OpenMP threads wait: None for libgomp's default (spin ~300k rounds, about a
     millisecond, then sleep) or "PASSIVE" (sleep at once).
 
-    NOTE: every parallel kernel, MKL's GEMMs included (its GNU threading layer), runs on the one
-    libgomp pool. A sleeping thread must be woken for each parallel kernel, which costs tens of
-    microseconds, much more while another process holds the core: at 2 threads on the 2-core
-    AMD EPYC, resnet-infer 1x224 took 29-30 ms sleeping and 24-27 ms spinning, and mlp-train
-    10.7-14.6 against 8.6-9.9 (scratch A/B, medians of 30 runs, 2 rounds). OpenBLAS has its own
-    pthread pool instead, and idle libgomp threads spinning beside it made mlp-train 2.4x slower
-    (24 ms against 10): with OpenBLAS (or before the first measurement has chosen) they sleep."""
-    return None if blas_select.expected_name() == "mkl" else "PASSIVE"
+    NOTE: every parallel kernel runs on the one libgomp pool: MKL's GEMMs too (its GNU threading
+    layer), and OpenBLAS's GEMMs are split among that pool's threads, one single-threaded call
+    each (linalg.pyx), where OpenBLAS has its per-thread call. A sleeping thread must be woken
+    for each parallel kernel, which costs tens of microseconds, much more while another process
+    holds the core: at 2 threads on the 2-core AMD EPYC with MKL, resnet-infer 1x224 took 29-30
+    ms sleeping and 24-27 ms spinning, and mlp-train 10.7-14.6 against 8.6-9.9 (scratch A/B,
+    medians of 30 runs, 2 rounds). Where OpenBLAS would start its own pthread pool beside ours
+    (no per-thread call), idle libgomp threads spinning beside it made mlp-train 2.4x slower
+    (24 ms against 10): there they sleep."""
+    if blas_select.expected_name() == "mkl" or blas_select.openblas_addresses():
+        return None
+    return "PASSIVE"
 
 
 # read when libgomp loads, i.e. at the imports below; a policy or spin count the user set wins

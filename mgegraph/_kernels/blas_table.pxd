@@ -13,6 +13,15 @@ cdef void dgemv(char* trans, int* m, int* n, double* alpha, double* a, int* lda,
 
 # Threads the BLAS may use for calls from the calling thread only, returning the previous count
 # (0: the library's global count), or -1 when the library in use has no such call. The kernels
-# that split GEMMs among their own threads (conv.pyx) set 1 in each of them, so that the BLAS does
-# not start its own threads under theirs, and restore it after.
+# that split GEMMs among their own threads (conv.pyx, linalg.pyx) set 1 in each of them, so that
+# the BLAS does not start its own threads under theirs, and restore it after. NOTE: MKL keeps the
+# count per thread, but SciPy's OpenBLAS keeps it for the whole process: the calling thread sets
+# it before its parallel region and restores it after the join, so that the parts' restores,
+# in whatever order they run, only ever put back 1.
 cdef int blas_local_threads(int n) noexcept nogil
+
+# Whether the GEMM kernels (linalg.pyx) split each GEMM among the plan's OpenMP threads, calling
+# the BLAS on one thread in each part: so for OpenBLAS, whose own pthread pool would otherwise
+# take turns with OpenMP's on the same cores, when it has the per-thread call above. MKL runs on
+# the OpenMP pool itself (its GNU threading layer, blas_select.py) and splits its own GEMMs.
+cdef bint blas_split_gemms() noexcept nogil

@@ -24,6 +24,8 @@ cdef dgemv_t _dgemv = scipy_blas.dgemv
 # openblas_set_num_threads_local, MKL's mkl_set_num_threads_local), when it has one
 ctypedef int (*local_threads_t)(int) noexcept nogil
 cdef local_threads_t _local_threads = NULL
+# whether the GEMM kernels split their GEMMs among the plan's own threads (see blas_table.pxd)
+cdef bint _split = False
 _current = "openblas"
 
 ROUTINES = ("sgemm", "dgemm", "sgemv", "dgemv")
@@ -49,6 +51,10 @@ cdef void dgemv(char* trans, int* m, int* n, double* alpha, double* a, int* lda,
     _dgemv(trans, m, n, alpha, a, lda, x, incx, beta, y, incy)
 
 
+cdef bint blas_split_gemms() noexcept nogil:
+    return _split
+
+
 cdef int blas_local_threads(int n) noexcept nogil:
     if _local_threads == NULL:
         return -1
@@ -60,9 +66,10 @@ def use(str name, dict addresses=None):
     whose Fortran routines' addresses ``addresses`` gives ({"sgemm": int, ...}, all four).
     ``addresses["local_threads"]``, for either, is the library's per-thread thread-count call
     (int (int), returning the previous count), when it has one."""
-    global _sgemm, _dgemm, _sgemv, _dgemv, _current, _local_threads
+    global _sgemm, _dgemm, _sgemv, _dgemv, _current, _local_threads, _split
     addresses = addresses or {}
     _local_threads = <local_threads_t><Py_ssize_t>addresses.get("local_threads", 0)
+    _split = name == "openblas" and _local_threads != NULL
     if name == "openblas":
         _sgemm, _dgemm = scipy_blas.sgemm, scipy_blas.dgemm
         _sgemv, _dgemv = scipy_blas.sgemv, scipy_blas.dgemv
@@ -83,6 +90,11 @@ def local_threads(int n):
     >>> previous = local_threads(1); _ = local_threads(previous)
     """
     return blas_local_threads(n)
+
+
+def splits_gemms() -> bool:
+    """Whether the GEMM kernels split their GEMMs among their own threads now (blas_table.pxd)."""
+    return _split
 
 
 def current() -> str:

@@ -6,6 +6,12 @@
 # shape, then the batch strides of a and of b, in elements and 0 on broadcast batch dims, so
 # broadcast operands are never materialised; the output is contiguous (batch..., m, n). Float
 # dtypes go to the BLAS in use (blas.pxd, blas_select.py); integer dtypes use a plain loop.
+#
+# Threads: ``threads`` (the lowering's, from the GEMM's FLOPs) is how many column blocks of C
+# a float GEMM is cut into when the BLAS in use is split by the kernels (blas_split_gemms:
+# OpenBLAS), each block one single-threaded BLAS call on a thread of the plan's one OpenMP pool.
+# The blocks follow the planned count, not the threads running, so a plan gives the same bits on
+# one core or two. With MKL, which runs on that pool itself, the whole GEMM is one call.
 
 from libc.stdint cimport int32_t, int64_t
 from cython cimport floating
@@ -13,15 +19,17 @@ from cython cimport floating
 from .dtypes cimport num_t
 from .abi cimport Call, KERNEL_OK, KERNEL_UNSUPPORTED, kernel_fn, kernel_address
 from .params cimport fields_of
-from .blas cimport gemm
+from .blas cimport gemm, gemm_ld
+from .blas_table cimport blas_local_threads, blas_split_gemms
+from .parallel cimport parallel_for, cut
 from .ew_ops cimport ew_relu
 from .nditer cimport dims_ok, Odometer, odometer_init, odometer_next, count_rows
 
 ctypedef struct Matmul:  # then batch shape[ndim], batch strides of a[ndim], of b[ndim]
-    Py_ssize_t m, n, k, transpose_a, transpose_b, ndim
+    Py_ssize_t m, n, k, transpose_a, transpose_b, threads, ndim
 
 ctypedef struct Linear:  # bufs: x, w, [bias,] y
-    Py_ssize_t m, n, k, has_bias, relu
+    Py_ssize_t m, n, k, has_bias, relu, threads
 
 
 cdef Matmul _matmul
@@ -47,10 +55,68 @@ cdef inline void matmul_loop(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_ss
                 c[i * n + j] += s * b[p * bp + j * bj]
 
 
-cdef inline void matrix_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
-                                const num_t* a, const num_t* b, num_t* c) noexcept nogil:
-    if num_t is float or num_t is double:
+ctypedef struct ColumnBlocks:  # one float GEMM C = op(A) op(B), cut into `blocks` of columns
+    Py_ssize_t m, n, k, blocks
+    bint ta, tb, f64
+    const void* a
+    const void* b
+    void* c
+
+cdef enum:
+    BLOCK_COLUMNS = 16  # blocks start on a multiple: whole vectors for the BLAS's microkernels
+
+
+cdef inline Py_ssize_t block_start(const ColumnBlocks* g, Py_ssize_t i) noexcept nogil:
+    return min(g.n, cut((g.n + BLOCK_COLUMNS - 1) // BLOCK_COLUMNS, g.blocks, i) * BLOCK_COLUMNS)
+
+
+cdef inline void column_block(const ColumnBlocks* g, Py_ssize_t j0, Py_ssize_t j1) noexcept nogil:
+    # C[:, j0:j1] = op(A) op(B)[:, j0:j1]: rows j0.. of a stored B^T, columns j0.. of a stored B
+    cdef Py_ssize_t lda = g.m if g.ta else g.k, ldb = g.k if g.tb else g.n
+    cdef Py_ssize_t at = j0 * g.k if g.tb else j0
+    if g.f64:
+        gemm_ld(g.ta, g.tb, g.m, j1 - j0, g.k, <const double*>g.a, lda,
+                <const double*>g.b + at, ldb, <double*>g.c + j0, g.n, False)
+    else:
+        gemm_ld(g.ta, g.tb, g.m, j1 - j0, g.k, <const float*>g.a, lda,
+                <const float*>g.b + at, ldb, <float*>g.c + j0, g.n, False)
+
+
+cdef int column_blocks(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef const ColumnBlocks* g = <const ColumnBlocks*>ctx
+    cdef int previous = blas_local_threads(1)  # no BLAS pool under (or beside) this one
+    # (this part's thread's own count where the library keeps one per thread, as MKL does)
+    cdef Py_ssize_t i
+    for i in range(lo, hi):
+        column_block(g, block_start(g, i), block_start(g, i + 1))
+    blas_local_threads(previous)
+    return KERNEL_OK
+
+
+cdef inline void float_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
+                               const floating* a, const floating* b, floating* c,
+                               Py_ssize_t threads) noexcept nogil:
+    cdef ColumnBlocks g
+    cdef int previous
+    if not blas_split_gemms() or m == 0 or n == 0:
         gemm(ta, tb, m, n, k, a, b, c, False)
+        return
+    g.m, g.n, g.k, g.ta, g.tb, g.f64 = m, n, k, ta, tb, floating is double
+    g.a, g.b, g.c = a, b, c
+    g.blocks = max(1, min(threads, (n + BLOCK_COLUMNS - 1) // BLOCK_COLUMNS))
+    # NOTE: SciPy's OpenBLAS keeps its "per-thread" count for the whole process: the caller
+    # sets it before the region and restores it after the join (as conv.pyx's entry points do);
+    # the parts' own set-and-restore then only ever see 1, whatever the order they run in.
+    previous = blas_local_threads(1)
+    parallel_for(g.blocks, g.blocks, column_blocks, &g)
+    blas_local_threads(previous)
+
+
+cdef inline void matrix_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
+                                const num_t* a, const num_t* b, num_t* c,
+                                Py_ssize_t threads) noexcept nogil:
+    if num_t is float or num_t is double:
+        float_product(ta, tb, m, n, k, a, b, c, threads)
     else:
         matmul_loop(ta, tb, m, n, k, a, b, c)
 
@@ -71,7 +137,8 @@ cdef inline int matmul_impl(const num_t* a, const num_t* b, num_t* c,
     odometer_init(&o, ndim, shape, shape + ndim, 2)
     for r in range(rows):
         for i in range(inner):
-            matrix_product(ta, tb, m, n, k, a + o.offset[0] + i * sa, b + o.offset[1] + i * sb, c)
+            matrix_product(ta, tb, m, n, k, a + o.offset[0] + i * sa, b + o.offset[1] + i * sb, c,
+                           s.threads)
             c += m * n
         odometer_next(&o)
     return KERNEL_OK
@@ -85,7 +152,7 @@ cdef inline int linear_impl(const floating* x, const floating* w, const floating
     cdef const Linear* s = <const Linear*>call.ints
     cdef Py_ssize_t m = s.m, n = s.n, k = s.k, i, j
     cdef bint relu = s.relu
-    gemm(False, True, m, n, k, x, w, y, False)
+    float_product(False, True, m, n, k, x, w, y, s.threads)
     for i in range(m):
         if relu and bias != NULL:
             for j in range(n):

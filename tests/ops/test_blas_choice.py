@@ -147,8 +147,12 @@ def _policy_in_a_fresh_process(**env) -> str:
     return done.stdout.strip()
 
 
-def test_idle_threads_sleep_beside_openblas_and_a_users_policy_wins():
-    assert _policy_in_a_fresh_process(MGEGRAPH_BLAS="openblas") == "PASSIVE"
+def test_idle_threads_sleep_only_beside_a_second_pool_and_a_users_policy_wins():
+    # OpenBLAS with its per-thread count has its GEMMs split on the one pool (linalg.pyx);
+    # without it, its own pthread pool runs them beside ours
+    split = bool(blas_select.openblas_addresses())
+    assert _policy_in_a_fresh_process(MGEGRAPH_BLAS="openblas") == \
+        ("libgomp default" if split else "PASSIVE")
     assert _policy_in_a_fresh_process(MGEGRAPH_BLAS="openblas",
                                       OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"
     assert _policy_in_a_fresh_process(MGEGRAPH_BLAS="openblas",
@@ -158,3 +162,47 @@ def test_idle_threads_sleep_beside_openblas_and_a_users_policy_wins():
 @needs_mkl
 def test_idle_threads_spin_a_while_when_mkl_shares_their_pool():
     assert _policy_in_a_fresh_process(MGEGRAPH_BLAS="mkl") == "libgomp default"
+
+
+# -- OpenBLAS: GEMMs split among the plan's threads, one single-threaded BLAS call each ----------
+def test_openblas_gemms_are_split_by_the_plan_and_give_the_same_bits_on_one_core_or_two():
+    from threadpoolctl import threadpool_limits
+    blas_select.select("openblas")
+    if not blas_table.splits_gemms():
+        pytest.skip("this OpenBLAS has no per-thread thread count: its own pool runs the GEMMs")
+    rng = np.random.default_rng(3)
+    for dtype in ("float32", "float64"):
+        for (m, n, k), ta, tb in [((128, 1024, 784), False, True), ((300, 37, 500), True, False),
+                                  ((40, 2000, 300), True, True), ((1000, 1000, 8), False, False)]:
+            a = rng.standard_normal((k, m) if ta else (m, k)).astype(dtype)
+            b = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
+            g = mg.Graph()
+            y = mg.functional.matmul(g.input("a", a.shape, dtype), g.input("b", b.shape, dtype),
+                                     transpose_a=ta, transpose_b=tb)
+            with threadpool_limits(2):
+                plan = mg.compile([y])
+                (two,) = plan.run({"a": a, "b": b})
+            with threadpool_limits(1):
+                (one,) = plan.run({"a": a, "b": b})
+            want = (a.T if ta else a).astype(np.float64) @ (b.T if tb else b)
+            np.testing.assert_allclose(two, want, rtol=1e-4 if dtype == "float32" else 1e-10,
+                                       atol=1e-3 if dtype == "float32" else 1e-9)
+            assert one.tobytes() == two.tobytes(), (dtype, m, n, k)
+
+
+def test_a_split_gemm_gives_the_callers_blas_thread_count_back():
+    # SciPy's OpenBLAS keeps its "per-thread" count for the whole process: the parts must not
+    # leave it at the 1 they ran with (every later GEMM outside the plan would run on one core)
+    from threadpoolctl import threadpool_limits
+    blas_select.select("openblas")
+    if not blas_table.splits_gemms():
+        pytest.skip("this OpenBLAS has no per-thread thread count")
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((256, 512)).astype(np.float32)
+    g = mg.Graph()
+    with threadpool_limits(2):
+        plan = mg.compile([g.input("x2", x.shape, "float32") @ g.param("v", x.T.copy())])
+        before = blas_table.local_threads(7)
+        for _ in range(20):
+            plan.run({"x2": x})
+        assert blas_table.local_threads(before) == 7

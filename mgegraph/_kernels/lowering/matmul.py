@@ -8,6 +8,7 @@ from ...backend import Launch
 from ...ops.matmul import matmul_dims
 from ...ops.registry import FLOAT_DTYPES, NUMERIC_DTYPES
 from .. import linalg as K
+from .. import parallel
 from .layout import broadcast_strides, collapse, contiguous_strides, pack
 
 BLAS_INT_MAX = 2**31 - 1  # SciPy's BLAS takes 32-bit dimensions
@@ -18,6 +19,16 @@ def check_blas_dims(dtype, *dims) -> None:
     kernels' own loop) has a dimension past BLAS's 32-bit ints."""
     if dtype in FLOAT_DTYPES and max(dims, default=0) > BLAS_INT_MAX:
         raise ValueError(f"a GEMM dimension of {max(dims)} exceeds BLAS's 32-bit limit")
+
+
+# FLOPs one thread of a GEMM should have for a second to pay for the fork/join (~10 us asleep,
+# a few awake): 2 MFLOP is ~20 us of this machine's single-core sgemm
+GRAIN_FLOPS = 2_000_000
+
+
+def gemm_threads(dtype, m, n, k) -> int:
+    """The column blocks a float GEMM is planned in (linalg.pyx's Threads); 1 for integers."""
+    return parallel.threads_for(2 * m * n * k, GRAIN_FLOPS) if dtype in FLOAT_DTYPES else 1
 
 
 def _matmul_lower(node) -> Launch:
@@ -34,7 +45,7 @@ def _matmul_lower(node) -> Launch:
     shape, (_, sa, sb) = collapse(batch, [out, sa, sb])
     check_blas_dims(a.dtype, m, n, k)
     head = pack(K.MATMUL_FIELDS, m=m, n=n, k=k, transpose_a=ta, transpose_b=tb,
-                ndim=len(shape))
+                threads=gemm_threads(a.dtype, m, n, k), ndim=len(shape))
     return Launch((*head, *shape, *sa, *sb))
 
 
@@ -43,7 +54,8 @@ def _linear_lower(node) -> Launch:
     m, (n, k) = math.prod(x.shape[:-1]), w.shape
     check_blas_dims(x.dtype, m, n, k)
     return Launch(pack(K.LINEAR_FIELDS, m=m, n=n, k=k, has_bias=len(node.inputs) == 3,
-                       relu=node.attr["activation"] == "relu"))
+                       relu=node.attr["activation"] == "relu",
+                       threads=gemm_threads(x.dtype, m, n, k)))
 
 
 def implement(table) -> None:

@@ -52,16 +52,29 @@ def gemm_splits(family: str, ints) -> int:
     return max(1, min(math.ceil(2 * SMS / tiles), k // SPLIT_MIN_K, MAX_SPLITS))
 
 
+# fields of the CPU's parameter blocks that say how the CPU runs a product (its threads), which
+# csrc_cuda/gemm.cu's ints leave out
+CPU_ONLY = ("threads",)
+
+
+def cuda_ints(op, ints) -> tuple:
+    """The CPU lowering's ints of ``op`` without its CPU_ONLY fields (matmul's batch groups,
+    after the named fields, stay as they are)."""
+    from ..._kernels import linalg
+    names = linalg.MATMUL_FIELDS if op == "matmul" else linalg.LINEAR_FIELDS
+    return tuple(v for i, v in enumerate(ints) if i >= len(names) or names[i] not in CPU_ONLY)
+
+
 def _with_workspace(op, cpu_lower):
-    # Design: the CPU lowering's ints as they are (its BLAS needs no scratch); a split product's
-    # parts meet in a workspace, summed in a fixed order by a second step.
+    # Design: the CPU lowering's ints (its BLAS needs no scratch) less what only the CPU uses;
+    # a split product's parts meet in a workspace, summed in a fixed order by a second step.
     def lower(node) -> Launch:
         launch = cpu_lower(node)
-        splits = gemm_splits(op, launch.ints)
-        if splits == 1:
-            return launch
-        size = node.outputs[0].size * node.outputs[0].dtype.itemsize
-        return Launch(launch.ints, launch.floats, SPLIT_HEADER + splits * size)
+        ints = cuda_ints(op, launch.ints)
+        splits = gemm_splits(op, ints)
+        workspace = 0 if splits == 1 else \
+            SPLIT_HEADER + splits * node.outputs[0].size * node.outputs[0].dtype.itemsize
+        return Launch(ints, launch.floats, workspace)
     return lower
 
 
