@@ -11,13 +11,16 @@ cdef void sgemv(char* trans, int* m, int* n, float* alpha, float* a, int* lda, f
 cdef void dgemv(char* trans, int* m, int* n, double* alpha, double* a, int* lda, double* x,
                 int* incx, double* beta, double* y, int* incy) noexcept nogil
 
-# Threads the BLAS may use for calls from the calling thread only, returning the previous count
-# (0: the library's global count), or -1 when the library in use has no such call. The kernels
-# that split GEMMs among their own threads (conv.pyx, linalg.pyx) set 1 in each of them, so that
-# the BLAS does not start its own threads under theirs, and restore it after. NOTE: MKL keeps the
-# count per thread, but SciPy's OpenBLAS keeps it for the whole process: the calling thread sets
-# it before its parallel region and restores it after the join, so that the parts' restores,
-# in whatever order they run, only ever put back 1.
+# The BLAS on one thread for the calls the calling thread makes until blas_restore_threads(token):
+# the kernels that split GEMMs among their own threads (conv.pyx, linalg.pyx) take it at their
+# entry and in each thread of their regions, so that the BLAS does not start its own threads
+# under theirs. MKL keeps the count per thread; SciPy's OpenBLAS keeps its "per-thread" count for
+# the whole process, so there the first kernel in sets it and the last one out restores it
+# (kernels running at once in several threads cannot leave it at 1). No-ops (token -1) for a
+# library without such a call.
+cdef int blas_one_thread() noexcept nogil
+cdef void blas_restore_threads(int token) noexcept nogil
+# The library's raw per-thread setter, returning the previous count, or -1 without one (tests).
 cdef int blas_local_threads(int n) noexcept nogil
 
 # Whether the GEMM kernels (linalg.pyx) split each GEMM among the plan's OpenMP threads, calling

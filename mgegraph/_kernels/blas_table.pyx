@@ -55,6 +55,60 @@ cdef bint blas_split_gemms() noexcept nogil:
     return _split
 
 
+cdef extern from *:
+    """
+    #include <pthread.h>
+    /* SciPy's OpenBLAS keeps its "per-thread" count for the whole process: the first kernel in
+       sets it to 1 and the last one out puts the saved count back, so that kernels running
+       at once in several threads cannot leave it at 1. A forked child starts with it open. */
+    typedef int (*mg_set_threads_t)(int);
+    static pthread_mutex_t mg_blas_lock = PTHREAD_MUTEX_INITIALIZER;
+    static int mg_blas_inside = 0, mg_blas_saved = 0;
+    static void mg_blas_enter(mg_set_threads_t set) {
+        pthread_mutex_lock(&mg_blas_lock);
+        if (mg_blas_inside++ == 0) mg_blas_saved = set(1);
+        pthread_mutex_unlock(&mg_blas_lock);
+    }
+    static void mg_blas_leave(mg_set_threads_t set) {
+        pthread_mutex_lock(&mg_blas_lock);
+        if (--mg_blas_inside == 0) set(mg_blas_saved);
+        pthread_mutex_unlock(&mg_blas_lock);
+    }
+    static void mg_blas_reset_in_child(void) {
+        pthread_mutex_init(&mg_blas_lock, NULL);
+        mg_blas_inside = 0;
+    }
+    static int mg_blas_watch_fork(void) {
+        return pthread_atfork(NULL, NULL, mg_blas_reset_in_child);
+    }
+    """
+    ctypedef int (*mg_set_threads_t)(int) noexcept nogil
+    void mg_blas_enter(mg_set_threads_t set) noexcept nogil
+    void mg_blas_leave(mg_set_threads_t set) noexcept nogil
+    int mg_blas_watch_fork() noexcept nogil
+
+if mg_blas_watch_fork() != 0:
+    raise ImportError("pthread_atfork failed: the BLAS thread guard could not watch for fork")
+
+
+cdef int blas_one_thread() noexcept nogil:
+    if _local_threads == NULL:
+        return -1
+    if not _split:  # MKL: the calling thread's own count (_split: SciPy's OpenBLAS is in use)
+        return _local_threads(1)
+    mg_blas_enter(<mg_set_threads_t>_local_threads)
+    return 0
+
+
+cdef void blas_restore_threads(int token) noexcept nogil:
+    if _local_threads == NULL or token < 0:
+        return
+    if _split:
+        mg_blas_leave(<mg_set_threads_t>_local_threads)
+    else:
+        _local_threads(token)
+
+
 cdef int blas_local_threads(int n) noexcept nogil:
     if _local_threads == NULL:
         return -1

@@ -29,7 +29,7 @@ from .abi cimport Call, KERNEL_OK, KERNEL_UNSUPPORTED, kernel_fn, kernel_address
 from .params cimport fields_of
 from .window cimport ceil_div, clamp
 from .blas cimport gemm, gemm_ld
-from .blas_table cimport blas_local_threads
+from .blas_table cimport blas_one_thread, blas_restore_threads
 from .ew_ops cimport ew_relu
 
 ctypedef struct Conv:
@@ -401,10 +401,10 @@ cdef inline int conv2d_call(const Call* c, floating* dtype_tag) noexcept nogil:
     cdef const floating* bias = <const floating*>c.bufs[2] if nb else NULL
     cdef floating* ws = <floating*>c.bufs[3 + nb] if s.path != C_DIRECT else NULL
     # the BLAS runs on one thread under each of ours, this one included (conv_gemm.pxi)
-    cdef int previous = blas_local_threads(1), status
+    cdef int previous = blas_one_thread(), status
     status = conv2d_impl(<const floating*>c.bufs[0], <const floating*>c.bufs[1], bias,
                          <floating*>c.bufs[2 + nb], ws, s)
-    blas_local_threads(previous)
+    blas_restore_threads(previous)
     return status
 
 
@@ -412,7 +412,7 @@ cdef inline int conv2d_backward_call(const Call* c, bint data, floating* dtype_t
     cdef const Conv* s = <const Conv*>c.ints
     cdef floating* col = (<floating*>c.bufs[3] if s.path in (C_IM2COL, C_BLOCKED, C_GATHER,
                                                               C_WINOGRAD) else NULL)
-    cdef int previous = blas_local_threads(1), status  # as conv2d_call's
+    cdef int previous = blas_one_thread(), status  # as conv2d_call's
     if data:
         status = conv2d_backward_data_impl(<const floating*>c.bufs[0],
                                            <const floating*>c.bufs[1], <floating*>c.bufs[2], col, s)
@@ -420,7 +420,7 @@ cdef inline int conv2d_backward_call(const Call* c, bint data, floating* dtype_t
         status = conv2d_backward_filter_impl(<const floating*>c.bufs[0],
                                              <const floating*>c.bufs[1], <floating*>c.bufs[2], col,
                                              s)
-    blas_local_threads(previous)
+    blas_restore_threads(previous)
     return status
 
 

@@ -2,7 +2,7 @@
 #
 # Design: one pool of threads for every parallel kernel (OpenMP's, as the tiles and the fused
 # kernels use), and no BLAS threads under it: each of our threads calls the BLAS with
-# blas_local_threads(1), so the GEMMs run where the split puts them instead of two pools taking
+# blas_one_thread(), so the GEMMs run where the split puts them instead of two pools taking
 # turns on the cores. How the work is split:
 # - conv2d: whole (image, group) units per thread, each thread with its own scratch (a slot),
 #   when there are at least two units per thread or a multiple of the threads (whole_units);
@@ -120,14 +120,14 @@ cdef inline void forward_shared(const floating* x, const floating* w, const floa
                          t, s)
         return
     with parallel(num_threads=nt):
-        previous = blas_local_threads(1)
+        previous = blas_one_thread()
         if copies:
             for c in prange(cg, schedule="static"):
                 input_rows(xg, area, c, c + 1, t, s)
         for k in prange(nblocks, schedule="static"):
             forward_rows(src, wg, bg, yg, area + t.npadded, k * step, min(ocg, (k + 1) * step),
                          t, s)
-        blas_local_threads(previous)
+        blas_restore_threads(previous)
 
 
 cdef inline void input_rows(const floating* x, floating* area, Py_ssize_t c0, Py_ssize_t c1,
@@ -160,10 +160,10 @@ cdef inline int conv2d_gemm(const floating* x, const floating* w, const floating
             forward_unit(x, w, bias, y, ws, u, &t, s)
     elif whole_units(s):
         with parallel(num_threads=nt):
-            previous = blas_local_threads(1)
+            previous = blas_one_thread()
             for u in prange(units, schedule="static"):
                 forward_unit(x, w, bias, y, ws + threadid() * slot, u, &t, s)
-            blas_local_threads(previous)
+            blas_restore_threads(previous)
     else:
         for u in range(units):
             forward_shared(x, w, bias, y, ws, u, &t, s, nt)
@@ -253,7 +253,7 @@ cdef inline int conv2d_batched(const floating* x, const floating* w, const float
             batch_out(res, y, bias, n, s)
         return KERNEL_OK
     with parallel(num_threads=nt):
-        previous = blas_local_threads(1)
+        previous = blas_one_thread()
         for n in prange(s.batch, schedule="static"):
             batch_columns(x, ws + threadid() * slot, col, n, s)
         for k in prange(ceil_div(s.cout, step), schedule="static"):
@@ -261,7 +261,7 @@ cdef inline int conv2d_batched(const floating* x, const floating* w, const float
                     kdim, col, ncols, res + k * step * ncols, ncols, False)
         for n in prange(s.batch, schedule="static"):
             batch_out(res, y, bias, n, s)
-        blas_local_threads(previous)
+        blas_restore_threads(previous)
     return KERNEL_OK
 
 
@@ -322,7 +322,7 @@ cdef inline int backward_gemm(const floating* a, const floating* dy, floating* r
                 filter_pairs(a, dy, result, ws, k * chunk, min(s.cin, (k + 1) * chunk), s)
         return KERNEL_OK
     with parallel(num_threads=nt):
-        previous = blas_local_threads(1)
+        previous = blas_one_thread()
         for k in prange(nchunks, schedule="static"):
             if data:
                 data_pairs(a, dy, result, ws + threadid() * slot, k * chunk,
@@ -330,5 +330,5 @@ cdef inline int backward_gemm(const floating* a, const floating* dy, floating* r
             else:
                 filter_pairs(a, dy, result, ws + threadid() * slot, k * chunk,
                              min(s.cin, (k + 1) * chunk), s)
-        blas_local_threads(previous)
+        blas_restore_threads(previous)
     return KERNEL_OK

@@ -223,14 +223,14 @@ cdef inline void wino_shared_block(const floating* x, const floating* u, const f
     cdef floating* m = area + 16 * wino_ld(s.cin, block)
     cdef int previous = 0
     with parallel(num_threads=nt):
-        previous = blas_local_threads(1)
+        previous = blas_one_thread()
         for c in prange(s.cin, schedule="static"):
             wino_input(x, area, first, nb, c, c + 1, s)
         for xi in prange(16, schedule="static"):
             wino_gemm(u, area, m, nb, xi, s)
         for o in prange(s.cout, schedule="static"):
             wino_output(m, bias, y, first, nb, o, o + 1, s)
-        blas_local_threads(previous)
+        blas_restore_threads(previous)
 
 
 cdef inline Conv wino_backward(const Conv* s) noexcept nogil:
@@ -258,13 +258,13 @@ cdef inline int conv2d_winograd(const floating* x, const floating* w, const floa
             wino_tiles_block(x, ws, bias, y, area, k, s)
         return KERNEL_OK
     with parallel(num_threads=nt):
-        previous = blas_local_threads(1)
+        previous = blas_one_thread()
         for o in prange(s.cout, schedule="static"):
             wino_filter(w, ws, o, flip, s)
         if nblocks >= nt:
             for k in prange(nblocks, schedule="static"):
                 wino_tiles_block(x, ws, bias, y, area + threadid() * slot, k, s)
-        blas_local_threads(previous)
+        blas_restore_threads(previous)
     if nblocks < nt:  # too few blocks to share: share each one's steps
         for k in range(nblocks):
             wino_shared_block(x, ws, bias, y, area, k, s, nt)

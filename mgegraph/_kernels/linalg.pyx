@@ -20,7 +20,7 @@ from .dtypes cimport num_t
 from .abi cimport Call, KERNEL_OK, KERNEL_UNSUPPORTED, kernel_fn, kernel_address
 from .params cimport fields_of
 from .blas cimport gemm, gemm_ld
-from .blas_table cimport blas_local_threads, blas_split_gemms
+from .blas_table cimport blas_one_thread, blas_restore_threads, blas_split_gemms
 from .parallel cimport parallel_for, cut
 from .ew_ops cimport ew_relu
 from .nditer cimport dims_ok, Odometer, odometer_init, odometer_next, count_rows
@@ -84,12 +84,11 @@ cdef inline void column_block(const ColumnBlocks* g, Py_ssize_t j0, Py_ssize_t j
 
 cdef int column_blocks(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     cdef const ColumnBlocks* g = <const ColumnBlocks*>ctx
-    cdef int previous = blas_local_threads(1)  # no BLAS pool under (or beside) this one
-    # (this part's thread's own count where the library keeps one per thread, as MKL does)
+    cdef int previous = blas_one_thread()  # no BLAS pool under (or beside) this one
     cdef Py_ssize_t i
     for i in range(lo, hi):
         column_block(g, block_start(g, i), block_start(g, i + 1))
-    blas_local_threads(previous)
+    blas_restore_threads(previous)
     return KERNEL_OK
 
 
@@ -104,12 +103,11 @@ cdef inline void float_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_
     g.m, g.n, g.k, g.ta, g.tb, g.f64 = m, n, k, ta, tb, floating is double
     g.a, g.b, g.c = a, b, c
     g.blocks = max(1, min(threads, (n + BLOCK_COLUMNS - 1) // BLOCK_COLUMNS))
-    # NOTE: SciPy's OpenBLAS keeps its "per-thread" count for the whole process: the caller
-    # sets it before the region and restores it after the join (as conv.pyx's entry points do);
-    # the parts' own set-and-restore then only ever see 1, whatever the order they run in.
-    previous = blas_local_threads(1)
+    # the caller holds the one-thread guard across the region, as conv.pyx's entry points do
+    # (SciPy's OpenBLAS keeps the count for the whole process: blas_table.pxd)
+    previous = blas_one_thread()
     parallel_for(g.blocks, g.blocks, column_blocks, &g)
-    blas_local_threads(previous)
+    blas_restore_threads(previous)
 
 
 cdef inline void matrix_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,

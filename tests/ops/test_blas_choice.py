@@ -1,6 +1,7 @@
 """The BLAS as a measured choice: OpenBLAS always, MKL where installed and faster; the same
 numbers (within float rounding) whichever runs, and a cache that cannot go wrong silently."""
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -199,10 +200,30 @@ def test_a_split_gemm_gives_the_callers_blas_thread_count_back():
         pytest.skip("this OpenBLAS has no per-thread thread count")
     rng = np.random.default_rng(4)
     x = rng.standard_normal((256, 512)).astype(np.float32)
-    g = mg.Graph()
+    def product():
+        g = mg.Graph()
+        return mg.compile([g.input("x", x.shape, "float32") @ g.param("v", x.T.copy())])
+
     with threadpool_limits(2):
-        plan = mg.compile([g.input("x2", x.shape, "float32") @ g.param("v", x.T.copy())])
+        plans = [product(), product()]
         before = blas_table.local_threads(7)
         for _ in range(20):
-            plan.run({"x2": x})
+            plans[0].run({"x": x})
+        assert blas_table.local_threads(7) == 7
+        # two plans at once, from two threads: the last one out restores it
+        failures = []
+
+        def runs(plan):
+            try:
+                for _ in range(50):
+                    plan.run({"x": x})
+            except Exception as exc:  # noqa: BLE001  reported below, in the test's thread
+                failures.append(exc)
+
+        threads = [threading.Thread(target=runs, args=(p,)) for p in plans]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not failures
         assert blas_table.local_threads(before) == 7
