@@ -1,0 +1,142 @@
+"""Each implementation alone in a fresh process, with its library's own thread defaults.
+
+    python benchmarks/fresh_process.py                      # every row at 2 threads, 2 rounds
+    python benchmarks/fresh_process.py --threads 1 2 --rounds 3 resnet-infer
+
+``mgegraph bench`` runs every implementation of a workload in one pytest process, where each
+library's idle threads must sleep (``OMP_WAIT_POLICY=PASSIVE``): a peer's spinning pool would
+starve the next one's. Users run one library at a time, with its defaults: mgegraph's idle
+threads spin about a millisecond (its one OpenMP pool; see mgegraph/_kernels/__init__.py), as
+PyTorch's do, and ONNX Runtime has its own spinning pool. This script measures that: one
+process per (implementation, workload, thread count) and round, rounds interleaved so a burst
+of load on a shared machine hits every implementation, and prints the median of the rounds'
+medians with each one's ratio to PyTorch eager. ``limit`` is mlp-train's GEMMs back to back
+through the BLAS the kernels call (its own threads).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+WORKLOADS = {"resnet-infer 1x224": ("mgegraph", "torch", "onnxruntime"),
+             "resnet-infer 8x64": ("mgegraph", "torch", "onnxruntime"),
+             "convnet-train": ("mgegraph", "torch"),
+             "mlp-train": ("mgegraph", "torch", "limit")}
+
+
+def measure(impl: str, workload: str, runs: int) -> float:
+    """Median seconds of ``runs`` calls, after 3 warm-up calls (run in the child)."""
+    import numpy as np
+    if impl == "torch":  # its OpenMP runtime loads first, with its defaults
+        import torch
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    else:  # mgegraph's loads first, with the policy it chooses
+        import mgegraph._kernels  # noqa: F401
+    saved = os.environ.get("OMP_WAIT_POLICY")
+    sys.path.insert(0, str(HERE))
+    import test_deploy  # noqa: E402  (conftest sets OMP_WAIT_POLICY for the pytest runs)
+    import workloads
+    if saved is None:
+        os.environ.pop("OMP_WAIT_POLICY", None)
+    if workload.startswith("resnet-infer"):
+        batch, size = (1, 224) if workload.endswith("1x224") else (8, 64)
+        x = np.random.default_rng(workloads.SEED + 1).standard_normal((batch, 3, size, size),
+                                                                      dtype=np.float32)
+        if impl == "mgegraph":
+            import mgegraph as mg
+            fn = mg.compile_module(test_deploy.model(), (x,))
+            call = lambda: fn(x)  # noqa: E731
+        elif impl == "torch":
+            net, tx = test_deploy.torch_resnet18(torch), torch.from_numpy(x)
+
+            def call():
+                with torch.no_grad():
+                    net(tx)
+        else:
+            session = test_deploy.onnx_session(x)
+            name = session.get_inputs()[0].name
+            call = lambda: session.run(None, {name: x})  # noqa: E731
+    else:
+        impls = workloads.convnet_train() if workload == "convnet-train" else \
+            workloads.mlp_train()
+        call = impls[{"mgegraph": "mgegraph step", "torch": "torch eager",
+                      "limit": workloads.GEMMS_ONLY}[impl]]
+    for _ in range(3):
+        call()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def child(impl: str, workload: str, threads: int, runs: int) -> float | str:
+    """Seconds, or why the row could not run (a peer not installed, say)."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MGEGRAPH_BENCH_THREADS": str(threads)}
+    if "OMP_WAIT_POLICY" not in os.environ:  # the libraries' own defaults, not the bench's
+        env.pop("OMP_WAIT_POLICY", None)
+    done = subprocess.run([sys.executable, __file__, "--child", impl, workload, str(runs)],
+                          env=env, capture_output=True, text=True, timeout=900, check=False)
+    if done.returncode != 0:
+        return (done.stderr.strip().splitlines() or ["failed"])[-1][:80]
+    return json.loads(done.stdout.strip().splitlines()[-1])["seconds"]
+
+
+def table(results: dict, chosen: list[str], threads: list[int]) -> list[str]:
+    lines = [f"{'workload':20} {'threads':>7} {'implementation':14} {'median ms':>10} "
+             f"{'x torch':>8}"]
+    for workload in chosen:
+        impls = WORKLOADS[workload]
+        for t in threads:
+            medians = {i: statistics.median(results[workload, i, t]) for i in impls
+                       if results.get((workload, i, t))}
+            for impl in impls:
+                got = medians.get(impl)
+                if got is None:
+                    why = results.get((workload, impl, t, "why"), "not run")
+                    lines.append(f"{workload:20} {t:>7} {impl:14} {'skipped':>10}  {why}")
+                    continue
+                ratio = f"{got / medians['torch']:.2f}" if "torch" in medians else "-"
+                lines.append(f"{workload:20} {t:>7} {impl:14} {got * 1e3:>10.2f} {ratio:>8}")
+    return lines
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workloads", nargs="*", metavar="WORKLOAD",
+                        help=f"some of: {', '.join(WORKLOADS)} (a prefix is enough)")
+    parser.add_argument("--threads", type=int, nargs="+", default=[2])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=40, help="timed calls per process")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        impl, workload, runs = args.child
+        print(json.dumps({"seconds": measure(impl, workload, int(runs))}))
+        return 0
+    chosen = [w for w in WORKLOADS if not args.workloads
+              or any(w.startswith(p) for p in args.workloads)]
+    results: dict = {}
+    for _ in range(args.rounds):
+        for workload in chosen:
+            for t in args.threads:
+                for impl in WORKLOADS[workload]:
+                    got = child(impl, workload, t, args.runs)
+                    if isinstance(got, str):
+                        results[workload, impl, t, "why"] = got
+                    else:
+                        results.setdefault((workload, impl, t), []).append(got)
+    print("\n".join(table(results, chosen, args.threads)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
