@@ -36,6 +36,7 @@ ctypedef struct Conv:
     Py_ssize_t batch, cin, h, w, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups
     Py_ssize_t has_bias, path, relu  # path: a ConvPath; relu: the epilogue applies relu (conv2d)
     Py_ssize_t isa, threads  # the blocked path's tiles (BLOCKED_ISAS), the threads it may use
+    Py_ssize_t transposed  # im2col's conv2d GEMM gives y^T (cells x channels), then transposes
 
 cdef enum ConvPath:
     C_DIRECT,   # a 1x1, stride-1, unpadded convolution: the input is its own im2col matrix

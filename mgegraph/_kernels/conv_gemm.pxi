@@ -42,6 +42,8 @@ cdef inline Py_ssize_t gemm_slot(const Conv* s, int op) noexcept nogil:
         return min(pair_chunk(s), cg) * taps * npix if s.path == C_IM2COL else 0
     if s.path == C_BATCHED and table_fits(s):
         return 0  # its im2col goes straight into the batch's matrix
+    if s.path == C_IM2COL and s.transposed:  # then y^T, (cells, output channels of a group)
+        return cg * taps * npix + npix * (s.cout // s.groups)
     if s.path == C_IM2COL or s.path == C_BATCHED:
         return cg * taps * npix
     if s.path == C_SHIFTED:
@@ -68,13 +70,35 @@ cdef inline void forward_rows(const floating* src, const floating* w, const floa
     # output channels [o0, o1) of one unit: src its im2col matrix (or padded planes), w and bias
     # its group's, y its output
     cdef Py_ssize_t kdim = s.cin // s.groups * s.kh * s.kw, npix = s.oh * s.ow
+    cdef Py_ssize_t ocg = s.cout // s.groups
+    cdef floating* yt
     if s.path == C_SHIFTED:
         shifted_rows(src, w, y, rows, o0, o1, t, s)
+    elif s.transposed:
+        # y^T[:, o0:o1] = col^T w[o0:o1]^T into the slot after the im2col matrix (src), then
+        # rows o0.. of y: the shape some BLAS runs faster when cells are few (transposed_pays)
+        yt = <floating*>src + kdim * npix
+        gemm_ld(True, True, npix, o1 - o0, kdim, src, npix, w + o0 * kdim, kdim, yt + o0, ocg,
+                False)
+        transpose_block(yt, y, o0, o1, npix, ocg)
     else:
         gemm_ld(False, False, o1 - o0, npix, kdim, w + o0 * kdim, kdim, src, npix,
                 y + o0 * npix, npix, False)
     if bias != NULL or s.relu:
         epilogue_rows(y + o0 * npix, bias + o0 if bias != NULL else NULL, s.relu, o1 - o0, npix)
+
+
+cdef inline void transpose_block(const floating* yt, floating* y, Py_ssize_t o0, Py_ssize_t o1,
+                                 Py_ssize_t npix, Py_ssize_t ld) noexcept nogil:
+    # y[o, p] = yt[p, o] for o in [o0, o1): 16 channels at a time, so the reads of a cell are
+    # one cache line and the 16 rows written stay in L1
+    cdef Py_ssize_t b = o0, o, p, end
+    while b < o1:
+        end = min(b + ROW_BLOCK, o1)
+        for p in range(npix):
+            for o in range(b, end):
+                y[o * npix + p] = yt[p * ld + o]
+        b = end
 
 
 cdef inline void forward_unit(const floating* x, const floating* w, const floating* bias,

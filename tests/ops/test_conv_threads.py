@@ -102,6 +102,46 @@ def test_gemm_paths_on_threads_in_float64(gemm_path, monkeypatch, op):
     np.testing.assert_allclose(run_twice(plan, *feeds), ref, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("case", CASES, ids=[str(c[0]) + str(c[1]) for c in CASES])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_im2col_gemm_giving_y_transposed(monkeypatch, case, threads, dtype):
+    # y^T = col^T w^T into the workspace, then transposed (with bias and relu) into y
+    xs, ws, stride, padding, groups = case
+    monkeypatch.setattr(lowering, "_tiled_path", lambda *a: None)
+    monkeypatch.setattr(lowering, "_batched_pays", lambda *a: False)
+    monkeypatch.setattr(lowering, "_shifted_pays", lambda *a: False)
+    monkeypatch.setattr(lowering, "_transposed_pays", lambda *a: True)
+    monkeypatch.setattr(lowering, "_threads", lambda batch, flops: threads)
+    bias = RNG.standard_normal(ws[0]).astype(dtype)
+    plan, ins = compile_op(lambda a, b, c: F.relu(F.conv2d(a, b, c, stride=stride,
+                                                           padding=padding, groups=groups)),
+                           [xs, ws, bias.shape], dtype)
+    if ins.ints[FIELD["path"]] != K.CONV_PATHS["im2col"]:
+        pytest.skip("im2col does not apply to this convolution")
+    assert ins.ints[FIELD["transposed"]] == 1
+    (x, w), ref = _arrays("conv2d", xs, ws, stride, padding, groups, dtype)
+    ref = np.maximum(ref + bias[:, None, None], 0)
+    out = run_twice(plan, x, w, bias)  # memory="debug": a workspace cell read unwritten is NaN
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(out, ref.astype(dtype), rtol=tol, atol=tol)
+    with threadpool_limits(limits=1, user_api="openmp"):
+        np.testing.assert_array_equal(run_twice(plan, x, w, bias), out)
+
+
+def test_only_mkl_and_few_cells_take_the_transposed_gemm(monkeypatch):
+    from mgegraph._kernels import blas_select
+    monkeypatch.setattr(blas_select, "choice", lambda: blas_select.BlasChoice("mkl", "test"))
+    assert lowering._transposed_pays("conv2d", "im2col", 49, 512)
+    assert not lowering._transposed_pays("conv2d", "im2col", 196, 512)  # cells enough
+    assert not lowering._transposed_pays("conv2d", "im2col", 49, 128)
+    assert not lowering._transposed_pays("conv2d", "batched", 49, 512)
+    assert not lowering._transposed_pays("conv2d_backward_data", "im2col", 49, 512)
+    monkeypatch.setattr(blas_select, "choice",
+                        lambda: blas_select.BlasChoice("openblas", "test"))
+    assert not lowering._transposed_pays("conv2d", "im2col", 49, 512)
+
+
 def test_blas_threads_are_set_per_thread_and_restored():
     # the guard the split GEMMs run under: -1 where the library in use has no such call
     previous = blas_table.local_threads(1)
