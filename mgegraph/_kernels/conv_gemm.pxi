@@ -76,7 +76,7 @@ cdef inline void forward_rows(const floating* src, const floating* w, const floa
         shifted_rows(src, w, y, rows, o0, o1, t, s)
     elif s.transposed:
         # y^T[:, o0:o1] = col^T w[o0:o1]^T into the slot after the im2col matrix (src), then
-        # rows o0.. of y: the shape some BLAS runs faster when cells are few (transposed_pays)
+        # rows o0.. of y: a shape MKL runs faster on few cells (lowering/conv.py, _transposed_pays)
         yt = <floating*>src + kdim * npix
         gemm_ld(True, True, npix, o1 - o0, kdim, src, npix, w + o0 * kdim, kdim, yt + o0, ocg,
                 False)
