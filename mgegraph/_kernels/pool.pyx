@@ -200,6 +200,35 @@ cdef void max_2x2(const floating* x, Py_ssize_t w, floating* y, Py_ssize_t n) no
         y[o] = max4(x[2 * o], x[2 * o + 1], x[w + 2 * o], x[w + 2 * o + 1])
 
 
+# -- 3x3 windows, stride 2 (ResNet's stem pooling) ---------------------------------------------------
+# As max_2x2: each row's three cells folded in order, then the rows in order. `b if b > a else a`
+# keeps the first of equal values, and that fold is associative, so this is the row-major scan of
+# window_max (the same -0.0 or 0.0), bitwise, with NaN flagged beside it.
+cdef inline floating max3(floating a, floating b, floating c) noexcept nogil:
+    a = b if b > a else a
+    return c if c > a else a
+
+
+cdef inline bint nan3(floating a, floating b, floating c) noexcept nogil:
+    return (a != a) | (b != b) | (c != c)
+
+
+cdef void max_3x3_s2(const floating* x, Py_ssize_t w, floating* y, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t o
+    cdef floating a, b
+    cdef const floating* r1 = x + w
+    cdef const floating* r2 = x + 2 * w
+    for o in range(n):
+        a = max3(x[2 * o], x[2 * o + 1], x[2 * o + 2])
+        b = max3(r1[2 * o], r1[2 * o + 1], r1[2 * o + 2])
+        a = b if b > a else a
+        b = max3(r2[2 * o], r2[2 * o + 1], r2[2 * o + 2])
+        a = b if b > a else a
+        y[o] = NAN if (nan3(x[2 * o], x[2 * o + 1], x[2 * o + 2])
+                       | nan3(r1[2 * o], r1[2 * o + 1], r1[2 * o + 2])
+                       | nan3(r2[2 * o], r2[2 * o + 1], r2[2 * o + 2])) else a
+
+
 cdef enum:
     CHUNK = 64  # windows per pass of row_argmax; its scratch lives on the stack
 
@@ -285,6 +314,8 @@ cdef inline void row_interior(RowOp op, const floating* x, const floating* h, fl
     cdef bint two = nr == 2 and nc == 2 and stride == 2
     if op == R_MAX and two:
         max_2x2(x, w, pout, n)
+    elif op == R_MAX and nr == 3 and nc == 3 and stride == 2:
+        max_3x3_s2(x, w, pout, n)
     elif op == R_MAX_BACKWARD or op == R_SELECT:  # specialised per chunk instead
         row_argmax(op == R_SELECT, x, h, dx, pin, pout, w, n, nr, nc, stride, overwrite)
     elif nr == 2 and nc == 2 and stride == 2:

@@ -666,6 +666,17 @@ def test_max_pool2d_backward_sends_nan_windows_to_the_first_nan():
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("first", [0.0, -0.0])
+def test_max_pool2d_3x3_stride_2_keeps_the_first_of_equal_zeros(dtype, first):
+    # the window's row-major scan keeps its first maximum: +0.0 and -0.0 are equal, so which
+    # one a window gives is the one met first (row 0's last cell before row 1's first)
+    x = np.full((1, 1, 5, 9), -1, dtype)
+    x[0, 0, 1, 5], x[0, 0, 2, 3] = first, -first  # window (1, 2): rows 1-3, columns 3-5
+    out = run(lambda v: F.max_pool2d(v, 3, 2, 1), x)
+    assert out[0, 0, 1, 2] == 0 and np.signbit(out[0, 0, 1, 2]) == np.signbit(first)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("xs,kernel,stride,padding", [
     ((2, 2, 6, 8), 2, 2, 0), ((1, 2, 9, 9), 3, 3, 0), ((1, 2, 9, 8), 3, 2, 1),
     ((1, 2, 7, 7), 3, 1, 1), ((1, 1, 5, 130), 2, 1, 0), ((1, 1, 6, 6), 5, 1, 2)])
