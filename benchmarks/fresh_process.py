@@ -90,9 +90,9 @@ def child(impl: str, workload: str, threads: int, runs: int) -> float | str:
     return json.loads(done.stdout.strip().splitlines()[-1])["seconds"]
 
 
-def table(results: dict, chosen: list[str], threads: list[int]) -> list[str]:
-    lines = [f"{'workload':20} {'threads':>7} {'implementation':14} {'median ms':>10} "
-             f"{'x torch':>8}"]
+def table(results: dict, skipped: dict, chosen: list[str], threads: list[int]) -> list[str]:
+    lines = [(f"{'workload':20} {'threads':>7} {'implementation':14} {'median ms':>10} "
+              f"{'x torch':>8}")]
     for workload in chosen:
         impls = WORKLOADS[workload]
         for t in threads:
@@ -101,7 +101,7 @@ def table(results: dict, chosen: list[str], threads: list[int]) -> list[str]:
             for impl in impls:
                 got = medians.get(impl)
                 if got is None:
-                    why = results.get((workload, impl, t, "why"), "not run")
+                    why = skipped.get((workload, impl, t), "not run")
                     lines.append(f"{workload:20} {t:>7} {impl:14} {'skipped':>10}  {why}")
                     continue
                 ratio = f"{got / medians['torch']:.2f}" if "torch" in medians else "-"
@@ -124,17 +124,18 @@ def main(argv=None) -> int:
         return 0
     chosen = [w for w in WORKLOADS if not args.workloads
               or any(w.startswith(p) for p in args.workloads)]
-    results: dict = {}
+    results: dict = {}  # (workload, implementation, threads) -> each round's seconds
+    skipped: dict = {}  # (workload, implementation, threads) -> why it could not run
     for _ in range(args.rounds):
         for workload in chosen:
             for t in args.threads:
                 for impl in WORKLOADS[workload]:
                     got = child(impl, workload, t, args.runs)
                     if isinstance(got, str):
-                        results[workload, impl, t, "why"] = got
+                        skipped[workload, impl, t] = got
                     else:
                         results.setdefault((workload, impl, t), []).append(got)
-    print("\n".join(table(results, chosen, args.threads)))
+    print("\n".join(table(results, skipped, chosen, args.threads)))
     return 0
 
 

@@ -23,9 +23,9 @@ def _wait_policy() -> str | None:
 
 
 # read when libgomp loads, i.e. at the imports below; a policy or spin count the user set wins
-if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-    if (_policy := _wait_policy()) is not None:
-        os.environ["OMP_WAIT_POLICY"] = _policy
+if ("OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ
+        and (_policy := _wait_policy()) is not None):
+    os.environ["OMP_WAIT_POLICY"] = _policy
 
 from . import conv, elementwise, fused, linalg, movement, nn, pool, reduce  # noqa: E402
 

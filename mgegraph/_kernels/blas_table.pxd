@@ -20,8 +20,6 @@ cdef void dgemv(char* trans, int* m, int* n, double* alpha, double* a, int* lda,
 # library without such a call.
 cdef int blas_one_thread() noexcept nogil
 cdef void blas_restore_threads(int token) noexcept nogil
-# The library's raw per-thread setter, returning the previous count, or -1 without one (tests).
-cdef int blas_local_threads(int n) noexcept nogil
 
 # Whether the GEMM kernels (linalg.pyx) split each GEMM among the plan's OpenMP threads, calling
 # the BLAS on one thread in each part: so for OpenBLAS, whose own pthread pool would otherwise

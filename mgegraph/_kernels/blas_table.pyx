@@ -109,6 +109,8 @@ cdef void blas_restore_threads(int token) noexcept nogil:
         _local_threads(token)
 
 
+# the library's raw per-thread setter, returning the previous count, or -1 without one: for
+# local_threads (tests); the kernels take blas_one_thread instead
 cdef int blas_local_threads(int n) noexcept nogil:
     if _local_threads == NULL:
         return -1

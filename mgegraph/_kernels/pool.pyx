@@ -200,7 +200,7 @@ cdef void max_2x2(const floating* x, Py_ssize_t w, floating* y, Py_ssize_t n) no
         y[o] = max4(x[2 * o], x[2 * o + 1], x[w + 2 * o], x[w + 2 * o + 1])
 
 
-# -- 3x3 windows, stride 2 (ResNet's stem pooling) ---------------------------------------------------
+# -- 3x3 windows, stride 2 (ResNet's stem pooling) ------------------------------------------------
 # As max_2x2: each row's three cells folded in order, then the rows in order. `b if b > a else a`
 # keeps the first of equal values, and that fold is associative, so this is the row-major scan of
 # window_max (the same -0.0 or 0.0), bitwise, with NaN flagged beside it.

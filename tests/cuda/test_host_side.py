@@ -80,7 +80,8 @@ def test_an_empty_nvrtc_log_leaves_the_interpreters_shared_bytes_alone():
     # once seen: reading an empty log into b" " * 1 wrote NUL into CPython's cached b" "
     # (a subprocess, so a regression cannot break the other tests)
     code = ("from mgegraph.cuda.nvrtc import nvrtc_compile\n"
-            "c = nvrtc_compile('__global__ void k() {}', 'k.cu', ['--gpu-architecture=compute_80'])\n"
+            "c = nvrtc_compile('__global__ void k() {}', 'k.cu',\n"
+            "                  ['--gpu-architecture=compute_80'])\n"
             "assert c.log.strip() == '', c.log\n"
             "assert b' '[0] == 32 and ' '.encode()[0] == 32, b' '\n")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,10 +1,14 @@
 """The BLAS as a measured choice: OpenBLAS always, MKL where installed and faster; the same
 numbers (within float rounding) whichever runs, and a cache that cannot go wrong silently."""
 import json
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
 
 import mgegraph as mg
 from mgegraph._kernels import blas_select, blas_table
@@ -136,13 +140,11 @@ def test_expected_name_is_what_the_cached_measurement_will_choose(tmp_path, monk
 
 
 def _policy_in_a_fresh_process(**env) -> str:
-    import os
-    import subprocess
-    import sys
     base = {k: v for k, v in os.environ.items()
             if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "MGEGRAPH_BLAS")}
-    done = subprocess.run([sys.executable, "-c", "import os, mgegraph._kernels; "
-                           "print(os.environ.get('OMP_WAIT_POLICY', 'libgomp default'))"],
+    code = ("import os, mgegraph._kernels; "
+            "print(os.environ.get('OMP_WAIT_POLICY', 'libgomp default'))")
+    done = subprocess.run([sys.executable, "-c", code],
                           env={**base, **env}, capture_output=True, text=True, timeout=120,
                           check=True)
     return done.stdout.strip()
@@ -167,7 +169,6 @@ def test_idle_threads_spin_a_while_when_mkl_shares_their_pool():
 
 # -- OpenBLAS: GEMMs split among the plan's threads, one single-threaded BLAS call each ----------
 def test_openblas_gemms_are_split_by_the_plan_and_give_the_same_bits_on_one_core_or_two():
-    from threadpoolctl import threadpool_limits
     blas_select.select("openblas")
     if not blas_table.splits_gemms():
         pytest.skip("this OpenBLAS has no per-thread thread count: its own pool runs the GEMMs")
@@ -194,7 +195,6 @@ def test_openblas_gemms_are_split_by_the_plan_and_give_the_same_bits_on_one_core
 def test_a_split_gemm_gives_the_callers_blas_thread_count_back():
     # SciPy's OpenBLAS keeps its "per-thread" count for the whole process: the parts must not
     # leave it at the 1 they ran with (every later GEMM outside the plan would run on one core)
-    from threadpoolctl import threadpool_limits
     blas_select.select("openblas")
     if not blas_table.splits_gemms():
         pytest.skip("this OpenBLAS has no per-thread thread count")

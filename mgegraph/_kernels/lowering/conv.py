@@ -5,8 +5,8 @@ from __future__ import annotations
 from ...backend import Launch
 from ...ops.conv import conv_geometry
 from ...ops.registry import FLOAT_DTYPES
+from .. import blas_select, parallel
 from .. import conv as K
-from .. import parallel
 from .layout import pack
 from .matmul import check_blas_dims
 
@@ -169,9 +169,8 @@ TRANSPOSED_MAX_CELLS, TRANSPOSED_MIN_CHANNELS = 64, 256
 def _transposed_pays(op, path, cells, ocg) -> bool:
     """Whether conv2d's im2col GEMM should give y^T (cells x channels), then transpose: a rule
     fitted to measurements, for the BLAS in use."""
-    from ..blas_select import choice
     return (op == "conv2d" and path == "im2col" and cells <= TRANSPOSED_MAX_CELLS
-            and ocg >= TRANSPOSED_MIN_CHANNELS and choice().name == "mkl")
+            and ocg >= TRANSPOSED_MIN_CHANNELS and blas_select.choice().name == "mkl")
 
 
 def _isa() -> str:
