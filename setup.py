@@ -19,12 +19,9 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 DEBUG = os.environ.get("MGEGRAPH_DEBUG_KERNELS") == "1"
-COMPILE_ARGS = ["-O0", "-g"] if DEBUG else ["-O3", "-fno-math-errno", "-fno-trapping-math",
-                                           "-finline-limit=5000"]
 ASAN = os.environ.get("MGEGRAPH_ASAN") == "1"
 ASAN_ARGS = ["-fsanitize=address", "-fno-omit-frame-pointer", "-O1", "-g"] if ASAN else []
-# (the last -O wins, so ASan's -O1 after the -O3 above: fast enough, and exact line numbers)
-COMPILE_ARGS = COMPILE_ARGS + ASAN_ARGS
+# (the last -O wins, so ASan's -O1 after the -O3: fast enough, and exact line numbers)
 
 ONLY = set(filter(None, os.environ.get("MGEGRAPH_BUILD_ONLY", "").split(",")))
 KERNELS = Path("mgegraph/_kernels")
@@ -46,17 +43,13 @@ def _render_elementwise_ops() -> None:
 
 
 _render_elementwise_ops()
+FLAGS = _load("_mgegraph_build_flags", KERNELS / "build_flags.py")  # shared with fused_jit.py
+COMPILE_ARGS = (FLAGS.DEBUG if DEBUG else FLAGS.OPTIMISE) + ASAN_ARGS
 
-# The fused elementwise kernel is one source built three times, for any CPU and for AVX2 and
-# AVX-512 (512-bit vectors: GCC otherwise keeps to 256), and _kernels/__init__.py imports the
-# widest build the CPU runs. No FP contraction, so every build gives bitwise the same results.
+# The fused elementwise kernel is one source built three times (see build_flags.py).
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 FUSED_BUILDS = ("fused", "fused_avx2", "fused_avx512") if X86 else ("fused",)
-# elementwise.pyx runs the same loops as the fused builds and must agree with them bitwise too.
-TARGET = {"elementwise": ["-ffp-contract=off"], "fused": ["-ffp-contract=off"],
-          "fused_avx2": ["-mavx2", "-mfma", "-ffp-contract=off"],
-          "fused_avx512": ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mfma",
-                           "-mprefer-vector-width=512", "-ffp-contract=off"]}
+TARGET = FLAGS.TARGET
 OPENMP = set()
 # parallel.pyx holds the thread policy and the parallel loop of the other kernels (issue 19)
 OPENMP_OPTIONAL = set(FUSED_BUILDS) | {"conv", "parallel"}  # one thread without OpenMP

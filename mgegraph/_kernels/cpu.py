@@ -23,7 +23,7 @@ from ..plan import (
 )
 from ..planner.passes.prologue import PLACEHOLDER, epoch, versions, written
 from ..tools import profiler
-from . import KERNEL_MODULES, blas_select, fused, lowering
+from . import KERNEL_MODULES, blas_select, fused, fused_jit, lowering
 from .binding import OutputPool, binding_groups, overlaps_any, readable_in_place
 from .launch import Launcher
 from .runtime import POISON_BYTES, POISON_FLOAT32, POISON_FLOAT64, Executor, kernel_error
@@ -76,6 +76,12 @@ def backend() -> CpuBackend:
     return CpuBackend()
 
 
+def _kernel(backend: CpuBackend, ins) -> int:
+    """The address the executor calls for ``ins``: a body generated for its program where it is
+    a large fused one (fused_jit.py), else the kernel its name resolves to."""
+    return fused_jit.kernel_for(ins.kernel, ins.ints) or backend.kernel_by_name(ins.kernel)
+
+
 class CpuExecutable:
     """A plan's memory on the CPU and the executor that runs it: made once per plan.
 
@@ -106,7 +112,7 @@ class CpuExecutable:
         self.plan = plan
         arena = backend.allocate(plan.memory.arena_bytes, plan.memory.options.alignment)
         buffers = host_buffers(plan, arena)
-        kernels = [backend.kernel_by_name(ins.kernel) for ins in plan.instructions]
+        kernels = [_kernel(backend, ins) for ins in plan.instructions]
         poison = _poison_list(plan, buffers) if plan.memory.options.poison else []
         self.executor = Executor(
             kernels,

@@ -38,7 +38,7 @@
 # bitwise. (Software prefetch of the inputs a few blocks ahead, into L1 or L2, measured no
 # better than the hardware's prefetchers on fusion-chain and was left out.)
 
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 from libc.stdlib cimport malloc, free
 from cython cimport floating
 from cython.parallel cimport parallel, prange, threadid
@@ -353,36 +353,114 @@ cdef int read_program(Program* p, const Call* c) noexcept nogil:
     return check_code(p)
 
 
-cdef inline int fused_impl(const Call* c, floating* tag) noexcept nogil:
-    # tag (always NULL) only selects the specialisation
+# -- one block through a generated body ---------------------------------------------------------
+# fused_jit.py compiles one loop per program (the whole expression per element, in registers) and
+# calls drive_f32 / drive_f64 with it; the inputs and outputs are resolved here, per block, as
+# eval_block resolves them: an input laid out like the output is read in place, others are filled
+# or gathered into their own register; each output is written into its own register (so it never
+# aliases an input inside the loop, which then vectorises without checks) and copied out, with
+# non-temporal stores when streaming.
+ctypedef void (*body_f32)(const float** ins, float** outs, const double* floats,
+                          Py_ssize_t n) noexcept nogil
+ctypedef void (*body_f64)(const double** ins, double** outs, const double* floats,
+                          Py_ssize_t n) noexcept nogil
+
+
+cdef void eval_block_body(const Program* p, const Call* c, Py_ssize_t start, Py_ssize_t n,
+                          floating* home, void* body) noexcept nogil:
+    cdef const floating* ins[MAX_INPUTS]
+    cdef floating* outs[64]
+    cdef Py_ssize_t i, e
+    cdef const floating* src
+    cdef floating* d
+    cdef floating v
+    for i in range(p.n_in):
+        src = <const floating*>c.bufs[i]
+        if p.contiguous[i]:
+            ins[i] = src + start
+            continue
+        d = home + i * p.block
+        if p.scalar[i]:
+            v = src[0]
+            for e in range(n):
+                d[e] = v
+        else:
+            gather(p, src, i, start, n, d)
+        ins[i] = d
+    for i in range(p.n_out):
+        outs[i] = home + (p.n_in + i) * p.block
+    if floating is float:
+        (<body_f32>body)(ins, outs, p.floats, n)
+    else:
+        (<body_f64>body)(ins, outs, p.floats, n)
+    for i in range(p.n_out):
+        d = (<floating*>c.bufs[p.n_in + i]) + start
+        if p.stream:
+            mg_stream_copy(<char*>d, <const char*>outs[i], <size_t>n * sizeof(floating))
+        else:
+            memcpy(d, outs[i], <size_t>n * sizeof(floating))
+
+
+cdef inline void eval_any(const Program* p, const Call* c, Py_ssize_t start, Py_ssize_t n,
+                          floating* home, void* body) noexcept nogil:
+    if body == NULL:
+        eval_block(p, c, start, n, home)
+    else:
+        eval_block_body(p, c, start, n, home, body)
+
+
+cdef inline bint body_fits(const Program* p, void* body, const Py_ssize_t* steps,
+                           Py_ssize_t n_steps) noexcept nogil:
+    # a generated body runs a call only when the call's steps are the ones it was generated
+    # from (so a body never meets a program it does not compute) and the workspace holds a
+    # register for every input and output
+    return (body != NULL and n_steps == p.n_code * 5 and p.n_regs >= p.n_in + p.n_out
+            and memcmp(<const void*>p.code, <const void*>steps,
+                       <size_t>n_steps * sizeof(Py_ssize_t)) == 0)
+
+
+cdef inline int fused_impl(const Call* c, floating* tag, void* body, const Py_ssize_t* steps,
+                           Py_ssize_t n_steps) noexcept nogil:
+    # tag (always NULL) only selects the specialisation; body: a generated body for the
+    # program of ``steps`` (NULL: interpret the steps)
     cdef Program p
     cdef int status = read_program(&p, c)
     cdef Py_ssize_t b, nblocks
     cdef floating* ws
     if status != KERNEL_OK:
         return status
+    if not body_fits(&p, body, steps, n_steps):
+        body = NULL
     ws = <floating*>c.bufs[p.n_in + p.n_out]
     nblocks = (p.size + p.block - 1) // p.block
     if p.threads == 1 or nblocks < 2 or _forked:
         for b in range(nblocks):
-            eval_block(&p, c, b * p.block, min(p.block, p.size - b * p.block), ws)
+            eval_any(&p, c, b * p.block, min(p.block, p.size - b * p.block), ws, body)
         mg_store_fence()
         return KERNEL_OK
     with parallel(num_threads=p.threads):
         for b in prange(nblocks, schedule="static"):
-            eval_block(&p, c, b * p.block, min(p.block, p.size - b * p.block),
-                       ws + threadid() * p.n_regs * p.block)
+            eval_any(&p, c, b * p.block, min(p.block, p.size - b * p.block),
+                     ws + threadid() * p.n_regs * p.block, body)
         mg_store_fence()  # each thread's own non-temporal stores
     return KERNEL_OK
 
 
 cdef int fused_f32(const Call* c) noexcept nogil:
-    return fused_impl(c, <float*>NULL)
+    return fused_impl(c, <float*>NULL, NULL, NULL, 0)
 cdef int fused_f64(const Call* c) noexcept nogil:
-    return fused_impl(c, <double*>NULL)
+    return fused_impl(c, <double*>NULL, NULL, NULL, 0)
+cdef int drive_f32(const Call* c, void* body, const Py_ssize_t* steps,
+                   Py_ssize_t n_steps) noexcept nogil:
+    return fused_impl(c, <float*>NULL, body, steps, n_steps)
+cdef int drive_f64(const Call* c, void* body, const Py_ssize_t* steps,
+                   Py_ssize_t n_steps) noexcept nogil:
+    return fused_impl(c, <double*>NULL, body, steps, n_steps)
 
 
 KERNELS = {"fused_f32": kernel_address(fused_f32), "fused_f64": kernel_address(fused_f64)}
+# kernel name -> the address of its driver for generated bodies (fused_jit.py)
+DRIVERS = {"fused_f32": <Py_ssize_t>drive_f32, "fused_f64": <Py_ssize_t>drive_f64}
 
 
 def cpu_has(str isa) -> bool:
@@ -405,15 +483,16 @@ def max_threads() -> int:
     return 1 if _forked else mg_fused_max_threads()
 
 
-def call_kernel(str name, list arrays, ints, floats) -> int:
-    """Call kernel ``name`` on NumPy arrays (inputs, outputs, workspace); returns its status.
+def call_kernel(name, list arrays, ints, floats) -> int:
+    """Call kernel ``name`` (or the kernel at address ``name``, such as a generated one of
+    fused_jit.py) on NumPy arrays (inputs, outputs, workspace); returns its status.
 
     For tests and benchmarks only: the executor builds its Calls itself.
 
     >>> call_kernel("fused_f32", [x, out, ws], ints, floats)  # doctest: +SKIP
     0
     """
-    cdef kernel_fn f = <kernel_fn><Py_ssize_t>KERNELS[name]
+    cdef kernel_fn f = <kernel_fn><Py_ssize_t>(KERNELS[name] if isinstance(name, str) else name)
     cdef Py_ssize_t n_bufs = len(arrays), n_ints = len(ints), n_floats = len(floats), i
     cdef char** bufs = <char**>malloc(max(n_bufs, 1) * sizeof(char*))
     cdef Py_ssize_t* ip = <Py_ssize_t*>malloc(max(n_ints, 1) * sizeof(Py_ssize_t))

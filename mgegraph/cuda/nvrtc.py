@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import CSRC
-from .cache import DiskCache, key
+from .cache import DiskCache, default_dir, key
 from .errors import CompileError, DeviceUnavailableError
 
 BASE_OPTIONS = ("-std=c++17",)
@@ -141,7 +141,7 @@ class Compiler:
     def __init__(self, arch: str, cache: DiskCache | None = None):
         if not re.fullmatch(r"(sm|compute)_\d+a?", arch):
             raise ValueError(f"arch must be like 'sm_90', got {arch!r}")
-        self.arch, self.cache = arch, cache if cache is not None else DiskCache()
+        self.arch, self.cache = arch, cache if cache is not None else DiskCache(default_dir())
         self.version = version()
         self.headers = headers()
         self.compiled = 0

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +39,27 @@ PARALLEL_WORK = 2_500_000
 # 8-12% faster at 1 and at 2 threads (paired runs), the same bits.
 DEFAULT_LLC_BYTES = 32 << 20  # where /sys does not say
 STEPS = ("load", "const", "store", "where")  # the kernel's own steps, beside the table's ops
+# Which programs get a generated body (_kernels/fused_jit.py), by MGEGRAPH_CPU_JIT: "auto" (the
+# default) those of at least JIT_MIN_ELEMENTS output elements, "all" every one, "off" none. Below
+# that size the interpreter's passes stay in L1 and a run is short: fusion-chain at 4M elements
+# saves ~5.6 ms a run at 1 thread (~1.3 ns an element), so a 3 s build pays back after some
+# 8,000 runs at this size, fewer above it. Only a program that gets one has the registers for it
+# in its workspace, so a small program's memory is as before.
+JIT_ENV = "MGEGRAPH_CPU_JIT"
+JIT_MIN_ELEMENTS = 1 << 18
+
+
+def jit_policy() -> str:
+    value = os.environ.get(JIT_ENV, "auto").strip().lower()
+    if value in ("0", "off", "false", "no"):
+        return "off"
+    return "all" if value in ("all", "1", "always") else "auto"
+
+
+def wants_body(size: int) -> bool:
+    """Whether a program of ``size`` output elements gets a generated body."""
+    policy = jit_policy()
+    return policy == "all" or policy == "auto" and size >= JIT_MIN_ELEMENTS
 
 
 def allocate_registers(ssa_code) -> tuple[list, int]:
@@ -107,9 +130,10 @@ def _block_size(n_regs: int, itemsize: int, size: int, budget: int = REGISTER_BY
 
 
 def encode(program: Program, threads: int | None = None, block: int | None = None,
-           stream: bool | None = None) -> tuple[tuple, tuple, int]:
+           stream: bool | None = None, body: bool | None = None) -> tuple[tuple, tuple, int]:
     """(ints, floats, workspace bytes) for the kernel ``fused_f32`` or ``fused_f64``;
-    ``stream`` defaults to ``streams(program)``.
+    ``stream`` defaults to ``streams(program)``, ``body`` (room in the workspace for a
+    generated body's registers) to ``wants_body``.
 
     >>> ints, floats, ws = encode(Program([(8,)], (8,), "float32",
     ...                                   [("load", 0, 0), ("neg", 1, 0), ("store", 0, 1)]))
@@ -131,12 +155,51 @@ def encode(program: Program, threads: int | None = None, block: int | None = Non
                   ndim=len(shape)), *shape]
     for s in merged[1:]:
         ints.extend(s)
+    # the block is sized for the interpreter's registers; for a generated body (fused_jit.py) the
+    # workspace also holds one register per input and output, which it resolves them into
+    if body if body is not None else wants_body(size):
+        n_regs = max(n_regs, len(program.input_shapes) + program.n_outputs)
     ints += pack(K.RUN_FIELDS, block=block, threads=threads, n_regs=n_regs, n_code=len(code),
                  n_floats=len(program.constants), stream=int(stream))
     for op, dst, a, b, c in code:
         ints += pack(K.STEP_FIELDS, op=K.OPCODES[op], dst=dst, a=a, b=b, c=c)
     return tuple(ints), tuple(float(v) for v in program.constants), \
         threads * n_regs * block * itemsize
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """What a fused kernel's ints say, read back: the generated bodies are made from it."""
+
+    n_in: int
+    n_out: int
+    size: int              # output elements
+    n_regs: int
+    steps: tuple[int, ...]  # the Step structs, flat (5 ints each)
+
+    def code(self) -> list[tuple]:
+        """The steps as (op name, dst, a, b, c)."""
+        names = {v: k for k, v in K.OPCODES.items()}
+        s = self.steps
+        return [(names[s[k]], *s[k + 1:k + 5]) for k in range(0, len(s), 5)]
+
+
+def decode(ints) -> Encoded:
+    """The inverse of ``encode``'s layout (Head, shape, strides, Run, Steps).
+
+    >>> decode(encode(Program([(8,)], (8,), "float32",
+    ...                       [("load", 0, 0), ("neg", 1, 0), ("store", 0, 1)]))[0]).code()
+    [('load', 0, 0, 0, 0), ('neg', 1, 0, 0, 0), ('store', 0, 1, 0, 0)]
+    """
+    head = dict(zip(K.HEAD_FIELDS, ints))
+    ndim, n_in = head["ndim"], head["n_in"]
+    at = len(K.HEAD_FIELDS)
+    size = math.prod(ints[at:at + ndim])
+    at += ndim + n_in * ndim
+    run = dict(zip(K.RUN_FIELDS, ints[at:]))
+    at += len(K.RUN_FIELDS)
+    steps = tuple(ints[at:at + len(K.STEP_FIELDS) * run["n_code"]])
+    return Encoded(n_in, head["n_out"], size, run["n_regs"], steps)
 
 
 def _work_per_element(code) -> float:
@@ -148,8 +211,9 @@ def kernel_name(dtype) -> str:
 
 
 def run(program: Program, inputs, threads: int | None = None, block: int | None = None,
-        outputs=None, stream: bool | None = None) -> list:
-    """Run the program through the compiled kernel (tests and benchmarks; plans use encode).
+        outputs=None, stream: bool | None = None, kernel=None) -> list:
+    """Run the program through the compiled kernel (tests and benchmarks; plans use encode);
+    ``kernel``: the address of another kernel taking the same parameters (a generated one).
 
     >>> run(Program([(2,)], (2,), "float64", [("load", 0, 0), ("square", 1, 0),
     ...                                        ("store", 0, 1)]), [np.array([2.0, 3.0])])
@@ -161,7 +225,8 @@ def run(program: Program, inputs, threads: int | None = None, block: int | None 
     if outputs is None:
         outputs = [np.empty(program.output_shape, dtype) for _ in range(program.n_outputs)]
     workspace = np.empty(max(ws, 1), np.uint8)
-    status = K.call_kernel(kernel_name(dtype), xs + list(outputs) + [workspace], ints, floats)
+    status = K.call_kernel(kernel or kernel_name(dtype), xs + list(outputs) + [workspace],
+                           ints, floats)
     if status:
         raise RuntimeError(f"fused kernel failed with status {status}")
     return list(outputs)

@@ -1,0 +1,16 @@
+"""The C compiler flags of the kernels: setup.py loads this file by path at build time, and
+fused_jit.py builds each generated fused body with the flags of the fused build it runs beside,
+so that the two give bitwise the same results. Imports nothing.
+"""
+# every kernel module, unless built for debugging
+OPTIMISE = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-finline-limit=5000"]
+DEBUG = ["-O0", "-g"]
+
+# Per module, beside OPTIMISE. The fused kernel is one source built three times, for any CPU and
+# for AVX2 and AVX-512 (512-bit vectors: GCC otherwise keeps to 256); _kernels/__init__.py
+# imports the widest build the CPU runs. No FP contraction anywhere here, so every build, the
+# unfused loops of elementwise.pyx and every generated body agree bitwise.
+TARGET = {"elementwise": ["-ffp-contract=off"], "fused": ["-ffp-contract=off"],
+          "fused_avx2": ["-mavx2", "-mfma", "-ffp-contract=off"],
+          "fused_avx512": ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mfma",
+                           "-mprefer-vector-width=512", "-ffp-contract=off"]}
