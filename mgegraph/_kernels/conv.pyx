@@ -42,7 +42,7 @@ cdef enum ConvPath:
     C_DIRECT,   # a 1x1, stride-1, unpadded convolution: the input is its own im2col matrix
     C_IM2COL,   # im2col, then one GEMM per (image, group)
     C_SHIFTED,  # stride-1, undilated conv2d (forward only): one GEMM per tap
-    C_BLOCKED,  # float32 at stride 1, conv2d and backward data: register-blocked row tiles
+    C_BLOCKED,  # float32 register-blocked row tiles: conv2d at stride 1 or 2, backward data at 1
     C_GATHER,   # float32, conv2d (any stride) and backward data at stride 1: gather tiles
     C_BATCHED,  # conv2d without groups: every image's im2col in one matrix, one GEMM
     C_WINOGRAD,  # conv2d without groups, 3x3 at stride 1: Winograd F(2x2, 3x3), 16 GEMMs

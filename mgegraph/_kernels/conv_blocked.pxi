@@ -25,7 +25,7 @@ from cython.parallel cimport prange, threadid
 cdef extern from "conv_tile.h":
     ctypedef void (*conv_tile_fn)(const float* x, Py_ssize_t cstride, const Py_ssize_t* offs,
                                   Py_ssize_t ntaps, Py_ssize_t nc, const float* w, float* y,
-                                  Py_ssize_t ldy, Py_ssize_t nrows) noexcept nogil
+                                  Py_ssize_t ldy, Py_ssize_t nrows, int accumulate) noexcept nogil
     ctypedef void (*conv_gather_fn)(const float* const* px, Py_ssize_t cstride,
                                     const Py_ssize_t* offs, Py_ssize_t ntaps, Py_ssize_t nc,
                                     const float* w, float* y, Py_ssize_t ldy,
@@ -57,7 +57,7 @@ cdef inline int run_threads(const Conv* s) noexcept nogil:
 
 BLOCKED_ISAS = {"base": 0, "avx2": 1, "avx512": 2}
 cdef enum:
-    BLOCKED_MAX_TAPS = 64    # tap offsets live on the stack; larger kernels take another path
+    BLOCKED_MAX_TAPS = 64    # the tap tables of Blocked; larger kernels take another path
     BLOCKED_MAX_COLS = 1024  # so do backward filter's column offsets (one per output column)
     OUT_CELLS = 64      # the gather path's results are transposed out by blocks of cells
     OUT_CHANNELS = 8    # and of channels, a block per thread at a time
@@ -76,12 +76,22 @@ def blocked_isas():
 
 ctypedef struct Blocked:
     Py_ssize_t nc, no, h, w, ph, pw    # channels per group in and out; the input plane; padding
-    Py_ssize_t hp, wp, oh, ow, sh, sw  # the padded plane; the output; stride
+    Py_ssize_t hp, wp, oh, ow, sh, sw  # the padded plane (a phase's at stride 2); output; stride
     Py_ssize_t kh, kw, dh, dw, taps
     Py_ssize_t pack, ldy               # packed weight block rows; the result's leading dimension
     Py_ssize_t ncols                   # rows path: result cells, rows of wp (gather: oh * ow)
     Py_ssize_t npacked, npadded, nres  # workspace areas, elements (npadded, nres per slot)
     bint flip, gather                  # flip: backward data's weights; gather: the gather tiles
+    # Taps in the order the tiles sum them: offs[t] (from a cell to its input in the plane) and
+    # order[t] (the weight's tap index), by phases: 1, or 4 for the rows path at stride 2, whose
+    # padded plane is split by (row, column) parity into four planes of half the size, read at
+    # stride 1 (a tap (i, j) reads phase (i % 2, j % 2) at (i // 2, j // 2)). Phase a's taps are
+    # [pstart[a], pstart[a] + ptaps[a]); plane: the elements of one channel's (phase) plane.
+    Py_ssize_t phases, plane
+    Py_ssize_t pstart[4]
+    Py_ssize_t ptaps[4]
+    Py_ssize_t offs[BLOCKED_MAX_TAPS]
+    Py_ssize_t order[BLOCKED_MAX_TAPS]
 
 
 cdef inline Py_ssize_t round_up(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
@@ -93,10 +103,26 @@ cdef inline Py_ssize_t gather_rows(Py_ssize_t no) noexcept nogil:
     return round_up(no, 16) + 32
 
 
+cdef inline void tap_tables(Blocked* b) noexcept nogil:
+    # b.offs, b.order, b.pstart and b.ptaps (see Blocked)
+    cdef Py_ssize_t a, i, j, t = 0
+    for a in range(b.phases):
+        b.pstart[a] = t
+        for i in range(b.kh):
+            for j in range(b.kw):
+                if b.phases == 4 and (i % 2 != a // 2 or j % 2 != a % 2):
+                    continue
+                b.order[t] = i * b.kw + j
+                b.offs[t] = (i // 2 * b.wp + j // 2 if b.phases == 4
+                             else i * b.dh * b.wp + j * b.dw)
+                t += 1
+        b.ptaps[a] = t - b.pstart[a]
+
+
 cdef inline Blocked blocked_of(Py_ssize_t nc, Py_ssize_t no, Py_ssize_t h, Py_ssize_t w,
                                Py_ssize_t ph, Py_ssize_t pw, const Conv* s) noexcept nogil:
-    # the rows path at stride 1 (result rows of wp cells, ldy of them with the slack), or the
-    # gather path at any stride (a result row per output cell, ldy channels long)
+    # the rows path at stride 1, or 2 undilated (result rows of wp cells, ldy of them with the
+    # slack), or the gather path at any stride (a result row per output cell, ldy channels long)
     cdef Blocked b
     b.nc, b.no, b.h, b.w, b.ph, b.pw = nc, no, h, w, ph, pw
     b.kh, b.kw, b.dh, b.dw, b.taps = s.kh, s.kw, s.dh, s.dw, s.kh * s.kw
@@ -104,11 +130,17 @@ cdef inline Blocked blocked_of(Py_ssize_t nc, Py_ssize_t no, Py_ssize_t h, Py_ss
     b.oh = (b.hp - s.dh * (s.kh - 1) - 1) // s.sh + 1
     b.ow = (b.wp - s.dw * (s.kw - 1) - 1) // s.sw + 1
     b.gather, b.flip = s.path == C_GATHER, False
+    b.phases = 4 if not b.gather and s.sh == 2 and s.sw == 2 and s.dh == 1 and s.dw == 1 else 1
+    if b.phases == 4:
+        b.hp, b.wp = (b.hp + 1) // 2, (b.wp + 1) // 2
+    b.plane = b.hp * b.wp
+    if b.taps <= BLOCKED_MAX_TAPS:
+        tap_tables(&b)
     # the gather tiles' packed blocks are tile.ch wide, known at run time (tile_for): size for
     # the widest rounding
     b.pack = b.ldy = gather_rows(no) if b.gather else CONV_PACK
     b.npacked = s.groups * round_up(no, b.pack) * nc * b.taps
-    b.npadded = nc * b.hp * b.wp
+    b.npadded = b.phases * nc * b.plane
     if b.gather:
         b.ncols = b.oh * b.ow
         b.nres = (b.ncols + CONV_PIX_MAX) * b.ldy  # a tile of any width may run past
@@ -159,43 +191,65 @@ cdef inline Py_ssize_t blocked_elems(const Conv* s, int op) noexcept nogil:
 
 cdef inline void pack_blocks(const float* w, float* packed, const Blocked* b,
                              const Conv* s) noexcept nogil:
-    # packed[g, blk, k, t, r] = the weight of output row blk * pack + r, input k, tap t, 0 past
-    # the last row. Forward: w[g, row, k, t]; backward data: w[g, k, row, flipped t].
-    cdef Py_ssize_t g, o, k, t, ng = s.cout // s.groups, cg = s.cin // s.groups
+    # packed[g, blk, phase, k, t, r] = the weight of output row blk * pack + r, input k, the
+    # phase's tap t, 0 past the last row. Forward: w[g, row, k, tap]; backward data:
+    # w[g, k, row, flipped tap].
+    cdef Py_ssize_t g, o, k, a, t, tap, ng = s.cout // s.groups, cg = s.cin // s.groups
     cdef Py_ssize_t rows = round_up(b.no, b.pack)
     cdef float* blk
     for g in range(s.groups):
         for o in range(rows):
             blk = packed + (g * rows + o - o % b.pack) * b.nc * b.taps + o % b.pack
-            for k in range(b.nc):
-                for t in range(b.taps):
-                    if o >= b.no:
-                        blk[0] = 0
-                    elif b.flip:
-                        blk[0] = w[((g * ng + k) * cg + o) * b.taps + b.taps - 1 - t]
-                    else:
-                        blk[0] = w[((g * ng + o) * cg + k) * b.taps + t]
-                    blk += b.pack
+            for a in range(b.phases):
+                for k in range(b.nc):
+                    for t in range(b.pstart[a], b.pstart[a] + b.ptaps[a]):
+                        tap = b.order[t]
+                        if o >= b.no:
+                            blk[0] = 0
+                        elif b.flip:
+                            blk[0] = w[((g * ng + k) * cg + o) * b.taps + b.taps - 1 - tap]
+                        else:
+                            blk[0] = w[((g * ng + o) * cg + k) * b.taps + tap]
+                        blk += b.pack
 
 
 cdef inline void pad_image(const float* x, float* padded, const Blocked* b) noexcept nogil:
-    # the interior of nc padded planes; the borders and the slack are zeroed once per call
-    cdef Py_ssize_t c, r
+    # the interior of nc padded planes (by phases: see Blocked); the borders and the slack are
+    # zeroed once per call
+    cdef Py_ssize_t c, r, i, pr
+    cdef const float* src
+    cdef float* even
+    cdef float* odd
+    if b.phases == 1:
+        for c in range(b.nc):
+            for r in range(b.h):
+                memcpy(padded + (c * b.hp + r + b.ph) * b.wp + b.pw, x + (c * b.h + r) * b.w,
+                       <size_t>b.w * sizeof(float))
+        return
     for c in range(b.nc):
         for r in range(b.h):
-            memcpy(padded + (c * b.hp + r + b.ph) * b.wp + b.pw, x + (c * b.h + r) * b.w,
-                   <size_t>b.w * sizeof(float))
+            pr, src = r + b.ph, x + (c * b.h + r) * b.w
+            # input column i is padded column i + pw: phase column (i + pw) % 2, at (i + pw) // 2
+            even = padded + ((pr % 2 * 2 + b.pw % 2) * b.nc + c) * b.plane + pr // 2 * b.wp \
+                + b.pw // 2
+            odd = padded + ((pr % 2 * 2 + (b.pw + 1) % 2) * b.nc + c) * b.plane \
+                + pr // 2 * b.wp + (b.pw + 1) // 2
+            for i in range((b.w + 1) // 2):
+                even[i] = src[2 * i]
+            for i in range(b.w // 2):
+                odd[i] = src[2 * i + 1]
 
 
 cdef inline void tiles(const float* padded, const float* packed, float* rows, Py_ssize_t q,
-                       const Py_ssize_t* offs, conv_tile tile, const Blocked* b) noexcept nogil:
-    # the result cells [q, q + tile.cols) of every output channel
-    cdef Py_ssize_t k, o, ldw = b.nc * b.taps * CONV_PACK
+                       conv_tile tile, const Blocked* b) noexcept nogil:
+    # the result cells [q, q + tile.cols) of every output channel, summed phase by phase
+    cdef Py_ssize_t k, o, a, ldw = b.nc * b.taps * CONV_PACK
     for k in range((b.no + tile.rows - 1) // tile.rows):
         o = k * tile.rows
-        tile.fn(padded + q, b.hp * b.wp, offs, b.taps, b.nc,
-                packed + o // CONV_PACK * ldw + o % CONV_PACK, rows + o * b.ldy + q, b.ldy,
-                b.no - o)
+        for a in range(b.phases):
+            tile.fn(padded + a * b.nc * b.plane + q, b.plane, b.offs + b.pstart[a], b.ptaps[a],
+                    b.nc, packed + o // CONV_PACK * ldw + b.pstart[a] * b.nc * CONV_PACK
+                    + o % CONV_PACK, rows + o * b.ldy + q, b.ldy, b.no - o, a > 0)
 
 
 cdef inline void rows_out(const float* rows, float* y, const float* bias, bint relu,
@@ -229,8 +283,8 @@ cdef inline conv_tile tile_for(int isa, Blocked* b) noexcept nogil:
 
 
 cdef inline void gather_tiles(const float* padded, const float* packed, float* cells,
-                              Py_ssize_t first, Py_ssize_t last, const Py_ssize_t* offs,
-                              conv_tile tile, const Blocked* b) noexcept nogil:
+                              Py_ssize_t first, Py_ssize_t last, conv_tile tile,
+                              const Blocked* b) noexcept nogil:
     # result rows of the cells in tiles [first, last): every output channel of tile.pix cells
     # (a tile past the last cell repeats it; its rows are scratch). NOTE: splitting the sum into
     # chunks of input channels whose packed weights stay in L2 across cell tiles measured slower
@@ -242,7 +296,7 @@ cdef inline void gather_tiles(const float* padded, const float* packed, float* c
             cell = min(i * tile.pix + p, b.ncols - 1)
             px[p] = padded + cell // b.ow * b.sh * b.wp + cell % b.ow * b.sw
         for o in range((b.no + tile.ch - 1) // tile.ch):
-            tile.gather(px, b.hp * b.wp, offs, b.taps, b.nc, packed + o * ldw,
+            tile.gather(px, b.plane, b.offs, b.taps, b.nc, packed + o * ldw,
                         cells + i * tile.pix * b.ldy + o * tile.ch, b.ldy, 0)
 
 
@@ -277,37 +331,35 @@ cdef inline void results_out(const float* res, float* y, const float* bias, bint
 
 
 cdef inline void image_tiles(const float* padded, const float* packed, float* res,
-                             const Py_ssize_t* offs, conv_tile tile, const Blocked* b,
-                             int nt) noexcept nogil:
+                             conv_tile tile, const Blocked* b, int nt) noexcept nogil:
     # every tile of one image and group; nt > 1 threads share them
     cdef Py_ssize_t q, ntiles
     if b.gather:
         ntiles = (b.ncols + tile.pix - 1) // tile.pix
         if nt > 1:
             for q in prange(ntiles, num_threads=nt, schedule="static"):
-                gather_tiles(padded, packed, res, q, q + 1, offs, tile, b)
+                gather_tiles(padded, packed, res, q, q + 1, tile, b)
         else:
-            gather_tiles(padded, packed, res, 0, ntiles, offs, tile, b)
+            gather_tiles(padded, packed, res, 0, ntiles, tile, b)
         return
     ntiles = (b.ncols + tile.cols - 1) // tile.cols
     if nt > 1:
         for q in prange(ntiles, num_threads=nt, schedule="static"):
-            tiles(padded, packed, res, q * tile.cols, offs, tile, b)
+            tiles(padded, packed, res, q * tile.cols, tile, b)
     else:
         for q in range(ntiles):
-            tiles(padded, packed, res, q * tile.cols, offs, tile, b)
+            tiles(padded, packed, res, q * tile.cols, tile, b)
 
 
 cdef inline void blocked_image(const float* x, const float* packed, float* y, const float* bias,
-                               bint relu, float* padded, float* res, const Py_ssize_t* offs,
-                               conv_tile tile, const Blocked* b, const Conv* s,
-                               int nt) noexcept nogil:
+                               bint relu, float* padded, float* res, conv_tile tile,
+                               const Blocked* b, const Conv* s, int nt) noexcept nogil:
     # one image, every group; nt > 1 threads share its tiles
     cdef Py_ssize_t g, o
     cdef const float* bg
     for g in range(s.groups):
         pad_image(x + g * b.nc * b.h * b.w, padded, b)
-        image_tiles(padded, packed, res, offs, tile, b, nt)
+        image_tiles(padded, packed, res, tile, b, nt)
         bg = bias + g * b.no if bias != NULL else NULL
         if nt > 1:  # the threads that shared the tiles share the copy out, by channels
             for o in prange(ceil_div(b.no, OUT_CHANNELS), num_threads=nt, schedule="static"):
@@ -322,17 +374,15 @@ cdef inline int blocked_call(const float* x, const float* w, const float* bias, 
                              float* y, float* ws, Blocked* b, const Conv* s) noexcept nogil:
     # x: (batch, nc * groups, h, w) -> y: (batch, no * groups, oh, ow), by the path's layout
     # (b: the geometry, whose gather packing the tile fixes)
-    cdef Py_ssize_t offs[BLOCKED_MAX_TAPS]
-    cdef Py_ssize_t i, j, n, slot = b.npadded + b.nres
+    cdef Py_ssize_t n, slot = b.npadded + b.nres
     cdef Py_ssize_t xs = b.nc * s.groups * b.h * b.w, ys = b.no * s.groups * b.oh * b.ow
     cdef float* area = ws + b.npacked
     cdef int k, nt = run_threads(s)
     if not conv_tile_isa_ok(<int>s.isa) or b.taps > BLOCKED_MAX_TAPS:
         return KERNEL_UNSUPPORTED
+    if not b.gather and (b.sh != 1 or b.sw != 1) and (b.phases != 4 or b.flip):
+        return KERNEL_UNSUPPORTED  # the rows path runs stride 1, and stride 2 forward
     cdef conv_tile tile = tile_for(<int>s.isa, b)
-    for i in range(b.kh):
-        for j in range(b.kw):
-            offs[i * b.kw + j] = i * b.dh * b.wp + j * b.dw
     pack_blocks(w, ws, b, s)
     for k in range(blocked_slots(s)):
         memset(area + k * slot, 0, <size_t>b.npadded * sizeof(float))
@@ -340,10 +390,10 @@ cdef inline int blocked_call(const float* x, const float* w, const float* bias, 
         for n in prange(s.batch, num_threads=nt, schedule="static"):
             k = threadid()
             blocked_image(x + n * xs, ws, y + n * ys, bias, relu, area + k * slot,
-                          area + k * slot + b.npadded, offs, tile, b, s, 1)
+                          area + k * slot + b.npadded, tile, b, s, 1)
     else:
         for n in range(s.batch):
-            blocked_image(x + n * xs, ws, y + n * ys, bias, relu, area, area + b.npadded, offs,
+            blocked_image(x + n * xs, ws, y + n * ys, bias, relu, area, area + b.npadded,
                           tile, b, s, nt)
     return KERNEL_OK
 

@@ -8,6 +8,8 @@
  * does ROWS * COLS / VW fused multiply-adds per COLS / VW + ROWS loads and never touches the
  * output. That is oneDNN's and MLAS's register blocking; the tile shapes fill the register file
  * (AVX-512: 8 x 3 zmm accumulators of 32; AVX2: 4 x 3 of 16 ymm; baseline SSE2: 4 x 2 of 16).
+ * With accumulate, the sum starts from y's tile instead of zero (stride 2 sums its four phases
+ * in turn, conv_blocked.pxi).
  *
  * One source, built once per instruction set through GCC's target attribute (vector extension
  * types, so no intrinsics) and picked at run time by conv_tile_isa(). Packed weights come in
@@ -22,14 +24,16 @@
 
 typedef void (*conv_tile_fn)(const float* x, ptrdiff_t cstride, const ptrdiff_t* offs,
                              ptrdiff_t ntaps, ptrdiff_t nc, const float* w, float* y,
-                             ptrdiff_t ldy, ptrdiff_t nrows);
+                             ptrdiff_t ldy, ptrdiff_t nrows, int accumulate);
 
 #define CONV_TILE_BODY(VW, ROWS, NV)                                                         \
     typedef float vec __attribute__((vector_size(VW * 4)));                                  \
     typedef float uvec __attribute__((vector_size(VW * 4), aligned(4)));                     \
     vec acc[ROWS][NV];                                                                       \
     _Pragma("GCC unroll 8") for (int r = 0; r < ROWS; r++)                                   \
-        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] = (vec){0};           \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                 \
+            acc[r][v] = accumulate && r < nrows ? *(const uvec*)(y + r * ldy + v * VW)       \
+                                                : (vec){0};                                  \
     for (ptrdiff_t c = 0; c < nc; c++) {                                                     \
         const float* xc = x + c * cstride;                                                   \
         for (ptrdiff_t t = 0; t < ntaps; t++, w += CONV_PACK) {                              \
@@ -49,7 +53,7 @@ typedef void (*conv_tile_fn)(const float* x, ptrdiff_t cstride, const ptrdiff_t*
 
 #define CONV_TILE_ARGS                                                                       \
     const float* x, ptrdiff_t cstride, const ptrdiff_t* offs, ptrdiff_t ntaps, ptrdiff_t nc, \
-    const float* w, float* y, ptrdiff_t ldy, ptrdiff_t nrows
+    const float* w, float* y, ptrdiff_t ldy, ptrdiff_t nrows, int accumulate
 
 static void conv_tile_base(CONV_TILE_ARGS) { CONV_TILE_BODY(4, 4, 2) }
 

@@ -8,6 +8,7 @@ from test_conv import backward_data_ref, backward_filter_ref, conv_attrs, conv_r
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph._kernels import conv as K
+from mgegraph.backend import Launch, get_backend
 from mgegraph._kernels.lowering import conv as lowering
 from mgegraph.ops import conv as C
 from mgegraph.testing import gradcheck
@@ -64,8 +65,12 @@ FORWARD_CASES = [
     ((1, 3, 11, 11), (7, 3, 3, 3), 1, 2, 2, 1),     # dilation
     ((2, 6, 9, 8), (10, 3, 3, 3), 1, 1, 1, 2),      # groups
     ((2, 4, 6, 5), (4, 1, 3, 3), 1, 1, 1, 4),       # depthwise
-    ((2, 6, 9, 8), (10, 3, 3, 3), 2, 1, 1, 2),      # stride 2 (gather only), groups
+    ((2, 6, 9, 8), (10, 3, 3, 3), 2, 1, 1, 2),      # stride 2 (rows: four phases), groups
     ((1, 3, 15, 13), (9, 3, 7, 7), 2, 3, 1, 1),     # a ResNet stem: 7x7, stride 2
+    ((2, 5, 10, 7), (9, 5, 3, 3), 2, 0, 1, 1),      # stride 2 unpadded, odd and even sides
+    ((1, 2, 9, 9), (8, 2, 4, 4), 2, 1, 1, 1),       # stride 2, an even kernel
+    ((1, 4, 8, 8), (6, 4, 1, 1), 2, 0, 1, 1),       # stride 2 1x1: three phases without taps
+    ((1, 3, 16, 17), (70, 3, 5, 5), 2, 2, 1, 1),    # stride 2, 70 channels: a part-filled tile
     ((2, 4, 9, 10), (5, 4, 3, 2), (2, 3), (1, 0), (1, 2), 1),
     ((0, 3, 5, 5), (4, 3, 3, 3), 1, 1, 1, 1),       # empty batch
     ((2, 3, 1, 40), (17, 3, 1, 3), 1, (0, 1), 1, 1),  # one row, many tiles
@@ -194,13 +199,18 @@ def tiled_workspace(path, xs, ws, stride, padding, dilation, groups, threads=1):
         rows = up(ocg, 16) + 32  # the widest rounding of any gather tile's channels
         packed, padded, res = rows * cg * kh * kw, cg * hp * wp, (oh * ow + 12) * rows
     else:
+        phases = 4 if (sh, sw) == (2, 2) and (dh, dw) == (1, 1) else 1
+        if phases == 4:  # four planes of the padded image's (row, column) parities
+            hp, wp = -(-hp // 2), -(-wp // 2)
         ncols = (oh - 1) * wp + ow
-        packed, padded, res = up(ocg, 8) * cg * kh * kw, cg * hp * wp + 48, ocg * up(ncols, 48)
+        packed, padded = up(ocg, 8) * cg * kh * kw, phases * cg * hp * wp + 48
+        res = ocg * up(ncols, 48)
     slots = threads if xs[0] >= threads else 1
     return 4 * (groups * packed + slots * (padded + res))
 
 
-@pytest.mark.parametrize("xs,ws,stride,padding,dilation,groups", FORWARD_CASES[:8])
+@pytest.mark.parametrize("xs,ws,stride,padding,dilation,groups",
+                         FORWARD_CASES[:8] + FORWARD_CASES[9:15])
 def test_tiled_workspace_size(tiled, xs, ws, stride, padding, dilation, groups):
     plan, ins = compile_op(lambda a, b: F.conv2d(a, b, stride=stride, padding=padding,
                                                  dilation=dilation, groups=groups), [xs, ws])
@@ -226,7 +236,10 @@ def test_strided_backward_data_keeps_the_gemm_paths():
     assert applies("conv2d_backward_data", "float32", (3, 3), (2, 2), (1, 1), (1, 1)) == ()
     # padding beyond d (k - 1) would need a cropped output gradient
     assert applies("conv2d_backward_data", "float32", (3, 3), (1, 1), (3, 1), (1, 1)) == ()
-    assert applies("conv2d", "float32", (3, 3), (2, 2), (1, 1), (1, 1)) == ("gather",)
+    # row tiles forward at stride 1, and 2 undilated (by phases); gather tiles at any stride
+    assert applies("conv2d", "float32", (3, 3), (2, 2), (1, 1), (1, 1)) == ("blocked", "gather")
+    assert applies("conv2d", "float32", (3, 3), (2, 2), (1, 1), (2, 2)) == ("gather",)
+    assert applies("conv2d", "float32", (3, 3), (3, 3), (1, 1), (1, 1)) == ("gather",)
     assert applies("conv2d", "float32", (9, 9), (1, 1), (4, 4), (1, 1)) == ()  # 81 taps
 
 
@@ -258,8 +271,9 @@ def test_tiled_gradients(tiled, stride, padding):
     c = g.const(np.random.default_rng(0).standard_normal(y.shape).astype(np.float32))
     plan = mg.compile(mg.grad(F.sum(y * c), [a, k]))
     ops = {i.op: i.ints[FIELD["path"]] for i in plan.instructions if i.op.startswith("conv")}
-    # the row tiles need stride 1; the gather tiles take both passes with weights
-    assert (ops["conv2d"] == K.CONV_PATHS[tiled[0]]) == (stride == 1 or tiled[0] == "gather")
+    # the forward pass takes either tiles at stride 1 and 2 (the row tiles by phases there);
+    # the gather tiles take both passes with weights
+    assert ops["conv2d"] == K.CONV_PATHS[tiled[0]]
     assert (ops["conv2d_backward_filter"] == K.CONV_PATHS["gather"]) == (tiled[0] == "gather")
     got = plan.run({"a": x.astype(np.float32), "k": w.astype(np.float32)})
     # gradcheck differentiates sum(fn * c) for its own c; take it from the same seed
@@ -284,7 +298,11 @@ def test_optimized_plan_matches_unoptimized_through_the_tiles(tiled):
     ("conv2d", (32, 16, 32, 32), (64, 16, 3, 3), {"padding": 1}, "blocked"),
     ("conv2d_backward_data", (32, 64, 16, 16), (128, 64, 3, 3), {"padding": 1}, "winograd"),
     ("conv2d_backward_data", (32, 64, 16, 16), (16, 64, 3, 3), {"padding": 1}, "blocked"),
-    ("conv2d", (1, 3, 224, 224), (64, 3, 7, 7), {"padding": 3, "stride": 2}, "gather"),  # stem
+    ("conv2d", (1, 3, 224, 224), (64, 3, 7, 7), {"padding": 3, "stride": 2}, "blocked"),  # stem
+    ("conv2d", (8, 3, 64, 64), (64, 3, 7, 7), {"padding": 3, "stride": 2}, "blocked"),
+    ("conv2d", (1, 3, 28, 28), (64, 3, 7, 7), {"padding": 3, "stride": 2}, "gather"),  # 14x14
+    ("conv2d", (1, 64, 56, 56), (128, 64, 3, 3), {"padding": 1, "stride": 2}, "blocked"),
+    ("conv2d", (1, 128, 28, 28), (256, 128, 3, 3), {"padding": 1, "stride": 2}, "im2col"),
     ("conv2d", (8, 512, 2, 2), (512, 512, 3, 3), {"padding": 1}, "batched"),   # 2x2 plane
     ("conv2d", (8, 256, 8, 8), (512, 256, 3, 3), {"padding": 1, "stride": 2}, "batched"),
     ("conv2d", (1, 512, 2, 2), (512, 512, 3, 3), {"padding": 1}, "im2col"),    # one image
@@ -313,3 +331,37 @@ def test_default_rule_picks_the_measured_path(op, xs, ws, kw, path):
               "conv2d_backward_filter": [xs, oshape]}[op]
     _, ins = compile_op(build, shapes, memory=None)
     assert ins.ints[FIELD["path"]] == K.CONV_PATHS[path]
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_stride_two_row_tiles_give_the_same_bits_on_one_and_two_threads(monkeypatch, batch):
+    monkeypatch.setattr(lowering, "_tiled_path", lambda paths, *a: "blocked")
+    xs, ws = (batch, 5, 21, 18), (19, 5, 5, 5)
+    x, w = RNG.standard_normal(xs).astype(np.float32), RNG.standard_normal(ws).astype(np.float32)
+    outs = []
+    for threads in (1, 2):
+        monkeypatch.setattr(lowering, "_threads", lambda batch, flops, n=threads: n)
+        plan, ins = compile_op(lambda a, b: F.conv2d(a, b, stride=2, padding=2), [xs, ws])
+        assert ins.ints[FIELD["path"]] == K.CONV_PATHS["blocked"]
+        outs.append(run_twice(plan, x, w))
+    np.testing.assert_array_equal(outs[0], outs[1])
+    check(outs[1], conv_ref(x, w, None, 2, 2, 1, 1).astype(np.float32))
+
+
+@pytest.mark.parametrize("attrs", [{"stride": 3}, {"stride": 2, "dilation": 2}])
+def test_row_tiles_refuse_a_stride_they_do_not_run(monkeypatch, attrs):
+    # a parameter block naming the row tiles where they do not apply (as a hostile file could)
+    # is refused by the kernel, not computed at the wrong stride
+    monkeypatch.setattr(lowering, "_tiled_path", lambda paths, *a: "gather")
+    g = mg.Graph()
+    x, w = g.input("x", (1, 3, 12, 12), np.float32), g.input("w", (8, 3, 3, 3), np.float32)
+    node = F.conv2d(x, w, padding=1, **attrs).node
+    cpu = get_backend("cpu")
+    launch = cpu.impl("conv2d").lower(node)
+    ints = list(launch.ints)
+    ints[FIELD["path"]] = K.CONV_PATHS["blocked"]
+    bufs = (np.zeros((1, 3, 12, 12), np.float32), np.zeros((8, 3, 3, 3), np.float32),
+            np.zeros(node.outputs[0].shape, np.float32), np.zeros(1 << 20, np.uint8))
+    status = cpu.launcher(cpu.kernel("conv2d", np.float32), Launch(tuple(ints), launch.floats,
+                                                                   1 << 20), 2, False)(bufs)
+    assert status != 0

@@ -36,7 +36,8 @@ def _shifted_pays(cg, ocg, col_bytes) -> bool:
 def _tiles_apply(op, dtype, kernel, stride, padding, dilation, out_cols=1) -> tuple:
     """The tiled paths that compute this op: float32 only, kernels of up to MAX_TAPS taps;
     backward data at stride 1 with a padding d (k - 1) - p that is not negative; the row tiles
-    at stride 1; backward filter on the gather tiles, up to MAX_COLS output columns."""
+    at stride 1, and conv2d's at stride 2 undilated; backward filter on the gather tiles, up to
+    MAX_COLS output columns."""
     if dtype != "float32" or kernel[0] * kernel[1] > K.MAX_TAPS:
         return ()
     if op == "conv2d_backward_filter":
@@ -44,10 +45,11 @@ def _tiles_apply(op, dtype, kernel, stride, padding, dilation, out_cols=1) -> tu
     if op == "conv2d_backward_data" and (stride != (1, 1) or any(
             p > d * (k - 1) for p, d, k in zip(padding, dilation, kernel))):
         return ()
-    return ("blocked", "gather") if stride == (1, 1) else ("gather",)
+    rows = stride == (1, 1) or (op == "conv2d" and stride == (2, 2) and dilation == (1, 1))
+    return ("blocked", "gather") if rows else ("gather",)
 
 
-def _tiled_path(paths, op, kernel, groups_dims, plane) -> str | None:
+def _tiled_path(paths, op, kernel, groups_dims, plane, stride=(1, 1)) -> str | None:
     """Which of the tiled ``paths`` is expected to beat the GEMM paths, if any: a rule fitted to
     measurements. ``plane`` is the output's (oh, ow).
 
@@ -70,14 +72,20 @@ def _tiled_path(paths, op, kernel, groups_dims, plane) -> str | None:
       1.12 at 32 -> 64, 1.07 / 1.31 at 64 -> 128, 1.63 / 1.82 at 3 -> 32).
     - grouped convolutions with fewer than 8 output channels per group (depthwise) were not
       measured and keep the GEMM paths: most of a tile's rows would be padding.
+    - row tiles at stride 2 (conv2d; the input split into four phase planes, each summed at
+      stride 1), measured alike, against the paths chosen before them (wall time, 1 / 2 threads,
+      ms): the ResNet-224 stem 2.84 / 1.78 against gather tiles 3.37 / 2.64, ResNet-64's (batch
+      8) 1.96-2.31 / 1.20 against 2.02-2.08 / 1.57; 64 -> 128 from 56x56 1.26 / 1.07 against
+      im2col 1.47 / 1.16. To 14x14 and smaller the GEMM paths stay faster (128 -> 256: 1.55 /
+      1.49 against 1.42 / 1.05; 256 -> 512 to 7x7: 3.1 against 1.5).
     """
     cg, ocg = groups_dims
     cells = plane[0] * plane[1]
     if kernel == (1, 1) or op == "conv2d_backward_filter" or ocg < 8:
         return None
-    if "blocked" in paths and cells >= 256 and cg > 3:
+    if "blocked" in paths and cells >= 256 and (cg > 3 or stride == (2, 2)):
         return "blocked"
-    stem = "blocked" not in paths and cg * kernel[0] * kernel[1] <= 256
+    stem = stride != (1, 1) and cg * kernel[0] * kernel[1] <= 256
     tiny = op == "conv2d_backward_data" and cells <= 4
     if "gather" in paths and (tiny or stem):
         return "gather"
@@ -146,7 +154,7 @@ def _conv_path(op, dtype, kernel, stride, padding, dilation, groups_dims, col_by
             else _winograd_pays(cg, ocg, plane, batch)):
         return "winograd"
     tiled = _tiled_path(_tiles_apply(op, dtype, kernel, stride, padding, dilation, plane[1]),
-                        op, kernel, groups_dims, plane)
+                        op, kernel, groups_dims, plane, stride)
     if tiled is not None:
         return tiled
     if op == "conv2d" and groups == 1 and _batched_pays(batch, plane, cg * kernel[0] * kernel[1]):
