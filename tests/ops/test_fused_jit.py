@@ -1,6 +1,8 @@
 """Generated fused bodies (_kernels/fused_jit.py): the driver runs a body exactly for the program
 it was made from, every op of the table gives the interpreter's bits through one, plans use them,
 and a machine that cannot build them still runs every plan."""
+import os
+
 import numpy as np
 import pytest
 
@@ -180,3 +182,30 @@ def test_a_cached_library_that_does_not_load_is_dropped(monkeypatch, tmp_path):
     assert J._load(source, K.DRIVERS["fused_f32"]) is None
     assert "cannot load a fused body" in J.unavailable()
     assert not J._cache().path(name).exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX")
+def test_a_forked_child_runs_the_generated_bodies():
+    # the child inherits the loaded library; its fused kernels run on one thread there
+    g = mg.Graph()
+    x = g.input("x", (70000,), "float32")
+    plan = mg.compile([F.tanh(x) * 3.0 - F.exp(-x)])
+    ins = next(i for i in plan.instructions if i.kernel.startswith("fused_"))
+    assert J.kernel_for(ins.kernel, ins.ints) is not None
+    feeds = {"x": RNG.standard_normal(70000).astype(np.float32)}
+    want = plan.run(feeds)[0]
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, never return into pytest
+        try:
+            same = np.array_equal(plan.run(feeds)[0], want)
+        except BaseException:  # noqa: BLE001
+            same = False
+        os.write(write, b"1" if same else b"0")
+        os._exit(0)
+    os.close(write)
+    try:
+        assert os.read(read, 1) == b"1"
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
