@@ -76,12 +76,6 @@ def backend() -> CpuBackend:
     return CpuBackend()
 
 
-def _kernel(backend: CpuBackend, ins) -> int:
-    """The address the executor calls for ``ins``: a body generated for its program where it is
-    a large fused one (fused_jit.py), else the kernel its name resolves to."""
-    return fused_jit.kernel_for(ins.kernel, ins.ints) or backend.kernel_by_name(ins.kernel)
-
-
 class CpuExecutable:
     """A plan's memory on the CPU and the executor that runs it: made once per plan.
 
@@ -102,6 +96,10 @@ class CpuExecutable:
     made and again before a run after one of the weights it reads was written, so
     ``executor.run()`` alone sees the weights as they were at the last ``run``.
 
+    Generated bodies: a large fused instruction runs a loop generated and compiled for its
+    program when the executable is made (``_kernels/fused_jit.py``); ``generated`` holds the
+    indices of those instructions.
+
     Profiling: while an ``mg.profile()`` is active, ``run`` takes the executor's timed loop
     (``run_timed``; a plan with ``check_numerics`` times its one-by-one runs) and hands each
     instruction's start and duration to the active profiles, for a failed or interrupted run
@@ -112,7 +110,11 @@ class CpuExecutable:
         self.plan = plan
         arena = backend.allocate(plan.memory.arena_bytes, plan.memory.options.alignment)
         buffers = host_buffers(plan, arena)
-        kernels = [_kernel(backend, ins) for ins in plan.instructions]
+        generated = [fused_jit.kernel_for(ins.kernel, ins.ints) for ins in plan.instructions]
+        # the instructions that run a body generated for their program (fused_jit.py)
+        self.generated = frozenset(i for i, g in enumerate(generated) if g is not None)
+        kernels = [g or backend.kernel_by_name(ins.kernel)
+                   for g, ins in zip(generated, plan.instructions)]
         poison = _poison_list(plan, buffers) if plan.memory.options.poison else []
         self.executor = Executor(
             kernels,
