@@ -7,6 +7,8 @@ turn the kernel's streaming off (lowering.fused.streams picks it for these 80 Mi
 what non-temporal stores give in the same run. The "one loop" rows time fused_chain_loop.c, the
 chain as a single C loop with the kernel's math (the same bits, checked), built with the system
 C compiler: what the blocked evaluator costs against code generated for this one expression.
+The "generated body" rows run the loop a plan compiles for the chain (_kernels/fused_jit.py)
+through the kernel's driver: the blocks, threads and streaming stores stay the evaluator's.
 """
 import ctypes
 import functools
@@ -19,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mgegraph._kernels import build_flags, fused_jit
 from mgegraph._kernels import fused as K
 from mgegraph._kernels.lowering.fused import encode, kernel_name
 from mgegraph.ops.fused_program import Program
@@ -48,21 +51,20 @@ def _numpy_eager(x, a, b, c):
     return np.maximum(x * a + b, 0) * c - np.tanh(x) / (1 + np.exp(-x))
 
 
-def _fused(threads, stream=None):
+def _fused(threads, stream=None, generated=False):
     program, inputs = _chain(), _inputs()
-    ints, floats, ws = encode(program, threads=threads, stream=stream)
+    ints, floats, ws = encode(program, threads=threads, stream=stream, body=generated)
     out = np.empty(N, np.float32)
     arrays = inputs + [out, np.empty(ws, np.uint8)]
     name = kernel_name(np.float32)
+    if generated:  # the loop a plan compiles for this program (fused_jit.py)
+        name = fused_jit.kernel_for(name, ints)
+        if name is None:
+            pytest.skip(f"no generated body: {fused_jit.unavailable()}")
     np.testing.assert_allclose(  # the kernel computes the chain (checked once, untimed)
         (K.call_kernel(name, arrays, ints, floats), out)[1], _numpy_eager(*inputs),
         rtol=1e-5, atol=1e-5)
     return lambda: K.call_kernel(name, arrays, ints, floats)
-
-
-# the flags of setup.py's widest fused build this CPU runs (no contraction: the kernel's bits)
-LOOP_FLAGS = {"avx512": ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mfma",
-                         "-mprefer-vector-width=512"], "avx2": ["-mavx2", "-mfma"], "baseline": []}
 
 
 @functools.cache
@@ -71,11 +73,11 @@ def _loop_library():
     cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(cc) is None:
         pytest.skip(f"no C compiler ({cc}) to build fused_chain_loop.c")
-    isa = next(i for i in ("avx512", "avx2", "baseline") if K.cpu_has(i))
     out = Path(tempfile.mkdtemp(prefix="mgegraph_bench_")) / "fused_chain_loop.so"
     src = Path(__file__).with_name("fused_chain_loop.c")
-    args = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off", "-fopenmp",
-            "-shared", "-fPIC", *LOOP_FLAGS[isa], str(src), "-o", str(out)]
+    # the flags of the fused build this CPU runs (no contraction: the kernel's bits)
+    flags = build_flags.OPTIMISE + build_flags.TARGET[K.__name__.rsplit(".", 1)[-1]]
+    args = [*flags, "-fopenmp", "-shared", "-fPIC", str(src), "-o", str(out)]
     built = subprocess.run([cc, *args], check=False, capture_output=True, text=True)
     if built.returncode:
         pytest.skip(f"fused_chain_loop.c did not build: {built.stderr[-300:]}")
@@ -110,6 +112,8 @@ IMPLS = {
     "fused 2 threads": lambda: _fused(2),
     "fused 1 thread, plain stores": lambda: _fused(1, stream=False),
     "fused 2 threads, plain stores": lambda: _fused(2, stream=False),
+    "generated body, 1 thread": lambda: _fused(1, generated=True),
+    "generated body, 2 threads": lambda: _fused(2, generated=True),
     "one loop (C), 1 thread": lambda: _one_loop(1),
     "one loop (C), 2 threads": lambda: _one_loop(2),
     "np.copyto 64 MiB": _copy,
