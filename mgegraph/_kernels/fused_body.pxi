@@ -402,7 +402,7 @@ cdef void eval_block_body(const Program* p, const Call* c, Py_ssize_t start, Py_
 
 
 cdef void eval_any(const Program* p, const Call* c, Py_ssize_t start, Py_ssize_t n,
-                          floating* home, void* body) noexcept nogil:
+                   floating* home, void* body) noexcept nogil:
     if body == NULL:
         eval_block(p, c, start, n, home)
     else:
