@@ -26,6 +26,10 @@ def _wait_policy() -> str | None:
 if ("OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ
         and (_policy := _wait_policy()) is not None):
     os.environ["OMP_WAIT_POLICY"] = _policy
+# whether idle threads sleep at once (so that waking one costs tens of microseconds) rather than
+# spin about a millisecond after each parallel kernel: the lowerings size parallel work by it
+THREADS_SLEEP = (os.environ.get("OMP_WAIT_POLICY", "").strip().upper() == "PASSIVE"
+                 or os.environ.get("GOMP_SPINCOUNT", "").strip() == "0")
 
 from . import conv, elementwise, fused, linalg, movement, nn, pool, reduce  # noqa: E402
 

@@ -18,6 +18,7 @@ from ...ops import elementwise_table as TABLE
 from ...ops.fused import program_of
 from ...ops.fused_program import UNARY, Program, reads, to_ssa
 from ...ops.registry import FLOAT_DTYPES
+from .. import THREADS_SLEEP
 from .. import fused as K
 from .elementwise import check_build
 from .layout import broadcast_strides, collapse, contiguous_strides, pack
@@ -30,10 +31,14 @@ REGISTER_BYTES = 48 * 1024    # one thread's registers: inside L2 with room for 
 STREAM_REGISTER_BYTES = 16 * 1024
 MIN_BLOCK, MAX_BLOCK = 256, 4096
 # Work (elements x the table's flops per element of each step, plus one per load and store)
-# below which one thread runs the program: waking a sleeping OpenMP thread (passive wait, see
-# _kernels/__init__.py) costs some 60-90 us on 2 cores here, about this much work. Measured:
-# fusion-chain gains from 2 threads above ~100k elements, a lone add above ~500k.
-PARALLEL_WORK = 2_500_000
+# below which one thread runs the program. Where idle threads sleep (passive wait, see
+# _kernels/__init__.py), waking one costs some 60-90 us on 2 cores here, about this much work:
+# fusion-chain gained from 2 threads above ~100k elements, a lone add above ~500k. Where they
+# spin (libgomp's default, the package's choice beside MKL), a parallel region costs a few us:
+# an add + relu (work 5 an element) of 50k / 100k / 200k float32 took 17.5 / 32.2 / 62.0 us on
+# 1 thread and 13.8 / 23.7 / 46.5 on 2, against 31.3 / 67.7 / 90.1 with the threads sleeping
+# (AMD EPYC, median of 50 calls, best of 5 rounds).
+PARALLEL_WORK = 2_500_000 if THREADS_SLEEP else 250_000
 # A call that moves more bytes than the last-level cache holds streams (fused_body.pxi: stores
 # that skip the cache). Measured on fusion-chain (4M float32, AMD EPYC Zen 4, 2 cores, shared):
 # 8-12% faster at 1 and at 2 threads (paired runs), the same bits.
