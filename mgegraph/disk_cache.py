@@ -27,7 +27,6 @@ import tempfile
 from pathlib import Path
 
 
-
 def cache_dir(kind: str, env: str) -> Path:
     """``$<env>``, else ``$XDG_CACHE_HOME/mgegraph/<kind>``, else ``~/.cache/mgegraph/<kind>``."""
     if os.environ.get(env):
