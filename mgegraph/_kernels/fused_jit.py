@@ -232,7 +232,7 @@ def _build(source: str, module_name: str, tmp: Path, library: Path) -> str | Non
     ]
     for command in steps:
         try:
-            done = subprocess.run(command, capture_output=True, text=True,
+            done = subprocess.run(command, capture_output=True, text=True, check=False,
                                   timeout=BUILD_SECONDS, cwd=tmp)
         except (OSError, subprocess.TimeoutExpired) as error:
             return f"cannot build fused bodies: {command[0]}: {error}"

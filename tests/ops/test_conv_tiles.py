@@ -8,8 +8,8 @@ from test_conv import backward_data_ref, backward_filter_ref, conv_attrs, conv_r
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph._kernels import conv as K
-from mgegraph.backend import Launch, get_backend
 from mgegraph._kernels.lowering import conv as lowering
+from mgegraph.backend import Launch, get_backend
 from mgegraph.ops import conv as C
 from mgegraph.testing import gradcheck
 

@@ -10,8 +10,14 @@ import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph._kernels import fused as K
 from mgegraph._kernels import fused_jit as J
-from mgegraph._kernels.lowering.fused import (JIT_ENV, JIT_MIN_ELEMENTS, decode, encode,
-                                              kernel_name, run)
+from mgegraph._kernels.lowering.fused import (
+    JIT_ENV,
+    JIT_MIN_ELEMENTS,
+    decode,
+    encode,
+    kernel_name,
+    run,
+)
 from mgegraph.ops.fused_program import BINARY, UNARY, Program
 
 pytest.importorskip("Cython", reason="generated bodies are built with Cython")
