@@ -42,6 +42,7 @@ from pathlib import Path
 
 from ..disk_cache import DiskCache, cache_dir, key
 from ..ops import elementwise_table as TABLE
+from ..ops.fused_program import constants
 from . import build_flags, fused
 from .lowering.fused import Encoded, decode, wants_body
 
@@ -89,9 +90,7 @@ def render(encoded: Encoded, ctype: str) -> str:
     """
     code = encoded.code()
     functions = sorted({op for op, *_ in code if op in TABLE.BY_NAME})
-    consts = sorted({a for op, _, a, _, _ in code if op == "const"}
-                    | {x for op, _, _, b, c in code if op in TABLE.BY_NAME
-                       for x in (b, c)[:len(TABLE.BY_NAME[op].params)]})
+    consts = sorted({i for op, _, a, b, c in code for i in constants(op, a, b, c)})
     regs = sorted({dst for op, dst, *_ in code if op != "store"})
     lines = [
         "# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True",
@@ -147,9 +146,8 @@ def _statement(step) -> str:
         return f"out{dst}[e] = r{a}"
     if op == "where":
         return f"r{dst} = r{b} if r{a} != 0 else r{c}"
-    spec = TABLE.BY_NAME[op]
-    if spec.kind == "unary":
-        args = [f"r{a}"] + [f"k{x}" for x in (b, c)[:len(spec.params)]]
+    if TABLE.BY_NAME[op].kind == "unary":
+        args = [f"r{a}"] + [f"k{i}" for i in constants(op, a, b, c)]
     else:  # binary ops, and comparisons (1 or 0 as the register's type)
         args = [f"r{a}", f"r{b}"]
     return f"r{dst} = ew_{op}({', '.join(args)})"

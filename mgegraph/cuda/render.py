@@ -23,7 +23,7 @@ import numpy as np
 
 from ..ir.types import short_name
 from ..ops import elementwise_table as TABLE
-from ..ops.fused_program import BINARY, UNARY, Program, to_ssa
+from ..ops.fused_program import BINARY, UNARY, Program, constants, to_ssa
 
 CTYPES = {"float32": "float", "float64": "double", "int32": "int", "int64": "mg_i64",
           "bool": "mg_bool"}
@@ -191,7 +191,7 @@ def _step(op, dst, a, b, c, k, consts, t, dtype=None) -> str:
     if op == "where":
         return f"const {t} v{dst} = v{a} != 0 ? v{b} : v{c};"
     if op in UNARY:
-        params = [consts[i] for i in (b, c)[:len(TABLE.BY_NAME[op].params)]]
+        params = [consts[i] for i in constants(op, a, b, c)]
         return f"const {t} v{dst} = ew_{op}({', '.join([f'v{a}', *params])});"
     if op in BINARY:  # comparisons give 1 or 0 in the program's dtype
         check = _negative_power_check(op, dtype, f"v{b}") if dtype is not None else ""

@@ -62,6 +62,20 @@ def reads(op, a, b, c) -> tuple:
     raise ValueError(f"op {op!r} cannot be fused")
 
 
+def constants(op, a, b, c) -> tuple:
+    """The constants (indices into the program's) a step reads: const's ``a``, and a unary op's
+    parameters, ``b`` and ``c`` in the order of the table's ``params``.
+
+    >>> constants("clip", 4, 0, 1), constants("exp", 4, 0, 0), constants("const", 3, 0, 0)
+    ((0, 1), (), (3,))
+    """
+    if op == "const":
+        return (a,)
+    if op in UNARY:
+        return (b, c)[:len(TABLE.BY_NAME[op].params)]
+    return ()
+
+
 def to_ssa(code) -> list[tuple]:
     """The steps with each definition of a reused name a fresh value (its step's index).
 
@@ -93,7 +107,7 @@ def _numpy_step(op, values, b, c, k):
     entry = TABLE.BY_NAME[op]
     if entry.kind != "unary":
         return np.asarray(entry.numpy(*values)).astype(np.float64)
-    return entry.numpy(values[0], *[k[i] for i in (b, c)[:len(entry.params)]])
+    return entry.numpy(values[0], *[k[i] for i in constants(op, 0, b, c)])
 
 
 def evaluate_numpy(program: Program, inputs) -> list:
@@ -156,9 +170,7 @@ def check_code(code, n_inputs: int, n_constants: int, n_outputs) -> None:
             raise ValueError(f"{where}: value {dst} is negative or defined twice")
         if op == "load" and not 0 <= a < n_inputs:
             raise ValueError(f"{where}: input {a} of {n_inputs}")
-        n_params = 1 if op == "const" else (
-            len(TABLE.BY_NAME[op].params) if op in UNARY else 0)
-        for i in ((a,) if op == "const" else (b, c))[:n_params]:
+        for i in constants(op, a, b, c):
             if not 0 <= i < n_constants:
                 raise ValueError(f"{where}: constant {i} of {n_constants}")
         defined.add(dst)
