@@ -27,12 +27,17 @@ import tempfile
 from pathlib import Path
 
 
+def cache_root() -> Path:
+    """The package's folder of the user's cache: ``$XDG_CACHE_HOME/mgegraph``, else
+    ``~/.cache/mgegraph`` (the BLAS choice's measurement lives there too)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mgegraph"
+
+
 def cache_dir(kind: str, env: str) -> Path:
     """``$<env>``, else ``$XDG_CACHE_HOME/mgegraph/<kind>``, else ``~/.cache/mgegraph/<kind>``."""
     if os.environ.get(env):
         return Path(os.environ[env])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "mgegraph" / kind
+    return cache_root() / kind
 
 
 def key(source: str, headers: dict[str, str], arch: str, version, options) -> str:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..disk_cache import cache_root
 from ..ir.errors import GraphError
 from . import blas_table
 
@@ -247,8 +248,7 @@ def _cpu_model() -> str:
 
 
 def cache_file() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "mgegraph" / "blas.json"
+    return cache_root() / "blas.json"
 
 
 def _read_cache(path: Path) -> dict:
