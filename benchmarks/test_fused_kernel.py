@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mgegraph._kernels import build_flags, fused_jit
 from mgegraph._kernels import fused as K
+from mgegraph._kernels import fused_jit
 from mgegraph._kernels.lowering.fused import encode, kernel_name
 from mgegraph.ops.fused_program import Program
 
@@ -76,8 +76,7 @@ def _loop_library():
     out = Path(tempfile.mkdtemp(prefix="mgegraph_bench_")) / "fused_chain_loop.so"
     src = Path(__file__).with_name("fused_chain_loop.c")
     # the flags of the fused build this CPU runs (no contraction: the kernel's bits)
-    flags = build_flags.OPTIMISE + build_flags.TARGET[K.__name__.rsplit(".", 1)[-1]]
-    args = [*flags, "-fopenmp", "-shared", "-fPIC", str(src), "-o", str(out)]
+    args = [*fused_jit.compile_flags(), "-fopenmp", "-shared", "-fPIC", str(src), "-o", str(out)]
     built = subprocess.run([cc, *args], check=False, capture_output=True, text=True)
     if built.returncode:
         pytest.skip(f"fused_chain_loop.c did not build: {built.stderr[-300:]}")

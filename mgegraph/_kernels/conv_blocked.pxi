@@ -420,7 +420,7 @@ cdef inline void filter_tiles(const float* padded, const float* packed, float* d
     for p in range(tile.pix):
         pair = min(tile_index * tile.pix + p, last)
         t = pair % b.taps
-        px[p] = (padded + pair // b.taps * b.hp * b.wp + t // b.kw * b.dh * b.wp
+        px[p] = (padded + pair // b.taps * b.plane + t // b.kw * b.dh * b.wp
                  + t % b.kw * b.dw)
     for o in range((b.no + tile.ch - 1) // tile.ch):
         tile.gather(px, s.sh * b.wp, cols, s.ow, s.oh,

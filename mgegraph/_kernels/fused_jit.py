@@ -158,8 +158,14 @@ def _isa() -> str:
     return fused.__name__.rsplit(".", 1)[-1]  # fused, fused_avx2 or fused_avx512
 
 
+def compile_flags() -> list[str]:
+    """The C compiler's flags of the fused build this process runs (build_flags.py), which a
+    body is built with so that it gives the evaluator's bits."""
+    return build_flags.OPTIMISE + build_flags.TARGET[_isa()]
+
+
 def _flags() -> list[str]:
-    return build_flags.OPTIMISE + build_flags.TARGET[_isa()] + ["-fPIC", "-shared"]
+    return compile_flags() + ["-fPIC", "-shared"]
 
 
 def _compiler() -> list[str]:
