@@ -21,6 +21,7 @@ from .planner.memory.verify import checks_enabled, verify_plan
 from .planner.passes.dce import dce
 from .planner.passes.fold import fold
 from .planner.passes.pipeline import optimize as optimize_graph
+from .planner.passes.prepack import prepack
 from .planner.passes.prologue import split as split_prologue
 from .planner.passes.rewrite import rebuild
 from .planner.remat.remat import graph_flops, remat_options, split
@@ -69,10 +70,16 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
         graph, outputs = frozen(graph, outputs)
     graph, outputs, report = optimize_graph(graph, outputs, optimize, check=checks_enabled(),
                                             evaluate=evaluator(device),
-                                            fusion=getattr(backend, "fusion", None))
+                                            fusion=getattr(backend, "fusion", None),
+                                            prepack=getattr(backend, "prepack", None))
     if freeze and report:
         graph, outputs, refold = _fold_weights(graph, outputs, device)
         report.append(("fold_weights", refold))
+        if getattr(backend, "prepack", None) is not None and "prepack" in dict(report):
+            # the weights folded just now are consts: the pass packs them itself
+            repacked = prepack(graph, outputs, backend.prepack)
+            graph, outputs = repacked.graph, repacked.outputs
+            report.append(("prepack_folded", repacked.stats))
     graph, outputs = _before_updates(graph, outputs)
     prologue = None
     if report and getattr(backend, "runs_prologue", False):

@@ -37,6 +37,9 @@ ctypedef struct Conv:
     Py_ssize_t has_bias, path, relu  # path: a ConvPath; relu: the epilogue applies relu (conv2d)
     Py_ssize_t isa, threads  # the blocked path's tiles (BLOCKED_ISAS), the threads it may use
     Py_ssize_t transposed  # im2col's conv2d GEMM gives y^T (cells x channels), then transposes
+    # conv2d_packed: the weights come packed in blocks of this many output channels (the
+    # width of one of the isa's gather tiles; conv_blocked.pxi); 0: conv2d's weights
+    Py_ssize_t packed
 
 cdef enum ConvPath:
     C_DIRECT,   # a 1x1, stride-1, unpadded convolution: the input is its own im2col matrix
@@ -321,6 +324,8 @@ cdef inline void shifted_rows(const floating* x, const floating* packed, floatin
 cdef inline Py_ssize_t workspace_elems(const Conv* s, int op) noexcept nogil:
     cdef Py_ssize_t extra = 0
     cdef Conv backward
+    if s.packed:
+        return packed_elems(s)
     if s.path == C_BLOCKED or s.path == C_GATHER:
         return blocked_elems(s, op)
     if s.path == C_WINOGRAD:
@@ -353,6 +358,10 @@ def workspace_size(ints, op="conv2d"):
 cdef inline int conv2d_impl(const floating* x, const floating* w, const floating* bias,
                             floating* y, floating* ws, const Conv* s) noexcept nogil:
     cdef Blocked b
+    if s.packed:
+        if floating is float and s.path == C_GATHER:
+            return packed_call(x, w, bias, s.relu, y, ws, s)
+        return KERNEL_UNSUPPORTED  # the lowering takes it for float32 on the gather tiles only
     if s.path == C_BLOCKED or s.path == C_GATHER:
         if floating is float:
             b = blocked_forward(s)
@@ -440,8 +449,13 @@ cdef int conv2d_backward_filter_f32(const Call* c) noexcept nogil:
 cdef int conv2d_backward_filter_f64(const Call* c) noexcept nogil:
     return conv2d_backward_call(c, False, <double*>NULL)
 
+cdef int conv2d_pack_weight_f32(const Call* c) noexcept nogil:
+    pack_weight(<const float*>c.bufs[0], <float*>c.bufs[1], <const Conv*>c.ints)
+    return KERNEL_OK
+
 KERNELS = {
     "conv2d_f32": kernel_address(conv2d_f32), "conv2d_f64": kernel_address(conv2d_f64),
+    "conv2d_pack_weight_f32": kernel_address(conv2d_pack_weight_f32),
     "conv2d_backward_data_f32": kernel_address(conv2d_backward_data_f32),
     "conv2d_backward_data_f64": kernel_address(conv2d_backward_data_f64),
     "conv2d_backward_filter_f32": kernel_address(conv2d_backward_filter_f32),

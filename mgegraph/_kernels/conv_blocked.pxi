@@ -74,6 +74,16 @@ def blocked_isas():
                  if conv_tile_isa_ok(v))
 
 
+def gather_channels(isa):
+    """The output channels of the gather tiles of ``isa`` (a BLOCKED_ISAS key): (wide, narrow).
+
+    >>> gather_channels("avx512")
+    (48, 32)
+    """
+    cdef conv_tile t = conv_tile_of(BLOCKED_ISAS[isa])
+    return t.ch, t.narrow_ch
+
+
 ctypedef struct Blocked:
     Py_ssize_t nc, no, h, w, ph, pw    # channels per group in and out; the input plane; padding
     Py_ssize_t hp, wp, oh, ow, sh, sw  # the padded plane (a phase's at stride 2); output; stride
@@ -466,4 +476,93 @@ cdef inline int filter_call(const float* x,   # IN  (batch, cin, h, w)
                     filter_tiles(padded, ws, dwt + g * gres, i, cols, tile, &b, s)
     for g in range(s.groups):
         filter_out(dwt + g * gres, dw + g * b.no * npairs, &b)
+    return KERNEL_OK
+
+
+# -- conv2d on prepacked weights (conv2d_packed) ---------------------------------------------------
+# The weights come packed by conv2d_pack_weight (pack_weight), once per weight change instead of
+# once per call (blocked_call's pack_blocks writes 9 MiB for a 512 x 512 3x3 convolution on every
+# call, more than the convolution's own time), in blocks of s.packed output channels: the width
+# of one of the isa's gather tiles. The tiles run over the cells of the whole batch, every image
+# padded into the workspace, so a batch of small planes fills them (8 images of 2x2 cells make 4
+# tiles of 8 cells rather than 8 half-empty ones). A work item is (cell tile, channel block),
+# channel blocks innermost: a tile's inputs stay in L1 while the weights stream past; the
+# threads share the items. Workspace: the padded batch, then the result rows (a tile past the
+# last cell repeats it: its rows are scratch).
+cdef inline void pack_weight(const float* w, float* packed, const Conv* s) noexcept nogil:
+    # packed[g, blk, k, r] = w[g * ocg + blk * packed + r, k] (k: input channel x tap), 0 past
+    # the group's last output channel
+    cdef Py_ssize_t ocg = s.cout // s.groups, kdim = s.cin // s.groups * s.kh * s.kw
+    cdef Py_ssize_t nb = ceil_div(ocg, s.packed), g, o, k
+    cdef const float* src
+    cdef float* blk
+    for g in range(s.groups):
+        for o in range(nb * s.packed):
+            blk = packed + (g * nb + o // s.packed) * kdim * s.packed + o % s.packed
+            src = w + (g * ocg + o) * kdim
+            for k in range(kdim):
+                blk[k * s.packed] = src[k] if o < ocg else 0
+
+
+cdef inline Py_ssize_t packed_elems(const Conv* s) noexcept nogil:
+    cdef Blocked b = blocked_forward(s)
+    return s.batch * b.npadded + (s.batch * b.ncols + CONV_PIX_MAX) * round_up(b.no, s.packed)
+
+
+cdef inline bint packed_tile(int isa, Py_ssize_t block, conv_tile* t) noexcept nogil:
+    # t: the isa's gather tile whose channels are block wide; False when it has none
+    t[0] = conv_tile_of(isa)
+    if t.ch == block:
+        return True
+    t.gather, t.pix, t.ch = t.narrow, t.narrow_pix, t.narrow_ch
+    return t.ch == block
+
+
+cdef inline void packed_item(const float* padded, const float* packed, float* res,
+                             Py_ssize_t item, Py_ssize_t nblocks, conv_tile tile,
+                             const Blocked* b, Py_ssize_t ncells) noexcept nogil:
+    # work item (tile item // nblocks, channel block item % nblocks); cells run over the batch
+    cdef const float* px[CONV_PIX_MAX]
+    cdef Py_ssize_t p, cell, q, i = item // nblocks, o = item % nblocks
+    for p in range(tile.pix):
+        cell = min(i * tile.pix + p, ncells - 1)
+        q = cell % b.ncols
+        px[p] = padded + cell // b.ncols * b.npadded + q // b.ow * b.sh * b.wp + q % b.ow * b.sw
+    tile.gather(px, b.plane, b.offs, b.taps, b.nc, packed + o * b.nc * b.taps * tile.ch,
+                res + i * tile.pix * b.ldy + o * tile.ch, b.ldy, 0)
+
+
+cdef inline int packed_call(const float* x, const float* packed, const float* bias, bint relu,
+                            float* y, float* ws, const Conv* s) noexcept nogil:
+    # x: (batch, nc, h, w) -> y: (batch, no, oh, ow); no groups
+    cdef Blocked b = blocked_forward(s)
+    cdef conv_tile tile
+    cdef Py_ssize_t n, k, item, nitems, nblocks, nout, ncells = s.batch * b.ncols
+    cdef float* res = ws + s.batch * b.npadded
+    cdef int nt = run_threads(s)
+    if (s.groups != 1 or b.taps > BLOCKED_MAX_TAPS or not conv_tile_isa_ok(<int>s.isa)
+            or not packed_tile(<int>s.isa, s.packed, &tile)):
+        return KERNEL_UNSUPPORTED
+    b.pack, b.ldy = s.packed, round_up(b.no, s.packed)
+    nblocks = b.ldy // s.packed
+    nitems = ceil_div(ncells, tile.pix) * nblocks
+    nout = ceil_div(b.no, OUT_CHANNELS)
+    if nt > 1:
+        for n in prange(s.batch, num_threads=nt, schedule="static"):
+            memset(ws + n * b.npadded, 0, <size_t>b.npadded * sizeof(float))
+            pad_image(x + n * b.nc * b.h * b.w, ws + n * b.npadded, &b)
+        for item in prange(nitems, num_threads=nt, schedule="static"):
+            packed_item(ws, packed, res, item, nblocks, tile, &b, ncells)
+        for k in prange(s.batch * nout, num_threads=nt, schedule="static"):
+            cells_out(res + k // nout * b.ncols * b.ldy, y + k // nout * b.no * b.ncols, bias,
+                      relu, k % nout * OUT_CHANNELS, min(b.no, (k % nout + 1) * OUT_CHANNELS),
+                      &b)
+        return KERNEL_OK
+    memset(ws, 0, <size_t>(s.batch * b.npadded) * sizeof(float))
+    for n in range(s.batch):
+        pad_image(x + n * b.nc * b.h * b.w, ws + n * b.npadded, &b)
+    for item in range(nitems):
+        packed_item(ws, packed, res, item, nblocks, tile, &b, ncells)
+    for n in range(s.batch):
+        cells_out(res + n * b.ncols * b.ldy, y + n * b.no * b.ncols, bias, relu, 0, b.no, &b)
     return KERNEL_OK

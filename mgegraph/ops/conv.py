@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..ir.types import TensorType
 from .matmul import check_activation, same_dtype, through_activation
 from .registry import FLOAT_DTYPES, REQUIRED, OpDef, register, require_dtypes
@@ -204,6 +206,82 @@ register(OpDef("conv2d_backward_data", "matmul", _backward_data_infer,
 register(OpDef("conv2d_backward_filter", "matmul", _backward_filter_infer,
                attrs={**_CONV, "kernel_size": REQUIRED}, grad=_backward_filter_grad,
                flops=lambda node: _conv_flops(node.inputs[1], node.outputs[0])))
+
+
+# -- conv2d on prepacked weights (inference) -----------------------------------------------------
+# A backend whose convolution kernels read the weights in a layout of their own packs them
+# once: the prepack pass (planner/passes/prepack.py) rewrites conv2d(x, w) with a w that reads
+# only weights into conv2d_packed(x, conv2d_pack_weight(w)), and the prologue or constant
+# folding computes the pack once instead of on every run. The packed layout: for each group,
+# blocks of ``block`` output channels (the last zero-padded), each (input channels x taps,
+# block): packed[g, b, c * kh * kw + t, r] = w[g * ocg + b * block + r, c, t].
+def packed_weight_shape(weight_shape, groups, block) -> tuple[int, ...]:
+    """The shape conv2d_pack_weight gives a conv2d weight of ``weight_shape``."""
+    oc, cg, kh, kw = weight_shape
+    return (groups, -(-oc // groups // block), cg * kh * kw, block)
+
+
+def pack_weight_array(w: np.ndarray, groups: int, block: int) -> np.ndarray:
+    """conv2d_pack_weight of a weight array, in NumPy: a copy into the packed layout."""
+    oc = w.shape[0] * (w.shape[1] if w.ndim == 5 else 1)
+    cg, kh, kw = w.shape[-3:]
+    shape = packed_weight_shape((oc, cg, kh, kw), groups, block)
+    padded = np.zeros((groups, shape[1] * block, shape[2]), w.dtype)
+    padded[:, :oc // groups] = w.reshape(groups, oc // groups, shape[2])
+    return np.ascontiguousarray(padded.reshape(groups, shape[1], block, shape[2])
+                                .transpose(0, 1, 3, 2))
+
+
+def _block(attrs) -> int:
+    block = attrs["block"]
+    if not isinstance(block, int) or block < 1:
+        raise ValueError(f"block must be a positive int, got {block!r}")
+    return block
+
+
+def _pack_weight_infer(in_types, attrs):
+    (w,) = in_types
+    require_dtypes("conv2d_pack_weight", w, FLOAT_DTYPES)
+    groups = _groups(attrs)
+    oc, cg, kh, kw = _weight_dims(w, groups)
+    if oc % groups:
+        raise ValueError(f"groups={groups} must divide the weight's {oc} output channels")
+    return (TensorType(packed_weight_shape((oc, cg, kh, kw), groups, _block(attrs)), w.dtype),)
+
+
+def _conv2d_packed_infer(in_types, attrs):
+    check_activation(attrs)
+    if len(in_types) not in (2, 3):
+        raise ValueError(f"takes (inp, packed weight) or (inp, packed weight, bias), got "
+                         f"{len(in_types)} inputs")
+    x, wp = in_types[:2]
+    groups, oc = _groups(attrs), attrs["out_channels"]
+    kh, kw = _pair(attrs, "kernel_size", 1)
+    if not isinstance(oc, int) or oc < 1 or oc % groups:
+        raise ValueError(f"out_channels must be a positive multiple of groups={groups}, "
+                         f"got {oc!r}")
+    _require_nchw("conv2d_packed", x)
+    w = TensorType((oc, x.shape[1] // groups, kh, kw), x.dtype)
+    block = wp.shape[-1] if wp.ndim == 4 and wp.shape[-1] > 0 else 1
+    if wp.shape != packed_weight_shape(w.shape, groups, block):
+        raise ValueError(f"packed weight has shape {wp.shape}, but a {w.shape} weight packed "
+                         f"by blocks of {block} channels has shape "
+                         f"{packed_weight_shape(w.shape, groups, block)}")
+    return _conv2d_infer((x, w, *in_types[2:]), attrs)
+
+
+def _packed_flops(node) -> float:
+    x, y = node.inputs[0], node.outputs[0]
+    kh, kw = node.attr["kernel_size"]
+    return 2.0 * y.size * (x.shape[1] // node.attr["groups"]) * kh * kw
+
+
+register(OpDef("conv2d_pack_weight", "movement", _pack_weight_infer,
+               attrs={"groups": 1, "block": REQUIRED}, flops_per_element=0.0))
+# no gradient: it is made by a pass after autodiff, from weights no step writes
+register(OpDef("conv2d_packed", "matmul", _conv2d_packed_infer,
+               attrs={**_CONV, "activation": "none", "out_channels": REQUIRED,
+                      "kernel_size": REQUIRED}, flops=_packed_flops))
 
 
 # -- pooling --------------------------------------------------------------------------------------

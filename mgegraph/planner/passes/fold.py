@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from ...ir.errors import KernelError
 from ...ir.graph import Graph, Node, Var
-from .rewrite import PassResult, rebuild, result
+from .rewrite import PassResult, rebuild, result, weight_result_fits
 
 MAX_BYTES = 1 << 20
 
@@ -31,8 +31,8 @@ MAX_BYTES = 1 << 20
 def _constant_nodes(graph: Graph, max_bytes: int, weights: bool = False) -> set[int]:
     """``id`` of every non-source node whose inputs are all constant and whose results and
     computed inputs are small enough; generators count as constant inputs. With ``weights``,
-    a node computed from consts alone (no generator before it) is also folded when no result
-    is larger than its largest input."""
+    a node computed from consts alone (no generator before it) is also folded when its results
+    fit (``rewrite.weight_result_fits``)."""
     constant_vars: set[int] = set()
     in_memory: set[int] = set()  # const results: evaluating reads them, materialises nothing
     from_consts: set[int] = set()  # values computed from consts alone (no generator)
@@ -47,9 +47,8 @@ def _constant_nodes(graph: Graph, max_bytes: int, weights: bool = False) -> set[
         if all(v.id in constant_vars for v in node.inputs):
             if not node.inputs:
                 constant_vars.update(v.id for v in node.outputs)
-            elif weights and all(v.id in in_memory or v.id in from_consts for v in node.inputs) \
-                    and max(v.type.nbytes for v in node.outputs) <= max(
-                        v.type.nbytes for v in node.inputs):
+            elif weights and all(v.id in in_memory or v.id in from_consts
+                                 for v in node.inputs) and weight_result_fits(node):
                 constant_vars.update(v.id for v in node.outputs)
                 from_consts.update(v.id for v in node.outputs)
                 found.add(id(node))

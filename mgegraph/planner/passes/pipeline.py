@@ -17,6 +17,7 @@ from .dce import dce
 from .epilogue import epilogue
 from .fold import fold
 from .fuse import fuse
+from .prepack import prepack
 from .rewrite import PassResult
 from .simplify import simplify
 from .verify import verify_graph
@@ -35,6 +36,9 @@ PASSES: list[tuple[str, Callable[[Graph, list[Var]], PassResult], str]] = [
                        "before epilogue fusion looks at what follows the conv"),
     ("epilogue", epilogue, "bias add and relu after linear/conv2d run inside the GEMM "
                            "kernel, before elementwise fusion could claim them"),
+    ("prepack", prepack, "a conv2d of weights alone reads them in its kernel's layout, packed "
+                         "once by the prologue or here, after epilogue fusion settled its "
+                         "attributes"),
     ("fuse", fuse, "the remaining elementwise groups become one fused kernel each (split where "
                    "one would not fit the backend's fused kernel)"),
     ("dce_final", dce, "remove the nodes that the passes above left unused"),
@@ -66,7 +70,7 @@ def _select(passes_or_level) -> list[tuple[str, Callable, str]]:
 
 
 def optimize(graph: Graph, outputs, passes_or_level=1, check: bool = False, dump=None,
-             evaluate=None, fusion=None):
+             evaluate=None, fusion=None, prepack=None):
     """Run the pipeline (a level of ``LEVELS`` or a list of pass names) on the graph computing
     ``outputs``; returns (new graph, outputs mapped into it, report: [(pass name, stats)]).
 
@@ -74,7 +78,9 @@ def optimize(graph: Graph, outputs, passes_or_level=1, check: bool = False, dump
     What the target device contributes: ``evaluate(outputs) -> arrays`` computes the values
     constant folding folds, and ``fusion`` (the backend's ``FusionLimits``) bounds the groups
     fuse makes; without one, its pass is skipped (a device with no fused kernel gets no
-    fused nodes) and the report says so.
+    fused nodes) and the report says so. ``prepack(conv2d node)`` gives the block of output
+    channels the backend packs a convolution's weights in, or None; without it the prepack
+    pass is skipped likewise.
 
     >>> g2, outs, report = optimize(g, [y], check=True); print(passes_report(report))
     """
@@ -82,12 +88,13 @@ def optimize(graph: Graph, outputs, passes_or_level=1, check: bool = False, dump
     if check:
         _run_checked("(input)", lambda: verify_graph(graph))
     report = []
-    target = {"fold": {"evaluate": evaluate}, "fuse": {"limits": fusion}}
-    needs = {"fold": evaluate, "fuse": fusion}
+    target = {"fold": {"evaluate": evaluate}, "fuse": {"limits": fusion},
+              "prepack": {"block_of": prepack}}
+    needs = {"fold": (evaluate, "evaluator"), "fuse": (fusion, "fused kernel"),
+             "prepack": (prepack, "packed weight layout")}
     for name, fn, _ in _select(passes_or_level):
-        if name in needs and needs[name] is None:
-            report.append((name, {"skipped": "the target gives no " + (
-                "evaluator" if name == "fold" else "fused kernel")}))
+        if name in needs and needs[name][0] is None:
+            report.append((name, {"skipped": "the target gives no " + needs[name][1]}))
             continue
         res = _run_checked(name, lambda: fn(graph, outputs, **target.get(name, {})))
         if check:

@@ -35,7 +35,7 @@ import numpy as np
 
 from ...ir.graph import Graph, Var
 from .dce import dce
-from .rewrite import rebuild
+from .rewrite import rebuild, weight_result_fits
 
 # -- the written signal -------------------------------------------------------------------
 _COUNTS: dict[int, int] = {}   # id of a root array -> writes; the entry dies with the array
@@ -89,8 +89,8 @@ PLACEHOLDER = "prologue:"  # the name prefix of the main graph's params the prol
 
 def _weight_nodes(graph: Graph) -> set[int]:
     """``id`` of each computing node whose inputs are all weights (unassigned params, consts
-    or values of such nodes), at least one of them a param's, with results no larger than its
-    largest input (a prologue value takes persistent memory; it must not blow up)."""
+    or values of such nodes), at least one of them a param's, whose results fit
+    (``rewrite.weight_result_fits``: a prologue value takes persistent memory)."""
     assigned = {n.inputs[0].id for n in graph.assigns}
     fixed, from_param, found = set(), set(), set()
     for node in graph.nodes:
@@ -104,8 +104,7 @@ def _weight_nodes(graph: Graph) -> set[int]:
             continue
         if all(v.id in fixed for v in node.inputs) and any(v.id in from_param
                                                            for v in node.inputs):
-            largest = max(v.type.nbytes for v in node.inputs)
-            if all(v.type.nbytes <= largest for v in node.outputs):
+            if weight_result_fits(node):
                 fixed.update(v.id for v in node.outputs)
                 from_param.update(v.id for v in node.outputs)
                 found.add(id(node))

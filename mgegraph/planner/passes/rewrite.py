@@ -156,3 +156,41 @@ def use_counts(graph: Graph, outputs) -> dict[int, int]:
         for v in node.inputs:
             count[v.id] = count.get(v.id, 0) + 1
     return count
+
+
+# ops whose result is a weight laid out for a kernel, padded to whole blocks: at most twice
+# their input (the prepack pass makes them only where the padding is a third at most)
+REPACKS = ("conv2d_pack_weight",)
+
+
+def weight_result_fits(node: Node) -> bool:
+    """Whether a node computed from weights alone may keep its results for the plan's life (a
+    folded const, a prologue's value): none larger than its largest input, so nothing blows
+    up (a broadcast or an outer product of weights stays in the run), or than twice it for a
+    weight repacked into a kernel's blocks."""
+    largest = max(v.type.nbytes for v in node.inputs)
+    limit = 2 * largest if node.op.name in REPACKS else largest
+    return all(v.type.nbytes <= limit for v in node.outputs)
+
+
+def weight_values(graph: Graph) -> tuple[set[int], set[int]]:
+    """Ids of the Vars computed from weights alone: params that no assign of the graph writes,
+    consts, and the results of nodes whose inputs all are (bnfold's scaled weights, a cast or
+    a transpose of a weight); and of those, the ones that read a param (the rest read consts
+    only)."""
+    assigned = {n.inputs[0].id for n in graph.assigns}
+    fixed: set[int] = set()
+    from_param: set[int] = set()
+    for node in graph.nodes:
+        name, outs = node.op.name, [v.id for v in node.outputs]
+        if name == "param" and outs[0] not in assigned:
+            fixed.add(outs[0])
+            from_param.add(outs[0])
+        elif name == "const":
+            fixed.add(outs[0])
+        elif (node.op.category != "source" and name != "assign" and node.inputs
+              and all(v.id in fixed for v in node.inputs)):
+            fixed.update(outs)
+            if any(v.id in from_param for v in node.inputs):
+                from_param.update(outs)
+    return fixed, from_param

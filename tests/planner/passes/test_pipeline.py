@@ -39,7 +39,7 @@ def small_graph():
 def test_level_one_runs_every_pass_in_order():
     assert LEVELS[0] == [] and LEVELS[1] == [name for name, _, _ in PASSES]
     assert [name for name, _, _ in PASSES] == ["dce", "cse", "fold", "simplify", "bnfold",
-                                               "epilogue", "fuse", "dce_final"]
+                                               "epilogue", "prepack", "fuse", "dce_final"]
     assert all(why for _, _, why in PASSES)
     g, y = small_graph()
     new, (out,), report = optimize(g, [y], ["dce", "cse", "fold", "simplify", "dce_final"],
@@ -73,7 +73,7 @@ def test_level_zero_and_pass_lists():
 def test_unknown_names_and_levels_list_what_exists():
     g, y = small_graph()
     with pytest.raises(ValueError, match="available: dce, cse, fold, simplify, bnfold, "
-                                         "epilogue, fuse, dce_final"):
+                                         "epilogue, prepack, fuse, dce_final"):
         optimize(g, [y], ["dce", "fusion"])
     with pytest.raises(ValueError, match=r"levels: \[0, 1\]"):
         optimize(g, [y], 3)
