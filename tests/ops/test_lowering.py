@@ -37,8 +37,9 @@ def test_pack_names_missing_and_unknown_fields():
 
 def test_kernel_modules_export_their_structs_fields():
     # taken from the structs the kernels read, so they are what the kernels read
-    assert KC.CONV_FIELDS[-6:] == ("has_bias", "path", "relu", "isa", "threads", "transposed")
-    assert len(KC.CONV_FIELDS) == 22
+    assert KC.CONV_FIELDS[-7:] == ("has_bias", "path", "relu", "isa", "threads", "transposed",
+                                   "packed")
+    assert len(KC.CONV_FIELDS) == 23
     assert KP.POOL_FIELDS == ("mode", "planes", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw",
                               "ph", "pw", "threads")
     assert KL.MATMUL_FIELDS == ("m", "n", "k", "transpose_a", "transpose_b", "threads", "ndim")

@@ -95,9 +95,14 @@ def _cpu():
     return lowering
 
 
+# the CPU's conv family also runs conv2d_packed, on its gather tiles' weight layout: a layout
+# the CPU's prepack pass alone makes, which CUDA's backend does not ask for
+OPS = ("conv2d", "conv2d_backward_data", "conv2d_backward_filter")
+
+
 def implement(table) -> None:
     """Register conv2d and its gradients on ``table``."""
-    implement_like_cpu(table, _cpu(), _workspace)
+    implement_like_cpu(table, _cpu(), _workspace, OPS)
 
 
-KERNELS = family_kernels(_cpu(), "conv.cu", _steps)
+KERNELS = family_kernels(_cpu(), "conv.cu", _steps, OPS)
