@@ -488,7 +488,7 @@ cdef inline int filter_call(const float* x,   # IN  (batch, cin, h, w)
 # tiles of 8 cells rather than 8 half-empty ones). A work item is (cell tile, channel block),
 # channel blocks innermost: a tile's inputs stay in L1 while the weights stream past; the
 # threads share the items. Workspace: the padded batch, then the result rows (a tile past the
-# last cell repeats it: its rows are scratch).
+# last cell repeats it: its rows are scratch); an unpadded batch is read where it is.
 cdef inline void pack_weight(const float* w, float* packed, const Conv* s) noexcept nogil:
     # packed[g, blk, k, r] = w[g * ocg + blk * packed + r, k] (k: input channel x tap), 0 past
     # the group's last output channel
@@ -506,7 +506,8 @@ cdef inline void pack_weight(const float* w, float* packed, const Conv* s) noexc
 
 cdef inline Py_ssize_t packed_elems(const Conv* s) noexcept nogil:
     cdef Blocked b = blocked_forward(s)
-    return s.batch * b.npadded + (s.batch * b.ncols + CONV_PIX_MAX) * round_up(b.no, s.packed)
+    cdef Py_ssize_t padded = s.batch * b.npadded if s.ph != 0 or s.pw != 0 else 0
+    return padded + (s.batch * b.ncols + CONV_PIX_MAX) * round_up(b.no, s.packed)
 
 
 cdef inline bint packed_tile(int isa, Py_ssize_t block, conv_tile* t) noexcept nogil:
@@ -534,11 +535,13 @@ cdef inline void packed_item(const float* padded, const float* packed, float* re
 
 cdef inline int packed_call(const float* x, const float* packed, const float* bias, bint relu,
                             float* y, float* ws, const Conv* s) noexcept nogil:
-    # x: (batch, nc, h, w) -> y: (batch, no, oh, ow); no groups
+    # x: (batch, nc, h, w) -> y: (batch, no, oh, ow); no groups. Unpadded, x is read in place.
     cdef Blocked b = blocked_forward(s)
     cdef conv_tile tile
     cdef Py_ssize_t n, k, item, nitems, nblocks, nout, ncells = s.batch * b.ncols
-    cdef float* res = ws + s.batch * b.npadded
+    cdef bint padded = s.ph != 0 or s.pw != 0
+    cdef float* res = ws + s.batch * b.npadded if padded else ws
+    cdef const float* planes = ws if padded else x
     cdef int nt = run_threads(s)
     if (s.groups != 1 or b.taps > BLOCKED_MAX_TAPS or not conv_tile_isa_ok(<int>s.isa)
             or not packed_tile(<int>s.isa, s.packed, &tile)):
@@ -548,21 +551,23 @@ cdef inline int packed_call(const float* x, const float* packed, const float* bi
     nitems = ceil_div(ncells, tile.pix) * nblocks
     nout = ceil_div(b.no, OUT_CHANNELS)
     if nt > 1:
-        for n in prange(s.batch, num_threads=nt, schedule="static"):
-            memset(ws + n * b.npadded, 0, <size_t>b.npadded * sizeof(float))
-            pad_image(x + n * b.nc * b.h * b.w, ws + n * b.npadded, &b)
+        if padded:
+            for n in prange(s.batch, num_threads=nt, schedule="static"):
+                memset(ws + n * b.npadded, 0, <size_t>b.npadded * sizeof(float))
+                pad_image(x + n * b.nc * b.h * b.w, ws + n * b.npadded, &b)
         for item in prange(nitems, num_threads=nt, schedule="static"):
-            packed_item(ws, packed, res, item, nblocks, tile, &b, ncells)
+            packed_item(planes, packed, res, item, nblocks, tile, &b, ncells)
         for k in prange(s.batch * nout, num_threads=nt, schedule="static"):
             cells_out(res + k // nout * b.ncols * b.ldy, y + k // nout * b.no * b.ncols, bias,
                       relu, k % nout * OUT_CHANNELS, min(b.no, (k % nout + 1) * OUT_CHANNELS),
                       &b)
         return KERNEL_OK
-    memset(ws, 0, <size_t>(s.batch * b.npadded) * sizeof(float))
-    for n in range(s.batch):
-        pad_image(x + n * b.nc * b.h * b.w, ws + n * b.npadded, &b)
+    if padded:
+        memset(ws, 0, <size_t>(s.batch * b.npadded) * sizeof(float))
+        for n in range(s.batch):
+            pad_image(x + n * b.nc * b.h * b.w, ws + n * b.npadded, &b)
     for item in range(nitems):
-        packed_item(ws, packed, res, item, nblocks, tile, &b, ncells)
+        packed_item(planes, packed, res, item, nblocks, tile, &b, ncells)
     for n in range(s.batch):
         cells_out(res + n * b.ncols * b.ldy, y + n * b.no * b.ncols, bias, relu, 0, b.no, &b)
     return KERNEL_OK
