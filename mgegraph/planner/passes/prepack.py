@@ -21,8 +21,6 @@ pack them every run.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ...ops.conv import pack_weight_array
 from .rewrite import PassResult, rebuild, result, weight_values
 
