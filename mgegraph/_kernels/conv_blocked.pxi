@@ -37,6 +37,8 @@ cdef extern from "conv_tile.h":
         Py_ssize_t pix, ch
         conv_gather_fn narrow
         Py_ssize_t narrow_pix, narrow_ch
+        conv_gather_fn seven
+        Py_ssize_t seven_pix
     enum:
         CONV_PACK
         CONV_COLS_MAX
@@ -510,10 +512,14 @@ cdef inline Py_ssize_t packed_elems(const Conv* s) noexcept nogil:
     return padded + (s.batch * b.ncols + CONV_PIX_MAX) * round_up(b.no, s.packed)
 
 
-cdef inline bint packed_tile(int isa, Py_ssize_t block, conv_tile* t) noexcept nogil:
-    # t: the isa's gather tile whose channels are block wide; False when it has none
+cdef inline bint packed_tile(int isa, Py_ssize_t block, Py_ssize_t ncells,
+                             conv_tile* t) noexcept nogil:
+    # t: the isa's gather tile whose channels are block wide, of the cells that leave the fewest
+    # empty in the last tile (7 for 7x7 planes); False when it has none that wide
     t[0] = conv_tile_of(isa)
     if t.ch == block:
+        if round_up(ncells, t.seven_pix) < round_up(ncells, t.pix):
+            t.gather, t.pix = t.seven, t.seven_pix
         return True
     t.gather, t.pix, t.ch = t.narrow, t.narrow_pix, t.narrow_ch
     return t.ch == block
@@ -544,7 +550,7 @@ cdef inline int packed_call(const float* x, const float* packed, const float* bi
     cdef const float* planes = ws if padded else x
     cdef int nt = run_threads(s)
     if (s.groups != 1 or b.taps > BLOCKED_MAX_TAPS or not conv_tile_isa_ok(<int>s.isa)
-            or not packed_tile(<int>s.isa, s.packed, &tile)):
+            or not packed_tile(<int>s.isa, s.packed, ncells, &tile)):
         return KERNEL_UNSUPPORTED
     b.pack, b.ldy = s.packed, round_up(b.no, s.packed)
     nblocks = b.ldy // s.packed

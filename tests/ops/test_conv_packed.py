@@ -54,7 +54,8 @@ def packed_conv(x_shape, w, bias, relu, isa, block, **attrs):
 
 CASES = [
     # x shape, weight shape, stride, padding, dilation
-    ((1, 64, 7, 7), (96, 64, 3, 3), 1, 1, 1),      # whole blocks of 48 and 32
+    ((1, 64, 7, 7), (96, 64, 3, 3), 1, 1, 1),      # whole blocks of 48 and 32; 7-cell tiles
+    ((1, 40, 14, 14), (50, 40, 3, 3), 2, 1, 1),    # 7x7 at stride 2
     ((3, 5, 9, 11), (40, 5, 3, 3), 2, 1, 1),       # padding channels, odd planes, a batch
     ((8, 16, 2, 2), (33, 16, 3, 3), 1, 1, 1),      # 2x2 planes: tiles span images
     ((2, 24, 10, 10), (32, 24, 1, 1), 2, 0, 1),    # a 1x1 skip at stride 2
