@@ -37,15 +37,18 @@ cdef extern from "conv_tile.h":
         Py_ssize_t pix, ch
         conv_gather_fn narrow
         Py_ssize_t narrow_pix, narrow_ch
-        conv_gather_fn seven
-        Py_ssize_t seven_pix
+    ctypedef struct conv_packed_tile:
+        conv_gather_fn fn
+        Py_ssize_t pix, ch
     enum:
         CONV_PACK
         CONV_COLS_MAX
         CONV_CPACK
         CONV_PIX_MAX
+        CONV_PACKED_MAX
     int conv_tile_isa_ok(int isa) noexcept nogil
     conv_tile conv_tile_of(int isa) noexcept nogil
+    int conv_packed_tiles(int isa, conv_packed_tile* out) noexcept nogil
 
 # The threads a call runs on: the plan's (s.threads, the lowering's), capped by the one thread
 # policy's maximum now (parallel.pyx: OpenMP's, 1 in a forked child, whose copy of GCC's pool
@@ -76,14 +79,16 @@ def blocked_isas():
                  if conv_tile_isa_ok(v))
 
 
-def gather_channels(isa):
-    """The output channels of the gather tiles of ``isa`` (a BLOCKED_ISAS key): (wide, narrow).
+def packed_channels(isa):
+    """The output channels of the gather tiles conv2d_packed runs on ``isa`` (a BLOCKED_ISAS
+    key), widest first: the blocks its weights may be packed in.
 
-    >>> gather_channels("avx512")
-    (48, 32)
+    >>> packed_channels("avx512")
+    (64, 48, 32)
     """
-    cdef conv_tile t = conv_tile_of(BLOCKED_ISAS[isa])
-    return t.ch, t.narrow_ch
+    cdef conv_packed_tile tiles[CONV_PACKED_MAX]
+    cdef int i, n = conv_packed_tiles(BLOCKED_ISAS[isa], tiles)
+    return tuple(tiles[i].ch for i in range(n))
 
 
 ctypedef struct Blocked:
@@ -512,17 +517,16 @@ cdef inline Py_ssize_t packed_elems(const Conv* s) noexcept nogil:
     return padded + (s.batch * b.ncols + CONV_PIX_MAX) * round_up(b.no, s.packed)
 
 
-cdef inline bint packed_tile(int isa, Py_ssize_t block, Py_ssize_t ncells,
-                             conv_tile* t) noexcept nogil:
-    # t: the isa's gather tile whose channels are block wide, of the cells that leave the fewest
-    # empty in the last tile (7 for 7x7 planes); False when it has none that wide
-    t[0] = conv_tile_of(isa)
-    if t.ch == block:
-        if round_up(ncells, t.seven_pix) < round_up(ncells, t.pix):
-            t.gather, t.pix = t.seven, t.seven_pix
-        return True
-    t.gather, t.pix, t.ch = t.narrow, t.narrow_pix, t.narrow_ch
-    return t.ch == block
+cdef inline bint packed_tile(int isa, Py_ssize_t block, conv_tile* t) noexcept nogil:
+    # t.gather, t.pix, t.ch: the isa's conv2d_packed tile whose channels are block wide; False
+    # when it has none
+    cdef conv_packed_tile tiles[CONV_PACKED_MAX]
+    cdef int i, n = conv_packed_tiles(isa, tiles)
+    for i in range(n):
+        if tiles[i].ch == block:
+            t.gather, t.pix, t.ch = tiles[i].fn, tiles[i].pix, tiles[i].ch
+            return True
+    return False
 
 
 cdef inline void packed_item(const float* padded, const float* packed, float* res,
@@ -550,7 +554,7 @@ cdef inline int packed_call(const float* x, const float* packed, const float* bi
     cdef const float* planes = ws if padded else x
     cdef int nt = run_threads(s)
     if (s.groups != 1 or b.taps > BLOCKED_MAX_TAPS or not conv_tile_isa_ok(<int>s.isa)
-            or not packed_tile(<int>s.isa, s.packed, ncells, &tile)):
+            or not packed_tile(<int>s.isa, s.packed, &tile)):
         return KERNEL_UNSUPPORTED
     b.pack, b.ldy = s.packed, round_up(b.no, s.packed)
     nblocks = b.ldy // s.packed

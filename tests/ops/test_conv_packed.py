@@ -12,7 +12,7 @@ from mgegraph._kernels.lowering import conv as lowering
 from mgegraph.ops.conv import pack_weight_array, packed_weight_shape
 
 RNG = np.random.default_rng(7)
-WIDTHS = sorted({(isa, ch) for isa in K.blocked_isas() for ch in K.gather_channels(isa)})
+WIDTHS = sorted({(isa, ch) for isa in K.blocked_isas() for ch in K.packed_channels(isa)})
 
 
 def pack_loop(w, groups, block):
@@ -92,7 +92,7 @@ def test_packed_conv_gives_the_same_bits_on_one_and_two_threads(monkeypatch):
     outs = []
     for threads in (1, 2):
         monkeypatch.setattr(lowering, "_threads", lambda batch, flops, n=threads: n)
-        plan = packed_conv(x.shape, w, None, False, isa, K.gather_channels(isa)[0],
+        plan = packed_conv(x.shape, w, None, False, isa, K.packed_channels(isa)[0],
                            padding=(1, 1))
         outs.append(plan.run({"x": x})[0])
     np.testing.assert_array_equal(*outs)
@@ -100,7 +100,7 @@ def test_packed_conv_gives_the_same_bits_on_one_and_two_threads(monkeypatch):
 
 def test_weights_packed_for_other_tiles_are_refused():
     w = RNG.standard_normal((32, 4, 3, 3)).astype(np.float32)
-    widths = {ch for isa in K.blocked_isas() for ch in K.gather_channels(isa)}
+    widths = {ch for isa in K.blocked_isas() for ch in K.packed_channels(isa)}
     odd = next(b for b in (7, 12, 24, 40) if b not in widths)
     with pytest.raises(mg.GraphError, match="conv2d_packed: weights packed by blocks") as err:
         packed_conv((1, 4, 8, 8), w, None, False, None, odd, padding=(1, 1))

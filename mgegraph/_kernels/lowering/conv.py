@@ -226,16 +226,22 @@ def prepack_block(node) -> int | None:
     convolution keeps its path: a rule fitted to measurements.
 
     Design: with the weights packed once, the gather tiles run the convolutions whose planes
-    are too small for the row tiles and Winograd at about 90% of the FMA peak, where the GEMM
-    paths stay below 75% (MKL on thin GEMMs: 49 to 196 cells; 1x1 at stride 2 on K = 64 to
-    256). Measured on the 2-core AMD EPYC (Zen 4, AVX-512), 1 thread, CPU time, best of 20, the
-    tiles alone (packed weights, no transpose out) against the instruction of resnet-infer's
-    plan: 512 -> 512 3x3 at 7x7 2.42 against 3.25 ms, 256 -> 512 3x3/2 1.27 against 1.75,
-    128 -> 256 3x3/2 1.22 against 1.67, 1x1/2 skips 0.15 against 0.21-0.29; but 256 -> 256 at
-    14x14 2.48 against Winograd's 2.2-2.45, and the stem's 3 input channels 3.37 against the
-    row tiles' 2.84. So: float32 without groups, at least 32 output channels (a block of 48 is
-    then at most a third padding), on the paths other than Winograd, the row tiles and the
-    direct 1x1 GEMM.
+    are too small for the row tiles and Winograd near the FMA peak, where MKL's GEMMs stay
+    below 75% on such thin shapes (49 to 196 cells; 1x1 at stride 2 on K = 64 to 256), and
+    the repacking on every call that the unpacked gather path pays (9 MiB for 512 -> 512 3x3)
+    is gone. Measured on the 2-core AMD EPYC (Zen 4, AVX-512: the 64-channel x 7-cell tile),
+    1 thread, CPU time, best of 15, six rounds (/work/scratch/layer.py: one conv + relu, weights
+    packed against the path chosen otherwise), us: ResNet-224 stem 2474-2577 against the row
+    tiles' 2715-2776, 64 -> 128 3x3/2 1065 against 1257 (row tiles), batch 8: the stem 1544
+    against 1927, 64 -> 128 3x3/2 712 against 929 (batched GEMM); the tiles alone, weights cold
+    in DRAM, against the resnet-infer plan's instruction: 512 -> 512 3x3 at 7x7 2.23-2.31
+    against 3.25 ms, 256 -> 512 3x3/2 1.09-1.12 against 1.75, 128 -> 256 3x3/2 1.07 against
+    1.67, 1x1/2 skips 0.125 against 0.18. Winograd stays faster at stride 1 (256 at 14x14
+    2048 against 1947, 128 at 28x28 2058 against 1605, 64 at 56x56 2112 against 1738; batch 8
+    alike), and the row tiles at stride 1 were not measured against them. So: float32 without
+    groups, at least 32 output channels (the narrowest tile's), except where Winograd, the
+    direct 1x1 GEMM or the row tiles at stride 1 run; the block is the widest tile's of the
+    fewest padding channels.
     """
     x, w = node.inputs[:2]
     if node.op.name != "conv2d" or x.dtype.name != "float32" or node.attr["groups"] != 1:
@@ -247,19 +253,20 @@ def prepack_block(node) -> int | None:
     path = _conv_path("conv2d", "float32", kernel, stride, padding, dilation, (cg, oc),
                       cg * kernel[0] * kernel[1] * y.shape[2] * y.shape[3] * 4, y.shape[2:],
                       x.shape[0])
-    if path in ("winograd", "blocked", "direct"):
+    if path in ("winograd", "direct") or path == "blocked" and stride == (1, 1):
         return None
-    return K.gather_channels(_isa())[0]
+    # the widest tile of the fewest padding channels
+    return min(K.packed_channels(_isa()), key=lambda ch: (-(-oc // ch) * ch, -ch))
 
 
 def _packed_lower(node) -> Launch:
     x, wp = node.inputs[:2]
     y, attrs = node.outputs[0], node.attr
     (kh, kw), block, isa = attrs["kernel_size"], wp.shape[-1], _isa()
-    if block not in K.gather_channels(isa) or attrs["groups"] != 1:
+    if block not in K.packed_channels(isa) or attrs["groups"] != 1:
         raise ValueError(f"conv2d_packed: weights packed by blocks of {block} channels with "
                          f"groups={attrs['groups']}; this CPU's gather tiles ({isa}) take "
-                         f"blocks of {' or '.join(map(str, K.gather_channels(isa)))} and no "
+                         f"blocks of {' or '.join(map(str, K.packed_channels(isa)))} and no "
                          f"groups")
     (sh, sw), (ph, pw), (dh, dw) = attrs["stride"], attrs["padding"], attrs["dilation"]
     flops = 2 * y.type.size * x.shape[1] * kh * kw

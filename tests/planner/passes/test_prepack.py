@@ -107,7 +107,8 @@ def test_without_a_target_rule_nothing_is_packed():
     ((1, 128, 28, 28), (256, 128, 3, 3), {"padding": 1, "stride": 2}, True),
     ((1, 64, 56, 56), (128, 64, 1, 1), {"stride": 2}, True),             # a 1x1 skip
     ((1, 128, 28, 28), (128, 128, 3, 3), {"padding": 1}, False),         # Winograd's
-    ((1, 3, 224, 224), (64, 3, 7, 7), {"padding": 3, "stride": 2}, False),  # the stem: rows
+    ((1, 3, 224, 224), (64, 3, 7, 7), {"padding": 3, "stride": 2}, True),   # the stem
+    ((1, 16, 32, 32), (64, 16, 3, 3), {"padding": 1}, False),            # row tiles at stride 1
     ((1, 64, 7, 7), (16, 64, 3, 3), {"padding": 1}, False),              # 16 output channels
     ((1, 64, 7, 7), (64, 32, 3, 3), {"padding": 1, "groups": 2}, False),
     ((1, 64, 7, 7), (64, 64, 1, 1), {}, False),                          # the direct GEMM
