@@ -40,6 +40,9 @@ cdef extern from "conv_tile.h":
     ctypedef struct conv_packed_tile:
         conv_gather_fn fn
         Py_ssize_t pix, ch
+    ctypedef void (*conv_out_fn)(const float* cells, Py_ssize_t ldc, float* y, Py_ssize_t ncells,
+                                 Py_ssize_t o0, Py_ssize_t o1, const float* bias,
+                                 int relu) noexcept nogil
     enum:
         CONV_PACK
         CONV_COLS_MAX
@@ -49,6 +52,7 @@ cdef extern from "conv_tile.h":
     int conv_tile_isa_ok(int isa) noexcept nogil
     conv_tile conv_tile_of(int isa) noexcept nogil
     int conv_packed_tiles(int isa, conv_packed_tile* out) noexcept nogil
+    conv_out_fn conv_out_of(int isa) noexcept nogil
 
 # The threads a call runs on: the plan's (s.threads, the lowering's), capped by the one thread
 # policy's maximum now (parallel.pyx: OpenMP's, 1 in a forked child, whose copy of GCC's pool
@@ -64,8 +68,8 @@ BLOCKED_ISAS = {"base": 0, "avx2": 1, "avx512": 2}
 cdef enum:
     BLOCKED_MAX_TAPS = 64    # the tap tables of Blocked; larger kernels take another path
     BLOCKED_MAX_COLS = 1024  # so do backward filter's column offsets (one per output column)
-    OUT_CELLS = 64      # the gather path's results are transposed out by blocks of cells
-    OUT_CHANNELS = 8    # and of channels, a block per thread at a time
+    OUT_CHANNELS = 8    # the gather path's results are transposed out by blocks of channels,
+                        # a block per thread at a time
 MAX_TAPS, MAX_COLS = BLOCKED_MAX_TAPS, BLOCKED_MAX_COLS
 
 
@@ -318,30 +322,19 @@ cdef inline void gather_tiles(const float* padded, const float* packed, float* c
 
 
 cdef inline void cells_out(const float* cells, float* y, const float* bias, bint relu,
-                           Py_ssize_t o0, Py_ssize_t o1, const Blocked* b) noexcept nogil:
-    # y's channels [o0, o1) of (no, oh * ow) = the transposed result rows, with the epilogue; by
-    # blocks of OUT_CELLS cells, whose rows stay in L1 while every channel reads them
-    cdef Py_ssize_t o, i, k, i0, i1
-    cdef float add
-    for k in range(ceil_div(b.ncols, OUT_CELLS)):
-        i0, i1 = k * OUT_CELLS, min((k + 1) * OUT_CELLS, b.ncols)
-        for o in range(o0, o1):
-            add = bias[o] if bias != NULL else 0
-            if relu:
-                for i in range(i0, i1):
-                    y[o * b.ncols + i] = ew_relu(cells[i * b.ldy + o] + add)
-            else:
-                for i in range(i0, i1):
-                    y[o * b.ncols + i] = cells[i * b.ldy + o] + add
+                           Py_ssize_t o0, Py_ssize_t o1, const Blocked* b, int isa) noexcept nogil:
+    # y's channels [o0, o1) of (no, oh * ow) = the transposed result rows, with the epilogue
+    # (conv_tile.h's conv_out: blocks of cells whose rows stay in L1, transposed in registers)
+    conv_out_of(isa)(cells, b.ldy, y, b.ncols, o0, o1, bias, relu)
 
 
 cdef inline void results_out(const float* res, float* y, const float* bias, bint relu,
-                             Py_ssize_t k, const Blocked* b) noexcept nogil:
+                             Py_ssize_t k, const Blocked* b, int isa) noexcept nogil:
     # output channels [k * OUT_CHANNELS, (k + 1) * OUT_CHANNELS) of one image and group, from
     # either path's result layout
     cdef Py_ssize_t o, o0 = k * OUT_CHANNELS, o1 = min(b.no, (k + 1) * OUT_CHANNELS)
     if b.gather:
-        cells_out(res, y, bias, relu, o0, o1, b)
+        cells_out(res, y, bias, relu, o0, o1, b, isa)
     else:
         for o in range(o0, o1):
             rows_out(res, y, bias, relu, o, b)
@@ -380,10 +373,10 @@ cdef inline void blocked_image(const float* x, const float* packed, float* y, co
         bg = bias + g * b.no if bias != NULL else NULL
         if nt > 1:  # the threads that shared the tiles share the copy out, by channels
             for o in prange(ceil_div(b.no, OUT_CHANNELS), num_threads=nt, schedule="static"):
-                results_out(res, y + g * b.no * b.oh * b.ow, bg, relu, o, b)
+                results_out(res, y + g * b.no * b.oh * b.ow, bg, relu, o, b, <int>s.isa)
         else:
             for o in range(ceil_div(b.no, OUT_CHANNELS)):
-                results_out(res, y + g * b.no * b.oh * b.ow, bg, relu, o, b)
+                results_out(res, y + g * b.no * b.oh * b.ow, bg, relu, o, b, <int>s.isa)
         packed += round_up(b.no, b.pack) * b.nc * b.taps
 
 
@@ -551,7 +544,7 @@ cdef inline int packed_call(const float* x, const float* packed, const float* bi
     cdef Py_ssize_t n, k, item, nitems, nblocks, nout, ncells = s.batch * b.ncols
     cdef bint padded = s.ph != 0 or s.pw != 0
     cdef float* res = ws + s.batch * b.npadded if padded else ws
-    cdef const float* planes = ws if padded else x
+    cdef const float* planes = x  # or the padded copy
     cdef int nt = run_threads(s)
     if (s.groups != 1 or b.taps > BLOCKED_MAX_TAPS or not conv_tile_isa_ok(<int>s.isa)
             or not packed_tile(<int>s.isa, s.packed, &tile)):
@@ -560,6 +553,8 @@ cdef inline int packed_call(const float* x, const float* packed, const float* bi
     nblocks = b.ldy // s.packed
     nitems = ceil_div(ncells, tile.pix) * nblocks
     nout = ceil_div(b.no, OUT_CHANNELS)
+    if padded:
+        planes = ws
     if nt > 1:
         if padded:
             for n in prange(s.batch, num_threads=nt, schedule="static"):
@@ -570,7 +565,7 @@ cdef inline int packed_call(const float* x, const float* packed, const float* bi
         for k in prange(s.batch * nout, num_threads=nt, schedule="static"):
             cells_out(res + k // nout * b.ncols * b.ldy, y + k // nout * b.no * b.ncols, bias,
                       relu, k % nout * OUT_CHANNELS, min(b.no, (k % nout + 1) * OUT_CHANNELS),
-                      &b)
+                      &b, <int>s.isa)
         return KERNEL_OK
     if padded:
         memset(ws, 0, <size_t>(s.batch * b.npadded) * sizeof(float))
@@ -579,5 +574,6 @@ cdef inline int packed_call(const float* x, const float* packed, const float* bi
     for item in range(nitems):
         packed_item(planes, packed, res, item, nblocks, tile, &b, ncells)
     for n in range(s.batch):
-        cells_out(res + n * b.ncols * b.ldy, y + n * b.no * b.ncols, bias, relu, 0, b.no, &b)
+        cells_out(res + n * b.ncols * b.ldy, y + n * b.no * b.ncols, bias, relu, 0, b.no, &b,
+                  <int>s.isa)
     return KERNEL_OK

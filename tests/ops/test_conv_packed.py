@@ -113,3 +113,26 @@ def test_a_packed_weight_of_the_wrong_shape_is_an_op_error():
     wp = g.input("wp", (1, 2, 36, 16))  # 40 output channels take 3 blocks of 16
     with pytest.raises(mg.OpError, match=r"by blocks of 16 channels has shape \(1, 3, 36, 16\)"):
         g.add_node("conv2d_packed", (x, wp), {"out_channels": 40, "kernel_size": (3, 3)})
+
+
+@pytest.mark.parametrize("isa", K.blocked_isas())
+@pytest.mark.parametrize("side", [7, 20])
+def test_results_go_out_bitwise_with_the_epilogue_on_odd_values(isa, side, monkeypatch):
+    # a 1x1 convolution of one channel by weights of 1 gives each cell's value in every output
+    # channel (0 + x * 1: -0 becomes +0); the transpose out, 8 x 8 blocks and the rest, then
+    # adds the bias (-0 among it) and relu keeps NaN and makes -0 +0: bitwise NumPy's
+    monkeypatch.setattr(lowering, "_isa", lambda: isa)
+    special = np.array([np.nan, -0.0, 0.0, np.inf, -np.inf, -1.5, 2.5, 1e-42], np.float32)
+    x = RNG.standard_normal((1, 1, side, side)).astype(np.float32)
+    x.flat[:len(special)] = special
+    oc = 37  # 8 x 8 blocks and 5 channels past them
+    w = np.ones((oc, 1, 1, 1), np.float32)
+    b = RNG.standard_normal(oc).astype(np.float32)
+    b[3] = -0.0
+    for ch in K.packed_channels(isa):
+        for relu in (False, True):
+            (y,) = packed_conv(x.shape, w, b, relu, isa, ch).run({"x": x})
+            want = (np.float32(0) + x) + b.reshape(1, oc, 1, 1)
+            if relu:
+                want = np.where(want <= 0, np.float32(0), want)
+            np.testing.assert_array_equal(y.view(np.uint32), want.view(np.uint32))
