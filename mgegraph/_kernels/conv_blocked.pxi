@@ -40,9 +40,9 @@ cdef extern from "conv_tile.h":
     ctypedef struct conv_packed_tile:
         conv_gather_fn fn
         Py_ssize_t pix, ch
-    ctypedef void (*conv_out_fn)(const float* cells, Py_ssize_t ldc, float* y, Py_ssize_t ncells,
-                                 Py_ssize_t o0, Py_ssize_t o1, const float* bias,
-                                 int relu) noexcept nogil
+    ctypedef void (*conv_out_fn)(const float* cells, Py_ssize_t ldc, float* y, Py_ssize_t ldy,
+                                 Py_ssize_t ncells, Py_ssize_t o0, Py_ssize_t o1,
+                                 const float* bias, int relu) noexcept nogil
     enum:
         CONV_PACK
         CONV_COLS_MAX
@@ -325,7 +325,7 @@ cdef inline void cells_out(const float* cells, float* y, const float* bias, bint
                            Py_ssize_t o0, Py_ssize_t o1, const Blocked* b, int isa) noexcept nogil:
     # y's channels [o0, o1) of (no, oh * ow) = the transposed result rows, with the epilogue
     # (conv_tile.h's conv_out: blocks of cells whose rows stay in L1, transposed in registers)
-    conv_out_of(isa)(cells, b.ldy, y, b.ncols, o0, o1, bias, relu)
+    conv_out_of(isa)(cells, b.ldy, y, b.ncols, b.ncols, o0, o1, bias, relu)
 
 
 cdef inline void results_out(const float* res, float* y, const float* bias, bint relu,
@@ -483,12 +483,18 @@ cdef inline int filter_call(const float* x,   # IN  (batch, cin, h, w)
 # The weights come packed by conv2d_pack_weight (pack_weight), once per weight change instead of
 # once per call (blocked_call's pack_blocks writes 9 MiB for a 512 x 512 3x3 convolution on every
 # call, more than the convolution's own time), in blocks of s.packed output channels: the width
-# of one of the isa's gather tiles. The tiles run over the cells of the whole batch, every image
-# padded into the workspace, so a batch of small planes fills them (8 images of 2x2 cells make 4
-# tiles of 8 cells rather than 8 half-empty ones). A work item is (cell tile, channel block),
-# channel blocks innermost: a tile's inputs stay in L1 while the weights stream past; the
-# threads share the items. Workspace: the padded batch, then the result rows (a tile past the
-# last cell repeats it: its rows are scratch); an unpadded batch is read where it is.
+# of one of the isa's conv2d_packed tiles (conv_packed_tiles). The tiles run over the cells of the
+# whole batch, every image padded into the workspace (an unpadded batch is read where it is), so
+# a batch of small planes fills them (8 images of 2x2 cells make 5 tiles of 7 cells rather than 8
+# half-empty ones). A work item is a chunk of PACKED_CHUNK_TILES cell tiles and a group of channel
+# blocks: per tile, the blocks innermost (its inputs stay in L1 while the weights stream past);
+# then the chunk's results go out (transposed into y with the epilogue) while they are still in
+# L1/L2, from the item's own slot of the workspace (one per thread). The channel blocks are split
+# into groups only when the chunks are too few for the threads (a 7x7 plane is one chunk).
+cdef enum:
+    PACKED_CHUNK_TILES = 8  # chunks of a multiple of 8 cells: conv_out transposes 8 x 8
+
+
 cdef inline void pack_weight(const float* w, float* packed, const Conv* s) noexcept nogil:
     # packed[g, blk, k, r] = w[g * ocg + blk * packed + r, k] (k: input channel x tap), 0 past
     # the group's last output channel
@@ -504,10 +510,15 @@ cdef inline void pack_weight(const float* w, float* packed, const Conv* s) noexc
                 blk[k * s.packed] = src[k] if o < ocg else 0
 
 
+cdef inline Py_ssize_t packed_slot(const Conv* s) noexcept nogil:
+    # one work item's results: a chunk of cells by the padded channels
+    return PACKED_CHUNK_TILES * CONV_PIX_MAX * round_up(s.cout, s.packed)
+
+
 cdef inline Py_ssize_t packed_elems(const Conv* s) noexcept nogil:
     cdef Blocked b = blocked_forward(s)
     cdef Py_ssize_t padded = s.batch * b.npadded if s.ph != 0 or s.pw != 0 else 0
-    return padded + (s.batch * b.ncols + CONV_PIX_MAX) * round_up(b.no, s.packed)
+    return padded + max(s.threads, 1) * packed_slot(s)
 
 
 cdef inline bint packed_tile(int isa, Py_ssize_t block, conv_tile* t) noexcept nogil:
@@ -522,37 +533,54 @@ cdef inline bint packed_tile(int isa, Py_ssize_t block, conv_tile* t) noexcept n
     return False
 
 
-cdef inline void packed_item(const float* padded, const float* packed, float* res,
-                             Py_ssize_t item, Py_ssize_t nblocks, conv_tile tile,
-                             const Blocked* b, Py_ssize_t ncells) noexcept nogil:
-    # work item (tile item // nblocks, channel block item % nblocks); cells run over the batch
+cdef inline void packed_chunk(const float* planes, const float* packed, float* res, float* y,
+                              const float* bias, bint relu, Py_ssize_t item,
+                              Py_ssize_t ogroups, conv_tile tile, const Blocked* b,
+                              Py_ssize_t ncells, int isa) noexcept nogil:
+    # work item (chunk item // ogroups, channel block group item % ogroups): its cells through
+    # its channel blocks into res, then out into y (by images: a chunk may span them)
     cdef const float* px[CONV_PIX_MAX]
-    cdef Py_ssize_t p, cell, q, i = item // nblocks, o = item % nblocks
-    for p in range(tile.pix):
-        cell = min(i * tile.pix + p, ncells - 1)
-        q = cell % b.ncols
-        px[p] = padded + cell // b.ncols * b.npadded + q // b.ow * b.sh * b.wp + q % b.ow * b.sw
-    tile.gather(px, b.plane, b.offs, b.taps, b.nc, packed + o * b.nc * b.taps * tile.ch,
-                res + i * tile.pix * b.ldy + o * tile.ch, b.ldy, 0)
+    cdef Py_ssize_t p, i, o, q, n, cell, end, size = PACKED_CHUNK_TILES * tile.pix
+    cdef Py_ssize_t nblocks = b.ldy // tile.ch, group = item % ogroups
+    cdef Py_ssize_t first = item // ogroups * size, last = min(first + size, ncells)
+    cdef Py_ssize_t ob0 = group * nblocks // ogroups, ob1 = (group + 1) * nblocks // ogroups
+    for i in range(ceil_div(last - first, tile.pix)):
+        for p in range(tile.pix):
+            cell = min(first + i * tile.pix + p, ncells - 1)
+            q = cell % b.ncols
+            px[p] = (planes + cell // b.ncols * b.npadded + q // b.ow * b.sh * b.wp
+                     + q % b.ow * b.sw)
+        for o in range(ob0, ob1):
+            tile.gather(px, b.plane, b.offs, b.taps, b.nc, packed + o * b.nc * b.taps * tile.ch,
+                        res + i * tile.pix * b.ldy + o * tile.ch, b.ldy, 0)
+    cell = first
+    while cell < last:
+        n = cell // b.ncols
+        end = min(last, (n + 1) * b.ncols)
+        conv_out_of(isa)(res + (cell - first) * b.ldy, b.ldy, y + n * b.no * b.ncols
+                         + cell % b.ncols, b.ncols, end - cell, ob0 * tile.ch,
+                         min(b.no, ob1 * tile.ch), bias, relu)
+        cell = end
 
 
 cdef inline int packed_call(const float* x, const float* packed, const float* bias, bint relu,
                             float* y, float* ws, const Conv* s) noexcept nogil:
-    # x: (batch, nc, h, w) -> y: (batch, no, oh, ow); no groups. Unpadded, x is read in place.
+    # x: (batch, nc, h, w) -> y: (batch, no, oh, ow); no groups
     cdef Blocked b = blocked_forward(s)
     cdef conv_tile tile
-    cdef Py_ssize_t n, k, item, nitems, nblocks, nout, ncells = s.batch * b.ncols
+    cdef Py_ssize_t n, item, nitems, nchunks, ogroups = 1, ncells = s.batch * b.ncols
     cdef bint padded = s.ph != 0 or s.pw != 0
-    cdef float* res = ws + s.batch * b.npadded if padded else ws
+    cdef float* slots = ws + s.batch * b.npadded if padded else ws
     cdef const float* planes = x  # or the padded copy
     cdef int nt = run_threads(s)
     if (s.groups != 1 or b.taps > BLOCKED_MAX_TAPS or not conv_tile_isa_ok(<int>s.isa)
             or not packed_tile(<int>s.isa, s.packed, &tile)):
         return KERNEL_UNSUPPORTED
     b.pack, b.ldy = s.packed, round_up(b.no, s.packed)
-    nblocks = b.ldy // s.packed
-    nitems = ceil_div(ncells, tile.pix) * nblocks
-    nout = ceil_div(b.no, OUT_CHANNELS)
+    nchunks = ceil_div(ncells, PACKED_CHUNK_TILES * tile.pix)
+    if nt > 1 and nchunks < 4 * nt:  # a few items per thread balance them
+        ogroups = min(b.ldy // tile.ch, ceil_div(4 * nt, max(nchunks, 1)))
+    nitems = nchunks * ogroups
     if padded:
         planes = ws
     if nt > 1:
@@ -561,19 +589,14 @@ cdef inline int packed_call(const float* x, const float* packed, const float* bi
                 memset(ws + n * b.npadded, 0, <size_t>b.npadded * sizeof(float))
                 pad_image(x + n * b.nc * b.h * b.w, ws + n * b.npadded, &b)
         for item in prange(nitems, num_threads=nt, schedule="static"):
-            packed_item(planes, packed, res, item, nblocks, tile, &b, ncells)
-        for k in prange(s.batch * nout, num_threads=nt, schedule="static"):
-            cells_out(res + k // nout * b.ncols * b.ldy, y + k // nout * b.no * b.ncols, bias,
-                      relu, k % nout * OUT_CHANNELS, min(b.no, (k % nout + 1) * OUT_CHANNELS),
-                      &b, <int>s.isa)
+            packed_chunk(planes, packed, slots + threadid() * packed_slot(s), y, bias, relu,
+                         item, ogroups, tile, &b, ncells, <int>s.isa)
         return KERNEL_OK
     if padded:
         memset(ws, 0, <size_t>(s.batch * b.npadded) * sizeof(float))
         for n in range(s.batch):
             pad_image(x + n * b.nc * b.h * b.w, ws + n * b.npadded, &b)
     for item in range(nitems):
-        packed_item(planes, packed, res, item, nblocks, tile, &b, ncells)
-    for n in range(s.batch):
-        cells_out(res + n * b.ncols * b.ldy, y + n * b.no * b.ncols, bias, relu, 0, b.no, &b,
-                  <int>s.isa)
+        packed_chunk(planes, packed, slots, y, bias, relu, item, 1, tile, &b, ncells,
+                     <int>s.isa)
     return KERNEL_OK
