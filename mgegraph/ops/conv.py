@@ -40,7 +40,7 @@ def _require_nchw(name, x):
 
 
 # -- conv2d ---------------------------------------------------------------------------------------
-def _weight_dims(w, groups):
+def weight_dims(w, groups):
     """(out_channels, in_channels per group, kh, kw); a 5-D weight is MegEngine's grouped layout
     (groups, out/groups, in/groups, kh, kw), which has the same memory order as the 4-D one."""
     if w.ndim == 5:
@@ -57,7 +57,7 @@ def conv_geometry(in_types, attrs):
     x, w = in_types[:2]
     stride, padding = _pair(attrs, "stride", 1), _pair(attrs, "padding", 0)
     dilation, groups = _pair(attrs, "dilation", 1), _groups(attrs)
-    oc, cg, kh, kw = _weight_dims(w, groups)
+    oc, cg, kh, kw = weight_dims(w, groups)
     c = x.shape[1]
     if c % groups or oc % groups:
         raise ValueError(f"groups={groups} must divide both the input's {c} channels and the "
@@ -110,7 +110,7 @@ def _backward_data_infer(in_types, attrs):
     w, dy = in_types
     same_dtype(in_types)
     _require_nchw("conv2d_backward_data", dy)
-    _, cg, _, _ = _weight_dims(w, _groups(attrs))
+    _, cg, _, _ = weight_dims(w, _groups(attrs))
     x = TensorType((dy.shape[0], cg * attrs["groups"], *_pair(attrs, "input_hw", 1)), dy.dtype)
     _check_grad_shape(x, w, dy, attrs)
     return (x,)
@@ -223,8 +223,7 @@ def packed_weight_shape(weight_shape, groups, block) -> tuple[int, ...]:
 
 def pack_weight_array(w: np.ndarray, groups: int, block: int) -> np.ndarray:
     """conv2d_pack_weight of a weight array, in NumPy: a copy into the packed layout."""
-    oc = w.shape[0] * (w.shape[1] if w.ndim == 5 else 1)
-    cg, kh, kw = w.shape[-3:]
+    oc, cg, kh, kw = weight_dims(w, groups)
     shape = packed_weight_shape((oc, cg, kh, kw), groups, block)
     padded = np.zeros((groups, shape[1] * block, shape[2]), w.dtype)
     padded[:, :oc // groups] = w.reshape(groups, oc // groups, shape[2])
@@ -243,7 +242,7 @@ def _pack_weight_infer(in_types, attrs):
     (w,) = in_types
     require_dtypes("conv2d_pack_weight", w, FLOAT_DTYPES)
     groups = _groups(attrs)
-    oc, cg, kh, kw = _weight_dims(w, groups)
+    oc, cg, kh, kw = weight_dims(w, groups)
     if oc % groups:
         raise ValueError(f"groups={groups} must divide the weight's {oc} output channels")
     return (TensorType(packed_weight_shape((oc, cg, kh, kw), groups, _block(attrs)), w.dtype),)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...backend import Launch
-from ...ops.conv import conv_geometry
+from ...ops.conv import conv_geometry, weight_dims
 from ...ops.registry import FLOAT_DTYPES
 from .. import blas_select, parallel
 from .. import conv as K
@@ -269,7 +269,7 @@ def _packed_lower(node) -> Launch:
                          f"blocks of {' or '.join(map(str, K.packed_channels(isa)))} and no "
                          f"groups")
     (sh, sw), (ph, pw), (dh, dw) = attrs["stride"], attrs["padding"], attrs["dilation"]
-    flops = 2 * y.type.size * x.shape[1] * kh * kw
+    flops = node.op.flops(node)
     ints = pack(K.CONV_FIELDS, batch=x.shape[0], cin=x.shape[1], h=x.shape[2], w=x.shape[3],
                 cout=y.shape[1], oh=y.shape[2], ow=y.shape[3], kh=kh, kw=kw, sh=sh, sw=sw,
                 ph=ph, pw=pw, dh=dh, dw=dw, groups=1, has_bias=len(node.inputs) == 3,
@@ -281,7 +281,7 @@ def _packed_lower(node) -> Launch:
 
 def _pack_lower(node) -> Launch:
     (w,), groups = node.inputs, node.attr["groups"]
-    oc, cg, kh, kw = w.shape[0] * (w.shape[1] if w.ndim == 5 else 1), *w.shape[-3:]
+    oc, cg, kh, kw = weight_dims(w.type, groups)
     fields = dict.fromkeys(K.CONV_FIELDS, 0)
     fields.update(cout=oc, cin=cg * groups, kh=kh, kw=kw, groups=groups,
                   packed=node.attr["block"])

@@ -21,7 +21,7 @@ pack them every run.
 """
 from __future__ import annotations
 
-from ...ops.conv import pack_weight_array
+from ...ops.conv import pack_weight_array, weight_dims
 from .rewrite import PassResult, rebuild, result, weight_values
 
 
@@ -56,10 +56,8 @@ def prepack(graph, outputs, block_of=None) -> PassResult:
         else:
             (packed,) = builder.add("conv2d_pack_weight", [w], {"groups": groups,
                                                                 "block": block}, node)
-        old_w = node.inputs[1]
-        attrs = {**node.attr, "out_channels": old_w.shape[0] * (
-                     old_w.shape[1] if old_w.ndim == 5 else 1),
-                 "kernel_size": tuple(old_w.shape[-2:])}
+        oc, _, kh, kw = weight_dims(node.inputs[1].type, groups)
+        attrs = {**node.attr, "out_channels": oc, "kernel_size": (kh, kw)}
         return builder.add("conv2d_packed", [x, packed, *bias], attrs, node)
 
     builder = rebuild(graph, rewrite)
