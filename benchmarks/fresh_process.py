@@ -10,12 +10,15 @@ threads spin about a millisecond (its one OpenMP pool; see mgegraph/_kernels/__i
 PyTorch's do, and ONNX Runtime has its own spinning pool. This script measures that: one
 process per (implementation, workload, thread count) and round, rounds interleaved so a burst
 of load on a shared machine hits every implementation, and prints the median of the rounds'
-medians with each one's ratio to PyTorch eager. ``limit`` is mlp-train's GEMMs back to back
-through the BLAS the kernels call (its own threads).
+medians with each one's ratio to PyTorch eager, to ONNX Runtime and to the workload's limit:
+the GEMMs back to back through the BLAS the kernels call (mlp-train, mlp-infer), or 80 MiB at
+the bandwidth of np.copyto (fusion-chain, where "mgegraph" is ``plan.run`` and "mgegraph
+executor" the executor alone). These are issue 19's rows.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -25,51 +28,100 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# "mgegraph -O0": the plan compiled with optimize=0 (issue 19: optimize=1 never slower)
+# "mgegraph -O0": the plan compiled with optimize=0 (issue 19: optimize=1 never slower);
+# "limit": the workload's physical limit (GEMMs back to back through the BLAS the kernels call,
+# or fusion-chain's 80 MiB at the bandwidth of np.copyto)
 WORKLOADS = {"resnet-infer 1x224": ("mgegraph", "mgegraph -O0", "torch", "onnxruntime"),
              "resnet-infer 8x64": ("mgegraph", "mgegraph -O0", "torch", "onnxruntime"),
              "convnet-train": ("mgegraph", "torch"),
-             "mlp-train": ("mgegraph", "torch", "limit")}
+             "mlp-train": ("mgegraph", "torch", "limit"),
+             "mlp-infer 128": ("mgegraph", "torch", "onnxruntime", "limit"),
+             "fusion-chain": ("mgegraph", "mgegraph executor", "torch", "torch.compile",
+                              "onnxruntime", "limit")}
+
+
+def _benchmark_modules():
+    """benchmarks/'s helpers, imported without the OMP_WAIT_POLICY their conftest sets for the
+    pytest runs (the libraries' own defaults are what this script measures)."""
+    saved = os.environ.get("OMP_WAIT_POLICY")
+    sys.path.insert(0, str(HERE))
+    import test_deploy
+    import test_fusion
+    import workloads
+    if saved is None:
+        os.environ.pop("OMP_WAIT_POLICY", None)
+    return test_deploy, test_fusion, workloads
+
+
+def resnet_call(impl: str, workload: str):
+    import numpy as np
+    test_deploy, _, workloads = _benchmark_modules()
+    batch, size = (1, 224) if workload.endswith("1x224") else (8, 64)
+    x = np.random.default_rng(workloads.SEED + 1).standard_normal((batch, 3, size, size),
+                                                                  dtype=np.float32)
+    if impl.startswith("mgegraph"):
+        import mgegraph as mg
+        fn = mg.compile_module(test_deploy.model(), (x,), optimize=0 if impl.endswith("-O0") else 1)
+        return lambda: fn(x)
+    if impl == "torch":
+        import torch
+        net, tx = test_deploy.torch_resnet18(torch), torch.from_numpy(x)
+        return torch.no_grad()(lambda: net(tx))
+    session = test_deploy.onnx_session(x)
+    return functools.partial(session.run, None, {session.get_inputs()[0].name: x})
+
+
+def train_call(impl: str, workload: str):
+    _, _, workloads = _benchmark_modules()
+    impls = workloads.convnet_train() if workload == "convnet-train" else workloads.mlp_train()
+    return impls[{"mgegraph": "mgegraph step", "torch": "torch eager",
+                  "limit": workloads.GEMMS_ONLY}[impl]]
+
+
+def mlp_infer_call(impl: str, workload: str):
+    test_deploy, test_fusion, workloads = _benchmark_modules()
+    if impl == "onnxruntime":
+        import numpy as np
+        ort = test_fusion.need("onnxruntime")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = test_fusion.THREADS, 1
+        session = ort.InferenceSession(test_deploy.mlp_onnx(128), options,
+                                       providers=["CPUExecutionProvider"])
+        x = np.random.default_rng(workloads.SEED + 1).standard_normal(
+            (128, workloads.MLP_LAYERS[0]), dtype=np.float32)
+        return functools.partial(session.run, None, {"x": x})
+    return workloads.mlp_infer(128)[{"mgegraph": "mgegraph plan.run", "torch": "torch eager",
+                                      "limit": workloads.GEMMS_ONLY}[impl]]
+
+
+def fusion_chain_call(impl: str, workload: str):
+    _, test_fusion, _ = _benchmark_modules()
+    if impl.startswith("mgegraph"):
+        import mgegraph as mg
+        import models
+        plan = mg.compile([models.fusion_chain_graph(test_fusion.N)])
+        feeds = test_fusion.chain_inputs()
+        test_fusion.check(plan.run(feeds)[0], test_fusion.chain_reference(), impl)
+        return plan.executable().executor.run if impl.endswith("executor") else \
+            functools.partial(plan.run, feeds)
+    if impl.startswith("torch"):
+        return test_fusion.chain_torch(compiled=impl == "torch.compile")
+    return test_fusion.chain_onnxruntime() if impl == "onnxruntime" else \
+        test_fusion.copy_bandwidth()
+
+
+CALLS = {"resnet-infer": resnet_call, "convnet-train": train_call, "mlp-train": train_call,
+         "mlp-infer": mlp_infer_call, "fusion-chain": fusion_chain_call}
 
 
 def measure(impl: str, workload: str, runs: int) -> float:
     """Median seconds of ``runs`` calls, after 3 warm-up calls (run in the child)."""
-    import numpy as np
-    if impl == "torch":  # its OpenMP runtime loads first, with its defaults
+    if impl.startswith("torch"):  # its OpenMP runtime loads first, with its defaults
         import torch
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     else:  # mgegraph's loads first, with the policy it chooses
         import mgegraph._kernels  # noqa: F401
-    saved = os.environ.get("OMP_WAIT_POLICY")
-    sys.path.insert(0, str(HERE))
-    import test_deploy  # noqa: E402  (conftest sets OMP_WAIT_POLICY for the pytest runs)
-    import workloads
-    if saved is None:
-        os.environ.pop("OMP_WAIT_POLICY", None)
-    if workload.startswith("resnet-infer"):
-        batch, size = (1, 224) if workload.endswith("1x224") else (8, 64)
-        x = np.random.default_rng(workloads.SEED + 1).standard_normal((batch, 3, size, size),
-                                                                      dtype=np.float32)
-        if impl.startswith("mgegraph"):
-            import mgegraph as mg
-            fn = mg.compile_module(test_deploy.model(), (x,),
-                                   optimize=0 if impl.endswith("-O0") else 1)
-            call = lambda: fn(x)  # noqa: E731
-        elif impl == "torch":
-            net, tx = test_deploy.torch_resnet18(torch), torch.from_numpy(x)
-
-            def call():
-                with torch.no_grad():
-                    net(tx)
-        else:
-            session = test_deploy.onnx_session(x)
-            name = session.get_inputs()[0].name
-            call = lambda: session.run(None, {name: x})  # noqa: E731
-    else:
-        impls = workloads.convnet_train() if workload == "convnet-train" else \
-            workloads.mlp_train()
-        call = impls[{"mgegraph": "mgegraph step", "torch": "torch eager",
-                      "limit": workloads.GEMMS_ONLY}[impl]]
+    call = CALLS[workload.split(" ")[0]](impl, workload)
     for _ in range(3):
         call()
     times = []
@@ -77,6 +129,9 @@ def measure(impl: str, workload: str, runs: int) -> float:
         start = time.perf_counter()
         call()
         times.append(time.perf_counter() - start)
+    if workload == "fusion-chain" and impl == "limit":  # np.copyto's 128 MiB -> the chain's 80
+        _, test_fusion, _ = _benchmark_modules()
+        return statistics.median(times) * test_fusion.CHAIN_BYTES / (2 * test_fusion.COPY_BYTES)
     return statistics.median(times)
 
 
@@ -93,8 +148,11 @@ def child(impl: str, workload: str, threads: int, runs: int) -> float | str:
 
 
 def table(results: dict, skipped: dict, chosen: list[str], threads: list[int]) -> list[str]:
-    lines = [(f"{'workload':20} {'threads':>7} {'implementation':14} {'median ms':>10} "
-              f"{'x torch':>8}  each round's median, ms")]
+    """Each row's median of round medians, with its ratio to PyTorch eager, to ONNX Runtime and
+    to the workload's limit where those ran."""
+    against = {"torch": "x torch", "onnxruntime": "x ORT", "limit": "x limit"}
+    lines = [f"{'workload':20} {'threads':>7} {'implementation':18} {'median ms':>10} "
+             + " ".join(f"{h:>8}" for h in against.values()) + "  each round's median, ms"]
     for workload in chosen:
         impls = WORKLOADS[workload]
         for t in threads:
@@ -104,11 +162,12 @@ def table(results: dict, skipped: dict, chosen: list[str], threads: list[int]) -
                 got = medians.get(impl)
                 if got is None:
                     why = skipped.get((workload, impl, t), "not run")
-                    lines.append(f"{workload:20} {t:>7} {impl:14} {'skipped':>10}  {why}")
+                    lines.append(f"{workload:20} {t:>7} {impl:18} {'skipped':>10}  {why}")
                     continue
-                ratio = f"{got / medians['torch']:.2f}" if "torch" in medians else "-"
+                ratios = " ".join(f"{got / medians[i]:>8.2f}" if i in medians else f"{'-':>8}"
+                                  for i in against)
                 rounds = " ".join(f"{v * 1e3:.2f}" for v in results[workload, impl, t])
-                lines.append(f"{workload:20} {t:>7} {impl:14} {got * 1e3:>10.2f} {ratio:>8}  "
+                lines.append(f"{workload:20} {t:>7} {impl:18} {got * 1e3:>10.2f} {ratios}  "
                              f"{rounds}")
     return lines
 
