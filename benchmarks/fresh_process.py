@@ -29,12 +29,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 # "mgegraph -O0": the plan compiled with optimize=0 (issue 19: optimize=1 never slower);
+# "mgegraph -O2": the training step at optimize=2 (SGD's update inside the GEMM, accumulate);
 # "limit": the workload's physical limit (GEMMs back to back through the BLAS the kernels call,
 # or fusion-chain's 80 MiB at the bandwidth of np.copyto)
 WORKLOADS = {"resnet-infer 1x224": ("mgegraph", "mgegraph -O0", "torch", "onnxruntime"),
              "resnet-infer 8x64": ("mgegraph", "mgegraph -O0", "torch", "onnxruntime"),
-             "convnet-train": ("mgegraph", "torch"),
-             "mlp-train": ("mgegraph", "torch", "limit"),
+             "convnet-train": ("mgegraph", "mgegraph -O2", "torch"),
+             "mlp-train": ("mgegraph", "mgegraph -O2", "torch", "limit"),
              "mlp-infer 128": ("mgegraph", "torch", "onnxruntime", "limit"),
              "fusion-chain": ("mgegraph", "mgegraph executor", "torch", "torch.compile",
                               "onnxruntime", "limit")}
@@ -74,8 +75,8 @@ def resnet_call(impl: str, workload: str):
 def train_call(impl: str, workload: str):
     _, _, workloads = _benchmark_modules()
     impls = workloads.convnet_train() if workload == "convnet-train" else workloads.mlp_train()
-    return impls[{"mgegraph": "mgegraph step", "torch": "torch eager",
-                  "limit": workloads.GEMMS_ONLY}[impl]]
+    return impls[{"mgegraph": "mgegraph step", "mgegraph -O2": workloads.STEP_O2,
+                  "torch": "torch eager", "limit": workloads.GEMMS_ONLY}[impl]]
 
 
 def mlp_infer_call(impl: str, workload: str):
@@ -97,8 +98,9 @@ def mlp_infer_call(impl: str, workload: str):
 def fusion_chain_call(impl: str, workload: str):
     _, test_fusion, _ = _benchmark_modules()
     if impl.startswith("mgegraph"):
-        import mgegraph as mg
         import models
+
+        import mgegraph as mg
         plan = mg.compile([models.fusion_chain_graph(test_fusion.N)])
         feeds = test_fusion.chain_inputs()
         test_fusion.check(plan.run(feeds)[0], test_fusion.chain_reference(), impl)

@@ -75,7 +75,8 @@ def test_mlp_infer(benchmark, tag, impl, batch):
 
 
 @pytest.mark.workload("mlp-train")
-@pytest.mark.parametrize("impl", [LIMIT, "mgegraph step", "numpy hand-written", "torch eager"])
+@pytest.mark.parametrize("impl", [LIMIT, "mgegraph step", workloads.STEP_O2, "numpy hand-written",
+                                  "torch eager"])
 def test_mlp_train(benchmark, tag, impl):
     benchmark.group = "mlp-train batch 128"
     what = f"the step's 8 GEMMs back to back through {workloads.blas_in_use()}, the BLAS in use"
@@ -84,7 +85,7 @@ def test_mlp_train(benchmark, tag, impl):
 
 
 @pytest.mark.workload("convnet-train")
-@pytest.mark.parametrize("impl", ["torch eager", "mgegraph step"])
+@pytest.mark.parametrize("impl", ["torch eager", "mgegraph step", workloads.STEP_O2])
 def test_convnet_train(benchmark, tag, impl):
     benchmark.group = "convnet-train batch 32"
     tag("batch 32", impl, **memory_tags(impl, "convnet-train"))

@@ -167,14 +167,12 @@ def _batch(shape, classes=10):
 
 
 def mlp_train() -> dict:
-    from mgegraph import nn, optim
+    from mgegraph import nn
 
     nn.init.manual_seed(SEED)
     model = _mlp_module()
     x, y = _batch((128, MLP_LAYERS[0]))
-    step = mg.compile_train_step(model, F.cross_entropy, optim.SGD(model.parameters(), lr=0.01),
-                                 example_batch=(x, y))
-    step(x, y)
+    steps = _sgd_steps(model, x, y)
     weights = [(lyr.weight.value.copy(), lyr.bias.value.copy()) for lyr in model.layers[::2]]
 
     # The GEMMs of the step back to back: 3 forward, 3 weight gradients, 2 input gradients,
@@ -211,12 +209,30 @@ def mlp_train() -> dict:
             w -= 0.01 * dw
             b -= 0.01 * db
 
-    impls = {GEMMS_ONLY: gemms_only, "mgegraph step": lambda: step(x, y),
-             "numpy hand-written": numpy_step}
+    impls = {GEMMS_ONLY: gemms_only, **steps, "numpy hand-written": numpy_step}
     torch = _torch()
     if torch is not None:
         impls["torch eager"] = _torch_train_step(torch, model, x, y, "mlp")
     return impls
+
+
+STEP_O2 = "mgegraph step optimize=2"
+
+
+def _sgd_steps(model, x, y) -> dict:
+    """The SGD (lr 0.01) step of ``model`` compiled at the default level and at optimize=2
+    (accumulate: the update inside the weight-gradient GEMM), each run once; both update the
+    same model's weights, so the figures are of the same values."""
+    from mgegraph import optim
+
+    def compiled(level):
+        step = mg.compile_train_step(model, F.cross_entropy,
+                                     optim.SGD(model.parameters(), lr=0.01),
+                                     example_batch=(x, y), optimize=level)
+        step(x, y)
+        return lambda: step(x, y)
+
+    return {"mgegraph step": compiled(1), STEP_O2: compiled(2)}
 
 
 def _torch_train_step(torch, model, x, y, kind):
@@ -255,15 +271,12 @@ def _torch_convnet(torch):
 
 
 def convnet_train() -> dict:
-    from mgegraph import nn, optim
+    from mgegraph import nn
 
     nn.init.manual_seed(SEED)
     model = _convnet()
     x, y = _batch((32, 3, 32, 32))
-    step = mg.compile_train_step(model, F.cross_entropy, optim.SGD(model.parameters(), lr=0.01),
-                                 example_batch=(x, y))
-    step(x, y)
-    impls = {"mgegraph step": lambda: step(x, y)}
+    impls = _sgd_steps(model, x, y)
     torch = _torch()
     if torch is not None:
         impls = {"torch eager": _torch_train_step(torch, model, x, y, "convnet"), **impls}

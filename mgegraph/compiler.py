@@ -36,7 +36,9 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
 
     ``memory`` chooses how temporaries share the arena: None (the default plan), a preset
     ("default", "debug" poisons dead buffers, "no_reuse"), an arena strategy name, or a
-    ``mg.planner.MemoryOptions``. ``optimize`` is a level (0: no pass, 1: every pass) or a
+    ``mg.planner.MemoryOptions``. ``optimize`` is a level (0: no pass; 1: every pass that
+    keeps a training step bitwise as eager mode computes it; 2: every pass, ``accumulate`` too,
+    which adds SGD's update inside the weight-gradient GEMM with the BLAS's rounding) or a
     list of pass names of ``mg.planner.pipeline.PASSES``; ``plan.passes_report()`` says what
     each did. ``remat`` trades compute for memory in a training graph (the first output is the
     loss): None (off), "sqrt", "auto", a byte budget for the arena, or a
@@ -71,7 +73,8 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
     graph, outputs, report = optimize_graph(graph, outputs, optimize, check=checks_enabled(),
                                             evaluate=evaluator(device),
                                             fusion=getattr(backend, "fusion", None),
-                                            prepack=getattr(backend, "prepack", None))
+                                            prepack=getattr(backend, "prepack", None),
+                                            runs=lambda op: backend.impl(op) is not None)
     if freeze and report:
         graph, outputs, refold = _fold_weights(graph, outputs, device)
         report.append(("fold_weights", refold))

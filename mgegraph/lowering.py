@@ -73,6 +73,11 @@ def _assigns_written_in_place(nodes, outputs) -> dict[int, Var]:
         views = aliases.get(target.id, [])
         if any(v in output_ids for v in views) or any(v.id in views for v in producer.inputs):
             continue
+        # an in-place op other than an elementwise one may overwrite its input 0 only (a GEMM
+        # adding into its input 0 still reads its other operands after writing outputs)
+        if (producer.op.category != "elementwise"
+                and any(v.id == target.id for v in producer.inputs[1:])):
+            continue
         others = [u for vid in [target.id, *views] for u in uses.get(vid, ())
                   if u is not node and u is not producer
                   and not (u.outputs and u.outputs[0].id in root)]

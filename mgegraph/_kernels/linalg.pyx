@@ -1,4 +1,5 @@
-# Matrix products: batched matmul with broadcast batch dims, and linear (GEMM + bias).
+# Matrix products: batched matmul with broadcast batch dims, linear (GEMM + bias) and addmm
+# (a GEMM added into a matrix in place, BLAS's beta = 1).
 #
 # Parameter layout (ints): the structs below, whose field names this module exports as
 # MATMUL_FIELDS and LINEAR_FIELDS (the lowering, mgegraph/_kernels/lowering/matmul.py, packs
@@ -14,12 +15,13 @@
 # one core or two. With MKL, which runs on that pool itself, the whole GEMM is one call.
 
 from libc.stdint cimport int32_t, int64_t
+from libc.string cimport memcpy
 from cython cimport floating
 
 from .dtypes cimport num_t
 from .abi cimport Call, KERNEL_OK, KERNEL_UNSUPPORTED, kernel_fn, kernel_address
 from .params cimport fields_of
-from .blas cimport gemm, gemm_ld
+from .blas cimport gemm, gemm_scaled
 from .blas_table cimport blas_one_thread, blas_restore_threads, blas_split_gemms
 from .parallel cimport parallel_for, cut
 from .ew_ops cimport ew_relu
@@ -31,11 +33,16 @@ ctypedef struct Matmul:  # then batch shape[ndim], batch strides of a[ndim], of 
 ctypedef struct Linear:  # bufs: x, w, [bias,] y
     Py_ssize_t m, n, k, has_bias, relu, threads
 
+ctypedef struct Addmm:  # bufs: c, a, b, [scale,] out; floats: alpha
+    Py_ssize_t m, n, k, transpose_a, transpose_b, has_scale, threads
+
 
 cdef Matmul _matmul
 cdef Linear _linear
+cdef Addmm _addmm
 MATMUL_FIELDS = fields_of(_matmul, sizeof(Matmul))
 LINEAR_FIELDS = fields_of(_linear, sizeof(Linear))
+ADDMM_FIELDS = fields_of(_addmm, sizeof(Addmm))
 
 
 # -- one matrix product -------------------------------------------------------------------------
@@ -55,9 +62,10 @@ cdef inline void matmul_loop(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_ss
                 c[i * n + j] += s * b[p * bp + j * bj]
 
 
-ctypedef struct ColumnBlocks:  # one float GEMM C = op(A) op(B), cut into `blocks` of columns
-    Py_ssize_t m, n, k, blocks
+ctypedef struct ColumnBlocks:  # one float GEMM C = alpha op(A) op(B) + beta C, cut into `blocks`
+    Py_ssize_t m, n, k, blocks  # of columns
     bint ta, tb, f64
+    double alpha, beta
     const void* a
     const void* b
     void* c
@@ -75,11 +83,11 @@ cdef inline void column_block(const ColumnBlocks* g, Py_ssize_t j0, Py_ssize_t j
     cdef Py_ssize_t lda = g.m if g.ta else g.k, ldb = g.k if g.tb else g.n
     cdef Py_ssize_t at = j0 * g.k if g.tb else j0
     if g.f64:
-        gemm_ld(g.ta, g.tb, g.m, j1 - j0, g.k, <const double*>g.a, lda,
-                <const double*>g.b + at, ldb, <double*>g.c + j0, g.n, False)
+        gemm_scaled(g.ta, g.tb, g.m, j1 - j0, g.k, g.alpha, <const double*>g.a, lda,
+                    <const double*>g.b + at, ldb, g.beta, <double*>g.c + j0, g.n)
     else:
-        gemm_ld(g.ta, g.tb, g.m, j1 - j0, g.k, <const float*>g.a, lda,
-                <const float*>g.b + at, ldb, <float*>g.c + j0, g.n, False)
+        gemm_scaled(g.ta, g.tb, g.m, j1 - j0, g.k, <float>g.alpha, <const float*>g.a, lda,
+                    <const float*>g.b + at, ldb, <float>g.beta, <float*>g.c + j0, g.n)
 
 
 cdef int column_blocks(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
@@ -93,14 +101,19 @@ cdef int column_blocks(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexce
 
 
 cdef inline void float_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
-                               const floating* a, const floating* b, floating* c,
-                               Py_ssize_t threads) noexcept nogil:
+                               floating alpha, const floating* a, const floating* b,
+                               floating beta, floating* c, Py_ssize_t threads) noexcept nogil:
+    # C = alpha op(A) op(B) + beta C (beta 0 or 1; C contiguous)
     cdef ColumnBlocks g
     cdef int previous
     if not blas_split_gemms() or m == 0 or n == 0:
-        gemm(ta, tb, m, n, k, a, b, c, False)
+        if alpha == 1 and beta == 0:  # gemm's gemv for a vector operand
+            gemm(ta, tb, m, n, k, a, b, c, False)
+        else:
+            gemm_scaled(ta, tb, m, n, k, alpha, a, m if ta else k, b, k if tb else n, beta, c, n)
         return
     g.m, g.n, g.k, g.ta, g.tb, g.f64 = m, n, k, ta, tb, floating is double
+    g.alpha, g.beta = alpha, beta
     g.a, g.b, g.c = a, b, c
     g.blocks = max(1, min(threads, (n + BLOCK_COLUMNS - 1) // BLOCK_COLUMNS))
     # the caller holds the one-thread guard across the region, as conv.pyx's entry points do
@@ -114,7 +127,7 @@ cdef inline void matrix_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py
                                 const num_t* a, const num_t* b, num_t* c,
                                 Py_ssize_t threads) noexcept nogil:
     if num_t is float or num_t is double:
-        float_product(ta, tb, m, n, k, a, b, c, threads)
+        float_product(ta, tb, m, n, k, 1, a, b, 0, c, threads)
     else:
         matmul_loop(ta, tb, m, n, k, a, b, c)
 
@@ -150,7 +163,7 @@ cdef inline int linear_impl(const floating* x, const floating* w, const floating
     cdef const Linear* s = <const Linear*>call.ints
     cdef Py_ssize_t m = s.m, n = s.n, k = s.k, i, j
     cdef bint relu = s.relu
-    float_product(False, True, m, n, k, x, w, y, s.threads)
+    float_product(False, True, m, n, k, 1, x, w, 0, y, s.threads)
     for i in range(m):
         if relu and bias != NULL:
             for j in range(n):
@@ -161,6 +174,22 @@ cdef inline int linear_impl(const floating* x, const floating* w, const floating
         elif bias != NULL:
             for j in range(n):
                 y[i * n + j] += bias[j]
+    return KERNEL_OK
+
+
+cdef inline int addmm_impl(const floating* c, const floating* a, const floating* b,
+                           const floating* scale, floating* out, const Call* call) noexcept nogil:
+    # out = c + alpha * scale * op(a) op(b). In place (out is c's buffer) the GEMM adds into c;
+    # else c is copied first. a and b never share out's bytes: the memory planner lets out take
+    # over input 0 only (planner/memory/inplace.py).
+    cdef const Addmm* s = <const Addmm*>call.ints
+    cdef floating alpha = <floating>call.floats[0]
+    if scale != NULL:
+        alpha = alpha * scale[0]
+    if out != c:
+        memcpy(out, c, <size_t>(s.m * s.n) * sizeof(floating))
+    float_product(s.transpose_a != 0, s.transpose_b != 0, s.m, s.n, s.k, alpha, a, b, 1, out,
+                  s.threads)
     return KERNEL_OK
 
 
@@ -187,10 +216,22 @@ cdef int linear_f64(const Call* c) noexcept nogil:
     return linear_impl(<const double*>c.bufs[0], <const double*>c.bufs[1], <const double*>NULL,
                        <double*>c.bufs[2], c)
 
+cdef int addmm_f32(const Call* c) noexcept nogil:
+    cdef bint scaled = (<const Addmm*>c.ints).has_scale
+    return addmm_impl(<const float*>c.bufs[0], <const float*>c.bufs[1], <const float*>c.bufs[2],
+                      <const float*>c.bufs[3] if scaled else NULL,
+                      <float*>c.bufs[4 if scaled else 3], c)
+cdef int addmm_f64(const Call* c) noexcept nogil:
+    cdef bint scaled = (<const Addmm*>c.ints).has_scale
+    return addmm_impl(<const double*>c.bufs[0], <const double*>c.bufs[1],
+                      <const double*>c.bufs[2], <const double*>c.bufs[3] if scaled else NULL,
+                      <double*>c.bufs[4 if scaled else 3], c)
+
 KERNELS = {
     "matmul_f32": kernel_address(matmul_f32), "matmul_f64": kernel_address(matmul_f64),
     "matmul_i32": kernel_address(matmul_i32), "matmul_i64": kernel_address(matmul_i64),
     "linear_f32": kernel_address(linear_f32), "linear_f64": kernel_address(linear_f64),
+    "addmm_f32": kernel_address(addmm_f32), "addmm_f64": kernel_address(addmm_f64),
 }
 
 

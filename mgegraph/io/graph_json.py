@@ -25,7 +25,7 @@ from .container import Limits, fail
 OP_VERSIONS = {
     "abs": 1, "adaptive_avg_pool2d": 1, "adaptive_avg_pool2d_backward": 1,
     "adaptive_max_pool2d": 1, "adaptive_max_pool2d_backward": 1, "adaptive_max_pool2d_select": 1,
-    "add": 1, "arange": 1, "argmax": 1, "argmin": 1, "assign": 1, "avg_pool2d": 1,
+    "add": 1, "addmm": 1, "arange": 1, "argmax": 1, "argmin": 1, "assign": 1, "avg_pool2d": 1,
     "avg_pool2d_backward": 1, "batch_norm": 1, "batch_norm_backward": 1, "broadcast_to": 1,
     "cast": 1, "ceil": 1, "clip": 1, "concat": 1, "const": 1, "conv2d": 1,
     "conv2d_backward_data": 1, "conv2d_backward_filter": 1, "conv2d_pack_weight": 1,

@@ -154,6 +154,33 @@ register(OpDef("linear", "matmul", _linear_infer, attrs={"activation": "none"},
                flops=lambda node: _gemm_flops(node, node.inputs[1].shape[1])))
 
 
+
+# -- addmm ----------------------------------------------------------------------------------------
+def _addmm_infer(in_types, attrs):
+    if len(in_types) not in (3, 4):
+        raise ValueError(f"takes (c, a, b) or (c, a, b, scale), got {len(in_types)} inputs")
+    c, a, b, *scale = in_types
+    same_dtype(in_types)
+    require_dtypes("addmm", c, FLOAT_DTYPES)
+    if a.ndim != 2 or b.ndim != 2:
+        raise ValueError(f"a and b must be matrices, got {a.ndim}-D and {b.ndim}-D")
+    _, _, _, m, n, _ = matmul_dims(a, b, attrs)
+    if c.shape != (m, n):
+        raise ValueError(f"c must have the product's shape ({m}, {n}), got {c.shape}")
+    if scale and scale[0].size != 1:
+        raise ValueError(f"scale must hold one value, got shape {scale[0].shape}")
+    return (c,)
+
+
+# c + alpha * scale * op(a) @ op(b): what a matmul whose one use is ``c +/- s * it`` becomes
+# (planner/passes/accumulate.py), so that the GEMM adds its product into c in place (BLAS's
+# beta = 1), as SGD's update ``w - lr * (g.T @ x)`` does, instead of writing the product out
+# and reading it back. Made by that pass only: it has no gradient.
+register(OpDef("addmm", "matmul", _addmm_infer,
+               attrs={"transpose_a": False, "transpose_b": False, "alpha": 1.0}, inplace=True,
+               flops=lambda node: _gemm_flops(
+                   node, _operand(node.inputs[1].type, node.attr["transpose_a"], left=True)[2])))
+
 # -- public functions (re-exported by mgegraph.functional) ---------------------------------------
 from .builder import apply, promote  # noqa: E402
 

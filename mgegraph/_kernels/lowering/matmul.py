@@ -1,4 +1,4 @@
-"""CPU lowerings of matmul and linear: the parameter blocks of _kernels/linalg.pyx, and the
+"""CPU lowerings of matmul, linear and addmm: the parameter blocks of _kernels/linalg.pyx, and the
 check that a GEMM fits BLAS's 32-bit dimensions."""
 from __future__ import annotations
 
@@ -58,6 +58,17 @@ def _linear_lower(node) -> Launch:
                        threads=gemm_threads(x.dtype, m, n, k)))
 
 
+def _addmm_lower(node) -> Launch:
+    c, a, b = node.inputs[:3]
+    _, _, _, m, n, k = matmul_dims(a.type, b.type, node.attr)
+    check_blas_dims(c.dtype, m, n, k)
+    ints = pack(K.ADDMM_FIELDS, m=m, n=n, k=k, transpose_a=node.attr["transpose_a"],
+                transpose_b=node.attr["transpose_b"], has_scale=len(node.inputs) == 4,
+                threads=gemm_threads(c.dtype, m, n, k))
+    return Launch(ints, (float(node.attr["alpha"]),))
+
+
 def implement(table) -> None:
     table.implement("matmul", kernel="matmul", dtypes=NUMERIC_DTYPES, lower=_matmul_lower)
     table.implement("linear", kernel="linear", dtypes=FLOAT_DTYPES, lower=_linear_lower)
+    table.implement("addmm", kernel="addmm", dtypes=FLOAT_DTYPES, lower=_addmm_lower)

@@ -103,9 +103,14 @@ def _cpu():
     return matmul
 
 
+# the ops gemm.cu runs (the CPU's addmm has no kernel here: the accumulate pass then leaves
+# the product and its add apart)
+OPS = ("matmul", "linear")
+
+
 def implement(table) -> None:
     """Register matmul and linear on ``table`` with the CPU's lowerings."""
-    implement_like_cpu(table, _cpu(), _with_workspace)
+    implement_like_cpu(table, _cpu(), _with_workspace, OPS)
 
 
-KERNELS = family_kernels(_cpu(), "gemm.cu", _steps)
+KERNELS = family_kernels(_cpu(), "gemm.cu", _steps, OPS)

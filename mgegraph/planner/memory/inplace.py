@@ -11,7 +11,8 @@ from ...ops import get_op
 from .liveness import Liveness, is_arena_buffer
 
 
-def _can_take(slots, ins, step, s, live: Liveness, taken, alignment) -> bool:
+def _can_take(slots, ins, step, s, live: Liveness, taken, alignment,
+              elementwise: bool) -> bool:
     out, src = slots[ins.outputs[0]], slots[live.root[s]]
     r = src.index
     return (is_arena_buffer(src) and r not in taken and live.last[r] == step
@@ -19,8 +20,10 @@ def _can_take(slots, ins, step, s, live: Liveness, taken, alignment) -> bool:
             and slots[s].type.dtype.itemsize == out.type.dtype.itemsize
             and slots[s].view_offset % alignment == 0
             # another input reading the same bytes through a different view would see the
-            # output's values where it expects the input's
-            and all(live.root[t] != r or t == s for t in ins.inputs))
+            # output's values where it expects the input's; the same slot again is read at
+            # the same element only by an elementwise op (a GEMM reads its operands throughout)
+            and (all(live.root[t] != r or t == s for t in ins.inputs) if elementwise
+                 else all(live.root[t] != r for t in ins.inputs[1:])))
 
 
 def choose_overwrites(slots, instructions, live: Liveness,
@@ -38,9 +41,10 @@ def choose_overwrites(slots, instructions, live: Liveness,
         op = get_op(ins.op)
         if not op.inplace:
             continue
-        candidates = ins.inputs if op.category == "elementwise" else ins.inputs[:1]
+        elementwise = op.category == "elementwise"
+        candidates = ins.inputs if elementwise else ins.inputs[:1]
         for s in candidates:
-            if _can_take(slots, ins, step, s, live, taken, alignment):
+            if _can_take(slots, ins, step, s, live, taken, alignment, elementwise):
                 r = live.root[s]
                 chosen[ins.outputs[0]] = (r, slots[s].view_offset)
                 taken.add(r)

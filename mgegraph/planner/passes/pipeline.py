@@ -11,6 +11,7 @@ from typing import Callable
 
 from ...ir.errors import GraphError
 from ...ir.graph import Graph, Var
+from .accumulate import accumulate
 from .bnfold import bnfold
 from .cse import cse
 from .dce import dce
@@ -39,12 +40,18 @@ PASSES: list[tuple[str, Callable[[Graph, list[Var]], PassResult], str]] = [
     ("prepack", prepack, "a conv2d of weights alone reads them in its kernel's layout, packed "
                          "once by the prologue or here, after epilogue fusion settled its "
                          "attributes"),
+    ("accumulate", accumulate, "a matmul added into a matrix (SGD's w - lr * dw) adds its "
+                               "product in place, before fuse could claim the add"),
     ("fuse", fuse, "the remaining elementwise groups become one fused kernel each (split where "
                    "one would not fit the backend's fused kernel)"),
     ("dce_final", dce, "remove the nodes that the passes above left unused"),
 ]
 
-LEVELS = {0: [], 1: [name for name, _, _ in PASSES]}
+# Passes after which a training step no longer rounds as eager mode does, so that eager, traced,
+# lazy and compiled steps would not give bitwise the same weights: level 2 only (as -ffast-math).
+ROUNDING = ("accumulate",)
+LEVELS = {0: [], 1: [name for name, _, _ in PASSES if name not in ROUNDING],
+          2: [name for name, _, _ in PASSES]}
 
 
 class PassError(GraphError):
@@ -70,7 +77,7 @@ def _select(passes_or_level) -> list[tuple[str, Callable, str]]:
 
 
 def optimize(graph: Graph, outputs, passes_or_level=1, check: bool = False, dump=None,
-             evaluate=None, fusion=None, prepack=None):
+             evaluate=None, fusion=None, prepack=None, runs=None):
     """Run the pipeline (a level of ``LEVELS`` or a list of pass names) on the graph computing
     ``outputs``; returns (new graph, outputs mapped into it, report: [(pass name, stats)]).
 
@@ -80,7 +87,8 @@ def optimize(graph: Graph, outputs, passes_or_level=1, check: bool = False, dump
     fuse makes; without one, its pass is skipped (a device with no fused kernel gets no
     fused nodes) and the report says so. ``prepack(conv2d node)`` gives the block of output
     channels the backend packs a convolution's weights in, or None; without it the prepack
-    pass is skipped likewise.
+    pass is skipped likewise. ``runs(op name)`` says whether the backend has a kernel for an
+    op (accumulate makes addmm only where it does).
 
     >>> g2, outs, report = optimize(g, [y], check=True); print(passes_report(report))
     """
@@ -89,9 +97,9 @@ def optimize(graph: Graph, outputs, passes_or_level=1, check: bool = False, dump
         _run_checked("(input)", lambda: verify_graph(graph))
     report = []
     target = {"fold": {"evaluate": evaluate}, "fuse": {"limits": fusion},
-              "prepack": {"block_of": prepack}}
+              "prepack": {"block_of": prepack}, "accumulate": {"runs": runs}}
     needs = {"fold": (evaluate, "evaluator"), "fuse": (fusion, "fused kernel"),
-             "prepack": (prepack, "packed weight layout")}
+             "prepack": (prepack, "packed weight layout"), "accumulate": (runs, "op table")}
     for name, fn, _ in _select(passes_or_level):
         if name in needs and needs[name][0] is None:
             report.append((name, {"skipped": "the target gives no " + needs[name][1]}))

@@ -21,9 +21,13 @@ from mgegraph.testing import random_graph
 
 def optimize(graph, outputs, *args, **kw):
     """The pipeline as mg.compile runs it on the CPU: fold evaluates there, fuse within the
-    fused kernel's limits."""
+    fused kernel's limits, accumulate where the CPU has addmm."""
     return optimize_pass(graph, outputs, *args, evaluate=evaluator("cpu"),
-                         fusion=get_backend("cpu").fusion, **kw)
+                         fusion=get_backend("cpu").fusion, runs=cpu_runs, **kw)
+
+
+def cpu_runs(op: str) -> bool:
+    return get_backend("cpu").impl(op) is not None
 
 
 def small_graph():
@@ -37,9 +41,11 @@ def small_graph():
 
 
 def test_level_one_runs_every_pass_in_order():
-    assert LEVELS[0] == [] and LEVELS[1] == [name for name, _, _ in PASSES]
     assert [name for name, _, _ in PASSES] == ["dce", "cse", "fold", "simplify", "bnfold",
-                                               "epilogue", "prepack", "fuse", "dce_final"]
+                                               "epilogue", "prepack", "accumulate", "fuse",
+                                               "dce_final"]
+    assert LEVELS[0] == [] and LEVELS[2] == [name for name, _, _ in PASSES]
+    assert LEVELS[1] == [name for name in LEVELS[2] if name != "accumulate"]
     assert all(why for _, _, why in PASSES)
     g, y = small_graph()
     new, (out,), report = optimize(g, [y], ["dce", "cse", "fold", "simplify", "dce_final"],
@@ -73,9 +79,9 @@ def test_level_zero_and_pass_lists():
 def test_unknown_names_and_levels_list_what_exists():
     g, y = small_graph()
     with pytest.raises(ValueError, match="available: dce, cse, fold, simplify, bnfold, "
-                                         "epilogue, prepack, fuse, dce_final"):
+                                         "epilogue, prepack, accumulate, fuse, dce_final"):
         optimize(g, [y], ["dce", "fusion"])
-    with pytest.raises(ValueError, match=r"levels: \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"levels: \[0, 1, 2\]"):
         optimize(g, [y], 3)
 
 
@@ -131,8 +137,9 @@ def test_verify_graph_finds_use_before_definition_and_bad_tables():
         verify_graph(h)
 
 
-# fuse and bnfold change the arithmetic (vector exp/tanh; weights scaled before the GEMM)
-INEXACT_PASSES = {"fuse", "bnfold"}
+# fuse, bnfold and accumulate change the arithmetic (vector exp/tanh; weights scaled before the
+# GEMM; the BLAS adding its product into c)
+INEXACT_PASSES = {"fuse", "bnfold", "accumulate"}
 
 
 @pytest.mark.parametrize("seed", range(200))
@@ -140,10 +147,10 @@ def test_random_graphs_keep_their_results(seed):
     # each pass alone, then the whole pipeline, against the graph with no pass
     g, outputs, feeds = random_graph(seed)
     for name, run_pass, _ in PASSES:
-        alone = run_pass(g, outputs)
+        alone = run_pass(g, outputs, **({"runs": cpu_runs} if name == "accumulate" else {}))
         verify_graph(alone.graph)
         same_results(outputs, alone.outputs, feeds, rtol=1e-5 if name in INEXACT_PASSES else 0)
-    new, outs, report = optimize(g, outputs, check=True)
+    new, outs, report = optimize(g, outputs, 2, check=True)
     assert len(new.nodes) <= len(g.nodes) and len(report) == len(PASSES)
     same_results(outputs, outs, feeds, rtol=1e-5)
 
