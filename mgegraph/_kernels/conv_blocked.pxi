@@ -53,6 +53,7 @@ cdef extern from "conv_tile.h":
     conv_tile conv_tile_of(int isa) noexcept nogil
     int conv_packed_tiles(int isa, conv_packed_tile* out) noexcept nogil
     conv_out_fn conv_out_of(int isa) noexcept nogil
+    float conv_out_one(float v, float add, int relu) noexcept nogil
 
 # The threads a call runs on: the plan's (s.threads, the lowering's), capped by the one thread
 # policy's maximum now (parallel.pyx: OpenMP's, 1 in a forked child, whose copy of GCC's pool
@@ -515,7 +516,14 @@ cdef inline Py_ssize_t packed_slot(const Conv* s) noexcept nogil:
     return PACKED_CHUNK_TILES * CONV_PIX_MAX * round_up(s.cout, s.packed)
 
 
+cdef inline bint rows_case(const Conv* s) noexcept nogil:
+    # a 1x1 convolution of unpadded 1x1 planes: rows_call, which needs no workspace
+    return s.h == 1 and s.w == 1 and s.kh == 1 and s.kw == 1 and s.ph == 0 and s.pw == 0
+
+
 cdef inline Py_ssize_t packed_elems(const Conv* s) noexcept nogil:
+    if rows_case(s):
+        return 0
     cdef Blocked b = blocked_forward(s)
     cdef Py_ssize_t padded = s.batch * b.npadded if s.ph != 0 or s.pw != 0 else 0
     return padded + max(s.threads, 1) * packed_slot(s)
@@ -563,6 +571,55 @@ cdef inline void packed_chunk(const float* planes, const float* packed, float* r
         cell = end
 
 
+# A 1x1 convolution of 1x1 planes is a GEMM of rows: y[r, :] = x[r, :] W^T over the batch's r,
+# each row read where it is (x is (batch, nc) row-major, y (batch, no)): the prepack pass
+# makes one of every linear layer of weights alone (passes/prepack.py). Its work items are the
+# other way round from packed_chunk's: a channel block by a group of row tiles, so one block's
+# weights (nc x 64 floats: 200 KiB for nc = 784) stay in L2 while every row tile passes, where
+# packed_chunk streams all the weights past each tile (4 MiB per 7 rows of a 1024 x 1024
+# layer, from L3). A tile writes into y directly where it is whole, else into a stack buffer.
+cdef inline void rows_item(const float* x, const float* packed, const float* bias, bint relu,
+                           float* y, Py_ssize_t item, Py_ssize_t rgroups, conv_tile tile,
+                           Py_ssize_t m, Py_ssize_t n, Py_ssize_t k) noexcept nogil:
+    # work item (channel block item // rgroups, its group item % rgroups of row tiles)
+    cdef const float* px[CONV_PIX_MAX]
+    cdef float part[CONV_PIX_MAX * 64]  # a tile's result: at most 12 rows x 64 channels
+    cdef Py_ssize_t zero = 0, ntiles = ceil_div(m, tile.pix), o = item // rgroups
+    cdef Py_ssize_t g = item % rgroups, c0 = o * tile.ch, c1 = min(n, c0 + tile.ch)
+    cdef Py_ssize_t t, p, r, c, r0, rows, ld
+    cdef float* dst
+    for t in range(g * ntiles // rgroups, (g + 1) * ntiles // rgroups):
+        r0 = t * tile.pix
+        rows = min(tile.pix, m - r0)
+        for p in range(tile.pix):  # a short last tile reads its last row again
+            px[p] = x + min(r0 + p, m - 1) * k
+        if rows == tile.pix and c1 - c0 == tile.ch:
+            dst, ld = y + r0 * n + c0, n
+        else:
+            dst, ld = part, tile.ch
+        tile.gather(px, 1, &zero, 1, k, packed + o * k * tile.ch, dst, ld, 0)
+        for r in range(rows):  # the epilogue while the tile is in L1, as conv_out's
+            for c in range(c0, c1):
+                y[(r0 + r) * n + c] = conv_out_one(dst[r * ld + c - c0],
+                                                   bias[c] if bias != NULL else 0, relu)
+
+
+cdef inline int rows_call(const float* x, const float* packed, const float* bias, bint relu,
+                          float* y, conv_tile tile, const Conv* s) noexcept nogil:
+    cdef Py_ssize_t item, nblocks = ceil_div(s.cout, tile.ch), rgroups = 1
+    cdef Py_ssize_t ntiles = ceil_div(s.batch, tile.pix), k = s.cin
+    cdef int nt = run_threads(s)
+    if nt > 1 and nblocks < 2 * nt:  # too few blocks for the threads: split the rows too
+        rgroups = min(ntiles, ceil_div(2 * nt, nblocks))
+    if nt > 1:
+        for item in prange(nblocks * rgroups, schedule="static", num_threads=nt):
+            rows_item(x, packed, bias, relu, y, item, rgroups, tile, s.batch, s.cout, k)
+    else:
+        for item in range(nblocks * rgroups):
+            rows_item(x, packed, bias, relu, y, item, rgroups, tile, s.batch, s.cout, k)
+    return KERNEL_OK
+
+
 cdef inline int packed_call(const float* x, const float* packed, const float* bias, bint relu,
                             float* y, float* ws, const Conv* s) noexcept nogil:
     # x: (batch, nc, h, w) -> y: (batch, no, oh, ow); no groups
@@ -576,6 +633,8 @@ cdef inline int packed_call(const float* x, const float* packed, const float* bi
     if (s.groups != 1 or b.taps > BLOCKED_MAX_TAPS or not conv_tile_isa_ok(<int>s.isa)
             or not packed_tile(<int>s.isa, s.packed, &tile)):
         return KERNEL_UNSUPPORTED
+    if rows_case(s):
+        return rows_call(x, packed, bias, relu, y, tile, s)
     b.pack, b.ldy = s.packed, round_up(b.no, s.packed)
     nchunks = ceil_div(ncells, PACKED_CHUNK_TILES * tile.pix)
     if nt > 1 and nchunks < 4 * nt:  # a few items per thread balance them

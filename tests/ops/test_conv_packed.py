@@ -62,6 +62,11 @@ CASES = [
     ((1, 7, 12, 9), (50, 7, 3, 3), (1, 2), 2, 2),  # dilated, unequal strides
     ((2, 3, 15, 15), (32, 3, 7, 7), 3, 3, 1),      # a 7x7 window
     ((0, 8, 5, 5), (32, 8, 3, 3), 1, 1, 1),        # an empty batch
+    # 1x1 of 1x1 planes, a GEMM of rows (rows_call): short tiles, padding channels, one row
+    ((13, 70, 1, 1), (70, 70, 1, 1), 1, 0, 1),
+    ((130, 300, 1, 1), (100, 300, 1, 1), 1, 0, 1),
+    ((1, 5, 1, 1), (40, 5, 1, 1), 1, 0, 1),
+    ((0, 5, 1, 1), (40, 5, 1, 1), 1, 0, 1),
 ]
 
 
@@ -85,15 +90,20 @@ def test_packed_conv_matches_numpy(case, isa, block, threads, monkeypatch):
                                    rtol=1e-4, atol=1e-4)
 
 
-def test_packed_conv_gives_the_same_bits_on_one_and_two_threads(monkeypatch):
-    x = RNG.standard_normal((5, 32, 6, 6)).astype(np.float32)
-    w = RNG.standard_normal((80, 32, 3, 3)).astype(np.float32)
+@pytest.mark.parametrize("x_shape,w_shape,padding", [
+    ((5, 32, 6, 6), (80, 32, 3, 3), 1),
+    ((50, 32, 1, 1), (80, 32, 1, 1), 0),  # rows: 2 blocks, so the rows split among threads
+])
+def test_packed_conv_gives_the_same_bits_on_one_and_two_threads(x_shape, w_shape, padding,
+                                                                monkeypatch):
+    x = RNG.standard_normal(x_shape).astype(np.float32)
+    w = RNG.standard_normal(w_shape).astype(np.float32)
     isa = K.blocked_isas()[-1]
     outs = []
     for threads in (1, 2):
         monkeypatch.setattr(lowering, "_threads", lambda batch, flops, n=threads: n)
         plan = packed_conv(x.shape, w, None, False, isa, K.packed_channels(isa)[0],
-                           padding=(1, 1))
+                           padding=pair(padding))
         outs.append(plan.run({"x": x})[0])
     np.testing.assert_array_equal(*outs)
 
@@ -116,14 +126,14 @@ def test_a_packed_weight_of_the_wrong_shape_is_an_op_error():
 
 
 @pytest.mark.parametrize("isa", K.blocked_isas())
-@pytest.mark.parametrize("side", [7, 20])
-def test_results_go_out_bitwise_with_the_epilogue_on_odd_values(isa, side, monkeypatch):
+@pytest.mark.parametrize("shape", [(1, 1, 7, 7), (1, 1, 20, 20), (20, 1, 1, 1)])
+def test_results_go_out_bitwise_with_the_epilogue_on_odd_values(isa, shape, monkeypatch):
     # a 1x1 convolution of one channel by weights of 1 gives each cell's value in every output
     # channel (0 + x * 1: -0 becomes +0); the transpose out, 8 x 8 blocks and the rest, then
     # adds the bias (-0 among it) and relu keeps NaN and makes -0 +0: bitwise NumPy's
     monkeypatch.setattr(lowering, "_isa", lambda: isa)
     special = np.array([np.nan, -0.0, 0.0, np.inf, -np.inf, -1.5, 2.5, 1e-42], np.float32)
-    x = RNG.standard_normal((1, 1, side, side)).astype(np.float32)
+    x = RNG.standard_normal(shape).astype(np.float32)  # the last: rows_call's epilogue
     x.flat[:len(special)] = special
     oc = 37  # 8 x 8 blocks and 5 channels past them
     w = np.ones((oc, 1, 1, 1), np.float32)

@@ -14,6 +14,12 @@ Design: ``conv2d(x, w)`` becomes ``conv2d_packed(x, conv2d_pack_weight(w))`` whe
   is: ``compile(freeze=True)`` folds the weights after the passes and then runs this pass again,
   on consts.
 
+A linear layer is the 1x1 convolution of 1x1 planes over its rows: ``linear(x, w, b)`` with
+such a weight becomes ``reshape(conv2d_packed(reshape(x, (rows, k, 1, 1)), pack(reshape(w,
+(n, k, 1, 1))), b), x's shape with n last)`` (reshapes are views; the CPU runs it as a GEMM of
+rows on the same tiles, conv_blocked.pxi ``rows_call``). So is ``matmul(x, w)`` of a 2-D
+weight, whose (k, n) weight is transposed before packing (once, in the prologue or here).
+
 Only weights no assign writes are packed: a training step, which writes them every run, would
 pack them every run.
 
@@ -21,20 +27,24 @@ pack them every run.
 """
 from __future__ import annotations
 
+import math
+
 from ...ops.conv import pack_weight_array, weight_dims
 from .rewrite import PassResult, rebuild, result, weight_values
 
+PACKED = ("conv2d", "linear", "matmul")
+
 
 def prepack(graph, outputs, block_of=None) -> PassResult:
-    """``block_of(conv2d node)``: the block of output channels the target packs that
-    convolution's weights in, or None to leave it; without one, nothing is packed."""
+    """``block_of(node)`` (a conv2d or a linear): the block of output channels the target packs
+    its weights in, or None to leave it; without one, nothing is packed."""
     if block_of is None:
         return PassResult(graph, list(outputs), False, {"packed": 0})
     fixed, from_param = weight_values(graph)
     consts = {n.outputs[0].id for n in graph.nodes if n.op.name == "const"}
     blocks = {}
     for node in graph.nodes:
-        if node.op.name != "conv2d" or node.inputs[1].id not in fixed:
+        if node.op.name not in PACKED or node.inputs[1].id not in fixed:
             continue
         w = node.inputs[1].id
         if w in from_param or w in consts:
@@ -48,17 +58,41 @@ def prepack(graph, outputs, block_of=None) -> PassResult:
         block = blocks.get(id(node))
         if block is None:
             return None
+        if node.op.name in ("linear", "matmul"):
+            return _rows(builder, node, block, node.inputs[1].id in consts)
         x, w, *bias = (builder.var(v) for v in node.inputs)
         groups = node.attr["groups"]
-        if node.inputs[1].id in consts:
-            value = builder.old.values[node.inputs[1].id]
-            packed = builder.const(pack_weight_array(value, groups, block), node.location)
-        else:
-            (packed,) = builder.add("conv2d_pack_weight", [w], {"groups": groups,
-                                                                "block": block}, node)
+        packed = _packed(builder, node, w, groups, block, node.inputs[1].id in consts)
         oc, _, kh, kw = weight_dims(node.inputs[1].type, groups)
         attrs = {**node.attr, "out_channels": oc, "kernel_size": (kh, kw)}
         return builder.add("conv2d_packed", [x, packed, *bias], attrs, node)
 
     builder = rebuild(graph, rewrite)
     return result(builder, outputs, True, {"packed": len(blocks)})
+
+
+def _packed(builder, node, w, groups, block, const, transposed=False):
+    """The packed weight: a const packed here (``transposed``: the const is w's transpose), or
+    a conv2d_pack_weight node (the prologue's)."""
+    if const:
+        value = builder.old.values[node.inputs[1].id]
+        value = (value.T if transposed else value).reshape(w.shape)
+        return builder.const(pack_weight_array(value, groups, block), node.location)
+    (packed,) = builder.add("conv2d_pack_weight", [w], {"groups": groups, "block": block}, node)
+    return packed
+
+
+def _rows(builder, node, block, const):
+    """A linear, or a matmul of a 2-D weight, as the 1x1 conv2d_packed of its rows."""
+    x, w, *bias = (builder.var(v) for v in node.inputs)
+    transposed = node.op.name == "matmul" and not node.attr["transpose_b"]
+    if transposed:  # matmul's (k, n) weight: packed from its (n, k) transpose
+        (w,) = builder.add("transpose", [w], {"pattern": (1, 0)}, node)
+    (n, k), lead = w.shape, x.shape[:-1]
+    (rows,) = builder.add("reshape", [x], {"shape": (math.prod(lead), k, 1, 1)}, node)
+    (w4,) = builder.add("reshape", [w], {"shape": (n, k, 1, 1)}, node)
+    packed = _packed(builder, node, w4, 1, block, const, transposed)
+    activation = node.attr["activation"] if node.op.name == "linear" else "none"
+    attrs = {"activation": activation, "out_channels": n, "kernel_size": (1, 1)}
+    (y,) = builder.add("conv2d_packed", [rows, packed, *bias], attrs, node)
+    return builder.add("reshape", [y], {"shape": (*lead, n)}, node)

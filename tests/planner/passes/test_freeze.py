@@ -93,8 +93,10 @@ def test_frozen_plan_results_equal_unfrozen_on_a_graph():
     b = g.param("b", rng.standard_normal(32).astype(np.float32))
     y = F.relu(x @ F.transpose(w, (1, 0)) + F.astype(F.astype(b, "float64"), "float32"))
     xv = rng.standard_normal((5, 16)).astype(np.float32)
-    want = mg.compile([y], optimize=0).run({"x": xv})[0]
     for optimize in (0, 1):
+        # the same passes on live weights (at optimize=1 the product may run on packed tiles,
+        # whose sums round otherwise than the BLAS's)
+        want = mg.compile([y], optimize=optimize).run({"x": xv})[0]
         got = mg.compile([y], optimize=optimize, freeze=True).run({"x": xv})[0]
         np.testing.assert_array_equal(got, want)
 

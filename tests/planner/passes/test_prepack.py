@@ -7,6 +7,7 @@ import pytest
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph import nn
+from mgegraph._kernels import conv as K
 from mgegraph._kernels.lowering.conv import prepack_block
 from mgegraph.backend import get_backend
 from mgegraph.ops.conv import pack_weight_array
@@ -121,3 +122,74 @@ def test_the_rule_packs_where_the_gemm_paths_would_run(x_shape, w_shape, attrs, 
     y64 = F.conv2d(g64.input("x", x_shape, "float64"),
                    g64.param("w", np.ones(w_shape, np.float64)), **attrs)
     assert prepack_block(y64.node) is None
+
+
+# -- linear layers: the 1x1 convolution of 1x1 planes over their rows ------------------------------
+needs_avx512 = pytest.mark.skipif("avx512" not in K.blocked_isas(),
+                                  reason="linear layers are packed for the AVX-512 tiles only")
+
+
+def mlp():
+    nn.init.manual_seed(1)
+    return nn.Sequential(nn.Linear(300, 100), nn.ReLU(), nn.Linear(100, 40), nn.Linear(40, 10))
+
+
+@needs_avx512
+@pytest.mark.parametrize("const", [False, True])
+def test_a_matmul_of_a_weight_packs_its_transpose(const):
+    g = mg.Graph()
+    x = g.input("x", (2, 6, 50))
+    w = RNG.standard_normal((50, 70)).astype(np.float32)
+    y = F.relu(x @ (g.const(w) if const else g.param("w", w)))
+    plan, plain = mg.compile([y]), mg.compile([y], optimize=0)
+    assert ops_of(plan)[0] == "conv2d_packed"
+    if not const:  # the transpose and the pack run in the prologue, once
+        assert ops_of(plan.prologue)[:2] == ["transpose", "conv2d_pack_weight"]
+    xv = RNG.standard_normal((2, 6, 50)).astype(np.float32)
+    np.testing.assert_allclose(plan.run({"x": xv})[0], plain.run({"x": xv})[0], rtol=1e-4,
+                               atol=1e-4)
+
+
+@needs_avx512
+@pytest.mark.parametrize("x_shape", [(16, 300), (2, 9, 300)])
+def test_a_linear_predictor_packs_its_weights_and_matches_the_plain_plan(x_shape):
+    model = mlp()
+    x = RNG.standard_normal(x_shape).astype(np.float32)
+    live, plain = mg.compile_module(model, (x,)), mg.compile_module(model, (x,), optimize=0)
+    # 100 and 40 outputs are packed; 10 (fewer than a tile's 32 channels) keeps the BLAS
+    assert ops_of(live.plan) == ["conv2d_packed", "conv2d_packed", "linear"]
+    assert ops_of(live.plan.prologue).count("conv2d_pack_weight") == 2
+    got = live(x)
+    assert got.shape == (*x_shape[:-1], 10)
+    np.testing.assert_allclose(got, plain(x), rtol=1e-4, atol=1e-4)
+    model[0].weight.value = -model[0].weight.value  # repacked before the next run
+    np.testing.assert_allclose(live(x), mg.compile_module(model, (x,), optimize=0)(x),
+                               rtol=1e-4, atol=1e-4)
+
+
+@needs_avx512
+def test_a_frozen_linear_holds_its_packed_weight_as_a_constant():
+    model = mlp()
+    x = RNG.standard_normal((16, 300)).astype(np.float32)
+    frozen = mg.compile_module(model, (x,), freeze=True)
+    assert ops_of(frozen.plan) == ["conv2d_packed", "conv2d_packed", "linear"]
+    assert frozen.plan.prologue is None
+    np.testing.assert_allclose(frozen(x), mg.compile_module(model, (x,), optimize=0)(x),
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows,outputs,dtype,packed", [
+    (128, 1024, "float32", True), (4, 32, "float32", True),
+    (3, 1024, "float32", False),    # fewer rows than the rule's 4 (one row: BLAS's gemv)
+    (128, 10, "float32", False),    # fewer outputs than a tile's channels
+    (128, 1024, "float64", False),
+])
+def test_the_rule_packs_linear_layers_of_enough_rows_and_outputs(rows, outputs, dtype, packed):
+    g = mg.Graph()
+    x = g.input("x", (rows, 64), dtype)
+    y = F.linear(x, g.param("w", np.ones((outputs, 64), dtype)))
+    z = F.matmul(x, g.param("v", np.ones((64, outputs), dtype)))  # the same, as x @ v
+    want = packed and "avx512" in K.blocked_isas()
+    assert (prepack_block(y.node) is not None) == want
+    assert (prepack_block(z.node) is not None) == want
+    assert prepack_block(F.matmul(x, z, transpose_a=True).node) is None
