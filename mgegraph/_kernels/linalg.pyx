@@ -2,8 +2,8 @@
 # (a GEMM added into a matrix in place, BLAS's beta = 1).
 #
 # Parameter layout (ints): the structs below, whose field names this module exports as
-# MATMUL_FIELDS and LINEAR_FIELDS (the lowering, mgegraph/_kernels/lowering/matmul.py, packs
-# them by name). matmul's fixed fields are followed by three groups of ``ndim`` ints: the batch
+# MATMUL_FIELDS, LINEAR_FIELDS and ADDMM_FIELDS (the lowering,
+# mgegraph/_kernels/lowering/matmul.py, packs them by name). matmul's fixed fields are followed by three groups of ``ndim`` ints: the batch
 # shape, then the batch strides of a and of b, in elements and 0 on broadcast batch dims, so
 # broadcast operands are never materialised; the output is contiguous (batch..., m, n). Float
 # dtypes go to the BLAS in use (blas.pxd, blas_select.py); integer dtypes use a plain loop.

@@ -154,7 +154,6 @@ register(OpDef("linear", "matmul", _linear_infer, attrs={"activation": "none"},
                flops=lambda node: _gemm_flops(node, node.inputs[1].shape[1])))
 
 
-
 # -- addmm ----------------------------------------------------------------------------------------
 def _addmm_infer(in_types, attrs):
     if len(in_types) not in (3, 4):
@@ -175,11 +174,14 @@ def _addmm_infer(in_types, attrs):
 # c + alpha * scale * op(a) @ op(b): what a matmul whose one use is ``c +/- s * it`` becomes
 # (planner/passes/accumulate.py), so that the GEMM adds its product into c in place (BLAS's
 # beta = 1), as SGD's update ``w - lr * (g.T @ x)`` does, instead of writing the product out
-# and reading it back. Made by that pass only: it has no gradient.
+# and reading it back. Made by that pass only: it has no gradient. NOTE: with alpha * scale 0
+# (a learning rate of 0) the BLAS skips the product, as BLAS defines, so a non-finite product
+# leaves c as it was where c - 0 * inf would be NaN.
 register(OpDef("addmm", "matmul", _addmm_infer,
                attrs={"transpose_a": False, "transpose_b": False, "alpha": 1.0}, inplace=True,
                flops=lambda node: _gemm_flops(
                    node, _operand(node.inputs[1].type, node.attr["transpose_a"], left=True)[2])))
+
 
 # -- public functions (re-exported by mgegraph.functional) ---------------------------------------
 from .builder import apply, promote  # noqa: E402

@@ -273,10 +273,10 @@ LINEAR_MIN_ROWS = 4
 
 def _linear_block(node) -> int | None:
     """A linear layer's block (conv2d_packed's rows_call, a GEMM of rows on the gather tiles),
-    or None where it keeps the BLAS. Measured on the 2-core AMD EPYC (Zen 4), 1 thread: the
-    64-channel x 7-row tile ran mlp-infer's three GEMMs (batch 128: 784-1024-1024-10) at 108-112
-    GFLOP/s, where MKL ran them at 81 (5.86 ms) and ONNX Runtime's MLAS at 96 (4.92 ms); a
-    512 -> 1000 layer (ResNet's last), weights warm, took 0.086 ms against MKL's 0.107 at 4
+    or None where it keeps the BLAS. Measured on the 2-core AMD EPYC (Zen 4, MKL the BLAS):
+    mlp-infer batch 128 (784-1024-1024-10, benchmarks/fresh_process.py, 3 rounds) took 4.81 ms
+    on 1 thread against its GEMMs' 5.73 through MKL and ONNX Runtime's 4.97 (3.01 against 3.44
+    and 3.17 on 2); a 512 -> 1000 layer (ResNet's last), weights warm, took 0.086 ms against MKL's 0.107 at 4
     rows, 0.099 against 0.187 at 8, 0.166 against 0.225 at 16, but 0.095 against the gemv's
     0.057 at 1 row (/work/scratch/ablin.py, medians of 8 alternating rounds). So: float32,
     AVX-512, at least 4 rows and 32 outputs. A matmul qualifies with a 2-D weight (its second

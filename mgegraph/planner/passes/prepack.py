@@ -36,15 +36,15 @@ PACKED = ("conv2d", "linear", "matmul")
 
 
 def prepack(graph, outputs, block_of=None) -> PassResult:
-    """``block_of(node)`` (a conv2d or a linear): the block of output channels the target packs
-    its weights in, or None to leave it; without one, nothing is packed."""
+    """``block_of(node)`` (a conv2d, a linear or a matmul): the block of output channels the
+    target packs its weights in, or None to leave it; without one, nothing is packed."""
     if block_of is None:
         return PassResult(graph, list(outputs), False, {"packed": 0})
     fixed, from_param = weight_values(graph)
     consts = {n.outputs[0].id for n in graph.nodes if n.op.name == "const"}
     blocks = {}
     for node in graph.nodes:
-        if node.op.name not in PACKED or node.inputs[1].id not in fixed:
+        if node.op.name not in PACKED or node.inputs[1].id not in fixed or not _rows_form(node):
             continue
         w = node.inputs[1].id
         if w in from_param or w in consts:
@@ -80,6 +80,15 @@ def _packed(builder, node, w, groups, block, const, transposed=False):
         return builder.const(pack_weight_array(value, groups, block), node.location)
     (packed,) = builder.add("conv2d_pack_weight", [w], {"groups": groups, "block": block}, node)
     return packed
+
+
+def _rows_form(node) -> bool:
+    """A matmul this pass can write as rows times a weight: op(x) not transposed, a 2-D
+    weight, at least one row dimension (other ops: always)."""
+    if node.op.name != "matmul":
+        return True
+    x, w = node.inputs
+    return not node.attr["transpose_a"] and w.ndim == 2 and x.ndim >= 2
 
 
 def _rows(builder, node, block, const):
