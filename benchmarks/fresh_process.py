@@ -36,6 +36,7 @@ WORKLOADS = {"resnet-infer 1x224": ("mgegraph", "mgegraph -O0", "torch", "onnxru
              "resnet-infer 8x64": ("mgegraph", "mgegraph -O0", "torch", "onnxruntime"),
              "convnet-train": ("mgegraph", "mgegraph -O2", "torch"),
              "mlp-train": ("mgegraph", "mgegraph -O2", "torch", "limit"),
+             "mlp-infer 1": ("mgegraph", "torch", "onnxruntime", "limit"),
              "mlp-infer 128": ("mgegraph", "torch", "onnxruntime", "limit"),
              "fusion-chain": ("mgegraph", "mgegraph executor", "torch", "torch.compile",
                               "onnxruntime", "limit")}
@@ -81,17 +82,18 @@ def train_call(impl: str, workload: str):
 
 def mlp_infer_call(impl: str, workload: str):
     test_deploy, test_fusion, workloads = _benchmark_modules()
+    batch = int(workload.split()[-1])
     if impl == "onnxruntime":
         import numpy as np
         ort = test_fusion.need("onnxruntime")
         options = ort.SessionOptions()
         options.intra_op_num_threads, options.inter_op_num_threads = test_fusion.THREADS, 1
-        session = ort.InferenceSession(test_deploy.mlp_onnx(128), options,
+        session = ort.InferenceSession(test_deploy.mlp_onnx(batch), options,
                                        providers=["CPUExecutionProvider"])
         x = np.random.default_rng(workloads.SEED + 1).standard_normal(
-            (128, workloads.MLP_LAYERS[0]), dtype=np.float32)
+            (batch, workloads.MLP_LAYERS[0]), dtype=np.float32)
         return functools.partial(session.run, None, {"x": x})
-    return workloads.mlp_infer(128)[{"mgegraph": "mgegraph plan.run", "torch": "torch eager",
+    return workloads.mlp_infer(batch)[{"mgegraph": "mgegraph plan.run", "torch": "torch eager",
                                       "limit": workloads.GEMMS_ONLY}[impl]]
 
 

@@ -8,11 +8,12 @@
 # broadcast operands are never materialised; the output is contiguous (batch..., m, n). Float
 # dtypes go to the BLAS in use (blas.pxd, blas_select.py); integer dtypes use a plain loop.
 #
-# Threads: ``threads`` (the lowering's, from the GEMM's FLOPs) is how many column blocks of C
-# a float GEMM is cut into when the BLAS in use is split by the kernels (blas_split_gemms:
-# OpenBLAS), each block one single-threaded BLAS call on a thread of the plan's one OpenMP pool.
-# The blocks follow the planned count, not the threads running, so a plan gives the same bits on
-# one core or two. With MKL, which runs on that pool itself, the whole GEMM is one call.
+# Threads: ``threads`` (the lowering's, from the GEMM's FLOPs, or a gemv's bytes) is how many
+# column blocks of C a float GEMM is cut into when the BLAS in use is split by the kernels
+# (blas_split_gemms: OpenBLAS), each block one single-threaded BLAS call on a thread of the
+# plan's one OpenMP pool. The blocks follow the planned count, not the threads running, so a
+# plan gives the same bits on one core or two. With MKL, which runs on that pool itself, the
+# whole GEMM is one call; a single row (a gemv) is split as with OpenBLAS.
 
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcpy
@@ -103,10 +104,12 @@ cdef int column_blocks(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexce
 cdef inline void float_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
                                floating alpha, const floating* a, const floating* b,
                                floating beta, floating* c, Py_ssize_t threads) noexcept nogil:
-    # C = alpha op(A) op(B) + beta C (beta 0 or 1; C contiguous)
+    # C = alpha op(A) op(B) + beta C (beta 0 or 1; C contiguous). A single row (a gemv, which
+    # reads its whole matrix once: bandwidth-bound) is split by columns whatever the BLAS: MKL
+    # ran it on one thread (mlp-infer batch 1 took 136 us at 1 thread, 138-218 at 2).
     cdef ColumnBlocks g
     cdef int previous
-    if not blas_split_gemms() or m == 0 or n == 0:
+    if m == 0 or n == 0 or not (blas_split_gemms() or m == 1 and threads > 1):
         if alpha == 1 and beta == 0:  # gemm's gemv for a vector operand
             gemm(ta, tb, m, n, k, a, b, c, False)
         else:

@@ -11,7 +11,7 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 import mgegraph as mg
-from mgegraph._kernels import blas_select, blas_table
+from mgegraph._kernels import blas_select, blas_table, linalg
 from mgegraph.ir.errors import GraphError
 
 MKL, WHY_NOT = blas_select.load_mkl()
@@ -190,6 +190,27 @@ def test_openblas_gemms_are_split_by_the_plan_and_give_the_same_bits_on_one_core
             np.testing.assert_allclose(two, want, rtol=1e-4 if dtype == "float32" else 1e-10,
                                        atol=1e-3 if dtype == "float32" else 1e-9)
             assert one.tobytes() == two.tobytes(), (dtype, m, n, k)
+
+
+@pytest.mark.parametrize("blas", ["openblas"] + (["mkl"] if MKL is not None else []))
+def test_a_single_row_is_split_by_columns_on_either_blas_with_the_same_bits(blas):
+    # a gemv reads its whole matrix once: its bytes plan the threads (3 MiB: two), and its
+    # column blocks give the bits one core gives
+    blas_select.select(blas)
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((1, 784)).astype(np.float32)
+    w = rng.standard_normal((784, 1024)).astype(np.float32)
+    g = mg.Graph()
+    y = g.input("a", a.shape, "float32") @ g.param("w", w)
+    with threadpool_limits(2):
+        plan = mg.compile([y])
+        (two,) = plan.run({"a": a})
+    (ins,) = plan.instructions
+    assert dict(zip(linalg.MATMUL_FIELDS, ins.ints))["threads"] == 2
+    with threadpool_limits(1):
+        (one,) = plan.run({"a": a})
+    assert one.tobytes() == two.tobytes()
+    np.testing.assert_allclose(two, a.astype(np.float64) @ w, rtol=1e-4, atol=1e-3)
 
 
 def test_a_split_gemm_gives_the_callers_blas_thread_count_back():

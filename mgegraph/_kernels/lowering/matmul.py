@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ...backend import Launch
 from ...ops.matmul import matmul_dims
 from ...ops.registry import FLOAT_DTYPES, NUMERIC_DTYPES
@@ -27,8 +29,14 @@ GRAIN_FLOPS = 2_000_000
 
 
 def gemm_threads(dtype, m, n, k) -> int:
-    """The column blocks a float GEMM is planned in (linalg.pyx's Threads); 1 for integers."""
-    return parallel.threads_for(2 * m * n * k, GRAIN_FLOPS) if dtype in FLOAT_DTYPES else 1
+    """The column blocks a float GEMM is planned in (linalg.pyx's Threads); 1 for integers. A
+    single row is a gemv, which reads its (k, n) matrix once: its bytes decide, as for the
+    other bandwidth-bound kernels."""
+    if dtype not in FLOAT_DTYPES:
+        return 1
+    if m == 1:
+        return parallel.threads_for(n * k * np.dtype(dtype).itemsize)
+    return parallel.threads_for(2 * m * n * k, GRAIN_FLOPS)
 
 
 def _matmul_lower(node) -> Launch:
