@@ -26,6 +26,12 @@ from .blas cimport gemm, gemm_scaled
 from .blas_table cimport blas_one_thread, blas_restore_threads, blas_split_gemms
 from .parallel cimport parallel_for, cut
 from .ew_ops cimport ew_relu
+
+cdef extern from "gemv_row.h":
+    ctypedef void (*gemv_fn)(const float* a, const float* b, Py_ssize_t ldb, Py_ssize_t k,
+                             Py_ssize_t j0, Py_ssize_t j1, float alpha, int beta,
+                             float* y) noexcept nogil
+    gemv_fn gemv_of(int dots) noexcept nogil
 from .nditer cimport dims_ok, Odometer, odometer_init, odometer_next, count_rows
 
 ctypedef struct Matmul:  # then batch shape[ndim], batch strides of a[ndim], of b[ndim]
@@ -83,7 +89,10 @@ cdef inline void column_block(const ColumnBlocks* g, Py_ssize_t j0, Py_ssize_t j
     # C[:, j0:j1] = op(A) op(B)[:, j0:j1]: rows j0.. of a stored B^T, columns j0.. of a stored B
     cdef Py_ssize_t lda = g.m if g.ta else g.k, ldb = g.k if g.tb else g.n
     cdef Py_ssize_t at = j0 * g.k if g.tb else j0
-    if g.f64:
+    if g.m == 1 and not g.f64:  # a float32 row: gemv_row.h (A's one row is contiguous)
+        gemv_of(g.tb)(<const float*>g.a, <const float*>g.b, ldb, g.k, j0, j1, <float>g.alpha,
+                      g.beta != 0, <float*>g.c)
+    elif g.f64:
         gemm_scaled(g.ta, g.tb, g.m, j1 - j0, g.k, g.alpha, <const double*>g.a, lda,
                     <const double*>g.b + at, ldb, g.beta, <double*>g.c + j0, g.n)
     else:
@@ -104,11 +113,16 @@ cdef int column_blocks(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexce
 cdef inline void float_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
                                floating alpha, const floating* a, const floating* b,
                                floating beta, floating* c, Py_ssize_t threads) noexcept nogil:
-    # C = alpha op(A) op(B) + beta C (beta 0 or 1; C contiguous). A single row (a gemv, which
-    # reads its whole matrix once: bandwidth-bound) is split by columns whatever the BLAS: MKL
-    # ran it on one thread (mlp-infer batch 1 took 136 us at 1 thread, 138-218 at 2).
+    # C = alpha op(A) op(B) + beta C (beta 0 or 1; C contiguous). A single float32 row (a gemv,
+    # which reads its whole matrix once: bandwidth-bound) runs gemv_row.h's loops, faster than
+    # either BLAS's here, split by columns among the planned threads whatever the BLAS (MKL
+    # ran its gemv on one thread).
     cdef ColumnBlocks g
     cdef int previous
+    if floating is float:
+        if m == 1 and n > 0 and threads <= 1:
+            gemv_of(tb)(a, b, k if tb else n, k, 0, n, alpha, beta != 0, c)
+            return
     if m == 0 or n == 0 or not (blas_split_gemms() or m == 1 and threads > 1):
         if alpha == 1 and beta == 0:  # gemm's gemv for a vector operand
             gemm(ta, tb, m, n, k, a, b, c, False)

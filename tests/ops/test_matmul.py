@@ -168,3 +168,37 @@ def test_linear_rejects_ints():
     g = mg.Graph()
     with pytest.raises(mg.OpError, match="linear"):
         F.linear(g.input("x", (2, 3), "int32"), g.input("w", (4, 3), "int32"))
+
+
+# -- a single float32 row: gemv_row.h's loops, split by columns among threads ---------------------
+@pytest.mark.parametrize("tb", [False, True])
+@pytest.mark.parametrize("n,k", [(n, k) for n in (1, 5, 16, 17, 1100) for k in (0, 1, 3, 70)]
+                         + [(1030, 600)])  # 2.4 MB: two threads, split by columns
+def test_a_single_row_times_a_matrix_on_one_thread_and_two(n, k, tb):
+    from threadpoolctl import threadpool_limits
+
+    a = data((1, k), np.float32)
+    b = data((n, k) if tb else (k, n), np.float32)
+    got = []
+    for threads in (1, 2):
+        with threadpool_limits(threads):
+            got.append(run(lambda x, y: F.matmul(x, y, transpose_b=tb), a, b))
+    # float32 sums of k terms: the error grows with k (cancellation to small results)
+    want = reference(a, b, tb=tb)
+    assert got[0].dtype == want.dtype and got[0].shape == want.shape
+    np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5 + 2e-7 * k)
+    assert got[0].tobytes() == got[1].tobytes()
+
+
+def test_a_single_row_carries_nan_and_infinities_as_numpy_does():
+    a = data((1, 40), np.float32)
+    b = data((40, 1030), np.float32)
+    a[0, 3] = np.nan
+    b[7, 1025] = np.inf  # in the second block of columns
+    with np.errstate(invalid="ignore"):
+        want = a.astype(np.float64) @ b.astype(np.float64)
+    got = run(F.matmul, a, b)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    a[0, 3] = 1.0
+    got = run(F.matmul, a, b)
+    assert np.isinf(got[0, 1025]) and np.isfinite(np.delete(got, 1025)).all()
