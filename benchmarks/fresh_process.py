@@ -170,8 +170,8 @@ def table(results: dict, skipped: dict, chosen: list[str], threads: list[int]) -
                     continue
                 ratios = " ".join(f"{got / medians[i]:>8.2f}" if i in medians else f"{'-':>8}"
                                   for i in against)
-                rounds = " ".join(f"{v * 1e3:.2f}" for v in results[workload, impl, t])
-                lines.append(f"{workload:20} {t:>7} {impl:18} {got * 1e3:>10.2f} {ratios}  "
+                rounds = " ".join(f"{v * 1e3:.3f}" for v in results[workload, impl, t])
+                lines.append(f"{workload:20} {t:>7} {impl:18} {got * 1e3:>10.3f} {ratios}  "
                              f"{rounds}")
     return lines
 
