@@ -100,8 +100,7 @@ static int gemv_isa(void) {
 
 /* the form for B stored (k, n) (rows) or (n, k) (dots), on the widest instruction set */
 static gemv_fn gemv_of(int dots) {
-    static int isa = -1;
-    if (isa < 0) isa = gemv_isa();
+    int isa = gemv_isa(); /* a few loads per call; no shared cache for threads to race on */
 #if defined(__GNUC__) && defined(__x86_64__)
     if (isa == 2) return dots ? gemv_dots_avx512 : gemv_rows_avx512;
     if (isa == 1) return dots ? gemv_dots_avx2 : gemv_rows_avx2;

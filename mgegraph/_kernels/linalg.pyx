@@ -6,14 +6,15 @@
 # mgegraph/_kernels/lowering/matmul.py, packs them by name). matmul's fixed fields are followed by three groups of ``ndim`` ints: the batch
 # shape, then the batch strides of a and of b, in elements and 0 on broadcast batch dims, so
 # broadcast operands are never materialised; the output is contiguous (batch..., m, n). Float
-# dtypes go to the BLAS in use (blas.pxd, blas_select.py); integer dtypes use a plain loop.
+# dtypes go to the BLAS in use (blas.pxd, blas_select.py), but for a float32 single row, which
+# gemv_row.h's loops stream faster; integer dtypes use a plain loop.
 #
 # Threads: ``threads`` (the lowering's, from the GEMM's FLOPs, or a gemv's bytes) is how many
 # column blocks of C a float GEMM is cut into when the BLAS in use is split by the kernels
 # (blas_split_gemms: OpenBLAS), each block one single-threaded BLAS call on a thread of the
 # plan's one OpenMP pool. The blocks follow the planned count, not the threads running, so a
 # plan gives the same bits on one core or two. With MKL, which runs on that pool itself, the
-# whole GEMM is one call; a single row (a gemv) is split as with OpenBLAS.
+# whole GEMM is one call. A single row is cut into column blocks whatever the BLAS.
 
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcpy
@@ -26,13 +27,13 @@ from .blas cimport gemm, gemm_scaled
 from .blas_table cimport blas_one_thread, blas_restore_threads, blas_split_gemms
 from .parallel cimport parallel_for, cut
 from .ew_ops cimport ew_relu
+from .nditer cimport dims_ok, Odometer, odometer_init, odometer_next, count_rows
 
 cdef extern from "gemv_row.h":
     ctypedef void (*gemv_fn)(const float* a, const float* b, Py_ssize_t ldb, Py_ssize_t k,
                              Py_ssize_t j0, Py_ssize_t j1, float alpha, int beta,
                              float* y) noexcept nogil
     gemv_fn gemv_of(int dots) noexcept nogil
-from .nditer cimport dims_ok, Odometer, odometer_init, odometer_next, count_rows
 
 ctypedef struct Matmul:  # then batch shape[ndim], batch strides of a[ndim], of b[ndim]
     Py_ssize_t m, n, k, transpose_a, transpose_b, threads, ndim
