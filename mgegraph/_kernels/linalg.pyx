@@ -3,11 +3,12 @@
 #
 # Parameter layout (ints): the structs below, whose field names this module exports as
 # MATMUL_FIELDS, LINEAR_FIELDS and ADDMM_FIELDS (the lowering,
-# mgegraph/_kernels/lowering/matmul.py, packs them by name). matmul's fixed fields are followed by three groups of ``ndim`` ints: the batch
-# shape, then the batch strides of a and of b, in elements and 0 on broadcast batch dims, so
-# broadcast operands are never materialised; the output is contiguous (batch..., m, n). Float
-# dtypes go to the BLAS in use (blas.pxd, blas_select.py), but for a float32 single row, which
-# gemv_row.h's loops stream faster; integer dtypes use a plain loop.
+# mgegraph/_kernels/lowering/matmul.py, packs them by name). matmul's fixed fields are followed
+# by three groups of ``ndim`` ints: the batch shape, then the batch strides of a and of b, in
+# elements and 0 on broadcast batch dims, so broadcast operands are never materialised; the
+# output is contiguous (batch..., m, n). Float dtypes go to the BLAS in use (blas.pxd,
+# blas_select.py), but for a float32 single row, which gemv_row.h's loops stream faster;
+# integer dtypes use a plain loop.
 #
 # Threads: ``threads`` (the lowering's, from the GEMM's FLOPs, or a gemv's bytes) is how many
 # column blocks of C a float GEMM is cut into when the BLAS in use is split by the kernels

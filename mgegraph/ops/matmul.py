@@ -91,6 +91,25 @@ register(OpDef("matmul", "matmul", _matmul_infer,
                    node, _operand(node.inputs[0].type, node.attr["transpose_a"], left=True)[2])))
 
 
+def rows_by_weight(node) -> tuple[int, int, int] | None:
+    """(rows, k, n) when ``node`` multiplies the rows of its first input, (rows, k) with every
+    leading dim folded into rows, by its second, a 2-D weight, into (rows, n): any linear, and
+    a matmul whose op(x) is not transposed and has 2+ dims; None for other nodes.
+
+    >>> rows_by_weight(F.matmul(x, w).node)   # x: (2, 6, 50), w: (50, 70)
+    (12, 50, 70)
+    """
+    x, w = node.inputs[:2]
+    if node.op.name == "linear":
+        n, k = w.shape
+    elif (node.op.name == "matmul" and not node.attr["transpose_a"] and w.ndim == 2
+          and x.ndim >= 2):
+        k, n = w.shape[::-1] if node.attr["transpose_b"] else w.shape
+    else:
+        return None
+    return math.prod(x.shape[:-1]), k, n
+
+
 def _gemm_flops(node, k: int) -> float:
     """2k multiply-adds per output element of a product over an inner dimension ``k``."""
     return 2.0 * k * node.outputs[0].size

@@ -2,12 +2,11 @@
 _kernels/conv.pyx, which of the kernels' paths a convolution takes, and its workspace."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ...backend import Launch
 from ...ops.conv import conv_geometry, weight_dims
+from ...ops.matmul import rows_by_weight
 from ...ops.registry import FLOAT_DTYPES
 from .. import blas_select, parallel
 from .. import conv as K
@@ -276,19 +275,17 @@ def _linear_block(node) -> int | None:
     or None where it keeps the BLAS. Measured on the 2-core AMD EPYC (Zen 4, MKL the BLAS):
     mlp-infer batch 128 (784-1024-1024-10, benchmarks/fresh_process.py, 3 rounds) took 4.81 ms
     on 1 thread against its GEMMs' 5.73 through MKL and ONNX Runtime's 4.97 (3.01 against 3.44
-    and 3.17 on 2); a 512 -> 1000 layer (ResNet's last), weights warm, took 0.086 ms against MKL's 0.107 at 4
-    rows, 0.099 against 0.187 at 8, 0.166 against 0.225 at 16, but 0.095 against the gemv's
-    0.057 at 1 row (/work/scratch/ablin.py, medians of 8 alternating rounds). So: float32,
-    AVX-512, at least 4 rows and 32 outputs. A matmul qualifies with a 2-D weight (its second
-    operand) and its first operand not transposed."""
-    x, w = node.inputs[:2]
-    if node.op.name == "matmul" and (node.attr["transpose_a"] or w.ndim != 2 or x.ndim < 2):
+    and 3.17 on 2); a 512 -> 1000 layer (ResNet's last), weights warm, took 0.086 ms against
+    MKL's 0.107 at 4 rows, 0.099 against 0.187 at 8, 0.166 against 0.225 at 16, but 0.095
+    against the gemv's 0.057 at 1 row (/work/scratch/ablin.py, medians of 8 alternating
+    rounds). So: float32, AVX-512, at least 4 rows and 32 outputs. A matmul qualifies as
+    ops.matmul.rows_by_weight says (a 2-D weight, its first operand not transposed)."""
+    dims = rows_by_weight(node)
+    if dims is None:
         return None
-    rows = math.prod(x.shape[:-1])
-    outputs = w.shape[1] if node.op.name == "matmul" and not node.attr["transpose_b"] \
-        else w.shape[0]
-    if x.dtype.name != "float32" or _isa() != "avx512" or rows < LINEAR_MIN_ROWS \
-            or outputs < 32:
+    rows, _, outputs = dims
+    if node.inputs[0].dtype.name != "float32" or _isa() != "avx512" \
+            or rows < LINEAR_MIN_ROWS or outputs < 32:
         return None
     return _block_for(outputs)
 

@@ -27,9 +27,8 @@ pack them every run.
 """
 from __future__ import annotations
 
-import math
-
 from ...ops.conv import pack_weight_array, weight_dims
+from ...ops.matmul import rows_by_weight
 from .rewrite import PassResult, rebuild, result, weight_values
 
 PACKED = ("conv2d", "linear", "matmul")
@@ -44,7 +43,9 @@ def prepack(graph, outputs, block_of=None) -> PassResult:
     consts = {n.outputs[0].id for n in graph.nodes if n.op.name == "const"}
     blocks = {}
     for node in graph.nodes:
-        if node.op.name not in PACKED or node.inputs[1].id not in fixed or not _rows_form(node):
+        if node.op.name not in PACKED or node.inputs[1].id not in fixed:
+            continue
+        if node.op.name != "conv2d" and rows_by_weight(node) is None:
             continue
         w = node.inputs[1].id
         if w in from_param or w in consts:
@@ -82,26 +83,17 @@ def _packed(builder, node, w, groups, block, const, transposed=False):
     return packed
 
 
-def _rows_form(node) -> bool:
-    """A matmul this pass can write as rows times a weight: op(x) not transposed, a 2-D
-    weight, at least one row dimension (other ops: always)."""
-    if node.op.name != "matmul":
-        return True
-    x, w = node.inputs
-    return not node.attr["transpose_a"] and w.ndim == 2 and x.ndim >= 2
-
-
 def _rows(builder, node, block, const):
     """A linear, or a matmul of a 2-D weight, as the 1x1 conv2d_packed of its rows."""
     x, w, *bias = (builder.var(v) for v in node.inputs)
+    rows, k, n = rows_by_weight(node)
     transposed = node.op.name == "matmul" and not node.attr["transpose_b"]
     if transposed:  # matmul's (k, n) weight: packed from its (n, k) transpose
         (w,) = builder.add("transpose", [w], {"pattern": (1, 0)}, node)
-    (n, k), lead = w.shape, x.shape[:-1]
-    (rows,) = builder.add("reshape", [x], {"shape": (math.prod(lead), k, 1, 1)}, node)
+    (x_rows,) = builder.add("reshape", [x], {"shape": (rows, k, 1, 1)}, node)
     (w4,) = builder.add("reshape", [w], {"shape": (n, k, 1, 1)}, node)
     packed = _packed(builder, node, w4, 1, block, const, transposed)
     activation = node.attr["activation"] if node.op.name == "linear" else "none"
     attrs = {"activation": activation, "out_channels": n, "kernel_size": (1, 1)}
-    (y,) = builder.add("conv2d_packed", [rows, packed, *bias], attrs, node)
-    return builder.add("reshape", [y], {"shape": (*lead, n)}, node)
+    (y,) = builder.add("conv2d_packed", [x_rows, packed, *bias], attrs, node)
+    return builder.add("reshape", [y], {"shape": (*x.shape[:-1], n)}, node)
