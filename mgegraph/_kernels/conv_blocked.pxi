@@ -22,6 +22,9 @@
 
 from cython.parallel cimport parallel, prange, threadid
 
+cdef extern from "cpu_isa.h":
+    int cpu_isa_ok(int isa) noexcept nogil
+
 cdef extern from "conv_tile.h":
     ctypedef void (*conv_tile_fn)(const float* x, Py_ssize_t cstride, const Py_ssize_t* offs,
                                   Py_ssize_t ntaps, Py_ssize_t nc, const float* w, float* y,
@@ -49,7 +52,6 @@ cdef extern from "conv_tile.h":
         CONV_CPACK
         CONV_PIX_MAX
         CONV_PACKED_MAX
-    int conv_tile_isa_ok(int isa) noexcept nogil
     conv_tile conv_tile_of(int isa) noexcept nogil
     int conv_packed_tiles(int isa, conv_packed_tile* out) noexcept nogil
     conv_out_fn conv_out_of(int isa) noexcept nogil
@@ -81,7 +83,7 @@ def blocked_isas():
     'base'
     """
     return tuple(k for k, v in sorted(BLOCKED_ISAS.items(), key=lambda kv: kv[1])
-                 if conv_tile_isa_ok(v))
+                 if cpu_isa_ok(v))
 
 
 def packed_channels(isa):
@@ -389,7 +391,7 @@ cdef inline int blocked_call(const float* x, const float* w, const float* bias, 
     cdef Py_ssize_t xs = b.nc * s.groups * b.h * b.w, ys = b.no * s.groups * b.oh * b.ow
     cdef float* area = ws + b.npacked
     cdef int k, nt = run_threads(s)
-    if not conv_tile_isa_ok(<int>s.isa) or b.taps > BLOCKED_MAX_TAPS:
+    if not cpu_isa_ok(<int>s.isa) or b.taps > BLOCKED_MAX_TAPS:
         return KERNEL_UNSUPPORTED
     if not b.gather and (b.sh != 1 or b.sw != 1) and (b.phases != 4 or b.flip):
         return KERNEL_UNSUPPORTED  # the rows path runs stride 1, and stride 2 forward
@@ -458,7 +460,7 @@ cdef inline int filter_call(const float* x,   # IN  (batch, cin, h, w)
     cdef float* padded = ws + b.npacked
     cdef float* dwt = padded + b.npadded
     cdef int nt = run_threads(s)
-    if not conv_tile_isa_ok(<int>s.isa) or s.ow > BLOCKED_MAX_COLS:
+    if not cpu_isa_ok(<int>s.isa) or s.ow > BLOCKED_MAX_COLS:
         return KERNEL_UNSUPPORTED
     cdef conv_tile tile = tile_for(<int>s.isa, &b)
     ntiles = (npairs + tile.pix - 1) // tile.pix
@@ -630,7 +632,7 @@ cdef inline int packed_call(const float* x, const float* packed, const float* bi
     cdef float* slots = ws + s.batch * b.npadded if padded else ws
     cdef const float* planes = x  # or the padded copy
     cdef int nt = run_threads(s)
-    if (s.groups != 1 or b.taps > BLOCKED_MAX_TAPS or not conv_tile_isa_ok(<int>s.isa)
+    if (s.groups != 1 or b.taps > BLOCKED_MAX_TAPS or not cpu_isa_ok(<int>s.isa)
             or not packed_tile(<int>s.isa, s.packed, &tile)):
         return KERNEL_UNSUPPORTED
     if rows_case(s):

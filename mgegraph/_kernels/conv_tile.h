@@ -12,12 +12,14 @@
  * in turn, conv_blocked.pxi).
  *
  * One source, built once per instruction set through GCC's target attribute (vector extension
- * types, so no intrinsics) and picked at run time by conv_tile_isa(). Packed weights come in
+ * types, so no intrinsics) and checked at run time by cpu_isa_ok(). Packed weights come in
  * blocks of CONV_PACK output channels: w[c][tap][CONV_PACK]; a tile of fewer ROWS reads its
  * sub-block. Reads may run up to COLS - 1 cells past the last output cell: the caller's buffer
  * has that slack, and the cells they feed are dropped.
  */
 #include <stddef.h>
+
+#include "cpu_isa.h" /* cpu_isa_ok: whether this CPU runs an isa's tiles */
 
 #define CONV_PACK 8      /* output channels per packed weight block */
 #define CONV_COLS_MAX 48 /* the widest tile's columns: the slack a padded buffer carries */
@@ -125,15 +127,6 @@ typedef struct {
     conv_gather_fn gather; ptrdiff_t pix, ch;
     conv_gather_fn narrow; ptrdiff_t narrow_pix, narrow_ch;
 } conv_tile;
-
-static int conv_tile_isa_ok(int isa) {
-#if defined(__GNUC__) && defined(__x86_64__)
-    __builtin_cpu_init();
-    if (isa == 1) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (isa == 2) return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-#endif
-    return isa == 0;
-}
 
 static conv_tile conv_tile_of(int isa) {
     conv_tile t = {conv_tile_base, 4, 8, conv_gather_base, 4, 8, conv_gather_base, 4, 8};

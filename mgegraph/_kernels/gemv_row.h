@@ -14,9 +14,11 @@
  * Then y = alpha * sum + (beta ? y : 0) (beta 0 or 1: an addmm adds into y). The sums run in a
  * fixed order whatever the column range a call gets, so a product split by columns among threads
  * gives the bits of one call. One source, built per instruction set through GCC's target
- * attribute and picked by gemv_isa(), as conv_tile.h.
+ * attribute and picked by cpu_isa.h, as conv_tile.h's.
  */
 #include <stddef.h>
+
+#include "cpu_isa.h"
 
 #define GEMV_BLOCK 1024 /* columns of y summed at once by gemv_rows (4 KiB on the stack, in L1) */
 #define GEMV_DOTS 4      /* rows of B summed at once by gemv_dots */
@@ -88,19 +90,9 @@ __attribute__((target("avx512f,fma,prefer-vector-width=512")))
 static void gemv_dots_avx512(GEMV_ROWS_ARGS) { GEMV_DOTS_BODY(16) }
 #endif
 
-/* 0 baseline, 1 AVX2 + FMA, 2 AVX-512F: the widest this CPU runs */
-static int gemv_isa(void) {
-#if defined(__GNUC__) && defined(__x86_64__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma")) return 2;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 1;
-#endif
-    return 0;
-}
-
 /* the form for B stored (k, n) (rows) or (n, k) (dots), on the widest instruction set */
 static gemv_fn gemv_of(int dots) {
-    int isa = gemv_isa(); /* a few loads per call; no shared cache for threads to race on */
+    int isa = cpu_isa_widest(); /* a few loads per call; no cache for threads to race on */
 #if defined(__GNUC__) && defined(__x86_64__)
     if (isa == 2) return dots ? gemv_dots_avx512 : gemv_rows_avx512;
     if (isa == 1) return dots ? gemv_dots_avx2 : gemv_rows_avx2;
