@@ -42,8 +42,9 @@ WORKLOADS = {"resnet-infer 1x224": ("mgegraph", "mgegraph -O0", "torch", "onnxru
                               "onnxruntime", "limit")}
 
 
+@functools.cache
 def _benchmark_modules():
-    """benchmarks/'s helpers, imported without the OMP_WAIT_POLICY their conftest sets for the
+    """benchmarks/'s helpers, imported once, without the OMP_WAIT_POLICY their conftest sets for the
     pytest runs (the libraries' own defaults are what this script measures)."""
     saved = os.environ.get("OMP_WAIT_POLICY")
     sys.path.insert(0, str(HERE))

@@ -3,23 +3,16 @@ row (gemv), an empty inner dimension, in place over c or into a buffer of its ow
 BLAS libraries, and the shape checks."""
 import numpy as np
 import pytest
+from test_blas_choice import MKL, restore_the_choice  # noqa: F401  (autouse: the BLAS put back)
 from threadpoolctl import threadpool_limits
 
 import mgegraph as mg
-from mgegraph._kernels import blas_select, blas_table
+from mgegraph._kernels import blas_select
 from mgegraph.ir.errors import OpError
 from mgegraph.ops.builder import apply
 
 RNG = np.random.default_rng(5)
-MKL, _ = blas_select.load_mkl()
 BLAS = ["openblas"] + (["mkl"] if MKL is not None else [])
-
-
-@pytest.fixture(autouse=True)
-def restore_the_blas():
-    before = blas_select.choice()
-    yield
-    blas_table.use(before.name, MKL if before.name == "mkl" else None)
 
 
 def expected(c, a, b, ta, tb, alpha, scale):
