@@ -22,40 +22,10 @@
 
 from cython.parallel cimport parallel, prange, threadid
 
-cdef extern from "cpu_isa.h":
-    int cpu_isa_ok(int isa) noexcept nogil
-
-cdef extern from "conv_tile.h":
-    ctypedef void (*conv_tile_fn)(const float* x, Py_ssize_t cstride, const Py_ssize_t* offs,
-                                  Py_ssize_t ntaps, Py_ssize_t nc, const float* w, float* y,
-                                  Py_ssize_t ldy, Py_ssize_t nrows, int accumulate) noexcept nogil
-    ctypedef void (*conv_gather_fn)(const float* const* px, Py_ssize_t cstride,
-                                    const Py_ssize_t* offs, Py_ssize_t ntaps, Py_ssize_t nc,
-                                    const float* w, float* y, Py_ssize_t ldy,
-                                    int accumulate) noexcept nogil
-    ctypedef struct conv_tile:
-        conv_tile_fn fn
-        Py_ssize_t rows, cols
-        conv_gather_fn gather
-        Py_ssize_t pix, ch
-        conv_gather_fn narrow
-        Py_ssize_t narrow_pix, narrow_ch
-    ctypedef struct conv_packed_tile:
-        conv_gather_fn fn
-        Py_ssize_t pix, ch
-    ctypedef void (*conv_out_fn)(const float* cells, Py_ssize_t ldc, float* y, Py_ssize_t ldy,
-                                 Py_ssize_t ncells, Py_ssize_t o0, Py_ssize_t o1,
-                                 const float* bias, int relu) noexcept nogil
-    enum:
-        CONV_PACK
-        CONV_COLS_MAX
-        CONV_CPACK
-        CONV_PIX_MAX
-        CONV_PACKED_MAX
-    conv_tile conv_tile_of(int isa) noexcept nogil
-    int conv_packed_tiles(int isa, conv_packed_tile* out) noexcept nogil
-    conv_out_fn conv_out_of(int isa) noexcept nogil
-    float conv_out_one(float v, float add, int relu) noexcept nogil
+from .tiles cimport (cpu_isa_ok, conv_tile_fn, conv_gather_fn, conv_tile,
+                     conv_packed_tile, conv_out_fn, CONV_PACK, CONV_COLS_MAX,
+                     CONV_CPACK, CONV_PIX_MAX, CONV_PACKED_MAX, conv_tile_of,
+                     conv_packed_tiles, conv_out_of, conv_out_one)
 
 # The threads a call runs on: the plan's (s.threads, the lowering's), capped by the one thread
 # policy's maximum now (parallel.pyx: OpenMP's, 1 in a forked child, whose copy of GCC's pool

@@ -18,7 +18,7 @@
 # whole GEMM is one call. A single row is cut into column blocks whatever the BLAS.
 
 from libc.stdint cimport int32_t, int64_t
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 from cython cimport floating
 
 from .dtypes cimport num_t
@@ -29,6 +29,9 @@ from .blas_table cimport blas_one_thread, blas_restore_threads, blas_split_gemms
 from .parallel cimport parallel_for, cut
 from .ew_ops cimport ew_relu
 from .nditer cimport dims_ok, Odometer, odometer_init, odometer_next, count_rows
+from .tiles cimport cpu_isa_ok, conv_gather_fn, conv_packed_tile, conv_packed_tiles, conv_out_of
+from .tiles cimport CONV_PACKED_MAX, CONV_PIX_MAX
+from .window cimport ceil_div
 
 cdef extern from "gemv_row.h":
     ctypedef void (*gemv_fn)(const float* a, const float* b, Py_ssize_t ldb, Py_ssize_t k,
@@ -37,10 +40,10 @@ cdef extern from "gemv_row.h":
     gemv_fn gemv_of(int dots) noexcept nogil
 
 ctypedef struct Matmul:  # then batch shape[ndim], batch strides of a[ndim], of b[ndim]
-    Py_ssize_t m, n, k, transpose_a, transpose_b, threads, ndim
+    Py_ssize_t m, n, k, transpose_a, transpose_b, threads, tiles, ndim
 
-ctypedef struct Linear:  # bufs: x, w, [bias,] y
-    Py_ssize_t m, n, k, has_bias, relu, threads
+ctypedef struct Linear:  # bufs: x, w, [bias,] y[, workspace]
+    Py_ssize_t m, n, k, has_bias, relu, threads, tiles
 
 ctypedef struct Addmm:  # bufs: c, a, b, [scale,] out; floats: alpha
     Py_ssize_t m, n, k, transpose_a, transpose_b, has_scale, threads
@@ -151,8 +154,123 @@ cdef inline void matrix_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py
         matmul_loop(ta, tb, m, n, k, a, b, c)
 
 
+# -- float32 GEMMs on conv_tile.h's gather tiles --------------------------------------------------
+# Where the lowering sets ``tiles`` (float32 with AVX-512: lowering/matmul.py's tiles_rule), a
+# GEMM runs on the 64-column gather tile that conv2d_packed runs on prepacked weights (7 rows x
+# 64 columns of C in 28 zmm accumulators), with op(B) packed as the call runs. Work items are
+# column blocks of 64, by groups of row tiles when there are too few blocks for the threads. An
+# item packs its block of op(B), k x 64 floats (256 KiB at k = 1024), into its thread's part of
+# the workspace, where it stays in L2 while every row tile of op(A) passes; rows of op(A) are
+# read where they lie (op(A) transposed: down a column of A, stride m). A stored B is packed by
+# copying 64 floats of each row; a stored B^T (linear's weights) is transposed 8 x 8 in
+# registers by conv_out's loop. Each element of C is one tile's sum over k in order, so the bits
+# do not depend on the threads, and eager and compiled runs share them (one rule, one kernel).
+cdef enum:
+    TILE_CH = 64   # columns of C per gather tile, and of a packed block of op(B)
+    TILE_ISA = 2   # conv_tile.h's AVX-512
+
+
+ctypedef struct TileGemm:  # C = op(A) op(B) (+ bias, relu) in column blocks of TILE_CH
+    Py_ssize_t m, n, k, rgroups, pix
+    bint ta, tb, relu
+    conv_gather_fn fn
+    const float* a
+    const float* b
+    const float* bias  # NULL: none
+    float* c
+    float* ws          # k * TILE_CH floats per part
+
+
+cdef inline void pack_block(const TileGemm* g, Py_ssize_t c0, Py_ssize_t c1,
+                            float* blk) noexcept nogil:
+    # blk[p * TILE_CH + j] = op(B)[p, c0 + j] for j < c1 - c0, zero beyond. conv_out adds 0,
+    # which turns a -0 into +0: no product's sign of zero shows in a sum that starts from +0.
+    cdef Py_ssize_t p, i, w = c1 - c0
+    if g.tb:  # B stored (n, k): its rows c0..c1 become columns, 8 rows at a time (each read
+        for i in range(0, w, 8):  # start to end: 8 streams the prefetcher follows)
+            conv_out_of(TILE_ISA)(g.b + (c0 + i) * g.k, g.k, blk + i, TILE_CH, min(8, w - i),
+                                  0, g.k, NULL, 0)
+    else:
+        for p in range(g.k):
+            memcpy(blk + p * TILE_CH, g.b + p * g.n + c0, <size_t>w * sizeof(float))
+    if w < TILE_CH:
+        for p in range(g.k):
+            memset(blk + p * TILE_CH + w, 0, <size_t>(TILE_CH - w) * sizeof(float))
+
+
+cdef inline float linear_out(float v, const float* bias, Py_ssize_t j, bint relu) noexcept nogil:
+    # linear's epilogue on one element, as linear_impl's loops do it
+    if bias != NULL:
+        v = v + bias[j]
+    return ew_relu(v) if relu else v
+
+
+cdef inline void tile_rows(const TileGemm* g, Py_ssize_t o, Py_ssize_t group,
+                           const float* blk) noexcept nogil:
+    # row tiles `group` of column block o: into C directly where whole, else through `part`
+    cdef const float* px[CONV_PIX_MAX]
+    cdef float part[CONV_PIX_MAX * TILE_CH]
+    cdef Py_ssize_t zero = 0, ntiles = ceil_div(g.m, g.pix), c0 = o * TILE_CH
+    cdef Py_ssize_t c1 = min(g.n, c0 + TILE_CH), step = g.m if g.ta else 1
+    cdef Py_ssize_t t, p, r, j, r0, rows, row, ld
+    cdef bint epilogue = g.bias != NULL or g.relu
+    cdef float* dst
+    for t in range(group * ntiles // g.rgroups, (group + 1) * ntiles // g.rgroups):
+        r0 = t * g.pix
+        rows = min(g.pix, g.m - r0)
+        for p in range(g.pix):  # a short last tile reads its last row again
+            row = min(r0 + p, g.m - 1)
+            px[p] = g.a + (row if g.ta else row * g.k)
+        if rows == g.pix and c1 - c0 == TILE_CH:
+            dst, ld = g.c + r0 * g.n + c0, g.n
+        else:
+            dst, ld = part, TILE_CH
+        g.fn(px, step, &zero, 1, g.k, blk, dst, ld, 0)
+        if epilogue or dst == part:  # while the tile is in L1
+            for r in range(rows):
+                for j in range(c0, c1):
+                    g.c[(r0 + r) * g.n + j] = linear_out(dst[r * ld + j - c0], g.bias, j,
+                                                         g.relu)
+
+
+cdef int tile_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef const TileGemm* g = <const TileGemm*>ctx
+    cdef float* blk = g.ws + part * g.k * TILE_CH
+    cdef Py_ssize_t item, o, packed = -1
+    for item in range(lo, hi):  # a part's items run block by block: each block packed once
+        o = item // g.rgroups
+        if o != packed:
+            pack_block(g, o * TILE_CH, min(g.n, (o + 1) * TILE_CH), blk)
+            packed = o
+        tile_rows(g, o, item % g.rgroups, blk)
+    return KERNEL_OK
+
+
+cdef inline bint tile_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
+                              const float* a, const float* b, const float* bias, bint relu,
+                              float* c, float* ws, Py_ssize_t threads) noexcept nogil:
+    # C = op(A) op(B) (+ bias, relu) on the tiles; False, having done nothing, where this CPU
+    # has no 64-column gather tile (the caller takes the BLAS)
+    cdef conv_packed_tile tiles[CONV_PACKED_MAX]
+    cdef Py_ssize_t nblocks = ceil_div(n, TILE_CH)
+    cdef TileGemm g
+    if (not cpu_isa_ok(TILE_ISA) or conv_packed_tiles(TILE_ISA, tiles) < 1
+            or tiles[0].ch != TILE_CH):
+        return False
+    if m == 0 or n == 0:
+        return True
+    g.m, g.n, g.k, g.ta, g.tb, g.relu = m, n, k, ta, tb, relu
+    g.fn, g.pix = tiles[0].fn, tiles[0].pix
+    g.a, g.b, g.bias, g.c, g.ws = a, b, bias, c, ws
+    g.rgroups = 1
+    if threads > 1 and nblocks < 2 * threads:  # too few blocks for the threads: split rows too
+        g.rgroups = min(ceil_div(m, g.pix), ceil_div(2 * threads, nblocks))
+    parallel_for(threads, nblocks * g.rgroups, tile_part, &g)
+    return True
+
+
 # -- kernels --------------------------------------------------------------------------------------
-cdef inline int matmul_impl(const num_t* a, const num_t* b, num_t* c,
+cdef inline int matmul_impl(const num_t* a, const num_t* b, num_t* c, void* ws,
                             const Call* call) noexcept nogil:
     cdef const Matmul* s = <const Matmul*>call.ints
     if not dims_ok(s.ndim, 1):
@@ -167,6 +285,12 @@ cdef inline int matmul_impl(const num_t* a, const num_t* b, num_t* c,
     odometer_init(&o, ndim, shape, shape + ndim, 2)
     for r in range(rows):
         for i in range(inner):
+            if num_t is float:
+                if s.tiles and tile_product(ta, tb, m, n, k, a + o.offset[0] + i * sa,
+                                            b + o.offset[1] + i * sb, NULL, False, c,
+                                            <float*>ws, s.threads):
+                    c += m * n
+                    continue
             matrix_product(ta, tb, m, n, k, a + o.offset[0] + i * sa, b + o.offset[1] + i * sb, c,
                            s.threads)
             c += m * n
@@ -175,13 +299,17 @@ cdef inline int matmul_impl(const num_t* a, const num_t* b, num_t* c,
 
 
 cdef inline int linear_impl(const floating* x, const floating* w, const floating* bias,
-                            floating* y, const Call* call) noexcept nogil:
+                            floating* y, void* ws, const Call* call) noexcept nogil:
     # y[m, n] = x[m, k] w[n, k]^T (+ bias[n]), then relu when asked: the epilogue runs row by
     # row while each row is in cache, with the relu op's own scalar function (ew_ops.pxd), so
     # it gives bitwise what a relu node after the linear would
     cdef const Linear* s = <const Linear*>call.ints
     cdef Py_ssize_t m = s.m, n = s.n, k = s.k, i, j
     cdef bint relu = s.relu
+    if floating is float:
+        if s.tiles and tile_product(False, True, m, n, k, x, w, bias, relu, y, <float*>ws,
+                                    s.threads):
+            return KERNEL_OK
     float_product(False, True, m, n, k, 1, x, w, 0, y, s.threads)
     for i in range(m):
         if relu and bias != NULL:
@@ -213,27 +341,35 @@ cdef inline int addmm_impl(const floating* c, const floating* a, const floating*
 
 
 # -- entry points: one per (kernel family, dtype) -------------------------------------------------
+cdef inline void* matmul_ws(const Call* c) noexcept nogil:  # bufs: a, b, c[, workspace]
+    return c.bufs[3] if (<const Matmul*>c.ints).tiles else NULL
+
 cdef int matmul_f32(const Call* c) noexcept nogil:
-    return matmul_impl(<const float*>c.bufs[0], <const float*>c.bufs[1], <float*>c.bufs[2], c)
+    return matmul_impl(<const float*>c.bufs[0], <const float*>c.bufs[1], <float*>c.bufs[2],
+                       matmul_ws(c), c)
 cdef int matmul_f64(const Call* c) noexcept nogil:
-    return matmul_impl(<const double*>c.bufs[0], <const double*>c.bufs[1], <double*>c.bufs[2], c)
+    return matmul_impl(<const double*>c.bufs[0], <const double*>c.bufs[1], <double*>c.bufs[2],
+                       NULL, c)
 cdef int matmul_i32(const Call* c) noexcept nogil:
-    return matmul_impl(<const int32_t*>c.bufs[0], <const int32_t*>c.bufs[1], <int32_t*>c.bufs[2], c)
+    return matmul_impl(<const int32_t*>c.bufs[0], <const int32_t*>c.bufs[1],
+                       <int32_t*>c.bufs[2], NULL, c)
 cdef int matmul_i64(const Call* c) noexcept nogil:
-    return matmul_impl(<const int64_t*>c.bufs[0], <const int64_t*>c.bufs[1], <int64_t*>c.bufs[2], c)
+    return matmul_impl(<const int64_t*>c.bufs[0], <const int64_t*>c.bufs[1],
+                       <int64_t*>c.bufs[2], NULL, c)
 
 cdef int linear_f32(const Call* c) noexcept nogil:
-    if (<const Linear*>c.ints).has_bias:
-        return linear_impl(<const float*>c.bufs[0], <const float*>c.bufs[1],
-                           <const float*>c.bufs[2], <float*>c.bufs[3], c)
-    return linear_impl(<const float*>c.bufs[0], <const float*>c.bufs[1], <const float*>NULL,
-                       <float*>c.bufs[2], c)
+    # bufs: x, w, [bias,] y[, workspace]
+    cdef const Linear* s = <const Linear*>c.ints
+    cdef int y = 3 if s.has_bias else 2
+    return linear_impl(<const float*>c.bufs[0], <const float*>c.bufs[1],
+                       <const float*>c.bufs[2] if s.has_bias else NULL, <float*>c.bufs[y],
+                       c.bufs[y + 1] if s.tiles else NULL, c)
 cdef int linear_f64(const Call* c) noexcept nogil:
     if (<const Linear*>c.ints).has_bias:
         return linear_impl(<const double*>c.bufs[0], <const double*>c.bufs[1],
-                           <const double*>c.bufs[2], <double*>c.bufs[3], c)
+                           <const double*>c.bufs[2], <double*>c.bufs[3], NULL, c)
     return linear_impl(<const double*>c.bufs[0], <const double*>c.bufs[1], <const double*>NULL,
-                       <double*>c.bufs[2], c)
+                       <double*>c.bufs[2], NULL, c)
 
 cdef int addmm_f32(const Call* c) noexcept nogil:
     cdef bint scaled = (<const Addmm*>c.ints).has_scale

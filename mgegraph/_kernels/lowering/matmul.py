@@ -9,6 +9,7 @@ import numpy as np
 from ...backend import Launch
 from ...ops.matmul import matmul_dims
 from ...ops.registry import FLOAT_DTYPES, NUMERIC_DTYPES
+from .. import conv as C
 from .. import linalg as K
 from .. import parallel
 from .layout import broadcast_strides, collapse, contiguous_strides, pack
@@ -39,6 +40,32 @@ def gemm_threads(dtype, m, n, k) -> int:
     return parallel.threads_for(2 * m * n * k, GRAIN_FLOPS)
 
 
+# Which float32 GEMMs run on the gather tiles (linalg.pyx's tile_product) rather than the BLAS.
+# Measured on the 2-core AMD EPYC (Zen 4), MKL the BLAS, tiles ÷ MKL by medians of 6 alternating
+# rounds (/work/scratch/abtile.py), 1 thread / 2 threads:
+#   (m, n, k) = (128, 1024, 1024), B^T stored (a linear):  0.92 / 0.71
+#   (128, 1024, 784) B^T: 0.93 / 0.77;  (128, 1024, 1024) B: 0.94 / 0.78
+#   (1024, 1024, 128) A^T (a weight's gradient): 0.95 / 0.93;  (1024, 784, 128) A^T: 0.91 / 1.03
+#   (8, 1024, 1024) B: 0.62 / 0.36;  (4, 1024, 1024) B: 0.58 / 0.30;  (128, 64, 64) B: 0.92 / 1.09
+#   (16, 1000, 512) B^T: 1.15 / 0.91;  (32, 1000, 512) B^T: 1.01 / 0.87;  (4, 512, 512) B^T: 1.20
+# A stored B^T is transposed as it is packed, a pass over B that a few rows do not pay back.
+TILE_MIN_ROWS, TILE_MIN_ROWS_BT, TILE_MIN_COLUMNS = 4, 32, 64
+TILE_COLUMNS = 64  # a packed block of op(B): each thread's workspace holds one
+
+
+def tiles_rule(dtype, m, n, k, transpose_b) -> bool:
+    """Whether a GEMM of C (m, n) over k goes to the gather tiles: float32 on an AVX-512 CPU,
+    at least TILE_MIN_COLUMNS columns and TILE_MIN_ROWS rows (TILE_MIN_ROWS_BT when B is
+    stored transposed)."""
+    return (np.dtype(dtype) == np.float32 and C.blocked_isas()[-1] == "avx512" and k > 0
+            and n >= TILE_MIN_COLUMNS
+            and m >= (TILE_MIN_ROWS_BT if transpose_b else TILE_MIN_ROWS))
+
+
+def _tiles_workspace(threads, k) -> int:
+    return threads * k * TILE_COLUMNS * 4  # one packed block of op(B) per thread
+
+
 def _matmul_lower(node) -> Launch:
     a, b = node.inputs
     a_batch, b_batch, batch, m, n, k = matmul_dims(a.type, b.type, node.attr)
@@ -52,18 +79,21 @@ def _matmul_lower(node) -> Launch:
     out = [s * m * n for s in contiguous_strides(batch)]
     shape, (_, sa, sb) = collapse(batch, [out, sa, sb])
     check_blas_dims(a.dtype, m, n, k)
+    threads, tiles = gemm_threads(a.dtype, m, n, k), tiles_rule(a.dtype, m, n, k, tb)
     head = pack(K.MATMUL_FIELDS, m=m, n=n, k=k, transpose_a=ta, transpose_b=tb,
-                threads=gemm_threads(a.dtype, m, n, k), ndim=len(shape))
-    return Launch((*head, *shape, *sa, *sb))
+                threads=threads, tiles=tiles, ndim=len(shape))
+    return Launch((*head, *shape, *sa, *sb),
+                  workspace=_tiles_workspace(threads, k) if tiles else 0)
 
 
 def _linear_lower(node) -> Launch:
     x, w = node.inputs[:2]
     m, (n, k) = math.prod(x.shape[:-1]), w.shape
     check_blas_dims(x.dtype, m, n, k)
+    threads, tiles = gemm_threads(x.dtype, m, n, k), tiles_rule(x.dtype, m, n, k, True)
     return Launch(pack(K.LINEAR_FIELDS, m=m, n=n, k=k, has_bias=len(node.inputs) == 3,
-                       relu=node.attr["activation"] == "relu",
-                       threads=gemm_threads(x.dtype, m, n, k)))
+                       relu=node.attr["activation"] == "relu", threads=threads, tiles=tiles),
+                  workspace=_tiles_workspace(threads, k) if tiles else 0)
 
 
 def _addmm_lower(node) -> Launch:

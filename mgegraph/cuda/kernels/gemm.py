@@ -52,9 +52,9 @@ def gemm_splits(family: str, ints) -> int:
     return max(1, min(math.ceil(2 * SMS / tiles), k // SPLIT_MIN_K, MAX_SPLITS))
 
 
-# fields of the CPU's parameter blocks that say how the CPU runs a product (its threads), which
-# csrc_cuda/gemm.cu's ints leave out
-CPU_ONLY = ("threads",)
+# fields of the CPU's parameter blocks that say how the CPU runs a product (its threads, and
+# whether on the gather tiles), which csrc_cuda/gemm.cu's ints leave out
+CPU_ONLY = ("threads", "tiles")
 
 
 def cuda_ints(op, ints) -> tuple:
@@ -66,7 +66,7 @@ def cuda_ints(op, ints) -> tuple:
 
 
 def _with_workspace(op, cpu_lower):
-    # Design: the CPU lowering's ints (its BLAS needs no scratch) less what only the CPU uses;
+    # Design: the CPU lowering's ints less what only the CPU uses (and its workspace, the tiles');
     # a split product's parts meet in a workspace, summed in a fixed order by a second step.
     def lower(node) -> Launch:
         launch = cpu_lower(node)
