@@ -74,7 +74,8 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
                                             evaluate=evaluator(device),
                                             fusion=getattr(backend, "fusion", None),
                                             prepack=getattr(backend, "prepack", None),
-                                            runs=lambda op: backend.impl(op) is not None)
+                                            runs=lambda op: backend.impl(op) is not None,
+                                            exact=getattr(backend, "exact_accumulate", None))
     if freeze and report:
         graph, outputs, refold = _fold_weights(graph, outputs, device)
         report.append(("fold_weights", refold))

@@ -25,6 +25,7 @@ from ..planner.passes.prologue import PLACEHOLDER, epoch, versions, written
 from ..tools import profiler
 from . import KERNEL_MODULES, blas_select, fused, fused_jit, lowering
 from .lowering.conv import prepack_block
+from .lowering.matmul import accumulates_exactly
 from .binding import OutputPool, binding_groups, overlaps_any, readable_in_place
 from .launch import Launcher
 from .runtime import POISON_BYTES, POISON_FLOAT32, POISON_FLOAT64, Executor, kernel_error
@@ -49,6 +50,8 @@ class CpuBackend(KernelTable):
                                    max_dims=fused.LIMITS["dims"])
         # the block a conv2d's weights are packed in by the prepack pass (or None)
         self.prepack = prepack_block
+        # whether addmm of a product rounds as the ops it replaces (accumulate at level 1)
+        self.exact_accumulate = accumulates_exactly
         lowering.implement_all(self)
         self.resolve(_kernel_addresses())
         self.blas = blas_select.choice()  # OpenBLAS, or MKL where measured faster here

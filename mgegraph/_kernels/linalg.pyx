@@ -7,8 +7,9 @@
 # by three groups of ``ndim`` ints: the batch shape, then the batch strides of a and of b, in
 # elements and 0 on broadcast batch dims, so broadcast operands are never materialised; the
 # output is contiguous (batch..., m, n). Float dtypes go to the BLAS in use (blas.pxd,
-# blas_select.py), but for a float32 single row, which gemv_row.h's loops stream faster;
-# integer dtypes use a plain loop.
+# blas_select.py), but for float32 GEMMs the lowering marks ``tiles`` (on the gather tiles,
+# below; their workspace follows the outputs) and a float32 single row, which gemv_row.h's loops
+# stream faster; integer dtypes use a plain loop.
 #
 # Threads: ``threads`` (the lowering's, from the GEMM's FLOPs, or a gemv's bytes) is how many
 # column blocks of C a float GEMM is cut into when the BLAS in use is split by the kernels
@@ -33,6 +34,15 @@ from .tiles cimport cpu_isa_ok, conv_gather_fn, conv_packed_tile, conv_packed_ti
 from .tiles cimport CONV_PACKED_MAX, CONV_PIX_MAX
 from .window cimport ceil_div
 
+cdef extern from *:
+    """
+    /* a 64-column row of c: the four cache lines addmm's epilogue reads */
+    static inline void mg_prefetch_row(const float* p) {
+        for (int i = 0; i < 64; i += 16) __builtin_prefetch(p + i, 0, 3);
+    }
+    """
+    void prefetch "mg_prefetch_row"(const float* p) noexcept nogil
+
 cdef extern from "gemv_row.h":
     ctypedef void (*gemv_fn)(const float* a, const float* b, Py_ssize_t ldb, Py_ssize_t k,
                              Py_ssize_t j0, Py_ssize_t j1, float alpha, int beta,
@@ -45,8 +55,8 @@ ctypedef struct Matmul:  # then batch shape[ndim], batch strides of a[ndim], of 
 ctypedef struct Linear:  # bufs: x, w, [bias,] y[, workspace]
     Py_ssize_t m, n, k, has_bias, relu, threads, tiles
 
-ctypedef struct Addmm:  # bufs: c, a, b, [scale,] out; floats: alpha
-    Py_ssize_t m, n, k, transpose_a, transpose_b, has_scale, threads
+ctypedef struct Addmm:  # bufs: c, a, b, [scale,] out[, workspace]; floats: alpha
+    Py_ssize_t m, n, k, transpose_a, transpose_b, has_scale, threads, tiles
 
 
 cdef Matmul _matmul
@@ -170,13 +180,24 @@ cdef enum:
     TILE_ISA = 2   # conv_tile.h's AVX-512
 
 
-ctypedef struct TileGemm:  # C = op(A) op(B) (+ bias, relu) in column blocks of TILE_CH
+ctypedef struct TileOut:  # what becomes of C's sums: linear's or addmm's epilogue, or nothing
+    const float* bias    # linear's (NULL: none), then relu
+    bint relu
+    const float* addend  # addmm's c (NULL: not addmm), may be C itself
+    const float* scale   # addmm's one-value scale (NULL: none), then alpha
+    float alpha
+
+
+cdef TileOut PLAIN  # nothing: C is the product (static storage: zeros and NULLs)
+
+
+ctypedef struct TileGemm:  # C = op(A) op(B), then `out`, in column blocks of TILE_CH
     Py_ssize_t m, n, k, rgroups, pix
-    bint ta, tb, relu
+    bint ta, tb
+    TileOut out
     conv_gather_fn fn
     const float* a
     const float* b
-    const float* bias  # NULL: none
     float* c
     float* ws          # k * TILE_CH floats per part
 
@@ -198,11 +219,52 @@ cdef inline void pack_block(const TileGemm* g, Py_ssize_t c0, Py_ssize_t c1,
             memset(blk + p * TILE_CH + w, 0, <size_t>(TILE_CH - w) * sizeof(float))
 
 
-cdef inline float linear_out(float v, const float* bias, Py_ssize_t j, bint relu) noexcept nogil:
-    # linear's epilogue on one element, as linear_impl's loops do it
-    if bias != NULL:
-        v = v + bias[j]
-    return ew_relu(v) if relu else v
+cdef inline void row_out(const TileOut* o, const float* v, Py_ssize_t w, float* y,
+                         Py_ssize_t at, Py_ssize_t j0) noexcept nogil:
+    # y[j] for j < w, C's row at flat index `at` from column j0, from the row's sums v: each op
+    # the tile stands for rounded as that op rounds on its own, so bitwise what it gives: linear's
+    # + bias and relu (as linear_impl's loops), or addmm's c + alpha * (scale * v), for alpha =
+    # +-1 the add or sub of the scaled product that the accumulate pass replaced. (No FMA: this
+    # is baseline x86-64 code.) One loop per case, so each vectorises.
+    cdef Py_ssize_t j
+    cdef float s
+    cdef const float* c
+    cdef const float* bias
+    if o.addend != NULL:
+        c = o.addend + at
+        if o.scale != NULL:
+            s = o.scale[0]
+            if o.alpha == -1:
+                for j in range(w):
+                    y[j] = c[j] - v[j] * s
+            elif o.alpha == 1:
+                for j in range(w):
+                    y[j] = c[j] + v[j] * s
+            else:
+                for j in range(w):
+                    y[j] = c[j] + o.alpha * (v[j] * s)
+        elif o.alpha == -1:
+            for j in range(w):
+                y[j] = c[j] - v[j]
+        elif o.alpha == 1:
+            for j in range(w):
+                y[j] = c[j] + v[j]
+        else:
+            for j in range(w):
+                y[j] = c[j] + o.alpha * v[j]
+    elif o.bias != NULL:
+        bias = o.bias + j0
+        if o.relu:
+            for j in range(w):
+                y[j] = ew_relu(v[j] + bias[j])
+        else:
+            for j in range(w):
+                y[j] = v[j] + bias[j]
+    elif o.relu:
+        for j in range(w):
+            y[j] = ew_relu(v[j])
+    else:
+        memcpy(y, v, <size_t>w * sizeof(float))
 
 
 cdef inline void tile_rows(const TileGemm* g, Py_ssize_t o, Py_ssize_t group,
@@ -212,25 +274,28 @@ cdef inline void tile_rows(const TileGemm* g, Py_ssize_t o, Py_ssize_t group,
     cdef float part[CONV_PIX_MAX * TILE_CH]
     cdef Py_ssize_t zero = 0, ntiles = ceil_div(g.m, g.pix), c0 = o * TILE_CH
     cdef Py_ssize_t c1 = min(g.n, c0 + TILE_CH), step = g.m if g.ta else 1
-    cdef Py_ssize_t t, p, r, j, r0, rows, row, ld
-    cdef bint epilogue = g.bias != NULL or g.relu
+    cdef Py_ssize_t t, t0, t1, p, r, r0, rows, row, ld
+    cdef bint epilogue = g.out.bias != NULL or g.out.relu or g.out.addend != NULL
     cdef float* dst
-    for t in range(group * ntiles // g.rgroups, (group + 1) * ntiles // g.rgroups):
+    t0, t1 = group * ntiles // g.rgroups, (group + 1) * ntiles // g.rgroups
+    for t in range(t0, t1):
         r0 = t * g.pix
         rows = min(g.pix, g.m - r0)
         for p in range(g.pix):  # a short last tile reads its last row again
             row = min(r0 + p, g.m - 1)
             px[p] = g.a + (row if g.ta else row * g.k)
-        if rows == g.pix and c1 - c0 == TILE_CH:
+        if g.out.addend != NULL and t + 1 < t1:  # the next tile's rows of c, one page apart
+            for r in range(min(g.pix, g.m - r0 - g.pix)):  # each: fetched while this one sums
+                prefetch(g.out.addend + (r0 + g.pix + r) * g.n + c0)
+        if rows == g.pix and c1 - c0 == TILE_CH and g.out.addend == NULL:  # (C may be c)
             dst, ld = g.c + r0 * g.n + c0, g.n
         else:
             dst, ld = part, TILE_CH
         g.fn(px, step, &zero, 1, g.k, blk, dst, ld, 0)
         if epilogue or dst == part:  # while the tile is in L1
             for r in range(rows):
-                for j in range(c0, c1):
-                    g.c[(r0 + r) * g.n + j] = linear_out(dst[r * ld + j - c0], g.bias, j,
-                                                         g.relu)
+                row_out(&g.out, dst + r * ld, c1 - c0, g.c + (r0 + r) * g.n + c0,
+                        (r0 + r) * g.n + c0, c0)
 
 
 cdef int tile_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
@@ -247,10 +312,10 @@ cdef int tile_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept n
 
 
 cdef inline bint tile_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
-                              const float* a, const float* b, const float* bias, bint relu,
-                              float* c, float* ws, Py_ssize_t threads) noexcept nogil:
-    # C = op(A) op(B) (+ bias, relu) on the tiles; False, having done nothing, where this CPU
-    # has no 64-column gather tile (the caller takes the BLAS)
+                              const float* a, const float* b, TileOut out, float* c, float* ws,
+                              Py_ssize_t threads) noexcept nogil:
+    # C = out(op(A) op(B)) on the tiles; False, having done nothing, where this CPU has no
+    # 64-column gather tile (the caller takes the BLAS)
     cdef conv_packed_tile tiles[CONV_PACKED_MAX]
     cdef Py_ssize_t nblocks = ceil_div(n, TILE_CH)
     cdef TileGemm g
@@ -259,9 +324,9 @@ cdef inline bint tile_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_s
         return False
     if m == 0 or n == 0:
         return True
-    g.m, g.n, g.k, g.ta, g.tb, g.relu = m, n, k, ta, tb, relu
+    g.m, g.n, g.k, g.ta, g.tb, g.out = m, n, k, ta, tb, out
     g.fn, g.pix = tiles[0].fn, tiles[0].pix
-    g.a, g.b, g.bias, g.c, g.ws = a, b, bias, c, ws
+    g.a, g.b, g.c, g.ws = a, b, c, ws
     g.rgroups = 1
     if threads > 1 and nblocks < 2 * threads:  # too few blocks for the threads: split rows too
         g.rgroups = min(ceil_div(m, g.pix), ceil_div(2 * threads, nblocks))
@@ -287,8 +352,8 @@ cdef inline int matmul_impl(const num_t* a, const num_t* b, num_t* c, void* ws,
         for i in range(inner):
             if num_t is float:
                 if s.tiles and tile_product(ta, tb, m, n, k, a + o.offset[0] + i * sa,
-                                            b + o.offset[1] + i * sb, NULL, False, c,
-                                            <float*>ws, s.threads):
+                                            b + o.offset[1] + i * sb, PLAIN, c, <float*>ws,
+                                            s.threads):
                     c += m * n
                     continue
             matrix_product(ta, tb, m, n, k, a + o.offset[0] + i * sa, b + o.offset[1] + i * sb, c,
@@ -306,9 +371,10 @@ cdef inline int linear_impl(const floating* x, const floating* w, const floating
     cdef const Linear* s = <const Linear*>call.ints
     cdef Py_ssize_t m = s.m, n = s.n, k = s.k, i, j
     cdef bint relu = s.relu
+    cdef TileOut out = PLAIN
     if floating is float:
-        if s.tiles and tile_product(False, True, m, n, k, x, w, bias, relu, y, <float*>ws,
-                                    s.threads):
+        out.bias, out.relu = bias, relu
+        if s.tiles and tile_product(False, True, m, n, k, x, w, out, y, <float*>ws, s.threads):
             return KERNEL_OK
     float_product(False, True, m, n, k, 1, x, w, 0, y, s.threads)
     for i in range(m):
@@ -325,12 +391,20 @@ cdef inline int linear_impl(const floating* x, const floating* w, const floating
 
 
 cdef inline int addmm_impl(const floating* c, const floating* a, const floating* b,
-                           const floating* scale, floating* out, const Call* call) noexcept nogil:
-    # out = c + alpha * scale * op(a) op(b). In place (out is c's buffer) the GEMM adds into c;
-    # else c is copied first. a and b never share out's bytes: the memory planner lets out take
-    # over input 0 only (planner/memory/inplace.py).
+                           const floating* scale, floating* out, void* ws,
+                           const Call* call) noexcept nogil:
+    # out = c + alpha * scale * op(a) op(b). On the tiles, each element as the unfused ops
+    # round it (tile_out). Through the BLAS: in place (out is c's buffer) the GEMM adds into c
+    # (beta = 1), else c is copied first. a and b never share out's bytes: the memory planner
+    # lets out take over input 0 only (planner/memory/inplace.py).
     cdef const Addmm* s = <const Addmm*>call.ints
     cdef floating alpha = <floating>call.floats[0]
+    cdef TileOut epilogue = PLAIN
+    if floating is float:
+        epilogue.addend, epilogue.scale, epilogue.alpha = c, scale, alpha
+        if s.tiles and tile_product(s.transpose_a != 0, s.transpose_b != 0, s.m, s.n, s.k, a, b,
+                                    epilogue, out, <float*>ws, s.threads):
+            return KERNEL_OK
     if scale != NULL:
         alpha = alpha * scale[0]
     if out != c:
@@ -372,15 +446,16 @@ cdef int linear_f64(const Call* c) noexcept nogil:
                        <double*>c.bufs[2], NULL, c)
 
 cdef int addmm_f32(const Call* c) noexcept nogil:
-    cdef bint scaled = (<const Addmm*>c.ints).has_scale
+    cdef const Addmm* s = <const Addmm*>c.ints
+    cdef int out = 4 if s.has_scale else 3
     return addmm_impl(<const float*>c.bufs[0], <const float*>c.bufs[1], <const float*>c.bufs[2],
-                      <const float*>c.bufs[3] if scaled else NULL,
-                      <float*>c.bufs[4 if scaled else 3], c)
+                      <const float*>c.bufs[3] if s.has_scale else NULL, <float*>c.bufs[out],
+                      c.bufs[out + 1] if s.tiles else NULL, c)
 cdef int addmm_f64(const Call* c) noexcept nogil:
     cdef bint scaled = (<const Addmm*>c.ints).has_scale
     return addmm_impl(<const double*>c.bufs[0], <const double*>c.bufs[1],
                       <const double*>c.bufs[2], <const double*>c.bufs[3] if scaled else NULL,
-                      <double*>c.bufs[4 if scaled else 3], c)
+                      <double*>c.bufs[4 if scaled else 3], NULL, c)
 
 KERNELS = {
     "matmul_f32": kernel_address(matmul_f32), "matmul_f64": kernel_address(matmul_f64),

@@ -62,6 +62,15 @@ def tiles_rule(dtype, m, n, k, transpose_b) -> bool:
             and m >= (TILE_MIN_ROWS_BT if transpose_b else TILE_MIN_ROWS))
 
 
+def accumulates_exactly(product) -> bool:
+    """Whether this backend's addmm of ``product`` (a 2-D matmul node the accumulate pass
+    would absorb) rounds as the mul and add or sub it replaces: on the tiles, where each element
+    is added as those ops add it (linalg.pyx's tile_out), not through the BLAS."""
+    a, b = product.inputs
+    _, _, _, m, n, k = matmul_dims(a.type, b.type, product.attr)
+    return tiles_rule(a.dtype, m, n, k, product.attr["transpose_b"])
+
+
 def _tiles_workspace(threads, k) -> int:
     return threads * k * TILE_COLUMNS * 4  # one packed block of op(B) per thread
 
@@ -100,10 +109,12 @@ def _addmm_lower(node) -> Launch:
     c, a, b = node.inputs[:3]
     _, _, _, m, n, k = matmul_dims(a.type, b.type, node.attr)
     check_blas_dims(c.dtype, m, n, k)
+    tb = node.attr["transpose_b"]
+    threads, tiles = gemm_threads(c.dtype, m, n, k), tiles_rule(c.dtype, m, n, k, tb)
     ints = pack(K.ADDMM_FIELDS, m=m, n=n, k=k, transpose_a=node.attr["transpose_a"],
-                transpose_b=node.attr["transpose_b"], has_scale=len(node.inputs) == 4,
-                threads=gemm_threads(c.dtype, m, n, k))
-    return Launch(ints, (float(node.attr["alpha"]),))
+                transpose_b=tb, has_scale=len(node.inputs) == 4, threads=threads, tiles=tiles)
+    return Launch(ints, (float(node.attr["alpha"]),),
+                  _tiles_workspace(threads, k) if tiles else 0)
 
 
 def implement(table) -> None:

@@ -14,9 +14,12 @@ else needs the product. ``s`` must hold one value. c must not come from an eleme
 fuse would have merged that op with the add, and addmm would only move its pass (SGD with
 momentum, ``mu * v + dw``, stays as it was).
 
-The result is not bitwise the unfused one: the BLAS applies alpha and adds c with its own
-rounding (one fused multiply-add where eager mode rounds twice). Hence ``optimize=2`` only
-(pipeline.ROUNDING): at level 1 a compiled step gives bitwise eager mode's weights.
+Rounding: through the BLAS the result is not bitwise the unfused one (the BLAS applies alpha
+and adds c with its own rounding, one fused multiply-add where eager mode rounds twice). On the
+CPU's tiles each element is scaled and added as the mul and the add or sub would (linalg.pyx's
+tile_out), from the same product. ``exact(matmul node)``, the target's word on which products
+those are, restricts the pass to them at level 1 (pipeline.LEVELS), where a compiled step
+gives bitwise eager mode's weights; level 2 absorbs every match.
 
 >>> str(accumulate(g, [y], runs).graph)   # sub %w (mul (matmul %g %x) %lr) -> addmm %w %g %x %lr
 """
@@ -74,9 +77,10 @@ def _match(node, uses) -> _Match | None:
     return None
 
 
-def accumulate(graph, outputs, runs=None) -> PassResult:
+def accumulate(graph, outputs, runs=None, exact=None) -> PassResult:
     """``runs(op name)``: whether the target has a kernel for an op; without addmm's, nothing
-    changes."""
+    changes. ``exact(matmul node)``, when given: whether the target's addmm of that product
+    rounds as the ops it replaces; only those are absorbed."""
     if runs is None or not runs("addmm"):
         return PassResult(graph, list(outputs), False, {"fused": 0})
     uses = use_counts(graph, outputs)
@@ -84,6 +88,8 @@ def accumulate(graph, outputs, runs=None) -> PassResult:
     absorbed = set()
     for node in graph.nodes:
         m = _match(node, uses)
+        if m is not None and exact is not None and not exact(m.product):
+            continue
         if m is not None and not any(id(n) in absorbed for n in m.absorbed):
             matches[id(node)] = m
             absorbed.update(id(n) for n in m.absorbed)

@@ -47,11 +47,11 @@ PASSES: list[tuple[str, Callable[[Graph, list[Var]], PassResult], str]] = [
     ("dce_final", dce, "remove the nodes that the passes above left unused"),
 ]
 
-# Passes after which a training step no longer rounds as eager mode does, so that eager, traced,
-# lazy and compiled steps would not give bitwise the same weights: level 2 only (as -ffast-math).
-ROUNDING = ("accumulate",)
-LEVELS = {0: [], 1: [name for name, _, _ in PASSES if name not in ROUNDING],
-          2: [name for name, _, _ in PASSES]}
+# Level 2 differs from level 1 in rounding only: accumulate's rewrites may round otherwise than
+# the ops they replace. At level 1, where eager, traced, lazy and compiled steps give bitwise
+# the same weights, it makes only those the target vouches for (``exact``); level 2, or the
+# pass named in a list, makes them all (as -ffast-math).
+LEVELS = {0: [], 1: [name for name, _, _ in PASSES], 2: [name for name, _, _ in PASSES]}
 
 
 class PassError(GraphError):
@@ -77,7 +77,7 @@ def _select(passes_or_level) -> list[tuple[str, Callable, str]]:
 
 
 def optimize(graph: Graph, outputs, passes_or_level=1, check: bool = False, dump=None,
-             evaluate=None, fusion=None, prepack=None, runs=None):
+             evaluate=None, fusion=None, prepack=None, runs=None, exact=None):
     """Run the pipeline (a level of ``LEVELS`` or a list of pass names) on the graph computing
     ``outputs``; returns (new graph, outputs mapped into it, report: [(pass name, stats)]).
 
@@ -88,7 +88,9 @@ def optimize(graph: Graph, outputs, passes_or_level=1, check: bool = False, dump
     fused nodes) and the report says so. ``prepack(conv2d node)`` gives the block of output
     channels the backend packs a convolution's weights in, or None; without it the prepack
     pass is skipped likewise. ``runs(op name)`` says whether the backend has a kernel for an
-    op (accumulate makes addmm only where it does).
+    op (accumulate makes addmm only where it does); ``exact(matmul node)`` whether its addmm
+    of that product rounds as the ops it replaces (the only ones level 1 makes; none without
+    it).
 
     >>> g2, outs, report = optimize(g, [y], check=True); print(passes_report(report))
     """
@@ -96,8 +98,10 @@ def optimize(graph: Graph, outputs, passes_or_level=1, check: bool = False, dump
     if check:
         _run_checked("(input)", lambda: verify_graph(graph))
     report = []
+    keeps_rounding = isinstance(passes_or_level, int) and passes_or_level == 1  # (LEVELS)
     target = {"fold": {"evaluate": evaluate}, "fuse": {"limits": fusion},
-              "prepack": {"block_of": prepack}, "accumulate": {"runs": runs}}
+              "prepack": {"block_of": prepack},
+              "accumulate": {"runs": runs, "exact": (exact or _none) if keeps_rounding else None}}
     needs = {"fold": (evaluate, "evaluator"), "fuse": (fusion, "fused kernel"),
              "prepack": (prepack, "packed weight layout"), "accumulate": (runs, "op table")}
     for name, fn, _ in _select(passes_or_level):
@@ -112,6 +116,10 @@ def optimize(graph: Graph, outputs, passes_or_level=1, check: bool = False, dump
         if dump is not None:
             dump(name, graph)
     return graph, outputs, report
+
+
+def _none(node) -> bool:  # a target that vouches for no rewrite's rounding
+    return False
 
 
 def _run_checked(name: str, thunk):

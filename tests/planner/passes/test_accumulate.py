@@ -99,13 +99,71 @@ def test_nothing_is_made_for_a_target_without_addmm():
 def test_the_pipeline_reports_it_and_the_plan_runs_addmm():
     g, c, a, b = two_matrices()
     y = F.relu(c + F.matmul(a, b))
-    assert "accumulate" not in dict(mg.compile([y]).passes)  # level 1 keeps eager's rounding
+    # level 1 keeps eager's rounding: only products on the tiles, and 6 x 5 is not one
+    assert dict(mg.compile([y]).passes)["accumulate"] == {"fused": 0}
     plan = mg.compile([y], optimize=2)
     assert dict(plan.passes)["accumulate"] == {"fused": 1}
     assert [i.op for i in plan.instructions].count("addmm") == 1
     feeds = feeds_for(g)
     np.testing.assert_allclose(plan.run(feeds)[0],
                                mg.compile([y], optimize=0).run(feeds)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_exact_restricts_the_pass_to_the_products_it_vouches_for():
+    g, c, a, b = two_matrices()
+    y = c + F.matmul(a, b)
+    assert accumulate(g, [y], runs, exact=lambda mm: False).stats == {"fused": 0}
+    assert accumulate(g, [y], runs, exact=lambda mm: mm.op.name == "matmul").stats == \
+        {"fused": 1}
+
+
+# -- level 1: where the addmm runs on the CPU's tiles it rounds as the mul and sub it replaces ----
+needs_tiles = pytest.mark.skipif("avx512" not in __import__("mgegraph._kernels.conv").
+                                 _kernels.conv.blocked_isas(),
+                                 reason="the addmm tiles need AVX-512")
+
+
+@needs_tiles
+@pytest.mark.parametrize("form", ["c - s * ab", "c + ab * s", "ab + c", "c - ab"])
+@pytest.mark.parametrize("transpose_a", [False, True])
+def test_level_1_absorbs_products_on_the_tiles_bitwise(form, transpose_a):
+    from mgegraph._kernels.lowering.matmul import accumulates_exactly
+    g = mg.Graph()
+    c = g.input("c", (40, 130), "float32")  # a partial column block, a short row tile
+    a = g.input("a", (24, 40) if transpose_a else (40, 24), "float32")
+    b, s = g.input("b", (24, 130), "float32"), g.input("s", (), "float32")
+    ab = F.matmul(a, b, transpose_a=transpose_a)
+    assert accumulates_exactly(ab.node)
+    y = {"c - s * ab": lambda: c - s * ab, "c + ab * s": lambda: c + ab * s,
+         "ab + c": lambda: ab + c, "c - ab": lambda: c - ab}[form]()
+    out = F.relu(y)  # c reads y elsewhere: addmm writes its own buffer, not c's
+    plan = mg.compile([out, c * 1.0])
+    assert dict(plan.passes)["accumulate"] == {"fused": 1}
+    feeds = feeds_for(g)
+    feeds["c"][3, 7], feeds["a"][2, 1] = np.inf, np.nan  # carried as the unfused ops carry them
+    got = plan.run(feeds)[0]
+    want = mg.compile([out], optimize=0).run(feeds)[0]
+    assert got.tobytes() == want.tobytes()
+
+
+@needs_tiles
+def test_a_level_1_sgd_step_on_the_tiles_gives_the_unfused_weights_bitwise():
+    def step(optimize):
+        nn.init.manual_seed(5)
+        model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64))
+        x = np.random.default_rng(2).standard_normal((48, 64)).astype(np.float32)
+        y = np.random.default_rng(3).integers(0, 64, 48).astype(np.int64)
+        s = mg.compile_train_step(model, F.cross_entropy, optim.SGD(model.parameters(), lr=0.1),
+                                  example_batch=(x, y), optimize=optimize)
+        return model, s, x, y
+
+    fused_model, fused, x, y = step(1)
+    plain_model, plain, _, _ = step(0)
+    assert [i.op for i in fused.plan.instructions].count("addmm") == 2
+    for _ in range(3):
+        fused(x, y), plain(x, y)
+    for a, b in zip(fused_model.parameters(), plain_model.parameters()):
+        assert a.value.tobytes() == b.value.tobytes()
 
 
 def sgd_step(optimize, momentum=0.0):
