@@ -18,7 +18,10 @@ A linear layer is the 1x1 convolution of 1x1 planes over its rows: ``linear(x, w
 such a weight becomes ``reshape(conv2d_packed(reshape(x, (rows, k, 1, 1)), pack(reshape(w,
 (n, k, 1, 1))), b), x's shape with n last)`` (reshapes are views; the CPU runs it as a GEMM of
 rows on the same tiles, conv_blocked.pxi ``rows_call``). So is ``matmul(x, w)`` of a 2-D
-weight, whose (k, n) weight is transposed before packing (once, in the prologue or here).
+weight, whose (k, n) weight is transposed before packing (once, in the prologue or here); a
+bias added to it (``x @ w + b``, b of n values: ONNX's MatMul + Add) and a relu after that become
+conv2d_packed's bias and activation, as the epilogue pass makes them a linear's, so they run
+while each tile is in cache instead of in a pass of their own.
 
 Only weights no assign writes are packed: a training step, which writes them every run, would
 pack them every run.
@@ -27,9 +30,11 @@ pack them every run.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ...ops.conv import pack_weight_array, weight_dims
 from ...ops.matmul import rows_by_weight
-from .rewrite import PassResult, rebuild, result, weight_values
+from .rewrite import PassResult, rebuild, result, use_counts, weight_values
 
 PACKED = ("conv2d", "linear", "matmul")
 
@@ -54,11 +59,21 @@ def prepack(graph, outputs, block_of=None) -> PassResult:
                 blocks[id(node)] = block
     if not blocks:
         return PassResult(graph, list(outputs), False, {"packed": 0})
+    tails = _matmul_tails(graph, outputs, blocks)
+    absorbed = {id(n): t for t in tails.values() for n in t.nodes}
 
     def rewrite(builder, node):
+        tail = absorbed.get(id(node))
+        if tail is not None:  # the matmul's bias add or relu: the last of them gives its value
+            if node is not tail.nodes[-1]:
+                return (None,) * len(node.outputs)
+            return _rows(builder, tail.matmul, blocks[id(tail.matmul)],
+                         tail.matmul.inputs[1].id in consts, tail)
         block = blocks.get(id(node))
         if block is None:
             return None
+        if id(node) in tails:  # made at the end of its tail
+            return (None,) * len(node.outputs)
         if node.op.name in ("linear", "matmul"):
             return _rows(builder, node, block, node.inputs[1].id in consts)
         x, w, *bias = (builder.var(v) for v in node.inputs)
@@ -83,9 +98,49 @@ def _packed(builder, node, w, groups, block, const, transposed=False):
     return packed
 
 
-def _rows(builder, node, block, const):
-    """A linear, or a matmul of a 2-D weight, as the 1x1 conv2d_packed of its rows."""
+@dataclass(frozen=True)
+class _Tail:
+    matmul: object  # a packed matmul node
+    bias: object    # the Var of n values added to its product
+    relu: bool      # whether a relu of the sum follows
+    nodes: tuple    # the add, and the relu when there is one
+
+
+def _matmul_tails(graph, outputs, blocks) -> dict:
+    """id(matmul node) -> its _Tail, for each packed matmul whose one use is an add of a bias of
+    its n values (of its dtype), then maybe a relu, the add's one use."""
+    uses = use_counts(graph, outputs)
+    users = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            users.setdefault(v.id, node)
+    tails = {}
+    for node in graph.nodes:
+        if node.op.name != "matmul" or id(node) not in blocks:
+            continue
+        y = node.outputs[0]
+        add = users.get(y.id)
+        if uses.get(y.id) != 1 or add is None or add.op.name != "add":
+            continue
+        bias = add.inputs[1] if add.inputs[0].id == y.id else add.inputs[0]
+        if (bias.id == y.id or bias.shape != (y.shape[-1],) or bias.dtype != y.dtype
+                or add.outputs[0].type != y.type):
+            continue
+        s = add.outputs[0]
+        relu = users.get(s.id)
+        if uses.get(s.id) == 1 and relu is not None and relu.op.name == "relu":
+            tails[id(node)] = _Tail(node, bias, True, (add, relu))
+        else:
+            tails[id(node)] = _Tail(node, bias, False, (add,))
+    return tails
+
+
+def _rows(builder, node, block, const, tail=None):
+    """A linear, or a matmul of a 2-D weight, as the 1x1 conv2d_packed of its rows (with
+    ``tail``'s bias and relu)."""
     x, w, *bias = (builder.var(v) for v in node.inputs)
+    if tail is not None:
+        bias = [builder.var(tail.bias)]
     rows, k, n = rows_by_weight(node)
     transposed = node.op.name == "matmul" and not node.attr["transpose_b"]
     if transposed:  # matmul's (k, n) weight: packed from its (n, k) transpose
@@ -94,6 +149,8 @@ def _rows(builder, node, block, const):
     (w4,) = builder.add("reshape", [w], {"shape": (n, k, 1, 1)}, node)
     packed = _packed(builder, node, w4, 1, block, const, transposed)
     activation = node.attr["activation"] if node.op.name == "linear" else "none"
+    if tail is not None and tail.relu:
+        activation = "relu"
     attrs = {"activation": activation, "out_channels": n, "kernel_size": (1, 1)}
     (y,) = builder.add("conv2d_packed", [x_rows, packed, *bias], attrs, node)
     return builder.add("reshape", [y], {"shape": (*x.shape[:-1], n)}, node)

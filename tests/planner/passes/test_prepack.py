@@ -151,6 +151,39 @@ def test_a_matmul_of_a_weight_packs_its_transpose(const):
 
 
 @needs_avx512
+@pytest.mark.parametrize("form", ["x @ w + b", "b + x @ w", "relu(x @ w + b)"])
+def test_a_bias_and_relu_after_a_packed_matmul_run_in_its_epilogue(form):
+    g = mg.Graph()
+    x = g.input("x", (2, 6, 50))
+    w = g.param("w", RNG.standard_normal((50, 70)).astype(np.float32))
+    b = g.param("b", RNG.standard_normal(70).astype(np.float32))
+    y = {"x @ w + b": lambda: x @ w + b, "b + x @ w": lambda: b + x @ w,
+         "relu(x @ w + b)": lambda: F.relu(x @ w + b)}[form]()
+    plan, plain = mg.compile([y]), mg.compile([y], optimize=0)
+    assert ops_of(plan) == ["conv2d_packed"]  # the add (and relu) within it; reshapes are views
+    (ins,) = plan.instructions
+    assert dict(ins.attrs)["activation"] == ("relu" if "relu" in form else "none")
+    xv = RNG.standard_normal((2, 6, 50)).astype(np.float32)
+    xv[0, 0, :] = 0.0  # rows of zeros: relu's -0 and +0 as the unfused ops give them
+    got, want = plan.run({"x": xv})[0], plain.run({"x": xv})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(np.signbit(got[0, 0]), np.signbit(want[0, 0]))
+
+
+@needs_avx512
+def test_a_bias_that_is_not_one_per_output_or_a_sum_used_twice_stays_an_add():
+    g = mg.Graph()
+    x = g.input("x", (8, 50))
+    w = g.param("w", RNG.standard_normal((50, 70)).astype(np.float32))
+    wide = x @ w + g.param("b2", np.ones((8, 70), np.float32))  # not a bias: a whole matrix
+    s = x @ g.param("v", RNG.standard_normal((50, 70)).astype(np.float32)) + 1.0
+    plan = mg.compile([wide, F.relu(s), s * 2.0])
+    assert ops_of(plan).count("conv2d_packed") == 2
+    assert not any(dict(i.attrs).get("activation") == "relu" for i in plan.instructions
+                   if i.op == "conv2d_packed")
+
+
+@needs_avx512
 @pytest.mark.parametrize("x_shape", [(16, 300), (2, 9, 300)])
 def test_a_linear_predictor_packs_its_weights_and_matches_the_plain_plan(x_shape):
     model = mlp()
