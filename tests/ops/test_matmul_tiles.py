@@ -58,6 +58,8 @@ def test_the_rule_takes_float32_gemms_wide_and_tall_enough():
     assert not lowering.tiles_rule(f32, 128, 63, 784, False)    # too few columns
     assert not lowering.tiles_rule(f32, 31, 1024, 784, True)    # B^T: its transpose pays at 32
     assert not lowering.tiles_rule(f32, 128, 1024, 0, False)    # k = 0: zeros, the BLAS's way
+    assert lowering.tiles_rule(f32, 8, 64, lowering.TILE_MAX_K, False)
+    assert not lowering.tiles_rule(f32, 8, 64, lowering.TILE_MAX_K + 1, False)  # workspace
 
 
 @pytest.mark.parametrize("ta", [False, True])

@@ -48,17 +48,20 @@ def gemm_threads(dtype, m, n, k) -> int:
 #   (1024, 1024, 128) A^T (a weight's gradient): 0.95 / 0.93;  (1024, 784, 128) A^T: 0.91 / 1.03
 #   (8, 1024, 1024) B: 0.62 / 0.36;  (4, 1024, 1024) B: 0.58 / 0.30;  (128, 64, 64) B: 0.92 / 1.09
 #   (16, 1000, 512) B^T: 1.15 / 0.91;  (32, 1000, 512) B^T: 1.01 / 0.87;  (4, 512, 512) B^T: 1.20
+#   (128, 1024, 4096) B: 0.95 / 0.84;  (128, 512, 8192) B: 0.98 / 0.89 (blocks past L2 still pay)
 # A stored B^T is transposed as it is packed, a pass over B that a few rows do not pay back.
-TILE_MIN_ROWS, TILE_MIN_ROWS_BT, TILE_MIN_COLUMNS = 4, 32, 64
+# Each thread's packed block holds all of k: past TILE_MAX_K (4 MiB a thread) the BLAS, whose
+# panels are bounded, keeps the workspace small.
+TILE_MIN_ROWS, TILE_MIN_ROWS_BT, TILE_MIN_COLUMNS, TILE_MAX_K = 4, 32, 64, 16384
 TILE_COLUMNS = 64  # a packed block of op(B): each thread's workspace holds one
 
 
 def tiles_rule(dtype, m, n, k, transpose_b) -> bool:
     """Whether a GEMM of C (m, n) over k goes to the gather tiles: float32 on an AVX-512 CPU,
     at least TILE_MIN_COLUMNS columns and TILE_MIN_ROWS rows (TILE_MIN_ROWS_BT when B is
-    stored transposed)."""
-    return (np.dtype(dtype) == np.float32 and C.blocked_isas()[-1] == "avx512" and k > 0
-            and n >= TILE_MIN_COLUMNS
+    stored transposed), 0 < k <= TILE_MAX_K."""
+    return (np.dtype(dtype) == np.float32 and C.blocked_isas()[-1] == "avx512"
+            and 0 < k <= TILE_MAX_K and n >= TILE_MIN_COLUMNS
             and m >= (TILE_MIN_ROWS_BT if transpose_b else TILE_MIN_ROWS))
 
 
