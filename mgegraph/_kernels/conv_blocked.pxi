@@ -290,7 +290,7 @@ cdef inline void gather_tiles(const float* padded, const float* packed, float* c
             cell = min(i * tile.pix + p, b.ncols - 1)
             px[p] = padded + cell // b.ow * b.sh * b.wp + cell % b.ow * b.sw
         for o in range((b.no + tile.ch - 1) // tile.ch):
-            tile.gather(px, b.plane, b.offs, b.taps, b.nc, packed + o * ldw,
+            tile.gather(px, b.plane, b.offs, b.taps, b.nc, packed + o * ldw, tile.ch,
                         cells + i * tile.pix * b.ldy + o * tile.ch, b.ldy, 0)
 
 
@@ -407,7 +407,7 @@ cdef inline void filter_tiles(const float* padded, const float* packed, float* d
                  + t % b.kw * b.dw)
     for o in range((b.no + tile.ch - 1) // tile.ch):
         tile.gather(px, s.sh * b.wp, cols, s.ow, s.oh,
-                    packed + o * b.pack * ncells,
+                    packed + o * b.pack * ncells, tile.ch,
                     dwt + tile_index * tile.pix * b.ldy + o * tile.ch, b.ldy, 1)
 
 
@@ -532,7 +532,7 @@ cdef inline void packed_chunk(const float* planes, const float* packed, float* r
                      + q % b.ow * b.sw)
         for o in range(ob0, ob1):
             tile.gather(px, b.plane, b.offs, b.taps, b.nc, packed + o * b.nc * b.taps * tile.ch,
-                        res + i * tile.pix * b.ldy + o * tile.ch, b.ldy, 0)
+                        tile.ch, res + i * tile.pix * b.ldy + o * tile.ch, b.ldy, 0)
     cell = first
     while cell < last:
         n = cell // b.ncols
@@ -569,7 +569,7 @@ cdef inline void rows_item(const float* x, const float* packed, const float* bia
             dst, ld = y + r0 * n + c0, n
         else:
             dst, ld = part, tile.ch
-        tile.gather(px, 1, &zero, 1, k, packed + o * k * tile.ch, dst, ld, 0)
+        tile.gather(px, 1, &zero, 1, k, packed + o * k * tile.ch, tile.ch, dst, ld, 0)
         for r in range(rows):  # the epilogue while the tile is in L1, as conv_out's
             for c in range(c0, c1):
                 y[(r0 + r) * n + c] = conv_out_one(dst[r * ld + c - c0],

@@ -68,16 +68,18 @@ static void conv_tile_avx512(CONV_TILE_ARGS) { CONV_TILE_BODY(16, 8, 3) }
 
 /* Gather tiles: the transposed blocking, for small planes and strides (conv.pyx's "gather" path).
  * A tile keeps PIX output cells x CH output channels (CH / VW vectors) in registers: per (c, tap)
- * it loads CH / VW weight vectors (packed w[c][tap][CH]) and broadcasts one input value per
- * cell, read at px[p] + c * cstride + off[tap], so a cell can sit anywhere (any stride, no wrapped
- * cells computed). The result goes to y[p][0..CH) (cells by channels); the caller transposes.
+ * it loads CH / VW weight vectors (w[c][tap][0..CH), rows ldw floats apart: CH for packed
+ * weights, a matrix's row length to read CH of its columns in place) and broadcasts one input
+ * value per cell, read at px[p] + c * cstride + off[tap], so a cell can sit anywhere (any
+ * stride, no wrapped cells computed). The result goes to y[p][0..CH) (cells by channels); the
+ * caller transposes.
  */
 #define CONV_CPACK 48    /* the widest gather tile's channels */
 #define CONV_PIX_MAX 12 /* the most cells a gather tile takes */
 
 typedef void (*conv_gather_fn)(const float* const* px, ptrdiff_t cstride, const ptrdiff_t* offs,
-                               ptrdiff_t ntaps, ptrdiff_t nc, const float* w, float* y,
-                               ptrdiff_t ldy, int accumulate);
+                               ptrdiff_t ntaps, ptrdiff_t nc, const float* w, ptrdiff_t ldw,
+                               float* y, ptrdiff_t ldy, int accumulate);
 
 #define CONV_GATHER_BODY(VW, PIX, NV)                                                        \
     typedef float vec __attribute__((vector_size(VW * 4)));                                  \
@@ -86,7 +88,7 @@ typedef void (*conv_gather_fn)(const float* const* px, ptrdiff_t cstride, const 
     _Pragma("GCC unroll 8") for (int p = 0; p < PIX; p++)                                    \
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[p][v] = (vec){0};           \
     for (ptrdiff_t c = 0; c < nc; c++) {                                                     \
-        for (ptrdiff_t t = 0; t < ntaps; t++, w += NV * VW) {                                \
+        for (ptrdiff_t t = 0; t < ntaps; t++, w += ldw) {                                    \
             ptrdiff_t off = c * cstride + offs[t];                                           \
             vec wv[NV];                                                                      \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                             \
@@ -105,7 +107,7 @@ typedef void (*conv_gather_fn)(const float* const* px, ptrdiff_t cstride, const 
 
 #define CONV_GATHER_ARGS                                                                     \
     const float* const* px, ptrdiff_t cstride, const ptrdiff_t* offs, ptrdiff_t ntaps,      \
-    ptrdiff_t nc, const float* w, float* y, ptrdiff_t ldy, int accumulate
+    ptrdiff_t nc, const float* w, ptrdiff_t ldw, float* y, ptrdiff_t ldy, int accumulate
 
 static void conv_gather_base(CONV_GATHER_ARGS) { CONV_GATHER_BODY(4, 4, 2) }
 

@@ -291,7 +291,7 @@ cdef inline void tile_rows(const TileGemm* g, Py_ssize_t o, Py_ssize_t group,
             dst, ld = g.c + r0 * g.n + c0, g.n
         else:
             dst, ld = part, TILE_CH
-        g.fn(px, step, &zero, 1, g.k, blk, dst, ld, 0)
+        g.fn(px, step, &zero, 1, g.k, blk, TILE_CH, dst, ld, 0)
         if epilogue or dst == part:  # while the tile is in L1
             for r in range(rows):
                 row_out(&g.out, dst + r * ld, c1 - c0, g.c + (r0 + r) * g.n + c0,

@@ -12,7 +12,7 @@ cdef extern from "conv_tile.h":
                                   Py_ssize_t ldy, Py_ssize_t nrows, int accumulate) noexcept nogil
     ctypedef void (*conv_gather_fn)(const float* const* px, Py_ssize_t cstride,
                                     const Py_ssize_t* offs, Py_ssize_t ntaps, Py_ssize_t nc,
-                                    const float* w, float* y, Py_ssize_t ldy,
+                                    const float* w, Py_ssize_t ldw, float* y, Py_ssize_t ldy,
                                     int accumulate) noexcept nogil
     ctypedef struct conv_tile:
         conv_tile_fn fn
