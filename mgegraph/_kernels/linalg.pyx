@@ -172,12 +172,18 @@ cdef inline void matrix_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py
 # item packs its block of op(B), k x 64 floats (256 KiB at k = 1024), into its thread's part of
 # the workspace, where it stays in L2 while every row tile of op(A) passes; rows of op(A) are
 # read where they lie (op(A) transposed: down a column of A, stride m). A stored B is packed by
-# copying 64 floats of each row; a stored B^T (linear's weights) is transposed 8 x 8 in
-# registers by conv_out's loop. Each element of C is one tile's sum over k in order, so the bits
+# copying 64 floats of each row, or for a few rows read in place (IN_PLACE_ROWS); a stored B^T
+# (linear's weights) is transposed 8 x 8 in registers by conv_out's loop. Each element of C is one tile's sum over k in order, so the bits
 # do not depend on the threads, and eager and compiled runs share them (one rule, one kernel).
 cdef enum:
     TILE_CH = 64   # columns of C per gather tile, and of a packed block of op(B)
     TILE_ISA = 2   # conv_tile.h's AVX-512
+    # A stored B's whole blocks are read in place (rows n apart) by products of at most this
+    # many rows: packing pays back over more row tiles. Tiles read in place ÷ packed, medians of
+    # 6 alternating rounds on the 2-core EPYC (/work/scratch/abnn.py), 1 / 2 threads: (m, n, k)
+    # = (8, 1024, 1024) 0.71 / 0.76; (32, ...) 0.87 / 0.86; (64, ...) 1.01 / 0.95; (128, ...)
+    # 1.06 / 0.98; A^T (16, 1024, 1024) 0.76; A^T (1024, 1024, 128) 1.04 / 1.01
+    IN_PLACE_ROWS = 64
 
 
 ctypedef struct TileOut:  # what becomes of C's sums: linear's or addmm's epilogue, or nothing
@@ -268,7 +274,7 @@ cdef inline void row_out(const TileOut* o, const float* v, Py_ssize_t w, float* 
 
 
 cdef inline void tile_rows(const TileGemm* g, Py_ssize_t o, Py_ssize_t group,
-                           const float* blk) noexcept nogil:
+                           const float* blk, Py_ssize_t ldw) noexcept nogil:
     # row tiles `group` of column block o: into C directly where whole, else through `part`
     cdef const float* px[CONV_PIX_MAX]
     cdef float part[CONV_PIX_MAX * TILE_CH]
@@ -291,7 +297,7 @@ cdef inline void tile_rows(const TileGemm* g, Py_ssize_t o, Py_ssize_t group,
             dst, ld = g.c + r0 * g.n + c0, g.n
         else:
             dst, ld = part, TILE_CH
-        g.fn(px, step, &zero, 1, g.k, blk, TILE_CH, dst, ld, 0)
+        g.fn(px, step, &zero, 1, g.k, blk, ldw, dst, ld, 0)
         if epilogue or dst == part:  # while the tile is in L1
             for r in range(rows):
                 row_out(&g.out, dst + r * ld, c1 - c0, g.c + (r0 + r) * g.n + c0,
@@ -304,10 +310,13 @@ cdef int tile_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept n
     cdef Py_ssize_t item, o, packed = -1
     for item in range(lo, hi):  # a part's items run block by block: each block packed once
         o = item // g.rgroups
+        if not g.tb and (o + 1) * TILE_CH <= g.n and g.m <= IN_PLACE_ROWS:
+            tile_rows(g, o, item % g.rgroups, g.b + o * TILE_CH, g.n)
+            continue
         if o != packed:
             pack_block(g, o * TILE_CH, min(g.n, (o + 1) * TILE_CH), blk)
             packed = o
-        tile_rows(g, o, item % g.rgroups, blk)
+        tile_rows(g, o, item % g.rgroups, blk, TILE_CH)
     return KERNEL_OK
 
 
