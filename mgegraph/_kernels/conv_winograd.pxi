@@ -33,6 +33,11 @@ cdef enum:
     # 4x the whole convolution's time), so each matrix starts a cache line further
     WINO_SKEW = 16
     WINO_RUN = 64  # tiles along a row transformed together (their rows live on the stack)
+    # the most columns left after a block's whole 64-column tiles that go to the BLAS rather
+    # than a tile 64 wide: tiles ÷ BLAS for ResNet's layers at batch 1 (abwino.py, 1 / 2
+    # threads) went from 1.03 / 1.10 to 0.96 / 0.93 at 28x28 (34 left) and 1.03 / 1.16 to
+    # 1.03 / 0.92 at 56x56 (4 left); 14x14 (49 left) kept the tile: 0.80 / 0.85
+    WINO_SLIVER = 40
 
 
 cdef inline Py_ssize_t wino_ld(Py_ssize_t rows, Py_ssize_t cols) noexcept nogil:
@@ -49,12 +54,19 @@ cdef inline Py_ssize_t wino_block(const Conv* s) noexcept nogil:
     # plan's threads divide where there are 32 tiles a thread
     cdef Py_ssize_t ntiles = wino_tiles(s)
     cdef Py_ssize_t n = ceil_div(ntiles, max(WINO_BLOCK_FLOATS // (16 * (s.cin + s.cout)), 32))
+    cdef Py_ssize_t whole
     if s.threads > 1 and ntiles >= 32 * s.threads:
         n = round_up(n, s.threads)
     if s.isa == 2 and ntiles >= 64 * max(n, 1):
-        # whole 64-column tiles for wino_gemm_tiles (float64's blocks follow the same rule, as
-        # the workspace the lowering sized): a few more blocks, which the threads may not divide
-        return ceil_div(ntiles, max(n, 1)) // 64 * 64
+        # whole 64-column tiles for wino_gemm_tiles, where the threads still share the tiles
+        # evenly: a number of blocks they divide, the last more than half full (ResNet's 56x56
+        # layer at batch 1: 784 tiles in 4 blocks of 196, not 5 of 192, which took 1.16x the
+        # time on 2 threads). float64's blocks follow the same rule, as the workspace the
+        # lowering sized does.
+        whole = ceil_div(ntiles, max(n, 1)) // 64 * 64
+        if (ceil_div(ntiles, whole) % max(s.threads, 1) == 0
+                and ceil_div(ntiles, whole) * whole - ntiles < whole // 2):
+            return whole
     return max(ceil_div(ntiles, max(n, 1)), 1)  # an empty batch still has a block, of nothing
 
 
@@ -230,16 +242,20 @@ cdef inline void wino_gemm_tiles(const float* u, const float* v, float* m, Py_ss
                                  const Conv* s, const conv_tile* tile) noexcept nogil:
     # One of wino_gemm's products on the tile, which reads 64 of V's columns in place (rows nb
     # apart) and broadcasts U's: no packing, as V is written for it. Per block of 64 columns,
-    # every row tile of U, so the block (cin x 256 bytes) stays in L1. A last, partial block
-    # reads past its row into the next, and past V's last row into the workspace after it (M):
-    # those sums land in columns that are dropped. Measured on convnet-train's 32 -> 64 layer
-    # at 32x32 (the 2-core EPYC, Zen 4): the 16 GEMMs took 6.6 ms of the call's 11.3 through
-    # MKL at 81 GFLOP/s.
+    # every row tile of U, so the block (cin x 256 bytes) stays in L1. A last, partial block of
+    # more than WINO_SLIVER columns reads past its row into the next, and past V's last row into
+    # the workspace after it (M): those sums land in columns that are dropped. Measured on
+    # convnet-train's 32 -> 64 layer at 32x32 (the 2-core EPYC, Zen 4): the 16 GEMMs took 6.6
+    # ms of the call's 11.3 through MKL (81 GFLOP/s); on the tile the call takes 0.95x the time
+    # on 1 thread, 0.89x on 2.
     cdef const float* px[CONV_PIX_MAX]
     cdef float part[CONV_PIX_MAX * 64]
     cdef Py_ssize_t zero = 0, b, t, r0, r, p, rows, cols
     for b in range(0, nb, 64):
         cols = min(64, nb - b)
+        if cols <= WINO_SLIVER:  # a few columns left: the BLAS, not a tile 64 wide
+            gemm_ld(False, False, s.cout, cols, s.cin, u, s.cin, v + b, nb, m + b, nb, False)
+            continue
         for t in range(ceil_div(s.cout, tile.pix)):
             r0 = t * tile.pix
             rows = min(tile.pix, s.cout - r0)

@@ -173,8 +173,10 @@ cdef inline void matrix_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py
 # the workspace, where it stays in L2 while every row tile of op(A) passes; rows of op(A) are
 # read where they lie (op(A) transposed: down a column of A, stride m). A stored B is packed by
 # copying 64 floats of each row, or for a few rows read in place (IN_PLACE_ROWS); a stored B^T
-# (linear's weights) is transposed 8 x 8 in registers by conv_out's loop. Each element of C is one tile's sum over k in order, so the bits
-# do not depend on the threads, and eager and compiled runs share them (one rule, one kernel).
+# (linear's weights) is transposed 8 x 8 in registers by conv_out's loop. Each element of C is
+# one tile's sum over k in order, so the bits do not depend on the threads, and eager and
+# compiled runs share them (one rule, one kernel). The epilogue (row_out) runs on each tile's
+# rows while they are in L1.
 cdef enum:
     TILE_CH = 64   # columns of C per gather tile, and of a packed block of op(B)
     TILE_ISA = 2   # conv_tile.h's AVX-512
@@ -403,7 +405,7 @@ cdef inline int addmm_impl(const floating* c, const floating* a, const floating*
                            const floating* scale, floating* out, void* ws,
                            const Call* call) noexcept nogil:
     # out = c + alpha * scale * op(a) op(b). On the tiles, each element as the unfused ops
-    # round it (tile_out). Through the BLAS: in place (out is c's buffer) the GEMM adds into c
+    # round it (row_out). Through the BLAS: in place (out is c's buffer) the GEMM adds into c
     # (beta = 1), else c is copied first. a and b never share out's bytes: the memory planner
     # lets out take over input 0 only (planner/memory/inplace.py).
     cdef const Addmm* s = <const Addmm*>call.ints

@@ -68,7 +68,7 @@ def tiles_rule(dtype, m, n, k, transpose_b) -> bool:
 def accumulates_exactly(product) -> bool:
     """Whether this backend's addmm of ``product`` (a 2-D matmul node the accumulate pass
     would absorb) rounds as the mul and add or sub it replaces: on the tiles, where each element
-    is added as those ops add it (linalg.pyx's tile_out), not through the BLAS."""
+    is added as those ops add it (linalg.pyx's row_out), not through the BLAS."""
     a, b = product.inputs
     _, _, _, m, n, k = matmul_dims(a.type, b.type, product.attr)
     return tiles_rule(a.dtype, m, n, k, product.attr["transpose_b"])

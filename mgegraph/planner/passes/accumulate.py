@@ -17,7 +17,7 @@ momentum, ``mu * v + dw``, stays as it was).
 Rounding: through the BLAS the result is not bitwise the unfused one (the BLAS applies alpha
 and adds c with its own rounding, one fused multiply-add where eager mode rounds twice). On the
 CPU's tiles each element is scaled and added as the mul and the add or sub would (linalg.pyx's
-tile_out), from the same product. ``exact(matmul node)``, the target's word on which products
+row_out), from the same product. ``exact(matmul node)``, the target's word on which products
 those are, restricts the pass to them at level 1 (pipeline.LEVELS), where a compiled step
 gives bitwise eager mode's weights; level 2 absorbs every match.
 
