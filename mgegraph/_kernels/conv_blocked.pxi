@@ -25,7 +25,7 @@ from cython.parallel cimport parallel, prange, threadid
 from .tiles cimport (cpu_isa_ok, conv_tile_fn, conv_gather_fn, conv_tile,
                      conv_packed_tile, conv_out_fn, CONV_PACK, CONV_COLS_MAX,
                      CONV_CPACK, CONV_PIX_MAX, CONV_PACKED_MAX, conv_tile_of,
-                     conv_packed_tiles, conv_out_of, conv_out_one)
+                     conv_packed_tiles, conv_out_of, conv_out_one, packed_tile)
 
 # The threads a call runs on: the plan's (s.threads, the lowering's), capped by the one thread
 # policy's maximum now (parallel.pyx: OpenMP's, 1 in a forked child, whose copy of GCC's pool
@@ -499,18 +499,6 @@ cdef inline Py_ssize_t packed_elems(const Conv* s) noexcept nogil:
     cdef Blocked b = blocked_forward(s)
     cdef Py_ssize_t padded = s.batch * b.npadded if s.ph != 0 or s.pw != 0 else 0
     return padded + max(s.threads, 1) * packed_slot(s)
-
-
-cdef inline bint packed_tile(int isa, Py_ssize_t block, conv_tile* t) noexcept nogil:
-    # t.gather, t.pix, t.ch: the isa's conv2d_packed tile whose channels are block wide; False
-    # when it has none
-    cdef conv_packed_tile tiles[CONV_PACKED_MAX]
-    cdef int i, n = conv_packed_tiles(isa, tiles)
-    for i in range(n):
-        if tiles[i].ch == block:
-            t.gather, t.pix, t.ch = tiles[i].fn, tiles[i].pix, tiles[i].ch
-            return True
-    return False
 
 
 cdef inline void packed_chunk(const float* planes, const float* packed, float* res, float* y,

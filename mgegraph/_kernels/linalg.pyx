@@ -30,8 +30,8 @@ from .blas_table cimport blas_one_thread, blas_restore_threads, blas_split_gemms
 from .parallel cimport parallel_for, cut
 from .ew_ops cimport ew_relu
 from .nditer cimport dims_ok, Odometer, odometer_init, odometer_next, count_rows
-from .tiles cimport cpu_isa_ok, conv_gather_fn, conv_packed_tile, conv_packed_tiles, conv_out_of
-from .tiles cimport CONV_PACKED_MAX, CONV_PIX_MAX
+from .tiles cimport cpu_isa_ok, conv_gather_fn, conv_tile, conv_out_of, packed_tile
+from .tiles cimport CONV_PIX_MAX
 from .window cimport ceil_div
 
 cdef extern from *:
@@ -327,16 +327,15 @@ cdef inline bint tile_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_s
                               Py_ssize_t threads) noexcept nogil:
     # C = out(op(A) op(B)) on the tiles; False, having done nothing, where this CPU has no
     # 64-column gather tile (the caller takes the BLAS)
-    cdef conv_packed_tile tiles[CONV_PACKED_MAX]
+    cdef conv_tile tile
     cdef Py_ssize_t nblocks = ceil_div(n, TILE_CH)
     cdef TileGemm g
-    if (not cpu_isa_ok(TILE_ISA) or conv_packed_tiles(TILE_ISA, tiles) < 1
-            or tiles[0].ch != TILE_CH):
+    if not cpu_isa_ok(TILE_ISA) or not packed_tile(TILE_ISA, TILE_CH, &tile):
         return False
     if m == 0 or n == 0:
         return True
     g.m, g.n, g.k, g.ta, g.tb, g.out = m, n, k, ta, tb, out
-    g.fn, g.pix = tiles[0].fn, tiles[0].pix
+    g.fn, g.pix = tile.gather, tile.pix
     g.a, g.b, g.c, g.ws = a, b, c, ws
     g.rgroups = 1
     if threads > 1 and nblocks < 2 * threads:  # too few blocks for the threads: split rows too

@@ -1,7 +1,8 @@
 # The register-blocked float32 tiles of conv_tile.h and the CPU feature test they are picked
 # by (cpu_isa.h), declared once for the modules that run them: conv.pyx's tiled convolution
-# paths (conv_blocked.pxi) and linalg.pyx's GEMMs on the gather tiles. Each module compiles
-# the header's static functions into itself.
+# paths (conv_blocked.pxi, conv_winograd.pxi) and linalg.pyx's GEMMs on the gather tiles, with
+# packed_tile, the lookup of a tile by its width. Each module compiles the header's static
+# functions into itself.
 
 cdef extern from "cpu_isa.h":
     int cpu_isa_ok(int isa) noexcept nogil
@@ -37,3 +38,15 @@ cdef extern from "conv_tile.h":
     int conv_packed_tiles(int isa, conv_packed_tile* out) noexcept nogil
     conv_out_fn conv_out_of(int isa) noexcept nogil
     float conv_out_one(float v, float add, int relu) noexcept nogil
+
+
+cdef inline bint packed_tile(int isa, Py_ssize_t block, conv_tile* t) noexcept nogil:
+    # t.gather, t.pix, t.ch: the isa's conv2d_packed tile whose channels are block wide; False
+    # when it has none
+    cdef conv_packed_tile tiles[CONV_PACKED_MAX]
+    cdef int i, n = conv_packed_tiles(isa, tiles)
+    for i in range(n):
+        if tiles[i].ch == block:
+            t.gather, t.pix, t.ch = tiles[i].fn, tiles[i].pix, tiles[i].ch
+            return True
+    return False
