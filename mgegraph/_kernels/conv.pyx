@@ -368,7 +368,9 @@ cdef inline int conv2d_impl(const floating* x, const floating* w, const floating
             return blocked_call(x, w, bias, s.relu, y, ws, &b, s)
         return KERNEL_UNSUPPORTED  # the lowering takes it for float32 only
     if s.path == C_WINOGRAD:
-        return conv2d_winograd(x, w, bias, y, ws, False, s)
+        if floating is float:
+            return conv2d_winograd(x, w, bias, y, ws, False, s)
+        return KERNEL_UNSUPPORTED  # the lowering takes it for float32 only
     if s.path == C_BATCHED:
         return conv2d_batched(x, w, bias, y, ws, s)
     return conv2d_gemm(x, w, bias, y, ws, s)
@@ -387,8 +389,10 @@ cdef inline int conv2d_backward_data_impl(const floating* w,   # IN  (cout, cin/
             return blocked_call(dy, w, NULL, False, dx, col, &b, s)
         return KERNEL_UNSUPPORTED
     if s.path == C_WINOGRAD:
-        t = wino_backward(s)
-        return conv2d_winograd(dy, w, NULL, dx, col, True, &t)
+        if floating is float:
+            t = wino_backward(s)
+            return conv2d_winograd(dy, w, NULL, dx, col, True, &t)
+        return KERNEL_UNSUPPORTED
     return backward_gemm(w, dy, dx, col, True, s)
 
 

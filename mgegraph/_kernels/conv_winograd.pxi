@@ -12,19 +12,31 @@
 # 56x56 layer). The steps:
 #   U = G g G^T per (output, input channel), once per call    split by output channels
 #   per block of tiles, on one thread with its own V and M:
-#     V = B^T d B per (input channel, tile)
+#     V = B^T d B per (input channel, tile)                   wino_tile.h's vectors, by rows of
+#                                                              tiles
 #     M[xi] = U[xi] V[xi]                                      16 GEMMs on one thread: float32
 #                                                              on the gather tiles (AVX-512,
 #                                                              blocks of whole 64 tiles), else
 #                                                              the BLAS
-#     y = A^T M A per (output channel, tile), with the bias and relu
+#     y = A^T M A per (output channel, tile), with the bias     wino_tile.h's vectors
+#       and relu
 # so blocks go to threads whole (or, when there are fewer blocks than threads, the threads share
 # each block's three steps), and a plan gives the same bits on any number of cores. The
 # transforms add and subtract (G halves), so results differ from the direct sum by rounding: a
-# few ulps of the largest term, which the tests bound against NumPy.
+# few ulps of the largest term, which the tests bound against NumPy. float32 only (the lowering
+# takes no other dtype here).
 # conv2d_backward_data at stride 1 runs here too, as the convolution it is (wino_backward).
 # Workspace: U (16, cout, cin), then per thread V (16, cin, block) and M (16, cout, block),
 # each of the 16 matrices WINO_SKEW elements after the last.
+
+cdef extern from "wino_tile.h":
+    ctypedef void (*wino_in_fn)(const float* const* rows, Py_ssize_t q0, Py_ssize_t w,
+                                Py_ssize_t count, float* dst, Py_ssize_t ld) noexcept nogil
+    ctypedef void (*wino_out_fn)(const float* m, Py_ssize_t ld, Py_ssize_t count, float* y0,
+                                 float* y1, Py_ssize_t end, float add, int relu) noexcept nogil
+    wino_in_fn wino_in_of(int isa) noexcept nogil
+    wino_out_fn wino_out_of(int isa) noexcept nogil
+
 
 cdef enum:
     WINO_BLOCK_FLOATS = 1 << 19  # V and M of one block: 2 MiB of float32, the L2 and some
@@ -32,7 +44,6 @@ cdef enum:
     # 16 streams would fall in the same cache sets and evict each other (the 512-channel U took
     # 4x the whole convolution's time), so each matrix starts a cache line further
     WINO_SKEW = 16
-    WINO_RUN = 64  # tiles along a row transformed together (their rows live on the stack)
     # the most columns left after a block's whole 64-column tiles that go to the BLAS rather
     # than a tile 64 wide: tiles ÷ BLAS for ResNet's layers at batch 1 (abwino.py, 1 / 2
     # threads) went from 1.03 / 1.10 to 0.96 / 0.93 at 28x28 (34 left) and 1.03 / 1.16 to
@@ -79,15 +90,15 @@ cdef inline Py_ssize_t winograd_elems(const Conv* s) noexcept nogil:
     return 16 * wino_ld(s.cout, s.cin) + s.threads * wino_slot(s)
 
 
-cdef inline void wino_filter(const floating* w, floating* u, Py_ssize_t o, bint flip,
+cdef inline void wino_filter(const float* w, float* u, Py_ssize_t o, bint flip,
                              const Conv* s) noexcept nogil:
     # u[xi, o, c] = (G g G^T)[xi] for output channel o's filters g = w[o, c]; with flip (the
     # backward pass, wino_backward), g = w[c, o] turned by 180 degrees
     cdef Py_ssize_t c, i, plane = wino_ld(s.cout, s.cin)
-    cdef floating g[9]
-    cdef floating t[4][3]
-    cdef const floating* src
-    cdef floating* dst
+    cdef float g[9]
+    cdef float t[4][3]
+    cdef const float* src
+    cdef float* dst
     for c in range(s.cin):
         src = w + ((c * s.cout + o) if flip else (o * s.cin + c)) * 9
         for i in range(9):
@@ -105,135 +116,80 @@ cdef inline void wino_filter(const floating* w, floating* u, Py_ssize_t o, bint 
             dst[(4 * i + 3) * plane] = t[i][2]
 
 
-cdef inline void wino_input_run(const floating* plane, floating* dst, Py_ssize_t ld,
-                                Py_ssize_t a, Py_ssize_t b0, Py_ssize_t count,
-                                const Conv* s) noexcept nogil:
-    # dst[xi * ld + k] = (B^T d B)[xi] for tiles (a, b0 + k), k < count, of one channel's plane.
-    # The windows' columns are read once, split into even and odd ones, so that both halves of
-    # the transform run along the row of tiles in unit strides (loops the compiler vectorises)
-    cdef floating e[4][WINO_RUN + 1]
-    cdef floating o[4][WINO_RUN + 1]
-    cdef floating ve[4][WINO_RUN + 1]
-    cdef floating vo[4][WINO_RUN + 1]
-    cdef Py_ssize_t i, k, r, q, q0 = 2 * b0 - s.pw
-    for i in range(4):  # window rows 2a - ph + i; columns q0 + 2k (even) and + 1 (odd)
-        r = 2 * a - s.ph + i
-        for k in range(count + 1):
-            q = q0 + 2 * k
-            e[i][k] = plane[r * s.w + q] if 0 <= r < s.h and 0 <= q < s.w else 0
-            o[i][k] = plane[r * s.w + q + 1] if 0 <= r < s.h and 0 <= q + 1 < s.w else 0
-    for k in range(count + 1):  # B^T d: rows d0 - d2, d1 + d2, d2 - d1, d1 - d3
-        ve[0][k], vo[0][k] = e[0][k] - e[2][k], o[0][k] - o[2][k]
-        ve[1][k], vo[1][k] = e[1][k] + e[2][k], o[1][k] + o[2][k]
-        ve[2][k], vo[2][k] = e[2][k] - e[1][k], o[2][k] - o[1][k]
-        ve[3][k], vo[3][k] = e[1][k] - e[3][k], o[1][k] - o[3][k]
-    for i in range(4):  # (B^T d) B: columns d0 - d2, d1 + d2, d2 - d1, d1 - d3 of each row
-        for k in range(count):
-            dst[(4 * i) * ld + k] = ve[i][k] - ve[i][k + 1]
-            dst[(4 * i + 1) * ld + k] = vo[i][k] + ve[i][k + 1]
-            dst[(4 * i + 2) * ld + k] = ve[i][k + 1] - vo[i][k]
-            dst[(4 * i + 3) * ld + k] = vo[i][k] - vo[i][k + 1]
-
-
 cdef inline Py_ssize_t wino_run(Py_ssize_t tile, Py_ssize_t left, Py_ssize_t tw) noexcept nogil:
-    # tiles from this one to the end of its row of tiles, of the block's left, at most WINO_RUN
-    return min(min(tw - tile % tw, left), WINO_RUN)
+    # tiles from this one to the end of its row of tiles, of the block's left
+    return min(tw - tile % tw, left)
 
 
-cdef inline void wino_input(const floating* x, floating* v, Py_ssize_t first, Py_ssize_t nb,
+cdef inline void wino_input(const float* x, float* v, Py_ssize_t first, Py_ssize_t nb,
                             Py_ssize_t c0, Py_ssize_t c1, const Conv* s) noexcept nogil:
     # v[xi, c, k] = (B^T d B)[xi] for tile first + k's window d in input channel c, by runs of
     # tiles along their rows; channels outer, so each of the 16 matrices is written along rows
     cdef Py_ssize_t th = ceil_div(s.oh, 2), tw = ceil_div(s.ow, 2), c, k, tile, count
     cdef Py_ssize_t ld = wino_ld(s.cin, nb)
+    cdef wino_in_fn run = wino_in_of(s.isa if cpu_isa_ok(s.isa) else 0)
+    cdef const float* rows[4]
+    cdef const float* plane
+    cdef Py_ssize_t a, i, r
     for c in range(c0, c1):
         k = 0
         while k < nb:
             tile = first + k
             count = wino_run(tile, nb - k, tw)
-            wino_input_run(x + (tile // (th * tw) * s.cin + c) * s.h * s.w, v + c * nb + k, ld,
-                           tile // tw % th, tile % tw, count, s)
+            plane = x + (tile // (th * tw) * s.cin + c) * s.h * s.w
+            a = tile // tw % th
+            for i in range(4):  # the windows' rows 2a - ph + i, NULL off the plane
+                r = 2 * a - s.ph + i
+                rows[i] = plane + r * s.w if 0 <= r < s.h else NULL
+            run(rows, 2 * (tile % tw) - s.pw, s.w, count, v + c * nb + k, ld)
             k += count
 
 
-cdef inline void wino_output_run(const floating* m, Py_ssize_t ld, floating* plane,
-                                 floating add, Py_ssize_t a, Py_ssize_t b0, Py_ssize_t count,
-                                 const Conv* s) noexcept nogil:
-    # output rows 2a and 2a + 1 of tiles (a, b0 + k), k < count, of one channel's plane: A^T M A
-    # from m[xi * ld + k], cropped to the output, with the epilogue
-    cdef floating rows[2][2 * WINO_RUN]
-    cdef floating t0, t1, t2, t3, u0, u1, u2, u3
-    cdef Py_ssize_t i, k, q, r, end = min(2 * (b0 + count), s.ow) - 2 * b0
-    cdef floating* dst
-    for k in range(count):
-        for i in range(2):  # A^T M (rows m0 + m1 + m2, m1 - m2 - m3), then (A^T M) A
-            if i == 0:
-                t0 = m[k] + m[4 * ld + k] + m[8 * ld + k]
-                t1 = m[ld + k] + m[5 * ld + k] + m[9 * ld + k]
-                t2 = m[2 * ld + k] + m[6 * ld + k] + m[10 * ld + k]
-                t3 = m[3 * ld + k] + m[7 * ld + k] + m[11 * ld + k]
-            else:
-                t0 = m[4 * ld + k] - m[8 * ld + k] - m[12 * ld + k]
-                t1 = m[5 * ld + k] - m[9 * ld + k] - m[13 * ld + k]
-                t2 = m[6 * ld + k] - m[10 * ld + k] - m[14 * ld + k]
-                t3 = m[7 * ld + k] - m[11 * ld + k] - m[15 * ld + k]
-            rows[i][2 * k] = t0 + t1 + t2
-            rows[i][2 * k + 1] = t1 - t2 - t3
-    for i in range(2):
-        r = 2 * a + i
-        if r >= s.oh:
-            break
-        dst = plane + r * s.ow + 2 * b0
-        if s.relu:
-            for q in range(end):
-                dst[q] = ew_relu(rows[i][q] + add)
-        else:
-            for q in range(end):
-                dst[q] = rows[i][q] + add
-
-
-cdef inline void wino_output(const floating* m, const floating* bias, floating* y,
+cdef inline void wino_output(const float* m, const float* bias, float* y,
                              Py_ssize_t first, Py_ssize_t nb, Py_ssize_t o0, Py_ssize_t o1,
                              const Conv* s) noexcept nogil:
     # y's cells of tiles [first, first + nb) = A^T M A, by runs of tiles along their rows
     cdef Py_ssize_t th = ceil_div(s.oh, 2), tw = ceil_div(s.ow, 2), o, k, tile, count
     cdef Py_ssize_t ld = wino_ld(s.cout, nb)
-    cdef floating add
+    cdef wino_out_fn run = wino_out_of(s.isa if cpu_isa_ok(s.isa) else 0)
+    cdef float add
+    cdef float* out
     for o in range(o0, o1):
         add = bias[o] if bias != NULL else 0
         k = 0
         while k < nb:
             tile = first + k
             count = wino_run(tile, nb - k, tw)
-            wino_output_run(m + o * nb + k, ld,
-                            y + (tile // (th * tw) * s.cout + o) * s.oh * s.ow, add,
-                            tile // tw % th, tile % tw, count, s)
+            # output rows 2a and 2a + 1 (if the output has it), from column 2b
+            out = (y + (tile // (th * tw) * s.cout + o) * s.oh * s.ow
+                   + 2 * (tile // tw % th) * s.ow + 2 * (tile % tw))
+            run(m + o * nb + k, ld, count, out, out + s.ow if 2 * (tile // tw % th) + 1 < s.oh
+                else NULL, min(2 * count, s.ow - 2 * (tile % tw)), add, s.relu)
             k += count
 
 
-cdef inline void wino_tiles_block(const floating* x, const floating* u, const floating* bias,
-                                  floating* y, floating* area, Py_ssize_t k,
+cdef inline void wino_tiles_block(const float* x, const float* u, const float* bias,
+                                  float* y, float* area, Py_ssize_t k,
                                   const Conv* s) noexcept nogil:
     # block k of tiles, on one thread; area: its V and M
     cdef Py_ssize_t block = wino_block(s), xi
     cdef Py_ssize_t first = k * block, nb = min(block, wino_tiles(s) - k * block)
-    cdef floating* m = area + 16 * wino_ld(s.cin, block)
+    cdef float* m = area + 16 * wino_ld(s.cin, block)
     wino_input(x, area, first, nb, 0, s.cin, s)
     for xi in range(16):
         wino_gemm(u, area, m, nb, xi, s)
     wino_output(m, bias, y, first, nb, 0, s.cout, s)
 
 
-cdef inline void wino_gemm(const floating* u, const floating* v, floating* m, Py_ssize_t nb,
+cdef inline void wino_gemm(const float* u, const float* v, float* m, Py_ssize_t nb,
                            Py_ssize_t xi, const Conv* s) noexcept nogil:
     # M[xi] (cout, nb) = U[xi] (cout, cin) @ V[xi] (cin, nb): for float32 on the 64-column
     # gather tile where the CPU has it, else the BLAS
     cdef conv_tile tile
-    if floating is float:
-        if s.isa == 2 and cpu_isa_ok(2) and packed_tile(2, 64, &tile):
-            wino_gemm_tiles(u + xi * wino_ld(s.cout, s.cin), v + xi * wino_ld(s.cin, nb),
-                            m + xi * wino_ld(s.cout, nb), nb, s, &tile)
-            return
+    if s.isa == 2 and cpu_isa_ok(2) and packed_tile(2, 64, &tile):
+        wino_gemm_tiles(u + xi * wino_ld(s.cout, s.cin), v + xi * wino_ld(s.cin, nb),
+                        m + xi * wino_ld(s.cout, nb), nb, s, &tile)
+        return
     gemm(False, False, s.cout, nb, s.cin, u + xi * wino_ld(s.cout, s.cin),
          v + xi * wino_ld(s.cin, nb), m + xi * wino_ld(s.cout, nb), False)
 
@@ -269,15 +225,15 @@ cdef inline void wino_gemm_tiles(const float* u, const float* v, float* m, Py_ss
                 memcpy(m + (r0 + r) * nb + b, part + r * 64, <size_t>cols * sizeof(float))
 
 
-cdef inline void wino_shared_block(const floating* x, const floating* u, const floating* bias,
-                                   floating* y, floating* area, Py_ssize_t k, const Conv* s,
+cdef inline void wino_shared_block(const float* x, const float* u, const float* bias,
+                                   float* y, float* area, Py_ssize_t k, const Conv* s,
                                    int nt) noexcept nogil:
     # block k of tiles on nt threads, fewer blocks than threads: its input transform by input
     # channels, its GEMMs by xi, its output transform by output channels (the same operations as
     # wino_tiles_block's, in other threads)
     cdef Py_ssize_t block = wino_block(s), xi, c, o
     cdef Py_ssize_t first = k * block, nb = min(block, wino_tiles(s) - k * block)
-    cdef floating* m = area + 16 * wino_ld(s.cin, block)
+    cdef float* m = area + 16 * wino_ld(s.cin, block)
     cdef int previous = 0
     with parallel(num_threads=nt):
         previous = blas_one_thread()
@@ -301,12 +257,12 @@ cdef inline Conv wino_backward(const Conv* s) noexcept nogil:
     return t
 
 
-cdef inline int conv2d_winograd(const floating* x, const floating* w, const floating* bias,
-                                floating* y, floating* ws, bint flip,
+cdef inline int conv2d_winograd(const float* x, const float* w, const float* bias,
+                                float* y, float* ws, bint flip,
                                 const Conv* s) noexcept nogil:
     cdef Py_ssize_t nblocks = ceil_div(wino_tiles(s), wino_block(s)), o, k
     cdef Py_ssize_t slot = wino_slot(s)
-    cdef floating* area = ws + 16 * wino_ld(s.cout, s.cin)
+    cdef float* area = ws + 16 * wino_ld(s.cout, s.cin)
     cdef int nt = run_threads(s), previous = 0
     if nt == 1:
         for o in range(s.cout):

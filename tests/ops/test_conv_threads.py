@@ -12,6 +12,7 @@ import mgegraph.functional as F
 from mgegraph._kernels import blas_table
 from mgegraph._kernels import conv as K
 from mgegraph._kernels.lowering import conv as lowering
+from mgegraph.backend import Launch, get_backend
 from mgegraph.ops import conv as C
 
 RNG = np.random.default_rng(7)
@@ -159,6 +160,10 @@ WINOGRAD_CASES = [
     ((1, 1, 1, 1), 1, 1), ((4, 9, 5, 5), 11, 1), ((3, 64, 13, 11), 80, 1),
     ((3, 200, 11, 11), 160, 1),  # 108 tiles in blocks of 80, which cross images
     ((0, 4, 6, 6), 5, 1),  # an empty batch: no tiles
+    # wino_tile.h's vectors (16, 8 or 4 tiles): rows of 35 tiles (two whole vectors and a
+    # partial one, both edges padded), 66 (runs of 64 and 2), 8 and 9 (AVX2's vectors, or
+    # AVX-512's partial ones), with paddings of 0 and 2
+    ((2, 3, 9, 70), 5, 1), ((1, 2, 6, 133), 3, 0), ((2, 4, 10, 16), 4, 2), ((1, 3, 5, 18), 6, 2),
 ]
 
 
@@ -227,6 +232,40 @@ def test_winograd_backward_data_matches_reference(always_winograd, monkeypatch, 
     np.testing.assert_allclose(out, ref, rtol=0, atol=1e-6 * scale)
     with threadpool_limits(limits=1, user_api="openmp"):
         np.testing.assert_array_equal(run_twice(plan, w, dy), out)
+
+
+@pytest.mark.parametrize("isa", K.blocked_isas())
+@pytest.mark.parametrize("op", ["conv2d", "conv2d_backward_data"])
+@pytest.mark.parametrize("case", WINOGRAD_CASES[-4:], ids=[str(c) for c in WINOGRAD_CASES[-4:]])
+def test_winograd_transforms_of_every_instruction_set(always_winograd, monkeypatch, isa, op,
+                                                      case):
+    # wino_tile.h's transforms as built for each instruction set this CPU runs (the GEMMs on the
+    # tiles or the BLAS), with the masked loads and stores at the planes' edges
+    xs, oc, padding = case
+    ws = (oc, xs[1], 3, 3)
+    monkeypatch.setattr(lowering, "_isa", lambda: isa)
+    plan, ins = _compile(op, xs, ws, 1, padding, 1, np.float32)
+    assert ins.ints[FIELD["path"]] == K.CONV_PATHS["winograd"]
+    assert ins.ints[FIELD["isa"]] == K.BLOCKED_ISAS[isa]
+    feeds, ref = _arrays(op, xs, ws, 1, padding, 1, np.float32)
+    out = run_twice(plan, *feeds)
+    scale = np.abs(feeds[0]).max(initial=0) * np.abs(feeds[1]).max(initial=0) * 9 * max(ws[:2])
+    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-6 * scale)
+
+
+def test_winograd_refuses_float64(always_winograd):
+    # a parameter block naming Winograd for float64 (as a hostile file could) is refused by the
+    # kernel, not run: the transforms are float32's
+    _, ins = compile_op(lambda a, k: F.conv2d(a, k, padding=1), [(2, 4, 9, 9), (4, 4, 3, 3)],
+                        np.float32)
+    cpu = get_backend("cpu")
+    for op, shapes in (("conv2d", [(2, 4, 9, 9), (4, 4, 3, 3), (2, 4, 9, 9)]),
+                       ("conv2d_backward_data", [(4, 4, 3, 3), (2, 4, 9, 9), (2, 4, 9, 9)])):
+        for dtype, runs in ((np.float32, True), (np.float64, False)):
+            bufs = (*(np.zeros(s, dtype) for s in shapes), np.zeros(1 << 20, np.uint8))
+            status = cpu.launcher(cpu.kernel(op, dtype), Launch(ins.ints, ins.floats, 1 << 20),
+                                  2, False)(bufs)
+            assert (status == 0) == runs
 
 
 def test_winograd_backward_data_needs_a_padding_of_at_most_2(always_winograd):
