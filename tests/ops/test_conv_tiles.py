@@ -74,6 +74,9 @@ FORWARD_CASES = [
     ((2, 4, 9, 10), (5, 4, 3, 2), (2, 3), (1, 0), (1, 2), 1),
     ((0, 3, 5, 5), (4, 3, 3, 3), 1, 1, 1, 1),       # empty batch
     ((2, 3, 1, 40), (17, 3, 1, 3), 1, (0, 1), 1, 1),  # one row, many tiles
+    # backward filter's 64-channel tiles (AVX-512): two blocks, two groups of one, a stride
+    ((2, 5, 7, 10), (128, 5, 3, 3), 1, 1, 1, 1),
+    ((2, 6, 9, 8), (128, 3, 3, 3), 2, 1, 1, 2),
 ]
 
 
@@ -180,9 +183,10 @@ def test_tiles_give_the_same_bits_on_one_and_two_threads(tiled, monkeypatch, op,
             "conv2d_backward_filter": lambda: backward_filter_ref(x, dy, ws[2:], 1, 1, 1, 1)}
     check(outs[1], want[op]().astype(np.float32))
     # a second slot only when images are split among threads; backward filter's gather tiles
-    # split the tiles, its GEMM path (no tiles for it here) gives each thread its channels' rows
+    # split the tiles and prepare the next image in a second buffer, its GEMM path (no tiles
+    # for it here) gives each thread its channels' rows
     if op == "conv2d_backward_filter":
-        assert (sizes[1] > sizes[0]) == (ins.ints[FIELD["path"]] != K.CONV_PATHS["gather"])
+        assert sizes[1] > sizes[0]
     else:
         assert (sizes[1] > sizes[0]) == (batch >= 2)
 
@@ -314,7 +318,8 @@ def test_optimized_plan_matches_unoptimized_through_the_tiles(tiled):
     ("conv2d", (1, 512, 7, 7), (512, 512, 3, 3), {"padding": 1}, "im2col"),    # GEMMs win
     ("conv2d", (1, 256, 14, 14), (512, 256, 3, 3), {"padding": 1, "stride": 2}, "im2col"),
     ("conv2d", (32, 3, 32, 32), (32, 3, 3, 3), {"padding": 1}, "im2col"),      # 3 channels in
-    ("conv2d_backward_filter", (32, 32, 32, 32), (64, 32, 3, 3), {"padding": 1}, "im2col"),
+    ("conv2d_backward_filter", (32, 3, 32, 32), (32, 3, 3, 3), {"padding": 1}, "im2col"),
+    ("conv2d_backward_filter", (8, 512, 7, 7), (512, 512, 3, 3), {"padding": 1}, "im2col"),
     ("conv2d", (8, 32, 32, 32), (32, 1, 3, 3), {"padding": 1, "groups": 32}, "im2col"),
 ])
 def test_default_rule_picks_the_measured_path(op, xs, ws, kw, path):
@@ -331,6 +336,39 @@ def test_default_rule_picks_the_measured_path(op, xs, ws, kw, path):
               "conv2d_backward_filter": [xs, oshape]}[op]
     _, ins = compile_op(build, shapes, memory=None)
     assert ins.ints[FIELD["path"]] == K.CONV_PATHS[path]
+
+
+@pytest.mark.parametrize("xs,ws,stride", [((32, 32, 32, 32), (64, 32, 3, 3), 1),
+                                          ((8, 64, 56, 56), (128, 64, 3, 3), 2)])
+def test_backward_filter_takes_the_64_channel_tiles_where_measured(xs, ws, stride):
+    # AVX-512's 64-channel tile, for whole 64s of output channels on planes of 196 cells or more
+    conv = conv_attrs(stride, 1, 1, 1)
+    oshape = conv_ref(np.zeros((1, *xs[1:])), np.zeros(ws), None, stride, 1, 1, 1).shape
+    _, ins = compile_op(lambda a, d: C.conv2d_backward_filter(a, d, ws[2:], **conv),
+                        [xs, (xs[0], *oshape[1:])], memory=None)
+    wide = K.blocked_isas()[-1] == "avx512"
+    assert ins.ints[FIELD["path"]] == K.CONV_PATHS["gather" if wide else "im2col"]
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_backward_filter_64_channel_tiles_give_the_same_bits_on_any_threads(monkeypatch,
+                                                                            threads):
+    # the threads share each image (padding, dy's transpose, tiles); every sum runs over the
+    # images in order
+    monkeypatch.setattr(lowering, "_tiled_path", lambda paths, *a: "gather")
+    xs, ws = (3, 7, 15, 14), (128, 7, 3, 3)
+    x = RNG.standard_normal(xs).astype(np.float32)
+    dy = RNG.standard_normal((3, 128, 15, 14)).astype(np.float32)
+    conv = conv_attrs(1, 1, 1, 1)
+    outs = []
+    for n in (1, threads):
+        monkeypatch.setattr(lowering, "_threads", lambda batch, flops, n=n: n)
+        plan, ins = compile_op(lambda a, d: C.conv2d_backward_filter(a, d, ws[2:], **conv),
+                               [xs, dy.shape])
+        assert ins.ints[FIELD["path"]] == K.CONV_PATHS["gather"]
+        outs.append(run_twice(plan, x, dy))
+    np.testing.assert_array_equal(outs[0], outs[1])
+    check(outs[1], backward_filter_ref(x, dy, ws[2:], 1, 1, 1, 1).astype(np.float32))
 
 
 @pytest.mark.parametrize("batch", [1, 3])

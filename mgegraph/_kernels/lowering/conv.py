@@ -71,8 +71,7 @@ def _tiled_path(paths, op, kernel, groups_dims, plane, stride=(1, 1)) -> str | N
       on planes of 4 cells or fewer (512 channels at 2x2: 6.3 / 5.4 / 2.9). Elsewhere at stride
       2 the GEMM paths are as fast or faster (256 -> 512 to 7x7: 1.09 / - / 2.23). A forward
       pass on a tiny plane goes to the batched GEMM instead (_batched_pays).
-    - backward filter stays on im2col + GEMM: the gather tiles were slower (convnet 1.05 /
-      1.12 at 32 -> 64, 1.07 / 1.31 at 64 -> 128, 1.63 / 1.82 at 3 -> 32).
+    - backward filter: see _filter_tiles_pay.
     - grouped convolutions with fewer than 8 output channels per group (depthwise) were not
       measured and keep the GEMM paths: most of a tile's rows would be padding.
     - row tiles at stride 2 (conv2d; the input split into four phase planes, each summed at
@@ -84,7 +83,9 @@ def _tiled_path(paths, op, kernel, groups_dims, plane, stride=(1, 1)) -> str | N
     """
     cg, ocg = groups_dims
     cells = plane[0] * plane[1]
-    if kernel == (1, 1) or op == "conv2d_backward_filter" or ocg < 8:
+    if op == "conv2d_backward_filter":
+        return "gather" if _filter_tiles_pay(paths, ocg, cells) else None
+    if kernel == (1, 1) or ocg < 8:
         return None
     if "blocked" in paths and cells >= 256 and (cg > 3 or stride == (2, 2)):
         return "blocked"
@@ -93,6 +94,29 @@ def _tiled_path(paths, op, kernel, groups_dims, plane, stride=(1, 1)) -> str | N
     if "gather" in paths and (tiny or stem):
         return "gather"
     return None
+
+
+# the output cells at least, and output channels a multiple of, for which backward filter runs
+# on the gather tiles (_filter_tiles_pay)
+FILTER_TILE_CELLS, FILTER_TILE_CHANNELS = 196, 64
+
+
+def _filter_tiles_pay(paths, ocg, cells) -> bool:
+    """Whether backward filter is expected to run faster on the gather tiles than as im2col
+    GEMMs: a rule fitted to measurements (conv_blocked.pxi's filter_call).
+
+    Design: with output channels in whole 64s, AVX-512's 64-channel x 7-pair tile sums a block
+    of dW^T in registers over every output cell, reading x's windows in place, where MKL's
+    GEMMs per image reach 77-95 GFLOP/s. Measured on the 2-core AMD EPYC (Zen 4), time per
+    call against the im2col path, 1 / 2 threads (/work/scratch/bwf.py, medians of 3 alternating
+    rounds): convnet 32 -> 64 at 32x32 (batch 32) 0.77 / 0.86, 64 -> 128 at 16x16 0.88 / 0.76;
+    64 -> 64 at 56x56 (batch 1) 0.82 / 0.92, 128 at 28x28 (batch 8) 0.86 / 0.89, 256 at 14x14
+    0.94 / 0.99, 3x3/2 64 -> 128 to 28x28 0.73 / 0.85, 128 -> 256 to 14x14 0.83 / 0.87; but 512
+    at 7x7 0.95 / 1.05 and 256 -> 512 to 7x7 (batch 2) 1.10 / 1.38: on 49 cells the GEMMs stay.
+    The 48- and 32-channel tiles were slower than the GEMMs (1.05-1.31x, 3 -> 32 and 32 -> 64).
+    """
+    return ("gather" in paths and _isa() == "avx512" and ocg % FILTER_TILE_CHANNELS == 0
+            and cells >= FILTER_TILE_CELLS)
 
 
 def _batched_pays(batch, plane, kdim) -> bool:
