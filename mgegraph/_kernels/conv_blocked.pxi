@@ -397,10 +397,8 @@ cdef inline int blocked_call(const float* x, const float* w, const float* bias, 
 # channel, tap) pair) times dy^T, on the gather tiles: a tile's cells are pairs, its vectors
 # output channels (dy transposed into blocks of the tile's width, per image), its sum runs over
 # the output cells where the x windows are read in place from the padded image. Where the
-# output channels come in whole 64s (AVX-512), the 64-channel x 7-pair tile: against MKL's
-# im2col GEMMs (the default before, ~77-95 GFLOP/s here) on convnet's layers, measured on the
-# 2-core AMD EPYC, 1 thread: 32 -> 64 at 32x32 12.9 against 15.6 ms, 64 -> 128 at 16x16 12.0
-# against 13.4. Threads share each image's tiles, and prepare the next image (its padding by
+# output channels come in whole 64s (AVX-512), the 64-channel x 7-pair tile, which the lowering
+# picks where it measured faster than the im2col GEMMs (lowering/conv.py, _filter_tiles_pay). Threads share each image's tiles, and prepare the next image (its padding by
 # channels, its dy^T by cells) beside them, in one parallel region, each image after the last
 # (every pair's sum runs over the images in order, so the bits do not depend on the threads).
 cdef enum:

@@ -320,6 +320,7 @@ def test_optimized_plan_matches_unoptimized_through_the_tiles(tiled):
     ("conv2d", (32, 3, 32, 32), (32, 3, 3, 3), {"padding": 1}, "im2col"),      # 3 channels in
     ("conv2d_backward_filter", (32, 3, 32, 32), (32, 3, 3, 3), {"padding": 1}, "im2col"),
     ("conv2d_backward_filter", (8, 512, 7, 7), (512, 512, 3, 3), {"padding": 1}, "im2col"),
+    ("conv2d_backward_filter", (8, 256, 14, 14), (256, 256, 3, 3), {"padding": 1}, "im2col"),
     ("conv2d", (8, 32, 32, 32), (32, 1, 3, 3), {"padding": 1, "groups": 32}, "im2col"),
 ])
 def test_default_rule_picks_the_measured_path(op, xs, ws, kw, path):
@@ -341,7 +342,7 @@ def test_default_rule_picks_the_measured_path(op, xs, ws, kw, path):
 @pytest.mark.parametrize("xs,ws,stride", [((32, 32, 32, 32), (64, 32, 3, 3), 1),
                                           ((8, 64, 56, 56), (128, 64, 3, 3), 2)])
 def test_backward_filter_takes_the_64_channel_tiles_where_measured(xs, ws, stride):
-    # AVX-512's 64-channel tile, for whole 64s of output channels on planes of 196 cells or more
+    # AVX-512's 64-channel tile, for whole 64s of output channels on planes of 256 cells or more
     conv = conv_attrs(stride, 1, 1, 1)
     oshape = conv_ref(np.zeros((1, *xs[1:])), np.zeros(ws), None, stride, 1, 1, 1).shape
     _, ins = compile_op(lambda a, d: C.conv2d_backward_filter(a, d, ws[2:], **conv),
