@@ -666,6 +666,23 @@ def test_max_pool2d_backward_sends_nan_windows_to_the_first_nan():
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
+def test_max_pool2d_backward_of_tiling_windows_stores_positive_zeros(dtype):
+    # tiling windows (2x2/2) zero dx's rows and add each gradient at its window's argmax: where
+    # a gradient of -0.0 goes, 0 + -0.0 = +0.0; an odd last row and column stay 0
+    x = RNG.standard_normal((2, 3, 7, 9)).astype(dtype)
+    dy = np.full((2, 3, 3, 4), -0.0, dtype)
+    dy[0, 0, 1, 2] = 5
+    attrs = dict(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0))
+    out = run(lambda v, d: apply("max_pool2d_backward", (v, d), **attrs), x, dy)
+    assert not np.signbit(out).any()
+    window = x[0, 0, 2:4, 4:6]
+    r, c = np.unravel_index(np.argmax(window), (2, 2))
+    want = np.zeros_like(out)
+    want[0, 0, 2 + r, 4 + c] = 5
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("first", [0.0, -0.0])
 def test_max_pool2d_3x3_stride_2_keeps_the_first_of_equal_zeros(dtype, first):
     # the window's row-major scan keeps its first maximum: +0.0 and -0.0 are equal, so which
