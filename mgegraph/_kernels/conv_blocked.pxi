@@ -398,9 +398,9 @@ cdef inline int blocked_call(const float* x, const float* w, const float* bias, 
 # output channels (dy transposed into blocks of the tile's width, per image), its sum runs over
 # the output cells where the x windows are read in place from the padded image. Where the
 # output channels come in whole 64s (AVX-512), the 64-channel x 7-pair tile, which the lowering
-# picks where it measured faster than the im2col GEMMs (lowering/conv.py, _filter_tiles_pay). Threads share each image's tiles, and prepare the next image (its padding by
-# channels, its dy^T by cells) beside them, in one parallel region, each image after the last
-# (every pair's sum runs over the images in order, so the bits do not depend on the threads).
+# picks where it measured faster than the im2col GEMMs (lowering/conv.py, _filter_tiles_pay).
+# Threads share each image's tiles and prepare the next image beside them (filter_call); every
+# pair's sum runs over the images in order, so the bits do not depend on the threads.
 cdef enum:
     PACK_CELLS = 64  # output cells per part of dy's transpose that a thread takes
 
@@ -475,7 +475,7 @@ cdef inline int filter_call(const float* x,   # IN  (batch, cin, h, w)
     cdef Blocked b = blocked_filter(s)
     cdef Py_ssize_t cols[BLOCKED_MAX_COLS]
     cdef Py_ssize_t k, i, ncells = s.oh * s.ow, npairs = b.nc * b.taps, units = s.batch * s.groups
-    cdef Py_ssize_t ntiles, gres = (npairs + CONV_PIX_MAX) * b.ldy, nparts, nrun
+    cdef Py_ssize_t ntiles, gres = (npairs + CONV_PIX_MAX) * b.ldy, nparts
     cdef Py_ssize_t nprep = b.nc + (ncells + PACK_CELLS - 1) // PACK_CELLS
     cdef float* packed[2]
     cdef float* padded[2]
@@ -503,15 +503,14 @@ cdef inline int filter_call(const float* x,   # IN  (batch, cin, h, w)
             for i in prange(nprep, schedule="static"):
                 filter_prepare(x, dy, packed[0], padded[0], 0, i, &b, s)
             for k in range(units):
-                nrun = ntiles
                 nparts = ntiles + (nprep if k + 1 < units else 0)
                 for i in prange(nparts, schedule="dynamic"):
-                    if i < nrun:
+                    if i < ntiles:
                         filter_tiles(padded[k % 2], packed[k % 2], dwt + k % s.groups * gres, i,
                                      cols, tile, &b, s)
                     else:
                         filter_prepare(x, dy, packed[(k + 1) % 2], padded[(k + 1) % 2], k + 1,
-                                       i - nrun, &b, s)
+                                       i - ntiles, &b, s)
     for k in range(s.groups):
         filter_out(dwt + k * gres, dw + k * b.no * npairs, &b)
     return KERNEL_OK

@@ -20,6 +20,26 @@
 
 #include "cpu_isa.h"
 
+/* a shuffle of two vectors by literal lane indices: clang's and GCC 12's builtin, or GCC's
+ * older one (which takes the indices as a vector) */
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+#define WINO_SHUFFLE(itype, a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define WINO_SHUFFLE(itype, a, b, ...) __builtin_shuffle(a, b, (itype){__VA_ARGS__})
+#endif
+#define WINO_EVEN4 0, 2, 4, 6
+#define WINO_ODD4 1, 3, 5, 7
+#define WINO_LO4 0, 4, 1, 5
+#define WINO_HI4 2, 6, 3, 7
+#define WINO_EVEN8 0, 2, 4, 6, 8, 10, 12, 14
+#define WINO_ODD8 1, 3, 5, 7, 9, 11, 13, 15
+#define WINO_LO8 0, 8, 1, 9, 2, 10, 3, 11
+#define WINO_HI8 4, 12, 5, 13, 6, 14, 7, 15
+#define WINO_EVEN16 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30
+#define WINO_ODD16 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31
+#define WINO_LO16 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23
+#define WINO_HI16 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31
+
 typedef void (*wino_in_fn)(const float* const* rows, ptrdiff_t q0, ptrdiff_t w, ptrdiff_t count,
                            float* dst, ptrdiff_t ld);
 typedef void (*wino_out_fn)(const float* m, ptrdiff_t ld, ptrdiff_t count, float* y0,
@@ -31,6 +51,7 @@ typedef void (*wino_out_fn)(const float* m, ptrdiff_t ld, ptrdiff_t count, float
 #define WINO_IN_BODY(VW, EVEN, ODD, LOAD_IN, STORE)                                          \
     typedef float vec __attribute__((vector_size(VW * 4)));                                  \
     typedef float uvec __attribute__((vector_size(VW * 4), aligned(4)));                     \
+    typedef int ivec __attribute__((vector_size(VW * 4), unused)); /* older GCC's shuffles */ \
     for (ptrdiff_t k = 0; k < count; k += VW) {                                              \
         vec d[4][4], t[4][4], out[16];                                                       \
         ptrdiff_t c = q0 + 2 * k; /* the first column the VW windows read */                 \
@@ -45,10 +66,10 @@ typedef void (*wino_out_fn)(const float* m, ptrdiff_t ld, ptrdiff_t count, float
                 a = LOAD_IN(rows[i], c, w), b = LOAD_IN(rows[i], c + VW, w);                 \
                 f = LOAD_IN(rows[i], c + 2, w), e = LOAD_IN(rows[i], c + 2 + VW, w);         \
             }                                                                                \
-            d[i][0] = __builtin_shuffle(a, b, EVEN);                                         \
-            d[i][1] = __builtin_shuffle(a, b, ODD);                                          \
-            d[i][2] = __builtin_shuffle(f, e, EVEN);                                         \
-            d[i][3] = __builtin_shuffle(f, e, ODD);                                          \
+            d[i][0] = WINO_SHUFFLE(ivec, a, b, EVEN);                                        \
+            d[i][1] = WINO_SHUFFLE(ivec, a, b, ODD);                                         \
+            d[i][2] = WINO_SHUFFLE(ivec, f, e, EVEN);                                        \
+            d[i][3] = WINO_SHUFFLE(ivec, f, e, ODD);                                         \
         }                                                                                    \
         _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) { /* B^T d */                   \
             t[0][j] = d[0][j] - d[2][j];                                                     \
@@ -101,8 +122,8 @@ typedef void (*wino_out_fn)(const float* m, ptrdiff_t ld, ptrdiff_t count, float
                 t3 = mv[7] - mv[11] - mv[15];                                                \
             }                                                                                \
             vec even = t0 + t1 + t2, odd = t1 - t2 - t3; /* (A^T M) A */                     \
-            row[i][0] = __builtin_shuffle(even, odd, LO) + addv;                             \
-            row[i][1] = __builtin_shuffle(even, odd, HI) + addv;                             \
+            row[i][0] = WINO_SHUFFLE(ivec, even, odd, LO) + addv;                            \
+            row[i][1] = WINO_SHUFFLE(ivec, even, odd, HI) + addv;                            \
             if (relu) /* x <= 0 ? 0 : x, as ew_relu: NaN stays, -0 becomes +0 */             \
                 _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)                          \
                     row[i][h] = (vec)((ivec)row[i][h] & ~(ivec)(row[i][h] <= (vec){0}));     \
@@ -130,7 +151,6 @@ typedef void (*wino_out_fn)(const float* m, ptrdiff_t ld, ptrdiff_t count, float
 
 /* the first n (< VW) lanes of a vector: loaded (the rest 0) or stored, per instruction set */
 typedef float wino_v4 __attribute__((vector_size(16)));
-typedef int wino_i4 __attribute__((vector_size(16)));
 static inline wino_v4 wino_load4(const float* p, ptrdiff_t n) {
     wino_v4 v = {0};
     for (ptrdiff_t i = 0; i < n; i++) v[i] = p[i];
@@ -148,31 +168,25 @@ static inline wino_v4 wino_row4(const float* row, ptrdiff_t c, ptrdiff_t w) {
 }
 
 static void wino_in_base(WINO_IN_ARGS) {
-    const wino_i4 even = {0, 2, 4, 6}, odd = {1, 3, 5, 7};
-    WINO_IN_BODY(4, even, odd, wino_row4, wino_store4)
+    WINO_IN_BODY(4, WINO_EVEN4, WINO_ODD4, wino_row4, wino_store4)
 }
 static void wino_out_base(WINO_OUT_ARGS) {
-    const wino_i4 lo = {0, 4, 1, 5}, hi = {2, 6, 3, 7};
-    WINO_OUT_BODY(4, lo, hi, wino_load4, wino_store4)
+    WINO_OUT_BODY(4, WINO_LO4, WINO_HI4, wino_load4, wino_store4)
 }
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
 typedef float wino_v8 __attribute__((vector_size(32)));
-typedef int wino_i8 __attribute__((vector_size(32)));
 typedef float wino_v16 __attribute__((vector_size(64)));
-typedef int wino_i16 __attribute__((vector_size(64)));
+/* lanes below n on */
 __attribute__((target("avx2"))) static inline __m256i wino_mask8(ptrdiff_t n) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n < 0 ? 0 : n > 8 ? 8 : n)), lane);
 }
 /* the lanes of row[c ..] on the plane (0 <= c + lane < w); the rest 0, not read */
 __attribute__((target("avx2"))) static inline wino_v8 wino_row8(const float* row, ptrdiff_t c,
                                                                 ptrdiff_t w) {
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    __m256i from = _mm256_set1_epi32((int)(c < -8 ? 8 : -c)), to = _mm256_set1_epi32(
-        (int)(w - c > 8 ? 8 : w - c < 0 ? 0 : w - c));
-    __m256i on = _mm256_andnot_si256(_mm256_cmpgt_epi32(from, lane),
-                                     _mm256_cmpgt_epi32(to, lane));
+    __m256i on = _mm256_andnot_si256(wino_mask8(-c), wino_mask8(w - c));
     return (wino_v8)_mm256_maskload_ps(row + c, on);
 }
 __attribute__((target("avx2"))) static inline wino_v8 wino_load8(const float* p, ptrdiff_t n) {
@@ -198,33 +212,27 @@ __attribute__((target("avx512f"))) static inline void wino_store16(float* p, win
 }
 
 __attribute__((target("avx2"))) static void wino_in_avx2(WINO_IN_ARGS) {
-    const wino_i8 even = {0, 2, 4, 6, 8, 10, 12, 14}, odd = {1, 3, 5, 7, 9, 11, 13, 15};
-    WINO_IN_BODY(8, even, odd, wino_row8, wino_store8)
+    WINO_IN_BODY(8, WINO_EVEN8, WINO_ODD8, wino_row8, wino_store8)
 }
 __attribute__((target("avx2"))) static void wino_out_avx2(WINO_OUT_ARGS) {
-    const wino_i8 lo = {0, 8, 1, 9, 2, 10, 3, 11}, hi = {4, 12, 5, 13, 6, 14, 7, 15};
-    WINO_OUT_BODY(8, lo, hi, wino_load8, wino_store8)
+    WINO_OUT_BODY(8, WINO_LO8, WINO_HI8, wino_load8, wino_store8)
 }
 /* runs of at most 8 tiles (planes of 16 cells or fewer) take AVX2's vectors, half as wide */
 __attribute__((target("avx512f,prefer-vector-width=512"))) static void wino_in_avx512(
     WINO_IN_ARGS) {
-    const wino_i16 even = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
-    const wino_i16 odd = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
     if (count <= 8) {
         wino_in_avx2(rows, q0, w, count, dst, ld);
         return;
     }
-    WINO_IN_BODY(16, even, odd, wino_row16, wino_store16)
+    WINO_IN_BODY(16, WINO_EVEN16, WINO_ODD16, wino_row16, wino_store16)
 }
 __attribute__((target("avx512f,prefer-vector-width=512"))) static void wino_out_avx512(
     WINO_OUT_ARGS) {
-    const wino_i16 lo = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
-    const wino_i16 hi = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
     if (count <= 8) {
         wino_out_avx2(m, ld, count, y0, y1, end, add, relu);
         return;
     }
-    WINO_OUT_BODY(16, lo, hi, wino_load16, wino_store16)
+    WINO_OUT_BODY(16, WINO_LO16, WINO_HI16, wino_load16, wino_store16)
 }
 #endif
 

@@ -110,11 +110,11 @@ def _filter_tiles_pay(paths, ocg, cells) -> bool:
     GEMMs per image reach 77-95 GFLOP/s. Measured on the 2-core AMD EPYC (Zen 4), time per
     call against the im2col path, 1 / 2 threads (/work/scratch/bwf.py, medians of 3 alternating
     rounds): convnet 32 -> 64 at 32x32 (batch 32) 0.81 / 0.82, 64 -> 128 at 16x16 0.89 / 0.92;
-    batch 8: 128 at 28x28 0.86 / 0.89, 3x3/2 64 -> 128 to 28x28 0.75 / 0.84; 64 at 56x56
-    (batch 1) 0.82 / 0.92. On smaller planes the GEMMs stay: 256 at 14x14 0.97 / 1.07, 512 at
-    7x7 0.95 / 1.05, 256 -> 512 to 7x7 (batch 2) 1.10 / 1.38. The 48- and 32-channel tiles were
-    slower than the GEMMs (1.05-1.31x on convnet's layers).
-    """
+    batch 8: 128 at 28x28 0.86 / 0.89, 3x3/2 64 -> 128 to 28x28 0.75 / 0.84. On smaller planes
+    the GEMMs stay: 256 at 14x14 0.97 / 1.07, and, measured before the threads prepared the
+    next image beside the tiles, 512 at 7x7 0.95 / 1.05, 256 -> 512 to 7x7 (batch 2) 1.10 /
+    1.38 (64 at 56x56, batch 1: 0.82 / 0.92). The 48- and 32-channel tiles were slower than the
+    GEMMs (1.05-1.31x on convnet's layers)."""
     return ("gather" in paths and _isa() == "avx512" and ocg % FILTER_TILE_CHANNELS == 0
             and cells >= FILTER_TILE_CELLS)
 
