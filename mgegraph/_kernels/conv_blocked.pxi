@@ -476,7 +476,7 @@ cdef inline int filter_call(const float* x,   # IN  (batch, cin, h, w)
     cdef Py_ssize_t cols[BLOCKED_MAX_COLS]
     cdef Py_ssize_t k, i, ncells = s.oh * s.ow, npairs = b.nc * b.taps, units = s.batch * s.groups
     cdef Py_ssize_t ntiles, gres = (npairs + CONV_PIX_MAX) * b.ldy, nparts
-    cdef Py_ssize_t nprep = b.nc + (ncells + PACK_CELLS - 1) // PACK_CELLS
+    cdef Py_ssize_t nprep = b.nc + ceil_div(ncells, PACK_CELLS)
     cdef float* packed[2]
     cdef float* padded[2]
     cdef float* dwt = ws + b.npacked + b.npadded

@@ -34,8 +34,10 @@ cdef extern from "wino_tile.h":
                                 Py_ssize_t count, float* dst, Py_ssize_t ld) noexcept nogil
     ctypedef void (*wino_out_fn)(const float* m, Py_ssize_t ld, Py_ssize_t count, float* y0,
                                  float* y1, Py_ssize_t end, float add, int relu) noexcept nogil
-    wino_in_fn wino_in_of(int isa) noexcept nogil
-    wino_out_fn wino_out_of(int isa) noexcept nogil
+    ctypedef struct wino_transforms:
+        wino_in_fn in_ "in"
+        wino_out_fn out
+    wino_transforms wino_of(int isa) noexcept nogil
 
 
 cdef enum:
@@ -127,7 +129,7 @@ cdef inline void wino_input(const float* x, float* v, Py_ssize_t first, Py_ssize
     # tiles along their rows; channels outer, so each of the 16 matrices is written along rows
     cdef Py_ssize_t th = ceil_div(s.oh, 2), tw = ceil_div(s.ow, 2), c, k, tile, count
     cdef Py_ssize_t ld = wino_ld(s.cin, nb)
-    cdef wino_in_fn run = wino_in_of(s.isa if cpu_isa_ok(s.isa) else 0)
+    cdef wino_in_fn run = wino_of(s.isa).in_
     cdef const float* rows[4]
     cdef const float* plane
     cdef Py_ssize_t a, i, r
@@ -151,7 +153,7 @@ cdef inline void wino_output(const float* m, const float* bias, float* y,
     # y's cells of tiles [first, first + nb) = A^T M A, by runs of tiles along their rows
     cdef Py_ssize_t th = ceil_div(s.oh, 2), tw = ceil_div(s.ow, 2), o, k, tile, count
     cdef Py_ssize_t ld = wino_ld(s.cout, nb)
-    cdef wino_out_fn run = wino_out_of(s.isa if cpu_isa_ok(s.isa) else 0)
+    cdef wino_out_fn run = wino_of(s.isa).out
     cdef float add
     cdef float* out
     for o in range(o0, o1):

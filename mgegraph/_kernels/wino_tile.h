@@ -236,19 +236,18 @@ __attribute__((target("avx512f,prefer-vector-width=512"))) static void wino_out_
 }
 #endif
 
-/* the transforms of instruction set isa (cpu_isa.h's numbering; the caller checks the CPU) */
-static wino_in_fn wino_in_of(int isa) {
-#if defined(__GNUC__) && defined(__x86_64__)
-    if (isa == 2) return wino_in_avx512;
-    if (isa == 1) return wino_in_avx2;
-#endif
-    return wino_in_base;
-}
+/* the transforms of instruction set isa (cpu_isa.h's numbering), or the baseline's where this
+ * CPU does not run it (a plan made on another machine) */
+typedef struct {
+    wino_in_fn in;
+    wino_out_fn out;
+} wino_transforms;
 
-static wino_out_fn wino_out_of(int isa) {
+static wino_transforms wino_of(int isa) {
+    wino_transforms t = {wino_in_base, wino_out_base};
 #if defined(__GNUC__) && defined(__x86_64__)
-    if (isa == 2) return wino_out_avx512;
-    if (isa == 1) return wino_out_avx2;
+    if (isa == 2 && cpu_isa_ok(2)) t = (wino_transforms){wino_in_avx512, wino_out_avx512};
+    if (isa == 1 && cpu_isa_ok(1)) t = (wino_transforms){wino_in_avx2, wino_out_avx2};
 #endif
-    return wino_out_base;
+    return t;
 }
