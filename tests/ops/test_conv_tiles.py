@@ -177,11 +177,17 @@ def test_tiles_give_the_same_bits_on_one_and_two_threads(tiled, monkeypatch, op,
             outs.append(run_twice(plan, w, dy))
         assert ins.ints[FIELD["threads"]] == threads
         sizes.append(plan.slots[ins.workspace].nbytes)
-    np.testing.assert_array_equal(outs[0], outs[1])
+    # the tiles give the same bits whatever the threads. Backward filter has no row tiles: it
+    # runs as im2col GEMMs, one per thread's share of the input channels, and a BLAS may round
+    # a column differently by where it falls in its register tile (OpenBLAS's AVX2 sgemm does,
+    # on AMD Zen 3), so there the threads may change the last bits
+    if ins.ints[FIELD["path"]] != K.CONV_PATHS["im2col"]:
+        np.testing.assert_array_equal(outs[0], outs[1])
     want = {"conv2d": lambda: conv_ref(x, w, None, 1, 1, 1, 1),
             "conv2d_backward_data": lambda: backward_data_ref(w, dy, xs[2:], 1, 1, 1, 1),
             "conv2d_backward_filter": lambda: backward_filter_ref(x, dy, ws[2:], 1, 1, 1, 1)}
-    check(outs[1], want[op]().astype(np.float32))
+    for out in outs:
+        check(out, want[op]().astype(np.float32))
     # a second slot only when images are split among threads; backward filter's gather tiles
     # split the tiles and prepare the next image in a second buffer, its GEMM path (no tiles
     # for it here) gives each thread its channels' rows
