@@ -267,6 +267,16 @@ def prepack_block(node) -> int | None:
     groups, at least 32 output channels (the narrowest tile's), except where Winograd, the
     direct 1x1 GEMM or the row tiles at stride 1 run; the block is the widest tile's of the
     fewest padding channels.
+
+    On AVX2 (the 16-channel x 6-cell tile; AMD Zen 3, OpenBLAS, /work/scratch/layer.py: one
+    conv + relu, medians of 3 alternating rounds, 1 / 2 threads, ms) the tiles win the same
+    3x3 and 7x7 convolutions: the stem 2.76 / 1.42 against the row tiles' 3.35 / 1.76,
+    64 -> 128 3x3/2 1.60 / 0.92 against 1.83 / 1.04, 512 -> 512 at 7x7 2.80 / 1.67 against
+    im2col's 3.10 / 1.84; batch 8: the stem 1.86 / 0.92 against 2.81 / 1.17, 512 at 2x2
+    1.93 / 0.96 against 2.18 / 1.18. But not the 1x1 stride-2 skips, whose im2col GEMM is a
+    plain one: 64 -> 128 to 28x28 0.29 / 0.15 against 0.23 / 0.14, 256 -> 512 to 7x7
+    0.32 / 0.17 against 0.20 / 0.11 (batch 8 to 2x2: 0.22 / 0.16 against 0.14 / 0.11). So off
+    AVX-512, 1x1 convolutions keep the GEMM.
     """
     x, w = node.inputs[:2]
     if node.op.name in ("linear", "matmul"):
@@ -275,7 +285,7 @@ def prepack_block(node) -> int | None:
         return None
     oc, cg, kernel, stride, padding, dilation = conv_geometry((x.type, w.type), node.attr)
     y = node.outputs[0]
-    if oc < 32 or kernel[0] * kernel[1] > K.MAX_TAPS:
+    if oc < 32 or kernel[0] * kernel[1] > K.MAX_TAPS or kernel == (1, 1) and _isa() != "avx512":
         return None
     path = _conv_path("conv2d", "float32", kernel, stride, padding, dilation, (cg, oc),
                       cg * kernel[0] * kernel[1] * y.shape[2] * y.shape[3] * 4, y.shape[2:],
