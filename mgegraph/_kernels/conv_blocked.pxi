@@ -569,15 +569,16 @@ cdef inline void packed_chunk(const float* planes, const float* packed, float* r
                               const float* bias, bint relu, Py_ssize_t item,
                               Py_ssize_t ogroups, conv_tile tile, const Blocked* b,
                               Py_ssize_t ncells, Py_ssize_t nchunks, int isa) noexcept nogil:
-    # work item (chunk item // ogroups, channel block group item % ogroups): its cells through
+    # work item (chunk item % nchunks, channel block group item // nchunks): its cells through
     # its channel blocks into res, then out into y (by images: a chunk may span them). The
     # chunks split the tiles evenly: 49 cells in tiles of 6 are chunks of 5 and 4 tiles, not 8
     # and 1 (one thread had all the work: 2.64 ms at 2 threads against 2.80 at 1 for ResNet's
-    # 512 -> 512 at 7x7, AMD Zen 3)
+    # 512 -> 512 at 7x7, AMD Zen 3), and a thread's static share of the items holds groups of
+    # every chunk, not one chunk's groups
     cdef Py_ssize_t ntiles = ceil_div(ncells, tile.pix)
     cdef const float* px[CONV_PIX_MAX]
-    cdef Py_ssize_t p, i, o, q, n, cell, end, chunk = item // ogroups
-    cdef Py_ssize_t nblocks = b.ldy // tile.ch, group = item % ogroups
+    cdef Py_ssize_t p, i, o, q, n, cell, end, chunk = item % nchunks
+    cdef Py_ssize_t nblocks = b.ldy // tile.ch, group = item // nchunks
     cdef Py_ssize_t first = cut(ntiles, nchunks, chunk) * tile.pix
     cdef Py_ssize_t last = min(cut(ntiles, nchunks, chunk + 1) * tile.pix, ncells)
     cdef Py_ssize_t ob0 = group * nblocks // ogroups, ob1 = (group + 1) * nblocks // ogroups
