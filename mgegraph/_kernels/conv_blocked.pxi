@@ -523,13 +523,14 @@ cdef inline int filter_call(const float* x,   # IN  (batch, cin, h, w)
 # of one of the isa's conv2d_packed tiles (conv_packed_tiles). The tiles run over the cells of the
 # whole batch, every image padded into the workspace (an unpadded batch is read where it is), so
 # a batch of small planes fills them (8 images of 2x2 cells make 5 tiles of 7 cells rather than 8
-# half-empty ones). A work item is a chunk of PACKED_CHUNK_TILES cell tiles and a group of channel
-# blocks: per tile, the blocks innermost (its inputs stay in L1 while the weights stream past);
-# then the chunk's results go out (transposed into y with the epilogue) while they are still in
-# L1/L2, from the item's own slot of the workspace (one per thread). The channel blocks are split
-# into groups only when the chunks are too few for the threads (a 7x7 plane is one chunk).
+# half-empty ones). A work item is a chunk of at most PACKED_CHUNK_TILES cell tiles (the tiles
+# split evenly among the fewest such chunks) and a group of channel blocks: per tile, the blocks
+# innermost (its inputs stay in L1 while the weights stream past); then the chunk's results go
+# out (transposed into y with the epilogue) while they are still in L1/L2, from the item's own
+# slot of the workspace (one per thread). The channel blocks are split into groups only when the
+# chunks are too few for the threads (a 7x7 plane is one or two chunks).
 cdef enum:
-    PACKED_CHUNK_TILES = 8  # chunks of a multiple of 8 cells: conv_out transposes 8 x 8
+    PACKED_CHUNK_TILES = 8  # a chunk's tiles at most: its results fill the item's slot
 
 
 cdef inline void pack_weight(const float* w, float* packed, const Conv* s) noexcept nogil:
