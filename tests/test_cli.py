@@ -313,7 +313,7 @@ def test_profile_prints_the_table_and_writes_the_trace(capsys, files, tmp_path):
     code, out, err = _cli(capsys, "profile", files / "model.mgm", "--runs", "3", "--trace", trace)
     assert code == 0 and err == ""
     lines = out.splitlines()
-    assert lines[0].startswith("mg.profile: 3 run(s) of 1 plan(s) on 1 thread(s); ")
+    assert lines[0].startswith("mg.profile: 3 run(s) of 1 plan(s) from 1 calling thread(s); ")
     assert lines[0].endswith(" per run of each plan")
     ops = {ins.op for ins in plan.instructions}
     assert {line.split()[0] for line in lines[3:3 + len(ops)]} == ops, out

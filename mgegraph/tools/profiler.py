@@ -285,7 +285,7 @@ class Profile:
         labels = _labels([t.plan for t in plans])
         threads = len({r.thread for r in runs})
         what = "per run of each plan" if average else "in total"
-        head = (f"mg.profile: {len(runs)} run(s) of {len(plans)} plan(s) on {threads} "
+        head = (f"mg.profile: {len(runs)} run(s) of {len(plans)} plan(s) from {threads} calling "
                 f"thread(s); instructions took {seconds * 1e3:.3f} ms {what}")
         listed = "; ".join(f"{labels[id(t.plan)]}: {len(t.plan.instructions)} instructions, "
                            f"{t.runs} run(s)" for t in plans)

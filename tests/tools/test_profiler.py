@@ -204,7 +204,7 @@ def test_each_thread_gets_its_lane_and_a_name():
     for number in range(10):
         lanes = {e["tid"] for e in events if e["args"]["run"] == number}
         assert len(lanes) == 1  # a run stays in the lane of its thread
-    assert "on 2 thread(s)" in prof.table()
+    assert "from 2 calling thread(s)" in prof.table()
 
 
 # -- what runs plans -----------------------------------------------------------------------------
