@@ -324,7 +324,9 @@ def test_optimized_plan_matches_unoptimized_through_the_tiles(tiled):
     ("conv2d", (1, 512, 7, 7), (512, 512, 3, 3), {"padding": 1}, "im2col"),    # GEMMs win
     ("conv2d", (1, 256, 14, 14), (512, 256, 3, 3), {"padding": 1, "stride": 2}, "im2col"),
     ("conv2d", (32, 3, 32, 32), (32, 3, 3, 3), {"padding": 1}, "im2col"),      # 3 channels in
-    ("conv2d_backward_filter", (32, 3, 32, 32), (32, 3, 3, 3), {"padding": 1}, "im2col"),
+    # the RGB layer: AVX2's 16-channel tiles take its 32 output channels, AVX-512's 64 do not
+    ("conv2d_backward_filter", (32, 3, 32, 32), (32, 3, 3, 3), {"padding": 1},
+     "gather" if K.blocked_isas()[-1] == "avx2" else "im2col"),
     ("conv2d_backward_filter", (8, 512, 7, 7), (512, 512, 3, 3), {"padding": 1}, "im2col"),
     ("conv2d_backward_filter", (8, 256, 14, 14), (256, 256, 3, 3), {"padding": 1}, "im2col"),
     ("conv2d", (8, 32, 32, 32), (32, 1, 3, 3), {"padding": 1, "groups": 32}, "im2col"),
@@ -347,14 +349,15 @@ def test_default_rule_picks_the_measured_path(op, xs, ws, kw, path):
 
 @pytest.mark.parametrize("xs,ws,stride", [((32, 32, 32, 32), (64, 32, 3, 3), 1),
                                           ((8, 64, 56, 56), (128, 64, 3, 3), 2)])
-def test_backward_filter_takes_the_64_channel_tiles_where_measured(xs, ws, stride):
-    # AVX-512's 64-channel tile, for whole 64s of output channels on planes of 256 cells or more
+def test_backward_filter_takes_the_gather_tiles_where_measured(xs, ws, stride):
+    # AVX-512's 64-channel tile or AVX2's 16-channel one, for whole tiles of output channels on
+    # planes of 256 cells or more; the baseline build keeps the GEMMs
     conv = conv_attrs(stride, 1, 1, 1)
     oshape = conv_ref(np.zeros((1, *xs[1:])), np.zeros(ws), None, stride, 1, 1, 1).shape
     _, ins = compile_op(lambda a, d: C.conv2d_backward_filter(a, d, ws[2:], **conv),
                         [xs, (xs[0], *oshape[1:])], memory=None)
-    wide = K.blocked_isas()[-1] == "avx512"
-    assert ins.ints[FIELD["path"]] == K.CONV_PATHS["gather" if wide else "im2col"]
+    tiles = K.blocked_isas()[-1] in lowering.FILTER_TILE_CHANNELS
+    assert ins.ints[FIELD["path"]] == K.CONV_PATHS["gather" if tiles else "im2col"]
 
 
 @pytest.mark.parametrize("threads", [2, 3])

@@ -98,7 +98,8 @@ def _tiled_path(paths, op, kernel, groups_dims, plane, stride=(1, 1)) -> str | N
 
 # the output cells at least, and output channels a multiple of, for which backward filter runs
 # on the gather tiles (_filter_tiles_pay)
-FILTER_TILE_CELLS, FILTER_TILE_CHANNELS = 256, 64
+FILTER_TILE_CELLS = 256
+FILTER_TILE_CHANNELS = {"avx512": 64, "avx2": 16}  # the tile's output channels, by instruction set
 
 
 def _filter_tiles_pay(paths, ocg, cells) -> bool:
@@ -114,8 +115,14 @@ def _filter_tiles_pay(paths, ocg, cells) -> bool:
     the GEMMs stay: 256 at 14x14 0.97 / 1.07, and, measured before the threads prepared the
     next image beside the tiles, 512 at 7x7 0.95 / 1.05, 256 -> 512 to 7x7 (batch 2) 1.10 /
     1.38 (64 at 56x56, batch 1: 0.82 / 0.92). The 48- and 32-channel tiles were slower than the
-    GEMMs (1.05-1.31x on convnet's layers)."""
-    return ("gather" in paths and _isa() == "avx512" and ocg % FILTER_TILE_CHANNELS == 0
+    GEMMs (1.05-1.31x on convnet's layers).
+
+    On AVX2 (AMD Zen 3, OpenBLAS, the 16-channel x 6-pair tile; the same script) the same
+    rule holds, 1 / 2 threads: convnet 32 -> 64 at 32x32 0.81 / 0.89, 64 -> 128 at 16x16
+    0.87 / 0.87, its RGB layer 3 -> 32 0.72 / 0.73; batch 8: 128 at 28x28 0.83 / 0.84, 64 at
+    56x56 0.72 / 0.71, 3x3/2 64 -> 128 to 28x28 0.76 / 0.76; but 256 at 14x14 0.99 / 1.10."""
+    channels = FILTER_TILE_CHANNELS.get(_isa())
+    return ("gather" in paths and channels is not None and ocg % channels == 0
             and cells >= FILTER_TILE_CELLS)
 
 
