@@ -12,6 +12,7 @@ from enum import StrEnum
 
 import numpy as np
 
+from .host_memory import aligned_empty
 from .ir.errors import FeedError, GraphError
 from .ir.printer import format_attrs
 from .ir.types import TensorType
@@ -312,14 +313,6 @@ def non_finite_output(plan, index: int, slot: int, value: np.ndarray) -> str | N
             f"wrote {what} into its output s{slot} {plan.slots[slot].type}")
 
 
-def host_arena(nbytes: int, alignment: int) -> np.ndarray:
-    """A zeroed uint8 array of ``nbytes`` whose first byte is ``alignment``-aligned: the arena
-    of a backend whose memory is the host's."""
-    raw = np.zeros(nbytes + alignment, np.uint8)
-    start = -raw.ctypes.data % alignment
-    return raw[start:start + nbytes]
-
-
 def host_buffers(plan: Plan, arena: np.ndarray) -> dict[int, np.ndarray]:
     """Every slot of ``plan`` as a NumPy array, for a backend whose memory is the host's: the
     temporaries and workspaces at their offsets in ``arena`` (uint8), persistent slots in
@@ -332,7 +325,7 @@ def host_buffers(plan: Plan, arena: np.ndarray) -> dict[int, np.ndarray]:
         elif slot.offset is not None:
             buffers[slot.index] = _typed(arena[slot.offset:slot.offset + slot.nbytes], slot)
         elif slot.alias is None:
-            buffers[slot.index] = np.empty(slot.type.shape, slot.type.dtype)
+            buffers[slot.index] = aligned_empty(slot.type.shape, slot.type.dtype)
     for slot in plan.slots:
         if slot.alias is not None:
             buffers[slot.index] = view_in(buffers[slot.alias], slot)

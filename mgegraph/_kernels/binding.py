@@ -23,6 +23,7 @@ import sys
 
 import numpy as np
 
+from ..host_memory import aligned_empty
 from ..plan import Role
 
 
@@ -79,7 +80,7 @@ class OutputPool:
         # memoryview the caller holds adds one, and then the array is theirs
         if array is not None and sys.getrefcount(array) == 3:
             return array
-        return np.empty(type_.shape, type_.dtype)
+        return aligned_empty(type_.shape, type_.dtype)
 
     def keep(self, results: dict[int, np.ndarray]) -> None:
         self.last = results

@@ -10,13 +10,13 @@ import time
 import numpy as np
 
 from ..backend import FusionLimits, KernelTable
+from ..host_memory import host_arena
 from ..ir.errors import NumericsError
 from ..plan import (
     Role,
     check_feeds,
     check_out,
     dead_values,
-    host_arena,
     host_buffers,
     non_finite_output,
     view_in,

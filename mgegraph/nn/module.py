@@ -6,6 +6,7 @@ import numpy as np
 from ..backend import sync_to_host
 from ..eager.dispatch import MODE, updates
 from ..eager.tensor import Tensor, set_array
+from ..host_memory import aligned_copy
 from ..ir.errors import GraphError
 from ..ir.graph import Graph
 from ..ir.types import as_dtype
@@ -34,8 +35,8 @@ class Parameter(Tensor):
         self.name: str | None = None  # the dotted name, set by the first named traversal
 
     def _set(self, value) -> None:
-        array = np.array(value.numpy() if isinstance(value, Tensor) else value, copy=True,
-                         order="C")
+        # on a cache line, as a plan's own buffers: plans read this array in place
+        array = aligned_copy(value.numpy() if isinstance(value, Tensor) else value)
         as_dtype(array.dtype)
         set_array(self, array, owns=True)  # (a previous array's token dies with it)
 

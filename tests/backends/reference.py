@@ -23,7 +23,8 @@ import numpy as np
 
 from mgegraph.backend import FusionLimits, KernelTable, Launch, kernel_name
 from mgegraph.ir.errors import KernelError
-from mgegraph.plan import check_feeds, dead_values, host_arena, host_buffers
+from mgegraph.host_memory import host_arena
+from mgegraph.plan import check_feeds, dead_values, host_buffers
 
 FLOATS = ("float32", "float64")
 INTS = ("int32", "int64")
