@@ -20,35 +20,28 @@ static inline float vexpf(float x) {
     int32_t ni = f32_bits(t) - f32_bits((float)12582912.0);
     int32_t n1 = ni >> 1;
     float r = c - n * (float)0.693359375 + n * (float)2.12194440e-4;
-    float p = (float)1.9875691500e-4;
-    p = p * r + (float)1.3981999507e-3;
-    p = p * r + (float)8.3334519073e-3;
-    p = p * r + (float)4.1665795894e-2;
-    p = p * r + (float)1.6666665459e-1;
-    p = p * r + (float)5.0000001201e-1;
-    float y = (p * r * r + r + (float)1.0) * f32_from_bits((n1 + 127) << 23);
+    float r2 = r * r;
+    float p = (((float)5.0000001201e-1 + (float)1.6666665459e-1 * r)
+               + ((float)4.1665795894e-2 + (float)8.3334519073e-3 * r) * r2)
+        + ((float)1.3981999507e-3 + (float)1.9875691500e-4 * r) * (r2 * r2);
+    float y = (p * r2 + r + (float)1.0) * f32_from_bits((n1 + 127) << 23);
     y = y * f32_from_bits((ni - n1 + 127) << 23);
-    y = x < (float)88.72283935546875 ? y : (float)INFINITY;
-    return x == x ? y : x;
+    return x < (float)88.72283935546875 ? y : x + (float)INFINITY;
 }
 
 static inline float vtanhf(float x) {
-    float c = x < (float)7.90531110763549805 ? x : (float)7.90531110763549805;
-    c = c > -(float)7.90531110763549805 ? c : -(float)7.90531110763549805;
-    float z = c * c;
-    float p = -(float)2.76076847742355e-16;
-    p = p * z + (float)2.00018790482477e-13;
-    p = p * z - (float)8.60467152213735e-11;
-    p = p * z + (float)5.12229709037114e-08;
-    p = p * z + (float)1.48572235717979e-05;
-    p = p * z + (float)6.37261928875436e-04;
-    p = (p * z + (float)4.89352455891786e-03) * c;
-    float q = (float)1.19825839466702e-06;
-    q = q * z + (float)1.18534705686654e-04;
-    q = q * z + (float)2.26843463243900e-03;
-    q = q * z + (float)4.89352518554385e-03;
-    float y = p / q;
-    return fabsf(x) > (float)0.0004 ? y : x;
+    float a = fabsf(x);
+    float z = x * x;
+    float z2 = z * z;
+    float p = (((float)4.89352455891786e-03 + (float)6.37261928875436e-04 * z)
+               + ((float)1.48572235717979e-05 + (float)5.12229709037114e-08 * z) * z2)
+        + ((-(float)8.60467152213735e-11 + (float)2.00018790482477e-13 * z)
+           - (float)2.76076847742355e-16 * z2) * (z2 * z2);
+    float q = ((float)4.89352518554385e-03 + (float)2.26843463243900e-03 * z)
+        + ((float)1.18534705686654e-04 + (float)1.19825839466702e-06 * z) * z2;
+    float y = p * x / q;
+    y = a < (float)7.90531110763549805 ? y : copysignf((float)1.0, x);
+    return a > (float)0.0004 ? y : x;
 }
 
 void fusion_chain(const float* x, const float* a, const float* b, const float* c, float* out,
