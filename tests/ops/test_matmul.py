@@ -190,6 +190,21 @@ def test_a_single_row_times_a_matrix_on_one_thread_and_two(n, k, tb):
     assert got[0].tobytes() == got[1].tobytes()
 
 
+@pytest.mark.parametrize("k", [7, 16, 70, 333])
+def test_a_single_rows_dot_products_do_not_depend_on_the_block_a_row_is_in(k):
+    # gemv_row.h sums 8 rows of a stored B^T at once and the rest one at a time: dropping B^T's
+    # first rows moves every other row to another place in its block, or out of the blocks
+    a = data((1, k), np.float32)
+    bt = data((29, k), np.float32)
+    def product(x, y):
+        return F.matmul(x, y, transpose_b=True)
+
+    full = run(product, a, bt)
+    for drop in (1, 3, 8, 22):
+        part = run(product, a, np.ascontiguousarray(bt[drop:]))
+        assert part.tobytes() == full[:, drop:].tobytes()
+
+
 def test_a_single_row_carries_nan_and_infinities_as_numpy_does():
     a = data((1, 40), np.float32)
     b = data((40, 1030), np.float32)
