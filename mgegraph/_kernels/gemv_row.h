@@ -8,7 +8,7 @@
  *
  * Two forms, for the two layouts of B (row-major):
  *   gemv_rows_*: B stored (k, n), y[j] = sum_p a[p] B[p, j]: each row of B added into the sums
- *     of a block of GEMV_BLOCK columns;
+ *     of a block of GEMV_BLOCK columns, k cut into fixed parts (below);
  *   gemv_dots_*: B stored (n, k), y[j] = dot(a, B[j, :]): GEMV_DOTS rows at a time, each a
  *     vector sum over p, reduced at the end.
  * Then y = alpha * sum + (beta ? y : 0) (beta 0 or 1: an addmm adds into y). The sums run in a
@@ -27,27 +27,94 @@
  * 8 rows 110 / 57-64; 12 119 / 61; 16 130 / 70. The same bits: a row's steps are its own. */
 #define GEMV_DOTS 8
 
-/* Each row of B's block is read once, front to back (prefetchers follow it), and added into the
- * block's sums, which stay in L1; a column's sum runs over p in order, in a vector lane or in
- * the scalar tail alike, so where a block starts does not change it. */
-#define GEMV_ROWS_BODY(VW)                                                                   \
-    typedef float vec __attribute__((vector_size(VW * 4)));                                  \
-    typedef float uvec __attribute__((vector_size(VW * 4), aligned(4)));                     \
-    float acc[GEMV_BLOCK];                                                                   \
-    for (ptrdiff_t jb = j0; jb < j1; jb += GEMV_BLOCK) {                                     \
-        ptrdiff_t nb = j1 - jb < GEMV_BLOCK ? j1 - jb : GEMV_BLOCK, nv = nb / VW * VW, i;    \
-        for (i = 0; i < nb; i++) acc[i] = 0;                                                 \
-        for (ptrdiff_t p = 0; p < k; p++) {                                                  \
+/* The rows form sums k in parts that depend on k alone: y[j] = ((P_0 + P_1) + P_2) + ..., P_c the
+ * sum over part c's rows of B in order. So a call split among threads by columns and one split
+ * by parts (each thread the sums of its parts for every column, into a workspace, added up in
+ * order after: gemv_parts_*, gemv_finish_*, called by linalg.pyx) give the same bits. A thread's
+ * parts are contiguous bytes of B, where a split by columns has each thread read half of every
+ * row: a C loop over mlp-infer's two products at 2 threads took 69 us split by columns, 53 by
+ * parts (AMD EPYC Zen 4, matrices in L3). Parts come in fours (2 or 4 threads share them
+ * evenly) of about GEMV_PART_ROWS rows, from GEMV_MIN_SPLIT rows on: at one thread each part
+ * adds one pass over the block's sums, a fraction of a percent. */
+#define GEMV_PART_ROWS 256
+#define GEMV_MIN_SPLIT 512
+
+static inline ptrdiff_t gemv_parts(ptrdiff_t k) {
+    if (k < GEMV_MIN_SPLIT) return 1;
+    return ((k + GEMV_PART_ROWS - 1) / GEMV_PART_ROWS + 3) / 4 * 4;
+}
+
+static inline ptrdiff_t gemv_part_start(ptrdiff_t k, ptrdiff_t parts, ptrdiff_t c) {
+    return k * c / parts;
+}
+
+/* sums[0:nb] = sum over p in [p0, p1), in order, of a[p] B[p, jb:jb + nb]. Each row of B's block
+ * is read once, front to back (prefetchers follow it), and added into the sums, which stay in L1;
+ * a column's sum is the same in a vector lane or in the scalar tail, so where a block starts does
+ * not change it. */
+#define GEMV_ROWS_SUM(VW, sums, p0, p1, jb, nb)                                              \
+    {                                                                                        \
+        ptrdiff_t nv_ = (nb) / VW * VW, i_;                                                  \
+        for (i_ = 0; i_ < (nb); i_++) sums[i_] = 0;                                          \
+        for (ptrdiff_t p = (p0); p < (p1); p++) {                                            \
             float s = a[p];                                                                  \
             vec sv = s - (vec){0};                                                           \
-            const float* row = b + p * ldb + jb;                                             \
-            for (i = 0; i < nv; i += VW)                                                     \
-                *(uvec*)(acc + i) += sv * *(const uvec*)(row + i);                           \
-            for (; i < nb; i++) acc[i] += s * row[i];                                        \
+            const float* row = b + p * ldb + (jb);                                           \
+            for (i_ = 0; i_ < nv_; i_ += VW)                                                 \
+                *(uvec*)(sums + i_) += sv * *(const uvec*)(row + i_);                        \
+            for (; i_ < (nb); i_++) sums[i_] += s * row[i_];                                 \
+        }                                                                                    \
+    }
+
+#define GEMV_VECTORS(VW)                                                                     \
+    typedef float vec __attribute__((vector_size(VW * 4)));                                  \
+    typedef float uvec __attribute__((vector_size(VW * 4), aligned(4)));
+
+#define GEMV_ROWS_BODY(VW)                                                                   \
+    GEMV_VECTORS(VW)                                                                         \
+    float acc[GEMV_BLOCK], total[GEMV_BLOCK];                                                \
+    ptrdiff_t parts = gemv_parts(k);                                                         \
+    for (ptrdiff_t jb = j0; jb < j1; jb += GEMV_BLOCK) {                                     \
+        ptrdiff_t nb = j1 - jb < GEMV_BLOCK ? j1 - jb : GEMV_BLOCK, i;                       \
+        GEMV_ROWS_SUM(VW, total, 0, gemv_part_start(k, parts, 1), jb, nb)                    \
+        for (ptrdiff_t c = 1; c < parts; c++) {                                              \
+            GEMV_ROWS_SUM(VW, acc, gemv_part_start(k, parts, c),                             \
+                          gemv_part_start(k, parts, c + 1), jb, nb)                          \
+            for (i = 0; i < nb; i++) total[i] = total[i] + acc[i];                           \
         }                                                                                    \
         for (i = 0; i < nb; i++)                                                             \
-            y[jb + i] = beta ? y[jb + i] + acc[i] * alpha : acc[i] * alpha;                  \
+            y[jb + i] = beta ? y[jb + i] + total[i] * alpha : total[i] * alpha;              \
     }
+
+/* partials[c * n + j] = P_c of column j, for the parts c in [c0, c1) and every column */
+#define GEMV_PARTS_BODY(VW)                                                                  \
+    GEMV_VECTORS(VW)                                                                         \
+    ptrdiff_t parts = gemv_parts(k);                                                         \
+    for (ptrdiff_t c = c0; c < c1; c++)                                                      \
+        for (ptrdiff_t jb = 0; jb < n; jb += GEMV_BLOCK) {                                   \
+            ptrdiff_t nb = n - jb < GEMV_BLOCK ? n - jb : GEMV_BLOCK;                        \
+            float* sums = partials + c * n + jb;                                             \
+            GEMV_ROWS_SUM(VW, sums, gemv_part_start(k, parts, c),                            \
+                          gemv_part_start(k, parts, c + 1), jb, nb)                          \
+        }
+
+/* y[j] for j in [j0, j1) from the parts' sums, added as GEMV_ROWS_BODY adds them */
+#define GEMV_FINISH_BODY                                                                     \
+    for (ptrdiff_t j = j0; j < j1; j++) {                                                    \
+        float t = partials[j];                                                               \
+        for (ptrdiff_t c = 1; c < parts; c++) t = t + partials[c * n + j];                   \
+        y[j] = beta ? y[j] + t * alpha : t * alpha;                                          \
+    }
+
+#define GEMV_PARTS_ARGS                                                                      \
+    const float* a, const float* b, ptrdiff_t ldb, ptrdiff_t k, ptrdiff_t n, ptrdiff_t c0,   \
+    ptrdiff_t c1, float* partials
+#define GEMV_FINISH_ARGS                                                                     \
+    const float* partials, ptrdiff_t parts, ptrdiff_t n, ptrdiff_t j0, ptrdiff_t j1,         \
+    float alpha, int beta, float* y
+
+typedef void (*gemv_parts_fn)(GEMV_PARTS_ARGS);
+typedef void (*gemv_finish_fn)(GEMV_FINISH_ARGS);
 
 #define GEMV_ROWS_ARGS                                                                       \
     const float* a, const float* b, ptrdiff_t ldb, ptrdiff_t k, ptrdiff_t j0, ptrdiff_t j1, \
@@ -77,24 +144,34 @@ typedef void (*gemv_fn)(GEMV_ROWS_ARGS);
     }
 
 #define GEMV_DOTS_BODY(VW)                                                                   \
-    typedef float vec __attribute__((vector_size(VW * 4)));                                  \
-    typedef float uvec __attribute__((vector_size(VW * 4), aligned(4)));                     \
+    GEMV_VECTORS(VW)                                                                         \
     ptrdiff_t kv = k / VW * VW, j = j0;                                                      \
     for (; j + GEMV_DOTS <= j1; j += GEMV_DOTS) GEMV_DOT_ROWS(VW, GEMV_DOTS, j)              \
     for (; j < j1; j++) GEMV_DOT_ROWS(VW, 1, j)
 
 static void gemv_rows_base(GEMV_ROWS_ARGS) { GEMV_ROWS_BODY(4) }
 static void gemv_dots_base(GEMV_ROWS_ARGS) { GEMV_DOTS_BODY(4) }
+static void gemv_parts_base(GEMV_PARTS_ARGS) { GEMV_PARTS_BODY(4) }
+static void gemv_finish_base(GEMV_FINISH_ARGS) { GEMV_FINISH_BODY }
 
 #if defined(__GNUC__) && defined(__x86_64__)
 __attribute__((target("avx2,fma"))) static void gemv_rows_avx2(GEMV_ROWS_ARGS)
 { GEMV_ROWS_BODY(8) }
 __attribute__((target("avx2,fma"))) static void gemv_dots_avx2(GEMV_ROWS_ARGS)
 { GEMV_DOTS_BODY(8) }
+__attribute__((target("avx2,fma"))) static void gemv_parts_avx2(GEMV_PARTS_ARGS)
+{ GEMV_PARTS_BODY(8) }
+__attribute__((target("avx2,fma"))) static void gemv_finish_avx2(GEMV_FINISH_ARGS)
+{ GEMV_FINISH_BODY }
 __attribute__((target("avx512f,fma,prefer-vector-width=512")))
 static void gemv_rows_avx512(GEMV_ROWS_ARGS) { GEMV_ROWS_BODY(16) }
 __attribute__((target("avx512f,fma,prefer-vector-width=512")))
 static void gemv_dots_avx512(GEMV_ROWS_ARGS) { GEMV_DOTS_BODY(16) }
+__attribute__((target("avx512f,fma,prefer-vector-width=512")))
+static void gemv_parts_avx512(GEMV_PARTS_ARGS) { GEMV_PARTS_BODY(16) }
+/* (the finishing adds on each instruction set: y + t * alpha contracts as the rows form's does) */
+__attribute__((target("avx512f,fma,prefer-vector-width=512")))
+static void gemv_finish_avx512(GEMV_FINISH_ARGS) { GEMV_FINISH_BODY }
 #endif
 
 /* the form for B stored (k, n) (rows) or (n, k) (dots), on the widest instruction set */
@@ -105,4 +182,16 @@ static gemv_fn gemv_of(int dots) {
     if (isa == 1) return dots ? gemv_dots_avx2 : gemv_rows_avx2;
 #endif
     return dots ? gemv_dots_base : gemv_rows_base;
+}
+
+/* the rows form split by parts: the parts' sums and the finishing adds, on the widest set */
+static void gemv_split_of(gemv_parts_fn* parts, gemv_finish_fn* finish) {
+    int isa = cpu_isa_widest();
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (isa == 2) { *parts = gemv_parts_avx512; *finish = gemv_finish_avx512; return; }
+    if (isa == 1) { *parts = gemv_parts_avx2; *finish = gemv_finish_avx2; return; }
+#endif
+    (void)isa;
+    *parts = gemv_parts_base;
+    *finish = gemv_finish_base;
 }

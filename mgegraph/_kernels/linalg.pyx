@@ -16,7 +16,8 @@
 # (blas_split_gemms: OpenBLAS), each block one single-threaded BLAS call on a thread of the
 # plan's one OpenMP pool. The blocks follow the planned count, not the threads running, so a
 # plan gives the same bits on one core or two. With MKL, which runs on that pool itself, the
-# whole GEMM is one call. A single row is cut into column blocks whatever the BLAS.
+# whole GEMM is one call. A single row is cut into column blocks whatever the BLAS, or where
+# its B is stored (k, n) into parts of k (gemv_split, with a workspace for the parts' sums).
 
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcpy, memset
@@ -48,15 +49,26 @@ cdef extern from "gemv_row.h":
                              Py_ssize_t j0, Py_ssize_t j1, float alpha, int beta,
                              float* y) noexcept nogil
     gemv_fn gemv_of(int dots) noexcept nogil
+    ctypedef void (*gemv_parts_fn)(const float* a, const float* b, Py_ssize_t ldb, Py_ssize_t k,
+                                   Py_ssize_t n, Py_ssize_t c0, Py_ssize_t c1,
+                                   float* partials) noexcept nogil
+    ctypedef void (*gemv_finish_fn)(const float* partials, Py_ssize_t parts, Py_ssize_t n,
+                                    Py_ssize_t j0, Py_ssize_t j1, float alpha, int beta,
+                                    float* y) noexcept nogil
+    Py_ssize_t c_gemv_parts "gemv_parts"(Py_ssize_t k) noexcept nogil
+    void gemv_split_of(gemv_parts_fn* parts, gemv_finish_fn* finish) noexcept nogil
 
+# tiles: the GEMM runs on the gather tiles, its workspace their packed blocks of op(B) (below);
+# gemv_split: a single row times a stored B split among threads by parts of k, its workspace
+# the parts' sums (gemv_parts(k) x n floats; gemv_row.h). At most one of the two.
 ctypedef struct Matmul:  # then batch shape[ndim], batch strides of a[ndim], of b[ndim]
-    Py_ssize_t m, n, k, transpose_a, transpose_b, threads, tiles, ndim
+    Py_ssize_t m, n, k, transpose_a, transpose_b, threads, tiles, gemv_split, ndim
 
 ctypedef struct Linear:  # bufs: x, w, [bias,] y[, workspace]
     Py_ssize_t m, n, k, has_bias, relu, threads, tiles
 
 ctypedef struct Addmm:  # bufs: c, a, b, [scale,] out[, workspace]; floats: alpha
-    Py_ssize_t m, n, k, transpose_a, transpose_b, has_scale, threads, tiles
+    Py_ssize_t m, n, k, transpose_a, transpose_b, has_scale, threads, tiles, gemv_split
 
 
 cdef Matmul _matmul
@@ -65,6 +77,12 @@ cdef Addmm _addmm
 MATMUL_FIELDS = fields_of(_matmul, sizeof(Matmul))
 LINEAR_FIELDS = fields_of(_linear, sizeof(Linear))
 ADDMM_FIELDS = fields_of(_addmm, sizeof(Addmm))
+
+
+def gemv_parts(Py_ssize_t k) -> int:
+    """The parts a single row's product over ``k`` sums in (gemv_row.h): the lowering sizes a
+    split's workspace by it."""
+    return c_gemv_parts(k)
 
 
 # -- one matrix product -------------------------------------------------------------------------
@@ -125,18 +143,51 @@ cdef int column_blocks(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexce
     return KERNEL_OK
 
 
+ctypedef struct GemvSplit:  # a single row times a stored B, split among threads by parts of k
+    const float* a
+    const float* b
+    float* partials
+    Py_ssize_t n, k
+    gemv_parts_fn sums
+
+
+cdef int gemv_split_parts(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef const GemvSplit* g = <const GemvSplit*>ctx
+    g.sums(g.a, g.b, g.n, g.k, g.n, lo, hi, g.partials)
+    return KERNEL_OK
+
+
+cdef inline void gemv_split(Py_ssize_t n, Py_ssize_t k, float alpha, const float* a,
+                            const float* b, float beta, float* c, Py_ssize_t threads,
+                            float* partials) noexcept nogil:
+    # the threads sum their parts of k for every column into ``partials``, then this thread
+    # adds them up in order: the bits of gemv_rows on one thread (gemv_row.h)
+    cdef GemvSplit g
+    cdef gemv_finish_fn finish
+    cdef Py_ssize_t parts = c_gemv_parts(k)
+    gemv_split_of(&g.sums, &finish)
+    g.a, g.b, g.partials, g.n, g.k = a, b, partials, n, k
+    parallel_for(threads, parts, gemv_split_parts, &g)
+    finish(partials, parts, n, 0, n, alpha, beta != 0, c)
+
+
 cdef inline void float_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
                                floating alpha, const floating* a, const floating* b,
-                               floating beta, floating* c, Py_ssize_t threads) noexcept nogil:
+                               floating beta, floating* c, Py_ssize_t threads,
+                               float* partials) noexcept nogil:
     # C = alpha op(A) op(B) + beta C (beta 0 or 1; C contiguous). A single float32 row (a gemv,
     # which reads its whole matrix once: bandwidth-bound) runs gemv_row.h's loops, faster than
-    # either BLAS's here, split by columns among the planned threads whatever the BLAS (MKL
-    # ran its gemv on one thread).
+    # either BLAS's here, split among the planned threads whatever the BLAS (MKL ran its gemv
+    # on one thread): a stored B by parts of k where the lowering gave the workspace for their
+    # sums (``partials``), else by columns.
     cdef ColumnBlocks g
     cdef int previous
     if floating is float:
         if m == 1 and n > 0 and threads <= 1:
             gemv_of(tb)(a, b, k if tb else n, k, 0, n, alpha, beta != 0, c)
+            return
+        if m == 1 and n > 0 and not tb and partials != NULL and c_gemv_parts(k) > 1:
+            gemv_split(n, k, alpha, a, b, beta, c, threads, partials)
             return
     if m == 0 or n == 0 or not (blas_split_gemms() or m == 1 and threads > 1):
         if alpha == 1 and beta == 0:  # gemm's gemv for a vector operand
@@ -157,9 +208,9 @@ cdef inline void float_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_
 
 cdef inline void matrix_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
                                 const num_t* a, const num_t* b, num_t* c,
-                                Py_ssize_t threads) noexcept nogil:
+                                Py_ssize_t threads, float* partials) noexcept nogil:
     if num_t is float or num_t is double:
-        float_product(ta, tb, m, n, k, 1, a, b, 0, c, threads)
+        float_product(ta, tb, m, n, k, 1, a, b, 0, c, threads, partials)
     else:
         matmul_loop(ta, tb, m, n, k, a, b, c)
 
@@ -367,7 +418,7 @@ cdef inline int matmul_impl(const num_t* a, const num_t* b, num_t* c, void* ws,
                     c += m * n
                     continue
             matrix_product(ta, tb, m, n, k, a + o.offset[0] + i * sa, b + o.offset[1] + i * sb, c,
-                           s.threads)
+                           s.threads, <float*>ws if s.gemv_split else NULL)
             c += m * n
         odometer_next(&o)
     return KERNEL_OK
@@ -386,7 +437,7 @@ cdef inline int linear_impl(const floating* x, const floating* w, const floating
         out.bias, out.relu = bias, relu
         if s.tiles and tile_product(False, True, m, n, k, x, w, out, y, <float*>ws, s.threads):
             return KERNEL_OK
-    float_product(False, True, m, n, k, 1, x, w, 0, y, s.threads)
+    float_product(False, True, m, n, k, 1, x, w, 0, y, s.threads, NULL)
     for i in range(m):
         if relu and bias != NULL:
             for j in range(n):
@@ -420,13 +471,14 @@ cdef inline int addmm_impl(const floating* c, const floating* a, const floating*
     if out != c:
         memcpy(out, c, <size_t>(s.m * s.n) * sizeof(floating))
     float_product(s.transpose_a != 0, s.transpose_b != 0, s.m, s.n, s.k, alpha, a, b, 1, out,
-                  s.threads)
+                  s.threads, <float*>ws if s.gemv_split else NULL)
     return KERNEL_OK
 
 
 # -- entry points: one per (kernel family, dtype) -------------------------------------------------
 cdef inline void* matmul_ws(const Call* c) noexcept nogil:  # bufs: a, b, c[, workspace]
-    return c.bufs[3] if (<const Matmul*>c.ints).tiles else NULL
+    cdef const Matmul* s = <const Matmul*>c.ints
+    return c.bufs[3] if s.tiles or s.gemv_split else NULL
 
 cdef int matmul_f32(const Call* c) noexcept nogil:
     return matmul_impl(<const float*>c.bufs[0], <const float*>c.bufs[1], <float*>c.bufs[2],
@@ -460,7 +512,7 @@ cdef int addmm_f32(const Call* c) noexcept nogil:
     cdef int out = 4 if s.has_scale else 3
     return addmm_impl(<const float*>c.bufs[0], <const float*>c.bufs[1], <const float*>c.bufs[2],
                       <const float*>c.bufs[3] if s.has_scale else NULL, <float*>c.bufs[out],
-                      c.bufs[out + 1] if s.tiles else NULL, c)
+                      c.bufs[out + 1] if s.tiles or s.gemv_split else NULL, c)
 cdef int addmm_f64(const Call* c) noexcept nogil:
     cdef bint scaled = (<const Addmm*>c.ints).has_scale
     return addmm_impl(<const double*>c.bufs[0], <const double*>c.bufs[1],

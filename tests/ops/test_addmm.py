@@ -64,6 +64,23 @@ def test_addmm_thin_and_empty_products(m, n, k):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("ta", [False, True])
+def test_a_single_rows_addmm_split_by_parts_of_k_gives_the_bits_of_one_thread(ta):
+    from mgegraph._kernels import linalg
+
+    got, feeds = [], None
+    for threads in (1, 2):
+        with threadpool_limits(threads):
+            plan, case_feeds, case_want = addmm_case(1, 1500, 700, ta, False, np.float32, True)
+        feeds, want = (case_feeds, case_want) if feeds is None else (feeds, want)
+        (ins,) = [i for i in plan.instructions if i.op == "addmm"]
+        assert ins.ints[linalg.ADDMM_FIELDS.index("gemv_split")] == (threads > 1)
+        (out,) = plan.run(feeds)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+        got.append(out)
+    assert got[0].tobytes() == got[1].tobytes()
+
+
 def test_addmm_in_place_and_into_its_own_buffer_agree():
     # in place: the output took c's bytes over; kept: c is an output too, so addmm copies it
     plan, feeds, want = addmm_case(64, 48, 32, True, False, np.float32, True)

@@ -43,7 +43,7 @@ def test_kernel_modules_export_their_structs_fields():
     assert KP.POOL_FIELDS == ("mode", "planes", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw",
                               "ph", "pw", "threads")
     assert KL.MATMUL_FIELDS == ("m", "n", "k", "transpose_a", "transpose_b", "threads", "tiles",
-                                "ndim")
+                                "gemv_split", "ndim")
     assert KL.LINEAR_FIELDS == ("m", "n", "k", "has_bias", "relu", "threads", "tiles")
     assert KR.REDUCE_FIELDS == ("op", "kept_ndim")
     assert KN.CROSS_ENTROPY_FIELDS == ("outer", "classes", "inner", "with_logits", "reduction",

@@ -205,6 +205,37 @@ def test_a_single_rows_dot_products_do_not_depend_on_the_block_a_row_is_in(k):
         assert part.tobytes() == full[:, drop:].tobytes()
 
 
+def _gemv_split_of(plan):
+    from mgegraph._kernels import linalg
+
+    (ins,) = [i for i in plan.instructions if i.op == "matmul"]
+    return ins.ints[linalg.MATMUL_FIELDS.index("gemv_split")]
+
+
+# n past gemv_row.h's 1024-column blocks, k from its first split (512) to 4 parts of 500 rows
+@pytest.mark.parametrize("n,k", [(1, 4096), (17, 512), (1030, 600), (2100, 2000), (600, 1024)])
+@pytest.mark.parametrize("batch", [(), (3,)])
+def test_a_single_row_split_by_parts_of_k_gives_the_bits_of_one_thread(n, k, batch):
+    # on 2 threads the lowering splits k among them (a workspace for the parts' sums), on 1 the
+    # loop sums the same parts in the same order: the same bits, also for a batch of rows that
+    # each multiply their own B
+    from threadpoolctl import threadpool_limits
+
+    a, b = data((*batch, 1, k), np.float32), data((*batch, k, n), np.float32)
+    got, split = [], []
+    for threads in (1, 2, 3):
+        with threadpool_limits(threads):
+            g = mg.Graph()
+            plan = mg.compile([F.matmul(g.input("a", a.shape, "float32"),
+                                        g.input("b", b.shape, "float32"))])
+            split.append(_gemv_split_of(plan))
+            got.append(plan.run({"a": a, "b": b})[0])
+    # (products of under 2 MiB run on one thread: parallel.GRAIN_BYTES)
+    assert split[0] == 0 and split[1] == split[2] == (n * k * 4 >= 2 << 20)
+    np.testing.assert_allclose(got[0], reference(a, b), rtol=1e-5, atol=1e-5 + 2e-7 * k)
+    assert got[0].tobytes() == got[1].tobytes() == got[2].tobytes()
+
+
 def test_a_single_row_carries_nan_and_infinities_as_numpy_does():
     a = data((1, 40), np.float32)
     b = data((40, 1030), np.float32)

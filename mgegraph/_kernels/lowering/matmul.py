@@ -78,6 +78,20 @@ def _tiles_workspace(threads, k) -> int:
     return threads * k * TILE_COLUMNS * 4  # one packed block of op(B) per thread
 
 
+def gemv_split(dtype, m, n, k, transpose_b, threads) -> bool:
+    """Whether a single float32 row times a stored B (k, n) runs on its threads by parts of k
+    (linalg.pyx's gemv_split: each thread reads whole rows of B), with a workspace for the
+    parts' sums; without it the threads split the columns (the same bits)."""
+    return (np.dtype(dtype) == np.float32 and m == 1 and n > 0 and not transpose_b
+            and threads > 1 and K.gemv_parts(k) > 1)
+
+
+def _workspace(tiles, split, threads, n, k) -> int:
+    if tiles:
+        return _tiles_workspace(threads, k)
+    return K.gemv_parts(k) * n * 4 if split else 0
+
+
 def _matmul_lower(node) -> Launch:
     a, b = node.inputs
     a_batch, b_batch, batch, m, n, k = matmul_dims(a.type, b.type, node.attr)
@@ -92,10 +106,10 @@ def _matmul_lower(node) -> Launch:
     shape, (_, sa, sb) = collapse(batch, [out, sa, sb])
     check_blas_dims(a.dtype, m, n, k)
     threads, tiles = gemm_threads(a.dtype, m, n, k), tiles_rule(a.dtype, m, n, k, tb)
+    split = gemv_split(a.dtype, m, n, k, tb, threads)
     head = pack(K.MATMUL_FIELDS, m=m, n=n, k=k, transpose_a=ta, transpose_b=tb,
-                threads=threads, tiles=tiles, ndim=len(shape))
-    return Launch((*head, *shape, *sa, *sb),
-                  workspace=_tiles_workspace(threads, k) if tiles else 0)
+                threads=threads, tiles=tiles, gemv_split=split, ndim=len(shape))
+    return Launch((*head, *shape, *sa, *sb), workspace=_workspace(tiles, split, threads, n, k))
 
 
 def _linear_lower(node) -> Launch:
@@ -105,7 +119,7 @@ def _linear_lower(node) -> Launch:
     threads, tiles = gemm_threads(x.dtype, m, n, k), tiles_rule(x.dtype, m, n, k, True)
     return Launch(pack(K.LINEAR_FIELDS, m=m, n=n, k=k, has_bias=len(node.inputs) == 3,
                        relu=node.attr["activation"] == "relu", threads=threads, tiles=tiles),
-                  workspace=_tiles_workspace(threads, k) if tiles else 0)
+                  workspace=_workspace(tiles, False, threads, n, k))
 
 
 def _addmm_lower(node) -> Launch:
@@ -114,10 +128,11 @@ def _addmm_lower(node) -> Launch:
     check_blas_dims(c.dtype, m, n, k)
     tb = node.attr["transpose_b"]
     threads, tiles = gemm_threads(c.dtype, m, n, k), tiles_rule(c.dtype, m, n, k, tb)
+    split = gemv_split(c.dtype, m, n, k, tb, threads)
     ints = pack(K.ADDMM_FIELDS, m=m, n=n, k=k, transpose_a=node.attr["transpose_a"],
-                transpose_b=tb, has_scale=len(node.inputs) == 4, threads=threads, tiles=tiles)
-    return Launch(ints, (float(node.attr["alpha"]),),
-                  _tiles_workspace(threads, k) if tiles else 0)
+                transpose_b=tb, has_scale=len(node.inputs) == 4, threads=threads, tiles=tiles,
+                gemv_split=split)
+    return Launch(ints, (float(node.attr["alpha"]),), _workspace(tiles, split, threads, n, k))
 
 
 def implement(table) -> None:

@@ -52,9 +52,10 @@ def gemm_splits(family: str, ints) -> int:
     return max(1, min(math.ceil(2 * SMS / tiles), k // SPLIT_MIN_K, MAX_SPLITS))
 
 
-# fields of the CPU's parameter blocks that say how the CPU runs a product (its threads, and
-# whether on the gather tiles), which csrc_cuda/gemm.cu's ints leave out
-CPU_ONLY = ("threads", "tiles")
+# fields of the CPU's parameter blocks that say how the CPU runs a product (its threads, whether
+# on the gather tiles, whether a single row's threads split k), which csrc_cuda/gemm.cu's ints
+# leave out
+CPU_ONLY = ("threads", "tiles", "gemv_split")
 
 
 def cuda_ints(op, ints) -> tuple:
