@@ -30,14 +30,16 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 # "mgegraph -O0": the plan compiled with optimize=0 (issue 19: optimize=1 never slower);
 # "mgegraph -O2": the training step at optimize=2 (SGD's update inside the GEMM, accumulate);
-# "limit": the workload's physical limit (GEMMs back to back through the BLAS the kernels call,
+# "mgegraph nn.Linear": mlp-infer's MLP as nn.Linear layers through compile_module (weights stored
+# (out, in), as a model's are); "limit": the workload's physical limit (GEMMs back to back through the BLAS the kernels call,
 # or fusion-chain's 80 MiB at the bandwidth of np.copyto)
 WORKLOADS = {"resnet-infer 1x224": ("mgegraph", "mgegraph -O0", "torch", "onnxruntime"),
              "resnet-infer 8x64": ("mgegraph", "mgegraph -O0", "torch", "onnxruntime"),
              "convnet-train": ("mgegraph", "mgegraph -O2", "torch"),
              "mlp-train": ("mgegraph", "mgegraph -O2", "torch", "limit"),
-             "mlp-infer 1": ("mgegraph", "torch", "onnxruntime", "limit"),
-             "mlp-infer 128": ("mgegraph", "torch", "onnxruntime", "limit"),
+             "mlp-infer 1": ("mgegraph", "mgegraph nn.Linear", "torch", "onnxruntime", "limit"),
+             "mlp-infer 128": ("mgegraph", "mgegraph nn.Linear", "torch", "onnxruntime",
+                               "limit"),
              "fusion-chain": ("mgegraph", "mgegraph executor", "torch", "torch.compile",
                               "onnxruntime", "limit")}
 
@@ -94,8 +96,9 @@ def mlp_infer_call(impl: str, workload: str):
         x = np.random.default_rng(workloads.SEED + 1).standard_normal(
             (batch, workloads.MLP_LAYERS[0]), dtype=np.float32)
         return functools.partial(session.run, None, {"x": x})
-    return workloads.mlp_infer(batch)[{"mgegraph": "mgegraph plan.run", "torch": "torch eager",
-                                      "limit": workloads.GEMMS_ONLY}[impl]]
+    return workloads.mlp_infer(batch)[{"mgegraph": "mgegraph plan.run",
+                                      "mgegraph nn.Linear": "mgegraph nn.Linear",
+                                      "torch": "torch eager", "limit": workloads.GEMMS_ONLY}[impl]]
 
 
 def fusion_chain_call(impl: str, workload: str):

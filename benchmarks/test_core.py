@@ -12,7 +12,7 @@ from conftest import THREADS
 
 IMPLS_OP = ["mgegraph plan.run", "mgegraph executor only", "numpy eager", "torch eager"]
 LIMIT = workloads.GEMMS_ONLY
-IMPLS_MLP = [LIMIT, "mgegraph plan.run", "numpy eager", "torch eager"]
+IMPLS_MLP = [LIMIT, "mgegraph plan.run", "mgegraph nn.Linear", "numpy eager", "torch eager"]
 PEAK_KIND = "RSS high-water growth over 3 steps, one fresh process (peak_memory.py)"
 
 

@@ -96,6 +96,21 @@ def mlp_weights():
             for i, o in zip(MLP_LAYERS[:-1], MLP_LAYERS[1:])]
 
 
+def _linear_mlp(weights, x0, want):
+    """The same MLP as nn.Linear layers (weights stored (out, in), as a model's are) through
+    compile_module: at batch 1 its products are rows times a stored B^T (gemv_row.h's dots)."""
+    from mgegraph import nn
+
+    layers = []
+    for k, (w, b) in enumerate(weights):
+        linear = nn.Linear(*w.shape)
+        linear.weight.value, linear.bias.value = w.T, b
+        layers += [linear, nn.ReLU()] if k < len(weights) - 1 else [linear]
+    fn = mg.compile_module(nn.Sequential(*layers), (x0,))
+    np.testing.assert_allclose(np.asarray(fn(x0)), want, rtol=1e-4, atol=1e-4)
+    return lambda: fn(x0)
+
+
 def mlp_infer(batch: int) -> dict:
     weights = mlp_weights()
     x0 = np.random.default_rng(SEED + 1).standard_normal((batch, MLP_LAYERS[0]), dtype=np.float32)
@@ -129,6 +144,7 @@ def mlp_infer(batch: int) -> dict:
         return a
 
     impls = {GEMMS_ONLY: gemms_only, "mgegraph plan.run": lambda: plan.run(feeds),
+             "mgegraph nn.Linear": _linear_mlp(weights, x0, plan.run(feeds)[0]),
              "numpy eager": numpy_eager}
     torch = _torch()
     if torch is not None:
