@@ -1,12 +1,13 @@
 """Host arrays that start on a cache line, for the CPU kernels' vector loads.
 
-NumPy starts an array 16 bytes into a 64-byte line (its allocator's header; 48 mod 64 for most
-arrays here), so a kernel's every 64-byte vector load of such an array straddles two lines. For
-a matrix read at cache speed that costs the product a quarter or more: mlp-infer's 784 x 1024
-and 1024 x 1024 rows times a matrix took 117 us against 90 with the matrices 64-byte aligned (a
-C loop, AMD EPYC Zen 4, matrices in L3). So the buffers a plan owns (parameters, constants,
-inputs and outputs: ``plan.host_buffers``), an nn.Parameter's array and the outputs a run hands
-back start on a line; NumPy's own alignment (of the dtype) is all a kernel needs to be correct.
+NumPy aligns an array's data to 16 bytes only (here most arrays start 48 bytes into a 64-byte
+line, large ones 16), so a kernel's every 64-byte vector load of such an array straddles two
+lines. For a matrix read at cache speed that costs the product a quarter or more: mlp-infer's
+784 x 1024 and 1024 x 1024 rows times a matrix took 117 us against 90 with the matrices 64-byte
+aligned (a C loop, AMD EPYC Zen 4, matrices in L3). So the buffers a plan owns (parameters,
+constants, inputs and outputs: ``plan.host_buffers``), an nn.Parameter's array and the outputs a
+run hands back start on a line; NumPy's own alignment (of the dtype) is all a kernel needs to be
+correct.
 """
 from __future__ import annotations
 

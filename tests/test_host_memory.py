@@ -1,5 +1,5 @@
 """Host buffers on a cache line: the arrays a plan owns, an nn.Parameter's array and the outputs
-a run returns start on a 64-byte boundary (NumPy's start 16 bytes into a line)."""
+a run returns start on a 64-byte boundary (NumPy aligns to 16 bytes only)."""
 import numpy as np
 import pytest
 
@@ -15,7 +15,8 @@ def test_aligned_empty_is_a_c_contiguous_array_of_the_shape_on_a_line(shape, dty
     array = aligned_empty(shape, dtype)
     assert array.shape == shape and array.dtype == np.dtype(dtype)
     assert array.flags.c_contiguous and array.flags.writeable and array.flags.aligned
-    assert array.ctypes.data % CACHE_LINE == 0
+    # (an empty array has no byte to load: NumPy may leave its pointer where the slice began)
+    assert array.ctypes.data % CACHE_LINE == 0 or array.size == 0
     array[...] = 1  # every byte is its own to write
     assert array.sum() == array.size
 
