@@ -236,6 +236,18 @@ def test_a_single_row_split_by_parts_of_k_gives_the_bits_of_one_thread(n, k, bat
     assert got[0].tobytes() == got[1].tobytes() == got[2].tobytes()
 
 
+@pytest.mark.parametrize("k", [511, 512, 1024, 3001, 4096, 4200])
+@pytest.mark.parametrize("narrow", [1, 10, 17, 32])
+def test_a_narrow_single_row_product_gives_the_bits_of_a_wide_ones_columns(k, narrow):
+    # a column's sum in gemv_row.h's rows form is the same in a vector lane or in the scalar
+    # tail, in a narrow block or in a wide one, whatever the parts of k
+    a, b = data((1, k), np.float32), data((k, 70), np.float32)
+    wide = run(F.matmul, a, b)
+    part = run(F.matmul, a, np.ascontiguousarray(b[:, :narrow]))
+    assert part.tobytes() == np.ascontiguousarray(wide[:, :narrow]).tobytes()
+    np.testing.assert_allclose(part, reference(a, b[:, :narrow]), rtol=1e-5, atol=1e-5 + 2e-7 * k)
+
+
 def test_a_single_row_carries_nan_and_infinities_as_numpy_does():
     a = data((1, 40), np.float32)
     b = data((40, 1030), np.float32)
