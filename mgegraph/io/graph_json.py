@@ -213,6 +213,9 @@ def _var(variables: list, index, where: str):
 def _decode_node(g: Graph, value, variables, container, limits, used, i):
     where = f"node {i}"
     op = value.get("op") if type(value) is dict else None
+    if type(value) is dict and "op" in value and type(op) is not str:
+        # (a list or an object would be sliced or looked up below: a TypeError, not a refusal)
+        fail(f"{where}: op must be a string, not {type(op).__name__}")
     extra = {"input": {"name"}, "param": {"name", "array", "shared"},
              "const": {"array"}}.get(op, {"attrs"}) if type(op) is str else set()
     entry = fields(value, NODE_KEYS | extra, where)

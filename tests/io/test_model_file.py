@@ -301,6 +301,11 @@ def test_unknown_op_or_op_version(tmp_path, model_bytes):
             "op version 2 is unknown")
     refused(tmp_path, with_json(model_bytes, lambda d: first(d, "matmul").update(op="assign")),
             "unknown op")
+    # an op that is not a string (found by the fuzzer: a list or an object was looked up or
+    # sliced, a TypeError)
+    for op in (["matmul"], {"op": "matmul"}, 3, None):
+        refused(tmp_path, with_json(model_bytes, lambda d: first(d, "matmul").update(op=op)),
+                "op must be a string")
 
 
 def test_wrong_attribute_and_input_types(tmp_path, model_bytes):
