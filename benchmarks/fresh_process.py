@@ -31,8 +31,8 @@ HERE = Path(__file__).resolve().parent
 # "mgegraph -O0": the plan compiled with optimize=0 (issue 19: optimize=1 never slower);
 # "mgegraph -O2": the training step at optimize=2 (SGD's update inside the GEMM, accumulate);
 # "mgegraph nn.Linear": mlp-infer's MLP as nn.Linear layers through compile_module (weights stored
-# (out, in), as a model's are); "limit": the workload's physical limit (GEMMs back to back through the BLAS the kernels call,
-# or fusion-chain's 80 MiB at the bandwidth of np.copyto)
+# (out, in), as a model's are); "limit": the workload's physical limit (GEMMs back to back
+# through the BLAS the kernels call, or fusion-chain's 80 MiB at the bandwidth of np.copyto)
 WORKLOADS = {"resnet-infer 1x224": ("mgegraph", "mgegraph -O0", "torch", "onnxruntime"),
              "resnet-infer 8x64": ("mgegraph", "mgegraph -O0", "torch", "onnxruntime"),
              "convnet-train": ("mgegraph", "mgegraph -O2", "torch"),

@@ -99,14 +99,10 @@ def mlp_weights():
 def _linear_mlp(weights, x0, want):
     """The same MLP as nn.Linear layers (weights stored (out, in), as a model's are) through
     compile_module: at batch 1 its products are rows times a stored B^T (gemv_row.h's dots)."""
-    from mgegraph import nn
-
-    layers = []
-    for k, (w, b) in enumerate(weights):
-        linear = nn.Linear(*w.shape)
+    model = _mlp_module()
+    for linear, (w, b) in zip(model.layers[::2], weights):  # (Linear, ReLU, Linear, ...)
         linear.weight.value, linear.bias.value = w.T, b
-        layers += [linear, nn.ReLU()] if k < len(weights) - 1 else [linear]
-    fn = mg.compile_module(nn.Sequential(*layers), (x0,))
+    fn = mg.compile_module(model, (x0,))
     np.testing.assert_allclose(np.asarray(fn(x0)), want, rtol=1e-4, atol=1e-4)
     return lambda: fn(x0)
 
