@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 
 import numpy as np
 import onnx
@@ -71,7 +72,7 @@ def read_model(model, limits: ImportLimits) -> onnx.ModelProto:
     """The ModelProto of a path, bytes or a ModelProto; anything that is not an ONNX model is
     an OnnxImportError saying so."""
     if isinstance(model, onnx.ModelProto):
-        proto, source = model, "the ModelProto"
+        proto, source = model, "the model"
     else:
         source = "the bytes" if isinstance(model, (bytes, bytearray)) else repr(os.fspath(model))
         proto = _parse(model, source, limits)
@@ -208,8 +209,8 @@ def infer_node(node, values: list, types: list, opset: int, ir_version: int) -> 
 
 
 def _inference_reason(exc) -> str:
-    text = " ".join(str(exc).split())
-    return text.rsplit("] ", 1)[-1] if "] " in text else text
+    """ONNX's own words, without its "[ShapeInferenceError] Inference error(s): ..." frame."""
+    return re.split(r"\[\w+Error\]\s*", " ".join(str(exc).split()))[-1]
 
 
 def _static_type(vi):
