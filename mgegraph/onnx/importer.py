@@ -951,9 +951,12 @@ def _import(cx: _Context, model, constants: dict, input_shapes: dict):
         array = _remember(cx, np.array(numpy_helper.to_array(init), order="C"))
         env[init.name] = array
         cx._param_names[id(array)] = init.name
+    declared = {vi.name: vi for vi in gp.input}
     for name, value in constants.items():
         cx.stage = f"constants[{name!r}]"
-        env[name] = _remember(cx, np.array(value, order="C"))
+        if name not in declared:
+            cx.fail("the model has no graph input of that name")
+        env[name] = _remember(cx, _bound(cx, declared[name], value))
     for vi in gp.input:
         if vi.name not in env:  # else an initializer listed as an input, or a bound constant
             cx.stage = f"graph input {vi.name!r}"
@@ -969,6 +972,26 @@ def _import(cx: _Context, model, constants: dict, input_shapes: dict):
                 env[name] = value
     cx.node, cx.stage = None, "the graph's outputs"
     return cx.g, [_output(cx, vi.name, env[vi.name]) for vi in gp.output]
+
+
+def _bound(cx: _Context, vi, value) -> np.ndarray:
+    """A value bound to a graph input: of the input's declared type, as a feed must be."""
+    array = np.array(value, order="C")
+    tt = vi.type.tensor_type
+    if tt.elem_type:
+        dtype = _dtype_of(tt.elem_type, cx.where())
+        converted = array.astype(dtype)
+        nan = array.dtype.kind == "f" and dtype.kind == "f"
+        if not np.array_equal(converted, array, equal_nan=nan):
+            cx.fail(f"a {array.dtype} value that {dtype}, the input's dtype, does not hold")
+        array = converted
+    if tt.HasField("shape"):
+        dims = tt.shape.dim
+        if len(dims) != array.ndim or any(d.HasField("dim_value") and d.dim_value != n
+                                          for d, n in zip(dims, array.shape)):
+            want = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims]
+            cx.fail(f"a value of shape {list(array.shape)} for an input declared {want}")
+    return array
 
 
 def _graph_input(cx: _Context, vi, shape) -> Var:

@@ -50,9 +50,11 @@ HUGE = [2**20, 2**20]  # 4 TiB of float32
     (helper.make_node("Range", ["a", "b", "c"], ["y"], name="n"), [],
      [_i64("a", 0), _i64("b", 2**40), _i64("c", 1)]),
     (helper.make_node("Expand", ["x", "s"], ["y"], name="n"), [_vi("x", [1])], [_i64("s", HUGE)]),
-    (helper.make_node("Expand", ["x", "s"], ["y"], name="n"), [], [_f32("x", [1]), _i64("s", HUGE)]),
+    (helper.make_node("Expand", ["x", "s"], ["y"], name="n"), [],
+     [_f32("x", [1]), _i64("s", HUGE)]),
     (helper.make_node("Tile", ["x", "r"], ["y"], name="n"), [_vi("x", [1, 1])], [_i64("r", HUGE)]),
-    (helper.make_node("Tile", ["x", "r"], ["y"], name="n"), [], [_f32("x", [[1]]), _i64("r", HUGE)]),
+    (helper.make_node("Tile", ["x", "r"], ["y"], name="n"), [],
+     [_f32("x", [[1]]), _i64("r", HUGE)]),
     (helper.make_node("Pad", ["x", "p"], ["y"], name="n"), [_vi("x", [1, 1])],
      [_i64("p", [0, 0] + HUGE)]),
     (helper.make_node("Add", ["a", "b"], ["y"], name="n"), [],  # broadcasting two known columns
@@ -86,7 +88,8 @@ def test_the_limits_can_be_raised_and_lowered():
     _refused(_model([relu], [_vi("x", [1] * 9)]), "graph input 'x': the input of rank 9",
              limits=ImportLimits(max_ndim=8))
     data = _model([relu], [_vi("x", [2])]).SerializeToString()
-    _refused(data, f"{len(data)} bytes, over the limit of 10", limits=ImportLimits(max_file_bytes=10))
+    _refused(data, f"{len(data)} bytes, over the limit of 10",
+             limits=ImportLimits(max_file_bytes=10))
 
 
 def test_initializers_and_inputs_are_checked_by_their_declared_shapes():
@@ -184,7 +187,8 @@ def test_split_sizes_must_sum_to_the_axis():
 @pytest.mark.parametrize("op, attrs, match", [
     ("Conv", {"auto_pad": "SAME_UPPER", "pads": [1, 1, 1, 1]},
      r"auto_pad=SAME_UPPER and pads \[1, 1, 1, 1\] together"),
-    ("Conv", {"kernel_shape": [2, 2]}, r"kernel_shape \[2, 2\] contradicts the weight's .*\[3, 3\]"),
+    ("Conv", {"kernel_shape": [2, 2]},
+     r"kernel_shape \[2, 2\] contradicts the weight's .*\[3, 3\]"),
     ("Conv", {"strides": [1, 1, 1]}, "strides"),  # ONNX's inference finds these two first
     ("Conv", {"dilations": [0, 1]}, "dilation"),
     ("MaxPool", {"kernel_shape": [3, 3], "auto_pad": "VALID", "pads": [0, 0, 1, 1]},
@@ -210,6 +214,20 @@ def test_gather_on_a_0d_input_and_known_indices_out_of_range():
     indices[7] = 3
     _refused(_model([node], [_vi("x", [3])], initializers=[_i64("i", indices)]),
              r"Gather node 'g': indices from 0 to 3 on an axis of 3 \(ONNX allows -3 to 2\)")
+
+
+def test_a_bound_constant_must_fit_the_declared_input():
+    node = helper.make_node("Reshape", ["x", "s"], ["y"])
+    model = _model([node], [_vi("x", [2, 3]), _vi("s", [2], TensorProto.INT64)])
+    _refused(model, r"constants\['s'\]: a value of shape \[3\] for an input declared \[2\]",
+             constants={"s": np.array([3, 2, 1])})
+    _refused(model, r"constants\['s'\]: a float64 value that int64, the input's dtype, does not",
+             constants={"s": np.array([3.5, 2])})
+    _refused(model, r"constants\['t'\]: the model has no graph input of that name",
+             constants={"t": [3, 2]})
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    plan = mo.import_model(model, constants={"s": [3, 2]})  # Python ints: int64 holds them
+    np.testing.assert_array_equal(plan.run({"x": x})[0], x.reshape(3, 2))
 
 
 # -- every failure is one OnnxImportError --------------------------------------------------------
