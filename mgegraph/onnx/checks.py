@@ -93,9 +93,16 @@ def _parse(model, source: str, limits: ImportLimits) -> onnx.ModelProto:
     try:
         if isinstance(model, (bytes, bytearray)):
             return onnx.load_from_string(bytes(model))
-        return onnx.load(os.fspath(model))
+        proto = onnx.load(os.fspath(model), load_external_data=False)
     except (DecodeError, RuntimeWarning, ValueError, TypeError) as exc:
         raise OnnxImportError(f"{source}: not an ONNX model (protobuf: {exc})") from exc
+    # weights in files beside the model: their declared sizes checked before onnx reads them
+    for init in proto.graph.initializer:
+        if init.data_location == TensorProto.EXTERNAL:
+            check_size(f"initializer {init.name!r}", init.dims,
+                       helper.tensor_dtype_to_np_dtype(init.data_type), limits)
+    onnx.load_external_data_for_model(proto, os.path.dirname(os.path.abspath(model)))
+    return proto
 
 
 def opset_of(model: onnx.ModelProto) -> int:

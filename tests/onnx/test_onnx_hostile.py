@@ -103,6 +103,25 @@ def test_initializers_and_inputs_are_checked_by_their_declared_shapes():
     _refused(model, "graph input 'x': the input of shape")
 
 
+def _external(name, dims, location):
+    tensor = onnx.TensorProto(name=name, data_type=F32, dims=dims)
+    tensor.data_location = TensorProto.EXTERNAL
+    entry = tensor.external_data.add()
+    entry.key, entry.value = "location", location
+    return tensor
+
+
+def test_external_weights_are_sized_before_they_are_read(tmp_path):
+    path = tmp_path / "m.onnx"
+    w = _external("W", HUGE, "absent.bin")  # never opened: its declared size is refused first
+    onnx.save(_model([helper.make_node("Relu", ["W"], ["y"])], initializers=[w]), path)
+    _refused(path, r"initializer 'W': the tensor of shape \[1048576, 1048576\]")
+    w = _external("W", [2], "../outside.bin")
+    onnx.save(_model([helper.make_node("Relu", ["W"], ["y"])], initializers=[w]), path)
+    _refused(path, "points outside the directory")
+    _refused(path.read_bytes(), "initializer 'W': its data is in an external file")
+
+
 def test_a_huge_list_of_ints_is_refused_before_it_becomes_python_ints():
     model = _model([helper.make_node("Reshape", ["x", "s"], ["y"], name="r")], [_vi("x", [2])],
                    initializers=[_i64("s", [2] + [1] * 40)])
