@@ -10,10 +10,13 @@ Importing this package does not import ``onnx``; each function imports it when c
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..ir.errors import GraphError
 
 __all__ = [
     "SUPPORTED_OPSETS",
+    "ImportLimits",
     "OnnxExportError",
     "OnnxImportError",
     "export",
@@ -39,27 +42,51 @@ class OnnxImportError(GraphError):
         self.needs_constant = tuple(needs_constant)
 
 
+@dataclass(frozen=True)
+class ImportLimits:
+    """What the importer accepts; over any limit, an ``OnnxImportError`` naming the node (or
+    the initializer, or the graph input), raised before the memory is asked for.
+
+    ``max_tensor_bytes`` bounds every tensor the importer would create or fold and every value
+    of the graph it builds (the compiled plan allocates those); ``max_known_bytes`` all the
+    arrays known at import together (initializers, constants and folded results).
+
+    >>> mgegraph.onnx.import_model(path, limits=ImportLimits(max_tensor_bytes=2**34))
+    """
+
+    max_file_bytes: int = 1 << 31     # protobuf's own ceiling for one message
+    max_nodes: int = 1_000_000
+    max_ndim: int = 32
+    max_tensor_bytes: int = 1 << 32
+    max_known_bytes: int = 1 << 34
+    max_int_list: int = 1 << 16       # a known array read as a shape, axes, pads or sizes
+
+
+
 class OnnxExportError(GraphError):
     """A graph mgegraph cannot write as ONNX (an op without an ONNX form, named with counts)."""
 
 
-def import_graph(model, *, constants=None, input_shapes=None):
+def import_graph(model, *, constants=None, input_shapes=None, limits=None):
     """``(Graph, outputs)`` of an ONNX model (a path, bytes or a ``ModelProto``).
 
     Initializers become params (float weights, named as in the file) or constants; the graph
     inputs become ``g.input``s with their ONNX names; shape arithmetic on static shapes is
     folded at import. ``constants`` binds graph inputs to fixed arrays (folded like
-    initializers); ``input_shapes`` gives static shapes to inputs with symbolic dims.
+    initializers); ``input_shapes`` gives static shapes to inputs with symbolic dims;
+    ``limits`` (an :class:`ImportLimits`) bounds what the file may ask for. Anything wrong
+    with the file is one ``OnnxImportError`` naming the node, raised before anything runs.
     """
-    from .importer import import_graph as _import
-    return _import(model, constants=constants, input_shapes=input_shapes)
+    from .importer import import_graph as _import  # lazy: optional dependency (onnx)
+    return _import(model, constants=constants, input_shapes=input_shapes, limits=limits)
 
 
-def import_model(model, *, constants=None, input_shapes=None, **compile_options):
+def import_model(model, *, constants=None, input_shapes=None, limits=None, **compile_options):
     """``mg.compile`` of :func:`import_graph`'s graph: a Plan whose ``run(feeds)`` takes the
     ONNX input names and returns the ONNX outputs in order."""
     from ..compiler import compile as _compile
-    _, outputs = import_graph(model, constants=constants, input_shapes=input_shapes)
+    _, outputs = import_graph(model, constants=constants, input_shapes=input_shapes,
+                              limits=limits)
     return _compile(outputs, **compile_options)
 
 

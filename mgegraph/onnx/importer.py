@@ -22,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 from .. import functional as F
 from ..ir.errors import GraphError
 from ..ir.graph import Graph, Var
-from . import SUPPORTED_OPSETS, OnnxImportError
+from . import SUPPORTED_OPSETS, ImportLimits, OnnxImportError, checks
 
 DTYPES = {TensorProto.FLOAT: np.dtype(np.float32), TensorProto.DOUBLE: np.dtype(np.float64),
           TensorProto.INT32: np.dtype(np.int32), TensorProto.INT64: np.dtype(np.int64),
@@ -60,14 +60,16 @@ class NotSupported(OnnxImportError):
 
 
 class _Context:
-    """What converters see: the graph, the opset, and the helpers to read inputs."""
+    """What converters see: the graph, the opset, and the helpers to read inputs; what the
+    import is at (``stage``, ``node``) for the errors."""
 
-    def __init__(self, graph: Graph, opset: int, input_names: dict[int, str]):
-        self.g, self.opset = graph, opset
-        self._input_names = input_names   # var id -> ONNX input name, for needs_constant
+    def __init__(self, graph: Graph, limits: ImportLimits):
+        self.g, self.limits, self.opset = graph, limits, None
+        self._input_names: dict[int, str] = {}  # var id -> ONNX input name, for needs_constant
         self._consts: dict[int, Var] = {}  # id(array) -> its const/param Var
         self._param_names: dict[int, str] = {}  # id(array) of an initializer -> its name
-        self.node = None
+        self.known_bytes = 0  # of the arrays known at import, against limits.max_known_bytes
+        self.stage, self.node = "reading the model", None
 
     def var(self, x) -> Var:
         """``x`` as a Var: a known array becomes a param (a float initializer) or a const."""
@@ -96,11 +98,21 @@ class _Context:
 
     def ints(self, x, what: str):
         v = self.known(x, what)
-        return None if v is None else [int(i) for i in np.asarray(v).reshape(-1)]
+        if v is None:
+            return None
+        if v.size > self.limits.max_int_list:
+            self.fail(f"{what} has {v.size} values, over the limit of "
+                      f"{self.limits.max_int_list} (ImportLimits.max_int_list)")
+        return [int(i) for i in np.asarray(v).reshape(-1)]
+
+    def axis(self, value, rank: int, what: str = "axis", inclusive: bool = False) -> int:
+        return checks.axis(self.where(), value, rank, what, inclusive)
+
+    def axes(self, values, rank: int, what: str = "axes") -> list[int]:
+        return checks.axes(self.where(), values, rank, what)
 
     def where(self) -> str:
-        n = self.node
-        return f"{n.op_type} node {n.name or '(unnamed)'!r}"
+        return self.stage if self.node is None else checks.node_name(self.node)
 
     def fail(self, reason: str):
         raise NotSupported(f"{self.where()}: {reason}")
@@ -319,12 +331,44 @@ def _gemm(cx, ins, at):
     return [out]
 
 
+def _pad_mode(at) -> str:
+    mode = at.get("auto_pad", b"NOTSET")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    return mode or "NOTSET"
+
+
+def _check_window(cx, at, nd: int, kernel=None) -> None:
+    """A convolution's or pooling's attributes as ONNX Runtime checks them: ``auto_pad`` or
+    ``pads``, not both; ``kernel_shape`` equal to the weight's (``kernel``) where there is one;
+    one stride, dilation and kernel dim per spatial axis and two pads; windows of at least 1."""
+    mode = _pad_mode(at)
+    if mode not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        cx.fail(f"auto_pad {mode!r} is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID")
+    if mode != "NOTSET" and "pads" in at:
+        cx.fail(f"auto_pad={mode} and pads {list(at['pads'])} together (ONNX allows one)")
+    given = at.get("kernel_shape")
+    if kernel is None and given is None:
+        cx.fail("kernel_shape is required")
+    if kernel is not None and given is not None and list(given) != list(kernel):
+        cx.fail(f"kernel_shape {list(given)} contradicts the weight's spatial shape "
+                f"{list(kernel)}")
+    for name, count in (("kernel_shape", nd), ("strides", nd), ("dilations", nd),
+                        ("pads", 2 * nd)):
+        if name in at and len(at[name]) != count:
+            cx.fail(f"{name} {list(at[name])} has {len(at[name])} values for {nd} spatial axes "
+                    f"(ONNX needs {count})")
+    for name in ("kernel_shape", "strides", "dilations"):
+        if any(v < 1 for v in at.get(name, ())):
+            cx.fail(f"{name} {list(at[name])} has a value below 1")
+    if any(p < 0 for p in at.get("pads", ())):
+        cx.fail(f"pads {list(at['pads'])} has a negative value")
+
+
 def _auto_pad(cx, at, in_hw, kernel, strides, dilations):
     """ONNX pads as ((begin_h, end_h), (begin_w, end_w))."""
     n = len(in_hw)
-    mode = at.get("auto_pad", b"NOTSET")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
-    if mode in ("NOTSET", ""):
+    mode = _pad_mode(at)
+    if mode == "NOTSET":
         pads = list(at.get("pads", [0] * (2 * n)))
         return [(pads[i], pads[i + n]) for i in range(n)]
     if mode == "VALID":
@@ -355,6 +399,10 @@ def _as2(values, one_d, fill):
 def _conv(cx, ins, at):
     x, one_d = _spatial(cx, cx.var(ins[0]), "Conv")
     w = cx.var(ins[1])
+    if w.ndim != x.ndim - one_d:
+        cx.fail(f"a weight of shape {list(_shape(w))} for an input of shape "
+                f"{list(_shape(x))[:x.ndim - one_d]} (ONNX needs the same rank)")
+    _check_window(cx, at, 2 - one_d, _shape(w)[2:])
     if one_d:
         w = F.reshape(w, _shape(w) + (1,))
     kernel = list(_shape(w)[2:])
@@ -421,6 +469,10 @@ def _pool(cx, ins, at):
     if at.get("storage_order", 0):
         cx.fail("storage_order=1 is not supported")
     nd = 2 - one_d
+    _check_window(cx, at, nd)
+    if any(p >= k for p, k in zip(at.get("pads", ()), list(at["kernel_shape"]) * 2)):
+        cx.fail(f"pads {list(at['pads'])} not smaller than kernel_shape "
+                f"{list(at['kernel_shape'])} (a window of padding only; ONNX Runtime refuses it)")
     kernel = _as2(at["kernel_shape"], one_d, 1)
     strides = _as2(at.get("strides", [1] * nd), one_d, 1)
     dilations = _as2(at.get("dilations", [1] * nd), one_d, 1)
@@ -501,7 +553,7 @@ def _batch_norm(cx, ins, at):
 @converter("LayerNormalization")
 def _layer_norm(cx, ins, at):
     x = cx.var(ins[0])
-    axis = at.get("axis", -1) % x.ndim
+    axis = cx.axis(at.get("axis", -1), x.ndim)
     eps = at.get("epsilon", 1e-5)
     norm_shape = _shape(x)[axis:]
     scale = ins[1]
@@ -530,7 +582,7 @@ def _layer_norm(cx, ins, at):
 def _softmax(cx, ins, at):
     x = cx.var(ins[0])
     fn = F.softmax if cx.node.op_type == "Softmax" else F.log_softmax
-    return [fn(x, at.get("axis", -1) % max(x.ndim, 1))]
+    return [fn(x, cx.axis(at.get("axis", -1), x.ndim))]
 
 
 # -- reductions ---------------------------------------------------------------------------
@@ -544,7 +596,7 @@ def _reduce_axes(cx, ins, at, x):
         axes = []
     if not axes:
         return None if at.get("noop_with_empty_axes", 0) else tuple(range(x.ndim))
-    return tuple(sorted(a % x.ndim for a in axes))
+    return tuple(sorted(cx.axes(axes, x.ndim)))
 
 
 @converter("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd",
@@ -558,7 +610,8 @@ def _reduce(cx, ins, at):
     op = cx.node.op_type
     if any(_shape(x)[a] == 0 for a in axes) and op in ("ReduceMax", "ReduceMin"):
         # ONNX: the max of nothing is the lowest value of the type, the min the highest
-        shape = tuple(1 if i in axes else d for i, d in enumerate(_shape(x)) if keep or i not in axes)
+        shape = tuple(1 if i in axes else d for i, d in enumerate(_shape(x))
+                      if keep or i not in axes)
         if x.dtype.kind == "f":
             value = -np.inf if op == "ReduceMax" else np.inf
         elif x.dtype.kind == "b":
@@ -588,7 +641,7 @@ def _reduce(cx, ins, at):
 @converter("ArgMax", "ArgMin")
 def _argmax(cx, ins, at):
     x = cx.var(ins[0])
-    axis = at.get("axis", 0) % x.ndim
+    axis = cx.axis(at.get("axis", 0), x.ndim)
     keep = bool(at.get("keepdims", 1))
     if at.get("select_last_index", 0):
         n = _shape(x)[axis]
@@ -614,8 +667,7 @@ def _reshape(cx, ins, at):
 @converter("Flatten")
 def _flatten(cx, ins, at):
     x = cx.var(ins[0])
-    axis = at.get("axis", 1)
-    axis = axis + x.ndim if axis < 0 else axis
+    axis = cx.axis(at.get("axis", 1), x.ndim, inclusive=True)
     s = _shape(x)
     return [F.reshape(x, (math.prod(s[:axis]), math.prod(s[axis:])))]
 
@@ -624,13 +676,15 @@ def _flatten(cx, ins, at):
 def _transpose(cx, ins, at):
     x = cx.var(ins[0])
     perm = tuple(at.get("perm", range(x.ndim - 1, -1, -1)))
+    if sorted(perm) != list(range(x.ndim)):
+        cx.fail(f"perm {list(perm)} is not a permutation of the {x.ndim} axes")
     return [F.transpose(x, perm)]
 
 
 @converter("Concat")
 def _concat(cx, ins, at):
     parts = [cx.var(x) for x in ins if x is not None]
-    axis = at["axis"] % parts[0].ndim
+    axis = cx.axis(at["axis"], parts[0].ndim)
     parts = [p for p in parts if p.size or len(parts) == 1]
     return [F.concat(parts, axis)]
 
@@ -641,7 +695,9 @@ def _squeeze(cx, ins, at):
     axes = cx.ints(ins[1], "axes") if len(ins) > 1 and ins[1] is not None else None
     if axes is None:
         axes = [i for i, d in enumerate(_shape(x)) if d == 1]
-    axes = {a % x.ndim for a in axes}
+    axes = set(cx.axes(axes, x.ndim))
+    if any(_shape(x)[a] != 1 for a in axes):
+        cx.fail(f"squeezes axes {sorted(axes)} of shape {list(_shape(x))}: each must be 1")
     return [F.reshape(x, tuple(d for i, d in enumerate(_shape(x)) if i not in axes))]
 
 
@@ -649,8 +705,7 @@ def _squeeze(cx, ins, at):
 def _unsqueeze(cx, ins, at):
     x = cx.var(ins[0])
     axes = cx.ints(ins[1], "axes")
-    rank = x.ndim + len(axes)
-    axes = sorted(a % rank for a in axes)
+    axes = sorted(cx.axes(axes, x.ndim + len(axes)))  # axes of the output
     shape = list(_shape(x))
     for a in axes:
         shape.insert(a, 1)
@@ -661,7 +716,10 @@ def _unsqueeze(cx, ins, at):
 def _expand(cx, ins, at):
     x = cx.var(ins[0])
     target = tuple(cx.ints(ins[1], "the target shape"))
-    shape = np.broadcast_shapes(_shape(x), target)
+    try:
+        shape = np.broadcast_shapes(_shape(x), target)
+    except ValueError:
+        cx.fail(f"cannot broadcast shape {list(_shape(x))} to {list(target)}")
     if shape == _shape(x):
         return [F.reshape(x, shape)]
     return [F.broadcast_to(x, shape)]
@@ -669,26 +727,41 @@ def _expand(cx, ins, at):
 
 @converter("Tile")
 def _tile(cx, ins, at):
-    return [F.tile(cx.var(ins[0]), tuple(cx.ints(ins[1], "repeats")))]
+    x = cx.var(ins[0])
+    repeats = cx.ints(ins[1], "repeats")
+    if len(repeats) != x.ndim or min(repeats, default=0) < 0:
+        cx.fail(f"repeats {repeats} for a rank-{x.ndim} input (ONNX needs one per axis, none "
+                "negative)")
+    return [F.tile(x, tuple(repeats))]
 
 
 @converter("Gather")
 def _gather(cx, ins, at):
     x = cx.var(ins[0])
-    axis = at.get("axis", 0) % x.ndim
-    idx = ins[1]
-    if isinstance(idx, np.ndarray):
-        idx = cx.g.const(np.asarray(idx, np.int64))
-    return [F.take(x, idx, axis)]
+    if x.ndim == 0:
+        cx.fail("gathers from a 0-d input (ONNX needs rank >= 1)")
+    axis = cx.axis(at.get("axis", 0), x.ndim)
+    return [F.take(x, _indices(cx, ins[1], _shape(x)[axis]), axis)]
+
+
+def _indices(cx, idx, n: int):
+    """Gather's indices as a Var; known ones checked against the axis's ``[-n, n-1]``."""
+    if not isinstance(idx, np.ndarray):
+        return idx
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        cx.fail(f"indices from {idx.min()} to {idx.max()} on an axis of {n} (ONNX allows "
+                f"{-n} to {n - 1})")
+    return cx.g.const(np.asarray(idx, np.int64))
 
 
 @converter("GatherElements")
 def _gather_elements(cx, ins, at):
     x = cx.var(ins[0])
-    idx = ins[1]
-    if isinstance(idx, np.ndarray):
-        idx = cx.g.const(np.asarray(idx, np.int64))
-    return [F.gather(x, at.get("axis", 0) % x.ndim, idx)]
+    axis = cx.axis(at.get("axis", 0), x.ndim)
+    if len(_shape(ins[1])) != x.ndim:
+        cx.fail(f"indices of rank {len(_shape(ins[1]))} for a rank-{x.ndim} input (ONNX needs "
+                "the same rank)")
+    return [F.gather(x, axis, _indices(cx, ins[1], _shape(x)[axis]))]
 
 
 @converter("Slice")
@@ -697,8 +770,13 @@ def _slice(cx, ins, at):
     starts, ends = cx.ints(ins[1], "starts"), cx.ints(ins[2], "ends")
     axes = cx.ints(ins[3], "axes") if len(ins) > 3 and ins[3] is not None else None
     steps = cx.ints(ins[4], "steps") if len(ins) > 4 and ins[4] is not None else None
-    axes = list(range(len(starts))) if axes is None else [a % x.ndim for a in axes]
+    axes = list(range(len(starts))) if axes is None else cx.axes(axes, x.ndim)
     steps = [1] * len(starts) if steps is None else steps
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        cx.fail(f"starts, ends, axes and steps of lengths {len(starts)}, {len(ends)}, "
+                f"{len(axes)} and {len(steps)}: ONNX needs one of each per axis")
+    if 0 in steps:
+        cx.fail("a step of 0")
     index = [slice(None)] * x.ndim
     for a, s, e, st in zip(axes, starts, ends, steps):
         index[a] = slice(s, e, st)
@@ -708,7 +786,7 @@ def _slice(cx, ins, at):
 @converter("Split")
 def _split(cx, ins, at):
     x = cx.var(ins[0])
-    axis = at.get("axis", 0) % x.ndim
+    axis = cx.axis(at.get("axis", 0), x.ndim)
     n_out = len(cx.node.output)
     sizes = cx.ints(ins[1], "split") if len(ins) > 1 and ins[1] is not None else None
     if sizes is None and "split" in at:  # opset 13's attribute form
@@ -718,6 +796,9 @@ def _split(cx, ins, at):
         n = at.get("num_outputs", n_out)
         chunk = -(-size // n)
         sizes = [min(chunk, size - i * chunk) for i in range(n)]
+    if len(sizes) != n_out or sum(sizes) != size or min(sizes) < 0:
+        cx.fail(f"split sizes {sizes} for {n_out} outputs of an axis of {size}: ONNX needs one "
+                "size per output, none negative, summing to the axis")
     bounds = list(np.cumsum(sizes)[:-1])
     if len(sizes) == 1:
         return [F.reshape(x, _shape(x))]
@@ -730,8 +811,10 @@ def _pad(cx, ins, at):
     pads = cx.ints(ins[1], "pads")
     value = cx.known(ins[2], "constant_value") if len(ins) > 2 and ins[2] is not None else None
     axes = cx.ints(ins[3], "axes") if len(ins) > 3 and ins[3] is not None else None
-    axes = list(range(x.ndim)) if axes is None else [a % x.ndim for a in axes]
+    axes = list(range(x.ndim)) if axes is None else cx.axes(axes, x.ndim)
     k = len(axes)
+    if len(pads) != 2 * k:
+        cx.fail(f"{len(pads)} pads for {k} axes (ONNX needs 2 per axis)")
     width = [(0, 0)] * x.ndim
     for i, a in enumerate(axes):
         width[a] = (pads[i], pads[i + k])
@@ -748,6 +831,8 @@ def _pad(cx, ins, at):
 @converter("Trilu")
 def _trilu(cx, ins, at):
     x = cx.var(ins[0])
+    if x.ndim < 2:
+        cx.fail(f"a rank-{x.ndim} input (Trilu needs rank >= 2)")
     n, m = _shape(x)[-2:]
     rows = cx.g.const(np.arange(n, dtype=np.int64).reshape(n, 1))
     cols = cx.g.const(np.arange(m, dtype=np.int64).reshape(1, m))
@@ -805,24 +890,9 @@ def _constant(cx, ins, at):
 
 
 # -- the walk -----------------------------------------------------------------------------
-def _load(model) -> onnx.ModelProto:
-    if isinstance(model, onnx.ModelProto):
-        return model
-    if isinstance(model, (bytes, bytearray)):
-        return onnx.load_from_string(bytes(model))
-    return onnx.load(str(model))
-
-
-def _opset(model) -> int:
-    for entry in model.opset_import:
-        if entry.domain in ("", "ai.onnx"):
-            return entry.version
-    raise OnnxImportError("the model imports no version of the default ONNX opset")
-
-
 def _fold(node, values: list, opset: int, ir_version: int) -> list:
     """Evaluate one node on known arrays with ONNX's NumPy reference evaluator."""
-    from onnx.reference import ReferenceEvaluator
+    from onnx.reference import ReferenceEvaluator  # lazy: loads onnx's whole evaluator
 
     names = [f"in{i}" if v is not None else "" for i, v in enumerate(values)]
     inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
@@ -854,79 +924,145 @@ def _check_ops(graph_proto, opset: int):
                               "imported", unsupported=dict(missing))
 
 
-def import_graph(model, *, constants=None, input_shapes=None):
-    model = _load(model)
-    opset = _opset(model)
-    if opset < SUPPORTED_OPSETS[0]:
-        raise OnnxImportError(f"the model is at opset {opset}; mgegraph imports opsets "
-                              f"{SUPPORTED_OPSETS[0]} to {SUPPORTED_OPSETS[-1]} (convert it "
-                              "with onnx.version_converter first)")
-    gp = model.graph
-    _check_ops(gp, opset)
-    constants = dict(constants or {})
-    input_shapes = dict(input_shapes or {})
+def import_graph(model, *, constants=None, input_shapes=None, limits=None):
+    """``(Graph, outputs)`` of an ONNX model; see ``mgegraph.onnx.import_graph``."""
+    cx = _Context(Graph(), ImportLimits() if limits is None else limits)
+    try:
+        return _import(cx, model, dict(constants or {}), dict(input_shapes or {}))
+    except OnnxImportError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever a file provokes is the file's error
+        raise OnnxImportError(f"{cx.where()}: {type(exc).__name__}: {exc}") from exc
 
-    g = Graph()
+
+def _import(cx: _Context, model, constants: dict, input_shapes: dict):
+    model = checks.read_model(model, cx.limits)
+    cx.opset = checks.opset_of(model)
+    gp = model.graph
+    checks.check_structure(gp, cx.limits)
+    _check_ops(gp, cx.opset)
     env: dict[str, object] = {"": None}
-    input_names: dict[int, str] = {}
-    cx = _Context(g, opset, input_names)
     for init in gp.initializer:
-        array = numpy_helper.to_array(init)
-        if array.dtype not in DTYPES.values():
-            raise NotSupported(f"initializer {init.name!r}: dtype {array.dtype} is not supported")
-        array = np.array(array, order="C")
+        cx.stage = f"initializer {init.name!r}"
+        checks.check_initializer(init, cx.limits, DTYPES)
+        if init.data_location == TensorProto.EXTERNAL:
+            cx.fail("its data is in an external file: pass the model's path, so that onnx "
+                    "reads that data from the model's folder")
+        array = _remember(cx, np.array(numpy_helper.to_array(init), order="C"))
         env[init.name] = array
         cx._param_names[id(array)] = init.name
+    declared = {vi.name: vi for vi in gp.input}
     for name, value in constants.items():
-        env[name] = np.array(value, order="C")
+        cx.stage = f"constants[{name!r}]"
+        if name not in declared:
+            cx.fail("the model has no graph input of that name")
+        env[name] = _remember(cx, _bound(cx, declared[name], value))
     for vi in gp.input:
-        if vi.name in env:  # an initializer listed as an input (IR < 4), or a bound constant
-            continue
-        tt = vi.type.tensor_type
-        if not vi.type.HasField("tensor_type"):
-            raise NotSupported(f"graph input {vi.name!r} is not a tensor")
-        dtype = _dtype_of(tt.elem_type, f"graph input {vi.name!r}")
-        if vi.name in input_shapes:
-            shape = tuple(int(d) for d in input_shapes[vi.name])
-        else:
-            shape = []
-            for axis, dim in enumerate(tt.shape.dim):
-                if not dim.HasField("dim_value"):
-                    label = dim.dim_param or "unknown"
-                    raise OnnxImportError(
-                        f"graph input {vi.name!r} has a dynamic dim {label!r} at axis {axis}; "
-                        f"mgegraph needs static shapes: pass input_shapes={{{vi.name!r}: ...}}")
-                shape.append(dim.dim_value)
-            shape = tuple(shape)
-        var = g.input(vi.name, shape, dtype)
-        env[vi.name] = var
-        input_names[var.id] = vi.name
-
+        if vi.name not in env:  # else an initializer listed as an input, or a bound constant
+            cx.stage = f"graph input {vi.name!r}"
+            var = _graph_input(cx, vi, input_shapes.get(vi.name))
+            env[vi.name] = var
+            cx._input_names[var.id] = vi.name
+    cx.stage = None
     for node in gp.node:
         cx.node = node
-        ins = [env[name] for name in node.input]
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        if node.op_type != "Constant" and all(v is None or isinstance(v, np.ndarray) for v in ins) \
-                and any(v is not None for v in ins):
-            outs = _fold(node, ins, opset, model.ir_version)
-        else:
-            try:
-                outs = CONVERTERS[node.op_type](cx, ins, attrs)
-            except OnnxImportError:
-                raise
-            except GraphError as exc:
-                raise OnnxImportError(f"{cx.where()}: {exc}") from exc
-        for name, value in zip(node.output, outs):
+        for name, value in zip(node.output, _convert(cx, node, [env[n] for n in node.input],
+                                                     model.ir_version)):
             if name:
                 env[name] = value
-    outputs = []
-    for vi in gp.output:
-        value = env[vi.name]
-        if isinstance(value, np.ndarray):
-            value = g.const(value) if value.dtype in DTYPES.values() else None
-            if value is None:
-                raise NotSupported(f"output {vi.name!r}: dtype is not supported")
-        elif value.node.op.name in ("input", "param", "const"):
-            value = F.reshape(value, _shape(value))  # an output is its own value
-        outputs.append(value)
-    return g, outputs
+    cx.node, cx.stage = None, "the graph's outputs"
+    return cx.g, [_output(cx, vi.name, env[vi.name]) for vi in gp.output]
+
+
+def _bound(cx: _Context, vi, value) -> np.ndarray:
+    """A value bound to a graph input: of the input's declared type, as a feed must be."""
+    array = np.array(value, order="C")
+    tt = vi.type.tensor_type
+    if tt.elem_type:
+        dtype = _dtype_of(tt.elem_type, cx.where())
+        converted = array.astype(dtype)
+        nan = array.dtype.kind == "f" and dtype.kind == "f"
+        if not np.array_equal(converted, array, equal_nan=nan):
+            cx.fail(f"a {array.dtype} value that {dtype}, the input's dtype, does not hold")
+        array = converted
+    if tt.HasField("shape"):
+        dims = tt.shape.dim
+        if len(dims) != array.ndim or any(d.HasField("dim_value") and d.dim_value != n
+                                          for d, n in zip(dims, array.shape)):
+            want = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims]
+            cx.fail(f"a value of shape {list(array.shape)} for an input declared {want}")
+    return array
+
+
+def _graph_input(cx: _Context, vi, shape) -> Var:
+    if not vi.type.HasField("tensor_type"):
+        cx.fail("it is not a tensor")
+    tt = vi.type.tensor_type
+    dtype = _dtype_of(tt.elem_type, cx.where())
+    if shape is None:
+        for axis, dim in enumerate(tt.shape.dim):
+            if not dim.HasField("dim_value"):
+                label = dim.dim_param or "unknown"
+                raise OnnxImportError(
+                    f"graph input {vi.name!r} has a dynamic dim {label!r} at axis {axis}; "
+                    f"mgegraph needs static shapes: pass input_shapes={{{vi.name!r}: ...}}")
+        shape = [dim.dim_value for dim in tt.shape.dim]
+    shape = tuple(int(d) for d in shape)
+    checks.check_size(cx.where(), shape, dtype, cx.limits, "the input")
+    return cx.g.input(vi.name, shape, dtype)
+
+
+def _convert(cx: _Context, node, ins: list, ir_version: int) -> list:
+    """The node's outputs: folded when every input is known, else through its converter;
+    its outputs' sizes checked against the limits before either allocates them."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    known = [v if isinstance(v, np.ndarray) else None for v in ins]
+    types = [None if v is None else (_shape(v), v.dtype) for v in ins]
+    predicted = checks.infer_node(node, known, types, cx.opset, ir_version)
+    fold = node.op_type != "Constant" and all(v is None or isinstance(v, np.ndarray) for v in ins) \
+        and any(v is not None for v in ins)
+    for name, guess in zip(node.output, predicted):
+        if guess is not None:
+            checks.check_size(cx.where(), guess[0], guess[1], cx.limits, f"output {name!r}")
+        elif name and fold:
+            cx.fail(f"the size of output {name!r} is not known before it is evaluated, so it "
+                    "cannot be checked against the limits")
+    if fold:
+        _reserve(cx, sum(checks.tensor_bytes(*guess) for guess in predicted if guess))
+        outs = _fold(node, ins, cx.opset, ir_version)
+    else:
+        try:
+            outs = CONVERTERS[node.op_type](cx, ins, attrs)
+        except OnnxImportError:
+            raise
+        except GraphError as exc:
+            raise OnnxImportError(f"{cx.where()}: {exc}") from exc
+    for name, value in zip(node.output, outs):
+        if name and value is not None:
+            checks.check_size(cx.where(), _shape(value), value.dtype, cx.limits,
+                              f"output {name!r}")
+    return outs
+
+
+def _reserve(cx: _Context, nbytes: int) -> None:
+    cx.known_bytes += nbytes
+    if cx.known_bytes > cx.limits.max_known_bytes:
+        cx.fail(f"the arrays known at import would take {cx.known_bytes} bytes, over the limit "
+                f"of {cx.limits.max_known_bytes} (ImportLimits.max_known_bytes)")
+
+
+def _remember(cx: _Context, array: np.ndarray) -> np.ndarray:
+    checks.check_size(cx.where(), array.shape, array.dtype, cx.limits)
+    _reserve(cx, array.nbytes)
+    return array
+
+
+def _output(cx: _Context, name: str, value):
+    cx.stage = f"graph output {name!r}"
+    if isinstance(value, np.ndarray):
+        if value.dtype not in DTYPES.values():
+            cx.fail(f"dtype {value.dtype} is not supported")
+        return cx.g.const(value)
+    if value.node.op.name in ("input", "param", "const"):
+        return F.reshape(value, _shape(value))  # an output is its own value
+    return value

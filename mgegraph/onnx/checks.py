@@ -1,0 +1,228 @@
+"""What the ONNX importer refuses before it builds or allocates anything: the limits on what a
+file may ask for, the reading of the bytes, the structure ONNX's checker demands, the types
+ONNX's shape inference gives each node, and the range of an axis.
+
+Design: a hostile file is small and asks for much (111 bytes of ``ConstantOfShape`` can ask
+for 4 TiB). Every size the importer would create is known before it is created: an
+initializer's from its declared dims, a graph input's from its declared shape, and a node's
+outputs from ONNX's own shape inference run on that one node, with the small arrays known at
+import (shapes, axes, repeats, pads, Range's bounds) given as initializers so that inference
+reads their values. The same inference, in strict mode, refuses what ONNX Runtime refuses at
+load (an axis out of range, Split sizes that do not sum, a Reshape to the wrong size), so a
+node is checked the same way whether it is folded or converted.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import TensorProto, helper
+
+from . import SUPPORTED_OPSETS, ImportLimits, OnnxImportError
+
+# known arrays up to this many elements go to a node's shape inference as initializers (their
+# values can decide the output's shape); larger ones only as types, which is all inference
+# reads of a weight
+_VALUE_ELEMENTS = 256
+
+
+def tensor_bytes(shape, dtype) -> int:
+    return math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize
+
+
+def check_size(where: str, shape, dtype, limits: ImportLimits, what: str = "the tensor") -> None:
+    """Refuse a tensor of ``shape`` and ``dtype`` over the limits (rank, bytes)."""
+    shape = tuple(int(d) for d in shape)
+    if len(shape) > limits.max_ndim:
+        raise OnnxImportError(f"{where}: {what} of rank {len(shape)}, over the limit of "
+                              f"{limits.max_ndim} dims")
+    if any(d < 0 for d in shape):
+        raise OnnxImportError(f"{where}: {what} of shape {list(shape)} has a negative dim")
+    size = tensor_bytes(shape, dtype)
+    if size > limits.max_tensor_bytes:
+        raise OnnxImportError(f"{where}: {what} of shape {list(shape)} and dtype "
+                              f"{np.dtype(dtype)} would take {size} bytes, over the limit of "
+                              f"{limits.max_tensor_bytes} (ImportLimits.max_tensor_bytes)")
+
+
+def axis(where: str, value, rank: int, what: str = "axis", inclusive: bool = False) -> int:
+    """``value`` as an axis in ``[0, rank)`` (``[0, rank]`` when ``inclusive``, as Flatten's
+    axis): ONNX allows ``[-rank, rank - 1]`` and refuses the rest, never wrapping them."""
+    value, top = int(value), rank + inclusive
+    if not -rank <= value < top:
+        raise OnnxImportError(f"{where}: {what} {value} is out of range for a rank-{rank} input "
+                              f"(ONNX allows {-rank} to {top - 1})")
+    return value + rank if value < 0 else value
+
+
+def axes(where: str, values, rank: int, what: str = "axes") -> list[int]:
+    """Each of ``values`` through :func:`axis`; an axis named twice is refused (ONNX does)."""
+    out = [axis(where, v, rank, what) for v in values]
+    if len(set(out)) != len(out):
+        raise OnnxImportError(f"{where}: {what} {list(values)} name an axis twice")
+    return out
+
+
+# -- reading -------------------------------------------------------------------------------
+def read_model(model, limits: ImportLimits) -> onnx.ModelProto:
+    """The ModelProto of a path, bytes or a ModelProto; anything that is not an ONNX model is
+    an OnnxImportError saying so."""
+    if isinstance(model, onnx.ModelProto):
+        proto, source = model, "the model"
+    else:
+        source = "the bytes" if isinstance(model, (bytes, bytearray)) else repr(os.fspath(model))
+        proto = _parse(model, source, limits)
+    if not proto.HasField("graph") or proto.ir_version <= 0:
+        missing = "graph" if not proto.HasField("graph") else "IR version"
+        raise OnnxImportError(f"{source}: not an ONNX model (it has no {missing})")
+    return proto
+
+
+def _parse(model, source: str, limits: ImportLimits) -> onnx.ModelProto:
+    if isinstance(model, (bytes, bytearray)):
+        size = len(model)
+    else:
+        size = os.path.getsize(model)
+    if size > limits.max_file_bytes:
+        raise OnnxImportError(f"{source}: {size} bytes, over the limit of "
+                              f"{limits.max_file_bytes} (ImportLimits.max_file_bytes)")
+    try:
+        if isinstance(model, (bytes, bytearray)):
+            return onnx.load_from_string(bytes(model))
+        proto = onnx.load(os.fspath(model), load_external_data=False)
+    except (DecodeError, RuntimeWarning, ValueError, TypeError) as exc:
+        raise OnnxImportError(f"{source}: not an ONNX model (protobuf: {exc})") from exc
+    # weights in files beside the model: their declared sizes checked before onnx reads them
+    for init in proto.graph.initializer:
+        if init.data_location == TensorProto.EXTERNAL:
+            check_size(f"initializer {init.name!r}", init.dims,
+                       helper.tensor_dtype_to_np_dtype(init.data_type), limits)
+    onnx.load_external_data_for_model(proto, os.path.dirname(os.path.abspath(model)))
+    return proto
+
+
+def opset_of(model: onnx.ModelProto) -> int:
+    """The default domain's opset, refused outside what the importer and onnx know."""
+    versions = [e.version for e in model.opset_import if e.domain in ("", "ai.onnx")]
+    if not versions:
+        raise OnnxImportError("the model imports no version of the default ONNX opset (an "
+                              "ONNX model names one)")
+    opset, newest = versions[0], onnx.defs.onnx_opset_version()
+    if opset < SUPPORTED_OPSETS[0]:
+        raise OnnxImportError(f"the model is at opset {opset}; mgegraph imports opsets "
+                              f"{SUPPORTED_OPSETS[0]} to {SUPPORTED_OPSETS[-1]} (convert it "
+                              "with onnx.version_converter first)")
+    if opset > newest:
+        raise OnnxImportError(f"the model is at opset {opset}, newer than the installed onnx "
+                              f"{onnx.__version__} knows ({newest})")
+    return opset
+
+
+# -- structure -----------------------------------------------------------------------------
+def node_name(node) -> str:
+    return f"{node.op_type} node {node.name or '(unnamed)'!r}"
+
+
+def check_structure(graph: onnx.GraphProto, limits: ImportLimits) -> None:
+    """Each value defined once and before its use, every graph output defined: the single
+    static assignment ONNX's checker demands, with both definers of a name named."""
+    if len(graph.node) > limits.max_nodes:
+        raise OnnxImportError(f"the graph has {len(graph.node)} nodes, over the limit of "
+                              f"{limits.max_nodes} (ImportLimits.max_nodes)")
+    defined = {init.name: f"initializer {init.name!r}" for init in graph.initializer}
+    for vi in graph.input:
+        defined.setdefault(vi.name, f"graph input {vi.name!r}")
+    for node in graph.node:
+        for name in node.input:
+            if name and name not in defined:
+                raise OnnxImportError(f"{node_name(node)} reads {name!r}, which no initializer, "
+                                      "graph input or earlier node defines")
+        for name in node.output:
+            if name in defined:
+                raise OnnxImportError(f"{node_name(node)} defines {name!r}, which "
+                                      f"{defined[name]} already defines (ONNX values are "
+                                      "assigned once)")
+            if name:
+                defined[name] = node_name(node)
+    for vi in graph.output:
+        if vi.name not in defined:
+            raise OnnxImportError(f"graph output {vi.name!r} is defined by no node, initializer "
+                                  "or graph input")
+
+
+def check_initializer(init: onnx.TensorProto, limits: ImportLimits, dtypes: dict) -> np.dtype:
+    """An initializer's dtype, and its declared size within the limits, before its bytes are
+    turned into an array."""
+    where = f"initializer {init.name!r}"
+    if init.data_type not in dtypes:
+        code = init.data_type
+        name = TensorProto.DataType.Name(code) if code in TensorProto.DataType.values() else code
+        raise OnnxImportError(f"{where}: dtype {name} is not supported (mgegraph has float32, "
+                              "float64, int32, int64 and bool)")
+    dtype = dtypes[init.data_type]
+    check_size(where, init.dims, dtype, limits)
+    size = tensor_bytes(init.dims, dtype) if dtype != np.bool_ else math.prod(init.dims)
+    if init.HasField("raw_data") and len(init.raw_data) != size:
+        raise OnnxImportError(f"{where}: {len(init.raw_data)} bytes of data for shape "
+                              f"{list(init.dims)} of {dtype}, which takes {size}")
+    return dtype
+
+
+def _first_line(exc) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# -- one node's types -----------------------------------------------------------------------
+def infer_node(node, values: list, types: list, opset: int, ir_version: int) -> list:
+    """``(shape, dtype)`` of each of ``node``'s outputs by ONNX's strict shape inference (None
+    where a dim or the type is unknown), its inputs being ``values`` (an array known at import,
+    or None) of ``types`` (a ``(shape, dtype)`` each, None for a missing optional input). A
+    node ONNX's checker or its inference refuses is an OnnxImportError naming the node."""
+    context = onnx.checker.C.CheckerContext()
+    context.ir_version, context.opset_imports = ir_version, {"": opset}
+    try:
+        onnx.checker.check_node(node, context, onnx.checker.C.LexicalScopeContext())
+    except onnx.checker.ValidationError as exc:
+        raise OnnxImportError(f"{node_name(node)}: ONNX's checker refuses it: "
+                              f"{_first_line(exc)}") from exc
+    inits, inputs, seen = [], [], set()
+    for name, value, typed in zip(node.input, values, types):
+        if not name or typed is None or name in seen:
+            continue
+        seen.add(name)
+        if value is not None and value.size <= _VALUE_ELEMENTS:
+            inits.append(onnx.numpy_helper.from_array(np.asarray(value), name))
+        else:
+            shape, dtype = typed
+            inputs.append(helper.make_tensor_value_info(
+                name, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), list(shape)))
+    outs = [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None)
+            for o in node.output if o]
+    graph = helper.make_graph([node], "node", inputs, outs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                              ir_version=ir_version)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
+        raise OnnxImportError(f"{node_name(node)}: ONNX's shape inference refuses it: "
+                              f"{_inference_reason(exc)}") from exc
+    by_name = {vi.name: _static_type(vi) for vi in inferred.graph.output}
+    return [by_name.get(o) if o else None for o in node.output]
+
+
+def _inference_reason(exc) -> str:
+    """ONNX's own words, without its "[ShapeInferenceError] Inference error(s): ..." frame."""
+    return re.split(r"\[\w+Error\]\s*", " ".join(str(exc).split()))[-1]
+
+
+def _static_type(vi):
+    tt = vi.type.tensor_type
+    if (not tt.HasField("shape") or tt.elem_type == TensorProto.UNDEFINED
+            or not all(d.HasField("dim_value") for d in tt.shape.dim)):
+        return None
+    return tuple(d.dim_value for d in tt.shape.dim), helper.tensor_dtype_to_np_dtype(tt.elem_type)
