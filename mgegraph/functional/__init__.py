@@ -26,11 +26,4 @@ from ..ir import graph as _graph
 
 _graph.install("functional", _sys.modules[__name__])
 
-
-def __getattr__(name):
-    # ``F.nn`` (MegEngine's names) imports mgegraph.nn's losses: loaded when first used, so
-    # that a deployment importing the runtime loads no nn
-    if name == "nn":
-        import importlib
-        return importlib.import_module(f"{__name__}.nn")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+from . import nn  # noqa: E402, F401  (``F.nn``: MegEngine's names for the same functions)
