@@ -260,7 +260,8 @@ def layer_of(name: str) -> int | None:
 @dataclass(frozen=True)
 class Import:
     """One import in module ``module`` at ``line``: an import statement, an ``import_module``
-    call or a module named by a string (a plug-in registry's "mgegraph.x:factory")."""
+    call or a module named by a string (a plug-in registry's "mgegraph.x:factory"). Imports
+    under ``if TYPE_CHECKING:`` never run and are not read."""
 
     module: str
     line: int
@@ -345,6 +346,16 @@ def _loop_strings(tree) -> dict[str, list[str]]:
     return found
 
 
+def _looks_up_sys_modules(node) -> bool:
+    """``sys.modules.get(...)`` or ``sys.modules[...]``."""
+    target = node.func if isinstance(node, ast.Call) else getattr(node, "value", None)
+    if isinstance(node, ast.Call) and getattr(target, "attr", None) == "get":
+        target = target.value
+    elif not isinstance(node, ast.Subscript):
+        return False
+    return getattr(target, "attr", None) == "modules"
+
+
 _MODULE_STRING = re.compile(r"mgegraph(\.\w+)*(:\w+)?")
 
 
@@ -358,6 +369,8 @@ def _imports_in(name: str, path: Path, is_package: bool) -> list[Import]:
                             statement))
 
     def visit(node, local):
+        if _looks_up_sys_modules(node):  # whether a module is loaded: no import
+            dynamic.update(id(n) for n in ast.walk(node))
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             add(node, _statement_names(name, is_package, node), local, True)
         elif isinstance(node, ast.Call) and (getattr(node.func, "attr", None) == "import_module"
@@ -372,7 +385,9 @@ def _imports_in(name: str, path: Path, is_package: bool) -> list[Import]:
             add(node, {node.value.partition(":")[0]}, local, False)
         inner = local or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
         for child in ast.iter_child_nodes(node):
-            visit(child, inner)
+            if not (isinstance(node, ast.If) and child in node.body
+                    and "TYPE_CHECKING" in ast.unparse(node.test)):
+                visit(child, inner)
 
     visit(tree, False)
     return found
@@ -516,7 +531,8 @@ from . import b
 def f():
     from .c import d  # lazy: startup cost
     importlib.import_module(f"{__package__}.e")
-    return {"x": "mgegraph.g:factory", "y": "mgegraph.g is not a module name"}
+    return {"x": "mgegraph.g:factory", "y": "mgegraph.g is not a module name",
+            "z": sys.modules.get("mgegraph.g")}
 """)
     fake = {name: (path, name == "mgegraph.p") for name in
             ("mgegraph.p", "mgegraph.p.m", "mgegraph.p.b", "mgegraph.p.c", "mgegraph.p.e",
@@ -575,3 +591,36 @@ def test_every_import_inside_a_function_says_why():
     found = unexplained_lazy_imports()
     assert not found, "imports inside functions without '# lazy: <reason>' on their line:\n" \
         + "\n".join(found)
+
+
+def test_lower_layers_reach_higher_ones_only_through_their_hooks():
+    # F.nn's losses live with the op functions (no nn); the IR loads eager mode through the
+    # facade's loader on the first fill without a graph; the backward ops' own gradients find
+    # the walker that autodiff installs
+    done = _python("""\
+import sys
+import numpy as np
+import mgegraph as mg
+import mgegraph.functional as F
+from mgegraph.ops.registry import walker_grad
+from mgegraph.weight_writes import written
+from mgegraph.planner.passes import prologue
+assert prologue.written is written
+assert F.nn.mse_loss is F.nn.square_loss and "mgegraph.nn" not in sys.modules
+assert "mgegraph.eager.dispatch" not in sys.modules
+assert type(F.zeros((2,))).__name__ == "Tensor" and "mgegraph.eager.dispatch" in sys.modules
+try:
+    walker_grad(None, [])
+except mg.GraphError as e:
+    assert "mgegraph.autodiff" in str(e), e
+else:
+    raise AssertionError("walker_grad ran without the walker")
+g = mg.Graph()
+x = g.param("x", np.ones((2, 3), np.float32))
+label = g.const(np.array([0, 2]))
+(dx,) = mg.grad(F.cross_entropy(x, label), [x])
+(ddx,) = mg.grad(F.sum(dx * dx), [x])   # through cross_entropy_backward's own gradient
+assert ddx.shape == (2, 3) and mg.nn.mse_loss is F.nn.mse_loss
+print("ok")
+""")
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
