@@ -533,6 +533,8 @@ def f():
     importlib.import_module(f"{__package__}.e")
     return {"x": "mgegraph.g:factory", "y": "mgegraph.g is not a module name",
             "z": sys.modules.get("mgegraph.g")}
+if TYPE_CHECKING:
+    from . import e
 """)
     fake = {name: (path, name == "mgegraph.p") for name in
             ("mgegraph.p", "mgegraph.p.m", "mgegraph.p.b", "mgegraph.p.c", "mgegraph.p.e",
