@@ -20,6 +20,7 @@ from .ir.errors import (
     OpError,
 )
 from .ir.graph import Graph, Node, Var
+from .ir.graph import install_loader as _install_loader
 from .ir.types import TensorType
 from .plan import Instruction, Plan, Role, Slot
 
@@ -44,6 +45,15 @@ _LAZY = {
     **{name: (f"mgegraph.{name}", None) for name in
        ("nn", "optim", "autodiff", "train", "eager", "jit", "module", "optimizer", "onnx")},
 }
+
+
+def _load_eager() -> None:
+    _importlib.import_module("mgegraph.eager.dispatch")  # lazy: startup cost (as _LAZY says)
+
+
+# F.zeros(shape) and the other fills without graph= make eager Tensors: the IR loads eager mode
+# through this when one is first made
+_install_loader("eager", _load_eager)
 
 
 def __getattr__(name):

@@ -6,9 +6,11 @@ gradients over uses and undoes broadcasting, so no rule repeats either.
 """
 from __future__ import annotations
 
+from . import functional as F
 from .ir.errors import GraphError
 from .ir.graph import Var
 from .ir.types import is_float
+from .ops.registry import install_walker
 
 
 def grad(loss: Var, wrt, seed: Var | None = None) -> list[Var]:
@@ -20,14 +22,15 @@ def grad(loss: Var, wrt, seed: Var | None = None) -> list[Var]:
 
     >>> (dw,) = mg.grad(F.sum(x @ w), [w])
     """
-    from . import functional as F
-
     wrt = [wrt] if isinstance(wrt, Var) else list(wrt)
     _check_request(loss, wrt, seed)
     if seed is None:
         seed = F.ones_like(loss)
     grads = backward(loss.graph.nodes, loss, wrt, seed)
     return [grads[v.id] if v.id in grads else F.zeros_like(v) for v in wrt]
+
+
+install_walker(grad)  # the backward ops' own gradient rules differentiate with it
 
 
 def backward(nodes, loss: Var, wrt, seed: Var, consume: bool = False) -> dict[int, Var]:
@@ -99,8 +102,6 @@ def _on_a_path(nodes, wrt, loss) -> set[int]:
 
 def _unbroadcast(g: Var, like: Var) -> Var:
     """Sum ``g`` over the axes along which ``like`` was broadcast, and match its dtype."""
-    from . import functional as F
-
     if g.shape != like.shape:
         lead = g.ndim - like.ndim
         axes = tuple(range(lead)) + tuple(
@@ -114,6 +115,6 @@ def _unbroadcast(g: Var, like: Var) -> Var:
 def __getattr__(name):
     # mgegraph.autodiff.GradManager (MegEngine's place for it) lives with eager mode
     if name == "GradManager":
-        from .eager.grad_manager import GradManager
+        from .eager.grad_manager import GradManager  # lazy: MegEngine's name, eager layer
         return GradManager
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

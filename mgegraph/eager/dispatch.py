@@ -26,7 +26,7 @@ from ..ir.errors import GraphError, KernelError, OpError, user_location
 from ..ir.graph import Graph, Node, Var, _as_array, install
 from ..ir.types import TensorType
 from ..ops.builder import mixing_error
-from ..planner.passes.prologue import written
+from ..weight_writes import written
 from . import tensor as _tensor
 from .tensor import Held, Tensor, type_of, wrap, wrap_view
 

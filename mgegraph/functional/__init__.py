@@ -3,6 +3,9 @@
 >>> import mgegraph.functional as F
 >>> y = F.softmax(F.relu(x @ w + b), axis=-1)
 """
+import sys as _sys
+
+from ..ir import graph as _graph
 from ..ops import conv as _conv
 from ..ops import elementwise as _elementwise
 from ..ops import matmul as _matmul
@@ -15,22 +18,10 @@ from ..ops.matmul import *
 from ..ops.movement_api import *
 from ..ops.nn import *
 from ..ops.reduce import *
+from . import nn  # noqa: F401  (``F.nn``: MegEngine's names for the same functions)
 
 __all__ = [name for family in (_elementwise, _reduce, _nn, _matmul, _conv, _movement)
            for name in family.__all__]
 
 # Var's Python operators (x + y, x @ w, x[1:]) build nodes with these functions.
-import sys as _sys
-
-from ..ir import graph as _graph
-
 _graph.install("functional", _sys.modules[__name__])
-
-
-def __getattr__(name):
-    # ``F.nn`` (MegEngine's names) imports mgegraph.nn's losses: loaded when first used, so
-    # that a deployment importing the runtime loads no nn
-    if name == "nn":
-        import importlib
-        return importlib.import_module(f"{__name__}.nn")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

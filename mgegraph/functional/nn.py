@@ -5,7 +5,6 @@ the same functions as at the top of ``mgegraph.functional``.
 >>> import mgegraph.functional as F
 >>> loss = F.nn.cross_entropy(logits, labels)
 """
-from ..nn.losses import binary_cross_entropy_with_logits, l1_loss, mse_loss, nll_loss  # noqa: F401
 from ..ops.conv import *
 from ..ops.conv import __all__ as _conv_all
 from ..ops.elementwise import (  # noqa: F401
@@ -23,6 +22,7 @@ from ..ops.elementwise import (  # noqa: F401
 from ..ops.matmul import linear  # noqa: F401
 from ..ops.nn import *
 from ..ops.nn import __all__ as _nn_all
+from .losses import binary_cross_entropy_with_logits, l1_loss, mse_loss, nll_loss  # noqa: F401
 
 # MegEngine's names for two losses
 square_loss = mse_loss

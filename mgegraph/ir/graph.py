@@ -3,18 +3,23 @@ from __future__ import annotations
 
 import numbers
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from .errors import GraphError, OpError, user_location
+from .printer import format_graph, graph_to_dot
 from .types import TensorType, as_dtype, tensor_type
 
 
 # Design: the IR imports nothing above it. The layers above plug in here when they are
 # imported (as JAX installs Tracer's operators): the op registry gives its lookup of an op by
-# name, and mgegraph.functional the functions Python's operators on a Var build nodes with.
+# name, mgegraph.functional the functions Python's operators on a Var build nodes with, and
+# eager mode its graph. A layer that loads on first use (eager mode) is reached through the
+# loader the package's facade installs for it, never by its module name from here.
 _LAYERS: dict[str, object] = {}
+_LOADERS: dict[str, Callable[[], object]] = {}
 
 
 def install(name: str, value) -> None:
@@ -23,7 +28,15 @@ def install(name: str, value) -> None:
     _LAYERS[name] = value
 
 
+def install_loader(name: str, load: Callable[[], object]) -> None:
+    """Say how to load the layer that installs ``name`` when it is first asked for (the facade,
+    mgegraph/__init__.py, does so for ``"eager"``, which a deployment never loads)."""
+    _LOADERS[name] = load
+
+
 def _layer(name: str):
+    if name not in _LAYERS and name in _LOADERS:
+        _LOADERS[name]()
     try:
         return _LAYERS[name]
     except KeyError:
@@ -33,9 +46,6 @@ def _layer(name: str):
 
 def eager_graph():
     """The graph of eager mode (mgegraph.eager installs it), where a node runs when made."""
-    if "eager" not in _LAYERS:  # the eager layer loads on first use (mgegraph/__init__.py)
-        import importlib
-        importlib.import_module("mgegraph.eager.dispatch")
     return _layer("eager")
 
 
@@ -312,13 +322,9 @@ class Graph:
 
     # -- views ----------------------------------------------------------------------------
     def __str__(self) -> str:
-        from .printer import format_graph
-
         return format_graph(self)
 
     def to_dot(self) -> str:
-        from .printer import graph_to_dot
-
         return graph_to_dot(self)
 
 

@@ -1,7 +1,10 @@
 """The IR text form and its DOT picture. The grammar is published in docs/ir.md."""
 from __future__ import annotations
 
-from .graph import Graph, Node
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # Graph prints itself with this module: the names are for the annotations
+    from .graph import Graph, Node
 
 
 def format_attr_value(value) -> str:

@@ -10,7 +10,7 @@ from ..host_memory import aligned_copy
 from ..ir.errors import GraphError
 from ..ir.graph import Graph
 from ..ir.types import as_dtype
-from ..planner.passes.prologue import written
+from ..weight_writes import written
 
 
 class Parameter(Tensor):

@@ -11,7 +11,10 @@ import math
 import numpy as np
 
 from ..ir.types import TensorType
+from .builder import apply, promote
 from .matmul import check_activation, same_dtype, through_activation
+from .movement_api import reshape
+from .reduce import sum as reduce_sum
 from .registry import FLOAT_DTYPES, REQUIRED, OpDef, register, require_dtypes
 
 
@@ -158,14 +161,10 @@ def conv2d_backward_filter(inp, grad, kernel_size, **conv):
 def _like(v, shape):
     """A 5-D (grouped) weight or a (1, OC, 1, 1) bias has the memory order of the 4-D or 1-D
     gradient computed for it, so a reshape (a view) is all it needs."""
-    from .. import functional as F
-
-    return v if v.shape == shape else F.reshape(v, shape)
+    return v if v.shape == shape else reshape(v, shape)
 
 
 def _conv2d_grad(node, out_grads):
-    from .. import functional as F
-
     x, w = node.inputs[:2]
     g, conv = through_activation(node, out_grads[0]), _conv_attrs(node)
     # The filter gradient first: it reads x, whose buffer (often x's last use, or a value
@@ -174,7 +173,7 @@ def _conv2d_grad(node, out_grads):
     dx = conv2d_backward_data(w, g, x.shape[2:], **conv)
     if len(node.inputs) == 2:
         return dx, dw
-    return dx, dw, _like(F.sum(g, axis=(0, 2, 3)), node.inputs[2].shape)
+    return dx, dw, _like(reduce_sum(g, axis=(0, 2, 3)), node.inputs[2].shape)
 
 
 def _backward_data_grad(node, out_grads):
@@ -409,7 +408,6 @@ _register_avg("adaptive_", {"oshp": REQUIRED}, adaptive=True)
 
 
 # -- public functions (re-exported by mgegraph.functional) ---------------------------------------
-from .builder import apply, promote  # noqa: E402
 
 __all__ = ["conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d"]
 

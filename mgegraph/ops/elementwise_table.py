@@ -106,7 +106,7 @@ class Elementwise:
 
 # -- NumPy references (float64 in, the op's value out) --------------------------------------------
 def _erf(x):
-    from scipy.special import erf
+    from scipy.special import erf  # lazy: the build loads this module by path, NumPy alone
     return erf(x)
 
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 import math
 
 from ..ir.types import TensorType, broadcast_shapes
+from .builder import apply, promote
+from .movement_api import expand_dims, reshape, squeeze
+from .reduce import sum as reduce_sum
 from .registry import FLOAT_DTYPES, NUMERIC_DTYPES, OpDef, register, require_dtypes
 
 
@@ -57,8 +60,6 @@ def _matmul_infer(in_types, attrs):
 def _matmul_grad(node, out_grads):
     """dA = G op(B)^T and dB = op(A)^T G, each as one matmul whose transpose flags absorb the
     transposes, so no operand is copied; broadcast batch dims are summed by the walker."""
-    from .. import functional as F
-
     a, b = node.inputs
     g = out_grads[0]
     if a.dtype.kind != "f":
@@ -67,22 +68,22 @@ def _matmul_grad(node, out_grads):
     tb = node.attr["transpose_b"] and b.ndim >= 2
     # A 1-D operand is the row (left) or column (right) that the forward used; its missing
     # output dimension goes back into g, so one rule covers every case.
-    a2 = a if a.ndim >= 2 else F.expand_dims(a, 0)
-    b2 = b if b.ndim >= 2 else F.expand_dims(b, 1)
+    a2 = a if a.ndim >= 2 else expand_dims(a, 0)
+    b2 = b if b.ndim >= 2 else expand_dims(b, 1)
     if b.ndim == 1:
-        g = F.expand_dims(g, -1)
+        g = expand_dims(g, -1)
     if a.ndim == 1:
-        g = F.expand_dims(g, -2)
+        g = expand_dims(g, -2)
     da = matmul(b2, g, transpose_a=tb, transpose_b=True) if ta else \
         matmul(g, b2, transpose_b=not tb)
     if b2.ndim == 2 and a2.ndim > 2 and not ta:
         # B is one matrix shared by every batch: fold the batch into A's rows, one GEMM for dB
         # instead of a product per batch and a sum (the forward lowering does the same).
         rows = math.prod(a2.shape[:-1])
-        a2, g = F.reshape(a2, (rows, a2.shape[-1])), F.reshape(g, (rows, g.shape[-1]))
+        a2, g = reshape(a2, (rows, a2.shape[-1])), reshape(g, (rows, g.shape[-1]))
     db = matmul(g, a2, transpose_a=True, transpose_b=ta) if tb else \
         matmul(a2, g, transpose_a=not ta)
-    return (F.squeeze(da, -2) if a.ndim == 1 else da), (F.squeeze(db, -1) if b.ndim == 1 else db)
+    return (squeeze(da, -2) if a.ndim == 1 else da), (squeeze(db, -1) if b.ndim == 1 else db)
 
 
 register(OpDef("matmul", "matmul", _matmul_infer,
@@ -129,8 +130,7 @@ def through_activation(node, g):
     """The gradient at the GEMM's output, before a fused epilogue relu (its output y > 0
     exactly where its input was)."""
     if node.attr["activation"] == "relu":
-        from .builder import apply as _apply
-        return _apply("relu_backward", (node.outputs[0], g))
+        return apply("relu_backward", (node.outputs[0], g))
     return g
 
 
@@ -154,18 +154,16 @@ def _linear_infer(in_types, attrs):
 def _linear_grad(node, out_grads):
     """dx = g W; dW = g^T x with every leading dim folded into the rows of one GEMM;
     db = g summed over all but its last axis."""
-    from .. import functional as F
-
     x, w = node.inputs[:2]
     g = through_activation(node, out_grads[0])
     g2, x2 = g, x
     if x.ndim != 2:
         rows = math.prod(x.shape[:-1])
-        g2, x2 = F.reshape(g, (rows, w.shape[0])), F.reshape(x, (rows, w.shape[1]))
+        g2, x2 = reshape(g, (rows, w.shape[0])), reshape(x, (rows, w.shape[1]))
     dx, dw = matmul(g, w), matmul(g2, x2, transpose_a=True)
     if len(node.inputs) == 2:
         return dx, dw
-    return dx, dw, F.sum(g, axis=tuple(range(g.ndim - 1))) if g.ndim > 1 else g
+    return dx, dw, reduce_sum(g, axis=tuple(range(g.ndim - 1))) if g.ndim > 1 else g
 
 
 register(OpDef("linear", "matmul", _linear_infer, attrs={"activation": "none"},
@@ -203,7 +201,6 @@ register(OpDef("addmm", "matmul", _addmm_infer,
 
 
 # -- public functions (re-exported by mgegraph.functional) ---------------------------------------
-from .builder import apply, promote  # noqa: E402
 
 __all__ = ["matmul", "linear"]
 

@@ -14,8 +14,13 @@ from ..ir.errors import OpError, user_location
 from ..ir.graph import Var
 from ..ir.types import INT_DTYPES, TensorType
 from .builder import apply, apply_multi, graph_of
+from .elementwise import exp, log, rsqrt
+from .movement_api import expand_dims, gather, reshape, squeeze, zeros_like
+from .reduce import mean as reduce_mean
+from .reduce import sum as reduce_sum
+from .reduce import var as reduce_var
 from .registry import (FLOAT_DTYPES, REQUIRED, OpDef, Remake, normalize_axis, register,
-                       require_dtypes)
+                       require_dtypes, walker_grad)
 
 __all__ = ["softmax", "log_softmax", "logsoftmax", "cross_entropy", "layer_norm", "batch_norm",
            "dropout"]
@@ -46,15 +51,13 @@ def _softmax_infer(name):
 def _softmax_grad(take_log):
     # Both rules read only the output y, so the input need not stay alive for the backward.
     def grad(node, out_grads):
-        from .. import functional as F
-
         (y,), (g,) = node.outputs, out_grads
         if y.ndim == 0:  # softmax of a scalar is 1, its log 0: constants
             return (g * 0.0,)
         axis = normalize_axis(node.attr["axis"], y.ndim)
         if take_log:
-            return (g - F.exp(y) * F.sum(g, axis, keepdims=True),)
-        return (y * (g - F.sum(g * y, axis, keepdims=True)),)
+            return (g - exp(y) * reduce_sum(g, axis, keepdims=True),)
+        return (y * (g - reduce_sum(g * y, axis, keepdims=True)),)
     return grad
 
 
@@ -103,15 +106,13 @@ def _ce_backward_infer(in_types, attrs):
 def _ce_reference(pred: Var, label: Var, attrs) -> Var:
     """cross_entropy composed of ops that have gradient rules: differentiated twice, it gives
     the gradient of cross_entropy_backward."""
-    from .. import functional as F
-
     axis = normalize_axis(attrs["axis"], pred.ndim)
-    logp = log_softmax(pred, axis) if attrs["with_logits"] else F.log(pred)
+    logp = log_softmax(pred, axis) if attrs["with_logits"] else log(pred)
     ls = attrs["label_smooth"]
-    loss = F.squeeze(F.gather(logp, axis, F.expand_dims(label, axis)), axis) * -(1.0 - ls)
+    loss = squeeze(gather(logp, axis, expand_dims(label, axis)), axis) * -(1.0 - ls)
     if ls:
-        loss = loss - F.mean(logp, axis) * ls
-    return {"none": loss, "sum": F.sum(loss), "mean": F.mean(loss)}[attrs["reduction"]]
+        loss = loss - reduce_mean(logp, axis) * ls
+    return {"none": loss, "sum": reduce_sum(loss), "mean": reduce_mean(loss)}[attrs["reduction"]]
 
 
 def _ce_backward_grad(node, out_grads):
@@ -158,18 +159,14 @@ def _ln_backward_infer(in_types, attrs):
 
 
 def _ln_reference(x: Var, weight: Var, bias: Var, attrs) -> Var:
-    from .. import functional as F
-
     axes = tuple(range(x.ndim - len(attrs["normalized_shape"]), x.ndim))
-    centred = x - F.mean(x, axes, keepdims=True)
-    return centred * F.rsqrt(F.var(x, axes, keepdims=True) + attrs["eps"]) * weight + bias
+    centred = x - reduce_mean(x, axes, keepdims=True)
+    return centred * rsqrt(reduce_var(x, axes, keepdims=True) + attrs["eps"]) * weight + bias
 
 
 def _ln_backward_grad(node, out_grads):
-    from .. import functional as F
-
     x, weight, dy = node.inputs
-    zero = F.zeros_like(weight)  # the bias: it only shifts y, but dbias is an output too
+    zero = zeros_like(weight)  # the bias: it only shifts y, but dbias is an output too
     dx, dweight, _, ddy = _grad_of_vjp(lambda *a: _ln_reference(*a, node.attr), (x, weight, zero),
                                        dy, out_grads)
     return dx, dweight, ddy
@@ -216,10 +213,8 @@ def _bn_infer(in_types, attrs):
 # the running-statistics update reads (scale the variance by n / (n - 1) for the unbiased one).
 def _channels(v: Var, x: Var) -> Var:
     """A per-channel value of shape (C,) or (1, C, 1, ...) shaped to broadcast against x."""
-    from .. import functional as F
-
     shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
-    return v if v.shape == shape else F.reshape(v, shape)
+    return v if v.shape == shape else reshape(v, shape)
 
 
 def _bn_axes(x: Var) -> tuple[int, ...]:
@@ -227,19 +222,15 @@ def _bn_axes(x: Var) -> tuple[int, ...]:
 
 
 def _per_channel_sum(v: Var, x: Var, like: Var) -> Var:
-    from .. import functional as F
-
-    return F.reshape(F.sum(v, _bn_axes(x)), like.shape)
+    return reshape(reduce_sum(v, _bn_axes(x)), like.shape)
 
 
 def _bn_inference_grad(node, out_grads):
     # y = (x - running_mean) * rstd * weight + bias: no batch statistics, so no coupling
     # between samples. Running statistics are buffers, not trained: no gradient.
-    from .. import functional as F
-
     x, weight, bias, rmean, rvar = node.inputs
     (g,) = out_grads
-    rstd = F.rsqrt(_channels(rvar, x) + node.attr["eps"])
+    rstd = rsqrt(_channels(rvar, x) + node.attr["eps"])
     dx = g * (_channels(weight, x) * rstd)
     dweight = _per_channel_sum(g * (x - _channels(rmean, x)) * rstd, x, weight)
     return dx, dweight, _per_channel_sum(g, x, bias), None, None
@@ -248,8 +239,6 @@ def _bn_inference_grad(node, out_grads):
 def _bn_training_grad(node, out_grads):
     """y through batch_norm_backward; the batch mean and variance outputs, when they are used,
     through their formulas (d mean / dx = 1 / n, d var / dx = 2 (x - mean) / n)."""
-    from .. import functional as F
-
     x, weight, bias = node.inputs
     _, mean, var = node.outputs
     gy, gmean, gvar = out_grads
@@ -257,7 +246,7 @@ def _bn_training_grad(node, out_grads):
     if gy is not None:
         dx, dweight, dbias = apply_multi("batch_norm_backward", (x, weight, mean, var, gy),
                                          eps=node.attr["eps"])
-        dbias = dbias if bias.shape == dbias.shape else F.reshape(dbias, bias.shape)
+        dbias = dbias if bias.shape == dbias.shape else reshape(dbias, bias.shape)
     count = float(max(x.size // max(x.shape[1], 1), 1))
     stats = [_channels(gmean, x) / count if gmean is not None else None,
              (x - _channels(mean, x)) * (_channels(gvar, x) * (2.0 / count))
@@ -285,20 +274,17 @@ def _bn_backward_infer(in_types, attrs):
 
 
 def _bn_reference(x: Var, weight: Var, bias: Var, eps: float) -> Var:
-    from .. import functional as F
-
     axes = _bn_axes(x)
-    rstd = F.rsqrt(F.var(x, axes, keepdims=True) + eps)
-    return (x - F.mean(x, axes, keepdims=True)) * rstd * _channels(weight, x) + _channels(bias, x)
+    rstd = rsqrt(reduce_var(x, axes, keepdims=True) + eps)
+    centred = x - reduce_mean(x, axes, keepdims=True)
+    return centred * rstd * _channels(weight, x) + _channels(bias, x)
 
 
 def _bn_backward_grad(node, out_grads):
     # The statistics inputs are the batch statistics of x (the rule above wires them so), so
     # the reference recomputes them from x and they get no gradient of their own.
-    from .. import functional as F
-
     x, weight, _, _, dy = node.inputs
-    zero = F.zeros_like(weight)
+    zero = zeros_like(weight)
     dx, dweight, _, ddy = _grad_of_vjp(lambda *a: _bn_reference(*a, node.attr["eps"]),
                                        (x, weight, zero), dy, out_grads)
     return dx, dweight, None, None, ddy
@@ -370,16 +356,13 @@ def _grad_of_vjp(reference, primals, dy: Var, out_grads):
     depends on the primals (dy = x in d(sum(f(x) * x))): the formula is written on stand-ins,
     free views of the inputs, so that it yields the partial derivatives a rule must return.
     """
-    from .. import functional as F
-    from ..autodiff import grad
-
-    *primals, dy = (F.reshape(v, v.shape) for v in (*primals, dy))
-    firsts = grad(F.sum(reference(*primals) * dy), primals)
-    terms = [F.sum(d * h) for d, h in zip(firsts, out_grads) if h is not None]
+    *primals, dy = (reshape(v, v.shape) for v in (*primals, dy))
+    firsts = walker_grad(reduce_sum(reference(*primals) * dy), primals)
+    terms = [reduce_sum(d * h) for d, h in zip(firsts, out_grads) if h is not None]
     total = terms[0]
     for term in terms[1:]:
         total = total + term
-    return grad(total, [*primals, dy])
+    return walker_grad(total, [*primals, dy])
 
 
 # -- public functions (re-exported by mgegraph.functional) ---------------------------------------

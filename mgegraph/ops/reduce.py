@@ -10,6 +10,8 @@ from ..ir.errors import OpError, user_location
 from ..ir.graph import Var
 from ..ir.types import FLOAT_DTYPES, TensorType
 from .builder import apply, graph_of
+from .elementwise import astype, equal, where
+from .movement_api import broadcast_to, reshape
 from .registry import OpDef, normalize_axes, register
 
 __all__ = ["sum", "mean", "prod", "var", "max", "min", "argmax", "argmin"]
@@ -67,9 +69,7 @@ def _infer(name):
 # reduced axes. The backward is made of ordinary ops, so grad of grad works.
 def _expand(v: Var, x: Var) -> Var:
     """A keepdims-shaped ``v`` broadcast back to ``x``'s shape."""
-    from .. import functional as F
-
-    return v if v.shape == x.shape else F.broadcast_to(v, x.shape)
+    return v if v.shape == x.shape else broadcast_to(v, x.shape)
 
 
 def _count(x: Var, axes) -> int:
@@ -92,24 +92,20 @@ def _prod_grad(x, y, g, axes):
     ``z * P / x_i`` where z is the zero entry itself: 0 in value, but its derivative keeps grad
     of grad right. Only second derivatives within a group holding two or more zeros are lost.
     """
-    from .. import functional as F
-
-    is_zero = F.equal(x, 0.0)
-    nonzero = F.where(is_zero, 1.0, x)
+    is_zero = equal(x, 0.0)
+    nonzero = where(is_zero, 1.0, x)
     p = prod(nonzero, axes, keepdims=True)
-    zeros = sum(F.astype(is_zero, x.dtype), axes, keepdims=True)
-    zero_entry = sum(F.where(is_zero, x, 0.0), axes, keepdims=True)
-    factor = F.where(F.equal(zeros, 0.0), 1.0,
-                     F.where(F.equal(zeros, 1.0), F.where(is_zero, 1.0, zero_entry), 0.0))
+    zeros = sum(astype(is_zero, x.dtype), axes, keepdims=True)
+    zero_entry = sum(where(is_zero, x, 0.0), axes, keepdims=True)
+    factor = where(equal(zeros, 0.0), 1.0,
+                   where(equal(zeros, 1.0), where(is_zero, 1.0, zero_entry), 0.0))
     return g * (p / nonzero) * factor
 
 
 def _extremum_grad(x, y, g, axes):
     """The gradient goes to the entries equal to the extremum, split evenly between ties (JAX's
     convention, so the sum of the gradient equals g); a NaN extremum gives NaN gradients."""
-    from .. import functional as F
-
-    hit = F.astype(F.equal(x, y), x.dtype)
+    hit = astype(equal(x, y), x.dtype)
     return hit * (g / sum(hit, axes, keepdims=True))
 
 
@@ -126,14 +122,12 @@ def _grad(name):
     rule = REDUCE_GRADS.get(name)
 
     def grad(node, out_grads):
-        from .. import functional as F
-
         (x,), (y,), (g,) = node.inputs, node.outputs, out_grads
         if rule is None or x.dtype.kind != "f":  # argmax/argmin: integer indices, no gradient
             return (None,)
         axes = canonical_axes(node.attr["axis"], x.ndim)
         keep = reduced_shape(x.shape, axes, True)
-        y, g = (v if v.shape == keep else F.reshape(v, keep) for v in (y, g))
+        y, g = (v if v.shape == keep else reshape(v, keep) for v in (y, g))
         return (rule(x, y, g, axes),)
     return grad
 

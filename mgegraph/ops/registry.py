@@ -133,6 +133,27 @@ def all_ops() -> dict[str, OpDef]:
 install("get_op", get_op)  # Graph.add_node finds ops by name through this
 
 
+# -- the walker, for the gradients of gradient rules -----------------------------------------------
+# Design: a dedicated backward op's own gradient (grad of grad) differentiates a composed
+# reference with the reverse-mode walker, which sits a layer above the ops (mgegraph.autodiff).
+# Only that walker calls gradient rules, and it installs its ``grad`` here when it loads, so a
+# rule finds it whenever one runs.
+_WALKER: list[Callable] = []
+
+
+def install_walker(grad: Callable) -> None:
+    """Plug in ``grad(loss, wrt) -> [gradient of loss w.r.t. each of wrt]`` (mgegraph.autodiff)."""
+    _WALKER[:] = [grad]
+
+
+def walker_grad(loss, wrt: list) -> list:
+    """The installed walker's ``grad(loss, wrt)``, for a gradient rule."""
+    if not _WALKER:
+        raise GraphError("a gradient rule ran before mgegraph.autodiff, the walker that calls "
+                         "them, was imported")
+    return _WALKER[0](loss, wrt)
+
+
 # -- small helpers shared by shape rules -----------------------------------------------------------
 def normalize_axis(axis: int, ndim: int) -> int:
     if not -max(ndim, 1) <= axis < max(ndim, 1):

@@ -11,9 +11,13 @@ import math
 
 import numpy as np
 
+from .. import functional as F
+from ..compiler import compile
+from ..eager.dispatch import EAGER, MODE, updates
 from ..ir.errors import GraphError
+from ..ir.graph import Graph
 from ..nn.module import Buffer, Parameter
-from ..planner.passes.prologue import written
+from ..weight_writes import written
 
 
 class ParamTypeError(GraphError, TypeError):
@@ -70,9 +74,7 @@ class Optimizer:
         return slots[key]
 
     def _scalar(self, graph, key: str):
-        from ..functional import subscript
-
-        return subscript(graph.bind(self.scalars), self._scalar_names.index(key))
+        return F.subscript(graph.bind(self.scalars), self._scalar_names.index(key))
 
     def build(self, graph, grads: dict[int, object]) -> None:
         """Add the update of each parameter in ``grads`` (id(param) -> grad Var) to ``graph``
@@ -90,8 +92,6 @@ class Optimizer:
         The update runs as one small plan per set of gradient shapes, compiled on first use:
         fused and in place, as in a training step's plan. Under a trace, a lazy block or a
         GradManager's recording it runs op by op instead, so that they see its ops."""
-        from ..eager.dispatch import EAGER, MODE, updates
-
         with_grad = [p for p in self.params if p.grad is not None]
         saved = (self.step_count, self.scalars.value.copy())
         self.prepare_step()
@@ -112,9 +112,6 @@ class Optimizer:
     def _update_plan(self, with_grad):
         """The plan of the update of the parameters in ``with_grad`` from gradients fed as
         ``grad0, grad1, ...``, made once per such list and gradient types."""
-        from ..compiler import compile
-        from ..ir.graph import Graph
-
         key = tuple((id(p), p.grad.type) for p in with_grad)
         plans = self.__dict__.setdefault("_update_plans", {})
         plan = plans.get(key)
@@ -201,8 +198,6 @@ class Adam(Optimizer):
                 "decay": 1 - self.lr * self.weight_decay}
 
     def _update(self, graph, p, w, g):
-        from .. import functional as F
-
         b1, b2 = self.betas
         if self.weight_decay and self.decoupled:
             w = w * self._scalar(graph, "decay")

@@ -373,10 +373,10 @@ def save_memory_picture(plan, path, title: str | None = None) -> None:
 
 def _save_png(plan, path: str, title) -> None:
     try:
-        import matplotlib
+        import matplotlib  # lazy: optional dependency (matplotlib), for .png pictures only
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.patches import Patch, Rectangle
+        import matplotlib.pyplot as plt  # lazy: optional dependency (matplotlib)
+        from matplotlib.patches import Patch, Rectangle  # lazy: optional dependency (matplotlib)
     except ImportError:
         raise ImportError("a .png memory picture needs matplotlib (pip install matplotlib); "
                           "save to a .svg path instead, which needs nothing") from None

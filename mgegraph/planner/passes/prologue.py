@@ -7,70 +7,24 @@ nodes into a graph of their own, the prologue, which ends in assigns into fresh 
 main graph reads those arrays as shared params. The executable runs the prologue when it is
 made and again before a run only when one of the weights it reads was written since.
 
-"Written" is a count per array (its ``.base`` root, so views of one array share it) that every
-writer of a shared weight bumps with ``written(array)``:
-
-- a plan run that assigns a shared param (``CpuExecutable.run``: training steps, eager
-  ``opt.step()``'s update plan, a prologue itself);
-- an eager assign landing (``eager.dispatch._write``: ``opt.step()`` under a trace, a lazy block
-  or a GradManager's recording);
-- ``Parameter.value = array`` on a bound parameter and ``Module.load_state_dict``.
-
-A write straight into the array with NumPy (``p.value[...] = 0``, ``np.copyto(p.value, a)``)
-is not seen: call ``mg.planner.passes.prologue.written(p.value)`` after one (or set
-``p.value = a``, which does). Checking the bytes instead would cost a pass over every weight
-per run, which is what the prologue is there to save.
-
-A run with no write anywhere since the prologue last ran costs one integer comparison (a
-global count of writes); otherwise the counts of its own weights are compared.
+Which weights changed is the weight-write registry's (``mgegraph/weight_writes.py``: a count
+per array that every writer of a shared weight bumps with ``written(array)``), which lives below
+every layer that writes weights or reads the counts. A run with no write anywhere since the
+prologue last ran costs one integer comparison (a global count of writes); otherwise the counts
+of its own weights are compared.
 
 >>> main, outs, pro = split(graph, outputs)   # pro is None when nothing reads only weights
 """
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...ir.graph import Graph, Var
+from ...weight_writes import epoch, versions, written  # noqa: F401  (re-exported: their old home)
 from .dce import dce
 from .rewrite import rebuild, weight_result_fits
-
-# -- the written signal -------------------------------------------------------------------
-_COUNTS: dict[int, int] = {}   # id of a root array -> writes; the entry dies with the array
-_EPOCH = [0]                    # writes of any array: the prologue's quick check
-
-
-def _root(array: np.ndarray) -> np.ndarray:
-    while isinstance(array.base, np.ndarray):
-        array = array.base
-    return array
-
-
-def written(array: np.ndarray) -> None:
-    """Say that ``array`` (or the array it is a view of) was written: prologues that read it
-    rerun before their plan's next run."""
-    root = _root(array)
-    key = id(root)
-    if key not in _COUNTS:
-        try:  # the count goes with the array: a later array with its id starts afresh
-            weakref.finalize(root, _COUNTS.pop, key, None)
-        except TypeError:  # not weakly referenceable: the count stays (a rerun too many)
-            pass
-        _COUNTS[key] = 0
-    _COUNTS[key] += 1
-    _EPOCH[0] += 1
-
-
-def epoch() -> int:
-    """How many writes ``written`` has seen, of any array."""
-    return _EPOCH[0]
-
-
-def versions(arrays) -> tuple[int, ...]:
-    """The write count of each of ``arrays``."""
-    return tuple(_COUNTS.get(id(_root(a)), 0) for a in arrays)
 
 
 # -- the split ----------------------------------------------------------------------------
