@@ -1,0 +1,75 @@
+"""Files a user names, read and written safely: only a regular file is read (a device such as
+``/dev/zero``, a FIFO or a directory would be read without end, block, or fail obscurely), and
+a file is written whole or not at all, under a temporary name of its own.
+
+>>> with open_regular("model.mgm", refuse) as f: data = f.read()
+>>> write_atomically("model.mgm", lambda f: f.write(data), refuse)
+"""
+from __future__ import annotations
+
+import os
+import stat
+import uuid
+from collections.abc import Callable
+from typing import BinaryIO, NoReturn
+
+Refuse = Callable[[str], NoReturn]  # raises the caller's error type with the message given
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def kind_of(mode: int) -> str:
+    """What a file of ``os.stat`` mode ``mode`` is, in words."""
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def open_regular(path, refuse: Refuse) -> BinaryIO:
+    """``path`` opened for reading in binary, when it is a regular file (links followed);
+    ``refuse`` gets the message otherwise. The file is opened first and its descriptor
+    checked (``fstat``), so nothing can swap the file between the check and the read."""
+    try:
+        # O_NONBLOCK: opening a FIFO nobody writes to returns at once instead of waiting
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, TypeError, ValueError) as exc:
+        refuse(f"cannot read {_shown(path)}: {getattr(exc, 'strerror', None) or exc}")
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        refuse(f"{_shown(path)} is {kind_of(mode)}, not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def write_atomically(path, write: Callable[[BinaryIO], object], refuse: Refuse) -> None:
+    """Call ``write`` on a new file in ``path``'s folder under a name no other writer uses,
+    then rename it to ``path`` in one step: a reader sees the old file or the new one whole,
+    and two writers to one path never share a temporary. ``refuse`` gets the message when
+    ``path`` is a directory (before anything is written)."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        refuse(f"cannot write {_shown(path)}: it is a directory")
+    folder, name = os.path.split(path)
+    temporary = os.path.join(folder, f".{name}.{uuid.uuid4().hex}.partial")
+    # 0o666: the umask applies, as for a file opened with open(path, "w")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
+                 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(temporary, path)
+    except BaseException:
+        _remove(temporary)
+        raise
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+def _shown(path) -> str:
+    return repr(os.fspath(path)) if isinstance(path, (str, bytes, os.PathLike)) else repr(path)
