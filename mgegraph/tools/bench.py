@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import importlib.util
 import json
 import os
 import subprocess
@@ -26,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 from mgegraph.tools import bench_table
+from mgegraph.tools.bench_svg import render_svg
 from mgegraph.tools.bench_table import WORKLOADS
 
 PROGRESS = "mgegraph-bench:"  # the prefix of the conftest's progress lines (--bench-progress)
@@ -43,9 +45,7 @@ def find_benchmarks(directory: str | None = None) -> Path:
     >>> find_benchmarks().name
     'benchmarks'
     """
-    import mgegraph
-
-    path = Path(directory) if directory else Path(mgegraph.__file__).parent.parent / "benchmarks"
+    path = Path(directory) if directory else Path(__file__).resolve().parents[2] / "benchmarks"
     if not (path / "conftest.py").is_file():
         where = f"--dir {directory}" if directory else f"{path} (next to the installed mgegraph)"
         raise BenchError(f"no benchmark suite at {where}: the benchmarks come with a source "
@@ -55,8 +55,6 @@ def find_benchmarks(directory: str | None = None) -> Path:
 
 def require_pytest_benchmark() -> None:
     """The runner's own optional dependencies (the peers are each benchmark's to skip)."""
-    import importlib.util
-
     missing = [m for m in ("pytest_benchmark", "threadpoolctl") if not importlib.util.find_spec(m)]
     if missing:
         raise BenchError(f"mgegraph bench needs {' and '.join(missing)}: pip install "
@@ -220,8 +218,6 @@ def write_outputs(args, rows, docs) -> None:
         Path(args.json).write_text(json.dumps(bench_table.to_json(rows, machine(docs)),
                                               indent=1) + "\n")
     if args.svg:
-        from mgegraph.tools.bench_svg import render_svg
-
         Path(args.svg).write_text(render_svg(rows, title(docs)))
 
 

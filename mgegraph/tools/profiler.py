@@ -32,6 +32,8 @@ from typing import NamedTuple, Self
 import numpy as np
 
 from ..ir.errors import ProfileError
+from ..ops import elementwise_table as TABLE
+from ..ops.registry import get_op
 
 # -- which profiles record now -------------------------------------------------------------------
 _lock = threading.Lock()
@@ -471,9 +473,6 @@ def _costs(plan) -> tuple[tuple[float | None, int], ...]:
 
 
 def _flops(plan, ins) -> float | None:
-    from ..ops import elementwise_table as TABLE
-    from ..ops.registry import get_op
-
     op = get_op(ins.op)
     if ins.op == "fused_elementwise":
         per = sum(TABLE.BY_NAME[step[0]].flops for step in dict(ins.attrs)["code"]
