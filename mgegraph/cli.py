@@ -21,11 +21,14 @@ import json
 import os
 import sys
 import traceback
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
-from . import __version__
+from . import __version__, runtime
+from .io import read, save
+from .io.files import open_regular, write_atomically
 from .ir.errors import FeedError, GraphError, KernelError, ModelFormatError
 
 PROG = "mgegraph"
@@ -127,8 +130,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_demo(sub):
-    # the demo module is imported only when it runs: it loads nn and optim, which the other
-    # subcommands (a deployment's) never need
     p = sub.add_parser("demo", help="train an MLP and a CNN on the digits, save the CNN",
                        description="The main job: train an MLP and a CNN on scikit-learn's "
                        "digits, print test accuracy and the memory report, save the CNN.")
@@ -170,7 +171,7 @@ def _add_viz(sub):
     p.add_argument("--profile", type=_positive_int, metavar="N",
                    help="run the model N times under the profiler first: the page shows the "
                    "time of each instruction (inputs as for `mgegraph profile`)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    _add_seed(p)
     _add_input(p, "feed the input NAME from FILE.npy instead of random values (--profile)")
     p.set_defaults(func=cmd_viz)
     return p
@@ -189,7 +190,7 @@ def _add_profile(sub):
     p.add_argument("--by", choices=("op", "instruction"), default="op",
                    help="one line per op (default) or per instruction of the plan")
     p.add_argument("--top", type=_positive_int, default=20, help="lines shown (default 20)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    _add_seed(p)
     _add_input(p, "feed the input NAME from FILE.npy instead of random values")
     p.set_defaults(func=cmd_profile)
     return p
@@ -216,6 +217,11 @@ def _add_bench(sub):
     return p
 
 
+def _add_seed(p) -> None:
+    p.add_argument("--seed", type=_seed, default=0,
+                   help="seed of the random inputs, an integer >= 0 (default 0)")
+
+
 def _add_input(p, text: str) -> None:
     p.add_argument("--input", action="append", default=[], type=_feed_spec,
                    metavar="NAME=FILE.npy", help=text)
@@ -229,6 +235,16 @@ def _positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 0")
     return value
 
 
@@ -265,7 +281,7 @@ def _viz_path(text: str) -> str:
 def cmd_demo(args) -> int:
     """``mgegraph demo``: train, save, report; with the default epochs and all the data, a
     model below its target accuracy fails the command."""
-    from . import demo
+    from . import demo  # lazy: startup cost (the demo loads nn and optim; nothing else does)
 
     accuracies = demo.run_demo(epochs=args.epochs, train_size=args.train_size,
                                output=args.output or demo.DEFAULT_OUTPUT,
@@ -283,21 +299,49 @@ def cmd_run(args) -> int:
     """``mgegraph run MODEL --input NAME=FILE.npy ... [-o OUT.npz]``."""
     predictor = _load(args.model)
     outputs = predictor.run(read_feeds(predictor, args.input))
-    named = dict(zip(predictor.output_names, outputs))
     if args.output is None:
-        for name, array in named.items():
+        for name, array in zip(predictor.output_names, outputs):
             print(summary_line(name, array))
         return 0
-    np.savez(args.output, **named)
     written = args.output if args.output.endswith(".npz") else args.output + ".npz"
-    print(f"wrote {', '.join(named)} to {written}")
+    save_npz(written, predictor.output_names, outputs)
+    print(f"wrote {', '.join(predictor.output_names)} to {written}")
     return 0
+
+
+def save_npz(path: str, names, arrays) -> None:
+    """The arrays under their names in an ``.npz`` that ``np.load`` reads back whole: the
+    members are written here (``np.savez(path, **named)`` takes a name such as ``file`` or
+    ``allow_pickle`` for its own parameter), and the file replaces ``path`` when complete.
+    Names must be distinct and usable as a member's name (no folders, nothing empty).
+
+    >>> save_npz("y.npz", ["output0"], [y]); np.load("y.npz")["output0"]
+    """
+    for name in names:
+        if not name or name in (".", "..") or any(c in name for c in "/\\\0"):
+            raise FeedError(f"-o {path}: the output name {name!r} cannot name an array in an "
+                            ".npz (empty, '.', '..', or holding '/', '\\' or NUL)")
+    repeated = sorted({n for n in names if list(names).count(n) > 1})
+    if repeated:
+        raise FeedError(f"-o {path}: the model's outputs repeat the name(s) {repeated}; an "
+                        ".npz holds each name once (print them without -o)")
+
+    def write(f) -> None:
+        with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+            for name, array in zip(names, arrays):
+                with zf.open(name + ".npy", "w", force_zip64=True) as member:
+                    np.lib.format.write_array(member, np.asanyarray(array),
+                                              allow_pickle=False)
+
+    write_atomically(path, write, _refuse_output)
+
+
+def _refuse_output(message: str):
+    raise FeedError(message)
 
 
 def cmd_report(args) -> int:
     """``mgegraph report MODEL [--json]``: what the plan of a model file is, and why."""
-    from .io import read
-
     _not_onnx(args.model)
     loaded = read(args.model)
     if isinstance(loaded, dict):
@@ -334,21 +378,27 @@ def cmd_viz(args) -> int:
 
 def cmd_profile(args) -> int:
     """``mgegraph profile MODEL [--runs N] [--trace FILE.json] [--input NAME=FILE.npy]``."""
-    prof = _profiled(_load(args.model), args, args.runs)
+    prof = _profiled(_load(args.model), args, args.runs, trace=bool(args.trace))
     print(prof.table(top=args.top, by=args.by, average=True))
     if args.trace:
         prof.save_chrome_trace(args.trace)
-        print(f"wrote {args.trace} (open it in ui.perfetto.dev or chrome://tracing)")
+        kept, count = len(prof.runs), prof.run_count
+        which = "" if kept == count else (f"; it holds the first {kept} of the {count} runs, "
+                                          "the table all of them")
+        print(f"wrote {args.trace} (open it in ui.perfetto.dev or chrome://tracing{which})")
     return 0
 
 
-def _profiled(predictor, args, runs: int):
+def _profiled(predictor, args, runs: int, trace: bool = False):
     """The profile of ``runs`` runs of ``predictor`` on the feeds of ``args`` (``--input``,
-    the rest seeded random), after one unprofiled run (allocation, the weights' prologue)."""
+    the rest seeded random), after one unprofiled run (allocation, the weights' prologue).
+    Without ``trace`` no run's own record is kept: the profile only aggregates, so any number
+    of runs takes the same memory."""
     profiler = _tool("mgegraph.tools.profiler", "the profiler")
     feeds = read_feeds(predictor, args.input, rng=np.random.default_rng(args.seed))
     predictor.run(feeds)
-    with profiler.profile() as prof:
+    limit = profiler.TRACE_LIMIT if trace else 0
+    with profiler.profile(trace_limit=limit) as prof:
         for _ in range(runs):
             predictor.run(feeds)
     return prof
@@ -356,8 +406,7 @@ def _profiled(predictor, args, runs: int):
 
 def cmd_convert(args) -> int:
     """``mgegraph convert MODEL.onnx -o MODEL.mgm``: import, compile and ``mg.save``."""
-    from . import onnx as mg_onnx
-    from .io import save
+    from . import onnx as mg_onnx  # lazy: startup cost (the importer loads the onnx package)
 
     output = args.output or str(Path(args.model).with_suffix(".mgm"))
     try:
@@ -379,17 +428,22 @@ def cmd_convert(args) -> int:
 
 def _read_onnx(path: str):
     """The ModelProto at ``path``; a file that is not one is an OnnxImportError naming it."""
-    from .onnx import OnnxImportError
+    from .onnx import OnnxImportError  # lazy: startup cost (as cmd_convert's import)
 
     try:
-        import onnx
-        from google.protobuf.message import DecodeError
+        import onnx  # lazy: optional dependency (onnx)
+        from google.protobuf.message import DecodeError  # lazy: optional dependency (onnx)
     except ModuleNotFoundError:
         raise ImportError('convert needs the onnx package: pip install -e ".[onnx]"') from None
-    try:
-        return onnx.load(path)
-    except (DecodeError, ValueError) as exc:
-        raise OnnxImportError(f"{path}: not an ONNX model ({exc})") from None
+
+    def refuse(message: str):
+        raise OnnxImportError(f"convert: {message}")
+
+    with open_regular(path, refuse) as f:
+        try:
+            return onnx.load(f)
+        except (DecodeError, ValueError) as exc:
+            raise OnnxImportError(f"{path}: not an ONNX model ({exc})") from None
 
 
 def cmd_bench(args) -> int:
@@ -403,10 +457,8 @@ def cmd_bench(args) -> int:
 
 # -- helpers -------------------------------------------------------------------------------------
 def _load(path: str):
-    from .runtime import load
-
     _not_onnx(path)
-    return load(path)
+    return runtime.load(path)
 
 
 def _not_onnx(path: str) -> None:
@@ -458,21 +510,45 @@ def _feed_name(name: str | None, path: str, names: tuple[str, ...]) -> str:
 
 
 def _read_array(name: str, path: str, shape, dtype) -> np.ndarray:
-    try:
-        array = np.load(path, allow_pickle=False)
-    except (ValueError, EOFError) as exc:  # truncated, or not NumPy's format at all
-        # np.load takes a file without NumPy's magic for a pickle: say what the user has
-        why = "" if "pickle" in str(exc) else f" ({exc})"
-        raise FeedError(f"--input {name}={path}: not an array file written by np.save"
-                        f"{why}") from None
+    """The .npy at ``path`` for input ``name``: a regular file only, its header checked
+    against the input's shape and dtype before its data is read (a header may claim any
+    size)."""
+    def refuse(message: str):
+        raise FeedError(f"--input {name}={path}: {message}")
+
+    with open_regular(path, refuse) as f:
+        found = _npy_header(f, refuse)
+        if found is not None and (found[0] != tuple(shape) or found[1] != dtype):
+            refuse(f"the array is {_type_text(*found)}, the model's input {name} is "
+                   f"{_type_text(shape, dtype)}")
+        f.seek(0)
+        try:
+            array = np.load(f, allow_pickle=False)
+        except (ValueError, EOFError, OSError) as exc:  # truncated, or not NumPy's format
+            # np.load takes a file without NumPy's magic for a pickle: say what the user has
+            refuse("not an array file written by np.save" +
+                   ("" if "pickle" in str(exc) else f" ({exc})"))
     if not isinstance(array, np.ndarray):
-        array.close()
-        raise FeedError(f"--input {name}={path}: an .npz archive; give one array as .npy")
-    if array.shape != tuple(shape) or array.dtype != dtype:
-        raise FeedError(f"--input {name}={path}: the array is "
-                        f"{_type_text(array.shape, array.dtype)}, the model's input {name} is "
-                        f"{_type_text(shape, dtype)}")
+        refuse("an .npz archive; give one array as .npy")
     return array
+
+
+def _npy_header(f, refuse) -> tuple[tuple, np.dtype] | None:
+    """(shape, dtype) from the header of the .npy open in ``f``; None when ``f`` does not
+    start with NumPy's magic (np.load then says what it is)."""
+    if f.read(6) != b"\x93NUMPY":
+        return None
+    f.seek(0)
+    read_header = {1: np.lib.format.read_array_header_1_0,
+                   2: np.lib.format.read_array_header_2_0}
+    try:
+        major, _ = np.lib.format.read_magic(f)
+        if major not in read_header:
+            return None
+        shape, _, dtype = read_header[major](f)
+    except (ValueError, SyntaxError, TypeError, EOFError, OverflowError) as exc:
+        refuse(f"not an array file written by np.save (its header: {exc})")
+    return tuple(shape), dtype
 
 
 def random_array(shape, dtype, rng: np.random.Generator) -> np.ndarray:

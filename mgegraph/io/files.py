@@ -29,17 +29,26 @@ def open_regular(path, refuse: Refuse) -> BinaryIO:
     """``path`` opened for reading in binary, when it is a regular file (links followed);
     ``refuse`` gets the message otherwise. The file is opened first and its descriptor
     checked (``fstat``), so nothing can swap the file between the check and the read."""
-    try:
+    def opener(name, flags: int) -> int:
         # O_NONBLOCK: opening a FIFO nobody writes to returns at once instead of waiting
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(name, flags | os.O_NONBLOCK)
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise _NotRegular(kind_of(mode))
+        os.set_blocking(fd, True)
+        return fd
+
+    try:
+        return open(path, "rb", opener=opener)  # noqa: SIM115 (the caller closes it)
+    except _NotRegular as exc:
+        refuse(f"{_shown(path)} is {exc}, not a regular file")
     except (OSError, TypeError, ValueError) as exc:
         refuse(f"cannot read {_shown(path)}: {getattr(exc, 'strerror', None) or exc}")
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        refuse(f"{_shown(path)} is {kind_of(mode)}, not a regular file")
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
+
+
+class _NotRegular(OSError):
+    """What ``open_regular``'s opener raises (inside ``open``) for a file of another kind."""
 
 
 def write_atomically(path, write: Callable[[BinaryIO], object], refuse: Refuse) -> None:
