@@ -54,11 +54,16 @@ class _NotRegular(OSError):
 def write_atomically(path, write: Callable[[BinaryIO], object], refuse: Refuse) -> None:
     """Call ``write`` on a new file in ``path``'s folder under a name no other writer uses,
     then rename it to ``path`` in one step: a reader sees the old file or the new one whole,
-    and two writers to one path never share a temporary. ``refuse`` gets the message when
-    ``path`` is a directory (before anything is written)."""
+    and two writers to one path never share a temporary. ``refuse`` gets the message, before
+    anything is written, when ``path`` is a directory, a device, a FIFO or a socket: the rename
+    would put a regular file in its place (``/dev/null`` replaced, for root)."""
     path = os.fspath(path)
-    if os.path.isdir(path):
-        refuse(f"cannot write {_shown(path)}: it is a directory")
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # nothing there yet (or nothing readable): the rename decides
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        refuse(f"cannot write {_shown(path)}: it is {kind_of(mode)}, not a regular file")
     folder, name = os.path.split(path)
     temporary = os.path.join(folder, f".{name}.{uuid.uuid4().hex}.partial")
     # 0o666: the umask applies, as for a file opened with open(path, "w")

@@ -26,6 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from mgegraph.io.files import open_regular
 from mgegraph.tools import bench_table
 from mgegraph.tools.bench_svg import render_svg
 from mgegraph.tools.bench_table import WORKLOADS
@@ -190,13 +191,22 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return parser.parse_args(argv), extra
 
 
+def _read_json(path: str) -> dict:
+    """The JSON document at ``path``, a regular file (``/dev/zero`` would be read forever)."""
+    def refuse(message: str):
+        raise BenchError(f"--from-json: {message}")
+
+    with open_regular(path, refuse) as f:
+        try:
+            return json.loads(f.read())
+        except (OSError, ValueError) as exc:  # unreadable, not UTF-8, or not JSON
+            refuse(f"cannot read {path}: {exc}")
+
+
 def collect(args, extra: list[str]) -> list[dict]:
     """The pytest-benchmark documents: read from files, or one run per thread count."""
     if args.from_json:
-        try:
-            return [json.loads(Path(p).read_text()) for p in args.from_json]
-        except (OSError, json.JSONDecodeError) as exc:
-            raise BenchError(f"--from-json: cannot read {exc}") from exc
+        return [_read_json(path) for path in args.from_json]
     bad = [n for n in args.threads if n < 1]
     if bad:
         raise BenchError(f"--threads {bad[0]}: a thread count is at least 1")

@@ -62,6 +62,16 @@ def test_saving_to_a_directory_is_refused_and_leaves_nothing(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["some_dir"] and not os.listdir(folder)
 
 
+def test_saving_over_a_device_or_a_fifo_is_refused_and_leaves_it(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for path, kind in ((fifo, "a FIFO"), ("/dev/null", "a character device")):
+        with pytest.raises(mg.ModelFormatError, match=f"'{path}': it is {kind}"):
+            mg.save(small_plan(), path)  # the rename would have put a file in its place
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert os.listdir(tmp_path) == ["pipe"]
+
+
 def test_a_saved_file_gets_the_permissions_open_would_give(tmp_path):
     mg.save(small_plan(), tmp_path / "m.mgm")
     mask = os.umask(0)
