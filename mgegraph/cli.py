@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__, runtime
+from . import onnx as mg_onnx  # the package alone: it imports the onnx library when called
 from .io import read, save
 from .io.files import open_regular, write_atomically
 from .ir.errors import FeedError, GraphError, KernelError, ModelFormatError
@@ -406,7 +407,6 @@ def _profiled(predictor, args, runs: int, trace: bool = False):
 
 def cmd_convert(args) -> int:
     """``mgegraph convert MODEL.onnx -o MODEL.mgm``: import, compile and ``mg.save``."""
-    from . import onnx as mg_onnx  # lazy: startup cost (the importer loads the onnx package)
 
     output = args.output or str(Path(args.model).with_suffix(".mgm"))
     try:
@@ -428,8 +428,6 @@ def cmd_convert(args) -> int:
 
 def _read_onnx(path: str):
     """The ModelProto at ``path``; a file that is not one is an OnnxImportError naming it."""
-    from .onnx import OnnxImportError  # lazy: startup cost (as cmd_convert's import)
-
     try:
         import onnx  # lazy: optional dependency (onnx)
         from google.protobuf.message import DecodeError  # lazy: optional dependency (onnx)
@@ -437,13 +435,13 @@ def _read_onnx(path: str):
         raise ImportError('convert needs the onnx package: pip install -e ".[onnx]"') from None
 
     def refuse(message: str):
-        raise OnnxImportError(f"convert: {message}")
+        raise mg_onnx.OnnxImportError(f"convert: {message}")
 
     with open_regular(path, refuse) as f:
         try:
             return onnx.load(f)
         except (DecodeError, ValueError) as exc:
-            raise OnnxImportError(f"{path}: not an ONNX model ({exc})") from None
+            raise mg_onnx.OnnxImportError(f"{path}: not an ONNX model ({exc})") from None
 
 
 def cmd_bench(args) -> int:

@@ -6,7 +6,7 @@ Both take a Plan, a Graph, a model file's path (``mg.save``), or anything that c
 a training step (``mg.compile_train_step``), a predictor (``mg.compile_module``,
 ``mg.load``) or a traced function (``mg.jit.trace``, its latest plan).
 
->>> mg.viz.save_html(step, "step.html")      # or plan.save_html("plan.html")
+>>> mg.viz.save_html(step, "step.html")
 >>> svg = mg.viz.to_svg(plan)
 """
 from __future__ import annotations
