@@ -66,9 +66,10 @@ def write_atomically(path, write: Callable[[BinaryIO], object], refuse: Refuse) 
         refuse(f"cannot write {_shown(path)}: it is {kind_of(mode)}, not a regular file")
     folder, name = os.path.split(path)
     temporary = os.path.join(folder, f".{name}.{uuid.uuid4().hex}.partial")
-    # 0o666: the umask applies, as for a file opened with open(path, "w")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
-                 0o666)
+    try:  # 0o666: the umask applies, as for a file opened with open(path, "w")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    except OSError as exc:  # no such folder, no permission: said of the path asked for
+        refuse(f"cannot write {_shown(path)}: {exc.strerror or exc}")
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)

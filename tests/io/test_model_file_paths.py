@@ -72,6 +72,11 @@ def test_saving_over_a_device_or_a_fifo_is_refused_and_leaves_it(tmp_path):
     assert os.listdir(tmp_path) == ["pipe"]
 
 
+def test_saving_into_a_missing_folder_names_the_path_asked_for(tmp_path):
+    with pytest.raises(mg.ModelFormatError, match=r"cannot write .*nope/m\.mgm': No such file"):
+        mg.save(small_plan(), tmp_path / "nope" / "m.mgm")
+
+
 def test_a_saved_file_gets_the_permissions_open_would_give(tmp_path):
     mg.save(small_plan(), tmp_path / "m.mgm")
     mask = os.umask(0)
