@@ -21,7 +21,6 @@ import json
 import os
 import sys
 import traceback
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +28,8 @@ import numpy as np
 from . import __version__, runtime
 from . import onnx as mg_onnx  # the package alone: it imports the onnx library when called
 from .io import read, save
-from .io.files import open_regular, write_atomically
+from .io.arrays import read_npy, write_npz
+from .io.files import open_regular
 from .ir.errors import FeedError, GraphError, KernelError, ModelFormatError
 
 PROG = "mgegraph"
@@ -305,40 +305,13 @@ def cmd_run(args) -> int:
             print(summary_line(name, array))
         return 0
     written = args.output if args.output.endswith(".npz") else args.output + ".npz"
-    save_npz(written, predictor.output_names, outputs)
+
+    def refuse(message: str):
+        raise FeedError(f"-o {written}: {message}")
+
+    write_npz(written, predictor.output_names, outputs, refuse)
     print(f"wrote {', '.join(predictor.output_names)} to {written}")
     return 0
-
-
-def save_npz(path: str, names, arrays) -> None:
-    """The arrays under their names in an ``.npz`` that ``np.load`` reads back whole: the
-    members are written here (``np.savez(path, **named)`` takes a name such as ``file`` or
-    ``allow_pickle`` for its own parameter), and the file replaces ``path`` when complete.
-    Names must be distinct and usable as a member's name (no folders, nothing empty).
-
-    >>> save_npz("y.npz", ["output0"], [y]); np.load("y.npz")["output0"]
-    """
-    for name in names:
-        if not name or name in (".", "..") or any(c in name for c in "/\\\0"):
-            raise FeedError(f"-o {path}: the output name {name!r} cannot name an array in an "
-                            ".npz (empty, '.', '..', or holding '/', '\\' or NUL)")
-    repeated = sorted({n for n in names if list(names).count(n) > 1})
-    if repeated:
-        raise FeedError(f"-o {path}: the model's outputs repeat the name(s) {repeated}; an "
-                        ".npz holds each name once (print them without -o)")
-
-    def write(f) -> None:
-        with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
-            for name, array in zip(names, arrays):
-                with zf.open(name + ".npy", "w", force_zip64=True) as member:
-                    np.lib.format.write_array(member, np.asanyarray(array),
-                                              allow_pickle=False)
-
-    write_atomically(path, write, _refuse_output)
-
-
-def _refuse_output(message: str):
-    raise FeedError(message)
 
 
 def cmd_report(args) -> int:
@@ -508,45 +481,10 @@ def _feed_name(name: str | None, path: str, names: tuple[str, ...]) -> str:
 
 
 def _read_array(name: str, path: str, shape, dtype) -> np.ndarray:
-    """The .npy at ``path`` for input ``name``: a regular file only, its header checked
-    against the input's shape and dtype before its data is read (a header may claim any
-    size)."""
     def refuse(message: str):
         raise FeedError(f"--input {name}={path}: {message}")
 
-    with open_regular(path, refuse) as f:
-        found = _npy_header(f, refuse)
-        if found is not None and (found[0] != tuple(shape) or found[1] != dtype):
-            refuse(f"the array is {_type_text(*found)}, the model's input {name} is "
-                   f"{_type_text(shape, dtype)}")
-        f.seek(0)
-        try:
-            array = np.load(f, allow_pickle=False)
-        except (ValueError, EOFError, OSError) as exc:  # truncated, or not NumPy's format
-            # np.load takes a file without NumPy's magic for a pickle: say what the user has
-            refuse("not an array file written by np.save" +
-                   ("" if "pickle" in str(exc) else f" ({exc})"))
-    if not isinstance(array, np.ndarray):
-        refuse("an .npz archive; give one array as .npy")
-    return array
-
-
-def _npy_header(f, refuse) -> tuple[tuple, np.dtype] | None:
-    """(shape, dtype) from the header of the .npy open in ``f``; None when ``f`` does not
-    start with NumPy's magic (np.load then says what it is)."""
-    if f.read(6) != b"\x93NUMPY":
-        return None
-    f.seek(0)
-    read_header = {1: np.lib.format.read_array_header_1_0,
-                   2: np.lib.format.read_array_header_2_0}
-    try:
-        major, _ = np.lib.format.read_magic(f)
-        if major not in read_header:
-            return None
-        shape, _, dtype = read_header[major](f)
-    except (ValueError, SyntaxError, TypeError, EOFError, OverflowError) as exc:
-        refuse(f"not an array file written by np.save (its header: {exc})")
-    return tuple(shape), dtype
+    return read_npy(path, shape, dtype, refuse, f"the model's input {name}")
 
 
 def random_array(shape, dtype, rng: np.random.Generator) -> np.ndarray:

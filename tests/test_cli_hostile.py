@@ -75,7 +75,7 @@ def test_run_writes_outputs_named_like_savez_parameters(capsys, model, tmp_path)
 
 
 @pytest.mark.parametrize("names, phrase", [
-    (["y", "y", "z"], "repeat the name(s) ['y']"),
+    (["y", "y", "z"], "the outputs repeat the name(s) ['y']"),
     (["a/b", "c", "d"], "the output name 'a/b' cannot name an array"),
     (["", "c", "d"], "the output name '' cannot name an array"),
 ])
