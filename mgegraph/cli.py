@@ -332,6 +332,7 @@ def cmd_viz(args) -> int:
     """``mgegraph viz MODEL -o FILE.html|.svg|.dot [--profile N]``: the format is the file's
     suffix; ``--profile`` runs the model N times first, so the page shows each instruction's
     time."""
+    _not_a_folder("-o", args.output)
     predictor = _load(args.model)
     plan = predictor.plan
     suffix = Path(args.output).suffix.lower()
@@ -352,6 +353,7 @@ def cmd_viz(args) -> int:
 
 def cmd_profile(args) -> int:
     """``mgegraph profile MODEL [--runs N] [--trace FILE.json] [--input NAME=FILE.npy]``."""
+    _not_a_folder("--trace", args.trace)
     prof = _profiled(_load(args.model), args, args.runs, trace=bool(args.trace))
     print(prof.table(top=args.top, by=args.by, average=True))
     if args.trace:
@@ -430,6 +432,13 @@ def cmd_bench(args) -> int:
 def _load(path: str):
     _not_onnx(path)
     return runtime.load(path)
+
+
+def _not_a_folder(option: str, path: str | None) -> None:
+    """An output that names a folder is refused before the work that would fill it is done
+    (a long profile, say)."""
+    if path is not None and os.path.isdir(path):
+        raise FeedError(f"{option} {path}: is a directory; give a file name")
 
 
 def _not_onnx(path: str) -> None:

@@ -137,3 +137,14 @@ def test_profile_without_a_trace_keeps_no_run_and_its_table_counts_them_all(mode
     assert [r.calls for r in rows] == [200.0] * len(predictor.plan.instructions)
     assert all(0 <= r.fastest <= r.mean <= r.slowest for r in rows)
     assert "mg.profile: 200 run(s) of 1 plan(s)" in prof.table()
+
+
+@pytest.mark.parametrize("command", [["profile", "--trace"], ["viz", "--profile", "5", "-o"]])
+def test_an_output_that_is_a_folder_is_refused_before_the_work(capsys, model, tmp_path,
+                                                               monkeypatch, command):
+    folder = tmp_path / "out.json" if command[0] == "profile" else tmp_path / "out.html"
+    folder.mkdir()
+    monkeypatch.setattr(cli, "_profiled", lambda *a, **k: pytest.fail("profiled first"))
+    code, out, err = _cli(capsys, command[0], model / "m.mgm", *command[1:], folder)
+    assert code == 1 and out == ""
+    _one_line(err, f"{command[-1]} {folder}: is a directory")
