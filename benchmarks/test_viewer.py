@@ -59,7 +59,7 @@ def test_page_load_resnet50_step(benchmark, step, tmp_path, anchor):
     if CHROMIUM is None:
         pytest.skip("headless Chromium is not installed (apt install chromium)")
     path = tmp_path / "step.html"
-    step.plan.save_html(path)
+    mg.viz.save_html(step.plan, path)
     ready = []
     benchmark.pedantic(lambda: ready.append(_ready_ms(path, tmp_path, anchor)), rounds=5,
                        iterations=1)

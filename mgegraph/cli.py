@@ -25,7 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
+from . import __version__, runtime
+from . import onnx as mg_onnx  # the package alone: it imports the onnx library when called
+from .io import read, save
+from .io.arrays import read_npy, write_npz
+from .io.files import open_regular
 from .ir.errors import FeedError, GraphError, KernelError, ModelFormatError
 
 PROG = "mgegraph"
@@ -127,8 +131,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_demo(sub):
-    # the demo module is imported only when it runs: it loads nn and optim, which the other
-    # subcommands (a deployment's) never need
     p = sub.add_parser("demo", help="train an MLP and a CNN on the digits, save the CNN",
                        description="The main job: train an MLP and a CNN on scikit-learn's "
                        "digits, print test accuracy and the memory report, save the CNN.")
@@ -170,7 +172,7 @@ def _add_viz(sub):
     p.add_argument("--profile", type=_positive_int, metavar="N",
                    help="run the model N times under the profiler first: the page shows the "
                    "time of each instruction (inputs as for `mgegraph profile`)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    _add_seed(p)
     _add_input(p, "feed the input NAME from FILE.npy instead of random values (--profile)")
     p.set_defaults(func=cmd_viz)
     return p
@@ -189,7 +191,7 @@ def _add_profile(sub):
     p.add_argument("--by", choices=("op", "instruction"), default="op",
                    help="one line per op (default) or per instruction of the plan")
     p.add_argument("--top", type=_positive_int, default=20, help="lines shown (default 20)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    _add_seed(p)
     _add_input(p, "feed the input NAME from FILE.npy instead of random values")
     p.set_defaults(func=cmd_profile)
     return p
@@ -216,6 +218,11 @@ def _add_bench(sub):
     return p
 
 
+def _add_seed(p) -> None:
+    p.add_argument("--seed", type=_seed, default=0,
+                   help="seed of the random inputs, an integer >= 0 (default 0)")
+
+
 def _add_input(p, text: str) -> None:
     p.add_argument("--input", action="append", default=[], type=_feed_spec,
                    metavar="NAME=FILE.npy", help=text)
@@ -229,6 +236,16 @@ def _positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 0")
     return value
 
 
@@ -265,7 +282,7 @@ def _viz_path(text: str) -> str:
 def cmd_demo(args) -> int:
     """``mgegraph demo``: train, save, report; with the default epochs and all the data, a
     model below its target accuracy fails the command."""
-    from . import demo
+    from . import demo  # lazy: startup cost (the demo loads nn and optim; nothing else does)
 
     accuracies = demo.run_demo(epochs=args.epochs, train_size=args.train_size,
                                output=args.output or demo.DEFAULT_OUTPUT,
@@ -283,21 +300,22 @@ def cmd_run(args) -> int:
     """``mgegraph run MODEL --input NAME=FILE.npy ... [-o OUT.npz]``."""
     predictor = _load(args.model)
     outputs = predictor.run(read_feeds(predictor, args.input))
-    named = dict(zip(predictor.output_names, outputs))
     if args.output is None:
-        for name, array in named.items():
+        for name, array in zip(predictor.output_names, outputs):
             print(summary_line(name, array))
         return 0
-    np.savez(args.output, **named)
     written = args.output if args.output.endswith(".npz") else args.output + ".npz"
-    print(f"wrote {', '.join(named)} to {written}")
+
+    def refuse(message: str):
+        raise FeedError(f"-o {written}: {message}")
+
+    write_npz(written, predictor.output_names, outputs, refuse)
+    print(f"wrote {', '.join(predictor.output_names)} to {written}")
     return 0
 
 
 def cmd_report(args) -> int:
     """``mgegraph report MODEL [--json]``: what the plan of a model file is, and why."""
-    from .io import read
-
     _not_onnx(args.model)
     loaded = read(args.model)
     if isinstance(loaded, dict):
@@ -314,6 +332,7 @@ def cmd_viz(args) -> int:
     """``mgegraph viz MODEL -o FILE.html|.svg|.dot [--profile N]``: the format is the file's
     suffix; ``--profile`` runs the model N times first, so the page shows each instruction's
     time."""
+    _not_a_folder("-o", args.output)
     predictor = _load(args.model)
     plan = predictor.plan
     suffix = Path(args.output).suffix.lower()
@@ -334,21 +353,28 @@ def cmd_viz(args) -> int:
 
 def cmd_profile(args) -> int:
     """``mgegraph profile MODEL [--runs N] [--trace FILE.json] [--input NAME=FILE.npy]``."""
-    prof = _profiled(_load(args.model), args, args.runs)
+    _not_a_folder("--trace", args.trace)
+    prof = _profiled(_load(args.model), args, args.runs, trace=bool(args.trace))
     print(prof.table(top=args.top, by=args.by, average=True))
     if args.trace:
         prof.save_chrome_trace(args.trace)
-        print(f"wrote {args.trace} (open it in ui.perfetto.dev or chrome://tracing)")
+        kept, count = len(prof.runs), prof.run_count
+        which = "" if kept == count else (f"; it holds the first {kept} of the {count} runs, "
+                                          "the table all of them")
+        print(f"wrote {args.trace} (open it in ui.perfetto.dev or chrome://tracing{which})")
     return 0
 
 
-def _profiled(predictor, args, runs: int):
+def _profiled(predictor, args, runs: int, trace: bool = False):
     """The profile of ``runs`` runs of ``predictor`` on the feeds of ``args`` (``--input``,
-    the rest seeded random), after one unprofiled run (allocation, the weights' prologue)."""
+    the rest seeded random), after one unprofiled run (allocation, the weights' prologue).
+    Without ``trace`` no run's own record is kept: the profile only aggregates, so any number
+    of runs takes the same memory."""
     profiler = _tool("mgegraph.tools.profiler", "the profiler")
     feeds = read_feeds(predictor, args.input, rng=np.random.default_rng(args.seed))
     predictor.run(feeds)
-    with profiler.profile() as prof:
+    limit = profiler.TRACE_LIMIT if trace else 0
+    with profiler.profile(trace_limit=limit) as prof:
         for _ in range(runs):
             predictor.run(feeds)
     return prof
@@ -356,8 +382,6 @@ def _profiled(predictor, args, runs: int):
 
 def cmd_convert(args) -> int:
     """``mgegraph convert MODEL.onnx -o MODEL.mgm``: import, compile and ``mg.save``."""
-    from . import onnx as mg_onnx
-    from .io import save
 
     output = args.output or str(Path(args.model).with_suffix(".mgm"))
     try:
@@ -379,17 +403,20 @@ def cmd_convert(args) -> int:
 
 def _read_onnx(path: str):
     """The ModelProto at ``path``; a file that is not one is an OnnxImportError naming it."""
-    from .onnx import OnnxImportError
-
     try:
-        import onnx
-        from google.protobuf.message import DecodeError
+        import onnx  # lazy: optional dependency (onnx)
+        from google.protobuf.message import DecodeError  # lazy: optional dependency (onnx)
     except ModuleNotFoundError:
         raise ImportError('convert needs the onnx package: pip install -e ".[onnx]"') from None
-    try:
-        return onnx.load(path)
-    except (DecodeError, ValueError) as exc:
-        raise OnnxImportError(f"{path}: not an ONNX model ({exc})") from None
+
+    def refuse(message: str):
+        raise mg_onnx.OnnxImportError(f"convert: {message}")
+
+    with open_regular(path, refuse) as f:
+        try:
+            return onnx.load(f)
+        except (DecodeError, ValueError) as exc:
+            raise mg_onnx.OnnxImportError(f"{path}: not an ONNX model ({exc})") from None
 
 
 def cmd_bench(args) -> int:
@@ -403,10 +430,15 @@ def cmd_bench(args) -> int:
 
 # -- helpers -------------------------------------------------------------------------------------
 def _load(path: str):
-    from .runtime import load
-
     _not_onnx(path)
-    return load(path)
+    return runtime.load(path)
+
+
+def _not_a_folder(option: str, path: str | None) -> None:
+    """An output that names a folder is refused before the work that would fill it is done
+    (a long profile, say)."""
+    if path is not None and os.path.isdir(path):
+        raise FeedError(f"{option} {path}: is a directory; give a file name")
 
 
 def _not_onnx(path: str) -> None:
@@ -458,21 +490,10 @@ def _feed_name(name: str | None, path: str, names: tuple[str, ...]) -> str:
 
 
 def _read_array(name: str, path: str, shape, dtype) -> np.ndarray:
-    try:
-        array = np.load(path, allow_pickle=False)
-    except (ValueError, EOFError) as exc:  # truncated, or not NumPy's format at all
-        # np.load takes a file without NumPy's magic for a pickle: say what the user has
-        why = "" if "pickle" in str(exc) else f" ({exc})"
-        raise FeedError(f"--input {name}={path}: not an array file written by np.save"
-                        f"{why}") from None
-    if not isinstance(array, np.ndarray):
-        array.close()
-        raise FeedError(f"--input {name}={path}: an .npz archive; give one array as .npy")
-    if array.shape != tuple(shape) or array.dtype != dtype:
-        raise FeedError(f"--input {name}={path}: the array is "
-                        f"{_type_text(array.shape, array.dtype)}, the model's input {name} is "
-                        f"{_type_text(shape, dtype)}")
-    return array
+    def refuse(message: str):
+        raise FeedError(f"--input {name}={path}: {message}")
+
+    return read_npy(path, shape, dtype, refuse, f"the model's input {name}")
 
 
 def random_array(shape, dtype, rng: np.random.Generator) -> np.ndarray:

@@ -7,16 +7,21 @@ compares without the graph that made it. Running it is its backend's business:
 """
 from __future__ import annotations
 
+import sys
+import warnings
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 import numpy as np
 
+from .backend import get_backend
 from .host_memory import aligned_empty
 from .ir.errors import FeedError, GraphError
-from .ir.printer import format_attrs
+from .ir.printer import CATEGORY_COLOURS, OTHER_COLOUR, dot_text, format_attrs
 from .ir.types import TensorType
+from .ops import get_op
 from .planner.memory.plan import MemoryPlan
+from .planner.memory.report import memory_report
 from .planner.passes.pipeline import passes_report
 
 
@@ -149,7 +154,6 @@ class Plan:
 
     def memory_report(self, format: str = "text", top: int = 10):
         """The memory plan explained: see ``mgegraph.planner.memory.report``."""
-        from .planner.memory.report import memory_report
         return memory_report(self, format=format, top=top)
 
     def remat_report(self, format: str = "text"):
@@ -165,36 +169,34 @@ class Plan:
         return passes_report(self.passes) if self.passes else "no passes ran (optimize=0)"
 
     def save_html(self, path, profile=None) -> None:
-        """One self-contained HTML page of this plan: the graph, the arena over time, the
-        instructions, the reports and, after a profiled run, the time per instruction (see
-        ``mgegraph.viz``).
+        """Deprecated: ``mg.viz.save_html(plan, path)`` writes the page (the viewer takes a
+        plan; a plan knows nothing of the viewer).
 
-        >>> plan.save_html("plan.html")
+        >>> mg.viz.save_html(plan, "plan.html")
         """
-        from .viz import save_html
-        save_html(self, path, profile=profile)
+        warnings.warn("Plan.save_html is deprecated; use mg.viz.save_html(plan, path)",
+                      DeprecationWarning, stacklevel=2)
+        # Design: the viewer is layers above the plan, so this shim is no import of it: it
+        # reaches the viewer through the package's public facade, as the caller's code would
+        sys.modules[__package__].viz.save_html(self, path, profile=profile)
 
     def to_dot(self) -> str:
         """The plan as a Graphviz digraph, without the graph that made it: a box per
         instruction (op, kernel, output types; coloured by op category as ``Graph.to_dot``),
         an ellipse per input, param and const; each edge is the slot an instruction reads
         (a view is drawn from the instruction that wrote the bytes it views)."""
-        from .ir.printer import CATEGORY_COLOURS, OTHER_COLOUR
-        from .ops import get_op
-
         lines = ["digraph plan {", "  rankdir=TB;", '  node [shape=box, style="rounded,filled"];']
         writer: dict[int, str] = {}
         for slot in self.slots:
             if slot.role in (Role.INPUT, Role.PARAM, Role.CONST):
                 writer[slot.index] = f"s{slot.index}"
-                label = f"{slot.role} {slot.name or ''}\\n{slot.type}".replace('"', r'\"')
+                label = dot_text(f"{slot.role} {slot.name or ''}\n{slot.type}")
                 lines.append(f'  s{slot.index} [shape=ellipse, label="{label}"];')
         for i, ins in enumerate(self.instructions):
             colour = CATEGORY_COLOURS.get(get_op(ins.op).category, OTHER_COLOUR)
-            types = "\\n".join(str(self.slots[o].type) for o in ins.outputs)
-            label = f"{ins.op}{format_attrs(ins.attrs)}\\n{ins.kernel}\\n{types}"
-            lines.append(f'  i{i} [label="{label.replace(chr(34), chr(92) + chr(34))}", '
-                         f'fillcolor="{colour}"];')
+            types = "\n".join(str(self.slots[o].type) for o in ins.outputs)
+            label = dot_text(f"{ins.op}{format_attrs(ins.attrs)}\n{ins.kernel}\n{types}")
+            lines.append(f'  i{i} [label="{label}", fillcolor="{colour}"];')
             for s in ins.inputs:
                 root = self.slots[s].alias if self.slots[s].alias is not None else s
                 if root in writer:
@@ -210,7 +212,6 @@ class Plan:
         per plan; every ``run`` reuses its memory."""
         executable = self._cache.get("executable")
         if executable is None:
-            from .backend import get_backend
             executable = self._cache["executable"] = get_backend(self.device).executable(self)
         return executable
 

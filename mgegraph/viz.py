@@ -6,7 +6,7 @@ Both take a Plan, a Graph, a model file's path (``mg.save``), or anything that c
 a training step (``mg.compile_train_step``), a predictor (``mg.compile_module``,
 ``mg.load``) or a traced function (``mg.jit.trace``, its latest plan).
 
->>> mg.viz.save_html(step, "step.html")      # or plan.save_html("plan.html")
+>>> mg.viz.save_html(step, "step.html")
 >>> svg = mg.viz.to_svg(plan)
 """
 from __future__ import annotations
@@ -15,9 +15,12 @@ import os
 import shutil
 import subprocess
 
+from .io import load
 from .ir.errors import GraphError
 from .ir.graph import Graph
 from .plan import Plan
+from .tools.html import graph_page, plan_page, write_page
+from .tools.svg import drawing_svg
 
 ENGINES = ("python", "dot")
 
@@ -40,8 +43,6 @@ def _plan_or_graph(obj):
 
 
 def _from_file(path: str) -> Plan:
-    from .io import load
-
     if not os.path.isfile(path):
         raise GraphError(f"mg.viz: no model file at {path!r}")
     loaded = load(path)
@@ -68,8 +69,6 @@ def html(obj, profile=None, title: str | None = None) -> str:
 
     >>> text = mg.viz.html(plan)
     """
-    from .tools.html import graph_page, plan_page
-
     target = _plan_or_graph(obj)
     if isinstance(target, Graph):
         if profile is not None:
@@ -86,8 +85,6 @@ def save_html(obj, path, profile=None, title: str | None = None) -> None:
 
     >>> mg.viz.save_html(step, "step.html")
     """
-    from .tools.html import write_page
-
     write_page(path, html(obj, profile, title))
 
 
@@ -103,7 +100,6 @@ def to_svg(obj, engine: str = "python") -> str:
     target = _plan_or_graph(obj)
     if engine == "dot":
         return _dot_svg(target.to_dot())
-    from .tools.svg import drawing_svg
     return drawing_svg(target)
 
 

@@ -163,3 +163,53 @@ def test_to_dot_draws_the_instructions_and_the_sources_without_the_graph():
     relu = next(i for i, ins in enumerate(plan.instructions) if ins.op == "relu")
     add = next(i for i, ins in enumerate(plan.instructions) if ins.op == "add")
     assert f"i{relu} -> i{add}" in dot
+
+
+# -- lifetime: a plan is freed when its last reference goes ------------------------------------
+def _plan_kind(kind: str) -> mg.Plan:
+    g = mg.Graph()
+    x = g.input("x", (64, 64), "float32")
+    w = g.param("w", np.ones((64, 64), np.float32), share=True)
+    y = F.relu(x @ (w * 2.0)) if kind != "plain" else F.relu(x * 2.0)
+    return mg.compile([y], freeze=kind == "frozen")
+
+
+def _arena_of(executable) -> np.ndarray:
+    temp = next(s.index for s in executable.plan.slots if s.offset is not None)
+    array = executable.buffers[temp]
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
+@pytest.mark.parametrize("kind", ["plain", "prologue", "frozen"])
+def test_a_dropped_plan_and_its_arena_are_freed_without_the_cycle_collector(kind):
+    import gc
+    import weakref
+
+    plan = _plan_kind(kind)
+    assert (plan.prologue is not None) == (kind == "prologue")
+    plan.run({"x": np.ones((64, 64), np.float32)})
+    executable = plan.executable()
+    alive = [weakref.ref(o) for o in (plan, executable, _arena_of(executable))]
+    del executable
+    gc.collect()
+    gc.disable()
+    try:
+        del plan
+        assert [r() is None for r in alive] == [True] * 3
+    finally:
+        gc.enable()
+
+
+def test_an_executable_outliving_its_plan_says_so():
+    executable = plan_and_graph()[0].executable()
+    with pytest.raises(mg.GraphError, match="plan was freed"):
+        executable.run({"x": np.zeros((2, 3), np.float32)})
+
+
+def test_plan_save_html_is_deprecated_for_the_viewers_function(tmp_path):
+    plan, _ = plan_and_graph()
+    with pytest.warns(DeprecationWarning, match=r"mg.viz.save_html\(plan, path\)"):
+        plan.save_html(tmp_path / "p.html")
+    assert (tmp_path / "p.html").read_text(encoding="utf-8") == mg.viz.html(plan)

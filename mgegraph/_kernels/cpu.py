@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 
 import numpy as np
 
 from ..backend import FusionLimits, KernelTable
 from ..host_memory import host_arena
-from ..ir.errors import NumericsError
+from ..ir.errors import GraphError, NumericsError
 from ..plan import (
     Role,
     check_feeds,
@@ -113,7 +114,9 @@ class CpuExecutable:
     """
 
     def __init__(self, backend: CpuBackend, plan):
-        self.plan = plan
+        # weak: the plan keeps this executable (``plan._cache``), so a strong reference back
+        # would be a cycle holding the arena until the cycle collector ran
+        self._plan = weakref.ref(plan)
         arena = backend.allocate(plan.memory.arena_bytes, plan.memory.options.alignment)
         buffers = host_buffers(plan, arena)
         generated = [fused_jit.kernel_for(ins.kernel, ins.ints) for ins in plan.instructions]
@@ -139,6 +142,15 @@ class CpuExecutable:
         self._pool = OutputPool()
         self._no_out = (None,) * len(plan.outputs)
         self._shared = [plan.values[s] for s in sorted(plan.shared)]
+
+    @property
+    def plan(self):
+        """The plan this runs; the plan owns its executable, so it must outlive it."""
+        plan = self._plan()
+        if plan is None:
+            raise GraphError("this executable's plan was freed: keep a reference to the plan "
+                             "while its executable (plan.executable()) is used")
+        return plan
 
     writes_out = True  # run(feeds, out=...) writes the outputs into the caller's arrays
     # feeds read and outputs written in place (False: every feed copied in and every output

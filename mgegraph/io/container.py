@@ -4,7 +4,8 @@ Design: nothing from the file reaches the file system or the unpickler. Member n
 mgegraph's own (``arrays/<n>.npy``), checked against one pattern before anything is read;
 every size is checked against ``Limits`` before the bytes it promises are allocated (the
 central directory says how large a member unpacks to, and ``zipfile`` never reads past that),
-so a small hostile file cannot make the loader allocate gigabytes.
+so a small hostile file cannot make the loader allocate gigabytes; and only a regular file is
+opened (``files.open_regular``: ``/dev/zero`` or a FIFO would be read without end).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import numpy as np
 
 from ..ir.errors import ModelFormatError
 from ..ir.types import SUPPORTED
+from .files import open_regular, write_atomically
 
 MAGIC = "mgegraph-model"
 FORMAT_VERSION = 1
@@ -69,19 +71,21 @@ def npy_bytes(array: np.ndarray) -> bytes:
 
 def write(path, description: dict, arrays: list[np.ndarray]) -> None:
     """Write ``description`` (it gets the magic, the version and the members' checksums) and
-    ``arrays`` (as members ``arrays/<index>.npy``) to ``path``, replacing it when complete."""
+    ``arrays`` (as members ``arrays/<index>.npy``) to ``path``, replacing it when complete
+    (``files.write_atomically``: concurrent saves to one path each write their own file)."""
     members = {f"arrays/{i}.npy": npy_bytes(a) for i, a in enumerate(arrays)}
     description = {"magic": MAGIC, "format_version": FORMAT_VERSION, **description,
                    "members": {name: {"sha256": hashlib.sha256(data).hexdigest(),
                                       "size": len(data)} for name, data in members.items()}}
     text = json.dumps(description, allow_nan=False, separators=(",", ":")).encode()
-    path = os.fspath(path)
-    partial = path + ".partial"
-    with zipfile.ZipFile(partial, "w") as zf:
-        zf.writestr(JSON_MEMBER, text, compress_type=zipfile.ZIP_DEFLATED)
-        for name, data in members.items():  # weights do not compress; stored, they map fast
-            zf.writestr(name, data, compress_type=zipfile.ZIP_STORED)
-    os.replace(partial, path)
+
+    def write_zip(f) -> None:
+        with zipfile.ZipFile(f, "w") as zf:
+            zf.writestr(JSON_MEMBER, text, compress_type=zipfile.ZIP_DEFLATED)
+            for name, data in members.items():  # weights do not compress; stored, they map fast
+                zf.writestr(name, data, compress_type=zipfile.ZIP_STORED)
+
+    write_atomically(path, write_zip, fail)
 
 
 # -- reading -------------------------------------------------------------------------------------
@@ -92,18 +96,20 @@ class Container:
     def __init__(self, path, limits: Limits):
         self.limits = limits
         self.shared: dict[str, np.ndarray] = {}  # member -> the array shared params use
+        self._file = open_regular(path, fail)
         try:
-            size = os.path.getsize(path)
-        except (OSError, TypeError, ValueError) as exc:
-            fail(f"cannot read {path!r}: {exc}")
-        if size > limits.max_file_bytes:
-            fail(f"the file is {size} bytes, over the limit of {limits.max_file_bytes}")
-        try:
-            self._zip = zipfile.ZipFile(path)
-            infos = self._zip.infolist()
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError,
-                NotImplementedError) as exc:
-            fail(f"not a zip container ({exc})")
+            size = os.fstat(self._file.fileno()).st_size
+            if size > limits.max_file_bytes:
+                fail(f"the file is {size} bytes, over the limit of {limits.max_file_bytes}")
+            try:
+                self._zip = zipfile.ZipFile(self._file)
+                infos = self._zip.infolist()
+            except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError,
+                    NotImplementedError) as exc:
+                fail(f"not a zip container ({exc})")
+        except BaseException:
+            self._file.close()
+            raise
         try:
             self._infos = self._check_infos(infos, size)
             self.description = self._read_json()
@@ -114,6 +120,7 @@ class Container:
 
     def close(self) -> None:
         self._zip.close()
+        self._file.close()
 
     def __enter__(self):
         return self

@@ -19,8 +19,12 @@ from dataclasses import fields as dataclass_fields
 import numpy as np
 
 from ..backend import sync_to_host
+from ..compiler import compile
 from ..ir.errors import GraphError, ModelFormatError
-from ..ir.types import SUPPORTED
+from ..ir.types import SUPPORTED, tensor_type
+from ..plan import Plan
+from ..planner.memory.plan import MemoryOptions
+from ..planner.remat.remat import RematOptions
 from .container import Container, Limits, fail, write
 from .graph_json import DTYPES, decode_graph, decode_type, encode_graph, encode_type, fields
 
@@ -71,8 +75,6 @@ def save(obj, path) -> None:
 
 
 def _plan_of(obj) -> tuple[str, object]:
-    from ..plan import Plan
-
     if isinstance(obj, Plan):
         return "plan", obj
     # the eager and training layers are looked up, not imported: an object of theirs exists
@@ -102,7 +104,6 @@ def _save_state(state: dict, path) -> None:
 
 
 def _type(array):
-    from ..ir.types import tensor_type
     return tensor_type(array.shape, array.dtype)
 
 
@@ -121,10 +122,6 @@ def encode_options(options: dict) -> dict:
 
 
 def decode_options(value) -> dict:
-    from ..compiler import compile
-    from ..planner.memory.plan import MemoryOptions
-    from ..planner.remat.remat import RematOptions
-
     accepted = set(inspect.signature(compile).parameters) - {"outputs"}
     options = fields(value, {"device"}, "options", accepted)
     device, optimize = options["device"], options.get("optimize", 1)
@@ -205,8 +202,6 @@ def _check_unused(container, used: set) -> None:
 
 
 def _compile(description, kind, graph, variables, limits, device) -> LoadedModel:
-    from ..compiler import compile
-
     inputs, outputs = description["inputs"], description["outputs"]
     if type(inputs) is not list or type(outputs) is not list or not outputs:
         fail("inputs and outputs must be lists (and a model has an output)")
@@ -246,17 +241,3 @@ def _compile(description, kind, graph, variables, limits, device) -> LoadedModel
     if total > limits.max_plan_bytes:
         fail(f"the plan needs {total} bytes, over the limit of {limits.max_plan_bytes}")
     return LoadedModel(plan, kind, tuple(input_names), tuple(output_names))
-
-
-def load(path, limits: Limits | None = None, device: str | None = None):
-    """What ``save`` wrote: a ``mg.runtime.Predictor`` for a model (``.run(feeds)``, its
-    input and output names, shapes and dtypes; ``.plan``), a dict of arrays for a state dict.
-    ``device`` compiles the model for another device than the one it was saved from.
-
-    >>> weights = mg.load("weights.mgm"); model.load_state_dict(weights)
-    """
-    loaded = read(path, limits, device)
-    if isinstance(loaded, dict):
-        return loaded
-    from ..runtime import Predictor
-    return Predictor(loaded)

@@ -1,6 +1,7 @@
 """The IR text form and its DOT picture. The grammar is published in docs/ir.md."""
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # Graph prints itself with this module: the names are for the annotations
@@ -42,13 +43,27 @@ CATEGORY_COLOURS = {"source": "#9c755f", "elementwise": "#4e79a7", "reduce": "#f
 OTHER_COLOUR = "#bab0ac"  # a category without a colour of its own
 
 
+def dot_text(text: str) -> str:
+    r"""``text`` as the inside of a DOT double-quoted string: a backslash and a quote escaped,
+    a line break as DOT's ``\n``, and any other control character (which no picture can
+    show, and which the SVG that Graphviz makes of it would carry) as U+FFFD.
+
+    >>> print(dot_text('a\ "b"'))   # a\\ \"b\"
+    """
+    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("\r\n", "\n")
+    return _DOT_CONTROL.sub("\ufffd", text).replace("\n", "\\n")
+
+
+_DOT_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f]")
+
+
 def graph_to_dot(graph: Graph) -> str:
     lines = ["digraph mgegraph {", "  rankdir=TB;", '  node [shape=box, style="rounded,filled"];']
     for i, node in enumerate(graph.nodes):
-        label = f"{node.op.name}{format_attrs(node.attrs)}".replace('"', r"\"")
-        types = "\\n".join(str(v.type) for v in node.outputs)
+        types = "\n".join(str(v.type) for v in node.outputs)
+        label = dot_text(f"{node.op.name}{format_attrs(node.attrs)}\n{types}")
         colour = CATEGORY_COLOURS.get(node.op.category, OTHER_COLOUR)
-        lines.append(f'  n{i} [label="{label}\\n{types}", fillcolor="{colour}"];')
+        lines.append(f'  n{i} [label="{label}", fillcolor="{colour}"];')
     producer = {v.id: i for i, n in enumerate(graph.nodes) for v in n.outputs}
     for i, node in enumerate(graph.nodes):
         for v in node.inputs:

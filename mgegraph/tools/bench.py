@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import importlib.util
 import json
 import os
 import subprocess
@@ -25,7 +26,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from mgegraph.io.files import open_regular
 from mgegraph.tools import bench_table
+from mgegraph.tools.bench_svg import render_svg
 from mgegraph.tools.bench_table import WORKLOADS
 
 PROGRESS = "mgegraph-bench:"  # the prefix of the conftest's progress lines (--bench-progress)
@@ -43,9 +46,7 @@ def find_benchmarks(directory: str | None = None) -> Path:
     >>> find_benchmarks().name
     'benchmarks'
     """
-    import mgegraph
-
-    path = Path(directory) if directory else Path(mgegraph.__file__).parent.parent / "benchmarks"
+    path = Path(directory) if directory else Path(__file__).resolve().parents[2] / "benchmarks"
     if not (path / "conftest.py").is_file():
         where = f"--dir {directory}" if directory else f"{path} (next to the installed mgegraph)"
         raise BenchError(f"no benchmark suite at {where}: the benchmarks come with a source "
@@ -55,8 +56,6 @@ def find_benchmarks(directory: str | None = None) -> Path:
 
 def require_pytest_benchmark() -> None:
     """The runner's own optional dependencies (the peers are each benchmark's to skip)."""
-    import importlib.util
-
     missing = [m for m in ("pytest_benchmark", "threadpoolctl") if not importlib.util.find_spec(m)]
     if missing:
         raise BenchError(f"mgegraph bench needs {' and '.join(missing)}: pip install "
@@ -192,13 +191,22 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return parser.parse_args(argv), extra
 
 
+def _read_json(path: str) -> dict:
+    """The JSON document at ``path``, a regular file (``/dev/zero`` would be read forever)."""
+    def refuse(message: str):
+        raise BenchError(f"--from-json: {message}")
+
+    with open_regular(path, refuse) as f:
+        try:
+            return json.loads(f.read())
+        except (OSError, ValueError) as exc:  # unreadable, not UTF-8, or not JSON
+            refuse(f"cannot read {path}: {exc}")
+
+
 def collect(args, extra: list[str]) -> list[dict]:
     """The pytest-benchmark documents: read from files, or one run per thread count."""
     if args.from_json:
-        try:
-            return [json.loads(Path(p).read_text()) for p in args.from_json]
-        except (OSError, json.JSONDecodeError) as exc:
-            raise BenchError(f"--from-json: cannot read {exc}") from exc
+        return [_read_json(path) for path in args.from_json]
     bad = [n for n in args.threads if n < 1]
     if bad:
         raise BenchError(f"--threads {bad[0]}: a thread count is at least 1")
@@ -220,8 +228,6 @@ def write_outputs(args, rows, docs) -> None:
         Path(args.json).write_text(json.dumps(bench_table.to_json(rows, machine(docs)),
                                               indent=1) + "\n")
     if args.svg:
-        from mgegraph.tools.bench_svg import render_svg
-
         Path(args.svg).write_text(render_svg(rows, title(docs)))
 
 

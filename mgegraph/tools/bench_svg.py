@@ -8,9 +8,8 @@ dashed line marks the physical limit, an orange one PyTorch eager.
 """
 from __future__ import annotations
 
-from html import escape
-
 from mgegraph.tools.bench_table import BASELINE, Row, fmt_time, labels, sort_rows
+from mgegraph.tools.svg import escape
 
 WIDTH, LABEL_X, BAR_X, BAR_W = 960, 330, 340, 470
 ROW_H, HEAD_H, GAP = 16, 20, 10

@@ -20,6 +20,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from ..ir.printer import format_attr_value
+from ..ops import get_op
 from ..ops.fused_program import reads, steps
 from .layout import layout
 
@@ -87,8 +88,6 @@ def _instruction(plan, step: int, ins, category: str, remat: bool, time) -> dict
 def plan_drawing(plan, times=None) -> Drawing:
     """The items of ``plan``: one per instruction (ids = steps), then one per input; edges
     follow the slots (a view's reader reads its root's writer)."""
-    from ..ops import get_op
-
     redo = recomputed_steps(plan)
     items = [_instruction(plan, k, ins, get_op(ins.op).category, k in redo,
                           None if times is None else times[k])

@@ -13,11 +13,13 @@ sets every string from the plan as text, so hostile names stay text.
 from __future__ import annotations
 
 import json
-from html import escape
 from importlib import resources
 
 from ..ir.printer import CATEGORY_COLOURS, OTHER_COLOUR
+from ..planner.memory.report import human, memory_svg
+from ..planner.remat.remat_report import remat_svg
 from .graphview import build_views, graph_drawing, plan_drawing, plan_output_items
+from .svg import escape
 
 _ON_ERROR = ("window.onerror=function(m,s,l,c){var e=document.getElementById('js-errors');"
              "if(!e)return;var i=document.createElement('li');i.textContent=m+' ('+s+':'+l+')';"
@@ -65,8 +67,6 @@ def graph_data(graph, title=None, group=None) -> dict:
 
 # -- the sections --------------------------------------------------------------------------------
 def _facts_plan(plan, times) -> list[tuple[str, str]]:
-    from ..planner.memory.report import human
-
     facts = [("device", plan.device), ("instructions", str(len(plan.instructions))),
              ("arena", human(plan.arena_bytes)), ("lower bound", human(plan.lower_bound_bytes)),
              ("persistent", human(plan.persistent_bytes))]
@@ -118,8 +118,6 @@ def _graph_section(times: bool) -> str:
 
 
 def _arena_section(plan) -> str:
-    from ..planner.memory.report import memory_svg
-
     return ('<section id="arena"><h2>Arena over time</h2><p class="hint">Each rectangle is a '
             "buffer: its steps across, its bytes up. Hover one to light up the instruction "
             "that made it and the steps it is live; click it to find that instruction.</p>"
@@ -142,8 +140,6 @@ def _report(anchor: str, title: str, text: str, extra: str = "") -> str:
 
 
 def _reports(plan) -> list[str]:
-    from ..planner.remat.remat_report import remat_svg
-
     out = [_report("memory", "Memory report", plan.memory_report()),
            _report("passes", "Passes report", plan.passes_report())]
     if plan.remat is not None:

@@ -19,6 +19,13 @@ once their executable records its runs too (``active`` and ``record`` are that s
 After each recorded run the plan carries ``plan._cache["instruction_times"]``: the mean wall
 seconds of each instruction over the runs the most recently entered active profile recorded
 (the HTML viewer reads it; ``Profile.instruction_times`` is the same for any profile).
+
+Design: memory stays bounded however long a profile records. Every run is folded into running
+aggregates per instruction (calls, total, fastest and slowest call: all the tables print), so
+the tables cover every run; a run's own record (what the Chrome trace draws) is kept only while
+the kept records hold at most ``trace_limit`` instruction events, so the trace holds the first
+runs and says how many later ones were aggregated only. No median is printed, so no sample of
+the durations is kept (a median would need a bounded reservoir or histogram).
 """
 from __future__ import annotations
 
@@ -26,12 +33,18 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple, Self
 
 import numpy as np
 
 from ..ir.errors import ProfileError
+from ..ops import elementwise_table as TABLE
+from ..ops.registry import get_op
+
+# instruction events kept for the Chrome trace by default: 16 bytes of times each here, and
+# about 400 bytes of JSON each in the trace (some 100 MB at most, which the viewers open)
+TRACE_LIMIT = 250_000
 
 # -- which profiles record now -------------------------------------------------------------------
 _lock = threading.Lock()
@@ -82,28 +95,36 @@ class Run(NamedTuple):
 
 
 class _PlanTimes:
-    """Per instruction of one plan: total ns and calls over a profile's runs. Kept as each run
-    is recorded (the plan's ``instruction_times`` follows every run), with the common case, a
-    run of every instruction, in one NumPy operation."""
+    """Per instruction of one plan: total, fastest and slowest ns and calls over a profile's
+    runs. Kept as each run is recorded (the plan's ``instruction_times`` follows every run),
+    with the common case, a run of every instruction, in one NumPy operation per figure."""
 
     def __init__(self, plan):
+        n = len(plan.instructions)
         self.plan, self.runs, self.whole = plan, 0, 0  # whole: runs of every instruction
-        self.total_ns = np.zeros(len(plan.instructions), np.int64)
-        self.partial_calls = np.zeros(len(plan.instructions), np.int64)
+        self.total_ns = np.zeros(n, np.int64)
+        self.partial_calls = np.zeros(n, np.int64)
+        self.min_ns = np.full(n, np.iinfo(np.int64).max, np.int64)
+        self.max_ns = np.zeros(n, np.int64)
 
     def add(self, times: np.ndarray) -> None:
         self.runs += 1
-        if len(times) == len(self.total_ns):
-            self.total_ns += times[:, 1]
+        k = len(times)
+        durations = times[:, 1]
+        if k == len(self.total_ns):
+            self.total_ns += durations
             self.whole += 1
         else:  # a failed or interrupted run: the instructions that ran
-            self.total_ns[:len(times)] += times[:, 1]
-            self.partial_calls[:len(times)] += 1
+            self.total_ns[:k] += durations
+            self.partial_calls[:k] += 1
+        np.minimum(self.min_ns[:k], durations, out=self.min_ns[:k])
+        np.maximum(self.max_ns[:k], durations, out=self.max_ns[:k])
 
     def copy(self) -> _PlanTimes:
         other = _PlanTimes.__new__(_PlanTimes)
         other.plan, other.runs, other.whole = self.plan, self.runs, self.whole
         other.total_ns, other.partial_calls = self.total_ns.copy(), self.partial_calls.copy()
+        other.min_ns, other.max_ns = self.min_ns.copy(), self.max_ns.copy()
         return other
 
     @property
@@ -123,9 +144,10 @@ class Row:
 
     ``calls``, ``seconds`` (wall time), ``flops`` and ``nbytes`` (bytes of the buffers it reads
     and writes) are totals over the calls, or per run with ``average=True``; ``flops`` is None
-    where the op's FLOPs are not known; ``share``: percent of all profiled instruction time.
-    Instruction rows also name the ``plan``, the instruction ``index``, ``kernel`` and the user's
-    ``location``."""
+    where the op's FLOPs are not known; ``share``: percent of all profiled instruction time;
+    ``fastest`` and ``slowest``: seconds of its quickest and slowest single call (0.0 with no
+    call). Instruction rows also name the ``plan``, the instruction ``index``, ``kernel`` and
+    the user's ``location``."""
 
     op: str
     calls: float
@@ -137,6 +159,8 @@ class Row:
     index: int | None = None
     kernel: str | None = None
     location: str | None = None
+    fastest: float = 0.0
+    slowest: float = 0.0
 
     @property
     def mean(self) -> float:
@@ -166,7 +190,9 @@ _BY = ("op", "instruction")
 class Profile:
     """Records every plan run while it is active (``with mg.profile() as prof:``); see the
     module's docstring for the threads and nesting. ``warmup``: the first runs of each plan
-    inside the profile are left out (a first run faults its pages in).
+    inside the profile are left out (a first run faults its pages in). ``trace_limit``: the
+    most instruction events whose runs are kept whole for ``runs`` and the Chrome trace (the
+    first runs; 0 keeps none); every run counts in the tables whatever it is.
 
     >>> with mg.profile(warmup=1) as prof:
     ...     for _ in range(11):
@@ -174,15 +200,18 @@ class Profile:
     >>> print(prof.table(average=True))   # per run of each plan, over the last 10
     """
 
-    def __init__(self, warmup: int = 0):
-        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-            raise ProfileError(f"mg.profile(warmup=...) takes a count of runs >= 0, "
-                               f"got {warmup!r}")
-        self.warmup = warmup
+    def __init__(self, warmup: int = 0, trace_limit: int = TRACE_LIMIT):
+        for name, value in (("warmup", warmup), ("trace_limit", trace_limit)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ProfileError(f"mg.profile({name}=...) takes a count >= 0, got {value!r}")
+        self.warmup, self.trace_limit = warmup, trace_limit
         self.began: int | None = None   # CLOCK_MONOTONIC ns when the profile was entered
         self.ended: int | None = None
         self._lock = threading.Lock()
-        self._runs: list[Run] = []
+        self._runs: list[Run] = []      # the first runs, up to trace_limit events in all
+        self._kept_events = 0
+        self._run_count = 0             # every recorded run, kept or aggregated only
+        self._threads: dict[int, str] = {}  # OS thread id -> name, of every recorded run
         self._plans: dict[int, _PlanTimes] = {}  # id(plan) -> its times, in first-run order
         # id(plan) -> (plan, runs seen, warmup ones included); the plan keeps its id unique
         self._seen: dict[int, tuple[object, int]] = {}
@@ -211,15 +240,27 @@ class Profile:
             if times is None:
                 times = self._plans[key] = _PlanTimes(run.plan)
             times.add(run.times)
-            self._runs.append(run)
+            self._run_count += 1
+            self._threads.setdefault(run.thread, run.thread_name)
+            if self._kept_events + len(run.times) <= self.trace_limit \
+                    and len(self._runs) == self._run_count - 1:  # the first runs, no gaps
+                self._runs.append(run)
+                self._kept_events += len(run.times)
             run.plan._cache["instruction_times"] = times.mean_seconds()
 
     # -- reading -----------------------------------------------------------------------------
     @property
     def runs(self) -> tuple[Run, ...]:
-        """Every recorded run, in the order they ended."""
+        """The recorded runs kept whole (the first ones, up to ``trace_limit`` instruction
+        events), in the order they ended; ``run_count`` counts them all."""
         with self._lock:
             return tuple(self._runs)
+
+    @property
+    def run_count(self) -> int:
+        """How many runs this profile recorded (the tables cover them all)."""
+        with self._lock:
+            return self._run_count
 
     def instruction_times(self, plan) -> tuple[float, ...] | None:
         """Mean wall seconds of each of ``plan``'s instructions over the runs this profile
@@ -279,13 +320,12 @@ class Profile:
 
     def _header(self, average: bool, seconds: float) -> list[str]:
         with self._lock:
-            plans, runs = list(self._plans.values()), list(self._runs)
-        if not runs:
+            plans, count, threads = list(self._plans.values()), self._run_count, len(self._threads)
+        if not count:
             return ["mg.profile: no plan ran inside this profile"]
         labels = _labels([t.plan for t in plans])
-        threads = len({r.thread for r in runs})
         what = "per run of each plan" if average else "in total"
-        head = (f"mg.profile: {len(runs)} run(s) of {len(plans)} plan(s) from {threads} calling "
+        head = (f"mg.profile: {count} run(s) of {len(plans)} plan(s) from {threads} calling "
                 f"thread(s); instructions took {seconds * 1e3:.3f} ms {what}")
         listed = "; ".join(f"{labels[id(t.plan)]}: {len(t.plan.instructions)} instructions, "
                            f"{t.runs} run(s)" for t in plans)
@@ -294,19 +334,25 @@ class Profile:
     # -- the Chrome / Perfetto trace ---------------------------------------------------------
     def chrome_trace(self) -> dict:
         """The trace-event JSON object (``save_chrome_trace`` writes it): a complete event
-        (``"ph": "X"``, microseconds from the profile's start) per instruction of every run,
-        category "instruction", inside one per run (category "run"), in the lane of the thread
-        that ran it, with thread-name metadata."""
+        (``"ph": "X"``, microseconds from the profile's start) per instruction of every kept
+        run (``runs``), category "instruction", inside one per run (category "run"), in the
+        lane of the thread that ran it, with thread-name metadata. ``otherData`` counts the
+        runs recorded and those in the trace, with a note when later runs are left out."""
         with self._lock:
             runs, plans = list(self._runs), [t.plan for t in self._plans.values()]
+            count = self._run_count
         origin = self.began if self.began is not None else 0
         pid = os.getpid()
         labels = _labels(plans)
         events = _metadata(pid, runs)
         for number, run in enumerate(runs):
             events += _run_events(run, number, labels[id(run.plan)], origin, pid)
-        return {"traceEvents": events, "displayTimeUnit": "ms",
-                "otherData": {"producer": "mgegraph.profile", "runs": len(runs)}}
+        other = {"producer": "mgegraph.profile", "runs": count, "runs_in_trace": len(runs)}
+        if len(runs) < count:
+            other["note"] = (f"the first {len(runs)} of {count} runs (trace_limit="
+                             f"{self.trace_limit} instruction events); the later runs were "
+                             "aggregated into the tables only")
+        return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
 
     def save_chrome_trace(self, path) -> None:
         """Write the trace (``chrome_trace``) as JSON to ``path``: open it in
@@ -318,15 +364,16 @@ class Profile:
             json.dump(self.chrome_trace(), f)
 
 
-def profile(warmup: int = 0) -> Profile:
+def profile(warmup: int = 0, trace_limit: int = TRACE_LIMIT) -> Profile:
     """A profile to use as a context manager: every plan run inside it, on any thread, is
-    timed instruction by instruction (``warmup``: runs of each plan to leave out first).
+    timed instruction by instruction (``warmup``: runs of each plan to leave out first;
+    ``trace_limit``: instruction events of the first runs kept for the Chrome trace).
 
     >>> with mg.profile() as prof:
     ...     plan.run({"x": x})
     >>> print(prof.table())
     """
-    return Profile(warmup)
+    return Profile(warmup, trace_limit)
 
 
 # -- rows ----------------------------------------------------------------------------------------
@@ -334,23 +381,26 @@ def _instruction_row(times: _PlanTimes, label: str, i: int, average: bool) -> Ro
     plan = times.plan
     ins = plan.instructions[i]
     scale = 1.0 / times.runs if average else 1.0
+    called = bool(times.calls[i])
     calls = float(times.calls[i]) * scale
     flops = instruction_flops(plan, i)
     return Row(ins.op, calls, float(times.total_ns[i]) * 1e-9 * scale,
                None if flops is None else flops * calls, instruction_bytes(plan, i) * calls,
-               0.0, label, i, ins.kernel, ins.location)
+               0.0, label, i, ins.kernel, ins.location,
+               float(times.min_ns[i]) * 1e-9 if called else 0.0, float(times.max_ns[i]) * 1e-9)
 
 
 def _with_share(row: Row, total: float) -> Row:
-    share = 100.0 * row.seconds / total if total > 0 else 0.0
-    return Row(row.op, row.calls, row.seconds, row.flops, row.nbytes, share, row.plan,
-               row.index, row.kernel, row.location)
+    return replace(row, share=100.0 * row.seconds / total if total > 0 else 0.0)
 
 
 def _sum_rows(op: str, rows: list[Row]) -> Row:
     flops = None if any(r.flops is None for r in rows) else sum(r.flops for r in rows)
+    called = [r for r in rows if r.calls]
     return Row(op, sum(r.calls for r in rows), sum(r.seconds for r in rows), flops,
-               sum(r.nbytes for r in rows), sum(r.share for r in rows))
+               sum(r.nbytes for r in rows), sum(r.share for r in rows),
+               fastest=min((r.fastest for r in called), default=0.0),
+               slowest=max((r.slowest for r in rows), default=0.0))
 
 
 def _check_table_args(top, sort_by, by) -> None:
@@ -471,9 +521,6 @@ def _costs(plan) -> tuple[tuple[float | None, int], ...]:
 
 
 def _flops(plan, ins) -> float | None:
-    from ..ops import elementwise_table as TABLE
-    from ..ops.registry import get_op
-
     op = get_op(ins.op)
     if ins.op == "fused_elementwise":
         per = sum(TABLE.BY_NAME[step[0]].flops for step in dict(ins.attrs)["code"]

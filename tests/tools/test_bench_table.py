@@ -314,3 +314,10 @@ def test_a_usage_error_is_one_line_too(capsys):
     err = capsys.readouterr().err
     assert err.startswith("mgegraph: error: unrecognized arguments: --nonsense") \
         and err.count("\n") == 1
+
+
+def test_from_json_refuses_a_device_or_a_folder(tmp_path, capsys):
+    for path, kind in (("/dev/zero", "a character device"), (str(tmp_path), "a directory")):
+        assert bench.main(["--from-json", path]) == 2  # /dev/zero was read without end
+        err = capsys.readouterr().err
+        assert err.startswith(f"mgegraph: error: --from-json: '{path}' is {kind}"), err

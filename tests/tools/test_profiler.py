@@ -1,4 +1,4 @@
-"""mg.profile (issue 17, "A profiler"): per-instruction wall times from the executor's C loop,
+"""mg.profile: per-instruction wall times from the executor's C loop,
 the table, the Chrome trace, threads, nesting, failures and every front end that runs plans."""
 import itertools
 import json

@@ -75,7 +75,7 @@ def instructions_in_views(data) -> list[int]:
 def test_the_page_is_self_contained_and_holds_every_instruction(tmp_path):
     plan = training_plan()
     path = tmp_path / "plan.html"
-    plan.save_html(path)
+    mg.viz.save_html(plan, path)
     text = path.read_text(encoding="utf-8")
     assert text.startswith("<!DOCTYPE html>")
     assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", text, re.IGNORECASE)
@@ -258,6 +258,36 @@ def test_to_svg_is_our_own_drawing():
         assert "<svg" in mg.viz.to_svg(g, engine="dot")
 
 
+NASTY = "a\x01b\x1f\ud800\ufffe\\"  # control characters, a lone surrogate, a backslash
+
+
+def nasty_graph():
+    g = mg.Graph()
+    x = g.input(NASTY, (4, 8), "float32")
+    w = g.param(NASTY + '"w', np.ones((8, 8), np.float32))
+    return g, F.relu(x @ w)
+
+
+def test_svg_of_names_with_characters_xml_forbids_is_well_formed():
+    g, y = nasty_graph()
+    for obj in (mg.compile([y]), g):
+        root = ET.fromstring(mg.viz.to_svg(obj))  # raised on the control character
+        texts = " ".join(t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text"))
+        assert "a\ufffdb\ufffd\ufffd\ufffd\\" in texts
+
+
+def test_dot_escapes_backslashes_quotes_and_line_breaks_in_every_label():
+    g, y = nasty_graph()
+    for dot in (mg.compile([y], optimize=0).to_dot(), g.to_dot()):
+        labels = re.findall(r'label="((?:[^"\\]|\\.)*)"', dot)
+        # every quoted string ends where DOT ends it: nothing is left between the statements
+        rest = re.sub(r'"(?:[^"\\]|\\.)*"', '""', dot)
+        assert '"' not in rest.replace('""', "") and "\x01" not in dot
+        assert any("a\ufffdb" in label and label.count('\\"w') == 1 for label in labels)
+    if shutil.which("dot") is not None:
+        ET.fromstring(mg.viz.to_svg(g, engine="dot"))
+
+
 # -- a ResNet-50-shaped training step: groups keep it usable -----------------------------------------
 @pytest.fixture(scope="module")
 def resnet_step():
@@ -379,7 +409,7 @@ def step_page(tmp_path_factory):
     plan._cache["instruction_times"] = tuple(1e-5 * (1 + k % 7) for k in range(
         len(plan.instructions)))
     path = tmp_path_factory.mktemp("page") / "step.html"
-    plan.save_html(path)
+    mg.viz.save_html(plan, path)
     return plan, path
 
 
@@ -440,7 +470,7 @@ def test_chromium_clicks_hovers_and_searches(browser, resnet_step, tmp_path):
     plan = resnet_step.plan
     plan._cache["instruction_times"] = tuple(1e-6 * (1 + k % 13) for k in range(
         len(plan.instructions)))
-    plan.save_html(tmp_path / "r50.html")
+    mg.viz.save_html(plan, tmp_path / "r50.html")
     del plan._cache["instruction_times"]
     browser.open((tmp_path / "r50.html").as_uri())
     run_interactions(browser, plan)

@@ -2,7 +2,8 @@
 the compiled training step's graph size and its memory report, and save the CNN's predictor
 as a model file that ``mgegraph run``, ``report``, ``viz`` and ``profile`` take.
 
-Run with ``mgegraph demo`` (or ``python -m mgegraph.demo``, the same code);
+Run with ``mgegraph demo`` (or ``python -m mgegraph.demo``, the same command: this package's
+``__main__`` hands it to the command line, which imports this module, never the reverse);
 ``pip install -e ".[demo]"`` brings scikit-learn, whose digits data set ships with the package,
 so nothing is downloaded.
 """
@@ -31,7 +32,7 @@ def load_digits_split(seed: int = 0):
     >>> x_train, y_train, x_test, y_test = load_digits_split()   # (1437, 64) ... (360,)
     """
     try:
-        from sklearn.datasets import load_digits
+        from sklearn.datasets import load_digits  # lazy: optional dependency (scikit-learn)
     except ImportError:
         raise ImportError('the demo needs scikit-learn: pip install -e ".[demo]"') from None
     digits = load_digits()
@@ -110,14 +111,3 @@ def run_demo(epochs: int | None = None, train_size: int | None = None,
               f"-> output0: float32[{len(x_test)}, 10]); try `mgegraph report {output}` and "
               f"`mgegraph profile {output}`")
     return {"mlp": mlp_acc, "cnn": cnn_acc}
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m mgegraph.demo [options]``: the same as ``mgegraph demo [options]``."""
-    from mgegraph.cli import main as cli_main
-
-    return cli_main(["demo", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())
