@@ -386,7 +386,7 @@ def test_convert_errors(capsys, onnx_file, files, monkeypatch):
     code, _, err = _cli(capsys, "convert", path)
     _assert_one_line_error(code, err, "dynamic dim 'N'", "--input-shape NAME=D,D,...")
     code, _, err = _cli(capsys, "convert", files / "x.npy")
-    _assert_one_line_error(code, err, "x.npy: not an ONNX model")
+    _assert_one_line_error(code, err, "x.npy': not an ONNX model")
     monkeypatch.setitem(sys.modules, "onnx", None)  # as without the extra installed
     code, _, err = _cli(capsys, "convert", path)
     _assert_one_line_error(code, err, 'convert needs the onnx package: pip install -e ".[onnx]"')

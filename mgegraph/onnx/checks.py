@@ -22,6 +22,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper
 
+from ..io.files import open_regular
 from . import SUPPORTED_OPSETS, ImportLimits, OnnxImportError
 
 # known arrays up to this many elements go to a node's shape inference as initializers (their
@@ -84,18 +85,16 @@ def read_model(model, limits: ImportLimits) -> onnx.ModelProto:
 
 def _parse(model, source: str, limits: ImportLimits) -> onnx.ModelProto:
     if isinstance(model, (bytes, bytearray)):
-        size = len(model)
-    else:
-        size = os.path.getsize(model)
-    if size > limits.max_file_bytes:
-        raise OnnxImportError(f"{source}: {size} bytes, over the limit of "
-                              f"{limits.max_file_bytes} (ImportLimits.max_file_bytes)")
-    try:
-        if isinstance(model, (bytes, bytearray)):
-            return onnx.load_from_string(bytes(model))
-        proto = onnx.load(os.fspath(model), load_external_data=False)
-    except (DecodeError, RuntimeWarning, ValueError, TypeError) as exc:
-        raise OnnxImportError(f"{source}: not an ONNX model (protobuf: {exc})") from exc
+        _check_file_bytes(source, len(model), limits)
+        return _decode(source, lambda: onnx.load_from_string(bytes(model)))
+
+    def refuse(message: str):
+        raise OnnxImportError(f"ONNX import: {message}")
+
+    # only a regular file: /dev/zero or a FIFO would be read without end or block
+    with open_regular(model, refuse) as f:
+        _check_file_bytes(source, os.fstat(f.fileno()).st_size, limits)
+        proto = _decode(source, lambda: onnx.load(f, load_external_data=False))
     # weights in files beside the model: their declared sizes checked before onnx reads them
     for init in proto.graph.initializer:
         if init.data_location == TensorProto.EXTERNAL:
@@ -103,6 +102,19 @@ def _parse(model, source: str, limits: ImportLimits) -> onnx.ModelProto:
                        helper.tensor_dtype_to_np_dtype(init.data_type), limits)
     onnx.load_external_data_for_model(proto, os.path.dirname(os.path.abspath(model)))
     return proto
+
+
+def _check_file_bytes(source: str, size: int, limits: ImportLimits) -> None:
+    if size > limits.max_file_bytes:
+        raise OnnxImportError(f"{source}: {size} bytes, over the limit of "
+                              f"{limits.max_file_bytes} (ImportLimits.max_file_bytes)")
+
+
+def _decode(source: str, load) -> onnx.ModelProto:
+    try:
+        return load()
+    except (DecodeError, RuntimeWarning, ValueError, TypeError) as exc:
+        raise OnnxImportError(f"{source}: not an ONNX model (protobuf: {exc})") from exc
 
 
 def opset_of(model: onnx.ModelProto) -> int:

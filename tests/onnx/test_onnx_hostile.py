@@ -1,6 +1,8 @@
 """What a hostile (or careless) ONNX file gets: an OnnxImportError naming the node, never an
 allocation the limits do not allow, a model ONNX Runtime refuses run with a guessed meaning,
 or a stray KeyError, DecodeError or NumPy error."""
+import os
+
 import numpy as np
 import pytest
 
@@ -378,3 +380,17 @@ def test_convert_of_a_file_missing_an_initializer_prints_one_line(tmp_path, caps
     err = capsys.readouterr().err
     assert err == ("mgegraph: error: MatMul node 'mm' reads 'W', which no initializer, graph "
                    "input or earlier node defines\n")
+
+
+@pytest.mark.parametrize("path, kind", [("/dev/zero", "a character device"),
+                                        ("/dev/urandom", "a character device")])
+def test_a_file_that_is_not_regular_is_refused_before_it_is_read(path, kind, tmp_path, capsys):
+    # read whole, /dev/zero never ends: refused by what it is, not by a size it never reports
+    _refused(path, f"'{path}' is {kind}, not a regular file")
+    _refused(tmp_path, "is a directory, not a regular file")
+    fifo = tmp_path / "pipe.onnx"
+    os.mkfifo(fifo)
+    _refused(fifo, "is a FIFO \\(named pipe\\), not a regular file")
+    assert cli.main(["convert", path, "-o", str(tmp_path / "m.mgm")]) == 1
+    assert capsys.readouterr().err.endswith(f"'{path}' is {kind}, not a regular file\n")
+    assert not (tmp_path / "m.mgm").exists()
