@@ -15,15 +15,33 @@ options given to ``trace``. Later calls with the same shapes, dtypes and non-ten
 run that plan: no Python of the function runs, so its control flow is the one of the recording
 call (a warning names the line where it read a value that could change).
 
+Design: every call returns what the plan computes, the recording call included: the eager run
+that records lands no state (its assigns are dropped, its optimiser steps uncounted), and the
+plan then runs once. A pass may change the arithmetic (a linear layer becomes a packed
+convolution, batch norm folds into a convolution), so the eager bits could differ from the
+plan's in the last place; this way one function on one input gives the same bits every call.
+
+A traced function called while another trace records, or while a GradManager records, runs
+its Python (its ops join theirs), as ``jax.jit`` inlines into an enclosing trace: running its
+plan would hand them an opaque value (a constant in the outer plan, no gradient on the tape).
+
+Threads: a plan's run holds its lock, and the run of a recorded training step holds its
+optimisers' locks from ``prepare_step`` (the step's scalars) to the end of the run, so calls
+from several threads are steps one after another. The first call of a key records under the
+traced function's lock (a second thread waits for that plan).
+
 The cache: ``traced.plans`` maps each key (the tensor arguments' shapes and dtypes, and the
-other arguments' values) to its recordings, one per train/eval mode of the modules the
-function called (``model.eval()`` after training records again rather than rerun the training
-form); ``traced.clear_cache()`` empties it, ``traced.plan`` is the plan of the latest call.
+other arguments' types and values) to its recordings, one per train/eval mode of the modules
+the function called (``model.eval()`` after training records again rather than rerun the
+training form); ``traced.clear_cache()`` empties it, ``traced.plan`` is the plan of the latest
+call.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import threading
 import warnings
 
 import numpy as np
@@ -31,7 +49,7 @@ import numpy as np
 from ..compiler import compile
 from ..ir.errors import GraphError, user_location
 from ..ir.graph import Graph
-from .dispatch import Recorder, recording
+from .dispatch import MODE, Recorder, recording
 from .tensor import Tensor, wrap
 
 
@@ -48,6 +66,7 @@ class _Tracer(Recorder):
         self.varying: set[int] = set()        # ids of tensors that can differ between calls
         self.parameters: dict[int, Tensor] = {}
         self.optimizers: list = []
+        self.step_counts: list[int] = []  # each optimiser's step count before the recording
         self.capture_as_const = capture_as_const
         self.warned: set[str] = set()
         self.modules: dict[int, tuple] = {}  # id -> (module, its training flag when called)
@@ -97,6 +116,13 @@ class _Tracer(Recorder):
     def stepped(self, optimizer) -> None:
         if optimizer not in self.optimizers:
             self.optimizers.append(optimizer)
+            self.step_counts.append(optimizer.step_count - 1)  # (told after its step)
+
+    def uncount_steps(self) -> None:
+        """Put back the step counters of the optimisers the recording stepped: the recording
+        lands no state, the plan's run makes the step."""
+        for optimizer, count in zip(self.optimizers, self.step_counts):
+            optimizer.undo_step(count, optimizer.scalars.value.copy())
 
     def module_called(self, module) -> None:
         self.modules.setdefault(id(module), (module, module.training))
@@ -125,6 +151,8 @@ def _unflatten(structure, values):
     kind, items = structure
     if kind is dict:
         return {k: _unflatten(s, values) for k, s in items.items()}
+    if hasattr(kind, "_fields"):  # a namedtuple takes its fields as arguments
+        return kind(*[_unflatten(s, values) for s in items])
     return kind(_unflatten(s, values) for s in items)
 
 
@@ -142,19 +170,27 @@ class TracedPlan:
         return all(m.training == training for m, training in self.modules)
 
     def run(self, arguments: dict):
-        saved = [(opt, opt.step_count, opt.scalars.value.copy()) for opt in self.optimizers]
-        for opt in self.optimizers:
-            opt.prepare_step()
-        try:
-            outs = self.plan.run({name: _array(arguments[name]) for name in self.feeds})
-        except BaseException:  # a step that did not run is not counted
-            for opt, count, scalars in saved:
-                opt.undo_step(count, scalars)
-            raise
+        with contextlib.ExitStack() as held:
+            # prepare_step's scalars are the optimiser's, read by the run: no other step may
+            # come between (a consistent order of locks: no two runs wait for each other)
+            for opt in sorted(self.optimizers, key=id):
+                held.enter_context(opt.lock)
+            outs = self._run_plan(arguments)
         tensors = [wrap(o) for o in outs]
         for p, index in self.grads:
             p.grad = None if index is None else tensors[index]
         return _unflatten(self.structure, tensors[:self.n_results])
+
+    def _run_plan(self, arguments: dict) -> list:
+        saved = [(opt, opt.step_count, opt.scalars.value.copy()) for opt in self.optimizers]
+        for opt in self.optimizers:
+            opt.prepare_step()
+        try:
+            return self.plan.run({name: _array(arguments[name]) for name in self.feeds})
+        except BaseException:  # a step that did not run is not counted
+            for opt, count, scalars in saved:
+                opt.undo_step(count, scalars)
+            raise
 
 
 def _array(value) -> np.ndarray:
@@ -171,6 +207,7 @@ class Traced:
         self.signature = inspect.signature(function)
         self.plans: dict[tuple, list[TracedPlan]] = {}
         self._latest: TracedPlan | None = None
+        self._recording = threading.RLock()  # one recording per traced function at a time
         functools.update_wrapper(self, function)
 
     @property
@@ -194,24 +231,30 @@ class Traced:
         self._latest = None
 
     def __call__(self, *args, **kwargs):
-        if not self.symbolic:
+        if not self.symbolic or MODE.recorders:  # an enclosing trace or tape sees its ops
             return self.function(*args, **kwargs)
+        if MODE.lazy is not None:  # its plan writes and reads state as the block left it
+            with _outside_lazy():
+                return self(*args, **kwargs)
         bound = self.signature.bind(*args, **kwargs)
         arguments = _named_arguments(bound)
-        key = tuple((name, (v.shape, v.dtype) if isinstance(v, (Tensor, np.ndarray)) else v)
-                    for name, v in arguments.items())
+        key = tuple((name, _key(v)) for name, v in arguments.items())
+        traced = self._recorded(key)
+        if traced is None:  # new shapes, or a module switched between train() and eval()
+            with self._recording:
+                traced = self._recorded(key) or self._record(bound, arguments, key)
+        self._latest = traced
+        return traced.run(arguments)
+
+    def _recorded(self, key) -> TracedPlan | None:
         try:
             recorded = self.plans.get(key, ())
         except TypeError:
             raise GraphError(f"trace: arguments that are not tensors must be hashable (they "
                              f"select the plan), got {key!r:.200}") from None
-        traced = next((t for t in recorded if t.fits()), None)
-        if traced is None:  # new shapes, or a module switched between train() and eval()
-            return self._record(bound, arguments, key)
-        self._latest = traced
-        return traced.run(arguments)
+        return next((t for t in recorded if t.fits()), None)
 
-    def _record(self, bound, arguments, key):
+    def _record(self, bound, arguments, key) -> TracedPlan:
         tracer = _Tracer(self.capture_as_const)
         for name, value in arguments.items():
             if isinstance(value, np.ndarray):
@@ -219,8 +262,11 @@ class Traced:
                 _replace(bound, name, value)
             if isinstance(value, Tensor):
                 tracer.input(name, value)
-        with recording(tracer):
-            result = self.function(*bound.args, **bound.kwargs)
+        try:
+            with recording(tracer), _no_state_lands():
+                result = self.function(*bound.args, **bound.kwargs)
+        finally:
+            tracer.uncount_steps()
         leaves: list = []
         structure = _flatten(result, leaves)
         outputs = [tracer.var_of(t) for t in leaves]
@@ -238,10 +284,52 @@ class Traced:
             outputs.append(min((n.inputs[0] for n in tracer.graph.assigns),
                                key=lambda v: v.type.nbytes))
         plan = compile(outputs, **self.compile_options)
-        self._latest = TracedPlan(plan, list(plan.feeds), structure, len(leaves), grads,
-                                  list(tracer.optimizers), list(tracer.modules.values()))
-        self.plans.setdefault(key, []).append(self._latest)
-        return result
+        traced = TracedPlan(plan, list(plan.feeds), structure, len(leaves), grads,
+                            list(tracer.optimizers), list(tracer.modules.values()))
+        self.plans.setdefault(key, []).append(traced)
+        return traced
+
+
+def _key(value):
+    """A non-tensor argument's part of the plan key: its type and value, a float's sign and
+    NaN included (Python says ``True == 1 == 1.0`` and ``-0.0 == 0.0``, and ``nan != nan``,
+    but each is a different constant of the plan). A tensor's: its shape and dtype."""
+    if isinstance(value, (Tensor, np.ndarray)):
+        return value.shape, value.dtype
+    if isinstance(value, (float, np.floating)):
+        return type(value), float(value).hex()
+    if isinstance(value, complex):
+        return complex, value.real.hex(), value.imag.hex()
+    if isinstance(value, tuple):
+        return type(value), tuple(_key(v) for v in value)
+    return type(value), value
+
+
+@contextlib.contextmanager
+def _no_state_lands():
+    """Eager assigns made in the block never land (the plan's run that follows makes them)."""
+    mode = MODE
+    mode.update_depth += 1  # assigns wait in mode.pending, as inside an optimiser step
+    start = len(mode.pending)
+    try:
+        yield
+    finally:
+        del mode.pending[start:]
+        mode.update_depth -= 1
+
+
+@contextlib.contextmanager
+def _outside_lazy():
+    """Run the block eagerly inside a ``mg.lazy()`` block: what is pending runs first, so it
+    reads the state of before the block's writes."""
+    lazy = MODE.lazy
+    if lazy.has_work():
+        lazy.materialize()
+    MODE.lazy = None
+    try:
+        yield
+    finally:
+        MODE.lazy = lazy
 
 
 def _named_arguments(bound) -> dict:
