@@ -198,6 +198,23 @@ def test_eager_adam_steps_from_two_threads_match_serial_steps_bitwise():
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
+def test_a_compiled_train_step_from_two_threads_matches_serial_steps_bitwise():
+    def model_and_step():
+        model, opt, _ = _adam_model(traced=False)
+        rng = np.random.default_rng(6)
+        batch = (rng.standard_normal((32, 16)).astype(np.float32), np.arange(32) % 4)
+        step = mg.compile_train_step(model, F.cross_entropy, opt, batch)
+        return model, lambda: step(*batch)
+
+    serial, step = model_and_step()
+    for _ in range(101):
+        step()
+    threaded, step2 = model_and_step()
+    _in_threads(step2, [50, 51])
+    for a, b in zip(serial.parameters(), threaded.parameters()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
 def test_get_backend_from_many_threads_makes_one_backend():
     import time
 
