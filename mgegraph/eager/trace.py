@@ -65,6 +65,8 @@ class _Tracer(Recorder):
         self.vars: dict[int, object] = {}    # tensor id -> its Var in the graph
         self.varying: set[int] = set()        # ids of tensors that can differ between calls
         self.parameters: dict[int, Tensor] = {}
+        self.grads_before: dict[int, object] = {}  # parameter id -> its .grad when first read
+        self.grad_feeds: dict[str, Tensor] = {}  # input name -> the parameter whose grad it is
         self.optimizers: list = []
         self.step_counts: list[int] = []  # each optimiser's step count before the recording
         self.capture_as_const = capture_as_const
@@ -79,10 +81,28 @@ class _Tracer(Recorder):
             v = self.graph.bind(t)  # shared: the plan reads and updates the Parameter's array
             self.varying.add(t.id)
             self.parameters[t.id] = t
+            self.grads_before[t.id] = t.grad
+        elif (owner := self._grad_owner(t)) is not None:
+            v = self._grad_input(owner)
         else:  # a tensor made outside the call (or a frozen parameter): its value now
             v = self.graph.const(t._array())
         self.vars[t.id] = v
         return v
+
+    def _grad_owner(self, t: Tensor):
+        """The parameter whose ``.grad`` from before the call ``t`` is (a backward adds to it),
+        or None."""
+        return next((self.parameters[i] for i, g in self.grads_before.items() if g is t), None)
+
+    def _grad_input(self, p: Tensor):
+        # each call feeds the grad the parameter has then: as a constant, the plan would add
+        # every later gradient to the one of the recording call
+        name = f"{getattr(p, 'name', None) or 'param'}.grad"  # (no argument's name has a dot)
+        while name in self.graph.inputs:
+            name += "_"
+        self.grad_feeds[name] = p
+        self.varying.add(p.grad.id)
+        return self.graph.input(name, p.grad.shape, p.grad.dtype)
 
     def input(self, name: str, t: Tensor) -> None:
         self.vars[t.id] = self.graph.input(name, t.shape, t.dtype)
@@ -118,11 +138,13 @@ class _Tracer(Recorder):
             self.optimizers.append(optimizer)
             self.step_counts.append(optimizer.step_count - 1)  # (told after its step)
 
-    def uncount_steps(self) -> None:
-        """Put back the step counters of the optimisers the recording stepped: the recording
-        lands no state, the plan's run makes the step."""
+    def undo_state(self) -> None:
+        """Put back the step counters of the optimisers the recording stepped and the grads of
+        the parameters it read: the recording lands no state, the plan's run makes it."""
         for optimizer, count in zip(self.optimizers, self.step_counts):
             optimizer.undo_step(count, optimizer.scalars.value.copy())
+        for i, p in self.parameters.items():
+            p.grad = self.grads_before[i]
 
     def module_called(self, module) -> None:
         self.modules.setdefault(id(module), (module, module.training))
@@ -160,14 +182,21 @@ class TracedPlan:
     """One recorded call: its plan, which arguments feed which input, and the Python-side
     state a run brings along (optimisers' step counters and scalars, parameters' grads)."""
 
-    def __init__(self, plan, feeds, structure, n_results, grads, optimizers, modules):
-        self.plan, self.feeds, self.structure = plan, feeds, structure
-        self.n_results, self.grads, self.optimizers = n_results, grads, optimizers
-        self.modules = modules  # (module, training) of every module the recording called
+    def __init__(self, plan, structure, n_results, grads, tracer: _Tracer):
+        self.plan, self.feeds, self.structure = plan, list(plan.feeds), structure
+        self.n_results, self.grads = n_results, grads
+        self.optimizers = list(tracer.optimizers)
+        self.modules = list(tracer.modules.values())  # (module, training) when it was called
+        self.grad_feeds = tracer.grad_feeds
+        # whether each parameter had a grad (and its type) when the recording read it
+        self.grad_types = [(p, _type(tracer.grads_before[i]))
+                           for i, p in tracer.parameters.items()]
 
     def fits(self) -> bool:
-        """Whether every module the recording called is in the same train/eval mode now."""
-        return all(m.training == training for m, training in self.modules)
+        """Whether every module the recording called is in the same train/eval mode now, and
+        every parameter it read has a grad (of the same type) or none, as then."""
+        return (all(m.training == training for m, training in self.modules)
+                and all(_type(p.grad) == t for p, t in self.grad_types))
 
     def run(self, arguments: dict):
         with contextlib.ExitStack() as held:
@@ -186,7 +215,9 @@ class TracedPlan:
         for opt in self.optimizers:
             opt.prepare_step()
         try:
-            return self.plan.run({name: _array(arguments[name]) for name in self.feeds})
+            return self.plan.run({name: _array(arguments[name]) if name in arguments
+                                  else self.grad_feeds[name].grad._array()
+                                  for name in self.feeds})
         except BaseException:  # a step that did not run is not counted
             for opt, count, scalars in saved:
                 opt.undo_step(count, scalars)
@@ -195,6 +226,10 @@ class TracedPlan:
 
 def _array(value) -> np.ndarray:
     return value._array() if isinstance(value, Tensor) else np.asarray(value)
+
+
+def _type(grad):
+    return None if grad is None else grad.type
 
 
 class Traced:
@@ -238,7 +273,7 @@ class Traced:
                 return self(*args, **kwargs)
         bound = self.signature.bind(*args, **kwargs)
         arguments = _named_arguments(bound)
-        key = tuple((name, _key(v)) for name, v in arguments.items())
+        key = _plan_key(arguments)
         traced = self._recorded(key)
         if traced is None:  # new shapes, or a module switched between train() and eval()
             with self._recording:
@@ -256,27 +291,25 @@ class Traced:
 
     def _record(self, bound, arguments, key) -> TracedPlan:
         tracer = _Tracer(self.capture_as_const)
-        for name, value in arguments.items():
-            if isinstance(value, np.ndarray):
-                value = Tensor(value)
-                _replace(bound, name, value)
+        bound.arguments.update({k: _as_tensors(v) for k, v in bound.arguments.items()})
+        for name, value in _named_arguments(bound).items():
             if isinstance(value, Tensor):
                 tracer.input(name, value)
         try:
             with recording(tracer), _no_state_lands():
                 result = self.function(*bound.args, **bound.kwargs)
+            leaves: list = []
+            structure = _flatten(result, leaves)
+            outputs = [tracer.var_of(t) for t in leaves]
+            grads = []
+            for p in tracer.parameters.values():
+                if p.grad is None:
+                    grads.append((p, None))
+                else:
+                    grads.append((p, len(outputs)))
+                    outputs.append(tracer.var_of(p.grad))
         finally:
-            tracer.uncount_steps()
-        leaves: list = []
-        structure = _flatten(result, leaves)
-        outputs = [tracer.var_of(t) for t in leaves]
-        grads = []
-        for p in tracer.parameters.values():
-            if p.grad is None:
-                grads.append((p, None))
-            else:
-                grads.append((p, len(outputs)))
-                outputs.append(tracer.var_of(p.grad))
+            tracer.undo_state()
         if not outputs:  # a step that returns nothing: some output is needed to compile
             if not tracer.graph.assigns:
                 raise GraphError(f"trace: {self.function.__qualname__} returned no tensor and "
@@ -284,10 +317,18 @@ class Traced:
             outputs.append(min((n.inputs[0] for n in tracer.graph.assigns),
                                key=lambda v: v.type.nbytes))
         plan = compile(outputs, **self.compile_options)
-        traced = TracedPlan(plan, list(plan.feeds), structure, len(leaves), grads,
-                            list(tracer.optimizers), list(tracer.modules.values()))
+        traced = TracedPlan(plan, structure, len(leaves), grads, tracer)
         self.plans.setdefault(key, []).append(traced)
         return traced
+
+
+def _plan_key(arguments: dict) -> tuple:
+    """What selects a plan: each argument's ``_key``, and for a tensor the first argument that
+    is the same object (``f(x, x)`` records one input for both; ``f(a, b)`` needs two)."""
+    first: dict[int, str] = {}
+    return tuple((name, _key(v), first.setdefault(id(v), name))
+                 if isinstance(v, (Tensor, np.ndarray)) else (name, _key(v))
+                 for name, v in arguments.items())
 
 
 def _key(value):
@@ -333,30 +374,55 @@ def _outside_lazy():
 
 
 def _named_arguments(bound) -> dict:
-    """Each argument under a name the plan's inputs take: varargs as ``name0, name1...``."""
+    """Each argument under a name the plan's inputs take: varargs as ``name0, name1...``; the
+    items of a tuple, list or dict that holds tensors as ``name[0], name[1]...`` (with the
+    container's type and length or keys under ``name``: they select the plan too)."""
     named = {}
     for name, value in bound.arguments.items():
         kind = bound.signature.parameters[name].kind
         if kind is inspect.Parameter.VAR_POSITIONAL:
-            named.update({f"{name}{i}": v for i, v in enumerate(value)})
+            items = {f"{name}{i}": v for i, v in enumerate(value)}
         elif kind is inspect.Parameter.VAR_KEYWORD:
-            named.update(value)
+            items = value
         else:
-            named[name] = value
+            items = {name: value}
+        for item_name, item in items.items():
+            _name_items(item_name, item, named)
     return named
 
 
-def _replace(bound, name: str, value) -> None:
-    if name in bound.arguments:
-        bound.arguments[name] = value
-        return
-    for pname, param in bound.signature.parameters.items():
-        if param.kind is inspect.Parameter.VAR_POSITIONAL and name.startswith(pname):
-            items = list(bound.arguments[pname])
-            items[int(name[len(pname):])] = value
-            bound.arguments[pname] = tuple(items)
-        elif param.kind is inspect.Parameter.VAR_KEYWORD and name in bound.arguments.get(pname, {}):
-            bound.arguments[pname][name] = value
+def _name_items(name: str, value, named: dict) -> None:
+    if not _holds_tensors(value):
+        named[name] = value
+    elif isinstance(value, dict):
+        named[name] = (dict, tuple(value))
+        for k, item in value.items():
+            _name_items(f"{name}[{k!r}]", item, named)
+    else:
+        named[name] = (type(value), len(value))
+        for i, item in enumerate(value):
+            _name_items(f"{name}[{i}]", item, named)
+
+
+def _holds_tensors(value) -> bool:
+    """Whether ``value`` is a tuple, list or dict with a tensor or an array somewhere inside."""
+    if isinstance(value, dict):
+        value = value.values()
+    elif not isinstance(value, (tuple, list)):
+        return False
+    return any(isinstance(v, (Tensor, np.ndarray)) or _holds_tensors(v) for v in value)
+
+
+def _as_tensors(value):
+    """``value`` with every NumPy array (inside tuples, lists and dicts too) made a Tensor."""
+    if isinstance(value, np.ndarray):
+        return Tensor(value)
+    if not _holds_tensors(value):
+        return value
+    if isinstance(value, dict):
+        return type(value)({k: _as_tensors(v) for k, v in value.items()})
+    items = [_as_tensors(v) for v in value]
+    return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
 
 
 def trace(function=None, *, symbolic: bool = True, capture_as_const: bool = False,

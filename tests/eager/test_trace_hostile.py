@@ -57,6 +57,48 @@ def test_a_nan_argument_selects_one_plan():
     assert len(f.plans) == 1
 
 
+def test_tensors_inside_tuples_lists_and_dicts_are_inputs_of_the_plan():
+    f = mg.jit.trace(lambda batch, extra: batch[0] * batch[1] + extra["bias"])
+    for scale in (1.0, 2.0, 3.0):
+        x = mg.tensor(np.full(2, scale, np.float32))
+        got = f((x, np.full(2, 10.0, np.float32)), {"bias": mg.tensor(np.ones(2, np.float32))})
+        assert got.numpy().tolist() == [10 * scale + 1] * 2
+    assert len(f.plans) == 1
+
+
+def test_the_same_tensor_twice_and_two_tensors_record_apart():
+    f = mg.jit.trace(lambda x, y: x - y)
+    t = mg.tensor(np.ones(2, np.float32))
+    assert f(t, t).numpy().tolist() == [0.0, 0.0]
+    a, b = mg.tensor(np.full(2, 5.0, np.float32)), mg.tensor(np.ones(2, np.float32))
+    assert f(a, b).numpy().tolist() == [4.0, 4.0]
+    assert f((a, b)[0], (a, b)[1]).numpy().tolist() == [4.0, 4.0]
+
+
+def test_a_traced_backward_adds_to_the_grad_of_each_call():
+    # gradient accumulation over micro-batches: the grad a parameter has when the call starts
+    # is an input of the plan, not a constant of the recording call
+    w = nn.Parameter(np.ones(2, np.float32))
+    gm = mg.GradManager().attach(w)
+
+    @mg.jit.trace
+    def accumulate(x):
+        with gm:
+            gm.backward((w * x).sum())
+
+    x = mg.tensor(np.array([1.0, 2.0], np.float32))
+    w.grad = mg.tensor(np.full(2, 100.0, np.float32))
+    accumulate(x)
+    assert w.grad.numpy().tolist() == [101.0, 102.0]
+    accumulate(x)
+    assert w.grad.numpy().tolist() == [102.0, 104.0]
+    w.grad = None  # no grad: another plan, which starts from zero
+    accumulate(x)
+    accumulate(x)
+    assert w.grad.numpy().tolist() == [2.0, 4.0]
+    assert sum(len(plans) for plans in accumulate.plans.values()) == 2
+
+
 def test_a_traced_function_may_return_a_namedtuple():
     Pair = collections.namedtuple("Pair", "total scaled")
     f = mg.jit.trace(lambda x: Pair(x.sum(), x * 2))
