@@ -30,11 +30,13 @@ optimisers' locks from ``prepare_step`` (the step's scalars) to the end of the r
 from several threads are steps one after another. The first call of a key records under the
 traced function's lock (a second thread waits for that plan).
 
-The cache: ``traced.plans`` maps each key (the tensor arguments' shapes and dtypes, and the
-other arguments' types and values) to its recordings, one per train/eval mode of the modules
-the function called (``model.eval()`` after training records again rather than rerun the
-training form); ``traced.clear_cache()`` empties it, ``traced.plan`` is the plan of the latest
-call.
+The cache: ``traced.plans`` maps each key (the tensor arguments' shapes and dtypes and which
+of them are the same tensor, tensors inside tuples, lists and dicts included, and the other
+arguments' types and values) to its recordings, one per train/eval mode of the modules the
+function called (``model.eval()`` after training records again rather than rerun the training
+form) and per presence of the parameters' grads (a backward adds to the grad a parameter has
+when the call starts: a plan input); ``traced.clear_cache()`` empties it, ``traced.plan`` is
+the plan of the latest call.
 """
 from __future__ import annotations
 
