@@ -11,6 +11,7 @@ from .autodiff import grad
 from .ir.errors import FeedError, GraphError
 from .ir.graph import Graph
 from .compiler import compile
+from .eager.lazy import run_pending
 
 
 def _inputs(graph: Graph, arrays, names):
@@ -26,6 +27,7 @@ class TrainStep:
     def __call__(self, *batch):
         feeds = {f"input{i}": np.asarray(a) for i, a in enumerate(batch)}
         opt = self.optimizer
+        run_pending()  # what mg.lazy() left pending reads the weights this step writes
         with opt.lock:  # the scalars prepare_step writes are the ones this run reads
             saved = (opt.step_count, opt.scalars.value.copy())
             opt.prepare_step()

@@ -132,6 +132,15 @@ class LazyGraph:
         return bool(self.graph.assigns) or any(t._value is None for t in self.pending.values())
 
 
+def run_pending() -> None:
+    """Run what this thread's ``mg.lazy()`` block left pending, if anything: called before a
+    write that is no op of the lazy graph (``param.value = ...``, a compiled step's run), as the
+    pending ops read the parameters in place and must see them as they were recorded."""
+    graph = MODE.lazy
+    if graph is not None and graph.has_work():
+        graph.materialize()
+
+
 def _fill(tensors, arrays) -> None:
     for t, array in zip(tensors, arrays):
         t._value, t._held, t._lazy = array, Held(array.nbytes), None

@@ -52,6 +52,7 @@ from ..compiler import compile
 from ..ir.errors import GraphError, user_location
 from ..ir.graph import Graph
 from .dispatch import MODE, Recorder, recording
+from .lazy import run_pending
 from .tensor import Tensor, wrap
 
 
@@ -365,10 +366,8 @@ def _no_state_lands():
 def _outside_lazy():
     """Run the block eagerly inside a ``mg.lazy()`` block: what is pending runs first, so it
     reads the state of before the block's writes."""
-    lazy = MODE.lazy
-    if lazy.has_work():
-        lazy.materialize()
-    MODE.lazy = None
+    run_pending()
+    lazy, MODE.lazy = MODE.lazy, None
     try:
         yield
     finally:

@@ -5,6 +5,7 @@ import numpy as np
 
 from ..backend import sync_to_host
 from ..eager.dispatch import MODE, updates
+from ..eager.lazy import run_pending
 from ..eager.tensor import Tensor, set_array
 from ..host_memory import aligned_copy
 from ..ir.errors import GraphError
@@ -60,10 +61,8 @@ class Parameter(Tensor):
     @value.setter
     def value(self, new) -> None:
         # what mg.lazy() left pending and what a GradManager's tape recorded read the old value
-        mode = MODE
-        if mode.lazy is not None and mode.lazy.has_work():
-            mode.lazy.materialize()
-        for recorder in mode.recorders:
+        run_pending()
+        for recorder in MODE.recorders:
             recorder.overwriting(self)
         if not self._bound:
             self._replace(new)

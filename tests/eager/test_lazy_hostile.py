@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import mgegraph as mg
+import mgegraph.functional as F
 from mgegraph import nn
 
 
@@ -74,3 +75,16 @@ def test_the_state_updates_of_a_failed_run_never_run_again():
         assert fine.numpy().tolist() == [4, 6]
         assert (fine + 1).numpy().tolist() == [5, 7]
     assert p.numpy().tolist() == after_failure.tolist()
+
+
+def test_a_compiled_train_step_in_a_lazy_block_leaves_pending_values_as_recorded():
+    model = nn.Linear(2, 2)
+    opt = mg.optim.SGD(model.parameters(), lr=0.5)
+    batch = (np.ones((4, 2), np.float32), np.array([0, 1, 0, 1]))
+    step = mg.compile_train_step(model, F.cross_entropy, opt, batch)
+    before = model.weight.numpy()
+    with mg.lazy():
+        doubled = model.weight * 2  # pending: reads the weights in place
+        step(*batch)
+        assert not np.array_equal(model.weight.numpy(), before)
+        np.testing.assert_array_equal(doubled.numpy(), before * 2)
