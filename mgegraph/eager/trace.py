@@ -288,8 +288,10 @@ class Traced:
         try:
             recorded = self.plans.get(key, ())
         except TypeError:
-            raise GraphError(f"trace: arguments that are not tensors must be hashable (they "
-                             f"select the plan), got {key!r:.200}") from None
+            raise GraphError(f"trace: {self.function.__qualname__}'s arguments that are not "
+                             "tensors select the plan, so they must be hashable: "
+                             f"{_unhashable(key)} is not (a tuple instead of a list, a "
+                             "frozenset instead of a set)") from None
         return next((t for t in recorded if t.fits()), None)
 
     def _record(self, bound, arguments, key) -> TracedPlan:
@@ -323,6 +325,15 @@ class Traced:
         traced = TracedPlan(plan, structure, len(leaves), grads, tracer)
         self.plans.setdefault(key, []).append(traced)
         return traced
+
+
+def _unhashable(key) -> str:
+    for name, part, *_ in key:
+        try:
+            hash(part)
+        except TypeError:
+            return f"{name!r} (a {getattr(part[0], '__name__', part[0])})"  # (type, value)
+    return "one of them"
 
 
 def _plan_key(arguments: dict) -> tuple:

@@ -199,3 +199,15 @@ def test_a_traced_step_in_a_lazy_block_leaves_pending_values_as_recorded():
 def test_compile_refuses_an_eager_tensor_naming_it():
     with pytest.raises(mg.GraphError, match="eager Tensor"):
         mg.compile([mg.tensor(np.ones(2, np.float32))])
+
+
+def test_an_unhashable_argument_is_named():
+    f = mg.jit.trace(lambda x, scales: x * scales[0])
+    with pytest.raises(mg.GraphError, match=r"'scales' \(a list\) is not"):
+        f(mg.tensor(np.ones(2, np.float32)), [2.0])
+
+
+def test_grad_of_an_eager_loss_says_to_use_a_grad_manager():
+    p = nn.Parameter(np.ones(3, np.float32))
+    with pytest.raises(mg.GraphError, match="GradManager"):
+        mg.grad((p * 2).sum(), [p])
