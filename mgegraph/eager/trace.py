@@ -86,7 +86,7 @@ class _Tracer(Recorder):
             self.parameters[t.id] = t
             self.grads_before[t.id] = t.grad
         elif (owner := self._grad_owner(t)) is not None:
-            v = self._grad_input(owner)
+            v = self._grad_input(owner, t)
         else:  # a tensor made outside the call (or a frozen parameter): its value now
             v = self.graph.const(t._array())
         self.vars[t.id] = v
@@ -97,15 +97,15 @@ class _Tracer(Recorder):
         or None."""
         return next((self.parameters[i] for i, g in self.grads_before.items() if g is t), None)
 
-    def _grad_input(self, p: Tensor):
+    def _grad_input(self, p: Tensor, grad: Tensor):
         # each call feeds the grad the parameter has then: as a constant, the plan would add
         # every later gradient to the one of the recording call
         name = f"{getattr(p, 'name', None) or 'param'}.grad"  # (no argument's name has a dot)
         while name in self.graph.inputs:
             name += "_"
         self.grad_feeds[name] = p
-        self.varying.add(p.grad.id)
-        return self.graph.input(name, p.grad.shape, p.grad.dtype)
+        self.varying.add(grad.id)
+        return self.graph.input(name, grad.shape, grad.dtype)
 
     def input(self, name: str, t: Tensor) -> None:
         self.vars[t.id] = self.graph.input(name, t.shape, t.dtype)
@@ -207,10 +207,9 @@ class TracedPlan:
             # come between (a consistent order of locks: no two runs wait for each other)
             for opt in sorted(self.optimizers, key=id):
                 held.enter_context(opt.lock)
-            outs = self._run_plan(arguments)
-        tensors = [wrap(o) for o in outs]
-        for p, index in self.grads:
-            p.grad = None if index is None else tensors[index]
+            tensors = [wrap(o) for o in self._run_plan(arguments)]
+            for p, index in self.grads:
+                p.grad = None if index is None else tensors[index]
         return _unflatten(self.structure, tensors[:self.n_results])
 
     def _run_plan(self, arguments: dict) -> list:
@@ -280,7 +279,7 @@ class Traced:
         traced = self._recorded(key)
         if traced is None:  # new shapes, or a module switched between train() and eval()
             with self._recording:
-                traced = self._recorded(key) or self._record(bound, arguments, key)
+                traced = self._recorded(key) or self._record(bound, key)
         self._latest = traced
         return traced.run(arguments)
 
@@ -294,7 +293,7 @@ class Traced:
                              "frozenset instead of a set)") from None
         return next((t for t in recorded if t.fits()), None)
 
-    def _record(self, bound, arguments, key) -> TracedPlan:
+    def _record(self, bound, key) -> TracedPlan:
         tracer = _Tracer(self.capture_as_const)
         bound.arguments.update({k: _as_tensors(v) for k, v in bound.arguments.items()})
         for name, value in _named_arguments(bound).items():
