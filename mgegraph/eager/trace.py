@@ -126,6 +126,14 @@ class _Tracer(Recorder):
                              f", which is captured as a constant (at {user_location()})")
         self.graph.assign(self.var_of(target), self.var_of(value))
 
+    def overwriting(self, target) -> None:
+        # eager assigns wait for the plan's run (_no_state_lands): only a write from Python,
+        # which a plan cannot replay, lands during a recording
+        raise GraphError(f"trace: the traced function writes {target!r:.60} from Python (at "
+                         f"{user_location()}); its plan would not: set it outside the function, "
+                         "or compute the new value with ops and let an optimiser or an assign "
+                         "write it")
+
     def read(self, t) -> None:
         if t.id not in self.varying:
             return

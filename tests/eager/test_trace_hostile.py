@@ -211,3 +211,17 @@ def test_grad_of_an_eager_loss_says_to_use_a_grad_manager():
     p = nn.Parameter(np.ones(3, np.float32))
     with pytest.raises(mg.GraphError, match="GradManager"):
         mg.grad((p * 2).sum(), [p])
+
+
+def test_a_traced_function_that_sets_a_parameters_value_is_refused():
+    p = nn.Parameter(np.ones(2, np.float32))
+
+    @mg.jit.trace
+    def f(x):
+        p.value = x.numpy()  # a Python-side write: the plan could not replay it
+        return p * 2
+
+    with pytest.warns(mg.jit.TraceWarning), \
+            pytest.raises(mg.GraphError, match=r"writes Parameter.* from Python"):
+        f(mg.tensor(np.full(2, 3.0, np.float32)))
+    assert p.numpy().tolist() == [1.0, 1.0]
