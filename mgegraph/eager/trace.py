@@ -199,13 +199,13 @@ class TracedPlan:
         self.optimizers = list(tracer.optimizers)
         self.modules = list(tracer.modules.values())  # (module, training) when it was called
         self.grad_feeds = tracer.grad_feeds
-        # whether each parameter had a grad (and its type) when the recording read it
-        self.grad_types = [(p, _type(tracer.grads_before[i]))
-                           for i, p in tracer.parameters.items()]
+        # a grad the run adds to (or makes) needs the grad it started from: its type or None
+        self.grad_types = [(p, _type(tracer.grads_before[p.id]))
+                           for p, index in grads if index is not None]
 
     def fits(self) -> bool:
         """Whether every module the recording called is in the same train/eval mode now, and
-        every parameter it read has a grad (of the same type) or none, as then."""
+        every parameter whose grad it made has a grad (of the same type) or none, as then."""
         return (all(m.training == training for m, training in self.modules)
                 and all(_type(p.grad) == t for p, t in self.grad_types))
 
@@ -313,12 +313,12 @@ class Traced:
             leaves: list = []
             structure = _flatten(result, leaves)
             outputs = [tracer.var_of(t) for t in leaves]
-            grads = []
-            for p in tracer.parameters.values():
-                if p.grad is None:
-                    grads.append((p, None))
-                else:
-                    grads.append((p, len(outputs)))
+            grads = []  # a run sets the grads the recording changed, and only those
+            for i, p in tracer.parameters.items():
+                if p.grad is tracer.grads_before[i]:
+                    continue
+                grads.append((p, None if p.grad is None else len(outputs)))
+                if p.grad is not None:
                     outputs.append(tracer.var_of(p.grad))
         finally:
             tracer.undo_state()
@@ -347,17 +347,19 @@ def _plan_key(arguments: dict) -> tuple:
     """What selects a plan: each argument's ``_key``, and for a tensor the first argument that
     is the same object (``f(x, x)`` records one input for both; ``f(a, b)`` needs two)."""
     first: dict[int, str] = {}
-    return tuple((name, _key(v), first.setdefault(id(v), name))
-                 if isinstance(v, (Tensor, np.ndarray)) else (name, _key(v))
-                 for name, v in arguments.items())
+    key = []
+    for name, v in arguments.items():
+        if isinstance(v, (Tensor, np.ndarray)):
+            key.append((name, v.shape, v.dtype, first.setdefault(id(v), name)))
+        else:
+            key.append((name, _key(v)))
+    return tuple(key)
 
 
 def _key(value):
     """A non-tensor argument's part of the plan key: its type and value, a float's sign and
     NaN included (Python says ``True == 1 == 1.0`` and ``-0.0 == 0.0``, and ``nan != nan``,
-    but each is a different constant of the plan). A tensor's: its shape and dtype."""
-    if isinstance(value, (Tensor, np.ndarray)):
-        return value.shape, value.dtype
+    but each is a different constant of the plan)."""
     if isinstance(value, (float, np.floating)):
         return type(value), float(value).hex()
     if isinstance(value, complex):
@@ -411,7 +413,7 @@ def _named_arguments(bound) -> dict:
 
 
 def _name_items(name: str, value, named: dict) -> None:
-    if not _holds_tensors(value):
+    if not isinstance(value, (tuple, list, dict)) or not _holds_tensors(value):
         named[name] = value
     elif isinstance(value, dict):
         named[name] = (dict, tuple(value))

@@ -225,3 +225,13 @@ def test_a_traced_function_that_sets_a_parameters_value_is_refused():
             pytest.raises(mg.GraphError, match=r"writes Parameter.* from Python"):
         f(mg.tensor(np.full(2, 3.0, np.float32)))
     assert p.numpy().tolist() == [1.0, 1.0]
+
+
+def test_a_traced_forward_leaves_the_parameters_grads_alone():
+    layer = nn.Linear(2, 2)
+    f = mg.jit.trace(lambda x: layer(x))
+    x = mg.tensor(np.ones((1, 2), np.float32))
+    f(x)
+    grad = layer.weight.grad = mg.tensor(np.ones((2, 2), np.float32))  # from some backward
+    f(x)
+    assert layer.weight.grad is grad and len(f.plans) == 1
