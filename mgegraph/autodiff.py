@@ -72,6 +72,10 @@ def wrt_names(wrt) -> str:
 def _check_request(loss: Var, wrt, seed):
     if not isinstance(loss, Var):
         raise GraphError(f"grad() needs a Var loss, got {type(loss).__name__}")
+    if getattr(loss.graph, "eager", False):  # the eager graph keeps no node to walk
+        raise GraphError("grad() differentiates a Graph's Vars; the loss is an eager Tensor, "
+                         "whose ops are not kept: record them with a GradManager (with gm: ... "
+                         "gm.backward(loss))")
     if not is_float(loss.dtype):
         raise GraphError(f"grad(): the loss must be floating point, got {loss.type}")
     if seed is None and loss.size != 1:

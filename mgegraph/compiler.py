@@ -65,6 +65,11 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
     graph = outputs[0].graph
     if any(v.graph is not graph for v in outputs):
         raise GraphError("all outputs of compile() must belong to one graph")
+    if getattr(graph, "eager", False):  # an eager Tensor's graph keeps no node to compile
+        raise GraphError(f"compile() takes Vars of a Graph, got an eager Tensor {outputs[0]!r:.80} "
+                         "(it holds a value, not the ops that made it): build the graph with "
+                         "g = mg.Graph() and g.input(...), or trace the eager function with "
+                         "mg.jit.trace")
     backend = get_backend(device)
     if options.alignment < backend.alignment:
         options = replace(options, alignment=backend.alignment)

@@ -11,6 +11,7 @@ from .autodiff import grad
 from .ir.errors import FeedError, GraphError
 from .ir.graph import Graph
 from .compiler import compile
+from .eager.lazy import run_pending
 
 
 def _inputs(graph: Graph, arrays, names):
@@ -24,15 +25,17 @@ class TrainStep:
         self.plan, self.optimizer, self.metric_names = plan, optimizer, metric_names
 
     def __call__(self, *batch):
+        feeds = {f"input{i}": np.asarray(a) for i, a in enumerate(batch)}
         opt = self.optimizer
-        saved = (opt.step_count, opt.scalars.value.copy())
-        opt.prepare_step()
-        try:
-            feeds = {f"input{i}": np.asarray(a) for i, a in enumerate(batch)}
-            loss, *metrics = self.plan.run(feeds)
-        except BaseException:  # a step that did not run is not counted (Adam's bias correction)
-            opt.undo_step(*saved)
-            raise
+        run_pending()  # what mg.lazy() left pending reads the weights this step writes
+        with opt.lock:  # the scalars prepare_step writes are the ones this run reads
+            saved = (opt.step_count, opt.scalars.value.copy())
+            opt.prepare_step()
+            try:
+                loss, *metrics = self.plan.run(feeds)
+            except BaseException:  # a step that did not run is not counted (Adam's bias)
+                opt.undo_step(*saved)
+                raise
         if not self.metric_names:
             return float(loss)
         return float(loss), {k: float(v) for k, v in zip(self.metric_names, metrics)}

@@ -122,6 +122,99 @@ def test_one_plan_from_many_threads_matches_serial_runs_bitwise():
     assert errors == []
 
 
+def _adam_model(traced: bool):
+    """A linear model of fixed weights, its Adam optimiser and one training step on a fixed
+    batch (the same batch every step: steps from two threads are then the same steps in any
+    order)."""
+    from mgegraph import nn
+
+    model = nn.Linear(16, 4)
+    model.weight.value = np.linspace(-1, 1, 64, dtype=np.float32).reshape(4, 16)
+    model.bias.value = np.zeros(4, np.float32)
+    opt = mg.optim.Adam(model.parameters(), lr=1e-2)
+    gm = mg.GradManager().attach(model.parameters())
+    rng = np.random.default_rng(5)
+    x = mg.tensor(rng.standard_normal((32, 16)).astype(np.float32))
+    y = mg.tensor(rng.standard_normal((32, 4)).astype(np.float32))
+
+    def step():
+        with gm:
+            loss = ((model(x) - y) ** 2).mean()
+            gm.backward(loss)
+        opt.step().clear_grad()
+        return loss
+
+    return model, opt, (mg.jit.trace(step) if traced else step)
+
+
+def _in_threads(work, counts):
+    barrier, errors = threading.Barrier(len(counts)), []
+
+    def run(n):
+        barrier.wait()
+        try:
+            for _ in range(n):
+                work()
+        except BaseException as exc:  # noqa: BLE001  (reported by the main thread)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in counts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_a_traced_adam_step_from_two_threads_matches_serial_steps_bitwise():
+    serial, opt, step = _adam_model(traced=True)
+    for _ in range(101):
+        step()
+    threaded, opt2, step2 = _adam_model(traced=True)
+    _in_threads(step2, [50, 51])  # both threads' first calls meet the recording
+    assert opt2.step_count == opt.step_count == 101
+    for a, b in zip(serial.parameters(), threaded.parameters()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_eager_adam_steps_from_two_threads_match_serial_steps_bitwise():
+    def model_and_step():
+        model, opt, _ = _adam_model(traced=False)
+        grads = [np.full(p.shape, 0.5, np.float32) for p in model.parameters()]
+
+        def step():  # the same gradients every step: their order cannot matter
+            for p, g in zip(model.parameters(), grads):
+                p.grad = mg.tensor(g)
+            opt.step()
+
+        return model, step
+
+    serial, step = model_and_step()
+    for _ in range(101):
+        step()
+    threaded, step2 = model_and_step()
+    _in_threads(step2, [50, 51])
+    for a, b in zip(serial.parameters(), threaded.parameters()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_a_compiled_train_step_from_two_threads_matches_serial_steps_bitwise():
+    def model_and_step():
+        model, opt, _ = _adam_model(traced=False)
+        rng = np.random.default_rng(6)
+        batch = (rng.standard_normal((32, 16)).astype(np.float32), np.arange(32) % 4)
+        step = mg.compile_train_step(model, F.cross_entropy, opt, batch)
+        return model, lambda: step(*batch)
+
+    serial, step = model_and_step()
+    for _ in range(101):
+        step()
+    threaded, step2 = model_and_step()
+    _in_threads(step2, [50, 51])
+    for a, b in zip(serial.parameters(), threaded.parameters()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
 def test_get_backend_from_many_threads_makes_one_backend():
     import time
 

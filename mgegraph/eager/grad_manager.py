@@ -150,10 +150,20 @@ class GradManager(Recorder):
         with not_recording(self):
             seed = F.ones_like(y) if dy is None else dy
             grads = walk(tape, y, wrt, seed, consume=True)
-            for p in wrt:
-                g = grads.get(p.id)
-                if g is None:
-                    continue
-                for callback in self._attached[p.id][1]:
-                    g = callback(p, g)
-                p.grad = g if p.grad is None else p.grad + g
+            # every gradient is made (and checked) before any lands: all or none
+            done = [(p, self._accumulated(p, g)) for p in wrt
+                    if (g := grads.get(p.id)) is not None]
+        for p, g in done:
+            p.grad = g
+
+    def _accumulated(self, p: Tensor, g: Tensor) -> Tensor:
+        """``p``'s new ``.grad``: ``g`` through its callbacks, added to the one it has."""
+        for callback in self._attached[p.id][1]:
+            g = callback(p, g)
+        if not isinstance(g, Tensor) or g.type != p.type:
+            got = g.type if isinstance(g, Tensor) else type(g).__name__
+            raise GraphError(f"GradManager.backward: the gradient of {p!r:.60} is {got}, but "
+                             f"it is {p.type} now (its value was set to another shape or "
+                             "dtype after the forward pass, or a callback returned another; "
+                             f"no gradient was applied; at {user_location()})")
+        return g if p.grad is None else p.grad + g

@@ -94,8 +94,11 @@ class Tensor(Var):
     # -- reading the value ----------------------------------------------------------------
     @property
     def value(self) -> np.ndarray:
-        """The array itself (read-only use; ``numpy()`` for a copy)."""
-        return self._read()
+        """The array itself, read-only (``numpy()`` gives a copy to write): a tensor's value
+        never changes, as a GradManager's tape and ``mg.lazy()`` read it later."""
+        array = self._read().view()
+        array.flags.writeable = False
+        return array
 
     def _read(self) -> np.ndarray:
         """The array, for Python code that reads the value (a trace is told)."""

@@ -15,15 +15,35 @@ options given to ``trace``. Later calls with the same shapes, dtypes and non-ten
 run that plan: no Python of the function runs, so its control flow is the one of the recording
 call (a warning names the line where it read a value that could change).
 
-The cache: ``traced.plans`` maps each key (the tensor arguments' shapes and dtypes, and the
-other arguments' values) to its recordings, one per train/eval mode of the modules the
+Design: every call returns what the plan computes, the recording call included: the eager run
+that records lands no state (its assigns are dropped, its optimiser steps uncounted), and the
+plan then runs once. A pass may change the arithmetic (a linear layer becomes a packed
+convolution, batch norm folds into a convolution), so the eager bits could differ from the
+plan's in the last place; this way one function on one input gives the same bits every call.
+
+A traced function called while another trace records, or while a GradManager records, runs
+its Python (its ops join theirs), as ``jax.jit`` inlines into an enclosing trace: running its
+plan would hand them an opaque value (a constant in the outer plan, no gradient on the tape).
+
+Threads: a plan's run holds its lock, and the run of a recorded training step holds its
+optimisers' locks from ``prepare_step`` (the step's scalars) to the end of the run, so calls
+from several threads are steps one after another. The first call of a key records under the
+traced function's lock (a second thread waits for that plan).
+
+The cache: ``traced.plans`` maps each key (the tensor arguments' shapes and dtypes and which
+of them are the same tensor, tensors inside tuples, lists and dicts included, and the other
+arguments' types and values) to its recordings, one per train/eval mode of the modules the
 function called (``model.eval()`` after training records again rather than rerun the training
-form); ``traced.clear_cache()`` empties it, ``traced.plan`` is the plan of the latest call.
+form) and per presence of the parameters' grads (a backward adds to the grad a parameter has
+when the call starts: a plan input); ``traced.clear_cache()`` empties it, ``traced.plan`` is
+the plan of the latest call.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import threading
 import warnings
 
 import numpy as np
@@ -31,7 +51,8 @@ import numpy as np
 from ..compiler import compile
 from ..ir.errors import GraphError, user_location
 from ..ir.graph import Graph
-from .dispatch import Recorder, recording
+from .dispatch import MODE, Recorder, recording
+from .lazy import run_pending
 from .tensor import Tensor, wrap
 
 
@@ -47,7 +68,10 @@ class _Tracer(Recorder):
         self.vars: dict[int, object] = {}    # tensor id -> its Var in the graph
         self.varying: set[int] = set()        # ids of tensors that can differ between calls
         self.parameters: dict[int, Tensor] = {}
+        self.grads_before: dict[int, object] = {}  # parameter id -> its .grad when first read
+        self.grad_feeds: dict[str, Tensor] = {}  # input name -> the parameter whose grad it is
         self.optimizers: list = []
+        self.step_counts: list[int] = []  # each optimiser's step count before the recording
         self.capture_as_const = capture_as_const
         self.warned: set[str] = set()
         self.modules: dict[int, tuple] = {}  # id -> (module, its training flag when called)
@@ -60,10 +84,28 @@ class _Tracer(Recorder):
             v = self.graph.bind(t)  # shared: the plan reads and updates the Parameter's array
             self.varying.add(t.id)
             self.parameters[t.id] = t
+            self.grads_before[t.id] = t.grad
+        elif (owner := self._grad_owner(t)) is not None:
+            v = self._grad_input(owner, t)
         else:  # a tensor made outside the call (or a frozen parameter): its value now
             v = self.graph.const(t._array())
         self.vars[t.id] = v
         return v
+
+    def _grad_owner(self, t: Tensor):
+        """The parameter whose ``.grad`` from before the call ``t`` is (a backward adds to it),
+        or None."""
+        return next((self.parameters[i] for i, g in self.grads_before.items() if g is t), None)
+
+    def _grad_input(self, p: Tensor, grad: Tensor):
+        # each call feeds the grad the parameter has then: as a constant, the plan would add
+        # every later gradient to the one of the recording call
+        name = f"{getattr(p, 'name', None) or 'param'}.grad"  # (no argument's name has a dot)
+        while name in self.graph.inputs:
+            name += "_"
+        self.grad_feeds[name] = p
+        self.varying.add(grad.id)
+        return self.graph.input(name, grad.shape, grad.dtype)
 
     def input(self, name: str, t: Tensor) -> None:
         self.vars[t.id] = self.graph.input(name, t.shape, t.dtype)
@@ -84,6 +126,14 @@ class _Tracer(Recorder):
                              f", which is captured as a constant (at {user_location()})")
         self.graph.assign(self.var_of(target), self.var_of(value))
 
+    def overwriting(self, target) -> None:
+        # eager assigns wait for the plan's run (_no_state_lands): only a write from Python,
+        # which a plan cannot replay, lands during a recording
+        raise GraphError(f"trace: the traced function writes {target!r:.60} from Python (at "
+                         f"{user_location()}); its plan would not: set it outside the function, "
+                         "or compute the new value with ops and let an optimiser or an assign "
+                         "write it")
+
     def read(self, t) -> None:
         if t.id not in self.varying:
             return
@@ -97,6 +147,15 @@ class _Tracer(Recorder):
     def stepped(self, optimizer) -> None:
         if optimizer not in self.optimizers:
             self.optimizers.append(optimizer)
+            self.step_counts.append(optimizer.step_count - 1)  # (told after its step)
+
+    def undo_state(self) -> None:
+        """Put back the step counters of the optimisers the recording stepped and the grads of
+        the parameters it read: the recording lands no state, the plan's run makes it."""
+        for optimizer, count in zip(self.optimizers, self.step_counts):
+            optimizer.undo_step(count, optimizer.scalars.value.copy())
+        for i, p in self.parameters.items():
+            p.grad = self.grads_before[i]
 
     def module_called(self, module) -> None:
         self.modules.setdefault(id(module), (module, module.training))
@@ -125,6 +184,8 @@ def _unflatten(structure, values):
     kind, items = structure
     if kind is dict:
         return {k: _unflatten(s, values) for k, s in items.items()}
+    if hasattr(kind, "_fields"):  # a namedtuple takes its fields as arguments
+        return kind(*[_unflatten(s, values) for s in items])
     return kind(_unflatten(s, values) for s in items)
 
 
@@ -132,33 +193,53 @@ class TracedPlan:
     """One recorded call: its plan, which arguments feed which input, and the Python-side
     state a run brings along (optimisers' step counters and scalars, parameters' grads)."""
 
-    def __init__(self, plan, feeds, structure, n_results, grads, optimizers, modules):
-        self.plan, self.feeds, self.structure = plan, feeds, structure
-        self.n_results, self.grads, self.optimizers = n_results, grads, optimizers
-        self.modules = modules  # (module, training) of every module the recording called
+    def __init__(self, plan, structure, n_results, grads, tracer: _Tracer):
+        self.plan, self.feeds, self.structure = plan, list(plan.feeds), structure
+        self.n_results, self.grads = n_results, grads
+        self.optimizers = list(tracer.optimizers)
+        self.modules = list(tracer.modules.values())  # (module, training) when it was called
+        self.grad_feeds = tracer.grad_feeds
+        # a grad the run adds to (or makes) needs the grad it started from: its type or None
+        self.grad_types = [(p, _type(tracer.grads_before[p.id]))
+                           for p, index in grads if index is not None]
 
     def fits(self) -> bool:
-        """Whether every module the recording called is in the same train/eval mode now."""
-        return all(m.training == training for m, training in self.modules)
+        """Whether every module the recording called is in the same train/eval mode now, and
+        every parameter whose grad it made has a grad (of the same type) or none, as then."""
+        return (all(m.training == training for m, training in self.modules)
+                and all(_type(p.grad) == t for p, t in self.grad_types))
 
     def run(self, arguments: dict):
+        with contextlib.ExitStack() as held:
+            # prepare_step's scalars are the optimiser's, read by the run: no other step may
+            # come between (a consistent order of locks: no two runs wait for each other)
+            for opt in sorted(self.optimizers, key=id):
+                held.enter_context(opt.lock)
+            tensors = [wrap(o) for o in self._run_plan(arguments)]
+            for p, index in self.grads:
+                p.grad = None if index is None else tensors[index]
+        return _unflatten(self.structure, tensors[:self.n_results])
+
+    def _run_plan(self, arguments: dict) -> list:
         saved = [(opt, opt.step_count, opt.scalars.value.copy()) for opt in self.optimizers]
         for opt in self.optimizers:
             opt.prepare_step()
         try:
-            outs = self.plan.run({name: _array(arguments[name]) for name in self.feeds})
+            return self.plan.run({name: _array(arguments[name]) if name in arguments
+                                  else self.grad_feeds[name].grad._array()
+                                  for name in self.feeds})
         except BaseException:  # a step that did not run is not counted
             for opt, count, scalars in saved:
                 opt.undo_step(count, scalars)
             raise
-        tensors = [wrap(o) for o in outs]
-        for p, index in self.grads:
-            p.grad = None if index is None else tensors[index]
-        return _unflatten(self.structure, tensors[:self.n_results])
 
 
 def _array(value) -> np.ndarray:
     return value._array() if isinstance(value, Tensor) else np.asarray(value)
+
+
+def _type(grad):
+    return None if grad is None else grad.type
 
 
 class Traced:
@@ -171,6 +252,7 @@ class Traced:
         self.signature = inspect.signature(function)
         self.plans: dict[tuple, list[TracedPlan]] = {}
         self._latest: TracedPlan | None = None
+        self._recording = threading.RLock()  # one recording per traced function at a time
         functools.update_wrapper(self, function)
 
     @property
@@ -194,43 +276,52 @@ class Traced:
         self._latest = None
 
     def __call__(self, *args, **kwargs):
-        if not self.symbolic:
+        if not self.symbolic or MODE.recorders:  # an enclosing trace or tape sees its ops
             return self.function(*args, **kwargs)
+        if MODE.lazy is not None:  # its plan writes and reads state as the block left it
+            with _outside_lazy():
+                return self(*args, **kwargs)
         bound = self.signature.bind(*args, **kwargs)
         arguments = _named_arguments(bound)
-        key = tuple((name, (v.shape, v.dtype) if isinstance(v, (Tensor, np.ndarray)) else v)
-                    for name, v in arguments.items())
-        try:
-            recorded = self.plans.get(key, ())
-        except TypeError:
-            raise GraphError(f"trace: arguments that are not tensors must be hashable (they "
-                             f"select the plan), got {key!r:.200}") from None
-        traced = next((t for t in recorded if t.fits()), None)
+        key = _plan_key(arguments)
+        traced = self._recorded(key)
         if traced is None:  # new shapes, or a module switched between train() and eval()
-            return self._record(bound, arguments, key)
+            with self._recording:
+                traced = self._recorded(key) or self._record(bound, key)
         self._latest = traced
         return traced.run(arguments)
 
-    def _record(self, bound, arguments, key):
+    def _recorded(self, key) -> TracedPlan | None:
+        try:
+            recorded = self.plans.get(key, ())
+        except TypeError:
+            raise GraphError(f"trace: {self.function.__qualname__}'s arguments that are not "
+                             "tensors select the plan, so they must be hashable: "
+                             f"{_unhashable(key)} is not (a tuple instead of a list, a "
+                             "frozenset instead of a set)") from None
+        return next((t for t in recorded if t.fits()), None)
+
+    def _record(self, bound, key) -> TracedPlan:
         tracer = _Tracer(self.capture_as_const)
-        for name, value in arguments.items():
-            if isinstance(value, np.ndarray):
-                value = Tensor(value)
-                _replace(bound, name, value)
+        bound.arguments.update({k: _as_tensors(v) for k, v in bound.arguments.items()})
+        for name, value in _named_arguments(bound).items():
             if isinstance(value, Tensor):
                 tracer.input(name, value)
-        with recording(tracer):
-            result = self.function(*bound.args, **bound.kwargs)
-        leaves: list = []
-        structure = _flatten(result, leaves)
-        outputs = [tracer.var_of(t) for t in leaves]
-        grads = []
-        for p in tracer.parameters.values():
-            if p.grad is None:
-                grads.append((p, None))
-            else:
-                grads.append((p, len(outputs)))
-                outputs.append(tracer.var_of(p.grad))
+        try:
+            with recording(tracer), _no_state_lands():
+                result = self.function(*bound.args, **bound.kwargs)
+            leaves: list = []
+            structure = _flatten(result, leaves)
+            outputs = [tracer.var_of(t) for t in leaves]
+            grads = []  # a run sets the grads the recording changed, and only those
+            for i, p in tracer.parameters.items():
+                if p.grad is tracer.grads_before[i]:
+                    continue
+                grads.append((p, None if p.grad is None else len(outputs)))
+                if p.grad is not None:
+                    outputs.append(tracer.var_of(p.grad))
+        finally:
+            tracer.undo_state()
         if not outputs:  # a step that returns nothing: some output is needed to compile
             if not tracer.graph.assigns:
                 raise GraphError(f"trace: {self.function.__qualname__} returned no tensor and "
@@ -238,37 +329,121 @@ class Traced:
             outputs.append(min((n.inputs[0] for n in tracer.graph.assigns),
                                key=lambda v: v.type.nbytes))
         plan = compile(outputs, **self.compile_options)
-        self._latest = TracedPlan(plan, list(plan.feeds), structure, len(leaves), grads,
-                                  list(tracer.optimizers), list(tracer.modules.values()))
-        self.plans.setdefault(key, []).append(self._latest)
-        return result
+        traced = TracedPlan(plan, structure, len(leaves), grads, tracer)
+        self.plans.setdefault(key, []).append(traced)
+        return traced
+
+
+def _unhashable(key) -> str:
+    for name, part, *_ in key:
+        try:
+            hash(part)
+        except TypeError:
+            return f"{name!r} (a {getattr(part[0], '__name__', part[0])})"  # (type, value)
+    return "one of them"
+
+
+def _plan_key(arguments: dict) -> tuple:
+    """What selects a plan: each argument's ``_key``, and for a tensor the first argument that
+    is the same object (``f(x, x)`` records one input for both; ``f(a, b)`` needs two)."""
+    first: dict[int, str] = {}
+    key = []
+    for name, v in arguments.items():
+        if isinstance(v, (Tensor, np.ndarray)):
+            key.append((name, v.shape, v.dtype, first.setdefault(id(v), name)))
+        else:
+            key.append((name, _key(v)))
+    return tuple(key)
+
+
+def _key(value):
+    """A non-tensor argument's part of the plan key: its type and value, a float's sign and
+    NaN included (Python says ``True == 1 == 1.0`` and ``-0.0 == 0.0``, and ``nan != nan``,
+    but each is a different constant of the plan)."""
+    if isinstance(value, (float, np.floating)):
+        return type(value), float(value).hex()
+    if isinstance(value, complex):
+        return complex, value.real.hex(), value.imag.hex()
+    if isinstance(value, tuple):
+        return type(value), tuple(_key(v) for v in value)
+    return type(value), value
+
+
+@contextlib.contextmanager
+def _no_state_lands():
+    """Eager assigns made in the block never land (the plan's run that follows makes them)."""
+    mode = MODE
+    mode.update_depth += 1  # assigns wait in mode.pending, as inside an optimiser step
+    start = len(mode.pending)
+    try:
+        yield
+    finally:
+        del mode.pending[start:]
+        mode.update_depth -= 1
+
+
+@contextlib.contextmanager
+def _outside_lazy():
+    """Run the block eagerly inside a ``mg.lazy()`` block: what is pending runs first, so it
+    reads the state of before the block's writes."""
+    run_pending()
+    lazy, MODE.lazy = MODE.lazy, None
+    try:
+        yield
+    finally:
+        MODE.lazy = lazy
 
 
 def _named_arguments(bound) -> dict:
-    """Each argument under a name the plan's inputs take: varargs as ``name0, name1...``."""
+    """Each argument under a name the plan's inputs take: varargs as ``name0, name1...``; the
+    items of a tuple, list or dict that holds tensors as ``name[0], name[1]...`` (with the
+    container's type and length or keys under ``name``: they select the plan too)."""
     named = {}
     for name, value in bound.arguments.items():
         kind = bound.signature.parameters[name].kind
         if kind is inspect.Parameter.VAR_POSITIONAL:
-            named.update({f"{name}{i}": v for i, v in enumerate(value)})
+            items = {f"{name}{i}": v for i, v in enumerate(value)}
         elif kind is inspect.Parameter.VAR_KEYWORD:
-            named.update(value)
+            items = value
         else:
-            named[name] = value
+            items = {name: value}
+        for item_name, item in items.items():
+            _name_items(item_name, item, named)
     return named
 
 
-def _replace(bound, name: str, value) -> None:
-    if name in bound.arguments:
-        bound.arguments[name] = value
-        return
-    for pname, param in bound.signature.parameters.items():
-        if param.kind is inspect.Parameter.VAR_POSITIONAL and name.startswith(pname):
-            items = list(bound.arguments[pname])
-            items[int(name[len(pname):])] = value
-            bound.arguments[pname] = tuple(items)
-        elif param.kind is inspect.Parameter.VAR_KEYWORD and name in bound.arguments.get(pname, {}):
-            bound.arguments[pname][name] = value
+def _name_items(name: str, value, named: dict) -> None:
+    if not isinstance(value, (tuple, list, dict)) or not _holds_tensors(value):
+        named[name] = value
+    elif isinstance(value, dict):
+        named[name] = (dict, tuple(value))
+        for k, item in value.items():
+            _name_items(f"{name}[{k!r}]", item, named)
+    else:
+        named[name] = (type(value), len(value))
+        for i, item in enumerate(value):
+            _name_items(f"{name}[{i}]", item, named)
+
+
+def _holds_tensors(value) -> bool:
+    """Whether ``value`` is a tuple, list or dict with a tensor or an array somewhere inside."""
+    if isinstance(value, dict):
+        value = value.values()
+    elif not isinstance(value, (tuple, list)):
+        return False
+    return any(isinstance(v, (Tensor, np.ndarray)) or _holds_tensors(v) for v in value)
+
+
+def _as_tensors(value):
+    """``value`` with every NumPy array (inside tuples, lists and dicts too) made a Tensor."""
+    if isinstance(value, np.ndarray):
+        return Tensor(value)
+    if not _holds_tensors(value):
+        return value
+    if isinstance(value, dict):
+        return type(value)({k: _as_tensors(v) for k, v in value.items()})
+    items = [_as_tensors(v) for v in value]
+    return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
 
 
 def trace(function=None, *, symbolic: bool = True, capture_as_const: bool = False,

@@ -122,6 +122,14 @@ class Var(Arithmetic):
     def __ne__(self, o): return self._F().not_equal(self, o)  # type: ignore[override]
     def __getitem__(self, index): return self._F().subscript(self, index)
 
+    def __iter__(self):
+        """``var[0], var[1], ...`` along the first axis, as a NumPy array (and an eager Tensor)
+        iterates; a 0-d Var has no first axis."""
+        if not self.shape:
+            raise TypeError(f"iteration over a 0-d Var ({self.type}): it has no first axis")
+        for i in range(self.shape[0]):
+            yield self[i]
+
     def __bool__(self):
         raise TypeError("the truth value of a symbolic Var is unknown until the graph runs")
 

@@ -5,6 +5,7 @@ import numpy as np
 
 from ..backend import sync_to_host
 from ..eager.dispatch import MODE, updates
+from ..eager.lazy import run_pending
 from ..eager.tensor import Tensor, set_array
 from ..host_memory import aligned_copy
 from ..ir.errors import GraphError
@@ -40,6 +41,14 @@ class Parameter(Tensor):
         as_dtype(array.dtype)
         set_array(self, array, owns=True)  # (a previous array's token dies with it)
 
+    def _replace(self, value) -> None:
+        """A new array under the same id (a GradManager, a trace or an optimiser knows the
+        Parameter by it); ``.grad`` stays while it is of the value's shape and dtype."""
+        ident, grad, old = self.id, self.grad, self.type
+        self._set(value)
+        self.id = ident
+        self.grad = grad if self.type == old else None
+
     plain = False  # lifted into whichever graph uses it
     __eq__ = object.__eq__
     __ne__ = object.__ne__
@@ -51,8 +60,12 @@ class Parameter(Tensor):
 
     @value.setter
     def value(self, new) -> None:
+        # what mg.lazy() left pending and what a GradManager's tape recorded read the old value
+        run_pending()
+        for recorder in MODE.recorders:
+            recorder.overwriting(self)
         if not self._bound:
-            self._set(new)
+            self._replace(new)
             return
         new = np.asarray(new)
         if new.shape != self._value.shape or new.dtype != self._value.dtype:

@@ -4,10 +4,14 @@ Design: an optimiser keeps its state (momentum, moments) in Buffers and its per-
 (learning rate, bias corrections) in one small shared array that ``prepare_step`` rewrites in
 Python before each run. The plan reads them like any param, so a schedule changes the learning
 rate without recompiling, and the update nodes assign new values in place at the end of the run.
+Those scalars are shared by every run of the optimiser's steps, so a step holds ``lock`` from
+``prepare_step`` to the end of its run (an eager step here, a traced one in eager/trace.py):
+steps from several threads come one after another, each with its own scalars.
 """
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -56,6 +60,7 @@ class Optimizer:
         self.scalars = Buffer(np.zeros(len(scalars), np.float32))
         self.scalars.name = f"{type(self).__name__.lower()}.scalars"
         self.state: dict[int, dict[str, Parameter]] = {}
+        self.lock = threading.RLock()  # held by a step from prepare_step to its run's end
 
     @property
     def lr(self) -> float:
@@ -92,7 +97,13 @@ class Optimizer:
         The update runs as one small plan per set of gradient shapes, compiled on first use:
         fused and in place, as in a training step's plan. Under a trace, a lazy block or a
         GradManager's recording it runs op by op instead, so that they see its ops."""
-        with_grad = [p for p in self.params if p.grad is not None]
+        with self.lock:
+            self._step([p for p in self.params if p.grad is not None])
+        for recorder in MODE.recorders:
+            recorder.stepped(self)
+        return self
+
+    def _step(self, with_grad) -> None:
         saved = (self.step_count, self.scalars.value.copy())
         self.prepare_step()
         try:
@@ -105,9 +116,6 @@ class Optimizer:
         except BaseException:
             self.undo_step(*saved)
             raise
-        for recorder in MODE.recorders:
-            recorder.stepped(self)
-        return self
 
     def _update_plan(self, with_grad):
         """The plan of the update of the parameters in ``with_grad`` from gradients fed as
