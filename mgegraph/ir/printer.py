@@ -1,6 +1,7 @@
 """The IR text form and its DOT picture. The grammar is published in docs/ir.md."""
 from __future__ import annotations
 
+import html
 import re
 from typing import TYPE_CHECKING
 
@@ -55,6 +56,21 @@ def dot_text(text: str) -> str:
 
 
 _DOT_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f]")
+
+
+# what XML 1.0 forbids in a document: control characters but tab, line feed and carriage
+# return; lone surrogates; U+FFFE and U+FFFF. A name holding one would make an SVG unreadable
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def xml_text(text: str) -> str:
+    """``text`` for an SVG (or HTML) element or attribute: ``& < > " '`` escaped and each
+    character XML 1.0 forbids shown as U+FFFD, so the document stays well-formed XML. Every
+    picture writer (the viewer's SVG, the memory and remat pictures) escapes through this.
+
+    >>> xml_text("a\x01<b>")   # 'a\ufffd&lt;b&gt;'
+    """
+    return html.escape(_NOT_XML.sub("\ufffd", text))
 
 
 def graph_to_dot(graph: Graph) -> str:

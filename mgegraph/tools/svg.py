@@ -5,27 +5,11 @@ open as the page opens them, placed with ``layout.grow`` as ``viewer.js`` places
 """
 from __future__ import annotations
 
-import html
-import re
-
 from ..ir.printer import CATEGORY_COLOURS, OTHER_COLOUR
+from ..ir.printer import xml_text as escape
 from ..plan import Plan
 from .graphview import PAD, build_views, graph_drawing, plan_drawing, plan_output_items
 from .layout import Layout, grow
-
-# what XML 1.0 forbids in a document: control characters but tab, line feed and carriage
-# return; lone surrogates; U+FFFE and U+FFFF. A name holding one would make the SVG unreadable
-_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
-
-
-def escape(text: str) -> str:
-    """``text`` for an SVG (or HTML) element or attribute: ``& < > " '`` escaped and each
-    character XML 1.0 forbids shown as U+FFFD, so the document stays well-formed XML.
-
-    >>> escape("a\x01<b>")   # 'a\ufffd&lt;b&gt;'
-    """
-    return html.escape(_NOT_XML.sub("\ufffd", text))
-
 
 HEAD = 22.0  # the title line of an open group (viewer.js: HEAD)
 _ARROW = ('<defs><marker id="arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="6" '

@@ -529,3 +529,14 @@ def run_interactions(b: Browser, plan):
                  ".textContent)")
     assert first == pytest.approx(13e-3)
     assert b.js("document.getElementById('js-errors').children.length") == 0
+
+
+def test_memory_and_remat_pictures_of_such_names_are_well_formed():
+    g = mg.Graph()
+    x = g.input(NASTY, (4, 8), "float32")
+    w = g.param(NASTY + '"w', np.ones((8, 8), np.float32))
+    loss = F.mean(F.relu(x @ w) ** 2)
+    plan = mg.compile([loss, *mg.grad(loss, [w])], remat="sqrt")
+    for svg in (mg.planner.memory_svg(plan, title=NASTY), mg.planner.remat_svg(plan)):
+        root = ET.fromstring(svg)  # raised on the control character of the title
+        assert root.tag == "{http://www.w3.org/2000/svg}svg"

@@ -13,9 +13,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from html import escape
 
 from ...ir.printer import CATEGORY_COLOURS, OTHER_COLOUR
+from ...ir.printer import xml_text as escape
 from ...ops import get_op
 from .arena_check import aligned
 from .liveness import is_arena_buffer
