@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .backend import get_backend
+from .backend import check_backend, get_backend
 from .ir.errors import GraphError
 from .ir.graph import Graph, Var
 from .lowering import Lowered, lower, view_root
@@ -66,27 +66,27 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
     if any(v.graph is not graph for v in outputs):
         raise GraphError("all outputs of compile() must belong to one graph")
     backend = get_backend(device)
+    check_backend(backend)
     if options.alignment < backend.alignment:
         options = replace(options, alignment=backend.alignment)
     if freeze:
         graph, outputs = frozen(graph, outputs)
     graph, outputs, report = optimize_graph(graph, outputs, optimize, check=checks_enabled(),
                                             evaluate=evaluator(device),
-                                            fusion=getattr(backend, "fusion", None),
-                                            prepack=getattr(backend, "prepack", None),
+                                            fusion=backend.fusion, prepack=backend.prepack,
                                             runs=lambda op: backend.impl(op) is not None,
-                                            exact=getattr(backend, "exact_accumulate", None))
+                                            exact=backend.exact_accumulate)
     if freeze and report:
         graph, outputs, refold = _fold_weights(graph, outputs, device)
         report.append(("fold_weights", refold))
-        if getattr(backend, "prepack", None) is not None and "prepack" in dict(report):
+        if backend.prepack is not None and "prepack" in dict(report):
             # the weights folded just now are consts: the pass packs them itself
             repacked = prepack(graph, outputs, backend.prepack)
             graph, outputs = repacked.graph, repacked.outputs
             report.append(("prepack_folded", repacked.stats))
     graph, outputs = _before_updates(graph, outputs)
     prologue = None
-    if report and getattr(backend, "runs_prologue", False):
+    if report and backend.runs_prologue:
         graph, outputs, prologue = _prologue_plan(graph, outputs, device, memory,
                                                   check_numerics, report)
     if remat is None:

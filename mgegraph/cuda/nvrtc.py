@@ -16,9 +16,11 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import CSRC
 from .cache import DiskCache, default_dir, key
 from .errors import CompileError, DeviceUnavailableError
+
+# the CUDA sources (a link to the repository's csrc_cuda/, copied into wheels as package data)
+CSRC = Path(__file__).parent / "csrc"
 
 BASE_OPTIONS = ("-std=c++17",)
 EXACT_OPTIONS = ("--fmad=false",)  # rendered elementwise/fused modules: the CPU's arithmetic

@@ -13,8 +13,9 @@ profile (``record``), each run in the lane of the thread that ran it. Nested and
 profiles therefore each see every run made while they are active; a run belongs to the profiles
 active when it began. Timestamps are CLOCK_MONOTONIC nanoseconds, the clock of
 ``time.monotonic_ns``, so the C loop's and Python's agree. Only plans are timed: eager ops (one
-kernel call each, outside any plan) are not recorded, and on devices other than the CPU only
-once their executable records its runs too (``active`` and ``record`` are that seam).
+kernel call each, outside any plan) are not recorded, nor the runs of an executable that is not
+``timed`` (mgegraph.backend's ``Executable``: CUDA's, for now). Executables reach ``active`` and
+``record`` through mgegraph.backend (``profiling``, ``record_run``), which this module installs.
 
 After each recorded run the plan carries ``plan._cache["instruction_times"]``: the mean wall
 seconds of each instruction over the runs the most recently entered active profile recorded
@@ -31,6 +32,7 @@ from typing import NamedTuple, Self
 
 import numpy as np
 
+from ..backend import install_profiler
 from ..ir.errors import ProfileError
 
 # -- which profiles record now -------------------------------------------------------------------
@@ -486,3 +488,7 @@ def _flops(plan, ins) -> float | None:
     else:
         return None
     return flops if flops > 0 else None
+
+
+# executables reach the profiles through the backend seam (mgegraph.backend.profiling)
+install_profiler(active, record)
