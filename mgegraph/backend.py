@@ -27,6 +27,7 @@ import numpy as np
 
 from .ir.errors import DispatchError, GraphError
 from .ir.types import short_name
+from .ops import get_op
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,6 @@ class KernelTable:
 
     def implement(self, op: str, kernel: str, dtypes, lower: Callable,
                   dispatch_input: int = 0) -> None:
-        from .ops import get_op
         get_op(op)  # a typo in a backend's table fails here, naming the op
         if op in self.impls:
             raise GraphError(f"op {op!r} is implemented twice on {self.device!r}")
@@ -270,7 +270,7 @@ def _usable(name: str) -> bool:
 def _load(spec: str) -> Callable:
     """The function a plug-in string "module:attribute" names, its module imported now."""
     module, attr = spec.split(":")
-    return getattr(importlib.import_module(module), attr)
+    return getattr(importlib.import_module(module), attr)  # plug-in: a backend, upward
 
 
 def get_backend(device: str) -> Backend:

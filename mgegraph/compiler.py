@@ -15,6 +15,7 @@ from .backend import check_backend, get_backend
 from .ir.errors import GraphError
 from .ir.graph import Graph, Var
 from .lowering import Lowered, lower, view_root
+from .ops.builder import apply
 from .plan import Plan, PlanSource
 from .planner.memory.plan import memory_options, place, schedule
 from .planner.memory.verify import checks_enabled, verify_plan
@@ -147,7 +148,8 @@ def snapshot(graph: Graph) -> Graph:
     copy.__dict__.update(graph.__dict__)
     copy.nodes, copy.assigns = list(graph.nodes), list(graph.assigns)
     copy.inputs, copy.params = dict(graph.inputs), dict(graph.params)
-    copy.values, copy.shared, copy._bound = dict(graph.values), set(graph.shared), dict(graph._bound)
+    copy.values, copy.shared = dict(graph.values), set(graph.shared)
+    copy._bound = dict(graph._bound)
     return copy
 
 
@@ -192,7 +194,6 @@ def _before_updates(graph: Graph, outputs) -> tuple[Graph, list]:
     _check_shared_overlap(graph, assigned)
     if not any(view_root(v).id in assigned for v in outputs):
         return graph, outputs
-    from .ops.builder import apply
     builder = rebuild(graph)
     outputs = [builder.var(v) for v in outputs]
     assigned = {node.inputs[0].id for node in builder.graph.assigns}

@@ -37,7 +37,7 @@ from . import conv, elementwise, fused, linalg, movement, nn, pool, reduce  # no
 
 def _widest_fused_build():
     """The fused kernel built for the widest vectors this CPU runs (the same results)."""
-    for isa in ("avx512", "avx2"):
+    for isa in ("avx512", "avx2"):  # only the build this CPU runs is loaded
         if fused.cpu_has(isa):
             try:
                 return importlib.import_module(f"{__name__}.fused_{isa}")

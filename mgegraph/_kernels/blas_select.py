@@ -230,7 +230,7 @@ def mkl_path() -> str | None:
 
 def machine_key(mkl: dict) -> str:
     """What a measurement holds for: the CPU, both libraries and the thread count."""
-    import scipy
+    import scipy  # lazy: startup cost (SciPy is read for its version only, here)
 
     threads = [len(os.sched_getaffinity(0)), os.environ.get("OMP_NUM_THREADS")]
     text = json.dumps([_cpu_model(), platform.machine(), scipy.__version__, mkl["path"],

@@ -26,7 +26,7 @@ EXTRA = "pip install 'mgegraph[cuda]'"
 def probe() -> str | None:
     """Why CUDA cannot run here, or None: the extra, the driver, a GPU (checked in that order)."""
     try:
-        from cuda.bindings import driver, nvrtc  # noqa: F401
+        from cuda.bindings import driver, nvrtc  # noqa: F401  lazy: optional (the cuda extra)
     except ImportError:
         return f"the CUDA backend needs the 'cuda' extra (cuda-python and NVRTC): {EXTRA}"
     try:
@@ -47,7 +47,7 @@ def device_count() -> int:
 
 
 def _driver():
-    from cuda.bindings import driver
+    from cuda.bindings import driver  # lazy: optional dependency (the cuda extra)
     return driver
 
 
