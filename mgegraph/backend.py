@@ -270,7 +270,7 @@ def _usable(name: str) -> bool:
 def _load(spec: str) -> Callable:
     """The function a plug-in string "module:attribute" names, its module imported now."""
     module, attr = spec.split(":")
-    return getattr(importlib.import_module(module), attr)  # plug-in: a backend, upward
+    return getattr(importlib.import_module(module), attr)  # lazy: a plug-in, loaded when asked
 
 
 def get_backend(device: str) -> Backend:

@@ -142,11 +142,11 @@ class CpuExecutable:
         self._no_out = (None,) * len(plan.outputs)
         self._shared = [plan.values[s] for s in sorted(plan.shared)]
 
-    timed = True  # while a profile is active, runs take the executor's timed loop
     writes_out = True  # run(feeds, out=...) writes the outputs into the caller's arrays
     # feeds read and outputs written in place (False: every feed copied in and every output
     # copied out, the path the benchmarks measure binding against)
     in_place = True
+    timed = True  # while a profile is active, runs take the executor's timed loop
 
     def run(self, feeds: dict, out=None) -> list[np.ndarray]:
         """Run on ``feeds``; returns arrays the caller owns: the ``out=`` arrays where given

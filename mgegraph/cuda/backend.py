@@ -49,8 +49,8 @@ FUSION = FusionLimits(max_inputs=12, max_outputs=4, max_registers=64, max_dims=8
 
 
 def family_modules() -> list:
-    # plug-in table: the family modules kernels.FAMILIES names, in its order
-    return [importlib.import_module(f"{__package__}.kernels.{name}") for name in FAMILIES]
+    return [importlib.import_module(  # lazy: a plug-in table (kernels.FAMILIES), in its order
+        f"{__package__}.kernels.{name}") for name in FAMILIES]
 
 
 class CudaBackend(KernelTable):

@@ -26,7 +26,7 @@ EXTRA = "pip install 'mgegraph[cuda]'"
 def probe() -> str | None:
     """Why CUDA cannot run here, or None: the extra, the driver, a GPU (checked in that order)."""
     try:
-        from cuda.bindings import driver, nvrtc  # noqa: F401  lazy: optional (the cuda extra)
+        from cuda.bindings import driver, nvrtc  # lazy: optional dependency  # noqa: F401
     except ImportError:
         return f"the CUDA backend needs the 'cuda' extra (cuda-python and NVRTC): {EXTRA}"
     try:

@@ -13,9 +13,8 @@ profile (``record``), each run in the lane of the thread that ran it. Nested and
 profiles therefore each see every run made while they are active; a run belongs to the profiles
 active when it began. Timestamps are CLOCK_MONOTONIC nanoseconds, the clock of
 ``time.monotonic_ns``, so the C loop's and Python's agree. Only plans are timed: eager ops (one
-kernel call each, outside any plan) are not recorded, nor the runs of an executable that is not
-``timed`` (mgegraph.backend's ``Executable``: CUDA's, for now). Executables reach ``active`` and
-``record`` through mgegraph.backend (``profiling``, ``record_run``), which this module installs.
+kernel call each, outside any plan) are not recorded, and on devices other than the CPU only
+once their executable records its runs too (``active`` and ``record`` are that seam).
 
 After each recorded run the plan carries ``plan._cache["instruction_times"]``: the mean wall
 seconds of each instruction over the runs the most recently entered active profile recorded
