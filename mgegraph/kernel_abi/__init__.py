@@ -9,9 +9,10 @@ in as an argument; the CPU passes its rules (_kernels/lowering/), CUDA the plain
 its own workspaces (cuda/kernels/).
 
 The compiled CPU kernels export the fields of the structs they were built with; the CPU backend
-refuses to load when they differ from these (_kernels/lowering/built.py). The CUDA tests check
-csrc_cuda's structs against the same declarations. This layer sits with ``lowering.py`` and
-``backend.py``, below both backends, and imports nothing compiled.
+refuses to load when they differ from these (_kernels/lowering/built.py); csrc_cuda's kernels
+read the same fields by position, and the CUDA tests run them on these blocks against the CPU's
+results. This layer sits with ``lowering.py`` and ``backend.py``, below both backends, and
+imports nothing compiled.
 
 >>> from mgegraph.kernel_abi import reduce
 >>> reduce.FIELDS
