@@ -19,7 +19,6 @@ from __future__ import annotations
 from .driver import probe
 from .errors import CompileError, DeviceUnavailableError
 from .nvrtc import CSRC
-from .runtime import fetch as _fetch
 
 __all__ = ["CSRC", "CompileError", "DeviceUnavailableError", "available", "fetch",
            "unavailable_reason"]
@@ -41,7 +40,8 @@ def fetch(*arrays) -> None:
 
     >>> mgegraph.cuda.fetch(*[p.value for p in model.parameters()])   # doctest: +SKIP
     """
-    _fetch(*arrays)
+    from .runtime import fetch as fetch_arrays  # lazy: startup cost (mg.devices() probes here)
+    fetch_arrays(*arrays)
 
 
 def available() -> bool:
