@@ -27,6 +27,7 @@ import numpy as np
 
 from .ir.errors import DispatchError, GraphError
 from .ir.types import short_name
+from .ops import get_op
 
 
 @dataclass(frozen=True)
@@ -77,17 +78,34 @@ class FusionLimits:
 
 class Executable(Protocol):
     """A plan made runnable on one device: it owns the plan's memory (the arena, persistent
-    buffers) and runs the instructions."""
+    buffers) and runs the instructions.
+
+    Profiling: an executable that can time each instruction asks ``profiling()`` once per run
+    and, when a profile is active, times the run and hands it to ``record_run``; one that
+    cannot (``timed`` False) runs as usual and the profiles do not see its runs."""
+
+    timed: bool       # whether its runs are timed per instruction while a profile is active
+    writes_out: bool  # whether run(feeds, out=...) writes the outputs into the caller's arrays
 
     def run(self, feeds: dict) -> list[np.ndarray]: ...
 
 
 class Backend(Protocol):
-    """What the compiler needs from a device."""
+    """What the compiler needs from a device. ``KernelTable`` gives the optional capabilities
+    their "not supported" defaults."""
 
     name: str
     alignment: int            # bytes every arena offset is a multiple of
     fusion: FusionLimits | None  # None: the backend has no fused elementwise kernel
+    # whether its executable runs ``plan.prologue`` (the weight-only instructions an optimised
+    # plan splits off, rerun when a weight changes); False: they stay in the plan
+    runs_prologue: bool
+    # prepack(conv2d or linear node): the block of output channels its kernel reads packed
+    # weights in, or None (keep them as they are); None: the backend has no packed kernels
+    prepack: Callable | None
+    # exact_accumulate(matmul node): whether its addmm of that product rounds as the mul and
+    # add it replaces (the accumulate pass at level 1 asks); None: no product does
+    exact_accumulate: Callable | None
 
     def impl(self, op: str) -> OpImpl | None:
         """How this backend runs ``op``; None when it does not."""
@@ -113,6 +131,12 @@ class KernelTable:
     keyed by (op, dtype). ``resolve`` maps kernel names to entries and fails at once (not at
     the first run) when an op names a kernel the backend lacks."""
 
+    # the optional capabilities of ``Backend``, off until a backend says otherwise
+    fusion: FusionLimits | None = None
+    runs_prologue = False
+    prepack: Callable | None = None
+    exact_accumulate: Callable | None = None
+
     def __init__(self, device: str):
         self.device = device
         self.impls: dict[str, OpImpl] = {}
@@ -121,7 +145,6 @@ class KernelTable:
 
     def implement(self, op: str, kernel: str, dtypes, lower: Callable,
                   dispatch_input: int = 0) -> None:
-        from .ops import get_op
         get_op(op)  # a typo in a backend's table fails here, naming the op
         if op in self.impls:
             raise GraphError(f"op {op!r} is implemented twice on {self.device!r}")
@@ -159,19 +182,37 @@ class KernelTable:
                                 ) from None
 
 
+# what the compiler reads of a backend, beyond the methods (KernelTable defaults the optional ones)
+CAPABILITIES = ("name", "alignment", "fusion", "runs_prologue", "prepack", "exact_accumulate")
+
+
+def check_backend(backend) -> None:
+    """A GraphError naming the capabilities of ``Backend`` that ``backend`` does not declare
+    (the compiler reads each; a backend built on ``KernelTable`` has them all)."""
+    missing = [c for c in CAPABILITIES if not hasattr(backend, c)]
+    if missing:
+        raise GraphError(f"backend {type(backend).__name__} does not declare "
+                         f"{', '.join(missing)} (mgegraph.backend.Backend; KernelTable gives the "
+                         "optional ones their defaults)")
+
+
 def kernel_name(family: str, dtype) -> str:
     """The name of ``family``'s kernel for ``dtype``: ``kernel_name("unary", "float32")`` is
     ``"unary_f32"``; every backend's kernels are named so."""
     return f"{family}_{short_name(np.dtype(dtype))}"
 
-# device name -> factory, or "module:attribute" of one, imported on first use
-_FACTORIES: dict[str, Callable[[], Backend] | str] = {"cpu": "mgegraph._kernels.cpu:backend",
-                                                      "cuda": "mgegraph.cuda.backend:backend"}
+# device name -> factory, or "module:attribute" of one, imported on first use. The built-in
+# backends (layer 6, above this module) are plug-ins named by these strings: importing the
+# layers below them never loads a compiled module, and a device is loaded when first asked for.
+_FACTORIES: dict[str, Callable[[], Backend] | str] = {
+    "cpu": "mgegraph._kernels.cpu:backend",  # plug-in: the CPU backend, loaded on first use
+    "cuda": "mgegraph.cuda.backend:backend",  # plug-in: the CUDA backend, loaded on first use
+}
 # kinds with a backend per device: the factory takes the index ("cuda:1" -> factory(1))
 _PER_DEVICE = {"cuda"}
 # kinds mg.devices() lists only when their probe (called then) says they can run here; asking
 # for one that cannot is the factory's clear error (the missing extra, driver or GPU)
-_PROBES = {"cuda": "mgegraph.cuda:available"}
+_PROBES = {"cuda": "mgegraph.cuda:available"}  # plug-in: imports no CUDA library
 _BACKENDS: dict[str, Backend] = {}
 # makes each backend once when threads ask for it at the same time (re-entrant: a factory may
 # ask for another backend)
@@ -223,8 +264,13 @@ def _usable(name: str) -> bool:
     probe = _PROBES.get(name)
     if probe is None:
         return True
-    module, attr = probe.split(":")
-    return bool(getattr(importlib.import_module(module), attr)())
+    return bool(_load(probe)())
+
+
+def _load(spec: str) -> Callable:
+    """The function a plug-in string "module:attribute" names, its module imported now."""
+    module, attr = spec.split(":")
+    return getattr(importlib.import_module(module), attr)  # lazy: a plug-in, loaded when asked
 
 
 def get_backend(device: str) -> Backend:
@@ -251,8 +297,34 @@ def get_backend(device: str) -> Backend:
             raise GraphError(f"unknown device {device!r}; known devices: "
                              f"{', '.join(repr(d) for d in devices())}")
         if isinstance(factory, str):
-            module, attr = factory.split(":")
-            factory = getattr(importlib.import_module(module), attr)
+            factory = _load(factory)
         backend = factory(int(index or 0)) if kind in _PER_DEVICE else factory()
         _BACKENDS[key] = backend
         return backend
+
+
+# -- timed runs: the profiler's seam ----------------------------------------------------------
+# The profiler (tools/profiler.py, above every backend) installs the two functions an executable
+# needs; until it is imported no profile can be active, and runs are untimed.
+_PROFILER: tuple[Callable, Callable] | None = None
+
+
+def install_profiler(active: Callable[[], tuple], record: Callable) -> None:
+    """Make ``profiling()`` ask ``active()`` and ``record_run`` call ``record`` (the profiler
+    does, once, when imported)."""
+    global _PROFILER
+    _PROFILER = (active, record)
+
+
+def profiling() -> tuple:
+    """The profiles recording now (an empty tuple: run untimed); an executable asks once per
+    run."""
+    return () if _PROFILER is None else _PROFILER[0]()
+
+
+def record_run(profiles, plan, began: int, ended: int, times: np.ndarray,
+               complete: bool) -> None:
+    """Hand one timed run of ``plan`` to ``profiles`` (what ``profiling()`` said when it began):
+    ``times`` (k, 2) int64, start and duration in CLOCK_MONOTONIC nanoseconds of instructions
+    0 .. k - 1 (those that ran, a failing one included); ``complete``: every one succeeded."""
+    _PROFILER[1](profiles, plan, began, ended, times, complete)

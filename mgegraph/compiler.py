@@ -11,10 +11,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from .backend import get_backend
+from .backend import check_backend, get_backend
 from .ir.errors import GraphError
 from .ir.graph import Graph, Var
 from .lowering import Lowered, lower, view_root
+from .ops.builder import apply
 from .plan import Plan, PlanSource
 from .planner.memory.plan import memory_options, place, schedule
 from .planner.memory.verify import checks_enabled, verify_plan
@@ -71,27 +72,27 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
                          "g = mg.Graph() and g.input(...), or trace the eager function with "
                          "mg.jit.trace")
     backend = get_backend(device)
+    check_backend(backend)
     if options.alignment < backend.alignment:
         options = replace(options, alignment=backend.alignment)
     if freeze:
         graph, outputs = frozen(graph, outputs)
     graph, outputs, report = optimize_graph(graph, outputs, optimize, check=checks_enabled(),
                                             evaluate=evaluator(device),
-                                            fusion=getattr(backend, "fusion", None),
-                                            prepack=getattr(backend, "prepack", None),
+                                            fusion=backend.fusion, prepack=backend.prepack,
                                             runs=lambda op: backend.impl(op) is not None,
-                                            exact=getattr(backend, "exact_accumulate", None))
+                                            exact=backend.exact_accumulate)
     if freeze and report:
         graph, outputs, refold = _fold_weights(graph, outputs, device)
         report.append(("fold_weights", refold))
-        if getattr(backend, "prepack", None) is not None and "prepack" in dict(report):
+        if backend.prepack is not None and "prepack" in dict(report):
             # the weights folded just now are consts: the pass packs them itself
             repacked = prepack(graph, outputs, backend.prepack)
             graph, outputs = repacked.graph, repacked.outputs
             report.append(("prepack_folded", repacked.stats))
     graph, outputs = _before_updates(graph, outputs)
     prologue = None
-    if report and getattr(backend, "runs_prologue", False):
+    if report and backend.runs_prologue:
         graph, outputs, prologue = _prologue_plan(graph, outputs, device, memory,
                                                   check_numerics, report)
     if remat is None:
@@ -152,7 +153,8 @@ def snapshot(graph: Graph) -> Graph:
     copy.__dict__.update(graph.__dict__)
     copy.nodes, copy.assigns = list(graph.nodes), list(graph.assigns)
     copy.inputs, copy.params = dict(graph.inputs), dict(graph.params)
-    copy.values, copy.shared, copy._bound = dict(graph.values), set(graph.shared), dict(graph._bound)
+    copy.values, copy.shared = dict(graph.values), set(graph.shared)
+    copy._bound = dict(graph._bound)
     return copy
 
 
@@ -197,7 +199,6 @@ def _before_updates(graph: Graph, outputs) -> tuple[Graph, list]:
     _check_shared_overlap(graph, assigned)
     if not any(view_root(v).id in assigned for v in outputs):
         return graph, outputs
-    from .ops.builder import apply
     builder = rebuild(graph)
     outputs = [builder.var(v) for v in outputs]
     assigned = {node.inputs[0].id for node in builder.graph.assigns}

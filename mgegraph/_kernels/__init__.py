@@ -1,4 +1,5 @@
 """Compiled CPU kernels. Each module exposes KERNELS: {name: C function address}."""
+import importlib
 import os
 
 from . import blas_select  # loads no OpenMP runtime (checked: no libgomp mapped after it)
@@ -36,11 +37,11 @@ from . import conv, elementwise, fused, linalg, movement, nn, pool, reduce  # no
 
 def _widest_fused_build():
     """The fused kernel built for the widest vectors this CPU runs (the same results)."""
-    import importlib
     for isa in ("avx512", "avx2"):
         if fused.cpu_has(isa):
             try:
-                return importlib.import_module(f"{__name__}.fused_{isa}")
+                return importlib.import_module(  # lazy: only the build this CPU runs
+                    f"{__name__}.fused_{isa}")
             except ImportError:  # not built on this platform
                 continue
     return fused

@@ -31,7 +31,8 @@ import numpy as np
 
 from ..disk_cache import cache_root
 from ..ir.errors import GraphError
-from . import blas_table
+from .blas_table import ROUTINES, time_sgemm
+from .blas_table import use as use_blas
 
 ENV = "MGEGRAPH_BLAS"
 CHOICES = ("auto", "openblas", "mkl")
@@ -74,14 +75,14 @@ def select(wanted: str, cache: Path | None = None) -> BlasChoice:
         raise GraphError(f"{ENV}={wanted!r} is not one of {', '.join(CHOICES)}")
     mkl, missing = load_mkl()
     if wanted == "openblas" or (wanted == "auto" and mkl is None):
-        blas_table.use("openblas", openblas_addresses())
+        use_blas("openblas", openblas_addresses())
         why = f"{ENV}=openblas" if wanted == "openblas" else f"MKL not used: {missing}"
         return BlasChoice("openblas", why)
     if mkl is None:
         raise GraphError(f"{ENV}=mkl, but MKL cannot be used: {missing} "
                          '(pip install "mgegraph[mkl]")')
     if wanted == "mkl":
-        blas_table.use("mkl", mkl)
+        use_blas("mkl", mkl)
         return BlasChoice("mkl", f"{ENV}=mkl")
     return _measured(mkl, cache or cache_file())
 
@@ -95,7 +96,7 @@ def _measured(mkl: dict, path: Path) -> BlasChoice:
         seconds = calibrate(mkl)
         _write_cache(path, key, seconds)
     name = _faster(seconds)
-    blas_table.use(name, mkl if name == "mkl" else openblas_addresses())
+    use_blas(name, mkl if name == "mkl" else openblas_addresses())
     how = "cached measurement" if found is not None else "measured"
     return BlasChoice(name, f"{how}: mlp-train GEMMs take {seconds['openblas'] * 1e3:.2f} ms "
                             f"through OpenBLAS, {seconds['mkl'] * 1e3:.2f} ms through MKL",
@@ -132,13 +133,13 @@ def calibrate(mkl: dict) -> dict[str, float]:
         for m, n, k in PROBE_SHAPES:
             best = {"openblas": float("inf"), "mkl": float("inf")}
             for name in ("openblas", "mkl", "openblas", "mkl"):
-                blas_table.use(name, mkl if name == "mkl" else None)
-                best[name] = min(best[name], blas_table.time_sgemm(m, n, k, a, b, c,
+                use_blas(name, mkl if name == "mkl" else None)
+                best[name] = min(best[name], time_sgemm(m, n, k, a, b, c,
                                                                    PROBE_REPEATS))
             for name in seconds:
                 seconds[name] += best[name]
     finally:
-        blas_table.use("openblas", openblas_addresses())
+        use_blas("openblas", openblas_addresses())
     return seconds
 
 
@@ -157,7 +158,7 @@ def load_mkl() -> tuple[dict | None, str]:
     lib.MKL_Set_Interface_Layer(_MKL_INTERFACE_LP64)
     _single_threaded_after_fork(lib)
     return {r: ctypes.cast(getattr(lib, f"{r}_"), ctypes.c_void_p).value
-            for r in blas_table.ROUTINES} | {"path": path,
+            for r in ROUTINES} | {"path": path,
                                              "local_threads": _address(lib, LOCAL_THREADS)}, ""
 
 
@@ -229,7 +230,7 @@ def mkl_path() -> str | None:
 
 def machine_key(mkl: dict) -> str:
     """What a measurement holds for: the CPU, both libraries and the thread count."""
-    import scipy
+    import scipy  # lazy: startup cost (SciPy is read for its version only, here)
 
     threads = [len(os.sched_getaffinity(0)), os.environ.get("OMP_NUM_THREADS")]
     text = json.dumps([_cpu_model(), platform.machine(), scipy.__version__, mkl["path"],

@@ -177,7 +177,7 @@ def _cache() -> DiskCache:
 
 
 def _key(source: str) -> str:
-    import Cython
+    import Cython  # lazy: optional dependency (Cython, where a fused body is generated)
     headers = {name: (KERNELS_DIR / name).read_text() for name in HEADERS}
     return key(source, headers, _isa(),
                (Cython.__version__, sys.version, sysconfig.get_config_var("EXT_SUFFIX")),

@@ -16,12 +16,9 @@ the functions that need it, so ``mg.devices()`` and a clear error work without i
 """
 from __future__ import annotations
 
-from pathlib import Path
-
+from .driver import probe
 from .errors import CompileError, DeviceUnavailableError
-
-# the CUDA sources (a link to the repository's csrc_cuda/, copied into wheels as package data)
-CSRC = Path(__file__).parent / "csrc"
+from .nvrtc import CSRC
 
 __all__ = ["CSRC", "CompileError", "DeviceUnavailableError", "available", "fetch",
            "unavailable_reason"]
@@ -34,7 +31,6 @@ def unavailable_reason() -> str | None:
     >>> unavailable_reason() is None or isinstance(unavailable_reason(), str)
     True
     """
-    from .driver import probe
     return probe()
 
 
@@ -44,8 +40,8 @@ def fetch(*arrays) -> None:
 
     >>> mgegraph.cuda.fetch(*[p.value for p in model.parameters()])   # doctest: +SKIP
     """
-    from .runtime import fetch as _fetch
-    _fetch(*arrays)
+    from .runtime import fetch as fetch_arrays  # lazy: startup cost (mg.devices() probes here)
+    fetch_arrays(*arrays)
 
 
 def available() -> bool:

@@ -28,20 +28,20 @@ from __future__ import annotations
 
 import importlib
 import threading
-from dataclasses import dataclass
 
-from ..backend import FusionLimits, KernelTable, Launch
+from ..backend import FusionLimits, KernelTable
 from ..ir.errors import GraphError
 from . import nvrtc
+from .driver import Device, device_count, probe
 from .errors import DeviceUnavailableError
-from .kernel import CudaKernel, RenderedKernel
 from .kernels import FAMILIES
+from .launches import PERSISTENT_ALIGNMENT
+from .runtime import CudaExecutable
 
 # Arena offsets are multiples of the CPU's alignment, so a CUDA plan is placed exactly as the
 # CPU plan of the same lowering (and every 16-byte vector access of a kernel is aligned); the
 # driver's allocations start at 256-byte boundaries.
 ALIGNMENT = 64
-PERSISTENT_ALIGNMENT = 256
 # A fused kernel's buffers are its MgArgs' (16): inputs and outputs together; its values are
 # registers the compiler allocates, so the register limit is the CPU's (what the fusion pass
 # splits at), not a hardware one.
@@ -49,7 +49,8 @@ FUSION = FusionLimits(max_inputs=12, max_outputs=4, max_registers=64, max_dims=8
 
 
 def family_modules() -> list:
-    return [importlib.import_module(f"{__package__}.kernels.{name}") for name in FAMILIES]
+    return [importlib.import_module(  # lazy: a plug-in table (kernels.FAMILIES), in its order
+        f"{__package__}.kernels.{name}") for name in FAMILIES]
 
 
 class CudaBackend(KernelTable):
@@ -86,7 +87,6 @@ class CudaBackend(KernelTable):
                                          "(device=None)")
         with self._lock:
             if self._device is None:
-                from .driver import Device
                 self._device = Device(self.index)
             return self._device
 
@@ -110,8 +110,7 @@ class CudaBackend(KernelTable):
                              f"bytes, not {alignment}")
         return self.gpu().alloc(nbytes)
 
-    def executable(self, plan):
-        from .runtime import CudaExecutable
+    def executable(self, plan) -> CudaExecutable:
         return CudaExecutable(self, plan)
 
     def launcher(self, kernel, launch, n_inputs: int, release_gil: bool):
@@ -122,7 +121,6 @@ class CudaBackend(KernelTable):
 def backend(index: int = 0) -> CudaBackend:
     """The factory ``mg.compile(device="cuda:N")`` calls: one clear error when the extra, the
     driver or the GPU is missing, before any planning."""
-    from .driver import device_count, probe
     reason = probe()
     if reason:
         raise DeviceUnavailableError(f"device 'cuda:{index}' is not available: {reason}")
@@ -131,67 +129,3 @@ def backend(index: int = 0) -> CudaBackend:
         raise DeviceUnavailableError(f"device 'cuda:{index}' asked for; this machine has "
                                      f"{count} CUDA GPU(s): cuda:0..cuda:{count - 1}")
     return CudaBackend(index)
-
-
-# -- the layout of a plan's device memory: pure functions ---------------------------------------
-def persistent_layout(plan) -> tuple[dict[int, int], int]:
-    """(root slot -> offset, total bytes) of the slots outside the arena (inputs, outputs,
-    params, consts), each at a PERSISTENT_ALIGNMENT boundary of one allocation."""
-    offsets, top = {}, 0
-    for slot in plan.slots:
-        if slot.offset is None and slot.alias is None:
-            offsets[slot.index] = top
-            top += -(-max(slot.nbytes, 1) // PERSISTENT_ALIGNMENT) * PERSISTENT_ALIGNMENT
-    return offsets, top
-
-
-def slot_addresses(plan, arena: int, persistent: int, offsets: dict[int, int]) -> dict[int, int]:
-    """Every slot's device address: the arena's base plus its planned offset, the persistent
-    block's base plus its offset, a view its root's address plus the view offset."""
-    address = {}
-    for slot in plan.slots:
-        if slot.offset is not None:
-            address[slot.index] = arena + slot.offset
-        elif slot.alias is None:
-            address[slot.index] = persistent + offsets[slot.index]
-    for slot in plan.slots:
-        if slot.alias is not None:
-            address[slot.index] = address[slot.alias] + slot.view_offset
-    return address
-
-
-@dataclass(frozen=True)
-class Call:
-    """One launch of a plan: its instruction's index, the module's source (a csrc_cuda/ file,
-    or None: the plan's rendered module), the step and the slots of its MgArgs."""
-
-    index: int
-    source: str | None
-    step: object
-    slots: tuple[int, ...]
-
-
-def plan_calls(plan, backend) -> tuple[list[Call], list[str]]:
-    """(the launches of every instruction in order, the texts of the plan's rendered
-    kernels): everything ``CudaExecutable`` needs from the plan, without a device."""
-    calls, texts = [], {}
-    for i, ins in enumerate(plan.instructions):
-        entry = backend.kernel_by_name(ins.kernel)
-        types = [plan.slots[s].type for s in ins.inputs + ins.outputs]
-        if isinstance(entry, RenderedKernel):
-            text, steps = entry.render(ins, types)
-            texts.setdefault(text, None)
-            source = None
-        elif isinstance(entry, CudaKernel):
-            workspace = 0 if ins.workspace is None else plan.slots[ins.workspace].nbytes
-            steps = entry.steps(Launch(ins.ints, ins.floats, workspace), tuple(types))
-            source = entry.source
-        else:
-            raise GraphError(f"kernel {ins.kernel!r} is not a CUDA kernel")
-        calls += [Call(i, source, step, ins.buffers) for step in steps]
-    return calls, list(texts)
-
-
-def rendered_source(texts) -> str:
-    from .render import module
-    return module(texts)

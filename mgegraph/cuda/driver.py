@@ -11,12 +11,14 @@ True
 from __future__ import annotations
 
 import ctypes
+import weakref
 
 import numpy as np
 
 from .abi import MgArgs
 from .errors import DeviceUnavailableError
 from .kernel import Step
+from .nvrtc import version
 
 EXTRA = "pip install 'mgegraph[cuda]'"
 
@@ -24,7 +26,7 @@ EXTRA = "pip install 'mgegraph[cuda]'"
 def probe() -> str | None:
     """Why CUDA cannot run here, or None: the extra, the driver, a GPU (checked in that order)."""
     try:
-        from cuda.bindings import driver, nvrtc  # noqa: F401
+        from cuda.bindings import driver, nvrtc  # lazy: optional dependency  # noqa: F401
     except ImportError:
         return f"the CUDA backend needs the 'cuda' extra (cuda-python and NVRTC): {EXTRA}"
     try:
@@ -45,7 +47,7 @@ def device_count() -> int:
 
 
 def _driver():
-    from cuda.bindings import driver
+    from cuda.bindings import driver  # lazy: optional dependency (the cuda extra)
     return driver
 
 
@@ -137,7 +139,6 @@ class Device:
         try:
             return _check(_driver().cuModuleLoadData(ctypes.addressof(image)), "cuModuleLoadData")
         except DeviceUnavailableError as exc:
-            from .nvrtc import version
             driver = _check(_driver().cuDriverGetVersion(), "cuDriverGetVersion")
             raise DeviceUnavailableError(
                 f"{exc}: the driver supports CUDA {driver // 1000}.{driver % 1000 // 10} and "
@@ -177,5 +178,4 @@ class _Pinned:
 
     @staticmethod
     def keep(array: np.ndarray, ptr: int) -> None:
-        import weakref
         weakref.finalize(array, lambda: _driver().cuMemFreeHost(ptr))

@@ -11,14 +11,17 @@ tests' checks of what the compiler made).
 """
 from __future__ import annotations
 
+import hashlib
 import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import CSRC
 from .cache import DiskCache, default_dir, key
 from .errors import CompileError, DeviceUnavailableError
+
+# the CUDA sources (a link to the repository's csrc_cuda/, copied into wheels as package data)
+CSRC = Path(__file__).parent / "csrc"
 
 BASE_OPTIONS = ("-std=c++17",)
 EXACT_OPTIONS = ("--fmad=false",)  # rendered elementwise/fused modules: the CPU's arithmetic
@@ -47,7 +50,7 @@ class Compiled:
 def bindings():
     """cuda.bindings.nvrtc, or a DeviceUnavailableError naming the missing extra."""
     try:
-        from cuda.bindings import nvrtc
+        from cuda.bindings import nvrtc  # lazy: optional dependency (the cuda extra)
     except ImportError:
         raise DeviceUnavailableError(
             "the CUDA backend needs the 'cuda' extra (cuda-python and the NVRTC wheel): "
@@ -175,5 +178,4 @@ class Compiler:
 
 def key_of(compiled: Compiled) -> str:
     """A name for a compiled module (loaded modules are kept by it)."""
-    import hashlib
     return hashlib.sha256(compiled.cubin).hexdigest()[:32]

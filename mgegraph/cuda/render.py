@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from ..ir.types import short_name
+from ..kernel_abi.layout import broadcast_strides, collapse, contiguous_strides
 from ..ops import elementwise_table as TABLE
 from ..ops.fused_program import BINARY, UNARY, Program, constants, to_ssa
 
@@ -153,7 +154,6 @@ def module(kernels) -> str:
 def fused_layout(program: Program):
     """(collapsed shape, per-input element strides) of a program's inputs read as its output:
     the CPU's layout (mgegraph/_kernels/lowering/fused.py), so both walk the same dims."""
-    from .._kernels.lowering.layout import broadcast_strides, collapse, contiguous_strides
     out = tuple(program.output_shape) or (1,)
     strides = [broadcast_strides(tuple(s), out) for s in program.input_shapes]
     shape, merged = collapse(out, [contiguous_strides(out)] + strides)

@@ -1,6 +1,6 @@
 """A plan made runnable on one GPU: its device memory, its compiled kernels, its runs.
 
-The logic is in the pure functions of backend.py (``persistent_layout``, ``slot_addresses``,
+The logic is in the pure functions of launches.py (``persistent_layout``, ``slot_addresses``,
 ``plan_calls``) and abi.py (``pack``); this class calls the driver with what they give.
 
 Errors: the plan's status word (8 bytes after the persistent block) is zeroed by the first
@@ -15,13 +15,15 @@ import threading
 
 import numpy as np
 
-from .._kernels.runtime import kernel_error
 from ..backend import on_host_read
 from ..ir.errors import KernelError, NumericsError
-from ..plan import Role, check_feeds, non_finite_output
+from ..kernel_abi.status import kernel_error
+from ..plan import Role, check_feeds, dead_values, non_finite_output
 from ..planner.passes.prologue import versions, written
-from . import abi, nvrtc
-from .backend import persistent_layout, plan_calls, rendered_source, slot_addresses
+from .abi import STATUS_BYTES, decode
+from .abi import pack as pack_args
+from .nvrtc import EXACT_OPTIONS
+from .launches import persistent_layout, plan_calls, rendered_source, slot_addresses
 
 # hosts arrays whose newest value is on a device: id(array) -> the executable holding it
 _STALE: dict[int, object] = {}
@@ -49,6 +51,9 @@ class CudaExecutable:
     pinned buffers feeds and outputs go through. ``use_graph``: replay the launches as one
     CUDA graph after the first run (the default; False launches them one by one)."""
 
+    timed = False  # no per-instruction times yet: a profile does not see these runs
+    writes_out = False  # outputs come back as new arrays; Plan.run copies into out= arrays
+
     def __init__(self, backend, plan):
         self.plan, self.backend = plan, backend
         device = self.device = backend.gpu()
@@ -57,13 +62,14 @@ class CudaExecutable:
         self.functions = self._functions(texts)
         offsets, total = persistent_layout(plan)
         self.arena = backend.allocate(plan.memory.arena_bytes, plan.memory.options.alignment)
-        self.persistent = device.alloc(total + abi.STATUS_BYTES)
+        self.persistent = device.alloc(total + STATUS_BYTES)
         self.status = self.persistent + total  # the status word (a multiple of 256 bytes in)
         self.address = slot_addresses(plan, self.arena, self.persistent, offsets)
-        self.args = [abi.pack([self.address[s] for s in c.slots], plan.instructions[c.index].ints,
-                              plan.instructions[c.index].floats, self.status, c.index)
+        self.args = [pack_args([self.address[s] for s in c.slots],
+                               plan.instructions[c.index].ints,
+                               plan.instructions[c.index].floats, self.status, c.index)
                      for c in self.calls]
-        self.status_host = device.pinned(abi.STATUS_BYTES)
+        self.status_host = device.pinned(STATUS_BYTES)
         self.staging = {s: device.pinned(plan.slots[s].nbytes)
                         for s in list(plan.feeds.values()) + list(plan.outputs)}
         self.shared = {s: plan.values[s] for s in plan.shared}
@@ -74,13 +80,14 @@ class CudaExecutable:
                 device.to_device(self.address[s], np.ascontiguousarray(value))
         # memory="debug": dead arena values are overwritten with 0xFF bytes (NaN as floats) after
         # their last reader, as the CPU executor poisons them, so a read of one shows
-        self.poison = poison_after(plan, self.calls, self.address) if plan.memory.options.poison else {}
+        self.poison = poison_after(plan, self.calls, self.address) \
+            if plan.memory.options.poison else {}
         self.use_graph, self._graph, self._lock = True, None, threading.Lock()
         device.synchronize()
 
     def _functions(self, texts) -> list:
         b = self.backend
-        rendered = b.module("rendered.cu", rendered_source(texts), nvrtc.EXACT_OPTIONS) \
+        rendered = b.module("rendered.cu", rendered_source(texts), EXACT_OPTIONS) \
             if texts else None
         return [self.device.function(rendered if c.source is None else b.module(c.source),
                                      c.step.entry) for c in self.calls]
@@ -152,7 +159,7 @@ class CudaExecutable:
         return not first
 
     def _launch_each(self) -> None:
-        self.device.memset(self.status, 0, abi.STATUS_BYTES)  # captured: zeroed by every replay
+        self.device.memset(self.status, 0, STATUS_BYTES)  # captured: zeroed by every replay
         for k, (function, call, args) in enumerate(zip(self.functions, self.calls, self.args)):
             self.device.launch(function, call.step, args)
             for address, nbytes in self.poison.get(k, ()):
@@ -163,7 +170,7 @@ class CudaExecutable:
         plan, by_ins = self.plan, {}
         for k, call in enumerate(self.calls):
             by_ins.setdefault(call.index, []).append(k)
-        self.device.memset(self.status, 0, abi.STATUS_BYTES)
+        self.device.memset(self.status, 0, STATUS_BYTES)
         for index, ks in by_ins.items():
             for k in ks:
                 self.device.launch(self.functions[k], self.calls[k].step, self.args[k])
@@ -223,7 +230,7 @@ def status_error(plan, word: int) -> KernelError | None:
     >>> status_error(plan, 0) is None   # doctest: +SKIP
     True
     """
-    failure = abi.decode(word)
+    failure = decode(word)
     if failure is None:
         return None
     index, code = failure
@@ -233,7 +240,6 @@ def status_error(plan, word: int) -> KernelError | None:
 def poison_after(plan, calls, address: dict[int, int]) -> dict[int, list[tuple[int, int]]]:
     """memory="debug": the index of the last launch of each instruction -> (address, bytes) of
     the arena values whose last reader it is."""
-    from ..plan import dead_values
     last_launch = {call.index: k for k, call in enumerate(calls)}
     after: dict[int, list[tuple[int, int]]] = {}
     for step, slot in dead_values(plan):

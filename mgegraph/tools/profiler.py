@@ -38,6 +38,7 @@ from typing import NamedTuple, Self
 
 import numpy as np
 
+from ..backend import install_profiler
 from ..ir.errors import ProfileError
 from ..ops import elementwise_table as TABLE
 from ..ops.registry import get_op
@@ -533,3 +534,7 @@ def _flops(plan, ins) -> float | None:
     else:
         return None
     return flops if flops > 0 else None
+
+
+# executables reach the profiles through the backend seam (mgegraph.backend.profiling)
+install_profiler(active, record)

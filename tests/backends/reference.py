@@ -277,6 +277,9 @@ class ReferenceExecutable:
     root's bytes from ``view_offset`` on.
     """
 
+    timed = False  # a profile does not see its runs
+    writes_out = False  # Plan.run copies into out= arrays
+
     def __init__(self, plan, backend: ReferenceBackend):
         self.plan = plan
         self.arena = backend.allocate(plan.memory.arena_bytes, plan.memory.options.alignment)

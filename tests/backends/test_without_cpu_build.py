@@ -46,3 +46,47 @@ def test_everything_above_the_kernels_runs_without_the_cpu_build():
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "cpu refused: mgegraph._kernels" in done.stdout and "ok" in done.stdout
+
+
+CUDA_SCRIPT = r"""
+import sys
+
+class NoCpuBuild:
+    # refuses every module of mgegraph._kernels, as on a machine where the build never ran
+    def find_spec(self, name, path=None, target=None):
+        if name == "mgegraph._kernels" or name.startswith("mgegraph._kernels."):
+            raise ImportError(f"{name} is blocked: no CPU build")
+        return None
+
+sys.meta_path.insert(0, NoCpuBuild())
+import numpy as np
+import mgegraph as mg
+import mgegraph.functional as F
+from mgegraph.cuda.backend import CudaBackend
+from mgegraph.backend import get_backend
+from mgegraph.cuda.launches import plan_calls, rendered_source
+
+# a backend that plans and renders without a GPU (device=None)
+mg.register_backend("cuda-plan", lambda: CudaBackend(None, name="cuda-plan"))
+g = mg.Graph()
+x, w = g.input("x", (2, 3, 8, 8)), g.param("w", np.ones((4, 3, 3, 3), np.float32))
+h = F.max_pool2d(F.relu(F.conv2d(x, w, padding=1)), 2)
+fc = g.param("fc", np.ones((10, 64), np.float32))
+logits = F.linear(F.reshape(h, (2, 64)), fc)
+loss = F.cross_entropy(logits, g.input("y", (2,), "int64"))
+plan = mg.compile([loss, *mg.grad(loss, [w, fc])], device="cuda-plan", optimize=0)
+calls, texts = plan_calls(plan, get_backend("cuda-plan"))
+assert calls and "__global__" in rendered_source(texts)
+loaded = sorted(m for m in sys.modules if m.startswith("mgegraph._kernels"))
+assert not loaded, loaded
+print("ok", len(plan.instructions), len(calls))
+"""
+
+
+def test_the_cuda_backend_plans_without_the_cpu_build():
+    # the parameter blocks CUDA shares with the CPU live below both (mgegraph/kernel_abi)
+    tests = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", CUDA_SCRIPT], cwd=tests, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ok")

@@ -15,8 +15,9 @@ import pytest
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph.cuda import CSRC, DeviceUnavailableError, abi, geometry
-from mgegraph.cuda.backend import CudaBackend, persistent_layout, plan_calls, slot_addresses
+from mgegraph.cuda.backend import CudaBackend
 from mgegraph.cuda.cache import DiskCache, default_dir, key
+from mgegraph.cuda.launches import persistent_layout, plan_calls, slot_addresses
 from mgegraph.plan import Role
 
 

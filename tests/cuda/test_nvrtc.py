@@ -132,7 +132,7 @@ def planner():
 def test_every_launch_of_a_model_plan_names_a_kernel_its_module_defines(planner, name,
                                                                         compilers,
                                                                         rendered_compilers):
-    from mgegraph.cuda.backend import plan_calls, rendered_source
+    from mgegraph.cuda.launches import plan_calls, rendered_source
     plan = mg.compile(graphs()[name](), device=planner)
     calls, texts = plan_calls(plan, mg.backend.get_backend(planner))
     assert calls

@@ -15,7 +15,8 @@ from mgegraph._kernels import nn as KN
 from mgegraph._kernels import pool as KP
 from mgegraph._kernels import reduce as KR
 from mgegraph._kernels.lowering import conv, nn, pool, reduce
-from mgegraph._kernels.lowering.layout import pack
+from mgegraph.kernel_abi import pool as abi_pool
+from mgegraph.kernel_abi.layout import pack
 from mgegraph.backend import KernelTable
 from mgegraph.ops import conv as ops_conv
 from mgegraph.ops import nn as ops_nn
@@ -106,7 +107,7 @@ def test_matmul_linear_reduce_and_nn_parameters_by_name():
     (reduce, KR, "REDUCE_OPS", ops_reduce.REDUCE_OPS),
     (nn, KN, "REDUCTIONS", ops_nn.REDUCTIONS),
     (conv, KC, "CONV_PATHS", conv.PATHS),
-    (pool, KP, "POOL_MODES", pool.MODES),
+    (pool, KP, "POOL_MODES", abi_pool.MODES),
 ])
 def test_op_layer_names_equal_the_kernels(monkeypatch, lowering, kernels, name, ops_names):
     codes = getattr(kernels, name)

@@ -1,17 +1,19 @@
-"""CPU lowerings of conv2d and its two backward ops: the Conv parameter block of
-_kernels/conv.pyx, which of the kernels' paths a convolution takes, and its workspace."""
+"""CPU lowerings of conv2d and its two backward ops: the shared Conv parameter block
+(mgegraph/kernel_abi/conv.py) with which of the CPU kernels' paths a convolution takes, and its
+workspace; and conv2d on prepacked weights, which only the CPU runs."""
 from __future__ import annotations
 
 import numpy as np
 
 from ...backend import Launch
+from ...kernel_abi import conv as abi
+from ...kernel_abi.layout import pack
+from ...kernel_abi.matmul import check_blas_dims
 from ...ops.conv import conv_geometry, weight_dims
 from ...ops.matmul import rows_by_weight
-from ...ops.registry import FLOAT_DTYPES
 from .. import blas_select, parallel
 from .. import conv as K
-from .layout import pack
-from .matmul import check_blas_dims
+from .built import check_built
 
 # a convolution below this many FLOPs runs on one thread (fork/join costs ~10 us)
 PARALLEL_FLOPS = 4_000_000
@@ -234,11 +236,8 @@ def _conv_launch(op, x, w, y, attrs, has_bias=False, relu=False) -> Launch:
     path = _conv_path(op, x.dtype.name, (kh, kw), stride, padding, dilation,
                       (cg, oc // groups), kdim * npix * x.dtype.itemsize, y.shape[2:],
                       x.shape[0], groups)
-    ints = pack(K.CONV_FIELDS, batch=x.shape[0], cin=x.shape[1], h=x.shape[2], w=x.shape[3],
-                cout=oc, oh=y.shape[2], ow=y.shape[3], kh=kh, kw=kw, sh=stride[0], sw=stride[1],
-                ph=padding[0], pw=padding[1], dh=dilation[0], dw=dilation[1], groups=groups,
-                has_bias=has_bias, path=K.CONV_PATHS[path], relu=relu,
-                isa=K.BLOCKED_ISAS[_isa()],
+    ints = pack(abi.FIELDS, **abi.geometry(x, w, y, attrs), has_bias=has_bias,
+                path=K.CONV_PATHS[path], relu=relu, isa=K.BLOCKED_ISAS[_isa()],
                 threads=_threads(x.shape[0], 2 * x.shape[0] * oc * npix * kdim),
                 transposed=_transposed_pays(op, path, npix, oc // groups), packed=0)
     # the shifted path's leading dimension is one padded plane
@@ -342,7 +341,7 @@ def _packed_lower(node) -> Launch:
                          f"groups")
     (sh, sw), (ph, pw), (dh, dw) = attrs["stride"], attrs["padding"], attrs["dilation"]
     flops = node.op.flops(node)
-    ints = pack(K.CONV_FIELDS, batch=x.shape[0], cin=x.shape[1], h=x.shape[2], w=x.shape[3],
+    ints = pack(abi.FIELDS, batch=x.shape[0], cin=x.shape[1], h=x.shape[2], w=x.shape[3],
                 cout=y.shape[1], oh=y.shape[2], ow=y.shape[3], kh=kh, kw=kw, sh=sh, sw=sw,
                 ph=ph, pw=pw, dh=dh, dw=dw, groups=1, has_bias=len(node.inputs) == 3,
                 path=K.CONV_PATHS["gather"], relu=attrs["activation"] == "relu",
@@ -354,35 +353,18 @@ def _packed_lower(node) -> Launch:
 def _pack_lower(node) -> Launch:
     (w,), groups = node.inputs, node.attr["groups"]
     oc, cg, kh, kw = weight_dims(w.type, groups)
-    fields = dict.fromkeys(K.CONV_FIELDS, 0)
+    fields = dict.fromkeys(abi.FIELDS, 0)
     fields.update(cout=oc, cin=cg * groups, kh=kh, kw=kw, groups=groups,
                   packed=node.attr["block"])
-    return Launch(pack(K.CONV_FIELDS, **fields))
-
-
-def _conv2d_lower(node) -> Launch:
-    x, w = node.inputs[:2]
-    return _conv_launch("conv2d", x.type, w.type, node.outputs[0].type, node.attr,
-                        len(node.inputs) == 3, node.attr["activation"] == "relu")
-
-
-def _backward_data_lower(node) -> Launch:
-    w, dy = node.inputs
-    return _conv_launch(node.op.name, node.outputs[0].type, w.type, dy.type, node.attr)
-
-
-def _backward_filter_lower(node) -> Launch:
-    x, dy = node.inputs
-    return _conv_launch(node.op.name, x.type, node.outputs[0].type, dy.type, node.attr)
+    return Launch(pack(abi.FIELDS, **fields))
 
 
 def implement(table) -> None:
+    check_built(K, CONV_FIELDS=abi.FIELDS)
     if set(PATHS) != set(K.CONV_PATHS):
         raise ImportError(f"conv.pyx's paths {sorted(K.CONV_PATHS)} differ from the lowering's "
                           f"{sorted(PATHS)}")
-    for op, lower in (("conv2d", _conv2d_lower), ("conv2d_backward_data", _backward_data_lower),
-                      ("conv2d_backward_filter", _backward_filter_lower)):
-        table.implement(op, kernel=op, dtypes=FLOAT_DTYPES, lower=lower)
+    abi.implement(table, launch=_conv_launch)
     f32 = (np.dtype(np.float32),)
     table.implement("conv2d_packed", kernel="conv2d", dtypes=f32, lower=_packed_lower)
     table.implement("conv2d_pack_weight", kernel="conv2d_pack_weight", dtypes=f32,

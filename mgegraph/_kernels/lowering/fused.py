@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ...backend import Launch
+from ...kernel_abi.layout import broadcast_strides, collapse, contiguous_strides, pack
 from ...ops import elementwise_table as TABLE
 from ...ops.fused import program_of
 from ...ops.fused_program import UNARY, Program, reads, to_ssa
@@ -21,7 +22,6 @@ from ...ops.registry import FLOAT_DTYPES
 from .. import THREADS_SLEEP
 from .. import fused as K
 from .elementwise import check_build
-from .layout import broadcast_strides, collapse, contiguous_strides, pack
 
 REGISTER_BYTES = 48 * 1024    # one thread's registers: inside L2 with room for the streams
 # ... and when the call streams (below): inside half of L1 (32 KiB on Zen 4), since the streams

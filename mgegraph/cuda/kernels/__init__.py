@@ -1,5 +1,5 @@
 """The CUDA kernel families: each module has ``implement(table)`` (the ops it runs, their kernel
-family, dtypes and lowering, as the CPU's mgegraph/_kernels/lowering/<family>.py) and
+family, dtypes and lowering, mostly the shared one of mgegraph/kernel_abi/<family>.py) and
 ``KERNELS`` (kernel name, e.g. "unary_f32", -> mgegraph.cuda.kernel.CudaKernel, or a
 RenderedKernel for the families whose source is rendered per instruction: elementwise, fused).
 

@@ -1,5 +1,5 @@
-"""conv2d and its two gradients on CUDA (csrc_cuda/conv.cu), as implicit GEMMs over the CPU's
-Conv parameter block (mgegraph/_kernels/lowering/conv.py).
+"""conv2d and its two gradients on CUDA (csrc_cuda/conv.cu), as implicit GEMMs over the shared
+Conv parameter block (mgegraph/kernel_abi/conv.py).
 
 >>> sorted(KERNELS)
 ['conv2d_backward_data_f32', 'conv2d_backward_data_f64', 'conv2d_backward_filter_f32', \
@@ -15,7 +15,8 @@ from ...backend import Launch
 from ...ir.types import short_name
 from ..kernel import Step
 from .gemm import LARGE, SMALL, THREADS, tile_for
-from .reuse import GRID_YZ, blocks, family_kernels, implement_like_cpu
+from ...kernel_abi import conv as abi
+from .reuse import GRID_YZ, blocks, family_kernels, implement_shared
 
 # The Conv fields csrc_cuda/conv.cu reads, by position (its struct Conv)
 FIELDS = ("batch", "cin", "h", "w", "cout", "oh", "ow", "kh", "kw", "sh", "sw", "ph", "pw", "dh",
@@ -43,9 +44,9 @@ def filter_splits(ints) -> int:
 
 
 def _workspace(op, cpu_lower):
-    # Design: the CPU lowering's ints as they are; its workspace holds an im2col matrix, which an
-    # implicit GEMM never builds; what the device reserves instead is backward filter's partial
-    # sums when it splits.
+    # Design: the shared block as it is (the CPU's fields at their plainest: conv.cu reads the
+    # geometry alone); no im2col matrix, which an implicit GEMM never builds: what the device
+    # reserves is backward filter's partial sums when it splits.
     def lower(node) -> Launch:
         launch = cpu_lower(node)
         splits = filter_splits(launch.ints) if op == "conv2d_backward_filter" else 1
@@ -86,23 +87,14 @@ def _steps(family, dtype):
     return steps
 
 
-def _cpu():
-    from ..._kernels import conv
-    from ..._kernels.lowering import conv as lowering
-    if tuple(conv.CONV_FIELDS[:len(FIELDS)]) != FIELDS:
-        raise ImportError(f"conv.pyx's Conv fields {conv.CONV_FIELDS} no longer start with "
-                          f"{FIELDS}, which csrc_cuda/conv.cu reads by position")
-    return lowering
-
-
-# the CPU's conv family also runs conv2d_packed, on its gather tiles' weight layout: a layout
-# the CPU's prepack pass alone makes, which CUDA's backend does not ask for
-OPS = ("conv2d", "conv2d_backward_data", "conv2d_backward_filter")
+if abi.FIELDS[:len(FIELDS)] != FIELDS:
+    raise ImportError(f"the shared Conv fields {abi.FIELDS} no longer start with {FIELDS}, which "
+                      "csrc_cuda/conv.cu reads by position")
 
 
 def implement(table) -> None:
     """Register conv2d and its gradients on ``table``."""
-    implement_like_cpu(table, _cpu(), _workspace, OPS)
+    implement_shared(table, abi, _workspace)
 
 
-KERNELS = family_kernels(_cpu(), "conv.cu", _steps, OPS)
+KERNELS = family_kernels(abi, "conv.cu", _steps)

@@ -1,5 +1,5 @@
 """dropout on CUDA (csrc_cuda/dropout.cu): the CPU's counter-based mask, bitwise, from the
-parameter block of mgegraph/_kernels/lowering/nn.py.
+parameter block of mgegraph/kernel_abi/nn.py.
 
 >>> sorted(KERNELS)
 ['dropout_f32', 'dropout_f64']
@@ -9,7 +9,8 @@ from __future__ import annotations
 from ...ir.types import short_name
 from ..kernel import Step
 from .norm import elementwise_steps
-from .reuse import family_kernels, implement_like_cpu
+from ...kernel_abi import nn as abi
+from .reuse import family_kernels, implement_shared
 
 OPS = ("dropout",)
 
@@ -22,14 +23,10 @@ def _steps(family, dtype):
     return steps
 
 
-def _cpu():
-    from ..._kernels.lowering import nn
-    return nn
-
 
 def implement(table) -> None:
     """Register dropout on ``table``."""
-    implement_like_cpu(table, _cpu(), ops=OPS)
+    implement_shared(table, abi, ops=OPS)
 
 
-KERNELS = family_kernels(_cpu(), "dropout.cu", _steps, ops=OPS)
+KERNELS = family_kernels(abi, "dropout.cu", _steps, ops=OPS)

@@ -1,6 +1,6 @@
 """The elementwise ops on CUDA: unary, binary, compare, where, cast and assign.
 
-Lowering: the CPU's (mgegraph/_kernels/lowering/elementwise.py), reused as it is: the rendered
+Lowering: the shared one (mgegraph/kernel_abi/elementwise.py), as the CPU's: the rendered
 kernels (mgegraph/cuda/render.py over csrc_cuda/elementwise.cuh) read its ints layout
 ``[opcode, ndim, shape, strides per input]`` and floats. A kernel per (op, dtype) is rendered
 from the table, so ``steps`` picks the entry by the opcode the lowering packed (the table's
@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from ..._kernels.lowering import elementwise as cpu
+from ...kernel_abi import elementwise as abi
 from ...ir.types import SUPPORTED, short_name
 from ...ops import elementwise_table as TABLE
 from .. import geometry, render
@@ -72,4 +72,4 @@ KERNELS = _kernels()
 
 
 def implement(table) -> None:
-    cpu.implement(table)
+    abi.implement(table)

@@ -1,5 +1,6 @@
 """matmul (batched, broadcast, transposed; float and integer) and linear (bias and relu
-epilogue) on CUDA (csrc_cuda/gemm.cu), from the CPU's mgegraph/_kernels/lowering/matmul.py.
+epilogue) on CUDA (csrc_cuda/gemm.cu), from the shared blocks of
+mgegraph/kernel_abi/matmul.py.
 
 >>> tile_for(np.float32, tiles_large=4)
 '_small'
@@ -13,7 +14,8 @@ import numpy as np
 from ...backend import Launch
 from ...ir.types import short_name
 from ..kernel import Step
-from .reuse import GRID_YZ, blocks, family_kernels, implement_like_cpu
+from ...kernel_abi import matmul as abi
+from .reuse import GRID_YZ, blocks, family_kernels, implement_shared
 
 # csrc_cuda/gemm.cu's tiles (BM, BN) and threads: float32 takes the large one unless the
 # product has too few of its tiles to fill a GPU's SMs; the other dtypes always the small one
@@ -59,15 +61,14 @@ CPU_ONLY = ("threads", "tiles", "gemv_split")
 
 
 def cuda_ints(op, ints) -> tuple:
-    """The CPU lowering's ints of ``op`` without its CPU_ONLY fields (matmul's batch groups,
+    """The shared lowering's ints of ``op`` without its CPU_ONLY fields (matmul's batch groups,
     after the named fields, stay as they are)."""
-    from ..._kernels import linalg
-    names = linalg.MATMUL_FIELDS if op == "matmul" else linalg.LINEAR_FIELDS
+    names = abi.FIELDS["MATMUL_FIELDS" if op == "matmul" else "LINEAR_FIELDS"]
     return tuple(v for i, v in enumerate(ints) if i >= len(names) or names[i] not in CPU_ONLY)
 
 
 def _with_workspace(op, cpu_lower):
-    # Design: the CPU lowering's ints less what only the CPU uses (and its workspace, the tiles');
+    # Design: the shared lowering's ints less what only the CPU uses (and no tiles' workspace);
     # a split product's parts meet in a workspace, summed in a fixed order by a second step.
     def lower(node) -> Launch:
         launch = cpu_lower(node)
@@ -99,10 +100,6 @@ def _steps(family, dtype):
     return steps
 
 
-def _cpu():
-    from ..._kernels.lowering import matmul
-    return matmul
-
 
 # the ops gemm.cu runs (the CPU's addmm has no kernel here: the accumulate pass then leaves
 # the product and its add apart)
@@ -110,8 +107,8 @@ OPS = ("matmul", "linear")
 
 
 def implement(table) -> None:
-    """Register matmul and linear on ``table`` with the CPU's lowerings."""
-    implement_like_cpu(table, _cpu(), _with_workspace, OPS)
+    """Register matmul and linear on ``table`` with the shared lowerings."""
+    implement_shared(table, abi, _with_workspace, OPS)
 
 
-KERNELS = family_kernels(_cpu(), "gemm.cu", _steps, OPS)
+KERNELS = family_kernels(abi, "gemm.cu", _steps, OPS)

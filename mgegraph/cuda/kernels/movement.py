@@ -1,5 +1,5 @@
-"""The movement ops on CUDA (csrc_cuda/movement.cu): every op and dtype of the CPU's
-mgegraph/_kernels/lowering/movement.py, from the same parameter blocks.
+"""The movement ops on CUDA (csrc_cuda/movement.cu): every op and dtype of the shared
+mgegraph/kernel_abi/movement.py, from the same parameter blocks.
 
 >>> [s.entry for s in KERNELS["slice_backward_f32"].steps(Launch((1, 4, 1, 2, 10)), ())]
 ['mg_slice_backward_f32_zero', 'mg_slice_backward_f32']
@@ -14,7 +14,8 @@ from ...backend import Launch  # noqa: F401  (the doctest's)
 from ...ir.types import short_name
 from ..kernel import Step
 from .norm import elementwise_steps
-from .reuse import GRID_YZ, blocks, family_kernels, implement_like_cpu
+from ...kernel_abi import movement as abi
+from .reuse import GRID_YZ, blocks, family_kernels, implement_shared
 
 
 def _strided(ints, item):
@@ -94,14 +95,10 @@ def _steps(family, dtype):
     return steps
 
 
-def _cpu():
-    from ..._kernels.lowering import movement
-    return movement
-
 
 def implement(table) -> None:
-    """Register the movement ops on ``table`` with the CPU's lowerings."""
-    implement_like_cpu(table, _cpu())
+    """Register the movement ops on ``table`` with the shared lowerings."""
+    implement_shared(table, abi)
 
 
-KERNELS = family_kernels(_cpu(), "movement.cu", _steps)
+KERNELS = family_kernels(abi, "movement.cu", _steps)

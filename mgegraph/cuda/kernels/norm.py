@@ -1,5 +1,5 @@
 """layer_norm and batch_norm (training and inference) and their gradients on CUDA
-(csrc_cuda/norm.cu), from the CPU's parameter blocks (mgegraph/_kernels/lowering/nn.py).
+(csrc_cuda/norm.cu), from the shared parameter blocks (mgegraph/kernel_abi/nn.py).
 
 >>> sorted(KERNELS)[:2]
 ['batch_norm_backward_f32', 'batch_norm_backward_f64']
@@ -9,7 +9,8 @@ from __future__ import annotations
 from ...backend import Launch
 from ...ir.types import short_name
 from ..kernel import Step
-from .reuse import blocks, column_steps, family_kernels, implement_like_cpu
+from ...kernel_abi import nn as abi
+from .reuse import blocks, column_steps, family_kernels, implement_shared
 
 OPS = ("layer_norm", "layer_norm_backward", "batch_norm", "batch_norm_backward")
 
@@ -62,14 +63,10 @@ def _steps(family, dtype):
     return steps
 
 
-def _cpu():
-    from ..._kernels.lowering import nn
-    return nn
-
 
 def implement(table) -> None:
     """Register layer_norm, batch_norm and their backward ops on ``table``."""
-    implement_like_cpu(table, _cpu(), _with_workspace, ops=OPS)
+    implement_shared(table, abi, _with_workspace, ops=OPS)
 
 
-KERNELS = family_kernels(_cpu(), "norm.cu", _steps, ops=OPS)
+KERNELS = family_kernels(abi, "norm.cu", _steps, ops=OPS)

@@ -1,5 +1,5 @@
-"""2-D pooling and its gradients on CUDA (csrc_cuda/pool.cu): every op of the CPU's
-mgegraph/_kernels/lowering/pool.py, from the same Pool parameter block.
+"""2-D pooling and its gradients on CUDA (csrc_cuda/pool.cu): every op of the shared
+mgegraph/kernel_abi/pool.py, from the same Pool parameter block.
 
 >>> sorted(KERNELS)[:2]
 ['avg_pool2d_backward_f32', 'avg_pool2d_backward_f64']
@@ -9,7 +9,8 @@ from __future__ import annotations
 from ...ir.types import short_name
 from ..kernel import Step
 from .norm import elementwise_steps
-from .reuse import family_kernels, implement_like_cpu
+from ...kernel_abi import pool as abi
+from .reuse import family_kernels, implement_shared
 
 BACKWARD = ("max_pool2d_backward", "avg_pool2d_backward")  # a thread per input cell
 
@@ -23,14 +24,10 @@ def _steps(family, dtype):
     return steps
 
 
-def _cpu():
-    from ..._kernels.lowering import pool
-    return pool
-
 
 def implement(table) -> None:
     """Register the pooling ops (max, average, adaptive, their gradients) on ``table``."""
-    implement_like_cpu(table, _cpu())
+    implement_shared(table, abi)
 
 
-KERNELS = family_kernels(_cpu(), "pool.cu", _steps)
+KERNELS = family_kernels(abi, "pool.cu", _steps)

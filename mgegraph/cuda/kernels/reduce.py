@@ -1,5 +1,5 @@
-"""The reductions on CUDA (csrc_cuda/reduce.cu): every op and dtype of the CPU's
-mgegraph/_kernels/lowering/reduce.py, from the same parameter block.
+"""The reductions on CUDA (csrc_cuda/reduce.cu): every op and dtype of the shared
+mgegraph/kernel_abi/reduce.py, from the same parameter block.
 
 >>> from mgegraph.backend import Launch
 >>> reduce_parts((0, 1, 1, 0, 1, 1 << 24, 1))  # one output of 16M elements: split
@@ -12,7 +12,8 @@ import math
 from ...backend import Launch
 from ...ir.types import short_name
 from ..kernel import Step
-from .reuse import blocks, column_steps, family_kernels, implement_like_cpu
+from ...kernel_abi import reduce as abi
+from .reuse import blocks, column_steps, family_kernels, implement_shared
 
 # csrc_cuda/reduce.cu: MG_SPLIT_HEADER, MG_PARTIAL_BYTES (a static_assert there keeps a Partial
 # within it)
@@ -69,14 +70,10 @@ def _steps(family, dtype):
     return steps
 
 
-def _cpu():
-    from ..._kernels.lowering import reduce
-    return reduce
-
 
 def implement(table) -> None:
     """Register the reductions on the CUDA backend's ``table``."""
-    implement_like_cpu(table, _cpu(), _with_workspace)
+    implement_shared(table, abi, _with_workspace)
 
 
-KERNELS = family_kernels(_cpu(), "reduce.cu", _steps)
+KERNELS = family_kernels(abi, "reduce.cu", _steps)

@@ -1,38 +1,39 @@
-"""What the hand-written CUDA families share: the CPU's lowerings, reused, and launch geometry.
+"""What the hand-written CUDA families share: the shared lowerings, and launch geometry.
 
 Design: a CUDA kernel of csrc_cuda/ reads the same ints/floats layout as the CPU kernel of its
-op, so the CPU lowering (mgegraph/_kernels/lowering/<family>.py) is reused as it is; a family
-that needs more (a workspace for a two-step launch) wraps it and says why.
+op, so the lowering of mgegraph/kernel_abi/<family>.py is reused as it is (with the defaults of
+the fields only the CPU reads); a family that needs more (a workspace for a two-step launch)
+wraps it and says why.
 """
 from __future__ import annotations
 
 import math
 
 from ...backend import KernelTable, OpImpl, kernel_name
-from ..kernel import Step
+from ..kernel import CudaKernel, Step
 
 MAX_GRID = 1 << 20  # kernels stride over the rest: no grid is larger than this many blocks
 GRID_YZ = 65535     # the limit of grid.y and grid.z; kernels stride past it too
 SHORT_RUN = 16      # runs up to this long take a thread each rather than a warp
 
 
-def cpu_impls(cpu_family) -> dict[str, OpImpl]:
-    """The CPU backend's ``OpImpl`` per op of one lowering module (its kernel family, dtypes,
-    lowering), without resolving any CPU kernel.
+def shared_impls(family) -> dict[str, OpImpl]:
+    """The ``OpImpl`` per op of one shared lowering module (its kernel family, dtypes, lowering),
+    with its defaults for what only the CPU decides.
 
-    >>> from mgegraph._kernels.lowering import reduce
-    >>> cpu_impls(reduce)["sum"].kernel
+    >>> from mgegraph.kernel_abi import reduce
+    >>> shared_impls(reduce)["sum"].kernel
     'reduce'
     """
-    table = KernelTable("cpu")
-    cpu_family.implement(table)
+    table = KernelTable("cuda")
+    family.implement(table)
     return table.impls
 
 
-def implement_like_cpu(table, cpu_family, wrap=None, ops=None) -> None:
-    """Register the ops of ``cpu_family`` (those of ``ops`` when given) on ``table`` as the CPU
-    does; ``wrap(op, lower)``, when given, returns the lowering to use instead of the CPU's."""
-    for op, impl in cpu_impls(cpu_family).items():
+def implement_shared(table, family, wrap=None, ops=None) -> None:
+    """Register the ops of the shared lowering module ``family`` (those of ``ops`` when given)
+    on ``table``; ``wrap(op, lower)``, when given, returns the lowering to use instead."""
+    for op, impl in shared_impls(family).items():
         if ops is not None and op not in ops:
             continue
         lower = impl.lower if wrap is None else wrap(op, impl.lower)
@@ -40,12 +41,12 @@ def implement_like_cpu(table, cpu_family, wrap=None, ops=None) -> None:
                         dispatch_input=impl.dispatch_input)
 
 
-def family_kernels(cpu_family, source: str, make_steps, ops=None) -> dict:
-    """KERNELS for every (kernel family, dtype) of ``cpu_family``'s ops (those of ``ops`` when
-    given): ``make_steps(family, dtype)`` gives the steps function of one kernel."""
-    from ..kernel import CudaKernel
+def family_kernels(family, source: str, make_steps, ops=None) -> dict:
+    """KERNELS for every (kernel family, dtype) of the shared lowering module ``family``'s ops
+    (those of ``ops`` when given): ``make_steps(family, dtype)`` gives the steps function of one
+    kernel."""
     kernels = {}
-    for op, impl in cpu_impls(cpu_family).items():
+    for op, impl in shared_impls(family).items():
         if ops is not None and op not in ops:
             continue
         for dtype in impl.dtypes:

@@ -1,5 +1,5 @@
 """softmax, log_softmax, cross entropy and its gradient on CUDA (csrc_cuda/softmax.cu), from the
-parameter blocks of the CPU's mgegraph/_kernels/lowering/nn.py.
+shared parameter blocks of mgegraph/kernel_abi/nn.py.
 
 >>> sorted(KERNELS)[:2]
 ['cross_entropy_backward_f32', 'cross_entropy_backward_f64']
@@ -9,14 +9,14 @@ from __future__ import annotations
 from ...backend import Launch
 from ...ir.types import short_name
 from ..kernel import Step
-from .reuse import column_steps, family_kernels, implement_like_cpu
+from ...kernel_abi import nn as abi
+from .reuse import column_steps, family_kernels, implement_shared
 
 OPS = ("softmax", "log_softmax", "cross_entropy", "cross_entropy_backward")
-RED_NONE = 0  # nn.pyx's REDUCTIONS["none"]
 
 
 def _reduced(ints) -> bool:
-    return ints[4] != RED_NONE
+    return ints[4] != abi.REDUCTION_CODES["none"]
 
 
 def _with_workspace(op, cpu_lower):
@@ -47,14 +47,10 @@ def _steps(family, dtype):
     return steps
 
 
-def _cpu():
-    from ..._kernels.lowering import nn
-    return nn
-
 
 def implement(table) -> None:
     """Register softmax, log_softmax and cross entropy (forward, backward) on ``table``."""
-    implement_like_cpu(table, _cpu(), _with_workspace, ops=OPS)
+    implement_shared(table, abi, _with_workspace, ops=OPS)
 
 
-KERNELS = family_kernels(_cpu(), "softmax.cu", _steps, ops=OPS)
+KERNELS = family_kernels(abi, "softmax.cu", _steps, ops=OPS)

@@ -1,13 +1,19 @@
 """What lowerings hand to kernels: parameter blocks packed by field name, broadcast strides,
-collapsed dimensions."""
+collapsed dimensions, and the threads field of a device that plans no host threads."""
 from __future__ import annotations
 
 MAX_DIMS = 8  # mirrors nditer.pxd
 
 
+def one_thread(node) -> int:
+    """The threads field of a block for a device whose kernels do not read it (CUDA's grid is
+    its steps'); the CPU plans its own (_kernels/lowering/threads.py)."""
+    return 1
+
+
 def pack(fields: tuple[str, ...], **values) -> tuple[int, ...]:
     """The ints of a kernel's parameter struct, in the order of its ``fields`` (the names a
-    kernel module exports, e.g. ``conv.CONV_FIELDS``); a missing or unknown name is a
+    family declares, e.g. ``kernel_abi.conv.FIELDS``); a missing or unknown name is a
     ValueError, so a lowering and its kernel cannot disagree on the layout silently.
 
     >>> pack(("m", "n", "k"), k=4, m=2, n=3)

@@ -1,0 +1,61 @@
+"""The pooling ops' and their backward passes' parameter block (the Pool struct), read by
+_kernels/pool.pyx and csrc_cuda/pool.cu."""
+from __future__ import annotations
+
+from ..backend import Launch
+from ..ops.conv import AVG_MODES, window_geometry
+from ..ops.registry import FLOAT_DTYPES
+from .layout import one_thread, pack
+
+FIELDS = ("mode", "planes", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw", "ph", "pw", "threads")
+# The kernels' modes: max and the two averages pool sliding windows (the op's "mode"
+# attribute picks the average); the adaptive ones pool PyTorch's adaptive windows.
+ADAPTIVE = {"max": "adaptive_max", "avg": "adaptive_average"}
+MODES = ("max", *AVG_MODES, *ADAPTIVE.values())
+CODES = {mode: code for code, mode in enumerate(MODES)}
+
+
+# Which of a node's types is the full-size one (the forward's input) and which the pooled one
+def _forward_sides(node):
+    return node.inputs[0].type, node.outputs[0].type
+
+
+def _max_backward_sides(node):
+    return node.inputs[0].type, node.inputs[1].type
+
+
+def _avg_backward_sides(node):
+    return node.outputs[0].type, node.inputs[0].type
+
+
+def _pool_lower(sides, threads, adaptive_mode=None):
+    def lower(node) -> Launch:
+        x, y = sides(node)
+        if adaptive_mode is None:
+            (kh, kw), (sh, sw), (ph, pw), _ = window_geometry(x, node.attr)
+            mode = node.attr.get("mode", "max")
+        else:  # windows come from the sizes alone
+            mode, (kh, kw, sh, sw, ph, pw) = adaptive_mode, (0,) * 6
+        return Launch(pack(FIELDS, mode=CODES[mode], planes=x.shape[0] * x.shape[1],
+                           h=x.shape[2], w=x.shape[3], oh=y.shape[2], ow=y.shape[3], kh=kh,
+                           kw=kw, sh=sh, sw=sw, ph=ph, pw=pw, threads=threads(node)))
+    return lower
+
+
+def _ops(prefix: str, adaptive: bool, threads):
+    """(op, kernel family, lowering) of one pooling family's max and avg ops."""
+    def lower(sides, kind):
+        return _pool_lower(sides, threads, ADAPTIVE[kind] if adaptive else None)
+    return (
+        (f"{prefix}max_pool2d", "pool2d", lower(_forward_sides, "max")),
+        (f"{prefix}max_pool2d_backward", "max_pool2d_backward", lower(_max_backward_sides, "max")),
+        (f"{prefix}max_pool2d_select", "max_pool2d_select", lower(_forward_sides, "max")),
+        (f"{prefix}avg_pool2d", "pool2d", lower(_forward_sides, "avg")),
+        (f"{prefix}avg_pool2d_backward", "avg_pool2d_backward", lower(_avg_backward_sides, "avg")),
+    )
+
+
+def implement(table, threads=one_thread) -> None:
+    """Register the pooling ops on ``table``; ``threads(node)`` fills the threads field."""
+    for op, kernel, lower in _ops("", False, threads) + _ops("adaptive_", True, threads):
+        table.implement(op, kernel=kernel, dtypes=FLOAT_DTYPES, lower=lower)
