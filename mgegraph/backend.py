@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -76,9 +77,31 @@ class FusionLimits:
     max_dims: int
 
 
+class HeldPlan:
+    """``plan = HeldPlan()`` in an executable's class: ``self.plan = p`` keeps ``p`` weakly.
+    The plan owns its executable (``plan.executable()`` caches it), so a strong reference back
+    would be a cycle that keeps the arena alive until the cycle collector runs; a dropped plan
+    must free its memory at once."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.key = f"_{name}_ref"
+
+    def __set__(self, executable, plan) -> None:
+        executable.__dict__[self.key] = weakref.ref(plan)
+
+    def __get__(self, executable, owner=None):
+        if executable is None:
+            return self
+        plan = executable.__dict__[self.key]()
+        if plan is None:
+            raise GraphError("this executable's plan was freed: keep a reference to the plan "
+                             "while its executable (plan.executable()) is used")
+        return plan
+
+
 class Executable(Protocol):
     """A plan made runnable on one device: it owns the plan's memory (the arena, persistent
-    buffers) and runs the instructions.
+    buffers) and runs the instructions. It holds its plan weakly (``plan = HeldPlan()``).
 
     Profiling: an executable that can time each instruction asks ``profiling()`` once per run
     and, when a profile is active, times the run and hands it to ``record_run``; one that

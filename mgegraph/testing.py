@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import functional as F
 from .autodiff import grad
-from .ir.graph import Graph
 from .compiler import compile
+from .ir.errors import OpError
+from .ir.graph import Graph
 
 
 def gradcheck(fn, *arrays, wrt=None, eps=1e-6, rtol=1e-5, atol=1e-7, seed=0):
@@ -25,8 +27,6 @@ def gradcheck(fn, *arrays, wrt=None, eps=1e-6, rtol=1e-5, atol=1e-7, seed=0):
     xs = [g.input(f"x{i}", a.shape, a.dtype) for i, a in enumerate(arrays)]
     out = fn(*xs)
     weights = np.random.default_rng(seed).standard_normal(out.shape).astype(out.dtype)
-    from . import functional as F
-
     loss = F.sum(out * g.const(weights))
     forward = compile([loss])
     analytic = compile(grad(loss, [xs[i] for i in wrt])).run(_feeds(arrays))
@@ -58,22 +58,22 @@ def _finite_differences(forward, arrays, index, eps):
 
 # The ops random_graph draws from: (name, how many inputs, function of the Vars).
 _RANDOM_OPS = (
-    ("tanh", 1, lambda a: _F().tanh(a)),
-    ("relu", 1, lambda a: _F().relu(a)),
-    ("sigmoid", 1, lambda a: _F().sigmoid(a)),
+    ("tanh", 1, lambda a: F.tanh(a)),
+    ("relu", 1, lambda a: F.relu(a)),
+    ("sigmoid", 1, lambda a: F.sigmoid(a)),
     ("neg", 1, lambda a: -a),
     ("add", 2, lambda a, b: a + b),
     ("mul", 2, lambda a, b: a * b),
     ("sub", 2, lambda a, b: a - b),
-    ("maximum", 2, lambda a, b: _F().maximum(a, b)),
-    ("sum_keep", 1, lambda a: _F().sum(a, axis=-1, keepdims=True)),
-    ("mean_rows", 1, lambda a: _F().mean(a, axis=0)),
-    ("transpose", 1, lambda a: _F().transpose(a, (1, 0))),
-    ("matmul", 2, lambda a, b: _F().matmul(_F().matmul(a, _F().transpose(b, (1, 0))), b)),
-    ("softmax", 1, lambda a: _F().softmax(a, axis=-1)),
-    ("rows", 1, lambda a: _F().concat([a[1:3], a[:-2]])),            # slices are views
-    ("cols", 1, lambda a: _F().concat([a[:, 1:3], a[:, :-2]], 1)),   # strided: copies
-    ("flat", 1, lambda a: _F().reshape(_F().flatten(a), a.shape)),
+    ("maximum", 2, lambda a, b: F.maximum(a, b)),
+    ("sum_keep", 1, lambda a: F.sum(a, axis=-1, keepdims=True)),
+    ("mean_rows", 1, lambda a: F.mean(a, axis=0)),
+    ("transpose", 1, lambda a: F.transpose(a, (1, 0))),
+    ("matmul", 2, lambda a, b: F.matmul(F.matmul(a, F.transpose(b, (1, 0))), b)),
+    ("softmax", 1, lambda a: F.softmax(a, axis=-1)),
+    ("rows", 1, lambda a: F.concat([a[1:3], a[:-2]])),            # slices are views
+    ("cols", 1, lambda a: F.concat([a[:, 1:3], a[:, :-2]], 1)),   # strided: copies
+    ("flat", 1, lambda a: F.reshape(F.flatten(a), a.shape)),
 )
 
 
@@ -90,11 +90,6 @@ def assert_same_results(before, after, feeds, rtol: float = 0.0) -> None:
             np.testing.assert_allclose(b, a, rtol=rtol, atol=1e-6)
         else:
             np.testing.assert_array_equal(b, a)
-
-
-def _F():
-    from . import functional
-    return functional
 
 
 def random_graph(seed: int, nodes: int = 24, shape=(6, 8)):
@@ -125,11 +120,10 @@ def random_graph(seed: int, nodes: int = 24, shape=(6, 8)):
 
 def _broadcast_or_none(make, picks, shape):
     """The op's result brought back to ``shape`` (broadcasting), or None when it does not fit."""
-    from .ir.errors import OpError
     try:
         var = make(*picks)
         if var.shape != shape:
-            var = var + _F().zeros_like(picks[0])
+            var = var + F.zeros_like(picks[0])
         return var if var is not None and var.shape == shape else None
     except OpError:
         return None

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import threading
 import time
-import weakref
 
 import numpy as np
 
-from ..backend import FusionLimits, KernelTable, profiling, record_run
+from ..backend import FusionLimits, HeldPlan, KernelTable, profiling, record_run
 from ..host_memory import host_arena
-from ..ir.errors import GraphError, NumericsError
+from ..ir.errors import NumericsError
 from ..kernel_abi.status import MESSAGES, kernel_error
 from ..plan import (
     Role,
@@ -23,7 +22,8 @@ from ..plan import (
     non_finite_output,
     view_in,
 )
-from ..planner.passes.prologue import PLACEHOLDER, epoch, versions, written
+from ..planner.passes.prologue import PLACEHOLDER
+from ..weight_writes import epoch, versions, written
 from . import KERNEL_MODULES, blas_select, fused, fused_jit, lowering, runtime
 from .lowering.conv import prepack_block
 from .lowering.built import check_built
@@ -100,7 +100,7 @@ class CpuExecutable:
     steps never interleave their writes. A run also stops with
     KeyboardInterrupt at the next check point (``_check_points``) when Ctrl-C is pressed.
 
-    Weights: a run that assigns shared params says so (``prologue.written``) when it ends, and
+    Weights: a run that assigns shared params says so (``weight_writes.written``) when it ends, and
     the plan's prologue (``plan.prologue``: what reads only weights) runs when the executable is
     made and again before a run after one of the weights it reads was written, so
     ``executor.run()`` alone sees the weights as they were at the last ``run``.
@@ -116,9 +116,7 @@ class CpuExecutable:
     """
 
     def __init__(self, backend: CpuBackend, plan):
-        # weak: the plan keeps this executable (``plan._cache``), so a strong reference back
-        # would be a cycle holding the arena until the cycle collector ran
-        self._plan = weakref.ref(plan)
+        self.plan = plan
         arena = backend.allocate(plan.memory.arena_bytes, plan.memory.options.alignment)
         buffers = host_buffers(plan, arena)
         generated = [fused_jit.kernel_for(ins.kernel, ins.ints) for ins in plan.instructions]
@@ -145,15 +143,7 @@ class CpuExecutable:
         self._no_out = (None,) * len(plan.outputs)
         self._shared = [plan.values[s] for s in sorted(plan.shared)]
 
-    @property
-    def plan(self):
-        """The plan this runs; the plan owns its executable, so it must outlive it."""
-        plan = self._plan()
-        if plan is None:
-            raise GraphError("this executable's plan was freed: keep a reference to the plan "
-                             "while its executable (plan.executable()) is used")
-        return plan
-
+    plan = HeldPlan()  # weakly: the plan owns this executable
     writes_out = True  # run(feeds, out=...) writes the outputs into the caller's arrays
     # feeds read and outputs written in place (False: every feed copied in and every output
     # copied out, the path the benchmarks measure binding against)

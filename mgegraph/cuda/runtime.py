@@ -15,11 +15,11 @@ import threading
 
 import numpy as np
 
-from ..backend import on_host_read
+from ..backend import HeldPlan, on_host_read
 from ..ir.errors import KernelError, NumericsError
 from ..kernel_abi.status import kernel_error
 from ..plan import Role, check_feeds, dead_values, non_finite_output
-from ..planner.passes.prologue import versions, written
+from ..weight_writes import versions, written
 from .abi import STATUS_BYTES, decode
 from .abi import pack as pack_args
 from .nvrtc import EXACT_OPTIONS
@@ -51,6 +51,7 @@ class CudaExecutable:
     pinned buffers feeds and outputs go through. ``use_graph``: replay the launches as one
     CUDA graph after the first run (the default; False launches them one by one)."""
 
+    plan = HeldPlan()  # weakly: the plan owns this executable
     timed = False  # no per-instruction times yet: a profile does not see these runs
     writes_out = False  # outputs come back as new arrays; Plan.run copies into out= arrays
 

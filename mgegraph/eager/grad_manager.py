@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .. import functional as F
 from ..autodiff import backward as walk
 from ..ir.errors import GraphError, user_location
 from ..ir.types import is_float
@@ -132,8 +133,6 @@ class GradManager(Recorder):
         if dy is None and y.size != 1:
             raise GraphError(f"GradManager.backward: y is {y.type}, not a scalar; pass dy= of "
                              f"its shape for a vector-Jacobian product (at {user_location()})")
-        from .. import functional as F
-
         if dy is not None:
             dy = dy if isinstance(dy, Tensor) else Tensor(dy, y.dtype)
             if dy.shape != y.shape:

@@ -27,7 +27,8 @@ import weakref
 from ..compiler import compile
 from ..ir.errors import GraphError
 from ..ir.graph import Graph, Node
-from .dispatch import MODE, _Made
+from ..ops.builder import mixing_error
+from .dispatch import EAGER, MODE, _Made
 from .tensor import _IDS, Held, Tensor
 
 
@@ -62,7 +63,6 @@ class LazyGraph:
     def add_node(self, op, inputs, attrs, location=None):
         for v in inputs:
             if not isinstance(v, Tensor):
-                from ..ops.builder import mixing_error
                 raise mixing_error(op, inputs)
         made = self.graph.add_node(op, [self.var_of(v) for v in inputs], attrs,
                                    location=location)
@@ -78,7 +78,7 @@ class LazyGraph:
 
     def _pending(self, v) -> Tensor:
         t = Tensor.__new__(Tensor)
-        t.graph, t.id, t.node, t.index, t.type = _eager(), next(_IDS), None, 0, v.type
+        t.graph, t.id, t.node, t.index, t.type = EAGER, next(_IDS), None, 0, v.type
         t._value, t._held, t._base, t._lazy, t.grad = None, None, None, self, None
         self.vars[t.id] = v
         self.pending[t.id] = t
@@ -158,11 +158,6 @@ class _Failed:
 
     def has_work(self) -> bool:
         return False
-
-
-def _eager():
-    from .dispatch import EAGER
-    return EAGER
 
 
 @contextlib.contextmanager

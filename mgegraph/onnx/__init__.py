@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..compiler import compile as _compile
 from ..ir.errors import GraphError
 
 __all__ = [
@@ -84,7 +85,6 @@ def import_graph(model, *, constants=None, input_shapes=None, limits=None):
 def import_model(model, *, constants=None, input_shapes=None, limits=None, **compile_options):
     """``mg.compile`` of :func:`import_graph`'s graph: a Plan whose ``run(feeds)`` takes the
     ONNX input names and returns the ONNX outputs in order."""
-    from ..compiler import compile as _compile
     _, outputs = import_graph(model, constants=constants, input_shapes=input_shapes,
                               limits=limits)
     return _compile(outputs, **compile_options)
@@ -93,5 +93,5 @@ def import_model(model, *, constants=None, input_shapes=None, limits=None, **com
 def export(obj, path=None, opset: int = 17, *, output_names=None):
     """Write ``obj`` (a Plan, a traced function, or ``(graph, outputs)``) as an ONNX model at
     ``path`` (returns the ``ModelProto``; ``path=None`` only returns it)."""
-    from .exporter import export as _export
+    from .exporter import export as _export  # lazy: optional dependency (onnx)
     return _export(obj, path, opset=opset, output_names=output_names)

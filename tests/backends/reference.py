@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-from mgegraph.backend import FusionLimits, KernelTable, Launch, kernel_name
+from mgegraph.backend import FusionLimits, HeldPlan, KernelTable, Launch, kernel_name
 from mgegraph.ir.errors import KernelError
 from mgegraph.host_memory import host_arena
 from mgegraph.plan import check_feeds, dead_values, host_buffers
@@ -277,6 +277,7 @@ class ReferenceExecutable:
     root's bytes from ``view_offset`` on.
     """
 
+    plan = HeldPlan()  # weakly: the plan owns this executable
     timed = False  # a profile does not see its runs
     writes_out = False  # Plan.run copies into out= arrays
 

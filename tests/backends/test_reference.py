@@ -260,3 +260,22 @@ def test_out_on_a_backend_that_returns_new_arrays(reference):
     got = plan.run({"input0": x}, out=out)
     assert got[0] is out[0]
     np.testing.assert_array_equal(out[0], plan.run({"input0": x})[0])
+
+
+def test_a_dropped_plan_frees_its_executable_without_the_cycle_collector(reference):
+    # every executable holds its plan weakly (backend.HeldPlan), the reference one included
+    import gc  # noqa: I001
+    import weakref
+
+    g = mg.Graph()
+    x = g.input("x", (8, 8), "float32")
+    plan = mg.compile([F.relu(x * 2.0)], device="reference")
+    plan.run({"x": np.ones((8, 8), np.float32)})
+    alive = [weakref.ref(plan), weakref.ref(plan.executable())]
+    gc.collect()
+    gc.disable()
+    try:
+        del plan
+        assert [r() is None for r in alive] == [True, True]
+    finally:
+        gc.enable()
