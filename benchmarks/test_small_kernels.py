@@ -92,3 +92,10 @@ def test_small_kernel(benchmark, name, impl):
     benchmark.group = f"{name} ({THREADS} threads)"
     fn = _torch_case(name) if impl == "torch eager" else _mg_case(name, impl != "mgegraph")
     benchmark(fn)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fork_join(benchmark, threads):
+    """What entering and leaving one parallel region of empty parts costs, in µs (one thread
+    enters none): the floor under every parallel kernel's time."""
+    benchmark(parallel.fork_join_us, threads, 50)
