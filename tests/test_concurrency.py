@@ -147,6 +147,18 @@ def _adam_model(traced: bool):
     return model, opt, (mg.jit.trace(step) if traced else step)
 
 
+def _assert_threads_match_serial_steps(model_and_step):
+    """101 steps from one thread and 50 + 51 from two give bitwise the same weights (every
+    step sees the same batch, so their order cannot matter)."""
+    serial, step = model_and_step()
+    for _ in range(101):
+        step()
+    threaded, step2 = model_and_step()
+    _in_threads(step2, [50, 51])
+    for a, b in zip(serial.parameters(), threaded.parameters()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
 def _in_threads(work, counts):
     barrier, errors = threading.Barrier(len(counts)), []
 
@@ -189,13 +201,7 @@ def test_eager_adam_steps_from_two_threads_match_serial_steps_bitwise():
 
         return model, step
 
-    serial, step = model_and_step()
-    for _ in range(101):
-        step()
-    threaded, step2 = model_and_step()
-    _in_threads(step2, [50, 51])
-    for a, b in zip(serial.parameters(), threaded.parameters()):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    _assert_threads_match_serial_steps(model_and_step)
 
 
 def test_a_compiled_train_step_from_two_threads_matches_serial_steps_bitwise():
@@ -206,13 +212,7 @@ def test_a_compiled_train_step_from_two_threads_matches_serial_steps_bitwise():
         step = mg.compile_train_step(model, F.cross_entropy, opt, batch)
         return model, lambda: step(*batch)
 
-    serial, step = model_and_step()
-    for _ in range(101):
-        step()
-    threaded, step2 = model_and_step()
-    _in_threads(step2, [50, 51])
-    for a, b in zip(serial.parameters(), threaded.parameters()):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    _assert_threads_match_serial_steps(model_and_step)
 
 
 def test_get_backend_from_many_threads_makes_one_backend():
