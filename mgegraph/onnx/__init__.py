@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 # the opsets the importer is written against; newer opsets are read where every node's op has
-# the same definition as at 21 or only added element types (see importer.same_semantics)
+# the same definition as at 21 or only added element types (see converters.same_semantics)
 SUPPORTED_OPSETS = range(13, 22)
 
 

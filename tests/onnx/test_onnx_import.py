@@ -164,7 +164,7 @@ def test_pooling_with_dilations_ceil_mode_and_uneven_pads_matches_onnx_runtime(o
 
 
 def test_newer_opsets_read_where_the_ops_only_gained_types():
-    from mgegraph.onnx.importer import same_semantics
+    from mgegraph.onnx.converters import same_semantics
     assert same_semantics("Relu", 25) and same_semantics("Conv", 22)
     assert same_semantics("Reshape", 25) and same_semantics("Cast", 28)
     assert not same_semantics("NoSuchOp", 17)

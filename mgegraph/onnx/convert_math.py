@@ -1,0 +1,220 @@
+"""The ONNX converters of elementwise math and reductions: arithmetic, comparisons, logic,
+activations, casts, and the Reduce* and Arg* ops; their table is ``CONVERTERS`` (ONNX op ->
+converter, see ``context`` for the signature), merged with the other families' in
+``converters``."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import functional as F
+from .context import dtype_of, shape_of
+
+
+def _unary(fn):
+    return lambda cx, ins, at: [fn(cx.var(ins[0]))]
+
+
+def _binary(fn):
+    return lambda cx, ins, at: [fn(cx.var(ins[0]), cx.var(ins[1]))]
+
+
+def _div(cx, ins, at):
+    a, b = cx.var(ins[0]), cx.var(ins[1])
+    if a.dtype.kind == "f":
+        return [F.div(a, b)]
+    # ONNX's integer division truncates toward zero
+    q = F.floor_div(F.abs(a), F.abs(b))
+    neg = F.not_equal(F.less(a, 0), F.less(b, 0))
+    return [F.where(neg, F.neg(q), q)]
+
+
+def _mod(cx, ins, at):
+    a, b = cx.var(ins[0]), cx.var(ins[1])
+    if at.get("fmod", 0):
+        if a.dtype.kind != "f":
+            q = _div(cx, [a, b], {})[0]
+            return [F.sub(a, F.mul(q, b))]
+        r = F.mod(F.abs(a), F.abs(b))  # C fmod: the sign of the dividend
+        return [F.where(F.less(a, 0), F.neg(r), r)]
+    return [F.mod(a, b)]
+
+
+def _pow(cx, ins, at):
+    base, exp = cx.var(ins[0]), cx.var(ins[1])
+    if exp.dtype != base.dtype:  # ONNX's result has the base's type
+        exp = F.astype(exp, base.dtype)
+    return [F.pow(base, exp)]
+
+
+def _variadic(cx, ins, at):
+    fn = {"Max": F.maximum, "Min": F.minimum, "Sum": F.add, "Mean": F.add}[cx.node.op_type]
+    out = cx.var(ins[0])
+    for x in ins[1:]:
+        out = fn(out, cx.var(x))
+    if cx.node.op_type == "Mean":
+        out = F.div(out, cx.g.const(np.asarray(len(ins), out.dtype)))
+    elif len(ins) == 1:
+        out = F.add(out, cx.g.const(np.zeros((), out.dtype)))  # a new value, not the input
+    return [out]
+
+
+def _logical(cx, ins, at):
+    a, b = (F.astype(cx.var(x), np.int32) for x in ins)
+    op = cx.node.op_type
+    out = F.mul(a, b) if op == "And" else F.add(a, b)
+    return [F.equal(out, 1) if op == "Xor" else F.greater(out, 0)]
+
+
+def _not(cx, ins, at):
+    return [F.equal(cx.var(ins[0]), False)]
+
+
+def _identity(cx, ins, at):
+    # the same value (a graph output that is one gets its own node: importer._output)
+    return [ins[0]]
+
+
+def _dropout(cx, ins, at):
+    if len(ins) > 2 and ins[2] is not None and bool(np.asarray(cx.known(ins[2], "training_mode"))):
+        cx.fail("training_mode=True is not supported (inference only)")
+    x = cx.var(ins[0])
+    return [F.reshape(x, shape_of(x)), cx.g.const(np.ones(shape_of(x), np.bool_))]
+
+
+def _where(cx, ins, at):
+    return [F.where(cx.var(ins[0]), cx.var(ins[1]), cx.var(ins[2]))]
+
+
+def _gelu(cx, ins, at):
+    approximate = at.get("approximate", b"none")
+    approximate = approximate.decode() if isinstance(approximate, bytes) else approximate
+    return [F.gelu(cx.var(ins[0]), approximate=approximate)]
+
+
+def _leaky_relu(cx, ins, at):
+    return [F.leaky_relu(cx.var(ins[0]), at.get("alpha", 0.01))]
+
+
+def _elu(cx, ins, at):
+    x = cx.var(ins[0])
+    alpha = at.get("alpha", 1.0)
+    return [F.where(F.greater(x, 0), x, F.mul(F.sub(F.exp(x), 1.0), alpha))]
+
+
+def _hard_sigmoid(cx, ins, at):
+    x = cx.var(ins[0])
+    return [F.clip(F.add(F.mul(x, at.get("alpha", 0.2)), at.get("beta", 0.5)), 0.0, 1.0)]
+
+
+def _clip(cx, ins, at):
+    x = cx.var(ins[0])
+    lo = cx.known(ins[1], "min") if len(ins) > 1 and ins[1] is not None else None
+    hi = cx.known(ins[2], "max") if len(ins) > 2 and ins[2] is not None else None
+    if x.dtype.kind == "f":
+        return [F.clip(x, None if lo is None else float(lo), None if hi is None else float(hi))]
+    out = x
+    if lo is not None:
+        out = F.maximum(out, cx.g.const(np.asarray(lo, x.dtype)))
+    if hi is not None:
+        out = F.minimum(out, cx.g.const(np.asarray(hi, x.dtype)))
+    return [out if out is not x else F.reshape(x, shape_of(x))]
+
+
+def _cast(cx, ins, at):
+    dtype = dtype_of(at["to"], cx.where())
+    return [F.astype(cx.var(ins[0]), dtype)]
+
+
+def _cast_like(cx, ins, at):
+    dtype = np.dtype(ins[1].dtype)
+    return [F.astype(cx.var(ins[0]), dtype)]
+
+
+# -- reductions ---------------------------------------------------------------------------
+def _reduce_axes(cx, ins, at, x):
+    axes_input = cx.node.op_type == "ReduceSum" or cx.opset >= 18
+    if axes_input and len(ins) > 1 and ins[1] is not None:
+        axes = cx.ints(ins[1], "axes")
+    elif not axes_input and "axes" in at:
+        axes = list(at["axes"])
+    else:
+        axes = []
+    if not axes:
+        return None if at.get("noop_with_empty_axes", 0) else tuple(range(x.ndim))
+    return tuple(sorted(cx.axes(axes, x.ndim)))
+
+
+def _reduce(cx, ins, at):
+    x = cx.var(ins[0])
+    axes = _reduce_axes(cx, ins, at, x)
+    if axes is None:
+        return [F.reshape(x, shape_of(x))]
+    keep = bool(at.get("keepdims", 1))
+    op = cx.node.op_type
+    if any(shape_of(x)[a] == 0 for a in axes) and op in ("ReduceMax", "ReduceMin"):
+        # ONNX: the max of nothing is the lowest value of the type, the min the highest
+        shape = tuple(1 if i in axes else d for i, d in enumerate(shape_of(x))
+                      if keep or i not in axes)
+        if x.dtype.kind == "f":
+            value = -np.inf if op == "ReduceMax" else np.inf
+        elif x.dtype.kind == "b":
+            value = op == "ReduceMin"
+        else:
+            value = np.iinfo(x.dtype).min if op == "ReduceMax" else np.iinfo(x.dtype).max
+        return [np.full(shape, value, x.dtype)]
+    if op == "ReduceSumSquare":
+        return [F.sum(F.square(x), axes, keep)]
+    if op == "ReduceL1":
+        return [F.sum(F.abs(x), axes, keep)]
+    if op == "ReduceL2":
+        return [F.sqrt(F.sum(F.square(x), axes, keep))]
+    if op == "ReduceLogSum":
+        return [F.log(F.sum(x, axes, keep))]
+    if op == "ReduceLogSumExp":
+        m = F.max(x, axes, keepdims=True)
+        s = F.log(F.sum(F.exp(F.sub(x, m)), axes, keepdims=True))
+        out = F.add(s, m)
+        return [out if keep else F.reshape(out, tuple(d for i, d in enumerate(shape_of(x))
+                                                      if i not in axes))]
+    fn = {"ReduceMean": F.mean, "ReduceSum": F.sum, "ReduceMax": F.max, "ReduceMin": F.min,
+          "ReduceProd": F.prod}[op]
+    return [fn(x, axes, keepdims=keep)]
+
+
+def _argmax(cx, ins, at):
+    x = cx.var(ins[0])
+    axis = cx.axis(at.get("axis", 0), x.ndim)
+    keep = bool(at.get("keepdims", 1))
+    if at.get("select_last_index", 0):
+        n = shape_of(x)[axis]
+        flipped = F.flip(x, axis)
+        fn = F.argmax if cx.node.op_type == "ArgMax" else F.argmin
+        out = F.sub(cx.g.const(np.asarray(n - 1, np.int64)), F.astype(fn(flipped, axis, keep),
+                                                                     np.int64))
+        return [out]
+    fn = F.argmax if cx.node.op_type == "ArgMax" else F.argmin
+    return [F.astype(fn(x, axis, keep), np.int64)]
+
+
+# ONNX op -> converter
+CONVERTERS = {
+    "Relu": _unary(F.relu), "Tanh": _unary(F.tanh), "Sigmoid": _unary(F.sigmoid),
+    "Exp": _unary(F.exp), "Log": _unary(F.log), "Sqrt": _unary(F.sqrt), "Erf": _unary(F.erf),
+    "Abs": _unary(F.abs), "Neg": _unary(F.neg), "Ceil": _unary(F.ceil),
+    "Floor": _unary(F.floor), "Reciprocal": _unary(F.reciprocal), "Sin": _unary(F.sin),
+    "Cos": _unary(F.cos), "Sign": _unary(F.sign), "Softplus": _unary(F.softplus),
+    "HardSwish": _unary(F.hardswish),
+    "Add": _binary(F.add), "Sub": _binary(F.sub), "Mul": _binary(F.mul),
+    "Equal": _binary(F.equal), "Less": _binary(F.less), "Greater": _binary(F.greater),
+    "LessOrEqual": _binary(F.less_equal), "GreaterOrEqual": _binary(F.greater_equal),
+    "Div": _div, "Mod": _mod, "Pow": _pow,
+    "Max": _variadic, "Min": _variadic, "Sum": _variadic, "Mean": _variadic,
+    "And": _logical, "Or": _logical, "Xor": _logical, "Not": _not,
+    "Identity": _identity, "Dropout": _dropout, "Where": _where,
+    "Gelu": _gelu, "LeakyRelu": _leaky_relu, "Elu": _elu, "HardSigmoid": _hard_sigmoid,
+    "Clip": _clip, "Cast": _cast, "CastLike": _cast_like,
+    "ReduceMean": _reduce, "ReduceSum": _reduce, "ReduceMax": _reduce, "ReduceMin": _reduce,
+    "ReduceProd": _reduce, "ReduceSumSquare": _reduce, "ReduceL1": _reduce,
+    "ReduceL2": _reduce, "ReduceLogSum": _reduce, "ReduceLogSumExp": _reduce,
+    "ArgMax": _argmax, "ArgMin": _argmax,
+}

@@ -1,0 +1,311 @@
+"""The ONNX converters of the neural-network ops: MatMul and Gemm, Conv, pooling (windows,
+global), BatchNormalization, LayerNormalization, Softmax and LogSoftmax; their table is
+``CONVERTERS`` (ONNX op -> converter, see ``context`` for the signature), merged with the other
+families' in ``converters``.
+
+Design: mgegraph convolves and pools in 2-D; a 1-D input gets a trailing width of 1. ONNX's
+padding (``auto_pad``, asymmetric ``pads``), ``ceil_mode`` and dilated pooling, which the
+kernels do not take, are rewritten onto explicit padding, strided window slices and a constant
+of window counts; the attributes are checked first as ONNX Runtime checks them.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import functional as F
+from .context import shape_of
+
+
+def _matmul(cx, ins, at):
+    a, b = cx.var(ins[0]), cx.var(ins[1])
+    if a.ndim == 1 and b.ndim == 1:
+        return [F.reshape(F.matmul(F.reshape(a, (1, a.shape[0])), F.reshape(b, (b.shape[0], 1))),
+                          ())]
+    if a.ndim == 1:
+        out = F.matmul(F.reshape(a, (1, a.shape[0])), b)
+        return [F.reshape(out, out.shape[:-2] + out.shape[-1:])]
+    if b.ndim == 1:
+        out = F.matmul(a, F.reshape(b, (b.shape[0], 1)))
+        return [F.reshape(out, out.shape[:-1])]
+    return [F.matmul(a, b)]
+
+
+def _gemm(cx, ins, at):
+    a, b = cx.var(ins[0]), cx.var(ins[1])
+    c = ins[2] if len(ins) > 2 else None
+    alpha, beta = at.get("alpha", 1.0), at.get("beta", 1.0)
+    ta, tb = at.get("transA", 0), at.get("transB", 0)
+    if ta:
+        a = F.transpose(a, (1, 0))
+    n = b.shape[0] if tb else b.shape[1]
+    if alpha == 1.0 and beta == 1.0 and (c is None or shape_of(c) == (n,)):
+        # nn.Linear's form: one linear node, as mgegraph writes it
+        weight = b if tb else F.transpose(b, (1, 0))
+        return [F.linear(a, weight, None if c is None else cx.var(c))]
+    out = F.matmul(a, b, transpose_b=bool(tb))
+    if alpha != 1.0:
+        out = F.mul(out, cx.g.const(np.asarray(alpha, out.dtype)))
+    if c is not None:
+        cv = cx.var(c)
+        out = F.add(out, cv if beta == 1.0 else F.mul(cv, cx.g.const(np.asarray(beta, cv.dtype))))
+    return [out]
+
+
+def _pad_mode(at) -> str:
+    mode = at.get("auto_pad", b"NOTSET")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    return mode or "NOTSET"
+
+
+def _check_window(cx, at, nd: int, kernel=None) -> None:
+    """A convolution's or pooling's attributes as ONNX Runtime checks them: ``auto_pad`` or
+    ``pads``, not both; ``kernel_shape`` equal to the weight's (``kernel``) where there is one;
+    one stride, dilation and kernel dim per spatial axis and two pads; windows of at least 1."""
+    mode = _pad_mode(at)
+    if mode not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        cx.fail(f"auto_pad {mode!r} is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID")
+    if mode != "NOTSET" and "pads" in at:
+        cx.fail(f"auto_pad={mode} and pads {list(at['pads'])} together (ONNX allows one)")
+    given = at.get("kernel_shape")
+    if kernel is None and given is None:
+        cx.fail("kernel_shape is required")
+    if kernel is not None and given is not None and list(given) != list(kernel):
+        cx.fail(f"kernel_shape {list(given)} contradicts the weight's spatial shape "
+                f"{list(kernel)}")
+    for name, count in (("kernel_shape", nd), ("strides", nd), ("dilations", nd),
+                        ("pads", 2 * nd)):
+        if name in at and len(at[name]) != count:
+            cx.fail(f"{name} {list(at[name])} has {len(at[name])} values for {nd} spatial axes "
+                    f"(ONNX needs {count})")
+    for name in ("kernel_shape", "strides", "dilations"):
+        if any(v < 1 for v in at.get(name, ())):
+            cx.fail(f"{name} {list(at[name])} has a value below 1")
+    if any(p < 0 for p in at.get("pads", ())):
+        cx.fail(f"pads {list(at['pads'])} has a negative value")
+
+
+def _auto_pad(cx, at, in_hw, kernel, strides, dilations):
+    """ONNX pads as ((begin_h, end_h), (begin_w, end_w))."""
+    n = len(in_hw)
+    mode = _pad_mode(at)
+    if mode == "NOTSET":
+        pads = list(at.get("pads", [0] * (2 * n)))
+        return [(pads[i], pads[i + n]) for i in range(n)]
+    if mode == "VALID":
+        return [(0, 0)] * n
+    out = []
+    for size, k, s, d in zip(in_hw, kernel, strides, dilations):
+        total = max((math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size, 0)
+        small, big = total // 2, total - total // 2
+        out.append((small, big) if mode == "SAME_UPPER" else (big, small))
+    return out
+
+
+def _spatial(cx, x, what):
+    """x as NCHW: 1-D inputs get a trailing width of 1; 3-D and beyond are refused."""
+    if x.ndim == 3:
+        return F.reshape(x, shape_of(x) + (1,)), True
+    if x.ndim != 4:
+        cx.fail(f"{what} on a {x.ndim}-D input: mgegraph convolves and pools 2-D (and 1-D) only")
+    return x, False
+
+
+def _as2(values, one_d, fill):
+    values = list(values)
+    return values + [fill] if one_d else values
+
+
+def _conv(cx, ins, at):
+    x, one_d = _spatial(cx, cx.var(ins[0]), "Conv")
+    w = cx.var(ins[1])
+    if w.ndim != x.ndim - one_d:
+        cx.fail(f"a weight of shape {list(shape_of(w))} for an input of shape "
+                f"{list(shape_of(x))[:x.ndim - one_d]} (ONNX needs the same rank)")
+    _check_window(cx, at, 2 - one_d, shape_of(w)[2:])
+    if one_d:
+        w = F.reshape(w, shape_of(w) + (1,))
+    kernel = list(shape_of(w)[2:])
+    strides = _as2(at.get("strides", [1] * (2 - one_d)), one_d, 1)
+    dilations = _as2(at.get("dilations", [1] * (2 - one_d)), one_d, 1)
+    pads = _auto_pad(cx, at, shape_of(x)[2 - 0:][:2 - one_d], kernel[:2 - one_d],
+                     strides[:2 - one_d], dilations[:2 - one_d])
+    if one_d:
+        pads.append((0, 0))
+    bias = cx.var(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    if all(b == e for b, e in pads):
+        padding = tuple(b for b, _ in pads)
+    else:
+        x = F.pad(x, ((0, 0), (0, 0)) + tuple(tuple(p) for p in pads))
+        padding = (0, 0)
+    y = F.conv2d(x, w, bias, stride=tuple(strides), padding=padding, dilation=tuple(dilations),
+                 groups=at.get("group", 1))
+    return [F.reshape(y, shape_of(y)[:3]) if one_d else y]
+
+
+def _pool_geometry(cx, at, in_hw, kernel, strides, dilations):
+    """ONNX's pads per axis and the extra end padding ``ceil_mode`` needs, and the output
+    size per axis."""
+    pads = _auto_pad(cx, at, in_hw, kernel, strides, dilations)
+    extra, sizes = [], []
+    for (b, e), size, k, s, d in zip(pads, in_hw, kernel, strides, dilations):
+        span = (k - 1) * d + 1
+        if at.get("ceil_mode", 0):
+            out = math.ceil((size + b + e - span) / s) + 1
+            if (out - 1) * s >= size + b:  # a window that starts in the end padding is dropped
+                out -= 1
+        else:
+            out = (size + b + e - span) // s + 1
+        extra.append(max((out - 1) * s + span - (size + b + e), 0))
+        sizes.append(out)
+    return pads, extra, sizes
+
+
+def _window_counts(masks, kernel, strides, dilations, sizes):
+    """How many cells of each window the 0/1 mask of each axis counts, as an (OH, OW) array."""
+    per_axis = [np.array([mask[o * s:o * s + (k - 1) * d + 1:d].sum() for o in range(n)],
+                         np.float64)
+                for mask, k, s, d, n in zip(masks, kernel, strides, dilations, sizes)]
+    return np.outer(*per_axis)
+
+
+def _dilated_windows(x, kernel, strides, dilations, sizes):
+    """The kh*kw strided slices of a padded input, one per window offset: pooling with
+    dilation as elementwise max/add over them."""
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            h0, w0 = i * dilations[0], j * dilations[1]
+            yield F.subscript(x, (slice(None), slice(None),
+                                  slice(h0, h0 + (sizes[0] - 1) * strides[0] + 1, strides[0]),
+                                  slice(w0, w0 + (sizes[1] - 1) * strides[1] + 1, strides[1])))
+
+
+def _pool(cx, ins, at):
+    op = cx.node.op_type
+    x, one_d = _spatial(cx, cx.var(ins[0]), op)
+    if len(cx.node.output) > 1 and cx.node.output[1]:
+        cx.fail("the Indices output is not supported")
+    if at.get("storage_order", 0):
+        cx.fail("storage_order=1 is not supported")
+    nd = 2 - one_d
+    _check_window(cx, at, nd)
+    if any(p >= k for p, k in zip(at.get("pads", ()), list(at["kernel_shape"]) * 2)):
+        cx.fail(f"pads {list(at['pads'])} not smaller than kernel_shape "
+                f"{list(at['kernel_shape'])} (a window of padding only; ONNX Runtime refuses it)")
+    kernel = _as2(at["kernel_shape"], one_d, 1)
+    strides = _as2(at.get("strides", [1] * nd), one_d, 1)
+    dilations = _as2(at.get("dilations", [1] * nd), one_d, 1)
+    pads, extra, sizes = _pool_geometry(cx, at, shape_of(x)[2:2 + nd], kernel[:nd], strides[:nd],
+                                        dilations[:nd])
+    if one_d:
+        pads, extra, sizes = pads + [(0, 0)], extra + [0], sizes + [shape_of(x)[3]]
+    full = ((0, 0), (0, 0)) + tuple((b, e + x_) for (b, e), x_ in zip(pads, extra))
+    dilated = any(d != 1 for d in dilations)
+    # the kernels' own padding: symmetric, at most half the window, no ceil-mode overhang
+    native = (not dilated and all(b == e for b, e in pads) and not any(extra)
+              and all(2 * b <= k for (b, _), k in zip(pads, kernel)))
+    if op == "MaxPool":
+        if native:
+            y = F.max_pool2d(x, tuple(kernel), tuple(strides), tuple(b for b, _ in pads))
+        elif not dilated:
+            y = F.max_pool2d(F.pad(x, full, constant_value=-np.inf), tuple(kernel),
+                             tuple(strides), 0)
+        else:
+            windows = _dilated_windows(F.pad(x, full, constant_value=-np.inf), kernel, strides,
+                                       dilations, sizes)
+            y = next(windows)
+            for w in windows:
+                y = F.maximum(y, w)
+        return [F.reshape(y, shape_of(y)[:3]) if one_d else y]
+    include = bool(at.get("count_include_pad", 0))
+    if native:
+        y = F.avg_pool2d(x, tuple(kernel), tuple(strides), tuple(b for b, _ in pads),
+                         mode="average" if include else "average_count_exclude_padding")
+        return [F.reshape(y, shape_of(y)[:3]) if one_d else y]
+    # the sum over the explicitly padded input, divided by the number of cells ONNX counts
+    padded = F.pad(x, full)
+    if dilated:
+        windows = _dilated_windows(padded, kernel, strides, dilations, sizes)
+        sums = next(windows)
+        for w in windows:
+            sums = F.add(sums, w)
+        area = 1
+    else:
+        sums = F.avg_pool2d(padded, tuple(kernel), tuple(strides), 0, mode="average")
+        area = kernel[0] * kernel[1]
+    pad_cell = 1 if include else 0
+    masks = [np.array([pad_cell] * b + [1] * size + [pad_cell] * e + [0] * x_)
+             for (b, e), x_, size in zip(pads, extra, shape_of(x)[2:])]
+    counts = _window_counts(masks, kernel, strides, dilations, sizes)
+    y = F.mul(sums, cx.g.const((area / np.maximum(counts, 1)).astype(x.dtype)))
+    return [F.reshape(y, shape_of(y)[:3]) if one_d else y]
+
+
+def _global_pool(cx, ins, at):
+    x = cx.var(ins[0])
+    if cx.node.op_type == "GlobalAveragePool" and x.ndim == 4:
+        return [F.adaptive_avg_pool2d(x, (1, 1))]
+    axes = tuple(range(2, x.ndim))
+    fn = F.mean if cx.node.op_type == "GlobalAveragePool" else F.max
+    return [fn(x, axes, keepdims=True)]
+
+
+def _batch_norm(cx, ins, at):
+    x, scale, bias, mean, var = (cx.var(v) for v in ins[:5])
+    if x.ndim < 2:
+        cx.fail("the input needs a channel axis")
+    eps = at.get("epsilon", 1e-5)
+    if not at.get("training_mode", 0):
+        return [F.batch_norm(x, mean, var, scale, bias, training=False, eps=eps)]
+    # training mode: the batch's statistics, and the running ones updated with them
+    y = F.batch_norm(x, weight=scale, bias=bias, training=True, eps=eps)
+    axes = (0,) + tuple(range(2, x.ndim))
+    m = at.get("momentum", 0.9)
+    keep, new = cx.g.const(np.asarray(m, x.dtype)), cx.g.const(np.asarray(1 - m, x.dtype))
+    running_mean = F.add(F.mul(mean, keep), F.mul(F.mean(x, axes), new))
+    running_var = F.add(F.mul(var, keep), F.mul(F.var(x, axes), new))
+    return [y, running_mean, running_var]
+
+
+def _layer_norm(cx, ins, at):
+    x = cx.var(ins[0])
+    axis = cx.axis(at.get("axis", -1), x.ndim)
+    eps = at.get("epsilon", 1e-5)
+    norm_shape = shape_of(x)[axis:]
+    scale = ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    affine_ok = shape_of(scale) == norm_shape and (bias is None or shape_of(bias) == norm_shape)
+    if affine_ok:
+        y = F.layer_norm(x, norm_shape, weight=cx.var(scale),
+                         bias=None if bias is None else cx.var(bias), eps=eps)
+    else:
+        y = F.mul(F.layer_norm(x, norm_shape, affine=False, eps=eps), cx.var(scale))
+        if bias is not None:
+            y = F.add(y, cx.var(bias))
+    outs = [y]
+    names = list(cx.node.output)
+    if len(names) > 1:
+        axes = tuple(range(axis, x.ndim))
+        mean = F.mean(x, axes, keepdims=True)
+        outs.append(mean)
+        if len(names) > 2:
+            var = F.mean(F.square(F.sub(x, mean)), axes, keepdims=True)
+            outs.append(F.rsqrt(F.add(var, cx.g.const(np.asarray(eps, x.dtype)))))
+    return outs
+
+
+def _softmax(cx, ins, at):
+    x = cx.var(ins[0])
+    fn = F.softmax if cx.node.op_type == "Softmax" else F.log_softmax
+    return [fn(x, cx.axis(at.get("axis", -1), x.ndim))]
+
+
+# ONNX op -> converter
+CONVERTERS = {
+    "MatMul": _matmul, "Gemm": _gemm, "Conv": _conv,
+    "MaxPool": _pool, "AveragePool": _pool,
+    "GlobalAveragePool": _global_pool, "GlobalMaxPool": _global_pool,
+    "BatchNormalization": _batch_norm, "LayerNormalization": _layer_norm,
+    "Softmax": _softmax, "LogSoftmax": _softmax,
+}

@@ -1,0 +1,80 @@
+"""The table the importer reads: ONNX op -> converter (``CONVERTERS``), the families' tables
+merged (``convert_math``: elementwise math and reductions; ``convert_nn``: matmul, conv,
+pooling, norms, softmax; ``convert_shape``: shapes, movement, constants), and which definitions
+of an op the converters were written for (``same_semantics``, ``check_ops``).
+
+Adding an ONNX op is one entry in its family's ``CONVERTERS``; ``merge`` refuses an entry that
+names no ONNX op or an op another family converts.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import onnx
+
+from . import SUPPORTED_OPSETS, OnnxImportError, convert_math, convert_nn, convert_shape
+from .context import Converter
+
+# Attributes later revisions added that the converters accept at their defaults' meaning
+# (Range-27's stash_type picks the accumulation type of float16 and bfloat16 ranges; Cast-24's
+# and CastLike-24's round_mode the rounding to float8e8m0: types mgegraph does not have).
+LATER_ATTRIBUTES = {"Range": {"stash_type"}, "Cast": {"round_mode"}, "CastLike": {"round_mode"}}
+
+
+def merge(*families) -> dict[str, Converter]:
+    """One table of the families' (modules with a ``CONVERTERS``): ValueError naming the op and
+    the family unless each op is one of ONNX's default domain, converted by a callable, and in
+    one family only.
+
+    >>> sorted(merge(convert_nn))[:3]
+    ['AveragePool', 'BatchNormalization', 'Conv']
+    """
+    table, family_of = {}, {}
+    for family in families:
+        for op, convert in family.CONVERTERS.items():
+            where = f"{family.__name__}: ONNX op {op!r}"
+            if op in table:
+                raise ValueError(f"{where} is converted in {family_of[op]} too")
+            if not onnx.defs.has(op):
+                raise ValueError(f"{where} is no op of ONNX's default domain")
+            if not callable(convert):
+                raise ValueError(f"{where} maps to {convert!r}, which is not callable")
+            table[op], family_of[op] = convert, family.__name__
+    return table
+
+
+CONVERTERS = merge(convert_math, convert_nn, convert_shape)
+
+
+def same_semantics(op_type: str, opset: int) -> bool:
+    """Whether ``op_type`` at ``opset`` means what its converter was written for: the op's
+    definition in force at ``opset`` is one from opsets 13..21, or a later revision that only
+    added element types (same inputs, outputs and attributes; every earlier type still allowed),
+    as opsets 22 (bfloat16), 23 (float4), 24 (float8e8m0), 25 (int2) and 28 (float6) did."""
+    try:
+        new = onnx.defs.get_schema(op_type, opset, "")
+        old = onnx.defs.get_schema(op_type, min(opset, SUPPORTED_OPSETS[-1]), "")
+    except onnx.defs.SchemaError:
+        return False
+    if new.since_version == old.since_version:
+        return True
+    types = lambda s: {t.type_param_str: set(t.allowed_type_strs) for t in s.type_constraints}
+    old_types, new_types = types(old), types(new)
+    return ([i.name for i in new.inputs] == [i.name for i in old.inputs]
+            and [o.name for o in new.outputs] == [o.name for o in old.outputs]
+            and set(new.attributes) - LATER_ATTRIBUTES.get(op_type, set()) == set(old.attributes)
+            and all(old_types[k] <= new_types.get(k, set()) for k in old_types))
+
+
+def check_ops(graph_proto, opset: int) -> None:
+    """Every node's op must have a converter at this opset: all others reported at once."""
+    missing = Counter()
+    for node in graph_proto.node:
+        if node.domain not in ("", "ai.onnx"):
+            missing[f"{node.domain}.{node.op_type}"] += 1
+        elif node.op_type not in CONVERTERS or not same_semantics(node.op_type, opset):
+            missing[node.op_type] += 1
+    if missing:
+        listed = ", ".join(f"{op} (x{n})" for op, n in sorted(missing.items()))
+        raise OnnxImportError(f"unsupported ONNX ops at opset {opset}: {listed}; nothing was "
+                              "imported", unsupported=dict(missing))
