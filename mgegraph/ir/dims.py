@@ -94,10 +94,12 @@ class Dim:
 
     __slots__ = ("_terms", "_key", "_size", "_nesting")
 
-    def __init__(self, value: str | int):
+    def __init__(self, value: str | int | Dim):
         if isinstance(value, str):
             _check_name(value)
             terms = (((value,), 1),)
+        elif isinstance(value, Dim):
+            terms = value._terms
         else:
             value = _as_int(value, "a Dim")
             terms = (((), value),) if value else ()
@@ -152,22 +154,23 @@ class Dim:
         return hash(self._terms) if const is None else hash(const)
 
     def __lt__(self, other):
-        return _decide(known_positive(other - self), self, "<", other)
+        return _order(self, "<", other)
 
     def __le__(self, other):
-        return _decide(is_known_nonnegative(other - self), self, "<=", other)
+        return _order(self, "<=", other)
 
     def __gt__(self, other):
-        return _decide(known_positive(self - other), self, ">", other)
+        return _order(self, ">", other)
 
     def __ge__(self, other):
-        return _decide(is_known_nonnegative(self - other), self, ">=", other)
+        return _order(self, ">=", other)
 
     def __bool__(self):
         const = self._constant()
         if const is not None:
             return const != 0
-        return _decide(known_positive(self) or known_positive(-self) or None, self, "!=", 0)
+        nonzero = known_positive(self) or known_positive(-self)
+        return _decide(True if nonzero else None, self, "!=", 0)
 
     def __index__(self):
         const = self._constant()
@@ -226,9 +229,12 @@ def _as_int(value, what: str) -> int:
 def _poly_or_none(x) -> dict | None:
     if isinstance(x, Dim):
         return dict(x._terms)
-    if isinstance(x, bool) or not hasattr(x, "__index__"):
+    if isinstance(x, bool):
         return None
-    value = operator.index(x)
+    try:
+        value = operator.index(x)
+    except TypeError:  # a float, a str, an array: the other operand's operator decides
+        return None
     return {(): value} if value else {}
 
 
@@ -250,10 +256,7 @@ def _scale(a: dict, k: int) -> dict:
     return {mono: coeff * k for mono, coeff in a.items()}
 
 
-def _mul(a: dict, b: dict) -> dict:
-    if len(a) * len(b) > MAX_TERMS * MAX_TERMS:
-        raise DimError(f"a product of symbolic dimensions has too many terms "
-                       f"({len(a)} x {len(b)}; at most {MAX_TERMS} per sum)")
+def _mul(a: dict, b: dict) -> dict:  # factors hold at most MAX_TERMS terms each
     out: dict = {}
     for ma, ca in a.items():
         for mb, cb in b.items():
@@ -575,16 +578,19 @@ def _lower_bound(dim) -> int | None:
         return operator.index(dim)
     total = 0
     for mono, coeff in dim._terms:
-        if mono and coeff < 0:
+        lows = [_atom_lower_bound(atom) for atom in mono]
+        if (mono and coeff < 0) or None in lows:
             return None
-        low = coeff
-        for atom in mono:
-            atom_low = 1 if isinstance(atom, str) else _lower_bound(atom.num)
-            if atom_low is None or (not isinstance(atom, str) and atom_low < 0):
-                return None
-            low *= atom_low if isinstance(atom, str) else atom_low // atom.den
-        total += low
+        total += coeff * math.prod(lows)
     return total
+
+
+def _atom_lower_bound(atom) -> int | None:
+    """A lower bound >= 0 of a name or floor atom, or None: products need nonnegative factors."""
+    if isinstance(atom, str):
+        return 1
+    low = _lower_bound(atom.num)
+    return None if low is None or low < 0 else low // atom.den
 
 
 def is_known_nonnegative(dim: int | Dim) -> bool | None:
@@ -607,6 +613,18 @@ def known_positive(dim: int | Dim) -> bool | None:
         return True
     high = _lower_bound(-dim)
     return False if high is not None and high >= 0 else None
+
+
+# each order as the sign of (dim - other) * direction it needs
+_ORDERS = {"<": (known_positive, -1), "<=": (is_known_nonnegative, -1),
+           ">": (known_positive, 1), ">=": (is_known_nonnegative, 1)}
+
+
+def _order(dim: Dim, symbol: str, other):
+    if _poly_or_none(other) is None:
+        return NotImplemented
+    known_sign, direction = _ORDERS[symbol]
+    return _decide(known_sign((dim - other) * direction), dim, symbol, other)
 
 
 def _decide(known: bool | None, left, symbol: str, right) -> bool:
@@ -730,7 +748,10 @@ def bind_shape(declared: tuple, actual: tuple, bindings: dict[str, int],
     >>> bind_shape((Dim("batch"), 2 * Dim("batch")), (4, 8), {})
     {'batch': 4}
     """
-    declared, actual = tuple(declared), tuple(actual)
+    declared, actual = tuple(declared), tuple(_fed_size(size, what) for size in actual)
+    for dim in declared:
+        if _poly_or_none(dim) is None:
+            raise DimError(f"{what}: a declared dimension is an int or a Dim, got {dim!r}")
     if len(declared) != len(actual):
         raise FeedError(f"{what}: fed shape {shape_text(actual)} has {len(actual)} dimensions, "
                         f"the declared {shape_text(declared)} has {len(declared)}")
@@ -746,6 +767,13 @@ def bind_shape(declared: tuple, actual: tuple, bindings: dict[str, int],
                                                 f"{shape_text(actual)}, declared {dim}")
     bindings.update(found)
     return bindings
+
+
+def _fed_size(size, what: str) -> int:
+    try:
+        return operator.index(size)
+    except TypeError:
+        raise FeedError(f"{what}: a fed size is an integer, got {size!r}") from None
 
 
 def _bind_name(found: dict, name: str, size: int, where: str) -> None:

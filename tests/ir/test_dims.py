@@ -4,6 +4,7 @@ import copy
 import doctest
 import pickle
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -74,7 +75,10 @@ def test_constant_dim_equals_and_hashes_as_its_int():
     assert Dim(3) == 3 and 3 == Dim(3) and hash(Dim(3)) == hash(3)
     assert Dim(0) == 0 and hash(Dim(0)) == hash(0) and int(Dim(-2)) == -2
     assert (Dim(2), b) == (2, b) and len({Dim(5), 5}) == 1
-    assert b != 1 and b != "b" and b != 1.0 and b != h
+    assert b != 1 and b != "b" and b != 1.0 and b != h and Dim(b) == b and Dim(np.int64(2)) == 2
+    assert b + np.int64(2) == b + 2 and (b == np.array([1, 2])).tolist() == [False, False]
+    with pytest.raises(TypeError):
+        b < 2.5
 
 
 def test_equal_expressions_hash_equal():
@@ -175,7 +179,7 @@ small_expressions = st.recursive(_leaf(), _node, max_leaves=4)  # products of th
 environments = st.fixed_dictionaries({n: st.integers(1, 40) for n in _NAMES})
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(expressions, environments)
 def test_evaluate_matches_integer_arithmetic(expr, env):
     dim, reference = expr
@@ -185,7 +189,7 @@ def test_evaluate_matches_integer_arithmetic(expr, env):
     assert "a" not in names(partial) and evaluate(partial, env) == reference(env)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(expressions)
 def test_text_form_round_trips(expr):
     dim, _ = expr
@@ -194,7 +198,7 @@ def test_text_form_round_trips(expr):
     assert type(back) is type(dim)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(expressions, environments)
 def test_sign_knowledge_is_sound(expr, env):
     dim, reference = expr
@@ -205,7 +209,7 @@ def test_sign_knowledge_is_sound(expr, env):
         assert (value >= 0) == is_known_nonnegative(dim)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(small_expressions, small_expressions, small_expressions, st.integers(1, 7))
 def test_algebraic_identities_give_one_form(e, f, g, k):
     (e, _), (f, _), (g, _) = e, f, g
@@ -216,7 +220,7 @@ def test_algebraic_identities_give_one_form(e, f, g, k):
     assert ceil_div(e * k, k) == e and (e * k) % k == 0
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(expressions, expressions, environments)
 def test_equal_forms_are_equal_values(e, f, env):
     (e, ref_e), (f, ref_f) = e, f
@@ -255,10 +259,10 @@ def test_equal_forms_are_equal_values(e, f, env):
     ("-" * 5_000 + "b", "nested levels"),
     ("b + " * 20_000 + "b", "more than the 65536 allowed"),
     ("*".join(["(a + b + c + d + e + f + g + h + i)"] * 3), "too many terms|more than the"),
-    ("*".join(["(a + b + 1)"] * 6), "more than the"),
+    ("*".join(["(a + b + c + 1)"] * 6), "84 terms in a sum"),
     ("*".join(["b"] * 17), "17 factors in a product"),
     ("5000000000000000000*b + 5000000000000000000*b", "does not fit int64"),
-])
+], ids=lambda value: value if len(value) <= 40 else value[:37] + "...")
 def test_hostile_text_is_a_clear_error(text, why):
     with pytest.raises(DimError, match=why):
         parse_dim(text)
@@ -344,6 +348,14 @@ def test_bind_shape_mismatch_is_a_feed_error(declared, actual, why):
 def test_bind_shape_respects_earlier_bindings():
     with pytest.raises(FeedError, match=r"is 3, but b is already bound to 2"):
         bind_shape((b,), (3,), {"b": 2})
+
+
+def test_bind_shape_takes_integer_sizes_and_dims():
+    assert bind_shape((b,), (np.int64(3),), {}) == {"b": 3}
+    with pytest.raises(FeedError, match=r"x: a fed size is an integer, got 2.5"):
+        bind_shape((b,), (2.5,), {}, what="x")
+    with pytest.raises(DimError, match=r"x: a declared dimension is an int or a Dim, got 'b'"):
+        bind_shape(("b",), (2,), {}, what="x")
 
 
 def test_docstring_examples_hold():
