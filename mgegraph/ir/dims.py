@@ -146,6 +146,8 @@ class Dim:
 
     # --- equality with Dims and ints; order and truth only where sign knowledge decides ---
     def __eq__(self, other):
+        if isinstance(other, Dim):
+            return self._terms == other._terms
         o = _poly_or_none(other)
         return NotImplemented if o is None else self._terms == _freeze(o)
 

@@ -1,7 +1,9 @@
 """Symbolic dimensions: the canonical form, the text form and its parser, values, sign
 knowledge, recorded constraints and matching fed shapes."""
+import ast
 import copy
 import doctest
+import inspect
 import pickle
 
 import numpy as np
@@ -266,6 +268,13 @@ def test_equal_forms_are_equal_values(e, f, env):
 def test_hostile_text_is_a_clear_error(text, why):
     with pytest.raises(DimError, match=why):
         parse_dim(text)
+
+
+def test_the_module_never_runs_text_as_code():
+    tree = ast.parse(inspect.getsource(dims))
+    called = {node.func.id for node in ast.walk(tree)
+              if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    assert not called & {"eval", "exec", "compile", "__import__", "getattr"}
 
 
 def test_parser_takes_only_text_and_reads_its_grammar():
