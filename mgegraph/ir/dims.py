@@ -575,16 +575,41 @@ def substitute(dim: int | Dim, bindings: dict[str, int | Dim]) -> int | Dim:
 
 # --- sign knowledge: every name is an integer >= 1 ---
 def _lower_bound(dim) -> int | None:
-    """A lower bound of `dim` over all names >= 1, when the form gives one."""
+    """A lower bound of `dim` over all names >= 1, when the form gives one.
+
+    Positive terms count at their atoms' lower bounds. A negative term `-c*m` is cancelled by
+    positive terms on multiples of `m` (`k*m*n >= k*m` where every factor of `n` is >= 1),
+    which then count as 0; a negative term left over leaves no bound.
+    """
     if not isinstance(dim, Dim):
         return operator.index(dim)
-    total = 0
+    positive = {mono: coeff for mono, coeff in dim._terms if coeff > 0 or not mono}
     for mono, coeff in dim._terms:
+        if mono and coeff < 0 and not _cancel(positive, mono, -coeff):
+            return None
+    total = 0
+    for mono, coeff in positive.items():
         lows = [_atom_lower_bound(atom) for atom in mono]
-        if (mono and coeff < 0) or None in lows:
+        if None in lows:
             return None
         total += coeff * math.prod(lows)
     return total
+
+
+def _cancel(positive: dict, mono: tuple, need: int) -> bool:
+    """Take `need` units off positive terms on multiples of `mono` (itself >= 0), if there are."""
+    if None in [_atom_lower_bound(atom) for atom in mono]:
+        return False
+    for other in list(positive):
+        rest = _divide_monomial(other, mono) if other else None
+        if rest is None or any((_atom_lower_bound(atom) or 0) < 1 for atom in rest):
+            continue
+        used = min(need, positive[other])
+        positive[other] -= used
+        need -= used
+        if need == 0:
+            return True
+    return False
 
 
 def _atom_lower_bound(atom) -> int | None:

@@ -126,14 +126,17 @@ def test_no_int_truth_or_order_without_bindings():
     with pytest.raises(TypeError, match=r"names \(b\) are bound"):  # as numpy expects
         [0, 1][b]
     assert b >= 1 and b + 1 > b and not (b < 1) and 2 * b >= b + 1 and bool(b) and bool(-b)
-    assert h // 2 >= 0 and b * h >= 1 and (h + 1) // 2 >= 1
+    assert h // 2 >= 0 and b * h >= b and h * w >= w and (h + 1) // 2 >= 1
 
 
 def test_sign_knowledge():
     cases = [(b, True, True), (b - 1, True, None), (b - 2, None, None), (-b, False, False),
              (1 - b, None, False), (b * h - 1, True, None), (h // 2, True, None),
              ((h + 1) // 2, True, True), (h // 2 - 1, None, None), (b - h, None, None),
-             (-(h // 2) - 1, False, False), (0, True, False), (-3, False, False)]
+             (-(h // 2) - 1, False, False), (0, True, False), (-3, False, False),
+             (b * h - b, True, None), (b * h - b + 1, True, True), (2 * b * h - 3 * b, None, None),
+             (h * w - h - w, None, None), (b * h * w - 2 * b, None, None), (b - b * h, None, False),
+             (b * ((h + 1) // 2) - b, True, None), (b * (h // 2) - b, None, None)]
     for dim, nonnegative, positive in cases:
         assert (is_known_nonnegative(dim), known_positive(dim)) == (nonnegative, positive), dim
 
@@ -205,6 +208,23 @@ def test_text_form_round_trips(expr):
 def test_sign_knowledge_is_sound(expr, env):
     dim, reference = expr
     value = reference(env)
+    if known_positive(dim) is not None:
+        assert (value >= 1) == known_positive(dim)
+    if is_known_nonnegative(dim) is not None:
+        assert (value >= 0) == is_known_nonnegative(dim)
+
+
+monomials = st.lists(st.sampled_from(("a", "b", "(a//2)", "((b + 1)//2)")), max_size=2)
+polynomials = st.lists(st.tuples(st.integers(-2, 2), monomials), max_size=4)
+small_environments = st.fixed_dictionaries({n: st.integers(1, 3) for n in _NAMES})
+
+
+@settings(max_examples=400, deadline=None)
+@given(polynomials, small_environments)
+def test_sign_knowledge_is_sound_on_polynomials(terms, env):
+    # sums of signed products, where negative terms meet their multiples (`b*h - b`)
+    dim = sum((coeff * parse_dim("*".join(["1", *mono])) for coeff, mono in terms), 0)
+    value = evaluate(dim, env)
     if known_positive(dim) is not None:
         assert (value >= 1) == known_positive(dim)
     if is_known_nonnegative(dim) is not None:
