@@ -19,6 +19,10 @@ The form is sound (equal forms are equal for every binding) and complete for pol
 identities between floor atoms (`b//2 + (b + 1)//2 == b`) are not found, so `==` answering
 False means "not provably equal", and a rule records a `Constraints.equal` fact instead.
 
+Names stand for integers >= 1, so some signs are known from the form alone (`2*h - 1 >= 1`,
+`b*h - b >= 0`): `known_positive` and `is_known_nonnegative` answer True, False or None, and
+`<`, `<=`, `bool` answer only where they decide (else `UndecidedDimError`).
+
 Constants collapse to `int`: every operation whose result has no names returns a plain int,
 so fixed shapes stay tuples of ints and nothing downstream meets a `Dim` it does not need.
 `Dim(3)` still exists for callers that want one; it equals 3 and hashes as 3.
@@ -50,7 +54,9 @@ MAX_DEGREE = 16  # atoms in one monomial
 MAX_NESTING = 8  # floor divisions inside floor divisions
 MAX_SIZE = 512  # atoms in a whole expression, nested ones included
 MAX_COEFF = 2**63  # a coefficient's magnitude stays below int64's
-MAX_TEXT = 65536  # characters parse_dim reads: MAX_SIZE atoms of printed terms fit
+# characters parse_dim reads: the limits above print in under 60,000 (512 atoms of 64-character
+# names, and per atom at most one 19-digit coefficient and one floor's parentheses and divisor)
+MAX_TEXT = 65536
 MAX_DEPTH = 32  # parentheses and unary minus nested in parse_dim's input
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -102,6 +108,8 @@ class Dim:
             terms = value._terms
         else:
             value = _as_int(value, "a Dim")
+            if abs(value) >= MAX_COEFF:
+                raise DimError(f"a dimension's constant {value} does not fit int64")
             terms = (((), value),) if value else ()
         _init(self, terms)
 
@@ -327,6 +335,8 @@ def _floordiv_const(poly: dict, den: int) -> dict:
     inner = _single_floor(rem)
     if inner is not None:  # (s // a) // den == s // (a*den) for integers s and positive a, den
         return _add(quot, _floordiv_const(dict(inner.num._terms), inner.den * den))
+    if den >= MAX_COEFF:
+        raise DimError(f"a symbolic dimension's divisor {den} does not fit int64")
     numerator = _make(rem)
     return _add(quot, {(_Floor(numerator, den),): 1})
 

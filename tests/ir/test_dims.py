@@ -290,6 +290,25 @@ def test_hostile_text_is_a_clear_error(text, why):
         parse_dim(text)
 
 
+def test_nesting_and_size_are_bounded():
+    dim = b
+    for _ in range(8):
+        dim = (dim + 1) // 2
+    assert parse_dim(str(dim)) == dim
+    with pytest.raises(DimError, match="9 nested floor divisions, more than the 8 allowed"):
+        (dim + 1) // 2
+    cube = "*".join(["(a + b + c)"] * 9)
+    assert len(str(parse_dim(cube))) < dims.MAX_TEXT
+    with pytest.raises(DimError, match="550 atoms in an expression, more than the 512 allowed"):
+        parse_dim(cube + "*d")
+    with pytest.raises(DimError, match="divisor 1000000000000000000000 does not fit int64"):
+        b // 10**21
+    with pytest.raises(DimError, match="divisor 1000000000000000000000 does not fit int64"):
+        (b // 10**11) // 10**10
+    with pytest.raises(DimError, match="constant -9223372036854775808 does not fit int64"):
+        Dim(-2**63)
+
+
 def test_the_module_never_runs_text_as_code():
     tree = ast.parse(inspect.getsource(dims))
     called = {node.func.id for node in ast.walk(tree)
