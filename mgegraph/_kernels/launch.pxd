@@ -15,3 +15,5 @@ cdef class Launcher:
 
 cdef class Held:
     cdef readonly Py_ssize_t nbytes
+
+    cdef void hold(self, Py_ssize_t nbytes) noexcept

@@ -88,9 +88,14 @@ cdef Py_ssize_t _held_peak = 0
 cdef class Held:
     """``nbytes`` counted as held while this token lives."""
 
-    def __cinit__(self, Py_ssize_t nbytes):
+    def __cinit__(self, Py_ssize_t nbytes=0):
+        self.hold(nbytes)
+
+    cdef void hold(self, Py_ssize_t nbytes) noexcept:
+        """Count ``nbytes`` more (how C code makes a token: ``Held.__new__(Held)``, then this,
+        with no argument tuple to build)."""
         global _held_now, _held_peak
-        self.nbytes = nbytes
+        self.nbytes += nbytes
         _held_now += nbytes
         if _held_now > _held_peak:
             _held_peak = _held_now

@@ -16,6 +16,7 @@
 # than the kernel. Nothing here is shared scratch: each call's pointers live on its C stack, and
 # the caches change only by replacing one reference at a time, under the GIL.
 
+cimport cython
 cimport numpy as cnp
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF
@@ -120,7 +121,9 @@ cdef object _tensor(cnp.ndarray array, object type, Py_ssize_t nbytes):
     _put(t, OFF_BASE, None)
     _put(t, OFF_LAZY, None)
     _put(t, OFF_GRAD, None)
-    _put(t, OFF_HELD, Held.__new__(Held, nbytes))
+    cdef Held held = Held.__new__(Held)
+    held.hold(nbytes)
+    _put(t, OFF_HELD, held)
     return t
 
 
@@ -145,6 +148,7 @@ cdef class Entry:
     cdef public tuple types, in_types
     cdef public Py_ssize_t workspace
     cdef readonly bint simple
+    cdef bint one_dtype          # its inputs have one dtype (Python's operators need no cast)
     cdef Launcher cpu            # the launcher itself when it is the CPU's: called in C
     cdef object out_type
     cdef object x_type, y_type   # the input types (None past their count), compared by identity
@@ -163,6 +167,7 @@ cdef class Entry:
             return
         self.x_type = self.in_types[0]
         self.y_type = self.in_types[1] if self.n_inputs == 2 else None
+        self.one_dtype = self.y_type is None or self.y_type.dtype == self.x_type.dtype
         self.out_type = self.types[0]
         shape = self.out_type.shape
         self.out_nd = len(shape)
@@ -249,6 +254,7 @@ def clear():
         op.by_types.clear()
 
 
+@cython.no_gc  # it holds a tuple of Tensors, which never refer back to it
 cdef class Made:
     """What ``add_node`` returns when it keeps no Node: the outputs."""
 
@@ -276,10 +282,9 @@ cdef object _binary(Op op, a, b, bint swapped):
             other = SCALARS.get(_scalar_key(b, a_type.dtype))
         if other is not None:
             o_type = <object>_get(other, OFF_TYPE)
-            if o_type is a_type or o_type.dtype == a_type.dtype:
-                entry = op.find(o_type, a_type) if swapped else op.find(a_type, o_type)
-                if entry is not None:
-                    return entry._run(other, a, None) if swapped else entry._run(a, other, None)
+            entry = op.find(o_type, a_type) if swapped else op.find(a_type, o_type)
+            if entry is not None and entry.one_dtype:  # else functional casts first
+                return entry._run(other, a, None) if swapped else entry._run(a, other, None)
     return SLOW_BINARY(op.name, a, b, swapped)
 
 
