@@ -5,10 +5,11 @@
 # types, the next call on the same types that nothing records and that needs no cast comes here:
 # Python's operators on a Tensor (``add`` ... below are Tensor's ``__add__`` ...) and the eager
 # graph's ``add_node`` (what ``F.relu`` and every other function call) find the Entry by the
-# identity of the inputs' types (eager types are interned by ``tensor.type_of``), allocate the
-# output, call the kernel and make the output Tensor. Everything else (the first call, a cast, a
-# recorder or a lazy block on any thread, attributes, a view, several outputs, a workspace) takes
-# dispatch.py's Python path, which makes the same node, so the results are the same bits.
+# identity of the inputs' types (eager types are interned by ``tensor.type_of``; an op with
+# attributes by dispatch's own key), allocate the output, call the kernel and make the output
+# Tensor. Everything else (the first call, a cast, a recorder or a lazy block on any thread, a
+# view, several outputs, a workspace, more than two inputs) takes dispatch.py's Python path,
+# which makes the same node, so the results are the same bits.
 #
 # A Tensor is a Python class (a subclass of the IR's Var), so its fields are slots: the C path
 # writes a new Tensor's slots at the offsets their member descriptors give (what
@@ -310,19 +311,33 @@ def add_node(graph, op, inputs, attrs, types=None, location=None):
     cdef Entry entry
     cdef Py_ssize_t n
     cdef Made made
-    if BUSY == 0 and type(op) is str and not attrs and type(inputs) is tuple:
+    if BUSY == 0 and type(op) is str and type(inputs) is tuple:
         n = len(<tuple>inputs)
         if n == 1 or n == 2:
             x = (<tuple>inputs)[0]
             y = (<tuple>inputs)[1] if n == 2 else None
             if _computed(x) and (y is None or _computed(y)):
-                entry = _op(op).find(<object>_get(x, OFF_TYPE),
-                                     None if y is None else <object>_get(y, OFF_TYPE))
+                x_type = <object>_get(x, OFF_TYPE)
+                y_type = None if y is None else <object>_get(y, OFF_TYPE)
+                entry = _op(op).find(x_type, y_type) if not attrs else \
+                    _with_attrs(op, attrs, x_type, y_type)
                 if entry is not None:
                     made = Made.__new__(Made)
                     made.outputs = (entry._run(x, y, inputs),)
                     return made
     return SLOW_ADD_NODE(graph, op, inputs, attrs, types, location)
+
+
+cdef Entry _with_attrs(str op, attrs, x_type, y_type):
+    """The simple Entry of ``op`` with attributes, by dispatch's own key, or None."""
+    if type(attrs) is not dict:
+        return None
+    items = tuple((<dict>attrs).items())
+    try:
+        found = ENTRIES.get((op, items, x_type) if y_type is None else (op, items, x_type, y_type))
+    except TypeError:  # an attribute that is not hashable: never cached
+        return None
+    return found if type(found) is Entry and (<Entry>found).simple else None
 
 
 cdef inline bint _computed(v):

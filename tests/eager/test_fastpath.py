@@ -52,6 +52,21 @@ def test_every_elementwise_op_gives_the_plans_bits_when_cached(entry, dtype):
             assert np.signbit(got.numpy()).tolist() == np.signbit(want).tolist()
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_ops_with_attributes_give_the_plans_bits_per_attribute_value(dtype):
+    a = RNG.standard_normal((3, 4)).astype(dtype)
+    t = mg.tensor(a)
+    calls = [lambda x: F.leaky_relu(x, 0.1), lambda x: F.leaky_relu(x, 0.3),
+             lambda x: F.clip(x, -0.5, 0.25), lambda x: F.clip(x, -0.25, 0.5),
+             lambda x: x.sum(axis=0), lambda x: x.sum(axis=1), lambda x: x.astype("int32")]
+    for _ in range(3):  # each attribute value its own entry, cached from the second round
+        for fn in calls:
+            want = _plan(fn, a)
+            got = fn(t)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_array_equal(got.numpy(), want)
+
+
 OPERATORS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
              "/": lambda a, b: a / b}
 
