@@ -361,7 +361,8 @@ def _prepare(op, inputs, attrs, memo: bool = True):
         backend = _device()
         impl = backend.impl(opdef.name)
         if impl is None:
-            raise OpError(opdef.name, in_types, "the cpu backend does not run it", location)
+            raise OpError(opdef.name, in_types, f"the {backend.name} backend does not run it",
+                          location)
         try:
             kernel = backend.kernel(opdef.name, impl.dispatch_dtype(stand_in))
             launch = impl.lower(stand_in)
