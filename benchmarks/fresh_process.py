@@ -14,8 +14,9 @@ medians with each one's ratio to PyTorch eager, to ONNX Runtime and to the workl
 the GEMMs back to back through the BLAS the kernels call (mlp-train, mlp-infer), or 80 MiB at
 the bandwidth of np.copyto (fusion-chain, where "mgegraph" is ``plan.run`` and "mgegraph
 executor" the executor alone). op-overhead's 1,000 ops per call make its milliseconds the
-microseconds per op, against NumPy's too: mgegraph eager (``mg.tensor`` op by op), the same
-function under ``mg.jit.trace`` and the chain's plan (``plan.run``).
+microseconds per op, against NumPy's too: mgegraph eager (``mg.tensor`` op by op, its constants
+0-d tensors; "mgegraph scalars": Python numbers, as PyTorch's row has), the same function under
+``mg.jit.trace`` and the chain's plan (``plan.run``).
 """
 from __future__ import annotations
 
@@ -44,8 +45,8 @@ WORKLOADS = {"resnet-infer 1x224": ("mgegraph", "mgegraph -O0", "torch", "onnxru
                                "limit"),
              "fusion-chain": ("mgegraph", "mgegraph executor", "torch", "torch.compile",
                               "onnxruntime", "limit"),
-             "op-overhead": ("mgegraph eager", "mgegraph trace", "mgegraph plan", "torch",
-                             "numpy")}
+             "op-overhead": ("mgegraph eager", "mgegraph scalars", "mgegraph trace",
+                             "mgegraph plan", "torch", "numpy")}
 
 
 @functools.cache
@@ -138,7 +139,8 @@ def op_overhead_call(impl: str, workload: str):
         traced = mg.jit.trace(lambda v: workloads.op_chain_eager(v, a, m))
         np.testing.assert_array_equal(traced(x).numpy(), impls["numpy eager"]())
         return lambda: traced(x)
-    return impls[{"mgegraph eager": "mgegraph eager", "torch": "torch eager",
+    return impls[{"mgegraph eager": "mgegraph eager",
+                  "mgegraph scalars": "mgegraph eager, python scalars", "torch": "torch eager",
                   "numpy": "numpy eager"}[impl]]
 
 
