@@ -212,6 +212,7 @@ cdef class Op:
     cdef str name
     cdef Entry last
     cdef dict by_types  # (id of each input type) -> Entry, which keeps those types alive
+    cdef tuple last_number  # (a Python number, a dtype, its tensor): the one met last
 
     def __cinit__(self, str name):
         self.name = name
@@ -252,6 +253,7 @@ def clear():
     cdef Op op
     for op in OPS.values():
         op.last = None
+        op.last_number = None
         op.by_types.clear()
 
 
@@ -269,6 +271,19 @@ cdef object _scalar_key(value, dtype):
     return (type(value), value, dtype)
 
 
+cdef object _number(Op op, value, dtype):
+    """The tensor dispatch lifted Python number ``value`` to as ``dtype``, or None. The same
+    number object as last time (a loop's constant) is found by identity, which also tells
+    -0.0 from 0.0 and 1 from 1.0."""
+    cdef tuple last = op.last_number
+    if last is not None and last[0] is value and last[1] is dtype:
+        return last[2]
+    t = SCALARS.get(_scalar_key(value, dtype))
+    if t is not None:
+        op.last_number = (value, dtype, t)
+    return t
+
+
 cdef object _binary(Op op, a, b, bint swapped):
     """``a <op> b`` (``b <op> a`` when ``swapped``) for Python's operators on a Tensor."""
     cdef Entry entry
@@ -280,7 +295,7 @@ cdef object _binary(Op op, a, b, bint swapped):
             if _computed(b):
                 other = b
         elif kind is float or kind is int:
-            other = SCALARS.get(_scalar_key(b, a_type.dtype))
+            other = _number(op, b, a_type.dtype)
         if other is not None:
             o_type = <object>_get(other, OFF_TYPE)
             entry = op.find(o_type, a_type) if swapped else op.find(a_type, o_type)

@@ -98,6 +98,18 @@ def test_a_python_zero_keeps_its_sign_on_the_cached_path():
         assert np.signbit((x * -0.0).numpy()).tolist() == [True, False]
 
 
+def test_one_python_number_on_tensors_of_several_dtypes_takes_each_dtypes_rule():
+    numbers = [2, 2.0, 2.5, -0.0, 0.0, 7]
+    arrays = [_data(d, (3,)) for d in ("float32", "float64", "int32", "int64")]
+    for _ in range(3):  # the same number objects again and again, on alternating dtypes
+        for v in numbers:
+            for a in arrays:
+                got, want = mg.tensor(a) * v, _plan(lambda x: x * v, a)
+                assert got.dtype == want.dtype, (v, a.dtype)
+                np.testing.assert_array_equal(got.numpy(), want)
+                assert np.signbit(got.numpy()).tolist() == np.signbit(want).tolist()
+
+
 def test_a_cached_result_is_a_whole_tensor():
     x = mg.tensor(np.arange(4, dtype=np.float32))
     x + x
