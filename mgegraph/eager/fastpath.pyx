@@ -78,9 +78,26 @@ cdef Py_ssize_t _slot(cls, str name) except -1:
     return member.offset
 
 
+# every slot ``_tensor`` writes (the ones tensor.set_array sets)
+SLOTS = frozenset({"graph", "id", "type", "node", "index", "_value", "_base", "_lazy", "grad",
+                   "_held"})
+
+
+def _slot_names(cls) -> set:
+    names = set()
+    for klass in cls.__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        names.update((slots,) if isinstance(slots, str) else slots)
+    return names - {"__weakref__", "__dict__"}
+
+
 def install(tensor, graph, ids, dict entries, dict scalars, slow_binary, slow_add_node,
             failure):
     """Eager dispatch's objects, read by the C path (dispatch.py calls it once)."""
+    if _slot_names(tensor) != SLOTS:  # a slot left unset would raise where it is read
+        raise TypeError(f"eager/fastpath.pyx makes Tensors with the slots {sorted(SLOTS)}, "
+                        f"but Tensor has {sorted(_slot_names(tensor))}: write the new ones in "
+                        "_tensor as tensor.set_array does")
     global TENSOR, GRAPH, IDS, ENTRIES, SCALARS, SLOW_BINARY, SLOW_ADD_NODE, FAILURE
     global OFF_GRAPH, OFF_ID, OFF_TYPE, OFF_NODE, OFF_INDEX
     global OFF_VALUE, OFF_BASE, OFF_LAZY, OFF_GRAD, OFF_HELD

@@ -229,3 +229,14 @@ def test_clear_cache_forgets_the_c_paths_entries():
     dispatch.clear_cache()
     assert not dispatch._ENTRIES
     assert (x - x).numpy().tolist() == [0.0, 0.0] and dispatch._ENTRIES
+
+
+def test_the_c_path_refuses_a_tensor_class_with_a_slot_it_would_leave_unset():
+    from mgegraph.eager import fastpath
+
+    class Wider(mg.Tensor):
+        __slots__ = ("extra",)
+
+    with pytest.raises(TypeError, match="'extra'"):  # before it changes anything
+        fastpath.install(Wider, None, None, {}, {}, None, None, None)
+    assert (mg.tensor([1.0]) + mg.tensor([2.0])).numpy().tolist() == [3.0]
