@@ -15,6 +15,7 @@ import platform
 import sys
 from pathlib import Path
 
+import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
@@ -84,6 +85,12 @@ extensions = [
     if (not ONLY or path.stem in ONLY) and (path.stem in FUSED_BUILDS
                                             or not path.stem.startswith("fused"))
 ]
+# eager dispatch's C path: it calls the kernels through launch.pxd, allocates with NumPy's C API
+if not ONLY or "fastpath" in ONLY:
+    extensions.append(Extension("mgegraph.eager.fastpath", ["mgegraph/eager/fastpath.pyx"],
+                                include_dirs=[numpy.get_include()],
+                                define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+                                extra_compile_args=COMPILE_ARGS, extra_link_args=ASAN_ARGS[:1]))
 
 setup(
     ext_modules=cythonize(

@@ -13,7 +13,10 @@ of load on a shared machine hits every implementation, and prints the median of 
 medians with each one's ratio to PyTorch eager, to ONNX Runtime and to the workload's limit:
 the GEMMs back to back through the BLAS the kernels call (mlp-train, mlp-infer), or 80 MiB at
 the bandwidth of np.copyto (fusion-chain, where "mgegraph" is ``plan.run`` and "mgegraph
-executor" the executor alone). These are issue 19's rows.
+executor" the executor alone). op-overhead's 1,000 ops per call make its milliseconds the
+microseconds per op, against NumPy's too: mgegraph eager (``mg.tensor`` op by op, its constants
+0-d tensors; "mgegraph scalars": Python numbers, as PyTorch's row has), the same function under
+``mg.jit.trace`` and the chain's plan (``plan.run``).
 """
 from __future__ import annotations
 
@@ -41,7 +44,9 @@ WORKLOADS = {"resnet-infer 1x224": ("mgegraph", "mgegraph -O0", "torch", "onnxru
              "mlp-infer 128": ("mgegraph", "mgegraph nn.Linear", "torch", "onnxruntime",
                                "limit"),
              "fusion-chain": ("mgegraph", "mgegraph executor", "torch", "torch.compile",
-                              "onnxruntime", "limit")}
+                              "onnxruntime", "limit"),
+             "op-overhead": ("mgegraph eager", "mgegraph scalars", "mgegraph trace",
+                             "mgegraph plan", "torch", "numpy")}
 
 
 @functools.cache
@@ -118,8 +123,30 @@ def fusion_chain_call(impl: str, workload: str):
         test_fusion.copy_bandwidth()
 
 
+def op_overhead_call(impl: str, workload: str):
+    if impl != "torch":  # PyTorch's OpenMP runtime stays out of the other rows' processes
+        os.environ["MGEGRAPH_BENCH_NO_TORCH"] = "1"
+    _, _, workloads = _benchmark_modules()
+    if impl == "mgegraph plan":
+        return workloads.op_overhead()["mgegraph plan.run"]
+    impls = workloads.op_overhead_eager()  # checks eager's result against NumPy's, bitwise
+    if impl == "mgegraph trace":
+        import numpy as np  # lazy: the parent process imports no library
+
+        import mgegraph as mg
+        x, a, m = (mg.tensor(v) for v in (workloads.op_chain_input(), np.float32(0.5),
+                                          np.float32(0.999)))
+        traced = mg.jit.trace(lambda v: workloads.op_chain_eager(v, a, m))
+        np.testing.assert_array_equal(traced(x).numpy(), impls["numpy eager"]())
+        return lambda: traced(x)
+    return impls[{"mgegraph eager": "mgegraph eager",
+                  "mgegraph scalars": "mgegraph eager, python scalars", "torch": "torch eager",
+                  "numpy": "numpy eager"}[impl]]
+
+
 CALLS = {"resnet-infer": resnet_call, "convnet-train": train_call, "mlp-train": train_call,
-         "mlp-infer": mlp_infer_call, "fusion-chain": fusion_chain_call}
+         "mlp-infer": mlp_infer_call, "fusion-chain": fusion_chain_call,
+         "op-overhead": op_overhead_call}
 
 
 def measure(impl: str, workload: str, runs: int) -> float:
@@ -156,9 +183,10 @@ def child(impl: str, workload: str, threads: int, runs: int) -> float | str:
 
 
 def table(results: dict, skipped: dict, chosen: list[str], threads: list[int]) -> list[str]:
-    """Each row's median of round medians, with its ratio to PyTorch eager, to ONNX Runtime and
-    to the workload's limit where those ran."""
-    against = {"torch": "x torch", "onnxruntime": "x ORT", "limit": "x limit"}
+    """Each row's median of round medians, with its ratio to PyTorch eager, to ONNX Runtime, to
+    the workload's limit and to NumPy where those ran."""
+    against = {"torch": "x torch", "onnxruntime": "x ORT", "limit": "x limit",
+               "numpy": "x numpy"}
     lines = [f"{'workload':20} {'threads':>7} {'implementation':18} {'median ms':>10} "
              + " ".join(f"{h:>8}" for h in against.values()) + "  each round's median, ms"]
     for workload in chosen:

@@ -1,4 +1,5 @@
-"""Eager mode (issue 15): op-overhead on mg.tensor, and mlp-train / convnet-train as an eager step
+"""Eager mode (issue 15): op-overhead on mg.tensor (against PyTorch eager and NumPy: at most
+NumPy's time per op is the target), and mlp-train / convnet-train as an eager step
 (GradManager + opt.step().clear_grad()), the same step under mg.jit.trace, compile_train_step and
 PyTorch eager, each workload in one group (shared/BENCHMARKS.md)."""
 import functools
@@ -64,6 +65,7 @@ def terminal_summary() -> list[str]:
                 us = MEDIANS[OP_GROUP, impl] / workloads.OP_CHAIN * 1e6
                 lines.append(f"  {impl:40s} {us:7.3f}")
         lines += _ratio(OP_GROUP, "mgegraph eager", "torch eager", "<= 1")
+        lines += _ratio(OP_GROUP, "mgegraph eager", "numpy eager", "<= 1")
     for group in TRAIN:
         if any(g == group for g, _ in MEDIANS):
             lines.append(group)

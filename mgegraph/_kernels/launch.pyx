@@ -3,13 +3,14 @@
 # Design: a Launcher is made once per (op, attributes, input types) and cached by eager
 # dispatch; it holds the kernel's address and its parameter block in C arrays, as the plan
 # executor does for each instruction, so a call only reads the arrays' data pointers (the buffer
-# protocol: no NumPy C API needed) and calls the kernel. The GIL is released only for calls
-# big enough that another Python thread gains by it.
+# protocol: no NumPy C API needed) and calls the kernel. Eager dispatch's C path
+# (eager/fastpath.pyx) has the pointers already and calls ``launch`` (launch.pxd). The GIL is
+# released only for calls big enough that another Python thread gains by it.
 
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 from libc.stdlib cimport malloc, free
 
-from .abi cimport Call, kernel_fn
+from .abi cimport Call
 
 cdef enum:
     MAX_BUFFERS = 72  # the fused kernel's 32 inputs and 32 outputs and a workspace fit
@@ -18,12 +19,6 @@ MAX_LAUNCH_BUFFERS = MAX_BUFFERS
 
 
 cdef class Launcher:
-    cdef kernel_fn fn
-    cdef Py_ssize_t* ints
-    cdef double* floats
-    cdef readonly Py_ssize_t n_inputs
-    cdef bint release_gil
-
     def __cinit__(self, Py_ssize_t address, ints, floats, Py_ssize_t n_inputs,
                   bint release_gil):
         """``address``: a kernel of a module's KERNELS table; ``ints``/``floats``: its
@@ -61,17 +56,25 @@ cdef class Launcher:
                                    PyBUF_SIMPLE if i < self.n_inputs else PyBUF_WRITABLE)
                 got += 1
                 pointers[i] = <char*>views[i].buf
-            call.bufs = pointers
-            call.ints = self.ints
-            call.floats = self.floats
-            if self.release_gil:
-                with nogil:
-                    status = self.fn(&call)
-            else:
-                status = self.fn(&call)
+            status = self.launch(pointers)
         finally:
             for i in range(got):
                 PyBuffer_Release(&views[i])
+        return status
+
+    cdef int launch(self, char** pointers) noexcept:
+        """Run the kernel on the buffers at ``pointers`` (inputs, outputs, then the
+        workspace); its status."""
+        cdef Call call
+        cdef int status
+        call.bufs = pointers
+        call.ints = self.ints
+        call.floats = self.floats
+        if self.release_gil:
+            with nogil:
+                status = self.fn(&call)
+        else:
+            status = self.fn(&call)
         return status
 
 
@@ -85,11 +88,14 @@ cdef Py_ssize_t _held_peak = 0
 cdef class Held:
     """``nbytes`` counted as held while this token lives."""
 
-    cdef readonly Py_ssize_t nbytes
+    def __cinit__(self, Py_ssize_t nbytes=0):
+        self.hold(nbytes)
 
-    def __cinit__(self, Py_ssize_t nbytes):
+    cdef void hold(self, Py_ssize_t nbytes) noexcept:
+        """Count ``nbytes`` more (how C code makes a token: ``Held.__new__(Held)``, then this,
+        with no argument tuple to build)."""
         global _held_now, _held_peak
-        self.nbytes = nbytes
+        self.nbytes += nbytes
         _held_now += nbytes
         if _held_now > _held_peak:
             _held_peak = _held_now

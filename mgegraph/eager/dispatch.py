@@ -5,9 +5,11 @@ nodes on it exactly as on a user's graph; its ``add_node`` checks the node with 
 rules (the same OpErrors naming the op, the types and the user's line), runs the op's CPU kernel
 on the inputs' arrays, and returns output Tensors instead of keeping the node.
 
-What one op needs besides its inputs' arrays (output types, the kernel, the parameter block the
-CPU backend's lowering computes, whether the output is a view) depends only on the op, its
-attributes and the input types, so it is made once per such key (``_Entry``) and reused.
+What one op needs besides its inputs' arrays (output types, the eager launcher the backend
+makes from its kernel and lowering, whether the output is a view) depends only on the op, its
+attributes and the input types, so it is made once per such key (``fastpath.Entry``) and reused.
+Once made, an op of one output on computed tensors runs in C (eager/fastpath.pyx: Python's
+operators on a Tensor and ``add_node``) when nothing records on any thread; the rest runs here.
 
 Recorders see every node that runs while they are active on this thread: a GradManager's tape
 (``with gm:``) and a trace. ``mg.lazy()`` makes nodes pending instead (eager/lazy.py).
@@ -15,30 +17,61 @@ Recorders see every node that runs while they are active on this thread: a GradM
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import threading
 import types
 
 import numpy as np
 
-from ..backend import get_backend
+from .. import backend as _backend
 from ..ir.errors import GraphError, KernelError, OpError, user_location
 from ..ir.graph import Graph, Node, Var, _as_array, install
 from ..ir.types import TensorType
 from ..ops.builder import mixing_error
 from ..weight_writes import written
 from . import tensor as _tensor
-from .tensor import Held, Tensor, type_of, wrap, wrap_view
+from .tensor import _IDS, Held, Tensor, fastpath, type_of, wrap, wrap_view
+
+# The device eager tensors live on: its backend makes each op's launcher (``_prepare``)
+DEVICE = "cpu"
 
 
 class _Mode(threading.local):
-    """What eager ops do on this thread besides running."""
+    """What eager ops do on this thread besides running.
+
+    ``recorders`` and ``lazy`` are properties so that the C path (fastpath.pyx) knows, from one
+    count of the threads that have either, when it may run an op without asking this thread's
+    mode."""
 
     def __init__(self):
-        self.recorders: tuple = ()  # GradManager tapes and traces that see each node
-        self.lazy = None            # the pending graph of ``with mg.lazy():``
-        self.update_depth = 0       # inside an optimiser step or a module call
-        self.pending: list = []     # their assigns, applied when the outermost one ends
+        self._recorders: tuple = ()  # GradManager tapes and traces that see each node
+        self._lazy = None            # the pending graph of ``with mg.lazy():``
+        self.update_depth = 0        # inside an optimiser step or a module call
+        self.pending: list = []      # their assigns, applied when the outermost one ends
+
+    @property
+    def recorders(self) -> tuple:
+        return self._recorders
+
+    @recorders.setter
+    def recorders(self, value: tuple) -> None:
+        self._change(value, self._lazy)
+
+    @property
+    def lazy(self):
+        return self._lazy
+
+    @lazy.setter
+    def lazy(self, value) -> None:
+        self._change(self._recorders, value)
+
+    def _change(self, recorders: tuple, lazy) -> None:
+        was = bool(self._recorders) or self._lazy is not None
+        self._recorders, self._lazy = recorders, lazy
+        now = bool(recorders) or lazy is not None
+        if now != was and fastpath is not None:
+            fastpath.busy(1 if now else -1)
 
 
 MODE = _Mode()
@@ -69,7 +102,7 @@ class Recorder:
 
 
 # What ``add_node`` returns when no Node is kept: its ``outputs`` (a C-made object: cheaper
-# to make than an instance of a class of ours)
+# to make than an instance of a class of ours; fastpath.Made on the C path)
 _Made = types.SimpleNamespace
 
 
@@ -82,7 +115,9 @@ class EagerGraph(Graph):
 
     eager = True  # what graph_of tells an eager value's graph by
 
-    def add_node(self, op, inputs, attrs, types=None, location=None):
+    def _add_node(self, op, inputs, attrs, types=None, location=None):
+        """``add_node`` in Python: the first call on some types, and every call while a
+        recorder or a lazy block is active (fastpath.add_node runs the others)."""
         mode = MODE
         if mode.lazy is not None:
             return mode.lazy.add_node(op, inputs, attrs, location)
@@ -99,7 +134,7 @@ class EagerGraph(Graph):
             entry = _prepare(op, inputs, attrs)
         except TypeError:  # an attribute that is not hashable: no memo
             entry = _prepare(op, inputs, attrs, memo=False)
-        outputs = entry.run(inputs)
+        outputs = entry.run(inputs) if entry.simple else _run(entry, inputs)
         if mode.recorders or len(outputs) > 1:
             node = Node(entry.opdef, tuple(inputs), entry.attrs, outputs,
                         location or user_location())
@@ -110,6 +145,8 @@ class EagerGraph(Graph):
                 recorder.record_node(node)
             return node
         return _Made(outputs=outputs)
+
+    add_node = fastpath.add_node if fastpath is not None else _add_node
 
     def add_copy(self, node, inputs):
         raise GraphError("passes do not run on the eager graph")
@@ -198,26 +235,9 @@ def _write(target: Tensor, value: Tensor) -> None:
 
 
 def binary(name: str, a: Tensor, b, swapped: bool = False):
-    """``a <name> b`` (``b <name> a`` when ``swapped``) for Python's operators on a Tensor.
-
-    When nothing records, ``b`` is a Tensor or a Python number of ``a``'s dtype (no cast) and
-    the op ran before on these types, the cached kernel runs at once; otherwise (the first
-    time, a cast, a recorder, a lazy block) ``mgegraph.functional`` makes the node, with its
-    checks and errors. Both give the same node, so the same result."""
-    mode = MODE
-    if not mode.recorders and mode.lazy is None and a._value is not None:
-        kind = type(b)
-        if kind is Tensor:
-            other = b if b._value is not None else None
-        elif kind is float or kind is int:
-            other = _SCALARS.get(_scalar_key(b, a.type.dtype))
-        else:
-            other = None
-        if other is not None and other.type.dtype == a.type.dtype:
-            x, y = (other, a) if swapped else (a, other)
-            entry = _ENTRIES.get((name, (), x.type, y.type))
-            if entry is not None:
-                return entry.run((x, y))[0]
+    """``a <name> b`` (``b <name> a`` when ``swapped``) for Python's operators on a Tensor,
+    through ``mgegraph.functional`` (its checks, casts and errors): the C path's (fastpath.pyx)
+    way when the op is not cached for these types, or something records."""
     fn = getattr(_functional(), name)
     return fn(b, a) if swapped else fn(a, b)
 
@@ -274,47 +294,27 @@ def _scalar_key(value, dtype):
     return (type(value), value, dtype)
 
 
-class _Entry:
-    """What running one (op, attributes, input types) needs: output types, and either the
-    view offset or the kernel's launcher and workspace bytes."""
+def _run(entry, inputs) -> tuple:
+    """The outputs of an entry that is not simple: a view, several outputs, a workspace."""
+    if entry.view is not None:
+        return (_view(inputs[0], entry.view, entry.types[0]),)
+    outputs = [np.empty(t.shape, t.dtype) for t in entry.types]
+    arrays = (*[v._value for v in inputs], *outputs)
+    if entry.workspace:
+        held = Held(entry.workspace)  # noqa: F841  (counted while the kernel runs)
+        arrays += (np.empty(entry.workspace, np.uint8),)
+    status = entry.launcher(arrays)
+    if status:
+        raise _failure(entry, status, inputs)
+    return tuple([wrap(out, t) for out, t in zip(outputs, entry.types)])
 
-    __slots__ = ("attrs", "kernel", "launcher", "opdef", "simple", "types", "view", "workspace")
 
-    def run(self, inputs):
-        if self.simple:  # a kernel with one output and no workspace: most ops, made short
-            t = self.types[0]
-            out = np.empty(t.shape, t.dtype)
-            n = len(inputs)
-            status = self.launcher((inputs[0]._value, inputs[1]._value, out) if n == 2 else
-                                   (inputs[0]._value, out) if n == 1 else
-                                   (*[v._value for v in inputs], out))
-            if status:
-                raise self.failure(status, inputs)
-            return (wrap(out, t),)
-        if self.view is not None:
-            return (_view(inputs[0], self.view, self.types[0]),)
-        outputs = [np.empty(t.shape, t.dtype) for t in self.types]
-        if self.workspace:
-            return self._run_with_workspace(inputs, outputs)
-        status = self.launcher((*[v._value for v in inputs], *outputs))
-        if status:
-            raise self.failure(status, inputs)
-        return tuple([wrap(out, t) for out, t in zip(outputs, self.types)])
+def _failure(entry, status: int, inputs) -> KernelError:
+    from .._kernels.runtime import KERNEL_STATUS  # lazy: the CPU backend's words, on failure
 
-    def _run_with_workspace(self, inputs, outputs):
-        workspace = np.empty(self.workspace, np.uint8)
-        held = Held(self.workspace)  # noqa: F841  (counted while the kernel runs)
-        status = self.launcher((*[v._value for v in inputs], *outputs, workspace))
-        if status:
-            raise self.failure(status, inputs)
-        return tuple([wrap(out, t) for out, t in zip(outputs, self.types)])
-
-    def failure(self, status: int, inputs) -> KernelError:
-        from .._kernels.runtime import KERNEL_STATUS
-
-        return KernelError(f"{self.opdef.name}({', '.join(str(v.type) for v in inputs)}) "
-                           f"(kernel {self.kernel}, at {user_location()}): "
-                           f"{KERNEL_STATUS.get(status, f'status {status}')}")
+    return KernelError(f"{entry.opdef.name}({', '.join(str(v.type) for v in inputs)}) "
+                       f"(kernel {entry.kernel}, at {user_location()}): "
+                       f"{KERNEL_STATUS.get(status, f'status {status}')}")
 
 
 def _view(x: Tensor, offset: int, t: TensorType) -> Tensor:
@@ -331,7 +331,7 @@ def _view(x: Tensor, offset: int, t: TensorType) -> Tensor:
     return wrap_view(array, x)
 
 
-def _prepare(op, inputs, attrs, memo: bool = True) -> _Entry:
+def _prepare(op, inputs, attrs, memo: bool = True):
     from ..ops import get_op
 
     opdef = get_op(op) if isinstance(op, str) else op
@@ -345,8 +345,11 @@ def _prepare(op, inputs, attrs, memo: bool = True) -> _Entry:
         types = tuple(type_of(t.shape, t.dtype) for t in opdef.infer(in_types, full))
     except (ValueError, TypeError) as exc:
         raise OpError(opdef.name, in_types, str(exc), location) from None
-    entry = _Entry()
+    if fastpath is None:
+        raise ImportError("eager ops need mgegraph's compiled build (mgegraph.eager.fastpath)")
+    entry = fastpath.Entry()
     entry.opdef, entry.attrs, entry.types = opdef, tuple(sorted(full.items())), types
+    entry.in_types = in_types
     # lowerings read types and attributes only: placeholder values, so the memo holds no array
     stand_in = Node(opdef, tuple(Var(EAGER, -1, t, None, i) for i, t in enumerate(in_types)),
                     entry.attrs, tuple(Var(EAGER, -1, t, None, i) for i, t in enumerate(types)),
@@ -355,10 +358,11 @@ def _prepare(op, inputs, attrs, memo: bool = True) -> _Entry:
     entry.launcher = entry.kernel = None
     entry.workspace = 0
     if entry.view is None:
-        backend = get_backend("cpu")
+        backend = _device()
         impl = backend.impl(opdef.name)
         if impl is None:
-            raise OpError(opdef.name, in_types, "the cpu backend does not run it", location)
+            raise OpError(opdef.name, in_types, f"the {backend.name} backend does not run it",
+                          location)
         try:
             kernel = backend.kernel(opdef.name, impl.dispatch_dtype(stand_in))
             launch = impl.lower(stand_in)
@@ -368,18 +372,26 @@ def _prepare(op, inputs, attrs, memo: bool = True) -> _Entry:
         entry.kernel = kernel.name
         entry.workspace = launch.workspace
         entry.launcher = backend.launcher(kernel, launch, len(inputs), work >= RELEASE_GIL_BYTES)
-    entry.simple = entry.view is None and len(types) == 1 and not entry.workspace
+    entry.ready()
     if memo:
         _ENTRIES[(op, tuple(attrs.items()), *in_types)] = entry
     return entry
+
+
+@functools.cache
+def _device():
+    """The backend of eager tensors' device, resolved once (its factory runs on first use)."""
+    return _backend.get_backend(DEVICE)
 
 
 def clear_cache() -> None:
     """Forget every cached op preparation (they are remade on next use)."""
     _ENTRIES.clear()
     _SCALARS.clear()
+    if fastpath is not None:
+        fastpath.clear()
 
 
-
-
-_tensor.BINARY = binary
+if fastpath is not None:
+    fastpath.install(Tensor, EAGER, _IDS, _ENTRIES, _SCALARS, binary, EagerGraph._add_node,
+                     _failure)

@@ -20,7 +20,10 @@ from ..ir.types import TensorType, as_dtype
 
 try:  # a C count the tokens change without running Python code (eager death is cheap)
     from .._kernels.launch import Held, held_bytes
+    from . import fastpath  # eager dispatch's C path (Python's operators below)
 except ImportError:  # without the CPU build (the reference backend's tests): the same in Python
+    fastpath = None
+
     class Held:
         """``nbytes`` counted as held while this token lives."""
 
@@ -145,21 +148,13 @@ class Tensor(Var):
         body = np.array2string(self._read(), separator=", ", prefix="Tensor(")
         return f"Tensor({body}, dtype={self.dtype})"
 
-    # Python's operators take eager dispatch's fast path (dispatch.binary); ``/`` only for
-    # floats, as integer division computes in floating point
-    def __add__(self, o): return BINARY("add", self, o)
-    def __radd__(self, o): return BINARY("add", self, o, True)
-    def __sub__(self, o): return BINARY("sub", self, o)
-    def __rsub__(self, o): return BINARY("sub", self, o, True)
-    def __mul__(self, o): return BINARY("mul", self, o)
-    def __rmul__(self, o): return BINARY("mul", self, o, True)
-
-    def __truediv__(self, o):
-        return BINARY("div", self, o) if self.type.dtype.kind == "f" else self._F().div(self, o)
-
-    def __rtruediv__(self, o):
-        return BINARY("div", self, o, True) if self.type.dtype.kind == "f" \
-            else self._F().div(o, self)
+    if fastpath is not None:
+        # Python's operators run a cached kernel in C (eager/fastpath.pyx), or call
+        # mgegraph.functional's function as Var's do (the first time, a cast, a recorder)
+        __add__, __radd__ = fastpath.add, fastpath.radd
+        __sub__, __rsub__ = fastpath.sub, fastpath.rsub
+        __mul__, __rmul__ = fastpath.mul, fastpath.rmul
+        __truediv__, __rtruediv__ = fastpath.truediv, fastpath.rtruediv
 
     def __floordiv__(self, o): return self._F().floor_div(self, o)
     def __rfloordiv__(self, o): return self._F().floor_div(o, self)
@@ -178,10 +173,8 @@ class Tensor(Var):
         return self._held is not None
 
 
-# the eager graph every Tensor belongs to, and the operators' fast path (eager.dispatch sets
-# both when it is imported)
+# the eager graph every Tensor belongs to (eager.dispatch sets it when it is imported)
 EAGER_GRAPH = None
-BINARY = None
 
 
 def set_array(t: Tensor, array: np.ndarray, owns: bool, base: Tensor | None = None,
