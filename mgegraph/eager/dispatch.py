@@ -19,86 +19,25 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import threading
 import types
 
 import numpy as np
 
 from .. import backend as _backend
+from .. import functional
 from ..ir.errors import GraphError, KernelError, OpError, user_location
 from ..ir.graph import Graph, Node, Var, _as_array, install
 from ..ir.types import TensorType
+from ..ops import get_op
 from ..ops.builder import mixing_error
 from ..weight_writes import written
 from . import tensor as _tensor
+# MODE, Recorder and the recording switches live in mode.py; imported from here too
+from .mode import MODE, Recorder, not_recording, recording, value_read  # noqa: F401
 from .tensor import _IDS, Held, Tensor, fastpath, type_of, wrap, wrap_view
 
 # The device eager tensors live on: its backend makes each op's launcher (``_prepare``)
 DEVICE = "cpu"
-
-
-class _Mode(threading.local):
-    """What eager ops do on this thread besides running.
-
-    ``recorders`` and ``lazy`` are properties so that the C path (fastpath.pyx) knows, from one
-    count of the threads that have either, when it may run an op without asking this thread's
-    mode."""
-
-    def __init__(self):
-        self._recorders: tuple = ()  # GradManager tapes and traces that see each node
-        self._lazy = None            # the pending graph of ``with mg.lazy():``
-        self.update_depth = 0        # inside an optimiser step or a module call
-        self.pending: list = []      # their assigns, applied when the outermost one ends
-
-    @property
-    def recorders(self) -> tuple:
-        return self._recorders
-
-    @recorders.setter
-    def recorders(self, value: tuple) -> None:
-        self._change(value, self._lazy)
-
-    @property
-    def lazy(self):
-        return self._lazy
-
-    @lazy.setter
-    def lazy(self, value) -> None:
-        self._change(self._recorders, value)
-
-    def _change(self, recorders: tuple, lazy) -> None:
-        was = bool(self._recorders) or self._lazy is not None
-        self._recorders, self._lazy = recorders, lazy
-        now = bool(recorders) or lazy is not None
-        if now != was and fastpath is not None:
-            fastpath.busy(1 if now else -1)
-
-
-MODE = _Mode()
-
-
-class Recorder:
-    """What a recorder is told, on the thread it records: each node run (with Tensors as its
-    inputs and outputs), each eager assign, each read of a value by Python, each optimiser
-    step."""
-
-    def record_node(self, node) -> None:
-        pass
-
-    def assigned(self, target, value) -> None:
-        pass
-
-    def read(self, t) -> None:
-        pass
-
-    def stepped(self, optimizer) -> None:
-        pass
-
-    def overwriting(self, target) -> None:
-        """``target``'s array is about to be written in place (an assign lands)."""
-
-    def module_called(self, module) -> None:
-        """An nn.Module was called (its ``training`` flag decides what its forward does)."""
 
 
 # What ``add_node`` returns when no Node is kept: its ``outputs`` (a C-made object: cheaper
@@ -238,42 +177,8 @@ def binary(name: str, a: Tensor, b, swapped: bool = False):
     """``a <name> b`` (``b <name> a`` when ``swapped``) for Python's operators on a Tensor,
     through ``mgegraph.functional`` (its checks, casts and errors): the C path's (fastpath.pyx)
     way when the op is not cached for these types, or something records."""
-    fn = getattr(_functional(), name)
+    fn = getattr(functional, name)
     return fn(b, a) if swapped else fn(a, b)
-
-
-def _functional():
-    from .. import functional
-    return functional
-
-
-def value_read(t: Tensor) -> None:
-    """Tell the recorders that Python reads ``t``'s value (a trace warns: its branch is fixed)."""
-    for recorder in MODE.recorders:
-        recorder.read(t)
-
-
-@contextlib.contextmanager
-def recording(recorder):
-    """Let ``recorder`` see every eager node made on this thread in the block."""
-    mode = MODE
-    mode.recorders = mode.recorders + (recorder,)
-    try:
-        yield recorder
-    finally:
-        mode.recorders = tuple(r for r in mode.recorders if r is not recorder)
-
-
-@contextlib.contextmanager
-def not_recording(recorder):
-    """Hide ``recorder`` for the block (a GradManager does not tape its own backward pass)."""
-    mode = MODE
-    before = mode.recorders
-    mode.recorders = tuple(r for r in before if r is not recorder)
-    try:
-        yield
-    finally:
-        mode.recorders = before
 
 
 # -- one op's cached preparation ----------------------------------------------------------------
@@ -332,8 +237,6 @@ def _view(x: Tensor, offset: int, t: TensorType) -> Tensor:
 
 
 def _prepare(op, inputs, attrs, memo: bool = True):
-    from ..ops import get_op
-
     opdef = get_op(op) if isinstance(op, str) else op
     location = user_location()
     in_types = tuple(v.type for v in inputs)

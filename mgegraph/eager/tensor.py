@@ -17,6 +17,7 @@ import numpy as np
 from ..ir.errors import GraphError, user_location
 from ..ir.graph import Var, _as_array
 from ..ir.types import TensorType, as_dtype
+from .mode import value_read
 
 try:  # a C count the tokens change without running Python code (eager death is cheap)
     from .._kernels.launch import Held, held_bytes
@@ -105,8 +106,6 @@ class Tensor(Var):
 
     def _read(self) -> np.ndarray:
         """The array, for Python code that reads the value (a trace is told)."""
-        from .dispatch import value_read
-
         value_read(self)
         return self._array()
 
