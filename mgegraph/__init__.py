@@ -24,6 +24,12 @@ from .ir.graph import install_loader as _install_loader
 from .ir.types import TensorType
 from .plan import Instruction, Plan, Role, Slot
 
+# The built-in devices, each a plug-in loaded when first asked for ("module:function"): the
+# registry (backend.py) sits below the backends and names none of them.
+register_backend("cpu", "mgegraph._kernels.cpu:backend")
+register_backend("cuda", "mgegraph.cuda.backend:backend", per_device=True,
+                 probe="mgegraph.cuda:available")  # the probe imports no CUDA library
+
 # Design: the training and eager layers load on first use (PEP 562), so that a deployment's
 # ``import mgegraph.runtime`` brings in the ops, the planner and the kernels but no autodiff,
 # nn or optim; every ``mg.X`` name still works. Name -> (module, attribute or None: the module).

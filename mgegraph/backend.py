@@ -225,17 +225,15 @@ def kernel_name(family: str, dtype) -> str:
     return f"{family}_{short_name(np.dtype(dtype))}"
 
 # device name -> factory, or "module:attribute" of one, imported on first use. The built-in
-# backends (layer 6, above this module) are plug-ins named by these strings: importing the
-# layers below them never loads a compiled module, and a device is loaded when first asked for.
-_FACTORIES: dict[str, Callable[[], Backend] | str] = {
-    "cpu": "mgegraph._kernels.cpu:backend",  # plug-in: the CPU backend, loaded on first use
-    "cuda": "mgegraph.cuda.backend:backend",  # plug-in: the CUDA backend, loaded on first use
-}
+# backends (layer 6, above this module) are registered by the package's facade as such strings:
+# importing the layers below them never loads a compiled module, and a device is loaded when
+# first asked for.
+_FACTORIES: dict[str, Callable[[], Backend] | str] = {}
 # kinds with a backend per device: the factory takes the index ("cuda:1" -> factory(1))
-_PER_DEVICE = {"cuda"}
+_PER_DEVICE: set[str] = set()
 # kinds mg.devices() lists only when their probe (called then) says they can run here; asking
 # for one that cannot is the factory's clear error (the missing extra, driver or GPU)
-_PROBES = {"cuda": "mgegraph.cuda:available"}  # plug-in: imports no CUDA library
+_PROBES: dict[str, str | Callable[[], bool]] = {}
 _BACKENDS: dict[str, Backend] = {}
 # makes each backend once when threads ask for it at the same time (re-entrant: a factory may
 # ask for another backend)
@@ -261,11 +259,23 @@ def sync_to_host(arrays) -> None:
         sync(arrays)
 
 
-def register_backend(name: str, factory: Callable[[], Backend]) -> None:
-    """Make ``mg.compile(device=name)`` use ``factory()`` (called once, on first use)."""
+def register_backend(name: str, factory: Callable[[], Backend] | str, *,
+                     per_device: bool = False, probe: Callable[[], bool] | str | None = None,
+                     ) -> None:
+    """Make ``mg.compile(device=name)`` use ``factory()`` (called once, on first use; a string
+    "module:function" names one, imported then). ``per_device``: one backend per device index,
+    ``factory(index)`` (``"name:1"``). ``probe``: whether the device can run here, asked by
+    ``mg.devices()``.
+
+    >>> mg.register_backend("reference", ReferenceBackend)
+    """
     if name in _FACTORIES:
         raise GraphError(f"a backend named {name!r} is registered already")
     _FACTORIES[name] = factory
+    if per_device:
+        _PER_DEVICE.add(name)
+    if probe is not None:
+        _PROBES[name] = probe
 
 
 def unregister_backend(name: str) -> None:
@@ -275,6 +285,7 @@ def unregister_backend(name: str) -> None:
     _FACTORIES.pop(name, None)
     _BACKENDS.pop(name, None)
     _PROBES.pop(name, None)
+    _PER_DEVICE.discard(name)
 
 
 def devices() -> list[str]:
@@ -287,7 +298,7 @@ def _usable(name: str) -> bool:
     probe = _PROBES.get(name)
     if probe is None:
         return True
-    return bool(_load(probe)())
+    return bool((_load(probe) if isinstance(probe, str) else probe)())
 
 
 def _load(spec: str) -> Callable:

@@ -236,12 +236,6 @@ LAYERS = (
 UPWARD = {
     ("mgegraph.autodiff", "mgegraph.eager.grad_manager"):
         "MegEngine's name mgegraph.autodiff.GradManager for eager mode's, loaded on first use",
-    ("mgegraph.backend", "mgegraph._kernels.cpu"):
-        "the device registry's plug-in: the CPU backend, loaded on first use of device='cpu'",
-    ("mgegraph.backend", "mgegraph.cuda.backend"):
-        "the device registry's plug-in: the CUDA backend, loaded on first use of device='cuda'",
-    ("mgegraph.backend", "mgegraph.cuda"):
-        "the registry's probe: mg.devices() asks mgegraph.cuda.available (loads no CUDA library)",
 }
 
 # An import inside a function says why on its first line: ``# lazy: <reason>`` (an optional
