@@ -58,6 +58,7 @@ OPENMP_OPTIONAL = set(FUSED_BUILDS) | {"conv", "parallel"}  # one thread without
 
 def _have_openmp() -> bool:
     import tempfile
+
     from setuptools._distutils import ccompiler, sysconfig
 
     cc = ccompiler.new_compiler()

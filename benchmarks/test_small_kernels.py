@@ -22,7 +22,7 @@ from threadpoolctl import threadpool_limits
 
 import mgegraph as mg
 import mgegraph.functional as F
-from mgegraph._kernels import parallel  # noqa: F401  libgomp loads now: the session's limit holds
+from mgegraph._kernels import parallel
 from mgegraph.ops.builder import apply
 
 # name: (op, input shapes, attributes) at convnet-train's shapes (batch 32)

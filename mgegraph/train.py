@@ -8,10 +8,10 @@ import numpy as np
 
 from . import functional as F
 from .autodiff import grad
-from .ir.errors import FeedError, GraphError
-from .ir.graph import Graph
 from .compiler import compile
 from .eager.lazy import run_pending
+from .ir.errors import FeedError, GraphError
+from .ir.graph import Graph
 
 
 def _inputs(graph: Graph, arrays, names):

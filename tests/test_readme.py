@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def python_blocks(text: str) -> list[str]:
     """The bodies of the ```python fences, in order."""
-    return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+    return re.findall(r"^```python\n(.*?)^```", text, flags=re.DOTALL | re.MULTILINE)
 
 
 def test_python_blocks_are_found():

@@ -32,7 +32,7 @@ if ("OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ
 THREADS_SLEEP = (os.environ.get("OMP_WAIT_POLICY", "").strip().upper() == "PASSIVE"
                  or os.environ.get("GOMP_SPINCOUNT", "").strip() == "0")
 
-from . import conv, elementwise, fused, linalg, movement, nn, pool, reduce  # noqa: E402
+from . import conv, elementwise, fused, linalg, movement, nn, pool, reduce
 
 
 def _widest_fused_build():

@@ -25,11 +25,11 @@ from ..plan import (
 from ..planner.passes.prologue import PLACEHOLDER
 from ..weight_writes import epoch, versions, written
 from . import KERNEL_MODULES, blas_select, fused, fused_jit, lowering, runtime
-from .lowering.conv import prepack_block
-from .lowering.built import check_built
-from .lowering.matmul import accumulates_exactly
 from .binding import OutputPool, binding_groups, overlaps_any, readable_in_place
 from .launch import Launcher
+from .lowering.built import check_built
+from .lowering.conv import prepack_block
+from .lowering.matmul import accumulates_exactly
 from .runtime import POISON_BYTES, POISON_FLOAT32, POISON_FLOAT64, Executor
 
 # Arena offsets are multiples of a cache line: no two buffers share one, and every vector load

@@ -22,8 +22,8 @@ from ..plan import Role, check_feeds, dead_values, non_finite_output
 from ..weight_writes import versions, written
 from .abi import STATUS_BYTES, decode
 from .abi import pack as pack_args
-from .nvrtc import EXACT_OPTIONS
 from .launches import persistent_layout, plan_calls, rendered_source, slot_addresses
+from .nvrtc import EXACT_OPTIONS
 
 # hosts arrays whose newest value is on a device: id(array) -> the executable holding it
 _STALE: dict[int, object] = {}

@@ -32,6 +32,7 @@ from ..ops import get_op
 from ..ops.builder import mixing_error
 from ..weight_writes import written
 from . import tensor as _tensor
+
 # MODE, Recorder and the recording switches live in mode.py; imported from here too
 from .mode import MODE, Recorder, not_recording, recording, value_read  # noqa: F401
 from .tensor import _IDS, Held, Tensor, fastpath, type_of, wrap, wrap_view

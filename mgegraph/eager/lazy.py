@@ -117,7 +117,7 @@ class LazyGraph:
         for t in live:
             try:
                 _fill([t], compile([self.vars[t.id]], **self.compile_options).run({}))
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001  (raised when the value is read)
                 t._lazy = _Failed(f"the value pending in mg.lazy() ({t.type}) could not be "
                                   f"computed: {type(exc).__name__}: {exc}")
 

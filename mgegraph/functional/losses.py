@@ -7,7 +7,7 @@ from ..ops.movement_api import expand_dims, gather, reshape
 from ..ops.nn import cross_entropy as _cross_entropy
 from ..ops.reduce import mean, sum
 
-__all__ = ["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "binary_cross_entropy_with_logits"]
+__all__ = ["binary_cross_entropy_with_logits", "cross_entropy", "l1_loss", "mse_loss", "nll_loss"]
 
 
 def _reduce(loss, reduction: str):

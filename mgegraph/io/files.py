@@ -40,7 +40,7 @@ def open_regular(path, refuse: Refuse) -> BinaryIO:
         return fd
 
     try:
-        return open(path, "rb", opener=opener)  # noqa: SIM115 (the caller closes it)
+        return open(path, "rb", opener=opener)
     except _NotRegular as exc:
         refuse(f"{_shown(path)} is {exc}, not a regular file")
     except (OSError, TypeError, ValueError) as exc:

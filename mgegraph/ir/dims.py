@@ -98,7 +98,7 @@ class Dim:
     ('batch + 2', True, 1)
     """
 
-    __slots__ = ("_terms", "_key", "_size", "_nesting")
+    __slots__ = ("_key", "_nesting", "_size", "_terms")
 
     def __init__(self, value: str | int | Dim):
         if isinstance(value, str):

@@ -12,7 +12,6 @@ from .errors import GraphError, OpError, user_location
 from .printer import format_graph, graph_to_dot
 from .types import TensorType, as_dtype, tensor_type
 
-
 # Design: the IR imports nothing above it. The layers above plug in here when they are
 # imported (as JAX installs Tracer's operators): the op registry gives its lookup of an op by
 # name, mgegraph.functional the functions Python's operators on a Var build nodes with, and
@@ -83,7 +82,7 @@ class Var(Arithmetic):
     Python operators build nodes: ``x @ w + b``, ``-x``, ``x < 0``, ``x[1:, ::2]``.
     """
 
-    __slots__ = ("graph", "id", "type", "node", "index")
+    __slots__ = ("graph", "id", "index", "node", "type")
     # a value of the graph it names (an nn.Parameter, which joins whichever graph uses it,
     # says False): op builders use it as it is, without lifting
     plain = True

@@ -32,7 +32,7 @@ def import_graph(model, *, constants=None, input_shapes=None, limits=None):
         return _import(cx, model, dict(constants or {}), dict(input_shapes or {}))
     except OnnxImportError:
         raise
-    except Exception as exc:  # noqa: BLE001 - whatever a file provokes is the file's error
+    except Exception as exc:
         raise OnnxImportError(f"{cx.where()}: {type(exc).__name__}: {exc}") from exc
 
 

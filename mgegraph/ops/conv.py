@@ -409,7 +409,7 @@ _register_avg("adaptive_", {"oshp": REQUIRED}, adaptive=True)
 
 # -- public functions (re-exported by mgegraph.functional) ---------------------------------------
 
-__all__ = ["conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d"]
+__all__ = ["adaptive_avg_pool2d", "adaptive_max_pool2d", "avg_pool2d", "conv2d", "max_pool2d"]
 
 
 def _as_pair(value):

@@ -202,7 +202,7 @@ register(OpDef("addmm", "matmul", _addmm_infer,
 
 # -- public functions (re-exported by mgegraph.functional) ---------------------------------------
 
-__all__ = ["matmul", "linear"]
+__all__ = ["linear", "matmul"]
 
 
 def matmul(inp1, inp2, transpose_a=False, transpose_b=False):

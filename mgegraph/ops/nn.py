@@ -19,11 +19,26 @@ from .movement_api import expand_dims, gather, reshape, squeeze, zeros_like
 from .reduce import mean as reduce_mean
 from .reduce import sum as reduce_sum
 from .reduce import var as reduce_var
-from .registry import (FLOAT_DTYPES, REQUIRED, OpDef, Remake, normalize_axis, register,
-                       require_dtypes, walker_grad)
+from .registry import (
+    FLOAT_DTYPES,
+    REQUIRED,
+    OpDef,
+    Remake,
+    normalize_axis,
+    register,
+    require_dtypes,
+    walker_grad,
+)
 
-__all__ = ["softmax", "log_softmax", "logsoftmax", "cross_entropy", "layer_norm", "batch_norm",
-           "dropout"]
+__all__ = [
+    "batch_norm",
+    "cross_entropy",
+    "dropout",
+    "layer_norm",
+    "log_softmax",
+    "logsoftmax",
+    "softmax",
+]
 
 
 def _same_dtype(x: TensorType, other: TensorType, what: str):

@@ -14,7 +14,7 @@ from .elementwise import astype, equal, where
 from .movement_api import broadcast_to, reshape
 from .registry import OpDef, normalize_axes, register
 
-__all__ = ["sum", "mean", "prod", "var", "max", "min", "argmax", "argmin"]
+__all__ = ["argmax", "argmin", "max", "mean", "min", "prod", "sum", "var"]
 
 REDUCE_OPS = ("sum", "prod", "mean", "var", "max", "min", "argmax", "argmin")
 

@@ -1,8 +1,8 @@
 """The op registry: one declarative OpDef per op, the single list of ops every stage reads."""
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 import numpy as np
 

@@ -22,8 +22,8 @@ import sys
 import numpy as np
 
 from mgegraph.backend import FusionLimits, HeldPlan, KernelTable, Launch, kernel_name
-from mgegraph.ir.errors import KernelError
 from mgegraph.host_memory import host_arena
+from mgegraph.ir.errors import KernelError
 from mgegraph.plan import check_feeds, dead_values, host_buffers
 
 FLOATS = ("float32", "float64")

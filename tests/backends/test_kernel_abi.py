@@ -10,8 +10,8 @@ import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph._kernels import linalg, movement, runtime
 from mgegraph._kernels.cpu import CpuBackend
-from mgegraph.backend import unregister_backend
 from mgegraph._kernels.lowering.built import check_built
+from mgegraph.backend import unregister_backend
 from mgegraph.cuda import abi as cuda_abi
 from mgegraph.cuda.backend import CudaBackend
 from mgegraph.kernel_abi import conv, status

@@ -45,7 +45,6 @@ def test_a_backend_that_packs_weights_is_asked_through_the_protocol():
 
         def prepack(self, node):  # declared: the prepack pass asks, and packs nothing here
             asked.append(node.op.name)
-            return None
 
     B.register_backend("packing", Packing)
     try:
@@ -85,6 +84,6 @@ def test_the_cpu_backend_imports_no_tool():
     code = ("import sys, mgegraph._kernels.cpu; "
             "print(sorted(m for m in sys.modules if m.startswith('mgegraph.tools')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

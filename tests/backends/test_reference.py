@@ -264,7 +264,7 @@ def test_out_on_a_backend_that_returns_new_arrays(reference):
 
 def test_a_dropped_plan_frees_its_executable_without_the_cycle_collector(reference):
     # every executable holds its plan weakly (backend.HeldPlan), the reference one included
-    import gc  # noqa: I001
+    import gc
     import weakref
 
     g = mg.Graph()

@@ -43,7 +43,7 @@ print("ok", losses)
 def test_everything_above_the_kernels_runs_without_the_cpu_build():
     tests = Path(__file__).resolve().parent.parent
     done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=tests, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert "cpu refused: mgegraph._kernels" in done.stdout and "ok" in done.stdout
 
@@ -87,6 +87,6 @@ def test_the_cuda_backend_plans_without_the_cpu_build():
     # the parameter blocks CUDA shares with the CPU live below both (mgegraph/kernel_abi)
     tests = Path(__file__).resolve().parent.parent
     done = subprocess.run([sys.executable, "-c", CUDA_SCRIPT], cwd=tests, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("ok")

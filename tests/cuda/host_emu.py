@@ -90,8 +90,12 @@ def run_plan_on_host(plan, backend, feeds, build_source=None) -> list[np.ndarray
     a plan that has one is refused). What the GPU executable does, without a GPU: a kernel's
     failure (its status word, 8 bytes after the persistent block) raises its KernelError."""
     from mgegraph.cuda.abi import STATUS_BYTES
-    from mgegraph.cuda.launches import (persistent_layout, plan_calls, rendered_source,
-                                        slot_addresses)
+    from mgegraph.cuda.launches import (
+        persistent_layout,
+        plan_calls,
+        rendered_source,
+        slot_addresses,
+    )
     from mgegraph.cuda.runtime import status_error
     calls, texts = plan_calls(plan, backend)
     hand_written = {c.source for c in calls if c.source is not None}

@@ -80,7 +80,7 @@ def test_constant_dim_equals_and_hashes_as_its_int():
     assert b != 1 and b != "b" and b != 1.0 and b != h and Dim(b) == b and Dim(np.int64(2)) == 2
     assert b + np.int64(2) == b + 2 and (b == np.array([1, 2])).tolist() == [False, False]
     with pytest.raises(TypeError):
-        b < 2.5
+        _ = b < 2.5
 
 
 def test_equal_expressions_hash_equal():

@@ -15,9 +15,9 @@ from mgegraph._kernels import nn as KN
 from mgegraph._kernels import pool as KP
 from mgegraph._kernels import reduce as KR
 from mgegraph._kernels.lowering import conv, nn, pool, reduce
+from mgegraph.backend import KernelTable
 from mgegraph.kernel_abi import pool as abi_pool
 from mgegraph.kernel_abi.layout import pack
-from mgegraph.backend import KernelTable
 from mgegraph.ops import conv as ops_conv
 from mgegraph.ops import nn as ops_nn
 from mgegraph.ops import reduce as ops_reduce

@@ -13,9 +13,9 @@ import numpy as np
 
 from ...backend import Launch
 from ...ir.types import short_name
+from ...kernel_abi import conv as abi
 from ..kernel import Step
 from .gemm import LARGE, SMALL, THREADS, tile_for
-from ...kernel_abi import conv as abi
 from .reuse import GRID_YZ, blocks, family_kernels, implement_shared
 
 # The Conv fields csrc_cuda/conv.cu reads, by position (its struct Conv)

@@ -7,9 +7,9 @@ parameter block of mgegraph/kernel_abi/nn.py.
 from __future__ import annotations
 
 from ...ir.types import short_name
+from ...kernel_abi import nn as abi
 from ..kernel import Step
 from .norm import elementwise_steps
-from ...kernel_abi import nn as abi
 from .reuse import family_kernels, implement_shared
 
 OPS = ("dropout",)

@@ -16,8 +16,8 @@ import math
 
 import numpy as np
 
-from ...kernel_abi import elementwise as abi
 from ...ir.types import SUPPORTED, short_name
+from ...kernel_abi import elementwise as abi
 from ...ops import elementwise_table as TABLE
 from .. import geometry, render
 from ..kernel import RenderedKernel

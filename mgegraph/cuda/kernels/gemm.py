@@ -13,8 +13,8 @@ import numpy as np
 
 from ...backend import Launch
 from ...ir.types import short_name
-from ..kernel import Step
 from ...kernel_abi import matmul as abi
+from ..kernel import Step
 from .reuse import GRID_YZ, blocks, family_kernels, implement_shared
 
 # csrc_cuda/gemm.cu's tiles (BM, BN) and threads: float32 takes the large one unless the

@@ -12,9 +12,9 @@ import numpy as np
 
 from ...backend import Launch  # noqa: F401  (the doctest's)
 from ...ir.types import short_name
+from ...kernel_abi import movement as abi
 from ..kernel import Step
 from .norm import elementwise_steps
-from ...kernel_abi import movement as abi
 from .reuse import GRID_YZ, blocks, family_kernels, implement_shared
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from ...backend import Launch
 from ...ir.types import short_name
-from ..kernel import Step
 from ...kernel_abi import nn as abi
+from ..kernel import Step
 from .reuse import blocks, column_steps, family_kernels, implement_shared
 
 OPS = ("layer_norm", "layer_norm_backward", "batch_norm", "batch_norm_backward")

@@ -7,9 +7,9 @@ mgegraph/kernel_abi/pool.py, from the same Pool parameter block.
 from __future__ import annotations
 
 from ...ir.types import short_name
+from ...kernel_abi import pool as abi
 from ..kernel import Step
 from .norm import elementwise_steps
-from ...kernel_abi import pool as abi
 from .reuse import family_kernels, implement_shared
 
 BACKWARD = ("max_pool2d_backward", "avg_pool2d_backward")  # a thread per input cell

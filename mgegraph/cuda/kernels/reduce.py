@@ -11,8 +11,8 @@ import math
 
 from ...backend import Launch
 from ...ir.types import short_name
-from ..kernel import Step
 from ...kernel_abi import reduce as abi
+from ..kernel import Step
 from .reuse import blocks, column_steps, family_kernels, implement_shared
 
 # csrc_cuda/reduce.cu: MG_SPLIT_HEADER, MG_PARTIAL_BYTES (a static_assert there keeps a Partial
