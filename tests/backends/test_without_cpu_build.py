@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = r"""
+NO_CPU_BUILD = r"""
 import sys
 
 class NoCpuBuild:
@@ -15,6 +15,9 @@ class NoCpuBuild:
         return None
 
 sys.meta_path.insert(0, NoCpuBuild())
+"""
+
+SCRIPT = NO_CPU_BUILD + r"""
 import numpy as np
 import mgegraph as mg
 import mgegraph.functional as F
@@ -48,17 +51,7 @@ def test_everything_above_the_kernels_runs_without_the_cpu_build():
     assert "cpu refused: mgegraph._kernels" in done.stdout and "ok" in done.stdout
 
 
-CUDA_SCRIPT = r"""
-import sys
-
-class NoCpuBuild:
-    # refuses every module of mgegraph._kernels, as on a machine where the build never ran
-    def find_spec(self, name, path=None, target=None):
-        if name == "mgegraph._kernels" or name.startswith("mgegraph._kernels."):
-            raise ImportError(f"{name} is blocked: no CPU build")
-        return None
-
-sys.meta_path.insert(0, NoCpuBuild())
+CUDA_SCRIPT = NO_CPU_BUILD + r"""
 import numpy as np
 import mgegraph as mg
 import mgegraph.functional as F
