@@ -190,6 +190,15 @@ def _first_line(exc) -> str:
 
 
 # -- one node's types -----------------------------------------------------------------------
+def check_values(where: str, node, known: list) -> None:
+    """What ONNX Runtime refuses in the known inputs' values, where shape inference would only
+    fail on them (a Range whose delta is 0 would divide by it)."""
+    if node.op_type == "Range" and len(known) == 3 and known[2] is not None \
+            and np.any(np.asarray(known[2]) == 0):
+        raise OnnxImportError(f"{where}: Range's delta is 0, so the range never reaches its "
+                              "limit (ONNX Runtime refuses it too)")
+
+
 def infer_node(node, values: list, types: list, opset: int, ir_version: int) -> list:
     """``(shape, dtype)`` of each of ``node``'s outputs by ONNX's strict shape inference (None
     where a dim or the type is unknown), its inputs being ``values`` (an array known at import,

@@ -119,6 +119,7 @@ def _convert(cx: Context, node, ins: list, ir_version: int) -> list:
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     known = [v if isinstance(v, np.ndarray) else None for v in ins]
     types = [None if v is None else (shape_of(v), v.dtype) for v in ins]
+    checks.check_values(cx.where(), node, known)
     predicted = checks.infer_node(node, known, types, cx.opset, ir_version)
     fold = node.op_type != "Constant" and all(v is None or isinstance(v, np.ndarray) for v in ins) \
         and any(v is not None for v in ins)

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import mgegraph.onnx as mo
 from mgegraph import cli
-from mgegraph.onnx import ImportLimits, OnnxImportError, checks
+from mgegraph.onnx import ImportLimits, OnnxImportError, checks, converters
 
 F32 = TensorProto.FLOAT
 
@@ -364,12 +364,20 @@ def test_a_missing_initializer_and_a_bad_attribute_name_the_node():
     assert isinstance(error.__cause__, onnx.checker.ValidationError)
 
 
-def test_other_errors_are_wrapped_with_the_node_and_the_cause():
-    # Range with a delta of 0 is only found by evaluating it
+def test_other_errors_are_wrapped_with_the_node_and_the_cause(monkeypatch):
+    def broken(cx, ins, attrs):
+        raise ValueError("a converter's own bug")
+
+    monkeypatch.setitem(converters.CONVERTERS, "Relu", broken)
+    model = _model([helper.make_node("Relu", ["x"], ["y"], name="r")], [_vi("x", [2])])
+    error = _refused(model, "Relu node 'r': ValueError: a converter's own bug")
+    assert isinstance(error.__cause__, ValueError)
+
+
+def test_a_range_whose_delta_is_0_is_refused_in_words():
     node = helper.make_node("Range", ["a", "b", "c"], ["y"], name="r")
     model = _model([node], initializers=[_i64("a", 0), _i64("b", 4), _i64("c", 0)])
-    error = _refused(model, "Range node 'r': ")
-    assert error.__cause__ is not None
+    _refused(model, "Range node 'r': Range's delta is 0, so the range never reaches its limit")
 
 
 def test_convert_of_a_file_missing_an_initializer_prints_one_line(tmp_path, capsys):
