@@ -15,6 +15,9 @@ is not seen: call ``mgegraph.weight_writes.written(p.value)`` after one (or set
 ``p.value = a``, which does). Checking the bytes instead would cost a pass over every weight
 per run, which is what the prologue is there to save.
 
+Before such a run writes, ``before_writes()`` lets eager mode's lazy blocks run what they left
+pending (it reads the weights in place, as they were when it was recorded).
+
 Design: this module imports nothing of mgegraph, so the writers (eager mode, nn, optim, the
 backends) and the readers (``planner/passes/prologue.py``, the executables) all reach it from
 below, whatever their layer.
@@ -48,6 +51,22 @@ def written(array: np.ndarray) -> None:
         _COUNTS[key] = 0
     _COUNTS[key] += 1
     _EPOCH[0] += 1
+
+
+# called before a shared weight is written by a plan's run: eager mode's lazy blocks install
+# theirs (run what is pending, which reads the weights as they were recorded)
+_BEFORE_WRITES: list = []
+
+
+def on_before_writes(hook) -> None:
+    """Call ``hook()`` before every plan run that writes shared weights."""
+    _BEFORE_WRITES.append(hook)
+
+
+def before_writes() -> None:
+    """Said by a plan run before it writes shared weights (see ``on_before_writes``)."""
+    for hook in _BEFORE_WRITES:
+        hook()
 
 
 def epoch() -> int:

@@ -23,7 +23,7 @@ from ..plan import (
     view_in,
 )
 from ..planner.passes.prologue import PLACEHOLDER
-from ..weight_writes import epoch, versions, written
+from ..weight_writes import before_writes, epoch, versions, written
 from . import KERNEL_MODULES, blas_select, fused, fused_jit, lowering, runtime
 from .binding import OutputPool, binding_groups, overlaps_any, readable_in_place
 from .launch import Launcher
@@ -154,6 +154,8 @@ class CpuExecutable:
         """Run on ``feeds``; returns arrays the caller owns: the ``out=`` arrays where given
         (one entry per output, None for a fresh array). Feeds are read in place where they
         can be and outputs written where they are returned (see ``binding``)."""
+        if self._assigned:  # work pending elsewhere reads these weights as they are now
+            before_writes()
         with self._lock:  # one arena, one set of feed and output buffers: one run at a time
             return self._run(feeds, out)
 

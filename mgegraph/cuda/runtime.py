@@ -19,7 +19,7 @@ from ..backend import HeldPlan, on_host_read
 from ..ir.errors import KernelError, NumericsError
 from ..kernel_abi.status import kernel_error
 from ..plan import Role, check_feeds, dead_values, non_finite_output
-from ..weight_writes import versions, written
+from ..weight_writes import before_writes, versions, written
 from .abi import STATUS_BYTES, decode
 from .abi import pack as pack_args
 from .launches import persistent_layout, plan_calls, rendered_source, slot_addresses
@@ -100,6 +100,8 @@ class CudaExecutable:
 
     # -- runs ------------------------------------------------------------------------------
     def run(self, feeds: dict) -> list[np.ndarray]:
+        if self._assigned:  # work pending elsewhere reads these weights as they are now
+            before_writes()
         with self._lock:
             return self._run(feeds)
 

@@ -28,6 +28,7 @@ from ..compiler import compile
 from ..ir.errors import GraphError
 from ..ir.graph import Graph, Node
 from ..ops.builder import mixing_error
+from ..weight_writes import on_before_writes
 from .dispatch import EAGER, MODE, _Made
 from .tensor import _IDS, Held, Tensor
 
@@ -35,6 +36,7 @@ from .tensor import _IDS, Held, Tensor
 class LazyGraph:
     def __init__(self, **compile_options):
         self.compile_options = compile_options
+        self.running = False  # while its own plan runs
         self._reset()
 
     def _reset(self) -> None:
@@ -93,6 +95,7 @@ class LazyGraph:
         outputs = [self.vars[t.id] for t in live]
         if not outputs and self.graph.assigns:
             outputs = [self.graph.assigns[0].inputs[0]]
+        self.running = True
         try:
             if outputs:
                 _fill(live, compile(outputs, **self.compile_options).run({}))
@@ -105,6 +108,7 @@ class LazyGraph:
                           f"({type(exc).__name__}) before it computed this one")
             raise
         finally:
+            self.running = False
             self._reset()
 
     def _drop_assigns(self) -> None:
@@ -129,6 +133,8 @@ class LazyGraph:
         self._reset()
 
     def has_work(self) -> bool:
+        if self.running:  # its own plan's writes: what it computes is this work
+            return False
         return bool(self.graph.assigns) or any(t._value is None for t in self.pending.values())
 
 
@@ -139,6 +145,9 @@ def run_pending() -> None:
     graph = MODE.lazy
     if graph is not None and graph.has_work():
         graph.materialize()
+
+
+on_before_writes(run_pending)
 
 
 def _fill(tensors, arrays) -> None:

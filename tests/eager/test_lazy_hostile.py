@@ -88,3 +88,24 @@ def test_a_compiled_train_step_in_a_lazy_block_leaves_pending_values_as_recorded
         step(*batch)
         assert not np.array_equal(model.weight.numpy(), before)
         np.testing.assert_array_equal(doubled.numpy(), before * 2)
+
+
+def test_a_plans_run_that_writes_a_weight_runs_the_pending_work_first():
+    # the pending p * 2 reads p in place: it must see p as it was recorded, before the plan's
+    # assign (it saw the plan's write: [4, 4, 4])
+    p = nn.Parameter(np.ones(3, np.float32))
+    g = mg.Graph()
+    w = g.bind(p)
+    g.assign(w, w + 1.0)
+    plan = mg.compile([w * 1.0])
+    with mg.lazy():
+        y = p * 2.0
+        plan.run({})
+        assert y.numpy().tolist() == [2.0, 2.0, 2.0]
+    assert p.numpy().tolist() == [2.0, 2.0, 2.0]
+    with mg.lazy():  # a block whose own plan assigns (an optimiser step) runs it once
+        p.grad = mg.tensor(np.ones(3, np.float32))
+        mg.optim.SGD([p], lr=1.0).step()
+        z = p * 1.0  # as in any plan, a read after the step sees the value from before it
+        assert z.numpy().tolist() == [2.0, 2.0, 2.0]
+    assert p.numpy().tolist() == [1.0, 1.0, 1.0]
