@@ -105,25 +105,10 @@ def _ancestors(name: str) -> list[str]:
 
 
 def _targets(name: str, is_package: bool, node: ast.stmt, known) -> set[str]:
-    """The modules of mgegraph an import statement makes Python run: the named module, its
-    packages (their __init__) unless they enclose the importer (already running by then), and
-    for ``from X import y`` the submodule X.y, or X itself when y is a name defined there."""
-    if isinstance(node, ast.Import):
-        named = {a.name for a in node.names}
-    else:
-        base = name if is_package else name.rpartition(".")[0]
-        if node.level:
-            base = ".".join(base.split(".")[:len(base.split(".")) - node.level + 1])
-            source = f"{base}.{node.module}" if node.module else base
-        else:
-            source = node.module
-        subs = {f"{source}.{a.name}" for a in node.names} & (set(known) | compiled_modules())
-        named = subs | ({source} if len(subs) < len(node.names) else set())
-    running = set(_ancestors(name)) | {name}
-    out = named & set(known)
-    for target in list(out):
-        out.update(p for p in _ancestors(target) if p in known and p not in running)
-    return out
+    """The modules of mgegraph an import statement makes Python run (``_run_by`` of the names
+    it imports): the named module, its packages unless they enclose the importer, and for
+    ``from X import y`` the submodule X.y, or X itself when y is a name defined there."""
+    return set(_run_by(name, _statement_names(name, is_package, node))) & set(known)
 
 
 @functools.cache
