@@ -28,6 +28,7 @@ from .. import functional
 from ..ir.errors import GraphError, KernelError, OpError, user_location
 from ..ir.graph import Graph, Node, Var, _as_array, install
 from ..ir.types import TensorType
+from ..kernel_abi.status import MESSAGES
 from ..ops import get_op
 from ..ops.builder import mixing_error
 from ..weight_writes import written
@@ -216,11 +217,9 @@ def _run(entry, inputs) -> tuple:
 
 
 def _failure(entry, status: int, inputs) -> KernelError:
-    from .._kernels.runtime import KERNEL_STATUS  # lazy: the CPU backend's words, on failure
-
     return KernelError(f"{entry.opdef.name}({', '.join(str(v.type) for v in inputs)}) "
                        f"(kernel {entry.kernel}, at {user_location()}): "
-                       f"{KERNEL_STATUS.get(status, f'status {status}')}")
+                       f"{MESSAGES.get(status, f'status {status}')}")
 
 
 def _view(x: Tensor, offset: int, t: TensorType) -> Tensor:
