@@ -384,7 +384,8 @@ def cmd_convert(args) -> int:
 
     output = args.output or str(Path(args.model).with_suffix(".mgm"))
     try:
-        plan = mg_onnx.import_model(_onnx_path(args.model),
+        _require_onnx()  # the importer reads the file itself: regular, sized, limits
+        plan = mg_onnx.import_model(args.model,
                                     input_shapes=dict(args.input_shape) or None,
                                     freeze=args.freeze)
     except mg_onnx.OnnxImportError as exc:
@@ -400,14 +401,12 @@ def cmd_convert(args) -> int:
     return 0
 
 
-def _onnx_path(path: str) -> str:
-    """``path``, once the onnx package is known to be installed (the importer reads the file:
-    only a regular one, within its size limits, its external weights sized before read)."""
+def _require_onnx() -> None:
+    """``convert``'s own word where the onnx package is not installed."""
     try:
         import onnx  # noqa: F401  # lazy: optional dependency (onnx)
     except ModuleNotFoundError:
         raise ImportError('convert needs the onnx package: pip install -e ".[onnx]"') from None
-    return path
 
 
 def cmd_bench(args) -> int:
