@@ -28,7 +28,7 @@ import numpy as np
 from . import __version__, runtime
 from . import onnx as mg_onnx  # the package alone: it imports the onnx library when called
 from .io import read, save
-from .io.arrays import read_npy, write_npz
+from .io.arrays import read_npy, type_text, write_npz
 from .ir.errors import FeedError, GraphError, KernelError, ModelFormatError
 
 PROG = "mgegraph"
@@ -394,7 +394,7 @@ def cmd_convert(args) -> int:
         raise mg_onnx.OnnxImportError(f"{exc} (on the command line: --input-shape "
                                       "NAME=D,D,...)") from exc
     save(plan, output)
-    ins = ", ".join(f"{n}: {_type_text(plan.slots[s].type.shape, plan.slots[s].type.dtype)}"
+    ins = ", ".join(f"{n}: {type_text(plan.slots[s].type.shape, plan.slots[s].type.dtype)}"
                     for n, s in plan.feeds.items())
     print(f"converted {args.model} -> {output}: inputs {ins}; {len(plan.outputs)} outputs, "
           f"{len(plan.instructions)} instructions")
@@ -460,7 +460,7 @@ def read_feeds(predictor, specs, rng: np.random.Generator | None = None) -> dict
         feeds[name] = _read_array(name, path, *wants[name])
     missing = [n for n in names if n not in feeds]
     if missing and rng is None:
-        wanted = ", ".join(f"{n} ({_type_text(*wants[n])})" for n in missing)
+        wanted = ", ".join(f"{n} ({type_text(*wants[n])})" for n in missing)
         raise FeedError(f"no --input NAME=FILE.npy for the model's input(s) {wanted}")
     for name in missing:
         feeds[name] = random_array(*wants[name], rng)
@@ -498,17 +498,13 @@ def random_array(shape, dtype, rng: np.random.Generator) -> np.ndarray:
     return np.zeros(shape, dtype)
 
 
-def _type_text(shape, dtype) -> str:
-    return f"{np.dtype(dtype)}{list(shape)}"
-
-
 def summary_line(name: str, array: np.ndarray) -> str:
     """``name: dtype[shape]  min .. mean .. max ..`` over the finite values, and how many
     are not finite.
 
     >>> summary_line("y", np.array([1.0, 3.0]))   # 'y: float64[2]  min 1  mean 2  max 3'
     """
-    text = f"{name}: {_type_text(array.shape, array.dtype)}"
+    text = f"{name}: {type_text(array.shape, array.dtype)}"
     if array.size == 0:
         return text + "  (empty)"
     values = array.astype(np.float64).ravel()

@@ -23,7 +23,7 @@ def read_npy(path, shape, dtype, refuse: Refuse, what: str = "the array wanted")
     with open_regular(path, refuse) as f:
         found = _header(f, refuse)
         if found is not None and (found[0] != tuple(shape) or found[1] != dtype):
-            refuse(f"the array is {_type_text(*found)}, {what} is {_type_text(shape, dtype)}")
+            refuse(f"the array is {type_text(*found)}, {what} is {type_text(shape, dtype)}")
         f.seek(0)
         try:
             array = np.load(f, allow_pickle=False)
@@ -76,5 +76,6 @@ def write_npz(path, names, arrays, refuse: Refuse) -> None:
     write_atomically(path, write, refuse)
 
 
-def _type_text(shape, dtype) -> str:
+def type_text(shape, dtype) -> str:
+    """How messages write an array's type: ``float32[1, 1, 8, 8]``."""
     return f"{np.dtype(dtype)}{list(shape)}"
