@@ -27,7 +27,9 @@ class TrainStep:
     def __call__(self, *batch):
         feeds = {f"input{i}": np.asarray(a) for i, a in enumerate(batch)}
         opt = self.optimizer
-        run_pending()  # what mg.lazy() left pending reads the weights this step writes
+        # what mg.lazy() left pending may read the scalars prepare_step writes from Python
+        # (the run's own weight writes wait for it in the executor: before_writes)
+        run_pending()
         with opt.lock:  # the scalars prepare_step writes are the ones this run reads
             saved = (opt.step_count, opt.scalars.value.copy())
             opt.prepare_step()
