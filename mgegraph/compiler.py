@@ -17,6 +17,7 @@ from .ir.graph import Graph, Var
 from .lowering import Lowered, lower, view_root
 from .ops.builder import apply
 from .plan import Plan, PlanSource
+from .symbolic_plan import DEFAULT_CACHE_SIZE, SymbolicPlan
 from .planner.memory.plan import memory_options, place, schedule
 from .planner.memory.verify import checks_enabled, verify_plan
 from .planner.passes.dce import dce
@@ -31,7 +32,8 @@ from .planner.remat.remat_search import Judge, candidates, choose
 
 
 def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
-            check_numerics: bool = False, freeze: bool = False) -> Plan:
+            check_numerics: bool = False, freeze: bool = False, *,
+            cache_size: int = DEFAULT_CACHE_SIZE, warm=(), bounds=None) -> Plan | SymbolicPlan:
     """Compile the graph that computes ``outputs`` into a Plan for ``device`` (one of
     ``mg.devices()``).
 
@@ -55,6 +57,12 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
     instructions that read only weights into ``plan.prologue``, run again only after one of
     those weights was written (``mgegraph.planner.passes.prologue`` lists the writers seen).
 
+    A graph whose inputs name a dimension (``g.input("x", ("batch", 784))``) compiles to a
+    ``SymbolicPlan``: each new binding of the names a run's feeds give is specialised then
+    (a fixed-shape plan with all of the above) and kept in a cache of ``cache_size`` plans,
+    least recently used out; ``warm=[{"batch": 1}, {"batch": 32}]`` specialises ahead of time
+    and ``bounds={"batch": (1, 256)}`` refuses other values (a ``FeedError``).
+
     >>> plan = compile([y]); (out,) = plan.run({"x": x_value})
     """
     options = memory_options(memory)
@@ -73,6 +81,13 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
                          "mg.jit.trace")
     backend = get_backend(device)
     check_backend(backend)
+    if graph.symbolic:
+        return _symbolic_plan(graph, outputs, dict(
+            device=device, memory=memory, optimize=optimize, remat=remat_given,
+            check_numerics=check_numerics, freeze=freeze), cache_size, warm, bounds)
+    if warm or bounds:
+        raise GraphError("compile(): warm= and bounds= are for a graph whose inputs name a "
+                         "dimension; this graph's shapes are all numbers")
     if options.alignment < backend.alignment:
         options = replace(options, alignment=backend.alignment)
     if freeze:
@@ -105,6 +120,22 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
                          "freeze": bool(freeze)})
     return replace(plan, passes=tuple(report), check_numerics=bool(check_numerics),
                    source=source, prologue=prologue)
+
+
+def _symbolic_plan(graph: Graph, outputs, options: dict, cache_size, warm, bounds):
+    """A SymbolicPlan over a snapshot of ``graph``: with ``freeze`` the weights become
+    constants once, now, so every specialisation holds the same values."""
+    source_graph = snapshot(graph)
+    if options["freeze"]:
+        source_graph, outputs = frozen(source_graph, outputs)
+
+    def compile_fixed(fixed_outputs):
+        return compile(fixed_outputs, **options)
+    plan = SymbolicPlan(source_graph, outputs, compile_fixed, options, cache_size=cache_size,
+                        warm=warm, bounds=bounds)
+    # what a model file saves: the graph with the weights every specialisation uses
+    plan.source = PlanSource(plan.graph, tuple(plan.outputs), options)
+    return plan
 
 
 def frozen(graph: Graph, outputs) -> tuple[Graph, list[Var]]:
@@ -155,6 +186,7 @@ def snapshot(graph: Graph) -> Graph:
     copy.inputs, copy.params = dict(graph.inputs), dict(graph.params)
     copy.values, copy.shared = dict(graph.values), set(graph.shared)
     copy._bound = dict(graph._bound)
+    copy.constraints = graph.constraints.copy()
     return copy
 
 

@@ -729,6 +729,11 @@ class Constraints:
         if known is None:
             self._record(Constraint(Relation.AT_LEAST, dim, low, op, location))
 
+    def copy(self) -> Constraints:
+        other = Constraints()
+        other._facts = dict(self._facts)
+        return other
+
     def _record(self, fact: Constraint) -> None:
         self._facts.setdefault((fact.relation, fact.left, fact.right), fact)
 
@@ -767,7 +772,8 @@ def shape_text(shape: tuple) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ")"
 
 
-def _bare_name(dim) -> str | None:
+def bare_name(dim) -> str | None:
+    """The name when ``dim`` is one name alone (``batch``), else None (``2*batch``, 3)."""
     if isinstance(dim, Dim) and len(dim._terms) == 1:
         ((mono, coeff),) = dim._terms
         if coeff == 1 and len(mono) == 1 and isinstance(mono[0], str):
@@ -794,12 +800,12 @@ def bind_shape(declared: tuple, actual: tuple, bindings: dict[str, int],
                         f"the declared {shape_text(declared)} has {len(declared)}")
     found = dict(bindings)
     for i, (dim, size) in enumerate(zip(declared, actual)):
-        name = _bare_name(dim)
+        name = bare_name(dim)
         if name is not None:
             _bind_name(found, name, size, f"{what}: dimension {i} ({name}) of the fed shape "
                                           f"{shape_text(actual)}")
     for i, (dim, size) in enumerate(zip(declared, actual)):
-        if _bare_name(dim) is None:
+        if bare_name(dim) is None:
             _match_expression(found, dim, size, f"{what}: dimension {i} of the fed shape "
                                                 f"{shape_text(actual)}, declared {dim}")
     bindings.update(found)

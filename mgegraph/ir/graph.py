@@ -8,6 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import facts
+from .dims import Constraints
+from .dims import names as dim_names
 from .errors import GraphError, OpError, user_location
 from .printer import format_graph, graph_to_dot
 from .types import TensorType, as_dtype, tensor_type
@@ -177,10 +180,29 @@ class Graph:
         self.assigns: list[Node] = []  # state updates, applied at the end of every run
         self._bound: dict[int, Var] = {}  # id(nn.Parameter) -> its param Var in this graph
         self._next_id = 0
+        # what the shape rules found that named input sizes must satisfy (`batch == n`),
+        # checked when a run's feeds bind the names
+        self.constraints = Constraints()
+
+    @property
+    def symbolic(self) -> bool:
+        """Whether an input has a named dimension (the graph compiles to a plan that
+        specialises itself for each binding of the names)."""
+        return any(v.type.symbolic for v in self.inputs.values())
+
+    @property
+    def dim_names(self) -> frozenset[str]:
+        """The names of the inputs' dimensions, in no order."""
+        return frozenset(n for v in self.inputs.values() for d in v.shape
+                         for n in dim_names(d))
 
     # -- sources --------------------------------------------------------------------------
     def input(self, name: str, shape, dtype="float32") -> Var:
-        """A value fed at run time: ``plan.run({name: array})``."""
+        """A value fed at run time: ``plan.run({name: array})``.
+
+        A dimension may be a name (``g.input("x", ("batch", 784))`` or ``mg.Dim("batch")``):
+        the graph then takes any size there, and ``mg.compile`` makes a plan for each size
+        fed (``docs/ir.md``, flexible shapes)."""
         self._check_new_name(name)
         (var,) = self.add_node("input", (), {"name": name}, types=(tensor_type(shape, dtype),)).outputs
         self.inputs[name] = var
@@ -271,8 +293,9 @@ class Graph:
             # every other node's types are its op's rule's, whatever the caller says: a kernel
             # trusts them (buffer sizes), so a wrong given type would overrun a buffer
             try:
-                inferred = tuple(opdef.infer(in_types, full_attrs))
-            except (ValueError, TypeError) as exc:
+                with facts.recording(self.constraints, opdef.name, location):
+                    inferred = tuple(opdef.infer(in_types, full_attrs))
+            except (ValueError, TypeError) as exc:  # a DimError is a ValueError
                 raise OpError(opdef.name, in_types, str(exc), location) from None
             if types is not None and tuple(types) != inferred:
                 raise OpError(opdef.name, in_types, f"given output types "

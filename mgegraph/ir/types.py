@@ -8,6 +8,8 @@ from functools import cached_property
 
 import numpy as np
 
+from . import facts
+from .dims import Dim, DimError, is_known_nonnegative, parse_dim
 from .errors import GraphError, user_location
 
 # Design: the engine's dtypes are a closed set; each has a short code used in
@@ -63,23 +65,49 @@ def result_type(*dtypes: np.dtype) -> np.dtype:
 
 
 def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
-    """NumPy broadcasting; raises ValueError naming the shapes when they do not broadcast."""
+    """NumPy broadcasting; raises ValueError naming the shapes when they do not broadcast.
+
+    A named dimension meeting another size that is not 1 is taken to equal it (as ONNX
+    Runtime and ``torch.export`` take it): the fact is recorded (``ir.facts``) and checked
+    when shapes are bound, so a batch of 1 meeting a batch of 8 is a ``FeedError`` then,
+    never a silent broadcast.
+    """
     ndim = max((len(s) for s in shapes), default=0)
     out = []
     for axis in range(-ndim, 0):
-        sizes = {s[axis] for s in shapes if len(s) >= -axis} - {1}
-        if len(sizes) > 1:
-            raise ValueError(f"shapes {', '.join(map(str, shapes))} do not broadcast")
-        out.append(sizes.pop() if sizes else 1)
+        sizes = list(dict.fromkeys(s[axis] for s in shapes if len(s) >= -axis and s[axis] != 1))
+        fixed = [d for d in sizes if not isinstance(d, Dim)]
+        if len(fixed) > 1:
+            raise ValueError(f"shapes {_shapes_text(shapes)} do not broadcast")
+        if not sizes:
+            out.append(1)
+            continue
+        # the fixed size if there is one, else the simplest expression: the result's name
+        chosen = fixed[0] if fixed else min(sizes, key=lambda d: (len(str(d)), str(d)))
+        for d in sizes:
+            if d is not chosen:
+                facts.require_equal(d, chosen, f"broadcasting {_shapes_text(shapes)}")
+        out.append(chosen)
     return tuple(out)
+
+
+def _shapes_text(shapes) -> str:
+    return ", ".join("(" + ", ".join(map(str, s)) + ("," if len(s) == 1 else "") + ")"
+                     for s in shapes)
 
 
 @dataclass(frozen=True)
 class TensorType:
-    shape: tuple[int, ...]
+    """A shape and a dtype. A dimension is an int, or a ``Dim`` (a named size such as
+    ``batch``, or an expression of names) in a graph with flexible input shapes; ``size`` and
+    ``nbytes`` are then expressions too, and ``symbolic`` says so."""
+
+    shape: tuple[int | Dim, ...]
     dtype: np.dtype
 
     def __post_init__(self):
+        if self.symbolic:
+            return  # checked again with numbers when the graph is specialised
         # a type whose bytes cannot be addressed would overflow C long in planning or at run;
         # an op's rule raising here becomes an OpError naming the op and the user's line
         if math.prod(self.shape) * self.dtype.itemsize > MAX_BYTES:
@@ -99,6 +127,11 @@ class TensorType:
     def ndim(self) -> int:
         return len(self.shape)
 
+    @cached_property
+    def symbolic(self) -> bool:
+        """Whether a dimension is named (known only when shapes are bound)."""
+        return any(isinstance(d, Dim) for d in self.shape)
+
     @cached_property  # planners ask for sizes many times per buffer
     def size(self) -> int:
         return math.prod(self.shape)
@@ -108,28 +141,50 @@ class TensorType:
         return self.size * self.dtype.itemsize
 
     def __str__(self) -> str:
-        return f"{short_name(self.dtype)}[{','.join(map(str, self.shape))}]"
+        # a named shape reads with spaces (f32[batch, 10]); a fixed one as it always has
+        sep = ", " if self.symbolic else ","
+        return f"{short_name(self.dtype)}[{sep.join(map(str, self.shape))}]"
 
 
-def _is_dim(d) -> bool:
+def _is_int(d) -> bool:
     return isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_))
+
+
+def as_dim(d, shape=None) -> int | Dim:
+    """A user's dimension: an int (NumPy's too), a ``Dim``, or a name or expression as text
+    (``"batch"``, ``"2*seq"``), read by ``parse_dim`` (never evaluated as Python)."""
+    if _is_int(d):
+        return int(d)
+    if isinstance(d, str):
+        try:
+            return parse_dim(d)
+        except DimError as exc:
+            raise GraphError(f"shape {shape!r}: {exc} (at {user_location()})") from None
+    if isinstance(d, Dim):
+        return d
+    raise GraphError(f"shape {shape!r}: dimension {d!r} is not an int or a name "
+                     f"(at {user_location()})")
 
 
 def tensor_type(shape, dtype) -> TensorType:
     """The type of a user's shape and dtype; a shape is a sequence of non-negative ints
-    (NumPy integers too; no floats or bools) whose tensor's bytes can be addressed."""
+    (NumPy integers too; no floats or bools) or named dimensions (``"batch"``, ``mg.Dim``),
+    whose tensor's bytes can be addressed."""
+    if isinstance(shape, (str, Dim)):
+        raise GraphError(f"shape {shape!r} is one dimension, not a sequence of them; write "
+                         f"({shape!r},) (at {user_location()})")
     try:
         dims = tuple(shape)
     except TypeError:
         raise GraphError(f"shape {shape!r} is not a sequence of ints (at {user_location()})") \
             from None
-    bad = [d for d in dims if not _is_dim(d)]
-    if bad:
-        raise GraphError(f"shape {shape!r}: dimension {bad[0]!r} is not an int "
-                         f"(at {user_location()})")
-    dims = tuple(int(d) for d in dims)
-    if any(d < 0 for d in dims):
+    dims = tuple(as_dim(d, shape) for d in dims)
+    if any(isinstance(d, int) and d < 0 for d in dims):
         raise GraphError(f"negative dimension in shape {dims} (at {user_location()})")
+    unsure = [d for d in dims if isinstance(d, Dim) and is_known_nonnegative(d) is not True]
+    if unsure:
+        raise GraphError(f"dimension {unsure[0]} of shape ({', '.join(map(str, dims))}) may "
+                         f"be negative (at {user_location()})")
     dtype = as_dtype(dtype)
     try:
         return TensorType(dims, dtype)

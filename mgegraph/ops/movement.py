@@ -22,6 +22,7 @@ import operator
 import numpy as np
 
 from ..ir.graph import Graph, Var, eager_graph
+from ..ir.dims import Dim
 from ..ir.types import INT_DTYPES, TensorType, as_dtype, broadcast_shapes, tensor_type
 from .builder import apply, apply_multi
 from .registry import NUMERIC_DTYPES, REQUIRED, OpDef, register, require_dtypes, whole_input
@@ -31,12 +32,13 @@ from .registry import NUMERIC_DTYPES, REQUIRED, OpDef, register, require_dtypes,
 PAD_MODES = ("constant", "edge", "reflect")
 
 
-def _shape_attr(shape) -> tuple[int, ...]:
-    dims = (shape,) if isinstance(shape, (numbers.Integral, np.integer)) else tuple(shape)
-    if not all(isinstance(d, (numbers.Integral, np.integer)) and not isinstance(d, bool)
-               for d in dims):
-        raise TypeError(f"a shape must be a sequence of ints, got {shape!r}")
-    return tuple(int(d) for d in dims)
+def _shape_attr(shape) -> tuple[int | Dim, ...]:
+    dims = (shape,) if isinstance(shape, (numbers.Integral, np.integer, Dim)) else tuple(shape)
+    if not all(isinstance(d, Dim) or (isinstance(d, (numbers.Integral, np.integer))
+                                      and not isinstance(d, bool)) for d in dims):
+        raise TypeError(f"a shape must be a sequence of ints and named dimensions, got "
+                        f"{shape!r}")
+    return tuple(d if isinstance(d, Dim) else int(d) for d in dims)
 
 
 def axis_index(axis, ndim: int) -> int:

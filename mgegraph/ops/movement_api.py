@@ -15,7 +15,8 @@ import numpy as np
 
 from ..ir.errors import GraphError, OpError, user_location
 from ..ir.graph import Var
-from ..ir.types import as_dtype
+from ..ir.dims import Dim
+from ..ir.types import as_dim, as_dtype
 from .builder import apply, apply_multi, graph_of, promote
 from .movement import axis_index, full_node, no_input_node, reshaped
 
@@ -54,11 +55,29 @@ def _axes(op: str, inp, axis, ndim: int) -> tuple[int, ...]:
 
 
 def reshape(inp, target_shape):
-    """Reshape without copying (the result views ``inp``'s buffer); one dimension may be -1.
+    """Reshape without copying (the result views ``inp``'s buffer); one dimension may be -1,
+    and a dimension may be named (``F.reshape(x, (batch, -1))`` with ``batch = x.shape[0]``,
+    or the name ``"batch"``).
 
     >>> y = F.reshape(x, (2, -1))
     """
-    return apply("reshape", (inp,), shape=_int_tuple("reshape", inp, target_shape))
+    return apply("reshape", (inp,), shape=_shape_tuple("reshape", inp, target_shape))
+
+
+def _shape_tuple(op: str, inp, values) -> tuple:
+    """A target shape: ints, ``Dim``s and names as text (``"batch"``)."""
+    single = isinstance(values, (numbers.Integral, np.integer, Dim, str))
+    values = (values,) if single else tuple(values)
+    dims = []
+    for v in values:
+        if isinstance(v, (Dim, str)):
+            try:
+                dims.append(as_dim(v, values))
+            except GraphError as exc:
+                _fail(op, [inp], str(exc))
+        else:
+            dims.extend(_int_tuple(op, inp, (v,)))
+    return tuple(dims)
 
 
 def flatten(inp, start_axis=0, end_axis=-1):
