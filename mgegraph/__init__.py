@@ -10,6 +10,7 @@ from . import (
 from .backend import devices, register_backend
 from .compiler import compile
 from .io import load, save
+from .ir.dims import Dim, DimError
 from .ir.errors import (
     DispatchError,
     FeedError,
@@ -23,6 +24,7 @@ from .ir.graph import Graph, Node, Var
 from .ir.graph import install_loader as _install_loader
 from .ir.types import TensorType
 from .plan import Instruction, Plan, Role, Slot
+from .symbolic_plan import SymbolicPlan
 
 # The built-in devices, each a plug-in loaded when first asked for ("module:function"): the
 # registry (backend.py) sits below the backends and names none of them.
@@ -80,6 +82,8 @@ def __dir__():
 
 __all__ = [
     "DataLoader",
+    "Dim",
+    "DimError",
     "DispatchError",
     "FeedError",
     "GradManager",
@@ -95,6 +99,7 @@ __all__ = [
     "Plan",
     "Role",
     "Slot",
+    "SymbolicPlan",
     "Tensor",
     "TensorType",
     "Var",

@@ -17,7 +17,6 @@ from .ir.graph import Graph, Var
 from .lowering import Lowered, lower, view_root
 from .ops.builder import apply
 from .plan import Plan, PlanSource
-from .symbolic_plan import DEFAULT_CACHE_SIZE, SymbolicPlan
 from .planner.memory.plan import memory_options, place, schedule
 from .planner.memory.verify import checks_enabled, verify_plan
 from .planner.passes.dce import dce
@@ -29,6 +28,7 @@ from .planner.passes.rewrite import rebuild
 from .planner.remat.remat import graph_flops, remat_options, split
 from .planner.remat.remat_report import RematReport
 from .planner.remat.remat_search import Judge, candidates, choose
+from .symbolic_plan import DEFAULT_CACHE_SIZE, SymbolicPlan
 
 
 def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
@@ -82,9 +82,9 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
     backend = get_backend(device)
     check_backend(backend)
     if graph.symbolic:
-        return _symbolic_plan(graph, outputs, dict(
-            device=device, memory=memory, optimize=optimize, remat=remat_given,
-            check_numerics=check_numerics, freeze=freeze), cache_size, warm, bounds)
+        given = {"device": device, "memory": memory, "optimize": optimize, "remat": remat_given,
+                 "check_numerics": check_numerics, "freeze": freeze}
+        return _symbolic_plan(graph, outputs, given, cache_size, warm, bounds)
     if warm or bounds:
         raise GraphError("compile(): warm= and bounds= are for a graph whose inputs name a "
                          "dimension; this graph's shapes are all numbers")

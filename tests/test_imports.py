@@ -208,7 +208,7 @@ LAYERS = (
     ("ops", ("ops", "functional")),
     ("autodiff", ("autodiff",)),
     ("the planner", ("planner",)),
-    ("lowering and the plan", ("lowering", "plan", "backend", "compiler", "kernel_abi")),
+    ("lowering and the plan", ("lowering", "plan", "backend", "compiler", "kernel_abi", "symbolic_plan")),
     ("backends", ("_kernels", "cuda")),
     ("eager, nn, optim", ("eager", "jit", "nn", "module", "optim", "optimizer", "train")),
     ("io, onnx, tools", ("io", "runtime", "onnx", "tools", "viz", "testing")),

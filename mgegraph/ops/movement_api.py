@@ -66,17 +66,21 @@ def reshape(inp, target_shape):
 
 def _shape_tuple(op: str, inp, values) -> tuple:
     """A target shape: ints, ``Dim``s and names as text (``"batch"``)."""
-    single = isinstance(values, (numbers.Integral, np.integer, Dim, str))
-    values = (values,) if single else tuple(values)
+    items = (values,) if isinstance(values, (numbers.Integral, np.integer, Dim, str)) else \
+        tuple(values)
+    if not any(isinstance(v, (Dim, str)) for v in items):
+        return _int_tuple(op, inp, values)  # the messages of an all-int shape stay as they were
     dims = []
-    for v in values:
+    for v in items:
         if isinstance(v, (Dim, str)):
             try:
-                dims.append(as_dim(v, values))
+                dims.append(as_dim(v, items))
             except GraphError as exc:
                 _fail(op, [inp], str(exc))
+        elif isinstance(v, (numbers.Integral, np.integer)) and not isinstance(v, (bool, np.bool_)):
+            dims.append(int(v))
         else:
-            dims.extend(_int_tuple(op, inp, (v,)))
+            _fail(op, [inp], f"expected ints and named dimensions, got {values!r}")
     return tuple(dims)
 
 
