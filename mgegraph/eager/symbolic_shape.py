@@ -1,0 +1,199 @@
+"""``trace(symbolic_shape=...)``: a recording whose arguments' dimensions are names.
+
+One recording then serves every size of those dimensions: its graph's inputs name them
+(``x: f32[batch, 784]``), ``mg.compile`` makes it a ``SymbolicPlan``, and a call at a new
+size specialises that plan instead of running the Python again.
+
+Design: the eager run that records computes with numbers (its kernels need them), while the
+graph it builds must carry the names. So, during such a recording (``MODE.symbolic_trace``):
+
+- a tensor whose value in the recorded graph has a named dimension is a ``NamedShapeTensor``:
+  its ``shape`` and ``size`` are those of its graph value, so ``x.reshape(x.shape[0], -1)`` and
+  ``F.flatten(x, 1)`` record ``(batch, -1)``. The function gets its tensor arguments as such
+  views of themselves; an op's output changes class when it is recorded and changes back when
+  the recording ends (ordinary tensors keep their class, and eager speed, throughout);
+- eager dispatch runs each op with the names in its attributes replaced by the recording's
+  numbers (``bound_attrs``), and shows the recorders the attributes with the names;
+- Python that needs a number (``range(x.shape[0])``, ``if x.shape[0] > 3``, ``np.zeros(
+  x.shape)``) meets ``UndecidedDimError``, raised again as ``SymbolicShapeError`` naming the
+  user's line. Equality does not raise (``ir.dims``): ``x.shape[0] == 1`` is False, "not
+  provably equal", even in a recording at batch 1, so such a branch takes its general side.
+
+Which dimensions: ``symbolic_shape=True`` names dimension 0 of every tensor argument (a
+Parameter passed as an argument keeps its shape: it is a weight). Arguments whose first sizes
+are equal in the call share a name: ``batch``, then ``batch1``, ``batch2``... for other sizes,
+in argument order. The names are part of the cache key, so the grouping is too: a later call
+whose sizes group otherwise (images of 7 and labels of 5, where both were 32) records again
+with its own names, instead of failing to bind. A dict names dimensions explicitly:
+``{"x": {0: "batch", 1: "seq"}, "y": {0: "batch"}}`` (argument names as ``traced.plans``
+keys spell them: ``args0``, ``batch[0]``); a name used twice must have one size per call.
+"""
+from __future__ import annotations
+
+import os
+import traceback
+
+import numpy as np
+
+from ..ir.dims import Dim, DimError, UndecidedDimError
+from ..ir.errors import GraphError
+from ..ir.specialize import substitute_value
+from .mode import MODE
+from .tensor import Tensor, wrap_view
+
+BATCH = "batch"  # the first name symbolic_shape=True (and compile_module's dynamic=True) gives
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class SymbolicShapeError(UndecidedDimError):
+    """Python in a function traced with ``symbolic_shape`` needs the number of a named
+    dimension (a loop, a branch or an array size on ``x.shape[0]``)."""
+
+
+TRACE = "trace(symbolic_shape=...)"  # how messages name the option (compile_module: dynamic)
+
+
+def check_spec(spec, what: str = TRACE):
+    """The option as given (False, True or ``{argument: {axis: name}}``), checked; ``what``
+    names it in messages."""
+    if spec is None or isinstance(spec, bool):
+        return bool(spec)
+    if not isinstance(spec, dict):
+        raise GraphError(f"{what}: True (dimension 0 of every tensor argument) or a dict "
+                         f"{{argument: {{axis: name}}}}, got {spec!r:.60}")
+    checked = {}
+    for argument, axes in spec.items():
+        if not isinstance(argument, str) or not isinstance(axes, dict) or not axes:
+            raise GraphError(f"{what}: each entry is argument name -> {{axis: name}}, got "
+                             f"{argument!r:.40}: {axes!r:.60}")
+        checked[argument] = {_axis(argument, axis, what): _name(argument, name, what)
+                             for axis, name in axes.items()}
+    return checked
+
+
+def _axis(argument: str, axis, what: str) -> int:
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise GraphError(f"{what}: {argument}'s axis {axis!r} is not an int")
+    return int(axis)
+
+
+def _name(argument: str, name, what: str) -> str:
+    try:
+        Dim(name)
+    except (DimError, TypeError):
+        raise GraphError(f"{what}: {argument}'s dimension name {name!r:.70} is not an "
+                         "identifier") from None
+    return name
+
+
+def name_dims(spec, arguments: dict, what: str = TRACE) -> tuple[dict, dict]:
+    """The named axes of a call's arguments (``{argument: {axis: name}}``) and the names'
+    sizes in it (``{name: size}``), for ``spec`` as ``check_spec`` gives it."""
+    if not spec:
+        return {}, {}
+    axes = _first_dims(arguments) if spec is True else _given_dims(spec, arguments, what)
+    sizes: dict[str, int] = {}
+    for argument, named in axes.items():
+        shape = arguments[argument].shape
+        for axis, name in named.items():
+            if shape[axis] < 1:
+                raise GraphError(f"{what}: {argument}'s axis {axis} is named {name}, but its "
+                                 f"size is {shape[axis]} (a named size is at least 1)")
+            if sizes.setdefault(name, shape[axis]) != shape[axis]:
+                raise GraphError(f"{what}: {name} is {sizes[name]} in one argument and "
+                                 f"{shape[axis]} in {argument} {tuple(shape)}: a name has "
+                                 "one size")
+    return axes, sizes
+
+
+def _is_data(value) -> bool:
+    """A tensor argument that may take named dimensions (not a Parameter: a weight)."""
+    return isinstance(value, (Tensor, np.ndarray)) and not hasattr(value, "bind_to")
+
+
+def _first_dims(arguments: dict) -> dict:
+    names: dict[int, str] = {}  # size -> its name, in order of first appearance
+    axes = {}
+    for argument, value in arguments.items():
+        if _is_data(value) and value.ndim and value.shape[0] >= 1:
+            size = value.shape[0]
+            axes[argument] = {0: names.setdefault(size, f"{BATCH}{len(names) or ''}")}
+    return axes
+
+
+def _given_dims(spec: dict, arguments: dict, what: str) -> dict:
+    axes = {}
+    for argument, named in spec.items():
+        value = arguments.get(argument)
+        if not _is_data(value):
+            tensors = sorted(k for k, v in arguments.items() if _is_data(v))
+            raise GraphError(f"{what}: {argument!r} is not a tensor argument here (those are "
+                             f"{', '.join(tensors) or 'none'})")
+        ndim = value.ndim
+        for axis in named:
+            if not -ndim <= axis < ndim:
+                raise GraphError(f"{what}: {argument} has {ndim} dimensions, so it has no "
+                                 f"axis {axis}")
+        axes[argument] = {axis % ndim: name for axis, name in named.items()}
+    return axes
+
+
+def named_shape(shape: tuple, axes: dict | None) -> tuple:
+    """``shape`` with the sizes at ``axes`` ({axis: name}) replaced by the names."""
+    if not axes:
+        return tuple(shape)
+    return tuple(Dim(axes[i]) if i in axes else size for i, size in enumerate(shape))
+
+
+class NamedShapeTensor(Tensor):
+    """A Tensor recorded by a symbolic-shape trace: while that recording runs on this thread,
+    ``shape`` and ``size`` are the ones of its value in the recorded graph (names in them);
+    anywhere else, its numbers."""
+
+    __slots__ = ()
+
+    @property
+    def shape(self) -> tuple:
+        return self._recorded_type().shape
+
+    @property
+    def size(self):
+        return self._recorded_type().size
+
+    def _recorded_type(self):
+        tracer = MODE.symbolic_trace
+        var = tracer.vars.get(self.id) if tracer is not None else None
+        return self.type if var is None else var.type
+
+
+def named_view(t: Tensor) -> NamedShapeTensor:
+    """A view of ``t``'s array that a symbolic recording's function gets instead of ``t``."""
+    view = wrap_view(t._array(), t)
+    view.__class__ = NamedShapeTensor
+    return view
+
+
+def bound_attrs(attrs: dict, bindings: dict) -> dict:
+    """``attrs`` with the recording's names replaced by their sizes (``attrs`` itself when it
+    names none): what the eager kernel of a node recorded with names runs with."""
+    bound = {k: substitute_value(v, bindings) for k, v in attrs.items()}
+    return attrs if bound == attrs else bound
+
+
+def needs_number(exc: UndecidedDimError, function) -> SymbolicShapeError:
+    """``exc`` (Python asked a named dimension for its number) said for a traced function."""
+    return SymbolicShapeError(
+        f"trace(symbolic_shape=...): {function.__qualname__} needs the number of a named "
+        f"dimension at {_user_line(exc)}: {exc}. One recording serves every size of its "
+        "names, so Python there cannot loop, branch or size an array on one: compute with the "
+        "shape itself (x.reshape(x.shape[0], -1), F.flatten(x, 1)), name fewer dimensions "
+        "(symbolic_shape={argument: {axis: name}}), or trace without symbolic_shape")
+
+
+def _user_line(exc: BaseException) -> str:
+    """file:line of the innermost frame of ``exc``'s traceback outside mgegraph."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not os.path.abspath(f.filename).startswith(_PACKAGE_DIR + os.sep)]
+    if not frames:
+        return "<unknown>"
+    return f"{frames[-1].filename}:{frames[-1].lineno} ({(frames[-1].line or '').strip()})"
