@@ -50,12 +50,13 @@ def test_compile_module_names_other_axes_and_passes_bounds_and_warm():
 def test_dynamic_is_checked_naming_the_function():
     model = nn.Linear(4, 2)
     x = np.ones((3, 4), np.float32)
-    for dynamic, words in (("batch", r"compile_module\(dynamic=...\): True .* or a dict"),
-                           ({"x": {0: "batch"}}, r"'x' is not a tensor argument here "
-                                                 r"\(those are input0\)"),
-                           ({"input0": {2: "batch"}}, "input0 has 2 dimensions, so it has no "
-                                                      "axis 2"),
-                           ({"input0": {0: "b-1"}}, "dimension name 'b-1' is not an identifier")):
+    refusals = {"batch": r"compile_module\(dynamic=...\): True .* or a dict",
+                "x": r"'x' is not a tensor argument here \(those are input0\)",
+                2: "input0 has 2 dimensions, so it has no axis 2",
+                "b-1": "dimension name 'b-1' is not an identifier"}
+    for given, words in refusals.items():
+        dynamic = {"batch": "batch", "x": {"x": {0: "batch"}}, 2: {"input0": {2: "batch"}},
+                   "b-1": {"input0": {0: "b-1"}}}[given]
         with pytest.raises(mg.GraphError, match=words):
             mg.compile_module(model, (x,), dynamic=dynamic)
     model, opt = _model_and_adam()

@@ -35,6 +35,7 @@ import traceback
 
 import numpy as np
 
+from ..ir import dims
 from ..ir.dims import Dim, DimError, UndecidedDimError
 from ..ir.errors import GraphError
 from ..ir.specialize import substitute_value
@@ -43,6 +44,7 @@ from .tensor import Tensor, wrap_view
 
 BATCH = "batch"  # the first name symbolic_shape=True (and compile_module's dynamic=True) gives
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_DIMS_FILE = os.path.abspath(dims.__file__)  # where UndecidedDimError is raised: not the news
 
 
 class SymbolicShapeError(UndecidedDimError):
@@ -180,20 +182,37 @@ def bound_attrs(attrs: dict, bindings: dict) -> dict:
     return attrs if bound == attrs else bound
 
 
-def needs_number(exc: UndecidedDimError, function) -> SymbolicShapeError:
-    """``exc`` (Python asked a named dimension for its number) said for a traced function."""
+def needs_number(exc: Exception, function, bindings: dict) -> SymbolicShapeError:
+    """``exc`` (Python asked a named dimension for its number, or computed with it where only
+    an int works: ``n / (n - 1)``) said for a traced function recording ``bindings``."""
+    names = ", ".join(sorted(bindings))
     return SymbolicShapeError(
         f"trace(symbolic_shape=...): {function.__qualname__} needs the number of a named "
-        f"dimension at {_user_line(exc)}: {exc}. One recording serves every size of its "
-        "names, so Python there cannot loop, branch or size an array on one: compute with the "
-        "shape itself (x.reshape(x.shape[0], -1), F.flatten(x, 1)), name fewer dimensions "
+        f"dimension ({names}) at {_where(exc)}: {exc}. One recording serves every size of its "
+        "names, so "
+        "Python there cannot loop, branch or size an array on one: compute with the shape "
+        "itself (x.reshape(x.shape[0], -1), F.flatten(x, 1)), name fewer dimensions "
         "(symbolic_shape={argument: {axis: name}}), or trace without symbolic_shape")
 
 
-def _user_line(exc: BaseException) -> str:
-    """file:line of the innermost frame of ``exc``'s traceback outside mgegraph."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if not os.path.abspath(f.filename).startswith(_PACKAGE_DIR + os.sep)]
-    if not frames:
+def about_dims(exc: TypeError) -> bool:
+    """Whether Python's own TypeError is about a named dimension (``batch / 2.0``)."""
+    return "'Dim'" in str(exc)
+
+
+def _where(exc: BaseException) -> str:
+    """file:line (and text) of the innermost frame of ``exc``'s traceback outside mgegraph,
+    and of the innermost one inside it below that, past ``ir/dims.py`` (the op or the layer
+    that needed the number), if any."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    inside = [os.path.abspath(f.filename).startswith(_PACKAGE_DIR + os.sep) for f in frames]
+    last_user = max((i for i, ours in enumerate(inside) if not ours), default=None)
+    if last_user is None:
         return "<unknown>"
-    return f"{frames[-1].filename}:{frames[-1].lineno} ({(frames[-1].line or '').strip()})"
+    below = [f for f in frames[last_user + 1:] if os.path.abspath(f.filename) != _DIMS_FILE]
+    where = _frame_text(frames[last_user])
+    return f"{where}, in mgegraph's {_frame_text(below[-1])}" if below else where
+
+
+def _frame_text(frame) -> str:
+    return f"{frame.filename}:{frame.lineno} ({(frame.line or '').strip()})"

@@ -37,6 +37,10 @@ function called (``model.eval()`` after training records again rather than rerun
 form) and per presence of the parameters' grads (a backward adds to the grad a parameter has
 when the call starts: a plan input); ``traced.clear_cache()`` empties it, ``traced.plan`` is
 the plan of the latest call.
+
+``trace(symbolic_shape=True)`` records dimension 0 of the tensor arguments as names (or the
+dimensions a dict names): the key then holds the names, not the sizes, and the plan is a
+SymbolicPlan that specialises itself for each size a call brings (eager/symbolic_shape.py).
 """
 from __future__ import annotations
 
@@ -57,6 +61,7 @@ from .dispatch import MODE, Recorder, recording
 from .lazy import run_pending
 from .symbolic_shape import (
     NamedShapeTensor,
+    about_dims,
     check_spec,
     name_dims,
     named_shape,
@@ -374,7 +379,11 @@ class Traced:
                 try:
                     result = self.function(*bound.args, **bound.kwargs)
                 except UndecidedDimError as exc:
-                    raise needs_number(exc, self.function) from exc
+                    raise needs_number(exc, self.function, bindings) from exc
+                except TypeError as exc:
+                    if bindings and about_dims(exc):
+                        raise needs_number(exc, self.function, bindings) from exc
+                    raise
             leaves: list = []
             structure = _flatten(result, leaves)
             outputs = [tracer.var_of(t) for t in leaves]
