@@ -10,7 +10,7 @@ from . import functional as F
 from .autodiff import grad
 from .compiler import compile
 from .eager.lazy import run_pending
-from .eager.symbolic_shape import check_spec, name_dims, named_shape
+from .eager.symbolic_shape import check_spec, name_dims, named_shape, needing_numbers
 from .ir.dims import Dim
 from .ir.errors import FeedError, GraphError
 from .ir.graph import Graph
@@ -24,6 +24,11 @@ def _inputs(graph: Graph, arrays, dynamic=False, what: str = "dynamic") -> list:
     axes, _ = name_dims(check_spec(dynamic, what), examples, what)
     return [graph.input(name, named_shape(a.shape, axes.get(name)), a.dtype)
             for name, a in examples.items()]
+
+
+def _needing_numbers(graph: Graph, what: str):
+    """Building the model's graph where a Python line needs a named size: said for ``what``."""
+    return needing_numbers(what, graph.dim_names)
 
 
 class TrainStep:
@@ -84,15 +89,17 @@ def compile_train_step(model, loss_fn, optimizer, example_batch, metrics=(),
     """
     model.train()
     g = Graph()
-    *xs, y = _inputs(g, example_batch, dynamic, "compile_train_step(dynamic=...)")
-    out = model(*xs)
-    loss = loss_fn(out, y)
-    if loss.size != 1:
-        raise ValueError(f"loss_fn must return a scalar, got {loss.type}")
-    params = optimizer.params
-    grads = grad(loss, [g.bind(p) for p in params])
-    optimizer.build(g, {id(p): dg for p, dg in zip(params, grads)})
-    extra = [METRICS[m](out, y) for m in metrics]
+    what = "compile_train_step(dynamic=...)"
+    *xs, y = _inputs(g, example_batch, dynamic, what)
+    with _needing_numbers(g, what):
+        out = model(*xs)
+        loss = loss_fn(out, y)
+        if loss.size != 1:
+            raise ValueError(f"loss_fn must return a scalar, got {loss.type}")
+        params = optimizer.params
+        grads = grad(loss, [g.bind(p) for p in params])
+        optimizer.build(g, {id(p): dg for p, dg in zip(params, grads)})
+        extra = [METRICS[m](out, y) for m in metrics]
     plan = compile([F.reshape(loss, ())] + extra, device=device, memory=memory,
                    optimize=optimize, remat=remat, check_numerics=check_numerics)
     return TrainStep(plan, optimizer, tuple(metrics))
@@ -132,8 +139,10 @@ def compile_module(model, example_inputs, memory=None, optimize=1, remat=None,
     >>> predict = mg.compile_module(model, (x,), dynamic=True); predict(x[:1])  # any batch
     """
     g = Graph()
-    xs = _inputs(g, example_inputs, dynamic, "compile_module(dynamic=...)")
-    out = model(*xs)
+    what = "compile_module(dynamic=...)"
+    xs = _inputs(g, example_inputs, dynamic, what)
+    with _needing_numbers(g, what):
+        out = model(*xs)
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
     return Predictor(compile(outs, device=device, memory=memory, optimize=optimize,
                              remat=remat, check_numerics=check_numerics, freeze=freeze,

@@ -8,6 +8,7 @@ import pytest
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph import demo, nn, optim
+from mgegraph.eager.symbolic_shape import SymbolicShapeError
 from mgegraph.symbolic_plan import SymbolicPlan
 
 RNG = np.random.default_rng(5)
@@ -116,3 +117,17 @@ def test_the_demos_predictor_names_its_batch_and_takes_one_image():
     one = predict(images[:1])
     assert one.shape == (1, 10)
     np.testing.assert_array_equal(one, mg.compile_module(model, (images[:1],))(images[:1]))
+
+
+class _RowLoop(nn.Module):
+    def forward(self, x):
+        return F.stack([x[i] * 2.0 for i in range(x.shape[0])])  # needs the batch's number
+
+
+def test_a_model_whose_python_needs_the_batch_says_so_naming_its_line():
+    x = np.ones((3, 4), np.float32)
+    assert mg.compile_module(_RowLoop(), (x,))(x).shape == (3, 4)  # fixed shapes: fine
+    with pytest.raises(SymbolicShapeError, match=r"compile_module\(dynamic=...\) needs the "
+                                                 r"number of a named dimension \(batch\) at "
+                                                 rf"{__file__}:\d+ \(return F.stack"):
+        mg.compile_module(_RowLoop(), (x,), dynamic=True)

@@ -30,7 +30,9 @@ keys spell them: ``args0``, ``batch[0]``); a name used twice must have one size 
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import traceback
 
 import numpy as np
@@ -45,6 +47,7 @@ from .tensor import Tensor, wrap_view
 BATCH = "batch"  # the first name symbolic_shape=True (and compile_module's dynamic=True) gives
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _DIMS_FILE = os.path.abspath(dims.__file__)  # where UndecidedDimError is raised: not the news
+_CONTEXTLIB_FILE = os.path.abspath(contextlib.__file__)
 
 
 class SymbolicShapeError(UndecidedDimError):
@@ -182,36 +185,56 @@ def bound_attrs(attrs: dict, bindings: dict) -> dict:
     return attrs if bound == attrs else bound
 
 
-def needs_number(exc: Exception, function, bindings: dict) -> SymbolicShapeError:
-    """``exc`` (Python asked a named dimension for its number, or computed with it where only
-    an int works: ``n / (n - 1)``) said for a traced function recording ``bindings``."""
-    names = ", ".join(sorted(bindings))
+@contextlib.contextmanager
+def needing_numbers(who: str, names):
+    """Python in the block that needs the number of one of ``names`` (``range(x.shape[0])``,
+    ``if x.shape[0] > 3``, ``n / (n - 1)``) raises ``SymbolicShapeError`` saying so for
+    ``who`` (``"trace(symbolic_shape=...): f"``, ``"compile_module(dynamic=...)"``)."""
+    if not names:
+        yield
+        return
+    try:
+        yield
+    except UndecidedDimError as exc:
+        raise _needs_number(exc, who, names) from exc
+    except TypeError as exc:  # Python's own: a Dim where only an int or a float works
+        if "'Dim'" not in str(exc):
+            raise
+        raise _needs_number(exc, who, names) from exc
+
+
+def _needs_number(exc: Exception, who: str, names) -> SymbolicShapeError:
     return SymbolicShapeError(
-        f"trace(symbolic_shape=...): {function.__qualname__} needs the number of a named "
-        f"dimension ({names}) at {_where(exc)}: {exc}. One recording serves every size of its "
-        "names, so "
-        "Python there cannot loop, branch or size an array on one: compute with the shape "
-        "itself (x.reshape(x.shape[0], -1), F.flatten(x, 1)), name fewer dimensions "
-        "(symbolic_shape={argument: {axis: name}}), or trace without symbolic_shape")
-
-
-def about_dims(exc: TypeError) -> bool:
-    """Whether Python's own TypeError is about a named dimension (``batch / 2.0``)."""
-    return "'Dim'" in str(exc)
+        f"{who} needs the number of a named dimension ({', '.join(sorted(names))}) at "
+        f"{_where(exc)}: {exc}. The graph serves every size of its names, so Python there "
+        "cannot loop, branch, size an array or compute a float on one: compute with the "
+        "shape itself (x.reshape(x.shape[0], -1), F.flatten(x, 1)), or name fewer dimensions")
 
 
 def _where(exc: BaseException) -> str:
-    """file:line (and text) of the innermost frame of ``exc``'s traceback outside mgegraph,
-    and of the innermost one inside it below that, past ``ir/dims.py`` (the op or the layer
-    that needed the number), if any."""
+    """file:line (and text) of the innermost frame of ``exc``'s traceback outside mgegraph (or
+    of the user's call into it, when the whole traceback is mgegraph's), and of the innermost
+    one inside it below that, past ``ir/dims.py``: the op or the layer that needed the number."""
     frames = traceback.extract_tb(exc.__traceback__)
-    inside = [os.path.abspath(f.filename).startswith(_PACKAGE_DIR + os.sep) for f in frames]
-    last_user = max((i for i, ours in enumerate(inside) if not ours), default=None)
-    if last_user is None:
-        return "<unknown>"
+    inside = [_ours(f.filename) for f in frames]
+    last_user = max((i for i, ours in enumerate(inside) if not ours), default=-1)
+    where = _frame_text(frames[last_user]) if last_user >= 0 else _caller()
     below = [f for f in frames[last_user + 1:] if os.path.abspath(f.filename) != _DIMS_FILE]
-    where = _frame_text(frames[last_user])
     return f"{where}, in mgegraph's {_frame_text(below[-1])}" if below else where
+
+
+def _ours(filename: str) -> bool:
+    # contextlib's frames are how the error reached needing_numbers, not the user's code
+    path = os.path.abspath(filename)
+    return path.startswith(_PACKAGE_DIR + os.sep) or path == _CONTEXTLIB_FILE
+
+
+def _caller() -> str:
+    """file:line of the innermost frame on the stack outside mgegraph (and contextlib)."""
+    frame = sys._getframe(1)
+    while frame is not None and _ours(frame.f_code.co_filename):
+        frame = frame.f_back
+    return "<unknown>" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
 def _frame_text(frame) -> str:

@@ -54,19 +54,17 @@ import weakref
 import numpy as np
 
 from ..compiler import compile
-from ..ir.dims import UndecidedDimError
 from ..ir.errors import GraphError, user_location
 from ..ir.graph import Graph
 from .dispatch import MODE, Recorder, recording
 from .lazy import run_pending
 from .symbolic_shape import (
     NamedShapeTensor,
-    about_dims,
     check_spec,
     name_dims,
     named_shape,
     named_view,
-    needs_number,
+    needing_numbers,
 )
 from .tensor import Tensor, wrap
 
@@ -375,15 +373,10 @@ class Traced:
             if isinstance(value, Tensor):
                 tracer.input(name, value)
         try:
-            with recording(tracer), _no_state_lands(), tracer.named_shapes():
-                try:
-                    result = self.function(*bound.args, **bound.kwargs)
-                except UndecidedDimError as exc:
-                    raise needs_number(exc, self.function, bindings) from exc
-                except TypeError as exc:
-                    if bindings and about_dims(exc):
-                        raise needs_number(exc, self.function, bindings) from exc
-                    raise
+            who = f"trace(symbolic_shape=...): {self.function.__qualname__}"
+            with recording(tracer), _no_state_lands(), tracer.named_shapes(), \
+                    needing_numbers(who, bindings):
+                result = self.function(*bound.args, **bound.kwargs)
             leaves: list = []
             structure = _flatten(result, leaves)
             outputs = [tracer.var_of(t) for t in leaves]
