@@ -8,7 +8,7 @@ import pytest
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph import demo, nn, optim
-from mgegraph.eager.symbolic_shape import SymbolicShapeError
+from mgegraph.jit import SymbolicShapeError
 from mgegraph.symbolic_plan import SymbolicPlan
 
 RNG = np.random.default_rng(5)

@@ -15,9 +15,11 @@ graph it builds must carry the names. So, during such a recording (``MODE.symbol
 - eager dispatch runs each op with the names in its attributes replaced by the recording's
   numbers (``bound_attrs``), and shows the recorders the attributes with the names;
 - Python that needs a number (``range(x.shape[0])``, ``if x.shape[0] > 3``, ``np.zeros(
-  x.shape)``) meets ``UndecidedDimError``, raised again as ``SymbolicShapeError`` naming the
-  user's line. Equality does not raise (``ir.dims``): ``x.shape[0] == 1`` is False, "not
-  provably equal", even in a recording at batch 1, so such a branch takes its general side.
+  x.shape)``, ``x.shape[0] / 2.0``) meets ``UndecidedDimError`` (or Python's TypeError for a
+  Dim), raised again as ``SymbolicShapeError`` naming the user's line, and mgegraph's own
+  line where that is the one (``needing_numbers``). Equality does not raise (``ir.dims``):
+  ``x.shape[0] == 1`` is False, "not provably equal", even in a recording at batch 1, so such
+  a branch takes its general side.
 
 Which dimensions: ``symbolic_shape=True`` names dimension 0 of every tensor argument (a
 Parameter passed as an argument keeps its shape: it is a weight). Arguments whose first sizes
@@ -27,6 +29,10 @@ whose sizes group otherwise (images of 7 and labels of 5, where both were 32) re
 with its own names, instead of failing to bind. A dict names dimensions explicitly:
 ``{"x": {0: "batch", 1: "seq"}, "y": {0: "batch"}}`` (argument names as ``traced.plans``
 keys spell them: ``args0``, ``batch[0]``); a name used twice must have one size per call.
+
+``compile_module`` and ``compile_train_step`` name their inputs' dimensions by the same rules
+(``dynamic=``, over ``input0, input1...``), and say a model's Python that needs a named size
+with the same error: a graph's Var shows the names in its shape already.
 """
 from __future__ import annotations
 
@@ -51,8 +57,9 @@ _CONTEXTLIB_FILE = os.path.abspath(contextlib.__file__)
 
 
 class SymbolicShapeError(UndecidedDimError):
-    """Python in a function traced with ``symbolic_shape`` needs the number of a named
-    dimension (a loop, a branch or an array size on ``x.shape[0]``)."""
+    """Python in a function traced with ``symbolic_shape`` (or a model compiled with
+    ``dynamic=``) needs the number of a named dimension (a loop, a branch or an array size on
+    ``x.shape[0]``)."""
 
 
 TRACE = "trace(symbolic_shape=...)"  # how messages name the option (compile_module: dynamic)

@@ -9,7 +9,7 @@ import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph import nn
 from mgegraph.eager.dispatch import MODE
-from mgegraph.eager.symbolic_shape import SymbolicShapeError
+from mgegraph.jit import SymbolicShapeError
 from mgegraph.ir.dims import Dim, UndecidedDimError
 from mgegraph.symbolic_plan import SymbolicPlan
 
