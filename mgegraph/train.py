@@ -16,7 +16,7 @@ from .ir.errors import FeedError, GraphError
 from .ir.graph import Graph
 
 
-def _inputs(graph: Graph, arrays, dynamic=False, what: str = "dynamic") -> list:
+def _inputs(graph: Graph, arrays, dynamic, what: str) -> list:
     """The graph's inputs ``input0, input1...`` of the examples' shapes and dtypes, with the
     dimensions ``dynamic`` names (``{"input0": {0: "batch"}}``; True: dimension 0 of every
     input, equal sizes sharing a name, eager/symbolic_shape.py's rule) as names."""
@@ -24,11 +24,6 @@ def _inputs(graph: Graph, arrays, dynamic=False, what: str = "dynamic") -> list:
     axes, _ = name_dims(check_spec(dynamic, what), examples, what)
     return [graph.input(name, named_shape(a.shape, axes.get(name)), a.dtype)
             for name, a in examples.items()]
-
-
-def _needing_numbers(graph: Graph, what: str):
-    """Building the model's graph where a Python line needs a named size: said for ``what``."""
-    return needing_numbers(what, graph.dim_names)
 
 
 class TrainStep:
@@ -91,7 +86,7 @@ def compile_train_step(model, loss_fn, optimizer, example_batch, metrics=(),
     g = Graph()
     what = "compile_train_step(dynamic=...)"
     *xs, y = _inputs(g, example_batch, dynamic, what)
-    with _needing_numbers(g, what):
+    with needing_numbers(what, g.dim_names):
         out = model(*xs)
         loss = loss_fn(out, y)
         if loss.size != 1:
@@ -141,7 +136,7 @@ def compile_module(model, example_inputs, memory=None, optimize=1, remat=None,
     g = Graph()
     what = "compile_module(dynamic=...)"
     xs = _inputs(g, example_inputs, dynamic, what)
-    with _needing_numbers(g, what):
+    with needing_numbers(what, g.dim_names):
         out = model(*xs)
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
     return Predictor(compile(outs, device=device, memory=memory, optimize=optimize,
