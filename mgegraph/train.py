@@ -26,6 +26,16 @@ def _inputs(graph: Graph, arrays, dynamic, what: str) -> list:
             for name, a in examples.items()]
 
 
+def _named_axes(inputs) -> dict:
+    """{input name: {axis: name}} of the graph inputs ``inputs`` (for messages)."""
+    named = {}
+    for var in inputs:
+        axes = {i: str(d) for i, d in enumerate(var.shape) if isinstance(d, Dim)}
+        if axes:
+            named[var.node.attr["name"]] = axes
+    return named
+
+
 class TrainStep:
     """``loss = step(x, y)`` runs forward, backward and the optimiser update as one plan."""
 
@@ -86,7 +96,7 @@ def compile_train_step(model, loss_fn, optimizer, example_batch, metrics=(),
     g = Graph()
     what = "compile_train_step(dynamic=...)"
     *xs, y = _inputs(g, example_batch, dynamic, what)
-    with needing_numbers(what, g.dim_names):
+    with needing_numbers(what, g.dim_names, _named_axes(xs + [y])):
         out = model(*xs)
         loss = loss_fn(out, y)
         if loss.size != 1:
@@ -136,7 +146,7 @@ def compile_module(model, example_inputs, memory=None, optimize=1, remat=None,
     g = Graph()
     what = "compile_module(dynamic=...)"
     xs = _inputs(g, example_inputs, dynamic, what)
-    with needing_numbers(what, g.dim_names):
+    with needing_numbers(what, g.dim_names, _named_axes(xs)):
         out = model(*xs)
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
     return Predictor(compile(outs, device=device, memory=memory, optimize=optimize,

@@ -193,10 +193,11 @@ def bound_attrs(attrs: dict, bindings: dict) -> dict:
 
 
 @contextlib.contextmanager
-def needing_numbers(who: str, names):
+def needing_numbers(who: str, names, axes: dict):
     """Python in the block that needs the number of one of ``names`` (``range(x.shape[0])``,
     ``if x.shape[0] > 3``, ``n / (n - 1)``) raises ``SymbolicShapeError`` saying so for
-    ``who`` (``"trace(symbolic_shape=...): f"``, ``"compile_module(dynamic=...)"``)."""
+    ``who`` (``"trace(symbolic_shape=...): f"``, ``"compile_module(dynamic=...)"``); another
+    GraphError (an op refusing a name) gets a note of which ``axes`` were named."""
     if not names:
         yield
         return
@@ -208,6 +209,12 @@ def needing_numbers(who: str, names):
         if "'Dim'" not in str(exc):
             raise
         raise _needs_number(exc, who, names) from exc
+    except GraphError as exc:
+        named = "; ".join(f"{argument}'s axis {', '.join(map(str, dims))} as "
+                          f"{', '.join(dims.values())}" for argument, dims in axes.items())
+        exc.add_note(f"{who} named {named}: a dimension that is not a batch can stay a "
+                     "number when only the others are named ({argument: {axis: name}})")
+        raise
 
 
 def _needs_number(exc: Exception, who: str, names) -> SymbolicShapeError:

@@ -375,7 +375,7 @@ class Traced:
         try:
             who = f"trace(symbolic_shape=...): {self.function.__qualname__}"
             with recording(tracer), _no_state_lands(), tracer.named_shapes(), \
-                    needing_numbers(who, bindings):
+                    needing_numbers(who, bindings, axes):
                 result = self.function(*bound.args, **bound.kwargs)
             leaves: list = []
             structure = _flatten(result, leaves)

@@ -9,8 +9,8 @@ import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph import nn
 from mgegraph.eager.dispatch import MODE
-from mgegraph.jit import SymbolicShapeError
 from mgegraph.ir.dims import Dim, UndecidedDimError
+from mgegraph.jit import SymbolicShapeError
 from mgegraph.symbolic_plan import SymbolicPlan
 
 SIZES = (32, 7, 32)
@@ -245,3 +245,22 @@ def test_detach_inside_a_trace_records_the_value_not_a_constant():
     assert g(mg.tensor(np.ones((2, 2, 2), np.float32))).shape == (2, 4)
     assert g(mg.tensor(np.ones((3, 2, 2), np.float32))).shape == (3, 4)
     assert len(g.plans) == 1
+
+
+def test_an_op_refusing_a_name_is_told_which_dimensions_were_named():
+    @mg.jit.trace(symbolic_shape=True)
+    def f(x, table):
+        return x @ table
+
+    x, table = np.ones((4, 3), np.float32), np.ones((3, 2), np.float32)
+    with pytest.raises(mg.OpError, match="matmul") as info:
+        f(mg.tensor(x), mg.tensor(table))
+    assert info.value.__notes__ == [
+        ("trace(symbolic_shape=...): test_an_op_refusing_a_name_is_told_which_dimensions_were_"
+        "named.<locals>.f named x's axis 0 as batch; table's axis 0 as batch1: a dimension that "
+        "is not a batch can stay a number when only the others are named ({argument: {axis: "
+        "name}})")]
+    only_x = mg.jit.trace(f.function, symbolic_shape={"x": {0: "batch"}})
+    assert only_x(mg.tensor(x), mg.tensor(table)).shape == (4, 2)
+    assert only_x(mg.tensor(x[:1]), mg.tensor(table)).shape == (1, 2)
+    assert len(only_x.plans) == 1
