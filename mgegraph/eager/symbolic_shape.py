@@ -91,8 +91,10 @@ def _axis(argument: str, axis, what: str) -> int:
 
 def _name(argument: str, name, what: str) -> str:
     try:
+        if not isinstance(name, str):  # (Dim(3) is the constant 3: no name at all)
+            raise DimError(name)
         Dim(name)
-    except (DimError, TypeError):
+    except DimError:
         raise GraphError(f"{what}: {argument}'s dimension name {name!r:.70} is not an "
                          "identifier") from None
     return name

@@ -206,6 +206,8 @@ def test_symbolic_shape_is_checked():
         mg.jit.trace(lambda x: x, symbolic_shape="batch")
     with pytest.raises(mg.GraphError, match="x's dimension name '2b' is not an identifier"):
         mg.jit.trace(lambda x: x, symbolic_shape={"x": {0: "2b"}})
+    with pytest.raises(mg.GraphError, match="x's dimension name 3 is not an identifier"):
+        mg.jit.trace(lambda x: x, symbolic_shape={"x": {0: 3}})
     with pytest.raises(mg.GraphError, match="x's axis '0' is not an int"):
         mg.jit.trace(lambda x: x, symbolic_shape={"x": {"0": "b"}})
     f = mg.jit.trace(lambda x, k: x * k, symbolic_shape={"k": {0: "b"}})
