@@ -10,12 +10,30 @@ from . import functional as F
 from .autodiff import grad
 from .compiler import compile
 from .eager.lazy import run_pending
+from .eager.symbolic_shape import check_spec, name_dims, named_shape, needing_numbers
+from .ir.dims import Dim
 from .ir.errors import FeedError, GraphError
 from .ir.graph import Graph
 
 
-def _inputs(graph: Graph, arrays, names):
-    return [graph.input(name, np.shape(a), np.asarray(a).dtype) for name, a in zip(names, arrays)]
+def _inputs(graph: Graph, arrays, dynamic, what: str) -> list:
+    """The graph's inputs ``input0, input1...`` of the examples' shapes and dtypes, with the
+    dimensions ``dynamic`` names (``{"input0": {0: "batch"}}``; True: dimension 0 of every
+    input, equal sizes sharing a name, eager/symbolic_shape.py's rule) as names."""
+    examples = {f"input{i}": np.asarray(a) for i, a in enumerate(arrays)}
+    axes, _ = name_dims(check_spec(dynamic, what), examples, what)
+    return [graph.input(name, named_shape(a.shape, axes.get(name)), a.dtype)
+            for name, a in examples.items()]
+
+
+def _named_axes(inputs) -> dict:
+    """{input name: {axis: name}} of the graph inputs ``inputs`` (for messages)."""
+    named = {}
+    for var in inputs:
+        axes = {i: str(d) for i, d in enumerate(var.shape) if isinstance(d, Dim)}
+        if axes:
+            named[var.node.attr["name"]] = axes
+    return named
 
 
 class TrainStep:
@@ -54,10 +72,16 @@ METRICS = {"accuracy": accuracy}
 
 def compile_train_step(model, loss_fn, optimizer, example_batch, metrics=(),
                        memory=None, optimize=1, remat=None, device="cpu",
-                       check_numerics=False) -> TrainStep:
+                       check_numerics=False, dynamic=False) -> TrainStep:
     """Compile ``loss_fn(model(x), y)``, its gradients and ``optimizer``'s update into one plan.
 
-    ``example_batch`` gives the shapes and dtypes of every batch; ``metrics`` names extra
+    ``example_batch`` gives the shapes and dtypes of every batch, except the dimensions
+    ``dynamic`` names: True names dimension 0 of every input ``batch`` (inputs of another
+    first size ``batch1``...), a dict names chosen ones (``{"input0": {0: "batch"},
+    "input1": {0: "batch"}}``). The step's plan is then a SymbolicPlan: a batch of a new size
+    (the last, short one of ``DataLoader(drop_last=False)``) runs a plan specialised for it,
+    updating the same weights and optimiser state. Off by default: a fixed step's ``plan`` is
+    the Plan itself (``instructions``, ``memory_report()``). ``metrics`` names extra
     outputs computed in the same plan (``"accuracy"``); ``memory``, ``optimize``, ``remat``
     (sublinear memory: "sqrt", "auto" or a byte budget), ``device`` (one of
     ``mg.devices()``) and ``check_numerics`` (a NumericsError at the first NaN/inf any
@@ -70,15 +94,17 @@ def compile_train_step(model, loss_fn, optimizer, example_batch, metrics=(),
     """
     model.train()
     g = Graph()
-    *xs, y = _inputs(g, example_batch, [f"input{i}" for i in range(len(example_batch))])
-    out = model(*xs)
-    loss = loss_fn(out, y)
-    if loss.size != 1:
-        raise ValueError(f"loss_fn must return a scalar, got {loss.type}")
-    params = optimizer.params
-    grads = grad(loss, [g.bind(p) for p in params])
-    optimizer.build(g, {id(p): dg for p, dg in zip(params, grads)})
-    extra = [METRICS[m](out, y) for m in metrics]
+    what = "compile_train_step(dynamic=...)"
+    *xs, y = _inputs(g, example_batch, dynamic, what)
+    with needing_numbers(what, g.dim_names, _named_axes(xs + [y])):
+        out = model(*xs)
+        loss = loss_fn(out, y)
+        if loss.size != 1:
+            raise ValueError(f"loss_fn must return a scalar, got {loss.type}")
+        params = optimizer.params
+        grads = grad(loss, [g.bind(p) for p in params])
+        optimizer.build(g, {id(p): dg for p, dg in zip(params, grads)})
+        extra = [METRICS[m](out, y) for m in metrics]
     plan = compile([F.reshape(loss, ())] + extra, device=device, memory=memory,
                    optimize=optimize, remat=remat, check_numerics=check_numerics)
     return TrainStep(plan, optimizer, tuple(metrics))
@@ -94,11 +120,18 @@ class Predictor:
 
 
 def compile_module(model, example_inputs, memory=None, optimize=1, remat=None,
-                   device="cpu", check_numerics=False, freeze=False) -> Predictor:
+                   device="cpu", check_numerics=False, freeze=False, dynamic=False,
+                   warm=(), bounds=None) -> Predictor:
     """Compile ``model(*inputs)`` for evaluation, reading the model's current weights;
     ``memory``, ``optimize``, ``remat``, ``device``, ``check_numerics`` and ``freeze`` are
     passed to ``mg.compile`` (an inference graph has no backward part, so remat finds nothing
     to recompute).
+
+    ``dynamic`` names dimensions of the inputs ``input0, input1...``, whose sizes then come
+    from each call: ``{"input0": {0: "batch"}}``, or True for dimension 0 of every input
+    (``batch``; an input of another first size in the examples gets ``batch1``...). The
+    predictor's plan is then a SymbolicPlan, specialised on the first call at each size;
+    ``warm=[{"batch": 1}]`` and ``bounds={"batch": (1, 256)}`` go to ``mg.compile``.
 
     Without ``freeze`` the predictor shares the model's weights: it sees every training step,
     ``load_state_dict`` and ``param.value = ...`` (what reads only weights, such as batch-norm
@@ -108,13 +141,17 @@ def compile_module(model, example_inputs, memory=None, optimize=1, remat=None,
     Call ``model.eval()`` first for inference-form batch norm and dropout.
 
     >>> predict = mg.compile_module(model, example_inputs=(x,)); logits = predict(x)
+    >>> predict = mg.compile_module(model, (x,), dynamic=True); predict(x[:1])  # any batch
     """
     g = Graph()
-    xs = _inputs(g, example_inputs, [f"input{i}" for i in range(len(example_inputs))])
-    out = model(*xs)
+    what = "compile_module(dynamic=...)"
+    xs = _inputs(g, example_inputs, dynamic, what)
+    with needing_numbers(what, g.dim_names, _named_axes(xs)):
+        out = model(*xs)
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
     return Predictor(compile(outs, device=device, memory=memory, optimize=optimize,
-                             remat=remat, check_numerics=check_numerics, freeze=freeze))
+                             remat=remat, check_numerics=check_numerics, freeze=freeze,
+                             warm=warm, bounds=bounds))
 
 
 class DataLoader:
@@ -158,15 +195,16 @@ class DataLoader:
 def fit(step: TrainStep, loader: DataLoader, epochs: int, log=sys.stderr, scheduler=None):
     """Run ``epochs`` over ``loader`` with a one-line progress display: loss, accuracy, steps/s.
 
-    Batches smaller than the compiled batch (the last one without drop_last) are skipped.
+    Batches of another size than the compiled batch (the last one without drop_last) are
+    skipped, unless the step names its batch (``compile_train_step(dynamic=True)``).
     Returns the mean loss of each epoch.
     """
-    want = step.plan.slots[step.plan.feeds["input0"]].type.shape[0]
+    want = _batch_size(step.plan)
     history = []
     for epoch in range(epochs):
         start, losses, accs = time.perf_counter(), [], []
         for i, batch in enumerate(loader):
-            if len(batch[0]) != want:
+            if not isinstance(want, Dim) and len(batch[0]) != want:
                 continue
             result = step(*batch)
             loss, metrics = result if isinstance(result, tuple) else (result, {})
@@ -188,3 +226,10 @@ def fit(step: TrainStep, loader: DataLoader, epochs: int, log=sys.stderr, schedu
                             f"smaller than {want} is skipped")
         history.append(float(np.mean(losses)))
     return history
+
+
+def _batch_size(plan) -> int | Dim:
+    """Dimension 0 of a training step's first input: a number, or a name (a SymbolicPlan's)."""
+    if hasattr(plan, "input_types"):
+        return plan.input_types["input0"].shape[0]
+    return plan.slots[plan.feeds["input0"]].type.shape[0]

@@ -1,6 +1,8 @@
 """The main job: train an MLP and a small CNN on scikit-learn's digits, print test accuracy,
 the compiled training step's graph size and its memory report, and save the CNN's predictor
-as a model file that ``mgegraph run``, ``report``, ``viz`` and ``profile`` take.
+as a model file that ``mgegraph run``, ``report``, ``viz`` and ``profile`` take. The
+predictor names its batch (``input0: float32[batch, 1, 8, 8]``), so the file takes one image
+as well as the 360 of the test set.
 
 Run with ``mgegraph demo`` (or ``python -m mgegraph.demo``, the same command: this package's
 ``__main__`` hands it to the command line, which imports this module, never the reverse);
@@ -57,8 +59,8 @@ def cnn() -> nn.Module:
 
 def train(name, model, data, epochs, lr, log):
     """Train ``model`` on ``data`` (x_train, y_train, x_test, y_test) for ``epochs``, printing
-    one line; returns (test accuracy, the training step's plan, the evaluation predictor).
-    ``log`` gets the per-batch progress line (``mg.fit``'s)."""
+    one line; returns (test accuracy, the training step's plan, the evaluation predictor, of
+    any batch size). ``log`` gets the per-batch progress line (``mg.fit``'s)."""
     x_train, y_train, x_test, y_test = data
     start = time.perf_counter()
     opt = optim.Adam(model.parameters(), lr=lr)
@@ -69,7 +71,8 @@ def train(name, model, data, epochs, lr, log):
                                  metrics=("accuracy",))
     mg.fit(step, loader, epochs, log=log, scheduler=schedule)
     model.eval()
-    predict = mg.compile_module(model, example_inputs=(x_test,))
+    predict = mg.compile_module(model, example_inputs=(x_test,),
+                                dynamic={"input0": {0: "batch"}})
     accuracy = float((predict(x_test).argmax(1) == y_test).mean())
     plan = step.plan
     print(f"{name}: test accuracy {accuracy:.4f} after {epochs} epochs "
@@ -107,7 +110,15 @@ def run_demo(epochs: int | None = None, train_size: int | None = None,
     print(f"\nthe cnn's training step, memory:\n{plan.memory_report(top=5)}")
     if output is not None:
         mg.save(predict, output)
-        print(f"\nsaved the cnn's predictor to {output} (input0: float32{list(images[2].shape)} "
-              f"-> output0: float32[{len(x_test)}, 10]); try `mgegraph report {output}` and "
-              f"`mgegraph profile {output}`")
+        print(f"\nsaved the cnn's predictor to {output} ({signature(predict.plan)}); try "
+              f"`mgegraph report {output}` and `mgegraph profile {output}`")
     return {"mlp": mlp_acc, "cnn": cnn_acc}
+
+
+def signature(plan) -> str:
+    """``input0: float32[batch, 1, 8, 8] -> output0: float32[batch, 10]`` of a SymbolicPlan."""
+    def text(name, t):
+        return f"{name}: {t.dtype}[{', '.join(map(str, t.shape))}]"
+    ins = ", ".join(text(name, t) for name, t in plan.input_types.items())
+    outs = ", ".join(text(f"output{i}", t) for i, t in enumerate(plan.output_types))
+    return f"{ins} -> {outs}"

@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import backend as _backend
 from .. import functional
+from ..ir.dims import Dim
 from ..ir.errors import GraphError, KernelError, OpError, user_location
 from ..ir.graph import Graph, Node, Var, _as_array, install
 from ..ir.types import TensorType
@@ -36,6 +37,7 @@ from . import tensor as _tensor
 
 # MODE, Recorder and the recording switches live in mode.py; imported from here too
 from .mode import MODE, Recorder, not_recording, recording, value_read  # noqa: F401
+from .symbolic_shape import bound_attrs
 from .tensor import _IDS, Held, Tensor, fastpath, type_of, wrap, wrap_view
 
 # The device eager tensors live on: its backend makes each op's launcher (``_prepare``)
@@ -62,6 +64,9 @@ class EagerGraph(Graph):
         mode = MODE
         if mode.lazy is not None:
             return mode.lazy.add_node(op, inputs, attrs, location)
+        shown = attrs  # what recorders see: a symbolic-shape trace's names kept
+        if mode.symbolic_trace is not None and attrs:
+            attrs = bound_attrs(attrs, mode.symbolic_trace.bindings)
         for v in inputs:
             if type(v) is not Tensor and not isinstance(v, Tensor):
                 raise mixing_error(op, inputs)
@@ -77,8 +82,9 @@ class EagerGraph(Graph):
             entry = _prepare(op, inputs, attrs, memo=False)
         outputs = entry.run(inputs) if entry.simple else _run(entry, inputs)
         if mode.recorders or len(outputs) > 1:
-            node = Node(entry.opdef, tuple(inputs), entry.attrs, outputs,
-                        location or user_location())
+            location = location or user_location()
+            node = Node(entry.opdef, tuple(inputs), entry.attrs if shown is attrs else
+                        _completed(entry, shown, location), outputs, location)
             if len(outputs) > 1:  # batch norm's statistics are read through y.node.outputs
                 for out in outputs:
                     out.node = node
@@ -115,6 +121,12 @@ class EagerGraph(Graph):
                 if len(_SCALARS) < MAX_SCALARS:
                     _SCALARS[key] = t
             return t
+        if isinstance(value, Dim):  # a named x.shape[0] in a trace(symbolic_shape=...)
+            raise GraphError(f"the named dimension {value} is used as a tensor's value (at "
+                             f"{user_location()}): a recording with symbolic_shape keeps "
+                             "shapes as names, and no op reads a name's size; compute it with "
+                             "ops (F.mean instead of a sum divided by x.shape[0]) or pass the "
+                             "number as an argument")
         return super().lift(value, like)
 
     def bind(self, parameter):
@@ -214,6 +226,11 @@ def _run(entry, inputs) -> tuple:
     if status:
         raise _failure(entry, status, inputs)
     return tuple([wrap(out, t) for out, t in zip(outputs, entry.types)])
+
+
+def _completed(entry, attrs: dict, location: str) -> tuple:
+    """A node's attributes as ``entry`` completes them, from ``attrs`` (that name dims)."""
+    return tuple(sorted(entry.opdef.complete_attrs(attrs, entry.in_types, location).items()))
 
 
 def _failure(entry, status: int, inputs) -> KernelError:

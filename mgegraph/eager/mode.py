@@ -29,6 +29,9 @@ class _Mode(threading.local):
         self._lazy = None            # the pending graph of ``with mg.lazy():``
         self.update_depth = 0        # inside an optimiser step or a module call
         self.pending: list = []      # their assigns, applied when the outermost one ends
+        # the trace(symbolic_shape=...) recording here: tensors' shapes name its dimensions
+        # (eager/symbolic_shape.py), and eager ops run with its numbers in their attributes
+        self.symbolic_trace = None
 
     @property
     def recorders(self) -> tuple:
@@ -80,11 +83,21 @@ class Recorder:
     def module_called(self, module) -> None:
         """An nn.Module was called (its ``training`` flag decides what its forward does)."""
 
+    def detached(self, new, old) -> None:
+        """``new`` is ``old.detach()``: the same value, made without a node."""
+
 
 def value_read(t: Tensor) -> None:
     """Tell the recorders that Python reads ``t``'s value (a trace warns: its branch is fixed)."""
     for recorder in MODE.recorders:
         recorder.read(t)
+
+
+def value_detached(new: Tensor, old: Tensor) -> None:
+    """Tell the recorders that ``new`` is ``old``'s value with no gradient path (a trace records
+    the same value for it, not a constant)."""
+    for recorder in MODE.recorders:
+        recorder.detached(new, old)
 
 
 @contextlib.contextmanager

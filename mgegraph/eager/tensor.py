@@ -17,7 +17,7 @@ import numpy as np
 from ..ir.errors import GraphError, user_location
 from ..ir.graph import Var, _as_array
 from ..ir.types import TensorType, as_dtype
-from .mode import value_read
+from .mode import value_detached, value_read
 
 try:  # a C count the tokens change without running Python code (eager death is cheap)
     from .._kernels.launch import Held, held_bytes
@@ -162,7 +162,9 @@ class Tensor(Var):
 
     def detach(self) -> Tensor:
         """The same value, not recorded by any GradManager (a new tensor sharing the bytes)."""
-        return wrap_view(self._array(), self)
+        detached = wrap_view(self._array(), self)
+        value_detached(detached, self)
+        return detached
 
     __hash__ = Var.__hash__
 

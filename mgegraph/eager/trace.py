@@ -37,6 +37,10 @@ function called (``model.eval()`` after training records again rather than rerun
 form) and per presence of the parameters' grads (a backward adds to the grad a parameter has
 when the call starts: a plan input); ``traced.clear_cache()`` empties it, ``traced.plan`` is
 the plan of the latest call.
+
+``trace(symbolic_shape=True)`` records dimension 0 of the tensor arguments as names (or the
+dimensions a dict names): the key then holds the names, not the sizes, and the plan is a
+SymbolicPlan that specialises itself for each size a call brings (eager/symbolic_shape.py).
 """
 from __future__ import annotations
 
@@ -45,6 +49,7 @@ import functools
 import inspect
 import threading
 import warnings
+import weakref
 
 import numpy as np
 
@@ -53,6 +58,14 @@ from ..ir.errors import GraphError, user_location
 from ..ir.graph import Graph
 from .dispatch import MODE, Recorder, recording
 from .lazy import run_pending
+from .symbolic_shape import (
+    NamedShapeTensor,
+    check_spec,
+    name_dims,
+    named_shape,
+    named_view,
+    needing_numbers,
+)
 from .tensor import Tensor, wrap
 
 
@@ -63,7 +76,7 @@ class TraceWarning(UserWarning):
 class _Tracer(Recorder):
     """Builds the graph of what one eager call does: every Tensor it touches gets a Var."""
 
-    def __init__(self, capture_as_const: bool):
+    def __init__(self, capture_as_const: bool, axes: dict, bindings: dict):
         self.graph = Graph()
         self.vars: dict[int, object] = {}    # tensor id -> its Var in the graph
         self.varying: set[int] = set()        # ids of tensors that can differ between calls
@@ -75,6 +88,10 @@ class _Tracer(Recorder):
         self.capture_as_const = capture_as_const
         self.warned: set[str] = set()
         self.modules: dict[int, tuple] = {}  # id -> (module, its training flag when called)
+        # symbolic_shape: each argument's named axes, the names' sizes in this call, and the
+        # tensors made NamedShapeTensors for the recording (put back when it ends)
+        self.axes, self.bindings = axes, bindings
+        self.named: list[weakref.ref] = []
 
     def var_of(self, t: Tensor):
         v = self.vars.get(t.id)
@@ -108,17 +125,47 @@ class _Tracer(Recorder):
         return self.graph.input(name, grad.shape, grad.dtype)
 
     def input(self, name: str, t: Tensor) -> None:
-        self.vars[t.id] = self.graph.input(name, t.shape, t.dtype)
+        shape = named_shape(t.type.shape, self.axes.get(name))
+        self.vars[t.id] = self.graph.input(name, shape, t.dtype)
         self.varying.add(t.id)
+        if type(t) is NamedShapeTensor:
+            self.named.append(weakref.ref(t))
 
     def record_node(self, node) -> None:
         ins = [self.var_of(v) for v in node.inputs]
         made = self.graph.add_node(node.op, ins, dict(node.attrs), location=node.location)
         varying = any(v.id in self.varying for v in node.inputs)
         for t, v in zip(node.outputs, made.outputs):
-            self.vars[t.id] = v
-            if varying:
-                self.varying.add(t.id)
+            self._made(t, v, varying)
+
+    def detached(self, new, old) -> None:
+        # the same value: as a constant, later calls would get the recording call's
+        self._made(new, self.var_of(old), old.id in self.varying)
+
+    def _made(self, t: Tensor, var, varying: bool) -> None:
+        self.vars[t.id] = var
+        if varying:
+            self.varying.add(t.id)
+        if var.type.symbolic and type(t) is Tensor:  # its Python shape names dims now
+            t.__class__ = NamedShapeTensor
+            self.named.append(weakref.ref(t))
+
+    @contextlib.contextmanager
+    def named_shapes(self):
+        """The block sees the recorded tensors' shapes with names and runs eager ops with
+        the numbers; after it, those tensors are plain again."""
+        if not self.bindings:
+            yield
+            return
+        before, MODE.symbolic_trace = MODE.symbolic_trace, self
+        try:
+            yield
+        finally:
+            MODE.symbolic_trace = before
+            for ref in self.named:
+                t = ref()
+                if t is not None and type(t) is NamedShapeTensor:
+                    t.__class__ = Tensor
 
     def assigned(self, target, value) -> None:
         if self.capture_as_const:
@@ -194,7 +241,7 @@ class TracedPlan:
     state a run brings along (optimisers' step counters and scalars, parameters' grads)."""
 
     def __init__(self, plan, structure, n_results, grads, tracer: _Tracer):
-        self.plan, self.feeds, self.structure = plan, list(plan.feeds), structure
+        self.plan, self.feeds, self.structure = plan, _feed_names(plan), structure
         self.n_results, self.grads = n_results, grads
         self.optimizers = list(tracer.optimizers)
         self.modules = list(tracer.modules.values())  # (module, training) when it was called
@@ -234,6 +281,11 @@ class TracedPlan:
             raise
 
 
+def _feed_names(plan) -> list[str]:
+    """The input names of a Plan or of a SymbolicPlan (a symbolic-shape recording's)."""
+    return list(plan.feeds) if hasattr(plan, "feeds") else list(plan.input_types)
+
+
 def _array(value) -> np.ndarray:
     return value._array() if isinstance(value, Tensor) else np.asarray(value)
 
@@ -245,9 +297,11 @@ def _type(grad):
 class Traced:
     """A function traced into plans, one per input signature (``trace`` makes it)."""
 
-    def __init__(self, function, symbolic=True, capture_as_const=False, **compile_options):
+    def __init__(self, function, symbolic=True, capture_as_const=False, symbolic_shape=False,
+                 **compile_options):
         self.function = function
         self.symbolic, self.capture_as_const = symbolic, capture_as_const
+        self.symbolic_shape = check_spec(symbolic_shape)
         self.compile_options = compile_options
         self.signature = inspect.signature(function)
         self.plans: dict[tuple, list[TracedPlan]] = {}
@@ -257,7 +311,8 @@ class Traced:
 
     @property
     def plan(self):
-        """The Plan of the latest call (``memory_report()``, ``passes_report()``, ``to_dot``...)."""
+        """The Plan of the latest call (``memory_report()``, ``passes_report()``, ``to_dot``...);
+        with ``symbolic_shape``, its SymbolicPlan (``.latest``: the plan that call ran)."""
         if self._latest is None:
             raise GraphError(f"trace: {self.function.__qualname__} has not been called yet, so "
                              "it has no plan")
@@ -283,11 +338,12 @@ class Traced:
                 return self(*args, **kwargs)
         bound = self.signature.bind(*args, **kwargs)
         arguments = _named_arguments(bound)
-        key = _plan_key(arguments)
+        axes, bindings = name_dims(self.symbolic_shape, arguments)
+        key = _plan_key(arguments, axes)
         traced = self._recorded(key)
         if traced is None:  # new shapes, or a module switched between train() and eval()
             with self._recording:
-                traced = self._recorded(key) or self._record(bound, key)
+                traced = self._recorded(key) or self._record(bound, key, axes, bindings)
         self._latest = traced
         return traced.run(arguments)
 
@@ -301,14 +357,25 @@ class Traced:
                              "frozenset instead of a set)") from None
         return next((t for t in recorded if t.fits()), None)
 
-    def _record(self, bound, key) -> TracedPlan:
-        tracer = _Tracer(self.capture_as_const)
-        bound.arguments.update({k: _as_tensors(v) for k, v in bound.arguments.items()})
+    def _record(self, bound, key, axes: dict, bindings: dict) -> TracedPlan:
+        tracer = _Tracer(self.capture_as_const, axes, bindings)
+        views: dict[int, Tensor] = {}  # a named shape's tensor -> the view the function gets
+
+        def view(t: Tensor) -> Tensor:
+            if not bindings or hasattr(t, "bind_to"):
+                return t
+            if id(t) not in views:  # (f(x, x): one view, so one input, as without names)
+                views[id(t)] = named_view(t)
+            return views[id(t)]
+
+        bound.arguments.update({k: _as_tensors(v, view) for k, v in bound.arguments.items()})
         for name, value in _named_arguments(bound).items():
             if isinstance(value, Tensor):
                 tracer.input(name, value)
         try:
-            with recording(tracer), _no_state_lands():
+            who = f"trace(symbolic_shape=...): {self.function.__qualname__}"
+            with recording(tracer), _no_state_lands(), tracer.named_shapes(), \
+                    needing_numbers(who, bindings, axes):
                 result = self.function(*bound.args, **bound.kwargs)
             leaves: list = []
             structure = _flatten(result, leaves)
@@ -343,14 +410,16 @@ def _unhashable(key) -> str:
     return "one of them"
 
 
-def _plan_key(arguments: dict) -> tuple:
-    """What selects a plan: each argument's ``_key``, and for a tensor the first argument that
+def _plan_key(arguments: dict, axes: dict) -> tuple:
+    """What selects a plan: each argument's ``_key``, and for a tensor its shape (with the
+    names of ``axes``, {argument: {axis: name}}, for their sizes) and the first argument that
     is the same object (``f(x, x)`` records one input for both; ``f(a, b)`` needs two)."""
     first: dict[int, str] = {}
     key = []
     for name, v in arguments.items():
         if isinstance(v, (Tensor, np.ndarray)):
-            key.append((name, v.shape, v.dtype, first.setdefault(id(v), name)))
+            shape = named_shape(v.shape, axes.get(name))
+            key.append((name, shape, v.dtype, first.setdefault(id(v), name)))
         else:
             key.append((name, _key(v)))
     return tuple(key)
@@ -434,31 +503,47 @@ def _holds_tensors(value) -> bool:
     return any(isinstance(v, (Tensor, np.ndarray)) or _holds_tensors(v) for v in value)
 
 
-def _as_tensors(value):
-    """``value`` with every NumPy array (inside tuples, lists and dicts too) made a Tensor."""
+def _as_tensors(value, leaf):
+    """``value`` with every NumPy array (inside tuples, lists and dicts too) made a Tensor,
+    and every Tensor ``t`` made ``leaf(t)``."""
     if isinstance(value, np.ndarray):
-        return Tensor(value)
+        return leaf(Tensor(value))
+    if isinstance(value, Tensor):
+        return leaf(value)
     if not _holds_tensors(value):
         return value
     if isinstance(value, dict):
-        return type(value)({k: _as_tensors(v) for k, v in value.items()})
-    items = [_as_tensors(v) for v in value]
+        return type(value)({k: _as_tensors(v, leaf) for k, v in value.items()})
+    items = [_as_tensors(v, leaf) for v in value]
     return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
 
 
 def trace(function=None, *, symbolic: bool = True, capture_as_const: bool = False,
-          optimize=1, memory=None, remat=None, device: str = "cpu",
+          symbolic_shape=False, optimize=1, memory=None, remat=None, device: str = "cpu",
           check_numerics: bool = False):
     """Trace ``function`` into a plan per input signature: ``@trace`` or
     ``@trace(symbolic=True, capture_as_const=False, optimize=..., memory=..., remat=...)``
     (the planner options are ``mg.compile``'s). ``capture_as_const=True`` bakes the
     parameters' current values into the plan as constants (an inference plan with frozen
     weights; the function may then not update them). ``symbolic=False`` runs the function
-    eagerly on every call (for debugging a traced function without changing its code)."""
+    eagerly on every call (for debugging a traced function without changing its code).
+
+    ``symbolic_shape=True`` records dimension 0 of every tensor argument as a name
+    (``batch``), so one recording serves every batch size: its plan is a SymbolicPlan that
+    specialises itself per size. ``symbolic_shape={"x": {0: "batch", 1: "seq"}}`` names the
+    dimensions given. The function's Python then sees the names in ``x.shape``; where it
+    needs a number it raises ``SymbolicShapeError`` (eager/symbolic_shape.py says more).
+
+    >>> @mg.jit.trace(symbolic_shape=True)
+    ... def predict(x):
+    ...     return model(x.reshape(x.shape[0], -1))
+    """
     options = {"optimize": optimize, "memory": memory, "remat": remat, "device": device,
                "check_numerics": check_numerics}
+    symbolic_shape = check_spec(symbolic_shape)
 
     def decorate(fn):
-        return Traced(fn, symbolic=symbolic, capture_as_const=capture_as_const, **options)
+        return Traced(fn, symbolic=symbolic, capture_as_const=capture_as_const,
+                      symbolic_shape=symbolic_shape, **options)
 
     return decorate if function is None else decorate(function)
