@@ -77,5 +77,6 @@ def write_npz(path, names, arrays, refuse: Refuse) -> None:
 
 
 def type_text(shape, dtype) -> str:
-    """How messages write an array's type: ``float32[1, 1, 8, 8]``."""
-    return f"{np.dtype(dtype)}{list(shape)}"
+    """How messages write an array's type: ``float32[1, 1, 8, 8]``; a model's input with a
+    named dimension ``float32[batch, 1, 8, 8]``."""
+    return f"{np.dtype(dtype)}[{', '.join(map(str, shape))}]"

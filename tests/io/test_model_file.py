@@ -265,7 +265,7 @@ def first(d, op):
 def test_not_a_zip_or_wrong_magic_or_version(tmp_path, model_bytes):
     refused(tmp_path, b"hello", "not a zip")
     refused(tmp_path, with_json(model_bytes, lambda d: d.update(magic="onnx")), "wrong magic")
-    refused(tmp_path, with_json(model_bytes, lambda d: d.update(format_version=2)),
+    refused(tmp_path, with_json(model_bytes, lambda d: d.update(format_version=3)),
             "unknown format version")
     refused(tmp_path, with_json(model_bytes, lambda d: d.update(format_version=True)),
             "unknown format version")
