@@ -19,10 +19,11 @@ def read_npy(path, shape, dtype, refuse: Refuse, what: str = "the array wanted")
     """The array of shape ``shape`` and dtype ``dtype`` (``what`` names it in messages) in the
     ``.npy`` at ``path``, a regular file; its header is checked before its data is read (a
     header may claim any size), and ``refuse`` gets what is wrong: another kind of file, shape
-    or dtype, a pickle, an .npz."""
+    or dtype, a pickle, an .npz. A named dimension of ``shape`` (``batch``) takes any size
+    here; the model's plan checks what the names' values must satisfy."""
     with open_regular(path, refuse) as f:
         found = _header(f, refuse)
-        if found is not None and (found[0] != tuple(shape) or found[1] != dtype):
+        if found is not None and (not _conforms(found[0], shape) or found[1] != dtype):
             refuse(f"the array is {type_text(*found)}, {what} is {type_text(shape, dtype)}")
         f.seek(0)
         try:
@@ -34,6 +35,12 @@ def read_npy(path, shape, dtype, refuse: Refuse, what: str = "the array wanted")
     if not isinstance(array, np.ndarray):
         refuse("an .npz archive; give one array as .npy")
     return array
+
+
+def _conforms(found: tuple, shape) -> bool:
+    """Whether ``found`` has ``shape``'s rank and its numbers where ``shape`` has numbers."""
+    return len(found) == len(shape) and all(
+        not isinstance(want, int) or got == want for got, want in zip(found, shape))
 
 
 def _header(f, refuse: Refuse) -> tuple[tuple, np.dtype] | None:
