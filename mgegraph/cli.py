@@ -356,7 +356,7 @@ def cmd_report(args) -> int:
         report = state_report(args.model, loaded)
         print(json.dumps(report, indent=1) if args.json else _state_text(report))
         return 0
-    plan, bound = _specialised(Predictor(loaded), args)
+    plan, bound = _specialised(Predictor(loaded), args)  # read()'s default limits
     report = model_report(args.model, loaded, bound)
     print(json.dumps(report, indent=1, default=str) if args.json
           else _model_text(report, plan, bound))
@@ -493,6 +493,8 @@ def _feeds(predictor, args, rng: np.random.Generator | None = None):
     given = read_given(predictor, args.input)
     dims = dict(getattr(args, "dim", ()))
     bound = binding(predictor, given, dims) if predictor.symbolic or dims else None
+    if bound is not None and rng is not None:
+        predictor.specialize(bound.values)  # checks the binding before arrays of its shapes
     return (given if rng is None else fill_random(predictor, given, bound, rng)), bound
 
 
@@ -502,7 +504,7 @@ def _specialised(predictor, args):
     _, bound = _feeds(predictor, args)
     if bound is None:
         return predictor.plan, None
-    return predictor.plan.specialize(bound.values), bound
+    return predictor.specialize(bound.values), bound
 
 
 def summary_line(name: str, array: np.ndarray) -> str:

@@ -6,6 +6,8 @@ written as an ``.npz`` (what ``mgegraph run`` reads and writes).
 """
 from __future__ import annotations
 
+import math
+import os
 import zipfile
 
 import numpy as np
@@ -25,6 +27,8 @@ def read_npy(path, shape, dtype, refuse: Refuse, what: str = "the array wanted")
         found = _header(f, refuse)
         if found is not None and (not _conforms(found[0], shape) or found[1] != dtype):
             refuse(f"the array is {type_text(*found)}, {what} is {type_text(shape, dtype)}")
+        if found is not None:
+            _check_data_size(f, *found, refuse)
         f.seek(0)
         try:
             array = np.load(f, allow_pickle=False)
@@ -41,6 +45,16 @@ def _conforms(found: tuple, shape) -> bool:
     """Whether ``found`` has ``shape``'s rank and its numbers where ``shape`` has numbers."""
     return len(found) == len(shape) and all(
         not isinstance(want, int) or got == want for got, want in zip(found, shape))
+
+
+def _check_data_size(f, shape: tuple, dtype: np.dtype, refuse: Refuse) -> None:
+    """The data after the header (``f`` stands there) must hold what the header promises:
+    a named dimension lets a header claim any size, which np.load would allocate first."""
+    need = math.prod(shape) * dtype.itemsize
+    held = os.fstat(f.fileno()).st_size - f.tell()
+    if held < need:
+        refuse(f"the header promises {type_text(shape, dtype)}, {need} bytes, the file holds "
+               f"{held} after it (truncated?)")
 
 
 def _header(f, refuse: Refuse) -> tuple[tuple, np.dtype] | None:

@@ -3,8 +3,9 @@ random arrays for the inputs not given, and, for a model with named dimensions, 
 the names they make (``mgegraph run/profile/report/viz``).
 
 Design: a name no given input and no ``--dim NAME=N`` binds takes its least value, 1 or the
-low end of ``compile(bounds=...)``, as ``trtexec`` sets a dynamic dimension it is not given;
-the commands print the binding they used, saying which names took that default.
+low end of ``compile(bounds=...)``, as ``trtexec`` sets a dynamic dimension it is not given,
+raised to the value of a name a recorded fact makes it equal to (``batch == n``); the commands
+print the binding they used, saying which names took that default.
 
 >>> feeds = read_feeds(predictor, [("input0", "one_image.npy")])
 >>> bound = binding(predictor, feeds, {})      # Binding({'batch': 1}, defaulted=())
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir.dims import bind_shape, evaluate
+from ..ir.dims import Relation, bare_name, bind_shape, evaluate
 from ..ir.errors import FeedError
 from .arrays import read_npy, type_text
 
@@ -101,7 +102,23 @@ def binding(predictor, feeds: dict, dims: dict[str, int]) -> Binding:
     defaulted = tuple(sorted(names - values.keys()))
     bounds = getattr(predictor.plan, "bounds", {})
     values.update({name: bounds.get(name, (1, None))[0] for name in defaulted})
+    if defaulted:
+        _follow_equal_names(predictor.plan.constraints, values, set(defaulted))
     return Binding(values, defaulted)
+
+
+def _follow_equal_names(facts, values: dict[str, int], free: set[str]) -> None:
+    """Raise each ``free`` name to the value of a name a recorded fact makes it equal to, so
+    that a default binding keeps the facts it can. Values only grow: it ends."""
+    pairs = [(bare_name(f.left), bare_name(f.right)) for f in facts
+             if f.relation is Relation.EQUAL]
+    pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+    changed = True
+    while changed:
+        changed = False
+        for a, b in pairs + [(b, a) for a, b in pairs]:
+            if a in free and values[a] < values[b]:
+                values[a], changed = values[b], True
 
 
 def _feed_name(name: str | None, path: str, names: tuple[str, ...]) -> str:

@@ -101,9 +101,15 @@ class Predictor:
                 raise FeedError(f"{exc} ({fed})") from None
         return self.plan.bind(feeds)
 
+    def specialize(self, bindings: dict[str, int]):
+        """The plan for ``bindings`` (``{"batch": 8}``, every name), made if not cached; a
+        ``FeedError`` where the values break a bound or a recorded fact, or the loading
+        limits (each value's bytes, checked before the plan is made; the plan's bytes)."""
+        return self._within_limits(bindings, lambda: self.plan.specialize(bindings))
+
     def _admit(self, feeds) -> None:
         """Check feeds whose shapes are new: they conform, and their binding stays within the
-        loading limits (each value's bytes before it is specialised, the plan's after)."""
+        loading limits."""
         try:
             key = tuple((feeds[n].shape, feeds[n].dtype) for n in self.input_names)
         except (KeyError, AttributeError, TypeError):
@@ -111,16 +117,22 @@ class Predictor:
         if key in self._admitted:
             return
         bindings = self.bind(feeds)
-        problem = sizes_problem(self.plan.graph, bindings, self._limits)
-        if problem is None:
-            problem = plan_bytes_problem(self.plan.plan_for_feeds(feeds), self._limits)
-        if problem:
-            bound = ", ".join(f"{n}={v}" for n, v in sorted(bindings.items()))
-            raise FeedError(f"{bound}: {problem} (runtime.load(limits=...))")
+        self._within_limits(bindings, lambda: self.plan.plan_for_feeds(feeds))
         if len(self._admitted) >= ADMITTED:
             self._admitted.clear()
         if key is not None:
             self._admitted.add(key)
+
+    def _within_limits(self, bindings: dict, make):
+        problem = sizes_problem(self.plan.graph, bindings, self._limits)
+        plan = None
+        if problem is None:  # before ``make``: compiling may fold constants of those sizes
+            plan = make()
+            problem = plan_bytes_problem(plan, self._limits)
+        if problem:
+            bound = ", ".join(f"{n}={v}" for n, v in sorted(bindings.items()))
+            raise FeedError(f"{bound}: {problem} (runtime.load(limits=...))")
+        return plan
 
 
 def load(path, limits: Limits | None = None, device: str | None = None):
