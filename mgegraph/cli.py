@@ -34,13 +34,10 @@ from . import __version__, runtime
 from . import onnx as mg_onnx  # the package alone: it imports the onnx library when called
 from .io import Predictor, read, save
 from .io.arrays import type_text, write_npz
-from .io.feeds import binding, fill_random, random_array, read_feeds, read_given
+from .io.feeds import binding, feeds_and_binding, read_feeds
 from .io.model_file import input_types, output_types
 from .ir.errors import FeedError, GraphError, KernelError, ModelFormatError
 from .symbolic_plan import SymbolicPlan
-
-__all__ = ["build_parser", "error_line", "main", "model_report", "random_array", "read_feeds",
-           "state_report", "summary_line"]
 
 PROG = "mgegraph"
 VIZ_FORMATS = (".html", ".svg", ".dot")
@@ -490,20 +487,15 @@ def _tool(module: str, what: str):
 def _feeds(predictor, args, rng: np.random.Generator | None = None):
     """The ``--input`` arrays of ``args`` (with ``rng``, random ones for the other inputs) and,
     for a model with named dimensions, the ``Binding`` they and ``--dim`` make (else None)."""
-    given = read_given(predictor, args.input)
-    dims = dict(getattr(args, "dim", ()))
-    bound = binding(predictor, given, dims) if predictor.symbolic or dims else None
-    if bound is not None and rng is not None:
-        predictor.specialize(bound.values)  # checks the binding before arrays of its shapes
-    return (given if rng is None else fill_random(predictor, given, bound, rng)), bound
+    return feeds_and_binding(predictor, args.input, dict(getattr(args, "dim", ())), rng)
 
 
 def _specialised(predictor, args):
     """The plan a command shows for ``predictor`` and the binding it was specialised for
-    (``_feeds``): a fixed-shape model's one plan and None."""
-    _, bound = _feeds(predictor, args)
-    if bound is None:
+    (``_feeds``): a fixed-shape model's one plan and None (its ``--input`` files unread)."""
+    if not predictor.symbolic and not getattr(args, "dim", ()):
         return predictor.plan, None
+    _, bound = _feeds(predictor, args)  # a --dim for a fixed-shape model: refused here
     return predictor.specialize(bound.values), bound
 
 

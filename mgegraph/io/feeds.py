@@ -40,21 +40,34 @@ class Binding:
 def read_feeds(predictor, specs, rng: np.random.Generator | None = None,
                dims: dict[str, int] | None = None) -> dict:
     """The feeds named by ``--input`` specs ``(name or None, path)``; inputs not given are
-    random when ``rng`` is given (standard normal floats, zeros otherwise, at the shapes
-    ``binding`` gives with ``dims``), else an error.
+    random when ``rng`` is given (``feeds_and_binding``), else an error.
 
     >>> read_feeds(predictor, [(None, "x.npy")])   # {'input0': array(...)}
     """
-    feeds = read_given(predictor, specs)
+    feeds, _ = feeds_and_binding(predictor, specs, dims or {}, rng)
     missing = [n for n in predictor.input_names if n not in feeds]
-    if missing and rng is None:
+    if missing:
         wants = dict(zip(predictor.input_names, predictor.input_types))
         wanted = ", ".join(f"{n} ({type_text(wants[n].shape, wants[n].dtype)})"
                            for n in missing)
         raise FeedError(f"no --input NAME=FILE.npy for the model's input(s) {wanted}")
-    if not missing:
-        return feeds
-    return fill_random(predictor, feeds, binding(predictor, feeds, dims or {}), rng)
+    return feeds
+
+
+def feeds_and_binding(predictor, specs, dims: dict[str, int],
+                      rng: np.random.Generator | None = None) -> tuple[dict, Binding | None]:
+    """The arrays of the ``--input`` specs and, with ``rng``, random ones for the other inputs
+    (standard normal floats, zeros otherwise, at the shapes the binding gives); and for a
+    model with named dimensions the ``Binding`` they and ``dims`` make (else None). The
+    binding is checked against the model's bounds, facts and loading limits before any
+    array of its shapes is made."""
+    given = read_given(predictor, specs)
+    bound = binding(predictor, given, dims) if predictor.symbolic or dims else None
+    if rng is None or len(given) == len(predictor.input_names):
+        return given, bound
+    if bound is not None:
+        predictor.specialize(bound.values)
+    return fill_random(predictor, given, bound, rng), bound
 
 
 def read_given(predictor, specs) -> dict:
