@@ -3,7 +3,7 @@ subcommand over the library's own calls.
 
     mgegraph demo                                   # train on digits, save digits_cnn.mgm
     mgegraph run digits_cnn.mgm --input input0=x.npy -o y.npz
-    mgegraph report digits_cnn.mgm --json
+    mgegraph report digits_cnn.mgm --json --dim batch=8
     mgegraph viz digits_cnn.mgm -o plan.html
     mgegraph profile digits_cnn.mgm --runs 20 --trace trace.json
     mgegraph convert model.onnx -o model.mgm
@@ -11,6 +11,11 @@ subcommand over the library's own calls.
 
 An error is one line on stderr (``mgegraph: error: ...``) and exit status 1 (2 for a wrong
 command line); ``--debug`` shows the traceback instead.
+
+A model saved with a named dimension (``input0: float32[batch, 1, 8, 8]``) takes any
+conforming input: ``run`` specialises for the files given; ``report``, ``viz`` and ``profile``
+for the ``--input`` files and ``--dim NAME=N`` given, each name left at its least value
+(``io.feeds``), and they print the binding they used.
 """
 from __future__ import annotations
 
@@ -27,9 +32,12 @@ import numpy as np
 
 from . import __version__, runtime
 from . import onnx as mg_onnx  # the package alone: it imports the onnx library when called
-from .io import read, save
-from .io.arrays import read_npy, type_text, write_npz
+from .io import Predictor, read, save
+from .io.arrays import type_text, write_npz
+from .io.feeds import binding, feeds_and_binding, read_feeds
+from .io.model_file import input_types, output_types
 from .ir.errors import FeedError, GraphError, KernelError, ModelFormatError
+from .symbolic_plan import SymbolicPlan
 
 PROG = "mgegraph"
 VIZ_FORMATS = (".html", ".svg", ".dot")
@@ -159,6 +167,8 @@ def _add_report(sub):
     p = sub.add_parser("report", help="memory, passes and remat reports of a saved model")
     p.add_argument("model", help="a model file written by mg.save")
     p.add_argument("--json", action="store_true", help="the reports as one JSON object")
+    _add_input(p, "a model with named dimensions: report its plan for the shape of FILE.npy")
+    _add_dim(p)
     p.set_defaults(func=cmd_report)
     return p
 
@@ -173,6 +183,7 @@ def _add_viz(sub):
                    "time of each instruction (inputs as for `mgegraph profile`)")
     _add_seed(p)
     _add_input(p, "feed the input NAME from FILE.npy instead of random values (--profile)")
+    _add_dim(p)
     p.set_defaults(func=cmd_viz)
     return p
 
@@ -192,6 +203,7 @@ def _add_profile(sub):
     p.add_argument("--top", type=_positive_int, default=20, help="lines shown (default 20)")
     _add_seed(p)
     _add_input(p, "feed the input NAME from FILE.npy instead of random values")
+    _add_dim(p)
     p.set_defaults(func=cmd_profile)
     return p
 
@@ -227,6 +239,12 @@ def _add_input(p, text: str) -> None:
                    metavar="NAME=FILE.npy", help=text)
 
 
+def _add_dim(p) -> None:
+    p.add_argument("--dim", action="append", default=[], type=_dim_spec, metavar="NAME=N",
+                   help="a model with named dimensions: the value of NAME (e.g. batch=8); a "
+                   "name no --input or --dim binds takes its least value, 1 or its lower bound")
+
+
 # argparse types: a bad value is a usage error naming what was written
 def _positive_int(text: str) -> int:
     try:
@@ -257,6 +275,17 @@ def _feed_spec(text: str) -> tuple[str | None, str]:
     if not path:
         raise argparse.ArgumentTypeError(f"{text!r}: no file after '='")
     return name, path
+
+
+def _dim_spec(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if not (sep and name.isidentifier()) or number < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=N with N >= 1 (e.g. batch=8)")
+    return name, number
 
 
 def _shape_spec(text: str) -> tuple[str, tuple[int, ...]]:
@@ -298,7 +327,10 @@ def cmd_demo(args) -> int:
 def cmd_run(args) -> int:
     """``mgegraph run MODEL --input NAME=FILE.npy ... [-o OUT.npz]``."""
     predictor = _load(args.model)
-    outputs = predictor.run(read_feeds(predictor, args.input))
+    feeds = read_feeds(predictor, args.input)
+    outputs = predictor.run(feeds)
+    if predictor.symbolic:
+        print(f"{predictor.signature()}; ran with {binding(predictor, feeds, {})}")
     if args.output is None:
         for name, array in zip(predictor.output_names, outputs):
             print(summary_line(name, array))
@@ -321,9 +353,10 @@ def cmd_report(args) -> int:
         report = state_report(args.model, loaded)
         print(json.dumps(report, indent=1) if args.json else _state_text(report))
         return 0
-    report = model_report(args.model, loaded)
+    plan, bound = _specialised(Predictor(loaded), args)  # read()'s default limits
+    report = model_report(args.model, loaded, bound)
     print(json.dumps(report, indent=1, default=str) if args.json
-          else _model_text(report, loaded.plan))
+          else _model_text(report, plan, bound))
     return 0
 
 
@@ -333,12 +366,12 @@ def cmd_viz(args) -> int:
     time."""
     _not_a_folder("-o", args.output)
     predictor = _load(args.model)
-    plan = predictor.plan
     suffix = Path(args.output).suffix.lower()
     if args.profile and suffix != ".html":
         raise ValueError(f"--profile {args.profile}: only the .html page shows the times, not "
                          f"{suffix}")
     prof = _profiled(predictor, args, args.profile) if args.profile else None
+    plan, bound = _specialised(predictor, args)
     if suffix == ".dot":
         Path(args.output).write_text(plan.to_dot() + "\n")
     elif suffix == ".svg":
@@ -346,14 +379,18 @@ def cmd_viz(args) -> int:
     else:
         viz = _tool("mgegraph.viz", "the viewer")
         viz.save_html(plan, args.output, profile=prof, title=Path(args.model).name)
-    print(f"wrote {args.output}")
+    print(f"wrote {args.output}" + (f" (the plan for {bound})" if bound else ""))
     return 0
 
 
 def cmd_profile(args) -> int:
     """``mgegraph profile MODEL [--runs N] [--trace FILE.json] [--input NAME=FILE.npy]``."""
     _not_a_folder("--trace", args.trace)
-    prof = _profiled(_load(args.model), args, args.runs, trace=bool(args.trace))
+    predictor = _load(args.model)
+    feeds, bound = _feeds(predictor, args, np.random.default_rng(args.seed))
+    if bound is not None:
+        print(f"{predictor.signature()}; profiled with {bound}")
+    prof = _profiled(predictor, args, args.runs, trace=bool(args.trace), feeds=feeds)
     print(prof.table(top=args.top, by=args.by, average=True))
     if args.trace:
         prof.save_chrome_trace(args.trace)
@@ -364,13 +401,14 @@ def cmd_profile(args) -> int:
     return 0
 
 
-def _profiled(predictor, args, runs: int, trace: bool = False):
-    """The profile of ``runs`` runs of ``predictor`` on the feeds of ``args`` (``--input``,
-    the rest seeded random), after one unprofiled run (allocation, the weights' prologue).
-    Without ``trace`` no run's own record is kept: the profile only aggregates, so any number
-    of runs takes the same memory."""
+def _profiled(predictor, args, runs: int, trace: bool = False, feeds: dict | None = None):
+    """The profile of ``runs`` runs of ``predictor`` on ``feeds`` or those of ``args``
+    (``--input``, the rest seeded random), after one unprofiled run (allocation, the weights'
+    prologue). Without ``trace`` no run's own record is kept: the profile only aggregates, so
+    any number of runs takes the same memory."""
     profiler = _tool("mgegraph.tools.profiler", "the profiler")
-    feeds = read_feeds(predictor, args.input, rng=np.random.default_rng(args.seed))
+    if feeds is None:
+        feeds, _ = _feeds(predictor, args, np.random.default_rng(args.seed))
     predictor.run(feeds)
     limit = profiler.TRACE_LIMIT if trace else 0
     with profiler.profile(trace_limit=limit) as prof:
@@ -394,10 +432,11 @@ def cmd_convert(args) -> int:
         raise mg_onnx.OnnxImportError(f"{exc} (on the command line: --input-shape "
                                       "NAME=D,D,...)") from exc
     save(plan, output)
-    ins = ", ".join(f"{n}: {type_text(plan.slots[s].type.shape, plan.slots[s].type.dtype)}"
-                    for n, s in plan.feeds.items())
-    print(f"converted {args.model} -> {output}: inputs {ins}; {len(plan.outputs)} outputs, "
-          f"{len(plan.instructions)} instructions")
+    ins = ", ".join(f"{n}: {type_text(t.shape, t.dtype)}" for n, t in input_types(plan).items())
+    size = (f"specialised per binding of {', '.join(sorted(plan.names))} when run"
+            if isinstance(plan, SymbolicPlan) else f"{len(plan.instructions)} instructions")
+    print(f"converted {args.model} -> {output}: inputs {ins}; {len(output_types(plan))} "
+          f"outputs, {size}")
     return 0
 
 
@@ -445,57 +484,19 @@ def _tool(module: str, what: str):
     return importlib.import_module(module)
 
 
-def read_feeds(predictor, specs, rng: np.random.Generator | None = None) -> dict:
-    """The feeds named by ``--input`` specs ``(name or None, path)``; inputs not given are
-    random when ``rng`` is given (standard normal floats, zeros otherwise), else an error.
-
-    >>> read_feeds(predictor, [(None, "x.npy")])   # {'input0': array(...)}
-    """
-    names, feeds = predictor.input_names, {}
-    wants = dict(zip(names, zip(predictor.input_shapes, predictor.input_dtypes)))
-    for name, path in specs:
-        name = _feed_name(name, path, names)
-        if name in feeds:
-            raise FeedError(f"--input {name}=...: given twice")
-        feeds[name] = _read_array(name, path, *wants[name])
-    missing = [n for n in names if n not in feeds]
-    if missing and rng is None:
-        wanted = ", ".join(f"{n} ({type_text(*wants[n])})" for n in missing)
-        raise FeedError(f"no --input NAME=FILE.npy for the model's input(s) {wanted}")
-    for name in missing:
-        feeds[name] = random_array(*wants[name], rng)
-    return feeds
+def _feeds(predictor, args, rng: np.random.Generator | None = None):
+    """The ``--input`` arrays of ``args`` (with ``rng``, random ones for the other inputs) and,
+    for a model with named dimensions, the ``Binding`` they and ``--dim`` make (else None)."""
+    return feeds_and_binding(predictor, args.input, dict(getattr(args, "dim", ())), rng)
 
 
-def _feed_name(name: str | None, path: str, names: tuple[str, ...]) -> str:
-    if name is None:
-        if len(names) != 1:
-            raise FeedError(f"--input {path}: the model has {len(names)} inputs {list(names)}; "
-                            f"write --input NAME={path}")
-        return names[0]
-    if name not in names:
-        raise FeedError(f"--input {name}={path}: the model has no input {name!r}; its inputs "
-                        f"are {list(names)}")
-    return name
-
-
-def _read_array(name: str, path: str, shape, dtype) -> np.ndarray:
-    def refuse(message: str):
-        raise FeedError(f"--input {name}={path}: {message}")
-
-    return read_npy(path, shape, dtype, refuse, f"the model's input {name}")
-
-
-def random_array(shape, dtype, rng: np.random.Generator) -> np.ndarray:
-    """A feed of ``shape`` and ``dtype``: standard normal floats, zeros for integers and
-    booleans (an index input then stays in range).
-
-    >>> random_array((2, 3), np.dtype("float32"), np.random.default_rng(0)).shape  # (2, 3)
-    """
-    dtype = np.dtype(dtype)
-    if dtype.kind == "f":
-        return rng.standard_normal(shape).astype(dtype)
-    return np.zeros(shape, dtype)
+def _specialised(predictor, args):
+    """The plan a command shows for ``predictor`` and the binding it was specialised for
+    (``_feeds``): a fixed-shape model's one plan and None (its ``--input`` files unread)."""
+    if not predictor.symbolic and not getattr(args, "dim", ()):
+        return predictor.plan, None
+    _, bound = _feeds(predictor, args)  # a --dim for a fixed-shape model: refused here
+    return predictor.specialize(bound.values), bound
 
 
 def summary_line(name: str, array: np.ndarray) -> str:
@@ -517,18 +518,20 @@ def summary_line(name: str, array: np.ndarray) -> str:
 
 
 # -- reports -------------------------------------------------------------------------------------
-def model_report(path: str, loaded) -> dict:
+def model_report(path: str, loaded, bound=None) -> dict:
     """The ``report --json`` object of a model file: its inputs and outputs, the plan's size
-    and its memory, passes and remat reports (``remat`` is None without remat=).
+    and its memory, passes and remat reports (``remat`` is None without remat=). A model with
+    named dimensions reports its plan for ``bound`` (an ``io.feeds.Binding``), and under
+    ``symbolic`` its names, bounds, recorded facts, cache size and that binding.
 
     >>> model_report("m.mgm", mg.io.read("m.mgm"))["memory"]["arena_bytes"]
     """
-    plan = loaded.plan
-    types = [plan.slots[plan.feeds[n]].type for n in loaded.input_names]
-    outs = [plan.slots[s].type for s in plan.outputs]
-    return {
+    symbolic = isinstance(loaded.plan, SymbolicPlan)
+    plan = loaded.plan.specialize(bound.values) if symbolic else loaded.plan
+    types, outs = input_types(loaded.plan), output_types(loaded.plan)
+    report = {
         "model": str(path), "kind": loaded.kind,
-        "inputs": [_io_entry(n, t) for n, t in zip(loaded.input_names, types)],
+        "inputs": [_io_entry(n, types[n]) for n in loaded.input_names],
         "outputs": [_io_entry(n, t) for n, t in zip(loaded.output_names, outs)],
         "device": plan.device, "instructions": len(plan.instructions), "slots": len(plan.slots),
         "prologue_instructions": len(plan.prologue.instructions) if plan.prologue else 0,
@@ -536,15 +539,29 @@ def model_report(path: str, loaded) -> dict:
         "passes": [{"name": name, "changes": stats} for name, stats in plan.passes],
         "remat": json.loads(plan.remat_report("json")) if plan.remat is not None else None,
     }
+    if symbolic:
+        report["symbolic"] = _symbolic_entry(loaded.plan, bound)
+    return report
+
+
+def _symbolic_entry(plan: SymbolicPlan, bound) -> dict:
+    return {
+        "names": sorted(plan.names),
+        "bounds": {name: list(pair) for name, pair in sorted(plan.bounds.items())},
+        "constraints": [{"fact": str(f), "op": f.op, "location": f.location}
+                        for f in plan.constraints],
+        "cache_size": plan.cache_size,
+        "bindings": dict(sorted(bound.values.items())), "defaulted": list(bound.defaulted)}
 
 
 def _io_entry(name: str, t) -> dict:
-    return {"name": name, "shape": list(t.shape), "dtype": str(t.dtype)}
+    shape = [d if isinstance(d, int) else str(d) for d in t.shape]
+    return {"name": name, "shape": shape, "dtype": str(t.dtype)}
 
 
-def _model_text(report: dict, plan) -> str:
+def _model_text(report: dict, plan, bound=None) -> str:
     def io(entries):
-        return ", ".join(f"{e['name']}: {e['dtype']}{e['shape']}" for e in entries)
+        return ", ".join(f"{e['name']}: {type_text(e['shape'], e['dtype'])}" for e in entries)
 
     prologue = (f"; prologue {report['prologue_instructions']} instructions (weight-only work, "
                 "rerun after a weight changes)" if report["prologue_instructions"] else "")
@@ -553,8 +570,21 @@ def _model_text(report: dict, plan) -> str:
         (f"model {report['model']}: a {report['kind']} for {report['device']}, "
          f"{report['instructions']} instructions over {report['slots']} slots{prologue}"),
         f"  inputs   {io(report['inputs'])}", f"  outputs  {io(report['outputs'])}",
+        *_symbolic_lines(report.get("symbolic"), bound),
         "", "memory", plan.memory_report(), "", "passes", plan.passes_report(),
         "", "remat", remat])
+
+
+def _symbolic_lines(entry: dict | None, bound) -> list[str]:
+    """The names, their bounds, the facts the rules recorded and the binding reported."""
+    if entry is None:
+        return []
+    names = ", ".join(f"{n} in {entry['bounds'][n][0]}..{entry['bounds'][n][1]}"
+                      if n in entry["bounds"] else f"{n} >= 1" for n in entry["names"])
+    lines = [f"  names    {names}; up to {entry['cache_size']} specialised plans kept"]
+    lines += [f"  requires {c['fact']}  ({c['op']} at {c['location']})"
+              for c in entry["constraints"]]
+    return lines + [f"  plan for {bound}: the reports below"]
 
 
 def state_report(path: str, state: dict) -> dict:

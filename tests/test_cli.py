@@ -511,6 +511,177 @@ def test_python_m_mgegraph_demo_is_the_same_command():
                            "64, so it needs at least 64 images\n")
 
 
+# -- a model with a named batch ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    """The demo's predictor in small, saved as the demo saves it: input0 of a named batch,
+    run at batch 360 before saving; .npy inputs of batch 1 and 3 and one that does not fit."""
+    d = tmp_path_factory.mktemp("digits")
+    rng = np.random.default_rng(7)
+    g = mg.Graph()
+    x = g.input("input0", ("batch", 1, 8, 8))
+    w = g.param("w", rng.standard_normal((64, 10), dtype=np.float32))
+    plan = mg.compile([F.softmax(F.reshape(x, (x.shape[0], -1)) @ w, axis=1)])
+    plan.run({"input0": rng.standard_normal((360, 1, 8, 8), dtype=np.float32)})
+    mg.save(plan, d / "digits.mgm")
+    for name, shape in [("one", (1, 1, 8, 8)), ("three", (3, 1, 8, 8)), ("bad", (3, 1, 9, 8))]:
+        np.save(d / f"{name}.npy", rng.standard_normal(shape, dtype=np.float32))
+    return d, plan
+
+
+SIGNATURE = "input0: float32[batch, 1, 8, 8] -> float32[batch, 10]"
+
+
+@pytest.mark.parametrize("batch, name", [(1, "one"), (3, "three")])
+def test_run_a_symbolic_model_at_any_batch(capsys, digits, tmp_path, batch, name):
+    d, plan = digits
+    code, out, err = _cli(capsys, "run", d / "digits.mgm", "--input", f"input0={d}/{name}.npy")
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0] == f"{SIGNATURE}; ran with batch={batch}"
+    assert lines[1].startswith(f"output0: float32[{batch}, 10]  min ")
+    code, out, _ = _cli(capsys, "run", d / "digits.mgm", "--input", f"{d}/{name}.npy", "-o",
+                        tmp_path / "y.npz")
+    (expected,) = plan.run({"input0": np.load(d / f"{name}.npy")})
+    assert np.load(tmp_path / "y.npz")["output0"].tobytes() == expected.tobytes()
+
+
+def test_run_a_symbolic_model_errors_show_the_symbolic_type(capsys, digits):
+    d, _ = digits
+    code, _, err = _cli(capsys, "run", d / "digits.mgm", "--input", f"{d}/bad.npy")
+    _assert_one_line_error(code, err, "the array is float32[3, 1, 9, 8], the model's input "
+                           "input0 is float32[batch, 1, 8, 8]")
+    code, _, err = _cli(capsys, "run", d / "digits.mgm")
+    _assert_one_line_error(code, err, "no --input NAME=FILE.npy for the model's input(s) "
+                           "input0 (float32[batch, 1, 8, 8])")
+
+
+def test_run_refuses_shapes_that_break_a_recorded_fact(capsys, tmp_path):
+    g = mg.Graph()
+    x, y = g.input("x", ("batch", 4)), g.input("y", ("n", 4))
+    mg.save(mg.compile([x * y]), tmp_path / "two.mgm")
+    np.save(tmp_path / "x.npy", np.ones((2, 4), np.float32))
+    np.save(tmp_path / "y.npy", np.ones((5, 4), np.float32))
+    code, _, err = _cli(capsys, "run", tmp_path / "two.mgm", "--input", f"x={tmp_path}/x.npy",
+                        "--input", f"y={tmp_path}/y.npy")
+    _assert_one_line_error(code, err, "the fed shapes break batch == n (batch=2, n=5)")
+
+
+def test_report_a_symbolic_model_at_the_default_binding(capsys, digits):
+    d, plan = digits
+    code, out, _ = _cli(capsys, "report", d / "digits.mgm")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[1:5] == [
+        "  inputs   input0: float32[batch, 1, 8, 8]", "  outputs  output0: float32[batch, 10]",
+        "  names    batch >= 1; up to 16 specialised plans kept",
+        ("  plan for batch=1 (batch: not given, its least value; --dim NAME=N or an --input "
+         "sets it): the reports below")]
+    assert plan.specialize({"batch": 1}).memory_report() in out
+
+
+@pytest.mark.parametrize("args, batch", [(["--dim", "batch=8"], 8), (["--input", "three"], 3),
+                                         (["--input", "three", "--dim", "batch=3"], 3)])
+def test_report_json_of_the_plan_for_the_inputs_given(capsys, digits, args, batch):
+    d, plan = digits
+    args = [f"input0={d}/three.npy" if a == "three" else a for a in args]
+    code, out, _ = _cli(capsys, "report", d / "digits.mgm", "--json", *args)
+    report = json.loads(out)
+    assert code == 0 and report["inputs"][0]["shape"] == ["batch", 1, 8, 8]
+    assert report["symbolic"] == {"names": ["batch"], "bounds": {}, "constraints": [],
+                                  "cache_size": 16, "bindings": {"batch": batch},
+                                  "defaulted": []}
+    fixed = plan.specialize({"batch": batch})
+    assert report["memory"] == json.loads(fixed.memory_report(format="json"))
+    assert report["instructions"] == len(fixed.instructions)
+
+
+def test_report_shows_bounds_and_recorded_facts(capsys, tmp_path):
+    g = mg.Graph()
+    x, y = g.input("x", ("batch", 4)), g.input("y", ("n", 4))
+    mg.save(mg.compile([x + y], bounds={"batch": (2, 32)}), tmp_path / "two.mgm")
+    code, out, _ = _cli(capsys, "report", tmp_path / "two.mgm")
+    assert code == 0
+    assert "  names    batch in 2..32, n >= 1; up to 16 specialised plans kept" in out
+    assert "  requires batch == n  (add at " in out
+    # n's least value is 1, but batch == n and batch >= 2
+    assert "  plan for batch=2, n=2 (batch, n: not given, its least value; " in out
+    code, out, _ = _cli(capsys, "report", tmp_path / "two.mgm", "--dim", "n=5")
+    assert code == 0 and "  plan for batch=5, n=5 (batch: not given, its least value; " in out
+    code, _, err = _cli(capsys, "report", tmp_path / "two.mgm", "--dim", "n=5", "--dim",
+                        "batch=4")
+    _assert_one_line_error(code, err, "break batch == n (batch=4, n=5)")
+    code, out, _ = _cli(capsys, "report", tmp_path / "two.mgm", "--dim", "n=5", "--dim",
+                        "batch=5")
+    assert code == 0 and "  plan for batch=5, n=5: the reports below" in out
+
+
+@pytest.mark.parametrize("args, phrase", [
+    (["--dim", "seq=4"], "--dim seq=4: the model has no dimension 'seq'; its names are batch"),
+    (["--dim", "batch=4", "--input", "three"], "is 3, but batch is already bound to 4"),
+])
+def test_dim_errors_are_one_line(capsys, digits, args, phrase):
+    d, _ = digits
+    args = [f"input0={d}/three.npy" if a == "three" else a for a in args]
+    code, _, err = _cli(capsys, "report", d / "digits.mgm", *args)
+    _assert_one_line_error(code, err, phrase)
+
+
+def test_dim_on_a_fixed_shape_model_is_refused(capsys, files):
+    code, _, err = _cli(capsys, "profile", files / "model.mgm", "--dim", "batch=2")
+    _assert_one_line_error(code, err, "--dim batch=2: the model has no dimension 'batch'; it "
+                           "names none")
+
+
+def test_profile_a_symbolic_model(capsys, digits):
+    d, _ = digits
+    code, out, _ = _cli(capsys, "profile", d / "digits.mgm", "--runs", "2")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == (f"{SIGNATURE}; profiled with batch=1 (batch: not given, its least "
+                        "value; --dim NAME=N or an --input sets it)")
+    assert lines[1].startswith("mg.profile: 2 run(s) of 1 plan(s)")
+    code, out, _ = _cli(capsys, "profile", d / "digits.mgm", "--runs", "2", "--input",
+                        f"{d}/three.npy")
+    assert code == 0 and out.splitlines()[0] == f"{SIGNATURE}; profiled with batch=3"
+    code, out, _ = _cli(capsys, "profile", d / "digits.mgm", "--runs", "1", "--dim", "batch=5")
+    assert code == 0 and out.splitlines()[0] == f"{SIGNATURE}; profiled with batch=5"
+
+
+def test_viz_draws_the_plan_for_the_binding(capsys, digits, tmp_path):
+    d, plan = digits
+    code, out, _ = _cli(capsys, "viz", d / "digits.mgm", "-o", tmp_path / "p.dot", "--dim",
+                        "batch=2")
+    assert code == 0 and out.strip() == f"wrote {tmp_path / 'p.dot'} (the plan for batch=2)"
+    assert (tmp_path / "p.dot").read_text() == plan.specialize({"batch": 2}).to_dot() + "\n"
+
+
+def test_convert_keeps_the_named_dimensions_of_the_import(capsys, onnx_file, monkeypatch,
+                                                          tmp_path):
+    path, w = onnx_file
+    g = mg.Graph()  # what the importer gives for the ONNX file's dim_param N
+    x = g.input("x", ("N", 4))
+    symbolic = mg.compile([F.relu(x @ g.param("w", w))])
+    monkeypatch.setattr(cli.mg_onnx, "import_model", lambda *a, **k: symbolic)
+    code, out, _ = _cli(capsys, "convert", path, "-o", tmp_path / "tiny.mgm")
+    assert code == 0
+    assert out.strip() == (f"converted {path} -> {tmp_path / 'tiny.mgm'}: inputs x: "
+                           "float32[N, 4]; 1 outputs, specialised per binding of N when run")
+    predictor = mg.load(tmp_path / "tiny.mgm")
+    assert repr(predictor) == "<mgegraph.runtime.Predictor (x: float32[N, 4]) -> 1 outputs>"
+    for n in (1, 5):
+        x = np.arange(4 * n, dtype=np.float32).reshape(n, 4)
+        np.testing.assert_allclose(predictor.run([x])[0], np.maximum(x @ w, 0), rtol=1e-6)
+
+
+def test_python_m_mgegraph_runs_one_image_on_a_model_saved_for_a_batch(digits):
+    d, _ = digits
+    proc = _python("-m", "mgegraph", "run", d / "digits.mgm", "--input",
+                   f"input0={d / 'one.npy'}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[1].startswith("output0: float32[1, 10]  min ")
+
+
 # -- a real process ------------------------------------------------------------------------------
 def test_python_m_mgegraph_runs_and_fails_cleanly(files):
     proc = _python("-m", "mgegraph", "run", files / "model.mgm", "--input", f"x={files / 'x.npy'}")

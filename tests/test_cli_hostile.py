@@ -148,3 +148,43 @@ def test_an_output_that_is_a_folder_is_refused_before_the_work(capsys, model, tm
     code, out, err = _cli(capsys, command[0], model / "m.mgm", *command[1:], folder)
     assert code == 1 and out == ""
     _one_line(err, f"{command[-1]} {folder}: is a directory")
+
+
+# -- a model with a named batch --------------------------------------------------------------
+@pytest.fixture(scope="module")
+def symbolic(tmp_path_factory):
+    d = tmp_path_factory.mktemp("symbolic")
+    g = mg.Graph()
+    x = g.input("input0", ("batch", 1, 8, 8), "float32")
+    mg.save(mg.compile([F.relu(x)]), d / "m.mgm")
+    return d / "m.mgm"
+
+
+def test_a_header_claiming_a_huge_batch_is_refused_before_its_data(capsys, symbolic,
+                                                                   tmp_path):
+    path = tmp_path / "huge.npy"
+    with open(path, "wb") as f:  # a conforming header for 256 TB of float32 and no data
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": "<f4", "fortran_order": False, "shape": (10**12, 1, 8, 8)})
+    code, _, err = _cli(capsys, "run", symbolic, "--input", f"input0={path}")
+    assert code == 1
+    _one_line(err, "the header promises float32[1000000000000, 1, 8, 8], 256000000000000 "
+              "bytes, the file holds 0 after it")
+
+
+@pytest.mark.parametrize("command", [["profile"], ["report"], ["viz", "-o", "p.dot"]])
+def test_a_huge_dim_is_refused_by_the_limits_before_any_array(capsys, symbolic, monkeypatch,
+                                                             command):
+    from mgegraph.io import feeds
+    monkeypatch.setattr(feeds, "random_array", lambda *a: pytest.fail("made an array"))
+    code, out, err = _cli(capsys, command[0], symbolic, *command[1:], "--dim",
+                          f"batch={10**12}")
+    assert code == 1 and out == ""
+    _one_line(err, f"batch={10**12}: ", "is over the limit of 4294967296")
+
+
+@pytest.mark.parametrize("spec", ["batch=0", "batch=-2", "batch", "=3", "1x=2", "batch=two"])
+def test_a_malformed_dim_is_a_usage_error(capsys, symbolic, spec):
+    code, _, err = _cli(capsys, "profile", symbolic, "--dim", spec)
+    assert code == 2
+    _one_line(err, f"argument --dim: {spec!r} is not NAME=N with N >= 1")

@@ -6,6 +6,8 @@ written as an ``.npz`` (what ``mgegraph run`` reads and writes).
 """
 from __future__ import annotations
 
+import math
+import os
 import zipfile
 
 import numpy as np
@@ -19,11 +21,14 @@ def read_npy(path, shape, dtype, refuse: Refuse, what: str = "the array wanted")
     """The array of shape ``shape`` and dtype ``dtype`` (``what`` names it in messages) in the
     ``.npy`` at ``path``, a regular file; its header is checked before its data is read (a
     header may claim any size), and ``refuse`` gets what is wrong: another kind of file, shape
-    or dtype, a pickle, an .npz."""
+    or dtype, a pickle, an .npz. A named dimension of ``shape`` (``batch``) takes any size
+    here; the model's plan checks what the names' values must satisfy."""
     with open_regular(path, refuse) as f:
         found = _header(f, refuse)
-        if found is not None and (found[0] != tuple(shape) or found[1] != dtype):
+        if found is not None and (not _conforms(found[0], shape) or found[1] != dtype):
             refuse(f"the array is {type_text(*found)}, {what} is {type_text(shape, dtype)}")
+        if found is not None:
+            _check_data_size(f, *found, refuse)
         f.seek(0)
         try:
             array = np.load(f, allow_pickle=False)
@@ -34,6 +39,22 @@ def read_npy(path, shape, dtype, refuse: Refuse, what: str = "the array wanted")
     if not isinstance(array, np.ndarray):
         refuse("an .npz archive; give one array as .npy")
     return array
+
+
+def _conforms(found: tuple, shape) -> bool:
+    """Whether ``found`` has ``shape``'s rank and its numbers where ``shape`` has numbers."""
+    return len(found) == len(shape) and all(
+        not isinstance(want, int) or got == want for got, want in zip(found, shape))
+
+
+def _check_data_size(f, shape: tuple, dtype: np.dtype, refuse: Refuse) -> None:
+    """The data after the header (``f`` stands there) must hold what the header promises:
+    a named dimension lets a header claim any size, which np.load would allocate first."""
+    need = math.prod(shape) * dtype.itemsize
+    held = os.fstat(f.fileno()).st_size - f.tell()
+    if held < need:
+        refuse(f"the header promises {type_text(shape, dtype)}, {need} bytes, the file holds "
+               f"{held} after it (truncated?)")
 
 
 def _header(f, refuse: Refuse) -> tuple[tuple, np.dtype] | None:
@@ -77,5 +98,6 @@ def write_npz(path, names, arrays, refuse: Refuse) -> None:
 
 
 def type_text(shape, dtype) -> str:
-    """How messages write an array's type: ``float32[1, 1, 8, 8]``."""
-    return f"{np.dtype(dtype)}{list(shape)}"
+    """How messages write an array's type: ``float32[1, 1, 8, 8]``; a model's input with a
+    named dimension ``float32[batch, 1, 8, 8]``."""
+    return f"{np.dtype(dtype)}[{', '.join(map(str, shape))}]"

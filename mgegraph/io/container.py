@@ -27,7 +27,11 @@ from ..ir.types import SUPPORTED
 from .files import open_regular, write_atomically
 
 MAGIC = "mgegraph-model"
-FORMAT_VERSION = 1
+# what each format version adds; a file is written with the lowest version that holds it, so a
+# model with fixed shapes stays readable by an mgegraph that knows version 1 only
+FORMAT_VERSIONS = {1: "fixed shapes", 2: "named dimensions ({'dim': text} in shapes and "
+                   "attributes; the symbolic plan's options)"}
+FORMAT_VERSION = max(FORMAT_VERSIONS)
 JSON_MEMBER = "model.json"
 ARRAY_MEMBER = re.compile(r"arrays/(0|[1-9][0-9]{0,8})\.npy")
 
@@ -56,6 +60,7 @@ class Limits:
     max_plan_bytes: int = 1 << 35     # the compiled plan's arena and persistent buffers
     max_attr_depth: int = 16
     max_attr_items: int = 1 << 16     # elements of one tuple attribute; characters of a string
+    max_warm: int = 64                # bindings a symbolic model specialises when it loads
 
 
 def fail(message: str):
@@ -69,12 +74,13 @@ def npy_bytes(array: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def write(path, description: dict, arrays: list[np.ndarray]) -> None:
-    """Write ``description`` (it gets the magic, the version and the members' checksums) and
-    ``arrays`` (as members ``arrays/<index>.npy``) to ``path``, replacing it when complete
-    (``files.write_atomically``: concurrent saves to one path each write their own file)."""
+def write(path, description: dict, arrays: list[np.ndarray], version: int = 1) -> None:
+    """Write ``description`` (it gets the magic, format ``version`` and the members'
+    checksums) and ``arrays`` (as members ``arrays/<index>.npy``) to ``path``, replacing it when
+    complete (``files.write_atomically``: concurrent saves to one path each write their own
+    file)."""
     members = {f"arrays/{i}.npy": npy_bytes(a) for i, a in enumerate(arrays)}
-    description = {"magic": MAGIC, "format_version": FORMAT_VERSION, **description,
+    description = {"magic": MAGIC, "format_version": version, **description,
                    "members": {name: {"sha256": hashlib.sha256(data).hexdigest(),
                                       "size": len(data)} for name, data in members.items()}}
     text = json.dumps(description, allow_nan=False, separators=(",", ":")).encode()
@@ -91,7 +97,8 @@ def write(path, description: dict, arrays: list[np.ndarray]) -> None:
 # -- reading -------------------------------------------------------------------------------------
 class Container:
     """A model file opened and checked: ``description`` (the JSON, magic and version checked)
-    and ``array(name, shape, dtype)``, each member's bytes checked against its checksum."""
+    and ``array(name, shape, dtype)``, each member's bytes checked against its checksum;
+    ``format_version`` is the file's."""
 
     def __init__(self, path, limits: Limits):
         self.limits = limits
@@ -113,6 +120,7 @@ class Container:
         try:
             self._infos = self._check_infos(infos, size)
             self.description = self._read_json()
+            self.format_version = self.description["format_version"]
             self._members = self._check_members()
         except BaseException:
             self.close()
@@ -189,9 +197,9 @@ class Container:
             fail(f"wrong magic {str(magic)[:100]!r} (expected {MAGIC!r}): not a mgegraph "
                  "model file")
         version = value.get("format_version")
-        if type(version) is not int or version != FORMAT_VERSION:
-            fail(f"unknown format version {str(version)[:50]!r}: this mgegraph reads version "
-                 f"{FORMAT_VERSION}")
+        if type(version) is not int or version not in FORMAT_VERSIONS:
+            fail(f"unknown format version {str(version)[:50]!r}: this mgegraph reads versions "
+                 f"{', '.join(map(str, FORMAT_VERSIONS))}")
         return value
 
     def _check_members(self) -> dict:

@@ -1,6 +1,11 @@
 """A graph as JSON and back: nodes (op name, op version, attributes, inputs, output types),
 sources referring to array members, and state updates.
 
+A named dimension (``batch``, ``2*seq + 1``) is ``{"dim": "<its text form>"}`` wherever a
+shape entry or an attribute holds one, so it cannot be taken for an int or a string attribute.
+Reading it is ``ir.dims.parse_dim`` (a small grammar with size limits, never eval), and only in
+a file whose format version allows named dimensions (``symbolic=True`` here).
+
 Design: the file stores the graph, not the plan. Loading rebuilds it through
 ``Graph.input/param/const`` and ``Graph.add_node``, so every node passes its op's rules again
 (types, attributes) and a node's recorded output types must be what the rule infers; then the
@@ -14,6 +19,8 @@ import math
 
 import numpy as np
 
+from ..ir.dims import Dim, evaluate, is_known_nonnegative, parse_dim
+from ..ir.dims import names as dim_names
 from ..ir.errors import GraphError, ModelFormatError
 from ..ir.graph import Graph, Node
 from ..ir.types import SUPPORTED, TensorType
@@ -64,13 +71,15 @@ def encode_attr(value):
         return value if math.isfinite(value) else {"float": repr(value)}
     if isinstance(value, str):
         return value
+    if isinstance(value, Dim):
+        return encode_dim(value)
     if isinstance(value, tuple):
         return {"tuple": [encode_attr(v) for v in value]}
     raise GraphError(f"an attribute value {value!r} of type {type(value).__name__} has no "
                      "model-file form (numbers, strings, None and tuples of them)")
 
 
-def decode_attr(value, limits: Limits, where: str, depth: int = 0):
+def decode_attr(value, limits: Limits, where: str, depth: int = 0, symbolic: bool = False):
     if depth > limits.max_attr_depth:
         fail(f"{where}: attribute nested deeper than {limits.max_attr_depth}")
     if value is None or type(value) in (bool, float):
@@ -88,32 +97,78 @@ def decode_attr(value, limits: Limits, where: str, depth: int = 0):
             items = value["tuple"]
             if len(items) > limits.max_attr_items:
                 fail(f"{where}: tuple attribute over {limits.max_attr_items} items")
-            return tuple(decode_attr(v, limits, where, depth + 1) for v in items)
+            return tuple(decode_attr(v, limits, where, depth + 1, symbolic) for v in items)
         if value.get("float") in ("nan", "inf", "-inf"):
             return float(value["float"])
+        if symbolic and "dim" in value:
+            return _parse(value["dim"], where)  # its meaning the op's rule checks
     fail(f"{where}: {str(value)[:100]!r} is not an attribute value (number, string, null, "
-         "{'tuple': [...]} or {'float': 'nan'|'inf'|'-inf'})")
+         "{'tuple': [...]}, {'float': 'nan'|'inf'|'-inf'}" + (" or {'dim': text}" if symbolic
+                                                             else "") + ")")
 
 
 # -- types ---------------------------------------------------------------------------------------
+def encode_dim(dim) -> int | dict:
+    """A shape entry or attribute size: an int as itself, a named one as ``{"dim": text}``."""
+    return {"dim": str(dim)} if isinstance(dim, Dim) else int(dim)
+
+
 def encode_type(t: TensorType) -> dict:
-    return {"shape": list(t.shape), "dtype": str(t.dtype)}
+    return {"shape": [encode_dim(d) for d in t.shape], "dtype": str(t.dtype)}
 
 
-def decode_type(value, limits: Limits, where: str) -> TensorType:
+def decode_type(value, limits: Limits, where: str, symbolic: bool = False) -> TensorType:
     entry = fields(value, {"shape", "dtype"}, where)
     shape, dtype = entry["shape"], entry["dtype"]
     if type(shape) is not list or len(shape) > limits.max_ndim:
         fail(f"{where}: shape must be a list of at most {limits.max_ndim} ints")
-    if not all(type(d) is int and 0 <= d <= MAX_DIM for d in shape):
-        fail(f"{where}: shape {str(shape)[:100]} must hold non-negative ints")
+    shape = tuple(_decode_dim(d, shape, where, symbolic) for d in shape)
     if type(dtype) is not str or dtype not in DTYPES:
         fail(f"{where}: dtype {str(dtype)[:50]!r} is not one of {sorted(DTYPES)}")
-    nbytes = math.prod(shape) * DTYPES[dtype].itemsize
-    if nbytes > limits.max_tensor_bytes:
-        fail(f"{where}: a tensor of {nbytes} bytes is over the limit of "
-             f"{limits.max_tensor_bytes}")
-    return TensorType(tuple(shape), DTYPES[dtype])
+    problem = size_problem(shape, DTYPES[dtype], {}, limits)
+    if problem:
+        fail(f"{where}: {problem}")
+    return TensorType(shape, DTYPES[dtype])
+
+
+def _decode_dim(value, shape: list, where: str, symbolic: bool) -> int | Dim:
+    if symbolic and type(value) is dict and set(value) == {"dim"}:
+        dim = _parse(value["dim"], where)
+        if isinstance(dim, int) or is_known_nonnegative(dim) is not False:
+            value = dim
+    if type(value) is int and 0 <= value <= MAX_DIM or isinstance(value, Dim):
+        return value
+    named = " or {'dim': text} never negative" if symbolic else ""
+    fail(f"{where}: shape {str(shape)[:100]} must hold non-negative ints{named}")
+
+
+def _parse(text, where: str) -> int | Dim:
+    """A named dimension's text from a file: parsed as data (``parse_dim``), never run."""
+    if type(text) is not str:
+        fail(f"{where}: a named dimension is {{'dim': text}}, got {str(text)[:100]!r}")
+    try:
+        return parse_dim(text)
+    except GraphError as exc:  # DimError: bad syntax, or over the sizes parse_dim allows
+        fail(f"{where}: the dimension {text[:100]!r} is malformed: {str(exc)[:300]}")
+
+
+def size_problem(shape: tuple, dtype: np.dtype, bindings: dict[str, int],
+                 limits: Limits) -> str | None:
+    """Why a value of ``shape`` and ``dtype`` with its names bound as ``bindings`` says would
+    be over ``limits.max_tensor_bytes``, or None (a name not bound counts as 1, its least value,
+    so that a file's constants are checked before any shape is fed)."""
+    sizes, named = [], set()
+    for d in shape:
+        if isinstance(d, Dim):
+            named |= dim_names(d)
+            d = evaluate(d, {n: bindings.get(n, 1) for n in dim_names(d)})
+        sizes.append(max(d, 0))  # below 0: a binding the rules refuse, not a size
+    nbytes = math.prod(sizes) * dtype.itemsize
+    if nbytes <= limits.max_tensor_bytes:
+        return None
+    at = "".join(f", {n}={bindings.get(n, 1)}" for n in sorted(named))
+    of = f" ({dtype}[{', '.join(map(str, shape))}]{at})" if named else ""
+    return f"a tensor of {nbytes} bytes{of} is over the limit of {limits.max_tensor_bytes}"
 
 
 def fields(value, keys: set, where: str, optional: set = frozenset()) -> dict:
@@ -182,15 +237,17 @@ def _live(graph: Graph, outputs) -> set[Node]:
 NODE_KEYS = {"op", "version", "inputs", "outputs", "location"}
 
 
-def decode_graph(value, container, limits: Limits) -> tuple[Graph, list]:
-    """The Graph the JSON describes, rebuilt through its ops' rules, and its Vars by file id."""
+def decode_graph(value, container, limits: Limits, symbolic: bool = False) -> tuple[Graph, list]:
+    """The Graph the JSON describes, rebuilt through its ops' rules, and its Vars by file id;
+    ``symbolic``: shapes and attributes may hold named dimensions."""
     entry = fields(value, {"nodes", "assigns"}, "graph")
     nodes, assigns = entry["nodes"], entry["assigns"]
     if type(nodes) is not list or len(nodes) > limits.max_nodes:
         fail(f"graph.nodes must be a list of at most {limits.max_nodes} nodes")
     g, variables, used = Graph(), [], set()
     for i, node in enumerate(nodes):
-        variables.extend(_decode_node(g, node, variables, container, limits, used, i))
+        variables.extend(_decode_node(g, node, variables, container, limits, used, i,
+                                       symbolic))
     if type(assigns) is not list:
         fail("graph.assigns must be a list of [param id, value id]")
     for k, pair in enumerate(assigns):
@@ -210,7 +267,7 @@ def _var(variables: list, index, where: str):
     return variables[index]
 
 
-def _decode_node(g: Graph, value, variables, container, limits, used, i):
+def _decode_node(g: Graph, value, variables, container, limits, used, i, symbolic):
     where = f"node {i}"
     op = value.get("op") if type(value) is dict else None
     if type(value) is dict and "op" in value and type(op) is not str:
@@ -232,7 +289,7 @@ def _decode_node(g: Graph, value, variables, container, limits, used, i):
             or len(entry["outputs"]) > 1024:
         fail(f"{where}: inputs and outputs must be lists")
     inputs = [_var(variables, j, f"{where} input {k}") for k, j in enumerate(entry["inputs"])]
-    types = tuple(decode_type(t, limits, f"{where} output {k}")
+    types = tuple(decode_type(t, limits, f"{where} output {k}", symbolic)
                   for k, t in enumerate(entry["outputs"]))
     try:
         if op in SOURCES:
@@ -240,7 +297,7 @@ def _decode_node(g: Graph, value, variables, container, limits, used, i):
         else:
             if type(entry["attrs"]) is not dict:
                 fail(f"{where}: attrs must be an object")
-            attrs = {k: decode_attr(v, limits, f"{where} attr {k[:50]}")
+            attrs = {k: decode_attr(v, limits, f"{where} attr {k[:50]}", symbolic=symbolic)
                      for k, v in entry["attrs"].items()}
             node = g.add_node(op, inputs, attrs, location=location)
     except ModelFormatError:

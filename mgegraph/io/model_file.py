@@ -7,6 +7,11 @@ graph through the ops' rules and compiles it again with the same options, so the
 gives bitwise the outputs of the saved one on the same machine. A state dict file holds named
 arrays only. Any problem with a file is one ``ModelFormatError``, raised before anything runs.
 
+A ``SymbolicPlan`` (a graph whose inputs name a dimension) is saved with its named dimensions
+(format version 2, ``graph_json``), its bounds, cache size and the bindings to specialise at
+load (``save(..., warm=)``); loading rebuilds the graph, whose rules record their facts about
+the names again, and gives a ``SymbolicPlan`` that takes any shape those facts allow.
+
 >>> mg.save(plan, "model.mgm"); predictor = mg.load("model.mgm"); (y,) = predictor.run({"x": x})
 """
 from __future__ import annotations
@@ -20,15 +25,26 @@ import numpy as np
 
 from ..backend import sync_to_host
 from ..compiler import compile
-from ..ir.errors import GraphError, ModelFormatError
+from ..ir.errors import FeedError, GraphError, ModelFormatError
 from ..ir.types import SUPPORTED, tensor_type
 from ..plan import Plan
 from ..planner.memory.plan import MemoryOptions
 from ..planner.remat.remat import RematOptions
+from ..symbolic_plan import SymbolicPlan
 from .container import Container, Limits, fail, write
-from .graph_json import DTYPES, decode_graph, decode_type, encode_graph, encode_type, fields
+from .graph_json import (
+    DTYPES,
+    decode_graph,
+    decode_type,
+    encode_graph,
+    encode_type,
+    fields,
+    size_problem,
+)
 
 KINDS = ("plan", "traced", "predictor", "state_dict")
+SYMBOLIC_VERSION = 2  # the format version that holds named dimensions
+SYMBOLIC_OPTIONS = ("cache_size", "bounds", "warm")  # a SymbolicPlan's own, beside compile's
 MODEL_KEYS = {"magic", "format_version", "members", "kind", "graph", "inputs", "outputs",
               "options"}
 
@@ -45,14 +61,17 @@ class LoadedModel:
 
 
 # -- saving --------------------------------------------------------------------------------------
-def save(obj, path) -> None:
-    """Save a Plan, a function traced with ``mg.jit.trace`` (its latest plan), the predictor of
-    ``mg.compile_module`` or a state dict (``{name: ndarray}``) to ``path``.
+def save(obj, path, *, warm=()) -> None:
+    """Save a Plan or ``SymbolicPlan``, a function traced with ``mg.jit.trace`` (its latest
+    plan), the predictor of ``mg.compile_module`` or a state dict (``{name: ndarray}``) to
+    ``path``.
 
     Params are saved with the values their graph holds: a shared param's (``share=True``, as
     every ``nn`` parameter) is its live array, so the weights as they are now; a param copied
     at compile keeps the value it had then (state updates a plan's runs made to such a copy
-    live in its executable and are not saved).
+    live in its executable and are not saved). A symbolic plan keeps its named dimensions,
+    bounds and cache size; ``warm`` lists bindings (``[{"batch": 1}]``) that loading
+    specialises ahead of the first run.
 
     >>> mg.save(model.state_dict(), "weights.mgm"); mg.save(predict, "model.mgm")
     """
@@ -60,22 +79,61 @@ def save(obj, path) -> None:
         _save_state(obj, path)
         return
     kind, plan = _plan_of(obj)
-    sync_to_host(plan.values[s] for s in plan.shared)  # weights a device trained: its values
+    symbolic = isinstance(plan, SymbolicPlan)
+    if warm and not symbolic:
+        raise GraphError("save(warm=...): warm bindings are for a plan whose inputs name a "
+                         "dimension; this plan's shapes are all numbers")
+    for fixed in [p for _, p in plan.plans] if symbolic else [plan]:
+        sync_to_host(fixed.values[s] for s in fixed.shared)  # weights a device trained
     source = getattr(plan, "source", None)
     if source is None:
         raise GraphError("save(): this plan has no source graph (plan.source); compile it with "
                          "mg.compile to save it")
     graph_json, ids, arrays = encode_graph(source.graph, source.outputs)
-    inputs = [{"name": name, **encode_type(plan.slots[slot].type)}
-              for name, slot in plan.feeds.items()]
+    inputs = [{"name": name, **encode_type(t)} for name, t in input_types(plan).items()]
     outputs = [{"name": f"output{i}", "var": ids[v.id], **encode_type(v.type)}
                for i, v in enumerate(source.outputs)]
+    options = encode_options(source.options)
+    if symbolic:
+        options.update(cache_size=plan.cache_size, warm=[_warm(plan, b) for b in warm],
+                       bounds={n: list(pair) for n, pair in sorted(plan.bounds.items())})
     write(path, {"kind": kind, "graph": graph_json, "inputs": inputs, "outputs": outputs,
-                 "options": encode_options(source.options)}, arrays)
+                 "options": options}, arrays, version=SYMBOLIC_VERSION if symbolic else 1)
+
+
+def input_types(plan) -> dict:
+    """Each input's name and type (symbolic where a dimension is named), in feed order."""
+    if isinstance(plan, SymbolicPlan):
+        return plan.input_types
+    return {name: plan.slots[slot].type for name, slot in plan.feeds.items()}
+
+
+def output_types(plan) -> list:
+    if isinstance(plan, SymbolicPlan):
+        return plan.output_types
+    return [plan.slots[s].type for s in plan.outputs]
+
+
+def _warm(plan: SymbolicPlan, bindings) -> dict:
+    """One ``save(warm=)`` binding, checked as a run would check it: every name an int
+    within its bounds, the recorded facts true."""
+    if not isinstance(bindings, dict) or set(bindings) != plan.names:
+        raise GraphError(f"save(warm=...): {bindings!r} is not a binding of every name "
+                         f"({', '.join(sorted(plan.names))}) to an int")
+    for name, value in bindings.items():
+        low, high = plan.bounds.get(name, (1, None))
+        if type(value) is not int or value < low or (high is not None and value > high):
+            raise GraphError(f"save(warm=...): {name}={value!r} is not an int in {low}.."
+                             f"{high or ''}")
+    try:
+        plan.constraints.check(bindings)
+    except FeedError as exc:
+        raise GraphError(f"save(warm=...): {bindings}: {exc}") from None
+    return dict(sorted(bindings.items()))
 
 
 def _plan_of(obj) -> tuple[str, object]:
-    if isinstance(obj, Plan):
+    if isinstance(obj, (Plan, SymbolicPlan)):
         return "plan", obj
     # the eager and training layers are looked up, not imported: an object of theirs exists
     # only when they are loaded, and the model file must not pull them into a runtime
@@ -121,7 +179,7 @@ def encode_options(options: dict) -> dict:
     return encoded
 
 
-def decode_options(value) -> dict:
+def decode_options(value, limits: Limits, symbolic: bool = False) -> dict:
     accepted = set(inspect.signature(compile).parameters) - {"outputs"}
     options = fields(value, {"device"}, "options", accepted)
     device, optimize = options["device"], options.get("optimize", 1)
@@ -134,9 +192,39 @@ def decode_options(value) -> dict:
     for key, cls in (("memory", MemoryOptions), ("remat", RematOptions)):
         if key in options:
             decoded[key] = _option(options[key], cls, key)
+    named = [key for key in SYMBOLIC_OPTIONS if key in options]
+    if named and not symbolic:
+        fail(f"options.{named[0]}: an option of a plan with named dimensions, which format "
+             "version 1 does not hold")
+    decoded.update(_symbolic_options(options, limits))
     for key, given in options.items():
-        if key not in ("device", "optimize", "memory", "remat") and type(given) is not bool:
+        if key not in ("device", "optimize", "memory", "remat", *SYMBOLIC_OPTIONS) \
+                and type(given) is not bool:
             fail(f"options.{key} must be true or false")
+    return decoded
+
+
+def _symbolic_options(options: dict, limits: Limits) -> dict:
+    """cache_size, bounds and warm as JSON allows them; compile checks the names and values."""
+    decoded = {}
+    if "cache_size" in options:
+        if type(options["cache_size"]) is not int or options["cache_size"] < 1:
+            fail("options.cache_size must be an int >= 1")
+        decoded["cache_size"] = options["cache_size"]
+    if "bounds" in options:
+        bounds = options["bounds"]
+        if type(bounds) is not dict or not all(
+                type(pair) is list and len(pair) == 2 and all(type(v) is int for v in pair)
+                for pair in bounds.values()):
+            fail("options.bounds must map names to [low, high] ints")
+        decoded["bounds"] = {name: tuple(pair) for name, pair in bounds.items()}
+    if "warm" in options:
+        warm = options["warm"]
+        if type(warm) is not list or len(warm) > limits.max_warm or not all(
+                type(b) is dict and all(type(v) is int for v in b.values()) for b in warm):
+            fail(f"options.warm must be a list of at most {limits.max_warm} bindings of names "
+                 "to ints")
+        decoded["warm"] = [dict(b) for b in warm]
     return decoded
 
 
@@ -170,11 +258,13 @@ def read(path, limits: Limits | None = None, device: str | None = None):
             state = _read_state(container)
         else:
             fields(description, MODEL_KEYS, "model.json")
-            graph, variables, used = decode_graph(description["graph"], container, limits)
+            symbolic = container.format_version >= SYMBOLIC_VERSION
+            graph, variables, used = decode_graph(description["graph"], container, limits,
+                                                  symbolic)
             _check_unused(container, used)
     if kind == "state_dict":
         return state
-    return _compile(description, kind, graph, variables, limits, device)
+    return _compile(description, kind, graph, variables, limits, device, symbolic)
 
 
 def _read_state(container) -> dict:
@@ -201,7 +291,7 @@ def _check_unused(container, used: set) -> None:
         fail(f"members {sorted(unused)[:10]} are listed but nothing uses them")
 
 
-def _compile(description, kind, graph, variables, limits, device) -> LoadedModel:
+def _compile(description, kind, graph, variables, limits, device, symbolic) -> LoadedModel:
     inputs, outputs = description["inputs"], description["outputs"]
     if type(inputs) is not list or type(outputs) is not list or not outputs:
         fail("inputs and outputs must be lists (and a model has an output)")
@@ -210,7 +300,7 @@ def _compile(description, kind, graph, variables, limits, device) -> LoadedModel
         entry = fields(entry, {"name", "shape", "dtype"}, f"inputs[{i}]")
         name = entry["name"]
         t = decode_type({"shape": entry["shape"], "dtype": entry["dtype"]}, limits,
-                        f"inputs[{i}]")
+                        f"inputs[{i}]", symbolic)
         if type(name) is not str or name not in graph.inputs or graph.inputs[name].type != t \
                 or name in input_names:
             fail(f"inputs[{i}]: {str(name)[:100]!r} {t} is not an input of the graph")
@@ -223,21 +313,46 @@ def _compile(description, kind, graph, variables, limits, device) -> LoadedModel
         var = variables[entry["var"]] if type(entry["var"]) is int \
             and 0 <= entry["var"] < len(variables) else fail(f"outputs[{i}]: unknown value")
         t = decode_type({"shape": entry["shape"], "dtype": entry["dtype"]}, limits,
-                        f"outputs[{i}]")
+                        f"outputs[{i}]", symbolic)
         if type(entry["name"]) is not str or var.type != t:
             fail(f"outputs[{i}]: the name must be a string and the type {var.type}")
         vars_out.append(var)
         output_names.append(entry["name"])
-    options = decode_options(description["options"])
+    options = decode_options(description["options"], limits, symbolic)
     if device is not None:
         options["device"] = device
+    for bindings in options.get("warm", ()):
+        problem = sizes_problem(graph, bindings, limits)
+        if problem:
+            fail(f"options.warm {bindings}: {problem}")
     try:
         plan = compile(vars_out, **options)
     except ModelFormatError:
         raise
     except (GraphError, ValueError, TypeError, ArithmeticError, LookupError) as exc:
         fail(f"the graph does not compile: {type(exc).__name__}: {str(exc)[:500]}")
+    for bindings, fixed in plan.plans if isinstance(plan, SymbolicPlan) else [({}, plan)]:
+        problem = plan_bytes_problem(fixed, limits)
+        if problem:
+            fail(f"the plan{f' for {bindings}' if bindings else ''} {problem}")
+    return LoadedModel(plan, kind, tuple(input_names), tuple(output_names))
+
+
+def sizes_problem(graph, bindings: dict[str, int], limits: Limits) -> str | None:
+    """Why a value of ``graph`` bound as ``bindings`` says would be over
+    ``limits.max_tensor_bytes``, or None: asked before a binding is specialised, since
+    compiling it may fold constants of those sizes."""
+    for node in graph.nodes:
+        for var in node.outputs:
+            problem = var.type.symbolic and size_problem(var.shape, var.dtype, bindings, limits)
+            if problem:
+                return f"{node.op.name} at {node.location}: {problem}"
+    return None
+
+
+def plan_bytes_problem(plan: Plan, limits: Limits) -> str | None:
+    """Why ``plan``'s arena and persistent buffers are over the limit, or None."""
     total = plan.arena_bytes + plan.persistent_bytes
     if total > limits.max_plan_bytes:
-        fail(f"the plan needs {total} bytes, over the limit of {limits.max_plan_bytes}")
-    return LoadedModel(plan, kind, tuple(input_names), tuple(output_names))
+        return f"needs {total} bytes, over the limit of {limits.max_plan_bytes}"
+    return None

@@ -19,6 +19,7 @@ import mgegraph.functional as F
 from mgegraph import runtime
 from mgegraph.io import Limits
 from mgegraph.io.graph_json import OP_VERSIONS
+from mgegraph.ir.dims import evaluate
 from mgegraph.ops import all_ops
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -265,7 +266,7 @@ def first(d, op):
 def test_not_a_zip_or_wrong_magic_or_version(tmp_path, model_bytes):
     refused(tmp_path, b"hello", "not a zip")
     refused(tmp_path, with_json(model_bytes, lambda d: d.update(magic="onnx")), "wrong magic")
-    refused(tmp_path, with_json(model_bytes, lambda d: d.update(format_version=2)),
+    refused(tmp_path, with_json(model_bytes, lambda d: d.update(format_version=3)),
             "unknown format version")
     refused(tmp_path, with_json(model_bytes, lambda d: d.update(format_version=True)),
             "unknown format version")
@@ -304,7 +305,7 @@ def test_unknown_op_or_op_version(tmp_path, model_bytes):
     # an op that is not a string (found by the fuzzer: a list or an object was looked up or
     # sliced, a TypeError)
     for op in (["matmul"], {"op": "matmul"}, 3, None):
-        refused(tmp_path, with_json(model_bytes, lambda d: first(d, "matmul").update(op=op)),
+        refused(tmp_path, with_json(model_bytes, lambda d, op=op: first(d, "matmul").update(op=op)),
                 "op must be a string")
 
 
@@ -423,8 +424,19 @@ def fuzz_load(tmp_path, data: bytes, name: str):
         loaded = mg.load(path, limits=FUZZ_LIMITS)
     except mg.ModelFormatError:
         return
-    if not isinstance(loaded, dict):  # a mutation that still makes a valid model runs
+    if isinstance(loaded, dict):
+        return
+    if not loaded.symbolic:  # a mutation that still makes a valid model runs
         loaded.run([np.zeros(s, d) for s, d in zip(loaded.input_shapes, loaded.input_dtypes)])
+        return
+    # a symbolic one runs at every name = 2, or says in a FeedError why that binding is not
+    # one it takes (a bound, a recorded fact, a size over the limits)
+    two = {name: 2 for name in loaded.plan.names}
+    try:
+        loaded.run([np.zeros([evaluate(d, two) for d in s], d)
+                    for s, d in zip(loaded.input_shapes, loaded.input_dtypes)])
+    except mg.FeedError:
+        pass
 
 
 @st.composite
@@ -446,11 +458,17 @@ def byte_mutations(draw, data: bytes):
     return bytes(data)
 
 
+# what a named dimension's text may become: other names, expressions, garbage, code
+DIM_TEXTS = st.sampled_from(["batch", "n", "2*batch", "batch - 9", "-1", "0", "batch//0",
+                             "(batch + 1)//2", "__import__('os')", "batch*" * 17 + "1",
+                             "(" * 40 + "batch" + ")" * 40, "9" * 25]) | st.text(max_size=12)
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False)
-    | st.text(max_size=8) | st.sampled_from(["float32", "int64", "relu", "arrays/0.npy", "x"]),
+    | st.text(max_size=8) | st.sampled_from(["float32", "int64", "relu", "arrays/0.npy", "x"])
+    | st.builds(lambda text: {"dim": text}, DIM_TEXTS),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
-        st.sampled_from(["tuple", "float", "shape", "dtype", "op", "name"]), inner, max_size=3),
+        st.sampled_from(["tuple", "float", "shape", "dtype", "op", "name", "dim"]), inner,
+        max_size=3),
     max_leaves=8)
 
 
@@ -491,8 +509,11 @@ def fuzz_models(tmp_path_factory) -> list[bytes]:
     folder = tmp_path_factory.mktemp("fuzz")
     model = SmallCNN()
     model.eval()
+    g = mg.Graph()  # the CNN again, its batch named, with a recorded fact (batch == n)
+    x, scale = g.input("x", ("batch", 3, 8, 8)), g.input("scale", ("n", 1))
+    symbolic = mg.compile([model(x) * scale], bounds={"batch": (1, 64)})
     saved = [(mlp_plan(), "mlp"), (mg.compile_module(model, (rand(1, 3, 8, 8),)), "cnn"),
-             (model.state_dict(), "state")]
+             (model.state_dict(), "state"), (symbolic, "symbolic")]
     out = []
     for obj, name in saved:
         mg.save(obj, folder / name)
