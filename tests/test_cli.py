@@ -489,8 +489,16 @@ def test_the_demos_model_runs_and_reports(capsys, demo_model):
     code, out, _ = _cli(capsys, "report", d / "cnn.mgm", "--json")
     report = json.loads(out)
     assert code == 0 and report["kind"] == "predictor"
-    assert report["inputs"] == [{"name": "input0", "shape": [360, 1, 8, 8], "dtype": "float32"}]
+    assert report["inputs"] == [{"name": "input0", "shape": ["batch", 1, 8, 8],
+                                 "dtype": "float32"}]
     assert {p["name"] for p in report["passes"]} >= {"bnfold", "epilogue"}
+    # the saved predictor names its batch: one image runs as the whole test set did
+    np.save(d / "one.npy", np.load(d / "x_test.npy")[:1])
+    code, out, _ = _cli(capsys, "run", d / "cnn.mgm", "--input", f"input0={d / 'one.npy'}",
+                        "-o", d / "one.npz")
+    assert code == 0 and "input0: float32[batch, 1, 8, 8]" in out and "batch=1" in out
+    with np.load(d / "one.npz") as saved:
+        np.testing.assert_allclose(saved["output0"], logits[:1], rtol=1e-5, atol=1e-5)
 
 
 def test_demo_shows_progress_on_a_terminal(capsys, monkeypatch, tmp_path):

@@ -10,7 +10,7 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The demo ships inside the package but is a user's program: its lines are the ones to name
 # (`mgegraph demo` would otherwise place every node at runpy's frame)
-_USER_CODE = {os.path.join(_PACKAGE_DIR, "demo.py")}
+_USER_CODE = {os.path.join(_PACKAGE_DIR, "demo", "__init__.py")}
 
 
 @functools.lru_cache(maxsize=4096)  # every node asks, over a handful of files
