@@ -13,17 +13,42 @@ import operator
 
 import numpy as np
 
+from ..ir.dims import Dim
 from ..ir.errors import GraphError, OpError, user_location
 from ..ir.graph import Var
-from ..ir.dims import Dim
 from ..ir.types import as_dim, as_dtype
 from .builder import apply, apply_multi, graph_of, promote
-from .movement import axis_index, full_node, no_input_node, reshaped
+from .movement import axis_index, full_node, named_range, no_input_node, reshaped
+from .registry import named
 
-__all__ = ["reshape", "flatten", "expand_dims", "squeeze", "transpose", "broadcast_to", "concat",
-           "stack", "split", "pad", "subscript", "gather", "take", "one_hot", "flip", "tile",
-           "repeat", "roll", "full", "zeros", "ones", "full_like", "zeros_like", "ones_like",
-           "arange", "linspace"]
+__all__ = [
+    "arange",
+    "broadcast_to",
+    "concat",
+    "expand_dims",
+    "flatten",
+    "flip",
+    "full",
+    "full_like",
+    "gather",
+    "linspace",
+    "one_hot",
+    "ones",
+    "ones_like",
+    "pad",
+    "repeat",
+    "reshape",
+    "roll",
+    "split",
+    "squeeze",
+    "stack",
+    "subscript",
+    "take",
+    "tile",
+    "transpose",
+    "zeros",
+    "zeros_like",
+]
 
 
 def _fail(op: str, inputs, reason: str):
@@ -126,7 +151,7 @@ def transpose(inp, pattern):
 
 def broadcast_to(inp, shape):
     """Broadcast to ``shape`` by NumPy's rules (copies; size-1 axes are read with stride 0)."""
-    shape = _int_tuple("broadcast_to", inp, shape)
+    shape = _shape_tuple("broadcast_to", inp, shape)
     return inp if inp.shape == shape else apply("broadcast_to", (inp,), shape=shape)
 
 
@@ -154,9 +179,13 @@ def stack(inps, axis=0):
 def _split_ranges(inp, sections, n: int):
     if isinstance(sections, (numbers.Integral, np.integer)):
         k = int(sections)
-        if k < 1 or n % k:
-            _fail("split", [inp], f"axis of size {n} cannot be split into {k} equal parts")
+        if k < 1 or named(n % k) or n % k:  # a named size divides where its form shows it
+            why = f" ({n} is not known to be a multiple of {k})" if named(n) and k >= 1 else ""
+            _fail("split", [inp], f"axis of size {n} cannot be split into {k} equal parts{why}")
         return tuple((i * n // k, (i + 1) * n // k) for i in range(k))
+    if named(n):
+        _fail("split", [inp], f"split points on the axis of named size {n} would be clamped to "
+              "a size not known yet; split it into equal parts or slice it (x[:, :k])")
     points = (0, *_int_tuple("split", inp, sections), n)
     ranges = []
     for a, b in zip(points, points[1:]):  # numpy.split: part i is x[points[i]:points[i + 1]]
@@ -219,6 +248,8 @@ def _index_items(inp, index) -> list:
 def _index_bounds(inp, item, axis: int):
     """(start, stop, step) for the slice op, the kept length or None, and whether it is a no-op."""
     n = inp.shape[axis]
+    if named(n):
+        return _named_index_bounds(inp, item, n)
     if isinstance(item, slice):
         try:
             r = range(*item.indices(n))
@@ -229,6 +260,19 @@ def _index_bounds(inp, item, axis: int):
     if not -n <= i < n:
         _fail("subscript", [inp], f"index {i} is out of range for axis {axis} of size {n}")
     return (i % n, i % n + 1, 1), None, n == 1
+
+
+def _named_index_bounds(inp, item, n):
+    """``_index_bounds`` on an axis of named size ``n``: the slice op's rule records where the
+    bounds must lie (``x[-1]`` needs ``n >= 1``, ``x[2:]`` gives ``n - 2`` rows)."""
+    if isinstance(item, slice):
+        try:
+            _, length, step = named_range(n, item.start, item.stop, item.step)
+        except (TypeError, ValueError) as exc:
+            _fail("subscript", [inp], f"bad slice {item}: {exc}")
+        return (item.start, item.stop, item.step), length, item == slice(None)
+    i = operator.index(item)
+    return (i, None if i == -1 else i + 1, 1), None, False
 
 
 def subscript(inp, index):
@@ -326,6 +370,9 @@ def roll(inp, shift, axis=None):
     x = inp
     for s, d in zip(shifts, axes):
         n = x.shape[d]
+        if named(n) and s:
+            _fail("roll", [inp], f"rolling axis {d} of named size {n}: where it is cut depends "
+                  "on the size, known only when it is bound")
         if n and s % n:
             cut = n - s % n
             head, tail = apply_multi("split", (x,), axis=d, ranges=((cut, n), (0, cut)))
