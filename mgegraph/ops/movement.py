@@ -15,13 +15,14 @@ gather <-> scatter_add), so gradients of any order stay within this family.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import numbers
 import operator
 
 import numpy as np
 
-from ..ir.dims import Dim, ceil_div
+from ..ir.dims import Dim, ceil_div, is_known_nonnegative
 from ..ir.facts import require_at_least, require_equal
 from ..ir.graph import Graph, Var, eager_graph
 from ..ir.types import INT_DTYPES, TensorType, as_dim, as_dtype, broadcast_shapes, tensor_type
@@ -173,7 +174,7 @@ def _broadcast_infer(in_types, attrs):
     (x,) = in_types
     shape = _shape_attr(attrs["shape"])
     pad = len(shape) - x.ndim
-    if pad < 0 or any(d < 0 for d in shape) or any(
+    if pad < 0 or any(not named(d) and d < 0 for d in shape) or any(
             s not in (1, shape[pad + i]) and not named(s, shape[pad + i])
             for i, s in enumerate(x.shape)):
         raise ValueError(f"cannot broadcast shape {x.shape} to {shape}")
@@ -333,7 +334,7 @@ def _split_infer(in_types, attrs):
 
 def _concat_grad(node, out_grads):
     axis = axis_index(node.attr["axis"], node.inputs[0].ndim)
-    stops = np.cumsum([v.shape[axis] for v in node.inputs]).tolist()
+    stops = list(itertools.accumulate(v.shape[axis] for v in node.inputs))  # Dims too
     ranges = tuple(zip([0] + stops[:-1], stops))
     return apply_multi("split", out_grads, axis=axis, ranges=ranges)
 
@@ -345,20 +346,39 @@ def _split_grad(node, out_grads):
     axis = axis_index(node.attr["axis"], x.ndim)
     ranges = node.attr["ranges"]
     grads = [g if g is not None else _zeros_like(v) for g, v in zip(out_grads, node.outputs)]
-    order = sorted(range(len(ranges)), key=lambda k: ranges[k])
-    if any(ranges[a][1] > ranges[b][0] for a, b in zip(order, order[1:])):
+    order, disjoint = _axis_order(ranges, x.shape[axis])
+    if not disjoint:
         return (functools.reduce(operator.add, (_embed_along(x, axis, ranges[k], grads[k])
                                                 for k in order)),)
     parts, at = [], 0
     for k in order:
         (start, stop), g = ranges[k], grads[k]
-        parts += [_zeros_along(x, axis, start - at)] if start > at else []
-        parts += [g] if stop > start else []
+        parts += [_zeros_along(x, axis, start - at)] if _some(start - at) else []
+        parts += [g] if _some(stop - start) else []
         at = stop
-    parts += [_zeros_along(x, axis, x.shape[axis] - at)] if x.shape[axis] > at else []
+    parts += [_zeros_along(x, axis, x.shape[axis] - at)] if _some(x.shape[axis] - at) else []
     if not parts:
         return (_zeros_like(x),)
     return (parts[0] if len(parts) == 1 else apply("concat", parts, axis=axis),)
+
+
+def _axis_order(ranges, n) -> tuple[list[int], bool]:
+    """The ranges' indices in axis order, and whether they are disjoint. Named bounds cannot be
+    sorted before they are bound: they keep the order given (concat's gradient and F.split
+    give them in axis order) where the forms show every gap to be a size (>= 0); else they
+    count as overlapping, whose gradient needs no order."""
+    if not named(n, *(b for r in ranges for b in r)):
+        order = sorted(range(len(ranges)), key=lambda k: ranges[k])
+        return order, not any(ranges[a][1] > ranges[b][0] for a, b in zip(order, order[1:]))
+    bounds = [0, *(b for r in ranges for b in r), n]
+    return list(range(len(ranges))), all(
+        is_known_nonnegative(high - low) for low, high in zip(bounds, bounds[1:]))
+
+
+def _some(size) -> bool:
+    """Whether a part of ``size`` rows is made: a named size may be 0 once bound, and its part
+    is then empty."""
+    return named(size) or size > 0
 
 
 def _zeros_like(x: Var) -> Var:

@@ -21,34 +21,10 @@ from .builder import apply, apply_multi, graph_of, promote
 from .movement import axis_index, full_node, named_range, no_input_node, reshaped
 from .registry import named
 
-__all__ = [
-    "arange",
-    "broadcast_to",
-    "concat",
-    "expand_dims",
-    "flatten",
-    "flip",
-    "full",
-    "full_like",
-    "gather",
-    "linspace",
-    "one_hot",
-    "ones",
-    "ones_like",
-    "pad",
-    "repeat",
-    "reshape",
-    "roll",
-    "split",
-    "squeeze",
-    "stack",
-    "subscript",
-    "take",
-    "tile",
-    "transpose",
-    "zeros",
-    "zeros_like",
-]
+__all__ = ["reshape", "flatten", "expand_dims", "squeeze", "transpose", "broadcast_to", "concat",
+           "stack", "split", "pad", "subscript", "gather", "take", "one_hot", "flip", "tile",
+           "repeat", "roll", "full", "zeros", "ones", "full_like", "zeros_like", "ones_like",
+           "arange", "linspace"]
 
 
 def _fail(op: str, inputs, reason: str):
@@ -93,6 +69,8 @@ def _shape_tuple(op: str, inp, values) -> tuple:
     """A target shape: ints, ``Dim``s and names as text (``"batch"``)."""
     single = isinstance(values, (numbers.Integral, np.integer, Dim, str))
     values = (values,) if single else tuple(values)
+    if not any(isinstance(v, (Dim, str)) for v in values):
+        return _int_tuple(op, inp, values)
     dims = []
     for v in values:
         if isinstance(v, (Dim, str)):
@@ -170,10 +148,17 @@ def concat(inps, axis=0):
 def stack(inps, axis=0):
     """Join equally shaped inputs along a new axis. ``F.stack([a, b], axis=-1)``"""
     inps = promote(*inps)
-    if len({v.shape for v in inps}) != 1:
+    if len({v.shape for v in inps}) != 1 and not all(
+            _agree(v.shape, inps[0].shape) for v in inps[1:]):
         _fail("stack", inps, "all inputs must have the same shape")
     (axis,) = _axes("stack", inps[0], axis, inps[0].ndim + 1)
     return concat([expand_dims(v, axis) for v in inps], axis)
+
+
+def _agree(a: tuple, b: tuple) -> bool:
+    """Shapes equal, or equal once named sizes that differ in form agree: the concat that
+    stacks them records that fact."""
+    return len(a) == len(b) and all(x == y or named(x, y) for x, y in zip(a, b))
 
 
 def _split_ranges(inp, sections, n: int):
@@ -183,9 +168,9 @@ def _split_ranges(inp, sections, n: int):
             why = f" ({n} is not known to be a multiple of {k})" if named(n) and k >= 1 else ""
             _fail("split", [inp], f"axis of size {n} cannot be split into {k} equal parts{why}")
         return tuple((i * n // k, (i + 1) * n // k) for i in range(k))
-    if named(n):
-        _fail("split", [inp], f"split points on the axis of named size {n} would be clamped to "
-              "a size not known yet; split it into equal parts or slice it (x[:, :k])")
+    if named(n):  # as slicing does: the points must lie inside the axis (the rule records it)
+        points = (0, *(p if p >= 0 else n + p for p in _int_tuple("split", inp, sections)), n)
+        return tuple(zip(points, points[1:]))
     points = (0, *_int_tuple("split", inp, sections), n)
     ranges = []
     for a, b in zip(points, points[1:]):  # numpy.split: part i is x[points[i]:points[i + 1]]
@@ -426,5 +411,6 @@ def arange(start=0, stop=None, step=1, dtype="float32", *, graph=None):
 
 def linspace(start, stop, num, dtype="float32", *, graph=None):
     """``num`` evenly spaced values from ``start`` to ``stop``, both included."""
-    return no_input_node(graph, "linspace", start=start, stop=stop, num=operator.index(num),
+    num = num if isinstance(num, Dim) else operator.index(num)  # a Dim: a named count
+    return no_input_node(graph, "linspace", start=start, stop=stop, num=num,
                          dtype=str(as_dtype(dtype)))
