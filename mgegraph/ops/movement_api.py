@@ -71,6 +71,9 @@ def _shape_tuple(op: str, inp, values) -> tuple:
     values = (values,) if single else tuple(values)
     if not any(isinstance(v, (Dim, str)) for v in values):
         return _int_tuple(op, inp, values)
+    if getattr(getattr(inp, "graph", None), "eager", False):
+        _fail(op, [inp], f"an eager tensor's sizes are numbers: the named shape "
+              f"({', '.join(map(str, values))}) needs a graph input with named dimensions")
     dims = []
     for v in values:
         if isinstance(v, (Dim, str)):

@@ -30,9 +30,12 @@ def _sgd_step(model, shape, batch):
     return g, [loss, *grads]
 
 
-@pytest.mark.parametrize("make, shape", [(_mlp_module, (784,)), (_convnet, (3, 8, 8))],
-                         ids=["mlp", "convnet"])
-def test_training_steps_at_two_batch_sizes_equal_fixed_plans(make, shape):
+@pytest.mark.parametrize("make, shape, sizes", [
+    (_mlp_module, (784,), [(3, (784,)), (5, (784,)), (1, (784,))]),
+    (_convnet, (3, 8, 8), [(3, (3, 8, 8)), (5, (3, 8, 8)), (1, (3, 8, 8))]),
+    (_convnet, (3, "h", "w"), [(2, (3, 8, 6)), (3, (3, 5, 9))]),  # named image sides too
+], ids=["mlp", "convnet", "convnet_hw"])
+def test_training_steps_at_two_batch_sizes_equal_fixed_plans(make, shape, sizes):
     nn.init.manual_seed(0)
     named = make()
     nn.init.manual_seed(0)
@@ -40,17 +43,17 @@ def test_training_steps_at_two_batch_sizes_equal_fixed_plans(make, shape):
     g, outputs = _sgd_step(named, shape, "batch")
     assert outputs[0].type.shape == () and g.symbolic
     plan = mg.compile(outputs)
-    for batch in (3, 5, 1):
+    for batch, image in sizes:
         rng = np.random.default_rng(batch)
-        feeds = {"x": rng.standard_normal((batch, *shape), dtype=np.float32),
+        feeds = {"x": rng.standard_normal((batch, *image), dtype=np.float32),
                  "y": rng.integers(0, 10, batch)}
         got = plan.run(feeds)
-        want = mg.compile(_sgd_step(fixed, shape, batch)[1]).run(feeds)
+        want = mg.compile(_sgd_step(fixed, image, batch)[1]).run(feeds)
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a, b)
         for p, q in zip(named.parameters(), fixed.parameters()):
             np.testing.assert_array_equal(p.value, q.value)
-    assert len(plan.plans) == 3
+    assert len(plan.plans) == len(sizes)
 
 
 def _grads_at(batch, build):

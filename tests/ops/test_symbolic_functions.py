@@ -122,6 +122,18 @@ def test_a_name_as_text_is_the_named_dimension():
     assert F.full("batch", 1.0, graph=g).shape == (Dim("batch"),)
 
 
+@pytest.mark.parametrize("call", [
+    lambda: F.zeros(("batch", 3)),
+    lambda: F.arange(Dim("n")),
+    lambda: F.reshape(F.ones((2, 3)), ("batch", 3)),
+    lambda: F.broadcast_to(F.ones((1, 3)), ("batch", 3)),
+])
+def test_eager_tensors_refuse_named_sizes(call):
+    with pytest.raises(OpError, match="an eager tensor's sizes are numbers") as caught:
+        call()
+    assert "test_symbolic_functions.py" in str(caught.value)
+
+
 def test_stacking_two_names_records_that_they_agree():
     g = mg.Graph()
     x, y = g.input("x", ("batch", 4)), g.input("y", ("n", 4))
