@@ -23,8 +23,8 @@ import operator
 import numpy as np
 
 from ..ir.dims import Dim, ceil_div, is_known_nonnegative
-from ..ir.facts import require_at_least, require_equal
 from ..ir.errors import OpError, user_location
+from ..ir.facts import require_at_least, require_equal
 from ..ir.graph import Graph, Var, eager_graph
 from ..ir.types import INT_DTYPES, TensorType, as_dim, as_dtype, broadcast_shapes, tensor_type
 from .builder import apply, apply_multi
@@ -377,10 +377,10 @@ def _axis_order(ranges, n) -> tuple[list[int], bool]:
     count as overlapping, whose gradient needs no order."""
     if not named(n, *(b for r in ranges for b in r)):
         order = sorted(range(len(ranges)), key=lambda k: ranges[k])
-        return order, not any(ranges[a][1] > ranges[b][0] for a, b in zip(order, order[1:]))
+        return order, not any(ranges[a][1] > ranges[b][0] for a, b in itertools.pairwise(order))
     bounds = [0, *(b for r in ranges for b in r), n]
     return list(range(len(ranges))), all(
-        is_known_nonnegative(high - low) for low, high in zip(bounds, bounds[1:]))
+        is_known_nonnegative(high - low) for low, high in itertools.pairwise(bounds))
 
 
 def _some(size) -> bool:

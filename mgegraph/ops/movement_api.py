@@ -7,6 +7,7 @@ compositions of the ops, so their gradients come for free.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 import operator
@@ -173,7 +174,7 @@ def _split_ranges(inp, sections, n: int):
         return tuple((i * n // k, (i + 1) * n // k) for i in range(k))
     if named(n):  # as slicing does: the points must lie inside the axis (the rule records it)
         points = (0, *(p if p >= 0 else n + p for p in _int_tuple("split", inp, sections)), n)
-        return tuple(zip(points, points[1:]))
+        return tuple(itertools.pairwise(points))
     points = (0, *_int_tuple("split", inp, sections), n)
     ranges = []
     for a, b in zip(points, points[1:]):  # numpy.split: part i is x[points[i]:points[i + 1]]
@@ -255,7 +256,7 @@ def _named_index_bounds(inp, item, n):
     bounds must lie (``x[-1]`` needs ``n >= 1``, ``x[2:]`` gives ``n - 2`` rows)."""
     if isinstance(item, slice):
         try:
-            _, length, step = named_range(n, item.start, item.stop, item.step)
+            _, length, _ = named_range(n, item.start, item.stop, item.step)
         except (TypeError, ValueError) as exc:
             _fail("subscript", [inp], f"bad slice {item}: {exc}")
         return (item.start, item.stop, item.step), length, item == slice(None)

@@ -35,10 +35,8 @@ def _param(g: Graph, shape, dtype="float32"):
     return g.param(f"p{len(g.nodes)}", np.ones(shape, dtype))
 
 
-def _node(op: str, *attrs_and_inputs):
+def _node(op: str, make):
     """A case making ``op`` on inputs built from ``b``: ``make(g, b) -> (inputs, attrs)``."""
-    (make,) = attrs_and_inputs
-
     def case(g, b):
         inputs, attrs = make(g, b)
         return g.add_node(op, tuple(inputs), attrs).outputs

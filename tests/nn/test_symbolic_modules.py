@@ -15,7 +15,7 @@ import mgegraph.functional as F
 from mgegraph import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from models import mobilenet_v2, resnet18  # noqa: E402  (the benchmarks' models)
+from models import mobilenet_v2, resnet18  # the benchmarks' models
 
 IMAGE = (3, 6, 6)
 # name -> (make the module, the input's shape without the batch, train mode)

@@ -86,7 +86,7 @@ def _build(fn, batch, grads: bool):
     outputs = [y]
     if grads and y.dtype.kind == "f":
         outputs += mg.grad(F.sum(y * y), [x])
-    return g, outputs
+    return outputs
 
 
 def _feed(batch):
@@ -96,7 +96,7 @@ def _feed(batch):
 @pytest.mark.parametrize("name", sorted(FUNCTIONS))
 def test_function_on_a_named_batch_is_bitwise_the_fixed_one(name):
     fn = FUNCTIONS[name]
-    g, outputs = _build(fn, "batch", grads=True)
+    outputs = _build(fn, "batch", grads=True)
     assert any(v.type.symbolic for v in outputs), [str(v.type) for v in outputs]
     plan = mg.compile(outputs)
     compared = 0
@@ -105,7 +105,7 @@ def test_function_on_a_named_batch_is_bitwise_the_fixed_one(name):
             got = plan.run(_feed(batch))
         except FeedError:  # a fact this batch breaks (x[1:-1] needs 2 rows)
             continue
-        _, fixed = _build(fn, batch, grads=True)
+        fixed = _build(fn, batch, grads=True)
         want = mg.compile(fixed).run(_feed(batch))
         assert [a.shape for a in got] == [a.shape for a in want]
         for a, b in zip(got, want):
@@ -181,9 +181,9 @@ def test_fixed_shapes_make_the_same_nodes_as_before():
     """A fill's count stays a Python float where the shapes are numbers: no new nodes."""
     g = mg.Graph()
     x = g.input("x", (3, *SHAPE))
-    (dx,) = mg.grad(F.mean(x) + F.var(x, axis=0).sum(), [x])
+    mg.grad(F.mean(x) + F.var(x, axis=0).sum(), [x])
     ops = [n.op.name for n in g.nodes]
-    assert "fill" not in ops[ops.index("mean"):] or ops.count("fill") == 1  # grad's seed only
+    assert ops.count("fill") == 1 and "cast" not in ops  # the seed; the counts are consts
     g2 = mg.Graph()
     x2 = g2.input("x", ("batch", *SHAPE))
     mg.grad(F.mean(x2) + F.var(x2, axis=0).sum(), [x2])
