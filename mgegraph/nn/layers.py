@@ -7,6 +7,8 @@ import numpy as np
 
 from .. import functional as F
 from ..ir.errors import GraphError
+from ..ops.reduce import size_ratio
+from ..ops.registry import named
 from . import init
 from .module import Buffer, Module, Parameter
 
@@ -128,7 +130,8 @@ class BatchNorm2d(Module):
         _, mean, biased_var = y.node.outputs
         n = x.size // x.shape[1]
         g = x.graph
-        var = biased_var * (n / max(n - 1, 1))
+        # with a named batch, n >= 2 is a fact batch_norm's rule recorded
+        var = biased_var * size_ratio(g, n, n - 1 if named(n) else max(n - 1, 1), x.dtype)
         for buffer, batch in ((self.running_mean, mean), (self.running_var, var)):
             running = g.bind(buffer)
             g.assign(running, running * self.momentum + batch * (1 - self.momentum))

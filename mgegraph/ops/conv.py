@@ -10,19 +10,23 @@ import math
 
 import numpy as np
 
+from ..ir.facts import require_at_least
 from ..ir.types import TensorType
 from .builder import apply, promote
 from .matmul import check_activation, same_dtype, through_activation
 from .movement_api import reshape
 from .reduce import sum as reduce_sum
-from .registry import FLOAT_DTYPES, REQUIRED, OpDef, register, require_dtypes
+from .registry import FLOAT_DTYPES, REQUIRED, OpDef, named, register, require_dtypes, same_shape
 
 
 def _pair(attrs, key, minimum) -> tuple[int, int]:
     value = attrs[key]
     if (not isinstance(value, tuple) or len(value) != 2
-            or not all(isinstance(v, int) and v >= minimum for v in value)):
+            or not all(named(v) or (isinstance(v, int) and v >= minimum) for v in value)):
         raise ValueError(f"{key} must be an int >= {minimum} or a pair of them, got {value!r}")
+    for v in value:
+        if named(v):  # an image side given by a gradient rule (input_hw): a size >= minimum
+            require_at_least(v, minimum, key)
     return value
 
 
@@ -31,7 +35,11 @@ def _out_size(size, k, stride, pad, dilation=1) -> int:
 
 
 def _check_out(oh, ow, x, kernel):
-    if oh <= 0 or ow <= 0:
+    if named(oh, ow):  # a named image size: the window must fit, once it is bound
+        for size in (oh, ow):
+            require_at_least(size, 1, f"sliding a {kernel[0]}x{kernel[1]} window over "
+                             f"{x.shape[2]}x{x.shape[3]}")
+    elif oh <= 0 or ow <= 0:
         raise ValueError(f"output size would be {oh}x{ow}: the {x.shape[2]}x{x.shape[3]} input "
                          f"(with padding) is smaller than the {kernel[0]}x{kernel[1]} window")
 
@@ -62,6 +70,10 @@ def conv_geometry(in_types, attrs):
     dilation, groups = _pair(attrs, "dilation", 1), _groups(attrs)
     oc, cg, kh, kw = weight_dims(w, groups)
     c = x.shape[1]
+    if named(c):  # named channels: the weight's must agree, and groups then divide them
+        if oc % groups or not same_shape((cg * groups,), (c,), "conv2d's input channels"):
+            raise ValueError(f"groups={groups} must divide the weight's {oc} output channels")
+        return oc, cg, (kh, kw), stride, padding, dilation
     if c % groups or oc % groups:
         raise ValueError(f"groups={groups} must divide both the input's {c} channels and the "
                          f"weight's {oc} output channels")
@@ -104,7 +116,7 @@ def _conv2d_epilogue_infer(in_types, attrs):
 # against the output gradient they are given, so their errors read like conv2d's.
 def _check_grad_shape(x, w, dy, attrs):
     (y,) = _conv2d_infer((x, w), attrs)
-    if dy.shape != y.shape:
+    if not same_shape(dy.shape, y.shape, "the convolution's output gradient"):
         raise ValueError(f"output gradient has shape {dy.shape}, but convolving a {x.shape} "
                          f"input with a {w.shape} weight gives {y.shape}")
 
@@ -312,7 +324,7 @@ def _pooled(name, x, attrs, adaptive) -> TensorType:
 
 def _check_pooled(name, x, dy, attrs, adaptive):
     want = _pooled(name, x, attrs, adaptive)
-    if dy.shape != want.shape:
+    if not same_shape(dy.shape, want.shape, "the pooling's output gradient"):
         raise ValueError(f"output gradient has shape {dy.shape}, but pooling a {x.shape} input "
                          f"gives {want.shape}")
 
@@ -339,7 +351,7 @@ def _select_infer(name, adaptive):
     def infer(in_types, attrs):
         x, h = in_types
         same_dtype(in_types)
-        if h.shape != x.shape:
+        if not same_shape(h.shape, x.shape, "the values read"):
             raise ValueError(f"the values read must have the input's shape {x.shape}, "
                              f"got {h.shape}")
         return (_pooled(name, x, attrs, adaptive),)

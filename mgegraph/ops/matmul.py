@@ -12,7 +12,14 @@ from ..ir.types import TensorType, broadcast_shapes
 from .builder import apply, promote
 from .movement_api import expand_dims, reshape, squeeze
 from .reduce import sum as reduce_sum
-from .registry import FLOAT_DTYPES, NUMERIC_DTYPES, OpDef, register, require_dtypes
+from .registry import (
+    FLOAT_DTYPES,
+    NUMERIC_DTYPES,
+    OpDef,
+    register,
+    require_dtypes,
+    same_shape,
+)
 
 
 def same_dtype(types, what="input"):
@@ -39,7 +46,7 @@ def matmul_dims(a, b, attrs):
         raise ValueError("operands must have at least 1 dimension (use mul for scalars)")
     a_batch, m, k = _operand(a, attrs["transpose_a"], left=True)
     b_batch, kb, n = _operand(b, attrs["transpose_b"], left=False)
-    if k != kb:
+    if not same_shape((k,), (kb,), "matmul's contracted dimensions"):
         raise ValueError(f"contracted dimensions differ: {k} (inp1) and {kb} (inp2)")
     try:
         batch = broadcast_shapes(a_batch, b_batch)
@@ -143,10 +150,10 @@ def _linear_infer(in_types, attrs):
     require_dtypes("linear", x, FLOAT_DTYPES)
     if w.ndim != 2:
         raise ValueError(f"weight must be 2-D (out_features, in_features), got {w.ndim}-D")
-    if x.ndim == 0 or x.shape[-1] != w.shape[1]:
+    if x.ndim == 0 or not same_shape(x.shape[-1:], w.shape[1:], "linear's in_features"):
         raise ValueError(f"input's last dimension must equal in_features={w.shape[1]}, "
                          f"got shape {x.shape}")
-    if bias and bias[0].shape != (w.shape[0],):
+    if bias and not same_shape(bias[0].shape, (w.shape[0],), "linear's bias"):
         raise ValueError(f"bias must have shape ({w.shape[0]},), got {bias[0].shape}")
     return (TensorType(x.shape[:-1] + (w.shape[0],), x.dtype),)
 
@@ -181,7 +188,7 @@ def _addmm_infer(in_types, attrs):
     if a.ndim != 2 or b.ndim != 2:
         raise ValueError(f"a and b must be matrices, got {a.ndim}-D and {b.ndim}-D")
     _, _, _, m, n, _ = matmul_dims(a, b, attrs)
-    if c.shape != (m, n):
+    if not same_shape(c.shape, (m, n), "addmm's c"):
         raise ValueError(f"c must have the product's shape ({m}, {n}), got {c.shape}")
     if scale and scale[0].size != 1:
         raise ValueError(f"scale must hold one value, got shape {scale[0].shape}")

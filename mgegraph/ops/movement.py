@@ -15,17 +15,29 @@ gather <-> scatter_add), so gradients of any order stay within this family.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import numbers
 import operator
 
 import numpy as np
 
+from ..ir.dims import Dim, ceil_div, is_known_nonnegative
+from ..ir.errors import OpError, user_location
+from ..ir.facts import require_at_least, require_equal
 from ..ir.graph import Graph, Var, eager_graph
-from ..ir.dims import Dim
-from ..ir.types import INT_DTYPES, TensorType, as_dtype, broadcast_shapes, tensor_type
+from ..ir.types import INT_DTYPES, TensorType, as_dim, as_dtype, broadcast_shapes, tensor_type
 from .builder import apply, apply_multi
-from .registry import NUMERIC_DTYPES, REQUIRED, OpDef, register, require_dtypes, whole_input
+from .registry import (
+    NUMERIC_DTYPES,
+    REQUIRED,
+    OpDef,
+    named,
+    register,
+    require_dtypes,
+    same_shape,
+    whole_input,
+)
 
 # The pad modes; a backend maps them to its kernels' codes (the CPU lowering checks on import
 # that _kernels/movement.pyx implements exactly these).
@@ -67,15 +79,27 @@ def no_input_node(graph, op: str, **attrs) -> Var:
         graph = eager_graph()
     if not isinstance(graph, Graph):
         raise TypeError(f"{op} has no input Var, so it needs graph=<mgegraph.Graph>, got {graph!r}")
+    if graph.eager and any(_holds_name(v) for v in attrs.values()):
+        raise OpError(op, (), "an eager tensor's sizes are numbers: a named dimension needs "
+                      "graph=<mgegraph.Graph>", user_location())
     (out,) = graph.add_node(op, (), attrs).outputs
     return out
 
 
+def _holds_name(value) -> bool:
+    return isinstance(value, Dim) or (isinstance(value, tuple) and any(map(_holds_name, value)))
+
+
 def full_node(shape, value, dtype, graph) -> Var:
-    """``shape`` filled with ``value`` cast to ``dtype``: a fill node (no constant stored)."""
+    """``shape`` filled with ``value`` cast to ``dtype``: a fill node (no constant stored).
+    A dimension may be named (``("batch", 3)``), and ``value`` may be a named size (``batch``:
+    the count a mean divides by), which the specialised graph replaces by its number."""
     dtype = as_dtype(dtype)
-    return no_input_node(graph, "fill", shape=tuple(shape), dtype=str(dtype),
-                         value=np.array(value).astype(dtype).item())
+    shape = (shape,) if isinstance(shape, (str, Dim)) else tuple(shape)
+    shape = tuple(as_dim(d, shape) if isinstance(d, str) else d for d in shape)
+    if not isinstance(value, Dim):
+        value = np.array(value).astype(dtype).item()
+    return no_input_node(graph, "fill", shape=shape, dtype=str(dtype), value=value)
 
 
 # -- reshape (a view) -------------------------------------------------------------------------
@@ -88,12 +112,36 @@ def _reshape_infer(in_types, attrs):
         raise ValueError(f"shape {tuple(shape)} has a negative dimension")
     known = math.prod(d for d in shape if d != -1)
     if -1 in shape:
-        if known == 0 or x.size % known:
-            raise ValueError(f"cannot reshape {x.size} elements into shape {tuple(shape)}")
-        shape[shape.index(-1)] = x.size // known
-    if math.prod(shape) != x.size:
+        shape[shape.index(-1)] = _inferred_size(x.size, known, shape)
+    total = math.prod(shape)
+    if named(total, x.size) and total != x.size:
+        require_equal(total, x.size, f"reshape to {_text(shape)}")
+    elif total != x.size:
         raise ValueError(f"cannot reshape {x.size} elements into shape {tuple(shape)}")
     return (_same_shape(x, shape),)
+
+
+def _inferred_size(size, known, shape):
+    """The size of reshape's -1: ``size / known``, exactly (a named size divides only where
+    the forms show it does: ``12*batch`` by ``batch`` or by 4, not ``batch`` by 2)."""
+    if not named(size, known):
+        if known == 0 or size % known:
+            raise ValueError(f"cannot reshape {size} elements into shape {tuple(shape)}")
+        return size // known
+    if known == 0:
+        raise ValueError(f"cannot reshape {size} elements into shape {_text(shape)}")
+    try:
+        part = size // known
+    except ValueError:  # a DimError: no exact quotient of two named sizes
+        part = None
+    if part is None or part * known != size:
+        raise ValueError(f"cannot infer the -1 of shape {_text(shape)}: {size} elements are "
+                         f"not known to be a multiple of {known}")
+    return part
+
+
+def _text(shape) -> str:
+    return "(" + ", ".join(map(str, shape)) + ")"
 
 
 def _reshape_grad(node, out_grads):
@@ -134,9 +182,13 @@ def _broadcast_infer(in_types, attrs):
     (x,) = in_types
     shape = _shape_attr(attrs["shape"])
     pad = len(shape) - x.ndim
-    if pad < 0 or any(d < 0 for d in shape) or any(
-            s not in (1, shape[pad + i]) for i, s in enumerate(x.shape)):
+    if pad < 0 or any(not named(d) and d < 0 for d in shape) or any(
+            s not in (1, shape[pad + i]) and not named(s, shape[pad + i])
+            for i, s in enumerate(x.shape)):
         raise ValueError(f"cannot broadcast shape {x.shape} to {shape}")
+    for s, d in zip(x.shape, shape[pad:]):
+        if s not in (1, d):  # a named size meets another: they must agree
+            require_equal(s, d, f"broadcasting {_text(x.shape)} to {_text(shape)}")
     return (_same_shape(x, shape),)
 
 
@@ -149,9 +201,44 @@ def slice_ranges(x: TensorType, attrs):
     for n, *bounds in zip(x.shape, starts, stops, steps):
         if bounds[2] == 0:
             raise ValueError("slice step cannot be zero")
+        if isinstance(n, Dim):
+            ranges.append(named_range(n, *bounds))
+            continue
         r = range(*slice(*bounds).indices(n))
         ranges.append((r.start, len(r), r.step))
     return ranges
+
+
+# Design: Python clamps a slice's bounds to the axis (``x[5:]`` of 3 rows is empty). On a
+# named axis the clamp depends on the size, so the rule takes the bounds to lie inside it and
+# records that (``x[-2:]`` of ``batch`` rows: ``batch >= 2``); the result is then the exact
+# formula (``batch - 2`` rows for ``x[2:]``), and a feed that breaks the fact is a FeedError.
+def named_range(n: Dim, start, stop, step) -> tuple:
+    """(start, length, step) of ``slice(start, stop, step)`` on an axis of named size ``n``,
+    recording the facts that keep its bounds inside the axis."""
+    step = 1 if step is None else operator.index(step)
+    what = f"slicing {start}:{stop}:{step} from an axis of size {n}"
+    if step > 0:
+        first = _position(n, 0 if start is None else start, what)
+        end = n if stop is None else _position(n, stop, what)
+        require_at_least(end, first, what)
+        return first, ceil_div(end - first, step), step
+    first = n - 1 if start is None else _position(n, start, what, inside=True)
+    if stop is None:  # down to index 0 included
+        return first, first // -step + 1, step
+    end = _position(n, stop, what)
+    require_at_least(first, end, what)
+    return first, ceil_div(first - end, -step), step
+
+
+def _position(n: Dim, index, what: str, inside: bool = False):
+    """Where ``index`` (negative: from the end) lies on an axis of named size ``n``; it must
+    lie in [0, n], or in [0, n) when ``inside`` (an element, not a bound)."""
+    index = index if isinstance(index, Dim) else operator.index(index)
+    at = index if isinstance(index, Dim) or index >= 0 else n + index
+    require_at_least(at, 0, what)
+    require_at_least(n, at + 1 if inside else at, what)
+    return at
 
 
 def _slice_infer(in_types, attrs):
@@ -187,7 +274,7 @@ def _slice_backward_infer(in_types, attrs):
     (g,) = in_types
     full = TensorType(_shape_attr(attrs["shape"]), g.dtype)
     (window,) = _slice_infer((full,), attrs)
-    if window.shape != g.shape:
+    if not same_shape(window.shape, g.shape, "slice_backward's gradient"):
         raise ValueError(f"slicing shape {full.shape} gives {window.shape}, not the input's "
                          f"{g.shape}")
     return (full,)
@@ -220,12 +307,17 @@ def _concat_infer(in_types, attrs):
     for t in in_types[1:]:
         if t.dtype != first.dtype:
             raise TypeError("input dtypes differ; mgegraph.functional.concat promotes them")
-        if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape))
-                                       if i != axis):
+        if t.ndim != first.ndim or not same_shape(
+                _without(t.shape, axis), _without(first.shape, axis),
+                f"concat's axes other than {axis}"):
             raise ValueError(f"shapes must agree except on axis {axis}")
     shape = list(first.shape)
     shape[axis] = sum(t.shape[axis] for t in in_types)
     return (_same_shape(first, shape),)
+
+
+def _without(shape: tuple, axis: int) -> tuple:
+    return shape[:axis] + shape[axis + 1:]
 
 
 def _split_infer(in_types, attrs):
@@ -233,7 +325,11 @@ def _split_infer(in_types, attrs):
     axis = axis_index(attrs["axis"], x.ndim)
     out = []
     for start, stop in attrs["ranges"]:
-        if not 0 <= start <= stop <= x.shape[axis]:
+        if named(start, stop, x.shape[axis]):
+            what = f"splitting [{start}, {stop}) from axis {axis} of size {x.shape[axis]}"
+            for low, high in ((0, start), (start, stop), (stop, x.shape[axis])):
+                require_at_least(high, low, what)
+        elif not 0 <= start <= stop <= x.shape[axis]:
             raise ValueError(f"range [{start}, {stop}) is not inside axis {axis} of size "
                              f"{x.shape[axis]}")
         shape = list(x.shape)
@@ -246,7 +342,7 @@ def _split_infer(in_types, attrs):
 
 def _concat_grad(node, out_grads):
     axis = axis_index(node.attr["axis"], node.inputs[0].ndim)
-    stops = np.cumsum([v.shape[axis] for v in node.inputs]).tolist()
+    stops = list(itertools.accumulate(v.shape[axis] for v in node.inputs))  # Dims too
     ranges = tuple(zip([0] + stops[:-1], stops))
     return apply_multi("split", out_grads, axis=axis, ranges=ranges)
 
@@ -258,20 +354,39 @@ def _split_grad(node, out_grads):
     axis = axis_index(node.attr["axis"], x.ndim)
     ranges = node.attr["ranges"]
     grads = [g if g is not None else _zeros_like(v) for g, v in zip(out_grads, node.outputs)]
-    order = sorted(range(len(ranges)), key=lambda k: ranges[k])
-    if any(ranges[a][1] > ranges[b][0] for a, b in zip(order, order[1:])):
+    order, disjoint = _axis_order(ranges, x.shape[axis])
+    if not disjoint:
         return (functools.reduce(operator.add, (_embed_along(x, axis, ranges[k], grads[k])
                                                 for k in order)),)
     parts, at = [], 0
     for k in order:
         (start, stop), g = ranges[k], grads[k]
-        parts += [_zeros_along(x, axis, start - at)] if start > at else []
-        parts += [g] if stop > start else []
+        parts += [_zeros_along(x, axis, start - at)] if _some(start - at) else []
+        parts += [g] if _some(stop - start) else []
         at = stop
-    parts += [_zeros_along(x, axis, x.shape[axis] - at)] if x.shape[axis] > at else []
+    parts += [_zeros_along(x, axis, x.shape[axis] - at)] if _some(x.shape[axis] - at) else []
     if not parts:
         return (_zeros_like(x),)
     return (parts[0] if len(parts) == 1 else apply("concat", parts, axis=axis),)
+
+
+def _axis_order(ranges, n) -> tuple[list[int], bool]:
+    """The ranges' indices in axis order, and whether they are disjoint. Named bounds cannot be
+    sorted before they are bound: they keep the order given (concat's gradient and F.split
+    give them in axis order) where the forms show every gap to be a size (>= 0); else they
+    count as overlapping, whose gradient needs no order."""
+    if not named(n, *(b for r in ranges for b in r)):
+        order = sorted(range(len(ranges)), key=lambda k: ranges[k])
+        return order, not any(ranges[a][1] > ranges[b][0] for a, b in itertools.pairwise(order))
+    bounds = [0, *(b for r in ranges for b in r), n]
+    return list(range(len(ranges))), all(
+        is_known_nonnegative(high - low) for low, high in itertools.pairwise(bounds))
+
+
+def _some(size) -> bool:
+    """Whether a part of ``size`` rows is made: a named size may be 0 once bound, and its part
+    is then empty."""
+    return named(size) or size > 0
 
 
 def _zeros_like(x: Var) -> Var:
@@ -329,7 +444,10 @@ def _pad_backward_infer(in_types, attrs):
     if len(widths) != g.ndim or any(len(w) != 2 for w in widths):
         raise ValueError(f"pad_width must be {g.ndim} pairs of non-negative ints, got {widths}")
     small = _same_shape(g, [n - a - b for n, (a, b) in zip(g.shape, widths)])
-    if any(d < 0 for d in small.shape):
+    for d in small.shape:
+        if named(d):
+            require_at_least(d, 0, f"removing pad_width {widths} from {_text(g.shape)}")
+    if any(d < 0 for d in small.shape if not named(d)):
         raise ValueError(f"pad_width {widths} is wider than the input shape {g.shape}")
     _pad_infer((small,), {**attrs, "constant_value": 0.0})
     return (small,)
@@ -365,7 +483,7 @@ def _scatter_add_infer(in_types, attrs):
     require_dtypes("scatter_add", src, NUMERIC_DTYPES)
     out = TensorType(_shape_attr(attrs["shape"]), src.dtype)
     (window,) = _gather_infer((out, index), attrs)
-    if window.shape != src.shape:
+    if not same_shape(window.shape, src.shape, "scatter_add's source"):
         raise ValueError(f"gathering from shape {out.shape} gives {window.shape}, not the "
                          f"source's {src.shape}")
     return (out,)
@@ -383,10 +501,10 @@ def _index_add_infer(in_types, attrs):
     require_dtypes("index_add", src, NUMERIC_DTYPES)
     require_dtypes("index_add", indices, INT_DTYPES, "indices")
     size, k = attrs["size"], indices.ndim
-    if not isinstance(size, int) or size < 0:
+    if not isinstance(size, Dim) and (not isinstance(size, int) or size < 0):
         raise ValueError(f"size must be a non-negative int, got {size!r}")
     axis = axis_index(attrs["axis"], src.ndim - k + 1)
-    if src.shape[axis:axis + k] != indices.shape:
+    if not same_shape(src.shape[axis:axis + k], indices.shape, "index_add's indices"):
         raise ValueError(f"source axes {axis}..{axis + k - 1} must have the indices' shape "
                          f"{indices.shape}")
     return (_same_shape(src, src.shape[:axis] + (size,) + src.shape[axis + k:]),)
@@ -436,12 +554,28 @@ def _fill_infer(in_types, attrs):
     return (tensor_type(_shape_attr(attrs["shape"]), attrs["dtype"]),)
 
 
-def _arange_count(start, stop, step) -> int:
+def _arange_count(start, stop, step) -> int | Dim:
     if step == 0:
         raise ValueError("step must not be zero")
+    if named(start, stop):
+        return _named_count(start, stop, step)
     if not all(math.isfinite(v) for v in (start, stop, step)):
         raise ValueError(f"start {start}, stop {stop} and step {step} must be finite")
     return max(0, math.ceil((stop - start) / step))
+
+
+def _named_count(start, stop, step) -> Dim:
+    """arange's length when a bound is a named size (``arange(seq)``): integer bounds and
+    step, the range not empty (recorded)."""
+    if not all(isinstance(v, (int, Dim)) for v in (start, stop, step)):
+        raise ValueError(f"with a named bound, start {start}, stop {stop} and step {step} must "
+                         "be integers")
+    what = f"arange({start}, {stop}, {step})"
+    if step > 0:
+        require_at_least(stop, start, what)
+        return ceil_div(stop - start, step)
+    require_at_least(start, stop, what)
+    return ceil_div(start - stop, -step)
 
 
 # The range kernel computes start + i * step in float64 and casts: integers beyond 2**53 would
@@ -450,7 +584,8 @@ _EXACT_IN_FLOAT64 = 2**53
 
 
 def _check_int_range(attrs, count: int, dtype: np.dtype):
-    if dtype.kind not in "iu" or count == 0:
+    # a named length is a size: far inside the exact range, and checked again once bound
+    if dtype.kind not in "iu" or count == 0 or named(count):
         return
     start = attrs["start"]
     last = start + (count - 1) * attrs.get("step", 0) if "step" in attrs else attrs["stop"]
@@ -473,6 +608,8 @@ def _range_infer(name, count):
 
 
 def _linspace_count(attrs) -> int:
+    if isinstance(attrs["num"], Dim):
+        return attrs["num"]
     if not isinstance(attrs["num"], int) or attrs["num"] < 0:
         raise ValueError(f"num must be a non-negative int, got {attrs['num']!r}")
     return attrs["num"]

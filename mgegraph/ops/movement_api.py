@@ -7,18 +7,20 @@ compositions of the ops, so their gradients come for free.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 import operator
 
 import numpy as np
 
+from ..ir.dims import Dim
 from ..ir.errors import GraphError, OpError, user_location
 from ..ir.graph import Var
-from ..ir.dims import Dim
 from ..ir.types import as_dim, as_dtype
 from .builder import apply, apply_multi, graph_of, promote
-from .movement import axis_index, full_node, no_input_node, reshaped
+from .movement import axis_index, full_node, named_range, no_input_node, reshaped
+from .registry import named
 
 __all__ = ["reshape", "flatten", "expand_dims", "squeeze", "transpose", "broadcast_to", "concat",
            "stack", "split", "pad", "subscript", "gather", "take", "one_hot", "flip", "tile",
@@ -70,6 +72,9 @@ def _shape_tuple(op: str, inp, values) -> tuple:
         tuple(values)
     if not any(isinstance(v, (Dim, str)) for v in items):
         return _int_tuple(op, inp, values)  # the messages of an all-int shape stay as they were
+    if getattr(getattr(inp, "graph", None), "eager", False):
+        _fail(op, [inp], f"an eager tensor's sizes are numbers: the named shape "
+              f"({', '.join(map(str, items))}) needs a graph input with named dimensions")
     dims = []
     for v in items:
         if isinstance(v, (Dim, str)):
@@ -130,7 +135,7 @@ def transpose(inp, pattern):
 
 def broadcast_to(inp, shape):
     """Broadcast to ``shape`` by NumPy's rules (copies; size-1 axes are read with stride 0)."""
-    shape = _int_tuple("broadcast_to", inp, shape)
+    shape = _shape_tuple("broadcast_to", inp, shape)
     return inp if inp.shape == shape else apply("broadcast_to", (inp,), shape=shape)
 
 
@@ -149,18 +154,29 @@ def concat(inps, axis=0):
 def stack(inps, axis=0):
     """Join equally shaped inputs along a new axis. ``F.stack([a, b], axis=-1)``"""
     inps = promote(*inps)
-    if len({v.shape for v in inps}) != 1:
+    if len({v.shape for v in inps}) != 1 and not all(
+            _agree(v.shape, inps[0].shape) for v in inps[1:]):
         _fail("stack", inps, "all inputs must have the same shape")
     (axis,) = _axes("stack", inps[0], axis, inps[0].ndim + 1)
     return concat([expand_dims(v, axis) for v in inps], axis)
 
 
+def _agree(a: tuple, b: tuple) -> bool:
+    """Shapes equal, or equal once named sizes that differ in form agree: the concat that
+    stacks them records that fact."""
+    return len(a) == len(b) and all(x == y or named(x, y) for x, y in zip(a, b))
+
+
 def _split_ranges(inp, sections, n: int):
     if isinstance(sections, (numbers.Integral, np.integer)):
         k = int(sections)
-        if k < 1 or n % k:
-            _fail("split", [inp], f"axis of size {n} cannot be split into {k} equal parts")
+        if k < 1 or named(n % k) or n % k:  # a named size divides where its form shows it
+            why = f" ({n} is not known to be a multiple of {k})" if named(n) and k >= 1 else ""
+            _fail("split", [inp], f"axis of size {n} cannot be split into {k} equal parts{why}")
         return tuple((i * n // k, (i + 1) * n // k) for i in range(k))
+    if named(n):  # as slicing does: the points must lie inside the axis (the rule records it)
+        points = (0, *(p if p >= 0 else n + p for p in _int_tuple("split", inp, sections)), n)
+        return tuple(itertools.pairwise(points))
     points = (0, *_int_tuple("split", inp, sections), n)
     ranges = []
     for a, b in zip(points, points[1:]):  # numpy.split: part i is x[points[i]:points[i + 1]]
@@ -223,6 +239,8 @@ def _index_items(inp, index) -> list:
 def _index_bounds(inp, item, axis: int):
     """(start, stop, step) for the slice op, the kept length or None, and whether it is a no-op."""
     n = inp.shape[axis]
+    if named(n):
+        return _named_index_bounds(inp, item, n)
     if isinstance(item, slice):
         try:
             r = range(*item.indices(n))
@@ -233,6 +251,19 @@ def _index_bounds(inp, item, axis: int):
     if not -n <= i < n:
         _fail("subscript", [inp], f"index {i} is out of range for axis {axis} of size {n}")
     return (i % n, i % n + 1, 1), None, n == 1
+
+
+def _named_index_bounds(inp, item, n):
+    """``_index_bounds`` on an axis of named size ``n``: the slice op's rule records where the
+    bounds must lie (``x[-1]`` needs ``n >= 1``, ``x[2:]`` gives ``n - 2`` rows)."""
+    if isinstance(item, slice):
+        try:
+            _, length, _ = named_range(n, item.start, item.stop, item.step)
+        except (TypeError, ValueError) as exc:
+            _fail("subscript", [inp], f"bad slice {item}: {exc}")
+        return (item.start, item.stop, item.step), length, item == slice(None)
+    i = operator.index(item)
+    return (i, None if i == -1 else i + 1, 1), None, False
 
 
 def subscript(inp, index):
@@ -330,6 +361,9 @@ def roll(inp, shift, axis=None):
     x = inp
     for s, d in zip(shifts, axes):
         n = x.shape[d]
+        if named(n) and s:
+            _fail("roll", [inp], f"rolling axis {d} of named size {n}: where it is cut depends "
+                  "on the size, known only when it is bound")
         if n and s % n:
             cut = n - s % n
             head, tail = apply_multi("split", (x,), axis=d, ranges=((cut, n), (0, cut)))
@@ -383,5 +417,6 @@ def arange(start=0, stop=None, step=1, dtype="float32", *, graph=None):
 
 def linspace(start, stop, num, dtype="float32", *, graph=None):
     """``num`` evenly spaced values from ``start`` to ``stop``, both included."""
-    return no_input_node(graph, "linspace", start=start, stop=stop, num=operator.index(num),
+    num = num if isinstance(num, Dim) else operator.index(num)  # a Dim: a named count
+    return no_input_node(graph, "linspace", start=start, stop=stop, num=num,
                          dtype=str(as_dtype(dtype)))

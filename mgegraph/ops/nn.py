@@ -11,12 +11,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.errors import OpError, user_location
+from ..ir.facts import require_at_least
 from ..ir.graph import Var
 from ..ir.types import INT_DTYPES, TensorType
 from .builder import apply, apply_multi, graph_of
 from .elementwise import exp, log, rsqrt
 from .movement_api import expand_dims, gather, reshape, squeeze, zeros_like
 from .reduce import mean as reduce_mean
+from .reduce import size_ratio
 from .reduce import sum as reduce_sum
 from .reduce import var as reduce_var
 from .registry import (
@@ -24,9 +26,11 @@ from .registry import (
     REQUIRED,
     OpDef,
     Remake,
+    named,
     normalize_axis,
     register,
     require_dtypes,
+    same_shape,
     walker_grad,
 )
 
@@ -93,7 +97,7 @@ def _ce_infer(in_types, attrs):
         raise ValueError("pred must have a class axis (at least 1-d)")
     axis = normalize_axis(attrs["axis"], pred.ndim)
     want = pred.shape[:axis] + pred.shape[axis + 1:]
-    if label.shape != want:
+    if not same_shape(label.shape, want, "cross_entropy's label"):
         raise ValueError(f"label shape {label.shape} must be pred's shape without axis {axis}, "
                          f"{want}")
     if attrs["reduction"] not in REDUCTIONS:
@@ -150,7 +154,8 @@ def _ln_infer(in_types, attrs):
     x, weight, bias = in_types
     require_dtypes("layer_norm", x, FLOAT_DTYPES)
     shape = tuple(attrs["normalized_shape"])
-    if x.ndim < len(shape) or x.shape[x.ndim - len(shape):] != shape:
+    if x.ndim < len(shape) or not same_shape(x.shape[x.ndim - len(shape):], shape,
+                                             "layer_norm's normalized_shape"):
         raise ValueError(f"normalized_shape {shape} does not match the trailing dims of "
                          f"{x.shape}")
     for what, t in (("weight", weight), ("bias", bias)):
@@ -217,7 +222,10 @@ def _bn_infer(in_types, attrs):
                              f"{per_channel[1]}")
     if not attrs["training"]:
         return (x,)
-    if c and x.size // c <= 1:  # PyTorch: "Expected more than 1 value per channel when training"
+    if named(x.size):
+        require_at_least(x.size // c, 2, "batch_norm's statistics (more than 1 value per "
+                         "channel)")
+    elif c and x.size // c <= 1:  # PyTorch: "Expected more than 1 value per channel when training"
         raise ValueError(f"training needs more than 1 value per channel to take batch "
                          f"statistics, input shape {x.shape} has {x.size // c}")
     stats = TensorType((c,), x.dtype)
@@ -262,14 +270,24 @@ def _bn_training_grad(node, out_grads):
         dx, dweight, dbias = apply_multi("batch_norm_backward", (x, weight, mean, var, gy),
                                          eps=node.attr["eps"])
         dbias = dbias if bias.shape == dbias.shape else reshape(dbias, bias.shape)
-    count = float(max(x.size // max(x.shape[1], 1), 1))
-    stats = [_channels(gmean, x) / count if gmean is not None else None,
-             (x - _channels(mean, x)) * (_channels(gvar, x) * (2.0 / count))
+    count = _stat_count(x)
+    stats = [_channels(gmean, x) / size_ratio(x.graph, count, 1.0, x.dtype)
+             if gmean is not None else None,
+             (x - _channels(mean, x)) * (_channels(gvar, x)
+                                         * size_ratio(x.graph, 2.0, count, x.dtype))
              if gvar is not None else None]
     for term in stats:
         if term is not None:
             dx = term if dx is None else dx + term
     return dx, dweight, dbias
+
+
+def _stat_count(x: Var):
+    """The values each channel's batch statistics gather (N*H*W), at least 1; named where the
+    batch is."""
+    if named(x.size):
+        return x.size // x.shape[1]
+    return max(x.size // max(x.shape[1], 1), 1)
 
 
 def _bn_grad(node, out_grads):

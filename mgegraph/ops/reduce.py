@@ -9,10 +9,11 @@ import numpy as np
 from ..ir.errors import OpError, user_location
 from ..ir.graph import Var
 from ..ir.types import FLOAT_DTYPES, TensorType
-from .builder import apply, graph_of
+from .builder import apply, cast_to, graph_of
 from .elementwise import astype, equal, where
+from .movement import full_node
 from .movement_api import broadcast_to, reshape
-from .registry import OpDef, normalize_axes, register
+from .registry import OpDef, named, normalize_axes, register
 
 __all__ = ["argmax", "argmin", "max", "mean", "min", "prod", "sum", "var"]
 
@@ -72,8 +73,30 @@ def _expand(v: Var, x: Var) -> Var:
     return v if v.shape == x.shape else broadcast_to(v, x.shape)
 
 
-def _count(x: Var, axes) -> int:
-    return math.prod(x.shape[a] for a in axes)
+def _count(x: Var, axes):
+    """How many elements each reduced value gathers: at least 1 (0 for an empty axis would
+    divide by zero), a named size where an axis is named."""
+    count = math.prod(x.shape[a] for a in axes)
+    return count if named(count) else builtins.max(count, 1)
+
+
+# Design: a count a gradient divides by is a Python float in a graph whose shapes are numbers,
+# lifted to a constant as it always was. Where the count is a named size, the float would be
+# the size of one binding; the count is then a fill of the named size, which each specialised
+# graph holds as its number, computed in float64 and cast once, so it rounds exactly as the
+# float of a graph built with that number.
+def size_ratio(graph, num, den, dtype):
+    """``num / den`` where either may be a named size: a Python float when both are numbers,
+    else a scalar Var of ``dtype`` that the bound sizes give at run time.
+
+    >>> g / size_ratio(x.graph, batch, 1, x.dtype)   # the mean's divisor, batch named
+    """
+    if not named(num, den):
+        return num / den
+    value = full_node((), num, np.float64, graph) if named(num) else float(num)
+    if den != 1:
+        value = value / (full_node((), den, np.float64, graph) if named(den) else float(den))
+    return cast_to(value, dtype)
 
 
 def _sum_grad(x, y, g, axes):
@@ -81,7 +104,7 @@ def _sum_grad(x, y, g, axes):
 
 
 def _mean_grad(x, y, g, axes):
-    return _expand(g / float(builtins.max(_count(x, axes), 1)), x)
+    return _expand(g / size_ratio(x.graph, _count(x, axes), 1.0, x.dtype), x)
 
 
 def _prod_grad(x, y, g, axes):
@@ -110,8 +133,8 @@ def _extremum_grad(x, y, g, axes):
 
 
 def _var_grad(x, y, g, axes):
-    n = float(builtins.max(_count(x, axes), 1))
-    return (x - mean(x, axes, keepdims=True)) * (g * (2.0 / n))
+    scale = size_ratio(x.graph, 2.0, _count(x, axes), x.dtype)
+    return (x - mean(x, axes, keepdims=True)) * (g * scale)
 
 
 REDUCE_GRADS = {"sum": _sum_grad, "mean": _mean_grad, "prod": _prod_grad, "max": _extremum_grad,

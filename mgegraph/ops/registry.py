@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..ir.dims import Dim
 from ..ir.errors import GraphError, OpError
+from ..ir.facts import require_equal
 from ..ir.graph import install
 from ..ir.types import FLOAT_DTYPES, SUPPORTED, TensorType  # noqa: F401  (FLOAT_DTYPES: re-exported)
 
@@ -176,3 +178,22 @@ def require_dtypes(opdef_name: str, t: TensorType, allowed, what="input"):
     if t.dtype not in allowed:
         names = ", ".join(str(d) for d in allowed)
         raise TypeError(f"{what} dtype {t.dtype} is not supported by {opdef_name} (needs {names})")
+
+
+def named(*sizes) -> bool:
+    """Whether any of ``sizes`` is a named dimension (a ``Dim``), known only when bound."""
+    return any(isinstance(d, Dim) for d in sizes)
+
+
+def same_shape(a: tuple, b: tuple, what: str) -> bool:
+    """Whether shapes ``a`` and ``b`` agree. Numbers are compared now; a named size whose
+    form differs from the other's (``batch`` against ``n``) is taken to agree, and the fact
+    is recorded (``ir.facts.require_equal``) to be checked when the names are bound."""
+    if len(a) != len(b):
+        return False
+    if any(x != y and not named(x, y) for x, y in zip(a, b)):
+        return False
+    for x, y in zip(a, b):
+        if x != y:
+            require_equal(x, y, what)
+    return True

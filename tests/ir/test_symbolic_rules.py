@@ -1,0 +1,380 @@
+"""Every op's shape rule with a named dimension against the same rule on the numbers.
+
+Each registered op has a case here: a function ``(graph, b) -> outputs`` that makes the op's
+node directly (``Graph.add_node``, so the rule itself is tested, not a public function) on
+inputs holding ``b`` where the op allows a name (the batch axis, mostly; an image side or a
+slice length where the rule computes with it). Built once with ``b = Dim("batch")`` and once
+per number, the inferred types must agree after ``ir.dims.substitute`` wherever the facts the
+rule recorded hold. Where a rule cannot take a name, ``REFUSED`` says so with the reason, and
+the refusal must be an OpError naming the op.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mgegraph  # noqa: F401  (registers the ops)
+from mgegraph.ir.dims import Dim
+from mgegraph.ir.errors import FeedError, OpError
+from mgegraph.ir.graph import Graph
+from mgegraph.ir.specialize import substitute_type
+from mgegraph.ops import elementwise_table as TABLE
+from mgegraph.ops.registry import all_ops
+
+BATCH = Dim("batch")
+BINDINGS = (1, 2, 7)
+# made by Graph.input / param / const / assign, never by a rule that sees a name
+SOURCES = {"input", "param", "const", "assign"}
+
+
+def _input(g: Graph, shape, dtype="float32"):
+    return g.input(f"x{len(g.inputs)}", shape, dtype)
+
+
+def _param(g: Graph, shape, dtype="float32"):
+    return g.param(f"p{len(g.nodes)}", np.ones(shape, dtype))
+
+
+def _node(op: str, make):
+    """A case making ``op`` on inputs built from ``b``: ``make(g, b) -> (inputs, attrs)``."""
+    def case(g, b):
+        inputs, attrs = make(g, b)
+        return g.add_node(op, tuple(inputs), attrs).outputs
+    return case
+
+
+CASES: dict = {}
+
+
+def _case(op: str):
+    def register(make):
+        CASES[op] = _node(op, make)
+        return make
+    return register
+
+
+# -- elementwise ------------------------------------------------------------------------------
+for _entry in TABLE.OPS:
+    if _entry.kind == "unary":
+        _attrs = {"lower": -1.0, "upper": 1.0} if _entry.name == "clip" else {}
+        CASES[_entry.name] = _node(_entry.name, lambda g, b, a=_attrs: (
+            [_input(g, (b, 3))], a))
+    else:  # binary and comparisons: a named batch broadcast against a fixed operand
+        CASES[_entry.name] = _node(_entry.name, lambda g, b: (
+            [_input(g, (b, 1, 4)), _input(g, (3, 1))], {}))
+
+
+@_case("where")
+def _(g, b):
+    return [_input(g, (b, 1), "bool"), _input(g, (1, 4)), _input(g, (b, 4))], {}
+
+
+@_case("cast")
+def _(g, b):
+    return [_input(g, (b, 3))], {"dtype": "int32"}
+
+
+@_case("fused_elementwise")
+def _(g, b):
+    code = (("load", 0, 0), ("load", 1, 1), ("add", 2, 0, 1), ("store", 0, 2))
+    return [_input(g, (b, 4)), _input(g, (1, 4))], {"code": code, "shape": (b, 4),
+                                                    "dtype": "float32"}
+
+
+# -- reductions -------------------------------------------------------------------------------
+for _name in ("sum", "prod", "mean", "var", "max", "min"):
+    CASES[_name] = _node(_name, lambda g, b: ([_input(g, (b, 3, 5))],
+                                              {"axis": (0, 2), "keepdims": True}))
+for _name in ("argmax", "argmin"):
+    CASES[_name] = _node(_name, lambda g, b: ([_input(g, (b, 3))], {"axis": 1}))
+
+
+# -- movement ---------------------------------------------------------------------------------
+@_case("reshape")
+def _(g, b):
+    return [_input(g, (b, 3, 4))], {"shape": (b, -1)}
+
+
+@_case("transpose")
+def _(g, b):
+    return [_input(g, (b, 3, 4))], {"pattern": (2, "x", 0, 1)}
+
+
+@_case("broadcast_to")
+def _(g, b):
+    return [_input(g, (1, 4))], {"shape": (2, b, 4)}
+
+
+@_case("slice")
+def _(g, b):  # x[1:, ::-2, -3:] on a named first and last axis
+    return [_input(g, (b, 5, b + 1))], {"starts": (1, None, -3), "stops": (None, None, None),
+                                        "steps": (1, -2, 1)}
+
+
+@_case("slice_backward")
+def _(g, b):
+    return [_input(g, (b - 1, 3))], {"shape": (b, 5), "starts": (1, 1), "stops": (None, 4),
+                                     "steps": (1, 1)}
+
+
+@_case("concat")
+def _(g, b):
+    return [_input(g, (b, 3)), _input(g, (2, 3)), _input(g, (b, 3))], {"axis": 0}
+
+
+@_case("split")
+def _(g, b):
+    return [_input(g, (b + 3, 2))], {"axis": 0, "ranges": ((0, 3), (3, b + 3))}
+
+
+@_case("pad")
+def _(g, b):
+    return [_input(g, (b, 3))], {"pad_width": ((1, 2), (0, 1)), "mode": "reflect"}
+
+
+@_case("pad_backward")
+def _(g, b):
+    return [_input(g, (b + 3, 4))], {"pad_width": ((1, 2), (0, 1)), "mode": "edge"}
+
+
+@_case("gather")
+def _(g, b):
+    return [_input(g, (b, 5)), _input(g, (b, 2), "int64")], {"axis": 1}
+
+
+@_case("scatter_add")
+def _(g, b):
+    return [_input(g, (b, 2)), _input(g, (b, 2), "int64")], {"axis": 1, "shape": (b, 5)}
+
+
+@_case("take")
+def _(g, b):
+    return [_input(g, (b, 5)), _input(g, (3, b), "int64")], {"axis": 1}
+
+
+@_case("index_add")
+def _(g, b):
+    return [_input(g, (3, b, 2)), _input(g, (b, 2), "int64")], {"axis": 1, "size": b + 1}
+
+
+@_case("one_hot")
+def _(g, b):
+    return [_input(g, (b, 2), "int32")], {"num_classes": 6}
+
+
+@_case("fill")
+def _(g, b):
+    return [], {"shape": (b, 3), "dtype": "float64", "value": b}
+
+
+@_case("arange")
+def _(g, b):
+    return [], {"start": 1, "stop": 2 * b + 1, "step": 3, "dtype": "int32"}
+
+
+@_case("linspace")
+def _(g, b):
+    return [], {"start": 0.0, "stop": 1.0, "num": b, "dtype": "float32"}
+
+
+# -- matrix products --------------------------------------------------------------------------
+@_case("matmul")
+def _(g, b):  # batched, the named batch broadcast, the contraction named on both sides
+    return [_input(g, (b, 1, 3, b)), _input(g, (2, b, 5))], {"transpose_b": False}
+
+
+@_case("linear")
+def _(g, b):
+    return [_input(g, (b, 7, 4)), _param(g, (6, 4)), _param(g, (6,))], {"activation": "relu"}
+
+
+@_case("addmm")
+def _(g, b):
+    return [_input(g, (b, 5)), _input(g, (3, b)), _input(g, (3, 5))], {"transpose_a": True}
+
+
+# -- convolution and pooling ------------------------------------------------------------------
+_CONV = {"stride": (2, 1), "padding": (1, 0), "dilation": (1, 2), "groups": 2}
+
+
+@_case("conv2d")
+def _(g, b):  # a named batch and a named image height
+    return [_input(g, (b, 4, b + 6, 9)), _param(g, (6, 2, 3, 3)), _param(g, (6,))], _CONV
+
+
+@_case("conv2d_backward_data")
+def _(g, b):
+    oh = (b + 5) // 2 + 1
+    return [_param(g, (6, 2, 3, 3)), _input(g, (b, 6, oh, 5))], {**_CONV,
+                                                                  "input_hw": (b + 6, 9)}
+
+
+@_case("conv2d_backward_filter")
+def _(g, b):
+    oh = (b + 5) // 2 + 1
+    return [_input(g, (b, 4, b + 6, 9)), _input(g, (b, 6, oh, 5))], {**_CONV,
+                                                                      "kernel_size": (3, 3)}
+
+
+@_case("conv2d_pack_weight")
+def _(g, b):
+    return [_input(g, (2 * b, 2, 3, 3))], {"groups": 2, "block": 2}
+
+
+@_case("conv2d_packed")
+def _(g, b):
+    return [_input(g, (b, 4, b + 6, 9)), _param(g, (2, 2, 18, 2))], {
+        **_CONV, "out_channels": 6, "kernel_size": (3, 3)}
+
+
+_WINDOW = {"kernel_size": (3, 2), "stride": (2, 2), "padding": (1, 0)}
+
+
+def _pooled(b):
+    return (b + 5) // 2 + 1, 4
+
+
+for _kind, _extra in (("max", {}), ("avg", {"mode": "average"})):
+    CASES[f"{_kind}_pool2d"] = _node(f"{_kind}_pool2d", lambda g, b, e=_extra: (
+        [_input(g, (b, 3, b + 6, 9))], {**_WINDOW, **e}))
+    CASES[f"adaptive_{_kind}_pool2d"] = _node(f"adaptive_{_kind}_pool2d", lambda g, b: (
+        [_input(g, (b, 3, b + 6, 9))], {"oshp": (2, 3)}))
+CASES["max_pool2d_backward"] = _node("max_pool2d_backward", lambda g, b: (
+    [_input(g, (b, 3, b + 6, 9)), _input(g, (b, 3, *_pooled(b)))], _WINDOW))
+CASES["max_pool2d_select"] = _node("max_pool2d_select", lambda g, b: (
+    [_input(g, (b, 3, b + 6, 9)), _input(g, (b, 3, b + 6, 9))], _WINDOW))
+CASES["avg_pool2d_backward"] = _node("avg_pool2d_backward", lambda g, b: (
+    [_input(g, (b, 3, *_pooled(b)))], {**_WINDOW, "input_hw": (b + 6, 9)}))
+CASES["adaptive_max_pool2d_backward"] = _node("adaptive_max_pool2d_backward", lambda g, b: (
+    [_input(g, (b, 3, b + 6, 9)), _input(g, (b, 3, 2, 3))], {"oshp": (2, 3)}))
+CASES["adaptive_max_pool2d_select"] = _node("adaptive_max_pool2d_select", lambda g, b: (
+    [_input(g, (b, 3, b + 6, 9)), _input(g, (b, 3, b + 6, 9))], {"oshp": (2, 3)}))
+CASES["adaptive_avg_pool2d_backward"] = _node("adaptive_avg_pool2d_backward", lambda g, b: (
+    [_input(g, (b, 3, 2, 3))], {"oshp": (2, 3), "input_hw": (b + 6, 9)}))
+
+
+# -- nn -----------------------------------------------------------------------------------------
+for _name in ("softmax", "log_softmax"):
+    CASES[_name] = _node(_name, lambda g, b: ([_input(g, (b, 5))], {"axis": 0}))
+
+_CE = {"axis": 1, "with_logits": True, "label_smooth": 0.1, "reduction": "mean"}
+
+
+@_case("cross_entropy")
+def _(g, b):
+    return [_input(g, (b, 5, 2)), _input(g, (b, 2), "int64")], {**_CE, "reduction": "none"}
+
+
+@_case("cross_entropy_backward")
+def _(g, b):
+    return [_input(g, (b, 5)), _input(g, (b,), "int64"), _input(g, ())], _CE
+
+
+@_case("layer_norm")
+def _(g, b):
+    return [_input(g, (b, 3, 4)), _param(g, (4,)), _param(g, (4,))], {"normalized_shape": (4,)}
+
+
+@_case("layer_norm_backward")
+def _(g, b):
+    return [_input(g, (b, 4)), _param(g, (4,)), _input(g, (b, 4))], {"normalized_shape": (4,)}
+
+
+@_case("batch_norm")
+def _(g, b):  # training: the statistics need more than one value per channel
+    return [_input(g, (b, 3, 2, 2)), _param(g, (3,)), _param(g, (1, 3, 1, 1))], {
+        "training": True}
+
+
+@_case("batch_norm_backward")
+def _(g, b):
+    return [_input(g, (b, 3, 2)), _param(g, (3,)), _param(g, (3,)), _param(g, (3,)),
+            _input(g, (b, 3, 2))], {}
+
+
+@_case("dropout")
+def _(g, b):
+    return [_input(g, (b, 3)), _input(g, (), "int64")], {"drop_prob": 0.5, "seed": 3}
+
+
+# -- where a rule cannot take a name: (op, make, what the error says) ---------------------------
+REFUSED = {
+    # reshape's -1 is found by exact division; a name divides only where its form shows it
+    "reshape": (lambda g: ([_input(g, (BATCH, 3))], {"shape": (2, -1)}),
+                "not known to be a multiple of 2"),
+    # a slice bound past the end of a named axis would be clamped to a size not known yet,
+    # and it can never lie inside it
+    "slice": (lambda g: ([_input(g, (BATCH, 3))], {"starts": (0, 0), "stops": (BATCH + 1, 3),
+                                                   "steps": (1, 1)}),
+              "must be at least batch + 1 but never is"),
+    # named sizes that can never agree
+    "concat": (lambda g: ([_input(g, (BATCH, 3)), _input(g, (BATCH + 1, 2))], {"axis": 1}),
+               "must be equal but never are"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rule_with_a_named_dimension_matches_the_numbers(name):
+    g = Graph()
+    outputs = CASES[name](g, BATCH)
+    (node,) = {v.node for v in outputs}
+    assert any(t.symbolic for t in (*(v.type for v in node.inputs), *(v.type for v in outputs))) \
+        or "batch" in str(node.attrs), f"the case of {name} holds no named dimension"
+    compared = 0
+    for n in BINDINGS:
+        bindings = {"batch": n}
+        try:
+            g.constraints.check(bindings)
+        except FeedError:
+            continue  # the rule recorded a fact this size breaks (x[-3:] of 2 rows)
+        want = [v.type for v in CASES[name](Graph(), n)]
+        assert [substitute_type(v.type, bindings) for v in outputs] == want, (name, n)
+        compared += 1
+    assert compared >= 2, f"{name}: its facts ({g.constraints}) refuse most bindings"
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_rule_refuses_what_it_cannot_decide(name):
+    make, why = REFUSED[name]
+    g = Graph()
+    inputs, attrs = make(g)
+    with pytest.raises(OpError, match=name) as caught:
+        g.add_node(name, tuple(inputs), attrs)
+    assert why in str(caught.value) and "test_symbolic_rules.py" in str(caught.value)
+
+
+def test_every_registered_op_has_a_case():
+    missing = set(all_ops()) - set(CASES) - SOURCES
+    assert not missing, f"ops without a symbolic case: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("op, facts", [
+    ("slice", ["batch - 2 >= 0"]),  # x[..., -3:] of batch + 1 columns
+    ("batch_norm", []),  # 4*batch values per channel: always more than one
+    ("concat", []),
+    ("conv2d", []),  # (batch + 5)//2 + 1 rows are always at least 1
+])
+def test_facts_the_rules_record(op, facts):
+    """A rule records what it cannot decide yet, naming the op, and nothing it can."""
+    g = Graph()
+    CASES[op](g, BATCH)
+    assert [str(c) for c in g.constraints] == facts
+    assert all(c.op == op and "test_symbolic_rules.py" in c.location for c in g.constraints)
+
+
+def test_batch_statistics_of_a_named_batch_need_two_samples():
+    g = Graph()
+    g.add_node("batch_norm", (_input(g, (BATCH, 3)), _param(g, (3,)), _param(g, (3,))),
+               {"training": True})
+    assert [str(c) for c in g.constraints] == ["batch >= 2"]
+
+
+def test_two_named_sizes_that_must_agree_are_one_fact():
+    g = Graph()
+    x, y = _input(g, (BATCH, 4)), _input(g, ("n", 4))
+    g.add_node("concat", (x, y), {"axis": 1})
+    g.add_node("matmul", (_input(g, (3, BATCH)), y), {})
+    assert [str(c) for c in g.constraints] == ["batch == n"]
+    assert next(iter(g.constraints)).op == "concat"
+    with pytest.raises(FeedError, match="batch == n"):
+        g.constraints.check({"batch": 1, "n": 8})
