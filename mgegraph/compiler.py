@@ -12,6 +12,7 @@ from dataclasses import replace
 import numpy as np
 
 from .backend import check_backend, get_backend
+from .ir.dims import names as dim_names
 from .ir.errors import GraphError
 from .ir.graph import Graph, Var
 from .lowering import Lowered, lower, view_root
@@ -81,6 +82,7 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
                          "mg.jit.trace")
     backend = get_backend(device)
     check_backend(backend)
+    _check_names_bound(graph)
     if graph.symbolic:
         given = {"device": device, "memory": memory, "optimize": optimize, "remat": remat_given,
                  "check_numerics": check_numerics, "freeze": freeze}
@@ -120,6 +122,19 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
                          "freeze": bool(freeze)})
     return replace(plan, passes=tuple(report), check_numerics=bool(check_numerics),
                    source=source, prologue=prologue)
+
+
+def _check_names_bound(graph: Graph) -> None:
+    """Every named size in the graph must be one its inputs' shapes bind: a reshape to
+    ``("batch", 24)`` of an input without ``batch`` could never be given a number."""
+    bound = graph.dim_names
+    for node in graph.nodes:
+        for v in node.outputs:
+            stray = v.type.symbolic and sorted(frozenset().union(*map(dim_names, v.type.shape)) - bound)
+            if stray:
+                raise GraphError(f"{node.op.name} at {node.location} gives {v.type}, but no "
+                                 f"input of the graph has {', '.join(stray)} as a dimension, "
+                                 "so no feed can give it a value")
 
 
 def _symbolic_plan(graph: Graph, outputs, options: dict, cache_size, warm, bounds):

@@ -63,3 +63,12 @@ def test_a_replaced_plan_gets_its_own_memory():
     copy = dataclasses.replace(plan)
     assert copy.executable() is not plan.executable()
     np.testing.assert_array_equal(copy.run(feeds)[0], want)
+
+
+def test_a_name_no_input_binds_is_refused_at_compile():
+    g = mg.Graph()
+    x = g.input("x", (4, 6))
+    y = F.reshape(x, ("batch", 24))  # batch is no input's dimension: no feed could set it
+    with pytest.raises(mg.GraphError, match=r"reshape at .*test_compiler.py:\d+ gives "
+                                            r"f32\[batch, 24\], but no input .* batch"):
+        mg.compile([y])
