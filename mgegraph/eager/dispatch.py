@@ -28,6 +28,7 @@ from .. import functional
 from ..ir.dims import Dim
 from ..ir.errors import GraphError, KernelError, OpError, user_location
 from ..ir.graph import Graph, Node, Var, _as_array, install
+from ..ir.specialize import holds_dim
 from ..ir.types import TensorType
 from ..kernel_abi.status import MESSAGES
 from ..ops import get_op
@@ -67,6 +68,11 @@ class EagerGraph(Graph):
         shown = attrs  # what recorders see: a symbolic-shape trace's names kept
         if mode.symbolic_trace is not None and attrs:
             attrs = bound_attrs(attrs, mode.symbolic_trace.bindings)
+        elif attrs and any(map(holds_dim, attrs.values())):
+            name = op if isinstance(op, str) else op.name
+            raise OpError(name, [getattr(v, "type", v) for v in inputs], "an eager tensor's "
+                          "sizes are numbers: a named dimension needs a graph input with named "
+                          "dimensions, or a trace(symbolic_shape=True)", user_location())
         for v in inputs:
             if type(v) is not Tensor and not isinstance(v, Tensor):
                 raise mixing_error(op, inputs)

@@ -23,6 +23,11 @@ def substitute_value(value, bindings: dict):
     return value
 
 
+def holds_dim(value) -> bool:
+    """Whether an attribute (tuples nested) holds a named dimension."""
+    return isinstance(value, Dim) or (isinstance(value, tuple) and any(map(holds_dim, value)))
+
+
 def substitute_type(t: TensorType, bindings: dict) -> TensorType:
     if not t.symbolic:
         return t

@@ -23,7 +23,6 @@ import operator
 import numpy as np
 
 from ..ir.dims import Dim, ceil_div, is_known_nonnegative
-from ..ir.errors import OpError, user_location
 from ..ir.facts import require_at_least, require_equal
 from ..ir.graph import Graph, Var, eager_graph
 from ..ir.types import INT_DTYPES, TensorType, as_dim, as_dtype, broadcast_shapes, tensor_type
@@ -79,15 +78,10 @@ def no_input_node(graph, op: str, **attrs) -> Var:
         graph = eager_graph()
     if not isinstance(graph, Graph):
         raise TypeError(f"{op} has no input Var, so it needs graph=<mgegraph.Graph>, got {graph!r}")
-    if graph.eager and any(_holds_name(v) for v in attrs.values()):
-        raise OpError(op, (), "an eager tensor's sizes are numbers: a named dimension needs "
-                      "graph=<mgegraph.Graph>", user_location())
     (out,) = graph.add_node(op, (), attrs).outputs
     return out
 
 
-def _holds_name(value) -> bool:
-    return isinstance(value, Dim) or (isinstance(value, tuple) and any(map(_holds_name, value)))
 
 
 def full_node(shape, value, dtype, graph) -> Var:

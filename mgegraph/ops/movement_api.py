@@ -72,9 +72,6 @@ def _shape_tuple(op: str, inp, values) -> tuple:
         tuple(values)
     if not any(isinstance(v, (Dim, str)) for v in items):
         return _int_tuple(op, inp, values)  # the messages of an all-int shape stay as they were
-    if getattr(getattr(inp, "graph", None), "eager", False):
-        _fail(op, [inp], f"an eager tensor's sizes are numbers: the named shape "
-              f"({', '.join(map(str, items))}) needs a graph input with named dimensions")
     dims = []
     for v in items:
         if isinstance(v, (Dim, str)):
