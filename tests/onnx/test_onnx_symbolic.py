@@ -5,7 +5,6 @@ import pytest
 
 pytest.importorskip("onnx.helper")  # not "onnx": tests/onnx would import as it
 ort = pytest.importorskip("onnxruntime")
-import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import mgegraph as mg
@@ -81,7 +80,7 @@ def test_size_div_and_mul_of_named_dims_fold_to_expressions():
              helper.make_node("Reshape", ["x", "target"], ["y"])]
     model = _model(nodes, [_vi("x", ["batch", 3, 4])], [_vi("y", None)],
                    [_ints("two", [2]), _ints("tail", [2, -1])])
-    graph, outputs = mo.import_graph(model)
+    _, outputs = mo.import_graph(model)
     assert str(outputs[0].type) == "f32[2*batch, 2, 3]"
     plan = mo.import_model(model)
     x = np.arange(3 * 12, dtype=np.float32).reshape(3, 3, 4)
