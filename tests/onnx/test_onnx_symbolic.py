@@ -210,3 +210,37 @@ def test_constant_of_shape_fed_a_negative_or_huge_count_is_refused():
     for bad in (-1, 2**62):
         with pytest.raises(mg.FeedError):
             plan.run({"n": np.array([bad])})
+
+
+@pytest.mark.parametrize("op, inputs, attrs, values", [
+    ("Clip", [("x", [2, 3], F32), ("lo", [], F32), ("hi", [], F32)], {},
+     [{"lo": np.array(-0.5, np.float32), "hi": np.array(0.5, np.float32)},
+      {"lo": np.array(0, np.float32), "hi": np.array(2, np.float32)}]),
+    ("Pad", [("x", [2, 3], F32), ("pads", [4], I64)], {"mode": "edge"},
+     [{"pads": np.array([0, 1, 1, 0])}, {"pads": np.array([2, 0, 0, 3])}]),
+    ("Tile", [("x", [2, 3], F32), ("repeats", [2], I64)], {},
+     [{"repeats": np.array([1, 2])}, {"repeats": np.array([3, 1])}]),
+    ("Split", [("x", [2, 6], F32), ("split", [2], I64)], {"axis": 1},
+     [{"split": np.array([2, 4])}, {"split": np.array([5, 1])}]),
+    ("Expand", [("x", [2, 1], F32), ("shape", [None], I64)], {},
+     [{"shape": np.array([3, 2, 4])}, {"shape": np.array([2, 2])}]),
+    ("Range", [("start", [], I64), ("limit", [], I64), ("delta", [], I64)], {},
+     [{"start": np.array(1, np.int64), "limit": np.array(9, np.int64), "delta": np.array(3, np.int64)},
+      {"start": np.array(5, np.int64), "limit": np.array(-2, np.int64), "delta": np.array(-2, np.int64)}]),
+])
+def test_each_kind_of_shape_input_is_fed_as_data(op, inputs, attrs, values):
+    outputs = ["y", "z"] if op == "Split" else ["y"]
+    node = helper.make_node(op, [name for name, _, _ in inputs], outputs, **attrs)
+    model = _model([node], [_vi(*spec) for spec in inputs],
+                   [_vi(o, None, inputs[0][2]) for o in outputs])
+    plan = mo.import_model(model)
+    assert isinstance(plan, ShapeFedPlan)
+    x = np.arange(12, dtype=np.float32)
+    for given in values:
+        feeds = dict(given)
+        if inputs[0][0] == "x":
+            feeds["x"] = x[:int(np.prod(inputs[0][1]))].reshape(inputs[0][1])
+        for got, want in zip(plan.run(feeds), _ort(model, feeds)):
+            np.testing.assert_array_equal(got, want)
+            assert got.dtype == want.dtype
+    assert plan.specialisations == len(values)
