@@ -234,6 +234,8 @@ def _output(cx: Context, name: str, value):
         if value.dtype not in DTYPES.values():
             cx.fail(f"dtype {value.dtype} is not supported")
         return cx.g.const(value)
+    if isinstance(value, ShapeValue):  # a shape of named dims: computed when they are bound
+        return cx.var(value)
     if value.node.op.name in ("input", "param", "const"):
         return F.reshape(value, shape_of(value))  # an output is its own value
     return value

@@ -93,8 +93,10 @@ def test_a_named_size_used_as_data_is_computed_at_run_time():
              helper.make_node("Cast", ["s"], ["f"], to=F32),
              helper.make_node("Mul", ["x", "f"], ["y"]),
              helper.make_node("ConstantOfShape", ["s"], ["z"],
-                              value=helper.make_tensor("v", I64, [1], [7]))]
-    model = _model(nodes, [_vi("x", ["n", 2])], [_vi("y", ["n", 2]), _vi("z", ["n"], I64)])
+                              value=helper.make_tensor("v", I64, [1], [7])),
+             helper.make_node("Shape", ["x"], ["shape"])]
+    model = _model(nodes, [_vi("x", ["n", 2])], [_vi("y", ["n", 2]), _vi("z", ["n"], I64),
+                                                 _vi("shape", [2], I64)])
     plan = mo.import_model(model)
     for n in (1, 3):
         x = np.ones((n, 2), np.float32)
@@ -114,6 +116,10 @@ def test_dim_params_become_identifiers_never_merged_never_run():
     a, b = (graph.inputs[n].type for n in "ab")
     assert str(a) == "f32[batch_size, d_1st, import___os_system_touch_tmp_pwned]"
     assert str(b) == "f32[batch_size_2, unk_0, unk_1]"  # distinct ONNX names stay distinct
+    long = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", ["n" * 5000, "!!"])],
+                  [_vi("y", None)])
+    graph, _ = mo.import_graph(long)
+    assert str(graph.inputs["x"].type) == f"f32[{'n' * 56}, dim]"
 
 
 def test_input_shapes_may_name_a_dim_or_fix_it():
