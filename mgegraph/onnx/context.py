@@ -81,8 +81,28 @@ class Context:
             raise NotSupported(f"{self.where()}: {what} comes from graph input {name!r}, whose "
                                f"value decides a shape; bind it with constants={{{name!r}: ...}}",
                                needs_constant=(name,))
+        behind = self._inputs_behind(x)
+        if behind:
+            listed = ", ".join(map(repr, behind))
+            raise NotSupported(f"{self.where()}: {what} is computed from graph input(s) {listed}, "
+                               "whose values decide a shape; bind them with constants=",
+                               needs_constant=behind)
         raise NotSupported(f"{self.where()}: {what} is computed at run time; mgegraph needs it "
                            "known at import (static shapes)")
+
+    def _inputs_behind(self, var: Var) -> tuple[str, ...]:
+        """The graph inputs ``var`` is computed from: bound, they make it known at import (the
+        nodes between them and it then fold)."""
+        found, seen, todo = [], set(), [var]
+        while todo:
+            v = todo.pop()
+            if v.id in seen:
+                continue
+            seen.add(v.id)
+            if v.id in self._input_names:
+                found.append(self._input_names[v.id])
+            todo.extend(v.node.inputs)
+        return tuple(sorted(found))
 
     def ints(self, x, what: str):
         v = self.known(x, what)

@@ -250,3 +250,23 @@ def test_each_kind_of_shape_input_is_fed_as_data(op, inputs, attrs, values):
             np.testing.assert_array_equal(got, want)
             assert got.dtype == want.dtype
     assert plan.specialisations == len(values)
+
+
+def test_a_shape_computed_from_graph_inputs_feeds_them_as_data():
+    # Reshape(x, Cast(Add(s, [1, 0]))): the target is computed from the int32 input s
+    nodes = [helper.make_node("Add", ["s", "offset"], ["t"]),
+             helper.make_node("Cast", ["t"], ["target"], to=I64),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    model = _model(nodes, [_vi("x", [2, 3, 4]), _vi("s", [2], TensorProto.INT32)],
+                   [_vi("y", None)],
+                   [numpy_helper.from_array(np.array([1, 0], np.int32), "offset")])
+    with pytest.raises(mo.OnnxImportError) as info:
+        mo.import_graph(model)
+    assert info.value.needs_constant == ("s",)
+    plan = mo.import_model(model)
+    assert plan.shape_inputs == ("s",)
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    for s in ([3, -1], [5, 4]):
+        feeds = {"x": x, "s": np.array(s, np.int32)}
+        (got,), (want,) = plan.run(feeds), _ort(model, feeds)
+        np.testing.assert_array_equal(got, want)
