@@ -5,8 +5,8 @@ Importing this package does not import ``onnx``; each function imports it when c
 
 >>> import mgegraph.onnx
 >>> plan = mgegraph.onnx.import_model("model.onnx")      # run() takes the ONNX input names
->>> (y,) = plan.run({"input": x})
->>> mgegraph.onnx.export(plan, "again.onnx")
+>>> (y,) = plan.run({"input": x})       # any batch where the file names it (dim_param)
+>>> mgegraph.onnx.export(plan, "again.onnx")            # named dims stay named
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..compiler import compile as _compile
-from ..ir.errors import FeedError
+from ..ir.errors import FeedError, GraphError
 from . import ImportLimits, OnnxImportError, checks
 from .importer import import_graph
 
@@ -56,8 +56,8 @@ class ShapeFedPlan:
     def __init__(self, model, shape_inputs, constants: dict, input_shapes, limits,
                  compile_options: dict, cache_size: int = DEFAULT_CACHE_SIZE):
         if not isinstance(cache_size, int) or isinstance(cache_size, bool) or cache_size < 1:
-            raise FeedError(f"values_cache_size={cache_size!r}: the number of plans kept is an "
-                            "int >= 1")
+            raise GraphError(f"values_cache_size={cache_size!r}: the number of plans kept is an "
+                             "int >= 1")
         self._model, self._constants = model, constants
         self._input_shapes, self._limits = input_shapes, limits
         self.options = dict(compile_options)

@@ -157,6 +157,8 @@ def test_the_values_cache_is_bounded_least_recently_used_out():
         plan.run({"x": x, "shape": np.array(target, np.int64)})
     held = [values["shape"].tolist() for values, _ in plan.plans]
     assert held == [[2, 12], [24, 1]] and plan.specialisations == 4
+    with pytest.raises(mg.GraphError, match="values_cache_size=0"):
+        mo.import_model(_reshape_model(), values_cache_size=0)
 
 
 def test_slice_reduce_and_unsqueeze_inputs_are_fed_as_data():
