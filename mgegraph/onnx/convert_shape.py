@@ -114,7 +114,7 @@ def _gather(cx, ins, at):
 def _indices(cx, idx, n: int):
     """Gather's indices as a Var; known ones checked against the axis's ``[-n, n-1]``."""
     if not isinstance(idx, np.ndarray):
-        return idx
+        return cx.var(idx)  # a Var, or a ShapeValue computed at run time
     if idx.size and (idx.min() < -n or idx.max() >= n):
         cx.fail(f"indices from {idx.min()} to {idx.max()} on an axis of {n} (ONNX allows "
                 f"{-n} to {n - 1})")
@@ -196,6 +196,9 @@ def _trilu(cx, ins, at):
     if x.ndim < 2:
         cx.fail(f"a rank-{x.ndim} input (Trilu needs rank >= 2)")
     n, m = shape_of(x)[-2:]
+    if not isinstance(n, int) or not isinstance(m, int):
+        cx.fail(f"Trilu over the named dims of shape {list(map(str, shape_of(x)))}: its masks "
+                "need the matrix's sizes as numbers")
     rows = cx.g.const(np.arange(n, dtype=np.int64).reshape(n, 1))
     cols = cx.g.const(np.arange(m, dtype=np.int64).reshape(1, m))
     diff = F.sub(cols, rows)
@@ -204,7 +207,7 @@ def _trilu(cx, ins, at):
         k = int(np.asarray(k).reshape(-1)[0])
         kk = cx.g.const(np.asarray(k, np.int64))
     else:
-        kk = F.astype(F.reshape(k, ()), np.int64)
+        kk = F.astype(F.reshape(cx.var(k), ()), np.int64)
     mask = F.greater_equal(diff, kk) if at.get("upper", 1) else F.less_equal(diff, kk)
     return [F.where(mask, x, cx.g.const(np.zeros((), x.dtype)))]
 

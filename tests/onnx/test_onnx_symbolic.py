@@ -272,3 +272,23 @@ def test_a_shape_computed_from_graph_inputs_feeds_them_as_data():
         feeds = {"x": x, "s": np.array(s, np.int32)}
         (got,), (want,) = plan.run(feeds), _ort(model, feeds)
         np.testing.assert_array_equal(got, want)
+
+
+def test_indices_computed_from_a_named_dim_gather_at_run_time():
+    # Gather(x, Shape(x)[0] - 1): the last row, whatever the batch; Trilu's k from it too
+    nodes = [helper.make_node("Shape", ["x"], ["s"], start=0, end=1),
+             helper.make_node("Sub", ["s", "one"], ["last"]),
+             helper.make_node("Gather", ["x", "last"], ["y"], axis=0),
+             helper.make_node("Squeeze", ["last"], ["k"]),
+             helper.make_node("Trilu", ["t", "k"], ["z"])]
+    model = _model(nodes, [_vi("x", ["n", 3]), _vi("t", [4, 4])],
+                   [_vi("y", None), _vi("z", None)], [_ints("one", [1])])
+    plan = mo.import_model(model)
+    t = np.arange(16, dtype=np.float32).reshape(4, 4) + 1
+    for n in (1, 3):
+        x = np.arange(n * 3, dtype=np.float32).reshape(n, 3)
+        for got, want in zip(plan.run({"x": x, "t": t}), _ort(model, {"x": x, "t": t})):
+            np.testing.assert_array_equal(got, want)
+    bad = _model([helper.make_node("Trilu", ["x"], ["z"])], [_vi("x", ["n", 3])], [_vi("z", None)])
+    with pytest.raises(mo.OnnxImportError, match="Trilu over the named dims"):
+        mo.import_graph(bad)
