@@ -58,6 +58,10 @@ def test_resnet18_with_a_named_batch_runs_in_ort_at_batch_1_and_5():
     plan = mg.compile([net(g.input("x", ("batch", 3, 32, 32)))])
     assert plan.signature() == "x: f32[batch, 3, 32, 32] -> f32[batch, 10]"
     _against_ort(plan, [(1, 3, 32, 32), (5, 3, 32, 32)], rtol=1e-4, atol=1e-5)
+    back = mo.import_model(mo.export(plan))  # and imported back: the same graph, bitwise
+    assert back.signature() == plan.signature()
+    x = np.random.default_rng(3).standard_normal((3, 3, 32, 32)).astype(np.float32)
+    np.testing.assert_array_equal(back.run({"x": x})[0], plan.run({"x": x})[0])
 
 
 def test_expressions_of_names_export_as_shape_arithmetic():
