@@ -117,14 +117,14 @@ def _graph_input(cx: Context, vi, shape, dim_names: dict) -> Var:
 
 
 def _dim_names(graph_inputs) -> dict:
-    """(input name, axis) -> the mgegraph name of each ONNX dim without a value: its ``dim_param`` made an
-    identifier (``batch size`` -> ``batch_size``), one name per distinct ``dim_param`` and a
-    fresh ``unk_<n>`` per dim with none; names that sanitise alike are told apart by a suffix,
-    so two ONNX names are never merged into one."""
+    """(input name, axis) -> the mgegraph name of each ONNX dim without a value: its
+    ``dim_param`` made an identifier (``batch size`` -> ``batch_size``), one name per distinct
+    ``dim_param`` and a fresh ``unk_<n>`` per dim with none; names that sanitise alike are told
+    apart by a suffix, so two ONNX names are never merged into one."""
     dims = [((vi.name, axis), d) for vi in graph_inputs if vi.type.HasField("tensor_type")
             for axis, d in enumerate(vi.type.tensor_type.shape.dim)
             if not d.HasField("dim_value")]
-    by_param, used = {}, set()
+    by_param, used = {}, {}
     for param in dict.fromkeys(d.dim_param for _, d in dims if d.dim_param):
         by_param[param] = _fresh(_identifier(param), used)
     out, unnamed = {}, 0
@@ -142,12 +142,15 @@ def _identifier(param: str) -> str:
     return text if not text[0].isdigit() else f"d_{text}"
 
 
-def _fresh(name: str, used: set) -> str:
-    candidate, n = name, 1
+def _fresh(name: str, used: dict) -> str:
+    """``name``, or ``name_<n>`` with the first ``n`` not taken; ``used`` maps each name
+    given to the next suffix to try, so names that sanitise alike cost no rescans."""
+    n = used.get(name, 1)
+    candidate = name if n == 1 else f"{name}_{n}"
     while candidate in used:
         n += 1
         candidate = f"{name}_{n}"
-    used.add(candidate)
+    used[name], used[candidate] = n + 1, used.get(candidate, 1)
     return candidate
 
 

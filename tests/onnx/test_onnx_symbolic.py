@@ -292,3 +292,12 @@ def test_indices_computed_from_a_named_dim_gather_at_run_time():
     bad = _model([helper.make_node("Trilu", ["x"], ["z"])], [_vi("x", ["n", 3])], [_vi("z", None)])
     with pytest.raises(mo.OnnxImportError, match="Trilu over the named dims"):
         mo.import_graph(bad)
+
+
+def test_many_dim_params_that_sanitise_alike_stay_distinct():
+    params = [f"n{'!' * (i % 7)}{i}" if i % 2 else "!" * (i + 1) for i in range(3000)]
+    inputs = [_vi(f"x{i}", [p]) for i, p in enumerate(params)]
+    model = _model([helper.make_node("Identity", ["x0"], ["y"])], inputs, [_vi("y", None)])
+    graph, _ = mo.import_graph(model)
+    names = {str(graph.inputs[f"x{i}"].type.shape[0]) for i in range(len(params))}
+    assert len(names) == len(params)
