@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..ir.dims import Dim
+from ..ir.dims import Dim, is_known_nonnegative
 from ..ir.graph import Graph, Var
 from . import OnnxExportError
 from .export_dims import DimWriter, dim_param
@@ -308,10 +308,12 @@ def _slice(w, n, ins):
         if s is None and e is None and st in (None, 1):
             continue
         if any(isinstance(v, Dim) for v in (shape[axis], s, e)):
-            start, stop, step = _slice_bounds(s, e, 1 if st is None else st)
+            start, stop, step = _slice_bounds(s, e, 1 if st is None else st, shape[axis])
         else:
             start, stop, step = slice(s, e, st).indices(shape[axis])
-            if step < 0 and stop < 0:
+            if step < 0 and start < 0:  # nothing (ONNX would read -1 as the last element)
+                start = stop = 0
+            elif step < 0 and stop < 0:
                 stop = INT64_MIN  # past the first element
         starts.append(start), ends.append(stop), axes.append(axis), steps.append(step)
     if not axes:
@@ -319,9 +321,16 @@ def _slice(w, n, ins):
     return w.add("Slice", [ins[0], w.shape(starts), w.shape(ends), w.ints(axes), w.ints(steps)])
 
 
-def _slice_bounds(start, stop, step) -> tuple:
-    """Python's slice bounds as ONNX Slice reads them (the same clamping and negative
-    indices), for an axis whose size is named: an absent bound is the axis's far end."""
+def _slice_bounds(start, stop, step, size) -> tuple:
+    """Python's slice bounds as ONNX Slice reads them, for an axis whose size is named: an
+    absent bound is the axis's far end. The clamping is the same but for one case: stepping
+    back from a start below ``-size``, Python takes nothing and ONNX the first element, so a
+    start that may be one is refused."""
+    if step < 0 and start is not None and not (is_known_nonnegative(start)
+                                                or is_known_nonnegative(start + size)):
+        raise OnnxExportError(f"slice({start}, {stop}, {step}) on an axis of size {size}: "
+                              "ONNX's Slice and Python's differ when the start is below "
+                              f"-{size}, which the named size leaves open")
     if step > 0:
         return (0 if start is None else start, INT64_MAX if stop is None else stop, step)
     return (INT64_MAX if start is None else start, INT64_MIN if stop is None else stop, step)
