@@ -144,6 +144,9 @@ def _slice(cx, ins, at):
         cx.fail("a step of 0")
     index = [slice(None)] * x.ndim
     for a, s, e, st in zip(axes, starts, ends, steps):
+        n = shape_of(x)[a]
+        if st < 0 and isinstance(s, int) and isinstance(n, int) and s < -n:
+            s = 0  # ONNX clamps a start before the first element to it; Python takes nothing
         index[a] = slice(s, e, st)
     return [F.subscript(x, tuple(index))]
 

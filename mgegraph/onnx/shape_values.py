@@ -112,6 +112,8 @@ def _slice(ins, at, check):
         check.fail("starts, ends, axes and steps need one each per axis, no step 0")
     index = [slice(None)] * data.ndim
     for a, s, e, st in zip(axes, starts, ends, steps):
+        if st < 0 and s < -data.shape[a]:
+            s = 0  # ONNX clamps a start before the first element to it; Python takes nothing
         index[a] = slice(s, e, st)
     return [known(data[tuple(index)], _dtype(ins[0]))]
 

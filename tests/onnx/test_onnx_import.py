@@ -203,3 +203,18 @@ def test_newer_opsets_read_where_the_ops_only_gained_types():
     assert same_semantics("Relu", 25) and same_semantics("Conv", 22)
     assert same_semantics("Reshape", 25) and same_semantics("Cast", 28)
     assert not same_semantics("NoSuchOp", 17)
+
+
+@pytest.mark.parametrize("start, end, step", [(-2, -2**63, -1), (-9, -7, -2), (-6, 0, -1),
+                                              (-1, -9, -1), (7, -9, -3)])
+def test_slice_stepping_back_from_before_the_first_element_matches_onnxruntime(start, end, step):
+    """ONNX clamps a start below -dim to the first element when stepping back (Python's slice
+    takes nothing there)."""
+    ort = pytest.importorskip("onnxruntime")
+    consts = [numpy_helper.from_array(np.array([v]), n)
+              for n, v in (("s", start), ("e", end), ("a", 1), ("st", step))]
+    model = _model([helper.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"])],
+                   [_vi("x", [2, 5])], [_vi("y", None)], consts)
+    x = np.arange(10, dtype=np.float32).reshape(2, 5)
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    np.testing.assert_array_equal(mo.import_model(model).run({"x": x})[0], want)

@@ -301,3 +301,19 @@ def test_many_dim_params_that_sanitise_alike_stay_distinct():
     graph, _ = mo.import_graph(model)
     names = {str(graph.inputs[f"x{i}"].type.shape[0]) for i in range(len(params))}
     assert len(names) == len(params)
+
+
+def test_a_shape_sliced_backwards_from_before_its_start_matches_onnxruntime():
+    # Shape(x)[-5::-1] of a rank-2 shape with a named dim: ONNX takes the first element
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Slice", ["s", "start", "end", "axis", "step"], ["first"]),
+             helper.make_node("Concat", ["first", "minus1"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    inits = [_ints("start", [-5]), _ints("end", [-(2**63)]), _ints("axis", [0]),
+             _ints("step", [-1]), _ints("minus1", [-1])]
+    model = _model(nodes, [_vi("x", ["n", 6])], [_vi("y", None)], inits)
+    _, outputs = mo.import_graph(model)
+    assert str(outputs[0].type) == "f32[n, 6]"
+    x = np.arange(18, dtype=np.float32).reshape(3, 6)
+    np.testing.assert_array_equal(mo.import_model(model).run({"x": x})[0],
+                                  _ort(model, {"x": x})[0])
