@@ -4,23 +4,19 @@ from the inputs' shapes, so the model runs in ONNX Runtime at any size of the na
 
 Design: a name is read where an input binds it, ``Shape(input)`` -> ``Gather`` at the axis
 that is the name alone (one ``Shape`` per input, one ``Gather`` per name, shared by every use).
-An expression is written from its canonical text form (``ir/dims.py``: ``2*batch + 1``,
-``(h + 1)//2 - 1``), read with Python's ``ast`` as data, never evaluated: sums, products and
-floor divisions become ``Add``/``Sub``/``Mul``/``Div`` on 1-element int64 tensors. ONNX's
-integer ``Div`` truncates, which is floor division here because the numerator of a Dim's
+An expression is written from its canonical text form (``shape_values.fold_dim``: read with
+Python's ``ast`` as data, never evaluated): sums, products and floor divisions become
+``Add``/``Sub``/``Mul``/``Div`` on 1-element int64 tensors. ONNX's integer ``Div`` truncates, which is floor division here because the numerator of a Dim's
 floor division is a size (never negative for sizes a shape rule accepts) and the divisor a
 positive integer.
 """
 from __future__ import annotations
 
-import ast
-
 import numpy as np
 
 from ..ir.dims import Dim, bare_name
 from . import OnnxExportError
-
-_BINARY = {ast.Add: "Add", ast.Sub: "Sub", ast.Mult: "Mul", ast.FloorDiv: "Div"}
+from .shape_values import fold_dim
 
 
 def dim_param(d) -> int | str:
@@ -64,19 +60,12 @@ class DimWriter:
         """A ``[1]`` int64 tensor computing ``d`` from the inputs' shapes."""
         if not isinstance(d, Dim):
             return self.w.ints([int(d)])
-        return self._expr(ast.parse(str(d), mode="eval").body, d)
+        ops = {symbol: self._node(op) for symbol, op in
+               (("+", "Add"), ("-", "Sub"), ("*", "Mul"), ("//", "Div"), ("neg", "Neg"))}
+        return fold_dim(d, self._size, lambda v: self.w.ints([v]), ops)
 
-    def _expr(self, node, whole) -> str:
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return self.w.ints([node.value])
-        if isinstance(node, ast.Name):
-            return self._size(node.id)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return self.w.add("Neg", [self._expr(node.operand, whole)])[0]
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-            ins = [self._expr(node.left, whole), self._expr(node.right, whole)]
-            return self.w.add(_BINARY[type(node.op)], ins)[0]
-        raise OnnxExportError(f"the size {whole} has a form the exporter does not write")
+    def _node(self, op: str):
+        return lambda *ins: self.w.add(op, list(ins))[0]
 
     def _size(self, name: str) -> str:
         if name not in self._sizes:

@@ -13,6 +13,8 @@ value (a shape used as data) is computed at run time from the named sizes (``mat
 """
 from __future__ import annotations
 
+import ast
+
 import numpy as np
 from onnx import helper
 
@@ -69,18 +71,44 @@ def objects(value) -> np.ndarray:
     return np.asarray(value).astype(object)
 
 
+def fold_dim(d: Dim, name, number, ops: dict):
+    """Rebuild ``d`` in another algebra (graph values, ONNX nodes) from its canonical text form
+    (``ir/dims.py``: ``2*batch + 1``, ``(h + 1)//2 - 1``), read with Python's ``ast`` as data,
+    never evaluated: ``name(text)`` and ``number(int)`` give the leaves, ``ops`` maps ``"+"``,
+    ``"-"``, ``"*"``, ``"//"`` (two operands) and ``"neg"`` (one) to the operations."""
+    def walk(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return number(node.value)
+        if isinstance(node, ast.Name):
+            return name(node.id)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return ops["neg"](walk(node.operand))
+        if isinstance(node, ast.BinOp) and type(node.op) in _SYMBOLS:
+            return ops[_SYMBOLS[type(node.op)]](walk(node.left), walk(node.right))
+        raise ValueError(f"the size {d} has a form outside the Dim grammar")
+    return walk(ast.parse(str(d), mode="eval").body)
+
+
+_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//"}
+
+
 def materialize(value: ShapeValue, graph):
-    """A graph value computing ``value`` at run time: each named size is counted as the sum
-    of a fill of that many ones, so a specialisation computes it from the bound names."""
-    parts = []
-    for d in value.items.reshape(-1):
-        if isinstance(d, Dim):
-            if not is_known_nonnegative(d):
-                raise ValueError(f"the size {d} may be negative; mgegraph computes a named size "
-                                 "at run time only when it is known to be >= 0")
-            parts.append(F.reshape(F.sum(F.full((d,), 1, "int64", graph=graph)), (1,)))
-        else:
-            parts.append(graph.const(np.asarray([int(d)], np.int64)))
+    """A graph value computing ``value`` at run time: each name is counted once as the sum
+    of a fill of that many ones, and the expressions are computed from those counts, so a
+    specialisation computes them from the bound names."""
+    counts: dict[str, object] = {}
+
+    def count(name):
+        if name not in counts:
+            counts[name] = F.reshape(F.sum(F.full((Dim(name),), 1, "int64", graph=graph)), (1,))
+        return counts[name]
+
+    def number(v):
+        return graph.const(np.asarray([v], np.int64))
+
+    ops = {"+": F.add, "-": F.sub, "*": F.mul, "//": F.floor_div, "neg": F.neg}
+    parts = [fold_dim(d, count, number, ops) if isinstance(d, Dim) else number(int(d))
+             for d in value.items.reshape(-1)]
     flat = parts[0] if len(parts) == 1 else F.concat(parts, 0)
     out = F.reshape(flat, value.shape)
     return out if value.dtype == np.int64 else F.astype(out, value.dtype)

@@ -94,11 +94,17 @@ def test_a_named_size_used_as_data_is_computed_at_run_time():
              helper.make_node("Mul", ["x", "f"], ["y"]),
              helper.make_node("ConstantOfShape", ["s"], ["z"],
                               value=helper.make_tensor("v", I64, [1], [7])),
-             helper.make_node("Shape", ["x"], ["shape"])]
+             helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Size", ["x"], ["size"]),
+             helper.make_node("Div", ["size", "three"], ["third"])]
     model = _model(nodes, [_vi("x", ["n", 2])], [_vi("y", ["n", 2]), _vi("z", ["n"], I64),
-                                                 _vi("shape", [2], I64)])
+                                                 _vi("shape", [2], I64), _vi("third", [], I64)],
+                   [_ints("three", 3)])
+    graph, _ = mo.import_graph(model)
+    fills = [str(n.outputs[0].type) for n in graph.nodes if n.op.name == "fill"]
+    assert fills and set(fills) == {"i64[n]"}, fills  # counts of n, never of 2*n
     plan = mo.import_model(model)
-    for n in (1, 3):
+    for n in (1, 3, 4):
         x = np.ones((n, 2), np.float32)
         got, want = plan.run({"x": x}), _ort(model, {"x": x})
         for g, w in zip(got, want):
