@@ -5,14 +5,13 @@ Importing this package does not import ``onnx``; each function imports it when c
 
 >>> import mgegraph.onnx
 >>> plan = mgegraph.onnx.import_model("model.onnx")      # run() takes the ONNX input names
->>> (y,) = plan.run({"input": x})
->>> mgegraph.onnx.export(plan, "again.onnx")
+>>> (y,) = plan.run({"input": x})       # any batch where the file names it (dim_param)
+>>> mgegraph.onnx.export(plan, "again.onnx")            # named dims stay named
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..compiler import compile as _compile
 from ..ir.errors import GraphError
 
 __all__ = [
@@ -82,12 +81,16 @@ def import_graph(model, *, constants=None, input_shapes=None, limits=None):
     return _import(model, constants=constants, input_shapes=input_shapes, limits=limits)
 
 
-def import_model(model, *, constants=None, input_shapes=None, limits=None, **compile_options):
-    """``mg.compile`` of :func:`import_graph`'s graph: a Plan whose ``run(feeds)`` takes the
-    ONNX input names and returns the ONNX outputs in order."""
-    _, outputs = import_graph(model, constants=constants, input_shapes=input_shapes,
-                              limits=limits)
-    return _compile(outputs, **compile_options)
+def import_model(model, *, constants=None, input_shapes=None, limits=None,
+                 values_cache_size: int = 16, **compile_options):
+    """``mg.compile`` of :func:`import_graph`'s graph: a Plan (a ``SymbolicPlan`` when an input
+    has a named dim) whose ``run(feeds)`` takes the ONNX input names and returns the ONNX
+    outputs in order. A model with graph inputs that decide shapes (a Reshape's target fed as
+    data) gives a ``ShapeFedPlan``: its ``run`` takes those inputs too, as ONNX Runtime does,
+    and keeps a plan per set of their values (at most ``values_cache_size``)."""
+    from .shape_feeds import import_model as _import  # lazy: optional dependency (onnx)
+    return _import(model, constants=constants, input_shapes=input_shapes, limits=limits,
+                   values_cache_size=values_cache_size, **compile_options)
 
 
 def export(obj, path=None, opset: int = 17, *, output_names=None):

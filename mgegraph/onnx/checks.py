@@ -23,6 +23,7 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper
 
 from ..io.files import open_regular
+from ..ir.dims import Dim
 from . import SUPPORTED_OPSETS, ImportLimits, OnnxImportError
 
 # known arrays up to this many elements go to a node's shape inference as initializers (their
@@ -36,14 +37,17 @@ def tensor_bytes(shape, dtype) -> int:
 
 
 def check_size(where: str, shape, dtype, limits: ImportLimits, what: str = "the tensor") -> None:
-    """Refuse a tensor of ``shape`` and ``dtype`` over the limits (rank, bytes)."""
-    shape = tuple(int(d) for d in shape)
+    """Refuse a tensor of ``shape`` and ``dtype`` over the limits (rank, bytes). A named dim (a
+    str or a Dim) has no size until it is bound: such a shape is checked for its rank and its
+    numbers, and the fed arrays bound its bytes."""
     if len(shape) > limits.max_ndim:
         raise OnnxImportError(f"{where}: {what} of rank {len(shape)}, over the limit of "
                               f"{limits.max_ndim} dims")
-    if any(d < 0 for d in shape):
+    named = any(isinstance(d, (str, Dim)) for d in shape)
+    shape = tuple(d if isinstance(d, (str, Dim)) else int(d) for d in shape)
+    if any(not isinstance(d, (str, Dim)) and d < 0 for d in shape):
         raise OnnxImportError(f"{where}: {what} of shape {list(shape)} has a negative dim")
-    size = tensor_bytes(shape, dtype)
+    size = 0 if named else tensor_bytes(shape, dtype)
     if size > limits.max_tensor_bytes:
         raise OnnxImportError(f"{where}: {what} of shape {list(shape)} and dtype "
                               f"{np.dtype(dtype)} would take {size} bytes, over the limit of "
@@ -221,7 +225,8 @@ def infer_node(node, values: list, types: list, opset: int, ir_version: int) -> 
         else:
             shape, dtype = typed
             inputs.append(helper.make_tensor_value_info(
-                name, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), list(shape)))
+                name, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)),
+                [str(d) if isinstance(d, Dim) else d for d in shape]))
     outs = [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None)
             for o in node.output if o]
     graph = helper.make_graph([node], "node", inputs, outs, inits)

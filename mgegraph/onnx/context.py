@@ -3,7 +3,8 @@ mgegraph Graph being built, the opset, the node being converted, and the ways to
 node's inputs; and the error a converter raises (``NotSupported``), which names the node.
 
 A converter is ``convert(cx, inputs, attrs) -> outputs``: ``inputs`` a list of ``Var``,
-``np.ndarray`` (a value known at import) or None (a missing optional input), ``attrs`` the
+``np.ndarray`` (a value known at import), ``ShapeValue`` (a shape known at import as named
+dims) or None (a missing optional input), ``attrs`` the
 node's attributes as a dict; each output a Var or an array. The converters are the families'
 tables (``convert_math``, ``convert_nn``, ``convert_shape``) merged in ``converters``.
 
@@ -20,6 +21,7 @@ from onnx import TensorProto
 
 from ..ir.graph import Graph, Var
 from . import ImportLimits, OnnxImportError, checks
+from .shape_values import ShapeValue, materialize
 
 # the ONNX element types mgegraph has
 DTYPES = {TensorProto.FLOAT: np.dtype(np.float32), TensorProto.DOUBLE: np.dtype(np.float64),
@@ -57,6 +59,8 @@ class Context:
         if isinstance(x, Var):
             return x
         key = id(x)
+        if isinstance(x, ShapeValue) and key not in self._consts:
+            self._consts[key] = materialize(x, self.g)
         if key not in self._consts:
             name = self._param_names.get(key)
             if name is not None and x.dtype.kind == "f" and name not in self.g.params:
@@ -69,13 +73,36 @@ class Context:
         """The value of ``x`` at import (a shape, axes, a count): refused if it is computed."""
         if x is None or isinstance(x, np.ndarray):
             return x
+        if isinstance(x, ShapeValue):
+            raise NotSupported(f"{self.where()}: {what} is {x.items.tolist()}, computed from the "
+                               f"named dims {', '.join(x.names())}; mgegraph needs numbers there")
         name = self._input_names.get(x.id)
         if name is not None:
             raise NotSupported(f"{self.where()}: {what} comes from graph input {name!r}, whose "
                                f"value decides a shape; bind it with constants={{{name!r}: ...}}",
                                needs_constant=(name,))
+        behind = self._inputs_behind(x)
+        if behind:
+            listed = ", ".join(map(repr, behind))
+            raise NotSupported(f"{self.where()}: {what} is computed from graph input(s) {listed}, "
+                               "whose values decide a shape; bind them with constants=",
+                               needs_constant=behind)
         raise NotSupported(f"{self.where()}: {what} is computed at run time; mgegraph needs it "
                            "known at import (static shapes)")
+
+    def _inputs_behind(self, var: Var) -> tuple[str, ...]:
+        """The graph inputs ``var`` is computed from: bound, they make it known at import (the
+        nodes between them and it then fold)."""
+        found, seen, todo = [], set(), [var]
+        while todo:
+            v = todo.pop()
+            if v.id in seen:
+                continue
+            seen.add(v.id)
+            if v.id in self._input_names:
+                found.append(self._input_names[v.id])
+            todo.extend(v.node.inputs)
+        return tuple(sorted(found))
 
     def ints(self, x, what: str):
         v = self.known(x, what)
@@ -85,6 +112,14 @@ class Context:
             self.fail(f"{what} has {v.size} values, over the limit of "
                       f"{self.limits.max_int_list} (ImportLimits.max_int_list)")
         return [int(i) for i in np.asarray(v).reshape(-1)]
+
+    def dims(self, x, what: str) -> list:
+        """A shape read from ``x``: ints, and Dims where it was computed from named dims."""
+        if isinstance(x, ShapeValue):
+            if x.ndim != 1:
+                self.fail(f"{what} must be 1-D, got shape {list(x.shape)}")
+            return list(x.items)
+        return self.ints(x, what)
 
     def axis(self, value, rank: int, what: str = "axis", inclusive: bool = False) -> int:
         return checks.axis(self.where(), value, rank, what, inclusive)
@@ -104,7 +139,8 @@ Converter = Callable[[Context, list, dict], list]
 
 
 def shape_of(x) -> tuple:
-    """The shape of a value, a Var or a known array alike."""
+    """The shape of a value, a Var or a known array alike (ints, and Dims of a Var's named
+    dims)."""
     return tuple(x.shape)
 
 

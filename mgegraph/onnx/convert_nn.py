@@ -6,10 +6,13 @@ families' in ``converters``.
 Design: mgegraph convolves and pools in 2-D; a 1-D input gets a trailing width of 1. ONNX's
 padding (``auto_pad``, asymmetric ``pads``), ``ceil_mode`` and dilated pooling, which the
 kernels do not take, are rewritten onto explicit padding, strided window slices and a constant
-of window counts; the attributes are checked first as ONNX Runtime checks them.
+of window counts; 3-D pooling and MaxPool's Indices output are window slices too. The
+attributes are checked first as ONNX Runtime checks them.
 """
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 
 import numpy as np
@@ -104,7 +107,8 @@ def _auto_pad(cx, at, in_hw, kernel, strides, dilations):
 
 
 def _spatial(cx, x, what):
-    """x as NCHW: 1-D inputs get a trailing width of 1; 3-D and beyond are refused."""
+    """x as NCHW: 1-D inputs get a trailing width of 1; 3-D and beyond are refused (pooling
+    takes 3-D through its window slices, ``_pool_windows``)."""
     if x.ndim == 3:
         return F.reshape(x, shape_of(x) + (1,)), True
     if x.ndim != 4:
@@ -163,36 +167,40 @@ def _pool_geometry(cx, at, in_hw, kernel, strides, dilations):
 
 
 def _window_counts(masks, kernel, strides, dilations, sizes):
-    """How many cells of each window the 0/1 mask of each axis counts, as an (OH, OW) array."""
+    """How many cells of each window the 0/1 mask of each axis counts, as an array of the
+    output's spatial shape."""
     per_axis = [np.array([mask[o * s:o * s + (k - 1) * d + 1:d].sum() for o in range(n)],
                          np.float64)
                 for mask, k, s, d, n in zip(masks, kernel, strides, dilations, sizes)]
-    return np.outer(*per_axis)
+    return functools.reduce(np.multiply.outer, per_axis)
 
 
 def _dilated_windows(x, kernel, strides, dilations, sizes):
-    """The kh*kw strided slices of a padded input, one per window offset: pooling with
-    dilation as elementwise max/add over them."""
-    for i in range(kernel[0]):
-        for j in range(kernel[1]):
-            h0, w0 = i * dilations[0], j * dilations[1]
-            yield F.subscript(x, (slice(None), slice(None),
-                                  slice(h0, h0 + (sizes[0] - 1) * strides[0] + 1, strides[0]),
-                                  slice(w0, w0 + (sizes[1] - 1) * strides[1] + 1, strides[1])))
+    """The strided slices of a padded input, one per window offset (kh*kw of them in 2-D):
+    pooling with dilation, or in 3-D, as elementwise max/add over them."""
+    for offsets in itertools.product(*(range(k) for k in kernel)):
+        yield F.subscript(x, (slice(None), slice(None)) + tuple(
+            slice(o * d, o * d + (n - 1) * s + 1, s)
+            for o, d, n, s in zip(offsets, dilations, sizes, strides)))
+
+
+def _fold_windows(combine, windows):
+    out = next(windows)
+    for w in windows:
+        out = combine(out, w)
+    return out
 
 
 def _pool(cx, ins, at):
     op = cx.node.op_type
-    x, one_d = _spatial(cx, cx.var(ins[0]), op)
+    x = cx.var(ins[0])
     if len(cx.node.output) > 1 and cx.node.output[1]:
-        cx.fail("the Indices output is not supported")
-    if at.get("storage_order", 0):
-        cx.fail("storage_order=1 is not supported")
+        return _max_pool_with_indices(cx, x, at)
+    if x.ndim == 5:
+        return [_pool_windows(cx, x, op, at)]
+    x, one_d = _spatial(cx, x, op)
     nd = 2 - one_d
-    _check_window(cx, at, nd)
-    if any(p >= k for p, k in zip(at.get("pads", ()), list(at["kernel_shape"]) * 2)):
-        cx.fail(f"pads {list(at['pads'])} not smaller than kernel_shape "
-                f"{list(at['kernel_shape'])} (a window of padding only; ONNX Runtime refuses it)")
+    _check_pool(cx, at, nd)
     kernel = _as2(at["kernel_shape"], one_d, 1)
     strides = _as2(at.get("strides", [1] * nd), one_d, 1)
     dilations = _as2(at.get("dilations", [1] * nd), one_d, 1)
@@ -212,11 +220,8 @@ def _pool(cx, ins, at):
             y = F.max_pool2d(F.pad(x, full, constant_value=-np.inf), tuple(kernel),
                              tuple(strides), 0)
         else:
-            windows = _dilated_windows(F.pad(x, full, constant_value=-np.inf), kernel, strides,
-                                       dilations, sizes)
-            y = next(windows)
-            for w in windows:
-                y = F.maximum(y, w)
+            y = _fold_windows(F.maximum, _dilated_windows(
+                F.pad(x, full, constant_value=-np.inf), kernel, strides, dilations, sizes))
         return [F.reshape(y, shape_of(y)[:3]) if one_d else y]
     include = bool(at.get("count_include_pad", 0))
     if native:
@@ -226,20 +231,91 @@ def _pool(cx, ins, at):
     # the sum over the explicitly padded input, divided by the number of cells ONNX counts
     padded = F.pad(x, full)
     if dilated:
-        windows = _dilated_windows(padded, kernel, strides, dilations, sizes)
-        sums = next(windows)
-        for w in windows:
-            sums = F.add(sums, w)
+        sums = _fold_windows(F.add, _dilated_windows(padded, kernel, strides, dilations, sizes))
         area = 1
     else:
         sums = F.avg_pool2d(padded, tuple(kernel), tuple(strides), 0, mode="average")
         area = kernel[0] * kernel[1]
+    y = _average(cx, sums, area, include, (pads, extra, sizes), shape_of(x)[2:],
+                 (kernel, strides, dilations))
+    return [F.reshape(y, shape_of(y)[:3]) if one_d else y]
+
+
+def _check_pool(cx, at, nd: int) -> None:
+    _check_window(cx, at, nd)
+    if any(p >= k for p, k in zip(at.get("pads", ()), list(at["kernel_shape"]) * 2)):
+        cx.fail(f"pads {list(at['pads'])} not smaller than kernel_shape "
+                f"{list(at['kernel_shape'])} (a window of padding only; ONNX Runtime refuses it)")
+
+
+def _average(cx, sums, area, include: bool, geometry, in_sizes, window):
+    """``sums`` (of windows, or their means over ``area`` cells) divided by the number of
+    cells ONNX counts in each window: padding counts only with ``count_include_pad``, the
+    ceil-mode overhang never."""
+    pads, extra, sizes = geometry
+    kernel, strides, dilations = window
     pad_cell = 1 if include else 0
     masks = [np.array([pad_cell] * b + [1] * size + [pad_cell] * e + [0] * x_)
-             for (b, e), x_, size in zip(pads, extra, shape_of(x)[2:])]
+             for (b, e), x_, size in zip(pads, extra, in_sizes)]
     counts = _window_counts(masks, kernel, strides, dilations, sizes)
-    y = F.mul(sums, cx.g.const((area / np.maximum(counts, 1)).astype(x.dtype)))
-    return [F.reshape(y, shape_of(y)[:3]) if one_d else y]
+    return F.mul(sums, cx.g.const((area / np.maximum(counts, 1)).astype(sums.dtype)))
+
+
+def _max_pool_with_indices(cx, x, at):
+    """MaxPool and its Indices output: over the window slices, the first maximum's flat index
+    into the input (row-major, or column-major over H and W with ``storage_order=1``), as
+    ONNX Runtime picks it (a later cell replaces the maximum only when strictly greater)."""
+    nd = x.ndim - 2
+    if nd < 1 or any(not isinstance(d, int) for d in shape_of(x)):
+        cx.fail(f"the Indices output of a {x.ndim}-D input of shape {list(shape_of(x))} (it "
+                "needs a 3-D to 5-D input of fixed shape)")
+    order = at.get("storage_order", 0)
+    if order and nd != 2:
+        cx.fail(f"storage_order=1 on a {nd}-D pooling (ONNX defines it for 2-D)")
+    _check_pool(cx, at, nd)
+    kernel = list(at["kernel_shape"])
+    strides, dilations = list(at.get("strides", [1] * nd)), list(at.get("dilations", [1] * nd))
+    in_sizes = shape_of(x)[2:]
+    pads, extra, sizes = _pool_geometry(cx, at, in_sizes, kernel, strides, dilations)
+    full = ((0, 0), (0, 0)) + tuple((b, e + x_) for (b, e), x_ in zip(pads, extra))
+    axes = range(nd) if not order else reversed(range(nd))
+    step, stride = {}, 1
+    for a in reversed(list(axes)):  # the flat index's stride of each spatial axis
+        step[a], stride = stride, stride * in_sizes[a]
+    windows = _dilated_windows(F.pad(x, full, constant_value=-np.inf), kernel, strides,
+                               dilations, sizes)
+    y = indices = None
+    for offsets, w in zip(itertools.product(*(range(k) for k in kernel)), windows):
+        grid = np.zeros(sizes, np.int64)
+        for a, (o, (b, _)) in enumerate(zip(offsets, pads)):
+            coord = np.arange(sizes[a]) * strides[a] + o * dilations[a] - b
+            grid += (coord * step[a]).reshape([-1 if i == a else 1 for i in range(nd)])
+        here = cx.g.const(grid.reshape((1, 1) + tuple(sizes)))
+        if y is None:
+            y, indices = w, here
+        else:
+            indices = F.where(F.greater(w, y), here, indices)
+            y = F.maximum(y, w)
+    n, c = shape_of(x)[:2]
+    base = np.arange(n * c, dtype=np.int64).reshape((n, c) + (1,) * nd) * stride
+    return [y, F.add(F.broadcast_to(indices, shape_of(y)), cx.g.const(base))]
+
+
+def _pool_windows(cx, x, op, at):
+    """3-D pooling (a 5-D input), which mgegraph has no kernel for, as the elementwise max or
+    sum of its window's strided slices (``kd*kh*kw`` of them) over the padded input."""
+    _check_pool(cx, at, 3)
+    kernel = list(at["kernel_shape"])
+    strides, dilations = list(at.get("strides", [1] * 3)), list(at.get("dilations", [1] * 3))
+    pads, extra, sizes = _pool_geometry(cx, at, shape_of(x)[2:], kernel, strides, dilations)
+    full = ((0, 0), (0, 0)) + tuple((b, e + x_) for (b, e), x_ in zip(pads, extra))
+    if op == "MaxPool":
+        return _fold_windows(F.maximum, _dilated_windows(
+            F.pad(x, full, constant_value=-np.inf), kernel, strides, dilations, sizes))
+    sums = _fold_windows(F.add, _dilated_windows(F.pad(x, full), kernel, strides, dilations,
+                                                 sizes))
+    return _average(cx, sums, 1, bool(at.get("count_include_pad", 0)), (pads, extra, sizes),
+                    shape_of(x)[2:], (kernel, strides, dilations))
 
 
 def _global_pool(cx, ins, at):

@@ -4,9 +4,11 @@ is known at import (Shape, Size, ConstantOfShape, Range, Constant); their table 
 ``CONVERTERS`` (ONNX op -> converter, see ``context`` for the signature), merged with the other
 families' in ``converters``.
 
-Design: every shape is static, so Shape and Size give arrays, not graph values, and an input
-that decides a shape (a Reshape target, Slice's starts, Squeeze's axes) is read with
-``cx.ints``, which refuses one that is only known at run time.
+Design: Shape and Size give values known at import, not graph values: arrays where the
+shape is numbers, ``ShapeValue``s (``shape_values``) where it holds named dims. An input that
+decides a shape (a Reshape target, Slice's starts, Squeeze's axes) is read with ``cx.ints``,
+which refuses one that is only known at run time, or with ``cx.dims`` where a named size may
+stand (a Reshape or Expand target, Slice's bounds, ConstantOfShape).
 """
 from __future__ import annotations
 
@@ -16,12 +18,13 @@ import numpy as np
 from onnx import numpy_helper
 
 from .. import functional as F
+from . import shape_values
 from .context import shape_of
 
 
 def _reshape(cx, ins, at):
     x = cx.var(ins[0])
-    target = cx.ints(ins[1], "the target shape")
+    target = cx.dims(ins[1], "the target shape")
     if not at.get("allowzero", 0):
         target = [shape_of(x)[i] if d == 0 else d for i, d in enumerate(target)]
     return [F.reshape(x, tuple(target))]
@@ -72,14 +75,23 @@ def _unsqueeze(cx, ins, at):
 
 def _expand(cx, ins, at):
     x = cx.var(ins[0])
-    target = tuple(cx.ints(ins[1], "the target shape"))
-    try:
-        shape = np.broadcast_shapes(shape_of(x), target)
-    except ValueError:
-        cx.fail(f"cannot broadcast shape {list(shape_of(x))} to {list(target)}")
+    target = tuple(cx.dims(ins[1], "the target shape"))
+    shape = _broadcast(cx, shape_of(x), target)
     if shape == shape_of(x):
         return [F.reshape(x, shape)]
     return [F.broadcast_to(x, shape)]
+
+
+def _broadcast(cx, a: tuple, b: tuple) -> tuple:
+    """NumPy's broadcast of two shapes; a named size meets only 1 or itself."""
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    out = []
+    for p, q in zip(a, b):
+        if not (p == q or p == 1 or q == 1):
+            cx.fail(f"cannot broadcast shape {list(map(str, a))} to {list(map(str, b))}")
+        out.append(q if p == 1 else p)
+    return tuple(out)
 
 
 def _tile(cx, ins, at):
@@ -102,7 +114,7 @@ def _gather(cx, ins, at):
 def _indices(cx, idx, n: int):
     """Gather's indices as a Var; known ones checked against the axis's ``[-n, n-1]``."""
     if not isinstance(idx, np.ndarray):
-        return idx
+        return cx.var(idx)  # a Var, or a ShapeValue computed at run time
     if idx.size and (idx.min() < -n or idx.max() >= n):
         cx.fail(f"indices from {idx.min()} to {idx.max()} on an axis of {n} (ONNX allows "
                 f"{-n} to {n - 1})")
@@ -120,7 +132,7 @@ def _gather_elements(cx, ins, at):
 
 def _slice(cx, ins, at):
     x = cx.var(ins[0])
-    starts, ends = cx.ints(ins[1], "starts"), cx.ints(ins[2], "ends")
+    starts, ends = cx.dims(ins[1], "starts"), cx.dims(ins[2], "ends")
     axes = cx.ints(ins[3], "axes") if len(ins) > 3 and ins[3] is not None else None
     steps = cx.ints(ins[4], "steps") if len(ins) > 4 and ins[4] is not None else None
     axes = list(range(len(starts))) if axes is None else cx.axes(axes, x.ndim)
@@ -132,6 +144,9 @@ def _slice(cx, ins, at):
         cx.fail("a step of 0")
     index = [slice(None)] * x.ndim
     for a, s, e, st in zip(axes, starts, ends, steps):
+        n = shape_of(x)[a]
+        if st < 0 and isinstance(s, int) and isinstance(n, int) and s < -n:
+            s = 0  # ONNX clamps a start before the first element to it; Python takes nothing
         index[a] = slice(s, e, st)
     return [F.subscript(x, tuple(index))]
 
@@ -184,6 +199,9 @@ def _trilu(cx, ins, at):
     if x.ndim < 2:
         cx.fail(f"a rank-{x.ndim} input (Trilu needs rank >= 2)")
     n, m = shape_of(x)[-2:]
+    if not isinstance(n, int) or not isinstance(m, int):
+        cx.fail(f"Trilu over the named dims of shape {list(map(str, shape_of(x)))}: its masks "
+                "need the matrix's sizes as numbers")
     rows = cx.g.const(np.arange(n, dtype=np.int64).reshape(n, 1))
     cols = cx.g.const(np.arange(m, dtype=np.int64).reshape(1, m))
     diff = F.sub(cols, rows)
@@ -192,24 +210,25 @@ def _trilu(cx, ins, at):
         k = int(np.asarray(k).reshape(-1)[0])
         kk = cx.g.const(np.asarray(k, np.int64))
     else:
-        kk = F.astype(F.reshape(k, ()), np.int64)
+        kk = F.astype(F.reshape(cx.var(k), ()), np.int64)
     mask = F.greater_equal(diff, kk) if at.get("upper", 1) else F.less_equal(diff, kk)
     return [F.where(mask, x, cx.g.const(np.zeros((), x.dtype)))]
 
 
 def _shape_op(cx, ins, at):
-    s = np.asarray(shape_of(ins[0]), np.int64)
-    return [s[at.get("start", 0):at.get("end")]]
+    return [shape_values.known(shape_of(ins[0])[at.get("start", 0):at.get("end")])]
 
 
 def _size(cx, ins, at):
-    return [np.asarray(math.prod(shape_of(ins[0])), np.int64)]
+    return [shape_values.known(math.prod(shape_of(ins[0])))]
 
 
 def _constant_of_shape(cx, ins, at):
-    shape = tuple(cx.ints(ins[0], "the shape"))
+    shape = tuple(cx.dims(ins[0], "the shape"))
     value = at.get("value")
     value = np.zeros(1, np.float32) if value is None else numpy_helper.to_array(value)
+    if isinstance(ins[0], shape_values.ShapeValue):  # a named size: made when it is bound
+        return [F.full(shape, value.reshape(-1)[0], value.dtype, graph=cx.g)]
     return [np.full(shape, value.reshape(-1)[0], value.dtype)]
 
 

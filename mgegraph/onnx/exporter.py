@@ -14,10 +14,12 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..ir.dims import Dim, is_known_nonnegative
 from ..ir.graph import Graph, Var
 from . import OnnxExportError
+from .export_dims import DimWriter, dim_param
 
-INT64_MIN = np.iinfo(np.int64).min
+INT64_MIN, INT64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 
 
 class _Writer:
@@ -29,6 +31,7 @@ class _Writer:
         self.names: dict[int, str] = {}
         self._used: set[str] = set()
         self._count = 0
+        self.dims = DimWriter(self, graph.inputs)  # shapes with named sizes, from the inputs
 
     def fresh(self, hint: str = "t") -> str:
         while True:
@@ -54,6 +57,10 @@ class _Writer:
 
     def ints(self, values) -> str:
         return self.const(np.asarray(list(values), np.int64), "ints")
+
+    def shape(self, values) -> str:
+        """``values`` (ints, and Dims of named sizes) as a 1-D int64 tensor."""
+        return self.dims.shape(values)
 
     def add(self, op: str, inputs, n_outputs: int = 1, outputs=None, **attrs) -> list[str]:
         outputs = list(outputs) if outputs is not None else [self.fresh(op.lower())
@@ -256,6 +263,9 @@ def _adaptive_pool(w, n, ins):
     avg = n.op.name == "adaptive_avg_pool2d"
     if (oh, ow) == (1, 1):
         return w.add("GlobalAveragePool" if avg else "GlobalMaxPool", ins)
+    if isinstance(h, Dim) or isinstance(wd, Dim):
+        raise OnnxExportError(f"{n.op.name} of a {h}x{wd} image to {oh}x{ow}: its windows "
+                              "depend on the named size, which ONNX pooling cannot take")
     if h % oh or wd % ow:
         raise OnnxExportError(f"{n.op.name} from {h}x{wd} to {oh}x{ow} (windows of unequal "
                               "sizes) has no ONNX pooling form")
@@ -265,12 +275,12 @@ def _adaptive_pool(w, n, ins):
 
 @writer("reshape")
 def _reshape(w, n, ins):
-    return w.add("Reshape", [ins[0], w.ints(n.outputs[0].shape)])
+    return w.add("Reshape", [ins[0], w.shape(n.outputs[0].shape)])
 
 
 @writer("broadcast_to")
 def _broadcast_to(w, n, ins):
-    return w.add("Expand", [ins[0], w.ints(n.outputs[0].shape)])
+    return w.add("Expand", [ins[0], w.shape(n.outputs[0].shape)])
 
 
 @writer("transpose")
@@ -286,7 +296,7 @@ def _concat(w, n, ins):
 @writer("split")
 def _split(w, n, ins):
     sizes = [b - a for a, b in n.attr["ranges"]]
-    return w.add("Split", [ins[0], w.ints(sizes)], n_outputs=len(sizes),
+    return w.add("Split", [ins[0], w.shape(sizes)], n_outputs=len(sizes),
                  axis=int(n.attr["axis"]))
 
 
@@ -297,13 +307,33 @@ def _slice(w, n, ins):
     for axis, (s, e, st) in enumerate(zip(n.attr["starts"], n.attr["stops"], n.attr["steps"])):
         if s is None and e is None and st in (None, 1):
             continue
-        start, stop, step = slice(s, e, st).indices(shape[axis])
-        if step < 0 and stop < 0:
-            stop = INT64_MIN  # past the first element
+        if any(isinstance(v, Dim) for v in (shape[axis], s, e)):
+            start, stop, step = _slice_bounds(s, e, 1 if st is None else st, shape[axis])
+        else:
+            start, stop, step = slice(s, e, st).indices(shape[axis])
+            if step < 0 and start < 0:  # nothing (ONNX would read -1 as the last element)
+                start = stop = 0
+            elif step < 0 and stop < 0:
+                stop = INT64_MIN  # past the first element
         starts.append(start), ends.append(stop), axes.append(axis), steps.append(step)
     if not axes:
         return w.add("Identity", ins)
-    return w.add("Slice", [ins[0], w.ints(starts), w.ints(ends), w.ints(axes), w.ints(steps)])
+    return w.add("Slice", [ins[0], w.shape(starts), w.shape(ends), w.ints(axes), w.ints(steps)])
+
+
+def _slice_bounds(start, stop, step, size) -> tuple:
+    """Python's slice bounds as ONNX Slice reads them, for an axis whose size is named: an
+    absent bound is the axis's far end. The clamping is the same but for one case: stepping
+    back from a start below ``-size``, Python takes nothing and ONNX the first element, so a
+    start that may be one is refused."""
+    if step < 0 and start is not None and not (is_known_nonnegative(start)
+                                                or is_known_nonnegative(start + size)):
+        raise OnnxExportError(f"slice({start}, {stop}, {step}) on an axis of size {size}: "
+                              "ONNX's Slice and Python's differ when the start is below "
+                              f"-{size}, which the named size leaves open")
+    if step > 0:
+        return (0 if start is None else start, INT64_MAX if stop is None else stop, step)
+    return (INT64_MAX if start is None else start, INT64_MIN if stop is None else stop, step)
 
 
 @writer("take")
@@ -366,7 +396,7 @@ def _argmax(w, n, ins):
             raise OnnxExportError(f"{n.op.name} over axes {axes} is not exported")
         flat = w.add("Reshape", [ins[0], w.ints([-1])])
         out = w.add(op, flat, axis=0, keepdims=0)
-        out = w.add("Reshape", [out[0], w.ints(n.outputs[0].shape)])
+        out = w.add("Reshape", [out[0], w.shape(n.outputs[0].shape)])
     if n.outputs[0].dtype != np.int64:
         out = w.add("Cast", out, to=_tensor_type(n.outputs[0].dtype))
     return out
@@ -398,7 +428,7 @@ def _layer_norm(w, n, ins):
 def _fill(w, n, ins):
     out = n.outputs[0]
     value = numpy_helper.from_array(np.full((1,), n.attr["value"], out.dtype))
-    return w.add("ConstantOfShape", [w.ints(out.shape)], value=value)
+    return w.add("ConstantOfShape", [w.shape(out.shape)], value=value)
 
 
 # -- the walk -----------------------------------------------------------------------------
@@ -444,7 +474,8 @@ def export(obj, path=None, opset: int = 17, *, output_names=None):
     inputs, used_inputs = [], {v.id for n in nodes for v in n.inputs} | {v.id for v in outputs}
     for name, var in graph.inputs.items():  # every graph input, in the order they were made
         w.names[var.id] = w.claim(name)
-        inputs.append(helper.make_tensor_value_info(name, _tensor_type(var.dtype), var.shape))
+        inputs.append(helper.make_tensor_value_info(name, _tensor_type(var.dtype),
+                                                    [dim_param(d) for d in var.shape]))
     for name, var in graph.params.items():
         if var.id in used_inputs:
             w.names[var.id] = w.claim(name)
@@ -476,7 +507,8 @@ def export(obj, path=None, opset: int = 17, *, output_names=None):
             rename[current] = w.claim(name)  # the node that makes it writes the output itself
         else:  # a graph input, a weight, or an output listed twice
             w.add("Identity", [rename.get(current, current)], outputs=[w.claim(name)])
-        out_infos.append(helper.make_tensor_value_info(name, _tensor_type(var.dtype), var.shape))
+        out_infos.append(helper.make_tensor_value_info(name, _tensor_type(var.dtype),
+                                                       [dim_param(d) for d in var.shape]))
     for node in w.nodes:
         for field in (node.input, node.output):
             for i, name in enumerate(field):

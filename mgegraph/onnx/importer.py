@@ -6,23 +6,28 @@ Design: a value of the ONNX graph is either a ``Var`` of the mgegraph graph or a
 known at import (an initializer, a ``Constant``, a bound input, or a folded result). A node
 whose inputs are all known is evaluated at import by ONNX's NumPy reference evaluator instead
 of being converted, which folds the shape arithmetic exporters emit around reshapes (``Shape``
--> ``Gather`` -> ``Concat`` -> ``Reshape``): ``Shape`` of a Var is known because every shape
-is static. Any other node goes to its converter (``converters.CONVERTERS``), which emits
+-> ``Gather`` -> ``Concat`` -> ``Reshape``): ``Shape`` of a Var is known, as numbers or, over
+named dims (a graph input's ``dim_param``), as a ``ShapeValue`` whose arithmetic
+``shape_values.FOLDS`` folds on the expressions. Any other node goes to its converter (``converters.CONVERTERS``), which emits
 mgegraph ops through ``mgegraph.functional`` and sees the import through a ``Context``; an
 error of the graph builder or of the file itself comes out as one ``OnnxImportError`` naming
 the node.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 from .. import functional as F
+from ..ir.dims import MAX_NAME
 from ..ir.errors import GraphError
 from ..ir.graph import Graph, Var
 from . import ImportLimits, OnnxImportError, checks
 from .context import DTYPES, Context, dtype_of, shape_of
 from .converters import CONVERTERS, check_ops
+from .shape_values import FOLDS, ShapeValue
 
 
 def import_graph(model, *, constants=None, input_shapes=None, limits=None):
@@ -53,6 +58,7 @@ def _import(cx: Context, model, constants: dict, input_shapes: dict):
         env[init.name] = array
         cx.note_initializer(init.name, array)
     declared = {vi.name: vi for vi in gp.input}
+    dim_names = _dim_names(gp.input)
     for name, value in constants.items():
         cx.stage = f"constants[{name!r}]"
         if name not in declared:
@@ -61,7 +67,7 @@ def _import(cx: Context, model, constants: dict, input_shapes: dict):
     for vi in gp.input:
         if vi.name not in env:  # else an initializer listed as an input, or a bound constant
             cx.stage = f"graph input {vi.name!r}"
-            var = _graph_input(cx, vi, input_shapes.get(vi.name))
+            var = _graph_input(cx, vi, input_shapes.get(vi.name), dim_names)
             env[vi.name] = var
             cx.note_input(vi.name, var)
     cx.stage = None
@@ -95,22 +101,57 @@ def _bound(cx: Context, vi, value) -> np.ndarray:
     return array
 
 
-def _graph_input(cx: Context, vi, shape) -> Var:
+def _graph_input(cx: Context, vi, shape, dim_names: dict) -> Var:
     if not vi.type.HasField("tensor_type"):
         cx.fail("it is not a tensor")
     tt = vi.type.tensor_type
     dtype = dtype_of(tt.elem_type, cx.where())
     if shape is None:
-        for axis, dim in enumerate(tt.shape.dim):
-            if not dim.HasField("dim_value"):
-                label = dim.dim_param or "unknown"
-                raise OnnxImportError(
-                    f"graph input {vi.name!r} has a dynamic dim {label!r} at axis {axis}; "
-                    f"mgegraph needs static shapes: pass input_shapes={{{vi.name!r}: ...}}")
-        shape = [dim.dim_value for dim in tt.shape.dim]
-    shape = tuple(int(d) for d in shape)
+        if not tt.HasField("shape"):
+            cx.fail("its rank is not declared; pass input_shapes={name: shape} to give it")
+        shape = [dim.dim_value if dim.HasField("dim_value") else dim_names[vi.name, axis]
+                 for axis, dim in enumerate(tt.shape.dim)]
+    shape = tuple(d if isinstance(d, str) else int(d) for d in shape)
     checks.check_size(cx.where(), shape, dtype, cx.limits, "the input")
     return cx.g.input(vi.name, shape, dtype)
+
+
+def _dim_names(graph_inputs) -> dict:
+    """(input name, axis) -> the mgegraph name of each ONNX dim without a value: its
+    ``dim_param`` made an identifier (``batch size`` -> ``batch_size``), one name per distinct
+    ``dim_param`` and a fresh ``unk_<n>`` per dim with none; names that sanitise alike are told
+    apart by a suffix, so two ONNX names are never merged into one."""
+    dims = [((vi.name, axis), d) for vi in graph_inputs if vi.type.HasField("tensor_type")
+            for axis, d in enumerate(vi.type.tensor_type.shape.dim)
+            if not d.HasField("dim_value")]
+    by_param, used = {}, {}
+    for param in dict.fromkeys(d.dim_param for _, d in dims if d.dim_param):
+        by_param[param] = _fresh(_identifier(param), used)
+    out, unnamed = {}, 0
+    for key, d in dims:
+        if d.dim_param:
+            out[key] = by_param[d.dim_param]
+        else:
+            out[key] = _fresh(f"unk_{unnamed}", used)
+            unnamed += 1
+    return out
+
+
+def _identifier(param: str) -> str:
+    text = re.sub(r"[^A-Za-z0-9_]+", "_", param).strip("_")[:MAX_NAME - 8] or "dim"
+    return text if not text[0].isdigit() else f"d_{text}"
+
+
+def _fresh(name: str, used: dict) -> str:
+    """``name``, or ``name_<n>`` with the first ``n`` not taken; ``used`` maps each name
+    given to the next suffix to try, so names that sanitise alike cost no rescans."""
+    n = used.get(name, 1)
+    candidate = name if n == 1 else f"{name}_{n}"
+    while candidate in used:
+        n += 1
+        candidate = f"{name}_{n}"
+    used[name], used[candidate] = n + 1, used.get(candidate, 1)
+    return candidate
 
 
 def _convert(cx: Context, node, ins: list, ir_version: int) -> list:
@@ -129,10 +170,11 @@ def _convert(cx: Context, node, ins: list, ir_version: int) -> list:
         elif name and fold:
             cx.fail(f"the size of output {name!r} is not known before it is evaluated, so it "
                     "cannot be checked against the limits")
-    if fold:
+    outs = _fold_symbolic(cx, node, ins, attrs)
+    if outs is None and fold:
         _reserve(cx, sum(checks.tensor_bytes(*guess) for guess in predicted if guess))
         outs = _fold(node, ins, cx.opset, ir_version)
-    else:
+    elif outs is None:
         try:
             outs = CONVERTERS[node.op_type](cx, ins, attrs)
         except OnnxImportError:
@@ -140,10 +182,20 @@ def _convert(cx: Context, node, ins: list, ir_version: int) -> list:
         except GraphError as exc:
             raise OnnxImportError(f"{cx.where()}: {exc}") from exc
     for name, value in zip(node.output, outs):
-        if name and value is not None:
+        if name and value is not None and not isinstance(value, ShapeValue):
             checks.check_size(cx.where(), shape_of(value), value.dtype, cx.limits,
                               f"output {name!r}")
     return outs
+
+
+def _fold_symbolic(cx: Context, node, ins: list, attrs: dict) -> list | None:
+    """The outputs of a shape computation on named dims (``shape_values.FOLDS``), or None
+    when the node is not one (then it is converted, its ShapeValues made graph values)."""
+    if not any(isinstance(v, ShapeValue) for v in ins) or node.op_type not in FOLDS:
+        return None
+    if not all(v is None or isinstance(v, (np.ndarray, ShapeValue)) for v in ins):
+        return None
+    return FOLDS[node.op_type](ins, attrs, cx)
 
 
 def _fold(node, values: list, opset: int, ir_version: int) -> list:
@@ -185,6 +237,8 @@ def _output(cx: Context, name: str, value):
         if value.dtype not in DTYPES.values():
             cx.fail(f"dtype {value.dtype} is not supported")
         return cx.g.const(value)
+    if isinstance(value, ShapeValue):  # a shape of named dims: computed when they are bound
+        return cx.var(value)
     if value.node.op.name in ("input", "param", "const"):
         return F.reshape(value, shape_of(value))  # an output is its own value
     return value

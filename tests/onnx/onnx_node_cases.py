@@ -5,7 +5,10 @@ The installed ``onnx`` wheel ships no test data, only the generators in
 ``onnx.backend.test.case.node``; ``collect_testcases`` runs them all and keeps every case
 (model, inputs, expected outputs) in memory.
 
-    python tests/onnx/onnx_node_cases.py      # the pass count per operator and in total
+    python tests/onnx/onnx_node_cases.py      # the pass count per operator and in total,
+                                              # every input fed at run time (strict)
+    python tests/onnx/onnx_node_cases.py --ort    # and ONNX Runtime's on the same cases
+    python tests/onnx/onnx_node_cases.py --bind   # shape-deciding inputs bound as constants
 """
 from __future__ import annotations
 
@@ -52,11 +55,13 @@ class Unsupported(Exception):
     """The importer refused the case with a reason (a dtype, a feature): a skip, not a pass."""
 
 
-def run_case(case):
+def run_case(case, strict: bool = True):
     """Import ``case.model``, run it and compare with the expected outputs (the case's rtol and
-    atol, and the exact shape and dtype). Inputs whose values decide a shape (Reshape's shape,
-    Slice's starts) are bound as constants, as ``import_graph(constants=)`` documents, and the
-    return value says which were. Raises Unsupported or AssertionError."""
+    atol, and the exact shape and dtype). Strict (the default) feeds every graph input at run
+    time, as ONNX Runtime is fed, so inputs whose values decide a shape (Reshape's shape,
+    Slice's starts) are read from the feeds; ``strict=False`` binds those as constants, as
+    ``import_graph(constants=)`` documents. Returns the names of the inputs that decided
+    shapes. Raises Unsupported or AssertionError."""
     import mgegraph.onnx as mo
 
     model = case.model
@@ -69,41 +74,70 @@ def run_case(case):
             break
         except mo.OnnxImportError as exc:
             new = [n for n in exc.needs_constant if n not in bound]
-            if not new:
+            if not new or strict:
                 raise Unsupported(str(exc)) from None
             bound.update((n, feeds[n]) for n in new)
     got = plan.run({k: v for k, v in feeds.items() if k not in bound})
+    _compare(case, got, expected)
+    return tuple(bound) or tuple(getattr(plan, "shape_inputs", ()))
+
+
+def _compare(case, got, expected):
     assert len(got) == len(expected)
     for value, want in zip(got, map(_array, expected)):
+        value = np.asarray(value)
         assert value.shape == want.shape and value.dtype == want.dtype, (
             f"{value.shape} {value.dtype} != {want.shape} {want.dtype}")
         np.testing.assert_allclose(value, want, rtol=case.rtol, atol=case.atol)
-    return tuple(bound)
 
 
-def summary() -> dict:
-    """op -> Counter(pass/bound/skip/fail)."""
+def run_case_ort(case):
+    """The same case through ONNX Runtime (every input fed), for the comparison column."""
+    import onnxruntime as ort
+
+    inputs, expected = case.data_sets[0]
+    feeds = dict(zip([i.name for i in case.model.graph.input], map(_array, inputs)))
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    session = ort.InferenceSession(case.model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    _compare(case, session.run(None, feeds), expected)
+
+
+def summary(strict: bool = True, ort: bool = False) -> dict:
+    """op -> Counter(pass / of which shapes fed / skip / fail, and ORT's pass and fail)."""
     table = {}
     for op, found in cases().items():
         counts = collections.Counter()
         for case in found:
             try:
-                bound = run_case(case)
+                fed = run_case(case, strict)
                 counts["pass"] += 1
-                counts["of which bound"] += bool(bound)
+                counts["of which shapes fed"] += bool(fed)
             except Unsupported:
                 counts["skip"] += 1
             except Exception:  # noqa: BLE001 - a failure, counted
                 counts["fail"] += 1
+            if ort:
+                try:
+                    run_case_ort(case)
+                    counts["ORT pass"] += 1
+                except Exception:  # noqa: BLE001 - ORT's failure, counted
+                    counts["ORT fail"] += 1
         table[op] = counts
     return table
 
 
 if __name__ == "__main__":
+    import sys
+
+    strict, ort = "--bind" not in sys.argv, "--ort" in sys.argv
+    columns = ("pass", "of which shapes fed", "skip", "fail") + (("ORT pass", "ORT fail")
+                                                                 if ort else ())
     total = collections.Counter()
-    for op, counts in summary().items():
+    print("strict: every graph input fed at run time" if strict else
+          "--bind: inputs that decide shapes bound with constants=")
+    for op, counts in summary(strict, ort).items():
         total.update(counts)
-        print(f"{op:20s} " + " ".join(f"{k}={counts[k]}" for k in
-                                      ("pass", "of which bound", "skip", "fail")))
-    print(f"{'TOTAL':20s} " + " ".join(f"{k}={total[k]}" for k in
-                                      ("pass", "of which bound", "skip", "fail")))
+        print(f"{op:20s} " + " ".join(f"{k}={counts[k]}" for k in columns))
+    print(f"{'TOTAL':20s} " + " ".join(f"{k}={total[k]}" for k in columns))

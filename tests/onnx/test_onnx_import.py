@@ -48,12 +48,13 @@ def test_every_unsupported_op_is_reported_together_with_counts():
     assert isinstance(info.value, mg.GraphError)
 
 
-def test_a_dynamic_dim_is_named_and_input_shapes_fixes_it():
+def test_a_dynamic_dim_is_a_named_dim_and_input_shapes_fixes_it():
     model = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", ["N", 3])],
                    [_vi("y", ["N", 3])])
-    with pytest.raises(mo.OnnxImportError, match="'x' has a dynamic dim 'N' at axis 0"):
-        mo.import_graph(model)
+    graph, _ = mo.import_graph(model)
+    assert str(graph.inputs["x"].type) == "f32[N, 3]"
     plan = mo.import_model(model, input_shapes={"x": (2, 3)})
+    assert isinstance(plan, mg.Plan)
     x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
     np.testing.assert_array_equal(plan.run({"x": x})[0], np.maximum(x, 0))
 
@@ -138,10 +139,44 @@ def test_unsupported_dtypes_and_features_name_the_node():
     with pytest.raises(mo.OnnxImportError, match="FLOAT16 is not supported"):
         mo.import_graph(model)
     node = helper.make_node("MaxPool", ["x"], ["y", "where"], kernel_shape=[2, 2], name="pool1")
-    model = _model([node], [_vi("x", [1, 1, 4, 4])],
-                   [_vi("y", [1, 1, 3, 3]), _vi("where", [1, 1, 3, 3], TensorProto.INT64)])
-    with pytest.raises(mo.OnnxImportError, match="MaxPool node 'pool1': the Indices output"):
+    model = _model([node], [_vi("x", [1, 1, "n", 4])],
+                   [_vi("y", None), _vi("where", None, TensorProto.INT64)])
+    with pytest.raises(mo.OnnxImportError, match="MaxPool node 'pool1': the Indices output .*"
+                                                 "fixed shape"):
         mo.import_graph(model)
+
+
+@pytest.mark.parametrize("order", [0, 1])
+@pytest.mark.parametrize("shape, window", [
+    ([2, 3, 5, 7], {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 1, 1]}),
+    ([1, 2, 9, 8], {"kernel_shape": [2, 2], "dilations": [2, 3], "ceil_mode": 1}),
+    ([2, 2, 4, 5, 6], {"kernel_shape": [2, 3, 2], "strides": [2, 1, 2],
+                       "pads": [1, 0, 0, 0, 1, 1]}),
+])
+def test_max_pool_indices_match_onnxruntime(order, shape, window):
+    ort = pytest.importorskip("onnxruntime")
+    if order and len(shape) != 4:
+        pytest.skip("storage_order is defined for 2-D pooling")
+    node = helper.make_node("MaxPool", ["x"], ["y", "i"], storage_order=order, **window)
+    model = _model([node], [_vi("x", shape)], [_vi("y", None), _vi("i", None, TensorProto.INT64)])
+    x = np.random.default_rng(0).integers(-5, 5, shape).astype(np.float32)  # ties too
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    for got, expected in zip(mo.import_model(model).run({"x": x}), want):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_3d_pooling_matches_onnxruntime():
+    ort = pytest.importorskip("onnxruntime")
+    shape = [1, 2, 5, 6, 7]
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    for op, extra in (("MaxPool", {}), ("AveragePool", {"count_include_pad": 0}),
+                      ("AveragePool", {"count_include_pad": 1})):
+        node = helper.make_node(op, ["x"], ["y"], kernel_shape=[2, 3, 2], strides=[2, 2, 1],
+                                pads=[1, 1, 0, 0, 1, 1], ceil_mode=1, **extra)
+        model = _model([node], [_vi("x", shape)], [_vi("y", None)])
+        (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+        np.testing.assert_allclose(mo.import_model(model).run({"x": x})[0], want, rtol=1e-6,
+                                   atol=1e-6)
 
 
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
@@ -168,3 +203,18 @@ def test_newer_opsets_read_where_the_ops_only_gained_types():
     assert same_semantics("Relu", 25) and same_semantics("Conv", 22)
     assert same_semantics("Reshape", 25) and same_semantics("Cast", 28)
     assert not same_semantics("NoSuchOp", 17)
+
+
+@pytest.mark.parametrize("start, end, step", [(-2, -2**63, -1), (-9, -7, -2), (-6, 0, -1),
+                                              (-1, -9, -1), (7, -9, -3)])
+def test_slice_stepping_back_from_before_the_first_element_matches_onnxruntime(start, end, step):
+    """ONNX clamps a start below -dim to the first element when stepping back (Python's slice
+    takes nothing there)."""
+    ort = pytest.importorskip("onnxruntime")
+    consts = [numpy_helper.from_array(np.array([v]), n)
+              for n, v in (("s", start), ("e", end), ("a", 1), ("st", step))]
+    model = _model([helper.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"])],
+                   [_vi("x", [2, 5])], [_vi("y", None)], consts)
+    x = np.arange(10, dtype=np.float32).reshape(2, 5)
+    (want,) = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    np.testing.assert_array_equal(mo.import_model(model).run({"x": x})[0], want)

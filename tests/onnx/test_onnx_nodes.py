@@ -1,5 +1,8 @@
-"""The ONNX backend's node cases of the operators of issue 16 through the importer: each passes
-or is skipped with the importer's reason (an unsupported dtype or feature); none fails."""
+"""The ONNX backend's node cases of the operators of issue 16 through the importer, every graph
+input fed at run time as ONNX Runtime is fed: each passes or is skipped with the importer's
+reason (an unsupported dtype or feature); none fails."""
+import functools
+
 import pytest
 
 pytest.importorskip("onnx.helper")  # not "onnx": tests/onnx would import as it
@@ -20,16 +23,29 @@ def test_node_case(case):
         pytest.skip(str(exc))
 
 
-def test_every_operator_has_a_passing_case():
-    missing = []
+@functools.lru_cache(maxsize=1)
+def _outcomes() -> dict:
+    """case name -> (op, None when it passed, else the importer's reason for skipping it)."""
+    out = {}
     for op, found in cases().items():
-        passed = 0
         for case in found:
             try:
                 run_case(case)
-                passed += 1
-            except Unsupported:
-                pass
-        if not passed:
-            missing.append(op)
+                out[case.name] = (op, None)
+            except Unsupported as exc:
+                out[case.name] = (op, str(exc))
+    return out
+
+
+def test_every_operator_has_a_passing_case():
+    passed = {op for op, reason in _outcomes().values() if reason is None}
+    missing = [op for op in cases() if op not in passed]
     assert not missing, f"operators with no passing node case: {missing}"
+
+
+def test_only_dtypes_and_loop_skip_a_case():
+    """Shapes fed as data, 3-D pooling and MaxPool's Indices run; what is left is a dtype
+    mgegraph has not (float16, uint8, ...) and Range's expansion into a Loop."""
+    others = {name: reason for name, (_, reason) in _outcomes().items()
+              if reason is not None and "dtype" not in reason and "Loop" not in reason}
+    assert not others, others

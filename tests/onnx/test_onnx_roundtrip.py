@@ -156,3 +156,18 @@ def test_export_of_a_predictor_and_of_a_frozen_plan():
     np.testing.assert_allclose(frozen.run({"input0": x})[0], want, rtol=0, atol=1e-5)
     again = mo.export(frozen)  # a plan compiled from an imported graph exports as well
     assert [n.op_type for n in again.graph.node] == [n.op_type for n in from_predictor.graph.node]
+
+
+@pytest.mark.parametrize("index", [(slice(-2, None, -2),), (slice(-9, None, -1), slice(None)),
+                                   (slice(None, None, -1), slice(3, -9, -1))])
+def test_a_slice_stepping_back_from_before_the_start_exports_as_nothing(index):
+    """Python's x[-2::-2] on a 1-row axis is empty; ONNX reads a start of -1 as the last row."""
+    ort = pytest.importorskip("onnxruntime")
+    g = mg.Graph()
+    x = g.input("x", (1, 5))
+    plan = mg.compile([F.subscript(x, index)])
+    session = ort.InferenceSession(mo.export(plan).SerializeToString())
+    data = np.arange(5, dtype=np.float32).reshape(1, 5)
+    (want,) = plan.run({"x": data})
+    assert want.shape == data[index].shape
+    np.testing.assert_array_equal(session.run(None, {"x": data})[0], want)
