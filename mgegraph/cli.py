@@ -431,6 +431,12 @@ def cmd_convert(args) -> int:
             raise
         raise mg_onnx.OnnxImportError(f"{exc} (on the command line: --input-shape "
                                       "NAME=D,D,...)") from exc
+    if getattr(plan, "shape_inputs", None):
+        # a model file holds one graph; these inputs' values choose between graphs
+        raise mg_onnx.OnnxImportError(
+            f"{args.model}: the inputs {', '.join(plan.shape_inputs)} decide shapes by their "
+            "values, which a model file cannot take at run time; fix them with "
+            "mg.onnx.import_model(path, constants={name: array}) and mg.save the plan")
     save(plan, output)
     ins = ", ".join(f"{n}: {type_text(t.shape, t.dtype)}" for n, t in input_types(plan).items())
     size = (f"specialised per binding of {', '.join(sorted(plan.names))} when run"

@@ -381,10 +381,33 @@ def test_convert_defaults_the_output_beside_the_model(capsys, onnx_file, tmp_pat
     assert mg.load(tmp_path / "copy.mgm").input_shapes == ((1, 4),)
 
 
+def test_convert_keeps_a_named_dimension(capsys, onnx_file, tmp_path):
+    path, w = onnx_file
+    out_path = tmp_path / "named.mgm"
+    code, out, _ = _cli(capsys, "convert", path, "-o", out_path)
+    assert code == 0 and "inputs x: float32[N, 4]" in out
+    model = mg.load(out_path)
+    for rows in (1, 3):
+        x = np.arange(4 * rows, dtype=np.float32).reshape(rows, 4)
+        np.testing.assert_allclose(model.run({"x": x})[0], np.maximum(x @ w, 0), rtol=1e-6)
+
+
+def test_convert_refuses_inputs_that_decide_shapes(capsys, tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / "reshape.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    code, _, err = _cli(capsys, "convert", path)
+    _assert_one_line_error(code, err, "the inputs shape decide shapes", "constants=")
+
+
 def test_convert_errors(capsys, onnx_file, files, monkeypatch):
     path, _ = onnx_file
-    code, _, err = _cli(capsys, "convert", path)
-    _assert_one_line_error(code, err, "dynamic dim 'N'", "--input-shape NAME=D,D,...")
     code, _, err = _cli(capsys, "convert", files / "x.npy")
     _assert_one_line_error(code, err, "x.npy': not an ONNX model")
     monkeypatch.setitem(sys.modules, "onnx", None)  # as without the extra installed
