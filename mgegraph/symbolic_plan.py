@@ -326,7 +326,7 @@ class SymbolicPlan:
     @property
     def plans(self) -> list[tuple[dict, object]]:
         """The cached plans with their bindings, least recently used first."""
-        with self._lock:  # list() copies in one C call: a lock-free run's move_to_end waits
+        with self._lock:  # list() copies in C, so a lock-free run's move_to_end cannot interleave
             return [(dict(key), plan) for key, plan in list(self._plans.items())]
 
     @property
