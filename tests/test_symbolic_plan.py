@@ -126,6 +126,17 @@ def test_a_broadcast_fact_between_two_inputs_is_checked_with_the_users_line():
     assert plan.specialisations == 1
 
 
+def test_freeze_keeps_the_facts_the_rules_recorded():
+    # freeze rebuilds the graph (params to consts): the facts must survive the rebuild, or a
+    # binding that broadcasts where the graph meant equal sizes would run
+    g = mg.Graph()
+    x, y = g.input("x", ("batch", 4)), g.input("y", ("n", 4))
+    plan = mg.compile([(x + y) @ g.param("w", np.ones((4, 4), np.float32))], freeze=True)
+    assert "requires batch == n" in str(plan)
+    with pytest.raises(mg.FeedError, match="break batch == n"):
+        plan.run({"x": np.ones((3, 4), np.float32), "y": np.ones((1, 4), np.float32)})
+
+
 @pytest.mark.parametrize("feeds, why", [
     ({}, r"missing \['x'\]"),
     ({"x": np.ones((2, 32), np.float32), "y": np.ones(1)}, r"extra \['y'\]"),
