@@ -136,7 +136,8 @@ def onnx_bytes(workload: str, batch) -> bytes:
     size = RUN[workload][1]
     buffer = io.BytesIO()
     dynamic = {"input0": {0: "batch"}, "logits": {0: "batch"}} if batch == "batch" else None
-    torch.onnx.export(test_deploy.torch_resnet18(torch), (torch.zeros(1, 3, size, size),),
+    example = torch.zeros(1 if batch == "batch" else batch, 3, size, size)
+    torch.onnx.export(test_deploy.torch_resnet18(torch), (example,),
                       buffer, input_names=["input0"], output_names=["logits"], opset_version=17,
                       dynamic_axes=dynamic, dynamo=False)
     return buffer.getvalue()
