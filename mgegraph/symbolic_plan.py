@@ -13,6 +13,16 @@ specialisation uses that array in place, so a training step specialised for batc
 a last batch of 7 updates one set of weights. Runs check the facts the shape rules recorded
 (``graph.constraints``: two inputs' ``batch`` agree) before they specialise or run, so a
 binding that would broadcast where the graph meant equal sizes is a ``FeedError``.
+
+Threads: a cached run finds its plan by the fed shapes without taking the cache's lock (the
+plan's own executable serialises runs of one binding); a new binding is compiled outside that
+lock, so runs of other bindings go on meanwhile, and a second thread asking for the same
+binding waits for the first one's plan.
+
+Memory: every plan made is measured (arena, lower bound, persistent bytes); ``memory_formula``
+fits them as lines in a name (``arena = 0.77 MiB * batch + 0.25 MiB``, exact or not),
+``largest_batch(budget)`` gives the largest batch whose arena fits, checked by compiling, and
+``memory_report`` shows both with each cached plan's own report.
 """
 from __future__ import annotations
 
