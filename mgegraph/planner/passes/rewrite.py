@@ -34,6 +34,9 @@ class Builder:
 
     def __init__(self, old: Graph):
         self.old, self.graph = old, Graph()
+        # the facts the shape rules recorded about named dimensions hold for any rewrite of
+        # the graph (copied nodes do not run their rules again to record them)
+        self.graph.constraints = old.constraints.copy()
         self.vars: dict[int, Var] = {}
 
     def var(self, old_var: Var) -> Var:
