@@ -24,6 +24,7 @@ from .planner.passes.dce import dce
 from .planner.passes.fold import fold
 from .planner.passes.pipeline import optimize as optimize_graph
 from .planner.passes.prepack import prepack
+from .planner.passes.prologue import PLACEHOLDER, structure_key, weight_arrays
 from .planner.passes.prologue import split as split_prologue
 from .planner.passes.rewrite import rebuild
 from .planner.remat.remat import graph_flops, remat_options, split
@@ -34,7 +35,8 @@ from .symbolic_plan import DEFAULT_CACHE_SIZE, SymbolicPlan
 
 def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
             check_numerics: bool = False, freeze: bool = False, *,
-            cache_size: int = DEFAULT_CACHE_SIZE, warm=(), bounds=None) -> Plan | SymbolicPlan:
+            cache_size: int = DEFAULT_CACHE_SIZE, warm=(), bounds=None,
+            _prologues: dict | None = None) -> Plan | SymbolicPlan:
     """Compile the graph that computes ``outputs`` into a Plan for ``device`` (one of
     ``mg.devices()``).
 
@@ -62,7 +64,9 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
     ``SymbolicPlan``: each new binding of the names a run's feeds give is specialised then
     (a fixed-shape plan with all of the above) and kept in a cache of ``cache_size`` plans,
     least recently used out; ``warm=[{"batch": 1}, {"batch": 32}]`` specialises ahead of time
-    and ``bounds={"batch": (1, 256)}`` refuses other values (a ``FeedError``).
+    and ``bounds={"batch": (1, 256)}`` refuses other values (a ``FeedError``). (``_prologues``
+    is the symbolic plan's own: the store through which its specialisations share one
+    prologue, its compiled plan and its arrays.)
 
     >>> plan = compile([y]); (out,) = plan.run({"x": x_value})
     """
@@ -111,7 +115,7 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
     prologue = None
     if report and backend.runs_prologue:
         graph, outputs, prologue = _prologue_plan(graph, outputs, device, memory,
-                                                  check_numerics, report)
+                                                  check_numerics, report, _prologues)
     if remat is None:
         plan = plan_of(lower(graph, outputs, backend), options)
     else:
@@ -144,8 +148,10 @@ def _symbolic_plan(graph: Graph, outputs, options: dict, cache_size, warm, bound
     if options["freeze"]:
         source_graph, outputs = frozen(source_graph, outputs)
 
+    prologues: dict = {}  # what reads only weights is the same at every binding: made once
+
     def compile_fixed(fixed_outputs):
-        return compile(fixed_outputs, **options)
+        return compile(fixed_outputs, **options, _prologues=prologues)
     plan = SymbolicPlan(source_graph, outputs, compile_fixed, options, cache_size=cache_size,
                         warm=warm, bounds=bounds)
     # what a model file saves: the graph with the weights every specialisation uses
@@ -177,18 +183,28 @@ def _fold_weights(graph: Graph, outputs, device: str):
     return cleaned.graph, cleaned.outputs, {**res.stats, **cleaned.stats}
 
 
-def _prologue_plan(graph: Graph, outputs, device, memory, check_numerics, report):
+def _prologue_plan(graph: Graph, outputs, device, memory, check_numerics, report,
+                   prologues: dict | None = None):
     """Split the weight-only instructions off into a plan of their own (see
-    ``planner.passes.prologue``); the report says how many moved."""
+    ``planner.passes.prologue``); the report says how many moved. With ``prologues`` (a
+    symbolic plan's store), an equal prologue made before is used again: the main graph reads
+    its arrays, and its plan runs once for all the specialisations that share it."""
     main, main_outputs, pro = split_prologue(graph, outputs)
     if pro is None:
         report.append(("prologue", {"moved": 0}))
         return graph, outputs, None
-    plan = compile([pro.output], device=device, memory=memory, optimize=0,
-                   check_numerics=check_numerics)
-    report.append(("prologue", {"moved": len(plan.instructions),
-                                "values": len(pro.targets),
-                                "bytes": sum(t.nbytes for t in pro.targets)}))
+    key = None if prologues is None else structure_key(pro)
+    if key is not None and key in prologues:
+        plan, targets, _ = prologues[key]
+        for k, array in enumerate(targets):  # the main graph reads the shared arrays
+            main.values[main.params[f"{PLACEHOLDER}{k}"].id] = array
+    else:
+        plan, targets = compile([pro.output], device=device, memory=memory, optimize=0,
+                                check_numerics=check_numerics), pro.targets
+        if key is not None:  # the arrays kept with the key: its ids stay theirs
+            prologues[key] = (plan, targets, weight_arrays(pro))
+    report.append(("prologue", {"moved": len(plan.instructions), "values": len(targets),
+                                "bytes": sum(t.nbytes for t in targets)}))
     return main, main_outputs, plan
 
 

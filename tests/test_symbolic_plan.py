@@ -397,3 +397,22 @@ def test_search_largest_finds_the_edge_of_a_piecewise_arena():
     assert found == 55 and arena(55) <= 75_000 < arena(56) and len(calls) <= 8
     assert search_largest(arena, 500, 1, None, guess=3) is None
     assert search_largest(arena, 10**9, 1, 70, guess=3) == 70
+
+
+def test_specialisations_share_one_prologue_and_see_a_weight_write():
+    weight = W32.copy()
+    g = mg.Graph()
+    x = g.input("x", ("batch", 32))
+    y = x @ (g.param("w", weight, share=True) * 2.0)  # w * 2 reads only a weight: the prologue
+    plan = mg.compile([y])
+    # (at 4 rows or more both pack the weight the same way: the same prologue)
+    small, large = plan.specialize({"batch": 5}), plan.specialize({"batch": 9})
+    assert small.prologue is not None and small.prologue is large.prologue
+    targets = [s for s in small.slots if (s.name or "").startswith("prologue:")]
+    assert targets and all(small.values[s.index] is large.values[s.index] for s in targets)
+    for step in range(2):
+        for batch in (5, 9):
+            xs = feed(batch, (32,), seed=batch)["x"]
+            np.testing.assert_allclose(plan.run({"x": xs})[0], xs @ (weight * 2.0), rtol=1e-5)
+        weight *= -1.0  # a write every specialisation must see
+        mg.weight_writes.written(weight)

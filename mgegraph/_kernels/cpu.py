@@ -134,7 +134,7 @@ class CpuExecutable:
         self.buffers = buffers
         self._lock = threading.Lock()
         self._assigned = _assigned_shared(plan, buffers)
-        self._prologue = None if plan.prologue is None else _Prologue(backend, plan.prologue)
+        self._prologue = None if plan.prologue is None else _Prologue.of(backend, plan.prologue)
         self._feed_group, self._output_group, groups = binding_groups(plan)
         self.executor.set_bindings(groups)
         self._own = {s: buffers[s].ctypes.data for s in (*self._feed_group, *self._output_group)}
@@ -297,6 +297,9 @@ def _assigned_shared(plan, buffers) -> list[np.ndarray]:
             if s in plan.shared and plan.slots[s].role == Role.PARAM]
 
 
+_PROLOGUES_LOCK = threading.Lock()
+
+
 class _Prologue:
     """A plan's prologue and the write counts of the weights it read at its last run.
 
@@ -309,17 +312,31 @@ class _Prologue:
         self.weights = [plan.values[s] for s in sorted(plan.shared)
                         if not (plan.slots[s].name or "").startswith(PLACEHOLDER)]
         self.epoch, self.seen = None, None
+        self._lock = threading.Lock()
         self.refresh()
+
+    @classmethod
+    def of(cls, backend, plan) -> _Prologue:
+        """The one state of the prologue ``plan``: the specialisations of a symbolic plan
+        share a prologue (its arrays), so it runs once for all of them, not per executable."""
+        with _PROLOGUES_LOCK:
+            state = plan._cache.get("cpu_prologue")
+            if state is None:
+                state = plan._cache["cpu_prologue"] = cls(backend, plan)
+            return state
 
     def refresh(self) -> None:
         """Run the prologue when a weight it reads was written since it last ran."""
         now = epoch()
         if now == self.epoch:
             return
-        seen = versions(self.weights)
-        if seen != self.seen:  # (counts taken before the run: a write during it is seen next)
-            self.run()
-        self.epoch, self.seen = now, seen
+        with self._lock:  # two executables sharing it: one runs it, the other waits
+            if now == self.epoch:
+                return
+            seen = versions(self.weights)
+            if seen != self.seen:  # (counts taken before the run: a write during it is next)
+                self.run()
+            self.epoch, self.seen = now, seen
 
     def run(self) -> None:
         CpuExecutable(self.backend, self.plan).run({})

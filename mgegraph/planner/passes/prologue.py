@@ -41,6 +41,45 @@ class Prologue:
 PLACEHOLDER = "prologue:"  # the name prefix of the main graph's params the prologue fills
 
 
+def structure_key(pro: Prologue) -> tuple:
+    """What makes two prologues compute the same arrays: their nodes (op, attributes, which
+    earlier output each input is, output types) and the identity of every weight and constant
+    array they read. The specialisations of one symbolic plan split off equal prologues (what
+    reads only weights does not depend on the batch), so they can share one, its compiled plan
+    and its output arrays (``mg.compile``'s store of prologues). The caller keeps the arrays
+    alive with the key, so an ``id`` in it is never a freed array's."""
+    where = {}
+    nodes = []
+    for i, node in enumerate(pro.graph.nodes):
+        for k, v in enumerate(node.outputs):
+            where[v.id] = (i, k)
+        array = pro.graph.values.get(node.outputs[0].id) if node.outputs else None
+        nodes.append((node.op.name, node.attrs, tuple(where[v.id] for v in node.inputs),
+                      tuple(v.type for v in node.outputs), _array_key(node, array)))
+    return tuple(nodes)
+
+
+SMALL_CONST = 64  # bytes: a constant this small is named by its value (the end marker, scalars)
+
+
+def _array_key(node, array):
+    if array is None or _is_target(node):
+        return None
+    if node.op.name == "const" and array.nbytes <= SMALL_CONST:
+        return array.tobytes()
+    return id(array)
+
+
+def _is_target(node) -> bool:
+    return node.op.name == "param" and node.attr["name"].startswith(PLACEHOLDER)
+
+
+def weight_arrays(pro: Prologue) -> list[np.ndarray]:
+    """The weight and constant arrays a prologue reads (what its structure key names by id)."""
+    return [a for n in pro.graph.nodes if n.outputs and not _is_target(n)
+            and (a := pro.graph.values.get(n.outputs[0].id)) is not None]
+
+
 def _weight_nodes(graph: Graph) -> set[int]:
     """``id`` of each computing node whose inputs are all weights (unassigned params, consts
     or values of such nodes), at least one of them a param's, whose results fit
