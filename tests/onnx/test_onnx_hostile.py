@@ -11,6 +11,8 @@ import pytest
 pytest.importorskip("onnx.helper")
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from onnx_builders import int64_tensor as _i64
+from onnx_builders import value_info as _vi
 
 import mgegraph.onnx as mo
 from mgegraph import cli
@@ -23,14 +25,6 @@ def _model(nodes, inputs=(), outputs=("y",), initializers=(), opset=17):
     outs = [helper.make_tensor_value_info(o, F32, None) for o in outputs]
     graph = helper.make_graph(nodes, "g", list(inputs), outs, list(initializers))
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def _vi(name, shape, dtype=F32):
-    return helper.make_tensor_value_info(name, dtype, shape)
-
-
-def _i64(name, value):
-    return numpy_helper.from_array(np.asarray(value, np.int64), name)
 
 
 def _f32(name, value):

@@ -11,18 +11,11 @@ import pytest
 pytest.importorskip("onnx.helper")
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from onnx_builders import model as _model
+from onnx_builders import value_info as _vi
 
 import mgegraph as mg
 import mgegraph.onnx as mo
-
-
-def _model(nodes, inputs, outputs, initializers=(), opset=17):
-    graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def _vi(name, shape, dtype=TensorProto.FLOAT):
-    return helper.make_tensor_value_info(name, dtype, shape)
 
 
 def test_importing_mgegraph_does_not_import_onnx():

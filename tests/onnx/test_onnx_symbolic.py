@@ -6,6 +6,9 @@ import pytest
 pytest.importorskip("onnx.helper")  # not "onnx": tests/onnx would import as it
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper
+from onnx_builders import int64_tensor as _ints
+from onnx_builders import model as _model
+from onnx_builders import value_info as _vi
 
 import mgegraph as mg
 import mgegraph.onnx as mo
@@ -13,19 +16,6 @@ from mgegraph.onnx.shape_feeds import ShapeFedPlan
 from mgegraph.symbolic_plan import SymbolicPlan
 
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
-
-
-def _model(nodes, inputs, outputs, initializers=(), opset=17):
-    graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def _vi(name, shape, dtype=F32):
-    return helper.make_tensor_value_info(name, dtype, shape)
-
-
-def _ints(name, values):
-    return numpy_helper.from_array(np.asarray(values, np.int64), name)
 
 
 def _ort(model, feeds):
