@@ -85,7 +85,7 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
         # the fixed size if there is one, else the simplest expression: the result's name
         chosen = fixed[0] if fixed else min(sizes, key=lambda d: (len(str(d)), str(d)))
         for d in sizes:
-            if d is not chosen:
+            if d != chosen:
                 facts.require_equal(d, chosen, f"broadcasting {_shapes_text(shapes)}")
         out.append(chosen)
     return tuple(out)
@@ -178,7 +178,8 @@ def tensor_type(shape, dtype) -> TensorType:
     except TypeError:
         raise GraphError(f"shape {shape!r} is not a sequence of ints (at {user_location()})") \
             from None
-    dims = tuple(as_dim(d, shape) for d in dims)
+    if not all(type(d) is int for d in dims):  # (ints alone, the common case, as they are)
+        dims = tuple(as_dim(d, shape) for d in dims)
     if any(isinstance(d, int) and d < 0 for d in dims):
         raise GraphError(f"negative dimension in shape {dims} (at {user_location()})")
     unsure = [d for d in dims if isinstance(d, Dim) and is_known_nonnegative(d) is not True]
