@@ -134,7 +134,9 @@ def _check_names_bound(graph: Graph) -> None:
     bound = graph.dim_names
     for node in graph.nodes:
         for v in node.outputs:
-            stray = v.type.symbolic and sorted(frozenset().union(*map(dim_names, v.type.shape)) - bound)
+            if not v.type.symbolic:
+                continue
+            stray = sorted(frozenset().union(*map(dim_names, v.type.shape)) - bound)
             if stray:
                 raise GraphError(f"{node.op.name} at {node.location} gives {v.type}, but no "
                                  f"input of the graph has {', '.join(stray)} as a dimension, "

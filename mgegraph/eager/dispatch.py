@@ -68,11 +68,6 @@ class EagerGraph(Graph):
         shown = attrs  # what recorders see: a symbolic-shape trace's names kept
         if mode.symbolic_trace is not None and attrs:
             attrs = bound_attrs(attrs, mode.symbolic_trace.bindings)
-        elif attrs and any(map(holds_dim, attrs.values())):
-            name = op if isinstance(op, str) else op.name
-            raise OpError(name, [getattr(v, "type", v) for v in inputs], "an eager tensor's "
-                          "sizes are numbers: a named dimension needs a graph input with named "
-                          "dimensions, or a trace(symbolic_shape=True)", user_location())
         for v in inputs:
             if type(v) is not Tensor and not isinstance(v, Tensor):
                 raise mixing_error(op, inputs)
@@ -267,6 +262,12 @@ def _prepare(op, inputs, attrs, memo: bool = True):
     if opdef.category == "source":
         raise OpError(opdef.name, in_types, "sources are made by mg.tensor and nn.Parameter in "
                       "eager mode", location)
+    # (here, once per cached entry: the entries are keyed by the attributes, so an op with a
+    # name among them always comes this way; a symbolic trace has bound its names already)
+    if any(map(holds_dim, full.values())):
+        raise OpError(opdef.name, in_types, "an eager tensor's sizes are numbers: a named "
+                      "dimension needs a graph input with named dimensions, or a "
+                      "trace(symbolic_shape=True)", location)
     try:
         types = tuple(type_of(t.shape, t.dtype) for t in opdef.infer(in_types, full))
     except (ValueError, TypeError) as exc:
