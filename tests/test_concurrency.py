@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+from threads import run_in_threads
 
 import mgegraph as mg
 import mgegraph.functional as F
@@ -105,20 +106,14 @@ def test_one_plan_from_many_threads_matches_serial_runs_bitwise():
              for i in range(8)]
     serial = [plan.run({"x": f}) for f in feeds]
     errors = []
-    barrier = threading.Barrier(8)
 
     def work(i):
-        barrier.wait()
         for _ in range(50):
             got = plan.run({"x": feeds[i]})
             if not all(np.array_equal(a, b) for a, b in zip(got, serial[i])):
                 errors.append(i)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert run_in_threads(work, [(i,) for i in range(8)]) == []
     assert errors == []
 
 
@@ -160,22 +155,11 @@ def _assert_threads_match_serial_steps(model_and_step):
 
 
 def _in_threads(work, counts):
-    barrier, errors = threading.Barrier(len(counts)), []
-
     def run(n):
-        barrier.wait()
-        try:
-            for _ in range(n):
-                work()
-        except BaseException as exc:  # noqa: BLE001  (reported by the main thread)
-            errors.append(exc)
+        for _ in range(n):
+            work()
 
-    threads = [threading.Thread(target=run, args=(n,)) for n in counts]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert run_in_threads(run, [(n,) for n in counts]) == []
 
 
 def test_a_traced_adam_step_from_two_threads_matches_serial_steps_bitwise():
@@ -229,20 +213,11 @@ def test_get_backend_from_many_threads_makes_one_backend():
     B.register_backend("slow_for_threads", factory)
     try:
         got = []
-        barrier = threading.Barrier(8)
-
-        def work():
-            barrier.wait()
-            got.append(B.get_backend("slow_for_threads"))
-
-        threads = [threading.Thread(target=work) for _ in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        raised = run_in_threads(lambda: got.append(B.get_backend("slow_for_threads")),
+                                [()] * 8)
     finally:
         B.unregister_backend("slow_for_threads")
-    assert len(made) == 1 and all(b is made[0] for b in got)
+    assert raised == [] and len(made) == 1 and all(b is made[0] for b in got)
 
 
 _BLAS_PLANS = None

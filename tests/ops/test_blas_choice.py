@@ -4,11 +4,11 @@ import json
 import os
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
+from threads import run_in_threads
 
 import mgegraph as mg
 from mgegraph._kernels import blas_select, blas_table, linalg
@@ -232,19 +232,11 @@ def test_a_split_gemm_gives_the_callers_blas_thread_count_back():
             plans[0].run({"x": x})
         assert blas_table.local_threads(7) == 7
         # two plans at once, from two threads: the last one out restores it
-        failures = []
 
         def runs(plan):
-            try:
-                for _ in range(50):
-                    plan.run({"x": x})
-            except Exception as exc:  # noqa: BLE001  reported below, in the test's thread
-                failures.append(exc)
+            for _ in range(50):
+                plan.run({"x": x})
 
-        threads = [threading.Thread(target=runs, args=(p,)) for p in plans]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        failures = run_in_threads(runs, [(p,) for p in plans])
         assert not failures
         assert blas_table.local_threads(before) == 7
