@@ -158,10 +158,14 @@ def test_the_recording_call_of_a_training_step_makes_one_step():
     assert model.weight.grad is not None and model.weight.grad.shape == (2, 4)
 
 
+def _sgd_on_ones(n):
+    """A parameter of ``n`` ones, SGD at lr 1 over it and a GradManager attached to it."""
+    p = nn.Parameter(np.ones(n, np.float32))
+    return p, mg.optim.SGD([p], lr=1.0), mg.GradManager().attach(p)
+
+
 def test_a_recording_call_that_raises_lands_no_state():
-    p = nn.Parameter(np.ones(2, np.float32))
-    opt = mg.optim.SGD([p], lr=1.0)
-    gm = mg.GradManager().attach(p)
+    p, opt, gm = _sgd_on_ones(2)
 
     @mg.jit.trace
     def step(x):
@@ -177,9 +181,7 @@ def test_a_recording_call_that_raises_lands_no_state():
 
 
 def test_a_traced_step_in_a_lazy_block_leaves_pending_values_as_recorded():
-    p = nn.Parameter(np.ones(3, np.float32))
-    opt = mg.optim.SGD([p], lr=1.0)
-    gm = mg.GradManager().attach(p)
+    p, opt, gm = _sgd_on_ones(3)
 
     @mg.jit.trace
     def step(x):
