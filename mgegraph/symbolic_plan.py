@@ -37,7 +37,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .host_memory import aligned_copy
-from .ir.dims import bare_name, bind_shape, shape_text
+from .ir.dims import bare_name, bind_shape, bindings_text, shape_text
 from .ir.errors import FeedError, GraphError
 from .ir.graph import Graph, Var
 from .ir.specialize import specialize
@@ -327,8 +327,7 @@ class SymbolicPlan:
             lines.append(f"the largest {formula.name} whose arena fits {human(budget)}: {what}")
         lines.append(f"cached specialisations: {len(held)} of {self.cache_size}")
         for bindings, plan in held:
-            bound = ", ".join(f"{n}={v}" for n, v in sorted(bindings.items()))
-            lines.append(f"-- {bound}")
+            lines.append(f"-- {bindings_text(bindings)}")
             lines += ["  " + line for line in plan.memory_report(top=top).splitlines()]
         return lines
 
@@ -364,8 +363,8 @@ class SymbolicPlan:
         lines.append(f"  cache: {len(held)} of {self.cache_size} specialised plans "
                      f"({self.specialisations} made)")
         for bindings, plan in held:
-            bound = ", ".join(f"{n}={v}" for n, v in sorted(bindings.items()))
-            lines.append(f"    {bound}: {len(plan.instructions)} instructions, arena "
+            lines.append(f"    {bindings_text(bindings)}: {len(plan.instructions)} "
+                         f"instructions, arena "
                          f"{plan.memory.arena_bytes}B")
         formula = self.memory_formula()
         if formula.arena is not None:

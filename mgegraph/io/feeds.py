@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir.dims import Relation, bare_name, bind_shape, evaluate
+from ..ir.dims import Relation, bare_name, bind_shape, bindings_text, evaluate
 from ..ir.errors import FeedError
 from .arrays import read_npy, type_text
 
@@ -30,7 +30,7 @@ class Binding:
 
     def __str__(self) -> str:
         """``batch=1 (batch: not given, its least value; --dim NAME=N sets it)``."""
-        text = ", ".join(f"{n}={v}" for n, v in sorted(self.values.items()))
+        text = bindings_text(self.values)
         if self.defaulted:
             text += (f" ({', '.join(self.defaulted)}: not given, its least value; "
                      "--dim NAME=N or an --input sets it)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.dims import bind_shape
+from ..ir.dims import bind_shape, bindings_text
 from ..ir.errors import FeedError, ModelFormatError
 from ..symbolic_plan import SymbolicPlan
 from .arrays import type_text
@@ -130,8 +130,7 @@ class Predictor:
             plan = make()
             problem = plan_bytes_problem(plan, self._limits)
         if problem:
-            bound = ", ".join(f"{n}={v}" for n, v in sorted(bindings.items()))
-            raise FeedError(f"{bound}: {problem} (runtime.load(limits=...))")
+            raise FeedError(f"{bindings_text(bindings)}: {problem} (runtime.load(limits=...))")
         return plan
 
 

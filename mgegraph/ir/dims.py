@@ -781,6 +781,12 @@ def bare_name(dim) -> str | None:
     return None
 
 
+def bindings_text(bindings) -> str:
+    """``batch=7, n=3``: names' values (a dict or (name, value) pairs) in the names' order."""
+    pairs = bindings.items() if isinstance(bindings, dict) else bindings
+    return ", ".join(f"{name}={value}" for name, value in sorted(pairs))
+
+
 def bind_shape(declared: tuple, actual: tuple, bindings: dict[str, int],
                what: str = "input") -> dict[str, int]:
     """Match a fed shape with a declared one, adding the names it binds to `bindings`.

@@ -8,7 +8,7 @@ numbers and checks what it could only record before. Params and constants keep t
 """
 from __future__ import annotations
 
-from .dims import Dim, substitute
+from .dims import Dim, bindings_text, substitute
 from .errors import FeedError, GraphError
 from .graph import Graph, Var
 from .types import TensorType
@@ -53,8 +53,8 @@ def specialize(graph: Graph, outputs, bindings: dict[str, int]) -> tuple[Graph, 
             for old, var in zip(node.outputs, made):
                 new[old.id] = var
     except GraphError as exc:
-        bound = ", ".join(f"{k}={v}" for k, v in sorted(bindings.items()))
-        raise FeedError(f"the graph cannot take the fed shapes ({bound}): {exc}") from None
+        raise FeedError(f"the graph cannot take the fed shapes ({bindings_text(bindings)}): "
+                        f"{exc}") from None
     return out, [new[v.id] for v in outputs]
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ...ir.dims import bindings_text
 from .report import human
 
 QUANTITIES = ("arena", "lower_bound", "persistent")
@@ -106,7 +107,7 @@ class MemoryFormula:
         """The formula as report lines."""
         if self.arena is None:
             return [f"no formula yet: {self.needs}"]
-        at = f" at {_bound_text(self.fixed)}" if self.fixed else ""
+        at = f" at {bindings_text(self.fixed)}" if self.fixed else ""
         values = ", ".join(str(dict(p.bindings)[self.name]) for p in self.points)
         out = []
         for q, label in zip(QUANTITIES, ("arena", "lower bound", "persistent")):
@@ -161,14 +162,10 @@ def _fit(xs: list[int], ys: list[int], alignment: int) -> Line:
 def _needs(points, names) -> str:
     names = sorted(names or {n for p in points for n, _ in p.bindings})
     example = names[0] if names else "batch"
-    held = "; ".join(_bound_text(p.bindings) for p in points) or "none"
+    held = "; ".join(bindings_text(p.bindings) for p in points) or "none"
     return (f"plans at two values of one name ({', '.join(names) or example}), the other "
             f"names the same, are needed; measured: {held}. plan.specialize({{{example!r}: "
             f"...}}) adds one")
-
-
-def _bound_text(bindings) -> str:
-    return ", ".join(f"{n}={v}" for n, v in bindings)
 
 
 def search_largest(arena_of, budget_bytes: int, low: int, high: int | None, guess: int,
