@@ -559,6 +559,33 @@ def _fold(dim, leaf):
     return total
 
 
+def fold(dim: Dim, name, number, ops: dict):
+    """Rebuild ``dim`` in another algebra (graph values, ONNX nodes) in the tree of its text
+    form (``str(dim)`` read with Python's precedence: terms left to right, constant last, a
+    leading minus on the first factor): ``name(text)`` and ``number(int >= 0)`` give the
+    leaves, ``ops`` maps ``"+"``, ``"-"``, ``"*"``, ``"//"`` (two operands) and ``"neg"`` (one)
+    to the operations. A floor's numerator has no negative coefficient, so an integer
+    division that truncates is floor division there."""
+    if not isinstance(dim, Dim):
+        return number(_as_int(dim, "a dimension"))
+    terms = dim._terms or (((), 0),)
+    ordered = [t for t in terms if t[0] != ()] + [t for t in terms if t[0] == ()]
+    total = None
+    for mono, coeff in ordered:
+        factors = [name(atom) if isinstance(atom, str)
+                   else ops["//"](fold(atom.num, name, number, ops), number(atom.den))
+                   for atom in mono]
+        if abs(coeff) != 1 or not mono:
+            factors.insert(0, number(abs(coeff)))
+        if total is None and coeff < 0:
+            factors[0] = ops["neg"](factors[0])
+        body = factors[0]
+        for factor in factors[1:]:
+            body = ops["*"](body, factor)
+        total = body if total is None else ops["-" if coeff < 0 else "+"](total, body)
+    return total
+
+
 def evaluate(dim: int | Dim, bindings: dict[str, int]) -> int:
     """The value of `dim` with its names bound.
 

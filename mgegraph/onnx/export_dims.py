@@ -4,19 +4,17 @@ from the inputs' shapes, so the model runs in ONNX Runtime at any size of the na
 
 Design: a name is read where an input binds it, ``Shape(input)`` -> ``Gather`` at the axis
 that is the name alone (one ``Shape`` per input, one ``Gather`` per name, shared by every use).
-An expression is written from its canonical text form (``shape_values.fold_dim``: read with
-Python's ``ast`` as data, never evaluated): sums, products and floor divisions become
-``Add``/``Sub``/``Mul``/``Div`` on 1-element int64 tensors. ONNX's integer ``Div`` truncates, which is floor division here because the numerator of a Dim's
-floor division is a size (never negative for sizes a shape rule accepts) and the divisor a
-positive integer.
+An expression is written through ``ir.dims.fold`` (its terms in the tree of its text form):
+sums, products and floor divisions become ``Add``/``Sub``/``Mul``/``Div`` on 1-element int64
+tensors. ONNX's integer ``Div`` truncates, which is floor division here because the numerator
+of a Dim's floor division has no negative coefficient and the divisor is a positive integer.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..ir.dims import Dim, bare_name
+from ..ir.dims import Dim, bare_name, fold
 from . import OnnxExportError
-from .shape_values import fold_dim
 
 
 def dim_param(d) -> int | str:
@@ -62,7 +60,7 @@ class DimWriter:
             return self.w.ints([int(d)])
         ops = {symbol: self._node(op) for symbol, op in
                (("+", "Add"), ("-", "Sub"), ("*", "Mul"), ("//", "Div"), ("neg", "Neg"))}
-        return fold_dim(d, self._size, lambda v: self.w.ints([v]), ops)
+        return fold(d, self._size, lambda v: self.w.ints([v]), ops)
 
     def _node(self, op: str):
         return lambda *ins: self.w.add(op, list(ins))[0]

@@ -13,13 +13,11 @@ value (a shape used as data) is computed at run time from the named sizes (``mat
 """
 from __future__ import annotations
 
-import ast
-
 import numpy as np
 from onnx import helper
 
 from .. import functional as F
-from ..ir.dims import Dim, is_known_nonnegative, names
+from ..ir.dims import Dim, fold, is_known_nonnegative, names
 
 # the ONNX integer dtypes a shape tensor may be cast to and stay a shape
 INTEGER = (np.dtype(np.int64), np.dtype(np.int32))
@@ -71,27 +69,6 @@ def objects(value) -> np.ndarray:
     return np.asarray(value).astype(object)
 
 
-def fold_dim(d: Dim, name, number, ops: dict):
-    """Rebuild ``d`` in another algebra (graph values, ONNX nodes) from its canonical text form
-    (``ir/dims.py``: ``2*batch + 1``, ``(h + 1)//2 - 1``), read with Python's ``ast`` as data,
-    never evaluated: ``name(text)`` and ``number(int)`` give the leaves, ``ops`` maps ``"+"``,
-    ``"-"``, ``"*"``, ``"//"`` (two operands) and ``"neg"`` (one) to the operations."""
-    def walk(node):
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return number(node.value)
-        if isinstance(node, ast.Name):
-            return name(node.id)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return ops["neg"](walk(node.operand))
-        if isinstance(node, ast.BinOp) and type(node.op) in _SYMBOLS:
-            return ops[_SYMBOLS[type(node.op)]](walk(node.left), walk(node.right))
-        raise ValueError(f"the size {d} has a form outside the Dim grammar")
-    return walk(ast.parse(str(d), mode="eval").body)
-
-
-_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//"}
-
-
 def materialize(value: ShapeValue, graph):
     """A graph value computing ``value`` at run time: each name is counted once as the sum
     of a fill of that many ones, and the expressions are computed from those counts, so a
@@ -107,7 +84,7 @@ def materialize(value: ShapeValue, graph):
         return graph.const(np.asarray([v], np.int64))
 
     ops = {"+": F.add, "-": F.sub, "*": F.mul, "//": F.floor_div, "neg": F.neg}
-    parts = [fold_dim(d, count, number, ops) if isinstance(d, Dim) else number(int(d))
+    parts = [fold(d, count, number, ops) if isinstance(d, Dim) else number(int(d))
              for d in value.items.reshape(-1)]
     flat = parts[0] if len(parts) == 1 else F.concat(parts, 0)
     out = F.reshape(flat, value.shape)

@@ -4,6 +4,7 @@ import ast
 import copy
 import doctest
 import inspect
+import operator
 import pickle
 
 import numpy as np
@@ -20,6 +21,7 @@ from mgegraph.ir.dims import (
     bind_shape,
     ceil_div,
     evaluate,
+    fold,
     is_known_nonnegative,
     known_positive,
     names,
@@ -408,3 +410,19 @@ def test_bind_shape_takes_integer_sizes_and_dims():
 
 def test_docstring_examples_hold():
     assert doctest.testmod(dims, optionflags=doctest.ELLIPSIS).failed == 0
+
+
+def test_fold_rebuilds_an_expression_in_the_tree_of_its_text():
+    text_tree = {"+": lambda a, b: f"({a} + {b})", "-": lambda a, b: f"({a} - {b})",
+                 "*": lambda a, b: f"({a}*{b})", "//": lambda a, b: f"({a}//{b})",
+                 "neg": lambda a: f"(-{a})"}
+    b, h = Dim("b"), Dim("h")
+    assert fold(3 * b - 1, str, str, text_tree) == "((3*b) - 1)"
+    assert fold((b + 1) // 2, str, str, text_tree) == "((b + 1)//2)"
+    assert fold(1 - b // 2, str, str, text_tree) == "((-(b//2)) + 1)"
+    assert fold(-2 * b * h, str, str, text_tree) == "(((-2)*b)*h)"
+    ints = {"+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.floordiv,
+            "neg": operator.neg}
+    for d in (3 * b - 1, (b + 1) // 2 - 1, 1 - b // 2, -2 * b * h + (h - 1) // 3):
+        for values in ({"b": 1, "h": 1}, {"b": 7, "h": 5}, {"b": 64, "h": 224}):
+            assert fold(d, values.get, int, ints) == evaluate(d, values)
