@@ -545,20 +545,6 @@ def names(dim: int | Dim) -> frozenset[str]:
     return frozenset(found)
 
 
-def _fold(dim, leaf):
-    """Rebuild `dim` with each name replaced by `leaf(name)`, through the arithmetic above."""
-    if not isinstance(dim, Dim):
-        return _as_int(dim, "a dimension")
-    total = 0
-    for mono, coeff in dim._terms:
-        value = coeff
-        for atom in mono:
-            value = value * (leaf(atom) if isinstance(atom, str)
-                             else _floordiv(_fold(atom.num, leaf), atom.den))
-        total = total + value
-    return total
-
-
 def fold(dim: Dim, name, number, ops: dict):
     """Rebuild ``dim`` in another algebra (graph values, ONNX nodes) in the tree of its text
     form (``str(dim)`` read with Python's precedence: terms left to right, constant last, a
@@ -584,6 +570,18 @@ def fold(dim: Dim, name, number, ops: dict):
             body = ops["*"](body, factor)
         total = body if total is None else ops["-" if coeff < 0 else "+"](total, body)
     return total
+
+
+# Python's arithmetic, Dim's included: folding with it rebuilds a Dim with its names replaced
+_ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul,
+               "//": _floordiv, "neg": operator.neg}
+
+
+def _fold(dim, leaf):
+    """Rebuild `dim` with each name replaced by `leaf(name)`, through the arithmetic above."""
+    if not isinstance(dim, Dim):
+        return _as_int(dim, "a dimension")
+    return fold(dim, leaf, int, _ARITHMETIC)
 
 
 def evaluate(dim: int | Dim, bindings: dict[str, int]) -> int:
