@@ -33,11 +33,14 @@ from .ops import get_op
 
 @dataclass(frozen=True)
 class Launch:
-    """How one node calls its kernel: integer and float parameters, and workspace bytes."""
+    """How one node calls its kernel: integer and float parameters, and workspace bytes;
+    ``path`` names the way a kernel of several ways takes (its parameters say which; "winograd,
+    2 threads"), for the reports and the measured choice (``compile(tune=...)``)."""
 
     ints: tuple[int, ...] = ()
     floats: tuple[float, ...] = ()
     workspace: int = 0
+    path: str = ""
 
 
 @dataclass(frozen=True)
@@ -52,13 +55,17 @@ class Kernel:
 @dataclass(frozen=True)
 class OpImpl:
     """How a backend runs one op: kernel family ``kernel`` (kernel ``f"{kernel}_{dtype}"``),
-    the ``dtypes`` it implements, ``lower`` (Node -> Launch), and which input's dtype picks the
-    kernel (``dispatch_input``; -1: the first output's)."""
+    the ``dtypes`` it implements, ``lower`` (Node -> Launch: the way the backend's rules
+    choose), which input's dtype picks the kernel (``dispatch_input``; -1: the first
+    output's), and ``candidates`` (Node -> tuple of Launches, each of a different ``path``:
+    every way the kernel computes the node, the rules' one among them), which
+    ``compile(tune="measure")`` times; None: one way only."""
 
     kernel: str
     dtypes: tuple[np.dtype, ...]
     lower: Callable
     dispatch_input: int = 0
+    candidates: Callable | None = None
 
     def dispatch_dtype(self, node) -> np.dtype:
         if self.dispatch_input >= 0 and node.inputs:
@@ -129,6 +136,8 @@ class Backend(Protocol):
     # exact_accumulate(matmul node): whether its addmm of that product rounds as the mul and
     # add it replaces (the accumulate pass at level 1 asks); None: no product does
     exact_accumulate: Callable | None
+    # times the candidate Launches of a node (compile(tune=...)); None: the rules decide
+    measurer: Measurer | None
 
     def impl(self, op: str) -> OpImpl | None:
         """How this backend runs ``op``; None when it does not."""
@@ -149,6 +158,22 @@ class Backend(Protocol):
         of arrays (inputs, outputs, then the workspace) and returning the kernel's status."""
 
 
+class Measurer(Protocol):
+    """How a backend times the ways its kernels can run a node, for the measured choice
+    (``compile(tune="measure")``, ``mgegraph/tuning.py``)."""
+
+    def machine(self) -> str:
+        """What a measurement holds for: the device's model and instruction sets, the threads
+        a plan may use and the build of the kernels (a choice stored under another is not
+        used)."""
+
+    def time(self, kernel: Kernel, node, launches: tuple[Launch, ...],
+             budget: float) -> list[float | None]:
+        """Seconds of one call of ``kernel`` with each of ``launches`` on buffers of the
+        node's types (None where the kernel refused the launch), within about ``budget``
+        seconds in all."""
+
+
 class KernelTable:
     """The common part of a backend: its ``OpImpl`` per op and the kernels they resolve to,
     keyed by (op, dtype). ``resolve`` maps kernel names to entries and fails at once (not at
@@ -159,6 +184,7 @@ class KernelTable:
     runs_prologue = False
     prepack: Callable | None = None
     exact_accumulate: Callable | None = None
+    measurer: Measurer | None = None
 
     def __init__(self, device: str):
         self.device = device
@@ -167,12 +193,12 @@ class KernelTable:
         self.entries: dict[str, object] = {}
 
     def implement(self, op: str, kernel: str, dtypes, lower: Callable,
-                  dispatch_input: int = 0) -> None:
+                  dispatch_input: int = 0, candidates: Callable | None = None) -> None:
         get_op(op)  # a typo in a backend's table fails here, naming the op
         if op in self.impls:
             raise GraphError(f"op {op!r} is implemented twice on {self.device!r}")
         self.impls[op] = OpImpl(kernel, tuple(np.dtype(d) for d in dtypes), lower,
-                                dispatch_input)
+                                dispatch_input, candidates)
 
     def resolve(self, entries: dict[str, object]) -> None:
         self.entries = dict(entries)
@@ -206,7 +232,8 @@ class KernelTable:
 
 
 # what the compiler reads of a backend, beyond the methods (KernelTable defaults the optional ones)
-CAPABILITIES = ("name", "alignment", "fusion", "runs_prologue", "prepack", "exact_accumulate")
+CAPABILITIES = ("name", "alignment", "fusion", "runs_prologue", "prepack", "exact_accumulate",
+                "measurer")
 
 
 def check_backend(backend) -> None:

@@ -31,11 +31,12 @@ from .planner.remat.remat import graph_flops, remat_options, split
 from .planner.remat.remat_report import RematReport
 from .planner.remat.remat_search import Judge, candidates, choose
 from .symbolic_plan import DEFAULT_CACHE_SIZE, SymbolicPlan
+from .tuning import Tuner, check_mode
 
 
 def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
             check_numerics: bool = False, freeze: bool = False, *,
-            cache_size: int = DEFAULT_CACHE_SIZE, warm=(), bounds=None,
+            cache_size: int = DEFAULT_CACHE_SIZE, warm=(), bounds=None, tune=None,
             _prologues: dict | None = None) -> Plan | SymbolicPlan:
     """Compile the graph that computes ``outputs`` into a Plan for ``device`` (one of
     ``mg.devices()``).
@@ -68,6 +69,13 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
     is the symbolic plan's own: the store through which its specialisations share one
     prologue, its compiled plan and its arrays.)
 
+    ``tune`` chooses among the ways a kernel can run an instruction (a convolution's paths,
+    a GEMM's, their threads; MegEngine's fast-run, ``mgegraph.tuning``): None (the default)
+    takes the choices stored for this machine and the backend's rules for the rest,
+    "measure" times every way on the instruction's shapes now and stores the fastest,
+    "cached" measures only what is not stored, "rules" ignores the store.
+    ``plan.kernels_report()`` says which way each instruction took and why.
+
     >>> plan = compile([y]); (out,) = plan.run({"x": x_value})
     """
     options = memory_options(memory)
@@ -86,11 +94,12 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
                          "mg.jit.trace")
     backend = get_backend(device)
     check_backend(backend)
+    check_mode(tune)
     _check_names_bound(graph)
     if graph.symbolic:
         given = {"device": device, "memory": memory, "optimize": optimize, "remat": remat_given,
                  "check_numerics": check_numerics, "freeze": freeze}
-        return _symbolic_plan(graph, outputs, given, cache_size, warm, bounds)
+        return _symbolic_plan(graph, outputs, given, cache_size, warm, bounds, tune)
     if warm or bounds:
         raise GraphError("compile(): warm= and bounds= are for a graph whose inputs name a "
                          "dimension; this graph's shapes are all numbers")
@@ -116,10 +125,12 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
     if report and backend.runs_prologue:
         graph, outputs, prologue = _prologue_plan(graph, outputs, device, memory,
                                                   check_numerics, report, _prologues)
+    tuner = Tuner(backend, tune)
     if remat is None:
-        plan = plan_of(lower(graph, outputs, backend), options)
+        plan = plan_of(lower(graph, outputs, backend, tuner=tuner), options)
     else:
-        plan = _remat_plan(graph, outputs, backend, options, remat)
+        plan = _remat_plan(graph, outputs, backend, options, remat, tuner)
+    tuner.save()
     source = PlanSource(snapshot(outputs_given[0].graph), tuple(outputs_given),
                         {"device": device, "memory": memory, "optimize": optimize,
                          "remat": remat_given, "check_numerics": bool(check_numerics),
@@ -143,7 +154,7 @@ def _check_names_bound(graph: Graph) -> None:
                                  "so no feed can give it a value")
 
 
-def _symbolic_plan(graph: Graph, outputs, options: dict, cache_size, warm, bounds):
+def _symbolic_plan(graph: Graph, outputs, options: dict, cache_size, warm, bounds, tune):
     """A SymbolicPlan over a snapshot of ``graph``: with ``freeze`` the weights become
     constants once, now, so every specialisation holds the same values."""
     source_graph = snapshot(graph)
@@ -153,7 +164,7 @@ def _symbolic_plan(graph: Graph, outputs, options: dict, cache_size, warm, bound
     prologues: dict = {}  # what reads only weights is the same at every binding: made once
 
     def compile_fixed(fixed_outputs):
-        return compile(fixed_outputs, **options, _prologues=prologues)
+        return compile(fixed_outputs, **options, tune=tune, _prologues=prologues)
     plan = SymbolicPlan(source_graph, outputs, compile_fixed, options, cache_size=cache_size,
                         warm=warm, bounds=bounds)
     # what a model file saves: the graph with the weights every specialisation uses
@@ -231,13 +242,14 @@ def evaluator(device: str):
     return evaluate
 
 
-def _remat_plan(graph: Graph, outputs, backend, options, remat) -> Plan:
+def _remat_plan(graph: Graph, outputs, backend, options, remat, tuner) -> Plan:
     """Rematerialisation runs after the graph passes, so that CSE cannot merge the clones back
     into their originals and the clones are the same fused kernels (bitwise the same results);
     every candidate is judged by its own memory plan."""
     s = split(graph, outputs)
     launches: dict = {}
-    judge = Judge(s, outputs, lambda g, outs, clones: lower(g, outs, backend, clones, launches),
+    judge = Judge(s, outputs,
+                  lambda g, outs, clones: lower(g, outs, backend, clones, launches, tuner),
                   options)
     pool, base_flops = candidates(s), graph_flops(graph)
 

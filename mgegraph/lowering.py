@@ -12,10 +12,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .backend import Launch
 from .ir.errors import OpError
 from .ir.graph import Graph, Var
 from .ir.types import TensorType
-from .plan import Instruction, Role, Slot
+from .plan import Choice, Instruction, Role, Slot
+
 
 def makes_view(node) -> bool:
     """Whether ``node``'s output 0 is its input 0's bytes (no kernel runs for it)."""
@@ -86,16 +88,25 @@ def _assigns_written_in_place(nodes, outputs) -> dict[int, Var]:
     return chosen
 
 
-def _launch(node, impl, launches: dict):
+def _launch(node, impl, kernel, launches: dict, tuner) -> tuple[Launch, Choice | None]:
+    """The node's launch and the choice of way it records: the backend's rules, or the tuner's
+    (``compile(tune=...)``)."""
     key = (node.op.name, node.attrs, tuple(v.type for v in node.inputs),
            tuple(v.type for v in node.outputs))
     try:
         return launches[key]
     except KeyError:
-        launches[key] = launch = impl.lower(node)
-        return launch
+        launches[key] = chosen = _chosen(node, impl, kernel, tuner)
+        return chosen
     except TypeError:  # an attribute that is not a plain immutable value: no memo
-        return impl.lower(node)
+        return _chosen(node, impl, kernel, tuner)
+
+
+def _chosen(node, impl, kernel, tuner) -> tuple[Launch, Choice | None]:
+    if tuner is not None:
+        return tuner.choose(node, impl, kernel)
+    launch = impl.lower(node)
+    return launch, (Choice(launch.path) if launch.path else None)
 
 
 @dataclass
@@ -121,12 +132,14 @@ def _mark_outputs(slots: list[Slot], outputs) -> None:
             slots[root] = replace(slots[root], role=Role.OUTPUT)
 
 
-def lower(graph: Graph, outputs, backend, clones=frozenset(), launches=None) -> Lowered:
+def lower(graph: Graph, outputs, backend, clones=frozenset(), launches=None,
+          tuner=None) -> Lowered:
     """Instructions in the graph's order. ``clones`` (id() of rematerialisation's recomputing
     nodes) each run after the last other instruction before them (``Lowered.after``).
     ``launches`` memoises the backend's lowerings (pure functions of the op, attributes and
     types) across nodes and calls: the layers of a deep network, and the candidate graphs of
-    rematerialisation, repeat the same nodes."""
+    rematerialisation, repeat the same nodes. ``tuner`` (a ``tuning.Tuner``) chooses the way
+    of each kernel that has several; None: the backend's rules."""
     launches = {} if launches is None else launches
     slots: list[Slot] = []
     slot_of: dict[int, int] = {}
@@ -168,7 +181,7 @@ def lower(graph: Graph, outputs, backend, clones=frozenset(), launches=None) -> 
                           f"device {backend.name!r} does not run {op.name!r}", node.location)
         try:
             kernel = backend.kernel(op.name, impl.dispatch_dtype(node))
-            launch = _launch(node, impl, launches)
+            launch, choice = _launch(node, impl, kernel, launches, tuner)
         except (ValueError, LookupError) as exc:
             raise OpError(op.name, [v.type for v in node.inputs], str(exc), node.location) from None
         for var in node.outputs:
@@ -187,7 +200,7 @@ def lower(graph: Graph, outputs, backend, clones=frozenset(), launches=None) -> 
             workspace = new_slot(TensorType((launch.workspace,), np.dtype(np.uint8)), Role.WORKSPACE)
         instructions.append(Instruction(
             op.name, kernel.name, ins_inputs, ins_outputs, workspace, launch.ints, launch.floats,
-            node.attrs, node.location))
+            node.attrs, node.location, choice))
     feeds = {name: slot_of[v.id] for name, v in graph.inputs.items()}
     shared = frozenset(slot_of[i] for i in graph.shared if i in slot_of)
     output_slots = tuple(slot_of[v.id] for v in outputs)

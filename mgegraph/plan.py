@@ -19,6 +19,7 @@ from .host_memory import aligned_empty
 from .ir.errors import FeedError, GraphError
 from .ir.printer import CATEGORY_COLOURS, OTHER_COLOUR, dot_text, format_attrs
 from .ir.types import TensorType
+from .kernels_report import KernelsReport
 from .ops import get_op
 from .planner.memory.plan import MemoryPlan
 from .planner.memory.report import memory_report
@@ -62,6 +63,21 @@ class Slot:
 
 
 @dataclass(frozen=True)
+class Choice:
+    """Which way (``path``) an instruction's kernel takes and how that was decided: ``how`` is
+    "rules" (the backend's rules, fitted to measurements on other machines), "measured" (timed
+    now, ``compile(tune="measure")``) or "cached" (timed before on this machine, read from the
+    store of ``mgegraph.tuning``); ``seconds`` of one call and the ``runner_up``'s (the fastest
+    other way) where measured."""
+
+    path: str
+    how: str = "rules"
+    seconds: float | None = None
+    runner_up: str | None = None
+    runner_up_seconds: float | None = None
+
+
+@dataclass(frozen=True)
 class Instruction:
     """One kernel call: ``kernel`` (a name in the plan's backend) on the ``inputs`` slots,
     writing the ``outputs`` slots, with its parameter block ``ints``/``floats`` and scratch
@@ -76,6 +92,9 @@ class Instruction:
     floats: tuple[float, ...]
     attrs: tuple
     location: str
+    # which way its kernel takes and why (None: a kernel of one way); not part of the plan's
+    # equality, which measured times would break
+    choice: Choice | None = field(default=None, compare=False)
 
     @property
     def buffers(self) -> tuple[int, ...]:
@@ -163,6 +182,13 @@ class Plan:
             raise GraphError("this plan was compiled without remat=; pass remat='auto', "
                              "'sqrt' or a byte budget to mg.compile")
         return self.remat.render(format)
+
+    def kernels_report(self) -> KernelsReport:
+        """Which way each instruction whose kernel has several takes (a convolution's path,
+        a GEMM's, their threads) and why: the backend's rules, measured now or stored for this
+        machine (``compile(tune=...)``), with the times of one call and the runner-up's where
+        measured. ``str()`` is a table, ``to_dict()`` plain data."""
+        return KernelsReport(self)
 
     def passes_report(self) -> str:
         """One line per graph pass that ran before planning: what it changed."""

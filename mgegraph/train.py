@@ -72,7 +72,7 @@ METRICS = {"accuracy": accuracy}
 
 def compile_train_step(model, loss_fn, optimizer, example_batch, metrics=(),
                        memory=None, optimize=1, remat=None, device="cpu",
-                       check_numerics=False, dynamic=False) -> TrainStep:
+                       check_numerics=False, dynamic=False, tune=None) -> TrainStep:
     """Compile ``loss_fn(model(x), y)``, its gradients and ``optimizer``'s update into one plan.
 
     ``example_batch`` gives the shapes and dtypes of every batch, except the dimensions
@@ -84,8 +84,9 @@ def compile_train_step(model, loss_fn, optimizer, example_batch, metrics=(),
     the Plan itself (``instructions``, ``memory_report()``). ``metrics`` names extra
     outputs computed in the same plan (``"accuracy"``); ``memory``, ``optimize``, ``remat``
     (sublinear memory: "sqrt", "auto" or a byte budget), ``device`` (one of
-    ``mg.devices()``) and ``check_numerics`` (a NumericsError at the first NaN/inf any
-    instruction writes, before it reaches the weights) are passed to ``mg.compile``. The
+    ``mg.devices()``), ``check_numerics`` (a NumericsError at the first NaN/inf any
+    instruction writes, before it reaches the weights) and ``tune`` (the measured choice of
+    the kernels' ways: "measure", "cached", "rules") are passed to ``mg.compile``. The
     model's parameters are updated in place, so ``model.state_dict()`` and plans from
     ``compile_module`` see the trained weights.
 
@@ -106,7 +107,7 @@ def compile_train_step(model, loss_fn, optimizer, example_batch, metrics=(),
         optimizer.build(g, {id(p): dg for p, dg in zip(params, grads)})
         extra = [METRICS[m](out, y) for m in metrics]
     plan = compile([F.reshape(loss, ())] + extra, device=device, memory=memory,
-                   optimize=optimize, remat=remat, check_numerics=check_numerics)
+                   optimize=optimize, remat=remat, check_numerics=check_numerics, tune=tune)
     return TrainStep(plan, optimizer, tuple(metrics))
 
 
@@ -121,9 +122,10 @@ class Predictor:
 
 def compile_module(model, example_inputs, memory=None, optimize=1, remat=None,
                    device="cpu", check_numerics=False, freeze=False, dynamic=False,
-                   warm=(), bounds=None) -> Predictor:
+                   warm=(), bounds=None, tune=None) -> Predictor:
     """Compile ``model(*inputs)`` for evaluation, reading the model's current weights;
-    ``memory``, ``optimize``, ``remat``, ``device``, ``check_numerics`` and ``freeze`` are
+    ``memory``, ``optimize``, ``remat``, ``device``, ``check_numerics``, ``freeze`` and
+    ``tune`` (the measured choice of the kernels' ways: "measure", "cached", "rules") are
     passed to ``mg.compile`` (an inference graph has no backward part, so remat finds nothing
     to recompute).
 
@@ -151,7 +153,7 @@ def compile_module(model, example_inputs, memory=None, optimize=1, remat=None,
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
     return Predictor(compile(outs, device=device, memory=memory, optimize=optimize,
                              remat=remat, check_numerics=check_numerics, freeze=freeze,
-                             warm=warm, bounds=bounds))
+                             warm=warm, bounds=bounds, tune=tune))
 
 
 class DataLoader:

@@ -30,6 +30,7 @@ from .launch import Launcher
 from .lowering.built import check_built
 from .lowering.conv import prepack_block
 from .lowering.matmul import accumulates_exactly
+from .measure import CpuMeasurer
 from .runtime import POISON_BYTES, POISON_FLOAT32, POISON_FLOAT64, Executor
 
 # Arena offsets are multiples of a cache line: no two buffers share one, and every vector load
@@ -54,6 +55,8 @@ class CpuBackend(KernelTable):
         self.prepack = prepack_block
         # whether addmm of a product rounds as the ops it replaces (accumulate at level 1)
         self.exact_accumulate = accumulates_exactly
+        # times the ways of a convolution or GEMM (compile(tune=...))
+        self.measurer = CpuMeasurer()
         check_built(runtime, KERNEL_STATUS=MESSAGES)  # the statuses a failed run reports
         lowering.implement_all(self)
         self.resolve(_kernel_addresses())

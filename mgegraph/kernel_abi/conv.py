@@ -36,23 +36,28 @@ def plain_launch(op, x, w, y, attrs, has_bias=False, relu=False) -> Launch:
 
 
 def _lowerings(launch):
-    def conv2d(node) -> Launch:
+    """Node -> ``launch(op, x, w, y, attrs, has_bias, relu)`` of the convolution of x by w
+    into y, for each of the three ops."""
+    def conv2d(node):
         x, w = node.inputs[:2]
         return launch("conv2d", x.type, w.type, node.outputs[0].type, node.attr,
                       len(node.inputs) == 3, node.attr["activation"] == "relu")
 
-    def backward_data(node) -> Launch:
+    def backward_data(node):
         w, dy = node.inputs
         return launch(node.op.name, node.outputs[0].type, w.type, dy.type, node.attr)
 
-    def backward_filter(node) -> Launch:
+    def backward_filter(node):
         x, dy = node.inputs
         return launch(node.op.name, x.type, node.outputs[0].type, dy.type, node.attr)
     return dict(zip(OPS, (conv2d, backward_data, backward_filter)))
 
 
-def implement(table, launch=plain_launch) -> None:
+def implement(table, launch=plain_launch, candidates=None) -> None:
     """Register conv2d and its gradients on ``table``; ``launch(op, x, w, y, attrs, has_bias,
-    relu)`` (types of the convolution of x by w into y) gives the device's block."""
+    relu)`` (types of the convolution of x by w into y) gives the device's block, and
+    ``candidates`` (the same arguments) the tuple of every way the device can run it
+    (``OpImpl.candidates``), where it has several."""
+    ways = _lowerings(candidates) if candidates is not None else {}
     for op, lower in _lowerings(launch).items():
-        table.implement(op, kernel=op, dtypes=FLOAT_DTYPES, lower=lower)
+        table.implement(op, kernel=op, dtypes=FLOAT_DTYPES, lower=lower, candidates=ways.get(op))

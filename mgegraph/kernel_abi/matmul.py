@@ -6,6 +6,7 @@ the workspace those take) is the device's choice: ``implement`` takes it as ``ge
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -35,13 +36,15 @@ def check_blas_dims(dtype, *dims) -> None:
 
 @dataclass(frozen=True)
 class Gemm:
-    """How a device runs one product: the block's threads, tiles and gemv_split fields, and
-    the workspace bytes they need."""
+    """How a device runs one product: the block's threads, tiles and gemv_split fields, the
+    workspace bytes they need, and the way's name for reports (``Launch.path``; empty where
+    the device has one way)."""
 
     threads: int = 1
     tiles: bool = False
     gemv_split: bool = False
     workspace: int = 0
+    path: str = ""
 
 
 def plain_gemm(dtype, m: int, n: int, k: int, transpose_b: bool) -> Gemm:
@@ -49,59 +52,63 @@ def plain_gemm(dtype, m: int, n: int, k: int, transpose_b: bool) -> Gemm:
     return Gemm()
 
 
-def _matmul_lower(gemm):
-    def lower(node) -> Launch:
-        a, b = node.inputs
-        a_batch, b_batch, batch, m, n, k = matmul_dims(a.type, b.type, node.attr)
-        ta = node.attr["transpose_a"] and a.ndim >= 2
-        tb = node.attr["transpose_b"] and b.ndim >= 2
-        sa = [s * m * k for s in broadcast_strides(a_batch, batch)]
-        sb = [s * k * n for s in broadcast_strides(b_batch, batch)]
-        if batch and not ta and a_batch == batch and not any(sb):
-            # Every batch shares one B and A's batches are contiguous rows: one tall GEMM.
-            m, batch, sa, sb = m * math.prod(batch), (), [], []
-        out = [s * m * n for s in contiguous_strides(batch)]
-        shape, (_, sa, sb) = collapse(batch, [out, sa, sb])
-        check_blas_dims(a.dtype, m, n, k)
-        run = gemm(a.dtype, m, n, k, tb)
+def _matmul_launches(node, gemms) -> tuple[Launch, ...]:
+    a, b = node.inputs
+    a_batch, b_batch, batch, m, n, k = matmul_dims(a.type, b.type, node.attr)
+    ta = node.attr["transpose_a"] and a.ndim >= 2
+    tb = node.attr["transpose_b"] and b.ndim >= 2
+    sa = [s * m * k for s in broadcast_strides(a_batch, batch)]
+    sb = [s * k * n for s in broadcast_strides(b_batch, batch)]
+    if batch and not ta and a_batch == batch and not any(sb):
+        # Every batch shares one B and A's batches are contiguous rows: one tall GEMM.
+        m, batch, sa, sb = m * math.prod(batch), (), [], []
+    out = [s * m * n for s in contiguous_strides(batch)]
+    shape, (_, sa, sb) = collapse(batch, [out, sa, sb])
+    check_blas_dims(a.dtype, m, n, k)
+    launches = []
+    for run in gemms(a.dtype, m, n, k, tb):
         head = pack(FIELDS["MATMUL_FIELDS"], m=m, n=n, k=k, transpose_a=ta, transpose_b=tb,
                     threads=run.threads, tiles=run.tiles, gemv_split=run.gemv_split,
                     ndim=len(shape))
-        return Launch((*head, *shape, *sa, *sb), workspace=run.workspace)
-    return lower
+        launches.append(Launch((*head, *shape, *sa, *sb), workspace=run.workspace,
+                               path=run.path))
+    return tuple(launches)
 
 
-def _linear_lower(gemm):
-    def lower(node) -> Launch:
-        x, w = node.inputs[:2]
-        m, (n, k) = math.prod(x.shape[:-1]), w.shape
-        check_blas_dims(x.dtype, m, n, k)
-        run = gemm(x.dtype, m, n, k, True)  # the weight is B^T
-        return Launch(pack(FIELDS["LINEAR_FIELDS"], m=m, n=n, k=k,
-                           has_bias=len(node.inputs) == 3,
-                           relu=node.attr["activation"] == "relu", threads=run.threads,
-                           tiles=run.tiles), workspace=run.workspace)
-    return lower
+def _linear_launches(node, gemms) -> tuple[Launch, ...]:
+    x, w = node.inputs[:2]
+    m, (n, k) = math.prod(x.shape[:-1]), w.shape
+    check_blas_dims(x.dtype, m, n, k)
+    return tuple(Launch(pack(FIELDS["LINEAR_FIELDS"], m=m, n=n, k=k,
+                             has_bias=len(node.inputs) == 3,
+                             relu=node.attr["activation"] == "relu", threads=run.threads,
+                             tiles=run.tiles), workspace=run.workspace, path=run.path)
+                 for run in gemms(x.dtype, m, n, k, True))  # the weight is B^T
 
 
-def _addmm_lower(gemm):
-    def lower(node) -> Launch:
-        c, a, b = node.inputs[:3]
-        _, _, _, m, n, k = matmul_dims(a.type, b.type, node.attr)
-        check_blas_dims(c.dtype, m, n, k)
-        tb = node.attr["transpose_b"]
-        run = gemm(c.dtype, m, n, k, tb)
-        ints = pack(FIELDS["ADDMM_FIELDS"], m=m, n=n, k=k,
-                    transpose_a=node.attr["transpose_a"], transpose_b=tb,
-                    has_scale=len(node.inputs) == 4, threads=run.threads, tiles=run.tiles,
-                    gemv_split=run.gemv_split)
-        return Launch(ints, (float(node.attr["alpha"]),), run.workspace)
-    return lower
+def _addmm_launches(node, gemms) -> tuple[Launch, ...]:
+    c, a, b = node.inputs[:3]
+    _, _, _, m, n, k = matmul_dims(a.type, b.type, node.attr)
+    check_blas_dims(c.dtype, m, n, k)
+    tb = node.attr["transpose_b"]
+    return tuple(Launch(pack(FIELDS["ADDMM_FIELDS"], m=m, n=n, k=k,
+                             transpose_a=node.attr["transpose_a"], transpose_b=tb,
+                             has_scale=len(node.inputs) == 4, threads=run.threads,
+                             tiles=run.tiles, gemv_split=run.gemv_split),
+                        (float(node.attr["alpha"]),), run.workspace, run.path)
+                 for run in gemms(c.dtype, m, n, k, tb))
 
 
-def implement(table, gemm=plain_gemm) -> None:
+LAUNCHES = {"matmul": _matmul_launches, "linear": _linear_launches, "addmm": _addmm_launches}
+
+
+def implement(table, gemm=plain_gemm, gemms=None) -> None:
     """Register matmul, linear and addmm on ``table``; ``gemm(dtype, m, n, k, transpose_b)``
-    says how the device runs each product (a ``Gemm``)."""
-    table.implement("matmul", kernel="matmul", dtypes=NUMERIC_DTYPES, lower=_matmul_lower(gemm))
-    table.implement("linear", kernel="linear", dtypes=FLOAT_DTYPES, lower=_linear_lower(gemm))
-    table.implement("addmm", kernel="addmm", dtypes=FLOAT_DTYPES, lower=_addmm_lower(gemm))
+    says how the device runs each product (a ``Gemm``), ``gemms`` (the same arguments) every
+    way it can (a tuple of them; ``OpImpl.candidates``), where it has several."""
+    for op, launches in LAUNCHES.items():
+        def lower(node, launches=launches):
+            return launches(node, lambda *dims: (gemm(*dims),))[0]
+        ways = None if gemms is None else functools.partial(launches, gemms=gemms)
+        table.implement(op, kernel=op, dtypes=NUMERIC_DTYPES if op == "matmul" else FLOAT_DTYPES,
+                        lower=lower, candidates=ways)

@@ -14,6 +14,7 @@ from ...ops.matmul import rows_by_weight
 from .. import blas_select, parallel
 from .. import conv as K
 from .built import check_built
+from .threads import thread_choices, way_label
 
 # a convolution below this many FLOPs runs on one thread (fork/join costs ~10 us)
 PARALLEL_FLOPS = 4_000_000
@@ -228,18 +229,23 @@ def _threads(batch, flops) -> int:
     return parallel.max_threads() if flops >= PARALLEL_FLOPS else 1
 
 
-def _conv_launch(op, x, w, y, attrs, has_bias=False, relu=False) -> Launch:
+def _conv_launch(op, x, w, y, attrs, has_bias=False, relu=False, way=None) -> Launch:
     """The Conv parameters of convolving x by w into y. The backward ops, which compute x or w
-    instead, walk the same layouts, so they take the same parameters."""
+    instead, walk the same layouts, so they take the same parameters. ``way`` (path, threads,
+    transposed) is a candidate of the measured choice; None: the rules choose."""
     oc, cg, (kh, kw), stride, padding, dilation = conv_geometry((x, w), attrs)
     groups, npix, kdim = attrs["groups"], y.shape[2] * y.shape[3], cg * kh * kw
-    path = _conv_path(op, x.dtype.name, (kh, kw), stride, padding, dilation,
-                      (cg, oc // groups), kdim * npix * x.dtype.itemsize, y.shape[2:],
-                      x.shape[0], groups)
+    if way is None:
+        path = _conv_path(op, x.dtype.name, (kh, kw), stride, padding, dilation,
+                          (cg, oc // groups), kdim * npix * x.dtype.itemsize, y.shape[2:],
+                          x.shape[0], groups)
+        threads = _threads(x.shape[0], 2 * x.shape[0] * oc * npix * kdim)
+        transposed = _transposed_pays(op, path, npix, oc // groups)
+    else:
+        path, threads, transposed = way
     ints = pack(abi.FIELDS, **abi.geometry(x, w, y, attrs), has_bias=has_bias,
                 path=K.CONV_PATHS[path], relu=relu, isa=K.BLOCKED_ISAS[_isa()],
-                threads=_threads(x.shape[0], 2 * x.shape[0] * oc * npix * kdim),
-                transposed=_transposed_pays(op, path, npix, oc // groups), packed=0)
+                threads=threads, transposed=transposed, packed=0)
     # the shifted path's leading dimension is one padded plane
     plane = (x.shape[2] + 2 * padding[0]) * (x.shape[3] + 2 * padding[1])
     # batched and winograd: GEMMs over every image's columns (or tiles, fewer than cells)
@@ -247,7 +253,42 @@ def _conv_launch(op, x, w, y, attrs, has_bias=False, relu=False) -> Launch:
     check_blas_dims(x.dtype, oc // groups, columns, kdim, plane if path == "shifted" else 0)
     # scratch for one (batch element, group), reused for all of them
     nelems = K.workspace_size(ints, op)
-    return Launch(ints, workspace=nelems * x.dtype.itemsize)
+    return Launch(ints, workspace=nelems * x.dtype.itemsize,
+                  path=way_label(path, threads, transposed))
+
+
+def applicable_paths(op, dtype, kernel, stride, padding, dilation, groups, cg,
+                     out_cols) -> tuple[str, ...]:
+    """Every path of ``PATHS`` that computes this convolution (the measured choice's
+    candidates): the direct GEMM alone where the input is its own im2col matrix."""
+    if cg == 0 or kernel == (1, 1) and stride == (1, 1) and padding == (0, 0):
+        return ("direct",)
+    paths = ["im2col"]
+    if op == "conv2d" and stride == (1, 1) and dilation == (1, 1):
+        paths.append("shifted")
+    if op == "conv2d" and groups == 1:
+        paths.append("batched")
+    if _winograd_applies(op, dtype, kernel, stride, padding, dilation, groups):
+        paths.append("winograd")
+    paths += _tiles_apply(op, dtype, kernel, stride, padding, dilation, out_cols)
+    return tuple(paths)
+
+
+def _conv_candidates(op, x, w, y, attrs, has_bias=False, relu=False) -> tuple[Launch, ...]:
+    """Every way the CPU computes this convolution: each applicable path (im2col's conv2d GEMM
+    also transposed) on each of ``thread_choices``."""
+    _, cg, kernel, stride, padding, dilation = conv_geometry((x, w), attrs)
+    paths = applicable_paths(op, x.dtype.name, kernel, stride, padding, dilation,
+                             attrs["groups"], cg, y.shape[3])
+    if x.shape[0] == 1 and "batched" in paths:  # one image: the same GEMM as im2col's
+        paths = tuple(p for p in paths if p != "batched")
+    launches = []
+    for path in paths:
+        for threads in thread_choices():
+            for transposed in (False, True) if op == "conv2d" and path == "im2col" else (False,):
+                launches.append(_conv_launch(op, x, w, y, attrs, has_bias, relu,
+                                             (path, threads, transposed)))
+    return tuple(launches)
 
 
 # -- conv2d on prepacked weights --------------------------------------------------------------
@@ -330,7 +371,7 @@ def _linear_block(node) -> int | None:
     return _block_for(outputs)
 
 
-def _packed_lower(node) -> Launch:
+def _packed_lower(node, threads=None) -> Launch:
     x, wp = node.inputs[:2]
     y, attrs = node.outputs[0], node.attr
     (kh, kw), block, isa = attrs["kernel_size"], wp.shape[-1], _isa()
@@ -340,14 +381,20 @@ def _packed_lower(node) -> Launch:
                          f"blocks of {' or '.join(map(str, K.packed_channels(isa)))} and no "
                          f"groups")
     (sh, sw), (ph, pw), (dh, dw) = attrs["stride"], attrs["padding"], attrs["dilation"]
-    flops = node.op.flops(node)
+    if threads is None:
+        threads = _threads(x.shape[0], node.op.flops(node))
     ints = pack(abi.FIELDS, batch=x.shape[0], cin=x.shape[1], h=x.shape[2], w=x.shape[3],
                 cout=y.shape[1], oh=y.shape[2], ow=y.shape[3], kh=kh, kw=kw, sh=sh, sw=sw,
                 ph=ph, pw=pw, dh=dh, dw=dw, groups=1, has_bias=len(node.inputs) == 3,
                 path=K.CONV_PATHS["gather"], relu=attrs["activation"] == "relu",
-                isa=K.BLOCKED_ISAS[isa], threads=_threads(x.shape[0], flops), transposed=0,
-                packed=block)
-    return Launch(ints, workspace=K.workspace_size(ints) * x.dtype.itemsize)
+                isa=K.BLOCKED_ISAS[isa], threads=threads, transposed=0, packed=block)
+    return Launch(ints, workspace=K.workspace_size(ints) * x.dtype.itemsize,
+                  path=way_label("gather packed", threads))
+
+
+def _packed_candidates(node) -> tuple[Launch, ...]:
+    """conv2d on packed weights runs on the gather tiles: its ways are its thread counts."""
+    return tuple(_packed_lower(node, threads) for threads in thread_choices())
 
 
 def _pack_lower(node) -> Launch:
@@ -364,8 +411,9 @@ def implement(table) -> None:
     if set(PATHS) != set(K.CONV_PATHS):
         raise ImportError(f"conv.pyx's paths {sorted(K.CONV_PATHS)} differ from the lowering's "
                           f"{sorted(PATHS)}")
-    abi.implement(table, launch=_conv_launch)
+    abi.implement(table, launch=_conv_launch, candidates=_conv_candidates)
     f32 = (np.dtype(np.float32),)
-    table.implement("conv2d_packed", kernel="conv2d", dtypes=f32, lower=_packed_lower)
+    table.implement("conv2d_packed", kernel="conv2d", dtypes=f32, lower=_packed_lower,
+                    candidates=_packed_candidates)
     table.implement("conv2d_pack_weight", kernel="conv2d_pack_weight", dtypes=f32,
                     lower=_pack_lower)

@@ -13,6 +13,7 @@ from .. import conv as C
 from .. import linalg as K
 from .. import parallel
 from .built import check_built
+from .threads import thread_choices, way_label
 
 # FLOPs one thread of a GEMM should have for a second to pay for the fork/join (~10 us asleep,
 # a few awake): 2 MFLOP is ~20 us of this machine's single-core sgemm
@@ -84,12 +85,33 @@ def _workspace(tiles, split, threads, n, k) -> int:
 
 def cpu_gemm(dtype, m: int, n: int, k: int, transpose_b: bool) -> Gemm:
     """How the CPU runs a product of C (m, n) over k: its column blocks, whether on the tiles
-    or a single row split over k, and the workspace that takes."""
+    or a single row split over k, and the workspace that take."""
     threads, tiles = gemm_threads(dtype, m, n, k), tiles_rule(dtype, m, n, k, transpose_b)
-    split = gemv_split(dtype, m, n, k, transpose_b, threads)
-    return Gemm(threads, tiles, split, _workspace(tiles, split, threads, n, k))
+    return _gemm(dtype, n, k, threads, tiles, gemv_split(dtype, m, n, k, transpose_b, threads))
+
+
+def _gemm(dtype, n, k, threads, tiles, split) -> Gemm:
+    way = "tiles" if tiles else "blas split k" if split else "blas"
+    return Gemm(threads, tiles, split, _workspace(tiles, split, threads, n, k),
+                way_label(way, threads) if dtype in FLOAT_DTYPES else "")
+
+
+def cpu_gemms(dtype, m: int, n: int, k: int, transpose_b: bool) -> tuple[Gemm, ...]:
+    """Every way the CPU runs the product (the measured choice's candidates): the BLAS and,
+    for float32 on AVX-512 with k up to TILE_MAX_K, the gather tiles, on each of
+    thread_choices; a single row times a stored B also split over k. Integers have one way."""
+    if dtype not in FLOAT_DTYPES:
+        return (cpu_gemm(dtype, m, n, k, transpose_b),)
+    tiles = (False, True) if tiles_rule(dtype, TILE_MIN_ROWS_BT, TILE_MIN_COLUMNS, k, False) \
+        else (False,)
+    ways = []
+    for threads in thread_choices():
+        splits = (False, True) if gemv_split(dtype, m, n, k, transpose_b, threads) else (False,)
+        ways += [_gemm(dtype, n, k, threads, t, split) for t in tiles for split in splits
+                 if not (t and split)]
+    return tuple(ways)
 
 
 def implement(table) -> None:
     check_built(K, **abi.FIELDS)
-    abi.implement(table, gemm=cpu_gemm)
+    abi.implement(table, gemm=cpu_gemm, gemms=cpu_gemms)

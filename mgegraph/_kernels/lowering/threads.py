@@ -1,5 +1,6 @@
 """The threads field of a memory-bound kernel's parameter block: the policy of
-_kernels/parallel.pyx (threads_for) applied to the bytes an instruction moves."""
+_kernels/parallel.pyx (threads_for) applied to the bytes an instruction moves; and the thread
+counts a measured choice tries (compile(tune=...)), with the names of its ways."""
 from __future__ import annotations
 
 from .. import parallel
@@ -17,3 +18,15 @@ def node_threads(node) -> int:
     2
     """
     return parallel.threads_for(moved_bytes(node))
+
+
+def thread_choices() -> tuple[int, ...]:
+    """The thread counts a measured choice tries for an instruction: one, the powers of two
+    between, and all the plan may use (parallel.max_threads)."""
+    most = parallel.max_threads()
+    return tuple(sorted({1, most, *(t for t in (2, 4, 8, 16, 32, 64) if t < most)}))
+
+
+def way_label(path: str, threads: int, transposed: bool = False) -> str:
+    """A Launch's ``path``: the kernel's way and its threads, "winograd, 2 threads"."""
+    return f"{path}{' transposed' if transposed else ''}, {threads} thread{'s' * (threads > 1)}"

@@ -1,0 +1,93 @@
+"""The CPU's measurer (``backend.Measurer``): how ``compile(tune="measure")`` times the ways a
+kernel can run an instruction (``OpImpl.candidates``: a convolution's paths, a GEMM's, their
+threads) on the instruction's own shapes.
+
+Design: each way runs through an eager ``Launcher`` on buffers of the node's types, 64-byte
+aligned as the arena's, the inputs random normal values (a kernel's time does not depend on
+them; no denormals), one workspace of the largest size the ways ask for. Every way is called
+once (its first call warms its code and the caches and is not counted; a way whose first call
+took over three times the fastest's cannot win and stops there), then the others take turns,
+call by call, so that a burst of load on the machine hits them all, until each ran ``ROUNDS``
+calls or the budget is spent; a way's time is its fastest call (load only adds time).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..host_memory import aligned_empty
+from . import blas_select, conv, linalg, parallel
+from .launch import Launcher
+
+ROUNDS = 5        # timed calls of each way still in the running, at most
+MIN_ROUNDS = 2    # timed calls of each, even past the budget
+HOPELESS = 3.0    # a first call this many times the fastest first call's: not timed further
+
+
+@functools.cache
+def _build_key() -> str:
+    """The CPU model, its tiles' instruction sets, the BLAS and a hash of the kernels' build
+    (a rebuilt conv or linalg module may change which way wins)."""
+    digest = hashlib.sha256()
+    for module in (conv, linalg):
+        digest.update(Path(module.__file__).read_bytes())
+    return "|".join([blas_select._cpu_model(), platform.machine(), ",".join(conv.blocked_isas()),
+                     blas_select.choice().name, digest.hexdigest()[:16]])
+
+
+def _random(t, rng) -> np.ndarray:
+    array = aligned_empty(t.shape, t.dtype)
+    if t.dtype.kind == "f":
+        array[...] = rng.standard_normal(t.shape)
+    else:
+        array[...] = rng.integers(-3, 4, t.shape) if t.dtype.kind != "b" else True
+    return array
+
+
+class CpuMeasurer:
+    """Times candidate launches of a node on this CPU."""
+
+    def machine(self) -> str:
+        return f"{_build_key()}|threads={parallel.max_threads()}"
+
+    def time(self, kernel, node, launches, budget: float) -> list[float | None]:
+        rng = np.random.default_rng(0)
+        inputs = [_random(v.type, rng) for v in node.inputs]
+        outputs = [aligned_empty(v.type.shape, v.type.dtype) for v in node.outputs]
+        workspace = aligned_empty((max(launch.workspace for launch in launches),), np.uint8)
+        calls = []
+        for launch in launches:
+            buffers = (*inputs, *outputs, *((workspace,) if launch.workspace else ()))
+            run = Launcher(kernel.entry, launch.ints, launch.floats, len(inputs), True)
+            calls.append(functools.partial(run, buffers))
+        return _race(calls, budget)
+
+
+def _race(calls, budget: float) -> list[float | None]:
+    """Each call's fastest time (None where its kernel refused), measured in turns."""
+    first: list[float | None] = []
+    for call in calls:
+        began = time.perf_counter()
+        status = call()
+        first.append(time.perf_counter() - began if status == 0 else None)
+    fastest = min((t for t in first if t is not None), default=None)
+    if fastest is None:
+        return first
+    best = [t if t is not None and t <= HOPELESS * fastest else None for t in first]
+    running = [i for i, t in enumerate(best) if t is not None]
+    best = [None] * len(calls)
+    deadline = time.perf_counter() + budget
+    for round_ in range(ROUNDS):
+        if round_ >= MIN_ROUNDS and time.perf_counter() > deadline:
+            break
+        for i in running:
+            began = time.perf_counter()
+            calls[i]()
+            took = time.perf_counter() - began
+            best[i] = took if best[i] is None else min(best[i], took)
+    return best

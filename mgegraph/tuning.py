@@ -1,0 +1,149 @@
+"""The measured choice of a kernel's way (MegEngine's fast-run): ``compile(tune=...)``.
+
+A backend may run a node several ways (a convolution's direct, im2col, Winograd or tiled paths,
+on one thread or several; a GEMM on its own tiles or the BLAS): its ``OpImpl.candidates`` lists
+them, its rules (``OpImpl.lower``) pick one by fits to measurements made on other machines. With
+``tune="measure"`` each instruction of such a node is timed every way on its own shapes (the
+backend's ``measurer``) and takes the fastest; the choice is stored per machine, op, types,
+attributes and build of the kernels, in ``$XDG_CACHE_HOME/mgegraph/kernel_choices.json``
+(``MGEGRAPH_TUNE_CACHE`` names another file), as the BLAS calibration is. The modes:
+
+- None (the default): a choice stored for this machine where there is one, else the rules;
+  nothing is measured.
+- "rules": the rules alone, whatever is stored.
+- "measure": time every way now (a few calls each within a budget) and store the choices.
+- "cached": the stored choices; what is missing is measured and stored.
+
+Every way computes the same values within the kernels' documented tolerance; the ways of one
+path on different thread counts give the same bits.
+
+Design: the store is one small JSON object (an entry per distinct instruction: ResNet-18 has
+about 20), read once per compile and written whole under a temporary name, so two processes
+tuning at once lose at most one's entries, never the file. A stored way that the backend no
+longer offers (a path renamed) is ignored and the rules decide.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from pathlib import Path
+
+from .backend import Launch
+from .disk_cache import cache_root
+from .plan import Choice
+
+MODES = (None, "rules", "measure", "cached")
+# seconds the measurer may spend on one instruction beyond one call of each way
+BUDGET = 0.05
+_lock = threading.Lock()  # one writer of the store per process
+
+
+def check_mode(tune) -> None:
+    """A ValueError naming the modes when ``tune`` is not one."""
+    if tune not in MODES:
+        raise ValueError(f"compile(tune={tune!r}): tune is one of None (stored choices, else "
+                         "the rules), 'rules', 'measure' or 'cached'")
+
+
+def store_path() -> Path:
+    """The file of the stored choices: ``$MGEGRAPH_TUNE_CACHE``, else ``kernel_choices.json`` in
+    the user's cache folder of mgegraph."""
+    given = os.environ.get("MGEGRAPH_TUNE_CACHE")
+    return Path(given) if given else cache_root() / "kernel_choices.json"
+
+
+def read_store(path: Path | None = None) -> dict[str, dict]:
+    """The stored choices by key; an unreadable or malformed file, or a malformed entry, is
+    none (it is measured again)."""
+    try:
+        data = json.loads((path or store_path()).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, dict) and _well_formed(v)}
+
+
+def _well_formed(entry: dict) -> bool:
+    seconds = entry.get("seconds")
+    return (isinstance(entry.get("path"), str) and isinstance(seconds, (int, float))
+            and seconds > 0 and isinstance(entry.get("runner_up", ""), (str, type(None))))
+
+
+def _write_store(entries: dict[str, dict], path: Path | None = None) -> None:
+    path = path or store_path()
+    with _lock:
+        data = read_store(path) | entries
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+            os.replace(tmp, path)  # a concurrent reader sees the old file or the new one
+        except OSError:
+            pass  # a read-only home: measured again next time, nothing else changes
+
+
+def entry_key(machine: str, node, kernel_name: str) -> str:
+    """What a choice holds for: the machine (the measurer's words), the kernel, the op's
+    attributes and the types of the node's inputs and outputs."""
+    text = json.dumps([machine, kernel_name, node.op.name, repr(node.attrs),
+                       [str(v.type) for v in node.inputs], [str(v.type) for v in node.outputs]])
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+class Tuner:
+    """The choices of one compile: ``choose(node, impl, kernel)`` for each instruction whose
+    kernel has several ways, then ``save()`` stores what was measured."""
+
+    def __init__(self, backend, mode):
+        check_mode(mode)
+        self.mode = mode
+        self.measurer = backend.measurer
+        self.measured: dict[str, dict] = {}
+        self._stored: dict[str, dict] | None = None  # read at the first instruction that asks
+
+    def _entry(self, key: str) -> dict | None:
+        if self._stored is None:
+            self._stored = read_store()
+        return self._stored.get(key)
+
+    def choose(self, node, impl, kernel) -> tuple[Launch, Choice | None]:
+        """The launch the node runs with and the choice it records."""
+        rules = impl.lower(node)
+        by_rules = rules, (Choice(rules.path) if rules.path else None)
+        if impl.candidates is None or self.measurer is None or self.mode == "rules":
+            return by_rules
+        key = entry_key(self.measurer.machine(), node, kernel.name)
+        entry = None if self.mode == "measure" else self._entry(key)
+        if entry is None and self.mode is None:
+            return by_rules
+        ways = {c.path: c for c in impl.candidates(node)}
+        ways.setdefault(rules.path, rules)
+        if len(ways) == 1:
+            return by_rules
+        if entry is not None and entry["path"] in ways:
+            return ways[entry["path"]], _choice(entry, "cached")
+        if self.mode is None:  # a stored way the backend no longer has
+            return by_rules
+        launches = tuple(ways.values())
+        times = self.measurer.time(kernel, node, launches, BUDGET)
+        ranked = sorted((t, launch.path) for t, launch in zip(times, launches) if t is not None)
+        if not ranked:  # every way refused: the rules' launch fails the run as it would have
+            return by_rules
+        entry = {"path": ranked[0][1], "seconds": ranked[0][0],
+                 "runner_up": ranked[1][1] if len(ranked) > 1 else None,
+                 "runner_up_seconds": ranked[1][0] if len(ranked) > 1 else None}
+        self.measured[key] = entry
+        return ways[entry["path"]], _choice(entry, "measured")
+
+    def save(self) -> None:
+        """Store the choices measured (nothing when none was)."""
+        if self.measured:
+            _write_store(self.measured)
+
+
+def _choice(entry: dict, how: str) -> Choice:
+    return Choice(entry["path"], how, entry["seconds"], entry.get("runner_up"),
+                  entry.get("runner_up_seconds"))
