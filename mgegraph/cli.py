@@ -4,6 +4,7 @@ subcommand over the library's own calls.
     mgegraph demo                                   # train on digits, save digits_cnn.mgm
     mgegraph run digits_cnn.mgm --input input0=x.npy -o y.npz
     mgegraph report digits_cnn.mgm --json --dim batch=8
+    mgegraph tune digits_cnn.mgm --dim batch=8       # measure its kernels' ways, store them
     mgegraph viz digits_cnn.mgm -o plan.html
     mgegraph profile digits_cnn.mgm --runs 20 --trace trace.json
     mgegraph convert model.onnx -o model.mgm
@@ -38,6 +39,7 @@ from .io.feeds import binding, feeds_and_binding, read_feeds
 from .io.model_file import input_types, output_types
 from .ir.errors import FeedError, GraphError, KernelError, ModelFormatError
 from .symbolic_plan import SymbolicPlan
+from .tuning import store_path
 
 PROG = "mgegraph"
 VIZ_FORMATS = (".html", ".svg", ".dot")
@@ -129,8 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true",
                         help="show the full traceback of an error instead of one line")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for add in (_add_demo, _add_run, _add_report, _add_viz, _add_profile, _add_convert,
-                _add_bench):
+    for add in (_add_demo, _add_run, _add_report, _add_tune, _add_viz, _add_profile,
+                _add_convert, _add_bench):
         command = add(sub)
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help="show the full traceback of an error instead of one line")
@@ -170,6 +172,24 @@ def _add_report(sub):
     _add_input(p, "a model with named dimensions: report its plan for the shape of FILE.npy")
     _add_dim(p)
     p.set_defaults(func=cmd_report)
+    return p
+
+
+def _add_tune(sub):
+    p = sub.add_parser("tune", help="measure the ways of a saved model's kernels on this "
+                       "machine and store the fastest",
+                       description="Time every way each convolution and matrix product of the "
+                       "model's plan can run (paths, threads) on its shapes, keep the fastest "
+                       "and store the choices for this machine (mg.compile tune=\"measure\"), "
+                       "so that loading the model here later uses them. What is stored "
+                       "already is kept unless --again.")
+    p.add_argument("model", help="a model file written by mg.save")
+    p.add_argument("--again", action="store_true",
+                   help="measure every instruction again, stored or not")
+    p.add_argument("--json", action="store_true", help="the choices as one JSON object")
+    _add_input(p, "a model with named dimensions: tune its plan for the shape of FILE.npy")
+    _add_dim(p)
+    p.set_defaults(func=cmd_tune)
     return p
 
 
@@ -360,6 +380,24 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_tune(args) -> int:
+    """``mgegraph tune MODEL [--again] [--dim NAME=N]``: measure and store the kernels' ways of
+    the model's plan (for the binding given, with named dimensions)."""
+    _not_onnx(args.model)
+    predictor = runtime.load(args.model, tune="measure" if args.again else "cached")
+    plan, bound = _specialised(predictor, args)
+    report = plan.kernels_report()
+    if args.json:
+        print(json.dumps({"model": args.model, "store": str(store_path()),
+                          "bindings": dict(bound.values) if bound else {},
+                          **report.to_dict()}, indent=1))
+        return 0
+    print(f"{args.model}" + (f" (the plan for {bound})" if bound else "")
+          + f": choices stored in {store_path()}")
+    print(report)
+    return 0
+
+
 def cmd_viz(args) -> int:
     """``mgegraph viz MODEL -o FILE.html|.svg|.dot [--profile N]``: the format is the file's
     suffix; ``--profile`` runs the model N times first, so the page shows each instruction's
@@ -544,6 +582,7 @@ def model_report(path: str, loaded, bound=None) -> dict:
         "memory": json.loads(plan.memory_report(format="json")),
         "passes": [{"name": name, "changes": stats} for name, stats in plan.passes],
         "remat": json.loads(plan.remat_report("json")) if plan.remat is not None else None,
+        "kernels": plan.kernels_report().to_dict()["instructions"],
     }
     if symbolic:
         report["symbolic"] = _symbolic_entry(loaded.plan, bound)
@@ -578,7 +617,7 @@ def _model_text(report: dict, plan, bound=None) -> str:
         f"  inputs   {io(report['inputs'])}", f"  outputs  {io(report['outputs'])}",
         *_symbolic_lines(report.get("symbolic"), bound),
         "", "memory", plan.memory_report(), "", "passes", plan.passes_report(),
-        "", "remat", remat])
+        "", "remat", remat, "", str(plan.kernels_report())])
 
 
 def _symbolic_lines(entry: dict | None, bound) -> list[str]:

@@ -230,7 +230,8 @@ def test_report_text_has_memory_passes_and_remat(capsys, files):
     assert "  inputs   x: float32[4, 3]\n" in out
     assert f"\nmemory\n{plan.memory_report()}\n" in out
     assert f"\npasses\n{plan.passes_report()}\n" in out
-    assert out.endswith("\nremat\nnot compiled with remat=\n")
+    assert "\nremat\nnot compiled with remat=\n" in out
+    assert out.endswith(f"\n{plan.kernels_report()}\n")
 
 
 def test_report_of_a_remat_plan_includes_its_remat_report(capsys, tmp_path):

@@ -31,6 +31,7 @@ from ..plan import Plan
 from ..planner.memory.plan import MemoryOptions
 from ..planner.remat.remat import RematOptions
 from ..symbolic_plan import SymbolicPlan
+from ..tuning import check_mode
 from .container import Container, Limits, fail, write
 from .graph_json import (
     DTYPES,
@@ -180,7 +181,10 @@ def encode_options(options: dict) -> dict:
 
 
 def decode_options(value, limits: Limits, symbolic: bool = False) -> dict:
-    accepted = set(inspect.signature(compile).parameters) - {"outputs"}
+    # what the file may say of its plan: not the compiler's private arguments, nor how this
+    # machine chooses its kernels' ways (tune)
+    accepted = {name for name in inspect.signature(compile).parameters
+                if not name.startswith("_")} - {"outputs", "tune"}
     options = fields(value, {"device"}, "options", accepted)
     device, optimize = options["device"], options.get("optimize", 1)
     if type(device) is not str:
@@ -246,8 +250,10 @@ def _option(value, cls, key: str):
 
 
 # -- loading -------------------------------------------------------------------------------------
-def read(path, limits: Limits | None = None, device: str | None = None):
-    """The contents of a model file, validated: a LoadedModel, or a dict for a state dict."""
+def read(path, limits: Limits | None = None, device: str | None = None, tune=None):
+    """The contents of a model file, validated: a LoadedModel, or a dict for a state dict.
+    ``device`` and ``tune`` (``mg.compile``'s) are this machine's choices, not the file's."""
+    check_mode(tune)  # the caller's mistake, said before the file is read
     limits = Limits() if limits is None else limits
     with Container(path, limits) as container:
         description = container.description
@@ -264,7 +270,7 @@ def read(path, limits: Limits | None = None, device: str | None = None):
             _check_unused(container, used)
     if kind == "state_dict":
         return state
-    return _compile(description, kind, graph, variables, limits, device, symbolic)
+    return _compile(description, kind, graph, variables, limits, device, symbolic, tune)
 
 
 def _read_state(container) -> dict:
@@ -291,7 +297,8 @@ def _check_unused(container, used: set) -> None:
         fail(f"members {sorted(unused)[:10]} are listed but nothing uses them")
 
 
-def _compile(description, kind, graph, variables, limits, device, symbolic) -> LoadedModel:
+def _compile(description, kind, graph, variables, limits, device, symbolic,
+             tune=None) -> LoadedModel:
     inputs, outputs = description["inputs"], description["outputs"]
     if type(inputs) is not list or type(outputs) is not list or not outputs:
         fail("inputs and outputs must be lists (and a model has an output)")
@@ -321,6 +328,7 @@ def _compile(description, kind, graph, variables, limits, device, symbolic) -> L
     options = decode_options(description["options"], limits, symbolic)
     if device is not None:
         options["device"] = device
+    options["tune"] = tune
     for bindings in options.get("warm", ()):
         problem = sizes_problem(graph, bindings, limits)
         if problem:

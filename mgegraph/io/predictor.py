@@ -134,25 +134,28 @@ class Predictor:
         return plan
 
 
-def load(path, limits: Limits | None = None, device: str | None = None):
+def load(path, limits: Limits | None = None, device: str | None = None, tune=None):
     """What ``mg.save`` wrote: a ``Predictor`` for a model (``.run(feeds)``, its input and
     output names, shapes and dtypes; ``.plan``), a dict of arrays for a state dict.
-    ``device`` compiles the model for another device than the one it was saved from.
+    ``device`` compiles the model for another device than the one it was saved from;
+    ``tune`` chooses its kernels' ways as ``mg.compile``'s does (None: those stored for this
+    machine, by ``mgegraph tune MODEL`` or an earlier ``tune="measure"``, else the rules).
 
     >>> weights = mg.load("weights.mgm"); model.load_state_dict(weights)
     """
-    loaded = read(path, limits, device)
+    loaded = read(path, limits, device, tune)
     return loaded if isinstance(loaded, dict) else Predictor(loaded, limits)
 
 
-def load_predictor(path, limits: Limits | None = None, device: str | None = None) -> Predictor:
+def load_predictor(path, limits: Limits | None = None, device: str | None = None,
+                   tune=None) -> Predictor:
     """The model saved at ``path`` (``mg.save``), validated, compiled and ready to run;
     a ``ModelFormatError`` names what is wrong with a broken or hostile file, or says that
     the file holds weights only.
 
     >>> predictor = runtime.load("model.mgm"); outputs = predictor.run([x])
     """
-    loaded = read(path, limits, device)
+    loaded = read(path, limits, device, tune)
     if not isinstance(loaded, LoadedModel):
         raise ModelFormatError(f"model file: {path!r} holds a state dict (weights only), not "
                                "a model; mg.load it and load_state_dict the weights")

@@ -333,6 +333,12 @@ def test_wrong_attribute_and_input_types(tmp_path, model_bytes):
     refused(tmp_path, with_json(model_bytes, lambda d: d["options"].update(memory=[1])),
             "options.memory")
     refused(tmp_path, with_json(model_bytes, lambda d: d["options"].update(evil=1)), "options")
+    # how this machine chooses its kernels' ways, and the compiler's private store, are not a
+    # file's to say: a file cannot make loading it measure anything
+    refused(tmp_path, with_json(model_bytes, lambda d: d["options"].update(tune="measure")),
+            "options")
+    refused(tmp_path, with_json(model_bytes, lambda d: d["options"].update(_prologues=True)),
+            "options")
     refused(tmp_path, with_json(model_bytes, lambda d: d["outputs"][0].update(var=10**6)),
             "unknown value")
 
