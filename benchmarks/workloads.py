@@ -116,9 +116,10 @@ def mlp_infer(batch: int) -> dict:
         h = h @ g.param(f"w{k}", w) + g.param(f"b{k}", b)
         if k < len(weights) - 1:
             h = F.relu(h)
-    plan = mg.compile([h])
+    plan = mg.compile([h], tune="rules")
+    tuned = mg.compile([h], tune="cached")  # the kernels' ways measured on this machine
     feeds = {"x": x0}
-    plan.run(feeds)
+    np.testing.assert_allclose(tuned.run(feeds)[0], plan.run(feeds)[0], rtol=1e-4, atol=1e-4)
 
     # The physical limit: the same GEMMs back to back on preallocated buffers through the BLAS
     # mgegraph's kernels call, as they call it (blas_gemm: a gemv for one row, else a gemm).
@@ -140,6 +141,7 @@ def mlp_infer(batch: int) -> dict:
         return a
 
     impls = {GEMMS_ONLY: gemms_only, "mgegraph plan.run": lambda: plan.run(feeds),
+             "mgegraph tuned": lambda: tuned.run(feeds),
              "mgegraph nn.Linear": _linear_mlp(weights, x0, plan.run(feeds)[0]),
              "numpy eager": numpy_eager}
     torch = _torch()

@@ -138,6 +138,9 @@ class Backend(Protocol):
     exact_accumulate: Callable | None
     # times the candidate Launches of a node (compile(tune=...)); None: the rules decide
     measurer: Measurer | None
+    # packed_blocks(conv2d node): the blocks its packed kernel can read the weights in, which a
+    # measured choice times against the unpacked ways; None: the rules' prepack decides alone
+    packed_blocks: Callable | None
 
     def impl(self, op: str) -> OpImpl | None:
         """How this backend runs ``op``; None when it does not."""
@@ -185,6 +188,7 @@ class KernelTable:
     prepack: Callable | None = None
     exact_accumulate: Callable | None = None
     measurer: Measurer | None = None
+    packed_blocks: Callable | None = None
 
     def __init__(self, device: str):
         self.device = device
@@ -233,7 +237,7 @@ class KernelTable:
 
 # what the compiler reads of a backend, beyond the methods (KernelTable defaults the optional ones)
 CAPABILITIES = ("name", "alignment", "fusion", "runs_prologue", "prepack", "exact_accumulate",
-                "measurer")
+                "measurer", "packed_blocks")
 
 
 def check_backend(backend) -> None:

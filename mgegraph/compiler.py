@@ -107,9 +107,11 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
         options = replace(options, alignment=backend.alignment)
     if freeze:
         graph, outputs = frozen(graph, outputs)
+    tuner = Tuner(backend, tune)
+    packing = tuner.packing(backend.prepack, backend)
     graph, outputs, report = optimize_graph(graph, outputs, optimize, check=checks_enabled(),
                                             evaluate=evaluator(device),
-                                            fusion=backend.fusion, prepack=backend.prepack,
+                                            fusion=backend.fusion, prepack=packing,
                                             runs=lambda op: backend.impl(op) is not None,
                                             exact=backend.exact_accumulate)
     if freeze and report:
@@ -117,7 +119,7 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
         report.append(("fold_weights", refold))
         if backend.prepack is not None and "prepack" in dict(report):
             # the weights folded just now are consts: the pass packs them itself
-            repacked = prepack(graph, outputs, backend.prepack)
+            repacked = prepack(graph, outputs, packing)
             graph, outputs = repacked.graph, repacked.outputs
             report.append(("prepack_folded", repacked.stats))
     graph, outputs = _before_updates(graph, outputs)
@@ -125,7 +127,6 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
     if report and backend.runs_prologue:
         graph, outputs, prologue = _prologue_plan(graph, outputs, device, memory,
                                                   check_numerics, report, _prologues)
-    tuner = Tuner(backend, tune)
     if remat is None:
         plan = plan_of(lower(graph, outputs, backend, tuner=tuner), options)
     else:

@@ -31,12 +31,14 @@ import threading
 from pathlib import Path
 
 from .backend import Launch
+from .ir.graph import Graph
+from .ops.conv import weight_dims
 from .disk_cache import cache_root
 from .plan import Choice
 
 MODES = (None, "rules", "measure", "cached")
 # seconds the measurer may spend on one instruction beyond one call of each way
-BUDGET = 0.05
+BUDGET = 0.02
 _lock = threading.Lock()  # one writer of the store per process
 
 
@@ -116,7 +118,7 @@ class Tuner:
         if impl.candidates is None or self.measurer is None or self.mode == "rules":
             return by_rules
         key = entry_key(self.measurer.machine(), node, kernel.name)
-        entry = None if self.mode == "measure" else self._entry(key)
+        entry = self.measured.get(key) or (None if self.mode == "measure" else self._entry(key))
         if entry is None and self.mode is None:
             return by_rules
         ways = {c.path: c for c in impl.candidates(node)}
@@ -124,7 +126,8 @@ class Tuner:
         if len(ways) == 1:
             return by_rules
         if entry is not None and entry["path"] in ways:
-            return ways[entry["path"]], _choice(entry, "cached")
+            how = "measured" if self.measured.get(key) is entry else "cached"
+            return ways[entry["path"]], _choice(entry, how)
         if self.mode is None:  # a stored way the backend no longer has
             return by_rules
         launches = tuple(ways.values())
@@ -138,6 +141,55 @@ class Tuner:
         self.measured[key] = entry
         return ways[entry["path"]], _choice(entry, "measured")
 
+    def packing(self, block_of, backend):
+        """The prepack pass's question (``block_of(conv2d node)``: the block of output channels
+        to pack its weights in, or None), answered by measuring where tuning: the node's
+        fastest way unpacked against conv2d on weights packed in each block the backend's
+        packed kernel takes, threads included. Linear layers and matmuls keep the rules'
+        answer."""
+        if (block_of is None or self.measurer is None or backend.packed_blocks is None
+                or self.mode == "rules"):
+            return block_of
+
+        def measured_block(node):
+            rule = block_of(node)
+            if node.op.name != "conv2d":
+                return rule
+            key = entry_key(self.measurer.machine(), node, "prepack")
+            entry = self.measured.get(key) or (
+                None if self.mode == "measure" else self._entry(key))
+            if entry is None and self.mode is not None:
+                entry = self._race_packing(node, rule, backend, key)
+            if entry is None or entry["path"] == "unpacked":
+                return None if entry is not None else rule
+            return int(entry["path"].split()[-1])
+        return measured_block
+
+    def _race_packing(self, node, rule, backend, key) -> dict | None:
+        """Time the node unpacked (its fastest way) and packed in each block tried (the rules'
+        block and the others the packed op takes, ``backend.packed_blocks``)."""
+        times = {}
+        impl = backend.impl(node.op.name)
+        kernel = backend.kernel(node.op.name, node.inputs[0].dtype)
+        unpacked, choice = self.choose(node, impl, kernel)
+        if choice is not None and choice.seconds is not None:
+            times["unpacked"] = choice.seconds
+        for block in backend.packed_blocks(node):
+            packed = packed_node(node, block)
+            p_impl = backend.impl(packed.op.name)
+            launch, p_choice = self.choose(packed, p_impl, backend.kernel(packed.op.name,
+                                                                          node.inputs[0].dtype))
+            if p_choice is not None and p_choice.seconds is not None:
+                times[f"packed {block}"] = p_choice.seconds
+        if not times:
+            return None
+        ranked = sorted((t, way) for way, t in times.items())
+        entry = {"path": ranked[0][1], "seconds": ranked[0][0],
+                 "runner_up": ranked[1][1] if len(ranked) > 1 else None,
+                 "runner_up_seconds": ranked[1][0] if len(ranked) > 1 else None}
+        self.measured[key] = entry
+        return entry
+
     def save(self) -> None:
         """Store the choices measured (nothing when none was)."""
         if self.measured:
@@ -147,3 +199,17 @@ class Tuner:
 def _choice(entry: dict, how: str) -> Choice:
     return Choice(entry["path"], how, entry["seconds"], entry.get("runner_up"),
                   entry.get("runner_up_seconds"))
+
+
+def packed_node(node, block: int):
+    """``conv2d_packed(x, conv2d_pack_weight(w))`` of conv2d ``node`` with weights packed in
+    blocks of ``block`` output channels, in a graph of its own (what the prepack pass would
+    make of it), to be timed."""
+    g = Graph()
+    x, w, *bias = (g.input(f"in{i}", v.shape, v.dtype) for i, v in enumerate(node.inputs))
+    groups = node.attr["groups"]
+    (packed,) = g.add_node("conv2d_pack_weight", [w], {"groups": groups, "block": block},
+                           location=node.location).outputs
+    oc, _, kh, kw = weight_dims(node.inputs[1].type, groups)
+    attrs = {**node.attr, "out_channels": oc, "kernel_size": (kh, kw)}
+    return g.add_node("conv2d_packed", [x, packed, *bias], attrs, location=node.location)

@@ -28,7 +28,7 @@ from . import KERNEL_MODULES, blas_select, fused, fused_jit, lowering, runtime
 from .binding import OutputPool, binding_groups, overlaps_any, readable_in_place
 from .launch import Launcher
 from .lowering.built import check_built
-from .lowering.conv import prepack_block
+from .lowering.conv import packed_blocks, prepack_block
 from .lowering.matmul import accumulates_exactly
 from .measure import CpuMeasurer
 from .runtime import POISON_BYTES, POISON_FLOAT32, POISON_FLOAT64, Executor
@@ -57,6 +57,7 @@ class CpuBackend(KernelTable):
         self.exact_accumulate = accumulates_exactly
         # times the ways of a convolution or GEMM (compile(tune=...))
         self.measurer = CpuMeasurer()
+        self.packed_blocks = packed_blocks  # what a measured prepack decision tries
         check_built(runtime, KERNEL_STATUS=MESSAGES)  # the statuses a failed run reports
         lowering.implement_all(self)
         self.resolve(_kernel_addresses())

@@ -24,7 +24,7 @@ def test_a_backend_missing_a_capability_is_named_at_compile():
     B.register_backend("bare", Bare)
     try:
         with pytest.raises(GraphError, match="Bare does not declare fusion, runs_prologue, "
-                                             "prepack, exact_accumulate, measurer"):
+                                             "prepack, exact_accumulate, measurer, packed_blocks"):
             mg.compile([F.relu(mg.Graph().input("x", (2,)))], device="bare")
     finally:
         B.unregister_backend("bare")

@@ -276,7 +276,8 @@ def applicable_paths(op, dtype, kernel, stride, padding, dilation, groups, cg,
 
 def _conv_candidates(op, x, w, y, attrs, has_bias=False, relu=False) -> tuple[Launch, ...]:
     """Every way the CPU computes this convolution: each applicable path (im2col's conv2d GEMM
-    also transposed) on each of ``thread_choices``."""
+    also transposed, with MKL: the other BLAS was slower so everywhere measured) on each of
+    ``thread_choices``."""
     _, cg, kernel, stride, padding, dilation = conv_geometry((x, w), attrs)
     paths = applicable_paths(op, x.dtype.name, kernel, stride, padding, dilation,
                              attrs["groups"], cg, y.shape[3])
@@ -285,7 +286,8 @@ def _conv_candidates(op, x, w, y, attrs, has_bias=False, relu=False) -> tuple[La
     launches = []
     for path in paths:
         for threads in thread_choices():
-            for transposed in (False, True) if op == "conv2d" and path == "im2col" else (False,):
+            for transposed in (False, True) if op == "conv2d" and path == "im2col" \
+                    and blas_select.choice().name == "mkl" else (False,):
                 launches.append(_conv_launch(op, x, w, y, attrs, has_bias, relu,
                                              (path, threads, transposed)))
     return tuple(launches)
@@ -340,6 +342,22 @@ def prepack_block(node) -> int | None:
     if path in ("winograd", "direct") or path == "blocked" and stride == (1, 1):
         return None
     return _block_for(oc)
+
+
+def packed_blocks(node) -> tuple[int, ...]:
+    """The block a measured choice tries a conv2d's weights packed in (the widest of this CPU's
+    packed tiles that pads the fewest channels), where the packed kernel computes it: float32
+    without groups, at least 32 output channels, up to MAX_TAPS taps; none for the direct 1x1
+    GEMM's case."""
+    x, w = node.inputs[:2]
+    if x.dtype.name != "float32" or node.attr["groups"] != 1:
+        return ()
+    oc, cg, kernel, stride, padding, dilation = conv_geometry((x.type, w.type), node.attr)
+    direct = "direct" in applicable_paths("conv2d", "float32", kernel, stride, padding,
+                                          dilation, 1, cg, node.outputs[0].shape[3])
+    if oc < 32 or kernel[0] * kernel[1] > K.MAX_TAPS or direct:
+        return ()
+    return (_block_for(oc),)
 
 
 def _block_for(oc) -> int:
