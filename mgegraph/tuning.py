@@ -31,9 +31,9 @@ import threading
 from pathlib import Path
 
 from .backend import Launch
+from .disk_cache import cache_root
 from .ir.graph import Graph
 from .ops.conv import weight_dims
-from .disk_cache import cache_root
 from .plan import Choice
 
 MODES = (None, "rules", "measure", "cached")
@@ -132,14 +132,22 @@ class Tuner:
             return by_rules
         launches = tuple(ways.values())
         times = self.measurer.time(kernel, node, launches, BUDGET)
-        ranked = sorted((t, launch.path) for t, launch in zip(times, launches) if t is not None)
-        if not ranked:  # every way refused: the rules' launch fails the run as it would have
+        entry = self._fastest(key, {launch.path: t for t, launch in zip(times, launches)})
+        if entry is None:  # every way refused: the rules' launch fails the run as it would have
             return by_rules
+        return ways[entry["path"]], _choice(entry, "measured")
+
+    def _fastest(self, key: str, times: dict[str, float | None]) -> dict | None:
+        """The entry of the fastest way of ``times`` (seconds by way; None: refused), with the
+        runner-up; kept as measured under ``key``."""
+        ranked = sorted((t, way) for way, t in times.items() if t is not None)
+        if not ranked:
+            return None
         entry = {"path": ranked[0][1], "seconds": ranked[0][0],
                  "runner_up": ranked[1][1] if len(ranked) > 1 else None,
                  "runner_up_seconds": ranked[1][0] if len(ranked) > 1 else None}
         self.measured[key] = entry
-        return ways[entry["path"]], _choice(entry, "measured")
+        return entry
 
     def packing(self, block_of, backend):
         """The prepack pass's question (``block_of(conv2d node)``: the block of output channels
@@ -153,42 +161,31 @@ class Tuner:
 
         def measured_block(node):
             rule = block_of(node)
-            if node.op.name != "conv2d":
+            blocks = backend.packed_blocks(node) if node.op.name == "conv2d" else ()
+            if not blocks:
                 return rule
             key = entry_key(self.measurer.machine(), node, "prepack")
             entry = self.measured.get(key) or (
                 None if self.mode == "measure" else self._entry(key))
             if entry is None and self.mode is not None:
-                entry = self._race_packing(node, rule, backend, key)
-            if entry is None or entry["path"] == "unpacked":
-                return None if entry is not None else rule
-            return int(entry["path"].split()[-1])
+                entry = self._race_packing(node, backend, blocks, key)
+            ways = {"unpacked": None} | {f"packed {block}": block for block in blocks}
+            # nothing measured, or a stored way the backend no longer takes: the rules'
+            return ways[entry["path"]] if entry is not None and entry["path"] in ways else rule
         return measured_block
 
-    def _race_packing(self, node, rule, backend, key) -> dict | None:
-        """Time the node unpacked (its fastest way) and packed in each block tried (the rules'
-        block and the others the packed op takes, ``backend.packed_blocks``)."""
+    def _race_packing(self, node, backend, blocks, key) -> dict | None:
+        """Time the node unpacked (its fastest way) and on weights packed in each of
+        ``blocks`` (the packed kernel's fastest way)."""
+        dtype = node.inputs[0].dtype
+        nodes = {"unpacked": node} | {f"packed {block}": packed_node(node, block)
+                                      for block in blocks}
         times = {}
-        impl = backend.impl(node.op.name)
-        kernel = backend.kernel(node.op.name, node.inputs[0].dtype)
-        unpacked, choice = self.choose(node, impl, kernel)
-        if choice is not None and choice.seconds is not None:
-            times["unpacked"] = choice.seconds
-        for block in backend.packed_blocks(node):
-            packed = packed_node(node, block)
-            p_impl = backend.impl(packed.op.name)
-            launch, p_choice = self.choose(packed, p_impl, backend.kernel(packed.op.name,
-                                                                          node.inputs[0].dtype))
-            if p_choice is not None and p_choice.seconds is not None:
-                times[f"packed {block}"] = p_choice.seconds
-        if not times:
-            return None
-        ranked = sorted((t, way) for way, t in times.items())
-        entry = {"path": ranked[0][1], "seconds": ranked[0][0],
-                 "runner_up": ranked[1][1] if len(ranked) > 1 else None,
-                 "runner_up_seconds": ranked[1][0] if len(ranked) > 1 else None}
-        self.measured[key] = entry
-        return entry
+        for way, made in nodes.items():
+            _, choice = self.choose(made, backend.impl(made.op.name),
+                                    backend.kernel(made.op.name, dtype))
+            times[way] = None if choice is None else choice.seconds
+        return self._fastest(key, times)
 
     def save(self) -> None:
         """Store the choices measured (nothing when none was)."""

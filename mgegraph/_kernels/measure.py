@@ -24,7 +24,7 @@ from ..host_memory import aligned_empty
 from . import blas_select, conv, linalg, parallel
 from .launch import Launcher
 
-ROUNDS = 5        # timed calls of each way still in the running, at most
+ROUNDS = 4        # timed calls of each way still in the running, at most
 MIN_ROUNDS = 2    # timed calls of each, even past the budget
 HOPELESS = 2.0    # a first call this many times the fastest first call's: not timed further
 

@@ -283,9 +283,10 @@ def _conv_candidates(op, x, w, y, attrs, has_bias=False, relu=False) -> tuple[La
                              attrs["groups"], cg, y.shape[3])
     if x.shape[0] == 1 and "batched" in paths:  # one image: the same GEMM as im2col's
         paths = tuple(p for p in paths if p != "batched")
+    flops = 2 * y.size * cg * kernel[0] * kernel[1]
     launches = []
     for path in paths:
-        for threads in thread_choices():
+        for threads in thread_choices(flops):
             for transposed in (False, True) if op == "conv2d" and path == "im2col" \
                     and blas_select.choice().name == "mkl" else (False,):
                 launches.append(_conv_launch(op, x, w, y, attrs, has_bias, relu,
@@ -412,7 +413,8 @@ def _packed_lower(node, threads=None) -> Launch:
 
 def _packed_candidates(node) -> tuple[Launch, ...]:
     """conv2d on packed weights runs on the gather tiles: its ways are its thread counts."""
-    return tuple(_packed_lower(node, threads) for threads in thread_choices())
+    return tuple(_packed_lower(node, threads)
+                 for threads in thread_choices(node.op.flops(node)))
 
 
 def _pack_lower(node) -> Launch:

@@ -105,7 +105,7 @@ def cpu_gemms(dtype, m: int, n: int, k: int, transpose_b: bool) -> tuple[Gemm, .
     tiles = (False, True) if tiles_rule(dtype, TILE_MIN_ROWS_BT, TILE_MIN_COLUMNS, k, False) \
         else (False,)
     ways = []
-    for threads in thread_choices():
+    for threads in thread_choices(2 * m * n * k):
         splits = (False, True) if gemv_split(dtype, m, n, k, transpose_b, threads) else (False,)
         ways += [_gemm(dtype, n, k, threads, t, split) for t in tiles for split in splits
                  if not (t and split)]

@@ -20,10 +20,19 @@ def node_threads(node) -> int:
     return parallel.threads_for(moved_bytes(node))
 
 
-def thread_choices() -> tuple[int, ...]:
-    """The thread counts a measured choice tries for an instruction: one, the powers of two
-    between, and all the plan may use (parallel.max_threads)."""
+# FLOPs from which a measured choice tries an instruction on all its threads only: fewer never
+# won there (ResNet-18's and the MLPs' convolutions and GEMMs, 2 cores, 60 MFLOP and up: one
+# thread took 1.5-2.5x as long), and each way tried costs a call or more of measuring
+SPLIT_ALWAYS_FLOPS = 50_000_000
+
+
+def thread_choices(flops: int = 0) -> tuple[int, ...]:
+    """The thread counts a measured choice tries for an instruction of ``flops``: one, the
+    powers of two between, and all the plan may use (parallel.max_threads); all alone from
+    SPLIT_ALWAYS_FLOPS."""
     most = parallel.max_threads()
+    if flops >= SPLIT_ALWAYS_FLOPS:
+        return (most,)
     return tuple(sorted({1, most, *(t for t in (2, 4, 8, 16, 32, 64) if t < most)}))
 
 
