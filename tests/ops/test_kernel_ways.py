@@ -6,9 +6,11 @@ thread counts gives the same bits."""
 import numpy as np
 import pytest
 from test_conv import backward_data_ref, backward_filter_ref, conv_ref
+from threadpoolctl import threadpool_limits
 
 import mgegraph as mg
 from mgegraph._kernels import conv as K
+from mgegraph._kernels import parallel
 from mgegraph._kernels.lowering.threads import thread_choices
 from mgegraph.backend import get_backend
 from mgegraph.host_memory import aligned_empty
@@ -183,6 +185,12 @@ def conv_params(ops, dtype, indices=None):
                          marks=KNOWN_BITS.get((op, dtype, i), ())) for op in ops for i in indices]
 
 
+def test_a_1x1_convolution_on_its_own_input_has_the_direct_path_only():
+    # stride 1, no padding: the input is its own im2col matrix
+    outs = check_ways(*conv_problem("conv2d", CONV_CASES[6], np.float32))
+    assert {path.split(", ")[0] for path in outs} == {"direct"}
+
+
 @pytest.mark.parametrize("bias_relu", [False, True], ids=["plain", "bias-relu"])
 @pytest.mark.parametrize("op,case", conv_params(["conv2d"], "float32"))
 def test_every_way_of_conv2d(op, case, bias_relu):
@@ -289,6 +297,20 @@ def test_every_way_of_matmul(case, dtype):
     ref = np.matmul(np.swapaxes(a64, -1, -2) if ta else a64, np.swapaxes(b64, -1, -2) if tb
                     else b64)
     check_ways(node, (a, b), ref, magnitude(a, b, a_shape[-2] if ta else a_shape[-1]))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "thread_choices() offers 1, the powers of two and max_threads(), but a GEMM's rules "
+    "(lowering/matmul.py gemm_threads: parallel.threads_for) plan any count up to "
+    "max_threads(): with 4, a 6.4 MFLOP product is planned on 3 threads, a way no candidate "
+    "has, against OpImpl.candidates' 'the rules' one among them'"))
+def test_the_rules_way_is_a_candidate_whatever_the_threads():
+    a, b = np.zeros((64, 500), np.float32), np.zeros((500, 100), np.float32)
+    node, impl = node_of("matmul", (a, b), transpose_a=False, transpose_b=False), CPU.impl("matmul")
+    with threadpool_limits(limits=4, user_api="openmp"):  # a 4-core machine's count
+        if parallel.max_threads() != 4:
+            pytest.skip("OpenMP's thread count could not be set")
+        assert impl.lower(node).path in [c.path for c in impl.candidates(node)]
 
 
 def test_integer_matmul_has_one_way():
