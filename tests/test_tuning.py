@@ -346,7 +346,7 @@ def test_two_threads_measuring_at_once_share_one_valid_store(store, monkeypatch)
     assert hows(mg.compile([net(2)])) == hows(mg.compile([net(3)])) == {"cached"}
 
 
-@pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
     "compiler._prologue_plan compiles the prologue (the weight-only instructions) without "
     "tune=, so under tune='rules' its instructions still take the stored choices"))
 def test_rules_reach_the_prologue_too():
@@ -357,8 +357,11 @@ def test_rules_reach_the_prologue_too():
     product = F.matmul(g.param("a", a), g.param("b", b))  # weights alone: the prologue's
     plan = mg.compile([F.matmul(g.input("x", (2, 32), np.float32), product, transpose_b=True)],
                       tune="rules")
-    prologue = [ins.choice.how for ins in plan.prologue.instructions if ins.choice is not None]
-    assert prologue == ["rules"]
+    chosen = [i.choice.how for i in (plan.prologue.instructions if plan.prologue else ())
+              if i.choice is not None]
+    if not chosen:
+        pytest.skip("this CPU packs no such weight: no prologue instruction has several ways")
+    assert chosen == ["rules"]
 
 
 def test_race_keeps_the_fastest_call_of_each_way_and_drops_a_refusal(monkeypatch):
@@ -368,7 +371,7 @@ def test_race_keeps_the_fastest_call_of_each_way_and_drops_a_refusal(monkeypatch
     assert measure._race(calls, budget=100.0) == [2, None, 4]
 
 
-@pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
     "measure._race drops a way whose first call, the warm-up it does not count, took over "
     "HOPELESS times the fastest first call; the first way in the list pays the cold caches, so "
     "on a 2-row linear 'blas, 1 thread' (the rules' way, the winner's work) was dropped and no "
