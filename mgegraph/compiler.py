@@ -126,7 +126,7 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
     prologue = None
     if report and backend.runs_prologue:
         graph, outputs, prologue = _prologue_plan(graph, outputs, device, memory,
-                                                  check_numerics, report, _prologues)
+                                                  check_numerics, report, _prologues, tune)
     if remat is None:
         plan = plan_of(lower(graph, outputs, backend, tuner=tuner), options)
     else:
@@ -198,7 +198,7 @@ def _fold_weights(graph: Graph, outputs, device: str):
 
 
 def _prologue_plan(graph: Graph, outputs, device, memory, check_numerics, report,
-                   prologues: dict | None = None):
+                   prologues: dict | None = None, tune=None):
     """Split the weight-only instructions off into a plan of their own (see
     ``planner.passes.prologue``); the report says how many moved. With ``prologues`` (a
     symbolic plan's store), an equal prologue made before is used again: the main graph reads
@@ -214,7 +214,7 @@ def _prologue_plan(graph: Graph, outputs, device, memory, check_numerics, report
             main.values[main.params[f"{PLACEHOLDER}{k}"].id] = array
     else:
         plan, targets = compile([pro.output], device=device, memory=memory, optimize=0,
-                                check_numerics=check_numerics), pro.targets
+                                check_numerics=check_numerics, tune=tune), pro.targets
         if key is not None:  # the arrays kept with the key: its ids stay theirs
             prologues[key] = (plan, targets, weight_arrays(pro))
     report.append(("prologue", {"moved": len(plan.instructions), "values": len(targets),

@@ -39,10 +39,10 @@ class KernelsReport:
                                                                          "rules")}
         lines = [f"kernels: {len(self.rows)} instructions with a choice of way ("
                  + ", ".join(f"{n} {how}" for how, n in counts.items() if n) + ")",
-                 (f"{'#':>4} {'op':16} {'way':28} {'how':8} {'us':>9} {'runner-up':28} "
+                 (f"{'#':>4} {'op':22} {'way':28} {'how':8} {'us':>9} {'runner-up':28} "
                   f"{'us':>9}  inputs")]
         for r in self.rows:
-            lines.append(f"{r.index:>4} {r.op:16} {r.path:28} {r.how:8} {_us(r.seconds):>9} "
+            lines.append(f"{r.index:>4} {r.op:22} {r.path:28} {r.how:8} {_us(r.seconds):>9} "
                          f"{r.runner_up or '-':28} {_us(r.runner_up_seconds):>9}  {r.inputs}")
         return "\n".join(lines)
 

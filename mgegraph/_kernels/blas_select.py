@@ -21,6 +21,7 @@ import functools
 import hashlib
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import threading
@@ -257,12 +258,13 @@ def _read_cache(path: Path) -> dict:
     again and rewritten)."""
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: a hostile nesting
         return {}
     if not isinstance(data, dict):
         return {}
     return {k: v for k, v in data.items() if isinstance(v, dict)
-            and all(isinstance(v.get(n), (int, float)) and v[n] > 0 for n in ("openblas", "mkl"))}
+            and all(type(v.get(n)) in (int, float) and math.isfinite(v[n]) and v[n] > 0
+                    for n in ("openblas", "mkl"))}
 
 
 def _write_cache(path: Path, key: str, seconds: dict) -> None:

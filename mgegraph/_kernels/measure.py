@@ -5,10 +5,11 @@ threads) on the instruction's own shapes.
 Design: each way runs through an eager ``Launcher`` on buffers of the node's types, 64-byte
 aligned as the arena's, the inputs random values in [-1, 1) (a kernel's time does not depend on
 them; no denormals), one workspace of the largest size the ways ask for. Every way is called
-once (its first call warms its code and the caches and is not counted; a way whose first call
-took over twice the fastest's cannot win and stops there), then the others take turns,
-call by call, so that a burst of load on the machine hits them all, until each ran ``ROUNDS``
-calls or the budget is spent; a way's time is its fastest call (load only adds time).
+once, untimed (its first call warms its code and the caches; the buffers are written first, so
+no way pays their page faults), then all take turns, call by call, so that a burst of load on
+the machine hits them all; after the first round a way over twice the fastest stops (it cannot
+win), the others run until each ran ``ROUNDS`` timed calls or the budget is spent; a way's time
+is its fastest call (load only adds time).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from .launch import Launcher
 
 ROUNDS = 4        # timed calls of each way still in the running, at most
 MIN_ROUNDS = 2    # timed calls of each, even past the budget
-HOPELESS = 2.0    # a first call this many times the fastest first call's: not timed further
+HOPELESS = 2.0    # a way this many times the fastest in the first round: not timed further
 
 
 @functools.cache
@@ -58,6 +59,12 @@ def _random(t) -> np.ndarray:
     return array
 
 
+def _zeroed(shape, dtype) -> np.ndarray:
+    array = aligned_empty(shape, dtype)
+    array[...] = 0
+    return array
+
+
 class CpuMeasurer:
     """Times candidate launches of a node on this CPU."""
 
@@ -66,8 +73,9 @@ class CpuMeasurer:
 
     def time(self, kernel, node, launches, budget: float) -> list[float | None]:
         inputs = [_random(v.type) for v in node.inputs]
-        outputs = [aligned_empty(v.type.shape, v.type.dtype) for v in node.outputs]
-        workspace = aligned_empty((max(launch.workspace for launch in launches),), np.uint8)
+        # zeroed: their page faults paid here, not by the first way's call
+        outputs = [_zeroed(v.type.shape, v.type.dtype) for v in node.outputs]
+        workspace = _zeroed((max(launch.workspace for launch in launches),), np.uint8)
         calls = []
         for launch in launches:
             buffers = (*inputs, *outputs, *((workspace,) if launch.workspace else ()))
@@ -77,18 +85,11 @@ class CpuMeasurer:
 
 
 def _race(calls, budget: float) -> list[float | None]:
-    """Each call's fastest time (None where its kernel refused), measured in turns."""
-    first: list[float | None] = []
-    for call in calls:
-        began = time.perf_counter()
-        status = call()
-        first.append(time.perf_counter() - began if status == 0 else None)
-    fastest = min((t for t in first if t is not None), default=None)
-    if fastest is None:
-        return first
-    best = [t if t is not None and t <= HOPELESS * fastest else None for t in first]
-    running = [i for i, t in enumerate(best) if t is not None]
-    best = [None] * len(calls)
+    """Each call's fastest time (None where its kernel refused), measured in turns: one call
+    each untimed (the first pays cold caches and lazy binding), then rounds; after the first
+    round a way over HOPELESS times the fastest stops."""
+    running = [i for i, call in enumerate(calls) if call() == 0]
+    best: list[float | None] = [None] * len(calls)
     deadline = time.perf_counter() + budget
     for round_ in range(ROUNDS):
         if round_ >= MIN_ROUNDS and time.perf_counter() > deadline:
@@ -98,4 +99,7 @@ def _race(calls, budget: float) -> list[float | None]:
             calls[i]()
             took = time.perf_counter() - began
             best[i] = took if best[i] is None else min(best[i], took)
+        if round_ == 0 and running:
+            fastest = min(best[i] for i in running)
+            running = [i for i in running if best[i] <= HOPELESS * fastest]
     return best

@@ -100,6 +100,15 @@ def test_a_corrupted_cache_is_measured_again(tmp_path, monkeypatch, content):
     assert blas_select.machine_key(MKL) in json.loads(path.read_text())
 
 
+@pytest.mark.parametrize("content", ["[" * 200_000, '{"k": {"openblas": true, "mkl": 1}}',
+                                     '{"k": {"openblas": Infinity, "mkl": 1}}',
+                                     '{"k": {"openblas": NaN, "mkl": 1}}'])
+def test_a_hostile_cache_file_is_no_cache(tmp_path, content):
+    path = tmp_path / "blas.json"
+    path.write_text(content)
+    assert blas_select._read_cache(path) == {}
+
+
 @needs_mkl
 def test_a_real_calibration_times_both_and_leaves_openblas_in_place():
     seconds = blas_select.calibrate(MKL)

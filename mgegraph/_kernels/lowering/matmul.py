@@ -99,13 +99,14 @@ def _gemm(dtype, n, k, threads, tiles, split) -> Gemm:
 def cpu_gemms(dtype, m: int, n: int, k: int, transpose_b: bool) -> tuple[Gemm, ...]:
     """Every way the CPU runs the product (the measured choice's candidates): the BLAS and,
     for float32 on AVX-512 with k up to TILE_MAX_K, the gather tiles, on each of
-    thread_choices; a single row times a stored B also split over k. Integers have one way."""
+    thread_choices and the rules' count; a single row times a stored B also split over k.
+    Integers have one way."""
     if dtype not in FLOAT_DTYPES:
         return (cpu_gemm(dtype, m, n, k, transpose_b),)
     tiles = (False, True) if tiles_rule(dtype, TILE_MIN_ROWS_BT, TILE_MIN_COLUMNS, k, False) \
         else (False,)
     ways = []
-    for threads in thread_choices(2 * m * n * k):
+    for threads in sorted({*thread_choices(2 * m * n * k), gemm_threads(dtype, m, n, k)}):
         splits = (False, True) if gemv_split(dtype, m, n, k, transpose_b, threads) else (False,)
         ways += [_gemm(dtype, n, k, threads, t, split) for t in tiles for split in splits
                  if not (t and split)]

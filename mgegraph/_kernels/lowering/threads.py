@@ -30,7 +30,7 @@ def thread_choices(flops: int = 0) -> tuple[int, ...]:
     """The thread counts a measured choice tries for an instruction of ``flops``: one, the
     powers of two between, and all the plan may use (parallel.max_threads); all alone from
     SPLIT_ALWAYS_FLOPS."""
-    most = parallel.max_threads()
+    most = min(parallel.max_threads(), parallel.TEAM_LIMIT)  # parallel_for's largest team
     if flops >= SPLIT_ALWAYS_FLOPS:
         return (most,)
     return tuple(sorted({1, most, *(t for t in (2, 4, 8, 16, 32, 64) if t < most)}))
