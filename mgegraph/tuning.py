@@ -121,8 +121,9 @@ class Tuner:
             self._stored = read_store()
         return self._stored.get(key)
 
-    def choose(self, node, impl, kernel) -> tuple[Launch, Choice | None]:
-        """The launch the node runs with and the choice it records."""
+    def choose(self, node, impl, kernel, timed=False) -> tuple[Launch, Choice | None]:
+        """The launch the node runs with and the choice it records; ``timed``: measured even
+        where it has one way (the prepack question compares it with another node's)."""
         rules = impl.lower(node)
         by_rules = rules, (Choice(rules.path) if rules.path else None)
         if impl.candidates is None or self.measurer is None or self.mode == "rules":
@@ -133,7 +134,7 @@ class Tuner:
             return by_rules
         ways = {c.path: c for c in impl.candidates(node)}
         ways.setdefault(rules.path, rules)
-        if len(ways) == 1:
+        if len(ways) == 1 and not timed:
             return by_rules
         if entry is not None and entry["path"] in ways:
             how = "measured" if self.measured.get(key) is entry else "cached"
@@ -193,7 +194,7 @@ class Tuner:
         times = {}
         for way, made in nodes.items():
             _, choice = self.choose(made, backend.impl(made.op.name),
-                                    backend.kernel(made.op.name, dtype))
+                                    backend.kernel(made.op.name, dtype), timed=True)
             times[way] = None if choice is None else choice.seconds
         return self._fastest(key, times)
 
