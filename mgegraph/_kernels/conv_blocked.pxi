@@ -657,6 +657,15 @@ cdef inline int rows_call(const float* x, const float* packed, const float* bias
     return KERNEL_OK
 
 
+cdef inline Py_ssize_t even_groups(Py_ssize_t nblocks, Py_ssize_t wanted) noexcept nogil:
+    # the fewest groups, at least ``wanted``, that split nblocks channel blocks evenly: 3 groups
+    # of 4 blocks (1, 1, 2) left one of 2 threads half as much work again as the other
+    cdef Py_ssize_t groups = max(1, min(wanted, nblocks))
+    while nblocks % groups:
+        groups += 1
+    return groups
+
+
 cdef inline int packed_call(const float* x, const float* packed, const float* bias, bint relu,
                             float* y, float* ws, const Conv* s) noexcept nogil:
     # x: (batch, nc, h, w) -> y: (batch, no, oh, ow); no groups
@@ -679,7 +688,7 @@ cdef inline int packed_call(const float* x, const float* packed, const float* bi
     if nchunks > 1:  # weights read again by the next chunk: a group's should stay in L2
         ogroups = max(ogroups, ceil_div(b.nc * b.taps * b.ldy * <Py_ssize_t>sizeof(float),
                                         PACKED_GROUP_BYTES))
-    ogroups = min(ogroups, b.ldy // tile.ch)
+    ogroups = even_groups(b.ldy // tile.ch, ogroups)
     nitems = nchunks * ogroups
     if padded:
         planes = ws
