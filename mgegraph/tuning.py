@@ -20,10 +20,10 @@ the rules' way (tests/ops/test_kernel_ways.py). The package's own tile kernels g
 bits on any thread count; the ways through the BLAS (im2col, Winograd, the GEMMs) cut their
 calls by the threads, so their last bits may differ between thread counts.
 
-Design: the store is one small JSON object (an entry per distinct instruction: ResNet-18 has
-about 20), read once per compile and written whole under a temporary name, so two processes
-tuning at once lose at most one's entries, never the file. A stored way that the backend no
-longer offers (a path renamed) is ignored and the rules decide.
+Design: the store is one small JSON object (an entry per distinct instruction and prepack
+question: ResNet-18 at one shape has about 30), read once per compile and written whole under a
+temporary name, so two processes tuning at once lose at most one's entries, never the file. A
+stored way that the backend no longer offers (a path renamed) is ignored and the rules decide.
 """
 from __future__ import annotations
 

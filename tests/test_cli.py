@@ -750,8 +750,8 @@ def test_the_readmes_commands_parse():
     commands = _readme_commands()
     assert commands[0] == ["mgegraph", "demo"]  # the main job
     shown = [c[1] for c in commands[1:]]
-    assert sorted(shown) == sorted({"demo", "run", "report", "viz", "profile", "convert",
-                                    "bench"})  # each subcommand once
+    assert sorted(shown) == sorted({"demo", "run", "report", "tune", "viz", "profile",
+                                    "convert", "bench"})  # each subcommand once
     for command in commands:
         assert command[0] == "mgegraph"
         if command[1] != "bench":

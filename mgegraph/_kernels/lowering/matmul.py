@@ -47,12 +47,18 @@ TILE_MIN_ROWS, TILE_MIN_ROWS_BT, TILE_MIN_COLUMNS, TILE_MAX_K = 4, 32, 64, 16384
 TILE_COLUMNS = 64  # a packed block of op(B): each thread's workspace holds one
 
 
+def tiles_apply(dtype, k) -> bool:
+    """Whether the gather tiles compute a GEMM over k: float32 on an AVX-512 CPU, 0 < k <=
+    TILE_MAX_K."""
+    return np.dtype(dtype) == np.float32 and C.blocked_isas()[-1] == "avx512" \
+        and 0 < k <= TILE_MAX_K
+
+
 def tiles_rule(dtype, m, n, k, transpose_b) -> bool:
-    """Whether a GEMM of C (m, n) over k goes to the gather tiles: float32 on an AVX-512 CPU,
-    at least TILE_MIN_COLUMNS columns and TILE_MIN_ROWS rows (TILE_MIN_ROWS_BT when B is
-    stored transposed), 0 < k <= TILE_MAX_K."""
-    return (np.dtype(dtype) == np.float32 and C.blocked_isas()[-1] == "avx512"
-            and 0 < k <= TILE_MAX_K and n >= TILE_MIN_COLUMNS
+    """Whether a GEMM of C (m, n) over k goes to the gather tiles: where they apply, at least
+    TILE_MIN_COLUMNS columns and TILE_MIN_ROWS rows (TILE_MIN_ROWS_BT when B is stored
+    transposed)."""
+    return (tiles_apply(dtype, k) and n >= TILE_MIN_COLUMNS
             and m >= (TILE_MIN_ROWS_BT if transpose_b else TILE_MIN_ROWS))
 
 
@@ -85,7 +91,7 @@ def _workspace(tiles, split, threads, n, k) -> int:
 
 def cpu_gemm(dtype, m: int, n: int, k: int, transpose_b: bool) -> Gemm:
     """How the CPU runs a product of C (m, n) over k: its column blocks, whether on the tiles
-    or a single row split over k, and the workspace that take."""
+    or a single row split over k, and the workspace that takes."""
     threads, tiles = gemm_threads(dtype, m, n, k), tiles_rule(dtype, m, n, k, transpose_b)
     return _gemm(dtype, n, k, threads, tiles, gemv_split(dtype, m, n, k, transpose_b, threads))
 
@@ -103,8 +109,7 @@ def cpu_gemms(dtype, m: int, n: int, k: int, transpose_b: bool) -> tuple[Gemm, .
     Integers have one way."""
     if dtype not in FLOAT_DTYPES:
         return (cpu_gemm(dtype, m, n, k, transpose_b),)
-    tiles = (False, True) if tiles_rule(dtype, TILE_MIN_ROWS_BT, TILE_MIN_COLUMNS, k, False) \
-        else (False,)
+    tiles = (False, True) if tiles_apply(dtype, k) else (False,)
     ways = []
     for threads in sorted({*thread_choices(2 * m * n * k), gemm_threads(dtype, m, n, k)}):
         splits = (False, True) if gemv_split(dtype, m, n, k, transpose_b, threads) else (False,)
