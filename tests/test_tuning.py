@@ -3,18 +3,16 @@ modes, the store of choices per machine, what reaches the report, and a store th
 unwritable or shared by threads."""
 import json
 import os
-import threading
 import types
 
 import numpy as np
 import pytest
-from threadpoolctl import threadpool_limits
-from threads import run_in_threads
+from threads import fresh_thread_openmp, run_in_threads
 
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph import nn, optim, tuning
-from mgegraph._kernels import measure, parallel
+from mgegraph._kernels import measure
 from mgegraph.backend import get_backend
 from mgegraph.plan import Choice
 
@@ -34,13 +32,7 @@ def store(tmp_path, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def fresh_threads():
-    """OpenMP's thread count of a fresh thread, in this one too: a test before may have lowered
-    this thread's (torch.set_num_threads), which the ways offered and the store's machine key follow."""
-    seen = []
-    probe = threading.Thread(target=lambda: seen.append(parallel.max_threads()))
-    probe.start()
-    probe.join()
-    with threadpool_limits(limits=seen[0], user_api="openmp"):
+    with fresh_thread_openmp():
         yield
 
 

@@ -1,5 +1,9 @@
-"""A test's work on several threads at once."""
+"""A test's work on several threads at once, and a thread's OpenMP count as a fresh one's."""
 import threading
+
+from threadpoolctl import threadpool_limits
+
+from mgegraph._kernels import parallel
 
 
 def run_in_threads(work, args_list) -> list[BaseException]:
@@ -20,3 +24,14 @@ def run_in_threads(work, args_list) -> list[BaseException]:
     for t in threads:
         t.join()
     return raised
+
+
+def fresh_thread_openmp():
+    """``threadpool_limits`` at the OpenMP thread count a fresh thread sees, for this thread
+    too: a test before may have lowered this thread's (torch.set_num_threads), which the
+    kernels' ways offered and the store's machine key follow (compile(tune=...))."""
+    seen = []
+    probe = threading.Thread(target=lambda: seen.append(parallel.max_threads()))
+    probe.start()
+    probe.join()
+    return threadpool_limits(limits=seen[0], user_api="openmp")

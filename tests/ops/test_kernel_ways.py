@@ -3,12 +3,12 @@
 runs through the backend's launcher on the same inputs, against a NumPy reference; the rules'
 way is one of the candidates, the candidates' ways are distinct, and one path on different
 thread counts gives the same bits."""
-import threading
 
 import numpy as np
 import pytest
 from test_conv import backward_data_ref, backward_filter_ref, conv_ref
 from threadpoolctl import threadpool_limits
+from threads import fresh_thread_openmp
 
 import mgegraph as mg
 from mgegraph._kernels import blas_select, parallel
@@ -31,13 +31,7 @@ def blas_as_chosen():
 
 @pytest.fixture(autouse=True)
 def fresh_threads():
-    """OpenMP's thread count of a fresh thread, in this one too: a test before may have lowered
-    this thread's (torch.set_num_threads), which the ways offered follow."""
-    seen = []
-    probe = threading.Thread(target=lambda: seen.append(parallel.max_threads()))
-    probe.start()
-    probe.join()
-    with threadpool_limits(limits=seen[0], user_api="openmp"):
+    with fresh_thread_openmp():
         yield
 
 
