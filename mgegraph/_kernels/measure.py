@@ -4,7 +4,7 @@ threads) on the instruction's own shapes.
 
 Design: each way runs through an eager ``Launcher`` on buffers of the node's types, 64-byte
 aligned as the arena's, the inputs random values in [-1, 1) (a kernel's time does not depend on
-them; no denormals), one workspace of the largest size the ways ask for. Every way is called
+them; no denormals; made for each measurement and dropped after it), one workspace of the largest size the ways ask for. Every way is called
 once, untimed (its first call warms its code and the caches; the buffers are written first, so
 no way pays their page faults), then all take turns, call by call, so that a burst of load on
 the machine hits them all; after the first round a way over twice the fastest stops (it cannot
@@ -41,21 +41,18 @@ def _build_key() -> str:
                      blas_select.choice().name, digest.hexdigest()[:16]])
 
 
-@functools.cache
-def _pool(n: int) -> np.ndarray:
-    """n random values in [-1, 1) (no denormals), made once: a measurement's inputs are
-    copies of its start, much faster than drawing ResNet's 2.4 million weights each time."""
-    return np.random.default_rng(0).random(n, dtype=np.float32) * 2 - 1
-
-
-def _random(t) -> np.ndarray:
+def _random(t, rng) -> np.ndarray:
+    """Values in [-1, 1) (no denormals; drawn in place, a few ms for ResNet's 2.4 million
+    weights, where float64 normal draws took tens), small integers, or True."""
     array = aligned_empty(t.shape, t.dtype)
-    pool = _pool(1 << max(array.size - 1, 1).bit_length())  # a power of two: few pools
-    if t.dtype.kind == "f":
-        array.reshape(-1)[...] = pool[:array.size]
+    if t.dtype in (np.float32, np.float64):
+        rng.random(out=array, dtype=array.dtype)  # in place: no temporaries to fill
+        array *= 2
+        array -= 1
+    elif t.dtype.kind == "b":
+        array[...] = True
     else:
-        array.reshape(-1)[...] = (pool[:array.size] * 3).astype(t.dtype) \
-            if t.dtype.kind != "b" else True
+        array[...] = rng.integers(-3, 4, t.shape)
     return array
 
 
@@ -72,7 +69,8 @@ class CpuMeasurer:
         return f"{_build_key()}|threads={parallel.max_threads()}"
 
     def time(self, kernel, node, launches, budget: float) -> list[float | None]:
-        inputs = [_random(v.type) for v in node.inputs]
+        rng = np.random.default_rng(0)
+        inputs = [_random(v.type, rng) for v in node.inputs]
         # zeroed: their page faults paid here, not by the first way's call
         outputs = [_zeroed(v.type.shape, v.type.dtype) for v in node.outputs]
         workspace = _zeroed((max(launch.workspace for launch in launches),), np.uint8)
