@@ -105,6 +105,19 @@ def entry_key(machine: str, node, kernel_name: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
+# scratch bytes a way may ask for beyond the rules' way's, whatever the node's size
+WORKSPACE_SLACK = 16 << 20
+
+
+def workspace_limit(node, rules: Launch) -> int:
+    """The most workspace bytes a candidate way may take: twice the rules' way's or the node's
+    inputs' and outputs', or WORKSPACE_SLACK more. A way past it is not tried: the plan's arena
+    would grow by it (a batched im2col of 256 images at 56x56 asks for 1.8 GB), and the
+    measurement would allocate it."""
+    values = sum(v.type.size * v.dtype.itemsize for v in (*node.inputs, *node.outputs))
+    return max(2 * rules.workspace, 2 * values, rules.workspace + WORKSPACE_SLACK)
+
+
 class Tuner:
     """The choices of one compile: ``choose(node, impl, kernel)`` for each instruction whose
     kernel has several ways, then ``save()`` stores what was measured."""
@@ -132,7 +145,8 @@ class Tuner:
         entry = self.measured.get(key) or (None if self.mode == "measure" else self._entry(key))
         if entry is None and self.mode is None:
             return by_rules
-        ways = {c.path: c for c in impl.candidates(node)}
+        limit = workspace_limit(node, rules)
+        ways = {c.path: c for c in impl.candidates(node) if c.workspace <= limit}
         ways.setdefault(rules.path, rules)
         if len(ways) == 1 and not timed:
             return by_rules

@@ -1,6 +1,7 @@
 """The measured choice of the kernels' ways, ``compile(tune=...)`` (mgegraph/tuning.py): the
 modes, the store of choices per machine, what reaches the report, and a store that is corrupt,
 unwritable or shared by threads."""
+import dataclasses
 import json
 import os
 import types
@@ -244,6 +245,22 @@ def test_the_tuner_takes_the_fastest_way_and_records_the_runner_up(store):
     tuner.save()
     key = tuning.entry_key("a fake machine", node, kernel.name)
     assert json.loads(store.read_text())[key]["path"] == paths[-1]
+
+
+def test_a_way_that_needs_far_more_scratch_than_the_rules_is_not_tried(store):
+    node, impl = conv_node(), CPU.impl("conv2d")
+    kernel, candidates = CPU.kernel("conv2d", np.float32), impl.candidates(node)
+    rules = impl.lower(node)
+    limit = tuning.workspace_limit(node, rules)
+    # one way as it is, one asking for a byte past the limit: the arena would grow by it
+    hungry = dataclasses.replace(candidates[-1], path="hungry, 1 thread", workspace=limit + 1)
+    fitting = dataclasses.replace(candidates[-1], path="fitting, 1 thread", workspace=limit)
+    greedy = types.SimpleNamespace(lower=impl.lower, candidates=lambda n: (hungry, fitting))
+    fake = FakeMeasurer(lambda path: 1e-6 if path == "hungry, 1 thread" else 5e-6)
+    launch, choice = tuning.Tuner(types.SimpleNamespace(measurer=fake), "measure").choose(
+        node, greedy, kernel)
+    assert fake.asked == [["fitting, 1 thread", rules.path]]
+    assert launch.path != "hungry, 1 thread" and choice.how == "measured"
 
 
 def test_a_measurer_that_refuses_every_way_leaves_the_rules(store, monkeypatch):
