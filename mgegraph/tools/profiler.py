@@ -147,8 +147,9 @@ class Row:
     and writes) are totals over the calls, or per run with ``average=True``; ``flops`` is None
     where the op's FLOPs are not known; ``share``: percent of all profiled instruction time;
     ``fastest`` and ``slowest``: seconds of its quickest and slowest single call (0.0 with no
-    call). Instruction rows also name the ``plan``, the instruction ``index``, ``kernel`` and
-    the user's ``location``."""
+    call). Instruction rows also name the ``plan``, the instruction ``index``, ``kernel``, the
+    user's ``location`` and, where the kernel has several ways, the ``way`` it took
+    (``plan.kernels_report()``: "winograd, 2 threads")."""
 
     op: str
     calls: float
@@ -162,6 +163,7 @@ class Row:
     location: str | None = None
     fastest: float = 0.0
     slowest: float = 0.0
+    way: str | None = None
 
     @property
     def mean(self) -> float:
@@ -388,7 +390,8 @@ def _instruction_row(times: _PlanTimes, label: str, i: int, average: bool) -> Ro
     return Row(ins.op, calls, float(times.total_ns[i]) * 1e-9 * scale,
                None if flops is None else flops * calls, instruction_bytes(plan, i) * calls,
                0.0, label, i, ins.kernel, ins.location,
-               float(times.min_ns[i]) * 1e-9 if called else 0.0, float(times.max_ns[i]) * 1e-9)
+               float(times.min_ns[i]) * 1e-9 if called else 0.0, float(times.max_ns[i]) * 1e-9,
+               ins.choice.path if ins.choice is not None else None)
 
 
 def _with_share(row: Row, total: float) -> Row:
@@ -421,7 +424,9 @@ def _format_rows(rows: list[Row], by: str) -> list[str]:
         gflops = "-" if r.gflops is None else f"{r.gflops:.2f}"
         name = (f"{f'{r.plan}:{r.index}':<14}{r.op[:23]:<24}" if by == "instruction"
                 else f"{r.op[:25]:<26}")
-        where = f"  {r.kernel} {os.path.basename(r.location)}" if by == "instruction" else ""
+        way = f" ({r.way})" if r.way else ""
+        where = (f"  {r.kernel}{way} {os.path.basename(r.location)}" if by == "instruction"
+                 else "")
         lines.append(f"{name}{r.calls:>8g}{r.seconds * 1e3:>12.3f}{r.mean * 1e6:>11.2f}"
                      f"{r.share:>7.1f}%{gflops:>10}{r.nbytes / 1e6:>11.2f}{where}")
     return lines

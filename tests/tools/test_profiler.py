@@ -479,5 +479,19 @@ def test_table_sorting_and_the_instruction_view():
                                                              "more instructions")
 
 
+def test_the_instruction_view_names_the_way_each_kernel_took():
+    plan, feeds = gemm_and_adds(32)
+    with mg.profile() as prof:
+        plan.run(feeds)
+    rows = prof.instructions()
+    ways = {r.index: r.way for r in rows}
+    for i, ins in enumerate(plan.instructions):  # a GEMM has ways, an add has one
+        assert ways[i] == (ins.choice.path if ins.choice is not None else None)
+    assert any(w is not None for w in ways.values())
+    table = prof.table(by="instruction", sort_by="order", top=None).splitlines()
+    gemm = next(i for i, w in ways.items() if w is not None)
+    assert f"{plan.instructions[gemm].kernel} ({ways[gemm]}) " in table[3 + gemm]
+
+
 def test_mg_profile_is_public():
     assert "profile" in mg.__all__ and mg.profile().__class__.__name__ == "Profile"
