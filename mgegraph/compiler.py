@@ -108,7 +108,7 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
     if freeze:
         graph, outputs = frozen(graph, outputs)
     tuner = Tuner(backend, tune)
-    packing = tuner.packing(backend.prepack, backend)
+    packing = tuner.packing()
     graph, outputs, report = optimize_graph(graph, outputs, optimize, check=checks_enabled(),
                                             evaluate=evaluator(device),
                                             fusion=backend.fusion, prepack=packing,

@@ -17,6 +17,7 @@ from .ir.errors import OpError
 from .ir.graph import Graph, Var
 from .ir.types import TensorType
 from .plan import Choice, Instruction, Role, Slot
+from .tuning import by_rules
 
 
 def makes_view(node) -> bool:
@@ -103,10 +104,7 @@ def _launch(node, impl, kernel, launches: dict, tuner) -> tuple[Launch, Choice |
 
 
 def _chosen(node, impl, kernel, tuner) -> tuple[Launch, Choice | None]:
-    if tuner is not None:
-        return tuner.choose(node, impl, kernel)
-    launch = impl.lower(node)
-    return launch, (Choice(launch.path) if launch.path else None)
+    return by_rules(node, impl) if tuner is None else tuner.choose(node, impl, kernel)
 
 
 @dataclass

@@ -118,18 +118,32 @@ def workspace_limit(node, rules: Launch) -> int:
     return max(2 * rules.workspace, 2 * values, rules.workspace + WORKSPACE_SLACK)
 
 
+def by_rules(node, impl) -> tuple[Launch, Choice | None]:
+    """The launch the backend's rules give ``node`` and the choice it records (none for a
+    kernel of one way)."""
+    launch = impl.lower(node)
+    return launch, (Choice(launch.path) if launch.path else None)
+
+
 class Tuner:
     """The choices of one compile: ``choose(node, impl, kernel)`` for each instruction whose
-    kernel has several ways, then ``save()`` stores what was measured."""
+    kernel has several ways, ``packing()`` for the prepack pass, then ``save()`` stores what
+    was measured."""
 
     def __init__(self, backend, mode):
         check_mode(mode)
         self.mode = mode
+        self.backend = backend
         self.measurer = backend.measurer
         self.measured: dict[str, dict] = {}
         self._stored: dict[str, dict] | None = None  # read at the first instruction that asks
 
-    def _entry(self, key: str) -> dict | None:
+    def _known(self, key: str) -> dict | None:
+        """The entry measured in this compile, else (unless measuring anew) the stored one."""
+        if key in self.measured:
+            return self.measured[key]
+        if self.mode == "measure":
+            return None
         if self._stored is None:
             self._stored = read_store()
         return self._stored.get(key)
@@ -137,29 +151,29 @@ class Tuner:
     def choose(self, node, impl, kernel, timed=False) -> tuple[Launch, Choice | None]:
         """The launch the node runs with and the choice it records; ``timed``: measured even
         where it has one way (the prepack question compares it with another node's)."""
-        rules = impl.lower(node)
-        by_rules = rules, (Choice(rules.path) if rules.path else None)
+        ruled = by_rules(node, impl)
         if impl.candidates is None or self.measurer is None or self.mode == "rules":
-            return by_rules
+            return ruled
         key = entry_key(self.measurer.machine(), node, kernel.name)
-        entry = self.measured.get(key) or (None if self.mode == "measure" else self._entry(key))
+        entry = self._known(key)
         if entry is None and self.mode is None:
-            return by_rules
+            return ruled
+        rules = ruled[0]
         limit = workspace_limit(node, rules)
         ways = {c.path: c for c in impl.candidates(node) if c.workspace <= limit}
         ways.setdefault(rules.path, rules)
         if len(ways) == 1 and not timed:
-            return by_rules
+            return ruled
         if entry is not None and entry["path"] in ways:
             how = "measured" if self.measured.get(key) is entry else "cached"
             return ways[entry["path"]], _choice(entry, how)
         if self.mode is None:  # a stored way the backend no longer has
-            return by_rules
+            return ruled
         launches = tuple(ways.values())
         times = self.measurer.time(kernel, node, launches, BUDGET)
         entry = self._fastest(key, {launch.path: t for t, launch in zip(times, launches)})
         if entry is None:  # every way refused: the rules' launch fails the run as it would have
-            return by_rules
+            return ruled
         return ways[entry["path"]], _choice(entry, "measured")
 
     def _fastest(self, key: str, times: dict[str, float | None]) -> dict | None:
@@ -174,12 +188,13 @@ class Tuner:
         self.measured[key] = entry
         return entry
 
-    def packing(self, block_of, backend):
-        """The prepack pass's question (``block_of(conv2d node)``: the block of output channels
-        to pack its weights in, or None), answered by measuring where tuning: the node's
-        fastest way unpacked against conv2d on weights packed in each block the backend's
-        packed kernel takes, threads included. Linear layers and matmuls keep the rules'
-        answer."""
+    def packing(self):
+        """The prepack pass's question (the backend's ``prepack(conv2d node)``: the block of
+        output channels to pack its weights in, or None), answered by measuring where tuning:
+        the node's fastest way unpacked against conv2d on weights packed in each block the
+        backend's packed kernel takes, threads included. Linear layers and matmuls keep the
+        rules' answer."""
+        backend, block_of = self.backend, self.backend.prepack
         if (block_of is None or self.measurer is None or backend.packed_blocks is None
                 or self.mode == "rules"):
             return block_of
@@ -190,19 +205,18 @@ class Tuner:
             if not blocks:
                 return rule
             key = entry_key(self.measurer.machine(), node, "prepack")
-            entry = self.measured.get(key) or (
-                None if self.mode == "measure" else self._entry(key))
+            entry = self._known(key)
             if entry is None and self.mode is not None:
-                entry = self._race_packing(node, backend, blocks, key)
+                entry = self._race_packing(node, blocks, key)
             ways = {"unpacked": None} | {f"packed {block}": block for block in blocks}
             # nothing measured, or a stored way the backend no longer takes: the rules'
             return ways[entry["path"]] if entry is not None and entry["path"] in ways else rule
         return measured_block
 
-    def _race_packing(self, node, backend, blocks, key) -> dict | None:
+    def _race_packing(self, node, blocks, key) -> dict | None:
         """Time the node unpacked (its fastest way) and on weights packed in each of
         ``blocks`` (the packed kernel's fastest way)."""
-        dtype = node.inputs[0].dtype
+        backend, dtype = self.backend, node.inputs[0].dtype
         nodes = {"unpacked": node} | {f"packed {block}": packed_node(node, block)
                                       for block in blocks}
         times = {}
