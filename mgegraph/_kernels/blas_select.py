@@ -234,12 +234,13 @@ def machine_key(mkl: dict) -> str:
     import scipy  # lazy: startup cost (SciPy is read for its version only, here)
 
     threads = [len(os.sched_getaffinity(0)), os.environ.get("OMP_NUM_THREADS")]
-    text = json.dumps([_cpu_model(), platform.machine(), scipy.__version__, mkl["path"],
+    text = json.dumps([cpu_model(), platform.machine(), scipy.__version__, mkl["path"],
                        os.path.getsize(mkl["path"]), threads])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), for what a measurement holds for."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

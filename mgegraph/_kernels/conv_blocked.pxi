@@ -527,8 +527,9 @@ cdef inline int filter_call(const float* x,   # IN  (batch, cin, h, w)
 # split evenly among the fewest such chunks) and a group of channel blocks: per block, the tiles
 # innermost (a block's weights stay in L2 while the chunk's windows, at most 56 cells', pass:
 # with the blocks innermost, ResNet's 512 -> 512 at 7x7 streamed its 9 MiB of weights from L3
-# once per tile, 4.5 ms against 2.3 on 1 thread, Intel Xeon family 6 model 207); then the chunk's results go
-# out (transposed into y with the epilogue) while they are still in L1/L2, from the item's own
+# once per tile, 4.5 ms against 3.1 in the plan on 1 thread, Intel Xeon family 6 model 207);
+# then the chunk's results go out (transposed into y with the epilogue) while they are still in
+# L1/L2, from the item's own
 # slot of the workspace (one per thread). The channel blocks are split into groups when the
 # chunks are too few for the threads (a 7x7 plane is one or two chunks), and so that a group's
 # weights fit in L2 (PACKED_GROUP_BYTES): an item's chunk and the next one (same group) then read

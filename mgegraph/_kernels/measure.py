@@ -4,12 +4,13 @@ threads) on the instruction's own shapes.
 
 Design: each way runs through an eager ``Launcher`` on buffers of the node's types, 64-byte
 aligned as the arena's, the inputs random values in [-1, 1) (a kernel's time does not depend on
-them; no denormals; made for each measurement and dropped after it), one workspace of the largest size the ways ask for. Every way is called
-once, untimed (its first call warms its code and the caches; the buffers are written first, so
-no way pays their page faults), then all take turns, call by call, so that a burst of load on
-the machine hits them all; after the first round a way over twice the fastest stops (it cannot
-win), the others run until each ran ``ROUNDS`` timed calls or the budget is spent; a way's time
-is its fastest call (load only adds time).
+them; no denormals; made for each measurement and dropped after it), one workspace of the
+largest size the ways ask for. Every way is called once, untimed (its first call warms its code
+and the caches; the buffers are written first, so no way pays their page faults), then all take
+turns, call by call, so that a burst of load on the machine hits them all; after the first
+round a way over twice the fastest stops (it cannot win), the others run until each ran
+``ROUNDS`` timed calls or the budget is spent; a way's time is its fastest call (load only adds
+time).
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def _build_key() -> str:
     digest = hashlib.sha256()
     for module in (conv, linalg):
         digest.update(Path(module.__file__).read_bytes())
-    return "|".join([blas_select._cpu_model(), platform.machine(), ",".join(conv.blocked_isas()),
+    return "|".join([blas_select.cpu_model(), platform.machine(), ",".join(conv.blocked_isas()),
                      blas_select.choice().name, digest.hexdigest()[:16]])
 
 
