@@ -9,6 +9,9 @@ The installed ``onnx`` wheel ships no test data, only the generators in
                                               # every input fed at run time (strict)
     python tests/onnx/onnx_node_cases.py --ort    # and ONNX Runtime's on the same cases
     python tests/onnx/onnx_node_cases.py --bind   # shape-deciding inputs bound as constants
+    python tests/onnx/onnx_node_cases.py --float32 [--ort] [--fails]
+        # every case whose inputs and outputs are all float32 (any op; a function op's
+        # expansion counted under the op), shape-deciding inputs bound; --fails lists why
 """
 from __future__ import annotations
 
@@ -27,11 +30,7 @@ OPERATORS = ["Gemm", "MatMul", "Conv", "BatchNormalization", "Relu", "Gelu", "So
 def cases() -> dict:
     """op -> [TestCase]: the single-node cases whose node is that op, and the same cases with
     a function op expanded into its body (``test_layer_normalization_2d_axis0_expanded``)."""
-    from onnx.backend.test.case.node import collect_testcases
-
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        every = collect_testcases()
+    every = _every()
     out = {op: [] for op in OPERATORS}
     op_of = {}
     for case in every:
@@ -44,6 +43,34 @@ def cases() -> dict:
         if base != case.name and base in op_of:
             out[op_of[base]].append(case)
     return out
+
+
+def _every():
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return collect_testcases()
+
+
+@functools.lru_cache(maxsize=1)
+def float32_cases() -> dict:
+    """op -> [TestCase]: every case whose graph inputs and outputs are all float32 tensors
+    (the measure of coverage ONNX Runtime is compared on), under its op's name; a function
+    op's expanded body counts under the op it expands."""
+    out = collections.defaultdict(list)
+    for case in _every():
+        values = list(case.model.graph.input) + list(case.model.graph.output)
+        if all(v.type.tensor_type.elem_type == 1 for v in values):  # 1: TensorProto.FLOAT
+            nodes = case.model.graph.node
+            op = nodes[0].op_type if len(nodes) == 1 else _expanded_op(case.name)
+            out[op].append(case)
+    return dict(out)
+
+
+def _expanded_op(name: str) -> str:
+    base = re.sub(r"_expanded(_ver\d+)?$", "", name)
+    return f"{base} (expanded)"
 
 
 def _array(x):
@@ -104,20 +131,26 @@ def run_case_ort(case):
     _compare(case, session.run(None, feeds), expected)
 
 
-def summary(strict: bool = True, ort: bool = False) -> dict:
-    """op -> Counter(pass / of which shapes fed / skip / fail, and ORT's pass and fail)."""
+def summary(strict: bool = True, ort: bool = False, every_float32: bool = False,
+            why: list | None = None) -> dict:
+    """op -> Counter(pass / of which shapes fed / skip / fail, and ORT's pass and fail);
+    ``why`` collects (case, reason) of each skip and failure."""
     table = {}
-    for op, found in cases().items():
+    for op, found in (float32_cases() if every_float32 else cases()).items():
         counts = collections.Counter()
         for case in found:
             try:
                 fed = run_case(case, strict)
                 counts["pass"] += 1
                 counts["of which shapes fed"] += bool(fed)
-            except Unsupported:
+            except Unsupported as exc:
                 counts["skip"] += 1
-            except Exception:  # noqa: BLE001 - a failure, counted
+                if why is not None:
+                    why.append((case.name, str(exc)[:200]))
+            except Exception as exc:  # noqa: BLE001 - a failure, counted
                 counts["fail"] += 1
+                if why is not None:
+                    why.append((case.name, f"{type(exc).__name__}: {str(exc)[:200]}"))
             if ort:
                 try:
                     run_case_ort(case)
@@ -131,13 +164,17 @@ def summary(strict: bool = True, ort: bool = False) -> dict:
 if __name__ == "__main__":
     import sys
 
-    strict, ort = "--bind" not in sys.argv, "--ort" in sys.argv
+    every_float32 = "--float32" in sys.argv
+    strict, ort = "--bind" not in sys.argv and not every_float32, "--ort" in sys.argv
+    why = [] if "--fails" in sys.argv else None
     columns = ("pass", "of which shapes fed", "skip", "fail") + (("ORT pass", "ORT fail")
                                                                  if ort else ())
     total = collections.Counter()
     print("strict: every graph input fed at run time" if strict else
           "--bind: inputs that decide shapes bound with constants=")
-    for op, counts in summary(strict, ort).items():
+    for op, counts in sorted(summary(strict, ort, every_float32, why).items()):
         total.update(counts)
         print(f"{op:20s} " + " ".join(f"{k}={counts[k]}" for k in columns))
     print(f"{'TOTAL':20s} " + " ".join(f"{k}={total[k]}" for k in columns))
+    for name, reason in why or ():
+        print(f"{name}: {reason}")
