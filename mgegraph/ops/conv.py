@@ -507,7 +507,7 @@ def conv2d(inp, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
                  groups=int(groups) if hasattr(groups, "__index__") else groups)
 
 
-def _window_attrs(kernel_size, stride, padding, dilation, ceil_mode) -> dict:
+def window_attrs(kernel_size, stride, padding, dilation, ceil_mode) -> dict:
     """The sliding-window attributes of the public pooling functions. ``padding`` is an int, a
     pair, or ((top, bottom), (left, right)) for padding that differs at the two ends."""
     kernel = _as_pair(kernel_size)
@@ -529,7 +529,7 @@ def max_pool2d(inp, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=F
     >>> y = F.max_pool2d(x, 2)   # (N, C, 32, 32) -> (N, C, 16, 16)
     """
     return apply("max_pool2d", (inp,),
-                 **_window_attrs(kernel_size, stride, padding, dilation, ceil_mode))
+                 **window_attrs(kernel_size, stride, padding, dilation, ceil_mode))
 
 
 def _avg_mode(mode, count_include_pad) -> str:
@@ -551,7 +551,7 @@ def avg_pool2d(inp, kernel_size, stride=None, padding=0, mode="average_count_exc
     >>> y = F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False)
     """
     return apply("avg_pool2d", (inp,), mode=_avg_mode(mode, count_include_pad),
-                 **_window_attrs(kernel_size, stride, padding, dilation, ceil_mode))
+                 **window_attrs(kernel_size, stride, padding, dilation, ceil_mode))
 
 
 def adaptive_avg_pool2d(inp, oshp):
