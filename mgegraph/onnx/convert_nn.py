@@ -3,11 +3,11 @@ global), BatchNormalization, LayerNormalization, Softmax and LogSoftmax; their t
 ``CONVERTERS`` (ONNX op -> converter, see ``context`` for the signature), merged with the other
 families' in ``converters``.
 
-Design: mgegraph convolves and pools in 2-D; a 1-D input gets a trailing width of 1. ONNX's
-padding (``auto_pad``, asymmetric ``pads``), ``ceil_mode`` and dilated pooling, which the
-kernels do not take, are rewritten onto explicit padding, strided window slices and a constant
-of window counts; 3-D pooling and MaxPool's Indices output are window slices too. The
-attributes are checked first as ONNX Runtime checks them.
+Design: mgegraph convolves and pools in 2-D; a 1-D input gets a trailing width of 1. The
+pooling ops take ONNX's padding (``auto_pad``, asymmetric ``pads``), ``ceil_mode``,
+``dilations`` and ``count_include_pad`` as they are; 3-D pooling and MaxPool's Indices output,
+which no kernel computes, are strided window slices over the explicitly padded input and a
+constant of window counts. The attributes are checked first as ONNX Runtime checks them.
 """
 from __future__ import annotations
 
@@ -199,46 +199,33 @@ def _pool(cx, ins, at):
     if x.ndim == 5:
         return [_pool_windows(cx, x, op, at)]
     x, one_d = _spatial(cx, x, op)
+    window = _window_args(cx, x, at, one_d)
+    if op == "MaxPool":
+        y = F.max_pool2d(x, *window)
+    elif op == "LpPool":
+        kernel, strides, pads, dilations, ceil = window
+        y = F.lp_pool2d(x, at.get("p", 2), kernel, strides, ceil, padding=pads,
+                        dilation=dilations)
+    else:
+        kernel, strides, pads, dilations, ceil = window
+        y = F.avg_pool2d(x, kernel, strides, pads, ceil_mode=ceil, dilation=dilations,
+                         count_include_pad=bool(at.get("count_include_pad", 0)))
+    return [F.reshape(y, shape_of(y)[:3]) if one_d else y]
+
+
+def _window_args(cx, x, at, one_d: bool):
+    """(kernel, strides, ((top, bottom), (left, right)), dilations, ceil_mode) of a 2-D (or 1-D,
+    as a trailing width of 1) pooling node, for the pooling functions."""
     nd = 2 - one_d
     _check_pool(cx, at, nd)
     kernel = _as2(at["kernel_shape"], one_d, 1)
     strides = _as2(at.get("strides", [1] * nd), one_d, 1)
     dilations = _as2(at.get("dilations", [1] * nd), one_d, 1)
-    pads, extra, sizes = _pool_geometry(cx, at, shape_of(x)[2:2 + nd], kernel[:nd], strides[:nd],
-                                        dilations[:nd])
+    pads = _auto_pad(cx, at, shape_of(x)[2:2 + nd], kernel[:nd], strides[:nd], dilations[:nd])
     if one_d:
-        pads, extra, sizes = pads + [(0, 0)], extra + [0], sizes + [shape_of(x)[3]]
-    full = ((0, 0), (0, 0)) + tuple((b, e + x_) for (b, e), x_ in zip(pads, extra))
-    dilated = any(d != 1 for d in dilations)
-    # the kernels' own padding: symmetric, at most half the window, no ceil-mode overhang
-    native = (not dilated and all(b == e for b, e in pads) and not any(extra)
-              and all(2 * b <= k for (b, _), k in zip(pads, kernel)))
-    if op == "MaxPool":
-        if native:
-            y = F.max_pool2d(x, tuple(kernel), tuple(strides), tuple(b for b, _ in pads))
-        elif not dilated:
-            y = F.max_pool2d(F.pad(x, full, constant_value=-np.inf), tuple(kernel),
-                             tuple(strides), 0)
-        else:
-            y = _fold_windows(F.maximum, _dilated_windows(
-                F.pad(x, full, constant_value=-np.inf), kernel, strides, dilations, sizes))
-        return [F.reshape(y, shape_of(y)[:3]) if one_d else y]
-    include = bool(at.get("count_include_pad", 0))
-    if native:
-        y = F.avg_pool2d(x, tuple(kernel), tuple(strides), tuple(b for b, _ in pads),
-                         mode="average" if include else "average_count_exclude_padding")
-        return [F.reshape(y, shape_of(y)[:3]) if one_d else y]
-    # the sum over the explicitly padded input, divided by the number of cells ONNX counts
-    padded = F.pad(x, full)
-    if dilated:
-        sums = _fold_windows(F.add, _dilated_windows(padded, kernel, strides, dilations, sizes))
-        area = 1
-    else:
-        sums = F.avg_pool2d(padded, tuple(kernel), tuple(strides), 0, mode="average")
-        area = kernel[0] * kernel[1]
-    y = _average(cx, sums, area, include, (pads, extra, sizes), shape_of(x)[2:],
-                 (kernel, strides, dilations))
-    return [F.reshape(y, shape_of(y)[:3]) if one_d else y]
+        pads.append((0, 0))
+    return (tuple(kernel), tuple(strides), tuple(tuple(p) for p in pads), tuple(dilations),
+            bool(at.get("ceil_mode", 0)))
 
 
 def _check_pool(cx, at, nd: int) -> None:
@@ -303,7 +290,8 @@ def _max_pool_with_indices(cx, x, at):
 
 def _pool_windows(cx, x, op, at):
     """3-D pooling (a 5-D input), which mgegraph has no kernel for, as the elementwise max or
-    sum of its window's strided slices (``kd*kh*kw`` of them) over the padded input."""
+    sum of its window's strided slices (``kd*kh*kw`` of them) over the padded input (of
+    |x|^p for LpPool, whose padding adds nothing)."""
     _check_pool(cx, at, 3)
     kernel = list(at["kernel_shape"])
     strides, dilations = list(at.get("strides", [1] * 3)), list(at.get("dilations", [1] * 3))
@@ -312,6 +300,13 @@ def _pool_windows(cx, x, op, at):
     if op == "MaxPool":
         return _fold_windows(F.maximum, _dilated_windows(
             F.pad(x, full, constant_value=-np.inf), kernel, strides, dilations, sizes))
+    if op == "LpPool":
+        p = float(at.get("p", 2))
+        if p <= 0:
+            cx.fail(f"p={p} (the norm needs p > 0)")
+        powered = F.pow(F.abs(x), p)
+        return F.pow(_fold_windows(F.add, _dilated_windows(F.pad(powered, full), kernel, strides,
+                                                           dilations, sizes)), 1.0 / p)
     sums = _fold_windows(F.add, _dilated_windows(F.pad(x, full), kernel, strides, dilations,
                                                  sizes))
     return _average(cx, sums, 1, bool(at.get("count_include_pad", 0)), (pads, extra, sizes),
@@ -322,9 +317,22 @@ def _global_pool(cx, ins, at):
     x = cx.var(ins[0])
     if cx.node.op_type == "GlobalAveragePool" and x.ndim == 4:
         return [F.adaptive_avg_pool2d(x, (1, 1))]
+    if cx.node.op_type == "GlobalLpPool":
+        return [_global_lp_pool(cx, x, at.get("p", 2))]
     axes = tuple(range(2, x.ndim))
     fn = F.mean if cx.node.op_type == "GlobalAveragePool" else F.max
     return [fn(x, axes, keepdims=True)]
+
+
+def _global_lp_pool(cx, x, p):
+    """(sum of |x|^p over the spatial axes)^(1/p), keeping them as size 1."""
+    if p <= 0:
+        cx.fail(f"p={p} (the norm needs p > 0)")
+    axes = tuple(range(2, x.ndim))
+    if p == 2:
+        return F.sqrt(F.sum(F.square(x), axes, keepdims=True))
+    total = F.sum(F.pow(F.abs(x), float(p)), axes, keepdims=True)
+    return total if p == 1 else F.pow(total, 1.0 / p)
 
 
 def _batch_norm(cx, ins, at):
@@ -382,6 +390,7 @@ CONVERTERS = {
     "MatMul": _matmul, "Gemm": _gemm, "Conv": _conv,
     "MaxPool": _pool, "AveragePool": _pool,
     "GlobalAveragePool": _global_pool, "GlobalMaxPool": _global_pool,
+    "LpPool": _pool, "GlobalLpPool": _global_pool,
     "BatchNormalization": _batch_norm, "LayerNormalization": _layer_norm,
     "Softmax": _softmax, "LogSoftmax": _softmax,
 }
