@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..ir.dims import ceil_div
 from ..ir.facts import require_at_least
 from ..ir.types import TensorType
 from .builder import apply, promote
@@ -313,12 +314,18 @@ class Windows(NamedTuple):
 def _pooled_size(size, k, stride, begin, end, dilation, ceil_mode):
     """PyTorch's and ONNX's output size: with ``ceil_mode`` a last partial window counts, unless
     it would start past the input and its left padding (it would read padding only)."""
-    total = size + begin + end - dilation * (k - 1) - 1
+    span = dilation * (k - 1) + 1
+    total = size + begin + end - span
     if not ceil_mode:
         return total // stride + 1
     if named(size):
-        raise ValueError(f"ceil_mode=True over a named image size {size}: the output size "
-                         "would depend on its value")
+        # The last window starts at most stride - 1 cells past the end of the input and its
+        # padding: it starts inside the input (and is kept) at any size when end + stride <= span
+        if end + stride > span:
+            raise ValueError(f"ceil_mode=True over a named image size {size}, with padding "
+                             f"{end} after it and stride {stride} for a {span}-cell window: "
+                             "whether a last window is kept would depend on its value")
+        return ceil_div(total, stride) + 1
     out = -(-total // stride) + 1
     return out - 1 if (out - 1) * stride >= size + begin else out
 

@@ -233,3 +233,24 @@ def test_errors_name_the_op_and_shape():
     g = mg.Graph()
     with pytest.raises(mg.OpError, match=r"max_pool2d\(f32\[1,1,1,4\]\).*reads padding only"):
         F.max_pool2d(g.input("x", (1, 1, 1, 4)), 2, 1, 2, dilation=3)
+
+
+# -- named image sizes ----------------------------------------------------------------------------
+def test_ceil_mode_over_a_named_size_where_every_size_keeps_the_last_window():
+    g = mg.Graph()
+    x = g.input("x", (1, 2, "h", 9))
+    y = F.max_pool2d(x, 3, 2, 1, ceil_mode=True)
+    z = F.avg_pool2d(x, 2, ceil_mode=True, count_include_pad=True)
+    plan = mg.compile([y, z])
+    for h in (5, 6, 7, 8):
+        data = RNG.standard_normal((1, 2, h, 9)).astype(np.float32)
+        got = plan.run({"x": data})
+        check(got[0], pool_ref(data, ((3, 3), (2, 2), (1, 1), (1, 1), (1, 1), True), "max"))
+        check(got[1], pool_ref(data, ((2, 2), (2, 2), (0, 0), (0, 0), (1, 1), True), INCLUDE))
+
+
+def test_ceil_mode_over_a_named_size_where_the_size_decides_is_refused():
+    g = mg.Graph()
+    x = g.input("x", (1, 2, "h", 9))
+    with pytest.raises(mg.OpError, match="whether a last window is kept would depend"):
+        F.max_pool2d(x, 2, 3, ceil_mode=True)
