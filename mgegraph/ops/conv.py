@@ -12,11 +12,12 @@ from typing import NamedTuple
 import numpy as np
 
 from ..ir.dims import ceil_div
+from ..ir.errors import OpError, user_location
 from ..ir.facts import require_at_least
 from ..ir.types import TensorType
-from .builder import apply, promote
+from .builder import apply, cast_to, graph_of, promote
 from .matmul import check_activation, same_dtype, through_activation
-from .movement_api import reshape
+from .movement_api import arange, broadcast_to, reshape
 from .reduce import sum as reduce_sum
 from .registry import FLOAT_DTYPES, REQUIRED, OpDef, named, register, require_dtypes, same_shape
 
@@ -528,15 +529,38 @@ def window_attrs(kernel_size, stride, padding, dilation, ceil_mode) -> dict:
             "ceil_mode": bool(ceil_mode)}
 
 
-def max_pool2d(inp, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+def max_pool2d(inp, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
     """Max over sliding windows; padding counts as -inf. ``stride`` defaults to the window.
     ``dilation`` spaces a window's cells; ``ceil_mode`` keeps a last partial window (PyTorch's
-    rule: one that starts inside the input or its left padding).
+    rule: one that starts inside the input or its left padding). ``return_indices`` also gives
+    PyTorch's indices: where in its plane (h * W + w, int64) each maximum comes from.
 
     >>> y = F.max_pool2d(x, 2)   # (N, C, 32, 32) -> (N, C, 16, 16)
+    >>> y, where = F.max_pool2d(x, 3, 2, 1, return_indices=True)
     """
-    return apply("max_pool2d", (inp,),
-                 **window_attrs(kernel_size, stride, padding, dilation, ceil_mode))
+    attrs = window_attrs(kernel_size, stride, padding, dilation, ceil_mode)
+    y = apply("max_pool2d", (inp,), **attrs)
+    return (y, _argmax_cells(inp, attrs)) if return_indices else y
+
+
+def _argmax_cells(inp, attrs):
+    # max_pool2d_select reading each cell's own index picks the cell the gradient goes to: the
+    # first maximum of the window (or its first NaN). A float holds the index exactly up to
+    # 2^24 (float32) cells of a plane.
+    h, w = inp.shape[2:]
+    bits = np.finfo(inp.dtype).nmant + 1
+    reason = None
+    if named(h, w):
+        reason = f"return_indices over a named image size {h}x{w}"
+    elif h * w > 2 ** bits:
+        reason = (f"return_indices over {h}x{w} planes: {inp.dtype} holds cell indices "
+                  f"exactly up to 2^{bits} (use float64)")
+    if reason:
+        raise OpError("max_pool2d", [inp.type], reason, user_location())
+    cells = reshape(arange(h * w, dtype=inp.dtype, graph=graph_of(inp)), (1, 1, h, w))
+    at = apply("max_pool2d_select", (inp, broadcast_to(cells, inp.shape)), **attrs)
+    return cast_to(at, np.int64)
 
 
 def _avg_mode(mode, count_include_pad) -> str:

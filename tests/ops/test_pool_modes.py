@@ -254,3 +254,26 @@ def test_ceil_mode_over_a_named_size_where_the_size_decides_is_refused():
     x = g.input("x", (1, 2, "h", 9))
     with pytest.raises(mg.OpError, match="whether a last window is kept would depend"):
         F.max_pool2d(x, 2, 3, ceil_mode=True)
+
+
+# -- return_indices -------------------------------------------------------------------------------
+@pytest.mark.parametrize("size,k,s,p,d,ceil", TORCH_CASES[::7])
+def test_max_pool2d_indices_against_torch(size, k, s, p, d, ceil):
+    torch = pytest.importorskip("torch")
+    x = RNG.integers(0, 5, (2, 2, size, size + 2)).astype(np.float64)  # ties: the first wins
+    y, where = F.max_pool2d(mg.tensor(x), k, s, p, d, ceil, return_indices=True)
+    want_y, want_where = torch.nn.functional.max_pool2d(torch.from_numpy(x), k, s, p, d, ceil,
+                                                        return_indices=True)
+    np.testing.assert_array_equal(y.numpy(), want_y.numpy())
+    assert where.numpy().dtype == np.int64
+    np.testing.assert_array_equal(where.numpy(), want_where.numpy())
+
+
+def test_max_pool2d_indices_refuse_planes_a_float_cannot_count():
+    g = mg.Graph()
+    with pytest.raises(mg.OpError, match=r"float32 holds cell indices exactly up to 2\^24"):
+        F.max_pool2d(g.input("x", (1, 1, 4097, 4097)), 2, return_indices=True)
+    _, where = F.max_pool2d(g.input("y", (1, 1, 4097, 4097), "float64"), 2, return_indices=True)
+    assert where.dtype == np.int64 and where.shape == (1, 1, 2048, 2048)
+    with pytest.raises(mg.OpError, match="return_indices over a named image size"):
+        F.max_pool2d(g.input("z", (1, 1, "h", 8)), 2, return_indices=True)
