@@ -5,9 +5,10 @@ families' in ``converters``.
 
 Design: mgegraph convolves and pools in 2-D; a 1-D input gets a trailing width of 1. The
 pooling ops take ONNX's padding (``auto_pad``, asymmetric ``pads``), ``ceil_mode``,
-``dilations`` and ``count_include_pad`` as they are; 3-D pooling and MaxPool's Indices output,
-which no kernel computes, are strided window slices over the explicitly padded input and a
-constant of window counts. The attributes are checked first as ONNX Runtime checks them.
+``dilations`` and ``count_include_pad`` as they are, and MaxPool's Indices output is
+max_pool2d's own made flat; 3-D pooling, which no kernel computes, is strided window slices over
+the explicitly padded input and a constant of window counts. The attributes are checked first
+as ONNX Runtime checks them.
 """
 from __future__ import annotations
 
@@ -259,6 +260,8 @@ def _max_pool_with_indices(cx, x, at):
     order = at.get("storage_order", 0)
     if order and nd != 2:
         cx.fail(f"storage_order=1 on a {nd}-D pooling (ONNX defines it for 2-D)")
+    if nd < 3:
+        return _max_pool_with_plane_indices(cx, x, at, order)
     _check_pool(cx, at, nd)
     kernel = list(at["kernel_shape"])
     strides, dilations = list(at.get("strides", [1] * nd)), list(at.get("dilations", [1] * nd))
@@ -286,6 +289,24 @@ def _max_pool_with_indices(cx, x, at):
     n, c = shape_of(x)[:2]
     base = np.arange(n * c, dtype=np.int64).reshape((n, c) + (1,) * nd) * stride
     return [y, F.add(F.broadcast_to(indices, shape_of(y)), cx.g.const(base))]
+
+
+def _max_pool_with_plane_indices(cx, x, at, order):
+    """1-D and 2-D MaxPool with its Indices: max_pool2d's own (the cell in its plane, the first
+    maximum), made flat over the whole input, column-major over H and W with storage_order=1."""
+    shape = shape_of(x)
+    x4, one_d = _spatial(cx, x, "MaxPool")
+    y, where = F.max_pool2d(x4, *_window_args(cx, x4, at, one_d), return_indices=True)
+    h, w = shape_of(x4)[2:]
+    if order:  # h * W + w -> w * H + h
+        cells = cx.g.const(np.int64(w))
+        where = F.add(F.mul(F.mod(where, cells), cx.g.const(np.int64(h))),
+                      F.floor_div(where, cells))
+    planes = np.arange(shape[0] * shape[1], dtype=np.int64).reshape(shape[:2] + (1, 1)) * h * w
+    where = F.add(where, cx.g.const(planes))
+    if one_d:
+        return [F.reshape(y, shape_of(y)[:3]), F.reshape(where, shape_of(where)[:3])]
+    return [y, where]
 
 
 def _pool_windows(cx, x, op, at):

@@ -136,3 +136,23 @@ def test_export_refuses_dilated_average_pooling_before_opset_19():
     y = F.avg_pool2d(g.input("x", (1, 1, 6, 6)), 2, 1, dilation=2)
     with pytest.raises(mo.OnnxExportError, match="dilation .* opset 19"):
         mo.export((g, [y]), None, opset=17)
+
+
+@pytest.mark.parametrize("order", [0, 1])
+@pytest.mark.parametrize("shape,window", [
+    ([2, 3, 9, 10], WINDOWS[2]), ([2, 3, 9, 10], WINDOWS[0]), ([2, 3, 9, 10], WINDOWS[4]),
+    ([2, 3, 11], {"kernel_shape": [3], "strides": [2], "pads": [1, 2], "ceil_mode": 1}),
+])
+def test_max_pool_indices_come_from_the_native_op(order, shape, window):
+    if order and len(shape) != 4:
+        pytest.skip("storage_order is defined for 2-D pooling")
+    node = helper.make_node("MaxPool", ["x"], ["y", "i"], storage_order=order, **window)
+    model = _model([node], [_vi("x", shape)],
+                   [_vi("y", None), _vi("i", None, onnx.TensorProto.INT64)], opset=19)
+    x = RNG.integers(-5, 5, shape).astype(np.float32)  # ties: the first maximum wins
+    want = _ort_run(model, x)
+    g, _ = mo.import_graph(model)
+    assert sum(n.op.name == "max_pool2d_select" for n in g.nodes) == 1
+    assert not any(n.op.name == "slice" for n in g.nodes)
+    for got, expected in zip(mo.import_model(model).run({"x": x}), want):
+        np.testing.assert_array_equal(got, expected)
