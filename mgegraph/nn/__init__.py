@@ -7,11 +7,11 @@ from .losses import (binary_cross_entropy_with_logits, cross_entropy, l1_loss, m
                      nll_loss)
 from .module import Buffer, Module, Parameter
 from .pooling import (AdaptiveMaxPool2d, AvgPool1d, GlobalAvgPool2d, GlobalMaxPool2d, LPPool1d,
-                      LPPool2d, MaxPool1d)
+                      LPPool2d, MaxPool1d, MaxUnpool2d)
 
 __all__ = ["Module", "Parameter", "Buffer", "Sequential", "Linear", "Conv2d", "BatchNorm2d",
            "LayerNorm", "Embedding", "Dropout", "ReLU", "GELU", "Sigmoid", "Tanh", "MaxPool2d",
            "AvgPool2d", "AdaptiveAvgPool2d", "Flatten", "init", "cross_entropy", "nll_loss",
            "mse_loss", "l1_loss", "binary_cross_entropy_with_logits"]
 __all__ += ["AdaptiveMaxPool2d", "AvgPool1d", "GlobalAvgPool2d", "GlobalMaxPool2d", "LPPool1d",
-            "LPPool2d", "MaxPool1d"]
+            "LPPool2d", "MaxPool1d", "MaxUnpool2d"]

@@ -79,3 +79,14 @@ class AvgPool1d(Module):
     def forward(self, x):
         return F.avg_pool1d(x, self.kernel_size, self.stride, self.padding, self.mode,
                             ceil_mode=self.ceil_mode, count_include_pad=self.count_include_pad)
+
+
+class MaxUnpool2d(Module):
+    """max_unpool2d: each value put back at the cell its index names (PyTorch's MaxUnpool2d)."""
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+
+    def forward(self, x, indices, output_size=None):
+        return F.max_unpool2d(x, indices, self.kernel_size, self.stride, self.padding,
+                              output_size)

@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from .. import functional as F
+from ..ops.builder import apply
 from .context import shape_of
 
 
@@ -334,6 +335,36 @@ def _pool_windows(cx, x, op, at):
                     shape_of(x)[2:], (kernel, strides, dilations))
 
 
+def _max_unpool(cx, ins, at):
+    """MaxUnpool: each value of X put at the flat index I names in a zero tensor of the
+    unpooled shape the window attributes give (MaxPool's Indices index so); a larger
+    ``output_shape`` pads that with zeros at the end, as ONNX's reference does (ONNX Runtime
+    instead reads I as indices into ``output_shape``)."""
+    x, where = cx.var(ins[0]), cx.var(ins[1])
+    if x.ndim != 4 or any(not isinstance(d, int) for d in shape_of(x)):
+        cx.fail(f"an input of shape {list(shape_of(x))} (mgegraph unpools 4-D inputs of fixed "
+                "shape)")
+    if shape_of(where) != shape_of(x):
+        cx.fail(f"indices of shape {list(shape_of(where))} for an input of shape "
+                f"{list(shape_of(x))}")
+    _check_pool(cx, at, 2)
+    kernel, strides = list(at["kernel_shape"]), list(at.get("strides", [1, 1]))
+    pads = list(at.get("pads", [0] * 4))
+    n, c = shape_of(x)[:2]
+    size = [n, c] + [(shape_of(x)[2 + i] - 1) * strides[i] + kernel[i] - pads[i] - pads[i + 2]
+                     for i in range(2)]
+    flat = (1, math.prod(shape_of(x)))
+    y = F.reshape(apply("scatter_add", (F.reshape(x, flat), F.reshape(F.astype(where, "int64"),
+                                                                      flat)),
+                        axis=1, shape=(1, math.prod(size))), tuple(size))
+    if len(ins) < 3 or ins[2] is None:
+        return [y]
+    out = cx.ints(ins[2], "output_shape")
+    if len(out) != 4 or any(o < s for o, s in zip(out, size)) or out[:2] != size[:2]:
+        cx.fail(f"output_shape {out} for an unpooled {size} (it may only be larger)")
+    return [F.pad(y, ((0, 0), (0, 0), (0, out[2] - size[2]), (0, out[3] - size[3])))]
+
+
 def _global_pool(cx, ins, at):
     x = cx.var(ins[0])
     if cx.node.op_type == "GlobalAveragePool" and x.ndim == 4:
@@ -411,7 +442,7 @@ CONVERTERS = {
     "MatMul": _matmul, "Gemm": _gemm, "Conv": _conv,
     "MaxPool": _pool, "AveragePool": _pool,
     "GlobalAveragePool": _global_pool, "GlobalMaxPool": _global_pool,
-    "LpPool": _pool, "GlobalLpPool": _global_pool,
+    "LpPool": _pool, "GlobalLpPool": _global_pool, "MaxUnpool": _max_unpool,
     "BatchNormalization": _batch_norm, "LayerNormalization": _layer_norm,
     "Softmax": _softmax, "LogSoftmax": _softmax,
 }

@@ -15,6 +15,7 @@ import numbers
 
 from ..ir.errors import OpError, user_location
 from ..ir.types import TensorType
+from .builder import apply
 from .conv import (
     adaptive_avg_pool2d,
     adaptive_max_pool2d,
@@ -27,9 +28,10 @@ from .elementwise import abs as elementwise_abs
 from .elementwise import mul, sqrt, square
 from .elementwise import pow as elementwise_pow
 from .movement_api import pad, reshape
+from .registry import named
 
 __all__ = ["avg_pool1d", "global_avg_pool2d", "global_max_pool2d", "lp_pool1d", "lp_pool2d",
-           "max_pool1d"]
+           "max_pool1d", "max_unpool2d"]
 
 
 def _fail(op: str, inp, reason: str):
@@ -167,3 +169,58 @@ def lp_pool1d(inp, norm_type, kernel_size, stride=None, ceil_mode=False, *, padd
     """
     x, k, s, p, d = _as_2d("lp_pool1d", inp, kernel_size, stride, padding, dilation)
     return _as_1d(lp_pool2d(x, norm_type, k, s, ceil_mode, padding=p, dilation=d))
+
+
+# -- max_unpool2d: each value put back at the cell its index names --------------------------------
+def max_unpool2d(inp, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """PyTorch's max_unpool2d: zeros of the pooled input's size, with each value of ``inp`` at
+    the cell of its plane that ``indices`` names (h * W + w, as max_pool2d's return_indices
+    gives them); an index outside the plane is a KernelError when the plan runs.
+
+    Design: overlapping windows are refused: two of them may name one cell, where PyTorch keeps
+    an arbitrary one of their values. Indices that repeat otherwise (not from a pooling) add up.
+
+    >>> y, where = F.max_pool2d(x, 2, return_indices=True)
+    >>> x2 = F.max_unpool2d(y, where, 2)   # x's shape, zeros but at each window's maximum
+    """
+    attrs = window_attrs(kernel_size, stride, padding, 1, False)
+    hw = _unpooled_size(inp, indices, attrs, output_size)
+    n, c, oh, ow = inp.shape
+    flat = (n, c, oh * ow)
+    where = reshape(indices, flat)
+    out = apply("scatter_add", (reshape(inp, flat), where), axis=2, shape=(n, c, hw[0] * hw[1]))
+    return reshape(out, (n, c, *hw))
+
+
+def _unpooled_size(inp, indices, attrs, output_size) -> tuple:
+    """The unpooled image size: PyTorch's default, or ``output_size`` ((H, W) or the whole
+    shape) within one stride of it."""
+    if inp.ndim != 4 or indices.shape != inp.shape:
+        _fail("max_unpool2d", inp, f"input must be 4-D (N, C, H, W) with indices of its shape, "
+              f"got {inp.shape} and indices {indices.shape}")
+    if indices.dtype.kind not in "iu":
+        _fail("max_unpool2d", inp, f"indices must be integers, got {indices.dtype}")
+    kernel, stride, padding = (_ints(inp, name, attrs[name], low) for name, low in
+                               (("kernel_size", 1), ("stride", 1), ("padding", 0)))
+    if attrs["padding_end"] is not None:
+        _fail("max_unpool2d", inp, f"padding must be an int or a pair, got {padding!r}")
+    if stride[0] < kernel[0] or stride[1] < kernel[1]:
+        _fail("max_unpool2d", inp, f"windows {kernel} at stride {stride} overlap, so two may "
+              "name one cell, whose value PyTorch picks arbitrarily: refused")
+    default = tuple((inp.shape[2 + i] - 1) * stride[i] - 2 * padding[i] + kernel[i]
+                    for i in range(2))
+    if output_size is None:
+        return default
+    size = tuple(output_size)[-2:]
+    for i in range(2):
+        low, high = default[i] - stride[i], default[i] + stride[i]
+        if named(size[i], default[i]) or not low < size[i] < high:
+            _fail("max_unpool2d", inp, f"output_size {tuple(output_size)} must be within a "
+                  f"stride {stride} of {default} per axis")
+    return size
+
+
+def _ints(inp, name, values, low) -> tuple:
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= low for v in values):
+        _fail("max_unpool2d", inp, f"{name} must be an int >= {low} or a pair, got {values!r}")
+    return values

@@ -124,3 +124,13 @@ def test_module_reprs_and_no_parameters():
                    nn.GlobalMaxPool2d(), nn.AdaptiveMaxPool2d(2)):
         assert list(module.named_parameters()) == []
         assert type(module).__name__ in repr(module)
+
+
+def test_max_unpool2d_module():
+    torch = pytest.importorskip("torch")
+    x = RNG.standard_normal((2, 3, 8, 7))
+    y, where = F.max_pool2d(mg.tensor(x), 2, return_indices=True)
+    got = nn.MaxUnpool2d(2)(y, where, output_size=(8, 7)).numpy()
+    ty, tw = torch.nn.functional.max_pool2d(torch.from_numpy(x), 2, return_indices=True)
+    want = torch.nn.MaxUnpool2d(2)(ty, tw, output_size=(8, 7)).numpy()
+    np.testing.assert_array_equal(got, want)

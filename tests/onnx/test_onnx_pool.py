@@ -156,3 +156,38 @@ def test_max_pool_indices_come_from_the_native_op(order, shape, window):
     assert not any(n.op.name == "slice" for n in g.nodes)
     for got, expected in zip(mo.import_model(model).run({"x": x}), want):
         np.testing.assert_array_equal(got, expected)
+
+
+def _unpool_model(shape, output_shape):
+    pool = helper.make_node("MaxPool", ["x"], ["p", "i"], kernel_shape=[2, 2], strides=[2, 2],
+                            ceil_mode=1)
+    inputs = ["p", "i"] + (["s"] if output_shape else [])
+    unpool = helper.make_node("MaxUnpool", inputs, ["y"], kernel_shape=[2, 2], strides=[2, 2])
+    nodes = [pool, unpool]
+    if output_shape:
+        nodes.insert(0, helper.make_node("Constant", [], ["s"], value=onnx.numpy_helper.from_array(
+            np.array(output_shape, np.int64))))
+    return _model(nodes, [_vi("x", shape)], [_vi("y", None)], opset=19)
+
+
+def test_max_unpool_matches_onnx_runtime():
+    # indices into the whole tensor: a ceil-mode pooling's planes (9x8) are not the unpooled
+    # ones (10x8), so the values land across planes, as ONNX Runtime puts them
+    shape = [2, 3, 9, 8]
+    model = _unpool_model(shape, None)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    (want,) = _ort_run(model, x)
+    (got,) = mo.import_model(model).run({"x": x})
+    np.testing.assert_array_equal(got, want)
+
+
+def test_max_unpool_output_shape_pads_as_onnx_reference():
+    reference = pytest.importorskip("onnx.reference")
+    shape = [1, 2, 8, 6]
+    model = _unpool_model(shape, [1, 2, 9, 7])
+    x = RNG.standard_normal(shape).astype(np.float32)
+    (want,) = reference.ReferenceEvaluator(model).run(None, {"x": x})
+    g, _ = mo.import_graph(model)
+    assert [n.op.name for n in g.nodes].count("scatter_add") == 1
+    (got,) = mo.import_model(model).run({"x": x})
+    np.testing.assert_array_equal(got, want)

@@ -277,3 +277,51 @@ def test_max_pool2d_indices_refuse_planes_a_float_cannot_count():
     assert where.dtype == np.int64 and where.shape == (1, 1, 2048, 2048)
     with pytest.raises(mg.OpError, match="return_indices over a named image size"):
         F.max_pool2d(g.input("z", (1, 1, "h", 8)), 2, return_indices=True)
+
+
+# -- max_unpool2d ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("xs,k,s,p,size", [((2, 3, 9, 8), 2, 2, 0, (9, 8)),
+                                           ((1, 2, 7, 7), 3, 3, 1, None),
+                                           ((1, 1, 6, 9), (2, 3), (3, 3), 0, None)])
+def test_max_unpool2d_and_its_gradient_against_torch(xs, k, s, p, size):
+    torch = pytest.importorskip("torch")
+    x = RNG.standard_normal(xs)
+    tx = torch.from_numpy(x)
+    ty, tw = torch.nn.functional.max_pool2d(tx, k, s, p, return_indices=True)
+    tu = torch.from_numpy(ty.numpy()).requires_grad_()
+    want = torch.nn.functional.max_unpool2d(tu, tw, k, s, p, output_size=size)
+    weights = RNG.standard_normal(tuple(want.shape))
+    want.backward(torch.from_numpy(weights))
+    g = mg.Graph()
+    y = g.input("y", tuple(ty.shape), "float64")
+    where = g.input("w", tuple(tw.shape), "int64")
+    out = F.max_unpool2d(y, where, k, s, p, output_size=size)
+    (dy,) = mg.grad(F.sum(out * g.const(weights)), [y])
+    got, grad = mg.compile([out, dy]).run({"y": ty.numpy(), "w": tw.numpy()})
+    np.testing.assert_array_equal(got, want.detach().numpy())
+    np.testing.assert_allclose(grad, tu.grad.numpy(), rtol=1e-12)
+
+
+def test_max_unpool2d_index_outside_the_plane_fails_at_run_time():
+    g = mg.Graph()
+    out = F.max_unpool2d(g.input("y", (1, 1, 2, 2)), g.input("w", (1, 1, 2, 2), "int64"), 2)
+    plan = mg.compile([out])
+    with pytest.raises(mg.KernelError, match="out of range"):
+        plan.run({"y": np.ones((1, 1, 2, 2), np.float32),
+                  "w": np.array([[[[0, 1], [4, 16]]]], np.int64)})
+
+
+@pytest.mark.parametrize("args,kwargs,reason", [
+    (((1, 1, 2, 2), (1, 1, 2, 2)), {"kernel_size": 3, "stride": 2}, "overlap"),
+    (((1, 1, 2, 2), (1, 1, 2, 3)), {"kernel_size": 2}, "indices of its shape"),
+    (((1, 1, 2, 2), (1, 1, 2, 2), "float32"), {"kernel_size": 2}, "indices must be integers"),
+    (((1, 1, 2, 2), (1, 1, 2, 2)), {"kernel_size": 2, "output_size": (6, 4)},
+     r"output_size \(6, 4\) must be within a stride"),
+    (((1, 1, 2, 2), (1, 1, 2, 2)), {"kernel_size": 0}, "kernel_size must be an int >= 1"),
+])
+def test_max_unpool2d_errors(args, kwargs, reason):
+    g = mg.Graph()
+    y = g.input("y", args[0])
+    where = g.input("w", args[1], args[2] if len(args) > 2 else "int64")
+    with pytest.raises(mg.OpError, match=rf"max_unpool2d.*{reason}"):
+        F.max_unpool2d(y, where, **kwargs)
