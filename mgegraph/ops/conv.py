@@ -563,13 +563,14 @@ def _argmax_cells(inp, attrs):
     return cast_to(at, np.int64)
 
 
-def _avg_mode(mode, count_include_pad) -> str:
+def _avg_mode(inp, mode, count_include_pad) -> str:
     # PyTorch's count_include_pad, where given, names MegEngine's mode; the two must agree
     if count_include_pad is None:
         return mode
     chosen = AVG_MODES[0] if count_include_pad else AVG_MODES[1]
     if mode not in (chosen, AVG_MODES[1]):
-        raise ValueError(f"count_include_pad={count_include_pad} contradicts mode={mode!r}")
+        raise OpError("avg_pool2d", [inp.type], f"count_include_pad={count_include_pad} "
+                      f"contradicts mode={mode!r}", user_location())
     return chosen
 
 
@@ -581,7 +582,7 @@ def avg_pool2d(inp, kernel_size, stride=None, padding=0, mode="average_count_exc
     >>> y = F.avg_pool2d(x, 3, stride=2, padding=1)
     >>> y = F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False)
     """
-    return apply("avg_pool2d", (inp,), mode=_avg_mode(mode, count_include_pad),
+    return apply("avg_pool2d", (inp,), mode=_avg_mode(inp, mode, count_include_pad),
                  **window_attrs(kernel_size, stride, padding, dilation, ceil_mode))
 
 
