@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from test_parallel_kernels import check_all_threads
 
 import mgegraph as mg
 import mgegraph.functional as F
@@ -325,3 +326,20 @@ def test_max_unpool2d_errors(args, kwargs, reason):
     where = g.input("w", args[1], args[2] if len(args) > 2 else "int64")
     with pytest.raises(mg.OpError, match=rf"max_unpool2d.*{reason}"):
         F.max_unpool2d(y, where, **kwargs)
+
+
+# -- threads and read-only inputs -----------------------------------------------------------------
+@pytest.mark.parametrize("case", [CASES[0], CASES[3], CASES[6]])
+def test_every_op_gives_the_same_bits_on_1_2_3_threads(case, monkeypatch):
+    xs, g = (4, 3) + case[0][2:], case[1:]
+    attrs = attrs_of(g)
+    x = RNG.integers(0, 4, xs).astype(np.float32)
+    x.flags.writeable = False  # kernels only read their inputs
+    dy = RNG.standard_normal(xs[:2] + out_shape(xs, g)).astype(np.float32)
+    check_all_threads(lambda v: apply("max_pool2d", (v,), **attrs), [x], pool_ref(x, g, "max"),
+                      monkeypatch)
+    check_all_threads(lambda v, d: apply("max_pool2d_backward", (v, d), **attrs), [x, dy],
+                      max_backward_ref(x, dy, g), monkeypatch)
+    check_all_threads(lambda d: apply("avg_pool2d_backward", (d,), mode=INCLUDE,
+                                      input_hw=xs[2:], **attrs), [dy],
+                      avg_backward_ref(dy, xs, g, INCLUDE), monkeypatch)
