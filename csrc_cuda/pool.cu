@@ -1,7 +1,8 @@
 // 2-D pooling over NCHW (max, average, adaptive) and the passes its gradients use.
 //
 // Parameters: the CPU's Pool struct (mgegraph/_kernels/pool.pyx, packed by lowering/pool.py):
-//   ints [mode, planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw]
+//   ints [mode, planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, eh, ew]
+//   (ph, pw: padding before the image, eh, ew: after it; dh, dw: dilation)
 //   pool2d: x, y;  max_pool2d_backward: x, dy, dx;  avg_pool2d_backward: dy, dx;
 //   max_pool2d_select: x, h, y (y = h at the argmax of each window of x)
 //
@@ -21,12 +22,25 @@
 enum { P_MAX, P_AVG_INCLUDE, P_AVG_EXCLUDE, P_ADAPTIVE_MAX, P_ADAPTIVE_AVG };
 
 struct Pool {
-    i64 mode, planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
+    i64 mode, planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, eh, ew;
     __device__ bool adaptive() const { return mode == P_ADAPTIVE_MAX || mode == P_ADAPTIVE_AVG; }
+    __device__ bool dilated() const { return dh != 1 || dw != 1; }
 };
 
 struct Range {
     i64 lo, hi;  // [lo, hi)
+};
+
+// One axis of one window (pool.pyx's Span): cells lo, lo + step, ... (n of them, padding cut
+// off), and how many of its cells lie in the input or its padding (the "average" divisor).
+struct Span {
+    i64 lo, n, padded, step;
+    __device__ i64 hi() const { return lo + (n - 1) * step + 1; }  // past the last cell
+    __device__ bool holds(i64 i) const { return i >= lo && i < hi() && (i - lo) % step == 0; }
+};
+
+struct Axis {
+    i64 size, osize, k, stride, pad, pad_end, dil;
 };
 
 __device__ __forceinline__ i64 floor_div(i64 a, i64 b) {
@@ -39,41 +53,50 @@ __device__ __forceinline__ i64 clamp(i64 v, i64 lo, i64 hi) {
     return v < lo ? lo : (v > hi ? hi : v);
 }
 
-// The input range output index o reads along one axis, padding cut off; adaptive windows are
-// PyTorch's: [floor(o size / osize), ceil((o + 1) size / osize)).
-__device__ Range window(i64 o, i64 size, i64 osize, i64 k, i64 stride, i64 pad, bool adaptive) {
-    if (adaptive) return Range{o * size / osize, ((o + 1) * size + osize - 1) / osize};
-    const i64 start = o * stride - pad;
-    return Range{start > 0 ? start : 0, start + k < size ? start + k : size};
+__device__ Axis rows_of(const Pool& s) { return Axis{s.h, s.oh, s.kh, s.sh, s.ph, s.eh, s.dh}; }
+__device__ Axis cols_of(const Pool& s) { return Axis{s.w, s.ow, s.kw, s.sw, s.pw, s.ew, s.dw}; }
+
+// Window o along one axis; adaptive windows are PyTorch's:
+// [floor(o size / osize), ceil((o + 1) size / osize)).
+__device__ Span window(i64 o, const Axis& a, bool adaptive) {
+    if (adaptive) {
+        const i64 lo = o * a.size / a.osize, hi = ((o + 1) * a.size + a.osize - 1) / a.osize;
+        return Span{lo, hi - lo, hi - lo, 1};
+    }
+    const i64 start = o * a.stride - a.pad;
+    const i64 first = start < 0 ? ceil_div(-start, a.dil) : 0;
+    const i64 stop = clamp(ceil_div(a.size - start, a.dil), 0, a.k);
+    return Span{start + first * a.dil, stop > first ? stop - first : 0,
+                clamp(ceil_div(a.size + a.pad_end - start, a.dil), 0, a.k), a.dil};
 }
 
-// The outputs [lo, hi) along one axis whose windows hold input index i.
-__device__ Range covering(i64 i, i64 size, i64 osize, i64 k, i64 stride, i64 pad, bool adaptive) {
+// The outputs [lo, hi) along one axis whose windows may hold input index i (a dilated
+// window skips some: Span::holds says).
+__device__ Range covering(i64 i, const Axis& a, bool adaptive) {
     if (!adaptive)
-        return Range{clamp(ceil_div(i + pad - k + 1, stride), 0, osize),
-                     clamp(floor_div(i + pad, stride) + 1, 0, osize)};
-    i64 lo = clamp(i * osize / size, 0, osize - 1);
-    while (lo > 0 && window(lo - 1, size, osize, 0, 0, 0, true).hi > i) --lo;
-    while (lo < osize && window(lo, size, osize, 0, 0, 0, true).hi <= i) ++lo;
+        return Range{clamp(ceil_div(i + a.pad - (a.k - 1) * a.dil, a.stride), 0, a.osize),
+                     clamp(floor_div(i + a.pad, a.stride) + 1, 0, a.osize)};
+    i64 lo = clamp(i * a.osize / a.size, 0, a.osize - 1);
+    while (lo > 0 && window(lo - 1, a, true).hi() > i) --lo;
+    while (lo < a.osize && window(lo, a, true).hi() <= i) ++lo;
     i64 hi = lo;
-    while (hi < osize && window(hi, size, osize, 0, 0, 0, true).lo <= i) ++hi;
+    while (hi < a.osize && window(hi, a, true).lo <= i) ++hi;
     return Range{lo, hi};
 }
 
 // The output columns whose windows need no clamping (pool.pyx's interior()).
 __device__ Range interior(const Pool& s) {
-    if (s.adaptive() || s.w + s.pw < s.kw) return Range{0, 0};
+    if (s.adaptive() || s.dilated() || s.w + s.pw < s.kw) return Range{0, 0};
     const i64 lo = clamp(ceil_div(s.pw, s.sw), 0, s.ow);
     return Range{lo, clamp((s.w + s.pw - s.kw) / s.sw + 1, lo, s.ow)};
 }
 
 struct Window {
-    Range r, c;
+    Span r, c;
 };
 
 __device__ Window window_at(const Pool& s, i64 oh, i64 ow) {
-    return Window{window(oh, s.h, s.oh, s.kh, s.sh, s.ph, s.adaptive()),
-                  window(ow, s.w, s.ow, s.kw, s.sw, s.pw, s.adaptive())};
+    return Window{window(oh, rows_of(s), s.adaptive()), window(ow, cols_of(s), s.adaptive())};
 }
 
 template <class T> __device__ __forceinline__ bool is_nan(T v) { return v != v; }
@@ -82,23 +105,22 @@ template <class T> __device__ __forceinline__ bool is_nan(T v) { return v != v; 
 template <class T> __device__ i64 argmax(const T* x, const Pool& s, const Window& win) {
     T m = -(T)__longlong_as_double(0x7ff0000000000000ll);
     bool nan = false;
-    for (i64 r = win.r.lo; r < win.r.hi; ++r)
-        for (i64 c = win.c.lo; c < win.c.hi; ++c) {
-            const T v = x[r * s.w + c];
+    for (i64 i = 0; i < win.r.n; ++i)
+        for (i64 j = 0; j < win.c.n; ++j) {
+            const T v = x[(win.r.lo + i * win.r.step) * s.w + win.c.lo + j * win.c.step];
             m = v > m ? v : m;
             nan = nan || is_nan(v);
         }
-    for (i64 r = win.r.lo; r < win.r.hi; ++r)
-        for (i64 c = win.c.lo; c < win.c.hi; ++c) {
-            const T v = x[r * s.w + c];
-            if (nan ? is_nan(v) : v == m) return r * s.w + c;
+    for (i64 i = 0; i < win.r.n; ++i)
+        for (i64 j = 0; j < win.c.n; ++j) {
+            const i64 at = (win.r.lo + i * win.r.step) * s.w + win.c.lo + j * win.c.step;
+            if (nan ? is_nan(x[at]) : x[at] == m) return at;
         }
     return win.r.lo * s.w + win.c.lo;  // an empty window: never, the shape rules keep them out
 }
 
 __device__ i64 divisor(const Pool& s, const Window& win) {
-    return s.mode == P_AVG_INCLUDE ? s.kh * s.kw
-                                   : (win.r.hi - win.r.lo) * (win.c.hi - win.c.lo);
+    return s.mode == P_AVG_INCLUDE ? win.r.padded * win.c.padded : win.r.n * win.c.n;
 }
 
 #define MG_FOR_ELEMENTS(count)                                                                \
@@ -122,8 +144,10 @@ template <class T, bool SELECT> __device__ void pool_forward(const MgArgs& a) {
             y[i] = xp[at];  // the maximum, or the first NaN (a NaN is one)
         } else {
             double acc = 0;
-            for (i64 r = win.r.lo; r < win.r.hi; ++r)
-                for (i64 c = win.c.lo; c < win.c.hi; ++c) acc += (double)xp[r * s.w + c];
+            for (i64 r = 0; r < win.r.n; ++r)
+                for (i64 c = 0; c < win.c.n; ++c)
+                    acc += (double)xp[(win.r.lo + r * win.r.step) * s.w + win.c.lo
+                                      + c * win.c.step];
             y[i] = (T)(acc / (double)divisor(s, win));
         }
     }
@@ -141,8 +165,7 @@ __device__ T gather_run(const T* xp, const T* dyp, const Pool& s, i64 oh, i64 c0
             if (argmax(xp, s, win) == cell) acc = acc + g;
         } else {
             const i64 r = mg_div(cell, s.w), c = mg_mod(cell, s.w);
-            if (r >= win.r.lo && r < win.r.hi && c >= win.c.lo && c < win.c.hi)
-                acc = acc + g / (T)divisor(s, win);
+            if (win.r.holds(r) && win.c.holds(c)) acc = acc + g / (T)divisor(s, win);
         }
     }
     return acc;
@@ -159,8 +182,8 @@ template <class T, bool MAX> __device__ void pool_backward(const MgArgs& a) {
     MG_FOR_ELEMENTS(s.planes * full) {
         const i64 p = mg_div(i, full), cell = mg_mod(i, full);
         const i64 r = mg_div(cell, s.w), c = mg_mod(cell, s.w);
-        const Range rows = covering(r, s.h, s.oh, s.kh, s.sh, s.ph, s.adaptive());
-        const Range cols = covering(c, s.w, s.ow, s.kw, s.sw, s.pw, s.adaptive());
+        const Range rows = covering(r, rows_of(s), s.adaptive());
+        const Range cols = covering(c, cols_of(s), s.adaptive());
         const T* xp = MAX ? x + p * full : nullptr;
         const T* dyp = dy + p * pooled;
         T acc = T(0);

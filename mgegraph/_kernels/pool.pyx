@@ -20,7 +20,8 @@ from .parallel cimport parallel_for
 from .window cimport ceil_div, clamp
 
 ctypedef struct Pool:
-    Py_ssize_t mode, planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw, threads
+    # ph, pw: padding before the image, eh, ew: after it; dh, dw: dilation
+    Py_ssize_t mode, planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, eh, ew, threads
 
 cdef enum PoolMode:
     P_MAX, P_AVG_INCLUDE, P_AVG_EXCLUDE, P_ADAPTIVE_MAX, P_ADAPTIVE_AVG
@@ -59,42 +60,58 @@ cdef inline bint is_max(floating v, floating m) noexcept nogil:
     return (v == m) | (v != v)
 
 
-cdef inline void window(Py_ssize_t o, Py_ssize_t size, Py_ssize_t osize, Py_ssize_t k,
-                        Py_ssize_t stride, Py_ssize_t pad, bint adaptive,
-                        Py_ssize_t* lo, Py_ssize_t* hi) noexcept nogil:
-    # The input range [lo, hi) that output index o reads along one axis, padding cut off.
-    # Adaptive windows are PyTorch's: [floor(o * size / osize), ceil((o + 1) * size / osize)).
-    cdef Py_ssize_t start
-    if adaptive:
-        lo[0] = o * size // osize
-        hi[0] = ((o + 1) * size + osize - 1) // osize
-    else:
-        start = o * stride - pad
-        lo[0] = start if start > 0 else 0
-        hi[0] = start + k if start + k < size else size
+ctypedef struct Span:
+    # The cells one window reads along one axis: lo, lo + step, ... (n of them, padding cut
+    # off), and how many of its cells lie inside the input or its padding (the divisor of
+    # "average": a ceil-mode overhang past the padding is not counted).
+    Py_ssize_t lo, n, padded
 
 
 cdef inline bint is_adaptive(const Pool* s) noexcept nogil:
     return s.mode == P_ADAPTIVE_MAX or s.mode == P_ADAPTIVE_AVG
 
 
-cdef inline Py_ssize_t divisor(const Pool* s, Py_ssize_t h0, Py_ssize_t h1, Py_ssize_t w0,
-                               Py_ssize_t w1) noexcept nogil:
-    return s.kh * s.kw if s.mode == P_AVG_INCLUDE else (h1 - h0) * (w1 - w0)
+cdef inline Span window(const Pool* s, bint rows, Py_ssize_t o) noexcept nogil:
+    # Window o along the rows (or columns). Adaptive windows are PyTorch's:
+    # [floor(o * size / osize), ceil((o + 1) * size / osize)). The shape rules keep every window
+    # at least one cell inside the input.
+    cdef Py_ssize_t size = s.h if rows else s.w, osize = s.oh if rows else s.ow
+    cdef Py_ssize_t k = s.kh if rows else s.kw, d = s.dh if rows else s.dw
+    cdef Py_ssize_t start, first, stop
+    cdef Span r
+    if is_adaptive(s):
+        r.lo = o * size // osize
+        r.n = r.padded = ((o + 1) * size + osize - 1) // osize - r.lo
+        return r
+    start = o * (s.sh if rows else s.sw) - (s.ph if rows else s.pw)
+    first = ceil_div(-start, d) if start < 0 else 0
+    stop = clamp(ceil_div(size - start, d), 0, k)
+    r.lo = start + first * d
+    r.n = stop - first if stop > first else 0
+    r.padded = clamp(ceil_div(size + (s.eh if rows else s.ew) - start, d), 0, k)
+    return r
+
+
+cdef inline Py_ssize_t divisor(const Pool* s, Span r, Span c) noexcept nogil:
+    return r.padded * c.padded if s.mode == P_AVG_INCLUDE else r.n * c.n
+
+
+cdef inline bint dilated(const Pool* s) noexcept nogil:
+    return s.dh != 1 or s.dw != 1
 
 
 cdef inline void interior(const Pool* s, Py_ssize_t* lo, Py_ssize_t* hi) noexcept nogil:
     # The output columns [lo, hi) whose windows need no clamping; none for adaptive windows
-    # (they vary in width). Never empty windows: the shape rules keep padding below the kernel.
+    # (they vary in width) or dilated ones (rare: pool_cell steps through them).
     lo[0] = hi[0] = 0
-    if is_adaptive(s) or s.w + s.pw < s.kw:
+    if is_adaptive(s) or dilated(s) or s.w + s.pw < s.kw:
         return
     lo[0] = clamp(ceil_div(s.pw, s.sw), 0, s.ow)
     hi[0] = clamp((s.w + s.pw - s.kw) // s.sw + 1, lo[0], s.ow)
 
 
 # -- one window: rows r < nr, columns j < nc of a plane of row length w, clamping already done --
-cdef inline floating window_max(const floating* x, Py_ssize_t w, Py_ssize_t nr,
+cdef inline floating window_max(const floating* x, Py_ssize_t w, Py_ssize_t cs, Py_ssize_t nr,
                                 Py_ssize_t nc) noexcept nogil:
     # `v if v > m else m` is exactly maxss/maxsd (vector or scalar): no branch either way.
     # NaNs, which it skips, are counted beside it, so the maximum of a window with one is NaN.
@@ -103,14 +120,14 @@ cdef inline floating window_max(const floating* x, Py_ssize_t w, Py_ssize_t nr,
     cdef Py_ssize_t r, j
     for r in range(nr):
         for j in range(nc):
-            v = x[r * w + j]
+            v = x[r * w + j * cs]
             m = v if v > m else m
             nan = nan | (v != v)
     return NAN if nan else m
 
 
-cdef inline int first_hit(const floating* x, Py_ssize_t w, Py_ssize_t nr, Py_ssize_t nc,
-                          floating m) noexcept nogil:
+cdef inline int first_hit(const floating* x, Py_ssize_t w, Py_ssize_t cs, Py_ssize_t nr,
+                          Py_ssize_t nc, floating m) noexcept nogil:
     # The row-major index r * nc + j of the first cell holding the window's maximum m (or the
     # first NaN). Scanning backwards, the last hit is the first; an int select over float compares
     # vectorises across windows, or is a cmov in scalar code, where a float one would branch.
@@ -118,69 +135,71 @@ cdef inline int first_hit(const floating* x, Py_ssize_t w, Py_ssize_t nr, Py_ssi
     cdef Py_ssize_t r, j
     for r in range(nr - 1, -1, -1):
         for j in range(nc - 1, -1, -1):
-            best = <int>(r * nc + j) if is_max(x[r * w + j], m) else best
+            best = <int>(r * nc + j) if is_max(x[r * w + j * cs], m) else best
     return best
 
 
-cdef inline Py_ssize_t first_max(const floating* x, Py_ssize_t w, Py_ssize_t nr,
+cdef inline Py_ssize_t first_max(const floating* x, Py_ssize_t w, Py_ssize_t cs, Py_ssize_t nr,
                                  Py_ssize_t nc) noexcept nogil:
     # The offset of the cell window_max's value comes from
-    cdef int k = first_hit(x, w, nr, nc, window_max(x, w, nr, nc))
-    return (k // nc) * w + k % nc
+    cdef int k = first_hit(x, w, cs, nr, nc, window_max(x, w, cs, nr, nc))
+    return (k // nc) * w + (k % nc) * cs
 
 
-cdef inline double window_sum(const floating* x, Py_ssize_t w, Py_ssize_t nr,
+cdef inline double window_sum(const floating* x, Py_ssize_t w, Py_ssize_t cs, Py_ssize_t nr,
                               Py_ssize_t nc) noexcept nogil:
     # Accumulates in double: a global pool sums thousands of float32 values.
     cdef double acc = 0
     cdef Py_ssize_t r, j
-    if nc == w:  # whole rows are one contiguous run (global pooling)
+    if nc == w and cs == 1:  # whole rows are one contiguous run (global pooling)
         for r in range(nr * w):
             acc += x[r]
         return acc
     for r in range(nr):
         for j in range(nc):
-            acc += x[r * w + j]
+            acc += x[r * w + j * cs]
     return acc
 
 
-cdef inline void window_route(const floating* x, floating* dx, Py_ssize_t w, Py_ssize_t nr,
-                              Py_ssize_t nc, floating g) noexcept nogil:
-    dx[first_max(x, w, nr, nc)] += g
+cdef inline void window_route(const floating* x, floating* dx, Py_ssize_t w, Py_ssize_t cs,
+                              Py_ssize_t nr, Py_ssize_t nc, floating g) noexcept nogil:
+    dx[first_max(x, w, cs, nr, nc)] += g
 
 
 cdef inline floating window_select(const floating* x, const floating* h, Py_ssize_t w,
-                                   Py_ssize_t nr, Py_ssize_t nc) noexcept nogil:
+                                   Py_ssize_t cs, Py_ssize_t nr, Py_ssize_t nc) noexcept nogil:
     # h at the cell window_route sends the gradient to
-    return h[first_max(x, w, nr, nc)]
+    return h[first_max(x, w, cs, nr, nc)]
 
 
-cdef inline void window_spread(floating* dx, Py_ssize_t w, Py_ssize_t nr, Py_ssize_t nc,
-                               floating share, bint overwrite) noexcept nogil:
+cdef inline void window_spread(floating* dx, Py_ssize_t w, Py_ssize_t cs, Py_ssize_t nr,
+                               Py_ssize_t nc, floating share, bint overwrite) noexcept nogil:
     cdef Py_ssize_t r, j
     for r in range(nr):
         for j in range(nc):
             if overwrite:
-                dx[r * w + j] = share
+                dx[r * w + j * cs] = share
             else:
-                dx[r * w + j] += share
+                dx[r * w + j * cs] += share
 
 
 # -- one output row ------------------------------------------------------------------------------
 # Full-size side (offset like x): x, h, dx. Pooled side (offset like y): pin (dy), pout (y).
+# A window's cells are nr rows w apart by nc columns cs apart (w: dilation x row length).
 cdef inline void window_op(RowOp op, const floating* x, const floating* h, floating* dx,
-                           const floating* pin, floating* pout, Py_ssize_t w, Py_ssize_t nr,
-                           Py_ssize_t nc, double div, bint overwrite) noexcept nogil:
+                           const floating* pin, floating* pout, Py_ssize_t w, Py_ssize_t cs,
+                           Py_ssize_t nr, Py_ssize_t nc, double div,
+                           bint overwrite) noexcept nogil:
     if op == R_MAX:
-        pout[0] = window_max(x, w, nr, nc)
+        pout[0] = window_max(x, w, cs, nr, nc)
     elif op == R_AVG:
-        pout[0] = <floating>(window_sum(x, w, nr, nc) / div)
+        pout[0] = <floating>(window_sum(x, w, cs, nr, nc) / div)
     elif op == R_MAX_BACKWARD:
-        window_route(x, dx, w, nr, nc, pin[0])
+        window_route(x, dx, w, cs, nr, nc, pin[0])
     elif op == R_SELECT:
-        pout[0] = window_select(x, h, w, nr, nc)
+        pout[0] = window_select(x, h, w, cs, nr, nc)
     else:
-        window_spread(dx, w, nr, nc, pin[0] / <floating>div, overwrite)
+        window_spread(dx, w, cs, nr, nc, pin[0] / <floating>div, overwrite)
 
 
 # -- 2x2 windows, stride 2 (the commonest max pooling) ---------------------------------------------
@@ -238,9 +257,9 @@ cdef inline void chunk_hits(const floating* x, floating* m, int* k, Py_ssize_t c
     # m[o], k[o]: the maximum of window o and the index of its first cell holding it
     cdef Py_ssize_t o
     for o in range(cnt):
-        m[o] = window_max(x + o * stride, w, nr, nc)
+        m[o] = window_max(x + o * stride, w, 1, nr, nc)
     for o in range(cnt):
-        k[o] = first_hit(x + o * stride, w, nr, nc, m[o])
+        k[o] = first_hit(x + o * stride, w, 1, nr, nc, m[o])
 
 
 cdef void chunk_argmax(const floating* x, floating* m, int* k, Py_ssize_t cnt, Py_ssize_t w,
@@ -252,7 +271,7 @@ cdef void chunk_argmax(const floating* x, floating* m, int* k, Py_ssize_t cnt, P
         for o in range(cnt):
             m[o] = max4(x[2 * o], x[2 * o + 1], x[w + 2 * o], x[w + 2 * o + 1])
         for o in range(cnt):
-            k[o] = first_hit(x + 2 * o, w, 2, 2, m[o])
+            k[o] = first_hit(x + 2 * o, w, 1, 2, 2, m[o])
     elif nr == 3 and nc == 3 and stride == 3:
         chunk_hits(x, m, k, cnt, w, 3, 3, 3)
     elif nr == 3 and nc == 3 and stride == 2:
@@ -302,7 +321,7 @@ cdef inline void row_windows(RowOp op, const floating* x, const floating* h, flo
     # n windows of nr x nc cells, `stride` columns apart; pooled-side pointers step by one
     cdef Py_ssize_t o
     for o in range(n):
-        window_op(op, x + o * stride, h + o * stride, dx + o * stride, pin + o, pout + o, w,
+        window_op(op, x + o * stride, h + o * stride, dx + o * stride, pin + o, pout + o, w, 1,
                   nr, nc, div, overwrite)
 
 
@@ -330,42 +349,46 @@ cdef inline void row_interior(RowOp op, const floating* x, const floating* h, fl
         row_windows(op, x, h, dx, pin, pout, w, n, nr, nc, stride, div, overwrite)
 
 
-cdef inline void pool_cell(RowOp op, const Pool* s, Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t h0,
-                           Py_ssize_t h1, const floating* x, const floating* h, floating* dx,
-                           const floating* pin, floating* pout) noexcept nogil:
-    # One clamped window (border or adaptive); accumulates into dx, which never overwrites here
-    cdef Py_ssize_t w0, w1, at
-    window(ow, s.w, s.ow, s.kw, s.sw, s.pw, is_adaptive(s), &w0, &w1)
-    at = h0 * s.w + w0
-    window_op(op, x + at, h + at, dx + at, pin + ow, pout + ow, s.w, h1 - h0, w1 - w0,
-              <double>divisor(s, h0, h1, w0, w1), False)
+cdef inline void pool_cell(RowOp op, const Pool* s, Py_ssize_t ow, Span rows, const floating* x,
+                           const floating* h, floating* dx, const floating* pin,
+                           floating* pout) noexcept nogil:
+    # One clamped window (border, adaptive or dilated); accumulates into dx, never overwrites
+    cdef Span cols = window(s, False, ow)
+    cdef Py_ssize_t at = rows.lo * s.w + cols.lo
+    window_op(op, x + at, h + at, dx + at, pin + ow, pout + ow, s.dh * s.w, s.dw, rows.n,
+              cols.n, <double>divisor(s, rows, cols), False)
 
 
 cdef inline void pool_plane(RowOp op, const Pool* s, const floating* x, const floating* h,
                             floating* dx, const floating* pin, floating* pout,
                             bint overwrite) noexcept nogil:
-    cdef Py_ssize_t lo, hi, oh, ow, h0, h1, at
+    cdef Py_ssize_t lo, hi, oh, ow, at
+    cdef Span rows, full  # full: an interior window's columns
+    full.lo, full.n, full.padded = 0, s.kw, s.kw
     interior(s, &lo, &hi)
     for oh in range(s.oh):
-        window(oh, s.h, s.oh, s.kh, s.sh, s.ph, is_adaptive(s), &h0, &h1)
-        at = h0 * s.w + lo * s.sw - s.pw
+        rows = window(s, True, oh)
+        at = rows.lo * s.w + lo * s.sw - s.pw
         if overwrite:  # a literal, so the stores compile without a test
             row_interior(op, x + at, h + at, dx + at, pin + lo, pout + lo, s.w, hi - lo,
-                         h1 - h0, s.kw, s.sw, <double>divisor(s, h0, h1, 0, s.kw), True)
+                         rows.n, s.kw, s.sw, <double>divisor(s, rows, full), True)
         elif hi > lo:
             row_interior(op, x + at, h + at, dx + at, pin + lo, pout + lo, s.w, hi - lo,
-                         h1 - h0, s.kw, s.sw, <double>divisor(s, h0, h1, 0, s.kw), False)
+                         rows.n, s.kw, s.sw, <double>divisor(s, rows, full), False)
         for ow in range(lo):
-            pool_cell(op, s, oh, ow, h0, h1, x, h, dx, pin, pout)
+            pool_cell(op, s, ow, rows, x, h, dx, pin, pout)
         for ow in range(hi, s.ow):
-            pool_cell(op, s, oh, ow, h0, h1, x, h, dx, pin, pout)
+            pool_cell(op, s, ow, rows, x, h, dx, pin, pout)
         pin += s.ow
         pout += s.ow
 
 
 cdef inline bint tiles(const Pool* s) noexcept nogil:
-    # Windows that are disjoint, unclamped and adjacent: a backward pass can store, not add
-    return (not is_adaptive(s) and s.ph == 0 and s.pw == 0 and s.sh == s.kh and s.sw == s.kw)
+    # Windows that are disjoint, unclamped and adjacent: a backward pass can store, not add.
+    # (A ceil-mode window past the image's end is clamped: then they do not.)
+    return (not is_adaptive(s) and not dilated(s) and s.ph == 0 and s.pw == 0 and s.eh == 0
+            and s.ew == 0 and s.sh == s.kh and s.sw == s.kw and s.oh * s.kh <= s.h
+            and s.ow * s.kw <= s.w)
 
 
 cdef inline void clear_untiled(floating* dx, const Pool* s) noexcept nogil:
@@ -396,7 +419,8 @@ cdef inline void as_sliding(Pool* s) noexcept nogil:
     s.mode = P_MAX if s.mode == P_ADAPTIVE_MAX else P_AVG_INCLUDE
     s.kh = s.sh = s.h // s.oh
     s.kw = s.sw = s.w // s.ow
-    s.ph = s.pw = 0
+    s.ph = s.pw = s.eh = s.ew = 0
+    s.dh = s.dw = 1
 
 
 cdef inline bint is_global_avg(RowOp op, const Pool* s) noexcept nogil:
@@ -420,7 +444,7 @@ cdef void global_sums(const floating* x, floating* y, Py_ssize_t planes, Py_ssiz
         x += 8 * full
         p += 8
     for p in range(p, planes):
-        y[p] = <floating>(window_sum(x, full, 1, full) / div)
+        y[p] = <floating>(window_sum(x, full, 1, 1, full) / div)
         x += full
 
 
@@ -438,7 +462,7 @@ cdef inline int planes_part(const PoolRun* r, Py_ssize_t lo, Py_ssize_t hi,
     cdef const floating* pin = <const floating*>r.pin + lo * pooled
     cdef floating* pout = <floating*>r.pout + lo * pooled
     if is_global_avg(r.op, s):
-        global_sums(x, pout, hi - lo, full, <double>divisor(s, 0, s.h, 0, s.w))
+        global_sums(x, pout, hi - lo, full, <double>(s.h * s.w))
         return KERNEL_OK
     if backward and not overwrite:
         memset(dx, 0, <size_t>((hi - lo) * full) * sizeof(floating))

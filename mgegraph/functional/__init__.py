@@ -11,17 +11,20 @@ from ..ops import elementwise as _elementwise
 from ..ops import matmul as _matmul
 from ..ops import movement_api as _movement
 from ..ops import nn as _nn
+from ..ops import pooling as _pooling
 from ..ops import reduce as _reduce
 from ..ops.conv import *
 from ..ops.elementwise import *
 from ..ops.matmul import *
 from ..ops.movement_api import *
 from ..ops.nn import *
+from ..ops.pooling import *
 from ..ops.reduce import *
 from . import nn  # noqa: F401  (``F.nn``: MegEngine's names for the same functions)
 
 __all__ = [name for family in (_elementwise, _reduce, _nn, _matmul, _conv, _movement)
            for name in family.__all__]
+__all__ += _pooling.__all__  # pooling made of other ops (Lp, global, 1-D)
 
 # Var's Python operators (x + y, x @ w, x[1:]) build nodes with these functions.
 _graph.install("functional", _sys.modules[__name__])

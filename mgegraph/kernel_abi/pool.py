@@ -7,7 +7,9 @@ from ..ops.conv import AVG_MODES, window_geometry
 from ..ops.registry import FLOAT_DTYPES
 from .layout import one_thread, pack
 
-FIELDS = ("mode", "planes", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw", "ph", "pw", "threads")
+# ph, pw: padding before the image; eh, ew: after it (the include-padding divisor reads them)
+FIELDS = ("mode", "planes", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw", "ph", "pw", "dh", "dw",
+          "eh", "ew", "threads")
 # The kernels' modes: max and the two averages pool sliding windows (the op's "mode"
 # attribute picks the average); the adaptive ones pool PyTorch's adaptive windows.
 ADAPTIVE = {"max": "adaptive_max", "avg": "adaptive_average"}
@@ -32,13 +34,18 @@ def _pool_lower(sides, threads, adaptive_mode=None):
     def lower(node) -> Launch:
         x, y = sides(node)
         if adaptive_mode is None:
-            (kh, kw), (sh, sw), (ph, pw), _ = window_geometry(x, node.attr)
+            geo = window_geometry(x, node.attr)
             mode = node.attr.get("mode", "max")
+            window = dict(zip(("kh", "kw", "sh", "sw", "ph", "pw", "dh", "dw", "eh", "ew"),
+                              geo.kernel + geo.stride + geo.padding + geo.dilation
+                              + geo.padding_end))
         else:  # windows come from the sizes alone
-            mode, (kh, kw, sh, sw, ph, pw) = adaptive_mode, (0,) * 6
+            mode = adaptive_mode
+            window = {"kh": 0, "kw": 0, "sh": 0, "sw": 0, "ph": 0, "pw": 0, "dh": 1, "dw": 1,
+                      "eh": 0, "ew": 0}
         return Launch(pack(FIELDS, mode=CODES[mode], planes=x.shape[0] * x.shape[1],
-                           h=x.shape[2], w=x.shape[3], oh=y.shape[2], ow=y.shape[3], kh=kh,
-                           kw=kw, sh=sh, sw=sw, ph=ph, pw=pw, threads=threads(node)))
+                           h=x.shape[2], w=x.shape[3], oh=y.shape[2], ow=y.shape[3],
+                           threads=threads(node), **window))
     return lower
 
 

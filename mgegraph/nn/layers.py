@@ -214,19 +214,24 @@ class GELU(Module):
 
 
 class MaxPool2d(Module):
-    def __init__(self, kernel_size, stride=None, padding=0):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.dilation, self.ceil_mode = dilation, ceil_mode
 
     def forward(self, x):
-        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding)
+        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
+                            self.ceil_mode)
 
 
 class AvgPool2d(Module):
-    def __init__(self, kernel_size, stride=None, padding=0, mode="average_count_exclude_padding"):
+    def __init__(self, kernel_size, stride=None, padding=0, mode="average_count_exclude_padding",
+                 *, ceil_mode=False, count_include_pad=None):
         self.kernel_size, self.stride, self.padding, self.mode = kernel_size, stride, padding, mode
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
 
     def forward(self, x):
-        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.mode)
+        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.mode,
+                            ceil_mode=self.ceil_mode, count_include_pad=self.count_include_pad)
 
 
 class AdaptiveAvgPool2d(Module):

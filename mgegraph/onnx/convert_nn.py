@@ -3,11 +3,12 @@ global), BatchNormalization, LayerNormalization, Softmax and LogSoftmax; their t
 ``CONVERTERS`` (ONNX op -> converter, see ``context`` for the signature), merged with the other
 families' in ``converters``.
 
-Design: mgegraph convolves and pools in 2-D; a 1-D input gets a trailing width of 1. ONNX's
-padding (``auto_pad``, asymmetric ``pads``), ``ceil_mode`` and dilated pooling, which the
-kernels do not take, are rewritten onto explicit padding, strided window slices and a constant
-of window counts; 3-D pooling and MaxPool's Indices output are window slices too. The
-attributes are checked first as ONNX Runtime checks them.
+Design: mgegraph convolves and pools in 2-D; a 1-D input gets a trailing width of 1. The
+pooling ops take ONNX's padding (``auto_pad``, asymmetric ``pads``), ``ceil_mode``,
+``dilations`` and ``count_include_pad`` as they are, and MaxPool's Indices output is
+max_pool2d's own made flat; 3-D pooling, which no kernel computes, is strided window slices over
+the explicitly padded input and a constant of window counts. The attributes are checked first
+as ONNX Runtime checks them.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import math
 import numpy as np
 
 from .. import functional as F
+from ..ops.builder import apply
 from .context import shape_of
 
 
@@ -199,46 +201,33 @@ def _pool(cx, ins, at):
     if x.ndim == 5:
         return [_pool_windows(cx, x, op, at)]
     x, one_d = _spatial(cx, x, op)
+    window = _window_args(cx, x, at, one_d)
+    if op == "MaxPool":
+        y = F.max_pool2d(x, *window)
+    elif op == "LpPool":
+        kernel, strides, pads, dilations, ceil = window
+        y = F.lp_pool2d(x, at.get("p", 2), kernel, strides, ceil, padding=pads,
+                        dilation=dilations)
+    else:
+        kernel, strides, pads, dilations, ceil = window
+        y = F.avg_pool2d(x, kernel, strides, pads, ceil_mode=ceil, dilation=dilations,
+                         count_include_pad=bool(at.get("count_include_pad", 0)))
+    return [F.reshape(y, shape_of(y)[:3]) if one_d else y]
+
+
+def _window_args(cx, x, at, one_d: bool):
+    """(kernel, strides, ((top, bottom), (left, right)), dilations, ceil_mode) of a 2-D (or 1-D,
+    as a trailing width of 1) pooling node, for the pooling functions."""
     nd = 2 - one_d
     _check_pool(cx, at, nd)
     kernel = _as2(at["kernel_shape"], one_d, 1)
     strides = _as2(at.get("strides", [1] * nd), one_d, 1)
     dilations = _as2(at.get("dilations", [1] * nd), one_d, 1)
-    pads, extra, sizes = _pool_geometry(cx, at, shape_of(x)[2:2 + nd], kernel[:nd], strides[:nd],
-                                        dilations[:nd])
+    pads = _auto_pad(cx, at, shape_of(x)[2:2 + nd], kernel[:nd], strides[:nd], dilations[:nd])
     if one_d:
-        pads, extra, sizes = pads + [(0, 0)], extra + [0], sizes + [shape_of(x)[3]]
-    full = ((0, 0), (0, 0)) + tuple((b, e + x_) for (b, e), x_ in zip(pads, extra))
-    dilated = any(d != 1 for d in dilations)
-    # the kernels' own padding: symmetric, at most half the window, no ceil-mode overhang
-    native = (not dilated and all(b == e for b, e in pads) and not any(extra)
-              and all(2 * b <= k for (b, _), k in zip(pads, kernel)))
-    if op == "MaxPool":
-        if native:
-            y = F.max_pool2d(x, tuple(kernel), tuple(strides), tuple(b for b, _ in pads))
-        elif not dilated:
-            y = F.max_pool2d(F.pad(x, full, constant_value=-np.inf), tuple(kernel),
-                             tuple(strides), 0)
-        else:
-            y = _fold_windows(F.maximum, _dilated_windows(
-                F.pad(x, full, constant_value=-np.inf), kernel, strides, dilations, sizes))
-        return [F.reshape(y, shape_of(y)[:3]) if one_d else y]
-    include = bool(at.get("count_include_pad", 0))
-    if native:
-        y = F.avg_pool2d(x, tuple(kernel), tuple(strides), tuple(b for b, _ in pads),
-                         mode="average" if include else "average_count_exclude_padding")
-        return [F.reshape(y, shape_of(y)[:3]) if one_d else y]
-    # the sum over the explicitly padded input, divided by the number of cells ONNX counts
-    padded = F.pad(x, full)
-    if dilated:
-        sums = _fold_windows(F.add, _dilated_windows(padded, kernel, strides, dilations, sizes))
-        area = 1
-    else:
-        sums = F.avg_pool2d(padded, tuple(kernel), tuple(strides), 0, mode="average")
-        area = kernel[0] * kernel[1]
-    y = _average(cx, sums, area, include, (pads, extra, sizes), shape_of(x)[2:],
-                 (kernel, strides, dilations))
-    return [F.reshape(y, shape_of(y)[:3]) if one_d else y]
+        pads.append((0, 0))
+    return (tuple(kernel), tuple(strides), tuple(tuple(p) for p in pads), tuple(dilations),
+            bool(at.get("ceil_mode", 0)))
 
 
 def _check_pool(cx, at, nd: int) -> None:
@@ -272,6 +261,8 @@ def _max_pool_with_indices(cx, x, at):
     order = at.get("storage_order", 0)
     if order and nd != 2:
         cx.fail(f"storage_order=1 on a {nd}-D pooling (ONNX defines it for 2-D)")
+    if nd < 3:
+        return _max_pool_with_plane_indices(cx, x, at, order)
     _check_pool(cx, at, nd)
     kernel = list(at["kernel_shape"])
     strides, dilations = list(at.get("strides", [1] * nd)), list(at.get("dilations", [1] * nd))
@@ -301,9 +292,28 @@ def _max_pool_with_indices(cx, x, at):
     return [y, F.add(F.broadcast_to(indices, shape_of(y)), cx.g.const(base))]
 
 
+def _max_pool_with_plane_indices(cx, x, at, order):
+    """1-D and 2-D MaxPool with its Indices: max_pool2d's own (the cell in its plane, the first
+    maximum), made flat over the whole input, column-major over H and W with storage_order=1."""
+    shape = shape_of(x)
+    x4, one_d = _spatial(cx, x, "MaxPool")
+    y, where = F.max_pool2d(x4, *_window_args(cx, x4, at, one_d), return_indices=True)
+    h, w = shape_of(x4)[2:]
+    if order:  # h * W + w -> w * H + h
+        cells = cx.g.const(np.int64(w))
+        where = F.add(F.mul(F.mod(where, cells), cx.g.const(np.int64(h))),
+                      F.floor_div(where, cells))
+    planes = np.arange(shape[0] * shape[1], dtype=np.int64).reshape(shape[:2] + (1, 1)) * h * w
+    where = F.add(where, cx.g.const(planes))
+    if one_d:
+        return [F.reshape(y, shape_of(y)[:3]), F.reshape(where, shape_of(where)[:3])]
+    return [y, where]
+
+
 def _pool_windows(cx, x, op, at):
     """3-D pooling (a 5-D input), which mgegraph has no kernel for, as the elementwise max or
-    sum of its window's strided slices (``kd*kh*kw`` of them) over the padded input."""
+    sum of its window's strided slices (``kd*kh*kw`` of them) over the padded input (of
+    |x|^p for LpPool, whose padding adds nothing)."""
     _check_pool(cx, at, 3)
     kernel = list(at["kernel_shape"])
     strides, dilations = list(at.get("strides", [1] * 3)), list(at.get("dilations", [1] * 3))
@@ -312,19 +322,69 @@ def _pool_windows(cx, x, op, at):
     if op == "MaxPool":
         return _fold_windows(F.maximum, _dilated_windows(
             F.pad(x, full, constant_value=-np.inf), kernel, strides, dilations, sizes))
+    if op == "LpPool":
+        p = float(at.get("p", 2))
+        if p <= 0:
+            cx.fail(f"p={p} (the norm needs p > 0)")
+        powered = F.pow(F.abs(x), p)
+        return F.pow(_fold_windows(F.add, _dilated_windows(F.pad(powered, full), kernel, strides,
+                                                           dilations, sizes)), 1.0 / p)
     sums = _fold_windows(F.add, _dilated_windows(F.pad(x, full), kernel, strides, dilations,
                                                  sizes))
     return _average(cx, sums, 1, bool(at.get("count_include_pad", 0)), (pads, extra, sizes),
                     shape_of(x)[2:], (kernel, strides, dilations))
 
 
+def _max_unpool(cx, ins, at):
+    """MaxUnpool: each value of X put at the flat index I names in a zero tensor of the
+    unpooled shape the window attributes give (MaxPool's Indices index so); a larger
+    ``output_shape`` pads that with zeros at the end, as ONNX's reference does (ONNX Runtime
+    instead reads I as indices into ``output_shape``)."""
+    x, where = cx.var(ins[0]), cx.var(ins[1])
+    if x.ndim != 4 or any(not isinstance(d, int) for d in shape_of(x)):
+        cx.fail(f"an input of shape {list(shape_of(x))} (mgegraph unpools 4-D inputs of fixed "
+                "shape)")
+    if shape_of(where) != shape_of(x):
+        cx.fail(f"indices of shape {list(shape_of(where))} for an input of shape "
+                f"{list(shape_of(x))}")
+    _check_pool(cx, at, 2)
+    kernel, strides = list(at["kernel_shape"]), list(at.get("strides", [1, 1]))
+    pads = list(at.get("pads", [0] * 4))
+    n, c = shape_of(x)[:2]
+    size = [n, c] + [(shape_of(x)[2 + i] - 1) * strides[i] + kernel[i] - pads[i] - pads[i + 2]
+                     for i in range(2)]
+    flat = (1, math.prod(shape_of(x)))
+    y = F.reshape(apply("scatter_add", (F.reshape(x, flat), F.reshape(F.astype(where, "int64"),
+                                                                      flat)),
+                        axis=1, shape=(1, math.prod(size))), tuple(size))
+    if len(ins) < 3 or ins[2] is None:
+        return [y]
+    out = cx.ints(ins[2], "output_shape")
+    if len(out) != 4 or any(o < s for o, s in zip(out, size)) or out[:2] != size[:2]:
+        cx.fail(f"output_shape {out} for an unpooled {size} (it may only be larger)")
+    return [F.pad(y, ((0, 0), (0, 0), (0, out[2] - size[2]), (0, out[3] - size[3])))]
+
+
 def _global_pool(cx, ins, at):
     x = cx.var(ins[0])
     if cx.node.op_type == "GlobalAveragePool" and x.ndim == 4:
         return [F.adaptive_avg_pool2d(x, (1, 1))]
+    if cx.node.op_type == "GlobalLpPool":
+        return [_global_lp_pool(cx, x, at.get("p", 2))]
     axes = tuple(range(2, x.ndim))
     fn = F.mean if cx.node.op_type == "GlobalAveragePool" else F.max
     return [fn(x, axes, keepdims=True)]
+
+
+def _global_lp_pool(cx, x, p):
+    """(sum of |x|^p over the spatial axes)^(1/p), keeping them as size 1."""
+    if p <= 0:
+        cx.fail(f"p={p} (the norm needs p > 0)")
+    axes = tuple(range(2, x.ndim))
+    if p == 2:
+        return F.sqrt(F.sum(F.square(x), axes, keepdims=True))
+    total = F.sum(F.pow(F.abs(x), float(p)), axes, keepdims=True)
+    return total if p == 1 else F.pow(total, 1.0 / p)
 
 
 def _batch_norm(cx, ins, at):
@@ -382,6 +442,7 @@ CONVERTERS = {
     "MatMul": _matmul, "Gemm": _gemm, "Conv": _conv,
     "MaxPool": _pool, "AveragePool": _pool,
     "GlobalAveragePool": _global_pool, "GlobalMaxPool": _global_pool,
+    "LpPool": _pool, "GlobalLpPool": _global_pool, "MaxUnpool": _max_unpool,
     "BatchNormalization": _batch_norm, "LayerNormalization": _layer_norm,
     "Softmax": _softmax, "LogSoftmax": _softmax,
 }

@@ -248,9 +248,17 @@ def _batch_norm(w, n, ins):
 
 @writer("max_pool2d", "avg_pool2d")
 def _pool(w, n, ins):
-    ph, pw = n.attr["padding"]
+    begin = n.attr["padding"]
+    end = begin if n.attr["padding_end"] is None else n.attr["padding_end"]
     attrs = {"kernel_shape": list(n.attr["kernel_size"]), "strides": list(n.attr["stride"]),
-             "pads": [ph, pw, ph, pw]}
+             "pads": [*begin, *end]}
+    if n.attr["ceil_mode"]:
+        attrs["ceil_mode"] = 1
+    if n.attr["dilation"] != (1, 1):
+        if n.op.name == "avg_pool2d" and w.opset < 19:
+            raise OnnxExportError(f"avg_pool2d with dilation {n.attr['dilation']}: ONNX's "
+                                  f"AveragePool takes dilations from opset 19 (asked: {w.opset})")
+        attrs["dilations"] = list(n.attr["dilation"])
     if n.op.name == "max_pool2d":
         return w.add("MaxPool", ins, **attrs)
     return w.add("AveragePool", ins, count_include_pad=int(n.attr["mode"] == "average"), **attrs)

@@ -7,14 +7,17 @@ happens in the convolution's kernel; epilogue fusion extends that kernel.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
+from ..ir.dims import ceil_div
+from ..ir.errors import OpError, user_location
 from ..ir.facts import require_at_least
 from ..ir.types import TensorType
-from .builder import apply, promote
+from .builder import apply, cast_to, graph_of, promote
 from .matmul import check_activation, same_dtype, through_activation
-from .movement_api import reshape
+from .movement_api import arange, broadcast_to, reshape
 from .reduce import sum as reduce_sum
 from .registry import FLOAT_DTYPES, REQUIRED, OpDef, named, register, require_dtypes, same_shape
 
@@ -298,16 +301,76 @@ register(OpDef("conv2d_packed", "matmul", _conv2d_packed_infer,
 AVG_MODES = ("average", "average_count_exclude_padding")
 
 
-def window_geometry(x, attrs):
-    """Validated (kernel, stride, padding, output size) of a sliding-window pooling of x."""
+class Windows(NamedTuple):
+    """A sliding-window pooling's validated geometry, per axis (H, W): padding before and after
+    (ONNX's pads may differ), dilation (the step between a window's cells), output size."""
+    kernel: tuple
+    stride: tuple
+    padding: tuple
+    padding_end: tuple
+    dilation: tuple
+    out: tuple
+
+
+def _pooled_size(size, k, stride, begin, end, dilation, ceil_mode):
+    """PyTorch's and ONNX's output size: with ``ceil_mode`` a last partial window counts, unless
+    it would start past the input and its left padding (it would read padding only)."""
+    span = dilation * (k - 1) + 1
+    total = size + begin + end - span
+    if not ceil_mode:
+        return total // stride + 1
+    if named(size):
+        # The last window starts at most stride - 1 cells past the end of the input and its
+        # padding: it starts inside the input (and is kept) at any size when end + stride <= span
+        if end + stride > span:
+            raise ValueError(f"ceil_mode=True over a named image size {size}, with padding "
+                             f"{end} after it and stride {stride} for a {span}-cell window: "
+                             "whether a last window is kept would depend on its value")
+        return ceil_div(total, stride) + 1
+    out = -(-total // stride) + 1
+    return out - 1 if (out - 1) * stride >= size + begin else out
+
+
+def _taps(o, size, k, stride, begin, dilation) -> int:
+    """How many of window o's cells lie inside the input (not in padding)."""
+    start = o * stride - begin
+    first = -(start // dilation) if start < 0 else 0  # the first cell at or past 0
+    return max(min(k, -(-(size - start) // dilation)) - first, 0)
+
+
+def _check_windows_see_input(x, geo):
+    # The first windows (which may start in the left padding) and the last one (in the right
+    # padding or a ceil-mode overhang) are the only ones that can miss the input.
+    for i in range(2):
+        size, k, s = x.shape[2 + i], geo.kernel[i], geo.stride[i]
+        begin, d, n = geo.padding[i], geo.dilation[i], geo.out[i]
+        if named(size, n):
+            continue
+        for o in sorted({*range(min(n, -(-begin // s) + 1)), n - 1}):
+            if _taps(o, size, k, s, begin, d) == 0:
+                raise ValueError(f"window {o} along {'HW'[i]} (kernel {k}, stride {s}, padding "
+                                 f"{begin}, dilation {d}) reads padding only: the input is "
+                                 f"{x.shape[2]}x{x.shape[3]}")
+
+
+def window_geometry(x, attrs) -> Windows:
+    """Validated geometry of a sliding-window pooling of x."""
     kernel, stride = _pair(attrs, "kernel_size", 1), _pair(attrs, "stride", 1)
-    padding = _pair(attrs, "padding", 0)
-    if padding[0] >= kernel[0] or padding[1] >= kernel[1]:
-        raise ValueError(f"padding {padding} must be smaller than kernel_size {kernel}, "
+    padding, dilation = _pair(attrs, "padding", 0), _pair(attrs, "dilation", 1)
+    end = padding if attrs["padding_end"] is None else _pair(attrs, "padding_end", 0)
+    if not isinstance(attrs["ceil_mode"], bool):
+        raise TypeError(f"ceil_mode must be a bool, got {attrs['ceil_mode']!r}")
+    span = tuple(dilation[i] * (kernel[i] - 1) + 1 for i in range(2))
+    if any(p >= span[i] for pads in (padding, end) for i, p in enumerate(pads)):
+        raise ValueError(f"padding {padding} (end {end}) must be smaller than the window "
+                         f"{span[0]}x{span[1]} (kernel {kernel}, dilation {dilation}), "
                          "or some windows would see only padding")
-    oh, ow = (_out_size(x.shape[2 + i], kernel[i], stride[i], padding[i]) for i in range(2))
-    _check_out(oh, ow, x, kernel)
-    return kernel, stride, padding, (oh, ow)
+    out = tuple(_pooled_size(x.shape[2 + i], kernel[i], stride[i], padding[i], end[i],
+                             dilation[i], attrs["ceil_mode"]) for i in range(2))
+    _check_out(*out, x, span)
+    geo = Windows(kernel, stride, padding, end, dilation, out)
+    _check_windows_see_input(x, geo)
+    return geo
 
 
 def _pooled(name, x, attrs, adaptive) -> TensorType:
@@ -319,7 +382,7 @@ def _pooled(name, x, attrs, adaptive) -> TensorType:
         return TensorType(x.shape[:2] + _pair(attrs, "oshp", 1), x.dtype)
     if "mode" in attrs and attrs["mode"] not in AVG_MODES:
         raise ValueError(f"mode must be one of {AVG_MODES}, got {attrs['mode']!r}")
-    return TensorType(x.shape[:2] + window_geometry(x, attrs)[3], x.dtype)
+    return TensorType(x.shape[:2] + window_geometry(x, attrs).out, x.dtype)
 
 
 def _check_pooled(name, x, dy, attrs, adaptive):
@@ -412,7 +475,9 @@ def _register_avg(prefix, attrs, adaptive):
                    attrs={**attrs, "input_hw": REQUIRED}, grad=rules[1]))
 
 
-_WINDOW = {"kernel_size": REQUIRED, "stride": REQUIRED, "padding": (0, 0)}
+# padding_end None: the same as padding (PyTorch's symmetric padding); ONNX's pads may differ
+_WINDOW = {"kernel_size": REQUIRED, "stride": REQUIRED, "padding": (0, 0), "dilation": (1, 1),
+           "padding_end": None, "ceil_mode": False}
 _register_max("", _WINDOW, adaptive=False)
 _register_avg("", {**_WINDOW, "mode": AVG_MODES[1]}, adaptive=False)
 _register_max("adaptive_", {"oshp": REQUIRED}, adaptive=True)
@@ -450,25 +515,75 @@ def conv2d(inp, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
                  groups=int(groups) if hasattr(groups, "__index__") else groups)
 
 
-def max_pool2d(inp, kernel_size, stride=None, padding=0):
+def window_attrs(kernel_size, stride, padding, dilation, ceil_mode) -> dict:
+    """The sliding-window attributes of the public pooling functions. ``padding`` is an int, a
+    pair, or ((top, bottom), (left, right)) for padding that differs at the two ends."""
+    kernel = _as_pair(kernel_size)
+    begin, end = _as_pair(padding), None
+    if isinstance(begin, tuple) and len(begin) == 2 and all(isinstance(p, (tuple, list))
+                                                              for p in begin):
+        (top, bottom), (left, right) = begin
+        begin, end = _as_pair((top, left)), _as_pair((bottom, right))
+    return {"kernel_size": kernel, "stride": kernel if stride is None else _as_pair(stride),
+            "padding": begin, "padding_end": end, "dilation": _as_pair(dilation),
+            "ceil_mode": bool(ceil_mode)}
+
+
+def max_pool2d(inp, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
     """Max over sliding windows; padding counts as -inf. ``stride`` defaults to the window.
+    ``dilation`` spaces a window's cells; ``ceil_mode`` keeps a last partial window (PyTorch's
+    rule: one that starts inside the input or its left padding). ``return_indices`` also gives
+    PyTorch's indices: where in its plane (h * W + w, int64) each maximum comes from.
 
     >>> y = F.max_pool2d(x, 2)   # (N, C, 32, 32) -> (N, C, 16, 16)
+    >>> y, where = F.max_pool2d(x, 3, 2, 1, return_indices=True)
     """
-    kernel = _as_pair(kernel_size)
-    return apply("max_pool2d", (inp,), kernel_size=kernel,
-                 stride=kernel if stride is None else _as_pair(stride), padding=_as_pair(padding))
+    attrs = window_attrs(kernel_size, stride, padding, dilation, ceil_mode)
+    y = apply("max_pool2d", (inp,), **attrs)
+    return (y, _argmax_cells(inp, attrs)) if return_indices else y
 
 
-def avg_pool2d(inp, kernel_size, stride=None, padding=0, mode="average_count_exclude_padding"):
-    """Mean over sliding windows; ``mode="average"`` counts padded cells in the divisor.
+def _argmax_cells(inp, attrs):
+    # max_pool2d_select reading each cell's own index picks the cell the gradient goes to: the
+    # first maximum of the window (or its first NaN). A float holds the index exactly up to
+    # 2^24 (float32) cells of a plane.
+    h, w = inp.shape[2:]
+    bits = np.finfo(inp.dtype).nmant + 1
+    reason = None
+    if named(h, w):
+        reason = f"return_indices over a named image size {h}x{w}"
+    elif h * w > 2 ** bits:
+        reason = (f"return_indices over {h}x{w} planes: {inp.dtype} holds cell indices "
+                  f"exactly up to 2^{bits} (use float64)")
+    if reason:
+        raise OpError("max_pool2d", [inp.type], reason, user_location())
+    cells = reshape(arange(h * w, dtype=inp.dtype, graph=graph_of(inp)), (1, 1, h, w))
+    at = apply("max_pool2d_select", (inp, broadcast_to(cells, inp.shape)), **attrs)
+    return cast_to(at, np.int64)
+
+
+def _avg_mode(inp, mode, count_include_pad) -> str:
+    # PyTorch's count_include_pad, where given, names MegEngine's mode; the two must agree
+    if count_include_pad is None:
+        return mode
+    chosen = AVG_MODES[0] if count_include_pad else AVG_MODES[1]
+    if mode not in (chosen, AVG_MODES[1]):
+        raise OpError("avg_pool2d", [inp.type], f"count_include_pad={count_include_pad} "
+                      f"contradicts mode={mode!r}", user_location())
+    return chosen
+
+
+def avg_pool2d(inp, kernel_size, stride=None, padding=0, mode="average_count_exclude_padding",
+               *, ceil_mode=False, count_include_pad=None, dilation=1):
+    """Mean over sliding windows; ``mode="average"`` (or PyTorch's ``count_include_pad=True``)
+    counts padded cells in the divisor; a ``ceil_mode`` overhang past the padding never counts.
 
     >>> y = F.avg_pool2d(x, 3, stride=2, padding=1)
+    >>> y = F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False)
     """
-    kernel = _as_pair(kernel_size)
-    return apply("avg_pool2d", (inp,), kernel_size=kernel,
-                 stride=kernel if stride is None else _as_pair(stride), padding=_as_pair(padding),
-                 mode=mode)
+    return apply("avg_pool2d", (inp,), mode=_avg_mode(inp, mode, count_include_pad),
+                 **window_attrs(kernel_size, stride, padding, dilation, ceil_mode))
 
 
 def adaptive_avg_pool2d(inp, oshp):

@@ -42,7 +42,7 @@ def test_kernel_modules_export_their_structs_fields():
                                    "packed")
     assert len(KC.CONV_FIELDS) == 23
     assert KP.POOL_FIELDS == ("mode", "planes", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw",
-                              "ph", "pw", "threads")
+                              "ph", "pw", "dh", "dw", "eh", "ew", "threads")
     assert KL.MATMUL_FIELDS == ("m", "n", "k", "transpose_a", "transpose_b", "threads", "tiles",
                                 "gemv_split", "ndim")
     assert KL.LINEAR_FIELDS == ("m", "n", "k", "has_bias", "relu", "threads", "tiles")
