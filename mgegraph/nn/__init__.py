@@ -1,5 +1,8 @@
 """Modules, layers, initialisations and losses."""
 from . import init
+from .activation import (CELU, ELU, SELU, Hardshrink, Hardsigmoid, Hardswish, Hardtanh, Identity,
+                         LeakyReLU, LogSigmoid, LogSoftmax, Mish, PReLU, ReLU6, SiLU, Softmax,
+                         Softplus, Softshrink, Softsign)
 from .layers import (GELU, AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, Dropout,
                      Embedding, Flatten, LayerNorm, Linear, MaxPool2d, ReLU, Sequential, Sigmoid,
                      Tanh)
@@ -11,3 +14,7 @@ __all__ = ["Module", "Parameter", "Buffer", "Sequential", "Linear", "Conv2d", "B
            "LayerNorm", "Embedding", "Dropout", "ReLU", "GELU", "Sigmoid", "Tanh", "MaxPool2d",
            "AvgPool2d", "AdaptiveAvgPool2d", "Flatten", "init", "cross_entropy", "nll_loss",
            "mse_loss", "l1_loss", "binary_cross_entropy_with_logits"]
+# the activation modules
+__all__ += ["CELU", "ELU", "SELU", "Hardshrink", "Hardsigmoid", "Hardswish", "Hardtanh",
+            "Identity", "LeakyReLU", "LogSigmoid", "LogSoftmax", "Mish", "PReLU", "ReLU6", "SiLU",
+            "Softmax", "Softplus", "Softshrink", "Softsign"]
