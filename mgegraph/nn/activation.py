@@ -149,13 +149,13 @@ class PReLU(Module):
         self.weight = Parameter(np.full((self.num_parameters,), init, np.float32))
 
     def forward(self, x):
-        n = self.num_parameters
+        n, weight = self.num_parameters, x.graph.bind(self.weight)
         if n == 1:
-            return F.prelu(x, self.weight)
+            return F.prelu(x, weight)
         if x.ndim < 2 or x.shape[1] != n:
             raise GraphError(f"PReLU: {n} slopes, one per channel (axis 1), for an input of "
                              f"shape {tuple(x.shape)}")
-        return F.prelu(x, F.reshape(self.weight, (n,) + (1,) * (x.ndim - 2)))
+        return F.prelu(x, F.reshape(weight, (n,) + (1,) * (x.ndim - 2)))
 
     def extra_repr(self) -> str:
         return f"num_parameters={self.num_parameters}"
