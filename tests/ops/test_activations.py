@@ -215,3 +215,9 @@ def test_the_model_file_keeps_every_activation(tmp_path):
     feeds = {"x": (RNG.standard_normal((4, 3, 5)) * 3).astype(np.float32)}
     for a, b in zip(plan.run(feeds), runtime.load(tmp_path / "act.mgm").run(feeds)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_the_functions_are_also_under_megengines_functional_nn():
+    for name in ("elu", "selu", "celu", "softsign", "hardsigmoid", "hsigmoid", "hardtanh", "mish",
+                 "logsigmoid", "prelu", "softshrink", "hardshrink", "thresholded_relu"):
+        assert getattr(F.nn, name) is getattr(F, name) and name in F.nn.__all__, name
