@@ -25,7 +25,7 @@ MG_HD float mg_f32_nan() { return __int_as_float(0x7fc00000); }
 MG_HD double mg_f64_inf() { return __longlong_as_double(0x7ff0000000000000LL); }
 MG_HD double mg_f64_nan() { return __longlong_as_double(0x7ff8000000000000LL); }
 
-// -- float32 math (scalar.pxd's vexpf, vlogf, vlog1pf, vtanhf, verff) --------------------------
+// -- float32 math (scalar.pxd's vexpf, vexpm1f, vlogf, vlog1pf, vtanhf, verff) -----------------
 // Literals are written (float)<double literal>, as Cython's <float> casts compile: rounded to
 // double, then to float, exactly as the CPU's.
 MG_HD float vexpf(float x) {
@@ -80,6 +80,14 @@ MG_HD float vlog1pf(float x) {
     return u != mg_f32_inf() ? y : u;
 }
 
+MG_HD float vexpm1f(float x) {
+    float u = vexpf(x);
+    float y = (u - ((float)1.0)) * (x / vlogf(u));
+    y = u != ((float)1.0) ? y : x;
+    y = u - ((float)1.0) != ((float)-1.0) ? y : u - ((float)1.0);
+    return u != mg_f32_inf() ? y : u;
+}
+
 MG_HD float vtanhf(float x) {
     // Estrin's scheme and the ends by a select, as scalar.pxd's
     float a = fabsf(x);
@@ -118,7 +126,7 @@ MG_HD float verff(float x) {
     return a < ((float)1.0) ? s : big;
 }
 
-// -- float64 math (scalar.pxd's vexp, vlog, vlog1p, vtanh) -------------------------------------
+// -- float64 math (scalar.pxd's vexp, vexpm1, vlog, vlog1p, vtanh) -----------------------------
 MG_HD double vexp(double x) {
     double c = x < 709.782712893384 ? x : 709.782712893384;
     c = c > -745.2 ? c : -745.2;
@@ -177,6 +185,14 @@ MG_HD double vlog1p(double x) {
     return u != mg_f64_inf() ? y : u;
 }
 
+MG_HD double vexpm1(double x) {
+    double u = vexp(x);
+    double y = (u - 1.0) * (x / vlog(u));
+    y = u != 1.0 ? y : x;
+    y = u - 1.0 != -1.0 ? y : u - 1.0;
+    return u != mg_f64_inf() ? y : u;
+}
+
 MG_HD double vtanh(double x) {
     double a = x > 0 ? x : -x;
     double z = x * x;
@@ -200,6 +216,8 @@ MG_HD double vtanh(double x) {
 // -- the helpers the table's expressions call (elementwise_table.HELPERS) ----------------------
 MG_HD float m_exp(float x) { return vexpf(x); }
 MG_HD double m_exp(double x) { return vexp(x); }
+MG_HD float m_expm1(float x) { return vexpm1f(x); }
+MG_HD double m_expm1(double x) { return vexpm1(x); }
 MG_HD float m_log(float x) { return vlogf(x); }
 MG_HD double m_log(double x) { return vlog(x); }
 MG_HD float m_log1p(float x) { return vlog1pf(x); }

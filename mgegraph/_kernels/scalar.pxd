@@ -27,7 +27,7 @@ from cython cimport floating
 from .dtypes cimport int_t, num_t
 
 
-# -- the vectorisable math behind m_exp, m_log, m_log1p, m_tanh and m_erf -------------------------
+# -- the vectorisable math behind m_exp, m_expm1, m_log, m_log1p, m_tanh and m_erf ---------------
 cdef inline float f32_from_bits(int32_t b) noexcept nogil:
     cdef float out
     memcpy(&out, &b, 4)
@@ -112,6 +112,16 @@ cdef inline float vlog1pf(float x) noexcept nogil:
     cdef float u = x + <float>1.0
     cdef float y = vlogf(u) * (x / (u - <float>1.0))
     y = y if u != <float>1.0 else x
+    return y if u != <float>INFINITY else u
+
+
+cdef inline float vexpm1f(float x) noexcept nogil:
+    # Kahan's (u - 1) * x / log(u) with u = e^x: the factor undoes the rounding of u, so e^x - 1
+    # keeps its relative precision near 0 (elu, selu and celu just below 0)
+    cdef float u = vexpf(x)
+    cdef float y = (u - <float>1.0) * (x / vlogf(u))
+    y = y if u != <float>1.0 else x
+    y = y if u - <float>1.0 != <float>-1.0 else u - <float>1.0
     return y if u != <float>INFINITY else u
 
 
@@ -227,6 +237,14 @@ cdef inline double vlog1p(double x) noexcept nogil:
     return y if u != INFINITY else u
 
 
+cdef inline double vexpm1(double x) noexcept nogil:
+    cdef double u = vexp(x)
+    cdef double y = (u - 1.0) * (x / vlog(u))
+    y = y if u != 1.0 else x
+    y = y if u - 1.0 != -1.0 else u - 1.0
+    return y if u != INFINITY else u
+
+
 cdef inline double vtanh(double x) noexcept nogil:
     # |x| < 0.3: Taylor series to x^23 (truncation 2e-17); else 1 - 2 / (e^{2|x|} + 1)
     cdef double a = x if x > 0 else -x
@@ -251,6 +269,9 @@ cdef inline double vtanh(double x) noexcept nogil:
 # -- the helpers the table's expressions call (elementwise_table.HELPERS) -------------------------
 cdef inline floating m_exp(floating x) noexcept nogil:
     return vexpf(x) if floating is float else vexp(x)
+
+cdef inline floating m_expm1(floating x) noexcept nogil:
+    return vexpm1f(x) if floating is float else vexpm1(x)
 
 cdef inline floating m_log(floating x) noexcept nogil:
     return vlogf(x) if floating is float else vlog(x)

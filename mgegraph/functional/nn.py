@@ -8,16 +8,28 @@ the same functions as at the top of ``mgegraph.functional``.
 from ..ops.conv import *
 from ..ops.conv import __all__ as _conv_all
 from ..ops.elementwise import (  # noqa: F401
+                         celu,
+                         elu,
                          gelu,
+                         hardshrink,
+                         hardsigmoid,
+                         hardtanh,
                          hsigmoid,
                          hswish,
                          leaky_relu,
+                         logsigmoid,
+                         mish,
+                         prelu,
                          relu,
                          relu6,
+                         selu,
                          sigmoid,
                          silu,
                          softplus,
+                         softshrink,
+                         softsign,
                          tanh,
+                         thresholded_relu,
 )
 from ..ops.matmul import linear  # noqa: F401
 from ..ops.nn import *
@@ -33,4 +45,6 @@ binary_cross_entropy = binary_cross_entropy_with_logits
 __all__ = [name for name in sorted(set(_conv_all) | set(_nn_all) | set(_pooling_all) | {
     "binary_cross_entropy_with_logits", "binary_cross_entropy", "l1_loss", "mse_loss",
     "square_loss", "nll_loss", "gelu", "hsigmoid", "hswish", "leaky_relu", "relu", "relu6",
-    "sigmoid", "silu", "softplus", "tanh", "linear"})]
+    "sigmoid", "silu", "softplus", "tanh", "linear"} | {
+    "celu", "elu", "hardshrink", "hardsigmoid", "hardtanh", "logsigmoid", "mish", "prelu",
+    "selu", "softshrink", "softsign", "thresholded_relu"})]

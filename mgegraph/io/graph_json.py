@@ -49,6 +49,9 @@ OP_VERSIONS = {
     "sign": 1, "silu": 1, "sin": 1, "slice": 1, "slice_backward": 1, "softmax": 1, "softplus": 1,
     "split": 1, "sqrt": 1, "square": 1, "sub": 1, "sum": 1, "take": 1, "tanh": 1, "transpose": 1,
     "var": 1, "where": 1,
+    # the activations
+    "celu": 1, "elu": 1, "hardsigmoid": 1, "logsigmoid": 1, "mish": 1, "prelu": 1, "selu": 1,
+    "shrink": 1, "softsign": 1, "thresholded_relu": 1,
 }
 
 SOURCES = ("input", "param", "const")

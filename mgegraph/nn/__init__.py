@@ -1,5 +1,8 @@
 """Modules, layers, initialisations and losses."""
 from . import init
+from .activation import (CELU, ELU, SELU, Hardshrink, Hardsigmoid, Hardswish, Hardtanh, Identity,
+                         LeakyReLU, LogSigmoid, LogSoftmax, Mish, PReLU, ReLU6, SiLU, Softmax,
+                         Softplus, Softshrink, Softsign)
 from .layers import (GELU, AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, Dropout,
                      Embedding, Flatten, LayerNorm, Linear, MaxPool2d, ReLU, Sequential, Sigmoid,
                      Tanh)
@@ -15,3 +18,7 @@ __all__ = ["Module", "Parameter", "Buffer", "Sequential", "Linear", "Conv2d", "B
            "mse_loss", "l1_loss", "binary_cross_entropy_with_logits"]
 __all__ += ["AdaptiveMaxPool2d", "AvgPool1d", "GlobalAvgPool2d", "GlobalMaxPool2d", "LPPool1d",
             "LPPool2d", "MaxPool1d", "MaxUnpool2d"]
+# the activation modules
+__all__ += ["CELU", "ELU", "SELU", "Hardshrink", "Hardsigmoid", "Hardswish", "Hardtanh",
+            "Identity", "LeakyReLU", "LogSigmoid", "LogSoftmax", "Mish", "PReLU", "ReLU6", "SiLU",
+            "Softmax", "Softplus", "Softshrink", "Softsign"]

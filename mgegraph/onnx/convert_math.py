@@ -95,17 +95,6 @@ def _leaky_relu(cx, ins, at):
     return [F.leaky_relu(cx.var(ins[0]), at.get("alpha", 0.01))]
 
 
-def _elu(cx, ins, at):
-    x = cx.var(ins[0])
-    alpha = at.get("alpha", 1.0)
-    return [F.where(F.greater(x, 0), x, F.mul(F.sub(F.exp(x), 1.0), alpha))]
-
-
-def _hard_sigmoid(cx, ins, at):
-    x = cx.var(ins[0])
-    return [F.clip(F.add(F.mul(x, at.get("alpha", 0.2)), at.get("beta", 0.5)), 0.0, 1.0)]
-
-
 def _clip(cx, ins, at):
     x = cx.var(ins[0])
     lo = cx.known(ins[1], "min") if len(ins) > 1 and ins[1] is not None else None
@@ -211,10 +200,49 @@ CONVERTERS = {
     "Max": _variadic, "Min": _variadic, "Sum": _variadic, "Mean": _variadic,
     "And": _logical, "Or": _logical, "Xor": _logical, "Not": _not,
     "Identity": _identity, "Dropout": _dropout, "Where": _where,
-    "Gelu": _gelu, "LeakyRelu": _leaky_relu, "Elu": _elu, "HardSigmoid": _hard_sigmoid,
+    "Gelu": _gelu, "LeakyRelu": _leaky_relu,
     "Clip": _clip, "Cast": _cast, "CastLike": _cast_like,
     "ReduceMean": _reduce, "ReduceSum": _reduce, "ReduceMax": _reduce, "ReduceMin": _reduce,
     "ReduceProd": _reduce, "ReduceSumSquare": _reduce, "ReduceL1": _reduce,
     "ReduceL2": _reduce, "ReduceLogSum": _reduce, "ReduceLogSumExp": _reduce,
     "ArgMax": _argmax, "ArgMin": _argmax,
 }
+
+
+# -- activations: each one op of the elementwise table, ONNX's defaults -------------------------
+# ONNX's Selu defaults: PyTorch's constants rounded to float32
+_SELU_ALPHA, _SELU_GAMMA = 1.67326319217681884765625, 1.05070102214813232421875
+
+
+def _with(fn, **defaults):
+    """The converter of an activation whose ONNX attributes are ``fn``'s keyword arguments."""
+    return lambda cx, ins, at: [fn(cx.var(ins[0]), **{k: at.get(k, v)
+                                                       for k, v in defaults.items()})]
+
+
+def _shrink(cx, ins, at):
+    return [F.shrink(cx.var(ins[0]), lambd=at.get("lambd", 0.5), bias=at.get("bias", 0.0))]
+
+
+def _prelu(cx, ins, at):
+    x, slope = cx.var(ins[0]), cx.var(ins[1])
+    out = F.prelu(x, slope)
+    if shape_of(out) != shape_of(x):
+        cx.fail(f"the slope {shape_of(slope)} does not broadcast to the input "
+                f"{shape_of(x)} (ONNX's PRelu broadcasts it one way)")
+    return [out]
+
+
+def _swish(cx, ins, at):
+    x, alpha = cx.var(ins[0]), float(at.get("alpha", 1.0))
+    return [F.silu(x) if alpha == 1.0 else F.mul(x, F.sigmoid(F.mul(x, alpha)))]
+
+
+CONVERTERS.update({
+    "Elu": _with(F.elu, alpha=1.0), "Celu": _with(F.celu, alpha=1.0),
+    "Selu": _with(F.selu, alpha=_SELU_ALPHA, gamma=_SELU_GAMMA),
+    "HardSigmoid": _with(F.hardsigmoid, alpha=0.2, beta=0.5),
+    "ThresholdedRelu": _with(F.thresholded_relu, alpha=1.0),
+    "Softsign": _unary(F.softsign), "Mish": _unary(F.mish), "Shrink": _shrink,
+    "PRelu": _prelu, "Swish": _swish,
+})

@@ -19,6 +19,8 @@ from .context import Converter
 # (Range-27's stash_type picks the accumulation type of float16 and bfloat16 ranges; Cast-24's
 # and CastLike-24's round_mode the rounding to float8e8m0: types mgegraph does not have).
 LATER_ATTRIBUTES = {"Range": {"stash_type"}, "Cast": {"round_mode"}, "CastLike": {"round_mode"}}
+# Ops first defined after opset 21, with the definition (its opset) their converters follow
+LATER_OPS = {"Swish": 24}
 
 
 def merge(*families) -> dict[str, Converter]:
@@ -50,9 +52,12 @@ def same_semantics(op_type: str, opset: int) -> bool:
     """Whether ``op_type`` at ``opset`` means what its converter was written for: the op's
     definition in force at ``opset`` is one from opsets 13..21, or a later revision that only
     added element types (same inputs, outputs and attributes; every earlier type still allowed),
-    as opsets 22 (bfloat16), 23 (float4), 24 (float8e8m0), 25 (int2) and 28 (float6) did."""
+    as opsets 22 (bfloat16), 23 (float4), 24 (float8e8m0), 25 (int2) and 28 (float6) did; an
+    op of ``LATER_OPS`` in the definition its converter follows."""
     try:
         new = onnx.defs.get_schema(op_type, opset, "")
+        if op_type in LATER_OPS:
+            return new.since_version == LATER_OPS[op_type]
         old = onnx.defs.get_schema(op_type, min(opset, SUPPORTED_OPSETS[-1]), "")
     except onnx.defs.SchemaError:
         return False

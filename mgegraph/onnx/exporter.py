@@ -189,6 +189,43 @@ def _mod(w, n, ins):
     return w.add("Sub", [ins[0], w.add("Mul", [q[0], ins[1]])[0]])
 
 
+# -- activations ------------------------------------------------------------------------------
+# table activations that are one ONNX op, with their attributes (the same names in both)
+_ACTIVATIONS = {"elu": ("Elu", ("alpha",)), "celu": ("Celu", ("alpha",)),
+                "selu": ("Selu", ("alpha", "gamma")), "softsign": ("Softsign", ()),
+                "hardsigmoid": ("HardSigmoid", ("alpha", "beta")),
+                "thresholded_relu": ("ThresholdedRelu", ("alpha",)),
+                "shrink": ("Shrink", ("lambd", "bias"))}
+
+
+def _activation_writer(onnx_op, names):
+    return lambda w, n, ins: w.add(onnx_op, ins, **{k: float(n.attr[k]) for k in names})
+
+
+for _op, (_onnx, _names) in _ACTIVATIONS.items():
+    WRITERS[_op] = _activation_writer(_onnx, _names)
+
+
+@writer("mish")
+def _mish(w, n, ins):
+    if w.opset >= 18:
+        return w.add("Mish", ins)
+    return w.add("Mul", [ins[0], w.add("Tanh", w.add("Softplus", ins))[0]])
+
+
+@writer("logsigmoid")
+def _logsigmoid(w, n, ins):
+    return w.add("Neg", w.add("Softplus", w.add("Neg", ins)))
+
+
+@writer("prelu")
+def _prelu(w, n, ins):
+    x = ins[0]
+    if n.outputs[0].shape != n.inputs[0].shape:  # ONNX broadcasts the slope to x only
+        x = w.add("Expand", [x, w.shape(n.outputs[0].shape)])[0]
+    return w.add("PRelu", [x, ins[1]])
+
+
 def _activation(w, n, outs):
     act = n.attr.get("activation", "none")
     if act == "none":

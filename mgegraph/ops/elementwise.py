@@ -51,10 +51,12 @@ def _module():
     return sys.modules[__name__]
 
 
-def _unary_infer(name, dtypes):
+def _unary_infer(name, dtypes, check=None):
     def infer(in_types, attrs):
         (x,) = in_types
         require_dtypes(name, x, dtypes)
+        if check is not None:
+            check(attrs)
         return (x,)
     return infer
 
@@ -74,7 +76,8 @@ def _binary_infer(name, dtypes, out_dtype=None):
 def _opdef(entry: Elementwise) -> OpDef:
     if entry.kind == "unary":
         attrs = {k: entry.defaults.get(k, REQUIRED) for k in entry.params}
-        return OpDef(entry.name, "elementwise", _unary_infer(entry.name, entry.dtypes),
+        return OpDef(entry.name, "elementwise",
+                     _unary_infer(entry.name, entry.dtypes, entry.check),
                      attrs=attrs, grad=_unary_grad(entry.grad), inplace=True,
                      flops_per_element=entry.flops)
     if entry.kind == "binary":
@@ -133,9 +136,11 @@ register(OpDef("cast", "elementwise", _cast_infer, attrs={"dtype": REQUIRED}, gr
 
 # -- public functions (re-exported by mgegraph.functional) ---------------------------------------
 # functions written below rather than made from their table entry
-_WRITTEN = ("clip", "leaky_relu", "gelu", "div")
+_WRITTEN = ("clip", "leaky_relu", "gelu", "div", "elu", "selu", "celu", "hardsigmoid",
+            "thresholded_relu", "shrink", "prelu")
 _PUBLIC = [op.name for op in TABLE.OPS if op.public]
-__all__ = ["where", "astype", "cast", "relu6", "hswish", "hsigmoid"]
+__all__ = ["where", "astype", "cast", "relu6", "hswish", "hsigmoid", "hardtanh", "softshrink",
+           "hardshrink"]
 __all__ += [op.name for op in TABLE.OPS if op.public]
 
 
@@ -238,3 +243,78 @@ def hsigmoid(inp):
 def hswish(inp):
     """MegEngine's name for hardswish, ``x * relu6(x + 3) / 6``."""
     return hardswish(inp)  # noqa: F821  made from its table entry above
+
+
+# -- activations with parameters (ops of the table; hardtanh and the shrinks are compositions) ----
+def _attr_error(op: str, reason: str) -> GraphError:
+    return GraphError(f"{op}: {reason} (at {user_location()})")
+
+
+def elu(inp, alpha=1.0):
+    """``x`` above 0, ``alpha * (e^x - 1)`` at or below. ``F.elu(x, alpha=1.0)``"""
+    return apply("elu", (_floating(inp),), alpha=float(alpha))
+
+
+_SELU = TABLE.BY_NAME["selu"].defaults
+
+
+def selu(inp, alpha=_SELU["alpha"], gamma=_SELU["gamma"]):
+    """``gamma * elu(x, alpha)``, with the self-normalising constants by default (PyTorch's;
+    ONNX's are their float32 roundings). ``F.selu(x)``"""
+    return apply("selu", (_floating(inp),), alpha=float(alpha), gamma=float(gamma))
+
+
+def celu(inp, alpha=1.0):
+    """``x`` above 0, ``alpha * (e^(x / alpha) - 1)`` at or below; alpha must not be 0.
+    ``F.celu(x, alpha=1.0)``"""
+    return apply("celu", (_floating(inp),), alpha=float(alpha))
+
+
+def hardsigmoid(inp, alpha=1 / 6, beta=0.5):
+    """``clip(alpha * x + beta, 0, 1)``: PyTorch's and MegEngine's ``x / 6 + 1 / 2`` by default
+    (``hsigmoid`` computes it as ``relu6(x + 3) / 6``); ONNX's HardSigmoid is alpha=0.2.
+    ``F.hardsigmoid(x)``"""
+    return apply("hardsigmoid", (_floating(inp),), alpha=float(alpha), beta=float(beta))
+
+
+def thresholded_relu(inp, alpha=1.0):
+    """``x`` above alpha, else 0 (NaN stays NaN). ``F.thresholded_relu(x, 1.0)``"""
+    return apply("thresholded_relu", (_floating(inp),), alpha=float(alpha))
+
+
+def shrink(inp, lambd=0.5, bias=0.0):
+    """ONNX's Shrink: ``x + bias`` below -lambd, ``x - bias`` above lambd, else 0.
+    ``F.shrink(x, lambd=0.5, bias=0.0)``"""
+    return apply("shrink", (_floating(inp),), lambd=float(lambd), bias=float(bias))
+
+
+def softshrink(inp, lambd=0.5):
+    """``x - lambd`` above lambd, ``x + lambd`` below -lambd, else 0; lambd >= 0.
+    ``F.softshrink(x, 0.5)``"""
+    if not lambd >= 0:
+        raise _attr_error("softshrink", f"lambd must be >= 0, got {lambd}")
+    return shrink(inp, lambd, lambd)
+
+
+def hardshrink(inp, lambd=0.5):
+    """``x`` where ``|x| > lambd``, else 0; lambd >= 0. ``F.hardshrink(x, 0.5)``"""
+    if not lambd >= 0:
+        raise _attr_error("hardshrink", f"lambd must be >= 0, got {lambd}")
+    return shrink(inp, lambd, 0.0)
+
+
+def hardtanh(inp, min_val=-1.0, max_val=1.0):
+    """``clip(x, min_val, max_val)``. ``F.hardtanh(x, -1.0, 1.0)``"""
+    if not min_val <= max_val:
+        raise _attr_error("hardtanh", f"min_val {min_val} is greater than max_val {max_val}")
+    return clip(_floating(inp), min_val, max_val)
+
+
+def prelu(inp, weight):
+    """``x`` above 0, ``weight * x`` at or below, ``weight`` broadcast against ``x`` as NumPy
+    does (MegEngine's and ONNX's rule): a per-channel slope of NCHW data is shaped (C, 1, 1),
+    as ``nn.PReLU`` shapes its own. ``F.prelu(x, w)``"""
+    a, b = promote(inp, weight)
+    if a.dtype not in FLOAT_DTYPES:
+        a, b = _floating(a), _floating(b)
+    return apply_in(a.graph, "prelu", (a, b), {})

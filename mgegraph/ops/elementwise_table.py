@@ -43,6 +43,7 @@ KINDS = ("unary", "binary", "compare")
 # the dtypes of the ops that call it. Special values follow NumPy (see the NOTE below).
 HELPERS = {
     "m_exp": "e^x (float)", "m_log": "natural log (float)", "m_log1p": "log(1 + x) (float)",
+    "m_expm1": "e^x - 1, precise near 0 (float)",
     "m_tanh": "tanh (float)", "m_erf": "the error function (float)",
     "m_sqrt": "square root (float)", "m_sin": "sine (float)", "m_cos": "cosine (float)",
     "m_floor": "round down (float)", "m_ceil": "round up (float)",
@@ -84,6 +85,7 @@ class Elementwise:
     the op on NumPy arrays: ``numpy(x, *params)`` or ``numpy(x, y)``. ``fusable``: the fusion
     pass may put it in a fused group (comparisons, whose result is bool, never are).
     ``public``: mgegraph.functional gets a function of that name made from the entry.
+    ``check(attrs)`` raises ValueError for parameters the op is not defined at.
     """
 
     name: str
@@ -98,6 +100,7 @@ class Elementwise:
     int_expr: str | None = None
     fusable: bool = True
     public: bool = True
+    check: Callable | None = None
 
     @property
     def arity(self) -> int:
@@ -127,6 +130,30 @@ def _hardswish(x):
     return x * np.clip(x + 3, 0, 6) / 6
 
 
+# The activations of the table keep NaN, as relu does, where ONNX's reference formula would give
+# 0 (thresholded_relu, shrink): PyTorch's threshold and shrinks keep it too.
+def _elu(x, alpha):
+    return np.where(x > 0, x, alpha * np.expm1(x))
+
+
+def _celu(x, alpha):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(x > 0, x, alpha * np.expm1(x / alpha))
+
+
+def _mish(x):
+    return x * np.tanh(_softplus(x))
+
+
+def _shrink(x, lambd, bias):
+    return np.where(x < -lambd, x + bias, np.where(x > lambd, x - bias, x * 0))
+
+
+def _nonzero_alpha(attrs):
+    if attrs["alpha"] == 0:
+        raise ValueError("alpha must not be 0 (celu divides by it)")
+
+
 # -- gradient rules --------------------------------------------------------------------------------
 def _gelu_grad(f, x, y, g, a):
     cdf = 0.5 * (1.0 + f.erf(x * 0.7071067811865476))
@@ -143,6 +170,36 @@ def _gelu_tanh_grad(f, x, y, g, a):
 def _hardswish_grad(f, x, y, g, a):
     # d/dx x relu6(x + 3) / 6: 0 below -3, 1 above 3, (2x + 3) / 6 between (PyTorch's rule)
     return g * f.where(x < -3.0, 0.0, f.where(x > 3.0, 1.0, x / 3.0 + 0.5))
+
+
+def _elu_grad(f, x, y, g, a):
+    return f.where(x > 0, g, g * a["alpha"] * f.exp(x))
+
+
+def _selu_grad(f, x, y, g, a):
+    return g * a["gamma"] * f.where(x > 0, 1.0, a["alpha"] * f.exp(x))
+
+
+def _celu_grad(f, x, y, g, a):
+    return f.where(x > 0, g, g * f.exp(x / a["alpha"]))
+
+
+def _hardsigmoid_grad(f, x, y, g, a):
+    # alpha inside the ramp, 0 where it is clamped (PyTorch's: open at both ends)
+    return f.where(y > 0.0, f.where(y < 1.0, g * a["alpha"], 0.0), 0.0)
+
+
+def _mish_grad(f, x, y, g, a):
+    t = f.tanh(f.softplus(x))
+    return g * (t + x * (1.0 - t * t) * f.sigmoid(x))
+
+
+def _shrink_grad(f, x, y, g, a):
+    return f.where(x < -a["lambd"], g, f.where(x > a["lambd"], g, 0.0))
+
+
+def _prelu_grad(f, x, y, out, g):
+    return f.where(x > 0, g, g * y), f.where(x > 0, 0.0, g * x)
 
 
 def _pow_grad(f, x, y, out, g):
@@ -217,6 +274,32 @@ OPS: tuple[Elementwise, ...] = (
            lambda x, slope: np.where(x > 0, x, x * slope), FLOAT, 2.0,
            lambda f, x, y, g, a: f.where(x > 0, g, g * a["negative_slope"]),
            params=("negative_slope",), defaults={"negative_slope": 0.01}),
+    # the activations: ONNX's names for the parameters (p, q), PyTorch's defaults
+    _unary("elu", "m_select(x > 0, x, p * m_expm1(x))", _elu, FLOAT, 10.0, _elu_grad,
+           params=("alpha",), defaults={"alpha": 1.0}),
+    _unary("selu", "q * elu(x, p)", lambda x, alpha, gamma: gamma * _elu(x, alpha), FLOAT,
+           11.0, _selu_grad, params=("alpha", "gamma"),
+           defaults={"alpha": 1.6732632423543772, "gamma": 1.0507009873554805}),
+    _unary("celu", "m_select(x > 0, x, p * m_expm1(x / p))", _celu, FLOAT, 11.0, _celu_grad,
+           params=("alpha",), defaults={"alpha": 1.0}, check=_nonzero_alpha),
+    _unary("softsign", "x / (1 + m_abs(x))", lambda x: x / (1 + np.abs(x)), FLOAT, 3.0,
+           lambda f, x, y, g, a: g / f.square(1.0 + f.abs(x))),
+    # two meanings by their parameters: ONNX's HardSigmoid (0.2, 0.5), PyTorch's (1/6, 1/2)
+    _unary("hardsigmoid", "m_clamp(x * p + q, 0, 1)",
+           lambda x, alpha, beta: np.clip(x * alpha + beta, 0, 1), FLOAT, 4.0,
+           _hardsigmoid_grad, params=("alpha", "beta")),
+    _unary("mish", "x * m_tanh(softplus(x))", _mish, FLOAT, 26.0, _mish_grad),
+    # -softplus(-x): log(sigmoid(x)) without its underflow to log(0) below -88 (float32)
+    _unary("logsigmoid", "-softplus(-x)", lambda x: -_softplus(-x), FLOAT, 18.0,
+           lambda f, x, y, g, a: g * f.sigmoid(-x)),
+    _unary("thresholded_relu", "m_select(x <= p, 0, x)",
+           lambda x, alpha: np.where(x <= alpha, 0, x), FLOAT, 1.0,
+           lambda f, x, y, g, a: f.where(x > a["alpha"], g, 0.0),
+           params=("alpha",), defaults={"alpha": 1.0}),
+    # ONNX's Shrink; softshrink is shrink(l, l), hardshrink shrink(l, 0). Between the bounds
+    # x * 0: zero with x's sign (PyTorch's softshrink), NaN for NaN
+    _unary("shrink", "m_select(x < -p, x + q, m_select(x > p, x - q, x * 0))", _shrink, FLOAT,
+           3.0, _shrink_grad, params=("lambd", "bias"), defaults={"lambd": 0.5, "bias": 0.0}),
     _binary("add", "x + y", np.add, NUMERIC, 1.0, lambda f, x, y, out, g: (g, g),
             int_expr="m_add_int(x, y)"),
     _binary("sub", "x - y", np.subtract, NUMERIC, 1.0, lambda f, x, y, out, g: (g, -g),
@@ -238,6 +321,9 @@ OPS: tuple[Elementwise, ...] = (
     # almost everywhere
     _binary("relu_backward", "m_select(x > 0, y, 0)", lambda y, g: np.where(y > 0, g, 0),
             FLOAT, 1.0, lambda f, y, g, out, gg: (None, f.relu_backward(y, gg)), public=False),
+    # prelu(x, slope): leaky_relu with the slope a tensor (broadcast, per channel)
+    _binary("prelu", "m_select(x > 0, x, x * y)", lambda x, y: np.where(x > 0, x, x * y), FLOAT,
+            2.0, _prelu_grad),
     _compare("equal", "x == y", np.equal),
     _compare("not_equal", "x != y", np.not_equal),
     _compare("less", "x < y", np.less),

@@ -180,6 +180,8 @@ CALLS = {
     "flip": lambda v: F.flip(v, 3), "full_like": lambda v: F.full_like(v, 3.0),
     "gather": lambda v: F.gather(v[0, 0, :1], 1, v.graph.const(IDX)),
     "hsigmoid": F.hsigmoid, "hswish": F.hswish, "relu6": F.relu6,
+    "hardtanh": lambda v: F.hardtanh(v, -0.5, 0.7), "softshrink": lambda v: F.softshrink(v, 0.3),
+    "hardshrink": lambda v: F.hardshrink(v, 0.3),
     "layer_norm": lambda v: F.layer_norm(v, (6, 6)),
     "linear": lambda v: F.linear(F.flatten(v, 1)[:, :3], v.graph.const(W.reshape(4, 27)[:, :3].copy())),
     "log_softmax": lambda v: F.log_softmax(v, axis=1), "logsoftmax": lambda v: F.logsoftmax(v, 1),

@@ -56,7 +56,8 @@ def _case(op: str):
 # -- elementwise ------------------------------------------------------------------------------
 for _entry in TABLE.OPS:
     if _entry.kind == "unary":
-        _attrs = {"lower": -1.0, "upper": 1.0} if _entry.name == "clip" else {}
+        _attrs = {"clip": {"lower": -1.0, "upper": 1.0},
+                  "hardsigmoid": {"alpha": 0.2, "beta": 0.5}}.get(_entry.name, {})
         CASES[_entry.name] = _node(_entry.name, lambda g, b, a=_attrs: (
             [_input(g, (b, 3))], a))
     else:  # binary and comparisons: a named batch broadcast against a fixed operand

@@ -13,7 +13,9 @@ from mgegraph.ops import elementwise_table as TABLE
 from mgegraph.ops.fused import FUSABLE_OPS
 
 DTYPES = [np.float32, np.float64]
-PARAMS = {"leaky_relu": {"negative_slope": 0.1}, "clip": {"lower": -1.5, "upper": 2.5}}
+PARAMS = {"leaky_relu": {"negative_slope": 0.1}, "clip": {"lower": -1.5, "upper": 2.5},
+          "hardsigmoid": {"alpha": 0.2, "beta": 0.5}, "celu": {"alpha": 0.7},
+          "shrink": {"lambd": 1.5, "bias": 0.25}}
 FLOAT_UNARY = [op.name for op in TABLE.OPS if op.kind == "unary" and np.float32 in op.dtypes]
 FLOAT_BINARY = [op.name for op in TABLE.OPS if op.kind == "binary" and np.float32 in op.dtypes]
 
@@ -76,8 +78,9 @@ def pairs(dtype):
 def reference(name, arrays):
     entry = TABLE.BY_NAME[name]
     with np.errstate(all="ignore"):
+        attrs = {**entry.defaults, **PARAMS.get(name, {})}
         return entry.numpy(*(a.astype(np.float64) for a in arrays),
-                           *PARAMS.get(name, {}).values())
+                           *(attrs[p] for p in entry.params))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -4,6 +4,7 @@ import pytest
 
 from mgegraph._kernels import fused as K
 from mgegraph._kernels.lowering.fused import allocate_registers, encode, kernel_name, run
+from mgegraph.ops import elementwise_table as TABLE
 from mgegraph.ops.fused_program import BINARY, UNARY, Program, evaluate_numpy
 
 RNG = np.random.default_rng(0)
@@ -24,8 +25,20 @@ def check(program, inputs, **kw):
     return got
 
 
+# a unary op's parameters, constants 0 and 1 of its program: these values, else its defaults
+CONSTANTS = {"leaky_relu": [0.1], "clip": [-0.5, 1.5], "hardsigmoid": [0.2, 0.5],
+             "celu": [0.7], "shrink": [1.5, 0.25]}
+
+
+def constants_of(name) -> list:
+    if name in CONSTANTS:
+        return CONSTANTS[name]
+    entry = TABLE.BY_NAME[name]
+    return [entry.defaults[p] for p in entry.params]
+
+
 def unary_program(name, shape, dtype, constants=()):
-    b, c = (0, 1) if name in ("leaky_relu", "clip") else (0, 0)
+    b, c = (0, 1) if TABLE.BY_NAME[name].params else (0, 0)
     code = [("load", 0, 0), (name, 1, 0, b, c), ("store", 0, 1)]
     return Program([shape], shape, dtype, code, list(constants))
 
@@ -36,8 +49,7 @@ def test_unary_opcode_matches_numpy(name, dtype):
     x = (RNG.standard_normal(3001) * 3).astype(dtype)
     if name in POSITIVE:
         x = np.abs(x) + np.asarray(0.01, dtype)
-    constants = {"leaky_relu": [0.1], "clip": [-0.5, 1.5]}.get(name, [])
-    check(unary_program(name, x.shape, dtype, constants), [x])
+    check(unary_program(name, x.shape, dtype, constants_of(name)), [x])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -287,8 +299,7 @@ def test_every_build_gives_bitwise_the_same_results(dtype):
                                    ("store", 0, 2)])
                 arrays = [x, y]
             else:
-                program = unary_program(name, x.shape, dtype, {"leaky_relu": [0.1],
-                                                                "clip": [-0.5, 1.5]}.get(name, []))
+                program = unary_program(name, x.shape, dtype, constants_of(name))
                 arrays = [x]
             ints, floats, ws = encode(program)
             out = np.empty_like(x)

@@ -54,8 +54,9 @@ ELEMENTWISE_INPLACE = sorted(n for n, o in all_ops().items()
                              and n not in ("relu_backward", "copy", "fused_elementwise"))
 
 
-BINARY = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "floor_div", "mod"}
-ATTRS = {"leaky_relu": {"negative_slope": 0.1}, "clip": {"lower": 0.6, "upper": 1.2}}
+BINARY = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "floor_div", "mod", "prelu"}
+ATTRS = {"leaky_relu": {"negative_slope": 0.1}, "clip": {"lower": 0.6, "upper": 1.2},
+         "hardsigmoid": {"alpha": 0.2, "beta": 0.5}}
 
 
 @pytest.mark.parametrize("name", ELEMENTWISE_INPLACE)
