@@ -7,12 +7,14 @@ import sys as _sys
 
 from ..ir import graph as _graph
 from ..ops import conv as _conv
+from ..ops import conv_api as _conv_api
 from ..ops import elementwise as _elementwise
 from ..ops import matmul as _matmul
 from ..ops import movement_api as _movement
 from ..ops import nn as _nn
 from ..ops import reduce as _reduce
 from ..ops.conv import *
+from ..ops.conv_api import *
 from ..ops.elementwise import *
 from ..ops.matmul import *
 from ..ops.movement_api import *
@@ -20,7 +22,8 @@ from ..ops.nn import *
 from ..ops.reduce import *
 from . import nn  # noqa: F401  (``F.nn``: MegEngine's names for the same functions)
 
-__all__ = [name for family in (_elementwise, _reduce, _nn, _matmul, _conv, _movement)
+__all__ = [name for family in (_elementwise, _reduce, _nn, _matmul, _conv, _movement,
+                                   _conv_api)
            for name in family.__all__]
 
 # Var's Python operators (x + y, x @ w, x[1:]) build nodes with these functions.
