@@ -84,3 +84,12 @@ def test_bad_arguments_name_the_layer(call, match):
 def test_repr_names_the_geometry():
     text = repr(nn.ConvTranspose2d(64, 32, 3, stride=2, padding=1, output_padding=1))
     assert "64, 32, kernel_size=(3, 3), stride=(2, 2)" in text and "output_padding=(1, 1)" in text
+
+
+def test_dynamic_batch():
+    module = nn.ConvTranspose2d(4, 2, 3, stride=2, padding=1, output_padding=1)
+    module.eval()
+    x = RNG.standard_normal((3, 4, 5, 5)).astype(np.float32)
+    predict = mg.compile_module(module, (x,), dynamic=True)
+    for batch in (2, 3):
+        np.testing.assert_array_equal(predict(x[:batch]), module(mg.tensor(x[:batch])).numpy())
