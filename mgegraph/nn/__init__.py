@@ -1,6 +1,6 @@
 """Modules, layers, initialisations and losses."""
 from . import init
-from .conv import Conv1d, ConvTranspose1d, ConvTranspose2d
+from .conv import Conv1d, Conv3d, ConvTranspose1d, ConvTranspose2d
 from .layers import (GELU, AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, Dropout,
                      Embedding, Flatten, LayerNorm, Linear, MaxPool2d, ReLU, Sequential, Sigmoid,
                      Tanh)
@@ -12,4 +12,4 @@ __all__ = ["Module", "Parameter", "Buffer", "Sequential", "Linear", "Conv2d", "B
            "LayerNorm", "Embedding", "Dropout", "ReLU", "GELU", "Sigmoid", "Tanh", "MaxPool2d",
            "AvgPool2d", "AdaptiveAvgPool2d", "Flatten", "init", "cross_entropy", "nll_loss",
            "mse_loss", "l1_loss", "binary_cross_entropy_with_logits"]
-__all__ += ["Conv1d", "ConvTranspose1d", "ConvTranspose2d"]
+__all__ += ["Conv1d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d"]

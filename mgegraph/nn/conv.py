@@ -1,7 +1,8 @@
-"""Convolution layers besides Conv2d (layers.py): Conv1d, ConvTranspose2d, ConvTranspose1d.
+"""Convolution layers besides Conv2d (layers.py): Conv1d, Conv3d, ConvTranspose2d,
+ConvTranspose1d.
 
 Each holds PyTorch's weight layout and initialisation, so a PyTorch state dict loads as it is:
-Conv1d (out, in/groups, k); the transposed ones (in, out/groups, *kernel), whose fan-in
+Conv1d (out, in/groups, k), Conv3d (out, in/groups, kd, kh, kw); the transposed ones (in, out/groups, *kernel), whose fan-in
 PyTorch reads from dim 1 (out/groups x kernel), as ``init.fans`` does.
 """
 from __future__ import annotations
@@ -29,6 +30,11 @@ def _sides(owner, what, value, low, ndim) -> tuple[int, ...]:
     """An int or ``ndim`` ints >= ``low``, as a tuple (GraphError naming the layer)."""
     if ndim == 2:
         return _pair(owner, what, value, low)
+    if ndim == 3:
+        values = tuple(value) if isinstance(value, (tuple, list)) else (value,) * 3
+        if len(values) != 3:
+            raise GraphError(f"{owner}: {what} must be an int or 3 ints, got {value!r}")
+        return tuple(_size(owner, what, v, low) for v in values)
     if isinstance(value, (tuple, list)):
         if len(value) != 1:
             raise GraphError(f"{owner}: {what} must be an int or one int, got {value!r}")
@@ -68,6 +74,33 @@ class Conv1d(Module):
         o, i, k = self.weight.shape
         return f"{i * self.groups}, {o}, kernel_size={k}, stride={self.stride}, " \
                f"padding={self.padding}"
+
+
+class Conv3d(Module):
+    """3-D convolution over (N, C, D, H, W) input; weight (out, in/groups, kd, kh, kw).
+
+    >>> y = nn.Conv3d(3, 8, 3, padding=1)(x)   # (2, 3, 8, 16, 16) -> (2, 8, 8, 16, 16)
+    """
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
+                 groups=1, bias=True):
+        in_channels, out_channels, groups = _channels("Conv3d", in_channels, out_channels, groups)
+        kernel = _sides("Conv3d", "kernel_size", kernel_size, 1, 3)
+        self.stride = _sides("Conv3d", "stride", stride, 1, 3)
+        self.padding = _sides("Conv3d", "padding", padding, 0, 3)
+        self.dilation = _sides("Conv3d", "dilation", dilation, 1, 3)
+        self.groups = groups
+        shape = (out_channels, in_channels // groups, *kernel)
+        _parameters(self, shape, out_channels, bias)
+
+    def forward(self, x):
+        return F.conv3d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                        self.groups)
+
+    def extra_repr(self):
+        o, i = self.weight.shape[:2]
+        return f"{i * self.groups}, {o}, kernel_size={tuple(self.weight.shape[2:])}, " \
+               f"stride={self.stride}, padding={self.padding}"
 
 
 class _ConvTranspose(Module):

@@ -9,7 +9,8 @@ conv2d_backward_filter with the roles of input and gradient swapped) and its mod
 forms. So ``conv_transpose2d`` is that op, and no new one: what the data gradient cannot say by
 itself (asymmetric padding, an ``output_padding`` of at least the stride) is a crop or a zero
 pad of its result, and the bias one broadcast add the planner fuses. The 1-D functions are the
-2-D ones on a unit width.
+2-D ones on a unit width; ``conv3d`` is a sum over the kernel's depth of 2-D convolutions of
+depth slices, each slice's depth folded into the batch.
 """
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ from ..ir.graph import Var
 from .builder import promote
 from .conv import conv2d, conv2d_backward_data
 from .elementwise import add
-from .movement_api import pad, reshape, subscript
+from .movement_api import pad, reshape, subscript, transpose
 from .registry import FLOAT_DTYPES, named
 
-__all__ = ["conv1d", "conv_transpose1d", "conv_transpose2d"]
+__all__ = ["conv1d", "conv3d", "conv_transpose1d", "conv_transpose2d"]
 
 
 def _fail(op, inputs, reason):
@@ -193,3 +194,50 @@ def conv_transpose1d(inp, weight, bias=None, stride=1, padding=0, output_padding
                          _one(op, inputs, "output_padding", output_padding, 0),
                          _one(op, inputs, "dilation", dilation, 1), groups)
     return reshape(y, y.shape[:3])
+
+
+# -- 3-D: a sum of 2-D convolutions over the kernel's depth ----------------------------------------
+def _check_3d(op, x, w):
+    if x.ndim != 5 or w.ndim != 5:
+        _fail(op, [x, w], f"input must be 5-D (N, C, D, H, W) and weight 5-D (out, in/groups, "
+              f"kd, kh, kw), got shapes {x.shape} and {w.shape}")
+    if named(x.shape[2]):
+        _fail(op, [x, w], f"the input's depth {x.shape[2]} must be known")
+
+
+def conv3d(inp, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
+           conv_mode="cross_correlation", compute_mode="default"):
+    """3-D convolution of an (N, C, D, H, W) input by an (out, in/groups, kd, kh, kw) weight;
+    bias (out,). Each depth tap dz convolves, as one conv2d, the input's depth slices it reads
+    (with the output depths folded into the batch), and the taps' results are summed.
+
+    >>> y = F.conv3d(x, w, b, padding=1)   # x: (2, 3, 8, 16, 16), w: (8, 3, 3, 3, 3)
+    """
+    op = "conv3d"
+    _check_modes(op, conv_mode, compute_mode)
+    x, w, *rest = promote(inp, weight) if bias is None else promote(inp, weight, bias)
+    inputs = [x, w, *rest]
+    _check_3d(op, x, w)
+    stride, padding = _ints(op, inputs, "stride", stride, 3, 1), \
+        _ints(op, inputs, "padding", padding, 3, 0)
+    dilation = _ints(op, inputs, "dilation", dilation, 3, 1)
+    n, c, depth = x.shape[:3]
+    kd, (sd, pd, dd) = w.shape[2], (stride[0], padding[0], dilation[0])
+    out_d = (depth + 2 * pd - dd * (kd - 1) - 1) // sd + 1
+    if out_d < 1:
+        _fail(op, inputs, f"output depth would be {out_d}: the input's depth {depth} (padded "
+              f"by {pd}) is smaller than the {dd * (kd - 1) + 1}-deep window")
+    if pd:
+        x = pad(x, ((0, 0), (0, 0), (pd, pd), (0, 0), (0, 0)))
+    total = None
+    for dz in range(kd):
+        rows = subscript(x, (slice(None), slice(None),
+                             slice(dz * dd, dz * dd + sd * (out_d - 1) + 1, sd)))
+        planes = reshape(transpose(rows, (0, 2, 1, 3, 4)), (n * out_d, c, *x.shape[3:]))
+        y = conv2d(planes, subscript(w, (slice(None), slice(None), dz)), None, stride[1:],
+                   padding[1:], dilation[1:], groups)
+        total = y if total is None else add(total, y)
+    y = transpose(reshape(total, (n, out_d, *total.shape[1:])), (0, 2, 1, 3, 4))
+    if not rest:
+        return y
+    return add(y, reshape(rest[0], (1, rest[0].shape[0], 1, 1, 1)))

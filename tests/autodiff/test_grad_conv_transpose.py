@@ -1,4 +1,4 @@
-"""Gradients of the transposed convolutions and conv1d (compositions over conv2d's data
+"""Gradients of the transposed convolutions, conv1d and conv3d (compositions over conv2d's data
 gradient, whose rule gives dx = conv2d(dy, w) and dw = conv2d_backward_filter with the roles of
 input and gradient swapped) against finite differences and PyTorch."""
 import numpy as np
@@ -76,6 +76,12 @@ def test_conv1d_and_conv_transpose1d_grad():
                                                  groups=2), x, w, b)
     gradcheck(lambda v, k: F.conv1d(v, k, stride=2, padding=1, dilation=2), x,
               RNG.standard_normal((5, 4, 3)))
+
+
+def test_conv3d_grad():
+    x, w, b = RNG.standard_normal((1, 4, 4, 3, 4)), RNG.standard_normal((2, 2, 2, 2, 3)), \
+        RNG.standard_normal(2)
+    gradcheck(lambda v, k, c: F.conv3d(v, k, c, stride=(2, 1, 1), padding=1, groups=2), x, w, b)
 
 
 def test_conv_transpose2d_second_order():

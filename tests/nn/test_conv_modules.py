@@ -20,6 +20,8 @@ LAYERS = [
     (nn.ConvTranspose1d, "ConvTranspose1d", (4, 3, 4), {"stride": 2, "padding": 1}, (2, 4, 9)),
     (nn.Conv1d, "Conv1d", (4, 6, 5), {"stride": 2, "padding": 2, "groups": 2}, (2, 4, 11)),
     (nn.Conv1d, "Conv1d", (3, 5, 3), {"dilation": 2, "bias": False}, (1, 3, 8)),
+    (nn.Conv3d, "Conv3d", (4, 6, (3, 2, 3)),
+     {"stride": (2, 1, 1), "padding": (1, 0, 1), "groups": 2}, (2, 4, 5, 4, 6)),
 ]
 
 
@@ -43,6 +45,7 @@ def test_torch_state_dict_gives_torch_output(layer, torch_name, args, kwargs, xs
     (nn.ConvTranspose2d, (8, 6, 3, 1, 0, 0, 1, 2), 3 * 9),   # fan-in from dim 1: out/groups
     (nn.ConvTranspose1d, (4, 10, 5), 10 * 5),
     (nn.Conv1d, (4, 10, 5), 4 * 5),
+    (nn.Conv3d, (4, 10, 3), 4 * 27),
 ])
 def test_initialisation_bounds_follow_pytorch(layer, args, fan_in):
     module = layer(*args)
@@ -75,6 +78,7 @@ def test_upsampling_decoder_learns_a_teacher():
      r"ConvTranspose2d: output_padding \(2, 2\) must be smaller"),
     (lambda: nn.ConvTranspose1d(4, 6, (3, 3)), "ConvTranspose1d: kernel_size must be"),
     (lambda: nn.Conv1d(4, 6, 0), "Conv1d: kernel_size must be an int >= 1"),
+    (lambda: nn.Conv3d(4, 6, (3, 3)), "Conv3d: kernel_size must be an int or 3 ints"),
 ])
 def test_bad_arguments_name_the_layer(call, match):
     with pytest.raises(mg.GraphError, match=match):

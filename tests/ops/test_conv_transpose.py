@@ -1,4 +1,4 @@
-"""conv_transpose2d, conv_transpose1d and conv1d (ops/conv_api.py, compositions over conv2d and
+"""conv_transpose2d, conv_transpose1d, conv1d and conv3d (ops/conv_api.py, compositions over conv2d and
 its data gradient) against a NumPy scatter reference and PyTorch: odd sizes, stride, dilation,
 groups, output_padding, asymmetric padding, bias, and the errors of bad input."""
 import numpy as np
@@ -167,9 +167,33 @@ def test_conv1d_matches_torch(stride, padding, dilation, groups):
     check(run(lambda v, k, c: F.conv1d(v, k, c, **args), x, w, b), expected)
 
 
+@pytest.mark.parametrize("xs,ws,kw", [
+    ((2, 4, 6, 7, 5), (6, 2, 3, 2, 3), {"stride": (2, 1, 2), "padding": (1, 0, 1),
+                                        "dilation": (1, 2, 1), "groups": 2}),
+    ((1, 3, 5, 5, 5), (4, 3, 1, 3, 3), {"padding": 1}),
+    ((1, 2, 3, 4, 4), (2, 2, 3, 3, 3), {"stride": 3, "padding": 2}),
+])
+def test_conv3d_matches_torch(xs, ws, kw):
+    torch = pytest.importorskip("torch")
+    x, w = RNG.standard_normal(xs).astype(np.float32), RNG.standard_normal(ws).astype(np.float32)
+    b = RNG.standard_normal(ws[0]).astype(np.float32)
+    expected = torch.nn.functional.conv3d(torch.from_numpy(x), torch.from_numpy(w),
+                                          torch.from_numpy(b), **kw).numpy()
+    check(run(lambda v, k, c: F.conv3d(v, k, c, **kw), x, w, b), expected)
+
+
+def test_conv3d_bad_input():
+    g = mg.Graph()
+    with pytest.raises(mg.OpError, match=r"conv3d.*input must be 5-D"):
+        F.conv3d(g.input("x", (1, 2, 3, 3)), g.input("w", (2, 2, 1, 1, 1)))
+    with pytest.raises(mg.OpError, match=r"conv3d.*output depth would be 0"):
+        F.conv3d(g.input("x5", (1, 2, 2, 3, 3)), g.input("w5", (2, 2, 3, 1, 1)))
+
+
 def test_megengine_names():
     assert F.nn.conv_transpose2d is F.conv_transpose2d
     assert F.nn.conv1d is F.conv1d and F.nn.conv_transpose1d is F.conv_transpose1d
+    assert F.nn.conv3d is F.conv3d
 
 
 @pytest.mark.parametrize("xs,ws,kw,reason", [
