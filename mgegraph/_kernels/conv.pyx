@@ -49,9 +49,11 @@ cdef enum ConvPath:
     C_GATHER,   # float32, conv2d (any stride) and backward data at stride 1: gather tiles
     C_BATCHED,  # conv2d without groups: every image's im2col in one matrix, one GEMM
     C_WINOGRAD,  # conv2d without groups, 3x3 at stride 1: Winograd F(2x2, 3x3), 16 GEMMs
+    C_DEPTHWISE,  # conv2d with one input and output channel per group: planes summed in place
 
 CONV_PATHS = {"direct": C_DIRECT, "im2col": C_IM2COL, "shifted": C_SHIFTED, "blocked": C_BLOCKED,
-              "gather": C_GATHER, "batched": C_BATCHED, "winograd": C_WINOGRAD}
+              "gather": C_GATHER, "batched": C_BATCHED, "winograd": C_WINOGRAD,
+              "depthwise": C_DEPTHWISE}
 
 cdef Conv _conv
 CONV_FIELDS = fields_of(_conv, sizeof(Conv))
@@ -65,6 +67,7 @@ OPS = {"conv2d": OP_FORWARD, "conv2d_backward_data": OP_DATA,
 include "conv_blocked.pxi"
 include "conv_gemm.pxi"
 include "conv_winograd.pxi"
+include "conv_depthwise.pxi"
 
 
 # -- im2col and its adjoint -----------------------------------------------------------------------
@@ -331,6 +334,8 @@ cdef inline Py_ssize_t workspace_elems(const Conv* s, int op) noexcept nogil:
     if s.path == C_WINOGRAD:
         backward = wino_backward(s)
         return winograd_elems(&backward if op == OP_DATA else s)
+    if s.path == C_DEPTHWISE:
+        return depthwise_elems(s)
     if s.path == C_SHIFTED:
         extra = shifted_of(s).npacked
     if s.path == C_BATCHED:  # every image's im2col and the GEMM's result
@@ -373,6 +378,8 @@ cdef inline int conv2d_impl(const floating* x, const floating* w, const floating
         return KERNEL_UNSUPPORTED  # the lowering takes it for float32 only
     if s.path == C_BATCHED:
         return conv2d_batched(x, w, bias, y, ws, s)
+    if s.path == C_DEPTHWISE:
+        return conv2d_depthwise(x, w, bias, y, ws, s)
     return conv2d_gemm(x, w, bias, y, ws, s)
 
 
@@ -413,7 +420,8 @@ cdef inline int conv2d_call(const Call* c, floating* dtype_tag) noexcept nogil:
     cdef const Conv* s = <const Conv*>c.ints
     cdef int nb = <int>s.has_bias
     cdef const floating* bias = <const floating*>c.bufs[2] if nb else NULL
-    cdef floating* ws = <floating*>c.bufs[3 + nb] if s.path != C_DIRECT else NULL
+    cdef bint has_ws = s.path != C_DIRECT and (s.path != C_DEPTHWISE or depthwise_elems(s) > 0)
+    cdef floating* ws = <floating*>c.bufs[3 + nb] if has_ws else NULL
     # the BLAS runs on one thread under each of ours, this one included (conv_gemm.pxi)
     cdef int previous = blas_one_thread(), status
     status = conv2d_impl(<const floating*>c.bufs[0], <const floating*>c.bufs[1], bias,

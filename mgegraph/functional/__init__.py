@@ -7,6 +7,7 @@ import sys as _sys
 
 from ..ir import graph as _graph
 from ..ops import conv as _conv
+from ..ops import conv_api as _conv_api
 from ..ops import elementwise as _elementwise
 from ..ops import matmul as _matmul
 from ..ops import movement_api as _movement
@@ -14,6 +15,7 @@ from ..ops import nn as _nn
 from ..ops import pooling as _pooling
 from ..ops import reduce as _reduce
 from ..ops.conv import *
+from ..ops.conv_api import *
 from ..ops.elementwise import *
 from ..ops.matmul import *
 from ..ops.movement_api import *
@@ -22,7 +24,8 @@ from ..ops.pooling import *
 from ..ops.reduce import *
 from . import nn  # noqa: F401  (``F.nn``: MegEngine's names for the same functions)
 
-__all__ = [name for family in (_elementwise, _reduce, _nn, _matmul, _conv, _movement)
+__all__ = [name for family in (_elementwise, _reduce, _nn, _matmul, _conv, _movement,
+                                   _conv_api)
            for name in family.__all__]
 __all__ += _pooling.__all__  # pooling made of other ops (Lp, global, 1-D)
 

@@ -7,6 +7,8 @@ the same functions as at the top of ``mgegraph.functional``.
 """
 from ..ops.conv import *
 from ..ops.conv import __all__ as _conv_all
+from ..ops.conv_api import *
+from ..ops.conv_api import __all__ as _conv_api_all
 from ..ops.elementwise import (  # noqa: F401
                          celu,
                          elu,
@@ -42,7 +44,8 @@ from .losses import binary_cross_entropy_with_logits, l1_loss, mse_loss, nll_los
 square_loss = mse_loss
 binary_cross_entropy = binary_cross_entropy_with_logits
 
-__all__ = [name for name in sorted(set(_conv_all) | set(_nn_all) | set(_pooling_all) | {
+__all__ = [name for name in sorted(set(_conv_all) | set(_conv_api_all) | set(_nn_all)
+                                   | set(_pooling_all) | {
     "binary_cross_entropy_with_logits", "binary_cross_entropy", "l1_loss", "mse_loss",
     "square_loss", "nll_loss", "gelu", "hsigmoid", "hswish", "leaky_relu", "relu", "relu6",
     "sigmoid", "silu", "softplus", "tanh", "linear"} | {

@@ -3,6 +3,7 @@ from . import init
 from .activation import (CELU, ELU, SELU, Hardshrink, Hardsigmoid, Hardswish, Hardtanh, Identity,
                          LeakyReLU, LogSigmoid, LogSoftmax, Mish, PReLU, ReLU6, SiLU, Softmax,
                          Softplus, Softshrink, Softsign)
+from .conv import Conv1d, Conv3d, ConvTranspose1d, ConvTranspose2d
 from .layers import (GELU, AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, Dropout,
                      Embedding, Flatten, LayerNorm, Linear, MaxPool2d, ReLU, Sequential, Sigmoid,
                      Tanh)
@@ -22,3 +23,4 @@ __all__ += ["AdaptiveMaxPool2d", "AvgPool1d", "GlobalAvgPool2d", "GlobalMaxPool2
 __all__ += ["CELU", "ELU", "SELU", "Hardshrink", "Hardsigmoid", "Hardswish", "Hardtanh",
             "Identity", "LeakyReLU", "LogSigmoid", "LogSoftmax", "Mish", "PReLU", "ReLU6", "SiLU",
             "Softmax", "Softplus", "Softshrink", "Softsign"]
+__all__ += ["Conv1d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d"]

@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import functional as F
 from ..ops.builder import apply
+from ..ops.conv_api import transposed
 from .context import shape_of
 
 
@@ -446,3 +447,62 @@ CONVERTERS = {
     "BatchNormalization": _batch_norm, "LayerNormalization": _layer_norm,
     "Softmax": _softmax, "LogSoftmax": _softmax,
 }
+
+
+# -- ConvTranspose --------------------------------------------------------------------------------
+# Its pads come from ``pads``, ``auto_pad`` or ``output_shape`` as ONNX Runtime computes them
+# and the ONNX reference do: an output_shape gives the total padding, cut in two with the larger
+# half at the start (at the end under SAME_UPPER), and no padding where the output is larger
+# than the full result (its extra cells are zero, plus the bias).
+def _transpose_pads(cx, at, in_hw, kernel, strides, dilations, extra):
+    """ONNX's ((begin, end), ...) pads and output size per spatial axis."""
+    mode = _pad_mode(at)
+    wanted = list(at.get("output_shape", ()))[-len(in_hw):] if "output_shape" in at else None
+    if wanted is not None and len(wanted) != len(in_hw):
+        cx.fail(f"output_shape {list(at['output_shape'])} has fewer values than the "
+                f"{len(in_hw)} spatial axes")
+    pads, sizes = [], []
+    for i, (n, k, s, d, e) in enumerate(zip(in_hw, kernel, strides, dilations, extra)):
+        full = (n - 1) * s + e + (k - 1) * d + 1
+        if wanted is not None:
+            total = max(0, full - wanted[i])
+            head = total // 2 if mode == "SAME_UPPER" else total - total // 2
+            pads.append((head, total - head))
+            sizes.append(wanted[i])
+            continue
+        if mode in ("SAME_UPPER", "SAME_LOWER"):
+            total = max(0, full - n * s)
+            head = total // 2 if mode == "SAME_UPPER" else total - total // 2
+            pads.append((head, total - head))
+        else:
+            given = list(at.get("pads", [0] * (2 * len(in_hw))))
+            pads.append((given[i], given[i + len(in_hw)]))
+        sizes.append(full - sum(pads[-1]))
+    return pads, sizes
+
+
+def _conv_transpose(cx, ins, at):
+    x, one_d = _spatial(cx, cx.var(ins[0]), "ConvTranspose")
+    w = cx.var(ins[1])
+    nd = 2 - one_d
+    if w.ndim != nd + 2:
+        cx.fail(f"a weight of shape {list(shape_of(w))} for an input of shape "
+                f"{list(shape_of(x))[:nd + 2]} (ONNX needs the same rank)")
+    _check_window(cx, at, nd, shape_of(w)[2:])
+    if "output_padding" in at and (len(at["output_padding"]) != nd
+                                   or any(v < 0 for v in at["output_padding"])):
+        cx.fail(f"output_padding {list(at['output_padding'])} needs {nd} values of at least 0")
+    strides = list(at.get("strides", [1] * nd))
+    dilations = list(at.get("dilations", [1] * nd))
+    pads, sizes = _transpose_pads(cx, at, shape_of(x)[2:2 + nd], shape_of(w)[2:], strides,
+                                  dilations, at.get("output_padding", [0] * nd))
+    if one_d:
+        w = F.reshape(w, shape_of(w) + (1,))
+    bias = cx.var(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    y = transposed(x, w, bias, tuple(_as2(strides, one_d, 1)), tuple(_as2(pads, one_d, (0, 0))),
+                   tuple(_as2(sizes, one_d, 1)), tuple(_as2(dilations, one_d, 1)),
+                   at.get("group", 1))
+    return [F.reshape(y, shape_of(y)[:3]) if one_d else y]
+
+
+CONVERTERS["ConvTranspose"] = _conv_transpose

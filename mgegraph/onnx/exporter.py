@@ -271,6 +271,19 @@ def _conv(w, n, ins):
     return _activation(w, n, out)
 
 
+# conv2d's data gradient is a transposed convolution: ConvTranspose of the gradient by the weight,
+# its output_padding the rows and columns input_hw has past the stride's grid.
+@writer("conv2d_backward_data")
+def _conv_transpose(w, n, ins):
+    weight, dy = n.inputs
+    (ph, pw), stride, dilation = n.attr["padding"], n.attr["stride"], n.attr["dilation"]
+    extra = [size - ((m - 1) * s + (k - 1) * d + 1 - 2 * p) for size, m, k, s, d, p in zip(
+        n.attr["input_hw"], dy.shape[2:], weight.shape[2:], stride, dilation, (ph, pw))]
+    return w.add("ConvTranspose", [ins[1], ins[0]], strides=list(stride), pads=[ph, pw, ph, pw],
+                 dilations=list(dilation), group=int(n.attr["groups"]),
+                 kernel_shape=list(weight.shape[2:]), output_padding=extra)
+
+
 @writer("batch_norm")
 def _batch_norm(w, n, ins):
     if n.attr["training"]:

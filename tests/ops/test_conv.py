@@ -22,6 +22,8 @@ def gemm_paths(monkeypatch):
     monkeypatch.setattr(lowering, "_tiled_path", lambda *args: None)
     monkeypatch.setattr(lowering, "_batched_pays", lambda batch, plane, kdim: False)
     monkeypatch.setattr(lowering, "_winograd_pays", lambda *args: False)
+    # depthwise convolutions too keep the GEMM paths here (test_conv_depthwise.py has theirs)
+    monkeypatch.setattr(lowering, "_depthwise_applies", lambda op, groups_dims: False)
 
 
 def run(fn, *arrays):

@@ -329,7 +329,8 @@ def test_optimized_plan_matches_unoptimized_through_the_tiles(tiled):
      "gather" if K.blocked_isas()[-1] == "avx2" else "im2col"),
     ("conv2d_backward_filter", (8, 512, 7, 7), (512, 512, 3, 3), {"padding": 1}, "im2col"),
     ("conv2d_backward_filter", (8, 256, 14, 14), (256, 256, 3, 3), {"padding": 1}, "im2col"),
-    ("conv2d", (8, 32, 32, 32), (32, 1, 3, 3), {"padding": 1, "groups": 32}, "im2col"),
+    # depthwise: its own path (lowering/conv.py, _depthwise_applies), not the tiles
+    ("conv2d", (8, 32, 32, 32), (32, 1, 3, 3), {"padding": 1, "groups": 32}, "depthwise"),
 ])
 def test_default_rule_picks_the_measured_path(op, xs, ws, kw, path):
     conv = {**conv_attrs(1, 0, 1, 1), **{k: pair(v) for k, v in kw.items() if k != "groups"},

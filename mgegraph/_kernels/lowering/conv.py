@@ -19,7 +19,7 @@ from .threads import thread_choices, way_label
 # a convolution below this many FLOPs runs on one thread (fork/join costs ~10 us)
 PARALLEL_FLOPS = 4_000_000
 PATHS = ("direct", "im2col", "shifted", "blocked", "gather", "batched",
-         "winograd")  # _conv_path's choices
+         "winograd", "depthwise")  # _conv_path's choices
 
 
 def _shifted_pays(cg, ocg, col_bytes) -> bool:
@@ -176,6 +176,19 @@ def _winograd_applies(op, dtype, kernel, stride, padding, dilation, groups) -> b
     return kernel == (3, 3) and stride == (1, 1) and dilation == (1, 1)
 
 
+def _depthwise_applies(op, groups_dims) -> bool:
+    """Whether the depthwise path computes this op: conv2d with one input and one output
+    channel per group (conv_depthwise.pxi), which it takes wherever the tiles do not (they
+    need 8 output channels per group). A rule fitted to measurements: on the shared 2-core
+    Intel Xeon (AVX-512; the machine overloaded, load 9, so indicative), 1 thread, medians of 7
+    interleaved rounds of 20 runs, im2col against depthwise: MobileNet-v2's 3x3 over 192
+    channels, batch 1, at 56x56 stride 1 4.30 / 3.60 ms, 56x56 stride 2 6.82 / 2.86 ms, 28x28
+    stride 1 1.09 / 0.82 ms (another run 0.60 / 0.78); 32 channels at 32x32, batch 8, 1.91 /
+    1.41 ms. At 2 threads the load made the two indistinguishable (within 5%), except stride
+    2 (4.51 / 1.92 ms)."""
+    return op == "conv2d" and groups_dims == (1, 1)
+
+
 def _conv_path(op, dtype, kernel, stride, padding, dilation, groups_dims, col_bytes,
                plane, batch=1, groups=1) -> str:
     """Which of the kernels' ways to compute a convolution (one of ``PATHS``).
@@ -194,6 +207,8 @@ def _conv_path(op, dtype, kernel, stride, padding, dilation, groups_dims, col_by
                         op, kernel, groups_dims, plane, stride)
     if tiled is not None:
         return tiled
+    if _depthwise_applies(op, groups_dims):
+        return "depthwise"
     if op == "conv2d" and groups == 1 and _batched_pays(batch, plane, cg * kernel[0] * kernel[1]):
         return "batched"
     forward = op == "conv2d"
@@ -258,12 +273,15 @@ def _conv_launch(op, x, w, y, attrs, has_bias=False, relu=False, way=None) -> La
 
 
 def applicable_paths(op, dtype, kernel, stride, padding, dilation, groups, cg,
-                     out_cols) -> tuple[str, ...]:
+                     out_cols, ocg=0) -> tuple[str, ...]:
     """Every path of ``PATHS`` that computes this convolution (the measured choice's
-    candidates): the direct GEMM alone where the input is its own im2col matrix."""
+    candidates): the direct GEMM alone where the input is its own im2col matrix. ``ocg``:
+    output channels per group."""
     if cg == 0 or kernel == (1, 1) and stride == (1, 1) and padding == (0, 0):
         return ("direct",)
     paths = ["im2col"]
+    if _depthwise_applies(op, (cg, ocg)):
+        paths.append("depthwise")
     if op == "conv2d" and stride == (1, 1) and dilation == (1, 1):
         paths.append("shifted")
     if op == "conv2d" and groups == 1:
@@ -278,9 +296,9 @@ def _conv_candidates(op, x, w, y, attrs, has_bias=False, relu=False) -> tuple[La
     """Every way the CPU computes this convolution: each applicable path (im2col's conv2d GEMM
     also transposed, with MKL: the other BLAS was slower so everywhere measured) on each of
     ``thread_choices``."""
-    _, cg, kernel, stride, padding, dilation = conv_geometry((x, w), attrs)
+    oc, cg, kernel, stride, padding, dilation = conv_geometry((x, w), attrs)
     paths = applicable_paths(op, x.dtype.name, kernel, stride, padding, dilation,
-                             attrs["groups"], cg, y.shape[3])
+                             attrs["groups"], cg, y.shape[3], oc // attrs["groups"])
     if x.shape[0] == 1 and "batched" in paths:  # one image: the same GEMM as im2col's
         paths = tuple(p for p in paths if p != "batched")
     flops = 2 * y.size * cg * kernel[0] * kernel[1]
