@@ -32,3 +32,16 @@ __all__ = [name for name in sorted(set(_conv_all) | set(_nn_all) | {
     "binary_cross_entropy_with_logits", "binary_cross_entropy", "l1_loss", "mse_loss",
     "square_loss", "nll_loss", "gelu", "hsigmoid", "hswish", "leaky_relu", "relu", "relu6",
     "sigmoid", "silu", "softplus", "tanh", "linear"})]
+
+
+# normalisations composed of existing ops (functional/norms.py)
+from .norms import (
+    group_norm,
+    instance_norm,
+    local_response_norm,
+    mean_variance_normalization,
+    normalize,
+)
+
+__all__ += ["group_norm", "instance_norm", "local_response_norm", "mean_variance_normalization",
+            "normalize"]
