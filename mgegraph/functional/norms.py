@@ -13,16 +13,12 @@ from ..ir.errors import OpError, user_location
 from ..ops import elementwise as ew
 from ..ops import movement_api as movement
 from ..ops import reduce
-from ..ops.builder import graph_of
+from ..ops.builder import apply, graph_of
 from ..ops.conv import avg_pool2d
-from ..ops.nn import layer_norm
 from ..ops.registry import FLOAT_DTYPES
 
-# Design: group norm (and instance norm, its one-channel-per-group case) is layer_norm over the
-# input reshaped to (N, groups, -1), then the per-channel affine as a fused elementwise body:
-# layer_norm's kernel and its dedicated backward (float64 accumulation) already do the two
-# passes over each group, so no new kernel is needed for meaning; benchmarks/group_norm.py
-# measures the speed. LRN is the channel-window sum of squares as an average pool over the
+# Design: group norm (and instance norm, its one-channel-per-group case) is its own op
+# (ops/norm.py says why: speed); LRN is the channel-window sum of squares as an average pool over the
 # zero-padded channel axis; Lp and mean-variance normalisation are reductions and elementwise ops.
 
 
@@ -40,27 +36,19 @@ def _float_input(op: str, inp, min_ndim: int):
     return x
 
 
-def _channel_param(op: str, x, value, what: str):
-    """A per-channel weight or bias (C,) or (1, C, 1, ...) as a Var shaped to broadcast over
-    x; None when absent."""
+def _channel_param(op: str, x, value, what: str, fill: float):
+    """A per-channel weight or bias, (C,) or (1, C, 1, ...), as a (C,) Var; absent, a const
+    filled with ``fill``."""
+    c = x.shape[1]
     if value is None:
-        return None
+        return x.graph.const(np.full(c, fill, x.dtype))
     v = x.graph.lift(value) if not isinstance(value, (np.ndarray, list, tuple, float, int)) \
         else x.graph.const(np.asarray(value, x.dtype))
-    c = x.shape[1]
     if v.size != c or v.ndim not in (1, x.ndim) or v.shape[1 if v.ndim > 1 else 0] != c:
         _refuse(op, (x, v), f"{what} must have shape ({c},) or (1, {c}, 1, ...), got {v.shape}")
     if v.dtype != x.dtype:
         _refuse(op, (x, v), f"{what} dtype {v.dtype} differs from the input's {x.dtype}")
-    return movement.reshape(v, (1, c) + (1,) * (x.ndim - 2))
-
-
-def _affine(op: str, y, x, affine: bool, weight, bias):
-    if not affine:
-        return y
-    w, b = _channel_param(op, x, weight, "weight"), _channel_param(op, x, bias, "bias")
-    y = y if w is None else y * w
-    return y if b is None else y + b
+    return v if v.ndim == 1 else movement.reshape(v, (c,))
 
 
 def group_norm(inp, num_groups, affine=True, weight=None, bias=None, eps=1e-5):
@@ -76,10 +64,11 @@ def group_norm(inp, num_groups, affine=True, weight=None, bias=None, eps=1e-5):
             or num_groups < 1 or c % num_groups:
         _refuse("group_norm", (x,), f"num_groups must be an int >= 1 dividing the {c} "
                 f"channels, got {num_groups!r}")
-    per_group = (x.size // x.shape[0]) // int(num_groups) if x.shape[0] else 0
-    grouped = movement.reshape(x, (x.shape[0], int(num_groups), per_group))
-    y = movement.reshape(layer_norm(grouped, (per_group,), affine=False, eps=eps), x.shape)
-    return _affine("group_norm", y, x, affine, weight, bias)
+    if not affine:
+        weight = bias = None
+    w = _channel_param("group_norm", x, weight, "weight", 1.0)
+    b = _channel_param("group_norm", x, bias, "bias", 0.0)
+    return apply("group_norm", (x, w, b), groups=int(num_groups), eps=float(eps))
 
 
 def instance_norm(inp, affine=True, weight=None, bias=None, eps=1e-5):

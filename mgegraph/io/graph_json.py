@@ -50,6 +50,8 @@ OP_VERSIONS = {
     "split": 1, "sqrt": 1, "square": 1, "sub": 1, "sum": 1, "take": 1, "tanh": 1, "transpose": 1,
     "var": 1, "where": 1,
 }
+# group norm (ops/norm.py)
+OP_VERSIONS.update({"group_norm": 1, "group_norm_backward": 1})
 
 SOURCES = ("input", "param", "const")
 DTYPES = {str(d): d for d in SUPPORTED}

@@ -80,3 +80,11 @@ def test_gradients_match_torch(case):
     }[case]
     for got, want in zip(_eager_grads(ours, arrays, dy), _torch_grads(theirs, arrays, dy)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_group_norm_second_order():
+    # group_norm_backward's own gradients (grad of grad) w.r.t. x, the weight and dy
+    def grad_then_loss(x, w, v):
+        dx, dw = mg.grad(F.sum(F.square(F.nn.group_norm(x, 2, True, w) * x)), [x, w])
+        return F.sum(dx * v) + F.sum(dw * dw)
+    gradcheck(grad_then_loss, rand(2, 4, 3, shift=0.5), rand(4), rand(2, 4, 3))

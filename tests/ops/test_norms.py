@@ -6,6 +6,7 @@ import pytest
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph.functional.norms import lrn
+from mgegraph.ops.builder import apply, apply_multi
 
 RNG = np.random.default_rng(0)
 FLOATS = [np.float32, np.float64]
@@ -191,3 +192,122 @@ def test_megengine_names():
     assert F.nn.group_norm is F.group_norm and F.nn.normalize is F.normalize
     assert F.nn.instance_norm is F.instance_norm
     assert F.nn.local_response_norm is F.local_response_norm
+
+
+# -- the group_norm op and its kernels ------------------------------------------------------------
+def ref_group_norm_grad(x, groups, w, dy, eps):
+    """dx, dweight, dbias of group_norm in float64."""
+    x64, dy64 = x.astype(np.float64), dy.astype(np.float64)
+    n, c = x.shape[:2]
+    grouped = x64.reshape(n, groups, -1)
+    mean, var = grouped.mean(-1, keepdims=True), grouped.var(-1, keepdims=True)
+    rstd = 1 / np.sqrt(var + eps)
+    xhat = ((grouped - mean) * rstd).reshape(x.shape)
+    axes = (0,) + tuple(range(2, x.ndim))
+    per_channel = (1, c) + (1,) * (x.ndim - 2)
+    g = (dy64 * w.reshape(per_channel)).reshape(n, groups, -1)
+    xh = xhat.reshape(n, groups, -1)
+    dx = rstd * (g - g.mean(-1, keepdims=True) - xh * (g * xh).mean(-1, keepdims=True))
+    return dx.reshape(x.shape), (dy64 * xhat).sum(axes), dy64.sum(axes)
+
+
+def group_norm_grads(x, groups, w, b, dy, eps=1e-3):
+    g = mg.Graph()
+    xv, wv, bv, dyv = (g.input(k, a.shape, a.dtype) for k, a in
+                       (("x", x), ("w", w), ("b", b), ("dy", dy)))
+    y = F.nn.group_norm(xv, groups, True, wv, bv, eps)
+    plan = mg.compile([y, *mg.grad(y, [xv, wv, bv], seed=dyv)])
+    return plan.run({"x": x, "w": w, "b": b, "dy": dy}), plan
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape, groups", [((3, 6, 5, 7), 3), ((2, 4), 4), ((1, 9, 13), 3),
+                                           ((5, 2, 1, 1), 1)])
+def test_group_norm_backward_matches_numpy(dtype, shape, groups):
+    x, dy = normal(shape, dtype, shift=5.0), normal(shape, dtype, 1.0)
+    w, b = normal(shape[1], dtype, 1.0), normal(shape[1], dtype, 1.0)
+    (y, dx, dw, db), plan = group_norm_grads(x, groups, w, b, dy)
+    assert [i.op for i in plan.instructions] == ["group_norm", "group_norm_backward"]
+    np.testing.assert_allclose(y, ref_group_norm(x, groups, w, b, 1e-3), **tol(dtype))
+    for got, want in zip((dx, dw, db), ref_group_norm_grad(x, groups, w, dy, 1e-3)):
+        assert got.dtype == dtype
+        np.testing.assert_allclose(got, want, rtol=tol(dtype)["rtol"] * 10,
+                                   atol=1e-4 if dtype == np.float32 else 1e-11)
+
+
+def test_group_norm_matches_torch_on_odd_sizes_and_far_from_zero():
+    torch = pytest.importorskip("torch")
+    x = normal((3, 10, 9, 11), np.float32, scale=0.5, shift=100.0)
+    w, b, dy = normal(10, np.float32, 1.0), normal(10, np.float32, 1.0), normal(x.shape,
+                                                                              np.float32, 1.0)
+    (y, dx, dw, db), _ = group_norm_grads(x, 5, w, b, dy, eps=1e-5)
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    ty = torch.nn.functional.group_norm(tx, 5, tw, tb, 1e-5)
+    ty.backward(torch.from_numpy(dy))
+    # with |mean| 200 times the std PyTorch's float32 sums lose digits (dweight's most): both
+    # are measured against float64, and ours must be as close or closer
+    exact = (ref_group_norm(x, 5, w, b, 1e-5), *ref_group_norm_grad(x, 5, w, dy, 1e-5))
+    for got, want, ref in zip((y, dx, dw, db), (ty, tx.grad, tw.grad, tb.grad), exact):
+        want = want.detach().numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+        assert np.abs(got - ref).max() <= max(np.abs(want - ref).max(), 1e-6)
+
+
+def test_group_norm_is_bitwise_the_same_on_one_and_two_threads(monkeypatch):
+    from threadpoolctl import threadpool_limits  # lazy: only this test sets thread counts
+
+    from mgegraph._kernels import parallel
+    x, dy = normal((4, 8, 6, 5), np.float32), normal((4, 8, 6, 5), np.float32)
+    w, b = normal(8, np.float32), normal(8, np.float32)
+    outs = []
+    for threads in (1, 2):
+        monkeypatch.setattr(parallel, "threads_for", lambda work, grain=0, t=threads: t)
+        _, plan = group_norm_grads(x, 4, w, b, dy)
+        monkeypatch.undo()
+        assert all(i.ints[-1] == threads for i in plan.instructions)
+        with threadpool_limits(limits=threads):
+            outs.append(plan.run({"x": x, "w": w, "b": b, "dy": dy}))
+    for one, two in zip(*outs):
+        np.testing.assert_array_equal(one, two)
+
+
+def test_group_norm_reads_read_only_inputs_and_takes_an_empty_batch():
+    x = normal((2, 4, 3), np.float64)
+    w, b = normal(4, np.float64), normal(4, np.float64)
+    for a in (x, w, b):
+        a.flags.writeable = False
+    out = run(lambda v, wv, bv: F.nn.group_norm(v, 2, True, wv, bv), x, w, b)
+    np.testing.assert_allclose(out, ref_group_norm(x, 2, w, b, 1e-5), **tol(np.float64))
+    empty = np.zeros((0, 4, 3), np.float32)
+    (y, dx, dw, db), _ = group_norm_grads(empty, 2, w.astype(np.float32), b.astype(np.float32),
+                                          empty)
+    assert y.shape == dx.shape == (0, 4, 3)
+    np.testing.assert_array_equal(dw, 0.0)
+    np.testing.assert_array_equal(db, 0.0)
+
+
+def test_group_norm_op_rule_errors():
+    g = mg.Graph()
+    x = g.input("x", (2, 6, 4), "float32")
+    w = g.input("w", (6,), "float32")
+    with pytest.raises(mg.OpError, match=r"group_norm\(f32\[2,6,4\], f32\[6\], f32\[6\]\): "
+                                         r"groups must be an int >= 1 dividing the 6 channels"):
+        apply("group_norm", (x, w, w), groups=4)
+    with pytest.raises(mg.OpError, match=r"group_norm.*bias shape \(3,\) must be \(6,\)"):
+        apply("group_norm", (x, w, g.input("b", (3,), "float32")), groups=3)
+    with pytest.raises(mg.OpError, match=r"group_norm_backward.*dy must be f32\[2,6,4\]"):
+        apply_multi("group_norm_backward", (x, w, g.input("d", (2, 6, 5), "float32")),
+                    groups=3)
+
+
+def test_group_norm_saves_and_loads(tmp_path):
+    g = mg.Graph()
+    x = g.input("x", (2, 4, 3, 3))
+    w = g.param("w", normal(4, np.float32))
+    y = F.nn.group_norm(x, 2, True, w, None, 1e-3)
+    dx, = mg.grad(F.sum(y * y), [x])
+    plan = mg.compile([y, dx])
+    data = normal((2, 4, 3, 3), np.float32)
+    mg.save(plan, tmp_path / "gn.mgm")
+    for got, want in zip(mg.load(tmp_path / "gn.mgm").run({"x": data}), plan.run({"x": data})):
+        np.testing.assert_array_equal(got, want)
