@@ -2,9 +2,11 @@
 PyTorch, in compiled plans and eagerly, with the errors bad input gets."""
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
 
 import mgegraph as mg
 import mgegraph.functional as F
+from mgegraph._kernels import parallel
 from mgegraph.functional.norms import lrn
 from mgegraph.ops.builder import apply, apply_multi
 
@@ -254,9 +256,6 @@ def test_group_norm_matches_torch_on_odd_sizes_and_far_from_zero():
 
 
 def test_group_norm_is_bitwise_the_same_on_one_and_two_threads(monkeypatch):
-    from threadpoolctl import threadpool_limits  # lazy: only this test sets thread counts
-
-    from mgegraph._kernels import parallel
     x, dy = normal((4, 8, 6, 5), np.float32), normal((4, 8, 6, 5), np.float32)
     w, b = normal(8, np.float32), normal(8, np.float32)
     outs = []
