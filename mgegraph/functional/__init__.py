@@ -23,7 +23,7 @@ from . import nn  # noqa: F401  (``F.nn``: MegEngine's names for the same functi
 __all__ = [name for family in (_elementwise, _reduce, _nn, _matmul, _conv, _movement)
            for name in family.__all__]
 
-# normalisations composed of existing ops (functional/norms.py); normalize is MegEngine's F.normalize
+# normalisations (functional/norms.py); normalize is MegEngine's F.normalize
 from .nn import (group_norm, instance_norm, local_response_norm,  # noqa: I001
                  mean_variance_normalization, normalize)
 

@@ -34,7 +34,7 @@ __all__ = [name for name in sorted(set(_conv_all) | set(_nn_all) | {
     "sigmoid", "silu", "softplus", "tanh", "linear"})]
 
 
-# normalisations composed of existing ops (functional/norms.py)
+# normalisations (functional/norms.py)
 from .norms import (
     group_norm,
     instance_norm,

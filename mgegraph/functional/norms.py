@@ -1,5 +1,6 @@
-"""Normalisations composed of existing ops: group and instance norm, local response norm, Lp
-and mean-variance normalisation (``F.nn.group_norm``, ``F.normalize``).
+"""The normalisations beyond batch and layer norm: group and instance norm (the group_norm op),
+and, composed of existing ops, local response norm, Lp and mean-variance normalisation
+(``F.nn.group_norm``, ``F.normalize``).
 
 >>> y = F.nn.group_norm(x, 32, True, gamma, beta)
 """
@@ -17,9 +18,10 @@ from ..ops.builder import apply, graph_of
 from ..ops.conv import avg_pool2d
 from ..ops.registry import FLOAT_DTYPES
 
-# Design: group norm (and instance norm, its one-channel-per-group case) is its own op
-# (ops/norm.py says why: speed); LRN is the channel-window sum of squares as an average pool over the
-# zero-padded channel axis; Lp and mean-variance normalisation are reductions and elementwise ops.
+# Design: group norm (and instance norm, its one-channel-per-group case) is its own op, for
+# speed (ops/norm.py); LRN is the channel-window sum of squares as an average pool over the
+# zero-padded channel axis; Lp and mean-variance normalisation are reductions and elementwise
+# ops, which the planner fuses.
 
 
 def _refuse(op: str, values, reason: str):
