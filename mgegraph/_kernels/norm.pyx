@@ -25,6 +25,7 @@ from .parallel cimport parallel_for
 
 cdef enum:
     LANES = 8
+    GRAD_LANES = 4  # three sums at once: more lanes would not fit the 16 SSE registers
 
 ctypedef struct GroupNorm:          # x (batch, channels, inner); channels % groups == 0
     Py_ssize_t batch, channels, inner, groups, threads
@@ -33,8 +34,9 @@ cdef GroupNorm _gn
 GROUP_NORM_FIELDS = fields_of(_gn, sizeof(GroupNorm))
 
 
-cdef inline double lanes_total(double* acc) noexcept nogil:
-    cdef Py_ssize_t l, n = LANES
+cdef inline double lanes_total(double* acc, Py_ssize_t n) noexcept nogil:
+    # pairwise, halving acc[:n] in place; n a power of two
+    cdef Py_ssize_t l
     while n > 1:
         n //= 2
         for l in range(n):
@@ -60,26 +62,33 @@ cdef double run_sum(const floating* x, Py_ssize_t n, double centre, bint squares
     for i in range(whole, n):
         d = x[i] - centre
         acc[i - whole] += d * d if squares else d
-    return lanes_total(acc)
+    return lanes_total(acc, LANES)
 
 
 cdef void grad_sums(const floating* x, const floating* g, Py_ssize_t n, double centre,
-                    double* sg, double* sgd) noexcept nogil:
-    # sg, sgd = the sums over a run of g and of g (x - centre)
-    cdef double lg[LANES]
-    cdef double lgd[LANES]
-    cdef Py_ssize_t q, l, i, whole = n - n % LANES
-    for l in range(LANES):
-        lg[l] = lgd[l] = 0
-    for q in range(whole // LANES):
-        for l in range(LANES):
-            i = q * LANES + l
+                    double* sg, double* sgd, double* sdd) noexcept nogil:
+    # sg, sgd, sdd = the sums over a run of g, of g (x - centre) and of (x - centre)^2
+    cdef double lg[GRAD_LANES]
+    cdef double lgd[GRAD_LANES]
+    cdef double ldd[GRAD_LANES]
+    cdef double d
+    cdef Py_ssize_t q, l, i, whole = n - n % GRAD_LANES
+    for l in range(GRAD_LANES):
+        lg[l] = lgd[l] = ldd[l] = 0
+    for q in range(whole // GRAD_LANES):
+        for l in range(GRAD_LANES):
+            i = q * GRAD_LANES + l
+            d = x[i] - centre
             lg[l] += g[i]
-            lgd[l] += g[i] * (x[i] - centre)
+            lgd[l] += g[i] * d
+            ldd[l] += d * d
     for i in range(whole, n):
+        d = x[i] - centre
         lg[i - whole] += g[i]
-        lgd[i - whole] += g[i] * (x[i] - centre)
-    sg[0], sgd[0] = lanes_total(lg), lanes_total(lgd)
+        lgd[i - whole] += g[i] * d
+        ldd[i - whole] += d * d
+    sg[0], sgd[0], sdd[0] = lanes_total(lg, GRAD_LANES), lanes_total(lgd, GRAD_LANES), \
+        lanes_total(ldd, GRAD_LANES)
 
 
 cdef inline void group_stats(const floating* x, Py_ssize_t n, double eps, double* mean,
@@ -121,7 +130,7 @@ cdef inline int backward_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
     cdef const GroupNorm* s = <const GroupNorm*>c.ints
     cdef Py_ssize_t G = s.groups, per = s.channels // G, M = s.inner, K = per * M
     cdef Py_ssize_t unit, k, ch, m
-    cdef double mean, rstd, sg, sgd, a, bsum
+    cdef double mean, rstd, sg, sgd, sdd, a, bsum, var
     cdef floating centre, p, q, r
     cdef const floating* x = <const floating*>c.bufs[0]
     cdef const floating* w = <const floating*>c.bufs[1]
@@ -133,17 +142,21 @@ cdef inline int backward_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
     cdef floating* pdx
     for unit in range(lo, hi):
         px, pg, pdx = x + unit * K, g + unit * K, dx + unit * K
-        group_stats(px, K, c.floats[0], &mean, &rstd)
-        if K == 0:  # no values: dweight and dbias get zeros from this group, not NaN
-            mean = rstd = 0
-        a = bsum = 0
+        # the mean, then one pass for the squared deviations (the variance's second pass) and
+        # the gradient's sums together
+        mean = run_sum(px, K, 0, False) / K if K else 0
+        a = bsum = var = 0
         for k in range(per):
             ch = (unit % G) * per + k
-            grad_sums(px + k * M, pg + k * M, M, mean, &sg, &sgd)
-            acc[2 * (unit * per + k)] = sgd * rstd
+            grad_sums(px + k * M, pg + k * M, M, mean, &sg, &sgd, &sdd)
+            acc[2 * (unit * per + k)] = sgd  # times rstd below
             acc[2 * (unit * per + k) + 1] = sg
             a += w[ch] * sg
             bsum += w[ch] * sgd
+            var += sdd
+        rstd = 1 / sqrt(var / K + c.floats[0]) if K else 0  # no values: zeros, not NaN
+        for k in range(per):
+            acc[2 * (unit * per + k)] *= rstd
         a /= K
         bsum *= rstd / K
         # dx = dy (rstd w) + (x - mean) (-rstd^2 bsum) - rstd a, per channel

@@ -277,12 +277,13 @@ def test_group_norm_reads_read_only_inputs_and_takes_an_empty_batch():
         a.flags.writeable = False
     out = run(lambda v, wv, bv: F.nn.group_norm(v, 2, True, wv, bv), x, w, b)
     np.testing.assert_allclose(out, ref_group_norm(x, 2, w, b, 1e-5), **tol(np.float64))
-    empty = np.zeros((0, 4, 3), np.float32)
-    (y, dx, dw, db), _ = group_norm_grads(empty, 2, w.astype(np.float32), b.astype(np.float32),
-                                          empty)
-    assert y.shape == dx.shape == (0, 4, 3)
-    np.testing.assert_array_equal(dw, 0.0)
-    np.testing.assert_array_equal(db, 0.0)
+    for shape in ((0, 4, 3), (2, 4, 0)):  # no samples; samples of no positions
+        empty = np.zeros(shape, np.float32)
+        (y, dx, dw, db), _ = group_norm_grads(empty, 2, w.astype(np.float32),
+                                              b.astype(np.float32), empty)
+        assert y.shape == dx.shape == shape
+        np.testing.assert_array_equal(dw, 0.0)
+        np.testing.assert_array_equal(db, 0.0)
 
 
 def test_group_norm_op_rule_errors():
