@@ -29,5 +29,12 @@ __all__ = [name for family in (_elementwise, _reduce, _nn, _matmul, _conv, _move
            for name in family.__all__]
 __all__ += _pooling.__all__  # pooling made of other ops (Lp, global, 1-D)
 
+# normalisations (functional/norms.py); normalize is MegEngine's F.normalize
+from .nn import (group_norm, instance_norm, local_response_norm,  # noqa: I001
+                 mean_variance_normalization, normalize)
+
+__all__ += ["group_norm", "instance_norm", "local_response_norm", "mean_variance_normalization",
+            "normalize"]
+
 # Var's Python operators (x + y, x @ w, x[1:]) build nodes with these functions.
 _graph.install("functional", _sys.modules[__name__])

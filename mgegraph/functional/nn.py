@@ -51,3 +51,16 @@ __all__ = [name for name in sorted(set(_conv_all) | set(_conv_api_all) | set(_nn
     "sigmoid", "silu", "softplus", "tanh", "linear"} | {
     "celu", "elu", "hardshrink", "hardsigmoid", "hardtanh", "logsigmoid", "mish", "prelu",
     "selu", "softshrink", "softsign", "thresholded_relu"})]
+
+
+# normalisations (functional/norms.py)
+from .norms import (
+    group_norm,
+    instance_norm,
+    local_response_norm,
+    mean_variance_normalization,
+    normalize,
+)
+
+__all__ += ["group_norm", "instance_norm", "local_response_norm", "mean_variance_normalization",
+            "normalize"]

@@ -53,6 +53,8 @@ OP_VERSIONS = {
     "celu": 1, "elu": 1, "hardsigmoid": 1, "logsigmoid": 1, "mish": 1, "prelu": 1, "selu": 1,
     "shrink": 1, "softsign": 1, "thresholded_relu": 1,
 }
+# group norm (ops/norm.py)
+OP_VERSIONS.update({"group_norm": 1, "group_norm_backward": 1})
 
 SOURCES = ("input", "param", "const")
 DTYPES = {str(d): d for d in SUPPORTED}

@@ -7,8 +7,6 @@ import numpy as np
 
 from .. import functional as F
 from ..ir.errors import GraphError
-from ..ops.reduce import size_ratio
-from ..ops.registry import named
 from . import init
 from .module import Buffer, Module, Parameter
 
@@ -98,43 +96,6 @@ class Conv2d(Module):
         o, i, kh, kw = self.weight.shape
         return f"{i * self.groups}, {o}, kernel_size=({kh}, {kw}), stride={self.stride}, " \
                f"padding={self.padding}"
-
-
-class BatchNorm2d(Module):
-    """Batch norm over NCHW (or NC) input. In training the step normalises with the batch
-    statistics and updates the running ones (MegEngine's convention:
-    running = momentum * running + (1 - momentum) * batch, with the unbiased batch variance)."""
-
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.9,
-                 affine: bool = True):
-        num_features = _size("BatchNorm2d", "num_features", num_features)
-        if isinstance(eps, (bool, str)) or not isinstance(eps, (int, float, np.number)) \
-                or not 0 < eps < float("inf"):
-            raise GraphError(f"BatchNorm2d: eps must be a finite number > 0, got {eps!r}")
-        momentum = _fraction("BatchNorm2d", "momentum", momentum)
-        self.eps, self.momentum = eps, momentum
-        self.weight = Parameter(np.ones(num_features, np.float32)) if affine else None
-        self.bias = Parameter(np.zeros(num_features, np.float32)) if affine else None
-        self.running_mean = Buffer(np.zeros(num_features, np.float32))
-        self.running_var = Buffer(np.ones(num_features, np.float32))
-
-    def forward(self, x):
-        y = F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
-                         training=self.training, momentum=self.momentum, eps=self.eps)
-        if self.training:
-            self._update_running_stats(x, y)
-        return y
-
-    def _update_running_stats(self, x, y):
-        # the training-form batch_norm node also outputs the batch mean and biased variance
-        _, mean, biased_var = y.node.outputs
-        n = x.size // x.shape[1]
-        g = x.graph
-        # with a named batch, n >= 2 is a fact batch_norm's rule recorded
-        var = biased_var * size_ratio(g, n, n - 1 if named(n) else max(n - 1, 1), x.dtype)
-        for buffer, batch in ((self.running_mean, mean), (self.running_var, var)):
-            running = g.bind(buffer)
-            g.assign(running, running * self.momentum + batch * (1 - self.momentum))
 
 
 class LayerNorm(Module):

@@ -213,6 +213,8 @@ def infer_node(node, values: list, types: list, opset: int, ir_version: int) -> 
     try:
         onnx.checker.check_node(node, context, onnx.checker.C.LexicalScopeContext())
     except onnx.checker.ValidationError as exc:
+        if node.op_type in _DEPRECATED_BUT_RUN and "deprecated" in str(exc):
+            return [None] * len(node.output)
         raise OnnxImportError(f"{node_name(node)}: ONNX's checker refuses it: "
                               f"{_first_line(exc)}") from exc
     inits, inputs, seen = [], [], set()
@@ -229,7 +231,7 @@ def infer_node(node, values: list, types: list, opset: int, ir_version: int) -> 
                 [str(d) if isinstance(d, Dim) else d for d in shape]))
     outs = [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None)
             for o in node.output if o]
-    graph = helper.make_graph([node], "node", inputs, outs, inits)
+    graph = helper.make_graph([_with_body_defaults(node)], "node", inputs, outs, inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
                               ir_version=ir_version)
     try:
@@ -239,6 +241,28 @@ def infer_node(node, values: list, types: list, opset: int, ir_version: int) -> 
                               f"{_inference_reason(exc)}") from exc
     by_name = {vi.name: _static_type(vi) for vi in inferred.graph.output}
     return [by_name.get(o) if o else None for o in node.output]
+
+
+# ONNX deprecated GroupNormalization-18 (scale and bias per group) for -21 (per channel): its
+# checker refuses the old one and its inference says nothing of it, but ONNX Runtime runs it and
+# so does the converter, which checks such a node's inputs itself.
+_DEPRECATED_BUT_RUN = {"GroupNormalization"}
+
+# Defaults of attributes that a function op's body reads (``Constant <value_ints = @axes>``):
+# ONNX's inference of the body does not fill them in, so a node without the attribute would be
+# refused; the node is inferred with the default written out.
+_BODY_DEFAULTS = {"MeanVarianceNormalization": {"axes": [0, 2, 3]}}
+
+
+def _with_body_defaults(node):
+    missing = {k: v for k, v in _BODY_DEFAULTS.get(node.op_type, {}).items()
+               if k not in {a.name for a in node.attribute}}
+    if not missing:
+        return node
+    filled = onnx.NodeProto()
+    filled.CopyFrom(node)
+    filled.attribute.extend(helper.make_attribute(k, v) for k, v in missing.items())
+    return filled
 
 
 def _inference_reason(exc) -> str:

@@ -17,8 +17,10 @@ import itertools
 import math
 
 import numpy as np
+import onnx
 
 from .. import functional as F
+from ..functional.norms import lrn
 from ..ops.builder import apply
 from ..ops.conv_api import transposed
 from .context import shape_of
@@ -506,3 +508,59 @@ def _conv_transpose(cx, ins, at):
 
 
 CONVERTERS["ConvTranspose"] = _conv_transpose
+# -- instance, group, local response, Lp and mean-variance normalisation -------------------------
+def _instance_norm(cx, ins, at):
+    x = cx.var(ins[0])
+    if x.ndim < 3:
+        cx.fail(f"the input must be (N, C, D1, ...), got shape {list(x.shape)}")
+    return [F.nn.instance_norm(x, True, cx.var(ins[1]), cx.var(ins[2]),
+                               at.get("epsilon", 1e-5))]
+
+
+def _group_norm(cx, ins, at):
+    if len(ins) != 3 or any(v is None for v in ins):
+        cx.fail(f"takes 3 inputs (X, scale, bias), got {len(ins)}")
+    x, scale, bias = (cx.var(v) for v in ins)
+    groups = at.get("num_groups")
+    if x.ndim < 2 or groups is None or groups < 1 or x.shape[1] % groups:
+        cx.fail(f"num_groups {groups} must divide the channels of the input of shape "
+                f"{list(x.shape)}")
+    # GroupNormalization-18 scales and shifts per group, -21 per channel
+    if onnx.defs.get_schema("GroupNormalization", cx.opset, "").since_version < 21:
+        if scale.shape != (groups,) or bias.shape != (groups,):
+            cx.fail(f"scale and bias must have shape ({groups},) (one per group before opset "
+                    f"21), got {list(scale.shape)} and {list(bias.shape)}")
+        per_group = x.shape[1] // groups
+        scale, bias = F.repeat(scale, per_group, axis=0), F.repeat(bias, per_group, axis=0)
+    return [F.nn.group_norm(x, groups, True, scale, bias, at.get("epsilon", 1e-5))]
+
+
+def _lrn(cx, ins, at):
+    x = cx.var(ins[0])
+    size = at.get("size")
+    if size is None or size < 1:
+        cx.fail(f"size must be an int >= 1, got {size}")
+    # ONNX's window: floor((size - 1) / 2) channels below c, ceil((size - 1) / 2) above
+    return [lrn(x, size, at.get("alpha", 1e-4), at.get("beta", 0.75), at.get("bias", 1.0),
+                (size - 1) // 2)]
+
+
+def _lp_norm(cx, ins, at):
+    x = cx.var(ins[0])
+    p = at.get("p", 2)
+    if p not in (1, 2):
+        cx.fail(f"p must be 1 or 2, got {p}")
+    # ONNX divides by the norm itself; a zero norm gives zeros (as ONNX Runtime), not NaN
+    return [F.normalize(x, p, cx.axis(at.get("axis", -1), x.ndim), np.finfo(x.dtype).tiny)]
+
+
+def _mvn(cx, ins, at):
+    x = cx.var(ins[0])
+    axes = tuple(cx.axes(at.get("axes", [0, 2, 3]), x.ndim))
+    return [F.nn.mean_variance_normalization(x, axes)]
+
+
+CONVERTERS.update({
+    "InstanceNormalization": _instance_norm, "GroupNormalization": _group_norm, "LRN": _lrn,
+    "LpNormalization": _lp_norm, "MeanVarianceNormalization": _mvn,
+})

@@ -201,6 +201,13 @@ CALLS = {
     "transpose": lambda v: F.transpose(v, (0, 2, 3, 1)),
     "where": lambda v: F.where(v > 0, v, v * 0.1),
 }
+# normalisations (functional/norms.py)
+CALLS.update({
+    "group_norm": lambda v: F.group_norm(v, 3), "instance_norm": F.instance_norm,
+    "local_response_norm": lambda v: F.local_response_norm(v, 3, alpha=0.5),
+    "mean_variance_normalization": lambda v: F.mean_variance_normalization(v, (2, 3)),
+    "normalize": lambda v: F.normalize(v, axis=1),
+})
 # sources without an input: run eagerly without graph=, compared with the graph's below
 SOURCES = {"arange": lambda g: F.arange(2, 9, 3, graph=g), "full": lambda g: F.full((2,), 7, graph=g),
            "linspace": lambda g: F.linspace(0, 1, 5, graph=g), "ones": lambda g: F.ones((3,), graph=g),

@@ -281,6 +281,17 @@ def _(g, b):
     return [_input(g, (b, 4)), _param(g, (4,)), _input(g, (b, 4))], {"normalized_shape": (4,)}
 
 
+# group norm (ops/norm.py)
+@_case("group_norm")
+def _(g, b):
+    return [_input(g, (b, 4, 3)), _param(g, (4,)), _param(g, (4,))], {"groups": 2}
+
+
+@_case("group_norm_backward")
+def _(g, b):
+    return [_input(g, (b, 4, 3)), _param(g, (4,)), _input(g, (b, 4, 3))], {"groups": 2}
+
+
 @_case("batch_norm")
 def _(g, b):  # training: the statistics need more than one value per channel
     return [_input(g, (b, 3, 2, 2)), _param(g, (3,)), _param(g, (1, 3, 1, 1))], {

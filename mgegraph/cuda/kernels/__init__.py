@@ -18,3 +18,7 @@ FAMILIES = [
     "movement",      # csrc_cuda/movement.cu: strided copies, concat/split, pad, indexing, fills
     "dropout",       # csrc_cuda/dropout.cu: the CPU's counter-based mask
 ]
+# normalisation families (ops/norm.py)
+FAMILIES += [
+    "group_norm",    # csrc_cuda/group_norm.cu: group_norm (+ backward)
+]
