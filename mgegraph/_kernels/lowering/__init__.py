@@ -5,9 +5,9 @@ One module per kernel module; each has ``implement(table)``, which registers its
 """
 from __future__ import annotations
 
-from . import conv, elementwise, fused, matmul, movement, nn, pool, reduce
+from . import conv, elementwise, fused, matmul, movement, nn, pool, reduce, vision
 
-FAMILIES = (elementwise, reduce, nn, matmul, conv, pool, movement, fused)
+FAMILIES = (elementwise, reduce, nn, matmul, conv, pool, movement, fused, vision)
 
 
 def implement_all(table) -> None:
