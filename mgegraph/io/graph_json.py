@@ -49,6 +49,10 @@ OP_VERSIONS = {
     "sign": 1, "silu": 1, "sin": 1, "slice": 1, "slice_backward": 1, "softmax": 1, "softplus": 1,
     "split": 1, "sqrt": 1, "square": 1, "sub": 1, "sum": 1, "take": 1, "tanh": 1, "transpose": 1,
     "var": 1, "where": 1,
+    # detection and geometry (ops/vision.py)
+    "grid_sample": 1, "grid_sample_backward_data": 1, "grid_sample_backward_grid": 1, "nms": 1,
+    "remap": 1, "remap_backward_data": 1, "remap_backward_map": 1, "roi_align": 1,
+    "roi_align_backward": 1, "roi_pooling": 1, "roi_pooling_backward": 1,
 }
 
 SOURCES = ("input", "param", "const")

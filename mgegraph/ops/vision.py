@@ -47,10 +47,12 @@ def _number(attrs, key, positive=False):
         raise ValueError(f"{key} must be a {'positive ' * positive}number, got {value!r}")
 
 
-def _size_pair(attrs, key):
+def _size_pair(attrs, key, names=False):
+    """A pair of sizes >= 1; ``names``: a named size too (an image side a rule passes on)."""
     value = attrs[key]
     if (not isinstance(value, tuple) or len(value) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
+            or not all((names and named(v))
+                       or (isinstance(v, int) and not isinstance(v, bool) and v >= 1)
                        for v in value)):
         raise ValueError(f"{key} must be a pair of ints >= 1, got {value!r}")
     return value
@@ -109,7 +111,7 @@ def _sample_data_infer(name):
         same_dtype(in_types)
         _image(name, dy, "output gradient")
         _check_sample_attrs(name, attrs)
-        x = TensorType(dy.shape[:2] + _size_pair(attrs, "input_hw"), dy.dtype)
+        x = TensorType(dy.shape[:2] + _size_pair(attrs, "input_hw", names=True), dy.dtype)
         _check_sampled(name, x, grid, dy)
         return (x,)
     return infer
