@@ -1,0 +1,99 @@
+"""ONNX for the vision ops: GridSample's node cases through the importer, grid_sample, remap and
+warp_perspective exported and checked with ONNX Runtime and imported back, and the refusals of
+what has no ONNX form."""
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx.helper")  # not "onnx": tests/onnx would import as it
+
+from onnx_node_cases import float32_cases, run_case
+
+import mgegraph as mg
+import mgegraph.functional as F
+import mgegraph.onnx as mo
+
+RNG = np.random.default_rng(0)
+
+
+def _grid_cases():
+    return [pytest.param(c, id=c.name) for c in float32_cases().get("GridSample", [])]
+
+
+@pytest.mark.parametrize("case", _grid_cases())
+def test_gridsample_node_case(case):
+    if "volumetric" in case.name:  # 3-D sampling: refused by name
+        with pytest.raises(mo.OnnxImportError, match="GridSample of a 5-D input"):
+            mo.import_model(case.model)
+        return
+    run_case(case)
+
+
+def test_every_2d_gridsample_case_is_there():
+    names = [c.name for c in float32_cases()["GridSample"] if "volumetric" not in c.name]
+    assert len(names) == 14
+
+
+def _plan(fn, *arrays):
+    g = mg.Graph()
+    xs = [g.input(f"x{i}", a.shape, a.dtype) for i, a in enumerate(arrays)]
+    return mg.compile([fn(*xs)])
+
+
+def _through_ort(plan, feeds, opset):
+    ort = pytest.importorskip("onnxruntime")
+    model = mo.export(plan, opset=opset)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return model, session.run(None, feeds)[0]
+
+
+@pytest.mark.parametrize("opset", [16, 20])
+@pytest.mark.parametrize("mode, padding, aligned", [
+    ("bilinear", "zeros", False), ("nearest", "border", True), ("bicubic", "reflection", False),
+    ("bicubic", "border", True)])
+def test_grid_sample_exports_and_imports_back(opset, mode, padding, aligned):
+    x = RNG.standard_normal((2, 3, 6, 5)).astype(np.float32)
+    grid = RNG.uniform(-1.2, 1.2, (2, 4, 3, 2)).astype(np.float32)
+    plan = _plan(lambda a, b: F.vision.grid_sample(a, b, mode, padding, aligned), x, grid)
+    (want,) = plan.run({"x0": x, "x1": grid})
+    model, got = _through_ort(plan, {"x0": x, "x1": grid}, opset)
+    assert [n.op_type for n in model.graph.node] == ["GridSample"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    (back,) = mo.import_model(model).run({"x0": x, "x1": grid})
+    np.testing.assert_array_equal(back, want)
+
+
+@pytest.mark.parametrize("border", ["replicate", "reflect_101", "constant"])
+@pytest.mark.parametrize("interp", ["linear", "nearest"])
+def test_remap_exports_as_gridsample_at_pixels(border, interp):
+    x = RNG.standard_normal((1, 2, 5, 7)).astype(np.float32)
+    xy = RNG.uniform(-4, 10, (1, 3, 4, 2)).astype(np.float32)
+    plan = _plan(lambda a, b: F.vision.remap(a, b, border, interp_mode=interp), x, xy)
+    (want,) = plan.run({"x0": x, "x1": xy})
+    _, got = _through_ort(plan, {"x0": x, "x1": xy}, 17)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_warp_perspective_exports():
+    x = RNG.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    mat = (np.eye(3) + RNG.uniform(-0.05, 0.05, (2, 3, 3))).astype(np.float32)
+    plan = _plan(lambda a, m: F.vision.warp_perspective(a, m, (6, 5)), x, mat)
+    (want,) = plan.run({"x0": x, "x1": mat})
+    _, got = _through_ort(plan, {"x0": x, "x1": mat}, 17)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("fn, opset, message", [
+    (lambda a, b: F.vision.grid_sample(a, b), 13, "GridSample from opset 16"),
+    (lambda a, b: F.vision.remap(a, b, "wrap"), 17, "border_mode='wrap'.*no GridSample padding"),
+    (lambda a, b: F.vision.remap(a, b, "constant", scalar=1.0), 17, "scalar 1.0"),
+])
+def test_what_has_no_onnx_form_is_refused_by_name(fn, opset, message):
+    x, grid = np.zeros((1, 1, 4, 4), np.float32), np.zeros((1, 2, 2, 2), np.float32)
+    with pytest.raises(mo.OnnxExportError, match=message):
+        mo.export(_plan(fn, x, grid), opset=opset)
+
+
+def test_nms_and_roi_align_have_no_onnx_form():
+    boxes, scores = np.zeros((4, 4), np.float32), np.zeros((4,), np.float32)
+    with pytest.raises(mo.OnnxExportError, match=r"nms \(x1\)"):
+        mo.export(_plan(lambda b, s: F.vision.nms(b, s, 0.5), boxes, scores))
