@@ -24,7 +24,7 @@ enum { C_ALIGNED, C_UNALIGNED, C_PIXEL };
 enum { PAD_NONE, PAD_CLIP, PAD_REFLECT };
 enum { I_NEAREST, I_LINEAR, I_CUBIC };
 enum { B_CONSTANT, B_REPLICATE, B_REFLECT, B_REFLECT_101, B_WRAP };
-enum { R_ALIGN, R_POOLING };
+enum { R_ALIGN, R_ALIGN_ONNX, R_POOLING };
 enum { M_AVERAGE, M_MAX };
 
 struct Sample {
@@ -272,11 +272,26 @@ template <class T> __device__ void sample_backward_points(const MgArgs& a) {
 }
 
 // -- region pooling --------------------------------------------------------------------------
+// roi_align's two conventions, MegEngine's (R_ALIGN) and ONNX's RoiAlign (R_ALIGN_ONNX): as in
+// vision.pyx; sh = sw = 0 takes ceil(bin size) samples per bin and axis per box.
 struct Box {
     i64 image;
     double x0, y0, bin_h, bin_w;  // roi_align: its corner and bin sizes, in input pixels
+    i64 sh, sw;                   // roi_align: its samples per bin
     i64 px0, py0;                 // roi_pooling: its rounded corner
 };
+
+#define MG_MAX_SAMPLES 65536  // per bin and axis: an adaptive count past it is no real box
+
+__device__ double extent(double lo, double hi, const Roi& s, double offset) {
+    if (s.kind == R_ALIGN) return hi > lo ? hi - lo : 0;
+    return offset != 0 || hi - lo > 1 ? hi - lo : 1;
+}
+
+__device__ bool samples(i64 fixed, double bin, i64* count) {
+    *count = fixed > 0 ? fixed : (bin > 0 ? (i64)ceil(bin) : 0);
+    return *count <= MG_MAX_SAMPLES;
+}
 
 template <class T>
 __device__ int read_box(const T* roi, const Roi& s, double scale, double offset, Box* box) {
@@ -285,29 +300,38 @@ __device__ int read_box(const T* roi, const Roi& s, double scale, double offset,
         if (!is_finite((double)roi[i])) return MG_STATUS_BAD_VALUE;
     if (!(b >= 0 && b < s.n && b == floor(b))) return MG_STATUS_INDEX_OUT_OF_RANGE;
     box->image = (i64)b;
-    if (s.kind == R_ALIGN) {
+    if (s.kind != R_POOLING) {
         box->x0 = far_clamp(roi[1] * scale - offset);
         box->y0 = far_clamp(roi[2] * scale - offset);
         const double x1 = far_clamp(roi[3] * scale - offset);
         const double y1 = far_clamp(roi[4] * scale - offset);
-        box->bin_w = (x1 > box->x0 ? x1 - box->x0 : 0) / s.ow;
-        box->bin_h = (y1 > box->y0 ? y1 - box->y0 : 0) / s.oh;
-    } else {
-        box->px0 = (i64)round(far_clamp(roi[1] * scale));
-        box->py0 = (i64)round(far_clamp(roi[2] * scale));
-        const double x1 = round(far_clamp(roi[3] * scale));
-        const double y1 = round(far_clamp(roi[4] * scale));
-        box->bin_w = (x1 - box->px0 + 1 > 1 ? x1 - box->px0 + 1 : 1) / (double)s.ow;
-        box->bin_h = (y1 - box->py0 + 1 > 1 ? y1 - box->py0 + 1 : 1) / (double)s.oh;
+        box->bin_w = extent(box->x0, x1, s, offset) / s.ow;
+        box->bin_h = extent(box->y0, y1, s, offset) / s.oh;
+        if (!samples(s.sh, box->bin_h, &box->sh) || !samples(s.sw, box->bin_w, &box->sw))
+            return MG_STATUS_BAD_VALUE;
+        return 0;
     }
+    box->px0 = (i64)round(far_clamp(roi[1] * scale));
+    box->py0 = (i64)round(far_clamp(roi[2] * scale));
+    const double x1 = round(far_clamp(roi[3] * scale));
+    const double y1 = round(far_clamp(roi[4] * scale));
+    box->bin_w = (x1 - box->px0 + 1 > 1 ? x1 - box->px0 + 1 : 1) / (double)s.ow;
+    box->bin_h = (y1 - box->py0 + 1 > 1 ? y1 - box->py0 + 1 : 1) / (double)s.oh;
     return 0;
 }
 
-// roi_align's interpolation (taps outside read 0); with dplane, adds g times each tap's
-// weight there instead
+// The value at (y, x) in the box's convention; tapmax: the largest weighted tap. With dplane,
+// adds g times each tap's weight there instead.
 template <class T>
 __device__ double bilinear(const T* plane, const Roi& s, double y, double x, T* dplane,
-                           double g) {
+                           double g, double* tapmax) {
+    const bool onnx = s.kind == R_ALIGN_ONNX;
+    *tapmax = 0;
+    if (onnx) {
+        if (y < -1 || y > s.h || x < -1 || x > s.w) return 0;
+        y = y < s.h - 1 ? (y > 0 ? y : 0) : (double)(s.h - 1);
+        x = x < s.w - 1 ? (x > 0 ? x : 0) : (double)(s.w - 1);
+    }
     const i64 h0 = (i64)floor(y), w0 = (i64)floor(x);
     const double fy = y - h0, fx = x - w0;
     const double wts[4] = {(1 - fy) * (1 - fx), (1 - fy) * fx, fy * (1 - fx), fy * fx};
@@ -323,14 +347,19 @@ __device__ double bilinear(const T* plane, const Roi& s, double y, double x, T* 
                     v[2 * i + j] = (double)plane[r * s.w + q];
             }
         }
+    if (onnx) {
+        double m = wts[0] * v[0];
+        for (int k = 1; k < 4; ++k) m = wts[k] * v[k] > m ? wts[k] * v[k] : m;  // the CPU's max
+        *tapmax = m;
+        return wts[0] * v[0] + wts[1] * v[1] + wts[2] * v[2] + wts[3] * v[3];
+    }
     const double top = v[0] + (v[1] - v[0]) * fx, bottom = v[2] + (v[3] - v[2]) * fx;
     return top + (bottom - top) * fy;
 }
 
-__device__ void align_point(const Roi& s, const Box& box, i64 ph, i64 pw, i64 i, double* y,
-                            double* x) {
-    *y = box.y0 + box.bin_h * (ph + (mg_div(i, s.sw) + 0.5) / s.sh);
-    *x = box.x0 + box.bin_w * (pw + (mg_mod(i, s.sw) + 0.5) / s.sw);
+__device__ void align_point(const Box& box, i64 ph, i64 pw, i64 i, double* y, double* x) {
+    *y = box.y0 + box.bin_h * (ph + (mg_div(i, box.sw) + 0.5) / box.sh);
+    *x = box.x0 + box.bin_w * (pw + (mg_mod(i, box.sw) + 0.5) / box.sw);
 }
 
 __device__ __forceinline__ bool better(double v, double m) { return v > m || (v != v && m == m); }
@@ -338,18 +367,21 @@ __device__ __forceinline__ bool better(double v, double m) { return v > m || (v 
 template <class T>
 __device__ double align_bin(const T* plane, const Roi& s, const Box& box, i64 ph, i64 pw,
                             i64* arg) {
-    double acc = 0, m = -__longlong_as_double(0x7ff0000000000000ll), y, x;
+    double acc = 0, m = -__longlong_as_double(0x7ff0000000000000ll), y, x, tapmax;
+    const i64 count = box.sh * box.sw;
     *arg = 0;
-    for (i64 i = 0; i < s.sh * s.sw; ++i) {
-        align_point(s, box, ph, pw, i, &y, &x);
-        const double v = bilinear(plane, s, y, x, (T*)nullptr, 0);
+    if (count == 0) return 0;
+    for (i64 i = 0; i < count; ++i) {
+        align_point(box, ph, pw, i, &y, &x);
+        double v = bilinear(plane, s, y, x, (T*)nullptr, 0, &tapmax);
         acc += v;
+        v = s.kind == R_ALIGN_ONNX ? tapmax : v;
         if (better(v, m)) {
             m = v;
             *arg = i;
         }
     }
-    return s.mode == M_MAX ? m : acc / (s.sh * s.sw);
+    return s.mode == M_MAX ? m : acc / count;
 }
 
 __device__ void pool_window(const Roi& s, const Box& box, i64 ph, i64 pw, i64* h0, i64* h1,
@@ -398,7 +430,7 @@ template <class T> __device__ void roi_forward(const MgArgs& a) {
         }
         const T* img = x + (box.image * s.c + mg_mod(plane, s.c)) * s.h * s.w;
         i64 arg;
-        y[i] = (T)(s.kind == R_ALIGN
+        y[i] = (T)(s.kind != R_POOLING
                        ? align_bin(img, s, box, mg_div(cell, s.ow), mg_mod(cell, s.ow), &arg)
                        : pool_bin(img, s, box, mg_div(cell, s.ow), mg_mod(cell, s.ow), &arg));
     }
@@ -408,18 +440,20 @@ template <class T>
 __device__ void roi_spread(const T* img, T* dimg, const Roi& s, const Box& box, i64 ph, i64 pw,
                            double g) {
     i64 arg;
-    double y, x;
-    if (s.kind == R_ALIGN) {
+    double y, x, unused;
+    const i64 count = box.sh * box.sw;
+    if (s.kind != R_POOLING) {
         if (s.mode == M_MAX) {
+            if (count == 0) return;
             align_bin(img, s, box, ph, pw, &arg);
-            align_point(s, box, ph, pw, arg, &y, &x);
-            bilinear(img, s, y, x, dimg, g);
+            align_point(box, ph, pw, arg, &y, &x);
+            bilinear(img, s, y, x, dimg, g, &unused);
             return;
         }
-        const double share = g / (s.sh * s.sw);
-        for (i64 i = 0; i < s.sh * s.sw; ++i) {
-            align_point(s, box, ph, pw, i, &y, &x);
-            bilinear(img, s, y, x, dimg, share);
+        const double share = count > 0 ? g / count : 0;
+        for (i64 i = 0; i < count; ++i) {
+            align_point(box, ph, pw, i, &y, &x);
+            bilinear(img, s, y, x, dimg, share, &unused);
         }
     } else if (s.mode == M_MAX) {
         pool_bin(img, s, box, ph, pw, &arg);

@@ -49,7 +49,7 @@ cdef enum Interp:
 cdef enum Border:
     B_CONSTANT, B_REPLICATE, B_REFLECT, B_REFLECT_101, B_WRAP
 cdef enum RoiKind:
-    R_ALIGN, R_POOLING
+    R_ALIGN, R_ALIGN_ONNX, R_POOLING
 cdef enum RoiMode:
     M_AVERAGE, M_MAX
 
@@ -58,7 +58,7 @@ COORD_PADS = {"none": PAD_NONE, "clip": PAD_CLIP, "reflect": PAD_REFLECT}
 INTERPS = {"nearest": I_NEAREST, "linear": I_LINEAR, "cubic": I_CUBIC}
 BORDERS = {"constant": B_CONSTANT, "replicate": B_REPLICATE, "reflect": B_REFLECT,
            "reflect_101": B_REFLECT_101, "wrap": B_WRAP}
-ROI_KINDS = {"align": R_ALIGN, "pooling": R_POOLING}
+ROI_KINDS = {"align": R_ALIGN, "align_onnx": R_ALIGN_ONNX, "pooling": R_POOLING}
 ROI_MODES = {"average": M_AVERAGE, "max": M_MAX}
 
 cdef Sample _sample
@@ -357,20 +357,41 @@ cdef inline int run_sample(const Call* c, SamplePass which, const void* x, const
 
 
 # -- region pooling ------------------------------------------------------------------------------
+# roi_align comes in two conventions: MegEngine's (R_ALIGN: boxes at least empty, taps outside
+# the image read 0) and ONNX's RoiAlign, which is torchvision's (R_ALIGN_ONNX: unaligned boxes
+# at least a pixel, points clamped into the image and 0 only beyond a pixel outside, max taken
+# over the weighted taps). sh = sw = 0 takes ceil(bin size) samples per bin and axis per box.
 ctypedef struct Box:
     Py_ssize_t image
     double x0, y0, bin_h, bin_w       # roi_align: its corner and bin sizes, in input pixels
+    Py_ssize_t sh, sw                 # roi_align: its samples per bin
     Py_ssize_t px0, py0               # roi_pooling: its rounded corner
+
+
+cdef enum:
+    MAX_SAMPLES = 65536  # per bin and axis: an adaptive count past it is a box no image holds
 
 
 cdef inline double far_clamp(double v) noexcept nogil:
     return FAR if v > FAR else (-FAR if v < -FAR else v)
 
 
+cdef inline double extent(double lo, double hi, const Roi* s, double offset) noexcept nogil:
+    # a box side: MegEngine's at least 0; ONNX's at least 1 unless half-pixel (offset 0.5)
+    if s.kind == R_ALIGN:
+        return hi - lo if hi > lo else 0
+    return hi - lo if offset != 0 or hi - lo > 1 else 1
+
+
+cdef inline int samples(Py_ssize_t fixed, double bin, Py_ssize_t* count) noexcept nogil:
+    count[0] = fixed if fixed > 0 else (<Py_ssize_t>ceil(bin) if bin > 0 else 0)
+    return KERNEL_BAD_VALUE if count[0] > MAX_SAMPLES else KERNEL_OK
+
+
 cdef inline int read_box(const floating* roi, const Roi* s, double scale, double offset,
                          Box* box) noexcept nogil:
-    # MegEngine's boxes: roi_align's scaled and shifted by -offset, at least empty; roi_pooling's
-    # corners rounded (half away from zero) and at least one pixel wide
+    # roi_align's box scaled and shifted by -offset; roi_pooling's corners rounded (half away
+    # from zero), at least one pixel wide
     cdef double b = <double>roi[0], x1, y1
     cdef Py_ssize_t i
     for i in range(1, 5):
@@ -379,29 +400,40 @@ cdef inline int read_box(const floating* roi, const Roi* s, double scale, double
     if not (b >= 0 and b < s.n and b == floor(b)):
         return KERNEL_INDEX_OUT_OF_RANGE
     box.image = <Py_ssize_t>b
-    if s.kind == R_ALIGN:
+    if s.kind != R_POOLING:
         box.x0 = far_clamp(roi[1] * scale - offset)
         box.y0 = far_clamp(roi[2] * scale - offset)
         x1, y1 = far_clamp(roi[3] * scale - offset), far_clamp(roi[4] * scale - offset)
-        box.bin_w = (x1 - box.x0 if x1 > box.x0 else 0) / s.ow
-        box.bin_h = (y1 - box.y0 if y1 > box.y0 else 0) / s.oh
-    else:
-        box.px0 = <Py_ssize_t>round(far_clamp(roi[1] * scale))
-        box.py0 = <Py_ssize_t>round(far_clamp(roi[2] * scale))
-        x1, y1 = round(far_clamp(roi[3] * scale)), round(far_clamp(roi[4] * scale))
-        box.bin_w = (x1 - box.px0 + 1 if x1 - box.px0 + 1 > 1 else 1) / <double>s.ow
-        box.bin_h = (y1 - box.py0 + 1 if y1 - box.py0 + 1 > 1 else 1) / <double>s.oh
+        box.bin_w = extent(box.x0, x1, s, offset) / s.ow
+        box.bin_h = extent(box.y0, y1, s, offset) / s.oh
+        if samples(s.sh, box.bin_h, &box.sh) != KERNEL_OK:
+            return KERNEL_BAD_VALUE
+        return samples(s.sw, box.bin_w, &box.sw)
+    box.px0 = <Py_ssize_t>round(far_clamp(roi[1] * scale))
+    box.py0 = <Py_ssize_t>round(far_clamp(roi[2] * scale))
+    x1, y1 = round(far_clamp(roi[3] * scale)), round(far_clamp(roi[4] * scale))
+    box.bin_w = (x1 - box.px0 + 1 if x1 - box.px0 + 1 > 1 else 1) / <double>s.ow
+    box.bin_h = (y1 - box.py0 + 1 if y1 - box.py0 + 1 > 1 else 1) / <double>s.oh
     return KERNEL_OK
 
 
 cdef inline double bilinear(const floating* plane, const Roi* s, double y, double x,
-                            floating* dplane, double g) noexcept nogil:
-    # MegEngine's roi_align interpolation: taps outside the image read 0. With dplane, adds
-    # g times each tap's weight there instead (the adjoint).
-    cdef Py_ssize_t h0 = <Py_ssize_t>floor(y), w0 = <Py_ssize_t>floor(x), i, j, r, q
+                            floating* dplane, double g, double* tapmax) noexcept nogil:
+    # The value at (y, x) in the box's convention (above); tapmax: the largest weighted tap.
+    # With dplane, adds g times each tap's weight there instead (the adjoint).
+    cdef Py_ssize_t h0, w0, i, j, r, q
     cdef double v[4]
     cdef double wts[4]
-    cdef double top, bottom, fy = y - h0, fx = x - w0
+    cdef double top, bottom, fy, fx
+    cdef bint onnx = s.kind == R_ALIGN_ONNX
+    tapmax[0] = 0
+    if onnx:
+        if y < -1 or y > s.h or x < -1 or x > s.w:
+            return 0
+        y = (y if y > 0 else 0) if y < s.h - 1 else <double>(s.h - 1)
+        x = (x if x > 0 else 0) if x < s.w - 1 else <double>(s.w - 1)
+    h0, w0 = <Py_ssize_t>floor(y), <Py_ssize_t>floor(x)
+    fy, fx = y - h0, x - w0
     wts[0], wts[1] = (1 - fy) * (1 - fx), (1 - fy) * fx
     wts[2], wts[3] = fy * (1 - fx), fy * fx
     for i in range(2):
@@ -413,16 +445,19 @@ cdef inline double bilinear(const floating* plane, const Roi* s, double y, doubl
                     dplane[r * s.w + q] += <floating>(g * wts[2 * i + j])
                 else:
                     v[2 * i + j] = <double>plane[r * s.w + q]
+    if onnx:  # ONNX Runtime's order of operations
+        tapmax[0] = max(max(max(wts[0] * v[0], wts[1] * v[1]), wts[2] * v[2]), wts[3] * v[3])
+        return wts[0] * v[0] + wts[1] * v[1] + wts[2] * v[2] + wts[3] * v[3]
     top = v[0] + (v[1] - v[0]) * fx
     bottom = v[2] + (v[3] - v[2]) * fx
     return top + (bottom - top) * fy
 
 
-cdef inline void align_point(const Roi* s, const Box* box, Py_ssize_t ph, Py_ssize_t pw,
-                             Py_ssize_t i, double* y, double* x) noexcept nogil:
-    # sample i (row-major over sh x sw) of bin (ph, pw)
-    y[0] = box.y0 + box.bin_h * (ph + (i // s.sw + 0.5) / s.sh)
-    x[0] = box.x0 + box.bin_w * (pw + (i % s.sw + 0.5) / s.sw)
+cdef inline void align_point(const Box* box, Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t i,
+                             double* y, double* x) noexcept nogil:
+    # sample i (row-major over the box's sh x sw) of bin (ph, pw)
+    y[0] = box.y0 + box.bin_h * (ph + (i // box.sw + 0.5) / box.sh)
+    x[0] = box.x0 + box.bin_w * (pw + (i % box.sw + 0.5) / box.sw)
 
 
 cdef inline bint better(double v, double m) noexcept nogil:
@@ -432,17 +467,20 @@ cdef inline bint better(double v, double m) noexcept nogil:
 
 cdef inline double align_bin(const floating* plane, const Roi* s, const Box* box,
                              Py_ssize_t ph, Py_ssize_t pw, Py_ssize_t* arg) noexcept nogil:
-    # The bin's average, or its maximum with ``arg`` the sample it came from
-    cdef double acc = 0, m = -INFINITY, v, y, x
-    cdef Py_ssize_t i
+    # The bin's average, or its maximum with ``arg`` the sample it came from; 0 without samples
+    cdef double acc = 0, m = -INFINITY, v, y, x, tapmax
+    cdef Py_ssize_t i, count = box.sh * box.sw
     arg[0] = 0
-    for i in range(s.sh * s.sw):
-        align_point(s, box, ph, pw, i, &y, &x)
-        v = bilinear(plane, s, y, x, NULL, 0)
+    if count == 0:
+        return 0
+    for i in range(count):
+        align_point(box, ph, pw, i, &y, &x)
+        v = bilinear(plane, s, y, x, NULL, 0, &tapmax)
         acc += v
+        v = tapmax if s.kind == R_ALIGN_ONNX else v
         if better(v, m):
             m, arg[0] = v, i
-    return m if s.mode == M_MAX else acc / (s.sh * s.sw)
+    return m if s.mode == M_MAX else acc / count
 
 
 cdef inline void pool_window(const Roi* s, const Box* box, Py_ssize_t ph, Py_ssize_t pw,
@@ -498,7 +536,7 @@ cdef inline int roi_cells(const RoiRun* r, Py_ssize_t lo, Py_ssize_t hi,
         img = <const floating*>r.x + (box.image * s.c + plane % s.c) * s.h * s.w
         y = <floating*>r.out + plane * cells
         for cell in range(cells):
-            if s.kind == R_ALIGN:
+            if s.kind != R_POOLING:
                 y[cell] = <floating>align_bin(img, s, &box, cell // s.ow, cell % s.ow, &arg)
             else:
                 y[cell] = <floating>pool_bin(img, s, &box, cell // s.ow, cell % s.ow, &arg)
@@ -507,19 +545,19 @@ cdef inline int roi_cells(const RoiRun* r, Py_ssize_t lo, Py_ssize_t hi,
 
 cdef inline void roi_spread(const floating* img, floating* dimg, const Roi* s, const Box* box,
                             Py_ssize_t ph, Py_ssize_t pw, double g) noexcept nogil:
-    # One bin's gradient g back to the cells it read
-    cdef Py_ssize_t arg, i, h0, h1, w0, w1, r, q
-    cdef double y, x, share
-    if s.kind == R_ALIGN:
-        if s.mode == M_MAX:
+    # One bin's gradient g back to the cells it read (ONNX's max has none: its rule refuses)
+    cdef Py_ssize_t arg, i, h0, h1, w0, w1, r, q, count = box.sh * box.sw
+    cdef double y, x, share, unused
+    if s.kind != R_POOLING:
+        if s.mode == M_MAX and count > 0:
             align_bin(img, s, box, ph, pw, &arg)
-            align_point(s, box, ph, pw, arg, &y, &x)
-            bilinear(img, s, y, x, dimg, g)
+            align_point(box, ph, pw, arg, &y, &x)
+            bilinear(img, s, y, x, dimg, g, &unused)
             return
-        share = g / (s.sh * s.sw)
-        for i in range(s.sh * s.sw):
-            align_point(s, box, ph, pw, i, &y, &x)
-            bilinear(img, s, y, x, dimg, share)
+        share = g / count if count > 0 else 0
+        for i in range(count if s.mode != M_MAX else 0):
+            align_point(box, ph, pw, i, &y, &x)
+            bilinear(img, s, y, x, dimg, share, &unused)
     elif s.mode == M_MAX:
         pool_bin(img, s, box, ph, pw, &arg)
         if arg >= 0:

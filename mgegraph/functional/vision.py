@@ -114,18 +114,22 @@ def warp_affine(inp, mat, out_shape, border_mode="replicate", border_val=0.0, fo
 
 
 def roi_align(inp, rois, output_shape, mode="average", spatial_scale=1.0, sample_points=2,
-              aligned=True):
+              aligned=True, *, convention="megengine"):
     """MegEngine's roi_align: each box of ``rois`` (K, 5) = (batch index, x0, y0, x1, y1),
     scaled by ``spatial_scale`` (and shifted by -0.5 when ``aligned``), cut into
     ``output_shape`` bins, each the average or max of ``sample_points`` bilinear samples
-    (zero outside the image). Gives (K, C, *output_shape); differentiable in ``inp``.
+    (zero outside the image; 0 samples: ceil(bin size) per axis, per box). Gives
+    (K, C, *output_shape); differentiable in ``inp`` (the boxes get a zero gradient, as in
+    MegEngine). ``convention="onnx"`` gives ONNX's RoiAlign (torchvision's roi_align)
+    instead: unaligned boxes at least a pixel wide, points clamped into the image (0 only
+    beyond a pixel outside), and max over each sample's weighted taps (no gradient then).
 
     >>> y = F.vision.roi_align(feat, rois, (7, 7), spatial_scale=1 / 16)
     """
     inp, rois = promote(inp, rois)
     return apply("roi_align", (inp, rois), output_shape=_pair(output_shape),
                  mode=str(mode).lower(), spatial_scale=float(spatial_scale),
-                 sample_points=_pair(sample_points), aligned=aligned)
+                 sample_points=_pair(sample_points), aligned=aligned, convention=convention)
 
 
 def roi_pooling(inp, rois, output_shape, mode="max", scale=1.0):

@@ -23,7 +23,7 @@ INTERPS = {"nearest": 0, "linear": 1, "cubic": 2}
 BORDERS = {"constant": 0, "replicate": 1, "reflect": 2, "reflect_101": 3, "wrap": 4}
 
 ROI_FIELDS = ("kind", "mode", "n", "c", "h", "w", "k", "oh", "ow", "sh", "sw", "threads")
-ROI_KINDS = {"align": 0, "pooling": 1}
+ROI_KINDS = {"align": 0, "align_onnx": 1, "pooling": 2}
 ROI_MODES = {"average": 0, "max": 1}
 
 NMS_FIELDS = ("boxes", "max_output")
@@ -71,7 +71,9 @@ def _roi_lower(threads):
         sh, sw = attrs["sample_points"] if align else (0, 0)
         scale = attrs["spatial_scale"] if align else attrs["scale"]
         offset = 0.5 if align and attrs["aligned"] else 0.0
-        return Launch(pack(ROI_FIELDS, kind=ROI_KINDS["align" if align else "pooling"],
+        kind = ("align_onnx" if attrs["convention"] == "onnx" else "align") if align \
+            else "pooling"
+        return Launch(pack(ROI_FIELDS, kind=ROI_KINDS[kind],
                            mode=ROI_MODES[attrs["mode"]], n=x.shape[0], c=x.shape[1],
                            h=x.shape[2], w=x.shape[3], k=rois.shape[0],
                            oh=attrs["output_shape"][0], ow=attrs["output_shape"][1], sh=sh,

@@ -470,6 +470,27 @@ def _remap(w, n, ins):
     return _grid_sample_node(w, [ins[0], points[0]], mode, padding, True)
 
 
+@writer("roi_align")
+def _roi_align(w, n, ins):
+    at = n.attr
+    (sh, sw), aligned = at["sample_points"], at["aligned"]
+    if at["convention"] != "onnx":
+        raise OnnxExportError("roi_align in MegEngine's convention (zeros outside the image) "
+                              "is not ONNX's RoiAlign (points clamped at its edge); "
+                              "convention='onnx' exports")
+    if sh != sw or (aligned and w.opset < 16):
+        raise OnnxExportError(f"RoiAlign takes one sampling ratio (got {sh}x{sw}) and aligns "
+                              f"half pixels from opset 16 (this export: {w.opset})")
+    boxes = w.add("Slice", [ins[1], w.ints([1]), w.ints([5]), w.ints([1])])
+    index = w.add("Cast", w.add("Gather", [ins[1], w.const(np.array(0, np.int64))], axis=1),
+                  to=onnx.TensorProto.INT64)
+    attrs = {"coordinate_transformation_mode": "half_pixel" if aligned else "output_half_pixel"}
+    return w.add("RoiAlign", [ins[0], *boxes, *index], mode="avg" if at["mode"] == "average"
+                 else "max", output_height=at["output_shape"][0],
+                 output_width=at["output_shape"][1], sampling_ratio=sh,
+                 spatial_scale=float(at["spatial_scale"]), **(attrs if w.opset >= 16 else {}))
+
+
 # -- the walk -----------------------------------------------------------------------------
 def _source(obj):
     """(graph, outputs) of a Plan, a traced function, a Predictor or a (graph, outputs) pair."""

@@ -27,6 +27,9 @@ GRID_PADDINGS = ("zeros", "border", "reflection")
 REMAP_BORDERS = ("replicate", "reflect", "reflect_101", "wrap", "constant")
 REMAP_INTERPS = ("linear", "nearest")
 ROI_MODES = ("average", "max")
+# MegEngine's roi_align, or ONNX's RoiAlign (torchvision's): kernel_abi/vision.py and
+# _kernels/vision.pyx say how they differ
+ROI_CONVENTIONS = ("megengine", "onnx")
 
 
 def _choice(attrs, key, allowed):
@@ -168,14 +171,22 @@ _register_sampler("remap", {"border_mode": "replicate", "scalar": 0.0, "interp_m
 # read another image.
 def _check_roi_attrs(name, attrs):
     _size_pair(attrs, "output_shape")
-    if name.startswith("roi_align"):
-        _choice(attrs, "mode", ROI_MODES)
-        _number(attrs, "spatial_scale", positive=True)
-        _size_pair(attrs, "sample_points")
-        _flag(attrs, "aligned")
-    else:
-        _choice(attrs, "mode", ROI_MODES)
+    _choice(attrs, "mode", ROI_MODES)
+    if name.startswith("roi_pooling"):
         _number(attrs, "scale", positive=True)
+        return
+    _number(attrs, "spatial_scale", positive=True)
+    _flag(attrs, "aligned")
+    _choice(attrs, "convention", ROI_CONVENTIONS)
+    if attrs["sample_points"] != (0, 0):  # (0, 0): ceil(bin size) per axis, per box
+        try:
+            _size_pair(attrs, "sample_points")
+        except ValueError:
+            raise ValueError(f"sample_points must be (0, 0) (as many as each bin spans) or a "
+                             f"pair of ints >= 1, got {attrs['sample_points']!r}") from None
+    if name == "roi_align_backward" and attrs["convention"] == "onnx" and attrs["mode"] == "max":
+        raise ValueError("ONNX's max mode (the largest weighted tap of any sample) has no "
+                         "gradient")
 
 
 def _pooled_rois(name, x, rois, attrs):
@@ -210,7 +221,8 @@ def _roi_backward_infer(name):
 
 
 def _roi_rule(backward):
-    # The boxes get no gradient (MegEngine's rule too): the bins move with them in steps.
+    # The boxes get none (a zero gradient), as in MegEngine: exact for roi_pooling, whose
+    # rounded bins move in steps; roi_align's output does move with its boxes.
     def grad(node, out_grads):
         x, rois = node.inputs
         return apply(backward, (x, rois, out_grads[0]), **node.attr), None
@@ -225,7 +237,7 @@ def _register_roi(name, attrs):
 
 
 _register_roi("roi_align", {"output_shape": REQUIRED, "mode": "average", "spatial_scale": 1.0,
-                            "sample_points": (2, 2), "aligned": True})
+                            "sample_points": (2, 2), "aligned": True, "convention": "megengine"})
 _register_roi("roi_pooling", {"output_shape": REQUIRED, "mode": "max", "scale": 1.0})
 
 

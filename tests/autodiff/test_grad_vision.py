@@ -64,6 +64,21 @@ def test_roi_align_grad(mode, aligned):
               rand(2, 3, 6, 7), rois, wrt=[0])
 
 
+def test_roi_align_onnx_convention_grad():
+    rois = np.array([[0, -0.8, 0.6, 5.2, 6.5], [1, 1.5, 2.2, 7.3, 7.9], [1, 2.1, 1.4, 2.6, 1.9]])
+    gradcheck(lambda x, r: F.vision.roi_align(x, r, (2, 3), "average", 0.9, 0, False,
+                                              convention="onnx"),
+              rand(2, 3, 6, 7), rois, wrt=[0])
+
+
+def test_onnx_max_roi_align_has_no_gradient():
+    g = mg.Graph()
+    x, r = g.input("x", (1, 1, 4, 4), "float64"), g.input("r", (1, 5), "float64")
+    y = F.vision.roi_align(x, r, 2, "max", convention="onnx")
+    with pytest.raises(mg.OpError, match="roi_align_backward.*max mode.*has no gradient"):
+        mg.grad(F.sum(y), [x])
+
+
 @pytest.mark.parametrize("mode", ["max", "average"])
 def test_roi_pooling_grad(mode):
     rois = np.array([[0, 0.2, 0.6, 5.2, 4.1], [1, 1.5, 2.2, 3.3, 7.9], [0, 9, 9, 12, 12]])

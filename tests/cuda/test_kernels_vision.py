@@ -89,6 +89,8 @@ def _rois(dtype, k=5, n=2, size=9):
 @pytest.mark.parametrize("op, attrs", [
     ("roi_align", {"mode": "average", "aligned": True, "spatial_scale": 0.7}),
     ("roi_align", {"mode": "max", "aligned": False, "sample_points": (3, 2)}),
+    ("roi_align", {"mode": "average", "sample_points": (0, 0), "convention": "onnx"}),
+    ("roi_align", {"mode": "max", "sample_points": (0, 0)}),
     ("roi_pooling", {"mode": "max", "scale": 0.8}),
     ("roi_pooling", {"mode": "average"}),
 ])
@@ -98,6 +100,13 @@ def test_region_pooling_and_gradient_are_bitwise(dtype, op, attrs):
     dy = RNG.standard_normal((5, 3, 2, 3)).astype(dtype)
     _same(node_of(op, [x, rois], output_shape=(2, 3), **attrs), [x, rois])
     _same(node_of(f"{op}_backward", [x, rois, dy], output_shape=(2, 3), **attrs), [x, rois, dy])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_onnx_max_roi_align_is_bitwise(dtype):  # forward only: it has no gradient
+    x, rois = RNG.standard_normal((2, 3, 7, 8)).astype(dtype), _rois(dtype)
+    _same(node_of("roi_align", [x, rois], output_shape=(2, 3), mode="max", aligned=False,
+                  convention="onnx"), [x, rois])
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

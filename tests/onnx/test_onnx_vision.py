@@ -97,3 +97,73 @@ def test_nms_and_roi_align_have_no_onnx_form():
     boxes, scores = np.zeros((4, 4), np.float32), np.zeros((4,), np.float32)
     with pytest.raises(mo.OnnxExportError, match=r"nms \(x1\)"):
         mo.export(_plan(lambda b, s: F.vision.nms(b, s, 0.5), boxes, scores))
+
+
+# -- RoiAlign ---------------------------------------------------------------------------------
+def _roi_case_names():
+    from onnx_node_cases import _every
+    return {c.name: c for c in _every() if c.name.startswith("test_roialign")}
+
+
+@pytest.mark.parametrize("name", sorted(_roi_case_names()))
+def test_roialign_node_case(name):
+    run_case(_roi_case_names()[name])
+
+
+def _roi_model(opset, **attrs):
+    from onnx import TensorProto, helper
+    node = helper.make_node("RoiAlign", ["X", "rois", "index"], ["Y"], **attrs)
+    graph = helper.make_graph([node], "g", [
+        helper.make_tensor_value_info("X", TensorProto.FLOAT, (2, 3, 9, 11)),
+        helper.make_tensor_value_info("rois", TensorProto.FLOAT, (6, 4)),
+        helper.make_tensor_value_info("index", TensorProto.INT64, (6,))],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def _roi_feeds():
+    corners = np.sort(RNG.uniform(-3, 14, (6, 2, 2)), axis=1)
+    rois = np.stack([corners[:, 0, 0], corners[:, 0, 1], corners[:, 1, 0], corners[:, 1, 1]], 1)
+    return {"X": RNG.standard_normal((2, 3, 9, 11)).astype(np.float32),
+            "rois": rois.astype(np.float32), "index": RNG.integers(0, 2, 6).astype(np.int64)}
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("coords", ["half_pixel", "output_half_pixel"])
+@pytest.mark.parametrize("ratio", [0, 2])
+def test_roialign_imports_as_onnx_runtime_and_the_reference_compute_it(mode, coords, ratio):
+    from onnx.reference import ReferenceEvaluator
+    ort = pytest.importorskip("onnxruntime")
+    model = _roi_model(16, mode=mode, output_height=3, output_width=4, sampling_ratio=ratio,
+                       spatial_scale=0.8, coordinate_transformation_mode=coords)
+    feeds = _roi_feeds()
+    options = ort.SessionOptions()
+    options.log_severity_level = 4  # its warning about max mode, whose results we match
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    (got,) = mo.import_model(model).run(feeds)
+    np.testing.assert_allclose(got, session.run(None, feeds)[0], rtol=1e-5, atol=2e-6)
+    np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, feeds)[0], rtol=1e-5,
+                               atol=2e-6)
+    back = mo.import_model(mo.export(mo.import_model(model), opset=16)).run(feeds)[0]
+    np.testing.assert_array_equal(back, got)
+
+
+def test_roialign_opset_10_is_output_half_pixel():
+    model = _roi_model(13, output_height=2, output_width=2, sampling_ratio=2)
+    feeds = _roi_feeds()
+    (got,) = mo.import_model(model).run(feeds)
+    again = _roi_model(16, output_height=2, output_width=2, sampling_ratio=2,
+                       coordinate_transformation_mode="output_half_pixel")
+    np.testing.assert_array_equal(got, mo.import_model(again).run(feeds)[0])
+
+
+def test_megengine_roi_align_is_not_onnx_roialign():
+    x, rois = np.zeros((1, 1, 4, 4), np.float32), np.zeros((1, 5), np.float32)
+    with pytest.raises(mo.OnnxExportError, match="MegEngine's convention"):
+        mo.export(_plan(lambda a, r: F.vision.roi_align(a, r, 2), x, rois))
+    with pytest.raises(mo.OnnxExportError, match="one sampling ratio"):
+        mo.export(_plan(lambda a, r: F.vision.roi_align(a, r, 2, sample_points=(1, 2),
+                                                        convention="onnx"), x, rois))

@@ -72,11 +72,15 @@ def bilinear_zero(plane, y, x):
 
 
 def roi_align_ref(x, rois, out, mode, scale, samples, aligned):
-    (oh, ow), (sh, sw), off = out, samples, 0.5 if aligned else 0.0
+    """MegEngine's roi_align; samples (0, 0): ceil(bin size) per axis (0: the bin gives 0)."""
+    (oh, ow), off = out, 0.5 if aligned else 0.0
     y = np.zeros((len(rois), x.shape[1], oh, ow))
     for k, (b, x0, y0, x1, y1) in enumerate(rois):
         x0, y0, x1, y1 = (v * scale - off for v in (x0, y0, x1, y1))
         bh, bw = max(y1 - y0, 0) / oh, max(x1 - x0, 0) / ow
+        sh, sw = samples if samples != (0, 0) else (int(np.ceil(bh)), int(np.ceil(bw)))
+        if sh * sw == 0:
+            continue
         for c, ph, pw in np.ndindex(x.shape[1], oh, ow):
             vals = [bilinear_zero(x[int(b), c], y0 + bh * (ph + (i + 0.5) / sh),
                                   x0 + bw * (pw + (j + 0.5) / sw))
@@ -236,6 +240,17 @@ def test_roi_align_matches_numpy(mode, aligned, dtype):
     np.testing.assert_allclose(got, want, **tol(dtype))
 
 
+@pytest.mark.parametrize("mode", ["average", "max"])
+def test_roi_align_adaptive_sampling_matches_numpy(mode):
+    x = RNG.standard_normal((2, 3, 9, 11))
+    rois = random_rois(6, 2, 20)
+    rois[0, 3] = rois[0, 1]  # an empty box: no samples, 0
+    got = run(lambda a, r: F.vision.roi_align(a, r, (3, 2), mode, 0.5, 0), x, rois)
+    want = roi_align_ref(x, rois, (3, 2), mode, 0.5, (0, 0), True)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert (got[0] == 0).all()
+
+
 @pytest.mark.parametrize("mode", ["max", "average"])
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_roi_pooling_matches_numpy(mode, dtype):
@@ -333,8 +348,8 @@ def test_detection_head_post_processing():
                                   g.input("r", (3, 4), "float32"), 2),
      r"roi_align.*rois must be \(K, 5\).*got shape \(3, 4\)"),
     (lambda g: F.vision.roi_align(g.input("x", (1, 2, 4, 4), "float32"),
-                                  g.input("r", (3, 5), "float32"), 2, sample_points=0),
-     r"roi_align.*sample_points must be a pair of ints >= 1"),
+                                  g.input("r", (3, 5), "float32"), 2, sample_points=(2, 0)),
+     r"roi_align.*sample_points must be \(0, 0\).*or a pair of ints >= 1, got \(2, 0\)"),
     (lambda g: F.vision.roi_pooling(g.input("x", (1, 2, 4, 4), "float32"),
                                     g.input("r", (3, 5), "float32"), 2, mode="median"),
      r"roi_pooling.*mode must be one of"),
