@@ -148,9 +148,9 @@ def nms(boxes, scores, iou_thresh, max_output=None):
     """MegEngine's nms: the int32 indices of the boxes (N, 4) = (x0, y0, x1, y1) kept by greedy
     non-maximum suppression (a box is dropped when its IoU with a kept, higher-scored box is
     above ``iou_thresh``), by descending score; ties keep index order. At most ``max_output``
-    (default N). Eager calls give exactly the kept indices; in a graph, whose shapes cannot
-    depend on data, the output has ``max_output`` entries, the kept ones first and -1 after
-    them (count the entries >= 0).
+    (default N). Eager calls give exactly the kept indices; in a graph or a trace, whose
+    shapes cannot depend on data, the output has ``max_output`` entries, the kept ones first
+    and -1 after them (count the entries >= 0).
 
     >>> keep = F.vision.nms(boxes, scores, iou_thresh=0.7)
     """
@@ -161,6 +161,6 @@ def nms(boxes, scores, iou_thresh, max_output=None):
                              "give max_output, the fixed length of the output")
         max_output = boxes.shape[0]
     keep = apply("nms", (boxes, scores), iou_thresh=float(iou_thresh), max_output=max_output)
-    if not boxes.graph.eager:
+    if not boxes.graph.eager or boxes.graph.replayed:  # a replay keeps no length read now
         return keep
     return keep[:int((keep.numpy() >= 0).sum())]

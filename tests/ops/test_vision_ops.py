@@ -8,6 +8,7 @@ import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph import runtime
 from mgegraph.ir.errors import KernelError, OpError
+from mgegraph.jit import trace
 
 RNG = np.random.default_rng(0)
 FLOATS = (np.float32, np.float64)
@@ -299,6 +300,20 @@ def test_nms_eager_gives_exactly_the_kept_indices():
     keep = F.vision.nms(mg.tensor(boxes), mg.tensor(scores), iou_thresh=0.5)
     np.testing.assert_array_equal(keep.numpy(), [3, 2])
     assert keep.numpy().dtype == np.int32
+
+
+def test_nms_in_a_trace_keeps_the_fixed_length():
+    """A trace replays its plan: a length read from one call's values would be wrong in the
+    next, so a traced nms gives max_output entries, -1 padded, in every call."""
+    @trace
+    def keep(b, s):
+        return F.vision.nms(b, s, 0.5)
+
+    scores = mg.tensor(np.array([0.9, 0.8, 0.7], np.float32))
+    first = np.array([[0, 0, 10, 10], [1, 1, 10, 10], [20, 20, 30, 30]], np.float32)
+    second = np.array([[0, 0, 10, 10], [50, 50, 60, 60], [20, 20, 30, 30]], np.float32)
+    np.testing.assert_array_equal(keep(mg.tensor(first), scores).numpy(), [0, 2, -1])
+    np.testing.assert_array_equal(keep(mg.tensor(second), scores).numpy(), [0, 1, 2])
 
 
 def test_nms_refuses_nan_scores():
