@@ -5,7 +5,8 @@
 // Parameters: the CPU's Sample, Roi and Nms structs (kernel_abi/vision.py packs them):
 //   sample: x, grid, y;  sample_backward_data: grid, dy, dx;
 //   sample_backward_points: x, grid, dy, dgrid       floats [the constant border's value]
-//   roi: x, rois, y;  roi_backward: x, rois, dy, dx    floats [scale, offset]
+//   roi: x, rois, y;  roi_backward: x, rois, dy, dx;  roi_backward_rois: x, rois, dy, drois
+//       floats [scale, offset]
 //   nms: boxes, scores, keep (int32), workspace (2 n indices)   floats [iou threshold]
 //
 // Semantics are the CPU kernels': the same operations in double in the same order, so results
@@ -278,14 +279,18 @@ struct Box {
     i64 image;
     double x0, y0, bin_h, bin_w;  // roi_align: its corner and bin sizes, in input pixels
     i64 sh, sw;                   // roi_align: its samples per bin
+    bool grow_h, grow_w;          // roi_align: its bins grow with its far corner (unclamped)
     i64 px0, py0;                 // roi_pooling: its rounded corner
 };
 
 #define MG_MAX_SAMPLES 65536  // per bin and axis: an adaptive count past it is no real box
 
+__device__ bool unclamped(double lo, double hi, const Roi& s, double offset) {
+    return s.kind == R_ALIGN ? hi > lo : offset != 0 || hi - lo > 1;
+}
+
 __device__ double extent(double lo, double hi, const Roi& s, double offset) {
-    if (s.kind == R_ALIGN) return hi > lo ? hi - lo : 0;
-    return offset != 0 || hi - lo > 1 ? hi - lo : 1;
+    return unclamped(lo, hi, s, offset) ? hi - lo : (s.kind == R_ALIGN ? 0 : 1);
 }
 
 __device__ bool samples(i64 fixed, double bin, i64* count) {
@@ -307,6 +312,8 @@ __device__ int read_box(const T* roi, const Roi& s, double scale, double offset,
         const double y1 = far_clamp(roi[4] * scale - offset);
         box->bin_w = extent(box->x0, x1, s, offset) / s.ow;
         box->bin_h = extent(box->y0, y1, s, offset) / s.oh;
+        box->grow_w = unclamped(box->x0, x1, s, offset);
+        box->grow_h = unclamped(box->y0, y1, s, offset);
         if (!samples(s.sh, box->bin_h, &box->sh) || !samples(s.sw, box->bin_w, &box->sw))
             return MG_STATUS_BAD_VALUE;
         return 0;
@@ -494,6 +501,86 @@ template <class T> __device__ void roi_backward(const MgArgs& a) {
     }
 }
 
+// -- roi_align's gradient in its boxes (vision.pyx says how a sample moves with its corners) -----
+template <class T>
+__device__ void slopes_at(const T* plane, const Roi& s, double y, double x, double* gy,
+                          double* gx) {
+    double ky = 1, kx = 1;
+    *gy = *gx = 0;
+    if (s.kind == R_ALIGN_ONNX) {
+        if (y < -1 || y > s.h || x < -1 || x > s.w) return;
+        if (y <= 0 || y >= s.h - 1) {
+            ky = 0;
+            y = y <= 0 ? 0 : (double)(s.h - 1);
+        }
+        if (x <= 0 || x >= s.w - 1) {
+            kx = 0;
+            x = x <= 0 ? 0 : (double)(s.w - 1);
+        }
+    }
+    const i64 h0 = (i64)floor(y), w0 = (i64)floor(x);
+    const double fy = y - h0, fx = x - w0;
+    double v[4];
+    for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 2; ++j) {
+            const i64 r = h0 + i, q = w0 + j;
+            v[2 * i + j] = r >= 0 && r < s.h && q >= 0 && q < s.w ? (double)plane[r * s.w + q] : 0;
+        }
+    *gy = ky * ((v[2] - v[0]) * (1 - fx) + (v[3] - v[1]) * fx);
+    *gx = kx * ((v[1] - v[0]) * (1 - fy) + (v[3] - v[2]) * fy);
+}
+
+template <class T>
+__device__ void box_slopes(const T* img, const Roi& s, const Box& box, i64 ph, i64 pw, double g,
+                           double scale, double* d) {
+    i64 first = 0, count = box.sh * box.sw, arg;
+    if (count == 0) return;
+    double w = g / count;
+    if (s.mode == M_MAX) {
+        align_bin(img, s, box, ph, pw, &arg);
+        first = arg;
+        count = arg + 1;
+        w = g;
+    }
+    for (i64 i = first; i < count; ++i) {
+        double y, x, gy, gx;
+        align_point(box, ph, pw, i, &y, &x);
+        slopes_at(img, s, y, x, &gy, &gx);
+        const double ty = (ph + (mg_div(i, box.sw) + 0.5) / box.sh) / s.oh;
+        const double tx = (pw + (mg_mod(i, box.sw) + 0.5) / box.sw) / s.ow;
+        d[0] += w * gx * scale * (box.grow_w ? 1 - tx : 1);
+        d[1] += w * gy * scale * (box.grow_h ? 1 - ty : 1);
+        d[2] += w * gx * scale * (box.grow_w ? tx : 0);
+        d[3] += w * gy * scale * (box.grow_h ? ty : 0);
+    }
+}
+
+// roi_backward_rois: a thread per box, its channels and bins in order
+template <class T> __device__ void roi_backward_rois(const MgArgs& a) {
+    const Roi s = *(const Roi*)a.ints;
+    const T* x = (const T*)a.bufs[0];
+    const T* rois = (const T*)a.bufs[1];
+    const T* dy = (const T*)a.bufs[2];
+    const i64 cells = s.oh * s.ow, full = s.h * s.w;
+    MG_FOR_ELEMENTS(s.k) {
+        Box box;
+        const int status = read_box(rois + 5 * i, s, a.floats[0], a.floats[1], &box);
+        if (status != 0) {
+            mg_fail(a, status);
+            continue;
+        }
+        double d[4] = {0, 0, 0, 0};
+        for (i64 c = 0; c < s.c; ++c)
+            for (i64 cell = 0; cell < cells; ++cell)
+                box_slopes(x + (box.image * s.c + c) * full, s, box, mg_div(cell, s.ow),
+                           mg_mod(cell, s.ow), (double)dy[(i * s.c + c) * cells + cell],
+                           a.floats[0], d);
+        T* out = (T*)a.bufs[3] + 5 * i;
+        out[0] = T(0);
+        for (int c = 0; c < 4; ++c) out[1 + c] = (T)d[c];
+    }
+}
+
 // -- nms ---------------------------------------------------------------------------------------
 template <class T> __device__ double iou(const T* a, const T* b) {
     const double w = (a[2] < b[2] ? a[2] : b[2]) - (a[0] > b[0] ? a[0] : b[0]);
@@ -562,6 +649,9 @@ template <class T> __device__ void nms(const MgArgs& a) {
     }                                                                                          \
     extern "C" __global__ void mg_roi_##DT(const MgArgs a) { roi_forward<T>(a); }             \
     extern "C" __global__ void mg_roi_backward_##DT(const MgArgs a) { roi_backward<T>(a); }   \
+    extern "C" __global__ void mg_roi_backward_rois_##DT(const MgArgs a) {                   \
+        roi_backward_rois<T>(a);                                                               \
+    }                                                                                          \
     extern "C" __global__ void mg_nms_##DT(const MgArgs a) { nms<T>(a); }
 
 MG_VISION_ENTRIES(float, f32)

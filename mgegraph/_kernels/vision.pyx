@@ -12,6 +12,7 @@
 #       floats: [the constant border's value]
 #   roi:                     bufs: x, rois (k, 5), y (k, c, oh, ow)
 #   roi_backward:            bufs: x, rois, dy, dx
+#   roi_backward_rois:       bufs: x, rois, dy, drois (roi_align only)
 #       floats: [scale, offset]
 #   nms:                     bufs: boxes (n, 4), scores (n,), keep (max_output,) int32,
 #                            workspace (2 * n indices)     floats: [iou threshold]
@@ -365,6 +366,7 @@ ctypedef struct Box:
     Py_ssize_t image
     double x0, y0, bin_h, bin_w       # roi_align: its corner and bin sizes, in input pixels
     Py_ssize_t sh, sw                 # roi_align: its samples per bin
+    bint grow_h, grow_w               # roi_align: its bins grow with its far corner (unclamped)
     Py_ssize_t px0, py0               # roi_pooling: its rounded corner
 
 
@@ -376,11 +378,17 @@ cdef inline double far_clamp(double v) noexcept nogil:
     return FAR if v > FAR else (-FAR if v < -FAR else v)
 
 
-cdef inline double extent(double lo, double hi, const Roi* s, double offset) noexcept nogil:
-    # a box side: MegEngine's at least 0; ONNX's at least 1 unless half-pixel (offset 0.5)
+cdef inline bint unclamped(double lo, double hi, const Roi* s, double offset) noexcept nogil:
+    # a box side is hi - lo: MegEngine's at least 0; ONNX's at least 1 unless half-pixel
     if s.kind == R_ALIGN:
-        return hi - lo if hi > lo else 0
-    return hi - lo if offset != 0 or hi - lo > 1 else 1
+        return hi > lo
+    return offset != 0 or hi - lo > 1
+
+
+cdef inline double extent(double lo, double hi, const Roi* s, double offset) noexcept nogil:
+    if unclamped(lo, hi, s, offset):
+        return hi - lo
+    return 0 if s.kind == R_ALIGN else 1
 
 
 cdef inline int samples(Py_ssize_t fixed, double bin, Py_ssize_t* count) noexcept nogil:
@@ -406,6 +414,7 @@ cdef inline int read_box(const floating* roi, const Roi* s, double scale, double
         x1, y1 = far_clamp(roi[3] * scale - offset), far_clamp(roi[4] * scale - offset)
         box.bin_w = extent(box.x0, x1, s, offset) / s.ow
         box.bin_h = extent(box.y0, y1, s, offset) / s.oh
+        box.grow_w, box.grow_h = unclamped(box.x0, x1, s, offset), unclamped(box.y0, y1, s, offset)
         if samples(s.sh, box.bin_h, &box.sh) != KERNEL_OK:
             return KERNEL_BAD_VALUE
         return samples(s.sw, box.bin_w, &box.sw)
@@ -594,6 +603,82 @@ cdef inline int roi_channels(const RoiRun* r, Py_ssize_t lo, Py_ssize_t hi,
     return KERNEL_OK
 
 
+# -- roi_align's gradient in its boxes ---------------------------------------------------------
+# A sample at fraction t = (bin + (i + 0.5) / samples) / bins of a side moves with its corners:
+# y = y0 (1 - t) + y1 t (or y0 + t * size when the side is clamped), so dy/dy0 = scale (1 - t)
+# and dy/dy1 = scale t; the value's slope at the sample comes from its four taps.
+cdef inline void slopes_at(const floating* plane, const Roi* s, double y, double x,
+                           double* gy, double* gx) noexcept nogil:
+    # d value / d (y, x) at a sample, in the box's convention (0 where a clamp holds it)
+    cdef Py_ssize_t h0, w0, i, j, r, q
+    cdef double v[4]
+    cdef double fy, fx, ky = 1, kx = 1
+    gy[0] = gx[0] = 0
+    if s.kind == R_ALIGN_ONNX:
+        if y < -1 or y > s.h or x < -1 or x > s.w:
+            return
+        if y <= 0 or y >= s.h - 1:
+            ky, y = 0, (0 if y <= 0 else <double>(s.h - 1))
+        if x <= 0 or x >= s.w - 1:
+            kx, x = 0, (0 if x <= 0 else <double>(s.w - 1))
+    h0, w0 = <Py_ssize_t>floor(y), <Py_ssize_t>floor(x)
+    fy, fx = y - h0, x - w0
+    for i in range(2):
+        for j in range(2):
+            r, q = h0 + i, w0 + j
+            v[2 * i + j] = <double>plane[r * s.w + q] if 0 <= r < s.h and 0 <= q < s.w else 0
+    gy[0] = ky * ((v[2] - v[0]) * (1 - fx) + (v[3] - v[1]) * fx)
+    gx[0] = kx * ((v[1] - v[0]) * (1 - fy) + (v[3] - v[2]) * fy)
+
+
+cdef inline void box_slopes(const floating* img, const Roi* s, const Box* box, Py_ssize_t ph,
+                            Py_ssize_t pw, double g, double scale, double* d) noexcept nogil:
+    # adds one bin's gradient g into d = d(x0, y0, x1, y1) of its box
+    cdef Py_ssize_t i, first = 0, count = box.sh * box.sw, arg
+    cdef double y, x, gy, gx, ty, tx, w = g / count if count > 0 else 0
+    if count == 0:
+        return
+    if s.mode == M_MAX:
+        align_bin(img, s, box, ph, pw, &arg)
+        first, count, w = arg, arg + 1, g
+    for i in range(first, count):
+        align_point(box, ph, pw, i, &y, &x)
+        slopes_at(img, s, y, x, &gy, &gx)
+        ty = (ph + (i // box.sw + 0.5) / box.sh) / s.oh
+        tx = (pw + (i % box.sw + 0.5) / box.sw) / s.ow
+        d[0] += w * gx * scale * (1 - tx if box.grow_w else 1)
+        d[1] += w * gy * scale * (1 - ty if box.grow_h else 1)
+        d[2] += w * gx * scale * (tx if box.grow_w else 0)
+        d[3] += w * gy * scale * (ty if box.grow_h else 0)
+
+
+cdef inline int roi_boxes(const RoiRun* r, Py_ssize_t lo, Py_ssize_t hi,
+                          floating* tag) noexcept nogil:
+    # roi_backward_rois: the gradients of boxes [lo, hi), over their channels and bins in order
+    cdef const Roi* s = &r.s
+    cdef Py_ssize_t k, c, cell, cells = s.oh * s.ow, full = s.h * s.w
+    cdef double d[4]
+    cdef floating* out
+    cdef Box box
+    cdef int status
+    for k in range(lo, hi):
+        status = read_box(<const floating*>r.rois + 5 * k, s, r.scale, r.offset, &box)
+        if status != KERNEL_OK:
+            return status
+        d[0] = d[1] = d[2] = d[3] = 0
+        for c in range(s.c):
+            for cell in range(cells):
+                box_slopes(<const floating*>r.x + (box.image * s.c + c) * full, s, &box,
+                           cell // s.ow, cell % s.ow,
+                           <double>(<const floating*>r.dy)[(k * s.c + c) * cells + cell],
+                           r.scale, d)
+        out = <floating*>r.out + 5 * k
+        out[0] = 0  # the batch index: no gradient
+        for c in range(4):
+            out[1 + c] = <floating>d[c]
+    return KERNEL_OK
+
+
 cdef int roi_f32(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return roi_cells(<const RoiRun*>ctx, lo, hi, <float*>NULL)
 cdef int roi_f64(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
@@ -602,17 +687,28 @@ cdef int roi_back_f32(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcep
     return roi_channels(<const RoiRun*>ctx, lo, hi, <float*>NULL)
 cdef int roi_back_f64(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return roi_channels(<const RoiRun*>ctx, lo, hi, <double*>NULL)
+cdef int roi_rois_f32(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return roi_boxes(<const RoiRun*>ctx, lo, hi, <float*>NULL)
+cdef int roi_rois_f64(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return roi_boxes(<const RoiRun*>ctx, lo, hi, <double*>NULL)
 
 
-cdef inline int run_roi(const Call* c, bint backward, bint f32) noexcept nogil:
+cdef enum RoiPass:
+    P_FORWARD, P_DATA, P_BOXES
+
+
+cdef inline int run_roi(const Call* c, RoiPass which, bint f32) noexcept nogil:
     cdef RoiRun r
+    cdef bint backward = which != P_FORWARD
     r.s = (<const Roi*>c.ints)[0]
     r.scale, r.offset = c.floats[0], c.floats[1]
     r.x, r.rois = c.bufs[0], c.bufs[1]
     r.dy = c.bufs[2] if backward else NULL
     r.out = c.bufs[3] if backward else c.bufs[2]
-    if backward:
+    if which == P_DATA:
         return parallel_for(r.s.threads, r.s.c, roi_back_f32 if f32 else roi_back_f64, &r)
+    if which == P_BOXES:
+        return parallel_for(r.s.threads, r.s.k, roi_rois_f32 if f32 else roi_rois_f64, &r)
     return parallel_for(r.s.threads, r.s.k * r.s.c, roi_f32 if f32 else roi_f64, &r)
 
 
@@ -700,13 +796,17 @@ cdef int sample_backward_points_f32(const Call* c) noexcept nogil:
 cdef int sample_backward_points_f64(const Call* c) noexcept nogil:
     return run_sample(c, S_POINTS, c.bufs[0], c.bufs[1], c.bufs[2], c.bufs[3], False)
 cdef int roi_kernel_f32(const Call* c) noexcept nogil:
-    return run_roi(c, False, True)
+    return run_roi(c, P_FORWARD, True)
 cdef int roi_kernel_f64(const Call* c) noexcept nogil:
-    return run_roi(c, False, False)
+    return run_roi(c, P_FORWARD, False)
 cdef int roi_backward_f32(const Call* c) noexcept nogil:
-    return run_roi(c, True, True)
+    return run_roi(c, P_DATA, True)
 cdef int roi_backward_f64(const Call* c) noexcept nogil:
-    return run_roi(c, True, False)
+    return run_roi(c, P_DATA, False)
+cdef int roi_backward_rois_f32(const Call* c) noexcept nogil:
+    return run_roi(c, P_BOXES, True)
+cdef int roi_backward_rois_f64(const Call* c) noexcept nogil:
+    return run_roi(c, P_BOXES, False)
 cdef int nms_f32(const Call* c) noexcept nogil:
     return nms_impl(<const float*>c.bufs[0], <const float*>c.bufs[1], <int*>c.bufs[2],
                     <Py_ssize_t*>c.bufs[3], <const Nms*>c.ints, c.floats[0])
@@ -723,5 +823,7 @@ KERNELS = {
     "roi_f32": kernel_address(roi_kernel_f32), "roi_f64": kernel_address(roi_kernel_f64),
     "roi_backward_f32": kernel_address(roi_backward_f32),
     "roi_backward_f64": kernel_address(roi_backward_f64),
+    "roi_backward_rois_f32": kernel_address(roi_backward_rois_f32),
+    "roi_backward_rois_f64": kernel_address(roi_backward_rois_f64),
     "nms_f32": kernel_address(nms_f32), "nms_f64": kernel_address(nms_f64),
 }

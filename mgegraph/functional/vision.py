@@ -119,8 +119,8 @@ def roi_align(inp, rois, output_shape, mode="average", spatial_scale=1.0, sample
     scaled by ``spatial_scale`` (and shifted by -0.5 when ``aligned``), cut into
     ``output_shape`` bins, each the average or max of ``sample_points`` bilinear samples
     (zero outside the image; 0 samples: ceil(bin size) per axis, per box). Gives
-    (K, C, *output_shape); differentiable in ``inp`` (the boxes get a zero gradient, as in
-    MegEngine). ``convention="onnx"`` gives ONNX's RoiAlign (torchvision's roi_align)
+    (K, C, *output_shape); differentiable in ``inp`` and in the boxes' corners (MegEngine
+    gives the boxes none). ``convention="onnx"`` gives ONNX's RoiAlign (torchvision's roi_align)
     instead: unaligned boxes at least a pixel wide, points clamped into the image (0 only
     beyond a pixel outside), and max over each sample's weighted taps (no gradient then).
 

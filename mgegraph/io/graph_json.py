@@ -52,7 +52,8 @@ OP_VERSIONS = {
     # detection and geometry (ops/vision.py)
     "grid_sample": 1, "grid_sample_backward_data": 1, "grid_sample_backward_grid": 1, "nms": 1,
     "remap": 1, "remap_backward_data": 1, "remap_backward_map": 1, "roi_align": 1,
-    "roi_align_backward": 1, "roi_pooling": 1, "roi_pooling_backward": 1,
+    "roi_align_backward": 1, "roi_align_backward_rois": 1, "roi_pooling": 1,
+    "roi_pooling_backward": 1,
 }
 
 SOURCES = ("input", "param", "const")

@@ -113,4 +113,6 @@ def implement(table, threads=one_thread) -> None:
         table.implement(op, kernel="roi", dtypes=FLOAT_DTYPES, lower=_roi_lower(threads))
         table.implement(f"{op}_backward", kernel="roi_backward", dtypes=FLOAT_DTYPES,
                         lower=_roi_lower(threads))
+    table.implement("roi_align_backward_rois", kernel="roi_backward_rois", dtypes=FLOAT_DTYPES,
+                    lower=_roi_lower(threads))
     table.implement("nms", kernel="nms", dtypes=FLOAT_DTYPES, lower=_nms_lower)

@@ -184,7 +184,8 @@ def _check_roi_attrs(name, attrs):
         except ValueError:
             raise ValueError(f"sample_points must be (0, 0) (as many as each bin spans) or a "
                              f"pair of ints >= 1, got {attrs['sample_points']!r}") from None
-    if name == "roi_align_backward" and attrs["convention"] == "onnx" and attrs["mode"] == "max":
+    if name.startswith("roi_align_backward") and attrs["convention"] == "onnx" \
+            and attrs["mode"] == "max":
         raise ValueError("ONNX's max mode (the largest weighted tap of any sample) has no "
                          "gradient")
 
@@ -208,7 +209,8 @@ def _roi_infer(name):
 
 
 def _roi_backward_infer(name):
-    # (x, rois, dy) -> dx: x gives the shape and, for max, where each bin's maximum was
+    # (x, rois, dy) -> dx (x gives the shape and, for max, where each bin's maximum was), or
+    # -> drois for roi_align_backward_rois
     def infer(in_types, attrs):
         x, rois, dy = in_types
         same_dtype(in_types)
@@ -216,29 +218,34 @@ def _roi_backward_infer(name):
         if not same_shape(dy.shape, want.shape, "the region pooling's output gradient"):
             raise ValueError(f"output gradient has shape {dy.shape}, but pooling {rois.shape[0]} "
                              f"regions of a {x.shape} input gives {want.shape}")
-        return (x,)
+        return (rois,) if name.endswith("_rois") else (x,)
     return infer
 
 
-def _roi_rule(backward):
-    # The boxes get none (a zero gradient), as in MegEngine: exact for roi_pooling, whose
-    # rounded bins move in steps; roi_align's output does move with its boxes.
+def _roi_rule(backward, boxes):
+    # roi_pooling's boxes get none (a zero gradient): its rounded bins move in steps, so zero
+    # is exact almost everywhere. roi_align's samples move with its boxes' corners.
     def grad(node, out_grads):
         x, rois = node.inputs
-        return apply(backward, (x, rois, out_grads[0]), **node.attr), None
+        inputs = (x, rois, out_grads[0])
+        return (apply(backward, inputs, **node.attr),
+                apply(boxes, inputs, **node.attr) if boxes else None)
     return grad
 
 
-def _register_roi(name, attrs):
-    backward = f"{name}_backward"
-    register(OpDef(name, "nn", _roi_infer(name), attrs=attrs, grad=_roi_rule(backward),
+def _register_roi(name, attrs, box_gradient):
+    backward, boxes = f"{name}_backward", f"{name}_backward_rois" if box_gradient else None
+    register(OpDef(name, "nn", _roi_infer(name), attrs=attrs, grad=_roi_rule(backward, boxes),
                    flops_per_element=16.0))
-    register(OpDef(backward, "nn", _roi_backward_infer(backward), attrs=attrs))
+    for op in (backward, boxes) if boxes else (backward,):
+        register(OpDef(op, "nn", _roi_backward_infer(op), attrs=attrs))
 
 
 _register_roi("roi_align", {"output_shape": REQUIRED, "mode": "average", "spatial_scale": 1.0,
-                            "sample_points": (2, 2), "aligned": True, "convention": "megengine"})
-_register_roi("roi_pooling", {"output_shape": REQUIRED, "mode": "max", "scale": 1.0})
+                            "sample_points": (2, 2), "aligned": True, "convention": "megengine"},
+              box_gradient=True)
+_register_roi("roi_pooling", {"output_shape": REQUIRED, "mode": "max", "scale": 1.0},
+              box_gradient=False)
 
 
 # -- nms ------------------------------------------------------------------------------------

@@ -100,3 +100,20 @@ def test_second_order_through_a_sampler_is_refused_by_name():
     (dgrid,) = mg.grad(F.sum(F.vision.grid_sample(x, grid)), [grid])
     with pytest.raises(GraphError, match="grid_sample_backward_grid.*no gradient rule"):
         mg.grad(F.sum(dgrid), [x])
+
+
+@pytest.mark.parametrize("mode", ["average", "max"])
+@pytest.mark.parametrize("convention, aligned, samples", [
+    ("megengine", True, (2, 2)), ("megengine", False, (1, 3)), ("megengine", True, 0),
+    ("onnx", False, (2, 2)), ("onnx", True, (2, 1))])
+def test_roi_align_grad_in_its_boxes(mode, convention, aligned, samples):
+    if convention == "onnx" and mode == "max":
+        pytest.skip("ONNX's max mode has no gradient")
+    # a box reaching past the image, one inside, one thinner than a pixel (clamped sides)
+    corners = np.array([[-0.8, 0.6, 5.2, 6.5], [1.5, 2.2, 4.3, 5.1], [2.1, 1.4, 2.6, 1.9]])
+
+    def pooled(x, c):  # the batch indices fixed, the corners differentiated
+        rois = F.concat([c.graph.const(np.array([[0.0], [1.0], [1.0]])), c], axis=1)
+        return F.vision.roi_align(x, rois, (2, 3), mode, 0.9, samples, aligned,
+                                  convention=convention)
+    gradcheck(pooled, rand(2, 3, 6, 7), corners)

@@ -100,6 +100,9 @@ def test_region_pooling_and_gradient_are_bitwise(dtype, op, attrs):
     dy = RNG.standard_normal((5, 3, 2, 3)).astype(dtype)
     _same(node_of(op, [x, rois], output_shape=(2, 3), **attrs), [x, rois])
     _same(node_of(f"{op}_backward", [x, rois, dy], output_shape=(2, 3), **attrs), [x, rois, dy])
+    if op == "roi_align":
+        _same(node_of("roi_align_backward_rois", [x, rois, dy], output_shape=(2, 3), **attrs),
+              [x, rois, dy])
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

@@ -271,6 +271,9 @@ for _name, _attrs in _ROI.items():
         [_input(g, (b, 3, b + 6, 9)), _input(g, (b + 1, 5))], a))
     CASES[f"{_name}_backward"] = _node(f"{_name}_backward", lambda g, b, a=_attrs: (
         [_input(g, (b, 3, b + 6, 9)), _input(g, (b + 1, 5)), _input(g, (b + 1, 3, 2, 3))], a))
+CASES["roi_align_backward_rois"] = _node("roi_align_backward_rois", lambda g, b: (
+    [_input(g, (b, 3, b + 6, 9)), _input(g, (b + 1, 5)), _input(g, (b + 1, 3, 2, 3))],
+    _ROI["roi_align"]))
 CASES["nms"] = _node("nms", lambda g, b: (
     [_input(g, (b, 4)), _input(g, (b,))], {"iou_thresh": 0.5, "max_output": 3}))
 

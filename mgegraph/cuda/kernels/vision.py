@@ -14,12 +14,13 @@ from .reuse import family_kernels, implement_shared
 
 
 def _threads(family, ints) -> int:
-    """The threads of one launch: a point, a plane of dx, a bin or a channel of dx each."""
+    """The threads of one launch: a point, a plane of dx, a bin, a channel of dx or a box
+    each."""
     if family.startswith("sample"):
         _, _, _, _, n, c, _, _, oh, ow = ints[:10]
         return n * c if family == "sample_backward_data" else n * oh * ow
     _, _, _, c, _, _, k, oh, ow = ints[:9]
-    return c if family == "roi_backward" else k * c * oh * ow
+    return {"roi_backward": c, "roi_backward_rois": k}.get(family, k * c * oh * ow)
 
 
 def _steps(family, dtype):
