@@ -2,7 +2,7 @@
 20: 2-D images; 20's ``linear``/``cubic`` are 16's ``bilinear``/``bicubic``) and ``RoiAlign``
 (roi_align in ONNX's convention: its interpolation clamps points at the image's edge and its
 max mode takes the largest weighted tap, where MegEngine's reads zeros outside and takes the
-largest sample).
+largest sample), and ``MaxRoiPool`` (roi_pooling's max mode: both are Caffe's ROI pooling).
 
 Not converted: ``NonMaxSuppression``, whose output's length is the number of boxes kept, known
 only at run time; mgegraph's nms gives a fixed length padded with -1.
@@ -53,4 +53,12 @@ def _roi_align(cx: Context, ins, at):
         aligned=coords == "half_pixel", convention="onnx")]
 
 
-CONVERTERS = {"GridSample": _grid_sample, "RoiAlign": _roi_align}
+def _max_roi_pool(cx: Context, ins, at):
+    x, rois = cx.var(ins[0]), cx.var(ins[1])
+    if x.ndim != 4 or "pooled_shape" not in at:
+        cx.fail(f"MaxRoiPool needs an (N, C, H, W) input (got {x.shape}) and pooled_shape")
+    return [F.vision.roi_pooling(x, rois, tuple(int(v) for v in at["pooled_shape"]), "max",
+                                 float(at.get("spatial_scale", 1.0)))]
+
+
+CONVERTERS = {"GridSample": _grid_sample, "RoiAlign": _roi_align, "MaxRoiPool": _max_roi_pool}

@@ -491,6 +491,15 @@ def _roi_align(w, n, ins):
                  spatial_scale=float(at["spatial_scale"]), **(attrs if w.opset >= 16 else {}))
 
 
+@writer("roi_pooling")
+def _roi_pooling(w, n, ins):
+    if n.attr["mode"] != "max":
+        raise OnnxExportError("roi_pooling's average mode has no ONNX form (MaxRoiPool pools "
+                              "by max)")
+    return w.add("MaxRoiPool", ins, pooled_shape=list(n.attr["output_shape"]),
+                 spatial_scale=float(n.attr["scale"]))
+
+
 # -- the walk -----------------------------------------------------------------------------
 def _source(obj):
     """(graph, outputs) of a Plan, a traced function, a Predictor or a (graph, outputs) pair."""

@@ -167,3 +167,18 @@ def test_megengine_roi_align_is_not_onnx_roialign():
     with pytest.raises(mo.OnnxExportError, match="one sampling ratio"):
         mo.export(_plan(lambda a, r: F.vision.roi_align(a, r, 2, sample_points=(1, 2),
                                                         convention="onnx"), x, rois))
+
+
+def test_roi_pooling_exports_as_maxroipool_and_imports_back():
+    x = RNG.standard_normal((2, 3, 8, 10)).astype(np.float32)
+    corners = np.sort(RNG.uniform(-2, 22, (7, 2, 2)), axis=1)
+    rois = np.column_stack([RNG.integers(0, 2, 7), corners[:, 0, 0], corners[:, 1, 0],
+                            corners[:, 0, 1], corners[:, 1, 1]]).astype(np.float32)
+    plan = _plan(lambda a, r: F.vision.roi_pooling(a, r, (3, 4), scale=0.5), x, rois)
+    (want,) = plan.run({"x0": x, "x1": rois})
+    model, got = _through_ort(plan, {"x0": x, "x1": rois}, 17)
+    assert [n.op_type for n in model.graph.node] == ["MaxRoiPool"]
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(mo.import_model(model).run({"x0": x, "x1": rois})[0], want)
+    with pytest.raises(mo.OnnxExportError, match="average mode has no ONNX form"):
+        mo.export(_plan(lambda a, r: F.vision.roi_pooling(a, r, 2, "average"), x, rois))
