@@ -97,11 +97,18 @@ def _points(name, x, grid):
     return TensorType((x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]), x.dtype)
 
 
+def _sampled_image(name, x, what="input"):
+    # a border mode folds a point into the image, which needs a pixel to fold it onto
+    _image(name, x, what)
+    if any(not named(s) and s == 0 for s in x.shape[2:]):
+        raise ValueError(f"{what} has an empty image {x.shape[2:]}: there is no pixel to sample")
+
+
 def _sample_infer(name):
     def infer(in_types, attrs):
         x, grid = in_types
         same_dtype(in_types)
-        _image(name, x)
+        _sampled_image(name, x)
         _check_sample_attrs(name, attrs)
         return (_points(name, x, grid),)
     return infer
@@ -115,6 +122,7 @@ def _sample_data_infer(name):
         _image(name, dy, "output gradient")
         _check_sample_attrs(name, attrs)
         x = TensorType(dy.shape[:2] + _size_pair(attrs, "input_hw", names=True), dy.dtype)
+        _sampled_image(name, x, "the input")
         _check_sampled(name, x, grid, dy)
         return (x,)
     return infer
@@ -125,7 +133,7 @@ def _sample_points_infer(name):
     def infer(in_types, attrs):
         x, grid, dy = in_types
         same_dtype(in_types)
-        _image(name, x)
+        _sampled_image(name, x)
         _check_sample_attrs(name, attrs)
         _check_sampled(name, x, grid, dy)
         return (grid,)
