@@ -4,8 +4,9 @@ their gradient rules are made of.
 
 The family lives in: ops/vision.py (meaning), functional/vision.py (public functions, with
 warp_perspective and warp_affine as compositions over remap), kernel_abi/vision.py (parameter
-blocks), _kernels/vision.pyx and _kernels/lowering/vision.py (CPU), csrc_cuda/vision.cu and
-cuda/kernels/vision.py (CUDA), onnx/convert_vision.py and onnx/exporter.py (ONNX).
+blocks), _kernels/vision.pyx with its .pxi files and _kernels/lowering/vision.py (CPU),
+csrc_cuda/vision.cu with its .cuh files and cuda/kernels/vision.py (CUDA),
+onnx/convert_vision.py and onnx/exporter.py (ONNX).
 
 NOTE: nms's output length depends on the data, a plan's cannot: nms gives ``max_output``
 int32 indices, those kept first (by descending score) and -1 after them; the count kept is the
@@ -17,6 +18,7 @@ import math
 
 import numpy as np
 
+from ..ir.facts import require_at_least
 from ..ir.types import TensorType
 from .builder import apply
 from .matmul import same_dtype
@@ -27,8 +29,8 @@ GRID_PADDINGS = ("zeros", "border", "reflection")
 REMAP_BORDERS = ("replicate", "reflect", "reflect_101", "wrap", "constant")
 REMAP_INTERPS = ("linear", "nearest")
 ROI_MODES = ("average", "max")
-# MegEngine's roi_align, or ONNX's RoiAlign (torchvision's): kernel_abi/vision.py and
-# _kernels/vision.pyx say how they differ
+# MegEngine's roi_align, or ONNX's RoiAlign (torchvision's): _kernels/vision_roi.pxi says how
+# they differ
 ROI_CONVENTIONS = ("megengine", "onnx")
 
 
@@ -100,8 +102,12 @@ def _points(name, x, grid):
 def _sampled_image(name, x, what="input"):
     # a border mode folds a point into the image, which needs a pixel to fold it onto
     _image(name, x, what)
-    if any(not named(s) and s == 0 for s in x.shape[2:]):
-        raise ValueError(f"{what} has an empty image {x.shape[2:]}: there is no pixel to sample")
+    for side in x.shape[2:]:
+        if named(side):  # checked when the name is bound
+            require_at_least(side, 1, f"{name}'s image side")
+        elif side == 0:
+            raise ValueError(f"{what} has an empty image {x.shape[2:]}: there is no pixel to "
+                             "sample")
 
 
 def _sample_infer(name):
@@ -122,7 +128,6 @@ def _sample_data_infer(name):
         _image(name, dy, "output gradient")
         _check_sample_attrs(name, attrs)
         x = TensorType(dy.shape[:2] + _size_pair(attrs, "input_hw", names=True), dy.dtype)
-        _sampled_image(name, x, "the input")
         _check_sampled(name, x, grid, dy)
         return (x,)
     return infer
