@@ -55,13 +55,14 @@ __device__ __forceinline__ i64 imax(i64 a, i64 b) { return a > b ? a : b; }
 #include "vision_roi.cuh"
 
 // -- nms ---------------------------------------------------------------------------------------
-template <class T> __device__ double iou(const T* a, const T* b) {
+// IoU(a, b) > thresh as MegEngine tests it, without a division (the CPU's overlaps)
+template <class T> __device__ bool overlaps(const T* a, const T* b, double thresh) {
     const double w = (a[2] < b[2] ? a[2] : b[2]) - (a[0] > b[0] ? a[0] : b[0]);
     const double h = (a[3] < b[3] ? a[3] : b[3]) - (a[1] > b[1] ? a[1] : b[1]);
     const double inter = (w > 0 ? w : 0) * (h > 0 ? h : 0);
     const double uni = ((double)a[2] - a[0]) * ((double)a[3] - a[1]) +
                        ((double)b[2] - b[0]) * ((double)b[3] - b[1]) - inter;
-    return inter / uni;
+    return inter > uni * thresh;
 }
 
 // 0..n-1 by descending score, ties in index order (the CPU's bottom-up merge sort)
@@ -106,7 +107,7 @@ template <class T> __device__ void nms(const MgArgs& a) {
     for (i64 i = 0; i < s.boxes && kept < s.max_output; ++i) {
         bool alive = true;
         for (i64 j = 0; j < kept && alive; ++j)
-            alive = !(iou(boxes + 4 * order[i], boxes + 4 * (i64)keep[j]) > a.floats[0]);
+            alive = !overlaps(boxes + 4 * order[i], boxes + 4 * (i64)keep[j], a.floats[0]);
         if (alive) keep[kept++] = (int)order[i];
     }
     for (i64 i = kept; i < s.max_output; ++i) keep[i] = -1;

@@ -33,7 +33,7 @@ __device__ int read_box(const T* roi, const Roi& s, double scale, double offset,
     const double b = (double)roi[0];
     for (int i = 1; i < 5; ++i)
         if (!is_finite((double)roi[i])) return MG_STATUS_BAD_VALUE;
-    if (!(b >= 0 && b < s.n && b == floor(b))) return MG_STATUS_INDEX_OUT_OF_RANGE;
+    if (!(b > -1 && b < s.n)) return MG_STATUS_INDEX_OUT_OF_RANGE;  // truncated, as MegEngine
     box->image = (i64)b;
     if (s.kind != R_POOLING) {
         box->x0 = far_clamp(roi[1] * scale - offset);

@@ -49,7 +49,7 @@ cdef inline int read_box(const floating* roi, const Roi* s, double scale, double
     for i in range(1, 5):
         if not isfinite(<double>roi[i]):
             return KERNEL_BAD_VALUE
-    if not (b >= 0 and b < s.n and b == floor(b)):
+    if not (b > -1 and b < s.n):  # truncated to an image's index, as MegEngine reads it
         return KERNEL_INDEX_OUT_OF_RANGE
     box.image = <Py_ssize_t>b
     if s.kind != R_POOLING:

@@ -180,8 +180,9 @@ _register_sampler("remap", {"border_mode": "replicate", "scalar": 0.0, "interp_m
 
 # -- region pooling: roi_align and roi_pooling ------------------------------------------------
 # rois (K, 5): the batch index of each box's image, then its corners x0, y0, x1, y1 in input
-# pixels before ``scale``. An index outside [0, N) fails the run (KernelError), as it would
-# read another image.
+# pixels before ``scale``. The index is truncated toward zero, as MegEngine reads it (its own
+# examples pass fractions); one outside [0, N) then fails the run (KernelError): it would read
+# past the images.
 def _check_roi_attrs(name, attrs):
     _size_pair(attrs, "output_shape")
     _choice(attrs, "mode", ROI_MODES)

@@ -119,15 +119,16 @@ def nms_ref(boxes, scores, thresh, limit):
     for i in order:
         if len(keep) == limit:
             break
-        if all(iou_ref(boxes[i], boxes[j]) <= thresh for j in keep):
+        if not any(overlaps_ref(boxes[i], boxes[j], thresh) for j in keep):
             keep.append(i)
     return np.array(keep, np.int32)
 
 
-def iou_ref(a, b):
+def overlaps_ref(a, b, thresh):
+    """MegEngine's test of IoU(a, b) > thresh: intersection > union * thresh."""
     w = max(min(a[2], b[2]) - max(a[0], b[0]), 0)
     h = max(min(a[3], b[3]) - max(a[1], b[1]), 0)
-    return w * h / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - w * h)
+    return w * h > ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - w * h) * thresh
 
 
 def random_rois(k, n, size, rng=RNG):
@@ -265,7 +266,7 @@ def test_roi_pooling_matches_numpy(mode, dtype):
 
 def test_roi_batch_index_out_of_range_fails_the_run():
     x = np.zeros((2, 1, 4, 4), np.float32)
-    for index in (2.0, -1.0, 0.5):
+    for index in (2.0, -1.0, np.nan):
         rois = np.array([[index, 0, 0, 2, 2]], np.float32)
         with pytest.raises(KernelError, match="roi_align.*index is out of range"):
             run(lambda a, r: F.vision.roi_align(a, r, 2), x, rois)
@@ -414,3 +415,23 @@ def test_every_vision_op_round_trips_through_the_model_file(tmp_path):
             "roi_pooling_backward", "nms"} <= ops
     for got, want in zip(runtime.load(tmp_path / "vision.mgm").run(feeds), plan.run(feeds)):
         assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+# -- MegEngine's documented examples --------------------------------------------------------
+def test_megengine_docstring_examples():
+    """The outputs MegEngine's F.vision docstrings print, from the same legacy-seeded data:
+    nms's box test (intersection > union * thresh), roi_align's and roi_pooling's boxes whose
+    batch index is a fraction (truncated, as MegEngine reads it)."""
+    legacy = np.random.RandomState(42)
+    boxes = np.zeros((100, 4))
+    boxes[:, :2] = legacy.rand(100, 2) * 20
+    boxes[:, 2:] = legacy.rand(100, 2) * 20 + 100
+    scores = legacy.rand(100)
+    keep = F.vision.nms(mg.tensor(boxes), mg.tensor(scores), iou_thresh=0.7)
+    np.testing.assert_array_equal(keep.numpy(), [75, 69])
+    for fn, want in ((F.vision.roi_align, [[0.175, 0.175], [0.1359, 0.1359]]),
+                     (F.vision.roi_pooling, [[-0.1383, -0.1383], [-0.5035, -0.5035]])):
+        legacy = np.random.RandomState(42)
+        inp, rois = legacy.randn(1, 1, 128, 128), legacy.random_sample((4, 5))
+        got = fn(mg.tensor(inp.astype(np.float32)), mg.tensor(rois.astype(np.float32)), (2, 2))
+        np.testing.assert_allclose(got.numpy()[0], [want], atol=5e-5)  # printed to 4 places
