@@ -435,3 +435,8 @@ def test_megengine_docstring_examples():
         inp, rois = legacy.randn(1, 1, 128, 128), legacy.random_sample((4, 5))
         got = fn(mg.tensor(inp.astype(np.float32)), mg.tensor(rois.astype(np.float32)), (2, 2))
         np.testing.assert_allclose(got.numpy()[0], [want], atol=5e-5)  # printed to 4 places
+    # warp_perspective's: a translation, dst(h, w) = src(h + 1, w + 1)
+    x = mg.tensor(np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4))
+    shift = mg.tensor(np.array([[[1.0, 0.0, 1.0], [0.0, 1.0, 1.0], [0.0, 0.0, 1.0]]], np.float32))
+    np.testing.assert_array_equal(F.vision.warp_perspective(x, shift, (2, 2)).numpy(),
+                                  [[[[5.0, 6.0], [9.0, 10.0]]]])
