@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from kernel_checks import (
     ARCHS,
+    assert_close,
     cpu_result,
     cuda_launch,
     emulate,
@@ -13,8 +14,11 @@ from kernel_checks import (
     nvrtc_compile,
     ptx_of,
     run_on_device,
+    run_plan_emulated,
 )
 
+import mgegraph as mg
+import mgegraph.functional as F
 from mgegraph.cuda.kernels import vision as family
 from mgegraph.kernel_abi.status import CODES
 
@@ -165,3 +169,38 @@ def test_vision_ops_on_device(dtype):
     node = node_of("nms", [boxes, scores], iou_thresh=0.3, max_output=50)
     np.testing.assert_array_equal(run_on_device(node, [boxes, scores])[0],
                                   cpu_result(node, [boxes, scores])[0])
+
+
+@pytest.fixture(scope="module")
+def planner():
+    from mgegraph.backend import unregister_backend
+    from mgegraph.cuda.backend import CudaBackend
+    mg.register_backend("cuda-vision-plan", lambda: CudaBackend(device=None))
+    yield "cuda-vision-plan"
+    unregister_backend("cuda-vision-plan")
+
+
+def test_a_detection_plan_emulated_is_the_cpus(planner):
+    """grid_sample, roi_align and nms with the gradients of the sampled image and the boxes,
+    planned by the CUDA backend (nms's workspace at its offset) and run by the host emulation
+    at the planned offsets, against the CPU plan."""
+    g = mg.Graph()
+    x, grid = g.input("x", (2, 4, 9, 9), "float32"), g.input("grid", (2, 6, 6, 2), "float32")
+    rois = g.input("rois", (5, 5), "float32")
+    feat = F.relu(F.vision.grid_sample(x, grid, "bicubic", "border"))
+    pooled = F.vision.roi_align(feat, rois, (2, 2), spatial_scale=0.5)
+    scores = F.sum(pooled, axis=(1, 2, 3))
+    keep = F.vision.nms(rois[:, 1:], scores, 0.3, max_output=4)
+    loss = F.sum(pooled * pooled)
+    outputs = [loss, keep, *mg.grad(loss, [x, grid, rois])]
+    corners = np.sort(RNG.uniform(0, 12, (5, 2, 2)), axis=1)
+    feeds = {"x": RNG.standard_normal((2, 4, 9, 9)).astype(np.float32),
+             "grid": RNG.uniform(-1, 1, (2, 6, 6, 2)).astype(np.float32),
+             "rois": np.column_stack([[0, 1, 1, 0, 1], corners[:, 0, 0], corners[:, 1, 0],
+                                      corners[:, 0, 1], corners[:, 1, 1]]).astype(np.float32)}
+    # unoptimised: this graph's gradient has constants, which folding evaluates on a device
+    cpu = mg.compile(outputs, optimize=0).run(feeds)
+    plan = mg.compile(outputs, device=planner, optimize=0)
+    got = run_plan_emulated(plan, mg.backend.get_backend(planner), feeds)
+    for a, b in zip(got, cpu):
+        assert_close(a, b, rtol=1e-5, atol=1e-6)
