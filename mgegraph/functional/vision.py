@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.graph import Var
 from ..ops.builder import apply, graph_of, promote
 from ..ops.matmul import matmul
 from ..ops.movement_api import concat, reshape, take, transpose
@@ -105,9 +104,9 @@ def warp_affine(inp, mat, out_shape, border_mode="replicate", border_val=0.0, fo
 
     >>> y = F.vision.warp_affine(x, m, (32, 32))   # x: (N, H, W, C), m: (N, 2, 3)
     """
-    if not (isinstance(mat, Var) and mat.ndim == 3 and mat.shape[1:] == (2, 3)):
-        raise ValueError(f"warp_affine: mat must be an (N, 2, 3) tensor, got "
-                         f"{getattr(mat, 'shape', type(mat).__name__)}")
+    inp, mat = promote(inp, mat)  # an array for mat becomes a constant
+    if mat.ndim != 3 or mat.shape[1:] != (2, 3):
+        raise ValueError(f"warp_affine: mat must be (N, 2, 3), got shape {mat.shape}")
     last = np.broadcast_to(np.array([0.0, 0.0, 1.0], mat.dtype), (mat.shape[0], 1, 3))
     full = concat([mat, graph_of(mat).const(np.ascontiguousarray(last))], axis=1)
     return _warp(inp, full, out_shape, None, border_mode, border_val, format, interp_mode)
