@@ -19,6 +19,8 @@ from kernel_checks import (
 
 import mgegraph as mg
 import mgegraph.functional as F
+from mgegraph.backend import unregister_backend
+from mgegraph.cuda.backend import CudaBackend
 from mgegraph.cuda.kernels import vision as family
 from mgegraph.kernel_abi.status import CODES
 
@@ -173,8 +175,6 @@ def test_vision_ops_on_device(dtype):
 
 @pytest.fixture(scope="module")
 def planner():
-    from mgegraph.backend import unregister_backend
-    from mgegraph.cuda.backend import CudaBackend
     mg.register_backend("cuda-vision-plan", lambda: CudaBackend(device=None))
     yield "cuda-vision-plan"
     unregister_backend("cuda-vision-plan")

@@ -1,12 +1,15 @@
-"""ONNX for the vision ops: GridSample's node cases through the importer, grid_sample, remap and
-warp_perspective exported and checked with ONNX Runtime and imported back, and the refusals of
-what has no ONNX form."""
+"""ONNX for the vision ops: GridSample's and RoiAlign's node cases through the importer;
+grid_sample, remap, warp_perspective, roi_align (ONNX's convention) and roi_pooling (max)
+exported, checked with ONNX Runtime (and ONNX's reference for RoiAlign) and imported back; the
+refusals of what has no ONNX form."""
 import numpy as np
 import pytest
 
 pytest.importorskip("onnx.helper")  # not "onnx": tests/onnx would import as it
 
-from onnx_node_cases import float32_cases, run_case
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+from onnx_node_cases import _every, float32_cases, run_case
 
 import mgegraph as mg
 import mgegraph.functional as F
@@ -101,7 +104,6 @@ def test_nms_and_roi_align_have_no_onnx_form():
 
 # -- RoiAlign ---------------------------------------------------------------------------------
 def _roi_case_names():
-    from onnx_node_cases import _every
     return {c.name: c for c in _every() if c.name.startswith("test_roialign")}
 
 
@@ -111,7 +113,6 @@ def test_roialign_node_case(name):
 
 
 def _roi_model(opset, **attrs):
-    from onnx import TensorProto, helper
     node = helper.make_node("RoiAlign", ["X", "rois", "index"], ["Y"], **attrs)
     graph = helper.make_graph([node], "g", [
         helper.make_tensor_value_info("X", TensorProto.FLOAT, (2, 3, 9, 11)),
@@ -134,7 +135,6 @@ def _roi_feeds():
 @pytest.mark.parametrize("coords", ["half_pixel", "output_half_pixel"])
 @pytest.mark.parametrize("ratio", [0, 2])
 def test_roialign_imports_as_onnx_runtime_and_the_reference_compute_it(mode, coords, ratio):
-    from onnx.reference import ReferenceEvaluator
     ort = pytest.importorskip("onnxruntime")
     model = _roi_model(16, mode=mode, output_height=3, output_width=4, sampling_ratio=ratio,
                        spatial_scale=0.8, coordinate_transformation_mode=coords)
