@@ -59,6 +59,11 @@ class EagerGraph(Graph):
 
     eager = True  # what graph_of tells an eager value's graph by
 
+    @property
+    def replayed(self) -> bool:
+        """Whether a recorder on this thread (a trace) replays the nodes made now."""
+        return any(recorder.replays for recorder in MODE.recorders)
+
     def _add_node(self, op, inputs, attrs, types=None, location=None):
         """``add_node`` in Python: the first call on some types, and every call while a
         recorder or a lazy block is active (fastpath.add_node runs the others)."""

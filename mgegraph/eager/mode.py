@@ -65,6 +65,10 @@ class Recorder:
     inputs and outputs), each eager assign, each read of a value by Python, each optimiser
     step."""
 
+    # whether it replays what it records (a trace): a value Python reads is then fixed in the
+    # replay, so an op whose result's length comes from values must not read them
+    replays = False
+
     def record_node(self, node) -> None:
         pass
 

@@ -76,6 +76,8 @@ class TraceWarning(UserWarning):
 class _Tracer(Recorder):
     """Builds the graph of what one eager call does: every Tensor it touches gets a Var."""
 
+    replays = True
+
     def __init__(self, capture_as_const: bool, axes: dict, bindings: dict):
         self.graph = Graph()
         self.vars: dict[int, object] = {}    # tensor id -> its Var in the graph

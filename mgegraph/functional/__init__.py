@@ -23,6 +23,7 @@ from ..ops.nn import *
 from ..ops.pooling import *
 from ..ops.reduce import *
 from . import nn  # noqa: F401  (``F.nn``: MegEngine's names for the same functions)
+from . import vision  # noqa: F401  (``F.vision``: sampling, warps, detection)
 
 __all__ = [name for family in (_elementwise, _reduce, _nn, _matmul, _conv, _movement,
                                    _conv_api)

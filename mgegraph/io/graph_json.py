@@ -52,6 +52,11 @@ OP_VERSIONS = {
     # the activations
     "celu": 1, "elu": 1, "hardsigmoid": 1, "logsigmoid": 1, "mish": 1, "prelu": 1, "selu": 1,
     "shrink": 1, "softsign": 1, "thresholded_relu": 1,
+    # detection and geometry (ops/vision.py)
+    "grid_sample": 1, "grid_sample_backward_data": 1, "grid_sample_backward_grid": 1, "nms": 1,
+    "remap": 1, "remap_backward_data": 1, "remap_backward_map": 1, "roi_align": 1,
+    "roi_align_backward": 1, "roi_align_backward_rois": 1, "roi_pooling": 1,
+    "roi_pooling_backward": 1,
 }
 # group norm (ops/norm.py)
 OP_VERSIONS.update({"group_norm": 1, "group_norm_backward": 1})

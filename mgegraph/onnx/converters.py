@@ -12,7 +12,14 @@ from collections import Counter
 
 import onnx
 
-from . import SUPPORTED_OPSETS, OnnxImportError, convert_math, convert_nn, convert_shape
+from . import (
+    SUPPORTED_OPSETS,
+    OnnxImportError,
+    convert_math,
+    convert_nn,
+    convert_shape,
+    convert_vision,  # image sampling and detection
+)
 from .context import Converter
 
 # Attributes later revisions added that the converters accept at their defaults' meaning
@@ -45,7 +52,7 @@ def merge(*families) -> dict[str, Converter]:
     return table
 
 
-CONVERTERS = merge(convert_math, convert_nn, convert_shape)
+CONVERTERS = merge(convert_math, convert_nn, convert_shape, convert_vision)
 
 
 def same_semantics(op_type: str, opset: int) -> bool:

@@ -507,6 +507,75 @@ def _fill(w, n, ins):
     return w.add("ConstantOfShape", [w.shape(out.shape)], value=value)
 
 
+# -- detection and geometry (ops/vision.py) -------------------------------------------------
+_GRID_MODES_20 = {"bilinear": "linear", "nearest": "nearest", "bicubic": "cubic"}
+# remap's borders that GridSample's paddings give, sampling at pixels (align_corners=1):
+# replicating taps is clipping the point, reflect_101 is reflecting it about the edge pixels
+_REMAP_PADDINGS = {"replicate": "border", "reflect_101": "reflection", "constant": "zeros"}
+
+
+def _grid_sample_node(w, ins, mode, padding, aligned):
+    if w.opset < 16:
+        raise OnnxExportError(f"ONNX has GridSample from opset 16; this export is at opset "
+                              f"{w.opset} (export with opset=16 or later)")
+    mode = _GRID_MODES_20[mode] if w.opset >= 20 else mode
+    return w.add("GridSample", ins, mode=mode, padding_mode=padding, align_corners=int(aligned))
+
+
+@writer("grid_sample")
+def _grid_sample(w, n, ins):
+    return _grid_sample_node(w, ins, n.attr["mode"], n.attr["padding_mode"],
+                             n.attr["align_corners"])
+
+
+@writer("remap")
+def _remap(w, n, ins):
+    border, h, wd = n.attr["border_mode"], *n.inputs[0].shape[2:]
+    padding = _REMAP_PADDINGS.get(border)
+    if padding is None or (border == "constant" and n.attr["scalar"] != 0):
+        raise OnnxExportError(f"remap with border_mode={border!r} (scalar {n.attr['scalar']}) "
+                              "has no GridSample padding; replicate, reflect_101 and constant "
+                              "0 do")
+    if isinstance(h, Dim) or isinstance(wd, Dim) or h < 2 or wd < 2:
+        raise OnnxExportError(f"remap of a {h}x{wd} image: GridSample's points are pixels "
+                              "over the image's span, which needs known sides of 2 or more")
+    dtype = n.inputs[1].dtype
+    scale = w.const(np.array([2 / (wd - 1), 2 / (h - 1)], dtype))
+    points = w.add("Sub", [w.add("Mul", [ins[1], scale])[0], w.const(np.ones((), dtype))])
+    mode = "bilinear" if n.attr["interp_mode"] == "linear" else "nearest"
+    return _grid_sample_node(w, [ins[0], points[0]], mode, padding, True)
+
+
+@writer("roi_align")
+def _roi_align(w, n, ins):
+    at = n.attr
+    (sh, sw), aligned = at["sample_points"], at["aligned"]
+    if at["convention"] != "onnx":
+        raise OnnxExportError("roi_align in MegEngine's convention (zeros outside the image) "
+                              "is not ONNX's RoiAlign (points clamped at its edge); "
+                              "convention='onnx' exports")
+    if sh != sw or (aligned and w.opset < 16):
+        raise OnnxExportError(f"RoiAlign takes one sampling ratio (got {sh}x{sw}) and aligns "
+                              f"half pixels from opset 16 (this export: {w.opset})")
+    boxes = w.add("Slice", [ins[1], w.ints([1]), w.ints([5]), w.ints([1])])
+    index = w.add("Cast", w.add("Gather", [ins[1], w.const(np.array(0, np.int64))], axis=1),
+                  to=onnx.TensorProto.INT64)
+    attrs = {"coordinate_transformation_mode": "half_pixel" if aligned else "output_half_pixel"}
+    return w.add("RoiAlign", [ins[0], *boxes, *index], mode="avg" if at["mode"] == "average"
+                 else "max", output_height=at["output_shape"][0],
+                 output_width=at["output_shape"][1], sampling_ratio=sh,
+                 spatial_scale=float(at["spatial_scale"]), **(attrs if w.opset >= 16 else {}))
+
+
+@writer("roi_pooling")
+def _roi_pooling(w, n, ins):
+    if n.attr["mode"] != "max":
+        raise OnnxExportError("roi_pooling's average mode has no ONNX form (MaxRoiPool pools "
+                              "by max)")
+    return w.add("MaxRoiPool", ins, pooled_shape=list(n.attr["output_shape"]),
+                 spatial_scale=float(n.attr["scale"]))
+
+
 # -- the walk -----------------------------------------------------------------------------
 def _source(obj):
     """(graph, outputs) of a Plan, a traced function, a Predictor or a (graph, outputs) pair."""

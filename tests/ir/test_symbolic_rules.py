@@ -254,6 +254,31 @@ CASES["adaptive_avg_pool2d_backward"] = _node("adaptive_avg_pool2d_backward", la
     [_input(g, (b, 3, 2, 3))], {"oshp": (2, 3), "input_hw": (b + 6, 9)}))
 
 
+# -- detection and geometry (ops/vision.py) ---------------------------------------------------
+_GRID = {"mode": "bicubic", "padding_mode": "border", "align_corners": True}
+_REMAP = {"border_mode": "wrap", "scalar": 0.0, "interp_mode": "linear"}
+for _name, _attrs, _points in (("grid_sample", _GRID, "grid"), ("remap", _REMAP, "map")):
+    CASES[_name] = _node(_name, lambda g, b, a=_attrs: (
+        [_input(g, (b, 3, b + 6, 9)), _input(g, (b, 4, 5, 2))], a))
+    CASES[f"{_name}_backward_data"] = _node(f"{_name}_backward_data", lambda g, b, a=_attrs: (
+        [_input(g, (b, 4, 5, 2)), _input(g, (b, 3, 4, 5))], {**a, "input_hw": (b + 6, 9)}))
+    CASES[f"{_name}_backward_{_points}"] = _node(
+        f"{_name}_backward_{_points}", lambda g, b, a=_attrs: (
+            [_input(g, (b, 3, b + 6, 9)), _input(g, (b, 4, 5, 2)), _input(g, (b, 3, 4, 5))], a))
+_ROI = {"roi_align": {"output_shape": (2, 3), "mode": "max"},
+        "roi_pooling": {"output_shape": (2, 3), "mode": "average"}}
+for _name, _attrs in _ROI.items():
+    CASES[_name] = _node(_name, lambda g, b, a=_attrs: (
+        [_input(g, (b, 3, b + 6, 9)), _input(g, (b + 1, 5))], a))
+    CASES[f"{_name}_backward"] = _node(f"{_name}_backward", lambda g, b, a=_attrs: (
+        [_input(g, (b, 3, b + 6, 9)), _input(g, (b + 1, 5)), _input(g, (b + 1, 3, 2, 3))], a))
+CASES["roi_align_backward_rois"] = _node("roi_align_backward_rois", lambda g, b: (
+    [_input(g, (b, 3, b + 6, 9)), _input(g, (b + 1, 5)), _input(g, (b + 1, 3, 2, 3))],
+    _ROI["roi_align"]))
+CASES["nms"] = _node("nms", lambda g, b: (
+    [_input(g, (b, 4)), _input(g, (b,))], {"iou_thresh": 0.5, "max_output": 3}))
+
+
 # -- nn -----------------------------------------------------------------------------------------
 for _name in ("softmax", "log_softmax"):
     CASES[_name] = _node(_name, lambda g, b: ([_input(g, (b, 5))], {"axis": 0}))

@@ -17,6 +17,7 @@ FAMILIES = [
     "conv",          # csrc_cuda/conv.cu: conv2d and its two gradients (implicit GEMMs)
     "movement",      # csrc_cuda/movement.cu: strided copies, concat/split, pad, indexing, fills
     "dropout",       # csrc_cuda/dropout.cu: the CPU's counter-based mask
+    "vision",        # csrc_cuda/vision.cu: grid_sample, remap, roi_align/pooling (+ backward), nms
 ]
 # normalisation families (ops/norm.py)
 FAMILIES += [
