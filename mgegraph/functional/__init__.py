@@ -23,5 +23,11 @@ from . import nn  # noqa: F401  (``F.nn``: MegEngine's names for the same functi
 __all__ = [name for family in (_elementwise, _reduce, _nn, _matmul, _conv, _movement)
            for name in family.__all__]
 
+# image functions: ``F.vision`` (MegEngine's module), also at the top as MegEngine has them
+from . import vision
+from .vision import *
+
+__all__ += vision.__all__
+
 # Var's Python operators (x + y, x @ w, x[1:]) build nodes with these functions.
 _graph.install("functional", _sys.modules[__name__])

@@ -23,6 +23,7 @@ from ..ops.matmul import linear  # noqa: F401
 from ..ops.nn import *
 from ..ops.nn import __all__ as _nn_all
 from .losses import binary_cross_entropy_with_logits, l1_loss, mse_loss, nll_loss  # noqa: F401
+from .vision import interpolate, pixel_shuffle, pixel_unshuffle  # noqa: F401
 
 # MegEngine's names for two losses
 square_loss = mse_loss
@@ -31,4 +32,5 @@ binary_cross_entropy = binary_cross_entropy_with_logits
 __all__ = [name for name in sorted(set(_conv_all) | set(_nn_all) | {
     "binary_cross_entropy_with_logits", "binary_cross_entropy", "l1_loss", "mse_loss",
     "square_loss", "nll_loss", "gelu", "hsigmoid", "hswish", "leaky_relu", "relu", "relu6",
-    "sigmoid", "silu", "softplus", "tanh", "linear"})]
+    "sigmoid", "silu", "softplus", "tanh", "linear"} | {
+    "interpolate", "pixel_shuffle", "pixel_unshuffle"})]

@@ -5,9 +5,10 @@ One module per kernel module; each has ``implement(table)``, which registers its
 """
 from __future__ import annotations
 
-from . import conv, elementwise, fused, matmul, movement, nn, pool, reduce
+from . import conv, elementwise, fused, matmul, movement, nn, pool, reduce, resize
 
 FAMILIES = (elementwise, reduce, nn, matmul, conv, pool, movement, fused)
+FAMILIES += (resize,)
 
 
 def implement_all(table) -> None:
