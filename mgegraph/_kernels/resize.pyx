@@ -128,7 +128,7 @@ cdef inline int axis_taps(const Resize* s, const double* f, int axis, Py_ssize_t
             t.weight[k] = 0
         total += t.weight[k]
         t.index[k] = clamp_index(t.index[k], n_in)
-    if s.exclude_outside:
+    if s.exclude_outside and total != 0:  # no tap inside: all weigh 0 (ONNX's reference)
         for k in range(n):
             t.weight[k] /= total
     return n

@@ -24,6 +24,8 @@ mgegraph/functional/vision.py (``interpolate``); modules: mgegraph/nn/resample.p
 """
 from __future__ import annotations
 
+import math
+
 from ..ir.types import TensorType
 from .builder import apply
 from .registry import FLOAT_DTYPES, REQUIRED, OpDef, named, register, require_dtypes
@@ -66,12 +68,23 @@ def _check_attrs(x, attrs) -> tuple[int, ...]:
     return size
 
 
+def _check_sizes(ins, attrs):
+    """An input length is never 0, and a scale gives ONNX's output length, floor(in * scale)."""
+    if any(n == 0 for n in ins if not named(n)):
+        raise ValueError(f"cannot resize an empty axis: input lengths {ins}")
+    if attrs["scale"] is None:
+        return
+    want = tuple(n if named(n) else math.floor(n * s) for n, s in zip(ins, attrs["scale"]))
+    if any(not named(n) and w != o for n, w, o in zip(ins, want, attrs["size"])):
+        raise ValueError(f"scale {attrs['scale']} resizes lengths {ins} to {want}, not to size "
+                         f"{attrs['size']}")
+
+
 def _resize_infer(in_types, attrs):
     (x,) = in_types
     require_dtypes("resize", x, FLOAT_DTYPES)
     size = _check_attrs(x, attrs)
-    if any(n == 0 for n in x.shape[-len(size):] if not named(n)):
-        raise ValueError(f"cannot resize an empty axis: input shape {x.shape}")
+    _check_sizes(x.shape[-len(size):], attrs)
     return (TensorType(x.shape[:-len(size)] + size, x.dtype),)
 
 
@@ -86,6 +99,7 @@ def _resize_backward_infer(in_types, attrs):
     if (not isinstance(input_size, tuple) or len(input_size) != len(size)
             or not all(named(n) or (isinstance(n, int) and n >= 1) for n in input_size)):
         raise ValueError(f"input_size must be {len(size)} sizes >= 1, got {input_size!r}")
+    _check_sizes(input_size, attrs)
     return (TensorType(dy.shape[:-len(size)] + input_size, dy.dtype),)
 
 
