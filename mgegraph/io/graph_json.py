@@ -50,6 +50,8 @@ OP_VERSIONS = {
     "split": 1, "sqrt": 1, "square": 1, "sub": 1, "sum": 1, "take": 1, "tanh": 1, "transpose": 1,
     "var": 1, "where": 1,
 }
+# resampling: ONNX Resize's meaning over the last 1-3 axes (ops/resize.py)
+OP_VERSIONS |= {"resize": 1, "resize_backward": 1}
 
 SOURCES = ("input", "param", "const")
 DTYPES = {str(d): d for d in SUPPORTED}
