@@ -12,13 +12,22 @@ from collections import Counter
 
 import onnx
 
-from . import SUPPORTED_OPSETS, OnnxImportError, convert_math, convert_nn, convert_shape
+from . import (
+    SUPPORTED_OPSETS,
+    OnnxImportError,
+    convert_math,
+    convert_nn,
+    convert_resample,
+    convert_shape,
+)
 from .context import Converter
 
 # Attributes later revisions added that the converters accept at their defaults' meaning
 # (Range-27's stash_type picks the accumulation type of float16 and bfloat16 ranges; Cast-24's
 # and CastLike-24's round_mode the rounding to float8e8m0: types mgegraph does not have).
 LATER_ATTRIBUTES = {"Range": {"stash_type"}, "Cast": {"round_mode"}, "CastLike": {"round_mode"}}
+# SpaceToDepth-28's mode (CRD beside the DCR order of before), which its converter reads
+LATER_ATTRIBUTES |= {"SpaceToDepth": {"mode"}}
 
 
 def merge(*families) -> dict[str, Converter]:
@@ -43,7 +52,7 @@ def merge(*families) -> dict[str, Converter]:
     return table
 
 
-CONVERTERS = merge(convert_math, convert_nn, convert_shape)
+CONVERTERS = merge(convert_math, convert_nn, convert_shape, convert_resample)
 
 
 def same_semantics(op_type: str, opset: int) -> bool:

@@ -69,15 +69,16 @@ def _check_attrs(x, attrs) -> tuple[int, ...]:
 
 
 def _check_sizes(ins, attrs):
-    """An input length is never 0, and a scale gives ONNX's output length, floor(in * scale)."""
+    """An input length is never 0, and a scale gives the output length: floor(in * scale), or
+    round(in * scale) as ONNX's keep_aspect_ratio_policy rounds."""
     if any(n == 0 for n in ins if not named(n)):
         raise ValueError(f"cannot resize an empty axis: input lengths {ins}")
     if attrs["scale"] is None:
         return
-    want = tuple(n if named(n) else math.floor(n * s) for n, s in zip(ins, attrs["scale"]))
-    if any(not named(n) and w != o for n, w, o in zip(ins, want, attrs["size"])):
-        raise ValueError(f"scale {attrs['scale']} resizes lengths {ins} to {want}, not to size "
-                         f"{attrs['size']}")
+    for n, s, o in zip(ins, attrs["scale"], attrs["size"]):
+        if not named(n) and o not in (math.floor(n * s), math.floor(n * s + 0.5)):
+            raise ValueError(f"scale {attrs['scale']} resizes lengths {ins} to "
+                             f"floor(length * scale), not to size {attrs['size']}")
 
 
 def _resize_infer(in_types, attrs):
