@@ -351,6 +351,8 @@ def _pad(w, n, ins):
     width = n.attr["pad_width"]
     pads = [b for b, _ in width] + [e for _, e in width]
     value = w.const(np.asarray(n.attr["constant_value"], n.inputs[0].dtype))
+    if n.attr["mode"] == "wrap" and w.opset < 19:
+        raise OnnxExportError(f"Pad's mode 'wrap' is ONNX's from opset 19, not {w.opset}")
     return w.add("Pad", [ins[0], w.ints(pads), value], mode=n.attr["mode"])
 
 

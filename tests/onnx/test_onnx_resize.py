@@ -202,3 +202,24 @@ def test_depth_to_space_refuses_channels_the_block_does_not_divide():
         mo.import_graph(m)
 
 
+
+
+# -- Pad's modes -------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["edge", "reflect", "wrap", "constant"])
+def test_pad_modes_import_and_export_match_onnxruntime(mode):
+    pads = numpy_helper.from_array(np.asarray([0, 1, 2, 0, 0, 2, 1, 3], np.int64), "pads")
+    m = model([helper.make_node("Pad", ["x", "pads"], ["y"], mode=mode)],
+              [value_info("x", (2, 3, 4, 5))], [value_info("y", None)], [pads], opset=19)
+    x = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    (want,) = ort_run(m, {"x": x})
+    graph, outputs = mo.import_graph(m)
+    np.testing.assert_array_equal(mg.compile(outputs).run({"x": x})[0], want)
+    back = mo.export((graph, outputs), None, opset=19)
+    np.testing.assert_array_equal(ort_run(back, {"x": x})[0], want)
+
+
+def test_pad_wrap_export_needs_opset_19():
+    g = mg.Graph()
+    y = F.pad(g.input("x", (3, 3), np.float32), 1, mode="wrap")
+    with pytest.raises(mo.OnnxExportError, match="wrap.*opset 19, not 17"):
+        mo.export((g, [y]), None, opset=17)
