@@ -18,3 +18,6 @@ FAMILIES = [
     "movement",      # csrc_cuda/movement.cu: strided copies, concat/split, pad, indexing, fills
     "dropout",       # csrc_cuda/dropout.cu: the CPU's counter-based mask
 ]
+FAMILIES += [
+    "resize",        # csrc_cuda/resize.cu: resize (nearest, linear, cubic) and its gradient
+]
