@@ -4,8 +4,16 @@ kernels, bitwise, over every mode and coordinate transformation; pad's wrap mode
 movement kernels likewise; (marker cuda) the ops on a device."""
 import numpy as np
 import pytest
-from kernel_checks import ARCHS, cpu_result, cuda_launch, emulate, node_of, nvrtc_compile, ptx_of
-from kernel_checks import run_on_device
+from kernel_checks import (
+    ARCHS,
+    cpu_result,
+    cuda_launch,
+    emulate,
+    node_of,
+    nvrtc_compile,
+    ptx_of,
+    run_on_device,
+)
 
 from mgegraph.cuda.kernels import movement
 from mgegraph.cuda.kernels import resize as family
