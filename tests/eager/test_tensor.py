@@ -199,6 +199,11 @@ CALLS = {
     "transpose": lambda v: F.transpose(v, (0, 2, 3, 1)),
     "where": lambda v: F.where(v > 0, v, v * 0.1),
 }
+CALLS |= {  # resampling
+    "interpolate": lambda v: F.interpolate(v, scale_factor=1.5, mode="bicubic"),
+    "pixel_shuffle": lambda v: F.pixel_shuffle(F.concat([v, v[:, :1]], axis=1), 2),
+    "pixel_unshuffle": lambda v: F.pixel_unshuffle(v, 3),
+}
 # sources without an input: run eagerly without graph=, compared with the graph's below
 SOURCES = {"arange": lambda g: F.arange(2, 9, 3, graph=g), "full": lambda g: F.full((2,), 7, graph=g),
            "linspace": lambda g: F.linspace(0, 1, 5, graph=g), "ones": lambda g: F.ones((3,), graph=g),
