@@ -19,7 +19,10 @@ the others are scaled to sum to 1. A resize over several axes is separable: an o
 sum over the taps of every axis of the products of their weights times the input there.
 
 The kernels (mgegraph/_kernels/resize.pyx, csrc_cuda/resize.cu) compute the taps from the same
-formulas; the parameter block is mgegraph/kernel_abi/resize.py's. Public functions:
+formulas; the parameter block is mgegraph/kernel_abi/resize.py's. Dtypes: float32 and float64.
+NOTE: images are often uint8, which mgegraph has no dtype for yet; when it has, the kernels'
+double sums would round to nearest and saturate to 0..255, as PyTorch's uint8 resize does.
+Not supported: ONNX's antialias filter and tf_crop_and_resize (a region of interest). Public functions:
 mgegraph/functional/vision.py (``interpolate``); modules: mgegraph/nn/resample.py.
 """
 from __future__ import annotations
