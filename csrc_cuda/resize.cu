@@ -4,7 +4,7 @@
 // Parameters: the CPU's Resize struct (mgegraph/_kernels/resize.pyx, packed by
 // mgegraph/kernel_abi/resize.py):
 //   ints [mode, coord, nearest_mode, exclude_outside, planes, in0, in1, in2, out0, out1, out2,
-//         threads], floats [scale0, scale1, scale2, length0, length1, length2, cubic_a]
+//         threads], floats [num0, num1, num2, den0, den1, den2, cubic_a] (each axis's step)
 //   resize: x, y, workspace;  resize_backward: dy, dx, workspace (the CPU's tap tables; unread)
 //
 // Semantics and arithmetic are the CPU kernel's: the same tap formulas (axis_taps), weights and
@@ -33,16 +33,17 @@ struct Taps {
     double weight[4];
 };
 
-// The input coordinate output index o reads (ONNX Resize's coordinate_transformation_mode)
-__device__ double source_coord(i64 coord, i64 o, i64 n_in, i64 n_out, double scale,
-                               double length) {
+// The input coordinate output index o reads (ONNX Resize's coordinate_transformation_mode),
+// the step num / den applied as a product then one division, as the CPU's
+__device__ double source_coord(i64 coord, i64 o, i64 n_in, i64 n_out, double num, double den) {
+    const double length = n_in * den / num;
     if (coord == ALIGN_CORNERS) return length == 1 ? 0.0 : o * (n_in - 1) / (length - 1);
-    if (coord == ASYMMETRIC) return o / scale;
-    if (coord == TF_HALF_PIXEL) return (o + 0.5) / scale;
+    if (coord == ASYMMETRIC) return o * num / den;
+    if (coord == TF_HALF_PIXEL) return (o + 0.5) * num / den;
     if (coord == PYTORCH_HALF_PIXEL && length == 1) return 0.0;
     if (coord == HALF_PIXEL_SYMMETRIC)
-        return n_in / 2.0 * (1 - n_out / length) + (o + 0.5) / scale - 0.5;
-    return (o + 0.5) / scale - 0.5;
+        return n_in / 2.0 * (1 - n_out / length) + (o + 0.5) * num / den - 0.5;
+    return (o + 0.5) * num / den - 0.5;
 }
 
 // Keys' cubic convolution kernel at distance s (0 <= s < 2) with coefficient a

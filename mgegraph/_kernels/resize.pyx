@@ -2,9 +2,9 @@
 # gradient: what the op means is mgegraph/ops/resize.py's docstring.
 #
 # Parameter layout (mgegraph/kernel_abi/resize.py packs it): ints, the Resize struct below, whose
-# field names this module exports as RESIZE_FIELDS; floats [scale0, scale1, scale2, length0,
-# length1, length2, cubic_a], where a length is the resized length the coordinate formulas use
-# (scale * input length when the caller gave a scale, as ONNX does, else the output's).
+# field names this module exports as RESIZE_FIELDS; floats [num0, num1, num2, den0, den1, den2,
+# cubic_a]: each axis's step, the input distance of one output index, as num / den (in / out
+# where sizes were given, 1 / scale where a scale was; kernel_abi/resize.py's _geometry).
 #   resize:           bufs: x (planes, in0, in1, in2), y (planes, out0, out1, out2), workspace
 #   resize_backward:  bufs: dy (planes, out0, out1, out2), dx (planes, in0, in1, in2), workspace
 # The workspace holds each axis's taps (TapTable): TAP_BYTES per output index of every axis.
@@ -61,19 +61,23 @@ RESIZE_FIELDS = fields_of(_resize, sizeof(Resize))
 
 # -- one axis's taps ------------------------------------------------------------------------------
 cdef inline double source_coord(Py_ssize_t coord, Py_ssize_t o, Py_ssize_t n_in,
-                                Py_ssize_t n_out, double scale, double length) noexcept nogil:
-    # The input coordinate output index o reads (ONNX Resize's coordinate_transformation_mode)
+                                Py_ssize_t n_out, double num, double den) noexcept nogil:
+    # The input coordinate output index o reads (ONNX Resize's coordinate_transformation_mode).
+    # Products by the step's numerator, then one division: exact wherever the exact value is a
+    # representable number (an input cell), which a floor or a round then keeps. The resized
+    # length is ONNX's scale * input length (the output's where sizes were given).
+    cdef double length = n_in * den / num
     if coord == ALIGN_CORNERS:
         return 0.0 if length == 1 else o * (n_in - 1) / (length - 1)
     if coord == ASYMMETRIC:
-        return o / scale
+        return o * num / den
     if coord == TF_HALF_PIXEL:
-        return (o + 0.5) / scale
+        return (o + 0.5) * num / den
     if coord == PYTORCH_HALF_PIXEL and length == 1:
         return 0.0
     if coord == HALF_PIXEL_SYMMETRIC:
-        return n_in / 2.0 * (1 - n_out / length) + (o + 0.5) / scale - 0.5
-    return (o + 0.5) / scale - 0.5
+        return n_in / 2.0 * (1 - n_out / length) + (o + 0.5) * num / den - 0.5
+    return (o + 0.5) * num / den - 0.5
 
 
 cdef inline double keys(double s, double a) noexcept nogil:

@@ -3,27 +3,32 @@ Resize defines it, and its gradient, ``resize_backward``.
 
 Each output index ``o`` along a resized axis maps to an input coordinate ``x`` by the
 coordinate transformation (``coord``, ONNX's names), with ``scale`` = output / input length
-(the caller's scale factor where one was given, as ONNX and PyTorch use it):
+(the caller's scale factor where one was given, as ONNX and PyTorch use it) and ``L`` the
+resized length scale * in (the output's length where sizes were given):
 
     half_pixel            x = (o + 0.5) / scale - 0.5
-    half_pixel_symmetric  x = c (1 - out / (scale in)) + (o + 0.5) / scale - 0.5,  c = in / 2
-    pytorch_half_pixel    x = (o + 0.5) / scale - 0.5 if out > 1 else 0
-    align_corners         x = o (in - 1) / (out - 1) if out > 1 else 0
+    half_pixel_symmetric  x = c (1 - out / L) + (o + 0.5) / scale - 0.5,  c = in / 2
+    pytorch_half_pixel    x = (o + 0.5) / scale - 0.5 if L > 1 else 0
+    align_corners         x = o (in - 1) / (L - 1) if L > 1 else 0
     asymmetric            x = o / scale
     tf_half_pixel_for_nearest  x = (o + 0.5) / scale
 
-and reads its taps: nearest one (``nearest_mode`` rounds x), linear two, cubic four (Keys'
-kernel with ``cubic_a``, PyTorch's -0.75 or ONNX's default -0.75 too). A tap outside the
-input reads the edge (ONNX's and PyTorch's rule), or, with ``exclude_outside``, weighs 0 and
-the others are scaled to sum to 1. A resize over several axes is separable: an output is the
-sum over the taps of every axis of the products of their weights times the input there.
+Where sizes were given, ``/ scale`` is a product by the input length and one division by the
+output's, so an index that lands on an input cell exactly lands there in floating point too
+(26 -> 22 cells, nearest: o / (out / in), ONNX's reference arithmetic, and PyTorch's float32
+scale read cell 12 at o = 11, not 13). The kernels then read x's taps: nearest one
+(``nearest_mode`` rounds x), linear two, cubic four (Keys' kernel with ``cubic_a``: -0.75 is
+PyTorch's and ONNX's default). A tap outside the input reads the edge (ONNX's and PyTorch's
+rule), or, with ``exclude_outside``, weighs 0 and the others are scaled to sum to 1. A resize
+over several axes is separable: an output is the sum over the taps of every axis of the
+products of their weights times the input there.
 
 The kernels (mgegraph/_kernels/resize.pyx, csrc_cuda/resize.cu) compute the taps from the same
 formulas; the parameter block is mgegraph/kernel_abi/resize.py's. Dtypes: float32 and float64.
 NOTE: images are often uint8, which mgegraph has no dtype for yet; when it has, the kernels'
 double sums would round to nearest and saturate to 0..255, as PyTorch's uint8 resize does.
-Not supported: ONNX's antialias filter and tf_crop_and_resize (a region of interest). Public functions:
-mgegraph/functional/vision.py (``interpolate``); modules: mgegraph/nn/resample.py.
+Not supported: ONNX's antialias filter and tf_crop_and_resize (a region of interest). Public
+functions: mgegraph/functional/vision.py (``interpolate``); modules: mgegraph/nn/resample.py.
 """
 from __future__ import annotations
 
