@@ -32,8 +32,8 @@ def _input(case):
 
 
 def _mgegraph(case, threads):
-    import mgegraph as mg
-    import mgegraph.functional as F
+    import mgegraph as mg  # lazy: each child loads only the library it measures
+    import mgegraph.functional as F  # lazy: as above
     x = _input(case)
     g = mg.Graph()
     v = g.input("x", x.shape, np.float32)
@@ -42,8 +42,8 @@ def _mgegraph(case, threads):
 
 
 def _onnxruntime(case, threads):
-    import onnxruntime as ort
-    from onnx import TensorProto, helper, numpy_helper
+    import onnxruntime as ort  # lazy: each child loads only the library it measures
+    from onnx import TensorProto, helper, numpy_helper  # lazy: as above
     x = _input(case)
     sizes = numpy_helper.from_array(np.asarray(x.shape[:2] + CASES[case][1], np.int64), "sizes")
     node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear")
@@ -59,7 +59,7 @@ def _onnxruntime(case, threads):
 
 
 def _torch(case, threads):
-    import torch
+    import torch  # lazy: each child loads only the library it measures
     torch.set_num_threads(threads)
     x = torch.from_numpy(_input(case))
     size = CASES[case][1]

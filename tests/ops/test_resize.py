@@ -93,8 +93,8 @@ def test_aliases_and_eager_mode():
 # -- ONNX Resize's meaning, against its reference evaluator ------------------------------------
 def onnx_resize(x, sizes=None, scales=None, **attrs):
     onnx = pytest.importorskip("onnx")
-    from onnx import helper
-    from onnx.reference import ReferenceEvaluator
+    from onnx import helper  # lazy: optional dependency (onnx)
+    from onnx.reference import ReferenceEvaluator  # lazy: optional dependency (onnx)
     if sizes is None:
         names = ["x", "", "scales"]
         inits = [helper.make_tensor("scales", onnx.TensorProto.FLOAT, [len(scales)], scales)]
