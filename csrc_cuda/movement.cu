@@ -192,7 +192,7 @@ template <class T> __device__ void scatter_add(const MgArgs& a) {
 }
 
 // -- pad and its adjoint ------------------------------------------------------------------------
-enum { PAD_CONSTANT, PAD_EDGE, PAD_REFLECT };
+enum { PAD_CONSTANT, PAD_EDGE, PAD_REFLECT, PAD_WRAP };
 
 // ints: [mode, ndim, fill_bits, out shape, in shape, before, in strides]
 struct PadLayout {
@@ -208,10 +208,14 @@ __device__ PadLayout pad_layout(const MgArgs& a) {
 }
 
 // The input index output index j (less the padding before) reads, or -1 for the constant;
-// reflect is periodic with period 2 (n - 1), as NumPy's repeated reflection.
+// reflect is periodic with period 2 (n - 1), as NumPy's repeated reflection; wrap with period n.
 __device__ __forceinline__ i64 pad_source(int mode, i64 j, i64 n) {
     if (j >= 0 && j < n) return j;
     if (mode == PAD_CONSTANT) return -1;
+    if (mode == PAD_WRAP) {
+        j %= n;
+        return j < 0 ? j + n : j;
+    }
     if (mode == PAD_EDGE || n == 1) return j < 0 ? 0 : n - 1;
     const i64 p = 2 * (n - 1);
     j %= p;

@@ -32,7 +32,7 @@ if ("OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ
 THREADS_SLEEP = (os.environ.get("OMP_WAIT_POLICY", "").strip().upper() == "PASSIVE"
                  or os.environ.get("GOMP_SPINCOUNT", "").strip() == "0")
 
-from . import conv, elementwise, fused, linalg, movement, nn, norm, pool, reduce, vision
+from . import conv, elementwise, fused, linalg, movement, nn, norm, pool, reduce, resize, vision
 
 
 def _widest_fused_build():
@@ -48,4 +48,5 @@ def _widest_fused_build():
 
 
 fused = _widest_fused_build()  # noqa: F811
-KERNEL_MODULES = (elementwise, reduce, nn, norm, linalg, conv, pool, movement, fused, vision)
+KERNEL_MODULES = (elementwise, reduce, nn, norm, linalg, conv, pool, movement, fused, vision,
+                  resize)

@@ -29,9 +29,10 @@ ctypedef fused elem_t:
     uint64_t
 
 cdef enum PadMode:
-    PAD_CONSTANT, PAD_EDGE, PAD_REFLECT
+    PAD_CONSTANT, PAD_EDGE, PAD_REFLECT, PAD_WRAP
 
-PAD_MODES = {"constant": PAD_CONSTANT, "edge": PAD_EDGE, "reflect": PAD_REFLECT}
+PAD_MODES = {"constant": PAD_CONSTANT, "edge": PAD_EDGE, "reflect": PAD_REFLECT,
+             "wrap": PAD_WRAP}
 LIMITS = {"dims": MAX_DIMS}  # ndim of every strided, gather and pad layout
 
 
@@ -330,12 +331,15 @@ cdef inline int scatter_add_typed(const num_t* x, num_t* y, const Call* c) noexc
 cdef inline Py_ssize_t pad_source(int mode, Py_ssize_t j, Py_ssize_t n) noexcept nogil:
     # j is an output index minus the padding before; returns the input index it reads, or -1
     # where a constant is written. Reflect is periodic with period 2(n-1), which is what NumPy's
-    # repeated reflection gives for pads wider than the axis.
+    # repeated reflection gives for pads wider than the axis; wrap with period n.
     cdef Py_ssize_t p
     if 0 <= j < n:
         return j
     if mode == PAD_CONSTANT:
         return -1
+    if mode == PAD_WRAP:
+        j = j % n
+        return j + n if j < 0 else j
     if mode == PAD_EDGE or n == 1:
         return 0 if j < 0 else n - 1
     p = 2 * (n - 1)

@@ -22,8 +22,10 @@ from ..ops.movement_api import *
 from ..ops.nn import *
 from ..ops.pooling import *
 from ..ops.reduce import *
-from . import nn  # noqa: F401  (``F.nn``: MegEngine's names for the same functions)
-from . import vision  # noqa: F401  (``F.vision``: sampling, warps, detection)
+
+# ``F.nn``: MegEngine's names for the same functions; ``F.vision``: resizing, sampling, warps,
+# detection
+from . import nn, vision  # noqa: F401
 
 __all__ = [name for family in (_elementwise, _reduce, _nn, _matmul, _conv, _movement,
                                    _conv_api)
@@ -36,6 +38,11 @@ from .nn import (group_norm, instance_norm, local_response_norm,  # noqa: I001
 
 __all__ += ["group_norm", "instance_norm", "local_response_norm", "mean_variance_normalization",
             "normalize"]
+
+# resizing, also at the top (``F.interpolate``); the rest of ``F.vision`` only there
+from .vision import interpolate, pixel_shuffle, pixel_unshuffle
+
+__all__ += ["interpolate", "pixel_shuffle", "pixel_unshuffle"]
 
 # Var's Python operators (x + y, x @ w, x[1:]) build nodes with these functions.
 _graph.install("functional", _sys.modules[__name__])

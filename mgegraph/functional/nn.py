@@ -39,6 +39,7 @@ from ..ops.nn import __all__ as _nn_all
 from ..ops.pooling import *
 from ..ops.pooling import __all__ as _pooling_all
 from .losses import binary_cross_entropy_with_logits, l1_loss, mse_loss, nll_loss  # noqa: F401
+from .vision import interpolate, pixel_shuffle, pixel_unshuffle  # noqa: F401
 
 # MegEngine's names for two losses
 square_loss = mse_loss
@@ -50,7 +51,8 @@ __all__ = [name for name in sorted(set(_conv_all) | set(_conv_api_all) | set(_nn
     "square_loss", "nll_loss", "gelu", "hsigmoid", "hswish", "leaky_relu", "relu", "relu6",
     "sigmoid", "silu", "softplus", "tanh", "linear"} | {
     "celu", "elu", "hardshrink", "hardsigmoid", "hardtanh", "logsigmoid", "mish", "prelu",
-    "selu", "softshrink", "softsign", "thresholded_relu"})]
+    "selu", "softshrink", "softsign", "thresholded_relu"} | {
+    "interpolate", "pixel_shuffle", "pixel_unshuffle"})]
 
 
 # normalisations (functional/norms.py)

@@ -60,6 +60,8 @@ OP_VERSIONS = {
 }
 # group norm (ops/norm.py)
 OP_VERSIONS.update({"group_norm": 1, "group_norm_backward": 1})
+# resampling: ONNX Resize's meaning over the last 1-3 axes (ops/resize.py)
+OP_VERSIONS |= {"resize": 1, "resize_backward": 1}
 
 SOURCES = ("input", "param", "const")
 DTYPES = {str(d): d for d in SUPPORTED}

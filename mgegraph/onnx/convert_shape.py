@@ -188,7 +188,7 @@ def _pad(cx, ins, at):
         cx.fail("negative pads are not supported")
     mode = at.get("mode", b"constant")
     mode = mode.decode() if isinstance(mode, bytes) else mode
-    if mode not in ("constant", "edge", "reflect"):
+    if mode not in ("constant", "edge", "reflect", "wrap"):
         cx.fail(f"mode {mode!r} is not supported")
     return [F.pad(x, tuple(width), mode=mode,
                   constant_value=0.0 if value is None else float(np.asarray(value).reshape(-1)[0]))]

@@ -17,6 +17,7 @@ from . import (
     OnnxImportError,
     convert_math,
     convert_nn,
+    convert_resample,
     convert_shape,
     convert_vision,  # image sampling and detection
 )
@@ -28,6 +29,8 @@ from .context import Converter
 LATER_ATTRIBUTES = {"Range": {"stash_type"}, "Cast": {"round_mode"}, "CastLike": {"round_mode"}}
 # Ops first defined after opset 21, with the definition (its opset) their converters follow
 LATER_OPS = {"Swish": 24}
+# SpaceToDepth-28's mode (CRD beside the DCR order of before), which its converter reads
+LATER_ATTRIBUTES |= {"SpaceToDepth": {"mode"}}
 
 
 def merge(*families) -> dict[str, Converter]:
@@ -52,7 +55,7 @@ def merge(*families) -> dict[str, Converter]:
     return table
 
 
-CONVERTERS = merge(convert_math, convert_nn, convert_shape, convert_vision)
+CONVERTERS = merge(convert_math, convert_nn, convert_shape, convert_vision, convert_resample)
 
 
 def same_semantics(op_type: str, opset: int) -> bool:

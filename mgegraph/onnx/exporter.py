@@ -409,7 +409,30 @@ def _pad(w, n, ins):
     width = n.attr["pad_width"]
     pads = [b for b, _ in width] + [e for _, e in width]
     value = w.const(np.asarray(n.attr["constant_value"], n.inputs[0].dtype))
+    if n.attr["mode"] == "wrap" and w.opset < 19:
+        raise OnnxExportError(f"Pad's mode 'wrap' is ONNX's from opset 19, not {w.opset}")
     return w.add("Pad", [ins[0], w.ints(pads), value], mode=n.attr["mode"])
+
+
+# -- resampling: resize as Resize (pixel_shuffle is written as its reshapes and transpose) ----
+_RESIZE_SINCE = {"half_pixel_symmetric": 19}  # newer coordinate transformations' opsets
+
+
+@writer("resize")
+def _resize(w, n, ins):
+    a, x = n.attr, n.inputs[0]
+    coord, lead = a["coord"], x.ndim - len(a["size"])
+    if coord == "tf_half_pixel_for_nearest" or w.opset < _RESIZE_SINCE.get(coord, 13):
+        raise OnnxExportError(f"coordinate transformation {coord!r} is not in Resize at opset "
+                              f"{w.opset}")
+    attrs = {"mode": a["mode"], "coordinate_transformation_mode": coord,
+             "nearest_mode": a["nearest_mode"], "cubic_coeff_a": a["cubic_a"],
+             "exclude_outside": int(a["exclude_outside"])}
+    if a["scale"] is None:  # Resize takes out / in as the scale of given sizes, as resize does
+        return w.add("Resize", [ins[0], "", "", w.shape((*x.shape[:lead], *a["size"]))],
+                     **attrs)
+    scales = w.const(np.asarray((1.0,) * lead + a["scale"], np.float32), "scales")
+    return w.add("Resize", [ins[0], "", scales], **attrs)
 
 
 _REDUCE = {"sum": "ReduceSum", "mean": "ReduceMean", "max": "ReduceMax", "min": "ReduceMin",

@@ -41,6 +41,7 @@ from .registry import (
 # The pad modes; a backend maps them to its kernels' codes (the CPU lowering checks on import
 # that _kernels/movement.pyx implements exactly these).
 PAD_MODES = ("constant", "edge", "reflect")
+PAD_MODES += ("wrap",)  # NumPy's and ONNX's: the axis repeated, as on a torus
 
 
 def _shape_attr(shape) -> tuple[int | Dim, ...]:

@@ -204,7 +204,8 @@ def _pad_width(src, pad_width):
 
 def pad(src, pad_width, mode="constant", constant_value=0.0):
     """Pad with ``pad_width`` (per-axis (before, after) pairs from the first axis, as MegEngine;
-    an int or one pair pads every axis, as NumPy). Modes: constant, edge (or replicate), reflect.
+    an int or one pair pads every axis, as NumPy). Modes: constant, edge (or replicate),
+    reflect, wrap.
 
     >>> F.pad(x, ((1, 1), (2, 0)), mode="reflect")
     """

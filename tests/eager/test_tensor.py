@@ -208,6 +208,11 @@ CALLS.update({
     "mean_variance_normalization": lambda v: F.mean_variance_normalization(v, (2, 3)),
     "normalize": lambda v: F.normalize(v, axis=1),
 })
+CALLS |= {  # resampling
+    "interpolate": lambda v: F.interpolate(v, scale_factor=1.5, mode="bicubic"),
+    "pixel_shuffle": lambda v: F.pixel_shuffle(F.concat([v, v[:, :1]], axis=1), 2),
+    "pixel_unshuffle": lambda v: F.pixel_unshuffle(v, 3),
+}
 # sources without an input: run eagerly without graph=, compared with the graph's below
 SOURCES = {"arange": lambda g: F.arange(2, 9, 3, graph=g), "full": lambda g: F.full((2,), 7, graph=g),
            "linspace": lambda g: F.linspace(0, 1, 5, graph=g), "ones": lambda g: F.ones((3,), graph=g),

@@ -334,6 +334,17 @@ def _(g, b):
     return [_input(g, (b, 3)), _input(g, (), "int64")], {"drop_prob": 0.5, "seed": 3}
 
 
+# -- resampling ----------------------------------------------------------------------------------
+@_case("resize")
+def _(g, b):
+    return [_input(g, (b, 3, 5, 4))], {"size": (7, 2), "mode": "cubic"}
+
+
+@_case("resize_backward")
+def _(g, b):  # the gradient of a resize from a named image side
+    return [_input(g, (2, 3, 7, 2))], {"size": (7, 2), "input_size": (b + 4, 4)}
+
+
 # -- where a rule cannot take a name: (op, make, what the error says) ---------------------------
 REFUSED = {
     # reshape's -1 is found by exact division; a name divides only where its form shows it

@@ -9,7 +9,14 @@ import pytest
 # namespace package named "onnx"
 pytest.importorskip("onnx.helper")
 
-from mgegraph.onnx import convert_math, convert_nn, convert_shape, convert_vision, converters
+from mgegraph.onnx import (
+    convert_math,
+    convert_nn,
+    convert_resample,
+    convert_shape,
+    convert_vision,
+    converters,
+)
 
 
 def _family(name, table):
@@ -19,7 +26,7 @@ def _family(name, table):
 
 
 def test_the_table_is_every_familys_entries():
-    families = (convert_math, convert_nn, convert_shape, convert_vision)
+    families = (convert_math, convert_nn, convert_shape, convert_vision, convert_resample)
     assert sum(len(f.CONVERTERS) for f in families) == len(converters.CONVERTERS)
     for family in families:
         for op, convert in family.CONVERTERS.items():

@@ -300,7 +300,7 @@ def test_pad_width_forms_and_empty_input():
 def test_pad_errors():
     build_error(lambda x: F.pad(x, ((1, -1), (0, 0))), match="pad.*non-negative")
     build_error(lambda x: F.pad(x, ((1, 1),) * 3), match="pad.*2 pairs")
-    build_error(lambda x: F.pad(x, 1, mode="wrap"), match="pad.*mode")
+    build_error(lambda x: F.pad(x, 1, mode="symmetric"), match="pad.*mode")
     build_error(lambda x: F.pad(x, 1, mode="reflect"), shape=(0, 2), match="pad.*empty axis")
 
 
@@ -528,7 +528,7 @@ def test_adjoint_op_errors():
     with pytest.raises(mg.OpError, match="pad_backward.*wider"):
         apply("pad_backward", (x,), pad_width=((1, 2), (0, 0)), mode="edge")
     with pytest.raises(mg.OpError, match="pad_backward.*mode"):
-        apply("pad_backward", (x,), pad_width=((0, 0), (1, 1)), mode="wrap")
+        apply("pad_backward", (x,), pad_width=((0, 0), (1, 1)), mode="symmetric")
     with pytest.raises(mg.OpError, match="index_add.*indices' shape"):
         apply("index_add", (x, i), axis=0, size=4)
     with pytest.raises(mg.OpError, match="index_add.*size"):
@@ -583,8 +583,8 @@ def test_cpu_lowering_checks_the_kernels_pad_modes_are_the_ops(monkeypatch):
     from mgegraph.ops.movement import PAD_MODES
 
     assert sorted(K.PAD_MODES) == sorted(PAD_MODES)
-    monkeypatch.setattr(K, "PAD_MODES", {**K.PAD_MODES, "wrap": len(K.PAD_MODES)})
-    with pytest.raises(ImportError, match="wrap"):
+    monkeypatch.setattr(K, "PAD_MODES", {**K.PAD_MODES, "symmetric": len(K.PAD_MODES)})
+    with pytest.raises(ImportError, match="symmetric"):
         lowering.implement(KernelTable("test"))
 
 

@@ -76,6 +76,12 @@ FUNCTIONS = {
     "cross_entropy": lambda x: F.cross_entropy(x[:, :, 0], F.argmax(x[:, :, 1], axis=1)),
     "nll": lambda x: F.nn.nll_loss(F.log_softmax(x[:, :, 1], 1), F.argmax(x[:, :, 0], axis=1)),
 }
+FUNCTIONS |= {  # resampling
+    "interpolate": lambda x: F.vision.interpolate(F.expand_dims(x, 1), scale_factor=1.5,
+                                                  mode="bicubic"),
+    "pixel_shuffle": lambda x: F.pixel_unshuffle(F.pixel_shuffle(F.expand_dims(x, 1), 1), 2),
+    "pad_wrap": lambda x: F.pad(x, ((0, 0), (1, 2), (3, 1)), mode="wrap"),
+}
 BATCHES = (1, 3, 5)
 
 

@@ -5,9 +5,9 @@ One module per kernel module; each has ``implement(table)``, which registers its
 """
 from __future__ import annotations
 
-from . import conv, elementwise, fused, matmul, movement, nn, norm, pool, reduce, vision
+from . import conv, elementwise, fused, matmul, movement, nn, norm, pool, reduce, resize, vision
 
-FAMILIES = (elementwise, reduce, nn, norm, matmul, conv, pool, movement, fused, vision)
+FAMILIES = (elementwise, reduce, nn, norm, matmul, conv, pool, movement, fused, vision, resize)
 
 
 def implement_all(table) -> None:

@@ -23,3 +23,6 @@ FAMILIES = [
 FAMILIES += [
     "group_norm",    # csrc_cuda/group_norm.cu: group_norm (+ backward)
 ]
+FAMILIES += [
+    "resize",        # csrc_cuda/resize.cu: resize (nearest, linear, cubic) and its gradient
+]

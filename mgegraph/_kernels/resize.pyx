@@ -1,0 +1,302 @@
+# Resize by interpolation (nearest, linear, cubic) over the last one to three axes, and its
+# gradient: what the op means is mgegraph/ops/resize.py's docstring.
+#
+# Parameter layout (mgegraph/kernel_abi/resize.py packs it): ints, the Resize struct below, whose
+# field names this module exports as RESIZE_FIELDS; floats [num0, num1, num2, den0, den1, den2,
+# cubic_a]: each axis's step, the input distance of one output index, as num / den (in / out
+# where sizes were given, 1 / scale where a scale was; kernel_abi/resize.py's _geometry).
+#   resize:           bufs: x (planes, in0, in1, in2), y (planes, out0, out1, out2), workspace
+#   resize_backward:  bufs: dy (planes, out0, out1, out2), dx (planes, in0, in1, in2), workspace
+# The workspace holds each axis's taps (TapTable): TAP_BYTES per output index of every axis.
+# The family's other files: kernel_abi/resize.py, lowering/resize.py, csrc_cuda/resize.cu (the
+# same tap formulas, one CUDA thread per output), cuda/kernels/resize.py.
+#
+# Design: resizing is separable, so each axis's taps (input index and weight per output index)
+# are computed once per call into the workspace, then every output is a sum of products over
+# the three axes' taps, accumulated in double. An axis of input length 1 has one tap of weight 1
+# (the resized axes of a 1-D or 2-D resize lead with such axes), so a bilinear resize reads 2x2
+# cells, not 2x2x2. Threads: the forward splits output rows (no two threads write one cell); the
+# backward scatters each plane's gradient onto its taps and so splits planes, each thread adding
+# in the one order the serial loop does, so results are bitwise equal at any thread count.
+
+from libc.math cimport floor
+from libc.string cimport memset
+from cython cimport floating
+
+from .abi cimport Call, KERNEL_OK, kernel_address
+from .params cimport fields_of
+from .parallel cimport parallel_for
+
+ctypedef struct Resize:
+    Py_ssize_t mode, coord, nearest_mode, exclude_outside, planes, in0, in1, in2, out0, out1, out2
+    Py_ssize_t threads
+
+cdef enum ResizeMode:
+    NEAREST, LINEAR, CUBIC
+
+cdef enum Coord:
+    HALF_PIXEL, HALF_PIXEL_SYMMETRIC, PYTORCH_HALF_PIXEL, ALIGN_CORNERS, ASYMMETRIC, TF_HALF_PIXEL
+
+cdef enum NearestMode:
+    ROUND_PREFER_FLOOR, ROUND_PREFER_CEIL, FLOOR, CEIL
+
+cdef enum:
+    MAX_TAPS = 4  # cubic's; nearest takes 1, linear 2
+
+ctypedef struct Tap:
+    Py_ssize_t index[MAX_TAPS]
+    double weight[MAX_TAPS]
+
+RESIZE_MODES = {"nearest": NEAREST, "linear": LINEAR, "cubic": CUBIC}
+RESIZE_COORDS = {"half_pixel": HALF_PIXEL, "half_pixel_symmetric": HALF_PIXEL_SYMMETRIC,
+                 "pytorch_half_pixel": PYTORCH_HALF_PIXEL, "align_corners": ALIGN_CORNERS,
+                 "asymmetric": ASYMMETRIC, "tf_half_pixel_for_nearest": TF_HALF_PIXEL}
+RESIZE_NEAREST_MODES = {"round_prefer_floor": ROUND_PREFER_FLOOR,
+                        "round_prefer_ceil": ROUND_PREFER_CEIL, "floor": FLOOR, "ceil": CEIL}
+TAP_BYTES = sizeof(Tap)
+
+cdef Resize _resize
+RESIZE_FIELDS = fields_of(_resize, sizeof(Resize))
+
+
+# -- one axis's taps ------------------------------------------------------------------------------
+cdef inline double source_coord(Py_ssize_t coord, Py_ssize_t o, Py_ssize_t n_in,
+                                Py_ssize_t n_out, double num, double den) noexcept nogil:
+    # The input coordinate output index o reads (ONNX Resize's coordinate_transformation_mode).
+    # Products by the step's numerator, then one division: exact wherever the exact value is a
+    # representable number (an input cell), which a floor or a round then keeps. The resized
+    # length is ONNX's scale * input length (the output's where sizes were given).
+    cdef double length = n_in * den / num
+    if coord == ALIGN_CORNERS:
+        return 0.0 if length == 1 else o * (n_in - 1) / (length - 1)
+    if coord == ASYMMETRIC:
+        return o * num / den
+    if coord == TF_HALF_PIXEL:
+        return (o + 0.5) * num / den
+    if coord == PYTORCH_HALF_PIXEL and length == 1:
+        return 0.0
+    if coord == HALF_PIXEL_SYMMETRIC:
+        return n_in / 2.0 * (1 - n_out / length) + (o + 0.5) * num / den - 0.5
+    return (o + 0.5) * num / den - 0.5
+
+
+cdef inline double keys(double s, double a) noexcept nogil:
+    # Keys' cubic convolution kernel at distance s (0 <= s < 2) with coefficient a
+    if s <= 1:
+        return ((a + 2) * s - (a + 3)) * s * s + 1
+    return ((a * s - 5 * a) * s + 8 * a) * s - 4 * a
+
+
+cdef inline Py_ssize_t nearest(Py_ssize_t mode, double x) noexcept nogil:
+    cdef double i = floor(x), r = x - i
+    if r == 0 or mode == FLOOR:
+        return <Py_ssize_t>i
+    if mode == CEIL:
+        return <Py_ssize_t>i + 1
+    if mode == ROUND_PREFER_CEIL:
+        return <Py_ssize_t>i + (r >= 0.5)
+    return <Py_ssize_t>i + (r > 0.5)
+
+
+cdef inline Py_ssize_t clamp_index(Py_ssize_t i, Py_ssize_t n) noexcept nogil:
+    return 0 if i < 0 else (n - 1 if i >= n else i)
+
+
+cdef inline int axis_taps(const Resize* s, const double* f, int axis, Py_ssize_t o,
+                          Tap* t) noexcept nogil:
+    # Output index o's taps along one axis (their count returned); an out-of-range tap reads
+    # the edge, or is dropped with the others rescaled (exclude_outside)
+    cdef Py_ssize_t n_in = (&s.in0)[axis], n_out = (&s.out0)[axis], i0
+    cdef double x, r, total = 0
+    cdef int k, n
+    if n_in == 1:
+        t.index[0], t.weight[0] = 0, 1.0
+        return 1
+    x = source_coord(s.coord, o, n_in, n_out, f[axis], f[3 + axis])
+    if s.mode == NEAREST:
+        t.index[0], t.weight[0] = clamp_index(nearest(s.nearest_mode, x), n_in), 1.0
+        return 1
+    i0 = <Py_ssize_t>floor(x)
+    r = x - i0
+    if s.mode == LINEAR:
+        n = 2
+        t.weight[0], t.weight[1] = 1 - r, r
+    else:
+        n = 4
+        i0 -= 1
+        for k in range(4):
+            t.weight[k] = keys(r + 1 - k if k < 2 else k - 1 - r, f[6])
+    for k in range(n):
+        t.index[k] = i0 + k
+        if s.exclude_outside and not 0 <= t.index[k] < n_in:
+            t.weight[k] = 0
+        total += t.weight[k]
+        t.index[k] = clamp_index(t.index[k], n_in)
+    if s.exclude_outside and total != 0:  # no tap inside: all weigh 0 (ONNX's reference)
+        for k in range(n):
+            t.weight[k] /= total
+    return n
+
+
+cdef inline void fill_taps(const Resize* s, const double* f, Tap* table,
+                           int* counts) noexcept nogil:
+    # Every axis's taps, axis after axis in the table: out0, then out1, then out2 entries
+    cdef int axis
+    cdef Py_ssize_t o
+    for axis in range(3):
+        for o in range((&s.out0)[axis]):
+            counts[axis] = axis_taps(s, f, axis, o, table)
+            table += 1
+
+
+# -- forward: output rows split among threads ------------------------------------------------------
+ctypedef struct ResizeRun:
+    const Resize* s
+    const Tap* taps
+    int counts[3]
+    const char* x
+    char* y
+
+
+cdef inline void bilinear_row(const ResizeRun* r, Py_ssize_t row, floating* _) noexcept nogil:
+    # rows_part's loop with two taps on each of the last two axes and one on the first (every
+    # bilinear resize): the same products added in the same order, so the same bits, with the
+    # loops unrolled and the two input rows found once per output row
+    cdef const Resize* s = r.s
+    cdef Py_ssize_t o1 = row % s.out1, p = row // (s.out1 * s.out0), o2, j0, j1
+    cdef const Tap* t0 = r.taps + row // s.out1 % s.out0
+    cdef const Tap* t1 = r.taps + s.out0 + o1
+    cdef const Tap* t2
+    cdef const floating* x = <const floating*>r.x + (p * s.in0 + t0.index[0]) * s.in1 * s.in2
+    cdef const floating* a = x + t1.index[0] * s.in2
+    cdef const floating* b = x + t1.index[1] * s.in2
+    cdef floating* y = <floating*>r.y + row * s.out2
+    cdef double wa = t0.weight[0] * t1.weight[0], wb = t0.weight[0] * t1.weight[1], acc
+    for o2 in range(s.out2):
+        t2 = r.taps + s.out0 + s.out1 + o2
+        j0, j1 = t2.index[0], t2.index[1]
+        acc = 0
+        acc += wa * t2.weight[0] * a[j0]
+        acc += wa * t2.weight[1] * a[j1]
+        acc += wb * t2.weight[0] * b[j0]
+        acc += wb * t2.weight[1] * b[j1]
+        y[o2] = <floating>acc
+
+
+cdef inline int rows_part(const ResizeRun* r, Py_ssize_t lo, Py_ssize_t hi,
+                          floating* _) noexcept nogil:
+    cdef const Resize* s = r.s
+    cdef const floating* x = <const floating*>r.x
+    cdef floating* y = <floating*>r.y
+    cdef const Tap* t0
+    cdef const Tap* t1
+    cdef const Tap* t2
+    cdef Py_ssize_t row, p, o0, o1, o2, plane = s.in0 * s.in1 * s.in2, base
+    cdef int a, b, c
+    cdef double acc, w01
+    if r.counts[0] == 1 and r.counts[1] == 2 and r.counts[2] == 2:
+        for row in range(lo, hi):
+            bilinear_row(r, row, _)
+        return KERNEL_OK
+    for row in range(lo, hi):
+        o1 = row % s.out1
+        o0 = row // s.out1 % s.out0
+        p = row // (s.out1 * s.out0)
+        t0, t1 = r.taps + o0, r.taps + s.out0 + o1
+        for o2 in range(s.out2):
+            t2 = r.taps + s.out0 + s.out1 + o2
+            acc = 0
+            for a in range(r.counts[0]):
+                for b in range(r.counts[1]):
+                    w01 = t0.weight[a] * t1.weight[b]
+                    base = p * plane + (t0.index[a] * s.in1 + t1.index[b]) * s.in2
+                    for c in range(r.counts[2]):
+                        acc += w01 * t2.weight[c] * x[base + t2.index[c]]
+            y[row * s.out2 + o2] = <floating>acc
+    return KERNEL_OK
+
+
+cdef int rows_f32(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return rows_part(<const ResizeRun*>ctx, lo, hi, <float*>NULL)
+cdef int rows_f64(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return rows_part(<const ResizeRun*>ctx, lo, hi, <double*>NULL)
+
+
+cdef inline int resize_impl(const floating* x,  # IN  (planes, in0, in1, in2)
+                            floating* y,        # OUT (planes, out0, out1, out2)
+                            Tap* taps,          # OUT workspace: the taps of every axis
+                            const Resize* s, const double* f) noexcept nogil:
+    cdef ResizeRun r
+    fill_taps(s, f, taps, r.counts)
+    r.s, r.taps, r.x, r.y = s, taps, <const char*>x, <char*>y
+    return parallel_for(s.threads, s.planes * s.out0 * s.out1,
+                        rows_f32 if floating is float else rows_f64, &r)
+
+
+# -- backward: each plane's gradient scattered onto its taps ---------------------------------------
+cdef inline int planes_part(const ResizeRun* r, Py_ssize_t lo, Py_ssize_t hi,
+                            floating* _) noexcept nogil:
+    cdef const Resize* s = r.s
+    cdef const floating* dy = <const floating*>r.x
+    cdef floating* dx = <floating*>r.y
+    cdef const Tap* t0
+    cdef const Tap* t1
+    cdef const Tap* t2
+    cdef Py_ssize_t p, o0, o1, o2, plane = s.in0 * s.in1 * s.in2, base, out
+    cdef int a, b, c
+    cdef double g, w01
+    memset(dx + lo * plane, 0, <size_t>((hi - lo) * plane) * sizeof(floating))
+    for p in range(lo, hi):
+        out = p * s.out0 * s.out1 * s.out2
+        for o0 in range(s.out0):
+            t0 = r.taps + o0
+            for o1 in range(s.out1):
+                t1 = r.taps + s.out0 + o1
+                for o2 in range(s.out2):
+                    t2 = r.taps + s.out0 + s.out1 + o2
+                    g = dy[out]
+                    out += 1
+                    for a in range(r.counts[0]):
+                        for b in range(r.counts[1]):
+                            w01 = t0.weight[a] * t1.weight[b]
+                            base = p * plane + (t0.index[a] * s.in1 + t1.index[b]) * s.in2
+                            for c in range(r.counts[2]):
+                                dx[base + t2.index[c]] += <floating>(w01 * t2.weight[c] * g)
+    return KERNEL_OK
+
+
+cdef int planes_f32(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return planes_part(<const ResizeRun*>ctx, lo, hi, <float*>NULL)
+cdef int planes_f64(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return planes_part(<const ResizeRun*>ctx, lo, hi, <double*>NULL)
+
+
+cdef inline int resize_backward_impl(const floating* dy,  # IN  (planes, out0, out1, out2)
+                                     floating* dx,        # OUT (planes, in0, in1, in2)
+                                     Tap* taps,           # OUT workspace
+                                     const Resize* s, const double* f) noexcept nogil:
+    cdef ResizeRun r
+    fill_taps(s, f, taps, r.counts)
+    r.s, r.taps, r.x, r.y = s, taps, <const char*>dy, <char*>dx
+    return parallel_for(s.threads, s.planes, planes_f32 if floating is float else planes_f64, &r)
+
+
+# -- entry points: one per (kernel family, dtype) -------------------------------------------------
+cdef int resize_f32(const Call* c) noexcept nogil:
+    return resize_impl(<const float*>c.bufs[0], <float*>c.bufs[1], <Tap*>c.bufs[2],
+                       <const Resize*>c.ints, c.floats)
+cdef int resize_f64(const Call* c) noexcept nogil:
+    return resize_impl(<const double*>c.bufs[0], <double*>c.bufs[1], <Tap*>c.bufs[2],
+                       <const Resize*>c.ints, c.floats)
+cdef int resize_backward_f32(const Call* c) noexcept nogil:
+    return resize_backward_impl(<const float*>c.bufs[0], <float*>c.bufs[1], <Tap*>c.bufs[2],
+                                <const Resize*>c.ints, c.floats)
+cdef int resize_backward_f64(const Call* c) noexcept nogil:
+    return resize_backward_impl(<const double*>c.bufs[0], <double*>c.bufs[1], <Tap*>c.bufs[2],
+                                <const Resize*>c.ints, c.floats)
+
+KERNELS = {
+    "resize_f32": kernel_address(resize_f32), "resize_f64": kernel_address(resize_f64),
+    "resize_backward_f32": kernel_address(resize_backward_f32),
+    "resize_backward_f64": kernel_address(resize_backward_f64),
+}
