@@ -340,7 +340,13 @@ class Graph:
             return value
         if like is not None and isinstance(value, (numbers.Number, np.bool_)) and not isinstance(
                 value, np.generic):
-            return self.const(value, np.result_type(like.dtype, value))
+            try:
+                return self.const(value, np.result_type(like.dtype, value))
+            except OverflowError:  # NumPy 2 refuses a Python int outside the tensor's dtype
+                raise GraphError(f"the Python integer {value} does not fit {like.dtype}, the "
+                                 f"dtype of the tensor it meets (NumPy refuses it too); cast "
+                                 f"the tensor to a wider dtype first (at {user_location()})"
+                                 ) from None
         return self.const(value)
 
     def bind(self, parameter) -> Var:
