@@ -10,8 +10,12 @@ from ..ir.dims import Dim
 from ..ir.errors import GraphError, OpError
 from ..ir.facts import require_equal
 from ..ir.graph import install
-from ..ir.types import FLOAT_DTYPES, TensorType  # noqa: F401  (FLOAT_DTYPES: re-exported)
-from ..ir.types import CORE_DTYPES, SMALL_INT_DTYPES
+from ..ir.types import (
+    CORE_DTYPES,
+    FLOAT_DTYPES,  # noqa: F401  (re-exported)
+    SMALL_INT_DTYPES,
+    TensorType,
+)
 from . import elementwise_table as _TABLE
 
 REQUIRED = object()  # marks an attribute without a default
