@@ -122,19 +122,26 @@ def whole_input(node) -> int:
 _REGISTRY: dict[str, OpDef] = {}
 
 
-# The ops with kernels for the small integers (SMALL_INT_DTYPES) besides the elementwise table's
-# (which list them among their dtypes); every other op's rule refuses them, naming the dtype.
-SMALL_INT_OPS = frozenset({
-    "input", "param", "const", "cast", "where", "reshape", "transpose", "broadcast_to", "slice",
-    "slice_backward", "concat", "split", "pad", "gather", "take", "fill",
-    *(op.name for op in _TABLE.OPS if SMALL_INT_DTYPES[0] in op.dtypes)})
+# The ops with kernels for the small integers (SMALL_INT_DTYPES), and for which of them: the
+# elementwise table's ops list theirs; movement and casts move or convert all three; the
+# reductions read uint8 as they read bool. Every other op's rule refuses them, naming the dtype.
+SMALL_INT_OPS: dict[str, tuple[np.dtype, ...]] = {
+    **dict.fromkeys(("input", "param", "const", "cast", "where", "reshape", "transpose",
+                     "broadcast_to", "slice", "slice_backward", "concat", "split", "pad",
+                     "gather", "take", "fill"), SMALL_INT_DTYPES),
+    **dict.fromkeys(("sum", "prod", "mean", "var", "max", "min", "argmax", "argmin"),
+                    (np.dtype(np.uint8),)),
+    **{op.name: tuple(d for d in SMALL_INT_DTYPES if d in op.dtypes) for op in _TABLE.OPS},
+}
 
 
 def _refusing_small_ints(name: str, infer: Callable) -> Callable:
+    allowed = SMALL_INT_OPS.get(name, ())
+
     def checked(in_types, attrs):
         out_types = infer(in_types, attrs)
         for t in (*in_types, *out_types):
-            if t.dtype in SMALL_INT_DTYPES:
+            if t.dtype in SMALL_INT_DTYPES and t.dtype not in allowed:
                 raise TypeError(f"{name} has no kernels for {t.dtype}; cast to int32 or "
                                 f"float32 first (x.astype(...))")
         return out_types
@@ -142,7 +149,7 @@ def _refusing_small_ints(name: str, infer: Callable) -> Callable:
 
 
 def register(opdef: OpDef) -> OpDef:
-    if opdef.name not in SMALL_INT_OPS:
+    if SMALL_INT_OPS.get(opdef.name) != SMALL_INT_DTYPES:
         opdef = replace(opdef, infer=_refusing_small_ints(opdef.name, opdef.infer))
     if opdef.name in _REGISTRY:
         raise GraphError(f"op {opdef.name!r} is registered twice")

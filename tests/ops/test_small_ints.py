@@ -292,7 +292,8 @@ def test_fill_refuses_a_value_outside_int32_too():
 
 # -- ops without small-integer kernels ------------------------------------------------------------
 REFUSING = {
-    "sum": lambda x: F.sum(x), "max": lambda x: F.max(x), "matmul": lambda x: x @ x.T,
+    "matmul": lambda x: x @ x.T,
+    "conv2d": lambda x: F.conv2d(x.reshape(1, 1, 3, 3), x.reshape(1, 1, 3, 3)),
     "exp": lambda x: F.exp(x), "softmax": lambda x: F.softmax(x, axis=1),
     "clip": lambda x: F.clip(x, 1, 3), "div": lambda x: F.div(x, x),
     "one_hot": lambda x: F.one_hot(x, 4), "arange": lambda x: F.arange(3, dtype=x.dtype,
@@ -319,7 +320,40 @@ def test_ops_without_kernels_refuse_naming_op_and_dtype(dt, name):
 
 def test_a_refusal_names_the_op_and_the_users_line():
     g = mg.Graph()
-    x = g.input("x", (3,), dtype=np.uint8)
-    with pytest.raises(OpError, match=r"sum\(u8\[3\]\): sum has no kernels for uint8") as info:
+    x = g.input("x", (3,), dtype=np.int8)
+    with pytest.raises(OpError, match=r"sum\(i8\[3\]\): sum has no kernels for int8") as info:
         F.sum(x)
     assert "test_small_ints.py" in str(info.value)
+
+
+# -- reductions: uint8 alone (read as bool is); sums and products are int64 ---------------------
+REDUCTIONS = ("sum", "prod", "mean", "var", "max", "min", "argmax", "argmin")
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1, (0, 2)])
+def test_uint8_reductions_are_numpys_with_int64_sums(axis):
+    a = np.random.default_rng(4).integers(0, 256, (5, 7, 3)).astype(np.uint8)
+    a[0, 0, 0], a[1, 2, 1] = 255, 0
+    g = mg.Graph()
+    x = g.input("x", a.shape, dtype=np.uint8)
+    names = [n for n in REDUCTIONS if not (n.startswith("arg") and isinstance(axis, tuple))]
+    outs = [getattr(F, n)(x, axis=axis) for n in names]
+    for optimize in (0, 2):
+        got = run(outs, {"x": a}, optimize)
+        for name, gv in zip(names, got):
+            want = getattr(np, name)(a, axis=axis)
+            if name in ("sum", "prod"):  # NumPy's uint64, which mgegraph has not: int64
+                want = want.astype(np.int64)
+            if want.dtype.kind == "f":
+                np.testing.assert_allclose(gv, want, rtol=1e-12)
+                assert gv.dtype == want.dtype
+            else:
+                check(gv, np.asarray(want), (name, axis, optimize))
+
+
+@pytest.mark.parametrize("dt", [np.int8, np.int16])
+@pytest.mark.parametrize("name", REDUCTIONS)
+def test_signed_small_int_reductions_refuse(dt, name):
+    x = mg.Graph().input("x", (3, 4), dtype=dt)
+    with pytest.raises(OpError, match=f"{name} has no kernels for {np.dtype(dt)}"):
+        getattr(F, name)(x, axis=1)
