@@ -71,7 +71,8 @@ cdef inline Py_ssize_t inner_stride(const Call* c, int operand) noexcept nogil:
     return c.ints[2 + (operand + 2) * ndim - 1] if ndim > 0 else 0
 
 
-cdef inline int unary_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi, ew_num_t* tag) noexcept nogil:
+cdef inline int unary_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
+                           ew_num_t* tag) noexcept nogil:
     cdef const ew_num_t* x = <const ew_num_t*>c.bufs[0]
     cdef ew_num_t* y = <ew_num_t*>c.bufs[1] + lo
     cdef int op = <int>c.ints[0]
@@ -95,7 +96,8 @@ cdef inline int unary_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi, ew_num_t
     return KERNEL_OK
 
 
-cdef inline int binary_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi, ew_num_t* tag) noexcept nogil:
+cdef inline int binary_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
+                            ew_num_t* tag) noexcept nogil:
     cdef const ew_num_t* x = <const ew_num_t*>c.bufs[0]
     cdef const ew_num_t* z = <const ew_num_t*>c.bufs[1]
     cdef ew_num_t* y = <ew_num_t*>c.bufs[2] + lo
@@ -144,7 +146,8 @@ cdef inline int compare_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
 
 
 cdef inline void where_run(const uint8_t* pc, Py_ssize_t sc, const ew_num_t* px, Py_ssize_t sx,
-                           const ew_num_t* pz, Py_ssize_t sz, ew_num_t* y, Py_ssize_t n) noexcept nogil:
+                           const ew_num_t* pz, Py_ssize_t sz, ew_num_t* y,
+                           Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t i
     cdef ew_num_t a, b
     if sc == 1 and sx == 1 and sz == 1:
@@ -162,7 +165,8 @@ cdef inline void where_run(const uint8_t* pc, Py_ssize_t sc, const ew_num_t* px,
             y[i] = px[i * sx] if pc[i * sc] else pz[i * sz]
 
 
-cdef inline int where_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi, ew_num_t* tag) noexcept nogil:
+cdef inline int where_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
+                           ew_num_t* tag) noexcept nogil:
     # ints: [unused opcode, ndim, shape, strides cond, strides x, strides z, threads]
     cdef const uint8_t* cond = <const uint8_t*>c.bufs[0]
     cdef const ew_num_t* x = <const ew_num_t*>c.bufs[1]
@@ -211,7 +215,8 @@ cdef inline void cast_rows(const Call* c, Py_ssize_t lo, Py_ssize_t hi, const ew
         n = span_run(&sp)
 
 
-cdef inline int cast_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi, ew_num_t* tag) noexcept nogil:
+cdef inline int cast_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
+                          ew_num_t* tag) noexcept nogil:
     # ints[0] is the destination dtype code (mgegraph.ir.types.SUPPORTED)
     cdef int dst = <int>c.ints[0]
     cdef const ew_num_t* x = <const ew_num_t*>c.bufs[0]

@@ -50,8 +50,9 @@ def frame_model(dt):
         helper.make_node("Mul", ["xf", "scale"], ["scaled"]),
         helper.make_node("Cast", ["scaled"], ["back"], to=code),
     ]
-    outs = [("t", code, [2, 4, 3]), ("cat", code, [2, 4, 4]), ("eq", TensorProto.BOOL,
-            [2, 3, 4]), ("sel", code if dt is np.uint8 else TensorProto.INT32, [2, 3, 4]), ("scaled", TensorProto.FLOAT, [2, 3, 4]),
+    selected = code if dt is np.uint8 else TensorProto.INT32
+    outs = [("t", code, [2, 4, 3]), ("cat", code, [2, 4, 4]), ("eq", TensorProto.BOOL, [2, 3, 4]),
+            ("sel", selected, [2, 3, 4]), ("scaled", TensorProto.FLOAT, [2, 3, 4]),
             ("back", code, [2, 3, 4])]
     graph = helper.make_graph(
         nodes, "frame", [helper.make_tensor_value_info("x", code, [2, 3, 4])],
