@@ -70,6 +70,19 @@ def test_python_scalars_keep_the_tensors_dtype(dt):
         x + 70000
 
 
+def test_a_python_int_outside_the_dtype_is_a_graph_error():
+    # NumPy 2 raises OverflowError on each; mgegraph says which value and where (int32's too)
+    g = mg.Graph()
+    with pytest.raises(GraphError, match="300 out of bounds for uint8"):
+        g.const(300, "uint8")
+    with pytest.raises(GraphError, match="300 out of bounds for uint8"):
+        mg.tensor([300], dtype="uint8")
+    with pytest.raises(GraphError, match="does not fit int32"):
+        g.input("x", (2,), dtype=np.int32) + 2 ** 40
+    with pytest.raises(GraphError, match="-1 does not fit uint8"):
+        g.input("u", (2,), dtype=np.uint8) - (-1)
+
+
 # -- casts ----------------------------------------------------------------------------------------
 def cast_sources(src) -> np.ndarray:
     """Values of ``src`` that reach every rule of a cast: limits, negatives, fractions, and for
