@@ -370,3 +370,27 @@ def test_signed_small_int_reductions_refuse(dt, name):
     x = mg.Graph().input("x", (3, 4), dtype=dt)
     with pytest.raises(OpError, match=f"{name} has no kernels for {np.dtype(dt)}"):
         getattr(F, name)(x, axis=1)
+
+
+# -- against PyTorch (which wraps small integers as NumPy does) ----------------------------------
+@pytest.mark.parametrize("dt", SMALL)
+def test_integer_ops_and_in_range_casts_agree_with_torch(dt):
+    torch = pytest.importorskip("torch")
+    a, b = edge_pairs(dt)
+    b = np.where(b == 0, 3, b).astype(dt)  # torch raises on an integer division by zero
+    if np.iinfo(dt).min < 0:  # and computes MIN // -1 otherwise than NumPy
+        b = np.where(b == -1, 5, b).astype(dt)
+    g = mg.Graph()
+    x, y = g.input("x", a.shape, dtype=dt), g.input("y", b.shape, dtype=dt)
+    f = g.input("f", (7,), dtype=np.float32)
+    outs = [x + y, x - y, x * y, F.maximum(x, y), F.minimum(x, y), F.floor_div(x, y), -x,
+            F.abs(x), x < y, f.astype(dt)]
+    floats = np.array([0.0, 1.9, 7.5, 100.2, 127.9, -0.9, 2.0], np.float32)
+    if np.iinfo(dt).min < 0:
+        floats[5] = -100.7
+    got = run(outs, {"x": a, "y": b, "f": floats}, 0)
+    ta, tb, tf = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(floats)
+    want = [ta + tb, ta - tb, ta * tb, torch.maximum(ta, tb), torch.minimum(ta, tb),
+            torch.floor_divide(ta, tb), -ta, torch.abs(ta), ta < tb, tf.to(ta.dtype)]
+    for k, (gv, wv) in enumerate(zip(got, want)):
+        check(gv, wv.numpy(), (dt, k))
