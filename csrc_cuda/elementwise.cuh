@@ -17,6 +17,11 @@
 #include "scalar.cuh"
 
 typedef unsigned char mg_bool;  // NumPy's bool: one byte, 0 or 1
+// the small integers; uint8 is mg_bool's type, so the two share comparisons and where (a byte
+// compares alike) and differ in casts only (MgCastSmall)
+typedef unsigned char mg_u8;
+typedef signed char mg_i8;
+typedef short mg_i16;
 
 template <class T> struct alignas(16) MgPack { T v[16 / sizeof(T)]; };
 
@@ -150,4 +155,11 @@ template <> struct MgCast<mg_i64> {
     MG_HD static mg_i64 from(float v) { return float_to_i64(v); }
     MG_HD static mg_i64 from(double v) { return float_to_i64(v); }
     template <class In> MG_HD static mg_i64 from(In v) { return (mg_i64)v; }
+};
+// To a small integer (uint8, int8, int16) as the CPU's cast and NumPy on x86: a float truncated
+// to int32 (INT_MIN for NaN, inf and outside its range), then the low bits; an integer's low bits
+template <class Out> struct MgCastSmall {
+    MG_HD static Out from(float v) { return (Out)float_to_i32(v); }
+    MG_HD static Out from(double v) { return (Out)float_to_i32(v); }
+    template <class In> MG_HD static Out from(In v) { return (Out)v; }
 };

@@ -3,8 +3,8 @@
 //
 // Parameters: the CPU's (mgegraph/_kernels/movement.pyx, packed by lowering/movement.py), read
 // in the same order: a fixed head, the variable arrays its comment there names, a fixed tail.
-// Moving data is copying bits, so the moving kernels are written per element size (1, 4, 8
-// bytes) and entered per dtype; the accumulating adjoints and range compute, per dtype.
+// Moving data is copying bits, so the moving kernels are written per element size (1, 2, 4,
+// 8 bytes) and entered per dtype; the accumulating adjoints and range compute, per dtype.
 //
 // Semantics are the CPU kernel's and bitwise, but for two things a kernel that cannot stop must
 // do otherwise: an index out of range (take, gather, one_hot, index_add, scatter_add) reads as
@@ -311,6 +311,9 @@ template <class T> __device__ void range(const MgArgs& a) {
     MG_ENTRY(range_##DT, range, T)
 
 MG_MOVING(bool, u8)
+MG_MOVING(u8, u8)
+MG_MOVING(i8, u8)
+MG_MOVING(i16, unsigned short)
 MG_MOVING(f32, unsigned)
 MG_MOVING(i32, unsigned)
 MG_MOVING(f64, u64)

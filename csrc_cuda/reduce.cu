@@ -236,3 +236,4 @@ MG_REDUCE_ENTRIES(double, f64)
 MG_REDUCE_ENTRIES(int, i32)
 MG_REDUCE_ENTRIES(i64, i64)
 MG_REDUCE_ENTRIES(unsigned char, bool)
+MG_REDUCE_ENTRIES(unsigned char, u8)  // uint8: read as bool is, reduced by value

@@ -334,6 +334,13 @@ template <class T> MG_HD T m_mod_int(T x, T y) {
     T r = x % y;
     return r != 0 && ((r < 0) != (y < 0)) ? r + y : r;
 }
+// uint8: no divisor is -1 and nothing is negative (NumPy's x // 0 and x % 0 are 0 as above)
+MG_HD unsigned char m_floor_div_int(unsigned char x, unsigned char y) {
+    return y == 0 ? 0 : (unsigned char)(x / y);
+}
+MG_HD unsigned char m_mod_int(unsigned char x, unsigned char y) {
+    return y == 0 ? 0 : (unsigned char)(x % y);
+}
 
 // -- casts of floats to integers: INT_MIN for NaN, inf and out of range (x86's cvtt result) ---
 MG_HD int float_to_i32(double x) {

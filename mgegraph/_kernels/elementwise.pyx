@@ -13,9 +13,9 @@
 # functions, so every path gives bitwise the same results. This module walks the rows: a thread
 # takes a contiguous range of output elements (parallel.pyx), which changes no result.
 
-from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t
 
-from .dtypes cimport any_t, num_t
+from .dtypes cimport ew_num_t
 from .abi cimport Call, KERNEL_OK, KERNEL_NEGATIVE_POWER, KERNEL_UNSUPPORTED, kernel_address
 from .nditer cimport dims_ok, Odometer, odometer_init, odometer_next, odometer_seek, count_rows
 from .parallel cimport parallel_for, part_fn
@@ -30,6 +30,8 @@ ctypedef fused dst_t:
     int32_t
     int64_t
     uint8_t
+    int8_t
+    int16_t
 
 OPCODES = ew_opcodes()  # op name -> code, as the table orders them (the lowering checks)
 
@@ -69,19 +71,20 @@ cdef inline Py_ssize_t inner_stride(const Call* c, int operand) noexcept nogil:
     return c.ints[2 + (operand + 2) * ndim - 1] if ndim > 0 else 0
 
 
-cdef inline int unary_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi, num_t* tag) noexcept nogil:
-    cdef const num_t* x = <const num_t*>c.bufs[0]
-    cdef num_t* y = <num_t*>c.bufs[1] + lo
+cdef inline int unary_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
+                           ew_num_t* tag) noexcept nogil:
+    cdef const ew_num_t* x = <const ew_num_t*>c.bufs[0]
+    cdef ew_num_t* y = <ew_num_t*>c.bufs[1] + lo
     cdef int op = <int>c.ints[0]
     cdef Py_ssize_t s = inner_stride(c, 0) if c.ints[1] > 0 else 1, n
-    cdef num_t p = 0, q = 0
+    cdef ew_num_t p = 0, q = 0
     cdef Span sp
     if op < 0 or op >= EW_FIRST_BINARY:
         return KERNEL_UNSUPPORTED
     if ew_n_params(op) > 0:  # in the data's dtype, as the fused kernel takes them
-        p = <num_t>c.floats[0]
+        p = <ew_num_t>c.floats[0]
     if ew_n_params(op) > 1:
-        q = <num_t>c.floats[1]
+        q = <ew_num_t>c.floats[1]
     span_init(&sp, c, 1, lo, hi)
     n = span_run(&sp)
     while n > 0:
@@ -93,14 +96,15 @@ cdef inline int unary_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi, num_t* t
     return KERNEL_OK
 
 
-cdef inline int binary_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi, num_t* tag) noexcept nogil:
-    cdef const num_t* x = <const num_t*>c.bufs[0]
-    cdef const num_t* z = <const num_t*>c.bufs[1]
-    cdef num_t* y = <num_t*>c.bufs[2] + lo
+cdef inline int binary_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
+                            ew_num_t* tag) noexcept nogil:
+    cdef const ew_num_t* x = <const ew_num_t*>c.bufs[0]
+    cdef const ew_num_t* z = <const ew_num_t*>c.bufs[1]
+    cdef ew_num_t* y = <ew_num_t*>c.bufs[2] + lo
     cdef int op = <int>c.ints[0]
     cdef Py_ssize_t sx = inner_stride(c, 0), sz = inner_stride(c, 1), n, i
-    cdef const num_t* pz
-    cdef bint int_pow = op == EW_POW and not (num_t is float or num_t is double)
+    cdef const ew_num_t* pz
+    cdef bint int_pow = op == EW_POW and not (ew_num_t is float or ew_num_t is double)
     cdef Span sp
     if op < EW_FIRST_BINARY or op >= EW_FIRST_COMPARE:
         return KERNEL_UNSUPPORTED
@@ -121,9 +125,9 @@ cdef inline int binary_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi, num_t* 
 
 
 cdef inline int compare_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
-                             any_t* tag) noexcept nogil:
-    cdef const any_t* x = <const any_t*>c.bufs[0]
-    cdef const any_t* z = <const any_t*>c.bufs[1]
+                             ew_num_t* tag) noexcept nogil:
+    cdef const ew_num_t* x = <const ew_num_t*>c.bufs[0]
+    cdef const ew_num_t* z = <const ew_num_t*>c.bufs[1]
     cdef uint8_t* y = <uint8_t*>c.bufs[2] + lo
     cdef int op = <int>c.ints[0]
     cdef Py_ssize_t sx = inner_stride(c, 0), sz = inner_stride(c, 1), n
@@ -141,10 +145,11 @@ cdef inline int compare_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
     return KERNEL_OK
 
 
-cdef inline void where_run(const uint8_t* pc, Py_ssize_t sc, const any_t* px, Py_ssize_t sx,
-                           const any_t* pz, Py_ssize_t sz, any_t* y, Py_ssize_t n) noexcept nogil:
+cdef inline void where_run(const uint8_t* pc, Py_ssize_t sc, const ew_num_t* px, Py_ssize_t sx,
+                           const ew_num_t* pz, Py_ssize_t sz, ew_num_t* y,
+                           Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t i
-    cdef any_t a, b
+    cdef ew_num_t a, b
     if sc == 1 and sx == 1 and sz == 1:
         # both branches loaded unconditionally: a select the compiler can vectorise
         for i in range(n):
@@ -160,12 +165,13 @@ cdef inline void where_run(const uint8_t* pc, Py_ssize_t sc, const any_t* px, Py
             y[i] = px[i * sx] if pc[i * sc] else pz[i * sz]
 
 
-cdef inline int where_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi, any_t* tag) noexcept nogil:
+cdef inline int where_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
+                           ew_num_t* tag) noexcept nogil:
     # ints: [unused opcode, ndim, shape, strides cond, strides x, strides z, threads]
     cdef const uint8_t* cond = <const uint8_t*>c.bufs[0]
-    cdef const any_t* x = <const any_t*>c.bufs[1]
-    cdef const any_t* z = <const any_t*>c.bufs[2]
-    cdef any_t* y = <any_t*>c.bufs[3] + lo
+    cdef const ew_num_t* x = <const ew_num_t*>c.bufs[1]
+    cdef const ew_num_t* z = <const ew_num_t*>c.bufs[2]
+    cdef ew_num_t* y = <ew_num_t*>c.bufs[3] + lo
     cdef Py_ssize_t sc = inner_stride(c, 0), sx = inner_stride(c, 1), sz = inner_stride(c, 2), n
     cdef Span sp
     span_init(&sp, c, 3, lo, hi)
@@ -179,10 +185,11 @@ cdef inline int where_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi, any_t* t
     return KERNEL_OK
 
 
-cdef inline void cast_rows(const Call* c, Py_ssize_t lo, Py_ssize_t hi, const any_t* x,
-                           dst_t* y) noexcept nogil:
+cdef inline void cast_rows(const Call* c, Py_ssize_t lo, Py_ssize_t hi, const ew_num_t* x,
+                           dst_t* y, bint to_bool) noexcept nogil:
+    # to_bool: y is bool (x != 0); else a uint8_t y is uint8, which keeps the low bits
     cdef Py_ssize_t s = inner_stride(c, 0) if c.ints[1] > 0 else 1, n, i
-    cdef const any_t* px
+    cdef const ew_num_t* px
     cdef Span sp
     span_init(&sp, c, 1, lo, hi)
     y += lo
@@ -190,12 +197,17 @@ cdef inline void cast_rows(const Call* c, Py_ssize_t lo, Py_ssize_t hi, const an
     while n > 0:
         px = x + sp.o.offset[0] + sp.col * s
         for i in range(n):
-            if dst_t is uint8_t:
+            if dst_t is uint8_t and to_bool:
                 y[i] = px[i * s] != 0
-            elif (any_t is float or any_t is double) and dst_t is int32_t:
+            elif (ew_num_t is float or ew_num_t is double) and dst_t is int32_t:
                 y[i] = float_to_i32(px[i * s])  # NaN, inf, out of range: INT_MIN
-            elif (any_t is float or any_t is double) and dst_t is int64_t:
+            elif (ew_num_t is float or ew_num_t is double) and dst_t is int64_t:
                 y[i] = float_to_i64(px[i * s])
+            elif (ew_num_t is float or ew_num_t is double) and \
+                    (dst_t is uint8_t or dst_t is int8_t or dst_t is int16_t):
+                # NumPy's on x86: truncated to int32 (INT_MIN for NaN, inf, out of its range),
+                # then its low bits (scalar.pxd, float_to_i32)
+                y[i] = <dst_t>float_to_i32(px[i * s])
             else:
                 y[i] = <dst_t>px[i * s]
         y += n
@@ -203,20 +215,27 @@ cdef inline void cast_rows(const Call* c, Py_ssize_t lo, Py_ssize_t hi, const an
         n = span_run(&sp)
 
 
-cdef inline int cast_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi, any_t* tag) noexcept nogil:
+cdef inline int cast_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
+                          ew_num_t* tag) noexcept nogil:
     # ints[0] is the destination dtype code (mgegraph.ir.types.SUPPORTED)
     cdef int dst = <int>c.ints[0]
-    cdef const any_t* x = <const any_t*>c.bufs[0]
+    cdef const ew_num_t* x = <const ew_num_t*>c.bufs[0]
     if dst == 0:
-        cast_rows(c, lo, hi, x, <float*>c.bufs[1])
+        cast_rows(c, lo, hi, x, <float*>c.bufs[1], False)
     elif dst == 1:
-        cast_rows(c, lo, hi, x, <double*>c.bufs[1])
+        cast_rows(c, lo, hi, x, <double*>c.bufs[1], False)
     elif dst == 2:
-        cast_rows(c, lo, hi, x, <int32_t*>c.bufs[1])
+        cast_rows(c, lo, hi, x, <int32_t*>c.bufs[1], False)
     elif dst == 3:
-        cast_rows(c, lo, hi, x, <int64_t*>c.bufs[1])
+        cast_rows(c, lo, hi, x, <int64_t*>c.bufs[1], False)
     elif dst == 4:
-        cast_rows(c, lo, hi, x, <uint8_t*>c.bufs[1])
+        cast_rows(c, lo, hi, x, <uint8_t*>c.bufs[1], True)
+    elif dst == 5:
+        cast_rows(c, lo, hi, x, <uint8_t*>c.bufs[1], False)
+    elif dst == 6:
+        cast_rows(c, lo, hi, x, <int8_t*>c.bufs[1], False)
+    elif dst == 7:
+        cast_rows(c, lo, hi, x, <int16_t*>c.bufs[1], False)
     else:
         return KERNEL_UNSUPPORTED
     return KERNEL_OK
@@ -330,6 +349,58 @@ cdef int cast_part_bool(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcep
 cdef int cast_bool(const Call* c) noexcept nogil:
     return ew_run(c, 1, cast_part_bool)
 
+
+# the small integers: uint8 shares bool's compare, where and cast (the source is read alike;
+# the destination code says bool or uint8)
+cdef int unary_part_u8(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return unary_part(<const Call*>c, lo, hi, <uint8_t*>NULL)
+cdef int unary_u8(const Call* c) noexcept nogil:
+    return ew_run(c, 1, unary_part_u8)
+cdef int unary_part_i8(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return unary_part(<const Call*>c, lo, hi, <int8_t*>NULL)
+cdef int unary_i8(const Call* c) noexcept nogil:
+    return ew_run(c, 1, unary_part_i8)
+cdef int unary_part_i16(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return unary_part(<const Call*>c, lo, hi, <int16_t*>NULL)
+cdef int unary_i16(const Call* c) noexcept nogil:
+    return ew_run(c, 1, unary_part_i16)
+cdef int binary_part_u8(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return binary_part(<const Call*>c, lo, hi, <uint8_t*>NULL)
+cdef int binary_u8(const Call* c) noexcept nogil:
+    return ew_run(c, 2, binary_part_u8)
+cdef int binary_part_i8(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return binary_part(<const Call*>c, lo, hi, <int8_t*>NULL)
+cdef int binary_i8(const Call* c) noexcept nogil:
+    return ew_run(c, 2, binary_part_i8)
+cdef int binary_part_i16(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return binary_part(<const Call*>c, lo, hi, <int16_t*>NULL)
+cdef int binary_i16(const Call* c) noexcept nogil:
+    return ew_run(c, 2, binary_part_i16)
+cdef int compare_part_i8(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return compare_part(<const Call*>c, lo, hi, <int8_t*>NULL)
+cdef int compare_i8(const Call* c) noexcept nogil:
+    return ew_run(c, 2, compare_part_i8)
+cdef int compare_part_i16(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return compare_part(<const Call*>c, lo, hi, <int16_t*>NULL)
+cdef int compare_i16(const Call* c) noexcept nogil:
+    return ew_run(c, 2, compare_part_i16)
+cdef int where_part_i8(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return where_part(<const Call*>c, lo, hi, <int8_t*>NULL)
+cdef int where_i8(const Call* c) noexcept nogil:
+    return ew_run(c, 3, where_part_i8)
+cdef int where_part_i16(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return where_part(<const Call*>c, lo, hi, <int16_t*>NULL)
+cdef int where_i16(const Call* c) noexcept nogil:
+    return ew_run(c, 3, where_part_i16)
+cdef int cast_part_i8(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return cast_part(<const Call*>c, lo, hi, <int8_t*>NULL)
+cdef int cast_i8(const Call* c) noexcept nogil:
+    return ew_run(c, 1, cast_part_i8)
+cdef int cast_part_i16(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return cast_part(<const Call*>c, lo, hi, <int16_t*>NULL)
+cdef int cast_i16(const Call* c) noexcept nogil:
+    return ew_run(c, 1, cast_part_i16)
+
 KERNELS = {
     "unary_f32": kernel_address(unary_f32), "unary_f64": kernel_address(unary_f64),
     "unary_i32": kernel_address(unary_i32), "unary_i64": kernel_address(unary_i64),
@@ -342,4 +413,14 @@ KERNELS = {
     "where_i64": kernel_address(where_i64), "where_bool": kernel_address(where_bool),
     "cast_f32": kernel_address(cast_f32), "cast_f64": kernel_address(cast_f64), "cast_i32": kernel_address(cast_i32),
     "cast_i64": kernel_address(cast_i64), "cast_bool": kernel_address(cast_bool),
+    "unary_u8": kernel_address(unary_u8), "unary_i8": kernel_address(unary_i8),
+    "unary_i16": kernel_address(unary_i16),
+    "binary_u8": kernel_address(binary_u8), "binary_i8": kernel_address(binary_i8),
+    "binary_i16": kernel_address(binary_i16),
+    "compare_u8": kernel_address(compare_bool), "compare_i8": kernel_address(compare_i8),
+    "compare_i16": kernel_address(compare_i16),
+    "where_u8": kernel_address(where_bool), "where_i8": kernel_address(where_i8),
+    "where_i16": kernel_address(where_i16),
+    "cast_u8": kernel_address(cast_bool), "cast_i8": kernel_address(cast_i8),
+    "cast_i16": kernel_address(cast_i16),
 }

@@ -26,8 +26,10 @@ HEADER = """\
 # runs it at build time): edit the table, not this file. cdivision: x / 0 is IEEE's inf or NaN.
 """
 
-# Cython spelling of the element type of an op's scalar function, by the dtypes it has
-_TYPES = {"float": "floating", "numeric": "num_t", "all": "any_t"}
+# Cython spelling of the element type of an op's scalar function, by the dtypes it has: every
+# op defined on integers is compiled for the small integers too (dtypes.pxd; bool is uint8_t),
+# whether or not the table lists them for it
+_TYPES = {"float": "floating", "numeric": "ew_num_t", "all": "ew_num_t"}
 
 
 def op_type(op) -> str:
@@ -167,7 +169,7 @@ def render(table, scalar_pxd: str) -> str:
     binary = [table.BY_NAME[n] for n in table.BINARY + table.COMPARE]
     compare = [table.BY_NAME[n] for n in table.COMPARE]
     lines = [HEADER, "from libc.stdint cimport uint8_t", "from cython cimport floating", "",
-             "from .dtypes cimport any_t, num_t",
+             "from .dtypes cimport ew_num_t",
              "from .scalar cimport (", *_wrap(used), ")", ""]
     lines += _enum(table) + _n_params(table) + _opcodes(table)
     lines += ["", "# -- one scalar function per op " + "-" * 68]
@@ -175,18 +177,18 @@ def render(table, scalar_pxd: str) -> str:
         lines += _scalar_function(table, op)
     lines += ["", "# -- one op over a row: d[e] = op(a[e * sa], ...); False for an unknown op"]
     lines += _run_function(
-        "ew_unary_run", "int op, num_t* d, const num_t* a, Py_ssize_t sa, num_t p, num_t q, "
-        "Py_ssize_t n", "unary ops; p and q are the op's parameters", unary, _unary_case,
-        "num_t")
+        "ew_unary_run", "int op, ew_num_t* d, const ew_num_t* a, Py_ssize_t sa, ew_num_t p, "
+        "ew_num_t q, Py_ssize_t n", "unary ops; p and q are the op's parameters", unary,
+        _unary_case, "ew_num_t")
     lines += _run_function(
-        "ew_binary_run", "int op, num_t* d, const num_t* a, Py_ssize_t sa, const num_t* b, "
-        "Py_ssize_t sb, Py_ssize_t n",
+        "ew_binary_run", "int op, ew_num_t* d, const ew_num_t* a, Py_ssize_t sa, "
+        "const ew_num_t* b, Py_ssize_t sb, Py_ssize_t n",
         "binary ops and comparisons (1 or 0); a stride 0 broadcasts one value", binary,
-        _binary_case, "num_t")
+        _binary_case, "ew_num_t")
     lines += _run_function(
-        "ew_compare_run", "int op, uint8_t* d, const any_t* a, Py_ssize_t sa, const any_t* b, "
-        "Py_ssize_t sb, Py_ssize_t n", "comparisons into bools", compare, _binary_case,
-        "any_t")
+        "ew_compare_run", "int op, uint8_t* d, const ew_num_t* a, Py_ssize_t sa, "
+        "const ew_num_t* b, Py_ssize_t sb, Py_ssize_t n", "comparisons into bools", compare,
+        _binary_case, "ew_num_t")
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -3,7 +3,7 @@
 # gather).
 #
 # Design: moving data is copying bits, so every kernel that only moves elements is written once
-# per element size (1, 4 and 8 bytes) and the KERNELS table maps each dtype to the kernel of its
+# per element size (1, 2, 4 and 8 bytes) and the KERNELS table maps each dtype to the kernel of its
 # size; one_hot, range and the accumulating adjoints, which compute values, are typed by dtype.
 # The adjoints zero their whole output first, since it is an arena view that holds garbage.
 #
@@ -14,7 +14,7 @@
 # (the *_FIELDS tuples) and its limits (LIMITS), and the lowerings
 # (mgegraph/_kernels/lowering/movement.py) pack the fields by name.
 
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
 from .dtypes cimport int_t, num_t
@@ -25,6 +25,7 @@ from .params cimport fields_of
 
 ctypedef fused elem_t:
     uint8_t
+    uint16_t
     uint32_t
     uint64_t
 
@@ -476,6 +477,8 @@ cdef inline int range_impl(num_t* y, const Call* c) noexcept nogil:
 # -- entry points ----------------------------------------------------------------------------
 cdef int strided_1(const Call* c) noexcept nogil:
     return strided_impl(<const uint8_t*>c.bufs[0], <uint8_t*>c.bufs[1], c)
+cdef int strided_2(const Call* c) noexcept nogil:
+    return strided_impl(<const uint16_t*>c.bufs[0], <uint16_t*>c.bufs[1], c)
 cdef int strided_4(const Call* c) noexcept nogil:
     return strided_impl(<const uint32_t*>c.bufs[0], <uint32_t*>c.bufs[1], c)
 cdef int strided_8(const Call* c) noexcept nogil:
@@ -483,6 +486,8 @@ cdef int strided_8(const Call* c) noexcept nogil:
 
 cdef int slice_backward_1(const Call* c) noexcept nogil:
     return slice_backward_impl(<const uint8_t*>c.bufs[0], <uint8_t*>c.bufs[1], c)
+cdef int slice_backward_2(const Call* c) noexcept nogil:
+    return slice_backward_impl(<const uint16_t*>c.bufs[0], <uint16_t*>c.bufs[1], c)
 cdef int slice_backward_4(const Call* c) noexcept nogil:
     return slice_backward_impl(<const uint32_t*>c.bufs[0], <uint32_t*>c.bufs[1], c)
 cdef int slice_backward_8(const Call* c) noexcept nogil:
@@ -490,6 +495,8 @@ cdef int slice_backward_8(const Call* c) noexcept nogil:
 
 cdef int gather_1(const Call* c) noexcept nogil:
     return gather_sized(<const uint8_t*>c.bufs[0], <uint8_t*>c.bufs[2], c)
+cdef int gather_2(const Call* c) noexcept nogil:
+    return gather_sized(<const uint16_t*>c.bufs[0], <uint16_t*>c.bufs[2], c)
 cdef int gather_4(const Call* c) noexcept nogil:
     return gather_sized(<const uint32_t*>c.bufs[0], <uint32_t*>c.bufs[2], c)
 cdef int gather_8(const Call* c) noexcept nogil:
@@ -497,6 +504,8 @@ cdef int gather_8(const Call* c) noexcept nogil:
 
 cdef int pad_1(const Call* c) noexcept nogil:
     return pad_impl(<const uint8_t*>c.bufs[0], <uint8_t*>c.bufs[1], c)
+cdef int pad_2(const Call* c) noexcept nogil:
+    return pad_impl(<const uint16_t*>c.bufs[0], <uint16_t*>c.bufs[1], c)
 cdef int pad_4(const Call* c) noexcept nogil:
     return pad_impl(<const uint32_t*>c.bufs[0], <uint32_t*>c.bufs[1], c)
 cdef int pad_8(const Call* c) noexcept nogil:
@@ -504,6 +513,8 @@ cdef int pad_8(const Call* c) noexcept nogil:
 
 cdef int fill_1(const Call* c) noexcept nogil:
     return fill_impl(<uint8_t*>c.bufs[0], c)
+cdef int fill_2(const Call* c) noexcept nogil:
+    return fill_impl(<uint16_t*>c.bufs[0], c)
 cdef int fill_4(const Call* c) noexcept nogil:
     return fill_impl(<uint32_t*>c.bufs[0], c)
 cdef int fill_8(const Call* c) noexcept nogil:
@@ -554,10 +565,12 @@ cdef int pad_backward_i64(const Call* c) noexcept nogil:
 
 
 
-def _by_size(family, one, four, eight):
-    """Dtype-named entries for a kernel written per element size."""
+def _by_size(family, one, four, eight, two=None):
+    """Dtype-named entries for a kernel written per element size (``two`` also gives the small
+    integers theirs; concat, split and take move rows of bytes, whatever the size)."""
+    small = {f"{family}_u8": one, f"{family}_i8": one, f"{family}_i16": two} if two else {}
     return {f"{family}_bool": one, f"{family}_f32": four, f"{family}_i32": four,
-            f"{family}_f64": eight, f"{family}_i64": eight}
+            f"{family}_f64": eight, f"{family}_i64": eight, **small}
 
 
 def _by_dtype(family, f32, f64, i32, i64):
@@ -567,16 +580,18 @@ def _by_dtype(family, f32, f64, i32, i64):
 
 KERNELS = {
     **_by_size("strided", kernel_address(strided_1), kernel_address(strided_4),
-               kernel_address(strided_8)),
+               kernel_address(strided_8), kernel_address(strided_2)),
     **_by_size("slice_backward", kernel_address(slice_backward_1), kernel_address(slice_backward_4),
-               kernel_address(slice_backward_8)),
+               kernel_address(slice_backward_8), kernel_address(slice_backward_2)),
     **_by_size("gather", kernel_address(gather_1), kernel_address(gather_4),
-               kernel_address(gather_8)),
-    **_by_size("pad", kernel_address(pad_1), kernel_address(pad_4), kernel_address(pad_8)),
-    **_by_size("fill", kernel_address(fill_1), kernel_address(fill_4), kernel_address(fill_8)),
-    **_by_size("concat", *[kernel_address(concat_bytes)] * 3),
-    **_by_size("split", *[kernel_address(split_bytes)] * 3),
-    **_by_size("take", *[kernel_address(take_bytes)] * 3),
+               kernel_address(gather_8), kernel_address(gather_2)),
+    **_by_size("pad", kernel_address(pad_1), kernel_address(pad_4), kernel_address(pad_8),
+               kernel_address(pad_2)),
+    **_by_size("fill", kernel_address(fill_1), kernel_address(fill_4), kernel_address(fill_8),
+               kernel_address(fill_2)),
+    **_by_size("concat", *[kernel_address(concat_bytes)] * 4),
+    **_by_size("split", *[kernel_address(split_bytes)] * 4),
+    **_by_size("take", *[kernel_address(take_bytes)] * 4),
     "one_hot_i32": kernel_address(one_hot_i32), "one_hot_i64": kernel_address(one_hot_i64),
     "range_f32": kernel_address(range_f32), "range_f64": kernel_address(range_f64),
     "range_i32": kernel_address(range_i32), "range_i64": kernel_address(range_i64),

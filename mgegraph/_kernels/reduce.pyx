@@ -516,4 +516,6 @@ KERNELS = {
     "reduce_f32": kernel_address(reduce_f32), "reduce_f64": kernel_address(reduce_f64),
     "reduce_i32": kernel_address(reduce_i32), "reduce_i64": kernel_address(reduce_i64),
     "reduce_bool": kernel_address(reduce_bool),
+    # uint8 is read as bool is (uint8_t): sums in uint64, max/min/argmax by value
+    "reduce_u8": kernel_address(reduce_bool),
 }

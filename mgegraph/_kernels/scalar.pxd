@@ -20,11 +20,12 @@
 from libc.math cimport (INFINITY, NAN, erf, fabs, fabsf, sqrt, sqrtf, sin, sinf, cos, cosf,
                         floor, floorf, ceil, ceilf, fmod, fmodf, copysign, copysignf,
                         pow as cpow, powf)
-from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, INT32_MIN, INT64_MIN
+from libc.stdint cimport (int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t,
+                          INT32_MIN, INT64_MIN)
 from libc.string cimport memcpy
 from cython cimport floating
 
-from .dtypes cimport int_t, num_t
+from .dtypes cimport ew_int_t, ew_num_t
 
 
 # -- the vectorisable math behind m_exp, m_expm1, m_log, m_log1p, m_tanh and m_erf ---------------
@@ -300,14 +301,14 @@ cdef inline floating m_floor(floating x) noexcept nogil:
 cdef inline floating m_ceil(floating x) noexcept nogil:
     return ceilf(x) if floating is float else ceil(x)
 
-cdef inline num_t m_pow(num_t x, num_t y) noexcept nogil:
+cdef inline ew_num_t m_pow(ew_num_t x, ew_num_t y) noexcept nogil:
     # integers: by squaring in unsigned arithmetic, so an overflow wraps as NumPy's does (signed
     # overflow is undefined in C); a negative exponent gives 0 here, and the binary kernel
     # refuses the call (KERNEL_BAD_VALUE) before it gets one, as NumPy raises
     cdef uint64_t result = 1, base
-    if num_t is float:
+    if ew_num_t is float:
         return powf(x, y)
-    elif num_t is double:
+    elif ew_num_t is double:
         return cpow(x, y)
     else:
         if y < 0:
@@ -318,69 +319,84 @@ cdef inline num_t m_pow(num_t x, num_t y) noexcept nogil:
                 result = result * base
             base = base * base
             y >>= 1
-        return <num_t>result
+        return <ew_num_t>result
 
-cdef inline int_t m_neg_int(int_t x) noexcept nogil:
+# NOTE: the small integers (uint8, int8, int16) compute in C's int, where their sums and
+# products cannot overflow, and the result is converted back keeping the low bits (GCC and
+# Clang define the conversion to a narrower signed type so): NumPy's wrapping.
+cdef inline ew_int_t m_neg_int(ew_int_t x) noexcept nogil:
     # -x wrapping as NumPy: -INT_MIN is INT_MIN (computed unsigned; signed overflow is UB)
-    if int_t is int32_t:
+    if ew_int_t is int32_t:
         return <int32_t>(<uint32_t>0 - <uint32_t>x)
-    else:
+    elif ew_int_t is int64_t:
         return <int64_t>(<uint64_t>0 - <uint64_t>x)
+    else:
+        return <ew_int_t>(-<int>x)
 
-cdef inline int_t m_add_int(int_t x, int_t y) noexcept nogil:
-    if int_t is int32_t:
+cdef inline ew_int_t m_add_int(ew_int_t x, ew_int_t y) noexcept nogil:
+    if ew_int_t is int32_t:
         return <int32_t>(<uint32_t>x + <uint32_t>y)
-    else:
+    elif ew_int_t is int64_t:
         return <int64_t>(<uint64_t>x + <uint64_t>y)
+    else:
+        return <ew_int_t>(<int>x + <int>y)
 
-cdef inline int_t m_sub_int(int_t x, int_t y) noexcept nogil:
-    if int_t is int32_t:
+cdef inline ew_int_t m_sub_int(ew_int_t x, ew_int_t y) noexcept nogil:
+    if ew_int_t is int32_t:
         return <int32_t>(<uint32_t>x - <uint32_t>y)
-    else:
+    elif ew_int_t is int64_t:
         return <int64_t>(<uint64_t>x - <uint64_t>y)
+    else:
+        return <ew_int_t>(<int>x - <int>y)
 
-cdef inline int_t m_mul_int(int_t x, int_t y) noexcept nogil:
-    if int_t is int32_t:
+cdef inline ew_int_t m_mul_int(ew_int_t x, ew_int_t y) noexcept nogil:
+    if ew_int_t is int32_t:
         return <int32_t>(<uint32_t>x * <uint32_t>y)
-    else:
+    elif ew_int_t is int64_t:
         return <int64_t>(<uint64_t>x * <uint64_t>y)
-
-cdef inline num_t m_abs(num_t x) noexcept nogil:
-    if num_t is float:
-        return fabsf(x)
-    elif num_t is double:
-        return fabs(x)
-    elif num_t is int32_t:
-        return <int32_t>(<uint32_t>0 - <uint32_t>x) if x < 0 else x  # abs(INT_MIN) = INT_MIN
     else:
-        return <int64_t>(<uint64_t>0 - <uint64_t>x) if x < 0 else x
+        return <ew_int_t>(<int>x * <int>y)
 
-cdef inline num_t m_relu(num_t x) noexcept nogil:
+cdef inline ew_num_t m_abs(ew_num_t x) noexcept nogil:
+    if ew_num_t is float:
+        return fabsf(x)
+    elif ew_num_t is double:
+        return fabs(x)
+    elif ew_num_t is int32_t:
+        return <int32_t>(<uint32_t>0 - <uint32_t>x) if x < 0 else x  # abs(INT_MIN) = INT_MIN
+    elif ew_num_t is int64_t:
+        return <int64_t>(<uint64_t>0 - <uint64_t>x) if x < 0 else x
+    elif ew_num_t is uint8_t:
+        return x
+    else:
+        return <ew_num_t>(-<int>x) if x < 0 else x  # abs(-128) = -128 in int8, as NumPy
+
+cdef inline ew_num_t m_relu(ew_num_t x) noexcept nogil:
     return 0 if x <= 0 else x  # NaN <= 0 is false: NaN stays; -0.0 gives +0.0
 
-cdef inline num_t m_sign(num_t x) noexcept nogil:
-    if num_t is float or num_t is double:
+cdef inline ew_num_t m_sign(ew_num_t x) noexcept nogil:
+    if ew_num_t is float or ew_num_t is double:
         # x - x: +0.0 for either zero, NaN for NaN
         return 1 if x > 0 else (-1 if x < 0 else x - x)
     else:
         return (x > 0) - (x < 0)
 
-cdef inline num_t m_max(num_t x, num_t y) noexcept nogil:
-    if num_t is float or num_t is double:
+cdef inline ew_num_t m_max(ew_num_t x, ew_num_t y) noexcept nogil:
+    if ew_num_t is float or ew_num_t is double:
         return x if x > y else (y if y >= x else x + y)  # neither: a NaN, which x + y keeps
     else:
         return x if x > y else y
 
-cdef inline num_t m_min(num_t x, num_t y) noexcept nogil:
-    if num_t is float or num_t is double:
+cdef inline ew_num_t m_min(ew_num_t x, ew_num_t y) noexcept nogil:
+    if ew_num_t is float or ew_num_t is double:
         return x if x < y else (y if y <= x else x + y)
     else:
         return x if x < y else y
 
-cdef inline num_t m_clamp(num_t x, num_t lo, num_t hi) noexcept nogil:
+cdef inline ew_num_t m_clamp(ew_num_t x, ew_num_t lo, ew_num_t hi) noexcept nogil:
     return lo if x < lo else (hi if x > hi else x)
 
-cdef inline num_t m_select(bint c, num_t a, num_t b) noexcept nogil:
+cdef inline ew_num_t m_select(bint c, ew_num_t a, ew_num_t b) noexcept nogil:
     return a if c else b  # both operands are evaluated by the caller: a blend, no branch
 
 cdef inline floating m_mod(floating x, floating y) noexcept nogil:
@@ -407,11 +423,11 @@ cdef inline floating m_floor_div(floating x, floating y) noexcept nogil:
         return whole + 1 if div - whole > <floating>0.5 else whole
     return copysignf(0, x / y) if floating is float else copysign(0, x / y)
 
-cdef inline int_t m_floor_div_int(int_t x, int_t y) noexcept nogil:
+cdef inline ew_int_t m_floor_div_int(ew_int_t x, ew_int_t y) noexcept nogil:
     # C division truncates (cdivision): step down when the signs differ and it was inexact.
     # A zero divisor gives 0 and INT_MIN // -1 gives INT_MIN (NumPy's results); in C both trap
     # (SIGFPE on x86), so neither reaches the division
-    cdef int_t r
+    cdef ew_int_t r
     if y == 0:
         return 0
     if y == -1:
@@ -419,9 +435,9 @@ cdef inline int_t m_floor_div_int(int_t x, int_t y) noexcept nogil:
     r = x // y
     return r - 1 if (x % y != 0) and ((x < 0) != (y < 0)) else r
 
-cdef inline int_t m_mod_int(int_t x, int_t y) noexcept nogil:
+cdef inline ew_int_t m_mod_int(ew_int_t x, ew_int_t y) noexcept nogil:
     # 0 for a zero divisor and for -1 (INT_MIN % -1 traps in C)
-    cdef int_t r
+    cdef ew_int_t r
     if y == 0 or y == -1:
         return 0
     r = x % y
@@ -431,6 +447,8 @@ cdef inline int_t m_mod_int(int_t x, int_t y) noexcept nogil:
 # -- casts of floats to integers ------------------------------------------------------------------
 # C leaves a float outside the integer's range (NaN, inf, too large) undefined; the result here is
 # the one NumPy gives on x86 (the cvttsd2si "integer indefinite"): INT_MIN of the destination.
+# A small integer (uint8, int8, int16) is NumPy's result too: the float truncated to int32 as
+# below, then the low bits of that (so 300.7 -> uint8 44, NaN and inf -> 0, -1.5 -> uint8 255).
 cdef inline int32_t float_to_i32(double x) noexcept nogil:
     if x >= -2147483648.0 and x < 2147483648.0:  # false for NaN
         return <int32_t>x

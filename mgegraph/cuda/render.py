@@ -27,7 +27,9 @@ from ..ops import elementwise_table as TABLE
 from ..ops.fused_program import BINARY, UNARY, Program, constants, to_ssa
 
 CTYPES = {"float32": "float", "float64": "double", "int32": "int", "int64": "mg_i64",
-          "bool": "mg_bool"}
+          "bool": "mg_bool", "uint8": "mg_u8", "int8": "mg_i8", "int16": "mg_i16"}
+# casts to these take MgCastSmall (csrc_cuda/elementwise.cuh): uint8 is bool's C type
+SMALL_INTS = ("uint8", "int8", "int16")
 PRELUDE = '#include "elementwise.cuh"\n'
 
 
@@ -76,7 +78,9 @@ def ew_functions() -> str:
     """Every op of the table for every dtype it has, in table order (a callee comes first)."""
     lines = ["// the elementwise table (mgegraph/ops/elementwise_table.py), rendered"]
     for op in TABLE.OPS:
-        lines += [ew_function(op, d) for d in op.dtypes]
+        # bool and uint8 are one C type (unsigned char): a comparison of both is one function
+        one_each = {"bool" if d == np.uint8 else d.name: d for d in map(np.dtype, op.dtypes)}
+        lines += [ew_function(op, d) for d in one_each.values()]
     return "\n".join(lines) + "\n"
 
 
@@ -101,7 +105,7 @@ def unary_kernel(op: str, dtype) -> tuple[str, str]:
 def _negative_power_check(op: str, dtype, exponent: str) -> str:
     """The statement that fails the run (the CPU's KERNEL_NEGATIVE_POWER, as NumPy raises) on
     an integer ``pow`` by a negative exponent; nothing for other ops and for floats."""
-    if op != "pow" or np.dtype(dtype).kind not in "iu":
+    if op != "pow" or np.dtype(dtype).kind != "i":  # (an unsigned exponent is never negative)
         return ""
     return f"if ({exponent} < 0) mg_fail(a, MG_STATUS_NEGATIVE_POWER); "
 
@@ -125,11 +129,12 @@ def where_kernel(dtype) -> tuple[str, str]:
 
 def cast_kernel(src, dst) -> tuple[str, str]:
     """(entry, text) of the cast from ``src`` to ``dst`` (float to int: INT_MIN when out of
-    range, anything to bool: != 0)."""
+    range, to a small integer: that int32's low bits; anything to bool: != 0)."""
     s, d = np.dtype(src), np.dtype(dst)
     entry = f"mg_cast_{short_name(s)}_{short_name(d)}"
+    cast = "MgCastSmall" if d.name in SMALL_INTS else "MgCast"
     body = (f"    mg_map1<{ctype(s)}, {ctype(d)}>(a, []({ctype(s)} v) "
-            f"{{ return MgCast<{ctype(d)}>::from(v); }});")
+            f"{{ return {cast}<{ctype(d)}>::from(v); }});")
     return entry, _kernel(entry, f"cast {s.name} -> {d.name}", body)
 
 

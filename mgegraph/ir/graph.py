@@ -340,7 +340,13 @@ class Graph:
             return value
         if like is not None and isinstance(value, (numbers.Number, np.bool_)) and not isinstance(
                 value, np.generic):
-            return self.const(value, np.result_type(like.dtype, value))
+            dtype = np.result_type(like.dtype, value)
+            if dtype.kind in "iu" and not np.iinfo(dtype).min <= value <= np.iinfo(dtype).max:
+                # NumPy 2 refuses a Python int outside the dtype of the tensor it meets
+                raise GraphError(f"the Python integer {value} does not fit {like.dtype}, the "
+                                 f"dtype of the tensor it meets (NumPy refuses it too); cast "
+                                 f"the tensor to a wider dtype first (at {user_location()})")
+            return self.const(value, dtype)
         return self.const(value)
 
     def bind(self, parameter) -> Var:
@@ -373,6 +379,8 @@ def _as_array(value, dtype=None) -> np.ndarray:
     except MemoryError:
         raise GraphError(f"a value of shape {np.shape(value)} is more than can be allocated "
                          f"(at {user_location()})") from None
+    except OverflowError as exc:  # a Python int outside the dtype asked for (NumPy 2 refuses it)
+        raise GraphError(f"{exc} (at {user_location()})") from None
     if dtype is None and array.dtype == np.float64 and not isinstance(value, np.ndarray):
         array = array.astype(np.float32)  # Python floats become float32, the first-class dtype
     if dtype is None and array.dtype.kind == "i" and not isinstance(value, np.ndarray):

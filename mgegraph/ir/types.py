@@ -20,9 +20,18 @@ SUPPORTED = {
     np.dtype(np.int32): ("i32", 2),
     np.dtype(np.int64): ("i64", 3),
     np.dtype(np.bool_): ("bool", 4),
+    np.dtype(np.uint8): ("u8", 5),
+    np.dtype(np.int8): ("i8", 6),
+    np.dtype(np.int16): ("i16", 7),
 }
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 INT_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+# Design: the small integers (images arrive as uint8) have kernels for casts, movement,
+# comparisons, where and integer arithmetic only; an op table opts in with SMALL_INT_DTYPES, so
+# an op without their kernels refuses them in its dtype rule instead of at dispatch.
+SMALL_INT_DTYPES = (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.int16))
+# the dtypes every kernel family implements
+CORE_DTYPES = tuple(d for d in SUPPORTED if d not in SMALL_INT_DTYPES)
 
 
 class DTypeError(GraphError, TypeError):
@@ -47,8 +56,8 @@ def as_dtype(dtype) -> np.dtype:
 
 
 def short_name(dtype: np.dtype) -> str:
-    """"f32" for float32; the raw bytes of workspaces print as "u8"."""
-    return "u8" if dtype == np.uint8 else SUPPORTED[dtype][0]
+    """"f32" for float32 (the raw bytes of workspaces are uint8, "u8")."""
+    return SUPPORTED[dtype][0]
 
 
 def dtype_code(dtype: np.dtype) -> int:

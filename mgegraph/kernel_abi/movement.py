@@ -19,7 +19,7 @@ import numpy as np
 from ..backend import Launch
 from ..ir.types import INT_DTYPES
 from ..ops.movement import PAD_MODES, axis_index, slice_ranges, transpose_axes
-from ..ops.registry import ALL_DTYPES, NUMERIC_DTYPES
+from ..ops.registry import NUMERIC_DTYPES, WITH_SMALL_INTS
 from .layout import MAX_DIMS, broadcast_strides, collapse, contiguous_strides, pack
 
 # The structs' fields, in the kernels' order (movement.pyx exports its own *_FIELDS)
@@ -132,7 +132,7 @@ def _split_lower(node):
 # -- pad -----------------------------------------------------------------------------------------
 def value_bits(value, dtype: np.dtype) -> int:
     """The bits of ``value`` cast to ``dtype``, as a signed integer kernel parameter."""
-    view = {1: np.int8, 4: np.int32, 8: np.int64}[dtype.itemsize]
+    view = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}[dtype.itemsize]
     return int(np.array(value).astype(dtype).view(view))
 
 
@@ -248,20 +248,20 @@ def _linspace_lower(node):
 # (op, kernel family, lowering, dtypes the family implements, input whose dtype picks the
 # kernel; -1: the output's, for ops without inputs)
 _OPS = (
-    ("transpose", "strided", _transpose_lower, ALL_DTYPES, 0),
-    ("broadcast_to", "strided", _broadcast_lower, ALL_DTYPES, 0),
-    ("slice", "strided", _slice_lower, ALL_DTYPES, 0),
-    ("slice_backward", "slice_backward", _slice_backward_lower, ALL_DTYPES, 0),
-    ("concat", "concat", _concat_lower, ALL_DTYPES, 0),
-    ("split", "split", _split_lower, ALL_DTYPES, 0),
-    ("pad", "pad", _pad_lower, ALL_DTYPES, 0),
+    ("transpose", "strided", _transpose_lower, WITH_SMALL_INTS, 0),
+    ("broadcast_to", "strided", _broadcast_lower, WITH_SMALL_INTS, 0),
+    ("slice", "strided", _slice_lower, WITH_SMALL_INTS, 0),
+    ("slice_backward", "slice_backward", _slice_backward_lower, WITH_SMALL_INTS, 0),
+    ("concat", "concat", _concat_lower, WITH_SMALL_INTS, 0),
+    ("split", "split", _split_lower, WITH_SMALL_INTS, 0),
+    ("pad", "pad", _pad_lower, WITH_SMALL_INTS, 0),
     ("pad_backward", "pad_backward", _pad_backward_lower, NUMERIC_DTYPES, 0),
-    ("gather", "gather", _gather_lower, ALL_DTYPES, 0),
+    ("gather", "gather", _gather_lower, WITH_SMALL_INTS, 0),
     ("scatter_add", "scatter_add", _scatter_add_lower, NUMERIC_DTYPES, 0),
-    ("take", "take", _take_lower, ALL_DTYPES, 0),
+    ("take", "take", _take_lower, WITH_SMALL_INTS, 0),
     ("index_add", "index_add", _index_add_lower, NUMERIC_DTYPES, 0),
     ("one_hot", "one_hot", _one_hot_lower, INT_DTYPES, 0),
-    ("fill", "fill", _fill_lower, ALL_DTYPES, -1),
+    ("fill", "fill", _fill_lower, WITH_SMALL_INTS, -1),
     ("arange", "range", _arange_lower, NUMERIC_DTYPES, -1),
     ("linspace", "range", _linspace_lower, NUMERIC_DTYPES, -1),
 )

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 from ..backend import Launch
 from ..ops.reduce import REDUCE_OPS, canonical_axes
-from ..ops.registry import ALL_DTYPES
+from ..ops.registry import ALL_DTYPES, SMALL_INT_OPS
 from .layout import collapse, contiguous_strides, one_thread, pack
 
 FIELDS = ("op", "kept_ndim")  # the Reduce struct's
 CODES = {name: code for code, name in enumerate(REDUCE_OPS)}  # the kernels' op codes
+UINT8 = SMALL_INT_OPS["sum"]  # the small integer they have: uint8, read as bool is
 
 
 def reduce_params(opcode: int, shape, axes, threads: int = 1) -> tuple[int, ...]:
@@ -35,5 +36,5 @@ def implement(table, threads=one_thread) -> None:
     """Register the reductions on ``table``; ``threads(node)`` fills the block's threads field
     (the device's plan for a memory-bound kernel)."""
     for name in REDUCE_OPS:
-        table.implement(name, kernel="reduce", dtypes=ALL_DTYPES,
+        table.implement(name, kernel="reduce", dtypes=ALL_DTYPES + UINT8,
                         lower=_lower(CODES[name], threads))

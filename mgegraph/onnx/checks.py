@@ -177,8 +177,8 @@ def check_initializer(init: onnx.TensorProto, limits: ImportLimits, dtypes: dict
     if init.data_type not in dtypes:
         code = init.data_type
         name = TensorProto.DataType.Name(code) if code in TensorProto.DataType.values() else code
-        raise OnnxImportError(f"{where}: dtype {name} is not supported (mgegraph has float32, "
-                              "float64, int32, int64 and bool)")
+        have = ", ".join(str(d) for d in dtypes.values())
+        raise OnnxImportError(f"{where}: dtype {name} is not supported (mgegraph has {have})")
     dtype = dtypes[init.data_type]
     check_size(where, init.dims, dtype, limits)
     size = tensor_bytes(init.dims, dtype) if dtype != np.bool_ else math.prod(init.dims)

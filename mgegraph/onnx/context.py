@@ -26,7 +26,10 @@ from .shape_values import ShapeValue, materialize
 # the ONNX element types mgegraph has
 DTYPES = {TensorProto.FLOAT: np.dtype(np.float32), TensorProto.DOUBLE: np.dtype(np.float64),
           TensorProto.INT32: np.dtype(np.int32), TensorProto.INT64: np.dtype(np.int64),
-          TensorProto.BOOL: np.dtype(np.bool_)}
+          TensorProto.BOOL: np.dtype(np.bool_),
+          # the small integers (images arrive as uint8)
+          TensorProto.UINT8: np.dtype(np.uint8), TensorProto.INT8: np.dtype(np.int8),
+          TensorProto.INT16: np.dtype(np.int16)}
 
 
 class NotSupported(OnnxImportError):
@@ -148,6 +151,6 @@ def dtype_of(code: int, what: str) -> np.dtype:
     """The NumPy dtype of ONNX element type ``code``; one mgegraph has not is refused."""
     if code not in DTYPES:
         name = TensorProto.DataType.Name(code) if code in TensorProto.DataType.values() else code
-        raise NotSupported(f"{what}: dtype {name} is not supported (mgegraph has float32, "
-                           "float64, int32, int64 and bool)")
+        have = ", ".join(str(d) for d in DTYPES.values())
+        raise NotSupported(f"{what}: dtype {name} is not supported (mgegraph has {have})")
     return DTYPES[code]

@@ -203,7 +203,7 @@ def where(mask, x, y):
 
 
 def astype(inp, dtype):
-    """Cast to ``dtype`` (float32, float64, int32, int64, bool)."""
+    """Cast to ``dtype`` (float32, float64, int32, int64, bool, uint8, int8, int16)."""
     return cast_to(inp, as_dtype(dtype))
 
 

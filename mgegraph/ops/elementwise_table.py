@@ -37,6 +37,9 @@ import numpy as np
 FLOAT = (np.dtype(np.float32), np.dtype(np.float64))
 NUMERIC = FLOAT + (np.dtype(np.int32), np.dtype(np.int64))
 ALL = NUMERIC + (np.dtype(np.bool_),)
+# uint8, int8, int16: the integer ops run them as NumPy does (wrapping); the others refuse them
+SMALL_INTS = (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.int16))
+WITH_SMALL_INTS = NUMERIC + SMALL_INTS
 KINDS = ("unary", "binary", "compare")
 
 # The helper functions expressions may call, and what each computes; every one is defined for
@@ -220,7 +223,7 @@ def _binary(name, expr, numpy, dtypes=NUMERIC, flops=1.0, grad=None, **kw):
 
 
 def _compare(name, expr, numpy):
-    return Elementwise(name, "compare", expr, numpy, ALL, 1.0, fusable=False)
+    return Elementwise(name, "compare", expr, numpy, ALL + SMALL_INTS, 1.0, fusable=False)
 
 
 # Order matters twice: an op may call only ops above it, and the CPU's op codes follow it
@@ -230,14 +233,14 @@ OPS: tuple[Elementwise, ...] = (
            fusable=False, public=False),
     # Integer expressions wrap on overflow as NumPy does, through helpers that compute in
     # unsigned arithmetic: C leaves signed overflow undefined (and INT_MIN // -1 traps)
-    _unary("neg", "-x", np.negative, NUMERIC, 1.0, lambda f, x, y, g, a: -g,
+    _unary("neg", "-x", np.negative, WITH_SMALL_INTS, 1.0, lambda f, x, y, g, a: -g,
            int_expr="m_neg_int(x)"),
-    _unary("abs", "m_abs(x)", np.abs, NUMERIC, 1.0, lambda f, x, y, g, a: g * f.sign(x)),
-    _unary("square", "x * x", np.square, NUMERIC, 1.0,
+    _unary("abs", "m_abs(x)", np.abs, WITH_SMALL_INTS, 1.0, lambda f, x, y, g, a: g * f.sign(x)),
+    _unary("square", "x * x", np.square, WITH_SMALL_INTS, 1.0,
            lambda f, x, y, g, a: g * (2.0 * x), int_expr="m_mul_int(x, x)"),
-    _unary("relu", "m_relu(x)", lambda x: np.maximum(x, 0), NUMERIC, 1.0,
+    _unary("relu", "m_relu(x)", lambda x: np.maximum(x, 0), WITH_SMALL_INTS, 1.0,
            lambda f, x, y, g, a: f.relu_backward(y, g)),
-    _unary("sign", "m_sign(x)", np.sign, NUMERIC, 1.0, _zero),
+    _unary("sign", "m_sign(x)", np.sign, WITH_SMALL_INTS, 1.0, _zero),
     _unary("clip", "m_clamp(x, p, q)", np.clip, NUMERIC, 2.0,
            lambda f, x, y, g, a: f.where(x < a["lower"], 0.0, f.where(x > a["upper"], 0.0, g)),
            params=("lower", "upper")),
@@ -300,22 +303,22 @@ OPS: tuple[Elementwise, ...] = (
     # x * 0: zero with x's sign (PyTorch's softshrink), NaN for NaN
     _unary("shrink", "m_select(x < -p, x + q, m_select(x > p, x - q, x * 0))", _shrink, FLOAT,
            3.0, _shrink_grad, params=("lambd", "bias"), defaults={"lambd": 0.5, "bias": 0.0}),
-    _binary("add", "x + y", np.add, NUMERIC, 1.0, lambda f, x, y, out, g: (g, g),
+    _binary("add", "x + y", np.add, WITH_SMALL_INTS, 1.0, lambda f, x, y, out, g: (g, g),
             int_expr="m_add_int(x, y)"),
-    _binary("sub", "x - y", np.subtract, NUMERIC, 1.0, lambda f, x, y, out, g: (g, -g),
+    _binary("sub", "x - y", np.subtract, WITH_SMALL_INTS, 1.0, lambda f, x, y, out, g: (g, -g),
             int_expr="m_sub_int(x, y)"),
-    _binary("mul", "x * y", np.multiply, NUMERIC, 1.0,
+    _binary("mul", "x * y", np.multiply, WITH_SMALL_INTS, 1.0,
             lambda f, x, y, out, g: (g * y, g * x), int_expr="m_mul_int(x, y)"),
     _binary("div", "x / y", np.divide, FLOAT, 1.0,
             lambda f, x, y, out, g: (g / y, -g * out / y)),
-    _binary("pow", "m_pow(x, y)", np.power, NUMERIC, 8.0, _pow_grad),
-    _binary("maximum", "m_max(x, y)", np.maximum, NUMERIC, 1.0,
+    _binary("pow", "m_pow(x, y)", np.power, WITH_SMALL_INTS, 8.0, _pow_grad),
+    _binary("maximum", "m_max(x, y)", np.maximum, WITH_SMALL_INTS, 1.0,
             lambda f, x, y, out, g: (f.where(x >= y, g, 0.0), f.where(x >= y, 0.0, g))),
-    _binary("minimum", "m_min(x, y)", np.minimum, NUMERIC, 1.0,
+    _binary("minimum", "m_min(x, y)", np.minimum, WITH_SMALL_INTS, 1.0,
             lambda f, x, y, out, g: (f.where(x <= y, g, 0.0), f.where(x <= y, 0.0, g))),
-    _binary("floor_div", "m_floor_div(x, y)", np.floor_divide, NUMERIC, 1.0,
+    _binary("floor_div", "m_floor_div(x, y)", np.floor_divide, WITH_SMALL_INTS, 1.0,
             lambda f, x, y, out, g: (None, None), int_expr="m_floor_div_int(x, y)"),
-    _binary("mod", "m_mod(x, y)", np.mod, NUMERIC, 1.0,
+    _binary("mod", "m_mod(x, y)", np.mod, WITH_SMALL_INTS, 1.0,
             lambda f, x, y, out, g: (g, -g * f.floor_div(x, y)), int_expr="m_mod_int(x, y)"),
     # relu_backward(y, g) = g where relu's output y > 0: d/dg is the same mask, d/dy is zero
     # almost everywhere

@@ -92,7 +92,9 @@ def full_node(shape, value, dtype, graph) -> Var:
     dtype = as_dtype(dtype)
     shape = (shape,) if isinstance(shape, (str, Dim)) else tuple(shape)
     shape = tuple(as_dim(d, shape) if isinstance(d, str) else d for d in shape)
-    if not isinstance(value, Dim):
+    if isinstance(value, numbers.Integral) and dtype.kind in "iu":
+        value = int(value)  # kept whole: fill's rule refuses one outside the dtype
+    elif not isinstance(value, Dim):
         value = np.array(value).astype(dtype).item()
     return no_input_node(graph, "fill", shape=shape, dtype=str(dtype), value=value)
 
@@ -546,7 +548,13 @@ register(OpDef("one_hot", "movement", _one_hot_infer, attrs={"num_classes": REQU
 
 # -- fills: ops without inputs ----------------------------------------------------------------
 def _fill_infer(in_types, attrs):
-    return (tensor_type(_shape_attr(attrs["shape"]), attrs["dtype"]),)
+    t = tensor_type(_shape_attr(attrs["shape"]), attrs["dtype"])
+    value = attrs["value"]
+    # an integer outside the dtype's range would be stored wrapped (NumPy 2's np.full refuses it)
+    if t.dtype.kind in "iu" and isinstance(value, numbers.Integral) and \
+            not np.iinfo(t.dtype).min <= value <= np.iinfo(t.dtype).max:
+        raise ValueError(f"fill value {value} does not fit {t.dtype}")
+    return (t,)
 
 
 def _arange_count(start, stop, step) -> int | Dim:

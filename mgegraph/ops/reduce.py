@@ -30,8 +30,9 @@ _INT64, _FLOAT64 = np.dtype(np.int64), np.dtype(np.float64)
 
 
 def result_dtype(op: str, dtype: np.dtype) -> np.dtype:
-    """NumPy's result dtype: sums and products of integers and bools are int64, their means and
-    variances float64; max/min keep the dtype; argmax/argmin give int64."""
+    """NumPy's result dtype: sums and products of integers and bools are int64 (uint8's too,
+    where NumPy gives uint64, which mgegraph has not: the same bits below 2**63), their means
+    and variances float64; max/min keep the dtype; argmax/argmin give int64."""
     if op in ("argmax", "argmin"):
         return _INT64
     if op in ("max", "min") or dtype in FLOAT_DTYPES:

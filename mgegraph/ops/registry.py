@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -10,11 +10,21 @@ from ..ir.dims import Dim
 from ..ir.errors import GraphError, OpError
 from ..ir.facts import require_equal
 from ..ir.graph import install
-from ..ir.types import FLOAT_DTYPES, SUPPORTED, TensorType  # noqa: F401  (FLOAT_DTYPES: re-exported)
+from ..ir.types import (
+    CORE_DTYPES,
+    FLOAT_DTYPES,  # noqa: F401  (re-exported)
+    SMALL_INT_DTYPES,
+    TensorType,
+)
+from . import elementwise_table as _TABLE
 
 REQUIRED = object()  # marks an attribute without a default
-ALL_DTYPES = tuple(SUPPORTED)
-NUMERIC_DTYPES = tuple(d for d in SUPPORTED if d != np.dtype(np.bool_))
+# the dtypes every kernel family implements; the small integers are added by the tables whose
+# kernels have them (WITH_SMALL_INTS, WITH_SMALL_INTS_NUMERIC)
+ALL_DTYPES = CORE_DTYPES
+NUMERIC_DTYPES = tuple(d for d in CORE_DTYPES if d != np.dtype(np.bool_))
+WITH_SMALL_INTS = ALL_DTYPES + SMALL_INT_DTYPES
+WITH_SMALL_INTS_NUMERIC = NUMERIC_DTYPES + SMALL_INT_DTYPES
 
 # Op categories are plain strings that passes and pictures test.
 CATEGORIES = ("source", "elementwise", "reduce", "matmul", "movement", "nn")
@@ -112,7 +122,35 @@ def whole_input(node) -> int:
 _REGISTRY: dict[str, OpDef] = {}
 
 
+# The ops with kernels for the small integers (SMALL_INT_DTYPES), and for which of them: the
+# elementwise table's ops list theirs; movement and casts move or convert all three; the
+# reductions read uint8 as they read bool. Every other op's rule refuses them, naming the dtype.
+SMALL_INT_OPS: dict[str, tuple[np.dtype, ...]] = {
+    **dict.fromkeys(("input", "param", "const", "cast", "where", "reshape", "transpose",
+                     "broadcast_to", "slice", "slice_backward", "concat", "split", "pad",
+                     "gather", "take", "fill"), SMALL_INT_DTYPES),
+    **dict.fromkeys(("sum", "prod", "mean", "var", "max", "min", "argmax", "argmin"),
+                    (np.dtype(np.uint8),)),
+    **{op.name: tuple(d for d in SMALL_INT_DTYPES if d in op.dtypes) for op in _TABLE.OPS},
+}
+
+
+def _refusing_small_ints(name: str, infer: Callable) -> Callable:
+    allowed = SMALL_INT_OPS.get(name, ())
+
+    def checked(in_types, attrs):
+        out_types = infer(in_types, attrs)
+        for t in (*in_types, *out_types):
+            if t.dtype in SMALL_INT_DTYPES and t.dtype not in allowed:
+                raise TypeError(f"{name} has no kernels for {t.dtype}; cast to int32 or "
+                                f"float32 first (x.astype(...))")
+        return out_types
+    return checked
+
+
 def register(opdef: OpDef) -> OpDef:
+    if SMALL_INT_OPS.get(opdef.name) != SMALL_INT_DTYPES:
+        opdef = replace(opdef, infer=_refusing_small_ints(opdef.name, opdef.infer))
     if opdef.name in _REGISTRY:
         raise GraphError(f"op {opdef.name!r} is registered twice")
     if opdef.category not in CATEGORIES:
