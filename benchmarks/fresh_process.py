@@ -51,6 +51,14 @@ WORKLOADS = {"resnet-infer 1x224": RESNET_IMPLS, "resnet-infer 8x64": RESNET_IMP
                               "onnxruntime", "limit"),
              "op-overhead": ("mgegraph eager", "mgegraph scalars", "mgegraph trace",
                              "mgegraph plan", "torch", "numpy")}
+# the vision workloads (vision_workloads.py); "mgegraph im2col": the depthwise layers on the
+# im2col path they took before the depthwise one; "mgegraph eager": a GradManager step
+_PEERS = ("mgegraph", "torch", "onnxruntime")
+WORKLOADS |= {**{f"mobilenet {case}": ("mgegraph", "mgegraph im2col", "torch", "onnxruntime")
+                 for case in ("s1 56", "s2 56", "s1 28")},
+              "conv-transpose 64->32": _PEERS, "resize up": _PEERS, "resize down": _PEERS,
+              "group-norm infer": _PEERS, "group-norm train": ("mgegraph", "mgegraph eager", "torch"),
+              "unet infer": _PEERS, "unet train": ("mgegraph", "torch")}
 
 
 @functools.cache
@@ -150,9 +158,18 @@ def op_overhead_call(impl: str, workload: str):
                   "numpy": "numpy eager"}[impl]]
 
 
+def vision_call(impl: str, workload: str):
+    _benchmark_modules()  # benchmarks/ on the path
+    import vision_workloads
+    name = workload.split(" ")[0].replace("-", "_")
+    return getattr(vision_workloads, f"{name}_call")(impl, workload)
+
+
 CALLS = {"resnet-infer": resnet_call, "convnet-train": train_call, "mlp-train": train_call,
          "mlp-infer": mlp_infer_call, "fusion-chain": fusion_chain_call,
-         "op-overhead": op_overhead_call}
+         "op-overhead": op_overhead_call,
+         **{w: vision_call for w in ("mobilenet", "conv-transpose", "resize", "group-norm",
+                                     "unet")}}
 
 
 def measure(impl: str, workload: str, runs: int) -> float:

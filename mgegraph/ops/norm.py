@@ -1,12 +1,12 @@
 """Group norm as one op (instance norm is its one-channel-per-group case), and its backward.
 
 Design: composed as layer_norm over (N, groups, -1) and a per-channel affine, a training step
-ran three times slower than PyTorch's (benchmarks/group_norm.py): five passes over the tensor
-forward and seven backward. The op's kernel takes each group's statistics in two passes (mean,
-then squared deviations, in double) and writes y with the affine folded into one multiply-add
-per element; its backward reads x and dy twice per group and gives dweight and dbias too. The
-backward op's own gradient (grad of grad) differentiates a composed reference twice, as the
-other norms' do (``ops.nn._grad_of_vjp``).
+ran three times slower than PyTorch's (`benchmarks/fresh_process.py group-norm`): five passes
+over the tensor forward and seven backward. The op's kernel takes each group's statistics in
+two passes (mean, then squared deviations, in double) and writes y with the affine folded into
+one multiply-add per element; its backward reads x and dy twice per group and gives dweight
+and dbias too. The backward op's own gradient (grad of grad) differentiates a composed
+reference twice, as the other norms' do (``ops.nn._grad_of_vjp``).
 
 Inputs x (N, C, ...), weight and bias (C,); attributes groups (dividing C) and eps.
 """
