@@ -15,12 +15,13 @@ import numpy as np
 
 from ..ir.errors import OpError, user_location
 from ..ops.builder import apply, graph_of, promote
+from ..ops.elementwise import floor_div
 from ..ops.matmul import matmul
 from ..ops.movement_api import concat, reshape, take, transpose
 from ..ops.registry import named
 
-__all__ = ["grid_sample", "interpolate", "nms", "pixel_shuffle", "pixel_unshuffle", "remap",
-           "roi_align", "roi_pooling", "warp_affine", "warp_perspective"]
+__all__ = ["cvt_color", "grid_sample", "interpolate", "nms", "pixel_shuffle", "pixel_unshuffle",
+           "remap", "roi_align", "roi_pooling", "warp_affine", "warp_perspective"]
 
 
 def _fail(op: str, inp, reason: str):
@@ -283,3 +284,45 @@ def nms(boxes, scores, iou_thresh, max_output=None):
     if not boxes.graph.eager or boxes.graph.replayed:  # a replay keeps no length read now
         return keep
     return keep[:int((keep.numpy() >= 0).sum())]
+
+
+# -- colour conversion ---------------------------------------------------------------------------
+# MegEngine's (OpenCV's) luma weights: float images take them as they are; uint8 images take
+# them in 14-bit fixed point with rounding, (4899 R + 9617 G + 1868 B + 2^13) >> 14, so a uint8
+# frame converts to the same bytes as MegEngine's and OpenCV's kernels give
+_LUMA = (0.299, 0.587, 0.114)
+_LUMA_FIXED, _LUMA_SHIFT = (4899, 9617, 1868), 14
+# mode -> (input channels, output: "gray", "swap" (reverse the channels) or "repeat"), the
+# order of the input's channels for a gray output
+_CVT_MODES = {"RGB2GRAY": (3, "gray", (0, 1, 2)), "BGR2GRAY": (3, "gray", (2, 1, 0)),
+              "RGB2BGR": (3, "swap", None), "BGR2RGB": (3, "swap", None),
+              "GRAY2RGB": (1, "repeat", None), "GRAY2BGR": (1, "repeat", None)}
+
+
+def cvt_color(inp, mode: str = ""):
+    """MegEngine's ``cvt_color`` on NHWC images: "RGB2GRAY", "BGR2GRAY" (N, H, W, 3) ->
+    (N, H, W, 1); "GRAY2RGB", "GRAY2BGR" (N, H, W, 1) -> (N, H, W, 3); "RGB2BGR", "BGR2RGB".
+    uint8 images stay uint8 (gray by MegEngine's and OpenCV's fixed-point weights), float
+    images stay float.
+
+    >>> gray = F.vision.cvt_color(frame, mode="RGB2GRAY")   # uint8 (1, 480, 640, 3) -> (.., 1)
+    """
+    if mode not in _CVT_MODES:
+        _fail("cvt_color", inp, f"mode must be one of {sorted(_CVT_MODES)}, got {mode!r}")
+    channels, kind, order = _CVT_MODES[mode]
+    if inp.ndim != 4 or inp.shape[3] != channels:
+        _fail("cvt_color", inp, f"{mode} takes NHWC images with {channels} channel(s), got "
+              f"shape {tuple(inp.shape)}")
+    if inp.dtype not in (np.uint8, np.float32, np.float64):
+        _fail("cvt_color", inp, f"takes uint8, float32 or float64 images, got {inp.dtype}")
+    if kind == "repeat":
+        return concat([inp] * 3, axis=3)
+    planes = [inp[:, :, :, c:c + 1] for c in range(3)]
+    if kind == "swap":
+        return concat(planes[::-1], axis=3)
+    planes = [planes[c] for c in order]
+    if inp.dtype != np.uint8:
+        return (planes[0] * _LUMA[0] + planes[1] * _LUMA[1]) + planes[2] * _LUMA[2]
+    wide = [p.astype(np.int32) for p in planes]
+    total = (wide[0] * _LUMA_FIXED[0] + wide[1] * _LUMA_FIXED[1]) + wide[2] * _LUMA_FIXED[2]
+    return floor_div(total + (1 << (_LUMA_SHIFT - 1)), 1 << _LUMA_SHIFT).astype(np.uint8)
