@@ -213,6 +213,23 @@ CALLS |= {  # resampling
     "pixel_shuffle": lambda v: F.pixel_shuffle(F.concat([v, v[:, :1]], axis=1), 2),
     "pixel_unshuffle": lambda v: F.pixel_unshuffle(v, 3),
 }
+CALLS |= {  # convolutions made of conv2d and its data gradient (ops/conv_api.py)
+    "conv1d": lambda v: F.conv1d(F.reshape(v, (2, 3, 36)), v.graph.const(W[:, :, 0]), padding=1),
+    "conv3d": lambda v: F.conv3d(F.reshape(v, (1, 3, 2, 6, 6)), v.graph.const(W[:, :, :2, :2,
+                                                                            None].repeat(2, 4))),
+    "conv_transpose1d": lambda v: F.conv_transpose1d(F.reshape(v, (2, 3, 36)),
+                                                     v.graph.const(W[:3, :, 0]), stride=2),
+    "conv_transpose2d": lambda v: F.conv_transpose2d(v, v.graph.const(W[:3]), stride=2,
+                                                     padding=1, output_padding=1),
+}
+CALLS |= {  # pooling made of other ops (ops/pooling.py)
+    "avg_pool1d": lambda v: F.avg_pool1d(F.reshape(v, (2, 3, 36)), 3, 2, 1),
+    "max_pool1d": lambda v: F.max_pool1d(F.reshape(v, (2, 3, 36)), 4),
+    "global_avg_pool2d": F.global_avg_pool2d, "global_max_pool2d": F.global_max_pool2d,
+    "lp_pool1d": lambda v: F.lp_pool1d(F.reshape(v, (2, 3, 36)), 2.0, 3),
+    "lp_pool2d": lambda v: F.lp_pool2d(v, 3.0, 2),
+    "max_unpool2d": lambda v: F.max_unpool2d(*F.max_pool2d(v, 2, return_indices=True), 2),
+}
 # sources without an input: run eagerly without graph=, compared with the graph's below
 SOURCES = {"arange": lambda g: F.arange(2, 9, 3, graph=g), "full": lambda g: F.full((2,), 7, graph=g),
            "linspace": lambda g: F.linspace(0, 1, 5, graph=g), "ones": lambda g: F.ones((3,), graph=g),
