@@ -286,7 +286,11 @@ MG_HD double m_min(double x, double y) { return x < y ? x : (y <= x ? y : x + y)
 MG_HD int m_min(int x, int y) { return x < y ? x : y; }
 MG_HD mg_i64 m_min(mg_i64 x, mg_i64 y) { return x < y ? x : y; }
 
-template <class T> MG_HD T m_clamp(T x, T lo, T hi) { return x < lo ? lo : (x > hi ? hi : x); }
+// np.clip's minimum(maximum(x, lo), hi): hi wherever lo > hi (the CPU's m_clamp)
+template <class T> MG_HD T m_clamp(T x, T lo, T hi) {
+    T t = x < lo ? lo : x;
+    return t > hi ? hi : t;
+}
 template <class T> MG_HD T m_select(bool c, T a, T b) { return c ? a : b; }
 
 MG_HD float m_mod(float x, float y) {

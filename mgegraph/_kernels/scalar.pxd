@@ -394,7 +394,9 @@ cdef inline ew_num_t m_min(ew_num_t x, ew_num_t y) noexcept nogil:
         return x if x < y else y
 
 cdef inline ew_num_t m_clamp(ew_num_t x, ew_num_t lo, ew_num_t hi) noexcept nogil:
-    return lo if x < lo else (hi if x > hi else x)
+    # np.clip's minimum(maximum(x, lo), hi): hi wherever lo > hi, as NumPy and ONNX's Clip
+    cdef ew_num_t t = lo if x < lo else x
+    return hi if t > hi else t
 
 cdef inline ew_num_t m_select(bint c, ew_num_t a, ew_num_t b) noexcept nogil:
     return a if c else b  # both operands are evaluated by the caller: a blend, no branch

@@ -56,7 +56,7 @@ HELPERS = {
     "m_sign": "-1, 0 or 1; +0 for -0, NaN stays NaN",
     "m_max": "the larger, NaN if either is; y on a tie (+0 and -0)",
     "m_min": "the smaller, NaN if either is; y on a tie",
-    "m_clamp": "lo if x < lo, hi if x > hi, else x (NaN stays NaN)",
+    "m_clamp": "min(max(x, lo), hi) as np.clip: hi wherever lo > hi; NaN stays NaN",
     "m_select": "m_select(c, a, b): a where c else b, both evaluated (a blend, no branch)",
     "m_floor_div": "floor(x / y) as NumPy computes it, from fmod: 1 // 0.1 is 9 (float)",
     "m_mod": "x - floor(x / y) y with the sign of y, as Python's % (float)",

@@ -103,6 +103,19 @@ def test_leaky_relu_and_clip():
     np.testing.assert_array_equal(run(lambda v: F.clip(v, -2, 3), xi), np.clip(xi, -2, 3))
 
 
+@pytest.mark.parametrize("optimize", [0, 2])
+def test_clip_with_lower_above_upper_is_numpys_upper(optimize):
+    """np.clip is minimum(maximum(x, lo), hi): every element is hi when lo > hi (ONNX's Clip
+    node case clip_min_greater_than_max), in the unfused kernel and inside a fused body."""
+    x = np.array([-3, 0, 1.5, 2, 4, np.nan], np.float32)
+    g = mg.Graph()
+    v = g.input("x", x.shape)
+    (got,) = mg.compile([F.clip(v * 1.0, 2, 1) + 0.0], optimize=optimize).run({"x": x})
+    np.testing.assert_array_equal(got, np.clip(x, 2, 1))
+    xi = np.arange(-4, 4, dtype=np.int64)
+    np.testing.assert_array_equal(run(lambda u: F.clip(u, 3, -1), xi), np.clip(xi, 3, -1))
+
+
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 def test_integer_unary(dtype):
     x = np.arange(-6, 6, dtype=dtype).reshape(3, 4)
