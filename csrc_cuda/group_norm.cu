@@ -15,18 +15,7 @@
 // reduced by one group of blockDim.x threads (reduce_block.cuh), like a row of layer norm. The
 // backward's steps read all of x and dy before the last one writes dx, which may alias either:
 // the statistics first, then dweight and dbias (a thread per channel, samples in order), then dx.
-#include "mg_abi.cuh"
-#include "reduce_block.cuh"
-
-#ifdef __CUDACC__
-__device__ __forceinline__ float gn_mul(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ double gn_mul(double a, double b) { return __dmul_rn(a, b); }
-__device__ __forceinline__ float gn_add(float a, float b) { return __fadd_rn(a, b); }
-__device__ __forceinline__ double gn_add(double a, double b) { return __dadd_rn(a, b); }
-#else  // the host emulation, built with -ffp-contract=off
-template <class T> inline T gn_mul(T a, T b) { return a * b; }
-template <class T> inline T gn_add(T a, T b) { return a + b; }
-#endif
+#include "norm_common.cuh"
 
 struct GroupShape {  // x read as (batch, channels, inner), channels in groups of per
     i64 N, C, M, G, per, K;  // K = per * M values in a group
@@ -37,38 +26,18 @@ __device__ __forceinline__ GroupShape group_shape(const MgArgs& a) {
     return GroupShape{a.ints[0], C, a.ints[2], G, C / G, (C / G) * a.ints[2]};
 }
 
-#define GN_FOR_GROUPS(count)                                                                  \
-    for (i64 grp = (i64)blockIdx.x * blockDim.y + threadIdx.y; grp < (count);                \
-         grp += (i64)gridDim.x * blockDim.y)
-
-// mean and 1 / sqrt(var + eps) of a run of n, two-pass, in double
-template <class T>
-__device__ void group_stats(const T* x, i64 n, double eps, double* smem, double* mean,
-                            double* rstd) {
-    double s = 0;
-    for (i64 j = threadIdx.x; j < n; j += blockDim.x) s += (double)x[j];
-    const double mu = mg_group_reduce(s, MgSum(), smem) / (double)n;
-    double q = 0;
-    for (i64 j = threadIdx.x; j < n; j += blockDim.x) {
-        const double d = (double)x[j] - mu;
-        q += d * d;
-    }
-    *mean = mu;
-    *rstd = 1 / sqrt(mg_group_reduce(q, MgSum(), smem) / (double)n + eps);
-}
-
 template <class T> __device__ void group_norm(const MgArgs& a) {
     __shared__ double smem[32];
     const GroupShape s = group_shape(a);
     const T *x = (const T*)a.bufs[0], *w = (const T*)a.bufs[1], *b = (const T*)a.bufs[2];
     T* y = (T*)a.bufs[3];
-    GN_FOR_GROUPS(s.N * s.G) {
+    MG_FOR_GROUPS(s.N * s.G) {
         double mean, rstd;
-        group_stats(x + grp * s.K, s.K, a.floats[0], smem, &mean, &rstd);
+        row_stats(x + grp * s.K, s.K, a.floats[0], smem, &mean, &rstd);
         const T centre = (T)mean;
         for (i64 j = threadIdx.x; j < s.K; j += blockDim.x) {
             const i64 ch = (grp % s.G) * s.per + j / s.M, at = grp * s.K + j;
-            y[at] = gn_add(gn_mul((T)(x[at] - centre), (T)(rstd * (double)w[ch])), b[ch]);
+            y[at] = mg_add(mg_mul((T)(x[at] - centre), (T)(rstd * (double)w[ch])), b[ch]);
         }
     }
 }
@@ -79,9 +48,9 @@ template <class T> __device__ void group_norm_backward_stats(const MgArgs& a) {
     const GroupShape s = group_shape(a);
     const T* x = (const T*)a.bufs[0];
     double* stats = (double*)a.bufs[6];
-    GN_FOR_GROUPS(s.N * s.G) {
+    MG_FOR_GROUPS(s.N * s.G) {
         double mean, rstd;
-        group_stats(x + grp * s.K, s.K, a.floats[0], smem, &mean, &rstd);
+        row_stats(x + grp * s.K, s.K, a.floats[0], smem, &mean, &rstd);
         if (threadIdx.x == 0) stats[2 * grp] = mean, stats[2 * grp + 1] = rstd;
     }
 }
@@ -116,7 +85,7 @@ template <class T> __device__ void group_norm_backward(const MgArgs& a) {
     const GroupShape s = group_shape(a);
     const T *x = (const T*)a.bufs[0], *w = (const T*)a.bufs[1], *g = (const T*)a.bufs[2];
     const double* stats = (const double*)a.bufs[6];
-    GN_FOR_GROUPS(s.N * s.G) {
+    MG_FOR_GROUPS(s.N * s.G) {
         const double mean = stats[2 * grp], rstd = stats[2 * grp + 1];
         double sg = 0, sgd = 0;
         for (i64 j = threadIdx.x; j < s.K; j += blockDim.x) {
@@ -132,7 +101,7 @@ template <class T> __device__ void group_norm_backward(const MgArgs& a) {
         for (i64 j = threadIdx.x; j < s.K; j += blockDim.x) {
             const i64 ch = (grp % s.G) * s.per + j / s.M, at = grp * s.K + j;
             const T p = (T)(rstd * (double)w[ch]);
-            ((T*)a.bufs[3])[at] = gn_add(gn_add(gn_mul(g[at], p), gn_mul((T)(x[at] - centre), q)),
+            ((T*)a.bufs[3])[at] = mg_add(mg_add(mg_mul(g[at], p), mg_mul((T)(x[at] - centre), q)),
                                          r);
         }
     }

@@ -19,43 +19,11 @@
 // ops work in place): statistics first (into the workspace or the stat outputs), then per-column
 // or per-channel sums, then the elementwise pass, where each thread reads its elements before it
 // writes them.
-#include "mg_abi.cuh"
-#include "reduce_block.cuh"
+#include "norm_common.cuh"
 
-// Roundings as written, never fused into an FMA (the CPU's kernels are built without FP
-// contraction), so the elementwise steps agree with them bit for bit.
-#ifdef __CUDACC__
-__device__ __forceinline__ float mg_mul(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ double mg_mul(double a, double b) { return __dmul_rn(a, b); }
-__device__ __forceinline__ float mg_add(float a, float b) { return __fadd_rn(a, b); }
-__device__ __forceinline__ double mg_add(double a, double b) { return __dadd_rn(a, b); }
-#else  // the host emulation, built with -ffp-contract=off
-template <class T> inline T mg_mul(T a, T b) { return a * b; }
-template <class T> inline T mg_add(T a, T b) { return a + b; }
-#endif
-
-#define MG_FOR_GROUPS(count)                                                                  \
-    for (i64 grp = (i64)blockIdx.x * blockDim.y + threadIdx.y; grp < (count);                \
-         grp += (i64)gridDim.x * blockDim.y)
 #define MG_FOR_ELEMENTS(count)                                                                \
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (count);                    \
          i += (i64)gridDim.x * blockDim.x)
-
-// mean and 1 / sqrt(var + eps) of a row of n, two-pass, in double
-template <class T>
-__device__ void row_stats(const T* x, i64 n, double eps, double* smem, double* mean,
-                          double* rstd) {
-    double s = 0;
-    for (i64 j = threadIdx.x; j < n; j += blockDim.x) s += (double)x[j];
-    const double mu = mg_group_reduce(s, MgSum(), smem) / (double)n;
-    double q = 0;
-    for (i64 j = threadIdx.x; j < n; j += blockDim.x) {
-        const double d = (double)x[j] - mu;
-        q += d * d;
-    }
-    *mean = mu;
-    *rstd = 1 / sqrt(mg_group_reduce(q, MgSum(), smem) / (double)n + eps);
-}
 
 template <class T> __device__ void layer_norm(const MgArgs& a) {
     __shared__ double smem[32];
