@@ -60,3 +60,38 @@ def test_the_normalised_frame_is_numpys():
     for optimize in (0, 2):
         (got,) = mg.compile([x], optimize=optimize).run({"frame": data})
         np.testing.assert_allclose(got, reference(data), rtol=1e-6, atol=1e-6)
+
+
+class FrameClassifier(mg.nn.Module):
+    """Takes the camera's uint8[batch, H, W, 3] frame and does its own preprocessing: colour
+    order, conversion, per-channel normalisation and a bilinear resize, then a small CNN."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = mg.nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = mg.nn.Linear(4 * 8 * 8, 2)
+
+    def forward(self, frame):
+        rgb = F.vision.cvt_color(frame, mode="BGR2RGB")
+        x = (rgb.transpose((0, 3, 1, 2)).astype(np.float32) - MEAN) / STD
+        x = F.vision.interpolate(x, size=(16, 16), mode="bilinear")
+        x = F.max_pool2d(F.relu(self.conv(x)), 2)
+        return self.fc(F.flatten(x, 1))
+
+
+def test_a_frame_model_trains_and_its_file_gives_the_trained_bits(tmp_path):
+    rng = np.random.default_rng(5)
+    frames = rng.integers(0, 256, (16, H * 3, W * 3, 3), dtype=np.uint8)
+    labels = (frames[..., 2].mean(axis=(1, 2)) > frames[..., 0].mean(axis=(1, 2)))
+    labels = labels.astype(np.int32)  # which of red (BGR's last) and blue dominates
+    model = FrameClassifier()
+    opt = mg.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    step = mg.compile_train_step(model, F.cross_entropy, opt, example_batch=(frames, labels))
+    losses = [float(step(frames, labels)) for _ in range(40)]
+    assert losses[-1] < 0.5 * losses[0], losses
+    model.eval()
+    predict = mg.compile_module(model, example_inputs=(frames,))
+    want = predict(frames)
+    mg.save(predict, tmp_path / "frames.mgm")
+    (got,) = runtime.load(tmp_path / "frames.mgm").run([frames])
+    assert got.tobytes() == want.tobytes()
