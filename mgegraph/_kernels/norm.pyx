@@ -8,61 +8,28 @@
 # Design: the units of work are the N * groups groups, each a contiguous run of
 # (C / groups) * inner values; threads (parallel.pyx) take contiguous ranges of them, so every
 # output is computed as on one thread. A group's statistics take two passes (mean, then squared
-# deviations) with double accumulators in LANES independent lanes, which vectorise without
-# reassociation. The elementwise pass runs in x's dtype on x minus the mean rounded to it, with
-# per-channel factors computed in double: PyTorch's precision at its speed (folding the mean into
-# the shift instead, x * scale + shift, left 2e-4 where a group's values are all equal). The backward writes each (sample, channel)'s sums for
-# dweight and dbias to the workspace and adds them over the samples in order at the end, so the
-# bits do not depend on the thread count. Both are safe in place: a group is read whole before
-# any of its outputs is written, each output at the index it reads.
+# deviations) with double accumulators in LANES independent lanes (lane_sums.pxd, shared with
+# layer and batch norm), which vectorise without reassociation. The elementwise pass runs in x's
+# dtype on x minus the mean rounded to it, with per-channel factors computed in double:
+# PyTorch's precision at its speed (folding the mean into the shift instead, x * scale + shift,
+# left 2e-4 where a group's values are all equal). The backward writes each (sample, channel)'s
+# sums for dweight and dbias to the workspace and adds them over the samples in order at the
+# end, so the bits do not depend on the thread count. Both are safe in place: a group is read
+# whole before any of its outputs is written, each output at the index it reads.
 
 from libc.math cimport sqrt
 from cython cimport floating
 
 from .abi cimport Call, KERNEL_OK, kernel_address
+from .lane_sums cimport GRAD_LANES, lanes_total, run_sum
 from .params cimport fields_of
 from .parallel cimport parallel_for
-
-cdef enum:
-    LANES = 8
-    GRAD_LANES = 4  # three sums at once: more lanes would not fit the 16 SSE registers
 
 ctypedef struct GroupNorm:          # x (batch, channels, inner); channels % groups == 0
     Py_ssize_t batch, channels, inner, groups, threads
 
 cdef GroupNorm _gn
 GROUP_NORM_FIELDS = fields_of(_gn, sizeof(GroupNorm))
-
-
-cdef inline double lanes_total(double* acc, Py_ssize_t n) noexcept nogil:
-    # pairwise, halving acc[:n] in place; n a power of two
-    cdef Py_ssize_t l
-    while n > 1:
-        n //= 2
-        for l in range(n):
-            acc[l] += acc[l + n]
-    return acc[0]
-
-
-cdef double run_sum(const floating* x, Py_ssize_t n, double centre, bint squares) noexcept nogil:
-    # The sum over a run of x - centre, or of its squares
-    cdef double acc[LANES]
-    cdef double d
-    cdef Py_ssize_t q, l, i, whole = n - n % LANES
-    for l in range(LANES):
-        acc[l] = 0
-    for q in range(whole // LANES):
-        if squares:  # loop-invariant: the compiler hoists it out of the loop
-            for l in range(LANES):
-                d = x[q * LANES + l] - centre
-                acc[l] += d * d
-        else:
-            for l in range(LANES):
-                acc[l] += x[q * LANES + l] - centre
-    for i in range(whole, n):
-        d = x[i] - centre
-        acc[i - whole] += d * d if squares else d
-    return lanes_total(acc, LANES)
 
 
 cdef void grad_sums(const floating* x, const floating* g, Py_ssize_t n, double centre,
