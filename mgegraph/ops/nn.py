@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 
-def _same_dtype(x: TensorType, other: TensorType, what: str):
+def same_dtype(x: TensorType, other: TensorType, what: str):
     if other.dtype != x.dtype:
         raise TypeError(f"{what} dtype {other.dtype} differs from the input's {x.dtype}")
 
@@ -159,23 +159,10 @@ def _ln_infer(in_types, attrs):
         raise ValueError(f"normalized_shape {shape} does not match the trailing dims of "
                          f"{x.shape}")
     for what, t in (("weight", weight), ("bias", bias)):
-        _same_dtype(x, t, what)
+        same_dtype(x, t, what)
         if t.shape != shape:
             raise ValueError(f"{what} shape {t.shape} must equal normalized_shape {shape}")
     return (x,)
-
-
-def _ln_grad(node, out_grads):
-    x, weight, _ = node.inputs
-    return apply_multi("layer_norm_backward", (x, weight, out_grads[0]), **node.attr)
-
-
-def _ln_backward_infer(in_types, attrs):
-    x, weight, dy = in_types
-    _ln_infer((x, weight, weight), attrs)
-    if dy != x:
-        raise TypeError(f"dy must be {x}, got {dy}")
-    return (x, weight, weight)
 
 
 def _ln_reference(x: Var, weight: Var, bias: Var, attrs) -> Var:
@@ -184,12 +171,33 @@ def _ln_reference(x: Var, weight: Var, bias: Var, attrs) -> Var:
     return centred * rsqrt(reduce_var(x, axes, keepdims=True) + attrs["eps"]) * weight + bias
 
 
-def _ln_backward_grad(node, out_grads):
-    x, weight, dy = node.inputs
-    zero = zeros_like(weight)  # the bias: it only shifts y, but dbias is an output too
-    dx, dweight, _, ddy = _grad_of_vjp(lambda *a: _ln_reference(*a, node.attr), (x, weight, zero),
-                                       dy, out_grads)
-    return dx, dweight, ddy
+def affine_norm_rules(backward: str, infer, reference):
+    """The rules of a norm y = normalise(x) * weight + bias whose backward op takes (x, weight,
+    dy) and gives (dx, dweight, dbias): the forward op's gradient, the backward op's shape rule
+    (the forward's checks, dy of x's type) and the backward op's own gradient (grad of grad),
+    through ``reference(x, weight, bias, attrs)``, the norm composed of other ops."""
+    def grad(node, out_grads):
+        x, weight, _ = node.inputs
+        return apply_multi(backward, (x, weight, out_grads[0]), **node.attr)
+
+    def backward_infer(in_types, attrs):
+        x, weight, dy = in_types
+        infer((x, weight, weight), attrs)
+        if dy != x:
+            raise TypeError(f"dy must be {x}, got {dy}")
+        return (x, weight, weight)
+
+    def backward_grad(node, out_grads):
+        x, weight, dy = node.inputs
+        zero = zeros_like(weight)  # the bias: it only shifts y, but dbias is an output too
+        dx, dweight, _, ddy = _grad_of_vjp(lambda *a: reference(*a, node.attr),
+                                           (x, weight, zero), dy, out_grads)
+        return dx, dweight, ddy
+    return grad, backward_infer, backward_grad
+
+
+_ln_grad, _ln_backward_infer, _ln_backward_grad = affine_norm_rules(
+    "layer_norm_backward", _ln_infer, _ln_reference)
 
 
 _LN_ATTRS = {"normalized_shape": REQUIRED, "eps": 1e-5}
@@ -216,7 +224,7 @@ def _bn_infer(in_types, attrs):
     c = x.shape[1]
     per_channel = ((c,), (1, c) + (1,) * (x.ndim - 2))
     for what, t in zip(_BN_INPUTS, params):
-        _same_dtype(x, t, what)
+        same_dtype(x, t, what)
         if t.shape not in per_channel:
             raise ValueError(f"{what} shape {t.shape} must be {per_channel[0]} or "
                              f"{per_channel[1]}")

@@ -6,17 +6,16 @@ over the tensor forward and seven backward. The op's kernel takes each group's s
 two passes (mean, then squared deviations, in double) and writes y with the affine folded into
 one multiply-add per element; its backward reads x and dy twice per group and gives dweight
 and dbias too. The backward op's own gradient (grad of grad) differentiates a composed
-reference twice, as the other norms' do (``ops.nn._grad_of_vjp``).
+reference twice, as layer norm's does (``ops.nn.affine_norm_rules``).
 
 Inputs x (N, C, ...), weight and bias (C,); attributes groups (dividing C) and eps.
 """
 from __future__ import annotations
 
 from ..ir.graph import Var
-from .builder import apply_multi
 from .elementwise import rsqrt
-from .movement_api import reshape, zeros_like
-from .nn import _grad_of_vjp
+from .movement_api import reshape
+from .nn import affine_norm_rules, same_dtype
 from .reduce import mean as reduce_mean
 from .reduce import var as reduce_var
 from .registry import FLOAT_DTYPES, REQUIRED, OpDef, register, require_dtypes
@@ -31,24 +30,10 @@ def _infer(in_types, attrs):
     if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1 or c % groups:
         raise ValueError(f"groups must be an int >= 1 dividing the {c} channels, got {groups!r}")
     for what, t in (("weight", weight), ("bias", bias)):
-        if t.dtype != x.dtype:
-            raise TypeError(f"{what} dtype {t.dtype} differs from the input's {x.dtype}")
+        same_dtype(x, t, what)
         if t.shape != (c,):
             raise ValueError(f"{what} shape {t.shape} must be ({c},)")
     return (x,)
-
-
-def _grad(node, out_grads):
-    x, weight, _ = node.inputs
-    return apply_multi("group_norm_backward", (x, weight, out_grads[0]), **node.attr)
-
-
-def _backward_infer(in_types, attrs):
-    x, weight, dy = in_types
-    _infer((x, weight, weight), attrs)
-    if dy != x:
-        raise TypeError(f"dy must be {x}, got {dy}")
-    return (x, weight, weight)
 
 
 def reference(x: Var, weight: Var, bias: Var, attrs) -> Var:
@@ -60,12 +45,8 @@ def reference(x: Var, weight: Var, bias: Var, attrs) -> Var:
     return y * reshape(weight, per_channel) + reshape(bias, per_channel)
 
 
-def _backward_grad(node, out_grads):
-    x, weight, dy = node.inputs
-    zero = zeros_like(weight)  # the bias only shifts y, but dbias is an output too
-    dx, dweight, _, ddy = _grad_of_vjp(lambda *a: reference(*a, node.attr), (x, weight, zero),
-                                       dy, out_grads)
-    return dx, dweight, ddy
+_grad, _backward_infer, _backward_grad = affine_norm_rules("group_norm_backward", _infer,
+                                                         reference)
 
 
 ATTRS = {"groups": REQUIRED, "eps": 1e-5}
