@@ -22,6 +22,7 @@ from .planner.memory.plan import memory_options, place, schedule
 from .planner.memory.verify import checks_enabled, verify_plan
 from .planner.passes.dce import dce
 from .planner.passes.fold import fold
+from .planner.passes.half import backend_runs_half, widen_half
 from .planner.passes.pipeline import optimize as optimize_graph
 from .planner.passes.prepack import prepack
 from .planner.passes.prologue import PLACEHOLDER, structure_key, weight_arrays
@@ -109,6 +110,8 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
         graph, outputs = frozen(graph, outputs)
     tuner = Tuner(backend, tune)
     packing = tuner.packing()
+    widened = widen_half(graph, outputs, runs=lambda node: backend_runs_half(backend, node))
+    graph, outputs = widened.graph, widened.outputs
     graph, outputs, report = optimize_graph(graph, outputs, optimize, check=checks_enabled(),
                                             evaluate=evaluator(device),
                                             fusion=backend.fusion, prepack=packing,
@@ -136,8 +139,10 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
                         {"device": device, "memory": memory, "optimize": optimize,
                          "remat": remat_given, "check_numerics": bool(check_numerics),
                          "freeze": bool(freeze)})
-    return replace(plan, passes=tuple(report), check_numerics=bool(check_numerics),
+    passes = ((("widen_half", widened.stats),) if widened.changed else ()) + tuple(report)
+    return replace(plan, passes=passes, check_numerics=bool(check_numerics),
                    source=source, prologue=prologue)
+
 
 
 def _check_names_bound(graph: Graph) -> None:

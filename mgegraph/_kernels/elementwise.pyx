@@ -13,7 +13,8 @@
 # functions, so every path gives bitwise the same results. This module walks the rows: a thread
 # takes a contiguous range of output elements (parallel.pyx), which changes no result.
 
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t
+from libc.string cimport memcpy
 
 from .dtypes cimport ew_num_t
 from .abi cimport Call, KERNEL_OK, KERNEL_NEGATIVE_POWER, KERNEL_UNSUPPORTED, kernel_address
@@ -23,7 +24,14 @@ from .scalar cimport float_to_i32, float_to_i64
 from .ew_ops cimport (EW_POW, EW_FIRST_BINARY, EW_FIRST_COMPARE, EW_COUNT, ew_opcodes, ew_n_params,
                       ew_unary_run, ew_binary_run, ew_compare_run)
 
-# a second fused type over every dtype, so cast can vary source and destination independently
+cdef extern from "half.h" nogil:
+    float mg_f16_to_float(uint16_t h)
+    float mg_bf16_to_float(uint16_t h)
+    uint16_t mg_double_to_f16(double d)
+    uint16_t mg_double_to_bf16(double d)
+
+# a second fused type over every dtype, so cast can vary source and destination independently;
+# uint16_t holds either half type (the cast's mode says which)
 ctypedef fused dst_t:
     float
     double
@@ -32,6 +40,7 @@ ctypedef fused dst_t:
     uint8_t
     int8_t
     int16_t
+    uint16_t
 
 OPCODES = ew_opcodes()  # op name -> code, as the table orders them (the lowering checks)
 
@@ -185,9 +194,34 @@ cdef inline int where_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
     return KERNEL_OK
 
 
+# how cast_rows writes a uint8_t or uint16_t destination
+cdef enum:
+    CAST_PLAIN = 0
+    CAST_TO_BOOL = 1   # a uint8_t y is bool (x != 0); else uint8, which keeps the low bits
+    CAST_TO_F16 = 2    # a uint16_t y is float16
+    CAST_TO_BF16 = 3   # a uint16_t y is bfloat16
+
+
+cdef inline void put(dst_t* y, ew_num_t v, int mode) noexcept nogil:
+    if dst_t is uint8_t and mode == CAST_TO_BOOL:
+        y[0] = v != 0
+    elif dst_t is uint16_t:
+        y[0] = mg_double_to_bf16(<double>v) if mode == CAST_TO_BF16 else mg_double_to_f16(<double>v)
+    elif (ew_num_t is float or ew_num_t is double) and dst_t is int32_t:
+        y[0] = float_to_i32(v)  # NaN, inf, out of range: INT_MIN
+    elif (ew_num_t is float or ew_num_t is double) and dst_t is int64_t:
+        y[0] = float_to_i64(v)
+    elif (ew_num_t is float or ew_num_t is double) and \
+            (dst_t is uint8_t or dst_t is int8_t or dst_t is int16_t):
+        # NumPy's on x86: truncated to int32 (INT_MIN for NaN, inf, out of its range), then its
+        # low bits (scalar.pxd, float_to_i32)
+        y[0] = <dst_t>float_to_i32(v)
+    else:
+        y[0] = <dst_t>v
+
+
 cdef inline void cast_rows(const Call* c, Py_ssize_t lo, Py_ssize_t hi, const ew_num_t* x,
-                           dst_t* y, bint to_bool) noexcept nogil:
-    # to_bool: y is bool (x != 0); else a uint8_t y is uint8, which keeps the low bits
+                           dst_t* y, int mode) noexcept nogil:
     cdef Py_ssize_t s = inner_stride(c, 0) if c.ints[1] > 0 else 1, n, i
     cdef const ew_num_t* px
     cdef Span sp
@@ -197,19 +231,27 @@ cdef inline void cast_rows(const Call* c, Py_ssize_t lo, Py_ssize_t hi, const ew
     while n > 0:
         px = x + sp.o.offset[0] + sp.col * s
         for i in range(n):
-            if dst_t is uint8_t and to_bool:
-                y[i] = px[i * s] != 0
-            elif (ew_num_t is float or ew_num_t is double) and dst_t is int32_t:
-                y[i] = float_to_i32(px[i * s])  # NaN, inf, out of range: INT_MIN
-            elif (ew_num_t is float or ew_num_t is double) and dst_t is int64_t:
-                y[i] = float_to_i64(px[i * s])
-            elif (ew_num_t is float or ew_num_t is double) and \
-                    (dst_t is uint8_t or dst_t is int8_t or dst_t is int16_t):
-                # NumPy's on x86: truncated to int32 (INT_MIN for NaN, inf, out of its range),
-                # then its low bits (scalar.pxd, float_to_i32)
-                y[i] = <dst_t>float_to_i32(px[i * s])
-            else:
-                y[i] = <dst_t>px[i * s]
+            put(y + i, px[i * s], mode)
+        y += n
+        span_next(&sp, n)
+        n = span_run(&sp)
+
+
+cdef inline void cast_half_rows(const Call* c, Py_ssize_t lo, Py_ssize_t hi, const uint16_t* x,
+                                bint bf16, dst_t* y, int mode) noexcept nogil:
+    # a half source is read into a float exactly, then written as a float would be
+    cdef Py_ssize_t s = inner_stride(c, 0) if c.ints[1] > 0 else 1, n, i
+    cdef const uint16_t* px
+    cdef float v
+    cdef Span sp
+    span_init(&sp, c, 1, lo, hi)
+    y += lo
+    n = span_run(&sp)
+    while n > 0:
+        px = x + sp.o.offset[0] + sp.col * s
+        for i in range(n):
+            v = mg_bf16_to_float(px[i * s]) if bf16 else mg_f16_to_float(px[i * s])
+            put(y + i, v, mode)
         y += n
         span_next(&sp, n)
         n = span_run(&sp)
@@ -221,21 +263,54 @@ cdef inline int cast_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
     cdef int dst = <int>c.ints[0]
     cdef const ew_num_t* x = <const ew_num_t*>c.bufs[0]
     if dst == 0:
-        cast_rows(c, lo, hi, x, <float*>c.bufs[1], False)
+        cast_rows(c, lo, hi, x, <float*>c.bufs[1], CAST_PLAIN)
     elif dst == 1:
-        cast_rows(c, lo, hi, x, <double*>c.bufs[1], False)
+        cast_rows(c, lo, hi, x, <double*>c.bufs[1], CAST_PLAIN)
     elif dst == 2:
-        cast_rows(c, lo, hi, x, <int32_t*>c.bufs[1], False)
+        cast_rows(c, lo, hi, x, <int32_t*>c.bufs[1], CAST_PLAIN)
     elif dst == 3:
-        cast_rows(c, lo, hi, x, <int64_t*>c.bufs[1], False)
+        cast_rows(c, lo, hi, x, <int64_t*>c.bufs[1], CAST_PLAIN)
     elif dst == 4:
-        cast_rows(c, lo, hi, x, <uint8_t*>c.bufs[1], True)
+        cast_rows(c, lo, hi, x, <uint8_t*>c.bufs[1], CAST_TO_BOOL)
     elif dst == 5:
-        cast_rows(c, lo, hi, x, <uint8_t*>c.bufs[1], False)
+        cast_rows(c, lo, hi, x, <uint8_t*>c.bufs[1], CAST_PLAIN)
     elif dst == 6:
-        cast_rows(c, lo, hi, x, <int8_t*>c.bufs[1], False)
+        cast_rows(c, lo, hi, x, <int8_t*>c.bufs[1], CAST_PLAIN)
     elif dst == 7:
-        cast_rows(c, lo, hi, x, <int16_t*>c.bufs[1], False)
+        cast_rows(c, lo, hi, x, <int16_t*>c.bufs[1], CAST_PLAIN)
+    elif dst == 8:
+        cast_rows(c, lo, hi, x, <uint16_t*>c.bufs[1], CAST_TO_F16)
+    elif dst == 9:
+        cast_rows(c, lo, hi, x, <uint16_t*>c.bufs[1], CAST_TO_BF16)
+    else:
+        return KERNEL_UNSUPPORTED
+    return KERNEL_OK
+
+
+cdef inline int cast_half_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
+                               bint bf16) noexcept nogil:
+    cdef int dst = <int>c.ints[0]
+    cdef const uint16_t* x = <const uint16_t*>c.bufs[0]
+    if dst == 0:
+        cast_half_rows(c, lo, hi, x, bf16, <float*>c.bufs[1], CAST_PLAIN)
+    elif dst == 1:
+        cast_half_rows(c, lo, hi, x, bf16, <double*>c.bufs[1], CAST_PLAIN)
+    elif dst == 2:
+        cast_half_rows(c, lo, hi, x, bf16, <int32_t*>c.bufs[1], CAST_PLAIN)
+    elif dst == 3:
+        cast_half_rows(c, lo, hi, x, bf16, <int64_t*>c.bufs[1], CAST_PLAIN)
+    elif dst == 4:
+        cast_half_rows(c, lo, hi, x, bf16, <uint8_t*>c.bufs[1], CAST_TO_BOOL)
+    elif dst == 5:
+        cast_half_rows(c, lo, hi, x, bf16, <uint8_t*>c.bufs[1], CAST_PLAIN)
+    elif dst == 6:
+        cast_half_rows(c, lo, hi, x, bf16, <int8_t*>c.bufs[1], CAST_PLAIN)
+    elif dst == 7:
+        cast_half_rows(c, lo, hi, x, bf16, <int16_t*>c.bufs[1], CAST_PLAIN)
+    elif dst == 8:
+        cast_half_rows(c, lo, hi, x, bf16, <uint16_t*>c.bufs[1], CAST_TO_F16)
+    elif dst == 9:
+        cast_half_rows(c, lo, hi, x, bf16, <uint16_t*>c.bufs[1], CAST_TO_BF16)
     else:
         return KERNEL_UNSUPPORTED
     return KERNEL_OK
@@ -401,6 +476,23 @@ cdef int cast_part_i16(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept
 cdef int cast_i16(const Call* c) noexcept nogil:
     return ew_run(c, 1, cast_part_i16)
 
+# the half types: casts from them; where moves their bits as int16's does, and assign (the one
+# unary op they have, a contiguous copy of the same shape: _lower_assign) copies them
+cdef int copy_part_2(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef const Call* call = <const Call*>c
+    memcpy(call.bufs[1] + 2 * lo, call.bufs[0] + 2 * lo, 2 * (hi - lo))
+    return KERNEL_OK
+cdef int copy_2(const Call* c) noexcept nogil:
+    return ew_run(c, 1, copy_part_2)
+cdef int cast_part_f16(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return cast_half_part(<const Call*>c, lo, hi, False)
+cdef int cast_f16(const Call* c) noexcept nogil:
+    return ew_run(c, 1, cast_part_f16)
+cdef int cast_part_bf16(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return cast_half_part(<const Call*>c, lo, hi, True)
+cdef int cast_bf16(const Call* c) noexcept nogil:
+    return ew_run(c, 1, cast_part_bf16)
+
 KERNELS = {
     "unary_f32": kernel_address(unary_f32), "unary_f64": kernel_address(unary_f64),
     "unary_i32": kernel_address(unary_i32), "unary_i64": kernel_address(unary_i64),
@@ -423,4 +515,7 @@ KERNELS = {
     "where_i16": kernel_address(where_i16),
     "cast_u8": kernel_address(cast_bool), "cast_i8": kernel_address(cast_i8),
     "cast_i16": kernel_address(cast_i16),
+    "cast_f16": kernel_address(cast_f16), "cast_bf16": kernel_address(cast_bf16),
+    "where_f16": kernel_address(where_i16), "where_bf16": kernel_address(where_i16),
+    "unary_f16": kernel_address(copy_2), "unary_bf16": kernel_address(copy_2),
 }

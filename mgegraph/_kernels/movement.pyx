@@ -567,8 +567,10 @@ cdef int pad_backward_i64(const Call* c) noexcept nogil:
 
 def _by_size(family, one, four, eight, two=None):
     """Dtype-named entries for a kernel written per element size (``two`` also gives the small
-    integers theirs; concat, split and take move rows of bytes, whatever the size)."""
-    small = {f"{family}_u8": one, f"{family}_i8": one, f"{family}_i16": two} if two else {}
+    integers and the half types theirs; concat, split and take move rows of bytes, whatever
+    the size)."""
+    small = {f"{family}_u8": one, f"{family}_i8": one, f"{family}_i16": two,
+             f"{family}_f16": two, f"{family}_bf16": two} if two else {}
     return {f"{family}_bool": one, f"{family}_f32": four, f"{family}_i32": four,
             f"{family}_f64": eight, f"{family}_i64": eight, **small}
 

@@ -29,10 +29,11 @@ from ..ir.dims import Dim
 from ..ir.errors import GraphError, KernelError, OpError, user_location
 from ..ir.graph import Graph, Node, Var, _as_array, install
 from ..ir.specialize import holds_dim
-from ..ir.types import TensorType
+from ..ir.types import HALF_DTYPES, TensorType
 from ..kernel_abi.status import MESSAGES
 from ..ops import get_op
 from ..ops.builder import mixing_error
+from ..planner.passes.half import backend_runs_half, needs_widening
 from ..weight_writes import written
 from . import tensor as _tensor
 
@@ -220,7 +221,10 @@ def _scalar_key(value, dtype):
 
 
 def _run(entry, inputs) -> tuple:
-    """The outputs of an entry that is not simple: a view, several outputs, a workspace."""
+    """The outputs of an entry that is not simple: a view, several outputs, a workspace, a
+    half-precision op computed in float32."""
+    if entry.widened:
+        return _run_widened(entry, inputs)
     if entry.view is not None:
         return (_view(inputs[0], entry.view, entry.types[0]),)
     outputs = [np.empty(t.shape, t.dtype) for t in entry.types]
@@ -232,6 +236,18 @@ def _run(entry, inputs) -> tuple:
     if status:
         raise _failure(entry, status, inputs)
     return tuple([wrap(out, t) for out, t in zip(outputs, entry.types)])
+
+
+def _run_widened(entry, inputs) -> tuple:
+    """The op on float32 copies of its half inputs, its results rounded to their half types:
+    what the op means on them (ops.registry), as a plan's ``widen_half`` pass runs it. The
+    inner ops are not recorded: a tape or trace sees the half op itself."""
+    with not_recording():
+        wide = [functional.astype(v, np.float32) if v.dtype in HALF_DTYPES else v
+                for v in inputs]
+        outs = EAGER.add_node(entry.opdef, wide, dict(entry.attrs)).outputs
+        return tuple([out if out.dtype == t.dtype else functional.astype(out, t.dtype)
+                      for out, t in zip(outs, entry.types)])
 
 
 def _completed(entry, attrs: dict, location: str) -> tuple:
@@ -289,7 +305,8 @@ def _prepare(op, inputs, attrs, memo: bool = True):
     entry.view = opdef.view_offset(stand_in) if inputs else None
     entry.launcher = entry.kernel = None
     entry.workspace = 0
-    if entry.view is None:
+    entry.widened = needs_widening(stand_in) and not backend_runs_half(_device(), stand_in)
+    if entry.view is None and not entry.widened:
         backend = _device()
         impl = backend.impl(opdef.name)
         if impl is None:

@@ -165,6 +165,7 @@ cdef class Entry:
     cdef public object opdef, attrs, kernel, launcher, view
     cdef public tuple types, in_types
     cdef public Py_ssize_t workspace
+    cdef public bint widened     # a half-precision op run in float32 between casts (dispatch.py)
     cdef readonly bint simple
     cdef bint one_dtype          # its inputs have one dtype (Python's operators need no cast)
     cdef Launcher cpu            # the launcher itself when it is the CPU's: called in C
@@ -179,7 +180,7 @@ cdef class Entry:
         cdef Py_ssize_t i
         self.n_inputs = len(self.in_types)
         self.simple = (self.view is None and len(self.types) == 1 and not self.workspace
-                       and 1 <= self.n_inputs <= MAX_FAST_INPUTS)
+                       and not self.widened and 1 <= self.n_inputs <= MAX_FAST_INPUTS)
         self.cpu = self.launcher if isinstance(self.launcher, Launcher) else None
         if not self.simple:
             return

@@ -116,11 +116,12 @@ def recording(recorder):
 
 
 @contextlib.contextmanager
-def not_recording(recorder):
-    """Hide ``recorder`` for the block (a GradManager does not tape its own backward pass)."""
+def not_recording(recorder=None):
+    """Hide ``recorder`` for the block (a GradManager does not tape its own backward pass), or
+    every recorder when None (the steps of one op that the recorders see whole)."""
     mode = MODE
     before = mode.recorders
-    mode.recorders = tuple(r for r in before if r is not recorder)
+    mode.recorders = tuple(r for r in before if recorder is not None and r is not recorder)
     try:
         yield
     finally:

@@ -11,12 +11,12 @@ import math
 import numpy as np
 
 from ..ir.errors import OpError, user_location
+from ..ir.types import is_float
 from ..ops import elementwise as ew
 from ..ops import movement_api as movement
 from ..ops import reduce
 from ..ops.builder import apply, graph_of
 from ..ops.conv import avg_pool2d
-from ..ops.registry import FLOAT_DTYPES
 
 # Design: group norm (and instance norm, its one-channel-per-group case) is its own op, for
 # speed (ops/norm.py); LRN is the channel-window sum of squares as an average pool over the
@@ -30,7 +30,7 @@ def _refuse(op: str, values, reason: str):
 
 def _float_input(op: str, inp, min_ndim: int):
     x = graph_of(inp).lift(inp)
-    if x.dtype not in FLOAT_DTYPES:
+    if not is_float(x.dtype):
         _refuse(op, (x,), f"needs a floating-point input, got {x.dtype}")
     if x.ndim < min_ndim:
         _refuse(op, (x,), f"needs an input of at least {min_ndim} dims (N, C, ...), got "

@@ -67,10 +67,19 @@ def fail(message: str):
     raise ModelFormatError(f"model file: {message}")
 
 
+# .npy headers cannot name bfloat16 (NumPy writes it as raw |V2 records): its members hold the
+# bits as little-endian uint16, and the description's dtype says how to read them
+BFLOAT16 = np.dtype("bfloat16")
+BITS_OF = {BFLOAT16: np.dtype("<u2")}
+
+
 # -- writing -------------------------------------------------------------------------------------
 def npy_bytes(array: np.ndarray) -> bytes:
     buffer = io.BytesIO()
-    np.save(buffer, np.require(array, requirements="C"), allow_pickle=False)
+    array = np.require(array, requirements="C")
+    if array.dtype in BITS_OF:
+        array = array.view(BITS_OF[array.dtype])
+    np.save(buffer, array, allow_pickle=False)
     return buffer.getvalue()
 
 
@@ -243,11 +252,12 @@ class Container:
         except (ValueError, SyntaxError, TypeError, EOFError, OverflowError) as exc:
             fail(f"member {name!r} is not a valid .npy file ({str(exc)[:200]})")
         file_shape, fortran, file_dtype = header
-        if fortran or file_dtype != dtype or tuple(file_shape) != tuple(shape):
+        if fortran or file_dtype != BITS_OF.get(dtype, dtype) or tuple(file_shape) != tuple(shape):
             fail(f"member {name!r} holds {file_dtype}{list(file_shape)}"
                  f"{' (Fortran order)' if fortran else ''}; the description says "
                  f"{dtype}{list(shape)}")
-        if file_dtype.byteorder == ">" or file_dtype not in SUPPORTED:
+        if file_dtype.byteorder == ">" or BITS_OF.get(dtype, file_dtype) != file_dtype \
+                or dtype not in SUPPORTED:
             fail(f"member {name!r}: dtype {file_dtype} is not supported")
         if len(data) - stream.tell() != math.prod(shape) * dtype.itemsize:
             fail(f"member {name!r}: its data is not {list(shape)} elements of {dtype}")
@@ -256,7 +266,7 @@ class Container:
             array = np.load(stream, allow_pickle=False)
         except (ValueError, OSError, EOFError) as exc:
             fail(f"member {name!r} could not be read ({str(exc)[:200]})")
-        return np.require(array, requirements=("C", "W", "O"))
+        return np.require(array, requirements=("C", "W", "O")).view(dtype)
 
 
 def _no_constant(token: str):

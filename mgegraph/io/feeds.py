@@ -18,6 +18,7 @@ import numpy as np
 
 from ..ir.dims import Relation, bare_name, bind_shape, bindings_text, evaluate
 from ..ir.errors import FeedError
+from ..ir.types import is_float
 from .arrays import read_npy, type_text
 
 
@@ -160,6 +161,6 @@ def random_array(shape, dtype, rng: np.random.Generator) -> np.ndarray:
     >>> random_array((2, 3), np.dtype("float32"), np.random.default_rng(0)).shape  # (2, 3)
     """
     dtype = np.dtype(dtype)
-    if dtype.kind == "f":
+    if is_float(dtype):
         return rng.standard_normal(shape).astype(dtype)
     return np.zeros(shape, dtype)

@@ -6,6 +6,7 @@ import sys
 from dataclasses import dataclass
 from functools import cached_property
 
+import ml_dtypes
 import numpy as np
 
 from . import facts
@@ -23,15 +24,23 @@ SUPPORTED = {
     np.dtype(np.uint8): ("u8", 5),
     np.dtype(np.int8): ("i8", 6),
     np.dtype(np.int16): ("i16", 7),
+    np.dtype(np.float16): ("f16", 8),
+    np.dtype(ml_dtypes.bfloat16): ("bf16", 9),
 }
+# the floats the kernels compute in
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 INT_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 # Design: the small integers (images arrive as uint8) have kernels for casts, movement,
 # comparisons, where and integer arithmetic only; an op table opts in with SMALL_INT_DTYPES, so
 # an op without their kernels refuses them in its dtype rule instead of at dispatch.
 SMALL_INT_DTYPES = (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.int16))
+# Design: the half-precision floats are storage formats. Casts and the ops that move bytes have
+# kernels for them; every other op computes in float32 and rounds its result to the half type
+# once (ops.registry: HALF_NATIVE_OPS; planner.passes.half widens the nodes before planning), as
+# PyTorch's CPU kernels do. NumPy has no bfloat16: ml_dtypes (ONNX's and JAX's) gives its dtype.
+HALF_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 # the dtypes every kernel family implements
-CORE_DTYPES = tuple(d for d in SUPPORTED if d not in SMALL_INT_DTYPES)
+CORE_DTYPES = tuple(d for d in SUPPORTED if d not in SMALL_INT_DTYPES + HALF_DTYPES)
 
 
 class DTypeError(GraphError, TypeError):
@@ -65,7 +74,8 @@ def dtype_code(dtype: np.dtype) -> int:
 
 
 def is_float(dtype: np.dtype) -> bool:
-    return dtype in FLOAT_DTYPES
+    """A floating-point dtype, half precision included (what gradients flow through)."""
+    return dtype in FLOAT_DTYPES or dtype in HALF_DTYPES
 
 
 def result_type(*dtypes: np.dtype) -> np.dtype:

@@ -18,11 +18,12 @@ import operator
 
 from ..ir.errors import OpError, user_location
 from ..ir.graph import Var
+from ..ir.types import is_float
 from .builder import promote
 from .conv import conv2d, conv2d_backward_data
 from .elementwise import add
 from .movement_api import pad, reshape, subscript, transpose
-from .registry import FLOAT_DTYPES, named
+from .registry import named
 
 __all__ = ["conv1d", "conv3d", "conv_transpose1d", "conv_transpose2d"]
 
@@ -54,8 +55,8 @@ def _check_transpose(op, x, w, bias, groups):
     """The input, weight and bias of a transposed convolution: (N, C_in, H, W), (C_in,
     C_out/groups, kh, kw), (C_out,) or (1, C_out, 1, 1); returns C_out."""
     inputs = [v for v in (x, w, bias) if v is not None]
-    if x.dtype not in FLOAT_DTYPES:
-        _fail(op, inputs, f"takes float32 or float64 inputs, got {x.dtype}")
+    if not is_float(x.dtype):
+        _fail(op, inputs, f"takes floating-point inputs, got {x.dtype}")
     if x.ndim != 4 or w.ndim != 4:
         _fail(op, inputs, f"input must be 4-D (N, C_in, H, W) and weight 4-D (C_in, "
               f"C_out/groups, kh, kw), got shapes {x.shape} and {w.shape}")

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..ir.errors import GraphError, user_location
 from ..ir.graph import Var
-from ..ir.types import TensorType, as_dtype, broadcast_shapes
+from ..ir.types import TensorType, as_dtype, broadcast_shapes, is_float
 from . import elementwise_table as TABLE
 from .builder import apply, apply_in, cast_to, graph_of, promote
 from .elementwise_table import Elementwise
@@ -41,7 +41,7 @@ def _unary_grad(rule):
 def _binary_grad(rule):
     def grad(node, out_grads):
         x, y = node.inputs
-        if x.dtype.kind != "f":
+        if not is_float(x.dtype):
             return (None, None)
         return rule(_module(), x, y, node.outputs[0], out_grads[0])
     return grad
@@ -121,7 +121,7 @@ register(OpDef("assign", "movement", _assign_infer))
 
 def _cast_grad(node, out_grads):
     x = node.inputs[0]
-    if x.dtype.kind != "f" or node.outputs[0].dtype.kind != "f":
+    if not (is_float(x.dtype) and is_float(node.outputs[0].dtype)):
         return (None,)
     return (astype(out_grads[0], x.dtype),)
 
@@ -147,7 +147,7 @@ __all__ += [op.name for op in TABLE.OPS if op.public]
 def _floating(x):
     """Float ops on integer inputs compute in float32 for int32/bool and float64 for int64,
     as NumPy's ufuncs do with float32 as the default float."""
-    if x.dtype in FLOAT_DTYPES:
+    if is_float(x.dtype):
         return x
     return cast_to(x, np.float64 if x.dtype == np.dtype(np.int64) else np.float32)
 
@@ -157,7 +157,7 @@ def _make_unary(name):
 
     def fn(inp):
         x = inp if getattr(inp, "plain", False) else graph_of(inp).lift(inp)
-        if float_only and x.type.dtype not in FLOAT_DTYPES:
+        if float_only and not is_float(x.type.dtype):
             x = _floating(x)
         return apply_in(x.graph, name, (x,), {})
 
@@ -190,7 +190,7 @@ def relu_backward(y, g):
 def div(x, y):
     """True division: integer inputs are computed in floating point, as NumPy does."""
     a, b = promote(x, y)
-    if a.dtype not in FLOAT_DTYPES:
+    if not is_float(a.dtype):
         a, b = cast_to(a, np.float64), cast_to(b, np.float64)
     return apply("div", (a, b))
 
@@ -214,7 +214,7 @@ def clip(inp, lower=None, upper=None):
     """Clamp to [lower, upper]; either bound may be None."""
     lo = -np.inf if lower is None else float(lower)
     hi = np.inf if upper is None else float(upper)
-    if inp.dtype not in FLOAT_DTYPES:
+    if not is_float(inp.dtype):
         info = np.iinfo(inp.dtype)
         lo, hi = max(lo, info.min), min(hi, info.max)
     return apply("clip", (inp,), lower=lo, upper=hi)
@@ -315,6 +315,6 @@ def prelu(inp, weight):
     does (MegEngine's and ONNX's rule): a per-channel slope of NCHW data is shaped (C, 1, 1),
     as ``nn.PReLU`` shapes its own. ``F.prelu(x, w)``"""
     a, b = promote(inp, weight)
-    if a.dtype not in FLOAT_DTYPES:
+    if not is_float(a.dtype):
         a, b = _floating(a), _floating(b)
     return apply_in(a.graph, "prelu", (a, b), {})

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ..ir.types import TensorType, broadcast_shapes
+from ..ir.types import TensorType, broadcast_shapes, is_float
 from .builder import apply, promote
 from .movement_api import expand_dims, reshape, squeeze
 from .reduce import sum as reduce_sum
@@ -69,7 +69,7 @@ def _matmul_grad(node, out_grads):
     transposes, so no operand is copied; broadcast batch dims are summed by the walker."""
     a, b = node.inputs
     g = out_grads[0]
-    if a.dtype.kind != "f":
+    if not is_float(a.dtype):
         return None, None
     ta = node.attr["transpose_a"] and a.ndim >= 2
     tb = node.attr["transpose_b"] and b.ndim >= 2

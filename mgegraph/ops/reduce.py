@@ -8,7 +8,7 @@ import numpy as np
 
 from ..ir.errors import OpError, user_location
 from ..ir.graph import Var
-from ..ir.types import FLOAT_DTYPES, TensorType
+from ..ir.types import TensorType, is_float
 from .builder import apply, cast_to, graph_of
 from .elementwise import astype, equal, where
 from .movement import full_node
@@ -35,7 +35,7 @@ def result_dtype(op: str, dtype: np.dtype) -> np.dtype:
     and variances float64; max/min keep the dtype; argmax/argmin give int64."""
     if op in ("argmax", "argmin"):
         return _INT64
-    if op in ("max", "min") or dtype in FLOAT_DTYPES:
+    if op in ("max", "min") or is_float(dtype):
         return dtype
     return _INT64 if op in ("sum", "prod") else _FLOAT64
 
@@ -147,7 +147,7 @@ def _grad(name):
 
     def grad(node, out_grads):
         (x,), (y,), (g,) = node.inputs, node.outputs, out_grads
-        if rule is None or x.dtype.kind != "f":  # argmax/argmin: integer indices, no gradient
+        if rule is None or not is_float(x.dtype):  # argmax/argmin: integer indices, no gradient
             return (None,)
         axes = canonical_axes(node.attr["axis"], x.ndim)
         keep = reduced_shape(x.shape, axes, True)

@@ -13,6 +13,7 @@ from ..ir.graph import install
 from ..ir.types import (
     CORE_DTYPES,
     FLOAT_DTYPES,  # noqa: F401  (re-exported)
+    HALF_DTYPES,
     SMALL_INT_DTYPES,
     TensorType,
 )
@@ -148,9 +149,43 @@ def _refusing_small_ints(name: str, infer: Callable) -> Callable:
     return checked
 
 
+# The ops whose kernels take the half-precision floats (HALF_DTYPES) as they are: they move or
+# convert bytes. Every other op means on a half type what it means on float32, its results
+# rounded to that type (``_computing_in_float32``); planner.passes.half makes the casts.
+HALF_NATIVE_OPS = frozenset(("input", "param", "const", "cast", "where", "reshape", "transpose",
+                             "broadcast_to", "slice", "slice_backward", "concat", "split", "pad",
+                             "gather", "take", "fill"))
+FLOAT32 = np.dtype(np.float32)
+
+
+def half_result(in_types) -> np.dtype | None:
+    """The half type an op computing in float32 rounds its float results to: the one half type
+    among its inputs when no other float is (float16 with float32 gives float32, as NumPy)."""
+    floats = {t.dtype for t in in_types if t.dtype.kind == "f" or t.dtype in HALF_DTYPES}
+    if len(floats) == 1 and floats <= set(HALF_DTYPES):
+        return floats.pop()
+    return None
+
+
+def _computing_in_float32(infer: Callable) -> Callable:
+    def widened(in_types, attrs):
+        narrow = half_result(in_types)
+        if not any(t.dtype in HALF_DTYPES for t in in_types):
+            return infer(in_types, attrs)
+        wide = tuple(TensorType(t.shape, FLOAT32) if t.dtype in HALF_DTYPES else t
+                     for t in in_types)
+        out_types = infer(wide, attrs)
+        if narrow is None:
+            return out_types
+        return tuple(TensorType(t.shape, narrow) if t.dtype == FLOAT32 else t for t in out_types)
+    return widened
+
+
 def register(opdef: OpDef) -> OpDef:
     if SMALL_INT_OPS.get(opdef.name) != SMALL_INT_DTYPES:
         opdef = replace(opdef, infer=_refusing_small_ints(opdef.name, opdef.infer))
+    if opdef.name not in HALF_NATIVE_OPS:
+        opdef = replace(opdef, infer=_computing_in_float32(opdef.infer))
     if opdef.name in _REGISTRY:
         raise GraphError(f"op {opdef.name!r} is registered twice")
     if opdef.category not in CATEGORIES:
@@ -213,7 +248,9 @@ def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
 
 
 def require_dtypes(opdef_name: str, t: TensorType, allowed, what="input"):
-    if t.dtype not in allowed:
+    """A TypeError unless ``t``'s dtype is allowed; a half type is where float32 is (the op
+    computes on it in float32)."""
+    if t.dtype not in allowed and not (t.dtype in HALF_DTYPES and FLOAT32 in allowed):
         names = ", ".join(str(d) for d in allowed)
         raise TypeError(f"{what} dtype {t.dtype} is not supported by {opdef_name} (needs {names})")
 
