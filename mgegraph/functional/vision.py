@@ -14,6 +14,8 @@ import operator
 import numpy as np
 
 from ..ir.errors import OpError, user_location
+from ..ir.graph import Var
+from ..ir.types import is_float
 from ..ops.builder import apply, cast_to, graph_of, promote
 from ..ops.elementwise import floor_div
 from ..ops.matmul import matmul
@@ -22,6 +24,7 @@ from ..ops.registry import named
 
 __all__ = ["cvt_color", "grid_sample", "interpolate", "nms", "pixel_shuffle", "pixel_unshuffle",
            "remap", "roi_align", "roi_pooling", "warp_affine", "warp_perspective"]
+__all__ += ["normalize"]
 
 
 def _fail(op: str, inp, reason: str):
@@ -339,3 +342,52 @@ def cvt_color(inp, mode: str = ""):
     wide = [p.astype(np.int32) for p in planes]
     total = (wide[0] * _LUMA_FIXED[0] + wide[1] * _LUMA_FIXED[1]) + wide[2] * _LUMA_FIXED[2]
     return floor_div(total + (1 << (_LUMA_SHIFT - 1)), 1 << _LUMA_SHIFT).astype(np.uint8)
+
+
+# -- normalize: a camera frame to a network's input ------------------------------------------------
+_CHANNEL_AXIS = {"NHWC": -1, "NCHW": 1}
+
+
+def _per_channel(inp, what, value, channels, format, dtype):
+    """``value`` (a number, a sequence of one or ``channels`` numbers, or a tensor) as a
+    ``dtype`` value that broadcasts along the channel axis of ``inp``."""
+    g = graph_of(inp)
+    if isinstance(value, Var):  # a tensor (a Parameter too): cast, and shaped for NCHW
+        v = cast_to(g.lift(value), dtype)
+        if v.ndim == 1 and format == "NCHW":
+            v = reshape(v, (v.shape[0],) + (1,) * (inp.ndim - 2))
+        return v
+    values = np.asarray(value, dtype=np.float64).reshape(-1)
+    if values.size not in (1, channels) or not np.all(np.isfinite(values)):
+        _fail("normalize", inp, f"{what} must be finite numbers, one or one per channel "
+              f"({channels}), got {value!r}")
+    if what == "std" and np.any(values == 0):
+        _fail("normalize", inp, f"std must not be 0, got {value!r}")
+    shape = values.shape if format == "NHWC" else values.shape + (1,) * (inp.ndim - 2)
+    return g.const(values.astype(dtype).reshape(shape))
+
+
+def normalize(inp, mean, std, format="NHWC", dtype="float32"):
+    """``(cast(inp) - mean) / std`` per channel: a camera's uint8 frame (or any image) to a
+    network's float input, inside the graph. ``mean`` and ``std`` are numbers, sequences with
+    one entry or one per channel, or tensors; ``format`` says where the channels are ("NHWC",
+    the last axis, or "NCHW", the second); ``dtype`` is the result's float dtype. A
+    composition of cast, sub and div: the planner fuses the sub and div into one loop (the
+    cast from uint8 stays its own pass: a fused kernel reads its inputs in one dtype).
+    MegEngine has no such function (its ``data.transform.Normalize`` runs on NumPy before the
+    graph); ``F.normalize`` is its Lp ``functional.nn.normalize``.
+
+    >>> x = F.vision.normalize(frame, (123.7, 116.3, 103.5), (58.4, 57.1, 57.4))
+    """
+    if format not in _CHANNEL_AXIS:
+        _fail("normalize", inp, f"format must be 'NHWC' or 'NCHW', got {format!r}")
+    if not is_float(np.dtype(dtype)):
+        _fail("normalize", inp, f"dtype must be a float dtype, got {dtype!r}")
+    dtype = np.dtype(dtype)
+    if inp.ndim < 2:
+        _fail("normalize", inp, f"the input must have a channel axis ({format}), got shape "
+              f"{inp.shape}")
+    channels = inp.shape[_CHANNEL_AXIS[format]]
+    m = _per_channel(inp, "mean", mean, channels, format, dtype)
+    s = _per_channel(inp, "std", std, channels, format, dtype)
+    return (cast_to(inp, dtype) - m) / s
