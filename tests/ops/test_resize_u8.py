@@ -163,3 +163,25 @@ def test_uint8_resize_round_trips_through_the_model_file(tmp_path):
     loaded = mg.runtime.load(tmp_path / "m.mgm")
     x = frame((1, 3, 5, 7))
     np.testing.assert_array_equal(plan.run({"x": x})[0], loaded.run({"x": x})[0])
+
+
+def test_a_reader_whose_resize_is_float_only_refuses_the_file_by_name(tmp_path, monkeypatch):
+    # uint8 adds a dtype and keeps resize's meaning on floats, so its model-file version stays
+    # 1: a reader from before uint8 reruns its own rule on load and refuses the node, naming
+    # the op and the dtype, instead of running it otherwise
+    from dataclasses import replace
+
+    from mgegraph.ops import registry, resize
+
+    g = mg.Graph()
+    y = F.vision.interpolate(g.input("x", (1, 3, 5, 7), np.uint8), size=(9, 4))
+    mg.save(mg.compile([y]), tmp_path / "m.mgm")
+
+    def float_only(in_types, attrs):
+        registry.require_dtypes("resize", in_types[0], registry.FLOAT_DTYPES)
+        return resize._resize_infer(in_types, attrs)
+
+    old = replace(registry.get_op("resize"), infer=float_only)
+    monkeypatch.setitem(registry._REGISTRY, "resize", old)
+    with pytest.raises(mg.ModelFormatError, match="resize.*uint8"):
+        mg.runtime.load(tmp_path / "m.mgm")
