@@ -2,7 +2,9 @@
 uint8 Resize models, and how ONNX Runtime's uint8 arithmetic differs from mgegraph's rule
 (ONNX leaves integer rounding unsaid): its linear Resize truncates toward zero where mgegraph
 rounds to nearest (so it is 0 or 1 below), its nearest is the same copy, and it has no uint8
-cubic kernel (a run fails there; mgegraph imports and runs such a model)."""
+cubic kernel (a run fails there; mgegraph imports and runs such a model). A uint8 remap exports
+as GridSample on float32 between a Cast and Round, Clip and Cast back (ONNX Runtime's
+GridSample reads floats only); mgegraph's importer has no Round yet and refuses it by name."""
 import sys
 from pathlib import Path
 
@@ -74,3 +76,21 @@ def test_an_imported_uint8_resize_model_is_interpolate():
                                                size=(12, 5))]).run({"x": x})
     assert got.dtype == np.uint8
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(("border", "interp"), [("replicate", "linear"), ("reflect_101", "nearest"),
+                                                ("constant", "linear")])
+def test_exported_uint8_remap_runs_in_onnxruntime_within_1(border, interp):
+    g = mg.Graph()
+    x, xy = g.input("x", (2, 3, 6, 7), np.uint8), g.input("m", (2, 4, 5, 2), np.float32)
+    y = F.vision.remap(x, xy, border_mode=border, interp_mode=interp)
+    feeds = {"x": RNG.integers(0, 256, (2, 3, 6, 7), dtype=np.uint8),
+             "m": RNG.uniform(-2, 8, (2, 4, 5, 2)).astype(np.float32)}
+    (want,) = mg.compile([y]).run(feeds)
+    m = mo.export((g, [y]), None, opset=20)
+    (got,) = ort_run(m, feeds)
+    assert got.dtype == np.uint8
+    diff = np.abs(got.astype(int) - want)
+    assert diff.max() <= (0 if interp == "nearest" else 1) and diff.mean() < 0.05
+    with pytest.raises(mo.OnnxImportError, match="Round"):
+        mo.import_model(m)
