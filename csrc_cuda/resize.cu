@@ -8,7 +8,8 @@
 //   resize: x, y, workspace;  resize_backward: dy, dx, workspace (the CPU's tap tables; unread)
 //
 // Semantics and arithmetic are the CPU kernel's: the same tap formulas (axis_taps), weights and
-// sums in double, in the CPU's order, so results are bitwise the CPU's.
+// sums in double, in the CPU's order, so results are bitwise the CPU's; a uint8 image's sums
+// are rounded by pixels_u8.cuh, the CPU's rule.
 //
 // Design: no shared memory and no atomics. The forward takes a thread per output and computes
 // its taps in place (a few divisions: cheaper than a second launch filling tables). The
@@ -17,6 +18,7 @@
 // taps read it) would parallelise further, at the cost of inverting every coordinate mode.
 #include "mg_abi.cuh"
 #include "movement_index.cuh"
+#include "pixels_u8.cuh"
 
 enum { NEAREST, LINEAR, CUBIC };
 enum { HALF_PIXEL, HALF_PIXEL_SYMMETRIC, PYTORCH_HALF_PIXEL, ALIGN_CORNERS, ASYMMETRIC,
@@ -119,7 +121,7 @@ template <class T> __device__ void resize_forward(const MgArgs& a) {
                 const i64 base = p * plane + (t0.index[u] * s.in[1] + t1.index[v]) * s.in[2];
                 for (int c = 0; c < t2.n; ++c) acc += w01 * t2.weight[c] * x[base + t2.index[c]];
             }
-        y[i] = (T)acc;
+        y[i] = mg_pixel<T>(acc);
     }
 }
 
@@ -160,3 +162,5 @@ template <class T> __device__ void resize_backward(const MgArgs& a) {
 
 MG_RESIZE_ENTRIES(float, f32)
 MG_RESIZE_ENTRIES(double, f64)
+// uint8 images: the forward only (resize_u8), rounded by mg_round_u8
+extern "C" __global__ void mg_resize_u8(const MgArgs a) { resize_forward<u8>(a); }

@@ -2,7 +2,10 @@
 NCHW, casts it to float32, normalises each channel by its mean and standard deviation (as
 ``F.vision.normalize`` would: ``(x.astype(float32) - mean) / std`` with constants), then runs a
 convolution and a linear layer. Saved as a model file and loaded by ``mgegraph.runtime``, it
-gives outputs bitwise equal to the compiled graph's on a uint8 frame."""
+gives outputs bitwise equal to the compiled graph's on a uint8 frame. Two trained models do
+their preprocessing inside: one on float32 after the cast, one its geometry (a warp and a
+resize) on the uint8 frame itself, as MegEngine's CV operators take it, then
+``F.vision.normalize``."""
 from __future__ import annotations
 
 import numpy as np
@@ -94,4 +97,45 @@ def test_a_frame_model_trains_and_its_file_gives_the_trained_bits(tmp_path):
     want = predict(frames)
     mg.save(predict, tmp_path / "frames.mgm")
     (got,) = runtime.load(tmp_path / "frames.mgm").run([frames])
+    assert got.tobytes() == want.tobytes()
+
+
+CROP = np.array([[1.1, 0.1, 2.0], [-0.1, 1.1, 1.0]], np.float32)  # a fixed affine crop
+
+
+class WarpedFrameClassifier(mg.nn.Module):
+    """Does its geometry on the camera's uint8 frame (a fixed affine crop, then a bilinear
+    resize, both giving uint8), then ``F.vision.normalize`` to float32 NCHW, then a small CNN."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = mg.nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = mg.nn.Linear(4 * 8 * 8, 2)
+
+    def forward(self, frame):
+        mat = np.ascontiguousarray(np.broadcast_to(CROP, (frame.shape[0], 2, 3)))
+        crop = F.vision.warp_affine(frame, mat, (H * 2, W * 2), border_mode="reflect")
+        small = F.vision.interpolate(crop.transpose((0, 3, 1, 2)), size=(16, 16))
+        x = F.vision.normalize(small, MEAN.ravel(), STD.ravel(), format="NCHW")
+        x = F.max_pool2d(F.relu(self.conv(x)), 2)
+        return self.fc(F.flatten(x, 1))
+
+
+def test_a_model_warping_and_resizing_the_uint8_frame_trains_and_deploys_bitwise(tmp_path):
+    rng = np.random.default_rng(6)
+    frames = rng.integers(0, 256, (16, H * 3, W * 3, 3), dtype=np.uint8)
+    labels = (frames[..., 2].mean(axis=(1, 2)) > frames[..., 0].mean(axis=(1, 2)))
+    labels = labels.astype(np.int32)
+    model = WarpedFrameClassifier()
+    opt = mg.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    step = mg.compile_train_step(model, F.cross_entropy, opt, example_batch=(frames, labels))
+    losses = [float(step(frames, labels)) for _ in range(40)]
+    assert losses[-1] < 0.5 * losses[0], losses
+    model.eval()
+    predict = mg.compile_module(model, example_inputs=(frames,))
+    kernels = {ins.kernel for ins in predict.plan.instructions}
+    assert {"sample_u8", "resize_u8"} <= kernels, kernels  # the geometry ran on uint8
+    want = predict(frames)
+    mg.save(predict, tmp_path / "warped.mgm")
+    (got,) = runtime.load(tmp_path / "warped.mgm").run([frames])
     assert got.tobytes() == want.tobytes()

@@ -15,17 +15,22 @@
 # are computed once per call into the workspace, then every output is a sum of products over
 # the three axes' taps, accumulated in double. An axis of input length 1 has one tap of weight 1
 # (the resized axes of a 1-D or 2-D resize lead with such axes), so a bilinear resize reads 2x2
-# cells, not 2x2x2. Threads: the forward splits output rows (no two threads write one cell); the
-# backward scatters each plane's gradient onto its taps and so splits planes, each thread adding
-# in the one order the serial loop does, so results are bitwise equal at any thread count.
+# cells, not 2x2x2. uint8 images (resize_u8, forward only) are summed in double as the floats
+# are, then rounded by pixels.pxd's round_u8. Threads: the forward splits output rows (no two
+# threads write one cell); the backward scatters each plane's gradient onto its taps and so
+# splits planes, each thread adding in the one order the serial loop does, so results are
+# bitwise equal at any thread count.
 
 from libc.math cimport floor
 from libc.string cimport memset
 from cython cimport floating
 
+from libc.stdint cimport uint8_t
+
 from .abi cimport Call, KERNEL_OK, kernel_address
 from .params cimport fields_of
 from .parallel cimport parallel_for
+from .pixels cimport pixel_t, store_pixel
 
 ctypedef struct Resize:
     Py_ssize_t mode, coord, nearest_mode, exclude_outside, planes, in0, in1, in2, out0, out1, out2
@@ -158,7 +163,7 @@ ctypedef struct ResizeRun:
     char* y
 
 
-cdef inline void bilinear_row(const ResizeRun* r, Py_ssize_t row, floating* _) noexcept nogil:
+cdef inline void bilinear_row(const ResizeRun* r, Py_ssize_t row, pixel_t* _) noexcept nogil:
     # rows_part's loop with two taps on each of the last two axes and one on the first (every
     # bilinear resize): the same products added in the same order, so the same bits, with the
     # loops unrolled and the two input rows found once per output row
@@ -167,10 +172,10 @@ cdef inline void bilinear_row(const ResizeRun* r, Py_ssize_t row, floating* _) n
     cdef const Tap* t0 = r.taps + row // s.out1 % s.out0
     cdef const Tap* t1 = r.taps + s.out0 + o1
     cdef const Tap* t2
-    cdef const floating* x = <const floating*>r.x + (p * s.in0 + t0.index[0]) * s.in1 * s.in2
-    cdef const floating* a = x + t1.index[0] * s.in2
-    cdef const floating* b = x + t1.index[1] * s.in2
-    cdef floating* y = <floating*>r.y + row * s.out2
+    cdef const pixel_t* x = <const pixel_t*>r.x + (p * s.in0 + t0.index[0]) * s.in1 * s.in2
+    cdef const pixel_t* a = x + t1.index[0] * s.in2
+    cdef const pixel_t* b = x + t1.index[1] * s.in2
+    cdef pixel_t* y = <pixel_t*>r.y + row * s.out2
     cdef double wa = t0.weight[0] * t1.weight[0], wb = t0.weight[0] * t1.weight[1], acc
     for o2 in range(s.out2):
         t2 = r.taps + s.out0 + s.out1 + o2
@@ -180,14 +185,14 @@ cdef inline void bilinear_row(const ResizeRun* r, Py_ssize_t row, floating* _) n
         acc += wa * t2.weight[1] * a[j1]
         acc += wb * t2.weight[0] * b[j0]
         acc += wb * t2.weight[1] * b[j1]
-        y[o2] = <floating>acc
+        store_pixel(y, o2, acc)
 
 
 cdef inline int rows_part(const ResizeRun* r, Py_ssize_t lo, Py_ssize_t hi,
-                          floating* _) noexcept nogil:
+                          pixel_t* _) noexcept nogil:
     cdef const Resize* s = r.s
-    cdef const floating* x = <const floating*>r.x
-    cdef floating* y = <floating*>r.y
+    cdef const pixel_t* x = <const pixel_t*>r.x
+    cdef pixel_t* y = <pixel_t*>r.y
     cdef const Tap* t0
     cdef const Tap* t1
     cdef const Tap* t2
@@ -212,7 +217,7 @@ cdef inline int rows_part(const ResizeRun* r, Py_ssize_t lo, Py_ssize_t hi,
                     base = p * plane + (t0.index[a] * s.in1 + t1.index[b]) * s.in2
                     for c in range(r.counts[2]):
                         acc += w01 * t2.weight[c] * x[base + t2.index[c]]
-            y[row * s.out2 + o2] = <floating>acc
+            store_pixel(y, row * s.out2 + o2, acc)
     return KERNEL_OK
 
 
@@ -220,17 +225,20 @@ cdef int rows_f32(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept no
     return rows_part(<const ResizeRun*>ctx, lo, hi, <float*>NULL)
 cdef int rows_f64(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     return rows_part(<const ResizeRun*>ctx, lo, hi, <double*>NULL)
+cdef int rows_u8(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return rows_part(<const ResizeRun*>ctx, lo, hi, <uint8_t*>NULL)
 
 
-cdef inline int resize_impl(const floating* x,  # IN  (planes, in0, in1, in2)
-                            floating* y,        # OUT (planes, out0, out1, out2)
+cdef inline int resize_impl(const pixel_t* x,  # IN  (planes, in0, in1, in2)
+                            pixel_t* y,        # OUT (planes, out0, out1, out2)
                             Tap* taps,          # OUT workspace: the taps of every axis
                             const Resize* s, const double* f) noexcept nogil:
     cdef ResizeRun r
     fill_taps(s, f, taps, r.counts)
     r.s, r.taps, r.x, r.y = s, taps, <const char*>x, <char*>y
     return parallel_for(s.threads, s.planes * s.out0 * s.out1,
-                        rows_f32 if floating is float else rows_f64, &r)
+                        rows_f32 if pixel_t is float else
+                        (rows_f64 if pixel_t is double else rows_u8), &r)
 
 
 # -- backward: each plane's gradient scattered onto its taps ---------------------------------------
@@ -288,6 +296,9 @@ cdef int resize_f32(const Call* c) noexcept nogil:
 cdef int resize_f64(const Call* c) noexcept nogil:
     return resize_impl(<const double*>c.bufs[0], <double*>c.bufs[1], <Tap*>c.bufs[2],
                        <const Resize*>c.ints, c.floats)
+cdef int resize_u8(const Call* c) noexcept nogil:
+    return resize_impl(<const uint8_t*>c.bufs[0], <uint8_t*>c.bufs[1], <Tap*>c.bufs[2],
+                       <const Resize*>c.ints, c.floats)
 cdef int resize_backward_f32(const Call* c) noexcept nogil:
     return resize_backward_impl(<const float*>c.bufs[0], <float*>c.bufs[1], <Tap*>c.bufs[2],
                                 <const Resize*>c.ints, c.floats)
@@ -297,6 +308,7 @@ cdef int resize_backward_f64(const Call* c) noexcept nogil:
 
 KERNELS = {
     "resize_f32": kernel_address(resize_f32), "resize_f64": kernel_address(resize_f64),
+    "resize_u8": kernel_address(resize_u8),
     "resize_backward_f32": kernel_address(resize_backward_f32),
     "resize_backward_f64": kernel_address(resize_backward_f64),
 }

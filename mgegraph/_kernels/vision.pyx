@@ -24,7 +24,8 @@
 # repeats the same operations. Scatters (the data gradients) run per plane (sampler) or per
 # channel (regions), each thread owning whole planes of dx and adding in one fixed order, so
 # results are bitwise the same at any thread count; forward passes split over output points.
-# uint8 images would enter where a tap is read (sample_at, bilinear) and a result stored.
+# remap also reads uint8 images (sample_u8, vision_sample_u8.pxi): the sampler's sums in double,
+# rounded by pixels.pxd's round_u8.
 
 from libc.math cimport INFINITY, NAN, ceil, fabs, floor, fmod, isfinite, nearbyint, round
 from libc.string cimport memset
@@ -33,6 +34,8 @@ from cython cimport floating
 from .abi cimport Call, KERNEL_BAD_VALUE, KERNEL_INDEX_OUT_OF_RANGE, KERNEL_OK, kernel_address
 from .params cimport fields_of
 from .parallel cimport parallel_for
+from .pixels cimport pixel_t, round_u8
+from libc.stdint cimport uint8_t
 
 ctypedef struct Sample:
     Py_ssize_t coord, coord_pad, interp, border, n, c, h, w, oh, ow, threads
@@ -75,6 +78,7 @@ cdef double FAR = 4503599627370496.0  # 2**52: past it every double is an intege
 
 
 include "vision_sample.pxi"
+include "vision_sample_u8.pxi"
 include "vision_roi.pxi"
 include "vision_nms.pxi"
 
@@ -123,4 +127,5 @@ KERNELS = {
     "roi_backward_rois_f32": kernel_address(roi_backward_rois_f32),
     "roi_backward_rois_f64": kernel_address(roi_backward_rois_f64),
     "nms_f32": kernel_address(nms_f32), "nms_f64": kernel_address(nms_f64),
+    "sample_u8": kernel_address(sample_u8),
 }

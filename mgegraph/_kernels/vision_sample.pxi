@@ -131,12 +131,12 @@ cdef inline void point_taps(const floating* p, const Sample* s, Axis* ax,
     axis_taps(<double>p[1], s.h, s, ay)
 
 
-cdef inline double tap(const floating* plane, const Sample* s, Py_ssize_t r, Py_ssize_t q,
+cdef inline double tap(const pixel_t* plane, const Sample* s, Py_ssize_t r, Py_ssize_t q,
                        double value) noexcept nogil:
     return value if r < 0 or q < 0 else <double>plane[r * s.w + q]
 
 
-cdef inline double sample_at(const floating* plane, const Sample* s, const Axis* ax,
+cdef inline double sample_at(const pixel_t* plane, const Sample* s, const Axis* ax,
                              const Axis* ay, double value) noexcept nogil:
     # Rows first, then across them (PyTorch's order for bicubic); a point that is not finite
     # reads the constant border's value, or NaN under any other border

@@ -14,7 +14,9 @@ import operator
 import numpy as np
 
 from ..ir.errors import OpError, user_location
-from ..ops.builder import apply, graph_of, promote
+from ..ir.graph import Var
+from ..ir.types import is_float
+from ..ops.builder import apply, cast_to, graph_of, promote
 from ..ops.elementwise import floor_div
 from ..ops.matmul import matmul
 from ..ops.movement_api import concat, reshape, take, transpose
@@ -22,6 +24,7 @@ from ..ops.registry import named
 
 __all__ = ["cvt_color", "grid_sample", "interpolate", "nms", "pixel_shuffle", "pixel_unshuffle",
            "remap", "roi_align", "roi_pooling", "warp_affine", "warp_perspective"]
+__all__ += ["normalize"]
 
 
 def _fail(op: str, inp, reason: str):
@@ -161,15 +164,27 @@ def grid_sample(inp, grid, mode="bilinear", padding_mode="zeros", align_corners=
                  align_corners=align_corners)
 
 
+def _frame_and_points(inp, points):
+    """(image, points) as remap takes them: a uint8 image stays uint8, with float32 points
+    (remap rounds its result back to uint8, as MegEngine's remap and warps give a camera's
+    frame back); a float image and its points share one dtype."""
+    if np.dtype(getattr(inp, "dtype", np.float32)) != np.uint8:
+        return promote(inp, points)
+    g = graph_of(inp, points)
+    return g.lift(inp), cast_to(g.lift(points), np.float32)
+
+
 def remap(inp, map_xy, border_mode="replicate", scalar=0.0, interp_mode="linear"):
     """MegEngine's (OpenCV's) remap: ``out[n, c, h, w] = inp[n, c, y, x]`` for
     ``(x, y) = map_xy[n, h, w]`` in input pixels, interpolated ("linear" or "nearest"); taps
     outside the image follow ``border_mode`` ("replicate", "reflect", "reflect_101", "wrap",
-    or "constant" with value ``scalar``). Differentiable in ``inp`` and ``map_xy``.
+    or "constant" with value ``scalar``). Differentiable in ``inp`` and ``map_xy``. A uint8
+    image gives uint8: the value in double rounded to nearest, ties to even, saturated to
+    [0, 255] (nearest is an exact copy), at float32 points, with no gradient.
 
     >>> y = F.vision.remap(x, map_xy)   # x: (1, 1, 4, 4), map_xy: (1, 2, 2, 2) -> (1, 1, 2, 2)
     """
-    inp, map_xy = promote(inp, map_xy)
+    inp, map_xy = _frame_and_points(inp, map_xy)
     return apply("remap", (inp, map_xy), border_mode=border_mode, scalar=float(scalar),
                  interp_mode=interp_mode)
 
@@ -195,7 +210,7 @@ def _out_shape(out_shape):
 def _warp(inp, mat, out_shape, mat_idx, border_mode, border_val, format, interp_mode):
     if format not in ("NCHW", "NHWC"):
         raise ValueError(f"format must be 'NCHW' or 'NHWC', got {format!r}")
-    inp, mat = promote(inp, mat)
+    inp, mat = _frame_and_points(inp, mat)
     if format == "NHWC":
         inp = transpose(inp, (0, 3, 1, 2))
     if mat_idx is not None:  # one image per matrix, picked by index
@@ -210,7 +225,8 @@ def warp_perspective(inp, mat, out_shape, mat_idx=None, border_mode="replicate",
     """MegEngine's warp_perspective: ``out[n, c, h, w] = inp[n, c, y, x]`` where
     ``(x, y, z) = mat[n] @ (w, h, 1)`` divided by z; ``mat_idx`` (one image index per matrix)
     warps one image several ways. A composition: the points, then ``remap`` (whose borders
-    and interpolations it takes); differentiable in ``inp`` and ``mat``.
+    and interpolations it takes); differentiable in ``inp`` and ``mat``. A uint8 image (a
+    camera's frame) gives uint8, rounded as ``remap`` rounds, its points in float32.
 
     >>> y = F.vision.warp_perspective(x, m, (32, 32))   # x: (N, C, H, W), m: (N, 3, 3)
     """
@@ -220,12 +236,12 @@ def warp_perspective(inp, mat, out_shape, mat_idx=None, border_mode="replicate",
 def warp_affine(inp, mat, out_shape, border_mode="replicate", border_val=0.0, format="NHWC",
                 interp_mode="linear"):
     """MegEngine's warp_affine: ``mat`` (N, 2, 3) maps each output pixel (w, h, 1) to its input
-    point (x, y); NHWC images by default, as MegEngine. A warp_perspective with the last row
-    (0, 0, 1).
+    point (x, y); NHWC images by default, as MegEngine, uint8 ones too (giving uint8). A
+    warp_perspective with the last row (0, 0, 1).
 
     >>> y = F.vision.warp_affine(x, m, (32, 32))   # x: (N, H, W, C), m: (N, 2, 3)
     """
-    inp, mat = promote(inp, mat)  # an array for mat becomes a constant
+    inp, mat = _frame_and_points(inp, mat)  # an array for mat becomes a constant
     if mat.ndim != 3 or mat.shape[1:] != (2, 3):
         raise ValueError(f"warp_affine: mat must be (N, 2, 3), got shape {mat.shape}")
     last = np.broadcast_to(np.array([0.0, 0.0, 1.0], mat.dtype), (mat.shape[0], 1, 3))
@@ -326,3 +342,52 @@ def cvt_color(inp, mode: str = ""):
     wide = [p.astype(np.int32) for p in planes]
     total = (wide[0] * _LUMA_FIXED[0] + wide[1] * _LUMA_FIXED[1]) + wide[2] * _LUMA_FIXED[2]
     return floor_div(total + (1 << (_LUMA_SHIFT - 1)), 1 << _LUMA_SHIFT).astype(np.uint8)
+
+
+# -- normalize: a camera frame to a network's input ------------------------------------------------
+_CHANNEL_AXIS = {"NHWC": -1, "NCHW": 1}
+
+
+def _per_channel(inp, what, value, channels, format, dtype):
+    """``value`` (a number, a sequence of one or ``channels`` numbers, or a tensor) as a
+    ``dtype`` value that broadcasts along the channel axis of ``inp``."""
+    g = graph_of(inp)
+    if isinstance(value, Var):  # a tensor (a Parameter too): cast, and shaped for NCHW
+        v = cast_to(g.lift(value), dtype)
+        if v.ndim == 1 and format == "NCHW":
+            v = reshape(v, (v.shape[0],) + (1,) * (inp.ndim - 2))
+        return v
+    values = np.asarray(value, dtype=np.float64).reshape(-1)
+    if values.size not in (1, channels) or not np.all(np.isfinite(values)):
+        _fail("normalize", inp, f"{what} must be finite numbers, one or one per channel "
+              f"({channels}), got {value!r}")
+    if what == "std" and np.any(values == 0):
+        _fail("normalize", inp, f"std must not be 0, got {value!r}")
+    shape = values.shape if format == "NHWC" else values.shape + (1,) * (inp.ndim - 2)
+    return g.const(values.astype(dtype).reshape(shape))
+
+
+def normalize(inp, mean, std, format="NHWC", dtype="float32"):
+    """``(cast(inp) - mean) / std`` per channel: a camera's uint8 frame (or any image) to a
+    network's float input, inside the graph. ``mean`` and ``std`` are numbers, sequences with
+    one entry or one per channel, or tensors; ``format`` says where the channels are ("NHWC",
+    the last axis, or "NCHW", the second); ``dtype`` is the result's float dtype. A
+    composition of cast, sub and div: the planner fuses the sub and div into one loop (the
+    cast from uint8 stays its own pass: a fused kernel reads its inputs in one dtype).
+    MegEngine has no such function (its ``data.transform.Normalize`` runs on NumPy before the
+    graph); ``F.normalize`` is its Lp ``functional.nn.normalize``.
+
+    >>> x = F.vision.normalize(frame, (123.7, 116.3, 103.5), (58.4, 57.1, 57.4))
+    """
+    if format not in _CHANNEL_AXIS:
+        _fail("normalize", inp, f"format must be 'NHWC' or 'NCHW', got {format!r}")
+    if not is_float(np.dtype(dtype)):
+        _fail("normalize", inp, f"dtype must be a float dtype, got {dtype!r}")
+    dtype = np.dtype(dtype)
+    if inp.ndim < 2:
+        _fail("normalize", inp, f"the input must have a channel axis ({format}), got shape "
+              f"{inp.shape}")
+    channels = inp.shape[_CHANNEL_AXIS[format]]
+    m = _per_channel(inp, "mean", mean, channels, format, dtype)
+    s = _per_channel(inp, "std", std, channels, format, dtype)
+    return (cast_to(inp, dtype) - m) / s

@@ -11,7 +11,7 @@ import math
 
 from ..backend import Launch
 from ..ops.registry import FLOAT_DTYPES
-from ..ops.resize import COORDS, MAX_AXES, MODES, NEAREST_MODES
+from ..ops.resize import COORDS, IMAGE_DTYPES, MAX_AXES, MODES, NEAREST_MODES
 from .layout import one_thread, pack
 
 FIELDS = ("mode", "coord", "nearest_mode", "exclude_outside", "planes", "in0", "in1", "in2",
@@ -67,7 +67,7 @@ def _backward_sides(node):  # the resize it is the gradient of: dx's shape to dy
 def implement(table, threads=one_thread) -> None:
     """Register resize and resize_backward on ``table``; ``threads(node)`` fills the threads
     field."""
-    table.implement("resize", kernel="resize", dtypes=FLOAT_DTYPES,
+    table.implement("resize", kernel="resize", dtypes=IMAGE_DTYPES,
                     lower=_lower(_forward_sides, threads))
     table.implement("resize_backward", kernel="resize_backward", dtypes=FLOAT_DTYPES,
                     lower=_lower(_backward_sides, threads))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ..backend import Launch
 from ..ops.registry import FLOAT_DTYPES
+from ..ops.vision import REMAP_DTYPES
 from .layout import one_thread, pack
 
 SAMPLE_FIELDS = ("coord", "coord_pad", "interp", "border", "n", "c", "h", "w", "oh", "ow",
@@ -107,7 +108,8 @@ def implement(table, threads=one_thread) -> None:
                 (family, "sample", _sample_forward_sides),
                 (f"{family}_backward_data", "sample_backward_data", _sample_data_sides),
                 (f"{family}_backward_{points}", "sample_backward_points", _sample_points_sides)):
-            table.implement(op, kernel=kernel, dtypes=FLOAT_DTYPES,
+            table.implement(op, kernel=kernel,
+                            dtypes=REMAP_DTYPES if op == "remap" else FLOAT_DTYPES,
                             lower=_sample_lower(family, sides, threads))
     for op in ("roi_align", "roi_pooling"):
         table.implement(op, kernel="roi", dtypes=FLOAT_DTYPES, lower=_roi_lower(threads))

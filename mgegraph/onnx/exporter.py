@@ -566,7 +566,20 @@ def _remap(w, n, ins):
     scale = w.const(np.array([2 / (wd - 1), 2 / (h - 1)], dtype))
     points = w.add("Sub", [w.add("Mul", [ins[1], scale])[0], w.const(np.ones((), dtype))])
     mode = "bilinear" if n.attr["interp_mode"] == "linear" else "nearest"
+    if n.inputs[0].dtype == np.uint8:
+        return _remap_u8(w, ins[0], points[0], mode, padding)
     return _grid_sample_node(w, [ins[0], points[0]], mode, padding, True)
+
+
+# remap of a uint8 image: ONNX Runtime's GridSample reads floats only, and ONNX leaves integer
+# rounding unsaid, so the image is sampled as float32, then rounded as remap rounds (Round is
+# half to even) and saturated; float32 sums may land 1 off mgegraph's double ones near a tie
+def _remap_u8(w, image, points, mode, padding):
+    image = w.add("Cast", [image], to=onnx.TensorProto.FLOAT)
+    (y,) = _grid_sample_node(w, [image[0], points], mode, padding, True)
+    y = w.add("Clip", [w.add("Round", [y])[0], w.const(np.array(0, np.float32)),
+                       w.const(np.array(255, np.float32))])
+    return w.add("Cast", y, to=onnx.TensorProto.UINT8)
 
 
 @writer("roi_align")

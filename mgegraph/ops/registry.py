@@ -133,6 +133,8 @@ SMALL_INT_OPS: dict[str, tuple[np.dtype, ...]] = {
     **dict.fromkeys(("sum", "prod", "mean", "var", "max", "min", "argmax", "argmin"),
                     (np.dtype(np.uint8),)),
     **{op.name: tuple(d for d in SMALL_INT_DTYPES if d in op.dtypes) for op in _TABLE.OPS},
+    # the image resamplers take a camera's uint8 frame and round their results back to uint8
+    **dict.fromkeys(("resize", "remap"), (np.dtype(np.uint8),)),
 }
 
 

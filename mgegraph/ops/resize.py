@@ -24,19 +24,25 @@ over several axes is separable: an output is the sum over the taps of every axis
 products of their weights times the input there.
 
 The kernels (mgegraph/_kernels/resize.pyx, csrc_cuda/resize.cu) compute the taps from the same
-formulas; the parameter block is mgegraph/kernel_abi/resize.py's. Dtypes: float32 and float64.
-NOTE: images are often uint8, which mgegraph has no dtype for yet; when it has, the kernels'
-double sums would round to nearest and saturate to 0..255, as PyTorch's uint8 resize does.
-Not supported: ONNX's antialias filter and tf_crop_and_resize (a region of interest). Public
+formulas; the parameter block is mgegraph/kernel_abi/resize.py's. Dtypes: float32, float64 and
+uint8 (a camera's frame, forward only). A uint8 resize sums its taps in double exactly as a
+float one does, then rounds to nearest, ties to even, saturating to [0, 255] (a cubic overshoot
+clips): nearest is an exact copy. PyTorch's uint8 bilinear and bicubic weigh in fixed point
+and may differ by 1 (tests/ops/test_resize_u8.py measures it). Not supported: ONNX's antialias filter and tf_crop_and_resize (a region of interest). Public
 functions: mgegraph/functional/vision.py (``interpolate``); modules: mgegraph/nn/resample.py.
 """
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..ir.types import TensorType
 from .builder import apply
 from .registry import FLOAT_DTYPES, REQUIRED, OpDef, named, register, require_dtypes
+
+# what a resize reads: uint8 images too (no gradient: resize_backward is float only)
+IMAGE_DTYPES = FLOAT_DTYPES + (np.dtype(np.uint8),)
 
 MODES = ("nearest", "linear", "cubic")
 COORDS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
@@ -91,7 +97,7 @@ def _check_sizes(ins, attrs):
 
 def _resize_infer(in_types, attrs):
     (x,) = in_types
-    require_dtypes("resize", x, FLOAT_DTYPES)
+    require_dtypes("resize", x, IMAGE_DTYPES)
     size = _check_attrs(x, attrs)
     _check_sizes(x.shape[-len(size):], attrs)
     return (TensorType(x.shape[:-len(size)] + size, x.dtype),)
@@ -113,8 +119,11 @@ def _resize_backward_infer(in_types, attrs):
 
 
 # resize is linear in its input: the gradient scatters each output's gradient onto its taps
-# (resize_backward, the adjoint), whose own gradient is resize again
+# (resize_backward, the adjoint), whose own gradient is resize again. A uint8 image has none,
+# as a cast to an integer has none: rounding's derivative is 0 wherever it has one
 def _resize_grad(node, out_grads):
+    if node.inputs[0].dtype.kind != "f":
+        return (None,)
     size = node.attr["size"]
     return (apply("resize_backward", out_grads, input_size=node.inputs[0].shape[-len(size):],
                   **node.attr),)

@@ -63,8 +63,8 @@ def _size_pair(attrs, key, names=False):
     return value
 
 
-def _image(name, x, what="input"):
-    require_dtypes(name, x, FLOAT_DTYPES, what)
+def _image(name, x, what="input", dtypes=FLOAT_DTYPES):
+    require_dtypes(name, x, dtypes, what)
     if x.ndim != 4:
         raise ValueError(f"{what} must be 4-D (N, C, H, W), got shape {x.shape}")
 
@@ -99,9 +99,9 @@ def _points(name, x, grid):
     return TensorType((x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]), x.dtype)
 
 
-def _sampled_image(name, x, what="input"):
+def _sampled_image(name, x, what="input", dtypes=FLOAT_DTYPES):
     # a border mode folds a point into the image, which needs a pixel to fold it onto
-    _image(name, x, what)
+    _image(name, x, what, dtypes)
     for side in x.shape[2:]:
         if named(side):  # checked when the name is bound
             require_at_least(side, 1, f"{name}'s image side")
@@ -113,6 +113,8 @@ def _sampled_image(name, x, what="input"):
 def _sample_infer(name):
     def infer(in_types, attrs):
         x, grid = in_types
+        if name == "remap" and x.dtype == np.uint8:
+            return _remap_u8_infer(x, grid, attrs)
         same_dtype(in_types)
         _sampled_image(name, x)
         _check_sample_attrs(name, attrs)
@@ -157,6 +159,8 @@ def _sample_rules(data_op, points_op):
     # grid's is the spatial derivative of the interpolation, summed over channels.
     def grad(node, out_grads):
         x, grid = node.inputs
+        if x.dtype.kind != "f":  # a uint8 image's remap (see _remap_u8_infer)
+            return None, None
         (g,) = out_grads
         dx = apply(data_op, (grid, g), input_hw=tuple(x.shape[2:]), **node.attr)
         return dx, apply(points_op, (x, grid, g), **node.attr)
@@ -170,6 +174,21 @@ def _register_sampler(name, attrs):
     register(OpDef(data_op, "nn", _sample_data_infer(data_op),
                    attrs={**attrs, "input_hw": REQUIRED}))
     register(OpDef(points_op, "nn", _sample_points_infer(points_op), attrs=attrs))
+
+
+# remap on a camera's uint8 frame (MegEngine's remap and warps take uint8 images): float32
+# points, each output the sampler's sum in double as for float images, rounded to nearest, ties
+# to even, saturated to [0, 255] (_kernels/pixels.pxd); NaN points give 0 outside the constant
+# border. No gradient: neither the integer image nor, through a rounding, the points have one.
+REMAP_DTYPES = FLOAT_DTYPES + (np.dtype(np.uint8),)
+
+
+def _remap_u8_infer(x, grid, attrs):
+    if grid.dtype != np.float32:
+        raise TypeError(f"a uint8 image is remapped at float32 points, got map_xy {grid.dtype}")
+    _sampled_image("remap", x, dtypes=REMAP_DTYPES)
+    _check_sample_attrs("remap", attrs)
+    return (_points("remap", x, grid),)
 
 
 _POINTS = {"grid_sample": "grid", "remap": "map"}
