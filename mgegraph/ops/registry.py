@@ -176,7 +176,12 @@ def _computing_in_float32(infer: Callable) -> Callable:
             return infer(in_types, attrs)
         wide = tuple(TensorType(t.shape, FLOAT32) if t.dtype in HALF_DTYPES else t
                      for t in in_types)
-        out_types = infer(wide, attrs)
+        try:
+            out_types = infer(wide, attrs)
+        except (TypeError, ValueError) as exc:
+            halves = sorted({str(t.dtype) for t in in_types if t.dtype in HALF_DTYPES})
+            raise type(exc)(f"{exc} (its {' and '.join(halves)} inputs compute as float32)") \
+                from None
         if narrow is None:
             return out_types
         return tuple(TensorType(t.shape, narrow) if t.dtype == FLOAT32 else t for t in out_types)

@@ -87,7 +87,10 @@ class Optimizer:
         for p in self.params:
             if id(p) in grads:
                 w = graph.bind(p)
-                graph.assign(w, self._update(graph, p, w, grads[id(p)]))
+                new = self._update(graph, p, w, grads[id(p)])
+                # a half-precision weight's update meets the float32 scalars (the rate), so it
+                # is computed in float32 and rounded to the weight's type once
+                graph.assign(w, new if new.dtype == w.dtype else F.astype(new, w.dtype))
 
     def step(self) -> Optimizer:
         """Eager mode: update every parameter that has a ``.grad`` (set by a GradManager's
