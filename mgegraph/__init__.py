@@ -51,7 +51,8 @@ _LAZY = {
     "viz": ("mgegraph.viz", None),
     "profile": ("mgegraph.tools.profiler", "profile"),
     **{name: (f"mgegraph.{name}", None) for name in
-       ("nn", "optim", "autodiff", "train", "eager", "jit", "module", "optimizer", "onnx")},
+       ("nn", "optim", "autodiff", "train", "eager", "jit", "module", "optimizer", "onnx",
+        "amp")},
 }
 
 
@@ -103,6 +104,7 @@ __all__ = [
     "Tensor",
     "TensorType",
     "Var",
+    "amp",
     "compile",
     "compile_module",
     "compile_train_step",

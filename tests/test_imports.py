@@ -211,7 +211,8 @@ LAYERS = (
     ("lowering and the plan", ("lowering", "plan", "backend", "compiler", "kernel_abi", "symbolic_plan",
                                "tuning", "kernels_report")),
     ("backends", ("_kernels", "cuda")),
-    ("eager, nn, optim", ("eager", "jit", "nn", "module", "optim", "optimizer", "train")),
+    ("eager, nn, optim", ("eager", "jit", "nn", "module", "optim", "optimizer", "train",
+                          "amp")),
     ("io, onnx, tools", ("io", "runtime", "onnx", "tools", "viz", "testing")),
     ("the CLI", ("cli", "demo", "__main__")),
 )

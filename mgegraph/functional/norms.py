@@ -15,6 +15,7 @@ from ..ir.types import is_float
 from ..ops import elementwise as ew
 from ..ops import movement_api as movement
 from ..ops import reduce
+from ..ops.autocast import high_precision
 from ..ops.builder import apply, graph_of
 from ..ops.conv import avg_pool2d
 
@@ -29,7 +30,7 @@ def _refuse(op: str, values, reason: str):
 
 
 def _float_input(op: str, inp, min_ndim: int):
-    x = graph_of(inp).lift(inp)
+    x = high_precision(graph_of(inp).lift(inp))
     if not is_float(x.dtype):
         _refuse(op, (x,), f"needs a floating-point input, got {x.dtype}")
     if x.ndim < min_ndim:

@@ -15,6 +15,7 @@ from ..ir.dims import ceil_div
 from ..ir.errors import OpError, user_location
 from ..ir.facts import require_at_least
 from ..ir.types import TensorType
+from .autocast import low_precision
 from .builder import apply, cast_to, graph_of, promote
 from .matmul import check_activation, same_dtype, through_activation
 from .movement_api import arange, broadcast_to, reshape
@@ -509,8 +510,8 @@ def conv2d(inp, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     if conv_mode != "cross_correlation" or compute_mode != "default":
         raise ValueError("conv2d supports conv_mode='cross_correlation' and "
                          f"compute_mode='default' only, got {conv_mode!r}, {compute_mode!r}")
-    operands = promote(inp, weight) if bias is None else promote(inp, weight, bias)
-    return apply("conv2d", tuple(operands), stride=_as_pair(stride), padding=_as_pair(padding),
+    operands = [v for v in low_precision(inp, weight, bias) if v is not None]
+    return apply("conv2d", tuple(promote(*operands)), stride=_as_pair(stride), padding=_as_pair(padding),
                  dilation=_as_pair(dilation),
                  groups=int(groups) if hasattr(groups, "__index__") else groups)
 

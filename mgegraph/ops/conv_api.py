@@ -19,6 +19,7 @@ import operator
 from ..ir.errors import OpError, user_location
 from ..ir.graph import Var
 from ..ir.types import is_float
+from .autocast import low_precision
 from .builder import promote
 from .conv import conv2d, conv2d_backward_data
 from .elementwise import add
@@ -137,7 +138,7 @@ def conv_transpose2d(inp, weight, bias=None, stride=1, padding=0, output_padding
     """
     op = "conv_transpose2d"
     _check_modes(op, conv_mode, compute_mode)
-    x, w, *rest = promote(inp, weight) if bias is None else promote(inp, weight, bias)
+    x, w, *rest = promote(*[v for v in low_precision(inp, weight, bias) if v is not None])
     inputs = [x, w, *rest]
     groups = _ints(op, inputs, "groups", groups, 1, 1)[0]
     stride = _ints(op, inputs, "stride", stride, 2, 1)
@@ -170,7 +171,7 @@ def conv1d(inp, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     """
     op = "conv1d"
     _check_modes(op, conv_mode, compute_mode)
-    x, w, *rest = promote(inp, weight) if bias is None else promote(inp, weight, bias)
+    x, w, *rest = promote(*[v for v in low_precision(inp, weight, bias) if v is not None])
     inputs = [x, w, *rest]
     x2, w2 = _as_2d(op, x, w)
     y = conv2d(x2, w2, rest[0] if rest else None, _one(op, inputs, "stride", stride, 1),
@@ -187,7 +188,7 @@ def conv_transpose1d(inp, weight, bias=None, stride=1, padding=0, output_padding
     """
     op = "conv_transpose1d"
     _check_modes(op, conv_mode, compute_mode)
-    x, w, *rest = promote(inp, weight) if bias is None else promote(inp, weight, bias)
+    x, w, *rest = promote(*[v for v in low_precision(inp, weight, bias) if v is not None])
     inputs = [x, w, *rest]
     x2, w2 = _as_2d(op, x, w)
     y = conv_transpose2d(x2, w2, rest[0] if rest else None, _one(op, inputs, "stride", stride, 1),
@@ -216,7 +217,7 @@ def conv3d(inp, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     """
     op = "conv3d"
     _check_modes(op, conv_mode, compute_mode)
-    x, w, *rest = promote(inp, weight) if bias is None else promote(inp, weight, bias)
+    x, w, *rest = promote(*[v for v in low_precision(inp, weight, bias) if v is not None])
     inputs = [x, w, *rest]
     _check_3d(op, x, w)
     stride, padding = _ints(op, inputs, "stride", stride, 3, 1), \

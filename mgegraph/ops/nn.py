@@ -14,6 +14,7 @@ from ..ir.errors import OpError, user_location
 from ..ir.facts import require_at_least
 from ..ir.graph import Var
 from ..ir.types import INT_DTYPES, TensorType
+from .autocast import high_precision
 from .builder import apply, apply_multi, graph_of
 from .elementwise import exp, log, rsqrt
 from .movement_api import expand_dims, gather, reshape, squeeze, zeros_like
@@ -423,14 +424,14 @@ def _softmax_axis(ndim: int) -> int:
 def softmax(inp, axis=None):
     """exp(x - max) / sum(exp(x - max)) along ``axis``; None picks MegEngine's default (0 for
     0-, 1- and 3-d inputs, else 1). ``F.softmax(logits, axis=-1)``"""
-    x = graph_of(inp).lift(inp)
+    x = high_precision(graph_of(inp).lift(inp))
     axis = _softmax_axis(x.ndim) if axis is None else axis
     return apply("softmax", (x,), axis=_axis_attr(axis, x.ndim))
 
 
 def log_softmax(inp, axis=None):
     """x - logsumexp(x) along ``axis`` (default as ``softmax``). ``F.log_softmax(x, axis=1)``"""
-    x = graph_of(inp).lift(inp)
+    x = high_precision(graph_of(inp).lift(inp))
     axis = _softmax_axis(x.ndim) if axis is None else axis
     return apply("log_softmax", (x,), axis=_axis_attr(axis, x.ndim))
 
@@ -445,7 +446,7 @@ def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0.0, reduc
     >>> loss = F.cross_entropy(logits, labels)  # logits (N, C), labels (N,) int32/int64
     """
     g = graph_of(pred, label)
-    p, y = g.lift(pred), g.lift(label)
+    p, y = high_precision(g.lift(pred)), g.lift(label)
     return apply("cross_entropy", (p, y), axis=_axis_attr(axis, p.ndim),
                  with_logits=bool(with_logits), label_smooth=float(label_smooth or 0.0),
                  reduction=reduction)
@@ -467,7 +468,7 @@ def layer_norm(inp, normalized_shape, affine=True, weight=None, bias=None, eps=1
 
     >>> y = F.layer_norm(x, x.shape[-1:], weight=gamma, bias=beta)
     """
-    x = graph_of(inp).lift(inp)
+    x = high_precision(graph_of(inp).lift(inp))
     g = x.graph
     shape = (int(normalized_shape),) if isinstance(normalized_shape, (int, np.integer)) \
         else tuple(int(d) for d in normalized_shape)
@@ -487,7 +488,7 @@ def batch_norm(inp, running_mean=None, running_var=None, weight=None, bias=None,
 
     >>> y = F.batch_norm(x, mean, var, gamma, beta, training=False)
     """
-    x = graph_of(inp).lift(inp)
+    x = high_precision(graph_of(inp).lift(inp))
     g = x.graph
     c = (x.shape[1],) if x.ndim >= 2 else (1,)  # the op's shape rule reports a bad input
     inputs = [x, _param(g, weight, c, x.dtype, 1.0), _param(g, bias, c, x.dtype, 0.0)]
