@@ -5,9 +5,23 @@ One module per kernel module; each has ``implement(table)``, which registers its
 """
 from __future__ import annotations
 
-from . import conv, elementwise, fused, matmul, movement, nn, norm, pool, reduce, resize, vision
+from . import (
+    conv,
+    deform,
+    elementwise,
+    fused,
+    matmul,
+    movement,
+    nn,
+    norm,
+    pool,
+    reduce,
+    resize,
+    vision,
+)
 
 FAMILIES = (elementwise, reduce, nn, norm, matmul, conv, pool, movement, fused, vision, resize)
+FAMILIES += (deform,)
 
 
 def implement_all(table) -> None:
