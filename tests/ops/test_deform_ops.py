@@ -8,6 +8,7 @@ from threadpoolctl import threadpool_limits
 
 import mgegraph as mg
 import mgegraph.functional as F
+import mgegraph.module as M
 from mgegraph import nn, runtime
 from mgegraph._kernels import parallel
 from mgegraph.ir.errors import OpError
@@ -226,6 +227,34 @@ def test_correlation_of_an_image_with_itself_peaks_at_no_displacement():
     got = run(lambda p, q: F.vision.correlation(p, q, max_displacement=1, pad_size=1), a, a)
     assert got.shape == (1, 9, 6, 6)
     np.testing.assert_allclose(got[0, 4], (a[0] ** 2).mean(axis=0))
+
+
+def test_megengine_correlation_cases():
+    """MegEngine's own test_correlation: the gradient's shape; ones against ones give 1
+    (products) and 0 (differences); 2 against 1 differ by 1 everywhere."""
+    legacy = np.random.RandomState(0)
+    a, b = legacy.randn(2, 1, 160, 160), legacy.randn(2, 1, 160, 160)
+    g = mg.Graph()
+    x1, x2 = g.input("a", a.shape, a.dtype), g.input("b", b.shape, b.dtype)
+    y = F.vision.correlation(x1, x2, kernel_size=5, max_displacement=4, stride1=2, stride2=2,
+                             pad_size=2, is_multiply=True)
+    (grad,) = mg.compile(mg.grad(F.sum(y), [x1])).run({"a": a, "b": b})
+    assert grad.shape == a.shape
+    ones = mg.tensor(np.ones((1, 1, 3, 3)))
+    same = {"kernel_size": 3, "max_displacement": 0, "stride1": 1, "stride2": 1, "pad_size": 0}
+    assert abs(F.vision.correlation(ones, ones, **same).numpy().sum() - 1) < 1e-9
+    assert F.vision.correlation(ones, ones, **same, is_multiply=False).numpy().sum() < 1e-9
+    twos, ones = mg.tensor(np.full((1, 1, 220, 220), 2.0)), mg.tensor(np.ones((1, 1, 220, 220)))
+    out = F.vision.correlation(twos, ones, kernel_size=3, max_displacement=2, stride1=1,
+                               stride2=2, pad_size=0, is_multiply=False)
+    assert abs(out.numpy().mean() - 1) < 1e-9
+
+
+def test_megengine_names():
+    """deformable_conv2d is also MegEngine's F.nn.deformable_conv2d and F.deformable_conv2d,
+    and DeformableConv2d is mgegraph.module's too."""
+    assert F.nn.deformable_conv2d is F.deformable_conv2d is F.vision.deformable_conv2d
+    assert M.DeformableConv2d is nn.DeformableConv2d
 
 
 # -- errors -------------------------------------------------------------------------------------
