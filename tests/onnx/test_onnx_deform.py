@@ -99,3 +99,17 @@ def test_a_deformconv_of_the_wrong_offset_channels_is_refused():
                           offset_group=2)
     with pytest.raises(mo.OnnxImportError, match="offset_group 2 must match"):
         mo.import_model(model)
+
+
+def test_a_named_batch_exports_and_serves_every_size():
+    g = mg.Graph()
+    shapes = {"x": ("batch", 4, 6, 5), "w": (6, 2, 3, 3), "o": ("batch", 36, 6, 5),
+              "m": ("batch", 18, 6, 5)}
+    xs = [g.input(k, s, "float32") for k, s in shapes.items()]
+    plan = mg.compile([F.vision.deformable_conv2d(*xs, padding=1, groups=2)])
+    session = _session(mo.export(plan, opset=19))
+    for n in (1, 3):
+        feeds = {k: RNG.standard_normal((n, *s[1:]) if s[0] == "batch" else s).astype(np.float32)
+                 for k, s in shapes.items()}
+        np.testing.assert_allclose(session.run(None, feeds)[0], plan.run(feeds)[0], rtol=1e-5,
+                                   atol=1e-5)

@@ -148,6 +148,38 @@ def test_points_on_and_past_the_image_edges_read_zeros():
     np.testing.assert_allclose(got[0, 0], want, rtol=1e-12)
 
 
+def test_points_that_are_not_finite_read_zeros():
+    """A NaN or infinite offset moves its point off the image: it reads 0 (never an index
+    made from a NaN), as grid_sample's zero padding reads such a point."""
+    x = RNG.standard_normal((1, 1, 3, 3))
+    off = np.zeros((1, 2, 3, 3))
+    off[0, 0, 0, :] = (np.nan, np.inf, -np.inf)
+    got = run(lambda a, b, c, d: F.vision.deformable_conv2d(a, b, c, d), x,
+              np.ones((1, 1, 1, 1)), off, np.ones((1, 1, 3, 3)))
+    np.testing.assert_array_equal(got[0, 0, 0], 0.0)
+    np.testing.assert_array_equal(got[0, 0, 1:], x[0, 0, 1:])
+
+
+def test_a_named_batch_compiles_once_for_every_size():
+    g = mg.Graph()
+    shapes = {"x": ("batch", 4, 6, 5), "w": (6, 2, 3, 3), "off": ("batch", 36, 6, 5),
+              "mask": ("batch", 18, 6, 5), "a": ("batch", 3, 7, 7)}
+    x, w, off, mask, a = (g.input(k, s, "float64") for k, s in shapes.items())
+    y = F.vision.deformable_conv2d(x, w, off, mask, padding=1, groups=2)
+    corr = F.vision.correlation(a, a * 2.0, 3, 2, 1, 1, 2)
+    assert str(y.type) == "f64[batch, 6, 6, 5]" and str(corr.type) == "f64[batch, 25, 5, 5]"
+    plan = mg.compile([y, corr])
+    for n in (1, 3):
+        xs, ws, offs, masks, _ = deform_inputs(n, 4, 6, 5, 6, (3, 3), 2, 2, padding=(1, 1))
+        feeds = {"x": xs, "w": ws, "off": offs, "mask": masks,
+                 "a": RNG.standard_normal((n, 3, 7, 7))}
+        got_y, got_corr = plan.run(feeds)
+        np.testing.assert_allclose(got_y, deform_conv_ref(xs, ws, offs, masks, padding=(1, 1),
+                                                          groups=2), rtol=1e-11, atol=1e-11)
+        np.testing.assert_allclose(got_corr, correlation_ref(feeds["a"], feeds["a"] * 2.0, 3, 2,
+                                                             1, 1, 2), rtol=1e-11, atol=1e-11)
+
+
 def test_deformable_conv2d_takes_megengine_grouped_weights():
     x, wt, off, mask, _ = deform_inputs(1, 4, 5, 5, 6, (3, 3), 2, 1, padding=(1, 1))
     grouped = wt.reshape(2, 3, 2, 3, 3)
