@@ -220,7 +220,8 @@ template <class T> __device__ void correlation_backward(const MgArgs& a) {
             const i64 dx = (o % width - s.grid_radius) * s.stride2;
             for (i64 oy = 0; oy < s.out_h; ++oy)
                 for (i64 ox = 0; ox < s.out_w; ++ox) {
-                    const double g = dout[((n * s.out_c + o) * s.out_h + oy) * s.out_w + ox] / count;
+                    const i64 at = ((n * s.out_c + o) * s.out_h + oy) * s.out_w + ox;
+                    const double g = dout[at] / count;
                     const i64 y1 = oy * s.stride1 + r + s.max_displacement - s.pad_size;
                     const i64 x1 = ox * s.stride1 + r + s.max_displacement - s.pad_size;
                     for (i64 u = -r; u <= r; ++u)

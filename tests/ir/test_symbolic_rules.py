@@ -348,20 +348,22 @@ def _(g, b):  # the gradient of a resize from a named image side
 # -- deformable sampling and correlation (ops/deform.py): a named batch ------------------------
 _DEFORM_WINDOW = {"kernel_size": (3, 2), "stride": (2, 1), "padding": (1, 0), "dilation": (1, 2)}
 _CORRELATION_ATTRS = {"kernel_size": 3, "max_displacement": 2, "stride1": 1, "stride2": 2,
-                "pad_size": 1, "is_multiply": False}
+                      "pad_size": 1, "is_multiply": False}
 
 
 def _deform_inputs(g, b):  # x (b, 4, 7, 6), 2 deformable groups, a 3x2 window: 4x4 cells
     return [_input(g, (b, 4, 7, 6)), _input(g, (b, 24, 4, 4)), _input(g, (b, 12, 4, 4))]
 
 
-CASES["deform_im2col"] = _node("deform_im2col", lambda g, b: (_deform_inputs(g, b), _DEFORM_WINDOW))
+CASES["deform_im2col"] = _node("deform_im2col",
+                               lambda g, b: (_deform_inputs(g, b), _DEFORM_WINDOW))
 CASES["deform_im2col_backward"] = _node("deform_im2col_backward", lambda g, b: (
     [*_deform_inputs(g, b), _input(g, (b, 24, 4, 4))], _DEFORM_WINDOW))
 CASES["correlation"] = _node("correlation", lambda g, b: (
     [_input(g, (b, 3, 9, 8)), _input(g, (b, 3, 9, 8))], _CORRELATION_ATTRS))
 CASES["correlation_backward"] = _node("correlation_backward", lambda g, b: (
-    [_input(g, (b, 3, 9, 8)), _input(g, (b, 3, 9, 8)), _input(g, (b, 9, 5, 4))], _CORRELATION_ATTRS))
+    [_input(g, (b, 3, 9, 8)), _input(g, (b, 3, 9, 8)), _input(g, (b, 9, 5, 4))],
+    _CORRELATION_ATTRS))
 
 
 # -- where a rule cannot take a name: (op, make, what the error says) ---------------------------

@@ -360,7 +360,7 @@ def test_bad_input_names_the_op_and_types(make, message):
     assert "test_deform_ops.py" in str(caught.value)  # the user's line
 
 
-# -- eager mode, the module, threads, the model file ------------------------------------------------
+# -- eager mode, the module, threads, the model file --------------------------------------------
 def test_deformable_conv2d_module_in_eager_mode_matches_numpy():
     dcn = nn.DeformableConv2d(4, 6, 3, padding=1, groups=2)
     assert dcn.weight.shape == (6, 2, 3, 3) and dcn.bias.shape == (6,)
