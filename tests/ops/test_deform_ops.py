@@ -372,6 +372,24 @@ def test_deformable_conv2d_module_in_eager_mode_matches_numpy():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_module_gradients_in_eager_mode_match_the_compiled_ones():
+    dcn = nn.DeformableConv2d(4, 6, 3, padding=1, groups=2)
+    x, _, off, mask, _ = deform_inputs(2, 4, 5, 5, 6, (3, 3), 2, 1, padding=(1, 1),
+                                       dtype=np.float32)
+    gm = mg.GradManager().attach(dcn.parameters())
+    with gm:
+        y = dcn(mg.tensor(x), mg.tensor(off), mg.tensor(mask))
+        gm.backward(F.sum(y * y))
+    g = mg.Graph()
+    xs = [g.input(k, a.shape, a.dtype) for k, a in (("x", x), ("o", off), ("m", mask))]
+    w, b = (g.input(k, p.shape, p.dtype) for k, p in (("w", dcn.weight), ("b", dcn.bias)))
+    y = F.vision.deformable_conv2d(*xs[:1], w, *xs[1:], b, padding=1, groups=2)
+    want = mg.compile(mg.grad(F.sum(y * y), [w, b])).run(
+        {"x": x, "o": off, "m": mask, "w": dcn.weight.numpy(), "b": dcn.bias.numpy()})
+    np.testing.assert_allclose(dcn.weight.grad.numpy(), want[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dcn.bias.grad.numpy(), want[1], rtol=1e-5, atol=1e-5)
+
+
 def test_correlation_in_eager_mode():
     a, b = (RNG.standard_normal((1, 2, 7, 7)).astype(np.float32) for _ in range(2))
     got = F.vision.correlation(mg.tensor(a), mg.tensor(b), 3, 2, 1, 2, 2, False).numpy()
