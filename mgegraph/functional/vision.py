@@ -396,7 +396,10 @@ def correlation(data1, data2, kernel_size=1, max_displacement=1, stride1=1, stri
     ints = {key: int(v) if hasattr(v, "__index__") and not isinstance(v, bool) else v
             for key, v in (("kernel_size", kernel_size), ("max_displacement", max_displacement),
                            ("stride1", stride1), ("stride2", stride2), ("pad_size", pad_size))}
-    return apply("correlation", (data1, data2), is_multiply=is_multiply, **ints)
+    # MegEngine's parameter is a C++ bool: 0 and 1 (and NumPy's bools) mean False and True
+    flag = bool(is_multiply) if isinstance(is_multiply, (bool, np.bool_)) or is_multiply in (0, 1) \
+        else is_multiply
+    return apply("correlation", (data1, data2), is_multiply=flag, **ints)
 
 
 __all__ += ["correlation", "deformable_conv2d"]

@@ -22,16 +22,17 @@ gradients in one pass (they share the four taps and weights of each point). The 
 column buffer, C*KH*KW*OH*OW elements per image.
 
 correlation(data1, data2) compares each cell of data1 (strided by stride1, inside a border of
-max_displacement + kernel radius in the data padded by pad_size) with the cells of data2 at
-displacements (dy, dx) in -max_displacement..max_displacement by stride2, summed over a
+max_displacement + kernel radius r in the data padded by pad_size) with the cells of data2 at
+displacements dy, dx = stride2 * (-G..G), G = max_displacement // stride2, summed over a
 kernel_size x kernel_size patch and the channels, divided by their count (k*k*C):
 
     out[n, (dy, dx), oy, ox] = sum_{c, i, j} f(data1[n, c, y1 + i, x1 + j],
                                               data2[n, c, y1 + dy + i, x1 + dx + j]) / (k k C)
-    y1 = oy * stride1 + max_displacement - pad_size (likewise x1), i, j in -r..r (r = k // 2)
+    y1 = oy * stride1 + r + max_displacement - pad_size (likewise x1), i, j in -r..r
 
 f is the product (``is_multiply``) or the absolute difference; cells outside the data read 0.
-The output has (2 * (max_displacement // stride2) + 1)^2 channels, dy the slower. The absolute
+The output has (2G + 1)^2 channels, dy the slower, and ceil((H + 2 pad_size - 2 border) /
+stride1) rows (columns likewise), border = max_displacement + r. The absolute
 difference's gradient at a tie is MegEngine's: -1 for data1, +1 for data2.
 
 The family lives in: ops/deform.py (meaning), functional/vision.py (``deformable_conv2d``,
