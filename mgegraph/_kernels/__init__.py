@@ -32,20 +32,7 @@ if ("OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ
 THREADS_SLEEP = (os.environ.get("OMP_WAIT_POLICY", "").strip().upper() == "PASSIVE"
                  or os.environ.get("GOMP_SPINCOUNT", "").strip() == "0")
 
-from . import (
-    conv,
-    deform,
-    elementwise,
-    fused,
-    linalg,
-    movement,
-    nn,
-    norm,
-    pool,
-    reduce,
-    resize,
-    vision,
-)
+from . import conv, elementwise, fused, linalg, movement, nn, norm, pool, reduce, resize, vision
 
 
 def _widest_fused_build():
@@ -63,4 +50,7 @@ def _widest_fused_build():
 fused = _widest_fused_build()  # noqa: F811
 KERNEL_MODULES = (elementwise, reduce, nn, norm, linalg, conv, pool, movement, fused, vision,
                   resize)
+# deformable sampling and correlation (deform.pyx)
+from . import deform
+
 KERNEL_MODULES += (deform,)

@@ -1,15 +1,3 @@
 """Every op family registers its OpDefs on import; this package imports them all."""
-from . import (  # noqa: F401
-    conv,
-    deform,
-    elementwise,
-    fused,
-    matmul,
-    movement,
-    nn,
-    norm,
-    reduce,
-    resize,
-    vision,
-)
+from . import conv, deform, elementwise, fused, matmul, movement, nn, norm, reduce, resize, vision  # noqa: F401
 from .registry import OpDef, all_ops, get_op, register  # noqa: F401

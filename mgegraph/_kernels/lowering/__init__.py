@@ -5,22 +5,12 @@ One module per kernel module; each has ``implement(table)``, which registers its
 """
 from __future__ import annotations
 
-from . import (
-    conv,
-    deform,
-    elementwise,
-    fused,
-    matmul,
-    movement,
-    nn,
-    norm,
-    pool,
-    reduce,
-    resize,
-    vision,
-)
+from . import conv, elementwise, fused, matmul, movement, nn, norm, pool, reduce, resize, vision
 
 FAMILIES = (elementwise, reduce, nn, norm, matmul, conv, pool, movement, fused, vision, resize)
+# deformable sampling and correlation (lowering/deform.py)
+from . import deform
+
 FAMILIES += (deform,)
 
 
