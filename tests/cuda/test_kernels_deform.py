@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from kernel_checks import (
     ARCHS,
+    assert_close,
     cpu_result,
     cuda_launch,
     emulate,
@@ -12,8 +13,13 @@ from kernel_checks import (
     nvrtc_compile,
     ptx_of,
     run_on_device,
+    run_plan_emulated,
 )
 
+import mgegraph as mg
+import mgegraph.functional as F
+from mgegraph.backend import unregister_backend
+from mgegraph.cuda.backend import CudaBackend
 from mgegraph.cuda.kernels import deform as family
 
 FLOATS = (np.float32, np.float64)
@@ -96,6 +102,39 @@ def test_steps():
     assert data.entry == "mg_deform_im2col_backward_f32_data" and data.grid == (1, 1, 1)
     assert points.entry == "mg_deform_im2col_backward_f32_points"
     assert points.grid == (2 * 2 * 9 * 256 // 256, 1, 1)
+
+
+@pytest.fixture(scope="module")
+def planner():
+    mg.register_backend("cuda-deform-plan", lambda: CudaBackend(device=None))
+    yield "cuda-deform-plan"
+    unregister_backend("cuda-deform-plan")
+
+
+def _training_step():
+    """A deformable convolution and two correlations, and every input's gradient."""
+    arrays = _im2col_inputs(np.float32, (2, 4, 6, 5), (3, 3), 2, (1, 1), (1, 1), (1, 1))
+    feeds = {"x": arrays[0], "w": _rand(np.float32, (6, 2, 3, 3), 4), "o": arrays[1],
+             "m": arrays[2], "a": _rand(np.float32, (2, 3, 7, 6), 5),
+             "b": _rand(np.float32, (2, 3, 7, 6), 6)}
+    g = mg.Graph()
+    x, w, o, m, a, b = (g.input(k, v.shape, v.dtype) for k, v in feeds.items())
+    y = F.vision.deformable_conv2d(x, w, o, m, padding=1, groups=2)
+    loss = F.sum(y * y) + F.sum(F.vision.correlation(a, b, 3, 2, 1, 1, 2) ** 2) \
+        + F.sum(F.vision.correlation(a, b, 1, 2, 2, 2, 2, False) ** 2)
+    return [loss, *mg.grad(loss, [x, w, o, m, a, b])], feeds
+
+
+@pytest.mark.nvrtc
+def test_a_training_step_plan_emulated_like_cpu(planner):
+    outputs, feeds = _training_step()
+    cpu = mg.compile(outputs, optimize=0).run(feeds)
+    plan = mg.compile(outputs, device=planner, optimize=0)  # no fold: it runs on the device
+    kernels = {ins.kernel.rsplit("_", 1)[0] for ins in plan.instructions}
+    assert {"deform_im2col", "deform_im2col_backward", "correlation",
+            "correlation_backward"} <= kernels
+    for got, want in zip(run_plan_emulated(plan, mg.backend.get_backend(planner), feeds), cpu):
+        assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.cuda
