@@ -269,8 +269,8 @@ cdef inline int correlation_backward_part(const Run* r, Py_ssize_t lo, Py_ssize_
     cdef const floating* a
     cdef const floating* b
     cdef Py_ssize_t width = 2 * s.grid_radius + 1, k = s.kernel_radius, plane = s.height * s.width
-    cdef Py_ssize_t unit, n, o, oy, ox, y1, x1, y2, x2, dy, dx, i, j
-    cdef double g, t1, t2, count = (2 * k + 1) * (2 * k + 1) * s.channels
+    cdef Py_ssize_t unit, n, o, oy, ox, y1, x1, dy, dx, i, j
+    cdef double g, count = (2 * k + 1) * (2 * k + 1) * s.channels
     memset(<floating*>r.o0 + lo * plane, 0, <size_t>((hi - lo) * plane) * sizeof(floating))
     memset(<floating*>r.o1 + lo * plane, 0, <size_t>((hi - lo) * plane) * sizeof(floating))
     for unit in range(lo, hi):
