@@ -50,3 +50,7 @@ def _widest_fused_build():
 fused = _widest_fused_build()  # noqa: F811
 KERNEL_MODULES = (elementwise, reduce, nn, norm, linalg, conv, pool, movement, fused, vision,
                   resize)
+# deformable sampling and correlation (deform.pyx)
+from . import deform
+
+KERNEL_MODULES += (deform,)

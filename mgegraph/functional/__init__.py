@@ -44,5 +44,10 @@ from .vision import interpolate, pixel_shuffle, pixel_unshuffle
 
 __all__ += ["interpolate", "pixel_shuffle", "pixel_unshuffle"]
 
+# MegEngine's F.deformable_conv2d (a functional.nn name), also at the top
+from .vision import deformable_conv2d
+
+__all__ += ["deformable_conv2d"]
+
 # Var's Python operators (x + y, x @ w, x[1:]) build nodes with these functions.
 _graph.install("functional", _sys.modules[__name__])

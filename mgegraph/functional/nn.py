@@ -66,3 +66,8 @@ from .norms import (
 
 __all__ += ["group_norm", "instance_norm", "local_response_norm", "mean_variance_normalization",
             "normalize"]
+
+# MegEngine's F.nn.deformable_conv2d (functional/vision.py, where correlation lives too)
+from .vision import deformable_conv2d
+
+__all__ += ["deformable_conv2d"]

@@ -17,6 +17,7 @@ from ..ir.errors import OpError, user_location
 from ..ir.graph import Var
 from ..ir.types import is_float
 from ..ops.builder import apply, cast_to, graph_of, promote
+from ..ops.conv import weight_dims
 from ..ops.elementwise import floor_div
 from ..ops.matmul import matmul
 from ..ops.movement_api import concat, reshape, take, transpose
@@ -391,3 +392,79 @@ def normalize(inp, mean, std, format="NHWC", dtype="float32"):
     m = _per_channel(inp, "mean", mean, channels, format, dtype)
     s = _per_channel(inp, "std", std, channels, format, dtype)
     return (cast_to(inp, dtype) - m) / s
+
+
+# -- deformable convolution and correlation (ops/deform.py) ---------------------------------------
+def _deform_weight(inp, weight, groups):
+    """(out channels, in channels per group, kh, kw) of a 4-D (out, in/groups, kh, kw) or
+    MegEngine's 5-D grouped (groups, out/groups, in/groups, kh, kw) weight."""
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        _fail("deformable_conv2d", inp, f"groups must be a positive int, got {groups!r}")
+    try:
+        oc, cg, kh, kw = weight_dims(weight.type, groups)
+    except ValueError as e:
+        _fail("deformable_conv2d", weight, str(e))
+    if oc % groups or cg * groups != inp.shape[1]:
+        _fail("deformable_conv2d", inp, f"a {weight.shape} weight in {groups} group(s) needs "
+              f"{cg * groups} input channels and out channels divisible by the groups; the "
+              f"input is {inp.shape}")
+    return oc, cg, kh, kw
+
+
+def deformable_conv2d(inp, weight, offset, mask, bias=None, stride=1, padding=0, dilation=1,
+                      groups=1, conv_mode="cross_correlation", compute_mode="default"):
+    """MegEngine's modulated deformable convolution (DCN v2, torchvision's deform_conv2d):
+    each tap (i, j) of the window at output cell p reads ``inp`` bilinearly (zeros outside) at
+    its place moved by ``offset`` (N, 2*DG*KH*KW, OH, OW), (dy, dx) pairs, and is scaled by
+    ``mask`` (N, DG*KH*KW, OH, OW); DG, the deformable groups, is read from the offsets'
+    channels. ``weight`` is (out, in/groups, kh, kw) or MegEngine's (groups, out/groups,
+    in/groups, kh, kw); ``bias`` (out,) or (1, out, 1, 1). Differentiable in all five.
+
+    Composed as the ``deform_im2col`` op's columns times the weight (the matmul op), as
+    MegEngine's and torchvision's kernels compute it.
+
+    >>> y = F.vision.deformable_conv2d(x, w, offset, mask, padding=1)
+    ... # x: (2, 4, 9, 9), w: (8, 4, 3, 3), offset: (2, 18, 9, 9), mask: (2, 9, 9, 9)
+    """
+    if conv_mode != "cross_correlation" or compute_mode != "default":
+        _fail("deformable_conv2d", inp, "supports conv_mode='cross_correlation' and "
+              f"compute_mode='default' only, got {conv_mode!r}, {compute_mode!r}")
+    inp, weight, offset, mask, *rest = promote(inp, weight, offset, mask,
+                                               *(() if bias is None else (bias,)))
+    oc, cg, kh, kw = _deform_weight(inp, weight, groups)
+    cols = apply("deform_im2col", (inp, offset, mask), kernel_size=(kh, kw),
+                 stride=_pair(stride), padding=_pair(padding), dilation=_pair(dilation))
+    n, _, oh, ow = cols.shape
+    per_group = reshape(cols, (n, groups, cg * kh * kw, oh * ow))
+    y = matmul(reshape(weight, (groups, oc // groups, cg * kh * kw)), per_group)
+    y = reshape(y, (n, oc, oh, ow))
+    if rest:
+        if rest[0].shape not in ((oc,), (1, oc, 1, 1)):
+            _fail("deformable_conv2d", rest[0], f"bias must have shape ({oc},) or "
+                  f"(1, {oc}, 1, 1), got {rest[0].shape}")
+        y = y + reshape(rest[0], (1, oc, 1, 1))
+    return y
+
+
+def correlation(data1, data2, kernel_size=1, max_displacement=1, stride1=1, stride2=1,
+                pad_size=0, is_multiply=True):
+    """MegEngine's correlation (FlowNet's): each cell of ``data1`` compared with the cells of
+    ``data2`` around it, displaced by up to ``max_displacement`` in steps of ``stride2``: the
+    mean over a ``kernel_size`` patch and the channels of their products (``is_multiply``) or
+    absolute differences. Output (N, (2 * (max_displacement // stride2) + 1)^2, OH, OW);
+    ops/deform.py has the formula. Differentiable in both inputs.
+
+    >>> y = F.vision.correlation(a, b, max_displacement=4, stride2=2, pad_size=4)
+    ... # a, b: (1, 8, 16, 16) -> (1, 25, 16, 16)
+    """
+    data1, data2 = promote(data1, data2)
+    ints = {key: int(v) if hasattr(v, "__index__") and not isinstance(v, bool) else v
+            for key, v in (("kernel_size", kernel_size), ("max_displacement", max_displacement),
+                           ("stride1", stride1), ("stride2", stride2), ("pad_size", pad_size))}
+    # MegEngine's parameter is a C++ bool: 0 and 1 (and NumPy's bools) mean False and True
+    flag = bool(is_multiply) if isinstance(is_multiply, (bool, np.bool_)) or is_multiply in (0, 1) \
+        else is_multiply
+    return apply("correlation", (data1, data2), is_multiply=flag, **ints)
+
+
+__all__ += ["correlation", "deformable_conv2d"]

@@ -62,6 +62,9 @@ OP_VERSIONS = {
 OP_VERSIONS.update({"group_norm": 1, "group_norm_backward": 1})
 # resampling: ONNX Resize's meaning over the last 1-3 axes (ops/resize.py)
 OP_VERSIONS |= {"resize": 1, "resize_backward": 1}
+# deformable sampling and correlation (ops/deform.py)
+OP_VERSIONS |= {"deform_im2col": 1, "deform_im2col_backward": 1, "correlation": 1,
+                "correlation_backward": 1}
 
 SOURCES = ("input", "param", "const")
 DTYPES = {str(d): d for d in SUPPORTED}

@@ -154,3 +154,37 @@ class ConvTranspose1d(_ConvTranspose):
 
     def forward(self, x):
         return F.conv_transpose1d(x, self.weight, self.bias, *self._args())
+
+
+class DeformableConv2d(Module):
+    """MegEngine's modulated deformable convolution layer over NCHW input
+    (``F.vision.deformable_conv2d``); ``forward(inp, offset, mask)``. Its weight is
+    (out, in/groups, kh, kw) (the memory order of MegEngine's grouped 5-D one), initialised as
+    Conv2d's.
+
+    >>> dcn = nn.DeformableConv2d(4, 8, 3, padding=1)
+    >>> y = dcn(x, offset, mask)   # x: (2, 4, 9, 9), offset: (2, 18, 9, 9), mask: (2, 9, 9, 9)
+    """
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
+                 groups=1, bias=True, conv_mode="cross_correlation", compute_mode="default"):
+        name = "DeformableConv2d"
+        in_channels, out_channels, groups = _channels(name, in_channels, out_channels, groups)
+        kernel = _sides(name, "kernel_size", kernel_size, 1, 2)
+        self.stride = _sides(name, "stride", stride, 1, 2)
+        self.padding = _sides(name, "padding", padding, 0, 2)
+        self.dilation = _sides(name, "dilation", dilation, 1, 2)
+        if conv_mode != "cross_correlation" or compute_mode != "default":
+            raise GraphError(f"{name}: supports conv_mode='cross_correlation' and "
+                             f"compute_mode='default' only, got {conv_mode!r}, {compute_mode!r}")
+        self.groups, self.conv_mode, self.compute_mode = groups, conv_mode, compute_mode
+        _parameters(self, (out_channels, in_channels // groups, *kernel), out_channels, bias)
+
+    def forward(self, inp, offset, mask):
+        return F.vision.deformable_conv2d(inp, self.weight, offset, mask, self.bias, self.stride,
+                                          self.padding, self.dilation, self.groups)
+
+    def extra_repr(self):
+        o, i, kh, kw = self.weight.shape
+        return f"{i * self.groups}, {o}, kernel_size=({kh}, {kw}), stride={self.stride}, " \
+               f"padding={self.padding}"

@@ -6,8 +6,12 @@ largest sample), and ``MaxRoiPool`` (roi_pooling's max mode: both are Caffe's RO
 
 Not converted: ``NonMaxSuppression``, whose output's length is the number of boxes kept, known
 only at run time; mgegraph's nms gives a fixed length padded with -1.
+
+``DeformConv`` (opset 19) is deformable_conv2d, torchvision's modulated deformable convolution.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from .. import functional as F
 from .context import Context
@@ -62,3 +66,40 @@ def _max_roi_pool(cx: Context, ins, at):
 
 
 CONVERTERS = {"GridSample": _grid_sample, "RoiAlign": _roi_align, "MaxRoiPool": _max_roi_pool}
+
+
+# -- deformable convolution (ops/deform.py) -------------------------------------------------------
+def _pairs(cx, at, key, default, low):
+    values = tuple(int(v) for v in at.get(key, default))
+    if len(values) != len(default) or min(values) < low:
+        cx.fail(f"{key} must be {len(default)} ints >= {low}, got {list(values)}")
+    return values
+
+
+def _deform_conv(cx: Context, ins, at):
+    """DeformConv (opset 19): deformable_conv2d, with the mask ones where none is given and
+    unequal pads as a zero pad first (a point in the pad reads zeros either way)."""
+    x, w, offset = (cx.var(v) for v in ins[:3])
+    given = [cx.var(ins[i]) if len(ins) > i and ins[i] is not None else None for i in (3, 4)]
+    if x.ndim != 4 or w.ndim != 4 or offset.ndim != 4:
+        cx.fail(f"DeformConv over 2-D images only: X {x.shape}, W {w.shape}, offset "
+                f"{offset.shape} must be 4-D")
+    taps, groups = w.shape[2] * w.shape[3], int(at.get("offset_group", 1))
+    if tuple(at.get("kernel_shape", w.shape[2:])) != tuple(w.shape[2:]) \
+            or offset.shape[1] != 2 * groups * taps:
+        cx.fail(f"kernel_shape {at.get('kernel_shape')} and offset_group {groups} must match the "
+                f"weight {w.shape} and the offset's {offset.shape[1]} channels")
+    pads = _pairs(cx, at, "pads", (0, 0, 0, 0), 0)
+    if pads[:2] != pads[2:]:
+        x = F.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+        pads = (0, 0, 0, 0)
+    mask = given[1]
+    if mask is None:
+        ones = cx.g.const(np.ones((1, 1, 1, 1), x.dtype))
+        mask = F.broadcast_to(ones, (offset.shape[0], groups * taps, *offset.shape[2:]))
+    return [F.vision.deformable_conv2d(
+        x, w, offset, mask, given[0], _pairs(cx, at, "strides", (1, 1), 1), pads[:2],
+        _pairs(cx, at, "dilations", (1, 1), 1), int(at.get("group", 1)))]
+
+
+CONVERTERS |= {"DeformConv": _deform_conv}

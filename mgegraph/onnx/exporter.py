@@ -612,6 +612,24 @@ def _roi_pooling(w, n, ins):
                  spatial_scale=float(n.attr["scale"]))
 
 
+# -- deformable sampling (ops/deform.py) ----------------------------------------------------
+@writer("deform_im2col")
+def _deform_im2col(w, n, ins):
+    """The columns as DeformConv with a one-hot weight in one group per channel: output
+    channel c * K + k is channel c's tap k, the column order of deform_im2col."""
+    if w.opset < 19:
+        raise OnnxExportError(f"ONNX has DeformConv from opset 19; this export is at opset "
+                              f"{w.opset} (export with opset=19 or later)")
+    x, offset, at = n.inputs[0], n.inputs[1], n.attr
+    (kh, kw), (ph, pw) = at["kernel_size"], at["padding"]
+    taps, channels = kh * kw, x.shape[1]
+    one_hot = np.tile(np.eye(taps, dtype=x.dtype).reshape(taps, 1, kh, kw), (channels, 1, 1, 1))
+    return w.add("DeformConv", [ins[0], w.const(one_hot), ins[1], "", ins[2]], group=channels,
+                 offset_group=offset.shape[1] // (2 * taps), kernel_shape=[kh, kw],
+                 pads=[ph, pw, ph, pw], strides=list(at["stride"]),
+                 dilations=list(at["dilation"]))
+
+
 # -- the walk -----------------------------------------------------------------------------
 def _source(obj):
     """(graph, outputs) of a Plan, a traced function, a Predictor or a (graph, outputs) pair."""

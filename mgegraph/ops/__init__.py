@@ -1,3 +1,3 @@
 """Every op family registers its OpDefs on import; this package imports them all."""
-from . import conv, elementwise, fused, matmul, movement, nn, norm, reduce, resize, vision  # noqa: F401
+from . import conv, deform, elementwise, fused, matmul, movement, nn, norm, reduce, resize, vision  # noqa: F401
 from .registry import OpDef, all_ops, get_op, register  # noqa: F401

@@ -345,6 +345,27 @@ def _(g, b):  # the gradient of a resize from a named image side
     return [_input(g, (2, 3, 7, 2))], {"size": (7, 2), "input_size": (b + 4, 4)}
 
 
+# -- deformable sampling and correlation (ops/deform.py): a named batch ------------------------
+_DEFORM_WINDOW = {"kernel_size": (3, 2), "stride": (2, 1), "padding": (1, 0), "dilation": (1, 2)}
+_CORRELATION_ATTRS = {"kernel_size": 3, "max_displacement": 2, "stride1": 1, "stride2": 2,
+                      "pad_size": 1, "is_multiply": False}
+
+
+def _deform_inputs(g, b):  # x (b, 4, 7, 6), 2 deformable groups, a 3x2 window: 4x4 cells
+    return [_input(g, (b, 4, 7, 6)), _input(g, (b, 24, 4, 4)), _input(g, (b, 12, 4, 4))]
+
+
+CASES["deform_im2col"] = _node("deform_im2col",
+                               lambda g, b: (_deform_inputs(g, b), _DEFORM_WINDOW))
+CASES["deform_im2col_backward"] = _node("deform_im2col_backward", lambda g, b: (
+    [*_deform_inputs(g, b), _input(g, (b, 24, 4, 4))], _DEFORM_WINDOW))
+CASES["correlation"] = _node("correlation", lambda g, b: (
+    [_input(g, (b, 3, 9, 8)), _input(g, (b, 3, 9, 8))], _CORRELATION_ATTRS))
+CASES["correlation_backward"] = _node("correlation_backward", lambda g, b: (
+    [_input(g, (b, 3, 9, 8)), _input(g, (b, 3, 9, 8)), _input(g, (b, 9, 5, 4))],
+    _CORRELATION_ATTRS))
+
+
 # -- where a rule cannot take a name: (op, make, what the error says) ---------------------------
 REFUSED = {
     # reshape's -1 is found by exact division; a name divides only where its form shows it
@@ -359,6 +380,10 @@ REFUSED = {
     "concat": (lambda g: ([_input(g, (BATCH, 3)), _input(g, (BATCH + 1, 2))], {"axis": 1}),
                "must be equal but never are"),
 }
+# the deform family's kernels read their channels and image sides as numbers
+REFUSED["deform_im2col"] = (
+    lambda g: ([_input(g, (1, 4, BATCH, 6)), _input(g, (1, 24, 4, 4)), _input(g, (1, 12, 4, 4))],
+               _DEFORM_WINDOW), "needs its channels and sides as numbers")
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

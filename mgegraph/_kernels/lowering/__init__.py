@@ -8,6 +8,10 @@ from __future__ import annotations
 from . import conv, elementwise, fused, matmul, movement, nn, norm, pool, reduce, resize, vision
 
 FAMILIES = (elementwise, reduce, nn, norm, matmul, conv, pool, movement, fused, vision, resize)
+# deformable sampling and correlation (lowering/deform.py)
+from . import deform
+
+FAMILIES += (deform,)
 
 
 def implement_all(table) -> None:

@@ -26,3 +26,6 @@ FAMILIES += [
 FAMILIES += [
     "resize",        # csrc_cuda/resize.cu: resize (nearest, linear, cubic) and its gradient
 ]
+FAMILIES += [
+    "deform",        # csrc_cuda/deform.cu: deform_im2col, correlation (+ backward)
+]

@@ -21,6 +21,7 @@ from ...kernel_abi import elementwise as abi
 from ...ops import elementwise_table as TABLE
 from .. import geometry, render
 from ..kernel import RenderedKernel
+from .reuse import implement_shared
 
 DTYPE_OF_CODE = {code: dtype for dtype, (_, code) in SUPPORTED.items()}
 
@@ -72,4 +73,4 @@ KERNELS = _kernels()
 
 
 def implement(table) -> None:
-    abi.implement(table)
+    implement_shared(table, abi)

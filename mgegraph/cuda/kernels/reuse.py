@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from ...backend import KernelTable, OpImpl, kernel_name
+from ...ir.types import HALF_DTYPES
 from ..kernel import CudaKernel, Step
 
 MAX_GRID = 1 << 20  # kernels stride over the rest: no grid is larger than this many blocks
@@ -37,7 +38,9 @@ def implement_shared(table, family, wrap=None, ops=None) -> None:
         if ops is not None and op not in ops:
             continue
         lower = impl.lower if wrap is None else wrap(op, impl.lower)
-        table.implement(op, kernel=impl.kernel, dtypes=impl.dtypes, lower=lower,
+        # no CUDA kernel moves or casts the half types yet: their nodes are refused by name
+        dtypes = tuple(d for d in impl.dtypes if d not in HALF_DTYPES)
+        table.implement(op, kernel=impl.kernel, dtypes=dtypes, lower=lower,
                         dispatch_input=impl.dispatch_input)
 
 
