@@ -8,6 +8,7 @@ wraps it and says why.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from ...backend import KernelTable, OpImpl, kernel_name
 from ...ir.types import HALF_DTYPES
@@ -28,7 +29,9 @@ def shared_impls(family) -> dict[str, OpImpl]:
     """
     table = KernelTable("cuda")
     family.implement(table)
-    return table.impls
+    # no CUDA kernel moves or casts the half types yet: the backend refuses their nodes by name
+    return {op: replace(impl, dtypes=tuple(d for d in impl.dtypes if d not in HALF_DTYPES))
+            for op, impl in table.impls.items()}
 
 
 def implement_shared(table, family, wrap=None, ops=None) -> None:
@@ -38,9 +41,7 @@ def implement_shared(table, family, wrap=None, ops=None) -> None:
         if ops is not None and op not in ops:
             continue
         lower = impl.lower if wrap is None else wrap(op, impl.lower)
-        # no CUDA kernel moves or casts the half types yet: their nodes are refused by name
-        dtypes = tuple(d for d in impl.dtypes if d not in HALF_DTYPES)
-        table.implement(op, kernel=impl.kernel, dtypes=dtypes, lower=lower,
+        table.implement(op, kernel=impl.kernel, dtypes=impl.dtypes, lower=lower,
                         dispatch_input=impl.dispatch_input)
 
 
