@@ -18,7 +18,7 @@
 // (sampler) or per channel (regions) adding in the CPU's order, which is deterministic and
 // exact but narrow: a gather form would spread them wider. nms is one thread: its greedy pass
 // is sequential, and a detection head keeps few boxes. The sampler is in vision_sample.cuh,
-// region pooling in vision_roi.cuh.
+// region pooling in vision_roi.cuh, the volume sampler (grid_sample3d) in vision_sample3d.cuh.
 #include "mg_abi.cuh"
 #include "movement_index.cuh"
 
@@ -53,6 +53,7 @@ __device__ __forceinline__ i64 imax(i64 a, i64 b) { return a > b ? a : b; }
 
 #include "vision_sample.cuh"
 #include "vision_roi.cuh"
+#include "vision_sample3d.cuh"
 
 // -- nms ---------------------------------------------------------------------------------------
 // IoU(a, b) > thresh as MegEngine tests it, without a division (the CPU's overlaps)
@@ -130,3 +131,16 @@ template <class T> __device__ void nms(const MgArgs& a) {
 
 MG_VISION_ENTRIES(float, f32)
 MG_VISION_ENTRIES(double, f64)
+
+// the volume sampler (vision_sample3d.cuh)
+#define MG_VOLUME_ENTRIES(T, DT)                                                              \
+    extern "C" __global__ void mg_sample3d_##DT(const MgArgs a) { sample3d_forward<T>(a); }   \
+    extern "C" __global__ void mg_sample3d_backward_data_##DT(const MgArgs a) {              \
+        sample3d_backward_data<T>(a);                                                          \
+    }                                                                                          \
+    extern "C" __global__ void mg_sample3d_backward_points_##DT(const MgArgs a) {            \
+        sample3d_backward_points<T>(a);                                                        \
+    }
+
+MG_VOLUME_ENTRIES(float, f32)
+MG_VOLUME_ENTRIES(double, f64)

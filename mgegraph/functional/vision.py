@@ -152,12 +152,13 @@ def grid_sample(inp, grid, mode="bilinear", padding_mode="zeros", align_corners=
     """PyTorch's ``grid_sample`` on NCHW images: ``grid`` (N, OH, OW, 2) holds (x, y) points in
     [-1, 1] (the image's corner pixels' centres with ``align_corners``, else its outer edges);
     ``mode`` "bilinear", "nearest" or "bicubic"; ``padding_mode`` "zeros", "border" or
-    "reflection". Differentiable in ``inp`` and ``grid``.
+    "reflection". Differentiable in ``inp`` and ``grid``. A 5-D input (N, C, D, H, W) takes an
+    (N, OD, OH, OW, 3) grid of (x, y, z) points ("bilinear" is then trilinear; no bicubic).
 
     >>> y = F.vision.grid_sample(x, grid)   # x: (2, 3, 8, 8), grid: (2, 5, 5, 2) -> (2, 3, 5, 5)
     """
     inp, grid = promote(inp, grid)
-    return apply("grid_sample", (inp, grid), mode=mode, padding_mode=padding_mode,
+    return apply("grid_sample3d" if inp.ndim == 5 else "grid_sample", (inp, grid), mode=mode, padding_mode=padding_mode,
                  align_corners=align_corners)
 
 

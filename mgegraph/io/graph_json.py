@@ -62,6 +62,9 @@ OP_VERSIONS = {
 OP_VERSIONS.update({"group_norm": 1, "group_norm_backward": 1})
 # resampling: ONNX Resize's meaning over the last 1-3 axes (ops/resize.py)
 OP_VERSIONS |= {"resize": 1, "resize_backward": 1}
+# grid_sample over volumes (ops/vision.py)
+OP_VERSIONS |= {"grid_sample3d": 1, "grid_sample3d_backward_data": 1,
+                "grid_sample3d_backward_grid": 1}
 
 SOURCES = ("input", "param", "const")
 DTYPES = {str(d): d for d in SUPPORTED}

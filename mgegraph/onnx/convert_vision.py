@@ -1,5 +1,6 @@
 """The converters of ONNX's image sampling and detection ops: ``GridSample`` (opsets 16 and
-20: 2-D images; 20's ``linear``/``cubic`` are 16's ``bilinear``/``bicubic``) and ``RoiAlign``
+20: 2-D images, and 20's volumes, grid_sample3d; 20's ``linear``/``cubic`` are 16's
+``bilinear``/``bicubic``) and ``RoiAlign``
 (roi_align in ONNX's convention: its interpolation clamps points at the image's edge and its
 max mode takes the largest weighted tap, where MegEngine's reads zeros outside and takes the
 largest sample), and ``MaxRoiPool`` (roi_pooling's max mode: both are Caffe's ROI pooling).
@@ -23,9 +24,9 @@ def _text(at, key, default) -> str:
 
 def _grid_sample(cx: Context, ins, at):
     x, grid = cx.var(ins[0]), cx.var(ins[1])
-    if x.ndim != 4:
+    if x.ndim not in (4, 5):
         cx.fail(f"GridSample of a {x.ndim}-D input {x.shape}: mgegraph samples 2-D images "
-                "(N, C, H, W) only")
+                "(N, C, H, W) and volumes (N, C, D, H, W) only")
     mode = _text(at, "mode", "bilinear")
     if mode not in _GRID_MODES:
         cx.fail(f"mode {mode!r} is not one of {sorted(_GRID_MODES)}")

@@ -551,6 +551,16 @@ def _grid_sample(w, n, ins):
                              n.attr["align_corners"])
 
 
+# grid_sample over volumes: GridSample is N-D from opset 20
+@writer("grid_sample3d")
+def _grid_sample3d(w, n, ins):
+    if w.opset < 20:
+        raise OnnxExportError(f"GridSample samples 5-D inputs from opset 20; this export is at "
+                              f"opset {w.opset} (export with opset=20 or later)")
+    return _grid_sample_node(w, ins, n.attr["mode"], n.attr["padding_mode"],
+                             n.attr["align_corners"])
+
+
 @writer("remap")
 def _remap(w, n, ins):
     border, h, wd = n.attr["border_mode"], *n.inputs[0].shape[2:]
