@@ -428,6 +428,10 @@ def _resize(w, n, ins):
     attrs = {"mode": a["mode"], "coordinate_transformation_mode": coord,
              "nearest_mode": a["nearest_mode"], "cubic_coeff_a": a["cubic_a"],
              "exclude_outside": int(a["exclude_outside"])}
+    if a["antialias"]:  # the filter stretched when downscaling: Resize's from opset 18
+        if w.opset < 18:
+            raise OnnxExportError(f"Resize takes antialias from opset 18, not {w.opset}")
+        attrs["antialias"] = 1
     if a["scale"] is None:  # Resize takes out / in as the scale of given sizes, as resize does
         return w.add("Resize", [ins[0], "", "", w.shape((*x.shape[:lead], *a["size"]))],
                      **attrs)
