@@ -3,6 +3,9 @@ F.vision.interpolate(antialias=True): against PyTorch's antialiased bilinear and
 (forward and gradients, float32 and float64, down and up, sizes and scale factors), finite
 differences, ONNX's reference and ONNX Runtime through import and export (opset 18), threads,
 the model file, and the errors of bad input."""
+import json
+import zipfile
+
 import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
@@ -103,6 +106,27 @@ def test_round_trips_through_the_model_file(tmp_path):
     feeds = {"x": RNG.standard_normal((2, 3, 13, 11)).astype(np.float32)}
     for got, want in zip(runtime.load(tmp_path / "aa.mgm").run(feeds), plan.run(feeds)):
         assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+def test_a_model_file_from_before_antialias_loads_as_the_plain_filter(tmp_path):
+    # files written before the attribute existed name no antialias: off, their old meaning,
+    # which is why resize's model-file version stays 1
+    g = mg.Graph()
+    x = g.input("x", (1, 2, 9, 8), "float32")
+    plan = mg.compile([F.vision.interpolate(x, size=(4, 3), mode="bicubic")])
+    mg.save(plan, tmp_path / "new.mgm")
+    with zipfile.ZipFile(tmp_path / "new.mgm") as z:
+        members = {name: z.read(name) for name in z.namelist()}
+    model = json.loads(members["model.json"])
+    (node,) = [n for n in model["graph"]["nodes"] if n["op"] == "resize"]
+    assert node["attrs"].pop("antialias") is False
+    members["model.json"] = json.dumps(model).encode()
+    with zipfile.ZipFile(tmp_path / "old.mgm", "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    feeds = {"x": RNG.standard_normal((1, 2, 9, 8)).astype(np.float32)}
+    (got,) = runtime.load(tmp_path / "old.mgm").run(feeds)
+    assert got.tobytes() == plan.run(feeds)[0].tobytes()
 
 
 @pytest.mark.parametrize("make,message", [
