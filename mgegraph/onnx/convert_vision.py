@@ -105,7 +105,8 @@ def _nms_types(cx, boxes, scores):
 def _nms_corners(cx, boxes, center):
     """(x0, y0, x1, y1)-like corners mgegraph's nms reads: IoU is the same with x and y
     swapped, so ONNX's (y1, x1, y2, x2) only needs its corners ordered (they may come
-    flipped); centre_point_box 1 gives (x centre, y centre, width, height)."""
+    flipped); centre_point_box 1 gives (x centre, y centre, width, height), a negative width
+    or height taken as its size (ONNX Runtime lets such a box suppress nothing)."""
     a, b = boxes[:, :, :2], boxes[:, :, 2:]
     if center:
         half = b * cx.g.const(np.asarray(0.5, boxes.dtype))
@@ -116,10 +117,9 @@ def _nms_corners(cx, boxes, center):
 def _nms_block(g, corners, scores, b, c, iou, bound, threshold):
     """(rows (bound, 3) int64, kept flags) of one batch and class."""
     keep = F.vision.nms(corners[b], scores[b, c], iou, max_output=bound)
-    minus = g.const(np.asarray(-1, np.int32))
-    if threshold is not None:
+    if threshold is not None:  # a -1 entry reads the last score: it stays -1 either way
         above = F.take(scores[b, c], keep, 0) > g.const(np.asarray(threshold, scores.dtype))
-        keep = F.where(above, keep, minus)
+        keep = F.where(above, keep, g.const(np.asarray(-1, np.int32)))
     kept = keep >= g.const(np.asarray(0, np.int32))
     ids = g.const(np.asarray([b, c], np.int64))
     rows = F.concat([F.broadcast_to(ids, (bound, 2)), F.reshape(F.astype(keep, "int64"),
