@@ -1,6 +1,6 @@
-"""Detection and geometry ops over NCHW images: sampling at given points (grid_sample, remap),
-region pooling (roi_align, roi_pooling), non-maximum suppression (nms), and the backward ops
-their gradient rules are made of.
+"""Detection and geometry ops over NCHW images: sampling at given points (grid_sample, remap;
+grid_sample3d over NCDHW volumes), region pooling (roi_align, roi_pooling), non-maximum
+suppression (nms), and the backward ops their gradient rules are made of.
 
 The family lives in: ops/vision.py (meaning), functional/vision.py (public functions, with
 warp_perspective and warp_affine as compositions over remap), kernel_abi/vision.py (parameter
