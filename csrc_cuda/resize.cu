@@ -4,7 +4,8 @@
 // Parameters: the CPU's Resize struct (mgegraph/_kernels/resize.pyx, packed by
 // mgegraph/kernel_abi/resize.py):
 //   ints [mode, coord, nearest_mode, exclude_outside, planes, in0, in1, in2, out0, out1, out2,
-//         threads], floats [num0, num1, num2, den0, den1, den2, cubic_a] (each axis's step)
+//         aa_taps0, aa_taps1, aa_taps2, threads],
+//   floats [num0, num1, num2, den0, den1, den2, cubic_a] (each axis's step)
 //   resize: x, y, workspace;  resize_backward: dy, dx, workspace (the CPU's tap tables; unread)
 //
 // Semantics and arithmetic are the CPU kernel's: the same tap formulas (axis_taps), weights and
@@ -26,7 +27,9 @@ enum { HALF_PIXEL, HALF_PIXEL_SYMMETRIC, PYTORCH_HALF_PIXEL, ALIGN_CORNERS, ASYM
 enum { ROUND_PREFER_FLOOR, ROUND_PREFER_CEIL, FLOOR, CEIL };
 
 struct Resize {
-    i64 mode, coord, nearest_mode, exclude_outside, planes, in[3], out[3], threads;
+    i64 mode, coord, nearest_mode, exclude_outside, planes, in[3], out[3];
+    i64 aa_taps[3];  // the antialias filter's taps per axis (resize_antialias.cuh); 0: none
+    i64 threads;
 };
 
 struct Taps {
@@ -100,9 +103,12 @@ __device__ Taps axis_taps(const Resize& s, const double* f, int axis, i64 o) {
     return t;
 }
 
+#include "resize_antialias.cuh"
+
 // resize: a thread per output
 template <class T> __device__ void resize_forward(const MgArgs& a) {
     const Resize s = *(const Resize*)a.ints;
+    if (s.aa_taps[0]) return antialias_forward<T>(a, s);
     const T* x = (const T*)a.bufs[0];
     T* y = (T*)a.bufs[1];
     const i64 plane = s.in[0] * s.in[1] * s.in[2];
@@ -128,6 +134,7 @@ template <class T> __device__ void resize_forward(const MgArgs& a) {
 // resize_backward: a thread per plane scatters its outputs' gradients in the CPU's order
 template <class T> __device__ void resize_backward(const MgArgs& a) {
     const Resize s = *(const Resize*)a.ints;
+    if (s.aa_taps[0]) return antialias_backward<T>(a, s);
     const T* dy = (const T*)a.bufs[0];
     T* dx = (T*)a.bufs[1];
     const i64 plane = s.in[0] * s.in[1] * s.in[2], outs = s.out[0] * s.out[1] * s.out[2];

@@ -18,7 +18,7 @@
 // (sampler) or per channel (regions) adding in the CPU's order, which is deterministic and
 // exact but narrow: a gather form would spread them wider. nms is one thread: its greedy pass
 // is sequential, and a detection head keeps few boxes. The sampler is in vision_sample.cuh,
-// region pooling in vision_roi.cuh.
+// region pooling in vision_roi.cuh, the volume sampler (grid_sample3d) in vision_sample3d.cuh.
 #include "mg_abi.cuh"
 #include "movement_index.cuh"
 
@@ -54,6 +54,7 @@ __device__ __forceinline__ i64 imax(i64 a, i64 b) { return a > b ? a : b; }
 #include "vision_sample.cuh"
 #include "vision_roi.cuh"
 #include "pixels_u8.cuh"
+#include "vision_sample3d.cuh"
 
 // -- remap on uint8 images -----------------------------------------------------------------------
 // sample_u8: x uint8, grid float32, y uint8 (the CPU's vision_sample_u8.pxi): sample_forward's
@@ -151,3 +152,16 @@ template <class T> __device__ void nms(const MgArgs& a) {
 MG_VISION_ENTRIES(float, f32)
 MG_VISION_ENTRIES(double, f64)
 extern "C" __global__ void mg_sample_u8(const MgArgs a) { sample_forward_u8(a); }
+
+// the volume sampler (vision_sample3d.cuh)
+#define MG_VOLUME_ENTRIES(T, DT)                                                              \
+    extern "C" __global__ void mg_sample3d_##DT(const MgArgs a) { sample3d_forward<T>(a); }   \
+    extern "C" __global__ void mg_sample3d_backward_data_##DT(const MgArgs a) {              \
+        sample3d_backward_data<T>(a);                                                          \
+    }                                                                                          \
+    extern "C" __global__ void mg_sample3d_backward_points_##DT(const MgArgs a) {            \
+        sample3d_backward_points<T>(a);                                                        \
+    }
+
+MG_VOLUME_ENTRIES(float, f32)
+MG_VOLUME_ENTRIES(double, f64)

@@ -7,7 +7,9 @@
 # where sizes were given, 1 / scale where a scale was; kernel_abi/resize.py's _geometry).
 #   resize:           bufs: x (planes, in0, in1, in2), y (planes, out0, out1, out2), workspace
 #   resize_backward:  bufs: dy (planes, out0, out1, out2), dx (planes, in0, in1, in2), workspace
-# The workspace holds each axis's taps (TapTable): TAP_BYTES per output index of every axis.
+# The workspace holds each axis's taps (TapTable): TAP_BYTES per output index of every axis; with
+# the antialias filter (aa_taps0 > 0), WIDE_TAP_BYTES per tap of every axis's output indices
+# (resize_antialias.pxi).
 # The family's other files: kernel_abi/resize.py, lowering/resize.py, csrc_cuda/resize.cu (the
 # same tap formulas, one CUDA thread per output), cuda/kernels/resize.py.
 #
@@ -34,6 +36,7 @@ from .pixels cimport pixel_t, store_pixel
 
 ctypedef struct Resize:
     Py_ssize_t mode, coord, nearest_mode, exclude_outside, planes, in0, in1, in2, out0, out1, out2
+    Py_ssize_t aa_taps0, aa_taps1, aa_taps2  # the antialias filter's taps per axis; 0: none
     Py_ssize_t threads
 
 cdef enum ResizeMode:
@@ -52,6 +55,10 @@ ctypedef struct Tap:
     Py_ssize_t index[MAX_TAPS]
     double weight[MAX_TAPS]
 
+ctypedef struct WideTap:  # one tap of the antialias filter (resize_antialias.pxi)
+    Py_ssize_t index
+    double weight
+
 RESIZE_MODES = {"nearest": NEAREST, "linear": LINEAR, "cubic": CUBIC}
 RESIZE_COORDS = {"half_pixel": HALF_PIXEL, "half_pixel_symmetric": HALF_PIXEL_SYMMETRIC,
                  "pytorch_half_pixel": PYTORCH_HALF_PIXEL, "align_corners": ALIGN_CORNERS,
@@ -59,6 +66,7 @@ RESIZE_COORDS = {"half_pixel": HALF_PIXEL, "half_pixel_symmetric": HALF_PIXEL_SY
 RESIZE_NEAREST_MODES = {"round_prefer_floor": ROUND_PREFER_FLOOR,
                         "round_prefer_ceil": ROUND_PREFER_CEIL, "floor": FLOOR, "ceil": CEIL}
 TAP_BYTES = sizeof(Tap)
+WIDE_TAP_BYTES = sizeof(WideTap)
 
 cdef Resize _resize
 RESIZE_FIELDS = fields_of(_resize, sizeof(Resize))
@@ -229,11 +237,16 @@ cdef int rows_u8(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nog
     return rows_part(<const ResizeRun*>ctx, lo, hi, <uint8_t*>NULL)
 
 
+include "resize_antialias.pxi"
+
+
 cdef inline int resize_impl(const pixel_t* x,  # IN  (planes, in0, in1, in2)
                             pixel_t* y,        # OUT (planes, out0, out1, out2)
                             Tap* taps,          # OUT workspace: the taps of every axis
                             const Resize* s, const double* f) noexcept nogil:
     cdef ResizeRun r
+    if s.aa_taps0:
+        return antialias_impl(x, y, <WideTap*>taps, s, f)
     fill_taps(s, f, taps, r.counts)
     r.s, r.taps, r.x, r.y = s, taps, <const char*>x, <char*>y
     return parallel_for(s.threads, s.planes * s.out0 * s.out1,
@@ -284,6 +297,8 @@ cdef inline int resize_backward_impl(const floating* dy,  # IN  (planes, out0, o
                                      Tap* taps,           # OUT workspace
                                      const Resize* s, const double* f) noexcept nogil:
     cdef ResizeRun r
+    if s.aa_taps0:
+        return antialias_backward_impl(dy, dx, <WideTap*>taps, s, f)
     fill_taps(s, f, taps, r.counts)
     r.s, r.taps, r.x, r.y = s, taps, <const char*>dy, <char*>dx
     return parallel_for(s.threads, s.planes, planes_f32 if floating is float else planes_f64, &r)

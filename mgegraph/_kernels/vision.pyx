@@ -4,7 +4,8 @@
 # blocks and how each op's attributes map onto the sampler), lowering/vision.py, and the CUDA
 # twin csrc_cuda/vision.cu, which gives these kernels' results bitwise. This file holds the
 # parameter blocks and the entry points; the kernels are in vision_sample.pxi (the sampler),
-# vision_roi.pxi (regions) and vision_nms.pxi.
+# vision_roi.pxi (regions) and vision_nms.pxi; the volume sampler (grid_sample3d, Sample3) is
+# vision_sample3d.pxi, the 2-D sampler's axis rules on three axes.
 #
 # Parameter layouts (ints): the Sample, Roi and Nms structs below, whose field names this module
 # exports (SAMPLE_FIELDS, ROI_FIELDS, NMS_FIELDS) with the codes of their enums; floats:
@@ -40,6 +41,9 @@ from libc.stdint cimport uint8_t
 ctypedef struct Sample:
     Py_ssize_t coord, coord_pad, interp, border, n, c, h, w, oh, ow, threads
 
+ctypedef struct Sample3:  # the volume sampler's (vision_sample3d.pxi): Sample's, one more axis
+    Py_ssize_t coord, coord_pad, interp, border, n, c, d, h, w, od, oh, ow, threads
+
 ctypedef struct Roi:
     Py_ssize_t kind, mode, n, c, h, w, k, oh, ow, sh, sw, threads
 
@@ -70,6 +74,8 @@ ROI_MODES = {"average": M_AVERAGE, "max": M_MAX}
 cdef Sample _sample
 cdef Roi _roi
 cdef Nms _nms
+cdef Sample3 _sample3
+SAMPLE3_FIELDS = fields_of(_sample3, sizeof(Sample3))
 SAMPLE_FIELDS = fields_of(_sample, sizeof(Sample))
 ROI_FIELDS = fields_of(_roi, sizeof(Roi))
 NMS_FIELDS = fields_of(_nms, sizeof(Nms))
@@ -81,6 +87,7 @@ include "vision_sample.pxi"
 include "vision_sample_u8.pxi"
 include "vision_roi.pxi"
 include "vision_nms.pxi"
+include "vision_sample3d.pxi"
 
 
 # -- entry points: one per (kernel family, dtype) -------------------------------------------------
@@ -114,6 +121,18 @@ cdef int nms_f32(const Call* c) noexcept nogil:
 cdef int nms_f64(const Call* c) noexcept nogil:
     return nms_impl(<const double*>c.bufs[0], <const double*>c.bufs[1], <int*>c.bufs[2],
                     <Py_ssize_t*>c.bufs[3], <const Nms*>c.ints, c.floats[0])
+cdef int sample3d_f32(const Call* c) noexcept nogil:
+    return run_sample3d(c, S_FORWARD, c.bufs[0], c.bufs[1], NULL, c.bufs[2], True)
+cdef int sample3d_f64(const Call* c) noexcept nogil:
+    return run_sample3d(c, S_FORWARD, c.bufs[0], c.bufs[1], NULL, c.bufs[2], False)
+cdef int sample3d_backward_data_f32(const Call* c) noexcept nogil:
+    return run_sample3d(c, S_DATA, NULL, c.bufs[0], c.bufs[1], c.bufs[2], True)
+cdef int sample3d_backward_data_f64(const Call* c) noexcept nogil:
+    return run_sample3d(c, S_DATA, NULL, c.bufs[0], c.bufs[1], c.bufs[2], False)
+cdef int sample3d_backward_points_f32(const Call* c) noexcept nogil:
+    return run_sample3d(c, S_POINTS, c.bufs[0], c.bufs[1], c.bufs[2], c.bufs[3], True)
+cdef int sample3d_backward_points_f64(const Call* c) noexcept nogil:
+    return run_sample3d(c, S_POINTS, c.bufs[0], c.bufs[1], c.bufs[2], c.bufs[3], False)
 
 KERNELS = {
     "sample_f32": kernel_address(sample_f32), "sample_f64": kernel_address(sample_f64),
@@ -129,3 +148,11 @@ KERNELS = {
     "nms_f32": kernel_address(nms_f32), "nms_f64": kernel_address(nms_f64),
     "sample_u8": kernel_address(sample_u8),
 }
+# the volume sampler (vision_sample3d.pxi)
+KERNELS.update({
+    "sample3d_f32": kernel_address(sample3d_f32), "sample3d_f64": kernel_address(sample3d_f64),
+    "sample3d_backward_data_f32": kernel_address(sample3d_backward_data_f32),
+    "sample3d_backward_data_f64": kernel_address(sample3d_backward_data_f64),
+    "sample3d_backward_points_f32": kernel_address(sample3d_backward_points_f32),
+    "sample3d_backward_points_f64": kernel_address(sample3d_backward_points_f64),
+})

@@ -68,14 +68,19 @@ def _target(inp, size, scale_factor, axes):
     return sizes, scales
 
 
-def interpolate(inp, size=None, scale_factor=None, mode="bilinear", align_corners=None):
+def interpolate(inp, size=None, scale_factor=None, mode="bilinear", align_corners=None,
+                antialias=False):
     """Resize the spatial axes of an (N, C, ...) input to ``size`` or by ``scale_factor``, as
     PyTorch's ``F.interpolate``: modes nearest (any of 1-3 spatial axes), linear (N, C, W),
     bilinear and bicubic (N, C, H, W, cubic coefficient -0.75), trilinear (N, C, D, H, W).
-    ``align_corners`` maps the corner cells onto each other (not for nearest).
+    ``align_corners`` maps the corner cells onto each other (not for nearest). ``antialias``
+    (bilinear and bicubic, as PyTorch's): a downscaled axis's filter is stretched by the
+    factor, so every input cell counts (PIL's resize; bicubic then takes PIL's coefficient -0.5).
 
     >>> y = F.vision.interpolate(x, size=(64, 64), mode="bicubic", align_corners=True)
     """
+    if antialias:
+        return _antialiased(inp, size, scale_factor, mode, align_corners)
     if mode not in _MODES:
         _fail("resize", inp, f"mode must be one of {sorted(_MODES)}, got {mode!r}")
     kind, axes = _MODES[mode]
@@ -96,6 +101,23 @@ def interpolate(inp, size=None, scale_factor=None, mode="bilinear", align_corner
         coord = "half_pixel"
     return apply("resize", (inp,), size=sizes, scale=scales, mode=kind, coord=coord,
                  nearest_mode="floor")
+
+
+# -- interpolate(antialias=True) ----------------------------------------------------------------
+def _antialiased(inp, size, scale_factor, mode, align_corners):
+    """PyTorch's antialiased bilinear and bicubic: the resize op's antialias filter over a
+    window clipped to the input (exclude_outside), bicubic with PIL's -0.5."""
+    if mode not in ("bilinear", "bicubic") or inp.ndim != 4:
+        _fail("resize", inp, f"antialias takes the bilinear and bicubic modes of a 4-D input "
+              f"(as PyTorch's), got mode {mode!r} and shape {inp.shape}")
+    if align_corners:
+        _fail("resize", inp, "antialias with align_corners is not supported: its filter is "
+              "stretched by (in - 1) / (out - 1) in PyTorch, which the resize op does not say")
+    sizes, scales = _target(inp, size, scale_factor, 2)
+    cubic = mode == "bicubic"
+    return apply("resize", (inp,), size=sizes, scale=scales, mode="cubic" if cubic else "linear",
+                 coord="half_pixel", cubic_a=-0.5 if cubic else -0.75, exclude_outside=True,
+                 antialias=True)
 
 
 def _factor(op, inp, factor) -> int:
@@ -156,13 +178,14 @@ def grid_sample(inp, grid, mode="bilinear", padding_mode="zeros", align_corners=
     """PyTorch's ``grid_sample`` on NCHW images: ``grid`` (N, OH, OW, 2) holds (x, y) points in
     [-1, 1] (the image's corner pixels' centres with ``align_corners``, else its outer edges);
     ``mode`` "bilinear", "nearest" or "bicubic"; ``padding_mode`` "zeros", "border" or
-    "reflection". Differentiable in ``inp`` and ``grid``.
+    "reflection". Differentiable in ``inp`` and ``grid``. A 5-D input (N, C, D, H, W) takes an
+    (N, OD, OH, OW, 3) grid of (x, y, z) points ("bilinear" is then trilinear; no bicubic).
 
     >>> y = F.vision.grid_sample(x, grid)   # x: (2, 3, 8, 8), grid: (2, 5, 5, 2) -> (2, 3, 5, 5)
     """
     inp, grid = promote(inp, grid)
-    return apply("grid_sample", (inp, grid), mode=mode, padding_mode=padding_mode,
-                 align_corners=align_corners)
+    return apply("grid_sample3d" if inp.ndim == 5 else "grid_sample", (inp, grid), mode=mode,
+                 padding_mode=padding_mode, align_corners=align_corners)
 
 
 def _frame_and_points(inp, points):

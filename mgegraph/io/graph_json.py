@@ -65,6 +65,9 @@ OP_VERSIONS |= {"resize": 1, "resize_backward": 1}
 # deformable sampling and correlation (ops/deform.py)
 OP_VERSIONS |= {"deform_im2col": 1, "deform_im2col_backward": 1, "correlation": 1,
                 "correlation_backward": 1}
+# grid_sample over volumes (ops/vision.py)
+OP_VERSIONS |= {"grid_sample3d": 1, "grid_sample3d_backward_data": 1,
+                "grid_sample3d_backward_grid": 1}
 
 SOURCES = ("input", "param", "const")
 DTYPES = {str(d): d for d in SUPPORTED}

@@ -4,20 +4,25 @@ csrc_cuda/resize.cu: the input seen as (planes, in0, in1, in2) and the output as
 leading axes of length 1, which the kernels read as one tap. Floats: each axis's step
 as a fraction, the numerators then the denominators (see _geometry), and the cubic
 coefficient. The workspace holds the taps the CPU
-kernel computes once per call (the CUDA kernel computes them per output and ignores it)."""
+kernel computes once per call (the CUDA kernel computes them per output and ignores it); with
+the antialias filter, ``aa_taps0..2`` hold its taps per output index of each axis (0 without
+it), and the workspace their wider table."""
 from __future__ import annotations
 
 import math
+import operator
 
 from ..backend import Launch
 from ..ops.registry import FLOAT_DTYPES
-from ..ops.resize import COORDS, IMAGE_DTYPES, MAX_AXES, MODES, NEAREST_MODES
+from ..ops.resize import COORDS, IMAGE_DTYPES, MAX_AXES, MODES, NEAREST_MODES, TAPS
 from .layout import one_thread, pack
 
 FIELDS = ("mode", "coord", "nearest_mode", "exclude_outside", "planes", "in0", "in1", "in2",
-          "out0", "out1", "out2", "threads")
+          "out0", "out1", "out2", "aa_taps0", "aa_taps1", "aa_taps2", "threads")
 # The workspace: per output index of each axis, 4 taps of an index (8 bytes) and a weight (a double)
 TAP_BYTES = 64
+# The antialias filter's: per tap, an index (8 bytes) and a weight (a double)
+WIDE_TAP_BYTES = 16
 CODES = {"mode": {m: i for i, m in enumerate(MODES)},
          "coord": {c: i for i, c in enumerate(COORDS)},
          "nearest_mode": {m: i for i, m in enumerate(NEAREST_MODES)}}
@@ -40,19 +45,34 @@ def _geometry(big, small, attrs):
             ((1.0, 1.0),) * lead + steps)
 
 
+def antialias_taps(mode, n_in, step) -> int:
+    """The antialias filter's taps per output index along one axis (_kernels/resize_antialias.pxi):
+    2 ceil(R / s) for a scale s = den / num below 1 (R: 1 linear, 2 cubic), 2 R at s >= 1; one
+    on an axis of input length 1."""
+    if n_in == 1:
+        return 1
+    radius = TAPS[mode] // 2
+    num, den = step
+    return 2 * math.ceil(radius * num / den) if den < num else 2 * radius
+
+
 def _lower(sides, threads):
     def lower(node) -> Launch:
         x, y = sides(node)
         planes, ins, outs, steps = _geometry(x.shape, y.shape, node.attr)
         a = node.attr
+        wide = [antialias_taps(a["mode"], n, step) if a["antialias"] else 0
+                for n, step in zip(ins, steps)]
         ints = pack(FIELDS, mode=CODES["mode"][a["mode"]], coord=CODES["coord"][a["coord"]],
                     nearest_mode=CODES["nearest_mode"][a["nearest_mode"]],
                     exclude_outside=bool(a["exclude_outside"]), planes=planes,
                     in0=ins[0], in1=ins[1], in2=ins[2], out0=outs[0], out1=outs[1],
-                    out2=outs[2], threads=threads(node))
+                    out2=outs[2], aa_taps0=wide[0], aa_taps1=wide[1], aa_taps2=wide[2],
+                    threads=threads(node))
+        workspace = WIDE_TAP_BYTES * sum(map(operator.mul, outs, wide)) if a["antialias"] \
+            else TAP_BYTES * sum(outs)
         return Launch(ints, floats=(*(n for n, _ in steps), *(d for _, d in steps),
-                                    float(a["cubic_a"])),
-                      workspace=TAP_BYTES * sum(outs))
+                                    float(a["cubic_a"])), workspace=workspace)
     return lower
 
 

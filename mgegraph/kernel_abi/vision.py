@@ -23,6 +23,10 @@ COORD_PADS = {"none": 0, "clip": 1, "reflect": 2}
 INTERPS = {"nearest": 0, "linear": 1, "cubic": 2}
 BORDERS = {"constant": 0, "replicate": 1, "reflect": 2, "reflect_101": 3, "wrap": 4}
 
+# the volume sampler (grid_sample3d): Sample's fields with a depth and an output depth
+SAMPLE3_FIELDS = ("coord", "coord_pad", "interp", "border", "n", "c", "d", "h", "w", "od", "oh",
+                  "ow", "threads")
+
 ROI_FIELDS = ("kind", "mode", "n", "c", "h", "w", "k", "oh", "ow", "sh", "sw", "threads")
 ROI_KINDS = {"align": 0, "align_onnx": 1, "pooling": 2}
 ROI_MODES = {"average": 0, "max": 1}
@@ -101,6 +105,26 @@ def _sample_points_sides(node):  # (x, grid, dy) -> dgrid
     return node.inputs[0].type, node.inputs[1].type
 
 
+def _sample3d_lower(sides, threads):
+    def lower(node) -> Launch:
+        x, grid = sides(node)
+        fields, value = _grid_sample_block(node.attr)
+        return Launch(pack(SAMPLE3_FIELDS, **fields, n=x.shape[0], c=x.shape[1], d=x.shape[2],
+                           h=x.shape[3], w=x.shape[4], od=grid.shape[1], oh=grid.shape[2],
+                           ow=grid.shape[3], threads=threads(node)), (value,))
+    return lower
+
+
+def _implement_volumes(table, threads) -> None:
+    """grid_sample3d and its gradients on the volume sampler (sample3d kernels)."""
+    for op, kernel, sides in (
+            ("grid_sample3d", "sample3d", _sample_forward_sides),
+            ("grid_sample3d_backward_data", "sample3d_backward_data", _sample_data_sides),
+            ("grid_sample3d_backward_grid", "sample3d_backward_points", _sample_points_sides)):
+        table.implement(op, kernel=kernel, dtypes=FLOAT_DTYPES,
+                        lower=_sample3d_lower(sides, threads))
+
+
 def implement(table, threads=one_thread) -> None:
     """Register the vision ops on ``table``; ``threads(node)`` fills the threads fields."""
     for family, points in (("grid_sample", "grid"), ("remap", "map")):
@@ -118,3 +142,4 @@ def implement(table, threads=one_thread) -> None:
     table.implement("roi_align_backward_rois", kernel="roi_backward_rois", dtypes=FLOAT_DTYPES,
                     lower=_roi_lower(threads))
     table.implement("nms", kernel="nms", dtypes=FLOAT_DTYPES, lower=_nms_lower)
+    _implement_volumes(table, threads)

@@ -3,7 +3,14 @@ from . import init
 from .activation import (CELU, ELU, SELU, Hardshrink, Hardsigmoid, Hardswish, Hardtanh, Identity,
                          LeakyReLU, LogSigmoid, LogSoftmax, Mish, PReLU, ReLU6, SiLU, Softmax,
                          Softplus, Softshrink, Softsign)
-from .conv import Conv1d, Conv3d, ConvTranspose1d, ConvTranspose2d, DeformableConv2d
+from .conv import (
+    Conv1d,
+    Conv3d,
+    ConvTranspose1d,
+    ConvTranspose2d,
+    ConvTranspose3d,
+    DeformableConv2d,
+)
 from .layers import (GELU, AdaptiveAvgPool2d, AvgPool2d, Conv2d, Dropout, Embedding, Flatten,
                      LayerNorm, Linear, MaxPool2d, ReLU, Sequential, Sigmoid, Tanh)
 from .losses import (binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss,
@@ -25,7 +32,7 @@ __all__ += ["CELU", "ELU", "SELU", "Hardshrink", "Hardsigmoid", "Hardswish", "Ha
             "Identity", "LeakyReLU", "LogSigmoid", "LogSoftmax", "Mish", "PReLU", "ReLU6", "SiLU",
             "Softmax", "Softplus", "Softshrink", "Softsign"]
 # convolutions other than Conv2d (nn/conv.py)
-__all__ += ["Conv1d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d"]
+__all__ += ["Conv1d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
 # MegEngine's deformable convolution layer (nn/conv.py)
 __all__ += ["DeformableConv2d"]
 # normalisation layers (nn/norm.py; BatchNorm2d lived in layers.py before)

@@ -1,5 +1,5 @@
 """Convolution layers besides Conv2d (layers.py): Conv1d, Conv3d, ConvTranspose2d,
-ConvTranspose1d.
+ConvTranspose1d, ConvTranspose3d.
 
 Each holds PyTorch's weight layout and initialisation, so a PyTorch state dict loads as it is:
 Conv1d (out, in/groups, k), Conv3d (out, in/groups, kd, kh, kw); the transposed ones (in, out/groups, *kernel), whose fan-in
@@ -188,3 +188,16 @@ class DeformableConv2d(Module):
         o, i, kh, kw = self.weight.shape
         return f"{i * self.groups}, {o}, kernel_size=({kh}, {kw}), stride={self.stride}, " \
                f"padding={self.padding}"
+
+
+class ConvTranspose3d(_ConvTranspose):
+    """Transposed 3-D convolution over (N, C, D, H, W) input; weight (in, out/groups, kd, kh,
+    kw).
+
+    >>> up = nn.ConvTranspose3d(16, 8, 2, stride=2)
+    >>> y = up(x)   # (1, 16, 4, 8, 8) -> (1, 8, 8, 16, 16)
+    """
+    NAME, NDIM = "ConvTranspose3d", 3
+
+    def forward(self, x):
+        return F.conv_transpose3d(x, self.weight, self.bias, *self._args())

@@ -48,6 +48,9 @@ class Context:
         self._param_names: dict[int, str] = {}  # id(array) of an initializer -> its name
         self.known_bytes = 0  # of the arrays known at import, against limits.max_known_bytes
         self.stage, self.node = "reading the model", None
+        # var id -> the node whose output it is, of a length known only at run time and so
+        # padded to a bound (NonMaxSuppression's): a graph output, never another node's input
+        self.padded: dict[int, str] = {}
 
     def note_initializer(self, name: str, array: np.ndarray) -> None:
         """``array`` is the initializer ``name``: a float one becomes a param of that name."""
@@ -129,6 +132,14 @@ class Context:
 
     def axes(self, values, rank: int, what: str = "axes") -> list[int]:
         return checks.axes(self.where(), values, rank, what)
+
+    def refuse_padded(self, ins) -> None:
+        """Refuse a node reading an output padded to a bound: it would read the padding."""
+        for v in ins:
+            if isinstance(v, Var) and v.id in self.padded:
+                self.fail(f"it reads the output of {self.padded[v.id]}, whose length is known "
+                          "only at run time; mgegraph gives it padded to a bound (-1 rows "
+                          "after the kept ones), which only a graph output can be")
 
     def where(self) -> str:
         return self.stage if self.node is None else checks.node_name(self.node)

@@ -22,7 +22,7 @@ import onnx
 from .. import functional as F
 from ..functional.norms import lrn
 from ..ops.builder import apply
-from ..ops.conv_api import transposed
+from ..ops.conv_api import transposed, transposed3d
 from .context import shape_of
 
 
@@ -484,6 +484,8 @@ def _transpose_pads(cx, at, in_hw, kernel, strides, dilations, extra):
 
 
 def _conv_transpose(cx, ins, at):
+    if cx.var(ins[0]).ndim == 5:
+        return _conv_transpose_3d(cx, ins, at)
     x, one_d = _spatial(cx, cx.var(ins[0]), "ConvTranspose")
     w = cx.var(ins[1])
     nd = 2 - one_d
@@ -508,6 +510,25 @@ def _conv_transpose(cx, ins, at):
 
 
 CONVERTERS["ConvTranspose"] = _conv_transpose
+
+
+# -- ConvTranspose over volumes (N, C, D, H, W): ops/conv_api.py's transposed3d ------------------
+def _conv_transpose_3d(cx, ins, at):
+    x, w = cx.var(ins[0]), cx.var(ins[1])
+    if w.ndim != 5:
+        cx.fail(f"a weight of shape {list(shape_of(w))} for a 5-D input (ONNX needs the same "
+                f"rank)")
+    _check_window(cx, at, 3, shape_of(w)[2:])
+    if "output_padding" in at and (len(at["output_padding"]) != 3
+                                   or any(v < 0 for v in at["output_padding"])):
+        cx.fail(f"output_padding {list(at['output_padding'])} needs 3 values of at least 0")
+    strides = list(at.get("strides", [1] * 3))
+    dilations = list(at.get("dilations", [1] * 3))
+    pads, sizes = _transpose_pads(cx, at, shape_of(x)[2:], shape_of(w)[2:], strides, dilations,
+                                  at.get("output_padding", [0] * 3))
+    bias = cx.var(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    return [transposed3d(x, w, bias, tuple(strides), tuple(pads), tuple(sizes),
+                         tuple(dilations), at.get("group", 1))]
 # -- instance, group, local response, Lp and mean-variance normalisation -------------------------
 def _instance_norm(cx, ins, at):
     x = cx.var(ins[0])

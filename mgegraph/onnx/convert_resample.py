@@ -4,8 +4,8 @@ transpose, as ``F.pixel_shuffle`` is).
 
 Resize's scales or sizes must be known at import. Leading axes Resize leaves alone (scale 1,
 size kept) stay outside the op: every coordinate transformation maps a scale-1 axis onto itself
-exactly. ``tf_crop_and_resize`` (a region of interest and an extrapolation value) and
-``antialias`` are refused by name.
+exactly. ``tf_crop_and_resize`` (a region of interest and an extrapolation value) is refused
+by name; ``antialias`` (opset 18) is the resize op's own.
 """
 from __future__ import annotations
 
@@ -96,8 +96,6 @@ def _resized_axes(cx, in_shape, out, scales) -> int:
 
 
 def _modes(cx, at) -> dict:
-    if at.get("antialias", 0):
-        cx.fail("antialias=1 is not supported (mgegraph's resize has no antialiasing filter)")
     mode = _text(at, "mode", "nearest")
     coord = _text(at, "coordinate_transformation_mode", "half_pixel")
     nearest = _text(at, "nearest_mode", "round_prefer_floor")
@@ -110,7 +108,16 @@ def _modes(cx, at) -> dict:
         cx.fail(f"nearest_mode {nearest!r} is not one of {', '.join(NEAREST_MODES)}")
     return {"mode": mode, "coord": coord, "nearest_mode": nearest,
             "cubic_a": float(at.get("cubic_coeff_a", -0.75)),
-            "exclude_outside": bool(at.get("exclude_outside", 0))}
+            "exclude_outside": bool(at.get("exclude_outside", 0)),
+            "antialias": _antialias(cx, at, mode)}
+
+
+def _antialias(cx, at, mode) -> bool:
+    antialias = at.get("antialias", 0)
+    if antialias not in (0, 1) or (antialias and mode == "nearest"):
+        cx.fail(f"antialias={antialias} with mode {mode!r}: ONNX's antialias is 0 or 1, and "
+                "valid for the linear and cubic modes only")
+    return bool(antialias)
 
 
 def _resize(cx, ins, at):

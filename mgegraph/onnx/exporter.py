@@ -428,6 +428,10 @@ def _resize(w, n, ins):
     attrs = {"mode": a["mode"], "coordinate_transformation_mode": coord,
              "nearest_mode": a["nearest_mode"], "cubic_coeff_a": a["cubic_a"],
              "exclude_outside": int(a["exclude_outside"])}
+    if a["antialias"]:  # the filter stretched when downscaling: Resize's from opset 18
+        if w.opset < 18:
+            raise OnnxExportError(f"Resize takes antialias from opset 18, not {w.opset}")
+        attrs["antialias"] = 1
     if a["scale"] is None:  # Resize takes out / in as the scale of given sizes, as resize does
         return w.add("Resize", [ins[0], "", "", w.shape((*x.shape[:lead], *a["size"]))],
                      **attrs)
@@ -547,6 +551,16 @@ def _grid_sample_node(w, ins, mode, padding, aligned):
 
 @writer("grid_sample")
 def _grid_sample(w, n, ins):
+    return _grid_sample_node(w, ins, n.attr["mode"], n.attr["padding_mode"],
+                             n.attr["align_corners"])
+
+
+# grid_sample over volumes: GridSample is N-D from opset 20
+@writer("grid_sample3d")
+def _grid_sample3d(w, n, ins):
+    if w.opset < 20:
+        raise OnnxExportError(f"GridSample samples 5-D inputs from opset 20; this export is at "
+                              f"opset {w.opset} (export with opset=20 or later)")
     return _grid_sample_node(w, ins, n.attr["mode"], n.attr["padding_mode"],
                              n.attr["align_corners"])
 

@@ -158,6 +158,7 @@ def _convert(cx: Context, node, ins: list, ir_version: int) -> list:
     """The node's outputs: folded when every input is known, else through its converter;
     its outputs' sizes checked against the limits before either allocates them."""
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    cx.refuse_padded(ins)
     known = [v if isinstance(v, np.ndarray) else None for v in ins]
     types = [None if v is None else (shape_of(v), v.dtype) for v in ins]
     checks.check_values(cx.where(), node, known)

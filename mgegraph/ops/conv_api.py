@@ -10,7 +10,9 @@ forms. So ``conv_transpose2d`` is that op, and no new one: what the data gradien
 itself (asymmetric padding, an ``output_padding`` of at least the stride) is a crop or a zero
 pad of its result, and the bias one broadcast add the planner fuses. The 1-D functions are the
 2-D ones on a unit width; ``conv3d`` is a sum over the kernel's depth of 2-D convolutions of
-depth slices, each slice's depth folded into the batch.
+depth slices, each slice's depth folded into the batch, and ``conv_transpose3d`` the same sum of
+transposed 2-D convolutions, each tap's result spread along the depth by the stride and shifted
+to the depths it reaches.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from .elementwise import add
 from .movement_api import pad, reshape, subscript, transpose
 from .registry import named
 
-__all__ = ["conv1d", "conv3d", "conv_transpose1d", "conv_transpose2d"]
+__all__ = ["conv1d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"]
 
 
 def _fail(op, inputs, reason):
@@ -113,7 +115,7 @@ def transposed(x, w, bias, stride, pads, out_hw, dilation, groups, op="conv_tran
 
 def _out_hw(op, inputs, x, w, stride, padding, output_padding, dilation):
     out = []
-    for i in range(2):
+    for i in range(len(stride)):
         n, k = x.shape[2 + i], w.shape[2 + i]
         if output_padding[i] >= max(stride[i], dilation[i]):
             _fail(op, inputs, f"output_padding {output_padding} must be smaller than the stride "
@@ -243,3 +245,88 @@ def conv3d(inp, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     if not rest:
         return y
     return add(y, reshape(rest[0], (1, rest[0].shape[0], 1, 1, 1)))
+
+
+# -- 3-D transposed: a sum over the kernel's depth of transposed 2-D convolutions -----------------
+def _depth_window(y, start, size):
+    """Cells [start, start + size) of ``y``'s axis 1, zeros where they fall outside it."""
+    length = y.shape[1]
+    lo, hi = min(max(start, 0), length), min(max(start + size, 0), length)
+    if (lo, hi) != (0, length):
+        y = subscript(y, (slice(None), slice(lo, hi)))
+    before, after = lo - start, start + size - hi
+    if before or after:
+        y = pad(y, ((0, 0), (before, after)) + ((0, 0),) * (y.ndim - 2))
+    return y
+
+
+def _spread_depth(y, stride):
+    """(N, D, ...) -> (N, D * stride, ...) with y's slice d at depth d * stride, zeros
+    between."""
+    if stride == 1:
+        return y
+    n, depth, *rest = y.shape
+    y = pad(reshape(y, (n, depth, 1, *rest)), ((0, 0), (0, 0), (0, stride - 1))
+            + ((0, 0),) * len(rest))
+    return reshape(y, (n, depth * stride, *rest))
+
+
+def _check_transpose3d(op, x, w, groups):
+    _check_3d(op, x, w)
+    if not is_float(x.dtype):
+        _fail(op, [x, w], f"takes float32 or float64 inputs, got {x.dtype}")
+    c_in = x.shape[1]
+    if not named(c_in) and (c_in != w.shape[0] or c_in % groups):
+        _fail(op, [x, w], f"the weight's first dim ({w.shape[0]}) must equal the input's "
+              f"{c_in} channels, and groups={groups} must divide them")
+
+
+def transposed3d(x, w, bias, stride, pads, out_size, dilation, groups, op="conv_transpose3d"):
+    """The transposed convolution of NCDHW ``x`` by ``w`` (C_in, C_out/groups, kd, kh, kw)
+    with padding ``pads`` ((front, back), (top, bottom), (left, right)), giving an ``out_size``
+    output (depth, height, width): ``transposed`` in 3-D, which the public function and the
+    ONNX importer reduce to. Depth tap dz sends input depth d to output depth
+    d * stride + dz * dilation - front; each tap is one transposed 2-D convolution of all
+    depth slices (folded into the batch).
+
+    >>> y = transposed3d(x, w, None, (2, 2, 2), ((1, 1),) * 3, (16, 16, 16), (1, 1, 1), 1)
+    """
+    _check_transpose3d(op, x, w, groups)
+    n, c, depth = x.shape[:3]
+    planes = reshape(transpose(x, (0, 2, 1, 3, 4)), (n * depth, c, *x.shape[3:]))
+    total = None
+    for dz in range(w.shape[2]):
+        y = transposed(planes, subscript(w, (slice(None), slice(None), dz)), None, stride[1:],
+                       pads[1:], out_size[1:], dilation[1:], groups, op)
+        y = _spread_depth(reshape(y, (n, depth, *y.shape[1:])), stride[0])
+        y = _depth_window(y, pads[0][0] - dz * dilation[0], out_size[0])
+        total = y if total is None else add(total, y)
+    y = transpose(total, (0, 2, 1, 3, 4))
+    if bias is None:
+        return y
+    if bias.shape not in ((y.shape[1],), (1, y.shape[1], 1, 1, 1)):
+        _fail(op, [x, w, bias], f"bias must have shape ({y.shape[1]},), got {bias.shape}")
+    return add(y, reshape(bias, (1, y.shape[1], 1, 1, 1)))
+
+
+def conv_transpose3d(inp, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1,
+                     groups=1, conv_mode="cross_correlation", compute_mode="default"):
+    """Transposed 3-D convolution (the data gradient of conv3d) of an (N, C_in, D, H, W) input
+    by a (C_in, C_out/groups, kd, kh, kw) weight; bias (C_out,). Each output side is
+    (n - 1) * stride - 2 * padding + dilation * (k - 1) + 1 + output_padding.
+
+    >>> y = F.conv_transpose3d(x, w, stride=2)   # x: (1, 8, 4, 4, 4), w: (8, 4, 2, 2, 2)
+    """
+    op = "conv_transpose3d"
+    _check_modes(op, conv_mode, compute_mode)
+    x, w, *rest = promote(*[v for v in low_precision(inp, weight, bias) if v is not None])
+    inputs = [x, w, *rest]
+    groups = _ints(op, inputs, "groups", groups, 1, 1)[0]
+    _check_transpose3d(op, x, w, groups)
+    stride = _ints(op, inputs, "stride", stride, 3, 1)
+    padding = _ints(op, inputs, "padding", padding, 3, 0)
+    output_padding = _ints(op, inputs, "output_padding", output_padding, 3, 0)
+    dilation = _ints(op, inputs, "dilation", dilation, 3, 1)
+    out_size = _out_hw(op, inputs, x, w, stride, padding, output_padding, dilation)
+    return transposed3d(x, w, rest[0] if rest else None, stride,
+                        tuple((p, p) for p in padding), out_size, dilation, groups)

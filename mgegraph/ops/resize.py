@@ -23,12 +23,20 @@ rule), or, with ``exclude_outside``, weighs 0 and the others are scaled to sum t
 over several axes is separable: an output is the sum over the taps of every axis of the
 products of their weights times the input there.
 
+``antialias`` (ONNX opset 18's, PIL's and PyTorch's ``antialias=True``; linear and cubic only):
+an axis downscaled by s = scale < 1 stretches the filter by 1 / s: input position p weighs
+filter((p - x) * s) (the tent 1 - |d| for linear, Keys' kernel for cubic, 0 past their
+radius), over the 2 ceil(R / s) positions nearest x (R the radius: 1, 2), the weights
+normalised to sum 1; outside positions read the edge or, with ``exclude_outside``, weigh 0
+(PyTorch's clipped window). At s >= 1 this is the plain filter, normalised.
+
 The kernels (mgegraph/_kernels/resize.pyx, csrc_cuda/resize.cu) compute the taps from the same
 formulas; the parameter block is mgegraph/kernel_abi/resize.py's. Dtypes: float32, float64 and
 uint8 (a camera's frame, forward only). A uint8 resize sums its taps in double exactly as a
 float one does, then rounds to nearest, ties to even, saturating to [0, 255] (a cubic overshoot
 clips): nearest is an exact copy. PyTorch's uint8 bilinear and bicubic weigh in fixed point
-and may differ by 1 (tests/ops/test_resize_u8.py measures it). Not supported: ONNX's antialias filter and tf_crop_and_resize (a region of interest). Public
+and may differ by 1 (tests/ops/test_resize_u8.py measures it). Not supported:
+tf_crop_and_resize (a region of interest). Public
 functions: mgegraph/functional/vision.py (``interpolate``); modules: mgegraph/nn/resample.py.
 """
 from __future__ import annotations
@@ -52,7 +60,8 @@ MAX_AXES = 3  # the kernels' parameter block holds three resized axes
 TAPS = {"nearest": 1, "linear": 2, "cubic": 4}
 
 _ATTRS = {"size": REQUIRED, "scale": None, "mode": "linear", "coord": "half_pixel",
-          "nearest_mode": "round_prefer_floor", "cubic_a": -0.75, "exclude_outside": False}
+          "nearest_mode": "round_prefer_floor", "cubic_a": -0.75, "exclude_outside": False,
+          "antialias": False}
 
 
 def _choice(attrs, key, allowed):
@@ -79,7 +88,15 @@ def _check_attrs(x, attrs) -> tuple[int, ...]:
                          f"axis), got {scale!r}")
     if not isinstance(attrs["cubic_a"], float):
         raise TypeError(f"cubic_a must be a float, got {attrs['cubic_a']!r}")
+    _check_antialias(attrs)
     return size
+
+
+def _check_antialias(attrs):
+    if not isinstance(attrs["antialias"], bool):
+        raise TypeError(f"antialias must be a bool, got {attrs['antialias']!r}")
+    if attrs["antialias"] and attrs["mode"] == "nearest":
+        raise ValueError("antialias applies to the linear and cubic modes, not nearest")
 
 
 def _check_sizes(ins, attrs):
@@ -135,8 +152,15 @@ def _resize_backward_grad(node, out_grads):
 
 
 def _flops(node) -> float:
-    """A multiply and an add per tap of every resized axis, per output element."""
-    taps = TAPS[node.attr["mode"]] ** len(node.attr["size"])
+    """A multiply and an add per tap of every resized axis, per output element; the antialias
+    filter widens a downscaled axis's taps by in / out."""
+    a, x = node.attr, node.inputs[0]
+    if named(*x.shape):
+        return 0.0
+    taps = TAPS[a["mode"]] ** len(a["size"])
+    if a["antialias"] and node.op.name == "resize":
+        ins = x.shape[-len(a["size"]):]
+        taps = math.prod(TAPS[a["mode"]] * max(1.0, n / o) for n, o in zip(ins, a["size"]))
     big = max(node.inputs[0].size, node.outputs[0].size)
     return 2.0 * taps * big
 

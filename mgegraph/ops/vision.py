@@ -1,6 +1,6 @@
-"""Detection and geometry ops over NCHW images: sampling at given points (grid_sample, remap),
-region pooling (roi_align, roi_pooling), non-maximum suppression (nms), and the backward ops
-their gradient rules are made of.
+"""Detection and geometry ops over NCHW images: sampling at given points (grid_sample, remap;
+grid_sample3d over NCDHW volumes), region pooling (roi_align, roi_pooling), non-maximum
+suppression (nms), and the backward ops their gradient rules are made of.
 
 The family lives in: ops/vision.py (meaning), functional/vision.py (public functions, with
 warp_perspective and warp_affine as compositions over remap), kernel_abi/vision.py (parameter
@@ -195,6 +195,99 @@ _POINTS = {"grid_sample": "grid", "remap": "map"}
 _register_sampler("grid_sample", {"mode": "bilinear", "padding_mode": "zeros",
                                   "align_corners": False})
 _register_sampler("remap", {"border_mode": "replicate", "scalar": 0.0, "interp_mode": "linear"})
+
+
+# -- grid_sample3d: grid_sample over volumes --------------------------------------------------
+# PyTorch's grid_sample of an (N, C, D, H, W) input at an (N, OD, OH, OW, 3) grid of (x, y, z)
+# points: trilinear ("bilinear", as PyTorch and ONNX name it) or nearest, each axis handled as
+# grid_sample's. Bicubic is 2-D only in PyTorch and ONNX, so it is refused here.
+GRID3D_MODES = ("bilinear", "nearest")
+
+
+def _check_volume_attrs(attrs):
+    if attrs["mode"] == "bicubic":
+        raise ValueError("mode 'bicubic' samples 2-D images only (PyTorch and ONNX define no "
+                         "tricubic): use 'bilinear' (trilinear) or 'nearest' on a 5-D input")
+    _choice(attrs, "mode", GRID3D_MODES)
+    _choice(attrs, "padding_mode", GRID_PADDINGS)
+    _flag(attrs, "align_corners")
+
+
+def _volume(name, x, what="input"):
+    require_dtypes(name, x, FLOAT_DTYPES, what)
+    if x.ndim != 5:
+        raise ValueError(f"{what} must be 5-D (N, C, D, H, W), got shape {x.shape}")
+
+
+def _volume_points(name, x, grid):
+    """Validate ``grid`` (N, OD, OH, OW, 3) against the volume ``x``; the sampled type."""
+    require_dtypes(name, grid, FLOAT_DTYPES, "grid")
+    if grid.ndim != 5 or grid.shape[4] != 3:
+        raise ValueError(f"grid must be (N, OD, OH, OW, 3) for a 5-D input, got shape "
+                         f"{grid.shape}")
+    _same_batch(x, grid, "grid")
+    return TensorType((*x.shape[:2], *grid.shape[1:4]), x.dtype)
+
+
+def _sampled_volume(name, x, grid, dy=None):
+    _volume(name, x)
+    for side in x.shape[2:]:
+        if named(side):  # checked when the name is bound
+            require_at_least(side, 1, f"{name}'s volume side")
+        elif side == 0:
+            raise ValueError(f"input has an empty volume {x.shape[2:]}: there is no voxel to "
+                             "sample")
+    want = _volume_points(name, x, grid)
+    if dy is not None and not same_shape(dy.shape, want.shape, "the output gradient"):
+        raise ValueError(f"output gradient has shape {dy.shape}, but sampling a {x.shape} "
+                         f"input at a {grid.shape} grid gives {want.shape}")
+    return want
+
+
+def _grid3d_infer(in_types, attrs):
+    same_dtype(in_types)
+    _check_volume_attrs(attrs)
+    return (_sampled_volume("grid_sample3d", *in_types),)
+
+
+def _grid3d_data_infer(in_types, attrs):  # (grid, dy) -> dx of shape (N, C, *input_dhw)
+    grid, dy = in_types
+    same_dtype(in_types)
+    _check_volume_attrs(attrs)
+    _volume("grid_sample3d_backward_data", dy, "output gradient")
+    sides = attrs["input_dhw"]
+    if not isinstance(sides, tuple) or len(sides) != 3 or not all(
+            named(v) or (isinstance(v, int) and not isinstance(v, bool) and v >= 1)
+            for v in sides):
+        raise ValueError(f"input_dhw must be three ints >= 1, got {sides!r}")
+    x = TensorType(dy.shape[:2] + sides, dy.dtype)
+    _sampled_volume("grid_sample3d_backward_data", x, grid, dy)
+    return (x,)
+
+
+def _grid3d_points_infer(in_types, attrs):  # (x, grid, dy) -> dgrid
+    same_dtype(in_types)
+    _check_volume_attrs(attrs)
+    _sampled_volume("grid_sample3d_backward_grid", *in_types)
+    return (in_types[1],)
+
+
+def _grid3d_grad(node, out_grads):
+    # as grid_sample's: dx scatters dy with the sampling's weights; dgrid is the spatial
+    # derivative of the interpolation, summed over channels
+    x, grid = node.inputs
+    (g,) = out_grads
+    dx = apply("grid_sample3d_backward_data", (grid, g), input_dhw=tuple(x.shape[2:]),
+               **node.attr)
+    return dx, apply("grid_sample3d_backward_grid", (x, grid, g), **node.attr)
+
+
+_GRID3D_ATTRS = {"mode": "bilinear", "padding_mode": "zeros", "align_corners": False}
+register(OpDef("grid_sample3d", "nn", _grid3d_infer, attrs=_GRID3D_ATTRS, grad=_grid3d_grad,
+               flops_per_element=16.0))
+register(OpDef("grid_sample3d_backward_data", "nn", _grid3d_data_infer,
+               attrs={**_GRID3D_ATTRS, "input_dhw": REQUIRED}))
+register(OpDef("grid_sample3d_backward_grid", "nn", _grid3d_points_infer, attrs=_GRID3D_ATTRS))
 
 
 # -- region pooling: roi_align and roi_pooling ------------------------------------------------

@@ -221,6 +221,9 @@ CALLS |= {  # convolutions made of conv2d and its data gradient (ops/conv_api.py
                                                      v.graph.const(W[:3, :, 0]), stride=2),
     "conv_transpose2d": lambda v: F.conv_transpose2d(v, v.graph.const(W[:3]), stride=2,
                                                      padding=1, output_padding=1),
+    "conv_transpose3d": lambda v: F.conv_transpose3d(
+        F.reshape(v, (1, 3, 2, 6, 6)), v.graph.const(W[:3, :, :2, :2, None].repeat(2, 4)),
+        stride=2, padding=1, output_padding=1),
 }
 CALLS |= {  # pooling made of other ops (ops/pooling.py)
     "avg_pool1d": lambda v: F.avg_pool1d(F.reshape(v, (2, 3, 36)), 3, 2, 1),

@@ -1,6 +1,6 @@
 """ONNX Resize, Upsample, DepthToSpace, SpaceToDepth and Pad's modes: imported models against
 ONNX Runtime, exported resize/pixel_shuffle/pad graphs run by ONNX Runtime, and the refusals
-(antialias, tf_crop_and_resize, resizing a leading axis) named."""
+(tf_crop_and_resize, resizing a leading axis) named."""
 import sys
 from pathlib import Path
 
@@ -109,7 +109,6 @@ def test_upsample_converted_to_resize_imports():
 
 
 @pytest.mark.parametrize(("attrs", "reason"), [
-    ({"mode": "linear", "antialias": 1}, "antialias=1 is not supported"),
     ({"coordinate_transformation_mode": "tf_crop_and_resize"},
      "coordinate_transformation_mode 'tf_crop_and_resize' is not supported"),
     ({"mode": "area"}, "mode 'area' is not nearest, linear or cubic"),

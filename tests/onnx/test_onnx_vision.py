@@ -24,16 +24,12 @@ def _grid_cases():
 
 @pytest.mark.parametrize("case", _grid_cases())
 def test_gridsample_node_case(case):
-    if "volumetric" in case.name:  # 3-D sampling: refused by name
-        with pytest.raises(mo.OnnxImportError, match="GridSample of a 5-D input"):
-            mo.import_model(case.model)
-        return
     run_case(case)
 
 
-def test_every_2d_gridsample_case_is_there():
-    names = [c.name for c in float32_cases()["GridSample"] if "volumetric" not in c.name]
-    assert len(names) == 14
+def test_every_gridsample_case_is_there():
+    names = [c.name for c in float32_cases()["GridSample"]]
+    assert len(names) == 18 and sum("volumetric" in n for n in names) == 4
 
 
 def _plan(fn, *arrays):

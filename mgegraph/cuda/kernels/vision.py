@@ -14,8 +14,11 @@ from .reuse import family_kernels, implement_shared
 
 
 def _threads(family, ints) -> int:
-    """The threads of one launch: a point, a plane of dx, a bin, a channel of dx or a box
-    each."""
+    """The threads of one launch: a point, a plane (volume) of dx, a bin, a channel of dx or a
+    box each."""
+    if family.startswith("sample3d"):  # the volume sampler's Sample3 block
+        _, _, _, _, n, c, _, _, _, od, oh, ow = ints[:12]
+        return n * c if family == "sample3d_backward_data" else n * od * oh * ow
     if family.startswith("sample"):
         _, _, _, _, n, c, _, _, oh, ow = ints[:10]
         return n * c if family == "sample_backward_data" else n * oh * ow
