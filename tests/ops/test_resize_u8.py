@@ -185,3 +185,13 @@ def test_a_reader_whose_resize_is_float_only_refuses_the_file_by_name(tmp_path, 
     monkeypatch.setitem(registry._REGISTRY, "resize", old)
     with pytest.raises(mg.ModelFormatError, match="resize.*uint8"):
         mg.runtime.load(tmp_path / "m.mgm")
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_antialiased_uint8_downscale_is_the_float64_one_rounded(mode):
+    x = np.random.default_rng(11).integers(0, 256, (1, 3, 17, 23)).astype(np.uint8)
+    got = F.vision.interpolate(mg.tensor(x), size=(7, 9), mode=mode, antialias=True).numpy()
+    wide = F.vision.interpolate(mg.tensor(x.astype(np.float64)), size=(7, 9), mode=mode,
+                                antialias=True).numpy()
+    assert got.dtype == np.uint8
+    np.testing.assert_array_equal(got, np.clip(np.round(wide), 0, 255).astype(np.uint8))
