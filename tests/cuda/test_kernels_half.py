@@ -197,7 +197,7 @@ def test_nvrtc_compiles_the_half_entries():
         assert f".entry mg_strided_{dt}(" in ptx and f".entry mg_fill_{dt}(" in ptx
 
 
-# -- a whole plan ------------------------------------------------------------------------------------
+# -- a whole plan ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def planner():
     mg.register_backend("cuda-half-plan", lambda: CudaBackend(device=None))
