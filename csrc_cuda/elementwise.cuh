@@ -13,6 +13,7 @@
 // pointers are aligned, a scalar tail after; a stride-0 operand (a broadcast scalar) is read
 // once. Other layouts map each flat index to every input's offset through the strides.
 #pragma once
+#include "half.h"
 #include "mg_abi.cuh"
 #include "scalar.cuh"
 
@@ -22,6 +23,12 @@ typedef unsigned char mg_bool;  // NumPy's bool: one byte, 0 or 1
 typedef unsigned char mg_u8;
 typedef signed char mg_i8;
 typedef short mg_i16;
+// the half types: storage only (half.h has the CPU's exact conversions); a struct each, so a
+// cast's overloads tell float16 from bfloat16, and where and assign move them as 2-byte values
+struct mg_f16 { unsigned short bits; };
+struct mg_bf16 { unsigned short bits; };
+MG_HD float mg_widen(mg_f16 h) { return mg_f16_to_float(h.bits); }
+MG_HD float mg_widen(mg_bf16 h) { return mg_bf16_to_float(h.bits); }
 
 template <class T> struct alignas(16) MgPack { T v[16 / sizeof(T)]; };
 
@@ -162,4 +169,12 @@ template <class Out> struct MgCastSmall {
     MG_HD static Out from(float v) { return (Out)float_to_i32(v); }
     MG_HD static Out from(double v) { return (Out)float_to_i32(v); }
     template <class In> MG_HD static Out from(In v) { return (Out)v; }
+};
+// To a half type as the CPU's cast: the source (a half one widened to float first: the cast
+// kernels' caller, render.cast_kernel, does that) rounded once from its double
+template <> struct MgCast<mg_f16> {
+    template <class In> MG_HD static mg_f16 from(In v) { return {mg_double_to_f16((double)v)}; }
+};
+template <> struct MgCast<mg_bf16> {
+    template <class In> MG_HD static mg_bf16 from(In v) { return {mg_double_to_bf16((double)v)}; }
 };

@@ -10,8 +10,15 @@
 #ifndef MG_HALF_H
 #define MG_HALF_H
 
+#ifdef __CUDACC_RTC__
+/* NVRTC has no standard headers (memcpy is its builtin): the three widths spelled out */
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+#else
 #include <stdint.h>
 #include <string.h>
+#endif
 
 #ifdef __CUDACC__
 #define MG_HALF_FN static __host__ __device__ __forceinline__

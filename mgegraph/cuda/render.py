@@ -30,12 +30,15 @@ CTYPES = {"float32": "float", "float64": "double", "int32": "int", "int64": "mg_
           "bool": "mg_bool", "uint8": "mg_u8", "int8": "mg_i8", "int16": "mg_i16"}
 # casts to these take MgCastSmall (csrc_cuda/elementwise.cuh): uint8 is bool's C type
 SMALL_INTS = ("uint8", "int8", "int16")
+# the half types are storage: cast, where and assign's copy have kernels for them, no table op
+HALF_CTYPES = {"float16": "mg_f16", "bfloat16": "mg_bf16"}
 PRELUDE = '#include "elementwise.cuh"\n'
 
 
 def ctype(dtype) -> str:
     """The C type of a dtype in the rendered source (``ctype("int64")`` is ``"mg_i64"``)."""
-    return CTYPES[np.dtype(dtype).name]
+    name = np.dtype(dtype).name
+    return HALF_CTYPES[name] if name in HALF_CTYPES else CTYPES[name]
 
 
 def literal(value: float, c: str) -> str:
@@ -129,13 +132,24 @@ def where_kernel(dtype) -> tuple[str, str]:
 
 def cast_kernel(src, dst) -> tuple[str, str]:
     """(entry, text) of the cast from ``src`` to ``dst`` (float to int: INT_MIN when out of
-    range, to a small integer: that int32's low bits; anything to bool: != 0)."""
+    range, to a small integer: that int32's low bits; anything to bool: != 0; to a half type:
+    rounded once from the double; from one: its float, exactly, cast as a float is)."""
     s, d = np.dtype(src), np.dtype(dst)
     entry = f"mg_cast_{short_name(s)}_{short_name(d)}"
     cast = "MgCastSmall" if d.name in SMALL_INTS else "MgCast"
+    value = "mg_widen(v)" if s.name in HALF_CTYPES else "v"
     body = (f"    mg_map1<{ctype(s)}, {ctype(d)}>(a, []({ctype(s)} v) "
-            f"{{ return {cast}<{ctype(d)}>::from(v); }});")
+            f"{{ return {cast}<{ctype(d)}>::from({value}); }});")
     return entry, _kernel(entry, f"cast {s.name} -> {d.name}", body)
+
+
+def copy_kernel(dtype) -> tuple[str, str]:
+    """(entry, text) of a half type's one unary kernel: assign's copy (the elementwise table
+    has no op on the half types, which compute in float32)."""
+    d = np.dtype(dtype)
+    entry, c = f"mg_unary_copy_{short_name(d)}", ctype(d)
+    body = f"    mg_map1<{c}, {c}>(a, []({c} v) {{ return v; }});"
+    return entry, _kernel(entry, f"copy {d.name}", body)
 
 
 def elementwise_kernels() -> dict[str, str]:
@@ -144,7 +158,8 @@ def elementwise_kernels() -> dict[str, str]:
     for op in TABLE.OPS:
         make = unary_kernel if op.kind == "unary" else binary_kernel
         kernels.update(make(op.name, d) for d in op.dtypes)
-    dtypes = list(CTYPES)
+    dtypes = list(CTYPES) + list(HALF_CTYPES)
+    kernels.update(copy_kernel(d) for d in HALF_CTYPES)
     kernels.update(where_kernel(d) for d in dtypes)
     kernels.update(cast_kernel(s, d) for s in dtypes for d in dtypes)
     return kernels

@@ -185,7 +185,30 @@ def check_initializer(init: onnx.TensorProto, limits: ImportLimits, dtypes: dict
     if init.HasField("raw_data") and len(init.raw_data) != size:
         raise OnnxImportError(f"{where}: {len(init.raw_data)} bytes of data for shape "
                               f"{list(init.dims)} of {dtype}, which takes {size}")
+    check_half_bits(where, init)
     return dtype
+
+
+# the half types, whose bits ONNX keeps one per int32_data entry when not in raw_data
+HALF_CODES = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
+
+
+def check_half_bits(where: str, tensor: onnx.TensorProto) -> None:
+    """A half tensor's int32_data (an initializer's, a Constant's): one 16-bit pattern per
+    element (onnx's reader would keep the low 16 bits of a larger value: silently another
+    number)."""
+    if tensor.data_type not in HALF_CODES or tensor.HasField("raw_data"):
+        return
+    name = TensorProto.DataType.Name(tensor.data_type).lower()
+    count = math.prod(tensor.dims)
+    if len(tensor.int32_data) != count:
+        raise OnnxImportError(f"{where}: {len(tensor.int32_data)} values in int32_data for "
+                              f"shape {list(tensor.dims)} of {name}, which holds {count}")
+    bits = np.asarray(tensor.int32_data, np.int64)
+    if bits.size and (bits.min() < 0 or bits.max() > 0xFFFF):
+        bad = bits[(bits < 0) | (bits > 0xFFFF)][0]
+        raise OnnxImportError(f"{where}: int32_data holds {bad}, not the 16 bits of a {name} "
+                              "value (0 to 65535)")
 
 
 def _first_line(exc) -> str:
@@ -240,7 +263,21 @@ def infer_node(node, values: list, types: list, opset: int, ir_version: int) -> 
         raise OnnxImportError(f"{node_name(node)}: ONNX's shape inference refuses it: "
                               f"{_inference_reason(exc)}") from exc
     by_name = {vi.name: _static_type(vi) for vi in inferred.graph.output}
+    if node.op_type == "Range" and by_name.get(node.output[0]) is None:
+        return [_range_type(values)]
     return [by_name.get(o) if o else None for o in node.output]
+
+
+def _range_type(values: list):
+    """A Range's output type from its known bounds, where ONNX's inference computes no size
+    (it does for float32, float64 and the integers, not for the half types): the spec's
+    ``max(ceil((limit - start) / delta), 0)`` elements."""
+    if len(values) != 3 or any(v is None or np.size(v) != 1 for v in values):
+        return None
+    start, limit, delta = (float(np.asarray(v, np.float64).reshape(())) for v in values)
+    if not all(map(math.isfinite, (start, limit, delta))) or delta == 0:
+        return None
+    return (max(math.ceil((limit - start) / delta), 0),), np.asarray(values[0]).dtype
 
 
 # ONNX deprecated GroupNormalization-18 (scale and bias per group) for -21 (per channel): its

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import ml_dtypes
 import numpy as np
 from onnx import TensorProto
 
 from ..ir.graph import Graph, Var
+from ..ir.types import is_float
 from . import ImportLimits, OnnxImportError, checks
 from .shape_values import ShapeValue, materialize
 
@@ -29,7 +31,10 @@ DTYPES = {TensorProto.FLOAT: np.dtype(np.float32), TensorProto.DOUBLE: np.dtype(
           TensorProto.BOOL: np.dtype(np.bool_),
           # the small integers (images arrive as uint8)
           TensorProto.UINT8: np.dtype(np.uint8), TensorProto.INT8: np.dtype(np.int8),
-          TensorProto.INT16: np.dtype(np.int16)}
+          TensorProto.INT16: np.dtype(np.int16),
+          # the half types (bfloat16 is ml_dtypes', which onnx's numpy_helper reads it as)
+          TensorProto.FLOAT16: np.dtype(np.float16),
+          TensorProto.BFLOAT16: np.dtype(ml_dtypes.bfloat16)}
 
 
 class NotSupported(OnnxImportError):
@@ -69,7 +74,7 @@ class Context:
             self._consts[key] = materialize(x, self.g)
         if key not in self._consts:
             name = self._param_names.get(key)
-            if name is not None and x.dtype.kind == "f" and name not in self.g.params:
+            if name is not None and is_float(x.dtype) and name not in self.g.params:
                 self._consts[key] = self.g.param(name, x)
             else:
                 self._consts[key] = self.g.const(x)

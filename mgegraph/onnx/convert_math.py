@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import functional as F
+from ..ir.types import is_float
 from .context import dtype_of, shape_of
 
 
@@ -20,7 +21,7 @@ def _binary(fn):
 
 def _div(cx, ins, at):
     a, b = cx.var(ins[0]), cx.var(ins[1])
-    if a.dtype.kind == "f":
+    if is_float(a.dtype):
         return [F.div(a, b)]
     # ONNX's integer division truncates toward zero
     q = F.floor_div(F.abs(a), F.abs(b))
@@ -31,7 +32,7 @@ def _div(cx, ins, at):
 def _mod(cx, ins, at):
     a, b = cx.var(ins[0]), cx.var(ins[1])
     if at.get("fmod", 0):
-        if a.dtype.kind != "f":
+        if not is_float(a.dtype):
             q = _div(cx, [a, b], {})[0]
             return [F.sub(a, F.mul(q, b))]
         r = F.mod(F.abs(a), F.abs(b))  # C fmod: the sign of the dividend
@@ -99,7 +100,7 @@ def _clip(cx, ins, at):
     x = cx.var(ins[0])
     lo = cx.known(ins[1], "min") if len(ins) > 1 and ins[1] is not None else None
     hi = cx.known(ins[2], "max") if len(ins) > 2 and ins[2] is not None else None
-    if x.dtype.kind == "f":
+    if is_float(x.dtype):
         return [F.clip(x, None if lo is None else float(lo), None if hi is None else float(hi))]
     out = x
     if lo is not None:
@@ -144,7 +145,7 @@ def _reduce(cx, ins, at):
         # ONNX: the max of nothing is the lowest value of the type, the min the highest
         shape = tuple(1 if i in axes else d for i, d in enumerate(shape_of(x))
                       if keep or i not in axes)
-        if x.dtype.kind == "f":
+        if is_float(x.dtype):
             value = -np.inf if op == "ReduceMax" else np.inf
         elif x.dtype.kind == "b":
             value = op == "ReduceMin"

@@ -18,7 +18,7 @@ import numpy as np
 from onnx import numpy_helper
 
 from .. import functional as F
-from . import shape_values
+from . import checks, shape_values
 from .context import shape_of
 
 
@@ -241,6 +241,7 @@ def _constant(cx, ins, at):
     (key,) = at
     value = at[key]
     if key == "value":
+        checks.check_half_bits(cx.where(), value)
         return [numpy_helper.to_array(value)]
     if key == "value_float":
         return [np.asarray(value, np.float32)]

@@ -16,7 +16,8 @@ from onnx import helper, numpy_helper
 
 from ..ir.dims import Dim, is_known_nonnegative
 from ..ir.graph import Graph, Var
-from . import OnnxExportError
+from ..ir.types import is_float
+from . import OnnxExportError, export_half
 from .export_dims import DimWriter, dim_param
 
 INT64_MIN, INT64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
@@ -104,14 +105,14 @@ for _op, _onnx in {**_UNARY, **_BINARY}.items():
 
 @writer("div")
 def _div(w, n, ins):
-    if n.inputs[0].dtype.kind != "f":  # NumPy's integer true division is float; mgegraph's too?
+    if not is_float(n.inputs[0].dtype):  # NumPy's integer true division is float; mgegraph's too?
         raise OnnxExportError("div of integers has no ONNX form with NumPy's meaning")
     return w.add("Div", ins)
 
 
 @writer("floor_div")
 def _floor_div(w, n, ins):
-    if n.outputs[0].dtype.kind != "f":
+    if not is_float(n.outputs[0].dtype):
         raise OnnxExportError("floor_div of integers is not exported")
     return w.add("Floor", w.add("Div", ins))
 
@@ -182,7 +183,7 @@ def _clip(w, n, ins):
 
 @writer("mod")
 def _mod(w, n, ins):
-    if n.outputs[0].dtype.kind != "f":
+    if not is_float(n.outputs[0].dtype):
         return w.add("Mod", ins, fmod=0)  # ONNX's integer Mod takes the divisor's sign, as NumPy
     # NumPy's float remainder: a - floor(a / b) * b
     q = w.add("Floor", w.add("Div", ins))
@@ -703,7 +704,7 @@ def export(obj, path=None, opset: int = 17, *, output_names=None):
             continue
         ins = [w.name(v) for v in node.inputs]
         try:
-            outs = WRITERS[op](w, node, ins)
+            outs = export_half.write(w, node, ins, WRITERS[op])
         except OnnxExportError as exc:
             raise OnnxExportError(f"{op} node made at {node.location}: {exc}") from None
         for var, name in zip(node.outputs, outs):

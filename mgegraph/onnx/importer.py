@@ -24,6 +24,7 @@ from .. import functional as F
 from ..ir.dims import MAX_NAME
 from ..ir.errors import GraphError
 from ..ir.graph import Graph, Var
+from ..ir.types import is_float
 from . import ImportLimits, OnnxImportError, checks
 from .context import DTYPES, Context, dtype_of, shape_of
 from .converters import CONVERTERS, check_ops
@@ -88,7 +89,7 @@ def _bound(cx: Context, vi, value) -> np.ndarray:
     if tt.elem_type:
         dtype = dtype_of(tt.elem_type, cx.where())
         converted = array.astype(dtype)
-        nan = array.dtype.kind == "f" and dtype.kind == "f"
+        nan = is_float(array.dtype) and is_float(dtype)
         if not np.array_equal(converted, array, equal_nan=nan):
             cx.fail(f"a {array.dtype} value that {dtype}, the input's dtype, does not hold")
         array = converted

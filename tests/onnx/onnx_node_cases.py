@@ -12,6 +12,8 @@ The installed ``onnx`` wheel ships no test data, only the generators in
     python tests/onnx/onnx_node_cases.py --float32 [--ort] [--fails]
         # every case whose inputs and outputs are all float32 (any op; a function op's
         # expansion counted under the op), shape-deciding inputs bound; --fails lists why
+    python tests/onnx/onnx_node_cases.py --half [--ort] [--fails]
+        # the same over every case with a float16 or bfloat16 input or output
 """
 from __future__ import annotations
 
@@ -62,6 +64,20 @@ def float32_cases() -> dict:
     for case in _every():
         values = list(case.model.graph.input) + list(case.model.graph.output)
         if all(v.type.tensor_type.elem_type == 1 for v in values):  # 1: TensorProto.FLOAT
+            nodes = case.model.graph.node
+            op = nodes[0].op_type if len(nodes) == 1 else _expanded_op(case.name)
+            out[op].append(case)
+    return dict(out)
+
+
+@functools.lru_cache(maxsize=1)
+def half_cases() -> dict:
+    """op -> [TestCase]: every case with a float16 or bfloat16 graph input or output, counted
+    as ``float32_cases`` counts."""
+    out = collections.defaultdict(list)
+    for case in _every():
+        values = list(case.model.graph.input) + list(case.model.graph.output)
+        if any(v.type.tensor_type.elem_type in (10, 16) for v in values):  # FLOAT16, BFLOAT16
             nodes = case.model.graph.node
             op = nodes[0].op_type if len(nodes) == 1 else _expanded_op(case.name)
             out[op].append(case)
@@ -132,11 +148,12 @@ def run_case_ort(case):
 
 
 def summary(strict: bool = True, ort: bool = False, every_float32: bool = False,
-            why: list | None = None) -> dict:
+            why: list | None = None, half: bool = False) -> dict:
     """op -> Counter(pass / of which shapes fed / skip / fail, and ORT's pass and fail);
-    ``why`` collects (case, reason) of each skip and failure."""
+    ``why`` collects (case, reason) of each skip and failure; ``half``: the half cases."""
     table = {}
-    for op, found in (float32_cases() if every_float32 else cases()).items():
+    chosen = half_cases() if half else float32_cases() if every_float32 else cases()
+    for op, found in chosen.items():
         counts = collections.Counter()
         for case in found:
             try:
@@ -164,15 +181,16 @@ def summary(strict: bool = True, ort: bool = False, every_float32: bool = False,
 if __name__ == "__main__":
     import sys
 
-    every_float32 = "--float32" in sys.argv
-    strict, ort = "--bind" not in sys.argv and not every_float32, "--ort" in sys.argv
+    every_float32, half = "--float32" in sys.argv, "--half" in sys.argv
+    strict = "--bind" not in sys.argv and not every_float32 and not half
+    ort = "--ort" in sys.argv
     why = [] if "--fails" in sys.argv else None
     columns = ("pass", "of which shapes fed", "skip", "fail") + (("ORT pass", "ORT fail")
                                                                  if ort else ())
     total = collections.Counter()
     print("strict: every graph input fed at run time" if strict else
           "--bind: inputs that decide shapes bound with constants=")
-    for op, counts in sorted(summary(strict, ort, every_float32, why).items()):
+    for op, counts in sorted(summary(strict, ort, every_float32, why, half).items()):
         total.update(counts)
         print(f"{op:20s} " + " ".join(f"{k}={counts[k]}" for k in columns))
     print(f"{'TOTAL':20s} " + " ".join(f"{k}={total[k]}" for k in columns))

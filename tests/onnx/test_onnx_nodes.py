@@ -45,7 +45,7 @@ def test_every_operator_has_a_passing_case():
 
 def test_only_dtypes_and_loop_skip_a_case():
     """Shapes fed as data, 3-D pooling and MaxPool's Indices run; what is left is a dtype
-    mgegraph has not (float16, uint16, ...) and Range's expansion into a Loop."""
+    mgegraph has not (uint16, float8, ...) and Range's expansion into a Loop."""
     others = {name: reason for name, (_, reason) in _outcomes().items()
               if reason is not None and "dtype" not in reason and "Loop" not in reason}
     assert not others, others

@@ -1,4 +1,5 @@
-"""The elementwise ops on CUDA: unary, binary, compare, where, cast and assign.
+"""The elementwise ops on CUDA: unary, binary, compare, where, cast and assign (the half types:
+where, cast and assign's copy, which move or convert bits; every other op widens to float32).
 
 Lowering: the shared one (mgegraph/kernel_abi/elementwise.py), as the CPU's: the rendered
 kernels (mgegraph/cuda/render.py over csrc_cuda/elementwise.cuh) read its ints layout
@@ -59,6 +60,11 @@ def _render_cast(ins, types):
     return text, launch_steps(entry, ins.ints, types, 1)
 
 
+def _render_copy(ins, types):
+    entry, text = render.copy_kernel(types[0].dtype)
+    return text, launch_steps(entry, ins.ints, types, 1)
+
+
 def _kernels() -> dict[str, RenderedKernel]:
     dtypes = [np.dtype(d) for d in render.CTYPES]
     kernels = {}
@@ -66,6 +72,11 @@ def _kernels() -> dict[str, RenderedKernel]:
                        ("compare", _render_table_op), ("where", _render_where),
                        ("cast", _render_cast)):
         kernels.update({f"{family}_{short_name(d)}": RenderedKernel(fn) for d in dtypes})
+    # the half types: where and cast, and assign's copy as their one unary kernel
+    for d in map(np.dtype, render.HALF_CTYPES):
+        kernels.update({f"where_{short_name(d)}": RenderedKernel(_render_where),
+                        f"cast_{short_name(d)}": RenderedKernel(_render_cast),
+                        f"unary_{short_name(d)}": RenderedKernel(_render_copy)})
     return kernels
 
 

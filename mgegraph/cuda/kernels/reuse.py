@@ -8,10 +8,8 @@ wraps it and says why.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 from ...backend import KernelTable, OpImpl, kernel_name
-from ...ir.types import HALF_DTYPES
 from ..kernel import CudaKernel, Step
 
 MAX_GRID = 1 << 20  # kernels stride over the rest: no grid is larger than this many blocks
@@ -29,9 +27,7 @@ def shared_impls(family) -> dict[str, OpImpl]:
     """
     table = KernelTable("cuda")
     family.implement(table)
-    # no CUDA kernel moves or casts the half types yet: the backend refuses their nodes by name
-    return {op: replace(impl, dtypes=tuple(d for d in impl.dtypes if d not in HALF_DTYPES))
-            for op, impl in table.impls.items()}
+    return table.impls
 
 
 def implement_shared(table, family, wrap=None, ops=None) -> None:
