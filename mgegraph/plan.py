@@ -18,7 +18,7 @@ from .backend import get_backend
 from .host_memory import aligned_empty
 from .ir.errors import FeedError, GraphError
 from .ir.printer import CATEGORY_COLOURS, OTHER_COLOUR, dot_text, format_attrs
-from .ir.types import TensorType
+from .ir.types import TensorType, is_float
 from .kernels_report import KernelsReport
 from .ops import get_op
 from .planner.memory.plan import MemoryPlan
@@ -146,7 +146,7 @@ class Plan:
                 == (other.device, other.slots, other.instructions, other.feeds, other.outputs,
                     other.memory, other.shared, other.check_numerics)
                 and self.values.keys() == other.values.keys()
-                and all(np.array_equal(v, other.values[k], equal_nan=v.dtype.kind == "f")
+                and all(np.array_equal(v, other.values[k], equal_nan=is_float(v.dtype))
                         for k, v in self.values.items()))
 
     __hash__ = None
@@ -332,7 +332,7 @@ def check_out(plan, out) -> list:
 def non_finite_output(plan, index: int, slot: int, value: np.ndarray) -> str | None:
     """What a ``check_numerics`` run says when instruction ``index`` wrote ``value`` into its
     output ``slot``: None unless it is a float array holding a NaN or an infinity."""
-    if value.dtype.kind != "f" or np.isfinite(value).all():
+    if not is_float(value.dtype) or np.isfinite(value).all():
         return None
     ins = plan.instructions[index]
     what = "NaN" if np.isnan(value).any() else "an infinity"

@@ -8,6 +8,7 @@ from .autodiff import grad
 from .compiler import compile
 from .ir.errors import OpError
 from .ir.graph import Graph
+from .ir.types import is_float
 
 
 def gradcheck(fn, *arrays, wrt=None, eps=1e-6, rtol=1e-5, atol=1e-7, seed=0):
@@ -22,7 +23,7 @@ def gradcheck(fn, *arrays, wrt=None, eps=1e-6, rtol=1e-5, atol=1e-7, seed=0):
     """
     arrays = [np.asarray(a) for a in arrays]
     if wrt is None:
-        wrt = [i for i, a in enumerate(arrays) if a.dtype.kind == "f"]
+        wrt = [i for i, a in enumerate(arrays) if is_float(a.dtype)]
     g = Graph()
     xs = [g.input(f"x{i}", a.shape, a.dtype) for i, a in enumerate(arrays)]
     out = fn(*xs)

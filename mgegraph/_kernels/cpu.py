@@ -12,6 +12,7 @@ import numpy as np
 from ..backend import FusionLimits, HeldPlan, KernelTable, profiling, record_run
 from ..host_memory import host_arena
 from ..ir.errors import NumericsError
+from ..ir.types import is_float
 from ..kernel_abi.status import MESSAGES, kernel_error
 from ..plan import (
     Role,
@@ -279,7 +280,7 @@ class CpuExecutable:
         read of one shows up as the NaN it makes."""
         plan, buffers = self.plan, self.buffers
         bad_feeds = [name for name, slot in plan.feeds.items()  # (copied in: never bound here)
-                     if buffers[slot].dtype.kind == "f" and not np.isfinite(buffers[slot]).all()]
+                     if is_float(buffers[slot].dtype) and not np.isfinite(buffers[slot]).all()]
         for i, ins in enumerate(plan.instructions):
             status = self.executor.run_one(i)
             if status != 0:

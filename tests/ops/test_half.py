@@ -311,3 +311,15 @@ def test_eager_and_traced_half_steps_give_the_same_weights(dtype):
     for a, b in zip(eager_losses + eager_w, traced_losses + traced_w):
         same_bits(a, b, dtype)
     assert eager_w[0].dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=str)
+def test_check_numerics_sees_a_nan_in_a_half_value(dtype):
+    g = mg.Graph()
+    x = g.input("x", (3,), dtype)
+    plan = mg.compile([F.sqrt(x) * 2.0], check_numerics=True)
+    plan.run({"x": np.array([1, 4, 9], dtype)})
+    with pytest.raises(mg.NumericsError, match="sqrt"):
+        plan.run({"x": np.array([1, -4, 9], dtype)})
+    with pytest.raises(mg.NumericsError, match="feed.*'x' already held NaN"):
+        plan.run({"x": np.array([1, np.nan, 9], dtype)})
