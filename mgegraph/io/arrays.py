@@ -10,11 +10,18 @@ import math
 import os
 import zipfile
 
+import ml_dtypes
 import numpy as np
 
 from .files import Refuse, open_regular, write_atomically
 
 _READ_HEADER = {1: np.lib.format.read_array_header_1_0, 2: np.lib.format.read_array_header_2_0}
+
+
+# NumPy's .npy header cannot name bfloat16 (ml_dtypes'): np.save writes its values as 2-byte
+# void records, and mgegraph's own files hold them as uint16 bits (io/container.py)
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+BFLOAT16_BITS = (np.dtype("V2"), np.dtype("<u2"))
 
 
 def read_npy(path, shape, dtype, refuse: Refuse, what: str = "the array wanted") -> np.ndarray:
@@ -25,6 +32,8 @@ def read_npy(path, shape, dtype, refuse: Refuse, what: str = "the array wanted")
     here; the model's plan checks what the names' values must satisfy."""
     with open_regular(path, refuse) as f:
         found = _header(f, refuse)
+        if found is not None and found[1] in BFLOAT16_BITS and dtype == BFLOAT16:
+            found = (found[0], BFLOAT16)  # np.save writes bfloat16 as raw 2-byte records
         if found is not None and (not _conforms(found[0], shape) or found[1] != dtype):
             refuse(f"the array is {type_text(*found)}, {what} is {type_text(shape, dtype)}")
         if found is not None:
@@ -38,7 +47,7 @@ def read_npy(path, shape, dtype, refuse: Refuse, what: str = "the array wanted")
                    ("" if "pickle" in str(exc) else f" ({exc})"))
     if not isinstance(array, np.ndarray):
         refuse("an .npz archive; give one array as .npy")
-    return array
+    return array.view(BFLOAT16) if dtype == BFLOAT16 else array
 
 
 def _conforms(found: tuple, shape) -> bool:

@@ -20,6 +20,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 
 from ..ir.errors import ModelFormatError
@@ -69,7 +70,7 @@ def fail(message: str):
 
 # .npy headers cannot name bfloat16 (NumPy writes it as raw |V2 records): its members hold the
 # bits as little-endian uint16, and the description's dtype says how to read them
-BFLOAT16 = np.dtype("bfloat16")
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 BITS_OF = {BFLOAT16: np.dtype("<u2")}
 
 

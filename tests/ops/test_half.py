@@ -323,3 +323,16 @@ def test_check_numerics_sees_a_nan_in_a_half_value(dtype):
         plan.run({"x": np.array([1, -4, 9], dtype)})
     with pytest.raises(mg.NumericsError, match="feed.*'x' already held NaN"):
         plan.run({"x": np.array([1, np.nan, 9], dtype)})
+
+
+def test_a_bfloat16_npy_written_by_numpy_is_read_as_bfloat16(tmp_path):
+    from mgegraph.io.arrays import read_npy
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3).astype(BF16)
+    np.save(tmp_path / "x.npy", x)  # NumPy writes bfloat16 as 2-byte void records
+
+    def refuse(message):
+        raise ValueError(message)
+    same_bits(read_npy(tmp_path / "x.npy", (2, 3), BF16, refuse), x)
+    with pytest.raises(ValueError, match="float16"):
+        read_npy(tmp_path / "x.npy", (2, 3), F16, refuse)
