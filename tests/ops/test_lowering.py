@@ -67,7 +67,7 @@ def test_conv_and_pool_parameters_by_name():
     got = fields(KC.CONV_FIELDS, instruction([y], "conv2d").ints)
     assert (got["batch"], got["cin"], got["h"], got["w"], got["cout"]) == (2, 4, 9, 7, 6)
     assert (got["sh"], got["sw"], got["ph"], got["pw"], got["dh"], got["dw"]) == (2, 2, 1, 0, 1, 2)
-    assert (got["groups"], got["has_bias"], got["relu"]) == (2, 0, 0)
+    assert (got["groups"], got["has_bias"], got["activation"]) == (2, 0, 0)
     assert got["path"] == KC.CONV_PATHS["im2col"]
     pooled = F.avg_pool2d(x, 3, stride=2, padding=1, mode="average")
     got = fields(KP.POOL_FIELDS, instruction([pooled], "avg_pool2d").ints)
