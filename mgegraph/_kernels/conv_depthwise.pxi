@@ -27,9 +27,9 @@ cdef extern from "dw3.h":
     ctypedef struct dw3_geom:
         Py_ssize_t h, w, oh, ow, sh, sw, ph, pw, dh
     Py_ssize_t dw3_slot(const dw3_geom* g) noexcept nogil
-    ctypedef void (*dw3_f32_fn)(const float* x, float* eo, const float* k, const float* bias,
+    ctypedef void (*dw3_f32_fn)(const float* x, float* pad, const float* k, const float* bias,
                                 int act, float* y, const dw3_geom* g) noexcept nogil
-    ctypedef void (*dw3_f64_fn)(const double* x, double* eo, const double* k,
+    ctypedef void (*dw3_f64_fn)(const double* x, double* pad, const double* k,
                                 const double* bias, int act, double* y,
                                 const dw3_geom* g) noexcept nogil
     dw3_f32_fn dw3_f32_of(Py_ssize_t isa) noexcept nogil

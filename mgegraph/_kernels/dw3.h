@@ -177,11 +177,12 @@ static void dw3_f64_avx512(DW3_ARGS(double))
 DW3_BODY(double, long long, 8, 4, act_f64, DW3_SPLIT8)
 #endif
 
-/* the plane kernel for instruction set ``isa`` (0 baseline, 1 AVX2 + FMA, 2 AVX-512F + FMA) */
+/* the plane kernel for instruction set ``isa`` (0 baseline, 1 AVX2 + FMA, 2 AVX-512F + FMA), or
+ * the widest narrower one this CPU runs (a plan made on another machine) */
 static inline dw3_f32_fn dw3_f32_of(ptrdiff_t isa) {
 #if defined(__GNUC__) && defined(__x86_64__)
-    if (isa == 2) return dw3_f32_avx512;
-    if (isa == 1) return dw3_f32_avx2;
+    if (isa >= 2 && cpu_isa_ok(2)) return dw3_f32_avx512;
+    if (isa >= 1 && cpu_isa_ok(1)) return dw3_f32_avx2;
 #endif
     (void)isa;
     return dw3_f32_base;
@@ -189,8 +190,8 @@ static inline dw3_f32_fn dw3_f32_of(ptrdiff_t isa) {
 
 static inline dw3_f64_fn dw3_f64_of(ptrdiff_t isa) {
 #if defined(__GNUC__) && defined(__x86_64__)
-    if (isa == 2) return dw3_f64_avx512;
-    if (isa == 1) return dw3_f64_avx2;
+    if (isa >= 2 && cpu_isa_ok(2)) return dw3_f64_avx512;
+    if (isa >= 1 && cpu_isa_ok(1)) return dw3_f64_avx2;
 #endif
     (void)isa;
     return dw3_f64_base;
