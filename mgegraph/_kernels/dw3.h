@@ -53,7 +53,8 @@ typedef void (*dw3_f64_fn)(DW3_ARGS(double));
 /* x's rows into the padded plane's interior. At column stride 2, padded column q = c + pw goes to
  * half plane q % 2 at q / 2: x's even columns to half pw % 2 from pw / 2 on, its odd ones to the
  * other from (pw + 1) / 2 on, VW pairs at a time by SPLIT() where the build has SIMD shuffles
- * (a split of two vectors), the rest one pair at a time. */
+ * (a split of two vectors; the last VW pairs of a row too, some split again: one at a time, a
+ * 56-wide row's 12 left over took as long as the convolution), else one pair at a time. */
 #define DW3_PAD(T, SPLIT)                                                                    \
     for (ptrdiff_t r = 0; r < g->h; r++) {                                                   \
         const T* xr = x + r * g->w;                                                          \
@@ -70,11 +71,18 @@ typedef void (*dw3_f64_fn)(DW3_ARGS(double));
         if (g->w % 2) ev[pairs] = xr[2 * pairs];                                             \
     }
 #define DW3_SPLIT_NONE()
+#define DW3_SPLIT_PAIRS(at)                                                                  \
+    {                                                                                        \
+        vec lo = *(const uvec*)(xr + 2 * (at)), hi = *(const uvec*)(xr + 2 * (at) + vw);     \
+        *(uvec*)(ev + (at)) = __builtin_shuffle(lo, hi, even_);                              \
+        *(uvec*)(od + (at)) = __builtin_shuffle(lo, hi, odd_);                               \
+    }
 #define DW3_SPLIT_SIMD(EVEN, ODD)                                                            \
-    for (; i + vw <= pairs; i += vw) {                                                       \
-        vec lo = *(const uvec*)(xr + 2 * i), hi = *(const uvec*)(xr + 2 * i + vw);           \
-        *(uvec*)(ev + i) = __builtin_shuffle(lo, hi, (ivec){EVEN});                          \
-        *(uvec*)(od + i) = __builtin_shuffle(lo, hi, (ivec){ODD});                           \
+    const ivec even_ = {EVEN}, odd_ = {ODD};                                                 \
+    for (; i + vw <= pairs; i += vw) DW3_SPLIT_PAIRS(i)                                      \
+    if (i < pairs && pairs >= vw) { /* the last vw pairs, some of them again */             \
+        DW3_SPLIT_PAIRS(pairs - vw)                                                          \
+        i = pairs;                                                                           \
     }
 #define DW3_EVEN4 0, 2, 4, 6
 #define DW3_ODD4 1, 3, 5, 7
