@@ -1,10 +1,12 @@
-// conv2d (NCHW, groups, stride, padding, dilation, bias and relu epilogue) as an implicit GEMM,
+// conv2d (NCHW, groups, stride, padding, dilation, bias and activation epilogue) as an implicit
+// GEMM,
 // and its two gradients as implicit GEMMs too.
 //
 // Parameters: the first 19 fields of the CPU's Conv struct (mgegraph/_kernels/conv.pyx, packed
 // by lowering/conv.py; kernels/conv.py checks their order at import):
 //   ints [batch, cin, h, w, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups, has_bias,
-//         path, relu, ...]  (path and what follows choose among the CPU's ways: unused here)
+//         path, activation, ...]  (activation: scalar.cuh's MG_ACT_* code; path and what
+//         follows choose among the CPU's ways: unused here)
 //   conv2d: x, w, [bias,] y;  conv2d_backward_data: w, dy, dx;  conv2d_backward_filter: x, dy, dw
 //
 // Design: each convolution is one product per group through gemm_tile.cuh, whose operands are
@@ -20,7 +22,7 @@
 
 struct Conv {
     i64 batch, cin, h, w, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups, has_bias, path,
-        relu;
+        activation;
     __device__ i64 cg() const { return mg_div(cin, groups); }
     __device__ i64 ocg() const { return mg_div(cout, groups); }
     __device__ i64 taps() const { return kh * kw; }
@@ -51,7 +53,7 @@ template <class T> struct Forward {
         const i64 pix = c.oh * c.ow, oc = g * c.ocg() + i;
         T v = (T)acc;
         if (bias) v = v + bias[oc];
-        if (c.relu) v = m_relu(v);
+        v = m_activate(v, c.activation);
         y[(mg_div(j, pix) * c.cout + oc) * pix + mg_mod(j, pix)] = v;
     }
 };

@@ -1,16 +1,18 @@
-// Matrix products: batched matmul with broadcast batch dims, and linear (x w^T + bias, relu).
+// Matrix products: batched matmul with broadcast batch dims, and linear (x w^T + bias, then an
+// activation).
 //
 // Parameters: the CPU's (mgegraph/_kernels/linalg.pyx, packed by lowering/matmul.py):
 //   matmul: ints [m, n, k, transpose_a, transpose_b, ndim, batch shape, a strides, b strides]
 //           (batch strides in elements, 0 where broadcast); buffers a, b, c (c contiguous)
-//   linear: ints [m, n, k, has_bias, relu]; buffers x, w, [bias,] y
+//   linear: ints [m, n, k, has_bias, activation]; buffers x, w, [bias,] y (activation: an
+//           MG_ACT_* code of scalar.cuh)
 // A is (m, k), or (k, m) stored when transposed; B is (k, n), or (n, k) when transposed.
 //
 // Design: the block tile of gemm_tile.cuh over strided operands, loaded along whichever of an
 // operand's strides is 1, so transposed operands are read coalesced too. A product of few tiles
-// and a long k splits k over blocks (`_split`, then `_sum` in a fixed order). The bias and relu
-// epilogue (the epilogue pass) is applied as the tile is written, with the relu op's own scalar
-// function (scalar.cuh), as the CPU's linear does.
+// and a long k splits k over blocks (`_split`, then `_sum` in a fixed order). The bias and activation
+// epilogue (the epilogue pass) is applied as the tile is written, with the op's own scalar
+// function (scalar.cuh's m_activate), as the CPU's linear does.
 #include "mg_abi.cuh"
 #include "gemm_tile.cuh"
 #include "scalar.cuh"
@@ -21,13 +23,13 @@ template <class T> struct Strided {
     bool a_down, b_across;
     const T *A, *B, *bias;
     T* C;
-    bool relu;
+    i64 activation;  // MG_ACT_*, or 0
     __device__ T a(i64 i, i64 p) const { return A[i * ai + p * ap]; }
     __device__ T b(i64 p, i64 j) const { return B[p * bp + j * bj]; }
     template <class V> __device__ void store(i64 i, i64 j, V acc) const {
         T v = (T)acc;
         if (bias) v = v + bias[j];
-        if (relu) v = m_relu(v);
+        v = m_activate(v, activation);
         C[i * n + j] = v;
     }
 };
@@ -39,7 +41,7 @@ __device__ Strided<T> strided(i64 m, i64 n, i64 k, i64 ai, i64 ap, i64 bp, i64 b
     s.a_down = ai == 1;
     s.b_across = bj == 1;
     s.bias = nullptr;
-    s.relu = false;
+    s.activation = 0;
     return s;
 }
 
@@ -66,7 +68,7 @@ template <class T> __device__ Strided<T> linear_op(const MgArgs& a, i64) {
     op.B = (const T*)a.bufs[1];
     op.bias = has_bias ? (const T*)a.bufs[2] : nullptr;
     op.C = (T*)a.bufs[has_bias ? 3 : 2];
-    op.relu = q[4] != 0;
+    op.activation = q[4];
     return op;
 }
 
@@ -117,7 +119,7 @@ template <class T, class C, class K> __device__ void product_split(const MgArgs&
     op.k = k1 - k0;
     op.C = (T*)(ws + MG_SPLIT_HEADER) + s * op.m * op.n;
     op.bias = nullptr;
-    op.relu = false;
+    op.activation = 0;
     for (i64 ty = blockIdx.y; ty * C::BM < op.m; ty += gridDim.y)
         mg_gemm_tile<T, C>(op, ty * C::BM, (i64)blockIdx.x * C::BN);
 }

@@ -354,3 +354,12 @@ MG_HD mg_i64 float_to_i64(double x) {
     return x >= -9223372036854775808.0 && x < 9223372036854775808.0
         ? (mg_i64)x : (mg_i64)0x8000000000000000ull;
 }
+
+// -- the epilogue activations of linear and conv2d (kernel_abi.matmul.ACTIVATION_CODES) -------
+// each the elementwise op's own function, so a fused plan gives the unfused one's bits: relu,
+// and relu6 as clip(x, 0, 6)
+#define MG_ACT_RELU 1
+#define MG_ACT_RELU6 2
+template <class T> MG_HD T m_activate(T v, mg_i64 act) {
+    return act == MG_ACT_RELU ? m_relu(v) : act == MG_ACT_RELU6 ? m_clamp(v, T(0), T(6)) : v;
+}

@@ -30,11 +30,12 @@ from .params cimport fields_of
 from .window cimport ceil_div, clamp
 from .blas cimport gemm, gemm_ld
 from .blas_table cimport blas_one_thread, blas_restore_threads
-from .ew_ops cimport ew_relu
+from .activation cimport activate
 
 ctypedef struct Conv:
     Py_ssize_t batch, cin, h, w, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups
-    Py_ssize_t has_bias, path, relu  # path: a ConvPath; relu: the epilogue applies relu (conv2d)
+    # path: a ConvPath; activation: the epilogue's (conv2d), an activation.h code (ACT_*)
+    Py_ssize_t has_bias, path, activation
     Py_ssize_t isa, threads  # the blocked path's tiles (BLOCKED_ISAS), the threads it may use
     Py_ssize_t transposed  # im2col's conv2d GEMM gives y^T (cells x channels), then transposes
     # conv2d_packed: the weights come packed in blocks of this many output channels (the
@@ -242,17 +243,18 @@ cdef inline void col2im_range(floating* col, floating* x, Py_ssize_t c0, Py_ssiz
 
 
 # -- convolution ----------------------------------------------------------------------------------
-cdef inline void epilogue_rows(floating* y, const floating* bias, bint relu, Py_ssize_t rows,
-                               Py_ssize_t cols) noexcept nogil:
-    # bias and relu on one group's GEMM output while it is still in cache; the relu is the op's
-    # own scalar function (ew_ops.pxd), so it gives bitwise what a relu node after the conv would
+cdef inline void epilogue_rows(floating* y, const floating* bias, Py_ssize_t act,
+                               Py_ssize_t rows, Py_ssize_t cols) noexcept nogil:
+    # bias and activation on one group's GEMM output while it is still in cache; the activation
+    # is the op's own scalar function (activation.pxd), so it gives bitwise what a relu or relu6
+    # (clip) node after the conv would
     cdef Py_ssize_t r, i
     cdef floating b
     for r in range(rows):
         b = bias[r] if bias != NULL else 0
-        if relu:
+        if act:
             for i in range(cols):
-                y[i] = ew_relu(y[i] + b)
+                y[i] = activate(y[i] + b, act)
         elif bias != NULL:
             for i in range(cols):
                 y[i] += b
@@ -365,12 +367,12 @@ cdef inline int conv2d_impl(const floating* x, const floating* w, const floating
     cdef Blocked b
     if s.packed:
         if floating is float and s.path == C_GATHER:
-            return packed_call(x, w, bias, s.relu, y, ws, s)
+            return packed_call(x, w, bias, s.activation, y, ws, s)
         return KERNEL_UNSUPPORTED  # the lowering takes it for float32 on the gather tiles only
     if s.path == C_BLOCKED or s.path == C_GATHER:
         if floating is float:
             b = blocked_forward(s)
-            return blocked_call(x, w, bias, s.relu, y, ws, &b, s)
+            return blocked_call(x, w, bias, s.activation, y, ws, &b, s)
         return KERNEL_UNSUPPORTED  # the lowering takes it for float32 only
     if s.path == C_WINOGRAD:
         if floating is float:

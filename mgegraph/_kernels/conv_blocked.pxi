@@ -257,7 +257,7 @@ cdef inline void tiles(const float* padded, const float* packed, float* rows, Py
                     + o % CONV_PACK, rows + o * b.ldy + q, b.ldy, b.no - o, a > 0)
 
 
-cdef inline void rows_out(const float* rows, float* y, const float* bias, bint relu,
+cdef inline void rows_out(const float* rows, float* y, const float* bias, Py_ssize_t act,
                           Py_ssize_t o, const Blocked* b) noexcept nogil:
     # output channel o's rows without their wrapped cells, with the epilogue
     cdef Py_ssize_t r, i
@@ -266,9 +266,9 @@ cdef inline void rows_out(const float* rows, float* y, const float* bias, bint r
     cdef float* dst
     for r in range(b.oh):
         src, dst = rows + o * b.ldy + r * b.wp, y + (o * b.oh + r) * b.ow
-        if relu:
+        if act:
             for i in range(b.ow):
-                dst[i] = ew_relu(src[i] + add)
+                dst[i] = activate(src[i] + add, act)
         elif bias != NULL:
             for i in range(b.ow):
                 dst[i] = src[i] + add
@@ -305,23 +305,23 @@ cdef inline void gather_tiles(const float* padded, const float* packed, float* c
                         cells + i * tile.pix * b.ldy + o * tile.ch, b.ldy, 0)
 
 
-cdef inline void cells_out(const float* cells, float* y, const float* bias, bint relu,
+cdef inline void cells_out(const float* cells, float* y, const float* bias, Py_ssize_t act,
                            Py_ssize_t o0, Py_ssize_t o1, const Blocked* b, int isa) noexcept nogil:
     # y's channels [o0, o1) of (no, oh * ow) = the transposed result rows, with the epilogue
     # (conv_tile.h's conv_out: blocks of cells whose rows stay in L1, transposed in registers)
-    conv_out_of(isa)(cells, b.ldy, y, b.ncols, b.ncols, o0, o1, bias, relu)
+    conv_out_of(isa)(cells, b.ldy, y, b.ncols, b.ncols, o0, o1, bias, act)
 
 
-cdef inline void results_out(const float* res, float* y, const float* bias, bint relu,
+cdef inline void results_out(const float* res, float* y, const float* bias, Py_ssize_t act,
                              Py_ssize_t k, const Blocked* b, int isa) noexcept nogil:
     # output channels [k * OUT_CHANNELS, (k + 1) * OUT_CHANNELS) of one image and group, from
     # either path's result layout
     cdef Py_ssize_t o, o0 = k * OUT_CHANNELS, o1 = min(b.no, (k + 1) * OUT_CHANNELS)
     if b.gather:
-        cells_out(res, y, bias, relu, o0, o1, b, isa)
+        cells_out(res, y, bias, act, o0, o1, b, isa)
     else:
         for o in range(o0, o1):
-            rows_out(res, y, bias, relu, o, b)
+            rows_out(res, y, bias, act, o, b)
 
 
 cdef inline void image_tiles(const float* padded, const float* packed, float* res,
@@ -346,7 +346,7 @@ cdef inline void image_tiles(const float* padded, const float* packed, float* re
 
 
 cdef inline void blocked_image(const float* x, const float* packed, float* y, const float* bias,
-                               bint relu, float* padded, float* res, conv_tile tile,
+                               Py_ssize_t act, float* padded, float* res, conv_tile tile,
                                const Blocked* b, const Conv* s, int nt) noexcept nogil:
     # one image, every group; nt > 1 threads share its tiles
     cdef Py_ssize_t g, o
@@ -357,14 +357,14 @@ cdef inline void blocked_image(const float* x, const float* packed, float* y, co
         bg = bias + g * b.no if bias != NULL else NULL
         if nt > 1:  # the threads that shared the tiles share the copy out, by channels
             for o in prange(ceil_div(b.no, OUT_CHANNELS), num_threads=nt, schedule="static"):
-                results_out(res, y + g * b.no * b.oh * b.ow, bg, relu, o, b, <int>s.isa)
+                results_out(res, y + g * b.no * b.oh * b.ow, bg, act, o, b, <int>s.isa)
         else:
             for o in range(ceil_div(b.no, OUT_CHANNELS)):
-                results_out(res, y + g * b.no * b.oh * b.ow, bg, relu, o, b, <int>s.isa)
+                results_out(res, y + g * b.no * b.oh * b.ow, bg, act, o, b, <int>s.isa)
         packed += round_up(b.no, b.pack) * b.nc * b.taps
 
 
-cdef inline int blocked_call(const float* x, const float* w, const float* bias, bint relu,
+cdef inline int blocked_call(const float* x, const float* w, const float* bias, Py_ssize_t act,
                              float* y, float* ws, Blocked* b, const Conv* s) noexcept nogil:
     # x: (batch, nc * groups, h, w) -> y: (batch, no * groups, oh, ow), by the path's layout
     # (b: the geometry, whose gather packing the tile fixes)
@@ -383,11 +383,11 @@ cdef inline int blocked_call(const float* x, const float* w, const float* bias, 
     if nt > 1 and s.batch >= nt:
         for n in prange(s.batch, num_threads=nt, schedule="static"):
             k = threadid()
-            blocked_image(x + n * xs, ws, y + n * ys, bias, relu, area + k * slot,
+            blocked_image(x + n * xs, ws, y + n * ys, bias, act, area + k * slot,
                           area + k * slot + b.npadded, tile, b, s, 1)
     else:
         for n in range(s.batch):
-            blocked_image(x + n * xs, ws, y + n * ys, bias, relu, area, area + b.npadded,
+            blocked_image(x + n * xs, ws, y + n * ys, bias, act, area, area + b.npadded,
                           tile, b, s, nt)
     return KERNEL_OK
 
@@ -574,7 +574,7 @@ cdef inline Py_ssize_t packed_elems(const Conv* s) noexcept nogil:
 
 
 cdef inline void packed_chunk(const float* planes, const float* packed, float* res, float* y,
-                              const float* bias, bint relu, Py_ssize_t item,
+                              const float* bias, Py_ssize_t act, Py_ssize_t item,
                               Py_ssize_t ogroups, conv_tile tile, const Blocked* b,
                               Py_ssize_t ncells, Py_ssize_t nchunks, int isa) noexcept nogil:
     # work item (chunk item % nchunks, channel block group item // nchunks): its cells through
@@ -605,7 +605,7 @@ cdef inline void packed_chunk(const float* planes, const float* packed, float* r
         end = min(last, (n + 1) * b.ncols)
         conv_out_of(isa)(res + (cell - first) * b.ldy, b.ldy, y + n * b.no * b.ncols
                          + cell % b.ncols, b.ncols, end - cell, ob0 * tile.ch,
-                         min(b.no, ob1 * tile.ch), bias, relu)
+                         min(b.no, ob1 * tile.ch), bias, act)
         cell = end
 
 
@@ -616,7 +616,7 @@ cdef inline void packed_chunk(const float* planes, const float* packed, float* r
 # weights (nc x 64 floats: 200 KiB for nc = 784) stay in L2 while every row tile passes, where
 # packed_chunk streams all the weights past each tile (4 MiB per 7 rows of a 1024 x 1024
 # layer, from L3). A tile writes into y directly where it is whole, else into a stack buffer.
-cdef inline void rows_item(const float* x, const float* packed, const float* bias, bint relu,
+cdef inline void rows_item(const float* x, const float* packed, const float* bias, Py_ssize_t act,
                            float* y, Py_ssize_t item, Py_ssize_t rgroups, conv_tile tile,
                            Py_ssize_t m, Py_ssize_t n, Py_ssize_t k) noexcept nogil:
     # work item (channel block item // rgroups, its group item % rgroups of row tiles)
@@ -639,10 +639,10 @@ cdef inline void rows_item(const float* x, const float* packed, const float* bia
         for r in range(rows):  # the epilogue while the tile is in L1, as conv_out's
             for c in range(c0, c1):
                 y[(r0 + r) * n + c] = conv_out_one(dst[r * ld + c - c0],
-                                                   bias[c] if bias != NULL else 0, relu)
+                                                   bias[c] if bias != NULL else 0, act)
 
 
-cdef inline int rows_call(const float* x, const float* packed, const float* bias, bint relu,
+cdef inline int rows_call(const float* x, const float* packed, const float* bias, Py_ssize_t act,
                           float* y, conv_tile tile, const Conv* s) noexcept nogil:
     cdef Py_ssize_t item, nblocks = ceil_div(s.cout, tile.ch), rgroups = 1
     cdef Py_ssize_t ntiles = ceil_div(s.batch, tile.pix), k = s.cin
@@ -651,10 +651,10 @@ cdef inline int rows_call(const float* x, const float* packed, const float* bias
         rgroups = min(ntiles, ceil_div(2 * nt, nblocks))
     if nt > 1:
         for item in prange(nblocks * rgroups, schedule="static", num_threads=nt):
-            rows_item(x, packed, bias, relu, y, item, rgroups, tile, s.batch, s.cout, k)
+            rows_item(x, packed, bias, act, y, item, rgroups, tile, s.batch, s.cout, k)
     else:
         for item in range(nblocks * rgroups):
-            rows_item(x, packed, bias, relu, y, item, rgroups, tile, s.batch, s.cout, k)
+            rows_item(x, packed, bias, act, y, item, rgroups, tile, s.batch, s.cout, k)
     return KERNEL_OK
 
 
@@ -667,7 +667,7 @@ cdef inline Py_ssize_t even_groups(Py_ssize_t nblocks, Py_ssize_t wanted) noexce
     return groups
 
 
-cdef inline int packed_call(const float* x, const float* packed, const float* bias, bint relu,
+cdef inline int packed_call(const float* x, const float* packed, const float* bias, Py_ssize_t act,
                             float* y, float* ws, const Conv* s) noexcept nogil:
     # x: (batch, nc, h, w) -> y: (batch, no, oh, ow); no groups
     cdef Blocked b = blocked_forward(s)
@@ -681,7 +681,7 @@ cdef inline int packed_call(const float* x, const float* packed, const float* bi
             or not packed_tile(<int>s.isa, s.packed, &tile)):
         return KERNEL_UNSUPPORTED
     if rows_case(s):
-        return rows_call(x, packed, bias, relu, y, tile, s)
+        return rows_call(x, packed, bias, act, y, tile, s)
     b.pack, b.ldy = s.packed, round_up(b.no, s.packed)
     nchunks = ceil_div(ceil_div(ncells, tile.pix), PACKED_CHUNK_TILES)
     if nt > 1 and nchunks < 4 * nt:  # a few items per thread balance them
@@ -701,13 +701,13 @@ cdef inline int packed_call(const float* x, const float* packed, const float* bi
                     pad_image(x + n * b.nc * b.h * b.w, ws + n * b.npadded, &b)
             for item in prange(nitems, schedule="static"):
                 packed_chunk(planes, packed, slots + threadid() * packed_slot(s), y, bias,
-                             relu, item, ogroups, tile, &b, ncells, nchunks, <int>s.isa)
+                             act, item, ogroups, tile, &b, ncells, nchunks, <int>s.isa)
         return KERNEL_OK
     if padded:
         memset(ws, 0, <size_t>(s.batch * b.npadded) * sizeof(float))
         for n in range(s.batch):
             pad_image(x + n * b.nc * b.h * b.w, ws + n * b.npadded, &b)
     for item in range(nitems):
-        packed_chunk(planes, packed, slots, y, bias, relu, item, ogroups, tile, &b, ncells,
+        packed_chunk(planes, packed, slots, y, bias, act, item, ogroups, tile, &b, ncells,
                      nchunks, <int>s.isa)
     return KERNEL_OK

@@ -5,13 +5,17 @@
 # Design: a depthwise convolution does kh * kw multiply-adds per output cell, so the im2col
 # path's GEMM per (image, channel) is a (1 x taps) by (taps x cells) product whose BLAS call,
 # packing and im2col copy (taps floats per cell) cost about what the arithmetic does. Here each
-# output plane is summed in place, tap by tap, both planes staying in L1:
-# - at stride 1, as the shifted path does (conv.pyx, Shifted), over a zero-padded copy of the
-#   input plane (hp, wp): tap (i, j) adds the padded plane from flat offset i dh wp + j dw to
-#   an output kept in rows of wp cells, one long loop per tap the compiler vectorises; the
-#   rows' ow leading cells are then copied out. Workspace: per thread, the padded plane and
-#   the output rows.
-# - the loop itself is dw_tap.h's, built per instruction set (the module is built for the
+# output plane is summed alone, both planes staying in L1:
+# - 3x3 kernels at column stride 1 or 2 without column dilation (MobileNet's; any padding, row
+#   stride and row dilation): dw3.h's plane kernel over a zero-padded copy of the plane, a
+#   vector of output cells at a time with the 9 weights in registers, the bias and activation
+#   applied before the one store. Workspace: per thread, the padded plane (dw3_slot).
+# - other kernels at stride 1, as the shifted path does (conv.pyx, Shifted), over a zero-padded
+#   copy of the input plane (hp, wp): tap (i, j) adds the padded plane from flat offset
+#   i dh wp + j dw to an output kept in rows of wp cells, one long loop per tap; the rows' ow
+#   leading cells are then copied out. Workspace: per thread, the padded plane and the output
+#   rows.
+# - the tap loop itself is dw_tap.h's, built per instruction set (the module is built for the
 #   baseline, four floats a vector, where the BLAS of the im2col path runs AVX2 or AVX-512).
 # - at other strides, row by row over the columns whose input lies inside the image (no
 #   workspace); the bounds cost two divisions per tap, not per row.
@@ -19,13 +23,41 @@
 # so a plan gives the same bits on any number of threads.
 
 
+cdef extern from "dw3.h":
+    ctypedef struct dw3_geom:
+        Py_ssize_t h, w, oh, ow, sh, sw, ph, pw, dh
+    Py_ssize_t dw3_slot(const dw3_geom* g) noexcept nogil
+    ctypedef void (*dw3_f32_fn)(const float* x, float* pad, const float* k, const float* bias,
+                                int act, float* y, const dw3_geom* g) noexcept nogil
+    ctypedef void (*dw3_f64_fn)(const double* x, double* pad, const double* k,
+                                const double* bias, int act, double* y,
+                                const dw3_geom* g) noexcept nogil
+    dw3_f32_fn dw3_f32_of(Py_ssize_t isa) noexcept nogil
+    dw3_f64_fn dw3_f64_of(Py_ssize_t isa) noexcept nogil
+
+
+cdef inline bint depthwise_3x3(const Conv* s) noexcept nogil:
+    return s.kh == 3 and s.kw == 3 and (s.sw == 1 or s.sw == 2) and s.dw == 1
+
+
+cdef inline dw3_geom dw3_of(const Conv* s) noexcept nogil:
+    cdef dw3_geom g
+    g.h, g.w, g.oh, g.ow, g.sh, g.sw = s.h, s.w, s.oh, s.ow, s.sh, s.sw
+    g.ph, g.pw, g.dh = s.ph, s.pw, s.dh
+    return g
+
+
 cdef inline bint depthwise_padded(const Conv* s) noexcept nogil:
-    return s.sh == 1 and s.sw == 1
+    return s.sh == 1 and s.sw == 1 and not depthwise_3x3(s)
 
 
 cdef inline Py_ssize_t depthwise_slot(const Conv* s) noexcept nogil:
-    # one thread's workspace at stride 1: the padded plane and the output in rows of wp
+    # one thread's workspace: dw3.h's padded plane; at stride 1 on the shifted loops, the padded
+    # plane and the output in rows of wp
     cdef Py_ssize_t wp = s.w + 2 * s.pw
+    cdef dw3_geom g = dw3_of(s)
+    if depthwise_3x3(s):
+        return dw3_slot(&g)
     return (s.h + 2 * s.ph) * wp + s.oh * wp if depthwise_padded(s) else 0
 
 
@@ -86,17 +118,32 @@ cdef inline void depthwise_shifted(const floating* x, const floating* w, floatin
         memcpy(y + r * s.ow, rows + r * wp, <size_t>s.ow * sizeof(floating))
 
 
+cdef inline void depthwise_3x3_plane(const floating* x, const floating* w,
+                                     const floating* bias, floating* y, floating* area,
+                                     const Conv* s) noexcept nogil:
+    # area: this thread's slot, its padded plane's border already zero
+    cdef dw3_geom g = dw3_of(s)
+    if floating is float:
+        dw3_f32_of(s.isa)(x, area, w, bias, <int>s.activation, y, &g)
+    else:
+        dw3_f64_of(s.isa)(x, area, w, bias, <int>s.activation, y, &g)
+
+
 cdef inline void depthwise_plane(const floating* x, const floating* w, const floating* bias,
                                  floating* y, floating* area, Py_ssize_t p,
                                  const Conv* s) noexcept nogil:
-    # plane p: image p // cin, channel p % cin; bias and relu while it is in cache
+    # plane p: image p // cin, channel p % cin; bias and activation while it is in cache
     cdef Py_ssize_t c = p % s.cin, npix = s.oh * s.ow
+    if depthwise_3x3(s):
+        depthwise_3x3_plane(x + p * s.h * s.w, w + c * 9, bias + c if bias != NULL else NULL,
+                            y + p * npix, area, s)
+        return
     if depthwise_padded(s):
         depthwise_shifted(x + p * s.h * s.w, w + c * s.kh * s.kw, y + p * npix, area, s)
     else:
         depthwise_rows(x + p * s.h * s.w, w + c * s.kh * s.kw, y + p * npix, s)
-    if bias != NULL or s.relu:
-        epilogue_rows(y + p * npix, bias + c if bias != NULL else NULL, s.relu, 1, npix)
+    if bias != NULL or s.activation:
+        epilogue_rows(y + p * npix, bias + c if bias != NULL else NULL, s.activation, 1, npix)
 
 
 cdef inline int conv2d_depthwise(const floating* x, const floating* w, const floating* bias,

@@ -84,8 +84,9 @@ cdef inline void forward_rows(const floating* src, const floating* w, const floa
     else:
         gemm_ld(False, False, o1 - o0, npix, kdim, w + o0 * kdim, kdim, src, npix,
                 y + o0 * npix, npix, False)
-    if bias != NULL or s.relu:
-        epilogue_rows(y + o0 * npix, bias + o0 if bias != NULL else NULL, s.relu, o1 - o0, npix)
+    if bias != NULL or s.activation:
+        epilogue_rows(y + o0 * npix, bias + o0 if bias != NULL else NULL, s.activation, o1 - o0,
+                      npix)
 
 
 cdef inline void transpose_block(const floating* yt, floating* y, Py_ssize_t o0, Py_ssize_t o1,
@@ -254,8 +255,8 @@ cdef inline void batch_out(const floating* res, floating* y, const floating* bia
     for o in range(s.cout):
         memcpy(y + (n * s.cout + o) * npix, res + o * s.batch * npix + n * npix,
                <size_t>npix * sizeof(floating))
-    if bias != NULL or s.relu:
-        epilogue_rows(y + n * s.cout * npix, bias, s.relu, s.cout, npix)
+    if bias != NULL or s.activation:
+        epilogue_rows(y + n * s.cout * npix, bias, s.activation, s.cout, npix)
 
 
 cdef inline int conv2d_batched(const floating* x, const floating* w, const floating* bias,

@@ -19,6 +19,7 @@
  */
 #include <stddef.h>
 
+#include "activation.h" /* the epilogue's activations */
 #include "cpu_isa.h" /* cpu_isa_ok: whether this CPU runs an isa's tiles */
 
 #define CONV_PACK 8      /* output channels per packed weight block */
@@ -164,25 +165,22 @@ static int conv_packed_tiles(int isa, conv_packed_tile* out) {
     return n;
 }
 
-/* The gather tiles' results out: y[o * ldy + i] = relu?(cells[i * ldc + o] + bias[o]) for
+/* The gather tiles' results out: y[o * ldy + i] = act(cells[i * ldc + o] + bias[o]) for
  * channels [o0, o1) and cells [0, ncells): cells (cell, channel) rows, y (channel, cell) rows;
  * bias NULL adds 0. By blocks of CONV_OUT_CELLS cells whose rows stay in L1; with AVX2, 8 x 8
  * blocks are transposed in registers (a scalar loop did one element per 3-4 instructions), the
- * rest element by element. Bitwise the same either way: the add and relu's "x <= 0 ? 0 : x"
- * (NaN stays, -0 becomes +0) on every element. */
+ * rest element by element. Bitwise the same either way: the add and the activation (act, an
+ * activation.h code) on every element. */
 #define CONV_OUT_CELLS 64
 typedef void (*conv_out_fn)(const float* cells, ptrdiff_t ldc, float* y, ptrdiff_t ldy,
                             ptrdiff_t ncells, ptrdiff_t o0, ptrdiff_t o1, const float* bias,
-                            int relu);
+                            int act);
 
-static inline float conv_out_one(float v, float add, int relu) {
-    v += add;
-    return relu && v <= 0 ? 0 : v;
-}
+static inline float conv_out_one(float v, float add, int act) { return act_f32(v + add, act); }
 
 #define CONV_OUT_ARGS                                                                        \
     const float* cells, ptrdiff_t ldc, float* y, ptrdiff_t ldy, ptrdiff_t ncells,          \
-    ptrdiff_t o0, ptrdiff_t o1, const float* bias, int relu
+    ptrdiff_t o0, ptrdiff_t o1, const float* bias, int act
 
 static void conv_out_base(CONV_OUT_ARGS) {
     for (ptrdiff_t i0 = 0; i0 < ncells; i0 += CONV_OUT_CELLS) {
@@ -190,7 +188,7 @@ static void conv_out_base(CONV_OUT_ARGS) {
         for (ptrdiff_t o = o0; o < o1; o++) {
             float add = bias ? bias[o] : 0;
             for (ptrdiff_t i = i0; i < i1; i++)
-                y[o * ldy + i] = conv_out_one(cells[i * ldc + o], add, relu);
+                y[o * ldy + i] = conv_out_one(cells[i * ldc + o], add, act);
         }
     }
 }
@@ -229,20 +227,20 @@ __attribute__((target("avx2"))) static void conv_out_avx2(CONV_OUT_ARGS) {
                 for (int j = 0; j < 8; j++) {
                     float b = bias ? bias[o + j] : 0;
                     v8 v = out[j] + (v8){b, b, b, b, b, b, b, b};
-                    if (relu) v = (v8)((i8)v & ~(i8)(v <= (v8){0}));
+                    ACT_VEC(v8, i8, v, act);
                     *(uv8*)(y + (o + j) * ldy + i) = v;
                 }
             }
             for (ptrdiff_t j = o; j < o + 8; j++) {
                 float add = bias ? bias[j] : 0;
                 for (ptrdiff_t i = i8e; i < i1; i++)
-                    y[j * ldy + i] = conv_out_one(cells[i * ldc + j], add, relu);
+                    y[j * ldy + i] = conv_out_one(cells[i * ldc + j], add, act);
             }
         }
         for (ptrdiff_t o = o8; o < o1; o++) {
             float add = bias ? bias[o] : 0;
             for (ptrdiff_t i = i0; i < i1; i++)
-                y[o * ldy + i] = conv_out_one(cells[i * ldc + o], add, relu);
+                y[o * ldy + i] = conv_out_one(cells[i * ldc + o], add, act);
         }
     }
 }

@@ -19,7 +19,7 @@
 #                                                              blocks of whole 64 tiles), else
 #                                                              the BLAS
 #     y = A^T M A per (output channel, tile), with the bias     wino_tile.h's vectors
-#       and relu
+#       and activation
 # so blocks go to threads whole (or, when there are fewer blocks than threads, the threads share
 # each block's three steps), and a plan gives the same bits on any number of cores. The
 # transforms add and subtract (G halves), so results differ from the direct sum by rounding: a
@@ -33,7 +33,7 @@ cdef extern from "wino_tile.h":
     ctypedef void (*wino_in_fn)(const float* const* rows, Py_ssize_t q0, Py_ssize_t w,
                                 Py_ssize_t count, float* dst, Py_ssize_t ld) noexcept nogil
     ctypedef void (*wino_out_fn)(const float* m, Py_ssize_t ld, Py_ssize_t count, float* y0,
-                                 float* y1, Py_ssize_t end, float add, int relu) noexcept nogil
+                                 float* y1, Py_ssize_t end, float add, int act) noexcept nogil
     ctypedef struct wino_transforms:
         wino_in_fn in_ "in"
         wino_out_fn out
@@ -166,7 +166,7 @@ cdef inline void wino_output(const float* m, const float* bias, float* y,
             out = (y + (tile // (th * tw) * s.cout + o) * s.oh * s.ow
                    + 2 * (tile // tw % th) * s.ow + 2 * (tile % tw))
             run(m + o * nb + k, ld, count, out, out + s.ow if 2 * (tile // tw % th) + 1 < s.oh
-                else NULL, min(2 * count, s.ow - 2 * (tile % tw)), add, s.relu)
+                else NULL, min(2 * count, s.ow - 2 * (tile % tw)), add, <int>s.activation)
             k += count
 
 
@@ -255,7 +255,7 @@ cdef inline Conv wino_backward(const Conv* s) noexcept nogil:
     cdef Conv t = s[0]
     t.cin, t.cout, t.h, t.w, t.oh, t.ow = s.cout, s.cin, s.oh, s.ow, s.h, s.w
     t.ph, t.pw = s.kh - 1 - s.ph, s.kw - 1 - s.pw
-    t.has_bias, t.relu = 0, 0
+    t.has_bias, t.activation = 0, 0
     return t
 
 

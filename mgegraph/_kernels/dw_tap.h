@@ -39,11 +39,12 @@ __attribute__((target("avx512f,fma,prefer-vector-width=512")))
 static void dw_tap_f64_avx512(DW_ARGS(double)) DW_TAP_BODY
 #endif
 
-/* the loop for instruction set ``isa`` (0 baseline, 1 AVX2 + FMA, 2 AVX-512F + FMA) */
+/* the loop for instruction set ``isa`` (0 baseline, 1 AVX2 + FMA, 2 AVX-512F + FMA), or the
+ * widest narrower one this CPU runs (a plan made on another machine) */
 static inline dw_tap_f32_fn dw_tap_f32_of(ptrdiff_t isa) {
 #if defined(__GNUC__) && defined(__x86_64__)
-    if (isa == 2) return dw_tap_f32_avx512;
-    if (isa == 1) return dw_tap_f32_avx2;
+    if (isa >= 2 && cpu_isa_ok(2)) return dw_tap_f32_avx512;
+    if (isa >= 1 && cpu_isa_ok(1)) return dw_tap_f32_avx2;
 #endif
     (void)isa;
     return dw_tap_f32_base;
@@ -51,8 +52,8 @@ static inline dw_tap_f32_fn dw_tap_f32_of(ptrdiff_t isa) {
 
 static inline dw_tap_f64_fn dw_tap_f64_of(ptrdiff_t isa) {
 #if defined(__GNUC__) && defined(__x86_64__)
-    if (isa == 2) return dw_tap_f64_avx512;
-    if (isa == 1) return dw_tap_f64_avx2;
+    if (isa >= 2 && cpu_isa_ok(2)) return dw_tap_f64_avx512;
+    if (isa >= 1 && cpu_isa_ok(1)) return dw_tap_f64_avx2;
 #endif
     (void)isa;
     return dw_tap_f64_base;

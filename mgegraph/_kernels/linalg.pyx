@@ -29,7 +29,7 @@ from .params cimport fields_of
 from .blas cimport gemm, gemm_scaled
 from .blas_table cimport blas_one_thread, blas_restore_threads, blas_split_gemms
 from .parallel cimport parallel_for, cut
-from .ew_ops cimport ew_relu
+from .activation cimport activate
 from .nditer cimport dims_ok, Odometer, odometer_init, odometer_next, count_rows
 from .tiles cimport cpu_isa_ok, conv_gather_fn, conv_tile, conv_out_of, packed_tile
 from .tiles cimport CONV_PIX_MAX
@@ -65,7 +65,7 @@ ctypedef struct Matmul:  # then batch shape[ndim], batch strides of a[ndim], of 
     Py_ssize_t m, n, k, transpose_a, transpose_b, threads, tiles, gemv_split, ndim
 
 ctypedef struct Linear:  # bufs: x, w, [bias,] y[, workspace]
-    Py_ssize_t m, n, k, has_bias, relu, threads, tiles
+    Py_ssize_t m, n, k, has_bias, activation, threads, tiles  # activation: activation.h's
 
 ctypedef struct Addmm:  # bufs: c, a, b, [scale,] out[, workspace]; floats: alpha
     Py_ssize_t m, n, k, transpose_a, transpose_b, has_scale, threads, tiles, gemv_split
@@ -240,8 +240,8 @@ cdef enum:
 
 
 ctypedef struct TileOut:  # what becomes of C's sums: linear's or addmm's epilogue, or nothing
-    const float* bias    # linear's (NULL: none), then relu
-    bint relu
+    const float* bias    # linear's (NULL: none), then the activation (activation.h's code)
+    Py_ssize_t act
     const float* addend  # addmm's c (NULL: not addmm), may be C itself
     const float* scale   # addmm's one-value scale (NULL: none), then alpha
     float alpha
@@ -282,8 +282,8 @@ cdef inline void row_out(const TileOut* o, const float* v, Py_ssize_t w, float* 
                          Py_ssize_t at, Py_ssize_t j0) noexcept nogil:
     # y[j] for j < w, C's row at flat index `at` from column j0, from the row's sums v: each op
     # the tile stands for rounded as that op rounds on its own, so bitwise what it gives: linear's
-    # + bias and relu (as linear_impl's loops), or addmm's c + alpha * (scale * v), for alpha =
-    # +-1 the add or sub of the scaled product that the accumulate pass replaced. (No FMA: this
+    # + bias and activation (as linear_impl's loops), or addmm's c + alpha * (scale * v), for
+    # alpha = +-1 the add or sub of the scaled product that the accumulate pass replaced. (No FMA: this
     # is baseline x86-64 code.) One loop per case, so each vectorises.
     cdef Py_ssize_t j
     cdef float s
@@ -313,15 +313,15 @@ cdef inline void row_out(const TileOut* o, const float* v, Py_ssize_t w, float* 
                 y[j] = c[j] + o.alpha * v[j]
     elif o.bias != NULL:
         bias = o.bias + j0
-        if o.relu:
+        if o.act:
             for j in range(w):
-                y[j] = ew_relu(v[j] + bias[j])
+                y[j] = activate(v[j] + bias[j], o.act)
         else:
             for j in range(w):
                 y[j] = v[j] + bias[j]
-    elif o.relu:
+    elif o.act:
         for j in range(w):
-            y[j] = ew_relu(v[j])
+            y[j] = activate(v[j], o.act)
     else:
         memcpy(y, v, <size_t>w * sizeof(float))
 
@@ -334,7 +334,7 @@ cdef inline void tile_rows(const TileGemm* g, Py_ssize_t o, Py_ssize_t group,
     cdef Py_ssize_t zero = 0, ntiles = ceil_div(g.m, g.pix), c0 = o * TILE_CH
     cdef Py_ssize_t c1 = min(g.n, c0 + TILE_CH), step = g.m if g.ta else 1
     cdef Py_ssize_t t, t0, t1, p, r, r0, rows, row, ld
-    cdef bint epilogue = g.out.bias != NULL or g.out.relu or g.out.addend != NULL
+    cdef bint epilogue = g.out.bias != NULL or g.out.act or g.out.addend != NULL
     cdef float* dst
     t0, t1 = group * ntiles // g.rgroups, (group + 1) * ntiles // g.rgroups
     for t in range(t0, t1):
@@ -426,25 +426,25 @@ cdef inline int matmul_impl(const num_t* a, const num_t* b, num_t* c, void* ws,
 
 cdef inline int linear_impl(const floating* x, const floating* w, const floating* bias,
                             floating* y, void* ws, const Call* call) noexcept nogil:
-    # y[m, n] = x[m, k] w[n, k]^T (+ bias[n]), then relu when asked: the epilogue runs row by
-    # row while each row is in cache, with the relu op's own scalar function (ew_ops.pxd), so
-    # it gives bitwise what a relu node after the linear would
+    # y[m, n] = x[m, k] w[n, k]^T (+ bias[n]), then the activation when asked: the epilogue
+    # runs row by row while each row is in cache, with the op's own scalar function
+    # (activation.pxd), so it gives bitwise what a relu or clip node after the linear would
     cdef const Linear* s = <const Linear*>call.ints
     cdef Py_ssize_t m = s.m, n = s.n, k = s.k, i, j
-    cdef bint relu = s.relu
+    cdef Py_ssize_t act = s.activation
     cdef TileOut out = PLAIN
     if floating is float:
-        out.bias, out.relu = bias, relu
+        out.bias, out.act = bias, act
         if s.tiles and tile_product(False, True, m, n, k, x, w, out, y, <float*>ws, s.threads):
             return KERNEL_OK
     float_product(False, True, m, n, k, 1, x, w, 0, y, s.threads, NULL)
     for i in range(m):
-        if relu and bias != NULL:
+        if act and bias != NULL:
             for j in range(n):
-                y[i * n + j] = ew_relu(y[i * n + j] + bias[j])
-        elif relu:
+                y[i * n + j] = activate(y[i * n + j] + bias[j], act)
+        elif act:
             for j in range(n):
-                y[i * n + j] = ew_relu(y[i * n + j])
+                y[i * n + j] = activate(y[i * n + j], act)
         elif bias != NULL:
             for j in range(n):
                 y[i * n + j] += bias[j]

@@ -27,7 +27,7 @@ cdef extern from "conv_tile.h":
         Py_ssize_t pix, ch
     ctypedef void (*conv_out_fn)(const float* cells, Py_ssize_t ldc, float* y, Py_ssize_t ldy,
                                  Py_ssize_t ncells, Py_ssize_t o0, Py_ssize_t o1,
-                                 const float* bias, int relu) noexcept nogil
+                                 const float* bias, int act) noexcept nogil
     enum:
         CONV_PACK
         CONV_COLS_MAX
@@ -37,7 +37,7 @@ cdef extern from "conv_tile.h":
     conv_tile conv_tile_of(int isa) noexcept nogil
     int conv_packed_tiles(int isa, conv_packed_tile* out) noexcept nogil
     conv_out_fn conv_out_of(int isa) noexcept nogil
-    float conv_out_one(float v, float add, int relu) noexcept nogil
+    float conv_out_one(float v, float add, int act) noexcept nogil
 
 
 cdef inline bint packed_tile(int isa, Py_ssize_t block, conv_tile* t) noexcept nogil:

@@ -7,9 +7,9 @@
  * and window row, read straight from the input plane; where a vector reaches past the plane's
  * edge (the padding) a masked load gives zeros there and touches nothing outside. The output
  * transform writes the two output rows of the run's tiles, cropped to `end` cells (masked
- * stores), with the bias and relu. Every lane does the same adds and subtracts in the same order
- * (no FMA can form from adds alone), so each vector width gives the bits the scalar loops gave
- * before them. One source, built once per instruction set through GCC's target attribute, as
+ * stores), with the bias and activation. Every lane does the same adds and subtracts in the
+ * same order (no FMA can form from adds alone), so each vector width gives the bits the scalar
+ * loops gave before them. One source, built once per instruction set through GCC's target attribute, as
  * conv_tile.h; runs of at most 8 tiles take AVX2's vectors on an AVX-512 CPU too, half as wide.
  * Measured on the 2-core AMD EPYC (Zen 4), 1 thread, convnet's backward-data call (64 -> 32
  * channels at 32x32, batch 32): the scalar loops' input transform took 3.55 ms of 10.3 (and
@@ -18,6 +18,7 @@
  */
 #include <stddef.h>
 
+#include "activation.h"
 #include "cpu_isa.h"
 
 /* a shuffle of two vectors by literal lane indices: clang's and GCC 12's builtin, or GCC's
@@ -43,7 +44,7 @@
 typedef void (*wino_in_fn)(const float* const* rows, ptrdiff_t q0, ptrdiff_t w, ptrdiff_t count,
                            float* dst, ptrdiff_t ld);
 typedef void (*wino_out_fn)(const float* m, ptrdiff_t ld, ptrdiff_t count, float* y0,
-                            float* y1, ptrdiff_t end, float add, int relu);
+                            float* y1, ptrdiff_t end, float add, int act);
 
 /* dst[(4 i + j) ld + k] = (B^T d B)[i][j] of tile k < count, whose window is
  * rows[r][q0 + 2 k + (0..3)], r < 4, of a plane w columns wide: columns outside [0, w) and rows
@@ -93,7 +94,7 @@ typedef void (*wino_out_fn)(const float* m, ptrdiff_t ld, ptrdiff_t count, float
     }
 
 /* output rows 2a (y0) and 2a + 1 (y1, NULL past the output) of tiles k < count from
- * m[xi ld + k]: A^T M A, then + add and relu, the first `end` cells of each */
+ * m[xi ld + k]: A^T M A, then + add and the activation act, the first `end` cells of each */
 #define WINO_OUT_BODY(VW, LO, HI, LOAD, STORE)                                               \
     typedef float vec __attribute__((vector_size(VW * 4)));                                  \
     typedef float uvec __attribute__((vector_size(VW * 4), aligned(4)));                     \
@@ -124,9 +125,8 @@ typedef void (*wino_out_fn)(const float* m, ptrdiff_t ld, ptrdiff_t count, float
             vec even = t0 + t1 + t2, odd = t1 - t2 - t3; /* (A^T M) A */                     \
             row[i][0] = WINO_SHUFFLE(ivec, even, odd, LO) + addv;                            \
             row[i][1] = WINO_SHUFFLE(ivec, even, odd, HI) + addv;                            \
-            if (relu) /* x <= 0 ? 0 : x, as ew_relu: NaN stays, -0 becomes +0 */             \
-                _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)                          \
-                    row[i][h] = (vec)((ivec)row[i][h] & ~(ivec)(row[i][h] <= (vec){0}));     \
+            _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)                              \
+                ACT_VEC(vec, ivec, row[i][h], act); /* activation.h's, as the op's */         \
         }                                                                                    \
         ptrdiff_t q = 2 * k, n = end - q < 2 * VW ? end - q : 2 * VW;                        \
         _Pragma("GCC unroll 2") for (int i = 0; i < 2; i++) {                                \
@@ -147,7 +147,7 @@ typedef void (*wino_out_fn)(const float* m, ptrdiff_t ld, ptrdiff_t count, float
     ptrdiff_t ld
 #define WINO_OUT_ARGS                                                                        \
     const float* m, ptrdiff_t ld, ptrdiff_t count, float* y0, float* y1, ptrdiff_t end,      \
-    float add, int relu
+    float add, int act
 
 /* the first n (< VW) lanes of a vector: loaded (the rest 0) or stored, per instruction set */
 typedef float wino_v4 __attribute__((vector_size(16)));
@@ -229,7 +229,7 @@ __attribute__((target("avx512f,prefer-vector-width=512"))) static void wino_in_a
 __attribute__((target("avx512f,prefer-vector-width=512"))) static void wino_out_avx512(
     WINO_OUT_ARGS) {
     if (count <= 8) {
-        wino_out_avx2(m, ld, count, y0, y1, end, add, relu);
+        wino_out_avx2(m, ld, count, y0, y1, end, add, act);
         return;
     }
     WINO_OUT_BODY(16, WINO_LO16, WINO_HI16, wino_load16, wino_store16)

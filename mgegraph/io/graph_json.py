@@ -68,6 +68,31 @@ OP_VERSIONS |= {"deform_im2col": 1, "deform_im2col_backward": 1, "correlation": 
 # grid_sample over volumes (ops/vision.py)
 OP_VERSIONS |= {"grid_sample3d": 1, "grid_sample3d_backward_data": 1,
                 "grid_sample3d_backward_grid": 1}
+# the epilogue's relu6 (activation="relu6" on linear, conv2d and conv2d_packed) is version 2 of
+# those ops. A node without it is written as version 1, which readers from before relu6 run,
+# and this reader takes both; a version 1 node that says relu6 is refused.
+EPILOGUE_V2 = ("linear", "conv2d", "conv2d_packed")
+OP_VERSIONS |= dict.fromkeys(EPILOGUE_V2, 2)
+OLDER_VERSIONS = dict.fromkeys(EPILOGUE_V2, (1,))  # op -> the older versions still read
+
+
+def node_version(node) -> int:
+    """The version ``node`` is written at: the oldest that has its meaning."""
+    if node.op.name in EPILOGUE_V2 and node.attr["activation"] != "relu6":
+        return 1
+    return OP_VERSIONS[node.op.name]
+
+
+def _check_version(op, entry, where) -> None:
+    version = entry["version"]
+    if type(version) is not int or (version != OP_VERSIONS[op]
+                                    and version not in OLDER_VERSIONS.get(op, ())):
+        fail(f"{where}: op version {str(version)[:20]} is unknown (this mgegraph has version "
+             f"{OP_VERSIONS[op]})")
+    attrs = entry.get("attrs")
+    if op in EPILOGUE_V2 and version == 1 and type(attrs) is dict \
+            and attrs.get("activation") == "relu6":
+        fail(f"{where}: activation 'relu6' needs version 2 of {op}, the file says version 1")
 
 SOURCES = ("input", "param", "const")
 DTYPES = {str(d): d for d in SUPPORTED}
@@ -215,7 +240,7 @@ def encode_graph(graph: Graph, outputs) -> tuple[dict, dict[int, int], list[np.n
             continue
         if name not in OP_VERSIONS:
             raise GraphError(f"op {name!r} has no model-file version (mgegraph.io.graph_json)")
-        entry = {"op": name, "version": OP_VERSIONS[name],
+        entry = {"op": name, "version": node_version(node),
                  "inputs": [ids[v.id] for v in node.inputs],
                  "outputs": [encode_type(v.type) for v in node.outputs],
                  "location": node.location}
@@ -297,9 +322,7 @@ def _decode_node(g: Graph, value, variables, container, limits, used, i, symboli
     where = f"node {i} ({op[:50]})"
     if op not in OP_VERSIONS or op == "assign":
         fail(f"{where}: unknown op {op[:100]!r}")
-    if type(entry["version"]) is not int or entry["version"] != OP_VERSIONS[op]:
-        fail(f"{where}: op version {str(entry['version'])[:20]} is unknown (this mgegraph "
-             f"has version {OP_VERSIONS[op]})")
+    _check_version(op, entry, where)
     location = entry["location"]
     if type(location) is not str or len(location) > 4096:
         fail(f"{where}: location must be a string")

@@ -13,9 +13,11 @@ from ..backend import Launch
 from ..ops.conv import conv_geometry
 from ..ops.registry import FLOAT_DTYPES
 from .layout import pack
+from .matmul import activation_code
 
 FIELDS = ("batch", "cin", "h", "w", "cout", "oh", "ow", "kh", "kw", "sh", "sw", "ph", "pw", "dh",
-          "dw", "groups", "has_bias", "path", "relu", "isa", "threads", "transposed", "packed")
+          "dw", "groups", "has_bias", "path", "activation", "isa", "threads", "transposed",
+          "packed")
 OPS = ("conv2d", "conv2d_backward_data", "conv2d_backward_filter")
 
 
@@ -28,20 +30,20 @@ def geometry(x, w, y, attrs) -> dict[str, int]:
                 groups=attrs["groups"])
 
 
-def plain_launch(op, x, w, y, attrs, has_bias=False, relu=False) -> Launch:
+def plain_launch(op, x, w, y, attrs, has_bias=False, activation=0) -> Launch:
     """The block of a device whose kernels read the geometry and epilogue alone: the CPU's
     fields at their plainest (the direct path, one thread), no workspace."""
-    return Launch(pack(FIELDS, **geometry(x, w, y, attrs), has_bias=has_bias, relu=relu,
-                       path=0, isa=0, threads=1, transposed=0, packed=0))
+    return Launch(pack(FIELDS, **geometry(x, w, y, attrs), has_bias=has_bias,
+                       activation=activation, path=0, isa=0, threads=1, transposed=0, packed=0))
 
 
 def _lowerings(launch):
-    """Node -> ``launch(op, x, w, y, attrs, has_bias, relu)`` of the convolution of x by w
-    into y, for each of the three ops."""
+    """Node -> ``launch(op, x, w, y, attrs, has_bias, activation)`` of the convolution of x by
+    w into y (activation: ACTIVATION_CODES' code), for each of the three ops."""
     def conv2d(node):
         x, w = node.inputs[:2]
         return launch("conv2d", x.type, w.type, node.outputs[0].type, node.attr,
-                      len(node.inputs) == 3, node.attr["activation"] == "relu")
+                      len(node.inputs) == 3, activation_code(node.attr))
 
     def backward_data(node):
         w, dy = node.inputs
@@ -55,7 +57,7 @@ def _lowerings(launch):
 
 def implement(table, launch=plain_launch, candidates=None) -> None:
     """Register conv2d and its gradients on ``table``; ``launch(op, x, w, y, attrs, has_bias,
-    relu)`` (types of the convolution of x by w into y) gives the device's block, and
+    activation)`` (types of the convolution of x by w into y) gives the device's block, and
     ``candidates`` (the same arguments) the tuple of every way the device can run it
     (``OpImpl.candidates``), where it has several."""
     ways = _lowerings(candidates) if candidates is not None else {}

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 from ..backend import Launch
-from ..ops.matmul import matmul_dims
+from ..ops.matmul import EPILOGUE_ACTIVATIONS, matmul_dims
 from ..ops.registry import FLOAT_DTYPES, NUMERIC_DTYPES
 from .layout import broadcast_strides, collapse, contiguous_strides, pack
 
@@ -20,11 +20,20 @@ from .layout import broadcast_strides, collapse, contiguous_strides, pack
 FIELDS = {
     "MATMUL_FIELDS": ("m", "n", "k", "transpose_a", "transpose_b", "threads", "tiles",
                       "gemv_split", "ndim"),
-    "LINEAR_FIELDS": ("m", "n", "k", "has_bias", "relu", "threads", "tiles"),
+    "LINEAR_FIELDS": ("m", "n", "k", "has_bias", "activation", "threads", "tiles"),
     "ADDMM_FIELDS": ("m", "n", "k", "transpose_a", "transpose_b", "has_scale", "threads",
                      "tiles", "gemv_split"),
 }
 BLAS_INT_MAX = 2**31 - 1  # SciPy's BLAS takes 32-bit dimensions
+# the ``activation`` field of linear's and conv2d's blocks: the kernels' codes for the attribute,
+# its position in EPILOGUE_ACTIVATIONS (none 0, relu 1, relu6 2: _kernels/activation.h's ACT_*,
+# csrc_cuda/scalar.cuh's MG_ACT_*)
+ACTIVATION_CODES = {name: code for code, name in enumerate(EPILOGUE_ACTIVATIONS)}
+
+
+def activation_code(attrs) -> int:
+    """The kernels' code of an op's ``activation`` attribute."""
+    return ACTIVATION_CODES[attrs["activation"]]
 
 
 def check_blas_dims(dtype, *dims) -> None:
@@ -81,7 +90,7 @@ def _linear_launches(node, gemms) -> tuple[Launch, ...]:
     check_blas_dims(x.dtype, m, n, k)
     return tuple(Launch(pack(FIELDS["LINEAR_FIELDS"], m=m, n=n, k=k,
                              has_bias=len(node.inputs) == 3,
-                             relu=node.attr["activation"] == "relu", threads=run.threads,
+                             activation=activation_code(node.attr), threads=run.threads,
                              tiles=run.tiles), workspace=run.workspace, path=run.path)
                  for run in gemms(x.dtype, m, n, k, True))  # the weight is B^T
 

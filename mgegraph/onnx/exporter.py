@@ -233,6 +233,10 @@ def _activation(w, n, outs):
         return outs
     if act == "relu":
         return w.add("Relu", outs)
+    if act == "relu6":  # clip(x, 0, 6), as the epilogue pass found it
+        dtype = n.outputs[0].dtype
+        return w.add("Clip", [outs[0], w.const(np.asarray(0, dtype)),
+                              w.const(np.asarray(6, dtype))])
     raise OnnxExportError(f"{n.op.name} with activation {act!r} is not exported")
 
 

@@ -125,7 +125,8 @@ def _gemm_flops(node, k: int) -> float:
 
 
 # -- linear ---------------------------------------------------------------------------------------
-EPILOGUE_ACTIVATIONS = ("none", "relu")  # what linear and conv2d can apply to their output
+# what linear and conv2d can apply to their output; relu6 is clip(x, 0, 6), MobileNet's
+EPILOGUE_ACTIVATIONS = ("none", "relu", "relu6")
 
 
 def check_activation(attrs) -> None:
@@ -135,10 +136,16 @@ def check_activation(attrs) -> None:
 
 
 def through_activation(node, g):
-    """The gradient at the GEMM's output, before a fused epilogue relu (its output y > 0
-    exactly where its input was)."""
-    if node.attr["activation"] == "relu":
-        return apply("relu_backward", (node.outputs[0], g))
+    """The gradient at the GEMM's output, before a fused epilogue activation: relu's (its
+    output y > 0 exactly where its input was), or relu6's from its output too, g where
+    0 < y < 6 (PyTorch's relu6 and hardtanh; clip's own rule also passes g at exactly 0 and 6,
+    which y cannot tell apart from the clipped side)."""
+    y, activation = node.outputs[0], node.attr["activation"]
+    if activation == "relu":
+        return apply("relu_backward", (y, g))
+    if activation == "relu6":
+        _, six, zero = promote(y, 6.0, 0.0)
+        return apply("where", (apply("less", (y, six)), apply("relu_backward", (y, g)), zero))
     return g
 
 

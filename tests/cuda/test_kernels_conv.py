@@ -77,13 +77,14 @@ def test_conv_and_gradients_match_cpu(dtype, case):
 
 
 @pytest.mark.nvrtc
-@pytest.mark.parametrize("activation", ("none", "relu"))
-def test_bias_and_relu_epilogue(activation):
-    x, w, b = _rand(np.float64, (2, 3, 6, 6), 0), _rand(np.float64, (4, 3, 3, 3), 1), \
+@pytest.mark.parametrize("activation", ("none", "relu", "relu6"))
+def test_bias_and_activation_epilogue(activation):
+    x, w, b = 4 * _rand(np.float64, (2, 3, 6, 6), 0), _rand(np.float64, (4, 3, 3, 3), 1), \
         _rand(np.float64, (4,), 2)
     node = node_of("conv2d", [x, w, b], padding=(1, 1), activation=activation)
-    assert_close(emulate(family, node, [x, w, b])[0], cpu_result(node, [x, w, b])[0],
-                 **_tol(np.float64))
+    want = cpu_result(node, [x, w, b])[0]
+    assert activation != "relu6" or (want == 6).any() and (want == 0).any()
+    assert_close(emulate(family, node, [x, w, b])[0], want, **_tol(np.float64))
 
 
 @pytest.mark.nvrtc

@@ -104,13 +104,15 @@ def test_integer_products_wrap():
 
 @pytest.mark.nvrtc
 @pytest.mark.parametrize("bias", (False, True))
-@pytest.mark.parametrize("activation", ("none", "relu"))
+@pytest.mark.parametrize("activation", ("none", "relu", "relu6"))
 @pytest.mark.parametrize("dtype", (np.float32, np.float64))
 def test_linear_epilogue_matches_cpu(bias, activation, dtype):
-    x, w = _rand(dtype, (2, 33, 20), 5), _rand(dtype, (50, 20), 6)
+    x, w = 4 * _rand(dtype, (2, 33, 20), 5), _rand(dtype, (50, 20), 6)
     arrays = [x, w] + ([_rand(dtype, (50,), 7)] if bias else [])
     node = node_of("linear", arrays, activation=activation)
-    assert_close(emulate(family, node, arrays)[0], cpu_result(node, arrays)[0], **_tol(dtype))
+    want = cpu_result(node, arrays)[0]
+    assert activation != "relu6" or (want == 6).any() and (want == 0).any()
+    assert_close(emulate(family, node, arrays)[0], want, **_tol(dtype))
 
 
 @pytest.mark.nvrtc

@@ -38,14 +38,14 @@ def test_pack_names_missing_and_unknown_fields():
 
 def test_kernel_modules_export_their_structs_fields():
     # taken from the structs the kernels read, so they are what the kernels read
-    assert KC.CONV_FIELDS[-7:] == ("has_bias", "path", "relu", "isa", "threads", "transposed",
+    assert KC.CONV_FIELDS[-7:] == ("has_bias", "path", "activation", "isa", "threads", "transposed",
                                    "packed")
     assert len(KC.CONV_FIELDS) == 23
     assert KP.POOL_FIELDS == ("mode", "planes", "h", "w", "oh", "ow", "kh", "kw", "sh", "sw",
                               "ph", "pw", "dh", "dw", "eh", "ew", "threads")
     assert KL.MATMUL_FIELDS == ("m", "n", "k", "transpose_a", "transpose_b", "threads", "tiles",
                                 "gemv_split", "ndim")
-    assert KL.LINEAR_FIELDS == ("m", "n", "k", "has_bias", "relu", "threads", "tiles")
+    assert KL.LINEAR_FIELDS == ("m", "n", "k", "has_bias", "activation", "threads", "tiles")
     assert KR.REDUCE_FIELDS == ("op", "kept_ndim")
     assert KN.CROSS_ENTROPY_FIELDS == ("outer", "classes", "inner", "with_logits", "reduction",
                                        "label_is_int64")
@@ -67,7 +67,7 @@ def test_conv_and_pool_parameters_by_name():
     got = fields(KC.CONV_FIELDS, instruction([y], "conv2d").ints)
     assert (got["batch"], got["cin"], got["h"], got["w"], got["cout"]) == (2, 4, 9, 7, 6)
     assert (got["sh"], got["sw"], got["ph"], got["pw"], got["dh"], got["dw"]) == (2, 2, 1, 0, 1, 2)
-    assert (got["groups"], got["has_bias"], got["relu"]) == (2, 0, 0)
+    assert (got["groups"], got["has_bias"], got["activation"]) == (2, 0, 0)
     assert got["path"] == KC.CONV_PATHS["im2col"]
     pooled = F.avg_pool2d(x, 3, stride=2, padding=1, mode="average")
     got = fields(KP.POOL_FIELDS, instruction([pooled], "avg_pool2d").ints)
@@ -88,7 +88,7 @@ def test_matmul_linear_reduce_and_nn_parameters_by_name():
     x, wt, bias = (g.input(n, s, np.float32) for n, s in (("x", (8, 5)), ("w", (3, 5)),
                                                           ("bias", (3,))))
     got = fields(KL.LINEAR_FIELDS, instruction([F.linear(x, wt, bias)], "linear").ints)
-    assert got == {"m": 8, "n": 3, "k": 5, "has_bias": 1, "relu": 0, "threads": 1, "tiles": 0}
+    assert got == {"m": 8, "n": 3, "k": 5, "has_bias": 1, "activation": 0, "threads": 1, "tiles": 0}
     # a GEMM is planned in one column block per 2 MFLOP (at most the threads there are)
     from mgegraph._kernels import parallel
     from mgegraph._kernels.lowering.matmul import gemm_threads

@@ -99,7 +99,7 @@ def test_linear_on_tiles_with_its_epilogue(bias, relu):
         return F.relu(F.linear(*vs)) if relu else F.linear(*vs)
 
     got = fields(plan_of(fn, *arrays, optimize=1), "linear")
-    assert got["tiles"] and got["relu"] == relu and got["has_bias"] == bias
+    assert got["tiles"] and got["activation"] == relu and got["has_bias"] == bias
     want = reference(x, w, False, True) + (arrays[2] if bias else 0)
     if relu:
         want = np.maximum(want, 0)

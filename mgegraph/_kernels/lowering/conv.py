@@ -8,7 +8,7 @@ import numpy as np
 from ...backend import Launch
 from ...kernel_abi import conv as abi
 from ...kernel_abi.layout import pack
-from ...kernel_abi.matmul import check_blas_dims
+from ...kernel_abi.matmul import activation_code, check_blas_dims
 from ...ops.conv import conv_geometry, weight_dims
 from ...ops.matmul import rows_by_weight
 from .. import blas_select, parallel
@@ -244,7 +244,7 @@ def _threads(batch, flops) -> int:
     return parallel.max_threads() if flops >= PARALLEL_FLOPS else 1
 
 
-def _conv_launch(op, x, w, y, attrs, has_bias=False, relu=False, way=None) -> Launch:
+def _conv_launch(op, x, w, y, attrs, has_bias=False, activation=0, way=None) -> Launch:
     """The Conv parameters of convolving x by w into y. The backward ops, which compute x or w
     instead, walk the same layouts, so they take the same parameters. ``way`` (path, threads,
     transposed) is a candidate of the measured choice; None: the rules choose."""
@@ -259,7 +259,7 @@ def _conv_launch(op, x, w, y, attrs, has_bias=False, relu=False, way=None) -> La
     else:
         path, threads, transposed = way
     ints = pack(abi.FIELDS, **abi.geometry(x, w, y, attrs), has_bias=has_bias,
-                path=K.CONV_PATHS[path], relu=relu, isa=K.BLOCKED_ISAS[_isa()],
+                path=K.CONV_PATHS[path], activation=activation, isa=K.BLOCKED_ISAS[_isa()],
                 threads=threads, transposed=transposed, packed=0)
     # the shifted path's leading dimension is one padded plane
     plane = (x.shape[2] + 2 * padding[0]) * (x.shape[3] + 2 * padding[1])
@@ -292,7 +292,7 @@ def applicable_paths(op, dtype, kernel, stride, padding, dilation, groups, cg,
     return tuple(paths)
 
 
-def _conv_candidates(op, x, w, y, attrs, has_bias=False, relu=False) -> tuple[Launch, ...]:
+def _conv_candidates(op, x, w, y, attrs, has_bias=False, activation=0) -> tuple[Launch, ...]:
     """Every way the CPU computes this convolution: each applicable path (im2col's conv2d GEMM
     also transposed, with MKL: the other BLAS was slower so everywhere measured) on each of
     ``thread_choices``."""
@@ -307,7 +307,7 @@ def _conv_candidates(op, x, w, y, attrs, has_bias=False, relu=False) -> tuple[La
         for threads in thread_choices(flops):
             for transposed in (False, True) if op == "conv2d" and path == "im2col" \
                     and blas_select.choice().name == "mkl" else (False,):
-                launches.append(_conv_launch(op, x, w, y, attrs, has_bias, relu,
+                launches.append(_conv_launch(op, x, w, y, attrs, has_bias, activation,
                                              (path, threads, transposed)))
     return tuple(launches)
 
@@ -423,7 +423,7 @@ def _packed_lower(node, threads=None) -> Launch:
     ints = pack(abi.FIELDS, batch=x.shape[0], cin=x.shape[1], h=x.shape[2], w=x.shape[3],
                 cout=y.shape[1], oh=y.shape[2], ow=y.shape[3], kh=kh, kw=kw, sh=sh, sw=sw,
                 ph=ph, pw=pw, dh=dh, dw=dw, groups=1, has_bias=len(node.inputs) == 3,
-                path=K.CONV_PATHS["gather"], relu=attrs["activation"] == "relu",
+                path=K.CONV_PATHS["gather"], activation=activation_code(attrs),
                 isa=K.BLOCKED_ISAS[isa], threads=threads, transposed=0, packed=block)
     return Launch(ints, workspace=K.workspace_size(ints) * x.dtype.itemsize,
                   path=way_label("gather packed", threads))

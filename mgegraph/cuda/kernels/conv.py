@@ -20,7 +20,7 @@ from .reuse import GRID_YZ, blocks, family_kernels, implement_shared
 
 # The Conv fields csrc_cuda/conv.cu reads, by position (its struct Conv)
 FIELDS = ("batch", "cin", "h", "w", "cout", "oh", "ow", "kh", "kw", "sh", "sw", "ph", "pw", "dh",
-          "dw", "groups", "has_bias", "path", "relu")
+          "dw", "groups", "has_bias", "path", "activation")
 
 
 # backward filter's split over the batch's pixels (csrc_cuda/conv.cu): enough blocks for two

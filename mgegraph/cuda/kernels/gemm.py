@@ -1,4 +1,4 @@
-"""matmul (batched, broadcast, transposed; float and integer) and linear (bias and relu
+"""matmul (batched, broadcast, transposed; float and integer) and linear (bias and activation
 epilogue) on CUDA (csrc_cuda/gemm.cu), from the shared blocks of
 mgegraph/kernel_abi/matmul.py.
 

@@ -1,14 +1,16 @@
-"""Epilogue fusion: linear or conv2d, then a bias add and a relu, become one kernel call.
+"""Epilogue fusion: linear or conv2d, then a bias add and an activation (relu, or relu6: a
+clip to [0, 6]), become one kernel call.
 
-The GEMM kernels apply the bias and the relu row by row while the output is still in cache
-(``activation="relu"`` on linear and conv2d), so the intermediate values are never written out
-and read back. A value is absorbed only when the next op of the chain is its one use and no
-one else (an output of the plan, another op) needs it.
+The GEMM kernels apply the bias and the activation row by row while the output is still in
+cache (``activation="relu"`` or ``"relu6"`` on linear and conv2d), so the intermediate values
+are never written out and read back. A value is absorbed only when the next op of the chain is
+its one use and no one else (an output of the plan, another op) needs it.
 
 >>> str(epilogue(g, [y]).graph)      # relu(linear(x, w) + b) -> linear[activation=relu] x w b
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .rewrite import PassResult, rebuild, result, use_counts
@@ -16,11 +18,23 @@ from .rewrite import PassResult, rebuild, result, use_counts
 PRODUCERS = ("linear", "conv2d")
 
 
+def activation_of(node) -> str | None:
+    """The epilogue activation that elementwise ``node`` is, or None: relu, or relu6 for a clip
+    to exactly [+0, 6] (a clip to -0 gives -0 where relu6 gives +0)."""
+    if node.op.name == "relu":
+        return "relu"
+    if node.op.name == "clip":
+        lo, hi = node.attr["lower"], node.attr["upper"]
+        if lo == 0 and math.copysign(1.0, lo) > 0 and hi == 6:
+            return "relu6"
+    return None
+
+
 @dataclass(frozen=True)
 class _Chain:
     base: object               # the linear or conv2d node
     bias: object = None        # a bias Var added after it (linear only), or None
-    relu: bool = False
+    activation: str = "none"   # relu or relu6 once one ends the chain
     ops: tuple[str, ...] = ()
 
 
@@ -29,18 +43,19 @@ def _extend(node, chains, uses) -> _Chain | None:
     name = node.op.name
     if name in PRODUCERS and node.attr["activation"] == "none":
         return _Chain(node, ops=(name,))
-    if name not in ("add", "relu"):
+    activation = activation_of(node)
+    if name != "add" and activation is None:
         return None
     for k, v in enumerate(node.inputs):
         chain = chains.get(v.id)
-        if chain is None or uses.get(v.id) != 1 or chain.relu:
+        if chain is None or uses.get(v.id) != 1 or chain.activation != "none":
             continue
-        if name == "relu":
-            return _Chain(chain.base, chain.bias, True, chain.ops + ("relu",))
+        if activation is not None:
+            return _Chain(chain.base, chain.bias, activation, chain.ops + (name,))
         bias = node.inputs[1 - k]
         if (chain.base.op.name == "linear" and len(chain.base.inputs) == 2 and chain.bias is None
                 and bias.shape == (v.shape[-1],) and node.outputs[0].type == v.type):
-            return _Chain(chain.base, bias, False, chain.ops + ("add",))
+            return _Chain(chain.base, bias, "none", chain.ops + ("add",))
     return None
 
 
@@ -74,7 +89,7 @@ def epilogue(graph, outputs) -> PassResult:
             inputs = [builder.var(v) for v in c.base.inputs]
             if c.bias is not None:
                 inputs.append(builder.var(c.bias))
-            attrs = {**c.base.attr, "activation": "relu" if c.relu else "none"}
+            attrs = {**c.base.attr, "activation": c.activation}
             fused.append("+".join(c.ops))
             return builder.add(c.base.op, inputs, attrs, node)
         if id(node) in members or (out in chains and id(chains[out].base) in members):

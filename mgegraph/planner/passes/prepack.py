@@ -19,9 +19,10 @@ such a weight becomes ``reshape(conv2d_packed(reshape(x, (rows, k, 1, 1)), pack(
 (n, k, 1, 1))), b), x's shape with n last)`` (reshapes are views; the CPU runs it as a GEMM of
 rows on the same tiles, conv_blocked.pxi ``rows_call``). So is ``matmul(x, w)`` of a 2-D
 weight, whose (k, n) weight is transposed before packing (once, in the prologue or here); a
-bias added to it (``x @ w + b``, b of n values: ONNX's MatMul + Add) and a relu after that become
-conv2d_packed's bias and activation, as the epilogue pass makes them a linear's, so they run
-while each tile is in cache instead of in a pass of their own.
+bias added to it (``x @ w + b``, b of n values: ONNX's MatMul + Add) and a relu or relu6 (a
+clip to [0, 6]) after that become conv2d_packed's bias and activation, as the epilogue pass
+makes them a linear's, so they run while each tile is in cache instead of in a pass of their
+own.
 
 Only weights no assign writes are packed: a training step, which writes them every run, would
 pack them every run.
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 
 from ...ops.conv import pack_weight_array, weight_dims
 from ...ops.matmul import rows_by_weight
+from .epilogue import activation_of
 from .rewrite import PassResult, rebuild, result, use_counts, weight_values
 
 PACKED = ("conv2d", "linear", "matmul")
@@ -102,13 +104,14 @@ def _packed(builder, node, w, groups, block, const, transposed=False):
 class _Tail:
     matmul: object  # a packed matmul node
     bias: object    # the Var of n values added to its product
-    relu: bool      # whether a relu of the sum follows
-    nodes: tuple    # the add, and the relu when there is one
+    activation: str  # the epilogue activation of the sum that follows it (epilogue.activation_of)
+    nodes: tuple     # the add, and the activation's node when there is one
 
 
 def _matmul_tails(graph, outputs, blocks) -> dict:
     """id(matmul node) -> its _Tail, for each packed matmul whose one use is an add of a bias of
-    its n values (of its dtype), then maybe a relu, the add's one use."""
+    its n values (of its dtype), then maybe a relu or relu6 (clip to [0, 6]), the add's one
+    use."""
     uses = use_counts(graph, outputs)
     users = {}
     for node in graph.nodes:
@@ -127,17 +130,18 @@ def _matmul_tails(graph, outputs, blocks) -> dict:
                 or add.outputs[0].type != y.type):
             continue
         s = add.outputs[0]
-        relu = users.get(s.id)
-        if uses.get(s.id) == 1 and relu is not None and relu.op.name == "relu":
-            tails[id(node)] = _Tail(node, bias, True, (add, relu))
+        act = users.get(s.id)
+        activation = activation_of(act) if act is not None and uses.get(s.id) == 1 else None
+        if activation is not None:
+            tails[id(node)] = _Tail(node, bias, activation, (add, act))
         else:
-            tails[id(node)] = _Tail(node, bias, False, (add,))
+            tails[id(node)] = _Tail(node, bias, "none", (add,))
     return tails
 
 
 def _rows(builder, node, block, const, tail=None):
     """A linear, or a matmul of a 2-D weight, as the 1x1 conv2d_packed of its rows (with
-    ``tail``'s bias and relu)."""
+    ``tail``'s bias and activation)."""
     x, w, *bias = (builder.var(v) for v in node.inputs)
     if tail is not None:
         bias = [builder.var(tail.bias)]
@@ -149,8 +153,8 @@ def _rows(builder, node, block, const, tail=None):
     (w4,) = builder.add("reshape", [w], {"shape": (n, k, 1, 1)}, node)
     packed = _packed(builder, node, w4, 1, block, const, transposed)
     activation = node.attr["activation"] if node.op.name == "linear" else "none"
-    if tail is not None and tail.relu:
-        activation = "relu"
+    if tail is not None and tail.activation != "none":
+        activation = tail.activation
     attrs = {"activation": activation, "out_channels": n, "kernel_size": (1, 1)}
     (y,) = builder.add("conv2d_packed", [x_rows, packed, *bias], attrs, node)
     return builder.add("reshape", [y], {"shape": (*x.shape[:-1], n)}, node)

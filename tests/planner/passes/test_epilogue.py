@@ -49,6 +49,53 @@ def test_conv_relu_becomes_one_node(bias):
     np.testing.assert_array_equal(run(r.outputs, feeds)[0], run([y], feeds)[0])
 
 
+@pytest.mark.parametrize("groups,ws", [(8, (8, 1, 3, 3)), (1, (6, 8, 3, 3)), (1, (6, 8, 1, 1))])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_conv_relu6_becomes_one_node_bitwise(groups, ws, bias, stride):
+    """MobileNet's conv + clip(0, 6): relu6 in the conv's epilogue, on the depthwise path and
+    the others, gives the unoptimised plan's bits (NaN, and the clip's signed zeros too)."""
+    g = mg.Graph()
+    x = g.input("x", (1, 8, 9, 11), "float32")
+    w = g.const(RNG.standard_normal(ws).astype(np.float32))
+    b = g.const(RNG.standard_normal(ws[0]).astype(np.float32)) if bias else None
+    y = F.relu6(F.conv2d(x, w, b, stride=stride, padding=ws[2] // 2, groups=groups))
+    r = epilogue(g, [y])
+    assert r.stats == {"fused": 1, "groups": ["conv2d+clip"]}
+    (conv,) = [n for n in r.graph.nodes if n.op.category != "source"]
+    assert conv.attr["activation"] == "relu6"
+    xv = 4 * RNG.standard_normal((1, 8, 9, 11)).astype(np.float32)
+    xv[0, :, 4, 4] = np.nan  # an input every stride reads
+    got = mg.compile(r.outputs, optimize=0).run({"x": xv})[0]
+    want = mg.compile([y], optimize=0).run({"x": xv})[0]
+    assert (want == 6).any() and (want == 0).any() and np.isnan(want).any()
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_linear_bias_relu6_becomes_one_node():
+    g = mg.Graph()
+    x = g.input("x", (4, 8), "float32")
+    w = g.const(3 * RNG.standard_normal((5, 8)).astype(np.float32))
+    b = g.const(RNG.standard_normal(5).astype(np.float32))
+    y = F.relu6(F.linear(x, w) + b)
+    r = epilogue(g, [y])
+    assert str(r.graph).splitlines()[-1] == "%3:f32[4,5] = linear[activation=relu6] %0 %1 %2"
+    assert r.stats == {"fused": 1, "groups": ["linear+add+clip"]}
+    feeds = {"x": RNG.standard_normal((4, 8)).astype(np.float32)}
+    want = mg.compile([y], optimize=0).run(feeds)[0]
+    assert (want == 6).any()
+    np.testing.assert_array_equal(mg.compile(r.outputs, optimize=0).run(feeds)[0], want)
+
+
+@pytest.mark.parametrize("lower,upper", [(0.0, 5.0), (-0.0, 6.0), (-1.0, 6.0), (0.0, np.inf)])
+def test_other_clips_stay_nodes(lower, upper):
+    """Only a clip to exactly [+0, 6] is relu6: a clip to -0 keeps -0 where relu6 gives +0."""
+    g = mg.Graph()
+    x = g.input("x", (2, 3, 6, 6), "float32")
+    y = F.clip(F.conv2d(x, g.const(np.ones((4, 3, 3, 3), np.float32))), lower, upper)
+    assert not epilogue(g, [y]).changed
+
+
 def test_values_needed_elsewhere_are_not_absorbed():
     g = mg.Graph()
     x = g.input("x", (4, 8), "float32")
@@ -107,6 +154,31 @@ def test_fused_linear_relu_gradient():
     w = RNG.standard_normal((3, 4))
     gradcheck(lambda x, w: apply("linear", (x, w), activation="relu"),
               RNG.standard_normal((5, 4)), w)
+
+
+@pytest.mark.parametrize("op", ["linear", "conv2d"])
+def test_fused_relu6_gradient(op):
+    """relu6 in the epilogue passes the gradient where 0 < y < 6, as PyTorch's relu6 (and as
+    the unfused clip does, away from exactly 0 and 6)."""
+    from mgegraph.ops.builder import apply
+    from mgegraph.testing import gradcheck
+    torch = pytest.importorskip("torch")
+    if op == "linear":
+        x, w = 3 * RNG.standard_normal((5, 4)), RNG.standard_normal((3, 4))
+        fn, tfn = lambda x, w: apply("linear", (x, w), activation="relu6"), \
+            torch.nn.functional.linear
+    else:
+        x, w = 3 * RNG.standard_normal((2, 3, 5, 5)), RNG.standard_normal((3, 1, 3, 3))
+        fn = lambda x, w: apply("conv2d", (x, w), padding=(1, 1), groups=3,
+                                activation="relu6")
+        tfn = lambda x, w: torch.nn.functional.conv2d(x, w, padding=1, groups=3)
+    dx, dw = gradcheck(fn, x, w)  # its upstream gradient: seed 0's normal draws
+    tx, tw = (torch.tensor(v, requires_grad=True) for v in (x, w))
+    ty = torch.nn.functional.relu6(tfn(tx, tw))
+    ty.backward(torch.from_numpy(np.random.default_rng(0).standard_normal(tuple(ty.shape))))
+    assert (ty.detach().numpy() == 6).any() and (ty.detach().numpy() == 0).any()
+    np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(dw, tw.grad.numpy(), rtol=1e-10, atol=1e-10)
 
 
 # -- batch-norm folding (inference) --------------------------------------------------------------

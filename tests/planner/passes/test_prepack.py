@@ -153,19 +153,21 @@ def test_a_matmul_of_a_weight_packs_its_transpose(const):
 
 
 @needs_avx512
-@pytest.mark.parametrize("form", ["x @ w + b", "b + x @ w", "relu(x @ w + b)"])
+@pytest.mark.parametrize("form", ["x @ w + b", "b + x @ w", "relu(x @ w + b)",
+                                  "relu6(x @ w + b)"])
 def test_a_bias_and_relu_after_a_packed_matmul_run_in_its_epilogue(form):
     g = mg.Graph()
     x = g.input("x", (2, 6, 50))
     w = g.param("w", RNG.standard_normal((50, 70)).astype(np.float32))
     b = g.param("b", RNG.standard_normal(70).astype(np.float32))
     y = {"x @ w + b": lambda: x @ w + b, "b + x @ w": lambda: b + x @ w,
-         "relu(x @ w + b)": lambda: F.relu(x @ w + b)}[form]()
+         "relu(x @ w + b)": lambda: F.relu(x @ w + b),
+         "relu6(x @ w + b)": lambda: F.relu6(x @ w + b)}[form]()
     plan, plain = mg.compile([y]), mg.compile([y], optimize=0)
     assert ops_of(plan) == ["conv2d_packed"]  # the add (and relu) within it; reshapes are views
     (ins,) = plan.instructions
-    assert dict(ins.attrs)["activation"] == ("relu" if "relu" in form else "none")
-    xv = RNG.standard_normal((2, 6, 50)).astype(np.float32)
+    assert dict(ins.attrs)["activation"] == form.split("(")[0] if "(" in form else "none"
+    xv = 3 * RNG.standard_normal((2, 6, 50)).astype(np.float32)  # sums past relu6's 6 too
     xv[0, 0, :] = 0.0  # rows of zeros: relu's -0 and +0 as the unfused ops give them
     got, want = plan.run({"x": xv})[0], plain.run({"x": xv})[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
