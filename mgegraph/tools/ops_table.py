@@ -27,7 +27,9 @@ several (`F.group_norm` is reshapes, a mean, a variance and a fused elementwise 
 
 Columns: the op's category; `grad`: whether autodiff differentiates it; the element types of
 its CPU and CUDA kernels (`-`: none: a planner-only op, or one the device lacks); the op's
-version in the model file; `ONNX`: whether `mg.onnx.export` writes it.
+version in the model file; `ONNX`: whether `mg.onnx.export` writes it. Every op with a f32
+kernel also takes f16 and bf16 (half precision): where no kernel of its own is listed, a plan
+and eager mode run it in float32 between casts (`planner/passes/half.py`).
 """
 
 _SHORT = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "bool",
