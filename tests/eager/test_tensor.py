@@ -224,6 +224,10 @@ CALLS |= {  # convolutions made of conv2d and its data gradient (ops/conv_api.py
     "conv_transpose3d": lambda v: F.conv_transpose3d(
         F.reshape(v, (1, 3, 2, 6, 6)), v.graph.const(W[:3, :, :2, :2, None].repeat(2, 4)),
         stride=2, padding=1, output_padding=1),
+    # the offsets and mask from the input itself: a 3x3 kernel's 9 taps, padding 1
+    "deformable_conv2d": lambda v: F.deformable_conv2d(
+        v, v.graph.const(W), F.concat([v] * 6, axis=1) * 0.3, F.sigmoid(F.concat([v] * 3, axis=1)),
+        padding=1),
 }
 CALLS |= {  # pooling made of other ops (ops/pooling.py)
     "avg_pool1d": lambda v: F.avg_pool1d(F.reshape(v, (2, 3, 36)), 3, 2, 1),
