@@ -55,6 +55,6 @@ from . import deform
 
 KERNEL_MODULES += (deform,)
 # sort, topk and the scans cumsum, cumprod (sorting.pyx)
-from . import sorting  # noqa: E402
+from . import sorting
 
 KERNEL_MODULES += (sorting,)

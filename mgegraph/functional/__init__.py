@@ -53,7 +53,7 @@ __all__ += ["deformable_conv2d"]
 _graph.install("functional", _sys.modules[__name__])
 
 # sorting and scans (ops/sorting.py): sort, argsort, topk, cumsum, cumprod
-from ..ops import sorting as _sorting  # noqa: E402
-from ..ops.sorting import argsort, cumprod, cumsum, sort, topk  # noqa: E402, F401
+from ..ops import sorting as _sorting
+from ..ops.sorting import argsort, cumprod, cumsum, sort, topk  # noqa: F401
 
 __all__ += _sorting.__all__

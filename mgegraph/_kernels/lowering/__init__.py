@@ -13,7 +13,7 @@ from . import deform
 
 FAMILIES += (deform,)
 # sort, topk and the scans cumsum, cumprod (lowering/sorting.py)
-from . import sorting  # noqa: E402
+from . import sorting
 
 FAMILIES += (sorting,)
 
