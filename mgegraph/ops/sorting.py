@@ -42,6 +42,7 @@ from .registry import (
 __all__ = ["argsort", "cumprod", "cumsum", "sort", "topk"]
 
 INDEX_DTYPE = np.dtype(np.int32)  # MegEngine's sort and topk indices
+INDEX_LIMIT = int(np.iinfo(np.int32).max) + 1  # an axis of up to this many values
 
 
 def _flag(name: str, attrs, key: str) -> bool:
@@ -56,7 +57,10 @@ def _rows_input(name: str, x: TensorType) -> int:
     if x.ndim < 1:
         raise ValueError(f"{name} orders the last axis: the input must be at least 1-d, got a "
                          "scalar")
-    return x.shape[-1]
+    n = x.shape[-1]
+    if not named(n) and n > INDEX_LIMIT:
+        raise ValueError(f"the last axis has {n} values; its int32 indices reach {INDEX_LIMIT}")
+    return n
 
 
 def _sort_infer(in_types, attrs):
