@@ -82,6 +82,7 @@ template <class T> __device__ void order(const MgArgs& a) {
     const T* x = (const T*)a.bufs[0];
     T* values = (T*)a.bufs[1];
     i32* indices = (i32*)a.bufs[2];
+    if (n == 0) return;  // nothing to write, and no workspace buffer to read
     i32* scratch = (i32*)a.bufs[3];
     for (i64 row = (i64)blockIdx.x * blockDim.x + threadIdx.x; row < rows;
          row += (i64)gridDim.x * blockDim.x) {

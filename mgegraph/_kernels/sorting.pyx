@@ -105,8 +105,11 @@ cdef inline int order_part(const Call* c, int part, Py_ssize_t lo, Py_ssize_t hi
     cdef const num_t* x = <const num_t*>c.bufs[0]
     cdef num_t* values = <num_t*>c.bufs[1]
     cdef int32_t* indices = <int32_t*>c.bufs[2]
-    cdef int32_t* slot = <int32_t*>c.bufs[3] + 2 * n * part
+    cdef int32_t* slot
     cdef int32_t* order
+    if n == 0:  # nothing to write, and no workspace buffer to read
+        return KERNEL_OK
+    slot = <int32_t*>c.bufs[3] + 2 * n * part
     for row in range(lo, hi):
         order = sort_row(x + row * n, n, slot, slot + n, s.descending != 0)
         for j in range(s.k):

@@ -45,11 +45,11 @@ INDEX_DTYPE = np.dtype(np.int32)  # MegEngine's sort and topk indices
 INDEX_LIMIT = int(np.iinfo(np.int32).max) + 1  # an axis of up to this many values
 
 
-def _flag(name: str, attrs, key: str) -> bool:
+def _flag(attrs, key: str) -> bool:
     value = attrs[key]
-    if not isinstance(value, (bool, np.bool_)):
+    if not isinstance(value, bool):
         raise TypeError(f"{key} must be a bool, got {value!r}")
-    return bool(value)
+    return value
 
 
 def _rows_input(name: str, x: TensorType) -> int:
@@ -59,21 +59,21 @@ def _rows_input(name: str, x: TensorType) -> int:
                          "scalar")
     n = x.shape[-1]
     if not named(n) and n > INDEX_LIMIT:
-        raise ValueError(f"the last axis has {n} values; its int32 indices reach {INDEX_LIMIT}")
+        raise ValueError(f"the last axis has {n} values; int32 indices cover at most {INDEX_LIMIT}")
     return n
 
 
 def _sort_infer(in_types, attrs):
     (x,) = in_types
     _rows_input("sort", x)
-    _flag("sort", attrs, "descending")
+    _flag(attrs, "descending")
     return x, TensorType(x.shape, INDEX_DTYPE)
 
 
 def _topk_infer(in_types, attrs):
     (x,) = in_types
     n, k = _rows_input("topk", x), attrs["k"]
-    _flag("topk", attrs, "descending")
+    _flag(attrs, "descending")
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise ValueError(f"k must be an int >= 1, got {k!r}")
     if not named(n) and k > n:
@@ -114,8 +114,8 @@ def _scan_infer(name: str):
         if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
             raise TypeError(f"axis must be an int, got {axis!r}")
         normalize_axis(int(axis), x.ndim)
-        _flag(name, attrs, "exclusive")
-        _flag(name, attrs, "reverse")
+        _flag(attrs, "exclusive")
+        _flag(attrs, "reverse")
         for other in in_types[1:]:  # cumprod_backward's output gradient
             if other.dtype != x.dtype or not same_shape(other.shape, x.shape, "the gradient"):
                 raise ValueError(f"the output gradient {other} must have the input's type {x}")
