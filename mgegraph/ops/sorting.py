@@ -23,7 +23,6 @@ import math
 
 import numpy as np
 
-from ..ir.dims import Dim
 from ..ir.graph import Var
 from ..ir.types import TensorType
 from .builder import apply, apply_multi
@@ -142,12 +141,18 @@ register(OpDef("cumsum", "reduce", _scan_infer("cumsum"), attrs=SCAN_ATTRS, grad
                inplace=True))
 register(OpDef("cumprod", "reduce", _scan_infer("cumprod"), attrs=SCAN_ATTRS,
                grad=_cumprod_grad, inplace=True))
-# Inputs x and the output gradient; no gradient of its own (grad of grad of cumprod).
+# Inputs x and the output gradient; no gradient rule: cumprod differentiates once.
 register(OpDef("cumprod_backward", "reduce", _scan_infer("cumprod_backward"), attrs=SCAN_ATTRS,
                flops_per_element=3))
 
 
 # -- public functions -------------------------------------------------------------------------
+def _number(value):
+    """A NumPy integer as a Python int; anything else as it is, for the shape rule to judge
+    (a float is refused there, not truncated here)."""
+    return int(value) if isinstance(value, np.integer) else value
+
+
 def sort(inp: Var, descending: bool = False) -> tuple[Var, Var]:
     """The last axis sorted, and the int32 indices that sort it (stable; NaN largest).
     ``values, indices = F.sort(x, descending=True)``"""
@@ -166,11 +171,10 @@ def topk(inp: Var, k: int, descending: bool = False, kth_only: bool = False,
     and their int32 indices; ``kth_only``: the k-th alone, the last axis dropped. ``no_sort``
     allows any order (these are sorted anyway). ``top, idx = F.topk(logits, 5, descending=True)``
     """
-    if isinstance(k, Dim):
-        raise TypeError("topk: k must be a number, not a named dimension")
-    values, indices = apply_multi("topk", (inp,), k=int(k), descending=bool(descending))
+    k = _number(k)  # the shape rule refuses anything but an int >= 1, naming the op
+    values, indices = apply_multi("topk", (inp,), k=k, descending=bool(descending))
     if kth_only:
-        last = [slice(None)] * (inp.ndim - 1) + [slice(int(k) - 1, int(k))]
+        last = [slice(None)] * (inp.ndim - 1) + [slice(k - 1, k)]
         return squeeze(values[tuple(last)], -1), squeeze(indices[tuple(last)], -1)
     return values, indices
 
@@ -178,9 +182,9 @@ def topk(inp: Var, k: int, descending: bool = False, kth_only: bool = False,
 def cumsum(inp: Var, axis: int) -> Var:
     """Running sums along ``axis``, in the input's dtype and order (NumPy's float32 bits).
     ``F.cumsum(x, axis=1)``"""
-    return apply("cumsum", (inp,), axis=int(axis))
+    return apply("cumsum", (inp,), axis=_number(axis))
 
 
 def cumprod(inp: Var, axis: int) -> Var:
     """Running products along ``axis``, in the input's dtype and order. ``F.cumprod(x, 0)``"""
-    return apply("cumprod", (inp,), axis=int(axis))
+    return apply("cumprod", (inp,), axis=_number(axis))

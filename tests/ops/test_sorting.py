@@ -184,6 +184,8 @@ def test_one_and_two_threads_give_the_same_bits(fn, monkeypatch):
 @pytest.mark.parametrize("make, words", (
     (lambda g: F.topk(g.input("x", (3, 5)), 6), ["topk", "k=6", "5 values", "f32[3,5]"]),
     (lambda g: F.topk(g.input("x", (3, 5)), 0), ["topk", "k must be an int >= 1"]),
+    (lambda g: F.topk(g.input("x", (3, 5)), 2.5), ["topk", "k must be an int >= 1, got 2.5"]),
+    (lambda g: F.cumsum(g.input("x", (3, 5)), 1.5), ["cumsum", "axis must be an int"]),
     (lambda g: F.sort(g.input("x", ())), ["sort", "scalar"]),
     (lambda g: F.sort(g.input("x", (2, 2**31 + 1))), ["sort", "2147483649 values", "int32 indices cover"]),
     (lambda g: F.sort(g.input("x", (3,), "bool")), ["sort", "bool"]),
