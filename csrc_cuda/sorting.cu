@@ -2,19 +2,20 @@
 //
 // Parameters: the CPU's (mgegraph/_kernels/sorting.pyx, packed by kernel_abi/sorting.py):
 //   sort/topk: ints [rows, length, k, descending, threads]; buffers x, values, indices (int32),
-//              workspace (two int32 arrays of length per row here: cuda/kernels/sorting.py)
+//              workspace (two int32 arrays of length per sorting thread; threads is here the
+//              number of sorting threads, cuda/kernels/sorting.py's sorters)
 //   cumsum/cumprod: ints [outer, length, inner, exclusive, reverse, threads]; buffers x, y
 //   cumprod_backward: the same ints; buffers x, dy, dx
-// (threads is the CPU's.)
+// (the scans' threads is the CPU's.)
 //
 // Semantics are the CPU kernel's, bit for bit: the same stable bottom-up merge sort over the
 // same insertion-sorted runs (NaN the largest value), and each scan line accumulated in the
 // dtype in order, its roundings as written (no FMA contraction), so the results are the CPU's.
 //
-// Design: a thread per row (sort) or per line (scans), grid-striding; no shared memory, so the
-// host emulation runs these as they are. A row's merge sort ping-pongs between its two index
-// arrays in global memory. Simple rather than fast: a block-wide sort would be the next step
-// for long rows.
+// Design: a thread per row (sort, up to a workspace budget, then rows in turn) or per line
+// (scans, grid-striding); no shared memory, so the host emulation runs these as they are. A
+// row's merge sort ping-pongs between its thread's two index arrays in global memory. Simple
+// rather than fast: a block-wide sort would be the next step for long rows.
 #include "mg_abi.cuh"
 
 typedef long long i64;
@@ -83,11 +84,12 @@ template <class T> __device__ void order(const MgArgs& a) {
     T* values = (T*)a.bufs[1];
     i32* indices = (i32*)a.bufs[2];
     if (n == 0) return;  // nothing to write, and no workspace buffer to read
-    i32* scratch = (i32*)a.bufs[3];
-    for (i64 row = (i64)blockIdx.x * blockDim.x + threadIdx.x; row < rows;
-         row += (i64)gridDim.x * blockDim.x) {
-        const i32* at = sort_row(x + row * n, n, scratch + 2 * n * row, scratch + 2 * n * row + n,
-                                 descending);
+    // sorter t sorts rows t, t + sorters, ... in its own slot of the workspace
+    const i64 sorters = a.ints[4], t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= sorters) return;
+    i32* slot = (i32*)a.bufs[3] + 2 * n * t;
+    for (i64 row = t; row < rows; row += sorters) {
+        const i32* at = sort_row(x + row * n, n, slot, slot + n, descending);
         for (i64 j = 0; j < k; ++j) {
             values[row * k + j] = x[row * n + at[j]];
             indices[row * k + j] = at[j];

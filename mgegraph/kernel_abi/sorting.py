@@ -2,10 +2,11 @@
 cumprod_backward (the Scan struct), read by _kernels/sorting.pyx and csrc_cuda/sorting.cu.
 
 Sort and topk read the input as ``rows`` rows of ``length`` values and write the first ``k`` of
-each sorted row (sort: k = length). Their workspace holds two int32 index arrays of ``length``
-per slot: the CPU's slots are its threads (a part sorts its rows one after another in its own
-slot), CUDA's its rows (a thread per row), so the device passes ``slots(node, threads)``.
-A scan reads its input as (outer, length, inner) and runs along the middle axis.
+each sorted row (sort: k = length). Their ``threads`` field is how many rows are sorted at once,
+each by a thread in its own slot of the workspace (two int32 index arrays of ``length``): the
+CPU's planned threads, or on CUDA a thread per row up to a workspace budget (the device passes
+``sorters(node)``). A scan reads its input as (outer, length, inner) and runs along the middle
+axis; its threads field is the CPU's alone.
 """
 from __future__ import annotations
 
@@ -27,22 +28,18 @@ def order_rows(node) -> int:
     return math.prod(node.inputs[0].shape[:-1])
 
 
-def thread_slots(node, threads: int) -> int:
-    """The CPU's workspace slots: one per thread."""
-    return threads
+def slot_bytes(node) -> int:
+    """The workspace one sorting thread needs: two index arrays of a row's length."""
+    return 2 * node.inputs[0].shape[-1] * INDEX_BYTES
 
 
-def order_workspace(node, slots: int) -> int:
-    return slots * 2 * node.inputs[0].shape[-1] * INDEX_BYTES
-
-
-def _order_lower(threads, slots):
+def _order_lower(sorters):
     def lower(node) -> Launch:
         x, (values, _) = node.inputs[0], node.outputs
-        planned = threads(node)
+        at_once = sorters(node)
         ints = pack(FIELDS["ORDER_FIELDS"], rows=order_rows(node), length=x.shape[-1],
-                    k=values.shape[-1], descending=node.attr["descending"], threads=planned)
-        return Launch(ints, workspace=order_workspace(node, slots(node, planned)))
+                    k=values.shape[-1], descending=node.attr["descending"], threads=at_once)
+        return Launch(ints, workspace=at_once * slot_bytes(node))
     return lower
 
 
@@ -56,10 +53,11 @@ def _scan_lower(threads):
     return lower
 
 
-def implement(table, threads=one_thread, slots=thread_slots) -> None:
+def implement(table, threads=one_thread, sorters=None) -> None:
     """Register sort, topk and the scans on ``table``; ``threads(node)`` fills the threads
-    fields, ``slots(node, threads)`` sizes the sorts' workspace (two index arrays a slot)."""
+    fields, ``sorters(node)`` (default: ``threads``) sort's and topk's."""
     for op in ("sort", "topk"):
-        table.implement(op, kernel=op, dtypes=NUMERIC_DTYPES, lower=_order_lower(threads, slots))
+        table.implement(op, kernel=op, dtypes=NUMERIC_DTYPES,
+                        lower=_order_lower(sorters or threads))
     for op in ("cumsum", "cumprod", "cumprod_backward"):
         table.implement(op, kernel=op, dtypes=NUMERIC_DTYPES, lower=_scan_lower(threads))

@@ -80,9 +80,23 @@ def test_steps_and_workspace():
     launch, _, steps = cuda_launch(family, node_of("topk", [x], k=3))
     assert [s.entry for s in steps] == ["mg_topk_f32"] and steps[0].block == (128, 1, 1)
     assert launch.workspace == 42 * 2 * 10 * 4  # two int32 index arrays per row
+    assert launch.ints[4] == 42  # a sorting thread per row
     launch, _, steps = cuda_launch(family, node_of("cumsum", [x], axis=1))
     assert [s.entry for s in steps] == ["mg_cumsum_f32"] and launch.workspace == 0
     assert cuda_launch(family, node_of("sort", [np.zeros((0, 3), np.float32)]))[2] == []
+
+
+@pytest.mark.nvrtc
+def test_long_rows_share_a_bounded_workspace(monkeypatch):
+    # fewer sorting threads than rows: each sorts rows in turn in its own slot
+    monkeypatch.setattr(family, "SLOTS_BUDGET", 3 * 2 * 50 * 4)
+    monkeypatch.setattr(family, "MIN_SORTERS", 1)
+    x = sample((7, 2, 50), np.float32)
+    node = node_of("topk", [x], k=9, descending=True)
+    launch, _, steps = cuda_launch(family, node)
+    assert launch.ints[4] == 3 and launch.workspace == 3 * 2 * 50 * 4
+    assert steps[0].grid == (1, 1, 1)  # one block: threads past the 3 sorters return
+    _same(emulate(family, node, [x], fibers=False), cpu_result(node, [x]))
 
 
 @pytest.mark.cuda

@@ -1,5 +1,5 @@
 """CPU lowerings of sort, topk and the scans: the shared parameter blocks
-(mgegraph/kernel_abi/sorting.py) with the CPU's threads (a workspace slot each), once
+(mgegraph/kernel_abi/sorting.py) with the CPU's threads (each sorting in its own workspace slot), once
 _kernels/sorting.pyx is checked to read them."""
 from __future__ import annotations
 
