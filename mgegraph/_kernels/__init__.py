@@ -54,3 +54,7 @@ KERNEL_MODULES = (elementwise, reduce, nn, norm, linalg, conv, pool, movement, f
 from . import deform
 
 KERNEL_MODULES += (deform,)
+# sort, topk and the scans cumsum, cumprod (sorting.pyx)
+from . import sorting
+
+KERNEL_MODULES += (sorting,)

@@ -51,3 +51,9 @@ __all__ += ["deformable_conv2d"]
 
 # Var's Python operators (x + y, x @ w, x[1:]) build nodes with these functions.
 _graph.install("functional", _sys.modules[__name__])
+
+# sorting and scans (ops/sorting.py): sort, argsort, topk, cumsum, cumprod
+from ..ops import sorting as _sorting
+from ..ops.sorting import argsort, cumprod, cumsum, sort, topk  # noqa: F401
+
+__all__ += _sorting.__all__

@@ -68,6 +68,8 @@ OP_VERSIONS |= {"deform_im2col": 1, "deform_im2col_backward": 1, "correlation": 
 # grid_sample over volumes (ops/vision.py)
 OP_VERSIONS |= {"grid_sample3d": 1, "grid_sample3d_backward_data": 1,
                 "grid_sample3d_backward_grid": 1}
+# sorting and scans (ops/sorting.py)
+OP_VERSIONS |= {"sort": 1, "topk": 1, "cumsum": 1, "cumprod": 1, "cumprod_backward": 1}
 # the epilogue's relu6 (activation="relu6" on linear, conv2d and conv2d_packed) is version 2 of
 # those ops. A node without it is written as version 1, which readers from before relu6 run,
 # and this reader takes both; a version 1 node that says relu6 is refused.

@@ -19,6 +19,7 @@ from . import (
     convert_nn,
     convert_resample,
     convert_shape,
+    convert_sorting,  # TopK, CumSum
     convert_vision,  # image sampling and detection
 )
 from .context import Converter
@@ -55,7 +56,8 @@ def merge(*families) -> dict[str, Converter]:
     return table
 
 
-CONVERTERS = merge(convert_math, convert_nn, convert_shape, convert_vision, convert_resample)
+CONVERTERS = merge(convert_math, convert_nn, convert_shape, convert_vision, convert_resample,
+                   convert_sorting)
 
 
 def same_semantics(op_type: str, opset: int) -> bool:

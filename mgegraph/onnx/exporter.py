@@ -649,6 +649,24 @@ def _deform_im2col(w, n, ins):
                  dilations=list(at["dilation"]))
 
 
+# -- sorting and scans (ops/sorting.py) ----------------------------------------------------
+@writer("sort", "topk")
+def _topk(w, n, ins):
+    """TopK along the last axis (sort: k is the whole axis), its int64 indices cast to int32."""
+    values, indices = n.outputs
+    k = w.ints([values.shape[-1]])
+    out = w.add("TopK", [ins[0], k], n_outputs=2, axis=-1,
+                largest=int(n.attr["descending"]), sorted=1)
+    return [out[0], *w.add("Cast", [out[1]], to=_tensor_type(indices.dtype))]
+
+
+@writer("cumsum")
+def _cumsum(w, n, ins):
+    axis = w.const(np.array(n.attr["axis"], np.int64), "axis")
+    return w.add("CumSum", [ins[0], axis], exclusive=int(n.attr["exclusive"]),
+                 reverse=int(n.attr["reverse"]))
+
+
 # -- the walk -----------------------------------------------------------------------------
 def _source(obj):
     """(graph, outputs) of a Plan, a traced function, a Predictor or a (graph, outputs) pair."""

@@ -1,3 +1,4 @@
 """Every op family registers its OpDefs on import; this package imports them all."""
 from . import conv, deform, elementwise, fused, matmul, movement, nn, norm, reduce, resize, vision  # noqa: F401
+from . import sorting as _sorting  # noqa: F401  (sort, topk, cumsum, cumprod)
 from .registry import OpDef, all_ops, get_op, register  # noqa: F401

@@ -12,6 +12,10 @@ FAMILIES = (elementwise, reduce, nn, norm, matmul, conv, pool, movement, fused, 
 from . import deform
 
 FAMILIES += (deform,)
+# sort, topk and the scans cumsum, cumprod (lowering/sorting.py)
+from . import sorting
+
+FAMILIES += (sorting,)
 
 
 def implement_all(table) -> None:

@@ -29,3 +29,6 @@ FAMILIES += [
 FAMILIES += [
     "deform",        # csrc_cuda/deform.cu: deform_im2col, correlation (+ backward)
 ]
+FAMILIES += [
+    "sorting",       # csrc_cuda/sorting.cu: sort, topk, cumsum, cumprod (+ cumprod's gradient)
+]
