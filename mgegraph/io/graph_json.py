@@ -68,6 +68,9 @@ OP_VERSIONS |= {"deform_im2col": 1, "deform_im2col_backward": 1, "correlation": 
 # grid_sample over volumes (ops/vision.py)
 OP_VERSIONS |= {"grid_sample3d": 1, "grid_sample3d_backward_data": 1,
                 "grid_sample3d_backward_grid": 1}
+# trigonometric and hyperbolic elementwise math, atan2 and the two roundings
+OP_VERSIONS |= {"tan": 1, "asin": 1, "acos": 1, "atan": 1, "sinh": 1, "cosh": 1, "asinh": 1,
+                "acosh": 1, "atanh": 1, "atan2": 1, "round": 1, "round_half_even": 1}
 
 SOURCES = ("input", "param", "const")
 DTYPES = {str(d): d for d in SUPPORTED}
