@@ -190,6 +190,23 @@ def _mod(w, n, ins):
     return w.add("Sub", [ins[0], w.add("Mul", [q[0], ins[1]])[0]])
 
 
+# -- trigonometric and hyperbolic math, the roundings -----------------------------------------
+for _op in ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"):
+    WRITERS[_op] = _same(_op.capitalize())
+WRITERS["round_half_even"] = _same("Round")
+
+
+@writer("round")
+def _round(w, n, ins):
+    # halves away from zero: Round (halves to even) except at a half, where x + sign(x) / 2 is
+    # exact (|x| - floor(|x|) is exact too)
+    half = w.const(np.asarray(0.5, n.inputs[0].dtype))
+    a = w.add("Abs", ins)[0]
+    tie = w.add("Equal", [w.add("Sub", [a, w.add("Floor", [a])[0]])[0], half])[0]
+    away = w.add("Add", [ins[0], w.add("Mul", [w.add("Sign", ins)[0], half])[0]])[0]
+    return w.add("Where", [tie, away, w.add("Round", ins)[0]])
+
+
 # -- activations ------------------------------------------------------------------------------
 # table activations that are one ONNX op, with their attributes (the same names in both)
 _ACTIVATIONS = {"elu": ("Elu", ("alpha",)), "celu": ("Celu", ("alpha",)),
