@@ -233,6 +233,10 @@ CALLS |= {  # pooling made of other ops (ops/pooling.py)
     "lp_pool2d": lambda v: F.lp_pool2d(v, 3.0, 2),
     "max_unpool2d": lambda v: F.max_unpool2d(*F.max_pool2d(v, 2, return_indices=True), 2),
 }
+CALLS |= {  # compositions of the elementwise math (ops/elementwise.py, ops/hardmax.py)
+    "masked_fill": lambda v: F.masked_fill(v, v > 0.5, -1.0),
+    "hardmax": lambda v: F.hardmax(v, 1),
+}
 # sources without an input: run eagerly without graph=, compared with the graph's below
 SOURCES = {"arange": lambda g: F.arange(2, 9, 3, graph=g), "full": lambda g: F.full((2,), 7, graph=g),
            "linspace": lambda g: F.linspace(0, 1, 5, graph=g), "ones": lambda g: F.ones((3,), graph=g),
