@@ -237,6 +237,33 @@ MG_HD double m_floor(double x) { return floor(x); }
 MG_HD float m_ceil(float x) { return ceilf(x); }
 MG_HD double m_ceil(double x) { return ceil(x); }
 
+// trigonometric and hyperbolic functions and the two roundings (scalar.pxd's: libm's on the
+// CPU, CUDA's here, within their ulp bounds; the roundings are exact on both)
+MG_HD float m_tan(float x) { return tanf(x); }
+MG_HD double m_tan(double x) { return tan(x); }
+MG_HD float m_asin(float x) { return asinf(x); }
+MG_HD double m_asin(double x) { return asin(x); }
+MG_HD float m_acos(float x) { return acosf(x); }
+MG_HD double m_acos(double x) { return acos(x); }
+MG_HD float m_atan(float x) { return atanf(x); }
+MG_HD double m_atan(double x) { return atan(x); }
+MG_HD float m_atan2(float y, float x) { return atan2f(y, x); }
+MG_HD double m_atan2(double y, double x) { return atan2(y, x); }
+MG_HD float m_sinh(float x) { return sinhf(x); }
+MG_HD double m_sinh(double x) { return sinh(x); }
+MG_HD float m_cosh(float x) { return coshf(x); }
+MG_HD double m_cosh(double x) { return cosh(x); }
+MG_HD float m_asinh(float x) { return asinhf(x); }
+MG_HD double m_asinh(double x) { return asinh(x); }
+MG_HD float m_acosh(float x) { return acoshf(x); }
+MG_HD double m_acosh(double x) { return acosh(x); }
+MG_HD float m_atanh(float x) { return atanhf(x); }
+MG_HD double m_atanh(double x) { return atanh(x); }
+MG_HD float m_round(float x) { return roundf(x); }  // halves away from zero
+MG_HD double m_round(double x) { return round(x); }
+MG_HD float m_rint(float x) { return rintf(x); }  // halves to even
+MG_HD double m_rint(double x) { return rint(x); }
+
 // integers: wrapping arithmetic through the unsigned type (signed overflow is undefined in C)
 MG_HD int m_neg_int(int x) { return (int)(0u - (unsigned)x); }
 MG_HD mg_i64 m_neg_int(mg_i64 x) { return (mg_i64)(0ull - (mg_u64)x); }

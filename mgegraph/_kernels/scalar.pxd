@@ -20,6 +20,9 @@
 from libc.math cimport (INFINITY, NAN, erf, fabs, fabsf, sqrt, sqrtf, sin, sinf, cos, cosf,
                         floor, floorf, ceil, ceilf, fmod, fmodf, copysign, copysignf,
                         pow as cpow, powf)
+from libc.math cimport (tan, tanf, asin, asinf, acos, acosf, atan, atanf, atan2, atan2f, sinh,
+                        sinhf, cosh, coshf, asinh, asinhf, acosh, acoshf, atanh, atanhf,
+                        round as cround, roundf, rint, rintf)
 from libc.stdint cimport (int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t,
                           INT32_MIN, INT64_MIN)
 from libc.string cimport memcpy
@@ -300,6 +303,45 @@ cdef inline floating m_floor(floating x) noexcept nogil:
 
 cdef inline floating m_ceil(floating x) noexcept nogil:
     return ceilf(x) if floating is float else ceil(x)
+
+# trigonometric and hyperbolic functions and the two roundings: libm's (NaN outside a domain,
+# +-inf at atanh's ends, as NumPy). rint rounds halves to even in the default rounding mode,
+# which the kernels never change
+cdef inline floating m_tan(floating x) noexcept nogil:
+    return tanf(x) if floating is float else tan(x)
+
+cdef inline floating m_asin(floating x) noexcept nogil:
+    return asinf(x) if floating is float else asin(x)
+
+cdef inline floating m_acos(floating x) noexcept nogil:
+    return acosf(x) if floating is float else acos(x)
+
+cdef inline floating m_atan(floating x) noexcept nogil:
+    return atanf(x) if floating is float else atan(x)
+
+cdef inline floating m_atan2(floating y, floating x) noexcept nogil:
+    return atan2f(y, x) if floating is float else atan2(y, x)
+
+cdef inline floating m_sinh(floating x) noexcept nogil:
+    return sinhf(x) if floating is float else sinh(x)
+
+cdef inline floating m_cosh(floating x) noexcept nogil:
+    return coshf(x) if floating is float else cosh(x)
+
+cdef inline floating m_asinh(floating x) noexcept nogil:
+    return asinhf(x) if floating is float else asinh(x)
+
+cdef inline floating m_acosh(floating x) noexcept nogil:
+    return acoshf(x) if floating is float else acosh(x)
+
+cdef inline floating m_atanh(floating x) noexcept nogil:
+    return atanhf(x) if floating is float else atanh(x)
+
+cdef inline floating m_round(floating x) noexcept nogil:
+    return roundf(x) if floating is float else cround(x)
+
+cdef inline floating m_rint(floating x) noexcept nogil:
+    return rintf(x) if floating is float else rint(x)
 
 cdef inline ew_num_t m_pow(ew_num_t x, ew_num_t y) noexcept nogil:
     # integers: by squaring in unsigned arithmetic, so an overflow wraps as NumPy's does (signed

@@ -49,6 +49,11 @@ from .vision import deformable_conv2d
 
 __all__ += ["deformable_conv2d"]
 
+# hardmax (a composition over argmax), also ONNX's Hardmax
+from ..ops.hardmax import hardmax
+
+__all__ += ["hardmax"]
+
 # Var's Python operators (x + y, x @ w, x[1:]) build nodes with these functions.
 _graph.install("functional", _sys.modules[__name__])
 

@@ -98,6 +98,11 @@ def _leaky_relu(cx, ins, at):
 
 def _clip(cx, ins, at):
     x = cx.var(ins[0])
+    bounds = [ins[i] if len(ins) > i else None for i in (1, 2)]
+    if any(b is not None and not isinstance(b, np.ndarray) for b in bounds):
+        # a bound computed at run time (or fed): the composition over maximum and minimum
+        lo, hi = (None if b is None else cx.var(b) for b in bounds)
+        return [F.clip(x, lo, hi)]
     lo = cx.known(ins[1], "min") if len(ins) > 1 and ins[1] is not None else None
     hi = cx.known(ins[2], "max") if len(ins) > 2 and ins[2] is not None else None
     if is_float(x.dtype):
@@ -246,4 +251,19 @@ CONVERTERS.update({
     "ThresholdedRelu": _with(F.thresholded_relu, alpha=1.0),
     "Softsign": _unary(F.softsign), "Mish": _unary(F.mish), "Shrink": _shrink,
     "PRelu": _prelu, "Swish": _swish,
+})
+
+
+# -- trigonometric and hyperbolic math, Round, Hardmax --------------------------------------------
+def _hardmax(cx, ins, at):
+    x = cx.var(ins[0])
+    return [F.hardmax(x, cx.axis(at.get("axis", -1), x.ndim))]
+
+
+CONVERTERS.update({
+    "Tan": _unary(F.tan), "Asin": _unary(F.asin), "Acos": _unary(F.acos), "Atan": _unary(F.atan),
+    "Sinh": _unary(F.sinh), "Cosh": _unary(F.cosh), "Asinh": _unary(F.asinh),
+    "Acosh": _unary(F.acosh), "Atanh": _unary(F.atanh),
+    # ONNX's Round takes halves to even; F.round (MegEngine's) takes them away from zero
+    "Round": _unary(F.round_half_even), "Hardmax": _hardmax,
 })

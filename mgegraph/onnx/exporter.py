@@ -190,6 +190,50 @@ def _mod(w, n, ins):
     return w.add("Sub", [ins[0], w.add("Mul", [q[0], ins[1]])[0]])
 
 
+# -- trigonometric and hyperbolic math, the roundings -----------------------------------------
+for _op in ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh"):
+    WRITERS[_op] = _same(_op.capitalize())
+WRITERS["round_half_even"] = _same("Round")
+
+
+@writer("round")
+def _round(w, n, ins):
+    # halves away from zero: Round (halves to even) except at a half, where x + sign(x) / 2 is
+    # exact (|x| - floor(|x|) is exact too)
+    half = w.const(np.asarray(0.5, n.inputs[0].dtype))
+    a = w.add("Abs", ins)[0]
+    tie = w.add("Equal", [w.add("Sub", [a, w.add("Floor", [a])[0]])[0], half])[0]
+    away = w.add("Add", [ins[0], w.add("Mul", [w.add("Sign", ins)[0], half])[0]])[0]
+    return w.add("Where", [tie, away, w.add("Round", ins)[0]])
+
+
+def _negative(w, v, dtype):
+    """The sign bit of non-NaN ``v`` as a bool tensor: v < 0 or 1 / v < 0 (-0 has it)."""
+    zero = w.const(np.zeros((), dtype))
+    return w.add("Or", [w.add("Less", [v, zero])[0],
+                        w.add("Less", [w.add("Reciprocal", [v])[0], zero])[0]])[0]
+
+
+@writer("atan2")
+def _atan2(w, n, ins):
+    """ONNX has no Atan2: atan(y / x), plus pi with y's sign where x's sign bit is set (x = -0
+    included). Where y / x is 0 / 0 or inf / inf (both zeros, both infinite) the point is moved
+    to one with the same angle: x to +-1, an infinite y to +-1, a zero y kept; NaN stays NaN."""
+    dtype = n.inputs[0].dtype
+    c = lambda v: w.const(np.asarray(v, dtype))
+    y, x = ins
+    ordered = w.add("And", [w.add("Equal", [x, x])[0], w.add("Equal", [y, y])[0]])[0]
+    bad = w.add("And", [w.add("IsNaN", w.add("Div", [y, x]))[0], ordered])[0]
+    unit_x = w.add("Where", [_negative(w, x, dtype), c(-1.0), c(1.0)])[0]
+    unit_y = w.add("Where", [_negative(w, y, dtype), c(-1.0), c(1.0)])[0]
+    # a signed zero only ever in Where's second branch: ONNX Runtime's first gives -0 as +0
+    x2 = w.add("Where", [bad, unit_x, x])[0]
+    y2 = w.add("Where", [w.add("And", [bad, w.add("IsInf", [y])[0]])[0], unit_y, y])[0]
+    angle = w.add("Atan", w.add("Div", [y2, x2]))[0]
+    turn = w.add("Where", [_negative(w, y2, dtype), c(-np.pi), c(np.pi)])[0]
+    return w.add("Where", [_negative(w, x2, dtype), w.add("Add", [angle, turn])[0], angle])
+
+
 # -- activations ------------------------------------------------------------------------------
 # table activations that are one ONNX op, with their attributes (the same names in both)
 _ACTIVATIONS = {"elu": ("Elu", ("alpha",)), "celu": ("Celu", ("alpha",)),

@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 
-from ..ir.errors import GraphError, user_location
+from ..ir.errors import GraphError, OpError, user_location
 from ..ir.graph import Var
 from ..ir.types import TensorType, as_dtype, broadcast_shapes, is_float
 from . import elementwise_table as TABLE
@@ -142,6 +142,7 @@ _PUBLIC = [op.name for op in TABLE.OPS if op.public]
 __all__ = ["where", "astype", "cast", "relu6", "hswish", "hsigmoid", "hardtanh", "softshrink",
            "hardshrink"]
 __all__ += [op.name for op in TABLE.OPS if op.public]
+__all__ += ["masked_fill"]  # a composition over where
 
 
 def _floating(x):
@@ -211,13 +212,51 @@ cast = astype
 
 
 def clip(inp, lower=None, upper=None):
-    """Clamp to [lower, upper]; either bound may be None."""
+    """Clamp to [lower, upper]; either bound may be None, a number or a tensor broadcast against
+    ``inp`` (then ``minimum(maximum(inp, lower), upper)``: upper wherever lower > upper, NaN
+    from any operand, as np.clip with array bounds). ``F.clip(x, 0.0, 6.0)``"""
+    if isinstance(lower, Var) or isinstance(upper, Var):
+        return _clip_by_tensors(inp, lower, upper)
     lo = -np.inf if lower is None else float(lower)
     hi = np.inf if upper is None else float(upper)
     if not is_float(inp.dtype):
         info = np.iinfo(inp.dtype)
         lo, hi = max(lo, info.min), min(hi, info.max)
     return apply("clip", (inp,), lower=lo, upper=hi)
+
+
+def _clip_by_tensors(inp, lower, upper):
+    # a composition, so each bound gets its gradient from maximum's and minimum's rules (ties
+    # go to inp, as PyTorch's clamp); numbers keep to the clip op
+    out = inp if lower is None else maximum(inp, lower)  # noqa: F821  made from the table
+    return out if upper is None else minimum(out, upper)  # noqa: F821
+
+
+def masked_fill(inp, mask, value):
+    """``value`` where the bool ``mask`` (broadcast to ``inp``'s shape) is true, else ``inp``;
+    ``value`` a number or a 0-d tensor, cast to ``inp``'s dtype (PyTorch's ``masked_fill``;
+    MegEngine has none). ``F.masked_fill(scores, pad_mask, -1e9)``"""
+    g = graph_of(inp, mask, value)
+    x, m = g.lift(inp), g.lift(mask)
+    v = value if isinstance(value, Var) else g.const(np.asarray(value, x.dtype))
+    problem = _masked_fill_problem(x, m, v)
+    if problem:
+        raise OpError("masked_fill", (x.type, m.type, v.type), problem, user_location())
+    return where(m, cast_to(v, x.dtype), x)
+
+
+def _masked_fill_problem(x, mask, value) -> str | None:
+    if mask.dtype != np.dtype(np.bool_):
+        return f"the mask must be bool, got {mask.dtype}"
+    if value.ndim != 0:
+        return f"the value must be a number or a 0-d tensor, got shape {value.shape}"
+    try:
+        shape = broadcast_shapes(x.shape, mask.shape)
+    except (TypeError, ValueError):
+        shape = None
+    if shape != x.shape:
+        return f"the mask {mask.shape} does not broadcast to the input's shape {x.shape}"
+    return None
 
 
 def leaky_relu(inp, negative_slope=0.01):

@@ -50,6 +50,16 @@ HELPERS = {
     "m_tanh": "tanh (float)", "m_erf": "the error function (float)",
     "m_sqrt": "square root (float)", "m_sin": "sine (float)", "m_cos": "cosine (float)",
     "m_floor": "round down (float)", "m_ceil": "round up (float)",
+    # libm's on the CPU, CUDA's on a GPU (as m_sin): within their ulp bounds, not bitwise
+    "m_tan": "tangent (float)", "m_asin": "arcsine, NaN outside [-1, 1] (float)",
+    "m_acos": "arccosine, NaN outside [-1, 1] (float)", "m_atan": "arctangent (float)",
+    "m_sinh": "hyperbolic sine (float)", "m_cosh": "hyperbolic cosine (float)",
+    "m_asinh": "inverse hyperbolic sine (float)",
+    "m_acosh": "inverse hyperbolic cosine, NaN below 1 (float)",
+    "m_atanh": "inverse hyperbolic tangent: +-inf at +-1, NaN outside [-1, 1] (float)",
+    "m_atan2": "m_atan2(y, x): the angle of the point (x, y) in [-pi, pi], C's atan2 (float)",
+    "m_round": "to the nearest integer, halves away from zero, -0 kept (C's round, float)",
+    "m_rint": "to the nearest integer, halves to even, -0 kept (C's rint, float)",
     "m_pow": "x^y; for integers by squaring, wrapping on overflow as NumPy; 0 for a negative "
              "exponent, which the kernels refuse before (NumPy raises)",
     "m_abs": "|x|, +0 for -0; abs(INT_MIN) is INT_MIN (wraps, as NumPy)", "m_relu": "max(x, 0): NaN stays NaN, -0 gives +0",
@@ -152,6 +162,14 @@ def _shrink(x, lambd, bias):
     return np.where(x < -lambd, x + bias, np.where(x > lambd, x - bias, x * 0))
 
 
+def _round_half_away(x):
+    # C's round without the float rounding of floor(|x| + 0.5) (0.49999997 + 0.5 rounds to 1):
+    # x - trunc(x) is exact
+    with np.errstate(invalid="ignore"):
+        t = np.trunc(x)
+        return np.where(np.abs(x - t) >= 0.5, t + np.sign(x), t)
+
+
 def _nonzero_alpha(attrs):
     if attrs["alpha"] == 0:
         raise ValueError("alpha must not be 0 (celu divides by it)")
@@ -208,6 +226,12 @@ def _prelu_grad(f, x, y, out, g):
 def _pow_grad(f, x, y, out, g):
     safe_log = f.log(f.where(x > 0, x, 1.0))
     return g * y * x ** (y - 1.0), g * out * safe_log
+
+
+def _atan2_grad(f, y, x, out, g):
+    # d/dy atan2(y, x) = x / r^2, d/dx = -y / r^2
+    r2 = x * x + y * y
+    return g * x / r2, -g * y / r2
 
 
 def _zero(f, x, y, g, a):
@@ -303,6 +327,27 @@ OPS: tuple[Elementwise, ...] = (
     # x * 0: zero with x's sign (PyTorch's softshrink), NaN for NaN
     _unary("shrink", "m_select(x < -p, x + q, m_select(x > p, x - q, x * 0))", _shrink, FLOAT,
            3.0, _shrink_grad, params=("lambd", "bias"), defaults={"lambd": 0.5, "bias": 0.0}),
+    # trigonometric and hyperbolic functions and their inverses (MegEngine's F. names); outside
+    # an inverse's domain NaN, at atanh's ends +-inf, as NumPy
+    _unary("tan", "m_tan(x)", np.tan, FLOAT, 8.0, lambda f, x, y, g, a: g * (1.0 + y * y)),
+    _unary("asin", "m_asin(x)", np.arcsin, FLOAT, 8.0,
+           lambda f, x, y, g, a: g * f.rsqrt(1.0 - x * x)),
+    _unary("acos", "m_acos(x)", np.arccos, FLOAT, 8.0,
+           lambda f, x, y, g, a: -g * f.rsqrt(1.0 - x * x)),
+    _unary("atan", "m_atan(x)", np.arctan, FLOAT, 8.0,
+           lambda f, x, y, g, a: g / (1.0 + x * x)),
+    _unary("sinh", "m_sinh(x)", np.sinh, FLOAT, 8.0, lambda f, x, y, g, a: g * f.cosh(x)),
+    _unary("cosh", "m_cosh(x)", np.cosh, FLOAT, 8.0, lambda f, x, y, g, a: g * f.sinh(x)),
+    _unary("asinh", "m_asinh(x)", np.arcsinh, FLOAT, 8.0,
+           lambda f, x, y, g, a: g * f.rsqrt(x * x + 1.0)),
+    _unary("acosh", "m_acosh(x)", np.arccosh, FLOAT, 8.0,
+           lambda f, x, y, g, a: g * f.rsqrt(x * x - 1.0)),
+    _unary("atanh", "m_atanh(x)", np.arctanh, FLOAT, 8.0,
+           lambda f, x, y, g, a: g / (1.0 - x * x)),
+    # two roundings: MegEngine's F.round (C's round: halves away from zero) and ONNX's Round,
+    # NumPy's and PyTorch's (halves to even); they differ only at halves (2.5: 3 and 2)
+    _unary("round", "m_round(x)", _round_half_away, FLOAT, 1.0, _zero),
+    _unary("round_half_even", "m_rint(x)", np.rint, FLOAT, 1.0, _zero),
     _binary("add", "x + y", np.add, WITH_SMALL_INTS, 1.0, lambda f, x, y, out, g: (g, g),
             int_expr="m_add_int(x, y)"),
     _binary("sub", "x - y", np.subtract, WITH_SMALL_INTS, 1.0, lambda f, x, y, out, g: (g, -g),
@@ -327,6 +372,8 @@ OPS: tuple[Elementwise, ...] = (
     # prelu(x, slope): leaky_relu with the slope a tensor (broadcast, per channel)
     _binary("prelu", "m_select(x > 0, x, x * y)", lambda x, y: np.where(x > 0, x, x * y), FLOAT,
             2.0, _prelu_grad),
+    # atan2(y, x): the angle of the point (x, y), C's and NumPy's argument order
+    _binary("atan2", "m_atan2(x, y)", np.arctan2, FLOAT, 10.0, _atan2_grad),
     _compare("equal", "x == y", np.equal),
     _compare("not_equal", "x != y", np.not_equal),
     _compare("less", "x < y", np.less),

@@ -242,6 +242,10 @@ CALLS |= {  # sorting and scans (ops/sorting.py)
     "topk": lambda v: F.topk(v, 3, kth_only=True)[1], "cumsum": lambda v: F.cumsum(v, 2),
     "cumprod": lambda v: F.cumprod(v, 1),
 }
+CALLS |= {  # compositions of the elementwise math (ops/elementwise.py, ops/hardmax.py)
+    "masked_fill": lambda v: F.masked_fill(v, v > 0.5, -1.0),
+    "hardmax": lambda v: F.hardmax(v, 1),
+}
 # sources without an input: run eagerly without graph=, compared with the graph's below
 SOURCES = {"arange": lambda g: F.arange(2, 9, 3, graph=g), "full": lambda g: F.full((2,), 7, graph=g),
            "linspace": lambda g: F.linspace(0, 1, 5, graph=g), "ones": lambda g: F.ones((3,), graph=g),

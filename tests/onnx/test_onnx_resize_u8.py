@@ -92,5 +92,6 @@ def test_exported_uint8_remap_runs_in_onnxruntime_within_1(border, interp):
     assert got.dtype == np.uint8
     diff = np.abs(got.astype(int) - want)
     assert diff.max() <= (0 if interp == "nearest" else 1) and diff.mean() < 0.05
-    with pytest.raises(mo.OnnxImportError, match="Round"):
-        mo.import_model(m)
+    # imported back (Round as round_half_even), the float32 sampling lands within 1 of ORT's
+    (back,) = mo.import_model(m).run(feeds)
+    assert back.dtype == np.uint8 and np.abs(back.astype(int) - got).max() <= 1

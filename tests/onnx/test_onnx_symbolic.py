@@ -217,9 +217,6 @@ def test_constant_of_shape_fed_a_negative_or_huge_count_is_refused():
 
 
 @pytest.mark.parametrize("op, inputs, attrs, values", [
-    ("Clip", [("x", [2, 3], F32), ("lo", [], F32), ("hi", [], F32)], {},
-     [{"lo": np.array(-0.5, np.float32), "hi": np.array(0.5, np.float32)},
-      {"lo": np.array(0, np.float32), "hi": np.array(2, np.float32)}]),
     ("Pad", [("x", [2, 3], F32), ("pads", [4], I64)], {"mode": "edge"},
      [{"pads": np.array([0, 1, 1, 0])}, {"pads": np.array([2, 0, 0, 3])}]),
     ("Tile", [("x", [2, 3], F32), ("repeats", [2], I64)], {},
