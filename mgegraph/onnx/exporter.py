@@ -400,6 +400,12 @@ def _take(w, n, ins):
     return w.add("Gather", ins, axis=int(n.attr["axis"]))
 
 
+# the embedding lookup (ops/sequence.py): a Gather of rows; padding_idx only masks gradients
+@writer("embedding")
+def _embedding(w, n, ins):
+    return w.add("Gather", ins, axis=0)
+
+
 @writer("gather")
 def _gather(w, n, ins):
     return w.add("GatherElements", ins, axis=int(n.attr["axis"]))

@@ -1,3 +1,7 @@
 """Every op family registers its OpDefs on import; this package imports them all."""
 from . import conv, deform, elementwise, fused, matmul, movement, nn, norm, reduce, resize, vision  # noqa: F401
 from .registry import OpDef, all_ops, get_op, register  # noqa: F401
+
+# isort: split
+# the embedding lookup with padding_idx (the rest of ops/sequence.py is compositions)
+from . import sequence  # noqa: F401
