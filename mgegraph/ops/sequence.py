@@ -22,14 +22,14 @@ import numpy as np
 
 from ..ir.errors import OpError, user_location
 from ..ir.graph import Var
-from ..ir.types import HALF_DTYPES, INT_DTYPES, is_float
+from ..ir.types import HALF_DTYPES, INT_DTYPES, TensorType, is_float
 from . import elementwise as ew
 from . import movement_api as movement
 from . import reduce
 from .autocast import high_precision
 from .builder import apply, cast_to, graph_of
-from .movement import _take_infer
-from .registry import REQUIRED, OpDef, register
+from .movement import axis_index
+from .registry import REQUIRED, OpDef, register, require_dtypes
 
 __all__ = ["embedding", "indexing_one_hot", "rms_norm", "rotary_embedding", "scatter", "swiglu"]
 
@@ -42,6 +42,13 @@ def _lift(value, graph, dtype=None) -> Var:
     if isinstance(value, (np.ndarray, list, tuple, int, float)):
         return graph.const(np.asarray(value, dtype=dtype))
     return graph.lift(value)
+
+
+def _axis(op: str, x: Var, axis) -> int:
+    try:
+        return axis_index(axis, x.ndim)
+    except (TypeError, ValueError) as exc:
+        _refuse(op, (x,), str(exc))
 
 
 def _float_var(op: str, inp) -> Var:
@@ -99,7 +106,7 @@ def swiglu(x, axis=-1, alpha=1.0):
     >>> y = F.swiglu(F.linear(h, w_gate_up))  # (..., 2 * d) -> (..., d)
     """
     x = _float_var("swiglu", x)
-    (ax,) = movement._axes("swiglu", x, axis, x.ndim)
+    ax = _axis("swiglu", x, axis)
     n = x.shape[ax]
     if not isinstance(n, int) or n % 2:
         _refuse("swiglu", (x,), f"axis {axis} of size {n} does not split into two halves")
@@ -201,7 +208,7 @@ def indexing_one_hot(src, index, axis=1, keepdims=False):
     """
     g = graph_of(src, index)
     src, index = g.lift(src), _lift(index, g, np.int64)
-    (ax,) = movement._axes("indexing_one_hot", src, axis, src.ndim)
+    ax = _axis("indexing_one_hot", src, axis)
     want = tuple(src.shape[:ax]) + tuple(src.shape[ax + 1:])
     if tuple(index.shape) != want:
         _refuse("indexing_one_hot", (src, index), f"index must have the input's shape without "
@@ -221,7 +228,7 @@ def scatter(inp, axis, index, source):
     """
     g = graph_of(inp, source, index)
     inp, source, index = g.lift(inp), g.lift(source), _lift(index, g, np.int64)
-    (ax,) = movement._axes("scatter", inp, axis, inp.ndim)
+    ax = _axis("scatter", inp, axis)
     if not inp.ndim == index.ndim == source.ndim:
         _refuse("scatter", (inp, index, source), "the input, index and source must have the "
                 "same number of dims")
@@ -241,14 +248,15 @@ def scatter(inp, axis, index, source):
 
 # -- the embedding lookup --------------------------------------------------------------------
 def _embedding_infer(in_types, attrs):
-    weight = in_types[0]
+    weight, indices = in_types
+    require_dtypes("embedding", indices, INT_DTYPES, "indices")
     if weight.ndim != 2:
         raise ValueError(f"weight must be a (num_embeddings, dim) table, got {weight.ndim}-D")
     pad = attrs["padding_idx"]
     if pad is not None and not (isinstance(pad, int) and 0 <= pad < weight.shape[0]):
         raise ValueError(f"padding_idx must be a row of the {weight.shape[0]}-row weight or "
                          f"None, got {pad!r}")
-    return _take_infer(in_types, {"axis": 0})
+    return (TensorType(tuple(indices.shape) + (weight.shape[1],), weight.dtype),)
 
 
 def _embedding_grad(node, out_grads):

@@ -101,9 +101,11 @@ def test_swiglu_matches_numpy(shape, axis):
     np.testing.assert_allclose(got, a / (1 + np.exp(-1.702 * a)) * b, rtol=1e-5, atol=1e-6)
 
 
-def test_swiglu_refuses_an_odd_axis():
+def test_swiglu_refuses_an_odd_axis_and_a_missing_one():
     with pytest.raises(OpError, match=r"swiglu.*axis -1 of size 5 does not split"):
         run(F.swiglu, rand(2, 5))
+    with pytest.raises(OpError, match=r"swiglu.*axis 3 is out of range for 2-d input"):
+        run(lambda a: F.swiglu(a, 3), rand(2, 4))
 
 
 # -- rotary embeddings -----------------------------------------------------------------------
@@ -181,6 +183,8 @@ def test_embedding_refuses_a_padding_row_outside_the_table():
         run(lambda w, i: F.embedding(i, w, padding_idx=5), rand(5, 3), np.zeros(2, np.int64))
     with pytest.raises(OpError, match=r"embedding.*\(num_embeddings, dim\) table, got 3-D"):
         run(lambda w, i: F.embedding(i, w), rand(5, 3, 1), np.zeros(2, np.int64))
+    with pytest.raises(OpError, match=r"embedding.*indices dtype float32"):
+        run(lambda w, i: F.embedding(i, w, padding_idx=0), rand(5, 3), rand(2))
 
 
 # -- uneven split (MegEngine's rule) ---------------------------------------------------------
