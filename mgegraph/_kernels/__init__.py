@@ -54,3 +54,7 @@ KERNEL_MODULES = (elementwise, reduce, nn, norm, linalg, conv, pool, movement, f
 from . import deform
 
 KERNEL_MODULES += (deform,)
+# RMS norm (rms_norm.pyx)
+from . import rms_norm
+
+KERNEL_MODULES += (rms_norm,)

@@ -68,8 +68,8 @@ OP_VERSIONS |= {"deform_im2col": 1, "deform_im2col_backward": 1, "correlation": 
 # grid_sample over volumes (ops/vision.py)
 OP_VERSIONS |= {"grid_sample3d": 1, "grid_sample3d_backward_data": 1,
                 "grid_sample3d_backward_grid": 1}
-# the embedding lookup with PyTorch's padding_idx (ops/sequence.py)
-OP_VERSIONS |= {"embedding": 1}
+# the embedding lookup with PyTorch's padding_idx, RMS norm (ops/sequence.py)
+OP_VERSIONS |= {"embedding": 1, "rms_norm": 1}
 
 SOURCES = ("input", "param", "const")
 DTYPES = {str(d): d for d in SUPPORTED}

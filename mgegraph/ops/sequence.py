@@ -1,16 +1,16 @@
-"""The functions of sequence models made of existing ops: RMS norm, SwiGLU, rotary position
+"""The functions of sequence models: RMS norm, SwiGLU, rotary position
 embeddings (ONNX's RotaryEmbedding), and MegEngine's indexing helpers (``indexing_one_hot``,
 ``scatter``), re-exported by ``mgegraph.functional`` and ``functional.nn``.
 
-Design: only the embedding lookup registers an op (``embedding``: take along axis 0, run by
-take's kernels), because PyTorch's ``padding_idx`` is a rule about the gradient alone (the
-padding row gets none) which no composition of differentiable ops can say. None of the others
-registers an op. Each is a few elementwise ops, a reduction and
-movement, which the planner fuses and whose gradients the ops already have. RMS norm is a
-composition for now although it measured slower than layer_norm's kernel: on (32, 512, 768)
-float32, one compiled plan each, median of 12 runs on a shared 2-core Intel Xeon, rms_norm
-107 ms against layer_norm's 49 ms (2.2x); a kernel of its own (layer_norm's without the mean)
-is the way to close that.
+Design: two of these are ops. The embedding lookup (``embedding``: take along axis 0, run by
+take's kernels) because PyTorch's ``padding_idx`` is a rule about the gradient alone (the
+padding row gets none), which no composition of differentiable ops can say. RMS norm
+(``rms_norm``, kernels _kernels/rms_norm.pyx and csrc_cuda/rms_norm.cu; its gradient is made of
+other ops) for speed: on (32, 512, 768) float32, a compiled plan each, medians of
+benchmarks/test_rms_norm.py on a shared 2-core Intel Xeon, the kernel took 36 ms, the same
+composed of square, mean, rsqrt and muls 72 ms (two passes over x and a square written out)
+and layer_norm's kernel 85 ms. The others are compositions: a few elementwise ops and
+movement, which the planner fuses and whose gradients the ops already have.
 
 >>> y = F.rms_norm(x, x.shape[-1:], weight=gamma)
 """
@@ -29,7 +29,7 @@ from . import reduce
 from .autocast import high_precision
 from .builder import apply, cast_to, graph_of
 from .movement import axis_index
-from .registry import REQUIRED, OpDef, register, require_dtypes
+from .registry import FLOAT_DTYPES, REQUIRED, OpDef, register, require_dtypes
 
 __all__ = ["embedding", "indexing_one_hot", "rms_norm", "rotary_embedding", "scatter", "swiglu"]
 
@@ -72,6 +72,36 @@ def _normalized_shape(x: Var, normalized_shape) -> tuple[int, ...]:
     return shape
 
 
+def _rms_infer(in_types, attrs):
+    x, weight = in_types
+    require_dtypes("rms_norm", x, FLOAT_DTYPES)
+    shape = tuple(attrs["normalized_shape"])
+    if not shape or x.ndim < len(shape) or tuple(x.shape[x.ndim - len(shape):]) != shape:
+        raise ValueError(f"normalized_shape {shape} does not match the trailing dims of "
+                         f"{tuple(x.shape)}")
+    if weight.dtype != x.dtype or tuple(weight.shape) != shape:
+        raise ValueError(f"weight must be {x.dtype} of shape {shape}, got {weight}")
+    return (x,)
+
+
+def _rms_grad(node, out_grads):
+    # y = x r w with r = (mean(x^2) + eps)^-1/2 over the row: dx = r (g w - xhat mean(g w xhat)),
+    # dw = the sum of g xhat over the rows; ops all, so grad of grad needs no rule of its own
+    (x, w), (g,) = node.inputs, out_grads
+    axes = tuple(range(x.ndim - w.ndim, x.ndim))
+    eps = x.graph.const(np.asarray(node.attr["eps"], x.dtype))
+    r = ew.rsqrt(ew.add(reduce.mean(ew.square(x), axes, keepdims=True), eps))
+    xhat, gw = ew.mul(x, r), ew.mul(g, w)
+    dx = ew.mul(r, ew.sub(gw, ew.mul(xhat, reduce.mean(ew.mul(gw, xhat), axes, keepdims=True))))
+    rows = tuple(range(x.ndim - w.ndim))
+    dw = ew.mul(g, xhat)
+    return dx, reduce.sum(dw, rows) if rows else dw
+
+
+register(OpDef("rms_norm", "nn", _rms_infer, attrs={"normalized_shape": REQUIRED, "eps": REQUIRED},
+               grad=_rms_grad, inplace=True, flops_per_element=4))
+
+
 def rms_norm(inp, normalized_shape, weight=None, eps=None):
     """``x / sqrt(mean(x**2) + eps) * weight`` over the trailing ``normalized_shape`` dims, as
     PyTorch's ``rms_norm``: ``eps=None`` is the machine epsilon of the computing type; a half
@@ -85,15 +115,15 @@ def rms_norm(inp, normalized_shape, weight=None, eps=None):
     if x.dtype in HALF_DTYPES:
         x = cast_to(x, np.float32)
     eps = float(np.finfo(x.dtype).eps) if eps is None else float(eps)
-    axes = tuple(range(x.ndim - len(shape), x.ndim))
-    mean_square = reduce.mean(ew.square(x), axes, keepdims=True)
-    y = ew.mul(x, ew.rsqrt(ew.add(mean_square, x.graph.const(np.asarray(eps, x.dtype)))))
-    if weight is not None:
+    if weight is None:
+        w = x.graph.const(np.ones(shape, x.dtype))
+    else:
         w = _lift(weight, x.graph, out_dtype)
         if tuple(w.shape) != shape:
             _refuse("rms_norm", (x, w), f"weight shape {tuple(w.shape)} must equal "
                     f"normalized_shape {shape}")
-        y = ew.mul(y, w if w.dtype == y.dtype else cast_to(w, y.dtype))
+        w = w if w.dtype == x.dtype else cast_to(w, x.dtype)
+    y = apply("rms_norm", (x, w), normalized_shape=shape, eps=eps)
     return y if y.dtype == out_dtype else cast_to(y, out_dtype)
 
 

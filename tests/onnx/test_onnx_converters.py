@@ -13,6 +13,7 @@ from mgegraph.onnx import (
     convert_math,
     convert_nn,
     convert_resample,
+    convert_sequence,
     convert_shape,
     convert_vision,
     converters,
@@ -26,7 +27,8 @@ def _family(name, table):
 
 
 def test_the_table_is_every_familys_entries():
-    families = (convert_math, convert_nn, convert_shape, convert_vision, convert_resample)
+    families = (convert_math, convert_nn, convert_shape, convert_vision, convert_resample,
+                convert_sequence)
     assert sum(len(f.CONVERTERS) for f in families) == len(converters.CONVERTERS)
     for family in families:
         for op, convert in family.CONVERTERS.items():

@@ -12,6 +12,10 @@ FAMILIES = (elementwise, reduce, nn, norm, matmul, conv, pool, movement, fused, 
 from . import deform
 
 FAMILIES += (deform,)
+# RMS norm (lowering/rms_norm.py)
+from . import rms_norm
+
+FAMILIES += (rms_norm,)
 
 
 def implement_all(table) -> None:

@@ -29,3 +29,6 @@ FAMILIES += [
 FAMILIES += [
     "deform",        # csrc_cuda/deform.cu: deform_im2col, correlation (+ backward)
 ]
+FAMILIES += [
+    "rms_norm",      # csrc_cuda/rms_norm.cu: rms_norm (its gradient is made of other ops)
+]
