@@ -2,9 +2,9 @@
 RMSNormalization and RotaryEmbedding (opset 23), SwiGLU (opset 28); their table is
 ``CONVERTERS``, merged with the other families' in ``converters``.
 
-Design: the functions are compositions, so the exporter writes them as the ONNX ops they are
-made of (ReduceMean, Sqrt, Mul, Slice, Concat...), which every runtime reads; no converter
-here needs a writer of its own.
+Design: the exporter writes opsets 13 to 21, before these ops: rotary_embedding and swiglu are
+compositions, written as the ONNX ops they are made of (Slice, Mul, Concat...), and the
+rms_norm op's writer spells RMSNormalization's definition (ReduceMean, Sqrt, Div, Mul).
 """
 from __future__ import annotations
 
