@@ -58,3 +58,7 @@ KERNEL_MODULES += (deform,)
 from . import sorting
 
 KERNEL_MODULES += (sorting,)
+# RMS norm (rms_norm.pyx)
+from . import rms_norm
+
+KERNEL_MODULES += (rms_norm,)

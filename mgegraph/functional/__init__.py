@@ -53,6 +53,11 @@ __all__ += ["deformable_conv2d"]
 from ..ops.hardmax import hardmax
 
 __all__ += ["hardmax"]
+# sequence models and MegEngine's indexing helpers, compositions (ops/sequence.py)
+from ..ops.sequence import embedding, indexing_one_hot, rms_norm, rotary_embedding, scatter, swiglu
+
+__all__ += ["embedding", "indexing_one_hot", "rms_norm", "rotary_embedding", "scatter",
+            "swiglu"]
 
 # Var's Python operators (x + y, x @ w, x[1:]) build nodes with these functions.
 _graph.install("functional", _sys.modules[__name__])

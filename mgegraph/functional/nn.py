@@ -71,3 +71,8 @@ __all__ += ["group_norm", "instance_norm", "local_response_norm", "mean_variance
 from .vision import deformable_conv2d
 
 __all__ += ["deformable_conv2d"]
+
+# sequence models (ops/sequence.py), and the embedding lookup with PyTorch's padding_idx
+from ..ops.sequence import embedding, indexing_one_hot, rms_norm, rotary_embedding, swiglu
+
+__all__ += ["embedding", "indexing_one_hot", "rms_norm", "rotary_embedding", "swiglu"]

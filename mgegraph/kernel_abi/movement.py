@@ -267,3 +267,5 @@ _OPS = (
     ("arange", "range", _arange_lower, NUMERIC_DTYPES, -1),
     ("linspace", "range", _linspace_lower, NUMERIC_DTYPES, -1),
 )
+# the embedding lookup (ops/sequence.py) is take along axis 0: only its gradient differs
+_OPS += (("embedding", "take", _take_lower, MOVED, 0),)

@@ -43,3 +43,7 @@ __all__ += ["AdaptiveMaxPool2d", "AvgPool1d", "GlobalAvgPool2d", "GlobalMaxPool2
 # resampling and padding (nn/resample.py)
 __all__ += ["ConstantPad2d", "PixelShuffle", "PixelUnshuffle", "ReflectionPad2d",
             "ReplicationPad2d", "Upsample", "ZeroPad2d"]
+# RMS norm (nn/norm.py), for sequence models
+from .norm import RMSNorm
+
+__all__ += ["RMSNorm"]

@@ -117,17 +117,23 @@ class LayerNorm(Module):
 
 
 class Embedding(Module):
-    """A lookup table: integer indices of any shape -> rows of ``weight``."""
+    """A lookup table: integer indices of any shape -> rows of ``weight``. The row
+    ``padding_idx`` starts at zero and gets no gradient (PyTorch's rule)."""
 
-    def __init__(self, num_embeddings: int, embedding_dim: int):
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None):
         num_embeddings = _size("Embedding", "num_embeddings", num_embeddings)
         embedding_dim = _size("Embedding", "embedding_dim", embedding_dim)
+        if padding_idx is not None and not -num_embeddings <= padding_idx < num_embeddings:
+            raise GraphError(f"Embedding: padding_idx {padding_idx} is no row of "
+                             f"{num_embeddings}")
         rng = init.generator()
-        self.weight = Parameter(rng.standard_normal((num_embeddings, embedding_dim))
-                                .astype(np.float32))
+        table = rng.standard_normal((num_embeddings, embedding_dim)).astype(np.float32)
+        if padding_idx is not None:
+            table[padding_idx] = 0.0
+        self.weight, self.padding_idx = Parameter(table), padding_idx
 
     def forward(self, indices):
-        return F.take(indices.graph.bind(self.weight), indices, axis=0)
+        return F.embedding(indices, indices.graph.bind(self.weight), self.padding_idx)
 
 
 class Dropout(Module):

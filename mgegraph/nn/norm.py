@@ -201,3 +201,24 @@ class LocalResponseNorm(Module):
     def extra_repr(self):
         return f"kernel_size={self.kernel_size}, k={self.k}, alpha={self.alpha}, " \
                f"beta={self.beta}"
+
+
+class RMSNorm(Module):
+    """PyTorch's RMSNorm: ``x / sqrt(mean(x**2) + eps) * weight`` over the trailing
+    ``normalized_shape`` dims; ``eps=None`` is the machine epsilon of the computing type.
+    ``nn.RMSNorm(4096)``"""
+
+    def __init__(self, normalized_shape, eps: float | None = None,
+                 elementwise_affine: bool = True):
+        dims = tuple(normalized_shape) if hasattr(normalized_shape, "__iter__") \
+            else (normalized_shape,)
+        shape = tuple(_size("RMSNorm", f"normalized_shape {normalized_shape!r}: dimension", d)
+                      for d in dims)
+        self.normalized_shape, self.eps = shape, eps
+        self.weight = Parameter(np.ones(shape, np.float32)) if elementwise_affine else None
+
+    def forward(self, x):
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self):
+        return f"{self.normalized_shape}, eps={self.eps}"

@@ -18,6 +18,7 @@ from . import (
     convert_math,
     convert_nn,
     convert_resample,
+    convert_sequence,  # RMS norm, rotary embeddings, SwiGLU
     convert_shape,
     convert_sorting,  # TopK, CumSum
     convert_vision,  # image sampling and detection
@@ -30,6 +31,8 @@ from .context import Converter
 LATER_ATTRIBUTES = {"Range": {"stash_type"}, "Cast": {"round_mode"}, "CastLike": {"round_mode"}}
 # Ops first defined after opset 21, with the definition (its opset) their converters follow
 LATER_OPS = {"Swish": 24}
+# the ops of sequence models (convert_sequence.py)
+LATER_OPS |= {"RMSNormalization": 23, "RotaryEmbedding": 23, "SwiGLU": 28}
 # SpaceToDepth-28's mode (CRD beside the DCR order of before), which its converter reads
 LATER_ATTRIBUTES |= {"SpaceToDepth": {"mode"}}
 
@@ -57,7 +60,7 @@ def merge(*families) -> dict[str, Converter]:
 
 
 CONVERTERS = merge(convert_math, convert_nn, convert_shape, convert_vision, convert_resample,
-                   convert_sorting)
+                   convert_sorting, convert_sequence)
 
 
 def same_semantics(op_type: str, opset: int) -> bool:

@@ -448,6 +448,25 @@ def _take(w, n, ins):
     return w.add("Gather", ins, axis=int(n.attr["axis"]))
 
 
+# the embedding lookup (ops/sequence.py): a Gather of rows; padding_idx only masks gradients
+@writer("embedding")
+def _embedding(w, n, ins):
+    return w.add("Gather", ins, axis=0)
+
+
+# RMS norm (ops/sequence.py): RMSNormalization is opset 23, past the opsets written, so the
+# ops of its definition: x / sqrt(mean(x^2) + eps) * scale
+@writer("rms_norm")
+def _rms_norm(w, n, ins):
+    x, scale = ins
+    ndim, k = n.inputs[0].ndim, len(n.attr["normalized_shape"])
+    mean = _reduce_node(w, "ReduceMean", w.add("Mul", [x, x])[0], list(range(ndim - k, ndim)),
+                        True)
+    eps = w.const(np.asarray(float(n.attr["eps"]), n.inputs[0].dtype))
+    rms = w.add("Sqrt", w.add("Add", [mean[0], eps]))
+    return w.add("Mul", [w.add("Div", [x, rms[0]])[0], scale])
+
+
 @writer("gather")
 def _gather(w, n, ins):
     return w.add("GatherElements", ins, axis=int(n.attr["axis"]))

@@ -2,3 +2,7 @@
 from . import conv, deform, elementwise, fused, matmul, movement, nn, norm, reduce, resize, vision  # noqa: F401
 from . import sorting as _sorting  # noqa: F401  (sort, topk, cumsum, cumprod)
 from .registry import OpDef, all_ops, get_op, register  # noqa: F401
+
+# isort: split
+# the embedding lookup with padding_idx (the rest of ops/sequence.py is compositions)
+from . import sequence  # noqa: F401

@@ -167,10 +167,15 @@ def _agree(a: tuple, b: tuple) -> bool:
 def _split_ranges(inp, sections, n: int):
     if isinstance(sections, (numbers.Integral, np.integer)):
         k = int(sections)
-        if k < 1 or named(n % k) or n % k:  # a named size divides where its form shows it
+        if k < 1 or (named(n) and (named(n % k) or n % k)):  # a named size: where its form shows
             why = f" ({n} is not known to be a multiple of {k})" if named(n) and k >= 1 else ""
             _fail("split", [inp], f"axis of size {n} cannot be split into {k} equal parts{why}")
-        return tuple((i * n // k, (i + 1) * n // k) for i in range(k))
+        if 0 < n < k:  # an empty axis splits into empty parts, as before
+            _fail("split", [inp], f"axis of size {n} cannot be split into {k} non-empty parts")
+        # MegEngine's rule where k does not divide n: the first n % k parts get one more
+        # (20 into 3: 7, 7, 6)
+        bounds = [i * (n // k) + min(i, n % k) for i in range(k + 1)]
+        return tuple(itertools.pairwise(bounds))
     if named(n):  # as slicing does: the points must lie inside the axis (the rule records it)
         points = (0, *(p if p >= 0 else n + p for p in _int_tuple("split", inp, sections)), n)
         return tuple(itertools.pairwise(points))
@@ -183,8 +188,9 @@ def _split_ranges(inp, sections, n: int):
 
 
 def split(inp, nsplits_or_sections, axis=0):
-    """Split into a list of parts: an int is a number of equal parts, a list holds split indices
-    as in ``numpy.split``. ``a, b = F.split(x, [2], axis=1)``"""
+    """Split into a list of parts: an int is a number of parts, equal where they divide the
+    axis and else one larger for the first ``size % n`` (MegEngine's rule), a list holds split
+    indices as in ``numpy.split``. ``a, b = F.split(x, [2], axis=1)``"""
     (axis,) = _axes("split", inp, axis, inp.ndim)
     ranges = _split_ranges(inp, nsplits_or_sections, inp.shape[axis])
     return list(apply_multi("split", (inp,), axis=axis, ranges=ranges))

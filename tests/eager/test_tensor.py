@@ -246,6 +246,18 @@ CALLS |= {  # compositions of the elementwise math (ops/elementwise.py, ops/hard
     "masked_fill": lambda v: F.masked_fill(v, v > 0.5, -1.0),
     "hardmax": lambda v: F.hardmax(v, 1),
 }
+CALLS |= {  # sequence models and MegEngine's indexing helpers (ops/sequence.py)
+    "embedding": lambda v: F.embedding(v.graph.const(IDX), F.reshape(v, (6, 36)), padding_idx=2),
+    "indexing_one_hot": lambda v: F.indexing_one_hot(v, v.graph.const(IDX[:, :2].repeat(
+        6, 0).reshape(2, 6, 1).repeat(6, 2)), axis=1),
+    "rms_norm": lambda v: F.rms_norm(v, (6, 6), weight=v.graph.const(W[0, 0, :2, :2].repeat(
+        3, 0).repeat(3, 1))),
+    "rotary_embedding": lambda v: F.rotary_embedding(v, F.cos(v[:, 0, :, :3]),
+                                                     F.sin(v[:, 0, :, :3])),
+    "scatter": lambda v: F.scatter(v, 1, v.graph.const(IDX.reshape(1, 3, 1, 1).repeat(2, 0)
+                                                       .repeat(6, 2).repeat(6, 3)), v * 2.0),
+    "swiglu": lambda v: F.swiglu(v, axis=2),
+}
 # sources without an input: run eagerly without graph=, compared with the graph's below
 SOURCES = {"arange": lambda g: F.arange(2, 9, 3, graph=g), "full": lambda g: F.full((2,), 7, graph=g),
            "linspace": lambda g: F.linspace(0, 1, 5, graph=g), "ones": lambda g: F.ones((3,), graph=g),

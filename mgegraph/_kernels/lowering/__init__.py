@@ -16,6 +16,10 @@ FAMILIES += (deform,)
 from . import sorting
 
 FAMILIES += (sorting,)
+# RMS norm (lowering/rms_norm.py)
+from . import rms_norm
+
+FAMILIES += (rms_norm,)
 
 
 def implement_all(table) -> None:

@@ -31,4 +31,5 @@ FAMILIES += [
 ]
 FAMILIES += [
     "sorting",       # csrc_cuda/sorting.cu: sort, topk, cumsum, cumprod (+ cumprod's gradient)
+    "rms_norm",      # csrc_cuda/rms_norm.cu: rms_norm (its gradient is made of other ops)
 ]
