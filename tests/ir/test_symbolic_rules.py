@@ -365,6 +365,30 @@ CASES["correlation_backward"] = _node("correlation_backward", lambda g, b: (
     [_input(g, (b, 3, 9, 8)), _input(g, (b, 3, 9, 8)), _input(g, (b, 9, 5, 4))],
     _CORRELATION_ATTRS))
 
+# grid_sample over volumes: x (b, 3, D, H, W), grid (b, 4, 5, 2, 3), dy (b, 3, 4, 5, 2)
+_GRID3D = {"mode": "nearest", "padding_mode": "reflection", "align_corners": True}
+CASES["grid_sample3d"] = _node("grid_sample3d", lambda g, b: (
+    [_input(g, (b, 3, b + 2, 6, 5)), _input(g, (b, 4, 5, 2, 3))], _GRID3D))
+CASES["grid_sample3d_backward_data"] = _node("grid_sample3d_backward_data", lambda g, b: (
+    [_input(g, (b, 4, 5, 2, 3)), _input(g, (b, 3, 4, 5, 2))],
+    {**_GRID3D, "input_dhw": (b + 2, 6, 5)}))
+CASES["grid_sample3d_backward_grid"] = _node("grid_sample3d_backward_grid", lambda g, b: (
+    [_input(g, (b, 3, b + 2, 6, 5)), _input(g, (b, 4, 5, 2, 3)), _input(g, (b, 3, 4, 5, 2))],
+    _GRID3D))
+
+# -- sorting and scans (ops/sorting.py), the sequence ops (ops/sequence.py) --------------------
+CASES["sort"] = _node("sort", lambda g, b: ([_input(g, (b, 7))], {"descending": True}))
+CASES["topk"] = _node("topk", lambda g, b: ([_input(g, (b, 7))], {"k": 3}))
+for _name in ("cumsum", "cumprod"):
+    CASES[_name] = _node(_name, lambda g, b, n=_name: (
+        [_input(g, (b, 5, 3))], {"axis": 0, "exclusive": n == "cumsum", "reverse": True}))
+CASES["cumprod_backward"] = _node("cumprod_backward", lambda g, b: (
+    [_input(g, (b, 5)), _input(g, (b, 5))], {"axis": 0}))
+CASES["embedding"] = _node("embedding", lambda g, b: (
+    [_param(g, (10, 4)), _input(g, (b, 3), "int64")], {"padding_idx": 0}))
+CASES["rms_norm"] = _node("rms_norm", lambda g, b: (
+    [_input(g, (b, 3, 8)), _param(g, (8,))], {"normalized_shape": (8,), "eps": 1e-6}))
+
 
 # -- where a rule cannot take a name: (op, make, what the error says) ---------------------------
 REFUSED = {
