@@ -51,29 +51,10 @@ __device__ __forceinline__ double far_clamp(double v) {
 __device__ __forceinline__ i64 imin(i64 a, i64 b) { return a < b ? a : b; }
 __device__ __forceinline__ i64 imax(i64 a, i64 b) { return a > b ? a : b; }
 
+#include "pixels_u8.cuh"
 #include "vision_sample.cuh"
 #include "vision_roi.cuh"
-#include "pixels_u8.cuh"
 #include "vision_sample3d.cuh"
-
-// -- remap on uint8 images -----------------------------------------------------------------------
-// sample_u8: x uint8, grid float32, y uint8 (the CPU's vision_sample_u8.pxi): sample_forward's
-// thread per point, the sampler's sum in double rounded by mg_round_u8. Forward only.
-__device__ void sample_forward_u8(const MgArgs& a) {
-    const Sample s = *(const Sample*)a.ints;
-    const u8* x = (const u8*)a.bufs[0];
-    const float* grid = (const float*)a.bufs[1];
-    u8* y = (u8*)a.bufs[2];
-    const i64 cells = s.oh * s.ow, full = s.h * s.w;
-    MG_FOR_ELEMENTS(s.n * cells) {
-        const i64 b = mg_div(i, cells), q = mg_mod(i, cells);
-        Axis ax, ay;
-        point_taps(grid + 2 * i, s, &ax, &ay);
-        for (i64 c = 0; c < s.c; ++c)
-            y[(b * s.c + c) * cells + q] =
-                mg_round_u8(sample_at(x + (b * s.c + c) * full, s, ax, ay, a.floats[0]));
-    }
-}
 
 // -- nms ---------------------------------------------------------------------------------------
 // IoU(a, b) > thresh as MegEngine tests it, without a division (the CPU's overlaps)
@@ -151,7 +132,8 @@ template <class T> __device__ void nms(const MgArgs& a) {
 
 MG_VISION_ENTRIES(float, f32)
 MG_VISION_ENTRIES(double, f64)
-extern "C" __global__ void mg_sample_u8(const MgArgs a) { sample_forward_u8(a); }
+// remap on uint8 images (the CPU's vision_sample_u8.pxi): float32 points, forward only
+extern "C" __global__ void mg_sample_u8(const MgArgs a) { sample_forward<u8, float>(a); }
 
 // the volume sampler (vision_sample3d.cuh)
 #define MG_VOLUME_ENTRIES(T, DT)                                                              \

@@ -150,12 +150,13 @@ __device__ double sample_at(const T* plane, const Sample& s, const Axis& ax, con
     return acc;
 }
 
-// sample: a thread per point, every channel
-template <class T> __device__ void sample_forward(const MgArgs& a) {
+// sample: a thread per point, every channel; pixels P (a uint8 image's sum rounded by
+// mg_pixel, pixels_u8.cuh), points G
+template <class P, class G = P> __device__ void sample_forward(const MgArgs& a) {
     const Sample s = *(const Sample*)a.ints;
-    const T* x = (const T*)a.bufs[0];
-    const T* grid = (const T*)a.bufs[1];
-    T* y = (T*)a.bufs[2];
+    const P* x = (const P*)a.bufs[0];
+    const G* grid = (const G*)a.bufs[1];
+    P* y = (P*)a.bufs[2];
     const i64 cells = s.oh * s.ow, full = s.h * s.w;
     MG_FOR_ELEMENTS(s.n * cells) {
         const i64 b = mg_div(i, cells), q = mg_mod(i, cells);
@@ -163,7 +164,7 @@ template <class T> __device__ void sample_forward(const MgArgs& a) {
         point_taps(grid + 2 * i, s, &ax, &ay);
         for (i64 c = 0; c < s.c; ++c)
             y[(b * s.c + c) * cells + q] =
-                (T)sample_at(x + (b * s.c + c) * full, s, ax, ay, a.floats[0]);
+                mg_pixel<P>(sample_at(x + (b * s.c + c) * full, s, ax, ay, a.floats[0]));
     }
 }
 

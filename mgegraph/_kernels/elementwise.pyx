@@ -220,29 +220,23 @@ cdef inline void put(dst_t* y, ew_num_t v, int mode) noexcept nogil:
         y[0] = <dst_t>v
 
 
-cdef inline void cast_rows(const Call* c, Py_ssize_t lo, Py_ssize_t hi, const ew_num_t* x,
-                           dst_t* y, int mode) noexcept nogil:
-    cdef Py_ssize_t s = inner_stride(c, 0) if c.ints[1] > 0 else 1, n, i
-    cdef const ew_num_t* px
-    cdef Span sp
-    span_init(&sp, c, 1, lo, hi)
-    y += lo
-    n = span_run(&sp)
-    while n > 0:
-        px = x + sp.o.offset[0] + sp.col * s
-        for i in range(n):
-            put(y + i, px[i * s], mode)
-        y += n
-        span_next(&sp, n)
-        n = span_run(&sp)
+# a cast's source: every dtype; uint16_t holds either half type (the part says which)
+ctypedef fused src_t:
+    float
+    double
+    int32_t
+    int64_t
+    uint8_t
+    int8_t
+    int16_t
+    uint16_t
 
 
-cdef inline void cast_half_rows(const Call* c, Py_ssize_t lo, Py_ssize_t hi, const uint16_t* x,
-                                bint bf16, dst_t* y, int mode) noexcept nogil:
+cdef inline void cast_rows(const Call* c, Py_ssize_t lo, Py_ssize_t hi, const src_t* x,
+                           bint bf16, dst_t* y, int mode) noexcept nogil:
     # a half source is read into a float exactly, then written as a float would be
     cdef Py_ssize_t s = inner_stride(c, 0) if c.ints[1] > 0 else 1, n, i
-    cdef const uint16_t* px
-    cdef float v
+    cdef const src_t* px
     cdef Span sp
     span_init(&sp, c, 1, lo, hi)
     y += lo
@@ -250,67 +244,42 @@ cdef inline void cast_half_rows(const Call* c, Py_ssize_t lo, Py_ssize_t hi, con
     while n > 0:
         px = x + sp.o.offset[0] + sp.col * s
         for i in range(n):
-            v = mg_bf16_to_float(px[i * s]) if bf16 else mg_f16_to_float(px[i * s])
-            put(y + i, v, mode)
+            if src_t is uint16_t:
+                put(y + i, mg_bf16_to_float(px[i * s]) if bf16 else mg_f16_to_float(px[i * s]),
+                    mode)
+            else:
+                put(y + i, px[i * s], mode)
         y += n
         span_next(&sp, n)
         n = span_run(&sp)
 
 
-cdef inline int cast_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
-                          ew_num_t* tag) noexcept nogil:
-    # ints[0] is the destination dtype code (mgegraph.ir.types.SUPPORTED)
+cdef inline int cast_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi, src_t* tag,
+                          bint bf16) noexcept nogil:
+    # ints[0] is the destination dtype code (mgegraph.ir.types.SUPPORTED); bf16: a uint16_t
+    # source is bfloat16, not float16
     cdef int dst = <int>c.ints[0]
-    cdef const ew_num_t* x = <const ew_num_t*>c.bufs[0]
+    cdef const src_t* x = <const src_t*>c.bufs[0]
     if dst == 0:
-        cast_rows(c, lo, hi, x, <float*>c.bufs[1], CAST_PLAIN)
+        cast_rows(c, lo, hi, x, bf16, <float*>c.bufs[1], CAST_PLAIN)
     elif dst == 1:
-        cast_rows(c, lo, hi, x, <double*>c.bufs[1], CAST_PLAIN)
+        cast_rows(c, lo, hi, x, bf16, <double*>c.bufs[1], CAST_PLAIN)
     elif dst == 2:
-        cast_rows(c, lo, hi, x, <int32_t*>c.bufs[1], CAST_PLAIN)
+        cast_rows(c, lo, hi, x, bf16, <int32_t*>c.bufs[1], CAST_PLAIN)
     elif dst == 3:
-        cast_rows(c, lo, hi, x, <int64_t*>c.bufs[1], CAST_PLAIN)
+        cast_rows(c, lo, hi, x, bf16, <int64_t*>c.bufs[1], CAST_PLAIN)
     elif dst == 4:
-        cast_rows(c, lo, hi, x, <uint8_t*>c.bufs[1], CAST_TO_BOOL)
+        cast_rows(c, lo, hi, x, bf16, <uint8_t*>c.bufs[1], CAST_TO_BOOL)
     elif dst == 5:
-        cast_rows(c, lo, hi, x, <uint8_t*>c.bufs[1], CAST_PLAIN)
+        cast_rows(c, lo, hi, x, bf16, <uint8_t*>c.bufs[1], CAST_PLAIN)
     elif dst == 6:
-        cast_rows(c, lo, hi, x, <int8_t*>c.bufs[1], CAST_PLAIN)
+        cast_rows(c, lo, hi, x, bf16, <int8_t*>c.bufs[1], CAST_PLAIN)
     elif dst == 7:
-        cast_rows(c, lo, hi, x, <int16_t*>c.bufs[1], CAST_PLAIN)
+        cast_rows(c, lo, hi, x, bf16, <int16_t*>c.bufs[1], CAST_PLAIN)
     elif dst == 8:
-        cast_rows(c, lo, hi, x, <uint16_t*>c.bufs[1], CAST_TO_F16)
+        cast_rows(c, lo, hi, x, bf16, <uint16_t*>c.bufs[1], CAST_TO_F16)
     elif dst == 9:
-        cast_rows(c, lo, hi, x, <uint16_t*>c.bufs[1], CAST_TO_BF16)
-    else:
-        return KERNEL_UNSUPPORTED
-    return KERNEL_OK
-
-
-cdef inline int cast_half_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
-                               bint bf16) noexcept nogil:
-    cdef int dst = <int>c.ints[0]
-    cdef const uint16_t* x = <const uint16_t*>c.bufs[0]
-    if dst == 0:
-        cast_half_rows(c, lo, hi, x, bf16, <float*>c.bufs[1], CAST_PLAIN)
-    elif dst == 1:
-        cast_half_rows(c, lo, hi, x, bf16, <double*>c.bufs[1], CAST_PLAIN)
-    elif dst == 2:
-        cast_half_rows(c, lo, hi, x, bf16, <int32_t*>c.bufs[1], CAST_PLAIN)
-    elif dst == 3:
-        cast_half_rows(c, lo, hi, x, bf16, <int64_t*>c.bufs[1], CAST_PLAIN)
-    elif dst == 4:
-        cast_half_rows(c, lo, hi, x, bf16, <uint8_t*>c.bufs[1], CAST_TO_BOOL)
-    elif dst == 5:
-        cast_half_rows(c, lo, hi, x, bf16, <uint8_t*>c.bufs[1], CAST_PLAIN)
-    elif dst == 6:
-        cast_half_rows(c, lo, hi, x, bf16, <int8_t*>c.bufs[1], CAST_PLAIN)
-    elif dst == 7:
-        cast_half_rows(c, lo, hi, x, bf16, <int16_t*>c.bufs[1], CAST_PLAIN)
-    elif dst == 8:
-        cast_half_rows(c, lo, hi, x, bf16, <uint16_t*>c.bufs[1], CAST_TO_F16)
-    elif dst == 9:
-        cast_half_rows(c, lo, hi, x, bf16, <uint16_t*>c.bufs[1], CAST_TO_BF16)
+        cast_rows(c, lo, hi, x, bf16, <uint16_t*>c.bufs[1], CAST_TO_BF16)
     else:
         return KERNEL_UNSUPPORTED
     return KERNEL_OK
@@ -404,23 +373,23 @@ cdef int where_bool(const Call* c) noexcept nogil:
     return ew_run(c, 3, where_part_bool)
 
 cdef int cast_part_f32(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    return cast_part(<const Call*>c, lo, hi, <float*>NULL)
+    return cast_part(<const Call*>c, lo, hi, <float*>NULL, False)
 cdef int cast_f32(const Call* c) noexcept nogil:
     return ew_run(c, 1, cast_part_f32)
 cdef int cast_part_f64(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    return cast_part(<const Call*>c, lo, hi, <double*>NULL)
+    return cast_part(<const Call*>c, lo, hi, <double*>NULL, False)
 cdef int cast_f64(const Call* c) noexcept nogil:
     return ew_run(c, 1, cast_part_f64)
 cdef int cast_part_i32(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    return cast_part(<const Call*>c, lo, hi, <int32_t*>NULL)
+    return cast_part(<const Call*>c, lo, hi, <int32_t*>NULL, False)
 cdef int cast_i32(const Call* c) noexcept nogil:
     return ew_run(c, 1, cast_part_i32)
 cdef int cast_part_i64(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    return cast_part(<const Call*>c, lo, hi, <int64_t*>NULL)
+    return cast_part(<const Call*>c, lo, hi, <int64_t*>NULL, False)
 cdef int cast_i64(const Call* c) noexcept nogil:
     return ew_run(c, 1, cast_part_i64)
 cdef int cast_part_bool(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    return cast_part(<const Call*>c, lo, hi, <uint8_t*>NULL)
+    return cast_part(<const Call*>c, lo, hi, <uint8_t*>NULL, False)
 cdef int cast_bool(const Call* c) noexcept nogil:
     return ew_run(c, 1, cast_part_bool)
 
@@ -468,11 +437,11 @@ cdef int where_part_i16(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcep
 cdef int where_i16(const Call* c) noexcept nogil:
     return ew_run(c, 3, where_part_i16)
 cdef int cast_part_i8(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    return cast_part(<const Call*>c, lo, hi, <int8_t*>NULL)
+    return cast_part(<const Call*>c, lo, hi, <int8_t*>NULL, False)
 cdef int cast_i8(const Call* c) noexcept nogil:
     return ew_run(c, 1, cast_part_i8)
 cdef int cast_part_i16(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    return cast_part(<const Call*>c, lo, hi, <int16_t*>NULL)
+    return cast_part(<const Call*>c, lo, hi, <int16_t*>NULL, False)
 cdef int cast_i16(const Call* c) noexcept nogil:
     return ew_run(c, 1, cast_part_i16)
 
@@ -485,11 +454,11 @@ cdef int copy_part_2(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept n
 cdef int copy_2(const Call* c) noexcept nogil:
     return ew_run(c, 1, copy_part_2)
 cdef int cast_part_f16(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    return cast_half_part(<const Call*>c, lo, hi, False)
+    return cast_part(<const Call*>c, lo, hi, <uint16_t*>NULL, False)
 cdef int cast_f16(const Call* c) noexcept nogil:
     return ew_run(c, 1, cast_part_f16)
 cdef int cast_part_bf16(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    return cast_half_part(<const Call*>c, lo, hi, True)
+    return cast_part(<const Call*>c, lo, hi, <uint16_t*>NULL, True)
 cdef int cast_bf16(const Call* c) noexcept nogil:
     return ew_run(c, 1, cast_part_bf16)
 

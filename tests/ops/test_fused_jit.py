@@ -52,48 +52,42 @@ def assert_same_bits(got, want):
         np.testing.assert_array_equal(bits(g)[~nan], bits(w)[~nan])
 
 
-def every_op_program(dtype) -> tuple[Program, list]:
+def every_op_programs(dtype) -> list[tuple[Program, list]]:
     """Every unary op on x, every binary op and comparison on (x, a broadcast row) or (y, a
-    broadcast scalar), where and const: one output per op."""
+    broadcast scalar), where and const: one output per op, in programs of at most 32 outputs
+    (a fused kernel writes at most 64)."""
     x = np.concatenate([RNG.standard_normal(SHAPE[0] * SHAPE[1] - 8) * 4,
                         [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -88.5, 89.0]])
     x = x.reshape(SHAPE).astype(dtype)
     y = (np.abs(RNG.standard_normal(SHAPE)) + 0.5).astype(dtype)
     row = RNG.standard_normal((1, SHAPE[1])).astype(dtype)
     scalar = np.array([[1.75]], dtype)
-    code, outputs = [("load", 0, 0), ("load", 1, 1), ("load", 2, 2), ("load", 3, 3)], 0
-    constants = [0.1, -0.5, 1.5]
-    value = 4
-
-    def emit(step):
-        nonlocal value, outputs
-        code.append(step)
-        code.append(("store", outputs, step[1]))
-        outputs += 1
-        value += 1
-
-    for name in sorted(UNARY):
-        params = {"leaky_relu": (0, 0), "clip": (1, 2)}.get(name, (0, 0))
-        emit((name, value, 0, *params))
-    for k, name in enumerate(sorted(BINARY)):
-        emit((name, value, *((0, 2) if k % 2 else (1, 3))))
-    code.append(("const", value, 2))
-    value += 1
-    emit(("where", value, 0, 1, value - 1))
-    program = Program([SHAPE, SHAPE, (1, SHAPE[1]), (1, 1)], SHAPE, dtype, code, constants)
-    return program, [x, y, row, scalar]
+    params = {"leaky_relu": (0, 0), "clip": (1, 2)}
+    steps = [(name, 0, *params.get(name, (0, 0))) for name in sorted(UNARY)]
+    steps += [(name, *((0, 2) if k % 2 else (1, 3))) for k, name in enumerate(sorted(BINARY))]
+    steps.append(("where", 0, 1, 12))
+    programs = []
+    for first in range(0, len(steps), 32):
+        code = [("load", 0, 0), ("load", 1, 1), ("load", 2, 2), ("load", 3, 3),
+                ("const", 12, 2)]
+        for out, (name, *operands) in enumerate(steps[first:first + 32]):
+            # each result is stored at once, so results take turns in a few registers
+            code += [(name, 4 + out % 8, *operands), ("store", out, 4 + out % 8)]
+        programs.append((Program([SHAPE, SHAPE, (1, SHAPE[1]), (1, 1)], SHAPE, dtype, code,
+                                 [0.1, -0.5, 1.5]), [x, y, row, scalar]))
+    return programs
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_every_op_gives_the_interpreters_bits(dtype):
-    program, inputs = every_op_program(dtype)
-    kernel = body_for(program)
-    with np.errstate(all="ignore"):
-        want = run(program, inputs, threads=1)
-        for threads, block, stream in ((1, None, False), (2, 256, True), (3, 300, False)):
-            got = run(program, inputs, threads=threads, block=block, stream=stream,
-                      kernel=kernel)
-            assert_same_bits(got, want)
+    for program, inputs in every_op_programs(dtype):
+        kernel = body_for(program)
+        with np.errstate(all="ignore"):
+            want = run(program, inputs, threads=1)
+            for threads, block, stream in ((1, None, False), (2, 256, True), (3, 300, False)):
+                got = run(program, inputs, threads=threads, block=block, stream=stream,
+                          kernel=kernel)
+                assert_same_bits(got, want)
 
 
 def test_the_driver_runs_a_body_only_for_its_own_steps():

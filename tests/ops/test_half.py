@@ -32,6 +32,9 @@ def plan_run(outs, feeds, optimize=1):
     return mg.compile(outs, optimize=optimize).run(feeds)
 
 
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy's own NaN/overflow casts
+
+
 def every_half(dtype) -> np.ndarray:
     """All 65536 values of a half type, NaNs and infinities included."""
     return np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(dtype)

@@ -9,6 +9,7 @@ import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph import nn, optim
 from mgegraph.ops import all_ops
+from mgegraph.ops import elementwise_table as ELEMENTWISE_TABLE
 from mgegraph.planner import MemoryOptions
 from mgegraph.testing import random_graph
 
@@ -54,7 +55,7 @@ ELEMENTWISE_INPLACE = sorted(n for n, o in all_ops().items()
                              and n not in ("relu_backward", "copy", "fused_elementwise"))
 
 
-BINARY = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "floor_div", "mod", "prelu"}
+BINARY = set(ELEMENTWISE_TABLE.BINARY)  # the table's two-input ops (prelu, atan2, ...)
 ATTRS = {"leaky_relu": {"negative_slope": 0.1}, "clip": {"lower": 0.6, "upper": 1.2},
          "hardsigmoid": {"alpha": 0.2, "beta": 0.5}}
 
