@@ -144,7 +144,6 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
                    source=source, prologue=prologue)
 
 
-
 def _check_names_bound(graph: Graph) -> None:
     """Every named size in the graph must be one its inputs' shapes bind: a reshape to
     ``("batch", 24)`` of an input without ``batch`` could never be given a number."""

@@ -305,9 +305,9 @@ def _prepare(op, inputs, attrs, memo: bool = True):
     entry.view = opdef.view_offset(stand_in) if inputs else None
     entry.launcher = entry.kernel = None
     entry.workspace = 0
-    entry.widened = needs_widening(stand_in) and not backend_runs_half(_device(), stand_in)
+    backend = _device()
+    entry.widened = needs_widening(stand_in) and not backend_runs_half(backend, stand_in)
     if entry.view is None and not entry.widened:
-        backend = _device()
         impl = backend.impl(opdef.name)
         if impl is None:
             raise OpError(opdef.name, in_types, f"the {backend.name} backend does not run it",

@@ -10,9 +10,9 @@ import math
 import os
 import zipfile
 
-import ml_dtypes
 import numpy as np
 
+from ..ir.types import BFLOAT16
 from .files import Refuse, open_regular, write_atomically
 
 _READ_HEADER = {1: np.lib.format.read_array_header_1_0, 2: np.lib.format.read_array_header_2_0}
@@ -20,7 +20,6 @@ _READ_HEADER = {1: np.lib.format.read_array_header_1_0, 2: np.lib.format.read_ar
 
 # NumPy's .npy header cannot name bfloat16 (ml_dtypes'): np.save writes its values as 2-byte
 # void records, and mgegraph's own files hold them as uint16 bits (io/container.py)
-BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 BFLOAT16_BITS = (np.dtype("V2"), np.dtype("<u2"))
 
 

@@ -20,11 +20,10 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
 from ..ir.errors import ModelFormatError
-from ..ir.types import SUPPORTED
+from ..ir.types import BFLOAT16, SUPPORTED
 from .files import open_regular, write_atomically
 
 MAGIC = "mgegraph-model"
@@ -70,7 +69,6 @@ def fail(message: str):
 
 # .npy headers cannot name bfloat16 (NumPy writes it as raw |V2 records): its members hold the
 # bits as little-endian uint16, and the description's dtype says how to read them
-BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 BITS_OF = {BFLOAT16: np.dtype("<u2")}
 
 

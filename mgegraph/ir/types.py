@@ -25,7 +25,7 @@ SUPPORTED = {
     np.dtype(np.int8): ("i8", 6),
     np.dtype(np.int16): ("i16", 7),
     np.dtype(np.float16): ("f16", 8),
-    np.dtype(ml_dtypes.bfloat16): ("bf16", 9),
+    np.dtype(ml_dtypes.bfloat16): ("bf16", 9),  # BFLOAT16 below
 }
 # the floats the kernels compute in
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -38,7 +38,8 @@ SMALL_INT_DTYPES = (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.int16))
 # kernels for them; every other op computes in float32 and rounds its result to the half type
 # once (ops.registry: HALF_NATIVE_OPS; planner.passes.half widens the nodes before planning), as
 # PyTorch's CPU kernels do. NumPy has no bfloat16: ml_dtypes (ONNX's and JAX's) gives its dtype.
-HALF_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+HALF_DTYPES = (np.dtype(np.float16), BFLOAT16)
 # the dtypes every kernel family implements
 CORE_DTYPES = tuple(d for d in SUPPORTED if d not in SMALL_INT_DTYPES + HALF_DTYPES)
 

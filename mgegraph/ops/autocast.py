@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.types import HALF_DTYPES, as_dtype, is_float
-from .builder import cast_to, graph_of
+from .builder import cast_to, graph_of, promote
 
 FLOAT16, FLOAT32 = np.dtype(np.float16), np.dtype(np.float32)
 
@@ -57,6 +57,12 @@ def low_precision(*operands):
         return operands
     return tuple(v if v is None or not _is_float_value(v) or v.dtype == state.low
                  else cast_to(graph_of(v).lift(v), state.low) for v in operands)
+
+
+def gemm_operands(*operands) -> list:
+    """The operands of a GEMM-like function (a None bias dropped), in the low-precision type
+    while autocast is on, promoted to one dtype."""
+    return promote(*[v for v in low_precision(*operands) if v is not None])
 
 
 def high_precision(x):

@@ -15,8 +15,8 @@ from ..ir.dims import ceil_div
 from ..ir.errors import OpError, user_location
 from ..ir.facts import require_at_least
 from ..ir.types import TensorType
-from .autocast import low_precision
-from .builder import apply, cast_to, graph_of, promote
+from .autocast import gemm_operands
+from .builder import apply, cast_to, graph_of
 from .matmul import check_activation, same_dtype, through_activation
 from .movement_api import arange, broadcast_to, reshape
 from .reduce import sum as reduce_sum
@@ -510,8 +510,7 @@ def conv2d(inp, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     if conv_mode != "cross_correlation" or compute_mode != "default":
         raise ValueError("conv2d supports conv_mode='cross_correlation' and "
                          f"compute_mode='default' only, got {conv_mode!r}, {compute_mode!r}")
-    operands = [v for v in low_precision(inp, weight, bias) if v is not None]
-    return apply("conv2d", tuple(promote(*operands)), stride=_as_pair(stride), padding=_as_pair(padding),
+    return apply("conv2d", tuple(gemm_operands(inp, weight, bias)), stride=_as_pair(stride), padding=_as_pair(padding),
                  dilation=_as_pair(dilation),
                  groups=int(groups) if hasattr(groups, "__index__") else groups)
 

@@ -21,8 +21,7 @@ import operator
 from ..ir.errors import OpError, user_location
 from ..ir.graph import Var
 from ..ir.types import is_float
-from .autocast import low_precision
-from .builder import promote
+from .autocast import gemm_operands
 from .conv import conv2d, conv2d_backward_data
 from .elementwise import add
 from .movement_api import pad, reshape, subscript, transpose
@@ -140,7 +139,7 @@ def conv_transpose2d(inp, weight, bias=None, stride=1, padding=0, output_padding
     """
     op = "conv_transpose2d"
     _check_modes(op, conv_mode, compute_mode)
-    x, w, *rest = promote(*[v for v in low_precision(inp, weight, bias) if v is not None])
+    x, w, *rest = gemm_operands(inp, weight, bias)
     inputs = [x, w, *rest]
     groups = _ints(op, inputs, "groups", groups, 1, 1)[0]
     stride = _ints(op, inputs, "stride", stride, 2, 1)
@@ -173,7 +172,7 @@ def conv1d(inp, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     """
     op = "conv1d"
     _check_modes(op, conv_mode, compute_mode)
-    x, w, *rest = promote(*[v for v in low_precision(inp, weight, bias) if v is not None])
+    x, w, *rest = gemm_operands(inp, weight, bias)
     inputs = [x, w, *rest]
     x2, w2 = _as_2d(op, x, w)
     y = conv2d(x2, w2, rest[0] if rest else None, _one(op, inputs, "stride", stride, 1),
@@ -190,7 +189,7 @@ def conv_transpose1d(inp, weight, bias=None, stride=1, padding=0, output_padding
     """
     op = "conv_transpose1d"
     _check_modes(op, conv_mode, compute_mode)
-    x, w, *rest = promote(*[v for v in low_precision(inp, weight, bias) if v is not None])
+    x, w, *rest = gemm_operands(inp, weight, bias)
     inputs = [x, w, *rest]
     x2, w2 = _as_2d(op, x, w)
     y = conv_transpose2d(x2, w2, rest[0] if rest else None, _one(op, inputs, "stride", stride, 1),
@@ -219,7 +218,7 @@ def conv3d(inp, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     """
     op = "conv3d"
     _check_modes(op, conv_mode, compute_mode)
-    x, w, *rest = promote(*[v for v in low_precision(inp, weight, bias) if v is not None])
+    x, w, *rest = gemm_operands(inp, weight, bias)
     inputs = [x, w, *rest]
     _check_3d(op, x, w)
     stride, padding = _ints(op, inputs, "stride", stride, 3, 1), \
@@ -319,7 +318,7 @@ def conv_transpose3d(inp, weight, bias=None, stride=1, padding=0, output_padding
     """
     op = "conv_transpose3d"
     _check_modes(op, conv_mode, compute_mode)
-    x, w, *rest = promote(*[v for v in low_precision(inp, weight, bias) if v is not None])
+    x, w, *rest = gemm_operands(inp, weight, bias)
     inputs = [x, w, *rest]
     groups = _ints(op, inputs, "groups", groups, 1, 1)[0]
     _check_transpose3d(op, x, w, groups)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from ..ir.types import TensorType, broadcast_shapes, is_float
-from .autocast import low_precision
+from .autocast import gemm_operands
 from .builder import apply, promote
 from .movement_api import expand_dims, reshape, squeeze
 from .reduce import sum as reduce_sum
@@ -227,7 +227,7 @@ def matmul(inp1, inp2, transpose_a=False, transpose_b=False):
 
     >>> y = F.matmul(x, w, transpose_b=True)   # x: (b, m, k), w: (n, k) -> (b, m, n)
     """
-    a, b = promote(*low_precision(inp1, inp2))
+    a, b = gemm_operands(inp1, inp2)
     return apply("matmul", (a, b), transpose_a=bool(transpose_a), transpose_b=bool(transpose_b))
 
 
@@ -236,5 +236,4 @@ def linear(inp, weight, bias=None):
 
     >>> y = F.linear(x, w, b)   # x: (batch, 784), w: (10, 784), b: (10,) -> (batch, 10)
     """
-    operands = [v for v in low_precision(inp, weight, bias) if v is not None]
-    return apply("linear", tuple(promote(*operands)))
+    return apply("linear", tuple(gemm_operands(inp, weight, bias)))

@@ -16,6 +16,7 @@ from ..ir.types import (
     HALF_DTYPES,
     SMALL_INT_DTYPES,
     TensorType,
+    is_float,
 )
 from . import elementwise_table as _TABLE
 
@@ -123,13 +124,17 @@ def whole_input(node) -> int:
 _REGISTRY: dict[str, OpDef] = {}
 
 
+# The ops that move or convert bytes, whatever the element type: their kernels take the small
+# integers and the half types as they are.
+BYTE_MOVING_OPS = ("input", "param", "const", "cast", "where", "reshape", "transpose",
+                   "broadcast_to", "slice", "slice_backward", "concat", "split", "pad", "gather",
+                   "take", "fill")
+
 # The ops with kernels for the small integers (SMALL_INT_DTYPES), and for which of them: the
 # elementwise table's ops list theirs; movement and casts move or convert all three; the
 # reductions read uint8 as they read bool. Every other op's rule refuses them, naming the dtype.
 SMALL_INT_OPS: dict[str, tuple[np.dtype, ...]] = {
-    **dict.fromkeys(("input", "param", "const", "cast", "where", "reshape", "transpose",
-                     "broadcast_to", "slice", "slice_backward", "concat", "split", "pad",
-                     "gather", "take", "fill"), SMALL_INT_DTYPES),
+    **dict.fromkeys(BYTE_MOVING_OPS, SMALL_INT_DTYPES),
     **dict.fromkeys(("sum", "prod", "mean", "var", "max", "min", "argmax", "argmin"),
                     (np.dtype(np.uint8),)),
     **{op.name: tuple(d for d in SMALL_INT_DTYPES if d in op.dtypes) for op in _TABLE.OPS},
@@ -151,19 +156,18 @@ def _refusing_small_ints(name: str, infer: Callable) -> Callable:
     return checked
 
 
-# The ops whose kernels take the half-precision floats (HALF_DTYPES) as they are: they move or
-# convert bytes. Every other op means on a half type what it means on float32, its results
-# rounded to that type (``_computing_in_float32``); planner.passes.half makes the casts.
-HALF_NATIVE_OPS = frozenset(("input", "param", "const", "cast", "where", "reshape", "transpose",
-                             "broadcast_to", "slice", "slice_backward", "concat", "split", "pad",
-                             "gather", "take", "fill"))
+# The ops whose kernels take the half-precision floats (HALF_DTYPES) as they are: those that
+# move or convert bytes, and the assigns that copy them. Every other op means on a half type
+# what it means on float32, its results rounded to that type (``_computing_in_float32``);
+# planner.passes.half makes the casts.
+HALF_NATIVE_OPS = frozenset((*BYTE_MOVING_OPS, "assign"))
 FLOAT32 = np.dtype(np.float32)
 
 
 def half_result(in_types) -> np.dtype | None:
     """The half type an op computing in float32 rounds its float results to: the one half type
     among its inputs when no other float is (float16 with float32 gives float32, as NumPy)."""
-    floats = {t.dtype for t in in_types if t.dtype.kind == "f" or t.dtype in HALF_DTYPES}
+    floats = {t.dtype for t in in_types if is_float(t.dtype)}
     if len(floats) == 1 and floats <= set(HALF_DTYPES):
         return floats.pop()
     return None
@@ -171,7 +175,6 @@ def half_result(in_types) -> np.dtype | None:
 
 def _computing_in_float32(infer: Callable) -> Callable:
     def widened(in_types, attrs):
-        narrow = half_result(in_types)
         if not any(t.dtype in HALF_DTYPES for t in in_types):
             return infer(in_types, attrs)
         wide = tuple(TensorType(t.shape, FLOAT32) if t.dtype in HALF_DTYPES else t
@@ -182,6 +185,7 @@ def _computing_in_float32(infer: Callable) -> Callable:
             halves = sorted({str(t.dtype) for t in in_types if t.dtype in HALF_DTYPES})
             raise type(exc)(f"{exc} (its {' and '.join(halves)} inputs compute as float32)") \
                 from None
+        narrow = half_result(in_types)
         if narrow is None:
             return out_types
         return tuple(TensorType(t.shape, narrow) if t.dtype == FLOAT32 else t for t in out_types)

@@ -28,7 +28,7 @@ FLOAT32 = np.dtype(np.float32)
 
 def needs_widening(node: Node) -> bool:
     """Whether ``node`` reads or makes a half type and is not an op that moves its bytes."""
-    if node.op.name in HALF_NATIVE_OPS or node.op.name == "assign":
+    if node.op.name in HALF_NATIVE_OPS:
         return False
     return any(v.dtype in HALF_DTYPES for v in (*node.inputs, *node.outputs))
 
