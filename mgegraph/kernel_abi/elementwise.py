@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..backend import Launch
 from ..ir.types import HALF_DTYPES, dtype_code
 from ..ops import elementwise_table as TABLE
-from ..ops.registry import NUMERIC_DTYPES, WITH_SMALL_INTS
+from ..ops.registry import MOVED_DTYPES, NUMERIC_DTYPES
 from .layout import elementwise_params, one_thread
 
 OPCODES = {op.name: code for code, op in enumerate(TABLE.OPS)}
@@ -61,9 +61,9 @@ def implement(table, threads=one_thread) -> None:
             _lower_broadcast(OPCODES[entry.name], threads)
         table.implement(entry.name, kernel=entry.kind, dtypes=entry.dtypes, lower=lower)
     # where's kernel is picked by its branches' dtype (input 1), not the bool condition's
-    table.implement("where", kernel="where", dtypes=WITH_SMALL_INTS + HALF_DTYPES,
+    table.implement("where", kernel="where", dtypes=MOVED_DTYPES,
                     lower=_lower_broadcast(0, threads), dispatch_input=1)
-    table.implement("cast", kernel="cast", dtypes=WITH_SMALL_INTS + HALF_DTYPES,
+    table.implement("cast", kernel="cast", dtypes=MOVED_DTYPES,
                     lower=_lower_cast(threads))
     table.implement("assign", kernel="unary", dtypes=NUMERIC_DTYPES + HALF_DTYPES,
                     lower=_lower_assign(threads))

@@ -17,9 +17,9 @@ import math
 import numpy as np
 
 from ..backend import Launch
-from ..ir.types import HALF_DTYPES, INT_DTYPES
+from ..ir.types import INT_DTYPES
 from ..ops.movement import PAD_MODES, axis_index, slice_ranges, transpose_axes
-from ..ops.registry import NUMERIC_DTYPES, WITH_SMALL_INTS
+from ..ops.registry import MOVED_DTYPES, NUMERIC_DTYPES
 from .layout import MAX_DIMS, broadcast_strides, collapse, contiguous_strides, pack
 
 # The structs' fields, in the kernels' order (movement.pyx exports its own *_FIELDS)
@@ -245,27 +245,25 @@ def _linspace_lower(node):
     return _range_launch(num, start, step, stop, end_exact=num > 1)  # num == 1: start, as NumPy
 
 
-# the ops that move bytes take the half types too (their kernels per element size)
-MOVED = WITH_SMALL_INTS + HALF_DTYPES
 # (op, kernel family, lowering, dtypes the family implements, input whose dtype picks the
 # kernel; -1: the output's, for ops without inputs)
 _OPS = (
-    ("transpose", "strided", _transpose_lower, MOVED, 0),
-    ("broadcast_to", "strided", _broadcast_lower, MOVED, 0),
-    ("slice", "strided", _slice_lower, MOVED, 0),
-    ("slice_backward", "slice_backward", _slice_backward_lower, MOVED, 0),
-    ("concat", "concat", _concat_lower, MOVED, 0),
-    ("split", "split", _split_lower, MOVED, 0),
-    ("pad", "pad", _pad_lower, MOVED, 0),
+    ("transpose", "strided", _transpose_lower, MOVED_DTYPES, 0),
+    ("broadcast_to", "strided", _broadcast_lower, MOVED_DTYPES, 0),
+    ("slice", "strided", _slice_lower, MOVED_DTYPES, 0),
+    ("slice_backward", "slice_backward", _slice_backward_lower, MOVED_DTYPES, 0),
+    ("concat", "concat", _concat_lower, MOVED_DTYPES, 0),
+    ("split", "split", _split_lower, MOVED_DTYPES, 0),
+    ("pad", "pad", _pad_lower, MOVED_DTYPES, 0),
     ("pad_backward", "pad_backward", _pad_backward_lower, NUMERIC_DTYPES, 0),
-    ("gather", "gather", _gather_lower, MOVED, 0),
+    ("gather", "gather", _gather_lower, MOVED_DTYPES, 0),
     ("scatter_add", "scatter_add", _scatter_add_lower, NUMERIC_DTYPES, 0),
-    ("take", "take", _take_lower, MOVED, 0),
+    ("take", "take", _take_lower, MOVED_DTYPES, 0),
     ("index_add", "index_add", _index_add_lower, NUMERIC_DTYPES, 0),
     ("one_hot", "one_hot", _one_hot_lower, INT_DTYPES, 0),
-    ("fill", "fill", _fill_lower, MOVED, -1),
+    ("fill", "fill", _fill_lower, MOVED_DTYPES, -1),
     ("arange", "range", _arange_lower, NUMERIC_DTYPES, -1),
     ("linspace", "range", _linspace_lower, NUMERIC_DTYPES, -1),
 )
 # the embedding lookup (ops/sequence.py) is take along axis 0: only its gradient differs
-_OPS += (("embedding", "take", _take_lower, MOVED, 0),)
+_OPS += (("embedding", "take", _take_lower, MOVED_DTYPES, 0),)

@@ -27,6 +27,8 @@ ALL_DTYPES = CORE_DTYPES
 NUMERIC_DTYPES = tuple(d for d in CORE_DTYPES if d != np.dtype(np.bool_))
 WITH_SMALL_INTS = ALL_DTYPES + SMALL_INT_DTYPES
 WITH_SMALL_INTS_NUMERIC = NUMERIC_DTYPES + SMALL_INT_DTYPES
+# every dtype: what the kernels of the ops that move or convert bytes take (BYTE_MOVING_OPS)
+MOVED_DTYPES = WITH_SMALL_INTS + HALF_DTYPES
 
 # Op categories are plain strings that passes and pictures test.
 CATEGORIES = ("source", "elementwise", "reduce", "matmul", "movement", "nn")
