@@ -90,7 +90,10 @@ class Tensor(Var):
     # view, whose _base owns them, and a pending lazy value)
     __slots__ = ("__weakref__", "_base", "_held", "_lazy", "_value", "grad")
 
-    def __init__(self, data, dtype=None):
+    def __init__(self, data, dtype=None, device=None, is_const=False, no_cache=False):
+        # is_const and no_cache are MegEngine's hints to its tracer and constant cache: every
+        # eager value here is already both, so they change nothing
+        check_eager_device(device)
         if isinstance(data, Tensor):
             data = data.numpy()
         set_array(self, _as_array(data, None if dtype is None else as_dtype(dtype)), owns=True)
@@ -210,9 +213,20 @@ def snapshot(t: Tensor) -> Tensor:
     return copy
 
 
-def tensor(data, dtype=None) -> Tensor:
+def tensor(data, dtype=None, device=None, is_const=False, no_cache=False) -> Tensor:
     """An eager Tensor of ``data`` (copied); Python floats become float32 and ints int64.
+    ``device`` is MegEngine's: eager values live in host memory, so it may name the CPU
+    ("cpu0", "cpux", "xpux") or be None; a GPU runs compiled plans (``mg.compile(device=)``).
 
     >>> x = mg.tensor([[1., 2.], [3., 4.]]); (x @ x).numpy()
     """
-    return Tensor(data, dtype)
+    return Tensor(data, dtype, device, is_const, no_cache)
+
+
+def check_eager_device(device) -> None:
+    """Refuses a ``device=`` an eager tensor cannot live on (anything but the CPU's names)."""
+    if device is None or (isinstance(device, str) and device.lower().startswith(("cpu", "xpu"))):
+        return
+    raise GraphError(f"tensor(device={device!r}): eager tensors live in host memory (device "
+                     f"'cpu0', 'cpux' or 'xpux'); compile a plan with mg.compile(..., "
+                     f"device='cuda') to run on a GPU (at {user_location()})")

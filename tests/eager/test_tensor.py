@@ -295,3 +295,11 @@ def test_a_tensor_works_in_a_fresh_interpreter_that_imported_only_mgegraph():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[2.0, 3.0] [2.0, 4.0] True"
+
+
+def test_tensor_takes_megengines_device_and_hints():
+    x = mg.tensor([1.0, 2.0], device="cpu0", is_const=True, no_cache=True)
+    assert x.numpy().tolist() == [1.0, 2.0]
+    assert mg.Tensor([3], device="xpux").numpy().tolist() == [3]
+    with pytest.raises(mg.GraphError, match=r"device='gpu0'.*host memory"):
+        mg.tensor([1.0], device="gpu0")
