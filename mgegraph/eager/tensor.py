@@ -78,7 +78,10 @@ def type_of(shape: tuple, dtype: np.dtype) -> TensorType:
 
 
 class Tensor(Var):
-    """An eager value: ``mg.tensor([1., 2.]) * 3`` computes at once.
+    """An eager value: ``mg.tensor([1., 2.]) * 3`` computes at once (``mg.tensor`` is this
+    class). ``data`` is copied; Python floats become float32 and ints int64. ``device`` is
+    MegEngine's: eager values live in host memory, so it may name the CPU ("cpu0", "cpux",
+    "xpux") or be None; a GPU runs compiled plans (``mg.compile(device=)``).
 
     ``.numpy()`` (a copy the caller owns), ``.item()``, ``float()``, ``int()``, ``bool()``,
     ``len()`` and printing read the value; the Python operators, comparisons, indexing and the
@@ -213,14 +216,8 @@ def snapshot(t: Tensor) -> Tensor:
     return copy
 
 
-def tensor(data, dtype=None, device=None, is_const=False, no_cache=False) -> Tensor:
-    """An eager Tensor of ``data`` (copied); Python floats become float32 and ints int64.
-    ``device`` is MegEngine's: eager values live in host memory, so it may name the CPU
-    ("cpu0", "cpux", "xpux") or be None; a GPU runs compiled plans (``mg.compile(device=)``).
-
-    >>> x = mg.tensor([[1., 2.], [3., 4.]]); (x @ x).numpy()
-    """
-    return Tensor(data, dtype, device, is_const, no_cache)
+# MegEngine's spelling: ``mge.tensor`` is the class, so ``isinstance(x, mge.tensor)`` works.
+tensor = Tensor
 
 
 def check_eager_device(device) -> None:
