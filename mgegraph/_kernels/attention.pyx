@@ -1,0 +1,378 @@
+# Scaled dot-product attention (mgegraph/ops/attention.py): the forward, out = softmax(q k^T
+# scale + mask) v with lse = the rows' log-sum-exp, and the backward, dq, dk, dv.
+#
+# Parameter layout: the ints are the Attention struct below, whose field names this module
+# exports (ATTENTION_FIELDS) for the lowering, mgegraph/_kernels/lowering/attention.py, to pack
+# by name (shared block: mgegraph/kernel_abi/attention.py); the floats are [scale]. Buffers:
+# forward q, k, v[, mask], then out, lse, then the workspace; backward q, k, v[, mask], out,
+# lse, dout, then dq, dk, dv, then the workspace.
+#
+# Design: FlashAttention on the CPU. A unit of work is a tile of bq query rows of one (batch,
+# head); the keys are walked in blocks of bk, each block's scores s = q k^T one BLAS GEMM into
+# the thread's (bq, bk) scratch, masked, turned into probabilities against the row's running
+# maximum (rescaling what the row has summed so far when the maximum grows: the online
+# softmax), and added into the output rows by a second GEMM. So the workspace is threads x (bq
+# x bk + 2 bq) elements whatever the length, and the plan's arena grows linearly with it.
+# Under a causal mask a tile stops at its last row's key. The backward is FlashAttention-2's
+# in two passes, each a parallel loop over outputs no two threads share (the same bits at any
+# thread count): over query tiles for dq (and D = rowsum(dout * out), kept in the workspace
+# for the second pass), then over key tiles for dk and dv, every query head of the key's
+# group summed in order; both recompute each tile's probabilities as exp(s - lse). The BLAS
+# runs single-threaded under each of our threads (blas_one_thread, as conv.pyx's GEMMs).
+# A row with no key attended keeps its maximum at -inf: its output is 0, its lse -inf, and it
+# adds nothing to any gradient.
+
+from libc.math cimport exp, log, INFINITY
+from libc.string cimport memset
+from cython cimport floating
+
+from .abi cimport Call, KERNEL_OK, kernel_address
+from .blas cimport gemm
+from .blas_table cimport blas_one_thread, blas_restore_threads
+from .params cimport fields_of
+from .parallel cimport parallel_for
+
+ctypedef struct Attention:
+    Py_ssize_t batch, hq, hkv, lq, lk, e, ev   # q (batch, hq, lq, e), k/v (batch, hkv, lk, *)
+    Py_ssize_t causal                          # key j > query i masked (top-left)
+    Py_ssize_t mask                            # MASK_NONE, MASK_BOOL or MASK_ADD
+    Py_ssize_t mask_b, mask_h, mask_i, mask_j  # the mask's element strides (0: broadcast)
+    Py_ssize_t bq, bk                          # the tile: query rows x keys
+    Py_ssize_t threads
+
+cdef Attention _at
+ATTENTION_FIELDS = fields_of(_at, sizeof(Attention))
+
+cdef enum:
+    MASK_NONE = 0
+    MASK_BOOL = 1
+    MASK_ADD = 2
+ATTENTION_MASKS = {"none": MASK_NONE, "bool": MASK_BOOL, "add": MASK_ADD}
+
+
+ctypedef struct Tile:        # one (batch, head) and the rows or keys a part works on
+    Py_ssize_t b, h, hk, first, count
+
+
+cdef inline Tile tile_of(const Attention* s, Py_ssize_t unit, Py_ssize_t heads,
+                         Py_ssize_t length, Py_ssize_t size) noexcept nogil:
+    # unit -> (batch, head of `heads`, tile of `size` along `length`)
+    cdef Py_ssize_t tiles = (length + size - 1) // size
+    cdef Tile t
+    t.b = unit // (heads * tiles)
+    t.h = unit // tiles % heads
+    t.first = unit % tiles * size
+    t.count = min(size, length - t.first)
+    t.hk = t.h
+    return t
+
+
+cdef inline void masked_scores(const Attention* s, const Call* c, floating* sc, Py_ssize_t b,
+                               Py_ssize_t h, Py_ssize_t i0, Py_ssize_t nq, Py_ssize_t j0,
+                               Py_ssize_t nk) noexcept nogil:
+    # sc (nq, nk) holds q k^T: scaled, and the masks applied (-inf where not attended)
+    cdef floating scale = <floating>c.floats[0]
+    cdef const unsigned char* mb = NULL
+    cdef const floating* ma = NULL
+    cdef Py_ssize_t i, j, at
+    cdef floating* row
+    if s.mask != MASK_NONE:
+        at = b * s.mask_b + h * s.mask_h
+        if s.mask == MASK_BOOL:
+            mb = <const unsigned char*>c.bufs[3] + at
+        else:
+            ma = <const floating*>c.bufs[3] + at
+    for i in range(nq):
+        row = sc + i * nk
+        for j in range(nk):
+            row[j] *= scale
+            if s.causal and j0 + j > i0 + i:
+                row[j] = -INFINITY
+            elif mb != NULL and not mb[(i0 + i) * s.mask_i + (j0 + j) * s.mask_j]:
+                row[j] = -INFINITY
+            elif ma != NULL:
+                row[j] += ma[(i0 + i) * s.mask_i + (j0 + j) * s.mask_j]
+
+
+cdef inline Py_ssize_t keys_seen(const Attention* s, Py_ssize_t last_row) noexcept nogil:
+    # the keys a query tile ending at row last_row can attend: all, or 0..last_row when causal
+    return min(s.lk, last_row + 1) if s.causal else s.lk
+
+
+# -- forward ---------------------------------------------------------------------------------
+cdef inline void online_softmax(floating* sc, Py_ssize_t nq, Py_ssize_t nk, floating* m,
+                                floating* l, floating* o, Py_ssize_t ev) noexcept nogil:
+    # scores -> probabilities against each row's running max m; the row's sum l and output
+    # o rescaled when the max grows; a row still without an attended key stays all zero
+    cdef Py_ssize_t i, j
+    cdef floating mx, alpha, total, p
+    cdef floating* row
+    for i in range(nq):
+        row = sc + i * nk
+        mx = m[i]
+        for j in range(nk):
+            if row[j] > mx:
+                mx = row[j]
+        if mx == -INFINITY:
+            memset(row, 0, nk * sizeof(floating))
+            continue
+        alpha = exp(m[i] - mx)
+        total = 0
+        for j in range(nk):
+            p = exp(row[j] - mx)
+            row[j] = p
+            total += p
+        l[i] = l[i] * alpha + total
+        m[i] = mx
+        if alpha != 1:
+            for j in range(ev):
+                o[i * ev + j] *= alpha
+
+
+cdef inline int forward_tiles(const Call* c, int part, Py_ssize_t lo, Py_ssize_t hi,
+                              floating* tag) noexcept nogil:
+    cdef const Attention* s = <const Attention*>c.ints
+    cdef Py_ssize_t nb = inputs(s)
+    cdef const floating* q = <const floating*>c.bufs[0]
+    cdef const floating* k = <const floating*>c.bufs[1]
+    cdef const floating* v = <const floating*>c.bufs[2]
+    cdef floating* out = <floating*>c.bufs[nb]
+    cdef floating* lse = <floating*>c.bufs[nb + 1]
+    cdef floating* sc = <floating*>c.bufs[nb + 2] + part * (s.bq * s.bk + 2 * s.bq)
+    cdef floating* m = sc + s.bq * s.bk
+    cdef floating* l = m + s.bq
+    cdef Py_ssize_t unit, i, j, j0, nk, kend, row0
+    cdef const floating* kp
+    cdef const floating* vp
+    cdef floating* o
+    cdef Tile t
+    for unit in range(lo, hi):
+        t = tile_of(s, unit, s.hq, s.lq, s.bq)
+        t.hk = t.h // (s.hq // s.hkv)
+        row0 = (t.b * s.hq + t.h) * s.lq + t.first
+        kp = k + (t.b * s.hkv + t.hk) * s.lk * s.e
+        vp = v + (t.b * s.hkv + t.hk) * s.lk * s.ev
+        o = out + row0 * s.ev
+        memset(o, 0, t.count * s.ev * sizeof(floating))
+        for i in range(t.count):
+            m[i], l[i] = -INFINITY, 0
+        kend = keys_seen(s, t.first + t.count - 1)
+        j0 = 0
+        while j0 < kend:
+            nk = min(s.bk, kend - j0)
+            gemm(False, True, t.count, nk, s.e, q + row0 * s.e, kp + j0 * s.e, sc, False)
+            masked_scores(s, c, sc, t.b, t.h, t.first, t.count, j0, nk)
+            online_softmax(sc, t.count, nk, m, l, o, s.ev)
+            gemm(False, False, t.count, s.ev, nk, sc, vp + j0 * s.ev, o, True)
+            j0 += nk
+        for i in range(t.count):
+            if l[i] == 0:
+                lse[row0 + i] = -INFINITY
+                continue
+            lse[row0 + i] = m[i] + log(l[i])
+            for j in range(s.ev):
+                o[i * s.ev + j] /= l[i]
+    return KERNEL_OK
+
+
+# -- backward --------------------------------------------------------------------------------
+cdef inline void probabilities(floating* sc, Py_ssize_t nq, Py_ssize_t nk,
+                               const floating* lse) noexcept nogil:
+    # masked scores -> p = exp(s - lse); a row with no key attended (lse -inf) all zero
+    cdef Py_ssize_t i, j
+    for i in range(nq):
+        if lse[i] == -INFINITY:
+            memset(sc + i * nk, 0, nk * sizeof(floating))
+            continue
+        for j in range(nk):
+            sc[i * nk + j] = exp(sc[i * nk + j] - lse[i])
+
+
+cdef inline void score_gradient(floating* p, const floating* dp, Py_ssize_t nq, Py_ssize_t nk,
+                                const floating* d) noexcept nogil:
+    # p becomes ds = p (dp - D), the gradient of the scores (before the scale)
+    cdef Py_ssize_t i, j
+    for i in range(nq):
+        for j in range(nk):
+            p[i * nk + j] *= dp[i * nk + j] - d[i]
+
+
+cdef inline floating* buffer(const Call* c, Py_ssize_t i, floating* tag) noexcept nogil:
+    return <floating*>c.bufs[i]
+
+
+cdef inline Py_ssize_t inputs(const Attention* s) noexcept nogil:
+    # q, k, v and the mask when there is one
+    return 3 if s.mask == MASK_NONE else 4
+
+
+cdef inline int query_tiles(const Call* c, int part, Py_ssize_t lo, Py_ssize_t hi,
+                            floating* tag) noexcept nogil:
+    # dq of query tiles [lo, hi), and their rows' D
+    cdef const Attention* s = <const Attention*>c.ints
+    cdef Py_ssize_t nb = inputs(s)
+    cdef const floating* q = buffer(c, 0, tag)
+    cdef const floating* k = buffer(c, 1, tag)
+    cdef const floating* v = buffer(c, 2, tag)
+    cdef const floating* lse = buffer(c, nb + 1, tag)
+    cdef const floating* dout = buffer(c, nb + 2, tag)
+    cdef const floating* out = buffer(c, nb, tag)
+    cdef floating* dq = buffer(c, nb + 3, tag)
+    cdef floating* d = buffer(c, nb + 6, tag)      # D = rowsum(dout * out) per query row
+    cdef floating* p = d + s.batch * s.hq * s.lq + part * 2 * s.bq * s.bk
+    cdef floating* dp = p + s.bq * s.bk
+    cdef floating scale = <floating>c.floats[0]
+    cdef Py_ssize_t unit, i, j, j0, nk, kend, row0, kv
+    cdef floating total
+    cdef Tile t
+    for unit in range(lo, hi):
+        t = tile_of(s, unit, s.hq, s.lq, s.bq)
+        kv = t.b * s.hkv + t.h // (s.hq // s.hkv)
+        row0 = (t.b * s.hq + t.h) * s.lq + t.first
+        for i in range(t.count):
+            total = 0
+            for j in range(s.ev):
+                total += dout[(row0 + i) * s.ev + j] * out[(row0 + i) * s.ev + j]
+            d[row0 + i] = total
+        memset(dq + row0 * s.e, 0, t.count * s.e * sizeof(floating))
+        kend = keys_seen(s, t.first + t.count - 1)
+        j0 = 0
+        while j0 < kend:
+            nk = min(s.bk, kend - j0)
+            gemm(False, True, t.count, nk, s.e, q + row0 * s.e, k + (kv * s.lk + j0) * s.e,
+                 p, False)
+            masked_scores(s, c, p, t.b, t.h, t.first, t.count, j0, nk)
+            probabilities(p, t.count, nk, lse + row0)
+            gemm(False, True, t.count, nk, s.ev, dout + row0 * s.ev,
+                 v + (kv * s.lk + j0) * s.ev, dp, False)
+            score_gradient(p, dp, t.count, nk, d + row0)
+            gemm(False, False, t.count, s.e, nk, p, k + (kv * s.lk + j0) * s.e,
+                 dq + row0 * s.e, True)
+            j0 += nk
+        for i in range(t.count * s.e):
+            dq[row0 * s.e + i] *= scale
+    return KERNEL_OK
+
+
+cdef inline int key_tiles(const Call* c, int part, Py_ssize_t lo, Py_ssize_t hi,
+                          floating* tag) noexcept nogil:
+    # dk and dv of key tiles [lo, hi): every query head of the key's group, in order
+    cdef const Attention* s = <const Attention*>c.ints
+    cdef Py_ssize_t nb = inputs(s)
+    cdef const floating* q = buffer(c, 0, tag)
+    cdef const floating* k = buffer(c, 1, tag)
+    cdef const floating* v = buffer(c, 2, tag)
+    cdef const floating* lse = buffer(c, nb + 1, tag)
+    cdef const floating* dout = buffer(c, nb + 2, tag)
+    cdef floating* dk = buffer(c, nb + 4, tag)
+    cdef floating* dv = buffer(c, nb + 5, tag)
+    cdef floating* d = buffer(c, nb + 6, tag)      # the rows' D, from query_tiles
+    cdef floating* p = d + s.batch * s.hq * s.lq + part * 2 * s.bq * s.bk
+    cdef floating* dp = p + s.bq * s.bk
+    cdef floating scale = <floating>c.floats[0]
+    cdef Py_ssize_t group = s.hq // s.hkv
+    cdef Py_ssize_t unit, i, h, i0, nq, key0, row0
+    cdef Tile t
+    for unit in range(lo, hi):
+        t = tile_of(s, unit, s.hkv, s.lk, s.bk)
+        key0 = (t.b * s.hkv + t.h) * s.lk + t.first
+        memset(dk + key0 * s.e, 0, t.count * s.e * sizeof(floating))
+        memset(dv + key0 * s.ev, 0, t.count * s.ev * sizeof(floating))
+        for h in range(t.h * group, (t.h + 1) * group):
+            # under a causal mask, the queries before the tile's first key see none of it
+            i0 = t.first if s.causal else 0
+            while i0 < s.lq:
+                nq = min(s.bq, s.lq - i0)
+                row0 = (t.b * s.hq + h) * s.lq + i0
+                gemm(False, True, nq, t.count, s.e, q + row0 * s.e, k + key0 * s.e, p,
+                     False)
+                masked_scores(s, c, p, t.b, h, i0, nq, t.first, t.count)
+                probabilities(p, nq, t.count, lse + row0)
+                gemm(True, False, t.count, s.ev, nq, p, dout + row0 * s.ev,
+                     dv + key0 * s.ev, True)
+                gemm(False, True, nq, t.count, s.ev, dout + row0 * s.ev, v + key0 * s.ev,
+                     dp, False)
+                score_gradient(p, dp, nq, t.count, d + row0)
+                gemm(True, False, t.count, s.e, nq, p, q + row0 * s.e, dk + key0 * s.e,
+                     True)
+                i0 += nq
+        for i in range(t.count * s.e):
+            dk[key0 * s.e + i] *= scale
+    return KERNEL_OK
+
+
+# -- entry points ----------------------------------------------------------------------------
+cdef enum:
+    FORWARD = 0
+    QUERIES = 1
+    KEYS = 2
+
+
+cdef inline int in_part(int kind, const Call* c, int part, Py_ssize_t lo, Py_ssize_t hi,
+                        floating* tag) noexcept nogil:
+    # every thread of the region calls the BLAS single-threaded (blas_table.pxd)
+    cdef int previous = blas_one_thread(), status
+    if kind == FORWARD:
+        status = forward_tiles(c, part, lo, hi, tag)
+    elif kind == QUERIES:
+        status = query_tiles(c, part, lo, hi, tag)
+    else:
+        status = key_tiles(c, part, lo, hi, tag)
+    blas_restore_threads(previous)
+    return status
+
+
+cdef inline Py_ssize_t tiles(Py_ssize_t length, Py_ssize_t size) noexcept nogil:
+    return (length + size - 1) // size
+
+
+cdef int fwd_f32(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return in_part(FORWARD, <const Call*>c, part, lo, hi, <float*>NULL)
+cdef int fwd_f64(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return in_part(FORWARD, <const Call*>c, part, lo, hi, <double*>NULL)
+cdef int dq_f32(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return in_part(QUERIES, <const Call*>c, part, lo, hi, <float*>NULL)
+cdef int dq_f64(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return in_part(QUERIES, <const Call*>c, part, lo, hi, <double*>NULL)
+cdef int dkv_f32(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return in_part(KEYS, <const Call*>c, part, lo, hi, <float*>NULL)
+cdef int dkv_f64(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return in_part(KEYS, <const Call*>c, part, lo, hi, <double*>NULL)
+
+
+cdef inline int forward_call(const Call* c, bint f32) noexcept nogil:
+    cdef const Attention* s = <const Attention*>c.ints
+    cdef int previous = blas_one_thread(), status
+    status = parallel_for(s.threads, s.batch * s.hq * tiles(s.lq, s.bq),
+                          fwd_f32 if f32 else fwd_f64, <void*>c)
+    blas_restore_threads(previous)
+    return status
+
+
+cdef inline int backward_call(const Call* c, bint f32) noexcept nogil:
+    cdef const Attention* s = <const Attention*>c.ints
+    cdef int previous = blas_one_thread(), status
+    status = parallel_for(s.threads, s.batch * s.hq * tiles(s.lq, s.bq),
+                          dq_f32 if f32 else dq_f64, <void*>c)
+    if status == KERNEL_OK:  # the key tiles read every row's D
+        status = parallel_for(s.threads, s.batch * s.hkv * tiles(s.lk, s.bk),
+                              dkv_f32 if f32 else dkv_f64, <void*>c)
+    blas_restore_threads(previous)
+    return status
+
+
+cdef int attention_f32(const Call* c) noexcept nogil:
+    return forward_call(c, True)
+cdef int attention_f64(const Call* c) noexcept nogil:
+    return forward_call(c, False)
+cdef int attention_backward_f32(const Call* c) noexcept nogil:
+    return backward_call(c, True)
+cdef int attention_backward_f64(const Call* c) noexcept nogil:
+    return backward_call(c, False)
+
+KERNELS = {
+    "attention_f32": kernel_address(attention_f32),
+    "attention_f64": kernel_address(attention_f64),
+    "attention_backward_f32": kernel_address(attention_backward_f32),
+    "attention_backward_f64": kernel_address(attention_backward_f64),
+}
