@@ -1,6 +1,6 @@
-"""Scaled dot-product attention: the ``attention`` op, its backward op, and the public
-``scaled_dot_product_attention`` (PyTorch's signature and meaning), re-exported by
-``mgegraph.functional`` and ``functional.nn``.
+"""Scaled dot-product attention: the ``attention`` op and its backward op. The public
+functions made of it (``scaled_dot_product_attention``, ``multi_head_attention``) are in
+ops/attention_api.py.
 
 attention(q, k, v[, mask]) with q (B, Hq, Lq, E), k (B, Hkv, Lk, E), v (B, Hkv, Lk, Ev), Hq a
 multiple of Hkv (grouped-query attention: query head h reads key/value head h // (Hq / Hkv),
@@ -27,10 +27,10 @@ Dropout on the weights needs the weights themselves: ``scaled_dot_product_attent
 
 The family lives in: ops/attention.py (meaning), kernel_abi/attention.py (parameter block),
 _kernels/attention.pyx and _kernels/lowering/attention.py (CPU), csrc_cuda/attention.cu and
-cuda/kernels/attention.py (CUDA), onnx/exporter.py (export), nn/attention.py
-(``multi_head_attention``, ``MultiHeadAttn``).
+cuda/kernels/attention.py (CUDA), onnx/exporter.py (export), ops/attention_api.py (the
+public functions), nn/attention.py (``MultiHeadAttention``, MegEngine's ``MultiHeadAttn``).
 
->>> out = F.nn.scaled_dot_product_attention(q, k, v, is_causal=True)
+>>> out, lse = apply_multi("attention", (q, k, v), scale=0.125, is_causal=True)
 """
 from __future__ import annotations
 
@@ -38,19 +38,12 @@ import math
 
 import numpy as np
 
-from ..ir.errors import GraphError, OpError, user_location
-from ..ir.graph import Var
-from ..ir.types import HALF_DTYPES, TensorType, is_float
-from . import elementwise as ew
-from . import movement_api as movement
-from .builder import apply_multi, cast_to, graph_of
-from .matmul import matmul
-from .nn import dropout, softmax
+from ..ir.errors import GraphError
+from ..ir.types import TensorType
+from .builder import apply_multi
 from .registry import FLOAT_DTYPES, REQUIRED, OpDef, named, register, require_dtypes, same_shape
 
 BOOL = np.dtype(np.bool_)
-__all__ = ["scaled_dot_product_attention"]
-
 _ATTRS = {"scale": REQUIRED, "is_causal": False}
 
 
@@ -153,124 +146,3 @@ def _flops(backward: bool):
 
 register(OpDef("attention", "nn", _infer, attrs=_ATTRS, grad=_grad, flops=_flops(False)))
 register(OpDef("attention_backward", "nn", _backward_infer, attrs=_ATTRS, flops=_flops(True)))
-
-
-# -- the public function ---------------------------------------------------------------------
-def _refuse(values, reason: str):
-    raise OpError("scaled_dot_product_attention", tuple(v.type for v in values), reason,
-                  user_location())
-
-
-def _as_4d(x: Var, what: str, values) -> tuple[Var, tuple]:
-    """``x`` (..., H, L, E) as (prod(...), H, L, E), and its leading shape."""
-    if x.ndim < 2:
-        _refuse(values, f"{what} must be at least 2-D (..., L, E), got {tuple(x.shape)}")
-    shape = (1,) * max(0, 4 - x.ndim) + tuple(x.shape)
-    lead = shape[:-3]
-    if named(*lead[1:]):
-        _refuse(values, f"{what} {tuple(x.shape)}: only the first batch dim may be named")
-    batch = lead[0] if len(lead) == 1 else math.prod(lead)
-    return movement.reshape(x, (batch, *shape[-3:])), tuple(x.shape[:-2])
-
-
-def _mask_4d(mask: Var, lead: tuple, full: tuple, values) -> Var:
-    """The mask broadcastable to (..., Hq, Lq, Lk) as a 4-D mask the op reads: its batch dims
-    made one, broadcast over them only where they are neither all 1 nor all full."""
-    ndim = len(lead) + 2
-    if mask.ndim > ndim:
-        _refuse(values, f"attn_mask {tuple(mask.shape)} has more dims than the scores")
-    shape = (1,) * (ndim - mask.ndim) + tuple(mask.shape)
-    batch, want = shape[:-3], tuple(lead[:-1])
-    for m, f in zip(shape, (*lead, *full)):
-        if m != 1 and m != f and not named(m, f):
-            _refuse(values, f"attn_mask {tuple(mask.shape)} does not broadcast to the scores "
-                    f"{(*lead, *full)}")
-    mask = movement.reshape(mask, shape)
-    if batch and any(m == 1 for m in batch) and any(m != 1 for m in batch):
-        mask = movement.broadcast_to(mask, (*want, *shape[-3:]))
-        batch = want
-    nb = 1 if all(m == 1 for m in batch) else math.prod(want)
-    return movement.reshape(mask, (nb, *shape[-3:]))
-
-
-def _default_scale(e) -> float:
-    return 1.0 / math.sqrt(e)
-
-
-def _composed(q, k, v, mask, is_causal: bool, scale: float, dropout_p: float, groups: int):
-    """softmax(q k^T scale + mask) dropped out, times v: the weights built whole, for dropout."""
-    if groups > 1:
-        k, v = movement.repeat(k, groups, axis=1), movement.repeat(v, groups, axis=1)
-    s = ew.mul(matmul(q, k, transpose_b=True), q.graph.const(np.asarray(scale, q.dtype)))
-    lq, lk = q.shape[2], k.shape[2]
-    ninf = q.graph.const(np.asarray(-np.inf, q.dtype))
-    if is_causal:
-        s = ew.where(q.graph.const(np.tril(np.ones((lq, lk), bool))), s, ninf)
-    if mask is not None:
-        s = ew.where(mask, s, ninf) if mask.dtype == BOOL else ew.add(s, mask)
-    p = softmax(s, axis=-1)
-    # rows with no key attended: 0, as the kernel gives (softmax of all -inf is NaN)
-    p = ew.where(ew.equal(p, p), p, q.graph.const(np.asarray(0, q.dtype)))
-    return matmul(dropout(p, dropout_p, training=True, seed=_dropout_seed()), v)
-
-
-_SEED = [0]
-
-
-def _dropout_seed() -> int:
-    # each call draws a different mask, as PyTorch's generator does
-    _SEED[0] += 1
-    return _SEED[0]
-
-
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
-                                 is_causal=False, scale=None, enable_gqa=False):
-    """``softmax(query @ key^T * scale + attn_mask) @ value``, PyTorch's function: query
-    (..., Hq, Lq, E), key (..., Hkv, Lk, E), value (..., Hkv, Lk, Ev); ``attn_mask`` bool (True
-    attends) or float (added), broadcastable to (..., Hq, Lq, Lk); ``is_causal`` masks key j >
-    query i (top-left); ``scale`` defaults to 1/sqrt(E); ``enable_gqa`` lets Hq be a multiple
-    of Hkv. A row with no key attended gives 0 (PyTorch: NaN). Computed in tiles, no (Lq, Lk)
-    matrix (the ``attention`` op) unless ``dropout_p > 0``: dropout (always applied, as in
-    PyTorch, whose callers pass 0 when not training) needs the weights, so that case is a
-    composition of matmul, softmax and dropout.
-
-    >>> out = F.nn.scaled_dot_product_attention(q, k, v, is_causal=True)
-    """
-    g = graph_of(query, key, value, attn_mask)
-    q, k, v = (g.lift(t) for t in (query, key, value))
-    values = (q, k, v) + ((g.lift(attn_mask),) if attn_mask is not None else ())
-    if not all(is_float(t.dtype) for t in (q, k, v)):
-        _refuse(values, "query, key and value must be floating-point")
-    if not 0.0 <= float(dropout_p) < 1.0:
-        _refuse(values, f"dropout_p must be in [0, 1), got {dropout_p}")
-    if q.ndim != k.ndim or k.ndim != v.ndim:
-        _refuse(values, "query, key and value must have the same number of dims")
-    if tuple(q.shape[:-3]) != tuple(k.shape[:-3]) or tuple(k.shape[:-2]) != tuple(v.shape[:-2]):
-        _refuse(values, "query, key and value must share their batch dims, and key and value "
-                "their heads and length")
-    hq, hkv = (q.shape[-3], k.shape[-3]) if q.ndim >= 3 else (1, 1)
-    if hq != hkv and not (enable_gqa and hkv and hq % hkv == 0):
-        _refuse(values, f"query has {hq} heads and key/value {hkv}: they must be equal, or "
-                "with enable_gqa=True a multiple")
-    out_dtype = q.dtype
-    if out_dtype in HALF_DTYPES:
-        q, k, v = (cast_to(t, np.float32) for t in (q, k, v))
-    lead = tuple(q.shape[:-2])
-    q4, _ = _as_4d(q, "query", values)
-    k4, _ = _as_4d(k, "key", values)
-    v4, _ = _as_4d(v, "value", values)
-    mask = None
-    if attn_mask is not None:
-        mask = values[3]
-        if mask.dtype != BOOL and mask.dtype != q.dtype:
-            mask = cast_to(mask, q.dtype)
-        mask = _mask_4d(mask, lead if len(lead) else (1,), (q.shape[-2], k.shape[-2]), values)
-    scale = _default_scale(q.shape[-1]) if scale is None else float(scale)
-    if dropout_p > 0:
-        out = _composed(q4, k4, v4, mask, bool(is_causal), scale, float(dropout_p),
-                        q4.shape[1] // k4.shape[1])
-    else:
-        inputs = (q4, k4, v4) + ((mask,) if mask is not None else ())
-        out = apply_multi("attention", inputs, scale=scale, is_causal=bool(is_causal))[0]
-    out = movement.reshape(out, (*q.shape[:-1], v.shape[-1]))
-    return out if out.dtype == out_dtype else cast_to(out, out_dtype)
