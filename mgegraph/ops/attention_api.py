@@ -141,6 +141,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     mask = None
     if attn_mask is not None:
         mask = values[3]
+        if mask.dtype != BOOL and not is_float(mask.dtype):
+            _refuse(values, f"attn_mask must be bool (True attends) or floating-point (added), "
+                    f"got {mask.dtype}")
         if mask.dtype != BOOL and mask.dtype != q.dtype:
             mask = cast_to(mask, q.dtype)
         mask = _mask_4d(mask, lead if len(lead) else (1,), (q.shape[-2], k.shape[-2]), values)
