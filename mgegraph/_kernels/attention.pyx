@@ -22,15 +22,16 @@
 # A row with no key attended keeps its maximum at -inf: its output is 0, its lse -inf, and it
 # adds nothing to any gradient.
 
-from libc.math cimport exp, log, INFINITY
+from libc.math cimport log, INFINITY
 from libc.string cimport memset
 from cython cimport floating
 
 from .abi cimport Call, KERNEL_OK, kernel_address
-from .blas cimport gemm
+from .blas cimport gemm, gemm_scaled
 from .blas_table cimport blas_one_thread, blas_restore_threads
 from .params cimport fields_of
 from .parallel cimport parallel_for
+from .scalar cimport vexp, vexpf
 
 ctypedef struct Attention:
     Py_ssize_t batch, hq, hkv, lq, lk, e, ev   # q (batch, hq, lq, e), k/v (batch, hkv, lk, *)
@@ -42,6 +43,9 @@ ctypedef struct Attention:
 
 cdef Attention _at
 ATTENTION_FIELDS = fields_of(_at, sizeof(Attention))
+
+cdef enum:
+    LANES = 8      # the independent lanes of a row's max and sum: one AVX2 vector of float32
 
 cdef enum:
     MASK_NONE = 0
@@ -67,31 +71,80 @@ cdef inline Tile tile_of(const Attention* s, Py_ssize_t unit, Py_ssize_t heads,
     return t
 
 
-cdef inline void masked_scores(const Attention* s, const Call* c, floating* sc, Py_ssize_t b,
-                               Py_ssize_t h, Py_ssize_t i0, Py_ssize_t nq, Py_ssize_t j0,
-                               Py_ssize_t nk) noexcept nogil:
-    # sc (nq, nk) holds q k^T: scaled, and the masks applied (-inf where not attended)
-    cdef floating scale = <floating>c.floats[0]
-    cdef const unsigned char* mb = NULL
-    cdef const floating* ma = NULL
-    cdef Py_ssize_t i, j, at
+cdef inline void scores(const Attention* s, const Call* c, const floating* q,
+                        const floating* k, floating* sc, Py_ssize_t b, Py_ssize_t h,
+                        Py_ssize_t i0, Py_ssize_t nq, Py_ssize_t j0,
+                        Py_ssize_t nk) noexcept nogil:
+    # sc (nq, nk) = q k^T scale for query rows i0.. and keys j0.. (q and k point at them), the
+    # masks applied: -inf where not attended. The causal mask costs only the diagonal tiles.
+    cdef const unsigned char* mb
+    cdef const floating* ma
+    cdef Py_ssize_t i, j
     cdef floating* row
-    if s.mask != MASK_NONE:
-        at = b * s.mask_b + h * s.mask_h
-        if s.mask == MASK_BOOL:
-            mb = <const unsigned char*>c.bufs[3] + at
-        else:
-            ma = <const floating*>c.bufs[3] + at
-    for i in range(nq):
-        row = sc + i * nk
-        for j in range(nk):
-            row[j] *= scale
-            if s.causal and j0 + j > i0 + i:
-                row[j] = -INFINITY
-            elif mb != NULL and not mb[(i0 + i) * s.mask_i + (j0 + j) * s.mask_j]:
-                row[j] = -INFINITY
-            elif ma != NULL:
-                row[j] += ma[(i0 + i) * s.mask_i + (j0 + j) * s.mask_j]
+    gemm_scaled(False, True, nq, nk, s.e, <floating>c.floats[0], q, s.e, k, s.e, 0, sc, nk)
+    if s.mask == MASK_BOOL:
+        for i in range(nq):
+            row = sc + i * nk
+            mb = <const unsigned char*>c.bufs[3] + b * s.mask_b + h * s.mask_h \
+                + (i0 + i) * s.mask_i + j0 * s.mask_j
+            for j in range(nk):
+                row[j] = row[j] if mb[j * s.mask_j] else -INFINITY
+    elif s.mask == MASK_ADD:
+        for i in range(nq):
+            row = sc + i * nk
+            ma = <const floating*>c.bufs[3] + b * s.mask_b + h * s.mask_h \
+                + (i0 + i) * s.mask_i + j0 * s.mask_j
+            for j in range(nk):
+                row[j] += ma[j * s.mask_j]
+    if s.causal and j0 + nk - 1 > i0:
+        for i in range(nq):
+            for j in range(max(0, i0 + i - j0 + 1), nk):
+                sc[i * nk + j] = -INFINITY
+
+
+cdef inline floating row_max(const floating* x, Py_ssize_t n, floating start) noexcept nogil:
+    # max(start, x[0..n)) in LANES independent lanes, which GCC vectorises (NaN is skipped here
+    # and propagates through exp)
+    cdef floating lanes[LANES]
+    cdef Py_ssize_t j = 0, l
+    for l in range(LANES):
+        lanes[l] = start
+    while j + LANES <= n:
+        for l in range(LANES):
+            lanes[l] = x[j + l] if x[j + l] > lanes[l] else lanes[l]
+        j += LANES
+    for l in range(LANES):
+        start = lanes[l] if lanes[l] > start else start
+    while j < n:
+        start = x[j] if x[j] > start else start
+        j += 1
+    return start
+
+
+cdef inline floating row_sum(const floating* x, Py_ssize_t n) noexcept nogil:
+    # the sum in LANES lanes, the lanes then added in order: the same bits at any thread count
+    cdef floating lanes[LANES]
+    cdef floating total = 0
+    cdef Py_ssize_t j = 0, l
+    for l in range(LANES):
+        lanes[l] = 0
+    while j + LANES <= n:
+        for l in range(LANES):
+            lanes[l] += x[j + l]
+        j += LANES
+    for l in range(LANES):
+        total += lanes[l]
+    while j < n:
+        total += x[j]
+        j += 1
+    return total
+
+
+cdef inline floating fexp(floating x) noexcept nogil:
+    # scalar.pxd's exp without libm calls, so that GCC vectorises the loops over a tile's rows
+    if floating is float:
+        return vexpf(x)
+    return vexp(x)
 
 
 cdef inline Py_ssize_t keys_seen(const Attention* s, Py_ssize_t last_row) noexcept nogil:
@@ -105,24 +158,18 @@ cdef inline void online_softmax(floating* sc, Py_ssize_t nq, Py_ssize_t nk, floa
     # scores -> probabilities against each row's running max m; the row's sum l and output
     # o rescaled when the max grows; a row still without an attended key stays all zero
     cdef Py_ssize_t i, j
-    cdef floating mx, alpha, total, p
+    cdef floating mx, alpha
     cdef floating* row
     for i in range(nq):
         row = sc + i * nk
-        mx = m[i]
-        for j in range(nk):
-            if row[j] > mx:
-                mx = row[j]
+        mx = row_max(row, nk, m[i])
         if mx == -INFINITY:
             memset(row, 0, nk * sizeof(floating))
             continue
-        alpha = exp(m[i] - mx)
-        total = 0
+        alpha = fexp(m[i] - mx)
         for j in range(nk):
-            p = exp(row[j] - mx)
-            row[j] = p
-            total += p
-        l[i] = l[i] * alpha + total
+            row[j] = fexp(row[j] - mx)
+        l[i] = l[i] * alpha + row_sum(row, nk)
         m[i] = mx
         if alpha != 1:
             for j in range(ev):
@@ -160,8 +207,7 @@ cdef inline int forward_tiles(const Call* c, int part, Py_ssize_t lo, Py_ssize_t
         j0 = 0
         while j0 < kend:
             nk = min(s.bk, kend - j0)
-            gemm(False, True, t.count, nk, s.e, q + row0 * s.e, kp + j0 * s.e, sc, False)
-            masked_scores(s, c, sc, t.b, t.h, t.first, t.count, j0, nk)
+            scores(s, c, q + row0 * s.e, kp + j0 * s.e, sc, t.b, t.h, t.first, t.count, j0, nk)
             online_softmax(sc, t.count, nk, m, l, o, s.ev)
             gemm(False, False, t.count, s.ev, nk, sc, vp + j0 * s.ev, o, True)
             j0 += nk
@@ -185,7 +231,7 @@ cdef inline void probabilities(floating* sc, Py_ssize_t nq, Py_ssize_t nk,
             memset(sc + i * nk, 0, nk * sizeof(floating))
             continue
         for j in range(nk):
-            sc[i * nk + j] = exp(sc[i * nk + j] - lse[i])
+            sc[i * nk + j] = fexp(sc[i * nk + j] - lse[i])
 
 
 cdef inline void score_gradient(floating* p, const floating* dp, Py_ssize_t nq, Py_ssize_t nk,
@@ -239,9 +285,8 @@ cdef inline int query_tiles(const Call* c, int part, Py_ssize_t lo, Py_ssize_t h
         j0 = 0
         while j0 < kend:
             nk = min(s.bk, kend - j0)
-            gemm(False, True, t.count, nk, s.e, q + row0 * s.e, k + (kv * s.lk + j0) * s.e,
-                 p, False)
-            masked_scores(s, c, p, t.b, t.h, t.first, t.count, j0, nk)
+            scores(s, c, q + row0 * s.e, k + (kv * s.lk + j0) * s.e, p, t.b, t.h, t.first,
+                   t.count, j0, nk)
             probabilities(p, t.count, nk, lse + row0)
             gemm(False, True, t.count, nk, s.ev, dout + row0 * s.ev,
                  v + (kv * s.lk + j0) * s.ev, dp, False)
@@ -284,9 +329,8 @@ cdef inline int key_tiles(const Call* c, int part, Py_ssize_t lo, Py_ssize_t hi,
             while i0 < s.lq:
                 nq = min(s.bq, s.lq - i0)
                 row0 = (t.b * s.hq + h) * s.lq + i0
-                gemm(False, True, nq, t.count, s.e, q + row0 * s.e, k + key0 * s.e, p,
-                     False)
-                masked_scores(s, c, p, t.b, h, i0, nq, t.first, t.count)
+                scores(s, c, q + row0 * s.e, k + key0 * s.e, p, t.b, h, i0, nq, t.first,
+                       t.count)
                 probabilities(p, nq, t.count, lse + row0)
                 gemm(True, False, t.count, s.ev, nq, p, dout + row0 * s.ev,
                      dv + key0 * s.ev, True)
