@@ -111,8 +111,8 @@ def _mib(n) -> str:
 
 
 def table(results: dict, rows: list) -> list[str]:
-    lines = [f"{'pass':8} {'L':>5} {'thr':>3} {'impl':9} {'median ms':>10} {'x torch':>8} "
-             f"{'arena MiB':>10} {'peak RSS MiB':>13}  rounds, ms"]
+    lines = [(f"{'pass':8} {'L':>5} {'thr':>3} {'impl':9} {'median ms':>10} {'x torch':>8} "
+              f"{'arena MiB':>10} {'peak RSS MiB':>13}  rounds, ms")]
     for mode, length, threads in rows:
         torch_ms = None
         for impl in reversed(IMPLS):

@@ -56,7 +56,7 @@ def _check(name: str, q, k, v, mask):
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"query, key and value must share one dtype, got {q.dtype}, {k.dtype}, "
                         f"{v.dtype}")
-    b, hq, lq, e = q.shape
+    b, hq, _, e = q.shape
     if not (same_shape(k.shape[:1], (b,), "attention's key batch")
             and same_shape(v.shape[:3], k.shape[:3], "attention's value") and
             same_shape(k.shape[3:], (e,), "attention's key features")):

@@ -142,7 +142,7 @@ def test_lse_output_is_the_rows_logsumexp():
     q, k, v = rand(2, 2, 67, 8), rand(2, 2, 70, 8), rand(2, 2, 70, 8)
     g = mg.Graph()
     xs = [g.input(f"x{i}", a.shape, a.dtype) for i, a in enumerate((q, k, v))]
-    out, lse = apply_multi("attention", xs, scale=0.5, is_causal=True)
+    _, lse = apply_multi("attention", xs, scale=0.5, is_causal=True)
     got = mg.compile([lse]).run({"x0": q, "x1": k, "x2": v})[0]
     s = np.where(np.tril(np.ones((67, 70), bool)), q.astype(np.float64) @
                  k.astype(np.float64).swapaxes(-1, -2) * 0.5, -np.inf)
@@ -164,8 +164,10 @@ def test_dropout_is_a_composition_applied_to_the_weights():
 
 
 def test_eager_traced_and_graph_agree():
-    q, k, v, mask, causal = case_arrays("bool padding")
-    fn = lambda a, b, c, d: sdpa(a, b, c, attn_mask=d, is_causal=True)  # noqa: E731
+    q, k, v, mask, _ = case_arrays("bool padding")
+
+    def fn(a, b, c, d):
+        return sdpa(a, b, c, attn_mask=d, is_causal=True)
     want = run(fn, q, k, v, mask)
     eager = fn(*(mg.tensor(t) for t in (q, k, v, mask))).numpy()
     traced = trace(fn)
@@ -180,7 +182,7 @@ def test_the_same_bits_on_one_and_two_threads(monkeypatch):
     q, k, v = rand(2, 3, 130, 16), rand(2, 3, 100, 16), rand(2, 3, 100, 16)
     results = []
     for threads in (1, 2):
-        monkeypatch.setattr(parallel, "threads_for", lambda work, grain=0: threads)
+        monkeypatch.setattr(parallel, "threads_for", lambda work, grain=0, t=threads: t)
         g = mg.Graph()
         xs = [g.input(f"x{i}", a.shape, a.dtype) for i, a in enumerate((q, k, v))]
         out = sdpa(*xs, is_causal=True)
