@@ -20,8 +20,9 @@ walk the keys in blocks with an online softmax (a running max and sum per query 
 (Lq, Lk) matrix exists anywhere: the CPU's workspace is a (Bq, Bk) tile per thread, which the
 plan declares, so the arena grows linearly with the sequence. The backward
 (``attention_backward``) is FlashAttention-2's: it recomputes each tile's probabilities from
-lse, with D = rowsum(dout * out). The mask gets no gradient (an additive mask is a constant
-of the model in every use we know; differentiating it would need the (Lq, Lk) matrix).
+lse, with D = rowsum(dout * out). A bool mask has no gradient; an additive one that is not a
+constant gets its own, composed (it is an (Lq, Lk) matrix itself, so it needs the scores).
+lse has q's dtype: float32, which the half types compute in, or float64 (finite differences).
 Dropout on the weights needs the weights themselves: ``scaled_dot_product_attention`` with
 ``dropout_p > 0`` is a composition (matmul, softmax, dropout, matmul) that does build them.
 
@@ -40,7 +41,11 @@ import numpy as np
 
 from ..ir.errors import GraphError
 from ..ir.types import TensorType
+from . import elementwise as ew
+from . import movement_api as movement
+from . import reduce
 from .builder import apply_multi
+from .matmul import matmul
 from .registry import FLOAT_DTYPES, REQUIRED, OpDef, named, register, require_dtypes, same_shape
 
 BOOL = np.dtype(np.bool_)
@@ -118,6 +123,41 @@ def _backward_infer(in_types, attrs):
     return q, k, v
 
 
+def _from_constants(var, depth: int = 8) -> bool:
+    """Whether ``var`` is computed from constants alone (a mask reshaped and cast by the public
+    function): then it has no gradient. An eager tensor keeps no node: it may have one."""
+    node = var.node
+    if node is None or depth == 0:
+        return False
+    if node.op.name == "const":
+        return True
+    return node.op.category != "source" and all(_from_constants(v, depth - 1)
+                                                 for v in node.inputs)
+
+
+def _mask_grad(node, d_out):
+    """The gradient of an additive mask: the scores' gradient p (dp - D), summed by the walker
+    to the mask's shape. Composed, so it builds the (Lq, Lk) matrices: only for a float mask
+    not made of constants (a bool mask has none); a compiled graph that never uses it drops it
+    (dce), eager mode computes it."""
+    q, k, v, mask = node.inputs
+    out, lse = node.outputs
+    if mask.dtype == BOOL or _from_constants(mask):
+        return None
+    groups = q.shape[1] // k.shape[1]
+    if groups > 1:
+        k, v = movement.repeat(k, groups, axis=1), movement.repeat(v, groups, axis=1)
+    g = q.graph
+    ninf, zero = (g.const(np.asarray(x, q.dtype)) for x in (-np.inf, 0))
+    s = ew.add(ew.mul(matmul(q, k, transpose_b=True),
+                      g.const(np.asarray(node.attr["scale"], q.dtype))), mask)
+    if node.attr["is_causal"]:
+        s = ew.where(g.const(np.tril(np.ones((q.shape[2], k.shape[2]), bool))), s, ninf)
+    p = ew.where(ew.equal(s, ninf), zero, ew.exp(ew.sub(s, movement.expand_dims(lse, -1))))
+    d = reduce.sum(ew.mul(d_out, out), -1, keepdims=True)
+    return ew.mul(p, ew.sub(matmul(d_out, v, transpose_b=True), d))
+
+
 def _grad(node, out_grads):
     d_out, d_lse = out_grads
     if d_lse is not None:
@@ -127,7 +167,7 @@ def _grad(node, out_grads):
         return (None,) * len(node.inputs)
     out, lse = node.outputs
     grads = apply_multi("attention_backward", (*node.inputs, out, lse, d_out), **node.attr)
-    return (*grads, None) if len(node.inputs) == 4 else grads
+    return (*grads, _mask_grad(node, d_out)) if len(node.inputs) == 4 else grads
 
 
 def _flops(backward: bool):

@@ -184,31 +184,43 @@ def _project(x, w, b):
     return y if b is None else ew.add(y, b)
 
 
-def _as_added(mask: Var, dtype) -> Var:
-    """A MegEngine/PyTorch MHA mask as one to add: a bool one is True where not attended."""
+def _attends(mask: Var, dtype) -> Var:
+    """A MegEngine/PyTorch MHA mask (bool True where not attended, or float added) as one the
+    attention op reads: bool True where attended, or float added."""
     if mask.dtype == BOOL:
-        g = mask.graph
-        return ew.where(mask, g.const(np.asarray(-np.inf, dtype)), g.const(np.asarray(0, dtype)))
+        return ew.equal(mask, mask.graph.const(np.asarray(False)))
     return mask if mask.dtype == dtype else cast_to(mask, dtype)
 
 
+def _combined(a: Var, b: Var, dtype) -> Var:
+    """Two attends-masks as one: both bool, attended where both attend; else added, a bool
+    one as 0 / -inf (a float mask has a gradient, a bool one none: keep bool where possible)."""
+    if a.dtype == BOOL and b.dtype == BOOL:  # a product of 0/1 (ONNX's Where takes no bools)
+        both = ew.mul(cast_to(a, np.float32), cast_to(b, np.float32))
+        return ew.equal(both, a.graph.const(np.asarray(1, np.float32)))
+    added = [m if m.dtype != BOOL else ew.where(m, m.graph.const(np.asarray(0, dtype)),
+                                                m.graph.const(np.asarray(-np.inf, dtype)))
+             for m in (a, b)]
+    return ew.add(*added)
+
+
 def _merged_mask(key_padding_mask, attn_mask, n, heads, lq, lk, dtype, values):
-    """The two masks as one additive (n | 1, heads | 1, lq | 1, lk) mask, or None."""
+    """The two masks as one (n | 1, heads | 1, lq | 1, lk) mask the op reads, or None."""
     merged = None
     if key_padding_mask is not None:
         if tuple(key_padding_mask.shape) != (n, lk):
             _mha_refuse(values, f"key_padding_mask must be (batch, S) = {(n, lk)}, got "
                         f"{tuple(key_padding_mask.shape)}")
-        merged = movement.reshape(_as_added(key_padding_mask, dtype), (n, 1, 1, lk))
+        merged = movement.reshape(_attends(key_padding_mask, dtype), (n, 1, 1, lk))
     if attn_mask is not None:
         if tuple(attn_mask.shape) == (lq, lk):
-            am = movement.reshape(_as_added(attn_mask, dtype), (1, 1, lq, lk))
+            am = movement.reshape(_attends(attn_mask, dtype), (1, 1, lq, lk))
         elif tuple(attn_mask.shape) == (n * heads, lq, lk):
-            am = movement.reshape(_as_added(attn_mask, dtype), (n, heads, lq, lk))
+            am = movement.reshape(_attends(attn_mask, dtype), (n, heads, lq, lk))
         else:
             _mha_refuse(values, f"attn_mask must be (L, S) = {(lq, lk)} or (batch * num_heads, "
                         f"L, S) = {(n * heads, lq, lk)}, got {tuple(attn_mask.shape)}")
-        merged = am if merged is None else ew.add(merged, am)
+        merged = am if merged is None else _combined(merged, am, dtype)
     return merged
 
 

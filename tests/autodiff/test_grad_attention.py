@@ -121,3 +121,21 @@ def test_the_lse_residual_refuses_a_gradient():
     _, lse = apply_multi("attention", xs, scale=1.0)
     with pytest.raises(GraphError, match="lse"):
         mg.grad(F.sum(lse), xs)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_an_additive_mask_gets_its_gradient(causal):
+    # a learnt bias over (heads, Lq, Lk), as relative-position biases are; grouped heads
+    q, k, v, bias = rand(2, 4, 5, 3), rand(2, 2, 7, 3), rand(2, 2, 7, 2), rand(1, 4, 5, 7)
+    gradcheck(lambda a, b, c, m: sdpa(a, b, c, attn_mask=m, is_causal=causal, enable_gqa=True),
+              q, k, v, bias)
+
+
+def test_a_constant_or_bool_mask_adds_no_nodes_for_its_gradient():
+    for mask in (rand(4, 6), RNG.random((4, 6)) > 0.3):
+        g = mg.Graph()
+        xs = [g.input(f"x{i}", (1, 2, s, 3), "float64") for i, s in enumerate((4, 6, 6))]
+        out = sdpa(*xs, attn_mask=g.const(mask))
+        before = len(g.nodes)
+        mg.grad(F.sum(out), xs)
+        assert [n.op.name for n in g.nodes[before:]].count("matmul") == 0

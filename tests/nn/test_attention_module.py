@@ -60,15 +60,17 @@ def padding(n, s):
 
 
 @pytest.mark.parametrize("masks", ["none", "key padding", "attn bool", "attn float 3-d",
-                                   "both"])
+                                   "both", "both bool"])
 def test_against_torch_multihead_attention(masks):
     ours, theirs = pair(16, 4)
     q, kv = rand(2, 5, 16), rand(2, 7, 16)
     kwargs = {}
     if masks in ("key padding", "both"):
         kwargs["key_padding_mask"] = padding(2, 7)
-    if masks == "attn bool":
+    if masks in ("attn bool", "both bool"):
         kwargs["attn_mask"] = np.triu(np.ones((5, 7), bool), 1)
+    if masks == "both bool":
+        kwargs["key_padding_mask"] = padding(2, 7)
     if masks in ("attn float 3-d", "both"):
         kwargs["attn_mask"] = rand(2 * 4, 5, 7) if masks != "both" else rand(5, 7)
     if masks == "both":
