@@ -178,14 +178,18 @@ def test_eager_traced_and_graph_agree():
 
 
 @pytest.mark.skipif(not parallel.OPENMP, reason="built without OpenMP")
-def test_the_same_bits_on_one_and_two_threads(monkeypatch):
-    q, k, v = rand(2, 3, 130, 16), rand(2, 3, 100, 16), rand(2, 3, 100, 16)
+@pytest.mark.parametrize("heads", [3, 1])
+def test_the_same_bits_on_one_and_two_threads(monkeypatch, heads):
+    # with one (batch, kv head) the backward's two threads take the two-pass way (query tiles,
+    # then key tiles), one thread the one-pass way: the same sums in the same order
+    q, k, v = rand(2 // heads, 3, 130, 16), rand(2 // heads, heads, 100, 16), \
+        rand(2 // heads, heads, 100, 16)
     results = []
     for threads in (1, 2):
         monkeypatch.setattr(parallel, "threads_for", lambda work, grain=0, t=threads: t)
         g = mg.Graph()
         xs = [g.input(f"x{i}", a.shape, a.dtype) for i, a in enumerate((q, k, v))]
-        out = sdpa(*xs, is_causal=True)
+        out = sdpa(*xs, is_causal=True, enable_gqa=True)
         plan = mg.compile([out, *mg.grad(F.sum(out * out), xs)])
         monkeypatch.undo()
         with threadpool_limits(limits=threads):
