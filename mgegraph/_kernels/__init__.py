@@ -62,3 +62,7 @@ KERNEL_MODULES += (sorting,)
 from . import rms_norm
 
 KERNEL_MODULES += (rms_norm,)
+# scaled dot-product attention and its backward (attention.pyx)
+from . import attention
+
+KERNEL_MODULES += (attention,)

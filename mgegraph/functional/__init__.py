@@ -67,3 +67,7 @@ from ..ops import sorting as _sorting
 from ..ops.sorting import argsort, cumprod, cumsum, sort, topk  # noqa: F401
 
 __all__ += _sorting.__all__
+# scaled dot-product and multi-head attention (ops/attention_api.py), also at the top
+from ..ops.attention_api import multi_head_attention, scaled_dot_product_attention
+
+__all__ += ["multi_head_attention", "scaled_dot_product_attention"]

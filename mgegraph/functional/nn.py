@@ -76,3 +76,8 @@ __all__ += ["deformable_conv2d"]
 from ..ops.sequence import embedding, indexing_one_hot, rms_norm, rotary_embedding, swiglu
 
 __all__ += ["embedding", "indexing_one_hot", "rms_norm", "rotary_embedding", "swiglu"]
+
+# scaled dot-product attention and multi-head attention (ops/attention_api.py)
+from ..ops.attention_api import multi_head_attention, scaled_dot_product_attention
+
+__all__ += ["multi_head_attention", "scaled_dot_product_attention"]

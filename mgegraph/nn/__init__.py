@@ -47,3 +47,7 @@ __all__ += ["ConstantPad2d", "PixelShuffle", "PixelUnshuffle", "ReflectionPad2d"
 from .norm import RMSNorm
 
 __all__ += ["RMSNorm"]
+# multi-head attention (nn/attention.py), MegEngine's MultiHeadAttn under both its names
+from .attention import MultiHeadAttention, MultiHeadAttn
+
+__all__ += ["MultiHeadAttention", "MultiHeadAttn"]

@@ -17,7 +17,7 @@ from onnx import helper, numpy_helper
 from ..ir.dims import Dim, is_known_nonnegative
 from ..ir.graph import Graph, Var
 from ..ir.types import is_float
-from . import OnnxExportError, export_half
+from . import OnnxExportError, export_attention, export_half
 from .export_dims import DimWriter, dim_param
 
 INT64_MIN, INT64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
@@ -465,6 +465,10 @@ def _rms_norm(w, n, ins):
     eps = w.const(np.asarray(float(n.attr["eps"]), n.inputs[0].dtype))
     rms = w.add("Sqrt", w.add("Add", [mean[0], eps]))
     return w.add("Mul", [w.add("Div", [x, rms[0]])[0], scale])
+
+
+# scaled dot-product attention (ops/attention.py): MatMul/Softmax nodes (onnx/export_attention.py)
+WRITERS["attention"] = export_attention.write_attention
 
 
 @writer("gather")

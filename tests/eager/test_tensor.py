@@ -258,6 +258,14 @@ CALLS |= {  # sequence models and MegEngine's indexing helpers (ops/sequence.py)
                                                        .repeat(6, 2).repeat(6, 3)), v * 2.0),
     "swiglu": lambda v: F.swiglu(v, axis=2),
 }
+CALLS |= {  # attention (ops/attention_api.py): v (2, 3, 6, 6) as (batch, heads, L, E)
+    "scaled_dot_product_attention": lambda v: F.scaled_dot_product_attention(
+        v, v * 0.5, v + 1.0, is_causal=True),
+    "multi_head_attention": lambda v: F.multi_head_attention(
+        F.reshape(v, (2, 18, 6)), F.reshape(v, (2, 18, 6)), F.reshape(v, (2, 18, 6)), 6, 2,
+        0.0, 0.0, v.graph.const(np.resize(W, (1, 168)) * 0.1), qbias=True,
+        kbias=True, vbias=True, obias=True)[0],
+}
 # sources without an input: run eagerly without graph=, compared with the graph's below
 SOURCES = {"arange": lambda g: F.arange(2, 9, 3, graph=g), "full": lambda g: F.full((2,), 7, graph=g),
            "linspace": lambda g: F.linspace(0, 1, 5, graph=g), "ones": lambda g: F.ones((3,), graph=g),

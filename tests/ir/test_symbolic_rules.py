@@ -388,6 +388,19 @@ CASES["embedding"] = _node("embedding", lambda g, b: (
     [_param(g, (10, 4)), _input(g, (b, 3), "int64")], {"padding_idx": 0}))
 CASES["rms_norm"] = _node("rms_norm", lambda g, b: (
     [_input(g, (b, 3, 8)), _param(g, (8,))], {"normalized_shape": (8,), "eps": 1e-6}))
+# attention (ops/attention.py): a named batch, 4 query heads over 2 key heads, a padding mask
+_ATTENTION = {"scale": 0.5, "is_causal": True}
+
+
+def _attention_inputs(g, b):
+    return [_input(g, (b, 4, 5, 8)), _input(g, (b, 2, 7, 8)), _input(g, (b, 2, 7, 3)),
+            _input(g, (b, 1, 1, 7), "bool")]
+
+
+CASES["attention"] = _node("attention", lambda g, b: (_attention_inputs(g, b), _ATTENTION))
+CASES["attention_backward"] = _node("attention_backward", lambda g, b: (
+    [*_attention_inputs(g, b), _input(g, (b, 4, 5, 3)), _input(g, (b, 4, 5)),
+     _input(g, (b, 4, 5, 3))], _ATTENTION))
 
 
 # -- where a rule cannot take a name: (op, make, what the error says) ---------------------------

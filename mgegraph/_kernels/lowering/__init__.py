@@ -20,6 +20,10 @@ FAMILIES += (sorting,)
 from . import rms_norm
 
 FAMILIES += (rms_norm,)
+# scaled dot-product attention and its backward (lowering/attention.py)
+from . import attention
+
+FAMILIES += (attention,)
 
 
 def implement_all(table) -> None:

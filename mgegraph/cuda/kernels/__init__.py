@@ -33,3 +33,7 @@ FAMILIES += [
     "sorting",       # csrc_cuda/sorting.cu: sort, topk, cumsum, cumprod (+ cumprod's gradient)
     "rms_norm",      # csrc_cuda/rms_norm.cu: rms_norm (its gradient is made of other ops)
 ]
+# scaled dot-product attention (ops/attention.py)
+FAMILIES += [
+    "attention",     # csrc_cuda/attention.cu: attention (+ backward), a thread per row
+]
