@@ -59,6 +59,9 @@ WORKLOADS |= {**{f"mobilenet {case}": ("mgegraph", "mgegraph im2col", "torch", "
               "conv-transpose 64->32": _PEERS, "resize up": _PEERS, "resize down": _PEERS,
               "group-norm infer": _PEERS, "group-norm train": ("mgegraph", "mgegraph eager", "torch"),
               "unet infer": _PEERS, "unet train": ("mgegraph", "torch")}
+# the transformer language model of examples/transformer_lm.py (sequence_workloads.py)
+WORKLOADS |= {w: ("mgegraph", "torch", "torch.compile")
+              for w in ("transformer-train", "transformer-generate")}
 
 
 @functools.cache
@@ -165,11 +168,18 @@ def vision_call(impl: str, workload: str):
     return getattr(vision_workloads, f"{name}_call")(impl, workload)
 
 
+def sequence_call(impl: str, workload: str):
+    _benchmark_modules()  # benchmarks/ on the path
+    import sequence_workloads
+    return getattr(sequence_workloads, f"{workload.replace('-', '_')}_call")(impl, workload)
+
+
 CALLS = {"resnet-infer": resnet_call, "convnet-train": train_call, "mlp-train": train_call,
          "mlp-infer": mlp_infer_call, "fusion-chain": fusion_chain_call,
          "op-overhead": op_overhead_call,
          **{w: vision_call for w in ("mobilenet", "conv-transpose", "resize", "group-norm",
-                                     "unet")}}
+                                     "unet")},
+         "transformer-train": sequence_call, "transformer-generate": sequence_call}
 
 
 def measure(impl: str, workload: str, runs: int) -> float:
