@@ -212,7 +212,7 @@ LAYERS = (
                                "tuning", "kernels_report")),
     ("backends", ("_kernels", "cuda")),
     ("eager, nn, optim", ("eager", "jit", "nn", "module", "optim", "optimizer", "train",
-                          "amp")),
+                          "amp", "autodiff.grad_manager")),
     ("io, onnx, tools", ("io", "runtime", "onnx", "tools", "viz", "testing")),
     ("the CLI", ("cli", "demo", "__main__")),
 )
@@ -221,8 +221,12 @@ LAYERS = (
 # never at import: (importer, imported module) -> why. The circle check leaves these edges out
 # (what they load is never needed while the importer itself loads).
 UPWARD = {
-    ("mgegraph.autodiff", "mgegraph.eager.grad_manager"):
+    ("mgegraph.autodiff", "mgegraph.autodiff.grad_manager"):
         "MegEngine's name mgegraph.autodiff.GradManager for eager mode's, loaded on first use",
+    ("mgegraph.autodiff", "mgegraph.eager.function"):
+        "MegEngine's name mgegraph.autodiff.Function for eager mode's, loaded on first use",
+    ("mgegraph.eager.trace_dump", "mgegraph.io"):
+        "trace.dump (MegEngine's place for it) writes the model file, loaded on first dump",
 }
 
 # An import inside a function says why on its first line: ``# lazy: <reason>`` (an optional
