@@ -225,6 +225,8 @@ UPWARD = {
         "MegEngine's name mgegraph.autodiff.GradManager for eager mode's, loaded on first use",
     ("mgegraph.autodiff", "mgegraph.eager.function"):
         "MegEngine's name mgegraph.autodiff.Function for eager mode's, loaded on first use",
+    ("mgegraph.eager.trace", "mgegraph.tools.profiler"):
+        "trace(profiling=True) (MegEngine's option) profiles each run, loaded on first use",
     ("mgegraph.eager.trace_dump", "mgegraph.io"):
         "trace.dump (MegEngine's place for it) writes the model file, loaded on first dump",
 }

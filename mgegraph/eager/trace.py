@@ -318,11 +318,12 @@ class Traced:
     """A function traced into plans, one per input signature (``trace`` makes it)."""
 
     def __init__(self, function, symbolic=True, capture_as_const=False, symbolic_shape=False,
-                 **compile_options):
+                 profiling=False, **compile_options):
         self.function = function
         self.symbolic, self.capture_as_const = symbolic, capture_as_const
         self.symbolic_shape = check_spec(symbolic_shape)
         self.compile_options = compile_options
+        self.profiling, self._profile = profiling, None  # the latest call's mg.profile()
         self.signature = inspect.signature(function)
         self.plans: dict[tuple, list[TracedPlan]] = {}
         self._latest: TracedPlan | None = None
@@ -382,7 +383,20 @@ class Traced:
             with self._recording:
                 traced = self._recorded(key) or self._record(bound, key, axes, bindings)
         self._latest = traced
-        return traced.run(arguments)
+        if not self.profiling:
+            return traced.run(arguments)
+        from ..tools.profiler import profile  # lazy: the profiler sits above eager mode
+
+        with profile() as self._profile:
+            return traced.run(arguments)
+
+    def get_profile(self) -> dict:
+        """With ``trace(profiling=True)``: the latest call's plan run as a Chrome trace
+        (``mg.profile``'s), under MegEngine's key ``"profiler"``."""
+        if self._profile is None:
+            raise TraceError(f"trace: {self.function.__qualname__} was not traced with "
+                             "profiling=True, or has not run its plan yet")
+        return {"profiler": self._profile.chrome_trace()}
 
     def _recorded(self, key) -> TracedPlan | None:
         try:
@@ -556,7 +570,7 @@ def _as_tensors(value, leaf):
 def trace(function=None, *, symbolic: bool = True, capture_as_const: bool = False,
           symbolic_shape=False, optimize=1, memory=None, remat=None, device: str = "cpu",
           check_numerics: bool = False, opt_level: int | None = None, imperative: bool = False,
-          without_host: bool = False, graph_opt_config=None):
+          without_host: bool = False, graph_opt_config=None, profiling: bool = False):
     """Trace ``function`` into a plan per input signature: ``@trace`` or
     ``@trace(symbolic=True, capture_as_const=False, optimize=..., memory=..., remat=...)``
     (the planner options are ``mg.compile``'s). ``capture_as_const=True`` bakes the
@@ -575,7 +589,8 @@ def trace(function=None, *, symbolic: bool = True, capture_as_const: bool = Fals
     ``imperative`` (run the recorded ops one by one instead of a compiled graph),
     ``without_host`` (run the Python on the first call only: here always so) and
     ``graph_opt_config`` (its JIT fusion switches; the planner's ``fuse`` pass decides here)
-    are accepted and change nothing, for the reasons in the parentheses.
+    are accepted and change nothing, for the reasons in the parentheses. ``profiling=True``
+    profiles each call's plan run (``get_profile()``: the latest one's).
 
     >>> @mg.jit.trace(symbolic_shape=True)
     ... def predict(x):
@@ -588,6 +603,6 @@ def trace(function=None, *, symbolic: bool = True, capture_as_const: bool = Fals
 
     def decorate(fn):
         return Traced(fn, symbolic=symbolic, capture_as_const=capture_as_const,
-                      symbolic_shape=symbolic_shape, **options)
+                      symbolic_shape=symbolic_shape, profiling=profiling, **options)
 
     return decorate if function is None else decorate(function)

@@ -183,3 +183,16 @@ def test_partial_trace_records_into_a_grad_manager_and_runs_its_plan_outside():
     assert scaled.plan is not None
     with pytest.raises(ValueError, match="backend='default'"):
         partial_trace(lambda x: x, backend="xla")
+
+
+def test_profiling_keeps_the_latest_runs_chrome_trace():
+    @trace(profiling=True)
+    def f(x):
+        return -x
+
+    with pytest.raises(TraceError, match="profiling=True"):
+        f.get_profile()
+    f(_x(3))
+    f(_x(3))
+    events = f.get_profile()["profiler"]["traceEvents"]
+    assert any(e.get("name") == "neg" for e in events)
