@@ -158,13 +158,9 @@ class GradManager(Recorder):
                                             "inside `with gm:`") + f" (at {user_location()})")
         with hidden({self}):
             roots = _roots(y, dy)
-        tape, tracked, group = self._tape, self._tracked, self._group
+        tape, tracked, unseen = self._tape, self._tracked, self._not_seeing_backward()
         wrt = [(p, callbacks) for ref, callbacks in self._attached.values()
                if (p := ref()) is not None]
-        # a backward pass is seen by the managers that began recording before this one
-        recorders = MODE.recorders
-        later = recorders[recorders.index(self) + 1:] if self in recorders else ()
-        unseen = {r for r in later + group if not r.replays}
         self.release()  # as in MegEngine, backward ends the recording
         self._backward_done = True
         roots = [(y, seed) for y, seed in roots if y.id in tracked]
@@ -178,6 +174,13 @@ class GradManager(Recorder):
         for p, g in done:
             if g is not None:
                 p.grad = g
+
+    def _not_seeing_backward(self) -> set:
+        """The tapes that must not record this manager's backward pass: itself, its group and
+        those that began recording after it (traces see every op)."""
+        recorders = MODE.recorders
+        later = recorders[recorders.index(self) + 1:] if self in recorders else ()
+        return {r for r in later + self._group if not r.replays}
 
     def _accumulated(self, p: Tensor, g: Tensor, callbacks) -> Tensor | None:
         """``p``'s new ``.grad``: ``g`` through its callbacks, added to the one it has (None:
