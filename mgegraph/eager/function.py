@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from ..ir.errors import GraphError, user_location
 from ..ir.graph import Node
+from ..ir.types import is_float
 from .mode import MODE, hidden
 from .tensor import Tensor
 
@@ -41,12 +42,21 @@ class FunctionOp:
             raise GraphError(f"{self.name}.backward returned {len(grads)} gradients for "
                              f"{len(node.inputs)} inputs (node made at {node.location})")
         for i, (g, x) in enumerate(zip(grads, node.inputs)):
-            if g is not None and (not isinstance(g, Tensor) or g.ndim > x.ndim):
+            if g is not None and not _fits(g, x):
                 got = g.type if isinstance(g, Tensor) else type(g).__name__
-                raise GraphError(f"{self.name}.backward: gradient {i} is {got}, not a Tensor "
-                                 f"of input {i}'s {x.type} (or None; node made at "
-                                 f"{node.location})")
+                raise GraphError(f"{self.name}.backward: gradient {i} is {got}, not a float "
+                                 f"Tensor of input {i}'s shape {x.shape} (or one that "
+                                 f"broadcasts from it; or None; node made at {node.location})")
         return list(grads)
+
+
+def _fits(g, x) -> bool:
+    """Whether ``g`` can be ``x``'s gradient: a float Tensor of its shape, or of a shape it
+    broadcasts to (the walker sums the broadcast axes)."""
+    if not isinstance(g, Tensor) or not is_float(g.dtype) or g.ndim < x.ndim:
+        return False
+    tail = g.shape[g.ndim - x.ndim:]
+    return all(a == b or b == 1 for a, b in zip(tail, x.shape))
 
 
 class Function:

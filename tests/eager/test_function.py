@@ -88,10 +88,19 @@ def test_bad_arguments_and_bad_gradients_say_which_function():
         def backward(self, dy):
             return dy, dy
 
+    class WrongShape(Function):
+        def forward(self, a):
+            return a * 2.0
+
+        def backward(self, dy):
+            return F.ones((2,))
+
     a = _p(3)
     gm = GradManager().attach(a)
     with gm, pytest.raises(mg.GraphError, match=r"TooMany.backward returned 2 gradients for 1"):
         gm.backward(F.sum(TooMany()(a)))
+    with gm, pytest.raises(mg.GraphError, match=r"WrongShape.backward: gradient 0 is f32\[2\]"):
+        gm.backward(F.sum(WrongShape()(a)))
 
 
 def test_second_order_through_a_function_used_in_its_own_backward():
