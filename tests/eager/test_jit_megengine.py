@@ -196,3 +196,19 @@ def test_profiling_keeps_the_latest_runs_chrome_trace():
     f(_x(3))
     events = f.get_profile()["profiler"]["traceEvents"]
     assert any(e.get("name") == "neg" for e in events)
+
+
+def test_dump_of_a_symbolic_shape_trace_serves_every_batch_size(tmp_path):
+    model = _model()
+
+    @trace(capture_as_const=True, symbolic_shape=True)
+    def predict(data):
+        return model(data)
+
+    predict(_x(2, 4))
+    path = str(tmp_path / "sym.mgm")
+    predict.dump(path, arg_names=["data"])
+    loaded = mg.load(path)
+    for batch in (1, 7):
+        x = _x(batch, 4)
+        np.testing.assert_allclose(loaded(x.numpy()), model(x).numpy(), rtol=1e-5, atol=1e-6)
