@@ -11,24 +11,40 @@ tape keeps the nodes that depend on an attached tensor (and with them the values
 gradient rules read). ``backward`` walks the tape with the ops' own gradient rules
 (``autodiff.backward``, the walker graphs use), which run as eager ops, then frees the tape.
 Outside ``with gm:`` nothing is recorded and nothing is held.
+
+Several GradManagers, as MegEngine's (its ``megengine.autodiff``): each records while it is
+active, a backward pass's own ops are seen by the managers that began recording before the one
+walking its tape (so ``gm.backward(x.grad)`` in an outer ``with gm:`` differentiates a
+gradient: higher orders), never by later ones nor by those of its group (``with gm1 | gm2:``).
+A GradManager holds its attached tensors weakly: a tensor attached for one step is freed with
+its last reference.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import replace
 
 from .. import functional as F
 from ..autodiff import backward as walk
 from ..ir.errors import GraphError, user_location
 from ..ir.types import is_float
-from .dispatch import MODE, Recorder, not_recording
+from .dispatch import MODE, Recorder
+from .mode import hidden
 from .tensor import Tensor, snapshot
+
+
+class AttachError(GraphError, AssertionError):
+    """``GradManager.attach`` refused a value (not a tensor, or not floating point). MegEngine
+    raises AssertionError there, so a program written for either catches it."""
 
 
 class GradManager(Recorder):
     def __init__(self):
-        self._attached: dict[int, tuple[Tensor, tuple]] = {}  # tensor id -> (tensor, callbacks)
+        # tensor id -> (weak reference to it, its callbacks), in the order of attaching
+        self._attached: dict[int, tuple[weakref.ref, list]] = {}
         self._tape: list | None = None
         self._tracked: set[int] = set()
+        self._group: tuple = (self,)  # the managers of ``with gm1 | gm2:``, while it records
         self._backward_done = False
 
     # -- what gets gradients --------------------------------------------------------------
@@ -36,25 +52,32 @@ class GradManager(Recorder):
         """Compute gradients for ``params`` (a Tensor or an iterable of them: Parameters or any
         float tensor) at ``backward``, into each one's ``.grad``. ``callbacks``: a function or
         a list of functions ``f(param, grad) -> grad`` applied in order to each gradient before
-        it is accumulated (where data-parallel training all-reduces)."""
+        it is accumulated (where data-parallel training all-reduces; None: no gradient).
+        Attaching a tensor again adds its callbacks to those it has. A tensor attached while
+        recording counts from then on (an intermediate value too)."""
         params = [params] if isinstance(params, Tensor) else list(params)
-        callbacks = () if callbacks is None else (
-            (callbacks,) if callable(callbacks) else tuple(callbacks))
+        callbacks = [] if callbacks is None else (
+            [callbacks] if callable(callbacks) else list(callbacks))
         for p in params:
-            if not isinstance(p, Tensor):
-                raise GraphError(f"GradManager.attach: {p!r:.60} is not a Tensor or Parameter")
-            if not is_float(p.dtype):
-                raise GraphError(f"GradManager.attach: a {p.type} tensor has no gradient "
-                                 "(integer and bool values such as labels are not "
-                                 f"differentiable; at {user_location()})")
-            _, before = self._attached.get(p.id, (p, ()))
-            self._attached[p.id] = (p, before + callbacks)
+            _check_attachable(p)
+            if p.id not in self._attached:
+                self._attached[p.id] = (weakref.ref(p, self._forgetter(p.id)), [])
+            self._attached[p.id][1].extend(callbacks)
             if self._tape is not None:
                 self._tracked.add(p.id)
         return self
 
+    def _forgetter(self, key: int):
+        manager = weakref.ref(self)  # the callback must not keep the manager alive
+
+        def forget(_):
+            if (gm := manager()) is not None:
+                gm._attached.pop(key, None)
+        return forget
+
     def attached_tensors(self) -> list[Tensor]:
-        return [p for p, _ in self._attached.values()]
+        """The attached tensors that are alive, in the order they were first attached."""
+        return [t for ref, _ in self._attached.values() if (t := ref()) is not None]
 
     def detach(self, params=None) -> GradManager:
         """Stop computing gradients for ``params`` (all when None)."""
@@ -78,13 +101,21 @@ class GradManager(Recorder):
     def release(self) -> None:
         """Stop recording and free the tape (the end of ``with gm:``)."""
         MODE.recorders = tuple(r for r in MODE.recorders if r is not self)
-        self._tape, self._tracked = None, set()
+        self._tape, self._tracked, self._group = None, set(), (self,)
 
     def __enter__(self) -> GradManager:  # noqa: PYI034
         return self.record()
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+    def __or__(self, other):
+        """``with gm1 | gm2:`` records with both; neither sees the other's backward pass."""
+        if isinstance(other, (GradManager, GradManagerGroup)):
+            return GradManagerGroup([self]) | other
+        return NotImplemented
+
+    __ror__ = __or__
 
     # what the eager dispatcher tells every recorder
     def record_node(self, node) -> None:
@@ -113,10 +144,11 @@ class GradManager(Recorder):
 
     # -- backward -------------------------------------------------------------------------
     def backward(self, y=None, dy=None) -> None:
-        """Accumulate d ``y`` / d each attached tensor into its ``.grad`` (a Tensor; a tensor
-        that ``y`` does not depend on keeps its ``.grad``) and free the tape. ``y`` is a float
-        scalar unless ``dy`` (of ``y``'s shape) gives the vector of the vector-Jacobian
-        product. One backward per recording."""
+        """Accumulate the vector-Jacobian product of ``y`` (a Tensor or a list of them) and
+        ``dy`` (of ``y``'s shapes; ones where None, MegEngine's rule, so a non-scalar ``y``
+        gives the gradient of its sum) into the ``.grad`` of each attached tensor, and end
+        the recording. A tensor that ``y`` does not depend on keeps its ``.grad``; ``y=None``
+        only ends the recording. One backward per recording."""
         if self._tape is None:
             raise GraphError(
                 "GradManager.backward: " + ("backward was already called for this recording; "
@@ -124,41 +156,39 @@ class GradManager(Recorder):
                                             if self._backward_done else
                                             "nothing was recorded: run the forward pass "
                                             "inside `with gm:`") + f" (at {user_location()})")
-        if not isinstance(y, Tensor):
-            raise GraphError(f"GradManager.backward: y must be a Tensor, got "
-                             f"{type(y).__name__} (at {user_location()})")
-        if not is_float(y.dtype):
-            raise GraphError(f"GradManager.backward: y must be floating point, got {y.type} "
-                             f"(at {user_location()})")
-        if dy is None and y.size != 1:
-            raise GraphError(f"GradManager.backward: y is {y.type}, not a scalar; pass dy= of "
-                             f"its shape for a vector-Jacobian product (at {user_location()})")
-        if dy is not None:
-            dy = dy if isinstance(dy, Tensor) else Tensor(dy, y.dtype)
-            if dy.shape != y.shape:
-                raise GraphError(f"GradManager.backward: dy {dy.type} must have y's shape "
-                                 f"{y.shape} (at {user_location()})")
-            dy = F.astype(dy, y.dtype)
-        if y.id not in self._tracked:
-            raise GraphError("GradManager.backward: y does not depend on any tensor attached "
-                             "to this GradManager; attach the parameters (gm.attach(...)) "
-                             f"before the forward pass (at {user_location()})")
-        tape, wrt = self._tape, self.attached_tensors()
+        with hidden({self}):
+            roots = _roots(y, dy)
+        tape, tracked, unseen = self._tape, self._tracked, self._not_seeing_backward()
+        wrt = [(p, callbacks) for ref, callbacks in self._attached.values()
+               if (p := ref()) is not None]
         self.release()  # as in MegEngine, backward ends the recording
         self._backward_done = True
-        with not_recording(self):
-            seed = F.ones_like(y) if dy is None else dy
-            grads = walk(tape, y, wrt, seed, consume=True)
+        roots = [(y, seed) for y, seed in roots if y.id in tracked]
+        if not roots:  # y depends on no attached tensor: every .grad stays as it is
+            return
+        with hidden(unseen):
+            grads = walk(tape, roots, [p for p, _ in wrt], consume=True)
             # every gradient is made (and checked) before any lands: all or none
-            done = [(p, self._accumulated(p, g)) for p in wrt
-                    if (g := grads.get(p.id)) is not None]
+            done = [(p, self._accumulated(p, grads[p.id], callbacks)) for p, callbacks in wrt
+                    if p.id in grads]
         for p, g in done:
-            p.grad = g
+            if g is not None:
+                p.grad = g
 
-    def _accumulated(self, p: Tensor, g: Tensor) -> Tensor:
-        """``p``'s new ``.grad``: ``g`` through its callbacks, added to the one it has."""
-        for callback in self._attached[p.id][1]:
+    def _not_seeing_backward(self) -> set:
+        """The tapes that must not record this manager's backward pass: itself, its group and
+        those that began recording after it (traces see every op)."""
+        recorders = MODE.recorders
+        later = recorders[recorders.index(self) + 1:] if self in recorders else ()
+        return {r for r in later + self._group if not r.replays}
+
+    def _accumulated(self, p: Tensor, g: Tensor, callbacks) -> Tensor | None:
+        """``p``'s new ``.grad``: ``g`` through its callbacks, added to the one it has (None:
+        a callback returned None, so nothing lands)."""
+        for callback in callbacks:
             g = callback(p, g)
+        if g is None:
+            return None
         if not isinstance(g, Tensor) or g.type != p.type:
             got = g.type if isinstance(g, Tensor) else type(g).__name__
             raise GraphError(f"GradManager.backward: the gradient of {p!r:.60} is {got}, but "
@@ -166,3 +196,68 @@ class GradManager(Recorder):
                              "dtype after the forward pass, or a callback returned another; "
                              f"no gradient was applied; at {user_location()})")
         return g if p.grad is None else p.grad + g
+
+
+class GradManagerGroup:
+    """GradManagers that record together (``with gm1 | gm2:``): the backward pass of one is
+    seen by none of the others, as MegEngine's groups."""
+
+    def __init__(self, managers):
+        self.managers = list(managers)
+
+    def __or__(self, other):
+        if isinstance(other, GradManager):
+            other = GradManagerGroup([other])
+        if not isinstance(other, GradManagerGroup):
+            return NotImplemented
+        return GradManagerGroup(self.managers + other.managers)
+
+    __ror__ = __or__
+
+    def __enter__(self) -> GradManagerGroup:  # noqa: PYI034
+        group = tuple(self.managers)
+        for gm in group:
+            gm.record()
+            gm._group = group
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for gm in reversed(self.managers):
+            gm.release()
+
+
+def _check_attachable(p) -> None:
+    if not isinstance(p, Tensor):
+        raise AttachError(f"GradManager.attach: {p!r:.60} is not a Tensor or Parameter "
+                          f"(at {user_location()})")
+    if not is_float(p.dtype):
+        raise AttachError(f"GradManager.attach: a {p.type} tensor has no gradient "
+                          "(integer and bool values such as labels are not "
+                          f"differentiable; at {user_location()})")
+
+
+def _roots(y, dy) -> list[tuple[Tensor, Tensor]]:
+    """``backward``'s ``y`` and ``dy`` as (value, seed) pairs, checked."""
+    ys = [] if y is None else list(y) if isinstance(y, (list, tuple)) else [y]
+    dys = [None] * len(ys) if dy is None else list(dy) if isinstance(dy, (list, tuple)) \
+        else [dy]
+    if len(dys) != len(ys):
+        raise GraphError(f"GradManager.backward: {len(ys)} values y and {len(dys)} dy (at "
+                         f"{user_location()})")
+    return [(v, _seed(v, d)) for v, d in zip(ys, dys)]
+
+
+def _seed(y, dy) -> Tensor:
+    if not isinstance(y, Tensor):
+        raise GraphError(f"GradManager.backward: y must be a Tensor, got "
+                         f"{type(y).__name__} (at {user_location()})")
+    if not is_float(y.dtype):
+        raise GraphError(f"GradManager.backward: y must be floating point, got {y.type} "
+                         f"(at {user_location()})")
+    if dy is None:
+        return F.ones_like(y)
+    dy = dy if isinstance(dy, Tensor) else Tensor(dy, y.dtype)
+    if dy.shape != y.shape:
+        raise GraphError(f"GradManager.backward: dy {dy.type} must have y's shape "
+                         f"{y.shape} (at {user_location()})")
+    return F.astype(dy, y.dtype)

@@ -116,6 +116,18 @@ def recording(recorder):
 
 
 @contextlib.contextmanager
+def hidden(recorders):
+    """Hide each of ``recorders`` for the block (the others keep recording)."""
+    mode = MODE
+    before = mode.recorders
+    mode.recorders = tuple(r for r in before if r not in recorders)
+    try:
+        yield
+    finally:
+        mode.recorders = before
+
+
+@contextlib.contextmanager
 def not_recording(recorder=None):
     """Hide ``recorder`` for the block (a GradManager does not tape its own backward pass), or
     every recorder when None (the steps of one op that the recorders see whole)."""

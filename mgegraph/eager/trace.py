@@ -54,10 +54,11 @@ import weakref
 import numpy as np
 
 from ..compiler import compile
-from ..ir.errors import GraphError, user_location
+from ..ir.errors import TraceError, user_location
 from ..ir.graph import Graph
 from .dispatch import MODE, Recorder, recording
 from .lazy import run_pending
+from .mode import hidden
 from .symbolic_shape import (
     NamedShapeTensor,
     check_spec,
@@ -67,10 +68,24 @@ from .symbolic_shape import (
     needing_numbers,
 )
 from .tensor import Tensor, wrap
+from .trace_dump import write_dump
 
 
 class TraceWarning(UserWarning):
     """A traced function read a value that can change between calls (its branch is fixed)."""
+
+
+@contextlib.contextmanager
+def exclude_from_trace():
+    """Ops in the block run eagerly and are not recorded by the traces on this thread: their
+    results enter the plan as constants of the recording call (MegEngine's, whose trace reruns
+    the Python of every call, runs the block on each; a plan here does not run Python).
+
+    >>> with exclude_from_trace():
+    ...     stats.append(float(loss))   # read once, when recording
+    """
+    with hidden({r for r in MODE.recorders if r.replays}):
+        yield
 
 
 class _Tracer(Recorder):
@@ -171,14 +186,14 @@ class _Tracer(Recorder):
 
     def assigned(self, target, value) -> None:
         if self.capture_as_const:
-            raise GraphError(f"trace(capture_as_const=True): the function updates {target!r:.60}"
+            raise TraceError(f"trace(capture_as_const=True): the function updates {target!r:.60}"
                              f", which is captured as a constant (at {user_location()})")
         self.graph.assign(self.var_of(target), self.var_of(value))
 
     def overwriting(self, target) -> None:
         # eager assigns wait for the plan's run (_no_state_lands): only a write from Python,
         # which a plan cannot replay, lands during a recording
-        raise GraphError(f"trace: the traced function writes {target!r:.60} from Python (at "
+        raise TraceError(f"trace: the traced function writes {target!r:.60} from Python (at "
                          f"{user_location()}); its plan would not: set it outside the function, "
                          "or compute the new value with ops and let an optimiser or an assign "
                          "write it")
@@ -221,7 +236,7 @@ def _flatten(result, leaves: list):
         return type(result), [_flatten(r, leaves) for r in result]
     if isinstance(result, dict):
         return dict, {k: _flatten(r, leaves) for k, r in result.items()}
-    raise GraphError(f"trace: the traced function must return Tensors (or None, or tuples, "
+    raise TraceError(f"trace: the traced function must return Tensors (or None, or tuples, "
                      f"lists and dicts of them), got {type(result).__name__}")
 
 
@@ -243,7 +258,8 @@ class TracedPlan:
     state a run brings along (optimisers' step counters and scalars, parameters' grads)."""
 
     def __init__(self, plan, structure, n_results, grads, tracer: _Tracer):
-        self.plan, self.feeds, self.structure = plan, _feed_names(plan), structure
+        self.plan, self.structure = plan, structure
+        self.feeds = [] if plan is None else _feed_names(plan)
         self.n_results, self.grads = n_results, grads
         self.optimizers = list(tracer.optimizers)
         self.modules = list(tracer.modules.values())  # (module, training) when it was called
@@ -259,6 +275,8 @@ class TracedPlan:
                 and all(_type(p.grad) == t for p, t in self.grad_types))
 
     def run(self, arguments: dict):
+        if self.plan is None:
+            return _unflatten(self.structure, [])
         with contextlib.ExitStack() as held:
             # prepare_step's scalars are the optimiser's, read by the run: no other step may
             # come between (a consistent order of locks: no two runs wait for each other)
@@ -300,11 +318,12 @@ class Traced:
     """A function traced into plans, one per input signature (``trace`` makes it)."""
 
     def __init__(self, function, symbolic=True, capture_as_const=False, symbolic_shape=False,
-                 **compile_options):
+                 profiling=False, **compile_options):
         self.function = function
         self.symbolic, self.capture_as_const = symbolic, capture_as_const
         self.symbolic_shape = check_spec(symbolic_shape)
         self.compile_options = compile_options
+        self.profiling, self._profile = profiling, None  # the latest call's mg.profile()
         self.signature = inspect.signature(function)
         self.plans: dict[tuple, list[TracedPlan]] = {}
         self._latest: TracedPlan | None = None
@@ -316,7 +335,7 @@ class Traced:
         """The Plan of the latest call (``memory_report()``, ``passes_report()``, ``to_dot``...);
         with ``symbolic_shape``, its SymbolicPlan (``.latest``: the plan that call ran)."""
         if self._latest is None:
-            raise GraphError(f"trace: {self.function.__qualname__} has not been called yet, so "
+            raise TraceError(f"trace: {self.function.__qualname__} has not been called yet, so "
                              "it has no plan")
         return self._latest.plan
 
@@ -326,6 +345,20 @@ class Traced:
         if instance is None:
             return self
         return functools.partial(self, instance)
+
+    def dump(self, file, *, arg_names=None, output_names=None, optimize_for_inference=True,
+             **megengine_options):
+        """Write the latest call's plan as mgegraph's model file (``mg.load`` runs it) to
+        ``file``, a path or a binary file object: MegEngine's ``trace.dump``, which needs
+        ``capture_as_const=True``. ``arg_names`` renames the inputs (the tensor arguments, in
+        order), ``output_names`` the outputs (a dict result's keys by default). Returns a
+        ``DumpInfo``. eager/trace_dump.py says which of MegEngine's other options mean
+        nothing here.
+
+        >>> predict(x); predict.dump("model.mgm", arg_names=["data"])
+        """
+        return write_dump(self, file, arg_names, output_names, optimize_for_inference,
+                          megengine_options)
 
     def clear_cache(self) -> None:
         """Forget every plan: the next call records again."""
@@ -338,6 +371,9 @@ class Traced:
         if MODE.lazy is not None:  # its plan writes and reads state as the block left it
             with _outside_lazy():
                 return self(*args, **kwargs)
+        if self.capture_as_const and not all(isinstance(a, (Tensor, np.ndarray)) for a in args):
+            # dump names the positional arguments as the model's inputs (MegEngine's rule)
+            raise TraceError("Only support tensor type args when capture_as_const is enabled")
         bound = self.signature.bind(*args, **kwargs)
         arguments = _named_arguments(bound)
         axes, bindings = name_dims(self.symbolic_shape, arguments)
@@ -347,13 +383,26 @@ class Traced:
             with self._recording:
                 traced = self._recorded(key) or self._record(bound, key, axes, bindings)
         self._latest = traced
-        return traced.run(arguments)
+        if not self.profiling:
+            return traced.run(arguments)
+        from ..tools.profiler import profile  # lazy: the profiler sits above eager mode
+
+        with profile() as self._profile:
+            return traced.run(arguments)
+
+    def get_profile(self) -> dict:
+        """With ``trace(profiling=True)``: the latest call's plan run as a Chrome trace
+        (``mg.profile``'s), under MegEngine's key ``"profiler"``."""
+        if self._profile is None:
+            raise TraceError(f"trace: {self.function.__qualname__} was not traced with "
+                             "profiling=True, or has not run its plan yet")
+        return {"profiler": self._profile.chrome_trace()}
 
     def _recorded(self, key) -> TracedPlan | None:
         try:
             recorded = self.plans.get(key, ())
         except TypeError:
-            raise GraphError(f"trace: {self.function.__qualname__}'s arguments that are not "
+            raise TraceError(f"trace: {self.function.__qualname__}'s arguments that are not "
                              "tensors select the plan, so they must be hashable: "
                              f"{_unhashable(key)} is not (a tuple instead of a list, a "
                              "frozenset instead of a set)") from None
@@ -391,13 +440,11 @@ class Traced:
                     outputs.append(tracer.var_of(p.grad))
         finally:
             tracer.undo_state()
-        if not outputs:  # a step that returns nothing: some output is needed to compile
-            if not tracer.graph.assigns:
-                raise GraphError(f"trace: {self.function.__qualname__} returned no tensor and "
-                                 "updated no state; there is nothing to compile")
-            outputs.append(min((n.inputs[0] for n in tracer.graph.assigns),
+        if not outputs and tracer.graph.assigns:  # a step that returns nothing: some output
+            outputs.append(min((n.inputs[0] for n in tracer.graph.assigns),  # is needed
                                key=lambda v: v.type.nbytes))
-        plan = compile(outputs, **self.compile_options)
+        # a function that returns no tensor and updates nothing has nothing to run again
+        plan = compile(outputs, **self.compile_options) if outputs else None
         traced = TracedPlan(plan, structure, len(leaves), grads, tracer)
         self.plans.setdefault(key, []).append(traced)
         return traced
@@ -522,13 +569,15 @@ def _as_tensors(value, leaf):
 
 def trace(function=None, *, symbolic: bool = True, capture_as_const: bool = False,
           symbolic_shape=False, optimize=1, memory=None, remat=None, device: str = "cpu",
-          check_numerics: bool = False):
+          check_numerics: bool = False, opt_level: int | None = None, imperative: bool = False,
+          without_host: bool = False, graph_opt_config=None, profiling: bool = False):
     """Trace ``function`` into a plan per input signature: ``@trace`` or
     ``@trace(symbolic=True, capture_as_const=False, optimize=..., memory=..., remat=...)``
     (the planner options are ``mg.compile``'s). ``capture_as_const=True`` bakes the
     parameters' current values into the plan as constants (an inference plan with frozen
-    weights; the function may then not update them). ``symbolic=False`` runs the function
-    eagerly on every call (for debugging a traced function without changing its code).
+    weights; the function may then not update them; ``dump`` needs it). ``symbolic=False``
+    runs the function eagerly on every call (for debugging a traced function without changing
+    its code).
 
     ``symbolic_shape=True`` records dimension 0 of every tensor argument as a name
     (``batch``), so one recording serves every batch size: its plan is a SymbolicPlan that
@@ -536,16 +585,24 @@ def trace(function=None, *, symbolic: bool = True, capture_as_const: bool = Fals
     dimensions given. The function's Python then sees the names in ``x.shape``; where it
     needs a number it raises ``SymbolicShapeError`` (eager/symbolic_shape.py says more).
 
+    MegEngine's options: ``opt_level`` is ``optimize`` (its levels 0-2 are the planner's);
+    ``imperative`` (run the recorded ops one by one instead of a compiled graph),
+    ``without_host`` (run the Python on the first call only: here always so) and
+    ``graph_opt_config`` (its JIT fusion switches; the planner's ``fuse`` pass decides here)
+    are accepted and change nothing, for the reasons in the parentheses. ``profiling=True``
+    profiles each call's plan run (``get_profile()``: the latest one's).
+
     >>> @mg.jit.trace(symbolic_shape=True)
     ... def predict(x):
     ...     return model(x.reshape(x.shape[0], -1))
     """
-    options = {"optimize": optimize, "memory": memory, "remat": remat, "device": device,
-               "check_numerics": check_numerics}
+    del imperative, without_host, graph_opt_config  # accepted: see the docstring
+    options = {"optimize": optimize if opt_level is None else opt_level, "memory": memory,
+               "remat": remat, "device": device, "check_numerics": check_numerics}
     symbolic_shape = check_spec(symbolic_shape)
 
     def decorate(fn):
         return Traced(fn, symbolic=symbolic, capture_as_const=capture_as_const,
-                      symbolic_shape=symbolic_shape, **options)
+                      symbolic_shape=symbolic_shape, profiling=profiling, **options)
 
     return decorate if function is None else decorate(function)

@@ -62,7 +62,7 @@ class LoadedModel:
 
 
 # -- saving --------------------------------------------------------------------------------------
-def save(obj, path, *, warm=()) -> None:
+def save(obj, path, *, warm=(), output_names=None) -> None:
     """Save a Plan or ``SymbolicPlan``, a function traced with ``mg.jit.trace`` (its latest
     plan), the predictor of ``mg.compile_module`` or a state dict (``{name: ndarray}``) to
     ``path``.
@@ -72,7 +72,8 @@ def save(obj, path, *, warm=()) -> None:
     at compile keeps the value it had then (state updates a plan's runs made to such a copy
     live in its executable and are not saved). A symbolic plan keeps its named dimensions,
     bounds and cache size; ``warm`` lists bindings (``[{"batch": 1}]``) that loading
-    specialises ahead of the first run.
+    specialises ahead of the first run. ``output_names`` names the outputs (``output0``,
+    ``output1``... by default).
 
     >>> mg.save(model.state_dict(), "weights.mgm"); mg.save(predict, "model.mgm")
     """
@@ -92,8 +93,9 @@ def save(obj, path, *, warm=()) -> None:
                          "mg.compile to save it")
     graph_json, ids, arrays = encode_graph(source.graph, source.outputs)
     inputs = [{"name": name, **encode_type(t)} for name, t in input_types(plan).items()]
-    outputs = [{"name": f"output{i}", "var": ids[v.id], **encode_type(v.type)}
-               for i, v in enumerate(source.outputs)]
+    names = output_names or [f"output{i}" for i in range(len(source.outputs))]
+    outputs = [{"name": name, "var": ids[v.id], **encode_type(v.type)}
+               for name, v in zip(names, source.outputs)]
     options = encode_options(source.options)
     if symbolic:
         options.update(cache_size=plan.cache_size, warm=[_warm(plan, b) for b in warm],

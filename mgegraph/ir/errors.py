@@ -43,6 +43,11 @@ class OpError(GraphError):
         super().__init__(f"{op}({types}): {reason} (node made at {location})")
 
 
+class TraceError(GraphError):
+    """What a traced function does that its plan cannot, or a ``dump`` it cannot write
+    (MegEngine's ``jit.TraceError``)."""
+
+
 class FeedError(ValueError):
     """plan.run got feeds that do not match the plan's inputs."""
 

@@ -98,11 +98,6 @@ def test_errors_say_what_went_wrong():
         gm.backward(y)
         with pytest.raises(mg.GraphError, match="already called"):
             gm.backward(y)
-    with gm, pytest.raises(mg.GraphError, match=r"not a scalar; pass dy="):
-        gm.backward(w * 2.0)
-    other = nn.Parameter(np.ones(3, np.float32))
-    with gm, pytest.raises(mg.GraphError, match="does not depend on any tensor attached"):
-        gm.backward(F.sum(other * 2.0))
     with pytest.raises(mg.GraphError, match="i64\\[3\\] tensor has no gradient"):
         mg.GradManager().attach(mg.tensor([1, 2, 3]))
     with gm, pytest.raises(mg.GraphError, match="floating point"):

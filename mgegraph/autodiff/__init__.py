@@ -6,11 +6,13 @@ gradients over uses and undoes broadcasting, so no rule repeats either.
 """
 from __future__ import annotations
 
-from . import functional as F
-from .ir.errors import GraphError
-from .ir.graph import Var
-from .ir.types import is_float
-from .ops.registry import install_walker
+import importlib
+
+from .. import functional as F
+from ..ir.errors import GraphError
+from ..ir.graph import Var
+from ..ir.types import is_float
+from ..ops.registry import install_walker
 
 
 def grad(loss: Var, wrt, seed: Var | None = None) -> list[Var]:
@@ -26,22 +28,25 @@ def grad(loss: Var, wrt, seed: Var | None = None) -> list[Var]:
     _check_request(loss, wrt, seed)
     if seed is None:
         seed = F.ones_like(loss)
-    grads = backward(loss.graph.nodes, loss, wrt, seed)
+    grads = backward(loss.graph.nodes, [(loss, seed)], wrt)
     return [grads[v.id] if v.id in grads else F.zeros_like(v) for v in wrt]
 
 
 install_walker(grad)  # the backward ops' own gradient rules differentiate with it
 
 
-def backward(nodes, loss: Var, wrt, seed: Var, consume: bool = False) -> dict[int, Var]:
-    """The walker: {id of each ``wrt`` entry the loss depends on: its gradient}, through the
+def backward(nodes, roots, wrt, consume: bool = False) -> dict[int, Var]:
+    """The walker: {id of each ``wrt`` entry the roots depend on: its gradient}, through the
     gradient rules of ``nodes`` (a graph's nodes, or an eager tape: any list in which a value
-    is made before it is used), from ``seed`` at ``loss``. A gradient is dropped once the
-    node that made its value is done, and with ``consume`` each node is popped off ``nodes``
-    as it is walked, so an eager tape frees its activations during the walk."""
-    needed = _on_a_path(nodes, wrt, loss)
+    is made before it is used), from each ``(value, seed)`` of ``roots`` (the seeds of one
+    value add up). A gradient is dropped once the node that made its value is done, and with
+    ``consume`` each node is popped off ``nodes`` as it is walked, so an eager tape frees its
+    activations during the walk."""
+    needed = _on_a_path(nodes, wrt, [y for y, _ in roots])
     keep = {v.id for v in wrt}
-    grads: dict[int, Var] = {loss.id: seed}
+    grads: dict[int, Var] = {}
+    for y, seed in roots:
+        grads[y.id] = seed if y.id not in grads else grads[y.id] + seed
     walk = _popping(nodes) if consume else reversed(nodes)
     for node in walk:
         outs = tuple(grads.get(v.id) if v.id in keep else grads.pop(v.id, None)
@@ -91,13 +96,13 @@ def _check_request(loss: Var, wrt, seed):
                              "values such as labels and indices have no gradient)")
 
 
-def _on_a_path(nodes, wrt, loss) -> set[int]:
-    """Ids of the values that depend on some ``wrt`` entry and that ``loss`` depends on."""
+def _on_a_path(nodes, wrt, roots) -> set[int]:
+    """Ids of the values that depend on some ``wrt`` entry and that some root depends on."""
     depends = {v.id for v in wrt}
     for node in nodes:
         if any(v.id in depends for v in node.inputs):
             depends.update(v.id for v in node.outputs)
-    used = {loss.id}
+    used = {y.id for y in roots}
     for node in reversed(nodes):
         if any(v.id in used for v in node.outputs):
             used.update(v.id for v in node.inputs)
@@ -116,9 +121,19 @@ def _unbroadcast(g: Var, like: Var) -> Var:
     return F.astype(g, like.dtype)
 
 
+# MegEngine's names in its ``megengine.autodiff`` for what eager mode defines, loaded on first
+# use (``import mgegraph.autodiff`` loads no eager layer): name -> module
+_EAGER_NAMES = {"GradManager": "mgegraph.autodiff.grad_manager",
+                "Function": "mgegraph.eager.function"}
+
+
 def __getattr__(name):
-    # mgegraph.autodiff.GradManager (MegEngine's place for it) lives with eager mode
-    if name == "GradManager":
-        from .eager.grad_manager import GradManager  # lazy: MegEngine's name, eager layer
-        return GradManager
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _EAGER_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EAGER_NAMES[name]), name)  # lazy: eager layer
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EAGER_NAMES))

@@ -1,0 +1,214 @@
+"""``mgegraph.jit`` under MegEngine's names: the package and ``jit.tracing``, ``trace``'s
+MegEngine options, ``exclude_from_trace``, ``partial_trace`` and ``trace.dump`` writing the
+model file that ``mg.load`` runs."""
+import io
+import warnings
+
+import numpy as np
+import pytest
+
+import mgegraph as mg
+import mgegraph.functional as F
+from mgegraph import nn
+from mgegraph.jit import (
+    DumpWarning,
+    GraphOptimizationConfig,
+    TraceError,
+    exclude_from_trace,
+    partial_trace,
+    trace,
+)
+from mgegraph.jit.tracing import set_symbolic_shape
+
+RNG = np.random.default_rng(5)
+
+
+def _x(*shape):
+    return mg.tensor(RNG.standard_normal(shape).astype(np.float32))
+
+
+def test_jit_tracing_is_the_same_trace():
+    from mgegraph.jit import tracing
+
+    assert tracing.trace is trace is mg.trace
+    assert tracing.TraceError is TraceError and issubclass(TraceError, mg.GraphError)
+    before = set_symbolic_shape(False)
+    assert set_symbolic_shape(before) is False
+
+
+def test_opt_level_is_the_planner_level_and_the_rest_are_accepted():
+    for level in (0, 2):
+        @trace(opt_level=level, imperative=True, without_host=True,
+               graph_opt_config=GraphOptimizationConfig())
+        def f(x):
+            return F.exp(x) * 2.0 + 1.0
+
+        x = _x(4)
+        np.testing.assert_allclose(f(x).numpy(), np.exp(x.numpy()) * 2 + 1, rtol=1e-6)
+        assert f.plan.source.options["optimize"] == level
+    assert "UNSET" in repr(GraphOptimizationConfig())
+
+
+def test_exclude_from_trace_makes_its_results_constants_of_the_recording():
+    calls = []
+
+    @trace
+    def f(x):
+        with exclude_from_trace():
+            calls.append(1)
+            offset = x * 0.0 + float(len(calls))  # not recorded: a constant of the plan
+        return x + offset
+
+    x = _x(3)
+    np.testing.assert_allclose(f(x).numpy(), x.numpy() + 1.0)
+    np.testing.assert_allclose(f(_x(3) * 0.0).numpy(), np.ones(3, np.float32))
+    assert calls == [1]
+
+
+def test_exclude_from_trace_keeps_a_grad_managers_tape():
+    w = nn.Parameter(np.float32(3.0))
+    gm = mg.GradManager().attach(w)
+    with gm:
+        with exclude_from_trace():
+            y = w * w
+        gm.backward(y)
+    assert float(w.grad.numpy()) == 6.0
+
+
+def test_capture_as_const_takes_tensor_positional_arguments_only():
+    @trace(capture_as_const=True)
+    def f(a):
+        return a * 2.0
+
+    with pytest.raises(TraceError, match="Only support tensor type args when capture_as_const"):
+        f(1)
+
+
+def test_a_function_that_returns_nothing_runs_and_cannot_be_dumped():
+    @trace(capture_as_const=True)
+    def f(x):
+        x * x
+
+    assert f(_x(3)) is None
+    with pytest.raises(TraceError, match="without return values cannot be dumped"):
+        f.dump(io.BytesIO())
+
+
+def _model():
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+    model.eval()
+    return model
+
+
+def test_dump_writes_a_model_file_that_load_runs(tmp_path):
+    model = _model()
+
+    @trace(capture_as_const=True)
+    def predict(data):
+        return F.softmax(model(data))
+
+    x = _x(5, 4)
+    expected = predict(x).numpy()
+    path = tmp_path / "model.mgm"
+    info = predict.dump(str(path), arg_names=["data"], output_names=["prob"])
+    assert info.inputs == ["data"] and info.outputs == ["prob"] and info.nr_opr > 3
+    loaded = mg.load(str(path))
+    assert list(loaded.input_names) == ["data"] and list(loaded.output_names) == ["prob"]
+    np.testing.assert_allclose(loaded(x.numpy()), expected, rtol=1e-6)
+
+    buffer = io.BytesIO()  # a file object gets the file's bytes
+    predict.dump(buffer, arg_names="data", output_names="prob")
+    copy = tmp_path / "copy.mgm"
+    copy.write_bytes(buffer.getvalue())
+    np.testing.assert_allclose(mg.load(str(copy))(x.numpy()), expected, rtol=1e-6)
+
+
+def test_dump_names_a_dict_results_outputs_by_its_keys_and_renames_inputs(tmp_path):
+    @trace(capture_as_const=True)
+    def f(a, b):
+        return {"sum": a + b, "prod": a * b}
+
+    a, b = _x(3), _x(3)
+    f(a, b)
+    path = str(tmp_path / "m.mgm")
+    info = f.dump(path, arg_names=["arg_0", "arg_1"], optimize_for_inference=False)
+    loaded = mg.load(path)
+    assert info.outputs == ["sum", "prod"] == list(loaded.output_names)
+    got = dict(zip(loaded.output_names, loaded.run({"arg_0": a.numpy(), "arg_1": b.numpy()})))
+    np.testing.assert_allclose(got["prod"], a.numpy() * b.numpy(), rtol=1e-6)
+
+
+def test_dump_refuses_what_it_cannot_write():
+    @trace
+    def not_const(x):
+        return x + 1.0
+
+    not_const(_x(2))
+    with pytest.raises(TraceError, match="capture_as_const=True"):
+        not_const.dump(io.BytesIO())
+
+    @trace(capture_as_const=True)
+    def f(x):
+        return x + 1.0
+
+    with pytest.raises(TraceError, match="has not been called"):
+        f.dump(io.BytesIO())
+    f(_x(2))
+    with pytest.raises(mg.GraphError, match="wrong number of arg_names, should be 1"):
+        f.dump(io.BytesIO(), arg_names=["a", "b"])
+    with pytest.raises(mg.GraphError, match="wrong number of output_names, should be 1"):
+        f.dump(io.BytesIO(), output_names=["a", "b"])
+    with pytest.raises(TypeError, match="unexpected keyword arguments colour"):
+        f.dump(io.BytesIO(), colour=1)
+    with pytest.warns(DumpWarning, match="input_data"):
+        f.dump(io.BytesIO(), input_data=["#rand(0, 255, 1)"], enable_io16xc32=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        f.dump(io.BytesIO(), keep_var_name=1, dump_format=None)  # MegEngine's defaults
+
+
+def test_partial_trace_records_into_a_grad_manager_and_runs_its_plan_outside():
+    a = nn.Parameter(np.float32(2.0))
+
+    @partial_trace
+    def scaled(x):
+        return F.exp(x * a)
+
+    gm = mg.GradManager().attach(a)
+    x = mg.tensor(np.float32(0.5))
+    with gm:
+        gm.backward(scaled(x))
+    np.testing.assert_allclose(float(a.grad.numpy()), 0.5 * np.exp(1.0), rtol=1e-6)
+    np.testing.assert_allclose(float(scaled(x).numpy()), np.exp(1.0), rtol=1e-6)
+    assert scaled.plan is not None
+    with pytest.raises(ValueError, match="backend='default'"):
+        partial_trace(lambda x: x, backend="xla")
+
+
+def test_profiling_keeps_the_latest_runs_chrome_trace():
+    @trace(profiling=True)
+    def f(x):
+        return -x
+
+    with pytest.raises(TraceError, match="profiling=True"):
+        f.get_profile()
+    f(_x(3))
+    f(_x(3))
+    events = f.get_profile()["profiler"]["traceEvents"]
+    assert any(e.get("name") == "neg" for e in events)
+
+
+def test_dump_of_a_symbolic_shape_trace_serves_every_batch_size(tmp_path):
+    model = _model()
+
+    @trace(capture_as_const=True, symbolic_shape=True)
+    def predict(data):
+        return model(data)
+
+    predict(_x(2, 4))
+    path = str(tmp_path / "sym.mgm")
+    predict.dump(path, arg_names=["data"])
+    loaded = mg.load(path)
+    for batch in (1, 7):
+        x = _x(batch, 4)
+        np.testing.assert_allclose(loaded(x.numpy()), model(x).numpy(), rtol=1e-5, atol=1e-6)
