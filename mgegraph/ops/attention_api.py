@@ -32,8 +32,8 @@ def _refuse(values, reason: str):
                   user_location())
 
 
-def _as_4d(x: Var, what: str, values) -> tuple[Var, tuple]:
-    """``x`` (..., H, L, E) as (prod(...), H, L, E), and its leading shape."""
+def _as_4d(x: Var, what: str, values) -> Var:
+    """``x`` (..., H, L, E) as (prod(...), H, L, E)."""
     if x.ndim < 2:
         _refuse(values, f"{what} must be at least 2-D (..., L, E), got {tuple(x.shape)}")
     shape = (1,) * max(0, 4 - x.ndim) + tuple(x.shape)
@@ -41,7 +41,7 @@ def _as_4d(x: Var, what: str, values) -> tuple[Var, tuple]:
     if named(*lead[1:]):
         _refuse(values, f"{what} {tuple(x.shape)}: only the first batch dim may be named")
     batch = lead[0] if len(lead) == 1 else math.prod(lead)
-    return movement.reshape(x, (batch, *shape[-3:])), tuple(x.shape[:-2])
+    return movement.reshape(x, (batch, *shape[-3:]))
 
 
 def _mask_4d(mask: Var, lead: tuple, full: tuple, values) -> Var:
@@ -81,9 +81,9 @@ def _weights(q, k, mask, is_causal: bool, scale: float):
         s = ew.where(q.graph.const(np.tril(np.ones((q.shape[2], k.shape[2]), bool))), s, ninf)
     if mask is not None:
         s = ew.where(mask, s, ninf) if mask.dtype == BOOL else ew.add(s, mask)
-    p = softmax(s, axis=-1)
-    # rows with no key attended: 0, as the kernel gives (softmax over all -inf is NaN)
-    return ew.where(ew.equal(p, p), p, q.graph.const(np.asarray(0, q.dtype)))
+    # rows with no key attended (their maximum -inf): 0, as the kernel gives, not softmax's NaN
+    dead = ew.equal(reduce.max(s, -1, keepdims=True), ninf)
+    return ew.where(dead, q.graph.const(np.asarray(0, q.dtype)), softmax(s, axis=-1))
 
 
 def _attend(q, k, v, mask, is_causal: bool, scale: float, dropout_p: float = 0.0, step=None,
@@ -135,9 +135,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if out_dtype in HALF_DTYPES:
         q, k, v = (cast_to(t, np.float32) for t in (q, k, v))
     lead = tuple(q.shape[:-2])
-    q4, _ = _as_4d(q, "query", values)
-    k4, _ = _as_4d(k, "key", values)
-    v4, _ = _as_4d(v, "value", values)
+    q4, k4, v4 = (_as_4d(t, what, values) for t, what in ((q, "query"), (k, "key"),
+                                                          (v, "value")))
     mask = None
     if attn_mask is not None:
         mask = values[3]
