@@ -34,19 +34,55 @@ def _fraction(owner: str, what: str, value) -> float:
 
 
 class Sequential(Module):
-    def __init__(self, *layers: Module):
-        self.layers = list(layers)
+    """Layers called in order, held as attributes named "0", "1", ... or, given one dict
+    (MegEngine's ``Sequential(OrderedDict(...))``), by its keys; so state names read
+    ``seq.0.weight``. Indexing, slicing, ``len`` and iteration go by that order.
+
+    >>> net = Sequential(Linear(4, 8), ReLU(), Linear(8, 1)); net[0].weight.shape
+    (8, 4)
+    """
+
+    def __init__(self, *layers, name: str | None = None):
+        super().__init__(name)
+        named = list(layers[0].items()) if len(layers) == 1 and isinstance(layers[0], dict) \
+            else [(str(i), layer) for i, layer in enumerate(layers)]
+        self.layer_keys = []
+        for key, layer in named:
+            if not isinstance(key, str) or not isinstance(layer, Module):
+                raise GraphError(f"Sequential: layer {key!r} must be a Module under a str name, "
+                                 f"got {type(layer).__name__}")
+            setattr(self, key, layer)
+            self.layer_keys.append(key)
+
+    @property
+    def layer_values(self) -> list:
+        return [getattr(self, key) for key in self.layer_keys]
+
+    layers = layer_values  # mgegraph's earlier name
 
     def forward(self, x):
-        for layer in self.layers:
+        for layer in self.layer_values:
             x = layer(x)
         return x
 
     def __getitem__(self, i):
-        return self.layers[i]
+        if isinstance(i, slice):
+            return Sequential(dict(zip(self.layer_keys[i], self.layer_values[i])))
+        return getattr(self, self.layer_keys[i])
+
+    def __setitem__(self, i, layer):
+        setattr(self, self.layer_keys[i], layer)
+
+    def __delitem__(self, i):
+        for key in self.layer_keys[i] if isinstance(i, slice) else [self.layer_keys[i]]:
+            delattr(self, key)
+        del self.layer_keys[i]
 
     def __len__(self):
-        return len(self.layers)
+        return len(self.layer_keys)
+
+    def __iter__(self):
+        return iter(self.layer_values)
 
 
 class Linear(Module):
