@@ -47,3 +47,9 @@ __all__ += ["ConstantPad2d", "PixelShuffle", "PixelUnshuffle", "ReflectionPad2d"
 from .norm import RMSNorm
 
 __all__ += ["RMSNorm"]
+# MegEngine's Elemwise module and SyncBatchNorm (one process: batch norm) (nn/elemwise.py,
+# nn/norm.py)
+from .elemwise import Elemwise
+from .norm import SyncBatchNorm
+
+__all__ += ["Elemwise", "SyncBatchNorm"]
