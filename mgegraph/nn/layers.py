@@ -33,6 +33,24 @@ def _fraction(owner: str, what: str, value) -> float:
     return float(value)
 
 
+def conv_repr(module, in_channels: int, out_channels: int, kernel) -> str:
+    """MegEngine's text of a convolution: its channels and kernel, then each of stride,
+    padding, dilation, groups and bias that is not the default."""
+    n = len(kernel) if isinstance(kernel, tuple) else 1
+
+    def sides(value):
+        return tuple(value) if isinstance(value, (tuple, list)) else (value,) * n
+
+    text = f"{in_channels}, {out_channels}, kernel_size={kernel}"
+    for what, default in (("stride", 1), ("padding", 0), ("dilation", 1)):
+        value = sides(getattr(module, what, default))
+        if value != (default,) * n:
+            text += f", {what}={value if n > 1 else value[0]}"
+    if getattr(module, "groups", 1) != 1:
+        text += f", groups={module.groups}"
+    return text + (", bias=False" if module.bias is None else "")
+
+
 class Sequential(Module):
     """Layers called in order, held as attributes named "0", "1", ... or, given one dict
     (MegEngine's ``Sequential(OrderedDict(...))``), by its keys; so state names read
@@ -100,7 +118,8 @@ class Linear(Module):
         return F.linear(x, self.weight, self.bias)
 
     def extra_repr(self):
-        return f"{self.in_features}, {self.out_features}, bias={self.bias is not None}"
+        return f"in_features={self.in_features}, out_features={self.out_features}, " \
+               f"bias={self.bias is not None}"
 
 
 class Conv2d(Module):
@@ -130,8 +149,7 @@ class Conv2d(Module):
 
     def extra_repr(self):
         o, i, kh, kw = self.weight.shape
-        return f"{i * self.groups}, {o}, kernel_size=({kh}, {kw}), stride={self.stride}, " \
-               f"padding={self.padding}"
+        return conv_repr(self, i * self.groups, o, (kh, kw))
 
 
 class LayerNorm(Module):
@@ -188,6 +206,9 @@ class Dropout(Module):
         g.assign(step, step + 1)
         return F.dropout(x, self.drop_prob, seed=self.seed, step=step)
 
+    def extra_repr(self):
+        return f"drop_prob={self.drop_prob}"
+
 
 class _Activation(Module):
     fn = None
@@ -225,6 +246,10 @@ class MaxPool2d(Module):
         return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
                             self.ceil_mode)
 
+    def extra_repr(self):
+        stride = self.kernel_size if self.stride is None else self.stride
+        return f"kernel_size={self.kernel_size}, stride={stride}, padding={self.padding}"
+
 
 class AvgPool2d(Module):
     def __init__(self, kernel_size, stride=None, padding=0, mode="average_count_exclude_padding",
@@ -235,6 +260,11 @@ class AvgPool2d(Module):
     def forward(self, x):
         return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.mode,
                             ceil_mode=self.ceil_mode, count_include_pad=self.count_include_pad)
+
+    def extra_repr(self):
+        stride = self.kernel_size if self.stride is None else self.stride
+        return f"kernel_size={self.kernel_size}, stride={stride}, padding={self.padding}, " \
+               f"mode={self.mode}"
 
 
 class AdaptiveAvgPool2d(Module):

@@ -49,18 +49,15 @@ class Parameter(Tensor):
                  name: str | None = None, *, trainable: bool = True):
         check_eager_device(device)
         self._bound = False  # a graph shares self._value as a param's buffer
-        self._set(value, dtype)
+        # the dtype rule of any Tensor's data (mg.tensor's); .value = keeps what it is given
+        self._set(_as_array(value.numpy() if isinstance(value, Tensor) else value,
+                            None if dtype is None else as_dtype(dtype)))
         self.trainable = trainable
         self.name: str | None = name  # else the dotted name, set by the first named walk
 
-    def _set(self, value, dtype=None) -> None:
-        if isinstance(value, Tensor):
-            value = value.numpy()
-        dtype = None if dtype is None else as_dtype(dtype)
-        array = value if isinstance(value, np.ndarray) and dtype in (None, value.dtype) \
-            else _as_array(value, dtype)
+    def _set(self, value) -> None:
         # on a cache line, as a plan's own buffers: plans read this array in place
-        array = aligned_copy(array)
+        array = aligned_copy(value.numpy() if isinstance(value, Tensor) else value)
         as_dtype(array.dtype)
         set_array(self, array, owns=True)  # (a previous array's token dies with it)
 
@@ -99,6 +96,15 @@ class Parameter(Tensor):
                 "recompile")
         np.copyto(self._value, new, casting="no")
         written(self._value)
+
+    def __setitem__(self, key, value) -> None:
+        """``param[...] = v`` (MegEngine's): writes the selected elements in place, as
+        ``.value =`` writes the whole array (plans sharing it read the new values)."""
+        array = self._value.copy()
+        key = tuple(np.asarray(k) if isinstance(k, Tensor) else k for k in key) \
+            if isinstance(key, tuple) else np.asarray(key) if isinstance(key, Tensor) else key
+        array[key] = np.asarray(value)
+        self.value = array
 
     @property
     def shape(self) -> tuple[int, ...]:

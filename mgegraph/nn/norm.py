@@ -58,9 +58,9 @@ class _BatchNorm(Module):
         self.freeze = _flag(owner, "freeze", freeze)
         if param_dim not in PARAM_DIMS:
             raise GraphError(f"{owner}: param_dim must be one of {PARAM_DIMS}, got {param_dim!r}")
-        if self.freeze and not (self.affine and self.track_running_stats):
-            raise GraphError(f"{owner}: freeze=True needs affine=True and "
-                             "track_running_stats=True (it normalises with the running statistics)")
+        if self.freeze and not self.track_running_stats:
+            raise GraphError(f"{owner}: freeze=True needs track_running_stats=True (it "
+                             "normalises with the running statistics)")
         self.num_features, self.param_dim = num_features, param_dim
         # MegEngine's rule: running statistics not made at construction cannot be asked for later
         self._tracked_at_init = self.track_running_stats

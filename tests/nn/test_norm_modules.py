@@ -160,7 +160,8 @@ def test_lrn_module_is_megengines():
     (lambda: nn.InstanceNorm(4, affine="yes"), r"InstanceNorm: affine must be True or False"),
     (lambda: nn.InstanceNorm2d(4, track_running_stats=True), r"InstanceNorm2d: track_running"),
     (lambda: nn.LocalResponseNorm(4), r"LocalResponseNorm: kernel_size must be odd, got 4"),
-    (lambda: nn.BatchNorm1d(4, freeze=True, affine=False), r"BatchNorm1d: freeze=True needs"),
+    (lambda: nn.BatchNorm1d(4, freeze=True, track_running_stats=False),
+     r"BatchNorm1d: freeze=True needs"),
     (lambda: nn.BatchNorm2d(4, param_dim="dim_111c"), r"BatchNorm2d: param_dim must be one of"),
     (lambda: nn.BatchNorm2d(4, momentum=2), r"BatchNorm2d: momentum must be a number in"),
 ])
