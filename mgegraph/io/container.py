@@ -276,11 +276,18 @@ def _open(source, limits: Limits):
     caller opened, read up to one byte over the limit (a stream says its size no other way)."""
     if not hasattr(source, "read"):
         return open_regular(source, fail)
-    data = source.read(limits.max_file_bytes + 1)
-    if not isinstance(data, bytes):
-        fail(f"{type(source).__name__} gave {type(data).__name__}, not bytes: open the file "
-             "in binary mode ('rb')")
-    return io.BytesIO(data)
+    if isinstance(source, io.TextIOBase):
+        fail(f"{type(source).__name__} is a text file: open the file in binary mode ('rb')")
+    data = bytearray()
+    while len(data) <= limits.max_file_bytes:  # in pieces: read(n) allocates n bytes at once
+        piece = source.read(1 << 20)
+        if not isinstance(piece, (bytes, bytearray)):
+            fail(f"{type(source).__name__} gave {type(piece).__name__}, not bytes: open the "
+                 "file in binary mode ('rb')")
+        if not piece:
+            break
+        data += piece
+    return io.BytesIO(bytes(data))
 
 
 def _size(f) -> int:

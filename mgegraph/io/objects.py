@@ -159,7 +159,10 @@ class _Decoder:
         return found
 
     def shared(self, node, where: str, depth: int):
-        number = node.get("id")
+        if set(node) not in ({"tensor", "id"}, {"parameter", "trainable", "name", "id"},
+                             {"module", "attributes", "id"}):
+            fail(f"{where}: unknown node {sorted(node)[:5]}")
+        number = node["id"]
         if type(number) is not int or number in self.made:
             fail(f"{where}: a tensor or module needs a new id, got {number!r}")
         if set(node) == {"tensor", "id"}:
@@ -167,11 +170,9 @@ class _Decoder:
             array = self.array(node["tensor"], where)
             made = self.made[number] = Tensor(array, dtype=array.dtype)
             return made
-        if set(node) == {"parameter", "trainable", "name", "id"}:
+        if "parameter" in node:
             return self.parameter(node, number, where)
-        if set(node) == {"module", "attributes", "id"}:
-            return self.module(node, number, where, depth)
-        fail(f"{where}: unknown node {sorted(node)[:5]}")
+        return self.module(node, number, where, depth)
 
     def parameter(self, node, number: int, where: str):
         from ..nn.module import Parameter  # lazy: startup cost (runtime.load loads no nn)
