@@ -213,8 +213,8 @@ def torch_resnet18(torch):
             cin = width
     layers += [tnn.AdaptiveAvgPool2d(1), tnn.Flatten(), tnn.Linear(512, 1000)]
     net = tnn.Sequential(*layers).eval()
-    # mgegraph's Sequential names its children layers.0, layers.1, ...; PyTorch's 0, 1, ...
-    state = {k.replace("layers.", ""): torch.from_numpy(np.array(v))
+    # mgegraph's Sequential names its children 0, 1, ... as PyTorch's does
+    state = {k: torch.from_numpy(np.array(v))
              for k, v in model().state_dict().items()}
     missing, unexpected = net.load_state_dict(state, strict=False)
     assert not unexpected and all(k.endswith("num_batches_tracked") for k in missing), \

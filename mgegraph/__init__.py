@@ -49,6 +49,8 @@ _LAZY = {
     "MemoryStats": ("mgegraph.eager.tensor", "MemoryStats"),
     "trace": ("mgegraph.jit", "trace"),
     "viz": ("mgegraph.viz", None),
+    # MegEngine's top-level Parameter (megengine.Parameter)
+    "Parameter": ("mgegraph.nn.module", "Parameter"),
     "profile": ("mgegraph.tools.profiler", "profile"),
     **{name: (f"mgegraph.{name}", None) for name in
        ("nn", "optim", "autodiff", "train", "eager", "jit", "module", "optimizer", "onnx",
@@ -97,6 +99,7 @@ __all__ = [
     "Node",
     "NumericsError",
     "OpError",
+    "Parameter",
     "Plan",
     "Role",
     "Slot",

@@ -77,8 +77,9 @@ def test_batch_norm_running_statistics_follow_the_step():
     bn = model[1]
     h = _conv_numpy(x, conv.weight.value, conv.bias.value, 1)
     mean, var = h.mean((0, 2, 3)), h.var((0, 2, 3), ddof=1)
-    np.testing.assert_allclose(bn.running_mean.value, 0.1 * mean, rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(bn.running_var.value, 0.9 + 0.1 * var, rtol=1e-4, atol=1e-6)
+    running_mean, running_var = bn.running_mean.value.reshape(-1), bn.running_var.value.reshape(-1)
+    np.testing.assert_allclose(running_mean, 0.1 * mean, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(running_var, 0.9 + 0.1 * var, rtol=1e-4, atol=1e-6)
 
 
 def _conv_numpy(x, w, b, pad):

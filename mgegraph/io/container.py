@@ -99,7 +99,10 @@ def write(path, description: dict, arrays: list[np.ndarray], version: int = 1) -
             for name, data in members.items():  # weights do not compress; stored, they map fast
                 zf.writestr(name, data, compress_type=zipfile.ZIP_STORED)
 
-    write_atomically(path, write_zip, fail)
+    if hasattr(path, "write"):  # a file object the caller opened (mge.save(obj, f))
+        write_zip(path)
+    else:
+        write_atomically(path, write_zip, fail)
 
 
 # -- reading -------------------------------------------------------------------------------------
@@ -111,9 +114,9 @@ class Container:
     def __init__(self, path, limits: Limits):
         self.limits = limits
         self.shared: dict[str, np.ndarray] = {}  # member -> the array shared params use
-        self._file = open_regular(path, fail)
+        self._file = _open(path, limits)
         try:
-            size = os.fstat(self._file.fileno()).st_size
+            size = _size(self._file)
             if size > limits.max_file_bytes:
                 fail(f"the file is {size} bytes, over the limit of {limits.max_file_bytes}")
             try:
@@ -266,6 +269,31 @@ class Container:
         except (ValueError, OSError, EOFError) as exc:
             fail(f"member {name!r} could not be read ({str(exc)[:200]})")
         return np.require(array, requirements=("C", "W", "O")).view(dtype)
+
+
+def _open(source, limits: Limits):
+    """A file name opened when it is a regular file, or the rest of a binary file object the
+    caller opened, read up to one byte over the limit (a stream says its size no other way)."""
+    if not hasattr(source, "read"):
+        return open_regular(source, fail)
+    if isinstance(source, io.TextIOBase):
+        fail(f"{type(source).__name__} is a text file: open the file in binary mode ('rb')")
+    data = bytearray()
+    while len(data) <= limits.max_file_bytes:  # in pieces: read(n) allocates n bytes at once
+        piece = source.read(1 << 20)
+        if not isinstance(piece, (bytes, bytearray)):
+            fail(f"{type(source).__name__} gave {type(piece).__name__}, not bytes: open the "
+                 "file in binary mode ('rb')")
+        if not piece:
+            break
+        data += piece
+    return io.BytesIO(bytes(data))
+
+
+def _size(f) -> int:
+    if isinstance(f, io.BytesIO):
+        return len(f.getbuffer())
+    return os.fstat(f.fileno()).st_size
 
 
 def _no_constant(token: str):

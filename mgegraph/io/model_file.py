@@ -32,6 +32,7 @@ from ..planner.memory.plan import MemoryOptions
 from ..planner.remat.remat import RematOptions
 from ..symbolic_plan import SymbolicPlan
 from ..tuning import check_mode
+from . import objects
 from .container import Container, Limits, fail, write
 from .graph_json import (
     DTYPES,
@@ -43,7 +44,7 @@ from .graph_json import (
     size_problem,
 )
 
-KINDS = ("plan", "traced", "predictor", "state_dict")
+KINDS = ("plan", "traced", "predictor", "state_dict", objects.KIND)
 SYMBOLIC_VERSION = 2  # the format version that holds named dimensions
 SYMBOLIC_OPTIONS = ("cache_size", "bounds", "warm")  # a SymbolicPlan's own, beside compile's
 MODEL_KEYS = {"magic", "format_version", "members", "kind", "graph", "inputs", "outputs",
@@ -65,7 +66,10 @@ class LoadedModel:
 def save(obj, path, *, warm=(), output_names=None) -> None:
     """Save a Plan or ``SymbolicPlan``, a function traced with ``mg.jit.trace`` (its latest
     plan), the predictor of ``mg.compile_module`` or a state dict (``{name: ndarray}``) to
-    ``path``.
+    ``path`` (a file name or a binary file object). Anything else MegEngine's ``mge.save``
+    takes (a Module, a tensor, nested dicts and lists of arrays, tensors, numbers and strings)
+    is saved as an object (``io.objects``), never pickled: no arbitrary Python objects, so
+    loading a file runs no code it names.
 
     Params are saved with the values their graph holds: a shared param's (``share=True``, as
     every ``nn`` parameter) is its live array, so the weights as they are now; a param copied
@@ -77,10 +81,13 @@ def save(obj, path, *, warm=(), output_names=None) -> None:
 
     >>> mg.save(model.state_dict(), "weights.mgm"); mg.save(predict, "model.mgm")
     """
-    if isinstance(obj, dict):
+    if isinstance(obj, dict) and _flat_state(obj):
         _save_state(obj, path)
         return
     kind, plan = _plan_of(obj)
+    if plan is None:
+        objects.save(obj, path)
+        return
     symbolic = isinstance(plan, SymbolicPlan)
     if warm and not symbolic:
         raise GraphError("save(warm=...): warm bindings are for a plan whose inputs name a "
@@ -146,8 +153,14 @@ def _plan_of(obj) -> tuple[str, object]:
     train = sys.modules.get("mgegraph.train")
     if train is not None and isinstance(obj, train.Predictor):
         return "predictor", obj.plan
-    raise GraphError(f"save(): cannot save a {type(obj).__name__}; pass a Plan, a traced "
-                     "function, a compile_module predictor or a state dict of arrays")
+    return "", None
+
+
+def _flat_state(state: dict) -> bool:
+    """Whether ``state`` is names to arrays (or tensors), which loads as a dict of arrays."""
+    tensor = sys.modules.get("mgegraph.eager.tensor")
+    return all(isinstance(name, str) and (isinstance(value, np.ndarray) or (
+        tensor is not None and isinstance(value, tensor.Tensor))) for name, value in state.items())
 
 
 def _save_state(state: dict, path) -> None:
@@ -264,13 +277,15 @@ def read(path, limits: Limits | None = None, device: str | None = None, tune=Non
             fail(f"unknown kind {str(kind)[:50]!r} (one of {KINDS})")
         if kind == "state_dict":
             state = _read_state(container)
+        elif kind == objects.KIND:
+            state = objects.read(container)
         else:
             fields(description, MODEL_KEYS, "model.json")
             symbolic = container.format_version >= SYMBOLIC_VERSION
             graph, variables, used = decode_graph(description["graph"], container, limits,
                                                   symbolic)
             _check_unused(container, used)
-    if kind == "state_dict":
+    if kind in ("state_dict", objects.KIND):
         return state
     return _compile(description, kind, graph, variables, limits, device, symbolic, tune)
 

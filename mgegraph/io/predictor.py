@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.dims import bind_shape, bindings_text
-from ..ir.errors import FeedError, ModelFormatError
+from ..ir.errors import FeedError, GraphError, ModelFormatError
 from ..symbolic_plan import SymbolicPlan
 from .arrays import type_text
 from .container import Limits
@@ -134,17 +134,25 @@ class Predictor:
         return plan
 
 
-def load(path, limits: Limits | None = None, device: str | None = None, tune=None):
-    """What ``mg.save`` wrote: a ``Predictor`` for a model (``.run(feeds)``, its input and
-    output names, shapes and dtypes; ``.plan``), a dict of arrays for a state dict.
+def load(path, limits: Limits | None = None, device: str | None = None, tune=None, *,
+         map_location=None):
+    """What ``mg.save`` wrote (to a file name or a binary file object): a ``Predictor`` for a
+    model (``.run(feeds)``, its input and output names, shapes and dtypes; ``.plan``), a dict
+    of arrays for a state dict, the object for a saved Module, tensor or nested state.
+    ``map_location`` is MegEngine's: loaded tensors live in host memory, so it may only name
+    the CPU ("cpu0", "xpux") or be None.
     ``device`` compiles the model for another device than the one it was saved from;
     ``tune`` chooses its kernels' ways as ``mg.compile``'s does (None: those stored for this
     machine, by ``mgegraph tune MODEL`` or an earlier ``tune="measure"``, else the rules).
 
     >>> weights = mg.load("weights.mgm"); model.load_state_dict(weights)
     """
+    if map_location is not None and not (isinstance(map_location, str) and map_location.lower()
+                                         .startswith(("cpu", "xpu"))):
+        raise GraphError(f"load(map_location={map_location!r}): loaded tensors live in host "
+                         "memory; name the CPU ('cpu0') or pass None")
     loaded = read(path, limits, device, tune)
-    return loaded if isinstance(loaded, dict) else Predictor(loaded, limits)
+    return Predictor(loaded, limits) if isinstance(loaded, LoadedModel) else loaded
 
 
 def load_predictor(path, limits: Limits | None = None, device: str | None = None,
@@ -157,6 +165,6 @@ def load_predictor(path, limits: Limits | None = None, device: str | None = None
     """
     loaded = read(path, limits, device, tune)
     if not isinstance(loaded, LoadedModel):
-        raise ModelFormatError(f"model file: {path!r} holds a state dict (weights only), not "
-                               "a model; mg.load it and load_state_dict the weights")
+        raise ModelFormatError(f"model file: {path!r} holds a state dict or a saved object, "
+                               "not a compiled model; mg.load it (and load_state_dict weights)")
     return Predictor(loaded, limits)

@@ -51,3 +51,9 @@ __all__ += ["RMSNorm"]
 from .attention import MultiHeadAttention, MultiHeadAttn
 
 __all__ += ["MultiHeadAttention", "MultiHeadAttn"]
+# MegEngine's Elemwise module and SyncBatchNorm (one process: batch norm) (nn/elemwise.py,
+# nn/norm.py)
+from .elemwise import Elemwise
+from .norm import SyncBatchNorm
+
+__all__ += ["Elemwise", "SyncBatchNorm"]

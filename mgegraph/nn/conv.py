@@ -12,7 +12,7 @@ import math
 from .. import functional as F
 from ..ir.errors import GraphError
 from . import init
-from .layers import _pair, _size
+from .layers import _pair, _size, conv_repr
 from .module import Module, Parameter
 
 
@@ -72,8 +72,7 @@ class Conv1d(Module):
 
     def extra_repr(self):
         o, i, k = self.weight.shape
-        return f"{i * self.groups}, {o}, kernel_size={k}, stride={self.stride}, " \
-               f"padding={self.padding}"
+        return conv_repr(self, i * self.groups, o, k)
 
 
 class Conv3d(Module):
@@ -99,8 +98,7 @@ class Conv3d(Module):
 
     def extra_repr(self):
         o, i = self.weight.shape[:2]
-        return f"{i * self.groups}, {o}, kernel_size={tuple(self.weight.shape[2:])}, " \
-               f"stride={self.stride}, padding={self.padding}"
+        return conv_repr(self, i * self.groups, o, tuple(self.weight.shape[2:]))
 
 
 class _ConvTranspose(Module):

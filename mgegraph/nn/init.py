@@ -5,6 +5,9 @@ import math
 
 import numpy as np
 
+from ..eager.tensor import set_array
+from .module import Parameter
+
 _generator = np.random.default_rng(0)
 
 
@@ -50,3 +53,99 @@ def xavier_normal(shape, gain: float = 1.0, rng=None) -> np.ndarray:
     fan_in, fan_out = fans(shape)
     std = gain * math.sqrt(2.0 / (fan_in + fan_out))
     return ((rng or _generator).standard_normal(shape) * std).astype(np.float32)
+
+
+# -- MegEngine's in-place initialisers (``M.init.fill_(w, 0.5)``) ---------------------------------
+def _reset(tensor, array) -> None:
+    """Give ``tensor`` the value ``array`` (in its dtype), as MegEngine's ``_reset``: a
+    Parameter is written where plans read it, a plain Tensor holds a new array."""
+    array = np.asarray(array, dtype=tensor.dtype)
+    if isinstance(tensor, Parameter):
+        tensor.value = array
+    else:
+        set_array(tensor, np.ascontiguousarray(array), owns=True)
+
+
+def fill_(tensor, val) -> None:
+    """Fill ``tensor`` with ``val`` in place."""
+    _reset(tensor, np.full(tuple(tensor.shape), val))
+
+
+def zeros_(tensor) -> None:
+    fill_(tensor, 0)
+
+
+def ones_(tensor) -> None:
+    fill_(tensor, 1)
+
+
+def uniform_(tensor, a: float = 0.0, b: float = 1.0) -> None:
+    """Fill ``tensor`` with draws from U(a, b) (the layers' generator)."""
+    _reset(tensor, _generator.uniform(a, b, tuple(tensor.shape)))
+
+
+def normal_(tensor, mean: float = 0.0, std: float = 1.0) -> None:
+    _reset(tensor, _generator.normal(mean, std, tuple(tensor.shape)))
+
+
+_GAINS = {"linear": 1.0, "conv1d": 1.0, "conv2d": 1.0, "conv3d": 1.0, "conv_transpose1d": 1.0,
+          "conv_transpose2d": 1.0, "conv_transpose3d": 1.0, "sigmoid": 1.0, "tanh": 5.0 / 3,
+          "relu": math.sqrt(2.0)}
+
+
+def calculate_gain(nonlinearity: str, param=None) -> float:
+    """The gain that keeps activations' scale through ``nonlinearity`` (``leaky_relu`` takes
+    its slope ``param``, default 0.01)."""
+    if nonlinearity == "leaky_relu":
+        slope = 0.01 if param is None else param
+        if isinstance(slope, bool) or not isinstance(slope, (int, float)):
+            raise ValueError(f"calculate_gain: leaky_relu's slope must be a number, got {param!r}")
+        return math.sqrt(2.0 / (1 + slope ** 2))
+    if nonlinearity not in _GAINS:
+        raise ValueError(f"calculate_gain: unknown nonlinearity {nonlinearity!r} (one of "
+                         f"{sorted([*_GAINS, 'leaky_relu'])})")
+    return _GAINS[nonlinearity]
+
+
+def calculate_fan_in_and_fan_out(tensor) -> tuple[int, int]:
+    """(fan_in, fan_out) of a weight: (out, in) for Linear, (out, in/groups, *kernel) for a
+    convolution, each times the kernel's size. MegEngine's grouped weights are (groups,
+    out/groups, in/groups, *kernel) and give fan_out = out/groups x kernel; mgegraph keeps
+    PyTorch's layout, so a grouped convolution's fan_out is PyTorch's, out x kernel."""
+    shape = tuple(tensor.shape)
+    if len(shape) < 2:
+        raise ValueError(f"calculate_fan_in_and_fan_out: a tensor of shape {shape} has no fans "
+                         "(it needs at least 2 dims)")
+    return fans(shape)
+
+
+def calculate_correct_fan(tensor, mode: str) -> int:
+    if mode not in ("fan_in", "fan_out"):
+        raise ValueError(f"calculate_correct_fan: mode must be 'fan_in' or 'fan_out', got "
+                         f"{mode!r}")
+    fan_in, fan_out = calculate_fan_in_and_fan_out(tensor)
+    return fan_in if mode == "fan_in" else fan_out
+
+
+def xavier_uniform_(tensor, gain: float = 1.0) -> None:
+    fan_in, fan_out = calculate_fan_in_and_fan_out(tensor)
+    bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
+    uniform_(tensor, -bound, bound)
+
+
+def xavier_normal_(tensor, gain: float = 1.0) -> None:
+    fan_in, fan_out = calculate_fan_in_and_fan_out(tensor)
+    normal_(tensor, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
+
+
+def msra_uniform_(tensor, a: float = 0, mode: str = "fan_in",
+                  nonlinearity: str = "leaky_relu") -> None:
+    """He (MSRA) initialisation, uniform: bound = gain * sqrt(3 / fan)."""
+    std = calculate_gain(nonlinearity, a) / math.sqrt(calculate_correct_fan(tensor, mode))
+    uniform_(tensor, -math.sqrt(3.0) * std, math.sqrt(3.0) * std)
+
+
+def msra_normal_(tensor, a: float = 0, mode: str = "fan_in",
+                 nonlinearity: str = "leaky_relu") -> None:
+    std = calculate_gain(nonlinearity, a) / math.sqrt(calculate_correct_fan(tensor, mode))
+    normal_(tensor, 0.0, std)

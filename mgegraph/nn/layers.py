@@ -33,20 +33,74 @@ def _fraction(owner: str, what: str, value) -> float:
     return float(value)
 
 
+def conv_repr(module, in_channels: int, out_channels: int, kernel) -> str:
+    """MegEngine's text of a convolution: its channels and kernel, then each of stride,
+    padding, dilation, groups and bias that is not the default."""
+    n = len(kernel) if isinstance(kernel, tuple) else 1
+
+    def sides(value):
+        return tuple(value) if isinstance(value, (tuple, list)) else (value,) * n
+
+    text = f"{in_channels}, {out_channels}, kernel_size={kernel}"
+    for what, default in (("stride", 1), ("padding", 0), ("dilation", 1)):
+        value = sides(getattr(module, what, default))
+        if value != (default,) * n:
+            text += f", {what}={value if n > 1 else value[0]}"
+    if getattr(module, "groups", 1) != 1:
+        text += f", groups={module.groups}"
+    return text + (", bias=False" if module.bias is None else "")
+
+
 class Sequential(Module):
-    def __init__(self, *layers: Module):
-        self.layers = list(layers)
+    """Layers called in order, held as attributes named "0", "1", ... or, given one dict
+    (MegEngine's ``Sequential(OrderedDict(...))``), by its keys; so state names read
+    ``seq.0.weight``. Indexing, slicing, ``len`` and iteration go by that order.
+
+    >>> net = Sequential(Linear(4, 8), ReLU(), Linear(8, 1)); net[0].weight.shape
+    (8, 4)
+    """
+
+    def __init__(self, *layers, name: str | None = None):
+        super().__init__(name)
+        named = list(layers[0].items()) if len(layers) == 1 and isinstance(layers[0], dict) \
+            else [(str(i), layer) for i, layer in enumerate(layers)]
+        self.layer_keys = []
+        for key, layer in named:
+            if not isinstance(key, str) or not isinstance(layer, Module):
+                raise GraphError(f"Sequential: layer {key!r} must be a Module under a str name, "
+                                 f"got {type(layer).__name__}")
+            setattr(self, key, layer)
+            self.layer_keys.append(key)
+
+    @property
+    def layer_values(self) -> list:
+        return [getattr(self, key) for key in self.layer_keys]
+
+    layers = layer_values  # mgegraph's earlier name
 
     def forward(self, x):
-        for layer in self.layers:
+        for layer in self.layer_values:
             x = layer(x)
         return x
 
     def __getitem__(self, i):
-        return self.layers[i]
+        if isinstance(i, slice):
+            return Sequential(dict(zip(self.layer_keys[i], self.layer_values[i])))
+        return getattr(self, self.layer_keys[i])
+
+    def __setitem__(self, i, layer):
+        setattr(self, self.layer_keys[i], layer)
+
+    def __delitem__(self, i):
+        for key in self.layer_keys[i] if isinstance(i, slice) else [self.layer_keys[i]]:
+            delattr(self, key)
+        del self.layer_keys[i]
 
     def __len__(self):
-        return len(self.layers)
+        return len(self.layer_keys)
+
+    def __iter__(self):
+        return iter(self.layer_values)
 
 
 class Linear(Module):
@@ -64,7 +118,8 @@ class Linear(Module):
         return F.linear(x, self.weight, self.bias)
 
     def extra_repr(self):
-        return f"{self.in_features}, {self.out_features}, bias={self.bias is not None}"
+        return f"in_features={self.in_features}, out_features={self.out_features}, " \
+               f"bias={self.bias is not None}"
 
 
 class Conv2d(Module):
@@ -94,8 +149,7 @@ class Conv2d(Module):
 
     def extra_repr(self):
         o, i, kh, kw = self.weight.shape
-        return f"{i * self.groups}, {o}, kernel_size=({kh}, {kw}), stride={self.stride}, " \
-               f"padding={self.padding}"
+        return conv_repr(self, i * self.groups, o, (kh, kw))
 
 
 class LayerNorm(Module):
@@ -152,6 +206,9 @@ class Dropout(Module):
         g.assign(step, step + 1)
         return F.dropout(x, self.drop_prob, seed=self.seed, step=step)
 
+    def extra_repr(self):
+        return f"drop_prob={self.drop_prob}"
+
 
 class _Activation(Module):
     fn = None
@@ -189,6 +246,10 @@ class MaxPool2d(Module):
         return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
                             self.ceil_mode)
 
+    def extra_repr(self):
+        stride = self.kernel_size if self.stride is None else self.stride
+        return f"kernel_size={self.kernel_size}, stride={stride}, padding={self.padding}"
+
 
 class AvgPool2d(Module):
     def __init__(self, kernel_size, stride=None, padding=0, mode="average_count_exclude_padding",
@@ -199,6 +260,11 @@ class AvgPool2d(Module):
     def forward(self, x):
         return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.mode,
                             ceil_mode=self.ceil_mode, count_include_pad=self.count_include_pad)
+
+    def extra_repr(self):
+        stride = self.kernel_size if self.stride is None else self.stride
+        return f"kernel_size={self.kernel_size}, stride={stride}, padding={self.padding}, " \
+               f"mode={self.mode}"
 
 
 class AdaptiveAvgPool2d(Module):

@@ -15,9 +15,10 @@ from ..ops.registry import named
 from .layers import _fraction, _size
 from .module import Buffer, Module, Parameter
 
-# The shapes a batch norm keeps its weight, bias and running statistics in: mgegraph's (C,),
-# PyTorch's too, or MegEngine's (1, C, 1, 1) (its ``param_dim="dim_1c11"``), so a MegEngine
-# checkpoint loads by name and shape.
+# The shapes a batch norm keeps its weight, bias and running statistics in: MegEngine's
+# (1, C, 1, 1) (its ``param_dim="dim_1c11"``, the default) or (C,), PyTorch's. Either way the
+# state dict holds them as (C,) and loads any array of C values (``Module.flat_state``), as
+# MegEngine's does, so MegEngine's and PyTorch's checkpoints load by name.
 PARAM_DIMS = ("dim_c", "dim_1c11")
 
 
@@ -44,10 +45,11 @@ class _BatchNorm(Module):
     and trains neither weight nor bias (they are held as non-trainable arrays)."""
 
     ndims: tuple[int, ...] = ()
+    flat_state = True
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.9,
                  affine: bool = True, track_running_stats: bool = True, freeze: bool = False,
-                 param_dim: str = "dim_c"):
+                 param_dim: str = "dim_1c11"):
         owner = type(self).__name__
         num_features = _size(owner, "num_features", num_features)
         self.eps, self.momentum = _eps(owner, eps), _fraction(owner, "momentum", momentum)
@@ -56,10 +58,12 @@ class _BatchNorm(Module):
         self.freeze = _flag(owner, "freeze", freeze)
         if param_dim not in PARAM_DIMS:
             raise GraphError(f"{owner}: param_dim must be one of {PARAM_DIMS}, got {param_dim!r}")
-        if self.freeze and not (self.affine and self.track_running_stats):
-            raise GraphError(f"{owner}: freeze=True needs affine=True and "
-                             "track_running_stats=True (it normalises with the running statistics)")
+        if self.freeze and not self.track_running_stats:
+            raise GraphError(f"{owner}: freeze=True needs track_running_stats=True (it "
+                             "normalises with the running statistics)")
         self.num_features, self.param_dim = num_features, param_dim
+        # MegEngine's rule: running statistics not made at construction cannot be asked for later
+        self._tracked_at_init = self.track_running_stats
         shape = (num_features,) if param_dim == "dim_c" else (1, num_features, 1, 1)
         self.weight = Parameter(np.ones(shape, np.float32), trainable=not self.freeze) \
             if affine else None
@@ -76,14 +80,20 @@ class _BatchNorm(Module):
                              f"{tuple(x.shape)}")
 
     def _per_channel(self, x, p):
-        """A weight, bias or statistic as a (C,) Var of x's graph (None stays None)."""
+        """A weight, bias or statistic as a Var of x's graph that batch_norm takes: as kept
+        when it is (C,) or (1, C, 1, ...) of x's rank, else (C,) (None stays None)."""
         if p is None:
             return None
         v = x.graph.bind(p)
-        return v if v.ndim == 1 else F.reshape(v, (self.num_features,))
+        broadcast = (1, self.num_features) + (1,) * (x.ndim - 2)
+        return v if v.ndim == 1 or v.shape == broadcast else F.reshape(v, (self.num_features,))
 
     def forward(self, x):
         self._check_input(x)
+        if self.track_running_stats and not self._tracked_at_init:
+            raise GraphError(f"{type(self).__name__}({self.num_features}): track_running_stats "
+                             "was False at construction, so there are no running statistics "
+                             "to track; make a new module with track_running_stats=True")
         weight, bias = self._per_channel(x, self.weight), self._per_channel(x, self.bias)
         batch_stats = not self.track_running_stats or (self.training and not self.freeze)
         if not batch_stats:
@@ -109,8 +119,7 @@ class _BatchNorm(Module):
 
     def extra_repr(self):
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, " \
-               f"affine={self.affine}, track_running_stats={self.track_running_stats}, " \
-               f"freeze={self.freeze}"
+               f"affine={self.affine}, track_running_stats={self.track_running_stats}"
 
 
 class BatchNorm1d(_BatchNorm):
@@ -124,6 +133,24 @@ class BatchNorm2d(_BatchNorm):
     ``nn.BatchNorm2d(64, freeze=True)``"""
 
     ndims = (4, 2)
+
+
+class SyncBatchNorm(_BatchNorm):
+    """MegEngine's batch norm whose statistics are reduced over the processes of a distributed
+    group. mgegraph trains in one process, where that reduction is the identity: it is
+    ``BatchNorm`` over a 2-, 3- or 4-d input (``group`` must be None).
+    ``nn.SyncBatchNorm(64)``"""
+
+    ndims = (2, 3, 4)
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.9,
+                 affine: bool = True, track_running_stats: bool = True, freeze: bool = False,
+                 group=None, param_dim: str = "dim_1c11"):
+        if group is not None:
+            raise GraphError(f"SyncBatchNorm: group={group!r}: mgegraph trains in one process, "
+                             "so there is no group to reduce the statistics over")
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, freeze,
+                         param_dim)
 
 
 class GroupNorm(Module):

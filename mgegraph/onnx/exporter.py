@@ -340,7 +340,9 @@ def _batch_norm(w, n, ins):
     x, weight, bias, mean, var = ins
     flat = []
     for name, v in zip((weight, bias, mean, var), n.inputs[1:]):
-        flat.append(name if v.ndim == 1 else w.add("Reshape", [name, w.ints([-1])])[0])
+        known = w.g.values.get(v.id)  # a param's (C,) copy beside it costs no Reshape node
+        flat.append(name if v.ndim == 1 else w.const(np.ravel(known), name) if known is not None
+                    else w.add("Reshape", [name, w.ints([-1])])[0])
     out = w.add("BatchNormalization", [x, *flat], epsilon=float(n.attr["eps"]))
     return out + [w.fresh("unused") for _ in n.outputs[1:]]
 

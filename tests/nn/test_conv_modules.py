@@ -64,12 +64,12 @@ def test_upsampling_decoder_learns_a_teacher():
     model, teacher = _decoder(), _decoder()
     x = RNG.standard_normal((8, 2, 5, 5)).astype(np.float32)
     target = teacher(mg.tensor(x)).numpy()
-    before = model.state_dict()["layers.0.weight"].copy()
+    before = model.state_dict()["0.weight"].copy()
     step = mg.compile_train_step(model, mg.nn.mse_loss,
                                  mg.optim.SGD(model.parameters(), lr=0.2), (x, target))
     losses = [float(step(x, target)) for _ in range(60)]
     assert losses[-1] < 0.7 * losses[0]
-    assert not np.array_equal(model.state_dict()["layers.0.weight"], before)
+    assert not np.array_equal(model.state_dict()["0.weight"], before)
 
 
 @pytest.mark.parametrize("call,match", [

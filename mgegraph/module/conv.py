@@ -1,0 +1,9 @@
+"""MegEngine's ``megengine.module.conv`` path: the convolutions."""
+from ..nn.conv import (  # noqa: F401
+    Conv1d,
+    Conv3d,
+    ConvTranspose2d,
+    ConvTranspose3d,
+    DeformableConv2d,
+)
+from ..nn.layers import Conv2d  # noqa: F401

@@ -1,0 +1,2 @@
+"""MegEngine's ``megengine.module.dropout`` path: dropout."""
+from ..nn.layers import Dropout  # noqa: F401

@@ -1,0 +1,2 @@
+"""MegEngine's ``megengine.module.module`` path: the base class."""
+from ..nn.module import Module  # noqa: F401
