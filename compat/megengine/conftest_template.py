@@ -6,7 +6,9 @@ internal option registry). It does three things and nothing else:
   CPU-only machine;
 - lets modules under MegEngine's internal namespaces (``megengine.core``, ``megengine.utils``,
   ``megengine.traced_module``, ...) be imported as placeholders whose every use raises
-  ``MegEngineInternal``, so a test file that imports one at its top still runs its other tests;
+  ``MegEngineInternal``, and answers a private name (``from megengine.module.module import
+  _access_structure``) of a module imported as ``megengine...`` with such a placeholder, so a
+  test file that imports one at its top still runs its other tests;
 - files every test's outcome, with ``internal`` for a test stopped by such a use, as one JSON line
   in the file named by ``MGE_COMPAT_RESULTS``.
 """
@@ -68,8 +70,53 @@ class _InternalFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
-import megengine  # noqa: F401  (installs the renaming finder, which must come first)
+def _answer_private_names(module):
+    """Private names the module lacks become placeholders (a module's own __getattr__, such as
+    mgegraph's lazy one, is asked first)."""
+    if isinstance(module, _InternalModule) or "_private_names_answered" in module.__dict__:
+        return
+    previous = module.__dict__.get("__getattr__")
 
+    def __getattr__(name):
+        if previous is not None:
+            try:
+                return previous(name)
+            except AttributeError:
+                pass
+        if name.startswith("_") and not name.startswith("__"):
+            return _InternalName(f"{module.__name__}.{name}")
+        raise AttributeError(f"module {module.__name__!r} has no attribute {name!r}")
+
+    module.__getattr__ = __getattr__
+    module._private_names_answered = True
+
+
+class _PrivateNamesFinder(importlib.abc.MetaPathFinder):
+    """Lets the renaming finder load ``megengine.x``, then answers x's private names."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if not fullname.startswith("megengine."):
+            return None
+        for finder in sys.meta_path:
+            spec = None if finder is self else finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                load = spec.loader.exec_module
+
+                def exec_module(module, load=load, name=fullname):
+                    load(module)
+                    _answer_private_names(sys.modules[name])
+
+                spec.loader = type("PrivateNamesLoader", (), {
+                    "create_module": staticmethod(spec.loader.create_module),
+                    "exec_module": staticmethod(exec_module)})()
+                return spec
+        return None
+
+
+import megengine  # installs the renaming finder, which must come before the two above
+
+_answer_private_names(megengine)
+sys.meta_path.insert(0, _PrivateNamesFinder())
 sys.meta_path.append(_InternalFinder())
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "helpers"))
 
