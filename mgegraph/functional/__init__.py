@@ -67,3 +67,14 @@ from ..ops import sorting as _sorting
 from ..ops.sorting import argsort, cumprod, cumsum, sort, topk  # noqa: F401
 
 __all__ += _sorting.__all__
+
+# MegEngine's submodule paths (F.tensor, F.math, F.elemwise, F.loss, F.einsum) and the functions
+# first defined there
+from . import elemwise, loss, math, tensor  # noqa: F401
+from .einsum import einsum
+from .elemwise import logaddexp, logical_and, logical_not, logical_or, logical_xor
+from .math import isinf, isnan, norm, std
+from .tensor import cond_take, copy, diag, eye, non_zero
+
+__all__ += ["cond_take", "copy", "diag", "einsum", "eye", "isinf", "isnan", "logaddexp",
+            "logical_and", "logical_not", "logical_or", "logical_xor", "non_zero", "norm", "std"]
