@@ -204,9 +204,19 @@ def test_compile_refuses_an_eager_tensor_naming_it():
 
 
 def test_an_unhashable_argument_is_named():
-    f = mg.jit.trace(lambda x, scales: x * scales[0])
-    with pytest.raises(mg.GraphError, match=r"'scales' \(a list\) is not"):
-        f(mg.tensor(np.ones(2, np.float32)), [2.0])
+    f = mg.jit.trace(lambda x, scales: x * scales["a"])
+    with pytest.raises(mg.GraphError, match=r"'scales' \(a dict\) is not"):
+        f(mg.tensor(np.ones(2, np.float32)), {"a": 2.0})
+
+
+def test_a_list_argument_selects_the_plan_by_its_items():
+    f = mg.jit.trace(lambda x, sections: F.split(x, sections)[0])
+    x = mg.tensor(np.arange(6, dtype=np.float32))
+    sections = [2]
+    assert f(x, sections).numpy().tolist() == [0.0, 1.0]
+    sections[0] = 4  # the same list, changed: another plan
+    assert f(x, sections).numpy().tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert f(x, [2]).numpy().tolist() == [0.0, 1.0] and len(f.plans) == 2
 
 
 def test_grad_of_an_eager_loss_says_to_use_a_grad_manager():
