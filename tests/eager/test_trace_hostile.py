@@ -1,6 +1,7 @@
 """trace as a hostile but realistic user calls it: nested traces, look-alike arguments,
 namedtuples, the recording call's bits, traced functions under a tape or a lazy block."""
 import collections
+import functools
 
 import numpy as np
 import pytest
@@ -217,6 +218,14 @@ def test_a_list_argument_selects_the_plan_by_its_items():
     sections[0] = 4  # the same list, changed: another plan
     assert f(x, sections).numpy().tolist() == [0.0, 1.0, 2.0, 3.0]
     assert f(x, [2]).numpy().tolist() == [0.0, 1.0] and len(f.plans) == 2
+
+
+def test_a_partial_traces_and_is_named_in_errors():
+    f = mg.jit.trace(functools.partial(F.normalize, axis=1))
+    x = np.array([[3.0, 4.0]], np.float32)
+    np.testing.assert_allclose(f(mg.tensor(x)).numpy(), [[0.6, 0.8]], rtol=1e-6)
+    with pytest.raises(mg.GraphError, match=r"trace: functools\.partial\(.*not been called"):
+        mg.jit.trace(functools.partial(F.normalize, axis=0)).plan  # noqa: B018
 
 
 def test_grad_of_an_eager_loss_says_to_use_a_grad_manager():
