@@ -73,8 +73,10 @@ __all__ += _sorting.__all__
 from . import elemwise, loss, math, tensor  # noqa: F401
 from .einsum import einsum
 from .elemwise import logaddexp, logical_and, logical_not, logical_or, logical_xor
-from .math import isinf, isnan, norm, std
+from .math import cross, isinf, isnan, logsumexp, norm, std
 from .tensor import cond_take, copy, diag, eye, non_zero
+from .vision import remap, warp_affine, warp_perspective
 
-__all__ += ["cond_take", "copy", "diag", "einsum", "eye", "isinf", "isnan", "logaddexp",
-            "logical_and", "logical_not", "logical_or", "logical_xor", "non_zero", "norm", "std"]
+__all__ += ["cond_take", "copy", "cross", "diag", "einsum", "eye", "isinf", "isnan", "logaddexp",
+            "logical_and", "logical_not", "logical_or", "logical_xor", "logsumexp", "non_zero",
+            "norm", "remap", "std", "warp_affine", "warp_perspective"]

@@ -16,13 +16,13 @@ from ..ops import elementwise as ew
 from ..ops.builder import graph_of
 from ..ops.elementwise import sign
 from ..ops.matmul import matmul
-from ..ops.movement_api import full
+from ..ops.movement_api import full, squeeze, stack, swapaxes
 from ..ops.reduce import argmax, argmin, max, mean, min, prod, sum, var
 from ..ops.sorting import argsort, sort, topk
 from .norms import normalize
 
-__all__ = ["argmax", "argmin", "argsort", "isinf", "isnan", "matmul", "max", "mean", "min",
-           "norm", "normalize", "prod", "sign", "sort", "std", "sum", "topk", "var"]
+__all__ = ["argmax", "argmin", "argsort", "cross", "isinf", "isnan", "matmul", "max", "mean",
+           "min", "norm", "normalize", "prod", "sign", "sort", "std", "sum", "topk", "var"]
 
 
 def std(inp, axis=None, keepdims=False):
@@ -66,3 +66,38 @@ def isinf(inp):
     if not is_float(x.dtype):
         return full(x.shape, False, np.bool_, graph=x.graph)
     return ew.equal(ew.abs(x), _math.inf)
+
+
+def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
+    """The cross product of 3-vectors along ``axisa`` of ``a`` and ``axisb`` of ``b`` (the
+    rest broadcasts), the result's vectors along ``axisc``; ``axis`` sets all three, as in
+    ``numpy.cross``. ``F.cross(u, v)``"""
+    g = graph_of(a, b)
+    x, y = g.lift(a), g.lift(b)
+    if axis is not None:
+        axisa = axisb = axisc = axis
+    x, y = swapaxes(x, axisa, -1), swapaxes(y, axisb, -1)
+    if x.shape[-1] != 3 or y.shape[-1] != 3:
+        raise OpError("cross", (x.type, y.type), f"needs vectors of 3 along axisa and axisb, got "
+                      f"{x.shape[-1]} and {y.shape[-1]}", user_location())
+    u = [x[..., i] for i in range(3)]
+    v = [y[..., i] for i in range(3)]
+    c = stack([u[1] * v[2] - u[2] * v[1], u[2] * v[0] - u[0] * v[2],
+               u[0] * v[1] - u[1] * v[0]], axis=-1)
+    return swapaxes(c, -1, axisc)
+
+
+def logsumexp(inp, axis, keepdims=False):
+    """log(sum(exp(inp))) over ``axis``, computed from the maximum so that large values do not
+    overflow (an all -inf slice gives -inf). ``F.nn.logsumexp(logits, axis=-1)``"""
+    x = graph_of(inp).lift(inp)
+    x = x if is_float(x.dtype) else ew.astype(x, np.float32)
+    top = max(x, axis, keepdims=True)
+    top = ew.where(isinf(top), 0.0, top)  # keeps inf and -inf out of x - top
+    out = ew.log(sum(ew.exp(x - top), axis, keepdims=True)) + top
+    return out if keepdims else _squeezed(out, x.ndim, axis)
+
+
+def _squeezed(out, ndim: int, axis):
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    return squeeze(out, tuple(a % ndim for a in axes))

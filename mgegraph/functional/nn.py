@@ -80,3 +80,11 @@ __all__ += ["deformable_conv2d"]
 from ..ops.sequence import embedding, indexing_one_hot, rms_norm, rotary_embedding, swiglu
 
 __all__ += ["embedding", "indexing_one_hot", "rms_norm", "rotary_embedding", "swiglu"]
+
+# MegEngine's F.nn names defined elsewhere: pad and one_hot (ops/movement_api.py), logsumexp
+# (functional/math.py), the warps (functional/vision.py)
+from ..ops.movement_api import one_hot, pad
+from .math import logsumexp
+from .vision import remap, warp_affine, warp_perspective
+
+__all__ += ["logsumexp", "one_hot", "pad", "remap", "warp_affine", "warp_perspective"]

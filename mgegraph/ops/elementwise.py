@@ -177,8 +177,12 @@ def _make_unary(name):
 
 
 def _make_binary(name):
+    float_only = set(TABLE.BY_NAME[name].dtypes) <= set(FLOAT_DTYPES)
+
     def fn(x, y):
         a, b = promote(*as_values(x, y))
+        if float_only and not is_float(a.dtype):  # atan2 of integers, as NumPy's
+            a, b = _floating(a), _floating(b)
         return apply_in(a.graph, name, (a, b), {})
 
     fn.__name__ = fn.__qualname__ = name

@@ -198,6 +198,38 @@ def test_sort_takes_megengine_positional_arguments(dim, descending):
     gradcheck(lambda v: F.sort(v, descending, dim)[0] ** 2, rand(3, 4, 2))
 
 
+@pytest.mark.parametrize("shapes, axes", [(((4, 3), (4, 3)), {}), (((3, 5), (2, 3, 5)), {
+    "axisa": 0, "axisb": 1}), (((2, 3, 4), (2, 3, 4)), {"axis": 1})])
+def test_cross_matches_numpy_and_torch(shapes, axes):
+    torch = pytest.importorskip("torch")
+    a, b = rand(*shapes[0]), rand(*shapes[1])
+    got = F.cross(mg.tensor(a), mg.tensor(b), **axes).numpy()
+    np.testing.assert_allclose(got, np.cross(a, b, **axes), rtol=1e-12)
+    if axes.get("axis") is not None:
+        want = torch.linalg.cross(torch.from_numpy(a), torch.from_numpy(b), dim=axes["axis"])
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-12)
+    gradcheck(lambda x, y: F.cross(x, y, **axes), a, b)
+    with pytest.raises(mg.OpError, match="cross.*vectors of 3.*got 4 and 4"):
+        F.cross(mg.tensor(rand(2, 4)), mg.tensor(rand(2, 4)))
+
+
+@pytest.mark.parametrize("axis, keepdims", [(1, False), ((0, 2), True), (-1, False)])
+def test_logsumexp_matches_torch(axis, keepdims):
+    torch = pytest.importorskip("torch")
+    x = rand(3, 4, 5) * 300  # exp would overflow without the maximum taken out
+    x[0, 0] = -np.inf
+    got = F.nn.logsumexp(mg.tensor(x), axis, keepdims).numpy()
+    want = torch.logsumexp(torch.from_numpy(x), dim=axis, keepdim=keepdims).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    gradcheck(lambda v: F.logsumexp(v, axis, keepdims), rand(3, 4, 5))
+
+
+def test_megengine_nn_names_defined_elsewhere():
+    assert F.nn.pad is F.pad and F.nn.one_hot is F.one_hot
+    assert F.nn.warp_affine is F.warp_affine is F.vision.warp_affine
+    assert F.nn.remap is F.remap and F.nn.warp_perspective is F.warp_perspective
+
+
 def test_isnan_isinf():
     x = np.array([1.0, np.nan, -np.inf, np.inf, 0.0], np.float32)
     np.testing.assert_array_equal(F.isnan(mg.tensor(x)).numpy(), np.isnan(x))
@@ -210,6 +242,20 @@ def test_elementwise_functions_take_python_numbers():
     assert isinstance(F.abs(-3.0), mg.Tensor) and F.abs(-3.0).item() == 3.0
     assert F.add(1, 2).item() == 3 and F.exp(0.0).item() == 1.0
     assert F.div(1, 2).item() == 0.5
+
+
+def test_float_binary_functions_of_integers_compute_in_floats():
+    got = F.atan2(mg.tensor(np.array([1, -2], np.int32)), mg.tensor(np.array([1, 1], np.int32)))
+    assert got.dtype == np.float32  # int32 computes in float32, as the unary functions do
+    np.testing.assert_allclose(got.numpy(), np.arctan2([1, -2], [1, 1]), rtol=1e-6)
+
+
+def test_elemwise_module_lists_megengines_one_and_two_argument_functions():
+    import inspect
+
+    for name in F.elemwise.__all__:
+        arity = len(inspect.signature(getattr(F.elemwise, name)).parameters)
+        assert arity in (1, 2) or name == "clip", name
 
 
 def test_logical_functions():
