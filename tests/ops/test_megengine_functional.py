@@ -342,3 +342,26 @@ def test_einsum_refuses_bad_equations():
         F.einsum("ij,jk", a, a)
     with pytest.raises(mg.OpError, match="einsum.*output 'iz'"):
         F.einsum("ij->iz", a)
+
+
+# -- F.vision ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("vertical, horizontal", [(True, True), (True, False), (False, True),
+                                                  (False, False)])
+def test_vision_flip_of_nhwc_images(vertical, horizontal):
+    x = rand(2, 3, 5, 2)
+    axes = tuple(a for a, on in ((1, vertical), (2, horizontal)) if on)
+    np.testing.assert_array_equal(F.vision.flip(mg.tensor(x), vertical, horizontal).numpy(),
+                                  np.flip(x, axes) if axes else x)
+    gradcheck(lambda v: F.vision.flip(v, vertical, horizontal) * v, x)
+
+
+@pytest.mark.parametrize("clockwise", [True, False])
+def test_vision_rot90_of_nhwc_images(clockwise):
+    torch = pytest.importorskip("torch")
+    x = rand(2, 3, 5, 2)
+    got = F.vision.rot90(mg.tensor(x), clockwise=clockwise).numpy()
+    np.testing.assert_array_equal(got, np.rot90(x, 3 if clockwise else 1, (1, 2)))
+    want = torch.rot90(torch.from_numpy(x), -1 if clockwise else 1, (1, 2)).numpy()
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(mg.OpError, match=r"rot90\(f64\[3,5\]\).*NHWC"):
+        F.vision.rot90(mg.tensor(rand(3, 5)))
