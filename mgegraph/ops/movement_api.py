@@ -154,6 +154,8 @@ def _listed(shape):
     of its sizes; anything else as it came."""
     if isinstance(shape, Var) and shape.ndim == 1:
         return tuple(shape)  # 0-d items, each read by operator.index where its size is needed
+    if isinstance(shape, Var) and shape.ndim == 0:
+        return (shape,)  # one size, as an int is
     return shape
 
 

@@ -137,6 +137,8 @@ def test_broadcast_to_keeps_sizes_at_none():
     assert F.broadcast_to(x, (1, None, 3)).shape == (1, 2, 3)
     assert F.broadcast_to(x, (4, None, 2, 3)).shape == (4, 1, 2, 3)
     assert F.broadcast_to(x, (mg.tensor(2), None, 2, 3)).shape == (2, 1, 2, 3)
+    one = mg.tensor(np.ones(1, np.float32))
+    assert F.broadcast_to(one, F.sum(mg.tensor([1, 1, 1, 1]))).shape == (4,)  # a 0-d size
     with pytest.raises(mg.OpError, match="None at position 0"):
         F.broadcast_to(x, (None, 1, 2, 3))
     with pytest.raises(mg.OpError, match="cannot broadcast"):
