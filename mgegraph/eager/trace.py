@@ -335,7 +335,7 @@ class Traced:
         """The Plan of the latest call (``memory_report()``, ``passes_report()``, ``to_dot``...);
         with ``symbolic_shape``, its SymbolicPlan (``.latest``: the plan that call ran)."""
         if self._latest is None:
-            raise TraceError(f"trace: {self.function.__qualname__} has not been called yet, so "
+            raise TraceError(f"trace: {_function_name(self.function)} has not been called yet, so "
                              "it has no plan")
         return self._latest.plan
 
@@ -394,7 +394,7 @@ class Traced:
         """With ``trace(profiling=True)``: the latest call's plan run as a Chrome trace
         (``mg.profile``'s), under MegEngine's key ``"profiler"``."""
         if self._profile is None:
-            raise TraceError(f"trace: {self.function.__qualname__} was not traced with "
+            raise TraceError(f"trace: {_function_name(self.function)} was not traced with "
                              "profiling=True, or has not run its plan yet")
         return {"profiler": self._profile.chrome_trace()}
 
@@ -402,7 +402,7 @@ class Traced:
         try:
             recorded = self.plans.get(key, ())
         except TypeError:
-            raise TraceError(f"trace: {self.function.__qualname__}'s arguments that are not "
+            raise TraceError(f"trace: {_function_name(self.function)}'s arguments that are not "
                              "tensors select the plan, so they must be hashable: "
                              f"{_unhashable(key)} is not (a tuple instead of a list, a "
                              "frozenset instead of a set)") from None
@@ -424,7 +424,7 @@ class Traced:
             if isinstance(value, Tensor):
                 tracer.input(name, value)
         try:
-            who = f"trace(symbolic_shape=...): {self.function.__qualname__}"
+            who = f"trace(symbolic_shape=...): {_function_name(self.function)}"
             with recording(tracer), _no_state_lands(), tracer.named_shapes(), \
                     needing_numbers(who, bindings, axes):
                 result = self.function(*bound.args, **bound.kwargs)
@@ -474,15 +474,22 @@ def _plan_key(arguments: dict, axes: dict) -> tuple:
     return tuple(key)
 
 
+def _function_name(function) -> str:
+    """How errors name the traced function; a ``functools.partial`` has no ``__qualname__``."""
+    return getattr(function, "__qualname__", None) or repr(function)
+
+
 def _key(value):
     """A non-tensor argument's part of the plan key: its type and value, a float's sign and
     NaN included (Python says ``True == 1 == 1.0`` and ``-0.0 == 0.0``, and ``nan != nan``,
-    but each is a different constant of the plan)."""
+    but each is a different constant of the plan). A list keys by the items it holds at the
+    call (``F.split(x, [2, 3])`` inside the function), so changing it later selects another
+    plan."""
     if isinstance(value, (float, np.floating)):
         return type(value), float(value).hex()
     if isinstance(value, complex):
         return complex, value.real.hex(), value.imag.hex()
-    if isinstance(value, tuple):
+    if isinstance(value, (tuple, list)):  # a list keys by its items, as a tuple does
         return type(value), tuple(_key(v) for v in value)
     return type(value), value
 

@@ -71,3 +71,16 @@ __all__ += _sorting.__all__
 from ..ops.attention_api import multi_head_attention, scaled_dot_product_attention
 
 __all__ += ["multi_head_attention", "scaled_dot_product_attention"]
+
+# MegEngine's submodule paths (F.tensor, F.math, F.elemwise, F.loss, F.einsum) and the functions
+# first defined there
+from . import elemwise, loss, math, tensor  # noqa: F401
+from .einsum import einsum
+from .elemwise import logaddexp, logical_and, logical_not, logical_or, logical_xor
+from .math import cross, isinf, isnan, logsumexp, norm, std
+from .tensor import cond_take, copy, diag, eye, non_zero
+from .vision import remap, warp_affine, warp_perspective
+
+__all__ += ["cond_take", "copy", "cross", "diag", "einsum", "eye", "isinf", "isnan", "logaddexp",
+            "logical_and", "logical_not", "logical_or", "logical_xor", "logsumexp", "non_zero",
+            "norm", "remap", "std", "warp_affine", "warp_perspective"]

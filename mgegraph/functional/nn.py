@@ -38,12 +38,16 @@ from ..ops.nn import *
 from ..ops.nn import __all__ as _nn_all
 from ..ops.pooling import *
 from ..ops.pooling import __all__ as _pooling_all
-from .losses import binary_cross_entropy_with_logits, l1_loss, mse_loss, nll_loss  # noqa: F401
+from .losses import (  # noqa: F401
+                         binary_cross_entropy,
+                         binary_cross_entropy_with_logits,
+                         hinge_loss,
+                         l1_loss,
+                         mse_loss,
+                         nll_loss,
+                         square_loss,
+)
 from .vision import interpolate, pixel_shuffle, pixel_unshuffle  # noqa: F401
-
-# MegEngine's names for two losses
-square_loss = mse_loss
-binary_cross_entropy = binary_cross_entropy_with_logits
 
 __all__ = [name for name in sorted(set(_conv_all) | set(_conv_api_all) | set(_nn_all)
                                    | set(_pooling_all) | {
@@ -52,7 +56,7 @@ __all__ = [name for name in sorted(set(_conv_all) | set(_conv_api_all) | set(_nn
     "sigmoid", "silu", "softplus", "tanh", "linear"} | {
     "celu", "elu", "hardshrink", "hardsigmoid", "hardtanh", "logsigmoid", "mish", "prelu",
     "selu", "softshrink", "softsign", "thresholded_relu"} | {
-    "interpolate", "pixel_shuffle", "pixel_unshuffle"})]
+    "interpolate", "pixel_shuffle", "pixel_unshuffle"} | {"hinge_loss"})]
 
 
 # normalisations (functional/norms.py)
@@ -81,3 +85,10 @@ __all__ += ["embedding", "indexing_one_hot", "rms_norm", "rotary_embedding", "sw
 from ..ops.attention_api import multi_head_attention, scaled_dot_product_attention
 
 __all__ += ["multi_head_attention", "scaled_dot_product_attention"]
+# MegEngine's F.nn names defined elsewhere: pad and one_hot (ops/movement_api.py), logsumexp
+# (functional/math.py), the warps (functional/vision.py)
+from ..ops.movement_api import one_hot, pad
+from .math import logsumexp
+from .vision import remap, warp_affine, warp_perspective
+
+__all__ += ["logsumexp", "one_hot", "pad", "remap", "warp_affine", "warp_perspective"]

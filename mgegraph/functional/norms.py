@@ -131,11 +131,13 @@ def _lp_norm(op: str, x, ord, axis):
 
 def normalize(inp, ord=None, axis=None, eps=1e-12):
     """``inp`` divided by its Lp norm over ``axis`` (None: the whole tensor), the norm clipped
-    below at ``eps``; ``ord`` None means 2 (MegEngine's ``F.normalize``).
+    below at ``eps``; ``ord`` None means 2; integer inputs give float32 (MegEngine's
+    ``F.normalize``).
 
     >>> unit = F.normalize(x, ord=2, axis=-1)
     """
-    x = _float_input("normalize", inp, 0)
+    x = high_precision(graph_of(inp).lift(inp))
+    x = x if is_float(x.dtype) else ew.astype(x, np.float32)  # MegEngine: integers give float32
     norm = _lp_norm("normalize", x, 2 if ord is None else ord, axis)
     return x / ew.clip(norm, lower=eps)
 

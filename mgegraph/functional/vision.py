@@ -21,11 +21,13 @@ from ..ops.conv import weight_dims
 from ..ops.elementwise import floor_div
 from ..ops.matmul import matmul
 from ..ops.movement_api import concat, reshape, take, transpose
+from ..ops.movement_api import flip as movement_flip
 from ..ops.registry import named
 
 __all__ = ["cvt_color", "grid_sample", "interpolate", "nms", "pixel_shuffle", "pixel_unshuffle",
            "remap", "roi_align", "roi_pooling", "warp_affine", "warp_perspective"]
 __all__ += ["normalize"]
+__all__ += ["flip", "rot90"]
 
 
 def _fail(op: str, inp, reason: str):
@@ -491,3 +493,28 @@ def correlation(data1, data2, kernel_size=1, max_displacement=1, stride1=1, stri
 
 
 __all__ += ["correlation", "deformable_conv2d"]
+
+
+# -- MegEngine's image flips and quarter turns of NHWC batches (movement ops) -------------------
+def _nhwc(op: str, inp):
+    x = graph_of(inp).lift(inp)
+    if x.ndim != 4:
+        _fail(op, x, f"needs an NHWC batch of images (4 dims), got {x.ndim}")
+    return x
+
+
+def flip(inp, vertical=True, horizontal=True):
+    """MegEngine's F.vision.flip of NHWC images: upside down (``vertical``) and/or mirrored
+    (``horizontal``). ``F.vision.flip(images, vertical=False)``"""
+    x = _nhwc("flip", inp)
+    axes = [a for a, on in ((1, vertical), (2, horizontal)) if on]
+    return movement_flip(x, axes) if axes else x
+
+
+def rot90(inp, clockwise=True):
+    """MegEngine's F.vision.rot90: NHWC images turned a quarter, clockwise by default (an
+    (N, H, W, C) batch becomes (N, W, H, C)). ``F.vision.rot90(images, clockwise=False)``"""
+    x = _nhwc("rot90", inp)
+    if clockwise:
+        return movement_flip(transpose(x, (0, 2, 1, 3)), 2)
+    return transpose(movement_flip(x, 2), (0, 2, 1, 3))

@@ -389,6 +389,11 @@ def _as_array(value, dtype=None) -> np.ndarray:
     return array if array.flags.c_contiguous else array.copy(order="C")
 
 
+def value_dtype(value) -> np.dtype:
+    """The dtype a tensor made of ``value`` gets (its rule is ``_as_array``'s), so a function
+    that fills with a Python value picks the dtype ``mg.tensor(value)`` would have."""
+    return _as_array(value).dtype
+
 def _check_plain_attrs(op: str, in_types, attrs: dict, location: str) -> None:
     """Attributes are plain immutable values (numbers, strings, tuples of them): a node is
     immutable, passes compare and hash them (cse), and a list or array a caller keeps could

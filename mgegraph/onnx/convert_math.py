@@ -267,3 +267,23 @@ CONVERTERS.update({
     # ONNX's Round takes halves to even; F.round (MegEngine's) takes them away from zero
     "Round": _unary(F.round_half_even), "Hardmax": _hardmax,
 })
+
+
+# -- compositions first written for MegEngine's F: Einsum, IsNaN, IsInf --------------------------
+def _einsum(cx, ins, at):
+    equation = at["equation"]
+    equation = equation.decode() if isinstance(equation, bytes) else equation
+    return [F.einsum(equation, *(cx.var(x) for x in ins))]
+
+
+def _isinf(cx, ins, at):
+    x = cx.var(ins[0])
+    positive, negative = at.get("detect_positive", 1), at.get("detect_negative", 1)
+    if positive and negative:
+        return [F.isinf(x)]
+    if not is_float(x.dtype) or not (positive or negative):
+        return [F.full(x.shape, False, np.bool_, graph=x.graph)]
+    return [F.equal(x, float("inf") if positive else float("-inf"))]
+
+
+CONVERTERS.update({"Einsum": _einsum, "IsNaN": _unary(F.isnan), "IsInf": _isinf})

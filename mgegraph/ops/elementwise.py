@@ -12,7 +12,7 @@ import sys
 import numpy as np
 
 from ..ir.errors import GraphError, OpError, user_location
-from ..ir.graph import Var
+from ..ir.graph import Var, eager_graph
 from ..ir.types import TensorType, as_dtype, broadcast_shapes, is_float
 from . import elementwise_table as TABLE
 from .builder import apply, apply_in, cast_to, graph_of, promote
@@ -153,10 +153,19 @@ def _floating(x):
     return cast_to(x, np.float64 if x.dtype == np.dtype(np.int64) else np.float32)
 
 
+def as_values(*values) -> tuple:
+    """The arguments of a public elementwise function; where none is a tensor (``F.abs(-3.0)``,
+    ``F.add(1, 2)``) the first becomes an eager Tensor, so the result is one (MegEngine's rule)."""
+    if any(isinstance(v, Var) for v in values):
+        return values
+    return (eager_graph().lift(values[0]),) + values[1:]
+
+
 def _make_unary(name):
     float_only = set(TABLE.BY_NAME[name].dtypes) <= set(FLOAT_DTYPES)
 
     def fn(inp):
+        (inp,) = as_values(inp)
         x = inp if getattr(inp, "plain", False) else graph_of(inp).lift(inp)
         if float_only and not is_float(x.type.dtype):
             x = _floating(x)
@@ -168,8 +177,12 @@ def _make_unary(name):
 
 
 def _make_binary(name):
+    float_only = set(TABLE.BY_NAME[name].dtypes) <= set(FLOAT_DTYPES)
+
     def fn(x, y):
-        a, b = promote(x, y)
+        a, b = promote(*as_values(x, y))
+        if float_only and not is_float(a.dtype):  # atan2 of integers, as NumPy's
+            a, b = _floating(a), _floating(b)
         return apply_in(a.graph, name, (a, b), {})
 
     fn.__name__ = fn.__qualname__ = name
@@ -190,7 +203,7 @@ def relu_backward(y, g):
 
 def div(x, y):
     """True division: integer inputs are computed in floating point, as NumPy does."""
-    a, b = promote(x, y)
+    a, b = promote(*as_values(x, y))
     if not is_float(a.dtype):
         a, b = cast_to(a, np.float64), cast_to(b, np.float64)
     return apply("div", (a, b))

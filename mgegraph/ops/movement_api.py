@@ -16,7 +16,7 @@ import numpy as np
 
 from ..ir.dims import Dim
 from ..ir.errors import GraphError, OpError, user_location
-from ..ir.graph import Var
+from ..ir.graph import Var, value_dtype
 from ..ir.types import as_dim, as_dtype
 from .builder import apply, apply_multi, graph_of, promote
 from .movement import axis_index, full_node, named_range, no_input_node, reshaped
@@ -25,7 +25,7 @@ from .registry import named
 __all__ = ["reshape", "flatten", "expand_dims", "squeeze", "transpose", "broadcast_to", "concat",
            "stack", "split", "pad", "subscript", "gather", "take", "one_hot", "flip", "tile",
            "repeat", "roll", "full", "zeros", "ones", "full_like", "zeros_like", "ones_like",
-           "arange", "linspace"]
+           "arange", "linspace", "swapaxes"]
 
 
 def _fail(op: str, inputs, reason: str):
@@ -34,7 +34,10 @@ def _fail(op: str, inputs, reason: str):
 
 
 def _int_tuple(op: str, inp, values) -> tuple[int, ...]:
-    values = (values,) if isinstance(values, (numbers.Integral, np.integer)) else values
+    # an eager 0-d Tensor stands for its value (MegEngine's tests pass every argument as one)
+    single = isinstance(values, (numbers.Integral, np.integer)) or \
+        (isinstance(values, Var) and values.ndim == 0)
+    values = (values,) if single else values
     try:
         ints = tuple(operator.index(v) for v in values)
     except TypeError:
@@ -130,17 +133,53 @@ def transpose(inp, pattern):
     return apply("transpose", (inp,), pattern=pattern)
 
 
+def swapaxes(inp, axis1, axis2):
+    """``inp`` with two axes exchanged (a transpose). ``F.swapaxes(x, 0, -1)``"""
+    a, b = (_axes("swapaxes", inp, axis, inp.ndim)[0] for axis in (axis1, axis2))
+    pattern = list(range(inp.ndim))
+    pattern[a], pattern[b] = b, a
+    return transpose(inp, pattern)
+
+
 def broadcast_to(inp, shape):
-    """Broadcast to ``shape`` by NumPy's rules (copies; size-1 axes are read with stride 0)."""
-    shape = _shape_tuple("broadcast_to", inp, shape)
+    """Broadcast to ``shape`` by NumPy's rules (copies; size-1 axes are read with stride 0); a
+    ``None`` keeps the size of the input's axis it lines up with (MegEngine's rule), and a size
+    may be an eager 0-d Tensor. ``F.broadcast_to(x, (4, None, 3))``"""
+    shape = _shape_tuple("broadcast_to", inp, _kept_sizes(inp, _listed(shape)))
     return inp if inp.shape == shape else apply("broadcast_to", (inp,), shape=shape)
 
 
-def concat(inps, axis=0):
-    """Join along an existing axis; dtypes are promoted as NumPy does.
+def _listed(shape):
+    """A shape given as a 1-d Tensor (``F.ones(x.shape)`` where shapes are tensors) as a tuple
+    of its sizes; anything else as it came."""
+    if isinstance(shape, Var) and shape.ndim == 1:
+        return tuple(shape)  # 0-d items, each read by operator.index where its size is needed
+    if isinstance(shape, Var) and shape.ndim == 0:
+        return (shape,)  # one size, as an int is
+    return shape
+
+
+def _kept_sizes(inp, shape):
+    """``None`` in a target shape replaced by the size of the input's axis it lines up with,
+    counting from the right; a ``None`` with no axis there is refused."""
+    if shape is None or isinstance(shape, (numbers.Integral, np.integer, str, Dim, Var)):
+        return shape
+    shape = tuple(shape)
+    lead = len(shape) - inp.ndim
+    for i, size in enumerate(shape):
+        if size is None and i < lead:
+            _fail("broadcast_to", [inp], f"None at position {i} of {shape} keeps an input "
+                  f"size, but the input's {inp.ndim} axes line up with the last {inp.ndim}")
+    return tuple(inp.shape[i - lead] if size is None else size for i, size in enumerate(shape))
+
+
+def concat(inps, axis=0, device=None):
+    """Join along an existing axis; dtypes are promoted as NumPy does. ``device`` is
+    MegEngine's, and eager values live in host memory (``check_host_device``).
 
     >>> F.concat([a, b], axis=1)
     """
+    check_host_device("concat", device)
     inps = list(inps)
     if not inps:
         raise ValueError("concat needs at least one input")
@@ -148,8 +187,9 @@ def concat(inps, axis=0):
     return inps[0] if len(inps) == 1 else apply("concat", inps, axis=axis)
 
 
-def stack(inps, axis=0):
+def stack(inps, axis=0, device=None):
     """Join equally shaped inputs along a new axis. ``F.stack([a, b], axis=-1)``"""
+    check_host_device("stack", device)
     inps = promote(*inps)
     if len({v.shape for v in inps}) != 1 and not all(
             _agree(v.shape, inps[0].shape) for v in inps[1:]):
@@ -179,18 +219,20 @@ def _split_ranges(inp, sections, n: int):
     if named(n):  # as slicing does: the points must lie inside the axis (the rule records it)
         points = (0, *(p if p >= 0 else n + p for p in _int_tuple("split", inp, sections)), n)
         return tuple(itertools.pairwise(points))
-    points = (0, *_int_tuple("split", inp, sections), n)
-    ranges = []
-    for a, b in zip(points, points[1:]):  # numpy.split: part i is x[points[i]:points[i + 1]]
-        r = range(*slice(a, b).indices(n))
-        ranges.append((r.start, r.start + len(r)))
-    return tuple(ranges)
+    # MegEngine's rule: part i is x[points[i]:points[i + 1]], the points in order inside the
+    # axis (a negative one counts from the end, as an index does)
+    points = (0, *(p + n if p < 0 else p for p in _int_tuple("split", inp, sections)), n)
+    if any(b < a for a, b in itertools.pairwise(points)):
+        _fail("split", [inp], f"split points {list(sections)} must be in order and inside the "
+              f"axis of size {n}")
+    return tuple(itertools.pairwise(points))
 
 
 def split(inp, nsplits_or_sections, axis=0):
     """Split into a list of parts: an int is a number of parts, equal where they divide the
     axis and else one larger for the first ``size % n`` (MegEngine's rule), a list holds split
-    indices as in ``numpy.split``. ``a, b = F.split(x, [2], axis=1)``"""
+    indices as in ``numpy.split``, in order and inside the axis (MegEngine's rule).
+    ``a, b = F.split(x, [2], axis=1)``"""
     (axis,) = _axes("split", inp, axis, inp.ndim)
     ranges = _split_ranges(inp, nsplits_or_sections, inp.shape[axis])
     return list(apply_multi("split", (inp,), axis=axis, ranges=ranges))
@@ -376,22 +418,52 @@ def roll(inp, shift, axis=None):
 
 
 # -- fills -----------------------------------------------------------------------------------
-def full(shape, value, dtype="float32", *, graph=None):
+def check_host_device(op: str, device) -> None:
+    """MegEngine's ``device=``: eager values live in host memory, so it may name the CPU
+    ("cpu0", "cpux", "xpux", or an object that prints so) or be None; a GPU runs compiled
+    plans (``mg.compile(device="cuda")``)."""
+    if device is None or str(device).lower().startswith(("cpu", "xpu")):
+        return
+    raise GraphError(f"{op}(device={device!r}): eager values live in host memory (device "
+                     f"'cpu0', 'cpux' or 'xpux'); compile a plan with mg.compile(..., "
+                     f"device='cuda') to run on a GPU (at {user_location()})")
+
+
+def shape_sizes(shape):
+    """A fill's shape: an int, a sequence (of ints, names, 0-d Tensors) or a 1-d Tensor."""
+    shape = _listed(shape)
+    if isinstance(shape, (numbers.Integral, np.integer, str, Dim)):
+        return (shape,)
+    return tuple(d if isinstance(d, (str, Dim)) else _size(d) for d in shape)
+
+
+def _size(d):
+    try:
+        return operator.index(d)  # an eager 0-d Tensor gives its value here
+    except TypeError:
+        return d  # fill's rule names what it refuses
+
+
+def full(shape, value, dtype=None, *, graph=None, device=None):
     """A tensor of ``shape`` filled with ``value``, made by a fill kernel (no constant stored),
     in ``graph``; without one, an eager Tensor (as are ``zeros``, ``ones``, ``arange`` and
-    ``linspace`` without ``graph=``).
+    ``linspace`` without ``graph=``). Without ``dtype``, the one a tensor made of ``value``
+    gets (MegEngine's rule: ``True`` makes bool, ``4`` an integer).
 
     >>> F.full((2, 3), 7, "int32", graph=g)
     """
-    return full_node(shape, value, dtype, graph)
+    check_host_device("full", device)
+    if dtype is None:
+        dtype = value_dtype(value)
+    return full_node(shape_sizes(shape), value, dtype, graph)
 
 
-def zeros(shape, dtype="float32", *, graph=None):
-    return full(shape, 0, dtype, graph=graph)
+def zeros(shape, dtype="float32", *, graph=None, device=None):
+    return full(shape, 0, dtype, graph=graph, device=device)
 
 
-def ones(shape, dtype="float32", *, graph=None):
-    return full(shape, 1, dtype, graph=graph)
+def ones(shape, dtype="float32", *, graph=None, device=None):
+    return full(shape, 1, dtype, graph=graph, device=device)
 
 
 def full_like(inp, value):
@@ -407,11 +479,12 @@ def ones_like(inp):
     return full_like(inp, 1)
 
 
-def arange(start=0, stop=None, step=1, dtype="float32", *, graph=None):
+def arange(start=0, stop=None, step=1, dtype="float32", *, graph=None, device=None):
     """Values ``start, start + step, ...`` below ``stop`` (``arange(n)`` counts from 0).
 
     >>> F.arange(5, graph=g)
     """
+    check_host_device("arange", device)
     if stop is None:
         start, stop = 0, start
     start, stop, step = (v.item() if isinstance(v, np.generic) else v for v in (start, stop, step))
@@ -419,8 +492,9 @@ def arange(start=0, stop=None, step=1, dtype="float32", *, graph=None):
                          dtype=str(as_dtype(dtype)))
 
 
-def linspace(start, stop, num, dtype="float32", *, graph=None):
+def linspace(start, stop, num, dtype="float32", *, graph=None, device=None):
     """``num`` evenly spaced values from ``start`` to ``stop``, both included."""
+    check_host_device("linspace", device)
     num = num if isinstance(num, Dim) else operator.index(num)  # a Dim: a named count
     return no_input_node(graph, "linspace", start=start, stop=stop, num=num,
                          dtype=str(as_dtype(dtype)))

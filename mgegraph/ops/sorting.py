@@ -26,7 +26,7 @@ import numpy as np
 from ..ir.graph import Var
 from ..ir.types import TensorType
 from .builder import apply, apply_multi
-from .movement_api import squeeze
+from .movement_api import squeeze, swapaxes
 from .registry import (
     NUMERIC_DTYPES,
     REQUIRED,
@@ -153,11 +153,14 @@ def _number(value):
     return int(value) if isinstance(value, np.integer) else value
 
 
-def sort(inp: Var, descending: bool = False) -> tuple[Var, Var]:
-    """The last axis sorted, and the int32 indices that sort it (stable; NaN largest).
-    ``values, indices = F.sort(x, descending=True)``"""
-    values, indices = apply_multi("sort", (inp,), descending=bool(descending))
-    return values, indices
+def sort(inp: Var, descending: bool = False, dim: int = -1) -> tuple[Var, Var]:
+    """Axis ``dim`` (MegEngine's name; the last by default) sorted, and the int32 indices along
+    it that sort it (stable; NaN largest). ``values, indices = F.sort(x, True, 0)``"""
+    if inp.ndim == 0:
+        return apply_multi("sort", (inp,), descending=bool(descending))  # the rule refuses it
+    moved = swapaxes(inp, dim, -1)
+    values, indices = apply_multi("sort", (moved,), descending=bool(descending))
+    return swapaxes(values, dim, -1), swapaxes(indices, dim, -1)
 
 
 def argsort(inp: Var, descending: bool = False) -> Var:

@@ -266,15 +266,35 @@ CALLS |= {  # attention (ops/attention_api.py): v (2, 3, 6, 6) as (batch, heads,
         0.0, 0.0, v.graph.const(np.resize(W, (1, 168)) * 0.1), qbias=True,
         kbias=True, vbias=True, obias=True)[0],
 }
+CALLS |= {  # MegEngine's F.tensor, F.math, F.elemwise and F.einsum (functional/)
+    "copy": F.copy, "diag": lambda v: F.diag(v[0, 0], k=1), "swapaxes": lambda v: F.swapaxes(v, 1, 3),
+    "std": lambda v: F.std(v, axis=(1, 2)), "norm": lambda v: F.norm(v, ord=3, axis=2),
+    "isnan": lambda v: F.isnan(F.log(v)), "isinf": lambda v: F.isinf(1.0 / F.floor(v)),
+    "logaddexp": lambda v: F.logaddexp(v, v[:, :1] * 2.0),
+    "logical_and": lambda v: F.logical_and(v > 0, v < 0.5), "logical_or": lambda v: F.logical_or(
+        v > 1, v < -1), "logical_xor": lambda v: F.logical_xor(v > 0, v[:1] > 0),
+    "logical_not": lambda v: F.logical_not(v > 0),
+    "einsum": lambda v: F.einsum("bcij,bcjk->bik", v, v),
+    "cross": lambda v: F.cross(v[:, :, 0], v[:, :, 1], axisa=1, axisb=1),
+    "logsumexp": lambda v: F.logsumexp(v * 30.0, axis=(1, 3)),
+    "remap": lambda v: F.remap(v, F.concat([v[:, :1], v[:, 1:2]], axis=1).transpose(
+        0, 2, 3, 1) * 3.0 + 2.0),
+    "warp_affine": lambda v: F.warp_affine(v, v.graph.const(AFFINE), (5, 4), format="NCHW"),
+    "warp_perspective": lambda v: F.warp_perspective(v, v.graph.const(PERSPECTIVE), (5, 4)),
+}
+AFFINE = np.array([[[0.9, 0.1, 0.5], [-0.1, 1.1, 0.2]]] * 2, np.float32)
+PERSPECTIVE = np.array([[[1.0, 0.1, 0.3], [0.0, 0.9, 0.1], [0.01, 0.0, 1.0]]] * 2, np.float32)
+# their output's length depends on values: eager only (tests/ops/test_megengine_functional.py)
+EAGER_ONLY = {"cond_take", "non_zero"}
 # sources without an input: run eagerly without graph=, compared with the graph's below
 SOURCES = {"arange": lambda g: F.arange(2, 9, 3, graph=g), "full": lambda g: F.full((2,), 7, graph=g),
            "linspace": lambda g: F.linspace(0, 1, 5, graph=g), "ones": lambda g: F.ones((3,), graph=g),
-           "zeros": lambda g: F.zeros((2, 2), "int32", graph=g)}
+           "zeros": lambda g: F.zeros((2, 2), "int32", graph=g), "eye": lambda g: F.eye(3, 4, graph=g)}
 
 
 def test_every_functional_function_is_covered_here():
     table = {op.name for op in OPS if op.public}
-    assert set(F.__all__) - table == set(CALLS) | set(SOURCES)
+    assert set(F.__all__) - table == set(CALLS) | set(SOURCES) | EAGER_ONLY
 
 
 @pytest.mark.parametrize("name", sorted(CALLS))
@@ -300,7 +320,8 @@ def test_a_tensor_works_in_a_fresh_interpreter_that_imported_only_mgegraph():
 
     code = ("import mgegraph as mg; t = mg.tensor([1.0, 2.0]); "
             "print((t + 1.0).numpy().tolist(), (2.0 * t).numpy().tolist(), t.graph.eager)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[2.0, 3.0] [2.0, 4.0] True"
 

@@ -1,6 +1,7 @@
 """trace as a hostile but realistic user calls it: nested traces, look-alike arguments,
 namedtuples, the recording call's bits, traced functions under a tape or a lazy block."""
 import collections
+import functools
 
 import numpy as np
 import pytest
@@ -204,9 +205,27 @@ def test_compile_refuses_an_eager_tensor_naming_it():
 
 
 def test_an_unhashable_argument_is_named():
-    f = mg.jit.trace(lambda x, scales: x * scales[0])
-    with pytest.raises(mg.GraphError, match=r"'scales' \(a list\) is not"):
-        f(mg.tensor(np.ones(2, np.float32)), [2.0])
+    f = mg.jit.trace(lambda x, scales: x * scales["a"])
+    with pytest.raises(mg.GraphError, match=r"'scales' \(a dict\) is not"):
+        f(mg.tensor(np.ones(2, np.float32)), {"a": 2.0})
+
+
+def test_a_list_argument_selects_the_plan_by_its_items():
+    f = mg.jit.trace(lambda x, sections: F.split(x, sections)[0])
+    x = mg.tensor(np.arange(6, dtype=np.float32))
+    sections = [2]
+    assert f(x, sections).numpy().tolist() == [0.0, 1.0]
+    sections[0] = 4  # the same list, changed: another plan
+    assert f(x, sections).numpy().tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert f(x, [2]).numpy().tolist() == [0.0, 1.0] and len(f.plans) == 2
+
+
+def test_a_partial_traces_and_is_named_in_errors():
+    f = mg.jit.trace(functools.partial(F.normalize, axis=1))
+    x = np.array([[3.0, 4.0]], np.float32)
+    np.testing.assert_allclose(f(mg.tensor(x)).numpy(), [[0.6, 0.8]], rtol=1e-6)
+    with pytest.raises(mg.GraphError, match=r"trace: functools\.partial\(.*not been called"):
+        mg.jit.trace(functools.partial(F.normalize, axis=0)).plan  # noqa: B018
 
 
 def test_grad_of_an_eager_loss_says_to_use_a_grad_manager():
