@@ -62,3 +62,7 @@ KERNEL_MODULES += (sorting,)
 from . import rms_norm
 
 KERNEL_MODULES += (rms_norm,)
+# random draws: uniform, gamma, poisson (rng.pyx)
+from . import rng
+
+KERNEL_MODULES += (rng,)

@@ -6,3 +6,5 @@ from .registry import OpDef, all_ops, get_op, register  # noqa: F401
 # isort: split
 # the embedding lookup with padding_idx (the rest of ops/sequence.py is compositions)
 from . import sequence  # noqa: F401
+# random draws: uniform, gamma, poisson (kernels _kernels/rng.pyx, csrc_cuda/rng.cu)
+from . import random as _random  # noqa: F401,E402

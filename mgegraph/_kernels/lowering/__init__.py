@@ -20,6 +20,10 @@ FAMILIES += (sorting,)
 from . import rms_norm
 
 FAMILIES += (rms_norm,)
+# random draws: uniform, gamma, poisson (lowering/random.py)
+from . import random
+
+FAMILIES += (random,)
 
 
 def implement_all(table) -> None:
