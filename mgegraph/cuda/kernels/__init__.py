@@ -33,3 +33,7 @@ FAMILIES += [
     "sorting",       # csrc_cuda/sorting.cu: sort, topk, cumsum, cumprod (+ cumprod's gradient)
     "rms_norm",      # csrc_cuda/rms_norm.cu: rms_norm (its gradient is made of other ops)
 ]
+# the counter-based random draws (ops/random.py)
+FAMILIES += [
+    "random",        # csrc_cuda/rng.cu: rng_uniform, rng_gamma, rng_poisson (rng_sample.h)
+]
