@@ -2,10 +2,11 @@
 from .adagrad import Adadelta, Adagrad
 from .adam import Adam, AdamW
 from .clip_grad import clip_grad_norm, clip_grad_value
+from .lamb import LAMB
 from .lr_scheduler import CosineAnnealingLR, LinearWarmup, LRScheduler, MultiStepLR, StepLR
 from .optimizer import Optimizer, required
 from .sgd import SGD
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adagrad", "Adadelta", "LRScheduler",
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adagrad", "Adadelta", "LAMB", "LRScheduler",
            "MultiStepLR", "StepLR", "CosineAnnealingLR", "LinearWarmup", "clip_grad_norm",
            "clip_grad_value", "required"]

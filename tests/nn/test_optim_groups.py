@@ -30,7 +30,7 @@ def _steps(opt, params, grads):
 def test_megengine_path_has_the_same_classes_and_the_new_names():
     assert mge_optim.SGD is optim.SGD and mge_optim.MultiStepLR is optim.MultiStepLR
     assert mge_optim.clip_grad_norm is optim.clip_grad_norm
-    for name in ("Adagrad", "Adadelta", "LRScheduler", "clip_grad_value", "Optimizer"):
+    for name in ("Adagrad", "Adadelta", "LAMB", "LRScheduler", "clip_grad_value", "Optimizer"):
         assert hasattr(mge_optim, name)
 
 
@@ -103,6 +103,7 @@ FACTORIES = {
     "adamw": lambda ps: optim.AdamW(ps, lr=0.01),
     "adagrad": lambda ps: optim.Adagrad(ps, lr=0.1, lr_decay=0.05, weight_decay=0.1),
     "adadelta": lambda ps: optim.Adadelta(ps, lr=1.0, rho=0.8, weight_decay=0.1),
+    "lamb": lambda ps: optim.LAMB(ps, lr=0.01, weight_decay=0.1),
 }
 
 
@@ -278,3 +279,29 @@ def test_clip_grad_value_and_zero_grad():
     opt.zero_grad()
     np.testing.assert_array_equal(a.grad.numpy(), np.zeros((3, 4), np.float32))
     assert b.grad is None
+
+
+def reference_lamb(w, grads, lr, betas, eps, weight_decay, bias_correction=True,
+                   always_adapt=False):
+    w, m, v, out = w.astype(np.float64), np.zeros(w.shape), np.zeros(w.shape), []
+    for t, g in enumerate(grads, 1):
+        m = betas[0] * m + (1 - betas[0]) * g
+        v = betas[1] * v + (1 - betas[1]) * g * g
+        bc1 = 1 - betas[0] ** t if bias_correction else 1.0
+        bc2 = 1 - betas[1] ** t if bias_correction else 1.0
+        delta = (m / bc1) / (np.sqrt(v / bc2) + eps) + weight_decay * w
+        p_norm, d_norm = np.linalg.norm(w), np.linalg.norm(delta)
+        adapt = (always_adapt or weight_decay > 0) and p_norm > 0 and d_norm > 0
+        w = w - lr * (p_norm / d_norm if adapt else 1.0) * delta
+        out.append(w)
+    return out
+
+
+@pytest.mark.parametrize("kwargs", [{"weight_decay": 0.1}, {"always_adapt": True},
+                                    {"bias_correction": False}])
+def test_lamb_matches_megengines_formula(kwargs):
+    got = _history(lambda ps: optim.LAMB(ps, lr=0.01, **kwargs))
+    want = reference_lamb(W0, GRADS, 0.01, (0.9, 0.999), 1e-8, kwargs.get("weight_decay", 0.0),
+                          kwargs.get("bias_correction", True), kwargs.get("always_adapt", False))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
