@@ -7,6 +7,6 @@ from .lr_scheduler import CosineAnnealingLR, LinearWarmup, LRScheduler, MultiSte
 from .optimizer import Optimizer, required
 from .sgd import SGD
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adagrad", "Adadelta", "LAMB", "LRScheduler",
-           "MultiStepLR", "StepLR", "CosineAnnealingLR", "LinearWarmup", "clip_grad_norm",
+__all__ = ["LAMB", "SGD", "Adadelta", "Adagrad", "Adam", "AdamW", "CosineAnnealingLR",
+           "LRScheduler", "LinearWarmup", "MultiStepLR", "Optimizer", "StepLR", "clip_grad_norm",
            "clip_grad_value", "required"]
