@@ -55,6 +55,8 @@ _LAZY = {
     **{name: (f"mgegraph.{name}", None) for name in
        ("nn", "optim", "autodiff", "train", "eager", "jit", "module", "optimizer", "onnx",
         "amp")},
+    # MegEngine's megengine.random: seed, RNG and the default generator's draws
+    "random": ("mgegraph.random", None),
 }
 
 
@@ -125,6 +127,7 @@ __all__ = [
     "optimizer",
     "planner",
     "profile",
+    "random",
     "register_backend",
     "runtime",
     "save",

@@ -212,7 +212,7 @@ LAYERS = (
                                "tuning", "kernels_report")),
     ("backends", ("_kernels", "cuda")),
     ("eager, nn, optim", ("eager", "jit", "nn", "module", "optim", "optimizer", "train",
-                          "amp", "autodiff.grad_manager")),
+                          "amp", "autodiff.grad_manager", "random")),
     ("io, onnx, tools", ("io", "runtime", "onnx", "tools", "viz", "testing")),
     ("the CLI", ("cli", "demo", "__main__")),
 )

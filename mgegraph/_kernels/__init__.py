@@ -66,3 +66,7 @@ KERNEL_MODULES += (rms_norm,)
 from . import attention
 
 KERNEL_MODULES += (attention,)
+# random draws: uniform, gamma, poisson (rng.pyx)
+from . import rng
+
+KERNEL_MODULES += (rng,)

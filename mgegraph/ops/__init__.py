@@ -8,3 +8,5 @@ from .registry import OpDef, all_ops, get_op, register  # noqa: F401
 from . import sequence  # noqa: F401
 # scaled dot-product attention and its backward
 from . import attention  # noqa: F401
+# random draws: uniform, gamma, poisson (kernels _kernels/rng.pyx, csrc_cuda/rng.cu)
+from . import random as _random  # noqa: F401,E402

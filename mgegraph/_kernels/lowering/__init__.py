@@ -24,6 +24,10 @@ FAMILIES += (rms_norm,)
 from . import attention
 
 FAMILIES += (attention,)
+# random draws: uniform, gamma, poisson (lowering/random.py)
+from . import random
+
+FAMILIES += (random,)
 
 
 def implement_all(table) -> None:

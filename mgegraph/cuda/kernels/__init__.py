@@ -37,3 +37,7 @@ FAMILIES += [
 FAMILIES += [
     "attention",     # csrc_cuda/attention.cu: attention (+ backward), a thread per row
 ]
+# the counter-based random draws (ops/random.py)
+FAMILIES += [
+    "random",        # csrc_cuda/rng.cu: rng_uniform, rng_gamma, rng_poisson (rng_sample.h)
+]

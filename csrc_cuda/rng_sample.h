@@ -1,0 +1,1 @@
+../mgegraph/_kernels/rng_sample.h
