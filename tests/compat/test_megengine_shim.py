@@ -64,6 +64,10 @@ def test_uses_a_private_name():
     _a_private_name()
 
 
+def test_reads_a_private_attribute():
+    assert mge.tensor([1.0])._tuple_shape == (1,)
+
+
 @pytest.mark.require_ngpu(2)
 def test_needs_gpus():
     raise AssertionError("must be skipped")
@@ -81,5 +85,5 @@ def test_runner_sorts_outcomes(tmp_path):
                           timeout=300, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     row = next(line for line in done.stdout.splitlines() if line.startswith("functional"))
-    assert row.split()[1:7] == ["1", "1", "0", "2", "1", "50%"], done.stdout
+    assert row.split()[1:7] == ["1", "1", "0", "3", "1", "50%"], done.stdout
     assert "test_fake.py::test_fails" in done.stdout
