@@ -47,3 +47,7 @@ __all__ += ["ConstantPad2d", "PixelShuffle", "PixelUnshuffle", "ReflectionPad2d"
 from .norm import RMSNorm
 
 __all__ += ["RMSNorm"]
+# recurrent layers and cells (nn/rnn.py)
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
+
+__all__ += ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNCell"]
