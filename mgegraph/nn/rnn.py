@@ -195,7 +195,7 @@ class GRUCell(RNNCellBase):
 
 # -- multi-layer, bidirectional sequence layers ----------------------------------------------
 
-def _per_step_gates(projected, seq: int, batch, gates: int) -> list[list]:
+def per_step_gates(projected, seq: int, batch, gates: int) -> list[list]:
     """(T*B, G*H) -> per time step, the list of its G gates' (B, H). One transpose to
     (T, G, B, H) and one split of all T*G parts: a split's gradient is one concat, where T*G
     slices would each give the gradient a full-size slice_backward."""
@@ -307,7 +307,7 @@ class RNNBase(Module):
         seq, batch = x.shape[0], x.shape[1]
         fold = self.kind != "GRU" and b_ih is not None
         bias = b_ih + b_hh if fold else b_ih
-        steps = _per_step_gates(F.linear(F.reshape(x, (-1, x.shape[2])), w_ih, bias), seq, batch,
+        steps = per_step_gates(F.linear(F.reshape(x, (-1, x.shape[2])), w_ih, bias), seq, batch,
                                 _GATES[self.kind])
         hs = [None] * seq
         for t in (range(seq - 1, -1, -1) if reverse else range(seq)):
