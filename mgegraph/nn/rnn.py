@@ -127,10 +127,10 @@ class RNNCellBase(Module):
         g = x.graph
         bias = None
         if self.bias:
-            bias = g.bind(self.bias_ih)
+            bias = g.lift(self.bias_ih)
             if fold_hh:
-                bias = bias + g.bind(self.bias_hh)
-        projected = F.linear(x, g.bind(self.weight_ih), bias)
+                bias = bias + g.lift(self.bias_hh)
+        projected = F.linear(x, g.lift(self.weight_ih), bias)
         gates = _GATES[self.kind]
         return F.split(projected, gates, axis=-1) if gates > 1 else [projected]
 
@@ -155,7 +155,7 @@ class RNNCell(RNNCellBase):
     def forward(self, input, hx=None):
         x = self._input(input)
         h = self._state(x, hx, "hx")
-        return rnn_step(self._projection(x, True), h, x.graph.bind(self.weight_hh),
+        return rnn_step(self._projection(x, True), h, x.graph.lift(self.weight_hh),
                         _NONLINEARITIES[self.nonlinearity])
 
 
@@ -173,7 +173,7 @@ class LSTMCell(RNNCellBase):
         h, c = self._state(x, h, "h_0"), self._state(x, c, "c_0")
         if (h is None) != (c is None):
             raise GraphError("LSTMCell: hx must be (h_0, c_0), both given or None")
-        return lstm_step(self._projection(x, True), h, c, x.graph.bind(self.weight_hh))
+        return lstm_step(self._projection(x, True), h, c, x.graph.lift(self.weight_hh))
 
 
 class GRUCell(RNNCellBase):
@@ -189,8 +189,8 @@ class GRUCell(RNNCellBase):
         x = self._input(input)
         h = self._state(x, hx, "hx")
         g = x.graph
-        b_hh = g.bind(self.bias_hh) if self.bias else None
-        return gru_step(self._projection(x, False), h, g.bind(self.weight_hh), b_hh)
+        b_hh = g.lift(self.bias_hh) if self.bias else None
+        return gru_step(self._projection(x, False), h, g.lift(self.weight_hh), b_hh)
 
 
 # -- multi-layer, bidirectional sequence layers ----------------------------------------------
@@ -252,7 +252,7 @@ class RNNBase(Module):
     def _weights(self, graph, suffix: str):
         """(W_ih, W_hh, b_ih, b_hh) of one layer and direction in ``graph`` (biases None)."""
         names = ("weight_ih", "weight_hh") + (("bias_ih", "bias_hh") if self.bias else ())
-        found = [graph.bind(getattr(self, name + suffix)) for name in names]
+        found = [graph.lift(getattr(self, name + suffix)) for name in names]
         return tuple(found) + (None, None)[:4 - len(found)]
 
     def forward(self, input, hx=None):

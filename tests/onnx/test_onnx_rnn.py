@@ -83,7 +83,8 @@ def _check(model, feeds, atol=2e-5):
 @pytest.mark.parametrize("lens, initial", [(False, False), (True, True), (True, False)])
 def test_recurrences_import_as_onnx_runtime_computes_them(kind, direction, layout, lens, initial):
     directions = 2 if direction == "bidirectional" else 1
-    options = dict(directions=directions, lens=lens, initial=initial, direction=direction)
+    options = {"directions": directions, "lens": lens, "initial": initial,
+               "direction": direction}
     model, feeds = _model(kind, layout=layout, **options)
     if not layout:
         _check(model, feeds)
