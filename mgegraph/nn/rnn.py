@@ -93,6 +93,32 @@ def gru_step(xg, h, w_hh, b_hh):
     return (1 - z) * n if h is None else (1 - z) * n + z * h
 
 
+def unroll(kind: str, x, weights: tuple, state: tuple, reverse: bool = False, act=F.tanh):
+    """One layer of ``kind`` (RNN, LSTM, GRU) in one direction over ``x`` (T, B, I), unrolled:
+    ((T, B, H) outputs, the final state: (h,) or (h, c)). ``weights`` is (W_ih, W_hh, b_ih,
+    b_hh), biases None or both given; ``state`` (h,) or (h, c), each (B, H) or None for zeros.
+    The ONNX exporter replays this function to recognise the nodes it made
+    (``onnx/export_rnn.py``), so what it builds is the layer's definition in one place.
+
+    >>> out, (h, c) = unroll("LSTM", x, (w_ih, w_hh, b_ih, b_hh), (None, None))
+    """
+    w_ih, w_hh, b_ih, b_hh = weights
+    seq, batch, gates = x.shape[0], x.shape[1], _GATES[kind]
+    bias = b_ih + b_hh if kind != "GRU" and b_ih is not None else b_ih
+    steps = per_step_gates(F.linear(F.reshape(x, (-1, x.shape[2])), w_ih, bias), seq, batch,
+                           gates)
+    hs = [None] * seq
+    for t in (range(seq - 1, -1, -1) if reverse else range(seq)):
+        if kind == "LSTM":
+            state = lstm_step(steps[t], state[0], state[1], w_hh)
+        elif kind == "GRU":
+            state = (gru_step(steps[t], state[0], w_hh, b_hh),)
+        else:
+            state = (rnn_step(steps[t], state[0], w_hh, act),)
+        hs[t] = state[0]
+    return F.stack(hs, axis=0), state
+
+
 # -- cells -----------------------------------------------------------------------------------
 
 class RNNCellBase(Module):
@@ -308,20 +334,8 @@ class RNNBase(Module):
 
     def _direction(self, x, state, suffix: str, reverse: bool):
         """One layer in one direction over the whole sequence: ((T, B, H), final state)."""
-        w_ih, w_hh, b_ih, b_hh = self._weights(x.graph, suffix)
-        seq, batch = x.shape[0], x.shape[1]
-        fold = self.kind != "GRU" and b_ih is not None
-        bias = b_ih + b_hh if fold else b_ih
-        steps = per_step_gates(F.linear(F.reshape(x, (-1, x.shape[2])), w_ih, bias), seq, batch,
-                                _GATES[self.kind])
-        hs = [None] * seq
-        for t in (range(seq - 1, -1, -1) if reverse else range(seq)):
-            state = self._step(steps[t], state, w_hh, b_hh)
-            hs[t] = state[0]
-        return F.stack(hs, axis=0), state
-
-    def _step(self, xg, state, w_hh, b_hh) -> tuple:
-        raise NotImplementedError
+        act = _NONLINEARITIES[getattr(self, "nonlinearity", "tanh")]
+        return unroll(self.kind, x, self._weights(x.graph, suffix), state, reverse, act)
 
     def _final_states(self, finals):
         return F.stack([f[0] for f in finals], axis=0)
@@ -344,9 +358,6 @@ class RNN(RNNBase):
         self.nonlinearity = nonlinearity
         super().__init__(*args, **kwargs)
 
-    def _step(self, xg, state, w_hh, b_hh):
-        return (rnn_step(xg, state[0], w_hh, _NONLINEARITIES[self.nonlinearity]),)
-
 
 class LSTM(RNNBase):
     """A multi-layer LSTM: returns (output, (h_n, c_n)).
@@ -355,9 +366,6 @@ class LSTM(RNNBase):
     """
 
     kind = "LSTM"
-
-    def _step(self, xg, state, w_hh, b_hh):
-        return lstm_step(xg, state[0], state[1], w_hh)
 
     def _final_states(self, finals):
         return (F.stack([f[0] for f in finals], axis=0), F.stack([f[1] for f in finals], axis=0))
@@ -370,6 +378,3 @@ class GRU(RNNBase):
     """
 
     kind = "GRU"
-
-    def _step(self, xg, state, w_hh, b_hh):
-        return (gru_step(xg, state[0], w_hh, b_hh),)

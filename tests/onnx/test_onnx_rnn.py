@@ -155,6 +155,43 @@ def test_unknown_activation_is_refused_by_name():
         mo.import_model(model)
 
 
+def test_a_hand_written_loop_stays_unrolled():
+    """Only what nn.rnn.unroll builds is recognised: a loop of LSTMCell steps (a projection per
+    step, no unroll) exports op by op, and still matches ONNX Runtime."""
+    model = nn.LSTMCell(INPUT, HIDDEN)
+    g = mg.Graph()
+    x = g.input("x", (SEQ, BATCH, INPUT))
+    h = c = None
+    for t in range(SEQ):
+        h, c = model(x[t], None if h is None else (h, c))
+    plan = mg.compile([h])
+    proto = mo.export(plan)
+    assert "LSTM" not in [n.op_type for n in proto.graph.node]
+    xv = np.random.default_rng(2).standard_normal((SEQ, BATCH, INPUT)).astype(np.float32)
+    np.testing.assert_allclose(_ort(proto, {"x": xv})[0], plan.run({"x": xv})[0], rtol=1e-5,
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["RNN", "GRU", "LSTM"])
+@pytest.mark.parametrize("given", [False, True])
+def test_initial_states_and_relu_export_as_node_inputs(kind, given):
+    nn.init.manual_seed(4)
+    options = {"nonlinearity": "relu"} if kind == "RNN" else {}
+    layer = getattr(nn, kind)(INPUT, HIDDEN, bidirectional=True, **options)
+    g = mg.Graph()
+    x = g.input("x", (SEQ, BATCH, INPUT))
+    h0 = g.input("h0", (2, BATCH, HIDDEN))
+    state = None if not given else ((h0, h0 * 0.5) if kind == "LSTM" else h0)
+    out, _ = layer(x, state)
+    plan = mg.compile([out])
+    proto = mo.export(plan)
+    assert [n.op_type for n in proto.graph.node].count(kind) == 2
+    rng = np.random.default_rng(5)
+    feeds = {"x": rng.standard_normal((SEQ, BATCH, INPUT)).astype(np.float32),
+             "h0": rng.standard_normal((2, BATCH, HIDDEN)).astype(np.float32)}
+    np.testing.assert_allclose(_ort(proto, feeds)[0], plan.run(feeds)[0], rtol=1e-5, atol=1e-5)
+
+
 class _Head(nn.Module):
     def __init__(self, layer):
         self.layer = layer
@@ -173,6 +210,9 @@ def test_modules_export_and_match_onnx_runtime(kind, bidirectional):
     x = np.random.default_rng(1).standard_normal((BATCH, SEQ, INPUT)).astype(np.float32)
     predict = mg.compile_module(model, example_inputs=(x,))
     proto = mo.export(predict.plan)
+    ops = [n.op_type for n in proto.graph.node]
+    assert ops.count(kind) == 2 * (2 if bidirectional else 1)  # a node per layer and direction
+    assert "Sigmoid" not in ops and "Tanh" not in ops and "MatMul" not in ops
     want = predict(x)
     got = _ort(proto, {proto.graph.input[0].name: x})
     for a, b in zip(got, want):
