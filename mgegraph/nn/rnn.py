@@ -32,7 +32,7 @@ from . import init
 from .layers import Dropout, _fraction, _size
 from .module import Module, Parameter
 
-_GATES = {"RNN": 1, "LSTM": 4, "GRU": 3}
+GATES = {"RNN": 1, "LSTM": 4, "GRU": 3}
 _NONLINEARITIES = {"tanh": F.tanh, "relu": F.relu}
 
 
@@ -103,7 +103,7 @@ def unroll(kind: str, x, weights: tuple, state: tuple, reverse: bool = False, ac
     >>> out, (h, c) = unroll("LSTM", x, (w_ih, w_hh, b_ih, b_hh), (None, None))
     """
     w_ih, w_hh, b_ih, b_hh = weights
-    seq, batch, gates = x.shape[0], x.shape[1], _GATES[kind]
+    seq, batch, gates = x.shape[0], x.shape[1], GATES[kind]
     bias = b_ih + b_hh if kind != "GRU" and b_ih is not None else b_ih
     steps = per_step_gates(F.linear(F.reshape(x, (-1, x.shape[2])), w_ih, bias), seq, batch,
                            gates)
@@ -133,7 +133,7 @@ class RNNCellBase(Module):
         self.input_size = _size(owner, "input_size", input_size)
         self.hidden_size = _size(owner, "hidden_size", hidden_size)
         self.bias = bool(bias)
-        gate_size = _GATES[self.kind] * self.hidden_size
+        gate_size = GATES[self.kind] * self.hidden_size
         bound = 1 / math.sqrt(self.hidden_size)
         self.weight_ih = Parameter(init.uniform((gate_size, self.input_size), bound))
         self.weight_hh = Parameter(init.uniform((gate_size, self.hidden_size), bound))
@@ -162,7 +162,7 @@ class RNNCellBase(Module):
             if fold_hh:
                 bias = bias + g.lift(self.bias_hh)
         projected = F.linear(x, g.lift(self.weight_ih), bias)
-        gates = _GATES[self.kind]
+        gates = GATES[self.kind]
         return F.split(projected, gates, axis=-1) if gates > 1 else [projected]
 
     def extra_repr(self) -> str:
@@ -261,7 +261,7 @@ class RNNBase(Module):
         if proj_size:
             raise GraphError(f"{owner}: proj_size={proj_size!r}: projections are not supported")
         self.proj_size = 0
-        gate_size = _GATES[self.kind] * self.hidden_size
+        gate_size = GATES[self.kind] * self.hidden_size
         bound = 1 / math.sqrt(self.hidden_size)
         for layer in range(self.num_layers):
             width = self.input_size if layer == 0 else self.num_directions * self.hidden_size

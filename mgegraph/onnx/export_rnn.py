@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import functional as F
 from ..ir.graph import Graph
-from ..nn.rnn import _GATES, unroll
+from ..nn.rnn import GATES, unroll
 
 _SKIPPED = ("input", "param", "const")  # made where first used: no fixed place in the order
 # PyTorch's gate blocks in ONNX's order: LSTM i f g o -> i o f c, GRU r z n -> z r h
@@ -64,7 +64,7 @@ def _candidates(graph, order, pos, linear):
     if flat.node is None or flat.node.op.name != "reshape" or flat.node.inputs[0].ndim != 3:
         return
     x, w_ih = flat.node.inputs[0], linear.inputs[1]
-    for kind, gates in _GATES.items():
+    for kind, gates in GATES.items():
         if w_ih.shape[0] % gates:
             continue
         hidden = w_ih.shape[0] // gates
@@ -145,7 +145,7 @@ def _sealed(region, nodes, outputs) -> bool:
 def write(w, region: Region) -> dict[int, str]:
     """The region's ONNX node (and the reordering of its weights): the names of its outputs,
     by the original Vars' ids."""
-    ins, gates = region.inputs, _GATES[region.kind]
+    ins, gates = region.inputs, GATES[region.kind]
     hidden = ins["w_ih"].shape[0] // gates
     x = w.name(ins["x"])
     weights = [_onnx_gates(w, w.name(ins[k]), region.kind, hidden) for k in ("w_ih", "w_hh")]

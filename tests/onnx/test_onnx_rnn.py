@@ -217,3 +217,16 @@ def test_modules_export_and_match_onnx_runtime(kind, bidirectional):
     got = _ort(proto, {proto.graph.input[0].name: x})
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_named_batch_serves_two_batch_sizes():
+    """The batch may be a named dimension; the sequence length is unrolled and fixed."""
+    model, _ = _model("LSTM", directions=2)
+    dim = model.graph.input[0].type.tensor_type.shape.dim[1]
+    dim.ClearField("dim_value")
+    dim.dim_param = "batch"
+    plan = mo.import_model(model)
+    for n in (2, 5):
+        x = np.random.default_rng(n).standard_normal((SEQ, n, INPUT)).astype(np.float32)
+        for a, b in zip(plan.run({"X": x}), _ort(model, {"X": x}), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-5)
