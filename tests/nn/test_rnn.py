@@ -246,3 +246,26 @@ def test_bad_input_is_named():
     with pytest.raises(GraphError, match=r"RNN: input must be floating point|RNN: input "
                                          r"int32"):
         nn.RNN(INPUT, HIDDEN)(mg.tensor(np.zeros((SEQ, BATCH, INPUT), np.int32)))
+
+
+def test_remat_recomputes_steps_of_a_training_step_with_the_same_losses():
+    """The unrolled steps are ordinary nodes: remat may drop and recompute them."""
+    x = np.random.default_rng(10).standard_normal((8, 12, INPUT)).astype(np.float32)
+    y = (np.arange(8) % 2).astype(np.int32)
+
+    class Model(nn.Module):
+        def __init__(self):
+            self.lstm, self.head = nn.LSTM(INPUT, 16, batch_first=True), nn.Linear(16, 2)
+
+        def forward(self, v):
+            return self.head(self.lstm(v)[1][0][-1])
+
+    runs = {}
+    for remat in (None, "sqrt"):
+        nn.init.manual_seed(0)
+        model = Model()
+        step = mg.compile_train_step(model, F.cross_entropy, mg.optim.Adam(
+            model.parameters(), lr=0.01), example_batch=(x, y), remat=remat)
+        runs[remat] = ([float(step(x, y)) for _ in range(3)], step.plan.arena_bytes)
+    assert runs["sqrt"][0] == runs[None][0]
+    assert runs["sqrt"][1] < runs[None][1]
