@@ -269,3 +269,28 @@ def test_remat_recomputes_steps_of_a_training_step_with_the_same_losses():
         runs[remat] = ([float(step(x, y)) for _ in range(3)], step.plan.arena_bytes)
     assert runs["sqrt"][0] == runs[None][0]
     assert runs["sqrt"][1] < runs[None][1]
+
+
+def test_a_traced_training_step_gives_the_eager_steps_losses():
+    x = np.random.default_rng(11).standard_normal((SEQ, BATCH, INPUT)).astype(np.float32)
+    y = (np.arange(BATCH) % 2).astype(np.int32)
+
+    def losses(traced: bool):
+        nn.init.manual_seed(0)
+        lstm, head = nn.GRU(INPUT, HIDDEN, num_layers=2), nn.Linear(HIDDEN, 2)
+        params = lstm.parameters() + head.parameters()
+        opt, gm = mg.optim.Adam(params, lr=0.01), mg.GradManager().attach(params)
+
+        def step(xs, ys):
+            with gm:
+                loss = F.cross_entropy(head(lstm(xs)[1][-1]), ys)
+                gm.backward(loss)
+            opt.step().clear_grad()
+            return loss
+
+        run = mg.jit.trace(step) if traced else step
+        return [float(run(mg.tensor(x), mg.tensor(y))) for _ in range(4)]
+
+    eager = losses(False)
+    assert eager[-1] < eager[0]
+    assert losses(True) == eager  # the same kernels in the same order: bitwise
