@@ -15,10 +15,9 @@ zero when no initial state is given, has no hidden GEMM at all.
 Design: no new op. These are compositions of linear, split and the elementwise ops; a fused
 cell op (gates and their backward in one kernel) could replace only the fused gate kernel and
 the split around it. Profiled, the LSTM classifier's training step (``benchmarks/lstm.py``:
-batch 64, seq 32, embed 64, hidden 128; 1 thread, a shared 2-core AMD EPYC) spent 67% of its
-time in GEMMs, 19% in fused gate kernels and 11% in split, concat and transpose; the whole step
-took 0.26x PyTorch eager's time (17.3 ms against 65.8 ms), so such an op is not clearly worth
-its kernels.
+batch 64, seq 32, embed 64, hidden 128; 1 thread, an Intel Xeon shared by several jobs) spent
+67% of its time in GEMMs, 19% in the fused gate kernels and 11% in split, concat and transpose,
+so such an op could save a fraction of the 30% at most: not clearly worth its kernels.
 """
 from __future__ import annotations
 
