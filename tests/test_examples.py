@@ -50,3 +50,14 @@ def _importable(name: str) -> bool:
 
 def test_quickstart_runs():
     assert "max |mgegraph - numpy|" in _run("quickstart.py")
+
+
+def test_lstm_classifier_trains_saves_and_matches_onnx_runtime():
+    """A short run: the loss falls, the model file's logits equal the plan's, and ONNX Runtime
+    agrees with the exported model (the full run reaches accuracy 1.0; this one only trains)."""
+    out = _run("lstm_classifier.py", "--steps", "30", "--bidirectional")
+    first, last = map(float, re.search(r"loss (\d\.\d+) -> (\d\.\d+)", out).groups())
+    assert last < first, out
+    assert "loaded logits equal bitwise" in out, out
+    assert ("max |ONNX Runtime - mgegraph|" in out) == _importable("onnxruntime"), out
+    assert re.search(r"^test accuracy \d\.\d+ \(chance 0\.5\)", out, re.MULTILINE), out

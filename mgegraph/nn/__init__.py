@@ -57,3 +57,7 @@ from .elemwise import Elemwise
 from .norm import SyncBatchNorm
 
 __all__ += ["Elemwise", "SyncBatchNorm"]
+# recurrent layers and cells (nn/rnn.py)
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
+
+__all__ += ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNCell"]

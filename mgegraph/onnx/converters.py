@@ -18,6 +18,7 @@ from . import (
     convert_math,
     convert_nn,
     convert_resample,
+    convert_rnn,  # RNN, GRU, LSTM
     convert_sequence,  # RMS norm, rotary embeddings, SwiGLU
     convert_shape,
     convert_sorting,  # TopK, CumSum
@@ -60,7 +61,8 @@ def merge(*families) -> dict[str, Converter]:
 
 
 CONVERTERS = merge(convert_math, convert_nn, convert_shape, convert_vision, convert_resample,
-                   convert_sorting, convert_sequence)
+                   convert_sorting, convert_sequence,
+                   convert_rnn)  # recurrent layers: RNN, GRU, LSTM
 
 
 def same_semantics(op_type: str, opset: int) -> bool:

@@ -17,7 +17,7 @@ from onnx import helper, numpy_helper
 from ..ir.dims import Dim, is_known_nonnegative
 from ..ir.graph import Graph, Var
 from ..ir.types import is_float
-from . import OnnxExportError, export_attention, export_half
+from . import OnnxExportError, export_attention, export_half, export_rnn
 from .export_dims import DimWriter, dim_param
 
 INT64_MIN, INT64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
@@ -786,8 +786,15 @@ def export(obj, path=None, opset: int = 17, *, output_names=None):
             w.names[var.id] = w.claim(name)
             w.initializers.append(numpy_helper.from_array(
                 np.array(graph.values[var.id], order="C"), name))
+    # recurrent layers as ONNX RNN/GRU/LSTM nodes, written where their first node was
+    regions = export_rnn.covered(export_rnn.find(graph, nodes, outputs))
     for node in nodes:
         op = node.op.name
+        region = regions.get(id(node))
+        if region is not None:
+            if node is region.nodes[0]:
+                w.names.update(export_rnn.write(w, region))
+            continue
         if op in ("input", "param"):
             continue
         if op == "const":

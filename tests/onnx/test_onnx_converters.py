@@ -13,6 +13,7 @@ from mgegraph.onnx import (
     convert_math,
     convert_nn,
     convert_resample,
+    convert_rnn,
     convert_sequence,
     convert_shape,
     convert_sorting,
@@ -30,6 +31,7 @@ def _family(name, table):
 def test_the_table_is_every_familys_entries():
     families = (convert_math, convert_nn, convert_shape, convert_vision, convert_resample,
                 convert_sorting, convert_sequence)
+    families += (convert_rnn,)  # the recurrent layers
     assert sum(len(f.CONVERTERS) for f in families) == len(converters.CONVERTERS)
     for family in families:
         for op, convert in family.CONVERTERS.items():

@@ -89,12 +89,13 @@ def _group_nodes(graph) -> tuple[_Groups, dict[int, int]]:
         if _fusable(node):
             shape = node.outputs[0].type
             inside = {g for g in roots.values() if groups.members[g][0].outputs[0].type == shape}
-            ext = 0  # what the merged group would read from outside, through anything
-            for v in node.inputs:
-                if roots.get(v.id) not in inside:
-                    ext |= deps.get(v.id, 0) | (groups.alias[roots[v.id]] if v.id in roots else 0)
-            for g in inside:
-                ext |= groups.ext_deps[g]
+            ext = _outside(groups, node, roots, deps, inside)
+            if inside and any(ext & groups.alias[g] for g in inside):
+                # an input group that another one reads through something outside (a recurrent
+                # state beside a gate of the step after a GEMM) stays apart; the rest merge
+                inside = {g for g in inside
+                          if not any(groups.ext_deps[o] & groups.alias[g] for o in inside)}
+                ext = _outside(groups, node, roots, deps, inside)
             if inside and not any(ext & groups.alias[g] for g in inside):
                 mine = groups.merge(inside, node, ext)
             else:
@@ -106,6 +107,18 @@ def _group_nodes(graph) -> tuple[_Groups, dict[int, int]]:
             else:
                 deps[v.id] = reads
     return groups, group_of
+
+
+def _outside(groups, node, roots, deps, inside) -> int:
+    """What the group of ``inside`` merged with ``node`` would read from outside, through
+    anything (a bitmask of groups)."""
+    ext = 0
+    for v in node.inputs:
+        if roots.get(v.id) not in inside:
+            ext |= deps.get(v.id, 0) | (groups.alias[roots[v.id]] if v.id in roots else 0)
+    for g in inside:
+        ext |= groups.ext_deps[g]
+    return ext
 
 
 def _scalar_const(graph, v):

@@ -96,6 +96,22 @@ def test_a_group_never_waits_on_itself():
     np.testing.assert_allclose(fused[0], plain[0], rtol=1e-6)
 
 
+def test_a_group_read_through_an_outside_node_stays_apart_and_the_rest_merge():
+    """A recurrent step: c is a group the step's gates read through a GEMM (outside), so c
+    cannot join them, but the gate group beside it still merges with the node reading both
+    (all of the step after the GEMM is one kernel: before, the gate stayed a group of its own)."""
+    g = mg.Graph()
+    x, w = g.input("x", (4, 4), "float32"), g.input("w", (4, 4), "float32")
+    c = F.tanh(x) * 2                     # the previous step's group
+    gate = F.sigmoid(x + c @ w)           # reads c through matmul
+    y = gate * c + F.tanh(gate)
+    r = fuse(g, [y])
+    assert [n.op.name for n in r.graph.nodes if n.op.category != "source"] == \
+        ["fused_elementwise", "matmul", "fused_elementwise"]
+    fused, plain = both([y], {k: RNG.standard_normal((4, 4)).astype(np.float32) for k in "xw"})
+    np.testing.assert_allclose(fused[0], plain[0], rtol=1e-6)
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_random_dags(seed):
     _, outputs, feeds = random_graph(seed)
