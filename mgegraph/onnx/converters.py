@@ -15,6 +15,7 @@ import onnx
 from . import (
     SUPPORTED_OPSETS,
     OnnxImportError,
+    convert_attention,  # Attention (opsets 23-25) as a composition
     convert_math,
     convert_nn,
     convert_resample,
@@ -35,6 +36,9 @@ LATER_OPS = {"Swish": 24}
 LATER_OPS |= {"RMSNormalization": 23, "RotaryEmbedding": 23, "SwiGLU": 28}
 # SpaceToDepth-28's mode (CRD beside the DCR order of before), which its converter reads
 LATER_ATTRIBUTES |= {"SpaceToDepth": {"mode"}}
+# the attention family (convert_attention.py): each revision its converter reads (24 added
+# nonpad_kv_seqlen, 25 the sliding window)
+LATER_VERSIONS = {"Attention": (23, 24, 25)}
 
 
 def merge(*families) -> dict[str, Converter]:
@@ -60,7 +64,8 @@ def merge(*families) -> dict[str, Converter]:
 
 
 CONVERTERS = merge(convert_math, convert_nn, convert_shape, convert_vision, convert_resample,
-                   convert_sorting, convert_sequence)
+                   convert_sorting, convert_sequence,
+                   convert_attention)
 
 
 def same_semantics(op_type: str, opset: int) -> bool:
@@ -73,6 +78,8 @@ def same_semantics(op_type: str, opset: int) -> bool:
         new = onnx.defs.get_schema(op_type, opset, "")
         if op_type in LATER_OPS:
             return new.since_version == LATER_OPS[op_type]
+        if op_type in LATER_VERSIONS:
+            return new.since_version in LATER_VERSIONS[op_type]
         old = onnx.defs.get_schema(op_type, min(opset, SUPPORTED_OPSETS[-1]), "")
     except onnx.defs.SchemaError:
         return False
