@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import warnings
 
 import numpy as np
 import onnx
@@ -24,7 +25,7 @@ from onnx import TensorProto, helper
 
 from ..io.files import open_regular
 from ..ir.dims import Dim
-from . import SUPPORTED_OPSETS, ImportLimits, OnnxImportError
+from . import SUPPORTED_OPSETS, ImportLimits, OnnxImportError, OnnxImportWarning
 
 # known arrays up to this many elements go to a node's shape inference as initializers (their
 # values can decide the output's shape); larger ones only as types, which is all inference
@@ -119,6 +120,27 @@ def _decode(source: str, load) -> onnx.ModelProto:
         return load()
     except (DecodeError, RuntimeWarning, ValueError, TypeError) as exc:
         raise OnnxImportError(f"{source}: not an ONNX model (protobuf: {exc})") from exc
+
+
+def upgraded(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A model below the oldest opset the converters read, converted up to it by onnx's own
+    version converter (no code of the file runs), with an ``OnnxImportWarning`` saying so;
+    any other model as it is. A model the converter cannot take is an OnnxImportError."""
+    versions = [e.version for e in model.opset_import if e.domain in ("", "ai.onnx")]
+    if not versions or versions[0] >= SUPPORTED_OPSETS[0]:
+        return model
+    from onnx import version_converter  # lazy: loads onnx's converter only for old models
+
+    try:
+        new = version_converter.convert_version(model, SUPPORTED_OPSETS[0])
+    except Exception as exc:  # noqa: BLE001 - onnx raises RuntimeError and others
+        raise OnnxImportError(f"the model is at opset {versions[0]}; mgegraph imports opsets "
+                              f"{SUPPORTED_OPSETS[0]} to {SUPPORTED_OPSETS[-1]}, and "
+                              f"onnx.version_converter could not convert it: {exc}") from exc
+    warnings.warn(f"the model at opset {versions[0]} was converted to opset "
+                  f"{SUPPORTED_OPSETS[0]} by onnx.version_converter before import",
+                  OnnxImportWarning, stacklevel=4)
+    return new
 
 
 def opset_of(model: onnx.ModelProto) -> int:

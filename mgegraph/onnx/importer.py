@@ -44,6 +44,8 @@ def import_graph(model, *, constants=None, input_shapes=None, limits=None):
 
 def _import(cx: Context, model, constants: dict, input_shapes: dict):
     model = checks.read_model(model, cx.limits)
+    checks.check_structure(model.graph, cx.limits)  # before onnx's converter reads it
+    model = checks.upgraded(model)
     cx.opset = checks.opset_of(model)
     gp = model.graph
     checks.check_structure(gp, cx.limits)
