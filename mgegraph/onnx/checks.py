@@ -133,7 +133,7 @@ def upgraded(model: onnx.ModelProto) -> onnx.ModelProto:
 
     try:
         new = version_converter.convert_version(model, SUPPORTED_OPSETS[0])
-    except Exception as exc:  # noqa: BLE001 - onnx raises RuntimeError and others
+    except Exception as exc:  # onnx raises RuntimeError, ValueError and others
         raise OnnxImportError(f"the model is at opset {versions[0]}; mgegraph imports opsets "
                               f"{SUPPORTED_OPSETS[0]} to {SUPPORTED_OPSETS[-1]}, and "
                               f"onnx.version_converter could not convert it: {exc}") from exc
