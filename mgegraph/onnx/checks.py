@@ -160,6 +160,20 @@ def opset_of(model: onnx.ModelProto) -> int:
     return opset
 
 
+def outer_names(node) -> set[str]:
+    """The names ``node``'s subgraphs (Scan's body, at any depth) read from enclosing scopes."""
+    found = set()
+    for attr in node.attribute:
+        for body in [attr.g] * attr.HasField("g") + list(attr.graphs):
+            defined = {vi.name for vi in body.input} | {i.name for i in body.initializer}
+            for inner in body.node:
+                found |= {n for n in inner.input if n and n not in defined}
+                found |= outer_names(inner) - defined
+                defined |= set(inner.output)
+            found |= {vi.name for vi in body.output} - defined
+    return found
+
+
 # -- structure -----------------------------------------------------------------------------
 def node_name(node) -> str:
     return f"{node.op_type} node {node.name or '(unnamed)'!r}"
@@ -248,22 +262,29 @@ def check_values(where: str, node, known: list) -> None:
                               "limit (ONNX Runtime refuses it too)")
 
 
-def infer_node(node, values: list, types: list, opset: int, ir_version: int) -> list:
+def infer_node(node, values: list, types: list, opset: int, ir_version: int,
+               scope: dict | None = None) -> list:
     """``(shape, dtype)`` of each of ``node``'s outputs by ONNX's strict shape inference (None
     where a dim or the type is unknown), its inputs being ``values`` (an array known at import,
-    or None) of ``types`` (a ``(shape, dtype)`` each, None for a missing optional input). A
-    node ONNX's checker or its inference refuses is an OnnxImportError naming the node."""
-    context = onnx.checker.C.CheckerContext()
-    context.ir_version, context.opset_imports = ir_version, {"": opset}
-    try:
-        onnx.checker.check_node(node, context, onnx.checker.C.LexicalScopeContext())
-    except onnx.checker.ValidationError as exc:
-        if node.op_type in _DEPRECATED_BUT_RUN and "deprecated" in str(exc):
-            return [None] * len(node.output)
-        raise OnnxImportError(f"{node_name(node)}: ONNX's checker refuses it: "
-                              f"{_first_line(exc)}") from exc
+    or None) of ``types`` (a ``(shape, dtype)`` each, None for a missing optional input);
+    ``scope`` maps the enclosing scopes' names its subgraphs read to their ``(value, type)``.
+    A node ONNX's checker or its inference refuses is an OnnxImportError naming the node."""
+    scope = scope or {}
+    # the checker of one node cannot be told the names in scope; a node whose subgraphs read
+    # them is checked by strict inference here and each of its subgraphs' nodes as converted
+    if not scope:
+        context = onnx.checker.C.CheckerContext()
+        context.ir_version, context.opset_imports = ir_version, {"": opset}
+        try:
+            onnx.checker.check_node(node, context, onnx.checker.C.LexicalScopeContext())
+        except onnx.checker.ValidationError as exc:
+            if node.op_type in _DEPRECATED_BUT_RUN and "deprecated" in str(exc):
+                return [None] * len(node.output)
+            raise OnnxImportError(f"{node_name(node)}: ONNX's checker refuses it: "
+                                  f"{_first_line(exc)}") from exc
     inits, inputs, seen = [], [], set()
-    for name, value, typed in zip(node.input, values, types):
+    pairs = list(zip(node.input, values, types)) + [(n, v, t) for n, (v, t) in scope.items()]
+    for name, value, typed in pairs:
         if not name or typed is None or name in seen:
             continue
         seen.add(name)

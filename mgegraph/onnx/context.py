@@ -56,6 +56,10 @@ class Context:
         # var id -> the node whose output it is, of a length known only at run time and so
         # padded to a bound (NonMaxSuppression's): a graph output, never another node's input
         self.padded: dict[int, str] = {}
+        # the values in scope (ONNX name -> value) and how a subgraph attribute (Scan's body) is
+        # converted inline: both set by the importer, which alone walks graphs
+        self.env: dict[str, object] = {}
+        self.inline: Callable[[object, list], list] | None = None
 
     def note_initializer(self, name: str, array: np.ndarray) -> None:
         """``array`` is the initializer ``name``: a float one becomes a param of that name."""

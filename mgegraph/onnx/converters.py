@@ -19,6 +19,7 @@ from . import (
     convert_math,
     convert_nn,
     convert_resample,
+    convert_scan,  # Scan unrolled over its static trip count
     convert_sequence,  # RMS norm, rotary embeddings, SwiGLU
     convert_shape,
     convert_sorting,  # TopK, CumSum
@@ -65,7 +66,7 @@ def merge(*families) -> dict[str, Converter]:
 
 CONVERTERS = merge(convert_math, convert_nn, convert_shape, convert_vision, convert_resample,
                    convert_sorting, convert_sequence,
-                   convert_attention)
+                   convert_attention, convert_scan)
 
 
 def same_semantics(op_type: str, opset: int) -> bool:

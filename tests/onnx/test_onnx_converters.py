@@ -10,9 +10,11 @@ import pytest
 pytest.importorskip("onnx.helper")
 
 from mgegraph.onnx import (
+    convert_attention,
     convert_math,
     convert_nn,
     convert_resample,
+    convert_scan,
     convert_sequence,
     convert_shape,
     convert_sorting,
@@ -29,7 +31,8 @@ def _family(name, table):
 
 def test_the_table_is_every_familys_entries():
     families = (convert_math, convert_nn, convert_shape, convert_vision, convert_resample,
-                convert_sorting, convert_sequence)
+                convert_sorting, convert_sequence,
+                convert_attention, convert_scan)  # the attention family and Scan
     assert sum(len(f.CONVERTERS) for f in families) == len(converters.CONVERTERS)
     for family in families:
         for op, convert in family.CONVERTERS.items():
