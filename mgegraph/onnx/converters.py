@@ -18,6 +18,7 @@ from . import (
     convert_attention,  # Attention (opsets 23-25) as a composition
     convert_math,
     convert_nn,
+    convert_recurrent,  # LinearAttention, CausalConvWithState
     convert_resample,
     convert_scan,  # Scan unrolled over its static trip count
     convert_sequence,  # RMS norm, rotary embeddings, SwiGLU
@@ -39,7 +40,8 @@ LATER_OPS |= {"RMSNormalization": 23, "RotaryEmbedding": 23, "SwiGLU": 28}
 LATER_ATTRIBUTES |= {"SpaceToDepth": {"mode"}}
 # the attention family (convert_attention.py): each revision its converter reads (24 added
 # nonpad_kv_seqlen, 25 the sliding window)
-LATER_VERSIONS = {"Attention": (23, 24, 25)}
+LATER_VERSIONS = {"Attention": (23, 24, 25), "LinearAttention": (27,),
+                  "CausalConvWithState": (27,)}
 
 
 def merge(*families) -> dict[str, Converter]:
@@ -66,7 +68,7 @@ def merge(*families) -> dict[str, Converter]:
 
 CONVERTERS = merge(convert_math, convert_nn, convert_shape, convert_vision, convert_resample,
                    convert_sorting, convert_sequence,
-                   convert_attention, convert_scan)
+                   convert_attention, convert_scan, convert_recurrent)
 
 
 def same_semantics(op_type: str, opset: int) -> bool:
