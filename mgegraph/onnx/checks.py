@@ -263,18 +263,20 @@ def check_values(where: str, node, known: list) -> None:
 
 
 def infer_node(node, values: list, types: list, opset: int, ir_version: int,
-               scope: dict | None = None) -> list:
+               scope: dict | None = None, domains: dict | None = None) -> list:
     """``(shape, dtype)`` of each of ``node``'s outputs by ONNX's strict shape inference (None
     where a dim or the type is unknown), its inputs being ``values`` (an array known at import,
     or None) of ``types`` (a ``(shape, dtype)`` each, None for a missing optional input);
-    ``scope`` maps the enclosing scopes' names its subgraphs read to their ``(value, type)``.
+    ``scope`` maps the enclosing scopes' names its subgraphs read to their ``(value, type)``;
+    ``domains`` the model's other opset domains to their versions.
     A node ONNX's checker or its inference refuses is an OnnxImportError naming the node."""
     scope = scope or {}
     # the checker of one node cannot be told the names in scope; a node whose subgraphs read
     # them is checked by strict inference here and each of its subgraphs' nodes as converted
     if not scope:
         context = onnx.checker.C.CheckerContext()
-        context.ir_version, context.opset_imports = ir_version, {"": opset}
+        context.ir_version = ir_version
+        context.opset_imports = {"": opset, **(domains or {})}
         try:
             onnx.checker.check_node(node, context, onnx.checker.C.LexicalScopeContext())
         except onnx.checker.ValidationError as exc:
@@ -298,8 +300,8 @@ def infer_node(node, values: list, types: list, opset: int, ir_version: int,
     outs = [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None)
             for o in node.output if o]
     graph = helper.make_graph([_with_body_defaults(node)], "node", inputs, outs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                              ir_version=ir_version)
+    imports = [helper.make_opsetid(d, v) for d, v in {"": opset, **(domains or {})}.items()]
+    model = helper.make_model(graph, opset_imports=imports, ir_version=ir_version)
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:

@@ -48,6 +48,7 @@ class Context:
 
     def __init__(self, graph: Graph, limits: ImportLimits):
         self.g, self.limits, self.opset = graph, limits, None
+        self.domains: dict[str, int] = {}  # the model's other opset domains -> their versions
         self._input_names: dict[int, str] = {}  # var id -> ONNX input name, for needs_constant
         self._consts: dict[int, Var] = {}  # id(array) -> its const/param Var
         self._param_names: dict[int, str] = {}  # id(array) of an initializer -> its name

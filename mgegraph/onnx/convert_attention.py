@@ -41,11 +41,7 @@ def attend(q, k, v, bias, scale: float, softcap: float = 0.0, keep: str | None =
 
     >>> y, _ = attend(q, k, v, None, scale=1 / 8)
     """
-    groups = q.shape[1] // k.shape[1]
-    if groups > 1:
-        k, v = F.repeat(k, groups, axis=1), F.repeat(v, groups, axis=1)
-    root = np.float32(np.sqrt(scale)).astype(q.dtype)
-    scores = F.matmul(F.mul(q, root), F.mul(k, root), transpose_b=True)
+    scores, v = _scores(q, k, v, np.sqrt(scale))
     stages = {"qk": scores}
     if softcap > 0:
         scores = F.mul(F.tanh(F.div(scores, np.float32(softcap))), np.float32(softcap))
@@ -60,6 +56,17 @@ def attend(q, k, v, bias, scale: float, softcap: float = 0.0, keep: str | None =
     probs = _zero_masked_rows(probs, bias)
     stages["softmax"] = probs
     return F.matmul(probs, v), (stages[keep] if keep else None)
+
+
+def _scores(q, k, v, root: float):
+    """``q k^T`` scaled, each operand by ``root`` (ONNX scales by the root of the scale, each
+    op rounding it its own way), and ``v``; a key head serves its group of ``Hq / Hkv``
+    adjacent query heads."""
+    groups = q.shape[1] // k.shape[1]
+    if groups > 1:
+        k, v = F.repeat(k, groups, axis=1), F.repeat(v, groups, axis=1)
+    root = np.asarray(root).astype(q.dtype)
+    return F.matmul(F.mul(q, root), F.mul(k, root), transpose_b=True), v
 
 
 def _zero_masked_rows(probs, bias):
@@ -230,5 +237,43 @@ def _nonpad(cx, lens, batch: int, total: int):
     return cx.var(lens)
 
 
+def _flex_attention(cx, ins, at):
+    """FlexAttention (ai.onnx.preview, 1): attention over 4-D heads whose scores and
+    probabilities pass through the node's ``score_mod`` and ``prob_mod`` subgraphs, converted
+    inline; no mask of its own (a ``score_mod`` writes -inf)."""
+    q, k, v = (cx.var(x) for x in ins[:3])
+    if not q.ndim == k.ndim == v.ndim == 4:
+        cx.fail(f"Q {list(q.shape)}, K {list(k.shape)} and V {list(v.shape)} must be 4-D "
+                "(batch, heads, seq, head size)")
+    q, k, v = _heads(cx, q, k, v, {})
+    scale = at.get("scale")
+    scale = 1.0 / np.sqrt(q.shape[3]) if scale is None else float(scale)
+    scores, v = _scores(q, k, v, np.sqrt(np.float32(scale)))
+    precision = at.get("softmax_precision")
+    wide = np.dtype(np.float64) if q.dtype == np.float64 else np.dtype(np.float32)
+    wide = wide if precision is None else dtype_of(precision, cx.where())
+    scores = F.astype(scores, wide) if scores.dtype != wide else scores
+    if "score_mod" in at:
+        scores = _modified(cx, at["score_mod"], scores, "score_mod")
+    probs = F.softmax(scores, axis=-1)
+    if "prob_mod" in at:
+        probs = _modified(cx, at["prob_mod"], probs, "prob_mod")
+    probs = F.astype(probs, v.dtype) if probs.dtype != v.dtype else probs
+    return [F.matmul(probs, v)]
+
+
+def _modified(cx, body, x, what: str):
+    """``x`` through a one-in, one-out modifier subgraph, which must keep its shape and type."""
+    if len(body.input) != 1 or len(body.output) != 1:
+        cx.fail(f"{what} must take 1 input and give 1 output, not {len(body.input)} and "
+                f"{len(body.output)}")
+    (out,) = cx.inline(body, [x])
+    out = cx.var(out)
+    if out.shape != x.shape or out.dtype != x.dtype:
+        cx.fail(f"{what} gave {out.dtype}{list(out.shape)} for {x.dtype}{list(x.shape)}: it "
+                "must keep the shape and element type")
+    return out
+
+
 # ONNX op -> converter
-CONVERTERS = {"Attention": _attention}
+CONVERTERS = {"Attention": _attention, "FlexAttention": _flex_attention}

@@ -47,9 +47,11 @@ def _import(cx: Context, model, constants: dict, input_shapes: dict):
     checks.check_structure(model.graph, cx.limits)  # before onnx's converter reads it
     model = checks.upgraded(model)
     cx.opset = checks.opset_of(model)
+    cx.domains = {e.domain: e.version for e in model.opset_import
+                  if e.domain not in ("", "ai.onnx")}
     gp = model.graph
     checks.check_structure(gp, cx.limits)
-    check_ops(gp, cx.opset)
+    check_ops(gp, cx.opset, cx.domains)
     env: dict[str, object] = {"": None}
     cx.env, cx.inline = env, lambda body, values: _inline(cx, body, values, model.ir_version)
     for init in gp.initializer:
@@ -88,7 +90,7 @@ def _import(cx: Context, model, constants: dict, input_shapes: dict):
 def _inline(cx: Context, body, values: list, ir_version: int) -> list:
     """The outputs of subgraph ``body`` (a ``GraphProto``) on ``values`` (its inputs in order),
     its nodes converted into the graph being built; names of the enclosing scopes are seen."""
-    check_ops(body, cx.opset)
+    check_ops(body, cx.opset, cx.domains)
     if len(values) != len(body.input):
         cx.fail(f"its subgraph {body.name!r} takes {len(body.input)} inputs, given "
                 f"{len(values)}")
@@ -197,7 +199,7 @@ def _convert(cx: Context, node, ins: list, ir_version: int) -> list:
     checks.check_values(cx.where(), node, known)
     scope = {n: (v if isinstance(v, np.ndarray) else None, (shape_of(v), v.dtype))
              for n in checks.outer_names(node) if (v := cx.env.get(n)) is not None}
-    predicted = checks.infer_node(node, known, types, cx.opset, ir_version, scope)
+    predicted = checks.infer_node(node, known, types, cx.opset, ir_version, scope, cx.domains)
     fold = node.op_type != "Constant" and all(v is None or isinstance(v, np.ndarray) for v in ins) \
         and any(v is not None for v in ins)
     for name, guess in zip(node.output, predicted):
