@@ -16,6 +16,7 @@ from . import (
     SUPPORTED_OPSETS,
     OnnxImportError,
     convert_attention,  # Attention (opsets 23-25) as a composition
+    convert_linalg,  # DFT, Det, OneHot on small static sizes
     convert_math,
     convert_nn,
     convert_recurrent,  # LinearAttention, CausalConvWithState
@@ -70,7 +71,7 @@ def merge(*families) -> dict[str, Converter]:
 
 CONVERTERS = merge(convert_math, convert_nn, convert_shape, convert_vision, convert_resample,
                    convert_sorting, convert_sequence,
-                   convert_attention, convert_scan, convert_recurrent)
+                   convert_attention, convert_scan, convert_recurrent, convert_linalg)
 
 
 def same_semantics(op_type: str, opset: int) -> bool:

@@ -11,6 +11,7 @@ pytest.importorskip("onnx.helper")
 
 from mgegraph.onnx import (
     convert_attention,
+    convert_linalg,
     convert_math,
     convert_nn,
     convert_recurrent,
@@ -33,7 +34,7 @@ def _family(name, table):
 def test_the_table_is_every_familys_entries():
     families = (convert_math, convert_nn, convert_shape, convert_vision, convert_resample,
                 convert_sorting, convert_sequence,
-                convert_attention, convert_scan, convert_recurrent)  # the attention family and Scan
+                convert_attention, convert_scan, convert_recurrent, convert_linalg)  # the attention family and Scan
     assert sum(len(f.CONVERTERS) for f in families) == len(converters.CONVERTERS)
     for family in families:
         for op, convert in family.CONVERTERS.items():
