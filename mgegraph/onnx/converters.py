@@ -39,10 +39,11 @@ LATER_OPS = {"Swish": 24}
 LATER_OPS |= {"RMSNormalization": 23, "RotaryEmbedding": 23, "SwiGLU": 28}
 # SpaceToDepth-28's mode (CRD beside the DCR order of before), which its converter reads
 LATER_ATTRIBUTES |= {"SpaceToDepth": {"mode"}}
-# the attention family (convert_attention.py): each revision its converter reads (24 added
-# nonpad_kv_seqlen, 25 the sliding window)
 # ops of ONNX's other domains, by (domain, op): the definition (version) each converter follows
 DOMAIN_OPS = {("ai.onnx.preview", "FlexAttention"): 1}
+# ops first defined after opset 21 whose converters read several revisions: Attention's
+# (convert_attention.py; 24 added nonpad_kv_seqlen, 25 the sliding window), opset 27's
+# recurrent ops (convert_recurrent.py)
 LATER_VERSIONS = {"Attention": (23, 24, 25), "LinearAttention": (27,),
                   "CausalConvWithState": (27,)}
 

@@ -111,6 +111,9 @@ def _inline(cx: Context, body, values: list, ir_version: int) -> list:
                                                           ir_version)):
                 if name:
                     env[name] = value
+        undefined = [vi.name for vi in body.output if vi.name not in env]
+        if undefined:
+            cx.fail(f"its subgraph {body.name!r} gives output(s) {undefined} it never defines")
         return [env[vi.name] for vi in body.output]
     finally:
         cx.env, cx.node = outer, node
@@ -197,11 +200,13 @@ def _convert(cx: Context, node, ins: list, ir_version: int) -> list:
     known = [v if isinstance(v, np.ndarray) else None for v in ins]
     types = [None if v is None else (shape_of(v), v.dtype) for v in ins]
     checks.check_values(cx.where(), node, known)
+    outer = checks.outer_names(node)
     scope = {n: (v if isinstance(v, np.ndarray) else None, (shape_of(v), v.dtype))
-             for n in checks.outer_names(node) if (v := cx.env.get(n)) is not None}
+             for n in outer if (v := cx.env.get(n)) is not None}
     predicted = checks.infer_node(node, known, types, cx.opset, ir_version, scope, cx.domains)
+    # a node whose subgraph reads enclosing names is converted: the evaluator sees one node
     fold = node.op_type != "Constant" and all(v is None or isinstance(v, np.ndarray) for v in ins) \
-        and any(v is not None for v in ins)
+        and any(v is not None for v in ins) and not outer
     for name, guess in zip(node.output, predicted):
         if guess is not None:
             checks.check_size(cx.where(), guess[0], guess[1], cx.limits, f"output {name!r}")

@@ -276,3 +276,24 @@ def test_a_scan_body_op_without_converter_is_reported():
     m.graph.node[0].attribute[0].g.node[1].op_type = "NoSuchOp"
     with pytest.raises(mo.OnnxImportError, match="unsupported ONNX ops .*NoSuchOp"):
         mo.import_graph(m)
+
+
+def test_scan_of_known_inputs_reading_the_enclosing_graph_is_converted_not_folded():
+    # every input an initializer: folding would run the body without the enclosing "w"
+    m = _scan_model(directions=(0, 0), out_direction=0)
+    init, x = rand(2), rand(2, 4)
+    m.graph.initializer.extend([numpy_helper.from_array(init, "init"),
+                                numpy_helper.from_array(x, "x")])
+    del m.graph.input[:]
+    final, seen = mo.import_model(m).run({})
+    w = np.array([2.0, -1.0], np.float32)
+    want = init + np.cumsum(x + x * w[:, None], axis=1).T
+    np.testing.assert_allclose(seen, want.T, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(final, want[-1], rtol=1e-5, atol=1e-6)
+
+
+def test_a_scan_body_leaving_an_output_undefined_is_refused():
+    m = _scan_model()
+    m.graph.node[0].attribute[0].g.output[1].name = "nowhere"
+    with pytest.raises(mo.OnnxImportError, match="Scan node .*output|nowhere"):
+        mo.import_graph(m)
