@@ -1,7 +1,8 @@
-"""ONNX's ``Scan`` (opsets 9 and up; opset 8 models arrive converted) unrolled over its
-static trip count: the body's nodes are converted once per step into the graph being built
-(``Context.inline``), each step reading its slice of the scan inputs and the states the step
-before gave; the scan outputs are the steps' outputs stacked.
+"""ONNX's ``Scan`` (opsets 9 and up; opset 8 models arrive converted) and ``Loop`` unrolled over
+their static trip counts: the body's nodes are converted once per step into the graph being
+built (``Context.inline``), each step reading its slice of the scan inputs (Scan) or its
+iteration number (Loop) and the states the step before gave; the scan outputs are the steps'
+outputs stacked. A Loop runs while its condition, known at import after each step, holds.
 
 Design: mgegraph plans have static shapes and no control flow, so a loop whose trip count is a
 number is a straight line of its bodies. The trip count times the body's nodes is bounded by
@@ -45,6 +46,37 @@ def _scan(cx, ins, at):
     return states + stacked
 
 
+def _loop(cx, ins, at):
+    body = at["body"]
+    count = None if not ins or ins[0] is None else cx.ints(ins[0], "the trip count M")[0]
+    go = True if len(ins) < 2 or ins[1] is None else _known_condition(cx, ins[1])
+    if count is None:
+        cx.fail("a Loop without a trip count M runs until its condition fails, which mgegraph "
+                "unrolls only with M known at import")
+    if count * max(len(body.node), 1) > cx.limits.max_nodes:
+        cx.fail(f"{count} steps of a {len(body.node)}-node body unroll over the limit of "
+                f"{cx.limits.max_nodes} nodes (ImportLimits.max_nodes)")
+    states, per_step = list(ins[2:]), []
+    for t in range(count):
+        if not go:
+            break
+        outs = cx.inline(body, [np.asarray(t, np.int64), np.asarray(go)] + states)
+        go = _known_condition(cx, outs[0])
+        states, per_step = outs[1:1 + len(states)], per_step + [outs[1 + len(states):]]
+    k = len(body.output) - 1 - len(states)
+    if k and not per_step:
+        cx.fail("the Loop runs 0 steps: its scan outputs would be empty, of no known shape")
+    stacked = [F.stack([cx.var(step[j]) for step in per_step], axis=0) for j in range(k)]
+    return states + stacked
+
+
+def _known_condition(cx, cond) -> bool:
+    value = cx.known(cond, "the loop condition")
+    if value.size != 1:
+        cx.fail(f"the loop condition has shape {list(value.shape)}: it must hold one value")
+    return bool(value.reshape(-1)[0])
+
+
 def _axes(cx, at, name: str, values: list) -> list[int]:
     axes = list(at.get(name, [0] * len(values)))
     if len(axes) != len(values):
@@ -71,4 +103,4 @@ def _step(x, axis: int, t: int):
 
 
 # ONNX op -> converter
-CONVERTERS = {"Scan": _scan}
+CONVERTERS = {"Scan": _scan, "Loop": _loop}

@@ -9,7 +9,7 @@ import pytest
 # onnx.helper, not onnx: without onnx installed, tests/onnx itself imports as an empty
 # namespace package named "onnx"
 pytest.importorskip("onnx.helper")
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 from onnx_builders import model, value_info
 from onnx_node_cases import float32_cases, run_case
 
@@ -297,3 +297,22 @@ def test_a_scan_body_leaving_an_output_undefined_is_refused():
     m.graph.node[0].attribute[0].g.output[1].name = "nowhere"
     with pytest.raises(mo.OnnxImportError, match="Scan node .*output|nowhere"):
         mo.import_graph(m)
+
+
+def test_loop_unrolled_until_its_known_condition_fails_against_onnx_runtime():
+    # runs while i < 2 (3 steps of the 5 allowed), adding the enclosing graph's x each step
+    body = helper.make_graph(
+        [helper.make_node("Less", ["i", "two"], ["go"]),
+         helper.make_node("Add", ["acc", "x"], ["acc_out"]),
+         helper.make_node("Identity", ["acc_out"], ["seen"])],
+        "body", [value_info("i", [], TensorProto.INT64), value_info("cond", [], TensorProto.BOOL),
+                 value_info("acc", [3])],
+        [value_info("go", [], TensorProto.BOOL), value_info("acc_out", [3]),
+         value_info("seen", [3])],
+        [numpy_helper.from_array(np.asarray(2, np.int64), "two")])
+    node = helper.make_node("Loop", ["m", "", "init"], ["final", "all"], body=body)
+    m = model([node], [value_info("init", [3]), value_info("x", [3])],
+              [value_info("final", None), value_info("all", None)],
+              [numpy_helper.from_array(np.asarray(5, np.int64), "m")])
+    _, seen = _same_as_ort(m, {"init": rand(3), "x": rand(3)})
+    assert seen.shape == (3, 3)
