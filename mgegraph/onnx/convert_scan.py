@@ -3,6 +3,8 @@ their static trip counts: the body's nodes are converted once per step into the 
 built (``Context.inline``), each step reading its slice of the scan inputs (Scan) or its
 iteration number (Loop) and the states the step before gave; the scan outputs are the steps'
 outputs stacked. A Loop runs while its condition, known at import after each step, holds.
+``OptionalGetElement`` of a plain tensor (opset 18 allows one) is that tensor: mgegraph has no
+optional values, so an optional input never reaches a converter.
 
 Design: mgegraph plans have static shapes and no control flow, so a loop whose trip count is a
 number is a straight line of its bodies. The trip count times the body's nodes is bounded by
@@ -103,4 +105,5 @@ def _step(x, axis: int, t: int):
 
 
 # ONNX op -> converter
-CONVERTERS = {"Scan": _scan, "Loop": _loop}
+CONVERTERS = {"Scan": _scan, "Loop": _loop,
+              "OptionalGetElement": lambda cx, ins, at: [ins[0]]}

@@ -18,7 +18,7 @@ import mgegraph.onnx as mo
 RNG = np.random.default_rng(0)
 # op -> its float32 node cases (the expanded LinearAttention cases run its Scan body)
 OPS = {"Attention": 65, "FlexAttention": 9, "LinearAttention": 13, "CausalConvWithState": 11,
-       "Scan": 4, "Shrink": 2, "Upsample": 1}
+       "Scan": 4, "Shrink": 2, "Upsample": 1, "OptionalGetElement": 1}
 # the cases below opset 13 among other ops' (they import once converted up)
 OLD = {"test_dropout_default_old", "test_dropout_random_old"}
 # the one Scan case of opset 8: onnx's version converter drops its batch axis from the graph's
@@ -56,6 +56,11 @@ def test_the_node_cases_are_all_there():
 @pytest.mark.parametrize("case", _node_cases())
 def test_every_float32_node_case_passes(case):
     run_case(case)  # strict: every input fed at run time
+
+
+def test_range_expanded_into_a_loop_passes_with_its_bounds_bound():
+    (case,) = float32_cases()["test_range_float_type_positive_delta (expanded)"]
+    assert set(run_case(case, strict=False)) == {"start", "limit", "delta"}
 
 
 # -- Attention against ONNX Runtime, one feature at a time ---------------------------------------
