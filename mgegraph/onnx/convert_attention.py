@@ -160,32 +160,41 @@ def _bias(cx, mask, nonpad, at, q4, total: int, past: int):
     """One additive bias (None, an array or a Var) for every mask the node asks for."""
     b, s = q4.shape[0], q4.shape[2]
     parts = [] if mask is None else [_mask_bias(cx, mask, total, q4.dtype)]
-    lens = None if nonpad is None else _nonpad(cx, nonpad, b, total)
-    # the queries' positions among the keys: after the past, or at the end of the valid keys
-    offset = past if lens is None else F.reshape(F.sub(lens, s), (b, 1, 1, 1))
-    if isinstance(lens, np.ndarray):
-        offset = (lens - s).reshape(b, 1, 1, 1)
-    rows, cols = np.arange(s).reshape(s, 1), np.arange(total).reshape(1, total)
+    lens = None if nonpad is None else _nonpad(cx, nonpad, b)
+    pos, cols = _positions(s, past, lens, b), np.arange(total).reshape(1, total)
     if int(at.get("is_causal", 0)):
-        parts.append(_allowed(cols <= _plus(rows, offset)))
+        parts.append(_allowed(_le(cols, pos)))  # key j <= the query's position
     left, right = int(at.get("left_window_size", -1)), int(at.get("right_window_size", -1))
     if left >= 0:
-        parts.append(_allowed(_plus(rows, offset) - cols <= left))
+        parts.append(_allowed(_le(_add(pos, -left), cols)))
     if right >= 0:
-        parts.append(_allowed(cols - _plus(rows, offset) <= right))
+        parts.append(_allowed(_le(cols, _add(pos, right))))
     if lens is not None:
-        lens4 = lens.reshape(b, 1, 1, 1) if isinstance(lens, np.ndarray) else \
-            F.reshape(lens, (b, 1, 1, 1))
-        parts.append(_allowed(_less(cols, lens4)))
+        parts.append(_allowed(_le(cols, _add(_reshape(lens, (b, 1, 1, 1)), -1))))
     return _sum(parts, q4.dtype)
 
 
-def _plus(rows: np.ndarray, offset):
-    return rows + offset if not isinstance(offset, Var) else F.add(offset, rows)
+def _positions(s: int, past: int, lens, b: int):
+    """Each query's position among the keys: after the ``past`` keys, or (``nonpad_kv_seqlen``
+    given) the last ``s`` of each batch's valid keys; (s, 1) or (b, 1, s, 1)."""
+    rows = np.arange(s, dtype=np.int64)
+    if lens is None:
+        return rows.reshape(s, 1) + past
+    return _add(_reshape(_add(lens, -s), (b, 1, 1, 1)), rows.reshape(1, 1, s, 1))
 
 
-def _less(cols: np.ndarray, lens):
-    return cols < lens if not isinstance(lens, Var) else F.less(cols, lens)
+def _le(a, b):
+    both = isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+    return a <= b if both else F.less_equal(a, b)
+
+
+def _add(a, b):
+    both = isinstance(a, np.ndarray) and isinstance(b, (np.ndarray, int))
+    return a + b if both else F.add(a, np.asarray(b, np.int64))
+
+
+def _reshape(x, shape):
+    return x.reshape(shape) if isinstance(x, np.ndarray) else F.reshape(x, shape)
 
 
 def _allowed(keep):
@@ -227,14 +236,15 @@ def _mask_bias(cx, mask, total: int, dtype):
     return mask
 
 
-def _nonpad(cx, lens, batch: int, total: int):
+def _nonpad(cx, lens, batch: int):
     shape = shape_of(lens)
     if tuple(shape) != (batch,) or lens.dtype.kind not in "iu":
         cx.fail(f"nonpad_kv_seqlen {list(shape)} {lens.dtype}: it must be integers of shape "
                 f"(batch,) = ({batch},)")
     if isinstance(lens, np.ndarray):
         return lens.astype(np.int64)
-    return cx.var(lens)
+    lens = cx.var(lens)
+    return lens if lens.dtype == np.int64 else F.astype(lens, np.int64)
 
 
 def _flex_attention(cx, ins, at):

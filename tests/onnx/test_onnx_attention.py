@@ -158,6 +158,24 @@ def test_attention_nonpad_kv_seqlen_masks_each_batchs_padding():
     np.testing.assert_array_equal(y1, y2)
 
 
+@pytest.mark.parametrize("known", [False, True])
+@pytest.mark.parametrize("window", [{}, {"left_window_size": 1}])
+def test_attention_nonpad_kv_seqlen_with_causal_is_aligned_bottom_right(known, window):
+    from onnx.reference import ReferenceEvaluator  # lazy: loads onnx's whole evaluator
+
+    q, k, v = rand(2, 2, 3, 4), rand(2, 2, 6, 4), rand(2, 2, 6, 4)
+    lens = np.array([4, 6], np.int64)
+    m, feeds = _attention({"Q": q, "K": k, "V": v, "nonpad_kv_seqlen": lens},
+                          opset=25 if window else 24, is_causal=1, **window)
+    want = ReferenceEvaluator(m).run(None, feeds)  # ORT 1.32 aligns it top-left (the errata)
+    if known:  # the lengths an initializer: the whole bias folds at import
+        m.graph.initializer.append(numpy_helper.from_array(lens, "nonpad_kv_seqlen"))
+        del m.graph.input[3]
+        del feeds["nonpad_kv_seqlen"]
+    (got,) = mo.import_model(m).run(feeds)
+    np.testing.assert_allclose(got, want[0], rtol=1e-5, atol=1e-6)
+
+
 def test_attention_a_fully_masked_row_gives_zeros_not_nan():
     q, k, v = rand(1, 1, 3, 4), rand(1, 1, 5, 4), rand(1, 1, 5, 4)
     mask = np.ones((3, 5), bool)
