@@ -159,12 +159,18 @@ def _concat_past(cx, past, x, name: str):
 def _bias(cx, mask, nonpad, at, q4, total: int, past: int):
     """One additive bias (None, an array or a Var) for every mask the node asks for."""
     b, s = q4.shape[0], q4.shape[2]
+    causal = bool(int(at.get("is_causal", 0)))
+    left, right = int(at.get("left_window_size", -1)), int(at.get("right_window_size", -1))
+    if mask is None and nonpad is None and not causal and left < 0 and right < 0:
+        return None
+    if not all(isinstance(n, (int, np.integer)) for n in (s, total)):
+        cx.fail(f"query length {s} and key length {total}: the masks are built at import and "
+                "need numbers there (give them with input_shapes=)")
     parts = [] if mask is None else [_mask_bias(cx, mask, total, q4.dtype)]
     lens = None if nonpad is None else _nonpad(cx, nonpad, b)
     pos, cols = _positions(s, past, lens, b), np.arange(total).reshape(1, total)
-    if int(at.get("is_causal", 0)):
+    if causal:
         parts.append(_allowed(_le(cols, pos)))  # key j <= the query's position
-    left, right = int(at.get("left_window_size", -1)), int(at.get("right_window_size", -1))
     if left >= 0:
         parts.append(_allowed(_le(_add(pos, -left), cols)))
     if right >= 0:

@@ -218,6 +218,26 @@ def test_attention_bad_input_is_an_import_error_naming_the_node(inputs, attrs, r
         mo.import_graph(m)
 
 
+def _named(m, axis: int, name: str):
+    for vi in m.graph.input:
+        vi.type.tensor_type.shape.dim[axis].dim_param = name
+    return m
+
+
+def test_attention_over_named_lengths_runs_unmasked_and_refuses_masks_by_name():
+    q, k = rand(3, 4, 8), rand(3, 4, 4)
+    feeds = {"Q": q, "K": k, "V": k}
+    for attrs, axis in (({}, 1), ({"is_causal": 1}, 0)):  # named lengths; a named batch
+        m, _ = _attention(feeds, q_num_heads=2, kv_num_heads=1, **attrs)
+        m = _named(m, axis, "S" if axis else "B")
+        np.testing.assert_allclose(mo.import_model(m).run(feeds)[0], _ort(m, feeds)[0],
+                                   rtol=1e-5, atol=1e-6)
+    m = _named(_attention(feeds, q_num_heads=2, kv_num_heads=1, is_causal=1)[0], 1, "S")
+    with pytest.raises(mo.OnnxImportError, match=r"Attention node .*query length S and key "
+                                                 r"length S: the masks are built at import"):
+        mo.import_graph(m)
+
+
 def test_linear_attention_bad_update_rule_names_the_node():
     q = rand(1, 3, 8)
     node = helper.make_node("LinearAttention", ["q", "q", "q"], ["y", "s"], name="la",
