@@ -32,6 +32,8 @@ def _dft(cx, ins, at):
         cx.fail(f"axis {axis} is the axis of the real and imaginary parts, not of the signal")
     inverse, onesided = bool(at.get("inverse", 0)), bool(at.get("onesided", 0))
     given = x.shape[axis]
+    if not isinstance(given, (int, np.integer)):
+        cx.fail(f"signal length {given}: the DFT matrix is built at import and needs a number")
     length = None if len(ins) < 2 or ins[1] is None else cx.ints(ins[1], "dft_length")[0]
     if length is None:
         length = 2 * (given - 1) if inverse and onesided else given
@@ -105,6 +107,8 @@ def _det(cx, ins, at):
     if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
         cx.fail(f"input {list(x.shape)}: Det takes (..., n, n) square matrices")
     n = x.shape[-1]
+    if not isinstance(n, (int, np.integer)):
+        cx.fail(f"matrix size {n}: the cofactor expansion needs a number")
     if n > MAX_DET:
         cx.fail(f"a {n} x {n} determinant: mgegraph expands it by cofactors, up to "
                 f"{MAX_DET} x {MAX_DET} (no LU kernel)")

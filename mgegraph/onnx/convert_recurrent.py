@@ -45,6 +45,9 @@ def _linear_attention(cx, ins, at):
         cx.fail(f"query {list(shape_of(ins[0]))}, key {list(shape_of(ins[1]))} and value "
                 f"{list(shape_of(ins[2]))} disagree in length or head size")
     dv = v.shape[3]
+    if not isinstance(t, (int, np.integer)):
+        cx.fail(f"sequence length {t}: the recurrence is unrolled at import and needs a number "
+                "(give it with input_shapes=)")
     decay = None if ins[4] is None else _decay(cx, _f32(cx, ins[4]), hkv, dk)
     beta = None if ins[5] is None else _beta(cx, _f32(cx, ins[5]), hkv)
     state = _past(cx, ins[3], (b, hkv, dk, dv))

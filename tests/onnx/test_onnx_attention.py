@@ -359,3 +359,12 @@ def test_loop_unrolled_until_its_known_condition_fails_against_onnx_runtime():
               [numpy_helper.from_array(np.asarray(5, np.int64), "m")])
     _, seen = _same_as_ort(m, {"init": rand(3), "x": rand(3)})
     assert seen.shape == (3, 3)
+
+
+def test_linear_attention_over_a_named_length_is_refused_by_name():
+    node = helper.make_node("LinearAttention", ["q", "q", "q"], ["y", "s"], name="la",
+                            q_num_heads=2, kv_num_heads=2, update_rule="linear")
+    m = model([node], [value_info("q", [1, "T", 8])],
+              [value_info("y", None), value_info("s", None)], opset=27)
+    with pytest.raises(mo.OnnxImportError, match="LinearAttention node 'la': sequence length T"):
+        mo.import_graph(m)

@@ -107,3 +107,14 @@ def test_one_hot_against_onnx_reference(axis, dtype):
     (got,) = mo.import_model(m).run({"i": indices})
     (want,) = ReferenceEvaluator(m).run(None, {"i": indices})  # ORT lacks some of these types
     np.testing.assert_array_equal(got, want)
+
+
+def test_named_sizes_are_refused_by_name():
+    node = helper.make_node("DFT", ["x"], ["y"], axis=1, name="dft")
+    m = model([node], [value_info("x", [2, "n", 1])], [value_info("y", None)], opset=19)
+    with pytest.raises(mo.OnnxImportError, match="DFT node 'dft': signal length n"):
+        mo.import_graph(m)
+    node = helper.make_node("Det", ["x"], ["y"], name="det")
+    m = model([node], [value_info("x", ["n", "n"])], [value_info("y", None)], opset=22)
+    with pytest.raises(mo.OnnxImportError, match="Det node 'det': matrix size n"):
+        mo.import_graph(m)
