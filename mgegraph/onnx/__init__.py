@@ -19,6 +19,7 @@ __all__ = [
     "ImportLimits",
     "OnnxExportError",
     "OnnxImportError",
+    "OnnxImportWarning",
     "export",
     "import_graph",
     "import_model",
@@ -61,6 +62,11 @@ class ImportLimits:
     max_known_bytes: int = 1 << 34
     max_int_list: int = 1 << 16       # a known array read as a shape, axes, pads or sizes
 
+
+
+class OnnxImportWarning(UserWarning):
+    """Something the importer did to read a model that its user should know of (a model below
+    opset 13 converted up by onnx's version converter)."""
 
 
 class OnnxExportError(GraphError):

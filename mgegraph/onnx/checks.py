@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import warnings
 
 import numpy as np
 import onnx
@@ -24,7 +25,7 @@ from onnx import TensorProto, helper
 
 from ..io.files import open_regular
 from ..ir.dims import Dim
-from . import SUPPORTED_OPSETS, ImportLimits, OnnxImportError
+from . import SUPPORTED_OPSETS, ImportLimits, OnnxImportError, OnnxImportWarning
 
 # known arrays up to this many elements go to a node's shape inference as initializers (their
 # values can decide the output's shape); larger ones only as types, which is all inference
@@ -121,6 +122,27 @@ def _decode(source: str, load) -> onnx.ModelProto:
         raise OnnxImportError(f"{source}: not an ONNX model (protobuf: {exc})") from exc
 
 
+def upgraded(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A model below the oldest opset the converters read, converted up to it by onnx's own
+    version converter (no code of the file runs), with an ``OnnxImportWarning`` saying so;
+    any other model as it is. A model the converter cannot take is an OnnxImportError."""
+    versions = [e.version for e in model.opset_import if e.domain in ("", "ai.onnx")]
+    if not versions or versions[0] >= SUPPORTED_OPSETS[0]:
+        return model
+    from onnx import version_converter  # lazy: loads onnx's converter only for old models
+
+    try:
+        new = version_converter.convert_version(model, SUPPORTED_OPSETS[0])
+    except Exception as exc:  # onnx raises RuntimeError, ValueError and others
+        raise OnnxImportError(f"the model is at opset {versions[0]}; mgegraph imports opsets "
+                              f"{SUPPORTED_OPSETS[0]} to {SUPPORTED_OPSETS[-1]}, and "
+                              f"onnx.version_converter could not convert it: {exc}") from exc
+    warnings.warn(f"the model at opset {versions[0]} was converted to opset "
+                  f"{SUPPORTED_OPSETS[0]} by onnx.version_converter before import",
+                  OnnxImportWarning, stacklevel=4)
+    return new
+
+
 def opset_of(model: onnx.ModelProto) -> int:
     """The default domain's opset, refused outside what the importer and onnx know."""
     versions = [e.version for e in model.opset_import if e.domain in ("", "ai.onnx")]
@@ -136,6 +158,20 @@ def opset_of(model: onnx.ModelProto) -> int:
         raise OnnxImportError(f"the model is at opset {opset}, newer than the installed onnx "
                               f"{onnx.__version__} knows ({newest})")
     return opset
+
+
+def outer_names(node) -> set[str]:
+    """The names ``node``'s subgraphs (Scan's body, at any depth) read from enclosing scopes."""
+    found = set()
+    for attr in node.attribute:
+        for body in [attr.g] * attr.HasField("g") + list(attr.graphs):
+            defined = {vi.name for vi in body.input} | {i.name for i in body.initializer}
+            for inner in body.node:
+                found |= {n for n in inner.input if n and n not in defined}
+                found |= outer_names(inner) - defined
+                defined |= set(inner.output)
+            found |= {vi.name for vi in body.output} - defined
+    return found
 
 
 # -- structure -----------------------------------------------------------------------------
@@ -226,22 +262,31 @@ def check_values(where: str, node, known: list) -> None:
                               "limit (ONNX Runtime refuses it too)")
 
 
-def infer_node(node, values: list, types: list, opset: int, ir_version: int) -> list:
+def infer_node(node, values: list, types: list, opset: int, ir_version: int,
+               scope: dict | None = None, domains: dict | None = None) -> list:
     """``(shape, dtype)`` of each of ``node``'s outputs by ONNX's strict shape inference (None
     where a dim or the type is unknown), its inputs being ``values`` (an array known at import,
-    or None) of ``types`` (a ``(shape, dtype)`` each, None for a missing optional input). A
-    node ONNX's checker or its inference refuses is an OnnxImportError naming the node."""
-    context = onnx.checker.C.CheckerContext()
-    context.ir_version, context.opset_imports = ir_version, {"": opset}
-    try:
-        onnx.checker.check_node(node, context, onnx.checker.C.LexicalScopeContext())
-    except onnx.checker.ValidationError as exc:
-        if node.op_type in _DEPRECATED_BUT_RUN and "deprecated" in str(exc):
-            return [None] * len(node.output)
-        raise OnnxImportError(f"{node_name(node)}: ONNX's checker refuses it: "
-                              f"{_first_line(exc)}") from exc
+    or None) of ``types`` (a ``(shape, dtype)`` each, None for a missing optional input);
+    ``scope`` maps the enclosing scopes' names its subgraphs read to their ``(value, type)``;
+    ``domains`` the model's other opset domains to their versions.
+    A node ONNX's checker or its inference refuses is an OnnxImportError naming the node."""
+    scope = scope or {}
+    # the checker of one node cannot be told the names in scope; a node whose subgraphs read
+    # them is checked by strict inference here and each of its subgraphs' nodes as converted
+    if not scope:
+        context = onnx.checker.C.CheckerContext()
+        context.ir_version = ir_version
+        context.opset_imports = {"": opset, **(domains or {})}
+        try:
+            onnx.checker.check_node(node, context, onnx.checker.C.LexicalScopeContext())
+        except onnx.checker.ValidationError as exc:
+            if node.op_type in _DEPRECATED_BUT_RUN and "deprecated" in str(exc):
+                return [None] * len(node.output)
+            raise OnnxImportError(f"{node_name(node)}: ONNX's checker refuses it: "
+                                  f"{_first_line(exc)}") from exc
     inits, inputs, seen = [], [], set()
-    for name, value, typed in zip(node.input, values, types):
+    pairs = list(zip(node.input, values, types)) + [(n, v, t) for n, (v, t) in scope.items()]
+    for name, value, typed in pairs:
         if not name or typed is None or name in seen:
             continue
         seen.add(name)
@@ -255,8 +300,8 @@ def infer_node(node, values: list, types: list, opset: int, ir_version: int) -> 
     outs = [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None)
             for o in node.output if o]
     graph = helper.make_graph([_with_body_defaults(node)], "node", inputs, outs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                              ir_version=ir_version)
+    imports = [helper.make_opsetid(d, v) for d, v in {"": opset, **(domains or {})}.items()]
+    model = helper.make_model(graph, opset_imports=imports, ir_version=ir_version)
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:

@@ -48,6 +48,7 @@ class Context:
 
     def __init__(self, graph: Graph, limits: ImportLimits):
         self.g, self.limits, self.opset = graph, limits, None
+        self.domains: dict[str, int] = {}  # the model's other opset domains -> their versions
         self._input_names: dict[int, str] = {}  # var id -> ONNX input name, for needs_constant
         self._consts: dict[int, Var] = {}  # id(array) -> its const/param Var
         self._param_names: dict[int, str] = {}  # id(array) of an initializer -> its name
@@ -56,6 +57,10 @@ class Context:
         # var id -> the node whose output it is, of a length known only at run time and so
         # padded to a bound (NonMaxSuppression's): a graph output, never another node's input
         self.padded: dict[int, str] = {}
+        # the values in scope (ONNX name -> value) and how a subgraph attribute (Scan's body) is
+        # converted inline: both set by the importer, which alone walks graphs
+        self.env: dict[str, object] = {}
+        self.inline: Callable[[object, list], list] | None = None
 
     def note_initializer(self, name: str, array: np.ndarray) -> None:
         """``array`` is the initializer ``name``: a float one becomes a param of that name."""

@@ -15,10 +15,14 @@ import onnx
 from . import (
     SUPPORTED_OPSETS,
     OnnxImportError,
+    convert_attention,  # Attention (opsets 23-25) as a composition
+    convert_linalg,  # DFT, Det, OneHot on small static sizes
     convert_math,
     convert_nn,
+    convert_recurrent,  # LinearAttention, CausalConvWithState
     convert_resample,
     convert_rnn,  # RNN, GRU, LSTM
+    convert_scan,  # Scan unrolled over its static trip count
     convert_sequence,  # RMS norm, rotary embeddings, SwiGLU
     convert_shape,
     convert_sorting,  # TopK, CumSum
@@ -36,6 +40,13 @@ LATER_OPS = {"Swish": 24}
 LATER_OPS |= {"RMSNormalization": 23, "RotaryEmbedding": 23, "SwiGLU": 28}
 # SpaceToDepth-28's mode (CRD beside the DCR order of before), which its converter reads
 LATER_ATTRIBUTES |= {"SpaceToDepth": {"mode"}}
+# ops of ONNX's other domains, by (domain, op): the definition (version) each converter follows
+DOMAIN_OPS = {("ai.onnx.preview", "FlexAttention"): 1}
+# ops first defined after opset 21 whose converters read several revisions: Attention's
+# (convert_attention.py; 24 added nonpad_kv_seqlen, 25 the sliding window), opset 27's
+# recurrent ops (convert_recurrent.py)
+LATER_VERSIONS = {"Attention": (23, 24, 25), "LinearAttention": (27,),
+                  "CausalConvWithState": (27,)}
 
 
 def merge(*families) -> dict[str, Converter]:
@@ -52,7 +63,7 @@ def merge(*families) -> dict[str, Converter]:
             where = f"{family.__name__}: ONNX op {op!r}"
             if op in table:
                 raise ValueError(f"{where} is converted in {family_of[op]} too")
-            if not onnx.defs.has(op):
+            if not onnx.defs.has(op) and all(op != o for _, o in DOMAIN_OPS):
                 raise ValueError(f"{where} is no op of ONNX's default domain")
             if not callable(convert):
                 raise ValueError(f"{where} maps to {convert!r}, which is not callable")
@@ -62,7 +73,8 @@ def merge(*families) -> dict[str, Converter]:
 
 CONVERTERS = merge(convert_math, convert_nn, convert_shape, convert_vision, convert_resample,
                    convert_sorting, convert_sequence,
-                   convert_rnn)  # recurrent layers: RNN, GRU, LSTM
+                   convert_rnn,  # recurrent layers: RNN, GRU, LSTM
+                   convert_attention, convert_scan, convert_recurrent, convert_linalg)
 
 
 def same_semantics(op_type: str, opset: int) -> bool:
@@ -75,6 +87,8 @@ def same_semantics(op_type: str, opset: int) -> bool:
         new = onnx.defs.get_schema(op_type, opset, "")
         if op_type in LATER_OPS:
             return new.since_version == LATER_OPS[op_type]
+        if op_type in LATER_VERSIONS:
+            return new.since_version in LATER_VERSIONS[op_type]
         old = onnx.defs.get_schema(op_type, min(opset, SUPPORTED_OPSETS[-1]), "")
     except onnx.defs.SchemaError:
         return False
@@ -88,12 +102,27 @@ def same_semantics(op_type: str, opset: int) -> bool:
             and all(old_types[k] <= new_types.get(k, set()) for k in old_types))
 
 
-def check_ops(graph_proto, opset: int) -> None:
-    """Every node's op must have a converter at this opset: all others reported at once."""
+def _domain_op_known(node, domains: dict) -> bool:
+    """Whether a node of another domain is one of ``DOMAIN_OPS`` in the definition its
+    converter follows, at the version the model imports that domain."""
+    since = DOMAIN_OPS.get((node.domain, node.op_type))
+    if since is None or node.domain not in domains:
+        return False
+    try:
+        schema = onnx.defs.get_schema(node.op_type, domains[node.domain], node.domain)
+    except onnx.defs.SchemaError:
+        return False
+    return schema.since_version == since
+
+
+def check_ops(graph_proto, opset: int, domains: dict | None = None) -> None:
+    """Every node's op must have a converter at this opset (and ``domains``, the model's other
+    domains' versions): all others reported at once."""
     missing = Counter()
     for node in graph_proto.node:
         if node.domain not in ("", "ai.onnx"):
-            missing[f"{node.domain}.{node.op_type}"] += 1
+            if not _domain_op_known(node, domains or {}):
+                missing[f"{node.domain}.{node.op_type}"] += 1
         elif node.op_type not in CONVERTERS or not same_semantics(node.op_type, opset):
             missing[node.op_type] += 1
     if missing:

@@ -44,11 +44,16 @@ def import_graph(model, *, constants=None, input_shapes=None, limits=None):
 
 def _import(cx: Context, model, constants: dict, input_shapes: dict):
     model = checks.read_model(model, cx.limits)
+    checks.check_structure(model.graph, cx.limits)  # before onnx's converter reads it
+    model = checks.upgraded(model)
     cx.opset = checks.opset_of(model)
+    cx.domains = {e.domain: e.version for e in model.opset_import
+                  if e.domain not in ("", "ai.onnx")}
     gp = model.graph
     checks.check_structure(gp, cx.limits)
-    check_ops(gp, cx.opset)
+    check_ops(gp, cx.opset, cx.domains)
     env: dict[str, object] = {"": None}
+    cx.env, cx.inline = env, lambda body, values: _inline(cx, body, values, model.ir_version)
     for init in gp.initializer:
         cx.stage = f"initializer {init.name!r}"
         checks.check_initializer(init, cx.limits, DTYPES)
@@ -80,6 +85,38 @@ def _import(cx: Context, model, constants: dict, input_shapes: dict):
                 env[name] = value
     cx.node, cx.stage = None, "the graph's outputs"
     return cx.g, [_output(cx, vi.name, env[vi.name]) for vi in gp.output]
+
+
+def _inline(cx: Context, body, values: list, ir_version: int) -> list:
+    """The outputs of subgraph ``body`` (a ``GraphProto``) on ``values`` (its inputs in order),
+    its nodes converted into the graph being built; names of the enclosing scopes are seen."""
+    check_ops(body, cx.opset, cx.domains)
+    if len(values) != len(body.input):
+        cx.fail(f"its subgraph {body.name!r} takes {len(body.input)} inputs, given "
+                f"{len(values)}")
+    outer, node = cx.env, cx.node
+    env = dict(outer)
+    env.update(zip((vi.name for vi in body.input), values))
+    for init in body.initializer:
+        checks.check_initializer(init, cx.limits, DTYPES)
+        env[init.name] = _remember(cx, np.array(numpy_helper.to_array(init), order="C"))
+    cx.env = env
+    try:
+        for inner in body.node:
+            cx.node = inner
+            missing = [n for n in inner.input if n not in env]
+            if missing:
+                cx.fail(f"input(s) {missing} are defined nowhere in scope")
+            for name, value in zip(inner.output, _convert(cx, inner, [env[n] for n in inner.input],
+                                                          ir_version)):
+                if name:
+                    env[name] = value
+        undefined = [vi.name for vi in body.output if vi.name not in env]
+        if undefined:
+            cx.fail(f"its subgraph {body.name!r} gives output(s) {undefined} it never defines")
+        return [env[vi.name] for vi in body.output]
+    finally:
+        cx.env, cx.node = outer, node
 
 
 def _bound(cx: Context, vi, value) -> np.ndarray:
@@ -163,9 +200,13 @@ def _convert(cx: Context, node, ins: list, ir_version: int) -> list:
     known = [v if isinstance(v, np.ndarray) else None for v in ins]
     types = [None if v is None else (shape_of(v), v.dtype) for v in ins]
     checks.check_values(cx.where(), node, known)
-    predicted = checks.infer_node(node, known, types, cx.opset, ir_version)
+    outer = checks.outer_names(node)
+    scope = {n: (v if isinstance(v, np.ndarray) else None, (shape_of(v), v.dtype))
+             for n in outer if (v := cx.env.get(n)) is not None}
+    predicted = checks.infer_node(node, known, types, cx.opset, ir_version, scope, cx.domains)
+    # a node whose subgraph reads enclosing names is converted: the evaluator sees one node
     fold = node.op_type != "Constant" and all(v is None or isinstance(v, np.ndarray) for v in ins) \
-        and any(v is not None for v in ins)
+        and any(v is not None for v in ins) and not outer
     for name, guess in zip(node.output, predicted):
         if guess is not None:
             checks.check_size(cx.where(), guess[0], guess[1], cx.limits, f"output {name!r}")

@@ -10,10 +10,14 @@ import pytest
 pytest.importorskip("onnx.helper")
 
 from mgegraph.onnx import (
+    convert_attention,
+    convert_linalg,
     convert_math,
     convert_nn,
+    convert_recurrent,
     convert_resample,
     convert_rnn,
+    convert_scan,
     convert_sequence,
     convert_shape,
     convert_sorting,
@@ -30,7 +34,8 @@ def _family(name, table):
 
 def test_the_table_is_every_familys_entries():
     families = (convert_math, convert_nn, convert_shape, convert_vision, convert_resample,
-                convert_sorting, convert_sequence)
+                convert_sorting, convert_sequence,
+                convert_attention, convert_scan, convert_recurrent, convert_linalg)  # the attention family and Scan
     families += (convert_rnn,)  # the recurrent layers
     assert sum(len(f.CONVERTERS) for f in families) == len(converters.CONVERTERS)
     for family in families:

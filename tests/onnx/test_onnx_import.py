@@ -52,11 +52,16 @@ def test_a_dynamic_dim_is_a_named_dim_and_input_shapes_fixes_it():
     np.testing.assert_array_equal(plan.run({"x": x})[0], np.maximum(x, 0))
 
 
-def test_opsets_below_13_are_refused_and_13_to_21_read():
+def test_opsets_below_13_are_converted_with_a_warning_and_13_to_21_read():
     model = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [2])], [_vi("y", [2])],
                    opset=12)
-    with pytest.raises(mo.OnnxImportError, match="opset 12"):
-        mo.import_graph(model)
+    with pytest.warns(mo.OnnxImportWarning, match="opset 12 was converted to opset 13"):
+        plan = mo.import_model(model)
+    assert plan.run({"x": np.array([-1, 1], np.float32)})[0].tolist() == [0, 1]
+    bogus = _model([helper.make_node("NoSuchOp", ["x"], ["y"])], [_vi("x", [2])],
+                   [_vi("y", [2])], opset=12)
+    with pytest.raises(mo.OnnxImportError, match="opset 12.*could not convert it.*NoSuchOp"):
+        mo.import_graph(bogus)
     for opset in range(13, 22):
         model = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [2])],
                        [_vi("y", [2])], opset=opset)
