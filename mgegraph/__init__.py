@@ -53,7 +53,20 @@ _LAZY = {
     **{name: (f"mgegraph.{name}", None) for name in
        ("nn", "optim", "autodiff", "train", "eager", "jit", "module", "optimizer", "onnx",
         "amp")},
+    # MegEngine's megengine.config and megengine.device, whose functions MegEngine also
+    # exports at the top level
+    "config": ("mgegraph.config", None),
+    "device": ("mgegraph.device", None),
+    **{name: ("mgegraph.device", name) for name in
+       ("get_device_count", "get_default_device", "set_default_device", "is_cuda_available",
+        "what_is_xpu")},
 }
+
+# MegEngine's module path megengine.tensor, imported now: the first import of a submodule binds
+# its name in this package, which would hide ``mg.tensor`` (the class, loaded through _LAZY)
+from . import tensor as _tensor_module  # noqa: E402, F401
+
+del tensor  # noqa: F821  (the submodule's binding; mg.tensor is the class)
 
 
 def _load_eager() -> None:
@@ -106,6 +119,13 @@ __all__ = [
     "Var",
     "amp",
     "compile",
+    "config",
+    "device",
+    "get_default_device",
+    "get_device_count",
+    "is_cuda_available",
+    "set_default_device",
+    "what_is_xpu",
     "compile_module",
     "compile_train_step",
     "devices",

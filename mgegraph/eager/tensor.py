@@ -14,9 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..device import Device, check_name, get_default_device
 from ..ir.errors import GraphError, user_location
 from ..ir.graph import Var, _as_array
 from ..ir.types import TensorType, as_dtype
+from ..ops.builder import apply
 from .mode import value_detached, value_read
 
 try:  # a C count the tokens change without running Python code (eager death is cheap)
@@ -79,9 +81,11 @@ def type_of(shape: tuple, dtype: np.dtype) -> TensorType:
 
 class Tensor(Var):
     """An eager value: ``mg.tensor([1., 2.]) * 3`` computes at once (``mg.tensor`` is this
-    class). ``data`` is copied; Python floats become float32 and ints int64. ``device`` is
-    MegEngine's: eager values live in host memory, so it may name the CPU ("cpu0", "cpux",
-    "xpux") or be None; a GPU runs compiled plans (``mg.compile(device=)``).
+    class). ``data`` is copied; without ``dtype=``, floats become float32 and ints int32 (NumPy
+    float64 and int64 arrays too, as in MegEngine; ``dtype="float64"`` keeps them). ``device``
+    is MegEngine's: eager values live in host memory, so it may name the CPU ("cpu0", "cpux",
+    "xpux") or be None; a GPU runs compiled plans (``mg.compile(device=)``). ``name`` is
+    MegEngine's tensor name (``.name``).
 
     ``.numpy()`` (a copy the caller owns), ``.item()``, ``float()``, ``int()``, ``bool()``,
     ``len()`` and printing read the value; the Python operators, comparisons, indexing and the
@@ -90,16 +94,48 @@ class Tensor(Var):
     """
 
     # _held: the token counting the bytes of _value while this tensor owns them (None for a
-    # view, whose _base owns them, and a pending lazy value)
-    __slots__ = ("__weakref__", "_base", "_held", "_lazy", "_value", "grad")
+    # view, whose _base owns them, and a pending lazy value); _name and _device: MegEngine's
+    # name= and device=, unset (read as "" and the default device) on the tensors ops make
+    __slots__ = ("__weakref__", "_base", "_device", "_held", "_lazy", "_name", "_value", "grad")
 
-    def __init__(self, data, dtype=None, device=None, is_const=False, no_cache=False):
+    def __init__(self, data, dtype=None, device=None, is_const=False, no_cache=False,
+                 name=None):
         # is_const and no_cache are MegEngine's hints to its tracer and constant cache: every
         # eager value here is already both, so they change nothing
         check_eager_device(device)
         if isinstance(data, Tensor):
+            dtype = data.dtype if dtype is None else dtype
             data = data.numpy()
-        set_array(self, _as_array(data, None if dtype is None else as_dtype(dtype)), owns=True)
+        set_array(self, default_array(data, dtype), owns=True)
+        if device is not None:
+            self._device = Device(device)
+        if name is not None:
+            self.name = name
+
+    @property
+    def name(self):
+        """MegEngine's tensor name (``Tensor(x, name="w")``; "" until given)."""
+        return getattr(self, "_name", "")
+
+    @name.setter
+    def name(self, name):
+        self._name = name
+
+    @property
+    def device(self) -> Device:
+        """The device this tensor was made for (MegEngine's name: "cpu0", "xpux"...): the
+        default device unless ``device=`` said; its bytes are in host memory either way."""
+        return getattr(self, "_device", None) or get_default_device()
+
+    def to(self, device) -> Tensor:
+        """A copy made for ``device`` (a CPU name, or "xpu": eager values live in host memory).
+
+        >>> y = x.to("cpu0")
+        """
+        check_eager_device(check_name(device, "Tensor.to"))
+        moved = apply("copy", (self,))
+        moved._device = Device(device)
+        return moved
 
     # -- reading the value ----------------------------------------------------------------
     @property
@@ -214,6 +250,27 @@ def snapshot(t: Tensor) -> Tensor:
     copy = wrap(t._array().copy())
     copy.id = t.id
     return copy
+
+
+# MegEngine's default dtypes: data given without dtype= that NumPy would hold as float64 becomes
+# float32, and int64 becomes int32 (MegEngine's core converts so); dtype= keeps either
+_NARROW = {np.dtype(np.float64): np.dtype(np.float32), np.dtype(np.int64): np.dtype(np.int32)}
+_INT32 = np.iinfo(np.int32)
+
+
+def default_array(data, dtype=None) -> np.ndarray:
+    """``data`` as a new C-contiguous array: of ``dtype``, else of MegEngine's default dtype
+    (float32 for floats, int32 for ints, others as NumPy infers)."""
+    array = _as_array(data, None if dtype is None else as_dtype(dtype))
+    narrow = _NARROW.get(array.dtype) if dtype is None else None
+    if narrow is None:
+        return array
+    if narrow.kind == "i" and array.size and (array.min() < _INT32.min or
+                                               array.max() > _INT32.max):
+        raise GraphError(f"tensor(): integers outside int32's range (from {array.min()} to "
+                         f"{array.max()}) without dtype=: ints become int32 by default, as in "
+                         f"MegEngine; pass dtype='int64' (at {user_location()})")
+    return array.astype(narrow)
 
 
 # MegEngine's spelling: ``mge.tensor`` is the class, so ``isinstance(x, mge.tensor)`` works.

@@ -103,7 +103,7 @@ def test_errors_say_what_went_wrong():
     other = nn.Parameter(np.ones(3, np.float32))
     with gm, pytest.raises(mg.GraphError, match="does not depend on any tensor attached"):
         gm.backward(F.sum(other * 2.0))
-    with pytest.raises(mg.GraphError, match="i64\\[3\\] tensor has no gradient"):
+    with pytest.raises(mg.GraphError, match="i32\\[3\\] tensor has no gradient"):
         mg.GradManager().attach(mg.tensor([1, 2, 3]))
     with gm, pytest.raises(mg.GraphError, match="floating point"):
         gm.backward(F.sum(F.astype(w, "int32")))
