@@ -64,7 +64,7 @@ _LAZY = {
 
 # MegEngine's module path megengine.tensor, imported now: the first import of a submodule binds
 # its name in this package, which would hide ``mg.tensor`` (the class, loaded through _LAZY)
-from . import tensor as _tensor_module  # noqa: E402, F401
+from . import tensor as _tensor_module  # noqa: F401
 
 del tensor  # noqa: F821  (the submodule's binding; mg.tensor is the class)
 
@@ -119,19 +119,17 @@ __all__ = [
     "Var",
     "amp",
     "compile",
-    "config",
-    "device",
-    "get_default_device",
-    "get_device_count",
-    "is_cuda_available",
-    "set_default_device",
-    "what_is_xpu",
     "compile_module",
     "compile_train_step",
+    "config",
+    "device",
     "devices",
     "fit",
     "functional",
+    "get_default_device",
+    "get_device_count",
     "grad",
+    "is_cuda_available",
     "jit",
     "lazy",
     "load",
@@ -145,7 +143,9 @@ __all__ = [
     "register_backend",
     "runtime",
     "save",
+    "set_default_device",
     "tensor",
     "trace",
+    "what_is_xpu",
 ]
 __version__ = "0.1.0"

@@ -29,8 +29,7 @@ import dataclasses
 import sys
 import types
 
-__all__ = ["Settings", "async_level", "benchmark_kernel", "current", "deterministic_kernel",
-           "disable_memory_forwarding"]
+__all__ = ["Settings", "current"]  # and each field of Settings, an attribute of the module
 
 
 @dataclasses.dataclass(frozen=True)

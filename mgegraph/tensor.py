@@ -9,7 +9,7 @@ import importlib
 # name -> the module that defines it
 _HOMES = {"Tensor": "mgegraph.eager.tensor", "tensor": "mgegraph.eager.tensor",
           "Parameter": "mgegraph.nn.module"}
-__all__ = sorted(_HOMES)
+__all__ = ["Parameter", "Tensor", "tensor"]  # noqa: F822  (given by __getattr__)
 
 
 def __getattr__(name):

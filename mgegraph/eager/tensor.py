@@ -18,8 +18,9 @@ from ..device import Device, check_name, get_default_device
 from ..ir.errors import GraphError, user_location
 from ..ir.graph import Var, _as_array
 from ..ir.types import TensorType, as_dtype
+from ..ops import indexing
 from ..ops.builder import apply
-from .mode import value_detached, value_read
+from .mode import MODE, value_detached, value_read
 
 try:  # a C count the tokens change without running Python code (eager death is cheap)
     from .._kernels.launch import Held, held_bytes
@@ -202,6 +203,33 @@ class Tensor(Var):
     def __mod__(self, o): return self._F().mod(self, o)
     def __rmod__(self, o): return self._F().mod(o, self)
 
+    def __getitem__(self, index):
+        """NumPy's indexing, advanced forms too: ``x[1, :, [0, 2]]``, ``x[mask]``, ``x[idx]``
+        (``ops/indexing.py``)."""
+        return indexing.getitem(self, index)
+
+    def __setitem__(self, index, value):
+        """``x[index] = value`` as MegEngine's: ``x`` becomes a new value (the old one with
+        ``value`` written where ``index`` says), made by ops that GradManagers and traces record
+        like any other, so gradients reach the old ``x`` and ``value``. The old value does not
+        change: a tape or a view that holds it keeps it. A Parameter is written in place
+        instead (plans share its array), as an optimiser's step writes it.
+
+        A GradManager knows an attached tensor by its value: writing into one while it records
+        is refused, and one written outside a recording is attached no longer (attach it
+        again)."""
+        new = indexing.setitem(self, index, value)
+        if hasattr(self, "bind_to"):  # a Parameter: its array is the one plans read
+            self.value = new.numpy()
+            return
+        if any(self is p for r in MODE.recorders for p in
+               getattr(r, "attached_tensors", tuple)()):
+            raise GraphError(f"x[index] = value on a tensor attached to a recording "
+                             f"GradManager ({self.type}): its gradient is that of the value it "
+                             f"was attached as; write into a copy (y = x * 1; y[index] = "
+                             f"value) (at {user_location()})")
+        rebind(self, new)
+
     def detach(self) -> Tensor:
         """The same value, not recorded by any GradManager (a new tensor sharing the bytes)."""
         detached = wrap_view(self._array(), self)
@@ -229,6 +257,14 @@ def set_array(t: Tensor, array: np.ndarray, owns: bool, base: Tensor | None = No
     t.type = type or type_of(array.shape, array.dtype)
     t._value, t._base, t._lazy, t.grad = array, base, None, None
     t._held = Held(array.nbytes) if owns else None
+
+
+def rebind(t: Tensor, new: Tensor) -> None:
+    """Make ``t`` stand for ``new``'s value (its id, array and bytes): MegEngine's in-place
+    update of a tensor, which leaves the value ``t`` had to whoever recorded it."""
+    t.graph, t.id, t.type, t.node, t.index = new.graph, new.id, new.type, new.node, new.index
+    t._value, t._base, t._lazy, t._held = new._value, new._base, new._lazy, new._held
+    new._held = None  # the bytes are t's now (new dies without uncounting them)
 
 
 def wrap(array: np.ndarray, type: TensorType | None = None) -> Tensor:
