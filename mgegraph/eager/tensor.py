@@ -198,6 +198,18 @@ class Tensor(Var):
         __mul__, __rmul__ = fastpath.mul, fastpath.rmul
         __truediv__, __rtruediv__ = fastpath.truediv, fastpath.rtruediv
 
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """``np.add(x, y)`` and NumPy's other ufuncs of mgegraph's functions give a Tensor, as
+        MegEngine's; any other ufunc or form computes on the arrays, as before."""
+        name = _UFUNCS.get(ufunc.__name__, ufunc.__name__)
+        if method == "__call__" and not kwargs and name in _UFUNC_FUNCTIONS:
+            return getattr(self._F(), name)(*inputs)
+        arrays = [np.asarray(v) if isinstance(v, Tensor) else v for v in inputs]
+        return getattr(ufunc, method)(*arrays, **kwargs)
+
+    def prod(self, axis=None, keepdims=False):
+        return self._F().prod(self, axis, keepdims)
+
     def __floordiv__(self, o): return self._F().floor_div(self, o)
     def __rfloordiv__(self, o): return self._F().floor_div(o, self)
     def __mod__(self, o): return self._F().mod(self, o)
@@ -243,6 +255,15 @@ class Tensor(Var):
         """Whether the array is this tensor's own (not a view of another's)."""
         return self._held is not None
 
+
+# NumPy's ufuncs that are mgegraph functions (NumPy's name -> mgegraph's where they differ)
+_UFUNCS = {"subtract": "sub", "multiply": "mul", "true_divide": "div", "divide": "div",
+           "negative": "neg", "absolute": "abs", "power": "pow", "floor_divide": "floor_div",
+           "remainder": "mod"}
+_UFUNC_FUNCTIONS = frozenset({
+    "add", "sub", "mul", "div", "neg", "abs", "pow", "floor_div", "mod", "equal", "not_equal",
+    "less", "less_equal", "greater", "greater_equal", "maximum", "minimum", "exp", "log",
+    "sqrt", "square", "sin", "cos", "tanh", "floor", "ceil", "sign"})
 
 # the eager graph every Tensor belongs to (eager.dispatch sets it when it is imported)
 EAGER_GRAPH = None

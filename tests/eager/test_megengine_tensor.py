@@ -237,3 +237,17 @@ def test_index_tensors_in_a_trace_are_inputs_of_the_plan():
     for _ in range(3):
         idx = RNG.integers(11, size=(5, 7))
         np.testing.assert_array_equal(pick(x, mg.tensor(idx)).numpy(), np.arange(11)[idx])
+
+
+def test_numpy_ufuncs_of_mgegraph_functions_give_tensors():
+    x, y = np.array([1, 2, 3], np.int32), np.array([1, 0, 3], np.int32)
+    t = mg.tensor(x)
+    added = np.add(t, y)
+    assert isinstance(added, mg.Tensor) and added.numpy().tolist() == [2, 2, 6]
+    assert np.equal(t, t).numpy().tolist() == [True, True, True]
+    assert isinstance(np.subtract(y, t), mg.Tensor)
+    assert np.cumsum(t).tolist() == [1, 3, 6]  # not a function of mgegraph: NumPy's answer
+
+
+def test_prod_method():
+    assert mg.tensor([[1, 2], [3, 4]]).prod(axis=-1, keepdims=True).numpy().tolist() == [[2], [12]]
