@@ -251,3 +251,13 @@ def test_numpy_ufuncs_of_mgegraph_functions_give_tensors():
 
 def test_prod_method():
     assert mg.tensor([[1, 2], [3, 4]]).prod(axis=-1, keepdims=True).numpy().tolist() == [[2], [12]]
+
+
+def test_setitem_in_a_lazy_block_is_pending_like_any_op():
+    x = mg.tensor([1.0, 2.0, 3.0])
+    with mg.lazy():
+        y = x * 2.0
+        y[0] = 10.0
+        z = y + 1.0
+    assert y.numpy().tolist() == [10.0, 4.0, 6.0] and z.numpy().tolist() == [11.0, 5.0, 7.0]
+    assert x.numpy().tolist() == [1.0, 2.0, 3.0]
