@@ -57,7 +57,20 @@ _LAZY = {
         "amp")},
     # MegEngine's megengine.random: seed, RNG and the default generator's draws
     "random": ("mgegraph.random", None),
+    # MegEngine's megengine.config and megengine.device, whose functions MegEngine also
+    # exports at the top level
+    "config": ("mgegraph.config", None),
+    "device": ("mgegraph.device", None),
+    **{name: ("mgegraph.device", name) for name in
+       ("get_device_count", "get_default_device", "set_default_device", "is_cuda_available",
+        "what_is_xpu")},
 }
+
+# MegEngine's module path megengine.tensor, imported now: the first import of a submodule binds
+# its name in this package, which would hide ``mg.tensor`` (the class, loaded through _LAZY)
+from . import tensor as _tensor_module  # noqa: F401
+
+del tensor  # noqa: F821  (the submodule's binding; mg.tensor is the class)
 
 
 def _load_eager() -> None:
@@ -113,10 +126,15 @@ __all__ = [
     "compile",
     "compile_module",
     "compile_train_step",
+    "config",
+    "device",
     "devices",
     "fit",
     "functional",
+    "get_default_device",
+    "get_device_count",
     "grad",
+    "is_cuda_available",
     "jit",
     "lazy",
     "load",
@@ -131,7 +149,9 @@ __all__ = [
     "register_backend",
     "runtime",
     "save",
+    "set_default_device",
     "tensor",
     "trace",
+    "what_is_xpu",
 ]
 __version__ = "0.1.0"

@@ -81,6 +81,8 @@ cdef Py_ssize_t _slot(cls, str name) except -1:
 # every slot ``_tensor`` writes (the ones tensor.set_array sets)
 SLOTS = frozenset({"graph", "id", "type", "node", "index", "_value", "_base", "_lazy", "grad",
                    "_held"})
+# the slots a new Tensor may leave unset, which Tensor reads with a default (tensor.UNSET_SLOTS)
+UNSET_SLOTS = frozenset({"_name", "_device"})
 
 
 def _slot_names(cls) -> set:
@@ -94,7 +96,7 @@ def _slot_names(cls) -> set:
 def install(tensor, graph, ids, dict entries, dict scalars, slow_binary, slow_add_node,
             failure):
     """Eager dispatch's objects, read by the C path (dispatch.py calls it once)."""
-    if _slot_names(tensor) != SLOTS:  # a slot left unset would raise where it is read
+    if _slot_names(tensor) - UNSET_SLOTS != SLOTS:  # an unset slot would raise where read
         raise TypeError(f"eager/fastpath.pyx makes Tensors with the slots {sorted(SLOTS)}, "
                         f"but Tensor has {sorted(_slot_names(tensor))}: write the new ones in "
                         "_tensor as tensor.set_array does")

@@ -14,10 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..device import Device, check_name, get_default_device
 from ..ir.errors import GraphError, user_location
 from ..ir.graph import Var, _as_array
 from ..ir.types import TensorType, as_dtype
-from .mode import value_detached, value_read
+from ..ops import indexing
+from ..ops.builder import apply
+from .mode import MODE, value_detached, value_read
 
 try:  # a C count the tokens change without running Python code (eager death is cheap)
     from .._kernels.launch import Held, held_bytes
@@ -79,9 +82,11 @@ def type_of(shape: tuple, dtype: np.dtype) -> TensorType:
 
 class Tensor(Var):
     """An eager value: ``mg.tensor([1., 2.]) * 3`` computes at once (``mg.tensor`` is this
-    class). ``data`` is copied; Python floats become float32 and ints int64. ``device`` is
-    MegEngine's: eager values live in host memory, so it may name the CPU ("cpu0", "cpux",
-    "xpux") or be None; a GPU runs compiled plans (``mg.compile(device=)``).
+    class). ``data`` is copied; without ``dtype=``, floats become float32 and ints int32 (NumPy
+    float64 and int64 arrays too, as in MegEngine; ``dtype="float64"`` keeps them). ``device``
+    is MegEngine's: eager values live in host memory, so it may name the CPU ("cpu0", "cpux",
+    "xpux") or be None; a GPU runs compiled plans (``mg.compile(device=)``). ``name`` is
+    MegEngine's tensor name (``.name``).
 
     ``.numpy()`` (a copy the caller owns), ``.item()``, ``float()``, ``int()``, ``bool()``,
     ``len()`` and printing read the value; the Python operators, comparisons, indexing and the
@@ -90,16 +95,48 @@ class Tensor(Var):
     """
 
     # _held: the token counting the bytes of _value while this tensor owns them (None for a
-    # view, whose _base owns them, and a pending lazy value)
-    __slots__ = ("__weakref__", "_base", "_held", "_lazy", "_value", "grad")
+    # view, whose _base owns them, and a pending lazy value); _name and _device: MegEngine's
+    # name= and device=, unset (read as "" and the default device) on the tensors ops make
+    __slots__ = ("__weakref__", "_base", "_device", "_held", "_lazy", "_name", "_value", "grad")
 
-    def __init__(self, data, dtype=None, device=None, is_const=False, no_cache=False):
+    def __init__(self, data, dtype=None, device=None, is_const=False, no_cache=False,
+                 name=None):
         # is_const and no_cache are MegEngine's hints to its tracer and constant cache: every
         # eager value here is already both, so they change nothing
         check_eager_device(device)
         if isinstance(data, Tensor):
+            dtype = data.dtype if dtype is None else dtype
             data = data.numpy()
-        set_array(self, _as_array(data, None if dtype is None else as_dtype(dtype)), owns=True)
+        set_array(self, default_array(data, dtype), owns=True)
+        if device is not None:
+            self._device = Device(device)
+        if name is not None:
+            self.name = name
+
+    @property
+    def name(self):
+        """MegEngine's tensor name (``Tensor(x, name="w")``; "" until given)."""
+        return getattr(self, "_name", "")
+
+    @name.setter
+    def name(self, name):
+        self._name = name
+
+    @property
+    def device(self) -> Device:
+        """The device this tensor was made for (MegEngine's name: "cpu0", "xpux"...): the
+        default device unless ``device=`` said; its bytes are in host memory either way."""
+        return getattr(self, "_device", None) or get_default_device()
+
+    def to(self, device) -> Tensor:
+        """A copy made for ``device`` (a CPU name, or "xpu": eager values live in host memory).
+
+        >>> y = x.to("cpu0")
+        """
+        check_eager_device(check_name(device, "Tensor.to"))
+        moved = apply("copy", (self,))
+        moved._device = Device(device)
+        return moved
 
     # -- reading the value ----------------------------------------------------------------
     @property
@@ -161,10 +198,49 @@ class Tensor(Var):
         __mul__, __rmul__ = fastpath.mul, fastpath.rmul
         __truediv__, __rtruediv__ = fastpath.truediv, fastpath.rtruediv
 
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """``np.add(x, y)`` and NumPy's other ufuncs of mgegraph's functions give a Tensor, as
+        MegEngine's; any other ufunc or form computes on the arrays, as before."""
+        name = _UFUNCS.get(ufunc.__name__, ufunc.__name__)
+        if method == "__call__" and not kwargs and name in _UFUNC_FUNCTIONS:
+            return getattr(self._F(), name)(*inputs)
+        arrays = [np.asarray(v) if isinstance(v, Tensor) else v for v in inputs]
+        return getattr(ufunc, method)(*arrays, **kwargs)
+
+    def prod(self, axis=None, keepdims=False):
+        return self._F().prod(self, axis, keepdims)
+
     def __floordiv__(self, o): return self._F().floor_div(self, o)
     def __rfloordiv__(self, o): return self._F().floor_div(o, self)
     def __mod__(self, o): return self._F().mod(self, o)
     def __rmod__(self, o): return self._F().mod(o, self)
+
+    def __getitem__(self, index):
+        """NumPy's indexing, advanced forms too: ``x[1, :, [0, 2]]``, ``x[mask]``, ``x[idx]``
+        (``ops/indexing.py``)."""
+        return indexing.getitem(self, index)
+
+    def __setitem__(self, index, value):
+        """``x[index] = value`` as MegEngine's: ``x`` becomes a new value (the old one with
+        ``value`` written where ``index`` says), made by ops that GradManagers and traces record
+        like any other, so gradients reach the old ``x`` and ``value``. The old value does not
+        change: a tape or a view that holds it keeps it. A Parameter is written in place
+        instead (plans share its array), as an optimiser's step writes it.
+
+        A GradManager knows an attached tensor by its value: writing into one while it records
+        is refused, and one written outside a recording is attached no longer (attach it
+        again)."""
+        new = indexing.setitem(self, index, value)
+        if hasattr(self, "bind_to"):  # a Parameter: its array is the one plans read
+            self.value = new.numpy()
+            return
+        if any(self is p for r in MODE.recorders for p in
+               getattr(r, "attached_tensors", tuple)()):
+            raise GraphError(f"x[index] = value on a tensor attached to a recording "
+                             f"GradManager ({self.type}): its gradient is that of the value it "
+                             f"was attached as; write into a copy (y = x * 1; y[index] = "
+                             f"value) (at {user_location()})")
+        rebind(self, new)
 
     def detach(self) -> Tensor:
         """The same value, not recorded by any GradManager (a new tensor sharing the bytes)."""
@@ -180,6 +256,15 @@ class Tensor(Var):
         return self._held is not None
 
 
+# NumPy's ufuncs that are mgegraph functions (NumPy's name -> mgegraph's where they differ)
+_UFUNCS = {"subtract": "sub", "multiply": "mul", "true_divide": "div", "divide": "div",
+           "negative": "neg", "absolute": "abs", "power": "pow", "floor_divide": "floor_div",
+           "remainder": "mod"}
+_UFUNC_FUNCTIONS = frozenset({
+    "add", "sub", "mul", "div", "neg", "abs", "pow", "floor_div", "mod", "equal", "not_equal",
+    "less", "less_equal", "greater", "greater_equal", "maximum", "minimum", "exp", "log",
+    "sqrt", "square", "sin", "cos", "tanh", "floor", "ceil", "sign"})
+
 # the eager graph every Tensor belongs to (eager.dispatch sets it when it is imported)
 EAGER_GRAPH = None
 
@@ -193,6 +278,14 @@ def set_array(t: Tensor, array: np.ndarray, owns: bool, base: Tensor | None = No
     t.type = type or type_of(array.shape, array.dtype)
     t._value, t._base, t._lazy, t.grad = array, base, None, None
     t._held = Held(array.nbytes) if owns else None
+
+
+def rebind(t: Tensor, new: Tensor) -> None:
+    """Make ``t`` stand for ``new``'s value (its id, array and bytes): MegEngine's in-place
+    update of a tensor, which leaves the value ``t`` had to whoever recorded it."""
+    t.graph, t.id, t.type, t.node, t.index = new.graph, new.id, new.type, new.node, new.index
+    t._value, t._base, t._lazy, t._held = new._value, new._base, new._lazy, new._held
+    new._held = None  # the bytes are t's now (new dies without uncounting them)
 
 
 def wrap(array: np.ndarray, type: TensorType | None = None) -> Tensor:
@@ -214,6 +307,27 @@ def snapshot(t: Tensor) -> Tensor:
     copy = wrap(t._array().copy())
     copy.id = t.id
     return copy
+
+
+# MegEngine's default dtypes: data given without dtype= that NumPy would hold as float64 becomes
+# float32, and int64 becomes int32 (MegEngine's core converts so); dtype= keeps either
+_NARROW = {np.dtype(np.float64): np.dtype(np.float32), np.dtype(np.int64): np.dtype(np.int32)}
+_INT32 = np.iinfo(np.int32)
+
+
+def default_array(data, dtype=None) -> np.ndarray:
+    """``data`` as a new C-contiguous array: of ``dtype``, else of MegEngine's default dtype
+    (float32 for floats, int32 for ints, others as NumPy infers)."""
+    array = _as_array(data, None if dtype is None else as_dtype(dtype))
+    narrow = _NARROW.get(array.dtype) if dtype is None else None
+    if narrow is None:
+        return array
+    if narrow.kind == "i" and array.size and (array.min() < _INT32.min or
+                                               array.max() > _INT32.max):
+        raise GraphError(f"tensor(): integers outside int32's range (from {array.min()} to "
+                         f"{array.max()}) without dtype=: ints become int32 by default, as in "
+                         f"MegEngine; pass dtype='int64' (at {user_location()})")
+    return array.astype(narrow)
 
 
 # MegEngine's spelling: ``mge.tensor`` is the class, so ``isinstance(x, mge.tensor)`` works.

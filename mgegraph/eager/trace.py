@@ -67,7 +67,7 @@ from .symbolic_shape import (
     named_view,
     needing_numbers,
 )
-from .tensor import Tensor, wrap
+from .tensor import Tensor, wrap, wrap_view
 from .trace_dump import write_dump
 
 
@@ -413,10 +413,12 @@ class Traced:
         views: dict[int, Tensor] = {}  # a named shape's tensor -> the view the function gets
 
         def view(t: Tensor) -> Tensor:
-            if not bindings or hasattr(t, "bind_to"):
+            if hasattr(t, "bind_to"):
                 return t
             if id(t) not in views:  # (f(x, x): one view, so one input, as without names)
-                views[id(t)] = named_view(t)
+                # the function gets a tensor of its own: a write into it (x[i] = v) makes it a
+                # new value inside the function, never the caller's, which the plan then reads
+                views[id(t)] = named_view(t) if bindings else wrap_view(t._array(), t)
             return views[id(t)]
 
         bound.arguments.update({k: _as_tensors(v, view) for k, v in bound.arguments.items()})

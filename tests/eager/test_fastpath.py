@@ -44,7 +44,7 @@ def test_every_elementwise_op_gives_the_plans_bits_when_cached(entry, dtype):
     for shapes in SHAPES if entry.kind != "unary" else [((3, 4),), ((),)]:
         arrays = [_data(dtype, s) for s in shapes]
         want = _plan(fn, *arrays)
-        tensors = [mg.tensor(a) for a in arrays]
+        tensors = [mg.tensor(a, dtype=a.dtype) for a in arrays]
         for _ in range(3):  # the first call prepares the op; the others find it cached
             got = fn(*tensors)
             assert got.dtype == want.dtype and got.shape == want.shape
@@ -55,7 +55,7 @@ def test_every_elementwise_op_gives_the_plans_bits_when_cached(entry, dtype):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_ops_with_attributes_give_the_plans_bits_per_attribute_value(dtype):
     a = RNG.standard_normal((3, 4)).astype(dtype)
-    t = mg.tensor(a)
+    t = mg.tensor(a, dtype=dtype)
     calls = [lambda x: F.leaky_relu(x, 0.1), lambda x: F.leaky_relu(x, 0.3),
              lambda x: F.clip(x, -0.5, 0.25), lambda x: F.clip(x, -0.25, 0.5),
              lambda x: x.sum(axis=0), lambda x: x.sum(axis=1), lambda x: x.astype("int32")]
@@ -77,7 +77,7 @@ def test_operators_on_tensors_and_python_numbers_give_the_plans_bits(symbol, dty
     op = OPERATORS[symbol]
     for a_shape, b_shape in SHAPES:
         a, b = _data(dtype, a_shape), _data(dtype, b_shape)
-        ta, tb = mg.tensor(a), mg.tensor(b)
+        ta, tb = mg.tensor(a, dtype=dtype), mg.tensor(b, dtype=dtype)
         number = 3 if np.dtype(dtype).kind == "i" else 0.75
         cases = [(lambda x, y: op(x, y), (ta, tb), (a, b)),
                  (lambda x, y: op(y, x), (ta, tb), (a, b)),   # swapped operands
@@ -104,7 +104,7 @@ def test_one_python_number_on_tensors_of_several_dtypes_takes_each_dtypes_rule()
     for _ in range(3):  # the same number objects again and again, on alternating dtypes
         for v in numbers:
             for a in arrays:
-                got, want = mg.tensor(a) * v, _plan(lambda x: x * v, a)
+                got, want = mg.tensor(a, dtype=a.dtype) * v, _plan(lambda x: x * v, a)
                 assert got.dtype == want.dtype, (v, a.dtype)
                 np.testing.assert_array_equal(got.numpy(), want)
                 assert np.signbit(got.numpy()).tolist() == np.signbit(want).tolist()
@@ -179,11 +179,11 @@ def test_a_lazy_block_keeps_cached_ops_pending():
 
 
 def test_errors_on_the_cached_path_name_the_op_the_types_and_the_line():
-    a = mg.tensor(np.array([2, 3], np.int64))
-    a ** mg.tensor(np.array([2, 1], np.int64))  # pow on these types is cached
+    a = mg.tensor(np.array([2, 3]), dtype=np.int64)
+    a ** mg.tensor(np.array([2, 1]), dtype=np.int64)  # pow on these types is cached
     with pytest.raises(mg.KernelError, match=r"pow\(i64\[2\], i64\[2\]\).*test_fastpath.py:\d+"
                        r".*negative integer powers"):
-        a ** mg.tensor(np.array([2, -1], np.int64))
+        a ** mg.tensor(np.array([2, -1]), dtype=np.int64)
     x = mg.tensor(np.ones(3, np.float32))
     x + x
     with pytest.raises(mg.OpError, match=r"add.*f32\[3\].*f32\[4\].*test_fastpath.py:\d+"):

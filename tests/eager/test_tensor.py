@@ -28,10 +28,23 @@ def test_a_tensor_holds_a_copy_and_reads_like_an_array():
         float(t)
 
 
-def test_python_literals_take_the_graphs_dtype_rules():
+def test_data_without_dtype_takes_megengines_default_dtypes():
+    # MegEngine's rule: float64 data becomes float32 and int64 data int32, lists and NumPy
+    # arrays alike (PyTorch keeps a NumPy array's float64)
     assert mg.tensor([1.0, 2.0]).dtype == np.float32
-    assert mg.tensor([1, 2]).dtype == np.int64
-    assert mg.tensor(np.ones(2, np.float64)).dtype == np.float64
+    assert mg.tensor([1, 2]).dtype == np.int32
+    assert mg.tensor(3).dtype == np.int32 and mg.tensor(True).dtype == np.bool_
+    assert mg.tensor(np.ones(2, np.float64)).dtype == np.float32
+    assert mg.tensor(np.arange(3, dtype=np.int64)).dtype == np.int32
+    assert mg.tensor(np.ones(2, np.float16)).dtype == np.float16
+    assert mg.tensor(np.ones(2, np.uint8)).dtype == np.uint8
+    # dtype= keeps the wide types, and a tensor made from a tensor keeps its dtype
+    wide = mg.tensor(np.array([0.1, 2.0 ** 40]), dtype="float64")
+    assert wide.dtype == np.float64 and wide.numpy()[0] == 0.1
+    assert mg.tensor(wide).dtype == np.float64
+    assert mg.tensor(np.array([2 ** 40]), dtype="int64").item() == 2 ** 40
+    with pytest.raises(mg.GraphError, match=r"outside int32's range.*dtype='int64'"):
+        mg.tensor(np.array([2 ** 40]))
     assert mg.tensor([1, 2], dtype="int32").dtype == np.int32
     assert (mg.tensor([1, 2], dtype="int32") + 1).dtype == np.int32  # weak scalars
     with pytest.raises(mg.GraphError, match="uint16 is not supported"):

@@ -13,7 +13,7 @@ RNG = np.random.default_rng(7)
 
 def _same_as_torch(ours, theirs, x, rtol=1e-12):
     torch = pytest.importorskip("torch")
-    got = ours(mg.tensor(x)).numpy()
+    got = ours(mg.tensor(x, dtype="float64")).numpy()
     want = theirs(torch.from_numpy(x)).numpy()
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-12)
@@ -63,7 +63,7 @@ def test_lp_pool2d_ceil_mode_agrees_with_torch_on_whole_windows():
     # PyTorch scales an overhanging window's mean by the whole window; the others agree
     torch = pytest.importorskip("torch")
     x = RNG.uniform(0.1, 2.0, (2, 3, 9, 8))
-    got = nn.LPPool2d(2, 3, 3, True)(mg.tensor(x)).numpy()
+    got = nn.LPPool2d(2, 3, 3, True)(mg.tensor(x, dtype="float64")).numpy()
     want = _tnn().LPPool2d(2, 3, 3, True)(torch.from_numpy(x)).numpy()
     assert got.shape == want.shape == (2, 3, 3, 3)
     np.testing.assert_allclose(got[..., :2], want[..., :2], rtol=1e-12)
@@ -99,7 +99,7 @@ def test_1d_modules(args, kwargs):
 
 def test_1d_padding_can_differ_at_the_ends():
     x = RNG.standard_normal((1, 2, 7))
-    got = F.max_pool1d(mg.tensor(x), 3, 2, (2, 0)).numpy()
+    got = F.max_pool1d(mg.tensor(x, dtype="float64"), 3, 2, (2, 0)).numpy()
     padded = np.pad(x, ((0, 0), (0, 0), (2, 0)), constant_values=-np.inf)
     want = np.stack([padded[..., 2 * i:2 * i + 3].max(-1) for i in range(4)], -1)
     np.testing.assert_array_equal(got, want)
@@ -129,7 +129,7 @@ def test_module_reprs_and_no_parameters():
 def test_max_unpool2d_module():
     torch = pytest.importorskip("torch")
     x = RNG.standard_normal((2, 3, 8, 7))
-    y, where = F.max_pool2d(mg.tensor(x), 2, return_indices=True)
+    y, where = F.max_pool2d(mg.tensor(x, dtype="float64"), 2, return_indices=True)
     got = nn.MaxUnpool2d(2)(y, where, output_size=(8, 7)).numpy()
     ty, tw = torch.nn.functional.max_pool2d(torch.from_numpy(x), 2, return_indices=True)
     want = torch.nn.MaxUnpool2d(2)(ty, tw, output_size=(8, 7)).numpy()

@@ -75,7 +75,8 @@ def test_odd_sizes_single_voxels_and_many_channels():
                            ((1, 2, 2, 1, 9), (5, 3, 1))):
         x, grid = _volume_and_grid(np.float64, x_shape, cells)
         for mode, padding, aligned in MODES:
-            got = F.vision.grid_sample(mg.tensor(x), mg.tensor(grid), mode, padding,
+            got = F.vision.grid_sample(mg.tensor(x, dtype="float64"),
+                                       mg.tensor(grid, dtype="float64"), mode, padding,
                                        aligned).numpy()
             want = _torch_sample(torch, x, grid, mode, padding, aligned)
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)

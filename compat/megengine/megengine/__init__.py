@@ -43,3 +43,9 @@ class _RenamingFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 if not any(isinstance(finder, _RenamingFinder) for finder in sys.meta_path):
     sys.meta_path.insert(0, _RenamingFinder())
 sys.modules[ALIAS] = mgegraph
+# The submodules mgegraph imported while loading are megengine's under their renamed names, as
+# megengine's own package imports its: a first import through the finder would bind the name in
+# the package (``megengine.tensor``, the class, would become the module)
+for _name, _module in list(sys.modules.items()):
+    if _name.startswith(TARGET + "."):
+        sys.modules.setdefault(ALIAS + _name[len(TARGET):], _module)
