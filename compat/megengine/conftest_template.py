@@ -123,9 +123,11 @@ class _PrivateNamesFinder(importlib.abc.MetaPathFinder):
         return None
 
 
-import megengine  # installs the renaming finder, which must come before the two above
+import megengine  # noqa: F401  (installs the renaming finder, needed before the two above)
 
-_answer_private_names(megengine)
+for _name, _module in list(sys.modules.items()):  # those the shim filed under megengine.* names
+    if _name == "megengine" or _name.startswith("megengine."):
+        _answer_private_names(_module)
 sys.meta_path.insert(0, _PrivateNamesFinder())
 sys.meta_path.append(_InternalFinder())
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "helpers"))

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..device import Device, check_name, get_default_device
 from ..ir.errors import GraphError, user_location
-from ..ir.graph import Var, _as_array
+from ..ir.graph import DEFAULT_NARROWING, Var, _as_array
 from ..ir.types import TensorType, as_dtype
 from ..ops import indexing
 from ..ops.builder import apply
@@ -309,9 +309,6 @@ def snapshot(t: Tensor) -> Tensor:
     return copy
 
 
-# MegEngine's default dtypes: data given without dtype= that NumPy would hold as float64 becomes
-# float32, and int64 becomes int32 (MegEngine's core converts so); dtype= keeps either
-_NARROW = {np.dtype(np.float64): np.dtype(np.float32), np.dtype(np.int64): np.dtype(np.int32)}
 _INT32 = np.iinfo(np.int32)
 
 
@@ -319,7 +316,7 @@ def default_array(data, dtype=None) -> np.ndarray:
     """``data`` as a new C-contiguous array: of ``dtype``, else of MegEngine's default dtype
     (float32 for floats, int32 for ints, others as NumPy infers)."""
     array = _as_array(data, None if dtype is None else as_dtype(dtype))
-    narrow = _NARROW.get(array.dtype) if dtype is None else None
+    narrow = DEFAULT_NARROWING.get(array.dtype) if dtype is None else None
     if narrow is None:
         return array
     if narrow.kind == "i" and array.size and (array.min() < _INT32.min or

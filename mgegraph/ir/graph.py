@@ -389,10 +389,19 @@ def _as_array(value, dtype=None) -> np.ndarray:
     return array if array.flags.c_contiguous else array.copy(order="C")
 
 
+# MegEngine's default dtypes: data given without dtype= that NumPy would hold as float64 becomes
+# float32, and int64 becomes int32 (MegEngine's core converts so); dtype= keeps either
+DEFAULT_NARROWING = {np.dtype(np.float64): np.dtype(np.float32),
+                     np.dtype(np.int64): np.dtype(np.int32)}
+
+
 def value_dtype(value) -> np.dtype:
-    """The dtype a tensor made of ``value`` gets (its rule is ``_as_array``'s), so a function
-    that fills with a Python value picks the dtype ``mg.tensor(value)`` would have."""
-    return _as_array(value).dtype
+    """The dtype a tensor made of ``value`` gets (``_as_array``'s, then MegEngine's default
+    narrowing), so a function that fills with a Python value picks the dtype ``mg.tensor(value)``
+    would have."""
+    dtype = _as_array(value).dtype
+    return DEFAULT_NARROWING.get(dtype, dtype)
+
 
 def _check_plain_attrs(op: str, in_types, attrs: dict, location: str) -> None:
     """Attributes are plain immutable values (numbers, strings, tuples of them): a node is

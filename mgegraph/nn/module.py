@@ -273,6 +273,8 @@ class Module:
         return found
 
     def named_tensors(self, prefix: str = "", recursive: bool = True):
+        if not prefix and recursive:  # unnamed parameters take these names (plans, states)
+            return self._named_arrays()
         return [(n, t) for n, t, _ in self._walk(recursive, prefix) if isinstance(t, Tensor)]
 
     def tensors(self, recursive: bool = True):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .. import functional as F
-from .optimizer import Optimizer, check_number
+from .optimizer import Optimizer, assign_rounded, check_number
 
 
 class Adagrad(Optimizer):
@@ -40,7 +40,7 @@ class Adagrad(Optimizer):
             g = g + w * self._scalar(graph, index, "weight_decay")
         s = graph.bind(self._state(p, "square_avg"))
         new_s = s + g * g
-        graph.assign(s, new_s)
+        assign_rounded(graph, s, new_s)
         delta = g / F.sqrt(new_s + self._scalar(graph, index, "eps"))
         return w - delta * self._scalar(graph, index, "lr")
 
@@ -86,6 +86,6 @@ class Adadelta(Optimizer):
         a = graph.bind(self._state(p, "acc_delta"))
         new_s = s * scalar("rho") + g * g * scalar("one_minus_rho")
         delta = F.sqrt(a + scalar("eps")) / F.sqrt(new_s + scalar("eps")) * g
-        graph.assign(s, new_s)
-        graph.assign(a, a * scalar("rho") + delta * delta * scalar("one_minus_rho"))
+        assign_rounded(graph, s, new_s)
+        assign_rounded(graph, a, a * scalar("rho") + delta * delta * scalar("one_minus_rho"))
         return w - delta * scalar("lr")

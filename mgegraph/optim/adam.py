@@ -5,7 +5,7 @@ import math
 
 from .. import functional as F
 from ..ir.errors import GraphError
-from .optimizer import Optimizer, check_number
+from .optimizer import Optimizer, assign_rounded, check_number
 
 
 class Adam(Optimizer):
@@ -63,8 +63,8 @@ class Adam(Optimizer):
         m, v = graph.bind(self._state(p, "exp_avg")), graph.bind(self._state(p, "exp_avg_sq"))
         new_m = m * scalar("beta1") + g * scalar("one_minus_beta1")
         new_v = v * scalar("beta2") + g * g * scalar("one_minus_beta2")
-        graph.assign(m, new_m)
-        graph.assign(v, new_v)
+        assign_rounded(graph, m, new_m)
+        assign_rounded(graph, v, new_v)
         denom = F.sqrt(new_v) * scalar("inv_sqrt_bc2") + scalar("eps")
         return w - new_m / denom * scalar("step_size")
 

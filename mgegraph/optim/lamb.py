@@ -5,6 +5,7 @@ import math
 
 from .. import functional as F
 from .adam import Adam
+from .optimizer import assign_rounded
 
 
 class LAMB(Adam):
@@ -41,8 +42,8 @@ class LAMB(Adam):
         m, v = graph.bind(self._state(p, "exp_avg")), graph.bind(self._state(p, "exp_avg_sq"))
         new_m = m * scalar("beta1") + g * scalar("one_minus_beta1")
         new_v = v * scalar("beta2") + g * g * scalar("one_minus_beta2")
-        graph.assign(m, new_m)
-        graph.assign(v, new_v)
+        assign_rounded(graph, m, new_m)
+        assign_rounded(graph, v, new_v)
         denom = F.sqrt(new_v) * scalar("inv_sqrt_bc2") + scalar("eps")
         delta = new_m * scalar("inv_bc1") / denom
         adapt = self.always_adapt

@@ -183,9 +183,7 @@ class Optimizer:
     def _assign_update(self, graph, index: int, p: Parameter, grad) -> None:
         w = graph.bind(p)
         new = self._update(graph, index, p, w, grad)
-        # a half-precision weight's update meets the float32 scalars (the rate), so it is
-        # computed in float32 and rounded to the weight's type once
-        graph.assign(w, new if new.dtype == w.dtype else F.astype(new, w.dtype))
+        assign_rounded(graph, w, new)
 
     def _update(self, graph, index: int, p, w, g):
         raise NotImplementedError
@@ -382,3 +380,10 @@ def _param_state(state: dict, key, name: str) -> dict:
     except KeyError:
         raise GraphError(f"{name}.load_state_dict: the checkpoint has no state for "
                          f"parameter {key}") from None
+
+
+def assign_rounded(graph, target, value) -> None:
+    """Assign ``value`` to a weight or optimiser state: a half-precision one's update meets the
+    float32 scalars (the rate, the betas), so it is computed in float32 and rounded to the
+    target's type once."""
+    graph.assign(target, value if value.dtype == target.dtype else F.astype(value, target.dtype))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..ir.errors import GraphError
-from .optimizer import Optimizer, check_number, required
+from .optimizer import Optimizer, assign_rounded, check_number, required
 
 
 class SGD(Optimizer):
@@ -43,6 +43,6 @@ class SGD(Optimizer):
             momentum = self._scalar(graph, index, "momentum")
             buf = graph.bind(self._state(p, "momentum_buffer"))
             new_buf = buf * momentum + g
-            graph.assign(buf, new_buf)
+            assign_rounded(graph, buf, new_buf)
             g = g + new_buf * momentum if self.nesterov else new_buf
         return w - g * self._scalar(graph, index, "lr")

@@ -24,7 +24,8 @@ from mgegraph.ops.registry import all_ops
 BATCH = Dim("batch")
 BINDINGS = (1, 2, 7)
 # made by Graph.input / param / const / assign, never by a rule that sees a name
-SOURCES = {"input", "param", "const", "assign"}
+SOURCES = {"input", "param", "const", "assign",
+           "rng_uniform"}  # a draw whose shape is an attribute of ints: nothing to name
 
 
 def _input(g: Graph, shape, dtype="float32"):
@@ -332,6 +333,16 @@ def _(g, b):
 @_case("dropout")
 def _(g, b):
     return [_input(g, (b, 3)), _input(g, (), "int64")], {"drop_prob": 0.5, "seed": 3}
+
+
+@_case("rng_gamma")
+def _(g, b):
+    return [_input(g, (b, 3)), _input(g, (), "int64")], {"seed": 5}
+
+
+@_case("rng_poisson")
+def _(g, b):
+    return [_input(g, (b, 3)), _input(g, (), "int64")], {"seed": 5}
 
 
 # -- resampling ----------------------------------------------------------------------------------

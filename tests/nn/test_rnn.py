@@ -11,6 +11,12 @@ from mgegraph import nn
 from mgegraph.ir.errors import GraphError
 from mgegraph.testing import gradcheck
 
+
+def wide(x):
+    """A tensor of x keeping its NumPy dtype (mg.tensor makes float64 data float32, as
+    MegEngine's does)."""
+    return mg.tensor(x, dtype=np.asarray(x).dtype)
+
 torch = pytest.importorskip("torch")
 
 SEQ, BATCH, INPUT, HIDDEN = 4, 3, 5, 7
@@ -57,11 +63,11 @@ OPTIONS = [{}, {"num_layers": 2}, {"bias": False}, {"batch_first": True},
 def test_layers_match_pytorch_with_its_weights(kind, options, with_state):
     ours, theirs = _pair(kind, **options)
     x, hx = _inputs(kind, options, with_state, np.random.default_rng(1))
-    wrap = lambda s: None if s is None else (tuple(map(mg.tensor, s)) if isinstance(s, tuple)
-                                             else mg.tensor(s))
+    wrap = lambda s: None if s is None else (tuple(map(wide, s)) if isinstance(s, tuple)
+                                             else wide(s))
     twrap = lambda s: None if s is None else (tuple(map(torch.tensor, s)) if isinstance(s, tuple)
                                               else torch.tensor(s))
-    got = _flat(*ours(mg.tensor(x), wrap(hx)))
+    got = _flat(*ours(wide(x), wrap(hx)))
     want = _flat(*theirs(torch.tensor(x), twrap(hx)))
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-10, atol=1e-12)
@@ -70,7 +76,7 @@ def test_layers_match_pytorch_with_its_weights(kind, options, with_state):
 def test_relu_rnn_matches_pytorch():
     ours, theirs = _pair("RNN", num_layers=2, nonlinearity="relu")
     x = np.random.default_rng(2).standard_normal((SEQ, BATCH, INPUT))
-    out, h = ours(mg.tensor(x))
+    out, h = ours(wide(x))
     tout, th = theirs(torch.tensor(x))
     np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(h.numpy(), th.detach().numpy(), rtol=1e-10, atol=1e-12)
@@ -88,10 +94,10 @@ def test_cells_match_pytorch(kind, bias, with_state):
     rng = np.random.default_rng(3)
     x, h, c = (rng.standard_normal(s) for s in ((BATCH, INPUT), (BATCH, HIDDEN), (BATCH, HIDDEN)))
     if kind == "LSTMCell":
-        state = ((mg.tensor(h), mg.tensor(c)), (torch.tensor(h), torch.tensor(c)))
+        state = ((wide(h), wide(c)), (torch.tensor(h), torch.tensor(c)))
     else:
-        state = (mg.tensor(h), torch.tensor(h))
-    got = ours(mg.tensor(x), state[0] if with_state else None)
+        state = (wide(h), torch.tensor(h))
+    got = ours(wide(x), state[0] if with_state else None)
     want = theirs(torch.tensor(x), state[1] if with_state else None)
     for a, b in zip(*(v if isinstance(v, tuple) else (v,) for v in (got, want)), strict=True):
         np.testing.assert_allclose(a.numpy(), b.detach().numpy(), rtol=1e-10, atol=1e-12)
@@ -102,13 +108,13 @@ def test_gradients_match_pytorch(kind):
     options = {"num_layers": 2, "bidirectional": True}
     ours, theirs = _pair(kind, **options)
     x, hx = _inputs(kind, options, True, np.random.default_rng(4))
-    xs = mg.tensor(x)
-    states = tuple(map(mg.tensor, hx)) if kind == "LSTM" else mg.tensor(hx)
+    xs = wide(x)
+    states = tuple(map(wide, hx)) if kind == "LSTM" else wide(hx)
     weights = np.random.default_rng(5).standard_normal((SEQ, BATCH, 2 * HIDDEN))
     gm = mg.GradManager().attach(ours.parameters() + [xs])
     with gm:
         out, _ = ours(xs, states)
-        gm.backward(F.sum(out * mg.tensor(weights)))
+        gm.backward(F.sum(out * wide(weights)))
     tx = torch.tensor(x, requires_grad=True)
     tstates = tuple(map(torch.tensor, hx)) if kind == "LSTM" else torch.tensor(hx)
     (theirs(tx, tstates)[0] * torch.tensor(weights)).sum().backward()
@@ -149,7 +155,7 @@ def test_lstm_trains_in_graph_mode_as_in_eager_mode():
     g = mg.Graph()
     out, (h, c) = model(g.input("x", x.shape))
     plan = mg.compile([out, h, c])
-    eager = _flat(*model(mg.tensor(x)))
+    eager = _flat(*model(wide(x)))
     for a, b in zip(plan.run({"x": x}), eager):
         np.testing.assert_allclose(a, b.numpy(), rtol=1e-6, atol=1e-6)
 
@@ -168,7 +174,7 @@ def test_one_trace_serves_two_batch_sizes():
     traced = mg.jit.trace(run, symbolic_shape=True)
     for n in (2, 5):
         x = np.random.default_rng(n).standard_normal((n, SEQ, INPUT)).astype(np.float32)
-        np.testing.assert_allclose(traced(mg.tensor(x)).numpy(), model(mg.tensor(x))[0].numpy(),
+        np.testing.assert_allclose(traced(wide(x)).numpy(), model(wide(x))[0].numpy(),
                                    rtol=1e-6, atol=1e-6)
     assert len(traced.plans) == 1 and len(calls) == 1
 
@@ -289,7 +295,7 @@ def test_a_traced_training_step_gives_the_eager_steps_losses():
             return loss
 
         run = mg.jit.trace(step) if traced else step
-        return [float(run(mg.tensor(x), mg.tensor(y))) for _ in range(4)]
+        return [float(run(wide(x), wide(y))) for _ in range(4)]
 
     eager = losses(False)
     assert eager[-1] < eager[0]
