@@ -11,10 +11,11 @@ meaning for this file: given with a value other than MegEngine's default, each d
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 import warnings
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..compiler import compile
 from ..ir.errors import GraphError, TraceError
@@ -37,14 +38,20 @@ class DumpWarning(UserWarning):
     """A MegEngine dump option that mgegraph's model file has no use for was given."""
 
 
-@dataclass(frozen=True)
-class DumpInfo:
-    """What ``dump`` wrote: the inputs' and outputs' names and the number of nodes of the
-    graph (MegEngine's ``nr_opr``)."""
+class DumpInfo(NamedTuple):
+    """What ``dump`` wrote, as MegEngine's ``CompGraphDumpResult`` (a tuple in that order, so
+    ``info[4]`` is the inputs' names there too): the graph's node count, the file's bytes, the
+    bytes of the weights and constants in it, a 64-bit hash of the file, the inputs' and
+    outputs' names and the names of the weights kept as weights (``capture_as_const`` makes
+    them constants)."""
 
+    nr_opr: int
+    tot_bytes: int
+    tensor_value_bytes: int
+    content_hash: int
     inputs: list
     outputs: list
-    nr_opr: int
+    params: list
 
 
 def write_dump(traced, file, arg_names, output_names, optimize_for_inference: bool,
@@ -68,8 +75,14 @@ def write_dump(traced, file, arg_names, output_names, optimize_for_inference: bo
         compile_options["optimize"] = 0
     plan = compile(outputs, **compile_options)
     output_names = _output_names(latest.structure, output_names, len(outputs))
-    _write(plan, file, output_names)
-    return DumpInfo(list(names.values()), output_names, len(graph.nodes))
+    content = _write(plan, file, output_names)
+    # the stored arrays are the graph's weights and constants (a SymbolicPlan has no slots)
+    values = [n for n in graph.nodes if n.op.name in ("param", "const")]
+    return DumpInfo(len(graph.nodes), len(content),
+                    sum(n.outputs[0].type.nbytes for n in values),
+                    int.from_bytes(hashlib.sha256(content).digest()[:8], "little"),
+                    list(names.values()), output_names,
+                    [n.attr.get("name") for n in values if n.op.name == "param"])
 
 
 def _warn_ignored(options: dict) -> None:
@@ -130,14 +143,18 @@ def _dict_keys(structure):
     return [str(k) for k, _ in sorted(items.items(), key=lambda kv: kv[1])]
 
 
-def _write(plan, file, output_names: list) -> None:
+def _write(plan, file, output_names: list) -> bytes:
+    """Write the model file to a path or a binary file object; returns its bytes."""
     from ..io import save  # lazy: the model file sits above eager mode (io/), needed here only
 
     if isinstance(file, (str, os.PathLike)):
         save(plan, file, output_names=output_names)
-        return
+        with open(file, "rb") as written:
+            return written.read()
     with tempfile.TemporaryDirectory() as folder:  # a file object gets the file's bytes
         path = os.path.join(folder, "model.mgm")
         save(plan, path, output_names=output_names)
         with open(path, "rb") as written:
-            file.write(written.read())
+            content = written.read()
+    file.write(content)
+    return content

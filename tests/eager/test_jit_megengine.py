@@ -112,6 +112,8 @@ def test_dump_writes_a_model_file_that_load_runs(tmp_path):
     path = tmp_path / "model.mgm"
     info = predict.dump(str(path), arg_names=["data"], output_names=["prob"])
     assert info.inputs == ["data"] and info.outputs == ["prob"] and info.nr_opr > 3
+    assert info[4] == info.inputs and info[0] == info.nr_opr  # MegEngine's tuple order
+    assert info.tot_bytes > info.tensor_value_bytes > 0
     loaded = mg.load(str(path))
     assert list(loaded.input_names) == ["data"] and list(loaded.output_names) == ["prob"]
     np.testing.assert_allclose(loaded(x.numpy()), expected, rtol=1e-6)
