@@ -350,10 +350,10 @@ class Traced:
              **megengine_options):
         """Write the latest call's plan as mgegraph's model file (``mg.load`` runs it) to
         ``file``, a path or a binary file object: MegEngine's ``trace.dump``, which needs
-        ``capture_as_const=True``. ``arg_names`` renames the inputs (the tensor arguments, in
-        order), ``output_names`` the outputs (a dict result's keys by default). Returns a
-        ``DumpInfo``. eager/trace_dump.py says which of MegEngine's other options mean
-        nothing here.
+        ``capture_as_const=True``. ``arg_names`` names the inputs (the tensor arguments, in
+        order; ``arg_0``, ``arg_1``... by default), ``output_names`` the outputs (a dict
+        result's keys by default). Returns a ``DumpInfo``. eager/trace_dump.py says which of
+        MegEngine's other options mean nothing here.
 
         >>> predict(x); predict.dump("model.mgm", arg_names=["data"])
         """

@@ -4,7 +4,8 @@ MegEngine's ``trace.dump`` arguments.
 MegEngine writes its own graph format; mgegraph writes its model file (a zip of JSON and
 checksummed arrays that ``mg.load`` rebuilds through the ops' rules, never unpickling). What
 the plan computes is the traced call's outputs (not the gradients a training step also
-returns); its inputs are the tensor arguments, named ``arg_names`` or after the parameters.
+returns); its inputs are the tensor arguments, named ``arg_names`` or, as MegEngine names
+them, ``arg_0``, ``arg_1``...
 The options of MegEngine's format and its inference optimiser (``MEGENGINE_ONLY``) have no
 meaning for this file: given with a value other than MegEngine's default, each draws a
 ``DumpWarning`` naming it, and the file is written as without it.
@@ -99,8 +100,8 @@ def _warn_ignored(options: dict) -> None:
 def _input_names(graph, arg_names) -> dict:
     """{old input name: new name}, in feed order."""
     old = list(graph.inputs)
-    if arg_names is None:
-        return {name: name for name in old}
+    if arg_names is None:  # MegEngine's default names, in the order of the tensor arguments
+        return {name: f"arg_{i}" for i, name in enumerate(old)}
     arg_names = [arg_names] if isinstance(arg_names, str) else list(arg_names)
     if len(arg_names) != len(old):
         raise GraphError(f"dump: wrong number of arg_names, should be {len(old)} values "
