@@ -84,7 +84,7 @@ def count_test_functions(path):
         return max(1, len(re.findall(r"^\s*def test_", f.read(), flags=re.MULTILINE)))
 
 
-def summarise(test_root, outcomes_by_group, broken):
+def summarise(test_root, outcomes_by_group):
     totals = {}
     for group, outcomes in outcomes_by_group.items():
         counts = collections.Counter(o["outcome"] for o in outcomes)
@@ -117,7 +117,7 @@ def main(argv=None):
         shutil.copytree(source, scratch, dirs_exist_ok=True)
         shutil.copy(os.path.join(HERE, "conftest_template.py"), os.path.join(scratch, "conftest.py"))
         results = os.path.join(scratch, "results.jsonl")
-        outcomes_by_group, broken = {}, {}
+        outcomes_by_group = {}
         for group in args.groups:
             outcomes = []
             for relpath in test_files(scratch, group):
@@ -126,14 +126,13 @@ def main(argv=None):
                 with open(results) as f:
                     found = [json.loads(line) for line in f]
                 if problem:
-                    broken[relpath] = problem
                     found.append({"test": relpath, "outcome": "collect-error", "why": problem})
                 outcomes.extend(found)
                 print(f"  {relpath}: " + ", ".join(
                     f"{k} {v}" for k, v in collections.Counter(o["outcome"] for o in found)
                     .most_common()) + (f" [{problem}]" if problem else ""), flush=True)
             outcomes_by_group[group] = outcomes
-        report(summarise(scratch, outcomes_by_group, broken), outcomes_by_group, args)
+        report(summarise(scratch, outcomes_by_group), outcomes_by_group, args)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
