@@ -15,6 +15,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import transformer_lm as lm  # examples/ is not a package: found through sys.path above
+import transformer_lm_torch as lm_torch  # the same network in PyTorch
 
 VOCAB, DIM, HEADS, LAYERS, HIDDEN, CONTEXT, BATCH = 64, 256, 4, 4, 512, 128, 16
 NEW_TOKENS, PROMPT = 32, 64
@@ -27,46 +28,8 @@ def _batch(seed: int = 1):
 
 
 def _torch_model(torch):
-    tnn, tf = torch.nn, torch.nn.functional
-    cos, sin = (torch.from_numpy(t) for t in lm.rotary_tables(CONTEXT, DIM // HEADS))
-
-    def rotate(y):
-        b, t, d = y.shape
-        y1, y2 = y.reshape(b, t, HEADS, d // HEADS).chunk(2, dim=-1)
-        c, s = cos[:, :t, None, :], sin[:, :t, None, :]
-        return torch.cat([y1 * c - y2 * s, y1 * s + y2 * c], -1).reshape(b, t, d)
-
-    class Block(tnn.Module):
-        def __init__(self):
-            super().__init__()
-            self.attn_norm, self.mlp_norm = tnn.RMSNorm(DIM), tnn.RMSNorm(DIM)
-            self.qkv = tnn.Linear(DIM, 3 * DIM, bias=False)
-            self.out = tnn.Linear(DIM, DIM, bias=False)
-            self.gate_up = tnn.Linear(DIM, 2 * HIDDEN, bias=False)
-            self.down = tnn.Linear(HIDDEN, DIM, bias=False)
-
-        def forward(self, x):
-            b, t, d = x.shape
-            q, k, v = self.qkv(self.attn_norm(x)).chunk(3, -1)
-            q, k = rotate(q), rotate(k)
-            q, k, v = (y.reshape(b, t, HEADS, -1).transpose(1, 2) for y in (q, k, v))
-            a = tf.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.out(a.transpose(1, 2).reshape(b, t, d))
-            gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, -1)
-            return x + self.down(tf.silu(gate) * up)
-
-    class TinyLM(tnn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embed = tnn.Embedding(VOCAB, DIM)
-            self.blocks = tnn.Sequential(*[Block() for _ in range(LAYERS)])
-            self.norm, self.head = tnn.RMSNorm(DIM), tnn.Linear(DIM, VOCAB, bias=False)
-
-        def forward(self, tokens):
-            return self.head(self.norm(self.blocks(self.embed(tokens))))
-
     torch.manual_seed(0)
-    return TinyLM()
+    return lm_torch.torch_tiny_lm(torch, VOCAB, DIM, HEADS, LAYERS, HIDDEN, CONTEXT)
 
 
 def transformer_train_call(impl: str, workload: str):
