@@ -736,19 +736,12 @@ def _cumsum(w, n, ins):
                  reverse=int(n.attr["reverse"]))
 
 
-# MegEngine's sliding windows (onnx/export_window.py: Pad and Slices; Col2Im) and matinv, which
-# has no ONNX form: the default domain has no inverse (com.microsoft's Inverse is an ONNX
-# Runtime extension, which other runtimes do not read)
+# MegEngine's sliding windows (onnx/export_window.py: Pad and Slices; Col2Im). matinv has no
+# writer: ONNX's default domain has no matrix inverse (only ONNX Runtime's com.microsoft
+# Inverse, which other runtimes do not read), so export refuses it by name as any op without one
 from . import export_window
 
 WRITERS.update(export_window.WRITERS)
-
-
-@writer("matinv")
-def _matinv(w, n, ins):
-    raise OnnxExportError(f"matinv of {n.inputs[0].type}: ONNX's default domain has no matrix "
-                          "inverse (only ONNX Runtime's com.microsoft Inverse), so it is not "
-                          "exported")
 
 
 # -- the walk -----------------------------------------------------------------------------

@@ -57,7 +57,7 @@ def test_window_exports_at_opset_13_and_its_transpose_is_refused_before_18():
 def test_matinv_export_is_refused_by_name():
     g = mg.Graph()
     a = g.input("a", (3, 3))
-    with pytest.raises(mo.OnnxExportError, match="matinv .*no matrix inverse"):
+    with pytest.raises(mo.OnnxExportError, match="without an ONNX form: matinv"):
         mo.export((g, [F.matinv(a)]))
 
 
