@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
+from test_parallel_kernels import run_at
 
 import mgegraph as mg
 import mgegraph.functional as F
@@ -172,3 +173,23 @@ def test_megengine_module_classes():
     back = mg.nn.SlidingWindowTranspose((5, 5), 3, padding=1)(cols)
     np.testing.assert_array_equal(back.numpy(), transpose_reference(
         cols.numpy(), (5, 5), (3, 3), (1, 1), (1, 1), (1, 1)))
+
+
+
+THREADED = {  # op -> (inputs, the function over them)
+    "matinv": ([RNG.standard_normal((7, 5, 5)) + 5 * np.eye(5)], F.matinv),
+    "sliding_window": ([RNG.standard_normal((3, 2, 9, 7))],
+                       lambda v: F.sliding_window(v, (3, 2), 1, (2, 1), (1, 2))),
+    "sliding_window_transpose": (
+        [RNG.standard_normal((3, 2, 5, 7, 3, 2))],
+        lambda v: F.sliding_window_transpose(v, (9, 7), (3, 2), 1, (2, 1), (1, 2))),
+}
+
+
+@pytest.mark.parametrize("op", sorted(THREADED))
+def test_the_same_bits_on_one_two_and_three_threads(op, monkeypatch):
+    """Each thread takes whole rows (matrices): no result depends on the split."""
+    arrays, fn = THREADED[op]
+    results = [run_at(fn, arrays, threads, monkeypatch)[0] for threads in (1, 2, 3)]
+    for got in results[1:]:
+        assert got.tobytes() == results[0].tobytes()
