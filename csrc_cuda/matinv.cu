@@ -5,9 +5,10 @@
 // pivot rows (i64).
 //
 // Semantics are the CPU kernel's: Gauss-Jordan with partial pivoting (the first row of the
-// largest magnitude) in y itself, every product and difference rounded as written (never an
-// FMA), so results are bitwise the CPU's. An exactly zero pivot column records
-// MG_STATUS_BAD_VALUE: the run raises the CPU's KernelError (a singular matrix).
+// largest magnitude, a NaN only when no number beats 0) in y itself, every product and
+// difference rounded as written (never an FMA), so results are bitwise the CPU's. A pivot
+// column of exact zeros records MG_STATUS_BAD_VALUE: the run raises the CPU's KernelError (a
+// singular matrix).
 //
 // Design: a thread per matrix, no shared memory. Small matrices are the use (MegEngine's
 // tests, geometry); a block per matrix would pay for large ones.
@@ -24,8 +25,8 @@ template <class T> __device__ i64 pivot_row(const T* y, i64 n, i64 k) {
     double top = 0;
     for (i64 i = k; i < n; ++i) {
         const double v = fabs((double)y[i * n + k]);
-        if (v > top) {
-            top = v;
+        if (v > top || (best < 0 && v != v)) {  // a NaN only when no number beats 0
+            if (v == v) top = v;
             best = i;
         }
     }

@@ -9,7 +9,7 @@
 # swapped for the pivots are swapped back as columns at the end), so the only scratch is the
 # pivot rows. The arithmetic is in the dtype, as LAPACK's getri and MegEngine's kernel. The
 # units of work are the matrices; threads (parallel.pyx) take contiguous ranges of them, so
-# every result is computed as on one thread. An exactly zero pivot column means a singular
+# every result is computed as on one thread. A pivot column of exact zeros means a singular
 # matrix: KERNEL_BAD_VALUE, which the run raises as a KernelError (NumPy raises LinAlgError).
 # csrc_cuda/matinv.cu does the same operations in the same order, a thread per matrix.
 
@@ -29,13 +29,16 @@ MATINV_FIELDS = fields_of(_mi, sizeof(Matinv))
 
 
 cdef inline Py_ssize_t pivot_row(const floating* y, Py_ssize_t n, Py_ssize_t k) noexcept nogil:
-    # the row at or below k with the largest |y[., k]|, the first among equals; -1: all zero
+    # the row at or below k with the largest |y[., k]|, the first among equals, a NaN only when
+    # no number is larger than 0 (so a NaN propagates, as in NumPy); -1: all exactly zero
     cdef Py_ssize_t i, best = -1
     cdef double top = 0, v
     for i in range(k, n):
         v = fabs(y[i * n + k])
-        if v > top:
-            top, best = v, i
+        if v > top or (best < 0 and v != v):
+            if v == v:
+                top = v
+            best = i
     return best
 
 

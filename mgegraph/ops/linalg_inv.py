@@ -3,14 +3,14 @@
 
 A singular matrix is an error at run time (a KernelError naming the node), as NumPy's
 ``LinAlgError`` and MegEngine's "pivot value too small": a matrix is singular here when
-elimination meets an exactly zero pivot column or a result is not finite, so no inf or NaN is
-returned for it. (MegEngine refuses pivots under 1e-7 whatever the matrix's scale, which
-refuses 1e-4 * I; we do not.)
+elimination meets a pivot column of exact zeros, so no inf is returned for it. A nearly
+singular matrix gives large values and a NaN in the input gives NaNs, as NumPy's. (MegEngine
+refuses pivots under 1e-7 whatever the matrix's scale, so 1e-4 * I; we do not.)
 
 Design: an op with kernels (_kernels/matinv.pyx, csrc_cuda/matinv.cu, parameter block
 kernel_abi/matinv.py): Gauss-Jordan elimination with partial pivoting, one matrix per thread,
 working in the output buffer itself (the inverse built in place, columns swapped back at the
-end), so no workspace. The gradient is -Y^T G Y^T with Y the inverse, two matmuls.
+end), so the only workspace is the pivot rows. The gradient is -Y^T G Y^T with Y the inverse, two matmuls.
 ONNX has no inverse in its default domain: the exporter refuses it.
 
 >>> y = F.matinv(a)     # a: (batch, n, n)

@@ -53,6 +53,12 @@ def test_matinv_emulated_is_the_cpu_bitwise(dtype, shape):
     _same(matinv_family, node_of("matinv", [a]), [a])
 
 
+def test_matinv_emulated_propagates_a_nan_as_the_cpu():
+    a = np.stack([np.eye(3), np.eye(3)])
+    a[1, :, 0] = np.nan
+    _same(matinv_family, node_of("matinv", [a]), [a])
+
+
 def test_matinv_emulated_reports_a_singular_matrix():
     a = np.stack([np.eye(3), np.ones((3, 3))]).astype(np.float32)
     _, word = emulate(matinv_family, node_of("matinv", [a]), [a], fibers=False, status=True)

@@ -72,6 +72,17 @@ def test_gradient_matches_torch():
     np.testing.assert_allclose(da, ta.grad.numpy(), rtol=1e-10, atol=1e-12)
 
 
+def test_small_scales_are_not_singular_and_nans_propagate():
+    """1e-4 * I is invertible whatever its scale (MegEngine's kernel refuses pivots under
+    1e-7); a NaN input gives NaNs, as NumPy's, not a singular-matrix error."""
+    small = F.matinv(mg.tensor(1e-4 * np.eye(3), dtype=np.float32)).numpy()
+    np.testing.assert_allclose(small, 1e4 * np.eye(3), rtol=1e-6)
+    a = np.eye(3)
+    a[:, 0] = np.nan
+    got = F.matinv(mg.tensor(a, dtype=np.float64)).numpy()
+    assert np.isnan(got).any() and np.isnan(np.linalg.inv(a)).any()
+
+
 @pytest.mark.parametrize("a", [np.zeros((2, 2)), np.array([[1.0, 2.0], [2.0, 4.0]]),
                                np.stack([np.eye(3), np.ones((3, 3))])])
 def test_a_singular_matrix_is_a_kernel_error(a):
