@@ -70,3 +70,7 @@ KERNEL_MODULES += (attention,)
 from . import rng
 
 KERNEL_MODULES += (rng,)
+# MegEngine's matinv and sliding windows (matinv.pyx, sliding_window.pyx)
+from . import matinv, sliding_window
+
+KERNEL_MODULES += (matinv, sliding_window)

@@ -84,3 +84,8 @@ from .vision import remap, warp_affine, warp_perspective
 __all__ += ["cond_take", "copy", "cross", "diag", "einsum", "eye", "isinf", "isnan", "logaddexp",
             "logical_and", "logical_not", "logical_or", "logical_xor", "logsumexp", "non_zero",
             "norm", "remap", "std", "warp_affine", "warp_perspective"]
+# MegEngine's matinv (ops/linalg_inv.py) and sliding windows (ops/sliding_window.py)
+from ..ops.linalg_inv import matinv
+from ..ops.sliding_window import sliding_window, sliding_window_transpose
+
+__all__ += ["matinv", "sliding_window", "sliding_window_transpose"]

@@ -101,3 +101,7 @@ def logsumexp(inp, axis, keepdims=False):
 def _squeezed(out, ndim: int, axis):
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     return squeeze(out, tuple(a % ndim for a in axes))
+# MegEngine's F.math.matinv (ops/linalg_inv.py)
+from ..ops.linalg_inv import matinv
+
+__all__ += ["matinv"]

@@ -92,3 +92,7 @@ from .math import logsumexp
 from .vision import remap, warp_affine, warp_perspective
 
 __all__ += ["logsumexp", "one_hot", "pad", "remap", "warp_affine", "warp_perspective"]
+# MegEngine's F.nn.sliding_window and its transpose (ops/sliding_window.py)
+from ..ops.sliding_window import sliding_window, sliding_window_transpose
+
+__all__ += ["sliding_window", "sliding_window_transpose"]

@@ -61,3 +61,7 @@ __all__ += ["Elemwise", "SyncBatchNorm"]
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 
 __all__ += ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNCell"]
+# MegEngine's sliding-window layers (nn/sliding_window.py)
+from .sliding_window import SlidingWindow, SlidingWindowTranspose
+
+__all__ += ["SlidingWindow", "SlidingWindowTranspose"]

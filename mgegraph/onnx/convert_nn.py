@@ -585,3 +585,40 @@ CONVERTERS.update({
     "InstanceNormalization": _instance_norm, "GroupNormalization": _group_norm, "LRN": _lrn,
     "LpNormalization": _lp_norm, "MeanVarianceNormalization": _mvn,
 })
+
+
+# -- Col2Im (opset 18) over images: ops/sliding_window.py's sliding_window_transpose ------------
+def _col2im_geometry(cx, ins, at):
+    """(image, block, pads, strides, dilations) of a 2-D Col2Im, every list checked."""
+    image, block = cx.ints(ins[1], "image_shape"), cx.ints(ins[2], "block_shape")
+    if len(image) != 2 or len(block) != 2:
+        cx.fail(f"Col2Im over {len(image)} spatial dims: mgegraph's is over images (2)")
+    pads = list(at.get("pads", [0, 0, 0, 0]))
+    strides, dilations = list(at.get("strides", [1, 1])), list(at.get("dilations", [1, 1]))
+    if (len(pads) != 4 or min(pads) < 0 or len(strides) != 2 or min(strides) < 1
+            or len(dilations) != 2 or min(dilations) < 1 or min(image + block) < 1):
+        cx.fail(f"image_shape {image}, block_shape {block}, pads {pads}, strides {strides}, "
+                f"dilations {dilations}: sizes, strides and dilations must be >= 1, pads >= 0")
+    return image, block, pads, strides, dilations
+
+
+def _col2im(cx, ins, at):
+    cols = cx.var(ins[0])
+    image, block, pads, strides, dilations = _col2im_geometry(cx, ins, at)
+    padded = [image[a] + pads[a] + pads[a + 2] for a in range(2)]
+    cells = [(padded[a] - dilations[a] * (block[a] - 1) - 1) // strides[a] + 1 for a in range(2)]
+    taps = block[0] * block[1]
+    if (cols.ndim != 3 or not isinstance(cols.shape[1], int) or cols.shape[1] % taps
+            or min(cells) < 1 or cols.shape[2] != cells[0] * cells[1]):
+        cx.fail(f"input of shape {list(cols.shape)} does not hold {block} blocks (C * {taps}, "
+                f"{cells[0]} * {cells[1]} positions) of the {image} image padded by {pads}")
+    windows = F.transpose(F.reshape(cols, (cols.shape[0], cols.shape[1] // taps, *block, *cells)),
+                          (0, 1, 4, 5, 2, 3))
+    if pads[:2] == pads[2:]:
+        return [F.sliding_window_transpose(windows, image, block, pads[:2], strides, dilations)]
+    # asymmetric pads: the sums over the whole padded image, cropped
+    whole = F.sliding_window_transpose(windows, padded, block, 0, strides, dilations)
+    return [whole[:, :, pads[0]:pads[0] + image[0], pads[1]:pads[1] + image[1]]]
+
+
+CONVERTERS["Col2Im"] = _col2im

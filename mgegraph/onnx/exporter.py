@@ -736,6 +736,14 @@ def _cumsum(w, n, ins):
                  reverse=int(n.attr["reverse"]))
 
 
+# MegEngine's sliding windows (onnx/export_window.py: Pad and Slices; Col2Im). matinv has no
+# writer: ONNX's default domain has no matrix inverse (only ONNX Runtime's com.microsoft
+# Inverse, which other runtimes do not read), so export refuses it by name as any op without one
+from . import export_window
+
+WRITERS.update(export_window.WRITERS)
+
+
 # -- the walk -----------------------------------------------------------------------------
 def _source(obj):
     """(graph, outputs) of a Plan, a traced function, a Predictor or a (graph, outputs) pair."""

@@ -10,3 +10,6 @@ from . import sequence  # noqa: F401
 from . import attention  # noqa: F401
 # random draws: uniform, gamma, poisson (kernels _kernels/rng.pyx, csrc_cuda/rng.cu)
 from . import random as _random  # noqa: F401,E402
+# MegEngine's matinv (kernels _kernels/matinv.pyx, csrc_cuda/matinv.cu) and sliding windows
+# (kernels _kernels/sliding_window.pyx, csrc_cuda/sliding_window.cu)
+from . import linalg_inv, sliding_window  # noqa: F401

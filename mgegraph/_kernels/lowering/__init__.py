@@ -28,6 +28,10 @@ FAMILIES += (attention,)
 from . import random
 
 FAMILIES += (random,)
+# MegEngine's matinv and sliding windows (lowering/matinv.py, lowering/sliding_window.py)
+from . import matinv, sliding_window
+
+FAMILIES += (matinv, sliding_window)
 
 
 def implement_all(table) -> None:

@@ -41,3 +41,8 @@ FAMILIES += [
 FAMILIES += [
     "random",        # csrc_cuda/rng.cu: rng_uniform, rng_gamma, rng_poisson (rng_sample.h)
 ]
+# MegEngine's matinv (ops/linalg_inv.py) and sliding windows (ops/sliding_window.py)
+FAMILIES += [
+    "matinv",          # csrc_cuda/matinv.cu: matinv, a thread per matrix
+    "sliding_window",  # csrc_cuda/sliding_window.cu: sliding_window and its transpose
+]
