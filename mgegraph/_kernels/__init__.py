@@ -70,3 +70,7 @@ KERNEL_MODULES += (attention,)
 from . import rng
 
 KERNEL_MODULES += (rng,)
+# convolutions with unshared weights or region-restricted taps (local_conv.pyx)
+from . import local_conv
+
+KERNEL_MODULES += (local_conv,)

@@ -84,3 +84,7 @@ from .vision import remap, warp_affine, warp_perspective
 __all__ += ["cond_take", "copy", "cross", "diag", "einsum", "eye", "isinf", "isnan", "logaddexp",
             "logical_and", "logical_not", "logical_or", "logical_xor", "logsumexp", "non_zero",
             "norm", "remap", "std", "warp_affine", "warp_perspective"]
+# MegEngine's local_conv2d and region_restricted_conv (ops/local_conv.py), also in F.nn
+from ..ops.local_conv import local_conv2d, region_restricted_conv
+
+__all__ += ["local_conv2d", "region_restricted_conv"]

@@ -92,3 +92,7 @@ from .math import logsumexp
 from .vision import remap, warp_affine, warp_perspective
 
 __all__ += ["logsumexp", "one_hot", "pad", "remap", "warp_affine", "warp_perspective"]
+# MegEngine's F.nn.local_conv2d and F.nn.region_restricted_conv (ops/local_conv.py)
+from ..ops.local_conv import local_conv2d, region_restricted_conv
+
+__all__ += ["local_conv2d", "region_restricted_conv"]

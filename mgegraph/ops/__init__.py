@@ -10,3 +10,6 @@ from . import sequence  # noqa: F401
 from . import attention  # noqa: F401
 # random draws: uniform, gamma, poisson (kernels _kernels/rng.pyx, csrc_cuda/rng.cu)
 from . import random as _random  # noqa: F401,E402
+# isort: split
+# local_conv2d, region_restricted_conv (kernels _kernels/local_conv.pyx, csrc_cuda/local_conv.cu)
+from . import local_conv  # noqa: F401

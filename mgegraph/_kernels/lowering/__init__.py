@@ -28,6 +28,10 @@ FAMILIES += (attention,)
 from . import random
 
 FAMILIES += (random,)
+# convolutions with unshared weights or region-restricted taps (lowering/local_conv.py)
+from . import local_conv
+
+FAMILIES += (local_conv,)
 
 
 def implement_all(table) -> None:
