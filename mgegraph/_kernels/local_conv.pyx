@@ -60,7 +60,8 @@ cdef inline Py_ssize_t target(Py_ssize_t inp, Py_ssize_t k, Py_ssize_t stride, P
 
 
 # -- y: planes (n, output channel) split among threads --------------------------------------------
-cdef inline int forward_part(const Run* r, Py_ssize_t lo, Py_ssize_t hi, floating* _) noexcept nogil:
+cdef inline int forward_part(const Run* r, Py_ssize_t lo, Py_ssize_t hi,
+                             floating* _) noexcept nogil:
     cdef const Window* s = r.s
     cdef const floating* x = <const floating*>r.x
     cdef const floating* w = <const floating*>r.w
@@ -91,7 +92,8 @@ cdef inline int forward_part(const Run* r, Py_ssize_t lo, Py_ssize_t hi, floatin
                             continue
                         if s.region and r.rin[n * plane + ih * s.width + iw] != region_id:
                             continue
-                        acc += xp[ih * s.width + iw] * wp[(kh * s.kernel_w + kw) * s.w_tap]
+                        acc += (<double>xp[ih * s.width + iw]
+                                * wp[(kh * s.kernel_w + kw) * s.w_tap])
             y[unit * cells + cell] = <floating>acc
     return KERNEL_OK
 
@@ -126,7 +128,7 @@ cdef inline int data_part(const Run* r, Py_ssize_t lo, Py_ssize_t hi, floating* 
                             continue
                         if s.region and r.rout[n * cells + oh * s.out_w + ow] != region_id:
                             continue
-                        acc += gp[oh * s.out_w + ow] * w[
+                        acc += <double>gp[oh * s.out_w + ow] * w[
                             g * s.w_group + (oh * s.out_w + ow) * s.w_cell + i * s.w_in
                             + (kh * s.kernel_w + kw) * s.w_tap + o * s.w_out]
             dx[unit * plane + at] = <floating>acc
@@ -151,7 +153,8 @@ cdef inline double weight_sum(const Run* r, const floating* x, const floating* d
                 continue
             if s.region and r.rin[n * plane + ih * s.width + iw] != r.rout[n * cells + cell]:
                 continue
-            acc += (x[(n * s.channels + g * s.in_per_group + i) * plane + ih * s.width + iw]
+            acc += (<double>x[(n * s.channels + g * s.in_per_group + i) * plane
+                              + ih * s.width + iw]
                     * dy[(n * s.groups * s.out_per_group + g * s.out_per_group + o) * cells
                          + cell])
     return acc

@@ -41,3 +41,7 @@ FAMILIES += [
 FAMILIES += [
     "random",        # csrc_cuda/rng.cu: rng_uniform, rng_gamma, rng_poisson (rng_sample.h)
 ]
+# convolutions with unshared weights or region-restricted taps (ops/local_conv.py)
+FAMILIES += [
+    "local_conv",    # csrc_cuda/local_conv.cu: local_conv2d, region_restricted_conv (+ backward)
+]
