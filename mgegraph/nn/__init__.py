@@ -61,3 +61,7 @@ __all__ += ["Elemwise", "SyncBatchNorm"]
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 
 __all__ += ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNCell"]
+# MegEngine's locally connected and region-restricted convolution layers (nn/local_conv.py)
+from .local_conv import LocalConv2d, RegionRestrictedConv
+
+__all__ += ["LocalConv2d", "RegionRestrictedConv"]
