@@ -7,7 +7,7 @@
 // when `region`, then y (forward) or dy, dx, dw (backward).
 //
 // Semantics and arithmetic are the CPU kernel's: every output element a gather of products
-// in double, in the CPU's order (y over (i, kh, kw), dx over (o, kh, kw), dw over (n, cells)),
+// in double, in the CPU's order (y over (i, kh, kw), dx over (kh, kw, o), dw over (n, cells)),
 // so the host emulation gives the CPU's bits.
 //
 // Design: no shared memory and no atomics. "_forward" takes a thread per element of y; the
@@ -91,20 +91,20 @@ template <class T> __device__ void backward_data(const MgArgs& a) {
         const i64 g = c / s.in_per_group, i = c % s.in_per_group;
         const i64 ih = at / s.width, iw = at % s.width;
         const int region_id = s.region ? rin[n * plane + at] : 0;
+        const T* gp = dy + (n * s.groups + g) * s.out_per_group * cells;
         double acc = 0;
-        for (i64 o = 0; o < s.out_per_group; ++o) {
-            const T* gp = dy + (n * s.groups * s.out_per_group + g * s.out_per_group + o) * cells;
-            for (i64 kh = 0; kh < s.kernel_h; ++kh) {
-                const i64 oh = target(ih, kh, s.stride_h, s.pad_h, s.dilation_h, s.out_h);
-                if (oh < 0) continue;
-                for (i64 kw = 0; kw < s.kernel_w; ++kw) {
-                    const i64 ow = target(iw, kw, s.stride_w, s.pad_w, s.dilation_w, s.out_w);
-                    if (ow < 0) continue;
-                    if (s.region && rout[n * cells + oh * s.out_w + ow] != region_id) continue;
-                    acc += (double)gp[oh * s.out_w + ow]
-                           * w[g * s.w_group + (oh * s.out_w + ow) * s.w_cell + i * s.w_in
-                               + (kh * s.kernel_w + kw) * s.w_tap + o * s.w_out];
-                }
+        for (i64 kh = 0; kh < s.kernel_h; ++kh) {
+            const i64 oh = target(ih, kh, s.stride_h, s.pad_h, s.dilation_h, s.out_h);
+            if (oh < 0) continue;
+            for (i64 kw = 0; kw < s.kernel_w; ++kw) {
+                const i64 ow = target(iw, kw, s.stride_w, s.pad_w, s.dilation_w, s.out_w);
+                if (ow < 0) continue;
+                const i64 cell = oh * s.out_w + ow;
+                if (s.region && rout[n * cells + cell] != region_id) continue;
+                const T* wp = w + g * s.w_group + cell * s.w_cell + i * s.w_in
+                              + (kh * s.kernel_w + kw) * s.w_tap;
+                for (i64 o = 0; o < s.out_per_group; ++o)
+                    acc += (double)gp[o * cells + cell] * wp[o * s.w_out];
             }
         }
         dx[e] = (T)acc;

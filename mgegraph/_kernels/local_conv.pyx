@@ -12,10 +12,11 @@
 # csrc_cuda/local_conv.cu (the same sums, in the same order), cuda/kernels/local_conv.py.
 #
 # Design: each output element is a gather, summed in double in a fixed order: y over (i, kh, kw),
-# dx over (o, kh, kw) of the cells whose window reads it, dw over (n, cells) (one cell for the
-# local weight, all for the shared one). Threads split units no two threads write (planes of y
-# and dx, the (g, cell, i) slices of dw), so results are bitwise equal at any thread count and
-# to the CUDA kernel's. Plain loops: no GEMM, so a large local layer is slow (about a GFLOP/s).
+# dx over (kh, kw, o) of the cells whose window reads it, dw over (n, cells) (one cell for the
+# local weight, all for the shared one). Threads split units no two threads write (the output
+# cells (n, g, cell) of y, planes of dx, the (g, cell, i) slices of dw), so results are bitwise
+# equal at any thread count and to the CUDA kernel's. The loops run along o innermost, where a
+# local weight's entries lie next to each other. Plain loops, no GEMM.
 
 from cython cimport floating
 from libc.stdint cimport int32_t
@@ -59,7 +60,11 @@ cdef inline Py_ssize_t target(Py_ssize_t inp, Py_ssize_t k, Py_ssize_t stride, P
     return t if t < size else -1
 
 
-# -- y: planes (n, output channel) split among threads --------------------------------------------
+# -- y: output cells (n, g, cell) split among threads, OUT_BLOCK output channels at a time --------
+cdef enum:
+    OUT_BLOCK = 32  # the sums kept at once: a cell's weights are read along o, where they lie
+
+
 cdef inline int forward_part(const Run* r, Py_ssize_t lo, Py_ssize_t hi,
                              floating* _) noexcept nogil:
     cdef const Window* s = r.s
@@ -67,21 +72,24 @@ cdef inline int forward_part(const Run* r, Py_ssize_t lo, Py_ssize_t hi,
     cdef const floating* w = <const floating*>r.w
     cdef floating* y = <floating*>r.out
     cdef Py_ssize_t cells = s.out_h * s.out_w, plane = s.height * s.width
-    cdef Py_ssize_t unit, n, c, g, o, cell, oh, ow, i, kh, kw, ih, iw, region_id = 0
+    cdef Py_ssize_t unit, n, g, o, o0, o1, cell, oh, ow, i, kh, kw, ih, iw, region_id = 0
     cdef const floating* xp
     cdef const floating* wp
-    cdef double acc
+    cdef double acc[OUT_BLOCK]
+    cdef double xv
     for unit in range(lo, hi):
-        n, c = unit // (s.groups * s.out_per_group), unit % (s.groups * s.out_per_group)
-        g, o = c // s.out_per_group, c % s.out_per_group
-        for cell in range(cells):
-            oh, ow = cell // s.out_w, cell % s.out_w
-            if s.region:
-                region_id = r.rout[n * cells + cell]
-            acc = 0
+        n, g, cell = unit // (s.groups * cells), unit // cells % s.groups, unit % cells
+        oh, ow = cell // s.out_w, cell % s.out_w
+        if s.region:
+            region_id = r.rout[n * cells + cell]
+        o0 = 0
+        while o0 < s.out_per_group:
+            o1 = min(o0 + OUT_BLOCK, s.out_per_group)
+            for o in range(o1 - o0):
+                acc[o] = 0
             for i in range(s.in_per_group):
                 xp = x + (n * s.channels + g * s.in_per_group + i) * plane
-                wp = w + g * s.w_group + cell * s.w_cell + i * s.w_in + o * s.w_out
+                wp = w + g * s.w_group + cell * s.w_cell + i * s.w_in
                 for kh in range(s.kernel_h):
                     ih = source(oh, kh, s.stride_h, s.pad_h, s.dilation_h)
                     if ih < 0 or ih >= s.height:
@@ -92,9 +100,14 @@ cdef inline int forward_part(const Run* r, Py_ssize_t lo, Py_ssize_t hi,
                             continue
                         if s.region and r.rin[n * plane + ih * s.width + iw] != region_id:
                             continue
-                        acc += (<double>xp[ih * s.width + iw]
-                                * wp[(kh * s.kernel_w + kw) * s.w_tap])
-            y[unit * cells + cell] = <floating>acc
+                        xv = xp[ih * s.width + iw]
+                        for o in range(o0, o1):
+                            acc[o - o0] += xv * wp[(kh * s.kernel_w + kw) * s.w_tap
+                                                   + o * s.w_out]
+            for o in range(o0, o1):
+                y[((n * s.groups + g) * s.out_per_group + o) * cells + cell] = \
+                    <floating>acc[o - o0]
+            o0 += OUT_BLOCK
     return KERNEL_OK
 
 
@@ -105,32 +118,34 @@ cdef inline int data_part(const Run* r, Py_ssize_t lo, Py_ssize_t hi, floating* 
     cdef const floating* dy = <const floating*>r.dy
     cdef floating* dx = <floating*>r.out
     cdef Py_ssize_t cells = s.out_h * s.out_w, plane = s.height * s.width
-    cdef Py_ssize_t unit, n, c, g, i, o, at, ih, iw, kh, kw, oh, ow, region_id = 0
+    cdef Py_ssize_t unit, n, c, g, i, o, at, ih, iw, kh, kw, oh, ow, cell, region_id = 0
     cdef const floating* gp
+    cdef const floating* wp
     cdef double acc
     for unit in range(lo, hi):
         n, c = unit // s.channels, unit % s.channels
         g, i = c // s.in_per_group, c % s.in_per_group
+        gp = dy + (n * s.groups + g) * s.out_per_group * cells
         for at in range(plane):
             ih, iw = at // s.width, at % s.width
             if s.region:
                 region_id = r.rin[n * plane + at]
             acc = 0
-            for o in range(s.out_per_group):
-                gp = dy + (n * s.groups * s.out_per_group + g * s.out_per_group + o) * cells
-                for kh in range(s.kernel_h):
-                    oh = target(ih, kh, s.stride_h, s.pad_h, s.dilation_h, s.out_h)
-                    if oh < 0:
+            for kh in range(s.kernel_h):
+                oh = target(ih, kh, s.stride_h, s.pad_h, s.dilation_h, s.out_h)
+                if oh < 0:
+                    continue
+                for kw in range(s.kernel_w):
+                    ow = target(iw, kw, s.stride_w, s.pad_w, s.dilation_w, s.out_w)
+                    if ow < 0:
                         continue
-                    for kw in range(s.kernel_w):
-                        ow = target(iw, kw, s.stride_w, s.pad_w, s.dilation_w, s.out_w)
-                        if ow < 0:
-                            continue
-                        if s.region and r.rout[n * cells + oh * s.out_w + ow] != region_id:
-                            continue
-                        acc += <double>gp[oh * s.out_w + ow] * w[
-                            g * s.w_group + (oh * s.out_w + ow) * s.w_cell + i * s.w_in
-                            + (kh * s.kernel_w + kw) * s.w_tap + o * s.w_out]
+                    cell = oh * s.out_w + ow
+                    if s.region and r.rout[n * cells + cell] != region_id:
+                        continue
+                    wp = (w + g * s.w_group + cell * s.w_cell + i * s.w_in
+                          + (kh * s.kernel_w + kw) * s.w_tap)
+                    for o in range(s.out_per_group):
+                        acc += <double>gp[o * cells + cell] * wp[o * s.w_out]
             dx[unit * plane + at] = <floating>acc
     return KERNEL_OK
 
@@ -203,7 +218,7 @@ cdef inline int forward_impl(const Call* c, floating* _) noexcept nogil:
     cdef Run r
     start(c, &r)
     r.out = c.bufs[4 if r.s.region else 2]
-    return parallel_for(r.s.threads, r.s.batch * r.s.groups * r.s.out_per_group,
+    return parallel_for(r.s.threads, r.s.batch * r.s.groups * r.s.out_h * r.s.out_w,
                         forward_f32 if floating is float else forward_f64, &r)
 
 
