@@ -7,11 +7,12 @@ the weight's gradients.
 With G groups of ICg input and OCg output channels, the window of output cell (oh, ow) reads
 ih = oh * stride_h - pad_h + kh * dilation_h (iw likewise), zeros outside the image:
 
-    local_conv2d:     y[n, g OCg + o, oh, ow] = sum_{i, kh, kw} x[n, g ICg + i, ih, iw]
-                                                * w[g, oh, ow, i, kh, kw, o]
+    local_conv2d:
+        y[n, g OCg + o, oh, ow] = sum_{i, kh, kw} x[n, g ICg + i, ih, iw]
+                                  * w[g, oh, ow, i, kh, kw, o]
     region_restricted_conv:
-                      y[n, g OCg + o, oh, ow] = sum_{i, kh, kw} x[n, g ICg + i, ih, iw]
-                                                * w[g, o, i, kh, kw] * [rin[n, ih, iw] == rout[n, oh, ow]]
+        y[n, g OCg + o, oh, ow] = sum_{i, kh, kw} x[n, g ICg + i, ih, iw] * w[g, o, i, kh, kw]
+                                  * [rin[n, ih, iw] == rout[n, oh, ow]]
 
 The weights are MegEngine's layouts: GroupLocal's (G, OH, OW, ICg, KH, KW, OCg) and the grouped
 (G, OCg, ICg, KH, KW) of RegionRestrictedConvolution; the region ids rin (N, H, W) and rout
