@@ -237,3 +237,11 @@ def test_bad_input_is_a_clear_error():
            lambda: F.region_restricted_conv(t(x), t(w), t(rin), t(rout), groups=2, **attrs))
     _fails(r"compute_mode", lambda: F.region_restricted_conv(
         t(x), t(w), t(rin), t(rout), compute_mode="int8", **attrs))
+
+
+def test_an_empty_batch_gives_empty_outputs_and_zero_weight_gradients():
+    feeds = {k: a[:0] if k in ("x", "rin", "rout") else a
+             for k, a in step_feeds(np.float32).items()}
+    loss, dx, dwl, dwr = mg.compile(training_step(mg.Graph(), feeds)).run(feeds)
+    assert loss == 0 and dx.shape == (0, 4, 10, 10)
+    assert not dwl.any() and not dwr.any()
