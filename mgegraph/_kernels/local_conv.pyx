@@ -13,10 +13,11 @@
 #
 # Design: each output element is a gather, summed in double in a fixed order: y over (i, kh, kw),
 # dx over (kh, kw, o) of the cells whose window reads it, dw over (n, cells) (one cell for the
-# local weight, all for the shared one). Threads split units no two threads write (the output
-# cells (n, g, cell) of y, planes of dx, the (g, cell, i) slices of dw), so results are bitwise
-# equal at any thread count and to the CUDA kernel's. The loops run along o innermost, where a
-# local weight's entries lie next to each other. Plain loops, no GEMM.
+# local weight, all for the shared one). Threads split units no two threads write (the cells
+# (n, g, cell) of y, the pixels (n, g, pixel) of dx, the (g, cell, i) slices of dw), so results
+# are bitwise equal at any thread count and to the CUDA kernel's. The loops run along o
+# innermost, where a local weight's entries lie next to each other, keeping up to OUT_BLOCK sums
+# at once, so a cell's weights are read once per image. Plain loops, no GEMM.
 
 from cython cimport floating
 from libc.stdint cimport int32_t
@@ -111,26 +112,29 @@ cdef inline int forward_part(const Run* r, Py_ssize_t lo, Py_ssize_t hi,
     return KERNEL_OK
 
 
-# -- dx: planes (n, input channel) split among threads --------------------------------------------
+# -- dx: input cells (n, g, pixel) split among threads, OUT_BLOCK input channels at a time --------
 cdef inline int data_part(const Run* r, Py_ssize_t lo, Py_ssize_t hi, floating* _) noexcept nogil:
+    # a window tap's weights for all (i, o) of a group lie together: each is read once per image
     cdef const Window* s = r.s
     cdef const floating* w = <const floating*>r.w
     cdef const floating* dy = <const floating*>r.dy
     cdef floating* dx = <floating*>r.out
     cdef Py_ssize_t cells = s.out_h * s.out_w, plane = s.height * s.width
-    cdef Py_ssize_t unit, n, c, g, i, o, at, ih, iw, kh, kw, oh, ow, cell, region_id = 0
+    cdef Py_ssize_t unit, n, g, i, i0, i1, o, at, ih, iw, kh, kw, oh, ow, cell, region_id = 0
     cdef const floating* gp
     cdef const floating* wp
-    cdef double acc
+    cdef double acc[OUT_BLOCK]
     for unit in range(lo, hi):
-        n, c = unit // s.channels, unit % s.channels
-        g, i = c // s.in_per_group, c % s.in_per_group
+        n, g, at = unit // (s.groups * plane), unit // plane % s.groups, unit % plane
+        ih, iw = at // s.width, at % s.width
         gp = dy + (n * s.groups + g) * s.out_per_group * cells
-        for at in range(plane):
-            ih, iw = at // s.width, at % s.width
-            if s.region:
-                region_id = r.rin[n * plane + at]
-            acc = 0
+        if s.region:
+            region_id = r.rin[n * plane + at]
+        i0 = 0
+        while i0 < s.in_per_group:
+            i1 = min(i0 + OUT_BLOCK, s.in_per_group)
+            for i in range(i1 - i0):
+                acc[i] = 0
             for kh in range(s.kernel_h):
                 oh = target(ih, kh, s.stride_h, s.pad_h, s.dilation_h, s.out_h)
                 if oh < 0:
@@ -142,11 +146,14 @@ cdef inline int data_part(const Run* r, Py_ssize_t lo, Py_ssize_t hi, floating* 
                     cell = oh * s.out_w + ow
                     if s.region and r.rout[n * cells + cell] != region_id:
                         continue
-                    wp = (w + g * s.w_group + cell * s.w_cell + i * s.w_in
-                          + (kh * s.kernel_w + kw) * s.w_tap)
-                    for o in range(s.out_per_group):
-                        acc += <double>gp[o * cells + cell] * wp[o * s.w_out]
-            dx[unit * plane + at] = <floating>acc
+                    wp = w + g * s.w_group + cell * s.w_cell + (kh * s.kernel_w + kw) * s.w_tap
+                    for i in range(i0, i1):
+                        for o in range(s.out_per_group):
+                            acc[i - i0] += (<double>gp[o * cells + cell]
+                                            * wp[i * s.w_in + o * s.w_out])
+            for i in range(i0, i1):
+                dx[(n * s.channels + g * s.in_per_group + i) * plane + at] = <floating>acc[i - i0]
+            i0 += OUT_BLOCK
     return KERNEL_OK
 
 
@@ -229,7 +236,7 @@ cdef inline int backward_impl(const Call* c, floating* _) noexcept nogil:
     start(c, &r)
     rest = 4 if r.s.region else 2
     r.dy, r.out, r.dw = c.bufs[rest], c.bufs[rest + 1], c.bufs[rest + 2]
-    status = parallel_for(r.s.threads, r.s.batch * r.s.channels,
+    status = parallel_for(r.s.threads, r.s.batch * r.s.groups * r.s.height * r.s.width,
                           data_f32 if floating is float else data_f64, &r)
     if status != KERNEL_OK:
         return status

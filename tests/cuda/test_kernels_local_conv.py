@@ -29,6 +29,7 @@ WINDOWS = [  # (x shape, kernel, groups, out channels, stride, padding, dilation
     ((1, 3, 7, 6), (2, 3), 3, 3, (2, 1), (0, 2), (2, 1)),
     ((1, 1, 3, 3), (1, 1), 1, 2, (1, 1), (0, 0), (1, 1)),
     ((1, 2, 4, 3), (2, 2), 1, 70, (1, 1), (1, 0), (1, 1)),  # the CPU's blocks of 32 outputs
+    ((1, 70, 4, 3), (2, 2), 1, 2, (1, 1), (1, 0), (1, 1)),  # and of 32 inputs (dx)
 ]
 
 
