@@ -158,15 +158,21 @@ cdef inline int data_part(const Run* r, Py_ssize_t lo, Py_ssize_t hi, floating* 
 
 
 # -- dw: (g, weight cell, i) slices split among threads -------------------------------------------
-cdef inline double weight_sum(const Run* r, const floating* x, const floating* dy, Py_ssize_t g,
-                              Py_ssize_t wcell, Py_ssize_t i, Py_ssize_t tap,
-                              Py_ssize_t o) noexcept nogil:
-    # one dw entry: over the batch, then the cells that use it (all when the weight is shared)
+cdef inline void weight_sums(const Run* r, Py_ssize_t g, Py_ssize_t wcell, Py_ssize_t i,
+                             Py_ssize_t tap, Py_ssize_t o0, Py_ssize_t o1,
+                             double* acc, floating* _) noexcept nogil:
+    # dw entries (g, wcell, i, tap, o0..o1): over the batch, then the cells that use them (all
+    # when the weight is shared)
     cdef const Window* s = r.s
+    cdef const floating* x = <const floating*>r.x
+    cdef const floating* dy = <const floating*>r.dy
     cdef Py_ssize_t cells = s.out_h * s.out_w, plane = s.height * s.width
     cdef Py_ssize_t first = wcell if s.w_cell else 0, last = wcell + 1 if s.w_cell else cells
-    cdef Py_ssize_t n, cell, ih, iw
-    cdef double acc = 0
+    cdef Py_ssize_t n, cell, ih, iw, o
+    cdef const floating* gp
+    cdef double xv
+    for o in range(o1 - o0):
+        acc[o] = 0
     for n in range(s.batch):
         for cell in range(first, last):
             ih = source(cell // s.out_w, tap // s.kernel_w, s.stride_h, s.pad_h, s.dilation_h)
@@ -175,26 +181,30 @@ cdef inline double weight_sum(const Run* r, const floating* x, const floating* d
                 continue
             if s.region and r.rin[n * plane + ih * s.width + iw] != r.rout[n * cells + cell]:
                 continue
-            acc += (<double>x[(n * s.channels + g * s.in_per_group + i) * plane
-                              + ih * s.width + iw]
-                    * dy[(n * s.groups * s.out_per_group + g * s.out_per_group + o) * cells
-                         + cell])
-    return acc
+            xv = x[(n * s.channels + g * s.in_per_group + i) * plane + ih * s.width + iw]
+            gp = dy + ((n * s.groups + g) * s.out_per_group + o0) * cells + cell
+            for o in range(o1 - o0):
+                acc[o] += xv * gp[o * cells]
 
 
 cdef inline int weight_part(const Run* r, Py_ssize_t lo, Py_ssize_t hi, floating* _) noexcept nogil:
     cdef const Window* s = r.s
     cdef floating* dw = <floating*>r.dw
     cdef Py_ssize_t wcells = s.out_h * s.out_w if s.w_cell else 1
-    cdef Py_ssize_t unit, g, wcell, i, tap, o
+    cdef Py_ssize_t unit, g, wcell, i, tap, o, o0, o1
+    cdef double acc[OUT_BLOCK]
     for unit in range(lo, hi):
         g, wcell, i = unit // (wcells * s.in_per_group), unit // s.in_per_group % wcells, \
             unit % s.in_per_group
         for tap in range(s.kernel_h * s.kernel_w):
-            for o in range(s.out_per_group):
-                dw[g * s.w_group + wcell * s.w_cell + i * s.w_in + tap * s.w_tap
-                   + o * s.w_out] = <floating>weight_sum(
-                       r, <const floating*>r.x, <const floating*>r.dy, g, wcell, i, tap, o)
+            o0 = 0
+            while o0 < s.out_per_group:
+                o1 = min(o0 + OUT_BLOCK, s.out_per_group)
+                weight_sums(r, g, wcell, i, tap, o0, o1, acc, <floating*>NULL)
+                for o in range(o0, o1):
+                    dw[g * s.w_group + wcell * s.w_cell + i * s.w_in + tap * s.w_tap
+                       + o * s.w_out] = <floating>acc[o - o0]
+                o0 += OUT_BLOCK
     return KERNEL_OK
 
 
