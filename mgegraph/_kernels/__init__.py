@@ -74,3 +74,7 @@ KERNEL_MODULES += (rng,)
 from . import matinv, sliding_window
 
 KERNEL_MODULES += (matinv, sliding_window)
+# convolutions with unshared weights or region-restricted taps (local_conv.pyx)
+from . import local_conv
+
+KERNEL_MODULES += (local_conv,)

@@ -89,3 +89,7 @@ from ..ops.linalg_inv import matinv
 from ..ops.sliding_window import sliding_window, sliding_window_transpose
 
 __all__ += ["matinv", "sliding_window", "sliding_window_transpose"]
+# MegEngine's local_conv2d and region_restricted_conv (ops/local_conv.py), also in F.nn
+from ..ops.local_conv import local_conv2d, region_restricted_conv
+
+__all__ += ["local_conv2d", "region_restricted_conv"]

@@ -96,3 +96,7 @@ __all__ += ["logsumexp", "one_hot", "pad", "remap", "warp_affine", "warp_perspec
 from ..ops.sliding_window import sliding_window, sliding_window_transpose
 
 __all__ += ["sliding_window", "sliding_window_transpose"]
+# MegEngine's F.nn.local_conv2d and F.nn.region_restricted_conv (ops/local_conv.py)
+from ..ops.local_conv import local_conv2d, region_restricted_conv
+
+__all__ += ["local_conv2d", "region_restricted_conv"]

@@ -81,6 +81,9 @@ OP_VERSIONS |= {"attention": 1, "attention_backward": 1}
 OP_VERSIONS |= {"rng_uniform": 1, "rng_gamma": 1, "rng_poisson": 1}
 # MegEngine's matinv (ops/linalg_inv.py) and sliding windows (ops/sliding_window.py)
 OP_VERSIONS |= {"matinv": 1, "sliding_window": 1, "sliding_window_transpose": 1}
+# convolutions with unshared weights or region-restricted taps (ops/local_conv.py)
+OP_VERSIONS |= {"local_conv2d": 1, "local_conv2d_backward": 1, "region_restricted_conv": 1,
+                "region_restricted_conv_backward": 1}
 # the epilogue's relu6 (activation="relu6" on linear, conv2d and conv2d_packed) is version 2 of
 # those ops. A node without it is written as version 1, which readers from before relu6 run,
 # and this reader takes both; a version 1 node that says relu6 is refused.

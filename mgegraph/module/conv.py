@@ -7,3 +7,4 @@ from ..nn.conv import (  # noqa: F401
     DeformableConv2d,
 )
 from ..nn.layers import Conv2d  # noqa: F401
+from ..nn.local_conv import LocalConv2d, RegionRestrictedConv  # noqa: F401

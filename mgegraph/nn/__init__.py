@@ -65,3 +65,7 @@ __all__ += ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNCell"]
 from .sliding_window import SlidingWindow, SlidingWindowTranspose
 
 __all__ += ["SlidingWindow", "SlidingWindowTranspose"]
+# MegEngine's locally connected and region-restricted convolution layers (nn/local_conv.py)
+from .local_conv import LocalConv2d, RegionRestrictedConv
+
+__all__ += ["LocalConv2d", "RegionRestrictedConv"]

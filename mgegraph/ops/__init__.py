@@ -13,3 +13,6 @@ from . import random as _random  # noqa: F401,E402
 # MegEngine's matinv (kernels _kernels/matinv.pyx, csrc_cuda/matinv.cu) and sliding windows
 # (kernels _kernels/sliding_window.pyx, csrc_cuda/sliding_window.cu)
 from . import linalg_inv, sliding_window  # noqa: F401
+# isort: split
+# local_conv2d, region_restricted_conv (kernels _kernels/local_conv.pyx, csrc_cuda/local_conv.cu)
+from . import local_conv  # noqa: F401

@@ -295,6 +295,14 @@ CALLS |= {  # MegEngine's F.tensor, F.math, F.elemwise and F.einsum (functional/
     "warp_affine": lambda v: F.warp_affine(v, v.graph.const(AFFINE), (5, 4), format="NCHW"),
     "warp_perspective": lambda v: F.warp_perspective(v, v.graph.const(PERSPECTIVE), (5, 4)),
 }
+CALLS |= {  # MegEngine's local and region-restricted convolutions (ops/local_conv.py)
+    "local_conv2d": lambda v: F.local_conv2d(v, v.graph.const(LOCAL_W), padding=1),
+    "region_restricted_conv": lambda v: F.region_restricted_conv(
+        v, v.graph.const(W[:3, :2, None]), v.graph.const(REGIONS), v.graph.const(REGIONS[:, ::-1].copy()),
+        padding=1, groups=3),
+}
+LOCAL_W = np.linspace(-1, 1, 6 * 6 * 3 * 3 * 3 * 2, dtype=np.float32).reshape(6, 6, 3, 3, 3, 2)
+REGIONS = (np.arange(2 * 6 * 6).reshape(2, 6, 6) % 3).astype(np.int32)
 AFFINE = np.array([[[0.9, 0.1, 0.5], [-0.1, 1.1, 0.2]]] * 2, np.float32)
 PERSPECTIVE = np.array([[[1.0, 0.1, 0.3], [0.0, 0.9, 0.1], [0.01, 0.0, 1.0]]] * 2, np.float32)
 # their output's length depends on values: eager only (tests/ops/test_megengine_functional.py)

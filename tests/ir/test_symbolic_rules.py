@@ -414,6 +414,28 @@ CASES["attention_backward"] = _node("attention_backward", lambda g, b: (
      _input(g, (b, 4, 5, 3))], _ATTENTION))
 
 
+# -- local_conv2d, region_restricted_conv (ops/local_conv.py): a named batch -------------------
+# x (b, 4, 6, 5), 2 groups, a 3x2 window with padding (1, 0): 6x4 cells; ids int32
+_LOCAL_WINDOW = {"stride": (1, 1), "padding": (1, 0), "dilation": (1, 1)}
+
+
+def _local_inputs(g, b):
+    return [_input(g, (b, 4, 6, 5)), _param(g, (2, 6, 4, 2, 3, 2, 3))]
+
+
+def _region_inputs(g, b):
+    return [_input(g, (b, 4, 6, 5)), _param(g, (2, 3, 2, 3, 2)),
+            _input(g, (b, 6, 5), "int32"), _input(g, (b, 6, 4), "int32")]
+
+
+CASES["local_conv2d"] = _node("local_conv2d", lambda g, b: (_local_inputs(g, b), _LOCAL_WINDOW))
+CASES["local_conv2d_backward"] = _node("local_conv2d_backward", lambda g, b: (
+    [*_local_inputs(g, b), _input(g, (b, 6, 6, 4))], _LOCAL_WINDOW))
+CASES["region_restricted_conv"] = _node("region_restricted_conv",
+                                        lambda g, b: (_region_inputs(g, b), _LOCAL_WINDOW))
+CASES["region_restricted_conv_backward"] = _node("region_restricted_conv_backward", lambda g, b: (
+    [*_region_inputs(g, b), _input(g, (b, 6, 6, 4))], _LOCAL_WINDOW))
+
 # -- where a rule cannot take a name: (op, make, what the error says) ---------------------------
 REFUSED = {
     # reshape's -1 is found by exact division; a name divides only where its form shows it
@@ -433,6 +455,10 @@ REFUSED["deform_im2col"] = (
     lambda g: ([_input(g, (1, 4, BATCH, 6)), _input(g, (1, 24, 4, 4)), _input(g, (1, 12, 4, 4))],
                _DEFORM_WINDOW), "needs its channels and sides as numbers")
 
+# the local_conv family's kernels read their channels and image sides as numbers
+REFUSED["local_conv2d"] = (
+    lambda g: ([_input(g, (1, 4, BATCH, 5)), _param(g, (2, 6, 4, 2, 3, 2, 3))], _LOCAL_WINDOW),
+    "needs its channels and sides as numbers")
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_rule_with_a_named_dimension_matches_the_numbers(name):

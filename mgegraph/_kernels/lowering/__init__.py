@@ -32,6 +32,10 @@ FAMILIES += (random,)
 from . import matinv, sliding_window
 
 FAMILIES += (matinv, sliding_window)
+# convolutions with unshared weights or region-restricted taps (lowering/local_conv.py)
+from . import local_conv
+
+FAMILIES += (local_conv,)
 
 
 def implement_all(table) -> None:

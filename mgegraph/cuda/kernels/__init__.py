@@ -46,3 +46,7 @@ FAMILIES += [
     "matinv",          # csrc_cuda/matinv.cu: matinv, a thread per matrix
     "sliding_window",  # csrc_cuda/sliding_window.cu: sliding_window and its transpose
 ]
+# convolutions with unshared weights or region-restricted taps (ops/local_conv.py)
+FAMILIES += [
+    "local_conv",    # csrc_cuda/local_conv.cu: local_conv2d, region_restricted_conv (+ backward)
+]
