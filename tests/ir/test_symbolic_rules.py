@@ -435,6 +435,14 @@ CASES["region_restricted_conv"] = _node("region_restricted_conv",
                                         lambda g, b: (_region_inputs(g, b), _LOCAL_WINDOW))
 CASES["region_restricted_conv_backward"] = _node("region_restricted_conv_backward", lambda g, b: (
     [*_region_inputs(g, b), _input(g, (b, 6, 6, 4))], _LOCAL_WINDOW))
+# MegEngine's matinv and sliding windows (ops/linalg_inv.py, ops/sliding_window.py)
+_SLIDING = {"kernel_size": (3, 2), "padding": (1, 0), "stride": (2, 1), "dilation": (1, 2)}
+CASES["matinv"] = _node("matinv", lambda g, b: ([_input(g, (b, 3, 3))], {}))
+CASES["sliding_window"] = _node("sliding_window", lambda g, b: (
+    [_input(g, (b, 3, 6, 7))], _SLIDING))
+CASES["sliding_window_transpose"] = _node("sliding_window_transpose", lambda g, b: (
+    [_input(g, (b, 3, 3, 5, 3, 2))], {"output_size": (6, 7), **_SLIDING}))
+
 
 # -- where a rule cannot take a name: (op, make, what the error says) ---------------------------
 REFUSED = {
