@@ -65,10 +65,18 @@ from .symbolic_shape import (
     check_spec,
     name_dims,
     named_shape,
-    named_view,
     needing_numbers,
 )
-from .tensor import Tensor, wrap, wrap_view
+from .tensor import Tensor, wrap
+from .trace_args import (
+    as_tensors,
+    flatten,
+    named_arguments,
+    plan_key,
+    unflatten,
+    unhashable,
+    view_of,
+)
 from .trace_dump import write_dump
 
 
@@ -264,34 +272,6 @@ class _Tracer(Recorder):
         self.modules.setdefault(id(module), (module, module.training))
 
 
-def _flatten(result, leaves: list):
-    """The structure of a traced function's result, with its Tensors moved to ``leaves``."""
-    if isinstance(result, Tensor):
-        leaves.append(result)
-        return len(leaves) - 1
-    if result is None:
-        return None
-    if isinstance(result, (list, tuple)):
-        return type(result), [_flatten(r, leaves) for r in result]
-    if isinstance(result, dict):
-        return dict, {k: _flatten(r, leaves) for k, r in result.items()}
-    raise TraceError(f"trace: the traced function must return Tensors (or None, or tuples, "
-                     f"lists and dicts of them), got {type(result).__name__}")
-
-
-def _unflatten(structure, values):
-    if structure is None:
-        return None
-    if isinstance(structure, int):
-        return values[structure]
-    kind, items = structure
-    if kind is dict:
-        return {k: _unflatten(s, values) for k, s in items.items()}
-    if hasattr(kind, "_fields"):  # a namedtuple takes its fields as arguments
-        return kind(*[_unflatten(s, values) for s in items])
-    return kind(_unflatten(s, values) for s in items)
-
-
 class TracedPlan:
     """One recorded call: its plan, which arguments feed which input, and the Python-side
     state a run brings along (optimisers' step counters and scalars, parameters' grads)."""
@@ -318,7 +298,7 @@ class TracedPlan:
 
     def run(self, arguments: dict):
         if self.plan is None:
-            return _unflatten(self.structure, [])
+            return unflatten(self.structure, [])
         with contextlib.ExitStack() as held:
             # prepare_step's scalars are the optimiser's, read by the run: no other step may
             # come between (a consistent order of locks: no two runs wait for each other)
@@ -327,7 +307,7 @@ class TracedPlan:
             tensors = [wrap(o) for o in self._run_plan(arguments)]
             for p, index in self.grads:
                 _holder(p, arguments).grad = None if index is None else tensors[index]
-        return _unflatten(self.structure, tensors[:self.n_results])
+        return unflatten(self.structure, tensors[:self.n_results])
 
     def _run_plan(self, arguments: dict) -> list:
         saved = [(opt, opt.step_count, opt.scalars.value.copy()) for opt in self.optimizers]
@@ -432,9 +412,9 @@ class Traced:
             # dump names the positional arguments as the model's inputs (MegEngine's rule)
             raise TraceError("Only support tensor type args when capture_as_const is enabled")
         bound = self.signature.bind(*args, **kwargs)
-        arguments = _named_arguments(bound)
+        arguments = named_arguments(bound)
         axes, bindings = name_dims(self.symbolic_shape, arguments)
-        key = _plan_key(arguments, axes)
+        key = plan_key(arguments, axes)
         traced = self._recorded(key, arguments)
         if traced is None:  # new shapes, or a module switched between train() and eval()
             with self._recording:
@@ -458,7 +438,7 @@ class Traced:
         except TypeError:
             raise TraceError(f"trace: {_function_name(self.function)}'s arguments that are not "
                              "tensors select the plan, so they must be hashable: "
-                             f"{_unhashable(key)} is not (a tuple instead of a list, a "
+                             f"{unhashable(key)} is not (a tuple instead of a list, a "
                              "frozenset instead of a set)") from None
         return next((t for t in recorded if t.fits(arguments)), None)
 
@@ -476,11 +456,11 @@ class Traced:
             if id(t) not in views:  # (f(x, x): one view, so one input, as without names)
                 # the function gets a tensor of its own: a write into it (x[i] = v) makes it a
                 # new value inside the function, never the caller's, which the plan then reads
-                views[id(t)] = named_view(t) if bindings else wrap_view(t._array(), t)
+                views[id(t)] = view_of(t, named=bool(bindings))
             return views[id(t)]
 
-        bound.arguments.update({k: _as_tensors(v, view) for k, v in bound.arguments.items()})
-        for name, value in _named_arguments(bound).items():
+        bound.arguments.update({k: as_tensors(v, view) for k, v in bound.arguments.items()})
+        for name, value in named_arguments(bound).items():
             if isinstance(value, Tensor):
                 tracer.input(name, value)
         try:
@@ -489,7 +469,7 @@ class Traced:
                     needing_numbers(who, bindings, axes):
                 result = self.function(*bound.args, **bound.kwargs)
             leaves: list = []
-            structure = _flatten(result, leaves)
+            structure = flatten(result, leaves)
             outputs = [tracer.var_of(t) for t in leaves]
             grads = []  # a run sets the grads the recording changed, and only those
             for i, p in tracer.parameters.items():
@@ -511,50 +491,9 @@ class Traced:
         return traced
 
 
-def _unhashable(key) -> str:
-    for name, part, *_ in key:
-        try:
-            hash(part)
-        except TypeError:
-            return f"{name!r} (a {getattr(part[0], '__name__', part[0])})"  # (type, value)
-    return "one of them"
-
-
-def _plan_key(arguments: dict, axes: dict) -> tuple:
-    """What selects a plan: each argument's ``_key``, and for a tensor its shape (with the
-    names of ``axes``, {argument: {axis: name}}, for their sizes) and the first argument that
-    is the same object (``f(x, x)`` records one input for both; ``f(a, b)`` needs two), and
-    "attached" where a GradManager has it attached (the plan sets its grad)."""
-    first: dict[int, str] = {}
-    key = []
-    for name, v in arguments.items():
-        if isinstance(v, (Tensor, np.ndarray)):
-            shape = named_shape(v.shape, axes.get(name))
-            entry = (name, shape, v.dtype, first.setdefault(id(v), name))
-            key.append(entry + ("attached",) if is_attached(v) else entry)
-        else:
-            key.append((name, _key(v)))
-    return tuple(key)
-
-
 def _function_name(function) -> str:
     """How errors name the traced function; a ``functools.partial`` has no ``__qualname__``."""
     return getattr(function, "__qualname__", None) or repr(function)
-
-
-def _key(value):
-    """A non-tensor argument's part of the plan key: its type and value, a float's sign and
-    NaN included (Python says ``True == 1 == 1.0`` and ``-0.0 == 0.0``, and ``nan != nan``,
-    but each is a different constant of the plan). A list keys by the items it holds at the
-    call (``F.split(x, [2, 3])`` inside the function), so changing it later selects another
-    plan."""
-    if isinstance(value, (float, np.floating)):
-        return type(value), float(value).hex()
-    if isinstance(value, complex):
-        return complex, value.real.hex(), value.imag.hex()
-    if isinstance(value, (tuple, list)):  # a list keys by its items, as a tuple does
-        return type(value), tuple(_key(v) for v in value)
-    return type(value), value
 
 
 @contextlib.contextmanager
@@ -580,61 +519,6 @@ def _outside_lazy():
         yield
     finally:
         MODE.lazy = lazy
-
-
-def _named_arguments(bound) -> dict:
-    """Each argument under a name the plan's inputs take: varargs as ``name0, name1...``; the
-    items of a tuple, list or dict that holds tensors as ``name[0], name[1]...`` (with the
-    container's type and length or keys under ``name``: they select the plan too)."""
-    named = {}
-    for name, value in bound.arguments.items():
-        kind = bound.signature.parameters[name].kind
-        if kind is inspect.Parameter.VAR_POSITIONAL:
-            items = {f"{name}{i}": v for i, v in enumerate(value)}
-        elif kind is inspect.Parameter.VAR_KEYWORD:
-            items = value
-        else:
-            items = {name: value}
-        for item_name, item in items.items():
-            _name_items(item_name, item, named)
-    return named
-
-
-def _name_items(name: str, value, named: dict) -> None:
-    if not isinstance(value, (tuple, list, dict)) or not _holds_tensors(value):
-        named[name] = value
-    elif isinstance(value, dict):
-        named[name] = (dict, tuple(value))
-        for k, item in value.items():
-            _name_items(f"{name}[{k!r}]", item, named)
-    else:
-        named[name] = (type(value), len(value))
-        for i, item in enumerate(value):
-            _name_items(f"{name}[{i}]", item, named)
-
-
-def _holds_tensors(value) -> bool:
-    """Whether ``value`` is a tuple, list or dict with a tensor or an array somewhere inside."""
-    if isinstance(value, dict):
-        value = value.values()
-    elif not isinstance(value, (tuple, list)):
-        return False
-    return any(isinstance(v, (Tensor, np.ndarray)) or _holds_tensors(v) for v in value)
-
-
-def _as_tensors(value, leaf):
-    """``value`` with every NumPy array (inside tuples, lists and dicts too) made a Tensor,
-    and every Tensor ``t`` made ``leaf(t)``."""
-    if isinstance(value, np.ndarray):
-        return leaf(Tensor(value))
-    if isinstance(value, Tensor):
-        return leaf(value)
-    if not _holds_tensors(value):
-        return value
-    if isinstance(value, dict):
-        return type(value)({k: _as_tensors(v, leaf) for k, v in value.items()})
-    items = [_as_tensors(v, leaf) for v in value]
-    return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
 
 
 def trace(function=None, *, symbolic: bool = True, capture_as_const: bool = False,

@@ -339,3 +339,16 @@ def test_a_grad_manager_attached_to_an_argument_sets_that_calls_grad(symbolic_sh
         np.testing.assert_allclose(x.grad.numpy(), 2 * dx.numpy(), rtol=1e-6)
     other = _x(5, 4)  # not attached: another plan, which sets no grad
     assert step(other, w)[1] is None and other.grad is None
+
+
+@pytest.mark.parametrize("symbolic_shape", [False, True])
+def test_a_traced_function_sees_its_arguments_name_and_device(symbolic_shape):
+    seen = []
+
+    @trace(symbolic_shape=symbolic_shape)
+    def f(x, y):
+        seen.append((x.name, str(x.device), y.name))
+        return x + y
+
+    f(mg.tensor([1.0], name="data", device="cpu0"), mg.tensor([2.0]))
+    assert seen == [("data", "cpu0", "")]
