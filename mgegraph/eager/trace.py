@@ -323,6 +323,17 @@ class TracedPlan:
             raise
 
 
+def _check_no_grad_of_a_view(function, views: dict) -> None:
+    """A TraceError when the recording's function gave a grad to its view of an argument (it
+    attached the argument itself): the caller's tensor would get none."""
+    for view in views.values():
+        if view.grad is not None:
+            raise TraceError(f"trace: {_function_name(function)} attached a tensor argument "
+                             f"{view.type} to a GradManager during the call, so its gradient "
+                             "would not reach the caller's tensor: attach it before calling "
+                             "the traced function (the plan then sets its .grad)")
+
+
 def _feed_names(plan) -> list[str]:
     """The input names of a Plan or of a SymbolicPlan (a symbolic-shape recording's)."""
     return list(plan.feeds) if hasattr(plan, "feeds") else list(plan.input_types)
@@ -468,6 +479,7 @@ class Traced:
             with recording(tracer), _no_state_lands(), tracer.named_shapes(), \
                     needing_numbers(who, bindings, axes):
                 result = self.function(*bound.args, **bound.kwargs)
+            _check_no_grad_of_a_view(self.function, views)
             leaves: list = []
             structure = flatten(result, leaves)
             outputs = [tracer.var_of(t) for t in leaves]

@@ -352,3 +352,23 @@ def test_a_traced_function_sees_its_arguments_name_and_device(symbolic_shape):
 
     f(mg.tensor([1.0], name="data", device="cpu0"), mg.tensor([2.0]))
     assert seen == [("data", "cpu0", "")]
+
+
+def test_attaching_an_argument_inside_the_traced_call_is_refused_clearly():
+    gm = mg.autodiff.GradManager()
+
+    @trace
+    def f(x):
+        gm.attach(x)
+        with gm:
+            y = (x * x).sum()
+            gm.backward(y)
+        return y
+
+    x = _x(2)
+    with pytest.raises(TraceError, match="attached a tensor argument f32.2. .*before calling"):
+        f(x)
+    assert x.grad is None
+    gm.attach(x)  # the supported way: attached before the call
+    f(x)
+    np.testing.assert_allclose(x.grad.numpy(), 2 * x.numpy(), rtol=1e-6)
