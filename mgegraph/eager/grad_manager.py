@@ -38,8 +38,18 @@ class AttachError(GraphError, AssertionError):
     raises AssertionError there, so a program written for either catches it."""
 
 
+_MANAGERS: weakref.WeakSet = weakref.WeakSet()  # every live GradManager (for is_attached)
+
+
+def is_attached(t) -> bool:
+    """Whether a GradManager has tensor ``t`` attached (a trace then hands the traced
+    function ``t`` itself, so that the manager's backward sets its ``.grad``)."""
+    return isinstance(t, Tensor) and any(t.id in gm._attached for gm in list(_MANAGERS))
+
+
 class GradManager(Recorder):
     def __init__(self):
+        _MANAGERS.add(self)
         # tensor id -> (weak reference to it, its callbacks), in the order of attaching
         self._attached: dict[int, tuple[weakref.ref, list]] = {}
         self._tape: list | None = None

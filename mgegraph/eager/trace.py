@@ -31,8 +31,8 @@ from several threads are steps one after another. The first call of a key record
 traced function's lock (a second thread waits for that plan).
 
 The cache: ``traced.plans`` maps each key (the tensor arguments' shapes and dtypes and which
-of them are the same tensor, tensors inside tuples, lists and dicts included, and the other
-arguments' types and values) to its recordings, one per train/eval mode of the modules the
+of them are the same tensor or attached to a GradManager, tensors inside tuples, lists and
+dicts included, and the other arguments' types and values) to its recordings, one per train/eval mode of the modules the
 function called (``model.eval()`` after training records again rather than rerun the training
 form) and per presence of the parameters' grads (a backward adds to the grad a parameter has
 when the call starts: a plan input); ``traced.clear_cache()`` empties it, ``traced.plan`` is
@@ -57,6 +57,7 @@ from ..compiler import compile
 from ..ir.errors import TraceError, user_location
 from ..ir.graph import Graph
 from .dispatch import MODE, Recorder, recording
+from .grad_manager import is_attached
 from .lazy import run_pending
 from .mode import hidden
 from .symbolic_shape import (
@@ -64,10 +65,18 @@ from .symbolic_shape import (
     check_spec,
     name_dims,
     named_shape,
-    named_view,
     needing_numbers,
 )
-from .tensor import Tensor, wrap, wrap_view
+from .tensor import Tensor, wrap
+from .trace_args import (
+    as_tensors,
+    flatten,
+    named_arguments,
+    plan_key,
+    unflatten,
+    unhashable,
+    view_of,
+)
 from .trace_dump import write_dump
 
 
@@ -97,9 +106,12 @@ class _Tracer(Recorder):
         self.graph = Graph()
         self.vars: dict[int, object] = {}    # tensor id -> its Var in the graph
         self.varying: set[int] = set()        # ids of tensors that can differ between calls
+        # the tensors whose .grad a run may set: parameters, and the tensor arguments a
+        # GradManager has attached (``arguments``: id -> argument name; each call's own)
         self.parameters: dict[int, Tensor] = {}
+        self.arguments: dict[int, str] = {}
         self.grads_before: dict[int, object] = {}  # parameter id -> its .grad when first read
-        self.grad_feeds: dict[str, Tensor] = {}  # input name -> the parameter whose grad it is
+        self.grad_feeds: dict[str, object] = {}  # input name -> whose grad it is (_holder)
         self.optimizers: list = []
         self.step_counts: list[int] = []  # each optimiser's step count before the recording
         self.capture_as_const = capture_as_const
@@ -109,6 +121,10 @@ class _Tracer(Recorder):
         # tensors made NamedShapeTensors for the recording (put back when it ends)
         self.axes, self.bindings = axes, bindings
         self.named: list[weakref.ref] = []
+        # the update depth at which an eager assign would land at once (none inside an
+        # enclosing optimiser step or module call, which defer it to their end)
+        self.landing_depth = None if MODE.update_depth else MODE.update_depth + 1
+        self.constant_updates: list[str] = []  # capture_as_const: the state it cannot update
 
     def var_of(self, t: Tensor):
         v = self.vars.get(t.id)
@@ -137,14 +153,22 @@ class _Tracer(Recorder):
         name = f"{getattr(p, 'name', None) or 'param'}.grad"  # (no argument's name has a dot)
         while name in self.graph.inputs:
             name += "_"
-        self.grad_feeds[name] = p
+        self.grad_feeds[name] = self.holder(p)
         self.varying.add(grad.id)
         return self.graph.input(name, grad.shape, grad.dtype)
+
+    def holder(self, p: Tensor):
+        """How a plan finds ``p``, whose grad it sets: the parameter itself, or the name of
+        the argument it was (each call sets its own argument's)."""
+        return self.arguments.get(p.id, p)
 
     def input(self, name: str, t: Tensor) -> None:
         shape = named_shape(t.type.shape, self.axes.get(name))
         self.vars[t.id] = self.graph.input(name, shape, t.dtype)
         self.varying.add(t.id)
+        if is_attached(t):  # a backward may set its grad: the run sets the argument's
+            self.parameters[t.id], self.arguments[t.id] = t, name
+            self.grads_before[t.id] = t.grad
         if type(t) is NamedShapeTensor:
             self.named.append(weakref.ref(t))
 
@@ -186,9 +210,32 @@ class _Tracer(Recorder):
 
     def assigned(self, target, value) -> None:
         if self.capture_as_const:
-            raise TraceError(f"trace(capture_as_const=True): the function updates {target!r:.60}"
-                             f", which is captured as a constant (at {user_location()})")
-        self.graph.assign(self.var_of(target), self.var_of(value))
+            self._update_of_a_constant(target, value)
+            return
+        var = self.var_of(target)
+        if var.node.op.name != "param":  # updated before in this call: the state's own Var
+            var = self.graph.bind(target)
+        # eager writes land in order, so a later update of the same state (a module called
+        # twice) is the one that stays: it replaces the earlier assign
+        earlier = next((n for n in self.graph.assigns if n.inputs[0] is var), None)
+        if earlier is not None:
+            self.graph.assigns.remove(earlier)
+            self.graph.nodes.remove(earlier)
+        self.graph.assign(var, self.var_of(value))
+        if MODE.update_depth == self.landing_depth:  # eager writes it at once: later ops read
+            self.vars[target.id] = self.var_of(value)  # the new value, and so does the plan
+
+    def _update_of_a_constant(self, target, value) -> None:
+        """capture_as_const made ``target`` a constant: the plan cannot update it (MegEngine's
+        trace runs such a call too, and its dump refuses it; so does ``dump`` here)."""
+        update = f"{target!r:.60} (at {user_location()})"
+        self.constant_updates.append(update)
+        warnings.warn(f"trace(capture_as_const=True): the function updates {update}, which is "
+                      "captured as a constant: its plan leaves it as it is, and dump refuses "
+                      "the function (call the module's eval() before tracing it for inference)",
+                      TraceWarning, stacklevel=4)
+        if MODE.update_depth == self.landing_depth:  # the ops after it read the new value
+            self.vars[target.id] = self.var_of(value)
 
     def overwriting(self, target) -> None:
         # eager assigns wait for the plan's run (_no_state_lands): only a write from Python,
@@ -225,34 +272,6 @@ class _Tracer(Recorder):
         self.modules.setdefault(id(module), (module, module.training))
 
 
-def _flatten(result, leaves: list):
-    """The structure of a traced function's result, with its Tensors moved to ``leaves``."""
-    if isinstance(result, Tensor):
-        leaves.append(result)
-        return len(leaves) - 1
-    if result is None:
-        return None
-    if isinstance(result, (list, tuple)):
-        return type(result), [_flatten(r, leaves) for r in result]
-    if isinstance(result, dict):
-        return dict, {k: _flatten(r, leaves) for k, r in result.items()}
-    raise TraceError(f"trace: the traced function must return Tensors (or None, or tuples, "
-                     f"lists and dicts of them), got {type(result).__name__}")
-
-
-def _unflatten(structure, values):
-    if structure is None:
-        return None
-    if isinstance(structure, int):
-        return values[structure]
-    kind, items = structure
-    if kind is dict:
-        return {k: _unflatten(s, values) for k, s in items.items()}
-    if hasattr(kind, "_fields"):  # a namedtuple takes its fields as arguments
-        return kind(*[_unflatten(s, values) for s in items])
-    return kind(_unflatten(s, values) for s in items)
-
-
 class TracedPlan:
     """One recorded call: its plan, which arguments feed which input, and the Python-side
     state a run brings along (optimisers' step counters and scalars, parameters' grads)."""
@@ -264,19 +283,22 @@ class TracedPlan:
         self.optimizers = list(tracer.optimizers)
         self.modules = list(tracer.modules.values())  # (module, training) when it was called
         self.grad_feeds = tracer.grad_feeds
+        self.attached = sorted(tracer.arguments.values())  # (the key holds them too)
+        self.constant_updates = tracer.constant_updates  # (dump refuses a plan that drops any)
         # a grad the run adds to (or makes) needs the grad it started from: its type or None
-        self.grad_types = [(p, _type(tracer.grads_before[p.id]))
-                           for p, index in grads if index is not None]
+        self.grads = [(holder, index) for holder, index, _ in grads]
+        self.grad_types = [(holder, before) for holder, index, before in grads
+                           if index is not None]
 
-    def fits(self) -> bool:
+    def fits(self, arguments: dict) -> bool:
         """Whether every module the recording called is in the same train/eval mode now, and
-        every parameter whose grad it made has a grad (of the same type) or none, as then."""
+        every tensor whose grad it made has a grad (of the same type) or none, as then."""
         return (all(m.training == training for m, training in self.modules)
-                and all(_type(p.grad) == t for p, t in self.grad_types))
+                and all(_type(_holder(p, arguments).grad) == t for p, t in self.grad_types))
 
     def run(self, arguments: dict):
         if self.plan is None:
-            return _unflatten(self.structure, [])
+            return unflatten(self.structure, [])
         with contextlib.ExitStack() as held:
             # prepare_step's scalars are the optimiser's, read by the run: no other step may
             # come between (a consistent order of locks: no two runs wait for each other)
@@ -284,8 +306,8 @@ class TracedPlan:
                 held.enter_context(opt.lock)
             tensors = [wrap(o) for o in self._run_plan(arguments)]
             for p, index in self.grads:
-                p.grad = None if index is None else tensors[index]
-        return _unflatten(self.structure, tensors[:self.n_results])
+                _holder(p, arguments).grad = None if index is None else tensors[index]
+        return unflatten(self.structure, tensors[:self.n_results])
 
     def _run_plan(self, arguments: dict) -> list:
         saved = [(opt, opt.step_count, opt.scalars.value.copy()) for opt in self.optimizers]
@@ -293,7 +315,7 @@ class TracedPlan:
             opt.prepare_step()
         try:
             return self.plan.run({name: _array(arguments[name]) if name in arguments
-                                  else self.grad_feeds[name].grad._array()
+                                  else _holder(self.grad_feeds[name], arguments).grad._array()
                                   for name in self.feeds})
         except BaseException:  # a step that did not run is not counted
             for opt, count, scalars in saved:
@@ -301,9 +323,25 @@ class TracedPlan:
             raise
 
 
+def _check_no_grad_of_a_view(function, views: dict) -> None:
+    """A TraceError when the recording's function gave a grad to its view of an argument (it
+    attached the argument itself): the caller's tensor would get none."""
+    for view in views.values():
+        if view.grad is not None:
+            raise TraceError(f"trace: {_function_name(function)} attached a tensor argument "
+                             f"{view.type} to a GradManager during the call, so its gradient "
+                             "would not reach the caller's tensor: attach it before calling "
+                             "the traced function (the plan then sets its .grad)")
+
+
 def _feed_names(plan) -> list[str]:
     """The input names of a Plan or of a SymbolicPlan (a symbolic-shape recording's)."""
     return list(plan.feeds) if hasattr(plan, "feeds") else list(plan.input_types)
+
+
+def _holder(holder, arguments: dict) -> Tensor:
+    """The tensor whose grad a plan sets (``_Tracer.holder``) in the call of ``arguments``."""
+    return arguments[holder] if isinstance(holder, str) else holder
 
 
 def _array(value) -> np.ndarray:
@@ -366,47 +404,54 @@ class Traced:
         self._latest = None
 
     def __call__(self, *args, **kwargs):
-        if not self.symbolic or MODE.recorders:  # an enclosing trace or tape sees its ops
+        if MODE.recorders:  # an enclosing trace or tape sees its ops
+            return self.function(*args, **kwargs)
+        if not self.profiling:
+            return self._call(args, kwargs)
+        from ..tools.profiler import profile  # lazy: the profiler sits above eager mode
+
+        with profile() as self._profile:
+            return self._call(args, kwargs)
+
+    def _call(self, args, kwargs):
+        if not self.symbolic:
             return self.function(*args, **kwargs)
         if MODE.lazy is not None:  # its plan writes and reads state as the block left it
             with _outside_lazy():
-                return self(*args, **kwargs)
+                return self._call(args, kwargs)
         if self.capture_as_const and not all(isinstance(a, (Tensor, np.ndarray)) for a in args):
             # dump names the positional arguments as the model's inputs (MegEngine's rule)
             raise TraceError("Only support tensor type args when capture_as_const is enabled")
         bound = self.signature.bind(*args, **kwargs)
-        arguments = _named_arguments(bound)
+        arguments = named_arguments(bound)
         axes, bindings = name_dims(self.symbolic_shape, arguments)
-        key = _plan_key(arguments, axes)
-        traced = self._recorded(key)
+        key = plan_key(arguments, axes)
+        traced = self._recorded(key, arguments)
         if traced is None:  # new shapes, or a module switched between train() and eval()
             with self._recording:
-                traced = self._recorded(key) or self._record(bound, key, axes, bindings)
+                traced = (self._recorded(key, arguments)
+                          or self._record(bound, key, axes, bindings))
         self._latest = traced
-        if not self.profiling:
-            return traced.run(arguments)
-        from ..tools.profiler import profile  # lazy: the profiler sits above eager mode
-
-        with profile() as self._profile:
-            return traced.run(arguments)
+        return traced.run(arguments)
 
     def get_profile(self) -> dict:
-        """With ``trace(profiling=True)``: the latest call's plan run as a Chrome trace
-        (``mg.profile``'s), under MegEngine's key ``"profiler"``."""
+        """With ``trace(profiling=True)``: the latest call as a Chrome trace (``mg.profile``'s),
+        under MegEngine's key ``"profiler"``: the plan run (a recording call's too), or with
+        ``symbolic=False`` the plans the eager call ran (eager ops are not timed)."""
         if self._profile is None:
             raise TraceError(f"trace: {_function_name(self.function)} was not traced with "
-                             "profiling=True, or has not run its plan yet")
+                             "profiling=True, or has not been called yet")
         return {"profiler": self._profile.chrome_trace()}
 
-    def _recorded(self, key) -> TracedPlan | None:
+    def _recorded(self, key, arguments: dict) -> TracedPlan | None:
         try:
             recorded = self.plans.get(key, ())
         except TypeError:
             raise TraceError(f"trace: {_function_name(self.function)}'s arguments that are not "
                              "tensors select the plan, so they must be hashable: "
-                             f"{_unhashable(key)} is not (a tuple instead of a list, a "
+                             f"{unhashable(key)} is not (a tuple instead of a list, a "
                              "frozenset instead of a set)") from None
-        return next((t for t in recorded if t.fits()), None)
+        return next((t for t in recorded if t.fits(arguments)), None)
 
     def _record(self, bound, key, axes: dict, bindings: dict) -> TracedPlan:
         tracer = _Tracer(self.capture_as_const, axes, bindings)
@@ -415,14 +460,18 @@ class Traced:
         def view(t: Tensor) -> Tensor:
             if hasattr(t, "bind_to"):
                 return t
+            if is_attached(t):  # the function gets t itself, whose .grad a GradManager sets
+                if bindings and type(t) is Tensor:  # (plain again when the recording ends)
+                    t.__class__ = NamedShapeTensor
+                return t
             if id(t) not in views:  # (f(x, x): one view, so one input, as without names)
                 # the function gets a tensor of its own: a write into it (x[i] = v) makes it a
                 # new value inside the function, never the caller's, which the plan then reads
-                views[id(t)] = named_view(t) if bindings else wrap_view(t._array(), t)
+                views[id(t)] = view_of(t, named=bool(bindings))
             return views[id(t)]
 
-        bound.arguments.update({k: _as_tensors(v, view) for k, v in bound.arguments.items()})
-        for name, value in _named_arguments(bound).items():
+        bound.arguments.update({k: as_tensors(v, view) for k, v in bound.arguments.items()})
+        for name, value in named_arguments(bound).items():
             if isinstance(value, Tensor):
                 tracer.input(name, value)
         try:
@@ -430,14 +479,16 @@ class Traced:
             with recording(tracer), _no_state_lands(), tracer.named_shapes(), \
                     needing_numbers(who, bindings, axes):
                 result = self.function(*bound.args, **bound.kwargs)
+            _check_no_grad_of_a_view(self.function, views)
             leaves: list = []
-            structure = _flatten(result, leaves)
+            structure = flatten(result, leaves)
             outputs = [tracer.var_of(t) for t in leaves]
             grads = []  # a run sets the grads the recording changed, and only those
             for i, p in tracer.parameters.items():
                 if p.grad is tracer.grads_before[i]:
                     continue
-                grads.append((p, None if p.grad is None else len(outputs)))
+                grads.append((tracer.holder(p), None if p.grad is None else len(outputs),
+                              _type(tracer.grads_before[i])))
                 if p.grad is not None:
                     outputs.append(tracer.var_of(p.grad))
         finally:
@@ -452,48 +503,9 @@ class Traced:
         return traced
 
 
-def _unhashable(key) -> str:
-    for name, part, *_ in key:
-        try:
-            hash(part)
-        except TypeError:
-            return f"{name!r} (a {getattr(part[0], '__name__', part[0])})"  # (type, value)
-    return "one of them"
-
-
-def _plan_key(arguments: dict, axes: dict) -> tuple:
-    """What selects a plan: each argument's ``_key``, and for a tensor its shape (with the
-    names of ``axes``, {argument: {axis: name}}, for their sizes) and the first argument that
-    is the same object (``f(x, x)`` records one input for both; ``f(a, b)`` needs two)."""
-    first: dict[int, str] = {}
-    key = []
-    for name, v in arguments.items():
-        if isinstance(v, (Tensor, np.ndarray)):
-            shape = named_shape(v.shape, axes.get(name))
-            key.append((name, shape, v.dtype, first.setdefault(id(v), name)))
-        else:
-            key.append((name, _key(v)))
-    return tuple(key)
-
-
 def _function_name(function) -> str:
     """How errors name the traced function; a ``functools.partial`` has no ``__qualname__``."""
     return getattr(function, "__qualname__", None) or repr(function)
-
-
-def _key(value):
-    """A non-tensor argument's part of the plan key: its type and value, a float's sign and
-    NaN included (Python says ``True == 1 == 1.0`` and ``-0.0 == 0.0``, and ``nan != nan``,
-    but each is a different constant of the plan). A list keys by the items it holds at the
-    call (``F.split(x, [2, 3])`` inside the function), so changing it later selects another
-    plan."""
-    if isinstance(value, (float, np.floating)):
-        return type(value), float(value).hex()
-    if isinstance(value, complex):
-        return complex, value.real.hex(), value.imag.hex()
-    if isinstance(value, (tuple, list)):  # a list keys by its items, as a tuple does
-        return type(value), tuple(_key(v) for v in value)
-    return type(value), value
 
 
 @contextlib.contextmanager
@@ -519,61 +531,6 @@ def _outside_lazy():
         yield
     finally:
         MODE.lazy = lazy
-
-
-def _named_arguments(bound) -> dict:
-    """Each argument under a name the plan's inputs take: varargs as ``name0, name1...``; the
-    items of a tuple, list or dict that holds tensors as ``name[0], name[1]...`` (with the
-    container's type and length or keys under ``name``: they select the plan too)."""
-    named = {}
-    for name, value in bound.arguments.items():
-        kind = bound.signature.parameters[name].kind
-        if kind is inspect.Parameter.VAR_POSITIONAL:
-            items = {f"{name}{i}": v for i, v in enumerate(value)}
-        elif kind is inspect.Parameter.VAR_KEYWORD:
-            items = value
-        else:
-            items = {name: value}
-        for item_name, item in items.items():
-            _name_items(item_name, item, named)
-    return named
-
-
-def _name_items(name: str, value, named: dict) -> None:
-    if not isinstance(value, (tuple, list, dict)) or not _holds_tensors(value):
-        named[name] = value
-    elif isinstance(value, dict):
-        named[name] = (dict, tuple(value))
-        for k, item in value.items():
-            _name_items(f"{name}[{k!r}]", item, named)
-    else:
-        named[name] = (type(value), len(value))
-        for i, item in enumerate(value):
-            _name_items(f"{name}[{i}]", item, named)
-
-
-def _holds_tensors(value) -> bool:
-    """Whether ``value`` is a tuple, list or dict with a tensor or an array somewhere inside."""
-    if isinstance(value, dict):
-        value = value.values()
-    elif not isinstance(value, (tuple, list)):
-        return False
-    return any(isinstance(v, (Tensor, np.ndarray)) or _holds_tensors(v) for v in value)
-
-
-def _as_tensors(value, leaf):
-    """``value`` with every NumPy array (inside tuples, lists and dicts too) made a Tensor,
-    and every Tensor ``t`` made ``leaf(t)``."""
-    if isinstance(value, np.ndarray):
-        return leaf(Tensor(value))
-    if isinstance(value, Tensor):
-        return leaf(value)
-    if not _holds_tensors(value):
-        return value
-    if isinstance(value, dict):
-        return type(value)({k: _as_tensors(v, leaf) for k, v in value.items()})
-    items = [_as_tensors(v, leaf) for v in value]
-    return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
 
 
 def trace(function=None, *, symbolic: bool = True, capture_as_const: bool = False,

@@ -67,6 +67,11 @@ def write_dump(traced, file, arg_names, output_names, optimize_for_inference: bo
     if latest.n_results == 0:
         raise TraceError("the traced function without return values cannot be dumped, the "
                          "traced function should return List[Tensor] or Dict[str, Tensor]")
+    if latest.constant_updates:
+        raise TraceError(f"dump: {traced.function.__qualname__} updates "
+                         f"{', '.join(latest.constant_updates)}, which capture_as_const=True "
+                         "made a constant; a model file cannot update state (call the module's "
+                         "eval() before tracing it for inference)")
     _warn_ignored(options)
     source = latest.plan.source
     names = _input_names(source.graph, arg_names)

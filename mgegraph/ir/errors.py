@@ -34,8 +34,10 @@ class GraphError(ValueError):
     """A graph could not be built: bad shapes, dtypes, attributes or a foreign Var."""
 
 
-class OpError(GraphError):
-    """An op refused its inputs; the message names the op, the input types and the user's line."""
+class OpError(GraphError, RuntimeError):
+    """An op refused its inputs; the message names the op, the input types and the user's line.
+    Also a RuntimeError, as MegEngine's error for an op that refuses its inputs is (a
+    ``ValueError`` handler catches it as before)."""
 
     def __init__(self, op: str, in_types, reason: str, location: str):
         self.op, self.in_types, self.reason, self.location = op, tuple(in_types), reason, location
@@ -43,9 +45,10 @@ class OpError(GraphError):
         super().__init__(f"{op}({types}): {reason} (node made at {location})")
 
 
-class TraceError(GraphError):
+class TraceError(GraphError, RuntimeError):
     """What a traced function does that its plan cannot, or a ``dump`` it cannot write
-    (MegEngine's ``jit.TraceError``)."""
+    (MegEngine's ``jit.TraceError``; a RuntimeError too, as MegEngine's refusals of a trace's
+    run or dump are)."""
 
 
 class FeedError(ValueError):

@@ -172,9 +172,12 @@ def topk(inp: Var, k: int, descending: bool = False, kth_only: bool = False,
          no_sort: bool = False) -> tuple[Var, Var]:
     """The k smallest values of the last axis (``descending=True``: the k largest), in order,
     and their int32 indices; ``kth_only``: the k-th alone, the last axis dropped. ``no_sort``
-    allows any order (these are sorted anyway). ``top, idx = F.topk(logits, 5, descending=True)``
+    allows any order (these are sorted anyway). A k larger than the axis takes the whole axis
+    (MegEngine's rule). ``top, idx = F.topk(logits, 5, descending=True)``
     """
     k = _number(k)  # the shape rule refuses anything but an int >= 1, naming the op
+    if isinstance(k, int) and inp.ndim and isinstance(inp.shape[-1], int):
+        k = min(k, inp.shape[-1])
     values, indices = apply_multi("topk", (inp,), k=k, descending=bool(descending))
     if kth_only:
         last = [slice(None)] * (inp.ndim - 1) + [slice(k - 1, k)]

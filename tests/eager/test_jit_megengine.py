@@ -214,3 +214,161 @@ def test_dump_of_a_symbolic_shape_trace_serves_every_batch_size(tmp_path):
     for batch in (1, 7):
         x = _x(batch, 4)
         np.testing.assert_allclose(loaded(x.numpy()), model(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_traced_call_of_a_module_twice_keeps_the_last_update_as_eager_does():
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = nn.BatchNorm2d(2)
+
+        def forward(self, x):
+            return self.bn(self.bn(x))
+
+    @trace
+    def step(x, net):
+        return net(x)
+
+    x = _x(3, 2, 4, 4)
+    traced, eager = Twice(), Twice()
+    np.testing.assert_allclose(step(x, traced).numpy(), eager(x).numpy(), rtol=1e-5, atol=1e-6)
+    for name in ("running_mean", "running_var"):
+        np.testing.assert_allclose(getattr(traced.bn, name).numpy(),
+                                   getattr(eager.bn, name).numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_an_update_made_outside_a_module_call_is_read_by_the_ops_after_it():
+    steps = nn.Buffer(np.zeros((), np.float32))
+
+    def bump():  # an eager assign outside an optimiser step or a module call lands at once
+        steps.graph.assign(steps, steps + 1)
+        return steps * 10
+
+    first = bump().numpy()
+    traced = trace(bump)
+    assert traced().numpy() == first + 10 == 20
+    assert traced().numpy() == 30 and steps.numpy() == 3
+
+    def bump_twice():
+        bump()
+        return bump()
+
+    assert trace(bump_twice)().numpy() == 50 and steps.numpy() == 5
+
+
+def test_topk_takes_the_whole_axis_when_k_is_larger_as_megengine():
+    x = _x(7, 2)
+    values, indices = F.topk(x, 3)
+    expected = np.sort(x.numpy(), axis=-1)
+    np.testing.assert_array_equal(values.numpy(), expected)
+    np.testing.assert_array_equal(indices.numpy(), np.argsort(x.numpy(), axis=-1, kind="stable"))
+    traced = trace(lambda a: F.topk(a, 5, descending=True)[1])
+    np.testing.assert_array_equal(traced(x).numpy(), np.argsort(-x.numpy(), -1, kind="stable"))
+    with pytest.raises(mg.OpError, match="topk"):
+        F.topk(x, 0)
+
+
+def test_an_op_error_is_a_runtime_error_too_and_the_trace_records_again():
+    @trace
+    def add(a, b):
+        return a + b
+
+    a = mg.tensor(np.arange(8, dtype=np.int32).reshape(2, 4))
+    add(a, a)
+    with pytest.raises(RuntimeError, match=r"add\(i32\[2,4\], i32\[4,2\]\)") as info:
+        add(a, a.transpose())
+    assert isinstance(info.value, (mg.OpError, ValueError))
+    np.testing.assert_array_equal(add(a, a).numpy(), 2 * a.numpy())
+
+
+def test_profiling_an_eager_call_times_the_plans_it_runs():
+    inner = trace(lambda x: -x)
+
+    @trace(symbolic=False, profiling=True)
+    def outer(x):
+        return inner(x) * 2
+
+    np.testing.assert_array_equal(outer(_x(3)).numpy().shape, (3,))
+    events = outer.get_profile()["profiler"]["traceEvents"]
+    assert any(e.get("name") == "neg" for e in events)
+
+
+def test_capture_as_const_runs_a_state_update_with_a_warning_and_dump_refuses_it():
+    bn = nn.BatchNorm2d(3)
+
+    @trace(capture_as_const=True)
+    def train_step(x):
+        return bn(x).sum()
+
+    x = _x(4, 3, 2, 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = train_step(x)
+    assert [w.category for w in caught] == [mg.jit.TraceWarning] * 2
+    assert "running_mean" in str(caught[0].message) and "running_var" in str(caught[1].message)
+    assert "captured as a constant" in str(caught[0].message)
+    np.testing.assert_allclose(out.numpy(), nn.BatchNorm2d(3)(x).sum().numpy(), atol=1e-4)
+    np.testing.assert_array_equal(bn.running_mean.numpy(), np.zeros((1, 3, 1, 1)))
+    with pytest.raises(RuntimeError, match="dump: .*updates .*running_mean.*eval"):
+        train_step.dump(io.BytesIO())
+    bn.eval()
+    train_step(x)  # an eval-mode recording updates nothing: it dumps
+    assert train_step.dump(io.BytesIO()).outputs == ["output0"]
+
+
+@pytest.mark.parametrize("symbolic_shape", [False, True])
+def test_a_grad_manager_attached_to_an_argument_sets_that_calls_grad(symbolic_shape):
+    gm = mg.autodiff.GradManager()
+
+    @trace(symbolic_shape=symbolic_shape)
+    def step(x, w):
+        with gm:
+            y = x * w * x.shape[1] + F.zeros((x.shape[0], 1))  # (a named batch size)
+            gm.backward(y, F.ones_like(y))
+        return y, x.grad
+
+    for rows in (3, 3, 5):
+        x, w = _x(rows, 4), _x(rows, 4)
+        gm.attach(x)
+        y, dx = step(x, w)
+        np.testing.assert_allclose(dx.numpy(), w.numpy() * 4, rtol=1e-6)
+        np.testing.assert_allclose(y.numpy(), x.numpy() * dx.numpy(), rtol=1e-6)
+        assert x.grad is not None and type(x) is mg.Tensor
+        np.testing.assert_array_equal(x.grad.numpy(), dx.numpy())
+        step(x, w)  # the grad adds up, as in eager mode
+        np.testing.assert_allclose(x.grad.numpy(), 2 * dx.numpy(), rtol=1e-6)
+    other = _x(5, 4)  # not attached: another plan, which sets no grad
+    assert step(other, w)[1] is None and other.grad is None
+
+
+@pytest.mark.parametrize("symbolic_shape", [False, True])
+def test_a_traced_function_sees_its_arguments_name_and_device(symbolic_shape):
+    seen = []
+
+    @trace(symbolic_shape=symbolic_shape)
+    def f(x, y):
+        seen.append((x.name, str(x.device), y.name))
+        return x + y
+
+    f(mg.tensor([1.0], name="data", device="cpu0"), mg.tensor([2.0]))
+    assert seen == [("data", "cpu0", "")]
+
+
+def test_attaching_an_argument_inside_the_traced_call_is_refused_clearly():
+    gm = mg.autodiff.GradManager()
+
+    @trace
+    def f(x):
+        gm.attach(x)
+        with gm:
+            y = (x * x).sum()
+            gm.backward(y)
+        return y
+
+    x = _x(2)
+    with pytest.raises(TraceError, match="attached a tensor argument f32.2. .*before calling"):
+        f(x)
+    assert x.grad is None
+    gm.attach(x)  # the supported way: attached before the call
+    f(x)
+    np.testing.assert_allclose(x.grad.numpy(), 2 * x.numpy(), rtol=1e-6)
