@@ -298,9 +298,16 @@ CALLS |= {  # MegEngine's F.tensor, F.math, F.elemwise and F.einsum (functional/
 CALLS |= {  # MegEngine's local and region-restricted convolutions (ops/local_conv.py)
     "local_conv2d": lambda v: F.local_conv2d(v, v.graph.const(LOCAL_W), padding=1),
     "region_restricted_conv": lambda v: F.region_restricted_conv(
-        v, v.graph.const(W[:3, :2, None]), v.graph.const(REGIONS), v.graph.const(REGIONS[:, ::-1].copy()),
-        padding=1, groups=3),
+        v, v.graph.const(W[:3, :2, None]), v.graph.const(REGIONS),
+        v.graph.const(REGIONS[:, ::-1].copy()), padding=1, groups=3),
 }
+CALLS |= {  # MegEngine's matinv and sliding windows (ops/linalg_inv.py, ops/sliding_window.py)
+    "matinv": lambda v: F.matinv(v[:, :, :3, :3] + v.graph.const(EYE3)),
+    "sliding_window": lambda v: F.sliding_window(v, 3, padding=1, stride=2),
+    "sliding_window_transpose": lambda v: F.sliding_window_transpose(
+        F.sliding_window(v, 3, padding=1), (6, 6), 3, padding=1),
+}
+EYE3 = np.eye(3, dtype=np.float32) * 4  # keeps the matrices matinv inverts well conditioned
 LOCAL_W = np.linspace(-1, 1, 6 * 6 * 3 * 3 * 3 * 2, dtype=np.float32).reshape(6, 6, 3, 3, 3, 2)
 REGIONS = (np.arange(2 * 6 * 6).reshape(2, 6, 6) % 3).astype(np.int32)
 AFFINE = np.array([[[0.9, 0.1, 0.5], [-0.1, 1.1, 0.2]]] * 2, np.float32)
