@@ -70,3 +70,7 @@ KERNEL_MODULES += (attention,)
 from . import rng
 
 KERNEL_MODULES += (rng,)
+# quantize and dequantize (quantize.pyx)
+from . import quantize
+
+KERNEL_MODULES += (quantize,)

@@ -10,3 +10,5 @@ from . import sequence  # noqa: F401
 from . import attention  # noqa: F401
 # random draws: uniform, gamma, poisson (kernels _kernels/rng.pyx, csrc_cuda/rng.cu)
 from . import random as _random  # noqa: F401,E402
+# quantize and dequantize: between real numbers and quantized integers
+from . import quantize as _quantize  # noqa: F401,E402

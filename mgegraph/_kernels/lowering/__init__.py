@@ -33,3 +33,7 @@ FAMILIES += (random,)
 def implement_all(table) -> None:
     for family in FAMILIES:
         family.implement(table)
+# quantize and dequantize (lowering/quantize.py)
+from . import quantize
+
+FAMILIES += (quantize,)

@@ -41,3 +41,7 @@ FAMILIES += [
 FAMILIES += [
     "random",        # csrc_cuda/rng.cu: rng_uniform, rng_gamma, rng_poisson (rng_sample.h)
 ]
+# quantize and dequantize (ops/quantize.py)
+FAMILIES += [
+    "quantize",      # csrc_cuda/quantize.cu: quantize, dequantize (per-channel: 4 channels)
+]
