@@ -168,3 +168,24 @@ def test_folding_a_constant_keeps_its_quantization():
         want = _numpy_quantize(_values((3, 4), seed=1), [0.1, 0.05, 0.2], [0, 0, 0], "int8", 0)
         s = np.array([0.1, 0.05, 0.2], np.float32)[:, None]
         np.testing.assert_array_equal(got, want.astype(np.float32) * s)
+
+
+def test_eager_and_traced_quantization_are_the_graphs():
+    x = _values((3, 8))
+    q = quantize(mg.tensor(x), 0.05, 3)
+    assert str(q.type) == "qs8(0.05,3)[3,8]"
+    np.testing.assert_array_equal(q.numpy(), _numpy_quantize(x, [0.05], [3], "int8", None))
+    assert q.reshape(24).type.quant == q.type.quant and q[1:].type.quant == q.type.quant
+    viewed = as_quantized(q, 0.1)
+    np.testing.assert_array_equal(dequantize(viewed).numpy(),
+                                  q.numpy().astype(np.float32) * np.float32(0.1))
+
+    @mg.jit.trace
+    def fake_quantized(t):
+        return dequantize(quantize(t, 0.05, 3))
+
+    want = dequantize(q).numpy()
+    for _ in range(2):  # the first call records, the second runs the plan
+        np.testing.assert_array_equal(fake_quantized(mg.tensor(x)).numpy(), want)
+    with pytest.raises(OpError, match="add has no kernels for quantized values"):
+        q + q  # noqa: B018
