@@ -37,6 +37,7 @@ struct MgArgs {
 #define MG_STATUS_BAD_VALUE 2
 #define MG_STATUS_UNSUPPORTED 3
 #define MG_STATUS_NEGATIVE_POWER 4
+#define MG_STATUS_NOT_A_NUMBER 5
 
 // The word of a failure: (instruction index + 1) << 8 | code, so 0 means none
 #if defined(__CUDACC__)

@@ -78,3 +78,7 @@ KERNEL_MODULES += (matinv, sliding_window)
 from . import local_conv
 
 KERNEL_MODULES += (local_conv,)
+# quantize and dequantize (quantize.pyx)
+from . import quantize
+
+KERNEL_MODULES += (quantize,)

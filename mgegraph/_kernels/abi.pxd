@@ -20,6 +20,7 @@ cdef enum:
     KERNEL_BAD_VALUE = 2
     KERNEL_UNSUPPORTED = 3
     KERNEL_NEGATIVE_POWER = 4  # integer pow by a negative exponent (NumPy raises too)
+    KERNEL_NOT_A_NUMBER = 5    # a NaN met where an integer must stand for it (quantize)
 
 
 cdef inline object kernel_address(kernel_fn f):

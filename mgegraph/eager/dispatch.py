@@ -272,7 +272,7 @@ def _view(x: Tensor, offset: int, t: TensorType) -> Tensor:
     else:
         raw = array.reshape(-1).view(np.uint8)[offset:offset + t.nbytes]
         array = raw.view(t.dtype).reshape(t.shape)
-    return wrap_view(array, x)
+    return wrap_view(array, x, t)
 
 
 def _prepare(op, inputs, attrs, memo: bool = True):
@@ -290,7 +290,7 @@ def _prepare(op, inputs, attrs, memo: bool = True):
                       "dimension needs a graph input with named dimensions, or a "
                       "trace(symbolic_shape=True)", location)
     try:
-        types = tuple(type_of(t.shape, t.dtype) for t in opdef.infer(in_types, full))
+        types = tuple(type_of(t.shape, t.dtype, t.quant) for t in opdef.infer(in_types, full))
     except (ValueError, TypeError) as exc:
         raise OpError(opdef.name, in_types, str(exc), location) from None
     if fastpath is None:

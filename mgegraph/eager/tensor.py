@@ -69,14 +69,14 @@ def memory_stats(reset_peak: bool = False) -> MemoryStats:
 
 
 _IDS = itertools.count(1)  # ids never repeat, so a map keyed by one never meets a new tensor
-_TYPES: dict[tuple, TensorType] = {}  # one TensorType per (shape, dtype) an eager value had
+_TYPES: dict[tuple, TensorType] = {}  # one TensorType per (shape, dtype, quant) of an eager value
 
 
-def type_of(shape: tuple, dtype: np.dtype) -> TensorType:
-    key = (shape, dtype)
+def type_of(shape: tuple, dtype: np.dtype, quant=None) -> TensorType:
+    key = (shape, dtype, quant)
     t = _TYPES.get(key)
     if t is None:
-        t = _TYPES[key] = TensorType(shape, dtype)
+        t = _TYPES[key] = TensorType(shape, dtype, quant)
     return t
 
 
@@ -295,10 +295,12 @@ def wrap(array: np.ndarray, type: TensorType | None = None) -> Tensor:
     return t
 
 
-def wrap_view(array: np.ndarray, base: Tensor) -> Tensor:
-    """A Tensor over ``array``, a view of ``base``'s bytes (kept alive by it)."""
+def wrap_view(array: np.ndarray, base: Tensor, type: TensorType | None = None) -> Tensor:
+    """A Tensor over ``array``, a view of ``base``'s bytes (kept alive by it); ``type`` when
+    the caller knows it (a quantized view's)."""
     t = Tensor.__new__(Tensor)
-    set_array(t, array, owns=False, base=base if base._held is not None else base._base)
+    set_array(t, array, owns=False, base=base if base._held is not None else base._base,
+              type=type)
     return t
 
 

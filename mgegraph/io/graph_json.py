@@ -23,6 +23,7 @@ from ..ir.dims import Dim, evaluate, is_known_nonnegative, parse_dim
 from ..ir.dims import names as dim_names
 from ..ir.errors import GraphError, ModelFormatError
 from ..ir.graph import Graph, Node
+from ..ir.quant import QuantParams
 from ..ir.types import SUPPORTED, TensorType
 from .container import Limits, fail
 
@@ -84,6 +85,8 @@ OP_VERSIONS |= {"matinv": 1, "sliding_window": 1, "sliding_window_transpose": 1}
 # convolutions with unshared weights or region-restricted taps (ops/local_conv.py)
 OP_VERSIONS |= {"local_conv2d": 1, "local_conv2d_backward": 1, "region_restricted_conv": 1,
                 "region_restricted_conv_backward": 1}
+# quantize and dequantize (ops/quantize.py); a quantized value's type also carries "quant"
+OP_VERSIONS |= {"quantize": 1, "dequantize": 1, "as_quantized": 1}
 # the epilogue's relu6 (activation="relu6" on linear, conv2d and conv2d_packed) is version 2 of
 # those ops. A node without it is written as version 1, which readers from before relu6 run,
 # and this reader takes both; a version 1 node that says relu6 is refused.
@@ -173,11 +176,36 @@ def encode_dim(dim) -> int | dict:
 
 
 def encode_type(t: TensorType) -> dict:
-    return {"shape": [encode_dim(d) for d in t.shape], "dtype": str(t.dtype)}
+    entry = {"shape": [encode_dim(d) for d in t.shape], "dtype": str(t.dtype)}
+    if t.quant is not None:  # a reader without quantized types refuses the unknown key
+        q = t.quant
+        entry["quant"] = {"scales": list(q.scales), "zero_points": list(q.zero_points),
+                          "axis": q.axis}
+    return entry
+
+
+def decode_quant(value, shape: tuple, where: str) -> QuantParams:
+    """A type's quantization: finite positive scales, integer zero points, one each per index
+    of ``axis`` (null: one of each for the tensor)."""
+    entry = fields(value, {"scales", "zero_points", "axis"}, where)
+    scales, zps, axis = entry["scales"], entry["zero_points"], entry["axis"]
+    if axis is not None and (type(axis) is not int or not 0 <= axis < len(shape)):
+        fail(f"{where}: quant axis {str(axis)[:20]} is not an axis of shape {shape}")
+    count = 1 if axis is None else shape[axis]
+    if type(scales) is not list or type(zps) is not list or len(scales) != len(zps) \
+            or (isinstance(count, int) and len(scales) != count):
+        fail(f"{where}: quant needs lists of {count} scales and zero points")
+    if not all(type(v) in (int, float) for v in scales) or \
+            not all(type(v) is int for v in zps):
+        fail(f"{where}: quant scales must be numbers and zero points ints")
+    try:
+        return QuantParams(tuple(scales), tuple(zps), axis)
+    except ValueError as exc:
+        fail(f"{where}: {exc}")
 
 
 def decode_type(value, limits: Limits, where: str, symbolic: bool = False) -> TensorType:
-    entry = fields(value, {"shape", "dtype"}, where)
+    entry = fields(value, {"shape", "dtype"}, where, optional={"quant"})
     shape, dtype = entry["shape"], entry["dtype"]
     if type(shape) is not list or len(shape) > limits.max_ndim:
         fail(f"{where}: shape must be a list of at most {limits.max_ndim} ints")
@@ -187,7 +215,11 @@ def decode_type(value, limits: Limits, where: str, symbolic: bool = False) -> Te
     problem = size_problem(shape, DTYPES[dtype], {}, limits)
     if problem:
         fail(f"{where}: {problem}")
-    return TensorType(shape, DTYPES[dtype])
+    quant = decode_quant(entry["quant"], shape, where) if "quant" in entry else None
+    try:
+        return TensorType(shape, DTYPES[dtype], quant)
+    except GraphError as exc:
+        fail(f"{where}: {exc}")
 
 
 def _decode_dim(value, shape: list, where: str, symbolic: bool) -> int | Dim:
@@ -373,16 +405,16 @@ def _source(g: Graph, op, entry, inputs, types, container, used, where) -> Node:
         fail(f"{where}: a source takes no inputs and has one output")
     (t,) = types
     if op == "input":
-        var = g.input(entry["name"], t.shape, t.dtype)
+        var = g.input(entry["name"], t.shape, t.dtype, t.quant)
     else:
         array = container.array(entry["array"], t.shape, t.dtype, used)
         if op == "const":
-            var = g.const(array)
+            var = g.const(array, quant=t.quant)
         elif type(entry["shared"]) is not bool:
             fail(f"{where}: 'shared' must be true or false")
         else:
             var = g.param(entry["name"], _shared_array(container, entry["array"], array)
-                          if entry["shared"] else array, share=entry["shared"])
+                          if entry["shared"] else array, share=entry["shared"], quant=t.quant)
     return var.node
 
 

@@ -308,6 +308,11 @@ def _read_state(container) -> dict:
     return state
 
 
+def _type_fields(entry: dict) -> dict:
+    """The fields of an input's or output's entry that are its type (a quantized one's too)."""
+    return {k: entry[k] for k in ("shape", "dtype", "quant") if k in entry}
+
+
 def _check_unused(container, used: set) -> None:
     unused = set(container.description["members"]) - used
     if unused:
@@ -321,10 +326,9 @@ def _compile(description, kind, graph, variables, limits, device, symbolic,
         fail("inputs and outputs must be lists (and a model has an output)")
     input_names = []
     for i, entry in enumerate(inputs):
-        entry = fields(entry, {"name", "shape", "dtype"}, f"inputs[{i}]")
+        entry = fields(entry, {"name", "shape", "dtype"}, f"inputs[{i}]", optional={"quant"})
         name = entry["name"]
-        t = decode_type({"shape": entry["shape"], "dtype": entry["dtype"]}, limits,
-                        f"inputs[{i}]", symbolic)
+        t = decode_type(_type_fields(entry), limits, f"inputs[{i}]", symbolic)
         if type(name) is not str or name not in graph.inputs or graph.inputs[name].type != t \
                 or name in input_names:
             fail(f"inputs[{i}]: {str(name)[:100]!r} {t} is not an input of the graph")
@@ -333,11 +337,11 @@ def _compile(description, kind, graph, variables, limits, device, symbolic,
         fail(f"inputs list {input_names[:10]}, the graph has {sorted(graph.inputs)[:10]}")
     vars_out, output_names = [], []
     for i, entry in enumerate(outputs):
-        entry = fields(entry, {"name", "var", "shape", "dtype"}, f"outputs[{i}]")
+        entry = fields(entry, {"name", "var", "shape", "dtype"}, f"outputs[{i}]",
+                       optional={"quant"})
         var = variables[entry["var"]] if type(entry["var"]) is int \
             and 0 <= entry["var"] < len(variables) else fail(f"outputs[{i}]: unknown value")
-        t = decode_type({"shape": entry["shape"], "dtype": entry["dtype"]}, limits,
-                        f"outputs[{i}]", symbolic)
+        t = decode_type(_type_fields(entry), limits, f"outputs[{i}]", symbolic)
         if type(entry["name"]) is not str or var.type != t:
             fail(f"outputs[{i}]: the name must be a string and the type {var.type}")
         vars_out.append(var)

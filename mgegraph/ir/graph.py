@@ -197,23 +197,26 @@ class Graph:
                          for n in dim_names(d))
 
     # -- sources --------------------------------------------------------------------------
-    def input(self, name: str, shape, dtype="float32") -> Var:
+    def input(self, name: str, shape, dtype="float32", quant=None) -> Var:
         """A value fed at run time: ``plan.run({name: array})``.
 
         A dimension may be a name (``g.input("x", ("batch", 784))`` or ``mg.Dim("batch")``):
         the graph then takes any size there, and ``mg.compile`` makes a plan for each size
-        fed (``docs/ir.md``, flexible shapes)."""
+        fed (``docs/ir.md``, flexible shapes). ``quant`` (``ir.quant.QuantParams``) makes it a
+        quantized input whose integers are stored as ``dtype``."""
         self._check_new_name(name)
-        (var,) = self.add_node("input", (), {"name": name}, types=(tensor_type(shape, dtype),)).outputs
+        t = tensor_type(shape, dtype, quant)
+        (var,) = self.add_node("input", (), {"name": name}, types=(t,)).outputs
         self.inputs[name] = var
         return var
 
-    def param(self, name: str, value, share: bool = False) -> Var:
+    def param(self, name: str, value, share: bool = False, quant=None) -> Var:
         """A named, persistent, trainable value, initialised from ``value`` (copied).
 
         With ``share=True`` the plan uses ``value`` itself as the buffer (it must be a
         C-contiguous array of a supported dtype): runs read it and state updates write it, so
-        several plans (a training step and a predictor) see the same weights.
+        several plans (a training step and a predictor) see the same weights. ``quant`` makes
+        it a quantized weight (its integers as ``value``'s dtype).
         """
         self._check_new_name(name)
         if share:
@@ -225,7 +228,8 @@ class Graph:
             array = value
         else:
             array = _as_array(value)
-        (var,) = self.add_node("param", (), {"name": name}, types=(_type_of(array),)).outputs
+        (var,) = self.add_node("param", (), {"name": name},
+                               types=(_type_of(array, quant),)).outputs
         self.params[name] = var
         self.values[var.id] = array
         if share:
@@ -253,11 +257,11 @@ class Graph:
         self.nodes.append(node)
         self.assigns.append(node)
 
-    def const(self, value, dtype=None) -> Var:
-        """A constant baked into the graph (copied)."""
+    def const(self, value, dtype=None, quant=None) -> Var:
+        """A constant baked into the graph (copied); ``quant`` makes its integers quantized."""
         array = _as_array(value, dtype)
-        attrs = {"value": array.item()} if array.ndim == 0 else {}
-        (var,) = self.add_node("const", (), attrs, types=(_type_of(array),)).outputs
+        attrs = {"value": array.item()} if array.ndim == 0 and quant is None else {}
+        (var,) = self.add_node("const", (), attrs, types=(_type_of(array, quant),)).outputs
         self.values[var.id] = array
         return var
 
@@ -423,8 +427,8 @@ def _physical_memory() -> int | None:
         return None
 
 
-def _type_of(array: np.ndarray) -> TensorType:
-    return tensor_type(array.shape, array.dtype)
+def _type_of(array: np.ndarray, quant=None) -> TensorType:
+    return tensor_type(array.shape, array.dtype, quant)
 
 
 def _describe(v) -> str:

@@ -31,7 +31,7 @@ def holds_dim(value) -> bool:
 def substitute_type(t: TensorType, bindings: dict) -> TensorType:
     if not t.symbolic:
         return t
-    return TensorType(tuple(substitute(d, bindings) for d in t.shape), t.dtype)
+    return TensorType(tuple(substitute(d, bindings) for d in t.shape), t.dtype, t.quant)
 
 
 def specialize(graph: Graph, outputs, bindings: dict[str, int]) -> tuple[Graph, list[Var]]:
@@ -62,9 +62,10 @@ def _replay(out: Graph, graph: Graph, node, new: dict, bindings: dict) -> tuple[
     name = node.op.name
     if name == "input":
         t = substitute_type(node.outputs[0].type, bindings)
-        return (out.input(node.attr["name"], t.shape, t.dtype),)
+        return (out.input(node.attr["name"], t.shape, t.dtype, t.quant),)
     if name == "param":
-        return (out.param(node.attr["name"], graph.values[node.outputs[0].id], share=True),)
+        return (out.param(node.attr["name"], graph.values[node.outputs[0].id], share=True,
+                          quant=node.outputs[0].type.quant),)
     if name == "const":  # a constant's array is never written: the specialisations share it
         made = out.add_node("const", (), dict(node.attrs), types=(node.outputs[0].type,),
                             location=node.location)

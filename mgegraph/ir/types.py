@@ -12,6 +12,7 @@ import numpy as np
 from . import facts
 from .dims import Dim, DimError, is_known_nonnegative, parse_dim
 from .errors import GraphError, user_location
+from .quant import QuantParams
 
 # Design: the engine's dtypes are a closed set; each has a short code used in
 # the IR text form and an integer code shared with the Cython kernels (abi.pxd).
@@ -120,12 +121,19 @@ def _shapes_text(shapes) -> str:
 class TensorType:
     """A shape and a dtype. A dimension is an int, or a ``Dim`` (a named size such as
     ``batch``, or an expression of names) in a graph with flexible input shapes; ``size`` and
-    ``nbytes`` are then expressions too, and ``symbolic`` says so."""
+    ``nbytes`` are then expressions too, and ``symbolic`` says so. A quantized tensor's type
+    also has its ``quant`` parameters (``ir.quant``); ``dtype`` is then the storage dtype."""
 
     shape: tuple[int | Dim, ...]
     dtype: np.dtype
+    quant: QuantParams | None = None
 
     def __post_init__(self):
+        if self.quant is not None:
+            try:
+                self.quant.check(self.shape, self.dtype)
+            except ValueError as exc:
+                raise DTypeError(f"type {self.dtype}{list(self.shape)}: {exc}") from None
         if self.symbolic:
             return  # checked again with numbers when the graph is specialised
         # a type whose bytes cannot be addressed would overflow C long in planning or at run;
@@ -140,7 +148,7 @@ class TensorType:
         try:
             return self.__dict__["_hash"]
         except KeyError:
-            h = self.__dict__["_hash"] = hash((self.shape, self.dtype))
+            h = self.__dict__["_hash"] = hash((self.shape, self.dtype, self.quant))
             return h
 
     @property
@@ -163,7 +171,8 @@ class TensorType:
     def __str__(self) -> str:
         # a named shape reads with spaces (f32[batch, 10]); a fixed one as it always has
         sep = ", " if self.symbolic else ","
-        return f"{short_name(self.dtype)}[{sep.join(map(str, self.shape))}]"
+        name = short_name(self.dtype) if self.quant is None else self.quant.text(self.dtype)
+        return f"{name}[{sep.join(map(str, self.shape))}]"
 
 
 def _is_int(d) -> bool:
@@ -186,10 +195,10 @@ def as_dim(d, shape=None) -> int | Dim:
                      f"(at {user_location()})")
 
 
-def tensor_type(shape, dtype) -> TensorType:
+def tensor_type(shape, dtype, quant: QuantParams | None = None) -> TensorType:
     """The type of a user's shape and dtype; a shape is a sequence of non-negative ints
     (NumPy integers too; no floats or bools) or named dimensions (``"batch"``, ``mg.Dim``),
-    whose tensor's bytes can be addressed."""
+    whose tensor's bytes can be addressed; ``quant`` the quantization of its integers."""
     if isinstance(shape, (str, Dim)):
         raise GraphError(f"shape {shape!r} is one dimension, not a sequence of them; write "
                          f"({shape!r},) (at {user_location()})")
@@ -207,7 +216,10 @@ def tensor_type(shape, dtype) -> TensorType:
         raise GraphError(f"dimension {unsure[0]} of shape ({', '.join(map(str, dims))}) may "
                          f"be negative (at {user_location()})")
     dtype = as_dtype(dtype)
+    if quant is not None and not isinstance(quant, QuantParams):
+        raise GraphError(f"quant must be an ir.quant.QuantParams, got {type(quant).__name__} "
+                         f"(at {user_location()})")
     try:
-        return TensorType(dims, dtype)
+        return TensorType(dims, dtype, quant)
     except GraphError as exc:
         raise GraphError(f"{exc} (at {user_location()})") from None

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from ..ir.errors import KernelError
 
-CODES = {"INDEX_OUT_OF_RANGE": 1, "BAD_VALUE": 2, "UNSUPPORTED": 3, "NEGATIVE_POWER": 4}
+CODES = {"INDEX_OUT_OF_RANGE": 1, "BAD_VALUE": 2, "UNSUPPORTED": 3, "NEGATIVE_POWER": 4,
+         "NOT_A_NUMBER": 5}
 MESSAGES = {
     CODES["INDEX_OUT_OF_RANGE"]: "an index is out of range",
     CODES["BAD_VALUE"]: "a value is invalid",
     CODES["UNSUPPORTED"]: "the kernel does not support these parameters",
     CODES["NEGATIVE_POWER"]: "integers to negative integer powers are not allowed (as in NumPy)",
+    CODES["NOT_A_NUMBER"]: "a NaN has no integer to stand for it",
 }
 
 

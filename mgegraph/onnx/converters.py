@@ -19,6 +19,7 @@ from . import (
     convert_linalg,  # DFT, Det, OneHot on small static sizes
     convert_math,
     convert_nn,
+    convert_quant,  # QuantizeLinear, DequantizeLinear
     convert_recurrent,  # LinearAttention, CausalConvWithState
     convert_resample,
     convert_rnn,  # RNN, GRU, LSTM
@@ -47,6 +48,11 @@ DOMAIN_OPS = {("ai.onnx.preview", "FlexAttention"): 1}
 # recurrent ops (convert_recurrent.py)
 LATER_VERSIONS = {"Attention": (23, 24, 25), "LinearAttention": (27,),
                   "CausalConvWithState": (27,)}
+# the quantizers' every revision (convert_quant.py reads what each added: block_size and
+# output_dtype at 21, QuantizeLinear's precision and DequantizeLinear's output_dtype at 23, and
+# refuses the types it lacks: 4-bit, 16-bit, float8, float scales other than float32)
+LATER_VERSIONS |= dict.fromkeys(("QuantizeLinear", "DequantizeLinear"),
+                                (13, 19, 21, 23, 24, 25, 28))
 
 
 def merge(*families) -> dict[str, Converter]:
@@ -74,7 +80,8 @@ def merge(*families) -> dict[str, Converter]:
 CONVERTERS = merge(convert_math, convert_nn, convert_shape, convert_vision, convert_resample,
                    convert_sorting, convert_sequence,
                    convert_rnn,  # recurrent layers: RNN, GRU, LSTM
-                   convert_attention, convert_scan, convert_recurrent, convert_linalg)
+                   convert_attention, convert_scan, convert_recurrent, convert_linalg,
+                   convert_quant)
 
 
 def same_semantics(op_type: str, opset: int) -> bool:

@@ -846,3 +846,41 @@ def export(obj, path=None, opset: int = 17, *, output_names=None):
 
 # the newest IR version each opset shipped with, so older runtimes load the file
 _IR_FOR_OPSET = {13: 7, 14: 7, 15: 8, 16: 8, 17: 8, 18: 8, 19: 9, 20: 9, 21: 10}
+
+
+# -- quantization (ops/quantize.py): QuantizeLinear and DequantizeLinear with the parameters of
+# the quantized type; a quantized value is plain integers in ONNX, so as_quantized is Identity
+def _quant_inputs(w, quant, dtype) -> list[str]:
+    """The scale and zero point initializers of ``quant`` (1-D per axis, scalars per tensor)."""
+    shape = (len(quant.scales),) if quant.per_channel else ()
+    scale = np.asarray(quant.scales, np.float32).reshape(shape)
+    zero_point = np.asarray(quant.zero_points, dtype).reshape(shape)
+    return [w.const(scale, "scale"), w.const(zero_point, "zero_point")]
+
+
+def _quant_axis(quant) -> dict:
+    return {"axis": quant.axis} if quant.per_channel else {}
+
+
+@writer("quantize")
+def _quantize(w, n, ins):
+    out = n.outputs[0]
+    if out.dtype == np.int32:
+        raise OnnxExportError("quantize to int32 has no QuantizeLinear form at the opsets the "
+                              "exporter writes (int8 and uint8 have)")
+    if n.inputs[0].dtype != np.float32:
+        raise OnnxExportError(f"QuantizeLinear takes float32 values, not {n.inputs[0].dtype}")
+    return w.add("QuantizeLinear", [ins[0], *_quant_inputs(w, out.type.quant, out.dtype)],
+                 **_quant_axis(out.type.quant))
+
+
+@writer("dequantize")
+def _dequantize(w, n, ins):
+    q = n.inputs[0]
+    if n.outputs[0].dtype != np.float32:
+        raise OnnxExportError(f"DequantizeLinear gives float32 values, not {n.outputs[0].dtype}")
+    return w.add("DequantizeLinear", [ins[0], *_quant_inputs(w, q.type.quant, q.dtype)],
+                 **_quant_axis(q.type.quant))
+
+
+WRITERS["as_quantized"] = _same("Identity")

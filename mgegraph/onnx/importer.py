@@ -205,7 +205,8 @@ def _convert(cx: Context, node, ins: list, ir_version: int) -> list:
              for n in outer if (v := cx.env.get(n)) is not None}
     predicted = checks.infer_node(node, known, types, cx.opset, ir_version, scope, cx.domains)
     # a node whose subgraph reads enclosing names is converted: the evaluator sees one node
-    fold = node.op_type != "Constant" and all(v is None or isinstance(v, np.ndarray) for v in ins) \
+    fold = node.op_type not in UNFOLDED and \
+        all(v is None or isinstance(v, np.ndarray) for v in ins) \
         and any(v is not None for v in ins) and not outer
     for name, guess in zip(node.output, predicted):
         if guess is not None:
@@ -229,6 +230,12 @@ def _convert(cx: Context, node, ins: list, ir_version: int) -> list:
             checks.check_size(cx.where(), shape_of(value), value.dtype, cx.limits,
                               f"output {name!r}")
     return outs
+
+
+# Nodes converted even when their inputs are known: a Constant is its value already, and a
+# quantized weight (a QDQ model's DequantizeLinear of int8 integers) stays a quantized value in
+# the graph, which the integer kernels take as it is (folding it would give float weights).
+UNFOLDED = frozenset(("Constant", "QuantizeLinear", "DequantizeLinear"))
 
 
 def _fold_symbolic(cx: Context, node, ins: list, attrs: dict) -> list | None:

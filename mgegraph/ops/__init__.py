@@ -16,3 +16,5 @@ from . import linalg_inv, sliding_window  # noqa: F401
 # isort: split
 # local_conv2d, region_restricted_conv (kernels _kernels/local_conv.pyx, csrc_cuda/local_conv.cu)
 from . import local_conv  # noqa: F401
+# quantize and dequantize: between real numbers and quantized integers
+from . import quantize as _quantize  # noqa: F401,E402

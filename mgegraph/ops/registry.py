@@ -80,6 +80,9 @@ class OpDef:
     # Node -> Remake or None: a cheaper way to recompute it (training batch norm from the
     # statistics it saved); None: rematerialisation runs the node again.
     remake: Callable | None = None
+    # its rule takes quantized types (``TensorType.quant``) and gives its outputs' parameters
+    # itself; every other op refuses them, or keeps them as they are (QUANT_KEEPING_OPS)
+    quantized: bool = False
 
     def complete_attrs(self, attrs: Mapping, in_types, location: str) -> dict:
         unknown = set(attrs) - set(self.attrs)
@@ -194,11 +197,47 @@ def _computing_in_float32(infer: Callable) -> Callable:
     return widened
 
 
+# The ops that keep a per-tensor quantization as it is: they move integers without changing what
+# each stands for (a reshape of qs8(0.05) values is qs8(0.05)). Every other op without its own
+# rule for quantized types (OpDef.quantized) refuses them: an integer add of two scales, or a
+# cast to float that forgot the scale, would be a wrong number given silently.
+QUANT_KEEPING_OPS = frozenset(("reshape", "transpose", "broadcast_to", "slice", "split",
+                               "concat", "gather", "take"))
+
+
+def _keeping_quantization(name: str, infer: Callable) -> Callable:
+    keeps = name in QUANT_KEEPING_OPS
+
+    def checked(in_types, attrs):
+        quantized = [t for t in in_types if t.quant is not None]
+        if not quantized:
+            return infer(in_types, attrs)
+        if not keeps:
+            raise TypeError(f"{name} has no kernels for quantized values ({quantized[0]}); "
+                            f"dequantize them first")
+        params = {t.quant for t in quantized}
+        data = {t.dtype for t in quantized}
+        if len(params) > 1 or any(t.quant is None and t.dtype in data for t in in_types):
+            raise TypeError(f"{name} needs its quantized inputs to share one quantization, got "
+                            f"{', '.join(str(t) for t in in_types)}; requantize them first")
+        (quant,) = params
+        if quant.per_channel:
+            raise TypeError(f"{name} takes per-tensor quantized values only, got {quantized[0]}"
+                            f" (per-channel values feed the integer GEMMs and convolutions)")
+        plain = tuple(TensorType(t.shape, t.dtype) for t in in_types)
+        return tuple(TensorType(t.shape, t.dtype, quant) if t.dtype in data else t
+                     for t in infer(plain, attrs))
+    return checked
+
+
 def register(opdef: OpDef) -> OpDef:
-    if SMALL_INT_OPS.get(opdef.name) != SMALL_INT_DTYPES:
+    # an op with a rule for quantized types checks the integer types it takes itself
+    if not opdef.quantized and SMALL_INT_OPS.get(opdef.name) != SMALL_INT_DTYPES:
         opdef = replace(opdef, infer=_refusing_small_ints(opdef.name, opdef.infer))
     if opdef.name not in HALF_NATIVE_OPS:
         opdef = replace(opdef, infer=_computing_in_float32(opdef.infer))
+    if not opdef.quantized:
+        opdef = replace(opdef, infer=_keeping_quantization(opdef.name, opdef.infer))
     if opdef.name in _REGISTRY:
         raise GraphError(f"op {opdef.name!r} is registered twice")
     if opdef.category not in CATEGORIES:

@@ -17,6 +17,7 @@ import mgegraph  # noqa: F401  (registers the ops)
 from mgegraph.ir.dims import Dim
 from mgegraph.ir.errors import FeedError, OpError
 from mgegraph.ir.graph import Graph
+from mgegraph.ir import quant
 from mgegraph.ir.specialize import substitute_type
 from mgegraph.ops import elementwise_table as TABLE
 from mgegraph.ops.registry import all_ops
@@ -412,6 +413,16 @@ CASES["attention"] = _node("attention", lambda g, b: (_attention_inputs(g, b), _
 CASES["attention_backward"] = _node("attention_backward", lambda g, b: (
     [*_attention_inputs(g, b), _input(g, (b, 4, 5, 3)), _input(g, (b, 4, 5)),
      _input(g, (b, 4, 5, 3))], _ATTENTION))
+
+# quantization (ops/quantize.py): per-channel parameters along a fixed axis of a named batch
+_PER_CHANNEL = {"scales": (0.5, 0.25, 2.0), "zero_points": (1, 0, -3), "axis": 1}
+CASES["quantize"] = _node("quantize", lambda g, b: (
+    [_input(g, (b, 3, 4))], {**_PER_CHANNEL, "dtype": "int8"}))
+CASES["dequantize"] = _node("dequantize", lambda g, b: (
+    [g.input(f"x{len(g.inputs)}", (b, 3, 4), "uint8", quant.per_tensor(0.5, 128))],
+    {"dtype": "float32"}))
+CASES["as_quantized"] = _node("as_quantized", lambda g, b: (
+    [_input(g, (b, 3, 4), "int8")], _PER_CHANNEL))
 
 
 # -- local_conv2d, region_restricted_conv (ops/local_conv.py): a named batch -------------------

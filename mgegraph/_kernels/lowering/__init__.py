@@ -36,6 +36,10 @@ FAMILIES += (matinv, sliding_window)
 from . import local_conv
 
 FAMILIES += (local_conv,)
+# quantize and dequantize (lowering/quantize.py)
+from . import quantize
+
+FAMILIES += (quantize,)
 
 
 def implement_all(table) -> None:

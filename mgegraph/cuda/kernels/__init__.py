@@ -50,3 +50,7 @@ FAMILIES += [
 FAMILIES += [
     "local_conv",    # csrc_cuda/local_conv.cu: local_conv2d, region_restricted_conv (+ backward)
 ]
+# quantize and dequantize (ops/quantize.py)
+FAMILIES += [
+    "quantize",      # csrc_cuda/quantize.cu: quantize, dequantize (per-channel: 4 channels)
+]

@@ -107,7 +107,7 @@ def fold(graph: Graph, outputs: list[Var], max_bytes: int = MAX_BYTES,
     def replace_folded(builder, node: Node):
         if id(node) not in folded:
             return None
-        return tuple(builder.const(values[v.id]) if v.id in values else None
+        return tuple(builder.const(values[v.id], quant=v.type.quant) if v.id in values else None
                      for v in node.outputs)
 
     builder = rebuild(graph, replace_folded)

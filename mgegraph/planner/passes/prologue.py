@@ -137,7 +137,8 @@ def split(graph: Graph, outputs) -> tuple[Graph, list[Var], Prologue | None]:
     def main_rewrite(builder, node):
         if id(node) not in hoisted:
             return None
-        return tuple(builder.graph.param(names[v.id], targets[v.id], share=True)
+        return tuple(builder.graph.param(names[v.id], targets[v.id], share=True,
+                                         quant=v.type.quant)
                      if v.id in targets else None for v in node.outputs)
 
     main = rebuild(graph, main_rewrite)
@@ -152,7 +153,8 @@ def _prologue_graph(graph: Graph, weights: set[int], boundary, targets, names) -
     def weights_only(builder, node):
         if not placeholders:  # first, so that lowering may compute a value into its target
             placeholders.update({v.id: builder.graph.param(names[v.id], targets[v.id],
-                                                           share=True) for v in boundary})
+                                                           share=True, quant=v.type.quant)
+                                 for v in boundary})
         if id(node) in weights or node.op.name in ("param", "const"):
             return None
         return (None,) * len(node.outputs)

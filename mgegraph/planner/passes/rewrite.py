@@ -73,20 +73,21 @@ class Builder:
             return self.graph.add_copy(node, tuple(inputs)).outputs
         (old,) = node.outputs
         if name == "input":
-            var = self.graph.input(node.attr["name"], old.shape, old.dtype)
+            var = self.graph.input(node.attr["name"], old.shape, old.dtype, old.type.quant)
         elif name == "param":
             var = self._param(node.attr["name"], old)
         else:
-            return (self.const(self.old.values[old.id], node.location),)
+            return (self.const(self.old.values[old.id], node.location, old.type.quant),)
         _relocate(self.graph, var.node, node.location)
         return (var,)
 
-    def const(self, array, location: str | None = None) -> Var:
+    def const(self, array, location: str | None = None, quant=None) -> Var:
         """A const holding ``array`` itself: consts are never written, and a pipeline of five
         passes should not copy a large table five times. (Graph.const always copies, so this
-        takes its steps: the scalar's value attribute, the node, the value.)"""
-        attrs = {"value": array.item()} if array.ndim == 0 else {}
-        var_type = tensor_type(array.shape, array.dtype)
+        takes its steps: the scalar's value attribute, the node, the value.) ``quant``: the
+        quantization of its integers."""
+        attrs = {"value": array.item()} if array.ndim == 0 and quant is None else {}
+        var_type = tensor_type(array.shape, array.dtype, quant)
         node = self.graph.add_node("const", (), attrs, types=(var_type,), location=location)
         self.graph.values[node.outputs[0].id] = array
         return node.outputs[0]
@@ -95,7 +96,7 @@ class Builder:
         # NOTE: Graph.param copies an unshared value, so every param is added shared (the array
         # itself) and the flag then dropped where it was not set: a plan copies an unshared
         # value into its own buffer, so the old array object is safe to keep.
-        var = self.graph.param(name, self.old.values[old.id], share=True)
+        var = self.graph.param(name, self.old.values[old.id], share=True, quant=old.type.quant)
         if old.id not in self.old.shared:
             self.graph.shared.discard(var.id)
         return var
