@@ -103,7 +103,8 @@ class _BatchNorm(Module):
                                 self._per_channel(x, self.running_var), weight, bias,
                                 training=False, eps=self.eps)
         y = F.batch_norm(x, weight=weight, bias=bias, training=True, eps=self.eps)
-        if self.training and self.track_running_stats:
+        # MegEngine's rule: an empty batch has no statistics and leaves the running ones be
+        if self.training and self.track_running_stats and (named(x.size) or x.size):
             self._update_running_stats(x, y)
         return y
 

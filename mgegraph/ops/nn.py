@@ -231,12 +231,12 @@ def _bn_infer(in_types, attrs):
                              f"{per_channel[1]}")
     if not attrs["training"]:
         return (x,)
+    # MegEngine's rule: one value per channel has variance 0, and an empty batch gives an
+    # empty output (its statistics are NaN, which the running-statistics update skips); a
+    # named batch keeps n >= 2, on which that update's n / (n - 1) relies
     if named(x.size):
         require_at_least(x.size // c, 2, "batch_norm's statistics (more than 1 value per "
                          "channel)")
-    elif c and x.size // c <= 1:  # PyTorch: "Expected more than 1 value per channel when training"
-        raise ValueError(f"training needs more than 1 value per channel to take batch "
-                         f"statistics, input shape {x.shape} has {x.size // c}")
     stats = TensorType((c,), x.dtype)
     return (x, stats, stats)
 

@@ -226,3 +226,30 @@ def test_frozen_batch_norm_in_a_graph_gets_no_gradient_and_reads_later_writes():
     np.testing.assert_array_equal(gb, 0.0)
     want = data / np.sqrt(1 + 1e-5) * np.array([3.0, -1.0], np.float32).reshape(1, 2, 1, 1)
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("traced", [None, False, True])
+@pytest.mark.parametrize("layer,shape", [(nn.BatchNorm1d, (0, 4, 0)),
+                                         (nn.BatchNorm2d, (0, 4, 0, 0)),
+                                         (nn.BatchNorm2d, (3, 4, 0, 2))])
+def test_batch_norm_of_an_empty_batch_is_empty_and_keeps_the_running_statistics(
+        layer, shape, traced):
+    bn = layer(4)
+    bn.train()
+    step = bn if traced is None else mg.jit.trace(lambda x: bn(x), symbolic=traced)
+    for _ in range(2):
+        y = step(mg.tensor(np.zeros(shape, np.float32)))
+        assert y.shape == shape
+    np.testing.assert_array_equal(bn.running_mean.numpy(), 0.0)
+    np.testing.assert_array_equal(bn.running_var.numpy(), 1.0)
+
+
+def test_batch_norm_trains_on_one_value_per_channel_as_megengine():
+    bn = nn.BatchNorm2d(4)
+    bn.bias.value = np.arange(4, dtype=np.float32).reshape(1, 4, 1, 1)
+    bn.train()
+    x = np.array([1.0, -2.0, 3.0, 0.5], np.float32).reshape(1, 4, 1, 1)
+    y = bn(mg.tensor(x)).numpy()
+    np.testing.assert_array_equal(y, bn.bias.value)  # variance 0: every value is its mean
+    np.testing.assert_allclose(bn.running_mean.numpy(), 0.1 * x, rtol=1e-6)
+    np.testing.assert_allclose(bn.running_var.numpy(), 0.9, rtol=1e-6)
