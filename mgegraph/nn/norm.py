@@ -10,8 +10,6 @@ import numpy as np
 
 from .. import functional as F
 from ..ir.errors import GraphError
-from ..ops.reduce import size_ratio
-from ..ops.registry import named
 from .layers import _fraction, _size
 from .module import Buffer, Module, Parameter
 
@@ -102,23 +100,12 @@ class _BatchNorm(Module):
             return F.batch_norm(x, self._per_channel(x, self.running_mean),
                                 self._per_channel(x, self.running_var), weight, bias,
                                 training=False, eps=self.eps)
-        y = F.batch_norm(x, weight=weight, bias=bias, training=True, eps=self.eps)
         # MegEngine's rule: an empty batch has no statistics and leaves the running ones be
-        if self.training and self.track_running_stats and (named(x.size) or x.size):
-            self._update_running_stats(x, y)
-        return y
-
-    def _update_running_stats(self, x, y):
-        # the training-form batch_norm node also outputs the batch mean and biased variance
-        _, mean, biased_var = y.node.outputs
-        n = x.size // x.shape[1]
-        g = x.graph
-        # with a named batch, n >= 2 is a fact batch_norm's rule recorded
-        var = biased_var * size_ratio(g, n, n - 1 if named(n) else max(n - 1, 1), x.dtype)
-        for buffer, batch in ((self.running_mean, mean), (self.running_var, var)):
-            running = g.bind(buffer)
-            batch = batch if running.shape == batch.shape else F.reshape(batch, running.shape)
-            g.assign(running, running * self.momentum + batch * (1 - self.momentum))
+        # (F.batch_norm's update); running statistics of another shape take the batch's reshaped
+        update = self.training and self.track_running_stats
+        return F.batch_norm(x, self.running_mean if update else None,
+                            self.running_var if update else None, weight, bias,
+                            training=True, momentum=self.momentum, eps=self.eps)
 
     def extra_repr(self):
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, " \
