@@ -36,6 +36,7 @@ def test_inplace_false_returns_the_new_statistics_and_writes_nothing():
     y, new_mean, new_var = F.batch_norm(mg.tensor(x), rm, rv, training=True, inplace=False,
                                         momentum=0.5)
     want_mean, want_var = _want_stats(x, mean, var, 0.5)
+    assert y.shape == x.shape
     np.testing.assert_allclose(new_mean.numpy(), want_mean, rtol=1e-5)
     np.testing.assert_allclose(new_var.numpy(), want_var, rtol=1e-5)
     np.testing.assert_array_equal(rm.numpy(), 0.0)
