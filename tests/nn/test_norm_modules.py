@@ -253,3 +253,19 @@ def test_batch_norm_trains_on_one_value_per_channel_as_megengine():
     np.testing.assert_array_equal(y, bn.bias.value)  # variance 0: every value is its mean
     np.testing.assert_allclose(bn.running_mean.numpy(), 0.1 * x, rtol=1e-6)
     np.testing.assert_allclose(bn.running_var.numpy(), 0.9, rtol=1e-6)
+
+
+def test_a_compiled_training_step_leaves_a_frozen_batch_norm_as_an_eager_step_does():
+    model = nn.Sequential(nn.Conv2d(2, 3, 1), nn.BatchNorm2d(3, freeze=True), nn.Flatten(),
+                          nn.Linear(12, 2))
+    model[1].weight.value = np.full((1, 3, 1, 1), 1.5, np.float32)
+    opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.5)
+    x = RNG.random((4, 2, 2, 2)).astype(np.float32)
+    y = np.array([0, 1, 0, 1])
+    conv_before = model[0].weight.numpy()
+    step = mg.compile_train_step(model, F.cross_entropy, opt, example_batch=(x, y))
+    for _ in range(2):
+        step(x, y)
+    np.testing.assert_array_equal(model[1].weight.numpy(), 1.5)  # no decay, no momentum
+    np.testing.assert_array_equal(model[1].bias.numpy(), 0.0)
+    assert not np.array_equal(model[0].weight.numpy(), conv_before)
