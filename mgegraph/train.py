@@ -7,13 +7,14 @@ import time
 import numpy as np
 
 from . import functional as F
-from .autodiff import grad
+from .autodiff import backward
 from .compiler import compile
 from .eager.lazy import run_pending
 from .eager.symbolic_shape import check_spec, name_dims, named_shape, needing_numbers
 from .ir.dims import Dim
 from .ir.errors import FeedError, GraphError
 from .ir.graph import Graph
+from .ir.types import is_float
 
 
 def _inputs(graph: Graph, arrays, dynamic, what: str) -> list:
@@ -100,11 +101,14 @@ def compile_train_step(model, loss_fn, optimizer, example_batch, metrics=(),
     with needing_numbers(what, g.dim_names, _named_axes(xs + [y])):
         out = model(*xs)
         loss = loss_fn(out, y)
-        if loss.size != 1:
-            raise ValueError(f"loss_fn must return a scalar, got {loss.type}")
+        if loss.size != 1 or not is_float(loss.dtype):
+            raise ValueError(f"loss_fn must return a floating-point scalar, got {loss.type}")
         params = optimizer.params
-        grads = grad(loss, [g.bind(p) for p in params])
-        optimizer.build(g, {id(p): dg for p, dg in zip(params, grads)})
+        wrt = [g.bind(p) for p in params]
+        found = backward(g.nodes, [(loss, F.ones_like(loss))], wrt)
+        # as an eager step skips a parameter without .grad, one that no gradient reaches (a
+        # frozen batch norm's weight) is not updated: no weight decay, no momentum
+        optimizer.build(g, {id(p): found[v.id] for p, v in zip(params, wrt) if v.id in found})
         extra = [METRICS[m](out, y) for m in metrics]
     plan = compile([F.reshape(loss, ())] + extra, device=device, memory=memory,
                    optimize=optimize, remat=remat, check_numerics=check_numerics, tune=tune)

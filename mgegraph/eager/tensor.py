@@ -80,6 +80,9 @@ def type_of(shape: tuple, dtype: np.dtype, quant=None) -> TensorType:
     return t
 
 
+FORMATS = ("default", "nchw", "nhwc")  # MegEngine's memory-format tags
+
+
 class Tensor(Var):
     """An eager value: ``mg.tensor([1., 2.]) * 3`` computes at once (``mg.tensor`` is this
     class). ``data`` is copied; without ``dtype=``, floats become float32 and ints int32 (NumPy
@@ -95,12 +98,14 @@ class Tensor(Var):
     """
 
     # _held: the token counting the bytes of _value while this tensor owns them (None for a
-    # view, whose _base owns them, and a pending lazy value); _name and _device: MegEngine's
-    # name= and device=, unset (read as "" and the default device) on the tensors ops make
-    __slots__ = ("__weakref__", "_base", "_device", "_held", "_lazy", "_name", "_value", "grad")
+    # view, whose _base owns them, and a pending lazy value); _name, _device and _format:
+    # MegEngine's name=, device= and format=, unset (read as "", the default device and
+    # "default") on the tensors ops make
+    __slots__ = ("__weakref__", "_base", "_device", "_format", "_held", "_lazy", "_name",
+                 "_value", "grad")
 
     def __init__(self, data, dtype=None, device=None, is_const=False, no_cache=False,
-                 name=None):
+                 name=None, format="default"):
         # is_const and no_cache are MegEngine's hints to its tracer and constant cache: every
         # eager value here is already both, so they change nothing
         check_eager_device(device)
@@ -112,6 +117,21 @@ class Tensor(Var):
             self._device = Device(device)
         if name is not None:
             self.name = name
+        if format != "default":
+            self.format = format
+
+    @property
+    def format(self) -> str:
+        """MegEngine's memory-format tag: "default", "nchw" or "nhwc" (``amp.convert_tensor_format``
+        sets "nhwc"). A tag only: the shape stays the logical (N, C, H, W) and every op computes
+        as without it (the CPU kernels pick their own layouts)."""
+        return getattr(self, "_format", "default")
+
+    @format.setter
+    def format(self, format) -> None:
+        if format not in FORMATS:
+            raise GraphError(f"Tensor.format must be one of {FORMATS}, got {format!r}")
+        self._format = format
 
     @property
     def name(self):
@@ -241,6 +261,14 @@ class Tensor(Var):
                              f"was attached as; write into a copy (y = x * 1; y[index] = "
                              f"value) (at {user_location()})")
         rebind(self, new)
+
+    def __deepcopy__(self, memo) -> Tensor:
+        """A tensor owning a copy of the value, with the name, device and format tags."""
+        new = Tensor(self, name=getattr(self, "_name", None), format=self.format)
+        if getattr(self, "_device", None) is not None:
+            new._device = self._device
+        memo[id(self)] = new
+        return new
 
     def detach(self) -> Tensor:
         """The same value, not recorded by any GradManager (a new tensor sharing the bytes)."""

@@ -139,14 +139,18 @@ class Identity(Module):
 
 class PReLU(Module):
     """``x`` above 0, ``weight * x`` at or below, with a learned weight of ``num_parameters``
-    slopes starting at ``init``: one for every element, or one per channel (axis 1)."""
+    slopes starting at ``init``: one for every element, or one per channel (axis 1), held as
+    MegEngine's (1, C, 1, 1) (its state dict holds (C,) and loads any C values, so PyTorch's
+    (C,) checkpoints load too)."""
+
+    flat_state = True
 
     def __init__(self, num_parameters: int = 1, init: float = 0.25):
         if isinstance(num_parameters, bool) or not isinstance(num_parameters, (int, np.integer)) \
                 or num_parameters < 1:
             raise GraphError(f"PReLU: num_parameters must be an int >= 1, got {num_parameters!r}")
-        self.num_parameters = int(num_parameters)
-        self.weight = Parameter(np.full((self.num_parameters,), init, np.float32))
+        self.num_parameters = n = int(num_parameters)
+        self.weight = Parameter(np.full((1, n, 1, 1) if n > 1 else (1,), init, np.float32))
 
     def forward(self, x):
         n, weight = self.num_parameters, x.graph.bind(self.weight)

@@ -44,7 +44,8 @@ def _sides(owner, what, value, low, ndim) -> tuple[int, ...]:
 
 def _parameters(module, shape, out_channels, bias):
     """PyTorch's default: kaiming_uniform(a=sqrt(5)) weight, bias uniform in 1/sqrt(fan_in)."""
-    module.weight = Parameter(init.kaiming_uniform(shape, a=math.sqrt(5)))
+    module.weight = init.grouped(Parameter(init.kaiming_uniform(shape, a=math.sqrt(5))),
+                                 module.groups)
     fan_in, _ = init.fans(shape)
     module.bias = Parameter(init.uniform(out_channels, 1 / math.sqrt(fan_in))) if bias else None
 

@@ -107,16 +107,25 @@ def calculate_gain(nonlinearity: str, param=None) -> float:
     return _GAINS[nonlinearity]
 
 
+def grouped(weight, groups: int):
+    """``weight`` marked as a convolution's of ``groups`` groups (for its fans); returns it."""
+    weight.conv_groups = groups
+    return weight
+
+
 def calculate_fan_in_and_fan_out(tensor) -> tuple[int, int]:
-    """(fan_in, fan_out) of a weight: (out, in) for Linear, (out, in/groups, *kernel) for a
-    convolution, each times the kernel's size. MegEngine's grouped weights are (groups,
-    out/groups, in/groups, *kernel) and give fan_out = out/groups x kernel; mgegraph keeps
-    PyTorch's layout, so a grouped convolution's fan_out is PyTorch's, out x kernel."""
+    """(fan_in, fan_out) of a weight: (in, out) for Linear's (out, in); for a convolution's
+    (out, in/groups, *kernel) (a transposed one's (in, out/groups, *kernel)) dim 1 and dim 0
+    over its groups, each times the kernel's size. That is MegEngine's rule, whose grouped
+    weights are (groups, out/groups, in/groups, *kernel); PyTorch's fan_out is not divided by
+    the groups. mgegraph keeps PyTorch's layout and knows the groups of the weights its
+    convolution layers make."""
     shape = tuple(tensor.shape)
     if len(shape) < 2:
         raise ValueError(f"calculate_fan_in_and_fan_out: a tensor of shape {shape} has no fans "
                          "(it needs at least 2 dims)")
-    return fans(shape)
+    fan_in, fan_out = fans(shape)
+    return fan_in, fan_out // getattr(tensor, "conv_groups", 1)
 
 
 def calculate_correct_fan(tensor, mode: str) -> int:

@@ -139,7 +139,8 @@ class Conv2d(Module):
         _pair("Conv2d", "dilation", dilation, 1)
         shape = (out_channels, in_channels // groups, kh, kw)
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
-        self.weight = Parameter(init.kaiming_uniform(shape, a=math.sqrt(5)))
+        self.weight = init.grouped(Parameter(init.kaiming_uniform(shape, a=math.sqrt(5))),
+                                   groups)
         fan_in, _ = init.fans(shape)
         self.bias = Parameter(init.uniform(out_channels, 1 / math.sqrt(fan_in))) if bias else None
 

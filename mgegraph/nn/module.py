@@ -8,6 +8,7 @@ non-trainable Parameter (``Buffer``) or a plain Tensor attribute is a buffer.
 """
 from __future__ import annotations
 
+import copy
 import warnings
 
 import numpy as np
@@ -68,6 +69,17 @@ class Parameter(Tensor):
         self._set(value)
         self.id = ident
         self.grad = grad if self.type == old else None
+
+    def __deepcopy__(self, memo) -> Parameter:
+        """A Parameter owning a copy of the value (unbound: no graph uses it yet), with the
+        name, trainability, format tag and other attributes (``copy.deepcopy(module)`` copies
+        its weights)."""
+        new = Parameter(self._value)
+        new.format = self.format
+        new.__dict__.update((k, copy.deepcopy(v, memo)) for k, v in vars(self).items()
+                            if k != "_bound")
+        memo[id(self)] = new
+        return new
 
     plain = False  # lifted into whichever graph uses it
     __eq__ = object.__eq__

@@ -10,8 +10,6 @@ import numpy as np
 
 from .. import functional as F
 from ..ir.errors import GraphError
-from ..ops.reduce import size_ratio
-from ..ops.registry import named
 from .layers import _fraction, _size
 from .module import Buffer, Module, Parameter
 
@@ -42,7 +40,9 @@ class _BatchNorm(Module):
 
     ``track_running_stats=False`` keeps no running statistics and always normalises with the
     batch's; ``freeze=True`` (MegEngine) normalises with the running statistics in training too
-    and trains neither weight nor bias (they are held as non-trainable arrays)."""
+    and trains neither weight nor bias: they stay Parameters (``parameters()`` lists them, so an
+    optimiser may be given them) but the forward reads them detached, so they get no gradient
+    and an optimiser's step leaves them as they are."""
 
     ndims: tuple[int, ...] = ()
     flat_state = True
@@ -65,10 +65,8 @@ class _BatchNorm(Module):
         # MegEngine's rule: running statistics not made at construction cannot be asked for later
         self._tracked_at_init = self.track_running_stats
         shape = (num_features,) if param_dim == "dim_c" else (1, num_features, 1, 1)
-        self.weight = Parameter(np.ones(shape, np.float32), trainable=not self.freeze) \
-            if affine else None
-        self.bias = Parameter(np.zeros(shape, np.float32), trainable=not self.freeze) \
-            if affine else None
+        self.weight = Parameter(np.ones(shape, np.float32)) if affine else None
+        self.bias = Parameter(np.zeros(shape, np.float32)) if affine else None
         self.running_mean = Buffer(np.zeros(shape, np.float32)) if track_running_stats else None
         self.running_var = Buffer(np.ones(shape, np.float32)) if track_running_stats else None
 
@@ -79,12 +77,13 @@ class _BatchNorm(Module):
                              f"with {self.num_features} channels on axis 1, got shape "
                              f"{tuple(x.shape)}")
 
-    def _per_channel(self, x, p):
+    def _per_channel(self, x, p, detached: bool = False):
         """A weight, bias or statistic as a Var of x's graph that batch_norm takes: as kept
-        when it is (C,) or (1, C, 1, ...) of x's rank, else (C,) (None stays None)."""
+        when it is (C,) or (1, C, 1, ...) of x's rank, else (C,) (None stays None);
+        ``detached``: a value no gradient reaches."""
         if p is None:
             return None
-        v = x.graph.bind(p)
+        v = _detached(x.graph, p) if detached else x.graph.bind(p)
         broadcast = (1, self.num_features) + (1,) * (x.ndim - 2)
         return v if v.ndim == 1 or v.shape == broadcast else F.reshape(v, (self.num_features,))
 
@@ -94,32 +93,36 @@ class _BatchNorm(Module):
             raise GraphError(f"{type(self).__name__}({self.num_features}): track_running_stats "
                              "was False at construction, so there are no running statistics "
                              "to track; make a new module with track_running_stats=True")
-        weight, bias = self._per_channel(x, self.weight), self._per_channel(x, self.bias)
+        weight = self._per_channel(x, self.weight, detached=self.freeze)
+        bias = self._per_channel(x, self.bias, detached=self.freeze)
         batch_stats = not self.track_running_stats or (self.training and not self.freeze)
         if not batch_stats:
             return F.batch_norm(x, self._per_channel(x, self.running_mean),
                                 self._per_channel(x, self.running_var), weight, bias,
                                 training=False, eps=self.eps)
-        y = F.batch_norm(x, weight=weight, bias=bias, training=True, eps=self.eps)
-        if self.training and self.track_running_stats:
-            self._update_running_stats(x, y)
-        return y
-
-    def _update_running_stats(self, x, y):
-        # the training-form batch_norm node also outputs the batch mean and biased variance
-        _, mean, biased_var = y.node.outputs
-        n = x.size // x.shape[1]
-        g = x.graph
-        # with a named batch, n >= 2 is a fact batch_norm's rule recorded
-        var = biased_var * size_ratio(g, n, n - 1 if named(n) else max(n - 1, 1), x.dtype)
-        for buffer, batch in ((self.running_mean, mean), (self.running_var, var)):
-            running = g.bind(buffer)
-            batch = batch if running.shape == batch.shape else F.reshape(batch, running.shape)
-            g.assign(running, running * self.momentum + batch * (1 - self.momentum))
+        # MegEngine's rule: an empty batch has no statistics and leaves the running ones be
+        # (F.batch_norm's update); running statistics of another shape take the batch's reshaped
+        update = self.training and self.track_running_stats
+        return F.batch_norm(x, self.running_mean if update else None,
+                            self.running_var if update else None, weight, bias,
+                            training=True, momentum=self.momentum, eps=self.eps)
 
     def extra_repr(self):
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, " \
                f"affine={self.affine}, track_running_stats={self.track_running_stats}"
+
+
+def _detached(graph, p: Parameter):
+    """``p`` as a Var of ``graph`` that no gradient reaches: eagerly its ``detach()``; in a
+    graph a second param node sharing its array (so plans read the values it has when they run,
+    as they read ``p``), which ``grad`` with respect to ``p`` does not walk through."""
+    if getattr(graph, "eager", False):
+        return graph.bind(p.detach())
+    graph.bind(p)  # binds p's array for good: later writes land in it in place
+    name = f"{p.name or 'param'}.detached"
+    while name in graph.params or name in graph.inputs:
+        name += "_"
+    return graph.param(name, p.value, share=True)
 
 
 class BatchNorm1d(_BatchNorm):

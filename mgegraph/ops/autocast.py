@@ -4,7 +4,9 @@ While it is on (per thread, so one thread's autocast block never changes another
 the ops that are GEMMs at heart (matmul, linear, the convolutions) take their float operands in
 the low-precision type, where half-width storage halves their memory traffic and a GPU has
 tensor cores; the ops whose accuracy needs the range (softmax, the norms, the losses) take a
-half input in the high-precision type. Everything else follows its inputs, as without autocast.
+half input in the high-precision type, except batch norm, which takes its data in the low type
+and its parameters in the high one (MegEngine's rule: ``ops.nn.batch_norm``). Everything else
+follows its inputs, as without autocast.
 Only the public functions cast: gradient rules build their ops directly, so a backward pass
 runs in the dtypes its forward pass had.
 """

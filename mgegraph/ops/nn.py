@@ -13,9 +13,10 @@ import numpy as np
 from ..ir.errors import OpError, user_location
 from ..ir.facts import require_at_least
 from ..ir.graph import Var
-from ..ir.types import INT_DTYPES, TensorType
-from .autocast import high_precision
-from .builder import apply, apply_multi, graph_of
+from ..ir.types import HALF_DTYPES, INT_DTYPES, TensorType, is_float
+from .autocast import current as autocast_state
+from .autocast import high_precision, low_precision
+from .builder import apply, apply_multi, cast_to, graph_of
 from .elementwise import exp, log, rsqrt
 from .movement_api import expand_dims, gather, reshape, squeeze, zeros_like
 from .reduce import mean as reduce_mean
@@ -231,12 +232,12 @@ def _bn_infer(in_types, attrs):
                              f"{per_channel[1]}")
     if not attrs["training"]:
         return (x,)
+    # MegEngine's rule: one value per channel has variance 0, and an empty batch gives an
+    # empty output (its statistics are NaN, which the running-statistics update skips); a
+    # named batch keeps n >= 2, on which that update's n / (n - 1) relies
     if named(x.size):
         require_at_least(x.size // c, 2, "batch_norm's statistics (more than 1 value per "
                          "channel)")
-    elif c and x.size // c <= 1:  # PyTorch: "Expected more than 1 value per channel when training"
-        raise ValueError(f"training needs more than 1 value per channel to take batch "
-                         f"statistics, input shape {x.shape} has {x.size // c}")
     stats = TensorType((c,), x.dtype)
     return (x, stats, stats)
 
@@ -479,27 +480,97 @@ def layer_norm(inp, normalized_shape, affine=True, weight=None, bias=None, eps=1
 
 
 def batch_norm(inp, running_mean=None, running_var=None, weight=None, bias=None, *,
-               training=False, momentum=0.9, eps=1e-5):
-    """Batch normalisation over every axis but 1 of an (N, C, ...) input.
+               training=False, momentum=0.9, eps=1e-5, inplace=True):
+    """Batch normalisation over every axis but 1 of an (N, C, ...) input (MegEngine's).
 
-    ``training=True`` normalises with the batch's mean and biased variance; ``training=False``
-    with ``running_mean`` / ``running_var`` (shape (C,) or (1, C, 1, ...)). Returns y only: the
-    running-statistics update (``momentum``) is not applied here.
+    ``training=True`` normalises with the batch's mean and biased variance and, given
+    ``running_mean`` / ``running_var``, updates them: running = momentum * running +
+    (1 - momentum) * batch (the unbiased variance; an empty batch leaves them), written in
+    place (Parameters, Buffers or eager tensors) with ``inplace``, else returned as
+    ``(y, new_mean, new_var)``. ``training=False`` normalises with the running statistics
+    (shape (C,) or (1, C, 1, ...)). A half input normalises in float32 with float32
+    statistics and comes back half; under autocast the input is first cast to the
+    low-precision type and the parameters to the high one (MegEngine's rule).
 
     >>> y = F.batch_norm(x, mean, var, gamma, beta, training=False)
     """
-    x = high_precision(graph_of(inp).lift(inp))
+    x = low_precision(graph_of(inp).lift(inp))[0]
     g = x.graph
+    state = autocast_state()
+    work = state.high if state.enabled and x.dtype in HALF_DTYPES \
+        else _work_dtype(x, (weight, bias, running_mean, running_var))
     c = (x.shape[1],) if x.ndim >= 2 else (1,)  # the op's shape rule reports a bad input
-    inputs = [x, _param(g, weight, c, x.dtype, 1.0), _param(g, bias, c, x.dtype, 0.0)]
+    inputs = [cast_to(x, work) if x.dtype != work else x,
+              *_params(g, ((weight, 1.0), (bias, 0.0)), c, work, x.dtype)]
     if not training:
         if running_mean is None or running_var is None:
             raise OpError("batch_norm", (x.type,), "training=False needs running_mean and "
                           "running_var", user_location())
-        inputs += [_param(g, running_mean, c, x.dtype, 0.0),
-                   _param(g, running_var, c, x.dtype, 1.0)]
-    outputs = apply_multi("batch_norm", inputs, training=bool(training), eps=float(eps))
-    return outputs[0]
+        inputs += _params(g, ((running_mean, 0.0), (running_var, 1.0)), c, work, x.dtype)
+    y, *stats = apply_multi("batch_norm", inputs, training=bool(training), eps=float(eps))
+    y = cast_to(y, x.dtype) if y.dtype != x.dtype else y
+    if not training or (running_mean is None and running_var is None):
+        return y
+    new = _running_stats(x, stats, (running_mean, running_var), momentum)
+    if not inplace:
+        return (y, *new)
+    for target, value in zip((running_mean, running_var), new):
+        if target is not None:
+            _write_statistic(g, target, value, x)
+    return y
+
+
+def _work_dtype(x: Var, params) -> np.dtype:
+    """x's dtype, or for a half x with wider float parameters (or under autocast) the widest of
+    theirs: MegEngine's batch norm takes float16 data with float32 parameters."""
+    if x.dtype not in HALF_DTYPES:
+        return x.dtype
+    wider = [np.dtype(p.dtype) for p in params if getattr(p, "dtype", None) is not None
+             and is_float(np.dtype(p.dtype)) and np.dtype(p.dtype).itemsize > x.dtype.itemsize]
+    return max(wider, key=lambda d: d.itemsize) if wider else x.dtype
+
+
+def _params(g, pairs, shape, dtype, data_dtype) -> list:
+    """Each (value, fill) as a Var (``_param``); for half data, all in the ``dtype`` it is
+    normalised in (otherwise a dtype unlike the data's is left for the op to refuse)."""
+    out = [_param(g, value, shape, dtype, fill) for value, fill in pairs]
+    if dtype == data_dtype:
+        return out
+    return [v if v.dtype == dtype else cast_to(v, dtype) for v in out]
+
+
+def _running_stats(x: Var, stats, running, momentum) -> list:
+    """momentum * running + (1 - momentum) * batch for each running statistic given (else
+    None), in its own shape and dtype; the batch's variance unbiased by n / (n - 1)."""
+    n = _stat_count(x)
+    if not named(x.size) and x.size == 0:
+        batch = [None, None]  # no values: the running statistics stay
+    else:
+        mean, biased = stats
+        batch = [mean, biased * size_ratio(x.graph, n, n - 1 if named(n) else max(n - 1, 1),
+                                           biased.dtype)]
+    new = []
+    for old, value in zip(running, batch):
+        if old is None:
+            new.append(None)
+            continue
+        old = x.graph.lift(old)
+        if value is not None:
+            value = reshape(value, old.shape) if value.shape != old.shape else value
+            value = old * momentum + cast_to(value, old.dtype) * (1 - momentum)
+        new.append(old if value is None else value)
+    return new
+
+
+def _write_statistic(g, target, value: Var, x: Var) -> None:
+    old = g.lift(target)
+    if old is value:
+        return
+    if not getattr(g, "eager", False) and old.node.op.name != "param":
+        raise OpError("batch_norm", (x.type, old.type), "inplace=True writes the running "
+                      "statistics, which must be Parameters or Buffers in a graph (pass "
+                      "inplace=False to get them back)", user_location())
+    g.assign(old, value)
 
 
 def dropout(inp, drop_prob, training=True, seed=0, step=None):

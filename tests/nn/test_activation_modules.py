@@ -48,8 +48,16 @@ def test_every_new_class_is_exported():
 
 def test_prelu_holds_one_trainable_slope_per_channel():
     m = nn.PReLU(4, init=0.3)
-    assert m.weight.shape == (4,) and m.weight.trainable
-    np.testing.assert_array_equal(m.weight.numpy(), np.full(4, 0.3, np.float32))
+    # MegEngine's layout, which broadcasts against NCHW data as it is
+    assert m.weight.shape == (1, 4, 1, 1) and m.weight.trainable
+    np.testing.assert_array_equal(m.weight.numpy(), np.full((1, 4, 1, 1), 0.3, np.float32))
+    x = RNG.standard_normal((2, 4, 3, 3))
+    np.testing.assert_allclose(m(mg.tensor(x.astype(np.float32))).numpy(),
+                               np.maximum(x, 0) + m.weight.numpy() * np.minimum(x, 0), rtol=1e-6)
+    assert m.state_dict()["weight"].shape == (4,)  # PyTorch's (C,) checkpoints load
+    m.load_state_dict({"weight": np.arange(4, dtype=np.float32)})
+    np.testing.assert_array_equal(m.weight.numpy().ravel(), np.arange(4))
+    assert nn.PReLU().weight.shape == (1,)
     assert [name for name, _ in m.named_parameters()] == ["weight"]
     assert repr(m) == "PReLU(num_parameters=4)"
 
@@ -72,7 +80,7 @@ def test_prelu_trained_by_sgd_matches_torch(num_parameters):
         tloss.backward()
         topt.step()
         assert float(loss) == pytest.approx(float(tloss.detach()), rel=1e-5)
-        np.testing.assert_allclose(ours.weight.numpy(), theirs.weight.detach().numpy(),
+        np.testing.assert_allclose(ours.weight.numpy().ravel(), theirs.weight.detach().numpy(),
                                    rtol=1e-5, atol=1e-7)
     assert not np.allclose(ours.weight.numpy(), 0.25)  # the slopes moved
 

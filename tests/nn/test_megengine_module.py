@@ -1,5 +1,6 @@
 """Module, Parameter, Sequential, batch norm and init under MegEngine's names and meanings
 (``mgegraph.module`` is MegEngine's ``megengine.module``)."""
+import copy
 from collections import OrderedDict
 
 import numpy as np
@@ -227,6 +228,20 @@ def test_init_functions_fill_in_place_with_megengine_fans():
     assert init.calculate_gain("leaky_relu", 0) == pytest.approx(np.sqrt(2.0))
     with pytest.raises(ValueError, match="unknown nonlinearity 'swish'"):
         init.calculate_gain("swish")
+
+
+@pytest.mark.parametrize("layer,args,want", [
+    (M.Conv2d, (2, 4, (5, 7), 1, 0, 1, 2), (35, 70)),          # out / groups x kernel
+    (M.Conv3d, (2, 4, (5, 7, 9), 1, 0, 1, 2), (315, 630)),
+    (M.ConvTranspose2d, (4, 6, 3, 1, 0, 0, 1, 2), (27, 18)),   # (in, out/groups, k, k)
+    (M.Conv1d, (2, 3, 5), (10, 15)),
+])
+def test_grouped_convolution_weights_have_megengine_fans(layer, args, want):
+    module = layer(*args)
+    assert init.calculate_fan_in_and_fan_out(module.weight) == want
+    copied = copy.deepcopy(module)  # the weight's groups come along
+    assert init.calculate_fan_in_and_fan_out(copied.weight) == want
+    assert init.calculate_correct_fan(module.weight, "fan_out") == want[1]
 
 
 def test_elemwise_names_a_function_by_megengine_mode():

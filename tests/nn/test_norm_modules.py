@@ -122,8 +122,9 @@ def test_freeze_normalises_with_running_statistics_and_trains_no_affine():
     bn.running_mean.value = np.array([1.0, -1.0, 0.5], np.float32)
     bn.running_var.value = np.array([4.0, 1.0, 0.25], np.float32)
     bn.weight.value = np.array([2.0, 1.0, 0.5], np.float32)
-    assert bn.parameters() == [] and {n for n, _ in bn.named_buffers()} == {
-        "bias", "running_mean", "running_var", "weight"}
+    # MegEngine's: the affine stays Parameters (an optimiser may be given them), read detached
+    assert set(bn.parameters()) == {bn.weight, bn.bias} and {n for n, _ in bn.named_buffers()} == {
+        "running_mean", "running_var"}
     x = RNG.standard_normal((5, 3, 2, 2)).astype(np.float32)
     bn.train()
     y = bn(mg.tensor(x)).numpy()
@@ -180,3 +181,91 @@ def test_bad_arguments(make, match):
 def test_bad_inputs(layer, shape, match):
     with pytest.raises(mg.GraphError, match=match):
         layer(mg.tensor(np.zeros(shape, np.float32)))
+
+
+def _frozen_bn_step(bn, opt, gm):
+    def step(x):
+        with gm:
+            loss = bn(x).mean()
+            gm.backward(loss)
+        opt.step().clear_grad()
+        return loss
+    return step
+
+
+@pytest.mark.parametrize("traced", [None, False, True])
+def test_frozen_batch_norm_gives_its_affine_to_an_optimiser_which_leaves_it(traced):
+    bn = nn.BatchNorm2d(3, freeze=True)
+    bn.weight.value = np.full((1, 3, 1, 1), 2.0, np.float32)
+    bn.train()
+    gm = mg.GradManager().attach(bn.parameters())
+    opt = optim.SGD(bn.parameters(), lr=1.0, momentum=0.9, weight_decay=0.1)
+    step = _frozen_bn_step(bn, opt, gm)
+    if traced is not None:
+        step = mg.jit.trace(step, symbolic=traced)
+    x = RNG.random((6, 3, 2, 2)).astype(np.float32)
+    for _ in range(3):
+        loss = step(mg.tensor(x))
+    assert bn.weight.grad is None
+    np.testing.assert_array_equal(bn.weight.numpy(), 2.0)
+    np.testing.assert_array_equal(bn.bias.numpy(), 0.0)
+    np.testing.assert_allclose(loss.numpy(), (x / np.sqrt(1 + 1e-5) * 2).mean(), rtol=1e-5)
+
+
+def test_frozen_batch_norm_in_a_graph_gets_no_gradient_and_reads_later_writes():
+    bn = nn.BatchNorm2d(2, freeze=True, param_dim="dim_c")
+    g = mg.Graph()
+    x = g.input("x", (4, 2, 3, 3), np.float32)
+    y = bn(x)
+    dw, db = mg.grad(F.sum(y * y), [g.bind(bn.weight), g.bind(bn.bias)])
+    plan = mg.compile([y, dw, db])
+    bn.weight.value = np.array([3.0, -1.0], np.float32)  # after the plan was made
+    data = RNG.standard_normal((4, 2, 3, 3)).astype(np.float32)
+    out, gw, gb = plan.run({"x": data})
+    np.testing.assert_array_equal(gw, 0.0)
+    np.testing.assert_array_equal(gb, 0.0)
+    want = data / np.sqrt(1 + 1e-5) * np.array([3.0, -1.0], np.float32).reshape(1, 2, 1, 1)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("traced", [None, False, True])
+@pytest.mark.parametrize("layer,shape", [(nn.BatchNorm1d, (0, 4, 0)),
+                                         (nn.BatchNorm2d, (0, 4, 0, 0)),
+                                         (nn.BatchNorm2d, (3, 4, 0, 2))])
+def test_batch_norm_of_an_empty_batch_is_empty_and_keeps_the_running_statistics(
+        layer, shape, traced):
+    bn = layer(4)
+    bn.train()
+    step = bn if traced is None else mg.jit.trace(lambda x: bn(x), symbolic=traced)
+    for _ in range(2):
+        y = step(mg.tensor(np.zeros(shape, np.float32)))
+        assert y.shape == shape
+    np.testing.assert_array_equal(bn.running_mean.numpy(), 0.0)
+    np.testing.assert_array_equal(bn.running_var.numpy(), 1.0)
+
+
+def test_batch_norm_trains_on_one_value_per_channel_as_megengine():
+    bn = nn.BatchNorm2d(4)
+    bn.bias.value = np.arange(4, dtype=np.float32).reshape(1, 4, 1, 1)
+    bn.train()
+    x = np.array([1.0, -2.0, 3.0, 0.5], np.float32).reshape(1, 4, 1, 1)
+    y = bn(mg.tensor(x)).numpy()
+    np.testing.assert_array_equal(y, bn.bias.value)  # variance 0: every value is its mean
+    np.testing.assert_allclose(bn.running_mean.numpy(), 0.1 * x, rtol=1e-6)
+    np.testing.assert_allclose(bn.running_var.numpy(), 0.9, rtol=1e-6)
+
+
+def test_a_compiled_training_step_leaves_a_frozen_batch_norm_as_an_eager_step_does():
+    model = nn.Sequential(nn.Conv2d(2, 3, 1), nn.BatchNorm2d(3, freeze=True), nn.Flatten(),
+                          nn.Linear(12, 2))
+    model[1].weight.value = np.full((1, 3, 1, 1), 1.5, np.float32)
+    opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.5)
+    x = RNG.random((4, 2, 2, 2)).astype(np.float32)
+    y = np.array([0, 1, 0, 1])
+    conv_before = model[0].weight.numpy()
+    step = mg.compile_train_step(model, F.cross_entropy, opt, example_batch=(x, y))
+    for _ in range(2):
+        step(x, y)
+    np.testing.assert_array_equal(model[1].weight.numpy(), 1.5)  # no decay, no momentum
+    np.testing.assert_array_equal(model[1].bias.numpy(), 0.0)
+    assert not np.array_equal(model[0].weight.numpy(), conv_before)

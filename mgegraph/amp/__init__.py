@@ -1,8 +1,11 @@
-"""Automatic mixed precision, MegEngine's ``megengine.amp``: ``autocast`` and ``GradScaler``.
+"""Automatic mixed precision, MegEngine's ``megengine.amp``: ``autocast``, ``GradScaler``, the
+module properties ``amp.enabled``, ``low_prec_dtype`` and ``high_prec_dtype``, and the NHWC
+format tags of ``convert_format.py``.
 
 Under ``autocast`` the GEMM-like ops (matmul, linear, the convolutions) take their operands in
 ``low_prec_dtype`` (float16 or bfloat16) and softmax, the norms and the losses take a half input
-in ``high_prec_dtype`` (``mgegraph.ops.autocast`` says which and why); the weights stay in
+in ``high_prec_dtype``, batch norm its data low and its parameters high (``mgegraph.ops.autocast``
+says which and why); the weights stay in
 float32, and a weight's gradient comes back in float32 through its cast. ``GradScaler``
 multiplies the loss's gradient by a scale so that small float16 gradients do not flush to zero,
 divides the weights' gradients by it again, and drops a step's gradients (the optimiser then
@@ -19,15 +22,18 @@ skips those weights) when any of them is not finite, backing the scale off.
 from __future__ import annotations
 
 import functools
+import sys
+import types
 
 import numpy as np
 
-from . import functional as F
-from .eager.grad_manager import GradManager
-from .ir.errors import GraphError, user_location
-from .ops import autocast as _state
+from .. import functional as F
+from ..eager.grad_manager import GradManager
+from ..ir.errors import GraphError, user_location
+from ..ops import autocast as _state
+from .convert_format import convert_module_format, convert_tensor_format
 
-__all__ = ["GradScaler", "autocast"]
+__all__ = ["GradScaler", "autocast", "convert_module_format", "convert_tensor_format"]
 
 
 class autocast:
@@ -56,15 +62,28 @@ class autocast:
         return wrapped
 
 
-def __getattr__(name):
+def _state_property(field: str, shown):
+    def read(_module):
+        return shown(getattr(_state.current(), field))
+
+    def write(_module, value):
+        state = _state.current()
+        values = {"enabled": state.enabled, "low": state.low, "high": state.high, field: value}
+        _state.set_current(_state.make(values["enabled"], values["low"], values["high"]))
+    return property(read, write)
+
+
+class _AmpModule(types.ModuleType):
     """MegEngine's module properties ``amp.enabled``, ``amp.low_prec_dtype`` and
-    ``amp.high_prec_dtype``: this thread's autocast state (set them with ``autocast``)."""
-    state = _state.current()
-    values = {"enabled": state.enabled, "low_prec_dtype": state.low.name,
-              "high_prec_dtype": state.high.name}
-    if name in values:
-        return values[name]
-    raise AttributeError(f"module 'mgegraph.amp' has no attribute {name!r}")
+    ``amp.high_prec_dtype``: this thread's autocast state, read and set (``amp.enabled = True``
+    switches autocast on until it is set False, as ``with autocast():`` does for a block)."""
+
+    enabled = _state_property("enabled", bool)
+    low_prec_dtype = _state_property("low", lambda d: d.name)
+    high_prec_dtype = _state_property("high", lambda d: d.name)
+
+
+sys.modules[__name__].__class__ = _AmpModule
 
 
 class GradScaler:
