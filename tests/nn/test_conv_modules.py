@@ -48,11 +48,12 @@ def test_torch_state_dict_gives_torch_output(layer, torch_name, args, kwargs, xs
     (nn.Conv3d, (4, 10, 3), 4 * 27),
 ])
 def test_initialisation_bounds_follow_pytorch(layer, args, fan_in):
+    mg.module.init.manual_seed(5)  # the draws of this test, whatever ran before it
     module = layer(*args)
     bound = 1 / math.sqrt(fan_in)   # kaiming_uniform(a=sqrt(5)) and the bias share it
-    for p in (module.weight, module.bias):
-        values = p.numpy()
-        assert np.abs(values).max() <= bound and np.abs(values).max() > 0.5 * bound
+    weight, bias = np.abs(module.weight.numpy()), np.abs(module.bias.numpy())
+    assert weight.max() <= bound and weight.max() > 0.9 * bound  # hundreds of draws reach it
+    assert bias.max() <= bound  # a few draws (6 biases) need not come near the bound
 
 
 def _decoder():
