@@ -6,9 +6,11 @@ medians and each one's ratio to PyTorch's.
     python benchmarks/lstm.py --threads 1 2 --rounds 3        # batch 64, seq 32, 64, 128
 
 "mgegraph" is ``compile_train_step`` at its default level (the LSTM's time loop unrolled in
-the plan: one GEMM for every step's input projection, then per step the hidden GEMM, the split
-of its gates and one fused kernel of the gate arithmetic), "mgegraph -O2" the same step at
-optimize=2, "torch" PyTorch eager (its LSTM a single fused ATen op with its own backward).
+the plan: one GEMM for every step's input projection, then per step the hidden GEMM adding into
+the step's rows of it (an addmm), the split of its gates and one fused kernel of the gate
+arithmetic), "mgegraph -O2" the same step at optimize=2, "torch" PyTorch eager (its LSTM a
+single fused ATen op with its own backward). The machine may be shared: each line also gives
+every round's median, and the ratios compare medians of the same run.
 """
 from __future__ import annotations
 

@@ -56,7 +56,8 @@ class Gemm:
     path: str = ""
 
 
-def plain_gemm(dtype, m: int, n: int, k: int, transpose_b: bool) -> Gemm:
+def plain_gemm(dtype, m: int, n: int, k: int, transpose_b: bool,
+               transpose_a: bool = False) -> Gemm:
     """A device that reads none of the CPU's choices (CUDA drops those fields: gemm.py)."""
     return Gemm()
 
@@ -75,7 +76,7 @@ def _matmul_launches(node, gemms) -> tuple[Launch, ...]:
     shape, (_, sa, sb) = collapse(batch, [out, sa, sb])
     check_blas_dims(a.dtype, m, n, k)
     launches = []
-    for run in gemms(a.dtype, m, n, k, tb):
+    for run in gemms(a.dtype, m, n, k, tb, ta):
         head = pack(FIELDS["MATMUL_FIELDS"], m=m, n=n, k=k, transpose_a=ta, transpose_b=tb,
                     threads=run.threads, tiles=run.tiles, gemv_split=run.gemv_split,
                     ndim=len(shape))
@@ -99,22 +100,22 @@ def _addmm_launches(node, gemms) -> tuple[Launch, ...]:
     c, a, b = node.inputs[:3]
     _, _, _, m, n, k = matmul_dims(a.type, b.type, node.attr)
     check_blas_dims(c.dtype, m, n, k)
-    tb = node.attr["transpose_b"]
+    ta, tb = node.attr["transpose_a"], node.attr["transpose_b"]
     return tuple(Launch(pack(FIELDS["ADDMM_FIELDS"], m=m, n=n, k=k,
-                             transpose_a=node.attr["transpose_a"], transpose_b=tb,
+                             transpose_a=ta, transpose_b=tb,
                              has_scale=len(node.inputs) == 4, threads=run.threads,
                              tiles=run.tiles, gemv_split=run.gemv_split),
                         (float(node.attr["alpha"]),), run.workspace, run.path)
-                 for run in gemms(c.dtype, m, n, k, tb))
+                 for run in gemms(c.dtype, m, n, k, tb, ta))
 
 
 LAUNCHES = {"matmul": _matmul_launches, "linear": _linear_launches, "addmm": _addmm_launches}
 
 
 def implement(table, gemm=plain_gemm, gemms=None) -> None:
-    """Register matmul, linear and addmm on ``table``; ``gemm(dtype, m, n, k, transpose_b)``
-    says how the device runs each product (a ``Gemm``), ``gemms`` (the same arguments) every
-    way it can (a tuple of them; ``OpImpl.candidates``), where it has several."""
+    """Register matmul, linear and addmm on ``table``; ``gemm(dtype, m, n, k, transpose_b,
+    transpose_a)`` says how the device runs each product (a ``Gemm``), ``gemms`` (the same
+    arguments) every way it can (a tuple of them; ``OpImpl.candidates``), where it has several."""
     for op, launches in LAUNCHES.items():
         def lower(node, launches=launches):
             return launches(node, lambda *dims: (gemm(*dims),))[0]

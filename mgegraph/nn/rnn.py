@@ -10,7 +10,10 @@ and recompute steps; a loop construct would need control flow in the IR, which i
 The work is arranged for that: the input projection of every time step is ONE GEMM
 ``(T*B, I) x (I, G*H)`` before the loop (with ``b_hh`` folded into its bias where the gates
 allow), so a step is one ``h @ W_hh^T`` and its fused gate chain; the first step, whose state is
-zero when no initial state is given, has no hidden GEMM at all.
+zero when no initial state is given, has no hidden GEMM at all. The LSTM takes each step's rows
+of the projection whole, (B, 4H) as they lie in (T*B, 4H), and adds the hidden product to them
+before splitting the gates: the accumulate pass makes that add the GEMM's own (an addmm), and
+neither the forward nor the gradient has to transpose (T, B, G, H) to (T, G, B, H).
 
 Design: no new op. These are compositions of linear, split and the elementwise ops; a fused
 cell op (gates and their backward in one kernel) could replace only the fused gate kernel and
@@ -74,7 +77,21 @@ def rnn_step(xg, h, w_hh, act=F.tanh):
 
 def lstm_step(xg, h, c, w_hh):
     """PyTorch's gate order i, f, g, o; b_ih + b_hh in ``xg``. Returns (h', c')."""
-    i, f, g, o = xg if h is None else [a + b for a, b in zip(xg, _hidden(h, w_hh, None, 4))]
+    gates = xg if h is None else [a + b for a, b in zip(xg, _hidden(h, w_hh, None, 4))]
+    return _lstm_cell(gates, c)
+
+
+def lstm_row_step(xg, h, c, w_hh):
+    """``lstm_step`` on the step's projection whole, ``xg`` (B, 4H): the hidden product is
+    added to it before the split by gate, ``xg + h @ W_hh^T``, which the accumulate pass makes
+    one addmm (the GEMM adds into xg's bytes) where it rounds as the add (on the tiles) or at
+    optimize=2: one split a step, and no gate add left to the fused kernel."""
+    z = xg if h is None else xg + F.matmul(h, w_hh, transpose_b=True)
+    return _lstm_cell(F.split(z, 4, axis=-1), c)
+
+
+def _lstm_cell(gates, c):
+    i, f, g, o = gates
     c_new = F.sigmoid(i) * F.tanh(g) if c is None else \
         F.sigmoid(f) * c + F.sigmoid(i) * F.tanh(g)
     return F.sigmoid(o) * F.tanh(c_new), c_new
@@ -104,12 +121,13 @@ def unroll(kind: str, x, weights: tuple, state: tuple, reverse: bool = False, ac
     w_ih, w_hh, b_ih, b_hh = weights
     seq, batch, gates = x.shape[0], x.shape[1], GATES[kind]
     bias = b_ih + b_hh if kind != "GRU" and b_ih is not None else b_ih
-    steps = per_step_gates(F.linear(F.reshape(x, (-1, x.shape[2])), w_ih, bias), seq, batch,
-                           gates)
+    projected = F.linear(F.reshape(x, (-1, x.shape[2])), w_ih, bias)
+    steps = per_step_rows(projected, seq, batch) if kind == "LSTM" else \
+        per_step_gates(projected, seq, batch, gates)
     hs = [None] * seq
     for t in (range(seq - 1, -1, -1) if reverse else range(seq)):
         if kind == "LSTM":
-            state = lstm_step(steps[t], state[0], state[1], w_hh)
+            state = lstm_row_step(steps[t], state[0], state[1], w_hh)
         elif kind == "GRU":
             state = (gru_step(steps[t], state[0], w_hh, b_hh),)
         else:
@@ -236,6 +254,18 @@ def per_step_gates(projected, seq: int, batch, gates: int) -> list[list]:
     flat = [F.reshape(p, (batch, hidden)) for p in F.split(parts, seq * gates, axis=0)] \
         if seq > 1 or gates > 1 else [F.reshape(parts, (batch, hidden))]
     return [flat[t * gates:(t + 1) * gates] for t in range(seq)]
+
+
+def per_step_rows(projected, seq: int, batch) -> list:
+    """(T*B, G*H) -> per time step its (B, G*H) rows, by one split of whole steps: no
+    transpose (each step's rows are contiguous already), and the gradient is one concat of the
+    steps straight into (T*B, G*H), the layout the input projection's GEMMs read. (The GRU,
+    whose reset gate multiplies only the hidden part, splits by gate: ``per_step_gates``.)"""
+    if seq == 1:
+        return [projected]
+    width = projected.shape[1]
+    return [F.reshape(p, (batch, width)) for p in
+            F.split(F.reshape(projected, (seq, batch, width)), seq, axis=0)]
 
 
 

@@ -160,11 +160,12 @@ def test_lstm_trains_in_graph_mode_as_in_eager_mode():
         np.testing.assert_allclose(a, b.numpy(), rtol=1e-6, atol=1e-6)
 
 
-def test_one_trace_serves_two_batch_sizes():
+@pytest.mark.parametrize("kind", ["GRU", "LSTM"])
+def test_one_trace_serves_two_batch_sizes(kind):
     """The batch is symbolic under trace(symbolic_shape=True); the sequence length is fixed by
     the unrolled graph."""
     nn.init.manual_seed(0)
-    model = nn.GRU(INPUT, HIDDEN, batch_first=True, bidirectional=True)
+    model = getattr(nn, kind)(INPUT, HIDDEN, batch_first=True, bidirectional=True)
     calls = []
 
     def run(x):
@@ -180,15 +181,64 @@ def test_one_trace_serves_two_batch_sizes():
 
 
 def test_each_step_fuses_into_one_kernel():
-    """Per step after the first: the hidden GEMM, the split of its gates and ONE fused kernel
-    of the whole gate arithmetic (the cell state of the step before included)."""
+    """Per step after the first: the hidden GEMM adding into the step's input projection (an
+    addmm: optimize=2 absorbs every add of a product), the split of its gates and ONE fused
+    kernel of the whole gate arithmetic (the cell state of the step before included)."""
     model = nn.LSTM(INPUT, HIDDEN)
     g = mg.Graph()
     out, _ = model(g.input("x", (SEQ, BATCH, INPUT)))
-    plan = mg.compile([out])
+    plan = mg.compile([out], optimize=2)
     ops = [i.op for i in plan.instructions]
-    assert ops.count("fused_elementwise") == SEQ
-    assert not {"sigmoid", "tanh", "add", "mul"} & set(ops)
+    assert ops.count("fused_elementwise") == SEQ and ops.count("addmm") == SEQ - 1
+    assert not {"sigmoid", "tanh", "add", "mul", "transpose"} & set(ops)
+
+
+@pytest.mark.skipif("avx512" not in __import__("mgegraph._kernels.conv").
+                    _kernels.conv.blocked_isas(), reason="the addmm tiles need AVX-512")
+def test_at_level_1_a_training_step_adds_the_hidden_gemm_into_the_projection_bitwise():
+    """Where the product runs on the tiles (32 rows, 64 columns) the addmm rounds as eager
+    mode's add, so a training step at optimize=1 makes one a step and its losses are the eager
+    steps' bitwise."""
+    x = np.random.default_rng(3).standard_normal((SEQ, 32, INPUT)).astype(np.float32)
+    y = (np.arange(32) % 2).astype(np.int32)
+
+    class Model(nn.Module):
+        def __init__(self):
+            nn.init.manual_seed(0)
+            self.lstm, self.head = nn.LSTM(INPUT, 16), nn.Linear(16, 2)
+
+        def forward(self, v):
+            return self.head(self.lstm(v)[1][0][-1])
+
+    model = Model()
+    opt, gm = mg.optim.Adam(model.parameters(), lr=0.01), mg.GradManager()
+    gm.attach(model.parameters())
+    eager = []
+    for _ in range(3):
+        with gm:
+            loss = F.cross_entropy(model(wide(x)), wide(y))
+            gm.backward(loss)
+        opt.step().clear_grad()
+        eager.append(float(loss))
+    model = Model()
+    step = mg.compile_train_step(model, F.cross_entropy, mg.optim.Adam(model.parameters(),
+                                                                       lr=0.01),
+                                 example_batch=(x, y))
+    assert [i.op for i in step.plan.instructions].count("addmm") >= SEQ - 1
+    assert [float(step(x, y)) for _ in range(3)] == eager
+
+
+def test_a_training_step_copies_no_transpose_of_the_gates():
+    """The steps are whole rows of the input projection (T*B, 4H): the forward splits them off
+    as they lie and the backward concatenates their gradients straight back, with no
+    transpose either way."""
+    nn.init.manual_seed(0)
+    model = nn.LSTM(INPUT, HIDDEN)
+    x = np.random.default_rng(4).standard_normal((SEQ, BATCH, INPUT)).astype(np.float32)
+    step = mg.compile_train_step(model, lambda out, _: F.mean(out[0] ** 2),
+                                 mg.optim.SGD(model.parameters(), lr=0.1),
+                                 example_batch=(x, np.zeros(1, np.float32)))
+    assert "transpose" not in {i.op for i in step.plan.instructions}
 
 
 def test_model_file_round_trip(tmp_path):
@@ -256,7 +306,7 @@ def test_bad_input_is_named():
 
 def test_remat_recomputes_steps_of_a_training_step_with_the_same_losses():
     """The unrolled steps are ordinary nodes: remat may drop and recompute them."""
-    x = np.random.default_rng(10).standard_normal((8, 12, INPUT)).astype(np.float32)
+    x = np.random.default_rng(10).standard_normal((8, 24, INPUT)).astype(np.float32)
     y = (np.arange(8) % 2).astype(np.int32)
 
     class Model(nn.Module):

@@ -60,6 +60,30 @@ def test_the_rule_takes_float32_gemms_wide_and_tall_enough():
     assert not lowering.tiles_rule(f32, 128, 1024, 0, False)    # k = 0: zeros, the BLAS's way
     assert lowering.tiles_rule(f32, 8, 64, lowering.TILE_MAX_K, False)
     assert not lowering.tiles_rule(f32, 8, 64, lowering.TILE_MAX_K + 1, False)  # workspace
+    at_most = lowering.TILE_MAX_K_AT  # a stored A^T: gathered a column of A per step of k
+    assert lowering.tiles_rule(f32, 512, 128, at_most, False, transpose_a=True)
+    assert not lowering.tiles_rule(f32, 512, 128, at_most + 1, False, transpose_a=True)
+    assert lowering.tiles_rule(f32, 512, 128, at_most + 1, False)  # A as stored: the tiles
+
+
+@pytest.mark.parametrize("op", ["matmul", "addmm"])
+def test_a_weight_gradient_over_many_rows_goes_to_the_blas(op):
+    # g^T x over the (seq * batch) rows of an unrolled RNN's input projection
+    k = lowering.TILE_MAX_K_AT + 1
+    g = RNG.standard_normal((k, 70)).astype(np.float32)
+    x = RNG.standard_normal((k, 64)).astype(np.float32)
+    w = RNG.standard_normal((70, 64)).astype(np.float32)
+
+    def fn(a, b, c):
+        product = F.matmul(a, b, transpose_a=True)
+        return c - product if op == "addmm" else product + 0 * c
+
+    plan = plan_of(fn, g, x, w, optimize=2)
+    (ins,) = [i for i in plan.instructions if i.op == op]
+    names = KL.ADDMM_FIELDS if op == "addmm" else KL.MATMUL_FIELDS
+    assert dict(zip(names, ins.ints))["tiles"] == 0
+    want = reference(g, x, True, False)
+    close(run(fn, g, x, w, optimize=2), w - want if op == "addmm" else want, k)
 
 
 @pytest.mark.parametrize("ta", [False, True])
@@ -68,7 +92,7 @@ def test_the_rule_takes_float32_gemms_wide_and_tall_enough():
     (32, 64, 1),      # one whole block, k = 1
     (33, 100, 17),    # a partial block, a short last row tile
     (40, 130, 70),    # three blocks, the last 2 columns wide
-    (128, 256, 300),  # whole tiles but the last rows
+    (128, 256, 256),  # whole tiles but the last rows; k = TILE_MAX_K_AT
 ])
 def test_matmul_on_tiles_matches_numpy(m, n, k, ta, tb):
     a = RNG.standard_normal((k, m) if ta else (m, k)).astype(np.float32)

@@ -43,7 +43,18 @@ def gemm_threads(dtype, m, n, k) -> int:
 # A stored B^T is transposed as it is packed, a pass over B that a few rows do not pay back.
 # Each thread's packed block holds all of k: past TILE_MAX_K (4 MiB a thread) the BLAS, whose
 # panels are bounded, keeps the workspace small.
+# A stored A^T (a weight's gradient g^T x) is gathered a column of A at a time, m floats apart
+# for each step of k: every step a new cache line, a new page every few steps, which the
+# hardware prefetcher does not follow. Over a long k (the rows of a batch times a sequence)
+# the BLAS, which packs A^T first, wins. Measured on the 2-core Intel Xeon (Emerald Rapids,
+# AVX-512), OpenBLAS the BLAS, tiles ÷ BLAS by the fastest of 25 runs of a one-GEMM plan each
+# way, 1 thread, the machine shared with other jobs (benchmarks/lstm.py's weight gradients):
+#   (m, n, k) = (512, 64, 512) A^T: 1.04;  (512, 128, 512) A^T: 1.28;  (128, 512, 512) A^T: 1.16
+#   (512, 64, 1024) A^T: 1.32;  (512, 128, 1024) A^T: 1.60;  (512, 64, 2048) A^T: 1.44-1.71
+#   (512, 64, 64) A^T: 0.91;  (512, 128, 64) A^T: 1.03 (an LSTM step's weight gradient)
+#   (512, 64, 256) A^T: 1.01;  (512, 128, 256) A^T: 1.16;  (128, 512, 256) A^T: 1.11
 TILE_MIN_ROWS, TILE_MIN_ROWS_BT, TILE_MIN_COLUMNS, TILE_MAX_K = 4, 32, 64, 16384
+TILE_MAX_K_AT = 256  # a batch's rows: MLP-train's (1024, 1024, 128) A^T stays on the tiles
 TILE_COLUMNS = 64  # a packed block of op(B): each thread's workspace holds one
 
 
@@ -54,12 +65,13 @@ def tiles_apply(dtype, k) -> bool:
         and 0 < k <= TILE_MAX_K
 
 
-def tiles_rule(dtype, m, n, k, transpose_b) -> bool:
+def tiles_rule(dtype, m, n, k, transpose_b, transpose_a=False) -> bool:
     """Whether a GEMM of C (m, n) over k goes to the gather tiles: where they apply, at least
     TILE_MIN_COLUMNS columns and TILE_MIN_ROWS rows (TILE_MIN_ROWS_BT when B is stored
-    transposed)."""
+    transposed), and k at most TILE_MAX_K_AT when A is stored transposed."""
     return (tiles_apply(dtype, k) and n >= TILE_MIN_COLUMNS
-            and m >= (TILE_MIN_ROWS_BT if transpose_b else TILE_MIN_ROWS))
+            and m >= (TILE_MIN_ROWS_BT if transpose_b else TILE_MIN_ROWS)
+            and (not transpose_a or k <= TILE_MAX_K_AT))
 
 
 def accumulates_exactly(product) -> bool:
@@ -68,7 +80,7 @@ def accumulates_exactly(product) -> bool:
     is added as those ops add it (linalg.pyx's row_out), not through the BLAS."""
     a, b = product.inputs
     _, _, _, m, n, k = matmul_dims(a.type, b.type, product.attr)
-    return tiles_rule(a.dtype, m, n, k, product.attr["transpose_b"])
+    return tiles_rule(a.dtype, m, n, k, product.attr["transpose_b"], product.attr["transpose_a"])
 
 
 def _tiles_workspace(threads, k) -> int:
@@ -89,10 +101,12 @@ def _workspace(tiles, split, threads, n, k) -> int:
     return K.gemv_parts(k) * n * 4 if split else 0
 
 
-def cpu_gemm(dtype, m: int, n: int, k: int, transpose_b: bool) -> Gemm:
+def cpu_gemm(dtype, m: int, n: int, k: int, transpose_b: bool,
+             transpose_a: bool = False) -> Gemm:
     """How the CPU runs a product of C (m, n) over k: its column blocks, whether on the tiles
     or a single row split over k, and the workspace that takes."""
-    threads, tiles = gemm_threads(dtype, m, n, k), tiles_rule(dtype, m, n, k, transpose_b)
+    threads = gemm_threads(dtype, m, n, k)
+    tiles = tiles_rule(dtype, m, n, k, transpose_b, transpose_a)
     return _gemm(dtype, n, k, threads, tiles, gemv_split(dtype, m, n, k, transpose_b, threads))
 
 
@@ -102,11 +116,13 @@ def _gemm(dtype, n, k, threads, tiles, split) -> Gemm:
                 way_label(way, threads) if dtype in FLOAT_DTYPES else "")
 
 
-def cpu_gemms(dtype, m: int, n: int, k: int, transpose_b: bool) -> tuple[Gemm, ...]:
+def cpu_gemms(dtype, m: int, n: int, k: int, transpose_b: bool,
+              transpose_a: bool = False) -> tuple[Gemm, ...]:
     """Every way the CPU runs the product (the measured choice's candidates): the BLAS and,
     for float32 on AVX-512 with k up to TILE_MAX_K, the gather tiles, on each of
     thread_choices and the rules' count; a single row times a stored B also split over k.
-    Integers have one way."""
+    Integers have one way. (``transpose_a`` is the rule's: the tiles stay a candidate for a
+    stored A^T, the measurement decides.)"""
     if dtype not in FLOAT_DTYPES:
         return (cpu_gemm(dtype, m, n, k, transpose_b),)
     tiles = (False, True) if tiles_apply(dtype, k) else (False,)
