@@ -43,13 +43,13 @@ template <class T> __device__ void swap_at(T* y, i64 r, i64 s) {
 template <class T> __device__ void eliminate(T* y, i64 n, i64 k) {
     const T inv = (T)1 / y[k * n + k];
     y[k * n + k] = 1;
-    for (i64 j = 0; j < n; ++j) y[k * n + j] = mg_rn_mul(y[k * n + j], inv);
+    for (i64 j = 0; j < n; ++j) y[k * n + j] = mg_mul(y[k * n + j], inv);
     for (i64 i = 0; i < n; ++i) {
         if (i == k) continue;
         const T f = y[i * n + k];
         y[i * n + k] = 0;
         for (i64 j = 0; j < n; ++j)
-            y[i * n + j] = mg_rn_add(y[i * n + j], -mg_rn_mul(f, y[k * n + j]));
+            y[i * n + j] = mg_add(y[i * n + j], -mg_mul(f, y[k * n + j]));
     }
 }
 

@@ -3,18 +3,7 @@
 #pragma once
 #include "mg_abi.cuh"
 #include "reduce_block.cuh"
-
-// Roundings as written, never fused into an FMA (the CPU's kernels are built without FP
-// contraction), so the elementwise steps agree with them bit for bit.
-#ifdef __CUDACC__
-__device__ __forceinline__ float mg_mul(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ double mg_mul(double a, double b) { return __dmul_rn(a, b); }
-__device__ __forceinline__ float mg_add(float a, float b) { return __fadd_rn(a, b); }
-__device__ __forceinline__ double mg_add(double a, double b) { return __dadd_rn(a, b); }
-#else  // the host emulation, built with -ffp-contract=off
-template <class T> inline T mg_mul(T a, T b) { return a * b; }
-template <class T> inline T mg_add(T a, T b) { return a + b; }
-#endif
+#include "rounded.cuh"  // mg_mul, mg_add: roundings as written, never fused into an FMA
 
 #define MG_FOR_GROUPS(count)                                                                  \
     for (i64 grp = (i64)blockIdx.x * blockDim.y + threadIdx.y; grp < (count);                \

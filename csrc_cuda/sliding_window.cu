@@ -64,7 +64,7 @@ template <class T> __device__ void window_transpose(const MgArgs& a) {
             if (oh < 0) continue;
             for (i64 j = s.kernel_w - 1; j >= 0; --j) {
                 const i64 ow = cell_of(w + s.pad_w - j * s.dilation_w, s.stride_w, s.out_w);
-                if (ow >= 0) acc = mg_rn_add(acc, windows[((oh * s.out_w + ow) * s.kernel_h + i)
+                if (ow >= 0) acc = mg_add(acc, windows[((oh * s.out_w + ow) * s.kernel_h + i)
                                                        * s.kernel_w + j]);
             }
         }
