@@ -84,3 +84,9 @@ from .vision import remap, warp_affine, warp_perspective
 __all__ += ["cond_take", "copy", "cross", "diag", "einsum", "eye", "isinf", "isnan", "logaddexp",
             "logical_and", "logical_not", "logical_or", "logical_xor", "logsumexp", "non_zero",
             "norm", "remap", "std", "warp_affine", "warp_perspective"]
+
+# MegEngine's F.metric and F.utils paths: topk_accuracy, composed of topk and a compare
+from . import metric, utils  # noqa: F401
+from .metric import topk_accuracy
+
+__all__ += ["topk_accuracy"]
