@@ -154,3 +154,14 @@ def test_an_unknown_compute_mode_is_refused(fn):
     x, w = (_x(1, 2, 5, 5), _x(2, 2, 3, 3)) if fn is F.conv2d else (_x(1, 2, 5), _x(2, 2, 3))
     with pytest.raises(GraphError, match="compute_mode 'default' or 'float32', got .*'float64'"):
         fn(mg.tensor(x), mg.tensor(w), compute_mode="float64")
+
+
+def test_deformable_conv2d_takes_compute_mode_float32():
+    x, w = _x(1, 2, 5, 5), _x(3, 2, 3, 3)
+    offset, mask = np.zeros((1, 18, 3, 3), np.float32), np.ones((1, 9, 3, 3), np.float32)
+    args = [mg.tensor(v) for v in (x, w, offset, mask)]
+    np.testing.assert_array_equal(
+        F.vision.deformable_conv2d(*args, compute_mode="float32").numpy(),
+        F.vision.deformable_conv2d(*args).numpy())
+    with pytest.raises(OpError, match="compute_mode 'default' or 'float32'"):
+        F.vision.deformable_conv2d(*args, compute_mode="float16")
