@@ -6,6 +6,7 @@ import pytest
 
 import mgegraph as mg
 import mgegraph.functional as F
+from mgegraph.autodiff import GradManager
 from mgegraph.ir.errors import GraphError, OpError
 
 RNG = np.random.default_rng(0)
@@ -165,3 +166,15 @@ def test_deformable_conv2d_takes_compute_mode_float32():
         F.vision.deformable_conv2d(*args).numpy())
     with pytest.raises(OpError, match="compute_mode 'default' or 'float32'"):
         F.vision.deformable_conv2d(*args, compute_mode="float16")
+
+
+def test_a_broadcast_bias_gets_its_gradient_in_its_own_shape():
+    x, w = mg.tensor(_x(2, 2, 6)), mg.tensor(_x(3, 2, 2))
+    bias = mg.tensor(_x(1, 3, 1))
+    upstream = _x(2, 3, 5)
+    gm = GradManager().attach([bias])
+    with gm:
+        gm.backward(F.conv1d(x, w, bias), mg.tensor(upstream))
+    assert bias.grad.shape == (1, 3, 1)
+    np.testing.assert_allclose(bias.grad.numpy(), upstream.sum(axis=(0, 2), keepdims=True),
+                               rtol=1e-5)
