@@ -10,7 +10,8 @@ internal option registry). It does three things and nothing else:
   _access_structure``) of a module imported as ``megengine...`` with such a placeholder, so a
   test file that imports one at its top still runs its other tests; a test whose own code reads
   a private attribute mgegraph's objects lack (``param._tuple_shape``) is stopped by an internal
-  too;
+  too; so is a public name that MegEngine's public module only re-exports from its internals
+  (``INTERNAL_REEXPORTS``);
 - files every test's outcome, with ``internal`` for a test stopped by such a use, as one JSON line
   in the file named by ``MGE_COMPAT_RESULTS``.
 """
@@ -26,6 +27,15 @@ import pytest
 INTERNAL_PREFIXES = tuple(os.environ.get("MGE_COMPAT_INTERNAL", "").split(","))
 GPU_MARKERS = ("require_ngpu", "distributed_isolated", "isolated_distributed", "require_higher_ngpu")
 
+# Public names whose MegEngine module only re-exports them from MegEngine's internals, with the
+# origin its source imports them from (``functional/elemwise.py``: ``from ..core.ops.builtin
+# import Elemwise``; ``device.py``: ``from .core._imperative_rt.common import CompNode``). They are
+# internals under a public path: answered, where mgegraph's module lacks them, with a placeholder.
+INTERNAL_REEXPORTS = {
+    "megengine.functional.elemwise": {"Elemwise": "megengine.core.ops.builtin.Elemwise"},
+    "megengine.device": {"CompNode": "megengine.core._imperative_rt.common.CompNode"},
+}
+
 
 class MegEngineInternal(Exception):
     """A test used a MegEngine internal module that mgegraph does not reproduce."""
@@ -33,6 +43,8 @@ class MegEngineInternal(Exception):
 
 class _InternalName:
     """Stands for any name inside an internal module; any use of it raises."""
+
+    __slots__ = ("_name",)
 
     def __init__(self, name):
         self._name = name
@@ -48,6 +60,10 @@ class _InternalName:
     __call__ = __iter__ = __getitem__ = __enter__ = __bool__ = __len__ = _refuse
     __eq__ = __lt__ = __add__ = __mul__ = __mro_entries__ = _refuse
     __hash__ = object.__hash__
+
+    @property
+    def __dict__(self):  # ``vars(Elemwise.Mode)`` must not read as an empty namespace
+        raise MegEngineInternal(self._name)
 
     # No mgegraph object is an instance of a MegEngine internal class (MegEngine's test helpers
     # ask ``isinstance(x, VarNode)`` of every result), so the question has an honest answer.
@@ -80,12 +96,14 @@ class _InternalFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
-def _answer_private_names(module):
-    """Private names the module lacks become placeholders (a module's own __getattr__, such as
-    mgegraph's lazy one, is asked first)."""
+def _answer_private_names(module, alias):
+    """Private names the module lacks, and the internal re-exports of MegEngine's module
+    ``alias``, become placeholders (a module's own __getattr__, such as mgegraph's lazy one, is
+    asked first)."""
     if isinstance(module, _InternalModule) or "_private_names_answered" in module.__dict__:
         return
     previous = module.__dict__.get("__getattr__")
+    reexports = INTERNAL_REEXPORTS.get(alias, {})
 
     def __getattr__(name):
         if previous is not None:
@@ -93,6 +111,8 @@ def _answer_private_names(module):
                 return previous(name)
             except AttributeError:
                 pass
+        if name in reexports:
+            return _InternalName(reexports[name])
         if name.startswith("_") and not name.startswith("__"):
             return _InternalName(f"{module.__name__}.{name}")
         raise AttributeError(f"module {module.__name__!r} has no attribute {name!r}")
@@ -114,7 +134,7 @@ class _PrivateNamesFinder(importlib.abc.MetaPathFinder):
 
                 def exec_module(module, load=load, name=fullname):
                     load(module)
-                    _answer_private_names(sys.modules[name])
+                    _answer_private_names(sys.modules[name], name)
 
                 spec.loader = type("PrivateNamesLoader", (), {
                     "create_module": staticmethod(spec.loader.create_module),
@@ -127,7 +147,7 @@ import megengine  # noqa: F401  (installs the renaming finder, needed before the
 
 for _name, _module in list(sys.modules.items()):  # those the shim filed under megengine.* names
     if _name == "megengine" or _name.startswith("megengine."):
-        _answer_private_names(_module)
+        _answer_private_names(_module, _name)
 sys.meta_path.insert(0, _PrivateNamesFinder())
 sys.meta_path.append(_InternalFinder())
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "helpers"))

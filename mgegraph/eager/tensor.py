@@ -110,7 +110,8 @@ class Tensor(Var):
         # eager value here is already both, so they change nothing
         check_eager_device(device)
         if isinstance(data, Tensor):
-            dtype = data.dtype if dtype is None else dtype
+            _check_rewrap(data, dtype, device)
+            dtype, device = data.dtype, device or getattr(data, "_device", None)
             data = data.numpy()
         set_array(self, default_array(data, dtype), owns=True)
         if device is not None:
@@ -359,6 +360,23 @@ def default_array(data, dtype=None) -> np.ndarray:
 
 # MegEngine's spelling: ``mge.tensor`` is the class, so ``isinstance(x, mge.tensor)`` works.
 tensor = Tensor
+
+
+class RewrapError(GraphError, RuntimeError):
+    """``Tensor(t, dtype=, device=)`` asked a Tensor made from Tensor ``t`` to change its dtype
+    or device: MegEngine's RuntimeError (cast with ``t.astype``, move with ``t.to``)."""
+
+
+def _check_rewrap(data: Tensor, dtype, device) -> None:
+    if dtype is not None and as_dtype(dtype) != data.dtype:
+        raise RewrapError(f"Tensor(a {data.type} Tensor, dtype={as_dtype(dtype)}): a Tensor made "
+                          f"from a Tensor keeps its dtype; cast with .astype (at "
+                          f"{user_location()})")
+    made_for = getattr(data, "_device", None)  # unset: the default, any device
+    if device is not None and made_for is not None and Device(device) != made_for:
+        raise RewrapError(f"Tensor(a Tensor on {data.device}, device={device!r}): a Tensor made "
+                          f"from a Tensor keeps its device; move it with .to (at "
+                          f"{user_location()})")
 
 
 def check_eager_device(device) -> None:

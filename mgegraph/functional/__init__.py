@@ -93,3 +93,8 @@ __all__ += ["matinv", "sliding_window", "sliding_window_transpose"]
 from ..ops.local_conv import local_conv2d, region_restricted_conv
 
 __all__ += ["local_conv2d", "region_restricted_conv"]
+# MegEngine's F.metric and F.utils paths: topk_accuracy, composed of topk and a compare
+from . import metric, utils  # noqa: F401
+from .metric import topk_accuracy
+
+__all__ += ["topk_accuracy"]

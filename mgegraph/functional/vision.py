@@ -17,7 +17,7 @@ from ..ir.errors import OpError, user_location
 from ..ir.graph import Var
 from ..ir.types import is_float
 from ..ops.builder import apply, cast_to, graph_of, promote
-from ..ops.conv import weight_dims
+from ..ops.conv import COMPUTE_MODES, weight_dims
 from ..ops.elementwise import floor_div
 from ..ops.matmul import matmul
 from ..ops.movement_api import concat, reshape, take, transpose
@@ -451,9 +451,9 @@ def deformable_conv2d(inp, weight, offset, mask, bias=None, stride=1, padding=0,
     >>> y = F.vision.deformable_conv2d(x, w, offset, mask, padding=1)
     ... # x: (2, 4, 9, 9), w: (8, 4, 3, 3), offset: (2, 18, 9, 9), mask: (2, 9, 9, 9)
     """
-    if conv_mode != "cross_correlation" or compute_mode != "default":
+    if conv_mode != "cross_correlation" or compute_mode not in COMPUTE_MODES:
         _fail("deformable_conv2d", inp, "supports conv_mode='cross_correlation' and "
-              f"compute_mode='default' only, got {conv_mode!r}, {compute_mode!r}")
+              f"compute_mode 'default' or 'float32', got {conv_mode!r}, {compute_mode!r}")
     inp, weight, offset, mask, *rest = promote(inp, weight, offset, mask,
                                                *(() if bias is None else (bias,)))
     oc, cg, kh, kw = _deform_weight(inp, weight, groups)

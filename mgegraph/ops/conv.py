@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..ir.dims import ceil_div
-from ..ir.errors import OpError, user_location
+from ..ir.errors import GraphError, OpError, user_location
 from ..ir.facts import require_at_least
 from ..ir.types import TensorType
 from .autocast import gemm_operands
@@ -500,6 +500,18 @@ def _as_pair(value):
         return value
 
 
+# MegEngine's compute_mode "float32" asks float16 inputs to accumulate in float32: mgegraph's
+# kernels always do (a half input computes in float32 and is rounded once, at the end)
+COMPUTE_MODES = ("default", "float32")
+
+
+def check_conv_modes(op: str, conv_mode, compute_mode) -> None:
+    if conv_mode != "cross_correlation" or compute_mode not in COMPUTE_MODES:
+        raise GraphError(f"{op} supports conv_mode='cross_correlation' and compute_mode "
+                         f"'default' or 'float32', got {conv_mode!r}, {compute_mode!r} (at "
+                         f"{user_location()})")
+
+
 def conv2d(inp, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
            conv_mode="cross_correlation", compute_mode="default"):
     """2-D convolution (cross-correlation) of an NCHW input with an (out, in/groups, kh, kw)
@@ -507,9 +519,7 @@ def conv2d(inp, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
 
     >>> y = F.conv2d(x, w, b, stride=2, padding=1)   # x: (8, 3, 32, 32), w: (16, 3, 3, 3)
     """
-    if conv_mode != "cross_correlation" or compute_mode != "default":
-        raise ValueError("conv2d supports conv_mode='cross_correlation' and "
-                         f"compute_mode='default' only, got {conv_mode!r}, {compute_mode!r}")
+    check_conv_modes("conv2d", conv_mode, compute_mode)
     return apply("conv2d", tuple(gemm_operands(inp, weight, bias)), stride=_as_pair(stride), padding=_as_pair(padding),
                  dilation=_as_pair(dilation),
                  groups=int(groups) if hasattr(groups, "__index__") else groups)

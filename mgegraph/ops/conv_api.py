@@ -22,7 +22,7 @@ from ..ir.errors import OpError, user_location
 from ..ir.graph import Var
 from ..ir.types import is_float
 from .autocast import gemm_operands
-from .conv import conv2d, conv2d_backward_data
+from .conv import check_conv_modes, conv2d, conv2d_backward_data
 from .elementwise import add
 from .movement_api import pad, reshape, subscript, transpose
 from .registry import named
@@ -46,10 +46,13 @@ def _ints(op, inputs, what, value, n, low) -> tuple[int, ...]:
     return values
 
 
-def _check_modes(op, conv_mode, compute_mode):
-    if conv_mode != "cross_correlation" or compute_mode != "default":
-        raise ValueError(f"{op} supports conv_mode='cross_correlation' and compute_mode="
-                         f"'default' only, got {conv_mode!r}, {compute_mode!r}")
+def _bias_vector(op, inputs, bias, c_out, ndim):
+    """``bias`` of an ``ndim``-d convolution's output as (C_out,): given so, or in MegEngine's
+    broadcast form (1, C_out, 1, ...)."""
+    broadcast = (1, c_out) + (1,) * (ndim - 2)
+    if bias.shape not in ((c_out,), broadcast):
+        _fail(op, inputs, f"bias must have shape ({c_out},) or {broadcast}, got {bias.shape}")
+    return bias if bias.ndim == 1 else reshape(bias, (c_out,))
 
 
 # -- transposed convolution -----------------------------------------------------------------------
@@ -138,7 +141,7 @@ def conv_transpose2d(inp, weight, bias=None, stride=1, padding=0, output_padding
     >>> y = F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1)  # 32x32 -> 64x64
     """
     op = "conv_transpose2d"
-    _check_modes(op, conv_mode, compute_mode)
+    check_conv_modes(op, conv_mode, compute_mode)
     x, w, *rest = gemm_operands(inp, weight, bias)
     inputs = [x, w, *rest]
     groups = _ints(op, inputs, "groups", groups, 1, 1)[0]
@@ -166,16 +169,18 @@ def _one(op, inputs, what, value, low):
 
 def conv1d(inp, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
            conv_mode="cross_correlation", compute_mode="default"):
-    """1-D convolution of an (N, C, L) input by an (out, in/groups, k) weight; bias (out,).
+    """1-D convolution of an (N, C, L) input by an (out, in/groups, k) weight; bias (out,) or
+    (1, out, 1).
 
     >>> y = F.conv1d(x, w, b, stride=2, padding=1)   # x: (8, 3, 100), w: (16, 3, 5)
     """
     op = "conv1d"
-    _check_modes(op, conv_mode, compute_mode)
+    check_conv_modes(op, conv_mode, compute_mode)
     x, w, *rest = gemm_operands(inp, weight, bias)
     inputs = [x, w, *rest]
     x2, w2 = _as_2d(op, x, w)
-    y = conv2d(x2, w2, rest[0] if rest else None, _one(op, inputs, "stride", stride, 1),
+    bias = _bias_vector(op, inputs, rest[0], w.shape[0], 3) if rest else None
+    y = conv2d(x2, w2, bias, _one(op, inputs, "stride", stride, 1),
                _one(op, inputs, "padding", padding, 0), _one(op, inputs, "dilation", dilation, 1),
                groups)
     return reshape(y, y.shape[:3])
@@ -188,11 +193,13 @@ def conv_transpose1d(inp, weight, bias=None, stride=1, padding=0, output_padding
     >>> y = F.conv_transpose1d(x, w, stride=2)   # x: (1, 64, 50), w: (64, 32, 4) -> (1, 32, 102)
     """
     op = "conv_transpose1d"
-    _check_modes(op, conv_mode, compute_mode)
+    check_conv_modes(op, conv_mode, compute_mode)
     x, w, *rest = gemm_operands(inp, weight, bias)
     inputs = [x, w, *rest]
     x2, w2 = _as_2d(op, x, w)
-    y = conv_transpose2d(x2, w2, rest[0] if rest else None, _one(op, inputs, "stride", stride, 1),
+    groups = _ints(op, inputs, "groups", groups, 1, 1)[0]
+    bias = _bias_vector(op, inputs, rest[0], w.shape[1] * groups, 3) if rest else None
+    y = conv_transpose2d(x2, w2, bias, _one(op, inputs, "stride", stride, 1),
                          _one(op, inputs, "padding", padding, 0),
                          _one(op, inputs, "output_padding", output_padding, 0),
                          _one(op, inputs, "dilation", dilation, 1), groups)
@@ -211,13 +218,13 @@ def _check_3d(op, x, w):
 def conv3d(inp, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
            conv_mode="cross_correlation", compute_mode="default"):
     """3-D convolution of an (N, C, D, H, W) input by an (out, in/groups, kd, kh, kw) weight;
-    bias (out,). Each depth tap dz convolves, as one conv2d, the input's depth slices it reads
+    bias (out,) or (1, out, 1, 1, 1). Each depth tap dz convolves, as one conv2d, the input's depth slices it reads
     (with the output depths folded into the batch), and the taps' results are summed.
 
     >>> y = F.conv3d(x, w, b, padding=1)   # x: (2, 3, 8, 16, 16), w: (8, 3, 3, 3, 3)
     """
     op = "conv3d"
-    _check_modes(op, conv_mode, compute_mode)
+    check_conv_modes(op, conv_mode, compute_mode)
     x, w, *rest = gemm_operands(inp, weight, bias)
     inputs = [x, w, *rest]
     _check_3d(op, x, w)
@@ -243,7 +250,8 @@ def conv3d(inp, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
     y = transpose(reshape(total, (n, out_d, *total.shape[1:])), (0, 2, 1, 3, 4))
     if not rest:
         return y
-    return add(y, reshape(rest[0], (1, rest[0].shape[0], 1, 1, 1)))
+    bias = _bias_vector(op, inputs, rest[0], w.shape[0], 5)
+    return add(y, reshape(bias, (1, w.shape[0], 1, 1, 1)))
 
 
 # -- 3-D transposed: a sum over the kernel's depth of transposed 2-D convolutions -----------------
@@ -303,8 +311,7 @@ def transposed3d(x, w, bias, stride, pads, out_size, dilation, groups, op="conv_
     y = transpose(total, (0, 2, 1, 3, 4))
     if bias is None:
         return y
-    if bias.shape not in ((y.shape[1],), (1, y.shape[1], 1, 1, 1)):
-        _fail(op, [x, w, bias], f"bias must have shape ({y.shape[1]},), got {bias.shape}")
+    bias = _bias_vector(op, [x, w, bias], bias, y.shape[1], 5)
     return add(y, reshape(bias, (1, y.shape[1], 1, 1, 1)))
 
 
@@ -317,7 +324,7 @@ def conv_transpose3d(inp, weight, bias=None, stride=1, padding=0, output_padding
     >>> y = F.conv_transpose3d(x, w, stride=2)   # x: (1, 8, 4, 4, 4), w: (8, 4, 2, 2, 2)
     """
     op = "conv_transpose3d"
-    _check_modes(op, conv_mode, compute_mode)
+    check_conv_modes(op, conv_mode, compute_mode)
     x, w, *rest = gemm_operands(inp, weight, bias)
     inputs = [x, w, *rest]
     groups = _ints(op, inputs, "groups", groups, 1, 1)[0]

@@ -153,9 +153,18 @@ def _floating(x):
     return cast_to(x, np.float64 if x.dtype == np.dtype(np.int64) else np.float32)
 
 
+class NoneOperandError(GraphError, TypeError):
+    """An elementwise function given None (``x + None``): MegEngine's TypeError and its words,
+    the user's line in the error's note."""
+
+
 def as_values(*values) -> tuple:
     """The arguments of a public elementwise function; where none is a tensor (``F.abs(-3.0)``,
     ``F.add(1, 2)``) the first becomes an eager Tensor, so the result is one (MegEngine's rule)."""
+    if any(v is None for v in values):
+        error = NoneOperandError("the operand is None and is not supported.")
+        error.add_note(f"(at {user_location()})")
+        raise error
     if any(isinstance(v, Var) for v in values):
         return values
     return (eager_graph().lift(values[0]),) + values[1:]

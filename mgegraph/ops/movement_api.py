@@ -253,10 +253,11 @@ def _pad_width(src, pad_width):
 def pad(src, pad_width, mode="constant", constant_value=0.0):
     """Pad with ``pad_width`` (per-axis (before, after) pairs from the first axis, as MegEngine;
     an int or one pair pads every axis, as NumPy). Modes: constant, edge (or replicate),
-    reflect, wrap.
+    reflect, wrap, in any case ("CONSTANT", as MegEngine takes them).
 
     >>> F.pad(x, ((1, 1), (2, 0)), mode="reflect")
     """
+    mode = mode.lower() if isinstance(mode, str) else mode
     mode = "edge" if mode == "replicate" else mode
     return apply("pad", (src,), pad_width=_pad_width(src, pad_width), mode=mode,
                  constant_value=float(constant_value))
@@ -487,7 +488,8 @@ def arange(start=0, stop=None, step=1, dtype="float32", *, graph=None, device=No
     check_host_device("arange", device)
     if stop is None:
         start, stop = 0, start
-    start, stop, step = (v.item() if isinstance(v, np.generic) else v for v in (start, stop, step))
+    start, stop, step = (_bound("arange", name, v) for name, v in
+                         (("start", start), ("stop", stop), ("step", step)))
     return no_input_node(graph, "arange", start=start, stop=stop, step=step,
                          dtype=str(as_dtype(dtype)))
 
@@ -495,6 +497,24 @@ def arange(start=0, stop=None, step=1, dtype="float32", *, graph=None, device=No
 def linspace(start, stop, num, dtype="float32", *, graph=None, device=None):
     """``num`` evenly spaced values from ``start`` to ``stop``, both included."""
     check_host_device("linspace", device)
+    start, stop = _bound("linspace", "start", start), _bound("linspace", "stop", stop)
     num = num if isinstance(num, Dim) else operator.index(num)  # a Dim: a named count
     return no_input_node(graph, "linspace", start=start, stop=stop, num=num,
                          dtype=str(as_dtype(dtype)))
+
+
+def _bound(op: str, name: str, value):
+    """A bound of ``arange``/``linspace`` as a number: a NumPy scalar's, or an eager one-value
+    Tensor's (MegEngine takes Tensors there); a graph's Var, known only when the plan runs,
+    cannot set the op's values and length."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if not isinstance(value, Var):
+        return value
+    if not value.graph.eager:
+        raise OpError(op, (value.type,), f"{name} must be a number or an eager Tensor, not a "
+                      f"value of a graph", user_location())
+    if value.size != 1:
+        raise OpError(op, (value.type,), f"{name} must be a single value, got shape "
+                      f"{value.shape}", user_location())
+    return value.item()

@@ -162,13 +162,29 @@ for _name in REDUCE_OPS:
 
 
 # -- public functions (re-exported by mgegraph.functional) ---------------------------------------
+class RepeatedAxisError(OpError, AssertionError):
+    """A reduction given one axis twice, once counted from the end (``axis=(-1, 1)`` of a 2-d
+    input); an AssertionError, as MegEngine's."""
+
+
+def _repeats(axis, ndim: int) -> bool:
+    if not isinstance(axis, (tuple, list)) or \
+            not all(isinstance(a, (int, np.integer)) for a in axis):
+        return False
+    return len({int(a) % builtins.max(ndim, 1) for a in axis}) < len(axis)
+
+
+def _axes_of(name: str, x, axis) -> tuple[int, ...]:
+    try:
+        return canonical_axes(axis, x.ndim)
+    except (ValueError, TypeError) as exc:
+        error = RepeatedAxisError if _repeats(axis, x.ndim) else OpError
+        raise error(name, (x.type,), str(exc), user_location()) from None
+
+
 def _reduce(name: str, inp, axis, keepdims: bool) -> Var:
     x = graph_of(inp).lift(inp)
-    try:
-        axes = canonical_axes(axis, x.ndim)
-    except (ValueError, TypeError) as exc:
-        raise OpError(name, (x.type,), str(exc), user_location()) from None
-    return apply(name, (x,), axis=axes, keepdims=bool(keepdims))
+    return apply(name, (x,), axis=_axes_of(name, x, axis), keepdims=bool(keepdims))
 
 
 def sum(inp, axis=None, keepdims=False):
@@ -206,15 +222,23 @@ def min(inp, axis=None, keepdims=False):
 
 def _arg(name: str, inp, axis, keepdims: bool) -> Var:
     x = graph_of(inp).lift(inp)
-    if axis is not None and not isinstance(axis, (int, np.integer)):
-        raise OpError(name, (x.type,), f"axis must be None or an int, got {axis!r}",
-                      user_location())
-    return _reduce(name, x, axis, keepdims)
+    if axis is None or isinstance(axis, (int, np.integer)):
+        return _reduce(name, x, axis, keepdims)
+    if not isinstance(axis, (tuple, list)) or not axis:
+        raise OpError(name, (x.type,), f"axis must be None, an int or a non-empty sequence of "
+                      f"ints, got {axis!r}", user_location())
+    # MegEngine's meaning of several axes: one reduction per axis, the last axis first, each
+    # later one reducing the indices the one before gave
+    for a in sorted(_axes_of(name, x, axis), reverse=True):
+        x = _reduce(name, x, a, keepdims)
+    return x
 
 
 def argmax(inp, axis=None, keepdims=False):
     """Index (int64) of the first maximum along ``axis``; None: in the flattened input. The
-    first NaN counts as the maximum, as in NumPy. ``F.argmax(logits, axis=1)``"""
+    first NaN counts as the maximum, as in NumPy. Several axes are MegEngine's: argmax along
+    each, the last first, each over the indices the one before gave.
+    ``F.argmax(logits, axis=1)``"""
     return _arg("argmax", inp, axis, keepdims)
 
 

@@ -145,8 +145,8 @@ def test_bad_axes_are_build_errors():
         F.mean(x, axis=(1, -1))
     with pytest.raises(mg.OpError, match=r"max\(f32\[\]\).*0-d"):
         F.max(s, axis=0)
-    with pytest.raises(mg.OpError, match=r"argmax.*None or an int"):
-        F.argmax(x, axis=(0, 1))
+    with pytest.raises(mg.OpError, match=r"argmax.*None, an int or a non-empty sequence"):
+        F.argmax(x, axis="0")  # several axes are MegEngine's: test_megengine_arguments.py
     with pytest.raises(mg.OpError, match=r"var.*axis must be"):
         F.var(x, axis="rows")
     with pytest.raises(mg.OpError, match=r"prod.*unknown attribute"):
