@@ -307,6 +307,10 @@ CALLS |= {  # MegEngine's matinv and sliding windows (ops/linalg_inv.py, ops/sli
     "sliding_window_transpose": lambda v: F.sliding_window_transpose(
         F.sliding_window(v, 3, padding=1), (6, 6), 3, padding=1),
 }
+CALLS |= {  # MegEngine's F.metric (functional/metric.py)
+    "topk_accuracy": lambda v: F.topk_accuracy(v.reshape(6, 36), v.graph.const(LABELS), topk=5),
+}
+LABELS = np.array([0, 7, 35, 3, 20, 11], np.int32)
 EYE3 = np.eye(3, dtype=np.float32) * 4  # keeps the matrices matinv inverts well conditioned
 LOCAL_W = np.linspace(-1, 1, 6 * 6 * 3 * 3 * 3 * 2, dtype=np.float32).reshape(6, 6, 3, 3, 3, 2)
 REGIONS = (np.arange(2 * 6 * 6).reshape(2, 6, 6) % 3).astype(np.int32)
