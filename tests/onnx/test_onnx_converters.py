@@ -14,6 +14,7 @@ from mgegraph.onnx import (
     convert_linalg,
     convert_math,
     convert_nn,
+    convert_quant,
     convert_recurrent,
     convert_resample,
     convert_rnn,
@@ -37,6 +38,7 @@ def test_the_table_is_every_familys_entries():
                 convert_sorting, convert_sequence,
                 convert_attention, convert_scan, convert_recurrent, convert_linalg)  # the attention family and Scan
     families += (convert_rnn,)  # the recurrent layers
+    families += (convert_quant,)  # QuantizeLinear, DequantizeLinear
     assert sum(len(f.CONVERTERS) for f in families) == len(converters.CONVERTERS)
     for family in families:
         for op, convert in family.CONVERTERS.items():
