@@ -11,6 +11,7 @@ import math
 
 from .. import functional as F
 from ..ir.errors import GraphError
+from ..ops.conv import check_conv_modes
 from . import init
 from .layers import _pair, _size, conv_repr
 from .module import Module, Parameter
@@ -173,9 +174,7 @@ class DeformableConv2d(Module):
         self.stride = _sides(name, "stride", stride, 1, 2)
         self.padding = _sides(name, "padding", padding, 0, 2)
         self.dilation = _sides(name, "dilation", dilation, 1, 2)
-        if conv_mode != "cross_correlation" or compute_mode != "default":
-            raise GraphError(f"{name}: supports conv_mode='cross_correlation' and "
-                             f"compute_mode='default' only, got {conv_mode!r}, {compute_mode!r}")
+        check_conv_modes(name, conv_mode, compute_mode)
         self.groups, self.conv_mode, self.compute_mode = groups, conv_mode, compute_mode
         _parameters(self, (out_channels, in_channels // groups, *kernel), out_channels, bias)
 

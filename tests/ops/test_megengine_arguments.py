@@ -178,3 +178,15 @@ def test_a_broadcast_bias_gets_its_gradient_in_its_own_shape():
     assert bias.grad.shape == (1, 3, 1)
     np.testing.assert_allclose(bias.grad.numpy(), upstream.sum(axis=(0, 2), keepdims=True),
                                rtol=1e-5)
+
+
+def test_the_deformable_conv2d_layer_takes_compute_mode_float32():
+    x = _x(1, 2, 5, 5)
+    offset, mask = np.zeros((1, 18, 3, 3), np.float32), np.ones((1, 9, 3, 3), np.float32)
+    layer = mg.module.DeformableConv2d(2, 3, 3, compute_mode="float32")
+    plain = mg.module.DeformableConv2d(2, 3, 3)
+    plain.load_state_dict(layer.state_dict())
+    args = [mg.tensor(v) for v in (x, offset, mask)]
+    np.testing.assert_array_equal(layer(*args).numpy(), plain(*args).numpy())
+    with pytest.raises(GraphError, match="compute_mode 'default' or 'float32'"):
+        mg.module.DeformableConv2d(2, 3, 3, compute_mode="float16")
