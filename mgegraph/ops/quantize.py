@@ -21,11 +21,10 @@ from .registry import REQUIRED, OpDef, register, whole_input
 
 __all__ = ["as_quantized", "dequantize", "quant_params", "quantize"]
 
-FLOAT32 = np.dtype(np.float32)
-
 
 def quant_params(attrs: dict) -> QuantParams:
-    """The parameters a quantize node's attributes give (a ValueError names what is wrong)."""
+    """The parameters a quantize node's attributes give (a TypeError or ValueError names what
+    is wrong)."""
     scales, zps, axis = attrs["scales"], attrs["zero_points"], attrs["axis"]
     if not isinstance(scales, tuple) or not isinstance(zps, tuple):
         raise TypeError(f"scales and zero_points must be tuples, got {scales!r}, {zps!r}")
@@ -50,7 +49,7 @@ def _dequantize_rule(in_types, attrs):
     (q,) = in_types
     if q.quant is None:
         raise TypeError(f"dequantize takes a quantized value, got {q} (plain integers have no "
-                        f"scale: quantize them, or cast them)")
+                        f"scale: give them one with as_quantized, or cast them)")
     dtype = np.dtype(attrs["dtype"])
     if dtype not in FLOAT_DTYPES:
         raise TypeError(f"dequantize gives float32 or float64, not {dtype}")
