@@ -9,7 +9,8 @@ Design: the parameters are part of a value's type (``TensorType.quant``), so the
 its equality and hash, print in the IR (``qs8(0.05)[1,64,56,56]``) and are checked by every
 op's rule. NumPy's dtype metadata, MegEngine's carrier, is invisible to ``==`` and ``hash``
 (``np.dtype(np.int8, metadata=m) == np.dtype(np.int8)``), so two tensors of different scales
-would compare equal: it is kept for the public ``dtype`` objects only.
+would compare equal: it can carry the parameters on public dtype objects only, converted to
+these at the boundary.
 """
 from __future__ import annotations
 
