@@ -48,21 +48,21 @@ import math
 from ..ir.types import TensorType
 from .builder import apply_multi
 from .matmul import same_dtype
-from .registry import FLOAT_DTYPES, REQUIRED, OpDef, named, register, require_dtypes, same_shape
+from .registry import (
+    FLOAT_DTYPES,
+    REQUIRED,
+    OpDef,
+    int_pair,
+    named,
+    register,
+    require_dtypes,
+    same_shape,
+)
 
 _WINDOW_ATTRS = {"kernel_size": REQUIRED, "stride": (1, 1), "padding": (0, 0),
                  "dilation": (1, 1)}
 _CORRELATION_ATTRS = {"kernel_size": 1, "max_displacement": 1, "stride1": 1, "stride2": 1,
                       "pad_size": 0, "is_multiply": True}
-
-
-def _pair(attrs, key, minimum) -> tuple[int, int]:
-    value = attrs[key]
-    if (not isinstance(value, tuple) or len(value) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum
-                       for v in value)):
-        raise ValueError(f"{key} must be a pair of ints >= {minimum}, got {value!r}")
-    return value
 
 
 def _int(attrs, key, minimum) -> int:
@@ -89,8 +89,8 @@ def _same_batch(a, b, what):
 # -- deform_im2col --------------------------------------------------------------------------------
 def window(x, attrs) -> tuple[int, int]:
     """The output cells (OH, OW) of the convolution window over input ``x``."""
-    kernel, stride = _pair(attrs, "kernel_size", 1), _pair(attrs, "stride", 1)
-    padding, dilation = _pair(attrs, "padding", 0), _pair(attrs, "dilation", 1)
+    kernel, stride = int_pair(attrs, "kernel_size", 1), int_pair(attrs, "stride", 1)
+    padding, dilation = int_pair(attrs, "padding", 0), int_pair(attrs, "dilation", 1)
     out = tuple((x.shape[2 + a] + 2 * padding[a] - dilation[a] * (kernel[a] - 1) - 1)
                 // stride[a] + 1 for a in range(2))
     if min(out) < 1:

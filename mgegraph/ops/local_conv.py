@@ -40,25 +40,16 @@ from .builder import apply, apply_multi, cast_to, graph_of
 from .conv import _as_pair
 from .matmul import same_dtype
 from .movement_api import reshape
-from .registry import FLOAT_DTYPES, OpDef, named, register, require_dtypes, same_shape
+from .registry import FLOAT_DTYPES, OpDef, int_pair, named, register, require_dtypes, same_shape
 
 _WINDOW = {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1)}
 REGION_DTYPES = (np.dtype(np.int32),)
 
 
-def _pair(attrs, key, minimum) -> tuple[int, int]:
-    value = attrs[key]
-    if (not isinstance(value, tuple) or len(value) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum
-                       for v in value)):
-        raise ValueError(f"{key} must be a pair of ints >= {minimum}, got {value!r}")
-    return value
-
-
 def window(x, kernel, attrs) -> tuple[int, int]:
     """The output cells (OH, OW) of a ``kernel`` window over image ``x``."""
-    stride, padding = _pair(attrs, "stride", 1), _pair(attrs, "padding", 0)
-    dilation = _pair(attrs, "dilation", 1)
+    stride, padding = int_pair(attrs, "stride", 1), int_pair(attrs, "padding", 0)
+    dilation = int_pair(attrs, "dilation", 1)
     out = tuple((x.shape[2 + a] + 2 * padding[a] - dilation[a] * (kernel[a] - 1) - 1)
                 // stride[a] + 1 for a in range(2))
     if min(out) < 1:

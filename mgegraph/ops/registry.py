@@ -282,6 +282,17 @@ def walker_grad(loss, wrt: list) -> list:
 
 
 # -- small helpers shared by shape rules -----------------------------------------------------------
+def int_pair(attrs, key: str, minimum: int) -> tuple[int, int]:
+    """Attribute ``key`` checked as a pair of ints (not bools) of at least ``minimum`` (a
+    window's stride, padding or dilation); a ValueError names it otherwise."""
+    value = attrs[key]
+    if (not isinstance(value, tuple) or len(value) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum
+                       for v in value)):
+        raise ValueError(f"{key} must be a pair of ints >= {minimum}, got {value!r}")
+    return value
+
+
 def normalize_axis(axis: int, ndim: int) -> int:
     if not -max(ndim, 1) <= axis < max(ndim, 1):
         raise ValueError(f"axis {axis} is out of range for {ndim}-d input")

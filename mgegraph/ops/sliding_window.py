@@ -30,7 +30,7 @@ import operator
 from ..ir.errors import OpError, user_location
 from ..ir.types import TensorType
 from .builder import apply, graph_of
-from .registry import FLOAT_DTYPES, REQUIRED, OpDef, named, register, require_dtypes
+from .registry import FLOAT_DTYPES, REQUIRED, OpDef, int_pair, named, register, require_dtypes
 
 __all__ = ["sliding_window", "sliding_window_transpose"]
 
@@ -40,12 +40,7 @@ _MINIMUM = {"kernel_size": 1, "padding": 0, "stride": 1, "dilation": 1, "output_
 
 
 def _pair(attrs, key) -> tuple[int, int]:
-    value, minimum = attrs[key], _MINIMUM[key]
-    if (not isinstance(value, tuple) or len(value) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum
-                       for v in value)):
-        raise ValueError(f"{key} must be a pair of ints >= {minimum}, got {value!r}")
-    return value
+    return int_pair(attrs, key, _MINIMUM[key])
 
 
 def cells(image_hw, attrs) -> tuple[int, int]:
