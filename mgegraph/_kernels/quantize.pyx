@@ -72,10 +72,10 @@ cdef inline int quantize_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
     return KERNEL_OK
 
 
-cdef inline double stored(const Quant* s, const char* q, Py_ssize_t j) noexcept nogil:
-    if s.code == CODE_INT8:
+cdef inline double stored(int code, const char* q, Py_ssize_t j) noexcept nogil:
+    if code == CODE_INT8:
         return (<const int8_t*>q)[j]
-    if s.code == CODE_UINT8:
+    if code == CODE_UINT8:
         return (<const uint8_t*>q)[j]
     return (<const int32_t*>q)[j]
 
@@ -84,20 +84,18 @@ cdef inline int dequantize_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
                                 int code) noexcept nogil:
     # code: the integer dtype; s.code: the float one
     cdef const Quant* s = <const Quant*>c.ints
-    cdef Quant view = s[0]
     cdef Py_ssize_t i = lo, j, end, ch
     cdef double scale, zp
-    view.code = code
     while i < hi:
         ch = (i // s.inner) % s.channels
         end = min(hi, (i // s.inner + 1) * s.inner)
         scale, zp = c.floats[ch], c.floats[s.channels + ch]
         for j in range(i, end):
             if s.code == 0:
-                (<float*>c.bufs[1])[j] = (<float>(stored(&view, c.bufs[0], j) - zp)
+                (<float*>c.bufs[1])[j] = (<float>(stored(code, c.bufs[0], j) - zp)
                                           * <float>scale)
             else:
-                (<double*>c.bufs[1])[j] = (stored(&view, c.bufs[0], j) - zp) * scale
+                (<double*>c.bufs[1])[j] = (stored(code, c.bufs[0], j) - zp) * scale
         i = end
     return KERNEL_OK
 
