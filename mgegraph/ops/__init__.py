@@ -12,4 +12,5 @@ from . import (  # noqa: F401  (each family registers its ops)
     sliding_window,  # MegEngine's sliding windows and their transpose
 )
 from . import quantize as _quantize  # noqa: F401  (quantize, dequantize, as_quantized)
+from . import quantized as _quantized  # noqa: F401  (the int8 conv2d, linear and add)
 from . import random as _random  # noqa: F401  (draws: uniform, gamma, poisson)

@@ -423,6 +423,23 @@ CASES["dequantize"] = _node("dequantize", lambda g, b: (
     {"dtype": "float32"}))
 CASES["as_quantized"] = _node("as_quantized", lambda g, b: (
     [_input(g, (b, 3, 4), "int8")], _PER_CHANNEL))
+# the int8 compute ops (ops/quantized.py): a named batch, per-channel weights, an int32 bias
+_REQUANT = {"out_dtype": "int8", "out_scale": 0.5, "out_zero_point": 0, "relu": True}
+
+
+def _q8(g, shape, axis=None, dtype="uint8"):
+    params = (quant.per_tensor(0.25, 128) if axis is None else
+              quant.QuantParams((0.5,) * shape[axis], (0,) * shape[axis], axis))
+    return g.input(f"x{len(g.inputs)}", shape, dtype, params)
+
+
+CASES["quantized_conv2d"] = _node("quantized_conv2d", lambda g, b: (
+    [_q8(g, (b, 4, 6, 5)), _q8(g, (6, 2, 3, 2), 0, "int8"), _input(g, (6,), "int32")],
+    {"stride": (2, 1), "padding": (1, 0), "dilation": (1, 1), "groups": 2, **_REQUANT}))
+CASES["quantized_linear"] = _node("quantized_linear", lambda g, b: (
+    [_q8(g, (b, 3, 5)), _q8(g, (4, 5), 0, "int8")], _REQUANT))
+CASES["quantized_add"] = _node("quantized_add", lambda g, b: (
+    [_q8(g, (b, 3, 5)), _q8(g, (1, 5))], _REQUANT))
 
 
 # -- local_conv2d, region_restricted_conv (ops/local_conv.py): a named batch -------------------

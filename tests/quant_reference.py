@@ -1,0 +1,93 @@
+"""NumPy references of the int8 compute ops (mgegraph/ops/quantized.py), from their docstring's
+definition: the integers every backend's kernels must give.
+
+Each takes the stored integers and the quantization parameters as NumPy arrays and numbers:
+``xp`` and friends are ``QuantParams`` (``TensorType.quant``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-(2 ** 31), 2 ** 31 - 1)}
+
+
+def _per_channel(values, count: int) -> np.ndarray:
+    values = np.asarray(values)
+    return np.broadcast_to(values, (count,)) if values.size == 1 else values
+
+
+def multipliers(sx: float, sw, sy: float) -> np.ndarray:
+    """float32(sx) * float32(sw[o]) / float32(sy), each step in float32 (ONNX Runtime's)."""
+    return (np.float32(sx) * np.asarray(sw, np.float32)) / np.float32(sy)
+
+
+def requantize(acc: np.ndarray, m: np.ndarray, zy: int, out_dtype: str, relu: bool,
+               channel_axis: int) -> np.ndarray:
+    """clamp(rint(float32(acc) * m[o]) + zy): ``m`` broadcast along ``channel_axis``."""
+    lo, hi = RANGES[out_dtype]
+    if relu:
+        lo = max(lo, zy)
+    shape = [1] * acc.ndim
+    shape[channel_axis] = -1
+    scaled = acc.astype(np.float32) * np.asarray(m, np.float32).reshape(shape)
+    return np.clip(np.rint(scaled).astype(np.int64) + zy, lo, hi).astype(out_dtype)
+
+
+def _accumulate_conv(x, zx, w, zw, stride, padding, dilation, groups) -> np.ndarray:
+    n, _c, h, wd = x.shape
+    oc, cg, kh, kw = w.shape
+    xs = np.pad(x.astype(np.int64) - zx, ((0, 0), (0, 0), (padding[0],) * 2, (padding[1],) * 2))
+    ws = w.astype(np.int64) - _per_channel(zw, oc).reshape(oc, 1, 1, 1)
+    oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    acc = np.zeros((n, oc, oh, ow), np.int64)
+    per_group = oc // groups
+    for i in range(kh):
+        for j in range(kw):
+            rows = slice(i * dilation[0], i * dilation[0] + stride[0] * (oh - 1) + 1, stride[0])
+            cols = slice(j * dilation[1], j * dilation[1] + stride[1] * (ow - 1) + 1, stride[1])
+            patch = xs[:, :, rows, cols]  # (n, c, oh, ow)
+            for g in range(groups):
+                o = slice(g * per_group, (g + 1) * per_group)
+                acc[:, o] += np.einsum("nchw,oc->nohw", patch[:, g * cg:(g + 1) * cg],
+                                       ws[o, :, i, j])
+    return acc
+
+
+def _finish(acc, bias, sx, wp, attrs, channel_axis) -> np.ndarray:
+    if bias is not None:
+        shape = [1] * acc.ndim
+        shape[channel_axis] = -1
+        acc = acc + np.asarray(bias, np.int64).reshape(shape)
+    acc = np.clip(acc, *RANGES["int32"])  # int32 accumulation: the inputs keep it in range
+    if attrs["out_dtype"] == "int32":
+        return acc.astype(np.int32)
+    m = multipliers(sx, wp.scales, attrs["out_scale"])
+    return requantize(acc, m, attrs["out_zero_point"], attrs["out_dtype"], attrs["relu"],
+                      channel_axis)
+
+
+def quantized_conv2d(x, xp, w, wp, bias=None, **attrs) -> np.ndarray:
+    """``attrs``: the op's (stride, padding, dilation, groups, out_dtype, out_scale,
+    out_zero_point, relu), all given."""
+    acc = _accumulate_conv(x, xp.zero_point, w, wp.zero_points, attrs["stride"],
+                           attrs["padding"], attrs["dilation"], attrs["groups"])
+    return _finish(acc, bias, xp.scale, wp, attrs, channel_axis=1)
+
+
+def quantized_linear(x, xp, w, wp, bias=None, **attrs) -> np.ndarray:
+    ws = w.astype(np.int64) - _per_channel(wp.zero_points, w.shape[0])[:, None]
+    acc = (x.astype(np.int64) - xp.zero_point) @ ws.T
+    return _finish(acc, bias, xp.scale, wp, attrs, channel_axis=x.ndim - 1)
+
+
+def quantized_add(a, ap, b, bp, **attrs) -> np.ndarray:
+    sy = np.float32(attrs["out_scale"])
+    ma, mb = np.float32(ap.scale) / sy, np.float32(bp.scale) / sy
+    total = ((a.astype(np.int64) - ap.zero_point).astype(np.float32) * ma
+             + (b.astype(np.int64) - bp.zero_point).astype(np.float32) * mb)
+    lo, hi = RANGES[attrs["out_dtype"]]
+    zy = attrs["out_zero_point"]
+    if attrs["relu"]:
+        lo = max(lo, zy)
+    return np.clip(np.rint(total).astype(np.int64) + zy, lo, hi).astype(attrs["out_dtype"])
