@@ -103,19 +103,15 @@ __device__ __forceinline__ mg_q64 mg_q_finish(MgQSums& s, mg_q64 k, int zx, int 
     return s.xw - (mg_q64)zw * s.x - (mg_q64)zx * s.w + k * (mg_q64)zx * (mg_q64)zw;
 }
 
-// The fields the epilogue reads (after each op's geometry in its ints).
+// The epilogue's numbers: the output's code and zero point, its (relu-narrowed) range less zy.
 struct MgQOut {
     int out_code, zy;
-    float lo, hi;  // the (relu-narrowed) storage range, less zy
+    float lo, hi;
 };
 
-__device__ __forceinline__ MgQOut mg_q_out(const MgArgs& a, int at) {
-    MgQOut o;
-    o.out_code = (int)a.ints[at];
-    o.zy = (int)a.ints[at + 1];
-    o.lo = (float)(a.ints[at + 2] - a.ints[at + 1]);
-    o.hi = (float)(a.ints[at + 3] - a.ints[at + 1]);
-    return o;
+__device__ __forceinline__ MgQOut mg_q_out(long long code, long long zy, long long lo,
+                                           long long hi) {
+    return MgQOut{(int)code, (int)zy, (float)(lo - zy), (float)(hi - zy)};
 }
 
 // clamp(rint(v) + zy, lo, hi) as clamp(rint(v), lo - zy, hi - zy) + zy: the bounds are
@@ -143,85 +139,74 @@ __device__ __forceinline__ void mg_q_epilogue(char* y, mg_q64 i, mg_q64 acc, con
     mg_q_store(y, i, mg_q_round(mg_q_mul(mg_q_to_float((int)acc), m[o]), out), out.out_code);
 }
 
-// -- quantized_conv2d ------------------------------------------------------------------------
-// ints: [batch, cin, h, w, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups, has_bias,
-//        x_code, w_code, zx', out_code, zy, lo, hi] (kernels/quantized.py CONV_FIELDS);
-// zx' and the table's zw'[o] are the zero points of the shifted values (uint8: less 128)
-// bufs: x, w, [bias], y. One thread per output element, grid-stride.
-__device__ void mg_qconv2d(const MgArgs& a, const float* m, const int* zw_of) {
-    const mg_q64 n = a.ints[0], cin = a.ints[1], h = a.ints[2], wd = a.ints[3];
-    const mg_q64 cout = a.ints[4], oh = a.ints[5], ow = a.ints[6], kh = a.ints[7];
-    const mg_q64 kw = a.ints[8], sh = a.ints[9], sw = a.ints[10], ph = a.ints[11];
-    const mg_q64 pw = a.ints[12], dh = a.ints[13], dw = a.ints[14], groups = a.ints[15];
-    const bool has_bias = a.ints[16] != 0;
-    const unsigned xflip = a.ints[17] == MG_Q_UINT8 ? 0x80u : 0u;
-    const unsigned wflip = a.ints[18] == MG_Q_UINT8 ? 0x80u : 0u;
-    const int zx = (int)a.ints[19];  // zx', the zero point of the shifted values
-    const MgQOut out = mg_q_out(a, 20);
+// the window sums of output (b, o, oy, ox) of a convolution, its taps gathered a byte at a time
+__device__ __forceinline__ void mg_q_window(MgQSums& s, const unsigned char* xg,
+                                            const unsigned char* wo, const long long* g,
+                                            mg_q64 oy, mg_q64 ox, unsigned xflip,
+                                            unsigned wflip, unsigned pad) {
+    const mg_q64 cg = g[1] / g[15], h = g[2], wd = g[3], kh = g[5], kw = g[6];
+    mg_q64 t = 0;
+    for (mg_q64 c = 0; c < cg; ++c) {
+        for (mg_q64 r = 0; r < kh; ++r) {
+            const mg_q64 iy = oy * g[9] - g[11] + r * g[13];
+            for (mg_q64 q = 0; q < kw; ++q, ++t) {
+                const mg_q64 ix = ox * g[10] - g[12] + q * g[14];
+                const bool inside = iy >= 0 && iy < h && ix >= 0 && ix < wd;
+                mg_q_pair(s, inside ? mg_q_load(xg, (c * h + iy) * wd + ix, xflip) : pad,
+                          mg_q_load(wo, t, wflip));
+            }
+        }
+    }
+}
+
+// the sums of k contiguous pairs (a 1x1 window over a 1x1 image: a linear layer's row), a
+// word at a time where both rows are 4-byte aligned
+__device__ __forceinline__ void mg_q_rows(MgQSums& s, const unsigned char* xr,
+                                          const unsigned char* wr, mg_q64 k, unsigned xflip,
+                                          unsigned wflip) {
+    if (k % 4 == 0 && (((unsigned long long)xr | (unsigned long long)wr) & 3) == 0) {
+        const unsigned xflips = xflip * MG_Q_ONES, wflips = wflip * MG_Q_ONES;
+        for (mg_q64 t = 0; t < k / 4; ++t)
+            mg_q_word(s, ((const unsigned*)xr)[t] ^ xflips, ((const unsigned*)wr)[t] ^ wflips);
+    } else {
+        for (mg_q64 t = 0; t < k; ++t)
+            mg_q_pair(s, mg_q_load(xr, t, xflip), mg_q_load(wr, t, wflip));
+    }
+}
+
+// -- quantized_conv2d and quantized_linear (a 1x1 convolution of x as (rows, in, 1, 1)) -------
+// ints: the CPU's block (mgegraph/kernel_abi/quantized.py; a test compares the names):
+// [batch, channels, height, width, out_channels, kernel_h, kernel_w, out_h, out_w, stride_h,
+//  stride_w, pad_h, pad_w, dilation_h, dilation_w, groups, w_code, out_code, x_zero, out_zero,
+//  low, high, has_bias, threads]
+// (threads is the CPU's). bufs: x, w, [bias], y. x_code comes from the rendered entry (the
+// kernel is dispatched by x's dtype), m and zw' (the weight zero points as the shifted values'
+// zero points) are its tables. One thread per output element, grid-stride.
+__device__ void mg_qconv2d(const MgArgs& a, const float* m, const int* zw_of, int x_code) {
+    const long long* g = a.ints;
+    const mg_q64 n = g[0], cin = g[1], h = g[2], wd = g[3], cout = g[4];
+    const mg_q64 kh = g[5], kw = g[6], oh = g[7], ow = g[8], groups = g[15];
+    const unsigned xflip = x_code == MG_Q_UINT8 ? 0x80u : 0u;
+    const unsigned wflip = g[16] == MG_Q_UINT8 ? 0x80u : 0u;
+    const int zx = (int)g[18] - (xflip ? 128 : 0);  // zx', the shifted values' zero point
+    const MgQOut out = mg_q_out(g[17], g[19], g[20], g[21]);
+    const bool has_bias = g[22] != 0;
     const unsigned char* x = (const unsigned char*)a.bufs[0];
     const unsigned char* w = (const unsigned char*)a.bufs[1];
     const int* bias = has_bias ? (const int*)a.bufs[2] : nullptr;
     char* y = a.bufs[has_bias ? 3 : 2];
     const mg_q64 cg = cin / groups, og = cout / groups, k = cg * kh * kw;
-    const unsigned pad = ((unsigned)zx & 0xFFu);
+    const bool rows = h * wd * kh * kw == 1;  // every window is its channels' bytes in a row
     const mg_q64 total = n * cout * oh * ow;
     for (mg_q64 i = (mg_q64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (mg_q64)gridDim.x * blockDim.x) {
         const mg_q64 ox = i % ow, oy = (i / ow) % oh, o = (i / (ow * oh)) % cout;
         const mg_q64 b = i / (ow * oh * cout);
         const unsigned char* xg = x + (b * cin + (o / og) * cg) * h * wd;
-        const unsigned char* wo = w + o * k;
         MgQSums s;
         mg_q_start(s);
-        mg_q64 t = 0;
-        for (mg_q64 c = 0; c < cg; ++c) {
-            for (mg_q64 r = 0; r < kh; ++r) {
-                const mg_q64 iy = oy * sh - ph + r * dh;
-                for (mg_q64 q = 0; q < kw; ++q, ++t) {
-                    const mg_q64 ix = ox * sw - pw + q * dw;
-                    const bool inside = iy >= 0 && iy < h && ix >= 0 && ix < wd;
-                    mg_q_pair(s, inside ? mg_q_load(xg, (c * h + iy) * wd + ix, xflip) : pad,
-                              mg_q_load(wo, t, wflip));
-                }
-            }
-        }
-        const int zw = zw_of[o];
-        mg_q_epilogue(y, i, mg_q_finish(s, k, zx, zw), bias, (int)o, m, out);
-    }
-}
-
-// -- quantized_linear ------------------------------------------------------------------------
-// ints: [rows, k, n, has_bias, x_code, w_code, zx', out_code, zy, lo, hi] (LINEAR_FIELDS)
-// bufs: x (rows, k), w (n, k), [bias], y (rows, n). One thread per output element; rows of x
-// and w are read a word at a time where k is a multiple of 4 and both buffers are aligned.
-__device__ void mg_qlinear(const MgArgs& a, const float* m, const int* zw_of) {
-    const mg_q64 rows = a.ints[0], k = a.ints[1], n = a.ints[2];
-    const bool has_bias = a.ints[3] != 0;
-    const unsigned xflip = a.ints[4] == MG_Q_UINT8 ? 0x80u : 0u;
-    const unsigned wflip = a.ints[5] == MG_Q_UINT8 ? 0x80u : 0u;
-    const int zx = (int)a.ints[6];
-    const MgQOut out = mg_q_out(a, 7);
-    const unsigned char* x = (const unsigned char*)a.bufs[0];
-    const unsigned char* w = (const unsigned char*)a.bufs[1];
-    const int* bias = has_bias ? (const int*)a.bufs[2] : nullptr;
-    char* y = a.bufs[has_bias ? 3 : 2];
-    const bool words = k % 4 == 0 && ((unsigned long long)x & 3) == 0 &&
-                       ((unsigned long long)w & 3) == 0;
-    const unsigned xflips = xflip * MG_Q_ONES, wflips = wflip * MG_Q_ONES;
-    for (mg_q64 i = (mg_q64)blockIdx.x * blockDim.x + threadIdx.x; i < rows * n;
-         i += (mg_q64)gridDim.x * blockDim.x) {
-        const mg_q64 o = i % n;
-        const unsigned char* xr = x + (i / n) * k;
-        const unsigned char* wr = w + o * k;
-        MgQSums s;
-        mg_q_start(s);
-        if (words) {
-            for (mg_q64 t = 0; t < k / 4; ++t)
-                mg_q_word(s, ((const unsigned*)xr)[t] ^ xflips, ((const unsigned*)wr)[t] ^ wflips);
-        } else {
-            for (mg_q64 t = 0; t < k; ++t)
-                mg_q_pair(s, mg_q_load(xr, t, xflip), mg_q_load(wr, t, wflip));
-        }
+        if (rows) mg_q_rows(s, xg, w + o * k, k, xflip, wflip);
+        else mg_q_window(s, xg, w + o * k, g, oy, ox, xflip, wflip, (unsigned)zx & 0xFFu);
         mg_q_epilogue(y, i, mg_q_finish(s, k, zx, zw_of[o]), bias, (int)o, m, out);
     }
 }
