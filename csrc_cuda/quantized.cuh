@@ -12,8 +12,9 @@
 // the bias is added and the int32 range saturated in int64, as the NumPy reference does.
 //
 // The per-channel constants (the multipliers m[o] = float32(sx) * float32(sw[o]) / float32(sy)
-// and the weight zero points zw'[o]) are tables the renderer bakes into each instruction's
-// kernel text (MG_QTABLE): MgArgs holds 8 floats, a layer has up to thousands of channels.
+// and the weight zero points zw'[o], already shifted) are tables the renderer bakes into each
+// instruction's kernel text (MG_QTABLE): MgArgs holds 8 floats, a layer has thousands of
+// channels. Free of shared memory and warp functions, so host emulation builds it.
 #pragma once
 
 #include "mg_abi.cuh"
@@ -46,7 +47,7 @@ __device__ __forceinline__ float mg_q_mul(float a, float b) { return __fmul_rn(a
 __device__ __forceinline__ float mg_q_add(float a, float b) { return __fadd_rn(a, b); }
 #endif
 
-// storage codes of the parameter blocks (mgegraph/cuda/kernels/quantized.py CODES)
+// storage codes of the parameter blocks (mgegraph/kernel_abi/quantized.py CODES)
 #define MG_Q_INT8 0
 #define MG_Q_UINT8 1
 #define MG_Q_INT32 2

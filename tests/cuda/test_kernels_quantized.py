@@ -242,6 +242,13 @@ def test_the_kernels_read_the_cpus_parameter_blocks(source, block):
     assert tuple(names[:len(abi.FIELDS[block])]) == abi.FIELDS[block]
 
 
+def test_the_storage_codes_are_the_cpus():
+    text = (CSRC / "quantized.cuh").read_text()
+    codes = {k.lower(): int(v) for k, v in re.findall(r"#define MG_Q_(INT8|UINT8|INT32) (\d+)",
+                                                      text)}
+    assert codes == abi.CODES
+
+
 # -- NVRTC ------------------------------------------------------------------------------------
 def _rendered_module() -> str:
     """The plan module of one conv and one linear kernel, as the runtime compiles it."""
