@@ -54,3 +54,7 @@ FAMILIES += [
 FAMILIES += [
     "quantize",      # csrc_cuda/quantize.cu: quantize, dequantize (per-channel: 4 channels)
 ]
+# the int8 compute ops (ops/quantized.py)
+FAMILIES += [
+    "quantized",     # csrc_cuda/quantized.cu(h): quantized conv2d and linear (dp4a), add
+]
