@@ -19,6 +19,7 @@ from .epilogue import epilogue
 from .fold import fold
 from .fuse import fuse
 from .prepack import prepack
+from .qdq import fold_qdq
 from .rewrite import PassResult
 from .simplify import simplify
 from .verify import verify_graph
@@ -30,6 +31,8 @@ PASSES: list[tuple[str, Callable[[Graph, list[Var]], PassResult], str]] = [
                  "do less work"),
     ("cse", cse, "merge equal nodes (autodiff repeats forward values), so fold and simplify "
                  "see each value once"),
+    ("fold_qdq", fold_qdq, "a float op between dequantizes and a quantize becomes its int8 op, "
+                           "before fold turns the dequantized weights into float constants"),
     ("fold", fold, "evaluate nodes of constants once, at compile time"),
     ("simplify", simplify, "algebraic identities (x*1, neg(neg x), transpose of transpose) "
                            "on the folded constants"),
