@@ -1,7 +1,8 @@
 """ONNX's quantized operators (convert_quant.py): QLinearConv, QLinearMatMul, ConvInteger,
 MatMulInteger and DynamicQuantizeLinear against ONNX Runtime on models built here, bit for bit
 (ONNX Runtime requantises with the float32 multiplier and rounds half to even, as
-ops/quantized.py defines), and which of them run on the int8 ops."""
+ops/quantized.py defines), and which of them run on the int8 ops; and the int8 ops exported as
+QDQ (export_quant.py), run by ONNX Runtime and imported back."""
 import numpy as np
 import pytest
 
@@ -9,9 +10,15 @@ pytest.importorskip("onnx.helper")
 from onnx import TensorProto, helper, numpy_helper
 from onnx_builders import model, value_info
 
+import mgegraph as mg
+import mgegraph.functional as F
 import mgegraph.onnx as mo
 from mgegraph.backend import get_backend
+from mgegraph.ir.quant import per_channel, per_tensor
+from mgegraph.onnx import OnnxExportError
 from mgegraph.onnx.importer import OnnxImportError
+from mgegraph.ops.quantize import dequantize, quantize
+from mgegraph.ops.quantized import quantized_add, quantized_conv2d, quantized_linear
 
 RNG = np.random.default_rng(3)
 U8, I8, I32 = TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32
@@ -198,3 +205,53 @@ def test_integer_ops_refuse_what_they_cannot_read():
                              [])
     with pytest.raises(OnnxImportError):
         mo.import_graph(float_b)
+
+
+# -- export: the int8 ops as QDQ (onnx/export_quant.py) -------------------------------------
+
+def _int8_graph():
+    g = mg.Graph()
+    xq = quantize(g.input("x", (2, 4, 8, 8)), 0.05, 3, "int8")
+    w1 = g.const(_ints((6, 4, 3, 3), np.int8), quant=per_channel(RNG.uniform(0.002, 0.01, 6),
+                                                                  None, 0))
+    scales = 0.05 * np.asarray(w1.type.quant.scales)
+    b1 = g.const(RNG.integers(-2000, 2000, 6).astype(np.int32),
+                 quant=per_channel(scales, None, 0))
+    c = quantized_conv2d(xq, w1, b1, padding=1, stride=2, out_scale=0.1, out_zero_point=-2,
+                         relu=True)
+    s = quantized_add(c, c, out_scale=0.15, out_zero_point=4)
+    w2 = g.const(_ints((10, 96), np.int8), quant=per_tensor(0.004))
+    b2 = g.const(RNG.integers(-500, 500, 10).astype(np.int32))
+    y = quantized_linear(F.reshape(s, (2, 96)), w2, b2, out_scale=0.2, out_zero_point=1)
+    return g, [dequantize(y), dequantize(s)]
+
+
+def test_int8_ops_export_as_qdq_that_onnx_runtime_runs(tmp_path, capsys):
+    g, outputs = _int8_graph()
+    path = tmp_path / "int8.onnx"
+    mo.export((g, outputs), path, opset=13)
+    x = RNG.standard_normal((2, 4, 8, 8)).astype(np.float32)
+    want = mg.compile(outputs).run({"x": x})
+    session = pytest.importorskip("onnxruntime").InferenceSession(
+        str(path), providers=["CPUExecutionProvider"])
+    for name, got, ours, step in zip(("linear", "add"), session.run(None, {"x": x}), want,
+                                     (0.2, 0.15)):
+        steps = np.rint(np.abs(got - ours) / step)
+        assert steps.max() <= 1  # within one output step
+        with capsys.disabled():
+            print(f"\nexported QDQ {name}: {np.mean(steps == 0):.2%} of {steps.size} bitwise "
+                  "ONNX Runtime's")
+    again = mo.import_model(path)  # folded back into the same int8 ops: bitwise
+    assert dict(again.passes)["fold_qdq"]["folded"] == {
+        "quantized_conv2d": 1, "quantized_add": 1, "quantized_linear": 1}
+    for got, ours in zip(again.run({"x": x}), want):
+        np.testing.assert_array_equal(got, ours)
+
+
+def test_an_int32_result_is_refused_by_name():
+    g, _ = _int8_graph()
+    xq = quantize(g.input("z", (1, 4)), 0.1, 0, "int8")
+    acc = quantized_linear(xq, g.const(_ints((3, 4), np.int8), quant=per_tensor(0.01)),
+                           out_dtype="int32")
+    with pytest.raises(OnnxExportError, match="quantized_linear with an int32 result"):
+        mo.export((g, [dequantize(acc)]), opset=13)
