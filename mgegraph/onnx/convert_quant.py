@@ -103,8 +103,9 @@ def _quantized(cx, x, p: QuantParams, storage=QUANT_STORAGE):
     a computed value keeps its bytes."""
     dtype = np.dtype(x.dtype)
     if dtype not in storage:
-        cx.fail(f"input of {dtype}: {', '.join(d.name for d in storage)} inputs are read as "
-                f"quantized")
+        names = [d.name for d in storage]
+        cx.fail(f"input of {dtype}: {', '.join(names[:-1])} or {names[-1]} inputs are read as "
+                "quantized")
     if isinstance(x, np.ndarray):
         return cx.g.const(x, quant=p)
     q = cx.var(x)
