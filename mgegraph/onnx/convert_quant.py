@@ -259,15 +259,19 @@ def _matmul_in_float64(cx, a, b, a_zp, b_zp):
 
 
 def _dynamic_quantize_linear(cx, ins, at):
-    """uint8 ``y``, its scale and zero point, from the range of ``x`` (and 0), in float32."""
+    """uint8 ``y``, its scale and zero point, from the range of ``x`` (and 0), in float32, as
+    ONNX Runtime computes them: NaN left out of the range and quantized to 0 (as is an
+    infinity's NaN quotient), scale 1 where the range is empty."""
     x = cx.var(ins[0])
     if x.dtype != FLOAT32:
         cx.fail(f"input of {x.dtype}: float32 inputs are quantized")
-    zero = cx.g.const(np.float32(0))
-    lo, hi = F.minimum(F.min(x), zero), F.maximum(F.max(x), zero)
-    scale = (hi - lo) / cx.g.const(np.float32(255))
+    zero, one = cx.g.const(np.float32(0)), cx.g.const(np.float32(1))
+    ranged = F.where(F.isnan(x), zero, x)
+    lo, hi = F.minimum(F.min(ranged), zero), F.maximum(F.max(ranged), zero)
+    scale = F.where(F.equal(hi, lo), one, (hi - lo) / cx.g.const(np.float32(255)))
     zp = F.clip(F.round_half_even(-lo / scale), 0, 255)
-    y = F.clip(F.round_half_even(x / scale) + zp, 0, 255)
+    q = F.round_half_even(x / scale) + zp
+    y = F.where(F.isnan(q), zero, F.clip(q, 0, 255))
     return [F.astype(y, "uint8"), scale, F.astype(zp, "uint8")]
 
 

@@ -184,11 +184,14 @@ def test_dynamic_quantize_linear_is_onnx_runtimes(scale):
     assert "quantized_linear" in _ops(proto)  # the GEMM of the dynamic uint8 values is int8
 
 
-def test_dynamic_quantize_of_positive_values_has_zero_point_zero():
+@pytest.mark.parametrize("x", [[0.5, 1.0, 2.0, 3.0, 0.25], [0.0] * 5, [-1, np.nan, 2, 3, 4],
+                               [-1, np.inf, 2, 3, 4], [-5, -4, -3, -2, -1]],
+                         ids=["positive", "zeros", "nan", "inf", "negative"])
+def test_dynamic_quantize_edge_cases_are_onnx_runtimes(x):
     node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])
     proto = model([node], [value_info("x", [5])],
                   [value_info("y", None, U8), value_info("s", None), value_info("z", None, U8)])
-    x = np.array([0.5, 1.0, 2.0, 3.0, 0.25], np.float32)
+    x = np.asarray(x, np.float32)
     for g, w in zip(_mg(proto, {"x": x}), _ort(proto, {"x": x})):
         np.testing.assert_array_equal(g, w)
 
