@@ -213,25 +213,37 @@ def _linear(graph, core: Node, extra_bias: Var | None, requant: dict) -> _Match 
 
 
 def _weight(graph, core: Node):
-    """conv2d's and linear's weight as the quantized Var it is the dequantize of; a matmul's
-    constant weight as the (N, K) integers and their parameters, transposed here."""
+    """conv2d's and linear's weight as the quantized Var it is the dequantize of; a constant
+    (K, N) weight (a matmul's, or under linear's transpose, as ONNX's Gemm without transB
+    imports) as the (N, K) integers and their parameters, transposed here."""
     w = core.inputs[1]
-    if core.op.name != "matmul":
+    name = core.op.name
+    if name == "linear" and w.node is not None and w.node.op.name == "transpose":
+        return _transposed(graph, w.node.inputs[0]) if w.node.attr["pattern"] == (1, 0) else None
+    if name != "matmul":
         wq = _dequantized(w, per_tensor=False)
         return wq if wq is not None and _per_output(wq.type.quant, 0) else None
     if core.attr["transpose_a"] or w.ndim != 2:
         return None
+    if not core.attr["transpose_b"]:
+        return _transposed(graph, w)
     wq = _dequantized(w, per_tensor=False)
-    if wq is None or wq.node.op.name != "const":
+    if wq is None or wq.node.op.name != "const" or not _per_output(wq.type.quant, 0):
         return None
-    array, quant = graph.values[wq.id], wq.type.quant
-    if core.attr["transpose_b"]:
-        return (array, quant) if _per_output(quant, 0) else None
+    return graph.values[wq.id], wq.type.quant
+
+
+def _transposed(graph, w: Var):
+    """The dequantized constant (K, N) ``w`` as (N, K) integers and their parameters."""
+    wq = _dequantized(w, per_tensor=False)
+    if wq is None or wq.node.op.name != "const" or wq.ndim != 2:
+        return None
+    quant = wq.type.quant
     if not _per_output(quant, 1):
         return None
     if quant.per_channel:
         quant = QuantParams(quant.scales, quant.zero_points, 0)
-    return np.ascontiguousarray(array.T), quant
+    return np.ascontiguousarray(graph.values[wq.id].T), quant
 
 
 def _per_output(quant: QuantParams, axis: int) -> bool:

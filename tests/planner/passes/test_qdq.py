@@ -27,11 +27,11 @@ def _qconst(g, array, quant):
     return dequantize(g.const(array, quant=quant))
 
 
-def _weight(g, shape, per_channel_axis=None):
-    ints = RNG.integers(-127, 128, shape).astype(np.int8)
+def _weight(g, shape, per_channel_axis=None, rng=RNG):
+    ints = rng.integers(-127, 128, shape).astype(np.int8)
     if per_channel_axis is None:
         return _qconst(g, ints, per_tensor(0.02)), ints
-    scales = RNG.uniform(0.005, 0.03, shape[per_channel_axis])
+    scales = rng.uniform(0.005, 0.03, shape[per_channel_axis])
     return _qconst(g, ints, per_channel(scales, None, per_channel_axis)), ints
 
 
@@ -91,6 +91,16 @@ def test_linear_and_matmul_weights_become_out_by_in():
     w = lin.inputs[1]
     np.testing.assert_array_equal(res.graph.values[w.id], ints.T)
     assert w.type.quant.axis == 0 and w.type.quant.scales == w_kn.node.inputs[0].type.quant.scales
+
+
+def test_a_transposed_constant_weight_of_linear_is_transposed_once():
+    g = mg.Graph()
+    x = _input(g, (3, 8))
+    w_kn, ints = _weight(g, (8, 6), per_channel_axis=1)  # Gemm without transB: linear of w.T
+    res = fold_qdq(g, [_out(F.linear(x, F.transpose(w_kn, (1, 0))))])
+    (lin,) = [n for n in res.graph.nodes if n.op.name == "quantized_linear"]
+    np.testing.assert_array_equal(res.graph.values[lin.inputs[1].id], ints.T)
+    assert "transpose" not in _ops(res.graph)
 
 
 def test_add_and_add_relu_become_quantized_add():
@@ -207,23 +217,25 @@ def _numpy_quantize(x, t):
 
 
 def _cases():
+    """A graph of the three int8 patterns, and its feeds: the same whichever tests ran."""
+    rng = np.random.default_rng(11)
     g = mg.Graph()
     x = _input(g, (2, 6, 9, 7))
-    w, _ = _weight(g, (8, 3, 3, 3), per_channel_axis=0)
-    conv = F.conv2d(x, w, g.const(RNG.standard_normal(8).astype(np.float32)), stride=(2, 1),
+    w, _ = _weight(g, (8, 3, 3, 3), per_channel_axis=0, rng=rng)
+    conv = F.conv2d(x, w, g.const(rng.standard_normal(8).astype(np.float32)), stride=(2, 1),
                     padding=1, groups=2)
     c = _out(F.relu(conv), 0.08, -20)
-    w2, _ = _weight(g, (280, 10), per_channel_axis=1)
+    w2, _ = _weight(g, (280, 10), per_channel_axis=1, rng=rng)
     flat = F.reshape(dequantize(c), (2, 8 * 5 * 7))
     m = _out(F.matmul(dequantize(quantize(flat, 0.08, -20, "int8")), w2)
-             + g.const(RNG.standard_normal(10).astype(np.float32)), 0.3, 4)
+             + g.const(rng.standard_normal(10).astype(np.float32)), 0.3, 4)
     s = _out(dequantize(c) + dequantize(c), 0.15, -30)
-    return g, [c, m, s]
+    feeds = {"x": rng.standard_normal((2, 6, 9, 7)).astype(np.float32) * 2}
+    return g, [c, m, s], feeds
 
 
 def test_folded_integers_are_the_float_paths_within_one_step(capsys):
-    g, outputs = _cases()
-    feeds = {"x": RNG.standard_normal((2, 6, 9, 7)).astype(np.float32) * 2}
+    g, outputs, feeds = _cases()
     unfolded = mg.compile(outputs, optimize=WITHOUT_QDQ).run(feeds)
     folded = fold_qdq(g, outputs)
     assert folded.stats["folded"] == {"quantized_conv2d": 1, "quantized_linear": 1,
@@ -239,8 +251,7 @@ def test_folded_integers_are_the_float_paths_within_one_step(capsys):
 def test_compiled_folded_plan_is_the_reference_bitwise():
     if get_backend("cpu").impl("quantized_conv2d") is None:
         pytest.skip("the CPU backend has no int8 kernels on this branch")
-    g, outputs = _cases()
-    feeds = {"x": RNG.standard_normal((2, 6, 9, 7)).astype(np.float32) * 2}
+    g, outputs, feeds = _cases()
     plan = mg.compile(outputs)
     assert "fold_qdq" in dict(plan.passes)
     folded = fold_qdq(g, outputs)
