@@ -65,14 +65,16 @@ class _Match:
     replaced: list = field(default_factory=list)
 
 
-def fold_qdq(graph: Graph, outputs) -> PassResult:
+def fold_qdq(graph: Graph, outputs, runs=None) -> PassResult:
+    """``runs(op name)``: whether the target has a kernel for an op; a chain is left in float
+    where it has none for the int8 op (None: every op runs)."""
     uses = use_counts(graph, outputs)
     fixed = weight_values(graph)[0]
     matches = {}
     for node in graph.nodes:
         if node.op.name == "quantize":
             match = _match(graph, node, uses, fixed)
-            if match is not None:
+            if match is not None and (runs is None or runs(match.op)):
                 matches[id(node)] = match
     if not matches:
         return PassResult(graph, list(outputs), False, {"folded": {}})

@@ -135,6 +135,15 @@ def test_a_shared_dequantize_stays_for_its_other_readers():
     assert readers == ["sigmoid"]
 
 
+def test_a_target_without_the_int8_kernel_keeps_the_float_path():
+    g = mg.Graph()
+    x = _input(g, (1, 3, 6, 6))
+    w, _ = _weight(g, (4, 3, 3, 3))
+    y = _out(F.conv2d(x, w))
+    assert not fold_qdq(g, [y], runs=lambda op: op != "quantized_conv2d").changed
+    assert fold_qdq(g, [y], runs=lambda op: True).changed
+
+
 @pytest.mark.parametrize("why", ["per-channel output", "float64", "relu6", "matmul param"])
 def test_what_is_not_int8_is_left_alone(why):
     g = mg.Graph()
