@@ -120,10 +120,17 @@ def _operand(cx, ins, first: int, axis: int | None = None):
     and ``first + 2`` (zero point); per-axis parameters along ``axis`` (None: per tensor)."""
     x = ins[first]
     shape = shape_of(x) if isinstance(x, np.ndarray) else cx.var(x).shape
-    p = _params(cx, shape, ins[first + 1], ins[first + 2], {"axis": axis or 0})
+    p = _params(cx, shape, _scale(cx, ins[first + 1]), ins[first + 2], {"axis": axis or 0})
     if p.per_channel and axis is None:
         cx.fail(f"input {first} is quantized per axis: per tensor is supported there")
     return _quantized(cx, x, p, EIGHT_BITS)
+
+
+def _scale(cx, x) -> np.ndarray:
+    """A quantized operator's scale, float16 widened to float32 (exactly): its results are
+    integers, whatever type the scales came in."""
+    scale = cx.known(x, "scale")
+    return scale.astype(np.float32) if scale.dtype == np.float16 else scale
 
 
 def _requant(cx, ins, first: int) -> dict:
@@ -131,7 +138,7 @@ def _requant(cx, ins, first: int) -> dict:
     zero_point = cx.known(ins[first + 1], "y zero point")
     if np.dtype(zero_point.dtype) not in EIGHT_BITS:
         cx.fail(f"y zero point of {zero_point.dtype}: int8 or uint8 results are supported")
-    p = _params(cx, (), ins[first], zero_point, {})
+    p = _params(cx, (), _scale(cx, ins[first]), zero_point, {})
     if p.per_channel:
         cx.fail("y is quantized per axis: per tensor is supported")
     return {"out_dtype": zero_point.dtype.name, "out_scale": p.scale,
@@ -182,7 +189,7 @@ def _b_axis(cx, b) -> int:
 
 def _transposed_weight(cx, b: np.ndarray, scale, zero_point):
     """A constant (K, N) B as the (N, K) quantized weight of quantized_linear."""
-    p = _params(cx, b.shape, scale, zero_point, {"axis": 1})
+    p = _params(cx, b.shape, _scale(cx, scale), zero_point, {"axis": 1})
     if np.dtype(b.dtype) not in EIGHT_BITS:
         cx.fail(f"B of {b.dtype}: int8 or uint8 is supported")
     if p.per_channel:

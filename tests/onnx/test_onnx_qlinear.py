@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("onnx.helper")
 from onnx import TensorProto, helper, numpy_helper
 from onnx_builders import model, value_info
+from onnx_node_cases import _every, run_case
 
 import mgegraph as mg
 import mgegraph.functional as F
@@ -26,6 +27,23 @@ U8, I8, I32 = TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32
 needs_int8_kernels = pytest.mark.skipif(
     get_backend("cpu").impl("quantized_conv2d") is None,
     reason="the CPU backend has no int8 kernels on this branch")
+
+
+# ONNX's node cases of these operators: every one (the float16 scales of QLinearMatMul's are
+# widened to float32 exactly: its results are integers)
+NODE_CASES = ("test_qlinearconv", "test_convinteger_with_padding",
+              "test_convinteger_without_padding", "test_matmulinteger",
+              "test_dynamicquantizelinear", "test_dynamicquantizelinear_max_adjusted",
+              "test_dynamicquantizelinear_min_adjusted",
+              *(f"test_qlinearmatmul_{rank}_{a}_{s}" for rank in ("2D", "3D")
+                for a in ("uint8", "int8") for s in ("float32", "float16")))
+
+
+@needs_int8_kernels
+@pytest.mark.parametrize("name", NODE_CASES)
+def test_node_cases(name):
+    (case,) = [c for c in _every() if c.name == name]
+    run_case(case, strict=False)  # the scales and zero points are inputs there: bound
 
 
 def _ort(proto, feeds):
