@@ -9,10 +9,10 @@ in quantize/dequantize pairs. This pass rewrites
 - the same around ``linear`` and around ``matmul`` with a constant 2-D weight (a (K, N) weight
   is transposed to (N, K) here, once) into ``quantized_linear``;
 - ``quantize(act(add(dequantize(a), dequantize(b))))`` into ``quantized_add``;
-- ``quantize(max_pool(dequantize(xq)))`` with ``xq``'s own parameters into the max pool of
-  ``xq``'s integers, where the max pool op takes quantized values (max commutes with the
-  increasing map q -> s (q - z), so that one is exact); likewise a reshape, transpose, slice
-  or broadcast.
+- ``quantize(pool(dequantize(xq)))`` with ``xq``'s own parameters into the pool of ``xq``'s
+  integers, where the pooling op takes quantized values: max pooling (exact: max commutes
+  with the increasing map q -> s (q - z)) and average pooling (the integer mean rounded half
+  to even); likewise a reshape, transpose, slice or broadcast (exact).
 
 Meaning: the rewritten node gives the integers ``ops/quantized.py`` defines, which equal those of
 the float path (dequantize, float op, quantize) within one step of the output: they differ only
@@ -45,10 +45,12 @@ from .rewrite import PassResult, rebuild, result, use_counts, weight_values
 FLOAT32 = np.dtype(np.float32)
 INT32 = np.dtype(np.int32)
 LINEAR_OPS = ("conv2d", "linear", "matmul")
-# ops that only pick or move values: on the integers they give the quantize of their float
-# result exactly (max commutes with the increasing map q -> s (q - z))
-PICKING_OPS = ("max_pool2d", "adaptive_max_pool2d", "reshape", "transpose", "slice",
-               "broadcast_to")
+# ops that keep their input's quantization: on the integers, those that pick or move values
+# give the quantize of their float result exactly (max commutes with the increasing map
+# q -> s (q - z)); an average pool gives the integer mean rounded half to even, which the float
+# mean's quantize equals but where the float sum rounds across a half
+SAME_QUANT_OPS = ("max_pool2d", "adaptive_max_pool2d", "reshape", "transpose", "slice",
+                  "broadcast_to", "avg_pool2d", "adaptive_avg_pool2d")
 # how close a qs32 bias's scales must be to sx * sw[o] to be added as its integers (the float32
 # rounding of the product, as ops/quantized.py allows)
 _SCALE_TOLERANCE = 1e-6
@@ -74,7 +76,7 @@ def fold_qdq(graph: Graph, outputs, runs=None) -> PassResult:
     for node in graph.nodes:
         if node.op.name == "quantize":
             match = _match(graph, node, uses, fixed)
-            if match is not None and (runs is None or runs(match.op)):
+            if match is not None and (runs is None or runs(match.op) or _is_view(match.op)):
                 matches[id(node)] = match
     if not matches:
         return PassResult(graph, list(outputs), False, {"folded": {}})
@@ -94,6 +96,11 @@ def fold_qdq(graph: Graph, outputs, runs=None) -> PassResult:
     for m in matches.values():
         counts[m.op] = counts.get(m.op, 0) + 1
     return PassResult(cleaned.graph, cleaned.outputs, True, {"folded": counts})
+
+
+def _is_view(name: str) -> bool:
+    """A reshape is a view of its input's bytes: no kernel to ask the target for."""
+    return get_op(name).view is not None
 
 
 def _requant(q: Node) -> dict | None:
@@ -139,7 +146,7 @@ def _match(graph, q: Node, uses, fixed) -> _Match | None:
     elif node.op.name in LINEAR_OPS:
         match = _linear(graph, node, None, requant)
     else:
-        match = _picking(node, q) if not replaced else None
+        match = _same_quantization(node, q) if not replaced else None
     if match is not None:
         match.replaced = replaced + match.replaced + [node]
     return match
@@ -166,8 +173,8 @@ def _biased(graph, add: Node, uses, fixed, requant) -> _Match | None:
     return None
 
 
-def _picking(node: Node, q: Node) -> _Match | None:
-    if (node.op.name not in PICKING_OPS or len(node.inputs) != 1
+def _same_quantization(node: Node, q: Node) -> _Match | None:
+    if (node.op.name not in SAME_QUANT_OPS or len(node.inputs) != 1
             or not _takes_quantized(node.op.name)):
         return None
     xq = _dequantized(node.inputs[0])
