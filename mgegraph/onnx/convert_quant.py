@@ -27,7 +27,7 @@ import numpy as np
 from .. import functional as F
 from ..ir.quant import QUANT_STORAGE, QuantParams, per_tensor
 from ..ops.quantize import as_quantized, dequantize, quantize
-from ..ops.quantized import quantized_conv2d, quantized_linear
+from ..ops.quantized import EIGHT_BITS, quantized_conv2d, quantized_linear
 from .context import DTYPES, shape_of
 from .convert_nn import _auto_pad, _check_window
 
@@ -110,9 +110,6 @@ def _quantized(cx, x, p: QuantParams, storage=QUANT_STORAGE):
         return cx.g.const(x, quant=p)
     q = cx.var(x)
     return q if q.type.quant == p else as_quantized(q, p.scales, p.zero_points, p.axis)
-
-
-EIGHT_BITS = (np.dtype(np.int8), np.dtype(np.uint8))
 
 
 def _operand(cx, ins, first: int, axis: int | None = None):
