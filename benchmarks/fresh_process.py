@@ -192,6 +192,17 @@ CALLS = {"resnet-infer": resnet_call, "convnet-train": train_call, "mlp-train": 
          "mlp-int8": int8_call}
 
 
+# ResNet-18 in int8 from ONNX Runtime's quantize_static: its own script (resnet18_int8.py) picks
+# the shapes and runs its rows through child() here
+def resnet18_int8_call(impl: str, workload: str):
+    _benchmark_modules()  # benchmarks/ on the path
+    import resnet18_int8
+    return resnet18_int8.resnet18_int8_call(impl, workload)
+
+
+CALLS["resnet18-int8"] = resnet18_int8_call
+
+
 def measure(impl: str, workload: str, runs: int) -> float:
     """Median seconds of ``runs`` calls, after 3 warm-up calls (run in the child)."""
     if impl.startswith("torch"):  # its OpenMP runtime loads first, with its defaults

@@ -884,3 +884,9 @@ def _dequantize(w, n, ins):
 
 
 WRITERS["as_quantized"] = _same("Identity")
+
+
+# the int8 compute ops (onnx/export_quant.py): QDQ around the float op, as quantize_static writes
+from . import export_quant
+
+WRITERS.update(export_quant.WRITERS)
