@@ -39,6 +39,8 @@ def _infer(in_types, attrs):
     loads = {a: b for op, _, a, b, _ in code if op == "load"}
     if set(loads) != set(range(len(in_types))):
         raise ValueError(f"the program loads inputs {sorted(loads)} of {len(in_types)}")
+    if len({(a, b) for op, _, a, b, _ in code if op == "load"}) != len(loads):
+        raise ValueError("the program loads an input as two dtypes")
     quantized = any(loads.values()) or any(op in QUANT_STEPS for op, *_ in code)
     if quantized and dtype != FLOAT32:
         raise TypeError(f"quantized values fuse into float32 programs only, not {dtype}")
@@ -78,7 +80,9 @@ def _stored_type(code, constants, shape, dtype, value, storage) -> TensorType:
     if QUANTIZE.get(op) != storage:
         raise TypeError(f"output of storage {STORAGE[storage]} must be stored from a "
                         f"quantize step to it, not from {op}")
-    return TensorType(shape, STORAGE[storage], per_tensor(constants[b], int(constants[c])))
+    quant = per_tensor(constants[b], int(constants[c]))
+    quant.check(shape, STORAGE[storage])
+    return TensorType(shape, STORAGE[storage], quant)
 
 
 def program_of(node) -> Program:

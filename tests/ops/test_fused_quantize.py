@@ -142,6 +142,10 @@ def _fused_node(g, inputs, code, constants, dtype="float32", n_outputs=1):
      "stored from a quantize step to it, not from dequantize"),
     ([("load", 0, 0, 1), ("dequantize", 1, 0, 0, 1), ("store", 0, 1, 7)], (0.25, 3.0),
      "storage 7 is not one of"),
+    ([("load", 0, 0, 1), ("dequantize", 1, 0, 0, 1), ("load", 2, 0), ("add", 3, 1, 2),
+      ("store", 0, 3)], (0.25, 3.0), "loads an input as two dtypes"),
+    ([("load", 0, 0, 1), ("dequantize", 1, 0, 0, 1), ("quantize_uint8", 2, 1, 0, 2),
+      ("store", 0, 2, 2)], (0.25, 3.0, 300.0), "zero point 300 is outside"),
 ])
 def test_the_rule_refuses_malformed_quantized_programs(code, constants, message):
     g = mg.Graph()
