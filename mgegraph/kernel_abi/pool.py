@@ -43,8 +43,10 @@ def _pool_lower(sides, threads, adaptive_mode=None):
             mode = adaptive_mode
             window = {"kh": 0, "kw": 0, "sh": 0, "sw": 0, "ph": 0, "pw": 0, "dh": 1, "dw": 1,
                       "eh": 0, "ew": 0}
-        # quantized values: the zero point, which a padded cell of an "average" window holds
-        floats = () if x.quant is None else (float(x.quant.zero_point),)
+        # integers (pool_int.pxi): the zero point, which a padded cell of an "average" window
+        # holds (a max of plain integers has none, and reads none)
+        zero_point = 0 if x.quant is None else x.quant.zero_point
+        floats = (float(zero_point),) if x.dtype in QUANT_POOL_DTYPES else ()
         return Launch(pack(FIELDS, mode=CODES[mode], planes=x.shape[0] * x.shape[1],
                            h=x.shape[2], w=x.shape[3], oh=y.shape[2], ow=y.shape[3],
                            threads=threads(node), **window), floats)

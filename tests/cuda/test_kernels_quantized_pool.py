@@ -67,6 +67,15 @@ def test_adaptive_pools_are_the_cpus(dtype, oshp):
 
 
 @pytest.mark.nvrtc
+@pytest.mark.parametrize("dtype", STORAGE)
+def test_a_max_of_plain_integers_is_the_cpus(dtype):
+    q = _q(dtype, seed=3)
+    g = mg.Graph()
+    node = g.add_node("max_pool2d", [g.input("q", q.shape, q.dtype)], WINDOWS[4])
+    _same(node, q)
+
+
+@pytest.mark.nvrtc
 def test_ties_round_to_even():
     q = np.array([[[[0, 1, 1, 2, 0, -1, -1, -2, 2, 3]]]], np.int8)
     node = _node("avg_pool2d", q, kernel_size=(1, 2), stride=(1, 2))

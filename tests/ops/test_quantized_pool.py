@@ -213,7 +213,7 @@ def test_the_fake_quantized_float_path_is_within_one_step(dtype):
 
 # -- what the rules take and refuse ----------------------------------------------------------------
 @pytest.mark.parametrize("make, message", [
-    (lambda g: g.input("y", (1, 2, 4, 4), np.int8), "int8 is not supported by max_pool2d"),
+    (lambda g: g.input("y", (1, 2, 4, 4), np.int32), "int32 is not supported by max_pool2d"),
     (lambda g: g.input("y", (1, 2, 4, 4), np.int32, per_tensor(0.1)),
      r"per-tensor quantized int8 or uint8 values, got qs32\(0.1\)\[1,2,4,4\]"),
     (lambda g: as_quantized(g.input("y", (1, 2, 4, 4), np.int8), [0.1, 0.2], 0, axis=1),
@@ -227,10 +227,25 @@ def test_what_quantized_pooling_refuses(make, message):
 
 def test_other_pooling_ops_refuse_quantized_values():
     x = _input(np.zeros((1, 1, 4, 4), np.int8), per_tensor(0.1))
-    with pytest.raises(OpError, match="return_indices of quantized values"):
+    with pytest.raises(OpError, match="return_indices of int8 values"):
         F.max_pool2d(x, 2, return_indices=True)
     with pytest.raises(OpError, match="max_pool2d_backward has no kernels for quantized"):
         apply("max_pool2d_backward", (x, x), kernel_size=(2, 2), stride=(2, 2))
+
+
+@pytest.mark.parametrize("dtype", STORAGE)
+def test_a_max_pools_plain_integers_and_an_average_refuses_them(dtype):
+    q = _q((2, 3, 9, 7), dtype, seed=8)
+    x = mg.Graph().input("q", q.shape, q.dtype)
+    ys = [F.max_pool2d(x, 3, 2, 1), F.adaptive_max_pool2d(x, (2, 3))]
+    assert all(y.type.quant is None and y.dtype == dtype for y in ys)
+    got = _run(ys, q)
+    np.testing.assert_array_equal(got[0], _reference(q, 0, ys[0].shape[2:], True, False,
+                                                     _sliding_axes(WINDOWS[3][:4] + (False,))))
+    np.testing.assert_array_equal(got[1], _reference(q, 0, (2, 3), True, False,
+                                                     [_adaptive, _adaptive]))
+    with pytest.raises(OpError, match=f"{np.dtype(dtype)} is not supported by avg_pool2d"):
+        F.avg_pool2d(x, 2)
 
 
 def test_a_quantized_pooling_graph_saves_and_loads():
