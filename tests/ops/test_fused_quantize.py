@@ -163,3 +163,14 @@ def test_the_rule_types_a_quantized_output_and_refuses_float64():
     wide = g.input("w", (4,), np.float64)
     with pytest.raises(OpError, match="float32 programs only"):
         _fused_node(g, [wide], code, (0.5, 128.0), dtype="float64")
+
+
+def test_a_quantized_program_gets_no_generated_body(monkeypatch):
+    from mgegraph._kernels import fused_jit
+    monkeypatch.setenv(lowering.JIT_ENV, "all")  # every other program would get one
+    prog = Program([(64,)], (64,), "float32",
+                   [("load", 0, 0, 1), ("dequantize", 1, 0, 0, 1), ("exp", 2, 1),
+                    ("store", 0, 2)], [0.1, 3.0])
+    ints, _, _ = lowering.encode(prog)
+    assert lowering.decode(ints).quantized
+    assert fused_jit.kernel_for("fused_f32", ints) is None
