@@ -48,7 +48,8 @@ def test_an_int8_add_and_relu_is_one_kernel_of_the_same_integers(storage, zps, s
     def build(g):
         qa = g.input("a", shape, storage, per_tensor(0.0625, zps[0]))
         qb = g.input("b", shape, storage, per_tensor(0.1037, zps[1]))
-        return [quantize(relu(dequantize(qa) + dequantize(qb)), 0.0871, zps[2], dtype)]
+        # b weighted by 0.5: an add of the two alone is the QDQ pass's quantized_add instead
+        return [quantize(relu(dequantize(qa) + dequantize(qb) * 0.5), 0.0871, zps[2], dtype)]
 
     ops, unfused, fused = _plans(build, {"a": a, "b": b})
     assert ops == ["fused_elementwise"]
