@@ -82,3 +82,7 @@ KERNEL_MODULES += (local_conv,)
 from . import quantize
 
 KERNEL_MODULES += (quantize,)
+# quantization-aware training's fake_quant (fake_quant.pyx)
+from . import fake_quant
+
+KERNEL_MODULES += (fake_quant,)
