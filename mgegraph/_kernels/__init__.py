@@ -86,3 +86,7 @@ KERNEL_MODULES += (quantize,)
 from . import fake_quant
 
 KERNEL_MODULES += (fake_quant,)
+# the int8 compute ops: quantized conv2d, linear and add (quantized.pyx)
+from . import quantized
+
+KERNEL_MODULES += (quantized,)

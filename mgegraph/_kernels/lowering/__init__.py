@@ -44,6 +44,10 @@ FAMILIES += (quantize,)
 from . import fake_quant
 
 FAMILIES += (fake_quant,)
+# the int8 compute ops: quantized conv2d, linear and add (lowering/quantized.py)
+from . import quantized
+
+FAMILIES += (quantized,)
 
 
 def implement_all(table) -> None:
