@@ -10,8 +10,9 @@ quantize op does (ties to even, saturated) and ``convert_from_*`` give the real 
 Design: NumPy's metadata is invisible to ``==`` and ``hash`` (``qint8(0.1) == qint8(0.2)``), so
 the IR cannot use these dtypes: ``to_quant_params`` turns one into ``ir.quant.QuantParams`` (a
 ``TensorType``'s ``quant``) at the Tensor's boundary and ``quantized_dtype`` turns a type back.
-The 4-, 2- and 1-bit types of MegEngine (qint4, quint4, qint1) are left out: their values would
-need 4-bit storage and kernels, which mgegraph has not.
+MegEngine's 4-, 2- and 1-bit dtypes are left out (no ``qint4(scale)``): their values would need
+sub-byte storage and kernels, which mgegraph has not; the 4-bit metas stay for fake quantization
+in training (``quantization.ema_lowbit_fakequant_qconfig``), without a storage form.
 
 >>> dt = qint8(0.05); get_scale(dt)
 0.05
@@ -55,8 +56,12 @@ _builtin_quant_dtypes = {
     # the symmetric range MegEngine's weights may use: int8 storage, -127 never made
     "qint8_narrow": QuantDtypeMeta("qint8_narrow", "QuantizedS8", "int8", -127, 127),
     "qint32": QuantDtypeMeta("qint32", "QuantizedS32", "int32", -(2 ** 31), 2 ** 31 - 1),
+    # fake quantization only (quantization-aware training to 4 bits): no storage form
+    "quint4": QuantDtypeMeta("quint4", None, "uint8", 0, 15),
+    "qint4": QuantDtypeMeta("qint4", None, "int8", -8, 7),
 }
-_BY_CNAME = {m.cname: m for m in _builtin_quant_dtypes.values() if m.name != "qint8_narrow"}
+_BY_CNAME = {m.cname: m for m in _builtin_quant_dtypes.values()
+             if m.cname is not None and m.name != "qint8_narrow"}
 
 
 def _metadata(dtype) -> dict | None:
