@@ -27,8 +27,9 @@ _F32 = np.finfo(np.float32)
 
 class Observer(Module, QParamsModuleMixin):
     """The base of observers: ``dtype`` names the quantized dtype (its ``qmin`` and ``qmax``).
-    An observer observes only while enabled and in training mode (MegEngine disables it in
-    eval)."""
+    An observer observes while enabled; as MegEngine's, ``train()`` enables it and ``eval()``
+    disables it, and ``enable_observer`` after ``eval()`` makes it observe in eval mode (post-
+    training calibration)."""
 
     def __init__(self, dtype="qint8", **kwargs):
         super().__init__()
@@ -46,8 +47,18 @@ class Observer(Module, QParamsModuleMixin):
         self.enabled = False
 
     @property
+    def training(self) -> bool:
+        return vars(self).get("_training", True)
+
+    @training.setter
+    def training(self, mode: bool) -> None:
+        # Module.train and eval set each module's ``training``: the switch MegEngine makes
+        self._training = mode
+        self.enabled = mode
+
+    @property
     def observing(self) -> bool:
-        return self.enabled and self.training
+        return self.enabled
 
     def observe(self, x):
         """Update the statistics with ``x`` (while observing) and give the parameters they now
