@@ -178,3 +178,26 @@ def test_four_bit_training_has_no_int8_form():
     net(mg.tensor(np.ones((2, 4), np.float32)))
     with pytest.raises((GraphError, ValueError), match="qint4|storage"):
         Q.quantize(net.eval())
+
+
+def test_repr_is_megengines():
+    class Net(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv_bn = M.ConvBnRelu2d(3, 3, 3)
+            self.linear = M.Linear(3, 3)
+
+    net = Q.quantize_qat(Net())
+    observers = ("    (act_observer): ExponentialMovingAverageObserver()\n"
+                 "    (act_fake_quant): FakeQuantize()\n"
+                 "    (weight_observer): MinMaxObserver()\n"
+                 "    (weight_fake_quant): FakeQuantize()\n")
+    assert repr(net) == (
+        "Net(\n  (conv_bn): QAT.ConvBnRelu2d(\n    (conv): Conv2d(3, 3, kernel_size=(3, 3))\n"
+        "    (bn): BatchNorm2d(3, eps=1e-05, momentum=0.9, affine=True, "
+        "track_running_stats=True)\n" + observers + "  )\n  (linear): QAT.Linear(\n"
+        "    in_features=3, out_features=3, bias=True\n" + observers + "  )\n)")
+    Q.quantize(net)
+    assert repr(net) == ("Net(\n  (conv_bn): Quantized.ConvBnRelu2d(3, 3, kernel_size=(3, 3))\n"
+                         "  (linear): Quantized.Linear()\n)")
+

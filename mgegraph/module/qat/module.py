@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from ...nn.module import Module
 from ...ops.builder import graph_of
-from ...quantization.qconfig import QConfig
 
 __all__ = ["QATModule"]
 
@@ -23,8 +22,9 @@ class QATModule(Module):
     with_act = True
 
     def _init_qat(self) -> None:
-        self.weight_observer = self.act_observer = None
-        self.weight_fake_quant = self.act_fake_quant = None
+        # MegEngine's order, which repr shows
+        self.act_observer, self.act_fake_quant = None, None
+        self.weight_observer, self.weight_fake_quant = None, None
 
     @classmethod
     def from_float_module(cls, float_module: Module) -> QATModule:
@@ -37,7 +37,7 @@ class QATModule(Module):
     def __repr__(self) -> str:
         return "QAT." + super().__repr__()
 
-    def set_qconfig(self, qconfig: QConfig) -> None:
+    def set_qconfig(self, qconfig) -> None:
         """Make the observers and fake quantizers ``qconfig`` says."""
         def made(make):
             return make() if make is not None else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.errors import GraphError
+from ...nn.layers import conv_repr
 from ...nn.module import Buffer
 from ...ops.builder import graph_of
 from ...ops.quantize import as_quantized, quantize
@@ -55,6 +56,10 @@ class Conv2d(QuantizedModule):
         module.bias = None if bias is None else Buffer(np.asarray(bias, np.float32))
         module._set_output(qat)
         return module
+
+    def extra_repr(self) -> str:
+        o, i, kh, kw = self.weight.shape
+        return conv_repr(self, i * self.groups, o, (kh, kw))
 
     def forward(self, inp):
         scale = input_scale(inp, type(self).__name__)
