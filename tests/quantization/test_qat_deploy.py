@@ -201,3 +201,17 @@ def test_repr_is_megengines():
     assert repr(net) == ("Net(\n  (conv_bn): Quantized.ConvBnRelu2d(3, 3, kernel_size=(3, 3))\n"
                          "  (linear): Quantized.Linear()\n)")
 
+
+
+def test_qat_modules_made_directly_have_no_observers_until_configured():
+    linear = QAT.Linear(4, 3)
+    assert linear.act_observer is None and linear.weight_fake_quant is None
+    x = mg.tensor(np.ones((2, 4), np.float32))
+    np.testing.assert_array_equal(linear(x).numpy(), M.Linear.forward(linear, x).numpy())
+    Q.propagate_qconfig(linear, Q.ema_fakequant_qconfig)
+    assert isinstance(linear.act_observer, Q.ExponentialMovingAverageObserver)
+
+
+def test_conv_bn_refuses_padding_modes_it_does_not_compute():
+    with pytest.raises(GraphError, match="padding_mode"):
+        M.ConvBn2d(3, 4, 3, padding_mode="reflect")

@@ -20,18 +20,15 @@ class QATModule(Module):
 
     with_weight = True
     with_act = True
-
-    def _init_qat(self) -> None:
-        # MegEngine's order, which repr shows
-        self.act_observer, self.act_fake_quant = None, None
-        self.weight_observer, self.weight_fake_quant = None, None
+    # none until set_qconfig makes them (class defaults: the float classes' __init__, which a QAT
+    # class made directly runs, does not chain to this one's)
+    act_observer = act_fake_quant = weight_observer = weight_fake_quant = None
 
     @classmethod
     def from_float_module(cls, float_module: Module) -> QATModule:
         """A QAT module computing as ``float_module``, sharing its parameters and state."""
         qat = cls.__new__(cls)
         vars(qat).update(vars(float_module))
-        qat._init_qat()
         return qat
 
     def __repr__(self) -> str:
