@@ -7,33 +7,39 @@ int8 form (``mgegraph.module.qat``, ``mgegraph.module.quantized``).
 >>> Q.quantize(model.eval())                                  # int8 layers
 """
 from .fake_quant import LSQ, FakeQuantize
-from .observer import ExponentialMovingAverageObserver, MinMaxObserver, Observer, PassiveObserver
+from .observer import (
+                       ExponentialMovingAverageObserver,
+                       HistogramObserver,
+                       MinMaxObserver,
+                       Observer,
+                       PassiveObserver,
+)
 from .qconfig import (
-                      QConfig,
-                      calibration_qconfig,
-                      easyquant_qconfig,
-                      ema_fakequant_qconfig,
-                      ema_lowbit_fakequant_qconfig,
-                      lsq_qconfig,
-                      min_max_fakequant_qconfig,
-                      passive_qconfig,
+                       QConfig,
+                       calibration_qconfig,
+                       easyquant_qconfig,
+                       ema_fakequant_qconfig,
+                       ema_lowbit_fakequant_qconfig,
+                       lsq_qconfig,
+                       min_max_fakequant_qconfig,
+                       passive_qconfig,
 )
 from .quantize import (
-                      disable_fake_quant,
-                      disable_observer,
-                      enable_fake_quant,
-                      enable_observer,
-                      propagate_qconfig,
-                      quantize,
-                      quantize_qat,
-                      reset_qconfig,
+                       disable_fake_quant,
+                       disable_observer,
+                       enable_fake_quant,
+                       enable_observer,
+                       propagate_qconfig,
+                       quantize,
+                       quantize_qat,
+                       reset_qconfig,
 )
 from .utils import LSQParams, QParams, QuantMode, create_qparams, fake_quant_bias, fake_quant_tensor
 
-__all__ = ["LSQ", "ExponentialMovingAverageObserver", "FakeQuantize", "LSQParams",
-           "MinMaxObserver", "Observer", "PassiveObserver", "QConfig", "QParams", "QuantMode",
-           "calibration_qconfig", "create_qparams", "disable_fake_quant", "disable_observer",
-           "easyquant_qconfig", "ema_fakequant_qconfig", "ema_lowbit_fakequant_qconfig",
-           "enable_fake_quant", "enable_observer", "fake_quant_bias", "fake_quant_tensor",
-           "lsq_qconfig", "min_max_fakequant_qconfig", "passive_qconfig", "propagate_qconfig",
-           "quantize", "quantize_qat", "reset_qconfig"]
+__all__ = ["LSQ", "ExponentialMovingAverageObserver", "FakeQuantize", "HistogramObserver",
+           "LSQParams", "MinMaxObserver", "Observer", "PassiveObserver", "QConfig", "QParams",
+           "QuantMode", "calibration_qconfig", "create_qparams", "disable_fake_quant",
+           "disable_observer", "easyquant_qconfig", "ema_fakequant_qconfig",
+           "ema_lowbit_fakequant_qconfig", "enable_fake_quant", "enable_observer",
+           "fake_quant_bias", "fake_quant_tensor", "lsq_qconfig", "min_max_fakequant_qconfig",
+           "passive_qconfig", "propagate_qconfig", "quantize", "quantize_qat", "reset_qconfig"]

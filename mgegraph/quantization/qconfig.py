@@ -15,7 +15,12 @@ from functools import partial
 
 from ..nn.module import Module
 from .fake_quant import LSQ, FakeQuantize
-from .observer import ExponentialMovingAverageObserver, MinMaxObserver, PassiveObserver
+from .observer import (
+    ExponentialMovingAverageObserver,
+    HistogramObserver,
+    MinMaxObserver,
+    PassiveObserver,
+)
 
 __all__ = ["QConfig", "calibration_qconfig", "easyquant_qconfig", "ema_fakequant_qconfig",
            "ema_lowbit_fakequant_qconfig", "lsq_qconfig", "min_max_fakequant_qconfig",
@@ -55,11 +60,10 @@ ema_lowbit_fakequant_qconfig = QConfig(
     weight_fake_quant=partial(FakeQuantize, dtype="qint4"),
     act_fake_quant=partial(FakeQuantize, dtype="qint4"),
 )
-# post-training calibration: observers only. MegEngine observes activations with a histogram
-# (HistogramObserver), which mgegraph has not: the running min and max here.
+# post-training calibration: observers only, a histogram's searched range for activations
 calibration_qconfig = QConfig(
     weight_observer=partial(MinMaxObserver, dtype="qint8_narrow"),
-    act_observer=partial(MinMaxObserver, dtype="qint8"),
+    act_observer=partial(HistogramObserver, dtype="qint8"),
     weight_fake_quant=None,
     act_fake_quant=None,
 )

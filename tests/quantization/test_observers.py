@@ -145,3 +145,49 @@ def test_predefined_configurations_make_their_parts():
         assert isinstance(observer, Q.Observer)
     assert Q.ema_lowbit_fakequant_qconfig.act_fake_quant().qmax == 7
     assert isinstance(partial(Q.LSQ, "qint8")(), Q.LSQ)
+
+
+def test_histogram_search_cuts_an_outlier_where_l2_says_so():
+    # a million values in [-1, 1] and one at 100: a grid wide enough for 100 costs the bulk
+    # more squared error (1e6 * (101 / 256)^2 / 12, about 13000) than clipping the outlier
+    # (99^2, about 9800), so the search cuts it; min-max keeps it
+    rng = np.random.default_rng(3)
+    values = np.concatenate([rng.uniform(-1, 1, 1_000_000), [100.0]]).astype(np.float32)
+    ob = Q.HistogramObserver()
+    for part in np.array_split(values, 4):
+        ob(mg.tensor(part))
+    assert ob.histogram.numpy().sum() == pytest.approx(values.size, rel=1e-5)
+    searched = _value(ob.get_qparams().scale)
+    assert searched == pytest.approx(1 / 127.5, rel=0.05)
+
+    def l2(scale):
+        q = np.clip(np.rint(values / np.float32(scale)), -128, 127) * scale
+        return float(np.sum((q.astype(np.float64) - values) ** 2))
+    assert l2(searched) < l2(100 / 127.5)
+
+
+def test_histogram_keeps_the_range_of_a_single_far_value():
+    # one value far out among few: clipping it costs more than a coarse grid (L2)
+    values = np.random.default_rng(4).normal(size=2000).astype(np.float32)
+    values[0] = 40.0
+    ob = Q.HistogramObserver()
+    ob(mg.tensor(values))
+    assert _value(ob.get_qparams().scale) == pytest.approx(40 / 127.5, rel=0.02)
+
+
+def test_histogram_counts_survive_a_growing_range():
+    ob = Q.HistogramObserver(bins=64)
+    ob(mg.tensor(np.linspace(0, 1, 1000, dtype=np.float32)))
+    ob(mg.tensor(np.linspace(-1, 3, 1000, dtype=np.float32)))
+    hist = ob.histogram.numpy()
+    assert hist.sum() == pytest.approx(2000, rel=1e-6)
+    # the first batch's counts lie in [0, 1]: a quarter of the bins from a quarter of the way
+    inside = hist[16:32].sum()
+    assert inside == pytest.approx(1000 + 250, rel=0.02)
+
+
+def test_histogram_observes_eager_values_only():
+    ob = Q.HistogramObserver()
+    g = mg.Graph()
+    with pytest.raises(GraphError, match="eager values only"):
+        ob.observe(g.input("x", (3,)))
