@@ -6,8 +6,9 @@ their moving averages; ``HistogramObserver`` (calibration) a histogram whose ran
 for the least quantization error; ``PassiveObserver`` a scale set by hand. Each keeps its
 statistics as Buffers that its forward updates through the graph's assigns (``Graph.assign``),
 so the same module observes eagerly (the update lands when the outermost module call ends) and
-inside a compiled training step (when the run ends); the histogram's are NumPy's (eager only). ``observe(x)`` gives the parameters of the updated
-statistics at once, as MegEngine's forward-then-``get_qparams`` does.
+inside a compiled training step (when the run ends); the histogram's are NumPy's (eager only).
+``observe(x)`` gives the parameters of the updated statistics at once, as MegEngine's
+forward-then-``get_qparams`` does.
 
 >>> ob = MinMaxObserver(dtype="qint8"); ob(x); ob.get_qparams().scale
 """
