@@ -126,3 +126,8 @@ def test_a_quantized_tensor_refuses_an_integer_cast():
     q = mg.tensor(_floats()).astype(qint8(0.05))
     with pytest.raises(GraphError, match="stand for real numbers"):
         q.astype("int32")
+
+
+def test_the_facade_names_the_modules():
+    import mgegraph.quantization
+    assert mg.dtype.qint8(0.5) == np.int8 and mg.quantization is mgegraph.quantization
