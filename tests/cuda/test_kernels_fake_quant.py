@@ -1,9 +1,10 @@
 """csrc_cuda/fake_quant.cu and mgegraph/cuda/kernels/fake_quant.py: NVRTC compiles, the host
 emulation gives the CPU kernel's floats bit for bit (per tensor and per channel, saturation and
-ties), a NaN stays NaN, and a bad scale fails the run with the CPU's code."""
+ties), a NaN stays NaN, and a bad scale fails the run with the CPU's code; (marker cuda) the
+same on a device."""
 import numpy as np
 import pytest
-from kernel_checks import ARCHS, cpu_result, emulate, node_of, nvrtc_compile
+from kernel_checks import ARCHS, cpu_result, emulate, node_of, nvrtc_compile, run_on_device
 
 from mgegraph.cuda.kernels import fake_quant as family
 from mgegraph.kernel_abi.status import CODES
@@ -46,3 +47,13 @@ def test_a_bad_scale_fails_with_the_cpus_code():
     node = node_of("fake_quant", [x, np.zeros(1, np.float32), z], axis=None, **ATTRS)
     _, word = emulate(family, node, [x, np.zeros(1, np.float32), z], fibers=False, status=True)
     assert word == (1 << 8) | CODES["BAD_VALUE"]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", (np.float32, np.float64))
+def test_on_device(dtype):
+    x = _values((8, 3, 33, 35), dtype)
+    s, z = np.array([0.25, 0.05, 0.5], dtype), np.array([3, -2, 0], dtype)
+    node = node_of("fake_quant", [x, s, z], axis=1, **ATTRS)
+    np.testing.assert_array_equal(run_on_device(node, [x, s, z])[0],
+                                  cpu_result(node, [x, s, z])[0])
