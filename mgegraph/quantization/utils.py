@@ -56,6 +56,7 @@ class QParams:
             setattr(self, key, getattr(qparams, key))
 
     def __eq__(self, other):
+        """Equal modes, dtypes and values (tensors compared by value)."""
         return type(self) is type(other) and all(
             _same(getattr(self, k), getattr(other, k)) for k in self.__slots__)
 
@@ -64,10 +65,9 @@ class QParams:
 
 
 def _same(a, b) -> bool:
-    if hasattr(a, "graph") or hasattr(b, "graph"):
-        return a is b or (a is not None and b is not None and
-                          np.array_equal(np.asarray(a), np.asarray(b)))
-    return a == b
+    if a is None or b is None or isinstance(a, (Enum, QuantDtypeMeta)):
+        return a is b or a == b
+    return np.array_equal(np.asarray(a), np.asarray(b))
 
 
 class LSQParams(QParams):

@@ -191,3 +191,11 @@ def test_histogram_observes_eager_values_only():
     g = mg.Graph()
     with pytest.raises(GraphError, match="eager values only"):
         ob.observe(g.input("x", (3,)))
+
+
+def test_qparams_compare_by_value():
+    a = Q.create_qparams(Q.QuantMode.SYMMERTIC, "qint8", scale=mg.tensor(0.5))
+    b = Q.create_qparams(Q.QuantMode.SYMMERTIC, "qint8", scale=mg.tensor(0.5))
+    c = Q.create_qparams(Q.QuantMode.SYMMERTIC, "qint8", scale=mg.tensor(0.25))
+    assert a == b and a != c and a != Q.create_qparams(Q.QuantMode.SYMMERTIC, "quint8",
+                                                        scale=mg.tensor(0.5))
