@@ -3,7 +3,9 @@ and dequantize in floats during quantization-aware training, with the straight-t
 gradient (``ops/fake_quant.py``).
 
 ``FakeQuantize`` takes its parameters from an observer; ``LSQ`` learns its step size (a
-Parameter trained with LSQ's gradient, "Learned Step Size Quantization", Esser et al. 2019).
+Parameter trained with LSQ's gradient, "Learned Step Size Quantization", Esser et al. 2019);
+``TQT`` learns the base-2 logarithm of its scale ("Trained Quantization Thresholds", Jain et
+al. 2019).
 Disabled, each passes its input through.
 
 >>> fq = FakeQuantize("qint8"); y = fq(x, observer.get_qparams())
@@ -13,12 +15,20 @@ from __future__ import annotations
 import numpy as np
 
 from .. import functional as F
+from ..eager.tensor import Tensor
 from ..ir.errors import GraphError
 from ..nn.module import Buffer, Module, Parameter
 from ..ops.builder import graph_of
-from .utils import LSQParams, QParamsModuleMixin, QuantMode, fake_quant_tensor, quant_dtype_meta
+from .utils import (
+    LSQParams,
+    QParamsModuleMixin,
+    QuantMode,
+    create_qparams,
+    fake_quant_tensor,
+    quant_dtype_meta,
+)
 
-__all__ = ["LSQ", "FakeQuantize"]
+__all__ = ["LSQ", "TQT", "FakeQuantize"]
 
 
 class _FakeQuantize(Module):
@@ -97,3 +107,35 @@ class LSQ(_FakeQuantize, QParamsModuleMixin):
     def get_qparams(self):
         step = F.abs(self.step_size.detach()) + self.eps
         return LSQParams(self.mode, self.dtype, step, self.zero_point, self.grad_scale)
+
+
+class TQT(_FakeQuantize, QParamsModuleMixin):
+    """A learned scale ``2 ** scale`` (``scale`` a Parameter: the base-2 logarithm), symmetric.
+
+    Design: TQT's gradient of the log-threshold is LSQ's gradient of the scale times
+    ``2 ** scale * ln 2``, which the walker's chain rule through ``2 ** scale`` gives: the
+    fake_quant op's LSQ rule with a factor of 1 is TQT's."""
+
+    def __init__(self, dtype="qint8", enable: bool = True, **kwargs):
+        super().__init__(dtype, enable, **kwargs)
+        self.scale = Parameter(np.asarray(0.0, np.float32))
+
+    def set_qparams(self, qparams) -> None:
+        """Start from an observer's (symmetric) parameters."""
+        if qparams.mode != QuantMode.SYMMERTIC:
+            raise GraphError("TQT quantizes symmetrically: give it symmetric parameters")
+        if qparams.scale is None:
+            raise GraphError("TQT.set_qparams: the parameters have no scale")
+        self.scale = Parameter(np.log2(np.asarray(qparams.scale, np.float32)))
+
+    def _scale(self, g):
+        return F.pow(g.const(np.asarray(2.0, np.float32)), g.lift(self.scale))
+
+    def fake_quant_forward(self, inp, qparams=None):
+        g = graph_of(inp)
+        params = create_qparams(QuantMode.SYMMERTIC, self.dtype, scale=self._scale(g))
+        return fake_quant_tensor(inp, params, lsq_grad_scale=1.0)
+
+    def get_qparams(self):
+        scale = F.pow(Tensor(np.asarray(2.0, np.float32)), self.scale.detach())
+        return create_qparams(QuantMode.SYMMERTIC, self.dtype, scale=scale)

@@ -14,7 +14,7 @@ from collections import namedtuple
 from functools import partial
 
 from ..nn.module import Module
-from .fake_quant import LSQ, FakeQuantize
+from .fake_quant import LSQ, TQT, FakeQuantize
 from .observer import (
     ExponentialMovingAverageObserver,
     HistogramObserver,
@@ -24,7 +24,7 @@ from .observer import (
 
 __all__ = ["QConfig", "calibration_qconfig", "easyquant_qconfig", "ema_fakequant_qconfig",
            "ema_lowbit_fakequant_qconfig", "lsq_qconfig", "min_max_fakequant_qconfig",
-           "passive_qconfig"]
+           "passive_qconfig", "tqt_qconfig"]
 
 
 class QConfig(namedtuple("QConfig", ["weight_observer", "act_observer", "weight_fake_quant",
@@ -80,4 +80,11 @@ lsq_qconfig = QConfig(
     act_observer=None,
     weight_fake_quant=partial(LSQ, dtype="qint8_narrow"),
     act_fake_quant=partial(LSQ, dtype="qint8"),
+)
+# learned base-2 scales (TQT), started from observers' parameters (reset_qconfig)
+tqt_qconfig = QConfig(
+    weight_observer=None,
+    act_observer=None,
+    weight_fake_quant=partial(TQT, dtype="qint8_narrow"),
+    act_fake_quant=partial(TQT, dtype="qint8"),
 )

@@ -199,3 +199,25 @@ def test_qparams_compare_by_value():
     c = Q.create_qparams(Q.QuantMode.SYMMERTIC, "qint8", scale=mg.tensor(0.25))
     assert a == b and a != c and a != Q.create_qparams(Q.QuantMode.SYMMERTIC, "quint8",
                                                         scale=mg.tensor(0.5))
+
+
+def test_tqt_gradient_is_the_papers():
+    # d y / d log2(s): ln 2 * s * (rint(x / s) - x / s) inside the range, ln 2 * s * qmin or
+    # qmax outside (Jain et al.), from the op's LSQ rule and the chain rule through 2 ** scale
+    tqt = Q.TQT("qint8")
+    ob = Q.MinMaxObserver()
+    x = _batches(1, (40,))[0] * 3
+    ob(mg.tensor(x * 0.5))  # a range x exceeds: some values clip
+    tqt.set_qparams(ob.get_qparams())
+    w = np.random.default_rng(8).normal(size=x.shape).astype(np.float32)
+    gm = mg.GradManager().attach([tqt.scale])
+    with gm:
+        gm.backward((tqt(mg.tensor(x)) * mg.tensor(w)).sum())
+    s = np.float32(2.0) ** tqt.scale.numpy()
+    v = x / s
+    q = np.rint(v)
+    inner = np.where(q < -128, -128.0, np.where(q > 127, 127.0, q - v))
+    assert (q > 127).any() or (q < -128).any()
+    np.testing.assert_allclose(tqt.scale.grad.numpy(), np.log(2) * s * np.sum(w * inner),
+                               rtol=1e-4)
+    assert _value(tqt.get_qparams().scale) == pytest.approx(float(s))
