@@ -58,3 +58,7 @@ FAMILIES += [
 FAMILIES += [
     "fake_quant",    # csrc_cuda/fake_quant.cu: fake_quant, scales and zero points as buffers
 ]
+# the int8 compute ops (ops/quantized.py)
+FAMILIES += [
+    "quantized",     # csrc_cuda/quantized.cu(h): quantized conv2d and linear (dp4a), add
+]
