@@ -24,8 +24,20 @@ static inline int qg_conv_in_place(const qg_conv* g) {
     return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
 }
 
-static inline ptrdiff_t qg_first_inside(ptrdiff_t start, ptrdiff_t step) {
-    return start >= 0 ? 0 : (-start + step - 1) / step;
+/* of the run of output columns [0, run) whose input columns are iw0 + e * step, the first and
+ * the end of those inside [0, w) (no division at stride 1) */
+static inline void qg_inside(ptrdiff_t iw0, ptrdiff_t step, ptrdiff_t w, ptrdiff_t run,
+                             ptrdiff_t* lo, ptrdiff_t* hi) {
+    ptrdiff_t first, end;
+    if (step == 1) {
+        first = iw0 >= 0 ? 0 : -iw0;
+        end = w - iw0;
+    } else {
+        first = iw0 >= 0 ? 0 : (-iw0 + step - 1) / step;
+        end = iw0 < w ? (w - iw0 + step - 1) / step : 0;
+    }
+    *lo = first < run ? first : run;
+    *hi = end < *lo ? *lo : end < run ? end : run;
 }
 
 /* row k = (ch, i, j) of the patches for columns [n0, n1) into dst, pad at padded positions */
@@ -33,24 +45,23 @@ static void qg_unfold_row(const uint8_t* x, const qg_conv* g, ptrdiff_t k, ptrdi
                           ptrdiff_t n1, uint8_t pad, uint8_t* dst) {
     ptrdiff_t ch = k / (g->kh * g->kw), i = k / g->kw % g->kh, j = k % g->kw;
     const uint8_t* plane = x + ch * g->h * g->w;
-    for (ptrdiff_t n = n0; n < n1;) {
-        ptrdiff_t oh = n / g->ow, ow = n % g->ow;
+    ptrdiff_t oh = n0 / g->ow, ow = n0 % g->ow;
+    for (ptrdiff_t n = n0; n < n1; oh++, ow = 0) {
         ptrdiff_t run = g->ow - ow < n1 - n ? g->ow - ow : n1 - n;
         ptrdiff_t ih = oh * g->sh - g->ph + i * g->dh, iw0 = ow * g->sw - g->pw + j * g->dw;
         if (ih < 0 || ih >= g->h) {
-            memset(dst, pad, (size_t)run);
+            for (ptrdiff_t e = 0; e < run; e++) dst[e] = pad;
         } else {
-            ptrdiff_t lo = qg_first_inside(iw0, g->sw);
-            ptrdiff_t hi = iw0 < g->w ? (g->w - iw0 + g->sw - 1) / g->sw : 0;
-            lo = lo < run ? lo : run;
-            hi = hi < lo ? lo : hi < run ? hi : run;
+            ptrdiff_t lo, hi;
+            qg_inside(iw0, g->sw, g->w, run, &lo, &hi);
             const uint8_t* src = plane + ih * g->w + iw0;
-            memset(dst, pad, (size_t)lo);
+            /* short runs: plain loops beat the calls of memset and memcpy */
+            for (ptrdiff_t e = 0; e < lo; e++) dst[e] = pad;
             if (g->sw == 1)
-                memcpy(dst + lo, src + lo, (size_t)(hi - lo));
+                for (ptrdiff_t e = lo; e < hi; e++) dst[e] = src[e];
             else
                 for (ptrdiff_t e = lo; e < hi; e++) dst[e] = src[e * g->sw];
-            memset(dst + hi, pad, (size_t)(run - hi));
+            for (ptrdiff_t e = hi; e < run; e++) dst[e] = pad;
         }
         dst += run;
         n += run;

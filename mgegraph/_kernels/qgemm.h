@@ -12,7 +12,7 @@
  * the middle term is a per-row constant computed once when the weights are packed, and the last
  * one (only where a weight zero point is not 0) takes the per-column sums of B, computed from
  * the packed B. Every sum wraps in int32, which gives the exact result whenever the true one fits
- * in int32; qg_row_constants says when a row's bound does not (the caller then takes another
+ * in int32; qg_pack_a says when a row's bound does not (the caller then takes another
  * path).
  *
  * Packed layouts (K padded to KG = ceil(K / 4) groups of 4 with zeros, which add nothing):
@@ -78,40 +78,63 @@ static inline int qg_widest(void) {
 static inline ptrdiff_t qg_groups(ptrdiff_t k) { return (k + 3) / 4; }
 static inline ptrdiff_t qg_blocks(ptrdiff_t n, ptrdiff_t per) { return (n + per - 1) / per; }
 
-/* Packs rows [0, m) of w (k values each, row stride ldw; uint8 when w_unsigned, shifted to int8)
- * into A's layout; rowsum[r] gets the sum of row r's shifted values. */
-static void qg_pack_a(const uint8_t* w, int w_unsigned, ptrdiff_t m, ptrdiff_t k, ptrdiff_t ldw,
-                      int8_t* dst, int32_t* rowsum) {
-    ptrdiff_t kg = qg_groups(k), mb = qg_blocks(m, QG_MR);
-    memset(dst, 0, (size_t)(mb * kg * QG_MR * 4));
-    for (ptrdiff_t r = 0; r < m; r++) {
-        int32_t sum = 0;
-        int8_t* block = dst + (r / QG_MR) * kg * QG_MR * 4 + (r % QG_MR) * 4;
+/* sum, min and max of a weight row's shifted values (int8: as stored; uint8: minus 128) */
+static void qg_row_stats(const uint8_t* w, int w_unsigned, ptrdiff_t k, int32_t* sum,
+                         int32_t* lo, int32_t* hi) {
+    int32_t s = 0, mn = 255, mx = -256;
+    if (w_unsigned) {
         for (ptrdiff_t i = 0; i < k; i++) {
-            int v = w_unsigned ? (int)w[r * ldw + i] - 128 : (int)(int8_t)w[r * ldw + i];
-            block[(i / 4) * QG_MR * 4 + i % 4] = (int8_t)v;
-            sum += v;
+            int32_t v = (int32_t)w[i] - 128;
+            s += v;
+            mn = v < mn ? v : mn;
+            mx = v > mx ? v : mx;
         }
-        rowsum[r] = sum;
+    } else {
+        for (ptrdiff_t i = 0; i < k; i++) {
+            int32_t v = (int8_t)w[i];
+            s += v;
+            mn = v < mn ? v : mn;
+            mx = v > mx ? v : mx;
+        }
     }
+    *sum = s, *lo = mn, *hi = mx;
 }
 
-/* The per-row constants bias - zx' rowsum + K zx' zw' (wrapped to int32, as the sums wrap), and
- * whether every row's accumulator is bounded inside int32: |bias| + K * 255 * max|w' - zw'|. */
-static int qg_row_constants(const uint8_t* w, int w_unsigned, ptrdiff_t m, ptrdiff_t k,
-                            ptrdiff_t ldw, const int32_t* rowsum, const int32_t* zw,
-                            int32_t zx, const int32_t* bias, int32_t* out) {
+/* Packs rows [0, m) of w (k values each, row stride ldw; uint8 when w_unsigned, shifted to int8
+ * by flipping its sign bit) into A's layout, and each row's constant bias - zx' rowsum + K zx'
+ * zw' (wrapped to int32, as the sums wrap; zw the shifted zero points, bias NULL for none).
+ * Returns whether every row's accumulator is bounded inside int32:
+ * |bias| + K * 255 * max|w' - zw'| (|x' - zx'| is at most 255). */
+static int qg_pack_a(const uint8_t* w, int w_unsigned, ptrdiff_t m, ptrdiff_t k, ptrdiff_t ldw,
+                     const int32_t* zw, int32_t zx, const int32_t* bias, int8_t* dst,
+                     int32_t* row_const) {
+    ptrdiff_t kg = qg_groups(k), mb = qg_blocks(m, QG_MR);
+    uint32_t flip = w_unsigned ? 0x80808080u : 0;
     int exact = 1;
+    memset(dst, 0, (size_t)(mb * kg * QG_MR * 4));
+    /* in the order of dst (a block's rows side by side, group after group): each written once */
+    for (ptrdiff_t rb = 0; rb < mb; rb++) {
+        int rows = m - rb * QG_MR < QG_MR ? (int)(m - rb * QG_MR) : QG_MR;
+        int8_t* block = dst + rb * kg * QG_MR * 4;
+        for (ptrdiff_t g = 0; g < k / 4; g++)
+            for (int r = 0; r < rows; r++) {
+                uint32_t word;
+                memcpy(&word, w + (rb * QG_MR + r) * ldw + g * 4, 4);
+                word ^= flip;
+                memcpy(block + (g * QG_MR + r) * 4, &word, 4);
+            }
+        for (int r = 0; r < rows; r++)
+            for (ptrdiff_t i = k / 4 * 4; i < k; i++)
+                block[(i / 4 * QG_MR + r) * 4 + i % 4] =
+                    (int8_t)(w[(rb * QG_MR + r) * ldw + i] ^ (uint8_t)flip);
+    }
     for (ptrdiff_t r = 0; r < m; r++) {
-        int64_t widest = 0, b = bias ? bias[r] : 0;
-        for (ptrdiff_t i = 0; i < k; i++) {
-            int64_t v = (w_unsigned ? (int)w[r * ldw + i] - 128 : (int)(int8_t)w[r * ldw + i])
-                        - zw[r];
-            widest = v > widest ? v : -v > widest ? -v : widest;
-        }
+        int32_t sum, lo, hi;
+        qg_row_stats(w + r * ldw, w_unsigned, k, &sum, &lo, &hi);
+        int64_t b = bias ? bias[r] : 0, widest = hi - zw[r] > zw[r] - lo ? hi - zw[r] : zw[r] - lo;
         if ((b < 0 ? -b : b) + (int64_t)k * 255 * widest > INT32_MAX) exact = 0;
-        int64_t c = b - (int64_t)zx * rowsum[r] + (int64_t)k * zx * zw[r];
-        out[r] = (int32_t)(uint32_t)(uint64_t)c;
+        int64_t c = b - (int64_t)zx * sum + (int64_t)k * zx * zw[r];
+        row_const[r] = (int32_t)(uint32_t)(uint64_t)c;
     }
     return exact;
 }
@@ -302,37 +325,44 @@ typedef struct {
 } qg_epilogue;
 
 /* rows [m0, m0 + rows) x columns [n0, n0 + cols) from acc (row stride lda) */
+#define QG_STORE(T, q)                                                                      \
+    {                                                                                       \
+        T* o = (T*)e->out + m * e->sm + n0 * e->sn;                                         \
+        if (e->sn == 1)                                                                     \
+            for (int j = 0; j < cols; j++) o[j] = (T)q[j];                                  \
+        else                                                                                \
+            for (int j = 0; j < cols; j++) o[j * e->sn] = (T)q[j];                          \
+    }
+
+/* per row: the int32 sums (wrapping, as the tile's), then the requantised integers, then the
+ * store (contiguous or strided): three simple loops the compiler vectorises */
 #define QG_EPILOGUE_BODY                                                                    \
     const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds half to even */        \
+    int32_t t[QG_TILE_COLS];                                                                \
     for (int r = 0; r < rows; r++) {                                                        \
         ptrdiff_t m = m0 + r;                                                               \
-        const int32_t* s = acc + r * lda;                                                   \
-        uint32_t c = (uint32_t)e->row_const[m];                                             \
-        int32_t z = e->zw ? e->zw[m] : 0;                                                   \
-        const int32_t* cs = z ? e->colsum + n0 : NULL;                                      \
+        const uint32_t* s = (const uint32_t*)(acc + r * lda);                               \
+        uint32_t c = (uint32_t)e->row_const[m], z = e->zw ? (uint32_t)e->zw[m] : 0u;        \
+        if (z) {                                                                            \
+            const uint32_t* cs = (const uint32_t*)e->colsum + n0;                           \
+            for (int j = 0; j < cols; j++) t[j] = (int32_t)(s[j] + c - z * cs[j]);          \
+        } else {                                                                            \
+            for (int j = 0; j < cols; j++) t[j] = (int32_t)(s[j] + c);                      \
+        }                                                                                   \
         if (e->kind == QG_OUT_INT32) {                                                      \
-            int32_t* o = (int32_t*)e->out + m * e->sm + n0 * e->sn;                         \
-            for (int j = 0; j < cols; j++)                                                  \
-                o[j * e->sn] = (int32_t)((uint32_t)s[j] + c                                 \
-                                         - (z ? (uint32_t)z * (uint32_t)cs[j] : 0u));       \
+            QG_STORE(int32_t, t)                                                            \
             continue;                                                                       \
         }                                                                                   \
         float mf = e->mult[m], lo = (float)(e->lo - e->zy), hi = (float)(e->hi - e->zy);    \
-        float v[QG_TILE_COLS];                                                              \
         for (int j = 0; j < cols; j++) {                                                    \
-            int32_t t = (int32_t)((uint32_t)s[j] + c                                        \
-                                  - (z ? (uint32_t)z * (uint32_t)cs[j] : 0u));              \
-            float f = (float)t * mf;                                                        \
+            float f = (float)t[j] * mf;                                                     \
             f = f < lo ? lo : f > hi ? hi : f;                                              \
-            v[j] = (f + magic) - magic;                                                     \
+            t[j] = (int32_t)((f + magic) - magic) + e->zy;                                  \
         }                                                                                   \
-        if (e->kind == QG_OUT_INT8) {                                                       \
-            int8_t* o = (int8_t*)e->out + m * e->sm + n0 * e->sn;                           \
-            for (int j = 0; j < cols; j++) o[j * e->sn] = (int8_t)((int32_t)v[j] + e->zy);  \
-        } else {                                                                            \
-            uint8_t* o = (uint8_t*)e->out + m * e->sm + n0 * e->sn;                         \
-            for (int j = 0; j < cols; j++) o[j * e->sn] = (uint8_t)((int32_t)v[j] + e->zy); \
-        }                                                                                   \
+        if (e->kind == QG_OUT_INT8)                                                         \
+            QG_STORE(int8_t, t)                                                             \
+        else                                                                                \
+            QG_STORE(uint8_t, t)                                                            \
     }
 
 #define QG_EPILOGUE_ARGS                                                                    \
@@ -401,22 +431,27 @@ static void qg_gemm_tiles(const qg_variant* var, const qg_operands* op, const qg
 /* ---- the machine's peak, for the benchmark ---------------------------------------------- */
 
 /* iterations x 16 independent vpdpbusd on zmm registers, no memory: 16 * 64 multiply-adds an
- * iteration (benchmarks/int8_kernels.py times it); -1 where the CPU has no AVX-512 VNNI */
+ * iteration (benchmarks/int8_kernels.py times it); -1 where the CPU has no AVX-512 VNNI. In
+ * assembly: from C, GCC keeps an array of accumulators on the stack. */
 #if QG_X86
+#define QG_DP(r) "vpdpbusd %%zmm17, %%zmm16, %%zmm" #r "\n\t"
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static int qg_vnni_loop_512(
     long long iterations) {
-    __m512i acc[16], b = _mm512_set1_epi32(0x01010101), a = _mm512_set1_epi32(0x01fe01fe);
-    for (int i = 0; i < 16; i++) acc[i] = _mm512_set1_epi32(i);
-    for (long long it = 0; it < iterations; it++) {
-        _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
-            acc[i] = _mm512_dpbusd_epi32(acc[i], b, a);
-            __asm__ volatile("" : "+v"(acc[i])); /* keep every chain */
-        }
-    }
-    __m512i s = acc[0];
-    for (int i = 1; i < 16; i++) s = _mm512_add_epi32(s, acc[i]);
-    return _mm512_reduce_add_epi32(s);
+    if (iterations <= 0) return 0;
+    __asm__ volatile("vpxord %%zmm16, %%zmm16, %%zmm16\n\t"
+                     "vpxord %%zmm17, %%zmm17, %%zmm17\n\t"
+                     "1:\n\t" QG_DP(0) QG_DP(1) QG_DP(2) QG_DP(3) QG_DP(4) QG_DP(5) QG_DP(6)
+                     QG_DP(7) QG_DP(8) QG_DP(9) QG_DP(10) QG_DP(11) QG_DP(12) QG_DP(13)
+                     QG_DP(14) QG_DP(15) "dec %0\n\t"
+                     "jnz 1b\n\t"
+                     : "+r"(iterations)
+                     :
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",
+                       "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16",
+                       "xmm17", "cc");
+    return 0;
 }
+#undef QG_DP
 #endif
 
 static int qg_vnni_loop(long long iterations) {

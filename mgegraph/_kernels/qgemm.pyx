@@ -2,7 +2,8 @@
 # AVX2 or portable tiles, the requantisation fused at the tile's store), the patches of
 # qconv.h, and the thread split. The integers are ops/quantized.py's (tests/quant_reference.py).
 #
-# Design: the weights are packed once (pack_weights: packed A, per-channel constants) and the
+# Design: the weights are packed once (pack_weights: packed A, per-channel constants, into a
+# byte buffer: a constant of the plan, or a NumPy array here) and the
 # kernels pack only the activations, per image and group: B of the patches, column blocks split
 # across threads, then the tiles of C split across threads (panel-major, so a thread's tiles
 # share columns of B). Every output is computed whole by one thread: any thread count gives the
@@ -48,11 +49,9 @@ cdef extern from "qconv.h":
         const uint8_t* b
         Py_ssize_t m, n, kg
     qg_variant qg_variant_of(int isa) noexcept nogil
-    void qg_pack_a(const uint8_t* w, int w_unsigned, Py_ssize_t m, Py_ssize_t k, Py_ssize_t ldw,
-                   int8_t* dst, int32_t* rowsum) noexcept nogil
-    int qg_row_constants(const uint8_t* w, int w_unsigned, Py_ssize_t m, Py_ssize_t k,
-                         Py_ssize_t ldw, const int32_t* rowsum, const int32_t* zw, int32_t zx,
-                         const int32_t* bias, int32_t* out) noexcept nogil
+    int qg_pack_a(const uint8_t* w, int w_unsigned, Py_ssize_t m, Py_ssize_t k, Py_ssize_t ldw,
+                  const int32_t* zw, int32_t zx, const int32_t* bias, int8_t* dst,
+                  int32_t* row_const) noexcept nogil
     void qg_pack_b_conv(const uint8_t* x, const qg_conv* g, Py_ssize_t n0, Py_ssize_t n1,
                         uint8_t pad, uint8_t flip, uint8_t* scratch, uint8_t* dst) noexcept nogil
     void qg_pack_b_columns(const uint8_t* x, Py_ssize_t k, Py_ssize_t ldx, Py_ssize_t n0,
@@ -109,45 +108,43 @@ if os.environ.get("MGEGRAPH_INT8_ISA"):
 
 # ---- packed weights --------------------------------------------------------------------------
 
-cdef int pack_weights(QWeights* pw, const uint8_t* w, int w_unsigned, Py_ssize_t oc,
-                      Py_ssize_t k, Py_ssize_t groups, const int32_t* zw, int32_t zx_shifted,
-                      const int32_t* bias, const float* mult) noexcept nogil:
+cdef Py_ssize_t packed_size(Py_ssize_t oc, Py_ssize_t k, Py_ssize_t groups) noexcept nogil:
+    # bytes of packed weights: each group's A, then per channel the constants and the shifted
+    # weight zero points (int32), then two flags (exact, any weight zero point not 0)
+    return groups * qg_blocks(oc // groups, QG_MR) * qg_groups(k) * QG_MR * 4 + (2 * oc + 2) * 4
+
+
+cdef void pack_weights(char* packed, const uint8_t* w, int w_unsigned, Py_ssize_t oc,
+                       Py_ssize_t k, Py_ssize_t groups, const int32_t* zw, int32_t zx_shifted,
+                       const int32_t* bias) noexcept nogil:
     # w (oc, k) row-major, groups of oc / groups rows; zw the stored zero points per channel
-    cdef Py_ssize_t m = oc // groups, kg = qg_groups(k), gi, o
-    cdef int32_t* rowsum = <int32_t*>malloc(max(oc, 1) * sizeof(int32_t))
-    cdef int any_zw = 0
-    pw.groups, pw.m, pw.k, pw.kg, pw.mult, pw.w_unsigned = groups, m, k, kg, mult, w_unsigned
-    pw.group_bytes = qg_blocks(m, QG_MR) * kg * QG_MR * 4
-    pw.a = <int8_t*>malloc(max(groups * pw.group_bytes, 1))
-    pw.row_const = <int32_t*>malloc(max(oc, 1) * sizeof(int32_t))
-    pw.zw = <int32_t*>malloc(max(oc, 1) * sizeof(int32_t))
-    if rowsum == NULL or pw.a == NULL or pw.row_const == NULL or pw.zw == NULL:
-        free(rowsum)
-        free_weights(pw)
-        return KERNEL_BAD_VALUE
+    cdef QWeights pw
+    cdef Py_ssize_t gi, o
+    cdef int32_t* flags
+    weights_view(&pw, packed, oc, k, groups, NULL)
+    pw.zw = pw.row_const + oc  # the view reads the flags, not written yet
+    flags = pw.row_const + 2 * oc
+    flags[0], flags[1] = 1, 0
     for o in range(oc):
         pw.zw[o] = zw[o] - 128 if w_unsigned else zw[o]
-        any_zw = any_zw or pw.zw[o] != 0
-    pw.exact = 1
+        flags[1] = flags[1] or pw.zw[o] != 0
     for gi in range(groups):
-        qg_pack_a(w + gi * m * k, w_unsigned, m, k, k, pw.a + gi * pw.group_bytes,
-                  rowsum + gi * m)
-        pw.exact &= qg_row_constants(w + gi * m * k, w_unsigned, m, k, k, rowsum + gi * m,
-                                     pw.zw + gi * m, zx_shifted,
-                                     NULL if bias == NULL else bias + gi * m,
-                                     pw.row_const + gi * m)
-    free(rowsum)
-    if not any_zw:
-        free(pw.zw)
+        flags[0] &= qg_pack_a(w + gi * pw.m * k, w_unsigned, pw.m, k, k, pw.zw + gi * pw.m,
+                              zx_shifted, NULL if bias == NULL else bias + gi * pw.m,
+                              pw.a + gi * pw.group_bytes, pw.row_const + gi * pw.m)
+
+
+cdef void weights_view(QWeights* pw, const char* packed, Py_ssize_t oc, Py_ssize_t k,
+                       Py_ssize_t groups, const float* mult) noexcept nogil:
+    # the packed weights pack_weights wrote at `packed`, with the multipliers `mult`
+    pw.groups, pw.m, pw.k, pw.kg, pw.mult = groups, oc // groups, k, qg_groups(k), mult
+    pw.group_bytes = qg_blocks(pw.m, QG_MR) * pw.kg * QG_MR * 4
+    pw.a = <int8_t*>packed
+    pw.row_const = <int32_t*>(packed + groups * pw.group_bytes)
+    pw.zw = pw.row_const + oc
+    pw.exact = pw.zw[oc]
+    if not pw.zw[oc + 1]:
         pw.zw = NULL
-    return KERNEL_OK
-
-
-cdef void free_weights(QWeights* pw) noexcept nogil:
-    free(pw.a)
-    free(pw.row_const)
-    free(pw.zw)
-    pw.a, pw.row_const, pw.zw = NULL, NULL, NULL
 
 
 # ---- one GEMM: pack B over column blocks, then the tiles, each split across threads ---------
@@ -361,6 +358,33 @@ def _bytes(a) -> np.ndarray:
     return np.ascontiguousarray(a).view(np.uint8).reshape(-1)
 
 
+def packed_weights(w, zw, bias, Py_ssize_t groups=1, bint x_signed=False, int zx=0):
+    """w (O, ...) int8/uint8 with zero points zw (one or per channel) and bias int32 (O,) or
+    None packed for an input of zero point zx: the bytes conv2d and linear read."""
+    cdef Py_ssize_t oc = w.shape[0]
+    cdef int w_unsigned = w.dtype == np.uint8, zxs = zx + 128 if x_signed else zx
+    cdef const uint8_t[::1] wb = _bytes(w)
+    cdef const int32_t[::1] zws = _per_channel(zw, oc, np.int32)
+    cdef const int32_t[::1] bs = None if bias is None else _per_channel(bias, oc, np.int32)
+    cdef Py_ssize_t k = wb.shape[0] // oc
+    packed = np.empty(packed_size(oc, k, groups), np.uint8)
+    cdef unsigned char[::1] out = packed
+    with nogil:
+        pack_weights(<char*>&out[0], &wb[0], w_unsigned, oc, k, groups, &zws[0], zxs,
+                     NULL if bs is None else &bs[0])
+    return packed
+
+
+cdef QWeights _view(what, packed, Py_ssize_t oc, Py_ssize_t k, Py_ssize_t groups,
+                    const float[::1] mults) except *:
+    cdef QWeights pw
+    cdef const unsigned char[::1] bytes_ = packed
+    weights_view(&pw, <const char*>&bytes_[0], oc, k, groups, &mults[0])
+    if not pw.exact:
+        raise OverflowError(f"{what}: an accumulator may leave int32")
+    return pw
+
+
 def conv2d(x, int zx, w, zw, bias, mult, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
            Py_ssize_t groups=1, str out_dtype="int8", int zy=0, bint relu=False,
            Py_ssize_t threads=1):
@@ -372,6 +396,7 @@ def conv2d(x, int zx, w, zw, bias, mult, stride=(1, 1), padding=(0, 0), dilation
     cdef QWeights pw
     cdef QOutput out
     cdef int status, x_signed = x.dtype == np.int8, w_unsigned = w.dtype == np.uint8
+    cdef Py_ssize_t n, c, oc
     n, c, g.h, g.w = x.shape
     oc, g.c, g.kh, g.kw = w.shape
     (g.sh, g.sw), (g.ph, g.pw), (g.dh, g.dw) = stride, padding, dilation
@@ -385,18 +410,15 @@ def conv2d(x, int zx, w, zw, bias, mult, stride=(1, 1), padding=(0, 0), dilation
     cdef const int32_t[::1] bs = None if bias is None else _per_channel(bias, oc, np.int32)
     if groups == c == oc and g.c == 1:
         g.c = c
-        status = depthwise_run(&xb[0], x_signed, zx, &wb[0], w_unsigned, &zws[0],
-                               NULL if bs is None else &bs[0], &mults[0], n, &g, &out, threads)
+        with nogil:
+            status = depthwise_run(&xb[0], x_signed, zx, &wb[0], w_unsigned, &zws[0],
+                                   NULL if bs is None else &bs[0], &mults[0], n, &g, &out,
+                                   threads)
     else:
-        status = pack_weights(&pw, &wb[0], w_unsigned, oc, g.c * g.kh * g.kw, groups, &zws[0],
-                              zx + 128 if x_signed else zx, NULL if bs is None else &bs[0],
-                              &mults[0])
-        if status == KERNEL_OK and not pw.exact:
-            free_weights(&pw)
-            raise OverflowError("quantized_conv2d: an accumulator may leave int32")
-        if status == KERNEL_OK:
+        packed = packed_weights(w, zw, bias, groups, x_signed, zx)
+        pw = _view("quantized_conv2d", packed, oc, g.c * g.kh * g.kw, groups, mults)
+        with nogil:
             status = conv_run(&pw, &xb[0], x_signed, zx, n, &g, &out, threads)
-        free_weights(&pw)
     if status != KERNEL_OK:
         raise MemoryError(f"quantized_conv2d: the int8 kernel failed (status {status})")
     return y
@@ -407,24 +429,16 @@ def linear(x, int zx, w, zw, bias, mult, str out_dtype="int8", int zy=0, bint re
     """The int8 linear layer of stored integers: x (..., in), w (out, in); as conv2d."""
     cdef QWeights pw
     cdef QOutput out
-    cdef int status, x_signed = x.dtype == np.int8, w_unsigned = w.dtype == np.uint8
-    oc, k = w.shape
-    rows = x.size // k
+    cdef int status, x_signed = x.dtype == np.int8
+    cdef Py_ssize_t oc = w.shape[0], k = w.shape[1], rows = x.size // k
     y = np.empty(tuple(x.shape)[:len(x.shape) - 1] + (oc,), out_dtype)
     out = _output(y, out_dtype, zy, relu)
-    cdef const uint8_t[::1] xb = _bytes(x), wb = _bytes(w)
-    cdef const int32_t[::1] zws = _per_channel(zw, oc, np.int32)
+    cdef const uint8_t[::1] xb = _bytes(x)
     cdef const float[::1] mults = _per_channel(1.0 if mult is None else mult, oc, np.float32)
-    cdef const int32_t[::1] bs = None if bias is None else _per_channel(bias, oc, np.int32)
-    status = pack_weights(&pw, &wb[0], w_unsigned, oc, k, 1, &zws[0],
-                          zx + 128 if x_signed else zx, NULL if bs is None else &bs[0],
-                          &mults[0])
-    if status == KERNEL_OK and not pw.exact:
-        free_weights(&pw)
-        raise OverflowError("quantized_linear: an accumulator may leave int32")
-    if status == KERNEL_OK:
+    packed = packed_weights(w, zw, bias, 1, x_signed, zx)
+    pw = _view("quantized_linear", packed, oc, k, 1, mults)
+    with nogil:
         status = linear_run(&pw, &xb[0], x_signed, rows, &out, threads)
-    free_weights(&pw)
     if status != KERNEL_OK:
         raise MemoryError(f"quantized_linear: the int8 kernel failed (status {status})")
     return y
