@@ -82,3 +82,7 @@ KERNEL_MODULES += (local_conv,)
 from . import quantize
 
 KERNEL_MODULES += (quantize,)
+# the int8 compute ops: quantized conv2d, linear and add (quantized.pyx)
+from . import quantized
+
+KERNEL_MODULES += (quantized,)

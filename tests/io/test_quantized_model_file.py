@@ -8,8 +8,9 @@ import pytest
 from test_model_file import members, refused, with_json
 
 import mgegraph as mg
-from mgegraph.ir.quant import per_channel
+from mgegraph.ir.quant import per_channel, per_tensor
 from mgegraph.ops.quantize import dequantize, quantize
+from mgegraph.ops.quantized import quantized_add, quantized_conv2d, quantized_linear
 
 WEIGHTS = np.arange(-6, 6, dtype=np.int8).reshape(3, 4)
 
@@ -66,3 +67,26 @@ def test_a_quantization_on_a_float_value_is_refused(tmp_path, saved):
     def float_param(d):
         _param_type(d)["dtype"] = "float32"
     refused(tmp_path, with_json(saved, float_param), "cannot hold quantized values")
+
+
+def test_the_int8_compute_ops_round_trip():
+    rng = np.random.default_rng(3)
+    g = mg.Graph()
+    x = g.input("x", (1, 4, 6, 6), "uint8", quant=per_tensor(0.04, 128))
+    w = g.param("w", rng.integers(-128, 128, (8, 4, 3, 3)).astype(np.int8),
+                quant=per_channel(rng.uniform(0.01, 0.02, 8), None, 0))
+    bias = g.param("b", rng.integers(-900, 900, 8).astype(np.int32))
+    y = quantized_conv2d(x, w, bias, padding=1, out_scale=0.1, out_zero_point=3, relu=True)
+    z = quantized_add(y, y, out_scale=0.2)
+    fc = g.param("fc", rng.integers(-128, 128, (5, 288)).astype(np.int8),
+                 quant=per_tensor(0.01))
+    out = quantized_linear(z.reshape(1, 288), fc, out_dtype="int32")
+    plan = mg.compile([out, z])
+    f = io.BytesIO()
+    mg.save(plan, f)
+    xv = rng.integers(0, 256, (1, 4, 6, 6)).astype(np.uint8)
+    loaded = mg.load(io.BytesIO(f.getvalue()))
+    for got, want in zip(loaded.run({"x": xv}), plan.run({"x": xv})):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    assert [str(t) for t in loaded.output_types] == ["qs32(0.002)[1,5]", "qs8(0.2)[1,8,6,6]"]

@@ -40,6 +40,10 @@ FAMILIES += (local_conv,)
 from . import quantize
 
 FAMILIES += (quantize,)
+# the int8 compute ops: quantized conv2d, linear and add (lowering/quantized.py)
+from . import quantized
+
+FAMILIES += (quantized,)
 
 
 def implement_all(table) -> None:

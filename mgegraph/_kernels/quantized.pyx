@@ -1,0 +1,223 @@
+# The int8 compute ops (mgegraph/ops/quantized.py): quantized_conv2d and quantized_linear (one
+# kernel: a linear layer is a 1x1 convolution of (rows, in, 1, 1)), and quantized_add.
+#
+# Parameter layout: the ints are the structs below, whose field names this module exports
+# (QCONV_FIELDS, QADD_FIELDS) for the lowering, mgegraph/_kernels/lowering/quantized.py, to pack
+# by name. The convolution's floats are each output channel's requantisation multiplier, then
+# each one's weight zero point; quantized_add's are its two multipliers. Buffers: x, w, the
+# bias when there is one, the output, then the workspace (per thread: one output plane of int32
+# accumulators and one output channel's weights less their zero point).
+#
+# Design: this is the portable way, plain loops that any C compiler vectorises along the output
+# row; the integers are exactly ops/quantized.py's. The accumulator starts at the bias and adds
+# (w - zw) * (x - zx) over the window, a padded position adding nothing (it holds the zero
+# point). The epilogue multiplies the float32 accumulator by the float32 multiplier (a float
+# product, as the reference: no double rounding), rounds half to even (rintf in the default
+# rounding mode), adds the output zero point and saturates to [low, high], relu having raised
+# low to the zero point. The units of work are the (image, output channel) planes.
+
+from libc.math cimport rintf
+from libc.stdint cimport int8_t, int32_t, uint8_t
+
+from .abi cimport Call, KERNEL_BAD_VALUE, KERNEL_OK, kernel_address
+from .nditer cimport MAX_DIMS, Odometer, dims_ok, odometer_init, odometer_next, odometer_seek
+from .params cimport fields_of
+from .parallel cimport parallel_for
+
+ctypedef struct QConv:
+    Py_ssize_t batch, channels, height, width, out_channels, kernel_h, kernel_w, out_h, out_w
+    Py_ssize_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups
+    Py_ssize_t w_code, out_code, x_zero, out_zero, low, high, has_bias, threads
+
+ctypedef struct QAdd:
+    Py_ssize_t a_zero, b_zero, out_zero, low, high, out_code, threads, ndim
+
+cdef QConv _c
+cdef QAdd _a
+QCONV_FIELDS = fields_of(_c, sizeof(QConv))
+QADD_FIELDS = fields_of(_a, sizeof(QAdd))
+
+cdef enum:
+    CODE_INT8 = 0
+    CODE_UINT8 = 1
+    CODE_INT32 = 2
+
+ctypedef fused xint:
+    int8_t
+    uint8_t
+
+
+cdef inline int32_t stored(const char* p, Py_ssize_t i, Py_ssize_t code) noexcept nogil:
+    if code == CODE_INT8:
+        return (<const int8_t*>p)[i]
+    return (<const uint8_t*>p)[i]
+
+
+cdef inline void store(char* out, Py_ssize_t i, int32_t acc, float m, const QConv* s) noexcept nogil:
+    # the requantisation: clamp(rint(float32(acc) * m) + zy, low, high), or acc itself
+    cdef double q
+    if s.out_code == CODE_INT32:
+        (<int32_t*>out)[i] = acc
+        return
+    q = <double>rintf(<float>acc * m) + s.out_zero
+    q = s.low if q < s.low else (s.high if q > s.high else q)
+    if s.out_code == CODE_INT8:
+        (<int8_t*>out)[i] = <int8_t>q
+    else:
+        (<uint8_t*>out)[i] = <uint8_t>q
+
+
+cdef inline Py_ssize_t first_inside(Py_ssize_t offset, Py_ssize_t stride,
+                                    Py_ssize_t size) noexcept nogil:
+    # the first output index o with 0 <= o * stride + offset (offset may be negative)
+    if offset >= 0:
+        return 0
+    return (-offset + stride - 1) // stride
+
+
+cdef inline Py_ssize_t end_inside(Py_ssize_t offset, Py_ssize_t stride, Py_ssize_t size,
+                                  Py_ssize_t outputs) noexcept nogil:
+    # one past the last output index o < outputs with o * stride + offset < size
+    cdef Py_ssize_t last
+    if offset >= size:
+        return 0
+    last = (size - 1 - offset) // stride + 1
+    return last if last < outputs else outputs
+
+
+cdef inline void accumulate_tap(int32_t* acc, const xint* xc, int32_t wv, const QConv* s,
+                                Py_ssize_t i, Py_ssize_t j) noexcept nogil:
+    # acc[oh, ow] += wv * (x[ih, iw] - zx) for the tap (i, j) where (ih, iw) is inside
+    cdef Py_ssize_t oh, ow, ih, row, col_off = j * s.dilation_w - s.pad_w
+    cdef Py_ssize_t row_off = i * s.dilation_h - s.pad_h
+    cdef Py_ssize_t oh0 = first_inside(row_off, s.stride_h, s.height)
+    cdef Py_ssize_t oh1 = end_inside(row_off, s.stride_h, s.height, s.out_h)
+    cdef Py_ssize_t ow0 = first_inside(col_off, s.stride_w, s.width)
+    cdef Py_ssize_t ow1 = end_inside(col_off, s.stride_w, s.width, s.out_w)
+    cdef int32_t zx = <int32_t>s.x_zero
+    cdef const xint* xrow
+    cdef int32_t* arow
+    for oh in range(oh0, oh1):
+        ih = oh * s.stride_h + row_off
+        xrow = xc + ih * s.width + col_off
+        arow = acc + oh * s.out_w
+        if s.stride_w == 1:
+            for ow in range(ow0, ow1):
+                arow[ow] += wv * (<int32_t>xrow[ow] - zx)
+        else:
+            for ow in range(ow0, ow1):
+                arow[ow] += wv * (<int32_t>xrow[ow * s.stride_w] - zx)
+
+
+cdef inline int conv_planes(const Call* c, int part, Py_ssize_t lo, Py_ssize_t hi,
+                            const xint* x) noexcept nogil:
+    cdef const QConv* s = <const QConv*>c.ints
+    cdef Py_ssize_t plane = s.out_h * s.out_w, taps = s.kernel_h * s.kernel_w
+    cdef Py_ssize_t cg = s.channels // s.groups, per_group = s.out_channels // s.groups
+    cdef Py_ssize_t out_slot = 2 + s.has_bias
+    cdef int32_t* acc = <int32_t*>c.bufs[out_slot + 1] + part * (plane + cg * taps)
+    cdef int32_t* wz = acc + plane
+    cdef Py_ssize_t u, n, o, g, ci, t, k
+    cdef int32_t start
+    cdef float m
+    for u in range(lo, hi):
+        n, o = u // s.out_channels, u % s.out_channels
+        g = o // per_group
+        for k in range(cg * taps):
+            wz[k] = stored(c.bufs[1], o * cg * taps + k, s.w_code) - \
+                <int32_t>c.floats[s.out_channels + o]
+        start = (<const int32_t*>c.bufs[2])[o] if s.has_bias else 0
+        for k in range(plane):
+            acc[k] = start
+        for ci in range(cg):
+            for t in range(taps):
+                if wz[ci * taps + t] != 0:
+                    accumulate_tap(acc, x + (n * s.channels + g * cg + ci) * s.height * s.width,
+                                   wz[ci * taps + t], s, t // s.kernel_w, t % s.kernel_w)
+        m = <float>c.floats[o]
+        for k in range(plane):
+            store(c.bufs[out_slot], u * plane + k, acc[k], m, s)
+    return KERNEL_OK
+
+
+cdef int conv_i8(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return conv_planes(<const Call*>c, part, lo, hi, <const int8_t*>(<const Call*>c).bufs[0])
+cdef int conv_u8(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    return conv_planes(<const Call*>c, part, lo, hi, <const uint8_t*>(<const Call*>c).bufs[0])
+
+
+cdef int quantized_conv2d_i8(const Call* c) noexcept nogil:
+    cdef const QConv* s = <const QConv*>c.ints
+    return parallel_for(s.threads, s.batch * s.out_channels, conv_i8, <void*>c)
+cdef int quantized_conv2d_u8(const Call* c) noexcept nogil:
+    cdef const QConv* s = <const QConv*>c.ints
+    return parallel_for(s.threads, s.batch * s.out_channels, conv_u8, <void*>c)
+
+
+# -- quantized_add: the ints go on after QAdd with ndim sizes, then a's and b's element strides
+# (0 where broadcast); the output is contiguous. The units are the rows of the innermost dim.
+cdef inline int add_rows(const Call* c, Py_ssize_t lo, Py_ssize_t hi, const xint* a,
+                         Py_ssize_t b_code) noexcept nogil:
+    cdef const QAdd* s = <const QAdd*>c.ints
+    cdef const Py_ssize_t* shape = c.ints + sizeof(QAdd) // sizeof(Py_ssize_t)
+    cdef Py_ssize_t ndim = s.ndim, inner = shape[ndim - 1], r, i
+    cdef Py_ssize_t sa = shape[2 * ndim - 1], sb = shape[3 * ndim - 1]
+    cdef float ma = <float>c.floats[0], mb = <float>c.floats[1], fa, fb
+    cdef int32_t za = <int32_t>s.a_zero, zb = <int32_t>s.b_zero
+    cdef double q
+    cdef Odometer it
+    odometer_init(&it, <int>ndim, shape, shape + ndim, 2)
+    odometer_seek(&it, lo)
+    for r in range(lo, hi):
+        for i in range(inner):
+            fa = <float>(<int32_t>a[it.offset[0] + i * sa] - za) * ma
+            fb = <float>(stored(c.bufs[1], it.offset[1] + i * sb, b_code) - zb) * mb
+            q = <double>rintf(fa + fb) + s.out_zero
+            q = s.low if q < s.low else (s.high if q > s.high else q)
+            if s.out_code == CODE_INT8:
+                (<int8_t*>c.bufs[2])[r * inner + i] = <int8_t>q
+            else:
+                (<uint8_t*>c.bufs[2])[r * inner + i] = <uint8_t>q
+        odometer_next(&it)
+    return KERNEL_OK
+
+
+cdef inline Py_ssize_t b_code_of(const Call* c) noexcept nogil:
+    # b's dtype: the last int of the block, after the strides
+    cdef const QAdd* s = <const QAdd*>c.ints
+    return (c.ints + sizeof(QAdd) // sizeof(Py_ssize_t))[3 * s.ndim]
+
+
+cdef int add_i8(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef const Call* call = <const Call*>c
+    return add_rows(call, lo, hi, <const int8_t*>call.bufs[0], b_code_of(call))
+cdef int add_u8(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef const Call* call = <const Call*>c
+    return add_rows(call, lo, hi, <const uint8_t*>call.bufs[0], b_code_of(call))
+
+
+cdef inline Py_ssize_t add_rows_total(const Call* c) noexcept nogil:
+    cdef const QAdd* s = <const QAdd*>c.ints
+    cdef const Py_ssize_t* shape = c.ints + sizeof(QAdd) // sizeof(Py_ssize_t)
+    cdef Py_ssize_t rows = 1, d
+    for d in range(s.ndim - 1):
+        rows *= shape[d]
+    return rows
+
+
+cdef int quantized_add_i8(const Call* c) noexcept nogil:
+    if not dims_ok((<const QAdd*>c.ints).ndim, 1):
+        return KERNEL_BAD_VALUE
+    return parallel_for((<const QAdd*>c.ints).threads, add_rows_total(c), add_i8, <void*>c)
+cdef int quantized_add_u8(const Call* c) noexcept nogil:
+    if not dims_ok((<const QAdd*>c.ints).ndim, 1):
+        return KERNEL_BAD_VALUE
+    return parallel_for((<const QAdd*>c.ints).threads, add_rows_total(c), add_u8, <void*>c)
+
+
+KERNELS = {
+    "quantized_conv2d_i8": kernel_address(quantized_conv2d_i8),
+    "quantized_conv2d_u8": kernel_address(quantized_conv2d_u8),
+    "quantized_add_i8": kernel_address(quantized_add_i8),
+    "quantized_add_u8": kernel_address(quantized_add_u8),
+}
