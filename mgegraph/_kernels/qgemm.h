@@ -11,9 +11,9 @@
  *         = sum x' w'  +  (bias - zx' rowsum(w') + K zx' zw')  -  zw' colsum(x'),
  * the middle term is a per-row constant computed once when the weights are packed, and the last
  * one (only where a weight zero point is not 0) takes the per-column sums of B, computed from
- * the packed B. Every sum wraps in int32, which gives the exact result whenever the true one fits
- * in int32; qg_pack_a says when a row's bound does not (the caller then takes another
- * path).
+ * the packed B. Every sum wraps in int32: the result is the true one modulo 2^32, so exact
+ * wherever the true accumulator fits in int32 (the ops' contract), and beyond it the same
+ * integers as any other int32 accumulation (quantized.pyx's portable loops).
  *
  * Packed layouts (K padded to KG = ceil(K / 4) groups of 4 with zeros, which add nothing):
  *   A: [ceil(M / QG_MR) row blocks][KG][QG_MR rows][4 k] int8 (missing rows are zero);
@@ -78,39 +78,24 @@ static inline int qg_widest(void) {
 static inline ptrdiff_t qg_groups(ptrdiff_t k) { return (k + 3) / 4; }
 static inline ptrdiff_t qg_blocks(ptrdiff_t n, ptrdiff_t per) { return (n + per - 1) / per; }
 
-/* sum, min and max of a weight row's shifted values (int8: as stored; uint8: minus 128) */
-static void qg_row_stats(const uint8_t* w, int w_unsigned, ptrdiff_t k, int32_t* sum,
-                         int32_t* lo, int32_t* hi) {
-    int32_t s = 0, mn = 255, mx = -256;
-    if (w_unsigned) {
-        for (ptrdiff_t i = 0; i < k; i++) {
-            int32_t v = (int32_t)w[i] - 128;
-            s += v;
-            mn = v < mn ? v : mn;
-            mx = v > mx ? v : mx;
-        }
-    } else {
-        for (ptrdiff_t i = 0; i < k; i++) {
-            int32_t v = (int8_t)w[i];
-            s += v;
-            mn = v < mn ? v : mn;
-            mx = v > mx ? v : mx;
-        }
-    }
-    *sum = s, *lo = mn, *hi = mx;
+/* the sum of a weight row's shifted values (int8: as stored; uint8: minus 128) */
+static int32_t qg_row_sum(const uint8_t* w, int w_unsigned, ptrdiff_t k) {
+    int32_t s = 0;
+    if (w_unsigned)
+        for (ptrdiff_t i = 0; i < k; i++) s += (int32_t)w[i] - 128;
+    else
+        for (ptrdiff_t i = 0; i < k; i++) s += (int8_t)w[i];
+    return s;
 }
 
 /* Packs rows [0, m) of w (k values each, row stride ldw; uint8 when w_unsigned, shifted to int8
  * by flipping its sign bit) into A's layout, and each row's constant bias - zx' rowsum + K zx'
- * zw' (wrapped to int32, as the sums wrap; zw the shifted zero points, bias NULL for none).
- * Returns whether every row's accumulator is bounded inside int32:
- * |bias| + K * 255 * max|w' - zw'| (|x' - zx'| is at most 255). */
-static int qg_pack_a(const uint8_t* w, int w_unsigned, ptrdiff_t m, ptrdiff_t k, ptrdiff_t ldw,
+ * zw' (wrapped to int32, as the sums wrap; zw the shifted zero points, bias NULL for none). */
+static void qg_pack_a(const uint8_t* w, int w_unsigned, ptrdiff_t m, ptrdiff_t k, ptrdiff_t ldw,
                      const int32_t* zw, int32_t zx, const int32_t* bias, int8_t* dst,
                      int32_t* row_const) {
     ptrdiff_t kg = qg_groups(k), mb = qg_blocks(m, QG_MR);
     uint32_t flip = w_unsigned ? 0x80808080u : 0;
-    int exact = 1;
     memset(dst, 0, (size_t)(mb * kg * QG_MR * 4));
     /* in the order of dst (a block's rows side by side, group after group): each written once */
     for (ptrdiff_t rb = 0; rb < mb; rb++) {
@@ -129,14 +114,10 @@ static int qg_pack_a(const uint8_t* w, int w_unsigned, ptrdiff_t m, ptrdiff_t k,
                     (int8_t)(w[(rb * QG_MR + r) * ldw + i] ^ (uint8_t)flip);
     }
     for (ptrdiff_t r = 0; r < m; r++) {
-        int32_t sum, lo, hi;
-        qg_row_stats(w + r * ldw, w_unsigned, k, &sum, &lo, &hi);
-        int64_t b = bias ? bias[r] : 0, widest = hi - zw[r] > zw[r] - lo ? hi - zw[r] : zw[r] - lo;
-        if ((b < 0 ? -b : b) + (int64_t)k * 255 * widest > INT32_MAX) exact = 0;
-        int64_t c = b - (int64_t)zx * sum + (int64_t)k * zx * zw[r];
+        int64_t c = (bias ? bias[r] : 0) - (int64_t)zx * qg_row_sum(w + r * ldw, w_unsigned, k)
+                    + (int64_t)k * zx * zw[r];
         row_const[r] = (int32_t)(uint32_t)(uint64_t)c;
     }
-    return exact;
 }
 
 /* Interleaves the 4 k rows of one group (rows[j] NULL past K: zeros) for columns [n0, n1) of B

@@ -4,8 +4,7 @@
 #
 #     pack_weights(packed, w, w_unsigned, oc, k, groups, zw, zx_shifted, bias)  # packed_size
 #     weights_view(&pw, packed, oc, k, groups, mult)
-#     if pw.exact:
-#         status = conv_run(&pw, x, x_signed, zx, images, &geometry, &out, threads)
+#     status = conv_run(&pw, x, x_signed, zx, images, &geometry, &out, threads)
 
 from libc.stdint cimport int8_t, int32_t, uint8_t
 
@@ -16,6 +15,9 @@ cdef extern from "qconv.h":
     int QG_OUT_INT32, QG_OUT_INT8, QG_OUT_UINT8
 
 
+cdef enum:
+    QG_NOT_RUN = -1  # a run that could not have its scratch: its output is to be made another way
+
 # a view of packed weights (pack_weights) of a convolution (groups of m output channels) or a
 # linear layer (1 group)
 ctypedef struct QWeights:
@@ -24,7 +26,6 @@ ctypedef struct QWeights:
     int32_t* zw           # per output channel, shifted to int8; NULL when all are 0
     const float* mult     # per output channel; NULL for an int32 result
     Py_ssize_t groups, m, k, kg, group_bytes
-    int exact             # every accumulator provably inside int32 (else: use another path)
 
 # where and how the result goes: storage kind (QG_OUT_*), zero point, range narrowed by relu
 ctypedef struct QOutput:

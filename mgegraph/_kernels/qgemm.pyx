@@ -19,7 +19,7 @@ import numpy as np
 from libc.stdint cimport int8_t, int32_t, uint8_t
 from libc.stdlib cimport free, malloc
 
-from .abi cimport KERNEL_BAD_VALUE, KERNEL_OK
+from .abi cimport KERNEL_OK
 from .parallel cimport parallel_for
 
 cdef extern from "qconv.h":
@@ -49,9 +49,9 @@ cdef extern from "qconv.h":
         const uint8_t* b
         Py_ssize_t m, n, kg
     qg_variant qg_variant_of(int isa) noexcept nogil
-    int qg_pack_a(const uint8_t* w, int w_unsigned, Py_ssize_t m, Py_ssize_t k, Py_ssize_t ldw,
-                  const int32_t* zw, int32_t zx, const int32_t* bias, int8_t* dst,
-                  int32_t* row_const) noexcept nogil
+    void qg_pack_a(const uint8_t* w, int w_unsigned, Py_ssize_t m, Py_ssize_t k, Py_ssize_t ldw,
+                   const int32_t* zw, int32_t zx, const int32_t* bias, int8_t* dst,
+                   int32_t* row_const) noexcept nogil
     void qg_pack_b_conv(const uint8_t* x, const qg_conv* g, Py_ssize_t n0, Py_ssize_t n1,
                         uint8_t pad, uint8_t flip, uint8_t* scratch, uint8_t* dst) noexcept nogil
     void qg_pack_b_columns(const uint8_t* x, Py_ssize_t k, Py_ssize_t ldx, Py_ssize_t n0,
@@ -110,8 +110,8 @@ if os.environ.get("MGEGRAPH_INT8_ISA"):
 
 cdef Py_ssize_t packed_size(Py_ssize_t oc, Py_ssize_t k, Py_ssize_t groups) noexcept nogil:
     # bytes of packed weights: each group's A, then per channel the constants and the shifted
-    # weight zero points (int32), then two flags (exact, any weight zero point not 0)
-    return groups * qg_blocks(oc // groups, QG_MR) * qg_groups(k) * QG_MR * 4 + (2 * oc + 2) * 4
+    # weight zero points (int32), then whether any weight zero point is not 0 (int32)
+    return groups * qg_blocks(oc // groups, QG_MR) * qg_groups(k) * QG_MR * 4 + (2 * oc + 1) * 4
 
 
 cdef void pack_weights(char* packed, const uint8_t* w, int w_unsigned, Py_ssize_t oc,
@@ -120,18 +120,18 @@ cdef void pack_weights(char* packed, const uint8_t* w, int w_unsigned, Py_ssize_
     # w (oc, k) row-major, groups of oc / groups rows; zw the stored zero points per channel
     cdef QWeights pw
     cdef Py_ssize_t gi, o
-    cdef int32_t* flags
+    cdef int32_t* any_zw
     weights_view(&pw, packed, oc, k, groups, NULL)
-    pw.zw = pw.row_const + oc  # the view reads the flags, not written yet
-    flags = pw.row_const + 2 * oc
-    flags[0], flags[1] = 1, 0
+    pw.zw = pw.row_const + oc  # the view reads the flag, not written yet
+    any_zw = pw.row_const + 2 * oc
+    any_zw[0] = 0
     for o in range(oc):
         pw.zw[o] = zw[o] - 128 if w_unsigned else zw[o]
-        flags[1] = flags[1] or pw.zw[o] != 0
+        any_zw[0] = any_zw[0] or pw.zw[o] != 0
     for gi in range(groups):
-        flags[0] &= qg_pack_a(w + gi * pw.m * k, w_unsigned, pw.m, k, k, pw.zw + gi * pw.m,
-                              zx_shifted, NULL if bias == NULL else bias + gi * pw.m,
-                              pw.a + gi * pw.group_bytes, pw.row_const + gi * pw.m)
+        qg_pack_a(w + gi * pw.m * k, w_unsigned, pw.m, k, k, pw.zw + gi * pw.m,
+                  zx_shifted, NULL if bias == NULL else bias + gi * pw.m,
+                  pw.a + gi * pw.group_bytes, pw.row_const + gi * pw.m)
 
 
 cdef void weights_view(QWeights* pw, const char* packed, Py_ssize_t oc, Py_ssize_t k,
@@ -142,8 +142,7 @@ cdef void weights_view(QWeights* pw, const char* packed, Py_ssize_t oc, Py_ssize
     pw.a = <int8_t*>packed
     pw.row_const = <int32_t*>(packed + groups * pw.group_bytes)
     pw.zw = pw.row_const + oc
-    pw.exact = pw.zw[oc]
-    if not pw.zw[oc + 1]:
+    if not pw.zw[oc]:
         pw.zw = NULL
 
 
@@ -174,7 +173,7 @@ cdef int _pack_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept 
     else:
         scratch = <uint8_t*>malloc(4 * (n1 - n0))
         if scratch == NULL:
-            return KERNEL_BAD_VALUE
+            return QG_NOT_RUN
         qg_pack_b_conv(s.x, s.g, n0, n1, s.pad, s.flip, scratch, s.b)
         free(scratch)
     if s.colsum != NULL:
@@ -200,7 +199,7 @@ cdef int _buffers(PackB* pack, int need_colsum) noexcept nogil:
     pack.b = <uint8_t*>malloc(max(qg_blocks(pack.n, QG_NB) * pack.kg * QG_NB * 4, 1))
     pack.colsum = <int32_t*>malloc(max(pack.n, 1) * sizeof(int32_t)) if need_colsum else NULL
     return KERNEL_OK if pack.b != NULL and (pack.colsum != NULL or not need_colsum) \
-        else KERNEL_BAD_VALUE
+        else QG_NOT_RUN
 
 
 cdef void _epilogue(qg_epilogue* e, const QWeights* pw, const QOutput* out, int32_t* colsum,
@@ -226,7 +225,7 @@ cdef int conv_run(const QWeights* pw, const uint8_t* x, int x_signed, int32_t zx
     pack.pad, pack.flip = <uint8_t>zx, 0x80 if x_signed else 0
     if _buffers(&pack, pw.zw != NULL) != KERNEL_OK:
         free(pack.b)
-        return KERNEL_BAD_VALUE
+        return QG_NOT_RUN
     tiles.var = qg_variant_of(_isa)
     tiles.op.b, tiles.op.m, tiles.op.n, tiles.op.kg = pack.b, pw.m, cells, pw.kg
     for i in range(images):
@@ -260,7 +259,7 @@ cdef int linear_run(const QWeights* pw, const uint8_t* x, int x_signed, Py_ssize
     pack.flip = 0x80 if x_signed else 0
     if _buffers(&pack, pw.zw != NULL) != KERNEL_OK:
         free(pack.b)
-        return KERNEL_BAD_VALUE
+        return QG_NOT_RUN
     tiles.var = qg_variant_of(_isa)
     tiles.op.a, tiles.op.b, tiles.op.m, tiles.op.n, tiles.op.kg = pw.a, pack.b, pw.m, rows, pw.kg
     _epilogue(&tiles.e, pw, out, pack.colsum, 1, pw.m)
@@ -295,7 +294,7 @@ cdef int _depthwise_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noex
     if padded == NULL or acc == NULL:
         free(padded)
         free(acc)
-        return KERNEL_BAD_VALUE
+        return QG_NOT_RUN
     for u in range(lo, hi):
         ch = u % s.channels
         plane(s.x + u * g.h * g.w, s.x_signed, s.zx, s.w + ch * g.kh * g.kw, s.w_unsigned,
@@ -318,7 +317,7 @@ cdef int depthwise_run(const uint8_t* x, int x_signed, int32_t zx, const uint8_t
     cdef int32_t* consts = <int32_t*>malloc(max(g.c, 1) * sizeof(int32_t))
     cdef int status
     if consts == NULL:
-        return KERNEL_BAD_VALUE
+        return QG_NOT_RUN
     for ch in range(g.c):
         consts[ch] = 0 if bias == NULL else bias[ch]
     s.x, s.w, s.x_signed, s.w_unsigned, s.zx, s.zw, s.channels, s.g = (
@@ -375,13 +374,11 @@ def packed_weights(w, zw, bias, Py_ssize_t groups=1, bint x_signed=False, int zx
     return packed
 
 
-cdef QWeights _view(what, packed, Py_ssize_t oc, Py_ssize_t k, Py_ssize_t groups,
+cdef QWeights _view(packed, Py_ssize_t oc, Py_ssize_t k, Py_ssize_t groups,
                     const float[::1] mults) except *:
     cdef QWeights pw
     cdef const unsigned char[::1] bytes_ = packed
     weights_view(&pw, <const char*>&bytes_[0], oc, k, groups, &mults[0])
-    if not pw.exact:
-        raise OverflowError(f"{what}: an accumulator may leave int32")
     return pw
 
 
@@ -391,7 +388,7 @@ def conv2d(x, int zx, w, zw, bias, mult, stride=(1, 1), padding=(0, 0), dilation
     """The int8 convolution of stored integers: x (N, C, H, W) int8/uint8 with zero point zx,
     w (O, C/groups, kh, kw) int8/uint8 with zero points zw (one or per channel), bias int32 (O,)
     or None, mult the float32 multipliers (one or per channel; unused for int32), as
-    ops/quantized.py defines. Raises OverflowError where an accumulator may leave int32."""
+    ops/quantized.py defines."""
     cdef qg_conv g
     cdef QWeights pw
     cdef QOutput out
@@ -416,7 +413,7 @@ def conv2d(x, int zx, w, zw, bias, mult, stride=(1, 1), padding=(0, 0), dilation
                                    threads)
     else:
         packed = packed_weights(w, zw, bias, groups, x_signed, zx)
-        pw = _view("quantized_conv2d", packed, oc, g.c * g.kh * g.kw, groups, mults)
+        pw = _view(packed, oc, g.c * g.kh * g.kw, groups, mults)
         with nogil:
             status = conv_run(&pw, &xb[0], x_signed, zx, n, &g, &out, threads)
     if status != KERNEL_OK:
@@ -436,7 +433,7 @@ def linear(x, int zx, w, zw, bias, mult, str out_dtype="int8", int zy=0, bint re
     cdef const uint8_t[::1] xb = _bytes(x)
     cdef const float[::1] mults = _per_channel(1.0 if mult is None else mult, oc, np.float32)
     packed = packed_weights(w, zw, bias, 1, x_signed, zx)
-    pw = _view("quantized_linear", packed, oc, k, 1, mults)
+    pw = _view(packed, oc, k, 1, mults)
     with nogil:
         status = linear_run(&pw, &xb[0], x_signed, rows, &out, threads)
     if status != KERNEL_OK:

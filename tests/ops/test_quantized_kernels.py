@@ -161,14 +161,18 @@ def test_linear_keeps_leading_axes():
     np.testing.assert_array_equal(got, quantized_linear(x, xp, w, wp, None, **attrs))
 
 
-def test_an_accumulator_that_may_leave_int32_is_refused():
-    # |bias| near the int32 limit: the wrapped sums could be wrong, so the kernel says so
+def test_sums_past_int32_wrap_as_every_int32_accumulation_does(isa):
+    # outside the ops' contract (the reference saturates there): the sums are the true ones
+    # modulo 2^32, as the portable loops of quantized.pyx give them
     rng = np.random.default_rng(9)
-    x, xp, w, wp = _operands(rng, (1, 4, 3, 3), (2, 4, 1, 1), "uint8", "int8", False)
-    bias = np.array([2 ** 31 - 10, 0], np.int32)
-    with pytest.raises(OverflowError, match="quantized_conv2d"):
-        _conv(x, xp, w, wp, bias, _attrs("int32", False, stride=(1, 1), padding=(0, 0),
-                                         dilation=(1, 1), groups=1), 1)
+    x, xp, w, wp = _operands(rng, (1, 16, 5, 5), (3, 16, 3, 3), "uint8", "int8", False)
+    bias = np.array([2 ** 31 - 10, -(2 ** 31) + 10, 5], np.int32)
+    attrs = _attrs("int32", False, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1)
+    sums = quantized_conv2d(x, xp, w, wp, None, **attrs).astype(np.int64)
+    wrapped = (sums + bias.reshape(1, 3, 1, 1)).astype(np.uint32).view(np.int32)
+    assert (wrapped[0, :2] != np.clip(sums + bias.reshape(1, 3, 1, 1), -2 ** 31,
+                                      2 ** 31 - 1)[0, :2]).any()
+    np.testing.assert_array_equal(_conv(x, xp, w, wp, bias, attrs, 1), wrapped)
 
 
 def test_the_variant_can_be_chosen_and_an_unknown_one_is_refused():
@@ -180,3 +184,52 @@ def test_the_variant_can_be_chosen_and_an_unknown_one_is_refused():
     finally:
         qgemm.set_int8_isa(before)
     assert qgemm.int8_isa() == before
+
+
+# ---- through the ops: quantized.pyx's kernels take the fast way wherever it applies ----------
+
+def _compiled(build, feeds):
+    import mgegraph as mg
+    g = mg.Graph()
+    return mg.compile([build(g)]).run(feeds)[0]
+
+
+@pytest.mark.parametrize("x_shape, w_dims, stride, padding, dilation, groups", [
+    ((2, 19, 9, 7), (21, 3), 1, 1, 1, 1),
+    ((1, 8, 10, 10), (12, 1), 2, 0, 1, 2),
+    ((2, 6, 9, 8), (6, 3), 2, 1, 1, 6),
+])
+def test_the_conv_op_runs_the_fast_kernels(isa, x_shape, w_dims, stride, padding, dilation,
+                                           groups):
+    from threadpoolctl import threadpool_limits
+
+    from mgegraph.ops import quantized as Q
+    rng = np.random.default_rng(11)
+    oc, k = w_dims
+    x, xp, w, wp = _operands(rng, x_shape, (oc, x_shape[1] // groups, k, k), "int8", "int8",
+                             True)
+    bias = rng.integers(-3000, 3000, oc).astype(np.int32)
+    attrs = _attrs("uint8", True, stride=_pair(stride), padding=_pair(padding),
+                   dilation=_pair(dilation), groups=groups)
+
+    def build(g):
+        return Q.quantized_conv2d(g.input("x", x.shape, "int8", quant=xp), g.const(w, quant=wp),
+                                  g.const(bias), **attrs)
+    want = quantized_conv2d(x, xp, w, wp, bias, **attrs)
+    np.testing.assert_array_equal(_compiled(build, {"x": x}), want)
+    with threadpool_limits(1, user_api="openmp"):
+        np.testing.assert_array_equal(_compiled(build, {"x": x}), want)
+
+
+@pytest.mark.parametrize("x_shape", [(5, 7), (2, 3, 33), (40, 130)])
+def test_the_linear_op_runs_one_gemm_over_its_rows(isa, x_shape):
+    from mgegraph.ops import quantized as Q
+    rng = np.random.default_rng(x_shape[-1])
+    x, xp, w, wp = _operands(rng, x_shape, (11, x_shape[-1]), "uint8", "uint8", True)
+    attrs = _attrs("int32", False)
+
+    def build(g):
+        return Q.quantized_linear(g.input("x", x.shape, "uint8", quant=xp),
+                                  g.const(w, quant=wp), **attrs)
+    np.testing.assert_array_equal(_compiled(build, {"x": x}),
+                                  quantized_linear(x, xp, w, wp, None, **attrs))
