@@ -8,12 +8,13 @@ The peak is a register-only loop of vpdpbusd (16 independent accumulators, no me
 thread: int8 ops per CPU second, counting a multiply-add as 2 ops (each vpdpbusd does 64). Each
 layer is a GEMM of M output channels, K = 9 input channels and N output cells; its ops are
 2 M K N. Per layer and thread count (OMP_NUM_THREADS, a fresh process each): the medians over
-``--runs`` calls of the int8 kernel (the widest variant, weights packed in each call as the
-array entry point does; the packing alone is timed too, as its share of the call) in wall and
-in CPU time (the process's, all threads), its rate per CPU second as a share of the one-thread
+``--runs`` runs of the int8 plan (one quantized_conv2d of a constant weight: the prepack pass
+packs it once, so the plan is one quantized_conv2d_packed on the widest variant) in wall and in
+CPU time (the process's, all threads), its rate per CPU second as a share of the one-thread
 peak (what a core achieves: the CPU times stay meaningful on a shared machine, the wall times
-do not), and the same two medians of the float32 ``conv2d`` plan of the same shape
-(``freeze=True``) with the ratios int8 / float32.
+do not), what packing the weights would add to each run (its time as a share of the run's),
+and the same two medians of the float32 ``conv2d`` plan of the same shape (``freeze=True``)
+with the ratios int8 / float32.
 """
 from __future__ import annotations
 
@@ -65,20 +66,28 @@ def _float_plan(c: int, oc: int, size: int, stride: int, x: np.ndarray):
     return lambda: plan.run({"x": x})
 
 
-def measure(layer: str, threads: int, runs: int) -> dict:
+def _int8_plan(x: np.ndarray, w: np.ndarray, bias: np.ndarray, stride: int):
+    import mgegraph as mg  # lazy: the parent process only starts children
+    from mgegraph.ir.quant import per_tensor  # lazy: as above
+    from mgegraph.ops.quantized import quantized_conv2d  # lazy: as above
+    g = mg.Graph()
+    y = quantized_conv2d(g.input("x", x.shape, "uint8", quant=per_tensor(0.02, 128)),
+                         g.const(w, quant=per_tensor(0.01)), g.const(bias), stride=stride,
+                         padding=1, out_dtype="uint8", out_scale=0.5, relu=True)
+    plan = mg.compile([y], tune="rules")
+    assert [i.op for i in plan.instructions] == ["quantized_conv2d_packed"]
+    return lambda: plan.run({"x": x})
+
+
+def measure(layer: str, runs: int) -> dict:
     from mgegraph._kernels import qgemm  # lazy: as above
     c, oc, size, stride = LAYERS[layer]
     rng = np.random.default_rng(0)
     x = rng.integers(0, 256, (1, c, size, size)).astype(np.uint8)
     w = rng.integers(-128, 128, (oc, c, 3, 3)).astype(np.int8)
     bias = rng.integers(-1000, 1000, oc).astype(np.int32)
-    mult = np.full(oc, 1e-4, np.float32)
     out = (size + 2 - 3) // stride + 1
-
-    def int8():
-        qgemm.conv2d(x, 128, w, 0, bias, mult, (stride, stride), (1, 1), (1, 1), 1, "uint8",
-                     0, True, threads)
-
+    int8 = _int8_plan(x, w, bias, stride)
     floats = _float_plan(c, oc, size, stride, rng.standard_normal(x.shape, dtype=np.float32))
     return {"ops": 2.0 * oc * c * 9 * out * out, "int8": _median_seconds(int8, runs),
             "int8 cpu": _median_seconds(int8, runs, time.process_time),
@@ -95,7 +104,7 @@ def child(threads: int, runs: int) -> None:
     print(f"{'layer':16} {'int8 us':>8} {'cpu us':>8} {'Gop/s':>6} {'% peak':>7} {'pack %':>7} "
           f"{'f32 us':>8} {'cpu us':>8} {'int8/f32':>8} {'(cpu)':>6}")
     for layer in LAYERS:
-        r = measure(layer, threads, runs)
+        r = measure(layer, runs)
         rate = r["ops"] / r["int8 cpu"]
         share = f"{100 * rate / peak:6.1f}%" if peak else "     -"
         print(f"{layer:16} {r['int8'] * 1e6:8.0f} {r['int8 cpu'] * 1e6:8.0f} {rate / 1e9:6.0f} "

@@ -19,7 +19,8 @@ import numpy as np
 from libc.stdint cimport int8_t, int32_t, uint8_t
 from libc.stdlib cimport free, malloc
 
-from .abi cimport KERNEL_OK
+from .abi cimport Call, KERNEL_BAD_VALUE, KERNEL_OK, kernel_address
+from .params cimport fields_of
 from .parallel cimport parallel_for
 
 cdef extern from "qconv.h":
@@ -144,6 +145,42 @@ cdef void weights_view(QWeights* pw, const char* packed, Py_ssize_t oc, Py_ssize
     pw.zw = pw.row_const + oc
     if not pw.zw[oc]:
         pw.zw = NULL
+
+
+# ---- the quantized_pack_weight kernel (ops/quantized_pack.py, kernel_abi/quantized_pack.py) ----
+
+ctypedef struct QPack:
+    Py_ssize_t out_channels, k, groups, x_zero_shifted, has_bias, threads
+
+cdef QPack _qp
+QPACK_FIELDS = fields_of(_qp, sizeof(QPack))
+
+
+cdef inline int pack_call(const Call* c, int w_unsigned) noexcept nogil:
+    cdef const QPack* s = <const QPack*>c.ints
+    cdef int32_t* zw = <int32_t*>malloc(max(s.out_channels, 1) * sizeof(int32_t))
+    cdef Py_ssize_t o
+    if zw == NULL:
+        return KERNEL_BAD_VALUE
+    for o in range(s.out_channels):
+        zw[o] = <int32_t>c.floats[o]
+    pack_weights(c.bufs[2 if s.has_bias else 1], <const uint8_t*>c.bufs[0], w_unsigned,
+                 s.out_channels, s.k, s.groups, zw, <int32_t>s.x_zero_shifted,
+                 <const int32_t*>c.bufs[1] if s.has_bias else NULL)
+    free(zw)
+    return KERNEL_OK
+
+
+cdef int quantized_pack_weight_i8(const Call* c) noexcept nogil:
+    return pack_call(c, 0)
+cdef int quantized_pack_weight_u8(const Call* c) noexcept nogil:
+    return pack_call(c, 1)
+
+
+KERNELS = {
+    "quantized_pack_weight_i8": kernel_address(quantized_pack_weight_i8),
+    "quantized_pack_weight_u8": kernel_address(quantized_pack_weight_u8),
+}
 
 
 # ---- one GEMM: pack B over column blocks, then the tiles, each split across threads ---------

@@ -208,6 +208,37 @@ cdef int gemm_run(const Call* c, int x_signed, Py_ssize_t k, const int32_t* zw,
     return status
 
 
+# -- quantized_conv2d_packed and quantized_linear_packed (ops/quantized_pack.py): the weights
+# packed once by quantized_pack_weight (bufs[1]); the floats are the multipliers alone.
+cdef int conv_packed(const Call* c, int x_signed) noexcept nogil:
+    cdef const QConv* s = <const QConv*>c.ints
+    cdef Py_ssize_t oc = s.out_channels, o
+    cdef Py_ssize_t k = s.channels // s.groups * s.kernel_h * s.kernel_w
+    cdef float* mult = <float*>malloc(oc * sizeof(float))
+    cdef QWeights pw
+    cdef qg_conv g = geometry(s)
+    cdef QOutput out = output_of(c)
+    cdef int status
+    if mult == NULL:
+        return KERNEL_BAD_VALUE
+    for o in range(oc):
+        mult[o] = <float>c.floats[o]  # the double holds the float32 exactly
+    weights_view(&pw, c.bufs[1], oc, k, s.groups, NULL if s.out_code == CODE_INT32 else mult)
+    if g.h == g.w == g.kh == g.kw == 1 and s.groups == 1:
+        status = linear_run(&pw, <const uint8_t*>c.bufs[0], x_signed, s.batch, &out, s.threads)
+    else:
+        status = conv_run(&pw, <const uint8_t*>c.bufs[0], x_signed, <int32_t>s.x_zero, s.batch,
+                          &g, &out, s.threads)
+    free(mult)
+    return KERNEL_BAD_VALUE if status == QG_NOT_RUN else status
+
+
+cdef int quantized_conv2d_packed_i8(const Call* c) noexcept nogil:
+    return conv_packed(c, 1)
+cdef int quantized_conv2d_packed_u8(const Call* c) noexcept nogil:
+    return conv_packed(c, 0)
+
+
 cdef qg_conv geometry(const QConv* s) noexcept nogil:
     cdef qg_conv g
     g.c, g.h, g.w = s.channels // s.groups, s.height, s.width
@@ -307,4 +338,6 @@ KERNELS = {
     "quantized_conv2d_u8": kernel_address(quantized_conv2d_u8),
     "quantized_add_i8": kernel_address(quantized_add_i8),
     "quantized_add_u8": kernel_address(quantized_add_u8),
+    "quantized_conv2d_packed_i8": kernel_address(quantized_conv2d_packed_i8),
+    "quantized_conv2d_packed_u8": kernel_address(quantized_conv2d_packed_u8),
 }

@@ -44,6 +44,10 @@ FAMILIES += (quantize,)
 from . import quantized
 
 FAMILIES += (quantized,)
+# the int8 ops on packed weights: quantized_pack_weight, quantized conv2d/linear packed
+from . import quantized_pack
+
+FAMILIES += (quantized_pack,)
 
 
 def implement_all(table) -> None:
