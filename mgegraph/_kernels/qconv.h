@@ -138,6 +138,7 @@ static void qg_depthwise_avx512(QG_DEPTHWISE_ARGS) { QG_DEPTHWISE_BODY }
 typedef void (*qg_depthwise_fn)(QG_DEPTHWISE_ARGS);
 
 static qg_depthwise_fn qg_depthwise_of(int isa) {
+    (void)isa;
 #if QG_X86
     if (isa == QG_AVX512VNNI) return qg_depthwise_avx512;
     if (isa >= QG_AVX2) return qg_depthwise_avx2;

@@ -36,7 +36,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__GNUC__) && defined(__x86_64__)
+/* QG_PORTABLE_ONLY builds what a non-x86 machine builds (to check that it compiles) */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(QG_PORTABLE_ONLY)
 #define QG_X86 1
 #include <immintrin.h>
 #else
@@ -370,6 +371,7 @@ typedef struct {
 
 static qg_variant qg_variant_of(int isa) {
     qg_variant v = {QG_PORTABLE, qg_tile_portable, qg_store_portable};
+    (void)isa;
 #if QG_X86
     if (isa == QG_AVX2) v = (qg_variant){isa, qg_tile_avx2, qg_store_avx2};
     if (isa == QG_AVXVNNI) v = (qg_variant){isa, qg_tile_avxvnni, qg_store_avx2};

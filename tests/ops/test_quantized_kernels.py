@@ -233,3 +233,54 @@ def test_the_linear_op_runs_one_gemm_over_its_rows(isa, x_shape):
                                   g.const(w, quant=wp), **attrs)
     np.testing.assert_array_equal(_compiled(build, {"x": x}),
                                   quantized_linear(x, xp, w, wp, None, **attrs))
+
+
+PORTABLE_MAIN = r"""
+#include <stdio.h>
+#include "qconv.h"
+/* a 3x3 convolution, padding 1, of x (C, H, W) uint8 zero point 3 by w (M, C, 3, 3) int8 zero
+ * point 0, int32 sums, on the variant a non-x86 machine builds; read from stdin, printed */
+int main(void) {
+    enum { C = 5, H = 6, W = 7, M = 9, K = C * 9 };
+    static uint8_t x[C * H * W], w[M * K], b[16 * 12 * 64];
+    static int32_t zw[M], rc[M], y[M * H * W];
+    static int8_t a[16 * 12 * 32];
+    for (int i = 0; i < C * H * W; i++) scanf("%hhu", &x[i]);
+    for (int i = 0; i < M * K; i++) scanf("%hhu", &w[i]);
+    qg_conv g = {C, H, W, 3, 3, 1, 1, 1, 1, 1, 1, H, W};
+    uint8_t scratch[4 * H * W];
+    qg_pack_a(w, 0, M, K, K, zw, 3, NULL, a, rc);
+    qg_pack_b_conv(x, &g, 0, H * W, 3, 0, scratch, b);
+    qg_variant var = qg_variant_of(qg_widest());
+    qg_operands op = {a, b, M, H * W, qg_groups(K)};
+    qg_epilogue e = {rc, NULL, NULL, NULL, 0, 0, 0, QG_OUT_INT32, y, H * W, 1};
+    qg_gemm_tiles(&var, &op, &e, 0, qg_tiles(M, H * W));
+    for (int i = 0; i < M * H * W; i++) printf("%d\n", y[i]);
+    return var.isa;
+}
+"""
+
+
+def test_the_build_of_a_machine_without_x86_compiles_and_gives_the_integers(tmp_path):
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    kernels = Path(qgemm.__file__).parent
+    (tmp_path / "main.c").write_text(PORTABLE_MAIN)
+    subprocess.run([cc, "-O1", "-Wall", "-Werror", "-Wno-unused-function", "-DQG_PORTABLE_ONLY",
+                    f"-I{kernels}", str(tmp_path / "main.c"), "-o", str(tmp_path / "main")],
+                   check=True)
+    rng = np.random.default_rng(13)
+    x, w = _ints(rng, (1, 5, 6, 7), "uint8"), _ints(rng, (9, 5, 3, 3), "int8")
+    feed = " ".join(map(str, [*x.ravel(), *w.view(np.uint8).ravel()]))
+    run = subprocess.run([str(tmp_path / "main")], input=feed, capture_output=True, text=True,
+                         check=False)
+    assert run.returncode == 0  # the portable variant: the only one built
+    got = np.array(run.stdout.split(), np.int32).reshape(1, 9, 6, 7)
+    xp, wp = QuantParams((0.1,), (3,), None), QuantParams((0.1,), (0,), None)
+    attrs = _attrs("int32", False, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1)
+    np.testing.assert_array_equal(got, quantized_conv2d(x, xp, w, wp, None, **attrs))
