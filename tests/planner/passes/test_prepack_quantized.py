@@ -85,6 +85,17 @@ def test_a_param_weight_is_packed_by_the_prologue_and_repacked_after_a_write():
     assert not np.array_equal(w, before)
 
 
+def test_a_frozen_model_holds_its_int8_weights_packed():
+    # freezing keeps a quantized param's quantization on the const it becomes
+    x = RNG.integers(-128, 128, (1, 16, 7, 7)).astype(np.int8)
+    w, wp = _weights((24, 16, 3, 3))
+    bias = RNG.integers(-500, 500, 24).astype(np.int32)
+    plan = mg.compile([_conv_graph(x, w, wp, bias, weight="param")], freeze=True)
+    assert ops_of(plan) == ["quantized_conv2d_packed"] and plan.prologue is None
+    np.testing.assert_array_equal(plan.run({"x": x})[0],
+                                  quantized_conv2d(x, XP, w, wp, bias, **CONV))
+
+
 def test_a_depthwise_convolution_keeps_its_op():
     x = RNG.integers(-128, 128, (1, 6, 8, 8)).astype(np.int8)
     w, wp = _weights((6, 1, 3, 3))
