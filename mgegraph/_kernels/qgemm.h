@@ -389,19 +389,34 @@ typedef struct {
     ptrdiff_t m, n, kg;
 } qg_operands;
 
-/* tiles: column panels of QG_NV blocks by row blocks, panel-major (a thread's contiguous range
- * of tiles shares panels of B) */
+/* tiles: column panels of QG_NV blocks by row blocks */
 static inline ptrdiff_t qg_tiles(ptrdiff_t m, ptrdiff_t n) {
     return qg_blocks(n, QG_TILE_COLS) * qg_blocks(m, QG_MR);
+}
+
+/* Tile t's panel and row block. Threads take contiguous ranges of tiles: with many panels they
+ * go panel-major (a thread's tiles share panels of B, the large operand there); with few (a
+ * small plane: 49 columns are a panel of 48 and one of 1) row-block-major, or a contiguous
+ * split would hand one thread the narrow last panel alone (3 times less work). */
+#define QG_PANEL_MAJOR_FROM 8
+static inline void qg_tile_at(ptrdiff_t t, ptrdiff_t m, ptrdiff_t n, ptrdiff_t* panel,
+                              ptrdiff_t* rb) {
+    ptrdiff_t mb = qg_blocks(m, QG_MR), panels = qg_blocks(n, QG_TILE_COLS);
+    if (panels >= QG_PANEL_MAJOR_FROM)
+        *panel = t / mb, *rb = t % mb;
+    else
+        *rb = t / panels, *panel = t % panels;
 }
 
 /* tiles [lo, hi) of the GEMM, each stored through the epilogue */
 static void qg_gemm_tiles(const qg_variant* var, const qg_operands* op, const qg_epilogue* e,
                           ptrdiff_t lo, ptrdiff_t hi) {
     int32_t tile[QG_MR * QG_TILE_COLS] __attribute__((aligned(64)));
-    ptrdiff_t mb = qg_blocks(op->m, QG_MR), block_stride = op->kg * QG_NB * 4;
+    ptrdiff_t block_stride = op->kg * QG_NB * 4;
     for (ptrdiff_t t = lo; t < hi; t++) {
-        ptrdiff_t panel = t / mb, rb = t % mb, n0 = panel * QG_TILE_COLS;
+        ptrdiff_t panel, rb;
+        qg_tile_at(t, op->m, op->n, &panel, &rb);
+        ptrdiff_t n0 = panel * QG_TILE_COLS;
         ptrdiff_t cols = op->n - n0 < QG_TILE_COLS ? op->n - n0 : QG_TILE_COLS;
         int nv = (int)qg_blocks(cols, QG_NB);
         ptrdiff_t m0 = rb * QG_MR, rows = op->m - m0 < QG_MR ? op->m - m0 : QG_MR;

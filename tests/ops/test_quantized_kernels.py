@@ -69,6 +69,7 @@ def _check_conv(x, xp, w, wp, bias, attrs):
 CONVS = [  # (n, c, h, w), (oc, k), stride, padding, dilation, groups
     ((2, 13, 9, 7), (19, 1), 1, 0, 1, 1),    # 1x1 in place, K 13
     ((1, 64, 11, 13), (24, 1), 1, 0, 1, 1),  # 1x1, 143 columns
+    ((1, 9, 20, 21), (10, 1), 1, 0, 1, 1),   # 420 columns: 9 panels, split panel-major
     ((1, 8, 6, 6), (16, 1), 2, 0, 1, 1),     # 1x1 stride 2 (patches)
     ((2, 5, 10, 9), (11, 3), 1, 1, 1, 1),    # 3x3, K 45
     ((1, 7, 12, 11), (9, 3), 2, 1, 1, 1),    # stride 2
