@@ -10,9 +10,9 @@ layer is a GEMM of M output channels, K = 9 input channels and N output cells; i
 2 M K N. Per layer and thread count (OMP_NUM_THREADS, a fresh process each): the medians over
 ``--runs`` runs of the int8 plan (one quantized_conv2d of a constant weight: the prepack pass
 packs it once, so the plan is one quantized_conv2d_packed on the widest variant) in wall and in
-CPU time (the process's, all threads), its rate per CPU second as a share of the one-thread
-peak (what a core achieves: the CPU times stay meaningful on a shared machine, the wall times
-do not), what packing the weights would add to each run (its time as a share of the run's),
+CPU time (the process's: on a shared machine the wall times mislead, and at one thread the
+CPU time is the truer figure), its rate (wall) as a share of the threads' peak (the one-thread
+peak times the threads), what packing the weights would add to each run (its time as a share of the run's),
 and the same two medians of the float32 ``conv2d`` plan of the same shape (``freeze=True``)
 with the ratios int8 / float32.
 """
@@ -105,8 +105,8 @@ def child(threads: int, runs: int) -> None:
           f"{'f32 us':>8} {'cpu us':>8} {'int8/f32':>8} {'(cpu)':>6}")
     for layer in LAYERS:
         r = measure(layer, runs)
-        rate = r["ops"] / r["int8 cpu"]
-        share = f"{100 * rate / peak:6.1f}%" if peak else "     -"
+        rate = r["ops"] / r["int8"]
+        share = f"{100 * rate / (peak * threads):6.1f}%" if peak else "     -"
         print(f"{layer:16} {r['int8'] * 1e6:8.0f} {r['int8 cpu'] * 1e6:8.0f} {rate / 1e9:6.0f} "
               f"{share:>7} {100 * r['pack'] / r['int8']:6.1f}% {r['float32'] * 1e6:8.0f} "
               f"{r['float32 cpu'] * 1e6:8.0f} {r['int8'] / r['float32']:8.2f} "
