@@ -9,7 +9,9 @@ Rows (medians of timed repeats after warm-up, each ratio measured in this run):
 - float32 GEMM 4096^3: mgegraph's time against cuBLAS through PyTorch, TF32 off on both
   (target >= 50%; the row is skipped when torch has no CUDA);
 - mlp-train and convnet-train: a whole training step (batch in, loss out) against PyTorch CUDA
-  eager (target <= 1.0x), with the plan replayed as a CUDA graph and launched one by one.
+  eager (target <= 1.0x), with the plan replayed as a CUDA graph and launched one by one;
+- int8 conv and linear (dp4a): the quantized ops' integer rate against the CPU kernels of the
+  same plan, whose integers they must equal bit for bit.
 
 Exit status: 0 when the tests passed (or were not run), 1 when they failed, 2 when no GPU can
 run here (the reason is printed: the cuda extra, the driver or a GPU is missing).
@@ -17,6 +19,7 @@ run here (the reason is printed: the cuda extra, the driver or a GPU is missing)
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import subprocess
 import sys
@@ -154,6 +157,49 @@ def train_rows(kind: str) -> list[list]:
              "<= 1.0x"]]
 
 
+# -- int8 (ops/quantized.py: csrc_cuda/quantized.cuh's dp4a kernels) ------------------------------
+INT8_CASES = [  # op, x, w, geometry
+    ("quantized_conv2d", (32, 64, 56, 56), (64, 64, 3, 3), {"padding": 1}),  # a ResNet stage
+    ("quantized_linear", (512, 4096), (4096, 4096), {}),
+]
+
+
+def _int8_graph(op: str, x_shape, w_shape, **geometry):
+    """quantized conv2d or linear of uint8 activations, per-channel int8 weights and an int32
+    bias, requantised to int8 with relu: (graph outputs, feeds, multiply-adds)."""
+    from mgegraph.ir.quant import per_channel, per_tensor
+    from mgegraph.ops import quantized as Q
+    rng = np.random.default_rng(2)
+    out = w_shape[0]
+    g = mg.Graph()
+    x = g.input("x", x_shape, "uint8", per_tensor(0.02, 128))
+    w = g.input("w", w_shape, "int8", per_channel(rng.uniform(0.001, 0.01, out),
+                                                   rng.integers(-2, 3, out), 0))
+    b = g.input("b", (out,), "int32")
+    y = getattr(Q, op)(x, w, b, **geometry, out_scale=0.1, out_zero_point=-3, relu=True)
+    feeds = {"x": rng.integers(0, 256, x_shape).astype(np.uint8),
+             "w": rng.integers(-128, 128, w_shape).astype(np.int8),
+             "b": rng.integers(-1000, 1000, out).astype(np.int32)}
+    macs = int(np.prod(y.shape)) * int(np.prod(w_shape[1:]))
+    return [y], feeds, macs
+
+
+def int8_row(op: str, x_shape, w_shape, geometry) -> list:
+    outputs, feeds, macs = _int8_graph(op, x_shape, w_shape, **geometry)
+    ex = mg.compile(outputs, device="cuda").executable()
+    (got,) = ex.run(feeds)
+    t_gpu = median_seconds(ex.launch)
+    cpu = mg.compile(outputs)  # the CPU's kernels: the integers the GPU's must equal
+    (want,) = cpu.run(feeds)
+    t_cpu = median_seconds(lambda: cpu.run(feeds), repeat=3, warmup=1)
+    same = "bitwise equal" if np.array_equal(got, want) else (
+        f"DIFFERS at {int((got != want).sum())} of {got.size}")
+    return [f"int8 {op.split('_')[1]} {'x'.join(map(str, x_shape))}",
+            f"{2 * macs / t_gpu / 1e12:.2f} TOP/s ({t_gpu * 1e3:.2f} ms)",
+            f"CPU {2 * macs / t_cpu / 1e9:.1f} GOP/s", f"{t_cpu / t_gpu:.0f}x CPU, {same}",
+            "bitwise"]
+
+
 # -- the run ------------------------------------------------------------------------------------
 def run_tests(timeout: float) -> int:
     command = [sys.executable, "-m", "pytest", "-m", "cuda", "tests/cuda", "-q", "-x",
@@ -186,7 +232,8 @@ def main(argv=None) -> int:
     status = 0 if args.no_tests else run_tests(args.test_timeout)
     rows = []
     for make in (fusion_chain_row, gemm_row, lambda: train_rows("mlp"),
-                 lambda: train_rows("convnet")):
+                 lambda: train_rows("convnet"),
+                 *(functools.partial(int8_row, *case) for case in INT8_CASES)):
         try:
             made = make()
         except Exception as exc:  # noqa: BLE001  one failing row still prints the others

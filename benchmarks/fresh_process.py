@@ -59,6 +59,9 @@ WORKLOADS |= {**{f"mobilenet {case}": ("mgegraph", "mgegraph im2col", "torch", "
               "conv-transpose 64->32": _PEERS, "resize up": _PEERS, "resize down": _PEERS,
               "group-norm infer": _PEERS, "group-norm train": ("mgegraph", "mgegraph eager", "torch"),
               "unet infer": _PEERS, "unet train": ("mgegraph", "torch")}
+# int8 inference against the float32 plan and ONNX Runtime's quantize_static (int8_workloads.py)
+INT8_IMPLS = ("mgegraph float", "mgegraph int8", "onnxruntime float", "onnxruntime int8")
+WORKLOADS |= {"mlp-int8 1": INT8_IMPLS, "mlp-int8 128": INT8_IMPLS}
 # the transformer language model of examples/transformer_lm.py (sequence_workloads.py)
 WORKLOADS |= {w: ("mgegraph", "torch", "torch.compile")
               for w in ("transformer-train", "transformer-generate")}
@@ -168,6 +171,12 @@ def vision_call(impl: str, workload: str):
     return getattr(vision_workloads, f"{name}_call")(impl, workload)
 
 
+def int8_call(impl: str, workload: str):
+    _benchmark_modules()  # benchmarks/ on the path
+    import int8_workloads
+    return getattr(int8_workloads, f"{workload.split()[0].replace('-', '_')}_call")(impl, workload)
+
+
 def sequence_call(impl: str, workload: str):
     _benchmark_modules()  # benchmarks/ on the path
     import sequence_workloads
@@ -179,7 +188,19 @@ CALLS = {"resnet-infer": resnet_call, "convnet-train": train_call, "mlp-train": 
          "op-overhead": op_overhead_call,
          **{w: vision_call for w in ("mobilenet", "conv-transpose", "resize", "group-norm",
                                      "unet")},
-         "transformer-train": sequence_call, "transformer-generate": sequence_call}
+         "transformer-train": sequence_call, "transformer-generate": sequence_call,
+         "mlp-int8": int8_call}
+
+
+# ResNet-18 in int8 from ONNX Runtime's quantize_static: its own script (resnet18_int8.py) picks
+# the shapes and runs its rows through child() here
+def resnet18_int8_call(impl: str, workload: str):
+    _benchmark_modules()  # benchmarks/ on the path
+    import resnet18_int8
+    return resnet18_int8.resnet18_int8_call(impl, workload)
+
+
+CALLS["resnet18-int8"] = resnet18_int8_call
 
 
 def measure(impl: str, workload: str, runs: int) -> float:

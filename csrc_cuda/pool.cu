@@ -11,6 +11,10 @@
 // backward passes add dy (or dy / divisor, in the dtype) in the CPU's order, so every result is
 // bitwise the CPU's.
 //
+// Quantized int8 and uint8 values (pool2d_i8, pool2d_u8; floats[0] the zero point) pool as the
+// CPU's pool_int.pxi: a max of the integers inside the input, or the integer sum (the counted
+// padding holding the zero point) divided by the divisor and rounded half to even, exactly.
+//
 // Design: no atomics and no shared memory. Forward passes and select take a thread per output;
 // the backward passes gather instead of scattering: a thread per input cell adds the gradients
 // of the windows that cover it (that chose it, for max), in the order the CPU's scatter adds
@@ -211,3 +215,44 @@ template <class T, bool MAX> __device__ void pool_backward(const MgArgs& a) {
 
 MG_POOL_ENTRIES(float, f32)
 MG_POOL_ENTRIES(double, f64)
+
+// total / div (div > 0) rounded to nearest, ties to even, in exact integers: the floor quotient
+// and its remainder 0 <= r < div, then 2r against div
+__device__ __forceinline__ i64 rounded_quotient(i64 total, i64 div) {
+    i64 q = floor_div(total, div);
+    const i64 r = total - q * div;
+    if (2 * r > div || (2 * r == div && (q & 1))) ++q;
+    return q;
+}
+
+// pool2d of quantized integers: a thread per output
+template <class T> __device__ void pool_forward_int(const MgArgs& a) {
+    const Pool s = *(const Pool*)a.ints;
+    const T* x = (const T*)a.bufs[0];
+    T* y = (T*)a.bufs[1];
+    const i64 zero_point = (i64)a.floats[0];
+    const i64 pooled = s.oh * s.ow, full = s.h * s.w;
+    MG_FOR_ELEMENTS(s.planes * pooled) {
+        const i64 p = mg_div(i, pooled), oh = mg_div(mg_mod(i, pooled), s.ow), ow = mg_mod(i, s.ow);
+        const Window win = window_at(s, oh, ow);
+        const T* xp = x + p * full + win.r.lo * s.w + win.c.lo;
+        const bool is_max = s.mode == P_MAX || s.mode == P_ADAPTIVE_MAX;
+        T m = xp[0];
+        i64 total = 0;
+        for (i64 r = 0; r < win.r.n; ++r)
+            for (i64 c = 0; c < win.c.n; ++c) {
+                const T v = xp[r * win.r.step * s.w + c * win.c.step];
+                m = v > m ? v : m;
+                total += v;
+            }
+        if (is_max) {
+            y[i] = m;
+        } else {
+            const i64 div = divisor(s, win);
+            y[i] = (T)rounded_quotient(total + zero_point * (div - win.r.n * win.c.n), div);
+        }
+    }
+}
+
+extern "C" __global__ void mg_pool2d_i8(const MgArgs a) { pool_forward_int<signed char>(a); }
+extern "C" __global__ void mg_pool2d_u8(const MgArgs a) { pool_forward_int<unsigned char>(a); }

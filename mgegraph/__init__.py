@@ -66,6 +66,9 @@ _LAZY = {
         "what_is_xpu")},
 }
 
+# MegEngine's megengine.quantization, and mgegraph.dtype: its quantized dtypes (qint8(scale))
+_LAZY |= {name: (f"mgegraph.{name}", None) for name in ("quantization", "dtype")}
+
 # MegEngine's module path megengine.tensor, imported now: the first import of a submodule binds
 # its name in this package, which would hide ``mg.tensor`` (the class, loaded through _LAZY)
 from . import tensor as _tensor_module  # noqa: F401

@@ -82,6 +82,10 @@ KERNEL_MODULES += (local_conv,)
 from . import quantize
 
 KERNEL_MODULES += (quantize,)
+# quantization-aware training's fake_quant (fake_quant.pyx)
+from . import fake_quant
+
+KERNEL_MODULES += (fake_quant,)
 # the int8 compute ops: quantized conv2d, linear and add (quantized.pyx)
 from . import quantized
 

@@ -15,6 +15,10 @@
 #   floats[c] (leaky_relu's slope, clip's bounds); binary ops and comparisons dst <- op(a, b)
 #   (comparisons give 1.0 or 0.0; relu_backward(y, g) is g where y > 0, the registry's operand
 #   order); WHERE dst <- a != 0 ? b : c
+#   quantized values (float32 programs; ops/fused_program.py): LOAD and STORE with b = 1 (int8)
+#   or 2 (uint8) move integers, converted exactly to and from the registers' floats;
+#   DEQUANTIZE dst <- (a - floats[c]) * floats[b]; QUANTIZE_I8 / _U8 dst <- saturated
+#   rint(a / floats[b]) + floats[c], a NaN stopping the call with KERNEL_NOT_A_NUMBER.
 # floats: the n_floats constants the code refers to by index.
 #
 # Design (numexpr's): the flattened output is walked in blocks small enough that every register
@@ -32,6 +36,13 @@
 # fused_avx512.pyx for wider vectors, all without FP contraction, so they agree bitwise;
 # _kernels/__init__.py imports the widest one the CPU runs (cpu_has).
 #
+# Quantized steps compute as _kernels/quantize.pyx does, so a fused program gives its integers
+# bitwise: dequantize is float32(q - zp) * float32(scale), one rounding; quantize divides in the
+# registers' dtype, then rounds (rint, ties to even), adds the zero point and saturates in
+# double. A quantized input is always laid out like the output (the fusion pass fuses a
+# dequantize, whose input has its output's shape) or a scalar; a strided one is refused. Such
+# programs run on the interpreter (no generated body) and store without streaming.
+#
 # Streaming (Run.stream; the lowering sets it when a call moves more bytes than the last-level
 # cache holds): STORE writes with non-temporal stores, which skip the read for ownership of each
 # output line and leave the cache to the inputs; it only moves bytes, the results are the same
@@ -43,7 +54,11 @@ from libc.stdlib cimport malloc, free
 from cython cimport floating
 from cython.parallel cimport parallel, prange, threadid
 
-from .abi cimport Call, KERNEL_OK, KERNEL_BAD_VALUE, KERNEL_UNSUPPORTED, kernel_fn, kernel_address
+from libc.math cimport rint
+from libc.stdint cimport int8_t, uint8_t
+
+from .abi cimport (Call, KERNEL_OK, KERNEL_BAD_VALUE, KERNEL_NOT_A_NUMBER, KERNEL_UNSUPPORTED,
+                   kernel_fn, kernel_address)
 from .params cimport fields_of
 from .ew_ops cimport (EW_FIRST_BINARY, EW_COUNT, ew_binary_run, ew_n_params, ew_opcodes,
                       ew_unary_run)
@@ -140,8 +155,16 @@ cdef enum Opcode:  # the steps that are not elementwise ops, after the table's o
     F_CONST
     F_STORE
     F_WHERE
+    F_DEQUANTIZE
+    F_QUANTIZE_I8
+    F_QUANTIZE_U8
 
-OPCODES = {**ew_opcodes(), "load": F_LOAD, "const": F_CONST, "store": F_STORE, "where": F_WHERE}
+cdef enum Storage:  # a LOAD's or STORE's b: what its buffer holds
+    S_FLOAT, S_INT8, S_UINT8
+
+OPCODES = {**ew_opcodes(), "load": F_LOAD, "const": F_CONST, "store": F_STORE, "where": F_WHERE,
+           "dequantize": F_DEQUANTIZE, "quantize_int8": F_QUANTIZE_I8,
+           "quantize_uint8": F_QUANTIZE_U8}
 LIMITS = {"registers": MAX_REGS, "inputs": MAX_INPUTS, "dims": MAX_DIMS}
 
 # The ints are three structs with arrays between them (see the top of this file):
@@ -172,6 +195,7 @@ ctypedef struct Program:
     const double* floats
     bint contiguous[MAX_INPUTS]
     bint scalar[MAX_INPUTS]
+    bint quantized  # a step loads or stores integers, or quantizes
 
 
 cdef inline void run_where(floating* d, const floating* cond, const floating* a,
@@ -221,9 +245,56 @@ cdef void gather(const Program* p, const floating* src, Py_ssize_t i, Py_ssize_t
             off += st[d]
 
 
+# -- quantized values ------------------------------------------------------------------------
+cdef void load_integers(const char* src, Py_ssize_t storage, bint scalar, Py_ssize_t start,
+                        Py_ssize_t n, floating* d) noexcept nogil:
+    cdef Py_ssize_t e
+    if scalar:
+        for e in range(n):
+            d[e] = (<const int8_t*>src)[0] if storage == S_INT8 else (<const uint8_t*>src)[0]
+    elif storage == S_INT8:
+        for e in range(n):
+            d[e] = (<const int8_t*>src)[start + e]
+    else:
+        for e in range(n):
+            d[e] = (<const uint8_t*>src)[start + e]
+
+
+cdef void store_integers(char* dst, Py_ssize_t storage, const floating* v,
+                         Py_ssize_t n) noexcept nogil:
+    # v holds integers in the storage's range (a QUANTIZE step made them): exact conversions
+    cdef Py_ssize_t e
+    if storage == S_INT8:
+        for e in range(n):
+            (<int8_t*>dst)[e] = <int8_t>v[e]
+    else:
+        for e in range(n):
+            (<uint8_t*>dst)[e] = <uint8_t>v[e]
+
+
+cdef void run_dequantize(floating* d, const floating* q, floating scale, floating zp,
+                         Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t e
+    for e in range(n):
+        d[e] = (q[e] - zp) * scale
+
+
+cdef int run_quantize(floating* d, const floating* x, floating scale, double zp, double low,
+                      double high, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t e
+    cdef double v
+    for e in range(n):
+        v = <double>(x[e] / scale)
+        if v != v:
+            return KERNEL_NOT_A_NUMBER
+        v = rint(v) + zp
+        d[e] = <floating>(low if v < low else (high if v > high else v))
+    return KERNEL_OK
+
+
 # -- one block ---------------------------------------------------------------------------------
-cdef void eval_block(const Program* p, const Call* c, Py_ssize_t start, Py_ssize_t n,
-                     floating* home) noexcept nogil:
+cdef int eval_block(const Program* p, const Call* c, Py_ssize_t start, Py_ssize_t n,
+                    floating* home) noexcept nogil:
     cdef const floating* cur[MAX_REGS]
     cdef const Step* s
     cdef Py_ssize_t k, e
@@ -235,6 +306,9 @@ cdef void eval_block(const Program* p, const Call* c, Py_ssize_t start, Py_ssize
         s = p.code + k
         op = <int>s.op
         if op == F_STORE:
+            if s.b != S_FLOAT:
+                store_integers(c.bufs[p.n_in + s.dst] + start, s.b, cur[s.a], n)
+                continue
             d = (<floating*>c.bufs[p.n_in + s.dst]) + start
             if p.stream:
                 mg_stream_copy(<char*>d, <const char*>cur[s.a], <size_t>n * sizeof(floating))
@@ -242,7 +316,9 @@ cdef void eval_block(const Program* p, const Call* c, Py_ssize_t start, Py_ssize
                 memcpy(d, cur[s.a], <size_t>n * sizeof(floating))
             continue
         d = home + s.dst * p.block
-        if op == F_LOAD:
+        if op == F_LOAD and s.b != S_FLOAT:
+            load_integers(c.bufs[s.a], s.b, p.scalar[s.a], start, n, d)
+        elif op == F_LOAD:
             src = <const floating*>c.bufs[s.a]
             if p.contiguous[s.a]:
                 cur[s.dst] = src + start
@@ -259,6 +335,13 @@ cdef void eval_block(const Program* p, const Call* c, Py_ssize_t start, Py_ssize
                 d[e] = v
         elif op == F_WHERE:
             run_where(d, cur[s.a], cur[s.b], cur[s.c], n)
+        elif op == F_DEQUANTIZE:
+            run_dequantize(d, cur[s.a], <floating>p.floats[s.b], <floating>p.floats[s.c], n)
+        elif op == F_QUANTIZE_I8 or op == F_QUANTIZE_U8:
+            if run_quantize(d, cur[s.a], <floating>p.floats[s.b], p.floats[s.c],
+                            -128.0 if op == F_QUANTIZE_I8 else 0.0,
+                            127.0 if op == F_QUANTIZE_I8 else 255.0, n) != KERNEL_OK:
+                return KERNEL_NOT_A_NUMBER
         elif op >= EW_FIRST_BINARY:
             ew_binary_run(op, d, cur[s.a], 1, cur[s.b], 1, n)
         else:  # a unary op; b and c index its parameters
@@ -266,6 +349,7 @@ cdef void eval_block(const Program* p, const Call* c, Py_ssize_t start, Py_ssize
             ew_unary_run(op, d, cur[s.a], 1, <floating>p.floats[s.b] if params > 0 else 0,
                          <floating>p.floats[s.c] if params > 1 else 0, n)
         cur[s.dst] = d
+    return KERNEL_OK
 
 
 cdef inline bint _bad_reg(Py_ssize_t r, const Program* p, unsigned long long defined) noexcept nogil:
@@ -289,8 +373,10 @@ cdef int check_code(const Program* p) noexcept nogil:
         return KERNEL_BAD_VALUE
     for k in range(p.n_code):
         s = p.code + k
-        if s.op < 0 or s.op > F_WHERE:
+        if s.op < 0 or s.op > F_QUANTIZE_U8:
             return KERNEL_UNSUPPORTED
+        if (s.op == F_LOAD or s.op == F_STORE) and (s.b < S_FLOAT or s.b > S_UINT8):
+            return KERNEL_BAD_VALUE
         if s.op == F_STORE:
             if s.dst < 0 or s.dst >= p.n_out or (stored >> s.dst) & 1 or _bad_reg(s.a, p, defined):
                 return KERNEL_BAD_VALUE
@@ -306,6 +392,9 @@ cdef int check_code(const Program* p) noexcept nogil:
                 return KERNEL_BAD_VALUE
         elif s.op == F_WHERE:
             if _bad_reg(s.a, p, defined) or _bad_reg(s.b, p, defined) or _bad_reg(s.c, p, defined):
+                return KERNEL_BAD_VALUE
+        elif s.op >= F_DEQUANTIZE:
+            if _bad_reg(s.a, p, defined) or _bad_const(s.b, p) or _bad_const(s.c, p):
                 return KERNEL_BAD_VALUE
         elif s.op >= EW_FIRST_BINARY:
             if _bad_reg(s.a, p, defined) or _bad_reg(s.b, p, defined):
@@ -325,6 +414,7 @@ cdef int read_program(Program* p, const Call* c) noexcept nogil:
     cdef const Head* head = <const Head*>c.ints
     cdef const Run* run
     cdef Py_ssize_t i, d, want
+    cdef int status
     p.n_in, p.n_out, p.ndim = head.n_in, head.n_out, head.ndim
     if p.n_in > MAX_INPUTS or p.ndim > MAX_DIMS or p.ndim < 1:
         return KERNEL_UNSUPPORTED
@@ -350,7 +440,23 @@ cdef int read_program(Program* p, const Call* c) noexcept nogil:
             if p.shape[d] != 1 and p.strides[i * p.ndim + d] != 0:
                 p.scalar[i] = False
             want *= p.shape[d]
-    return check_code(p)
+    status = check_code(p)
+    return status if status != KERNEL_OK else read_quantized(p)
+
+
+cdef int read_quantized(Program* p) noexcept nogil:
+    # whether the program holds quantized steps; integers are loaded in place or as a scalar
+    cdef Py_ssize_t k
+    cdef const Step* s
+    p.quantized = False
+    for k in range(p.n_code):
+        s = p.code + k
+        if s.op >= F_DEQUANTIZE or (s.op == F_LOAD or s.op == F_STORE) and s.b != S_FLOAT:
+            p.quantized = True
+        if (s.op == F_LOAD and s.b != S_FLOAT and not p.contiguous[s.a]
+                and not p.scalar[s.a]):
+            return KERNEL_UNSUPPORTED
+    return KERNEL_OK
 
 
 # -- one block through a generated body ---------------------------------------------------------
@@ -401,12 +507,12 @@ cdef void eval_block_body(const Program* p, const Call* c, Py_ssize_t start, Py_
             memcpy(d, outs[i], <size_t>n * sizeof(floating))
 
 
-cdef void eval_any(const Program* p, const Call* c, Py_ssize_t start, Py_ssize_t n,
-                   floating* home, void* body) noexcept nogil:
+cdef int eval_any(const Program* p, const Call* c, Py_ssize_t start, Py_ssize_t n,
+                  floating* home, void* body) noexcept nogil:
     if body == NULL:
-        eval_block(p, c, start, n, home)
-    else:
-        eval_block_body(p, c, start, n, home, body)
+        return eval_block(p, c, start, n, home)
+    eval_block_body(p, c, start, n, home, body)
+    return KERNEL_OK
 
 
 cdef inline bint body_fits(const Program* p, void* body, const Py_ssize_t* steps,
@@ -414,7 +520,8 @@ cdef inline bint body_fits(const Program* p, void* body, const Py_ssize_t* steps
     # a generated body runs a call only when the call's steps are the ones it was generated
     # from (so a body never meets a program it does not compute) and the workspace holds a
     # register for every input and output
-    return (body != NULL and n_steps == p.n_code * 5 and p.n_regs >= p.n_in + p.n_out
+    return (body != NULL and not p.quantized and n_steps == p.n_code * 5
+            and p.n_regs >= p.n_in + p.n_out
             and memcmp(<const void*>p.code, <const void*>steps,
                        <size_t>n_steps * sizeof(Py_ssize_t)) == 0)
 
@@ -425,25 +532,32 @@ cdef inline int fused_impl(const Call* c, floating* tag, void* body, const Py_ss
     # program of ``steps`` (NULL: interpret the steps)
     cdef Program p
     cdef int status = read_program(&p, c)
+    cdef int failed[1]  # a block's failure (a NaN met by a quantize step); any thread sets it
     cdef Py_ssize_t b, nblocks
     cdef floating* ws
     if status != KERNEL_OK:
         return status
     if not body_fits(&p, body, steps, n_steps):
         body = NULL
+    if p.quantized:
+        p.stream = 0  # integers are stored by their own loops
     ws = <floating*>c.bufs[p.n_in + p.n_out]
     nblocks = (p.size + p.block - 1) // p.block
+    failed[0] = KERNEL_OK
     if p.threads == 1 or nblocks < 2 or _forked:
         for b in range(nblocks):
-            eval_any(&p, c, b * p.block, min(p.block, p.size - b * p.block), ws, body)
+            status = eval_any(&p, c, b * p.block, min(p.block, p.size - b * p.block), ws, body)
+            if status != KERNEL_OK:
+                return status
         mg_store_fence()
         return KERNEL_OK
     with parallel(num_threads=p.threads):
         for b in prange(nblocks, schedule="static"):
-            eval_any(&p, c, b * p.block, min(p.block, p.size - b * p.block),
-                     ws + threadid() * p.n_regs * p.block, body)
+            if eval_any(&p, c, b * p.block, min(p.block, p.size - b * p.block),
+                        ws + threadid() * p.n_regs * p.block, body) != KERNEL_OK:
+                failed[0] = KERNEL_NOT_A_NUMBER
         mg_store_fence()  # each thread's own non-temporal stores
-    return KERNEL_OK
+    return failed[0]
 
 
 cdef int fused_f32(const Call* c) noexcept nogil:
@@ -458,7 +572,10 @@ cdef int drive_f64(const Call* c, void* body, const Py_ssize_t* steps,
     return fused_impl(c, <double*>NULL, body, steps, n_steps)
 
 
-KERNELS = {"fused_f32": kernel_address(fused_f32), "fused_f64": kernel_address(fused_f64)}
+# A program whose first output is quantized computes in float32 (the fused op's rule): the
+# executor picks its kernel by that output's dtype
+KERNELS = {"fused_f32": kernel_address(fused_f32), "fused_f64": kernel_address(fused_f64),
+           "fused_i8": kernel_address(fused_f32), "fused_u8": kernel_address(fused_f32)}
 # kernel name -> the address of its driver for generated bodies (fused_jit.py)
 DRIVERS = {"fused_f32": <Py_ssize_t>drive_f32, "fused_f64": <Py_ssize_t>drive_f64}
 

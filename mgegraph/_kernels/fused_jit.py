@@ -71,7 +71,7 @@ def kernel_for(name: str, ints) -> int | None:
     if drive is None:
         return None
     encoded = decode(ints)
-    if not wants_body(encoded.size):
+    if not wants_body(encoded.size) or encoded.quantized:
         return None
     dtype = "float" if name.endswith("f32") else "double"
     source = render(encoded, dtype)

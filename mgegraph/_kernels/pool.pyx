@@ -3,7 +3,7 @@
 # Parameter layout (ints): the Pool struct below, whose field names this module exports as
 # POOL_FIELDS (the lowering, mgegraph/_kernels/lowering/pool.py, packs them by name; a struct of
 # Py_ssize_t fields has no padding, so it overlays the int array exactly):
-#   pool2d:                 bufs: x, y
+#   pool2d:                 bufs: x, y (int8 and uint8: pool_int.pxi, floats[0] the zero point)
 #   max_pool2d_backward:    bufs: x, dy, dx
 #   avg_pool2d_backward:    bufs: dy, dx
 #   max_pool2d_select:      bufs: x, h, y (y = h at the argmax of each window of x)
@@ -16,7 +16,7 @@ from cython cimport floating
 
 from .abi cimport Call, KERNEL_OK, kernel_fn, kernel_address
 from .params cimport fields_of
-from .parallel cimport parallel_for
+from .parallel cimport parallel_for, part_fn
 from .window cimport ceil_div, clamp
 
 ctypedef struct Pool:
@@ -547,7 +547,10 @@ cdef int avg_pool2d_backward_f64(const Call* c) noexcept nogil:
     return avg_pool2d_backward_impl(<const double*>c.bufs[0], <double*>c.bufs[1],
                                     <const Pool*>c.ints)
 
+include "pool_int.pxi"
+
 KERNELS = {
+    "pool2d_i8": kernel_address(pool2d_i8), "pool2d_u8": kernel_address(pool2d_u8),
     "pool2d_f32": kernel_address(pool2d_f32), "pool2d_f64": kernel_address(pool2d_f64),
     "max_pool2d_backward_f32": kernel_address(max_pool2d_backward_f32),
     "max_pool2d_backward_f64": kernel_address(max_pool2d_backward_f64),

@@ -274,6 +274,11 @@ cdef int quantized_conv2d_u8(const Call* c) noexcept nogil:
 
 # -- quantized_add: the ints go on after QAdd with ndim sizes, then a's and b's element strides
 # (0 where broadcast); the output is contiguous. The units are the rows of the innermost dim.
+# Rows where a and b share a dtype and are both read contiguously take the vectorised loop of
+# quantized_add_rows.pxi (the same integers).
+include "quantized_add_rows.pxi"
+
+
 cdef inline int add_rows(const Call* c, Py_ssize_t lo, Py_ssize_t hi, const xint* a,
                          Py_ssize_t b_code) noexcept nogil:
     cdef const QAdd* s = <const QAdd*>c.ints
@@ -284,9 +289,18 @@ cdef inline int add_rows(const Call* c, Py_ssize_t lo, Py_ssize_t hi, const xint
     cdef int32_t za = <int32_t>s.a_zero, zb = <int32_t>s.b_zero
     cdef double q
     cdef Odometer it
+    cdef bint a_int8 = xint is int8_t
+    cdef bint vector = sa == 1 and sb == 1 and b_code == (CODE_INT8 if a_int8 else CODE_UINT8)
     odometer_init(&it, <int>ndim, shape, shape + ndim, 2)
     odometer_seek(&it, lo)
     for r in range(lo, hi):
+        if vector:
+            mg_qadd_row(a + it.offset[0], c.bufs[1] + it.offset[1], c.bufs[2] + r * inner,
+                        a_int8, s.out_code == CODE_INT8, inner, za, zb, ma, mb,
+                        <float>(s.low - s.out_zero), <float>(s.high - s.out_zero),
+                        <int>s.out_zero)
+            odometer_next(&it)
+            continue
         for i in range(inner):
             fa = <float>(<int32_t>a[it.offset[0] + i * sa] - za) * ma
             fb = <float>(stored(c.bufs[1], it.offset[1] + i * sb, b_code) - zb) * mb

@@ -24,7 +24,7 @@ import numpy as np
 from ..ir.types import short_name
 from ..kernel_abi.layout import broadcast_strides, collapse, contiguous_strides
 from ..ops import elementwise_table as TABLE
-from ..ops.fused_program import BINARY, UNARY, Program, constants, to_ssa
+from ..ops.fused_program import BINARY, QUANTIZE, STORAGE, UNARY, Program, constants, to_ssa
 
 CTYPES = {"float32": "float", "float64": "double", "int32": "int", "int64": "mg_i64",
           "bool": "mg_bool", "uint8": "mg_u8", "int8": "mg_i8", "int16": "mg_i16"}
@@ -201,13 +201,28 @@ def _offset(shape, strides, wide: bool) -> str:
     return " + ".join(terms) or "0"
 
 
+def _quantize(dst, a, b, c, consts, t, storage) -> str:
+    # the CPU's quantize (csrc_cuda/quantize.cu): divide in the dtype, then round, shift and
+    # saturate in double; a NaN fails the run
+    info = np.iinfo(STORAGE[storage])
+    return (f"double d{dst} = (double)(v{a} / {consts[b]}); "
+            f"if (d{dst} != d{dst}) {{ mg_fail(a, MG_STATUS_NOT_A_NUMBER); d{dst} = 0; }} "
+            f"d{dst} = rint(d{dst}) + {consts[c]}; "
+            f"const {t} v{dst} = ({t})(d{dst} < {info.min}.0 ? {info.min}.0 : "
+            f"(d{dst} > {info.max}.0 ? {info.max}.0 : d{dst}));")
+
+
 def _step(op, dst, a, b, c, k, consts, t, dtype=None) -> str:
     if op == "load":
-        return f"const {t} v{dst} = x{a};"
+        return f"const {t} v{dst} = ({t})x{a};"
     if op == "const":
         return f"const {t} v{dst} = {consts[a]};"
-    if op == "store":
-        return f"o{dst} = v{a};"
+    if op == "store":  # a quantized output's value is an integer in its range: exact
+        return f"o{dst} = ({ctype(STORAGE[b])})v{a};" if b else f"o{dst} = v{a};"
+    if op == "dequantize":  # (q - zero_point) * scale, in the dtype (one rounding)
+        return f"const {t} v{dst} = (v{a} - {consts[c]}) * {consts[b]};"
+    if op in QUANTIZE:
+        return _quantize(dst, a, b, c, consts, t, QUANTIZE[op])
     if op == "where":
         return f"const {t} v{dst} = v{a} != 0 ? v{b} : v{c};"
     if op in UNARY:
@@ -221,8 +236,9 @@ def _step(op, dst, a, b, c, k, consts, t, dtype=None) -> str:
 
 def _fused_body(program: Program, t: str, name: str) -> str:
     consts = [literal(v, t) for v in program.constants]
-    n_in, n_out = len(program.input_shapes), program.n_outputs
-    params = [f"const {t} x{i}" for i in range(n_in)] + [f"{t}& o{j}" for j in range(n_out)]
+    ins, outs = program.buffer_dtypes()
+    params = [f"const {ctype(d)} x{i}" for i, d in enumerate(ins)]
+    params += [f"{ctype(d)}& o{j}" for j, d in enumerate(outs)]
     # the MgArgs too, for mg_fail (an integer pow by a negative exponent fails the run)
     lines = [f"MG_HD void {name}_body({', '.join(['const MgArgs& a', *params])}) {{"]
     lines += [f"    {_step(*s, k, consts, t, program.dtype)}  // step {k}: {s[0]}"
@@ -238,10 +254,14 @@ def _fused_loops(program, t, name, shape, strides, contiguous) -> list[str]:
     ins = [f"in{i}[{'i' if k == 'flat' else _offset(shape, strides[i], wide)}]"
            for i, k in enumerate(kinds)]
     outs = ", ".join(f"out{j}[i]" for j in range(n_out))
-    lines = [f"    const {t}* __restrict__ in{i} = (const {t}*)a.bufs[{i}];" for i in range(n_in)]
-    lines += [f"    {t}* __restrict__ out{j} = ({t}*)a.bufs[{n_in + j}];" for j in range(n_out)]
+    in_types, out_types = (list(map(ctype, d)) for d in program.buffer_dtypes())
+    lines = [f"    const {c}* __restrict__ in{i} = (const {c}*)a.bufs[{i}];"
+             for i, c in enumerate(in_types)]
+    lines += [f"    {c}* __restrict__ out{j} = ({c}*)a.bufs[{n_in + j}];"
+              for j, c in enumerate(out_types)]
     lines += [f"    const mg_i64 n = {n}LL, step = mg_nthreads();", "    mg_i64 start = mg_tid();"]
-    if "strided" not in kinds:
+    # the vector loop packs one dtype: a program moving integers too takes the scalar loop
+    if "strided" not in kinds and set(in_types + out_types) <= {t}:
         lines += _vector_loop(t, name, kinds, n_out)
     lines += ["    for (mg_i64 i = start; i < n; i += step)",
               f"        {name}_body({', '.join(['a', *ins, outs])});"]

@@ -15,11 +15,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..device import Device, check_name, get_default_device
+from ..dtype import get_scale, get_zero_point, is_quantize, quantized_dtype, to_quant_params
 from ..ir.errors import GraphError, user_location
 from ..ir.graph import DEFAULT_NARROWING, Var, _as_array
 from ..ir.types import TensorType, as_dtype
 from ..ops import indexing
 from ..ops.builder import apply
+from ..ops.quantize import dequantize, quantize
 from .mode import MODE, value_detached, value_read
 
 try:  # a C count the tokens change without running Python code (eager death is cheap)
@@ -113,7 +115,11 @@ class Tensor(Var):
             _check_rewrap(data, dtype, device)
             dtype, device = data.dtype, device or getattr(data, "_device", None)
             data = data.numpy()
-        set_array(self, default_array(data, dtype), owns=True)
+        if dtype is not None and is_quantize(dtype):
+            set_array(self, quantized_storage(data, dtype), owns=True,
+                      type=type_of(np.shape(data), np.dtype(dtype.str), to_quant_params(dtype)))
+        else:
+            set_array(self, default_array(data, dtype), owns=True)
         if device is not None:
             self._device = Device(device)
         if name is not None:
@@ -180,7 +186,38 @@ class Tensor(Var):
         return self._value
 
     def numpy(self) -> np.ndarray:
-        return self._read().copy()
+        """A copy of the value; a quantized tensor's stored integers, of its MegEngine dtype
+        (``get_scale(t.numpy().dtype)``), as MegEngine gives them."""
+        array = self._read().copy()
+        return array if self.type.quant is None else array.view(self.dtype)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The dtype; a value quantized per tensor has MegEngine's (``qint8(0.05)``: its
+        storage dtype with the scale and zero point in its metadata, ``mgegraph.dtype``)."""
+        t = self.type
+        return t.dtype if t.quant is None else quantized_dtype(t.dtype, t.quant)
+
+    def astype(self, dtype) -> Tensor:
+        """A cast; to a quantized dtype (``qint8(s)``) it quantizes (a quantized value is
+        dequantized first), from a quantized value to a float dtype it dequantizes.
+
+        >>> q = x.astype(mgegraph.dtype.qint8(0.05)); y = q.astype("float32")
+        """
+        quantized = self.type.quant is not None
+        if is_quantize(dtype):
+            real = dequantize(self) if quantized else self
+            if not np.issubdtype(real.dtype, np.floating):
+                real = real.astype("float32")
+            return quantize(real, get_scale(dtype), get_zero_point(dtype), dtype.str)
+        if quantized:
+            target = np.dtype(dtype)
+            if not np.issubdtype(target, np.floating):
+                raise GraphError(f"astype({target}) of a quantized {self.type}: its integers "
+                                 f"stand for real numbers; astype a float dtype (dequantize) "
+                                 f"or a quantized one (at {user_location()})")
+            return dequantize(self, target)
+        return super().astype(dtype)
 
     def __array__(self, dtype=None, copy=None):
         array = self._read()
@@ -341,6 +378,22 @@ def snapshot(t: Tensor) -> Tensor:
 
 
 _INT32 = np.iinfo(np.int32)
+
+
+def quantized_storage(data, dtype: np.dtype) -> np.ndarray:
+    """``data``, the stored integers of a value of quantized ``dtype`` (MegEngine's
+    ``Tensor(ints, dtype=qint8(s))``), as a new array of its plain storage dtype."""
+    array = np.asarray(data)
+    storage = np.dtype(dtype.str)
+    if array.dtype.kind not in "iub":
+        raise GraphError(f"Tensor(data of {array.dtype}, dtype={dtype}): a quantized dtype reads "
+                         f"data as its stored integers; quantize real numbers with "
+                         f"Tensor(data).astype(dtype) (at {user_location()})")
+    info = np.iinfo(storage)
+    if array.size and (array.min() < info.min or array.max() > info.max):
+        raise GraphError(f"Tensor(dtype={dtype}): integers from {array.min()} to {array.max()} "
+                         f"do not fit {storage} (at {user_location()})")
+    return np.ascontiguousarray(array.astype(storage))
 
 
 def default_array(data, dtype=None) -> np.ndarray:

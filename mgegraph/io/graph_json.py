@@ -92,6 +92,8 @@ OP_VERSIONS |= {"quantized_conv2d": 1, "quantized_linear": 1, "quantized_add": 1
 # the int8 conv2d and linear on packed weights (ops/quantized_pack.py; the CPU's prepack pass)
 OP_VERSIONS |= {"quantized_pack_weight": 1, "quantized_conv2d_packed": 1,
                 "quantized_linear_packed": 1}
+# quantization-aware training's fake quantization (ops/fake_quant.py)
+OP_VERSIONS |= {"fake_quant": 1}
 # the epilogue's relu6 (activation="relu6" on linear, conv2d and conv2d_packed) is version 2 of
 # those ops. A node without it is written as version 1, which readers from before relu6 run,
 # and this reader takes both; a version 1 node that says relu6 is refused.

@@ -3,7 +3,7 @@ _kernels/pool.pyx and csrc_cuda/pool.cu."""
 from __future__ import annotations
 
 from ..backend import Launch
-from ..ops.conv import AVG_MODES, window_geometry
+from ..ops.conv import AVG_MODES, QUANT_POOL_DTYPES, window_geometry
 from ..ops.registry import FLOAT_DTYPES
 from .layout import one_thread, pack
 
@@ -43,9 +43,13 @@ def _pool_lower(sides, threads, adaptive_mode=None):
             mode = adaptive_mode
             window = {"kh": 0, "kw": 0, "sh": 0, "sw": 0, "ph": 0, "pw": 0, "dh": 1, "dw": 1,
                       "eh": 0, "ew": 0}
+        # integers (pool_int.pxi): the zero point, which a padded cell of an "average" window
+        # holds (a max of plain integers has none, and reads none)
+        zero_point = 0 if x.quant is None else x.quant.zero_point
+        floats = (float(zero_point),) if x.dtype in QUANT_POOL_DTYPES else ()
         return Launch(pack(FIELDS, mode=CODES[mode], planes=x.shape[0] * x.shape[1],
                            h=x.shape[2], w=x.shape[3], oh=y.shape[2], ow=y.shape[3],
-                           threads=threads(node), **window))
+                           threads=threads(node), **window), floats)
     return lower
 
 
@@ -63,6 +67,10 @@ def _ops(prefix: str, adaptive: bool, threads):
 
 
 def implement(table, threads=one_thread) -> None:
-    """Register the pooling ops on ``table``; ``threads(node)`` fills the threads field."""
+    """Register the pooling ops on ``table``; ``threads(node)`` fills the threads field. The
+    forward poolings also take quantized int8 and uint8 values (the pool2d family's integer
+    kernels)."""
     for op, kernel, lower in _ops("", False, threads) + _ops("adaptive_", True, threads):
-        table.implement(op, kernel=kernel, dtypes=FLOAT_DTYPES, lower=lower)
+        quantized = op.endswith("pool2d")
+        dtypes = FLOAT_DTYPES + QUANT_POOL_DTYPES if quantized else FLOAT_DTYPES
+        table.implement(op, kernel=kernel, dtypes=dtypes, lower=lower)

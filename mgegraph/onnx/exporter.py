@@ -884,3 +884,44 @@ def _dequantize(w, n, ins):
 
 
 WRITERS["as_quantized"] = _same("Identity")
+
+
+# -- fake quantization (ops/fake_quant.py): QuantizeLinear then DequantizeLinear, the same floats
+# where the scale and zero point are constants (a frozen or QAT-exported model) and the range is
+# a whole int8 or uint8 one (QuantizeLinear saturates to its storage type's)
+_FAKE_QUANT_STORAGE = {(-128, 127): np.int8, (0, 255): np.uint8}
+
+
+def _fake_quant_params(w, n) -> list[str]:
+    scale, zero_point = (w.g.values.get(v.id) for v in n.inputs[1:])
+    if scale is None or zero_point is None:
+        raise OnnxExportError("fake_quant's scale and zero point must be constants to export it "
+                              "(QuantizeLinear's are): compile with freeze=True")
+    storage = _FAKE_QUANT_STORAGE.get((n.attr["qmin"], n.attr["qmax"]))
+    if storage is None:
+        raise OnnxExportError(f"fake_quant to [{n.attr['qmin']}, {n.attr['qmax']}]: "
+                              f"QuantizeLinear saturates to int8's or uint8's whole range")
+    zp = np.asarray(zero_point, np.float64)
+    info = np.iinfo(storage)
+    if np.any(zp != np.rint(zp)) or zp.min() < info.min or zp.max() > info.max:
+        raise OnnxExportError(f"fake_quant's zero point {zp.tolist()} is not an integer of "
+                              f"{np.dtype(storage)}")
+    shape = (scale.size,) if n.attr["axis"] is not None else ()
+    return [w.const(np.asarray(scale, np.float32).reshape(shape), "scale"),
+            w.const(zp.astype(storage).reshape(shape), "zero_point")]
+
+
+@writer("fake_quant")
+def _fake_quant(w, n, ins):
+    if n.inputs[0].dtype != np.float32:
+        raise OnnxExportError(f"QuantizeLinear takes float32 values, not {n.inputs[0].dtype}")
+    params = _fake_quant_params(w, n)
+    axis = {} if n.attr["axis"] is None else {"axis": n.attr["axis"]}
+    q = w.add("QuantizeLinear", [ins[0], *params], **axis)
+    return w.add("DequantizeLinear", [*q, *params], **axis)
+
+
+# the int8 compute ops (onnx/export_quant.py): QDQ around the float op, as quantize_static writes
+from . import export_quant
+
+WRITERS.update(export_quant.WRITERS)

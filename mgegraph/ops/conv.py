@@ -400,6 +400,31 @@ def _pool_infer(name, adaptive):
     return infer
 
 
+# The forward poolings take per-tensor quantized int8 and uint8 values and keep their
+# quantization: a max commutes with q -> s (q - z), which increases, and an average of
+# s (q - z) is s (mean q - z), the mean rounded to an integer, half to even, a padded cell
+# counted by "average" holding z, the real 0 (_kernels/pool_int.pxi computes it exactly). A max
+# pools plain int8 and uint8 integers too (ONNX's MaxPool takes them): it is theirs whatever
+# they stand for.
+QUANT_POOL_DTYPES = (np.dtype(np.int8), np.dtype(np.uint8))
+
+
+def _integer_pool_infer(name, adaptive, plain=False):
+    infer = _pool_infer(name, adaptive)
+
+    def rule(in_types, attrs):
+        (x,) = in_types
+        if x.quant is None and not (plain and x.dtype in QUANT_POOL_DTYPES):
+            return infer(in_types, attrs)  # the float rule refuses other integers
+        if x.dtype not in QUANT_POOL_DTYPES or x.quant is not None and x.quant.per_channel:
+            raise TypeError(f"{name} pools per-tensor quantized int8 or uint8 values, got {x}; "
+                            "dequantize it first")
+        # the geometry is the float rule's, read off a float stand-in of the same shape
+        (y,) = infer((TensorType(x.shape, FLOAT_DTYPES[0]),), attrs)
+        return (TensorType(y.shape, x.dtype, x.quant),)
+    return rule
+
+
 def _max_backward_infer(name, adaptive):
     # (x, dy) -> dx, where dy is the gradient of the pooled output
     def infer(in_types, attrs):
@@ -463,15 +488,17 @@ def _avg_rules(forward, backward):
 def _register_max(prefix, attrs, adaptive):
     fwd, bwd, sel = (f"{prefix}max_pool2d{suffix}" for suffix in ("", "_backward", "_select"))
     rules = _max_rules(bwd, sel)
-    for name, infer, rule in ((fwd, _pool_infer, rules[0]), (bwd, _max_backward_infer, rules[1]),
-                              (sel, _select_infer, rules[2])):
+    register(OpDef(fwd, "nn", _integer_pool_infer(fwd, adaptive, plain=True), attrs=attrs,
+                   grad=rules[0], quantized=True))
+    for name, infer, rule in ((bwd, _max_backward_infer, rules[1]), (sel, _select_infer, rules[2])):
         register(OpDef(name, "nn", infer(name, adaptive), attrs=attrs, grad=rule))
 
 
 def _register_avg(prefix, attrs, adaptive):
     fwd, bwd = f"{prefix}avg_pool2d", f"{prefix}avg_pool2d_backward"
     rules = _avg_rules(fwd, bwd)
-    register(OpDef(fwd, "nn", _pool_infer(fwd, adaptive), attrs=attrs, grad=rules[0]))
+    register(OpDef(fwd, "nn", _integer_pool_infer(fwd, adaptive), attrs=attrs, grad=rules[0],
+                   quantized=True))
     register(OpDef(bwd, "nn", _avg_backward_infer(bwd, adaptive),
                    attrs={**attrs, "input_hw": REQUIRED}, grad=rules[1]))
 
@@ -559,6 +586,9 @@ def _argmax_cells(inp, attrs):
     # first maximum of the window (or its first NaN). A float holds the index exactly up to
     # 2^24 (float32) cells of a plane.
     h, w = inp.shape[2:]
+    if inp.dtype in QUANT_POOL_DTYPES:  # indices of a float max are the same cells
+        raise OpError("max_pool2d", [inp.type], f"return_indices of {inp.dtype} values: "
+                      "dequantize or cast them to float first", user_location())
     bits = np.finfo(inp.dtype).nmant + 1
     reason = None
     if named(h, w):

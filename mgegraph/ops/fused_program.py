@@ -5,7 +5,14 @@ A Program is one elementwise expression over inputs of one float dtype, as steps
 table ops on values (``("exp", v, x)``, ``("add", v, x, y)``; a unary op's parameters, such as
 leaky_relu's slope and clip's bounds, are constant indices in b and c), ``("where", v, cond, x,
 y)``, and ``("store", output, v)``. Values may be SSA numbers or reused names (``to_ssa`` makes
-them SSA). How a device runs a program is its backend's: the CPU's register allocation and
+them SSA).
+
+Quantized values at a group's boundary (float32 programs only): ``("load", v, input, storage)``
+and ``("store", output, v, storage)`` with ``storage`` a STORAGE code read or write int8 or
+uint8 integers (0: the program's dtype); ``("dequantize", v, q, scale, zero_point)`` gives
+``(q - zero_point) * scale``, and ``("quantize_int8", v, x, scale, zero_point)`` (or
+``quantize_uint8``) ``clamp(rint(x / scale) + zero_point)``, a NaN refused (ops/quantize.py's
+meaning, bit for bit); scale and zero_point are constant indices. How a device runs a program is its backend's: the CPU's register allocation and
 parameter block are in mgegraph/_kernels/lowering/fused.py.
 """
 from __future__ import annotations
@@ -22,6 +29,13 @@ UNARY = frozenset(op.name for op in TABLE.OPS if op.kind == "unary"
                   and np.dtype(np.float32) in op.dtypes)
 BINARY = frozenset(op.name for op in TABLE.OPS if op.kind in ("binary", "compare")
                    and np.dtype(np.float32) in op.dtypes)
+
+
+# The integers a load or store step may move besides the program's dtype (its b operand), and
+# the quantizing steps, each with the storage its values fit
+STORAGE = {1: np.dtype(np.int8), 2: np.dtype(np.uint8)}
+QUANTIZE = {"quantize_int8": 1, "quantize_uint8": 2}
+QUANT_STEPS = frozenset(("dequantize", *QUANTIZE))
 
 
 @dataclass(frozen=True)
@@ -41,6 +55,15 @@ class Program:
     def n_outputs(self) -> int:
         return 1 + max((s[1] for s in self.code if s[0] == "store"), default=-1)
 
+    def buffer_dtypes(self) -> tuple[list, list]:
+        """The dtypes of the input and output buffers: the program's, or the integers a load or
+        store step names (its b)."""
+        dtype = np.dtype(self.dtype)
+        loads = {a: b for op, _, a, b, _ in steps(self.code) if op == "load"}
+        stores = {dst: b for op, dst, _, b, _ in steps(self.code) if op == "store"}
+        return ([STORAGE.get(loads.get(i, 0), dtype) for i in range(len(self.input_shapes))],
+                [STORAGE.get(stores.get(k, 0), dtype) for k in range(self.n_outputs)])
+
 
 def steps(code) -> list[tuple]:
     """The steps padded to five fields ``(op, dst, a, b, c)``."""
@@ -57,7 +80,7 @@ def reads(op, a, b, c) -> tuple:
         return (a, b, c)
     if op in BINARY:
         return (a, b)
-    if op in UNARY:
+    if op in UNARY or op in QUANT_STEPS:
         return (a,)
     raise ValueError(f"op {op!r} cannot be fused")
 
@@ -73,6 +96,8 @@ def constants(op, a, b, c) -> tuple:
         return (a,)
     if op in UNARY:
         return (b, c)[:len(TABLE.BY_NAME[op].params)]
+    if op in QUANT_STEPS:  # scale, zero point
+        return (b, c)
     return ()
 
 
@@ -86,10 +111,10 @@ def to_ssa(code) -> list[tuple]:
     for k, (op, dst, a, b, c) in enumerate(steps(code)):
         read = [current[v] if v in current else _undefined(v, k) for v in reads(op, a, b, c)]
         if op == "store":
-            out.append((op, dst, read[0], 0, 0))
+            out.append((op, dst, read[0], b, 0))
             continue
         current[dst] = k
-        if op in UNARY:
+        if op in UNARY or op in QUANT_STEPS:
             out.append((op, k, read[0], b, c))
         else:  # load and const keep their operands; binary ops and where read values only
             out.append((op, k, *(read + [0, 0, 0])[:3]) if read else (op, k, a, b, c))
@@ -110,6 +135,14 @@ def _numpy_step(op, values, b, c, k):
     return entry.numpy(values[0], *[k[i] for i in constants(op, 0, b, c)])
 
 
+def _quantize_numpy(op, x, scale, zero_point, dtype):
+    info = np.iinfo(STORAGE[QUANTIZE[op]])
+    v = x.astype(dtype) / dtype.type(scale)
+    if np.isnan(v).any():
+        raise ValueError("a NaN has no integer")
+    return np.clip(np.rint(v.astype(np.float64)) + zero_point, info.min, info.max)
+
+
 def evaluate_numpy(program: Program, inputs) -> list:
     """The program evaluated by NumPy in float64, outputs cast to its dtype (the reference).
 
@@ -127,7 +160,12 @@ def evaluate_numpy(program: Program, inputs) -> list:
             elif op == "const":
                 values[dst] = np.full(program.output_shape, k[a])
             elif op == "store":
-                outputs[dst] = np.array(values[a], program.dtype)
+                outputs[dst] = np.array(values[a], STORAGE.get(b, program.dtype))
+            elif op == "dequantize":
+                dtype = np.dtype(program.dtype)
+                values[dst] = (values[a] - k[c]).astype(dtype) * dtype.type(k[b])
+            elif op in QUANTIZE:
+                values[dst] = _quantize_numpy(op, values[a], k[b], k[c], np.dtype(program.dtype))
             else:
                 values[dst] = _numpy_step(op, [values[v] for v in reads(op, a, b, c)], b, c, k)
     return [outputs[i] for i in range(program.n_outputs)]
@@ -153,13 +191,17 @@ def check_code(code, n_inputs: int, n_constants: int, n_outputs) -> None:
             raise ValueError(f"step {k} is not (op, dst, a, b, c): {step!r}")
         op, dst, a, b, c = tuple(step) + (0,) * (5 - len(step))
         where = f"step {k} ({op})"
-        if op not in ("load", "const", "store", "where") and op not in UNARY | BINARY:
+        if op not in ("load", "const", "store", "where") and op not in UNARY | BINARY | \
+                QUANT_STEPS:
             raise ValueError(f"{where}: not an op a fused program may hold")
         if any(isinstance(v, bool) or not isinstance(v, int) for v in (dst, a, b, c)):
             raise ValueError(f"{where}: operands must be ints, got {step!r}")
         for v in reads(op, a, b, c):
             if v not in defined:
                 raise ValueError(f"{where}: reads value {v} before it is defined")
+        if op in ("load", "store") and b not in (0, *STORAGE):
+            raise ValueError(f"{where}: storage {b} is not one of 0 (the program's dtype), "
+                             f"{', '.join(f'{k} ({d})' for k, d in STORAGE.items())}")
         if op == "store":
             if not 0 <= dst < n_outputs or dst in stored:
                 raise ValueError(f"{where}: output {dst} is out of range 0..{n_outputs - 1} "

@@ -40,6 +40,10 @@ FAMILIES += (local_conv,)
 from . import quantize
 
 FAMILIES += (quantize,)
+# quantization-aware training's fake_quant (lowering/fake_quant.py)
+from . import fake_quant
+
+FAMILIES += (fake_quant,)
 # the int8 compute ops: quantized conv2d, linear and add (lowering/quantized.py)
 from . import quantized
 

@@ -17,7 +17,7 @@ from ...backend import Launch
 from ...kernel_abi.layout import broadcast_strides, collapse, contiguous_strides, pack
 from ...ops import elementwise_table as TABLE
 from ...ops.fused import program_of
-from ...ops.fused_program import UNARY, Program, reads, to_ssa
+from ...ops.fused_program import QUANT_STEPS, STORAGE, UNARY, Program, reads, to_ssa
 from ...ops.registry import FLOAT_DTYPES
 from .. import THREADS_SLEEP
 from .. import fused as K
@@ -43,7 +43,8 @@ PARALLEL_WORK = 2_500_000 if THREADS_SLEEP else 250_000
 # that skip the cache). Measured on fusion-chain (4M float32, AMD EPYC Zen 4, 2 cores, shared):
 # 8-12% faster at 1 and at 2 threads (paired runs), the same bits.
 DEFAULT_LLC_BYTES = 32 << 20  # where /sys does not say
-STEPS = ("load", "const", "store", "where")  # the kernel's own steps, beside the table's ops
+# the kernel's own steps, beside the table's ops
+STEPS = ("load", "const", "store", "where", *sorted(QUANT_STEPS))
 # Which programs get a generated body (_kernels/fused_jit.py), by MGEGRAPH_CPU_JIT: "auto" (the
 # default) those of at least JIT_MIN_ELEMENTS output elements, "all" every one, "off" none. Below
 # that size the interpreter's passes stay in L1 and a run is short: fusion-chain at 4M elements
@@ -81,13 +82,13 @@ def allocate_registers(ssa_code) -> tuple[list, int]:
     for k, (op, dst, a, b, c) in enumerate(code):
         read = reads(op, a, b, c)
         if op == "store":
-            out.append((op, dst, reg[a], 0, 0))
+            out.append((op, dst, reg[a], b, 0))
         elif k in last:  # a value nobody reads needs no step
             if free:
                 reg[dst] = free.pop()
             else:
                 reg[dst], top = top, top + 1
-            operands = (a, b, c) if not read else (reg[a], b, c) if op in UNARY else \
+            operands = (a, b, c) if not read else (reg[a], b, c) if op in UNARY | QUANT_STEPS else \
                 tuple(reg[v] for v in read) + (0,) * (3 - len(read))
             out.append((op, reg[dst], *operands))
         free += sorted({reg[v] for v in read if last[v] == k}, reverse=True)
@@ -182,6 +183,12 @@ class Encoded:
     n_regs: int
     steps: tuple[int, ...]  # the Step structs, flat (5 ints each)
 
+    @property
+    def quantized(self) -> bool:
+        """Whether a step loads, stores or makes integers (such programs are interpreted)."""
+        return any(op in QUANT_STEPS or op in ("load", "store") and b
+                   for op, _, _, b, _ in self.code())
+
     def code(self) -> list[tuple]:
         """The steps as (op name, dst, a, b, c)."""
         names = {v: k for k, v in K.OPCODES.items()}
@@ -226,9 +233,10 @@ def run(program: Program, inputs, threads: int | None = None, block: int | None 
     """
     dtype = np.dtype(program.dtype)
     ints, floats, ws = encode(program, threads, block, stream)
-    xs = [np.ascontiguousarray(x, dtype) for x in inputs]
+    in_dtypes, out_dtypes = program.buffer_dtypes()
+    xs = [np.ascontiguousarray(x, d) for x, d in zip(inputs, in_dtypes)]
     if outputs is None:
-        outputs = [np.empty(program.output_shape, dtype) for _ in range(program.n_outputs)]
+        outputs = [np.empty(program.output_shape, d) for d in out_dtypes]
     workspace = np.empty(max(ws, 1), np.uint8)
     status = K.call_kernel(kernel or kernel_name(dtype), xs + list(outputs) + [workspace],
                            ints, floats)
@@ -244,6 +252,8 @@ def _lower(node) -> Launch:
 
 def implement(table) -> None:
     check_build(K, extra=STEPS)
-    # dispatched by the output's dtype (-1): a program's inputs all have it too
-    table.implement("fused_elementwise", kernel="fused", dtypes=FLOAT_DTYPES, lower=_lower,
+    # dispatched by the first output's dtype (-1): the program's own, or int8 or uint8 for a
+    # float32 program that quantizes it (the kernel module maps those to fused_f32)
+    table.implement("fused_elementwise", kernel="fused",
+                    dtypes=FLOAT_DTYPES + tuple(STORAGE.values()), lower=_lower,
                     dispatch_input=-1)

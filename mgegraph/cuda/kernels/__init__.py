@@ -54,3 +54,11 @@ FAMILIES += [
 FAMILIES += [
     "quantize",      # csrc_cuda/quantize.cu: quantize, dequantize (per-channel: 4 channels)
 ]
+# quantization-aware training's fake_quant (ops/fake_quant.py)
+FAMILIES += [
+    "fake_quant",    # csrc_cuda/fake_quant.cu: fake_quant, scales and zero points as buffers
+]
+# the int8 compute ops (ops/quantized.py)
+FAMILIES += [
+    "quantized",     # csrc_cuda/quantized.cu(h): quantized conv2d and linear (dp4a), add
+]

@@ -13,7 +13,7 @@ import numpy as np
 
 from ...backend import Launch
 from ...ops.fused import program_of
-from ...ops.fused_program import Program
+from ...ops.fused_program import STORAGE, Program
 from ...ops.registry import FLOAT_DTYPES
 from .. import geometry, render
 from ..kernel import RenderedKernel
@@ -27,7 +27,7 @@ def _lower(node) -> Launch:
 def program_of_instruction(ins, types) -> Program:
     attrs = dict(ins.attrs)
     n_in = len(ins.inputs)
-    return Program([t.shape for t in types[:n_in]], tuple(attrs["shape"]), types[-1].dtype,
+    return Program([t.shape for t in types[:n_in]], tuple(attrs["shape"]), attrs["dtype"],
                    list(attrs["code"]), list(attrs["constants"]))
 
 
@@ -45,10 +45,12 @@ def _render(ins, types):
     return text, fused_steps(entry, program)
 
 
-KERNELS = {f"fused_{d}": RenderedKernel(_render) for d in ("f32", "f64")}
+# i8, u8: a float32 program whose first output is quantized (the rule allows no other)
+KERNELS = {f"fused_{d}": RenderedKernel(_render) for d in ("f32", "f64", "i8", "u8")}
 
 
 def implement(table) -> None:
-    # dispatched by the output's dtype (-1): a program's inputs all have it too
-    table.implement("fused_elementwise", kernel="fused", dtypes=FLOAT_DTYPES, lower=_lower,
+    # dispatched by the first output's dtype (-1): the program's own, or the integers it stores
+    table.implement("fused_elementwise", kernel="fused",
+                    dtypes=FLOAT_DTYPES + tuple(STORAGE.values()), lower=_lower,
                     dispatch_input=-1)

@@ -29,17 +29,36 @@ from __future__ import annotations
 import bisect
 import heapq
 
-from ...ir.types import FLOAT_DTYPES
-from ...ops.fused import FUSABLE_OPS
-from ...ops.fused_program import reads, steps
+from ...ir.types import FLOAT_DTYPES, TensorType
+from ...ops.fused import FLOAT32, FUSABLE_OPS
+from ...ops.fused_program import STORAGE, reads, steps
 from .rewrite import Builder, PassResult, result
+
+# quantize and dequantize join float32 groups, per tensor, between float32 and int8 or uint8:
+# the fused kernel loads and stores those integers (ops/fused_program.py)
+_STORAGE_CODE = {dtype: code for code, dtype in STORAGE.items()}
 
 
 def _fusable(node) -> bool:
+    if node.op.name == "quantize":
+        return _quantized_boundary(node.outputs[0], node.inputs[0])
+    if node.op.name == "dequantize":
+        return _quantized_boundary(node.inputs[0], node.outputs[0])
     if node.op.name not in FUSABLE_OPS or len(node.outputs) != 1:
         return False
     out = node.outputs[0]
     return out.dtype in FLOAT_DTYPES and all(v.dtype == out.dtype for v in node.inputs)
+
+
+def _quantized_boundary(q, real) -> bool:
+    return real.dtype == FLOAT32 and q.dtype in _STORAGE_CODE and not q.type.quant.per_channel
+
+
+def _computes(node) -> TensorType:
+    """The type a fusable node computes in (a quantize's: its float input's), which all the
+    members of a group share."""
+    v = node.inputs[0] if node.op.name == "quantize" else node.outputs[0]
+    return TensorType(v.shape, v.dtype)
 
 
 class _Groups:
@@ -87,8 +106,8 @@ def _group_nodes(graph) -> tuple[_Groups, dict[int, int]]:
             reads |= deps.get(v.id, 0) | (groups.alias[roots[v.id]] if v.id in roots else 0)
         mine = None
         if _fusable(node):
-            shape = node.outputs[0].type
-            inside = {g for g in roots.values() if groups.members[g][0].outputs[0].type == shape}
+            shape = _computes(node)
+            inside = {g for g in roots.values() if _computes(groups.members[g][0]) == shape}
             ext = _outside(groups, node, roots, deps, inside)
             if inside and any(ext & groups.alias[g] for g in inside):
                 # an input group that another one reads through something outside (a recurrent
@@ -139,21 +158,27 @@ def _program(graph, members, needed) -> tuple[list, dict]:
                 code.append(("const", len(value), len(constants), 0, 0))
                 constants.append(scalar)
             else:
-                code.append(("load", len(value), len(inputs), 0, 0))
+                code.append(("load", len(value), len(inputs), _STORAGE_CODE.get(v.dtype, 0), 0))
                 inputs.append(v)
             value[v.id] = len(value)
         return value[v.id]
 
     for node in members:
         args = [operand(v) for v in node.inputs] + [0] * (3 - len(node.inputs))
-        for key in FUSABLE_OPS[node.op.name]:  # float attributes become constants
-            args[len(node.inputs) + FUSABLE_OPS[node.op.name].index(key)] = len(constants)
+        name = node.op.name
+        if name in ("quantize", "dequantize"):  # the scale and zero point become constants
+            q = (node.outputs[0] if name == "quantize" else node.inputs[0]).type
+            args[1:3] = len(constants), len(constants) + 1
+            constants += [q.quant.scale, float(q.quant.zero_point)]
+            name = "quantize_" + q.dtype.name if name == "quantize" else name
+        for key in FUSABLE_OPS.get(name, ()):  # float attributes become constants
+            args[len(node.inputs) + FUSABLE_OPS[name].index(key)] = len(constants)
             constants.append(float(node.attr[key]))
         value[node.outputs[0].id] = len(value)
-        code.append((node.op.name, value[node.outputs[0].id], *args[:3]))
+        code.append((name, value[node.outputs[0].id], *args[:3]))
     for k, v in enumerate(needed):
-        code.append(("store", k, value[v.id], 0, 0))
-    out = members[0].outputs[0]
+        code.append(("store", k, value[v.id], _STORAGE_CODE.get(v.dtype, 0), 0))
+    out = _computes(members[0])
     return inputs, {"code": tuple(code), "constants": tuple(constants), "shape": out.shape,
                     "dtype": str(out.dtype), "n_outputs": len(needed)}
 

@@ -19,6 +19,7 @@ from .epilogue import epilogue
 from .fold import fold
 from .fuse import fuse
 from .prepack import prepack
+from .qdq import fold_qdq
 from .rewrite import PassResult
 from .simplify import simplify
 from .verify import verify_graph
@@ -30,6 +31,8 @@ PASSES: list[tuple[str, Callable[[Graph, list[Var]], PassResult], str]] = [
                  "do less work"),
     ("cse", cse, "merge equal nodes (autodiff repeats forward values), so fold and simplify "
                  "see each value once"),
+    ("fold_qdq", fold_qdq, "a float op between dequantizes and a quantize becomes its int8 op, "
+                           "before fold turns the dequantized weights into float constants"),
     ("fold", fold, "evaluate nodes of constants once, at compile time"),
     ("simplify", simplify, "algebraic identities (x*1, neg(neg x), transpose of transpose) "
                            "on the folded constants"),
@@ -88,7 +91,8 @@ def optimize(graph: Graph, outputs, passes_or_level=1, check: bool = False, dump
     fused nodes) and the report says so. ``prepack(conv2d node)`` gives the block of output
     channels the backend packs a convolution's weights in, or None; without it the prepack
     pass is skipped likewise. ``runs(op name)`` says whether the backend has a kernel for an
-    op (accumulate makes addmm only where it does); ``exact(matmul node)`` whether its addmm
+    op (accumulate makes addmm only where it does, fold_qdq an int8 op likewise);
+    ``exact(matmul node)`` whether its addmm
     of that product rounds as the ops it replaces (the only ones level 1 makes; none without
     it).
 
@@ -102,6 +106,7 @@ def optimize(graph: Graph, outputs, passes_or_level=1, check: bool = False, dump
     target = {"fold": {"evaluate": evaluate}, "fuse": {"limits": fusion},
               "prepack": {"block_of": prepack},
               "accumulate": {"runs": runs, "exact": (exact or _none) if keeps_rounding else None}}
+    target["fold_qdq"] = {"runs": runs}  # an int8 op only where the target has its kernel
     needs = {"fold": (evaluate, "evaluator"), "fuse": (fusion, "fused kernel"),
              "prepack": (prepack, "packed weight layout"), "accumulate": (runs, "op table")}
     for name, fn, _ in _select(passes_or_level):

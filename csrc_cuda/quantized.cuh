@@ -1,0 +1,213 @@
+// The int8 compute ops (mgegraph/ops/quantized.py): int32 accumulation through __dp4a and the
+// requantisation epilogue, shared by the rendered conv and linear kernels
+// (mgegraph/cuda/kernels/quantized.py) and csrc_cuda/quantized.cu (quantized_add).
+//
+// Design: dp4a multiplies four signed bytes by four signed bytes. A uint8 value q becomes the
+// int8 q - 128 (its byte XOR 0x80) with its zero point moved by 128 too, so every mix of int8
+// and uint8 inputs runs the one signed instruction. The sums are of the shifted values x', w'
+// as stored; the zero points come out afterwards, exactly in integers:
+//   sum (x' - zx')(w' - zw') = S_xw - zw' S_x - zx' S_w + K zx' zw'
+// (a padded position holds zx': it adds nothing to the centred sum). dp4a sums in int32;
+// every MG_Q_CHUNK words the partial sums move to int64, so no length of K can wrap them, and
+// the bias is added and the int32 range saturated in int64, as the NumPy reference does.
+//
+// The per-channel constants (the multipliers m[o] = float32(sx) * float32(sw[o]) / float32(sy)
+// and the weight zero points zw'[o], already shifted) are tables the renderer bakes into each
+// instruction's kernel text (MG_QTABLE): MgArgs holds 8 floats, a layer has thousands of
+// channels. Free of shared memory and warp functions, so host emulation builds it.
+#pragma once
+
+#include "mg_abi.cuh"
+
+typedef long long mg_q64;
+
+#ifdef MG_HOST_EMU
+#define MG_QTABLE static const
+inline int mg_q_byte(int word, int i) { return (int)(signed char)((unsigned)word >> (8 * i)); }
+inline int mg_dp4a(int a, int b, int c) {
+    for (int i = 0; i < 4; ++i) c += mg_q_byte(a, i) * mg_q_byte(b, i);
+    return c;
+}
+inline float mg_q_to_float(int v) { return (float)v; }
+inline float mg_q_mul(float a, float b) { return a * b; }  // built with -ffp-contract=off
+inline float mg_q_add(float a, float b) { return a + b; }
+#else
+#define MG_QTABLE static __device__ const
+__device__ __forceinline__ int mg_dp4a(int a, int b, int c) {
+#if __CUDA_ARCH__ >= 610
+    return __dp4a(a, b, c);
+#else  // before sm_61: the same sum, byte by byte
+    for (int i = 0; i < 4; ++i) c += (int)(signed char)((unsigned)a >> (8 * i)) *
+                                     (int)(signed char)((unsigned)b >> (8 * i));
+    return c;
+#endif
+}
+__device__ __forceinline__ float mg_q_to_float(int v) { return __int2float_rn(v); }
+__device__ __forceinline__ float mg_q_mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ float mg_q_add(float a, float b) { return __fadd_rn(a, b); }
+#endif
+
+// storage codes of the parameter blocks (mgegraph/kernel_abi/quantized.py CODES)
+#define MG_Q_INT8 0
+#define MG_Q_UINT8 1
+#define MG_Q_INT32 2
+#define MG_Q_ONES 0x01010101
+#define MG_Q_CHUNK 16384  // dp4a words per int32 partial sum: 16384 * 4 * 128 * 128 = 2^30
+
+// a stored 8-bit value as the int8 dp4a reads (uint8: q - 128, as a byte q ^ 0x80)
+__device__ __forceinline__ unsigned mg_q_load(const unsigned char* p, mg_q64 i, unsigned flip) {
+    return p[i] ^ flip;
+}
+
+// The three sums of one output, fed four bytes at a time (the last word partly).
+struct MgQSums {
+    mg_q64 xw, x, w;  // S_xw, S_x, S_w
+    int pxw, px, pw;  // the int32 partial sums of the current chunk
+    int words;
+    unsigned xword, wword;
+    int filled;       // bytes of the words being packed
+};
+
+__device__ __forceinline__ void mg_q_start(MgQSums& s) {
+    s.xw = s.x = s.w = 0;
+    s.pxw = s.px = s.pw = 0;
+    s.words = s.filled = 0;
+    s.xword = s.wword = 0u;
+}
+
+__device__ __forceinline__ void mg_q_word(MgQSums& s, unsigned xw, unsigned ww) {
+    s.pxw = mg_dp4a((int)xw, (int)ww, s.pxw);
+    s.px = mg_dp4a((int)xw, MG_Q_ONES, s.px);
+    s.pw = mg_dp4a((int)ww, MG_Q_ONES, s.pw);
+    if (++s.words == MG_Q_CHUNK) {
+        s.xw += s.pxw, s.x += s.px, s.w += s.pw;
+        s.pxw = s.px = s.pw = 0;
+        s.words = 0;
+    }
+}
+
+// one (x', w') byte pair, already shifted to int8
+__device__ __forceinline__ void mg_q_pair(MgQSums& s, unsigned xb, unsigned wb) {
+    s.xword |= (xb & 0xFFu) << (8 * s.filled);
+    s.wword |= (wb & 0xFFu) << (8 * s.filled);
+    if (++s.filled == 4) {
+        mg_q_word(s, s.xword, s.wword);
+        s.xword = s.wword = 0u;
+        s.filled = 0;
+    }
+}
+
+// the centred sum of K pairs (the unfilled bytes of the last word are zeros: they add nothing)
+__device__ __forceinline__ mg_q64 mg_q_finish(MgQSums& s, mg_q64 k, int zx, int zw) {
+    if (s.filled) mg_q_word(s, s.xword, s.wword);
+    s.xw += s.pxw, s.x += s.px, s.w += s.pw;
+    return s.xw - (mg_q64)zw * s.x - (mg_q64)zx * s.w + k * (mg_q64)zx * (mg_q64)zw;
+}
+
+// The epilogue's numbers: the output's code and zero point, its (relu-narrowed) range less zy.
+struct MgQOut {
+    int out_code, zy;
+    float lo, hi;
+};
+
+__device__ __forceinline__ MgQOut mg_q_out(long long code, long long zy, long long lo,
+                                           long long hi) {
+    return MgQOut{(int)code, (int)zy, (float)(lo - zy), (float)(hi - zy)};
+}
+
+// clamp(rint(v) + zy, lo, hi) as clamp(rint(v), lo - zy, hi - zy) + zy: the bounds are
+// integers, so clamping before or after rint is the same, and +-inf saturates
+__device__ __forceinline__ int mg_q_round(float v, const MgQOut& o) {
+    v = rintf(v);  // halves to even
+    v = v < o.lo ? o.lo : (v > o.hi ? o.hi : v);
+    return (int)v + o.zy;
+}
+
+__device__ __forceinline__ void mg_q_store(char* y, mg_q64 i, int q, int code) {
+    if (code == MG_Q_INT8) ((signed char*)y)[i] = (signed char)q;
+    else ((unsigned char*)y)[i] = (unsigned char)q;
+}
+
+// acc (+ bias[o]) saturated to int32, then stored as the accumulator or requantised by m[o]
+__device__ __forceinline__ void mg_q_epilogue(char* y, mg_q64 i, mg_q64 acc, const int* bias,
+                                              int o, const float* m, const MgQOut& out) {
+    if (bias != nullptr) acc += bias[o];
+    acc = acc < -2147483648LL ? -2147483648LL : (acc > 2147483647LL ? 2147483647LL : acc);
+    if (out.out_code == MG_Q_INT32) {
+        ((int*)y)[i] = (int)acc;
+        return;
+    }
+    mg_q_store(y, i, mg_q_round(mg_q_mul(mg_q_to_float((int)acc), m[o]), out), out.out_code);
+}
+
+// the window sums of output (b, o, oy, ox) of a convolution, its taps gathered a byte at a time
+__device__ __forceinline__ void mg_q_window(MgQSums& s, const unsigned char* xg,
+                                            const unsigned char* wo, const long long* g,
+                                            mg_q64 oy, mg_q64 ox, unsigned xflip,
+                                            unsigned wflip, unsigned pad) {
+    const mg_q64 cg = g[1] / g[15], h = g[2], wd = g[3], kh = g[5], kw = g[6];
+    mg_q64 t = 0;
+    for (mg_q64 c = 0; c < cg; ++c) {
+        for (mg_q64 r = 0; r < kh; ++r) {
+            const mg_q64 iy = oy * g[9] - g[11] + r * g[13];
+            for (mg_q64 q = 0; q < kw; ++q, ++t) {
+                const mg_q64 ix = ox * g[10] - g[12] + q * g[14];
+                const bool inside = iy >= 0 && iy < h && ix >= 0 && ix < wd;
+                mg_q_pair(s, inside ? mg_q_load(xg, (c * h + iy) * wd + ix, xflip) : pad,
+                          mg_q_load(wo, t, wflip));
+            }
+        }
+    }
+}
+
+// the sums of k contiguous pairs (a 1x1 window over a 1x1 image: a linear layer's row), a
+// word at a time where both rows are 4-byte aligned
+__device__ __forceinline__ void mg_q_rows(MgQSums& s, const unsigned char* xr,
+                                          const unsigned char* wr, mg_q64 k, unsigned xflip,
+                                          unsigned wflip) {
+    if (k % 4 == 0 && (((unsigned long long)xr | (unsigned long long)wr) & 3) == 0) {
+        const unsigned xflips = xflip * MG_Q_ONES, wflips = wflip * MG_Q_ONES;
+        for (mg_q64 t = 0; t < k / 4; ++t)
+            mg_q_word(s, ((const unsigned*)xr)[t] ^ xflips, ((const unsigned*)wr)[t] ^ wflips);
+    } else {
+        for (mg_q64 t = 0; t < k; ++t)
+            mg_q_pair(s, mg_q_load(xr, t, xflip), mg_q_load(wr, t, wflip));
+    }
+}
+
+// -- quantized_conv2d and quantized_linear (a 1x1 convolution of x as (rows, in, 1, 1)) -------
+// ints: the CPU's block (mgegraph/kernel_abi/quantized.py; a test compares the names):
+// [batch, channels, height, width, out_channels, kernel_h, kernel_w, out_h, out_w, stride_h,
+//  stride_w, pad_h, pad_w, dilation_h, dilation_w, groups, w_code, out_code, x_zero, out_zero,
+//  low, high, has_bias, threads]
+// (threads is the CPU's). bufs: x, w, [bias], y. x_code comes from the rendered entry (the
+// kernel is dispatched by x's dtype), m and zw' (the weight zero points as the shifted values'
+// zero points) are its tables. One thread per output element, grid-stride.
+__device__ void mg_qconv2d(const MgArgs& a, const float* m, const int* zw_of, int x_code) {
+    const long long* g = a.ints;
+    const mg_q64 n = g[0], cin = g[1], h = g[2], wd = g[3], cout = g[4];
+    const mg_q64 kh = g[5], kw = g[6], oh = g[7], ow = g[8], groups = g[15];
+    const unsigned xflip = x_code == MG_Q_UINT8 ? 0x80u : 0u;
+    const unsigned wflip = g[16] == MG_Q_UINT8 ? 0x80u : 0u;
+    const int zx = (int)g[18] - (xflip ? 128 : 0);  // zx', the shifted values' zero point
+    const MgQOut out = mg_q_out(g[17], g[19], g[20], g[21]);
+    const bool has_bias = g[22] != 0;
+    const unsigned char* x = (const unsigned char*)a.bufs[0];
+    const unsigned char* w = (const unsigned char*)a.bufs[1];
+    const int* bias = has_bias ? (const int*)a.bufs[2] : nullptr;
+    char* y = a.bufs[has_bias ? 3 : 2];
+    const mg_q64 cg = cin / groups, og = cout / groups, k = cg * kh * kw;
+    const bool rows = h * wd * kh * kw == 1;  // every window is its channels' bytes in a row
+    const mg_q64 total = n * cout * oh * ow;
+    for (mg_q64 i = (mg_q64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (mg_q64)gridDim.x * blockDim.x) {
+        const mg_q64 ox = i % ow, oy = (i / ow) % oh, o = (i / (ow * oh)) % cout;
+        const mg_q64 b = i / (ow * oh * cout);
+        const unsigned char* xg = x + (b * cin + (o / og) * cg) * h * wd;
+        MgQSums s;
+        mg_q_start(s);
+        if (rows) mg_q_rows(s, xg, w + o * k, k, xflip, wflip);
+        else mg_q_window(s, xg, w + o * k, g, oy, ox, xflip, wflip, (unsigned)zx & 0xFFu);
+        mg_q_epilogue(y, i, mg_q_finish(s, k, zx, zw_of[o]), bias, (int)o, m, out);
+    }
+}

@@ -1,0 +1,29 @@
+"""fake_quant on CUDA (csrc_cuda/fake_quant.cu), from the shared parameter block
+(mgegraph/kernel_abi/fake_quant.py): a grid-stride loop over the elements.
+
+>>> sorted(KERNELS)
+['fake_quant_f32', 'fake_quant_f64']
+"""
+from __future__ import annotations
+
+from ...ir.types import short_name
+from ...kernel_abi import fake_quant as abi
+from .norm import elementwise_steps
+from .reuse import family_kernels, implement_shared
+
+
+def _steps(family, dtype):
+    entry = f"mg_{family}_{short_name(dtype)}"
+
+    def steps(launch, types) -> list:
+        outer, channels, inner = launch.ints[:3]
+        return elementwise_steps(entry, outer * channels * inner)
+    return steps
+
+
+def implement(table) -> None:
+    """Register fake_quant on ``table``."""
+    implement_shared(table, abi)
+
+
+KERNELS = family_kernels(abi, "fake_quant.cu", _steps)

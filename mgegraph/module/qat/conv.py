@@ -1,0 +1,28 @@
+"""QAT convolutions (MegEngine's ``module.qat.conv``): ``Conv2d`` and ``ConvRelu2d`` with a
+fake-quantized weight and output."""
+from __future__ import annotations
+
+from ... import functional as F
+from ...nn.layers import Conv2d as FloatConv2d
+from .module import QATModule
+
+__all__ = ["Conv2d", "ConvRelu2d"]
+
+
+class Conv2d(FloatConv2d, QATModule):
+    """conv2d of the fake-quantized weight, its output observed and fake-quantized."""
+
+    def calc_conv_qat(self, inp):
+        w_qat = self.apply_quant_weight(self.weight, inp.graph)
+        bias = None if self.bias is None else inp.graph.lift(self.bias)
+        return F.conv2d(inp, w_qat, bias, self.stride, self.padding, self.dilation, self.groups)
+
+    def forward(self, inp):
+        return self.apply_quant_activation(self.calc_conv_qat(inp))
+
+
+class ConvRelu2d(Conv2d):
+    """``relu`` of the QAT convolution, then its observer and fake quantizer."""
+
+    def forward(self, inp):
+        return self.apply_quant_activation(F.relu(self.calc_conv_qat(inp)))

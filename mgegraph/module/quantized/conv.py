@@ -1,0 +1,86 @@
+"""The int8 convolutions (MegEngine's ``module.quantized.conv`` and ``conv_bn``): ``Conv2d``,
+``ConvRelu2d``, ``ConvBn2d`` and ``ConvBnRelu2d`` (the batch norm folded into the weight and
+bias by the QAT module, so all four are one layer), run by ``ops.quantized.quantized_conv2d``.
+
+The float bias becomes int32 in units of input scale x weight scale when the input's scale is
+known, at each call, as MegEngine's does."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.errors import GraphError
+from ...nn.layers import conv_repr
+from ...nn.module import Buffer
+from ...ops.builder import graph_of
+from ...ops.quantize import as_quantized, quantize
+from ...ops.quantized import quantized_conv2d
+from ..qat import conv as qat_conv
+from ..qat import conv_bn as qat_conv_bn
+from .module import QuantizedModule, quantized_weight
+
+__all__ = ["Conv2d", "ConvBn2d", "ConvBnRelu2d", "ConvRelu2d"]
+
+
+def input_scale(inp, owner: str) -> float:
+    """The per-tensor scale of quantized ``inp``, or a GraphError naming ``owner``."""
+    quant = inp.type.quant
+    if quant is None or quant.per_channel:
+        raise GraphError(f"{owner}: takes a value quantized per tensor (from a QuantStub or an "
+                         f"int8 layer), got {inp.type}")
+    return quant.scale
+
+
+def int32_bias(g, bias, scale: float):
+    """Float ``bias`` (a Buffer) in int32 units of ``scale``."""
+    return None if bias is None else quantize(g.lift(bias), scale, 0, "int32")
+
+
+class Conv2d(QuantizedModule):
+    """conv2d of int8 values and int8 weights, int32 accumulation, requantised output."""
+
+    relu = False
+
+    @classmethod
+    def from_qat_module(cls, qat) -> Conv2d:
+        if isinstance(qat, qat_conv_bn._ConvBnActivation2d):
+            _, weight, bias = qat.fold(graph_of(qat.conv.weight))
+            geometry = qat.conv
+        else:
+            weight, bias, geometry = qat.weight, qat.bias, qat
+        module = cls.__new__(cls)
+        module.training = False
+        module.stride, module.padding = geometry.stride, geometry.padding
+        module.dilation, module.groups = geometry.dilation, geometry.groups
+        module.weight, module.weight_scale, module.weight_zero_point = quantized_weight(
+            weight, qat.get_weight_qparams())
+        module.bias = None if bias is None else Buffer(np.asarray(bias, np.float32))
+        module._set_output(qat)
+        return module
+
+    def extra_repr(self) -> str:
+        o, i, kh, kw = self.weight.shape
+        return conv_repr(self, i * self.groups, o, (kh, kw))
+
+    def forward(self, inp):
+        scale = input_scale(inp, type(self).__name__)
+        g = inp.graph
+        weight = as_quantized(g.lift(self.weight), self.weight_scale, self.weight_zero_point)
+        return quantized_conv2d(inp, weight, int32_bias(g, self.bias, scale * self.weight_scale),
+                                self.stride, self.padding, self.dilation, self.groups,
+                                relu=self.relu, **self.out_params)
+
+
+class ConvRelu2d(Conv2d):
+    relu = True
+
+
+class ConvBn2d(Conv2d):
+    pass
+
+
+class ConvBnRelu2d(Conv2d):
+    relu = True
+
+
+QAT_CLASSES = {qat_conv.Conv2d: Conv2d, qat_conv.ConvRelu2d: ConvRelu2d,
+               qat_conv_bn.ConvBn2d: ConvBn2d, qat_conv_bn.ConvBnRelu2d: ConvBnRelu2d}
