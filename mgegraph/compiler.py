@@ -186,7 +186,7 @@ def frozen(graph: Graph, outputs) -> tuple[Graph, list[Var]]:
         if node.op.name != "param" or node.outputs[0].id in assigned:
             return None
         return (builder.const(np.array(graph.values[node.outputs[0].id], copy=True),
-                              node.location),)
+                              node.location, quant=node.outputs[0].type.quant),)
 
     builder = rebuild(graph, to_const)
     return builder.graph, [builder.var(v) for v in outputs]

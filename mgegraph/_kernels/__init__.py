@@ -90,3 +90,7 @@ KERNEL_MODULES += (fake_quant,)
 from . import quantized
 
 KERNEL_MODULES += (quantized,)
+# the int8 GEMM kernels and quantized_pack_weight (qgemm.pyx; quantized.pyx's fast paths)
+from . import qgemm
+
+KERNEL_MODULES += (qgemm,)

@@ -18,11 +18,15 @@
 
 from libc.math cimport rintf
 from libc.stdint cimport int8_t, int32_t, uint8_t
+from libc.stdlib cimport free, malloc
 
 from .abi cimport Call, KERNEL_BAD_VALUE, KERNEL_OK, kernel_address
 from .nditer cimport MAX_DIMS, Odometer, dims_ok, odometer_init, odometer_next, odometer_seek
 from .params cimport fields_of
 from .parallel cimport parallel_for
+from .qgemm cimport (QG_NOT_RUN, QG_OUT_INT8, QG_OUT_INT32, QG_OUT_UINT8, QOutput, QWeights,
+                     conv_run, depthwise_run, linear_run, pack_weights, packed_size, qg_conv,
+                     weights_view)
 
 ctypedef struct QConv:
     Py_ssize_t batch, channels, height, width, out_channels, kernel_h, kernel_w, out_h, out_w
@@ -146,11 +150,125 @@ cdef int conv_u8(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil
     return conv_planes(<const Call*>c, part, lo, hi, <const uint8_t*>(<const Call*>c).bufs[0])
 
 
+# -- the fast way: the int8 GEMM of qgemm.pyx (VNNI, AVX2 or portable tiles, the epilogue fused
+# at the tile's store) for a convolution or a linear layer (its 1x1 planes: one GEMM over the
+# rows), the direct depthwise kernel for groups == channels == out channels. Both wrap their
+# int32 sums as the loops above do, so they give the same integers even where an accumulator
+# leaves int32 (outside the ops' contract); where their scratch cannot be had, the loops above
+# run instead.
+cdef int gemm_conv(const Call* c, int x_signed) noexcept nogil:
+    cdef const QConv* s = <const QConv*>c.ints
+    cdef Py_ssize_t oc = s.out_channels, o
+    cdef Py_ssize_t k = s.channels // s.groups * s.kernel_h * s.kernel_w
+    cdef const int32_t* bias = <const int32_t*>c.bufs[2] if s.has_bias else NULL
+    cdef int32_t* zw = <int32_t*>malloc(oc * sizeof(int32_t))
+    cdef float* mult = <float*>malloc(oc * sizeof(float))
+    cdef int status = QG_NOT_RUN
+    cdef qg_conv g
+    cdef QOutput out
+    if zw != NULL and mult != NULL:
+        for o in range(oc):
+            mult[o] = <float>c.floats[o]  # the double holds the float32 exactly
+            zw[o] = <int32_t>c.floats[oc + o]
+        g = geometry(s)
+        out = output_of(c)
+        if s.groups == s.channels == oc:
+            g.c = s.channels  # the depthwise kernel's channels: all of them
+            status = depthwise_run(<const uint8_t*>c.bufs[0], x_signed, <int32_t>s.x_zero,
+                                   <const uint8_t*>c.bufs[1], s.w_code == CODE_UINT8, zw, bias,
+                                   mult, s.batch, &g, &out, s.threads)
+        else:
+            status = gemm_run(c, x_signed, k, zw, bias, mult, &g, &out)
+    free(zw)
+    free(mult)
+    return status
+
+
+cdef int gemm_run(const Call* c, int x_signed, Py_ssize_t k, const int32_t* zw,
+                  const int32_t* bias, const float* mult, const qg_conv* g,
+                  const QOutput* out) noexcept nogil:
+    # the weights packed now, then the GEMMs
+    cdef const QConv* s = <const QConv*>c.ints
+    cdef char* packed = <char*>malloc(packed_size(s.out_channels, k, s.groups))
+    cdef QWeights pw
+    cdef int status
+    cdef int32_t zx = <int32_t>s.x_zero
+    if packed == NULL:
+        return QG_NOT_RUN
+    pack_weights(packed, <const uint8_t*>c.bufs[1], s.w_code == CODE_UINT8, s.out_channels, k,
+                 s.groups, zw, zx + 128 if x_signed else zx, bias)
+    weights_view(&pw, packed, s.out_channels, k, s.groups,
+                 NULL if s.out_code == CODE_INT32 else mult)
+    if g.h == g.w == g.kh == g.kw == 1 and s.groups == 1:
+        status = linear_run(&pw, <const uint8_t*>c.bufs[0], x_signed, s.batch, out, s.threads)
+    else:
+        status = conv_run(&pw, <const uint8_t*>c.bufs[0], x_signed, zx, s.batch, g, out,
+                          s.threads)
+    free(packed)
+    return status
+
+
+# -- quantized_conv2d_packed and quantized_linear_packed (ops/quantized_pack.py): the weights
+# packed once by quantized_pack_weight (bufs[1]); the floats are the multipliers alone.
+cdef int conv_packed(const Call* c, int x_signed) noexcept nogil:
+    cdef const QConv* s = <const QConv*>c.ints
+    cdef Py_ssize_t oc = s.out_channels, o
+    cdef Py_ssize_t k = s.channels // s.groups * s.kernel_h * s.kernel_w
+    cdef float* mult = <float*>malloc(oc * sizeof(float))
+    cdef QWeights pw
+    cdef qg_conv g = geometry(s)
+    cdef QOutput out = output_of(c)
+    cdef int status
+    if mult == NULL:
+        return KERNEL_BAD_VALUE
+    for o in range(oc):
+        mult[o] = <float>c.floats[o]  # the double holds the float32 exactly
+    weights_view(&pw, c.bufs[1], oc, k, s.groups, NULL if s.out_code == CODE_INT32 else mult)
+    if g.h == g.w == g.kh == g.kw == 1 and s.groups == 1:
+        status = linear_run(&pw, <const uint8_t*>c.bufs[0], x_signed, s.batch, &out, s.threads)
+    else:
+        status = conv_run(&pw, <const uint8_t*>c.bufs[0], x_signed, <int32_t>s.x_zero, s.batch,
+                          &g, &out, s.threads)
+    free(mult)
+    return KERNEL_BAD_VALUE if status == QG_NOT_RUN else status
+
+
+cdef int quantized_conv2d_packed_i8(const Call* c) noexcept nogil:
+    return conv_packed(c, 1)
+cdef int quantized_conv2d_packed_u8(const Call* c) noexcept nogil:
+    return conv_packed(c, 0)
+
+
+cdef qg_conv geometry(const QConv* s) noexcept nogil:
+    cdef qg_conv g
+    g.c, g.h, g.w = s.channels // s.groups, s.height, s.width
+    g.kh, g.kw, g.sh, g.sw = s.kernel_h, s.kernel_w, s.stride_h, s.stride_w
+    g.ph, g.pw, g.dh, g.dw = s.pad_h, s.pad_w, s.dilation_h, s.dilation_w
+    g.oh, g.ow = s.out_h, s.out_w
+    return g
+
+
+cdef QOutput output_of(const Call* c) noexcept nogil:
+    cdef const QConv* s = <const QConv*>c.ints
+    cdef QOutput out
+    out.y = c.bufs[2 + s.has_bias]
+    out.kind = (QG_OUT_INT32 if s.out_code == CODE_INT32 else
+                QG_OUT_INT8 if s.out_code == CODE_INT8 else QG_OUT_UINT8)
+    out.zy, out.lo, out.hi = <int32_t>s.out_zero, <int32_t>s.low, <int32_t>s.high
+    return out
+
+
 cdef int quantized_conv2d_i8(const Call* c) noexcept nogil:
     cdef const QConv* s = <const QConv*>c.ints
+    cdef int status = gemm_conv(c, 1)
+    if status != QG_NOT_RUN:
+        return status
     return parallel_for(s.threads, s.batch * s.out_channels, conv_i8, <void*>c)
 cdef int quantized_conv2d_u8(const Call* c) noexcept nogil:
     cdef const QConv* s = <const QConv*>c.ints
+    cdef int status = gemm_conv(c, 0)
+    if status != QG_NOT_RUN:
+        return status
     return parallel_for(s.threads, s.batch * s.out_channels, conv_u8, <void*>c)
 
 
@@ -234,4 +352,6 @@ KERNELS = {
     "quantized_conv2d_u8": kernel_address(quantized_conv2d_u8),
     "quantized_add_i8": kernel_address(quantized_add_i8),
     "quantized_add_u8": kernel_address(quantized_add_u8),
+    "quantized_conv2d_packed_i8": kernel_address(quantized_conv2d_packed_i8),
+    "quantized_conv2d_packed_u8": kernel_address(quantized_conv2d_packed_u8),
 }

@@ -89,6 +89,9 @@ OP_VERSIONS |= {"local_conv2d": 1, "local_conv2d_backward": 1, "region_restricte
 OP_VERSIONS |= {"quantize": 1, "dequantize": 1, "as_quantized": 1}
 # the int8 compute ops (ops/quantized.py)
 OP_VERSIONS |= {"quantized_conv2d": 1, "quantized_linear": 1, "quantized_add": 1}
+# the int8 conv2d and linear on packed weights (ops/quantized_pack.py; the CPU's prepack pass)
+OP_VERSIONS |= {"quantized_pack_weight": 1, "quantized_conv2d_packed": 1,
+                "quantized_linear_packed": 1}
 # quantization-aware training's fake quantization (ops/fake_quant.py)
 OP_VERSIONS |= {"fake_quant": 1}
 # the epilogue's relu6 (activation="relu6" on linear, conv2d and conv2d_packed) is version 2 of

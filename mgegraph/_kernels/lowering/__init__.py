@@ -48,6 +48,10 @@ FAMILIES += (fake_quant,)
 from . import quantized
 
 FAMILIES += (quantized,)
+# the int8 ops on packed weights: quantized_pack_weight, quantized conv2d/linear packed
+from . import quantized_pack
+
+FAMILIES += (quantized_pack,)
 
 
 def implement_all(table) -> None:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from ...ops.conv import pack_weight_array, weight_dims
 from ...ops.matmul import rows_by_weight
 from .epilogue import activation_of
+from .prepack_quantized import prepack_quantized
 from .rewrite import PassResult, rebuild, result, use_counts, weight_values
 
 PACKED = ("conv2d", "linear", "matmul")
@@ -43,7 +44,17 @@ PACKED = ("conv2d", "linear", "matmul")
 
 def prepack(graph, outputs, block_of=None) -> PassResult:
     """``block_of(node)`` (a conv2d, a linear or a matmul): the block of output channels the
-    target packs its weights in, or None to leave it; without one, nothing is packed."""
+    target packs its weights in, or None to leave it; without one, nothing is packed (the int8
+    ops included: a target that packs weights runs them packed too)."""
+    if block_of is None:
+        return _prepack_floats(graph, outputs, block_of)
+    int8 = prepack_quantized(graph, outputs)
+    floats = _prepack_floats(int8.graph, int8.outputs, block_of)
+    stats = {**floats.stats, **int8.stats} if int8.changed else floats.stats
+    return PassResult(floats.graph, floats.outputs, int8.changed or floats.changed, stats)
+
+
+def _prepack_floats(graph, outputs, block_of=None) -> PassResult:
     if block_of is None:
         return PassResult(graph, list(outputs), False, {"packed": 0})
     fixed, from_param = weight_values(graph)

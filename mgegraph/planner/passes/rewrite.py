@@ -165,6 +165,8 @@ def use_counts(graph: Graph, outputs) -> dict[int, int]:
 # ops whose result is a weight laid out for a kernel, padded to whole blocks: at most twice
 # their input (the prepack pass makes them only where the padding is a third at most)
 REPACKS = ("conv2d_pack_weight",)
+# the int8 weights in the GEMM's blocks of 8 rows and groups of 4, with 8 bytes per channel
+REPACKS += ("quantized_pack_weight",)
 
 
 def weight_result_fits(node: Node) -> bool:

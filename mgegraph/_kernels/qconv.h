@@ -1,0 +1,158 @@
+/* The int8 convolution on top of qgemm.h: one group of one image as a GEMM whose B is the
+ * image's patches (im2col) packed straight into B's layout, and a direct depthwise kernel.
+ *
+ * Design: B's k index is (channel, kernel row, kernel column) as the weight's (in/groups, kh,
+ * kw) flattening; column n is the output cell (oh, ow). Packing one k group unfolds its 4 k
+ * rows for the column range being packed (a memcpy per output row at stride 1, the zero point's
+ * stored value at padded positions) and interleaves them (qg_interleave); a 1x1 stride-1
+ * convolution without padding reads its channel rows in place. The depthwise kernel (groups ==
+ * in channels == out channels) takes one channel plane at a time: the plane minus its zero point
+ * in int16 with zero padding, summed tap by tap into an int32 plane over contiguous output
+ * columns (vectorised by the compiler, per instruction set), then the same epilogue.
+ */
+#ifndef MG_QCONV_H
+#define MG_QCONV_H
+
+#include "qgemm.h"
+
+/* one group's geometry: c input channels of an h x w plane, a kh x kw window */
+typedef struct {
+    ptrdiff_t c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
+} qg_conv;
+
+static inline int qg_conv_in_place(const qg_conv* g) {
+    return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
+}
+
+/* of the run of output columns [0, run) whose input columns are iw0 + e * step, the first and
+ * the end of those inside [0, w) (no division at stride 1) */
+static inline void qg_inside(ptrdiff_t iw0, ptrdiff_t step, ptrdiff_t w, ptrdiff_t run,
+                             ptrdiff_t* lo, ptrdiff_t* hi) {
+    ptrdiff_t first, end;
+    if (step == 1) {
+        first = iw0 >= 0 ? 0 : -iw0;
+        end = w - iw0;
+    } else {
+        first = iw0 >= 0 ? 0 : (-iw0 + step - 1) / step;
+        end = iw0 < w ? (w - iw0 + step - 1) / step : 0;
+    }
+    *lo = first < run ? first : run;
+    *hi = end < *lo ? *lo : end < run ? end : run;
+}
+
+/* row k = (ch, i, j) of the patches for columns [n0, n1) into dst, pad at padded positions */
+static void qg_unfold_row(const uint8_t* x, const qg_conv* g, ptrdiff_t k, ptrdiff_t n0,
+                          ptrdiff_t n1, uint8_t pad, uint8_t* dst) {
+    ptrdiff_t ch = k / (g->kh * g->kw), i = k / g->kw % g->kh, j = k % g->kw;
+    const uint8_t* plane = x + ch * g->h * g->w;
+    ptrdiff_t oh = n0 / g->ow, ow = n0 % g->ow;
+    for (ptrdiff_t n = n0; n < n1; oh++, ow = 0) {
+        ptrdiff_t run = g->ow - ow < n1 - n ? g->ow - ow : n1 - n;
+        ptrdiff_t ih = oh * g->sh - g->ph + i * g->dh, iw0 = ow * g->sw - g->pw + j * g->dw;
+        if (ih < 0 || ih >= g->h) {
+            for (ptrdiff_t e = 0; e < run; e++) dst[e] = pad;
+        } else {
+            ptrdiff_t lo, hi;
+            qg_inside(iw0, g->sw, g->w, run, &lo, &hi);
+            const uint8_t* src = plane + ih * g->w + iw0;
+            /* short runs: plain loops beat the calls of memset and memcpy */
+            for (ptrdiff_t e = 0; e < lo; e++) dst[e] = pad;
+            if (g->sw == 1)
+                for (ptrdiff_t e = lo; e < hi; e++) dst[e] = src[e];
+            else
+                for (ptrdiff_t e = lo; e < hi; e++) dst[e] = src[e * g->sw];
+            for (ptrdiff_t e = hi; e < run; e++) dst[e] = pad;
+        }
+        dst += run;
+        n += run;
+    }
+}
+
+/* Packs columns [n0, n1) (n0 a multiple of QG_NB) of one group's patches of image x into B's
+ * layout; scratch holds 4 * (n1 - n0) bytes (unused for in-place 1x1). pad is the stored zero
+ * point, flip 0x80 for int8 x. */
+static void qg_pack_b_conv(const uint8_t* x, const qg_conv* g, ptrdiff_t n0, ptrdiff_t n1,
+                           uint8_t pad, uint8_t flip, uint8_t* scratch, uint8_t* dst) {
+    ptrdiff_t k = g->c * g->kh * g->kw, kg = qg_groups(k), block_stride = kg * QG_NB * 4;
+    ptrdiff_t cells = g->oh * g->ow;
+    int in_place = qg_conv_in_place(g);
+    for (ptrdiff_t grp = 0; grp < kg; grp++) {
+        const uint8_t* rows[4];
+        for (int j = 0; j < 4; j++) {
+            ptrdiff_t kk = grp * 4 + j;
+            if (kk >= k) {
+                rows[j] = NULL;
+            } else if (in_place) {
+                rows[j] = x + kk * cells + n0;
+            } else {
+                uint8_t* row = scratch + j * (n1 - n0);
+                qg_unfold_row(x, g, kk, n0, n1, pad, row);
+                rows[j] = row;
+            }
+        }
+        qg_interleave(rows, n0, n1, flip, dst + grp * QG_NB * 4, block_stride);
+    }
+}
+
+/* ---- depthwise -------------------------------------------------------------------------- */
+
+/* One channel: x (h x w, stored bytes, signed when x_signed) minus zx into the int16 plane
+ * padded (hp x wp, zeros around), then acc (oh x ow) = sum over taps of (w - zw) * patch. */
+#define QG_DEPTHWISE_ARGS                                                                   \
+    const uint8_t* x, int x_signed, int32_t zx, const uint8_t* wt, int w_unsigned, int32_t zw, \
+        const qg_conv* g, int16_t* padded, int32_t* acc
+
+#define QG_DEPTHWISE_BODY                                                                   \
+    ptrdiff_t hp = g->h + 2 * g->ph, wp = g->w + 2 * g->pw;                                 \
+    memset(padded, 0, (size_t)(hp * wp) * sizeof(int16_t));                                 \
+    for (ptrdiff_t r = 0; r < g->h; r++) {                                                  \
+        int16_t* dst = padded + (r + g->ph) * wp + g->pw;                                   \
+        const uint8_t* src = x + r * g->w;                                                  \
+        if (x_signed)                                                                       \
+            for (ptrdiff_t c = 0; c < g->w; c++) dst[c] = (int16_t)((int8_t)src[c] - zx);   \
+        else                                                                                \
+            for (ptrdiff_t c = 0; c < g->w; c++) dst[c] = (int16_t)(src[c] - zx);           \
+    }                                                                                       \
+    memset(acc, 0, (size_t)(g->oh * g->ow) * sizeof(int32_t));                              \
+    for (ptrdiff_t i = 0; i < g->kh; i++)                                                   \
+        for (ptrdiff_t j = 0; j < g->kw; j++) {                                             \
+            int32_t tap = w_unsigned ? wt[i * g->kw + j] - zw : (int8_t)wt[i * g->kw + j] - zw; \
+            for (ptrdiff_t r = 0; r < g->oh; r++) {                                         \
+                const int16_t* src = padded + (r * g->sh + i * g->dh) * wp + j * g->dw;     \
+                int32_t* out = acc + r * g->ow;                                             \
+                if (g->sw == 1)                                                             \
+                    for (ptrdiff_t c = 0; c < g->ow; c++) out[c] += tap * src[c];           \
+                else                                                                        \
+                    for (ptrdiff_t c = 0; c < g->ow; c++) out[c] += tap * src[c * g->sw];   \
+            }                                                                               \
+        }
+
+static void qg_depthwise_portable(QG_DEPTHWISE_ARGS) { QG_DEPTHWISE_BODY }
+#if QG_X86
+__attribute__((target("avx2"))) static void qg_depthwise_avx2(QG_DEPTHWISE_ARGS)
+{ QG_DEPTHWISE_BODY }
+__attribute__((target("avx512f,avx512bw,prefer-vector-width=512")))
+static void qg_depthwise_avx512(QG_DEPTHWISE_ARGS) { QG_DEPTHWISE_BODY }
+#endif
+
+typedef void (*qg_depthwise_fn)(QG_DEPTHWISE_ARGS);
+
+static qg_depthwise_fn qg_depthwise_of(int isa) {
+    (void)isa;
+#if QG_X86
+    if (isa == QG_AVX512VNNI) return qg_depthwise_avx512;
+    if (isa >= QG_AVX2) return qg_depthwise_avx2;
+#endif
+    return qg_depthwise_portable;
+}
+
+/* the epilogue over one channel's int32 plane (row m of the output), in tile-wide chunks */
+static void qg_store_plane(const qg_variant* var, const int32_t* acc, ptrdiff_t m,
+                           ptrdiff_t cells, const qg_epilogue* e) {
+    for (ptrdiff_t n0 = 0; n0 < cells; n0 += QG_TILE_COLS) {
+        ptrdiff_t cols = cells - n0 < QG_TILE_COLS ? cells - n0 : QG_TILE_COLS;
+        var->store(acc + n0, 0, m, 1, n0, (int)cols, e);
+    }
+}
+
+#endif

@@ -1,0 +1,463 @@
+/* The int8 GEMM core of the quantized convolution and linear kernels (qgemm.pyx):
+ * C[m, n] = sum_k A[m, k] * B[k, n] in int32, with the requantisation epilogue fused at the
+ * tile's store.
+ *
+ * Design: A holds the weights, int8 (a uint8 weight is shifted to int8 by -128 when it is
+ * packed, its zero point with it), B the activations, uint8 (an int8 activation is shifted by
+ * +128 when it is packed, the sign bit flipped), which is the operand order of VNNI's vpdpbusd
+ * (u8 x s8, four products summed into an int32 lane). With x' and w' the shifted values and zx',
+ * zw'[m] their zero points,
+ *     acc = sum (x' - zx')(w' - zw') + bias
+ *         = sum x' w'  +  (bias - zx' rowsum(w') + K zx' zw')  -  zw' colsum(x'),
+ * the middle term is a per-row constant computed once when the weights are packed, and the last
+ * one (only where a weight zero point is not 0) takes the per-column sums of B, computed from
+ * the packed B. Every sum wraps in int32: the result is the true one modulo 2^32, so exact
+ * wherever the true accumulator fits in int32 (the ops' contract), and beyond it the same
+ * integers as any other int32 accumulation (quantized.pyx's portable loops).
+ *
+ * Packed layouts (K padded to KG = ceil(K / 4) groups of 4 with zeros, which add nothing):
+ *   A: [ceil(M / QG_MR) row blocks][KG][QG_MR rows][4 k] int8 (missing rows are zero);
+ *   B: [ceil(N / QG_NB) column blocks][KG][QG_NB columns][4 k] uint8 (missing columns zero).
+ * A column block of one k group is 64 bytes: one zmm, two ymm.
+ *
+ * One tile is QG_MR rows by up to QG_NV column blocks, summed over all of K in registers. Four
+ * variants of the tile, one per instruction set, all exact integer sums, so all give the same
+ * integers: AVX-512 VNNI (8 x 3 zmm accumulators), AVX-VNNI (vpdpbusd on ymm), AVX2 (widened to
+ * int16 and summed in pairs with vpmaddwd: vpmaddubsw would saturate) and portable C. The
+ * epilogue is one C loop built per instruction set, in float32 without contraction: the same
+ * bits everywhere. qg_select picks the widest variant this CPU runs, once per process, or the one
+ * MGEGRAPH_INT8_ISA names (the tests force each one).
+ */
+#ifndef MG_QGEMM_H
+#define MG_QGEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* QG_PORTABLE_ONLY builds what a non-x86 machine builds (to check that it compiles) */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(QG_PORTABLE_ONLY)
+#define QG_X86 1
+#include <immintrin.h>
+#else
+#define QG_X86 0
+#endif
+
+#define QG_MR 8  /* rows of A per packed block and per tile */
+#define QG_NB 16 /* columns of B per packed block */
+#define QG_NV 3  /* column blocks per tile, at most */
+#define QG_TILE_COLS (QG_NB * QG_NV)
+
+enum { QG_PORTABLE = 0, QG_AVX2 = 1, QG_AVXVNNI = 2, QG_AVX512VNNI = 3, QG_ISAS = 4 };
+enum { QG_OUT_INT32 = 0, QG_OUT_INT8 = 1, QG_OUT_UINT8 = 2 };
+
+static const char* const qg_isa_names[QG_ISAS] = {"portable", "avx2", "avxvnni", "avx512vnni"};
+
+/* whether this CPU runs variant ``isa`` */
+static inline int qg_isa_ok(int isa) {
+#if QG_X86
+    __builtin_cpu_init();
+    if (isa == QG_AVX2) return __builtin_cpu_supports("avx2");
+    if (isa == QG_AVXVNNI) return __builtin_cpu_supports("avx2")
+                                  && __builtin_cpu_supports("avxvnni");
+    if (isa == QG_AVX512VNNI) return __builtin_cpu_supports("avx512f")
+                                     && __builtin_cpu_supports("avx512bw")
+                                     && __builtin_cpu_supports("avx512vnni");
+#endif
+    return isa == QG_PORTABLE;
+}
+
+static inline int qg_widest(void) {
+    for (int isa = QG_ISAS - 1; isa > 0; isa--)
+        if (qg_isa_ok(isa)) return isa;
+    return QG_PORTABLE;
+}
+
+/* ---- packing ---------------------------------------------------------------------------- */
+
+static inline ptrdiff_t qg_groups(ptrdiff_t k) { return (k + 3) / 4; }
+static inline ptrdiff_t qg_blocks(ptrdiff_t n, ptrdiff_t per) { return (n + per - 1) / per; }
+
+/* the sum of a weight row's shifted values (int8: as stored; uint8: minus 128) */
+static int32_t qg_row_sum(const uint8_t* w, int w_unsigned, ptrdiff_t k) {
+    int32_t s = 0;
+    if (w_unsigned)
+        for (ptrdiff_t i = 0; i < k; i++) s += (int32_t)w[i] - 128;
+    else
+        for (ptrdiff_t i = 0; i < k; i++) s += (int8_t)w[i];
+    return s;
+}
+
+/* Packs rows [0, m) of w (k values each, row stride ldw; uint8 when w_unsigned, shifted to int8
+ * by flipping its sign bit) into A's layout, and each row's constant bias - zx' rowsum + K zx'
+ * zw' (wrapped to int32, as the sums wrap; zw the shifted zero points, bias NULL for none). */
+static void qg_pack_a(const uint8_t* w, int w_unsigned, ptrdiff_t m, ptrdiff_t k, ptrdiff_t ldw,
+                     const int32_t* zw, int32_t zx, const int32_t* bias, int8_t* dst,
+                     int32_t* row_const) {
+    ptrdiff_t kg = qg_groups(k), mb = qg_blocks(m, QG_MR);
+    uint32_t flip = w_unsigned ? 0x80808080u : 0;
+    memset(dst, 0, (size_t)(mb * kg * QG_MR * 4));
+    /* in the order of dst (a block's rows side by side, group after group): each written once */
+    for (ptrdiff_t rb = 0; rb < mb; rb++) {
+        int rows = m - rb * QG_MR < QG_MR ? (int)(m - rb * QG_MR) : QG_MR;
+        int8_t* block = dst + rb * kg * QG_MR * 4;
+        for (ptrdiff_t g = 0; g < k / 4; g++)
+            for (int r = 0; r < rows; r++) {
+                uint32_t word;
+                memcpy(&word, w + (rb * QG_MR + r) * ldw + g * 4, 4);
+                word ^= flip;
+                memcpy(block + (g * QG_MR + r) * 4, &word, 4);
+            }
+        for (int r = 0; r < rows; r++)
+            for (ptrdiff_t i = k / 4 * 4; i < k; i++)
+                block[(i / 4 * QG_MR + r) * 4 + i % 4] =
+                    (int8_t)(w[(rb * QG_MR + r) * ldw + i] ^ (uint8_t)flip);
+    }
+    for (ptrdiff_t r = 0; r < m; r++) {
+        int64_t c = (bias ? bias[r] : 0) - (int64_t)zx * qg_row_sum(w + r * ldw, w_unsigned, k)
+                    + (int64_t)k * zx * zw[r];
+        row_const[r] = (int32_t)(uint32_t)(uint64_t)c;
+    }
+}
+
+/* Interleaves the 4 k rows of one group (rows[j] NULL past K: zeros) for columns [n0, n1) of B
+ * (n0 a multiple of QG_NB; row values n - n0 apart by 1) into the packed B of that group, whose
+ * column blocks lie block_stride bytes apart; flip (0 or 0x80) shifts int8 to uint8. */
+static void qg_interleave(const uint8_t* const rows[4], ptrdiff_t n0, ptrdiff_t n1, uint8_t flip,
+                          uint8_t* dst, ptrdiff_t block_stride) {
+    ptrdiff_t n = n0;
+#if QG_X86
+    __m128i f = _mm_set1_epi8((char)flip);
+    for (; n + QG_NB <= n1; n += QG_NB) {
+        __m128i r[4];
+        for (int j = 0; j < 4; j++)
+            r[j] = rows[j] ? _mm_xor_si128(_mm_loadu_si128((const __m128i*)(rows[j] + n - n0)), f)
+                           : _mm_setzero_si128();
+        __m128i t0 = _mm_unpacklo_epi8(r[0], r[1]), t1 = _mm_unpackhi_epi8(r[0], r[1]);
+        __m128i t2 = _mm_unpacklo_epi8(r[2], r[3]), t3 = _mm_unpackhi_epi8(r[2], r[3]);
+        __m128i* out = (__m128i*)(dst + (n / QG_NB) * block_stride);
+        _mm_storeu_si128(out, _mm_unpacklo_epi16(t0, t2));
+        _mm_storeu_si128(out + 1, _mm_unpackhi_epi16(t0, t2));
+        _mm_storeu_si128(out + 2, _mm_unpacklo_epi16(t1, t3));
+        _mm_storeu_si128(out + 3, _mm_unpackhi_epi16(t1, t3));
+    }
+#endif
+    for (; n < n1; n += QG_NB) {
+        uint8_t* out = dst + (n / QG_NB) * block_stride;
+        for (ptrdiff_t c = 0; c < QG_NB; c++)
+            for (int j = 0; j < 4; j++)
+                out[c * 4 + j] = rows[j] && n + c < n1 ? (uint8_t)(rows[j][n + c - n0] ^ flip)
+                                                        : 0;
+    }
+}
+
+/* Packs columns [n0, n1) of B when each column's k values are contiguous (x (N, K), a linear
+ * layer's input: B[k, n] = x[n * ldx + k]); n0 a multiple of QG_NB. */
+static void qg_pack_b_columns(const uint8_t* x, ptrdiff_t k, ptrdiff_t ldx, ptrdiff_t n0,
+                              ptrdiff_t n1, uint8_t flip, uint8_t* dst) {
+    ptrdiff_t kg = qg_groups(k), block_stride = kg * QG_NB * 4;
+    for (ptrdiff_t b = n0 / QG_NB; b * QG_NB < n1; b++) {
+        uint8_t* out = dst + b * block_stride;
+        memset(out, 0, (size_t)block_stride);
+        for (ptrdiff_t c = 0; c < QG_NB && b * QG_NB + c < n1; c++) {
+            const uint8_t* col = x + (b * QG_NB + c) * ldx;
+            for (ptrdiff_t i = 0; i < k; i++)
+                out[(i / 4) * QG_NB * 4 + c * 4 + i % 4] = (uint8_t)(col[i] ^ flip);
+        }
+    }
+}
+
+/* colsum[n] for columns [n0, n1) of a packed B (zeros past K add nothing) */
+static void qg_column_sums(const uint8_t* b, ptrdiff_t kg, ptrdiff_t n0, ptrdiff_t n1,
+                           int32_t* colsum) {
+    for (ptrdiff_t n = n0; n < n1; n++) {
+        const uint8_t* p = b + (n / QG_NB) * kg * QG_NB * 4 + (n % QG_NB) * 4;
+        int32_t s = 0;
+        for (ptrdiff_t g = 0; g < kg; g++, p += QG_NB * 4) s += p[0] + p[1] + p[2] + p[3];
+        colsum[n] = s;
+    }
+}
+
+/* ---- tiles: QG_MR rows x nv column blocks of int32 sums into tile[QG_MR][QG_TILE_COLS] ----- */
+
+#define QG_TILE_ARGS                                                                        \
+    const int8_t* a, const uint8_t* b, ptrdiff_t block_stride, ptrdiff_t kg, int nv,        \
+        int32_t* tile
+
+static inline int32_t qg_word(const int8_t* p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static void qg_tile_portable(QG_TILE_ARGS) {
+    for (int r = 0; r < QG_MR; r++)
+        for (int c = 0; c < nv * QG_NB; c++) {
+            const uint8_t* bc = b + (c / QG_NB) * block_stride + (c % QG_NB) * 4;
+            int32_t s = 0;
+            for (ptrdiff_t g = 0; g < kg; g++)
+                for (int j = 0; j < 4; j++)
+                    s += (int32_t)a[(g * QG_MR + r) * 4 + j] * bc[g * QG_NB * 4 + j];
+            tile[r * QG_TILE_COLS + c] = s;
+        }
+}
+
+#if QG_X86
+/* AVX-512 VNNI: 8 rows x NV zmm (16 columns each) accumulators; per k group NV loads of B, 8
+ * broadcasts of A's 4 bytes, 8 * NV vpdpbusd */
+#define QG_TILE512(NV)                                                                      \
+    {                                                                                       \
+        __m512i acc[QG_MR][NV];                                                             \
+        _Pragma("GCC unroll 8") for (int r = 0; r < QG_MR; r++)                             \
+            _Pragma("GCC unroll 3") for (int v = 0; v < NV; v++) acc[r][v] =                \
+                _mm512_setzero_si512();                                                     \
+        for (ptrdiff_t g = 0; g < kg; g++) {                                                \
+            __m512i bv[NV];                                                                 \
+            _Pragma("GCC unroll 3") for (int v = 0; v < NV; v++) bv[v] =                    \
+                _mm512_loadu_si512(b + v * block_stride + g * QG_NB * 4);                   \
+            _Pragma("GCC unroll 8") for (int r = 0; r < QG_MR; r++) {                       \
+                __m512i av = _mm512_set1_epi32(qg_word(a + (g * QG_MR + r) * 4));           \
+                _Pragma("GCC unroll 3") for (int v = 0; v < NV; v++) acc[r][v] =            \
+                    _mm512_dpbusd_epi32(acc[r][v], bv[v], av);                              \
+            }                                                                               \
+        }                                                                                   \
+        _Pragma("GCC unroll 8") for (int r = 0; r < QG_MR; r++)                             \
+            _Pragma("GCC unroll 3") for (int v = 0; v < NV; v++)                            \
+                _mm512_storeu_si512(tile + r * QG_TILE_COLS + v * 16, acc[r][v]);           \
+    }
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void qg_tile_avx512vnni(
+    QG_TILE_ARGS) {
+    if (nv >= 3) QG_TILE512(3) else if (nv == 2) QG_TILE512(2) else QG_TILE512(1)
+}
+
+/* AVX-VNNI: per column block and half of the rows, 4 rows x 2 ymm accumulators */
+__attribute__((target("avx2,avxvnni"))) static void qg_tile_avxvnni(QG_TILE_ARGS) {
+    for (int v = 0; v < nv; v++)
+        for (int h = 0; h < QG_MR; h += 4) {
+            __m256i acc[4][2];
+            for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+            const uint8_t* bv = b + v * block_stride;
+            for (ptrdiff_t g = 0; g < kg; g++) {
+                __m256i b0 = _mm256_loadu_si256((const __m256i*)(bv + g * QG_NB * 4));
+                __m256i b1 = _mm256_loadu_si256((const __m256i*)(bv + g * QG_NB * 4 + 32));
+                for (int r = 0; r < 4; r++) {
+                    __m256i av = _mm256_set1_epi32(qg_word(a + (g * QG_MR + h + r) * 4));
+                    acc[r][0] = _mm256_dpbusd_avx_epi32(acc[r][0], b0, av);
+                    acc[r][1] = _mm256_dpbusd_avx_epi32(acc[r][1], b1, av);
+                }
+            }
+            for (int r = 0; r < 4; r++) {
+                int32_t* out = tile + (h + r) * QG_TILE_COLS + v * QG_NB;
+                _mm256_storeu_si256((__m256i*)out, acc[r][0]);
+                _mm256_storeu_si256((__m256i*)(out + 8), acc[r][1]);
+            }
+        }
+}
+
+/* AVX2: B widened to int16 (4 columns x 4 k a register), A's 4 bytes widened and broadcast,
+ * vpmaddwd sums pairs of k exactly; the two pair sums of a column are added at the end */
+__attribute__((target("avx2"))) static void qg_tile_avx2(QG_TILE_ARGS) {
+    for (int v = 0; v < nv; v++)
+        for (int h = 0; h < QG_MR; h += 2) {
+            __m256i acc[2][4];
+            for (int r = 0; r < 2; r++)
+                for (int q = 0; q < 4; q++) acc[r][q] = _mm256_setzero_si256();
+            const uint8_t* bv = b + v * block_stride;
+            for (ptrdiff_t g = 0; g < kg; g++) {
+                __m256i w[4];
+                for (int q = 0; q < 4; q++)
+                    w[q] = _mm256_cvtepu8_epi16(
+                        _mm_loadu_si128((const __m128i*)(bv + g * QG_NB * 4 + q * 16)));
+                for (int r = 0; r < 2; r++) {
+                    __m256i av = _mm256_cvtepi8_epi16(
+                        _mm_set1_epi32(qg_word(a + (g * QG_MR + h + r) * 4)));
+                    for (int q = 0; q < 4; q++)
+                        acc[r][q] = _mm256_add_epi32(acc[r][q], _mm256_madd_epi16(w[q], av));
+                }
+            }
+            for (int r = 0; r < 2; r++) {
+                int32_t* out = tile + (h + r) * QG_TILE_COLS + v * QG_NB;
+                for (int q = 0; q < 4; q += 2) {
+                    __m256i s = _mm256_hadd_epi32(acc[r][q], acc[r][q + 1]);
+                    _mm256_storeu_si256((__m256i*)(out + q * 4), _mm256_permute4x64_epi64(s, 0xD8));
+                }
+            }
+        }
+}
+#endif
+
+typedef void (*qg_tile_fn)(QG_TILE_ARGS);
+
+/* ---- the epilogue ----------------------------------------------------------------------- */
+
+/* What turns a tile's sums into outputs: per row (output channel) the constant, the shifted
+ * weight zero point (NULL: all zero) and the float32 multiplier (out int8/uint8); per column
+ * the sums of B (read only where zw is given). out[m * sm + n * sn], storage type ``kind``. */
+typedef struct {
+    const int32_t* row_const;
+    const int32_t* zw;
+    const int32_t* colsum;
+    const float* mult;
+    int32_t zy, lo, hi; /* lo, hi: the storage range, narrowed by relu */
+    int kind;
+    void* out;
+    ptrdiff_t sm, sn;
+} qg_epilogue;
+
+/* rows [m0, m0 + rows) x columns [n0, n0 + cols) from acc (row stride lda) */
+#define QG_STORE(T, q)                                                                      \
+    {                                                                                       \
+        T* o = (T*)e->out + m * e->sm + n0 * e->sn;                                         \
+        if (e->sn == 1)                                                                     \
+            for (int j = 0; j < cols; j++) o[j] = (T)q[j];                                  \
+        else                                                                                \
+            for (int j = 0; j < cols; j++) o[j * e->sn] = (T)q[j];                          \
+    }
+
+/* per row: the int32 sums (wrapping, as the tile's), then the requantised integers, then the
+ * store (contiguous or strided): three simple loops the compiler vectorises */
+#define QG_EPILOGUE_BODY                                                                    \
+    const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds half to even */        \
+    int32_t t[QG_TILE_COLS];                                                                \
+    for (int r = 0; r < rows; r++) {                                                        \
+        ptrdiff_t m = m0 + r;                                                               \
+        const uint32_t* s = (const uint32_t*)(acc + r * lda);                               \
+        uint32_t c = (uint32_t)e->row_const[m], z = e->zw ? (uint32_t)e->zw[m] : 0u;        \
+        if (z) {                                                                            \
+            const uint32_t* cs = (const uint32_t*)e->colsum + n0;                           \
+            for (int j = 0; j < cols; j++) t[j] = (int32_t)(s[j] + c - z * cs[j]);          \
+        } else {                                                                            \
+            for (int j = 0; j < cols; j++) t[j] = (int32_t)(s[j] + c);                      \
+        }                                                                                   \
+        if (e->kind == QG_OUT_INT32) {                                                      \
+            QG_STORE(int32_t, t)                                                            \
+            continue;                                                                       \
+        }                                                                                   \
+        float mf = e->mult[m], lo = (float)(e->lo - e->zy), hi = (float)(e->hi - e->zy);    \
+        for (int j = 0; j < cols; j++) {                                                    \
+            float f = (float)t[j] * mf;                                                     \
+            f = f < lo ? lo : f > hi ? hi : f;                                              \
+            t[j] = (int32_t)((f + magic) - magic) + e->zy;                                  \
+        }                                                                                   \
+        if (e->kind == QG_OUT_INT8)                                                         \
+            QG_STORE(int8_t, t)                                                             \
+        else                                                                                \
+            QG_STORE(uint8_t, t)                                                            \
+    }
+
+#define QG_EPILOGUE_ARGS                                                                    \
+    const int32_t* acc, ptrdiff_t lda, ptrdiff_t m0, int rows, ptrdiff_t n0, int cols,      \
+        const qg_epilogue* e
+
+/* cols at most QG_TILE_COLS */
+static void qg_store_portable(QG_EPILOGUE_ARGS) { QG_EPILOGUE_BODY }
+#if QG_X86
+__attribute__((target("avx2"))) static void qg_store_avx2(QG_EPILOGUE_ARGS) { QG_EPILOGUE_BODY }
+__attribute__((target("avx512f,avx512bw,prefer-vector-width=512")))
+static void qg_store_avx512(QG_EPILOGUE_ARGS) { QG_EPILOGUE_BODY }
+#endif
+
+typedef void (*qg_store_fn)(QG_EPILOGUE_ARGS);
+
+/* ---- the variant in use ----------------------------------------------------------------- */
+
+typedef struct {
+    int isa;
+    qg_tile_fn tile;
+    qg_store_fn store;
+} qg_variant;
+
+static qg_variant qg_variant_of(int isa) {
+    qg_variant v = {QG_PORTABLE, qg_tile_portable, qg_store_portable};
+    (void)isa;
+#if QG_X86
+    if (isa == QG_AVX2) v = (qg_variant){isa, qg_tile_avx2, qg_store_avx2};
+    if (isa == QG_AVXVNNI) v = (qg_variant){isa, qg_tile_avxvnni, qg_store_avx2};
+    if (isa == QG_AVX512VNNI) v = (qg_variant){isa, qg_tile_avx512vnni, qg_store_avx512};
+#endif
+    return v;
+}
+
+/* ---- the GEMM over tiles ---------------------------------------------------------------- */
+
+/* A GEMM's operands: packed A (m rows) and B (n columns), kg groups of k */
+typedef struct {
+    const int8_t* a;
+    const uint8_t* b;
+    ptrdiff_t m, n, kg;
+} qg_operands;
+
+/* tiles: column panels of QG_NV blocks by row blocks */
+static inline ptrdiff_t qg_tiles(ptrdiff_t m, ptrdiff_t n) {
+    return qg_blocks(n, QG_TILE_COLS) * qg_blocks(m, QG_MR);
+}
+
+/* Tile t's panel and row block. Threads take contiguous ranges of tiles: with many panels they
+ * go panel-major (a thread's tiles share panels of B, the large operand there); with few (a
+ * small plane: 49 columns are a panel of 48 and one of 1) row-block-major, or a contiguous
+ * split would hand one thread the narrow last panel alone (3 times less work). */
+#define QG_PANEL_MAJOR_FROM 8
+static inline void qg_tile_at(ptrdiff_t t, ptrdiff_t m, ptrdiff_t n, ptrdiff_t* panel,
+                              ptrdiff_t* rb) {
+    ptrdiff_t mb = qg_blocks(m, QG_MR), panels = qg_blocks(n, QG_TILE_COLS);
+    if (panels >= QG_PANEL_MAJOR_FROM)
+        *panel = t / mb, *rb = t % mb;
+    else
+        *rb = t / panels, *panel = t % panels;
+}
+
+/* tiles [lo, hi) of the GEMM, each stored through the epilogue */
+static void qg_gemm_tiles(const qg_variant* var, const qg_operands* op, const qg_epilogue* e,
+                          ptrdiff_t lo, ptrdiff_t hi) {
+    int32_t tile[QG_MR * QG_TILE_COLS] __attribute__((aligned(64)));
+    ptrdiff_t block_stride = op->kg * QG_NB * 4;
+    for (ptrdiff_t t = lo; t < hi; t++) {
+        ptrdiff_t panel, rb;
+        qg_tile_at(t, op->m, op->n, &panel, &rb);
+        ptrdiff_t n0 = panel * QG_TILE_COLS;
+        ptrdiff_t cols = op->n - n0 < QG_TILE_COLS ? op->n - n0 : QG_TILE_COLS;
+        int nv = (int)qg_blocks(cols, QG_NB);
+        ptrdiff_t m0 = rb * QG_MR, rows = op->m - m0 < QG_MR ? op->m - m0 : QG_MR;
+        var->tile(op->a + rb * op->kg * QG_MR * 4, op->b + (n0 / QG_NB) * block_stride,
+                  block_stride, op->kg, nv, tile);
+        var->store(tile, QG_TILE_COLS, m0, (int)rows, n0, (int)cols, e);
+    }
+}
+
+/* ---- the machine's peak, for the benchmark ---------------------------------------------- */
+
+/* iterations x 16 independent vpdpbusd on zmm registers, no memory: 16 * 64 multiply-adds an
+ * iteration (benchmarks/int8_kernels.py times it); -1 where the CPU has no AVX-512 VNNI. In
+ * assembly: from C, GCC keeps an array of accumulators on the stack. */
+#if QG_X86
+#define QG_DP(r) "vpdpbusd %%zmm17, %%zmm16, %%zmm" #r "\n\t"
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static int qg_vnni_loop_512(
+    long long iterations) {
+    if (iterations <= 0) return 0;
+    __asm__ volatile("vpxord %%zmm16, %%zmm16, %%zmm16\n\t"
+                     "vpxord %%zmm17, %%zmm17, %%zmm17\n\t"
+                     "1:\n\t" QG_DP(0) QG_DP(1) QG_DP(2) QG_DP(3) QG_DP(4) QG_DP(5) QG_DP(6)
+                     QG_DP(7) QG_DP(8) QG_DP(9) QG_DP(10) QG_DP(11) QG_DP(12) QG_DP(13)
+                     QG_DP(14) QG_DP(15) "dec %0\n\t"
+                     "jnz 1b\n\t"
+                     : "+r"(iterations)
+                     :
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",
+                       "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16",
+                       "xmm17", "cc");
+    return 0;
+}
+#undef QG_DP
+#endif
+
+static int qg_vnni_loop(long long iterations) {
+#if QG_X86
+    if (qg_isa_ok(QG_AVX512VNNI)) return qg_vnni_loop_512(iterations);
+#endif
+    (void)iterations;
+    return -1;
+}
+
+#endif

@@ -1,0 +1,487 @@
+# The fast int8 convolution and linear layer on the CPU: the GEMM core of qgemm.h (VNNI,
+# AVX2 or portable tiles, the requantisation fused at the tile's store), the patches of
+# qconv.h, and the thread split. The integers are ops/quantized.py's (tests/quant_reference.py).
+#
+# Design: the weights are packed once (pack_weights: packed A, per-channel constants, into a
+# byte buffer: a constant of the plan, or a NumPy array here) and the
+# kernels pack only the activations, per image and group: B of the patches, column blocks split
+# across threads, then the tiles of C split across threads (panel-major, so a thread's tiles
+# share columns of B). Every output is computed whole by one thread: any thread count gives the
+# same bits. Each instruction-set variant gives the same integers; the process uses the widest
+# this CPU runs, or the one MGEGRAPH_INT8_ISA names ("portable", "avx2", "avxvnni",
+# "avx512vnni"), and set_int8_isa changes it (the tests run every variant this CPU has). The
+# scratch of packed B is malloc'd per call: the lowering plans no workspace for it yet.
+
+import os
+
+import numpy as np
+
+from libc.stdint cimport int8_t, int32_t, uint8_t
+from libc.stdlib cimport free, malloc
+
+from .abi cimport Call, KERNEL_BAD_VALUE, KERNEL_OK, kernel_address
+from .params cimport fields_of
+from .parallel cimport parallel_for
+
+cdef extern from "qconv.h":
+    int QG_MR, QG_NB, QG_ISAS, QG_PORTABLE
+    const char* qg_isa_names[]
+    int qg_isa_ok(int isa) noexcept nogil
+    int qg_widest() noexcept nogil
+    Py_ssize_t qg_groups(Py_ssize_t k) noexcept nogil
+    Py_ssize_t qg_blocks(Py_ssize_t n, Py_ssize_t per) noexcept nogil
+    Py_ssize_t qg_tiles(Py_ssize_t m, Py_ssize_t n) noexcept nogil
+    ctypedef void (*qg_tile_fn)(const int8_t*, const uint8_t*, Py_ssize_t, Py_ssize_t, int,
+                                int32_t*) noexcept nogil
+    ctypedef struct qg_epilogue:
+        const int32_t* row_const
+        const int32_t* zw
+        const int32_t* colsum
+        const float* mult
+        int32_t zy, lo, hi
+        int kind
+        void* out
+        Py_ssize_t sm, sn
+    ctypedef struct qg_variant:
+        int isa
+        qg_tile_fn tile
+    ctypedef struct qg_operands:
+        const int8_t* a
+        const uint8_t* b
+        Py_ssize_t m, n, kg
+    qg_variant qg_variant_of(int isa) noexcept nogil
+    void qg_pack_a(const uint8_t* w, int w_unsigned, Py_ssize_t m, Py_ssize_t k, Py_ssize_t ldw,
+                   const int32_t* zw, int32_t zx, const int32_t* bias, int8_t* dst,
+                   int32_t* row_const) noexcept nogil
+    void qg_pack_b_conv(const uint8_t* x, const qg_conv* g, Py_ssize_t n0, Py_ssize_t n1,
+                        uint8_t pad, uint8_t flip, uint8_t* scratch, uint8_t* dst) noexcept nogil
+    void qg_pack_b_columns(const uint8_t* x, Py_ssize_t k, Py_ssize_t ldx, Py_ssize_t n0,
+                           Py_ssize_t n1, uint8_t flip, uint8_t* dst) noexcept nogil
+    void qg_column_sums(const uint8_t* b, Py_ssize_t kg, Py_ssize_t n0, Py_ssize_t n1,
+                        int32_t* colsum) noexcept nogil
+    void qg_gemm_tiles(const qg_variant* var, const qg_operands* op, const qg_epilogue* e,
+                       Py_ssize_t lo, Py_ssize_t hi) noexcept nogil
+    ctypedef void (*qg_depthwise_fn)(const uint8_t*, int, int32_t, const uint8_t*, int, int32_t,
+                                 const qg_conv*, short*, int32_t*) noexcept nogil
+    qg_depthwise_fn qg_depthwise_of(int isa) noexcept nogil
+    void qg_store_plane(const qg_variant* var, const int32_t* acc, Py_ssize_t m,
+                        Py_ssize_t cells, const qg_epilogue* e) noexcept nogil
+    int qg_vnni_loop(long long iterations) noexcept nogil
+
+ISAS = tuple(qg_isa_names[i].decode() for i in range(QG_ISAS))
+cdef int _isa = qg_widest()
+
+
+def available_isas() -> tuple:
+    """The variants this CPU runs, narrowest first.
+
+    >>> available_isas()[0]
+    'portable'
+    """
+    return tuple(name for i, name in enumerate(ISAS) if qg_isa_ok(i))
+
+
+def int8_isa() -> str:
+    """The variant the int8 kernels use now."""
+    return ISAS[_isa]
+
+
+def set_int8_isa(name=None) -> str:
+    """Makes the int8 kernels use variant ``name`` (None: the widest this CPU runs); returns the
+    one used before. Every variant gives the same integers: this is for tests and benchmarks."""
+    global _isa
+    before = ISAS[_isa]
+    if name is None:
+        _isa = qg_widest()
+        return before
+    if name not in ISAS:
+        raise ValueError(f"MGEGRAPH_INT8_ISA: unknown int8 variant {name!r}; one of {ISAS}")
+    if not qg_isa_ok(ISAS.index(name)):
+        raise ValueError(f"this CPU does not run the {name} int8 variant; it runs "
+                         f"{available_isas()}")
+    _isa = ISAS.index(name)
+    return before
+
+
+if os.environ.get("MGEGRAPH_INT8_ISA"):
+    set_int8_isa(os.environ["MGEGRAPH_INT8_ISA"])
+
+
+# ---- packed weights --------------------------------------------------------------------------
+
+cdef Py_ssize_t packed_size(Py_ssize_t oc, Py_ssize_t k, Py_ssize_t groups) noexcept nogil:
+    # bytes of packed weights: each group's A, then per channel the constants and the shifted
+    # weight zero points (int32), then whether any weight zero point is not 0 (int32)
+    return groups * qg_blocks(oc // groups, QG_MR) * qg_groups(k) * QG_MR * 4 + (2 * oc + 1) * 4
+
+
+cdef void pack_weights(char* packed, const uint8_t* w, int w_unsigned, Py_ssize_t oc,
+                       Py_ssize_t k, Py_ssize_t groups, const int32_t* zw, int32_t zx_shifted,
+                       const int32_t* bias) noexcept nogil:
+    # w (oc, k) row-major, groups of oc / groups rows; zw the stored zero points per channel
+    cdef QWeights pw
+    cdef Py_ssize_t gi, o
+    cdef int32_t* any_zw
+    weights_view(&pw, packed, oc, k, groups, NULL)
+    pw.zw = pw.row_const + oc  # the view reads the flag, not written yet
+    any_zw = pw.row_const + 2 * oc
+    any_zw[0] = 0
+    for o in range(oc):
+        pw.zw[o] = zw[o] - 128 if w_unsigned else zw[o]
+        any_zw[0] = any_zw[0] or pw.zw[o] != 0
+    for gi in range(groups):
+        qg_pack_a(w + gi * pw.m * k, w_unsigned, pw.m, k, k, pw.zw + gi * pw.m,
+                  zx_shifted, NULL if bias == NULL else bias + gi * pw.m,
+                  pw.a + gi * pw.group_bytes, pw.row_const + gi * pw.m)
+
+
+cdef void weights_view(QWeights* pw, const char* packed, Py_ssize_t oc, Py_ssize_t k,
+                       Py_ssize_t groups, const float* mult) noexcept nogil:
+    # the packed weights pack_weights wrote at `packed`, with the multipliers `mult`
+    pw.groups, pw.m, pw.k, pw.kg, pw.mult = groups, oc // groups, k, qg_groups(k), mult
+    pw.group_bytes = qg_blocks(pw.m, QG_MR) * pw.kg * QG_MR * 4
+    pw.a = <int8_t*>packed
+    pw.row_const = <int32_t*>(packed + groups * pw.group_bytes)
+    pw.zw = pw.row_const + oc
+    if not pw.zw[oc]:
+        pw.zw = NULL
+
+
+# ---- the quantized_pack_weight kernel (ops/quantized_pack.py, kernel_abi/quantized_pack.py) ----
+
+ctypedef struct QPack:
+    Py_ssize_t out_channels, k, groups, x_zero_shifted, has_bias, threads
+
+cdef QPack _qp
+QPACK_FIELDS = fields_of(_qp, sizeof(QPack))
+
+
+cdef inline int pack_call(const Call* c, int w_unsigned) noexcept nogil:
+    cdef const QPack* s = <const QPack*>c.ints
+    cdef int32_t* zw = <int32_t*>malloc(max(s.out_channels, 1) * sizeof(int32_t))
+    cdef Py_ssize_t o
+    if zw == NULL:
+        return KERNEL_BAD_VALUE
+    for o in range(s.out_channels):
+        zw[o] = <int32_t>c.floats[o]
+    pack_weights(c.bufs[2 if s.has_bias else 1], <const uint8_t*>c.bufs[0], w_unsigned,
+                 s.out_channels, s.k, s.groups, zw, <int32_t>s.x_zero_shifted,
+                 <const int32_t*>c.bufs[1] if s.has_bias else NULL)
+    free(zw)
+    return KERNEL_OK
+
+
+cdef int quantized_pack_weight_i8(const Call* c) noexcept nogil:
+    return pack_call(c, 0)
+cdef int quantized_pack_weight_u8(const Call* c) noexcept nogil:
+    return pack_call(c, 1)
+
+
+KERNELS = {
+    "quantized_pack_weight_i8": kernel_address(quantized_pack_weight_i8),
+    "quantized_pack_weight_u8": kernel_address(quantized_pack_weight_u8),
+}
+
+
+# ---- one GEMM: pack B over column blocks, then the tiles, each split across threads ---------
+
+ctypedef struct PackB:
+    const uint8_t* x
+    const qg_conv* g      # NULL: a linear layer's rows (x (n, k), ldx apart)
+    Py_ssize_t n, k, ldx, kg
+    uint8_t pad, flip
+    uint8_t* b
+    int32_t* colsum       # NULL: not needed
+    int failed
+
+ctypedef struct Tiles:
+    qg_variant var
+    qg_operands op
+    qg_epilogue e
+
+
+cdef int _pack_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    # column blocks [lo, hi)
+    cdef PackB* s = <PackB*>ctx
+    cdef Py_ssize_t n0 = lo * QG_NB, n1 = min(hi * QG_NB, s.n)
+    cdef uint8_t* scratch = NULL
+    if s.g == NULL:
+        qg_pack_b_columns(s.x, s.k, s.ldx, n0, n1, s.flip, s.b)
+    else:
+        scratch = <uint8_t*>malloc(4 * (n1 - n0))
+        if scratch == NULL:
+            return QG_NOT_RUN
+        qg_pack_b_conv(s.x, s.g, n0, n1, s.pad, s.flip, scratch, s.b)
+        free(scratch)
+    if s.colsum != NULL:
+        qg_column_sums(s.b, s.kg, n0, n1, s.colsum)
+    return KERNEL_OK
+
+
+cdef int _tiles_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef Tiles* s = <Tiles*>ctx
+    qg_gemm_tiles(&s.var, &s.op, &s.e, lo, hi)
+    return KERNEL_OK
+
+
+cdef int _gemm(PackB* pack, Tiles* tiles, Py_ssize_t threads) noexcept nogil:
+    # packs B as `pack` says, then runs every tile of `tiles`
+    cdef int status = parallel_for(threads, qg_blocks(pack.n, QG_NB), _pack_part, pack)
+    if status != KERNEL_OK:
+        return status
+    return parallel_for(threads, qg_tiles(tiles.op.m, tiles.op.n), _tiles_part, tiles)
+
+
+cdef int _buffers(PackB* pack, int need_colsum) noexcept nogil:
+    pack.b = <uint8_t*>malloc(max(qg_blocks(pack.n, QG_NB) * pack.kg * QG_NB * 4, 1))
+    pack.colsum = <int32_t*>malloc(max(pack.n, 1) * sizeof(int32_t)) if need_colsum else NULL
+    return KERNEL_OK if pack.b != NULL and (pack.colsum != NULL or not need_colsum) \
+        else QG_NOT_RUN
+
+
+cdef void _epilogue(qg_epilogue* e, const QWeights* pw, const QOutput* out, int32_t* colsum,
+                    Py_ssize_t sm, Py_ssize_t sn) noexcept nogil:
+    e.row_const, e.zw, e.colsum, e.mult = pw.row_const, pw.zw, colsum, pw.mult
+    e.zy, e.lo, e.hi, e.kind, e.out, e.sm, e.sn = out.zy, out.lo, out.hi, out.kind, out.y, sm, sn
+
+
+cdef Py_ssize_t _item(int kind) noexcept nogil:
+    return 4 if kind == QG_OUT_INT32 else 1
+
+
+cdef int conv_run(const QWeights* pw, const uint8_t* x, int x_signed, int32_t zx,
+                  Py_ssize_t images, const qg_conv* g, const QOutput* out,
+                  Py_ssize_t threads) noexcept nogil:
+    # x (images, groups * g.c, g.h, g.w), y (images, groups * pw.m, g.oh, g.ow)
+    cdef PackB pack
+    cdef Tiles tiles
+    cdef Py_ssize_t cells = g.oh * g.ow, i, gi
+    cdef int status = KERNEL_OK
+    cdef char* y = <char*>out.y
+    pack.g, pack.n, pack.k, pack.kg = g, cells, pw.k, pw.kg
+    pack.pad, pack.flip = <uint8_t>zx, 0x80 if x_signed else 0
+    if _buffers(&pack, pw.zw != NULL) != KERNEL_OK:
+        free(pack.b)
+        return QG_NOT_RUN
+    tiles.var = qg_variant_of(_isa)
+    tiles.op.b, tiles.op.m, tiles.op.n, tiles.op.kg = pack.b, pw.m, cells, pw.kg
+    for i in range(images):
+        for gi in range(pw.groups):
+            pack.x = x + (i * pw.groups + gi) * g.c * g.h * g.w
+            tiles.op.a = pw.a + gi * pw.group_bytes
+            _epilogue(&tiles.e, pw, out, pack.colsum, cells, 1)
+            tiles.e.row_const += gi * pw.m
+            if tiles.e.zw != NULL:
+                tiles.e.zw += gi * pw.m
+            if tiles.e.mult != NULL:
+                tiles.e.mult += gi * pw.m
+            tiles.e.out = y + (i * pw.groups + gi) * pw.m * cells * _item(out.kind)
+            status = _gemm(&pack, &tiles, threads)
+            if status != KERNEL_OK:
+                break
+        if status != KERNEL_OK:
+            break
+    free(pack.b)
+    free(pack.colsum)
+    return status
+
+
+cdef int linear_run(const QWeights* pw, const uint8_t* x, int x_signed, Py_ssize_t rows,
+                    const QOutput* out, Py_ssize_t threads) noexcept nogil:
+    # x (rows, k), y (rows, m): C = W x^T stored transposed
+    cdef PackB pack
+    cdef Tiles tiles
+    cdef int status
+    pack.x, pack.g, pack.n, pack.k, pack.ldx, pack.kg = x, NULL, rows, pw.k, pw.k, pw.kg
+    pack.flip = 0x80 if x_signed else 0
+    if _buffers(&pack, pw.zw != NULL) != KERNEL_OK:
+        free(pack.b)
+        return QG_NOT_RUN
+    tiles.var = qg_variant_of(_isa)
+    tiles.op.a, tiles.op.b, tiles.op.m, tiles.op.n, tiles.op.kg = pw.a, pack.b, pw.m, rows, pw.kg
+    _epilogue(&tiles.e, pw, out, pack.colsum, 1, pw.m)
+    status = _gemm(&pack, &tiles, threads)
+    free(pack.b)
+    free(pack.colsum)
+    return status
+
+
+# ---- depthwise: one (image, channel) plane a unit -------------------------------------------
+
+ctypedef struct Depthwise:
+    const uint8_t* x
+    const uint8_t* w
+    int x_signed, w_unsigned
+    int32_t zx
+    const int32_t* zw
+    Py_ssize_t channels
+    const qg_conv* g
+    qg_variant var
+    qg_epilogue e
+
+
+cdef int _depthwise_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef Depthwise* s = <Depthwise*>ctx
+    cdef const qg_conv* g = s.g
+    cdef Py_ssize_t u, ch, cells = g.oh * g.ow
+    cdef short* padded = <short*>malloc(max((g.h + 2 * g.ph) * (g.w + 2 * g.pw), 1) * 2)
+    cdef int32_t* acc = <int32_t*>malloc(max(cells, 1) * sizeof(int32_t))
+    cdef qg_depthwise_fn plane = qg_depthwise_of(s.var.isa)
+    cdef qg_epilogue e = s.e
+    if padded == NULL or acc == NULL:
+        free(padded)
+        free(acc)
+        return QG_NOT_RUN
+    for u in range(lo, hi):
+        ch = u % s.channels
+        plane(s.x + u * g.h * g.w, s.x_signed, s.zx, s.w + ch * g.kh * g.kw, s.w_unsigned,
+              s.zw[ch], g, padded, acc)
+        # the epilogue's row is the channel; its output is this image's planes
+        e.out = <char*>s.e.out + (u - ch) * cells * _item(e.kind)
+        qg_store_plane(&s.var, acc, ch, cells, &e)
+    free(padded)
+    free(acc)
+    return KERNEL_OK
+
+
+cdef int depthwise_run(const uint8_t* x, int x_signed, int32_t zx, const uint8_t* w,
+                       int w_unsigned, const int32_t* zw, const int32_t* bias,
+                       const float* mult, Py_ssize_t images, const qg_conv* g,
+                       const QOutput* out, Py_ssize_t threads) noexcept nogil:
+    # groups == channels == out channels: w (channels, 1, kh, kw); bias NULL or per channel
+    cdef Depthwise s
+    cdef Py_ssize_t ch
+    cdef int32_t* consts = <int32_t*>malloc(max(g.c, 1) * sizeof(int32_t))
+    cdef int status
+    if consts == NULL:
+        return QG_NOT_RUN
+    for ch in range(g.c):
+        consts[ch] = 0 if bias == NULL else bias[ch]
+    s.x, s.w, s.x_signed, s.w_unsigned, s.zx, s.zw, s.channels, s.g = (
+        x, w, x_signed, w_unsigned, zx, zw, g.c, g)
+    s.var = qg_variant_of(_isa)
+    s.e.row_const, s.e.zw, s.e.colsum, s.e.mult = consts, NULL, NULL, mult
+    s.e.zy, s.e.lo, s.e.hi, s.e.kind, s.e.out = out.zy, out.lo, out.hi, out.kind, out.y
+    s.e.sm, s.e.sn = g.oh * g.ow, 1
+    status = parallel_for(threads, images * g.c, _depthwise_part, &s)
+    free(consts)
+    return status
+
+
+# ---- array entry points: the same kernels on NumPy arrays (tests, benchmarks) ----------------
+
+_RANGES = {"int8": (-128, 127), "uint8": (0, 255)}
+_KINDS = {"int32": QG_OUT_INT32, "int8": QG_OUT_INT8, "uint8": QG_OUT_UINT8}
+
+
+cdef QOutput _output(y, str out_dtype, int zy, bint relu):
+    cdef QOutput out
+    cdef char[::1] view = y.reshape(-1).view(np.int8)
+    out.y, out.kind, out.zy = &view[0], _KINDS[out_dtype], zy
+    out.lo, out.hi = _RANGES.get(out_dtype, (0, 0))
+    if relu:
+        out.lo = max(out.lo, zy)
+    return out
+
+
+def _per_channel(values, count, dtype):
+    values = np.ascontiguousarray(values, dtype)
+    return np.ascontiguousarray(np.broadcast_to(values, (count,)) if values.size == 1
+                                else values)
+
+
+def _bytes(a) -> np.ndarray:
+    return np.ascontiguousarray(a).view(np.uint8).reshape(-1)
+
+
+def packed_weights(w, zw, bias, Py_ssize_t groups=1, bint x_signed=False, int zx=0):
+    """w (O, ...) int8/uint8 with zero points zw (one or per channel) and bias int32 (O,) or
+    None packed for an input of zero point zx: the bytes conv2d and linear read."""
+    cdef Py_ssize_t oc = w.shape[0]
+    cdef int w_unsigned = w.dtype == np.uint8, zxs = zx + 128 if x_signed else zx
+    cdef const uint8_t[::1] wb = _bytes(w)
+    cdef const int32_t[::1] zws = _per_channel(zw, oc, np.int32)
+    cdef const int32_t[::1] bs = None if bias is None else _per_channel(bias, oc, np.int32)
+    cdef Py_ssize_t k = wb.shape[0] // oc
+    packed = np.empty(packed_size(oc, k, groups), np.uint8)
+    cdef unsigned char[::1] out = packed
+    with nogil:
+        pack_weights(<char*>&out[0], &wb[0], w_unsigned, oc, k, groups, &zws[0], zxs,
+                     NULL if bs is None else &bs[0])
+    return packed
+
+
+cdef QWeights _view(packed, Py_ssize_t oc, Py_ssize_t k, Py_ssize_t groups,
+                    const float[::1] mults) except *:
+    cdef QWeights pw
+    cdef const unsigned char[::1] bytes_ = packed
+    weights_view(&pw, <const char*>&bytes_[0], oc, k, groups, &mults[0])
+    return pw
+
+
+def conv2d(x, int zx, w, zw, bias, mult, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
+           Py_ssize_t groups=1, str out_dtype="int8", int zy=0, bint relu=False,
+           Py_ssize_t threads=1):
+    """The int8 convolution of stored integers: x (N, C, H, W) int8/uint8 with zero point zx,
+    w (O, C/groups, kh, kw) int8/uint8 with zero points zw (one or per channel), bias int32 (O,)
+    or None, mult the float32 multipliers (one or per channel; unused for int32), as
+    ops/quantized.py defines."""
+    cdef qg_conv g
+    cdef QWeights pw
+    cdef QOutput out
+    cdef int status, x_signed = x.dtype == np.int8, w_unsigned = w.dtype == np.uint8
+    cdef Py_ssize_t n, c, oc
+    n, c, g.h, g.w = x.shape
+    oc, g.c, g.kh, g.kw = w.shape
+    (g.sh, g.sw), (g.ph, g.pw), (g.dh, g.dw) = stride, padding, dilation
+    g.oh = (g.h + 2 * g.ph - g.dh * (g.kh - 1) - 1) // g.sh + 1
+    g.ow = (g.w + 2 * g.pw - g.dw * (g.kw - 1) - 1) // g.sw + 1
+    y = np.empty((n, oc, g.oh, g.ow), out_dtype)
+    out = _output(y, out_dtype, zy, relu)
+    cdef const uint8_t[::1] xb = _bytes(x), wb = _bytes(w)
+    cdef const int32_t[::1] zws = _per_channel(zw, oc, np.int32)
+    cdef const float[::1] mults = _per_channel(1.0 if mult is None else mult, oc, np.float32)
+    cdef const int32_t[::1] bs = None if bias is None else _per_channel(bias, oc, np.int32)
+    if groups == c == oc and g.c == 1:
+        g.c = c
+        with nogil:
+            status = depthwise_run(&xb[0], x_signed, zx, &wb[0], w_unsigned, &zws[0],
+                                   NULL if bs is None else &bs[0], &mults[0], n, &g, &out,
+                                   threads)
+    else:
+        packed = packed_weights(w, zw, bias, groups, x_signed, zx)
+        pw = _view(packed, oc, g.c * g.kh * g.kw, groups, mults)
+        with nogil:
+            status = conv_run(&pw, &xb[0], x_signed, zx, n, &g, &out, threads)
+    if status != KERNEL_OK:
+        raise MemoryError(f"quantized_conv2d: the int8 kernel failed (status {status})")
+    return y
+
+
+def linear(x, int zx, w, zw, bias, mult, str out_dtype="int8", int zy=0, bint relu=False,
+           Py_ssize_t threads=1):
+    """The int8 linear layer of stored integers: x (..., in), w (out, in); as conv2d."""
+    cdef QWeights pw
+    cdef QOutput out
+    cdef int status, x_signed = x.dtype == np.int8
+    cdef Py_ssize_t oc = w.shape[0], k = w.shape[1], rows = x.size // k
+    y = np.empty(tuple(x.shape)[:len(x.shape) - 1] + (oc,), out_dtype)
+    out = _output(y, out_dtype, zy, relu)
+    cdef const uint8_t[::1] xb = _bytes(x)
+    cdef const float[::1] mults = _per_channel(1.0 if mult is None else mult, oc, np.float32)
+    packed = packed_weights(w, zw, bias, 1, x_signed, zx)
+    pw = _view(packed, oc, k, 1, mults)
+    with nogil:
+        status = linear_run(&pw, &xb[0], x_signed, rows, &out, threads)
+    if status != KERNEL_OK:
+        raise MemoryError(f"quantized_linear: the int8 kernel failed (status {status})")
+    return y
+
+
+def vnni_peak_loop(long long iterations) -> int:
+    """Runs iterations x 16 register-only vpdpbusd (64 int8 multiply-adds each) on one thread
+    (benchmarks/int8_kernels.py times it); -1 without AVX-512 VNNI."""
+    cdef int r
+    with nogil:
+        r = qg_vnni_loop(iterations)
+    return r
