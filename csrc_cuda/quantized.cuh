@@ -8,8 +8,9 @@
 // as stored; the zero points come out afterwards, exactly in integers:
 //   sum (x' - zx')(w' - zw') = S_xw - zw' S_x - zx' S_w + K zx' zw'
 // (a padded position holds zx': it adds nothing to the centred sum). dp4a sums in int32;
-// every MG_Q_CHUNK words the partial sums move to int64, so no length of K can wrap them, and
-// the bias is added and the int32 range saturated in int64, as the NumPy reference does.
+// every MG_Q_CHUNK words the partial sums move to int64, so no length of K can wrap them (the
+// op's rule keeps the centred sum inside int32), and the bias is added modulo 2^32, as the
+// NumPy reference and the CPU's int32 accumulators add it.
 //
 // The per-channel constants (the multipliers m[o] = float32(sx) * float32(sw[o]) / float32(sy)
 // and the weight zero points zw'[o], already shifted) are tables the renderer bakes into each
@@ -128,11 +129,11 @@ __device__ __forceinline__ void mg_q_store(char* y, mg_q64 i, int q, int code) {
     else ((unsigned char*)y)[i] = (unsigned char)q;
 }
 
-// acc (+ bias[o]) saturated to int32, then stored as the accumulator or requantised by m[o]
+// acc (+ bias[o]) modulo 2^32, then stored as the accumulator or requantised by m[o]
 __device__ __forceinline__ void mg_q_epilogue(char* y, mg_q64 i, mg_q64 acc, const int* bias,
                                               int o, const float* m, const MgQOut& out) {
     if (bias != nullptr) acc += bias[o];
-    acc = acc < -2147483648LL ? -2147483648LL : (acc > 2147483647LL ? 2147483647LL : acc);
+    acc = (long long)(int)(unsigned int)(unsigned long long)acc;
     if (out.out_code == MG_Q_INT32) {
         ((int*)y)[i] = (int)acc;
         return;

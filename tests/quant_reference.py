@@ -59,7 +59,7 @@ def _finish(acc, bias, sx, wp, attrs, channel_axis) -> np.ndarray:
         shape = [1] * acc.ndim
         shape[channel_axis] = -1
         acc = acc + np.asarray(bias, np.int64).reshape(shape)
-    acc = np.clip(acc, *RANGES["int32"])  # int32 accumulation: the inputs keep it in range
+    acc = acc.astype(np.uint32).view(np.int32)  # the bias is added modulo 2^32
     if attrs["out_dtype"] == "int32":
         return acc.astype(np.int32)
     m = multipliers(sx, wp.scales, attrs["out_scale"])

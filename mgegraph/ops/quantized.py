@@ -9,7 +9,11 @@ What they compute, exactly (every backend gives these integers):
   last axis (linear: ``w`` is (out, in), as ``nn.Linear``'s weight). ``x`` is int8 or uint8
   per tensor; ``w`` int8 or uint8, per tensor or per output channel (axis 0); ``bias`` is int32
   of shape (out,) in units of ``sx * sw[o]`` (plain int32, or qs32 with those scales, as
-  ONNX's QLinearConv and MegEngine's qint32 bias have it).
+  ONNX's QLinearConv and MegEngine's qint32 bias have it). A window holds at most
+  ``MAX_WINDOW`` values (33025: each centred product is at most 255 * 255 in size, so the sum
+  always fits in int32; the rule refuses a larger one), and the bias is added modulo 2^32, as
+  every int32 accumulator (ONNX Runtime's, MegEngine's) adds it: only a bias within a window's
+  reach of int32's ends can wrap.
 - With ``out_dtype`` "int32" the result is ``acc`` itself, typed qs32 with scales
   ``sx * sw[o]`` (per channel along the output's channel axis when ``w`` is).
 - With "int8" or "uint8" it is requantised to ``out_scale`` and ``out_zero_point``:
@@ -42,6 +46,8 @@ from .registry import OpDef, get_op, named, register
 __all__ = ["quantized_add", "quantized_conv2d", "quantized_linear"]
 
 EIGHT_BITS = (np.dtype(np.int8), np.dtype(np.uint8))
+# the most values one int32 accumulator sums: 33025 * 255 * 255 < 2^31
+MAX_WINDOW = (2 ** 31 - 1) // (255 * 255)
 OUT_DTYPES = ("int8", "uint8", "int32")
 # how close a qs32 bias's scales must be to sx * sw: float rounding of the product, no more
 _SCALE_TOLERANCE = 1e-6
@@ -69,6 +75,12 @@ def _weight(w: TensorType) -> QuantParams:
 def accumulator_scales(xq: QuantParams, wq: QuantParams) -> tuple[float, ...]:
     """The scale of each output channel's int32 accumulator: ``sx * sw[o]`` (one per tensor)."""
     return tuple(xq.scale * s for s in wq.scales) if wq.per_channel else (xq.scale * wq.scale,)
+
+
+def _check_window(size) -> None:
+    if not named(size) and size > MAX_WINDOW:
+        raise ValueError(f"each output sums {size} products: an int32 accumulator can overflow "
+                         f"past {MAX_WINDOW} (split the reduction, or compute in float)")
 
 
 def _check_bias(bias: TensorType, scales: tuple, out_channels) -> None:
@@ -120,7 +132,9 @@ def _conv_rule(in_types, attrs):
     # the float convolution's rule checks the geometry and gives the output shape
     (y,) = get_op("conv2d").infer((_float_stand_in(x), _float_stand_in(w)),
                                   {**{k: attrs[k] for k in _CONV_GEOMETRY}, "activation": "none"})
-    out_channels = weight_dims(w, attrs["groups"])[0]
+    out_channels, per_group, kh, kw = weight_dims(w, attrs["groups"])
+    if not named(per_group, kh, kw):
+        _check_window(per_group * kh * kw)
     scales = accumulator_scales(xq, wq)
     if len(in_types) == 3:
         _check_bias(in_types[2], scales, out_channels)
@@ -136,6 +150,7 @@ def _linear_rule(in_types, attrs):
         raise ValueError(f"takes x (..., in) and w (out, in), got {x.shape} and {w.shape}")
     if not named(x.shape[-1], w.shape[1]) and x.shape[-1] != w.shape[1]:
         raise ValueError(f"x has {x.shape[-1]} features but w (out, in) takes {w.shape[1]}")
+    _check_window(w.shape[1])
     scales = accumulator_scales(xq, wq)
     if len(in_types) == 3:
         _check_bias(in_types[2], scales, w.shape[0])

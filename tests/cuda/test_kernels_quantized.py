@@ -24,6 +24,7 @@ from mgegraph.ir.quant import per_channel, per_tensor
 from mgegraph.kernel_abi import quantized as abi
 from mgegraph.ops import quantized as Q
 from mgegraph.ops.quantize import dequantize, quantize
+from mgegraph.ops.quantized import MAX_WINDOW
 
 RANGES = {"int8": (-128, 127), "uint8": (0, 255)}
 
@@ -174,26 +175,29 @@ def test_linear_is_the_reference(x_dtype, k, out):
 
 
 def _long_sums():
-    """K = 140000. Row 0 of x is its zero point: every centred product is 0, while the sum of
-    the stored bytes' products, 140000 * (-128 * -128), passes int32's range. Row 1 gives sums
-    of +-255 * 255 * K, past int32's range, which the reference's accumulator saturates."""
-    k = 140000
+    """The longest window the rule takes, K = 33025. Row 0 of x is its zero point: every centred
+    product is 0, while the stored bytes' products sum to 33025 * (-128 * -128). Row 1 gives
+    centred sums of -128 * 255 * K and 255 * 255 * K, the second just inside int32, which its
+    bias pushes past the end: the bias is added modulo 2^32."""
+    k = MAX_WINDOW
     x = np.stack([np.full(k, -128, np.int8), np.full(k, 127, np.int8)])
     w = np.stack([np.full(k, -128, np.int8), np.full(k, 127, np.int8)])
-    quants = [per_tensor(0.1, -128), per_channel([0.01, 0.01], [0, -128], 0)]
-    return _node("quantized_linear", [x, w], quants, out_dtype="int32"), [x, w]
+    bias = np.array([-40000, 40000], np.int32)
+    quants = [per_tensor(0.1, -128), per_channel([0.01, 0.01], [0, -128], 0), None]
+    return _node("quantized_linear", [x, w, bias], quants, out_dtype="int32"), [x, w, bias]
 
 
-def test_long_sums_are_exact_and_saturate_as_the_reference():
-    """The partial sums move to int64 every chunk, so none wraps; the total saturates."""
+def test_long_sums_are_exact_and_the_bias_wraps_as_the_reference():
+    """The partial sums move to int64 every chunk, so none wraps; the bias adds modulo 2^32."""
     node, arrays = _long_sums()
     got = _same(node, arrays, _reference(quantized_linear, node, arrays), cpu=False)
-    assert got.tolist() == [[0, 0], [-(2 ** 31), 2 ** 31 - 1]]
+    sums = np.array([[0, 0], [-128 * 255 * MAX_WINDOW, 255 * 255 * MAX_WINDOW]], np.int64)
+    wrapped = (sums + arrays[2]).astype(np.uint32).view(np.int32)
+    assert wrapped[1, 1] != sums[1, 1] + arrays[2][1]  # past 2^31 - 1: wrapped
+    np.testing.assert_array_equal(got, wrapped)
 
 
-@pytest.mark.xfail(strict=True, reason="the CPU kernel (_kernels/quantized.pyx) wraps its int32 "
-                   "accumulator where the reference saturates")
-def test_the_cpu_kernel_saturates_long_sums_too():
+def test_the_cpu_kernel_gives_the_long_sums_too():
     node, arrays = _long_sums()
     np.testing.assert_array_equal(cpu_result(node, arrays)[0],
                                   _reference(quantized_linear, node, arrays))

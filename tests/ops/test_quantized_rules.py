@@ -127,3 +127,19 @@ def test_reference_linear_and_add():
                       relu=False)
     real = (x.astype(float) - 2) * 0.1 + w[:1] * 0.01
     assert np.abs(s - np.clip(np.rint(real / 0.1), -128, 127)).max() <= 1
+
+
+def test_a_window_that_could_overflow_int32_is_refused():
+    g = mg.Graph()
+    k = Q.MAX_WINDOW
+    x = quantize(g.input("x", (2, k + 1), "float32"), 0.1)
+    w = quantize(g.const(np.ones((3, k + 1), np.float32)), 0.5)
+    with pytest.raises(OpError, match="can overflow past 33025"):
+        Q.quantized_linear(x, w, out_scale=1.0)
+    xc = quantize(g.input("c", (1, 3670, 4, 4), "float32"), 0.1)
+    wc = quantize(g.const(np.ones((2, 3670, 3, 3), np.float32)), 0.5)  # 33030 per output
+    with pytest.raises(OpError, match="sums 33030 products"):
+        Q.quantized_conv2d(xc, wc, out_scale=1.0)
+    x_ok = quantize(g.input("ok", (2, k), "float32"), 0.1)
+    assert Q.quantized_linear(x_ok, quantize(g.const(np.ones((3, k), np.float32)), 0.5),
+                              out_dtype="int32").shape == (2, 3)
