@@ -17,36 +17,21 @@ import numpy as np
 from .. import functional as F
 from ..eager.tensor import Tensor
 from ..ir.errors import GraphError
-from ..nn.module import Buffer, Module, Parameter
+from ..nn.module import Buffer, Parameter
 from ..ops.builder import graph_of
 from .utils import (
     LSQParams,
     QParamsModuleMixin,
+    QuantizerSwitch,
     QuantMode,
     create_qparams,
     fake_quant_tensor,
-    quant_dtype_meta,
 )
 
 __all__ = ["LSQ", "TQT", "FakeQuantize"]
 
 
-class _FakeQuantize(Module):
-    def __init__(self, dtype="qint8", enable: bool = True, **kwargs):
-        super().__init__()
-        kwargs.pop("narrow_range", None)  # MegEngine ignores it too
-        if kwargs:
-            raise GraphError(f"{type(self).__name__}: unknown arguments {sorted(kwargs)}")
-        self.dtype = quant_dtype_meta(dtype)
-        self.qmin, self.qmax = self.dtype.qmin, self.dtype.qmax
-        self.enabled = enable
-
-    def enable(self):
-        self.enabled = True
-
-    def disable(self):
-        self.enabled = False
-
+class _FakeQuantize(QuantizerSwitch):
     def fake_quant_forward(self, inp, qparams=None):
         raise NotImplementedError
 

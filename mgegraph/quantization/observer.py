@@ -19,9 +19,9 @@ import numpy as np
 from .. import functional as F
 from ..eager.tensor import Tensor
 from ..ir.errors import GraphError
-from ..nn.module import Buffer, Module
+from ..nn.module import Buffer
 from ..ops.builder import graph_of
-from .utils import QParamsModuleMixin, QuantMode, create_qparams, quant_dtype_meta
+from .utils import QParamsModuleMixin, QuantizerSwitch, QuantMode, create_qparams
 
 __all__ = ["ExponentialMovingAverageObserver", "HistogramObserver", "MinMaxObserver", "Observer",
            "PassiveObserver"]
@@ -29,26 +29,14 @@ __all__ = ["ExponentialMovingAverageObserver", "HistogramObserver", "MinMaxObser
 _F32 = np.finfo(np.float32)
 
 
-class Observer(Module, QParamsModuleMixin):
+class Observer(QuantizerSwitch, QParamsModuleMixin):
     """The base of observers: ``dtype`` names the quantized dtype (its ``qmin`` and ``qmax``).
     An observer observes while enabled; as MegEngine's, ``train()`` enables it and ``eval()``
     disables it, and ``enable_observer`` after ``eval()`` makes it observe in eval mode (post-
     training calibration)."""
 
     def __init__(self, dtype="qint8", **kwargs):
-        super().__init__()
-        kwargs.pop("narrow_range", None)  # MegEngine ignores it too
-        if kwargs:
-            raise GraphError(f"{type(self).__name__}: unknown arguments {sorted(kwargs)}")
-        self.dtype = quant_dtype_meta(dtype)
-        self.qmin, self.qmax = self.dtype.qmin, self.dtype.qmax
-        self.enabled = True
-
-    def enable(self):
-        self.enabled = True
-
-    def disable(self):
-        self.enabled = False
+        super().__init__(dtype, True, **kwargs)
 
     @property
     def training(self) -> bool:

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..dtype import QuantDtypeMeta, _builtin_quant_dtypes, create_quantized_dtype
 from ..ir.errors import GraphError
+from ..nn.module import Module
 from ..ops.builder import graph_of
 from ..ops.fake_quant import fake_quant
 
@@ -88,6 +89,26 @@ def create_qparams(mode: QuantMode = QuantMode.SYMMERTIC, dtype_meta=None, scale
     if mode is not None and not isinstance(mode, QuantMode):
         raise GraphError(f"create_qparams: mode must be a QuantMode, got {mode!r}")
     return QParams(mode, dtype_meta, scale, zero_point)
+
+
+class QuantizerSwitch(Module):
+    """What observers and fake quantizers share: the quantized dtype whose range (``qmin``,
+    ``qmax``) they work to, and a switch (``enable``, ``disable``)."""
+
+    def __init__(self, dtype="qint8", enable: bool = True, **kwargs):
+        super().__init__()
+        kwargs.pop("narrow_range", None)  # MegEngine ignores it too
+        if kwargs:
+            raise GraphError(f"{type(self).__name__}: unknown arguments {sorted(kwargs)}")
+        self.dtype = quant_dtype_meta(dtype)
+        self.qmin, self.qmax = self.dtype.qmin, self.dtype.qmax
+        self.enabled = enable
+
+    def enable(self):
+        self.enabled = True
+
+    def disable(self):
+        self.enabled = False
 
 
 class QParamsModuleMixin(abc.ABC):

@@ -6,19 +6,9 @@
 """
 from __future__ import annotations
 
-from ...ir.types import short_name
 from ...kernel_abi import fake_quant as abi
-from .norm import elementwise_steps
+from .quantize import per_element_steps
 from .reuse import family_kernels, implement_shared
-
-
-def _steps(family, dtype):
-    entry = f"mg_{family}_{short_name(dtype)}"
-
-    def steps(launch, types) -> list:
-        outer, channels, inner = launch.ints[:3]
-        return elementwise_steps(entry, outer * channels * inner)
-    return steps
 
 
 def implement(table) -> None:
@@ -26,4 +16,4 @@ def implement(table) -> None:
     implement_shared(table, abi)
 
 
-KERNELS = family_kernels(abi, "fake_quant.cu", _steps)
+KERNELS = family_kernels(abi, "fake_quant.cu", per_element_steps)

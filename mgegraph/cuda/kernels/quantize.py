@@ -14,7 +14,9 @@ from .norm import elementwise_steps
 from .reuse import family_kernels, implement_shared
 
 
-def _steps(family, dtype):
+def per_element_steps(family, dtype):
+    """The launch steps of a kernel over an (outer, channels, inner) value, one thread per
+    element (quantize's and dequantize's, fake_quant's)."""
     entry = f"mg_{family}_{short_name(dtype)}"
 
     def steps(launch, types) -> list:
@@ -41,4 +43,4 @@ def implement(table) -> None:
     implement_shared(table, abi, _within_the_float_block)
 
 
-KERNELS = family_kernels(abi, "quantize.cu", _steps)
+KERNELS = family_kernels(abi, "quantize.cu", per_element_steps)
