@@ -24,7 +24,7 @@ import numpy as np
 from ..ir.quant import QuantParams
 from ..ir.types import TensorType
 from .quantized import EIGHT_BITS, REQUANT_ATTRS
-from .registry import REQUIRED, OpDef, get_op, register
+from .registry import REQUIRED, OpDef, get_op, named, register
 
 __all__ = ["pack_weight_array", "packed_size"]
 
@@ -82,6 +82,8 @@ def _pack_rule(in_types, attrs):
     if w.quant is None or w.dtype not in EIGHT_BITS or w.ndim not in (2, 4):
         raise TypeError(f"the weight must be a quantized int8 or uint8 (out, in) or (out, "
                         f"in/groups, kh, kw) value, got {w}")
+    if named(*w.shape):
+        raise ValueError(f"packs weights of a shape in numbers, got {w.shape}")
     _check_x_dtype(attrs)
     groups = attrs["groups"]
     if not isinstance(groups, int) or groups < 1 or w.shape[0] % groups:

@@ -10,6 +10,7 @@ import pytest
 
 from mgegraph._kernels import elementwise, ew_codegen, fused
 from mgegraph._kernels.lowering.elementwise import check_build
+from mgegraph._kernels.lowering.fused import STEPS as FUSED_STEPS
 from mgegraph.ops import elementwise_table as TABLE
 
 KERNELS = Path(ew_codegen.__file__).parent
@@ -92,7 +93,7 @@ def test_the_built_kernels_follow_the_table():
     rendered = ew_codegen.render(TABLE, (KERNELS / "scalar.pxd").read_text())
     assert (KERNELS / "ew_ops.pxd").read_text() == rendered, "the table changed: rebuild"
     check_build(elementwise)
-    check_build(fused, extra=("load", "const", "store", "where"))
+    check_build(fused, extra=FUSED_STEPS)
 
 
 def test_a_stale_build_is_refused():
