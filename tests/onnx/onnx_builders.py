@@ -1,6 +1,8 @@
-"""Small ONNX models for the tests: a model of nodes, a value info, an int64 initializer.
-Imported after ``pytest.importorskip("onnx.helper")``: it needs the onnx package."""
+"""Small ONNX models for the tests: a model of nodes, a value info, an int64 initializer, and
+what ONNX Runtime computes of a model. Imported after ``pytest.importorskip("onnx.helper")``: it
+needs the onnx package."""
 import numpy as np
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 
@@ -15,3 +17,11 @@ def value_info(name, shape, dtype=TensorProto.FLOAT):
 
 def int64_tensor(name, values):
     return numpy_helper.from_array(np.asarray(values, np.int64), name)
+
+
+def run_onnxruntime(onnx_model, feeds) -> list:
+    """ONNX Runtime's outputs of ``onnx_model`` on its CPU (the test skips without it)."""
+    ort = pytest.importorskip("onnxruntime")
+    session = ort.InferenceSession(onnx_model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)

@@ -8,7 +8,7 @@ import pytest
 # namespace package named "onnx"
 pytest.importorskip("onnx.helper")
 from onnx import helper, numpy_helper
-from onnx_builders import model, value_info
+from onnx_builders import model, run_onnxruntime, value_info
 
 import mgegraph as mg
 import mgegraph.functional as F
@@ -26,16 +26,9 @@ def _single(op, shape, attrs, params=(), opset=17):
     return model([node], [value_info("x", list(shape))], [value_info("y", None)], inits, opset)
 
 
-def _ort(onnx_model, feeds):
-    ort = pytest.importorskip("onnxruntime")
-    session = ort.InferenceSession(onnx_model.SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
-
-
 def _check_against_ort(onnx_model, x, rtol=1e-5, atol=1e-5):
     (got,) = mo.import_model(onnx_model).run({"x": x})
-    (want,) = _ort(onnx_model, {"x": x})
+    (want,) = run_onnxruntime(onnx_model, {"x": x})
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
     return got
@@ -137,7 +130,7 @@ def test_export_runs_in_onnx_runtime_and_imports_back(opset):
     fn = mg.compile_module(module, (x,))
     want = fn(x)
     exported = mo.export(fn.plan, None, opset=opset)
-    for got, ref in zip(_ort(exported, {exported.graph.input[0].name: x}), want):
+    for got, ref in zip(run_onnxruntime(exported, {exported.graph.input[0].name: x}), want):
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
     # before opset 21 group norm goes out as InstanceNormalization and a separate affine, which
     # comes back as two steps rounded apart

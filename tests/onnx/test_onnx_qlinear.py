@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("onnx.helper")
 from onnx import TensorProto, helper, numpy_helper
-from onnx_builders import model, value_info
+from onnx_builders import model, run_onnxruntime, value_info
 from onnx_node_cases import _every, run_case
 
 import mgegraph as mg
@@ -44,12 +44,6 @@ NODE_CASES = ("test_qlinearconv", "test_convinteger_with_padding",
 def test_node_cases(name):
     (case,) = [c for c in _every() if c.name == name]
     run_case(case, strict=False)  # the scales and zero points are inputs there: bound
-
-
-def _ort(proto, feeds):
-    ort = pytest.importorskip("onnxruntime")
-    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
 
 
 def _mg(proto, feeds):
@@ -94,7 +88,7 @@ def _qlinear_conv(x_dtype, w_per_channel, bias, pads=(1, 1, 1, 1), group=1):
 def test_qlinear_conv_is_onnx_runtimes_bitwise(x_dtype, w_per_channel, bias):
     proto = _qlinear_conv(x_dtype, w_per_channel, bias)
     feeds = {"x": _ints((2, 4, 9, 8), x_dtype)}
-    (want,) = _ort(proto, feeds)
+    (want,) = run_onnxruntime(proto, feeds)
     (got,) = _mg(proto, feeds)
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
@@ -131,7 +125,7 @@ def test_qlinear_matmul_is_onnx_runtimes(a_shape, b_constant):
     feeds = {"a": _ints(a_shape, np.uint8)}
     if not b_constant:
         feeds["b"] = b
-    (want,) = _ort(proto, feeds)
+    (want,) = run_onnxruntime(proto, feeds)
     (got,) = _mg(proto, feeds)
     diff = np.abs(got.astype(np.int64) - want)
     # int8 (constant B): bitwise; the float path may round a value across a boundary
@@ -160,7 +154,7 @@ def test_matmul_integer_is_onnx_runtimes(b_constant):
     proto = _integer_model("MatMulInteger", (2, 3, 9), b,
                            [("az", np.uint8(131)), ("bz", np.int8(-2))], b_constant)
     feeds = {"a": _ints((2, 3, 9), np.uint8)} | ({} if b_constant else {"b": b})
-    (want,) = _ort(proto, feeds)
+    (want,) = run_onnxruntime(proto, feeds)
     (got,) = _mg(proto, feeds)
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, want)
@@ -171,7 +165,7 @@ def test_conv_integer_is_onnx_runtimes():
     w = _ints((3, 2, 3, 3), np.int8)
     proto = _integer_model("ConvInteger", (1, 2, 6, 5), w, [("xz", np.uint8(120))])
     feeds = {"a": _ints((1, 2, 6, 5), np.uint8)}
-    (want,) = _ort(proto, feeds)
+    (want,) = run_onnxruntime(proto, feeds)
     (got,) = _mg(proto, feeds)
     np.testing.assert_array_equal(got, want)
 
@@ -194,7 +188,7 @@ def test_dynamic_quantize_linear_is_onnx_runtimes(scale):
     proto = _dynamic_model()
     x = (RNG.standard_normal((3, 6)) * scale).astype(np.float32)
     x[0, :3] = [0.0, -scale, scale]
-    want = _ort(proto, {"x": x})
+    want = run_onnxruntime(proto, {"x": x})
     got = _mg(proto, {"x": x})
     for g, w in zip(got, want):
         assert g.dtype == w.dtype
@@ -210,7 +204,7 @@ def test_dynamic_quantize_edge_cases_are_onnx_runtimes(x):
     proto = model([node], [value_info("x", [5])],
                   [value_info("y", None, U8), value_info("s", None), value_info("z", None, U8)])
     x = np.asarray(x, np.float32)
-    for g, w in zip(_mg(proto, {"x": x}), _ort(proto, {"x": x})):
+    for g, w in zip(_mg(proto, {"x": x}), run_onnxruntime(proto, {"x": x})):
         np.testing.assert_array_equal(g, w)
 
 

@@ -9,7 +9,7 @@ import pytest
 # namespace package named "onnx"
 pytest.importorskip("onnx.helper")
 from onnx import TensorProto, helper, numpy_helper
-from onnx_builders import model, value_info
+from onnx_builders import model, run_onnxruntime, value_info
 from onnx_node_cases import _every, run_case
 
 import mgegraph as mg
@@ -26,12 +26,6 @@ PASSING = ("test_quantizelinear", "test_quantizelinear_axis", "test_dequantizeli
 def test_node_cases(name):
     (case,) = [c for c in _every() if c.name == name]
     run_case(case, strict=False)  # the scales and zero points are inputs there: bound
-
-
-def _ort(proto, feeds):
-    ort = pytest.importorskip("onnxruntime")
-    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
 
 
 def _qdq_conv(opset=13):
@@ -53,7 +47,7 @@ def _qdq_conv(opset=13):
 def test_a_qdq_model_is_onnx_runtimes(opset):
     proto = _qdq_conv(opset)
     x = RNG.normal(size=(1, 4, 7, 6)).astype(np.float32) * 3
-    (want,) = _ort(proto, {"x": x})
+    (want,) = run_onnxruntime(proto, {"x": x})
     (got,) = mo.import_model(proto).run({"x": x})
     np.testing.assert_array_equal(got, want)
     g, _ = mo.import_graph(proto)
@@ -73,7 +67,7 @@ def test_the_export_is_what_onnx_runtime_computes(tmp_path):
     ops = {n.op_type for n in onnx.load(path).graph.node}
     assert {"QuantizeLinear", "DequantizeLinear"} <= ops
     a = RNG.normal(size=(2, 3, 4)).astype(np.float32)
-    for got, want in zip(plan.run({"x": a}), _ort(onnx.load(path), {"x": a})):
+    for got, want in zip(plan.run({"x": a}), run_onnxruntime(onnx.load(path), {"x": a})):
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
 

@@ -9,7 +9,7 @@ import pytest
 # namespace package named "onnx"
 pytest.importorskip("onnx.helper")
 from onnx import TensorProto, helper, numpy_helper
-from onnx_builders import model, value_info
+from onnx_builders import model, run_onnxruntime, value_info
 from onnx_node_cases import float32_cases, run_case
 
 import mgegraph as mg
@@ -18,13 +18,6 @@ import mgegraph.onnx as mo
 
 RNG = np.random.default_rng(0)
 OPS = {"RMSNormalization": 19, "RotaryEmbedding": 3, "SwiGLU": 2}
-
-
-def _ort(onnx_model, feeds):
-    ort = pytest.importorskip("onnxruntime")
-    session = ort.InferenceSession(onnx_model.SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
 
 
 def rand(*shape):
@@ -46,7 +39,7 @@ def test_rms_normalization_against_onnx_runtime(axis, scale_shape):
     m = model([node], [value_info("x", list(x.shape))], [value_info("y", None)],
               [numpy_helper.from_array(scale, "s")], opset=23)
     (got,) = mo.import_model(m).run({"x": x})
-    (want,) = _ort(m, {"x": x})
+    (want,) = run_onnxruntime(m, {"x": x})
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -61,7 +54,7 @@ def test_rotary_embedding_against_onnx_runtime(interleaved):
     m = model([node], inputs, [value_info("y", None)], opset=23)
     feeds = {"x": x, "cos": cos, "sin": sin, "ids": ids}
     (got,) = mo.import_model(m).run(feeds)
-    (want,) = _ort(m, feeds)
+    (want,) = run_onnxruntime(m, feeds)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -95,7 +88,7 @@ def test_export_runs_in_onnx_runtime_and_imports_back(opset):
     feeds = {"ids": RNG.integers(0, 11, (2, 5))}
     (want,) = plan.run(feeds)
     exported = mo.export(plan, None, opset=opset)
-    (got,) = _ort(exported, feeds)
+    (got,) = run_onnxruntime(exported, feeds)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     (back,) = mo.import_model(exported).run(feeds)
     np.testing.assert_allclose(back, want, rtol=1e-5, atol=1e-6)
