@@ -88,6 +88,7 @@ ctypedef struct IntPoolRun:
     int64_t zero_point
     bint rows           # whether the variant has row passes (not "scalar")
     pi_variant var
+    Py_ssize_t lo, hi   # the output columns the row passes pool (vector_columns)
 
 
 cdef inline small_int int_window_max(const small_int* x, Py_ssize_t w, Py_ssize_t cs,
@@ -174,11 +175,10 @@ cdef inline void int_pool_plane(const IntPoolRun* r, const small_int* x,
     cdef const Pool* s = &r.s
     cdef bint is_max = s.mode == P_MAX
     cdef uint8_t flip = flip_of(<small_int*>NULL)
-    cdef Py_ssize_t oh, ow, lo, hi
+    cdef Py_ssize_t oh, ow, lo = r.lo, hi = r.hi
     cdef Span rows, full  # full: an interior window's columns
     cdef pi_row a
     full.lo, full.n, full.padded = 0, s.kw, s.kw
-    vector_columns(r, &lo, &hi)
     a.step, a.kw, a.sw, a.dw, a.n, a.flip = s.dh * s.w, s.kw, s.sw, s.dw, hi - lo, flip
     for oh in range(s.oh):
         rows = window(s, True, oh)
@@ -222,6 +222,7 @@ cdef inline int int_pool2d(const Call* c, part_fn planes) noexcept nogil:
     r.size = r.s.planes * r.s.h * r.s.w
     r.rows = _int_pool_isa != PI_SCALAR
     r.var = pi_variant_of(_int_pool_isa)
+    vector_columns(&r, &r.lo, &r.hi)
     return parallel_for(r.s.threads, r.s.planes, planes, &r)
 
 
