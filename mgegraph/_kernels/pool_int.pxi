@@ -10,9 +10,9 @@
 # with div) decides the rounding, so the result is the exact rint(sum / div) with no float
 # step. It lies between the window's least and greatest integer, so it needs no saturation.
 # Each output row's interior windows go through pool_int.h's vectorised row passes (AVX-512BW,
-# AVX2 or portable C: the same integers), the rest (border, adaptive, over-large windows)
-# through the per-window loop here, where a window of whole rows (a global pool) is one
-# contiguous run. The variant is the widest this CPU runs, or the one MGEGRAPH_INT8_ISA's
+# AVX2 or portable C: the same integers), the rest (border, adaptive and over-large windows,
+# rows of fewer than PI_MIN_WINDOWS) through the per-window loop here, where a window of whole
+# rows (a global pool's plane) of at least PI_B cells is one contiguous run. The variant is the widest this CPU runs, or the one MGEGRAPH_INT8_ISA's
 # int8 variant implies; set_int8_pool_isa changes it ("scalar": the per-window loop alone).
 # Adaptive windows that divide the input are sliding ones (as_sliding). Threads take
 # contiguous runs of planes.
