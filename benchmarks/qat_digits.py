@@ -9,8 +9,8 @@ pooling, a linear layer) written with MegEngine's fused modules and stubs, so th
 ``quantize_qat`` and ``quantize`` convert it. Each int8 model is the whole network on int8
 kernels (quantized convolutions, int8 max pooling, a quantized linear layer with int32 logits
 dequantized at the end). Printed: each model's test accuracy, the int8 models' distance from
-the float one in percentage points, and how often the int8 model's class equals its QAT
-(fake-quantized) forward's.
+the float one in percentage points, how often the int8 model's class equals its QAT
+(fake-quantized) forward's, and how far apart their logits are in output steps.
 """
 from __future__ import annotations
 
@@ -85,13 +85,18 @@ def run(float_epochs: int, qat_epochs: int, calibration_rows: int = 256) -> dict
     int8_logits = _predict(qat, x_test)
     accuracy["int8 after QAT"] = float((int8_logits.argmax(1) == y_test).mean())
     same_class = float((int8_logits.argmax(1) == qat_logits.argmax(1)).mean())
+    # the logits in steps of the int8 model's output scale: how far training is from deployment
+    steps = np.abs(np.rint((int8_logits - qat_logits) / mg.dtype.get_scale(qat.fc.output_dtype)))
 
     for name, value in accuracy.items():
         gap = (value - accuracy["float32"]) * 100
         print(f"{name:24} test accuracy {value:.4f}  ({gap:+.2f} points vs float32)")
     print(f"int8 after QAT makes its QAT forward's class decision on {same_class:.2%} of "
           f"{len(y_test)} test images")
-    return {**accuracy, "int8 = QAT class": same_class}
+    print(f"int8 logits against the QAT forward's: {steps.max():.0f} steps apart at most, "
+          f"{(steps == 0).mean():.2%} of {steps.size} bitwise equal")
+    return {**accuracy, "int8 = QAT class": same_class, "max steps": float(steps.max()),
+            "bitwise equal": float((steps == 0).mean())}
 
 
 if __name__ == "__main__":

@@ -14,21 +14,28 @@ MegEngine's 4-, 2- and 1-bit dtypes are left out (no ``qint4(scale)``): their va
 sub-byte storage and kernels, which mgegraph has not; the 4-bit metas stay for fake quantization
 in training (``quantization.ema_lowbit_fakequant_qconfig``), without a storage form.
 
+``QParams`` (MegEngine's ``quantization.utils.QParams``, re-exported there) is what a value's
+quantization is in training: a mode, a dtype meta, and the scale and zero point as tensors; an
+eager tensor carries one (``Tensor.qparams``), so it lives here, below eager mode.
+
 >>> dt = qint8(0.05); get_scale(dt)
 0.05
 """
 from __future__ import annotations
 
 from collections import namedtuple
+from enum import Enum
 
 import numpy as np
 
+from .ir.errors import GraphError
 from .ir.quant import QuantParams, per_tensor
 
-__all__ = ["QuantDtypeMeta", "convert_from_qint8", "convert_from_qint32", "convert_from_quint8",
-           "convert_to_qint8", "convert_to_qint32", "convert_to_quint8", "create_quantized_dtype",
-           "get_dtype_bit", "get_scale", "get_zero_point", "is_differentible_dtype",
-           "is_lowbit", "is_quantize", "qint8", "qint32", "quint8"]
+__all__ = ["LSQParams", "QParams", "QuantDtypeMeta", "QuantMode", "convert_from_qint8",
+           "convert_from_qint32", "convert_from_quint8", "convert_to_qint8", "convert_to_qint32",
+           "convert_to_quint8", "create_quantized_dtype", "get_dtype_bit", "get_scale",
+           "get_zero_point", "is_differentible_dtype", "is_lowbit", "is_quantize", "qint8",
+           "qint32", "quant_dtype_meta", "quint8"]
 
 
 class QuantDtypeMeta(namedtuple("QuantDtypeMeta",
@@ -223,3 +230,72 @@ def convert_to_qint32(arr: np.ndarray, q: np.dtype) -> np.ndarray:
 def convert_from_qint32(arr: np.ndarray) -> np.ndarray:
     """The float32 values qint32 array ``arr`` stands for."""
     return _convert_from(arr, "qint32")
+
+
+# -- the parameters of a value's quantization in training ---------------------------------------
+class QuantMode(Enum):
+    """Symmetric (zero point 0) or asymmetric quantization; MegEngine's spelling, with the
+    correct one as an alias."""
+
+    SYMMERTIC = 1
+    ASYMMERTIC = 2
+    SYMMETRIC = 1  # noqa: PIE796  (an alias: the same member)
+    ASYMMETRIC = 2  # noqa: PIE796
+
+
+def quant_dtype_meta(dtype) -> QuantDtypeMeta:
+    """The ``QuantDtypeMeta`` a name ("qint8", "quint8", "qint8_narrow", ...) or meta gives."""
+    if isinstance(dtype, QuantDtypeMeta):
+        return dtype
+    if dtype not in _builtin_quant_dtypes:
+        raise ValueError(f"unknown dtype: {dtype}, only support {sorted(_builtin_quant_dtypes)}")
+    return _builtin_quant_dtypes[dtype]
+
+
+class QParams:
+    """A quantization's mode, dtype meta, scale and zero point (tensors or graph values; the
+    zero point None when symmetric)."""
+
+    __slots__ = ("dtype_meta", "mode", "scale", "zero_point")
+
+    def __init__(self, mode, dtype_meta, scale, zero_point):
+        self.mode, self.dtype_meta = mode, dtype_meta
+        self.scale, self.zero_point = scale, zero_point
+
+    def update(self, qparams: QParams) -> None:
+        for key in self.__slots__:
+            setattr(self, key, getattr(qparams, key))
+
+    def __eq__(self, other):
+        """Equal modes, dtypes and values (tensors compared by value)."""
+        return type(self) is type(other) and all(
+            _same(getattr(self, k), getattr(other, k)) for k in self.__slots__)
+
+    def __repr__(self):
+        return "QParams(" + ", ".join(f"{k}={getattr(self, k)}" for k in self.__slots__) + ")"
+
+
+def _same(a, b) -> bool:
+    if a is None or b is None or isinstance(a, (Enum, QuantDtypeMeta)):
+        return a is b or a == b
+    return np.array_equal(np.asarray(a), np.asarray(b))
+
+
+class LSQParams(QParams):
+    """LSQ's parameters: a ``grad_scale`` beside the others."""
+
+    __slots__ = ("dtype_meta", "grad_scale", "mode", "scale", "zero_point")
+
+    def __init__(self, mode, dtype_meta, scale, zero_point, grad_scale):
+        super().__init__(mode, dtype_meta, scale, zero_point)
+        self.grad_scale = grad_scale
+
+
+def create_qparams(mode: QuantMode = QuantMode.SYMMERTIC, dtype_meta=None, scale=None,
+                   zero_point=None) -> QParams:
+    """``QParams`` of ``mode`` and ``dtype_meta`` (a name or a meta)."""
+    if isinstance(dtype_meta, str):
+        dtype_meta = quant_dtype_meta(dtype_meta)
+    if mode is not None and not isinstance(mode, QuantMode):
+        raise GraphError(f"create_qparams: mode must be a QuantMode, got {mode!r}")
+    return QParams(mode, dtype_meta, scale, zero_point)

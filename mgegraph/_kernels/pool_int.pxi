@@ -9,19 +9,86 @@
 # floor quotient q and remainder r (0 <= r < div) are exact, and r compared with div / 2 (as 2r
 # with div) decides the rounding, so the result is the exact rint(sum / div) with no float
 # step. It lies between the window's least and greatest integer, so it needs no saturation.
-# Every window is clamped as pool_cell's are; threads take contiguous runs of planes.
-from libc.stdint cimport int8_t, int64_t, uint8_t
+# Each output row's interior windows go through pool_int.h's vectorised row passes (AVX-512BW,
+# AVX2 or portable C: the same integers), the rest (border, adaptive and over-large windows,
+# rows of fewer than PI_MIN_WINDOWS) through the per-window loop here, where a window of whole
+# rows (a global pool's plane) of at least PI_B cells is one contiguous run. The variant is the widest this CPU runs, or the one MGEGRAPH_INT8_ISA's
+# int8 variant implies; set_int8_pool_isa changes it ("scalar": the per-window loop alone).
+# Adaptive windows that divide the input are sliding ones (as_sliding). Threads take
+# contiguous runs of planes.
+import os
+
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
+
+cdef extern from "pool_int.h":
+    int PI_SCALAR, PI_ISAS, PI_MAX_CELLS, PI_MIN_WINDOWS, PI_B
+    Py_ssize_t pi_chunk(Py_ssize_t kw, Py_ssize_t sw, Py_ssize_t dw) noexcept nogil
+    const char* pi_isa_names[]
+    int pi_isa_ok(int isa) noexcept nogil
+    int pi_widest() noexcept nogil
+    ctypedef struct pi_row:
+        const uint8_t* x
+        Py_ssize_t step, rows, kw, sw, dw, n, readable
+        int32_t div, offset
+        uint8_t flip
+        uint8_t* y
+    ctypedef struct pi_variant:
+        void (*row)(const pi_row* a) noexcept nogil
+        uint8_t (*run_max)(const uint8_t* x, Py_ssize_t n, uint8_t flip) noexcept nogil
+        int64_t (*run_sum)(const uint8_t* x, Py_ssize_t n, uint8_t flip) noexcept nogil
+    pi_variant pi_variant_of(int isa) noexcept nogil
 
 ctypedef fused small_int:
     int8_t
     uint8_t
 
 
+INT8_POOL_ISAS = tuple(pi_isa_names[i].decode() for i in range(PI_ISAS))
+# the pooling variant each of the int8 GEMM's variants (MGEGRAPH_INT8_ISA) implies
+_FROM_GEMM_ISA = {"portable": "portable", "avx2": "avx2", "avxvnni": "avx2",
+                  "avx512vnni": "avx512"}
+cdef int _int_pool_isa = pi_widest()
+
+
+def int8_pool_isas() -> tuple:
+    """The int8 pooling variants this CPU runs, narrowest first.
+
+    >>> int8_pool_isas()[:2]
+    ('scalar', 'portable')
+    """
+    return tuple(name for i, name in enumerate(INT8_POOL_ISAS) if pi_isa_ok(i))
+
+
+def set_int8_pool_isa(name=None) -> str:
+    """Makes int8 pooling use variant ``name`` (None: the widest this CPU runs); returns the one
+    used before. Every variant gives the same integers: this is for tests and benchmarks."""
+    global _int_pool_isa
+    before = INT8_POOL_ISAS[_int_pool_isa]
+    if name is None:
+        _int_pool_isa = pi_widest()
+        return before
+    if name not in INT8_POOL_ISAS:
+        raise ValueError(f"unknown int8 pooling variant {name!r}; one of {INT8_POOL_ISAS}")
+    if not pi_isa_ok(INT8_POOL_ISAS.index(name)):
+        raise ValueError(f"this CPU does not run the {name} int8 pooling variant; it runs "
+                         f"{int8_pool_isas()}")
+    _int_pool_isa = INT8_POOL_ISAS.index(name)
+    return before
+
+
+if os.environ.get("MGEGRAPH_INT8_ISA") in _FROM_GEMM_ISA:  # qgemm.pyx refuses other names
+    set_int8_pool_isa(_FROM_GEMM_ISA[os.environ["MGEGRAPH_INT8_ISA"]])
+
+
 ctypedef struct IntPoolRun:
     Pool s
     const void* x
     void* y
+    Py_ssize_t size     # of x, in values
     int64_t zero_point
+    bint rows           # whether the variant has row passes (not "scalar")
+    pi_variant var
+    Py_ssize_t lo, hi   # the output columns the row passes pool (vector_columns)
 
 
 cdef inline small_int int_window_max(const small_int* x, Py_ssize_t w, Py_ssize_t cs,
@@ -57,24 +124,77 @@ cdef inline int64_t rounded_quotient(int64_t total, int64_t div) noexcept nogil:
     return q
 
 
-cdef inline void int_pool_plane(const Pool* s, const small_int* x, small_int* y,
-                                int64_t zero_point) noexcept nogil:
-    cdef bint is_max = s.mode == P_MAX or s.mode == P_ADAPTIVE_MAX
-    cdef Py_ssize_t oh, ow, at, div
+cdef inline uint8_t flip_of(small_int* tag) noexcept nogil:
+    # pool_int.h's sign flip: int8 taken as uint8 plus 128
+    return 0x80 if small_int is int8_t else 0
+
+
+cdef inline small_int int_cell(const IntPoolRun* r, const small_int* x, Span rows,
+                               Py_ssize_t ow) noexcept nogil:
+    # One clamped window. Whole rows of the plane (a global pool) are one contiguous run, reduced
+    # in vectors where it fills at least one block (a 7x7 plane is quicker cell by cell).
+    cdef const Pool* s = &r.s
+    cdef Span cols = window(s, False, ow)
+    cdef Py_ssize_t div, cells = rows.n * cols.n
+    cdef const small_int* at = x + rows.lo * s.w + cols.lo
+    cdef bint run = r.rows and cols.n == s.w and (s.dh == 1 or rows.n == 1) and cells >= PI_B
+    cdef uint8_t flip = flip_of(<small_int*>NULL)
     cdef int64_t total
-    cdef Span rows, cols
+    if s.mode == P_MAX or s.mode == P_ADAPTIVE_MAX:
+        if run:
+            return <small_int>r.var.run_max(<const uint8_t*>at, cells, flip)
+        return int_window_max(at, s.dh * s.w, s.dw, rows.n, cols.n)
+    div = divisor(s, rows, cols)
+    if run:  # the flipped values' sum, less the flip's 128 per cell
+        total = r.var.run_sum(<const uint8_t*>at, cells, flip) - (flip != 0) * 128 * cells
+    else:
+        total = int_window_sum(at, s.dh * s.w, s.dw, rows.n, cols.n)
+    total += r.zero_point * (div - cells)  # the counted padding's cells
+    return <small_int>rounded_quotient(total, div)
+
+
+cdef inline void vector_columns(const IntPoolRun* r, Py_ssize_t* lo,
+                                Py_ssize_t* hi) noexcept nogil:
+    # The output columns [lo, hi) whose windows lie inside the input and pool_int.h's limits
+    # take; none for the scalar variant and adaptive windows (they vary in width).
+    cdef const Pool* s = &r.s
+    cdef Py_ssize_t last = s.w - 1 + s.pw - (s.kw - 1) * s.dw  # the last inside start, + pw
+    cdef bint avg = s.mode == P_AVG_INCLUDE or s.mode == P_AVG_EXCLUDE
+    lo[0] = hi[0] = 0
+    if (not r.rows or is_adaptive(s) or last < 0 or pi_chunk(s.kw, s.sw, s.dw) == 0
+            or (avg and s.kh * s.kw > PI_MAX_CELLS)):
+        return
+    lo[0] = clamp(ceil_div(s.pw, s.sw), 0, s.ow)
+    hi[0] = clamp(last // s.sw + 1, lo[0], s.ow)
+    if hi[0] - lo[0] < PI_MIN_WINDOWS:
+        hi[0] = lo[0]
+
+
+cdef inline void int_pool_plane(const IntPoolRun* r, const small_int* x,
+                                small_int* y) noexcept nogil:
+    cdef const Pool* s = &r.s
+    cdef bint is_max = s.mode == P_MAX
+    cdef uint8_t flip = flip_of(<small_int*>NULL)
+    cdef Py_ssize_t oh, ow, lo = r.lo, hi = r.hi
+    cdef Span rows, full  # full: an interior window's columns
+    cdef pi_row a
+    full.lo, full.n, full.padded = 0, s.kw, s.kw
+    a.step, a.kw, a.sw, a.dw, a.n, a.flip = s.dh * s.w, s.kw, s.sw, s.dw, hi - lo, flip
     for oh in range(s.oh):
         rows = window(s, True, oh)
-        for ow in range(s.ow):
-            cols = window(s, False, ow)
-            at = rows.lo * s.w + cols.lo
-            if is_max:
-                y[ow] = int_window_max(x + at, s.dh * s.w, s.dw, rows.n, cols.n)
-                continue
-            div = divisor(s, rows, cols)
-            total = int_window_sum(x + at, s.dh * s.w, s.dw, rows.n, cols.n)
-            total += zero_point * (div - rows.n * cols.n)  # the counted padding's cells
-            y[ow] = <small_int>rounded_quotient(total, div)
+        if hi > lo:
+            a.x = <const uint8_t*>(x + rows.lo * s.w + lo * s.sw - s.pw)
+            a.readable = <const uint8_t*>r.x + r.size - a.x
+            a.rows, a.y = rows.n, <uint8_t*>(y + lo)
+            a.div = 0 if is_max else <int32_t>divisor(s, rows, full)
+            # the counted padding in the flipped values: the zero point plus 128 for int8
+            a.offset = 0 if is_max else <int32_t>(
+                (r.zero_point + (flip != 0) * 128) * (a.div - rows.n * s.kw))
+            r.var.row(&a)
+        for ow in range(lo):
+            y[ow] = int_cell(r, x, rows, ow)
+        for ow in range(hi, s.ow):
+            y[ow] = int_cell(r, x, rows, ow)
         y += s.ow
 
 
@@ -84,8 +204,7 @@ cdef inline int int_planes_part(const IntPoolRun* r, Py_ssize_t lo, Py_ssize_t h
     cdef const Pool* s = &r.s
     cdef Py_ssize_t p, full = s.h * s.w, pooled = s.oh * s.ow
     for p in range(lo, hi):
-        int_pool_plane(s, <const small_int*>r.x + p * full, <small_int*>r.y + p * pooled,
-                       r.zero_point)
+        int_pool_plane(r, <const small_int*>r.x + p * full, <small_int*>r.y + p * pooled)
     return KERNEL_OK
 
 
@@ -98,7 +217,12 @@ cdef int int_planes_u8(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexce
 cdef inline int int_pool2d(const Call* c, part_fn planes) noexcept nogil:
     cdef IntPoolRun r
     r.s = (<const Pool*>c.ints)[0]
+    as_sliding(&r.s)
     r.x, r.y, r.zero_point = c.bufs[0], c.bufs[1], <int64_t>c.floats[0]
+    r.size = r.s.planes * r.s.h * r.s.w
+    r.rows = _int_pool_isa != PI_SCALAR
+    r.var = pi_variant_of(_int_pool_isa)
+    vector_columns(&r, &r.lo, &r.hi)
     return parallel_for(r.s.threads, r.s.planes, planes, &r)
 
 

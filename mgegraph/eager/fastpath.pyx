@@ -82,7 +82,7 @@ cdef Py_ssize_t _slot(cls, str name) except -1:
 SLOTS = frozenset({"graph", "id", "type", "node", "index", "_value", "_base", "_lazy", "grad",
                    "_held"})
 # the slots a new Tensor may leave unset, which Tensor reads with a default (tensor.UNSET_SLOTS)
-UNSET_SLOTS = frozenset({"_name", "_device", "_format"})
+UNSET_SLOTS = frozenset({"_name", "_device", "_format", "_qparams"})
 
 
 def _slot_names(cls) -> set:

@@ -8,6 +8,7 @@ optimisers and batch norm update in place, as plans do).
 """
 from __future__ import annotations
 
+import copy
 import itertools
 import threading
 from dataclasses import dataclass
@@ -15,7 +16,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..device import Device, check_name, get_default_device
-from ..dtype import get_scale, get_zero_point, is_quantize, quantized_dtype, to_quant_params
+from ..dtype import (
+    QParams,
+    create_qparams,
+    get_scale,
+    get_zero_point,
+    is_quantize,
+    quantized_dtype,
+    to_quant_params,
+)
 from ..ir.errors import GraphError, user_location
 from ..ir.graph import DEFAULT_NARROWING, Var, _as_array
 from ..ir.types import TensorType, as_dtype
@@ -102,9 +111,9 @@ class Tensor(Var):
     # _held: the token counting the bytes of _value while this tensor owns them (None for a
     # view, whose _base owns them, and a pending lazy value); _name, _device and _format:
     # MegEngine's name=, device= and format=, unset (read as "", the default device and
-    # "default") on the tensors ops make
+    # "default") on the tensors ops make; _qparams: MegEngine's qparams, made on first read
     __slots__ = ("__weakref__", "_base", "_device", "_format", "_held", "_lazy", "_name",
-                 "_value", "grad")
+                 "_qparams", "_value", "grad")
 
     def __init__(self, data, dtype=None, device=None, is_const=False, no_cache=False,
                  name=None, format="default"):
@@ -148,6 +157,20 @@ class Tensor(Var):
     @name.setter
     def name(self, name):
         self._name = name
+
+    @property
+    def qparams(self) -> QParams:
+        """MegEngine's quantization parameters of this value (``mgegraph.dtype.QParams``: mode,
+        dtype meta, scale, zero point), set by the QAT module or fake quantizer that made it and
+        read by the next one (the bias's fake quantization); an empty symmetric one until set.
+        The ops that compute with the tensor never read them.
+
+        >>> x.qparams.update(create_qparams(QuantMode.SYMMERTIC, "qint8", mg.tensor(0.05)))
+        """
+        qparams = getattr(self, "_qparams", None)
+        if qparams is None:
+            qparams = self._qparams = create_qparams()
+        return qparams
 
     @property
     def device(self) -> Device:
@@ -301,10 +324,13 @@ class Tensor(Var):
         rebind(self, new)
 
     def __deepcopy__(self, memo) -> Tensor:
-        """A tensor owning a copy of the value, with the name, device and format tags."""
+        """A tensor owning a copy of the value, with the name, device and format tags and the
+        qparams."""
         new = Tensor(self, name=getattr(self, "_name", None), format=self.format)
         if getattr(self, "_device", None) is not None:
             new._device = self._device
+        if getattr(self, "_qparams", None) is not None:  # as MegEngine's state keeps them
+            new._qparams = copy.deepcopy(self._qparams, memo)
         memo[id(self)] = new
         return new
 

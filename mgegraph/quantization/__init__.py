@@ -13,6 +13,8 @@ from .observer import (
     MinMaxObserver,
     Observer,
     PassiveObserver,
+    SyncExponentialMovingAverageObserver,
+    SyncMinMaxObserver,
 )
 from .qconfig import (
     QConfig,
@@ -47,6 +49,8 @@ __all__ = [
     "MinMaxObserver",
     "Observer",
     "PassiveObserver",
+    "SyncExponentialMovingAverageObserver",
+    "SyncMinMaxObserver",
     "QConfig",
     "QParams",
     "QuantMode",

@@ -24,7 +24,7 @@ from ..ops.builder import graph_of
 from .utils import QParamsModuleMixin, QuantizerSwitch, QuantMode, create_qparams
 
 __all__ = ["ExponentialMovingAverageObserver", "HistogramObserver", "MinMaxObserver", "Observer",
-           "PassiveObserver"]
+           "PassiveObserver", "SyncExponentialMovingAverageObserver", "SyncMinMaxObserver"]
 
 _F32 = np.finfo(np.float32)
 
@@ -126,6 +126,16 @@ class ExponentialMovingAverageObserver(MinMaxObserver):
         new = [old * m + (1 - m) * now for old, now in ((old_min, x.min()), (old_max, x.max()))]
         g.assign(m, g.const(np.asarray(self.momentum, np.float32)))
         return new[0], new[1]
+
+
+class SyncMinMaxObserver(MinMaxObserver):
+    """MegEngine's MinMaxObserver for distributed training, whose batch minimum and maximum are
+    reduced over the workers first; mgegraph trains in one process, where it is MinMaxObserver."""
+
+
+class SyncExponentialMovingAverageObserver(ExponentialMovingAverageObserver):
+    """MegEngine's ExponentialMovingAverageObserver for distributed training (its batch statistics
+    reduced over the workers first); in one process, ExponentialMovingAverageObserver."""
 
 
 class PassiveObserver(Observer):

@@ -97,3 +97,30 @@ def test_runner_sorts_outcomes(tmp_path):
     row = next(line for line in done.stdout.splitlines() if line.startswith("functional"))
     assert row.split()[1:7] == ["1", "1", "0", "5", "1", "50%"], done.stdout
     assert "test_fake.py::test_fails" in done.stdout
+
+
+QUANT_TEST = '''
+import megengine as mge
+from megengine.quantization import QuantMode, create_qparams
+
+
+def test_a_tensor_carries_qparams():
+    x = mge.tensor([1.0])
+    x.qparams.update(create_qparams(QuantMode.SYMMERTIC, "qint8", mge.tensor(0.5)))
+    assert float(x.qparams.scale.numpy()) == 0.5
+'''
+
+
+def test_the_quantization_group_counts_megengines_quantization_as_applying(tmp_path):
+    # its folder and the one file it names from unit/module (which the module group excludes)
+    unit = tmp_path / "imperative" / "python" / "test" / "unit"
+    for folder, name in (("quantization", "test_fake_quant.py"), ("module", "test_qat.py")):
+        (unit / folder).mkdir(parents=True)
+        (unit / folder / name).write_text(QUANT_TEST)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, RUNNER, "--megengine", str(tmp_path), "--groups",
+                           "quantization"], capture_output=True, text=True, env=env,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("quantization"))
+    assert row.split()[1:7] == ["2", "0", "0", "0", "0", "100%"], done.stdout

@@ -1,5 +1,5 @@
 """QAT convolutions (MegEngine's ``module.qat.conv``): ``Conv2d`` and ``ConvRelu2d`` with a
-fake-quantized weight and output."""
+fake-quantized weight, bias (qint32, ``QATModule.apply_quant_bias``) and output."""
 from __future__ import annotations
 
 from ... import functional as F
@@ -10,12 +10,12 @@ __all__ = ["Conv2d", "ConvRelu2d"]
 
 
 class Conv2d(FloatConv2d, QATModule):
-    """conv2d of the fake-quantized weight, its output observed and fake-quantized."""
+    """conv2d of the fake-quantized weight and bias, its output observed and fake-quantized."""
 
     def calc_conv_qat(self, inp):
         w_qat = self.apply_quant_weight(self.weight, inp.graph)
-        bias = None if self.bias is None else inp.graph.lift(self.bias)
-        return F.conv2d(inp, w_qat, bias, self.stride, self.padding, self.dilation, self.groups)
+        b_qat = self.apply_quant_bias(self.bias, inp, w_qat)
+        return F.conv2d(inp, w_qat, b_qat, self.stride, self.padding, self.dilation, self.groups)
 
     def forward(self, inp):
         return self.apply_quant_activation(self.calc_conv_qat(inp))

@@ -5,7 +5,8 @@ The folded weight is ``w * gamma / sqrt(running_var + eps)`` per output channel,
 In training (MegEngine's "approx" way), the convolution of the folded weight is divided back by
 that factor and the batch norm runs on it with the batch's statistics (updating the running
 ones), so gradients see the batch's normalisation; in eval the folded bias
-``beta + gamma * (b - running_mean) / sqrt(running_var + eps)`` is added instead, which is what
+``beta + gamma * (b - running_mean) / sqrt(running_var + eps)``, fake-quantized to qint32 as the
+int8 layer holds it (``QATModule.apply_quant_bias``), is added instead, which is what
 ``module.quantized`` deploys.
 """
 from __future__ import annotations
@@ -47,7 +48,7 @@ class _ConvBnActivation2d(QATModule):
         w_qat = self.apply_quant_weight(w_fold)
         geometry = (conv.stride, conv.padding, conv.dilation, conv.groups)
         if not self.training:
-            return F.conv2d(inp, w_qat, b_fold, *geometry)
+            return F.conv2d(inp, w_qat, self.apply_quant_bias(b_fold, inp, w_qat), *geometry)
         folded = F.conv2d(inp, w_qat, None, *geometry)
         unfolded = folded / F.reshape(factor, (1, -1, 1, 1))
         if conv.bias is not None:

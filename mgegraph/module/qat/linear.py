@@ -9,9 +9,10 @@ __all__ = ["Linear"]
 
 
 class Linear(FloatLinear, QATModule):
-    """``x @ w.T + b`` of the fake-quantized weight, its output observed and fake-quantized."""
+    """``x @ w.T + b`` of the fake-quantized weight and bias, its output observed and
+    fake-quantized."""
 
     def forward(self, inp):
         w_qat = self.apply_quant_weight(self.weight, inp.graph)
-        bias = None if self.bias is None else inp.graph.lift(self.bias)
-        return self.apply_quant_activation(F.linear(inp, w_qat, bias))
+        b_qat = self.apply_quant_bias(self.bias, inp, w_qat)
+        return self.apply_quant_activation(F.linear(inp, w_qat, b_qat))

@@ -4,12 +4,15 @@ activation passed through the observer and fake quantizer its ``QConfig`` makes.
 
 Design: ``from_float_module`` makes the QAT module share the float module's attributes (its
 Parameters and Buffers themselves, no copy), so training it trains the model's weights; the
-observers and fake quantizers are submodules, so their statistics live in the state dict.
+observers and fake quantizers are submodules, so their statistics live in the state dict. As
+MegEngine's, a fake-quantized eager output carries its parameters (``Tensor.qparams``), which
+the next layer's bias fake quantization reads (in a graph, they are the fake quantizer's).
 """
 from __future__ import annotations
 
 from ...nn.module import Module
 from ...ops.builder import graph_of
+from .qparams import fake_quant_bias
 
 __all__ = ["QATModule"]
 
@@ -62,6 +65,10 @@ class QATModule(Module):
         qparams = None if observer is None else observer.observe(target)
         if fake_quant is not None:
             target = fake_quant(target, qparams)
+            if hasattr(fake_quant, "get_qparams") and hasattr(target, "qparams"):
+                qparams = fake_quant.get_qparams()  # a learned scale (LSQ, TQT)
+        if qparams is not None and hasattr(target, "qparams"):  # an eager tensor carries them
+            target.qparams.update(qparams)
         return target
 
     def apply_quant_weight(self, target, graph=None):
@@ -73,6 +80,15 @@ class QATModule(Module):
     def apply_quant_activation(self, target):
         """``target`` (an output) through the activation's observer and fake quantizer."""
         return self._quantized(target, self.act_fake_quant, self.act_observer)
+
+    def apply_quant_bias(self, target, inp, w_qat):
+        """``target`` (the bias) fake-quantized to qint32 in units of the input's scale times
+        the weight's (``fake_quant_bias``), as the int8 layer will hold it, while both fake
+        quantizers are on; else unchanged."""
+        on = [q is not None and q.enabled for q in (self.act_fake_quant, self.weight_fake_quant)]
+        if target is None or not all(on):
+            return target
+        return fake_quant_bias(graph_of(inp).lift(target), inp, w_qat)
 
     def _qparams(self, fake_quant, observer):
         if fake_quant is not None and hasattr(fake_quant, "get_qparams"):

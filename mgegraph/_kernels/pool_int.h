@@ -1,0 +1,305 @@
+/* Rows of int8 and uint8 pooling windows, vectorised (pool_int.pxi's fast path).
+ *
+ * One output row's interior windows (every cell inside the input: no clamping) are pooled in
+ * separable passes over scratch rows on the stack: the window's rows reduced column by column
+ * (max, or a uint16 sum), then kw shifted copies of that row reduced (the window's columns),
+ * then every sw-th result picked; an average's picked sums are then divided, rounded half to
+ * even exactly. A contiguous run of cells (a global pool's plane, a window of whole rows) is
+ * reduced in one pass.
+ *
+ * Design: each pass is a plain C loop with unit stride (or a literal stride 2), which GCC
+ * vectorises. The same source is compiled three times (as build_flags.py builds the fused
+ * kernel): for any CPU (SSE2 on x86-64), for AVX2 and for AVX-512BW, through
+ * __attribute__((target)) on the entry points, whose always-inline passes take on the target;
+ * pi_widest picks the widest this CPU runs, once. Integers only, with one float step (a
+ * quotient's estimate, corrected exactly in integers), so every variant gives the same bits.
+ * int8 values are taken with their sign bit flipped (flip = 0x80), which maps int8's order onto
+ * uint8's and adds 128 to each value: a max is flipped back, and a mean of values each 128 more
+ * is the mean plus 128, an even number, so rounding ties to even is unchanged.
+ * Limits, where the caller (pool_int.pxi) keeps its per-window loop: windows too wide or too
+ * far apart for a block of them to fit the scratch rows (pi_chunk 0), an average of more than
+ * PI_MAX_CELLS cells (uint16 sums).
+ */
+#ifndef MG_POOL_INT_H
+#define MG_POOL_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* PI_PORTABLE_ONLY builds what a non-x86 machine builds (to check that it compiles) */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(PI_PORTABLE_ONLY)
+#define PI_X86 1
+#else
+#define PI_X86 0
+#endif
+
+/* PI_SCALAR: no row passes at all, pool_int.pxi's per-window loop (the baseline) */
+enum { PI_SCALAR = 0, PI_PORTABLE = 1, PI_AVX2 = 2, PI_AVX512 = 3, PI_ISAS = 4 };
+static const char* const pi_isa_names[PI_ISAS] = {"scalar", "portable", "avx2", "avx512"};
+
+#define PI_MAX_CELLS 257 /* 257 * 255 = 65535: an average's window sum fits uint16 */
+
+/* the interior windows of one output row */
+typedef struct {
+    const uint8_t* x;           /* the first window's top-left cell */
+    ptrdiff_t step;             /* between a window's rows: dilation x row length */
+    ptrdiff_t rows, kw, sw, dw; /* a window's rows (clamped) and columns; column strides */
+    ptrdiff_t n;                /* windows, sw columns apart */
+    ptrdiff_t readable;         /* bytes of the input from x on */
+    int32_t div;                /* an average's divisor; 0: a max */
+    int32_t offset;             /* added to each average's sum: the counted padding's cells */
+    uint8_t flip;               /* 0x80 for int8, 0 for uint8 */
+    uint8_t* y;                 /* n outputs */
+} pi_row;
+
+typedef struct {
+    void (*row)(const pi_row* a);
+    uint8_t (*run_max)(const uint8_t* x, ptrdiff_t n, uint8_t flip); /* flipped back */
+    int64_t (*run_sum)(const uint8_t* x, ptrdiff_t n, uint8_t flip); /* of the flipped values */
+} pi_variant;
+
+/* whether this CPU runs variant ``isa`` */
+static inline int pi_isa_ok(int isa) {
+#if PI_X86
+    __builtin_cpu_init();
+    if (isa == PI_AVX2) return __builtin_cpu_supports("avx2");
+    if (isa == PI_AVX512) return __builtin_cpu_supports("avx512f")
+                                 && __builtin_cpu_supports("avx512bw")
+                                 && __builtin_cpu_supports("avx512vl");
+#endif
+    return isa == PI_SCALAR || isa == PI_PORTABLE;
+}
+
+static inline int pi_widest(void) {
+    for (int isa = PI_ISAS - 1; isa > PI_PORTABLE; isa--)
+        if (pi_isa_ok(isa)) return isa;
+    return PI_PORTABLE;
+}
+
+#define PI_INLINE static inline __attribute__((always_inline))
+
+/* ---- the passes ------------------------------------------------------------------------- */
+/* Each pass runs over whole blocks of PI_B values (a literal inner loop: vectorised with no
+ * scalar tail, which on rows of 56 or 112 cells cost more than the vectors). The scratch rows
+ * are long enough for the blocks, whose extra values are computed and never stored to y; the
+ * input is read in whole blocks where the bytes past a row are still inside it (readable). */
+
+#define PI_B 64
+#define PI_BUF 2048 /* values per scratch row */
+
+static inline ptrdiff_t pi_up(ptrdiff_t n) { return (n + PI_B - 1) / PI_B * PI_B; }
+
+/* windows per chunk of a row (a multiple of PI_B; 0 where one block of them does not fit):
+ * their picked columns, rounded up, and the window's span, rounded up, fit the scratch */
+static inline ptrdiff_t pi_chunk(ptrdiff_t kw, ptrdiff_t sw, ptrdiff_t dw) {
+    ptrdiff_t room = PI_BUF - (kw - 1) * dw - 2 * PI_B;
+    return room < 0 ? 0 : ((room - 1) / sw + 1) / PI_B * PI_B;
+}
+
+/* v[c] = the max over the rows of x[r * step + c] ^ flip, c < m rounded up to blocks (0 past
+ * readable - (rows - 1) * step, where the last row's readable bytes end) */
+PI_INLINE void pi_rows_max(const uint8_t* restrict x, ptrdiff_t step, ptrdiff_t rows,
+                           ptrdiff_t m, ptrdiff_t readable, uint8_t flip, uint8_t* restrict v) {
+    ptrdiff_t safe = readable - (rows - 1) * step, all = pi_up(m);
+    ptrdiff_t whole = all <= safe ? all : safe / PI_B * PI_B;
+    for (ptrdiff_t c0 = 0; c0 < whole; c0 += PI_B)
+        for (int k = 0; k < PI_B; k++) v[c0 + k] = x[c0 + k] ^ flip;
+    for (ptrdiff_t r = 1; r < rows; r++) {
+        const uint8_t* restrict p = x + r * step;
+        for (ptrdiff_t c0 = 0; c0 < whole; c0 += PI_B)
+            for (int k = 0; k < PI_B; k++) {
+                uint8_t a = p[c0 + k] ^ flip;
+                v[c0 + k] = a > v[c0 + k] ? a : v[c0 + k];
+            }
+    }
+    for (ptrdiff_t c = whole; c < all; c++) {
+        uint8_t best = 0;
+        for (ptrdiff_t r = 0; c < safe && r < rows; r++) {
+            uint8_t a = x[r * step + c] ^ flip;
+            best = a > best ? a : best;
+        }
+        v[c] = best;
+    }
+}
+
+/* v[c] = the sum over the rows of x[r * step + c] ^ flip, c < m, as pi_rows_max */
+PI_INLINE void pi_rows_sum(const uint8_t* restrict x, ptrdiff_t step, ptrdiff_t rows,
+                           ptrdiff_t m, ptrdiff_t readable, uint8_t flip, uint16_t* restrict v) {
+    ptrdiff_t safe = readable - (rows - 1) * step, all = pi_up(m);
+    ptrdiff_t whole = all <= safe ? all : safe / PI_B * PI_B;
+    for (ptrdiff_t c0 = 0; c0 < whole; c0 += PI_B)
+        for (int k = 0; k < PI_B; k++) v[c0 + k] = (uint16_t)(x[c0 + k] ^ flip);
+    for (ptrdiff_t r = 1; r < rows; r++) {
+        const uint8_t* restrict p = x + r * step;
+        for (ptrdiff_t c0 = 0; c0 < whole; c0 += PI_B)
+            for (int k = 0; k < PI_B; k++)
+                v[c0 + k] = (uint16_t)(v[c0 + k] + (uint8_t)(p[c0 + k] ^ flip));
+    }
+    for (ptrdiff_t c = whole; c < all; c++) {
+        uint16_t total = 0;
+        for (ptrdiff_t r = 0; c < safe && r < rows; r++)
+            total = (uint16_t)(total + (uint8_t)(x[r * step + c] ^ flip));
+        v[c] = total;
+    }
+}
+
+/* h[c] = the max over j < kw of v[c + j * dw], c < m (a multiple of PI_B) */
+PI_INLINE void pi_cols_max(const uint8_t* restrict v, ptrdiff_t m, ptrdiff_t kw, ptrdiff_t dw,
+                           uint8_t* restrict h) {
+    for (ptrdiff_t c0 = 0; c0 < m; c0 += PI_B)
+        for (int k = 0; k < PI_B; k++) h[c0 + k] = v[c0 + k];
+    for (ptrdiff_t j = 1; j < kw; j++) {
+        const uint8_t* restrict p = v + j * dw;
+        for (ptrdiff_t c0 = 0; c0 < m; c0 += PI_B)
+            for (int k = 0; k < PI_B; k++)
+                h[c0 + k] = p[c0 + k] > h[c0 + k] ? p[c0 + k] : h[c0 + k];
+    }
+}
+
+PI_INLINE void pi_cols_sum(const uint16_t* restrict v, ptrdiff_t m, ptrdiff_t kw, ptrdiff_t dw,
+                           uint16_t* restrict h) {
+    for (ptrdiff_t c0 = 0; c0 < m; c0 += PI_B)
+        for (int k = 0; k < PI_B; k++) h[c0 + k] = v[c0 + k];
+    for (ptrdiff_t j = 1; j < kw; j++) {
+        const uint16_t* restrict p = v + j * dw;
+        for (ptrdiff_t c0 = 0; c0 < m; c0 += PI_B)
+            for (int k = 0; k < PI_B; k++) h[c0 + k] = (uint16_t)(h[c0 + k] + p[c0 + k]);
+    }
+}
+
+/* y[o] = h[o * s] ^ flip, o < n; strides 1 and 2 literal, over whole blocks */
+PI_INLINE void pi_pick_u8(const uint8_t* restrict h, ptrdiff_t n, ptrdiff_t s, uint8_t flip,
+                          uint8_t* restrict y) {
+    for (ptrdiff_t o0 = 0; o0 < (s <= 2 ? pi_up(n) : n); o0 += PI_B) {
+        if (s == 1)
+            for (int k = 0; k < PI_B; k++) y[o0 + k] = h[o0 + k] ^ flip;
+        else if (s == 2)
+            for (int k = 0; k < PI_B; k++) y[o0 + k] = h[2 * (o0 + k)] ^ flip;
+        else /* no literal stride to vectorise: exactly n, reading no column past them */
+            for (ptrdiff_t o = o0; o < n && o < o0 + PI_B; o++) y[o] = h[o * s] ^ flip;
+    }
+}
+
+PI_INLINE void pi_pick_u16(const uint16_t* restrict h, ptrdiff_t n, ptrdiff_t s,
+                           uint16_t* restrict p) {
+    for (ptrdiff_t o0 = 0; o0 < (s <= 2 ? pi_up(n) : n); o0 += PI_B) {
+        if (s == 2)
+            for (int k = 0; k < PI_B; k++) p[o0 + k] = h[2 * (o0 + k)];
+        else
+            for (ptrdiff_t o = o0; o < n && o < o0 + PI_B; o++) p[o] = h[o * s];
+    }
+}
+
+/* y[o] = rint((t[o] + offset) / div) ^ flip, o < n (a multiple of PI_B), rounding half to
+ * even, exactly: the float estimate of the quotient is within one of its floor (the total is
+ * under 2^24, so its float is exact, and the product's error is under 2^-6), the remainder
+ * moves it there, and the remainder against div / 2 (as 2r against div) rounds, as
+ * pool_int.pxi's rounded_quotient. */
+PI_INLINE void pi_divide(const uint16_t* restrict t, ptrdiff_t n, int32_t offset, int32_t div,
+                         uint8_t flip, uint8_t* restrict y) {
+    float rcp = 1.0f / (float)div;
+    for (ptrdiff_t o0 = 0; o0 < n; o0 += PI_B)
+        for (int k = 0; k < PI_B; k++) {
+            int32_t total = (int32_t)t[o0 + k] + offset;
+            int32_t q = (int32_t)((float)total * rcp);
+            int32_t r = total - q * div;
+            int32_t below = r < 0, above = r >= div;
+            q += above - below;
+            r += (below - above) * div;
+            q += (2 * r > div) | ((2 * r == div) & q);
+            y[o0 + k] = (uint8_t)q ^ flip;
+        }
+}
+
+/* Per chunk of windows: n outputs (big_n rounded up), the columns of h their picks read (m,
+ * rounded up), the input columns those read; the outputs go through scratch (the blocks compute
+ * more than n) and n of them are copied to y. A row of fewer than PI_MIN_WINDOWS windows is
+ * cheaper window by window than as a block of PI_B (a global pool's one window, say). */
+#define PI_MIN_WINDOWS 8
+
+PI_INLINE void pi_row_max(const pi_row* a) {
+    uint8_t v[PI_BUF], h[PI_BUF], out[PI_BUF];
+    ptrdiff_t span = (a->kw - 1) * a->dw + 1, per = pi_chunk(a->kw, a->sw, a->dw);
+    for (ptrdiff_t o0 = 0; o0 < a->n; o0 += per) {
+        ptrdiff_t n = a->n - o0 < per ? a->n - o0 : per, big_n = pi_up(n);
+        ptrdiff_t m = pi_up(((a->sw <= 2 ? big_n : n) - 1) * a->sw + 1);
+        const uint8_t* x = a->x + o0 * a->sw;
+        pi_rows_max(x, a->step, a->rows, m + span - 1, a->readable - o0 * a->sw, a->flip, v);
+        pi_cols_max(v, m, a->kw, a->dw, h);
+        pi_pick_u8(h, n, a->sw, a->flip, out);
+        memcpy(a->y + o0, out, (size_t)n);
+    }
+}
+
+PI_INLINE void pi_row_avg(const pi_row* a) {
+    uint16_t v[PI_BUF], h[PI_BUF];
+    uint8_t out[PI_BUF];
+    ptrdiff_t span = (a->kw - 1) * a->dw + 1, per = pi_chunk(a->kw, a->sw, a->dw);
+    for (ptrdiff_t o0 = 0; o0 < a->n; o0 += per) {
+        ptrdiff_t n = a->n - o0 < per ? a->n - o0 : per, big_n = pi_up(n);
+        ptrdiff_t m = pi_up(((a->sw <= 2 ? big_n : n) - 1) * a->sw + 1);
+        const uint8_t* x = a->x + o0 * a->sw;
+        pi_rows_sum(x, a->step, a->rows, m + span - 1, a->readable - o0 * a->sw, a->flip, v);
+        pi_cols_sum(v, m, a->kw, a->dw, h);
+        if (a->sw != 1) pi_pick_u16(h, n, a->sw, v); /* v is free again: the picked sums */
+        pi_divide(a->sw == 1 ? h : v, big_n, a->offset, a->div, a->flip, out);
+        memcpy(a->y + o0, out, (size_t)n);
+    }
+}
+
+PI_INLINE void pi_row_body(const pi_row* a) {
+    if (a->div == 0)
+        pi_row_max(a);
+    else
+        pi_row_avg(a);
+}
+
+PI_INLINE uint8_t pi_run_max_body(const uint8_t* restrict x, ptrdiff_t n, uint8_t flip) {
+    uint8_t m = 0;
+    for (ptrdiff_t i = 0; i < n; i++) {
+        uint8_t a = x[i] ^ flip;
+        m = a > m ? a : m;
+    }
+    return m ^ flip;
+}
+
+PI_INLINE int64_t pi_run_sum_body(const uint8_t* restrict x, ptrdiff_t n, uint8_t flip) {
+    int64_t total = 0;
+    for (ptrdiff_t i0 = 0; i0 < n; i0 += 1 << 16) { /* 2^16 * 255 < 2^32 */
+        ptrdiff_t end = n - i0 < (1 << 16) ? n : i0 + (1 << 16);
+        uint32_t s = 0;
+        for (ptrdiff_t i = i0; i < end; i++) s += (uint8_t)(x[i] ^ flip);
+        total += s;
+    }
+    return total;
+}
+
+/* ---- the variants: the same passes compiled per instruction set --------------------------- */
+
+#define PI_VARIANT(name, attr)                                                                 \
+    attr static void pi_row_##name(const pi_row* a) { pi_row_body(a); }                       \
+    attr static uint8_t pi_run_max_##name(const uint8_t* x, ptrdiff_t n, uint8_t flip) {      \
+        return pi_run_max_body(x, n, flip);                                                    \
+    }                                                                                          \
+    attr static int64_t pi_run_sum_##name(const uint8_t* x, ptrdiff_t n, uint8_t flip) {      \
+        return pi_run_sum_body(x, n, flip);                                                    \
+    }
+
+PI_VARIANT(portable, )
+#if PI_X86
+PI_VARIANT(avx2, __attribute__((target("avx2"))))
+PI_VARIANT(avx512, __attribute__((target("avx512f,avx512bw,avx512vl"))))
+#endif
+
+/* the passes of variant ``isa`` (PI_SCALAR has none: its caller keeps the per-window loop) */
+static inline pi_variant pi_variant_of(int isa) {
+    pi_variant v = {pi_row_portable, pi_run_max_portable, pi_run_sum_portable};
+#if PI_X86
+    if (isa == PI_AVX2) v = (pi_variant){pi_row_avx2, pi_run_max_avx2, pi_run_sum_avx2};
+    if (isa == PI_AVX512) v = (pi_variant){pi_row_avx512, pi_run_max_avx512, pi_run_sum_avx512};
+#endif
+    return v;
+}
+
+#endif
