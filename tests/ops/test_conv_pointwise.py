@@ -3,7 +3,8 @@ at stride 1 without padding on register tiles over NCHW, the bias and activation
 store; against conv_ref (test_conv.py) and PyTorch, on odd channel counts and plane sizes (whole
 tiles, tiles of fewer vectors, a last vector overlapping, planes narrower than a vector), with
 groups, batches, on every instruction set this CPU runs, on one thread and two (the same bits);
-and the rule that picks it."""
+and the rule that picks it. The kernel tests take the path on every plane, where the rule would
+leave the narrowest to the direct GEMM (the pointwise_everywhere fixture)."""
 import numpy as np
 import pytest
 from test_conv import CONV_PATH_FIELD, conv_ref
@@ -32,6 +33,11 @@ ACTIVATIONS = {"none": lambda v: v, "relu": lambda v: np.maximum(v, 0),
                "relu6": lambda v: np.clip(v, 0, 6)}
 
 
+@pytest.fixture
+def pointwise_everywhere(monkeypatch):
+    monkeypatch.setattr(lowering, "_pointwise_pays", lambda cg, cells: True)
+
+
 def _plan(xs, ws, bias, activation, groups, dtype=np.float32):
     g = mg.Graph()
     ins = [g.input("x", xs, dtype), g.input("w", ws, dtype)]
@@ -57,7 +63,7 @@ def _path(plan):
 @pytest.mark.parametrize("bias,activation", [(True, "relu6"), (False, "none"), (True, "none"),
                                              (True, "relu"), (False, "relu6")])
 @pytest.mark.parametrize("xs,oc,groups", CASES)
-def test_pointwise_matches_reference(xs, oc, groups, bias, activation):
+def test_pointwise_matches_reference(xs, oc, groups, bias, activation, pointwise_everywhere):
     x, w, b, feeds = _problem(xs, oc, groups, bias)
     plan = _plan(xs, w.shape, bias, activation, groups)
     ins = _path(plan)
@@ -71,7 +77,7 @@ def test_pointwise_matches_reference(xs, oc, groups, bias, activation):
 
 
 @pytest.mark.parametrize("isa", K.blocked_isas())
-def test_pointwise_on_each_instruction_set(isa, monkeypatch):
+def test_pointwise_on_each_instruction_set(isa, monkeypatch, pointwise_everywhere):
     """conv_pointwise.h's build for each instruction set this CPU runs, against PyTorch: every
     width from one cell to several tiles, so every tail of a range runs."""
     torch = pytest.importorskip("torch")
@@ -101,7 +107,7 @@ def test_pointwise_gives_the_same_bits_on_one_thread_and_two():
     np.testing.assert_allclose(two, want.numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_relu6_epilogue_keeps_nan_and_signed_zero_as_clip():
+def test_relu6_epilogue_keeps_nan_and_signed_zero_as_clip(pointwise_everywhere):
     """The fused relu6 is bitwise clip(x, 0, 6) of the unfused plan: NaN stays NaN, a sum of
     -0 without a bias stays -0."""
     x = np.ones((1, 2, 4, 5), np.float32)
@@ -123,19 +129,21 @@ def test_relu6_epilogue_keeps_nan_and_signed_zero_as_clip():
         assert np.isnan(got).any()
 
 
-@pytest.mark.parametrize("dtype,kw,path", [
-    (np.float32, {}, "pointwise"),
-    (np.float64, {}, "direct"),                  # the tiles are float32's
-    (np.float32, {"padding": 1}, "im2col"),      # padded: not its own im2col matrix
+@pytest.mark.parametrize("dtype,xs,oc,kw,path", [
+    (np.float32, (1, 8, 10, 10), 16, {}, "pointwise"),
+    (np.float32, (8, 256, 4, 4), 256, {}, "pointwise"),    # a vector's cells per image
+    (np.float64, (1, 8, 10, 10), 16, {}, "direct"),        # the tiles are float32's
+    (np.float32, (1, 512, 2, 2), 512, {}, "direct"),       # narrower than a vector
+    (np.float32, (1, 1024, 7, 7), 1024, {}, "direct"),     # a strip beyond L1: the GEMM's
+    (np.float32, (1, 8, 10, 10), 16, {"padding": 1}, "im2col"),  # not its own im2col matrix
 ])
-def test_rule_takes_pointwise_for_float32_1x1_at_stride_1(dtype, kw, path):
+def test_rule_takes_pointwise_for_float32_1x1_at_stride_1(dtype, xs, oc, kw, path):
     g = mg.Graph()
-    y = F.conv2d(g.input("x", (1, 8, 10, 10), dtype), g.input("w", (16, 8, 1, 1), dtype), **kw)
+    y = F.conv2d(g.input("x", xs, dtype), g.input("w", (oc, xs[1], 1, 1), dtype), **kw)
     assert _path(mg.compile([y])).ints[CONV_PATH_FIELD] == K.CONV_PATHS[path]
     paths = lowering.applicable_paths("conv2d", np.dtype(dtype).name, (1, 1), (1, 1),
-                                      kw.get("padding", 0) and (1, 1) or (0, 0), (1, 1), 1, 8,
-                                      10, 16)
-    assert ("pointwise" in paths) == (path == "pointwise")
+                                      (1, 1) if kw else (0, 0), (1, 1), 1, xs[1], xs[3], oc)
+    assert ("pointwise" in paths) == (dtype == np.float32 and not kw)
 
 
 def test_pointwise_is_not_prepacked():

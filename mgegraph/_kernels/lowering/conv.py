@@ -191,14 +191,31 @@ def _depthwise_applies(op, groups_dims) -> bool:
 
 def _pointwise_applies(op, dtype) -> bool:
     """Whether the pointwise path computes this 1x1, stride-1, unpadded convolution: conv2d in
-    float32 (conv_pointwise.pxi), which it then takes over the direct GEMM, a rule fitted to
-    measurements. Measured on the shared 2-core Intel Xeon (Sapphire Rapids, AVX-512; OpenBLAS
-    the BLAS), 1 thread, bias (and relu6 on the expand layers), a frozen plan, medians of 100
-    calls in 5 alternating rounds, direct / pointwise: MobileNet-v2's expand 32 -> 192 at 56x56
-    712 / 398 us, project 192 -> 32 683 / 349 us; at 28x28 181 / 93 and 221 / 125 us. The
-    direct GEMM packs x's panels and passes over y again for the epilogue; the tiles read x in
-    place and store y once."""
+    float32 (conv_pointwise.pxi)."""
     return op == "conv2d" and dtype == "float32"
+
+
+# the fewest output cells, and the most input channels per group, of the pointwise path's rule
+POINTWISE_MIN_CELLS, POINTWISE_MAX_CHANNELS = 16, 512
+
+
+def _pointwise_pays(cg, cells) -> bool:
+    """Whether the pointwise tiles are expected to beat the direct GEMM: a rule fitted to
+    measurements.
+
+    Design: the direct GEMM packs x's panels and passes over y again for the bias and
+    activation; the tiles read x in place and store y once, but compute a plane narrower than
+    a vector cell by cell, and re-read a column strip (input channels x 48 cells) per block of
+    8 output channels, from L1 only while the strip fits. Measured on the shared 2-core Intel
+    Xeon (Sapphire Rapids, AVX-512; OpenBLAS), 1 thread, bias and relu6, a frozen plan, median
+    over 5 alternating rounds of medians (or bests) of 20-300 calls, direct / pointwise, us:
+    MobileNet-v2's block, 32 -> 192 at 56x56 712 / 398, 192 -> 32 683 / 349, at 28x28 181 / 93
+    and 221 / 125; 16 -> 96 at 112x112 1596 / 753, 64 -> 384 at 14x14 121 / 78, 160 -> 960 at
+    7x7 182 / 160, batch 8: 256 at 4x4 234 / 200, 64 at 8x8 47 / 37. The GEMM wins with many
+    input channels on small planes (960 -> 160 at 7x7 163 / 168, 1024 -> 1024 1058 / 1174) and
+    on planes narrower than a vector (512 at 2x2: 92 / 776). Not measured on AVX2 (8-cell
+    vectors, 4 x 24 tiles)."""
+    return cells >= POINTWISE_MIN_CELLS and cg <= POINTWISE_MAX_CHANNELS
 
 
 def _conv_path(op, dtype, kernel, stride, padding, dilation, groups_dims, col_bytes,
@@ -210,7 +227,8 @@ def _conv_path(op, dtype, kernel, stride, padding, dilation, groups_dims, col_by
     if cg == 0:
         return "direct"  # no input channels: the GEMM only zeroes y
     if kernel == (1, 1) and stride == (1, 1) and padding == (0, 0):
-        return "pointwise" if _pointwise_applies(op, dtype) else "direct"
+        pays = _pointwise_applies(op, dtype) and _pointwise_pays(cg, plane[0] * plane[1])
+        return "pointwise" if pays else "direct"
     if _winograd_applies(op, dtype, kernel, stride, padding, dilation, groups) and (
             _winograd_pays(ocg, cg, plane, batch) if op == "conv2d_backward_data"
             else _winograd_pays(cg, ocg, plane, batch)):
