@@ -52,9 +52,11 @@ WORKLOADS = {"resnet-infer 1x224": RESNET_IMPLS, "resnet-infer 8x64": RESNET_IMP
              "op-overhead": ("mgegraph eager", "mgegraph scalars", "mgegraph trace",
                              "mgegraph plan", "torch", "numpy")}
 # the vision workloads (vision_workloads.py); "mgegraph im2col": the depthwise layers on the
-# im2col path they took before the depthwise one; "mgegraph eager": a GradManager step
+# im2col path they took before the depthwise one; "mgegraph direct 1x1": the 1x1 layers on the
+# direct GEMM they took before the pointwise tiles; "mgegraph eager": a GradManager step
 _PEERS = ("mgegraph", "torch", "onnxruntime")
-WORKLOADS |= {**{f"mobilenet {case}": ("mgegraph", "mgegraph im2col", "torch", "onnxruntime")
+WORKLOADS |= {**{f"mobilenet {case}": ("mgegraph", "mgegraph im2col", "mgegraph direct 1x1",
+                                       "torch", "onnxruntime")
                  for case in ("s1 56", "s2 56", "s1 28")},
               "conv-transpose 64->32": _PEERS, "resize up": _PEERS, "resize down": _PEERS,
               "group-norm infer": _PEERS, "group-norm train": ("mgegraph", "mgegraph eager", "torch"),

@@ -90,9 +90,11 @@ def _layer_call(impl, shape, weights, forward, stride):
         return _torch_infer(forward, torch.nn.functional, params, torch.from_numpy(x), stride)
     import mgegraph as mg
     import mgegraph.functional as F
+    from mgegraph._kernels.lowering import conv as lowering
     if impl.endswith("im2col"):  # the depthwise layers on the path they took before theirs
-        from mgegraph._kernels.lowering import conv as lowering
         lowering._depthwise_applies = lambda op, groups_dims: False
+    if impl.endswith("direct 1x1"):  # the 1x1 layers on the direct GEMM, before the tiles
+        lowering._pointwise_applies = lambda op, dtype: False
     g = mg.Graph()
     y = forward(F, {k: g.param(k, v) for k, v in weights.items()}, g.input("x", shape), stride)
     if impl == "onnxruntime":

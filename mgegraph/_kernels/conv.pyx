@@ -19,7 +19,9 @@
 # per tap over a padded copy of the input (see shifted_group).
 # The backward passes reuse the forward's layout: backward-data is GEMM (W^T dy) then col2im,
 # the adjoint of im2col; backward-filter accumulates dy col^T over the batch in place.
-# The tiled paths ("blocked", "gather"; float32) live in conv_blocked.pxi and conv_tile.h.
+# The tiled paths ("blocked", "gather"; float32) live in conv_blocked.pxi and conv_tile.h, the
+# depthwise path in conv_depthwise.pxi (dw3.h, dw_tap.h), the pointwise one (float32 1x1 at
+# stride 1: register tiles over NCHW in place) in conv_pointwise.pxi and conv_pointwise.h.
 # Pooling is in pool.pyx.
 
 from libc.string cimport memcpy, memset
@@ -51,10 +53,11 @@ cdef enum ConvPath:
     C_BATCHED,  # conv2d without groups: every image's im2col in one matrix, one GEMM
     C_WINOGRAD,  # conv2d without groups, 3x3 at stride 1: Winograd F(2x2, 3x3), 16 GEMMs
     C_DEPTHWISE,  # conv2d with one input and output channel per group: planes summed in place
+    C_POINTWISE,  # float32 conv2d 1x1 at stride 1 unpadded: register tiles on NCHW in place
 
 CONV_PATHS = {"direct": C_DIRECT, "im2col": C_IM2COL, "shifted": C_SHIFTED, "blocked": C_BLOCKED,
               "gather": C_GATHER, "batched": C_BATCHED, "winograd": C_WINOGRAD,
-              "depthwise": C_DEPTHWISE}
+              "depthwise": C_DEPTHWISE, "pointwise": C_POINTWISE}
 
 cdef Conv _conv
 CONV_FIELDS = fields_of(_conv, sizeof(Conv))
@@ -69,6 +72,7 @@ include "conv_blocked.pxi"
 include "conv_gemm.pxi"
 include "conv_winograd.pxi"
 include "conv_depthwise.pxi"
+include "conv_pointwise.pxi"
 
 
 # -- im2col and its adjoint -----------------------------------------------------------------------
@@ -338,6 +342,8 @@ cdef inline Py_ssize_t workspace_elems(const Conv* s, int op) noexcept nogil:
         return winograd_elems(&backward if op == OP_DATA else s)
     if s.path == C_DEPTHWISE:
         return depthwise_elems(s)
+    if s.path == C_POINTWISE:
+        return 0
     if s.path == C_SHIFTED:
         extra = shifted_of(s).npacked
     if s.path == C_BATCHED:  # every image's im2col and the GEMM's result
@@ -382,6 +388,10 @@ cdef inline int conv2d_impl(const floating* x, const floating* w, const floating
         return conv2d_batched(x, w, bias, y, ws, s)
     if s.path == C_DEPTHWISE:
         return conv2d_depthwise(x, w, bias, y, ws, s)
+    if s.path == C_POINTWISE:
+        if floating is float:
+            return conv2d_pointwise(x, w, bias, y, s)
+        return KERNEL_UNSUPPORTED  # the lowering takes it for float32 only
     return conv2d_gemm(x, w, bias, y, ws, s)
 
 
@@ -422,7 +432,8 @@ cdef inline int conv2d_call(const Call* c, floating* dtype_tag) noexcept nogil:
     cdef const Conv* s = <const Conv*>c.ints
     cdef int nb = <int>s.has_bias
     cdef const floating* bias = <const floating*>c.bufs[2] if nb else NULL
-    cdef bint has_ws = s.path != C_DIRECT and (s.path != C_DEPTHWISE or depthwise_elems(s) > 0)
+    cdef bint has_ws = s.path != C_DIRECT and s.path != C_POINTWISE and (
+        s.path != C_DEPTHWISE or depthwise_elems(s) > 0)
     cdef floating* ws = <floating*>c.bufs[3 + nb] if has_ws else NULL
     # the BLAS runs on one thread under each of ours, this one included (conv_gemm.pxi)
     cdef int previous = blas_one_thread(), status

@@ -282,7 +282,7 @@ def test_conv2d_batched_matches_reference(always_batched, xs, ws, stride, paddin
     ((8, 16, 32, 32), (16, 16, 3, 3), {"padding": 1, "stride": 2}, "im2col"),
     ((8, 16, 32, 32), (16, 16, 3, 3), {"padding": 2, "dilation": 2}, "im2col"),
     ((8, 16, 32, 32), (16, 16, 1, 1), {"padding": 1}, "im2col"),       # one tap
-    ((8, 16, 32, 32), (16, 16, 1, 1), {}, "direct"),
+    ((8, 16, 32, 32), (16, 16, 1, 1), {}, "pointwise"),   # float32 1x1: tiles on NCHW
 ])
 def test_conv2d_path_choice_and_workspace(xs, ws, kw, path):
     plan, ins = _conv_plan(xs, ws, **kw)

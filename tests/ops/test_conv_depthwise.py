@@ -10,6 +10,7 @@ from test_conv import CONV_PATH_FIELD, conv_ref
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph._kernels import conv as K
+from mgegraph._kernels import parallel
 from mgegraph._kernels.lowering import conv as lowering
 from mgegraph.ops.builder import apply
 
@@ -187,3 +188,17 @@ def test_relu6_epilogue_keeps_nan_and_signed_zero_as_clip():
         (got,), (want,) = plan.run(feeds), unfused.run(feeds)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
         assert np.isnan(got).any()
+
+
+@pytest.mark.parametrize("xs,stride,threads", [
+    ((1, 192, 28, 28), 1, 2),   # 1.2 MB moved, 2.7 MFLOP: split by its bytes
+    ((1, 192, 56, 56), 2, 2),
+    ((1, 8, 10, 10), 1, 1),     # too little to pay for the fork
+])
+def test_depthwise_threads_follow_the_bytes_it_moves(xs, stride, threads):
+    g = mg.Graph()
+    y = F.conv2d(g.input("x", xs), g.input("w", (xs[1], 1, 3, 3)), stride=stride, padding=1,
+                 groups=xs[1])
+    (ins,) = [i for i in mg.compile([y]).instructions if i.op == "conv2d"]
+    assert ins.ints[CONV_PATH_FIELD] == K.CONV_PATHS["depthwise"]
+    assert ins.ints[K.CONV_FIELDS.index("threads")] == min(threads, parallel.max_threads())

@@ -19,7 +19,7 @@ from .threads import thread_choices, way_label
 # a convolution below this many FLOPs runs on one thread (fork/join costs ~10 us)
 PARALLEL_FLOPS = 4_000_000
 PATHS = ("direct", "im2col", "shifted", "blocked", "gather", "batched",
-         "winograd", "depthwise")  # _conv_path's choices
+         "winograd", "depthwise", "pointwise")  # _conv_path's choices
 
 
 def _shifted_pays(cg, ocg, col_bytes) -> bool:
@@ -189,6 +189,35 @@ def _depthwise_applies(op, groups_dims) -> bool:
     return op == "conv2d" and groups_dims == (1, 1)
 
 
+def _pointwise_applies(op, dtype) -> bool:
+    """Whether the pointwise path computes this 1x1, stride-1, unpadded convolution: conv2d in
+    float32 (conv_pointwise.pxi)."""
+    return op == "conv2d" and dtype == "float32"
+
+
+# the fewest output cells, and the most input channels per group, of the pointwise path's rule
+POINTWISE_MIN_CELLS, POINTWISE_MAX_CHANNELS = 16, 512
+
+
+def _pointwise_pays(cg, cells) -> bool:
+    """Whether the pointwise tiles are expected to beat the direct GEMM: a rule fitted to
+    measurements.
+
+    Design: the direct GEMM packs x's panels and passes over y again for the bias and
+    activation; the tiles read x in place and store y once, but compute a plane narrower than
+    a vector cell by cell, and re-read a column strip (input channels x 48 cells) per block of
+    8 output channels, from L1 only while the strip fits. Measured on the shared 2-core Intel
+    Xeon (Sapphire Rapids, AVX-512; OpenBLAS), 1 thread, bias and relu6, a frozen plan, median
+    over 5 alternating rounds of medians (or bests) of 20-300 calls, direct / pointwise, us:
+    MobileNet-v2's block, 32 -> 192 at 56x56 712 / 398, 192 -> 32 683 / 349, at 28x28 181 / 93
+    and 221 / 125; 16 -> 96 at 112x112 1596 / 753, 64 -> 384 at 14x14 121 / 78, 160 -> 960 at
+    7x7 182 / 160, batch 8: 256 at 4x4 234 / 200, 64 at 8x8 47 / 37. The GEMM wins with many
+    input channels on small planes (960 -> 160 at 7x7 163 / 168, 1024 -> 1024 1058 / 1174) and
+    on planes narrower than a vector (512 at 2x2: 92 / 776). Not measured on AVX2 (8-cell
+    vectors, 4 x 24 tiles)."""
+    return cells >= POINTWISE_MIN_CELLS and cg <= POINTWISE_MAX_CHANNELS
+
+
 def _conv_path(op, dtype, kernel, stride, padding, dilation, groups_dims, col_bytes,
                plane, batch=1, groups=1) -> str:
     """Which of the kernels' ways to compute a convolution (one of ``PATHS``).
@@ -198,7 +227,8 @@ def _conv_path(op, dtype, kernel, stride, padding, dilation, groups_dims, col_by
     if cg == 0:
         return "direct"  # no input channels: the GEMM only zeroes y
     if kernel == (1, 1) and stride == (1, 1) and padding == (0, 0):
-        return "direct"
+        pays = _pointwise_applies(op, dtype) and _pointwise_pays(cg, plane[0] * plane[1])
+        return "pointwise" if pays else "direct"
     if _winograd_applies(op, dtype, kernel, stride, padding, dilation, groups) and (
             _winograd_pays(ocg, cg, plane, batch) if op == "conv2d_backward_data"
             else _winograd_pays(cg, ocg, plane, batch)):
@@ -244,6 +274,22 @@ def _threads(batch, flops) -> int:
     return parallel.max_threads() if flops >= PARALLEL_FLOPS else 1
 
 
+# bytes moved (input and output) per thread from which the depthwise path splits its planes
+DEPTHWISE_GRAIN = 512 * 1024
+
+
+def _depthwise_threads(x, y) -> int:
+    """The threads of the depthwise path: by the bytes it moves, not its FLOPs, as a
+    memory-bound kernel's (parallel.threads_for). Design: 9 multiply-adds per output cell put
+    MobileNet-v2's layers under PARALLEL_FLOPS (192 channels to 28x28: 2.7 MFLOP) while one
+    thread takes 75-180 us over them. Measured on the shared 2-core Intel Xeon (Sapphire
+    Rapids, AVX-512; medians of 100 calls, 5 rounds, the rounds undisturbed by the load), 3x3
+    with bias and relu6, 1 / 2 threads: 192 channels 56x56 stride 1 (4.8 MB) 330 / 172-215 us,
+    stride 2 (3 MB) 183 / 89-114 us, 28x28 stride 1 (1.2 MB) 76 / 61-65 us."""
+    moved = (x.size + y.size) * x.dtype.itemsize
+    return parallel.threads_for(moved, DEPTHWISE_GRAIN)
+
+
 def _conv_launch(op, x, w, y, attrs, has_bias=False, activation=0, way=None) -> Launch:
     """The Conv parameters of convolving x by w into y. The backward ops, which compute x or w
     instead, walk the same layouts, so they take the same parameters. ``way`` (path, threads,
@@ -255,6 +301,8 @@ def _conv_launch(op, x, w, y, attrs, has_bias=False, activation=0, way=None) -> 
                           (cg, oc // groups), kdim * npix * x.dtype.itemsize, y.shape[2:],
                           x.shape[0], groups)
         threads = _threads(x.shape[0], 2 * x.shape[0] * oc * npix * kdim)
+        if path == "depthwise":
+            threads = max(threads, _depthwise_threads(x, y))
         transposed = _transposed_pays(op, path, npix, oc // groups)
     else:
         path, threads, transposed = way
@@ -277,8 +325,10 @@ def applicable_paths(op, dtype, kernel, stride, padding, dilation, groups, cg,
     """Every path of ``PATHS`` that computes this convolution (the measured choice's
     candidates): the direct GEMM alone where the input is its own im2col matrix. ``ocg``:
     output channels per group."""
-    if cg == 0 or kernel == (1, 1) and stride == (1, 1) and padding == (0, 0):
+    if cg == 0:
         return ("direct",)
+    if kernel == (1, 1) and stride == (1, 1) and padding == (0, 0):
+        return ("direct", "pointwise") if _pointwise_applies(op, dtype) else ("direct",)
     paths = ["im2col"]
     if _depthwise_applies(op, (cg, ocg)):
         paths.append("depthwise")
@@ -358,7 +408,7 @@ def prepack_block(node) -> int | None:
     path = _conv_path("conv2d", "float32", kernel, stride, padding, dilation, (cg, oc),
                       cg * kernel[0] * kernel[1] * y.shape[2] * y.shape[3] * 4, y.shape[2:],
                       x.shape[0])
-    if path in ("winograd", "direct") or path == "blocked" and stride == (1, 1):
+    if path in ("winograd", "direct", "pointwise") or path == "blocked" and stride == (1, 1):
         return None
     return _block_for(oc)
 
