@@ -204,7 +204,8 @@ def test_the_import_graph_has_no_cycle():
 # every module of the package must be named by one (the bare "mgegraph", the facade that may
 # load anything, is the top layer's).
 LAYERS = (
-    ("the IR", ("ir", "host_memory", "disk_cache", "weight_writes", "config", "dtype")),
+    ("the IR", ("ir", "host_memory", "disk_cache", "weight_writes", "config", "dtype",
+                "communicator")),
     ("ops", ("ops", "functional")),
     ("autodiff", ("autodiff",)),
     ("the planner", ("planner",)),
@@ -212,7 +213,8 @@ LAYERS = (
                                "tuning", "kernels_report")),
     ("backends", ("_kernels", "cuda", "device")),
     ("eager, nn, optim", ("eager", "jit", "nn", "module", "optim", "optimizer", "train",
-                          "amp", "autodiff.grad_manager", "random", "tensor", "quantization")),
+                          "amp", "autodiff.grad_manager", "random", "tensor", "quantization",
+                          "distributed")),
     ("io, onnx, tools", ("io", "runtime", "onnx", "tools", "viz", "testing")),
     ("the CLI", ("cli", "demo", "__main__")),
 )
