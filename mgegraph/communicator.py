@@ -152,13 +152,13 @@ class Communicator:
         return out.astype(x.dtype, copy=False)
 
     # -- moving bytes -------------------------------------------------------------------
-    def allgather(self, x: np.ndarray) -> np.ndarray:
+    def allgather(self, x: np.ndarray, what: str = "all_gather") -> np.ndarray:
         """The ranks' ``x`` stacked in rank order: shape (size, *x.shape)."""
         out = np.empty((self.size,) + x.shape, x.dtype)
         if self.comm is None:
             out[0] = x
             return out
-        self._run(lambda: self.comm.Iallgather(_bytes(x), _bytes(out)), "all_gather")
+        self._run(lambda: self.comm.Iallgather(_bytes(x), _bytes(out)), what)
         return out
 
     def gather(self, x: np.ndarray) -> np.ndarray | None:
@@ -207,7 +207,7 @@ class Communicator:
         if self.comm is None:
             return [obj]
         data = np.frombuffer(_pickled(obj), np.uint8)
-        sizes = self.allgather(np.array([data.size], np.int64))[:, 0]
+        sizes = self.allgather(np.array([data.size], np.int64), what)[:, 0]
         out = np.zeros(int(sizes.max()) * self.size, np.uint8)
         padded = np.zeros(int(sizes.max()), np.uint8)
         padded[:data.size] = data

@@ -231,13 +231,16 @@ class _ToRootOnly(Function):
 
 
 def _like_root(what: str, inp, g: Group) -> Tensor:
-    """The root's tensor, or on the other ranks a zero tensor of the root's shape and dtype
-    (their ``inp`` is not read, as in MegEngine)."""
+    """The root's tensor; on the other ranks, whose ``inp`` is not read (MegEngine's rule),
+    ``inp`` itself if it has the root's shape and dtype (so that a GradManager recording it
+    takes part in the backward collective, as the root's does), else a zero tensor."""
     if g.rank == 0:
         _check(what, inp)
     shape, dtype = g.comm.allgather_object(
-        (inp.shape, inp.dtype.str) if g.rank == 0 else None, what)[0]
-    return inp if g.rank == 0 else wrap(np.zeros(shape, np.dtype(dtype)))
+        (inp.shape, inp.dtype) if g.rank == 0 else None, what)[0]
+    if g.rank == 0 or (isinstance(inp, Tensor) and inp.shape == shape and inp.dtype == dtype):
+        return inp
+    return wrap(np.zeros(shape, dtype))
 
 
 def broadcast(inp, group=WORLD, device=None) -> Tensor:

@@ -148,6 +148,12 @@ class AllreduceCallback:
         self._flushed = False
         self._signature: list = []
 
+    @property
+    def buckets(self) -> list[tuple[str, int, int]]:
+        """The buckets of the latest backward pass, in the order sent: (dtype, gradients,
+        bytes) each."""
+        return [(str(b.dtype), len(b.grads), b.nbytes) for b in self._buckets]
+
     def __call__(self, param: Tensor, grad: Tensor) -> _Future:
         if self._flushed:  # the previous backward pass is resolved: this is a new one
             self._reset()
