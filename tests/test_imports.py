@@ -227,6 +227,8 @@ UPWARD = {
         "MegEngine's name mgegraph.autodiff.GradManager for eager mode's, loaded on first use",
     ("mgegraph.autodiff", "mgegraph.eager.function"):
         "MegEngine's name mgegraph.autodiff.Function for eager mode's, loaded on first use",
+    ("mgegraph.functional", "mgegraph.distributed.functional"):
+        "MegEngine's name F.distributed for the eager collectives, loaded on first use",
     ("mgegraph.eager.trace", "mgegraph.tools.profiler"):
         "trace(profiling=True) (MegEngine's option) profiles each run, loaded on first use",
     ("mgegraph.eager.trace_dump", "mgegraph.io"):

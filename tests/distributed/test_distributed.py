@@ -43,6 +43,15 @@ def test_a_job_of_several_processes_needs_mpiexec(monkeypatch):
     assert not dist.is_distributed() and (dist.get_rank(), dist.get_world_size()) == (0, 1)
 
 
+def test_megengines_path_f_distributed_loads_the_collectives_on_first_use():
+    code = "import sys, mgegraph.functional as F; before = 'mgegraph.distributed' in " \
+           "sys.modules; print(before, F.distributed is __import__('mgegraph.distributed', " \
+           "fromlist=['functional']).functional, 'mpi4py' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=_env(), timeout=120, check=True)
+    assert done.stdout.split() == ["False", "True", "False"]
+
+
 def test_collectives_and_the_callback_need_the_process_group():
     with pytest.raises(dist.DistributedError, match=r"call dist.init_process_group\(\) first"):
         DF.all_reduce_sum(mg.tensor(np.ones(3, np.float32)))
