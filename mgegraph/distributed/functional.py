@@ -17,6 +17,7 @@ import numpy as np
 
 from ..communicator import DistributedError
 from ..eager.function import Function
+from ..eager.mode import MODE
 from ..eager.tensor import Tensor, wrap
 from ..ir.errors import user_location
 from ..ir.types import HALF_DTYPES, is_float
@@ -37,7 +38,17 @@ def _group(group) -> Group:
                            f"{user_location()})")
 
 
+def refuse_replay(what: str) -> None:
+    """A trace would replay a collective's result as a constant of its plan, the other ranks'
+    later values never seen: refuse it until collectives are graph ops."""
+    if any(r.replays for r in MODE.recorders):
+        raise DistributedError(f"{what}: collectives cannot be traced yet (a replay would keep "
+                               "the other ranks' values of the traced call); run the step "
+                               f"eagerly (at {user_location()})")
+
+
 def _check(what: str, x, min_ndim: int = 0) -> Tensor:
+    refuse_replay(what)
     if not isinstance(x, Tensor):
         raise DistributedError(f"{what}: needs a Tensor, got {type(x).__name__} (at "
                                f"{user_location()})")
@@ -234,6 +245,7 @@ def _like_root(what: str, inp, g: Group) -> Tensor:
     """The root's tensor; on the other ranks, whose ``inp`` is not read (MegEngine's rule),
     ``inp`` itself if it has the root's shape and dtype (so that a GradManager recording it
     takes part in the backward collective, as the root's does), else a zero tensor."""
+    refuse_replay(what)
     if g.rank == 0:
         _check(what, inp)
     shape, dtype = g.comm.allgather_object(

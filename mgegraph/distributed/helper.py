@@ -25,6 +25,7 @@ from ..communicator import DistributedError, Pending
 from ..eager.tensor import Tensor, rebind, wrap
 from ..ir.errors import user_location
 from ..ir.types import HALF_DTYPES
+from .functional import refuse_replay
 from .group import WORLD, Group, _require, group_barrier, is_distributed
 
 BUCKET_BYTES = 10 * 1024 * 1024  # MegEngine's param-pack threshold
@@ -155,6 +156,7 @@ class AllreduceCallback:
         return [(str(b.dtype), len(b.grads), b.nbytes) for b in self._buckets]
 
     def __call__(self, param: Tensor, grad: Tensor) -> _Future:
+        refuse_replay("make_allreduce_cb")
         if self._flushed:  # the previous backward pass is resolved: this is a new one
             self._reset()
         if not isinstance(grad, Tensor):

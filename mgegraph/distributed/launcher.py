@@ -51,11 +51,24 @@ def launch(n: int, command: list[str], timeout: float | None = None) -> int:
     """
     _check_count("launch", n)
     argv = [mpiexec(), "-n", str(n), sys.executable, *command]
+    with subprocess.Popen(argv) as job:
+        try:
+            return job.wait(timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            stop(job)
+            raise DistributedError(f"launch: the job ran past its timeout of {timeout:g} s and "
+                                   f"was stopped ({' '.join(argv)})") from exc
+
+
+def stop(job: subprocess.Popen) -> None:
+    """End an mpiexec and its ranks: SIGTERM first, on which mpiexec ends the ranks it started
+    (a SIGKILL would leave them running), SIGKILL if it has not ended within 10 s."""
+    job.terminate()
     try:
-        return subprocess.run(argv, check=False, timeout=timeout).returncode
-    except subprocess.TimeoutExpired as exc:  # run() has killed mpiexec, which kills its ranks
-        raise DistributedError(f"launch: the job ran past its timeout of {timeout:g} s and was "
-                               f"stopped ({' '.join(argv)})") from exc
+        job.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        job.wait()
 
 
 def _check_count(what: str, n) -> None:

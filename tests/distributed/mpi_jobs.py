@@ -50,22 +50,29 @@ def need_mpi() -> None:
 
 
 @functools.cache
-def run(program: str, n: int, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def run(program: str, n: int, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """``mpiexec -n n python ranks/<program> args``, its output captured (cached: several tests
-    read one job's reports)."""
+    read one job's reports); a job past ``timeout`` is stopped, ranks and all, and fails."""
     need_mpi()
-    from mgegraph.distributed.launcher import mpiexec
+    from mgegraph.distributed.launcher import mpiexec, stop
     command = [mpiexec(), "-n", str(n), sys.executable, str(RANKS / program), *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=_env(),
-                          check=False, cwd=ROOT)
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=_env(), cwd=ROOT) as job:
+        try:
+            out, err = job.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stop(job)
+            pytest.fail(f"{program} on {n} ranks ran past {timeout} s")
+    return subprocess.CompletedProcess(command, job.returncode, out, err)
 
 
-def reports(program: str, n: int, *args: str, timeout: float = 60) -> list[dict]:
+def reports(program: str, n: int, *args: str, timeout: float = 300) -> list[dict]:
     """Each rank's report (in rank order) of a job that must succeed."""
     done = run(program, n, *args, timeout=timeout)
     assert done.returncode == 0, f"{program} on {n} ranks failed:\n{done.stdout[-3000:]}\n" \
                                  f"{done.stderr[-3000:]}"
-    found = [json.loads(line[len("REPORT "):]) for line in done.stdout.splitlines()
-             if line.startswith("REPORT ")]
+    # mpiexec forwards each rank's lines whole, but two may arrive on one line
+    decoder = json.JSONDecoder()
+    found = [decoder.raw_decode(part)[0] for part in done.stdout.split("REPORT ")[1:]]
     assert sorted(r["rank"] for r in found) == list(range(n)), done.stdout[-3000:]
     return sorted(found, key=lambda r: r["rank"])

@@ -75,6 +75,7 @@ def test_every_collective_matches_numpy_on_every_dtype_with_its_gradient(n):
     assert "needs a tensor with an axis" in errors["scalar_gather"]
     assert f"ranks must be distinct ints in [0, {n})" in errors["bad_group"]
     assert "already called" in errors["twice"]
+    assert "all_reduce_sum: collectives cannot be traced yet" in errors["traced"]
     assert "reduce_sum has no gradient here" in errors["reduce_sum_gradient"]
     assert all("reduce_sum_gradient" not in r["errors"] for r in found[1:])  # only the root's
 
@@ -82,7 +83,7 @@ def test_every_collective_matches_numpy_on_every_dtype_with_its_gradient(n):
 # -- training -------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind,n", [("mlp", 2), ("mlp", 4), ("cnn", 2)])
 def test_data_parallel_training_matches_one_process_on_the_whole_batch(kind, n):
-    for r in reports("train.py", n, kind, timeout=120):
+    for r in reports("train.py", n, kind):
         assert r["loss_gap"] < 1e-5 and r["weight_gap"] < 1e-5, r
         assert len(r["buckets"]) > 1, r  # the gradients travelled in several buckets
         assert sum(b[1] for b in r["buckets"]) == r["parameters"] - 4 * (kind == "cnn"), r
@@ -96,7 +97,7 @@ def test_sync_batch_norm_matches_batch_norm_on_the_whole_batch():
 # -- faults ---------------------------------------------------------------------------------
 def _failed_job(mode: str) -> tuple[str, float]:
     start = time.monotonic()
-    done = run("fault.py", 2, mode, timeout=60)
+    done = run("fault.py", 2, mode, timeout=120)
     elapsed = time.monotonic() - start
     assert done.returncode != 0, done.stdout
     assert "rank 0 finished" not in done.stdout and "rank 1 finished" not in done.stdout
@@ -107,7 +108,7 @@ def test_a_rank_that_hangs_stops_the_others_at_their_collective_timeout():
     output, elapsed = _failed_job("hang")
     assert "CollectiveTimeout: make_allreduce_cb (first backward): rank 0 of group [0,1] " \
            "waited 2 s for the other ranks" in output
-    assert elapsed < 40  # rank 1 sleeps 120 s: the abort ended it
+    assert elapsed < 100  # rank 1 sleeps 120 s: the abort ended it
 
 
 def test_ranks_with_different_models_are_refused_at_the_first_backward():
@@ -123,19 +124,19 @@ def test_a_rank_that_raises_under_mgegraph_launch_stops_the_whole_job():
     need_mpi()
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "mgegraph", "launch", "-n", "2", "--timeout",
-                           "60", str(RANKS / "fault.py"), "raise"], capture_output=True,
-                          text=True, timeout=90, env=_env(), cwd=ROOT, check=False)
+                           "240", str(RANKS / "fault.py"), "raise"], capture_output=True,
+                          text=True, timeout=300, env=_env(), cwd=ROOT, check=False)
     assert done.returncode != 0
     assert "rank 1 of 2 raised; aborting the job" in done.stderr
     assert "ValueError: rank 1 fails on purpose" in done.stderr
-    assert "rank 0 started" in done.stdout and "rank 0 finished" not in done.stdout
-    assert time.monotonic() - start < 40
+    assert "rank 0 finished" not in done.stdout
+    assert time.monotonic() - start < 100  # not the 240 s of launch's own timeout
 
 
 def test_the_launcher_decorator_runs_the_function_in_new_processes():
     need_mpi()
     done = subprocess.run([sys.executable, str(RANKS / "launched.py")], capture_output=True,
-                          text=True, timeout=90, env=_env(), cwd=ROOT, check=False)
+                          text=True, timeout=300, env=_env(), cwd=ROOT, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout.split("RESULTS ", 1)[1])
     assert results == [{"rank": k, "size": 2, "value": 30.0} for k in range(2)]
@@ -146,3 +147,15 @@ def test_launch_refuses_a_bad_count_and_a_missing_script(capsys):
     assert main(["launch", "-n", "0", "x.py"]) == 2
     assert main(["launch", "-n", "2", os.path.join(str(ROOT), "no-such-script.py")]) == 1
     assert "launch: no script" in capsys.readouterr().err
+
+
+def test_a_job_past_launchs_timeout_is_stopped_ranks_and_all():
+    need_mpi()
+    marker = "time.sleep(61.25)"  # names these ranks in the process table
+    start = time.monotonic()
+    with pytest.raises(dist.DistributedError, match=r"ran past its timeout of 3 s"):
+        dist.launch(2, ["-c", f"import time; {marker}"], timeout=3)
+    assert time.monotonic() - start < 30
+    table = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True,
+                           check=True).stdout
+    assert marker not in table  # mpiexec ended its ranks (a SIGKILL would have orphaned them)

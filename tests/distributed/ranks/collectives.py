@@ -15,7 +15,7 @@ import mgegraph as mg
 import mgegraph.distributed as dist
 from mgegraph.distributed import functional as DF
 
-dist.init_process_group(timeout=30)
+dist.init_process_group(timeout=120)
 R, N = dist.get_rank(), dist.get_world_size()
 CHECKS = [0]
 
@@ -120,6 +120,7 @@ def errors() -> dict:
         "scalar_gather": lambda: DF.all_gather(mg.tensor(1.0)),
         "bad_group": lambda: dist.new_group([0, N]),
         "twice": lambda: dist.init_process_group(),
+        "traced": lambda: mg.jit.trace(DF.all_reduce_sum)(mg.tensor([1.0])),
     }
     for name, case in cases.items():
         try:

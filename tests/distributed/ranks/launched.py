@@ -11,7 +11,7 @@ import mgegraph as mg
 import mgegraph.distributed as dist
 
 
-@dist.launcher(n_gpus=2, timeout=30)
+@dist.launcher(n_gpus=2, timeout=120)
 def worker(scale):
     total = dist.functional.all_reduce_sum(mg.tensor(np.array([dist.get_rank() + 1.0])))
     return {"rank": dist.get_rank(), "size": dist.get_world_size(),

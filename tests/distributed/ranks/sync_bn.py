@@ -15,7 +15,7 @@ import mgegraph as mg
 import mgegraph.distributed as dist
 from mgegraph import nn
 
-dist.init_process_group(timeout=60)
+dist.init_process_group(timeout=120)
 R, N = dist.get_rank(), dist.get_world_size()
 
 

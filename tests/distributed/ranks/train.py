@@ -22,7 +22,7 @@ from mgegraph import nn, optim
 from mgegraph.demo import cnn, mlp
 
 KIND, STEPS, BATCH = sys.argv[1], 20, 4
-dist.init_process_group(timeout=60)
+dist.init_process_group(timeout=120)
 R, N = dist.get_rank(), dist.get_world_size()
 
 
