@@ -59,11 +59,12 @@ def _writable_in_place(t) -> bool:
 def _check_same(comm, signature: list, what: str, things: str) -> None:
     """Refuse, naming both ranks and the first difference, if the ranks' ``signature`` (a
     list of (shape, dtype)) differ."""
+    me = comm.ranks[comm.rank]
     for rank, theirs in enumerate(comm.allgather_object(signature, what)):
         if theirs != signature:
             raise DistributedError(
-                f"{what}: rank {comm.ranks[comm.rank]} has {things} {_described(signature, theirs)}, "
-                f"rank {comm.ranks[rank]} {_described(theirs, signature)}: the ranks must train "
+                f"{what}: rank {me} has {things} {_described(signature, theirs)}, rank "
+                f"{comm.ranks[rank]} {_described(theirs, signature)}: the ranks must train "
                 "the same model (same parameters, shapes and dtypes, in the same order)")
 
 

@@ -2,8 +2,9 @@
 model (its weights first made to differ, then given rank 0's by bcast_list_) for 20 SGD steps
 on its own batch, with gradients averaged by make_allreduce_cb in small buckets, and also
 trains a copy on every rank's batch at once; it reports the largest differences of the losses
-and the weights (relative to each array's largest value). ``cnn``: the demo's CNN, its batch norms SyncBatchNorm in the data-parallel
-model and BatchNorm in the single-process one (so the running statistics are compared too)."""
+and the weights (relative to each array's largest value). ``cnn``: the demo's CNN, its batch
+norms SyncBatchNorm in the data-parallel model and BatchNorm in the single-process one (so the
+running statistics are compared too)."""
 from __future__ import annotations
 
 import copy
