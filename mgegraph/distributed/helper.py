@@ -7,16 +7,18 @@ all-reduces gradients in buckets) and ``synchronized``.
 
 Design: the GradManager calls the callback once per gradient, in the order the parameters were
 attached, after the backward walk has made them all; the callback packs them into per-dtype
-buckets (MegEngine's param pack) and starts a non-blocking all-reduce of each bucket as soon as
-it is full, returning a future per gradient. The manager resolves the futures once every
-gradient has been handed over: the first ``get()`` sends the last, partial buckets, then each
-waits for its own bucket and takes its slice. At the first backward the ranks compare the
-gradients they are about to send (shapes and dtypes, in order) and refuse to go on if they
-differ, naming both; a mismatch would otherwise mix unrelated numbers or hang MPI.
+buckets of about ``bucket_bytes`` (MegEngine's param pack), returning a future per gradient.
+The manager resolves the futures once every gradient has been handed over: the first ``get()``
+checks that the ranks send alike and starts every bucket's non-blocking all-reduce, then each
+future waits for its own bucket and takes its slice. Buckets are sent only after the check: a
+mismatch (shapes, dtypes or order of the gradients) would otherwise sum unrelated numbers or
+hang MPI. Since the walk has ended before the first callback, sending a bucket as it fills
+would overlap nothing here; overlapping the backward pass is the planner's all-reduce nodes'.
 """
 from __future__ import annotations
 
 import functools
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -65,7 +67,8 @@ def _check_same(comm, signature: list, what: str, things: str) -> None:
             raise DistributedError(
                 f"{what}: rank {me} has {things} {_described(signature, theirs)}, rank "
                 f"{comm.ranks[rank]} {_described(theirs, signature)}: the ranks must train "
-                "the same model (same parameters, shapes and dtypes, in the same order)")
+                "the same model (the same tensors, shapes and dtypes, in the same order, at "
+                "every step)")
 
 
 def synchronized(func):
@@ -172,25 +175,31 @@ class AllreduceCallback:
         bucket.nbytes += grad.size * dtype.itemsize
         self._signature.append((tuple(grad.shape), str(grad.dtype)))
         future = _Future(self, bucket, len(bucket.grads) - 1)
-        if self._checked and bucket.nbytes >= self.bucket_bytes:
-            bucket.send(self.group.comm, self.reduce_method == "mean")
+        if bucket.nbytes >= self.bucket_bytes:  # full: the next gradient opens another
             del self._open[dtype]
         return _HalfFuture(future, grad.dtype) if grad.dtype in HALF_DTYPES else future
 
     def _flush(self) -> None:
-        """Send the buckets not yet sent (after the first pass's check)."""
+        """Check that the ranks send alike, then start every bucket's all-reduce."""
         if self._flushed:
             return
-        if not self._checked:
-            self._check_signatures()
+        self._check_signatures()
         for bucket in self._buckets:
-            if bucket.pending is None:
-                bucket.send(self.group.comm, self.reduce_method == "mean")
+            bucket.send(self.group.comm, self.reduce_method == "mean")
         self._flushed = True
 
     def _check_signatures(self) -> None:
-        _check_same(self.group.comm, self._signature, "make_allreduce_cb (first backward)",
-                    "gradients")
+        """Refuse ranks whose gradients differ (shapes, dtypes, order): at the first backward
+        by comparing the lists, later by one small all-reduce of their checksum (a model whose
+        gradients change from step to step, a branch taken on one rank only), so that
+        mismatched buckets are never summed."""
+        comm = self.group.comm
+        if self._checked:
+            mine = zlib.crc32(repr(self._signature).encode())
+            lowest, highest = comm.allreduce(np.array([-mine, mine], np.int64), "max")
+            if -lowest == highest == mine:
+                return
+        _check_same(comm, self._signature, "make_allreduce_cb", "gradients")
         self._checked = True
 
 

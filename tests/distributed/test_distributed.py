@@ -106,7 +106,7 @@ def _failed_job(mode: str) -> tuple[str, float]:
 
 def test_a_rank_that_hangs_stops_the_others_at_their_collective_timeout():
     output, elapsed = _failed_job("hang")
-    assert "CollectiveTimeout: make_allreduce_cb (first backward): rank 0 of group [0,1] " \
+    assert "CollectiveTimeout: make_allreduce_cb: rank 0 of group [0,1] " \
            "waited 2 s for the other ranks" in output
     assert elapsed < 100  # rank 1 sleeps 120 s: the abort ended it
 
@@ -114,9 +114,15 @@ def test_a_rank_that_hangs_stops_the_others_at_their_collective_timeout():
 def test_ranks_with_different_models_are_refused_at_the_first_backward():
     output, _ = _failed_job("mismatch")
     # whichever rank aborts first names itself first
-    assert ("rank 0 has gradients #0 of 2 as float32[2], rank 1 #0 of 2 as float32[3]" in output
-            or "rank 1 has gradients #0 of 2 as float32[3], rank 0 #0 of 2 as float32[2]"
+    assert ("rank 0 has gradients #0 of 4 as float32[2], rank 1 #0 of 4 as float32[3]" in output
+            or "rank 1 has gradients #0 of 4 as float32[3], rank 0 #0 of 4 as float32[2]"
             in output), output
+
+
+def test_a_rank_that_skips_a_layer_later_is_refused_before_its_buckets_are_summed():
+    output, _ = _failed_job("branch")
+    assert ("rank 0 has gradients 4 in all, rank 1 2 in all" in output
+            or "rank 1 has gradients 2 in all, rank 0 4 in all" in output), output
 
 
 # -- starting jobs --------------------------------------------------------------------------
