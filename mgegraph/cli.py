@@ -136,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
         command = add(sub)
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help="show the full traceback of an error instead of one line")
+    _add_launch(sub)
     return parser
 
 
@@ -499,6 +500,36 @@ def cmd_bench(args) -> int:
         return bench.main(args.bench_argv)
     except SystemExit as exit:  # its parser's --help and usage errors, as from ours
         return exit.code if isinstance(exit.code, int) else 1
+
+
+# -- launch: a data-parallel job's processes through mpiexec (mgegraph.distributed) --------------
+def _add_launch(sub):
+    p = sub.add_parser("launch", help="run a training script in N processes through mpiexec "
+                       "(the script calls mgegraph.distributed.init_process_group)",
+                       description="Run `mpiexec -n N python SCRIPT ARGS...`: each process "
+                       "joins the job with dist.init_process_group(). Across machines, run "
+                       "mpiexec yourself with a hostfile (see the README).")
+    p.add_argument("-n", "--nproc", type=_positive_int, required=True, metavar="N",
+                   help="the number of processes")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="stop the whole job after this many seconds (default: no limit)")
+    p.add_argument("script", help="the Python script each process runs")
+    p.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS",
+                   help="the script's own arguments")
+    p.set_defaults(func=cmd_launch, debug=False)
+    return p
+
+
+def cmd_launch(args) -> int:
+    """``mgegraph launch -n N script.py ARGS``: the job's exit status (mpiexec's)."""
+    from .distributed.launcher import launch  # lazy: startup cost (eager mode and MPI's tools)
+    if not os.path.isfile(args.script):
+        raise FileNotFoundError(f"launch: no script {args.script!r}")
+    try:
+        return launch(args.nproc, [args.script, *args.script_args], timeout=args.timeout)
+    except RuntimeError as exc:  # DistributedError: no mpiexec, or past the timeout
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
 
 
 # -- helpers -------------------------------------------------------------------------------------

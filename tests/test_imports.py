@@ -204,7 +204,8 @@ def test_the_import_graph_has_no_cycle():
 # every module of the package must be named by one (the bare "mgegraph", the facade that may
 # load anything, is the top layer's).
 LAYERS = (
-    ("the IR", ("ir", "host_memory", "disk_cache", "weight_writes", "config", "dtype")),
+    ("the IR", ("ir", "host_memory", "disk_cache", "weight_writes", "config", "dtype",
+                "communicator")),
     ("ops", ("ops", "functional")),
     ("autodiff", ("autodiff",)),
     ("the planner", ("planner",)),
@@ -212,7 +213,8 @@ LAYERS = (
                                "tuning", "kernels_report")),
     ("backends", ("_kernels", "cuda", "device")),
     ("eager, nn, optim", ("eager", "jit", "nn", "module", "optim", "optimizer", "train",
-                          "amp", "autodiff.grad_manager", "random", "tensor", "quantization")),
+                          "amp", "autodiff.grad_manager", "random", "tensor", "quantization",
+                          "distributed")),
     ("io, onnx, tools", ("io", "runtime", "onnx", "tools", "viz", "testing")),
     ("the CLI", ("cli", "demo", "__main__")),
 )
@@ -225,6 +227,8 @@ UPWARD = {
         "MegEngine's name mgegraph.autodiff.GradManager for eager mode's, loaded on first use",
     ("mgegraph.autodiff", "mgegraph.eager.function"):
         "MegEngine's name mgegraph.autodiff.Function for eager mode's, loaded on first use",
+    ("mgegraph.functional", "mgegraph.distributed.functional"):
+        "MegEngine's name F.distributed for the eager collectives, loaded on first use",
     ("mgegraph.eager.trace", "mgegraph.tools.profiler"):
         "trace(profiling=True) (MegEngine's option) profiles each run, loaded on first use",
     ("mgegraph.eager.trace_dump", "mgegraph.io"):

@@ -62,7 +62,9 @@ class GradManager(Recorder):
         """Compute gradients for ``params`` (a Tensor or an iterable of them: Parameters or any
         float tensor) at ``backward``, into each one's ``.grad``. ``callbacks``: a function or
         a list of functions ``f(param, grad) -> grad`` applied in order to each gradient before
-        it is accumulated (where data-parallel training all-reduces; None: no gradient).
+        it is accumulated (where data-parallel training all-reduces; None: no gradient; the
+        last may return a future, whose ``get()`` is called once every gradient's callbacks
+        have run, as ``distributed.make_allreduce_cb`` does to send them in buckets).
         Attaching a tensor again adds its callbacks to those it has. A tensor attached while
         recording counts from then on (an intermediate value too)."""
         params = [params] if isinstance(params, Tensor) else list(params)
@@ -178,9 +180,12 @@ class GradManager(Recorder):
             return
         with hidden(unseen):
             grads = walk(tape, roots, [p for p, _ in wrt], consume=True)
-            # every gradient is made (and checked) before any lands: all or none
-            done = [(p, self._accumulated(p, grads[p.id], callbacks)) for p, callbacks in wrt
+            # every gradient is made (and checked) before any lands: all or none; a callback
+            # may return a future (``.get()``), resolved once every callback has run, so that
+            # data-parallel training sends gradients in buckets
+            sent = [(p, _through(p, grads[p.id], callbacks)) for p, callbacks in wrt
                     if p.id in grads]
+            done = [(p, self._accumulated(p, _resolved(g))) for p, g in sent]
         for p, g in done:
             if g is not None:
                 p.grad = g
@@ -192,11 +197,9 @@ class GradManager(Recorder):
         later = recorders[recorders.index(self) + 1:] if self in recorders else ()
         return {r for r in later + self._group if not r.replays}
 
-    def _accumulated(self, p: Tensor, g: Tensor, callbacks) -> Tensor | None:
-        """``p``'s new ``.grad``: ``g`` through its callbacks, added to the one it has (None:
+    def _accumulated(self, p: Tensor, g: Tensor | None) -> Tensor | None:
+        """``p``'s new ``.grad``: ``g`` (through its callbacks) added to the one it has (None:
         a callback returned None, so nothing lands)."""
-        for callback in callbacks:
-            g = callback(p, g)
         if g is None:
             return None
         if not isinstance(g, Tensor) or g.type != p.type:
@@ -206,6 +209,18 @@ class GradManager(Recorder):
                              "dtype after the forward pass, or a callback returned another; "
                              f"no gradient was applied; at {user_location()})")
         return g if p.grad is None else p.grad + g
+
+
+def _through(p: Tensor, g: Tensor, callbacks):
+    """``g`` through ``p``'s callbacks in order (the last one's result may be a future)."""
+    for i, callback in enumerate(callbacks):
+        g = callback(p, g if i == 0 else _resolved(g))
+    return g
+
+
+def _resolved(g):
+    """A gradient, or the one a callback's future (MegEngine's ``Future.get``) stands for."""
+    return g.get() if g is not None and not isinstance(g, Tensor) and hasattr(g, "get") else g
 
 
 class GradManagerGroup:

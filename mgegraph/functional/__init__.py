@@ -98,3 +98,14 @@ from . import metric, utils  # noqa: F401
 from .metric import topk_accuracy
 
 __all__ += ["topk_accuracy"]
+
+
+# MegEngine's F.distributed: the eager collectives of mgegraph.distributed (the eager layer),
+# loaded on first use, so importing functional loads neither eager mode nor MPI
+def __getattr__(name):
+    if name != "distributed":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    module = importlib.import_module("mgegraph.distributed.functional")  # lazy: eager layer
+    globals()[name] = module
+    return module

@@ -51,10 +51,10 @@ __all__ += ["RMSNorm"]
 from .attention import MultiHeadAttention, MultiHeadAttn
 
 __all__ += ["MultiHeadAttention", "MultiHeadAttn"]
-# MegEngine's Elemwise module and SyncBatchNorm (one process: batch norm) (nn/elemwise.py,
-# nn/norm.py)
+# MegEngine's Elemwise module and SyncBatchNorm (statistics over a distributed group)
+# (nn/elemwise.py, nn/sync_norm.py)
 from .elemwise import Elemwise
-from .norm import SyncBatchNorm
+from .sync_norm import SyncBatchNorm
 
 __all__ += ["Elemwise", "SyncBatchNorm"]
 # recurrent layers and cells (nn/rnn.py)

@@ -138,24 +138,6 @@ class BatchNorm2d(_BatchNorm):
     ndims = (4, 2)
 
 
-class SyncBatchNorm(_BatchNorm):
-    """MegEngine's batch norm whose statistics are reduced over the processes of a distributed
-    group. mgegraph trains in one process, where that reduction is the identity: it is
-    ``BatchNorm`` over a 2-, 3- or 4-d input (``group`` must be None).
-    ``nn.SyncBatchNorm(64)``"""
-
-    ndims = (2, 3, 4)
-
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.9,
-                 affine: bool = True, track_running_stats: bool = True, freeze: bool = False,
-                 group=None, param_dim: str = "dim_1c11"):
-        if group is not None:
-            raise GraphError(f"SyncBatchNorm: group={group!r}: mgegraph trains in one process, "
-                             "so there is no group to reduce the statistics over")
-        super().__init__(num_features, eps, momentum, affine, track_running_stats, freeze,
-                         param_dim)
-
-
 class GroupNorm(Module):
     """Group norm: the channels in ``num_groups`` groups, each normalised over its channels and
     positions per sample, then a per-channel affine. ``nn.GroupNorm(32, 64)``"""

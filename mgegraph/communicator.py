@@ -1,0 +1,280 @@
+"""The processes of a distributed job and the collectives between them, over MPI (``mpi4py``).
+
+>>> world = communicator.world()        # the job mpiexec started (mpi4py loaded on first use)
+>>> total = world.allreduce(np.ones(3, np.float32), "sum")
+
+Design: this module is the one place that talks to MPI. It knows arrays and ranks, nothing of
+tensors, graphs or gradients, so it sits in the lowest layer: eager collectives
+(``mgegraph.distributed``) use it now, and a plan's all-reduce kernel can read the same
+communicators later without reaching up. Every collective is MPI's non-blocking form followed by
+``wait``, which polls with a deadline: a rank that died or hangs makes the others raise
+``CollectiveTimeout`` (naming the collective, the group and the wait) instead of blocking
+forever, and a waiting rank sleeps instead of spinning on a core another rank may need.
+Reductions of float16 and bfloat16 run in float32 (MPI has no arithmetic for them) and round
+once at the end; every other collective moves bytes, so it takes every dtype the engine has.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from ml_dtypes import bfloat16
+
+# Environment variables that MPI launchers set in each process they start: MPICH's Hydra
+# (PMI_RANK, PMI_SIZE), Open MPI's (OMPI_COMM_WORLD_*) and PMIx-based ones (PMIX_RANK)
+LAUNCHER_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                "PMIX_RANK")
+
+REDUCE_OPS = ("sum", "max", "min")
+_HALF = (np.dtype(np.float16), np.dtype(bfloat16))
+_DEFAULT_TIMEOUT = 300.0  # seconds a collective waits for the other ranks
+
+
+class DistributedError(RuntimeError):
+    """A distributed job cannot start or go on: MPI missing, not launched by mpiexec, a group
+    that does not hold this rank, ranks disagreeing on what they exchange."""
+
+
+class CollectiveTimeout(DistributedError):
+    """A collective waited longer than its timeout for the other ranks (one died, hangs or
+    never called it)."""
+
+
+def launched_by_mpiexec() -> bool:
+    """Whether an MPI launcher started this process (its environment says so)."""
+    return any(name in os.environ for name in LAUNCHER_ENV)
+
+
+def load_mpi():
+    """mpi4py's ``MPI`` module (which initialises MPI), or a DistributedError saying what to
+    install."""
+    try:
+        from mpi4py import MPI  # lazy: optional dependency (mpi4py, the distributed extra)
+    except ImportError as exc:
+        raise DistributedError(
+            "mgegraph.distributed needs mpi4py and an MPI library (pip install "
+            "'mgegraph[distributed]', which brings mpi4py and the mpich wheel with its "
+            f"mpiexec): {exc}") from exc
+    return MPI
+
+
+def _mpi_type(MPI, dtype: np.dtype):
+    """The MPI datatype reductions use for ``dtype`` (float32 for the half types)."""
+    table = {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.float64): MPI.DOUBLE,
+             np.dtype(np.int32): MPI.INT32_T, np.dtype(np.int64): MPI.INT64_T,
+             np.dtype(np.int16): MPI.INT16_T, np.dtype(np.int8): MPI.INT8_T,
+             np.dtype(np.uint8): MPI.UINT8_T, np.dtype(np.bool_): MPI.C_BOOL}
+    return table[np.dtype(np.float32) if dtype in _HALF else dtype]
+
+
+def _mpi_op(MPI, op: str, dtype: np.dtype):
+    # NumPy's reductions of bools are logical (np.add.reduce is "or"); MPI's need the L ops
+    if dtype == np.bool_:
+        return {"sum": MPI.LOR, "max": MPI.LOR, "min": MPI.LAND}[op]
+    return {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
+
+
+@dataclass
+class Communicator:
+    """The processes of one group: ``ranks`` (world ranks, the first the root), this process's
+    ``rank`` among them, and the MPI communicator (None for a group of one, which needs no
+    MPI). Collectives take and return C-contiguous NumPy arrays; each rank must call the same
+    collectives in the same order with arrays of the same size and dtype."""
+
+    comm: object
+    ranks: tuple[int, ...]
+    rank: int
+    timeout: float = _DEFAULT_TIMEOUT
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def key(self) -> str:
+        return ",".join(map(str, self.ranks))
+
+    # -- waiting ------------------------------------------------------------------------
+    def wait(self, request, what: str) -> None:
+        """Wait for ``request`` (an MPI request), at most ``timeout`` seconds."""
+        deadline, delay = time.monotonic() + self.timeout, 0.0
+        while not request.Test():
+            if time.monotonic() > deadline:
+                raise CollectiveTimeout(
+                    f"{what}: rank {self.rank} of group [{self.key}] waited {self.timeout:g} s "
+                    "for the other ranks (one died, hangs, or did not call the same collective)")
+            time.sleep(delay)
+            delay = min(2 * delay + 1e-5, 1e-3)
+
+    def _run(self, start, what: str) -> None:
+        self.wait(start(), what)
+
+    # -- reductions ---------------------------------------------------------------------
+    def allreduce(self, x: np.ndarray, op: str = "sum") -> np.ndarray:
+        """Every rank gets ``op`` ("sum", "max", "min") over the ranks' ``x``."""
+        return self.start_allreduce(x, op).wait()
+
+    def start_allreduce(self, x: np.ndarray, op: str = "sum") -> Pending:
+        """``allreduce`` started: its ``wait()`` gives the result (``x`` must stay unchanged
+        until then)."""
+        send = _widened(x)
+        if self.comm is None:
+            return Pending(self, None, send, send.copy(), x.dtype, f"all_reduce_{op}")
+        MPI, out = load_mpi(), np.empty_like(send)
+        kind = _mpi_type(MPI, x.dtype)
+        request = self.comm.Iallreduce([send, kind], [out, kind], _mpi_op(MPI, op, x.dtype))
+        return Pending(self, request, send, out, x.dtype, f"all_reduce_{op}")
+
+    def reduce(self, x: np.ndarray, op: str = "sum") -> np.ndarray | None:
+        """The root (group rank 0) gets ``op`` over the ranks' ``x``; the others None."""
+        if self.comm is None:
+            return x.copy()
+        MPI, send = load_mpi(), _widened(x)
+        out = np.empty_like(send) if self.rank == 0 else None
+        kind = _mpi_type(MPI, x.dtype)
+        self._run(lambda: self.comm.Ireduce([send, kind], None if out is None else [out, kind],
+                                            _mpi_op(MPI, op, x.dtype), root=0), f"reduce_{op}")
+        return None if out is None else out.astype(x.dtype, copy=False)
+
+    def reduce_scatter(self, x: np.ndarray, op: str = "sum") -> np.ndarray:
+        """``x`` (size * n values) reduced over the ranks, block ``rank`` of it (n values)."""
+        flat = x.reshape(-1)
+        if self.comm is None:
+            return flat.copy()
+        MPI, send = load_mpi(), _widened(flat)
+        out = np.empty(flat.size // self.size, send.dtype)
+        kind = _mpi_type(MPI, x.dtype)
+        self._run(lambda: self.comm.Ireduce_scatter_block(
+            [send, kind], [out, kind], _mpi_op(MPI, op, x.dtype)), "reduce_scatter_sum")
+        return out.astype(x.dtype, copy=False)
+
+    # -- moving bytes -------------------------------------------------------------------
+    def allgather(self, x: np.ndarray, what: str = "all_gather") -> np.ndarray:
+        """The ranks' ``x`` stacked in rank order: shape (size, *x.shape)."""
+        out = np.empty((self.size,) + x.shape, x.dtype)
+        if self.comm is None:
+            out[0] = x
+            return out
+        self._run(lambda: self.comm.Iallgather(_bytes(x), _bytes(out)), what)
+        return out
+
+    def gather(self, x: np.ndarray) -> np.ndarray | None:
+        """The root gets the ranks' ``x`` stacked in rank order; the others None."""
+        out = np.empty((self.size,) + x.shape, x.dtype) if self.rank == 0 else None
+        if self.comm is None:
+            out[0] = x
+            return out
+        self._run(lambda: self.comm.Igather(_bytes(x), None if out is None else _bytes(out),
+                                            root=0), "gather")
+        return out
+
+    def broadcast(self, x: np.ndarray | None, shape, dtype) -> np.ndarray:
+        """The root's ``x`` on every rank (the others pass None, or an array to overwrite)."""
+        out = x.copy() if self.rank == 0 else np.empty(shape, dtype)
+        if self.comm is not None:
+            self._run(lambda: self.comm.Ibcast(_bytes(out), root=0), "broadcast")
+        return out
+
+    def scatter(self, x: np.ndarray | None, block_shape, dtype) -> np.ndarray:
+        """Block ``rank`` of the root's ``x`` (size blocks of ``block_shape`` along axis 0)."""
+        out = np.empty(block_shape, dtype)
+        if self.comm is None:
+            out[...] = x.reshape(block_shape)
+            return out
+        send = _bytes(np.ascontiguousarray(x)) if self.rank == 0 else None
+        self._run(lambda: self.comm.Iscatter(send, _bytes(out), root=0), "scatter")
+        return out
+
+    def alltoall(self, x: np.ndarray) -> np.ndarray:
+        """Block j of ``x`` (size blocks along axis 0) to rank j; block i of the result from
+        rank i."""
+        out = np.empty_like(x)
+        if self.comm is None:
+            out[...] = x
+            return out
+        self._run(lambda: self.comm.Ialltoall(_bytes(x), _bytes(out)), "all_to_all")
+        return out
+
+    def barrier(self) -> None:
+        if self.comm is not None:
+            self._run(self.comm.Ibarrier, "group_barrier")
+
+    def allgather_object(self, obj, what: str) -> list:
+        """Every rank's ``obj`` (a small picklable value), in rank order."""
+        if self.comm is None:
+            return [obj]
+        data = np.frombuffer(_pickled(obj), np.uint8)
+        sizes = self.allgather(np.array([data.size], np.int64), what)[:, 0]
+        out = np.zeros(int(sizes.max()) * self.size, np.uint8)
+        padded = np.zeros(int(sizes.max()), np.uint8)
+        padded[:data.size] = data
+        self._run(lambda: self.comm.Iallgather(padded, out), what)
+        blocks = out.reshape(self.size, -1)
+        return [_unpickled(blocks[i, :sizes[i]].tobytes()) for i in range(self.size)]
+
+
+@dataclass
+class Pending:
+    """A collective under way: ``wait()`` waits for it (at most the group's timeout) and gives
+    its result, rounded to the input's dtype."""
+
+    comm: Communicator
+    request: object
+    send: np.ndarray  # held: MPI reads it until the request completes
+    out: np.ndarray
+    dtype: np.dtype
+    what: str
+
+    def wait(self) -> np.ndarray:
+        if self.request is not None:
+            self.comm.wait(self.request, self.what)
+            self.request = None
+        return self.out.astype(self.dtype, copy=False)
+
+
+def _widened(x: np.ndarray) -> np.ndarray:
+    x = np.ascontiguousarray(x)
+    return x.astype(np.float32) if x.dtype in _HALF else x
+
+
+def _bytes(x: np.ndarray) -> np.ndarray:
+    """``x``'s bytes as a uint8 view (MPI moves them whatever the dtype)."""
+    return np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+
+
+def _pickled(obj) -> bytes:
+    return pickle.dumps(obj)
+
+
+def _unpickled(data: bytes):
+    return pickle.loads(data)  # the job's own ranks wrote it
+
+
+def world(timeout: float = _DEFAULT_TIMEOUT) -> Communicator:
+    """The job's processes (MPI's COMM_WORLD)."""
+    MPI = load_mpi()
+    comm = MPI.COMM_WORLD
+    return Communicator(comm if comm.Get_size() > 1 else None, tuple(range(comm.Get_size())),
+                        comm.Get_rank(), timeout)
+
+
+def subgroup(parent: Communicator, ranks: tuple[int, ...]) -> Communicator:
+    """The communicator of ``ranks`` (world ranks, the first the root), made by those ranks
+    only (MPI_Comm_create_group); this process must be one of them."""
+    me = parent.ranks[parent.rank]
+    if parent.comm is None or len(ranks) == 1:
+        return Communicator(None, ranks, 0, parent.timeout)
+    MPI = load_mpi()
+    members = MPI.COMM_WORLD.Get_group().Incl(list(ranks))
+    comm = MPI.COMM_WORLD.Create_group(members, tag=_group_tag(ranks))
+    members.Free()
+    return Communicator(comm, ranks, ranks.index(me), parent.timeout)
+
+
+def _group_tag(ranks) -> int:
+    # groups made at once by disjoint ranks may share a tag; overlapping ones are made in the
+    # same order by their common ranks, so a tag from the ranks keeps their messages apart
+    return hash(tuple(ranks)) & 0x7FFF

@@ -1,0 +1,225 @@
+"""Data-parallel training helpers, MegEngine's ``megengine.distributed.helper``: ``bcast_list_``
+(the root's initial weights everywhere), ``make_allreduce_cb`` (the GradManager callback that
+all-reduces gradients in buckets) and ``synchronized``.
+
+>>> dist.bcast_list_(model.parameters())
+>>> gm = GradManager().attach(model.parameters(), callbacks=[dist.make_allreduce_cb("mean")])
+
+Design: the GradManager calls the callback once per gradient, in the order the parameters were
+attached, after the backward walk has made them all; the callback packs them into per-dtype
+buckets of about ``bucket_bytes`` (MegEngine's param pack), returning a future per gradient.
+The manager resolves the futures once every gradient has been handed over: the first ``get()``
+checks that the ranks send alike and starts every bucket's non-blocking all-reduce, then each
+future waits for its own bucket and takes its slice. Buckets are sent only after the check: a
+mismatch (shapes, dtypes or order of the gradients) would otherwise sum unrelated numbers or
+hang MPI. Since the walk has ended before the first callback, sending a bucket as it fills
+would overlap nothing here; overlapping the backward pass is the planner's all-reduce nodes'.
+"""
+from __future__ import annotations
+
+import functools
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..communicator import DistributedError, Pending
+from ..eager.tensor import Tensor, rebind, wrap
+from ..ir.errors import user_location
+from ..ir.types import HALF_DTYPES
+from .functional import refuse_replay
+from .group import WORLD, Group, _require, group_barrier, is_distributed
+
+BUCKET_BYTES = 10 * 1024 * 1024  # MegEngine's param-pack threshold
+
+
+def bcast_list_(inps, group: Group = WORLD) -> None:
+    """Give every tensor of ``inps`` the root's value, in place (the initial weights): a
+    Parameter is written where plans read it, another Tensor holds a new array. The ranks'
+    tensors must agree in number, shapes and dtypes (checked first).
+
+    >>> dist.bcast_list_(model.parameters())
+    """
+    tensors = list(inps)
+    comm = group.comm
+    _check_same(comm, [(tuple(t.shape), str(t.dtype)) for t in tensors], "bcast_list_",
+                "tensors")
+    for t in tensors:
+        value = comm.broadcast(t.value, t.shape, t.dtype)
+        if _writable_in_place(t):
+            t.value = value
+        else:
+            rebind(t, wrap(value))
+
+
+def _writable_in_place(t) -> bool:
+    """Whether ``t`` takes ``t.value = array`` (a Parameter: plans read its array in place)."""
+    prop = getattr(type(t), "value", None)
+    return isinstance(prop, property) and prop.fset is not None
+
+
+def _check_same(comm, signature: list, what: str, things: str) -> None:
+    """Refuse, naming both ranks and the first difference, if the ranks' ``signature`` (a
+    list of (shape, dtype)) differ."""
+    me = comm.ranks[comm.rank]
+    for rank, theirs in enumerate(comm.allgather_object(signature, what)):
+        if theirs != signature:
+            raise DistributedError(
+                f"{what}: rank {me} has {things} {_described(signature, theirs)}, rank "
+                f"{comm.ranks[rank]} {_described(theirs, signature)}: the ranks must train "
+                "the same model (the same tensors, shapes and dtypes, in the same order, at "
+                "every step)")
+
+
+def synchronized(func):
+    """Decorator: every rank waits at a barrier after ``func`` returns (MegEngine's, for one
+    rank downloading what the others read)."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        result = func(*args, **kwargs)
+        if is_distributed():
+            group_barrier()
+        return result
+    return wrapper
+
+
+@dataclass
+class _Bucket:
+    """Gradients of one dtype packed for one all-reduce."""
+
+    dtype: np.dtype
+    grads: list = field(default_factory=list)
+    nbytes: int = 0
+    pending: Pending | None = None
+    results: list | None = None
+    mean: bool = False
+
+    def send(self, comm, mean: bool) -> None:
+        flat = np.concatenate([g.value.reshape(-1) for g in self.grads])
+        self.pending = comm.start_allreduce(flat, "sum")
+        self.mean = mean
+
+    def result(self, index: int) -> Tensor:
+        if self.results is None:
+            flat = self.pending.wait()
+            if self.mean:
+                flat = (flat / self.pending.comm.size).astype(self.dtype)
+            starts = np.cumsum([0] + [g.size for g in self.grads])
+            self.results = [wrap(np.ascontiguousarray(flat[a:b]).reshape(g.shape))
+                            for a, b, g in zip(starts, starts[1:], self.grads)]
+        return self.results[index]
+
+
+@dataclass
+class _Future:
+    """A gradient being all-reduced: MegEngine's ``Future`` protocol (``get``)."""
+
+    callback: AllreduceCallback
+    bucket: _Bucket
+    index: int
+
+    def get(self) -> Tensor:
+        self.callback._flush()
+        return self.bucket.result(self.index)
+
+
+class AllreduceCallback:
+    """The GradManager callback of data-parallel training: each gradient summed
+    (``reduce_method="sum"``) or averaged ("mean") over ``group``, sent in buckets of about
+    ``bucket_bytes`` per dtype (MegEngine's ``make_allreduce_cb``).
+
+    >>> gm.attach(model.parameters(), callbacks=[dist.make_allreduce_cb("mean")])
+    """
+
+    def __init__(self, reduce_method: str, group: Group = WORLD, backend: str | None = None,
+                 *, bucket_bytes: int = BUCKET_BYTES):
+        method = str(reduce_method).lower()
+        if method not in ("sum", "mean"):
+            raise DistributedError(f"make_allreduce_cb: reduce_method must be 'sum' or 'mean', "
+                                   f"got {reduce_method!r}")
+        if backend not in (None, "auto", "mpi"):
+            raise DistributedError(f"make_allreduce_cb: backend {backend!r}: only MPI is built")
+        if type(bucket_bytes) is not int or bucket_bytes < 1:
+            raise DistributedError(f"make_allreduce_cb: bucket_bytes must be an int >= 1, got "
+                                   f"{bucket_bytes!r}")
+        _require("make_allreduce_cb")
+        self.reduce_method, self.group, self.bucket_bytes = method, group, bucket_bytes
+        self._checked = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self._open: dict = {}      # dtype -> the bucket being filled
+        self._buckets: list = []   # every bucket of this backward pass, in order
+        self._flushed = False
+        self._signature: list = []
+
+    @property
+    def buckets(self) -> list[tuple[str, int, int]]:
+        """The buckets of the latest backward pass, in the order sent: (dtype, gradients,
+        bytes) each."""
+        return [(str(b.dtype), len(b.grads), b.nbytes) for b in self._buckets]
+
+    def __call__(self, param: Tensor, grad: Tensor) -> _Future:
+        refuse_replay("make_allreduce_cb")
+        if self._flushed:  # the previous backward pass is resolved: this is a new one
+            self._reset()
+        if not isinstance(grad, Tensor):
+            raise DistributedError(f"make_allreduce_cb: the gradient of {param!r:.60} is "
+                                   f"{type(grad).__name__}, not a Tensor (at {user_location()})")
+        dtype = np.dtype(np.float32) if grad.dtype in HALF_DTYPES else grad.dtype
+        bucket = self._open.get(dtype)
+        if bucket is None:
+            bucket = self._open[dtype] = _Bucket(dtype)
+            self._buckets.append(bucket)
+        bucket.grads.append(grad if grad.dtype == dtype else grad.astype(dtype))
+        bucket.nbytes += grad.size * dtype.itemsize
+        self._signature.append((tuple(grad.shape), str(grad.dtype)))
+        future = _Future(self, bucket, len(bucket.grads) - 1)
+        if bucket.nbytes >= self.bucket_bytes:  # full: the next gradient opens another
+            del self._open[dtype]
+        return _HalfFuture(future, grad.dtype) if grad.dtype in HALF_DTYPES else future
+
+    def _flush(self) -> None:
+        """Check that the ranks send alike, then start every bucket's all-reduce."""
+        if self._flushed:
+            return
+        self._check_signatures()
+        for bucket in self._buckets:
+            bucket.send(self.group.comm, self.reduce_method == "mean")
+        self._flushed = True
+
+    def _check_signatures(self) -> None:
+        """Refuse ranks whose gradients differ (shapes, dtypes, order): at the first backward
+        by comparing the lists, later by one small all-reduce of their checksum (a model whose
+        gradients change from step to step, a branch taken on one rank only), so that
+        mismatched buckets are never summed."""
+        comm = self.group.comm
+        if self._checked:
+            mine = zlib.crc32(repr(self._signature).encode())
+            lowest, highest = comm.allreduce(np.array([-mine, mine], np.int64), "max")
+            if -lowest == highest == mine:
+                return
+        _check_same(comm, self._signature, "make_allreduce_cb", "gradients")
+        self._checked = True
+
+
+@dataclass
+class _HalfFuture:
+    """A float16 or bfloat16 gradient, all-reduced in float32 and rounded once at the end."""
+
+    future: _Future
+    dtype: np.dtype
+
+    def get(self) -> Tensor:
+        return self.future.get().astype(self.dtype)
+
+
+def _described(mine: list, other: list) -> str:
+    """``mine`` where it first differs from ``other``: its count, the entry and its index."""
+    for i, (a, b) in enumerate(zip(mine, other)):
+        if a != b:
+            return f"#{i} of {len(mine)} as {a[1]}{list(a[0])}"
+    return f"{len(mine)} in all"
+
+
+make_allreduce_cb = AllreduceCallback
