@@ -20,7 +20,7 @@ import numpy as np
 from libc.stdint cimport int8_t, int32_t, uint8_t
 from libc.stdlib cimport free, malloc
 
-from .abi cimport Call, KERNEL_BAD_VALUE, KERNEL_OK, kernel_address
+from .abi cimport Call, KERNEL_OK, KERNEL_OUT_OF_MEMORY, kernel_address
 from .params cimport fields_of
 from .parallel cimport parallel_for
 
@@ -165,7 +165,7 @@ cdef inline int pack_call(const Call* c, int w_unsigned) noexcept nogil:
     cdef int32_t* zw = <int32_t*>malloc(max(s.out_channels, 1) * sizeof(int32_t))
     cdef Py_ssize_t o
     if zw == NULL:
-        return KERNEL_BAD_VALUE
+        return KERNEL_OUT_OF_MEMORY
     for o in range(s.out_channels):
         zw[o] = <int32_t>c.floats[o]
     pack_weights(c.bufs[2 if s.has_bias else 1], <const uint8_t*>c.bufs[0], w_unsigned,
@@ -214,7 +214,7 @@ cdef int _pack_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept 
     else:
         scratch = <uint8_t*>malloc(4 * (n1 - n0))
         if scratch == NULL:
-            return QG_NOT_RUN
+            return KERNEL_OUT_OF_MEMORY
         qg_pack_b_conv(s.x, s.g, n0, n1, s.pad, s.flip, scratch, s.b)
         free(scratch)
     if s.colsum != NULL:
@@ -240,7 +240,7 @@ cdef int _buffers(PackB* pack, int need_colsum) noexcept nogil:
     pack.b = <uint8_t*>malloc(max(qg_blocks(pack.n, QG_NB) * qg_b_stride(pack.kg), 1))
     pack.colsum = <int32_t*>malloc(max(pack.n, 1) * sizeof(int32_t)) if need_colsum else NULL
     return KERNEL_OK if pack.b != NULL and (pack.colsum != NULL or not need_colsum) \
-        else QG_NOT_RUN
+        else KERNEL_OUT_OF_MEMORY
 
 
 cdef void _epilogue(qg_epilogue* e, const QWeights* pw, const QOutput* out, int32_t* colsum,
@@ -266,7 +266,7 @@ cdef int conv_run(const QWeights* pw, const uint8_t* x, int x_signed, int32_t zx
     pack.pad, pack.flip = <uint8_t>zx, 0x80 if x_signed else 0
     if _buffers(&pack, pw.zw != NULL) != KERNEL_OK:
         free(pack.b)
-        return QG_NOT_RUN
+        return KERNEL_OUT_OF_MEMORY
     tiles.var = qg_variant_of(_isa)
     tiles.op.b, tiles.op.m, tiles.op.n, tiles.op.kg = pack.b, pw.m, cells, pw.kg
     for i in range(images):
@@ -300,7 +300,7 @@ cdef int linear_run(const QWeights* pw, const uint8_t* x, int x_signed, Py_ssize
     pack.flip = 0x80 if x_signed else 0
     if _buffers(&pack, pw.zw != NULL) != KERNEL_OK:
         free(pack.b)
-        return QG_NOT_RUN
+        return KERNEL_OUT_OF_MEMORY
     tiles.var = qg_variant_of(_isa)
     tiles.op.a, tiles.op.b, tiles.op.m, tiles.op.n, tiles.op.kg = pw.a, pack.b, pw.m, rows, pw.kg
     _epilogue(&tiles.e, pw, out, pack.colsum, 1, pw.m)
@@ -335,7 +335,7 @@ cdef int _depthwise_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noex
     if padded == NULL or acc == NULL:
         free(padded)
         free(acc)
-        return QG_NOT_RUN
+        return KERNEL_OUT_OF_MEMORY
     for u in range(lo, hi):
         ch = u % s.channels
         plane(s.x + u * g.h * g.w, s.x_signed, s.zx, s.w + ch * g.kh * g.kw, s.w_unsigned,
@@ -358,7 +358,7 @@ cdef int depthwise_run(const uint8_t* x, int x_signed, int32_t zx, const uint8_t
     cdef int32_t* consts = <int32_t*>malloc(max(g.c, 1) * sizeof(int32_t))
     cdef int status
     if consts == NULL:
-        return QG_NOT_RUN
+        return KERNEL_OUT_OF_MEMORY
     for ch in range(g.c):
         consts[ch] = 0 if bias == NULL else bias[ch]
     s.x, s.w, s.x_signed, s.w_unsigned, s.zx, s.zw, s.channels, s.g = (
