@@ -1,20 +1,23 @@
-"""The int8 convolution kernels (_kernels/qgemm.pyx) against the machine's VNNI peak and against
-mgegraph's float32 convolution, on ResNet-18's 3x3 convolutions (batch 1, 224x224 input).
+"""The int8 convolution kernels (_kernels/qgemm.pyx) against the machine's AMX and VNNI peaks and
+against mgegraph's float32 convolution, on ResNet-18's 3x3 convolutions (batch 1, 224x224 input).
 
     python benchmarks/int8_kernels.py                    # 1 and 2 threads, each in its process
     python benchmarks/int8_kernels.py --threads 1 --runs 20
+    MGEGRAPH_INT8_ISA=avx512vnni python benchmarks/int8_kernels.py   # the VNNI variant
 
-The peak is a register-only loop of vpdpbusd (16 independent accumulators, no memory) on one
-thread: int8 ops per CPU second, counting a multiply-add as 2 ops (each vpdpbusd does 64). Each
+The peaks are register-only loops on one thread, int8 ops per CPU second, counting a
+multiply-add as 2 ops: vpdpbusd (16 independent accumulators, 64 multiply-adds each) and, where
+the tiles are granted, TDPBSUD (4 independent tiles, 16 x 16 x 64 each, on operands of ones). The
+share of peak is against the peak of the variant in use (AMX's for "amx"). Each
 layer is a GEMM of M output channels, K = 9 input channels and N output cells; its ops are
 2 M K N. Per layer and thread count (OMP_NUM_THREADS, a fresh process each): the medians over
 ``--runs`` runs of the int8 plan (one quantized_conv2d of a constant weight: the prepack pass
 packs it once, so the plan is one quantized_conv2d_packed on the widest variant) in wall and in
 CPU time (the process's: on a shared machine the wall times mislead, and at one thread the
 CPU time is the truer figure), its rate (wall) as a share of the threads' peak (the one-thread
-peak times the threads), what packing the weights would add to each run (its time as a share of the run's),
-and the same two medians of the float32 ``conv2d`` plan of the same shape (``freeze=True``)
-with the ratios int8 / float32.
+peak times the threads), what packing the weights would add to each run (its time as a share of
+the run's), and the same two medians of the float32 ``conv2d`` plan of the same shape
+(``freeze=True``) with the ratios int8 / float32.
 """
 from __future__ import annotations
 
@@ -45,14 +48,19 @@ def _median_seconds(fn, runs: int, clock=time.perf_counter) -> float:
     return statistics.median(times)
 
 
-def peak_ops() -> float:
-    """int8 ops per second of one thread's register-only vpdpbusd loop (0 without VNNI-512)."""
-    from mgegraph._kernels import qgemm  # lazy: the parent process only starts children
-    if qgemm.vnni_peak_loop(1000) == -1:
+def _peak(loop, iterations: int, ops_per_iteration: int) -> float:
+    if loop(10) == -1:
         return 0.0
-    seconds = min(_median_seconds(lambda: qgemm.vnni_peak_loop(PEAK_ITERATIONS), 3,
-                                  time.process_time) for _ in range(3))
-    return PEAK_ITERATIONS * 16 * 64 * 2 / seconds
+    seconds = min(_median_seconds(lambda: loop(iterations), 3, time.process_time)
+                  for _ in range(3))
+    return iterations * ops_per_iteration / seconds
+
+
+def peak_ops() -> dict:
+    """int8 ops per second of one thread's register-only loops, per variant (0: not run here)."""
+    from mgegraph._kernels import qgemm  # lazy: the parent process only starts children
+    return {"avx512vnni": _peak(qgemm.vnni_peak_loop, PEAK_ITERATIONS, 16 * 64 * 2),
+            "amx": _peak(qgemm.amx_peak_loop, PEAK_ITERATIONS // 16, 4 * 16 * 16 * 64 * 2)}
 
 
 def _float_plan(c: int, oc: int, size: int, stride: int, x: np.ndarray):
@@ -98,9 +106,11 @@ def measure(layer: str, runs: int) -> dict:
 
 def child(threads: int, runs: int) -> None:
     from mgegraph._kernels import qgemm  # lazy: as above
-    peak = peak_ops()
-    print(f"\n{threads} thread(s), variant {qgemm.int8_isa()}; one-thread VNNI peak "
-          f"{peak / 1e9:.0f} Gop/s (int8 ops, a multiply-add = 2)")
+    peaks = peak_ops()
+    peak = peaks.get(qgemm.int8_isa(), 0.0)
+    print(f"\n{threads} thread(s), variant {qgemm.int8_isa()}; one-thread peaks: VNNI "
+          f"{peaks['avx512vnni'] / 1e9:.0f}, AMX {peaks['amx'] / 1e9:.0f} Gop/s (int8 ops, a "
+          f"multiply-add = 2; 0: not on this machine)")
     print(f"{'layer':16} {'int8 us':>8} {'cpu us':>8} {'Gop/s':>6} {'% peak':>7} {'pack %':>7} "
           f"{'f32 us':>8} {'cpu us':>8} {'int8/f32':>8} {'(cpu)':>6}")
     for layer in LAYERS:

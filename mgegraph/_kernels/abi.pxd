@@ -21,6 +21,7 @@ cdef enum:
     KERNEL_UNSUPPORTED = 3
     KERNEL_NEGATIVE_POWER = 4  # integer pow by a negative exponent (NumPy raises too)
     KERNEL_NOT_A_NUMBER = 5    # a NaN met where an integer must stand for it (quantize)
+    KERNEL_OUT_OF_MEMORY = 6   # the kernel's scratch memory could not be had (malloc failed)
 
 
 cdef inline object kernel_address(kernel_fn f):

@@ -73,9 +73,12 @@ static void qg_unfold_row(const uint8_t* x, const qg_conv* g, ptrdiff_t k, ptrdi
  * point, flip 0x80 for int8 x. */
 static void qg_pack_b_conv(const uint8_t* x, const qg_conv* g, ptrdiff_t n0, ptrdiff_t n1,
                            uint8_t pad, uint8_t flip, uint8_t* scratch, uint8_t* dst) {
-    ptrdiff_t k = g->c * g->kh * g->kw, kg = qg_groups(k), block_stride = kg * QG_NB * 4;
+    ptrdiff_t k = g->c * g->kh * g->kw, kg = qg_groups(k), block_stride = qg_b_stride(kg);
     ptrdiff_t cells = g->oh * g->ow;
     int in_place = qg_conv_in_place(g);
+    /* the groups past K that pad a block to the tiles' depth: zeros */
+    for (ptrdiff_t b = n0 / QG_NB; b * QG_NB < n1; b++)
+        memset(dst + b * block_stride + kg * QG_NB * 4, 0, (size_t)(block_stride - kg * QG_NB * 4));
     for (ptrdiff_t grp = 0; grp < kg; grp++) {
         const uint8_t* rows[4];
         for (int j = 0; j < 4; j++) {
@@ -140,7 +143,7 @@ typedef void (*qg_depthwise_fn)(QG_DEPTHWISE_ARGS);
 static qg_depthwise_fn qg_depthwise_of(int isa) {
     (void)isa;
 #if QG_X86
-    if (isa == QG_AVX512VNNI) return qg_depthwise_avx512;
+    if (isa >= QG_AVX512VNNI) return qg_depthwise_avx512;  /* AMX included */
     if (isa >= QG_AVX2) return qg_depthwise_avx2;
 #endif
     return qg_depthwise_portable;

@@ -15,18 +15,22 @@
  * wherever the true accumulator fits in int32 (the ops' contract), and beyond it the same
  * integers as any other int32 accumulation (quantized.pyx's portable loops).
  *
- * Packed layouts (K padded to KG = ceil(K / 4) groups of 4 with zeros, which add nothing):
- *   A: [ceil(M / QG_MR) row blocks][KG][QG_MR rows][4 k] int8 (missing rows are zero);
- *   B: [ceil(N / QG_NB) column blocks][KG][QG_NB columns][4 k] uint8 (missing columns zero).
- * A column block of one k group is 64 bytes: one zmm, two ymm.
+ * Packed layouts (KG = ceil(K / 4) groups of 4 k; K padded with zeros, which add nothing, to
+ * KGS = KG rounded up to 16 groups, 64 k: one AMX tile's depth):
+ *   A: [M rounded up to QG_AR rows][KGS * 4 k] int8, row-major (missing rows are zero);
+ *   B: [ceil(N / QG_NB) column blocks][KGS][QG_NB columns][4 k] uint8 (missing columns zero).
+ * A column block of one k group is 64 bytes: one zmm, two ymm, one row of an AMX tile; A's
+ * rows are AMX tile rows. One layout serves every variant, so weights packed once (the prepack
+ * pass, at compile time) are valid whichever variant runs.
  *
  * One tile is QG_MR rows by up to QG_NV column blocks, summed over all of K in registers. Four
  * variants of the tile, one per instruction set, all exact integer sums, so all give the same
  * integers: AVX-512 VNNI (8 x 3 zmm accumulators), AVX-VNNI (vpdpbusd on ymm), AVX2 (widened to
- * int16 and summed in pairs with vpmaddwd: vpmaddubsw would saturate) and portable C. The
- * epilogue is one C loop built per instruction set, in float32 without contraction: the same
- * bits everywhere. qg_select picks the widest variant this CPU runs, once per process, or the one
- * MGEGRAPH_INT8_ISA names (the tests force each one).
+ * int16 and summed in pairs with vpmaddwd: vpmaddubsw would saturate) and portable C. A fifth,
+ * AMX (qgemm_amx.h), runs blocks of 32 x 32 on the tile registers (TDPBSUD: signed A rows times
+ * unsigned B, the same operands) and the AVX-512 VNNI epilogue. The epilogue is one C loop built per instruction set, in float32 without
+ * contraction: the same bits everywhere. qg_widest picks the widest variant this CPU runs, once
+ * per process, or the one MGEGRAPH_INT8_ISA names (the tests force each one).
  */
 #ifndef MG_QGEMM_H
 #define MG_QGEMM_H
@@ -44,26 +48,31 @@
 #define QG_X86 0
 #endif
 
-#define QG_MR 8  /* rows of A per packed block and per tile */
+#define QG_MR 8  /* rows of A per tile */
+#define QG_AR 16 /* A's rows are padded to a multiple of this: an AMX tile's rows */
+#define QG_KS 16 /* B's and A's k groups are padded to a multiple of this: an AMX tile's depth */
 #define QG_NB 16 /* columns of B per packed block */
 #define QG_NV 3  /* column blocks per tile, at most */
 #define QG_TILE_COLS (QG_NB * QG_NV)
 
-enum { QG_PORTABLE = 0, QG_AVX2 = 1, QG_AVXVNNI = 2, QG_AVX512VNNI = 3, QG_ISAS = 4 };
+enum { QG_PORTABLE = 0, QG_AVX2 = 1, QG_AVXVNNI = 2, QG_AVX512VNNI = 3, QG_AMX = 4, QG_ISAS = 5 };
 enum { QG_OUT_INT32 = 0, QG_OUT_INT8 = 1, QG_OUT_UINT8 = 2 };
 
-static const char* const qg_isa_names[QG_ISAS] = {"portable", "avx2", "avxvnni", "avx512vnni"};
+static const char* const qg_isa_names[QG_ISAS] = {"portable", "avx2", "avxvnni", "avx512vnni",
+                                                   "amx"};
 
-/* whether this CPU runs variant ``isa`` */
+#include "qgemm_amx.h"
+
+/* whether this CPU runs variant ``isa`` (AMX: and the kernel lets this process use the tiles) */
 static inline int qg_isa_ok(int isa) {
 #if QG_X86
     __builtin_cpu_init();
     if (isa == QG_AVX2) return __builtin_cpu_supports("avx2");
     if (isa == QG_AVXVNNI) return __builtin_cpu_supports("avx2")
                                   && __builtin_cpu_supports("avxvnni");
-    if (isa == QG_AVX512VNNI) return __builtin_cpu_supports("avx512f")
-                                     && __builtin_cpu_supports("avx512bw")
-                                     && __builtin_cpu_supports("avx512vnni");
+    if (isa == QG_AVX512VNNI || isa == QG_AMX)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+               && __builtin_cpu_supports("avx512vnni") && (isa != QG_AMX || qg_amx_ready());
 #endif
     return isa == QG_PORTABLE;
 }
@@ -78,6 +87,15 @@ static inline int qg_widest(void) {
 
 static inline ptrdiff_t qg_groups(ptrdiff_t k) { return (k + 3) / 4; }
 static inline ptrdiff_t qg_blocks(ptrdiff_t n, ptrdiff_t per) { return (n + per - 1) / per; }
+/* k groups of a packed B column block and of a packed A row (a multiple of QG_KS) */
+static inline ptrdiff_t qg_padded_groups(ptrdiff_t kg) { return qg_blocks(kg, QG_KS) * QG_KS; }
+/* bytes between A's rows, and between B's column blocks */
+static inline ptrdiff_t qg_a_stride(ptrdiff_t kg) { return qg_padded_groups(kg) * 4; }
+static inline ptrdiff_t qg_b_stride(ptrdiff_t kg) { return qg_padded_groups(kg) * QG_NB * 4; }
+/* bytes of packed A of m rows of kg groups */
+static inline ptrdiff_t qg_a_bytes(ptrdiff_t m, ptrdiff_t kg) {
+    return qg_blocks(m, QG_AR) * QG_AR * qg_a_stride(kg);
+}
 
 /* the sum of a weight row's shifted values (int8: as stored; uint8: minus 128) */
 static int32_t qg_row_sum(const uint8_t* w, int w_unsigned, ptrdiff_t k) {
@@ -95,25 +113,11 @@ static int32_t qg_row_sum(const uint8_t* w, int w_unsigned, ptrdiff_t k) {
 static void qg_pack_a(const uint8_t* w, int w_unsigned, ptrdiff_t m, ptrdiff_t k, ptrdiff_t ldw,
                      const int32_t* zw, int32_t zx, const int32_t* bias, int8_t* dst,
                      int32_t* row_const) {
-    ptrdiff_t kg = qg_groups(k), mb = qg_blocks(m, QG_MR);
-    uint32_t flip = w_unsigned ? 0x80808080u : 0;
-    memset(dst, 0, (size_t)(mb * kg * QG_MR * 4));
-    /* in the order of dst (a block's rows side by side, group after group): each written once */
-    for (ptrdiff_t rb = 0; rb < mb; rb++) {
-        int rows = m - rb * QG_MR < QG_MR ? (int)(m - rb * QG_MR) : QG_MR;
-        int8_t* block = dst + rb * kg * QG_MR * 4;
-        for (ptrdiff_t g = 0; g < k / 4; g++)
-            for (int r = 0; r < rows; r++) {
-                uint32_t word;
-                memcpy(&word, w + (rb * QG_MR + r) * ldw + g * 4, 4);
-                word ^= flip;
-                memcpy(block + (g * QG_MR + r) * 4, &word, 4);
-            }
-        for (int r = 0; r < rows; r++)
-            for (ptrdiff_t i = k / 4 * 4; i < k; i++)
-                block[(i / 4 * QG_MR + r) * 4 + i % 4] =
-                    (int8_t)(w[(rb * QG_MR + r) * ldw + i] ^ (uint8_t)flip);
-    }
+    ptrdiff_t lda = qg_a_stride(qg_groups(k));
+    uint8_t flip = w_unsigned ? 0x80 : 0;
+    memset(dst, 0, (size_t)qg_a_bytes(m, qg_groups(k)));
+    for (ptrdiff_t r = 0; r < m; r++)
+        for (ptrdiff_t i = 0; i < k; i++) dst[r * lda + i] = (int8_t)(w[r * ldw + i] ^ flip);
     for (ptrdiff_t r = 0; r < m; r++) {
         int64_t c = (bias ? bias[r] : 0) - (int64_t)zx * qg_row_sum(w + r * ldw, w_unsigned, k)
                     + (int64_t)k * zx * zw[r];
@@ -156,7 +160,7 @@ static void qg_interleave(const uint8_t* const rows[4], ptrdiff_t n0, ptrdiff_t 
  * layer's input: B[k, n] = x[n * ldx + k]); n0 a multiple of QG_NB. */
 static void qg_pack_b_columns(const uint8_t* x, ptrdiff_t k, ptrdiff_t ldx, ptrdiff_t n0,
                               ptrdiff_t n1, uint8_t flip, uint8_t* dst) {
-    ptrdiff_t kg = qg_groups(k), block_stride = kg * QG_NB * 4;
+    ptrdiff_t block_stride = qg_b_stride(qg_groups(k));
     for (ptrdiff_t b = n0 / QG_NB; b * QG_NB < n1; b++) {
         uint8_t* out = dst + b * block_stride;
         memset(out, 0, (size_t)block_stride);
@@ -172,7 +176,7 @@ static void qg_pack_b_columns(const uint8_t* x, ptrdiff_t k, ptrdiff_t ldx, ptrd
 static void qg_column_sums(const uint8_t* b, ptrdiff_t kg, ptrdiff_t n0, ptrdiff_t n1,
                            int32_t* colsum) {
     for (ptrdiff_t n = n0; n < n1; n++) {
-        const uint8_t* p = b + (n / QG_NB) * kg * QG_NB * 4 + (n % QG_NB) * 4;
+        const uint8_t* p = b + (n / QG_NB) * qg_b_stride(kg) + (n % QG_NB) * 4;
         int32_t s = 0;
         for (ptrdiff_t g = 0; g < kg; g++, p += QG_NB * 4) s += p[0] + p[1] + p[2] + p[3];
         colsum[n] = s;
@@ -182,8 +186,8 @@ static void qg_column_sums(const uint8_t* b, ptrdiff_t kg, ptrdiff_t n0, ptrdiff
 /* ---- tiles: QG_MR rows x nv column blocks of int32 sums into tile[QG_MR][QG_TILE_COLS] ----- */
 
 #define QG_TILE_ARGS                                                                        \
-    const int8_t* a, const uint8_t* b, ptrdiff_t block_stride, ptrdiff_t kg, int nv,        \
-        int32_t* tile
+    const int8_t* a, ptrdiff_t lda, const uint8_t* b, ptrdiff_t block_stride, ptrdiff_t kg, \
+        int nv, int32_t* tile
 
 static inline int32_t qg_word(const int8_t* p) {
     int32_t v;
@@ -198,7 +202,7 @@ static void qg_tile_portable(QG_TILE_ARGS) {
             int32_t s = 0;
             for (ptrdiff_t g = 0; g < kg; g++)
                 for (int j = 0; j < 4; j++)
-                    s += (int32_t)a[(g * QG_MR + r) * 4 + j] * bc[g * QG_NB * 4 + j];
+                    s += (int32_t)a[r * lda + g * 4 + j] * bc[g * QG_NB * 4 + j];
             tile[r * QG_TILE_COLS + c] = s;
         }
 }
@@ -217,7 +221,7 @@ static void qg_tile_portable(QG_TILE_ARGS) {
             _Pragma("GCC unroll 3") for (int v = 0; v < NV; v++) bv[v] =                    \
                 _mm512_loadu_si512(b + v * block_stride + g * QG_NB * 4);                   \
             _Pragma("GCC unroll 8") for (int r = 0; r < QG_MR; r++) {                       \
-                __m512i av = _mm512_set1_epi32(qg_word(a + (g * QG_MR + r) * 4));           \
+                __m512i av = _mm512_set1_epi32(qg_word(a + r * lda + g * 4));               \
                 _Pragma("GCC unroll 3") for (int v = 0; v < NV; v++) acc[r][v] =            \
                     _mm512_dpbusd_epi32(acc[r][v], bv[v], av);                              \
             }                                                                               \
@@ -243,7 +247,7 @@ __attribute__((target("avx2,avxvnni"))) static void qg_tile_avxvnni(QG_TILE_ARGS
                 __m256i b0 = _mm256_loadu_si256((const __m256i*)(bv + g * QG_NB * 4));
                 __m256i b1 = _mm256_loadu_si256((const __m256i*)(bv + g * QG_NB * 4 + 32));
                 for (int r = 0; r < 4; r++) {
-                    __m256i av = _mm256_set1_epi32(qg_word(a + (g * QG_MR + h + r) * 4));
+                    __m256i av = _mm256_set1_epi32(qg_word(a + (h + r) * lda + g * 4));
                     acc[r][0] = _mm256_dpbusd_avx_epi32(acc[r][0], b0, av);
                     acc[r][1] = _mm256_dpbusd_avx_epi32(acc[r][1], b1, av);
                 }
@@ -272,7 +276,7 @@ __attribute__((target("avx2"))) static void qg_tile_avx2(QG_TILE_ARGS) {
                         _mm_loadu_si128((const __m128i*)(bv + g * QG_NB * 4 + q * 16)));
                 for (int r = 0; r < 2; r++) {
                     __m256i av = _mm256_cvtepi8_epi16(
-                        _mm_set1_epi32(qg_word(a + (g * QG_MR + h + r) * 4)));
+                        _mm_set1_epi32(qg_word(a + (h + r) * lda + g * 4)));
                     for (int q = 0; q < 4; q++)
                         acc[r][q] = _mm256_add_epi32(acc[r][q], _mm256_madd_epi16(w[q], av));
                 }
@@ -375,7 +379,8 @@ static qg_variant qg_variant_of(int isa) {
 #if QG_X86
     if (isa == QG_AVX2) v = (qg_variant){isa, qg_tile_avx2, qg_store_avx2};
     if (isa == QG_AVXVNNI) v = (qg_variant){isa, qg_tile_avxvnni, qg_store_avx2};
-    if (isa == QG_AVX512VNNI) v = (qg_variant){isa, qg_tile_avx512vnni, qg_store_avx512};
+    if (isa == QG_AVX512VNNI || isa == QG_AMX)
+        v = (qg_variant){isa, qg_tile_avx512vnni, qg_store_avx512};
 #endif
     return v;
 }
@@ -394,14 +399,14 @@ static inline ptrdiff_t qg_tiles(ptrdiff_t m, ptrdiff_t n) {
     return qg_blocks(n, QG_TILE_COLS) * qg_blocks(m, QG_MR);
 }
 
-/* Tile t's panel and row block. Threads take contiguous ranges of tiles: with many panels they
- * go panel-major (a thread's tiles share panels of B, the large operand there); with few (a
- * small plane: 49 columns are a panel of 48 and one of 1) row-block-major, or a contiguous
- * split would hand one thread the narrow last panel alone (3 times less work). */
+/* Tile t's panel and row block, of mb row blocks and `panels` column panels. Threads take
+ * contiguous ranges of tiles: with many panels they go panel-major (a thread's tiles share
+ * panels of B, the large operand there); with few (a small plane: 49 columns are a panel of 48
+ * and one of 1) row-block-major, or a contiguous split would hand one thread the narrow last
+ * panel alone (3 times less work). */
 #define QG_PANEL_MAJOR_FROM 8
-static inline void qg_tile_at(ptrdiff_t t, ptrdiff_t m, ptrdiff_t n, ptrdiff_t* panel,
+static inline void qg_tile_at(ptrdiff_t t, ptrdiff_t mb, ptrdiff_t panels, ptrdiff_t* panel,
                               ptrdiff_t* rb) {
-    ptrdiff_t mb = qg_blocks(m, QG_MR), panels = qg_blocks(n, QG_TILE_COLS);
     if (panels >= QG_PANEL_MAJOR_FROM)
         *panel = t / mb, *rb = t % mb;
     else
@@ -412,18 +417,66 @@ static inline void qg_tile_at(ptrdiff_t t, ptrdiff_t m, ptrdiff_t n, ptrdiff_t* 
 static void qg_gemm_tiles(const qg_variant* var, const qg_operands* op, const qg_epilogue* e,
                           ptrdiff_t lo, ptrdiff_t hi) {
     int32_t tile[QG_MR * QG_TILE_COLS] __attribute__((aligned(64)));
-    ptrdiff_t block_stride = op->kg * QG_NB * 4;
+    ptrdiff_t block_stride = qg_b_stride(op->kg), lda = qg_a_stride(op->kg);
     for (ptrdiff_t t = lo; t < hi; t++) {
         ptrdiff_t panel, rb;
-        qg_tile_at(t, op->m, op->n, &panel, &rb);
+        qg_tile_at(t, qg_blocks(op->m, QG_MR), qg_blocks(op->n, QG_TILE_COLS), &panel, &rb);
         ptrdiff_t n0 = panel * QG_TILE_COLS;
         ptrdiff_t cols = op->n - n0 < QG_TILE_COLS ? op->n - n0 : QG_TILE_COLS;
         int nv = (int)qg_blocks(cols, QG_NB);
         ptrdiff_t m0 = rb * QG_MR, rows = op->m - m0 < QG_MR ? op->m - m0 : QG_MR;
-        var->tile(op->a + rb * op->kg * QG_MR * 4, op->b + (n0 / QG_NB) * block_stride,
-                  block_stride, op->kg, nv, tile);
+        var->tile(op->a + m0 * lda, lda, op->b + (n0 / QG_NB) * block_stride, block_stride,
+                  op->kg, nv, tile);
         var->store(tile, QG_TILE_COLS, m0, (int)rows, n0, (int)cols, e);
     }
+}
+
+/* ---- on AMX tiles: blocks of QG_AMX_BLOCK x QG_AMX_BLOCK ---------------------------------- */
+
+/* Whether the GEMM runs on AMX tiles: whenever the variant is AMX.
+ * Design: measured (Emerald Rapids, 1 thread, packed weights, 1024 outputs of K 784 and 1024),
+ * the tiles win from one row of B up (1 row: 0.031 ms against VNNI's 0.095; 16 rows: 0.061
+ * against 0.114; 128: 0.37 against 0.72): they read the weights as whole 1 KiB tiles where the
+ * VNNI tile broadcasts 4 bytes at a time. For 10 outputs the two are even. */
+static inline int qg_on_amx(const qg_variant* var) { return var->isa == QG_AMX; }
+
+/* the GEMM's units of work, which threads split: tiles, or AMX blocks */
+static inline ptrdiff_t qg_units(const qg_variant* var, const qg_operands* op) {
+    if (qg_on_amx(var))
+        return qg_blocks(op->m, QG_AMX_BLOCK) * qg_blocks(op->n, QG_AMX_BLOCK);
+    return qg_tiles(op->m, op->n);
+}
+
+/* AMX blocks [lo, hi), each stored through the epilogue; the tile configuration is loaded on
+ * this thread for them and released after (a thread holding tile state costs every context
+ * switch more) */
+static void qg_amx_gemm_blocks(const qg_variant* var, const qg_operands* op,
+                               const qg_epilogue* e, ptrdiff_t lo, ptrdiff_t hi) {
+    int32_t c[QG_AMX_BLOCK * QG_AMX_BLOCK] __attribute__((aligned(64)));
+    ptrdiff_t block_stride = qg_b_stride(op->kg), lda = qg_a_stride(op->kg);
+    ptrdiff_t mb = qg_blocks(op->m, QG_AMX_BLOCK), panels = qg_blocks(op->n, QG_AMX_BLOCK);
+    qg_amx_begin();
+    for (ptrdiff_t t = lo; t < hi; t++) {
+        ptrdiff_t panel, rb;
+        qg_tile_at(t, mb, panels, &panel, &rb);
+        ptrdiff_t m0 = rb * QG_AMX_BLOCK, n0 = panel * QG_AMX_BLOCK;
+        ptrdiff_t rows = op->m - m0 < QG_AMX_BLOCK ? op->m - m0 : QG_AMX_BLOCK;
+        ptrdiff_t cols = op->n - n0 < QG_AMX_BLOCK ? op->n - n0 : QG_AMX_BLOCK;
+        qg_amx_block(op->a + m0 * lda, lda, rows > QG_AMX_BLOCK / 2,
+                     op->b + (n0 / QG_NB) * block_stride, block_stride,
+                     cols > QG_AMX_BLOCK / 2, qg_padded_groups(op->kg) / QG_KS, c);
+        var->store(c, QG_AMX_BLOCK, m0, (int)rows, n0, (int)cols, e);
+    }
+    qg_amx_end();
+}
+
+/* units [lo, hi) of the GEMM (qg_units) */
+static void qg_gemm_units(const qg_variant* var, const qg_operands* op, const qg_epilogue* e,
+                          ptrdiff_t lo, ptrdiff_t hi) {
+    if (qg_on_amx(var))
+        qg_amx_gemm_blocks(var, op, e, lo, hi);
+    else
+        qg_gemm_tiles(var, op, e, lo, hi);
 }
 
 /* ---- the machine's peak, for the benchmark ---------------------------------------------- */

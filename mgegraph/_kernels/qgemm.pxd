@@ -5,6 +5,8 @@
 #     pack_weights(packed, w, w_unsigned, oc, k, groups, zw, zx_shifted, bias)  # packed_size
 #     weights_view(&pw, packed, oc, k, groups, mult)
 #     status = conv_run(&pw, x, x_signed, zx, images, &geometry, &out, threads)
+#
+# A run whose scratch memory cannot be allocated returns KERNEL_OUT_OF_MEMORY (abi.pxd).
 
 from libc.stdint cimport int8_t, int32_t, uint8_t
 
@@ -14,9 +16,6 @@ cdef extern from "qconv.h":
         Py_ssize_t c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow
     int QG_OUT_INT32, QG_OUT_INT8, QG_OUT_UINT8
 
-
-cdef enum:
-    QG_NOT_RUN = -1  # a run that could not have its scratch: its output is to be made another way
 
 # a view of packed weights (pack_weights) of a convolution (groups of m output channels) or a
 # linear layer (1 group)

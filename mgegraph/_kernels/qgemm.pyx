@@ -1,4 +1,4 @@
-# The fast int8 convolution and linear layer on the CPU: the GEMM core of qgemm.h (VNNI,
+# The fast int8 convolution and linear layer on the CPU: the GEMM core of qgemm.h (AMX, VNNI,
 # AVX2 or portable tiles, the requantisation fused at the tile's store), the patches of
 # qconv.h, and the thread split. The integers are ops/quantized.py's (tests/quant_reference.py).
 #
@@ -9,7 +9,8 @@
 # share columns of B). Every output is computed whole by one thread: any thread count gives the
 # same bits. Each instruction-set variant gives the same integers; the process uses the widest
 # this CPU runs, or the one MGEGRAPH_INT8_ISA names ("portable", "avx2", "avxvnni",
-# "avx512vnni"), and set_int8_isa changes it (the tests run every variant this CPU has). The
+# "avx512vnni", "amx": the GEMMs on AMX tiles, the depthwise kernel on AVX-512), and
+# set_int8_isa changes it (the tests run every variant this CPU has). The
 # scratch of packed B is malloc'd per call: the lowering plans no workspace for it yet.
 
 import os
@@ -19,7 +20,7 @@ import numpy as np
 from libc.stdint cimport int8_t, int32_t, uint8_t
 from libc.stdlib cimport free, malloc
 
-from .abi cimport Call, KERNEL_BAD_VALUE, KERNEL_OK, kernel_address
+from .abi cimport Call, KERNEL_OK, KERNEL_OUT_OF_MEMORY, kernel_address
 from .params cimport fields_of
 from .parallel cimport parallel_for
 
@@ -30,7 +31,8 @@ cdef extern from "qconv.h":
     int qg_widest() noexcept nogil
     Py_ssize_t qg_groups(Py_ssize_t k) noexcept nogil
     Py_ssize_t qg_blocks(Py_ssize_t n, Py_ssize_t per) noexcept nogil
-    Py_ssize_t qg_tiles(Py_ssize_t m, Py_ssize_t n) noexcept nogil
+    Py_ssize_t qg_a_bytes(Py_ssize_t m, Py_ssize_t kg) noexcept nogil
+    Py_ssize_t qg_b_stride(Py_ssize_t kg) noexcept nogil
     ctypedef void (*qg_tile_fn)(const int8_t*, const uint8_t*, Py_ssize_t, Py_ssize_t, int,
                                 int32_t*) noexcept nogil
     ctypedef struct qg_epilogue:
@@ -59,7 +61,8 @@ cdef extern from "qconv.h":
                            Py_ssize_t n1, uint8_t flip, uint8_t* dst) noexcept nogil
     void qg_column_sums(const uint8_t* b, Py_ssize_t kg, Py_ssize_t n0, Py_ssize_t n1,
                         int32_t* colsum) noexcept nogil
-    void qg_gemm_tiles(const qg_variant* var, const qg_operands* op, const qg_epilogue* e,
+    Py_ssize_t qg_units(const qg_variant* var, const qg_operands* op) noexcept nogil
+    void qg_gemm_units(const qg_variant* var, const qg_operands* op, const qg_epilogue* e,
                        Py_ssize_t lo, Py_ssize_t hi) noexcept nogil
     ctypedef void (*qg_depthwise_fn)(const uint8_t*, int, int32_t, const uint8_t*, int, int32_t,
                                  const qg_conv*, short*, int32_t*) noexcept nogil
@@ -67,6 +70,7 @@ cdef extern from "qconv.h":
     void qg_store_plane(const qg_variant* var, const int32_t* acc, Py_ssize_t m,
                         Py_ssize_t cells, const qg_epilogue* e) noexcept nogil
     int qg_vnni_loop(long long iterations) noexcept nogil
+    int qg_amx_loop(long long iterations) noexcept nogil
 
 ISAS = tuple(qg_isa_names[i].decode() for i in range(QG_ISAS))
 cdef int _isa = qg_widest()
@@ -112,7 +116,7 @@ if os.environ.get("MGEGRAPH_INT8_ISA"):
 cdef Py_ssize_t packed_size(Py_ssize_t oc, Py_ssize_t k, Py_ssize_t groups) noexcept nogil:
     # bytes of packed weights: each group's A, then per channel the constants and the shifted
     # weight zero points (int32), then whether any weight zero point is not 0 (int32)
-    return groups * qg_blocks(oc // groups, QG_MR) * qg_groups(k) * QG_MR * 4 + (2 * oc + 1) * 4
+    return groups * qg_a_bytes(oc // groups, qg_groups(k)) + (2 * oc + 1) * 4
 
 
 cdef void pack_weights(char* packed, const uint8_t* w, int w_unsigned, Py_ssize_t oc,
@@ -139,7 +143,7 @@ cdef void weights_view(QWeights* pw, const char* packed, Py_ssize_t oc, Py_ssize
                        Py_ssize_t groups, const float* mult) noexcept nogil:
     # the packed weights pack_weights wrote at `packed`, with the multipliers `mult`
     pw.groups, pw.m, pw.k, pw.kg, pw.mult = groups, oc // groups, k, qg_groups(k), mult
-    pw.group_bytes = qg_blocks(pw.m, QG_MR) * pw.kg * QG_MR * 4
+    pw.group_bytes = qg_a_bytes(pw.m, pw.kg)
     pw.a = <int8_t*>packed
     pw.row_const = <int32_t*>(packed + groups * pw.group_bytes)
     pw.zw = pw.row_const + oc
@@ -161,7 +165,7 @@ cdef inline int pack_call(const Call* c, int w_unsigned) noexcept nogil:
     cdef int32_t* zw = <int32_t*>malloc(max(s.out_channels, 1) * sizeof(int32_t))
     cdef Py_ssize_t o
     if zw == NULL:
-        return KERNEL_BAD_VALUE
+        return KERNEL_OUT_OF_MEMORY
     for o in range(s.out_channels):
         zw[o] = <int32_t>c.floats[o]
     pack_weights(c.bufs[2 if s.has_bias else 1], <const uint8_t*>c.bufs[0], w_unsigned,
@@ -210,7 +214,7 @@ cdef int _pack_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept 
     else:
         scratch = <uint8_t*>malloc(4 * (n1 - n0))
         if scratch == NULL:
-            return QG_NOT_RUN
+            return KERNEL_OUT_OF_MEMORY
         qg_pack_b_conv(s.x, s.g, n0, n1, s.pad, s.flip, scratch, s.b)
         free(scratch)
     if s.colsum != NULL:
@@ -220,7 +224,7 @@ cdef int _pack_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept 
 
 cdef int _tiles_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     cdef Tiles* s = <Tiles*>ctx
-    qg_gemm_tiles(&s.var, &s.op, &s.e, lo, hi)
+    qg_gemm_units(&s.var, &s.op, &s.e, lo, hi)
     return KERNEL_OK
 
 
@@ -229,14 +233,14 @@ cdef int _gemm(PackB* pack, Tiles* tiles, Py_ssize_t threads) noexcept nogil:
     cdef int status = parallel_for(threads, qg_blocks(pack.n, QG_NB), _pack_part, pack)
     if status != KERNEL_OK:
         return status
-    return parallel_for(threads, qg_tiles(tiles.op.m, tiles.op.n), _tiles_part, tiles)
+    return parallel_for(threads, qg_units(&tiles.var, &tiles.op), _tiles_part, tiles)
 
 
 cdef int _buffers(PackB* pack, int need_colsum) noexcept nogil:
-    pack.b = <uint8_t*>malloc(max(qg_blocks(pack.n, QG_NB) * pack.kg * QG_NB * 4, 1))
+    pack.b = <uint8_t*>malloc(max(qg_blocks(pack.n, QG_NB) * qg_b_stride(pack.kg), 1))
     pack.colsum = <int32_t*>malloc(max(pack.n, 1) * sizeof(int32_t)) if need_colsum else NULL
     return KERNEL_OK if pack.b != NULL and (pack.colsum != NULL or not need_colsum) \
-        else QG_NOT_RUN
+        else KERNEL_OUT_OF_MEMORY
 
 
 cdef void _epilogue(qg_epilogue* e, const QWeights* pw, const QOutput* out, int32_t* colsum,
@@ -249,10 +253,10 @@ cdef Py_ssize_t _item(int kind) noexcept nogil:
     return 4 if kind == QG_OUT_INT32 else 1
 
 
-cdef int conv_run(const QWeights* pw, const uint8_t* x, int x_signed, int32_t zx,
-                  Py_ssize_t images, const qg_conv* g, const QOutput* out,
-                  Py_ssize_t threads) noexcept nogil:
-    # x (images, groups * g.c, g.h, g.w), y (images, groups * pw.m, g.oh, g.ow)
+cdef int _conv_images(const QWeights* pw, const uint8_t* x, int x_signed, int32_t zx,
+                      Py_ssize_t lo, Py_ssize_t hi, const qg_conv* g, const QOutput* out,
+                      Py_ssize_t threads) noexcept nogil:
+    # images [lo, hi): per image and group one GEMM, each split across `threads`
     cdef PackB pack
     cdef Tiles tiles
     cdef Py_ssize_t cells = g.oh * g.ow, i, gi
@@ -262,10 +266,10 @@ cdef int conv_run(const QWeights* pw, const uint8_t* x, int x_signed, int32_t zx
     pack.pad, pack.flip = <uint8_t>zx, 0x80 if x_signed else 0
     if _buffers(&pack, pw.zw != NULL) != KERNEL_OK:
         free(pack.b)
-        return QG_NOT_RUN
+        return KERNEL_OUT_OF_MEMORY
     tiles.var = qg_variant_of(_isa)
     tiles.op.b, tiles.op.m, tiles.op.n, tiles.op.kg = pack.b, pw.m, cells, pw.kg
-    for i in range(images):
+    for i in range(lo, hi):
         for gi in range(pw.groups):
             pack.x = x + (i * pw.groups + gi) * g.c * g.h * g.w
             tiles.op.a = pw.a + gi * pw.group_bytes
@@ -286,6 +290,35 @@ cdef int conv_run(const QWeights* pw, const uint8_t* x, int x_signed, int32_t zx
     return status
 
 
+ctypedef struct Images:
+    const QWeights* pw
+    const uint8_t* x
+    int x_signed
+    int32_t zx
+    const qg_conv* g
+    const QOutput* out
+
+
+cdef int _images_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef Images* s = <Images*>ctx
+    return _conv_images(s.pw, s.x, s.x_signed, s.zx, lo, hi, s.g, s.out, 1)
+
+
+cdef int conv_run(const QWeights* pw, const uint8_t* x, int x_signed, int32_t zx,
+                  Py_ssize_t images, const qg_conv* g, const QOutput* out,
+                  Py_ssize_t threads) noexcept nogil:
+    # x (images, groups * g.c, g.h, g.w), y (images, groups * pw.m, g.oh, g.ow).
+    # Design: a batch the threads divide evenly runs whole images per thread, one fork and join
+    # for the layer; otherwise each image's GEMMs are split, two joins per image and group. A
+    # batch of 8 small images (ResNet-18 at 8x3x64x64: 16 x 16 cells at layer 1) made 320
+    # joins per forward the other way, and each costs most on a loaded machine.
+    cdef Images s
+    if threads > 1 and images >= threads and images % threads == 0:
+        s.pw, s.x, s.x_signed, s.zx, s.g, s.out = pw, x, x_signed, zx, g, out
+        return parallel_for(threads, images, _images_part, &s)
+    return _conv_images(pw, x, x_signed, zx, 0, images, g, out, threads)
+
+
 cdef int linear_run(const QWeights* pw, const uint8_t* x, int x_signed, Py_ssize_t rows,
                     const QOutput* out, Py_ssize_t threads) noexcept nogil:
     # x (rows, k), y (rows, m): C = W x^T stored transposed
@@ -296,7 +329,7 @@ cdef int linear_run(const QWeights* pw, const uint8_t* x, int x_signed, Py_ssize
     pack.flip = 0x80 if x_signed else 0
     if _buffers(&pack, pw.zw != NULL) != KERNEL_OK:
         free(pack.b)
-        return QG_NOT_RUN
+        return KERNEL_OUT_OF_MEMORY
     tiles.var = qg_variant_of(_isa)
     tiles.op.a, tiles.op.b, tiles.op.m, tiles.op.n, tiles.op.kg = pw.a, pack.b, pw.m, rows, pw.kg
     _epilogue(&tiles.e, pw, out, pack.colsum, 1, pw.m)
@@ -331,7 +364,7 @@ cdef int _depthwise_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noex
     if padded == NULL or acc == NULL:
         free(padded)
         free(acc)
-        return QG_NOT_RUN
+        return KERNEL_OUT_OF_MEMORY
     for u in range(lo, hi):
         ch = u % s.channels
         plane(s.x + u * g.h * g.w, s.x_signed, s.zx, s.w + ch * g.kh * g.kw, s.w_unsigned,
@@ -354,7 +387,7 @@ cdef int depthwise_run(const uint8_t* x, int x_signed, int32_t zx, const uint8_t
     cdef int32_t* consts = <int32_t*>malloc(max(g.c, 1) * sizeof(int32_t))
     cdef int status
     if consts == NULL:
-        return QG_NOT_RUN
+        return KERNEL_OUT_OF_MEMORY
     for ch in range(g.c):
         consts[ch] = 0 if bias == NULL else bias[ch]
     s.x, s.w, s.x_signed, s.w_unsigned, s.zx, s.zw, s.channels, s.g = (
@@ -484,4 +517,13 @@ def vnni_peak_loop(long long iterations) -> int:
     cdef int r
     with nogil:
         r = qg_vnni_loop(iterations)
+    return r
+
+
+def amx_peak_loop(long long iterations) -> int:
+    """Runs iterations x 4 register-only TDPBSUD (16 x 16 x 64 int8 multiply-adds each) on one
+    thread (benchmarks/int8_kernels.py times it); -1 where the tiles cannot be used."""
+    cdef int r
+    with nogil:
+        r = qg_amx_loop(iterations)
     return r

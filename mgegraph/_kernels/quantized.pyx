@@ -5,26 +5,29 @@
 # (QCONV_FIELDS, QADD_FIELDS) for the lowering, mgegraph/_kernels/lowering/quantized.py, to pack
 # by name. The convolution's floats are each output channel's requantisation multiplier, then
 # each one's weight zero point; quantized_add's are its two multipliers. Buffers: x, w, the
-# bias when there is one, the output, then the workspace (per thread: one output plane of int32
-# accumulators and one output channel's weights less their zero point).
+# bias when there is one, then the output.
 #
-# Design: this is the portable way, plain loops that any C compiler vectorises along the output
-# row; the integers are exactly ops/quantized.py's. The accumulator starts at the bias and adds
-# (w - zw) * (x - zx) over the window, a padded position adding nothing (it holds the zero
-# point). The epilogue multiplies the float32 accumulator by the float32 multiplier (a float
-# product, as the reference: no double rounding), rounds half to even (rintf in the default
-# rounding mode), adds the output zero point and saturates to [low, high], relu having raised
-# low to the zero point. The units of work are the (image, output channel) planes.
+# Design: the convolution and the linear layer run on the int8 GEMM of qgemm.pyx (AMX, VNNI,
+# AVX2 or portable tiles, the requantisation fused at the tile's store; the direct depthwise
+# kernel for groups == channels == out channels), whose integers are exactly ops/quantized.py's:
+# the accumulator is the bias plus (w - zw) * (x - zx) over the window (a padded position holds
+# the zero point, so adds nothing), wrapping in int32 as every int32 accumulation does (outside
+# the ops' contract, which refuses windows whose sums could leave it), then the float32
+# accumulator times the float32 multiplier (a float product: no double rounding), rounded half to
+# even, plus the output zero point, saturated to [low, high], relu having raised low to the zero
+# point. Where its scratch memory cannot be had the kernel stops with KERNEL_OUT_OF_MEMORY (a
+# KernelMemoryError, also a MemoryError): a second, portable set of loops for that case alone
+# would be code no run reaches. quantized_add is a loop here, vectorised where its operands allow.
 
 from libc.math cimport rintf
 from libc.stdint cimport int8_t, int32_t, uint8_t
 from libc.stdlib cimport free, malloc
 
-from .abi cimport Call, KERNEL_BAD_VALUE, KERNEL_OK, kernel_address
+from .abi cimport Call, KERNEL_BAD_VALUE, KERNEL_OK, KERNEL_OUT_OF_MEMORY, kernel_address
 from .nditer cimport MAX_DIMS, Odometer, dims_ok, odometer_init, odometer_next, odometer_seek
 from .params cimport fields_of
 from .parallel cimport parallel_for
-from .qgemm cimport (QG_NOT_RUN, QG_OUT_INT8, QG_OUT_INT32, QG_OUT_UINT8, QOutput, QWeights,
+from .qgemm cimport (QG_OUT_INT8, QG_OUT_INT32, QG_OUT_UINT8, QOutput, QWeights,
                      conv_run, depthwise_run, linear_run, pack_weights, packed_size, qg_conv,
                      weights_view)
 
@@ -57,105 +60,8 @@ cdef inline int32_t stored(const char* p, Py_ssize_t i, Py_ssize_t code) noexcep
     return (<const uint8_t*>p)[i]
 
 
-cdef inline void store(char* out, Py_ssize_t i, int32_t acc, float m, const QConv* s) noexcept nogil:
-    # the requantisation: clamp(rint(float32(acc) * m) + zy, low, high), or acc itself
-    cdef double q
-    if s.out_code == CODE_INT32:
-        (<int32_t*>out)[i] = acc
-        return
-    q = <double>rintf(<float>acc * m) + s.out_zero
-    q = s.low if q < s.low else (s.high if q > s.high else q)
-    if s.out_code == CODE_INT8:
-        (<int8_t*>out)[i] = <int8_t>q
-    else:
-        (<uint8_t*>out)[i] = <uint8_t>q
-
-
-cdef inline Py_ssize_t first_inside(Py_ssize_t offset, Py_ssize_t stride,
-                                    Py_ssize_t size) noexcept nogil:
-    # the first output index o with 0 <= o * stride + offset (offset may be negative)
-    if offset >= 0:
-        return 0
-    return (-offset + stride - 1) // stride
-
-
-cdef inline Py_ssize_t end_inside(Py_ssize_t offset, Py_ssize_t stride, Py_ssize_t size,
-                                  Py_ssize_t outputs) noexcept nogil:
-    # one past the last output index o < outputs with o * stride + offset < size
-    cdef Py_ssize_t last
-    if offset >= size:
-        return 0
-    last = (size - 1 - offset) // stride + 1
-    return last if last < outputs else outputs
-
-
-cdef inline void accumulate_tap(int32_t* acc, const xint* xc, int32_t wv, const QConv* s,
-                                Py_ssize_t i, Py_ssize_t j) noexcept nogil:
-    # acc[oh, ow] += wv * (x[ih, iw] - zx) for the tap (i, j) where (ih, iw) is inside
-    cdef Py_ssize_t oh, ow, ih, row, col_off = j * s.dilation_w - s.pad_w
-    cdef Py_ssize_t row_off = i * s.dilation_h - s.pad_h
-    cdef Py_ssize_t oh0 = first_inside(row_off, s.stride_h, s.height)
-    cdef Py_ssize_t oh1 = end_inside(row_off, s.stride_h, s.height, s.out_h)
-    cdef Py_ssize_t ow0 = first_inside(col_off, s.stride_w, s.width)
-    cdef Py_ssize_t ow1 = end_inside(col_off, s.stride_w, s.width, s.out_w)
-    cdef int32_t zx = <int32_t>s.x_zero
-    cdef const xint* xrow
-    cdef int32_t* arow
-    for oh in range(oh0, oh1):
-        ih = oh * s.stride_h + row_off
-        xrow = xc + ih * s.width + col_off
-        arow = acc + oh * s.out_w
-        if s.stride_w == 1:
-            for ow in range(ow0, ow1):
-                arow[ow] += wv * (<int32_t>xrow[ow] - zx)
-        else:
-            for ow in range(ow0, ow1):
-                arow[ow] += wv * (<int32_t>xrow[ow * s.stride_w] - zx)
-
-
-cdef inline int conv_planes(const Call* c, int part, Py_ssize_t lo, Py_ssize_t hi,
-                            const xint* x) noexcept nogil:
-    cdef const QConv* s = <const QConv*>c.ints
-    cdef Py_ssize_t plane = s.out_h * s.out_w, taps = s.kernel_h * s.kernel_w
-    cdef Py_ssize_t cg = s.channels // s.groups, per_group = s.out_channels // s.groups
-    cdef Py_ssize_t out_slot = 2 + s.has_bias
-    cdef int32_t* acc = <int32_t*>c.bufs[out_slot + 1] + part * (plane + cg * taps)
-    cdef int32_t* wz = acc + plane
-    cdef Py_ssize_t u, n, o, g, ci, t, k
-    cdef int32_t start
-    cdef float m
-    for u in range(lo, hi):
-        n, o = u // s.out_channels, u % s.out_channels
-        g = o // per_group
-        for k in range(cg * taps):
-            wz[k] = stored(c.bufs[1], o * cg * taps + k, s.w_code) - \
-                <int32_t>c.floats[s.out_channels + o]
-        start = (<const int32_t*>c.bufs[2])[o] if s.has_bias else 0
-        for k in range(plane):
-            acc[k] = start
-        for ci in range(cg):
-            for t in range(taps):
-                if wz[ci * taps + t] != 0:
-                    accumulate_tap(acc, x + (n * s.channels + g * cg + ci) * s.height * s.width,
-                                   wz[ci * taps + t], s, t // s.kernel_w, t % s.kernel_w)
-        m = <float>c.floats[o]
-        for k in range(plane):
-            store(c.bufs[out_slot], u * plane + k, acc[k], m, s)
-    return KERNEL_OK
-
-
-cdef int conv_i8(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    return conv_planes(<const Call*>c, part, lo, hi, <const int8_t*>(<const Call*>c).bufs[0])
-cdef int conv_u8(void* c, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    return conv_planes(<const Call*>c, part, lo, hi, <const uint8_t*>(<const Call*>c).bufs[0])
-
-
-# -- the fast way: the int8 GEMM of qgemm.pyx (VNNI, AVX2 or portable tiles, the epilogue fused
-# at the tile's store) for a convolution or a linear layer (its 1x1 planes: one GEMM over the
-# rows), the direct depthwise kernel for groups == channels == out channels. Both wrap their
-# int32 sums as the loops above do, so they give the same integers even where an accumulator
-# leaves int32 (outside the ops' contract); where their scratch cannot be had, the loops above
-# run instead.
+# -- the int8 GEMM of qgemm.pyx for a convolution or a linear layer (its 1x1 planes: one GEMM
+# over the rows), the direct depthwise kernel for groups == channels == out channels
 cdef int gemm_conv(const Call* c, int x_signed) noexcept nogil:
     cdef const QConv* s = <const QConv*>c.ints
     cdef Py_ssize_t oc = s.out_channels, o
@@ -163,7 +69,7 @@ cdef int gemm_conv(const Call* c, int x_signed) noexcept nogil:
     cdef const int32_t* bias = <const int32_t*>c.bufs[2] if s.has_bias else NULL
     cdef int32_t* zw = <int32_t*>malloc(oc * sizeof(int32_t))
     cdef float* mult = <float*>malloc(oc * sizeof(float))
-    cdef int status = QG_NOT_RUN
+    cdef int status = KERNEL_OUT_OF_MEMORY
     cdef qg_conv g
     cdef QOutput out
     if zw != NULL and mult != NULL:
@@ -194,7 +100,7 @@ cdef int gemm_run(const Call* c, int x_signed, Py_ssize_t k, const int32_t* zw,
     cdef int status
     cdef int32_t zx = <int32_t>s.x_zero
     if packed == NULL:
-        return QG_NOT_RUN
+        return KERNEL_OUT_OF_MEMORY
     pack_weights(packed, <const uint8_t*>c.bufs[1], s.w_code == CODE_UINT8, s.out_channels, k,
                  s.groups, zw, zx + 128 if x_signed else zx, bias)
     weights_view(&pw, packed, s.out_channels, k, s.groups,
@@ -220,7 +126,7 @@ cdef int conv_packed(const Call* c, int x_signed) noexcept nogil:
     cdef QOutput out = output_of(c)
     cdef int status
     if mult == NULL:
-        return KERNEL_BAD_VALUE
+        return KERNEL_OUT_OF_MEMORY
     for o in range(oc):
         mult[o] = <float>c.floats[o]  # the double holds the float32 exactly
     weights_view(&pw, c.bufs[1], oc, k, s.groups, NULL if s.out_code == CODE_INT32 else mult)
@@ -230,7 +136,7 @@ cdef int conv_packed(const Call* c, int x_signed) noexcept nogil:
         status = conv_run(&pw, <const uint8_t*>c.bufs[0], x_signed, <int32_t>s.x_zero, s.batch,
                           &g, &out, s.threads)
     free(mult)
-    return KERNEL_BAD_VALUE if status == QG_NOT_RUN else status
+    return status
 
 
 cdef int quantized_conv2d_packed_i8(const Call* c) noexcept nogil:
@@ -259,17 +165,9 @@ cdef QOutput output_of(const Call* c) noexcept nogil:
 
 
 cdef int quantized_conv2d_i8(const Call* c) noexcept nogil:
-    cdef const QConv* s = <const QConv*>c.ints
-    cdef int status = gemm_conv(c, 1)
-    if status != QG_NOT_RUN:
-        return status
-    return parallel_for(s.threads, s.batch * s.out_channels, conv_i8, <void*>c)
+    return gemm_conv(c, 1)
 cdef int quantized_conv2d_u8(const Call* c) noexcept nogil:
-    cdef const QConv* s = <const QConv*>c.ints
-    cdef int status = gemm_conv(c, 0)
-    if status != QG_NOT_RUN:
-        return status
-    return parallel_for(s.threads, s.batch * s.out_channels, conv_u8, <void*>c)
+    return gemm_conv(c, 0)
 
 
 # -- quantized_add: the ints go on after QAdd with ndim sizes, then a's and b's element strides

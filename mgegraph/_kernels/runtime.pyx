@@ -21,7 +21,8 @@ from cpython.exc cimport PyErr_CheckSignals
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from .abi cimport (Call, kernel_fn, KERNEL_OK, KERNEL_INDEX_OUT_OF_RANGE, KERNEL_BAD_VALUE,
-                   KERNEL_UNSUPPORTED, KERNEL_NEGATIVE_POWER, KERNEL_NOT_A_NUMBER)
+                   KERNEL_UNSUPPORTED, KERNEL_NEGATIVE_POWER, KERNEL_NOT_A_NUMBER,
+                   KERNEL_OUT_OF_MEMORY)
 
 # What each status of abi.pxd means, for the error a failed run raises.
 KERNEL_STATUS = {KERNEL_INDEX_OUT_OF_RANGE: "an index is out of range",
@@ -29,7 +30,8 @@ KERNEL_STATUS = {KERNEL_INDEX_OUT_OF_RANGE: "an index is out of range",
                  KERNEL_UNSUPPORTED: "the kernel does not support these parameters",
                  KERNEL_NEGATIVE_POWER: "integers to negative integer powers are not allowed "
                                         "(as in NumPy)",
-                 KERNEL_NOT_A_NUMBER: "a NaN has no integer to stand for it"}
+                 KERNEL_NOT_A_NUMBER: "a NaN has no integer to stand for it",
+                 KERNEL_OUT_OF_MEMORY: "the kernel could not allocate its scratch memory"}
 
 def kernel_error(ins, int status):
     """The KernelError of instruction ``ins`` (a plan's Instruction) that returned ``status``,

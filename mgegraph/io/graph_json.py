@@ -92,6 +92,11 @@ OP_VERSIONS |= {"quantized_conv2d": 1, "quantized_linear": 1, "quantized_add": 1
 # the int8 conv2d and linear on packed weights (ops/quantized_pack.py; the CPU's prepack pass)
 OP_VERSIONS |= {"quantized_pack_weight": 1, "quantized_conv2d_packed": 1,
                 "quantized_linear_packed": 1}
+# version 2: the packed bytes in the layout every int8 variant reads, AMX tiles included (rows
+# padded to 16, k to 64). A file of version 1 may hold packed bytes of the old layout as a const:
+# refused, never misread.
+OP_VERSIONS |= {"quantized_pack_weight": 2, "quantized_conv2d_packed": 2,
+                "quantized_linear_packed": 2}
 # quantization-aware training's fake quantization (ops/fake_quant.py)
 OP_VERSIONS |= {"fake_quant": 1}
 # the epilogue's relu6 (activation="relu6" on linear, conv2d and conv2d_packed) is version 2 of

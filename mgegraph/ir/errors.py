@@ -59,6 +59,10 @@ class KernelError(RuntimeError):
     """A kernel failed at run time (for example an index out of range)."""
 
 
+class KernelMemoryError(KernelError, MemoryError):
+    """A kernel could not allocate its scratch memory; also a MemoryError."""
+
+
 class NumericsError(KernelError):
     """A plan compiled with ``check_numerics=True`` produced a NaN or an infinity: the message
     names the first instruction that did (index, op, output slot, the user's line) and any feed

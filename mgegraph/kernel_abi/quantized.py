@@ -85,11 +85,7 @@ def _conv_block(node, geometry: dict, threads: int) -> Launch:
                 out_code=CODES[attrs["out_dtype"]], x_zero=x.type.quant.zero_point,
                 out_zero=attrs["out_zero_point"], low=low, high=high,
                 has_bias=len(node.inputs) == 3, threads=threads)
-    channels = geometry["out_channels"]
-    per_thread = (geometry["out_h"] * geometry["out_w"]
-                  + geometry["channels"] // geometry["groups"]
-                  * geometry["kernel_h"] * geometry["kernel_w"])
-    return Launch(ints, _requant_floats(node, channels), workspace=4 * per_thread * threads)
+    return Launch(ints, _requant_floats(node, geometry["out_channels"]))
 
 
 def _add_block(node, threads: int) -> Launch:

@@ -4,13 +4,15 @@ Design: the prepack pass (planner/passes/prepack.py) rewrites ``quantized_conv2d
 whose weight and bias read only weights into
 ``quantized_conv2d_packed(x, quantized_pack_weight(w, b))`` (``quantized_linear`` likewise),
 and the plan's prologue computes the pack once instead of on every run. The packed value is
-opaque bytes (held as int32, the dtype a prologue's assign takes): the CPU's int8 GEMM layout (``_kernels/qgemm.h``: the weights in blocks of 8 rows
-by groups of 4 along k, shifted to int8) followed by each output channel's int32 constant
-(the bias and the zero points' cross terms, which depend on the input's zero point) and shifted
-weight zero point, and one int32 saying whether any of those is not 0. The packed op keeps what
-the rule of the op it replaces needs as attributes (the weight's shape and scales, and the input
-zero point and dtype the pack assumed, which its rule checks against the input's type), so it
-gives the same output type and, bitwise, the same integers.
+opaque bytes (held as int32, the dtype a prologue's assign takes): the CPU's int8 GEMM layout
+(``_kernels/qgemm.h``: the weights shifted to int8, row-major, rows padded with zeros to a
+multiple of 16 and k to a multiple of 64, the AMX tiles' shape; one layout that every
+instruction-set variant reads, so a pack stays valid whichever runs) followed by each output
+channel's int32 constant (the bias and the zero points' cross terms, which depend on the input's
+zero point) and shifted weight zero point, and one int32 saying whether any of those is not 0.
+The packed op keeps what the rule of the op it replaces needs as attributes (the weight's shape
+and scales, and the input zero point and dtype the pack assumed, which its rule checks against
+the input's type), so it gives the same output type and, bitwise, the same integers.
 
 >>> packed = quantized_pack_weight(wq, bias, x_zero_point=128, x_dtype="uint8")
 >>> y = quantized_conv2d_packed(xq, packed, weight_shape=(64, 64, 3, 3), ...)
@@ -28,8 +30,8 @@ from .registry import REQUIRED, OpDef, get_op, named, register
 
 __all__ = ["pack_weight_array", "packed_size"]
 
-ROWS = 8       # weight rows (output channels) per packed block: qgemm.h's QG_MR
-K_GROUP = 4    # k values per group: vpdpbusd's four bytes
+ROWS = 16      # weight rows (output channels) are padded to a multiple of this: qgemm.h's QG_AR
+K_STEP = 64    # k is padded to a multiple of this: qgemm.h's QG_KS groups of 4
 _CONV_GEOMETRY = {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1}
 _PACK_ATTRS = {"groups": 1, "x_zero_point": REQUIRED, "x_dtype": REQUIRED}
 _PACKED_ATTRS = {**REQUANT_ATTRS, "weight_shape": REQUIRED, "weight_scales": REQUIRED,
@@ -40,7 +42,7 @@ def packed_size(out_channels: int, k: int, groups: int = 1) -> int:
     """Bytes of the packed weights of ``out_channels`` rows of ``k`` values in ``groups`` (a
     multiple of 4: the packed value is int32, which the plan's prologue can assign)."""
     per_group = out_channels // groups
-    return (groups * -(-per_group // ROWS) * -(-k // K_GROUP) * ROWS * K_GROUP
+    return (groups * -(-per_group // ROWS) * ROWS * -(-k // K_STEP) * K_STEP
             + (2 * out_channels + 1) * 4)
 
 
@@ -53,10 +55,8 @@ def pack_weight_array(w: np.ndarray, zero_points, bias, groups: int, x_zero_poin
     shifted = (w.reshape(oc, k) ^ np.uint8(0x80)).view(np.int8) if unsigned else w.reshape(oc, k)
     zw = np.broadcast_to(np.asarray(zero_points, np.int64) - (128 if unsigned else 0), (oc,))
     zx = x_zero_point + (128 if x_dtype == "int8" else 0)
-    rows, groups_k = -(-m // ROWS) * ROWS, -(-k // K_GROUP)
-    a = np.zeros((groups, rows, groups_k * K_GROUP), np.int8)
+    a = np.zeros((groups, -(-m // ROWS) * ROWS, -(-k // K_STEP) * K_STEP), np.int8)
     a[:, :m, :k] = shifted.reshape(groups, m, k)
-    a = a.reshape(groups, rows // ROWS, ROWS, groups_k, K_GROUP).transpose(0, 1, 3, 2, 4)
     b = np.zeros(oc, np.int64) if bias is None else np.asarray(bias, np.int64)
     const = b - zx * shifted.astype(np.int64).sum(1) + k * zx * zw
     wrapped = (const % 2 ** 32).astype(np.uint32).view(np.int32)  # the kernels' sums wrap

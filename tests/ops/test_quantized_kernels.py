@@ -1,7 +1,8 @@
-"""The fast int8 kernels (_kernels/qgemm.pyx over qgemm.h and qconv.h): every instruction-set
-variant this CPU runs gives tests/quant_reference.py's integers bitwise, on odd sizes (K not a
-multiple of 4, columns not of 16, rows not of the 8-row block), every geometry, both storage
-types, zero points, bias, relu and saturation, at 1 and 2 threads."""
+"""The fast int8 kernels (_kernels/qgemm.pyx over qgemm.h, qgemm_amx.h and qconv.h): every
+instruction-set variant this CPU runs (AMX where the CPU and the kernel grant the tiles) gives
+tests/quant_reference.py's integers bitwise, on odd sizes (K not a multiple of 4 nor of an AMX
+tile's 64, columns not of 16 nor 32, rows not of the 8-row tile nor the 32-row AMX block), every
+geometry, both storage types, zero points, bias, relu and saturation, at 1 and 2 threads."""
 import numpy as np
 import pytest
 from quant_reference import multipliers, quantized_conv2d, quantized_linear
@@ -78,6 +79,8 @@ CONVS = [  # (n, c, h, w), (oc, k), stride, padding, dilation, groups
     ((1, 6, 9, 10), (9, 3), (1, 2), (2, 0), (2, 1), 3),  # groups, uneven geometry
     ((2, 6, 9, 8), (6, 3), 1, 1, 1, 6),      # depthwise
     ((1, 5, 11, 10), (5, 5), 2, 2, 1, 5),    # depthwise 5x5 stride 2
+    ((1, 70, 9, 11), (37, 3), 1, 1, 1, 1),   # K 630, 37 outputs: AMX blocks of 32 and of 5
+    ((2, 64, 6, 5), (33, 1), 1, 0, 1, 1),    # K 64: one AMX tile deep; 30 columns
 ]
 
 
@@ -136,7 +139,8 @@ def test_rounding_ties_go_to_even(isa):
     assert y.ravel()[128 + 3] == 2 and y.ravel()[128 + 5] == 2  # 1.5 -> 2, 2.5 -> 2
 
 
-@pytest.mark.parametrize("rows, k, oc", [(1, 1, 1), (7, 13, 19), (33, 64, 8), (3, 130, 17)])
+@pytest.mark.parametrize("rows, k, oc", [(1, 1, 1), (7, 13, 19), (33, 64, 8), (3, 130, 17),
+                                         (100, 200, 50), (17, 128, 33), (64, 1000, 16)])
 @pytest.mark.parametrize("xd, wd, out, relu, per_channel", [
     ("uint8", "int8", "uint8", True, True),
     ("int8", "uint8", "int8", False, False),
@@ -174,6 +178,24 @@ def test_sums_past_int32_wrap_as_every_int32_accumulation_does(isa):
     assert (wrapped[0, :2] != np.clip(sums + bias.reshape(1, 3, 1, 1), -2 ** 31,
                                       2 ** 31 - 1)[0, :2]).any()
     np.testing.assert_array_equal(_conv(x, xp, w, wp, bias, attrs, 1), wrapped)
+
+
+def _cpu_flags() -> set:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return {w for line in f if line.startswith("flags") for w in line.split()}
+    except OSError:
+        return set()
+
+
+def test_the_amx_variant_is_offered_where_the_cpu_and_kernel_allow():
+    if "amx_int8" not in _cpu_flags():
+        pytest.skip("this CPU has no AMX-INT8: the int8 kernels run on VNNI or narrower")
+    if "amx" not in ISAS:
+        pytest.skip("the kernel refused this process the AMX tile state "
+                    "(arch_prctl ARCH_REQ_XCOMP_PERM): the int8 kernels run on VNNI")
+    assert ISAS[-1] == "amx"
+    assert qgemm.amx_peak_loop(10) == 0
 
 
 def test_the_variant_can_be_chosen_and_an_unknown_one_is_refused():

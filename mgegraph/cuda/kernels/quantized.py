@@ -9,7 +9,7 @@ while MgArgs holds 8. The backend has no per-launch constant buffer, so conv and
 rendered kernels: each instruction's text bakes the two tables (exact hexadecimal literals) into
 a thin entry over quantized.cuh's template, and the plan's rendered module compiles them
 together, layers of equal tables sharing one kernel (named by the text's hash); the launch
-keeps the block's ints, its floats and the CPU's workspace dropped. quantized_add's block fits
+keeps the block's ints, its floats dropped. quantized_add's block fits
 MgArgs as it is.
 
 Zero points: dp4a multiplies signed bytes, so a uint8 value is read as the int8 ``q - 128``
@@ -96,8 +96,7 @@ def _add_steps(entry):
 
 
 def _ints_only(op, cpu_lower):
-    # conv and linear: the tables the floats hold are in the rendered text; the CPU's workspace
-    # is its per-thread scratch, which the GPU's kernel does not use
+    # conv and linear: the tables the floats hold are in the rendered text
     if op == "quantized_add":
         return cpu_lower
     return lambda node: Launch(cpu_lower(node).ints)
