@@ -213,7 +213,7 @@ LAYERS = (
     ("backends", ("_kernels", "cuda", "device")),
     ("eager, nn, optim", ("eager", "jit", "nn", "module", "optim", "optimizer", "train",
                           "amp", "autodiff.grad_manager", "random", "tensor", "quantization")),
-    ("io, onnx, tools", ("io", "runtime", "onnx", "tools", "viz", "testing")),
+    ("io, onnx, tools", ("io", "runtime", "onnx", "tools", "viz", "testing", "deploy")),
     ("the CLI", ("cli", "demo", "__main__")),
 )
 
