@@ -18,8 +18,18 @@ from ..ir.dims import bindings_text
 from ..plan import Plan, Role
 from ..symbolic_plan import SymbolicPlan
 from . import fused_c, kernels
-from .blob import (DTYPES, KIND_ARENA, KIND_INPUT, KIND_OUTPUT, KIND_WEIGHT, MAX_NDIM, Blob,
-                   Call, Tensor, encode)
+from .blob import (
+    DTYPES,
+    KIND_ARENA,
+    KIND_INPUT,
+    KIND_OUTPUT,
+    KIND_WEIGHT,
+    MAX_NDIM,
+    Blob,
+    Call,
+    Tensor,
+    encode,
+)
 from .errors import ExportError
 
 BLOB_NAME = "model.mgr"
@@ -75,6 +85,10 @@ def export_c(obj, out_dir, *, bindings: dict | None = None,
         raise ExportError(f"export_c: {len(output_names)} output names for "
                           f"{len(plan.outputs)} outputs")
     _check_plan(plan)
+    if plan.prologue is not None:
+        # the CPU executable runs the prologue as it is made, writing what it computes from the
+        # weights (packed, folded) into the plan's shared params: those are the values to ship
+        plan.executable()
     blob, generated = _tables(plan, input_names, output_names)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -113,9 +127,6 @@ def _check_plan(plan: Plan) -> None:
     problems = []
     if plan.device != "cpu":
         problems.append(f"the plan is for device {plan.device!r}; export a CPU plan")
-    if plan.prologue is not None:
-        problems.append("its weights are packed by a prologue at run time; compile with "
-                        "freeze=True so the packed weights are constants")
     lacking = {}
     for ins in plan.instructions:
         if not kernels.has(ins.kernel):

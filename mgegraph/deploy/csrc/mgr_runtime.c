@@ -20,7 +20,7 @@
 #define MGR_INSTR_FIELDS 8
 #define MGR_NAME_BYTES 32
 #define MGR_ALIGN 64
-#define MGR_MAX_ARENA ((int64_t)1 << 40)
+#define MGR_MAX_ARENA ((int64_t)1 << 36) /* 64 GiB: past it, a blob is refused */
 
 enum { KIND_ARENA = 0, KIND_WEIGHT = 1, KIND_INPUT = 2, KIND_OUTPUT = 3 };
 /* the header's fields, after the magic (field 0) */
@@ -193,9 +193,12 @@ static int check_tensor(const blob* B, int64_t t, const tensor_rec* r, int64_t* 
     if (!mgr_muladd(0, elems, (int64_t)DTYPE_SIZE[r->dtype], &end) || end != r->nbytes)
         return fail(MGR_BAD_BLOB, "blob: tensor %lld says %lld bytes, its shape and dtype "
                     "make %lld", (long long)t, (long long)r->nbytes, (long long)end);
-    if (r->offset < 0 || !mgr_muladd(r->offset, r->nbytes, 1, &end))
-        return fail(MGR_BAD_BLOB, "blob: tensor %lld at offset %lld", (long long)t,
-                    (long long)r->offset);
+    /* every root starts 64-byte aligned, so an offset of whole elements keeps them aligned */
+    if (r->offset < 0 || r->offset % (int64_t)DTYPE_SIZE[r->dtype] ||
+        !mgr_muladd(r->offset, r->nbytes, 1, &end))
+        return fail(MGR_BAD_BLOB, "blob: tensor %lld at offset %lld (a %s's offset is a "
+                    "multiple of its %zu bytes)", (long long)t, (long long)r->offset,
+                    DTYPE_NAME[r->dtype], DTYPE_SIZE[r->dtype]);
     if (r->kind == KIND_ARENA || r->kind == KIND_WEIGHT) {
         int64_t limit = r->kind == KIND_ARENA ? B->h[H_ARENA_BYTES] : B->h[H_WEIGHTS_BYTES];
         if (end > limit)
@@ -226,10 +229,12 @@ static int check_name(const blob* B, int64_t t, const tensor_rec* r) {
 }
 
 /* -- building the model ------------------------------------------------------------------------ */
-static void* aligned(size_t n) {
+/* n bytes at a 64-byte boundary, zeroed when asked (the arena is not: a plan writes each value
+ * before reading it, and its pages are touched only as it runs) */
+static void* aligned(size_t n, int zero) {
     void* p = NULL;
     if (posix_memalign(&p, MGR_ALIGN, n ? n : MGR_ALIGN) != 0) return NULL;
-    memset(p, 0, n ? n : MGR_ALIGN);
+    if (zero) memset(p, 0, n ? n : MGR_ALIGN);
     return p;
 }
 
@@ -243,7 +248,7 @@ static int make_root(mgr_model* m, const blob* B, int64_t t, const tensor_rec* r
     if (check_name(B, t, r)) return MGR_BAD_BLOB;
     io_buf* b = &io[r->index];
     b->name = calloc((size_t)r->name_len + 1, 1);
-    b->own = aligned((size_t)r->nbytes);
+    b->own = aligned((size_t)r->nbytes, 1);
     if (!b->name || !b->own) return fail(MGR_NO_MEMORY, "out of memory for tensor %lld",
                                          (long long)t);
     memcpy(b->name, B->b.p + B->h[H_STRINGS_OFF] + r->name_off, (size_t)r->name_len);
@@ -441,7 +446,7 @@ mgr_model* mgr_load_memory(const void* data, size_t nbytes) {
         return NULL;
     }
     mgr_model* m = calloc(1, sizeof *m);
-    if (!m || !(m->blob = aligned(nbytes))) {
+    if (!m || !(m->blob = aligned(nbytes, 0))) {
         free(m);
         fail(MGR_NO_MEMORY, "out of memory for a blob of %zu bytes", nbytes);
         return NULL;
@@ -453,7 +458,7 @@ mgr_model* mgr_load_memory(const void* data, size_t nbytes) {
     if (!s) s = bind_kernels(&B);
     if (!s) s = load_tensors(m, &B);
     if (!s) s = load_instructions(m, &B);
-    if (!s && !(m->arena = aligned((size_t)B.h[H_ARENA_BYTES])))
+    if (!s && !(m->arena = aligned((size_t)B.h[H_ARENA_BYTES], 0)))
         s = fail(MGR_NO_MEMORY, "out of memory for an arena of %lld bytes",
                  (long long)B.h[H_ARENA_BYTES]);
     free(B.bound);

@@ -1,0 +1,222 @@
+"""mg.deploy.export_c: a plan exported as C, built with cc, run by model_run; outputs compared
+with the Python executor's; corrupt blobs refused with a message, never a crash (under ASan)."""
+from __future__ import annotations
+
+import re
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+
+import mgegraph as mg
+import mgegraph.functional as F
+from mgegraph.cli import main as cli_main
+from mgegraph.deploy import ExportError, export_c
+from mgegraph.deploy import blob as B
+from mgegraph.deploy.kernels import CSRC
+
+from .cbuild import build_fuzzer, cc, make, model_run, sanitizer_env
+
+
+def readme_mlp(batch=128):
+    """The README's MLP: a GEMM through the BLAS (10 columns), a fused add + relu, softmax."""
+    g = mg.Graph()
+    x = g.input("x", shape=(batch, 784), dtype="float32")
+    w = g.param("w", np.random.default_rng(0).standard_normal((784, 10), dtype=np.float32))
+    b = g.param("b", np.zeros(10, np.float32))
+    return mg.compile([F.softmax(F.relu(x @ w + b), axis=-1)])
+
+
+def tiles_mlp():
+    """Two GEMMs whose operands are fed (so no pass packs them), wide enough for the package's
+    tile GEMM on AVX-512: the C GEMM has the tiles' arithmetic, so the bits agree."""
+    rng = np.random.default_rng(0)
+    g = mg.Graph()
+    x = g.input("x", shape=(33, 784), dtype="float32")
+    w1 = g.input("w1", shape=(784, 256), dtype="float32")
+    wt = g.input("wt", shape=(100, 256), dtype="float32")
+    b1 = g.param("b1", rng.standard_normal(256, dtype=np.float32))
+    h = F.maximum(F.relu(x @ w1 + b1) * 0.5 - 0.25, -F.abs(b1) / 3.0)
+    y = F.log_softmax(F.matmul(h, wt, transpose_b=True), axis=-1)
+    feeds = {"x": rng.standard_normal((33, 784), dtype=np.float32),
+             "w1": rng.standard_normal((784, 256), dtype=np.float32) * 0.05,
+             "wt": rng.standard_normal((100, 256), dtype=np.float32) * 0.1}
+    return mg.compile([y]), feeds
+
+
+def on_tiles(plan) -> bool:
+    return all(ins.choice is None or ins.choice.path.startswith("tiles")
+               for ins in plan.instructions if ins.op == "matmul")
+
+
+def exported_outputs(tmp_path, plan, feeds):
+    exported = export_c(plan, tmp_path / "out")
+    make(exported.directory)
+    done, outputs = model_run(exported.directory, feeds, exported.input_names)
+    assert done.returncode == 0, done.stderr
+    return outputs
+
+
+def test_the_tile_gemm_mlp_is_bitwise_the_python_executors(tmp_path):
+    cc()
+    plan, feeds = tiles_mlp()
+    want = plan.run(feeds)
+    got = exported_outputs(tmp_path, plan, feeds)
+    assert len(got) == 1 and got[0].dtype == want[0].dtype and got[0].shape == want[0].shape
+    if on_tiles(plan):
+        assert np.array_equal(got[0].view(np.uint32), want[0].view(np.uint32))
+    else:  # no AVX-512 tiles here: the Python plan's GEMMs went to the BLAS
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+def test_the_readme_mlp_matches_within_float_rounding_of_the_blas(tmp_path):
+    cc()
+    plan = readme_mlp(batch=5)
+    feeds = {"x": np.random.default_rng(1).standard_normal((5, 784), dtype=np.float32)}
+    (want,), (got,) = plan.run(feeds), exported_outputs(tmp_path, plan, feeds)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
+
+
+def test_export_c_from_the_command_line_matches_the_runtime(tmp_path, capsys):
+    cc()
+    g = mg.Graph()
+    x = g.input("x", shape=("batch", 7), dtype="float32")
+    y = F.softmax(F.maximum(x * 2.0, x - 1.0), axis=-1)
+    mg.save(mg.compile([y]), tmp_path / "m.mgm")
+    out = tmp_path / "out"
+    assert cli_main(["export-c", str(tmp_path / "m.mgm"), "-o", str(out), "--dim",
+                     "batch=3"]) == 0
+    assert "make -C" in capsys.readouterr().out
+    make(out)
+    feeds = {"x": np.random.default_rng(2).standard_normal((3, 7), dtype=np.float32)}
+    feeds["x"][1, 2] = np.nan
+    done, got = model_run(out, feeds, ["x"])
+    assert done.returncode == 0, done.stderr
+    (want,) = mg.runtime.load(tmp_path / "m.mgm").run(feeds)
+    assert np.array_equal(got[0], want, equal_nan=True)
+
+
+def test_a_symbolic_plan_needs_its_bindings():
+    g = mg.Graph()
+    x = g.input("x", shape=("batch", 4), dtype="float32")
+    with pytest.raises(ExportError, match="batch.*bindings="):
+        export_c(mg.compile([F.softmax(x)]), "/nonexistent/never-written")
+
+
+def test_ops_the_c_runtime_lacks_are_named(tmp_path):
+    g = mg.Graph()
+    x = g.input("x", shape=(2, 3, 8, 8), dtype="float32")
+    w = g.param("w", np.ones((4, 3, 3, 3), np.float32))
+    y = F.exp(F.conv2d(x, w)) + 1
+    with pytest.raises(ExportError, match=r"conv2d_f32 \(op conv2d\).*step exp"):
+        export_c(mg.compile([y]), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_wrong_input_file_is_refused_by_model_run(tmp_path):
+    cc()
+    plan = readme_mlp(batch=2)
+    exported = export_c(plan, tmp_path / "out")
+    make(exported.directory)
+    done, _ = model_run(exported.directory, {"x": np.zeros((2, 783), np.float32)}, ["x"])
+    assert done.returncode == 1 and "input x wants" in done.stderr
+
+
+# -- the blob: what the C loader reads, and what it refuses --------------------------------
+def test_the_blob_layout_is_the_c_runtimes():
+    source = (CSRC / "mgr_runtime.c").read_text()
+    defines = dict(re.findall(r"#define (MGR_\w+) (\S+)", source))
+    assert defines["MGR_MAGIC"] == f'"{B.MAGIC.decode()}"'
+    assert int(defines["MGR_VERSION"]) == B.VERSION
+    for name in ("HEADER_FIELDS", "TENSOR_FIELDS", "INSTR_FIELDS", "NAME_BYTES", "ALIGN"):
+        assert int(defines[f"MGR_{name}"]) == getattr(B, name), name
+    header = (CSRC / "mgr_runtime.h").read_text()
+    codes = dict(re.findall(r"MGR_(\w+) = (\d+)", header))
+    for dtype, code in B.DTYPES.items():
+        assert int(codes[dtype.name.upper().replace("BOOL", "BOOL")]) == code
+
+
+def _header_field(blob: bytes, i: int) -> int:
+    return struct.unpack_from("<q", blob, 8 * i)[0]
+
+
+def _set(blob: bytes, at: int, value: int) -> bytes:
+    out = bytearray(blob)
+    struct.pack_into("<q", out, at, value)
+    return bytes(out)
+
+
+def _corruptions(blob: bytes) -> dict[str, tuple[bytes, str]]:
+    """name -> (corrupt blob, what the error must say)."""
+    tensors, instr = _header_field(blob, 7), _header_field(blob, 9)
+    first_call = instr  # the GEMM: kernel, refs_at, n_refs, ints_at, n_ints, ...
+    arena_tensor = next(t for t in range(_header_field(blob, 6))
+                        if _header_field(blob[tensors + t * 128:], 0) == B.KIND_ARENA)
+    ints_at = _header_field(blob, 13)
+    return {
+        "truncated": (blob[:len(blob) - 100], "truncated"),
+        "short": (blob[:50], "shorter than its header"),
+        "magic": (b"X" + blob[1:], "magic"),
+        "arena offset": (_set(blob, tensors + arena_tensor * 128 + 16, 1 << 40),
+                         "run past the arena"),
+        "kernel index": (_set(blob, first_call, 7), "calls kernel 7 of 3"),
+        "block size": (_set(blob, first_call + 32, 3), "matmul_f32"),
+        "gemm rows": (_set(blob, ints_at, 1 << 20), "reach past"),
+        "section": (_set(blob, 8 * 8, 1 << 50), "run past"),
+    }
+
+
+def test_corrupt_blobs_are_refused_under_the_sanitizers(tmp_path):
+    cc()
+    plan = readme_mlp(batch=4)
+    exported = export_c(plan, tmp_path / "out")
+    make(exported.directory, cflags="-O1 -g -fsanitize=address,undefined "
+                                      "-fno-sanitize-recover=undefined")
+    blob = (exported.directory / "model.mgr").read_bytes()
+    feeds = {"x": np.ones((4, 784), np.float32)}
+    for name, (bad, says) in _corruptions(blob).items():
+        (exported.directory / "model.mgr").write_bytes(bad)
+        done, _ = model_run(exported.directory, feeds, ["x"], env=sanitizer_env())
+        assert done.returncode == 1, (name, done.stderr)
+        assert says in done.stderr and "Sanitizer" not in done.stderr, (name, done.stderr)
+    (exported.directory / "model.mgr").write_bytes(blob)
+    done, _ = model_run(exported.directory, feeds, ["x"], env=sanitizer_env())
+    assert done.returncode == 0, done.stderr
+
+
+def small_model():
+    """Every kind of record and kernel in a few hundred bytes of arrays: fed and weight GEMM
+    operands, a view, a broadcast fused loop with constants, softmax."""
+    g = mg.Graph()
+    x = g.input("x", shape=(3, 5), dtype="float32")
+    w = g.input("w", shape=(5, 6), dtype="float32")
+    b = g.param("b", np.linspace(-1, 1, 6, dtype=np.float32))
+    h = F.maximum(x @ w + b, 0.5 * b) - 1.0
+    return mg.compile([F.softmax(F.matmul(h, w, transpose_b=True), axis=0)])
+
+
+def fuzz(tmp_path, seeds, count):
+    exported = export_c(small_model(), tmp_path / "out")
+    fuzzer = build_fuzzer(exported.directory)
+    for seed in seeds:
+        done = subprocess.run([str(fuzzer), str(exported.directory / "model.mgr"), str(seed),
+                               str(count)], capture_output=True, text=True, timeout=600,
+                              check=False,
+                              env=sanitizer_env())
+        assert done.returncode == 0 and "Sanitizer" not in done.stderr, done.stderr[-3000:]
+        loaded, refused = map(int, re.findall(r"loaded (\d+) refused (\d+)", done.stdout)[0])
+        assert loaded + refused == count and refused > count // 3, done.stdout
+
+
+def test_mutated_blobs_never_crash_the_loader(tmp_path):
+    cc()
+    fuzz(tmp_path, seeds=[1], count=1000)
+
+
+@pytest.mark.slow
+def test_mutated_blobs_never_crash_the_loader_at_length(tmp_path, request):
+    if "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("50,000 mutations under the sanitizers (90 s): pytest -m slow")
+    cc()
+    fuzz(tmp_path, seeds=range(2, 12), count=5000)
