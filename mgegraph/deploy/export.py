@@ -37,7 +37,7 @@ BLOB_NAME = "model.mgr"
 MAKEFILE = """\
 # Build the exported model's runtime: `make` (or `make CC=aarch64-linux-gnu-gcc` for 64-bit ARM).
 CC ?= cc
-CFLAGS ?= -O2
+CFLAGS ?= -O3
 CFLAGS += -std=gnu11 -ffp-contract=off -fno-math-errno -I. -Ikernels
 SOURCES = mgr_runtime.c model_kernels.c {kernels}
 OBJECTS = $(SOURCES:.c=.o)
