@@ -29,7 +29,7 @@ def make(directory: Path, compiler: str | None = None, cflags: str = "-O2") -> P
     return directory / "model_run"
 
 
-def model_run(directory: Path, feeds: dict, names, runner=(), env=None):
+def model_run(directory: Path, feeds: dict, names, runner=(), env=None, options=()):
     """Run model_run on ``feeds`` (saved as .npy in ``directory``, in ``names``' order);
     returns the CompletedProcess and the outputs it wrote."""
     paths = []
@@ -37,8 +37,8 @@ def model_run(directory: Path, feeds: dict, names, runner=(), env=None):
         paths.append(directory / f"in_{name}.npy")
         np.save(paths[-1], feeds[name])
     done = subprocess.run([*runner, str(directory / "model_run"), str(directory / "model.mgr"),
-                           *map(str, paths), "-o", str(directory)], capture_output=True,
-                          text=True, timeout=300, env=env, check=False)
+                           *map(str, paths), "-o", str(directory), *options],
+                          capture_output=True, text=True, timeout=300, env=env, check=False)
     outputs = []
     k = 0
     while done.returncode == 0 and (directory / f"output{k}.npy").exists():

@@ -47,8 +47,8 @@ def tiles_mlp():
 
 
 def on_tiles(plan) -> bool:
-    return all(ins.choice is None or ins.choice.path.startswith("tiles")
-               for ins in plan.instructions if ins.op == "matmul")
+    return all(ins.choice is not None and ins.choice.path.startswith("tiles")
+               for ins in plan.instructions if ins.op in ("matmul", "linear"))
 
 
 def exported_outputs(tmp_path, plan, feeds):
@@ -71,12 +71,43 @@ def test_the_tile_gemm_mlp_is_bitwise_the_python_executors(tmp_path):
         np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
 
 
+def test_inputs_given_by_pointer_give_the_same_outputs(tmp_path):
+    cc()
+    plan, feeds = tiles_mlp()
+    exported = export_c(plan, tmp_path / "out")
+    make(exported.directory, cflags="-O1 -g -fsanitize=address,undefined")
+    copied = model_run(exported.directory, feeds, exported.input_names, env=sanitizer_env())[1]
+    done, pointed = model_run(exported.directory, feeds, exported.input_names,
+                              env=sanitizer_env(), options=["--by-pointer", "--runs", "3"])
+    assert done.returncode == 0 and "median of 3 runs" in done.stdout, done.stderr
+    assert np.array_equal(copied[0], pointed[0])
+
+
 def test_the_readme_mlp_matches_within_float_rounding_of_the_blas(tmp_path):
     cc()
     plan = readme_mlp(batch=5)
     feeds = {"x": np.random.default_rng(1).standard_normal((5, 784), dtype=np.float32)}
     (want,), (got,) = plan.run(feeds), exported_outputs(tmp_path, plan, feeds)
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [10, 96])
+def test_linear_with_its_epilogue_matches(tmp_path, n):
+    cc()
+    rng = np.random.default_rng(n)
+    g = mg.Graph()
+    x = g.input("x", shape=(40, 50), dtype="float32")
+    w = g.input("w", shape=(n, 50), dtype="float32")
+    b = g.param("b", rng.standard_normal(n, dtype=np.float32))
+    plan = mg.compile([F.relu(F.linear(x, w, b))])
+    assert [ins.kernel for ins in plan.instructions] == ["linear_f32"]
+    feeds = {"x": rng.standard_normal((40, 50), dtype=np.float32),
+             "w": rng.standard_normal((n, 50), dtype=np.float32)}
+    (want,), (got,) = plan.run(feeds), exported_outputs(tmp_path, plan, feeds)
+    if on_tiles(plan):
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_export_c_from_the_command_line_matches_the_runtime(tmp_path, capsys):
