@@ -131,6 +131,8 @@ def _check_plan(plan: Plan) -> None:
     for ins in plan.instructions:
         if not kernels.has(ins.kernel):
             lacking.setdefault(ins.kernel, set()).add(ins.op)
+        elif kernels.refuses(ins):
+            lacking.setdefault(kernels.refuses(ins), set()).add(ins.op)
         elif ins.kernel in kernels.FUSED_KERNELS:
             attrs = dict(ins.attrs)
             for step in fused_c.unsupported(attrs, attrs["dtype"]):

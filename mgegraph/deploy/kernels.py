@@ -19,7 +19,9 @@ LIBRARY = {
     "matmul_f32": ("matmul_f32.c", ("gemm_fma.h",), ()),
     "linear_f32": ("linear_f32.c", ("gemm_fma.h",), ("activation.h",)),
     "softmax_f32": ("softmax_f32.c", (), ("softmax.h",)),
+    "conv2d_f32": ("conv2d_f32.c", (), ("activation.h",)),
 }
+
 FUSED_KERNELS = ("fused_f32", "fused_f64")
 
 
@@ -27,6 +29,21 @@ def has(kernel: str) -> bool:
     """Whether the C runtime runs the plan kernel ``kernel`` (a fused one still has its steps
     checked by ``fused_c``)."""
     return kernel in LIBRARY or kernel in FUSED_KERNELS
+
+
+def refuses(ins) -> str | None:
+    """Why the C kernel of instruction ``ins`` cannot run its parameter block (None: it can):
+    what its loader check (``mgr_<kernel>_check``) would refuse, said at export."""
+    if ins.kernel != "conv2d_f32":
+        return None
+    from ..kernel_abi.conv import FIELDS  # lazy: startup cost (only conv plans read it)
+    f = dict(zip(FIELDS, ins.ints))
+    if f["packed"] < 1 or f["groups"] != 1 or f["transposed"]:
+        way = ins.choice.path if ins.choice else "its only way"
+        return f"conv2d_f32 by {way} (the C runtime has the gather tiles on packed weights)"
+    if (f["sh"], f["sw"]) != (1, 1) and f["kh"] * f["kw"] != 1:
+        return "conv2d_f32 strided over several taps (summed by phase)"
+    return None
 
 
 def sources(kernels) -> dict[str, Path]:

@@ -91,6 +91,39 @@ def test_the_readme_mlp_matches_within_float_rounding_of_the_blas(tmp_path):
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
 
 
+def test_a_weighted_mlp_on_packed_weights_is_bitwise(tmp_path):
+    # constant weights: the prepack pass makes each linear layer a 1x1 conv2d_packed, whose
+    # packed weights a prologue computes; the export ships what it computed
+    cc()
+    rng = np.random.default_rng(3)
+    g = mg.Graph()
+    x = g.input("x", shape=(33, 784), dtype="float32")
+    h = F.relu(x @ g.param("w1", rng.standard_normal((784, 256), dtype=np.float32) * 0.05)
+               + g.param("b1", rng.standard_normal(256, dtype=np.float32)))
+    y = F.log_softmax(h @ g.param("w2", rng.standard_normal((256, 64), dtype=np.float32) * 0.1)
+                      + g.param("b2", rng.standard_normal(64, dtype=np.float32)), axis=-1)
+    plan = mg.compile([y])
+    assert plan.prologue is not None and "conv2d_f32" in {i.kernel for i in plan.instructions}
+    feeds = {"x": rng.standard_normal((33, 784), dtype=np.float32)}
+    (want,), (got,) = plan.run(feeds), exported_outputs(tmp_path, plan, feeds)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_a_packed_3x3_convolution_is_bitwise(tmp_path):
+    cc()
+    rng = np.random.default_rng(4)
+    g = mg.Graph()
+    x = g.input("x", shape=(2, 16, 7, 7), dtype="float32")
+    w = g.param("w", rng.standard_normal((40, 16, 3, 3), dtype=np.float32) * 0.2)
+    y = F.relu(F.conv2d(x, w, g.param("b", rng.standard_normal(40, dtype=np.float32))))
+    plan = mg.compile([y])
+    if [i.op for i in plan.instructions] != ["conv2d_packed"]:
+        pytest.skip(f"the rules chose {plan.instructions[0].op} here, not the packed tiles")
+    feeds = {"x": rng.standard_normal((2, 16, 7, 7), dtype=np.float32)}
+    (want,), (got,) = plan.run(feeds), exported_outputs(tmp_path, plan, feeds)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 @pytest.mark.parametrize("n", [10, 96])
 def test_linear_with_its_epilogue_matches(tmp_path, n):
     cc()
@@ -141,7 +174,7 @@ def test_ops_the_c_runtime_lacks_are_named(tmp_path):
     x = g.input("x", shape=(2, 3, 8, 8), dtype="float32")
     w = g.param("w", np.ones((4, 3, 3, 3), np.float32))
     y = F.exp(F.conv2d(x, w)) + 1
-    with pytest.raises(ExportError, match=r"conv2d_f32 \(op conv2d\).*step exp"):
+    with pytest.raises(ExportError, match=r"conv2d_f32 by .* \(op conv2d\).*step exp"):
         export_c(mg.compile([y]), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
