@@ -20,6 +20,7 @@ LIBRARY = {
     "linear_f32": ("linear_f32.c", ("gemm_fma.h",), ("activation.h",)),
     "softmax_f32": ("softmax_f32.c", (), ("softmax.h",)),
     "conv2d_f32": ("conv2d_f32.c", (), ("activation.h",)),
+    "pool2d_f32": ("pool2d_f32.c", (), ()),
 }
 
 FUSED_KERNELS = ("fused_f32", "fused_f64")
@@ -34,15 +35,14 @@ def has(kernel: str) -> bool:
 def refuses(ins) -> str | None:
     """Why the C kernel of instruction ``ins`` cannot run its parameter block (None: it can):
     what its loader check (``mgr_<kernel>_check``) would refuse, said at export."""
+    if ins.kernel == "pool2d_f32":
+        return None if ins.ints[0] == 0 else "pool2d_f32 averaging (the C runtime has max)"
     if ins.kernel != "conv2d_f32":
         return None
     from ..kernel_abi.conv import FIELDS  # lazy: startup cost (only conv plans read it)
     f = dict(zip(FIELDS, ins.ints))
-    if f["packed"] < 1 or f["groups"] != 1 or f["transposed"]:
-        way = ins.choice.path if ins.choice else "its only way"
-        return f"conv2d_f32 by {way} (the C runtime has the gather tiles on packed weights)"
-    if (f["sh"], f["sw"]) != (1, 1) and f["kh"] * f["kw"] != 1:
-        return "conv2d_f32 strided over several taps (summed by phase)"
+    if f["groups"] != 1 or f["transposed"]:
+        return "conv2d_f32 of several groups (the C runtime has one group)"
     return None
 
 

@@ -25,7 +25,8 @@ static const int64_t EDGES[] = {0, 1, -1, 7, 8, 63, 64, 255, 4096, INT64_MAX, IN
 static void mutate(unsigned char* b, size_t* n) {
     size_t kind = next() % 4;
     if (kind == 0) {  /* a few random bytes */
-        for (int k = 0, m = 1 + (int)(next() % 4); k < m; k++) b[next() % *n] = (unsigned char)next();
+        int m = 1 + (int)(next() % 4);
+        for (int k = 0; k < m; k++) b[next() % *n] = (unsigned char)next();
     } else if (kind == 1 || kind == 2) {  /* an aligned field (header or a record) to an edge */
         size_t limit = kind == 1 ? 160 : *n;
         size_t at = (next() % (limit / 8)) * 8;

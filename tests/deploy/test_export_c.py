@@ -124,6 +124,35 @@ def test_a_packed_3x3_convolution_is_bitwise(tmp_path):
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+def test_the_digits_cnn_runs_within_float_rounding(tmp_path):
+    # its second convolution runs Winograd through the BLAS in Python: the C loop's sums agree
+    # within rounding; the packed first convolution and the max pooling are exact arithmetic
+    cc()
+    from mgegraph.demo import cnn  # lazy: the demo's model, loaded for this test only
+
+    model = cnn()
+    model.eval()
+    x = np.random.default_rng(5).standard_normal((5, 1, 8, 8), dtype=np.float32)
+    predictor = mg.compile_module(model, [x])
+    assert {"conv2d_f32", "pool2d_f32"} <= {i.kernel for i in predictor.plan.instructions}
+    (got,) = exported_outputs(tmp_path, predictor.plan, {"input0": x})
+    np.testing.assert_allclose(got, predictor(x), rtol=1e-5, atol=1e-5)
+
+
+def test_max_pooling_is_bitwise_with_nans_and_padding(tmp_path):
+    cc()
+    g = mg.Graph()
+    x = g.input("x", shape=(2, 3, 9, 7), dtype="float32")
+    plan = mg.compile([F.max_pool2d(x, 3, stride=2, padding=1) * 1.0,
+                       F.max_pool2d(x, 2)])
+    feeds = {"x": np.random.default_rng(6).standard_normal((2, 3, 9, 7), dtype=np.float32)}
+    feeds["x"][0, 1, 4, 4] = np.nan
+    feeds["x"][1, 2, 0, :] = -0.0
+    want, got = plan.run(feeds), exported_outputs(tmp_path, plan, feeds)
+    for w, c in zip(want, got):
+        assert np.array_equal(c.view(np.uint32), w.view(np.uint32))
+
+
 @pytest.mark.parametrize("n", [10, 96])
 def test_linear_with_its_epilogue_matches(tmp_path, n):
     cc()
@@ -172,9 +201,10 @@ def test_a_symbolic_plan_needs_its_bindings():
 def test_ops_the_c_runtime_lacks_are_named(tmp_path):
     g = mg.Graph()
     x = g.input("x", shape=(2, 3, 8, 8), dtype="float32")
-    w = g.param("w", np.ones((4, 3, 3, 3), np.float32))
-    y = F.exp(F.conv2d(x, w)) + 1
-    with pytest.raises(ExportError, match=r"conv2d_f32 by .* \(op conv2d\).*step exp"):
+    w = g.param("w", np.ones((6, 1, 3, 3), np.float32))
+    y = F.exp(F.avg_pool2d(F.conv2d(x, w, groups=3), 2)) + 1
+    with pytest.raises(ExportError, match=r"several groups.*\(op conv2d.*step exp.*"
+                                          r"pool2d_f32 averaging .* \(op avg_pool2d\)"):
         export_c(mg.compile([y]), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
@@ -252,13 +282,20 @@ def test_corrupt_blobs_are_refused_under_the_sanitizers(tmp_path):
 
 def small_model():
     """Every kind of record and kernel in a few hundred bytes of arrays: fed and weight GEMM
-    operands, a view, a broadcast fused loop with constants, softmax."""
+    operands, a view, a broadcast fused loop with constants, softmax, a convolution, a max
+    pooling."""
     g = mg.Graph()
     x = g.input("x", shape=(3, 5), dtype="float32")
     w = g.input("w", shape=(5, 6), dtype="float32")
     b = g.param("b", np.linspace(-1, 1, 6, dtype=np.float32))
     h = F.maximum(x @ w + b, 0.5 * b) - 1.0
-    return mg.compile([F.softmax(F.matmul(h, w, transpose_b=True), axis=0)])
+    image = g.input("image", shape=(1, 2, 5, 5), dtype="float32")
+    kernel = g.param("kernel", np.linspace(-1, 1, 3 * 2 * 3 * 3, dtype=np.float32)
+                     .reshape(3, 2, 3, 3))
+    pooled = F.max_pool2d(F.relu(F.conv2d(image, kernel, padding=1)), 2)
+    plan = mg.compile([F.softmax(F.matmul(h, w, transpose_b=True), axis=0), pooled])
+    assert {"conv2d_f32", "pool2d_f32", "matmul_f32"} <= {i.kernel for i in plan.instructions}
+    return plan
 
 
 def fuzz(tmp_path, seeds, count):

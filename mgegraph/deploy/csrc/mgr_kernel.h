@@ -51,4 +51,17 @@ static inline int mgr_muladd(int64_t a, int64_t b, int64_t c, int64_t* out) {
     return 1;
 }
 
+/* Loop counts a kernel may run: each non-negative, their product without overflow; when the
+ * product is zero (an empty tensor) each at most MGR_EMPTY_DIM, so no loop over the others of an
+ * empty tensor spins for long (a hostile blob's 2^62 rows of nothing). */
+#define MGR_EMPTY_DIM ((int64_t)1 << 20)
+static inline int mgr_counts_ok(const int64_t* dims, int n) {
+    int64_t product = 1;
+    for (int d = 0; d < n; d++)
+        if (!mgr_muladd(0, product, dims[d], &product)) return 0;
+    for (int d = 0; product == 0 && d < n; d++)
+        if (dims[d] > MGR_EMPTY_DIM) return 0;
+    return 1;
+}
+
 #endif

@@ -1,11 +1,13 @@
-/* conv2d_f32 on packed weights (conv2d_packed: the prepack pass's form of a convolution or a
- * linear layer with constant weights), with the arithmetic of the package's gather tiles
+/* conv2d_f32, one group, with the arithmetic of the package's gather tiles on packed weights
  * (conv_tile.h, conv_blocked.pxi's packed path): each output is summed over the input channels,
  * then the taps (i-major), in order from zero, the zero padding's products included, by fused
  * multiply-adds where the block's isa has them (1 AVX2, 2 AVX-512) and by a multiply and an add
- * on the baseline tile (0); then act(sum + bias) as conv_out. So the bits are the Python
- * executor's. The parameter block is kernel_abi/conv.py's FIELDS; bufs x, packed weights
- * (blocks of `packed` output channels: w[block][c][tap][packed]), [bias,] y[, workspace]. */
+ * on the baseline tile (0); then act(sum + bias) as conv_out. So on packed weights at stride 1
+ * (or one tap) the bits are the Python executor's; its other ways (Winograd, im2col through the
+ * BLAS, strided taps summed by phase) agree within float32 rounding.
+ * The parameter block is kernel_abi/conv.py's FIELDS; bufs x, the weights (packed: blocks of
+ * `packed` output channels, w[block][c][tap][packed]; else (cout, cin, kh, kw)), [bias,] y[,
+ * workspace]. */
 #include "../mgr_kernel.h"
 #include "activation.h"
 
@@ -23,7 +25,9 @@ enum { BATCH, CIN, H, W, COUT, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, GROUPS, H
     int64_t taps = s[KH] * s[KW], pack = s[PACKED];                                           \
     for (int64_t n = 0; n < s[BATCH]; n++)                                                    \
         for (int64_t o = 0; o < s[COUT]; o++) {                                               \
-            const float* wo = w + (o / pack) * s[CIN] * taps * pack + o % pack;               \
+            const float* wo = pack ? w + (o / pack) * s[CIN] * taps * pack + o % pack         \
+                                   : w + o * s[CIN] * taps;                                   \
+            int64_t step = pack ? pack : 1;                                                   \
             float add = bias ? bias[o] : 0;                                                   \
             for (int64_t oy = 0; oy < s[OH]; oy++)                                            \
                 for (int64_t ox = 0; ox < s[OW]; ox++) {                                      \
@@ -36,7 +40,7 @@ enum { BATCH, CIN, H, W, COUT, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, GROUPS, H
                                 int64_t ix = ox * s[SW] + j * s[DW] - s[PW];                  \
                                 float xv = iy >= 0 && iy < s[H] && ix >= 0 && ix < s[W]       \
                                                ? xc[iy * s[W] + ix] : 0.0f;                   \
-                                float wv = wo[(c * taps + i * s[KW] + j) * pack];             \
+                                float wv = wo[(c * taps + i * s[KW] + j) * step];             \
                                 acc = STEP(xv, wv, acc);                                      \
                             }                                                                 \
                     }                                                                         \
@@ -77,27 +81,30 @@ const char* mgr_conv2d_f32_check(const mgr_check_args* x) {
     if (x->n_ints != FIELDS || x->n_floats != 0) return "wants 23 ints and no floats";
     for (int f = 0; f < FIELDS; f++)
         if (s[f] < 0) return "a field is negative";
-    if (s[PACKED] < 1 || s[GROUPS] != 1 || s[TRANSPOSED] != 0)
-        return "runs packed weights of one group only (conv2d_packed)";
+    if (s[GROUPS] != 1 || s[TRANSPOSED] != 0) return "runs one group only";
     if (s[HAS_BIAS] > 1 || s[ACT] > ACT_RELU6 || s[ISA] > 2)
         return "a flag is out of its range";
     if (s[SH] < 1 || s[SW] < 1 || s[DH] < 1 || s[DW] < 1 || s[KH] < 1 || s[KW] < 1)
         return "strides, dilations and the kernel must be positive";
-    if ((s[SH] != 1 || s[SW] != 1) && s[KH] * s[KW] != 1)
-        return "a strided convolution of several taps sums its taps by phase (not yet here)";
+    int64_t loops[7] = {s[BATCH], s[COUT], s[OH], s[OW], s[CIN], s[KH], s[KW]};
+    if (!mgr_counts_ok(loops, 7)) return "its sizes make no loop this runtime bounds";
+    int64_t reach;  /* every tap's input index stays an int64_t (the fuzzer's find) */
+    if (!mgr_muladd(0, s[OH], s[SH], &reach) || !mgr_muladd(reach, s[KH], s[DH], &reach) ||
+        !mgr_muladd(0, s[OW], s[SW], &reach) || !mgr_muladd(reach, s[KW], s[DW], &reach))
+        return "the windows reach past any index";
     size_t want = 3 + (size_t)s[HAS_BIAS];
     if (x->n_bufs != want && x->n_bufs != want + 1)
         return "wants buffers x, w, [bias,] y[, workspace]";
     for (size_t b = 0; b < want; b++)
         if (x->buf_dtypes[b] != 0) return "reads and writes float32 only";
-    blocks = (s[COUT] + s[PACKED] - 1) / s[PACKED];
+    blocks = s[PACKED] ? (s[COUT] + s[PACKED] - 1) / s[PACKED] : s[COUT];
     if (!mgr_muladd(0, s[BATCH], s[CIN], &xe) || !mgr_muladd(0, xe, s[H], &xe) ||
         !mgr_muladd(0, xe, s[W], &xe) || xe > x->buf_bytes[0] / 4)
         return "batch * cin * h * w reaches past x's bytes";
     if (!mgr_muladd(0, s[KH], s[KW], &taps) || !mgr_muladd(0, blocks, s[CIN], &we) ||
-        !mgr_muladd(0, we, taps, &we) || !mgr_muladd(0, we, s[PACKED], &we) ||
+        !mgr_muladd(0, we, taps, &we) || !mgr_muladd(0, we, s[PACKED] ? s[PACKED] : 1, &we) ||
         we > x->buf_bytes[1] / 4)
-        return "the packed weights' blocks reach past w's bytes";
+        return "the weights reach past w's bytes";
     if (!mgr_muladd(0, s[BATCH], s[COUT], &ye) || !mgr_muladd(0, ye, s[OH], &ye) ||
         !mgr_muladd(0, ye, s[OW], &ye) || ye > x->buf_bytes[want - 1] / 4 ||
         (s[HAS_BIAS] && s[COUT] > x->buf_bytes[2] / 4))

@@ -37,6 +37,7 @@ const char* mgr_linear_f32_check(const mgr_check_args* x) {
         return "wants buffers x, w, [bias,] y[, workspace]";
     for (size_t b = 0; b < want; b++)
         if (x->buf_dtypes[b] != 0) return "reads and writes float32 only";
+    if (!mgr_counts_ok(s, 3)) return "m, n and k make no loop this runtime bounds";
     if (!mgr_muladd(0, s[M], s[K], &mk) ||
         !mgr_muladd(0, s[N], s[K], &nk) || !mgr_muladd(0, s[M], s[N], &mn))
         return "m, n or k is negative or too large";

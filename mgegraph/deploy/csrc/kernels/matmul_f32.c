@@ -57,6 +57,8 @@ const char* mgr_matmul_f32_check(const mgr_check_args* x) {
     if (!mgr_muladd(0, s[M], s[K], &mk) || !mgr_muladd(0, s[K], s[N], &kn) ||
         !mgr_muladd(0, s[M], s[N], &mn))
         return "m, n or k is negative or too large";
+    int64_t mnk[3] = {s[M], s[N], s[K]};
+    if (!mgr_counts_ok(mnk, 3)) return "m, n and k make no loop this runtime bounds";
     if (!reach(s + HEAD, s + HEAD + s[NDIM], s[NDIM], mk, &ea) || ea > x->buf_bytes[0] / 4)
         return "its batches of a reach past a's bytes";
     if (!reach(s + HEAD, s + HEAD + 2 * s[NDIM], s[NDIM], kn, &eb) || eb > x->buf_bytes[1] / 4)

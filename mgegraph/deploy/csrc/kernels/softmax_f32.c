@@ -20,6 +20,7 @@ const char* mgr_softmax_f32_check(const mgr_check_args* x) {
     if (x->buf_dtypes[0] != 0 || x->buf_dtypes[1] != 0) return "reads and writes float32 only";
     if (s[OUTER] < 0 || s[N] < 0 || s[INNER] < 0 || s[TAKE_LOG] < 0 || s[TAKE_LOG] > 1)
         return "a field is negative or take_log is not 0 or 1";
+    if (!mgr_counts_ok(s, 3)) return "outer, n and inner make no loop this runtime bounds";
     if (!mgr_muladd(0, s[OUTER], s[N], &elems) || !mgr_muladd(0, elems, s[INNER], &elems) ||
         elems > x->buf_bytes[0] / 4 || elems > x->buf_bytes[1] / 4)
         return "outer * n * inner reaches past its buffers' bytes";
