@@ -97,7 +97,7 @@ const char* mgr_conv2d_f32_check(const mgr_check_args* x) {
         return "wants buffers x, w, [bias,] y[, workspace]";
     for (size_t b = 0; b < want; b++)
         if (x->buf_dtypes[b] != 0) return "reads and writes float32 only";
-    blocks = s[PACKED] ? (s[COUT] + s[PACKED] - 1) / s[PACKED] : s[COUT];
+    blocks = s[PACKED] ? s[COUT] / s[PACKED] + (s[COUT] % s[PACKED] != 0) : s[COUT];
     if (!mgr_muladd(0, s[BATCH], s[CIN], &xe) || !mgr_muladd(0, xe, s[H], &xe) ||
         !mgr_muladd(0, xe, s[W], &xe) || xe > x->buf_bytes[0] / 4)
         return "batch * cin * h * w reaches past x's bytes";

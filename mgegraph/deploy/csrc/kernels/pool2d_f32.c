@@ -57,6 +57,7 @@ const char* mgr_pool2d_f32_check(const mgr_check_args* x) {
     if (s[PH] > MGR_EMPTY_DIM || s[PW] > MGR_EMPTY_DIM || s[EH] > MGR_EMPTY_DIM ||
         s[EW] > MGR_EMPTY_DIM)
         return "a padding is past any window";
+    if (s[DH] > MGR_EMPTY_DIM || s[DW] > MGR_EMPTY_DIM) return "a dilation is past any window";
     if (s[SH] < 1 || s[SW] < 1 || s[DH] < 1 || s[DW] < 1)
         return "strides and dilations must be positive";
     if (!mgr_muladd(0, s[PLANES], s[H], &xe) || !mgr_muladd(0, xe, s[W], &xe) ||
