@@ -8,6 +8,7 @@ subcommand over the library's own calls.
     mgegraph viz digits_cnn.mgm -o plan.html
     mgegraph profile digits_cnn.mgm --runs 20 --trace trace.json
     mgegraph convert model.onnx -o model.mgm
+    mgegraph export-c digits_cnn.mgm -o out --dim batch=1   # C sources: make -C out
     mgegraph bench --json bench.json
 
 An error is one line on stderr (``mgegraph: error: ...``) and exit status 1 (2 for a wrong
@@ -132,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show the full traceback of an error instead of one line")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for add in (_add_demo, _add_run, _add_report, _add_tune, _add_viz, _add_profile,
-                _add_convert, _add_bench):
+                _add_convert, _add_bench, _add_export_c):
         command = add(sub)
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help="show the full traceback of an error instead of one line")
@@ -248,6 +249,31 @@ def _add_bench(sub):
                        "--help` for its options)")
     p.set_defaults(func=cmd_bench)
     return p
+
+
+# -- export-c: the plan as a C program (mgegraph.deploy) ------------------------------------------
+def _add_export_c(sub):
+    p = sub.add_parser("export-c", help="write a saved model as C sources that run without "
+                       "Python (docs/c_runtime.md)")
+    p.add_argument("model", metavar="MODEL.mgm", help="a saved model")
+    p.add_argument("-o", "--output", metavar="DIR", required=True,
+                   help="the folder to write (made if missing)")
+    p.add_argument("--dim", action="append", default=[], type=_dim_spec, metavar="NAME=N",
+                   help="the value of a named dimension to specialise for (repeat per name)")
+    p.set_defaults(func=cmd_export_c)
+    return p
+
+
+def cmd_export_c(args) -> int:
+    """``mgegraph export-c MODEL.mgm -o DIR``: ``mg.deploy.export_c`` and how to build it."""
+    deploy = _tool("mgegraph.deploy", "the C export")
+    exported = deploy.export_c(runtime.load(args.model), args.output,
+                               bindings=dict(args.dim) or None)
+    print(f"exported {args.model} -> {exported.directory}: kernels "
+          f"{', '.join(exported.kernels)}; build with `make -C {exported.directory}`, run "
+          f"`{exported.directory}/model_run {exported.directory}/model.mgr "
+          f"{' '.join(n + '.npy' for n in exported.input_names)}`")
+    return 0
 
 
 def _add_seed(p) -> None:

@@ -215,7 +215,7 @@ LAYERS = (
     ("eager, nn, optim", ("eager", "jit", "nn", "module", "optim", "optimizer", "train",
                           "amp", "autodiff.grad_manager", "random", "tensor", "quantization",
                           "distributed")),
-    ("io, onnx, tools", ("io", "runtime", "onnx", "tools", "viz", "testing")),
+    ("io, onnx, tools", ("io", "runtime", "onnx", "tools", "viz", "testing", "deploy")),
     ("the CLI", ("cli", "demo", "__main__")),
 )
 

@@ -76,74 +76,44 @@ cdef inline Py_ssize_t chunk_len(Py_ssize_t start, Py_ssize_t total) noexcept no
 
 
 # -- softmax / log_softmax ------------------------------------------------------------------------
-cdef void column_max(const floating* x, Py_ssize_t n, Py_ssize_t M, Py_ssize_t cnt,
-                     floating* mx) noexcept nogil:
-    # NaN never wins here; it still reaches every output of its column through exp().
-    cdef Py_ssize_t i, b
-    cdef const floating* px
-    for b in range(cnt):
-        mx[b] = -INFINITY
-    for i in range(n):
-        px = x + i * M
-        for b in range(cnt):
-            if px[b] > mx[b]:
-                mx[b] = px[b]
+# The bodies live in softmax.h, which the C runtime (mgegraph/deploy) compiles too.
+cdef extern from "softmax.h" nogil:
+    void softmax_column_max_f32(const float* x, Py_ssize_t n, Py_ssize_t M, Py_ssize_t cnt,
+                                float* mx)
+    void softmax_column_max_f64(const double* x, Py_ssize_t n, Py_ssize_t M, Py_ssize_t cnt,
+                                double* mx)
+    void softmax_column_logsumexp_f32(const float* x, Py_ssize_t n, Py_ssize_t M,
+                                      Py_ssize_t cnt, float* mx, double* lse)
+    void softmax_column_logsumexp_f64(const double* x, Py_ssize_t n, Py_ssize_t M,
+                                      Py_ssize_t cnt, double* mx, double* lse)
+    void softmax_rows_f32(const float* x, float* y, Py_ssize_t outer, Py_ssize_t n,
+                          Py_ssize_t inner, int take_log)
+    void softmax_rows_f64(const double* x, double* y, Py_ssize_t outer, Py_ssize_t n,
+                          Py_ssize_t inner, int take_log)
 
 
-cdef void column_logsumexp(const floating* x, Py_ssize_t n, Py_ssize_t M, Py_ssize_t cnt,
-                           floating* mx, double* lse) noexcept nogil:
-    cdef Py_ssize_t i, b
-    cdef const floating* px
-    column_max(x, n, M, cnt, mx)
-    for b in range(cnt):
-        lse[b] = 0
-    for i in range(n):
-        px = x + i * M
-        for b in range(cnt):
-            lse[b] += f_exp(px[b] - mx[b])
-    for b in range(cnt):
-        lse[b] = mx[b] + log(lse[b])
+cdef inline void column_max(const floating* x, Py_ssize_t n, Py_ssize_t M, Py_ssize_t cnt,
+                            floating* mx) noexcept nogil:
+    if floating is float:
+        softmax_column_max_f32(x, n, M, cnt, mx)
+    else:
+        softmax_column_max_f64(x, n, M, cnt, mx)
 
 
-cdef void softmax_chunk(const floating* x, floating* y, Py_ssize_t n, Py_ssize_t M,
-                        Py_ssize_t cnt, bint take_log) noexcept nogil:
-    # Safe in place (y == x): every element is read before it is written.
-    cdef floating mx[CHUNK]
-    cdef double s[CHUNK]
-    cdef Py_ssize_t i, b
-    cdef floating e
-    if take_log:
-        column_logsumexp(x, n, M, cnt, mx, s)
-        for i in range(n):
-            for b in range(cnt):
-                y[i * M + b] = <floating>(<double>x[i * M + b] - s[b])
-        return
-    column_max(x, n, M, cnt, mx)
-    for b in range(cnt):
-        s[b] = 0
-    for i in range(n):
-        for b in range(cnt):
-            e = f_exp(x[i * M + b] - mx[b])
-            s[b] += e
-            y[i * M + b] = e
-    for b in range(cnt):
-        s[b] = 1 / s[b]
-    for i in range(n):
-        for b in range(cnt):
-            y[i * M + b] = <floating>(y[i * M + b] * s[b])
+cdef inline void column_logsumexp(const floating* x, Py_ssize_t n, Py_ssize_t M,
+                                  Py_ssize_t cnt, floating* mx, double* lse) noexcept nogil:
+    if floating is float:
+        softmax_column_logsumexp_f32(x, n, M, cnt, mx, lse)
+    else:
+        softmax_column_logsumexp_f64(x, n, M, cnt, mx, lse)
 
 
 cdef int softmax_impl(const floating* x, floating* y, const Call* c) noexcept nogil:
     cdef const Softmax* s = <const Softmax*>c.ints
-    cdef Py_ssize_t O = s.outer, n = s.n, M = s.inner, o, m0, cnt, base
-    cdef bint take_log = s.take_log != 0
-    for o in range(O):
-        m0 = 0
-        while m0 < M:
-            cnt = chunk_len(m0, M)
-            base = o * n * M + m0
-            softmax_chunk(x + base, y + base, n, M, cnt, take_log)
-            m0 += cnt
+    if floating is float:
+        softmax_rows_f32(x, y, s.outer, s.n, s.inner, s.take_log != 0)
+    else:
+        softmax_rows_f64(x, y, s.outer, s.n, s.inner, s.take_log != 0)
     return KERNEL_OK
 
 

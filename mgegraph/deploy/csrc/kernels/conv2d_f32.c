@@ -1,0 +1,113 @@
+/* conv2d_f32, one group, with the arithmetic of the package's gather tiles on packed weights
+ * (conv_tile.h, conv_blocked.pxi's packed path): each output is summed over the input channels,
+ * then the taps (i-major), in order from zero, the zero padding's products included, by fused
+ * multiply-adds where the block's isa has them (1 AVX2, 2 AVX-512) and by a multiply and an add
+ * on the baseline tile (0); then act(sum + bias) as conv_out. So on packed weights at stride 1
+ * (or one tap) the bits are the Python executor's; its other ways (Winograd, im2col through the
+ * BLAS, strided taps summed by phase) agree within float32 rounding.
+ * The parameter block is kernel_abi/conv.py's FIELDS; bufs x, the weights (packed: blocks of
+ * `packed` output channels, w[block][c][tap][packed]; else (cout, cin, kh, kw)), [bias,] y[,
+ * workspace]. */
+#include "../mgr_kernel.h"
+#include "activation.h"
+
+#include <math.h>
+
+enum { BATCH, CIN, H, W, COUT, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, GROUPS, HAS_BIAS, PATH,
+       ACT, ISA, THREADS, TRANSPOSED, PACKED, FIELDS };
+
+#define MGR_CONV_BODY(STEP)                                                                   \
+    const int64_t* s = call->ints;                                                            \
+    const float* x = (const float*)call->bufs[0];                                             \
+    const float* w = (const float*)call->bufs[1];                                             \
+    const float* bias = s[HAS_BIAS] ? (const float*)call->bufs[2] : NULL;                     \
+    float* y = (float*)call->bufs[s[HAS_BIAS] ? 3 : 2];                                       \
+    int64_t taps = s[KH] * s[KW], pack = s[PACKED];                                           \
+    for (int64_t n = 0; n < s[BATCH]; n++)                                                    \
+        for (int64_t o = 0; o < s[COUT]; o++) {                                               \
+            const float* wo = pack ? w + (o / pack) * s[CIN] * taps * pack + o % pack         \
+                                   : w + o * s[CIN] * taps;                                   \
+            int64_t step = pack ? pack : 1;                                                   \
+            float add = bias ? bias[o] : 0;                                                   \
+            for (int64_t oy = 0; oy < s[OH]; oy++)                                            \
+                for (int64_t ox = 0; ox < s[OW]; ox++) {                                      \
+                    float acc = 0;                                                            \
+                    for (int64_t c = 0; c < s[CIN]; c++) {                                    \
+                        const float* xc = x + (n * s[CIN] + c) * s[H] * s[W];                 \
+                        for (int64_t i = 0; i < s[KH]; i++)                                   \
+                            for (int64_t j = 0; j < s[KW]; j++) {                             \
+                                int64_t iy = oy * s[SH] + i * s[DH] - s[PH];                  \
+                                int64_t ix = ox * s[SW] + j * s[DW] - s[PW];                  \
+                                float xv = iy >= 0 && iy < s[H] && ix >= 0 && ix < s[W]       \
+                                               ? xc[iy * s[W] + ix] : 0.0f;                   \
+                                float wv = wo[(c * taps + i * s[KW] + j) * step];             \
+                                acc = STEP(xv, wv, acc);                                      \
+                            }                                                                 \
+                    }                                                                         \
+                    y[((n * s[COUT] + o) * s[OH] + oy) * s[OW] + ox] =                        \
+                        act_f32(acc + add, (int)s[ACT]);                                      \
+                }                                                                             \
+        }
+
+#define MGR_FMA_STEP(a, b, acc) fmaf(a, b, acc)
+#define MGR_MUL_ADD_STEP(a, b, acc) ((acc) + (a) * (b)) /* built with -ffp-contract=off */
+
+static void conv_fma(const mgr_call* call) { MGR_CONV_BODY(MGR_FMA_STEP) }
+#if defined(__GNUC__) && defined(__x86_64__)
+__attribute__((target("avx2,fma"))) static void conv_fma_avx2(const mgr_call* call)
+{ MGR_CONV_BODY(MGR_FMA_STEP) }
+#endif
+static void conv_mul_add(const mgr_call* call) { MGR_CONV_BODY(MGR_MUL_ADD_STEP) }
+
+int mgr_conv2d_f32(const mgr_call* call) {
+    if (call->ints[ISA] == 0) {
+        conv_mul_add(call);
+        return MGR_KERNEL_OK;
+    }
+#if defined(__GNUC__) && defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("fma")) {
+        conv_fma_avx2(call);
+        return MGR_KERNEL_OK;
+    }
+#endif
+    conv_fma(call);
+    return MGR_KERNEL_OK;
+}
+
+const char* mgr_conv2d_f32_check(const mgr_check_args* x) {
+    const int64_t* s = x->ints;
+    int64_t xe, we, ye, blocks, taps;
+    if (x->n_ints != FIELDS || x->n_floats != 0) return "wants 23 ints and no floats";
+    for (int f = 0; f < FIELDS; f++)
+        if (s[f] < 0) return "a field is negative";
+    if (s[GROUPS] != 1 || s[TRANSPOSED] != 0) return "runs one group only";
+    if (s[HAS_BIAS] > 1 || s[ACT] > ACT_RELU6 || s[ISA] > 2)
+        return "a flag is out of its range";
+    if (s[SH] < 1 || s[SW] < 1 || s[DH] < 1 || s[DW] < 1 || s[KH] < 1 || s[KW] < 1)
+        return "strides, dilations and the kernel must be positive";
+    int64_t loops[7] = {s[BATCH], s[COUT], s[OH], s[OW], s[CIN], s[KH], s[KW]};
+    if (!mgr_counts_ok(loops, 7)) return "its sizes make no loop this runtime bounds";
+    int64_t reach;  /* every tap's input index stays an int64_t (the fuzzer's find) */
+    if (!mgr_muladd(0, s[OH], s[SH], &reach) || !mgr_muladd(reach, s[KH], s[DH], &reach) ||
+        !mgr_muladd(0, s[OW], s[SW], &reach) || !mgr_muladd(reach, s[KW], s[DW], &reach))
+        return "the windows reach past any index";
+    size_t want = 3 + (size_t)s[HAS_BIAS];
+    if (x->n_bufs != want && x->n_bufs != want + 1)
+        return "wants buffers x, w, [bias,] y[, workspace]";
+    for (size_t b = 0; b < want; b++)
+        if (x->buf_dtypes[b] != 0) return "reads and writes float32 only";
+    blocks = s[PACKED] ? s[COUT] / s[PACKED] + (s[COUT] % s[PACKED] != 0) : s[COUT];
+    if (!mgr_muladd(0, s[BATCH], s[CIN], &xe) || !mgr_muladd(0, xe, s[H], &xe) ||
+        !mgr_muladd(0, xe, s[W], &xe) || xe > x->buf_bytes[0] / 4)
+        return "batch * cin * h * w reaches past x's bytes";
+    if (!mgr_muladd(0, s[KH], s[KW], &taps) || !mgr_muladd(0, blocks, s[CIN], &we) ||
+        !mgr_muladd(0, we, taps, &we) || !mgr_muladd(0, we, s[PACKED] ? s[PACKED] : 1, &we) ||
+        we > x->buf_bytes[1] / 4)
+        return "the weights reach past w's bytes";
+    if (!mgr_muladd(0, s[BATCH], s[COUT], &ye) || !mgr_muladd(0, ye, s[OH], &ye) ||
+        !mgr_muladd(0, ye, s[OW], &ye) || ye > x->buf_bytes[want - 1] / 4 ||
+        (s[HAS_BIAS] && s[COUT] > x->buf_bytes[2] / 4))
+        return "batch * cout * oh * ow reaches past y's bytes, or cout past the bias";
+    return NULL;
+}

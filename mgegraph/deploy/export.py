@@ -1,0 +1,244 @@
+"""``export_c``: a plan as C sources a plain ``cc`` builds (docs/c_runtime.md).
+
+The plan is translated as data: each slot becomes a tensor record (temporaries and workspaces
+at their arena offsets, params and consts copied into the weights, a view at its root's bytes),
+each instruction a call of a kernel the C runtime has, with the parameter block the Python
+lowering packed. What the C runtime lacks refuses the export by name before anything is written.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..ir.dims import bindings_text
+from ..plan import Plan, Role
+from ..symbolic_plan import SymbolicPlan
+from . import fused_c, kernels
+from .blob import (
+    DTYPES,
+    KIND_ARENA,
+    KIND_INPUT,
+    KIND_OUTPUT,
+    KIND_WEIGHT,
+    MAX_NDIM,
+    Blob,
+    Call,
+    Tensor,
+    encode,
+)
+from .errors import ExportError
+
+BLOB_NAME = "model.mgr"
+# -ffp-contract=off: the fused loops round each step as the fused kernels do (build_flags.py)
+MAKEFILE = """\
+# Build the exported model's runtime: `make` (or `make CC=aarch64-linux-gnu-gcc` for 64-bit ARM).
+CC ?= cc
+CFLAGS ?= -O3
+CFLAGS += -std=gnu11 -ffp-contract=off -fno-math-errno -I. -Ikernels
+SOURCES = mgr_runtime.c model_kernels.c {kernels}
+OBJECTS = $(SOURCES:.c=.o)
+
+model_run: model_run.o libmgr_model.a
+\t$(CC) $(CFLAGS) $(LDFLAGS) -o $@ model_run.o libmgr_model.a -lm
+
+libmgr_model.a: $(OBJECTS)
+\t$(AR) rcs $@ $(OBJECTS)
+
+%.o: %.c mgr_runtime.h mgr_kernel.h
+\t$(CC) $(CFLAGS) -c -o $@ $<
+
+clean:
+\trm -f model_run libmgr_model.a $(OBJECTS) model_run.o
+"""
+
+
+@dataclass(frozen=True)
+class Exported:
+    """What ``export_c`` wrote: the ``directory``, the ``plan`` exported (the specialisation,
+    for a symbolic one), the input and output names in the C API's order, and the kernels
+    the C table holds."""
+
+    directory: Path
+    plan: Plan
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    kernels: tuple[str, ...]
+
+
+def export_c(obj, out_dir, *, bindings: dict | None = None,
+             output_names=None) -> Exported:
+    """Write ``obj`` (a Plan, a ``SymbolicPlan`` with ``bindings``, a loaded model's Predictor,
+    a ``compile_module`` predictor, or a model file's path) to ``out_dir`` as C: the runtime, the
+    kernels its plan calls, ``model_kernels.c``, the blob ``model.mgr``, ``model_run.c`` and a
+    Makefile. An ``ExportError`` names what the C runtime lacks.
+
+    >>> mg.deploy.export_c(plan, "out")   # then: make -C out && out/model_run out/model.mgr x.npy
+    """
+    plan, input_names, names = _resolve(obj, bindings)
+    output_names = tuple(output_names or names or
+                         (f"output{k}" for k in range(len(plan.outputs))))
+    if len(output_names) != len(plan.outputs):
+        raise ExportError(f"export_c: {len(output_names)} output names for "
+                          f"{len(plan.outputs)} outputs")
+    _check_plan(plan)
+    if plan.prologue is not None:
+        # the CPU executable runs the prologue as it is made, writing what it computes from the
+        # weights (packed, folded) into the plan's shared params: those are the values to ship
+        plan.executable()
+    blob, generated = _tables(plan, input_names, output_names)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_sources(out, blob.kernels, generated)
+    (out / BLOB_NAME).write_bytes(encode(blob))
+    return Exported(out, plan, tuple(input_names), output_names, tuple(blob.kernels))
+
+
+# -- what is exported ------------------------------------------------------------------------
+def _resolve(obj, bindings) -> tuple[Plan, tuple[str, ...], tuple[str, ...] | None]:
+    """(the plan, its input names in order, the output names where the object has them)."""
+    names = None
+    if isinstance(obj, (str, os.PathLike)):
+        from ..io.predictor import load_predictor  # lazy: startup cost (the model file's reader)
+        obj = load_predictor(obj)
+    if not isinstance(obj, (Plan, SymbolicPlan)) and hasattr(obj, "plan"):
+        names = getattr(obj, "output_names", None)
+        obj = obj.plan
+    if isinstance(obj, SymbolicPlan):
+        if not bindings:
+            raise ExportError("export_c: the model names dimensions "
+                              f"({', '.join(sorted(obj.names))}); pass bindings= (--dim NAME=N "
+                              "on the command line): the C runtime runs one specialisation")
+        obj = obj.specialize(dict(bindings))
+    elif bindings:
+        raise ExportError(f"export_c: bindings {bindings_text(bindings)} given for a plan "
+                          "whose shapes are all numbers")
+    if not isinstance(obj, Plan):
+        raise ExportError(f"export_c: cannot export a {type(obj).__name__}; give a plan, a "
+                          "loaded model or a model file")
+    return obj, tuple(obj.feeds), (tuple(names) if names else None)
+
+
+def _check_plan(plan: Plan) -> None:
+    """An ExportError naming everything of ``plan`` the C runtime cannot run."""
+    problems = []
+    if plan.device != "cpu":
+        problems.append(f"the plan is for device {plan.device!r}; export a CPU plan")
+    lacking = {}
+    for ins in plan.instructions:
+        if not kernels.has(ins.kernel):
+            lacking.setdefault(ins.kernel, set()).add(ins.op)
+        elif kernels.refuses(ins):
+            lacking.setdefault(kernels.refuses(ins), set()).add(ins.op)
+        elif ins.kernel in kernels.FUSED_KERNELS:
+            attrs = dict(ins.attrs)
+            for step in fused_c.unsupported(attrs, attrs["dtype"]):
+                lacking.setdefault(f"{ins.kernel} step {step}", set()).add(ins.op)
+    if lacking:
+        problems.append("the C runtime lacks " + "; ".join(
+            f"{kernel} (op {', '.join(sorted(ops))})" for kernel, ops in sorted(lacking.items())))
+    for slot in plan.slots:
+        if slot.type.dtype not in DTYPES or len(slot.type.shape) > MAX_NDIM:
+            problems.append(f"slot s{slot.index} is {slot.type}: the C runtime takes "
+                            f"{', '.join(d.name for d in DTYPES)} up to {MAX_NDIM} dims")
+    for k, s in enumerate(plan.outputs):
+        if plan.slots[s].role != Role.OUTPUT or plan.outputs.index(s) != k:
+            problems.append(f"output {k} is slot s{s} ({plan.slots[s].role}), not an output "
+                            "of its own")
+    if problems:
+        raise ExportError("export_c: " + "; ".join(problems))
+
+
+# -- the tables ------------------------------------------------------------------------------
+def _root(plan: Plan, index: int) -> tuple[int, int]:
+    """(root slot, byte offset into it) of slot ``index``, through views of views."""
+    slot, offset = plan.slots[index], 0
+    while slot.alias is not None:
+        offset += slot.view_offset
+        slot = plan.slots[slot.alias]
+    return slot.index, offset
+
+
+class _Tables:
+    """The blob being built: a tensor record per slot used, weights added once per root."""
+
+    def __init__(self, plan: Plan, input_names, output_names):
+        self.plan, self.blob = plan, Blob(arena_bytes=plan.arena_bytes)
+        self.records: dict[int, int] = {}
+        self.weight_at: dict[int, int] = {}
+        self.io = {**{plan.feeds[n]: (KIND_INPUT, k, n) for k, n in enumerate(input_names)},
+                   **{s: (KIND_OUTPUT, k, output_names[k]) for k, s in enumerate(plan.outputs)}}
+        for slot in self.io:  # every input and output has its named root record
+            self.tensor(slot)
+
+    def tensor(self, index: int) -> int:
+        if index not in self.records:
+            self.records[index] = len(self.blob.tensors)
+            self.blob.tensors.append(self._record(index))
+        return self.records[index]
+
+    def _record(self, index: int) -> Tensor:
+        slot = self.plan.slots[index]
+        root, offset = _root(self.plan, index)
+        role = self.plan.slots[root].role
+        shape, dtype = tuple(slot.type.shape), np.dtype(slot.type.dtype)
+        if root in self.io:
+            kind, position, name = self.io[root]
+            return Tensor(kind, position, offset, dtype, shape, name if root == index else "")
+        if role in (Role.TEMP, Role.WORKSPACE):
+            return Tensor(KIND_ARENA, 0, self.plan.slots[root].offset + offset, dtype, shape)
+        if role in (Role.PARAM, Role.CONST):
+            if root not in self.weight_at:
+                self.weight_at[root] = self.blob.add_weight(self.plan.values[root])
+            return Tensor(KIND_WEIGHT, 0, self.weight_at[root] + offset, dtype, shape)
+        raise ExportError(f"export_c: slot s{index} ({slot.role}, root s{root} {role}) is "
+                          "neither an input, an output, a weight nor in the arena")
+
+
+def _tables(plan: Plan, input_names, output_names) -> tuple[Blob, dict[str, str]]:
+    """The blob's tables and the C source of each generated kernel, by name."""
+    tables = _Tables(plan, input_names, output_names)
+    blob, generated, index = tables.blob, {}, {}
+    for i, ins in enumerate(plan.instructions):
+        refs, ints, floats, name = ins.buffers, ins.ints, ins.floats, ins.kernel
+        if ins.kernel in kernels.FUSED_KERNELS:  # a loop of its own, needing no parameters
+            name, refs, ints, floats = f"fused_{i}", ins.inputs + ins.outputs, (), ()
+            attrs = dict(ins.attrs)
+            shapes = [plan.slots[s].type.shape for s in ins.inputs]
+            generated[name] = fused_c.render(name, attrs, shapes, attrs["dtype"])[0]
+        if name not in index:
+            index[name] = len(blob.kernels)
+            blob.kernels.append(name)
+        blob.calls.append(Call(index[name], tuple(tables.tensor(s) for s in refs),
+                               tuple(ints), tuple(floats)))
+    return blob, generated
+
+
+# -- the files -------------------------------------------------------------------------------
+def _kernel_table(names, generated: dict[str, str]) -> str:
+    lines = ["/* The kernels of this model's plan: generated by mgegraph.deploy.export_c. */",
+             "#include <math.h>", "#include <stdint.h>", "", '#include "mgr_kernel.h"', ""]
+    for name in names:
+        if name not in generated:
+            lines += [f"int mgr_{name}(const mgr_call* call);",
+                      f"const char* mgr_{name}_check(const mgr_check_args* args);"]
+    lines.append("")
+    lines += [generated[name] for name in names if name in generated]
+    lines.append("const mgr_kernel mgr_kernels[] = {")
+    lines += [f'    {{"{name}", mgr_{name}, mgr_{name}_check}},' for name in names]
+    lines += ["};", f"const size_t mgr_n_kernels = {len(names)};", ""]
+    return "\n".join(lines)
+
+
+def _write_sources(out: Path, names, generated: dict[str, str]) -> None:
+    files = {name: kernels.CSRC / name for name in (*kernels.RUNTIME, kernels.MODEL_RUN)}
+    files.update(kernels.sources(names))
+    (out / "kernels").mkdir(exist_ok=True)
+    for name, source in files.items():
+        shutil.copyfile(source, out / name)
+    (out / "model_kernels.c").write_text(_kernel_table(names, generated))
+    library = " ".join(n for n in sorted(files) if n.startswith("kernels/") and n.endswith(".c"))
+    (out / "Makefile").write_text(MAKEFILE.format(kernels=library))

@@ -1,0 +1,65 @@
+"""Building and running an export in the tests: the C compiler, model_run, the fuzz harness."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+HERE = Path(__file__).parent
+SANITIZE = "-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined " \
+           "-fno-omit-frame-pointer"
+
+
+def cc() -> str:
+    """The C compiler, or the test skips (the C runtime needs one)."""
+    found = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not found:
+        pytest.skip("no C compiler (cc or gcc) on this machine")
+    return found
+
+
+def make(directory: Path, compiler: str | None = None, cflags: str = "-O2") -> Path:
+    """``make`` in an export folder; the path of its model_run."""
+    subprocess.run(["make", "-s", "-C", str(directory), f"CC={compiler or cc()}",
+                    f"CFLAGS={cflags}"], check=True, capture_output=True, timeout=300)
+    return directory / "model_run"
+
+
+def model_run(directory: Path, feeds: dict, names, runner=(), env=None, options=()):
+    """Run model_run on ``feeds`` (saved as .npy in ``directory``, in ``names``' order);
+    returns the CompletedProcess and the outputs it wrote."""
+    paths = []
+    for name in names:
+        paths.append(directory / f"in_{name}.npy")
+        np.save(paths[-1], feeds[name])
+    done = subprocess.run([*runner, str(directory / "model_run"), str(directory / "model.mgr"),
+                           *map(str, paths), "-o", str(directory), *options],
+                          capture_output=True, text=True, timeout=300, env=env, check=False)
+    outputs = []
+    k = 0
+    while done.returncode == 0 and (directory / f"output{k}.npy").exists():
+        outputs.append(np.load(directory / f"output{k}.npy"))
+        k += 1
+    return done, outputs
+
+
+def build_fuzzer(directory: Path) -> Path:
+    """blob_fuzz.c linked with the export's runtime and kernels under ASan and UBSan."""
+    sources = ["mgr_runtime.c", "model_kernels.c",
+               *(str(p.relative_to(directory)) for p in sorted(directory.glob("kernels/*.c")))]
+    target = directory / "blob_fuzz"
+    subprocess.run([cc(), *SANITIZE.split(), "-std=gnu11", "-ffp-contract=off", "-I", ".",
+                    "-I", "kernels", "-o", str(target), str(HERE / "blob_fuzz.c"), *sources,
+                    "-lm"], check=True, cwd=directory, capture_output=True, timeout=300)
+    return target
+
+
+def sanitizer_env() -> dict:
+    env = dict(os.environ)
+    env["ASAN_OPTIONS"] = "allocator_may_return_null=1:detect_leaks=1:abort_on_error=0"
+    env["UBSAN_OPTIONS"] = "halt_on_error=1:print_stacktrace=1"
+    return env
