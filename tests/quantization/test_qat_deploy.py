@@ -34,6 +34,12 @@ class SmallCNN(M.Module):
         return self.dequant(self.fc(F.flatten(x, 1)))
 
 
+@pytest.fixture(autouse=True)
+def _seeded_weights():
+    """Each test's layers start from the same weights, whatever ran before it in the process."""
+    mg.random.seed(0)
+
+
 def _images(n=16, seed=0):
     return np.random.default_rng(seed).normal(size=(n, 3, 16, 16)).astype(np.float32)
 
@@ -138,8 +144,9 @@ def test_post_training_calibration():
     Q.quantize(net)
     int8_out = net(mg.tensor(x)).numpy()
     steps = np.abs(int8_out - float_out) / get_scale(net.fc.output_dtype)
-    # three layers of int8 rounding: a few output steps, the same decisions
-    assert steps.max() < 4
+    # three layers of int8 rounding: a few output steps (2.2 to 6.6 over weight seeds 0-7),
+    # the same decisions
+    assert steps.max() < 8
     assert (int8_out.argmax(1) == float_out.argmax(1)).mean() >= 0.9
 
 
