@@ -59,7 +59,8 @@ WORKLOADS |= {**{f"mobilenet {case}": ("mgegraph", "mgegraph im2col", "mgegraph 
                                        "torch", "onnxruntime")
                  for case in ("s1 56", "s2 56", "s1 28")},
               "conv-transpose 64->32": _PEERS, "resize up": _PEERS, "resize down": _PEERS,
-              "group-norm infer": _PEERS, "group-norm train": ("mgegraph", "mgegraph eager", "torch"),
+              "group-norm infer": _PEERS,
+              "group-norm train": ("mgegraph", "mgegraph eager", "torch"),
               "unet infer": _PEERS, "unet train": ("mgegraph", "torch")}
 # int8 inference against the float32 plan and ONNX Runtime's quantize_static (int8_workloads.py)
 INT8_IMPLS = ("mgegraph float", "mgegraph int8", "onnxruntime float", "onnxruntime int8")

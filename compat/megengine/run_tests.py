@@ -128,7 +128,8 @@ def main(argv=None):
     scratch = tempfile.mkdtemp(prefix="mge-tests-")
     try:
         shutil.copytree(source, scratch, dirs_exist_ok=True)
-        shutil.copy(os.path.join(HERE, "conftest_template.py"), os.path.join(scratch, "conftest.py"))
+        shutil.copy(os.path.join(HERE, "conftest_template.py"),
+                    os.path.join(scratch, "conftest.py"))
         results = os.path.join(scratch, "results.jsonl")
         outcomes_by_group = {}
         for group in args.groups:

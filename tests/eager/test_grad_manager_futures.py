@@ -35,7 +35,9 @@ def test_futures_are_resolved_after_every_callback_ran():
 def test_a_future_is_resolved_before_the_next_callback_sees_it():
     log = []
     w = mg.Parameter(np.ones(2, np.float32))
-    first = lambda p, g: Later(log, "first", g + 1.0)
+
+    def first(p, g):
+        return Later(log, "first", g + 1.0)
 
     def second(p, g):
         assert isinstance(g, mg.Tensor)

@@ -1,7 +1,7 @@
 """A job one rank of which goes wrong (``sys.argv[1]``): ``raise`` (an exception nothing
 catches), ``hang`` (sleeps far past the others' 2 s collective timeout), ``mismatch`` (a
-model of other shapes) or ``branch`` (a layer skipped at the second step). The test checks that the whole job ends within its timeout with the
-error named."""
+model of other shapes) or ``branch`` (a layer skipped at the second step). The test checks
+that the whole job ends within its timeout with the error named."""
 from __future__ import annotations
 
 import sys
