@@ -218,6 +218,20 @@ def test_a_wrong_input_file_is_refused_by_model_run(tmp_path):
     assert done.returncode == 1 and "input x wants" in done.stderr
 
 
+def test_model_run_makes_its_output_folder(tmp_path):
+    cc()
+    exported = export_c(readme_mlp(batch=2), tmp_path / "out")
+    make(exported.directory)
+    x = np.ones((2, 784), np.float32)
+    np.save(tmp_path / "x.npy", x)
+    done = subprocess.run([str(exported.directory / "model_run"),
+                           str(exported.directory / "model.mgr"), str(tmp_path / "x.npy"),
+                           "-o", str(tmp_path / "new")], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert np.load(tmp_path / "new" / "output0.npy").shape == (2, 10)
+
+
 # -- the blob: what the C loader reads, and what it refuses --------------------------------
 def test_the_blob_layout_is_the_c_runtimes():
     source = (CSRC / "mgr_runtime.c").read_text()

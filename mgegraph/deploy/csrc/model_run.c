@@ -6,9 +6,11 @@
  * (little-endian, C order). Outputs go to DIR/output0.npy, ... (DIR defaults to "."). --runs N
  * runs N times and prints the median run's milliseconds; --by-pointer gives the inputs with
  * mgr_set_input_ptr instead of copying them. Exit status 0, or 1 with the error. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "mgr_runtime.h"
@@ -146,6 +148,9 @@ int main(int argc, char** argv) {
         printf("median of %d runs: %.4f ms\n", runs, times[runs / 2]);
     }
     free(times);
+    /* the output folder is made where missing, as `-o out` reads to a user */
+    if (!status && mkdir(out, 0777) != 0 && errno != EEXIST)
+        status = die("cannot make the output folder", out);
     for (size_t i = 0; !status && i < mgr_output_count(m); i++) status = write_npy(out, m, i);
     mgr_free(m);
     for (int i = 0; i < n_inputs; i++) free(held[i]);
