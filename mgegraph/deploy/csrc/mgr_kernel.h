@@ -64,4 +64,14 @@ static inline int mgr_counts_ok(const int64_t* dims, int n) {
     return 1;
 }
 
+/* A layer's buffers x, w, [bias,] y[, workspace]: the ``want`` before the workspace float32
+ * (conv2d and linear share this layout). NULL where they are so, else what is wrong. */
+static inline const char* mgr_layer_buffers(const mgr_check_args* x, size_t want) {
+    if (x->n_bufs != want && x->n_bufs != want + 1)
+        return "wants buffers x, w, [bias,] y[, workspace]";
+    for (size_t b = 0; b < want; b++)
+        if (x->buf_dtypes[b] != 0) return "reads and writes float32 only";
+    return NULL;
+}
+
 #endif

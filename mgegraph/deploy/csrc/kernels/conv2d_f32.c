@@ -92,11 +92,9 @@ const char* mgr_conv2d_f32_check(const mgr_check_args* x) {
     if (!mgr_muladd(0, s[OH], s[SH], &reach) || !mgr_muladd(reach, s[KH], s[DH], &reach) ||
         !mgr_muladd(0, s[OW], s[SW], &reach) || !mgr_muladd(reach, s[KW], s[DW], &reach))
         return "the windows reach past any index";
-    size_t want = 3 + (size_t)s[HAS_BIAS];
-    if (x->n_bufs != want && x->n_bufs != want + 1)
-        return "wants buffers x, w, [bias,] y[, workspace]";
-    for (size_t b = 0; b < want; b++)
-        if (x->buf_dtypes[b] != 0) return "reads and writes float32 only";
+    size_t want = 3 + (size_t)s[HAS_BIAS]; /* y is buffer want - 1 */
+    const char* buffers = mgr_layer_buffers(x, want);
+    if (buffers) return buffers;
     blocks = s[PACKED] ? s[COUT] / s[PACKED] + (s[COUT] % s[PACKED] != 0) : s[COUT];
     if (!mgr_muladd(0, s[BATCH], s[CIN], &xe) || !mgr_muladd(0, xe, s[H], &xe) ||
         !mgr_muladd(0, xe, s[W], &xe) || xe > x->buf_bytes[0] / 4)

@@ -32,11 +32,9 @@ const char* mgr_linear_f32_check(const mgr_check_args* x) {
     if (s[HAS_BIAS] < 0 || s[HAS_BIAS] > 1 || s[ACT] < ACT_NONE || s[ACT] > ACT_RELU6 ||
         s[THREADS] < 1 || s[TILES] < 0 || s[TILES] > 1)
         return "a flag is out of its range";
-    size_t want = 3 + (size_t)s[HAS_BIAS];
-    if (x->n_bufs != want && x->n_bufs != want + 1)
-        return "wants buffers x, w, [bias,] y[, workspace]";
-    for (size_t b = 0; b < want; b++)
-        if (x->buf_dtypes[b] != 0) return "reads and writes float32 only";
+    size_t want = 3 + (size_t)s[HAS_BIAS]; /* y is buffer want - 1 */
+    const char* buffers = mgr_layer_buffers(x, want);
+    if (buffers) return buffers;
     if (!mgr_counts_ok(s, 3)) return "m, n and k make no loop this runtime bounds";
     if (!mgr_muladd(0, s[M], s[K], &mk) ||
         !mgr_muladd(0, s[N], s[K], &nk) || !mgr_muladd(0, s[M], s[N], &mn))
