@@ -10,11 +10,16 @@ launcher (``mpiexec``) has already met them, so ``init_process_group`` reads the
 and only checks what the caller says against them. The job's state is one ``_Job`` value set
 once per process, as MegEngine's ``_sd``. Once initialised, an exception that nothing catches
 aborts the whole job (MPI_Abort) after printing which rank raised: a rank that just exits
-would leave the others waiting in their next collective.
+would leave the others waiting in their next collective. mpiexec may end before it has passed
+on what a rank wrote just before MPI_Abort, so under ``mgegraph launch`` (which names a folder
+in ``FAILURE_FOLDER_ENV``) the report goes to a file there, which the launcher prints once the
+job has ended.
 """
 from __future__ import annotations
 
+import os
 import sys
+import time
 import traceback
 from dataclasses import dataclass, field
 
@@ -22,6 +27,7 @@ from .. import communicator
 from ..communicator import Communicator, DistributedError
 
 BACKENDS = ("auto", "mpi")
+FAILURE_FOLDER_ENV = "MGEGRAPH_LAUNCH_FAILURES"  # where a rank's uncaught error is reported
 
 
 @dataclass
@@ -138,9 +144,16 @@ def _abort_on_uncaught(kind, value, tb) -> None:
     """Print the exception with this rank's number, then abort every rank of the job."""
     head = f"mgegraph.distributed: rank {get_rank()} of {get_world_size()} raised; aborting " \
            "the job\n"
-    sys.stderr.write(head + "".join(traceback.format_exception(kind, value, tb)))
-    sys.stderr.flush()
+    report = head + "".join(traceback.format_exception(kind, value, tb))
     sys.stdout.flush()
+    folder = os.environ.get(FAILURE_FOLDER_ENV)
+    try:
+        with open(os.path.join(folder, f"rank-{get_rank()}.txt"), "x") as out:
+            out.write(report)
+    except (OSError, TypeError):  # no launcher's folder (TypeError: unset): stderr it is
+        sys.stderr.write(report)
+        sys.stderr.flush()
+        time.sleep(0.5)  # mpiexec's forwarding of the write races MPI_Abort's teardown
     communicator.load_mpi().COMM_WORLD.Abort(1)
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from .. import communicator
 from ..communicator import DistributedError
-from .group import get_rank, init_process_group, is_distributed
+from .group import FAILURE_FOLDER_ENV, get_rank, init_process_group, is_distributed
 
 
 def mpiexec() -> str:
@@ -51,13 +51,26 @@ def launch(n: int, command: list[str], timeout: float | None = None) -> int:
     """
     _check_count("launch", n)
     argv = [mpiexec(), "-n", str(n), sys.executable, *command]
-    with subprocess.Popen(argv) as job:
+    with tempfile.TemporaryDirectory(prefix="mgegraph-failures-") as failures:
+        env = {**os.environ, FAILURE_FOLDER_ENV: failures}
         try:
-            return job.wait(timeout=timeout)
-        except subprocess.TimeoutExpired as exc:
-            stop(job)
-            raise DistributedError(f"launch: the job ran past its timeout of {timeout:g} s and "
-                                   f"was stopped ({' '.join(argv)})") from exc
+            with subprocess.Popen(argv, env=env) as job:
+                try:
+                    return job.wait(timeout=timeout)
+                except subprocess.TimeoutExpired as exc:
+                    stop(job)
+                    raise DistributedError(f"launch: the job ran past its timeout of "
+                                           f"{timeout:g} s and was stopped ({' '.join(argv)})"
+                                           ) from exc
+        finally:
+            _print_failures(Path(failures))
+
+
+def _print_failures(folder: Path) -> None:
+    """Pass on the errors the job's ranks reported (group's ``_abort_on_uncaught``)."""
+    for report in sorted(folder.glob("rank-*.txt")):
+        sys.stderr.write(report.read_text(errors="replace"))
+    sys.stderr.flush()
 
 
 def stop(job: subprocess.Popen) -> None:
