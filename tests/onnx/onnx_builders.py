@@ -19,6 +19,22 @@ def int64_tensor(name, values):
     return numpy_helper.from_array(np.asarray(values, np.int64), name)
 
 
+def run_reference(onnx_model, feeds) -> list:
+    """ONNX's reference evaluator's outputs of ``onnx_model``: the spec in NumPy, exact on
+    integers."""
+    from onnx.reference import ReferenceEvaluator  # lazy: loads the evaluator's op set
+    return ReferenceEvaluator(onnx_model).run(None, feeds)
+
+
+def onnxruntime_int8_is_exact() -> bool:
+    """Whether ONNX Runtime's int8 GEMM gives exact sums on this CPU. Without VNNI, its x86
+    u8*s8 kernel multiplies with vpmaddubsw, which saturates a pair of products at int16
+    (2 * 255 * 127 > 32767), so its sums are wrong on large values (its docs advise
+    ``reduce_range`` there); with VNNI (vpdpbusd) it sums in int32 as the spec does."""
+    from mgegraph._kernels import qgemm  # lazy: the CPU backend's compiled module
+    return any("vnni" in isa or isa == "amx" for isa in qgemm.available_isas())
+
+
 def run_onnxruntime(onnx_model, feeds) -> list:
     """ONNX Runtime's outputs of ``onnx_model`` on its CPU (the test skips without it)."""
     ort = pytest.importorskip("onnxruntime")
