@@ -146,9 +146,12 @@ def upgraded(model: onnx.ModelProto) -> onnx.ModelProto:
 def opset_of(model: onnx.ModelProto) -> int:
     """The default domain's opset, refused outside what the importer and onnx know."""
     versions = [e.version for e in model.opset_import if e.domain in ("", "ai.onnx")]
-    if not versions:
-        raise OnnxImportError("the model imports no version of the default ONNX opset (an "
-                              "ONNX model names one)")
+    used = [] if versions else _default_domain_ops(model.graph)
+    if used:
+        raise OnnxImportError("the model imports no version of the default ONNX opset, and its "
+                              f"nodes use ops of it ({', '.join(used)})")
+    if not versions:  # every node of another domain (ai.onnx.ml alone): no default ops to read
+        return SUPPORTED_OPSETS[-1]
     opset, newest = versions[0], onnx.defs.onnx_opset_version()
     if opset < SUPPORTED_OPSETS[0]:
         raise OnnxImportError(f"the model is at opset {opset}; mgegraph imports opsets "
@@ -158,6 +161,18 @@ def opset_of(model: onnx.ModelProto) -> int:
         raise OnnxImportError(f"the model is at opset {opset}, newer than the installed onnx "
                               f"{onnx.__version__} knows ({newest})")
     return opset
+
+
+def _default_domain_ops(graph) -> list[str]:
+    """The ops of ONNX's default domain in ``graph`` and its subgraphs, sorted, once each."""
+    found = set()
+    for node in graph.node:
+        if node.domain in ("", "ai.onnx"):
+            found.add(node.op_type)
+        for attr in node.attribute:
+            for body in [attr.g] * attr.HasField("g") + list(attr.graphs):
+                found.update(_default_domain_ops(body))
+    return sorted(found)
 
 
 def outer_names(node) -> set[str]:
