@@ -26,6 +26,7 @@ from onnx import TensorProto, helper
 from ..io.files import open_regular
 from ..ir.dims import Dim
 from . import SUPPORTED_OPSETS, ImportLimits, OnnxImportError, OnnxImportWarning
+from .scan8 import unbatched_scans
 
 # known arrays up to this many elements go to a node's shape inference as initializers (their
 # values can decide the output's shape); larger ones only as types, which is all inference
@@ -131,6 +132,8 @@ def upgraded(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
     from onnx import version_converter  # lazy: loads onnx's converter only for old models
 
+    if versions[0] < 9:  # Scan's batch axis, which onnx's adapter to opset 9 drops
+        model = unbatched_scans(model)
     try:
         new = version_converter.convert_version(model, SUPPORTED_OPSETS[0])
     except Exception as exc:  # onnx raises RuntimeError, ValueError and others

@@ -21,9 +21,6 @@ OPS = {"Attention": 65, "FlexAttention": 9, "LinearAttention": 13, "CausalConvWi
        "Scan": 4, "Shrink": 2, "Upsample": 1, "OptionalGetElement": 1}
 # the cases below opset 13 among other ops' (they import once converted up)
 OLD = {"test_dropout_default_old", "test_dropout_random_old"}
-# the one Scan case of opset 8: onnx's version converter drops its batch axis from the graph's
-# inputs, so the case's feeds no longer fit (the converter's limit, not the importer's)
-SKIP = {"test_scan_sum"}
 
 
 def rand(*shape):
@@ -44,7 +41,7 @@ def _node_cases():
     found = [c for op in OPS for c in cases.get(op, [])]
     found += [c for op, group in cases.items() for c in group
               if op.startswith("test_linear_attention_") or c.name in OLD]
-    return [pytest.param(c, id=c.name) for c in found if c.name not in SKIP]
+    return [pytest.param(c, id=c.name) for c in found]
 
 
 def test_the_node_cases_are_all_there():
