@@ -200,3 +200,15 @@ def test_default_ops_without_the_default_opset_are_refused():
     model = ml_model(node, [value_info("x", [2])], [value_info("y", [2])])
     with pytest.raises(mo.OnnxImportError, match=r"no version of the default ONNX opset.*Relu"):
         mo.import_graph(model)
+
+
+def test_tree_ensemble_over_a_named_batch():
+    rng = np.random.default_rng(3)
+    attrs = random_forest(rng, 3, trees=3, targets=2, depth=3, tracks=True)
+    model = forest_model(attrs, "n", 3, 2)
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    plan = mo.import_model(model)  # one plan, any batch
+    for rows in (5, 9):
+        x = forest_input(rng, rows, 3)
+        (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+        np.testing.assert_allclose(plan.run({"x": x})[0], want, rtol=1e-6, atol=1e-6)
