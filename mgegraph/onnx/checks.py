@@ -26,6 +26,7 @@ from onnx import TensorProto, helper
 from ..io.files import open_regular
 from ..ir.dims import Dim
 from . import SUPPORTED_OPSETS, ImportLimits, OnnxImportError, OnnxImportWarning
+from .scan8 import unbatched_scans
 
 # known arrays up to this many elements go to a node's shape inference as initializers (their
 # values can decide the output's shape); larger ones only as types, which is all inference
@@ -131,6 +132,8 @@ def upgraded(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
     from onnx import version_converter  # lazy: loads onnx's converter only for old models
 
+    if versions[0] < 9:  # Scan's batch axis, which onnx's adapter to opset 9 drops
+        model = unbatched_scans(model)
     try:
         new = version_converter.convert_version(model, SUPPORTED_OPSETS[0])
     except Exception as exc:  # onnx raises RuntimeError, ValueError and others
@@ -146,9 +149,12 @@ def upgraded(model: onnx.ModelProto) -> onnx.ModelProto:
 def opset_of(model: onnx.ModelProto) -> int:
     """The default domain's opset, refused outside what the importer and onnx know."""
     versions = [e.version for e in model.opset_import if e.domain in ("", "ai.onnx")]
-    if not versions:
-        raise OnnxImportError("the model imports no version of the default ONNX opset (an "
-                              "ONNX model names one)")
+    used = [] if versions else _default_domain_ops(model.graph)
+    if used:
+        raise OnnxImportError("the model imports no version of the default ONNX opset, and its "
+                              f"nodes use ops of it ({', '.join(used)})")
+    if not versions:  # every node of another domain (ai.onnx.ml alone): no default ops to read
+        return SUPPORTED_OPSETS[-1]
     opset, newest = versions[0], onnx.defs.onnx_opset_version()
     if opset < SUPPORTED_OPSETS[0]:
         raise OnnxImportError(f"the model is at opset {opset}; mgegraph imports opsets "
@@ -158,6 +164,18 @@ def opset_of(model: onnx.ModelProto) -> int:
         raise OnnxImportError(f"the model is at opset {opset}, newer than the installed onnx "
                               f"{onnx.__version__} knows ({newest})")
     return opset
+
+
+def _default_domain_ops(graph) -> list[str]:
+    """The ops of ONNX's default domain in ``graph`` and its subgraphs, sorted, once each."""
+    found = set()
+    for node in graph.node:
+        if node.domain in ("", "ai.onnx"):
+            found.add(node.op_type)
+        for attr in node.attribute:
+            for body in [attr.g] * attr.HasField("g") + list(attr.graphs):
+                found.update(_default_domain_ops(body))
+    return sorted(found)
 
 
 def outer_names(node) -> set[str]:

@@ -73,11 +73,12 @@ def _zero_masked_rows(probs, bias):
     """Rows whose bias is -inf everywhere attend to nothing: zeros, not softmax's NaN."""
     if bias is None:
         return probs
+    zero = np.zeros((), probs.dtype)  # of probs' dtype: a float32 zero would widen half probs
     if isinstance(bias, np.ndarray):
         dead = np.isneginf(bias.max(axis=-1, keepdims=True))
-        return F.where(dead, np.float32(0), probs) if dead.any() else probs
+        return F.where(dead, zero, probs) if dead.any() else probs
     dead = F.equal(F.max(bias, axis=-1, keepdims=True), _NEG_INF)
-    return F.where(dead, np.float32(0), probs)
+    return F.where(dead, zero, probs)
 
 
 def _attention(cx, ins, at):
@@ -220,6 +221,7 @@ def _sum(parts: list, dtype):
     for a in arrays:
         total = a.astype(dtype) if total is None else total + a.astype(dtype)
     for v in vars_:
+        v = v if v.dtype == dtype else F.astype(v, dtype)  # float32 masks over half scores
         total = v if total is None else F.add(v, total)
     return total
 

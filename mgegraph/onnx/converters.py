@@ -18,6 +18,7 @@ from . import (
     convert_attention,  # Attention (opsets 23-25) as a composition
     convert_linalg,  # DFT, Det, OneHot on small static sizes
     convert_math,
+    convert_ml,  # ai.onnx.ml: Binarizer, TreeEnsemble
     convert_nn,
     convert_quant,  # QuantizeLinear, DequantizeLinear
     convert_recurrent,  # LinearAttention, CausalConvWithState
@@ -42,7 +43,8 @@ LATER_OPS |= {"RMSNormalization": 23, "RotaryEmbedding": 23, "SwiGLU": 28}
 # SpaceToDepth-28's mode (CRD beside the DCR order of before), which its converter reads
 LATER_ATTRIBUTES |= {"SpaceToDepth": {"mode"}}
 # ops of ONNX's other domains, by (domain, op): the definition (version) each converter follows
-DOMAIN_OPS = {("ai.onnx.preview", "FlexAttention"): 1}
+DOMAIN_OPS = {("ai.onnx.preview", "FlexAttention"): 1,
+              ("ai.onnx.ml", "Binarizer"): 1, ("ai.onnx.ml", "TreeEnsemble"): 5}
 # ops first defined after opset 21 whose converters read several revisions: Attention's
 # (convert_attention.py; 24 added nonpad_kv_seqlen, 25 the sliding window), opset 27's
 # recurrent ops (convert_recurrent.py)
@@ -81,7 +83,7 @@ CONVERTERS = merge(convert_math, convert_nn, convert_shape, convert_vision, conv
                    convert_sorting, convert_sequence,
                    convert_rnn,  # recurrent layers: RNN, GRU, LSTM
                    convert_attention, convert_scan, convert_recurrent, convert_linalg,
-                   convert_quant)
+                   convert_quant, convert_ml)
 
 
 def same_semantics(op_type: str, opset: int) -> bool:

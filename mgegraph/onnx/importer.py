@@ -8,10 +8,10 @@ whose inputs are all known is evaluated at import by ONNX's NumPy reference eval
 of being converted, which folds the shape arithmetic exporters emit around reshapes (``Shape``
 -> ``Gather`` -> ``Concat`` -> ``Reshape``): ``Shape`` of a Var is known, as numbers or, over
 named dims (a graph input's ``dim_param``), as a ``ShapeValue`` whose arithmetic
-``shape_values.FOLDS`` folds on the expressions. Any other node goes to its converter (``converters.CONVERTERS``), which emits
-mgegraph ops through ``mgegraph.functional`` and sees the import through a ``Context``; an
-error of the graph builder or of the file itself comes out as one ``OnnxImportError`` naming
-the node.
+``shape_values.FOLDS`` folds on the expressions. Any other node goes to its converter
+(``converters.CONVERTERS``), which emits mgegraph ops through ``mgegraph.functional`` and sees
+the import through a ``Context``; an error of the graph builder or of the file itself comes out
+as one ``OnnxImportError`` naming the node.
 """
 from __future__ import annotations
 
@@ -217,7 +217,7 @@ def _convert(cx: Context, node, ins: list, ir_version: int) -> list:
     outs = _fold_symbolic(cx, node, ins, attrs)
     if outs is None and fold:
         _reserve(cx, sum(checks.tensor_bytes(*guess) for guess in predicted if guess))
-        outs = _fold(node, ins, cx.opset, ir_version)
+        outs = _fold(node, ins, {"": cx.opset, **cx.domains}, ir_version)
     elif outs is None:
         try:
             outs = CONVERTERS[node.op_type](cx, ins, attrs)
@@ -248,8 +248,9 @@ def _fold_symbolic(cx: Context, node, ins: list, attrs: dict) -> list | None:
     return FOLDS[node.op_type](ins, attrs, cx)
 
 
-def _fold(node, values: list, opset: int, ir_version: int) -> list:
-    """Evaluate one node on known arrays with ONNX's NumPy reference evaluator."""
+def _fold(node, values: list, opsets: dict, ir_version: int) -> list:
+    """Evaluate one node on known arrays with ONNX's NumPy reference evaluator, the model's
+    ``opsets`` (domain -> version) imported."""
     from onnx.reference import ReferenceEvaluator  # lazy: loads onnx's whole evaluator
 
     names = [f"in{i}" if v is not None else "" for i, v in enumerate(values)]
@@ -261,7 +262,8 @@ def _fold(node, values: list, opset: int, ir_version: int) -> list:
     graph = helper.make_graph([copy], "fold", inputs,
                               [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None)
                                for o in outs if o])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v)
+                                                    for d, v in opsets.items()],
                               ir_version=ir_version)
     results = ReferenceEvaluator(model).run(None, {n: v for n, v in zip(names, values) if n})
     it = iter(results)

@@ -13,6 +13,7 @@ from mgegraph.onnx import (
     convert_attention,
     convert_linalg,
     convert_math,
+    convert_ml,
     convert_nn,
     convert_quant,
     convert_recurrent,
@@ -39,6 +40,7 @@ def test_the_table_is_every_familys_entries():
                 convert_attention, convert_scan, convert_recurrent, convert_linalg)  # the attention family and Scan
     families += (convert_rnn,)  # the recurrent layers
     families += (convert_quant,)  # QuantizeLinear, DequantizeLinear
+    families += (convert_ml,)  # ai.onnx.ml: Binarizer, TreeEnsemble
     assert sum(len(f.CONVERTERS) for f in families) == len(converters.CONVERTERS)
     for family in families:
         for op, convert in family.CONVERTERS.items():
