@@ -307,3 +307,43 @@ def test_the_build_of_a_machine_without_x86_compiles_and_gives_the_integers(tmp_
     xp, wp = QuantParams((0.1,), (3,), None), QuantParams((0.1,), (0,), None)
     attrs = _attrs("int32", False, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1)
     np.testing.assert_array_equal(got, quantized_conv2d(x, xp, w, wp, None, **attrs))
+
+
+@pytest.mark.parametrize("rows, k, oc", [(1, 3, 1), (7, 515, 13), (37, 1029, 37), (53, 130, 9)])
+@pytest.mark.parametrize("xd, wd, zw_offset", [("uint8", "int8", 0), ("int8", "uint8", 0),
+                                               ("uint8", "int8", 1)])
+def test_extreme_values_give_the_reference_integers(isa, rows, k, oc, xd, wd, zw_offset):
+    # operands only at the ends of their ranges (after the shift to u8 x s8: 0/255 x -128/127),
+    # first row and column all at the top: two products 255 x 127 overflow int16, where a
+    # vpmaddubsw tile would saturate. K 515 and 1029 cross the AVX2 tile's 512-k chunks of A;
+    # odd rows and columns leave partial register blocks.
+    rng = np.random.default_rng(k)
+    ends = {d: np.array(RANGE[d]) - [0, 1] for d in RANGE}
+    x = rng.choice(ends[xd], (rows, k)).astype(xd)
+    w = rng.choice(ends[wd], (oc, k)).astype(wd)
+    x[0], w[0] = ends[xd][1], ends[wd][1]
+    w[-1, : k // 2] = ends[wd][0]
+    middle = 128 if wd == "uint8" else 0
+    xp = QuantParams((0.03,), (-128 if xd == "int8" else 0,), None)
+    wp = QuantParams((0.01,), (middle + zw_offset,), None)
+    attrs = _attrs("int32", False)
+    expected = quantized_linear(x, xp, w, wp, None, **attrs)
+    for threads in (1, 2):
+        got = qgemm.linear(x, xp.zero_point, w, np.array(wp.zero_points), None, None, "int32",
+                           0, False, threads)
+        np.testing.assert_array_equal(got, expected, err_msg=f"{threads} threads")
+
+
+def test_the_widest_variant_this_cpu_runs_is_the_default():
+    flags = _cpu_flags()
+    if not flags:
+        pytest.skip("no /proc/cpuinfo: the CPU's instruction sets are unknown here")
+    wanted = ("amx" if {"amx_int8", "amx_tile"} <= flags and "amx" in ISAS
+              else "avx512vnni" if {"avx512f", "avx512bw", "avx512_vnni"} <= flags
+              else "avxvnni" if {"avx2", "avx_vnni"} <= flags
+              else "avx2" if "avx2" in flags else "portable")
+    before = qgemm.set_int8_isa(None)
+    try:
+        assert qgemm.int8_isa() == wanted
+    finally:
+        qgemm.set_int8_isa(before)
