@@ -347,3 +347,26 @@ def test_the_widest_variant_this_cpu_runs_is_the_default():
         assert qgemm.int8_isa() == wanted
     finally:
         qgemm.set_int8_isa(before)
+
+
+@pytest.mark.parametrize("x_shape, k, stride, padding, dilation", [
+    ((1, 3, 7, 37), (3, 3), (1, 1), (1, 1), (1, 1)),  # rows of 37: two full 16-output runs
+    ((2, 4, 12, 35), (3, 5), (3, 2), (2, 1), (1, 1)),  # strides 3 and 2: three and two phases
+    ((1, 2, 13, 19), (3, 3), (1, 2), (2, 3), (2, 3)),  # dilation past the stride
+    ((1, 3, 6, 5), (1, 1), (1, 1), (0, 0), (1, 1)),    # one tap: paired with a zero weight
+    ((1, 2, 12, 12), (9, 9), (1, 1), (4, 4), (1, 1)),  # 81 taps: the per-tap loop
+])
+@pytest.mark.parametrize("xd, wd", [("uint8", "int8"), ("int8", "uint8")])
+def test_depthwise_geometries_and_extreme_values(isa, x_shape, k, stride, padding, dilation,
+                                                 xd, wd):
+    rng = np.random.default_rng(sum(x_shape))
+    c = x_shape[1]
+    ends = {d: np.array(RANGE[d]) - [0, 1] for d in RANGE}
+    x = rng.choice(ends[xd], x_shape).astype(xd)  # |x - zx| and |w - zw| up to 255
+    w = rng.choice(ends[wd], (c, 1) + k).astype(wd)
+    xp = QuantParams((0.03,), (127 if xd == "int8" else 0,), None)
+    step = rng.integers(0, 2, c)
+    zw = 255 - step if wd == "uint8" else -128 + step
+    wp = QuantParams(tuple([0.01] * c), tuple(map(int, zw)), 0)
+    attrs = _attrs("int32", False, stride=stride, padding=padding, dilation=dilation, groups=c)
+    _check_conv(x, xp, w, wp, rng.integers(-9, 9, c).astype(np.int32), attrs)
