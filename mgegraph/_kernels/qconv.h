@@ -132,10 +132,86 @@ static void qg_pack_b_conv(const uint8_t* x, const qg_conv* g, ptrdiff_t n0, ptr
 
 static void qg_depthwise_portable(QG_DEPTHWISE_ARGS) { QG_DEPTHWISE_BODY }
 #if QG_X86
-__attribute__((target("avx2"))) static void qg_depthwise_avx2(QG_DEPTHWISE_ARGS)
-{ QG_DEPTHWISE_BODY }
 __attribute__((target("avx512f,avx512bw,prefer-vector-width=512")))
 static void qg_depthwise_avx512(QG_DEPTHWISE_ARGS) { QG_DEPTHWISE_BODY }
+
+/* AVX2: taps two at a time with vpmaddwd, all of a window summed in registers per 16 outputs.
+ *
+ * Design: the loop above, vectorised by GCC for AVX2, widens to int32 and multiplies with
+ * vpmulld, one tap at a time, loading and storing the int32 plane for every tap: on AMD Zen 3
+ * it ran 0.55-0.69 of the portable (SSE2) build's time on 56-112 wide planes and 1.14 on 14 x
+ * 14 ones. Here the plane is laid out as sw column phases (padded column c at phase c % sw,
+ * index c / sw), so every tap reads 16 contiguous int16 whatever the stride; two taps' values
+ * are interleaved (vpunpckl/hwd) and multiplied by the two weights in one vpmaddwd, exact:
+ * |x - zx|, |w - zw| <= 255, so a pair sums to at most 130050. Windows of more than
+ * QG_DW_TAPS taps take the loop above. */
+#define QG_DW_TAPS 64
+#define QG_DW_SLACK 16 /* int16 past each phase's row, read by the last 16 outputs of a row */
+
+/* int16 elements of the padded plane for geometry g, for every variant */
+static inline ptrdiff_t qg_depthwise_scratch(const qg_conv* g) {
+    ptrdiff_t hp = g->h + 2 * g->ph, wp = g->w + 2 * g->pw;
+    ptrdiff_t phased = hp * g->sw * ((wp + g->sw - 1) / g->sw + QG_DW_SLACK);
+    return phased > hp * wp ? phased : hp * wp;
+}
+
+__attribute__((target("avx2"))) static void qg_depthwise_avx2(QG_DEPTHWISE_ARGS) {
+    if (g->kh * g->kw > QG_DW_TAPS) {
+        QG_DEPTHWISE_BODY
+        return;
+    }
+    ptrdiff_t wp = g->w + 2 * g->pw, sw = g->sw;
+    ptrdiff_t pwid = (wp + sw - 1) / sw + QG_DW_SLACK, row = sw * pwid;
+    ptrdiff_t taps = g->kh * g->kw, off[QG_DW_TAPS + 1];
+    int32_t pair[QG_DW_TAPS / 2 + 1];
+    memset(padded, 0, (size_t)((g->h + 2 * g->ph) * row) * sizeof(int16_t));
+    for (ptrdiff_t r = 0; r < g->h; r++) {
+        int16_t* dst = padded + (r + g->ph) * row;
+        const uint8_t* src = x + r * g->w;
+        /* phase p holds input columns c with (c + pw) % sw == p, at (c + pw) / sw */
+        for (ptrdiff_t p = 0; p < sw; p++) {
+            ptrdiff_t c = ((p - g->pw) % sw + sw) % sw;
+            int16_t* d = dst + p * pwid + (c + g->pw) / sw;
+            if (x_signed)
+                for (; c < g->w; c += sw) *d++ = (int16_t)((int8_t)src[c] - zx);
+            else
+                for (; c < g->w; c += sw) *d++ = (int16_t)(src[c] - zx);
+        }
+    }
+    for (ptrdiff_t t = 0; t < taps; t++) {
+        ptrdiff_t i = t / g->kw, j = t % g->kw;
+        int32_t w = (w_unsigned ? wt[t] : (int8_t)wt[t]) - zw;
+        off[t] = i * g->dh * row + (j * g->dw) % sw * pwid + (j * g->dw) / sw;
+        /* (tap t, tap t + 1) as the two int16 of an int32 lane; an odd last tap pairs with 0 */
+        if (t % 2 == 0) pair[t / 2] = (int32_t)(uint16_t)(int16_t)w;
+        else pair[t / 2] |= (int32_t)((uint32_t)(uint16_t)(int16_t)w << 16);
+    }
+    if (taps % 2) off[taps] = off[taps - 1];
+    for (ptrdiff_t r = 0; r < g->oh; r++) {
+        const int16_t* base = padded + r * g->sh * row;
+        int32_t* out = acc + r * g->ow;
+        for (ptrdiff_t c0 = 0; c0 < g->ow; c0 += 16) {
+            __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+            for (ptrdiff_t t = 0; t < taps; t += 2) {
+                __m256i a = _mm256_loadu_si256((const __m256i*)(base + off[t] + c0));
+                __m256i b = _mm256_loadu_si256((const __m256i*)(base + off[t + 1] + c0));
+                __m256i w = _mm256_set1_epi32(pair[t / 2]);
+                lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), w));
+                hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), w));
+            }
+            /* lo holds outputs 0-3 and 8-11, hi 4-7 and 12-15 */
+            int32_t v[16] __attribute__((aligned(32)));
+            _mm256_store_si256((__m256i*)v, _mm256_permute2x128_si256(lo, hi, 0x20));
+            _mm256_store_si256((__m256i*)(v + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
+            ptrdiff_t n = g->ow - c0 < 16 ? g->ow - c0 : 16;
+            memcpy(out + c0, v, (size_t)n * sizeof(int32_t));
+        }
+    }
+}
+#else
+static inline ptrdiff_t qg_depthwise_scratch(const qg_conv* g) {
+    return (g->h + 2 * g->ph) * (g->w + 2 * g->pw);
+}
 #endif
 
 typedef void (*qg_depthwise_fn)(QG_DEPTHWISE_ARGS);

@@ -26,10 +26,11 @@
  * One tile is QG_MR rows by up to QG_NV column blocks, summed over all of K in registers. Four
  * variants of the tile, one per instruction set, all exact integer sums, so all give the same
  * integers: AVX-512 VNNI (8 x 3 zmm accumulators), AVX-VNNI (vpdpbusd on ymm), AVX2 (widened to
- * int16 and summed in pairs with vpmaddwd: vpmaddubsw would saturate) and portable C. A fifth,
- * AMX (qgemm_amx.h), runs blocks of 32 x 32 on the tile registers (TDPBSUD: signed A rows times
- * unsigned B, the same operands) and the AVX-512 VNNI epilogue. The epilogue is one C loop built per instruction set, in float32 without
- * contraction: the same bits everywhere. qg_widest picks the widest variant this CPU runs, once
+ * int16 and summed in pairs with vpmaddwd, 4 x 8 register blocks: vpmaddubsw would saturate)
+ * and portable C. A fifth, AMX (qgemm_amx.h), runs blocks of 32 x 32 on the tile registers
+ * (TDPBSUD: signed A rows times unsigned B, the same operands) and the AVX-512 VNNI epilogue.
+ * The epilogue is one C loop built per instruction set, in float32 without contraction: the same
+ * bits everywhere. qg_widest picks the widest variant this CPU runs, once
  * per process, or the one MGEGRAPH_INT8_ISA names (the tests force each one).
  */
 #ifndef MG_QGEMM_H
@@ -260,35 +261,109 @@ __attribute__((target("avx2,avxvnni"))) static void qg_tile_avxvnni(QG_TILE_ARGS
         }
 }
 
-/* AVX2: B widened to int16 (4 columns x 4 k a register), A's 4 bytes widened and broadcast,
- * vpmaddwd sums pairs of k exactly; the two pair sums of a column are added at the end */
+/* AVX2: exact sums with vpmaddwd on operands widened to int16, in register blocks of 4 rows x 8
+ * columns (8 accumulators); B widened in the block, A once per tile into a stack buffer.
+ *
+ * Design (measured on AMD EPYC Zen 3, GCC 12, 1 thread, GEMMs of ResNet-18's shapes and the
+ * MLP's, one process, interleaved, medians of 15; a shared machine, so ratios only): this tile
+ * takes 0.73-0.83 of the time of the one it replaced (2 rows x 16 columns, both operands widened
+ * by vpmovzx/vpmovsx in the k loop: lane-crossing shuffles, one a cycle on Zen 3, 6 per 128
+ * multiply-adds), because here
+ *   - A's 4 bytes of a k group are widened once per tile (stack, QG_AVX2_KC groups at a time)
+ *     and broadcast from memory (vpbroadcastq: a load, no shuffle);
+ *   - B's 32 bytes (8 columns x 4 k) are widened in-lane, vpunpcklbw/hbw against zero (columns
+ *     0, 1, 4, 5 and 2, 3, 6, 7), and each serves 4 rows; vphaddd puts the columns back in order
+ *     at the store;
+ *   - the k loop is inline assembly: GCC 12 kept the 8 accumulators of the same loop in C with
+ *     a spill and register moves every iteration (0.85-0.99 of the old time, not 0.75).
+ * What was not taken: vpmaddubsw (u8 x s8 pairs summed to int16, then vpmaddwd by ones), which
+ * ONNX Runtime's MLAS and oneDNN use on AVX2, ran these GEMMs in 0.47-0.63 of the old time, but
+ * it saturates where a pair's products exceed int16 (255 x (127 + 127)); it is exact only when
+ * every k pair of a weight row has positive parts summing to at most 128 and negative parts to at
+ * least -128, which 7-bit weights meet and full-range per-channel int8 weights (a 127 in every
+ * channel) almost never do. Splitting the activation into its high 7 bits and low bit makes it
+ * exact for any weights at 3 multiplies per 32 multiply-adds, against vpmaddwd's 2. */
+#define QG_AVX2_KC 128 /* k groups of A widened at a time: 8 rows x 512 k x 2 bytes, 8 KiB */
+
+/* one k step of a row: t = B_lo * A_r, acc_lo += t; A_r = B_hi * A_r, acc_hi += A_r */
+#define QG_AVX2_ROW(ar, lo, hi)                                                             \
+    "vpmaddwd %%ymm" #ar ", %%ymm9, %%ymm8\n\t"                                             \
+    "vpaddd %%ymm8, %%ymm" #lo ", %%ymm" #lo "\n\t"                                         \
+    "vpmaddwd %%ymm" #ar ", %%ymm10, %%ymm" #ar "\n\t"                                      \
+    "vpaddd %%ymm" #ar ", %%ymm" #hi ", %%ymm" #hi "\n\t"
+
+/* rows 0-3 of a16 (int16, 4 per k group, rows QG_AVX2_KC * 4 apart) x 8 columns of packed B over
+ * `groups` k groups; raw[r] the sums of columns 0, 1, 4, 5 of row r (k pairs apart), raw[4 + r]
+ * those of 2, 3, 6, 7. Registers: ymm0-7 the sums, 8-10 B and its halves, 11 zero, 12-15 A. */
+__attribute__((target("avx2"))) static void qg_avx2_block(const uint8_t* b, const int16_t* a16,
+                                                          ptrdiff_t groups, __m256i* raw) {
+    __asm__ volatile(
+        "vpxor %%xmm0, %%xmm0, %%xmm0\n\t"
+        "vpxor %%xmm1, %%xmm1, %%xmm1\n\t"
+        "vpxor %%xmm2, %%xmm2, %%xmm2\n\t"
+        "vpxor %%xmm3, %%xmm3, %%xmm3\n\t"
+        "vpxor %%xmm4, %%xmm4, %%xmm4\n\t"
+        "vpxor %%xmm5, %%xmm5, %%xmm5\n\t"
+        "vpxor %%xmm6, %%xmm6, %%xmm6\n\t"
+        "vpxor %%xmm7, %%xmm7, %%xmm7\n\t"
+        "vpxor %%xmm11, %%xmm11, %%xmm11\n\t"
+        "test %[n], %[n]\n\t"
+        "jle 2f\n\t"
+        "1:\n\t"
+        "vmovdqu (%[b]), %%ymm8\n\t"
+        "vpbroadcastq (%[a]), %%ymm12\n\t"
+        "vpbroadcastq %c[row1](%[a]), %%ymm13\n\t"
+        "vpbroadcastq %c[row2](%[a]), %%ymm14\n\t"
+        "vpbroadcastq %c[row3](%[a]), %%ymm15\n\t"
+        "vpunpcklbw %%ymm11, %%ymm8, %%ymm9\n\t"
+        "vpunpckhbw %%ymm11, %%ymm8, %%ymm10\n\t"
+        QG_AVX2_ROW(12, 0, 4) QG_AVX2_ROW(13, 1, 5) QG_AVX2_ROW(14, 2, 6) QG_AVX2_ROW(15, 3, 7)
+        "add %[b_step], %[b]\n\t"
+        "add $8, %[a]\n\t"
+        "dec %[n]\n\t"
+        "jnz 1b\n\t"
+        "2:\n\t"
+        "vmovdqu %%ymm0, (%[raw])\n\t"
+        "vmovdqu %%ymm1, 32(%[raw])\n\t"
+        "vmovdqu %%ymm2, 64(%[raw])\n\t"
+        "vmovdqu %%ymm3, 96(%[raw])\n\t"
+        "vmovdqu %%ymm4, 128(%[raw])\n\t"
+        "vmovdqu %%ymm5, 160(%[raw])\n\t"
+        "vmovdqu %%ymm6, 192(%[raw])\n\t"
+        "vmovdqu %%ymm7, 224(%[raw])\n\t"
+        : [b] "+r"(b), [a] "+r"(a16), [n] "+r"(groups)
+        : [raw] "r"(raw), [b_step] "i"(QG_NB * 4), [row1] "i"(QG_AVX2_KC * 8),
+          [row2] "i"(2 * QG_AVX2_KC * 8), [row3] "i"(3 * QG_AVX2_KC * 8)
+        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+          "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "cc", "memory");
+}
+#undef QG_AVX2_ROW
+
 __attribute__((target("avx2"))) static void qg_tile_avx2(QG_TILE_ARGS) {
-    for (int v = 0; v < nv; v++)
-        for (int h = 0; h < QG_MR; h += 2) {
-            __m256i acc[2][4];
-            for (int r = 0; r < 2; r++)
-                for (int q = 0; q < 4; q++) acc[r][q] = _mm256_setzero_si256();
-            const uint8_t* bv = b + v * block_stride;
-            for (ptrdiff_t g = 0; g < kg; g++) {
-                __m256i w[4];
-                for (int q = 0; q < 4; q++)
-                    w[q] = _mm256_cvtepu8_epi16(
-                        _mm_loadu_si128((const __m128i*)(bv + g * QG_NB * 4 + q * 16)));
-                for (int r = 0; r < 2; r++) {
-                    __m256i av = _mm256_cvtepi8_epi16(
-                        _mm_set1_epi32(qg_word(a + (h + r) * lda + g * 4)));
-                    for (int q = 0; q < 4; q++)
-                        acc[r][q] = _mm256_add_epi32(acc[r][q], _mm256_madd_epi16(w[q], av));
+    int16_t a16[QG_MR * QG_AVX2_KC * 4] __attribute__((aligned(32)));
+    __m256i raw[8];
+    for (ptrdiff_t g0 = 0; g0 < kg; g0 += QG_AVX2_KC) {
+        ptrdiff_t groups = kg - g0 < QG_AVX2_KC ? kg - g0 : QG_AVX2_KC;
+        /* 16 k a step: a row of packed A is padded to 64 k, so this never reads past it */
+        for (int r = 0; r < QG_MR; r++)
+            for (ptrdiff_t i = 0; i < groups * 4; i += 16)
+                _mm256_store_si256((__m256i*)(a16 + r * QG_AVX2_KC * 4 + i),
+                                   _mm256_cvtepi8_epi16(_mm_loadu_si128(
+                                       (const __m128i*)(a + r * lda + g0 * 4 + i))));
+        for (int v = 0; v < nv; v++)
+            for (int half = 0; half < 2; half++)
+                for (int h = 0; h < QG_MR; h += 4) {
+                    qg_avx2_block(b + v * block_stride + g0 * QG_NB * 4 + half * 32,
+                                  a16 + h * QG_AVX2_KC * 4, groups, raw);
+                    for (int r = 0; r < 4; r++) {
+                        __m256i* out = (__m256i*)(tile + (h + r) * QG_TILE_COLS + v * QG_NB
+                                                  + half * 8);
+                        __m256i s = _mm256_hadd_epi32(raw[r], raw[4 + r]);
+                        _mm256_storeu_si256(out, g0 ? _mm256_add_epi32(_mm256_loadu_si256(out), s)
+                                                    : s);
+                    }
                 }
-            }
-            for (int r = 0; r < 2; r++) {
-                int32_t* out = tile + (h + r) * QG_TILE_COLS + v * QG_NB;
-                for (int q = 0; q < 4; q += 2) {
-                    __m256i s = _mm256_hadd_epi32(acc[r][q], acc[r][q + 1]);
-                    _mm256_storeu_si256((__m256i*)(out + q * 4), _mm256_permute4x64_epi64(s, 0xD8));
-                }
-            }
-        }
+    }
 }
 #endif
 

@@ -67,6 +67,7 @@ cdef extern from "qconv.h":
     ctypedef void (*qg_depthwise_fn)(const uint8_t*, int, int32_t, const uint8_t*, int, int32_t,
                                  const qg_conv*, short*, int32_t*) noexcept nogil
     qg_depthwise_fn qg_depthwise_of(int isa) noexcept nogil
+    Py_ssize_t qg_depthwise_scratch(const qg_conv* g) noexcept nogil
     void qg_store_plane(const qg_variant* var, const int32_t* acc, Py_ssize_t m,
                         Py_ssize_t cells, const qg_epilogue* e) noexcept nogil
     int qg_vnni_loop(long long iterations) noexcept nogil
@@ -357,7 +358,7 @@ cdef int _depthwise_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noex
     cdef Depthwise* s = <Depthwise*>ctx
     cdef const qg_conv* g = s.g
     cdef Py_ssize_t u, ch, cells = g.oh * g.ow
-    cdef short* padded = <short*>malloc(max((g.h + 2 * g.ph) * (g.w + 2 * g.pw), 1) * 2)
+    cdef short* padded = <short*>malloc(max(qg_depthwise_scratch(g), 1) * 2)
     cdef int32_t* acc = <int32_t*>malloc(max(cells, 1) * sizeof(int32_t))
     cdef qg_depthwise_fn plane = qg_depthwise_of(s.var.isa)
     cdef qg_epilogue e = s.e

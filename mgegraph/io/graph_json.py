@@ -97,19 +97,23 @@ OP_VERSIONS |= {"quantized_pack_weight": 1, "quantized_conv2d_packed": 1,
 # refused, never misread.
 OP_VERSIONS |= {"quantized_pack_weight": 2, "quantized_conv2d_packed": 2,
                 "quantized_linear_packed": 2}
-# quantization-aware training's fake quantization (ops/fake_quant.py)
-OP_VERSIONS |= {"fake_quant": 1}
+# quantization-aware training's fake quantization (ops/fake_quant.py); version 2: the tqt
+# attribute (TQT's gradient at the clip edges). A node without it is written as version 1.
+OP_VERSIONS |= {"fake_quant": 2}
+V2_ATTRS = {("fake_quant", "tqt")}  # attributes a version 1 node is written without
 # the epilogue's relu6 (activation="relu6" on linear, conv2d and conv2d_packed) is version 2 of
 # those ops. A node without it is written as version 1, which readers from before relu6 run,
 # and this reader takes both; a version 1 node that says relu6 is refused.
 EPILOGUE_V2 = ("linear", "conv2d", "conv2d_packed")
 OP_VERSIONS |= dict.fromkeys(EPILOGUE_V2, 2)
-OLDER_VERSIONS = dict.fromkeys(EPILOGUE_V2, (1,))  # op -> the older versions still read
+OLDER_VERSIONS = dict.fromkeys(EPILOGUE_V2 + ("fake_quant",), (1,))  # op -> older ones read
 
 
 def node_version(node) -> int:
     """The version ``node`` is written at: the oldest that has its meaning."""
     if node.op.name in EPILOGUE_V2 and node.attr["activation"] != "relu6":
+        return 1
+    if node.op.name == "fake_quant" and not node.attr["tqt"]:
         return 1
     return OP_VERSIONS[node.op.name]
 
@@ -124,6 +128,8 @@ def _check_version(op, entry, where) -> None:
     if op in EPILOGUE_V2 and version == 1 and type(attrs) is dict \
             and attrs.get("activation") == "relu6":
         fail(f"{where}: activation 'relu6' needs version 2 of {op}, the file says version 1")
+    if op == "fake_quant" and version == 1 and type(attrs) is dict and attrs.get("tqt"):
+        fail(f"{where}: the tqt attribute needs version 2 of fake_quant, the file says version 1")
 
 SOURCES = ("input", "param", "const")
 DTYPES = {str(d): d for d in SUPPORTED}
@@ -317,7 +323,8 @@ def encode_graph(graph: Graph, outputs) -> tuple[dict, dict[int, int], list[np.n
             if name == "param":
                 entry["shared"] = var.id in graph.shared
         else:
-            entry["attrs"] = {key: encode_attr(value) for key, value in node.attrs}
+            entry["attrs"] = {key: encode_attr(value) for key, value in node.attrs
+                              if (name, key) not in V2_ATTRS or entry["version"] == 2}
         for v in node.outputs:
             ids[v.id] = len(ids)
         nodes.append(entry)

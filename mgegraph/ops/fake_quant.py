@@ -13,7 +13,13 @@ Gradients (MegEngine's): x gets the output's gradient where ``rint(x / s) + z`` 
 ``[qmin, qmax]`` and 0 elsewhere (the straight-through estimator). The scale gets none, unless
 ``lsq_grad_scale`` is given: then LSQ's, ``g * (rint(x / s) - x / s)`` inside the range and
 ``g * (qmin - z)`` or ``g * (qmax - z)`` outside, times ``lsq_grad_scale`` (LSQ's
-``1 / sqrt(N * qmax)``), summed to the scale's shape. The zero point gets none.
+``1 / sqrt(N * qmax)``), summed to the scale's shape. The zero point gets none. With ``tqt``
+(TQT's learned thresholds, MegEngine's ``TQT_Function``) "inside" is ``x / s + z`` within
+``[qmin - 0.5, qmax + 0.5]`` instead, both ends included, and inside the scale's term is
+``clip(rint(x / s) + z) - z - x / s``: the two rules differ only where ``x / s + z`` is a tie
+just past an odd end (127.5 for qint8, -127.5 for its narrow range), which TQT rounds back in.
+MegEngine's megdnn TQT kernels test ``x / s < qmin - 0.5 && x / s > qmax + 0.5``, never true (no
+clipping at all); this follows its Python ``TQT_Function`` and its tests' NumPy reference.
 
 Design: an op with a kernel (_kernels/fake_quant.pyx, csrc_cuda/fake_quant.cu, parameter block
 kernel_abi/fake_quant.py) rather than a composition: the gradient is a rule about rounding that
@@ -62,6 +68,10 @@ def _infer(in_types, attrs):
     grad_scale = attrs["lsq_grad_scale"]
     if grad_scale is not None and not (isinstance(grad_scale, float) and grad_scale > 0):
         raise ValueError(f"lsq_grad_scale must be None or a positive float, got {grad_scale!r}")
+    if not isinstance(attrs["tqt"], bool) or attrs["tqt"] and grad_scale is None:
+        raise ValueError(f"tqt must be a bool, and True only with an lsq_grad_scale (the "
+                         f"scale's gradient), got tqt={attrs['tqt']!r}, "
+                         f"lsq_grad_scale={grad_scale!r}")
     return (TensorType(x.shape, x.dtype),)
 
 
@@ -73,6 +83,19 @@ def _broadcastable(v, x, axis):
     return apply("reshape", (v,), shape=shape)
 
 
+def _outside(node, scaled, rounded, z):
+    """(below, above): where x counts as clipped under the node's rule (module docstring)"""
+    const = node.inputs[0].graph.const
+    qmin, qmax = (const(np.asarray(node.attr[k], scaled.dtype)) for k in ("qmin", "qmax"))
+    if node.attr["tqt"]:
+        half = const(np.asarray(0.5, scaled.dtype))
+        v = apply("add", (scaled, z))
+        return (apply("less", (v, apply("sub", (qmin, half)))),
+                apply("greater", (v, apply("add", (qmax, half)))))
+    q = apply("add", (rounded, z))
+    return apply("less", (q, qmin)), apply("greater", (q, qmax))
+
+
 def _grad(node, out_grads):
     (x, scale, zp), (g,) = node.inputs, out_grads
     qmin, qmax, axis = node.attr["qmin"], node.attr["qmax"], node.attr["axis"]
@@ -80,15 +103,15 @@ def _grad(node, out_grads):
     const = x.graph.const
     scaled = apply("div", (x, s))
     rounded = apply("round_half_even", (scaled,))
-    q = apply("add", (rounded, z))
-    below = apply("less", (q, const(np.asarray(qmin, x.dtype))))
-    above = apply("greater", (q, const(np.asarray(qmax, x.dtype))))
+    below, above = _outside(node, scaled, rounded, z)
     zero = const(np.zeros((), x.dtype))
     dx = apply("where", (below, zero, apply("where", (above, zero, g))))
     if node.attr["lsq_grad_scale"] is None:
         return [dx, None, None]
     low = apply("sub", (const(np.asarray(qmin, x.dtype)), z))
     high = apply("sub", (const(np.asarray(qmax, x.dtype)), z))
+    if node.attr["tqt"]:  # a tie past an end is inside, its integer clipped
+        rounded = apply("maximum", (apply("minimum", (rounded, high)), low))
     inside = apply("sub", (rounded, scaled))
     step = apply("where", (below, low, apply("where", (above, high, inside))))
     ds = apply("mul", (apply("mul", (g, step)),
@@ -100,14 +123,15 @@ def _grad(node, out_grads):
 
 register(OpDef("fake_quant", "elementwise", _infer, grad=_grad, flops_per_element=6.0,
                attrs={"qmin": REQUIRED, "qmax": REQUIRED, "axis": None,
-                      "lsq_grad_scale": None}))
+                      "lsq_grad_scale": None, "tqt": False}))
 
 
-def fake_quant(x, scale, zero_point=0.0, qmin=-128, qmax=127, axis=None, lsq_grad_scale=None):
+def fake_quant(x, scale, zero_point=0.0, qmin=-128, qmax=127, axis=None, lsq_grad_scale=None,
+               tqt=False):
     """``x`` quantized to the integers ``[qmin, qmax]`` with ``scale`` and ``zero_point``
     (numbers or tensors; per channel along ``axis``) and given back as the real numbers they
     stand for; straight-through gradient, and LSQ's for the scale when ``lsq_grad_scale`` is
-    given.
+    given (TQT's edges with ``tqt``).
 
     >>> y = F.fake_quant(x, 0.05, 0, -128, 127)
     """
@@ -120,4 +144,4 @@ def fake_quant(x, scale, zero_point=0.0, qmin=-128, qmax=127, axis=None, lsq_gra
     grad_scale = None if lsq_grad_scale is None else float(lsq_grad_scale)
     return g.add_node("fake_quant", (x, scale, zero_point),
                       {"qmin": int(qmin), "qmax": int(qmax), "axis": axis,
-                       "lsq_grad_scale": grad_scale}).outputs[0]
+                       "lsq_grad_scale": grad_scale, "tqt": bool(tqt)}).outputs[0]

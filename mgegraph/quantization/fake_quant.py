@@ -99,7 +99,8 @@ class TQT(_FakeQuantize, QParamsModuleMixin):
 
     Design: TQT's gradient of the log-threshold is LSQ's gradient of the scale times
     ``2 ** scale * ln 2``, which the walker's chain rule through ``2 ** scale`` gives: the
-    fake_quant op's LSQ rule with a factor of 1 is TQT's."""
+    fake_quant op's LSQ rule with a factor of 1 and TQT's edges (``tqt``: a tie just past the
+    range is inside, as in MegEngine's ``TQT_Function``) is TQT's."""
 
     def __init__(self, dtype="qint8", enable: bool = True, **kwargs):
         super().__init__(dtype, enable, **kwargs)
@@ -119,7 +120,7 @@ class TQT(_FakeQuantize, QParamsModuleMixin):
     def fake_quant_forward(self, inp, qparams=None):
         g = graph_of(inp)
         params = create_qparams(QuantMode.SYMMERTIC, self.dtype, scale=self._scale(g))
-        return fake_quant_tensor(inp, params, lsq_grad_scale=1.0)
+        return fake_quant_tensor(inp, params, lsq_grad_scale=1.0, tqt=True)
 
     def get_qparams(self):
         scale = F.pow(Tensor(np.asarray(2.0, np.float32)), self.scale.detach())

@@ -74,7 +74,7 @@ def _zero_point(qparams: QParams, like):
     return like.graph.const(np.zeros((), like.dtype))
 
 
-def fake_quant_tensor(inp, qparams: QParams, lsq_grad_scale=None):
+def fake_quant_tensor(inp, qparams: QParams, lsq_grad_scale=None, tqt=False):
     """``inp`` fake-quantized with ``qparams`` (a symmetric mode's zero point is 0).
 
     >>> y = fake_quant_tensor(x, observer.get_qparams())
@@ -83,4 +83,4 @@ def fake_quant_tensor(inp, qparams: QParams, lsq_grad_scale=None):
     inp, scale = g.lift(inp), g.lift(qparams.scale)
     meta = qparams.dtype_meta
     return fake_quant(inp, scale, g.lift(_zero_point(qparams, inp)), meta.qmin, meta.qmax,
-                      lsq_grad_scale=lsq_grad_scale)
+                      lsq_grad_scale=lsq_grad_scale, tqt=tqt)

@@ -307,3 +307,66 @@ def test_the_build_of_a_machine_without_x86_compiles_and_gives_the_integers(tmp_
     xp, wp = QuantParams((0.1,), (3,), None), QuantParams((0.1,), (0,), None)
     attrs = _attrs("int32", False, stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1)
     np.testing.assert_array_equal(got, quantized_conv2d(x, xp, w, wp, None, **attrs))
+
+
+@pytest.mark.parametrize("rows, k, oc", [(1, 3, 1), (7, 515, 13), (37, 1029, 37), (53, 130, 9)])
+@pytest.mark.parametrize("xd, wd, zw_offset", [("uint8", "int8", 0), ("int8", "uint8", 0),
+                                               ("uint8", "int8", 1)])
+def test_extreme_values_give_the_reference_integers(isa, rows, k, oc, xd, wd, zw_offset):
+    # operands only at the ends of their ranges (after the shift to u8 x s8: 0/255 x -128/127),
+    # first row and column all at the top: two products 255 x 127 overflow int16, where a
+    # vpmaddubsw tile would saturate. K 515 and 1029 cross the AVX2 tile's 512-k chunks of A;
+    # odd rows and columns leave partial register blocks.
+    rng = np.random.default_rng(k)
+    ends = {d: np.array(RANGE[d]) - [0, 1] for d in RANGE}
+    x = rng.choice(ends[xd], (rows, k)).astype(xd)
+    w = rng.choice(ends[wd], (oc, k)).astype(wd)
+    x[0], w[0] = ends[xd][1], ends[wd][1]
+    w[-1, : k // 2] = ends[wd][0]
+    middle = 128 if wd == "uint8" else 0
+    xp = QuantParams((0.03,), (-128 if xd == "int8" else 0,), None)
+    wp = QuantParams((0.01,), (middle + zw_offset,), None)
+    attrs = _attrs("int32", False)
+    expected = quantized_linear(x, xp, w, wp, None, **attrs)
+    for threads in (1, 2):
+        got = qgemm.linear(x, xp.zero_point, w, np.array(wp.zero_points), None, None, "int32",
+                           0, False, threads)
+        np.testing.assert_array_equal(got, expected, err_msg=f"{threads} threads")
+
+
+def test_the_widest_variant_this_cpu_runs_is_the_default():
+    flags = _cpu_flags()
+    if not flags:
+        pytest.skip("no /proc/cpuinfo: the CPU's instruction sets are unknown here")
+    wanted = ("amx" if {"amx_int8", "amx_tile"} <= flags and "amx" in ISAS
+              else "avx512vnni" if {"avx512f", "avx512bw", "avx512_vnni"} <= flags
+              else "avxvnni" if {"avx2", "avx_vnni"} <= flags
+              else "avx2" if "avx2" in flags else "portable")
+    before = qgemm.set_int8_isa(None)
+    try:
+        assert qgemm.int8_isa() == wanted
+    finally:
+        qgemm.set_int8_isa(before)
+
+
+@pytest.mark.parametrize("x_shape, k, stride, padding, dilation", [
+    ((1, 3, 7, 37), (3, 3), (1, 1), (1, 1), (1, 1)),  # rows of 37: two full 16-output runs
+    ((2, 4, 12, 35), (3, 5), (3, 2), (2, 1), (1, 1)),  # strides 3 and 2: three and two phases
+    ((1, 2, 13, 19), (3, 3), (1, 2), (2, 3), (2, 3)),  # dilation past the stride
+    ((1, 3, 6, 5), (1, 1), (1, 1), (0, 0), (1, 1)),    # one tap: paired with a zero weight
+    ((1, 2, 12, 12), (9, 9), (1, 1), (4, 4), (1, 1)),  # 81 taps: the per-tap loop
+])
+@pytest.mark.parametrize("xd, wd", [("uint8", "int8"), ("int8", "uint8")])
+def test_depthwise_geometries_and_extreme_values(isa, x_shape, k, stride, padding, dilation,
+                                                 xd, wd):
+    rng = np.random.default_rng(sum(x_shape))
+    c = x_shape[1]
+    ends = {d: np.array(RANGE[d]) - [0, 1] for d in RANGE}
+    x = rng.choice(ends[xd], x_shape).astype(xd)  # |x - zx| and |w - zw| up to 255
+    w = rng.choice(ends[wd], (c, 1) + k).astype(wd)
+    xp = QuantParams((0.03,), (127 if xd == "int8" else 0,), None)
+    step = rng.integers(0, 2, c)
+    zw = 255 - step if wd == "uint8" else -128 + step
+    wp = QuantParams(tuple([0.01] * c), tuple(map(int, zw)), 0)
+    attrs = _attrs("int32", False, stride=stride, padding=padding, dilation=dilation, groups=c)
+    _check_conv(x, xp, w, wp, rng.integers(-9, 9, c).astype(np.int32), attrs)

@@ -216,8 +216,59 @@ def test_tqt_gradient_is_the_papers():
     s = np.float32(2.0) ** tqt.scale.numpy()
     v = x / s
     q = np.rint(v)
-    inner = np.where(q < -128, -128.0, np.where(q > 127, 127.0, q - v))
-    assert (q > 127).any() or (q < -128).any()
+    inner = np.where(v < -128.5, -128.0, np.where(v > 127.5, 127.0, q - v))
+    assert (v > 127.5).any() or (v < -128.5).any()
     np.testing.assert_allclose(tqt.scale.grad.numpy(), np.log(2) * s * np.sum(w * inner),
                                rtol=1e-4)
     assert _value(tqt.get_qparams().scale) == pytest.approx(float(s))
+
+
+def _megengine_tqt(x, log_t, g, lb, ub):
+    """MegEngine's TQT_Function.backward as its tests' NumPy reference writes it (np.round:
+    half to even, as mgegraph rounds): (dL/dx, dL/dlog_t)"""
+    t = 2.0 ** log_t
+    v = x / t
+    rounded = np.round(np.clip(v, lb, ub))
+    clip = (v < lb - 0.5) | (v > ub + 0.5)
+    ds = np.where(clip, g * rounded, g * (rounded - v)).sum() * t * np.log(2)
+    return g * ~clip, ds
+
+
+@pytest.mark.parametrize("dtype, lb", [("qint8", -128), ("qint8_narrow", -127)])
+def test_tqt_gradient_at_the_clip_edges_is_megengines(dtype, lb):
+    # x / t on both sides of each end, exactly on the ties 127.5 and lb - 0.5 (t = 1/8: exact):
+    # a tie past an odd end rounds outside but TQT counts it inside (dx = g, -0.5 for log t)
+    v = np.array([-140, lb - 0.6, lb - 0.5, lb - 0.4, -3.3, 0.2, 126.6, 127.3, 127.5, 127.6,
+                  150], np.float32)
+    x = v / np.float32(8)
+    tqt = Q.TQT(dtype)
+    tqt.scale = Q.fake_quant.Parameter(np.asarray(-3.0, np.float32))
+    w = np.random.default_rng(3).normal(size=x.shape).astype(np.float32)
+    xt = mg.tensor(x)
+    gm = mg.GradManager().attach([tqt.scale, xt])
+    with gm:
+        gm.backward((tqt(xt) * mg.tensor(w)).sum())
+    dx, ds = _megengine_tqt(x.astype(np.float64), -3.0, w.astype(np.float64), lb, 127)
+    np.testing.assert_array_equal(xt.grad.numpy(), dx.astype(np.float32))
+    np.testing.assert_allclose(tqt.scale.grad.numpy(), ds, rtol=1e-5)
+    assert xt.grad.numpy()[8] == w[8]  # 127.5: inside (LSQ's rule at a tie: clipped)
+
+
+def test_tqt_gradient_of_clipped_values_is_the_finite_difference():
+    # every x / t past the ends: the output is t * qmin or t * qmax, whose derivative in log t
+    # is exact (no rounding in it), so a central difference checks the rule there
+    x = np.array([-50.0, -31.0, 17.0, 40.0], np.float64).astype(np.float32)
+    w = np.array([0.7, -1.3, 0.4, 2.0], np.float32)
+
+    def loss(log_t):
+        tqt = Q.TQT("qint8")
+        tqt.scale = Q.fake_quant.Parameter(np.asarray(log_t, np.float32))
+        return tqt, float((tqt(mg.tensor(x)) * mg.tensor(w)).sum().numpy())
+
+    tqt, _ = loss(-4.0)  # t = 1/16: |x / t| >= 272
+    gm = mg.GradManager().attach([tqt.scale])
+    with gm:
+        gm.backward((tqt(mg.tensor(x)) * mg.tensor(w)).sum())
+    h = 1e-3
+    fd = (loss(-4.0 + h)[1] - loss(-4.0 - h)[1]) / (2 * h)
+    np.testing.assert_allclose(tqt.scale.grad.numpy(), fd, rtol=1e-3)
