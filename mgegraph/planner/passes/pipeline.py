@@ -13,6 +13,7 @@ from ...ir.errors import GraphError
 from ...ir.graph import Graph, Var
 from .accumulate import accumulate
 from .bnfold import bnfold
+from .bucket_grads import bucket_grads
 from .cse import cse
 from .dce import dce
 from .epilogue import epilogue
@@ -31,6 +32,9 @@ PASSES: list[tuple[str, Callable[[Graph, list[Var]], PassResult], str]] = [
                  "do less work"),
     ("cse", cse, "merge equal nodes (autodiff repeats forward values), so fold and simplify "
                  "see each value once"),
+    ("bucket_grads", bucket_grads, "gradients' all-reduces in buckets started as soon as each "
+                                   "is written, before fusion or accumulate could take a "
+                                   "gradient's node into one that reads its reduced value"),
     ("fold_qdq", fold_qdq, "a float op between dequantizes and a quantize becomes its int8 op, "
                            "before fold turns the dequantized weights into float constants"),
     ("fold", fold, "evaluate nodes of constants once, at compile time"),
