@@ -110,15 +110,23 @@ def memory_aware_order(slots, instructions, after=()) -> list[int]:
 
 
 def collectives_placed(order: list[int], instructions, before) -> list[int]:
-    """``order`` with each collective's start moved to just after the last instruction it
-    depends on and each wait to just before the first that depends on it (ops/collective.py's
-    ``EARLY_OPS``, ``LATE_OPS``): the reduction of a bucket then overlaps everything computed
-    between its last gradient and the first use of its result. Still a topological order."""
+    """``order`` rearranged so that collectives overlap computation (ops/collective.py's
+    ``EARLY_OPS``, ``LATE_OPS``): what depends on a wait (the update reading a reduced
+    gradient) runs after everything that does not (the rest of the backward pass), each start
+    just after the last instruction it depends on, each wait just before the first that
+    depends on it. A bucket then travels while everything between its last gradient and the
+    end of the backward pass runs. Still a topological order: the part before the waits needs
+    nothing after it."""
     after = [[] for _ in instructions]
     for j, b in enumerate(before):
         for i in b:
             after[i].append(j)
-    order = list(order)
+    waits = {i for i, ins in enumerate(instructions) if ins.op in LATE_OPS}
+    behind = set(waits)  # the waits and whatever depends on one
+    for i in order:
+        if before[i] & behind:
+            behind.add(i)
+    order = [i for i in order if i not in behind] + [i for i in order if i in behind]
     for moving, early in ((EARLY_OPS, True), (LATE_OPS, False)):
         for i in [i for i in order if instructions[i].op in moving]:
             order.remove(i)
