@@ -3,6 +3,7 @@ graph without MPI (a group of one process, whose sum is the value), then a compi
 data-parallel step on 2 processes against one process on the whole batch, and its faults."""
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
@@ -165,3 +166,20 @@ def test_a_hung_rank_makes_the_planned_wait_time_out():
     assert "CollectiveKernelTimeout: all_reduce_wait of group [0,1]" in output, output
     assert "timed out waiting for the other ranks" in output
     assert elapsed < 100  # rank 1 sleeps 120 s: the abort ended it
+
+
+def test_the_memory_report_shows_each_bucket_and_when_it_is_sent_and_awaited(alone):
+    g, _, _, _, update = _step_like(alone, bucket_bytes=1024)
+    plan = mg.compile([update])
+    steps = {(ins.op, dict(ins.attrs)["bucket"]): i for i, ins in enumerate(plan.instructions)
+             if ins.op.startswith("all_reduce_")}
+    text = plan.memory_report()
+    assert "gradient buckets (2): all-reduced in place, live until their wait" in text
+    bucket = plan.slots[plan.instructions[steps["all_reduce_start", 0]].inputs[0]].alias
+    assert (f"bucket0 s{bucket}: 2 values, 1.00 KiB, group [0], sent at step "
+            f"{steps['all_reduce_start', 0]}, awaited at step {steps['all_reduce_wait', 0]}"
+            ) in text, text
+    summary = json.loads(plan.memory_report(format="json"))
+    assert [(b["values"], b["sent"], b["awaited"]) for b in summary["buckets"]] == [
+        (2, steps["all_reduce_start", 0], steps["all_reduce_wait", 0]),
+        (2, steps["all_reduce_start", 1], steps["all_reduce_wait", 1])]
