@@ -69,16 +69,31 @@ def test_each_start_follows_its_last_value_and_each_wait_precedes_the_first_read
     assert min(readers) == wait + 1
 
 
-def test_a_value_read_elsewhere_a_view_or_a_size_of_0_stays_a_blocking_all_reduce(alone):
+def test_what_cannot_live_in_a_bucket_stays_a_blocking_all_reduce(alone):
     g = Graph()
     x = g.input("x", (4, 4), np.float32)
     shared = F.exp(x)                       # read by the mark and by the output below
     view = F.reshape(F.sin(x), (16,))       # a view of sin's bytes
-    alone_mark = all_reduce(F.cos(x), group=alone, bucket_bytes=0)
-    outs = [all_reduce(shared, group=alone, bucket_bytes=4096), shared,
-            all_reduce(view, group=alone, bucket_bytes=4096), alone_mark]
+    marks = [all_reduce(shared, group=alone, bucket_bytes=4096),
+             all_reduce(view, group=alone, bucket_bytes=4096),
+             all_reduce(F.cos(x), group=alone, bucket_bytes=0),  # no bucket asked for
+             all_reduce(x, group=alone, bucket_bytes=4096)]       # an input
+    returned = all_reduce(F.tan(x), group=alone, bucket_bytes=4096)  # the caller gets it
+    res = bucket_grads(g, [-m for m in marks] + [shared, returned])
+    assert res.stats == {"buckets": 0, "left_alone": 5} and not res.changed
+
+
+def test_a_mark_after_its_buckets_wait_is_not_reduced_a_second_time(alone):
+    # the first result is read before the second mark is made: the wait comes there, and
+    # the later marks of the bucket must take its results, not reduce them again
+    g = Graph()
+    xs = [g.input(f"x{i}", (5,), np.float32) for i in range(3)]
+    values = [-x for x in xs]
+    outs = [-all_reduce(v, group=alone, bucket_bytes=4096) for v in values]
     res = bucket_grads(g, outs)
-    assert res.stats == {"buckets": 0, "left_alone": 3} and not res.changed
+    ops = [n.op.name for n in res.graph.nodes]
+    assert res.stats["buckets"] == 1 and "all_reduce" not in ops, ops
+    assert ops.count("all_reduce_wait") == 1
 
 
 def test_bucket_layout_puts_each_value_on_a_cache_line():
@@ -132,7 +147,13 @@ def test_a_step_with_all_reduce_needs_the_process_group():
         dist.AllReduce(bucket_mb=-1)
 
 
-# -- on 2 processes ---------------------------------------------------------------------------
+# -- on 2 and 4 processes ---------------------------------------------------------------------
+@pytest.mark.parametrize("n", [2, 4])
+def test_the_planned_kernels_match_numpy_on_every_dtype_they_take(n):
+    for r in reports("planned_collectives.py", n):
+        assert r["checks"] == 36, r  # 4 dtypes, blocking and bucketed, sum and mean, 3 shapes
+
+
 @pytest.mark.parametrize("bucket_mb", ["0.02", "0"])
 def test_a_planned_data_parallel_step_matches_one_process_on_the_whole_batch(bucket_mb):
     for r in reports("planned_train.py", 2, bucket_mb):

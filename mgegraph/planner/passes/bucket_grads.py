@@ -12,7 +12,8 @@ wait; the schedule keeps each start early and each wait late (``collectives_plac
 
 A mark stays as it is (a blocking all-reduce of its own) where its value cannot live in a
 bucket: a source, a view of another value's bytes, a graph output, a value something else
-reads too (it would see the reduced numbers), or a bucket size of 0.
+reads too (it would see the reduced numbers), a reduced value the caller gets back (a
+plan's outputs have buffers of their own), or a bucket size of 0.
 
 >>> res = bucket_grads(g, outputs); res.stats
 {'buckets': 2, 'values': 4, 'bytes': 5120, 'left_alone': 0}
@@ -43,7 +44,8 @@ def _bucketable(mark, outputs, uses) -> bool:
     return (mark.attr["bucket_bytes"] > 0 and producer is not None
             and producer.op.category != "source" and producer.op.view_offset(producer) is None
             and producer.op.in_place_from is None
-            and value.id not in outputs and uses.get(value.id, 0) == 1)
+            and value.id not in outputs and mark.outputs[0].id not in outputs
+            and uses.get(value.id, 0) == 1)
 
 
 def plan_buckets(graph: Graph, outputs) -> tuple[list[Bucket], int]:
@@ -112,8 +114,10 @@ def bucket_grads(graph: Graph, outputs: list[Var]) -> PassResult:
             builder.vars[mark.outputs[0].id] = r
             waiting.pop(mark.outputs[0].id, None)
 
+    bucketed = set(waiting)  # (waiting loses each bucket's marks once its wait is made)
+
     def rewrite(builder, node):
-        if node.op.name == "all_reduce" and node.outputs[0].id in waiting:
+        if node.op.name == "all_reduce" and node.outputs[0].id in bucketed:
             return (None,)  # its value comes from its bucket's wait
         for v in node.inputs:
             if v.id in waiting:

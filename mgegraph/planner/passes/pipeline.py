@@ -32,9 +32,6 @@ PASSES: list[tuple[str, Callable[[Graph, list[Var]], PassResult], str]] = [
                  "do less work"),
     ("cse", cse, "merge equal nodes (autodiff repeats forward values), so fold and simplify "
                  "see each value once"),
-    ("bucket_grads", bucket_grads, "gradients' all-reduces in buckets started as soon as each "
-                                   "is written, before fusion or accumulate could take a "
-                                   "gradient's node into one that reads its reduced value"),
     ("fold_qdq", fold_qdq, "a float op between dequantizes and a quantize becomes its int8 op, "
                            "before fold turns the dequantized weights into float constants"),
     ("fold", fold, "evaluate nodes of constants once, at compile time"),
@@ -42,6 +39,10 @@ PASSES: list[tuple[str, Callable[[Graph, list[Var]], PassResult], str]] = [
                            "on the folded constants"),
     ("bnfold", bnfold, "inference batch norm after a conv becomes the conv's weight and bias, "
                        "before epilogue fusion looks at what follows the conv"),
+    ("bucket_grads", bucket_grads, "gradients' all-reduces in buckets started as soon as each "
+                                   "is written: after fold and simplify, which could make a "
+                                   "gradient a constant or a view, before epilogue, accumulate "
+                                   "or fuse could merge a gradient's node with a reader"),
     ("epilogue", epilogue, "bias add and relu after linear/conv2d run inside the GEMM "
                            "kernel, before elementwise fusion could claim them"),
     ("prepack", prepack, "a conv2d of weights alone reads them in its kernel's layout, packed "

@@ -41,9 +41,8 @@ def small_graph():
 
 
 def test_level_one_runs_every_pass_in_order():
-    assert [name for name, _, _ in PASSES] == ["dce", "cse", "bucket_grads", "fold_qdq",
-                                               "fold", "simplify",
-                                               "bnfold",
+    assert [name for name, _, _ in PASSES] == ["dce", "cse", "fold_qdq", "fold", "simplify",
+                                               "bnfold", "bucket_grads",
                                                "epilogue", "prepack", "accumulate", "fuse",
                                                "dce_final"]
     assert LEVELS[0] == [] and LEVELS[2] == [name for name, _, _ in PASSES]
