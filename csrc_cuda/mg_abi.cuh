@@ -39,6 +39,8 @@ struct MgArgs {
 #define MG_STATUS_NEGATIVE_POWER 4
 #define MG_STATUS_NOT_A_NUMBER 5
 #define MG_STATUS_OUT_OF_MEMORY 6
+#define MG_STATUS_TIMED_OUT 7
+#define MG_STATUS_COLLECTIVE_FAILED 8
 
 // The word of a failure: (instruction index + 1) << 8 | code, so 0 means none
 #if defined(__CUDACC__)

@@ -257,8 +257,77 @@ def world(timeout: float = _DEFAULT_TIMEOUT) -> Communicator:
     """The job's processes (MPI's COMM_WORLD)."""
     MPI = load_mpi()
     comm = MPI.COMM_WORLD
-    return Communicator(comm if comm.Get_size() > 1 else None, tuple(range(comm.Get_size())),
-                        comm.Get_rank(), timeout)
+    return _known(Communicator(comm if comm.Get_size() > 1 else None,
+                               tuple(range(comm.Get_size())), comm.Get_rank(), timeout))
+
+
+# The communicators this process made, by group key: what a plan's collective (whose op names
+# its group by key, ops/collective.py) runs over. MPI keeps them per process likewise.
+_GROUPS: dict[str, Communicator] = {}
+
+
+def _known(comm: Communicator) -> Communicator:
+    _GROUPS[comm.key] = comm
+    return comm
+
+
+def by_key(key: str) -> Communicator:
+    """The communicator of the group ``key`` ("0,1": its world ranks), made in this process by
+    ``world`` or ``subgroup``; a DistributedError if none was."""
+    try:
+        return _GROUPS[key]
+    except KeyError:
+        raise DistributedError(f"no process group [{key}] in this process (groups: "
+                               f"{sorted(_GROUPS) or 'none'}): call "
+                               "dist.init_process_group() first") from None
+
+
+@dataclass(frozen=True)
+class MpiAbi:
+    """What a compiled kernel needs to call MPI itself: the addresses of ``MPI_Iallreduce``
+    and ``MPI_Test`` in the loaded library, and the handles (C ints in MPICH's binary
+    interface) of the communicator, the datatype and MPI_SUM."""
+
+    iallreduce: int
+    test: int
+    comm: int
+    datatype: int
+    op: int
+
+
+def mpi_abi(comm: Communicator, dtype: np.dtype) -> MpiAbi | None:
+    """The MPI entry points and handles for an all-reduce (sum) of ``dtype`` over ``comm``;
+    None for a group of one process (nothing to call). Only MPICH's binary interface
+    (libmpi.so.12: MPICH, Intel MPI, MVAPICH) is known to the kernels; another MPI is a
+    DistributedError naming it."""
+    if comm.comm is None:
+        return None
+    import ctypes  # lazy: only planned collectives need the library's symbols
+
+    MPI = load_mpi()
+    version = MPI.Get_library_version()
+    path = _loaded_library("libmpi.so.12")
+    if not version.startswith("MPICH") or path is None:
+        raise DistributedError(
+            "a planned collective calls MPI from compiled code and knows MPICH's binary "
+            f"interface only (libmpi.so.12), but this MPI is {version.splitlines()[0]!r}; "
+            "install the mpich wheel (pip install mpich) or use the eager callback "
+            "(dist.make_allreduce_cb)")
+    lib = ctypes.CDLL(path)
+    address = ctypes.cast  # the functions' addresses, as integers
+    return MpiAbi(address(lib.MPI_Iallreduce, ctypes.c_void_p).value,
+                  address(lib.MPI_Test, ctypes.c_void_p).value,
+                  comm.comm.handle, _mpi_type(MPI, dtype).handle, MPI.SUM.handle)
+
+
+def _loaded_library(name: str) -> str | None:
+    """The path of the shared library ``name`` this process has mapped, or None."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1]
+            if os.path.basename(path) == name:
+                return path
+    return None
 
 
 def subgroup(parent: Communicator, ranks: tuple[int, ...]) -> Communicator:
@@ -271,7 +340,7 @@ def subgroup(parent: Communicator, ranks: tuple[int, ...]) -> Communicator:
     members = MPI.COMM_WORLD.Get_group().Incl(list(ranks))
     comm = MPI.COMM_WORLD.Create_group(members, tag=_group_tag(ranks))
     members.Free()
-    return Communicator(comm, ranks, ranks.index(me), parent.timeout)
+    return _known(Communicator(comm, ranks, ranks.index(me), parent.timeout))
 
 
 def _group_tag(ranks) -> int:

@@ -17,6 +17,7 @@ from .ir.errors import OpError
 from .ir.graph import Graph, Var
 from .ir.types import TensorType
 from .plan import Choice, Instruction, Role, Slot
+from .planner.memory.buckets import contiguous_buckets
 from .tuning import by_rules
 
 
@@ -182,6 +183,9 @@ def lower(graph: Graph, outputs, backend, clones=frozenset(), launches=None,
             launch, choice = _launch(node, impl, kernel, launches, tuner)
         except (ValueError, LookupError) as exc:
             raise OpError(op.name, [v.type for v in node.inputs], str(exc), node.location) from None
+        if op.in_place_from is not None:  # the kernel writes these inputs' own bytes
+            for var, src in zip(node.outputs, node.inputs[op.in_place_from:]):
+                slot_of[var.id] = slot_of[src.id]
         for var in node.outputs:
             if var.id not in slot_of:
                 slot_of[var.id] = new_slot(var.type, Role.TEMP)
@@ -203,5 +207,6 @@ def lower(graph: Graph, outputs, backend, clones=frozenset(), launches=None,
     shared = frozenset(slot_of[i] for i in graph.shared if i in slot_of)
     output_slots = tuple(slot_of[v.id] for v in outputs)
     _mark_outputs(slots, output_slots)
+    contiguous_buckets(slots, instructions)
     return Lowered(backend.name, slots, instructions, feeds, output_slots, values, shared,
                     tuple(after))

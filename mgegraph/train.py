@@ -40,11 +40,16 @@ def _named_axes(inputs) -> dict:
 class TrainStep:
     """``loss = step(x, y)`` runs forward, backward and the optimiser update as one plan."""
 
-    def __init__(self, plan, optimizer, metric_names):
+    def __init__(self, plan, optimizer, metric_names, first_check=None):
         self.plan, self.optimizer, self.metric_names = plan, optimizer, metric_names
+        # run on the first call's batch (the ranks of a data-parallel step agree), then dropped
+        self._first_check = first_check
 
     def __call__(self, *batch):
         feeds = {f"input{i}": np.asarray(a) for i, a in enumerate(batch)}
+        if self._first_check is not None:
+            self._first_check(list(feeds.values()))
+            self._first_check = None
         opt = self.optimizer
         # what mg.lazy() left pending may read the scalars prepare_step writes from Python
         # (the run's own weight writes wait for it in the executor: before_writes)
@@ -73,7 +78,8 @@ METRICS = {"accuracy": accuracy}
 
 def compile_train_step(model, loss_fn, optimizer, example_batch, metrics=(),
                        memory=None, optimize=1, remat=None, device="cpu",
-                       check_numerics=False, dynamic=False, tune=None) -> TrainStep:
+                       check_numerics=False, dynamic=False, tune=None,
+                       all_reduce=None) -> TrainStep:
     """Compile ``loss_fn(model(x), y)``, its gradients and ``optimizer``'s update into one plan.
 
     ``example_batch`` gives the shapes and dtypes of every batch, except the dimensions
@@ -90,6 +96,11 @@ def compile_train_step(model, loss_fn, optimizer, example_batch, metrics=(),
     the kernels' ways: "measure", "cached", "rules") are passed to ``mg.compile``. The
     model's parameters are updated in place, so ``model.state_dict()`` and plans from
     ``compile_module`` see the trained weights.
+
+    ``all_reduce`` (a ``mgegraph.distributed.AllReduce``; needs ``dist.init_process_group``)
+    makes it a data-parallel step: every gradient is averaged (or summed) over the group's
+    ranks inside the plan, in buckets whose reductions overlap the rest of the backward pass,
+    before the update; the first step refuses ranks whose batches or gradients differ.
 
     >>> step = mg.compile_train_step(model, F.cross_entropy, opt, example_batch=(x, y))
     >>> loss = step(x, y)
@@ -108,11 +119,20 @@ def compile_train_step(model, loss_fn, optimizer, example_batch, metrics=(),
         found = backward(g.nodes, [(loss, F.ones_like(loss))], wrt)
         # as an eager step skips a parameter without .grad, one that no gradient reaches (a
         # frozen batch norm's weight) is not updated: no weight decay, no momentum
-        optimizer.build(g, {id(p): found[v.id] for p, v in zip(params, wrt) if v.id in found})
+        grads = {id(p): found[v.id] for p, v in zip(params, wrt) if v.id in found}
+        if all_reduce is not None:
+            grads = all_reduce.reduced(grads)
+        optimizer.build(g, grads)
         extra = [METRICS[m](out, y) for m in metrics]
     plan = compile([F.reshape(loss, ())] + extra, device=device, memory=memory,
                    optimize=optimize, remat=remat, check_numerics=check_numerics, tune=tune)
-    return TrainStep(plan, optimizer, tuple(metrics))
+    first_check = None
+    if all_reduce is not None:
+        grad_types = [(tuple(v.shape), str(v.dtype)) for v in grads.values()]
+
+        def first_check(batch):
+            all_reduce.check([(a.shape, str(a.dtype)) for a in batch] + grad_types)
+    return TrainStep(plan, optimizer, tuple(metrics), first_check)
 
 
 class Predictor:

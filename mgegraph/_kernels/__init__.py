@@ -94,3 +94,7 @@ KERNEL_MODULES += (quantized,)
 from . import qgemm
 
 KERNEL_MODULES += (qgemm,)
+# the collectives over MPI, called through the loaded library's addresses (collective.pyx)
+from . import collective
+
+KERNEL_MODULES += (collective,)

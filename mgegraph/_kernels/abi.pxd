@@ -22,6 +22,8 @@ cdef enum:
     KERNEL_NEGATIVE_POWER = 4  # integer pow by a negative exponent (NumPy raises too)
     KERNEL_NOT_A_NUMBER = 5    # a NaN met where an integer must stand for it (quantize)
     KERNEL_OUT_OF_MEMORY = 6   # the kernel's scratch memory could not be had (malloc failed)
+    KERNEL_TIMED_OUT = 7       # a collective waited longer than its timeout for the other ranks
+    KERNEL_COLLECTIVE_FAILED = 8  # MPI returned an error from a collective
 
 
 cdef inline object kernel_address(kernel_fn f):

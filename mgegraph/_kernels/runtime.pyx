@@ -22,7 +22,7 @@ from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from .abi cimport (Call, kernel_fn, KERNEL_OK, KERNEL_INDEX_OUT_OF_RANGE, KERNEL_BAD_VALUE,
                    KERNEL_UNSUPPORTED, KERNEL_NEGATIVE_POWER, KERNEL_NOT_A_NUMBER,
-                   KERNEL_OUT_OF_MEMORY)
+                   KERNEL_OUT_OF_MEMORY, KERNEL_TIMED_OUT, KERNEL_COLLECTIVE_FAILED)
 
 # What each status of abi.pxd means, for the error a failed run raises.
 KERNEL_STATUS = {KERNEL_INDEX_OUT_OF_RANGE: "an index is out of range",
@@ -31,7 +31,10 @@ KERNEL_STATUS = {KERNEL_INDEX_OUT_OF_RANGE: "an index is out of range",
                  KERNEL_NEGATIVE_POWER: "integers to negative integer powers are not allowed "
                                         "(as in NumPy)",
                  KERNEL_NOT_A_NUMBER: "a NaN has no integer to stand for it",
-                 KERNEL_OUT_OF_MEMORY: "the kernel could not allocate its scratch memory"}
+                 KERNEL_OUT_OF_MEMORY: "the kernel could not allocate its scratch memory",
+                 KERNEL_TIMED_OUT: "timed out waiting for the other ranks (one died, hangs, "
+                                   "or did not run the same collective)",
+                 KERNEL_COLLECTIVE_FAILED: "MPI returned an error"}
 
 def kernel_error(ins, int status):
     """The KernelError of instruction ``ins`` (a plan's Instruction) that returned ``status``,

@@ -28,8 +28,9 @@ from .group import (
 )
 from .helper import AllreduceCallback, bcast_list_, make_allreduce_cb, synchronized
 from .launcher import launch, launcher
+from .planned import AllReduce
 
-__all__ = ["WORLD", "AllreduceCallback", "CollectiveTimeout", "DistributedError", "Group",
-           "bcast_list_", "functional", "get_backend", "get_local_device_id", "get_rank",
+__all__ = ["WORLD", "AllReduce", "AllreduceCallback", "CollectiveTimeout", "DistributedError",
+           "Group", "bcast_list_", "functional", "get_backend", "get_local_device_id", "get_rank",
            "get_world_size", "group_barrier", "init_process_group", "is_distributed", "launch",
            "launcher", "make_allreduce_cb", "new_group", "synchronized"]

@@ -101,6 +101,9 @@ OP_VERSIONS |= {"quantized_pack_weight": 2, "quantized_conv2d_packed": 2,
 # attribute (TQT's gradient at the clip edges). A node without it is written as version 1.
 OP_VERSIONS |= {"fake_quant": 2}
 V2_ATTRS = {("fake_quant", "tqt")}  # attributes a version 1 node is written without
+# the collectives (ops/collective.py): a saved step's graph keeps its all-reduce, which a
+# process of the same group runs; the planned pair is the planner's, never in a graph one saves
+OP_VERSIONS |= {"all_reduce": 1, "all_reduce_start": 1, "all_reduce_wait": 1}
 # the epilogue's relu6 (activation="relu6" on linear, conv2d and conv2d_packed) is version 2 of
 # those ops. A node without it is written as version 1, which readers from before relu6 run,
 # and this reader takes both; a version 1 node that says relu6 is refused.

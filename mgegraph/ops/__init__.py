@@ -11,6 +11,7 @@ from . import (  # noqa: F401  (each family registers its ops)
     sequence,  # the embedding lookup with padding_idx (the rest are compositions)
     sliding_window,  # MegEngine's sliding windows and their transpose
 )
+from . import collective as _collective  # noqa: F401  (all_reduce and its planned pair)
 from . import fake_quant as _fake_quant  # noqa: F401  (quantization-aware training's fake_quant)
 from . import quantize as _quantize  # noqa: F401  (quantize, dequantize, as_quantized)
 from . import quantized as _quantized  # noqa: F401  (the int8 conv2d, linear and add)

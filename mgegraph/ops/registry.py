@@ -31,7 +31,7 @@ WITH_SMALL_INTS_NUMERIC = NUMERIC_DTYPES + SMALL_INT_DTYPES
 MOVED_DTYPES = WITH_SMALL_INTS + HALF_DTYPES
 
 # Op categories are plain strings that passes and pictures test.
-CATEGORIES = ("source", "elementwise", "reduce", "matmul", "movement", "nn")
+CATEGORIES = ("source", "elementwise", "reduce", "matmul", "movement", "nn", "collective")
 # Recomputing an op up to this many FLOPs per output element is "cheap" (softmax and the
 # norms are 6-12; a GEMM or a convolution is 2k, k in the hundreds): rematerialisation
 # prefers recomputing those and keeping the outputs of the dear ones.
@@ -83,6 +83,10 @@ class OpDef:
     # its rule takes quantized types (``TensorType.quant``) and gives its outputs' parameters
     # itself; every other op refuses them, or keeps them as they are (QUANT_KEEPING_OPS)
     quantized: bool = False
+    # outputs that are inputs ``in_place_from``, ``in_place_from + 1``... written in place by the
+    # kernel (their buffers, no new ones): a collective's wait, whose outputs are the bytes
+    # MPI reduced (ops/collective.py); None for every other op
+    in_place_from: int | None = None
 
     def complete_attrs(self, attrs: Mapping, in_types, location: str) -> dict:
         unknown = set(attrs) - set(self.attrs)

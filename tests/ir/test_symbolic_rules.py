@@ -494,6 +494,13 @@ CASES["sliding_window"] = _node("sliding_window", lambda g, b: (
     [_input(g, (b, 3, 6, 7))], _SLIDING))
 CASES["sliding_window_transpose"] = _node("sliding_window_transpose", lambda g, b: (
     [_input(g, (b, 3, 3, 5, 3, 2))], {"output_size": (6, 7), **_SLIDING}))
+# the collectives (ops/collective.py): a value summed over a group, and the planned pair
+_GROUP = {"group": "0,1", "scale": 0.5}
+CASES["all_reduce"] = _node("all_reduce", lambda g, b: ([_input(g, (b, 3))], _GROUP))
+CASES["all_reduce_start"] = _node("all_reduce_start", lambda g, b: (
+    [_input(g, (b, 3)), _input(g, (2, b))], _GROUP))
+CASES["all_reduce_wait"] = _node("all_reduce_wait", lambda g, b: (
+    [_input(g, (1,), "int64"), _input(g, (b, 3)), _input(g, (2, b))], _GROUP))
 
 
 # -- where a rule cannot take a name: (op, make, what the error says) ---------------------------

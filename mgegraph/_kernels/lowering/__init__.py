@@ -52,6 +52,10 @@ FAMILIES += (quantized,)
 from . import quantized_pack
 
 FAMILIES += (quantized_pack,)
+# the collectives over MPI: all_reduce and its planned start/wait pair (lowering/collective.py)
+from . import collective
+
+FAMILIES += (collective,)
 
 
 def implement_all(table) -> None:

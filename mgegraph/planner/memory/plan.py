@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...ir.errors import GraphError
+from ...ops.collective import EARLY_OPS, LATE_OPS
 from . import arena
 from .arena_check import aligned
 from .inplace import choose_overwrites
 from .liveness import analyze, is_arena_buffer
-from .schedule import memory_aware_order
+from .schedule import collectives_placed, dependencies, memory_aware_order
 
 SCHEDULES = ("memory", "user")
 
@@ -152,6 +153,10 @@ def schedule(slots, instructions, options: MemoryOptions, after=()) -> Scheduled
         order = memory_aware_order(slots, instructions, after)
         if order != orders["user"]:
             orders["memory"] = order
+    if any(ins.op in EARLY_OPS | LATE_OPS for ins in instructions):
+        before = dependencies(slots, instructions, after)
+        orders = {name: collectives_placed(order, instructions, before)
+                  for name, order in orders.items()}
     candidates = {}
     for name, order in orders.items():
         ordered = [instructions[i] for i in order]

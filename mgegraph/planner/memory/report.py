@@ -45,6 +45,8 @@ def _producers(plan) -> dict[int, tuple[str, str]]:
         category = get_op(ins.op).category
         for s in ins.outputs:
             made.setdefault(s, (ins.op, category))
+            if plan.slots[s].alias is not None:  # kernels write views only into a bucket
+                made.setdefault(plan.slots[s].alias, ("gradient bucket", "collective"))
         if ins.workspace is not None:
             made[ins.workspace] = (f"workspace of {ins.op}", "workspace")
     return made
@@ -119,7 +121,24 @@ def memory_summary(plan) -> dict:
                  "bytes": live, "live": [b["slot"] for b in there]},
         "buffers": buffers,
         "remat": _remat_line(plan),
+        "buckets": _buckets(plan),
     }
+
+
+def _buckets(plan) -> list[dict]:
+    """Each gradient bucket (planner/memory/buckets.py): its slot, values, bytes, and the
+    steps its all-reduce is sent (the start) and awaited (the wait)."""
+    found: dict[int, dict] = {}
+    for step, ins in enumerate(plan.instructions):
+        if ins.op not in ("all_reduce_start", "all_reduce_wait"):
+            continue
+        values = ins.inputs if ins.op == "all_reduce_start" else ins.outputs
+        root = plan.slots[values[0]].alias
+        entry = found.setdefault(dict(ins.attrs)["bucket"], {
+            "bucket": dict(ins.attrs)["bucket"], "slot": root, "values": len(values),
+            "bytes": plan.slots[root].nbytes, "group": dict(ins.attrs)["group"]})
+        entry["sent" if ins.op == "all_reduce_start" else "awaited"] = step
+    return sorted(found.values(), key=lambda b: b["sent"])
 
 
 def _remat_line(plan) -> dict | None:
@@ -197,6 +216,12 @@ def _text(s: dict, top: int) -> list[str]:
     lines += [row(_cells(by_slot[slot])) for slot in peak["live"][:top]]
     if len(peak["live"]) > top:
         lines.append(f"  ... and {len(peak['live']) - top} more")
+    if s["buckets"]:
+        lines.append(f"gradient buckets ({len(s['buckets'])}): all-reduced in place, live "
+                     "until their wait")
+        lines += [f"  bucket{b['bucket']} s{b['slot']}: {b['values']} values, "
+                  f"{human(b['bytes'])}, group [{b['group']}], sent at step {b['sent']}, "
+                  f"awaited at step {b['awaited']}" for b in s["buckets"]]
     return lines
 
 

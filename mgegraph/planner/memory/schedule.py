@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 
 from ...ir.errors import GraphError
+from ...ops.collective import EARLY_OPS, LATE_OPS
 from .liveness import is_arena_buffer, root_of
 
 _INITIAL_VALUE_ROLES = frozenset({"input", "param", "const"})
@@ -43,8 +44,8 @@ def dependencies(slots, instructions, after=()) -> list[set[int]]:
                     continue
                 if slots[r].role in _INITIAL_VALUE_ROLES:
                     before[w].add(j)
-                else:
-                    before[j].add(w)
+                elif w < j:  # a temporary's value is the one written before the read (a
+                    before[j].add(w)  # collective's wait writes its bucket again, later)
     for i, j in after:
         before[j].add(i)
     return before
@@ -105,4 +106,33 @@ def memory_aware_order(slots, instructions, after=()) -> list[int]:
     if len(order) != len(instructions):
         raise GraphError("the plan's instructions have a dependency cycle: an update reads "
                          "a value computed from its own result")
+    return order
+
+
+def collectives_placed(order: list[int], instructions, before) -> list[int]:
+    """``order`` rearranged so that collectives overlap computation (ops/collective.py's
+    ``EARLY_OPS``, ``LATE_OPS``): what depends on a wait (the update reading a reduced
+    gradient) runs after everything that does not (the rest of the backward pass), each start
+    just after the last instruction it depends on, each wait just before the first that
+    depends on it. A bucket then travels while everything between its last gradient and the
+    end of the backward pass runs. Still a topological order: the part before the waits needs
+    nothing after it."""
+    after = [[] for _ in instructions]
+    for j, b in enumerate(before):
+        for i in b:
+            after[i].append(j)
+    waits = {i for i, ins in enumerate(instructions) if ins.op in LATE_OPS}
+    behind = set(waits)  # the waits and whatever depends on one
+    for i in order:
+        if before[i] & behind:
+            behind.add(i)
+    order = [i for i in order if i not in behind] + [i for i in order if i in behind]
+    for moving, early in ((EARLY_OPS, True), (LATE_OPS, False)):
+        for i in [i for i in order if instructions[i].op in moving]:
+            order.remove(i)
+            position = {k: p for p, k in enumerate(order)}
+            if early:
+                order.insert(max((position[k] + 1 for k in before[i]), default=0), i)
+            else:
+                order.insert(min((position[k] for k in after[i]), default=len(order)), i)
     return order

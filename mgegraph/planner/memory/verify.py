@@ -144,13 +144,23 @@ def _may_overwrite(plan, ins, out, victim) -> bool:
                for s in allowed)
 
 
+def _rewrites_input(ins, s) -> bool:
+    """Whether ``ins`` writes ``s`` as the very input it reads (a collective's wait: MPI
+    reduced those bytes in place, ``OpDef.in_place_from``)."""
+    first = get_op(ins.op).in_place_from
+    return first is not None and s in ins.inputs[first:]
+
+
 def _check_write(plan, shadows, last, step, s) -> None:
     ins, slot = plan.instructions[step], plan.slots[s]
     region, lo, hi = _place(plan, slot)
     shadow = shadows.setdefault(region, _Shadow())
+    if _rewrites_input(ins, s):
+        shadow.write(lo, hi, (_root(slot), step))
+        return
     for k in shadow.overlapping(lo, hi):
         victim, written = shadow.value[k]
-        if victim == s and written != _INITIAL:
+        if victim == _root(slot) and written != _INITIAL and slot.alias is None:
             raise PlanError(f"step {step} ({ins.op}) writes s{s} a second time")
         needed = last.get(victim, -1)
         if needed > step:
@@ -160,7 +170,9 @@ def _check_write(plan, shadows, last, step, s) -> None:
         if needed == step and not _may_overwrite(plan, ins, s, victim):
             raise PlanError(f"step {step} ({ins.op}) writes s{s} over s{victim} while reading "
                             f"it, and {ins.op} may not run in place that way")
-    shadow.write(lo, hi, (s, step))
+    # a kernel writes a view only inside a bucket (planner/memory/buckets.py): the value is
+    # its root's, which every read through the bucket's views names
+    shadow.write(lo, hi, (_root(slot), step))
 
 
 def verify_plan(plan) -> None:

@@ -13,6 +13,7 @@ from ...ir.errors import GraphError
 from ...ir.graph import Graph, Var
 from .accumulate import accumulate
 from .bnfold import bnfold
+from .bucket_grads import bucket_grads
 from .cse import cse
 from .dce import dce
 from .epilogue import epilogue
@@ -38,6 +39,10 @@ PASSES: list[tuple[str, Callable[[Graph, list[Var]], PassResult], str]] = [
                            "on the folded constants"),
     ("bnfold", bnfold, "inference batch norm after a conv becomes the conv's weight and bias, "
                        "before epilogue fusion looks at what follows the conv"),
+    ("bucket_grads", bucket_grads, "gradients' all-reduces in buckets started as soon as each "
+                                   "is written: after fold and simplify, which could make a "
+                                   "gradient a constant or a view, before epilogue, accumulate "
+                                   "or fuse could merge a gradient's node with a reader"),
     ("epilogue", epilogue, "bias add and relu after linear/conv2d run inside the GEMM "
                            "kernel, before elementwise fusion could claim them"),
     ("prepack", prepack, "a conv2d of weights alone reads them in its kernel's layout, packed "

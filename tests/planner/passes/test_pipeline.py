@@ -42,7 +42,7 @@ def small_graph():
 
 def test_level_one_runs_every_pass_in_order():
     assert [name for name, _, _ in PASSES] == ["dce", "cse", "fold_qdq", "fold", "simplify",
-                                               "bnfold",
+                                               "bnfold", "bucket_grads",
                                                "epilogue", "prepack", "accumulate", "fuse",
                                                "dce_final"]
     assert LEVELS[0] == [] and LEVELS[2] == [name for name, _, _ in PASSES]
@@ -80,7 +80,8 @@ def test_level_zero_and_pass_lists():
 def test_unknown_names_and_levels_list_what_exists():
     g, y = small_graph()
     with pytest.raises(ValueError, match="available: dce, cse, fold_qdq, fold, simplify, bnfold, "
-                                         "epilogue, prepack, accumulate, fuse, dce_final"):
+                                         "bucket_grads, epilogue, prepack, accumulate, fuse, "
+                                         "dce_final"):
         optimize(g, [y], ["dce", "fusion"])
     with pytest.raises(ValueError, match=r"levels: \[0, 1, 2\]"):
         optimize(g, [y], 3)
@@ -91,7 +92,7 @@ def test_dump_sees_the_graph_after_each_pass():
     seen = []
     optimize(g, [y], dump=lambda name, graph: seen.append((name, len(graph.nodes))))
     assert seen == [("dce", 15), ("cse", 13), ("fold_qdq", 13), ("fold", 13), ("simplify", 10),
-                    ("bnfold", 10), ("epilogue", 10), ("accumulate", 10), ("fuse", 7), ("dce_final", 3)]
+                    ("bnfold", 10), ("bucket_grads", 10), ("epilogue", 10), ("accumulate", 10), ("fuse", 7), ("dce_final", 3)]
 
 
 def _wrong_type_pass(graph, outputs):

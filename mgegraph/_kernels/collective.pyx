@@ -1,0 +1,141 @@
+# The collectives of a plan (mgegraph/ops/collective.py): all_reduce, all_reduce_start and
+# all_reduce_wait, over MPI, from the executor's C loop without the GIL.
+#
+# Parameter layout: the ints are the Collective struct below (COLLECTIVE_FIELDS, packed by name
+# by mgegraph/_kernels/lowering/collective.py); floats[0] is the scale. Buffers:
+#   all_reduce:        x, y                         (y = scale * sum over the ranks of x)
+#   all_reduce_start:  g1..gk, request              (g1 is the bucket's first byte)
+#   all_reduce_wait:   request, g1..gk, g1..gk      (the outputs are the inputs' own bytes)
+#
+# Design: this module links no MPI. The plan's lowering finds, in the MPI library mpi4py has
+# loaded, the addresses of MPI_Iallreduce and MPI_Test and the handles of the group's
+# communicator, the datatype and MPI_SUM (mgegraph.communicator.mpi_abi), and writes them into
+# the parameter block as integers; the kernels call through them. That needs the MPI's binary
+# interface to be known here: MPICH's (the mpich wheel, and Intel MPI, MVAPICH: libmpi.so.12),
+# whose handles are C ints, MPI_IN_PLACE is (void*)-1 and MPI_STATUS_IGNORE (MPI_Status*)1;
+# another MPI is refused when the plan is lowered, naming it. The start reduces the bucket in
+# place (MPI_IN_PLACE: no copy) and leaves the request in its output; the wait polls MPI_Test,
+# sleeping up to a millisecond between tests (a waiting rank must not take the core another
+# rank needs), until the communicator's timeout, then returns KERNEL_TIMED_OUT, which the run
+# raises as a CollectiveTimeout; MPI's progress happens inside the tests. The sum is MPI's, in
+# the order its algorithm picks for the group's size (the same on every rank); the scale (1/N
+# for a mean) is one multiplication per element afterwards.
+
+from libc.stdint cimport int64_t
+from libc.string cimport memcpy
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, nanosleep, timespec
+
+from .abi cimport (Call, KERNEL_COLLECTIVE_FAILED, KERNEL_OK, KERNEL_TIMED_OUT,
+                   kernel_address)
+from .params cimport fields_of
+
+ctypedef int (*iallreduce_fn)(const void* send, void* recv, int count, int datatype, int op,
+                              int comm, int* request) noexcept nogil
+ctypedef int (*test_fn)(int* request, int* flag, void* status) noexcept nogil
+
+ctypedef struct Collective:
+    Py_ssize_t iallreduce, test   # addresses of MPI_Iallreduce and MPI_Test
+    Py_ssize_t comm, datatype, op  # MPICH handles (C ints)
+    Py_ssize_t count              # elements reduced (a bucket's padding included)
+    Py_ssize_t timeout_ns         # how long a wait waits for the other ranks
+    Py_ssize_t itemsize           # bytes per element: 4 or 8
+    Py_ssize_t is_float           # floating-point elements (the scale applies; integers: 1)
+    Py_ssize_t members            # the values of a bucket (its start's and wait's inputs)
+
+cdef Collective _c
+COLLECTIVE_FIELDS = fields_of(_c, sizeof(Collective))
+
+cdef void* MPI_IN_PLACE = <void*><Py_ssize_t>-1
+cdef void* MPI_STATUS_IGNORE = <void*><Py_ssize_t>1
+
+
+cdef inline int64_t _now_ns() noexcept nogil:
+    cdef timespec t
+    clock_gettime(CLOCK_MONOTONIC, &t)
+    return <int64_t>t.tv_sec * 1000000000 + t.tv_nsec
+
+
+cdef int _wait(const Collective* s, int* request) noexcept nogil:
+    cdef int flag = 0
+    cdef int64_t deadline = _now_ns() + s.timeout_ns, delay = 0
+    cdef timespec pause
+    while True:
+        if (<test_fn>s.test)(request, &flag, MPI_STATUS_IGNORE) != 0:
+            return KERNEL_COLLECTIVE_FAILED
+        if flag:
+            return KERNEL_OK
+        if _now_ns() > deadline:
+            return KERNEL_TIMED_OUT
+        pause.tv_sec, pause.tv_nsec = 0, delay
+        nanosleep(&pause, NULL)
+        delay = min(2 * delay + 10000, 1000000)
+
+
+cdef void _scale(const Call* c, char* data) noexcept nogil:
+    cdef const Collective* s = <const Collective*>c.ints
+    cdef double k = c.floats[0]
+    cdef Py_ssize_t i
+    if not s.is_float or k == 1.0:
+        return
+    if s.itemsize == 8:
+        for i in range(s.count):
+            (<double*>data)[i] *= k
+    else:
+        for i in range(s.count):
+            (<float*>data)[i] = <float>((<float*>data)[i] * <float>k)
+
+
+cdef int _start(const Collective* s, const void* send, void* recv, int* request) noexcept nogil:
+    if (<iallreduce_fn>s.iallreduce)(send, recv, <int>s.count, <int>s.datatype, <int>s.op,
+                                     <int>s.comm, request) != 0:
+        return KERNEL_COLLECTIVE_FAILED
+    return KERNEL_OK
+
+
+cdef int all_reduce(const Call* c) noexcept nogil:
+    cdef const Collective* s = <const Collective*>c.ints
+    cdef int request = 0
+    cdef int status
+    if s.iallreduce == 0:  # a group of one process: the sum is the value
+        memcpy(c.bufs[1], c.bufs[0], s.count * s.itemsize)
+        _scale(c, c.bufs[1])
+        return KERNEL_OK
+    status = _start(s, c.bufs[0], c.bufs[1], &request)
+    if status == KERNEL_OK:
+        status = _wait(s, &request)
+    if status == KERNEL_OK:
+        _scale(c, c.bufs[1])
+    return status
+
+
+cdef int all_reduce_start(const Call* c) noexcept nogil:
+    cdef const Collective* s = <const Collective*>c.ints
+    cdef int64_t* token = <int64_t*>c.bufs[s.members]
+    cdef int request = 0
+    cdef int status = KERNEL_OK
+    if s.iallreduce != 0:  # (a group of one process has nothing to send)
+        status = _start(s, MPI_IN_PLACE, c.bufs[0], &request)
+    token[0] = request
+    return status
+
+
+cdef int all_reduce_wait(const Call* c) noexcept nogil:
+    cdef const Collective* s = <const Collective*>c.ints
+    cdef int64_t* token = <int64_t*>c.bufs[0]
+    cdef int request = <int>token[0]
+    cdef int status = KERNEL_OK
+    if s.iallreduce != 0:
+        status = _wait(s, &request)
+        token[0] = request
+    if status == KERNEL_OK:
+        _scale(c, c.bufs[1])
+    return status
+
+
+# one body per op whatever the dtype (the parameter block says it): a name per dtype, as the
+# backend's table names kernels
+KERNELS = {f"{op}_{suffix}": address
+           for op, address in (("all_reduce", kernel_address(all_reduce)),
+                               ("all_reduce_start", kernel_address(all_reduce_start)),
+                               ("all_reduce_wait", kernel_address(all_reduce_wait)))
+           for suffix in ("f32", "f64", "i32", "i64")}

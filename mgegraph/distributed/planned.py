@@ -1,0 +1,53 @@
+"""The gradient all-reduce of a compiled training step: ``compile_train_step(...,
+all_reduce=dist.AllReduce(bucket_mb=10, mean=True))``.
+
+>>> step = mg.compile_train_step(model, F.cross_entropy, opt, (x, y),
+...                              all_reduce=dist.AllReduce(bucket_mb=4))
+
+Design: the step's graph marks each gradient with the ``all_reduce`` op (ops/collective.py);
+the planner's ``bucket_grads`` pass packs the marks into buckets of ``bucket_mb`` and
+overlaps each bucket's reduction with the rest of the backward pass, inside the plan (the
+eager ``make_allreduce_cb`` is the GradManager's way). Every rank compiles the same plan, so
+the ranks call the same collectives in the same order; that holds only if they train the same
+model on batches of the same shapes, which the first step checks (``check``), naming both
+ranks, before any bucket is sent.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..communicator import DistributedError
+from ..ops.collective import all_reduce
+from .group import WORLD, Group, _require
+from .helper import BUCKET_BYTES, _check_same
+
+
+@dataclass(frozen=True)
+class AllReduce:
+    """How a compiled step reduces its gradients over ``group``: their mean (``mean=True``,
+    as DDP and MegEngine's ``make_allreduce_cb("mean")``) or sum, in buckets of at most
+    ``bucket_mb`` MiB per dtype (0: each gradient alone, a blocking call per gradient)."""
+
+    bucket_mb: float = BUCKET_BYTES / 2**20
+    mean: bool = True
+    group: Group = field(default=WORLD)
+
+    def __post_init__(self):
+        if not (isinstance(self.bucket_mb, (int, float)) and self.bucket_mb >= 0):
+            raise DistributedError(f"AllReduce: bucket_mb must be a number >= 0, got "
+                                   f"{self.bucket_mb!r}")
+
+    def reduced(self, grads: dict) -> dict:
+        """``grads`` (key -> gradient Var) each marked to be all-reduced in the plan."""
+        _require("compile_train_step(all_reduce=...)")
+        group = self.group
+        scale = 1.0 / group.size if self.mean else 1.0
+        size = int(self.bucket_mb * 2**20)
+        return {key: all_reduce(g, group=group.key, scale=scale, bucket_bytes=size)
+                for key, g in grads.items()}
+
+    def check(self, signature: list) -> None:
+        """Refuse ranks whose steps differ (``signature``: (shape, dtype) of every batch input
+        and gradient, in order), naming both ranks; run before the first step."""
+        _check_same(self.group.comm, signature, "compile_train_step(all_reduce=...)",
+                    "batch inputs and gradients")
