@@ -41,7 +41,7 @@ extern const mgr_kernel mgr_kernels[];
 extern const size_t mgr_n_kernels;
 
 enum { MGR_KERNEL_OK = 0, MGR_KERNEL_INDEX_OUT_OF_RANGE = 1, MGR_KERNEL_BAD_VALUE = 2,
-       MGR_KERNEL_UNSUPPORTED = 3 };
+       MGR_KERNEL_UNSUPPORTED = 3, MGR_KERNEL_OUT_OF_MEMORY = 6 /* its scratch memory */ };
 
 /* a + b * c without overflow into *out (all non-negative); 0 when it would overflow */
 static inline int mgr_muladd(int64_t a, int64_t b, int64_t c, int64_t* out) {

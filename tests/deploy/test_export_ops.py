@@ -1,0 +1,172 @@
+"""The C runtime's kernels op by op against the Python executor: every elementwise op of the
+table (fused and unfused, float32 and float64, on the values where implementations part ways),
+the poolings, grouped and depthwise convolutions, and ResNet-18's plan."""
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mgegraph as mg
+import mgegraph.functional as F
+from mgegraph.deploy import ExportError, export_c
+from mgegraph.ops import elementwise_table as TABLE
+from mgegraph.ops.fused import FUSABLE_OPS
+
+from .cbuild import cc, make, model_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from models import mobilenet_v2, resnet18  # noqa: E402  the benchmarks' models
+
+# unary ops' parameters where they have no default (as tests/ops/test_elementwise_paths.py)
+PARAMS = {"leaky_relu": {"negative_slope": 0.1}, "clip": {"lower": -1.5, "upper": 2.5},
+          "hardsigmoid": {"alpha": 0.2, "beta": 0.5}, "celu": {"alpha": 0.7},
+          "shrink": {"lambd": 1.5, "bias": 0.25}}
+FLOAT_UNARY = [op.name for op in TABLE.OPS if op.kind == "unary" and np.float32 in op.dtypes]
+FLOAT_BINARY = [op.name for op in TABLE.OPS if op.kind == "binary" and np.float32 in op.dtypes]
+
+
+def special_values(dtype) -> np.ndarray:
+    """Where exp clamps and flushes, tanh and erf change formula, the clamps bite; signed zeros,
+    infinities, NaN, the smallest subnormal, the largest float; and a spread of ordinary ones."""
+    info = np.finfo(dtype)
+    values = [0.0, np.inf, np.nan, info.smallest_subnormal, info.tiny, info.max, 1.0,
+              88.72283935546875, 89.0, -87.3, -104.0, 709.78, 710.0, -745.0,
+              7.90531110763549805, 0.3, 0.0004, 0.5, 1.5, 2.5, 3.0, 6.0, 1e-30, 20.0]
+    values += list(np.random.default_rng(0).uniform(-4, 4, 24))
+    with np.errstate(over="ignore"):
+        return np.array(values + [-v for v in values], dtype)
+
+
+def same_bits(got, want) -> bool:
+    """Equal as floats, NaN where NaN (any payload), zeros of the same sign."""
+    if got.dtype != want.dtype or got.shape != want.shape:
+        return False
+    if not np.array_equal(got, want, equal_nan=True):
+        return False
+    number = ~np.isnan(want)
+    return np.array_equal(np.signbit(got[number]), np.signbit(want[number]))
+
+
+def node(g, name, inputs):
+    (out,) = g.add_node(name, tuple(inputs), PARAMS.get(name, {})).outputs
+    return out
+
+
+def run_both(tmp_path, plan, feeds):
+    """(the Python plan's outputs, the exported C runtime's)."""
+    exported = export_c(plan, tmp_path / "out")
+    make(exported.directory)
+    done, got = model_run(exported.directory, feeds, exported.input_names)
+    assert done.returncode == 0, done.stderr
+    with np.errstate(all="ignore"):
+        return plan.run(feeds), got
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_every_unary_table_op_is_bitwise(tmp_path, dtype, fused):
+    cc()
+    x = special_values(dtype)
+    g = mg.Graph()
+    xv = g.input("x", x.shape, x.dtype)
+    names = [n for n in FLOAT_UNARY if n in FUSABLE_OPS or not fused]
+    # fused: the op and a negation reading it (exact) make a group; unfused: the op alone
+    outs = [node(g, "neg", [node(g, n, [xv])]) if fused else node(g, n, [xv]) for n in names]
+    plan = mg.compile(outs, optimize=["fuse"] if fused else 0)
+    kernels = {i.kernel.split("_")[0] for i in plan.instructions}
+    assert kernels == ({"fused"} if fused else {"unary"}), kernels
+    want, got = run_both(tmp_path, plan, {"x": x})
+    for name, w, c in zip(names, want, got):
+        assert same_bits(c, w), name
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_every_binary_table_op_is_bitwise(tmp_path, dtype, fused):
+    cc()
+    v = special_values(dtype)[::3]
+    x, y = (np.ascontiguousarray(a) for a in np.array(list(itertools.product(v, v)), dtype).T)
+    g = mg.Graph()
+    xv, yv = g.input("x", x.shape, x.dtype), g.input("y", y.shape, y.dtype)
+    names = [n for n in FLOAT_BINARY if n in FUSABLE_OPS or not fused]
+    outs = [node(g, "neg", [node(g, n, [xv, yv])]) if fused else node(g, n, [xv, yv])
+            for n in names]
+    plan = mg.compile(outs, optimize=["fuse"] if fused else 0)
+    want, got = run_both(tmp_path, plan, {"x": x, "y": y})
+    for name, w, c in zip(names, want, got):
+        assert same_bits(c, w), name
+
+
+def test_a_broadcast_add_unfused_is_bitwise(tmp_path):
+    cc()
+    rng = np.random.default_rng(1)
+    g = mg.Graph()
+    a, b = g.input("a", (2, 3, 4), "float32"), g.input("b", (3, 1), "float32")
+    plan = mg.compile([a + b, a * b], optimize=0)
+    feeds = {"a": rng.standard_normal((2, 3, 4), dtype=np.float32),
+             "b": rng.standard_normal((3, 1), dtype=np.float32)}
+    want, got = run_both(tmp_path, plan, feeds)
+    for w, c in zip(want, got):
+        assert same_bits(c, w)
+
+
+@pytest.mark.parametrize("pool", [
+    lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, mode="average"),
+    lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, mode="average_count_exclude_padding"),
+    lambda x: F.avg_pool2d(x, 2),
+    lambda x: F.adaptive_avg_pool2d(x, (3, 2)),
+    lambda x: F.adaptive_max_pool2d(x, (4, 3)),
+    lambda x: F.adaptive_avg_pool2d(x, 1),
+], ids=["avg-include", "avg-exclude", "avg-2x2", "adaptive-avg", "adaptive-max", "global"])
+def test_poolings_are_bitwise(tmp_path, pool):
+    cc()
+    g = mg.Graph()
+    x = g.input("x", (2, 3, 9, 7), "float32")
+    plan = mg.compile([pool(x)])
+    assert {i.kernel for i in plan.instructions} == {"pool2d_f32"}
+    feeds = {"x": np.random.default_rng(2).standard_normal((2, 3, 9, 7), dtype=np.float32)}
+    feeds["x"][0, 1, 4, 4] = np.nan
+    (want,), (got,) = run_both(tmp_path, plan, feeds)
+    assert same_bits(got, want)
+
+
+@pytest.mark.parametrize("groups, cout", [(3, 6), (6, 6), (2, 4)],
+                         ids=["grouped", "depthwise", "two-groups"])
+def test_grouped_and_depthwise_convolutions_match(tmp_path, groups, cout):
+    cc()
+    rng = np.random.default_rng(groups)
+    g = mg.Graph()
+    x = g.input("x", (2, 6, 9, 8), "float32")
+    w = g.param("w", rng.standard_normal((cout, 6 // groups, 3, 3), dtype=np.float32))
+    b = g.param("b", rng.standard_normal(cout, dtype=np.float32))
+    plan = mg.compile([F.relu(F.conv2d(x, w, b, stride=(1, 2), padding=1, groups=groups))])
+    feeds = {"x": rng.standard_normal((2, 6, 9, 8), dtype=np.float32)}
+    (want,), (got,) = run_both(tmp_path, plan, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_transposed_convolution_is_refused_by_name(tmp_path):
+    g = mg.Graph()
+    x = g.input("x", (1, 4, 5, 5), "float32")
+    w = g.param("w", np.ones((4, 2, 3, 3), np.float32))
+    with pytest.raises(ExportError, match=r"lacks conv2d_backward_data_f32 \(op conv2d_backward"):
+        export_c(mg.compile([F.conv_transpose2d(x, w)]), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("make_model, size", [(resnet18, 224), (mobilenet_v2, 96)],
+                         ids=["resnet18-224", "mobilenet_v2-96"])
+def test_a_whole_network_matches_the_python_plan(tmp_path, make_model, size):
+    # float32 at batch 1; the Python plan's convolutions run Winograd, the BLAS and the
+    # depthwise planes where the C loops sum in the tiles' order: float32 rounding apart
+    cc()
+    mg.nn.init.manual_seed(0)
+    model = make_model().eval()
+    x = np.random.default_rng(7).standard_normal((1, 3, size, size), dtype=np.float32)
+    predictor = mg.compile_module(model, [x])
+    (want,), (got,) = run_both(tmp_path, predictor.plan, {"input0": x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
