@@ -39,8 +39,8 @@ MAKEFILE = """\
 # Build the exported model's runtime: `make` (or `make CC=aarch64-linux-gnu-gcc` for 64-bit ARM).
 CC ?= cc
 CFLAGS ?= -O3
-MGR_FLAGS = -std=gnu11 -ffp-contract=off -fno-math-errno -I. -Ikernels
-SOURCES = mgr_runtime.c model_kernels.c {kernels}
+MGR_FLAGS = -std=gnu11 -ffp-contract=off -fno-math-errno -pthread -I. -Ikernels
+SOURCES = mgr_runtime.c mgr_threads.c model_kernels.c {kernels}
 OBJECTS = $(SOURCES:.c=.o)
 
 model_run: model_run.o libmgr_model.a

@@ -11,7 +11,7 @@ from pathlib import Path
 
 CSRC = Path(__file__).parent / "csrc"
 SHARED = Path(__file__).parent.parent / "_kernels"  # headers the .pyx kernels include too
-RUNTIME = ("mgr_runtime.h", "mgr_runtime.c", "mgr_kernel.h")
+RUNTIME = ("mgr_runtime.h", "mgr_runtime.c", "mgr_threads.c", "mgr_kernel.h")
 MODEL_RUN = "model_run.c"
 
 # the package's headers the GEMM (gemm_fma.h) runs on: its gather tiles and what they include

@@ -2,7 +2,7 @@
 each kernel contributes (the code and data of the symbols each object file defines, from
 ``nm --size-sort``), as docs/c_runtime.md's table reports them.
 
-    python -m mgegraph.deploy.sizes OUT [--cc aarch64-linux-gnu-gcc] [--cflags "-Os"]
+    python -m mgegraph.deploy.sizes OUT [--cc aarch64-linux-gnu-gcc] [--cflags=-Os]
 
 The library is what an application links: the runtime, the kernel table and the kernels, without
 ``model_run`` and without the weights (the blob).
@@ -20,7 +20,7 @@ from .errors import ExportError
 from .kernels import CONTRACTED
 
 # same as the Makefile's: the loops round each step as the fused kernels do
-BASE_FLAGS = ("-std=gnu11", "-ffp-contract=off", "-fno-math-errno", "-fPIC")
+BASE_FLAGS = ("-std=gnu11", "-ffp-contract=off", "-fno-math-errno", "-pthread", "-fPIC")
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def measure(directory, compiler: str = "cc", cflags: str = "-O3") -> Sizes:
     """Build the export in ``directory`` as a stripped shared library with ``compiler`` and
     ``cflags``, in a folder of its own (the export is left as it was)."""
     directory = Path(directory)
-    sources = ["mgr_runtime.c", "model_kernels.c",
+    sources = ["mgr_runtime.c", "mgr_threads.c", "model_kernels.c",
                *sorted(str(p.relative_to(directory)) for p in directory.glob("kernels/*.c"))]
     nm, strip = _tool(compiler, "nm"), _tool(compiler, "strip")
     with tempfile.TemporaryDirectory(prefix="mgr-sizes-") as tmp:
@@ -82,7 +82,7 @@ def measure(directory, compiler: str = "cc", cflags: str = "-O3") -> Sizes:
         library = Path(tmp) / "libmgr_model.so"
         # 4 KiB pages: aarch64's linker would pad the segments to 64 KiB
         _run([compiler, *cflags.split(), "-shared", "-Wl,-z,max-page-size=4096", "-o",
-              str(library), *map(str, objects), "-lm"], directory)
+              str(library), *map(str, objects), "-lm", "-pthread"], directory)
         _run([strip, "--strip-all", str(library)], directory)
         size = library.stat().st_size
     return Sizes(size, tuple(sorted(parts, key=lambda p: -p[1])))

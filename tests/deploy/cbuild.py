@@ -49,12 +49,12 @@ def model_run(directory: Path, feeds: dict, names, runner=(), env=None, options=
 
 def build_fuzzer(directory: Path) -> Path:
     """blob_fuzz.c linked with the export's runtime and kernels under ASan and UBSan."""
-    sources = ["mgr_runtime.c", "model_kernels.c",
+    sources = ["mgr_runtime.c", "mgr_threads.c", "model_kernels.c",
                *(str(p.relative_to(directory)) for p in sorted(directory.glob("kernels/*.c")))]
     target = directory / "blob_fuzz"
     subprocess.run([cc(), *SANITIZE.split(), "-std=gnu11", "-ffp-contract=off", "-I", ".",
                     "-I", "kernels", "-o", str(target), str(HERE / "blob_fuzz.c"), *sources,
-                    "-lm"], check=True, cwd=directory, capture_output=True, timeout=300)
+                    "-lm", "-pthread"], check=True, cwd=directory, capture_output=True, timeout=300)
     return target
 
 

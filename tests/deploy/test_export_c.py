@@ -297,7 +297,7 @@ def test_corrupt_blobs_are_refused_under_the_sanitizers(tmp_path):
 def small_model():
     """Every kind of record and kernel in a few hundred bytes of arrays: fed and weight GEMM
     operands, a view, a broadcast fused loop with constants, softmax, a convolution, a max
-    pooling."""
+    pooling, a depthwise convolution, an average and an adaptive pooling."""
     g = mg.Graph()
     x = g.input("x", shape=(3, 5), dtype="float32")
     w = g.input("w", shape=(5, 6), dtype="float32")
@@ -307,7 +307,12 @@ def small_model():
     kernel = g.param("kernel", np.linspace(-1, 1, 3 * 2 * 3 * 3, dtype=np.float32)
                      .reshape(3, 2, 3, 3))
     pooled = F.max_pool2d(F.relu(F.conv2d(image, kernel, padding=1)), 2)
-    plan = mg.compile([F.softmax(F.matmul(h, w, transpose_b=True), axis=0), pooled])
+    depthwise = g.param("depthwise", np.linspace(-1, 1, 2 * 3 * 3, dtype=np.float32)
+                        .reshape(2, 1, 3, 3))
+    grouped = F.conv2d(image, depthwise, groups=2)
+    averages = [F.avg_pool2d(grouped, 2, padding=1, mode="average"),
+                F.adaptive_avg_pool2d(grouped, (2, 3))]
+    plan = mg.compile([F.softmax(F.matmul(h, w, transpose_b=True), axis=0), pooled, *averages])
     assert {"conv2d_f32", "pool2d_f32", "matmul_f32"} <= {i.kernel for i in plan.instructions}
     return plan
 

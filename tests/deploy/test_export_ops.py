@@ -4,6 +4,7 @@ the poolings, grouped and depthwise convolutions, and ResNet-18's plan."""
 from __future__ import annotations
 
 import itertools
+import struct
 import sys
 from pathlib import Path
 
@@ -13,10 +14,12 @@ import pytest
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph.deploy import ExportError, export_c
+from mgegraph.deploy.sizes import main as sizes_main
+from mgegraph.deploy.sizes import measure
 from mgegraph.ops import elementwise_table as TABLE
 from mgegraph.ops.fused import FUSABLE_OPS
 
-from .cbuild import cc, make, model_run
+from .cbuild import SANITIZE, cc, make, model_run, sanitizer_env
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from models import mobilenet_v2, resnet18  # noqa: E402  the benchmarks' models
@@ -170,3 +173,106 @@ def test_a_whole_network_matches_the_python_plan(tmp_path, make_model, size):
     predictor = mg.compile_module(model, [x])
     (want,), (got,) = run_both(tmp_path, predictor.plan, {"input0": x})
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+# -- the new parameter blocks: refused when corrupt, never run ------------------------------
+def _calls(blob: bytes):
+    """(kernel name, offset of its first int in the blob) of every instruction."""
+    field = lambda i: struct.unpack_from("<q", blob, 8 * i)[0]  # noqa: E731
+    names = [blob[field(5) + 32 * k:field(5) + 32 * (k + 1)].rstrip(b"\0").decode()
+             for k in range(field(4))]
+    calls = []
+    for i in range(field(8)):
+        kernel, _, _, ints_at = struct.unpack_from("<4q", blob, field(9) + 64 * i)
+        calls.append((names[kernel], field(13) + 8 * ints_at))
+    return calls
+
+
+def _patched(blob: bytes, at: int, value: int) -> bytes:
+    out = bytearray(blob)
+    struct.pack_into("<q", out, at, value)
+    return bytes(out)
+
+
+def test_corrupt_pool_and_grouped_conv_blocks_are_refused_under_the_sanitizers(tmp_path):
+    cc()
+    g = mg.Graph()
+    x = g.input("x", (1, 4, 6, 6), "float32")
+    w = g.param("w", np.ones((4, 2, 3, 3), np.float32))
+    y = F.conv2d(x, w, padding=1, groups=2)
+    plan = mg.compile([F.avg_pool2d(y, 2, mode="average"), F.adaptive_avg_pool2d(y, (2, 3))])
+    exported = export_c(plan, tmp_path / "out")
+    make(exported.directory, cflags=SANITIZE)
+    blob = (exported.directory / "model.mgr").read_bytes()
+    calls = _calls(blob)
+    pools = [at for name, at in calls if name == "pool2d_f32"]
+    conv = next(at for name, at in calls if name == "conv2d_f32")
+    mode, h, oh, sh = 0, 2, 4, 8  # kernel_abi/pool.py's FIELDS
+    cin, groups, packed = 1, 15, 22  # kernel_abi/conv.py's FIELDS
+    adaptive = next(at for at in pools if struct.unpack_from("<q", blob, at)[0] == 4)
+    cases = {
+        "pool mode": (_patched(blob, pools[0] + 8 * mode, 5), "a mode past"),
+        "pool stride": (_patched(blob, pools[0] + 8 * sh, 0), "positive strides"),
+        "adaptive size": (_patched(blob, adaptive + 8 * oh, 7), "adaptive windows"),
+        "adaptive huge": (_patched(blob, adaptive + 8 * h, 1 << 61), "reaches past"),
+        "groups": (_patched(blob, conv + 8 * groups, 3), "groups must divide"),
+        "no groups": (_patched(blob, conv + 8 * groups, 0), "groups must divide"),
+        "packed groups": (_patched(blob, conv + 8 * packed, 8), "packed weights of one group"),
+        "channels": (_patched(blob, conv + 8 * cin, 8), "reaches past"),
+    }
+    feeds = {"x": np.ones((1, 4, 6, 6), np.float32)}
+    for name, (bad, says) in cases.items():
+        (exported.directory / "model.mgr").write_bytes(bad)
+        done, _ = model_run(exported.directory, feeds, ["x"], env=sanitizer_env())
+        assert done.returncode == 1, (name, done.stderr)
+        assert says in done.stderr and "Sanitizer" not in done.stderr, (name, done.stderr)
+    (exported.directory / "model.mgr").write_bytes(blob)
+    done, got = model_run(exported.directory, feeds, ["x"], env=sanitizer_env())
+    assert done.returncode == 0, done.stderr
+    for w, c in zip(plan.run(feeds), got):
+        assert same_bits(c, w)
+
+
+def test_the_size_report_builds_a_stripped_library_and_names_each_part(tmp_path, capsys):
+    cc()
+    g = mg.Graph()
+    x = g.input("x", (1, 3, 12, 12), "float32")
+    w = g.param("w", np.ones((8, 3, 3, 3), np.float32))
+    fc = g.param("fc", np.ones((10, 8), np.float32))
+    y = F.linear(F.flatten(F.adaptive_avg_pool2d(F.relu(F.conv2d(x, w)), 1), 1), fc)
+    exported = export_c(mg.compile([y]), tmp_path / "out")
+    sizes = measure(exported.directory, cflags="-Os")
+    parts = dict(sizes.parts)
+    assert {"mgr_runtime.c", "mgr_threads.c", "model_kernels.c", "kernels/conv2d_f32.c",
+            "kernels/pool2d_f32.c", "kernels/linear_f32.c"} == parts.keys()
+    assert all(size > 0 for size in parts.values())
+    # the symbols' bytes are inside the library; the whole far under the 300 KB target
+    assert sum(parts.values()) < sizes.library < 300_000
+    assert sizes_main([str(exported.directory), "--cflags=-Os"]) == 0
+    assert f"| the library, stripped | {sizes.library:,} |" in capsys.readouterr().out
+    assert not (exported.directory / "libmgr_model.so").exists()  # built aside
+
+
+@pytest.mark.parametrize("sanitizer", ["", "-O1 -g -fsanitize=thread"], ids=["O2", "tsan"])
+def test_more_threads_give_the_same_bits(tmp_path, sanitizer):
+    # the convolutions split their output planes among the threads, the GEMM its row tiles
+    cc()
+    rng = np.random.default_rng(8)
+    g = mg.Graph()
+    x, a = g.input("x", (2, 5, 9, 9), "float32"), g.input("a", (37, 70), "float32")
+    w = g.param("w", rng.standard_normal((12, 5, 3, 3), dtype=np.float32))
+    dw = g.param("dw", rng.standard_normal((12, 1, 3, 3), dtype=np.float32))
+    fc = g.param("fc", rng.standard_normal((90, 70), dtype=np.float32))
+    y = F.conv2d(F.relu(F.conv2d(x, w, padding=1)), dw, stride=2, groups=12)
+    plan = mg.compile([y, F.linear(a, fc)])
+    exported = export_c(plan, tmp_path / "out")
+    make(exported.directory, cflags=sanitizer or "-O2")
+    feeds = {"x": rng.standard_normal((2, 5, 9, 9), dtype=np.float32),
+             "a": rng.standard_normal((37, 70), dtype=np.float32)}
+    runs = {}
+    for threads in (1, 3):
+        done, runs[threads] = model_run(exported.directory, feeds, exported.input_names,
+                                        options=["--threads", str(threads)])
+        assert done.returncode == 0 and "Sanitizer" not in done.stderr, done.stderr
+    for one, three in zip(runs[1], runs[3]):
+        assert one.tobytes() == three.tobytes()

@@ -17,6 +17,7 @@ enum { BATCH, CIN, H, W, COUT, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, GROUPS, H
        ACT, ISA, THREADS, TRANSPOSED, PACKED, FIELDS };
 
 #define MGR_CONV_BODY(STEP)                                                                   \
+    const mgr_call* call = ctx;                                                               \
     const int64_t* s = call->ints;                                                            \
     const float* x = (const float*)call->bufs[0];                                             \
     const float* w = (const float*)call->bufs[1];                                             \
@@ -24,8 +25,8 @@ enum { BATCH, CIN, H, W, COUT, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, GROUPS, H
     float* y = (float*)call->bufs[s[HAS_BIAS] ? 3 : 2];                                       \
     int64_t taps = s[KH] * s[KW], pack = s[PACKED];                                           \
     int64_t cg = s[CIN] / s[GROUPS], og = s[COUT] / s[GROUPS]; /* channels per group */      \
-    for (int64_t n = 0; n < s[BATCH]; n++)                                                    \
-        for (int64_t o = 0; o < s[COUT]; o++) {                                               \
+    for (int64_t no = lo; no < hi; no++) { /* this part's (image, output channel) planes */    \
+            int64_t n = no / s[COUT], o = no % s[COUT];                                       \
             const float* wo = pack ? w + (o / pack) * cg * taps * pack + o % pack             \
                                    : w + o * cg * taps;                                       \
             const float* xg = x + (n * s[CIN] + o / og * cg) * s[H] * s[W];                   \
@@ -54,26 +55,24 @@ enum { BATCH, CIN, H, W, COUT, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, GROUPS, H
 #define MGR_FMA_STEP(a, b, acc) fmaf(a, b, acc)
 #define MGR_MUL_ADD_STEP(a, b, acc) ((acc) + (a) * (b)) /* built with -ffp-contract=off */
 
-static void conv_fma(const mgr_call* call) { MGR_CONV_BODY(MGR_FMA_STEP) }
+/* parts of [0, batch * cout): the planes of y each thread computes (mgr_parallel_for) */
+static void conv_fma(void* ctx, int64_t lo, int64_t hi) { MGR_CONV_BODY(MGR_FMA_STEP) }
 #if defined(__GNUC__) && defined(__x86_64__)
-__attribute__((target("avx2,fma"))) static void conv_fma_avx2(const mgr_call* call)
+__attribute__((target("avx2,fma"))) static void conv_fma_avx2(void* ctx, int64_t lo, int64_t hi)
 { MGR_CONV_BODY(MGR_FMA_STEP) }
 #endif
-static void conv_mul_add(const mgr_call* call) { MGR_CONV_BODY(MGR_MUL_ADD_STEP) }
+static void conv_mul_add(void* ctx, int64_t lo, int64_t hi) { MGR_CONV_BODY(MGR_MUL_ADD_STEP) }
 
 int mgr_conv2d_f32(const mgr_call* call) {
-    if (call->ints[ISA] == 0) {
-        conv_mul_add(call);
-        return MGR_KERNEL_OK;
-    }
+    mgr_part_fn body = conv_fma;
+    if (call->ints[ISA] == 0) body = conv_mul_add;
 #if defined(__GNUC__) && defined(__x86_64__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("fma")) {
-        conv_fma_avx2(call);
-        return MGR_KERNEL_OK;
+    else {
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("fma")) body = conv_fma_avx2;
     }
 #endif
-    conv_fma(call);
+    mgr_parallel_for(call->ints[BATCH] * call->ints[COUT], body, (void*)call);
     return MGR_KERNEL_OK;
 }
 

@@ -36,31 +36,52 @@ static inline mgr_gemm_tile mgr_gemm_tile_of(void) {
 #endif
 }
 
-/* MGR_KERNEL_OK, or MGR_KERNEL_OUT_OF_MEMORY where op(B)'s packed block (k x CH) is not had */
-static inline int mgr_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const float* a,
-                           const float* b, float* c) {
-    mgr_gemm_tile t = mgr_gemm_tile_of();
+/* one column block of C: its packed op(B) and where it goes */
+typedef struct {
+    mgr_gemm_tile t;
+    int ta;
+    int64_t m, n, k, j0, w;
+    const float* a;
+    const float* blk;
+    float* c;
+} mgr_gemm_block;
+
+/* row tiles [lo, hi) of a column block: a part of mgr_parallel_for (no two write one row) */
+static void mgr_gemm_rows(void* ctx, int64_t lo, int64_t hi) {
+    const mgr_gemm_block* g = (const mgr_gemm_block*)ctx;
     const float* px[CONV_PIX_MAX];
     float part[CONV_PIX_MAX * MGR_GEMM_CH_MAX];
     ptrdiff_t zero = 0;
-    if (m == 0 || n == 0) return MGR_KERNEL_OK;
-    float* blk = (float*)malloc((size_t)(k > 0 ? k : 1) * (size_t)t.ch * sizeof(float));
-    if (!blk) return MGR_KERNEL_OUT_OF_MEMORY;
-    for (int64_t j0 = 0; j0 < n; j0 += t.ch) {
-        int64_t w = n - j0 < t.ch ? n - j0 : t.ch;
-        for (int64_t p = 0; p < k; p++)
-            for (int64_t j = 0; j < t.ch; j++)
-                blk[p * t.ch + j] = j >= w ? 0.0f : tb ? b[(j0 + j) * k + p] : b[p * n + j0 + j];
-        for (int64_t r0 = 0; r0 < m; r0 += t.pix) {
-            int64_t rows = m - r0 < t.pix ? m - r0 : t.pix;
-            for (int64_t p = 0; p < t.pix; p++) { /* a short last tile reads its last row again */
-                int64_t row = r0 + p < m ? r0 + p : m - 1;
-                px[p] = a + (ta ? row : row * k);
-            }
-            t.fn(px, ta ? m : 1, &zero, 1, k, blk, t.ch, part, t.ch, 0);
-            for (int64_t r = 0; r < rows; r++)
-                memcpy(c + (r0 + r) * n + j0, part + r * t.ch, (size_t)w * sizeof(float));
+    int64_t pix = g->t.pix, ch = g->t.ch;
+    for (int64_t r0 = lo * pix; r0 < hi * pix && r0 < g->m; r0 += pix) {
+        int64_t rows = g->m - r0 < pix ? g->m - r0 : pix;
+        for (int64_t p = 0; p < pix; p++) { /* a short last tile reads its last row again */
+            int64_t row = r0 + p < g->m ? r0 + p : g->m - 1;
+            px[p] = g->a + (g->ta ? row : row * g->k);
         }
+        g->t.fn(px, g->ta ? g->m : 1, &zero, 1, g->k, g->blk, ch, part, ch, 0);
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(g->c + (r0 + r) * g->n + g->j0, part + r * ch, (size_t)g->w * sizeof(float));
+    }
+}
+
+/* MGR_KERNEL_OK, or MGR_KERNEL_OUT_OF_MEMORY where op(B)'s packed block (k x CH) is not had.
+ * Each column block is packed once, then its row tiles are split among the threads. */
+static inline int mgr_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const float* a,
+                           const float* b, float* c) {
+    mgr_gemm_block g = {mgr_gemm_tile_of(), ta, m, n, k, 0, 0, a, NULL, c};
+    int64_t ch = g.t.ch;
+    if (m == 0 || n == 0) return MGR_KERNEL_OK;
+    float* blk = (float*)malloc((size_t)(k > 0 ? k : 1) * (size_t)ch * sizeof(float));
+    if (!blk) return MGR_KERNEL_OUT_OF_MEMORY;
+    g.blk = blk;
+    for (g.j0 = 0; g.j0 < n; g.j0 += ch) {
+        g.w = n - g.j0 < ch ? n - g.j0 : ch;
+        for (int64_t p = 0; p < k; p++)
+            for (int64_t j = 0; j < ch; j++)
+                blk[p * ch + j] = j >= g.w ? 0.0f
+                                  : tb ? b[(g.j0 + j) * k + p] : b[p * n + g.j0 + j];
+        mgr_parallel_for((m + g.t.pix - 1) / g.t.pix, mgr_gemm_rows, &g);
     }
     free(blk);
     return MGR_KERNEL_OK;
