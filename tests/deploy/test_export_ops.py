@@ -16,20 +16,21 @@ import mgegraph.functional as F
 from mgegraph.deploy import ExportError, export_c
 from mgegraph.deploy.sizes import main as sizes_main
 from mgegraph.deploy.sizes import measure
-from mgegraph.ops import elementwise_table as TABLE
 from mgegraph.ops.fused import FUSABLE_OPS
 
-from .cbuild import SANITIZE, cc, make, model_run, sanitizer_env
+from .cbuild import SANITIZE, assert_refused, cc, make, model_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
 from models import mobilenet_v2, resnet18  # noqa: E402  the benchmarks' models
 
-# unary ops' parameters where they have no default (as tests/ops/test_elementwise_paths.py)
-PARAMS = {"leaky_relu": {"negative_slope": 0.1}, "clip": {"lower": -1.5, "upper": 2.5},
-          "hardsigmoid": {"alpha": 0.2, "beta": 0.5}, "celu": {"alpha": 0.7},
-          "shrink": {"lambd": 1.5, "bias": 0.25}}
-FLOAT_UNARY = [op.name for op in TABLE.OPS if op.kind == "unary" and np.float32 in op.dtypes]
-FLOAT_BINARY = [op.name for op in TABLE.OPS if op.kind == "binary" and np.float32 in op.dtypes]
+# unary ops' parameters and the float ops, as the Python executor's paths are checked
+from test_elementwise_paths import (  # noqa: E402
+    FLOAT_BINARY,
+    FLOAT_UNARY,
+    PARAMS,
+    same_bits,
+)
 
 
 def special_values(dtype) -> np.ndarray:
@@ -42,16 +43,6 @@ def special_values(dtype) -> np.ndarray:
     values += list(np.random.default_rng(0).uniform(-4, 4, 24))
     with np.errstate(over="ignore"):
         return np.array(values + [-v for v in values], dtype)
-
-
-def same_bits(got, want) -> bool:
-    """Equal as floats, NaN where NaN (any payload), zeros of the same sign."""
-    if got.dtype != want.dtype or got.shape != want.shape:
-        return False
-    if not np.array_equal(got, want, equal_nan=True):
-        return False
-    number = ~np.isnan(want)
-    return np.array_equal(np.signbit(got[number]), np.signbit(want[number]))
 
 
 def node(g, name, inputs):
@@ -221,14 +212,7 @@ def test_corrupt_pool_and_grouped_conv_blocks_are_refused_under_the_sanitizers(t
         "channels": (_patched(blob, conv + 8 * cin, 8), "reaches past"),
     }
     feeds = {"x": np.ones((1, 4, 6, 6), np.float32)}
-    for name, (bad, says) in cases.items():
-        (exported.directory / "model.mgr").write_bytes(bad)
-        done, _ = model_run(exported.directory, feeds, ["x"], env=sanitizer_env())
-        assert done.returncode == 1, (name, done.stderr)
-        assert says in done.stderr and "Sanitizer" not in done.stderr, (name, done.stderr)
-    (exported.directory / "model.mgr").write_bytes(blob)
-    done, got = model_run(exported.directory, feeds, ["x"], env=sanitizer_env())
-    assert done.returncode == 0, done.stderr
+    got = assert_refused(exported.directory, cases, feeds, ["x"])
     for w, c in zip(plan.run(feeds), got):
         assert same_bits(c, w)
 
