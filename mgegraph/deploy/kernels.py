@@ -23,6 +23,9 @@ LIBRARY = {
     "softmax_f32": ("softmax_f32.c", (), ("softmax.h",)),
     "conv2d_f32": ("conv2d_f32.c", (), ("activation.h",)),
     "pool2d_f32": ("pool2d_f32.c", (), ()),
+    "strided_f32": ("movement_f32.c", (), ()),
+    "concat_f32": ("movement_f32.c", (), ()),
+    "reduce_f32": ("reduce_f32.c", (), ()),
 }
 
 # the sources built with FP contraction (the Makefile's -ffp-contract=off elsewhere): those on
@@ -44,6 +47,8 @@ def has(kernel: str) -> bool:
 def refuses(ins) -> str | None:
     """Why the C kernel of instruction ``ins`` cannot run its parameter block (None: it can):
     what its loader check (``mgr_<kernel>_check``) would refuse, said at export."""
+    if ins.kernel == "reduce_f32":  # its op code first: kernel_abi/reduce.py's CODES
+        return None if ins.ints[0] < 6 else "reduce_f32 argmax and argmin (an index output)"
     if ins.kernel != "conv2d_f32":
         return None
     from ..kernel_abi.conv import FIELDS  # lazy: startup cost (only conv plans read it)

@@ -290,7 +290,8 @@ def test_corrupt_blobs_are_refused_under_the_sanitizers(tmp_path):
 def small_model():
     """Every kind of record and kernel in a few hundred bytes of arrays: fed and weight GEMM
     operands, a view, a broadcast fused loop with constants, softmax, a convolution, a max
-    pooling, a depthwise convolution, an average and an adaptive pooling."""
+    pooling, a depthwise convolution, an average and an adaptive pooling, a concatenation, a
+    reversed slice and a mean."""
     g = mg.Graph()
     x = g.input("x", shape=(3, 5), dtype="float32")
     w = g.input("w", shape=(5, 6), dtype="float32")
@@ -305,8 +306,12 @@ def small_model():
     grouped = F.conv2d(image, depthwise, groups=2)
     averages = [F.avg_pool2d(grouped, 2, padding=1, mode="average"),
                 F.adaptive_avg_pool2d(grouped, (2, 3))]
-    plan = mg.compile([F.softmax(F.matmul(h, w, transpose_b=True), axis=0), pooled, *averages])
-    assert {"conv2d_f32", "pool2d_f32", "matmul_f32"} <= {i.kernel for i in plan.instructions}
+    moved = [F.concat([pooled, pooled], axis=1), x[::-1, 1:], F.mean(x, axis=0)]
+    plan = mg.compile([F.softmax(F.matmul(h, w, transpose_b=True), axis=0), pooled, *averages,
+                       *moved])
+    assert {"conv2d_f32", "pool2d_f32", "matmul_f32", "concat_f32", "strided_f32",
+            "reduce_f32"} <= {
+        i.kernel for i in plan.instructions}
     return plan
 
 

@@ -22,6 +22,10 @@ from .cbuild import SANITIZE, assert_refused, cc, make, model_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "io"))
+import test_epilogue_model_file as epilogue_file  # noqa: E402  the model-file tests' models
+import test_model_file as model_file  # noqa: E402
+import test_symbolic_model_file as symbolic_file  # noqa: E402
 from models import mobilenet_v2, resnet18  # noqa: E402  the benchmarks' models
 
 # unary ops' parameters and the float ops, as the Python executor's paths are checked
@@ -260,3 +264,125 @@ def test_more_threads_give_the_same_bits(tmp_path, sanitizer):
         assert done.returncode == 0 and "Sanitizer" not in done.stderr, done.stderr
     for one, three in zip(runs[1], runs[3]):
         assert one.tobytes() == three.tobytes()
+
+
+def test_slices_transposes_broadcasts_and_concatenations_are_bitwise(tmp_path):
+    cc()
+    rng = np.random.default_rng(9)
+    g = mg.Graph()
+    x, v = g.input("x", (4, 6, 5), "float32"), g.input("v", (4, 1, 5), "float32")
+    outs = [x[1:3, ::2] * 2.0, x[::-1, 2:, ::-2] * 2.0, F.transpose(x, (2, 0, 1)) * 2.0,
+            F.broadcast_to(v, (4, 3, 5)) * 2.0, F.concat([x, v, x[:, :2]], axis=1) * 2.0]
+    plan = mg.compile(outs, optimize=0)
+    assert {"strided_f32", "concat_f32"} <= {i.kernel for i in plan.instructions}
+    feeds = {"x": rng.standard_normal((4, 6, 5), dtype=np.float32),
+             "v": rng.standard_normal((4, 1, 5), dtype=np.float32)}
+    want, got = run_both(tmp_path, plan, feeds)
+    for w, c in zip(want, got):
+        assert same_bits(c, w)
+
+
+def test_corrupt_strided_and_concat_blocks_are_refused_under_the_sanitizers(tmp_path):
+    cc()
+    g = mg.Graph()
+    x = g.input("x", (4, 6), "float32")
+    plan = mg.compile([x[1:3, ::-2] * 2.0, F.concat([x, x], axis=0) * 2.0], optimize=0)
+    exported = export_c(plan, tmp_path / "out")
+    make(exported.directory, cflags=SANITIZE)
+    blob = (exported.directory / "model.mgr").read_bytes()
+    calls = dict(_calls(blob))
+    strided, concat = calls["strided_f32"], calls["concat_f32"]
+    ndim = struct.unpack_from("<q", blob, strided)[0]
+    cases = {
+        "strided ndim": (_patched(blob, strided, 9), "ndim"),
+        "strided offset": (_patched(blob, strided + 8 * (1 + 2 * ndim), 23), "reaches past x"),
+        "strided stride": (_patched(blob, strided + 8 * (1 + ndim), 1 << 62), "reach"),
+        "strided shape": (_patched(blob, strided + 8, 1 << 40), "reaches past y"),
+        "concat count": (_patched(blob, concat, 3), "wants count inputs"),
+        "concat rows": (_patched(blob, concat + 16, 1 << 20), "reach past its bytes"),
+        "concat outer": (_patched(blob, concat + 8, 9), "reach past"),
+    }
+    feeds = {"x": np.arange(24, dtype=np.float32).reshape(4, 6)}
+    got = assert_refused(exported.directory, cases, feeds, ["x"])
+    for w, c in zip(plan.run(feeds), got):
+        assert same_bits(c, w)
+
+
+@pytest.mark.parametrize("axis", [1, (0, 2), None], ids=["one", "two", "all"])
+def test_reductions_match(tmp_path, axis):
+    cc()
+    g = mg.Graph()
+    x = g.input("x", (3, 7, 5), "float32")
+    outs = [F.sum(x, axis=axis), F.mean(x, axis=axis), F.var(x, axis=axis),
+            F.max(x, axis=axis), F.min(x, axis=axis), F.prod(x * 0.5 + 1.0, axis=axis)]
+    plan = mg.compile(outs)
+    assert "reduce_f32" in {i.kernel for i in plan.instructions}
+    feeds = {"x": np.random.default_rng(10).standard_normal((3, 7, 5), dtype=np.float32)}
+    feeds["x"][1, 2, 3] = np.nan if axis == 1 else feeds["x"][1, 2, 3]
+    want, got = run_both(tmp_path, plan, feeds)
+    for k, (w, c) in enumerate(zip(want, got)):
+        if k in (3, 4):  # max and min: exact
+            assert same_bits(c, w), k
+        else:
+            np.testing.assert_allclose(c, w, rtol=2e-6, atol=1e-6, equal_nan=True)
+
+
+def test_corrupt_reduce_blocks_are_refused_under_the_sanitizers(tmp_path):
+    cc()
+    g = mg.Graph()
+    x = g.input("x", (3, 7, 5), "float32")
+    plan = mg.compile([F.sum(x, axis=1)])
+    exported = export_c(plan, tmp_path / "out")
+    make(exported.directory, cflags=SANITIZE)
+    blob = (exported.directory / "model.mgr").read_bytes()
+    at = dict(_calls(blob))["reduce_f32"]
+    kept = struct.unpack_from("<q", blob, at + 8)[0]  # op, kept_ndim, kept shape, strides, ndr
+    cases = {
+        "op": (_patched(blob, at, 6), "runs sum"),
+        "kept dims": (_patched(blob, at + 8, 9), "kept dims"),
+        "kept shape": (_patched(blob, at + 16, 1 << 40), "reach past"),
+        "kept stride": (_patched(blob, at + 16 + 8 * kept, 1 << 30), "reach past x"),
+        "reduced dims": (_patched(blob, at + 16 + 16 * kept, 3), "reduced dims"),
+        "reduced stride": (_patched(blob, at + 32 + 16 * kept, -5), "negative"),
+    }
+    feeds = {"x": np.ones((3, 7, 5), np.float32)}
+    (got,) = assert_refused(exported.directory, cases, feeds, ["x"])
+    np.testing.assert_array_equal(got, np.full((3, 5), 7, np.float32))
+
+
+def test_an_index_reduction_is_refused_by_name(tmp_path):
+    g = mg.Graph()
+    x = g.input("x", (3, 7), "float32")
+    with pytest.raises(ExportError, match=r"reduce_f32 argmax and argmin .*\(op argmax\)"):
+        export_c(mg.compile([F.argmax(x, axis=1)]), tmp_path / "out")
+
+
+def _small_cnn():
+    model = model_file.SmallCNN()
+    for p in model.bn.parameters():  # statistics that are not the defaults
+        p.value[...] = np.random.default_rng(11).uniform(0.5, 1.5, p.shape).astype(np.float32)
+    model.eval()
+    return mg.compile_module(model, (np.ones((2, 3, 8, 8), np.float32),)).plan
+
+
+@pytest.mark.parametrize("make_plan", [
+    model_file.mlp_plan, _small_cnn, epilogue_file.mobilenet_head,
+    lambda: epilogue_file.mobilenet_head(False), symbolic_file.digits_plan,
+    symbolic_file.mlp_plan,
+], ids=["mlp", "cnn-batch-norm", "mobilenet-head", "mobilenet-head-unfused", "digits",
+        "symbolic-mlp"])
+def test_the_model_file_tests_float_models_match(tmp_path, make_plan):
+    # the float32 models tests/io saves; its integer, quantized, sorting and pooling-gradient
+    # plans call kernels the C runtime lacks and are refused by name
+    cc()
+    plan = make_plan()
+    bindings = {name: 3 for name in getattr(plan, "names", ())} or None
+    exported = export_c(plan, tmp_path / "out", bindings=bindings)
+    rng = np.random.default_rng(12)
+    feeds = {name: rng.standard_normal(exported.plan.slots[slot].type.shape, dtype=np.float32)
+             for name, slot in exported.plan.feeds.items()}
+    make(exported.directory)
+    done, got = model_run(exported.directory, feeds, exported.input_names)
+    assert done.returncode == 0, done.stderr
+    for w, c in zip(exported.plan.run(feeds), got):
+        np.testing.assert_allclose(c, w, rtol=1e-5, atol=1e-5)
