@@ -49,7 +49,7 @@ from .lowering.fused import Encoded, decode, wants_body
 CACHE_ENV = "MGEGRAPH_JIT_CACHE"
 KERNELS_DIR = Path(__file__).parent
 # what a body's source depends on beside its own text (the scalar functions it inlines)
-HEADERS = ("abi.pxd", "dtypes.pxd", "ew_ops.pxd", "scalar.pxd")
+HEADERS = ("abi.pxd", "dtypes.pxd", "ew_ops.pxd", "scalar.pxd", "scalar.h")
 BUILD_SECONDS = 300
 
 _LOCK = threading.Lock()
@@ -231,8 +231,8 @@ def _build(source: str, module_name: str, tmp: Path, library: Path) -> str | Non
     steps = [
         [sys.executable, "-m", "cython", "-3", "-I", str(KERNELS_DIR.parent.parent), str(pyx),
          "-o", str(c_file)],
-        _compiler() + _flags() + ["-I", sysconfig.get_paths()["include"], str(c_file), "-o",
-                                  str(library)],
+        _compiler() + _flags() + ["-I", sysconfig.get_paths()["include"], "-I", str(KERNELS_DIR),
+                                  str(c_file), "-o", str(library)],
     ]
     for command in steps:
         try:

@@ -33,27 +33,30 @@ from .blob import (
 from .errors import ExportError
 
 BLOB_NAME = "model.mgr"
-# -ffp-contract=off: the fused loops round each step as the fused kernels do (build_flags.py)
+# -ffp-contract=off: the fused loops round each step as the fused kernels do (build_flags.py).
+# MGR_FLAGS, not CFLAGS: a `make CFLAGS=...` on the command line replaces CFLAGS whole
 MAKEFILE = """\
 # Build the exported model's runtime: `make` (or `make CC=aarch64-linux-gnu-gcc` for 64-bit ARM).
 CC ?= cc
 CFLAGS ?= -O3
-CFLAGS += -std=gnu11 -ffp-contract=off -fno-math-errno -I. -Ikernels
-SOURCES = mgr_runtime.c model_kernels.c {kernels}
+MGR_FLAGS = -std=gnu11 -ffp-contract=off -fno-math-errno -pthread -I. -Ikernels
+SOURCES = mgr_runtime.c mgr_threads.c model_kernels.c {kernels}
 OBJECTS = $(SOURCES:.c=.o)
 
 model_run: model_run.o libmgr_model.a
-\t$(CC) $(CFLAGS) $(LDFLAGS) -o $@ model_run.o libmgr_model.a -lm
+\t$(CC) $(CFLAGS) $(MGR_FLAGS) $(LDFLAGS) -o $@ model_run.o libmgr_model.a -lm
 
 libmgr_model.a: $(OBJECTS)
 \t$(AR) rcs $@ $(OBJECTS)
 
 %.o: %.c mgr_runtime.h mgr_kernel.h
-\t$(CC) $(CFLAGS) -c -o $@ $<
+\t$(CC) $(CFLAGS) $(MGR_FLAGS) -c -o $@ $<
 
 clean:
 \trm -f model_run libmgr_model.a $(OBJECTS) model_run.o
 """
+# the GEMM tiles' sources: their sums are FMAs, as the package's build contracts them
+CONTRACTED_RULE = "\n{objects}: MGR_FLAGS += -ffp-contract=fast\n"
 
 
 @dataclass(frozen=True)
@@ -133,8 +136,8 @@ def _check_plan(plan: Plan) -> None:
             lacking.setdefault(ins.kernel, set()).add(ins.op)
         elif kernels.refuses(ins):
             lacking.setdefault(kernels.refuses(ins), set()).add(ins.op)
-        elif ins.kernel in kernels.FUSED_KERNELS:
-            attrs = dict(ins.attrs)
+        elif ins.kernel in kernels.GENERATED:
+            attrs = fused_c.program(ins, plan.slots[ins.outputs[0]].type)
             for step in fused_c.unsupported(attrs, attrs["dtype"]):
                 lacking.setdefault(f"{ins.kernel} step {step}", set()).add(ins.op)
     if lacking:
@@ -199,21 +202,29 @@ class _Tables:
 
 
 def _tables(plan: Plan, input_names, output_names) -> tuple[Blob, dict[str, str]]:
-    """The blob's tables and the C source of each generated kernel, by name."""
+    """The blob's tables and the C source of each generated kernel, by name (``""``: the table
+    ops the generated loops call, defined once before them)."""
     tables = _Tables(plan, input_names, output_names)
-    blob, generated, index = tables.blob, {}, {}
+    blob, generated, index, ew_ops = tables.blob, {}, {}, {}
     for i, ins in enumerate(plan.instructions):
         refs, ints, floats, name = ins.buffers, ins.ints, ins.floats, ins.kernel
-        if ins.kernel in kernels.FUSED_KERNELS:  # a loop of its own, needing no parameters
+        if ins.kernel in kernels.GENERATED:  # a loop of its own, needing no parameters
             name, refs, ints, floats = f"fused_{i}", ins.inputs + ins.outputs, (), ()
-            attrs = dict(ins.attrs)
+            attrs = fused_c.program(ins, plan.slots[ins.outputs[0]].type)
             shapes = [plan.slots[s].type.shape for s in ins.inputs]
             generated[name] = fused_c.render(name, attrs, shapes, attrs["dtype"])[0]
+            ew_ops.setdefault(np.dtype(attrs["dtype"]), set()).update(
+                fused_c.table_ops(attrs["code"]))
         if name not in index:
             index[name] = len(blob.kernels)
             blob.kernels.append(name)
         blob.calls.append(Call(index[name], tuple(tables.tensor(s) for s in refs),
                                tuple(ints), tuple(floats)))
+    if generated:
+        generated[""] = "\n".join(
+            [f'#include "{fused_c.SHARED_HEADER}"', ""]
+            + [line for dtype, ops in ew_ops.items() for line in fused_c.ew_functions(ops, dtype)]
+            + [""])
     return blob, generated
 
 
@@ -226,7 +237,7 @@ def _kernel_table(names, generated: dict[str, str]) -> str:
             lines += [f"int mgr_{name}(const mgr_call* call);",
                       f"const char* mgr_{name}_check(const mgr_check_args* args);"]
     lines.append("")
-    lines += [generated[name] for name in names if name in generated]
+    lines += [generated[name] for name in ("", *names) if name in generated]
     lines.append("const mgr_kernel mgr_kernels[] = {")
     lines += [f'    {{"{name}", mgr_{name}, mgr_{name}_check}},' for name in names]
     lines += ["};", f"const size_t mgr_n_kernels = {len(names)};", ""]
@@ -236,9 +247,13 @@ def _kernel_table(names, generated: dict[str, str]) -> str:
 def _write_sources(out: Path, names, generated: dict[str, str]) -> None:
     files = {name: kernels.CSRC / name for name in (*kernels.RUNTIME, kernels.MODEL_RUN)}
     files.update(kernels.sources(names))
+    if generated:
+        files[f"kernels/{fused_c.SHARED_HEADER}"] = kernels.SHARED / fused_c.SHARED_HEADER
     (out / "kernels").mkdir(exist_ok=True)
     for name, source in files.items():
         shutil.copyfile(source, out / name)
     (out / "model_kernels.c").write_text(_kernel_table(names, generated))
     library = " ".join(n for n in sorted(files) if n.startswith("kernels/") and n.endswith(".c"))
-    (out / "Makefile").write_text(MAKEFILE.format(kernels=library))
+    contracted = " ".join(n[:-2] + ".o" for n in kernels.CONTRACTED if n in files)
+    (out / "Makefile").write_text(MAKEFILE.format(kernels=library) + (
+        CONTRACTED_RULE.format(objects=contracted) if contracted else ""))

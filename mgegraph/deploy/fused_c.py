@@ -1,33 +1,24 @@
 """A fused elementwise instruction as a C function of its own: its program as one loop nest over
 the output's shape, each input read at its broadcast strides, every value in a C variable.
 
-Each step is the scalar function the Python kernels inline (``_kernels/scalar.pxd`` and the
-rendered ``ew_ops.pxd``), written in C, and the export builds with ``-ffp-contract=off`` as the
-fused kernels are built (``_kernels/build_flags.py``), so each number comes out bitwise as the
-Python executor gives it. A step outside ``STEPS`` refuses the export (``unsupported``).
+Each step calls the op's function rendered from the elementwise table's C expression
+(``ops/elementwise_table.py``), as the CPU build renders it into ``ew_ops.pxd``, over the
+helpers of ``_kernels/scalar.h``, the header the Python kernels include too. The export builds
+with ``-ffp-contract=off`` as the fused kernels are built (``_kernels/build_flags.py``), so each
+number comes out bitwise as the Python executor gives it (libm's functions, sin or pow, as the
+machine's libm gives them). A step the loops cannot take (the quantized ones) refuses the export
+(``unsupported``).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..ops.fused_program import steps
+from ..ops import elementwise_table as TABLE
+from ..ops.fused_program import BINARY, UNARY, constants, steps
 
-# op -> C expression over the operands x, y (the program's dtype T), as scalar.pxd defines them
-STEPS = {
-    "copy": "{x}",
-    "neg": "(-{x})",
-    "abs": "FABS({x})",
-    "square": "({x} * {x})",
-    "relu": "({x} <= 0 ? (T)0 : {x})",  # NaN stays, -0 becomes +0 (m_relu)
-    "add": "({x} + {y})",
-    "sub": "({x} - {y})",
-    "mul": "({x} * {y})",
-    "div": "({x} / {y})",
-    # a NaN of either operand is kept (m_max, m_min)
-    "maximum": "({x} > {y} ? {x} : ({y} >= {x} ? {y} : {x} + {y}))",
-    "minimum": "({x} < {y} ? {x} : ({y} <= {x} ? {y} : {x} + {y}))",
-}
-C_TYPES = {np.dtype(np.float32): ("float", "fabsf"), np.dtype(np.float64): ("double", "fabs")}
+# dtype -> (C type, the suffix of scalar.h's functions of that type)
+C_TYPES = {np.dtype(np.float32): ("float", "f32"), np.dtype(np.float64): ("double", "f64")}
+SHARED_HEADER = "scalar.h"  # _kernels' header every generated loop includes
 
 
 def unsupported(attrs: dict, dtype) -> list[str]:
@@ -36,11 +27,69 @@ def unsupported(attrs: dict, dtype) -> list[str]:
     for op, _, _, b, _ in steps(attrs["code"]):
         if op in ("load", "store") and b:
             missing.append(f"{op} of stored integers")
-        elif op not in ("load", "store", "const") and op not in STEPS:
+        elif op not in ("load", "store", "const", "where") and op not in UNARY | BINARY:
             missing.append(op)
     return sorted(set(missing))
 
 
+def program(ins, out_type) -> dict:
+    """The fused program (attrs as a fused_elementwise node has them: code, constants, shape,
+    dtype) that instruction ``ins`` runs: its own for a fused group; one step for an unfused
+    table op (kernels unary and binary, ``out_type`` its output's type), a unary op's parameters
+    its constants 0 and 1, so that it is generated as a loop too and computes what the op's
+    scalar function computes."""
+    if ins.kernel.startswith("fused_"):
+        return dict(ins.attrs)
+    n = len(ins.inputs)
+    if n == 1:
+        code = (("load", 0, 0), (ins.op, 1, 0, 0, 1), ("store", 0, 1))
+    else:
+        code = (("load", 0, 0), ("load", 1, 1), (ins.op, 2, 0, 1), ("store", 0, 2))
+    # the loop's shape and each input's element strides as the lowering laid them out
+    # (kernel_abi/layout.py elementwise_params: opcode, ndim, shape, strides per input, threads)
+    ndim = ins.ints[1]
+    shape = tuple(ins.ints[2:2 + ndim])
+    strides = [tuple(ins.ints[2 + ndim * (1 + i):2 + ndim * (2 + i)]) for i in range(n)]
+    return {"code": code, "constants": tuple(ins.floats), "shape": shape, "strides": strides,
+            "dtype": np.dtype(out_type.dtype), "n_outputs": 1}
+
+
+# -- the table's ops as C functions ----------------------------------------------------------
+def table_ops(code) -> set[str]:
+    """The table ops a program's steps call, with every table op their expressions call."""
+    todo = [op for op, *_ in steps(code) if op in TABLE.BY_NAME]
+    found: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name not in found:
+            found.add(name)
+            todo += [n for n in TABLE.calls(TABLE.BY_NAME[name].expr) if n in TABLE.BY_NAME]
+    return found
+
+
+def _expression(expr: str, ctype: str, suffix: str) -> str:
+    def call(name, args):
+        return f"{'ew_' if name in TABLE.BY_NAME else ''}{name}_{suffix}({', '.join(args)})"
+    return TABLE.render(TABLE.parse(expr), lambda text: f"(({ctype}){text})", call)
+
+
+def ew_functions(ops, dtype) -> list[str]:
+    """``static inline`` C functions ``ew_<op>_<suffix>`` of the table ops named, in table order
+    (a callee before its callers), for one float dtype."""
+    ctype, suffix = C_TYPES[np.dtype(dtype)]
+    lines = []
+    for op in TABLE.OPS:
+        if op.name not in ops:
+            continue
+        args = ("x",) + ("p", "q")[:len(op.params)] if op.kind == "unary" else ("x", "y")
+        result = "int" if op.kind == "compare" else ctype
+        params = ", ".join(f"{ctype} {a}" for a in args)
+        lines.append(f"static inline {result} ew_{op.name}_{suffix}({params}) "
+                     f"{{ return {_expression(op.expr, ctype, suffix)}; }}")
+    return lines
+
+
+# -- one program's loop ----------------------------------------------------------------------
 def _strides(shape, out_shape) -> list[int]:
     """An input's element strides over the output's dims (0 where it broadcasts)."""
     shape = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
@@ -52,6 +101,7 @@ def _strides(shape, out_shape) -> list[int]:
 
 
 def _literal(value, ctype: str) -> str:
+    """``value`` rounded once to ``ctype`` (as the fused kernel casts its double constants)."""
     rounded = np.float32(value) if ctype == "float" else np.float64(value)
     if np.isnan(rounded):
         return f"(({ctype})NAN)"
@@ -60,32 +110,43 @@ def _literal(value, ctype: str) -> str:
     return f"(({ctype}){float(rounded).hex()})"
 
 
-def _body(code, constants, ctype) -> list[str]:
+def _step(op, a, b, c, consts, ctype, suffix) -> str:
+    """The C expression of one computing step over the values v<a>, v<b>, v<c>."""
+    if op == "const":
+        return _literal(consts[a], ctype)
+    if op == "where":  # both operands are values already: a select
+        return f"(v{a} != 0 ? v{b} : v{c})"
+    if op in BINARY:
+        call = f"ew_{op}_{suffix}(v{a}, v{b})"
+        return f"({ctype}){call}" if TABLE.BY_NAME[op].kind == "compare" else call
+    params = [_literal(consts[k], ctype) for k in constants(op, a, b, c)]
+    return f"ew_{op}_{suffix}({', '.join([f'v{a}', *params])})"
+
+
+def _body(code, consts, ctype, suffix) -> list[str]:
     lines = []
-    for op, dst, a, b, _ in steps(code):
+    for op, dst, a, b, c in steps(code):
         if op == "load":
             lines.append(f"T v{dst} = in{a}[o{a}];")
-        elif op == "const":
-            lines.append(f"T v{dst} = {_literal(constants[a], ctype)};")
         elif op == "store":
             lines.append(f"out{dst}[e] = v{a};")
         else:
-            lines.append(f"T v{dst} = {STEPS[op].format(x=f'v{a}', y=f'v{b}')};")
+            lines.append(f"T v{dst} = {_step(op, a, b, c, consts, ctype, suffix)};")
     return lines
 
 
 def render(name: str, attrs: dict, input_shapes, dtype) -> tuple[str, list[int]]:
     """The C source of kernel ``name`` (``mgr_<name>`` and its check) for the fused program of
     ``attrs`` over inputs of ``input_shapes``, and the bytes of each buffer it reads and writes
-    (inputs, then outputs), which its check requires."""
+    (inputs, then outputs), which its check requires. It calls ``ew_functions`` of
+    ``table_ops(attrs["code"])``, which the including file defines once for all its loops."""
     dtype = np.dtype(dtype)
-    ctype, fabs = C_TYPES[dtype]
+    ctype, suffix = C_TYPES[dtype]
     out_shape = tuple(attrs["shape"]) or (1,)
     n_in, n_out = len(input_shapes), attrs.get("n_outputs", 1)
-    strides = [_strides(s, out_shape) for s in input_shapes]
+    strides = attrs.get("strides") or [_strides(s, out_shape) for s in input_shapes]
     ndim = len(out_shape)
-    lines = [f"static int mgr_{name}(const mgr_call* call) {{",
-             f"    typedef {ctype} T;", "#define FABS " + fabs]
+    lines = [f"static int mgr_{name}(const mgr_call* call) {{", f"    typedef {ctype} T;"]
     lines += [f"    const T* in{i} = (const T*)call->bufs[{i}];" for i in range(n_in)]
     lines += [f"    T* out{k} = (T*)call->bufs[{n_in + k}];" for k in range(n_out)]
     lines.append("    int64_t e = 0;")
@@ -97,12 +158,13 @@ def render(name: str, attrs: dict, input_shapes, dtype) -> tuple[str, list[int]]
             base = f"p{i}_{d - 1} + " if d else ""
             lines.append(f"{indent}int64_t p{i}_{d} = {base}i{d} * {strides[i][d]};")
     lines += [f"{indent}int64_t o{i} = p{i}_{ndim - 1};" for i in range(n_in)]
-    lines += [indent + line for line in _body(attrs["code"], attrs.get("constants", ()), ctype)]
+    body = _body(attrs["code"], attrs.get("constants", ()), ctype, suffix)
+    lines += [indent + line for line in body]
     lines.append(f"{indent}e++;")
     for _ in range(ndim):
         indent = indent[:-4]
         lines.append(f"{indent}}}")
-    lines += ["    (void)e;", "#undef FABS", "    return MGR_KERNEL_OK;", "}", ""]
+    lines += ["    (void)e;", "    return MGR_KERNEL_OK;", "}", ""]
     in_bytes = [int(np.prod(s, dtype=np.int64)) * dtype.itemsize for s in input_shapes]
     out_bytes = [int(np.prod(out_shape, dtype=np.int64)) * dtype.itemsize] * n_out
     return "\n".join(lines) + _check(name, in_bytes + out_bytes, dtype), in_bytes + out_bytes

@@ -11,38 +11,52 @@ from pathlib import Path
 
 CSRC = Path(__file__).parent / "csrc"
 SHARED = Path(__file__).parent.parent / "_kernels"  # headers the .pyx kernels include too
-RUNTIME = ("mgr_runtime.h", "mgr_runtime.c", "mgr_kernel.h")
+RUNTIME = ("mgr_runtime.h", "mgr_runtime.c", "mgr_threads.c", "mgr_kernel.h")
 MODEL_RUN = "model_run.c"
 
+# the package's headers the GEMM (gemm_fma.h) runs on: its gather tiles and what they include
+GEMM_TILES = ("conv_tile.h", "cpu_isa.h", "activation.h")
 # kernel name -> (its C file, the headers it includes: csrc/kernels' own, then _kernels')
 LIBRARY = {
-    "matmul_f32": ("matmul_f32.c", ("gemm_fma.h",), ()),
-    "linear_f32": ("linear_f32.c", ("gemm_fma.h",), ("activation.h",)),
+    "matmul_f32": ("matmul_f32.c", ("gemm_fma.h",), GEMM_TILES),
+    "linear_f32": ("linear_f32.c", ("gemm_fma.h",), GEMM_TILES),
     "softmax_f32": ("softmax_f32.c", (), ("softmax.h",)),
     "conv2d_f32": ("conv2d_f32.c", (), ("activation.h",)),
     "pool2d_f32": ("pool2d_f32.c", (), ()),
+    "strided_f32": ("movement_f32.c", (), ()),
+    "concat_f32": ("movement_f32.c", (), ()),
+    "reduce_f32": ("reduce_f32.c", (), ()),
 }
 
+# the sources built with FP contraction (the Makefile's -ffp-contract=off elsewhere): those on
+# the GEMM tiles, whose sums are FMAs as the package's build contracts them
+CONTRACTED = ("kernels/matmul_f32.c", "kernels/linear_f32.c")
+
 FUSED_KERNELS = ("fused_f32", "fused_f64")
+# the unfused table ops' kernels: each instruction generated as a one-step fused loop
+ELEMENTWISE_KERNELS = ("unary_f32", "unary_f64", "binary_f32", "binary_f64")
+GENERATED = FUSED_KERNELS + ELEMENTWISE_KERNELS
 
 
 def has(kernel: str) -> bool:
-    """Whether the C runtime runs the plan kernel ``kernel`` (a fused one still has its steps
-    checked by ``fused_c``)."""
-    return kernel in LIBRARY or kernel in FUSED_KERNELS
+    """Whether the C runtime runs the plan kernel ``kernel`` (a generated one still has its
+    steps checked by ``fused_c``)."""
+    return kernel in LIBRARY or kernel in GENERATED
 
 
 def refuses(ins) -> str | None:
     """Why the C kernel of instruction ``ins`` cannot run its parameter block (None: it can):
     what its loader check (``mgr_<kernel>_check``) would refuse, said at export."""
-    if ins.kernel == "pool2d_f32":
-        return None if ins.ints[0] == 0 else "pool2d_f32 averaging (the C runtime has max)"
+    if ins.kernel == "reduce_f32":  # its op code first: kernel_abi/reduce.py's CODES
+        return None if ins.ints[0] < 6 else "reduce_f32 argmax and argmin (an index output)"
     if ins.kernel != "conv2d_f32":
         return None
     from ..kernel_abi.conv import FIELDS  # lazy: startup cost (only conv plans read it)
     f = dict(zip(FIELDS, ins.ints))
-    if f["groups"] != 1 or f["transposed"]:
-        return "conv2d_f32 of several groups (the C runtime has one group)"
+    if f["transposed"]:
+        return "conv2d_f32 transposed (the C runtime has the forward convolution)"
+    if f["groups"] != 1 and f["packed"]:
+        return "conv2d_f32 of several groups on packed weights"
     return None
 
 

@@ -49,12 +49,12 @@ def model_run(directory: Path, feeds: dict, names, runner=(), env=None, options=
 
 def build_fuzzer(directory: Path) -> Path:
     """blob_fuzz.c linked with the export's runtime and kernels under ASan and UBSan."""
-    sources = ["mgr_runtime.c", "model_kernels.c",
+    sources = ["mgr_runtime.c", "mgr_threads.c", "model_kernels.c",
                *(str(p.relative_to(directory)) for p in sorted(directory.glob("kernels/*.c")))]
     target = directory / "blob_fuzz"
     subprocess.run([cc(), *SANITIZE.split(), "-std=gnu11", "-ffp-contract=off", "-I", ".",
                     "-I", "kernels", "-o", str(target), str(HERE / "blob_fuzz.c"), *sources,
-                    "-lm"], check=True, cwd=directory, capture_output=True, timeout=300)
+                    "-lm", "-pthread"], check=True, cwd=directory, capture_output=True, timeout=300)
     return target
 
 
@@ -63,3 +63,19 @@ def sanitizer_env() -> dict:
     env["ASAN_OPTIONS"] = "allocator_may_return_null=1:detect_leaks=1:abort_on_error=0"
     env["UBSAN_OPTIONS"] = "halt_on_error=1:print_stacktrace=1"
     return env
+
+
+def assert_refused(directory: Path, cases: dict, feeds: dict, names) -> list:
+    """Each corrupt blob of ``cases`` (name -> (bytes, what the error says)) refused by
+    model_run, built under the sanitizers, with its message and no sanitizer report; then the
+    blob that was there runs again. Returns that run's outputs."""
+    blob = (directory / "model.mgr").read_bytes()
+    for name, (bad, says) in cases.items():
+        (directory / "model.mgr").write_bytes(bad)
+        done, _ = model_run(directory, feeds, names, env=sanitizer_env())
+        assert done.returncode == 1, (name, done.stderr)
+        assert says in done.stderr and "Sanitizer" not in done.stderr, (name, done.stderr)
+    (directory / "model.mgr").write_bytes(blob)
+    done, outputs = model_run(directory, feeds, names, env=sanitizer_env())
+    assert done.returncode == 0, done.stderr
+    return outputs

@@ -41,7 +41,15 @@ extern const mgr_kernel mgr_kernels[];
 extern const size_t mgr_n_kernels;
 
 enum { MGR_KERNEL_OK = 0, MGR_KERNEL_INDEX_OUT_OF_RANGE = 1, MGR_KERNEL_BAD_VALUE = 2,
-       MGR_KERNEL_UNSUPPORTED = 3 };
+       MGR_KERNEL_UNSUPPORTED = 3, MGR_KERNEL_OUT_OF_MEMORY = 6 /* its scratch memory */ };
+
+/* part(ctx, lo, hi) over [0, n) in contiguous runs, one per thread of the running model
+ * (mgr_set_threads; mgr_threads.c): a kernel whose parts write disjoint outputs, each computed
+ * as one thread would, gives the same bits on any thread count */
+typedef void (*mgr_part_fn)(void* ctx, int64_t lo, int64_t hi);
+void mgr_parallel_for(int64_t n, mgr_part_fn part, void* ctx);
+/* the threads this thread's mgr_parallel_for calls split over (mgr_run sets its model's) */
+void mgr_set_run_threads(int threads);
 
 /* a + b * c without overflow into *out (all non-negative); 0 when it would overflow */
 static inline int mgr_muladd(int64_t a, int64_t b, int64_t c, int64_t* out) {

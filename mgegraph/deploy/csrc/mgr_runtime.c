@@ -584,11 +584,15 @@ int mgr_threads(const mgr_model* m) { return m ? m->threads : 0; }
 
 int mgr_run(mgr_model* m) {
     if (!m) return fail(MGR_BAD_ARGUMENT, "mgr_run: no model");
+    mgr_set_run_threads(m->threads);
     for (size_t i = 0; i < m->n_instr; i++) {
         int status = m->fns[i](&m->calls[i]);
-        if (status != MGR_KERNEL_OK)
+        if (status != MGR_KERNEL_OK) {
+            mgr_set_run_threads(1);
             return fail(MGR_KERNEL_FAILED, "instruction %zu failed with status %d", i, status);
+        }
     }
+    mgr_set_run_threads(1);
     return MGR_OK;
 }
 

@@ -1,13 +1,13 @@
-/* conv2d_f32, one group, with the arithmetic of the package's gather tiles on packed weights
- * (conv_tile.h, conv_blocked.pxi's packed path): each output is summed over the input channels,
- * then the taps (i-major), in order from zero, the zero padding's products included, by fused
- * multiply-adds where the block's isa has them (1 AVX2, 2 AVX-512) and by a multiply and an add
- * on the baseline tile (0); then act(sum + bias) as conv_out. So on packed weights at stride 1
- * (or one tap) the bits are the Python executor's; its other ways (Winograd, im2col through the
- * BLAS, strided taps summed by phase) agree within float32 rounding.
- * The parameter block is kernel_abi/conv.py's FIELDS; bufs x, the weights (packed: blocks of
- * `packed` output channels, w[block][c][tap][packed]; else (cout, cin, kh, kw)), [bias,] y[,
- * workspace]. */
+/* conv2d_f32, grouped and depthwise too, with the arithmetic of the package's gather tiles on
+ * packed weights (conv_tile.h, conv_blocked.pxi's packed path): each output is summed over its
+ * group's input channels, then the taps (i-major), in order from zero, the zero padding's
+ * products included, by fused multiply-adds where the block's isa has them (1 AVX2, 2 AVX-512)
+ * and by a multiply and an add on the baseline tile (0); then act(sum + bias) as conv_out. So
+ * on packed weights at stride 1 (or one tap) the bits are the Python executor's; its other ways
+ * (Winograd, im2col through the BLAS, strided taps summed by phase, the depthwise planes) agree
+ * within float32 rounding. The parameter block is kernel_abi/conv.py's FIELDS; bufs x, the
+ * weights (packed, one group: blocks of `packed` output channels, w[block][c][tap][packed]; else
+ * (cout, cin / groups, kh, kw)), [bias,] y[, workspace]. */
 #include "../mgr_kernel.h"
 #include "activation.h"
 
@@ -17,23 +17,26 @@ enum { BATCH, CIN, H, W, COUT, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, GROUPS, H
        ACT, ISA, THREADS, TRANSPOSED, PACKED, FIELDS };
 
 #define MGR_CONV_BODY(STEP)                                                                   \
+    const mgr_call* call = ctx;                                                               \
     const int64_t* s = call->ints;                                                            \
     const float* x = (const float*)call->bufs[0];                                             \
     const float* w = (const float*)call->bufs[1];                                             \
     const float* bias = s[HAS_BIAS] ? (const float*)call->bufs[2] : NULL;                     \
     float* y = (float*)call->bufs[s[HAS_BIAS] ? 3 : 2];                                       \
     int64_t taps = s[KH] * s[KW], pack = s[PACKED];                                           \
-    for (int64_t n = 0; n < s[BATCH]; n++)                                                    \
-        for (int64_t o = 0; o < s[COUT]; o++) {                                               \
-            const float* wo = pack ? w + (o / pack) * s[CIN] * taps * pack + o % pack         \
-                                   : w + o * s[CIN] * taps;                                   \
+    int64_t cg = s[CIN] / s[GROUPS], og = s[COUT] / s[GROUPS]; /* channels per group */      \
+    for (int64_t no = lo; no < hi; no++) { /* this part's (image, output channel) planes */    \
+            int64_t n = no / s[COUT], o = no % s[COUT];                                       \
+            const float* wo = pack ? w + (o / pack) * cg * taps * pack + o % pack             \
+                                   : w + o * cg * taps;                                       \
+            const float* xg = x + (n * s[CIN] + o / og * cg) * s[H] * s[W];                   \
             int64_t step = pack ? pack : 1;                                                   \
             float add = bias ? bias[o] : 0;                                                   \
             for (int64_t oy = 0; oy < s[OH]; oy++)                                            \
                 for (int64_t ox = 0; ox < s[OW]; ox++) {                                      \
                     float acc = 0;                                                            \
-                    for (int64_t c = 0; c < s[CIN]; c++) {                                    \
-                        const float* xc = x + (n * s[CIN] + c) * s[H] * s[W];                 \
+                    for (int64_t c = 0; c < cg; c++) {                                        \
+                        const float* xc = xg + c * s[H] * s[W];                               \
                         for (int64_t i = 0; i < s[KH]; i++)                                   \
                             for (int64_t j = 0; j < s[KW]; j++) {                             \
                                 int64_t iy = oy * s[SH] + i * s[DH] - s[PH];                  \
@@ -52,26 +55,24 @@ enum { BATCH, CIN, H, W, COUT, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, GROUPS, H
 #define MGR_FMA_STEP(a, b, acc) fmaf(a, b, acc)
 #define MGR_MUL_ADD_STEP(a, b, acc) ((acc) + (a) * (b)) /* built with -ffp-contract=off */
 
-static void conv_fma(const mgr_call* call) { MGR_CONV_BODY(MGR_FMA_STEP) }
+/* parts of [0, batch * cout): the planes of y each thread computes (mgr_parallel_for) */
+static void conv_fma(void* ctx, int64_t lo, int64_t hi) { MGR_CONV_BODY(MGR_FMA_STEP) }
 #if defined(__GNUC__) && defined(__x86_64__)
-__attribute__((target("avx2,fma"))) static void conv_fma_avx2(const mgr_call* call)
+__attribute__((target("avx2,fma"))) static void conv_fma_avx2(void* ctx, int64_t lo, int64_t hi)
 { MGR_CONV_BODY(MGR_FMA_STEP) }
 #endif
-static void conv_mul_add(const mgr_call* call) { MGR_CONV_BODY(MGR_MUL_ADD_STEP) }
+static void conv_mul_add(void* ctx, int64_t lo, int64_t hi) { MGR_CONV_BODY(MGR_MUL_ADD_STEP) }
 
 int mgr_conv2d_f32(const mgr_call* call) {
-    if (call->ints[ISA] == 0) {
-        conv_mul_add(call);
-        return MGR_KERNEL_OK;
-    }
+    mgr_part_fn body = conv_fma;
+    if (call->ints[ISA] == 0) body = conv_mul_add;
 #if defined(__GNUC__) && defined(__x86_64__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("fma")) {
-        conv_fma_avx2(call);
-        return MGR_KERNEL_OK;
+    else {
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("fma")) body = conv_fma_avx2;
     }
 #endif
-    conv_fma(call);
+    mgr_parallel_for(call->ints[BATCH] * call->ints[COUT], body, (void*)call);
     return MGR_KERNEL_OK;
 }
 
@@ -81,7 +82,10 @@ const char* mgr_conv2d_f32_check(const mgr_check_args* x) {
     if (x->n_ints != FIELDS || x->n_floats != 0) return "wants 23 ints and no floats";
     for (int f = 0; f < FIELDS; f++)
         if (s[f] < 0) return "a field is negative";
-    if (s[GROUPS] != 1 || s[TRANSPOSED] != 0) return "runs one group only";
+    if (s[TRANSPOSED] != 0) return "runs no transposed convolution";
+    if (s[GROUPS] < 1 || s[CIN] % s[GROUPS] || s[COUT] % s[GROUPS])
+        return "groups must divide the input and output channels";
+    if (s[GROUPS] != 1 && s[PACKED]) return "runs packed weights of one group only";
     if (s[HAS_BIAS] > 1 || s[ACT] > ACT_RELU6 || s[ISA] > 2)
         return "a flag is out of its range";
     if (s[SH] < 1 || s[SW] < 1 || s[DH] < 1 || s[DW] < 1 || s[KH] < 1 || s[KW] < 1)
@@ -99,7 +103,7 @@ const char* mgr_conv2d_f32_check(const mgr_check_args* x) {
     if (!mgr_muladd(0, s[BATCH], s[CIN], &xe) || !mgr_muladd(0, xe, s[H], &xe) ||
         !mgr_muladd(0, xe, s[W], &xe) || xe > x->buf_bytes[0] / 4)
         return "batch * cin * h * w reaches past x's bytes";
-    if (!mgr_muladd(0, s[KH], s[KW], &taps) || !mgr_muladd(0, blocks, s[CIN], &we) ||
+    if (!mgr_muladd(0, s[KH], s[KW], &taps) || !mgr_muladd(0, blocks, s[CIN] / s[GROUPS], &we) ||
         !mgr_muladd(0, we, taps, &we) || !mgr_muladd(0, we, s[PACKED] ? s[PACKED] : 1, &we) ||
         we > x->buf_bytes[1] / 4)
         return "the weights reach past w's bytes";

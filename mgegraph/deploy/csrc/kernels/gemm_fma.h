@@ -1,97 +1,90 @@
-/* C = op(A) op(B) in float32 with the arithmetic of mgegraph's gather tiles (conv_tile.h, which
- * linalg.pyx's tile GEMM runs): each element of C is summed over k in order by fused
- * multiply-adds from zero. So an exported plan's GEMM gives bitwise what the Python executor's
- * gives on the tiles, on any CPU with an FMA, and on any thread count (no element's sum is
- * split). The loops keep that order per element and vectorise across the columns.
+/* C = op(A) op(B) in float32 on the package's gather tiles (conv_tile.h, included: the tiles
+ * linalg.pyx's tile GEMM runs, one source for both executors). A tile keeps PIX rows x CH columns
+ * of C in registers and sums each element over k in order from zero, by fused multiply-adds
+ * where the tile's isa has them; rows of op(A) are read where they lie (down a column of A when
+ * transposed), op(B) packed per block of CH columns (zeros past n). So an exported plan's GEMM
+ * gives bitwise what the Python executor's gives on the tiles (its AVX-512 64-column tile), on
+ * any thread count (no element's sum is split).
  *
- * One source built three times on x86-64 (baseline, where fmaf is the C library's; AVX2 + FMA;
- * AVX-512F + FMA: the widest the CPU has runs, every one giving the same bits), once elsewhere
- * (aarch64 has the FMA in its baseline). */
+ * The widest tile the CPU runs is taken, each summing every element in the same order: x86-64's
+ * AVX-512 7 x 64 tile, AVX2's 6 x 16, the baseline's 4 x 8 (a multiply and an add: x86-64's
+ * baseline has no FMA); aarch64's baseline tile has the FMA, so its bits are the x86 FMA tiles'.
+ * The files that include this one build with -ffp-contract=fast (kernels.CONTRACTED), as the
+ * package builds the tiles: the export's -ffp-contract=off would split each FMA in two. */
 #ifndef MGR_GEMM_FMA_H
 #define MGR_GEMM_FMA_H
 
-#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
-#define MGR_GEMM_COLS 64 /* columns of C summed at once: a block's sums stay in L1 */
-#define MGR_GEMM_ROWS 4  /* rows of C sharing each row of B read */
-#define MGR_GEMM_DEPTH 16 /* steps of k of a stored B^T transposed at a time */
+#include "../mgr_kernel.h"
+#include "conv_tile.h"
 
-/* Rows i0.. i0 + rows of C, columns j0.. j0 + w: acc[r][j] = sum over p in order of
- * fmaf(op(A)[i0 + r, p], op(B)[p, j0 + j], acc[r][j]) from zero. A stored B^T is read
- * MGR_GEMM_DEPTH steps of k at a time into bt (transposed), so every inner loop runs along
- * contiguous columns. */
-#define MGR_GEMM_BODY                                                                         \
-    float acc[MGR_GEMM_ROWS][MGR_GEMM_COLS];                                                  \
-    float bt[MGR_GEMM_DEPTH][MGR_GEMM_COLS];                                                  \
-    for (int64_t i0 = 0; i0 < m; i0 += MGR_GEMM_ROWS) {                                       \
-        int64_t rows = m - i0 < MGR_GEMM_ROWS ? m - i0 : MGR_GEMM_ROWS;                       \
-        for (int64_t j0 = 0; j0 < n; j0 += MGR_GEMM_COLS) {                                   \
-            int64_t w = n - j0 < MGR_GEMM_COLS ? n - j0 : MGR_GEMM_COLS;                      \
-            memset(acc, 0, sizeof acc);                                                       \
-            for (int64_t p0 = 0; p0 < k; p0 += MGR_GEMM_DEPTH) {                              \
-                int64_t depth = k - p0 < MGR_GEMM_DEPTH ? k - p0 : MGR_GEMM_DEPTH;            \
-                if (tb)                                                                       \
-                    for (int64_t j = 0; j < w; j++)                                           \
-                        for (int64_t q = 0; q < depth; q++)                                   \
-                            bt[q][j] = b[(j0 + j) * k + p0 + q];                              \
-                if (rows == MGR_GEMM_ROWS && w == MGR_GEMM_COLS) { /* whole: constant bounds */ \
-                    for (int64_t q = 0; q < depth; q++) {                                     \
-                        int64_t p = p0 + q;                                                   \
-                        const float* restrict bp = tb ? bt[q] : b + p * n + j0;               \
-                        for (int r = 0; r < MGR_GEMM_ROWS; r++) {                             \
-                            float av = ta ? a[p * m + i0 + r] : a[(i0 + r) * k + p];          \
-                            for (int j = 0; j < MGR_GEMM_COLS; j++)                           \
-                                acc[r][j] = fmaf(av, bp[j], acc[r][j]);                       \
-                        }                                                                     \
-                    }                                                                         \
-                    continue;                                                                 \
-                }                                                                             \
-                for (int64_t q = 0; q < depth; q++) {                                         \
-                    int64_t p = p0 + q;                                                       \
-                    const float* restrict bp = tb ? bt[q] : b + p * n + j0;                   \
-                    for (int64_t r = 0; r < rows; r++) {                                      \
-                        float av = ta ? a[p * m + i0 + r] : a[(i0 + r) * k + p];              \
-                        float* restrict cr = acc[r];                                          \
-                        for (int64_t j = 0; j < w; j++) cr[j] = fmaf(av, bp[j], cr[j]);       \
-                    }                                                                         \
-                }                                                                             \
-            }                                                                                 \
-            for (int64_t r = 0; r < rows; r++)                                                \
-                memcpy(c + (i0 + r) * n + j0, acc[r], (size_t)w * sizeof(float));            \
-        }                                                                                     \
-    }
+#define MGR_GEMM_CH_MAX 64 /* the widest tile's columns */
 
-#define MGR_GEMM_ARGS                                                                         \
-    int ta, int tb, int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c
+typedef struct { conv_gather_fn fn; int64_t pix, ch; } mgr_gemm_tile;
 
-static void mgr_gemm_base(MGR_GEMM_ARGS) { MGR_GEMM_BODY }
-
+static inline mgr_gemm_tile mgr_gemm_tile_of(void) {
 #if defined(__GNUC__) && defined(__x86_64__)
-__attribute__((target("avx2,fma"))) static void mgr_gemm_avx2(MGR_GEMM_ARGS) { MGR_GEMM_BODY }
-__attribute__((target("avx512f,fma,prefer-vector-width=512")))
-static void mgr_gemm_avx512(MGR_GEMM_ARGS) { MGR_GEMM_BODY }
+    int isa = cpu_isa_widest(); /* conv_packed_tiles' widest of each isa */
+    if (isa == 2) return (mgr_gemm_tile){conv_gather_avx512_64, 7, 64};
+    if (isa == 1) return (mgr_gemm_tile){conv_gather_avx2, 6, 16};
+    return (mgr_gemm_tile){conv_gather_base, 4, 8};
+#else
+    return (mgr_gemm_tile){conv_gather_base, 4, 8};
 #endif
+}
 
-static inline void mgr_gemm(MGR_GEMM_ARGS) {
-#if defined(__GNUC__) && defined(__x86_64__)
-    static int isa = -1; /* cpu_isa.h's codes: 0 baseline, 1 AVX2 + FMA, 2 AVX-512F + FMA */
-    if (isa < 0) {
-        __builtin_cpu_init();
-        int fma = __builtin_cpu_supports("fma");
-        isa = fma && __builtin_cpu_supports("avx512f") ? 2 : fma && __builtin_cpu_supports("avx2");
+/* one column block of C: its packed op(B) and where it goes */
+typedef struct {
+    mgr_gemm_tile t;
+    int ta;
+    int64_t m, n, k, j0, w;
+    const float* a;
+    const float* blk;
+    float* c;
+} mgr_gemm_block;
+
+/* row tiles [lo, hi) of a column block: a part of mgr_parallel_for (no two write one row) */
+static void mgr_gemm_rows(void* ctx, int64_t lo, int64_t hi) {
+    const mgr_gemm_block* g = (const mgr_gemm_block*)ctx;
+    const float* px[CONV_PIX_MAX];
+    float part[CONV_PIX_MAX * MGR_GEMM_CH_MAX];
+    ptrdiff_t zero = 0;
+    int64_t pix = g->t.pix, ch = g->t.ch;
+    for (int64_t r0 = lo * pix; r0 < hi * pix && r0 < g->m; r0 += pix) {
+        int64_t rows = g->m - r0 < pix ? g->m - r0 : pix;
+        for (int64_t p = 0; p < pix; p++) { /* a short last tile reads its last row again */
+            int64_t row = r0 + p < g->m ? r0 + p : g->m - 1;
+            px[p] = g->a + (g->ta ? row : row * g->k);
+        }
+        g->t.fn(px, g->ta ? g->m : 1, &zero, 1, g->k, g->blk, ch, part, ch, 0);
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(g->c + (r0 + r) * g->n + g->j0, part + r * ch, (size_t)g->w * sizeof(float));
     }
-    if (isa == 2) {
-        mgr_gemm_avx512(ta, tb, m, n, k, a, b, c);
-        return;
+}
+
+/* MGR_KERNEL_OK, or MGR_KERNEL_OUT_OF_MEMORY where op(B)'s packed block (k x CH) is not had.
+ * Each column block is packed once, then its row tiles are split among the threads. */
+static inline int mgr_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const float* a,
+                           const float* b, float* c) {
+    mgr_gemm_block g = {mgr_gemm_tile_of(), ta, m, n, k, 0, 0, a, NULL, c};
+    int64_t ch = g.t.ch;
+    if (m == 0 || n == 0) return MGR_KERNEL_OK;
+    float* blk = (float*)malloc((size_t)(k > 0 ? k : 1) * (size_t)ch * sizeof(float));
+    if (!blk) return MGR_KERNEL_OUT_OF_MEMORY;
+    g.blk = blk;
+    for (g.j0 = 0; g.j0 < n; g.j0 += ch) {
+        g.w = n - g.j0 < ch ? n - g.j0 : ch;
+        for (int64_t p = 0; p < k; p++)
+            for (int64_t j = 0; j < ch; j++)
+                blk[p * ch + j] = j >= g.w ? 0.0f
+                                  : tb ? b[(g.j0 + j) * k + p] : b[p * n + g.j0 + j];
+        mgr_parallel_for((m + g.t.pix - 1) / g.t.pix, mgr_gemm_rows, &g);
     }
-    if (isa == 1) {
-        mgr_gemm_avx2(ta, tb, m, n, k, a, b, c);
-        return;
-    }
-#endif
-    mgr_gemm_base(ta, tb, m, n, k, a, b, c);
+    free(blk);
+    return MGR_KERNEL_OK;
 }
 
 #endif

@@ -14,7 +14,9 @@ int mgr_linear_f32(const mgr_call* call) {
     const float* bias = s[HAS_BIAS] ? (const float*)call->bufs[2] : NULL;
     float* y = (float*)call->bufs[s[HAS_BIAS] ? 3 : 2];
     int act = (int)s[ACT];
-    mgr_gemm(0, 1, m, n, s[K], (const float*)call->bufs[0], (const float*)call->bufs[1], y);
+    int status = mgr_gemm(0, 1, m, n, s[K], (const float*)call->bufs[0],
+                          (const float*)call->bufs[1], y);
+    if (status != MGR_KERNEL_OK) return status;
     for (int64_t i = 0; i < m; i++) {
         float* yi = y + i * n;
         if (bias)

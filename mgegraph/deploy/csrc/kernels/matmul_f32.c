@@ -23,7 +23,8 @@ int mgr_matmul_f32(const mgr_call* call) {
             oa += index[d] * sa[d];
             ob += index[d] * sb[d];
         }
-        mgr_gemm(s[TA] != 0, s[TB] != 0, m, n, k, a + oa, b + ob, c);
+        int status = mgr_gemm(s[TA] != 0, s[TB] != 0, m, n, k, a + oa, b + ob, c);
+        if (status != MGR_KERNEL_OK) return status;
         for (int64_t d = ndim - 1; d >= 0 && ++index[d] == shape[d]; d--) index[d] = 0;
     }
     return MGR_KERNEL_OK;
