@@ -91,20 +91,37 @@ def test_the_readme_mlp_matches_within_float_rounding_of_the_blas(tmp_path):
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
 
 
-def test_a_weighted_mlp_on_packed_weights_is_bitwise(tmp_path):
-    # constant weights: the prepack pass makes each linear layer a 1x1 conv2d_packed, whose
-    # packed weights a prologue computes; the export ships what it computed
-    cc()
-    rng = np.random.default_rng(3)
+def _weighted_mlp(rng):
     g = mg.Graph()
     x = g.input("x", shape=(33, 784), dtype="float32")
     h = F.relu(x @ g.param("w1", rng.standard_normal((784, 256), dtype=np.float32) * 0.05)
                + g.param("b1", rng.standard_normal(256, dtype=np.float32)))
-    y = F.log_softmax(h @ g.param("w2", rng.standard_normal((256, 64), dtype=np.float32) * 0.1)
-                      + g.param("b2", rng.standard_normal(64, dtype=np.float32)), axis=-1)
+    return x, F.log_softmax(h @ g.param("w2", rng.standard_normal((256, 64), dtype=np.float32)
+                                        * 0.1) + g.param("b2", rng.standard_normal(
+                                            64, dtype=np.float32)), axis=-1)
+
+
+def _weighted_strided_conv(rng):
+    # a 3x3 stride-2 convolution of 32 to 64 channels: packed on every x86 CPU's tiles
+    g = mg.Graph()
+    x = g.input("x", shape=(2, 32, 15, 15), dtype="float32")
+    w = g.param("w", rng.standard_normal((64, 32, 3, 3), dtype=np.float32) * 0.1)
+    return x, F.relu(F.conv2d(x, w, stride=2, padding=1))
+
+
+@pytest.mark.parametrize("model", [_weighted_mlp, _weighted_strided_conv])
+def test_a_plan_on_packed_weights_is_bitwise(tmp_path, model):
+    # constant weights: the prepack pass makes each such layer a conv2d_packed, whose packed
+    # weights a prologue computes; the export ships what it computed
+    cc()
+    rng = np.random.default_rng(3)
+    x, y = model(rng)
     plan = mg.compile([y])
-    assert plan.prologue is not None and "conv2d_f32" in {i.kernel for i in plan.instructions}
-    feeds = {"x": rng.standard_normal((33, 784), dtype=np.float32)}
+    if plan.prologue is None:  # the rules of prepack_block: linear layers off AVX-512
+        assert model is _weighted_mlp, "the strided convolution is packed on every x86 CPU"
+        pytest.skip("this CPU's rules run linear layers on the BLAS, not on packed weights")
+    assert "conv2d_f32" in {i.kernel for i in plan.instructions}
+    feeds = {"x": rng.standard_normal(x.shape, dtype=np.float32)}
     (want,), (got,) = plan.run(feeds), exported_outputs(tmp_path, plan, feeds)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
