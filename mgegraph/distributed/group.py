@@ -146,15 +146,25 @@ def _abort_on_uncaught(kind, value, tb) -> None:
            "the job\n"
     report = head + "".join(traceback.format_exception(kind, value, tb))
     sys.stdout.flush()
-    folder = os.environ.get(FAILURE_FOLDER_ENV)
-    try:
-        with open(os.path.join(folder, f"rank-{get_rank()}.txt"), "x") as out:
-            out.write(report)
-    except (OSError, TypeError):  # no launcher's folder (TypeError: unset): stderr it is
+    if not _report_to_launcher(report):
         sys.stderr.write(report)
         sys.stderr.flush()
         time.sleep(0.5)  # mpiexec's forwarding of the write races MPI_Abort's teardown
     communicator.load_mpi().COMM_WORLD.Abort(1)
+
+
+def _report_to_launcher(report: str) -> bool:
+    """Write ``report`` into the folder ``mgegraph launch`` named; False where there is none
+    (plain mpiexec) or it cannot be written."""
+    folder = os.environ.get(FAILURE_FOLDER_ENV)
+    if not folder:
+        return False
+    try:
+        with open(os.path.join(folder, f"rank-{get_rank()}.txt"), "x") as out:
+            out.write(report)
+    except OSError:
+        return False
+    return True
 
 
 def _require(what: str) -> _Job:
