@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 
+#include "activation.h"
 #include "cpu_isa.h"
 
 #define GN_LANES 8
@@ -57,10 +58,19 @@
         GN_TOTAL(ag) GN_TOTAL(agd) GN_TOTAL(ad) GN_TOTAL(add)                                   \
         s[0] = ag[0], s[1] = agd[0], s[2] = ad[0], s[3] = add[0];                               \
     }                                                                                           \
-    /* y = (x - centre) scale + shift */                                                        \
+    /* y = act((x - centre) scale + shift), act an epilogue activation (activation.h) */        \
     ATTR static void gn_affine_##SUFFIX(const float* x, ptrdiff_t n, float centre, float scale,  \
-                                        float shift, float* y) {                                \
-        for (ptrdiff_t i = 0; i < n; ++i) y[i] = (x[i] - centre) * scale + shift;               \
+                                        float shift, int act, float* y) {                       \
+        if (act == ACT_RELU)                                                                    \
+            for (ptrdiff_t i = 0; i < n; ++i) {                                                 \
+                const float v = (x[i] - centre) * scale + shift;                                \
+                y[i] = v <= 0 ? 0 : v;                                                          \
+            }                                                                                   \
+        else if (act == ACT_RELU6)                                                              \
+            for (ptrdiff_t i = 0; i < n; ++i)                                                   \
+                y[i] = act_f32((x[i] - centre) * scale + shift, ACT_RELU6);                     \
+        else                                                                                    \
+            for (ptrdiff_t i = 0; i < n; ++i) y[i] = (x[i] - centre) * scale + shift;           \
     }                                                                                           \
     /* dx = g p + (x - centre) q + r */                                                         \
     ATTR static void gn_dx_##SUFFIX(const float* x, const float* g, ptrdiff_t n, float centre,  \
@@ -77,7 +87,8 @@ GN_LOOPS(avx512, __attribute__((target("avx512f,fma,prefer-vector-width=512"))))
 typedef struct {
     void (*sums)(const float* x, ptrdiff_t n, double shift, double* s);
     void (*grad_sums)(const float* x, const float* g, ptrdiff_t n, double shift, double* s);
-    void (*affine)(const float* x, ptrdiff_t n, float centre, float scale, float shift, float* y);
+    void (*affine)(const float* x, ptrdiff_t n, float centre, float scale, float shift, int act,
+                   float* y);
     void (*dx)(const float* x, const float* g, ptrdiff_t n, float centre, float p, float q,
                float r, float* dx);
 } GroupNormLoops;

@@ -26,12 +26,15 @@ from libc.math cimport sqrt
 from cython cimport floating
 
 from .abi cimport Call, KERNEL_OK, kernel_address
+from .activation cimport activate
 from .lane_sums cimport GRAD_LANES, LANES, lanes_total
 from .params cimport fields_of
 from .parallel cimport parallel_for
 
 ctypedef struct GroupNorm:          # x (batch, channels, inner); channels % groups == 0
-    Py_ssize_t batch, channels, inner, groups, threads
+    Py_ssize_t batch, channels, inner, groups
+    Py_ssize_t activation           # the forward's epilogue (activation.h's codes); 0 backward
+    Py_ssize_t threads
 
 cdef GroupNorm _gn
 GROUP_NORM_FIELDS = fields_of(_gn, sizeof(GroupNorm))
@@ -42,7 +45,7 @@ cdef extern from "group_norm.h":
         void (*grad_sums)(const float* x, const float* g, Py_ssize_t n, double shift,
                           double* s) noexcept nogil
         void (*affine)(const float* x, Py_ssize_t n, float centre, float scale, float shift,
-                       float* y) noexcept nogil
+                       int act, float* y) noexcept nogil
         void (*dx)(const float* x, const float* g, Py_ssize_t n, float centre, float p, float q,
                    float r, float* dx) noexcept nogil
     GroupNormLoops group_norm_loops() noexcept nogil
@@ -148,10 +151,10 @@ cdef inline int forward_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
             scale = <floating>(rstd * w[ch])
             shift = b[ch]
             if floating is float:
-                F32.affine(px + k * M, M, centre, scale, shift, py + k * M)
+                F32.affine(px + k * M, M, centre, scale, shift, s.activation, py + k * M)
             else:
                 for m in range(k * M, (k + 1) * M):
-                    py[m] = (px[m] - centre) * scale + shift
+                    py[m] = activate((px[m] - centre) * scale + shift, s.activation)
     return KERNEL_OK
 
 
