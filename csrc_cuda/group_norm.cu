@@ -16,6 +16,7 @@
 // backward's steps read all of x and dy before the last one writes dx, which may alias either:
 // the statistics first, then dweight and dbias (a thread per channel, samples in order), then dx.
 #include "norm_common.cuh"
+#include "scalar.cuh"  // m_activate: the epilogue activation
 
 struct GroupShape {  // x read as (batch, channels, inner), channels in groups of per
     i64 N, C, M, G, per, K;  // K = per * M values in a group
@@ -31,13 +32,15 @@ template <class T> __device__ void group_norm(const MgArgs& a) {
     const GroupShape s = group_shape(a);
     const T *x = (const T*)a.bufs[0], *w = (const T*)a.bufs[1], *b = (const T*)a.bufs[2];
     T* y = (T*)a.bufs[3];
+    const i64 act = a.ints[4];  // the epilogue activation (scalar.cuh's m_activate)
     MG_FOR_GROUPS(s.N * s.G) {
         double mean, rstd;
         row_stats(x + grp * s.K, s.K, a.floats[0], smem, &mean, &rstd);
         const T centre = (T)mean;
         for (i64 j = threadIdx.x; j < s.K; j += blockDim.x) {
             const i64 ch = (grp % s.G) * s.per + j / s.M, at = grp * s.K + j;
-            y[at] = mg_add(mg_mul((T)(x[at] - centre), (T)(rstd * (double)w[ch])), b[ch]);
+            y[at] = m_activate(
+                mg_add(mg_mul((T)(x[at] - centre), (T)(rstd * (double)w[ch])), b[ch]), act);
         }
     }
 }

@@ -10,7 +10,8 @@
 //
 // Semantics and arithmetic are the CPU kernel's: the same tap formulas (axis_taps), weights and
 // sums in double, in the CPU's order, so results are bitwise the CPU's; a uint8 image's sums
-// are rounded by pixels_u8.cuh, the CPU's rule.
+// are rounded by pixels_u8.cuh, the CPU's rule; a float32 bilinear resize over two axes is the
+// CPU's float path (_kernels/resize_bilinear.h; bilinear_f32 below).
 //
 // Design: no shared memory and no atomics. The forward takes a thread per output and computes
 // its taps in place (a few divisions: cheaper than a second launch filling tables). The
@@ -105,6 +106,21 @@ __device__ Taps axis_taps(const Resize& s, const double* f, int axis, i64 o) {
 
 #include "resize_antialias.cuh"
 
+// A float32 bilinear output over the last two axes, as the CPU's resize_bilinear.h computes
+// it: float weights, products rounded to float, sums fused, the rows blended first where the
+// output has fewer rows than the input (bilinear_vertical_first), the columns first otherwise
+__device__ float bilinear_f32(const Resize& s, const Taps& rows, const Taps& cols,
+                              const float* x) {
+    const float* a = x + rows.index[0] * s.in[2];
+    const float* b = x + rows.index[1] * s.in[2];
+    const float r0 = (float)rows.weight[0], r1 = (float)rows.weight[1];
+    const float c0 = (float)cols.weight[0], c1 = (float)cols.weight[1];
+    const i64 j0 = cols.index[0], j1 = cols.index[1];
+    if (s.out[1] < s.in[1])
+        return fmaf(c1, fmaf(r1, b[j1], r0 * a[j1]), c0 * fmaf(r1, b[j0], r0 * a[j0]));
+    return fmaf(r1, fmaf(c1, b[j1], c0 * b[j0]), r0 * fmaf(c1, a[j1], c0 * a[j0]));
+}
+
 // resize: a thread per output
 template <class T> __device__ void resize_forward(const MgArgs& a) {
     const Resize s = *(const Resize*)a.ints;
@@ -120,6 +136,10 @@ template <class T> __device__ void resize_forward(const MgArgs& a) {
         const i64 p = mg_div(row, s.out[1] * s.out[0]);
         const Taps t0 = axis_taps(s, a.floats, 0, o0), t1 = axis_taps(s, a.floats, 1, o1),
                    t2 = axis_taps(s, a.floats, 2, o2);
+        if (sizeof(T) == 4 && s.out[0] == 1 && t0.n == 1 && t1.n == 2 && t2.n == 2) {
+            y[i] = (T)bilinear_f32(s, t1, t2, (const float*)x + p * plane);
+            continue;
+        }
         double acc = 0;
         for (int u = 0; u < t0.n; ++u)
             for (int v = 0; v < t1.n; ++v) {

@@ -9,7 +9,8 @@
 #   resize_backward:  bufs: dy (planes, out0, out1, out2), dx (planes, in0, in1, in2), workspace
 # The workspace holds each axis's taps (TapTable): TAP_BYTES per output index of every axis; with
 # the antialias filter (aa_taps0 > 0), WIDE_TAP_BYTES per tap of every axis's output indices
-# (resize_antialias.pxi).
+# (resize_antialias.pxi); a float32 linear resize's also each thread's two rows and the float
+# taps of resize_bilinear.h (kernel_abi/resize.py's bilinear_workspace).
 # The family's other files: kernel_abi/resize.py, lowering/resize.py, csrc_cuda/resize.cu (the
 # same tap formulas, one CUDA thread per output), cuda/kernels/resize.py.
 #
@@ -21,13 +22,14 @@
 # are, then rounded by pixels.pxd's round_u8. Threads: the forward splits output rows (no two
 # threads write one cell); the backward scatters each plane's gradient onto its taps and so
 # splits planes, each thread adding in the one order the serial loop does, so results are
-# bitwise equal at any thread count.
+# bitwise equal at any thread count. A float32 bilinear resize over the last two axes takes
+# resize_bilinear.h's separable float path instead (its Design: 2-3x faster on AVX2).
 
 from libc.math cimport floor
 from libc.string cimport memset
 from cython cimport floating
 
-from libc.stdint cimport uint8_t
+from libc.stdint cimport int32_t, uint8_t
 
 from .abi cimport Call, KERNEL_OK, kernel_address
 from .params cimport fields_of
@@ -237,6 +239,75 @@ cdef int rows_u8(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nog
     return rows_part(<const ResizeRun*>ctx, lo, hi, <uint8_t*>NULL)
 
 
+# -- float32 bilinear: separable, vectorised (resize_bilinear.h) --------------------------------------
+cdef extern from "resize_bilinear.h":
+    ctypedef struct BilinearAxis:
+        const int32_t* j0
+        const int32_t* j1
+        const float* w0
+        const float* w1
+    ctypedef struct Bilinear:
+        const float* x
+        float* y
+        BilinearAxis rows, cols
+        Py_ssize_t in_h, in_w, out_h, out_w
+    int bilinear_isa() noexcept nogil
+    void bilinear_rows(const Bilinear* b, Py_ssize_t lo, Py_ssize_t hi, float* slots,
+                       Py_ssize_t stride, int isa) noexcept nogil
+
+cdef int BILINEAR_ISA = bilinear_isa()
+cdef enum:  # floats per horizontal-row slot are rounded up to this (64 bytes): slots start on lines
+    SLOT_FLOATS = 16
+BILINEAR_SLOT_FLOATS = SLOT_FLOATS
+
+ctypedef struct BilinearRun:
+    Bilinear b
+    float* slots
+    Py_ssize_t stride
+
+
+cdef inline Py_ssize_t slot_stride(Py_ssize_t out_w) noexcept nogil:
+    return (out_w + SLOT_FLOATS - 1) // SLOT_FLOATS * SLOT_FLOATS
+
+
+cdef inline char* float_taps(const Tap* taps, Py_ssize_t n, char* at,
+                             BilinearAxis* axis) noexcept nogil:
+    # An axis's two taps per output index as the header's int32 indices and float weights, at
+    # `at` (16 n bytes); returns the end
+    cdef int32_t* j0 = <int32_t*>at
+    cdef int32_t* j1 = j0 + n
+    cdef float* w0 = <float*>(j1 + n)
+    cdef float* w1 = w0 + n
+    cdef Py_ssize_t o
+    for o in range(n):
+        j0[o], j1[o] = <int32_t>taps[o].index[0], <int32_t>taps[o].index[1]
+        w0[o], w1[o] = <float>taps[o].weight[0], <float>taps[o].weight[1]
+    axis.j0, axis.j1, axis.w0, axis.w1 = j0, j1, w0, w1
+    return <char*>(w1 + n)
+
+
+cdef int bilinear_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef const BilinearRun* r = <const BilinearRun*>ctx
+    bilinear_rows(&r.b, lo, hi, r.slots + 2 * part * r.stride, r.stride, BILINEAR_ISA)
+    return KERNEL_OK
+
+
+cdef int bilinear_f32(const float* x, float* y, const Tap* taps, const Resize* s) noexcept nogil:
+    # The workspace after the tap table: each thread's two row slots, then the rows' and the
+    # columns' float taps (kernel_abi/resize.py's bilinear_workspace). The first axis has one
+    # tap of weight 1 (its input length is 1), so a row's weights are the second axis's.
+    cdef BilinearRun r
+    cdef char* at
+    r.stride = slot_stride(max(s.in2, s.out2))
+    r.slots = <float*>(taps + s.out0 + s.out1 + s.out2)
+    at = <char*>(r.slots + 2 * s.threads * r.stride)
+    at = float_taps(taps + s.out0, s.out1, at, &r.b.rows)
+    float_taps(taps + s.out0 + s.out1, s.out2, at, &r.b.cols)
+    r.b.x, r.b.y = x, y
+    r.b.in_h, r.b.in_w, r.b.out_h, r.b.out_w = s.in1, s.in2, s.out1, s.out2
+    return parallel_for(s.threads, s.planes * s.out1, bilinear_part, &r)
+
+
 include "resize_antialias.pxi"
 
 
@@ -248,6 +319,9 @@ cdef inline int resize_impl(const pixel_t* x,  # IN  (planes, in0, in1, in2)
     if s.aa_taps0:
         return antialias_impl(x, y, <WideTap*>taps, s, f)
     fill_taps(s, f, taps, r.counts)
+    if pixel_t is float:
+        if s.out0 == 1 and r.counts[0] == 1 and r.counts[1] == 2 and r.counts[2] == 2:
+            return bilinear_f32(x, y, taps, s)
     r.s, r.taps, r.x, r.y = s, taps, <const char*>x, <char*>y
     return parallel_for(s.threads, s.planes * s.out0 * s.out1,
                         rows_f32 if pixel_t is float else

@@ -109,7 +109,11 @@ OP_VERSIONS |= {"all_reduce": 1, "all_reduce_start": 1, "all_reduce_wait": 1}
 # and this reader takes both; a version 1 node that says relu6 is refused.
 EPILOGUE_V2 = ("linear", "conv2d", "conv2d_packed")
 OP_VERSIONS |= dict.fromkeys(EPILOGUE_V2, 2)
-OLDER_VERSIONS = dict.fromkeys(EPILOGUE_V2 + ("fake_quant",), (1,))  # op -> older ones read
+# version 2 of group_norm: the epilogue's activation attribute (the epilogue pass folds a relu or
+# clip(0, 6) after it in). A node without one is written as version 1, without the attribute.
+OP_VERSIONS |= {"group_norm": 2}
+V2_ATTRS |= {("group_norm", "activation")}
+OLDER_VERSIONS = dict.fromkeys(EPILOGUE_V2 + ("fake_quant", "group_norm"), (1,))  # older ones read
 
 
 def node_version(node) -> int:
@@ -117,6 +121,8 @@ def node_version(node) -> int:
     if node.op.name in EPILOGUE_V2 and node.attr["activation"] != "relu6":
         return 1
     if node.op.name == "fake_quant" and not node.attr["tqt"]:
+        return 1
+    if node.op.name == "group_norm" and node.attr["activation"] == "none":
         return 1
     return OP_VERSIONS[node.op.name]
 
@@ -133,6 +139,9 @@ def _check_version(op, entry, where) -> None:
         fail(f"{where}: activation 'relu6' needs version 2 of {op}, the file says version 1")
     if op == "fake_quant" and version == 1 and type(attrs) is dict and attrs.get("tqt"):
         fail(f"{where}: the tqt attribute needs version 2 of fake_quant, the file says version 1")
+    if op == "group_norm" and version == 1 and type(attrs) is dict and "activation" in attrs:
+        fail(f"{where}: the activation attribute needs version 2 of group_norm, the file says "
+             "version 1")
 
 SOURCES = ("input", "param", "const")
 DTYPES = {str(d): d for d in SUPPORTED}

@@ -7,9 +7,11 @@ import math
 from ..backend import Launch
 from ..ops.registry import FLOAT_DTYPES
 from .layout import one_thread, pack
+from .matmul import ACTIVATION_CODES
 
-# The struct's fields, in the kernels' order (norm.pyx exports its own GROUP_NORM_FIELDS)
-FIELDS = {"GROUP_NORM_FIELDS": ("batch", "channels", "inner", "groups", "threads")}
+# The struct's fields, in the kernels' order (norm.pyx exports its own GROUP_NORM_FIELDS);
+# activation: the forward's epilogue (kernel_abi.matmul.ACTIVATION_CODES), 0 in the backward
+FIELDS = {"GROUP_NORM_FIELDS": ("batch", "channels", "inner", "groups", "activation", "threads")}
 
 
 def _lower(threads, backward: bool):
@@ -17,7 +19,8 @@ def _lower(threads, backward: bool):
         x = node.inputs[0]
         ints = pack(FIELDS["GROUP_NORM_FIELDS"], batch=x.shape[0], channels=x.shape[1],
                     inner=math.prod(x.shape[2:]), groups=node.attr["groups"],
-                    threads=threads(node))
+                    threads=threads(node),
+                    activation=ACTIVATION_CODES[node.attr.get("activation", "none")])
         # the backward's per (sample, channel) sums for dweight and dbias, in double
         workspace = 2 * 8 * x.shape[0] * x.shape[1] if backward else 0
         return Launch(ints, (float(node.attr["eps"]),), workspace=workspace)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 import operator
 
+import numpy as np
+
 from ..backend import Launch
 from ..ops.registry import FLOAT_DTYPES
 from ..ops.resize import COORDS, IMAGE_DTYPES, MAX_AXES, MODES, NEAREST_MODES, TAPS
@@ -23,6 +25,10 @@ FIELDS = ("mode", "coord", "nearest_mode", "exclude_outside", "planes", "in0", "
 TAP_BYTES = 64
 # The antialias filter's: per tap, an index (8 bytes) and a weight (a double)
 WIDE_TAP_BYTES = 16
+# A float32 bilinear resize's extra workspace (the CPU's, _kernels/resize_bilinear.h): each
+# thread's two rows (the longer of the input's and the output's), each rounded up to a multiple
+# of this many floats, then int32 indices and float weights (16 bytes) per output row and column
+BILINEAR_SLOT_FLOATS = 16
 CODES = {"mode": {m: i for i, m in enumerate(MODES)},
          "coord": {c: i for i, c in enumerate(COORDS)},
          "nearest_mode": {m: i for i, m in enumerate(NEAREST_MODES)}}
@@ -56,7 +62,16 @@ def antialias_taps(mode, n_in, step) -> int:
     return 2 * math.ceil(radius * num / den) if den < num else 2 * radius
 
 
-def _lower(sides, threads):
+def bilinear_workspace(x, attrs, outs, threads: int) -> int:
+    """The bytes resize_bilinear.h's path adds to the workspace of a forward resize of ``x``
+    when it is float32 and linear (0 for any other)."""
+    if attrs["mode"] != "linear" or attrs["antialias"] or x.dtype != np.float32:
+        return 0
+    stride = -(-max(x.shape[-1], outs[2]) // BILINEAR_SLOT_FLOATS) * BILINEAR_SLOT_FLOATS
+    return 4 * 2 * threads * stride + 16 * (outs[1] + outs[2])
+
+
+def _lower(sides, threads, forward: bool):
     def lower(node) -> Launch:
         x, y = sides(node)
         planes, ins, outs, steps = _geometry(x.shape, y.shape, node.attr)
@@ -68,9 +83,11 @@ def _lower(sides, threads):
                     exclude_outside=bool(a["exclude_outside"]), planes=planes,
                     in0=ins[0], in1=ins[1], in2=ins[2], out0=outs[0], out1=outs[1],
                     out2=outs[2], aa_taps0=wide[0], aa_taps1=wide[1], aa_taps2=wide[2],
-                    threads=threads(node))
+                    threads=(team := threads(node)))
         workspace = WIDE_TAP_BYTES * sum(map(operator.mul, outs, wide)) if a["antialias"] \
             else TAP_BYTES * sum(outs)
+        if forward:
+            workspace += bilinear_workspace(x, a, outs, team)
         return Launch(ints, floats=(*(n for n, _ in steps), *(d for _, d in steps),
                                     float(a["cubic_a"])), workspace=workspace)
     return lower
@@ -88,6 +105,6 @@ def implement(table, threads=one_thread) -> None:
     """Register resize and resize_backward on ``table``; ``threads(node)`` fills the threads
     field."""
     table.implement("resize", kernel="resize", dtypes=IMAGE_DTYPES,
-                    lower=_lower(_forward_sides, threads))
+                    lower=_lower(_forward_sides, threads, True))
     table.implement("resize_backward", kernel="resize_backward", dtypes=FLOAT_DTYPES,
-                    lower=_lower(_backward_sides, threads))
+                    lower=_lower(_backward_sides, threads, False))

@@ -588,7 +588,8 @@ def _group_norm(w, n, ins):
     x, scale, bias = ins
     groups, eps = int(n.attr["groups"]), float(n.attr["eps"])
     if w.opset >= 21:  # GroupNormalization-21: scale and bias per channel
-        return w.add("GroupNormalization", ins, num_groups=groups, epsilon=eps)
+        return _activation(w, n, w.add("GroupNormalization", ins, num_groups=groups,
+                                       epsilon=eps))
     # before: InstanceNormalization over (N, groups, -1), then the per-channel affine
     shape = n.inputs[0].shape
     dtype = n.inputs[0].dtype
@@ -598,7 +599,7 @@ def _group_norm(w, n, ins):
     y = w.add("Reshape", [normed[0], w.ints(list(shape))])
     per_channel = w.ints([shape[1]] + [1] * (len(shape) - 2))
     scaled = w.add("Mul", [y[0], w.add("Reshape", [scale, per_channel])[0]])
-    return w.add("Add", [scaled[0], w.add("Reshape", [bias, per_channel])[0]])
+    return _activation(w, n, w.add("Add", [scaled[0], w.add("Reshape", [bias, per_channel])[0]]))
 
 
 @writer("fill")

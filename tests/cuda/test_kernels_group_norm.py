@@ -56,6 +56,17 @@ def test_group_norm_and_gradient_match_cpu(dtype, shape, groups):
 
 
 @pytest.mark.nvrtc
+@pytest.mark.parametrize("activation", ["relu", "relu6"])
+def test_the_epilogue_activation_matches_cpu(activation):
+    x = _rand(np.float32, (2, 6, 5, 7), 0, shift=3.0)
+    w, b = _rand(np.float32, (6,), 1), _rand(np.float32, (6,), 2) * 4
+    node = node_of("group_norm", [x, w, b], groups=3, activation=activation)
+    (got,), (want,) = emulate(family, node, [x, w, b]), cpu_result(node, [x, w, b])
+    assert_close(got, want, **_tol(np.float32))
+    assert (want == 0).any() and want.min() >= 0
+
+
+@pytest.mark.nvrtc
 def test_gradient_of_no_samples_writes_zero_parameters():
     x = np.zeros((0, 4, 3), np.float32)
     w = np.ones(4, np.float32)

@@ -1,5 +1,6 @@
 """Epilogue fusion: linear or conv2d, then a bias add and an activation (relu, or relu6: a
-clip to [0, 6]), become one kernel call.
+clip to [0, 6]), become one kernel call; so do group_norm and an activation after it (its
+kernel applies it as it writes y: the U-Net's group norm + relu, one pass over the tensor less).
 
 The GEMM kernels apply the bias and the activation row by row while the output is still in
 cache (``activation="relu"`` or ``"relu6"`` on linear and conv2d), so the intermediate values
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 from .rewrite import PassResult, rebuild, result, use_counts
 
-PRODUCERS = ("linear", "conv2d")
+PRODUCERS = ("linear", "conv2d", "group_norm")
 
 
 def activation_of(node) -> str | None:
