@@ -12,8 +12,12 @@ cdef extern from "conv_pointwise.h":
     ctypedef void (*pw_fn)(const float* x, Py_ssize_t ldx, Py_ssize_t nc, const float* w,
                            Py_ssize_t no, const float* bias, int act, float* y, Py_ssize_t ldy,
                            Py_ssize_t c0, Py_ssize_t c1) noexcept nogil
-    pw_fn pw_of(Py_ssize_t isa) noexcept nogil
+    pw_fn pw_of(Py_ssize_t isa, Py_ssize_t nc) noexcept nogil
     Py_ssize_t pw_vector(Py_ssize_t isa) noexcept nogil
+    enum: PW_NARROW_CHANNELS
+
+# input channels at most for which AVX2 runs its tiles of 2 vectors, not 3 (the tests take both)
+POINTWISE_NARROW_CHANNELS = PW_NARROW_CHANNELS
 
 cdef enum:
     PW_MIN_RANGE = 192  # cells: four of the AVX-512 tile's strips
@@ -35,7 +39,7 @@ cdef inline void pointwise_range(const float* x, const float* w, const float* bi
     cdef Py_ssize_t vw = pw_vector(s.isa), c0, c1
     c0 = r * cells // nranges // vw * vw
     c1 = cells if r == nranges - 1 else (r + 1) * cells // nranges // vw * vw
-    pw_of(s.isa)(x + (n * s.cin + g * cg) * cells, cells, cg, w + g * ocg * cg, ocg,
+    pw_of(s.isa, cg)(x + (n * s.cin + g * cg) * cells, cells, cg, w + g * ocg * cg, ocg,
                  bias + g * ocg if bias != NULL else NULL, <int>s.activation,
                  y + (n * s.cout + g * ocg) * cells, cells, c0, c1)
 

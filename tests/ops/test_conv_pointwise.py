@@ -35,7 +35,7 @@ ACTIVATIONS = {"none": lambda v: v, "relu": lambda v: np.maximum(v, 0),
 
 @pytest.fixture
 def pointwise_everywhere(monkeypatch):
-    monkeypatch.setattr(lowering, "_pointwise_pays", lambda cg, cells: True)
+    monkeypatch.setattr(lowering, "_pointwise_pays", lambda cg, cells, ocg, batch: True)
 
 
 def _plan(xs, ws, bias, activation, groups, dtype=np.float32):
@@ -155,3 +155,43 @@ def test_pointwise_is_not_prepacked():
     plan = mg.compile([y], freeze=True)
     assert [i.op for i in plan.instructions] == ["conv2d"]
     assert _path(plan).ints[CONV_PATH_FIELD] == K.CONV_PATHS["pointwise"]
+
+
+@pytest.mark.parametrize("isa", K.blocked_isas())
+@pytest.mark.parametrize("cin", [K.POINTWISE_NARROW_CHANNELS - 1, K.POINTWISE_NARROW_CHANNELS,
+                                 K.POINTWISE_NARROW_CHANNELS + 1, 193])
+def test_pointwise_tiles_by_input_channels(isa, cin, monkeypatch, pointwise_everywhere):
+    """AVX2's two tiles (2 vectors up to POINTWISE_NARROW_CHANNELS input channels, 3 above;
+    the first block of a strip prefetching the next) on both sides of the boundary, against
+    PyTorch: output channels not a multiple of a tile's rows, planes of whole strips, tails and
+    a last vector overlapping, bias and relu6; the same bits on one thread and two."""
+    torch = pytest.importorskip("torch")
+    from threadpoolctl import threadpool_limits
+    monkeypatch.setattr(lowering, "_isa", lambda: isa)
+    monkeypatch.setattr(lowering, "_threads", lambda batch, flops: parallel.max_threads())
+    for xs, oc in (((1, cin, 17, 23), 7), ((2, cin, 9, 9), 13), ((1, cin, 5, 3), 5)):
+        x, w, b, feeds = _problem(xs, oc, 1, True)
+        plan = _plan(xs, w.shape, True, "relu6", 1)
+        assert _path(plan).ints[K.CONV_FIELDS.index("threads")] == parallel.max_threads()
+        (two,) = plan.run(feeds)
+        with threadpool_limits(limits=1):
+            (one,) = _plan(xs, w.shape, True, "relu6", 1).run(feeds)
+        assert np.array_equal(one.view(np.uint32), two.view(np.uint32))
+        want = torch.nn.functional.relu6(torch.nn.functional.conv2d(
+            torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b))).numpy()
+        np.testing.assert_allclose(two, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("isa,cg,cells,ocg,batch,pays", [
+    ("avx512", 160, 49, 960, 1, True),   # AVX-512's rule: the tiles on 7x7 planes
+    ("avx2", 160, 49, 960, 1, False),    # AVX2: one image's small plane with many weights
+    ("avx2", 64, 49, 384, 1, True),      # 24K weights: still the tiles
+    ("avx2", 160, 49, 960, 2, True),     # more images: the tiles
+    ("avx2", 256, 64, 256, 1, True),     # 8 vectors of cells: the tiles
+    ("avx2", 32, 3136, 192, 1, True),    # MobileNet-v2's expand
+    ("avx2", 1024, 49, 1024, 1, False),  # beyond the strip's channels on any CPU
+    ("avx512", 512, 4, 512, 1, False),   # narrower than a vector
+])
+def test_pointwise_rule_by_instruction_set(isa, cg, cells, ocg, batch, pays, monkeypatch):
+    monkeypatch.setattr(lowering, "_isa", lambda: isa)
+    assert lowering._pointwise_pays(cg, cells, ocg, batch) is pays

@@ -197,9 +197,12 @@ def _pointwise_applies(op, dtype) -> bool:
 
 # the fewest output cells, and the most input channels per group, of the pointwise path's rule
 POINTWISE_MIN_CELLS, POINTWISE_MAX_CHANNELS = 16, 512
+# on AVX2, for one image: planes of fewer cells than this (8 vectors) take the direct GEMM when
+# the weights (input x output channels per group) are more than POINTWISE_AVX2_MAX_WEIGHTS
+POINTWISE_AVX2_MIN_CELLS, POINTWISE_AVX2_MAX_WEIGHTS = 64, 32 * 1024
 
 
-def _pointwise_pays(cg, cells) -> bool:
+def _pointwise_pays(cg, cells, ocg, batch) -> bool:
     """Whether the pointwise tiles are expected to beat the direct GEMM: a rule fitted to
     measurements.
 
@@ -213,9 +216,25 @@ def _pointwise_pays(cg, cells) -> bool:
     and 221 / 125; 16 -> 96 at 112x112 1596 / 753, 64 -> 384 at 14x14 121 / 78, 160 -> 960 at
     7x7 182 / 160, batch 8: 256 at 4x4 234 / 200, 64 at 8x8 47 / 37. The GEMM wins with many
     input channels on small planes (960 -> 160 at 7x7 163 / 168, 1024 -> 1024 1058 / 1174) and
-    on planes narrower than a vector (512 at 2x2: 92 / 776). Not measured on AVX2 (8-cell
-    vectors, 4 x 24 tiles)."""
-    return cells >= POINTWISE_MIN_CELLS and cg <= POINTWISE_MAX_CHANNELS
+    on planes narrower than a vector (512 at 2x2: 92 / 776).
+
+    On AVX2 (AMD Zen 3, OpenBLAS; 8-cell vectors, tiles of 4 channels x 2 or 3 vectors; the
+    two plans in one process, interleaved, 1 thread, bias and relu6, medians of 5 rounds of
+    medians of 5-200 calls, the machine loaded, load 4-5), pointwise over direct: the block's
+    layers 0.64-0.71 (32 -> 192 and 192 -> 32 at 56x56 and 28x28), 16 -> 96 at 112x112 0.61,
+    at 14x14 64 -> 384 0.92, 576 -> 96 0.78, 96 -> 576 0.88, 256 -> 256 0.93, 512 -> 512
+    1.07; batch 8, 256 at 4x4 0.88, 64 at 8x8 0.74; at 8x8 128 -> 128 0.83, 256 -> 256 0.88.
+    But one image's 7x7 plane (6 vectors and an overlapping one) loses with many weights:
+    96 -> 576 1.12, 160 -> 960 1.00-1.10, 320 -> 1280 1.12, 512 -> 512 1.21 (960 -> 160,
+    beyond the strip's channels anyway, 1.20-1.27), where 64 -> 384 is even (0.99), 160 -> 160
+    1.02 and 32 -> 32 0.85 (batch 2 and 4, 160 -> 960: 1.03). So on AVX2 one image under 64
+    cells keeps the GEMM beyond 32K weights. The base build (4-cell vectors) was not
+    measured and keeps AVX-512's rule.
+    """
+    if cells < POINTWISE_MIN_CELLS or cg > POINTWISE_MAX_CHANNELS:
+        return False
+    small_plane = batch == 1 and cells < POINTWISE_AVX2_MIN_CELLS
+    return not (_isa() == "avx2" and small_plane and cg * ocg > POINTWISE_AVX2_MAX_WEIGHTS)
 
 
 def _conv_path(op, dtype, kernel, stride, padding, dilation, groups_dims, col_bytes,
@@ -227,7 +246,8 @@ def _conv_path(op, dtype, kernel, stride, padding, dilation, groups_dims, col_by
     if cg == 0:
         return "direct"  # no input channels: the GEMM only zeroes y
     if kernel == (1, 1) and stride == (1, 1) and padding == (0, 0):
-        pays = _pointwise_applies(op, dtype) and _pointwise_pays(cg, plane[0] * plane[1])
+        pays = _pointwise_applies(op, dtype) and _pointwise_pays(cg, plane[0] * plane[1],
+                                                                 ocg, batch)
         return "pointwise" if pays else "direct"
     if _winograd_applies(op, dtype, kernel, stride, padding, dilation, groups) and (
             _winograd_pays(ocg, cg, plane, batch) if op == "conv2d_backward_data"
