@@ -16,6 +16,8 @@ MODEL_RUN = "model_run.c"
 
 # the package's headers the GEMM (gemm_fma.h) runs on: its gather tiles and what they include
 GEMM_TILES = ("conv_tile.h", "cpu_isa.h", "activation.h")
+# the int8 GEMM's headers: the patches and depthwise kernel, the GEMM's tiles, their AMX form
+INT8_GEMM = ("qconv.h", "qgemm.h", "qgemm_amx.h")
 # kernel name -> (its C file, the headers it includes: csrc/kernels' own, then _kernels')
 LIBRARY = {
     "matmul_f32": ("matmul_f32.c", ("gemm_fma.h",), GEMM_TILES),
@@ -26,6 +28,14 @@ LIBRARY = {
     "strided_f32": ("movement_f32.c", (), ()),
     "concat_f32": ("movement_f32.c", (), ()),
     "reduce_f32": ("reduce_f32.c", (), ()),
+    "pool2d_i8": ("pool2d_f32.c", (), ()),
+    "pool2d_u8": ("pool2d_f32.c", (), ()),
+    **{name: ("quantize.c", (), ()) for name in (
+        "quantize_f32", "quantize_f64", "dequantize_i8", "dequantize_u8", "dequantize_i32")},
+    "quantized_add_i8": ("qadd_i8.c", (), ()),
+    "quantized_add_u8": ("qadd_i8.c", (), ()),
+    **{f"{name}_{dt}": ("qconv_i8.c", (), INT8_GEMM) for dt in ("i8", "u8") for name in (
+        "quantized_conv2d", "quantized_conv2d_packed", "quantized_pack_weight")},
 }
 
 # the sources built with FP contraction (the Makefile's -ffp-contract=off elsewhere): those on

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -56,6 +57,19 @@ def build_fuzzer(directory: Path) -> Path:
                     "-I", "kernels", "-o", str(target), str(HERE / "blob_fuzz.c"), *sources,
                     "-lm", "-pthread"], check=True, cwd=directory, capture_output=True, timeout=300)
     return target
+
+
+def fuzz_blob(directory: Path, seeds, count: int) -> None:
+    """blob_fuzz's ``count`` mutations of the export's blob per seed, under the sanitizers:
+    none crashes, and a third at least are refused."""
+    fuzzer = build_fuzzer(directory)
+    for seed in seeds:
+        done = subprocess.run([str(fuzzer), str(directory / "model.mgr"), str(seed), str(count)],
+                              capture_output=True, text=True, timeout=600, check=False,
+                              env=sanitizer_env())
+        assert done.returncode == 0 and "Sanitizer" not in done.stderr, done.stderr[-3000:]
+        loaded, refused = map(int, re.findall(r"loaded (\d+) refused (\d+)", done.stdout)[0])
+        assert loaded + refused == count and refused > count // 3, done.stdout
 
 
 def sanitizer_env() -> dict:

@@ -17,7 +17,7 @@ from mgegraph.deploy import ExportError, export_c
 from mgegraph.deploy import blob as B
 from mgegraph.deploy.kernels import CSRC
 
-from .cbuild import assert_refused, build_fuzzer, cc, make, model_run, sanitizer_env
+from .cbuild import assert_refused, cc, fuzz_blob, make, model_run, sanitizer_env
 
 
 def readme_mlp(batch=128):
@@ -333,16 +333,7 @@ def small_model():
 
 
 def fuzz(tmp_path, seeds, count):
-    exported = export_c(small_model(), tmp_path / "out")
-    fuzzer = build_fuzzer(exported.directory)
-    for seed in seeds:
-        done = subprocess.run([str(fuzzer), str(exported.directory / "model.mgr"), str(seed),
-                               str(count)], capture_output=True, text=True, timeout=600,
-                              check=False,
-                              env=sanitizer_env())
-        assert done.returncode == 0 and "Sanitizer" not in done.stderr, done.stderr[-3000:]
-        loaded, refused = map(int, re.findall(r"loaded (\d+) refused (\d+)", done.stdout)[0])
-        assert loaded + refused == count and refused > count // 3, done.stdout
+    fuzz_blob(export_c(small_model(), tmp_path / "out").directory, seeds, count)
 
 
 def test_mutated_blobs_never_crash_the_loader(tmp_path):
