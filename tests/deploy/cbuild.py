@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
@@ -93,3 +94,24 @@ def assert_refused(directory: Path, cases: dict, feeds: dict, names) -> list:
     done, outputs = model_run(directory, feeds, names, env=sanitizer_env())
     assert done.returncode == 0, done.stderr
     return outputs
+
+
+# -- reading and patching a blob's instructions ------------------------------------------------
+def blob_calls(blob: bytes) -> list:
+    """(kernel name, offset of its first int, offset of its first float) of each instruction
+    (docs/c_runtime.md's header and instruction records)."""
+    field = lambda i: struct.unpack_from("<q", blob, 8 * i)[0]  # noqa: E731
+    names = [blob[field(5) + 32 * k:field(5) + 32 * (k + 1)].rstrip(b"\0").decode()
+             for k in range(field(4))]
+    calls = []
+    for i in range(field(8)):
+        kernel, _, _, ints_at, _, floats_at = struct.unpack_from("<6q", blob, field(9) + 64 * i)
+        calls.append((names[kernel], field(13) + 8 * ints_at, field(15) + 8 * floats_at))
+    return calls
+
+
+def patched(blob: bytes, at: int, value, fmt="<q") -> bytes:
+    """``blob`` with ``value`` packed as ``fmt`` at byte ``at``."""
+    out = bytearray(blob)
+    struct.pack_into(fmt, out, at, value)
+    return bytes(out)

@@ -22,9 +22,23 @@ from mgegraph.ir.quant import per_channel, per_tensor
 from mgegraph.ops.quantize import dequantize, quantize
 from mgegraph.ops.quantized import quantized_add, quantized_conv2d, quantized_linear
 
-from .cbuild import SANITIZE, assert_refused, cc, fuzz_blob, make, model_run
+from .cbuild import (
+    SANITIZE,
+    assert_refused,
+    blob_calls,
+    cc,
+    fuzz_blob,
+    make,
+    model_run,
+    patched,
+)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+TESTS = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(TESTS.parent / "benchmarks"))
+sys.path[:0] = [str(TESTS / "io"), str(TESTS)]
+import test_fake_quant_model_file as fake_quant_file  # noqa: E402  the model-file tests' models
+import test_quantized_model_file as quantized_file  # noqa: E402
+import test_quantized_pack_model_file as packed_file  # noqa: E402
 from qat_digits import DigitsCNN  # noqa: E402  the digits CNN with its stubs
 
 
@@ -173,25 +187,32 @@ def test_a_nan_has_no_integer_in_the_c_runtime_either(tmp_path):
     assert done.returncode == 1 and "failed with status 5" in done.stderr, done.stderr
 
 
+def _feeds(plan, rng) -> dict:
+    feeds = {}
+    for name, slot in plan.feeds.items():
+        t = plan.slots[slot].type
+        if np.issubdtype(t.dtype, np.integer):
+            info = np.iinfo(t.dtype)
+            feeds[name] = rng.integers(info.min, info.max, t.shape, endpoint=True).astype(t.dtype)
+        else:
+            feeds[name] = (rng.standard_normal(t.shape) * 3).astype(t.dtype)
+    return feeds
+
+
+@pytest.mark.parametrize("make_plan", [
+    lambda tmp: quantized_file._plan(), lambda tmp: packed_file._plan()[0],
+    lambda tmp: fake_quant_file._saved(tmp, False)[0],
+    lambda tmp: fake_quant_file._saved(tmp, True)[0],
+], ids=["quantized", "packed-weights", "fake-quant", "fake-quant-tqt"])
+def test_the_model_file_tests_quantized_models_are_bitwise(tmp_path, make_plan):
+    # the quantized plans tests/io saves (its int8 compute ops: int8_ops covers them); the
+    # quantized model's fused group loads, quantizes and stores integers in its generated loop
+    cc()
+    plan = make_plan(tmp_path)
+    assert_bitwise(exported(tmp_path, plan), plan, _feeds(plan, np.random.default_rng(24)))
+
+
 # -- the new parameter blocks: refused when corrupt, never run -------------------------------
-def _calls(blob: bytes):
-    """(kernel name, offset of its first int, offset of its first float) of each instruction."""
-    field = lambda i: struct.unpack_from("<q", blob, 8 * i)[0]  # noqa: E731
-    names = [blob[field(5) + 32 * k:field(5) + 32 * (k + 1)].rstrip(b"\0").decode()
-             for k in range(field(4))]
-    calls = []
-    for i in range(field(8)):
-        kernel, _, _, ints_at, _, floats_at = struct.unpack_from("<6q", blob, field(9) + 64 * i)
-        calls.append((names[kernel], field(13) + 8 * ints_at, field(15) + 8 * floats_at))
-    return calls
-
-
-def _patched(blob: bytes, at: int, value, fmt="<q") -> bytes:
-    out = bytearray(blob)
-    struct.pack_into(fmt, out, at, value)
-    return bytes(out)
-
-
 def _first(calls, name):
     return next((ints, floats) for kernel, ints, floats in calls if kernel == name)
 
@@ -201,7 +222,7 @@ def test_corrupt_int8_blocks_are_refused_under_the_sanitizers(tmp_path):
     plan, feeds = int8_ops()
     out = exported(tmp_path, plan, cflags=SANITIZE)
     blob = (out.directory / "model.mgr").read_bytes()
-    calls = _calls(blob)
+    calls = blob_calls(blob)
     quant, quant_f = _first(calls, "quantize_f32")
     deq, _ = _first(calls, "dequantize_i8")
     conv, conv_f = _first(calls, "quantized_conv2d_packed_u8")
@@ -215,26 +236,26 @@ def test_corrupt_int8_blocks_are_refused_under_the_sanitizers(tmp_path):
     ndim, a_zero = 7, 0
     a_stride = add + 8 * (8 + struct.unpack_from("<q", blob, add + 8 * ndim)[0])
     cases = {
-        "quantize code": (_patched(blob, quant + 8 * code, 7), "storage code"),
-        "quantize channels": (_patched(blob, quant + 8 * channels, 3), "per channel"),
-        "quantize scale": (_patched(blob, quant_f, float("nan"), "<d"), "a scale"),
-        "quantize zero": (_patched(blob, quant_f + 8, 0.5, "<d"), "a zero point"),
-        "dequantize float code": (_patched(blob, deq + 8 * code, 2), "float code"),
-        "conv height": (_patched(blob, conv + 8 * height, 1 << 40), "past 2^24"),
-        "conv out_h": (_patched(blob, conv + 8 * out_h, 5), "out_h and out_w"),
-        "conv groups": (_patched(blob, conv + 8 * groups, 3), "groups do not divide"),
-        "conv out code": (_patched(blob, conv + 8 * out_code, 2), "dtype its name"),
-        "conv x zero": (_patched(blob, conv + 8 * x_zero, 256), "x's zero point"),
-        "conv range": (_patched(blob, conv + 8 * low, -129), "output's zero point or range"),
-        "conv multiplier": (_patched(blob, conv_f, float("inf"), "<d"), "multiplier"),
-        "pack k": (_patched(blob, pack + 8 * k, 1 << 20), "out of their range"),
-        "pack zero shift": (_patched(blob, pack + 8 * x_zero_shifted, -1), "out of their range"),
-        "pack weight zero": (_patched(blob, pack_f, 300.0, "<d"), "weight zero point"),
-        "add dims": (_patched(blob, add + 8 * ndim, 9), "1 to 8 dims"),
-        "add zero": (_patched(blob, add + 8 * a_zero, 1000), "zero point"),
-        "add stride": (_patched(blob, a_stride, 1 << 30), "strides reach past"),
-        "pool zero": (_patched(blob, pool_f, 0.5, "<d"), "zero point"),
-        "pool huge": (_patched(blob, pool + 8 * 2, 1 << 61), "reaches past"),
+        "quantize code": (patched(blob, quant + 8 * code, 7), "storage code"),
+        "quantize channels": (patched(blob, quant + 8 * channels, 3), "per channel"),
+        "quantize scale": (patched(blob, quant_f, float("nan"), "<d"), "a scale"),
+        "quantize zero": (patched(blob, quant_f + 8, 0.5, "<d"), "a zero point"),
+        "dequantize float code": (patched(blob, deq + 8 * code, 2), "float code"),
+        "conv height": (patched(blob, conv + 8 * height, 1 << 40), "past 2^24"),
+        "conv out_h": (patched(blob, conv + 8 * out_h, 5), "out_h and out_w"),
+        "conv groups": (patched(blob, conv + 8 * groups, 3), "groups do not divide"),
+        "conv out code": (patched(blob, conv + 8 * out_code, 2), "dtype its name"),
+        "conv x zero": (patched(blob, conv + 8 * x_zero, 256), "x's zero point"),
+        "conv range": (patched(blob, conv + 8 * low, -129), "output's zero point or range"),
+        "conv multiplier": (patched(blob, conv_f, float("inf"), "<d"), "multiplier"),
+        "pack k": (patched(blob, pack + 8 * k, 1 << 20), "out of their range"),
+        "pack zero shift": (patched(blob, pack + 8 * x_zero_shifted, -1), "out of their range"),
+        "pack weight zero": (patched(blob, pack_f, 300.0, "<d"), "weight zero point"),
+        "add dims": (patched(blob, add + 8 * ndim, 9), "1 to 8 dims"),
+        "add zero": (patched(blob, add + 8 * a_zero, 1000), "zero point"),
+        "add stride": (patched(blob, a_stride, 1 << 30), "strides reach past"),
+        "pool zero": (patched(blob, pool_f, 0.5, "<d"), "zero point"),
+        "pool huge": (patched(blob, pool + 8 * 2, 1 << 61), "reaches past"),
     }
     got = assert_refused(out.directory, cases, feeds, out.input_names)
     for c, w in zip(got, plan.run(feeds)):

@@ -135,3 +135,66 @@ const char* mgr_dequantize_u8_check(const mgr_check_args* x) {
 const char* mgr_dequantize_i32_check(const mgr_check_args* x) {
     return dequantize_check(x, CODE_INT32);
 }
+
+/* ---- fake_quant_f32/f64: quantize and dequantize at once, in floats (fake_quant.pyx): every
+ * step the kernels' above, so the results equal dequantize(quantize(x)) bit for bit; a NaN stays
+ * NaN; a scale that is not positive and finite stops with BAD_VALUE. The parameter block of
+ * kernel_abi/fake_quant.py (outer, channels, inner, qmin, qmax, threads); bufs x, the scales,
+ * the zero points (one of each per channel, tensors: a learned step), y. */
+enum { FQ_OUTER, FQ_CHANNELS, FQ_INNER, FQ_QMIN, FQ_QMAX, FQ_THREADS, FQ_FIELDS };
+
+#define FAKE_QUANT(T)                                                                       \
+    static int fake_quant_##T(const mgr_call* c) {                                          \
+        const int64_t* s = c->ints;                                                         \
+        const T *x = (const T*)c->bufs[0], *scales = (const T*)c->bufs[1];                  \
+        const T* zps = (const T*)c->bufs[2];                                                \
+        T* y = (T*)c->bufs[3];                                                              \
+        double low = (double)s[FQ_QMIN], high = (double)s[FQ_QMAX];                         \
+        for (int64_t o = 0, j = 0; o < s[FQ_OUTER]; o++)                                    \
+            for (int64_t ch = 0; ch < s[FQ_CHANNELS]; ch++) {                               \
+                T scale = scales[ch];                                                       \
+                double zp = (double)zps[ch];                                                \
+                if (!(isfinite(scale) && scale > 0)) return MGR_KERNEL_BAD_VALUE;           \
+                for (int64_t i = 0; i < s[FQ_INNER]; i++, j++) {                            \
+                    double v = rint((double)(x[j] / scale)) + zp;                           \
+                    v = v < low ? low : v > high ? high : v;                                \
+                    y[j] = (T)(v - zp) * scale;                                             \
+                }                                                                           \
+            }                                                                               \
+        return MGR_KERNEL_OK;                                                               \
+    }
+
+FAKE_QUANT(float)
+FAKE_QUANT(double)
+
+int mgr_fake_quant_f32(const mgr_call* call) { return fake_quant_float(call); }
+int mgr_fake_quant_f64(const mgr_call* call) { return fake_quant_double(call); }
+
+static const char* fake_quant_check(const mgr_check_args* x, int64_t dtype, int64_t item) {
+    const int64_t* s = x->ints;
+    int64_t elements;
+    if (x->n_bufs != 4 || x->n_ints != FQ_FIELDS || x->n_floats != 0)
+        return "wants buffers x, scales, zero points, y, 6 ints and no floats";
+    for (size_t b = 0; b < 4; b++)
+        if (x->buf_dtypes[b] != dtype) return "its buffers are not of its dtype";
+    if (!mgr_counts_ok(s, 3) || s[FQ_CHANNELS] < 1 || s[FQ_THREADS] < 1)
+        return "outer, channels and inner make no loop this runtime bounds";
+    /* the range: integers a double holds exactly, in order */
+    if (s[FQ_QMIN] > s[FQ_QMAX] || s[FQ_QMIN] < -((int64_t)1 << 52) ||
+        s[FQ_QMAX] > ((int64_t)1 << 52))
+        return "qmin and qmax are not an integer range";
+    if (s[FQ_CHANNELS] > x->buf_bytes[1] / item || s[FQ_CHANNELS] > x->buf_bytes[2] / item)
+        return "wants a scale and a zero point per channel";
+    if (!mgr_muladd(0, s[FQ_OUTER], s[FQ_CHANNELS], &elements) ||
+        !mgr_muladd(0, elements, s[FQ_INNER], &elements) ||
+        elements > x->buf_bytes[0] / item || elements > x->buf_bytes[3] / item)
+        return "outer * channels * inner reaches past its buffers' bytes";
+    return NULL;
+}
+
+const char* mgr_fake_quant_f32_check(const mgr_check_args* x) {
+    return fake_quant_check(x, DT_F32, 4);
+}
+const char* mgr_fake_quant_f64_check(const mgr_check_args* x) {
+    return fake_quant_check(x, DT_F64, 8);
+}
