@@ -19,6 +19,7 @@ import mgegraph.functional as F
 import mgegraph.quantization as Q
 from mgegraph.deploy import export_c
 from mgegraph.ir.quant import per_channel, per_tensor
+from mgegraph.ops.fake_quant import fake_quant
 from mgegraph.ops.quantize import dequantize, quantize
 from mgegraph.ops.quantized import quantized_add, quantized_conv2d, quantized_linear
 
@@ -111,7 +112,7 @@ def int8_ops(optimize=None):
             F.avg_pool2d(z, 3, 2, padding=1), F.avg_pool2d(y, 2, 2, padding=1, mode="average"),
             F.adaptive_avg_pool2d(z, (3, 2)), F.adaptive_max_pool2d(y, (2, 4)),
             dequantize(per_ch), quantize(d, 0.5, 0, "int32"),
-            dequantize(quantize(d, 0.25, 3, "int8"), "float64")]
+            dequantize(quantize(d, 0.25, 3, "int8"), "float64"), fake_quant(x, 0.125, 3.0, -8, 7)]
     options = {} if optimize is None else {"optimize": optimize}
     feeds = {"x": rng.standard_normal((2, 4, 7, 6), dtype=np.float32) * 2,
              "d": np.array([0.25, 0.75, -0.75, 1.25, -1e12, 1e12, 3.5, -2.5, 0.0])}
@@ -153,7 +154,7 @@ def test_the_int8_ops_cover_every_int8_kernel():
     plain = {i.kernel for i in int8_ops(optimize=0)[0].instructions}
     assert {"quantize_f32", "quantize_f64", "dequantize_i8", "dequantize_u8", "dequantize_i32",
             "pool2d_i8", "pool2d_u8", "quantized_add_i8", "quantized_add_u8",
-            "quantized_conv2d_i8", "quantized_conv2d_u8"} <= plain, plain
+            "quantized_conv2d_i8", "quantized_conv2d_u8", "fake_quant_f32"} <= plain, plain
     assert {"quantized_conv2d_packed_u8", "quantized_conv2d_packed_i8",
             "quantized_pack_weight_i8"} <= packed, packed
 
@@ -229,6 +230,7 @@ def test_corrupt_int8_blocks_are_refused_under_the_sanitizers(tmp_path):
     pack, pack_f = _first(calls, "quantized_pack_weight_i8")
     add, add_f = _first(calls, "quantized_add_u8")
     pool, pool_f = _first(calls, "pool2d_u8")
+    fq, _ = _first(calls, "fake_quant_f32")
     # the fields of kernel_abi/quantize.py, quantized.py, quantized_pack.py and pool.py
     channels, code = 1, 3
     height, out_h, groups, out_code, x_zero, low = 2, 7, 15, 17, 18, 20
@@ -256,6 +258,8 @@ def test_corrupt_int8_blocks_are_refused_under_the_sanitizers(tmp_path):
         "add stride": (patched(blob, a_stride, 1 << 30), "strides reach past"),
         "pool zero": (patched(blob, pool_f, 0.5, "<d"), "zero point"),
         "pool huge": (patched(blob, pool + 8 * 2, 1 << 61), "reaches past"),
+        "fake_quant range": (patched(blob, fq + 8 * 3, 100), "not an integer range"),
+        "fake_quant channels": (patched(blob, fq + 8 * 1, 5), "per channel"),
     }
     got = assert_refused(out.directory, cases, feeds, out.input_names)
     for c, w in zip(got, plan.run(feeds)):
