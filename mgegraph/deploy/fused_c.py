@@ -6,18 +6,33 @@ Each step calls the op's function rendered from the elementwise table's C expres
 helpers of ``_kernels/scalar.h``, the header the Python kernels include too. The export builds
 with ``-ffp-contract=off`` as the fused kernels are built (``_kernels/build_flags.py``), so each
 number comes out bitwise as the Python executor gives it (libm's functions, sin or pow, as the
-machine's libm gives them). A step the loops cannot take (the quantized ones) refuses the export
-(``unsupported``).
+machine's libm gives them). Quantized values at a group's boundary load and store int8 or uint8
+and quantize and dequantize as the fused kernel's quantized steps do (``fused_body.pxi``: the
+integers of ``quantize.pyx``). A step the loops cannot take refuses the export (``unsupported``).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..ops import elementwise_table as TABLE
-from ..ops.fused_program import BINARY, UNARY, constants, steps
+from ..ops.fused_program import (
+    BINARY,
+    QUANT_STEPS,
+    QUANTIZE,
+    STORAGE,
+    UNARY,
+    Program,
+    constants,
+    steps,
+)
 
 # dtype -> (C type, the suffix of scalar.h's functions of that type)
 C_TYPES = {np.dtype(np.float32): ("float", "f32"), np.dtype(np.float64): ("double", "f64")}
+# the C types of the integers a load or store step names (its storage code)
+STORAGE_C_TYPES = {np.dtype(np.int8): "int8_t", np.dtype(np.uint8): "uint8_t"}
+# the blob's dtype codes of a generated loop's buffers (deploy/blob.py)
+BLOB_CODES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.uint8): 4,
+              np.dtype(np.int8): 5}
 SHARED_HEADER = "scalar.h"  # _kernels' header every generated loop includes
 
 
@@ -25,9 +40,10 @@ def unsupported(attrs: dict, dtype) -> list[str]:
     """The steps of a fused program the C runtime lacks (empty when it runs them all)."""
     missing = [] if np.dtype(dtype) in C_TYPES else [f"dtype {np.dtype(dtype)}"]
     for op, _, _, b, _ in steps(attrs["code"]):
-        if op in ("load", "store") and b:
-            missing.append(f"{op} of stored integers")
-        elif op not in ("load", "store", "const", "where") and op not in UNARY | BINARY:
+        if op in ("load", "store") and b and b not in STORAGE:
+            missing.append(f"{op} of storage {b}")
+        elif (op not in ("load", "store", "const", "where") and op not in UNARY | BINARY
+              and op not in QUANT_STEPS):
             missing.append(op)
     return sorted(set(missing))
 
@@ -123,13 +139,30 @@ def _step(op, a, b, c, consts, ctype, suffix) -> str:
     return f"ew_{op}_{suffix}({', '.join([f'v{a}', *params])})"
 
 
+def _quantize(op, dst, a, b, c, consts, ctype) -> list[str]:
+    """A quantize step as fused_body.pxi's run_quantize: x divided by the scale in the program's
+    dtype, rint and the zero point in double, saturated; a NaN stops the loop (NOT_A_NUMBER)."""
+    info = np.iinfo(STORAGE[QUANTIZE[op]])
+    return [f"double q{dst} = (double)(v{a} / {_literal(consts[b], ctype)});",
+            f"if (q{dst} != q{dst}) return 5; /* a NaN has no integer */",
+            f"q{dst} = rint(q{dst}) + {_literal(consts[c], 'double')};",
+            f"T v{dst} = (T)(q{dst} < {info.min}.0 ? {info.min}.0 : "
+            f"q{dst} > {info.max}.0 ? {info.max}.0 : q{dst});"]
+
+
 def _body(code, consts, ctype, suffix) -> list[str]:
     lines = []
     for op, dst, a, b, c in steps(code):
         if op == "load":
-            lines.append(f"T v{dst} = in{a}[o{a}];")
+            lines.append(f"T v{dst} = (T)in{a}[o{a}];")
         elif op == "store":
-            lines.append(f"out{dst}[e] = v{a};")
+            cast = f"({STORAGE_C_TYPES[STORAGE[b]]})" if b else ""
+            lines.append(f"out{dst}[e] = {cast}v{a};")
+        elif op == "dequantize":  # (q - zp) * scale in the program's dtype, as run_dequantize
+            lines.append(f"T v{dst} = (v{a} - {_literal(consts[c], ctype)}) * "
+                         f"{_literal(consts[b], ctype)};")
+        elif op in QUANTIZE:
+            lines += _quantize(op, dst, a, b, c, consts, ctype)
         else:
             lines.append(f"T v{dst} = {_step(op, a, b, c, consts, ctype, suffix)};")
     return lines
@@ -143,12 +176,17 @@ def render(name: str, attrs: dict, input_shapes, dtype) -> tuple[str, list[int]]
     dtype = np.dtype(dtype)
     ctype, suffix = C_TYPES[dtype]
     out_shape = tuple(attrs["shape"]) or (1,)
-    n_in, n_out = len(input_shapes), attrs.get("n_outputs", 1)
+    n_in = len(input_shapes)
     strides = attrs.get("strides") or [_strides(s, out_shape) for s in input_shapes]
     ndim = len(out_shape)
+    in_dtypes, out_dtypes = Program(list(input_shapes), out_shape, dtype,
+                                    list(attrs["code"])).buffer_dtypes()
+    c_type = lambda dt: STORAGE_C_TYPES.get(dt, "T")  # noqa: E731
     lines = [f"static int mgr_{name}(const mgr_call* call) {{", f"    typedef {ctype} T;"]
-    lines += [f"    const T* in{i} = (const T*)call->bufs[{i}];" for i in range(n_in)]
-    lines += [f"    T* out{k} = (T*)call->bufs[{n_in + k}];" for k in range(n_out)]
+    lines += [f"    const {c_type(dt)}* in{i} = (const {c_type(dt)}*)call->bufs[{i}];"
+              for i, dt in enumerate(in_dtypes)]
+    lines += [f"    {c_type(dt)}* out{k} = ({c_type(dt)}*)call->bufs[{n_in + k}];"
+              for k, dt in enumerate(out_dtypes)]
     lines.append("    int64_t e = 0;")
     indent = "    "
     for d in range(ndim):  # each input's offset at this level of the nest: p<input>_<level>
@@ -165,22 +203,24 @@ def render(name: str, attrs: dict, input_shapes, dtype) -> tuple[str, list[int]]
         indent = indent[:-4]
         lines.append(f"{indent}}}")
     lines += ["    (void)e;", "    return MGR_KERNEL_OK;", "}", ""]
-    in_bytes = [int(np.prod(s, dtype=np.int64)) * dtype.itemsize for s in input_shapes]
-    out_bytes = [int(np.prod(out_shape, dtype=np.int64)) * dtype.itemsize] * n_out
-    return "\n".join(lines) + _check(name, in_bytes + out_bytes, dtype), in_bytes + out_bytes
+    in_bytes = [int(np.prod(s, dtype=np.int64)) * dt.itemsize
+                for s, dt in zip(input_shapes, in_dtypes)]
+    out_bytes = [int(np.prod(out_shape, dtype=np.int64)) * dt.itemsize for dt in out_dtypes]
+    nbytes = in_bytes + out_bytes
+    return "\n".join(lines) + _check(name, nbytes, in_dtypes + out_dtypes), nbytes
 
 
-def _check(name: str, nbytes: list[int], dtype) -> str:
+def _check(name: str, nbytes: list[int], dtypes) -> str:
     """The C check of a generated kernel: exactly the buffers it was generated for."""
     sizes = ", ".join(map(str, nbytes))
-    code = {np.dtype(np.float32): 0, np.dtype(np.float64): 1}[dtype]
+    codes = ", ".join(str(BLOB_CODES[np.dtype(d)]) for d in dtypes)
     return "\n".join([
         f"static const char* mgr_{name}_check(const mgr_check_args* x) {{",
-        f"    static const int64_t bytes[] = {{{sizes}}};",
+        f"    static const int64_t bytes[] = {{{sizes}}}, dtypes[] = {{{codes}}};",
         f"    if (x->n_bufs != {len(nbytes)} || x->n_ints != 0 || x->n_floats != 0)",
         f'        return "wants {len(nbytes)} buffers and no parameters";',
         f"    for (size_t b = 0; b < {len(nbytes)}; b++)",
-        f"        if (x->buf_bytes[b] != bytes[b] || x->buf_dtypes[b] != {code})",
+        "        if (x->buf_bytes[b] != bytes[b] || x->buf_dtypes[b] != dtypes[b])",
         '            return "a buffer is not of the size and dtype the loop was generated for";',
         "    return NULL;",
         "}",

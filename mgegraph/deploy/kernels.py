@@ -16,23 +16,38 @@ MODEL_RUN = "model_run.c"
 
 # the package's headers the GEMM (gemm_fma.h) runs on: its gather tiles and what they include
 GEMM_TILES = ("conv_tile.h", "cpu_isa.h", "activation.h")
+# the int8 GEMM's headers: the patches and depthwise kernel, the GEMM's tiles, their AMX form
+INT8_GEMM = ("qconv.h", "qgemm.h", "qgemm_amx.h")
 # kernel name -> (its C file, the headers it includes: csrc/kernels' own, then _kernels')
 LIBRARY = {
     "matmul_f32": ("matmul_f32.c", ("gemm_fma.h",), GEMM_TILES),
     "linear_f32": ("linear_f32.c", ("gemm_fma.h",), GEMM_TILES),
     "softmax_f32": ("softmax_f32.c", (), ("softmax.h",)),
     "conv2d_f32": ("conv2d_f32.c", (), ("activation.h",)),
+    "conv2d_backward_data_f32": ("conv2d_f32.c", (), ("activation.h",)),
     "pool2d_f32": ("pool2d_f32.c", (), ()),
     "strided_f32": ("movement_f32.c", (), ()),
     "concat_f32": ("movement_f32.c", (), ()),
     "reduce_f32": ("reduce_f32.c", (), ()),
+    "max_pool2d_backward_f32": ("pool2d_f32.c", (), ()),
+    "avg_pool2d_backward_f32": ("pool2d_f32.c", (), ()),
+    "pool2d_i8": ("pool2d_f32.c", (), ()),
+    "pool2d_u8": ("pool2d_f32.c", (), ()),
+    **{name: ("quantize.c", (), ()) for name in (
+        "quantize_f32", "quantize_f64", "dequantize_i8", "dequantize_u8", "dequantize_i32",
+        "fake_quant_f32", "fake_quant_f64")},
+    "quantized_add_i8": ("qadd_i8.c", (), ()),
+    "quantized_add_u8": ("qadd_i8.c", (), ()),
+    **{f"{name}_{dt}": ("qconv_i8.c", (), INT8_GEMM) for dt in ("i8", "u8") for name in (
+        "quantized_conv2d", "quantized_conv2d_packed", "quantized_pack_weight")},
 }
 
 # the sources built with FP contraction (the Makefile's -ffp-contract=off elsewhere): those on
 # the GEMM tiles, whose sums are FMAs as the package's build contracts them
 CONTRACTED = ("kernels/matmul_f32.c", "kernels/linear_f32.c")
 
-FUSED_KERNELS = ("fused_f32", "fused_f64")
+# (a group loading quantized integers is named by its first input's dtype: fused_u8, fused_i8)
+FUSED_KERNELS = ("fused_f32", "fused_f64", "fused_u8", "fused_i8")
 # the unfused table ops' kernels: each instruction generated as a one-step fused loop
 ELEMENTWISE_KERNELS = ("unary_f32", "unary_f64", "binary_f32", "binary_f64")
 GENERATED = FUSED_KERNELS + ELEMENTWISE_KERNELS
@@ -53,8 +68,6 @@ def refuses(ins) -> str | None:
         return None
     from ..kernel_abi.conv import FIELDS  # lazy: startup cost (only conv plans read it)
     f = dict(zip(FIELDS, ins.ints))
-    if f["transposed"]:
-        return "conv2d_f32 transposed (the C runtime has the forward convolution)"
     if f["groups"] != 1 and f["packed"]:
         return "conv2d_f32 of several groups on packed weights"
     return None

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
@@ -58,6 +60,19 @@ def build_fuzzer(directory: Path) -> Path:
     return target
 
 
+def fuzz_blob(directory: Path, seeds, count: int) -> None:
+    """blob_fuzz's ``count`` mutations of the export's blob per seed, under the sanitizers:
+    none crashes, and a third at least are refused."""
+    fuzzer = build_fuzzer(directory)
+    for seed in seeds:
+        done = subprocess.run([str(fuzzer), str(directory / "model.mgr"), str(seed), str(count)],
+                              capture_output=True, text=True, timeout=600, check=False,
+                              env=sanitizer_env())
+        assert done.returncode == 0 and "Sanitizer" not in done.stderr, done.stderr[-3000:]
+        loaded, refused = map(int, re.findall(r"loaded (\d+) refused (\d+)", done.stdout)[0])
+        assert loaded + refused == count and refused > count // 3, done.stdout
+
+
 def sanitizer_env() -> dict:
     env = dict(os.environ)
     env["ASAN_OPTIONS"] = "allocator_may_return_null=1:detect_leaks=1:abort_on_error=0"
@@ -79,3 +94,24 @@ def assert_refused(directory: Path, cases: dict, feeds: dict, names) -> list:
     done, outputs = model_run(directory, feeds, names, env=sanitizer_env())
     assert done.returncode == 0, done.stderr
     return outputs
+
+
+# -- reading and patching a blob's instructions ------------------------------------------------
+def blob_calls(blob: bytes) -> list:
+    """(kernel name, offset of its first int, offset of its first float) of each instruction
+    (docs/c_runtime.md's header and instruction records)."""
+    field = lambda i: struct.unpack_from("<q", blob, 8 * i)[0]  # noqa: E731
+    names = [blob[field(5) + 32 * k:field(5) + 32 * (k + 1)].rstrip(b"\0").decode()
+             for k in range(field(4))]
+    calls = []
+    for i in range(field(8)):
+        kernel, _, _, ints_at, _, floats_at = struct.unpack_from("<6q", blob, field(9) + 64 * i)
+        calls.append((names[kernel], field(13) + 8 * ints_at, field(15) + 8 * floats_at))
+    return calls
+
+
+def patched(blob: bytes, at: int, value, fmt="<q") -> bytes:
+    """``blob`` with ``value`` packed as ``fmt`` at byte ``at``."""
+    out = bytearray(blob)
+    struct.pack_into(fmt, out, at, value)
+    return bytes(out)

@@ -18,13 +18,24 @@ from mgegraph.deploy.sizes import main as sizes_main
 from mgegraph.deploy.sizes import measure
 from mgegraph.ops.fused import FUSABLE_OPS
 
-from .cbuild import SANITIZE, assert_refused, cc, make, model_run
+from .cbuild import (
+    SANITIZE,
+    assert_refused,
+    blob_calls,
+    cc,
+    fuzz_blob,
+    make,
+    model_run,
+    patched,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "io"))
 import test_epilogue_model_file as epilogue_file  # noqa: E402  the model-file tests' models
 import test_model_file as model_file  # noqa: E402
+import test_pool_model_file as pool_file  # noqa: E402
+import test_small_ints_file as small_ints_file  # noqa: E402
 import test_symbolic_model_file as symbolic_file  # noqa: E402
 from models import mobilenet_v2, resnet18  # noqa: E402  the benchmarks' models
 
@@ -147,13 +158,67 @@ def test_grouped_and_depthwise_convolutions_match(tmp_path, groups, cout):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_a_transposed_convolution_is_refused_by_name(tmp_path):
+@pytest.mark.parametrize("options", [
+    {}, {"stride": 2, "padding": 1}, {"stride": 2, "output_padding": 1, "groups": 2},
+    {"dilation": 2, "padding": 2},
+], ids=["plain", "strided", "grouped-output-padding", "dilated"])
+def test_a_transposed_convolution_matches(tmp_path, options):
+    # conv2d_backward_data_f32: the data gradient's gather loop, within float32 rounding of the
+    # Python executor's GEMM and col2im
+    cc()
+    rng = np.random.default_rng(27)
+    g = mg.Graph()
+    x = g.input("x", (2, 4, 5, 6), "float32")
+    w = g.param("w", rng.standard_normal((4, 3, 3, 3), dtype=np.float32))
+    plan = mg.compile([F.conv_transpose2d(x, w, **options)])
+    assert "conv2d_backward_data_f32" in {i.kernel for i in plan.instructions}
+    (want,), (got,) = run_both(tmp_path, plan, {"x": rng.standard_normal((2, 4, 5, 6),
+                                                                          dtype=np.float32)})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_corrupt_transposed_convolution_blocks_are_refused_under_the_sanitizers(tmp_path):
+    cc()
     g = mg.Graph()
     x = g.input("x", (1, 4, 5, 5), "float32")
-    w = g.param("w", np.ones((4, 2, 3, 3), np.float32))
-    with pytest.raises(ExportError, match=r"lacks conv2d_backward_data_f32 \(op conv2d_backward"):
-        export_c(mg.compile([F.conv_transpose2d(x, w)]), tmp_path / "out")
-    assert not (tmp_path / "out").exists()
+    w = g.param("w", np.linspace(-1, 1, 4 * 2 * 9, dtype=np.float32).reshape(4, 2, 3, 3))
+    plan = mg.compile([F.conv_transpose2d(x, w, stride=2, padding=1, groups=2)])
+    exported = export_c(plan, tmp_path / "out")
+    make(exported.directory, cflags=SANITIZE)
+    blob = (exported.directory / "model.mgr").read_bytes()
+    at = dict(_calls(blob))["conv2d_backward_data_f32"]
+    cin, h, groups, sh, packed = 1, 2, 15, 9, 22  # kernel_abi/conv.py's FIELDS
+    cases = {
+        "groups": (patched(blob, at + 8 * groups, 3), "groups must divide"),
+        "channels": (patched(blob, at + 8 * cin, 8), "reaches past"),
+        "height": (patched(blob, at + 8 * h, 1 << 40), "reach past"),
+        "stride": (patched(blob, at + 8 * sh, 0), "must be positive"),
+        "packed": (patched(blob, at + 8 * packed, 4), "no packed weights"),
+    }
+    feeds = {"x": np.ones((1, 4, 5, 5), np.float32)}
+    got = assert_refused(exported.directory, cases, feeds, ["x"])
+    np.testing.assert_allclose(got[0], plan.run(feeds)[0], rtol=1e-5, atol=1e-5)
+    fuzz_blob(exported.directory, seeds=[4], count=500)
+
+
+def test_a_convolution_whose_gemm_python_transposes_runs_the_same(tmp_path):
+    # the block's `transposed` (im2col's GEMM giving y^T, a layout of the Python executor's with
+    # MKL) changes nothing the C loops compute
+    cc()
+    g = mg.Graph()
+    x = g.input("x", (1, 3, 6, 6), "float32")
+    w = g.param("w", np.linspace(-1, 1, 5 * 3 * 9, dtype=np.float32).reshape(5, 3, 3, 3))
+    plan = mg.compile([F.conv2d(x, w, padding=1)])
+    exported = export_c(plan, tmp_path / "out")
+    make(exported.directory)
+    feeds = {"x": np.random.default_rng(28).standard_normal((1, 3, 6, 6), dtype=np.float32)}
+    _, (plain,) = model_run(exported.directory, feeds, ["x"])
+    blob = (exported.directory / "model.mgr").read_bytes()
+    at = dict(_calls(blob))["conv2d_f32"] + 8 * 21  # kernel_abi/conv.py's FIELDS: transposed
+    (exported.directory / "model.mgr").write_bytes(patched(blob, at, 1))
+    done, (flagged,) = model_run(exported.directory, feeds, ["x"])
+    assert done.returncode == 0, done.stderr
+    assert np.array_equal(flagged, plain)
 
 
 @pytest.mark.parametrize("make_model, size", [(resnet18, 224), (mobilenet_v2, 96)],
@@ -173,20 +238,7 @@ def test_a_whole_network_matches_the_python_plan(tmp_path, make_model, size):
 # -- the new parameter blocks: refused when corrupt, never run ------------------------------
 def _calls(blob: bytes):
     """(kernel name, offset of its first int in the blob) of every instruction."""
-    field = lambda i: struct.unpack_from("<q", blob, 8 * i)[0]  # noqa: E731
-    names = [blob[field(5) + 32 * k:field(5) + 32 * (k + 1)].rstrip(b"\0").decode()
-             for k in range(field(4))]
-    calls = []
-    for i in range(field(8)):
-        kernel, _, _, ints_at = struct.unpack_from("<4q", blob, field(9) + 64 * i)
-        calls.append((names[kernel], field(13) + 8 * ints_at))
-    return calls
-
-
-def _patched(blob: bytes, at: int, value: int) -> bytes:
-    out = bytearray(blob)
-    struct.pack_into("<q", out, at, value)
-    return bytes(out)
+    return [(name, ints) for name, ints, _ in blob_calls(blob)]
 
 
 def test_corrupt_pool_and_grouped_conv_blocks_are_refused_under_the_sanitizers(tmp_path):
@@ -206,14 +258,14 @@ def test_corrupt_pool_and_grouped_conv_blocks_are_refused_under_the_sanitizers(t
     cin, groups, packed = 1, 15, 22  # kernel_abi/conv.py's FIELDS
     adaptive = next(at for at in pools if struct.unpack_from("<q", blob, at)[0] == 4)
     cases = {
-        "pool mode": (_patched(blob, pools[0] + 8 * mode, 5), "a mode past"),
-        "pool stride": (_patched(blob, pools[0] + 8 * sh, 0), "positive strides"),
-        "adaptive size": (_patched(blob, adaptive + 8 * oh, 7), "adaptive windows"),
-        "adaptive huge": (_patched(blob, adaptive + 8 * h, 1 << 61), "reaches past"),
-        "groups": (_patched(blob, conv + 8 * groups, 3), "groups must divide"),
-        "no groups": (_patched(blob, conv + 8 * groups, 0), "groups must divide"),
-        "packed groups": (_patched(blob, conv + 8 * packed, 8), "packed weights of one group"),
-        "channels": (_patched(blob, conv + 8 * cin, 8), "reaches past"),
+        "pool mode": (patched(blob, pools[0] + 8 * mode, 5), "a mode past"),
+        "pool stride": (patched(blob, pools[0] + 8 * sh, 0), "positive strides"),
+        "adaptive size": (patched(blob, adaptive + 8 * oh, 7), "adaptive windows"),
+        "adaptive huge": (patched(blob, adaptive + 8 * h, 1 << 61), "reaches past"),
+        "groups": (patched(blob, conv + 8 * groups, 3), "groups must divide"),
+        "no groups": (patched(blob, conv + 8 * groups, 0), "groups must divide"),
+        "packed groups": (patched(blob, conv + 8 * packed, 8), "packed weights of one group"),
+        "channels": (patched(blob, conv + 8 * cin, 8), "reaches past"),
     }
     feeds = {"x": np.ones((1, 4, 6, 6), np.float32)}
     got = assert_refused(exported.directory, cases, feeds, ["x"])
@@ -294,13 +346,13 @@ def test_corrupt_strided_and_concat_blocks_are_refused_under_the_sanitizers(tmp_
     strided, concat = calls["strided_f32"], calls["concat_f32"]
     ndim = struct.unpack_from("<q", blob, strided)[0]
     cases = {
-        "strided ndim": (_patched(blob, strided, 9), "ndim"),
-        "strided offset": (_patched(blob, strided + 8 * (1 + 2 * ndim), 23), "reaches past x"),
-        "strided stride": (_patched(blob, strided + 8 * (1 + ndim), 1 << 62), "reach"),
-        "strided shape": (_patched(blob, strided + 8, 1 << 40), "reaches past y"),
-        "concat count": (_patched(blob, concat, 3), "wants count inputs"),
-        "concat rows": (_patched(blob, concat + 16, 1 << 20), "reach past its bytes"),
-        "concat outer": (_patched(blob, concat + 8, 9), "reach past"),
+        "strided ndim": (patched(blob, strided, 9), "ndim"),
+        "strided offset": (patched(blob, strided + 8 * (1 + 2 * ndim), 23), "reaches past x"),
+        "strided stride": (patched(blob, strided + 8 * (1 + ndim), 1 << 62), "reach"),
+        "strided shape": (patched(blob, strided + 8, 1 << 40), "reaches past y"),
+        "concat count": (patched(blob, concat, 3), "wants count inputs"),
+        "concat rows": (patched(blob, concat + 16, 1 << 20), "reach past its bytes"),
+        "concat outer": (patched(blob, concat + 8, 9), "reach past"),
     }
     feeds = {"x": np.arange(24, dtype=np.float32).reshape(4, 6)}
     got = assert_refused(exported.directory, cases, feeds, ["x"])
@@ -338,12 +390,12 @@ def test_corrupt_reduce_blocks_are_refused_under_the_sanitizers(tmp_path):
     at = dict(_calls(blob))["reduce_f32"]
     kept = struct.unpack_from("<q", blob, at + 8)[0]  # op, kept_ndim, kept shape, strides, ndr
     cases = {
-        "op": (_patched(blob, at, 6), "runs sum"),
-        "kept dims": (_patched(blob, at + 8, 9), "kept dims"),
-        "kept shape": (_patched(blob, at + 16, 1 << 40), "reach past"),
-        "kept stride": (_patched(blob, at + 16 + 8 * kept, 1 << 30), "reach past x"),
-        "reduced dims": (_patched(blob, at + 16 + 16 * kept, 3), "reduced dims"),
-        "reduced stride": (_patched(blob, at + 32 + 16 * kept, -5), "negative"),
+        "op": (patched(blob, at, 6), "runs sum"),
+        "kept dims": (patched(blob, at + 8, 9), "kept dims"),
+        "kept shape": (patched(blob, at + 16, 1 << 40), "reach past"),
+        "kept stride": (patched(blob, at + 16 + 8 * kept, 1 << 30), "reach past x"),
+        "reduced dims": (patched(blob, at + 16 + 16 * kept, 3), "reduced dims"),
+        "reduced stride": (patched(blob, at + 32 + 16 * kept, -5), "negative"),
     }
     feeds = {"x": np.ones((3, 7, 5), np.float32)}
     (got,) = assert_refused(exported.directory, cases, feeds, ["x"])
@@ -372,8 +424,9 @@ def _small_cnn():
 ], ids=["mlp", "cnn-batch-norm", "mobilenet-head", "mobilenet-head-unfused", "digits",
         "symbolic-mlp"])
 def test_the_model_file_tests_float_models_match(tmp_path, make_plan):
-    # the float32 models tests/io saves; its integer, quantized, sorting and pooling-gradient
-    # plans call kernels the C runtime lacks and are refused by name
+    # the float32 models tests/io saves (its quantized ones: test_export_int8.py; its
+    # small-integer, sorting and pooling-gradient plans call kernels the C runtime lacks and
+    # are refused by name: test_the_model_files_lacking_kernels_are_refused_by_name)
     cc()
     plan = make_plan()
     bindings = {name: 3 for name in getattr(plan, "names", ())} or None
@@ -386,3 +439,78 @@ def test_the_model_file_tests_float_models_match(tmp_path, make_plan):
     assert done.returncode == 0, done.stderr
     for w, c in zip(exported.plan.run(feeds), got):
         np.testing.assert_allclose(c, w, rtol=1e-5, atol=1e-5)
+
+
+def _sorting_plan():
+    # the sorting model-file test's ops (its plan is built inside its test)
+    g = mg.Graph()
+    x = g.input("x", (3, 11))
+    values, _ = F.sort(x, descending=True)
+    return mg.compile([values, F.topk(x, 4)[0], F.cumprod(x, 0)])
+
+
+@pytest.mark.parametrize("make_plan, lacking", [
+    (lambda: small_ints_file.small_plan(np.int8)[0], r"binary_i8 \(op add, maximum, mul\)"),
+    (lambda: small_ints_file.small_plan(np.int16)[0], r"slot s0 is i16\[3,5\]"),
+    (_sorting_plan, r"cumprod_f32 \(op cumprod\); sort_f32 \(op sort\); topk_f32"),
+], ids=["small-ints", "int16", "sorting"])
+def test_the_model_files_lacking_kernels_are_refused_by_name(tmp_path, make_plan, lacking):
+    with pytest.raises(ExportError, match=lacking):
+        export_c(make_plan(), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def _gradients_plan(pool, x_shape=(2, 3, 9, 8)):
+    g = mg.Graph()
+    x = g.input("x", x_shape)
+    y = pool(x)
+    (dx,) = mg.grad(F.sum(y * y), [x])
+    return mg.compile([y, dx])
+
+
+@pytest.mark.parametrize("make_plan", [
+    pool_file.pooling_plan, lambda: pool_file.pooling_plan(padding=1, ceil_mode=True),
+    lambda: pool_file.pooling_plan(dilation=2),
+    lambda: _gradients_plan(lambda x: F.avg_pool2d(x, 2) - F.max_pool2d(x, 2)),
+    lambda: _gradients_plan(lambda x: F.adaptive_avg_pool2d(x, (3, 4))),
+    lambda: _gradients_plan(lambda x: F.adaptive_max_pool2d(x, (4, 3))),
+], ids=["overlapping", "padded-ceil", "dilated", "tiling", "adaptive-avg", "adaptive-max"])
+def test_the_pooling_gradients_are_bitwise(tmp_path, make_plan):
+    # the pooling model-file test's plan and its neighbours: overlapping windows add in
+    # pool.pyx's order; tiling ones store (a -0.0 share stays -0.0); NaN and ties in the input
+    cc()
+    plan = make_plan()
+    assert {"max_pool2d_backward_f32", "avg_pool2d_backward_f32"} & {
+        i.kernel for i in plan.instructions}
+    x = np.random.default_rng(25).standard_normal(plan.slots[plan.feeds["x"]].type.shape,
+                                                  dtype=np.float32)
+    x[0, 0, 1, :3] = 0.5  # ties
+    x[1, 2, 4, 4] = np.nan
+    x[0, 1, 0, 0] = -0.0
+    want, got = run_both(tmp_path, plan, {"x": x})
+    for w, c in zip(want, got):
+        assert same_bits(c, w)
+
+
+def test_corrupt_pooling_gradient_blocks_are_refused_under_the_sanitizers(tmp_path):
+    cc()
+    plan = pool_file.pooling_plan(padding=1)
+    exported = export_c(plan, tmp_path / "out")
+    make(exported.directory, cflags=SANITIZE)
+    blob = (exported.directory / "model.mgr").read_bytes()
+    calls = dict(_calls(blob))
+    mode, planes, oh, sh = 0, 1, 4, 8  # kernel_abi/pool.py's FIELDS
+    cases = {}
+    for kernel in ("max_pool2d_backward_f32", "avg_pool2d_backward_f32"):
+        at = calls[kernel]
+        cases.update({
+            f"{kernel} mode": (patched(blob, at + 8 * mode, 9), "a mode past"),
+            f"{kernel} planes": (patched(blob, at + 8 * planes, 7), "reaches past"),
+            f"{kernel} oh": (patched(blob, at + 8 * oh, 1 << 40), "reaches past"),
+            f"{kernel} stride": (patched(blob, at + 8 * sh, 0), "positive strides"),
+        })
+    feeds = {"x": np.random.default_rng(26).standard_normal((2, 3, 9, 8), dtype=np.float32)}
+    got = assert_refused(exported.directory, cases, feeds, ["x"])
+    for w, c in zip(plan.run(feeds), got):
+        assert same_bits(c, w)
+    fuzz_blob(exported.directory, seeds=[3], count=500)

@@ -7,7 +7,15 @@
  * (Winograd, im2col through the BLAS, strided taps summed by phase, the depthwise planes) agree
  * within float32 rounding. The parameter block is kernel_abi/conv.py's FIELDS; bufs x, the
  * weights (packed, one group: blocks of `packed` output channels, w[block][c][tap][packed]; else
- * (cout, cin / groups, kh, kw)), [bias,] y[, workspace]. */
+ * (cout, cin / groups, kh, kw)), [bias,] y[, workspace]. The block's `transposed` says how
+ * im2col's GEMM lays out its product in Python (y or y^T, then a transpose): the same
+ * convolution, which these loops compute either way.
+ *
+ * conv2d_backward_data_f32 (the transposed convolution, the data gradient): on the same block
+ * (x the result dx), dx[n, c, iy, ix] = the sum over the group's output channels and the taps
+ * reaching (iy, ix) of w * dy, accumulated in double in that order and rounded once: within
+ * float32 rounding of the Python executor's ways (a GEMM and col2im, the tiles, Winograd).
+ * Bufs w, dy, dx[, workspace]. */
 #include "../mgr_kernel.h"
 #include "activation.h"
 
@@ -82,7 +90,7 @@ const char* mgr_conv2d_f32_check(const mgr_check_args* x) {
     if (x->n_ints != FIELDS || x->n_floats != 0) return "wants 23 ints and no floats";
     for (int f = 0; f < FIELDS; f++)
         if (s[f] < 0) return "a field is negative";
-    if (s[TRANSPOSED] != 0) return "runs no transposed convolution";
+    if (s[TRANSPOSED] > 1) return "a flag is out of its range";
     if (s[GROUPS] < 1 || s[CIN] % s[GROUPS] || s[COUT] % s[GROUPS])
         return "groups must divide the input and output channels";
     if (s[GROUPS] != 1 && s[PACKED]) return "runs packed weights of one group only";
@@ -111,5 +119,77 @@ const char* mgr_conv2d_f32_check(const mgr_check_args* x) {
         !mgr_muladd(0, ye, s[OW], &ye) || ye > x->buf_bytes[want - 1] / 4 ||
         (s[HAS_BIAS] && s[COUT] > x->buf_bytes[2] / 4))
         return "batch * cout * oh * ow reaches past y's bytes, or cout past the bias";
+    return NULL;
+}
+
+/* ---- conv2d_backward_data_f32 ----------------------------------------------------------- */
+
+/* parts of [0, batch * cin): the planes of dx each thread computes */
+static void data_part(void* ctx, int64_t lo, int64_t hi) {
+    const mgr_call* call = ctx;
+    const int64_t* s = call->ints;
+    const float* w = (const float*)call->bufs[0];
+    const float* dy = (const float*)call->bufs[1];
+    float* dx = (float*)call->bufs[2];
+    int64_t cg = s[CIN] / s[GROUPS], og = s[COUT] / s[GROUPS], taps = s[KH] * s[KW];
+    for (int64_t nc = lo; nc < hi; nc++) {
+        int64_t n = nc / s[CIN], c = nc % s[CIN], g = c / cg;
+        for (int64_t iy = 0; iy < s[H]; iy++)
+            for (int64_t ix = 0; ix < s[W]; ix++) {
+                double acc = 0;
+                for (int64_t o = g * og; o < (g + 1) * og; o++) {
+                    const float* wo = w + (o * cg + c % cg) * taps;
+                    const float* dyo = dy + (n * s[COUT] + o) * s[OH] * s[OW];
+                    for (int64_t i = 0; i < s[KH]; i++) {
+                        int64_t ty = iy + s[PH] - i * s[DH];  /* oy * sh, where it divides */
+                        if (ty < 0 || ty % s[SH] || ty / s[SH] >= s[OH]) continue;
+                        for (int64_t j = 0; j < s[KW]; j++) {
+                            int64_t tx = ix + s[PW] - j * s[DW];
+                            if (tx < 0 || tx % s[SW] || tx / s[SW] >= s[OW]) continue;
+                            acc += (double)wo[i * s[KW] + j] *
+                                   dyo[ty / s[SH] * s[OW] + tx / s[SW]];
+                        }
+                    }
+                }
+                dx[(nc * s[H] + iy) * s[W] + ix] = (float)acc;
+            }
+    }
+}
+
+int mgr_conv2d_backward_data_f32(const mgr_call* call) {
+    mgr_parallel_for(call->ints[BATCH] * call->ints[CIN], data_part, (void*)call);
+    return MGR_KERNEL_OK;
+}
+
+const char* mgr_conv2d_backward_data_f32_check(const mgr_check_args* x) {
+    const int64_t* s = x->ints;
+    int64_t xe, we, ye, taps;
+    if (x->n_ints != FIELDS || x->n_floats != 0) return "wants 23 ints and no floats";
+    if (x->n_bufs != 3 && x->n_bufs != 4) return "wants buffers w, dy, dx[, workspace]";
+    for (size_t b = 0; b < 3; b++)
+        if (x->buf_dtypes[b] != 0) return "reads and writes float32 only";
+    for (int f = 0; f < FIELDS; f++)
+        if (s[f] < 0) return "a field is negative";
+    if (s[GROUPS] < 1 || s[CIN] % s[GROUPS] || s[COUT] % s[GROUPS])
+        return "groups must divide the input and output channels";
+    if (s[SH] < 1 || s[SW] < 1 || s[DH] < 1 || s[DW] < 1 || s[KH] < 1 || s[KW] < 1)
+        return "strides, dilations and the kernel must be positive";
+    if (s[HAS_BIAS] || s[PACKED]) return "takes no bias and no packed weights";
+    int64_t loops[7] = {s[BATCH], s[CIN], s[H], s[W], s[COUT], s[KH], s[KW]};
+    if (!mgr_counts_ok(loops, 7)) return "its sizes make no loop this runtime bounds";
+    int64_t reach;  /* iy + ph and i * dh stay int64_ts */
+    if (s[H] > MGR_EMPTY_DIM * 64 || s[W] > MGR_EMPTY_DIM * 64 || s[PH] > MGR_EMPTY_DIM ||
+        s[PW] > MGR_EMPTY_DIM || !mgr_muladd(0, s[KH], s[DH], &reach) ||
+        !mgr_muladd(0, s[KW], s[DW], &reach))
+        return "the windows reach past any index";
+    if (!mgr_muladd(0, s[BATCH], s[CIN], &xe) || !mgr_muladd(0, xe, s[H], &xe) ||
+        !mgr_muladd(0, xe, s[W], &xe) || xe > x->buf_bytes[2] / 4)
+        return "batch * cin * h * w reaches past dx's bytes";
+    if (!mgr_muladd(0, s[KH], s[KW], &taps) || !mgr_muladd(0, s[COUT], s[CIN] / s[GROUPS], &we) ||
+        !mgr_muladd(0, we, taps, &we) || we > x->buf_bytes[0] / 4)
+        return "the weights reach past w's bytes";
+    if (!mgr_muladd(0, s[BATCH], s[COUT], &ye) || !mgr_muladd(0, ye, s[OH], &ye) ||
+        !mgr_muladd(0, ye, s[OW], &ye) || ye > x->buf_bytes[1] / 4)
+        return "batch * cout * oh * ow reaches past dy's bytes";
     return NULL;
 }

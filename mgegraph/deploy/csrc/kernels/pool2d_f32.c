@@ -6,6 +6,10 @@
  * ceil-mode overhang past the padding is not counted) or inside the image alone (mode 2), and
  * rounded once to float32, as window_sum: bitwise. Adaptive windows (modes 3 max, 4 average) are
  * PyTorch's, [floor(o * size / osize), ceil((o + 1) * size / osize)).
+ * pool2d_i8 and pool2d_u8 pool quantized integers as pool_int.pxi's per-window loop: a max of
+ * the cells inside the input, an average the window's exact int64 sum (each counted padding cell
+ * holding the zero point, floats[0]) divided by the divisor with rounding half to even in
+ * integer arithmetic: the integers of pool_int.h's vectorised rows, which are exact too.
  * The parameter block of kernel_abi/pool.py's FIELDS; bufs x, y. */
 #include <math.h>
 
@@ -40,6 +44,18 @@ static span window(const int64_t* s, int axis, int64_t o) {
     r.n = stop > first ? stop - first : 0;
     r.padded = clamp(ceil_div(size + s[EH + axis] - start, d), 0, k);
     return r;
+}
+
+/* Adaptive windows over sizes the output divides are sliding windows of the quotient (the same
+ * cells and divisors), as pool.pyx's as_sliding makes them before pooling integers or
+ * passing gradients back (whose order of adds it decides). */
+static void as_sliding(int64_t* s) {
+    if (s[MODE] < P_ADAPTIVE_MAX || s[H] % s[OH] != 0 || s[W] % s[OW] != 0) return;
+    s[MODE] = s[MODE] == P_ADAPTIVE_MAX ? P_MAX : P_AVG_INCLUDE;
+    s[KH] = s[SH] = s[H] / s[OH];
+    s[KW] = s[SW] = s[W] / s[OW];
+    s[PH] = s[PW] = s[EH] = s[EW] = 0;
+    s[DH] = s[DW] = 1;
 }
 
 int mgr_pool2d_f32(const mgr_call* call) {
@@ -80,12 +96,12 @@ int mgr_pool2d_f32(const mgr_call* call) {
     return MGR_KERNEL_OK;
 }
 
-const char* mgr_pool2d_f32_check(const mgr_check_args* x) {
+/* the checks of a pooling block over values of `item` bytes of blob dtype `dtype` */
+static const char* pool_check(const mgr_check_args* x, int64_t dtype, int64_t item) {
     const int64_t* s = x->ints;
     int64_t xe, ye;
-    if (x->n_bufs != 2 || x->n_ints != FIELDS || x->n_floats != 0)
-        return "wants buffers x, y, 17 ints and no floats";
-    if (x->buf_dtypes[0] != 0 || x->buf_dtypes[1] != 0) return "reads and writes float32 only";
+    if (x->buf_dtypes[0] != dtype || x->buf_dtypes[1] != dtype)
+        return "reads and writes its own dtype only";
     for (int f = 0; f < FIELDS; f++)
         if (s[f] < 0) return "a field is negative";
     if (s[MODE] >= P_MODES) return "a mode past the adaptive average";
@@ -102,10 +118,10 @@ const char* mgr_pool2d_f32_check(const mgr_check_args* x) {
     if (s[DH] > MGR_EMPTY_DIM || s[DW] > MGR_EMPTY_DIM) return "a dilation is past any window";
     if (s[DH] < 1 || s[DW] < 1) return "dilations must be positive";
     if (!mgr_muladd(0, s[PLANES], s[H], &xe) || !mgr_muladd(0, xe, s[W], &xe) ||
-        xe > x->buf_bytes[0] / 4)
+        xe > x->buf_bytes[0] / item)
         return "planes * h * w reaches past x's bytes";
     if (!mgr_muladd(0, s[PLANES], s[OH], &ye) || !mgr_muladd(0, ye, s[OW], &ye) ||
-        ye > x->buf_bytes[1] / 4)
+        ye > x->buf_bytes[1] / item)
         return "planes * oh * ow reaches past y's bytes";
     int64_t loops[5] = {s[PLANES], s[OH], s[OW], s[KH], s[KW]};
     if (!mgr_counts_ok(loops, 5)) return "its sizes make no loop this runtime bounds";
@@ -115,3 +131,194 @@ const char* mgr_pool2d_f32_check(const mgr_check_args* x) {
         return "the windows reach past any index";
     return NULL;
 }
+
+const char* mgr_pool2d_f32_check(const mgr_check_args* x) {
+    if (x->n_bufs != 2 || x->n_ints != FIELDS || x->n_floats != 0)
+        return "wants buffers x, y, 17 ints and no floats";
+    return pool_check(x, 0, 4);
+}
+
+/* ---- max_pool2d_backward_f32 and avg_pool2d_backward_f32 -------------------------------------
+ * Each window sends dy to its first maximum (the first cell equal to window_max's value, or the
+ * first NaN) or spreads dy / float32(divisor) over its cells; overlapping windows add up, in
+ * pool.pyx's order, so the sums round as there: per output row, the interior windows (no
+ * clamping: pool.pyx's `interior`) left to right, then the clamped ones before them, then those
+ * after. Windows that tile the plane (disjoint, unclamped, adjacent: pool.pyx's `tiles`) store
+ * their shares instead (a -0.0 share stays -0.0), the cells no window covers zeroed; otherwise
+ * dx is zeroed and added to. Bufs x, dy, dx (max) or dy, dx (average). */
+static int tiles(const int64_t* s) {
+    return s[MODE] < P_ADAPTIVE_MAX && s[DH] == 1 && s[DW] == 1 && s[PH] == 0 && s[PW] == 0 &&
+           s[EH] == 0 && s[EW] == 0 && s[SH] == s[KH] && s[SW] == s[KW] &&
+           s[OH] * s[KH] <= s[H] && s[OW] * s[KW] <= s[W];
+}
+
+/* the output columns [lo, hi) whose windows need no clamping (pool.pyx's interior) */
+static void interior(const int64_t* s, int64_t* lo, int64_t* hi) {
+    *lo = *hi = 0;
+    if (s[MODE] >= P_ADAPTIVE_MAX || s[DH] != 1 || s[DW] != 1 || s[W] + s[PW] < s[KW]) return;
+    *lo = clamp(ceil_div(s[PW], s[SW]), 0, s[OW]);
+    *hi = clamp((s[W] + s[PW] - s[KW]) / s[SW] + 1, *lo, s[OW]);
+}
+
+/* one window's gradient: r rows by c columns of the plane from cell at (row stride s[W]) */
+static void window_back(const int64_t* s, const float* x, float* dx, span r, span c, float g,
+                        int overwrite) {
+    int64_t dh = s[MODE] >= P_ADAPTIVE_MAX ? 1 : s[DH], dw = s[MODE] >= P_ADAPTIVE_MAX ? 1 : s[DW];
+    if (r.n <= 0 || c.n <= 0) return;
+    int64_t at = r.lo * s[W] + c.lo, best = -1;
+    if (x) { /* max: the first cell equal to the window's max, or the first NaN */
+        float m = -INFINITY;
+        int nan = 0;
+        for (int64_t i = 0; i < r.n; i++)
+            for (int64_t j = 0; j < c.n; j++) {
+                float v = x[at + i * dh * s[W] + j * dw];
+                m = v > m ? v : m;
+                nan |= v != v;
+            }
+        m = nan ? NAN : m;
+        for (int64_t i = 0; i < r.n && best < 0; i++)
+            for (int64_t j = 0; j < c.n && best < 0; j++) {
+                float v = x[at + i * dh * s[W] + j * dw];
+                if (v == m || v != v) best = at + i * dh * s[W] + j * dw;
+            }
+        dx[best] += g;
+        return;
+    }
+    double div = s[MODE] == P_AVG_INCLUDE ? (double)(r.padded * c.padded) : (double)(r.n * c.n);
+    float share = g / (float)div;
+    for (int64_t i = 0; i < r.n; i++)
+        for (int64_t j = 0; j < c.n; j++) {
+            float* cell = dx + at + i * dh * s[W] + j * dw;
+            *cell = overwrite ? share : *cell + share;
+        }
+}
+
+/* x NULL: the average's backward pass */
+static int pool_backward(const int64_t* block, const float* x, const float* dy, float* dx) {
+    int64_t s[FIELDS], lo, hi;
+    for (int f = 0; f < FIELDS; f++) s[f] = block[f];
+    as_sliding(s);
+    int overwrite = tiles(s);
+    interior(s, &lo, &hi);
+    for (int64_t p = 0; p < s[PLANES]; p++) {
+        float* plane = dx + p * s[H] * s[W];
+        const float* xp = x ? x + p * s[H] * s[W] : NULL;
+        for (int64_t i = 0; i < s[H] * s[W]; i++) plane[i] = 0.0f;
+        for (int64_t oy = 0; oy < s[OH]; oy++, dy += s[OW]) {
+            span r = window(s, 0, oy);
+            for (int64_t ox = lo; ox < hi; ox++) {
+                span c = {ox * s[SW] - s[PW], s[KW], s[KW]};
+                window_back(s, xp, plane, r, c, dy[ox], overwrite);
+            }
+            for (int64_t ox = 0; ox < s[OW]; ox++)
+                if (ox < lo || ox >= hi) window_back(s, xp, plane, r, window(s, 1, ox), dy[ox], 0);
+        }
+    }
+    return MGR_KERNEL_OK;
+}
+
+int mgr_max_pool2d_backward_f32(const mgr_call* call) {
+    return pool_backward(call->ints, (const float*)call->bufs[0], (const float*)call->bufs[1],
+                         (float*)call->bufs[2]);
+}
+
+int mgr_avg_pool2d_backward_f32(const mgr_call* call) {
+    return pool_backward(call->ints, NULL, (const float*)call->bufs[0], (float*)call->bufs[1]);
+}
+
+/* the forward's checks with x the full side and y the pooled one: a view of the block's
+ * buffers (x, dy, dx: x and dx full, dy pooled; dy, dx: dy pooled, dx full) */
+static const char* backward_check(const mgr_check_args* x, int with_x) {
+    size_t n = with_x ? 3 : 2;
+    if (x->n_bufs != n || x->n_ints != FIELDS || x->n_floats != 0)
+        return with_x ? "wants buffers x, dy, dx, 17 ints and no floats"
+                      : "wants buffers dy, dx, 17 ints and no floats";
+    int64_t full = x->buf_bytes[n - 1];  /* dx, and x where it is read: the smaller */
+    if (with_x && x->buf_bytes[0] < full) full = x->buf_bytes[0];
+    int64_t bytes[2] = {full, x->buf_bytes[n - 2]}, dtypes[2] = {0, 0};
+    for (size_t b = 0; b < n; b++)
+        if (x->buf_dtypes[b] != 0) return "reads and writes float32 only";
+    mgr_check_args view = *x;
+    view.n_bufs = 2, view.buf_bytes = bytes, view.buf_dtypes = dtypes;
+    return pool_check(&view, 0, 4);
+}
+
+const char* mgr_max_pool2d_backward_f32_check(const mgr_check_args* x) {
+    return backward_check(x, 1);
+}
+const char* mgr_avg_pool2d_backward_f32_check(const mgr_check_args* x) {
+    return backward_check(x, 0);
+}
+
+/* ---- int8 and uint8 ---------------------------------------------------------------------- */
+
+/* total / div (div > 0) rounded to nearest, ties to even (pool_int.pxi's rounded_quotient) */
+static int64_t rounded_quotient(int64_t total, int64_t div) {
+    int64_t q = total / div, r = total - q * div;
+    if (r < 0) q -= 1, r += div;
+    if (2 * r > div || (2 * r == div && (q & 1))) q += 1;
+    return q;
+}
+
+#define POOL_INT(T)                                                                          \
+    static int pool_##T(const mgr_call* call) {                                             \
+        int64_t s[FIELDS];                                                                  \
+        for (int f = 0; f < FIELDS; f++) s[f] = call->ints[f];                               \
+        as_sliding(s);                                                                      \
+        const T* x = (const T*)call->bufs[0];                                               \
+        T* y = (T*)call->bufs[1];                                                           \
+        int64_t zero = (int64_t)call->floats[0];                                            \
+        int is_max = s[MODE] == P_MAX || s[MODE] == P_ADAPTIVE_MAX;                          \
+        int64_t dh = s[MODE] >= P_ADAPTIVE_MAX ? 1 : s[DH];                                 \
+        int64_t dw = s[MODE] >= P_ADAPTIVE_MAX ? 1 : s[DW];                                 \
+        for (int64_t p = 0; p < s[PLANES]; p++, x += s[H] * s[W])                           \
+            for (int64_t oy = 0; oy < s[OH]; oy++) {                                        \
+                span r = window(s, 0, oy);                                                  \
+                for (int64_t ox = 0; ox < s[OW]; ox++) {                                    \
+                    span c = window(s, 1, ox);                                              \
+                    int64_t cells = r.n * c.n;                                              \
+                    /* no cell inside (never in a plan: its shape rule refuses such windows): \
+                     * the zero point, and no pointer made of lo */                         \
+                    const T* cell = cells > 0 ? x + r.lo * s[W] + c.lo : x;                 \
+                    int64_t acc = !is_max ? 0 : cells > 0 ? cell[0] : zero;                 \
+                    for (int64_t i = 0; i < r.n; i++)                                       \
+                        for (int64_t j = 0; j < c.n; j++) {                                 \
+                            int64_t v = cell[i * dh * s[W] + j * dw];                       \
+                            acc = is_max ? (v > acc ? v : acc) : acc + v;                   \
+                        }                                                                   \
+                    int64_t div = s[MODE] == P_AVG_INCLUDE ? r.padded * c.padded : cells;   \
+                    if (!is_max)                                                            \
+                        acc = div > 0 ? rounded_quotient(acc + zero * (div - cells), div)   \
+                                      : zero;                                               \
+                    *y++ = (T)acc;                                                          \
+                }                                                                           \
+            }                                                                               \
+        return MGR_KERNEL_OK;                                                               \
+    }
+
+POOL_INT(int8_t)
+POOL_INT(uint8_t)
+
+int mgr_pool2d_i8(const mgr_call* call) { return pool_int8_t(call); }
+int mgr_pool2d_u8(const mgr_call* call) { return pool_uint8_t(call); }
+
+/* floats[0], the zero point: an integer of the dtype's range (the counted padding's value) */
+static const char* pool_int_check(const mgr_check_args* x, int64_t dtype, double lo, double hi) {
+    if (x->n_bufs != 2 || x->n_ints != FIELDS || x->n_floats != 1)
+        return "wants buffers x, y, 17 ints and one float (the zero point)";
+    double z = x->floats[0];
+    if (!(z >= lo && z <= hi) || z != (double)(int64_t)z)
+        return "the zero point is not an integer of the dtype's range";
+    const char* why = pool_check(x, dtype, 1);
+    if (why) return why;
+    int64_t window; /* an average's padding times the zero point stays an int64: 2^40 cells */
+    if (x->ints[MODE] < P_ADAPTIVE_MAX &&
+        (!mgr_muladd(0, x->ints[KH], x->ints[KW], &window) || window > ((int64_t)1 << 40)))
+        return "a window of more cells than an average sums";
+    return NULL;
+}
+
+const char* mgr_pool2d_i8_check(const mgr_check_args* x) {
+    return pool_int_check(x, 5, -128, 127);
+}
+const char* mgr_pool2d_u8_check(const mgr_check_args* x) { return pool_int_check(x, 4, 0, 255); }
