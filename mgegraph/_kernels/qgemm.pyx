@@ -25,7 +25,7 @@ from .params cimport fields_of
 from .parallel cimport parallel_for
 
 cdef extern from "qconv.h":
-    int QG_MR, QG_NB, QG_ISAS, QG_PORTABLE
+    int QG_MR, QG_NB, QG_ISAS, QG_PORTABLE, QG_GEMV_COLS
     const char* qg_isa_names[]
     int qg_isa_ok(int isa) noexcept nogil
     int qg_widest() noexcept nogil
@@ -44,9 +44,17 @@ cdef extern from "qconv.h":
         int kind
         void* out
         Py_ssize_t sm, sn
+    ctypedef void (*qg_gemv_fn)(const int8_t*, Py_ssize_t, const uint8_t*, int, int,
+                                int32_t*) noexcept nogil
     ctypedef struct qg_variant:
         int isa
         qg_tile_fn tile
+        qg_gemv_fn gemv
+    int qg_gemv_fits(const qg_variant* var, Py_ssize_t n) noexcept nogil
+    Py_ssize_t qg_gemv_column_bytes(Py_ssize_t kg) noexcept nogil
+    void qg_gemv_prepare(const uint8_t* x, Py_ssize_t k, Py_ssize_t ldx, Py_ssize_t n,
+                         uint8_t flip, uint8_t* dst, int32_t* colsum) noexcept nogil
+    Py_ssize_t qg_gemv_blocks(Py_ssize_t m) noexcept nogil
     ctypedef struct qg_operands:
         const int8_t* a
         const uint8_t* b
@@ -64,6 +72,8 @@ cdef extern from "qconv.h":
     Py_ssize_t qg_units(const qg_variant* var, const qg_operands* op) noexcept nogil
     void qg_gemm_units(const qg_variant* var, const qg_operands* op, const qg_epilogue* e,
                        Py_ssize_t lo, Py_ssize_t hi) noexcept nogil
+    void qg_gemv_units(const qg_variant* var, const qg_operands* op, const uint8_t* x,
+                       const qg_epilogue* e, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil
     ctypedef void (*qg_depthwise_fn)(const uint8_t*, int, int32_t, const uint8_t*, int, int32_t,
                                  const qg_conv*, short*, int32_t*) noexcept nogil
     qg_depthwise_fn qg_depthwise_of(int isa) noexcept nogil
@@ -106,6 +116,15 @@ def set_int8_isa(name=None) -> str:
                          f"{available_isas()}")
     _isa = ISAS.index(name)
     return before
+
+
+def gemv_columns(name) -> int:
+    """The most columns (a linear layer's rows) that variant ``name`` runs as a GEMV; 0 where
+    it runs every GEMM on its tiles (qg_gemv_fits)."""
+    if name not in ISAS:
+        raise ValueError(f"unknown int8 variant {name!r}; one of {ISAS}")
+    cdef qg_variant var = qg_variant_of(ISAS.index(name))
+    return QG_GEMV_COLS if qg_gemv_fits(&var, 1) else 0
 
 
 if os.environ.get("MGEGRAPH_INT8_ISA"):
@@ -320,18 +339,60 @@ cdef int conv_run(const QWeights* pw, const uint8_t* x, int x_signed, int32_t zx
     return _conv_images(pw, x, x_signed, zx, 0, images, g, out, threads)
 
 
+ctypedef struct Gemv:
+    Tiles tiles
+    const uint8_t* x      # the columns qg_gemv_prepare made
+
+
+cdef int _gemv_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef Gemv* s = <Gemv*>ctx
+    qg_gemv_units(&s.tiles.var, &s.tiles.op, s.x, &s.tiles.e, lo, hi)
+    return KERNEL_OK
+
+
+cdef int _linear_gemv(const QWeights* pw, const uint8_t* x, int x_signed, Py_ssize_t rows,
+                      const QOutput* out, Py_ssize_t threads) noexcept nogil:
+    # a few rows of x (qg_gemv_fits): prepared once, then row blocks of W split across threads
+    cdef Gemv s
+    cdef uint8_t* prepared = <uint8_t*>malloc(rows * qg_gemv_column_bytes(pw.kg))
+    cdef int32_t* colsum = <int32_t*>malloc(rows * sizeof(int32_t))
+    cdef int status = KERNEL_OUT_OF_MEMORY
+    if prepared != NULL and colsum != NULL:
+        qg_gemv_prepare(x, pw.k, pw.k, rows, 0x80 if x_signed else 0, prepared,
+                        colsum if pw.zw != NULL else NULL)
+        s.x, s.tiles.var = prepared, qg_variant_of(_isa)
+        if s.tiles.var.gemv == NULL:  # forced on a variant without one: the portable GEMV
+            s.tiles.var.gemv = qg_variant_of(QG_PORTABLE).gemv
+        s.tiles.op.a, s.tiles.op.b, s.tiles.op.m, s.tiles.op.n = pw.a, NULL, pw.m, rows
+        s.tiles.op.kg = pw.kg
+        _epilogue(&s.tiles.e, pw, out, colsum, 1, pw.m)
+        status = parallel_for(threads, qg_gemv_blocks(pw.m), _gemv_part, &s)
+    free(prepared)
+    free(colsum)
+    return status
+
+
 cdef int linear_run(const QWeights* pw, const uint8_t* x, int x_signed, Py_ssize_t rows,
                     const QOutput* out, Py_ssize_t threads) noexcept nogil:
-    # x (rows, k), y (rows, m): C = W x^T stored transposed
+    # x (rows, k), y (rows, m): a few rows as a GEMV, more on the tiles (qg_gemv_fits)
+    cdef qg_variant var = qg_variant_of(_isa)
+    if rows > 0 and qg_gemv_fits(&var, rows):
+        return _linear_gemv(pw, x, x_signed, rows, out, threads)
+    return _linear_tiles(pw, x, x_signed, rows, out, threads)
+
+
+cdef int _linear_tiles(const QWeights* pw, const uint8_t* x, int x_signed, Py_ssize_t rows,
+                       const QOutput* out, Py_ssize_t threads) noexcept nogil:
+    # C = W x^T on the tiles, stored transposed
     cdef PackB pack
     cdef Tiles tiles
     cdef int status
+    tiles.var = qg_variant_of(_isa)
     pack.x, pack.g, pack.n, pack.k, pack.ldx, pack.kg = x, NULL, rows, pw.k, pw.k, pw.kg
     pack.flip = 0x80 if x_signed else 0
     if _buffers(&pack, pw.zw != NULL) != KERNEL_OK:
         free(pack.b)
         return KERNEL_OUT_OF_MEMORY
-    tiles.var = qg_variant_of(_isa)
     tiles.op.a, tiles.op.b, tiles.op.m, tiles.op.n, tiles.op.kg = pw.a, pack.b, pw.m, rows, pw.kg
     _epilogue(&tiles.e, pw, out, pack.colsum, 1, pw.m)
     status = _gemm(&pack, &tiles, threads)
@@ -492,9 +553,14 @@ def conv2d(x, int zx, w, zw, bias, mult, stride=(1, 1), padding=(0, 0), dilation
     return y
 
 
+_LINEAR_WAYS = ("rule", "tiles", "gemv")
+
+
 def linear(x, int zx, w, zw, bias, mult, str out_dtype="int8", int zy=0, bint relu=False,
-           Py_ssize_t threads=1):
-    """The int8 linear layer of stored integers: x (..., in), w (out, in); as conv2d."""
+           Py_ssize_t threads=1, str way="rule"):
+    """The int8 linear layer of stored integers: x (..., in), w (out, in); as conv2d. ``way``
+    "tiles" or "gemv" overrides the rule (qg_gemv_fits) for tests and benchmarks: every way
+    gives the same integers; "gemv" on a variant without one runs the portable GEMV."""
     cdef QWeights pw
     cdef QOutput out
     cdef int status, x_signed = x.dtype == np.int8
@@ -505,8 +571,16 @@ def linear(x, int zx, w, zw, bias, mult, str out_dtype="int8", int zy=0, bint re
     cdef const float[::1] mults = _per_channel(1.0 if mult is None else mult, oc, np.float32)
     packed = packed_weights(w, zw, bias, 1, x_signed, zx)
     pw = _view(packed, oc, k, 1, mults)
+    if way not in _LINEAR_WAYS:
+        raise ValueError(f"quantized_linear: unknown way {way!r}; one of {_LINEAR_WAYS}")
+    cdef int choice = _LINEAR_WAYS.index(way)
     with nogil:
-        status = linear_run(&pw, &xb[0], x_signed, rows, &out, threads)
+        if choice == 1 or (choice == 2 and rows == 0):
+            status = _linear_tiles(&pw, &xb[0], x_signed, rows, &out, threads)
+        elif choice == 2:
+            status = _linear_gemv(&pw, &xb[0], x_signed, rows, &out, threads)
+        else:
+            status = linear_run(&pw, &xb[0], x_signed, rows, &out, threads)
     if status != KERNEL_OK:
         raise MemoryError(f"quantized_linear: the int8 kernel failed (status {status})")
     return y
