@@ -379,10 +379,18 @@ typedef void (*qg_tile_fn)(QG_TILE_ARGS);
  * nibbles: |2 * 15 * -128| = 3840, and 8 steps of 32 k summed in int16 stay within 30720, so the
  * weights are read as they are stored, never widened; every 8 steps vpmaddwd by 1 and by 16
  * carries the int16 sums into int32. The sums equal the tile's: exact integers, wrapping in
- * int32 like every int32 accumulation. The rule (qg_gemv_fits): up to QG_GEMV_COLS columns, on
+ * int32 like every int32 accumulation. The rule (qg_gemv_fits): up to QG_GEMV_MAX columns, on
  * a variant that has a GEMV (AVX2, portable); wider GEMMs and the VNNI and AMX variants run
- * their tiles. */
+ * their tiles (not measured there: no such CPU in the session that wrote this).
+ *
+ * Design (measured on AMD EPYC Zen 3, AVX2 variant, 1 thread, the int8 MLP's layers 784->1024,
+ * 1024->1024 and 1024->10, weights packed once, uint8 + relu epilogue, one process, GEMV and
+ * tiles interleaved, medians of 30; a loaded shared machine, so ratios only; 2-thread times
+ * there were dominated by waits for a core): GEMV / tiles 0.14-0.16 at 1 column (0.49 for 10
+ * outputs, where the epilogue and the call weigh most), 0.18-0.25 at 2, 0.34-0.39 at 4, 0.61-0.71
+ * at 8, 0.86-0.96 at 12, 1.12-1.25 at 16 (benchmarks/int8_gemv.py). */
 #define QG_GEMV_COLS 4  /* columns a GEMV pass holds; more run as several passes */
+#define QG_GEMV_MAX 8   /* the most columns the rule runs as a GEMV */
 #define QG_GEMV_STEPS 8 /* 32-k steps summed in int16: 8 * 3840 <= 32767 */
 
 /* bytes of one prepared column: its low then its high nibbles, each padded like A's rows */
@@ -575,7 +583,7 @@ static qg_variant qg_variant_of(int isa) {
 
 /* whether a GEMM of n columns runs as a GEMV (qg_gemv_units) on this variant */
 static inline int qg_gemv_fits(const qg_variant* var, ptrdiff_t n) {
-    return var->gemv != NULL && n <= QG_GEMV_COLS;
+    return var->gemv != NULL && n <= QG_GEMV_MAX;
 }
 
 /* ---- the GEMM over tiles ---------------------------------------------------------------- */

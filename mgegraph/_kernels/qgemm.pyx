@@ -25,7 +25,7 @@ from .params cimport fields_of
 from .parallel cimport parallel_for
 
 cdef extern from "qconv.h":
-    int QG_MR, QG_NB, QG_ISAS, QG_PORTABLE, QG_GEMV_COLS
+    int QG_MR, QG_NB, QG_ISAS, QG_PORTABLE, QG_GEMV_MAX
     const char* qg_isa_names[]
     int qg_isa_ok(int isa) noexcept nogil
     int qg_widest() noexcept nogil
@@ -124,7 +124,7 @@ def gemv_columns(name) -> int:
     if name not in ISAS:
         raise ValueError(f"unknown int8 variant {name!r}; one of {ISAS}")
     cdef qg_variant var = qg_variant_of(ISAS.index(name))
-    return QG_GEMV_COLS if qg_gemv_fits(&var, 1) else 0
+    return QG_GEMV_MAX if qg_gemv_fits(&var, 1) else 0
 
 
 if os.environ.get("MGEGRAPH_INT8_ISA"):
@@ -557,10 +557,12 @@ _LINEAR_WAYS = ("rule", "tiles", "gemv")
 
 
 def linear(x, int zx, w, zw, bias, mult, str out_dtype="int8", int zy=0, bint relu=False,
-           Py_ssize_t threads=1, str way="rule"):
+           Py_ssize_t threads=1, str way="rule", packed=None):
     """The int8 linear layer of stored integers: x (..., in), w (out, in); as conv2d. ``way``
     "tiles" or "gemv" overrides the rule (qg_gemv_fits) for tests and benchmarks: every way
-    gives the same integers; "gemv" on a variant without one runs the portable GEMV."""
+    gives the same integers; "gemv" on a variant without one runs the portable GEMV.
+    ``packed``: packed_weights(w, zw, bias, 1, x is int8, zx), so a benchmark times the run
+    alone."""
     cdef QWeights pw
     cdef QOutput out
     cdef int status, x_signed = x.dtype == np.int8
@@ -569,7 +571,12 @@ def linear(x, int zx, w, zw, bias, mult, str out_dtype="int8", int zy=0, bint re
     out = _output(y, out_dtype, zy, relu)
     cdef const uint8_t[::1] xb = _bytes(x)
     cdef const float[::1] mults = _per_channel(1.0 if mult is None else mult, oc, np.float32)
-    packed = packed_weights(w, zw, bias, 1, x_signed, zx)
+    if packed is None:
+        packed = packed_weights(w, zw, bias, 1, x_signed, zx)
+    elif len(packed) != packed_size(oc, k, 1):
+        raise ValueError(f"quantized_linear: packed weights of {len(packed)} bytes for a "
+                         f"weight {tuple(w.shape)}; packed_weights gives "
+                         f"{packed_size(oc, k, 1)}")
     pw = _view(packed, oc, k, 1, mults)
     if way not in _LINEAR_WAYS:
         raise ValueError(f"quantized_linear: unknown way {way!r}; one of {_LINEAR_WAYS}")

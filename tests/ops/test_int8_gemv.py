@@ -1,8 +1,9 @@
-"""The int8 GEMV of few columns (qgemm.h's qg_gemv_*): a linear layer of up to QG_GEMV_COLS rows
-runs it on the AVX2 and portable variants. Its integers equal the tiles' and the int64
-reference's (tests/quant_reference.py) bitwise: odd sizes (K not a multiple of 2, 16, 32 or 64;
-1 to 5 columns; odd output channels, fewer and more than a 16-row block), every epilogue
-(int32, int8 and uint8 storage, relu, weight zero points, bias, saturation), 1 and 2 threads."""
+"""The int8 GEMV of few columns (qgemm.h's qg_gemv_*): a linear layer of up to QG_GEMV_MAX rows
+runs it on the AVX2 and portable variants, in passes of up to 4 columns. Its integers equal the
+tiles' and the int64 reference's (tests/quant_reference.py) bitwise: odd sizes (K not a multiple
+of 2, 16, 32 or 64; 1 to 5, 8 and 9 columns; odd output channels, fewer and more than a 16-row
+block), every epilogue (int32, int8 and uint8 storage, relu, weight zero points, bias,
+saturation), 1 and 2 threads."""
 import numpy as np
 import pytest
 from quant_reference import multipliers, quantized_linear
@@ -44,7 +45,7 @@ def _every_way(x, xp, w, wp, bias, out, relu, out_scale=0.4):
     return expected, got
 
 
-@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8, 9])
 @pytest.mark.parametrize("k, oc", [(1, 1), (7, 3), (33, 17), (63, 9), (257, 19), (515, 37),
                                    (1029, 5)])
 @pytest.mark.parametrize("xd, wd, out, relu, zw_offset", [
@@ -94,7 +95,7 @@ def test_requantisation_saturates_and_ties_go_to_even(isa):
 def test_the_rule_runs_few_columns_as_a_gemv_where_the_variant_has_one():
     # equal integers cannot tell the ways apart; a wrong pick shows as time only, so the rule
     # is read from the variant table the kernels use
-    assert qgemm.gemv_columns("portable") == qgemm.gemv_columns("avx2") > 0
+    assert qgemm.gemv_columns("portable") == qgemm.gemv_columns("avx2") == 8
     for isa in ("avxvnni", "avx512vnni", "amx"):
         assert qgemm.gemv_columns(isa) == 0
     with pytest.raises(ValueError, match="unknown int8 variant"):
@@ -106,3 +107,11 @@ def test_an_unknown_way_is_refused():
     w = np.zeros((2, 4), np.int8)
     with pytest.raises(ValueError, match="quantized_linear: unknown way 'fast'"):
         qgemm.linear(x, 0, w, np.zeros(1, np.int32), None, None, "int32", way="fast")
+
+
+def test_packed_weights_of_another_shape_are_refused():
+    x = np.zeros((1, 4), np.uint8)
+    w = np.zeros((2, 4), np.int8)
+    packed = qgemm.packed_weights(np.zeros((3, 4), np.int8), 0, None)
+    with pytest.raises(ValueError, match=r"quantized_linear: packed weights of \d+ bytes"):
+        qgemm.linear(x, 0, w, np.zeros(1, np.int32), None, None, "int32", packed=packed)
