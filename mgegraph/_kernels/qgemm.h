@@ -379,7 +379,8 @@ typedef void (*qg_tile_fn)(QG_TILE_ARGS);
  * nibbles: |2 * 15 * -128| = 3840, and 8 steps of 32 k summed in int16 stay within 30720, so the
  * weights are read as they are stored, never widened; every 8 steps vpmaddwd by 1 and by 16
  * carries the int16 sums into int32. The sums equal the tile's: exact integers, wrapping in
- * int32 like every int32 accumulation. The rule (qg_gemv_fits): up to QG_GEMV_MAX columns, on
+ * int32 like every int32 accumulation. The rule (qg_gemv_fits): up to QG_GEMV_MAX columns (a
+ * linear layer's rows, a convolution's output cells per image), known when the plan is made, on
  * a variant that has a GEMV (AVX2, portable); wider GEMMs and the VNNI and AMX variants run
  * their tiles (not measured there: no such CPU in the session that wrote this).
  *
@@ -388,7 +389,10 @@ typedef void (*qg_tile_fn)(QG_TILE_ARGS);
  * tiles interleaved, medians of 30; a loaded shared machine, so ratios only; 2-thread times
  * there were dominated by waits for a core): GEMV / tiles 0.14-0.16 at 1 column (0.49 for 10
  * outputs, where the epilogue and the call weigh most), 0.18-0.25 at 2, 0.34-0.39 at 4, 0.61-0.71
- * at 8, 0.86-0.96 at 12, 1.12-1.25 at 16 (benchmarks/int8_gemv.py). */
+ * at 8, 0.86-0.96 at 12, 1.12-1.25 at 16 (benchmarks/int8_gemv.py). A convolution's GEMM of few
+ * output cells per image runs it too, its patches packed as for the tiles then prepared
+ * (qg_gemv_from_packed): on ResNet-18's last stage at 64x64 (2x2 cells, one image, same
+ * conditions) 0.42-0.48 of the tiles' time for the 3x3 ones, 0.63 for the 1x1 stride 2. */
 #define QG_GEMV_COLS 4  /* columns a GEMV pass holds; more run as several passes */
 #define QG_GEMV_MAX 8   /* the most columns the rule runs as a GEMV */
 #define QG_GEMV_STEPS 8 /* 32-k steps summed in int16: 8 * 3840 <= 32767 */
@@ -413,6 +417,22 @@ static void qg_gemv_prepare(const uint8_t* x, ptrdiff_t k, ptrdiff_t ldx, ptrdif
             s += v;
         }
         if (colsum) colsum[c] = s;
+    }
+}
+
+/* The same columns prepared from columns [0, n) of a packed B (a convolution's patches, which
+ * qg_pack_b_conv packs), n at most QG_NB: one column block. */
+static void qg_gemv_from_packed(const uint8_t* b, ptrdiff_t kg, ptrdiff_t n, uint8_t* dst) {
+    ptrdiff_t kp = qg_a_stride(kg);
+    memset(dst, 0, (size_t)(n * 2 * kp));
+    for (ptrdiff_t c = 0; c < n; c++) {
+        uint8_t* lo = dst + c * 2 * kp;
+        for (ptrdiff_t g = 0; g < kg; g++)
+            for (int j = 0; j < 4; j++) {
+                uint8_t v = b[g * QG_NB * 4 + c * 4 + j];
+                lo[g * 4 + j] = v & 15;
+                lo[kp + g * 4 + j] = v >> 4;
+            }
     }
 }
 

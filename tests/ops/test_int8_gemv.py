@@ -6,7 +6,7 @@ block), every epilogue (int32, int8 and uint8 storage, relu, weight zero points,
 saturation), 1 and 2 threads."""
 import numpy as np
 import pytest
-from quant_reference import multipliers, quantized_linear
+from quant_reference import multipliers, quantized_conv2d, quantized_linear
 
 from mgegraph._kernels import qgemm
 from mgegraph.ir.quant import QuantParams
@@ -100,6 +100,51 @@ def test_the_rule_runs_few_columns_as_a_gemv_where_the_variant_has_one():
         assert qgemm.gemv_columns(isa) == 0
     with pytest.raises(ValueError, match="unknown int8 variant"):
         qgemm.gemv_columns("sse2")
+
+
+CONVS = [  # (n, c, h, w), (oc, kh, kw), stride, padding, groups: 1 to 8 output cells
+    ((1, 13, 1, 1), (19, 1, 1), 1, 0, 1),    # one cell, K 13
+    ((2, 37, 2, 2), (21, 1, 1), 1, 0, 1),    # 1x1 on 2x2
+    ((3, 9, 2, 2), (17, 3, 3), 1, 1, 1),     # 3x3 padded on 2x2, K 81, 3 images
+    ((1, 70, 4, 3), (11, 1, 1), 2, 0, 1),    # 1x1 stride 2: 2x2 cells from 4x3
+    ((2, 6, 3, 2), (9, 3, 3), 1, 1, 3),      # groups, 6 cells
+    ((1, 5, 2, 4), (33, 3, 3), 1, 1, 1),     # 8 cells, 33 channels: 3 row blocks
+]
+
+
+@pytest.mark.parametrize("x_shape, w_dims, stride, padding, groups", CONVS)
+@pytest.mark.parametrize("xd, wd, out, relu, zw_offset", [
+    ("uint8", "int8", "uint8", True, 0),
+    ("int8", "uint8", "int32", False, 2),
+    ("int8", "int8", "int8", False, 1),
+])
+def test_a_convolution_of_few_cells_as_a_gemv(isa, x_shape, w_dims, stride, padding, groups,
+                                              xd, wd, out, relu, zw_offset):
+    rng = np.random.default_rng(sum(x_shape) * 7 + w_dims[0])
+    oc, kh, kw = w_dims
+    x, xp, _, wp = _case(rng, 1, 1, oc, xd, wd, zw_offset)
+    x = rng.integers(*RANGE[xd], x_shape).astype(xd)
+    w = rng.integers(*RANGE[wd], (oc, x_shape[1] // groups, kh, kw)).astype(wd)
+    bias = rng.integers(-3000, 3000, oc).astype(np.int32)
+    geometry = dict(stride=(stride,) * 2, padding=(padding,) * 2, dilation=(1, 1), groups=groups)
+    attrs = dict(out_dtype=out, out_scale=None if out == "int32" else 0.4,
+                 out_zero_point=ZY[out], relu=relu)
+    mult = None if out == "int32" else multipliers(xp.scale, wp.scales, 0.4)
+    expected = quantized_conv2d(x, xp, w, wp, bias, **geometry, **attrs)
+    for way in ("gemv", "tiles", "rule"):
+        for threads in (1, 2):
+            got = qgemm.conv2d(x, xp.zero_point, w, np.array(wp.zero_points), bias, mult,
+                               geometry["stride"], geometry["padding"], (1, 1), groups, out,
+                               ZY[out], relu, threads, way)
+            np.testing.assert_array_equal(got, expected, err_msg=f"{way}, {threads} threads")
+
+
+def test_a_gemv_of_too_many_cells_is_refused():
+    x = np.zeros((1, 2, 3, 3), np.uint8)
+    w = np.zeros((2, 2, 1, 1), np.int8)
+    with pytest.raises(ValueError, match="a GEMV takes at most 8 output cells; this "
+                                         "convolution has 9"):
+        qgemm.conv2d(x, 0, w, 0, None, None, way="gemv")
 
 
 def test_an_unknown_way_is_refused():
