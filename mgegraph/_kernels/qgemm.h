@@ -369,6 +369,146 @@ __attribute__((target("avx2"))) static void qg_tile_avx2(QG_TILE_ARGS) {
 
 typedef void (*qg_tile_fn)(QG_TILE_ARGS);
 
+/* ---- GEMV: a few columns of B against every row of packed A ------------------------------ */
+
+/* A tile computes QG_NB columns a block and widens every weight it reads: a batch-1 linear
+ * layer did 16 times the multiply-adds it needs. The GEMV streams packed A's rows once (their K
+ * is contiguous and zero-padded to 64, so no tail) against each column of B prepared once per
+ * call: the shifted activations x' split into nibbles, x' = 16 hi + lo, each k-contiguous and
+ * zero-padded like A's rows. On AVX2, vpmaddubsw (u8 x s8 pairs summed into int16) is exact on
+ * nibbles: |2 * 15 * -128| = 3840, and 8 steps of 32 k summed in int16 stay within 30720, so the
+ * weights are read as they are stored, never widened; every 8 steps vpmaddwd by 1 and by 16
+ * carries the int16 sums into int32. The sums equal the tile's: exact integers, wrapping in
+ * int32 like every int32 accumulation. The rule (qg_gemv_fits): up to QG_GEMV_MAX columns (a
+ * linear layer's rows, a convolution's output cells per image), known when the plan is made, on
+ * a variant that has a GEMV (AVX2, portable); wider GEMMs and the VNNI and AMX variants run
+ * their tiles (not measured there: no such CPU in the session that wrote this).
+ *
+ * Design (measured on AMD EPYC Zen 3, AVX2 variant, 1 thread, the int8 MLP's layers 784->1024,
+ * 1024->1024 and 1024->10, weights packed once, uint8 + relu epilogue, one process, GEMV and
+ * tiles interleaved, medians of 30; a loaded shared machine, so ratios only; 2-thread times
+ * there were dominated by waits for a core): GEMV / tiles 0.14-0.16 at 1 column (0.49 for 10
+ * outputs, where the epilogue and the call weigh most), 0.18-0.25 at 2, 0.34-0.39 at 4, 0.61-0.71
+ * at 8, 0.86-0.96 at 12, 1.12-1.25 at 16 (benchmarks/int8_gemv.py). A convolution's GEMM of few
+ * output cells per image runs it too, its patches packed as for the tiles then prepared
+ * (qg_gemv_from_packed): on ResNet-18's last stage at 64x64 (2x2 cells, one image, same
+ * conditions) 0.42-0.48 of the tiles' time for the 3x3 ones, 0.63 for the 1x1 stride 2. */
+#define QG_GEMV_COLS 4  /* columns a GEMV pass holds; more run as several passes */
+#define QG_GEMV_MAX 8   /* the most columns the rule runs as a GEMV */
+#define QG_GEMV_STEPS 8 /* 32-k steps summed in int16: 8 * 3840 <= 32767 */
+
+/* bytes of one prepared column: its low then its high nibbles, each padded like A's rows */
+static inline ptrdiff_t qg_gemv_column_bytes(ptrdiff_t kg) { return 2 * qg_a_stride(kg); }
+
+/* Prepares columns [0, n) of B from x (column c's k values at x + c * ldx; flip 0x80 shifts
+ * int8 to uint8) into dst (qg_gemv_column_bytes apart), and their sums of x' when colsum is not
+ * NULL (a weight zero point is not 0). */
+static void qg_gemv_prepare(const uint8_t* x, ptrdiff_t k, ptrdiff_t ldx, ptrdiff_t n,
+                            uint8_t flip, uint8_t* dst, int32_t* colsum) {
+    ptrdiff_t kp = qg_a_stride(qg_groups(k));
+    memset(dst, 0, (size_t)(n * 2 * kp));
+    for (ptrdiff_t c = 0; c < n; c++) {
+        uint8_t* lo = dst + c * 2 * kp;
+        int32_t s = 0;
+        for (ptrdiff_t i = 0; i < k; i++) {
+            uint8_t v = (uint8_t)(x[c * ldx + i] ^ flip);
+            lo[i] = v & 15;
+            lo[kp + i] = v >> 4;
+            s += v;
+        }
+        if (colsum) colsum[c] = s;
+    }
+}
+
+/* The same columns prepared from columns [0, n) of a packed B (a convolution's patches, which
+ * qg_pack_b_conv packs), n at most QG_NB: one column block. */
+static void qg_gemv_from_packed(const uint8_t* b, ptrdiff_t kg, ptrdiff_t n, uint8_t* dst) {
+    ptrdiff_t kp = qg_a_stride(kg);
+    memset(dst, 0, (size_t)(n * 2 * kp));
+    for (ptrdiff_t c = 0; c < n; c++) {
+        uint8_t* lo = dst + c * 2 * kp;
+        for (ptrdiff_t g = 0; g < kg; g++)
+            for (int j = 0; j < 4; j++) {
+                uint8_t v = b[g * QG_NB * 4 + c * 4 + j];
+                lo[g * 4 + j] = v & 15;
+                lo[kp + g * 4 + j] = v >> 4;
+            }
+    }
+}
+
+/* rows [0, rows) of packed A (lda bytes apart) times nc prepared columns (kp = lda bytes of k
+ * each): sums[r * nc + c] */
+#define QG_GEMV_ARGS \
+    const int8_t* a, ptrdiff_t lda, const uint8_t* x, int nc, int rows, int32_t* sums
+
+static void qg_gemv_portable(QG_GEMV_ARGS) {
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < nc; c++) {
+            const uint8_t* lo = x + c * 2 * lda;
+            int32_t s = 0;
+            for (ptrdiff_t i = 0; i < lda; i++)
+                s += (int32_t)a[r * lda + i] * (lo[i] + 16 * lo[lda + i]);
+            sums[r * nc + c] = s;
+        }
+}
+
+#if QG_X86
+__attribute__((target("avx2"), always_inline)) static inline int32_t qg_hsum_avx2(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1)));
+}
+
+/* R rows x NC columns in registers (R * NC <= 4: 2 * R * NC int16 sums, R * NC int32 ones, one
+ * column's two nibble vectors; the weights are the multiplies' memory operands) */
+#define QG_GEMV_BLOCK(R, NC)                                                                \
+    {                                                                                       \
+        __m256i acc[R][NC];                                                                 \
+        for (int r = 0; r < R; r++)                                                         \
+            for (int c = 0; c < NC; c++) acc[r][c] = _mm256_setzero_si256();                \
+        for (ptrdiff_t k0 = 0; k0 < lda; k0 += 32 * QG_GEMV_STEPS) {                        \
+            ptrdiff_t k1 = lda - k0 < 32 * QG_GEMV_STEPS ? lda : k0 + 32 * QG_GEMV_STEPS;    \
+            __m256i lo[R][NC], hi[R][NC];                                                   \
+            for (int r = 0; r < R; r++)                                                     \
+                for (int c = 0; c < NC; c++) lo[r][c] = hi[r][c] = _mm256_setzero_si256();  \
+            for (ptrdiff_t k = k0; k < k1; k += 32)                                         \
+                for (int c = 0; c < NC; c++) {                                              \
+                    const uint8_t* xc = x + c * 2 * lda + k;                                \
+                    __m256i xl = _mm256_loadu_si256((const __m256i*)xc);                    \
+                    __m256i xh = _mm256_loadu_si256((const __m256i*)(xc + lda));            \
+                    for (int r = 0; r < R; r++) {                                           \
+                        __m256i w = _mm256_loadu_si256((const __m256i*)(a + r * lda + k));  \
+                        lo[r][c] = _mm256_add_epi16(lo[r][c], _mm256_maddubs_epi16(xl, w)); \
+                        hi[r][c] = _mm256_add_epi16(hi[r][c], _mm256_maddubs_epi16(xh, w)); \
+                    }                                                                       \
+                }                                                                           \
+            for (int r = 0; r < R; r++)                                                     \
+                for (int c = 0; c < NC; c++)                                                \
+                    acc[r][c] = _mm256_add_epi32(                                           \
+                        acc[r][c],                                                          \
+                        _mm256_add_epi32(_mm256_madd_epi16(lo[r][c], _mm256_set1_epi16(1)), \
+                                         _mm256_madd_epi16(hi[r][c], _mm256_set1_epi16(16)))); \
+        }                                                                                   \
+        for (int r = 0; r < R; r++)                                                         \
+            for (int c = 0; c < NC; c++) sums[r * nc + c] = qg_hsum_avx2(acc[r][c]);        \
+    }
+
+/* rows in blocks of 4 / nc; packed A's rows are padded to QG_AR with zeros, so a caller whose
+ * rows start at a multiple of QG_AR may ask for a last block past its real rows */
+__attribute__((target("avx2"))) static void qg_gemv_avx2(QG_GEMV_ARGS) {
+    int step = nc == 1 ? 4 : nc == 2 ? 2 : 1;
+    for (int r0 = 0; r0 < rows; r0 += step, a += step * lda, sums += step * nc) {
+        if (nc == 1) QG_GEMV_BLOCK(4, 1)
+        else if (nc == 2) QG_GEMV_BLOCK(2, 2)
+        else if (nc == 3) QG_GEMV_BLOCK(1, 3)
+        else QG_GEMV_BLOCK(1, 4)
+    }
+}
+#undef QG_GEMV_BLOCK
+#endif
+
+typedef void (*qg_gemv_fn)(QG_GEMV_ARGS);
+
 /* ---- the epilogue ----------------------------------------------------------------------- */
 
 /* What turns a tile's sums into outputs: per row (output channel) the constant, the shifted
@@ -446,18 +586,24 @@ typedef struct {
     int isa;
     qg_tile_fn tile;
     qg_store_fn store;
+    qg_gemv_fn gemv; /* NULL: few columns run on the tile too */
 } qg_variant;
 
 static qg_variant qg_variant_of(int isa) {
-    qg_variant v = {QG_PORTABLE, qg_tile_portable, qg_store_portable};
+    qg_variant v = {QG_PORTABLE, qg_tile_portable, qg_store_portable, qg_gemv_portable};
     (void)isa;
 #if QG_X86
-    if (isa == QG_AVX2) v = (qg_variant){isa, qg_tile_avx2, qg_store_avx2};
-    if (isa == QG_AVXVNNI) v = (qg_variant){isa, qg_tile_avxvnni, qg_store_avx2};
+    if (isa == QG_AVX2) v = (qg_variant){isa, qg_tile_avx2, qg_store_avx2, qg_gemv_avx2};
+    if (isa == QG_AVXVNNI) v = (qg_variant){isa, qg_tile_avxvnni, qg_store_avx2, NULL};
     if (isa == QG_AVX512VNNI || isa == QG_AMX)
-        v = (qg_variant){isa, qg_tile_avx512vnni, qg_store_avx512};
+        v = (qg_variant){isa, qg_tile_avx512vnni, qg_store_avx512, NULL};
 #endif
     return v;
+}
+
+/* whether a GEMM of n columns runs as a GEMV (qg_gemv_units) on this variant */
+static inline int qg_gemv_fits(const qg_variant* var, ptrdiff_t n) {
+    return var->gemv != NULL && n <= QG_GEMV_MAX;
 }
 
 /* ---- the GEMM over tiles ---------------------------------------------------------------- */
@@ -503,6 +649,28 @@ static void qg_gemm_tiles(const qg_variant* var, const qg_operands* op, const qg
         var->tile(op->a + m0 * lda, lda, op->b + (n0 / QG_NB) * block_stride, block_stride,
                   op->kg, nv, tile);
         var->store(tile, QG_TILE_COLS, m0, (int)rows, n0, (int)cols, e);
+    }
+}
+
+/* ---- the GEMV over row blocks ----------------------------------------------------------- */
+
+/* a GEMV's units of work, which threads split: blocks of QG_AR rows */
+static inline ptrdiff_t qg_gemv_blocks(ptrdiff_t m) { return qg_blocks(m, QG_AR); }
+
+/* row blocks [lo, hi) of the GEMV of packed A (op->m rows, op->kg groups) with op->n columns
+ * prepared by qg_gemv_prepare at x (op->b unused), each stored through the epilogue */
+static void qg_gemv_units(const qg_variant* var, const qg_operands* op, const uint8_t* x,
+                          const qg_epilogue* e, ptrdiff_t lo, ptrdiff_t hi) {
+    int32_t sums[QG_AR * QG_GEMV_COLS];
+    ptrdiff_t lda = qg_a_stride(op->kg);
+    for (ptrdiff_t u = lo; u < hi; u++) {
+        ptrdiff_t m0 = u * QG_AR, rows = op->m - m0 < QG_AR ? op->m - m0 : QG_AR;
+        for (ptrdiff_t n0 = 0; n0 < op->n; n0 += QG_GEMV_COLS) {
+            int nc = (int)(op->n - n0 < QG_GEMV_COLS ? op->n - n0 : QG_GEMV_COLS);
+            var->gemv(op->a + m0 * lda, lda, x + n0 * qg_gemv_column_bytes(op->kg), nc,
+                      (int)rows, sums);
+            var->store(sums, nc, m0, (int)rows, n0, nc, e);
+        }
     }
 }
 

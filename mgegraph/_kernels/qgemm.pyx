@@ -6,8 +6,11 @@
 # byte buffer: a constant of the plan, or a NumPy array here) and the
 # kernels pack only the activations, per image and group: B of the patches, column blocks split
 # across threads, then the tiles of C split across threads (panel-major, so a thread's tiles
-# share columns of B). Every output is computed whole by one thread: any thread count gives the
-# same bits. Each instruction-set variant gives the same integers; the process uses the widest
+# share columns of B). A GEMM of few columns (a linear layer of up to 8 rows, a convolution of
+# up to 8 output cells per image: qgemm.h's qg_gemv_fits) runs as a GEMV instead on the AVX2
+# and portable variants, its threads splitting the output channels. Every output is computed
+# whole by one thread: any thread count gives the same bits. Each instruction-set variant (and
+# the GEMV and the tiles) gives the same integers; the process uses the widest
 # this CPU runs, or the one MGEGRAPH_INT8_ISA names ("portable", "avx2", "avxvnni",
 # "avx512vnni", "amx": the GEMMs on AMX tiles, the depthwise kernel on AVX-512), and
 # set_int8_isa changes it (the tests run every variant this CPU has). The
@@ -25,7 +28,7 @@ from .params cimport fields_of
 from .parallel cimport parallel_for
 
 cdef extern from "qconv.h":
-    int QG_MR, QG_NB, QG_ISAS, QG_PORTABLE
+    int QG_MR, QG_NB, QG_ISAS, QG_PORTABLE, QG_GEMV_MAX
     const char* qg_isa_names[]
     int qg_isa_ok(int isa) noexcept nogil
     int qg_widest() noexcept nogil
@@ -44,9 +47,19 @@ cdef extern from "qconv.h":
         int kind
         void* out
         Py_ssize_t sm, sn
+    ctypedef void (*qg_gemv_fn)(const int8_t*, Py_ssize_t, const uint8_t*, int, int,
+                                int32_t*) noexcept nogil
     ctypedef struct qg_variant:
         int isa
         qg_tile_fn tile
+        qg_gemv_fn gemv
+    int qg_gemv_fits(const qg_variant* var, Py_ssize_t n) noexcept nogil
+    Py_ssize_t qg_gemv_column_bytes(Py_ssize_t kg) noexcept nogil
+    void qg_gemv_prepare(const uint8_t* x, Py_ssize_t k, Py_ssize_t ldx, Py_ssize_t n,
+                         uint8_t flip, uint8_t* dst, int32_t* colsum) noexcept nogil
+    void qg_gemv_from_packed(const uint8_t* b, Py_ssize_t kg, Py_ssize_t n,
+                             uint8_t* dst) noexcept nogil
+    Py_ssize_t qg_gemv_blocks(Py_ssize_t m) noexcept nogil
     ctypedef struct qg_operands:
         const int8_t* a
         const uint8_t* b
@@ -64,6 +77,8 @@ cdef extern from "qconv.h":
     Py_ssize_t qg_units(const qg_variant* var, const qg_operands* op) noexcept nogil
     void qg_gemm_units(const qg_variant* var, const qg_operands* op, const qg_epilogue* e,
                        Py_ssize_t lo, Py_ssize_t hi) noexcept nogil
+    void qg_gemv_units(const qg_variant* var, const qg_operands* op, const uint8_t* x,
+                       const qg_epilogue* e, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil
     ctypedef void (*qg_depthwise_fn)(const uint8_t*, int, int32_t, const uint8_t*, int, int32_t,
                                  const qg_conv*, short*, int32_t*) noexcept nogil
     qg_depthwise_fn qg_depthwise_of(int isa) noexcept nogil
@@ -106,6 +121,15 @@ def set_int8_isa(name=None) -> str:
                          f"{available_isas()}")
     _isa = ISAS.index(name)
     return before
+
+
+def gemv_columns(name) -> int:
+    """The most columns (a linear layer's rows) that variant ``name`` runs as a GEMV; 0 where
+    it runs every GEMM on its tiles (qg_gemv_fits)."""
+    if name not in ISAS:
+        raise ValueError(f"unknown int8 variant {name!r}; one of {ISAS}")
+    cdef qg_variant var = qg_variant_of(ISAS.index(name))
+    return QG_GEMV_MAX if qg_gemv_fits(&var, 1) else 0
 
 
 if os.environ.get("MGEGRAPH_INT8_ISA"):
@@ -229,6 +253,31 @@ cdef int _tiles_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept
     return KERNEL_OK
 
 
+ctypedef struct Gemv:
+    Tiles tiles
+    const uint8_t* x      # the columns qg_gemv_prepare or qg_gemv_from_packed made
+
+
+cdef int _gemv_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef Gemv* s = <Gemv*>ctx
+    if s.tiles.var.gemv == NULL:  # forced on a variant without one: the portable GEMV
+        s.tiles.var.gemv = qg_variant_of(QG_PORTABLE).gemv
+    qg_gemv_units(&s.tiles.var, &s.tiles.op, s.x, &s.tiles.e, lo, hi)
+    return KERNEL_OK
+
+
+# how a GEMM runs: by the rule (qg_gemv_fits), or forced (tests and benchmarks)
+cdef enum:
+    WAY_RULE = 0
+    WAY_TILES = 1
+    WAY_GEMV = 2
+_WAYS = ("rule", "tiles", "gemv")
+
+
+cdef inline bint _gemv_way(const qg_variant* var, Py_ssize_t n, int way) noexcept nogil:
+    return n > 0 and (way == WAY_GEMV or (way == WAY_RULE and qg_gemv_fits(var, n)))
+
+
 cdef int _gemm(PackB* pack, Tiles* tiles, Py_ssize_t threads) noexcept nogil:
     # packs B as `pack` says, then runs every tile of `tiles`
     cdef int status = parallel_for(threads, qg_blocks(pack.n, QG_NB), _pack_part, pack)
@@ -254,21 +303,39 @@ cdef Py_ssize_t _item(int kind) noexcept nogil:
     return 4 if kind == QG_OUT_INT32 else 1
 
 
+cdef int _conv_gemv(PackB* pack, Gemv* gemv, Py_ssize_t threads) noexcept nogil:
+    # one GEMM of few columns: its patches packed (one column block) and prepared on this
+    # thread, then row blocks of the weights split across `threads`
+    cdef int status = _pack_part(pack, 0, 0, 1)
+    if status != KERNEL_OK:
+        return status
+    qg_gemv_from_packed(pack.b, pack.kg, pack.n, <uint8_t*>gemv.x)
+    return parallel_for(threads, qg_gemv_blocks(gemv.tiles.op.m), _gemv_part, gemv)
+
+
 cdef int _conv_images(const QWeights* pw, const uint8_t* x, int x_signed, int32_t zx,
                       Py_ssize_t lo, Py_ssize_t hi, const qg_conv* g, const QOutput* out,
-                      Py_ssize_t threads) noexcept nogil:
-    # images [lo, hi): per image and group one GEMM, each split across `threads`
+                      Py_ssize_t threads, int way) noexcept nogil:
+    # images [lo, hi): per image and group one GEMM (or GEMV: _gemv_way), each split across
+    # `threads`
     cdef PackB pack
     cdef Tiles tiles
+    cdef Gemv gemv
     cdef Py_ssize_t cells = g.oh * g.ow, i, gi
     cdef int status = KERNEL_OK
     cdef char* y = <char*>out.y
     pack.g, pack.n, pack.k, pack.kg = g, cells, pw.k, pw.kg
     pack.pad, pack.flip = <uint8_t>zx, 0x80 if x_signed else 0
-    if _buffers(&pack, pw.zw != NULL) != KERNEL_OK:
-        free(pack.b)
-        return KERNEL_OUT_OF_MEMORY
     tiles.var = qg_variant_of(_isa)
+    gemv.x = NULL
+    if _gemv_way(&tiles.var, cells, way):
+        gemv.x = <uint8_t*>malloc(cells * qg_gemv_column_bytes(pw.kg))
+    if _buffers(&pack, pw.zw != NULL) != KERNEL_OK or (
+            _gemv_way(&tiles.var, cells, way) and gemv.x == NULL):
+        free(pack.b)
+        free(pack.colsum)
+        free(<void*>gemv.x)
+        return KERNEL_OUT_OF_MEMORY
     tiles.op.b, tiles.op.m, tiles.op.n, tiles.op.kg = pack.b, pw.m, cells, pw.kg
     for i in range(lo, hi):
         for gi in range(pw.groups):
@@ -281,13 +348,18 @@ cdef int _conv_images(const QWeights* pw, const uint8_t* x, int x_signed, int32_
             if tiles.e.mult != NULL:
                 tiles.e.mult += gi * pw.m
             tiles.e.out = y + (i * pw.groups + gi) * pw.m * cells * _item(out.kind)
-            status = _gemm(&pack, &tiles, threads)
+            if gemv.x != NULL:
+                gemv.tiles = tiles
+                status = _conv_gemv(&pack, &gemv, threads)
+            else:
+                status = _gemm(&pack, &tiles, threads)
             if status != KERNEL_OK:
                 break
         if status != KERNEL_OK:
             break
     free(pack.b)
     free(pack.colsum)
+    free(<void*>gemv.x)
     return status
 
 
@@ -298,16 +370,23 @@ ctypedef struct Images:
     int32_t zx
     const qg_conv* g
     const QOutput* out
+    int way
 
 
 cdef int _images_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     cdef Images* s = <Images*>ctx
-    return _conv_images(s.pw, s.x, s.x_signed, s.zx, lo, hi, s.g, s.out, 1)
+    return _conv_images(s.pw, s.x, s.x_signed, s.zx, lo, hi, s.g, s.out, 1, s.way)
 
 
 cdef int conv_run(const QWeights* pw, const uint8_t* x, int x_signed, int32_t zx,
                   Py_ssize_t images, const qg_conv* g, const QOutput* out,
                   Py_ssize_t threads) noexcept nogil:
+    return _conv_run(pw, x, x_signed, zx, images, g, out, threads, WAY_RULE)
+
+
+cdef int _conv_run(const QWeights* pw, const uint8_t* x, int x_signed, int32_t zx,
+                   Py_ssize_t images, const qg_conv* g, const QOutput* out,
+                   Py_ssize_t threads, int way) noexcept nogil:
     # x (images, groups * g.c, g.h, g.w), y (images, groups * pw.m, g.oh, g.ow).
     # Design: a batch the threads divide evenly runs whole images per thread, one fork and join
     # for the layer; otherwise each image's GEMMs are split, two joins per image and group. A
@@ -315,23 +394,57 @@ cdef int conv_run(const QWeights* pw, const uint8_t* x, int x_signed, int32_t zx
     # joins per forward the other way, and each costs most on a loaded machine.
     cdef Images s
     if threads > 1 and images >= threads and images % threads == 0:
-        s.pw, s.x, s.x_signed, s.zx, s.g, s.out = pw, x, x_signed, zx, g, out
+        s.pw, s.x, s.x_signed, s.zx, s.g, s.out, s.way = pw, x, x_signed, zx, g, out, way
         return parallel_for(threads, images, _images_part, &s)
-    return _conv_images(pw, x, x_signed, zx, 0, images, g, out, threads)
+    return _conv_images(pw, x, x_signed, zx, 0, images, g, out, threads, way)
+
+
+cdef int _linear_gemv(const QWeights* pw, const uint8_t* x, int x_signed, Py_ssize_t rows,
+                      const QOutput* out, Py_ssize_t threads) noexcept nogil:
+    # a few rows of x (qg_gemv_fits): prepared once, then row blocks of W split across threads
+    cdef Gemv s
+    cdef uint8_t* prepared = <uint8_t*>malloc(rows * qg_gemv_column_bytes(pw.kg))
+    cdef int32_t* colsum = <int32_t*>malloc(rows * sizeof(int32_t))
+    cdef int status = KERNEL_OUT_OF_MEMORY
+    if prepared != NULL and colsum != NULL:
+        qg_gemv_prepare(x, pw.k, pw.k, rows, 0x80 if x_signed else 0, prepared,
+                        colsum if pw.zw != NULL else NULL)
+        s.x, s.tiles.var = prepared, qg_variant_of(_isa)
+        s.tiles.op.a, s.tiles.op.b, s.tiles.op.m, s.tiles.op.n = pw.a, NULL, pw.m, rows
+        s.tiles.op.kg = pw.kg
+        _epilogue(&s.tiles.e, pw, out, colsum, 1, pw.m)
+        status = parallel_for(threads, qg_gemv_blocks(pw.m), _gemv_part, &s)
+    free(prepared)
+    free(colsum)
+    return status
 
 
 cdef int linear_run(const QWeights* pw, const uint8_t* x, int x_signed, Py_ssize_t rows,
                     const QOutput* out, Py_ssize_t threads) noexcept nogil:
-    # x (rows, k), y (rows, m): C = W x^T stored transposed
+    # x (rows, k), y (rows, m): a few rows as a GEMV, more on the tiles (qg_gemv_fits)
+    return _linear_run(pw, x, x_signed, rows, out, threads, WAY_RULE)
+
+
+cdef int _linear_run(const QWeights* pw, const uint8_t* x, int x_signed, Py_ssize_t rows,
+                     const QOutput* out, Py_ssize_t threads, int way) noexcept nogil:
+    cdef qg_variant var = qg_variant_of(_isa)
+    if _gemv_way(&var, rows, way):
+        return _linear_gemv(pw, x, x_signed, rows, out, threads)
+    return _linear_tiles(pw, x, x_signed, rows, out, threads)
+
+
+cdef int _linear_tiles(const QWeights* pw, const uint8_t* x, int x_signed, Py_ssize_t rows,
+                       const QOutput* out, Py_ssize_t threads) noexcept nogil:
+    # C = W x^T on the tiles, stored transposed
     cdef PackB pack
     cdef Tiles tiles
     cdef int status
+    tiles.var = qg_variant_of(_isa)
     pack.x, pack.g, pack.n, pack.k, pack.ldx, pack.kg = x, NULL, rows, pw.k, pw.k, pw.kg
     pack.flip = 0x80 if x_signed else 0
     if _buffers(&pack, pw.zw != NULL) != KERNEL_OK:
         free(pack.b)
         return KERNEL_OUT_OF_MEMORY
-    tiles.var = qg_variant_of(_isa)
     tiles.op.a, tiles.op.b, tiles.op.m, tiles.op.n, tiles.op.kg = pw.a, pack.b, pw.m, rows, pw.kg
     _epilogue(&tiles.e, pw, out, pack.colsum, 1, pw.m)
     status = _gemm(&pack, &tiles, threads)
@@ -453,13 +566,31 @@ cdef QWeights _view(packed, Py_ssize_t oc, Py_ssize_t k, Py_ssize_t groups,
     return pw
 
 
+def _checked(packed, w, zw, bias, Py_ssize_t groups, bint x_signed, int zx, str op):
+    # the packed weights given, if their size fits w, or w packed now
+    cdef Py_ssize_t oc = w.shape[0], k = w.size // max(oc, 1)
+    if packed is None:
+        return packed_weights(w, zw, bias, groups, x_signed, zx)
+    if len(packed) != packed_size(oc, k, groups):
+        raise ValueError(f"{op}: packed weights of {len(packed)} bytes for a weight "
+                         f"{tuple(w.shape)}; packed_weights gives {packed_size(oc, k, groups)}")
+    return packed
+
+
+def _way(str way, str op) -> int:
+    if way not in _WAYS:
+        raise ValueError(f"{op}: unknown way {way!r}; one of {_WAYS}")
+    return _WAYS.index(way)
+
+
 def conv2d(x, int zx, w, zw, bias, mult, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
            Py_ssize_t groups=1, str out_dtype="int8", int zy=0, bint relu=False,
-           Py_ssize_t threads=1):
+           Py_ssize_t threads=1, str way="rule", packed=None):
     """The int8 convolution of stored integers: x (N, C, H, W) int8/uint8 with zero point zx,
     w (O, C/groups, kh, kw) int8/uint8 with zero points zw (one or per channel), bias int32 (O,)
     or None, mult the float32 multipliers (one or per channel; unused for int32), as
-    ops/quantized.py defines."""
+    ops/quantized.py defines. ``way`` and ``packed`` as linear's (a GEMV of at most QG_GEMV_MAX
+    cells; packed_weights(w, zw, bias, groups, x is int8, zx), unused by a depthwise one)."""
     cdef qg_conv g
     cdef QWeights pw
     cdef QOutput out
@@ -470,6 +601,10 @@ def conv2d(x, int zx, w, zw, bias, mult, stride=(1, 1), padding=(0, 0), dilation
     (g.sh, g.sw), (g.ph, g.pw), (g.dh, g.dw) = stride, padding, dilation
     g.oh = (g.h + 2 * g.ph - g.dh * (g.kh - 1) - 1) // g.sh + 1
     g.ow = (g.w + 2 * g.pw - g.dw * (g.kw - 1) - 1) // g.sw + 1
+    cdef int choice = _way(way, "quantized_conv2d")
+    if choice == WAY_GEMV and g.oh * g.ow > gemv_columns("portable"):
+        raise ValueError(f"quantized_conv2d: a GEMV takes at most {gemv_columns('portable')} "
+                         f"output cells; this convolution has {g.oh * g.ow}")
     y = np.empty((n, oc, g.oh, g.ow), out_dtype)
     out = _output(y, out_dtype, zy, relu)
     cdef const uint8_t[::1] xb = _bytes(x), wb = _bytes(w)
@@ -483,18 +618,22 @@ def conv2d(x, int zx, w, zw, bias, mult, stride=(1, 1), padding=(0, 0), dilation
                                    NULL if bs is None else &bs[0], &mults[0], n, &g, &out,
                                    threads)
     else:
-        packed = packed_weights(w, zw, bias, groups, x_signed, zx)
+        packed = _checked(packed, w, zw, bias, groups, x_signed, zx, "quantized_conv2d")
         pw = _view(packed, oc, g.c * g.kh * g.kw, groups, mults)
         with nogil:
-            status = conv_run(&pw, &xb[0], x_signed, zx, n, &g, &out, threads)
+            status = _conv_run(&pw, &xb[0], x_signed, zx, n, &g, &out, threads, choice)
     if status != KERNEL_OK:
         raise MemoryError(f"quantized_conv2d: the int8 kernel failed (status {status})")
     return y
 
 
 def linear(x, int zx, w, zw, bias, mult, str out_dtype="int8", int zy=0, bint relu=False,
-           Py_ssize_t threads=1):
-    """The int8 linear layer of stored integers: x (..., in), w (out, in); as conv2d."""
+           Py_ssize_t threads=1, str way="rule", packed=None):
+    """The int8 linear layer of stored integers: x (..., in), w (out, in); as conv2d. ``way``
+    "tiles" or "gemv" overrides the rule (qg_gemv_fits) for tests and benchmarks: every way
+    gives the same integers; "gemv" on a variant without one runs the portable GEMV.
+    ``packed``: packed_weights(w, zw, bias, 1, x is int8, zx), so a benchmark times the run
+    alone."""
     cdef QWeights pw
     cdef QOutput out
     cdef int status, x_signed = x.dtype == np.int8
@@ -503,10 +642,11 @@ def linear(x, int zx, w, zw, bias, mult, str out_dtype="int8", int zy=0, bint re
     out = _output(y, out_dtype, zy, relu)
     cdef const uint8_t[::1] xb = _bytes(x)
     cdef const float[::1] mults = _per_channel(1.0 if mult is None else mult, oc, np.float32)
-    packed = packed_weights(w, zw, bias, 1, x_signed, zx)
+    packed = _checked(packed, w, zw, bias, 1, x_signed, zx, "quantized_linear")
     pw = _view(packed, oc, k, 1, mults)
+    cdef int choice = _way(way, "quantized_linear")
     with nogil:
-        status = linear_run(&pw, &xb[0], x_signed, rows, &out, threads)
+        status = _linear_run(&pw, &xb[0], x_signed, rows, &out, threads, choice)
     if status != KERNEL_OK:
         raise MemoryError(f"quantized_linear: the int8 kernel failed (status {status})")
     return y
