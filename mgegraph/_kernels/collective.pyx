@@ -17,7 +17,11 @@
 # place (MPI_IN_PLACE: no copy) and leaves the request in its output; the wait polls MPI_Test,
 # sleeping up to a millisecond between tests (a waiting rank must not take the core another
 # rank needs), until the communicator's timeout, then returns KERNEL_TIMED_OUT, which the run
-# raises as a CollectiveTimeout; MPI's progress happens inside the tests. The sum is MPI's, in
+# raises as a CollectiveTimeout. MPICH moves a request's messages only inside MPI calls, so the
+# executor calls all_reduce_progress on each start's Call at the check points between the start
+# and its wait (CpuExecutable's progress list): one MPI_Test of the request, which advances it
+# (and every other pending request) and leaves MPI_REQUEST_NULL in the token once it completed,
+# which the wait's first test then returns at once. The sum is MPI's, in
 # the order its algorithm picks for the group's size (the same on every rank); the scale (1/N
 # for a mean) is one multiplication per element afterwards.
 
@@ -131,6 +135,23 @@ cdef int all_reduce_wait(const Call* c) noexcept nogil:
         _scale(c, c.bufs[1])
     return status
 
+
+cdef int all_reduce_progress(const Call* c) noexcept nogil:
+    # called on a start's Call, between the start and its wait (the token is live)
+    cdef const Collective* s = <const Collective*>c.ints
+    cdef int64_t* token = <int64_t*>c.bufs[s.members]
+    cdef int request = <int>token[0]
+    cdef int flag = 0
+    if s.iallreduce == 0:
+        return KERNEL_OK
+    if (<test_fn>s.test)(&request, &flag, MPI_STATUS_IGNORE) != 0:
+        return KERNEL_COLLECTIVE_FAILED
+    token[0] = request
+    return KERNEL_OK
+
+
+# the executor's progress call on a start's Call (not an op: no entry in the kernel table)
+PROGRESS = kernel_address(all_reduce_progress)
 
 # one body per op whatever the dtype (the parameter block says it): a name per dtype, as the
 # backend's table names kernels

@@ -14,6 +14,8 @@ import mgegraph as mg
 import mgegraph.distributed as dist
 import mgegraph.functional as F
 from mgegraph import communicator
+from mgegraph._kernels import collective
+from mgegraph._kernels.cpu import progress_calls
 from mgegraph.ir.graph import Graph
 from mgegraph.ops.collective import BUCKET_ALIGNMENT, all_reduce, bucket_layout
 from mgegraph.planner.passes.bucket_grads import bucket_grads
@@ -135,6 +137,20 @@ def test_a_buckets_values_are_views_of_one_buffer_live_until_its_wait(alone):
     assert "bucket_grads buckets 1, values 4" in plan.passes_report()
 
 
+def test_the_executor_tests_each_buckets_request_between_its_start_and_its_wait(alone):
+    g, x, _, _, update = _step_like(alone, bucket_bytes=1024)
+    plan = mg.compile([update])
+    ops = [ins.op for ins in plan.instructions]
+    starts = [i for i, op in enumerate(ops) if op == "all_reduce_start"]
+    waits = [i for i, op in enumerate(ops) if op == "all_reduce_wait"]
+    expected = sorted((step, collective.PROGRESS, start) for start, wait in zip(starts, waits)
+                      for step in range(start, wait - 1))
+    assert progress_calls(plan) == expected and expected, str(plan)
+    feed = np.random.default_rng(1).standard_normal((16, 8)).astype(np.float32)
+    np.testing.assert_allclose(plan.run({"x": feed})[0], _expected(feed), rtol=1e-6, atol=1e-6)
+    assert progress_calls(mg.compile([F.exp(x)])) == []  # nothing for a plan without them
+
+
 def test_a_step_with_all_reduce_needs_the_process_group():
     model = mg.nn.Linear(4, 2)
     opt = mg.optim.SGD(model.parameters(), 0.1)
@@ -163,8 +179,10 @@ def test_a_planned_data_parallel_step_matches_one_process_on_the_whole_batch(buc
             continue
         assert r["passes"] == {"buckets": 5, "values": 6, "bytes": 203328, "left_alone": 0}, r
         assert r["blocking"] == 0 and len(r["starts"]) == 5, r
-        # every bucket travels while other instructions run (the rest of the backward pass)
+        # every bucket travels while other instructions run (the rest of the backward pass),
+        # its request tested by the executor after each of them but the last
         assert min(r["between"]) > 0, r
+        assert r["progress_calls"] == sum(r["between"]), r
 
 
 def _failed_job(mode: str) -> tuple[str, float]:
