@@ -1,6 +1,7 @@
 """Data-parallel training helpers, MegEngine's ``megengine.distributed.helper``: ``bcast_list_``
 (the root's initial weights everywhere), ``make_allreduce_cb`` (the GradManager callback that
-all-reduces gradients in buckets) and ``synchronized``.
+all-reduces gradients in buckets), ``synchronized`` and ``on_root`` (a checkpoint written by
+rank 0 alone, the others waiting).
 
 >>> dist.bcast_list_(model.parameters())
 >>> gm = GradManager().attach(model.parameters(), callbacks=[dist.make_allreduce_cb("mean")])
@@ -12,7 +13,13 @@ The manager resolves the futures once every gradient has been handed over: the f
 checks that the ranks send alike and starts every bucket's non-blocking all-reduce, then each
 future waits for its own bucket and takes its slice. Buckets are sent only after the check: a
 mismatch (shapes, dtypes or order of the gradients) would otherwise sum unrelated numbers or
-hang MPI. Since the walk has ended before the first callback, sending a bucket as it fills
+hang MPI.
+
+Design: checkpoints. ``mg.save`` itself stays the same in every process (a rank may save its own
+files: a per-rank log, a shard); ``on_root`` is the explicit helper, MegEngine's users' ``if
+dist.get_rank() == 0:`` guard with the barrier and the error handling it usually lacks: the
+root's failure reaches every rank instead of leaving them to time out in the next collective.
+Since the walk has ended before the first callback, sending a bucket as it fills
 would overlap nothing here; overlapping the backward pass is the planner's all-reduce nodes'.
 """
 from __future__ import annotations
@@ -69,6 +76,34 @@ def _check_same(comm, signature: list, what: str, things: str) -> None:
                 f"{comm.ranks[rank]} {_described(theirs, signature)}: the ranks must train "
                 "the same model (the same tensors, shapes and dtypes, in the same order, at "
                 "every step)")
+
+
+def on_root(func, *args, group: Group = WORLD, **kwargs):
+    """``func(*args, **kwargs)`` on the root of ``group`` (rank 0 of WORLD) only, while the
+    other ranks wait for it to return: the way to write a checkpoint or a model file once per
+    job. The root gets ``func``'s result, the others None; if it raised, every rank raises (the
+    root its own exception, the others a DistributedError quoting it), so no rank trains on
+    believing a checkpoint exists. Not distributed, ``func`` just runs.
+
+    >>> dist.on_root(mg.save, model.state_dict(), "step_1000.mge")
+    """
+    if not is_distributed():
+        return func(*args, **kwargs)
+    comm = group.comm
+    result, failure, error = None, None, None
+    if comm.rank == 0:
+        try:
+            result = func(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - every rank must hear of any failure
+            failure, error = f"{type(exc).__name__}: {exc}", exc
+    # the gather is the barrier: no rank goes on before the root has returned
+    (root_failure, *_) = comm.allgather_object(failure, "on_root")
+    if error is not None:
+        raise error
+    if root_failure is not None:
+        raise DistributedError(f"on_root({getattr(func, '__qualname__', func)!r:.60}) failed on "
+                               f"the root, rank {comm.ranks[0]}: {root_failure}")
+    return result
 
 
 def synchronized(func):
