@@ -104,12 +104,17 @@ V2_ATTRS = {("fake_quant", "tqt")}  # attributes a version 1 node is written wit
 # the collectives (ops/collective.py): a saved step's graph keeps its all-reduce, which a
 # process of the same group runs; the planned pair is the planner's, never in a graph one saves
 OP_VERSIONS |= {"all_reduce": 1, "all_reduce_start": 1, "all_reduce_wait": 1}
+# version 2 of all_reduce: the deterministic attribute (a sum in rank order). A node without it
+# is written as version 1.
+OP_VERSIONS |= {"all_reduce": 2}
+V2_ATTRS |= {("all_reduce", "deterministic")}
 # the epilogue's relu6 (activation="relu6" on linear, conv2d and conv2d_packed) is version 2 of
 # those ops. A node without it is written as version 1, which readers from before relu6 run,
 # and this reader takes both; a version 1 node that says relu6 is refused.
 EPILOGUE_V2 = ("linear", "conv2d", "conv2d_packed")
 OP_VERSIONS |= dict.fromkeys(EPILOGUE_V2, 2)
-OLDER_VERSIONS = dict.fromkeys(EPILOGUE_V2 + ("fake_quant",), (1,))  # op -> older ones read
+# op -> the older versions read
+OLDER_VERSIONS = dict.fromkeys(EPILOGUE_V2 + ("fake_quant", "all_reduce"), (1,))
 
 
 def node_version(node) -> int:
@@ -117,6 +122,8 @@ def node_version(node) -> int:
     if node.op.name in EPILOGUE_V2 and node.attr["activation"] != "relu6":
         return 1
     if node.op.name == "fake_quant" and not node.attr["tqt"]:
+        return 1
+    if node.op.name == "all_reduce" and not node.attr["deterministic"]:
         return 1
     return OP_VERSIONS[node.op.name]
 
@@ -131,8 +138,10 @@ def _check_version(op, entry, where) -> None:
     if op in EPILOGUE_V2 and version == 1 and type(attrs) is dict \
             and attrs.get("activation") == "relu6":
         fail(f"{where}: activation 'relu6' needs version 2 of {op}, the file says version 1")
-    if op == "fake_quant" and version == 1 and type(attrs) is dict and attrs.get("tqt"):
-        fail(f"{where}: the tqt attribute needs version 2 of fake_quant, the file says version 1")
+    for name, key in V2_ATTRS:
+        if op == name and version == 1 and type(attrs) is dict and attrs.get(key):
+            fail(f"{where}: the {key} attribute needs version 2 of {op}, the file says "
+                 "version 1")
 
 SOURCES = ("input", "param", "const")
 DTYPES = {str(d): d for d in SUPPORTED}

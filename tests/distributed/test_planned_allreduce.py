@@ -16,6 +16,7 @@ import mgegraph.functional as F
 from mgegraph import communicator
 from mgegraph._kernels import collective
 from mgegraph._kernels.cpu import progress_calls
+from mgegraph.io.graph_json import node_version
 from mgegraph.ir.graph import Graph
 from mgegraph.ops.collective import BUCKET_ALIGNMENT, all_reduce, bucket_layout
 from mgegraph.planner.passes.bucket_grads import bucket_grads
@@ -98,6 +99,17 @@ def test_a_mark_after_its_buckets_wait_is_not_reduced_a_second_time(alone):
     assert ops.count("all_reduce_wait") == 1
 
 
+def test_a_deterministic_mark_is_never_bucketed_and_saves_as_version_2(alone, tmp_path):
+    g = Graph()
+    x = g.input("x", (4, 4), np.float32)
+    marks = [all_reduce(F.exp(x), group=alone, bucket_bytes=4096, deterministic=True),
+             all_reduce(F.sin(x), group=alone, bucket_bytes=4096)]
+    res = bucket_grads(g, [-m for m in marks])
+    assert res.stats["left_alone"] == 1 and res.stats["values"] == 1, res.stats
+    versions = [node_version(n) for n in g.nodes if n.op.name == "all_reduce"]
+    assert versions == [2, 1]
+
+
 def test_bucket_layout_puts_each_value_on_a_cache_line():
     types = [mg.ir.types.TensorType((3,), np.dtype(np.float32)),
              mg.ir.types.TensorType((5, 2), np.dtype(np.float32))]
@@ -168,6 +180,17 @@ def test_a_step_with_all_reduce_needs_the_process_group():
 def test_the_planned_kernels_match_numpy_on_every_dtype_they_take(n):
     for r in reports("planned_collectives.py", n):
         assert r["checks"] == 36, r  # 4 dtypes, blocking and bucketed, sum and mean, 3 shapes
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_deterministic_all_reduce_sums_in_rank_order_bitwise(n):
+    ranks = reports("deterministic.py", n)
+    for r in ranks:
+        # 15 kernel cases against ((x0 + x1) + ...) in NumPy, and the gradient of a classifier
+        # against one process adding each rank's gradient in rank order, all bitwise
+        assert r["checks"] == 16, r
+    if n == 4:  # MPI's own sum adds in another order there: the option is what fixes the bits
+        assert all(r["mpi_sum_other_bits"] for r in ranks), ranks
 
 
 @pytest.mark.parametrize("bucket_mb", ["0.02", "0"])
