@@ -129,9 +129,13 @@ class _Bucket:
     results: list | None = None
     mean: bool = False
 
-    def send(self, comm, mean: bool) -> None:
+    def send(self, comm, mean: bool, deterministic: bool) -> None:
         flat = np.concatenate([g.value.reshape(-1) for g in self.grads])
-        self.pending = comm.start_allreduce(flat, "sum")
+        if deterministic:  # every rank's bucket, added in rank order (blocking)
+            self.pending = Pending(comm, None, flat, _in_rank_order(comm.allgather(flat)),
+                                   self.dtype, "all_reduce_sum")
+        else:
+            self.pending = comm.start_allreduce(flat, "sum")
         self.mean = mean
 
     def result(self, index: int) -> Tensor:
@@ -143,6 +147,14 @@ class _Bucket:
             self.results = [wrap(np.ascontiguousarray(flat[a:b]).reshape(g.shape))
                             for a, b, g in zip(starts, starts[1:], self.grads)]
         return self.results[index]
+
+
+def _in_rank_order(stacked: np.ndarray) -> np.ndarray:
+    """((x0 + x1) + x2) + ... over the first axis, in its dtype."""
+    total = stacked[0].copy()
+    for x in stacked[1:]:
+        total += x
+    return total
 
 
 @dataclass
@@ -161,13 +173,15 @@ class _Future:
 class AllreduceCallback:
     """The GradManager callback of data-parallel training: each gradient summed
     (``reduce_method="sum"``) or averaged ("mean") over ``group``, sent in buckets of about
-    ``bucket_bytes`` per dtype (MegEngine's ``make_allreduce_cb``).
+    ``bucket_bytes`` per dtype (MegEngine's ``make_allreduce_cb``). ``deterministic=True``:
+    each bucket all-gathered and added in rank order, ((g0 + g1) + g2) + ..., the same bits
+    whatever MPI's algorithm (as ``dist.AllReduce(deterministic=True)`` in a compiled step).
 
     >>> gm.attach(model.parameters(), callbacks=[dist.make_allreduce_cb("mean")])
     """
 
     def __init__(self, reduce_method: str, group: Group = WORLD, backend: str | None = None,
-                 *, bucket_bytes: int = BUCKET_BYTES):
+                 *, bucket_bytes: int = BUCKET_BYTES, deterministic: bool = False):
         method = str(reduce_method).lower()
         if method not in ("sum", "mean"):
             raise DistributedError(f"make_allreduce_cb: reduce_method must be 'sum' or 'mean', "
@@ -179,6 +193,7 @@ class AllreduceCallback:
                                    f"{bucket_bytes!r}")
         _require("make_allreduce_cb")
         self.reduce_method, self.group, self.bucket_bytes = method, group, bucket_bytes
+        self.deterministic = bool(deterministic)
         self._checked = False
         self._reset()
 
@@ -220,7 +235,7 @@ class AllreduceCallback:
             return
         self._check_signatures()
         for bucket in self._buckets:
-            bucket.send(self.group.comm, self.reduce_method == "mean")
+            bucket.send(self.group.comm, self.reduce_method == "mean", self.deterministic)
         self._flushed = True
 
     def _check_signatures(self) -> None:

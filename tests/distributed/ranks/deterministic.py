@@ -1,8 +1,8 @@
 """The deterministic all-reduce: a gradient reduced with ``deterministic=True`` equals, bitwise,
 one process that computes each rank's gradient with the same graph and adds them in rank order,
 ((g0 + g1) + g2) + ..., then scales; the kernel alone against that sum in NumPy on float32,
-float64 and int32; and every rank's bits the same. Each rank reports its checks, and whether
-MPI's own sum (not deterministic) happened to give other bits."""
+float64 and int32, and the eager callback's option likewise; every rank's bits the same. Each
+rank reports its checks, and whether MPI's own sum (not deterministic) gave other bits."""
 from __future__ import annotations
 
 import sys
@@ -92,4 +92,13 @@ same_everywhere(reduced, "the deterministic gradient")
 CHECKS[0] += 1
 (mpis,) = gradient_graph(False).run(batch(R))
 np.testing.assert_allclose(mpis, accumulated, rtol=1e-5, atol=1e-7)
+# the eager callback's option: a bucket of two gradients, added in rank order
+callback = dist.make_allreduce_cb("mean", deterministic=True)
+parts = [[data(k, (257,), "float32", salt=9), data(k, (3, 4), "float32", salt=10)]
+         for k in range(N)]
+futures = [callback(None, mg.tensor(p)) for p in parts[R]]
+for i, future in enumerate(futures):
+    want = (in_rank_order([p[i] for p in parts]) / N).astype(np.float32)
+    assert future.get().value.tobytes() == want.tobytes(), f"rank {R}: eager gradient {i}"
+CHECKS[0] += 1
 report(R, checks=CHECKS[0], mpi_sum_other_bits=mpis.tobytes() != accumulated.tobytes())
