@@ -284,15 +284,16 @@ def by_key(key: str) -> Communicator:
 
 @dataclass(frozen=True)
 class MpiAbi:
-    """What a compiled kernel needs to call MPI itself: the addresses of ``MPI_Iallreduce``
-    and ``MPI_Test`` in the loaded library, and the handles (C ints in MPICH's binary
-    interface) of the communicator, the datatype and MPI_SUM."""
+    """What a compiled kernel needs to call MPI itself: the addresses of ``MPI_Iallreduce``,
+    ``MPI_Test`` and ``MPI_Iallgather`` in the loaded library, and the handles (C ints in
+    MPICH's binary interface) of the communicator, the datatype and MPI_SUM."""
 
     iallreduce: int
     test: int
     comm: int
     datatype: int
     op: int
+    iallgather: int
 
 
 def mpi_abi(comm: Communicator, dtype: np.dtype) -> MpiAbi | None:
@@ -317,7 +318,8 @@ def mpi_abi(comm: Communicator, dtype: np.dtype) -> MpiAbi | None:
     address = ctypes.cast  # the functions' addresses, as integers
     return MpiAbi(address(lib.MPI_Iallreduce, ctypes.c_void_p).value,
                   address(lib.MPI_Test, ctypes.c_void_p).value,
-                  comm.comm.handle, _mpi_type(MPI, dtype).handle, MPI.SUM.handle)
+                  comm.comm.handle, _mpi_type(MPI, dtype).handle, MPI.SUM.handle,
+                  address(lib.MPI_Iallgather, ctypes.c_void_p).value)
 
 
 def _loaded_library(name: str) -> str | None:

@@ -130,12 +130,14 @@ class CpuExecutable:
         kernels = [g or backend.kernel_by_name(ins.kernel)
                    for g, ins in zip(generated, plan.instructions)]
         poison = _poison_list(plan, buffers) if plan.memory.options.poison else []
+        progress = progress_calls(plan)
+        checks = sorted(set(_check_points(plan)) | {step for step, _, _ in progress})
         self.executor = Executor(
             kernels,
             [[buffers[b].ctypes.data for b in ins.buffers] for ins in plan.instructions],
             [list(ins.ints) for ins in plan.instructions],
             [list(ins.floats) for ins in plan.instructions],
-            (buffers, arena), poison, _check_points(plan))
+            (buffers, arena), poison, checks, progress)
         self.buffers = buffers
         self._lock = threading.Lock()
         self._assigned = _assigned_shared(plan, buffers)
@@ -361,6 +363,23 @@ def _check_points(plan) -> list[int]:
             points.append(step)
             work = 0
     return points
+
+
+def progress_calls(plan) -> list[tuple[int, int, int]]:
+    """(step, kernel address, start) for the executor: after every step from a collective's
+    start up to the one before its wait, a test of the start's request (collective.pyx's
+    ``all_reduce_progress``), so the bucket travels during the backward pass; none for a plan
+    without collectives."""
+    starts = {ins.buffers[-1]: i for i, ins in enumerate(plan.instructions)
+              if ins.op == "all_reduce_start"}  # by the request's slot
+    if not starts:
+        return []
+    from . import collective  # lazy: the collectives' module, only for plans that have them
+    calls = [(step, collective.PROGRESS, start)
+             for wait, ins in enumerate(plan.instructions)
+             if ins.op == "all_reduce_wait" and ins.buffers[0] in starts
+             for start in (starts[ins.buffers[0]],) for step in range(start, wait - 1)]
+    return sorted(calls)
 
 
 # NaN in float buffers; 0xFF bytes in the others (workspaces are bytes: NaN as floats too)

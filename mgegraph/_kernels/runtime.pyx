@@ -11,6 +11,12 @@
 # time.monotonic_ns) around each kernel call, stored in a table allocated with the others. It is
 # a second loop rather than a flag tested in run()'s, so an unprofiled run pays nothing for the
 # profiler (mgegraph.tools.profiler).
+#
+# Design: progress calls are extra kernel calls the executor makes at some check points, on the
+# Call of an instruction that ran before (a collective's start: its kernel tests the request it
+# left, so MPI moves the message while the kernels between the start and its wait run; MPICH
+# advances a request only inside MPI calls). They run where the loop leaves its inner run
+# anyway, so a plan without them pays one comparison per check point and nothing per kernel.
 
 from libc.math cimport NAN
 from libc.stdint cimport int64_t
@@ -59,6 +65,12 @@ ctypedef struct Poison:
     int kind
 
 
+ctypedef struct Progress:
+    Py_ssize_t step  # after this instruction (a check point) ...
+    kernel_fn fn     # ... call this ...
+    Py_ssize_t call  # ... on instruction call's Call
+
+
 cdef void _fill_poison(const Poison* p) noexcept nogil:
     cdef Py_ssize_t i
     if p.kind == _POISON_FLOAT32:
@@ -89,6 +101,8 @@ cdef class Executor:
     cdef Py_ssize_t* poison_at  # poison[poison_at[i]:poison_at[i + 1]]: the entries of step i
     cdef Py_ssize_t* checks
     cdef Py_ssize_t n_checks
+    cdef Progress* progress  # sorted by step; every step in it is a check point
+    cdef Py_ssize_t n_progress
     cdef int64_t* times  # times[2i], times[2i + 1]: start and duration of instruction i (ns)
     cdef readonly Py_ssize_t ran  # instructions the last run completed
     # Rebindable slots (set_bindings): group g's pointers are buf_table[bind_pos[k]] for k in
@@ -100,12 +114,14 @@ cdef class Executor:
     cdef readonly object buffers  # keeps the memory the pointers point into alive
 
     def __cinit__(self, list kernels, list buffer_pointers, list ints, list floats, buffers,
-                  list poison=[], list checks=[]):
+                  list poison=[], list checks=[], list progress=[]):
         """kernels[i]: function address; buffer_pointers[i]: list of data addresses;
         ints[i] / floats[i]: parameter lists of instruction i; poison: (step, address, bytes,
         kind) sorted by step, buffers to fill with garbage once that step ran (kind 1:
         float32 NaN, 2: float64 NaN, else 0xFF bytes); checks: sorted steps after which run()
-        takes the GIL back and lets Python handle pending signals."""
+        takes the GIL back and lets Python handle pending signals; progress: (step, kernel
+        address, instruction) sorted by step, each step a check point, after which the kernel
+        is called on that instruction's Call."""
         cdef Py_ssize_t i, j, nb = 0, ni = 0, nf = 0, pb = 0, pi = 0, pf = 0
         self.n = len(kernels)
         self.buffers = buffers
@@ -119,6 +135,17 @@ cdef class Executor:
             raise MemoryError("cannot allocate the executor's tables")
         for i in range(self.n_checks):
             self.checks[i] = checks[i]
+        self.n_progress = len(progress)
+        self.progress = <Progress*>malloc(max(self.n_progress, 1) * sizeof(Progress))
+        if not self.progress:
+            raise MemoryError("cannot allocate the executor's tables")
+        check_steps = set(checks)
+        for i in range(self.n_progress):
+            step, address, self.progress[i].call = progress[i]
+            if step not in check_steps or not 0 <= self.progress[i].call <= step:
+                raise ValueError(f"progress entry {progress[i]}: its step must be a check "
+                                 "point, at or after its instruction")
+            self.progress[i].step, self.progress[i].fn = step, <kernel_fn><Py_ssize_t>address
         for i in range(self.n_poison):
             self.poison[i].step, address, self.poison[i].nbytes, self.poison[i].kind = poison[i]
             self.poison[i].data = <char*><Py_ssize_t>address
@@ -208,6 +235,7 @@ cdef class Executor:
         free(self.poison)
         free(self.poison_at)
         free(self.checks)
+        free(self.progress)
         free(self.times)
         free(self.calls)
         free(self.fns)
@@ -218,11 +246,19 @@ cdef class Executor:
     def __len__(self):
         return self.n
 
+    cdef Py_ssize_t _progress(self, Py_ssize_t step, Py_ssize_t q) noexcept nogil:
+        """Make the progress calls of ``step`` (entries from ``q`` on); the next entry."""
+        while q < self.n_progress and self.progress[q].step <= step:
+            if self.progress[q].step == step:  # (its status: the wait reports MPI's errors)
+                self.progress[q].fn(&self.calls[self.progress[q].call])
+            q += 1
+        return q
+
     def run(self):
         """Run every instruction; returns None, or (index, status) of the first that failed.
         A signal handler's exception (KeyboardInterrupt) is raised at the next check point;
         the executor stays usable."""
-        cdef Py_ssize_t i = 0, p = 0, c = 0, end
+        cdef Py_ssize_t i = 0, p = 0, c = 0, q = 0, end
         cdef int status = 0
         self.ran = 0
         while True:
@@ -236,6 +272,8 @@ cdef class Executor:
                         _fill_poison(&self.poison[p])
                         p += 1
                     i += 1
+                if status == 0 and q < self.n_progress:
+                    q = self._progress(i - 1, q)
             self.ran = i
             if status != 0:
                 return (i, status)
@@ -247,7 +285,7 @@ cdef class Executor:
     def run_timed(self):
         """run(), also timing each instruction it calls (the failing one too) into the table
         ``copy_times`` reads."""
-        cdef Py_ssize_t i = 0, p = 0, c = 0, end
+        cdef Py_ssize_t i = 0, p = 0, c = 0, q = 0, end
         cdef int status = 0
         cdef int64_t start
         self.ran = 0
@@ -265,6 +303,8 @@ cdef class Executor:
                         _fill_poison(&self.poison[p])
                         p += 1
                     i += 1
+                if status == 0 and q < self.n_progress:
+                    q = self._progress(i - 1, q)
             self.ran = i
             if status != 0:
                 return (i, status)

@@ -6,6 +6,7 @@ all-reduces gradients, and ``bcast_list_`` for the initial weights.
 >>> dist.init_process_group()            # in each process of `mgegraph launch -n 2 train.py`
 >>> dist.bcast_list_(model.parameters())
 >>> gm = GradManager().attach(model.parameters(), callbacks=[dist.make_allreduce_cb("mean")])
+>>> dist.on_root(mg.save, model.state_dict(), "checkpoint.mge")   # rank 0 writes, all wait
 
 Design: the package sits with eager mode, nn and optim (it works on eager tensors, its
 gradients are eager ``Function``s, its callback plugs into the GradManager); MPI itself is
@@ -26,11 +27,11 @@ from .group import (
     is_distributed,
     new_group,
 )
-from .helper import AllreduceCallback, bcast_list_, make_allreduce_cb, synchronized
+from .helper import AllreduceCallback, bcast_list_, make_allreduce_cb, on_root, synchronized
 from .launcher import launch, launcher
 from .planned import AllReduce
 
 __all__ = ["WORLD", "AllReduce", "AllreduceCallback", "CollectiveTimeout", "DistributedError",
            "Group", "bcast_list_", "functional", "get_backend", "get_local_device_id", "get_rank",
            "get_world_size", "group_barrier", "init_process_group", "is_distributed", "launch",
-           "launcher", "make_allreduce_cb", "new_group", "synchronized"]
+           "launcher", "make_allreduce_cb", "new_group", "on_root", "synchronized"]

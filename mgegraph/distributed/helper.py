@@ -1,6 +1,7 @@
 """Data-parallel training helpers, MegEngine's ``megengine.distributed.helper``: ``bcast_list_``
 (the root's initial weights everywhere), ``make_allreduce_cb`` (the GradManager callback that
-all-reduces gradients in buckets) and ``synchronized``.
+all-reduces gradients in buckets), ``synchronized`` and ``on_root`` (a checkpoint written by
+rank 0 alone, the others waiting).
 
 >>> dist.bcast_list_(model.parameters())
 >>> gm = GradManager().attach(model.parameters(), callbacks=[dist.make_allreduce_cb("mean")])
@@ -12,7 +13,13 @@ The manager resolves the futures once every gradient has been handed over: the f
 checks that the ranks send alike and starts every bucket's non-blocking all-reduce, then each
 future waits for its own bucket and takes its slice. Buckets are sent only after the check: a
 mismatch (shapes, dtypes or order of the gradients) would otherwise sum unrelated numbers or
-hang MPI. Since the walk has ended before the first callback, sending a bucket as it fills
+hang MPI.
+
+Design: checkpoints. ``mg.save`` itself stays the same in every process (a rank may save its own
+files: a per-rank log, a shard); ``on_root`` is the explicit helper, MegEngine's users' ``if
+dist.get_rank() == 0:`` guard with the barrier and the error handling it usually lacks: the
+root's failure reaches every rank instead of leaving them to time out in the next collective.
+Since the walk has ended before the first callback, sending a bucket as it fills
 would overlap nothing here; overlapping the backward pass is the planner's all-reduce nodes'.
 """
 from __future__ import annotations
@@ -71,6 +78,34 @@ def _check_same(comm, signature: list, what: str, things: str) -> None:
                 "every step)")
 
 
+def on_root(func, *args, group: Group = WORLD, **kwargs):
+    """``func(*args, **kwargs)`` on the root of ``group`` (rank 0 of WORLD) only, while the
+    other ranks wait for it to return: the way to write a checkpoint or a model file once per
+    job. The root gets ``func``'s result, the others None; if it raised, every rank raises (the
+    root its own exception, the others a DistributedError quoting it), so no rank trains on
+    believing a checkpoint exists. Not distributed, ``func`` just runs.
+
+    >>> dist.on_root(mg.save, model.state_dict(), "step_1000.mge")
+    """
+    if not is_distributed():
+        return func(*args, **kwargs)
+    comm = group.comm
+    result, failure, error = None, None, None
+    if comm.rank == 0:
+        try:
+            result = func(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - every rank must hear of any failure
+            failure, error = f"{type(exc).__name__}: {exc}", exc
+    # the gather is the barrier: no rank goes on before the root has returned
+    (root_failure, *_) = comm.allgather_object(failure, "on_root")
+    if error is not None:
+        raise error
+    if root_failure is not None:
+        raise DistributedError(f"on_root({getattr(func, '__qualname__', func)!r:.60}) failed on "
+                               f"the root, rank {comm.ranks[0]}: {root_failure}")
+    return result
+
+
 def synchronized(func):
     """Decorator: every rank waits at a barrier after ``func`` returns (MegEngine's, for one
     rank downloading what the others read)."""
@@ -94,9 +129,13 @@ class _Bucket:
     results: list | None = None
     mean: bool = False
 
-    def send(self, comm, mean: bool) -> None:
+    def send(self, comm, mean: bool, deterministic: bool) -> None:
         flat = np.concatenate([g.value.reshape(-1) for g in self.grads])
-        self.pending = comm.start_allreduce(flat, "sum")
+        if deterministic:  # every rank's bucket, added in rank order (blocking)
+            self.pending = Pending(comm, None, flat, _in_rank_order(comm.allgather(flat)),
+                                   self.dtype, "all_reduce_sum")
+        else:
+            self.pending = comm.start_allreduce(flat, "sum")
         self.mean = mean
 
     def result(self, index: int) -> Tensor:
@@ -108,6 +147,14 @@ class _Bucket:
             self.results = [wrap(np.ascontiguousarray(flat[a:b]).reshape(g.shape))
                             for a, b, g in zip(starts, starts[1:], self.grads)]
         return self.results[index]
+
+
+def _in_rank_order(stacked: np.ndarray) -> np.ndarray:
+    """((x0 + x1) + x2) + ... over the first axis, in its dtype."""
+    total = stacked[0].copy()
+    for x in stacked[1:]:
+        total += x
+    return total
 
 
 @dataclass
@@ -126,13 +173,15 @@ class _Future:
 class AllreduceCallback:
     """The GradManager callback of data-parallel training: each gradient summed
     (``reduce_method="sum"``) or averaged ("mean") over ``group``, sent in buckets of about
-    ``bucket_bytes`` per dtype (MegEngine's ``make_allreduce_cb``).
+    ``bucket_bytes`` per dtype (MegEngine's ``make_allreduce_cb``). ``deterministic=True``:
+    each bucket all-gathered and added in rank order, ((g0 + g1) + g2) + ..., the same bits
+    whatever MPI's algorithm (as ``dist.AllReduce(deterministic=True)`` in a compiled step).
 
     >>> gm.attach(model.parameters(), callbacks=[dist.make_allreduce_cb("mean")])
     """
 
     def __init__(self, reduce_method: str, group: Group = WORLD, backend: str | None = None,
-                 *, bucket_bytes: int = BUCKET_BYTES):
+                 *, bucket_bytes: int = BUCKET_BYTES, deterministic: bool = False):
         method = str(reduce_method).lower()
         if method not in ("sum", "mean"):
             raise DistributedError(f"make_allreduce_cb: reduce_method must be 'sum' or 'mean', "
@@ -144,6 +193,7 @@ class AllreduceCallback:
                                    f"{bucket_bytes!r}")
         _require("make_allreduce_cb")
         self.reduce_method, self.group, self.bucket_bytes = method, group, bucket_bytes
+        self.deterministic = bool(deterministic)
         self._checked = False
         self._reset()
 
@@ -185,7 +235,7 @@ class AllreduceCallback:
             return
         self._check_signatures()
         for bucket in self._buckets:
-            bucket.send(self.group.comm, self.reduce_method == "mean")
+            bucket.send(self.group.comm, self.reduce_method == "mean", self.deterministic)
         self._flushed = True
 
     def _check_signatures(self) -> None:

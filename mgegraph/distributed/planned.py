@@ -26,11 +26,26 @@ from .helper import BUCKET_BYTES, _check_same
 class AllReduce:
     """How a compiled step reduces its gradients over ``group``: their mean (``mean=True``,
     as DDP and MegEngine's ``make_allreduce_cb("mean")``) or sum, in buckets of at most
-    ``bucket_mb`` MiB per dtype (0: each gradient alone, a blocking call per gradient)."""
+    ``bucket_mb`` MiB per dtype (0: each gradient alone, a blocking call per gradient).
+
+    ``deterministic=True``: each gradient summed in rank order, ((g0 + g1) + g2) + ..., then
+    scaled, the same bits whatever MPI's algorithm and on every rank, at the cost of the
+    overlap (one blocking all-gather per gradient, N times the bytes). The step then equals,
+    bitwise, one process that computes the gradient of each rank's batch with the same plan
+    and adds them in rank order (gradient accumulation over N micro-batches of B). It equals
+    the plain one-process step on the N*B batch bitwise only where that step's sums over the
+    batch are exact (the weight gradients of linear and conv2d and the bias gradients are sums
+    over the batch rows, which a GEMM or a reduction adds in its own blocked order, not chunk
+    by chunk), so in general only within float tolerance.
+
+    >>> step = mg.compile_train_step(model, loss, opt, batch,
+    ...                              all_reduce=dist.AllReduce(deterministic=True))
+    """
 
     bucket_mb: float = BUCKET_BYTES / 2**20
     mean: bool = True
     group: Group = field(default=WORLD)
+    deterministic: bool = False
 
     def __post_init__(self):
         if not (isinstance(self.bucket_mb, (int, float)) and self.bucket_mb >= 0):
@@ -42,8 +57,9 @@ class AllReduce:
         _require("compile_train_step(all_reduce=...)")
         group = self.group
         scale = 1.0 / group.size if self.mean else 1.0
-        size = int(self.bucket_mb * 2**20)
-        return {key: all_reduce(g, group=group.key, scale=scale, bucket_bytes=size)
+        size = 0 if self.deterministic else int(self.bucket_mb * 2**20)
+        return {key: all_reduce(g, group=group.key, scale=scale, bucket_bytes=size,
+                                deterministic=self.deterministic)
                 for key, g in grads.items()}
 
     def check(self, signature: list) -> None:

@@ -100,10 +100,15 @@ OP_VERSIONS |= {"quantized_pack_weight": 2, "quantized_conv2d_packed": 2,
 # quantization-aware training's fake quantization (ops/fake_quant.py); version 2: the tqt
 # attribute (TQT's gradient at the clip edges). A node without it is written as version 1.
 OP_VERSIONS |= {"fake_quant": 2}
-V2_ATTRS = {("fake_quant", "tqt")}  # attributes a version 1 node is written without
+# attributes a version 1 node is written without: (op, attribute) -> the value version 1 means
+V2_ATTRS = {("fake_quant", "tqt"): False}
 # the collectives (ops/collective.py): a saved step's graph keeps its all-reduce, which a
 # process of the same group runs; the planned pair is the planner's, never in a graph one saves
 OP_VERSIONS |= {"all_reduce": 1, "all_reduce_start": 1, "all_reduce_wait": 1}
+# version 2 of all_reduce: the deterministic attribute (a sum in rank order). A node without it
+# is written as version 1.
+OP_VERSIONS |= {"all_reduce": 2}
+V2_ATTRS |= {("all_reduce", "deterministic"): False}
 # the epilogue's relu6 (activation="relu6" on linear, conv2d and conv2d_packed) is version 2 of
 # those ops. A node without it is written as version 1, which readers from before relu6 run,
 # and this reader takes both; a version 1 node that says relu6 is refused.
@@ -112,17 +117,17 @@ OP_VERSIONS |= dict.fromkeys(EPILOGUE_V2, 2)
 # version 2 of group_norm: the epilogue's activation attribute (the epilogue pass folds a relu or
 # clip(0, 6) after it in). A node without one is written as version 1, without the attribute.
 OP_VERSIONS |= {"group_norm": 2}
-V2_ATTRS |= {("group_norm", "activation")}
-OLDER_VERSIONS = dict.fromkeys(EPILOGUE_V2 + ("fake_quant", "group_norm"), (1,))  # older ones read
+V2_ATTRS |= {("group_norm", "activation"): "none"}
+# op -> the older versions read
+OLDER_VERSIONS = dict.fromkeys(EPILOGUE_V2 + tuple(op for op, _ in V2_ATTRS), (1,))
 
 
 def node_version(node) -> int:
     """The version ``node`` is written at: the oldest that has its meaning."""
     if node.op.name in EPILOGUE_V2 and node.attr["activation"] != "relu6":
         return 1
-    if node.op.name == "fake_quant" and not node.attr["tqt"]:
-        return 1
-    if node.op.name == "group_norm" and node.attr["activation"] == "none":
+    older = [(key, value) for (op, key), value in V2_ATTRS.items() if op == node.op.name]
+    if older and all(node.attr[key] == value for key, value in older):
         return 1
     return OP_VERSIONS[node.op.name]
 
@@ -137,11 +142,11 @@ def _check_version(op, entry, where) -> None:
     if op in EPILOGUE_V2 and version == 1 and type(attrs) is dict \
             and attrs.get("activation") == "relu6":
         fail(f"{where}: activation 'relu6' needs version 2 of {op}, the file says version 1")
-    if op == "fake_quant" and version == 1 and type(attrs) is dict and attrs.get("tqt"):
-        fail(f"{where}: the tqt attribute needs version 2 of fake_quant, the file says version 1")
-    if op == "group_norm" and version == 1 and type(attrs) is dict and "activation" in attrs:
-        fail(f"{where}: the activation attribute needs version 2 of group_norm, the file says "
-             "version 1")
+    for (name, key), value in V2_ATTRS.items():
+        if op == name and version == 1 and type(attrs) is dict and attrs.get(key, value) != value:
+            fail(f"{where}: the {key} attribute needs version 2 of {op}, the file says "
+                 "version 1")
+
 
 SOURCES = ("input", "param", "const")
 DTYPES = {str(d): d for d in SUPPORTED}

@@ -38,8 +38,9 @@ EARLY_OPS = frozenset({"all_reduce_start"})
 LATE_OPS = frozenset({"all_reduce_wait"})
 _ATTRS = {"group": REQUIRED, "scale": 1.0}
 # all_reduce's hint to the planner: the largest bucket it may share with other values (bytes;
-# 0: alone). The sum is the same either way.
-_MARK_ATTRS = {**_ATTRS, "bucket_bytes": 0}
+# 0: alone). The sum is the same either way. deterministic: the ranks' values summed in rank
+# order, ((x0 + x1) + x2) + ..., whatever MPI's algorithm (never bucketed).
+_MARK_ATTRS = {**_ATTRS, "bucket_bytes": 0, "deterministic": False}
 
 
 def bucket_layout(types) -> tuple[tuple[int, ...], int]:
@@ -111,11 +112,14 @@ register(OpDef("all_reduce_wait", "collective", _infer_wait, attrs={**_ATTRS, "b
                in_place_from=1, flops=_flops))
 
 
-def all_reduce(x, group: str, scale: float = 1.0, bucket_bytes: int = 0):
+def all_reduce(x, group: str, scale: float = 1.0, bucket_bytes: int = 0,
+               deterministic: bool = False):
     """``x`` summed over the ranks of ``group`` (its key: "0,1"), times ``scale``, in a graph;
-    ``bucket_bytes``: the planner may reduce it in one bucket with others up to that size.
+    ``bucket_bytes``: the planner may reduce it in one bucket with others up to that size;
+    ``deterministic``: summed in rank order, ((x0 + x1) + x2) + ..., the same bits however
+    MPI would sum (blocking: such a value is never bucketed).
 
     >>> r = all_reduce(g, group="0,1", scale=0.5)   # the mean over two ranks
     """
     return apply("all_reduce", (graph_of(x).lift(x),), group=group, scale=float(scale),
-                 bucket_bytes=int(bucket_bytes))
+                 bucket_bytes=int(bucket_bytes), deterministic=bool(deterministic))

@@ -89,6 +89,23 @@ def test_data_parallel_training_matches_one_process_on_the_whole_batch(kind, n):
         assert sum(b[1] for b in r["buckets"]) == r["parameters"] - 4 * (kind == "cnn"), r
 
 
+def test_on_root_without_a_process_group_just_runs_the_function(tmp_path):
+    assert dist.on_root(mg.save, {"w": np.ones(2, np.float32)}, str(tmp_path / "c.mge")) is None
+    assert list(mg.load(str(tmp_path / "c.mge"))) == ["w"]
+
+
+def test_a_checkpoint_is_written_by_rank_0_alone_and_every_rank_waits_for_it(tmp_path):
+    ranks = reports("checkpoint.py", 2, str(tmp_path))
+    for r in ranks:
+        # only rank 0 ran the writer, and no rank came back before the file was there
+        assert r["ran_on"] == ["checkpoint.mge", "ran-on-0"] and r["exists_after"], r
+        assert r["same"], r
+    assert [r["result"] for r in ranks] == ["written", None]
+    assert ranks[0]["error"] == "OSError: disk full"
+    assert ranks[1]["error"].startswith("DistributedError: on_root('fail') failed on the root, "
+                                        "rank 0: OSError: disk full"), ranks[1]
+
+
 def test_sync_batch_norm_matches_batch_norm_on_the_whole_batch():
     for r in reports("sync_bn.py", 4):  # each rank a batch of another size
         assert r["flat"][0] < 1e-5 and r["image"][0] < 1e-5, r

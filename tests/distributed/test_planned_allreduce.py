@@ -14,6 +14,9 @@ import mgegraph as mg
 import mgegraph.distributed as dist
 import mgegraph.functional as F
 from mgegraph import communicator
+from mgegraph._kernels import collective
+from mgegraph._kernels.cpu import progress_calls
+from mgegraph.io.graph_json import node_version
 from mgegraph.ir.graph import Graph
 from mgegraph.ops.collective import BUCKET_ALIGNMENT, all_reduce, bucket_layout
 from mgegraph.planner.passes.bucket_grads import bucket_grads
@@ -96,6 +99,17 @@ def test_a_mark_after_its_buckets_wait_is_not_reduced_a_second_time(alone):
     assert ops.count("all_reduce_wait") == 1
 
 
+def test_a_deterministic_mark_is_never_bucketed_and_saves_as_version_2(alone, tmp_path):
+    g = Graph()
+    x = g.input("x", (4, 4), np.float32)
+    marks = [all_reduce(F.exp(x), group=alone, bucket_bytes=4096, deterministic=True),
+             all_reduce(F.sin(x), group=alone, bucket_bytes=4096)]
+    res = bucket_grads(g, [-m for m in marks])
+    assert res.stats["left_alone"] == 1 and res.stats["values"] == 1, res.stats
+    versions = [node_version(n) for n in g.nodes if n.op.name == "all_reduce"]
+    assert versions == [2, 1]
+
+
 def test_bucket_layout_puts_each_value_on_a_cache_line():
     types = [mg.ir.types.TensorType((3,), np.dtype(np.float32)),
              mg.ir.types.TensorType((5, 2), np.dtype(np.float32))]
@@ -135,6 +149,20 @@ def test_a_buckets_values_are_views_of_one_buffer_live_until_its_wait(alone):
     assert "bucket_grads buckets 1, values 4" in plan.passes_report()
 
 
+def test_the_executor_tests_each_buckets_request_between_its_start_and_its_wait(alone):
+    g, x, _, _, update = _step_like(alone, bucket_bytes=1024)
+    plan = mg.compile([update])
+    ops = [ins.op for ins in plan.instructions]
+    starts = [i for i, op in enumerate(ops) if op == "all_reduce_start"]
+    waits = [i for i, op in enumerate(ops) if op == "all_reduce_wait"]
+    expected = sorted((step, collective.PROGRESS, start) for start, wait in zip(starts, waits)
+                      for step in range(start, wait - 1))
+    assert progress_calls(plan) == expected and expected, str(plan)
+    feed = np.random.default_rng(1).standard_normal((16, 8)).astype(np.float32)
+    np.testing.assert_allclose(plan.run({"x": feed})[0], _expected(feed), rtol=1e-6, atol=1e-6)
+    assert progress_calls(mg.compile([F.exp(x)])) == []  # nothing for a plan without them
+
+
 def test_a_step_with_all_reduce_needs_the_process_group():
     model = mg.nn.Linear(4, 2)
     opt = mg.optim.SGD(model.parameters(), 0.1)
@@ -154,6 +182,18 @@ def test_the_planned_kernels_match_numpy_on_every_dtype_they_take(n):
         assert r["checks"] == 36, r  # 4 dtypes, blocking and bucketed, sum and mean, 3 shapes
 
 
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_deterministic_all_reduce_sums_in_rank_order_bitwise(n):
+    ranks = reports("deterministic.py", n)
+    for r in ranks:
+        # 15 kernel cases against ((x0 + x1) + ...) in NumPy, the gradient of a classifier
+        # against one process adding each rank's gradient in rank order, and the eager
+        # callback's bucket, all bitwise
+        assert r["checks"] == 17, r
+    if n == 4:  # MPI's own sum adds in another order there: the option is what fixes the bits
+        assert all(r["mpi_sum_other_bits"] for r in ranks), ranks
+
+
 @pytest.mark.parametrize("bucket_mb", ["0.02", "0"])
 def test_a_planned_data_parallel_step_matches_one_process_on_the_whole_batch(bucket_mb):
     for r in reports("planned_train.py", 2, bucket_mb):
@@ -163,8 +203,10 @@ def test_a_planned_data_parallel_step_matches_one_process_on_the_whole_batch(buc
             continue
         assert r["passes"] == {"buckets": 5, "values": 6, "bytes": 203328, "left_alone": 0}, r
         assert r["blocking"] == 0 and len(r["starts"]) == 5, r
-        # every bucket travels while other instructions run (the rest of the backward pass)
+        # every bucket travels while other instructions run (the rest of the backward pass),
+        # its request tested by the executor after each of them but the last
         assert min(r["between"]) > 0, r
+        assert r["progress_calls"] == sum(r["between"]), r
 
 
 def _failed_job(mode: str) -> tuple[str, float]:

@@ -13,7 +13,8 @@ from .. import collective as K
 from .built import check_built
 
 FIELDS = {"COLLECTIVE_FIELDS": ("iallreduce", "test", "comm", "datatype", "op", "count",
-                                "timeout_ns", "itemsize", "is_float", "members")}
+                                "timeout_ns", "itemsize", "is_float", "members", "iallgather",
+                                "ranks", "deterministic")}
 _INT_MAX = 2**31 - 1  # MPI's counts are C ints
 
 
@@ -43,7 +44,9 @@ def _lower(node) -> Launch:
                 iallreduce=abi.iallreduce if abi else 0, test=abi.test if abi else 0,
                 comm=abi.comm if abi else 0, datatype=abi.datatype if abi else 0,
                 op=abi.op if abi else 0, count=count, timeout_ns=int(comm.timeout * 1e9),
-                itemsize=dtype.itemsize, is_float=is_float, members=len(values))
+                itemsize=dtype.itemsize, is_float=is_float, members=len(values),
+                iallgather=abi.iallgather if abi else 0, ranks=comm.size,
+                deterministic=bool(attrs.get("deterministic", False)))
     return Launch(ints, (float(attrs["scale"]),))
 
 

@@ -13,7 +13,8 @@ wait; the schedule keeps each start early and each wait late (``collectives_plac
 A mark stays as it is (a blocking all-reduce of its own) where its value cannot live in a
 bucket: a source, a view of another value's bytes, a graph output, a value something else
 reads too (it would see the reduced numbers), a reduced value the caller gets back (a
-plan's outputs have buffers of their own), or a bucket size of 0.
+plan's outputs have buffers of their own), a deterministic mark (summed in rank order by its
+own kernel), or a bucket size of 0.
 
 >>> res = bucket_grads(g, outputs); res.stats
 {'buckets': 2, 'values': 4, 'bytes': 5120, 'left_alone': 0}
@@ -41,7 +42,8 @@ class Bucket:
 def _bucketable(mark, outputs, uses) -> bool:
     (value,) = mark.inputs
     producer = value.node
-    return (mark.attr["bucket_bytes"] > 0 and producer is not None
+    return (mark.attr["bucket_bytes"] > 0 and not mark.attr["deterministic"]
+            and producer is not None
             and producer.op.category != "source" and producer.op.view_offset(producer) is None
             and producer.op.in_place_from is None
             and value.id not in outputs and mark.outputs[0].id not in outputs

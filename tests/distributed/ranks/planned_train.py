@@ -18,6 +18,7 @@ import mgegraph as mg
 import mgegraph.distributed as dist
 import mgegraph.functional as F
 from mgegraph import optim
+from mgegraph._kernels.cpu import progress_calls
 from mgegraph.demo import mlp
 
 STEPS, BATCH = 20, 4
@@ -71,5 +72,6 @@ starts, waits = [s for s, _ in where.values()], [w for _, w in where.values()]
 # what runs while each bucket travels: the instructions between its start and its wait
 between = [w - s - 1 for s, w in where.values()]
 report(R, loss=whole, loss_gap=loss_gap, weight_gap=weight_gap, starts=starts, waits=waits,
-       between=between, blocking=ops.count("all_reduce"), parameters=len(mine),
+       between=between, progress_calls=len(progress_calls(step.plan)),
+       blocking=ops.count("all_reduce"), parameters=len(mine),
        passes=dict(step.plan.passes)["bucket_grads"], plan=str(step.plan))

@@ -1,0 +1,255 @@
+"""Data-parallel scaling from 1 to 2 processes of one thread each, per-process batch fixed
+(weak scaling): mgegraph's planned all-reduce against PyTorch DistributedDataParallel (gloo).
+
+    python benchmarks/distributed_scaling.py                       # both workloads, 30 steps
+    python benchmarks/distributed_scaling.py --steps 5 mlp-train   # a smoke run
+
+Its own command, never in the test run. Each (implementation, workload, process count) is one
+``mpiexec -n N`` job of this script (``--child``); rank 0 times ``--steps`` steps after two
+warm-up steps, one by one, and prints the median. Efficiency is t1 / t2: the step of one
+process (no communication at all) over the step of each of two processes on the same
+per-process batch, the weak-scaling efficiency DDP's papers quote (1.0: communication costs
+nothing). mgegraph's 2-process step is ``compile_train_step(..., all_reduce=dist.AllReduce())``.
+
+The share of the all-reduce hidden behind the backward pass, measured from the wait kernels
+(mgegraph only): under ``mg.profile()``, the time the step spends in its ``all_reduce_start``
+and ``all_reduce_wait`` instructions (the communication the backward pass did not hide) against
+the same buckets all-reduced alone, nothing else running (started back to back, then awaited,
+as the plan sends them): hidden = 1 - exposed / alone, floored at 0. It is printed with the
+executor's progress calls (a test of each request after every instruction between its start and
+its wait, the default) and without them (``progress off``: MPI moves a bucket only inside its
+wait), so the progress calls' worth is measured, not assumed. ``--async-progress`` sets
+``MPICH_ASYNC_PROGRESS=1`` (MPICH's progress thread in each rank) for every job instead.
+
+Under load (a shared machine) the absolute figures mean little; compare rows of one run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+WORKLOADS = {"mlp-train": ((128, 784), "mlp"), "convnet-train": ((32, 3, 32, 32), "convnet")}
+IMPLS = ("mgegraph", "torch ddp")
+WARMUP = 2
+
+
+# -- one rank of a job -------------------------------------------------------------------------
+def _rank_batch(shape, rank: int):
+    rng = np.random.default_rng([7, rank])
+    return (rng.standard_normal(shape, dtype=np.float32),
+            rng.integers(0, 10, shape[0]).astype(np.int64))
+
+
+def _timed_steps(step, steps: int) -> float:
+    """The median seconds of ``steps`` calls of ``step`` after the warm-up ones."""
+    for _ in range(WARMUP):
+        step()
+    times = []
+    for _ in range(steps):
+        begin = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - begin)
+    return statistics.median(times)
+
+
+def _mgegraph_rank(workload: str, steps: int) -> dict:
+    import workloads as W
+
+    import mgegraph as mg
+    import mgegraph.distributed as dist
+    import mgegraph.functional as F
+    from mgegraph import optim
+
+    dist.init_process_group(timeout=120)
+    n, rank = dist.get_world_size(), dist.get_rank()
+    shape, kind = WORKLOADS[workload]
+    mg.nn.init.manual_seed(W.SEED)
+    x, y = _rank_batch(shape, rank)
+
+    def compiled(all_reduce=dist.AllReduce()):
+        model = W._mlp_module() if kind == "mlp" else W._convnet()
+        dist.bcast_list_(model.parameters())
+        step = mg.compile_train_step(model, F.cross_entropy,
+                                     optim.SGD(model.parameters(), lr=0.01), (x, y),
+                                     all_reduce=all_reduce)
+        return step
+
+    step = compiled(dist.AllReduce() if n > 1 else None)
+    dist.group_barrier()
+    result = {"step_s": _timed_steps(lambda: step(x, y), steps)}
+    if n > 1:
+        result["progress"] = _hidden_share(step, x, y, steps)
+        result["no_progress"] = _hidden_share(_without_progress(compiled, x, y), x, y,
+                                                    steps)
+    return result
+
+
+def _without_progress(compiled, x, y):
+    """The step compiled again, its executable made (at its first run) while the CPU executor
+    makes no progress calls: what the comparison needs, not an option users have."""
+    from mgegraph._kernels import cpu  # lazy: the benchmark's own switch of the CPU executor
+
+    kept, cpu.progress_calls = cpu.progress_calls, lambda plan: []
+    try:
+        step = compiled()
+        step(x, y)
+    finally:
+        cpu.progress_calls = kept
+    return step
+
+
+def _hidden_share(step, x, y, steps: int) -> dict:
+    """1 - (time in the step's start and wait kernels) / (its buckets all-reduced alone)."""
+    import mgegraph as mg
+    from mgegraph import communicator
+
+    for _ in range(WARMUP):
+        step(x, y)
+    with mg.profile() as prof:
+        for _ in range(steps):
+            step(x, y)
+    times = prof.instruction_times(step.plan)
+    exposed = sum(t for t, ins in zip(times, step.plan.instructions)
+                  if ins.op in ("all_reduce_start", "all_reduce_wait"))
+    sizes = [b["bytes"] // 4 for b in json.loads(step.plan.memory_report(format="json"))
+             ["buckets"]]
+    world = communicator.by_key(_group_of(step.plan))
+    buffers = [np.ones(size, np.float32) for size in sizes]
+    alone = []
+    for _ in range(WARMUP + steps):
+        world.barrier()
+        begin = time.perf_counter()
+        for pending in [world.start_allreduce(b) for b in buffers]:
+            pending.wait()
+        alone.append(time.perf_counter() - begin)
+    alone_s = statistics.median(alone[WARMUP:])
+    return {"hidden": max(0.0, 1.0 - exposed / alone_s), "exposed_s": exposed,
+            "alone_s": alone_s}
+
+
+def _group_of(plan) -> str:
+    (group,) = {dict(ins.attrs)["group"] for ins in plan.instructions
+                if ins.op == "all_reduce_start"}
+    return group
+
+
+def _torch_rank(workload: str, steps: int) -> dict:
+    import torch
+    import torch.distributed as tdist
+    import workloads as W
+
+    torch.set_num_threads(1)
+    n = int(os.environ.get("PMI_SIZE", "1"))
+    rank = int(os.environ.get("PMI_RANK", "0"))
+    shape, kind = WORKLOADS[workload]
+    torch.manual_seed(W.SEED)
+    t = torch.nn
+    model = (t.Sequential(t.Linear(784, 1024), t.ReLU(), t.Linear(1024, 1024), t.ReLU(),
+                          t.Linear(1024, 10)) if kind == "mlp" else W._torch_convnet(torch))
+    if n > 1:
+        tdist.init_process_group("gloo", rank=rank, world_size=n)
+        model = t.parallel.DistributedDataParallel(model)  # broadcasts rank 0's weights
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = (torch.from_numpy(a) for a in _rank_batch(shape, rank))
+
+    def step():
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    if n > 1:
+        tdist.barrier()
+    result = {"step_s": _timed_steps(step, steps)}
+    if n > 1:
+        tdist.destroy_process_group()
+    return result
+
+
+def child(impl: str, workload: str, steps: int) -> None:
+    sys.path.insert(0, str(HERE))
+    result = (_mgegraph_rank if impl == "mgegraph" else _torch_rank)(workload, steps)
+    if int(os.environ.get("PMI_RANK", "0")) == 0:
+        print("RESULT " + json.dumps(result), flush=True)
+
+
+# -- the jobs and the table --------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def job(impl: str, workload: str, n: int, steps: int, async_progress: bool) -> dict | str:
+    """Rank 0's result of one job, or why it failed."""
+    from mgegraph.distributed.launcher import mpiexec  # lazy: after the path is set
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                       os.environ.get("PYTHONPATH")]))}
+    if async_progress:
+        env["MPICH_ASYNC_PROGRESS"] = "1"
+    command = [mpiexec(), "-n", str(n), sys.executable, __file__, "--child", impl, workload,
+               "--steps", str(steps)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600,
+                          check=False)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+    if done.returncode or not lines:
+        return f"failed ({done.returncode}): {(done.stderr or done.stdout)[-300:]}"
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def table(results: dict, workloads: list[str]) -> list[str]:
+    lines = [f"{'workload':14} {'implementation':12} {'1 proc ms':>9} {'2 procs ms':>10} "
+             f"{'efficiency':>10} {'all-reduce alone ms':>19} {'hidden (exposed ms)':>19} "
+             f"{'progress off':>19}"]
+    for workload in workloads:
+        for impl in IMPLS:
+            one, two = results[workload, impl, 1], results[workload, impl, 2]
+            if isinstance(one, str) or isinstance(two, str):
+                lines.append(f"{workload:14} {impl:12} {one if isinstance(one, str) else two}")
+                continue
+            share = (f"{two['progress']['alone_s'] * 1e3:19.2f} {_share(two['progress'])} "
+                     f"{_share(two['no_progress'])}" if "progress" in two else "")
+            lines.append(f"{workload:14} {impl:12} {one['step_s'] * 1e3:9.2f} "
+                         f"{two['step_s'] * 1e3:10.2f} {one['step_s'] / two['step_s']:10.2f} "
+                         f"{share}")
+    return lines
+
+
+def _share(measured: dict) -> str:
+    text = f"{measured['hidden']:.0%} ({measured['exposed_s'] * 1e3:.2f})"
+    return f"{text:>19}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workloads", nargs="*", choices=[[], *WORKLOADS], default=[])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--async-progress", action="store_true",
+                        help="MPICH_ASYNC_PROGRESS=1 in every rank (MPICH's progress thread)")
+    parser.add_argument("--child", nargs=2, metavar=("IMPL", "WORKLOAD"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(*args.child, args.steps)
+        return
+    sys.path.insert(0, str(ROOT))
+    workloads = args.workloads or list(WORKLOADS)
+    results = {(w, impl, n): job(impl, w, n, args.steps, args.async_progress)
+               for w in workloads for impl in IMPLS for n in (1, 2)}
+    print("\n".join(table(results, workloads)))
+
+
+if __name__ == "__main__":
+    main()
