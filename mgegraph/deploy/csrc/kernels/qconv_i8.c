@@ -6,8 +6,10 @@
  * packed weights' layout (qgemm.pyx's packed_size, pack_weights, weights_view) and the loops over
  * images and groups. The variant is the widest this CPU runs (AVX-512 VNNI, AVX-VNNI, AVX2 or
  * portable; AMX where the CPU and kernel grant it), or the portable tile alone in a build with
- * -DQG_PORTABLE_ONLY (every non-x86 build): all give the same integers. Threads split each
- * GEMM's tiles (mgr_parallel_for), every output computed whole by one: any count, the same bits.
+ * -DQG_PORTABLE_ONLY (every non-x86 build): all give the same integers. A GEMM of at most
+ * QG_GEMV_MAX columns (a batch of few rows, a convolution of few output cells) runs as qgemm.h's
+ * GEMV, as in Python (qg_gemv_fits). Threads split each GEMM's tiles or the GEMV's row blocks
+ * (mgr_parallel_for), every output computed whole by one: any count, the same bits.
  *
  * Parameter blocks: kernel_abi/quantized.py's QCONV_FIELDS (the convolution: floats the
  * multipliers, then the weight zero points, per output channel; bufs x, w, [bias,] y; the packed
@@ -88,6 +90,17 @@ static void tiles_part(void* ctx, int64_t lo, int64_t hi) {
     qg_gemm_units(&t->var, &t->op, &t->e, lo, hi);
 }
 
+/* a GEMM of few columns (qg_gemv_fits, the Python kernels' rule) as a GEMV over row blocks */
+typedef struct {
+    tiles t;
+    const uint8_t* columns; /* qg_gemv_from_packed's */
+} gemv;
+
+static void gemv_part(void* ctx, int64_t lo, int64_t hi) {
+    gemv* s = (gemv*)ctx;
+    qg_gemv_units(&s->t.var, &s->t.op, s->columns, &s->t.e, lo, hi);
+}
+
 /* where the result goes (qgemm.pxd's QOutput) */
 typedef struct {
     char* y;
@@ -113,9 +126,12 @@ static int gemm(const q_weights* pw, const uint8_t* x, int x_signed, int32_t zx,
     uint8_t* scratch = malloc(4 * (size_t)(g ? n : 0) + 1);
     int32_t* colsum = pw->zw ? malloc(sizeof(int32_t) * (size_t)n + 1) : NULL;
     uint8_t flip = x_signed ? 0x80 : 0;
-    int status = b && scratch && (colsum || !pw->zw) ? MGR_KERNEL_OK : MGR_KERNEL_OUT_OF_MEMORY;
     tiles t;
     t.var = qg_variant_of(qg_widest());
+    int few = qg_gemv_fits(&t.var, n);
+    uint8_t* columns = few ? malloc((size_t)(n * qg_gemv_column_bytes(pw->kg))) : NULL;
+    int status = b && scratch && (colsum || !pw->zw) && (columns || !few)
+                     ? MGR_KERNEL_OK : MGR_KERNEL_OUT_OF_MEMORY;
     t.op.b = b, t.op.m = pw->m, t.op.n = n, t.op.kg = pw->kg;
     for (ptrdiff_t i = 0; status == MGR_KERNEL_OK && i < (g ? images : 1); i++)
         for (ptrdiff_t gi = 0; gi < pw->groups; gi++) {
@@ -131,9 +147,16 @@ static int gemm(const q_weights* pw, const uint8_t* x, int x_signed, int32_t zx,
             if (t.e.zw) t.e.zw += gi * pw->m;
             if (t.e.mult) t.e.mult += gi * pw->m;
             t.e.out = out->y + (i * pw->groups + gi) * pw->m * (g ? n : 0) * item(out->kind);
-            mgr_parallel_for(qg_units(&t.var, &t.op), tiles_part, &t);
+            if (few) {
+                gemv s = {t, columns};
+                qg_gemv_from_packed(b, pw->kg, n, columns);
+                mgr_parallel_for(qg_gemv_blocks(pw->m), gemv_part, &s);
+            } else {
+                mgr_parallel_for(qg_units(&t.var, &t.op), tiles_part, &t);
+            }
         }
     free(b);
+    free(columns);
     free(scratch);
     free(colsum);
     return status;
