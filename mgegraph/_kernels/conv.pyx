@@ -246,6 +246,69 @@ cdef inline void col2im_range(floating* col, floating* x, Py_ssize_t c0, Py_ssiz
                     col += s.ow
 
 
+cdef inline void col2im_rows(const floating* col, floating* x, Py_ssize_t c0, Py_ssize_t c1,
+                             const Conv* s) noexcept nogil:
+    # col2im of the rows of input channels [c0, c1) at a stride, planes of x written whole (no
+    # zeroing beforehand): row by row, each zeroed and summed while in L1 from every (tap, col
+    # row) that lands on it. A cell takes its terms in the order (i, j), as col2im_range's, so
+    # the two give the same bits; but col2im_range passes over x once per tap, after the
+    # zeroing pass, where at a stride the taps' adds land a stride apart (cache lines read
+    # and written back kh * kw / (sh * sw) + 1 times instead of once).
+    cdef Py_ssize_t npix = s.oh * s.ow, taps = s.kh * s.kw, ci, ih, i, j, t
+    cdef floating* xrow
+    cdef const floating* crow
+    for ci in range(c0, c1):
+        for ih in range(s.h):
+            xrow = x + (ci * s.h + ih) * s.w
+            zero(xrow, s.w)
+            for i in range(s.kh):
+                t = ih + s.ph - i * s.dh  # the col row's oh * sh, where it divides
+                if t < 0 or t % s.sh or t // s.sh >= s.oh:
+                    continue
+                crow = col + ((ci - c0) * taps + i * s.kw) * npix + t // s.sh * s.ow
+                j = 0
+                while j < s.kw:
+                    if s.sw == 2 and s.dw == 1 and j + 1 < s.kw:
+                        add_pair(xrow, crow + j * npix, crow + (j + 1) * npix, j - s.pw, s)
+                        j += 2
+                        continue
+                    add_strided(xrow, crow + j * npix, j * s.dw - s.pw, s)
+                    j += 1
+
+
+cdef inline void add_strided(floating* xrow, const floating* crow, Py_ssize_t off,
+                             const Conv* s) noexcept nogil:
+    # xrow[ow * sw + off] += crow[ow] where that column is inside the image
+    cdef Py_ssize_t lo, hi, ow
+    inside(off, s, &lo, &hi)
+    for ow in range(lo, hi):
+        xrow[ow * s.sw + off] += crow[ow]
+
+
+cdef inline void add_pair(floating* xrow, const floating* a, const floating* b, Py_ssize_t off,
+                          const Conv* s) noexcept nogil:
+    # add_strided of two neighbouring taps at stride 2 (offsets off and off + 1), which fill
+    # the even and odd columns: one loop of interleaved pairs, which the compiler vectorises,
+    # where both are inside the image, and the ends one by one
+    cdef Py_ssize_t lo_a, hi_a, lo_b, hi_b, lo, hi, ow
+    inside(off, s, &lo_a, &hi_a)
+    inside(off + 1, s, &lo_b, &hi_b)
+    lo, hi = max(lo_a, lo_b), min(hi_a, hi_b)
+    if hi <= lo:  # no column in common
+        lo = hi = hi_a
+    for ow in range(lo_a, lo):
+        xrow[2 * ow + off] += a[ow]
+    for ow in range(lo_b, min(lo, hi_b)):
+        xrow[2 * ow + off + 1] += b[ow]
+    for ow in range(lo, hi):
+        xrow[2 * ow + off] += a[ow]
+        xrow[2 * ow + off + 1] += b[ow]
+    for ow in range(hi, hi_a):
+        xrow[2 * ow + off] += a[ow]
+    for ow in range(max(hi, lo_b), hi_b):
+        xrow[2 * ow + off + 1] += b[ow]
+
+
 # -- convolution ----------------------------------------------------------------------------------
 cdef inline void epilogue_rows(floating* y, const floating* bias, Py_ssize_t act,
                                Py_ssize_t rows, Py_ssize_t cols) noexcept nogil:

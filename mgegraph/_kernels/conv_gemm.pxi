@@ -307,8 +307,11 @@ cdef inline void data_pairs(const floating* w, const floating* dy, floating* dx,
             if s.path == C_IM2COL:
                 gemm_ld(True, False, (c1 - c0) * taps, npix, ocg, w + g * ocg * kdim + c0 * taps,
                         kdim, dyg, npix, area, npix, False)
-                zero(dxg + c0 * s.h * s.w, (c1 - c0) * s.h * s.w)
-                col2im_range(area, dxg, c0, c1, s)
+                if s.sh == 1 and s.sw == 1:
+                    zero(dxg + c0 * s.h * s.w, (c1 - c0) * s.h * s.w)
+                    col2im_range(area, dxg, c0, c1, s)
+                else:
+                    col2im_rows(area, dxg, c0, c1, s)
             else:
                 gemm_ld(True, False, c1 - c0, npix, ocg, w + g * ocg * kdim + c0, kdim, dyg, npix,
                         dxg + c0 * npix, npix, False)

@@ -29,6 +29,7 @@ CASES = [
     ((1, 7, 6, 6), (9, 7, 1, 1), 1, 0, 1),
     ((5, 8, 6, 6), (8, 1, 3, 3), 1, 1, 8),  # depthwise: one input channel per group
     ((2, 3, 16, 16), (4, 3, 3, 3), 1, 1, 1),  # batched: a plane too large for the cell table
+    ((1, 6, 8, 10), (5, 6, 2, 2), 2, 0, 1),  # backward data's col2im by rows, taps in pairs
 ]
 
 

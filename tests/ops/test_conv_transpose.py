@@ -68,6 +68,11 @@ CASES = [
     ((1, 2, 3, 5), (2, 2, 5, 3), (3, 2), (2, 1), (2, 1), (1, 2), 1),
     ((1, 8, 6, 6), (8, 16, 3, 3), 1, 1, 0, 1, 1),              # 'same' at stride 1
     ((1, 2, 2, 2), (2, 2, 2, 2), 1, 1, 0, 1, 1),               # padding crops all but 1x1
+    # col2im by rows at a stride, its neighbouring taps of stride 2 added as pairs
+    ((2, 5, 6, 7), (5, 3, 2, 2), 2, 0, 0, 1, 1),               # the U-Net's 2x2/2: no overlap
+    ((1, 3, 5, 6), (3, 2, 4, 5), 2, (1, 3), (0, 1), 1, 1),     # two pairs and one tap alone
+    ((1, 2, 3, 1), (2, 3, 3, 4), (1, 2), (0, 1), 0, 1, 1),     # a tap of each pair outside
+    ((1, 2, 4, 5), (2, 2, 3, 3), (2, 1), 1, (1, 0), 1, 1),     # a stride along rows only
 ]
 
 
