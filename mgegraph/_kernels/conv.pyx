@@ -62,6 +62,19 @@ CONV_PATHS = {"direct": C_DIRECT, "im2col": C_IM2COL, "shifted": C_SHIFTED, "blo
 cdef Conv _conv
 CONV_FIELDS = fields_of(_conv, sizeof(Conv))
 
+
+cdef Conv conv_params(ints) except *:
+    # the Conv struct of parameters ``ints`` (the lowering's layout)
+    cdef Conv s
+    cdef Py_ssize_t* fields = <Py_ssize_t*>&s
+    cdef Py_ssize_t i
+    if len(ints) != len(CONV_FIELDS):
+        raise ValueError(f"expected the {len(CONV_FIELDS)} Conv parameters {CONV_FIELDS}, "
+                         f"got {len(ints)}")
+    for i in range(len(CONV_FIELDS)):
+        fields[i] = ints[i]
+    return s
+
 cdef enum ConvOp:
     OP_FORWARD, OP_DATA, OP_FILTER
 
@@ -420,14 +433,7 @@ def workspace_size(ints, op="conv2d"):
 
     >>> workspace_size(ints) * itemsize  # bytes, as the lowering asks for them
     """
-    cdef Conv s
-    cdef Py_ssize_t* fields = <Py_ssize_t*>&s
-    cdef Py_ssize_t i
-    if len(ints) != len(CONV_FIELDS):
-        raise ValueError(f"expected the {len(CONV_FIELDS)} Conv parameters {CONV_FIELDS}, "
-                         f"got {len(ints)}")
-    for i in range(len(CONV_FIELDS)):
-        fields[i] = ints[i]
+    cdef Conv s = conv_params(ints)
     return workspace_elems(&s, OPS[op])
 
 

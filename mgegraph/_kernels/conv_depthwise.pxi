@@ -21,6 +21,16 @@
 #   workspace); the bounds cost two divisions per tap, not per row.
 # Whole planes go to each thread and each is summed in the same order (taps in order from 0),
 # so a plan gives the same bits on any number of threads.
+#
+# Design: the pointwise layers around this one split a plane's cells among threads, so in
+# MobileNet-v2's block half of a thread's depthwise input was written by the other core. A band
+# of each plane's rows per thread instead (a thread reading the rows its own expand wrote, but
+# a halo row) was measured slower on the shared 2-core AMD EPYC (Zen 3; the block's kernels in
+# a C harness at 2 threads, planes against bands alternately, 300-600 calls; CPU time of the
+# slower thread, as the machine's other tenants made wall times meaningless): 1.4-1.5x at
+# 56x56, 1.6-2.0x at 28x28, the depthwise alone too (1.5x, 2.1x), though one thread running
+# band after band costs only 2-10% more than whole planes. The expand and project beside it
+# gained nothing from the bands (0.92-1.03), so whole planes stay.
 
 
 cdef extern from "dw3.h":

@@ -60,6 +60,20 @@ def _path(plan):
     return ins
 
 
+def _check_threads_agree(plan, xs, x, w, b, feeds):
+    """``plan`` (relu6 with a bias, on its threads) gives the bits of the same plan on one
+    thread, and PyTorch's values."""
+    torch = pytest.importorskip("torch")
+    from threadpoolctl import threadpool_limits
+    (two,) = plan.run(feeds)
+    with threadpool_limits(limits=1):
+        (one,) = _plan(xs, w.shape, True, "relu6", 1).run(feeds)
+    assert np.array_equal(one.view(np.uint32), two.view(np.uint32))
+    want = torch.nn.functional.relu6(torch.nn.functional.conv2d(
+        torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b))).numpy()
+    np.testing.assert_allclose(two, want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("bias,activation", [(True, "relu6"), (False, "none"), (True, "none"),
                                              (True, "relu"), (False, "relu6")])
 @pytest.mark.parametrize("xs,oc,groups", CASES)
@@ -165,21 +179,13 @@ def test_pointwise_tiles_by_input_channels(isa, cin, monkeypatch, pointwise_ever
     the first block of a strip prefetching the next) on both sides of the boundary, against
     PyTorch: output channels not a multiple of a tile's rows, planes of whole strips, tails and
     a last vector overlapping, bias and relu6; the same bits on one thread and two."""
-    torch = pytest.importorskip("torch")
-    from threadpoolctl import threadpool_limits
     monkeypatch.setattr(lowering, "_isa", lambda: isa)
     monkeypatch.setattr(lowering, "_threads", lambda batch, flops: parallel.max_threads())
     for xs, oc in (((1, cin, 17, 23), 7), ((2, cin, 9, 9), 13), ((1, cin, 5, 3), 5)):
         x, w, b, feeds = _problem(xs, oc, 1, True)
         plan = _plan(xs, w.shape, True, "relu6", 1)
         assert _path(plan).ints[K.CONV_FIELDS.index("threads")] == parallel.max_threads()
-        (two,) = plan.run(feeds)
-        with threadpool_limits(limits=1):
-            (one,) = _plan(xs, w.shape, True, "relu6", 1).run(feeds)
-        assert np.array_equal(one.view(np.uint32), two.view(np.uint32))
-        want = torch.nn.functional.relu6(torch.nn.functional.conv2d(
-            torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b))).numpy()
-        np.testing.assert_allclose(two, want, rtol=1e-4, atol=1e-4)
+        _check_threads_agree(plan, xs, x, w, b, feeds)
 
 
 @pytest.mark.parametrize("isa,cg,cells,ocg,batch,pays", [
@@ -195,3 +201,30 @@ def test_pointwise_tiles_by_input_channels(isa, cin, monkeypatch, pointwise_ever
 def test_pointwise_rule_by_instruction_set(isa, cg, cells, ocg, batch, pays, monkeypatch):
     monkeypatch.setattr(lowering, "_isa", lambda: isa)
     assert lowering._pointwise_pays(cg, cells, ocg, batch) is pays
+
+
+@pytest.mark.parametrize("xs,oc", [
+    ((1, 32, 28, 28), 192),   # MobileNet-v2's expand at 28x28: half the plane is half a line
+    ((1, 32, 20, 20), 24),
+    ((1, 19, 13, 31), 40),    # 403 cells: a plane that does not start on a line
+    ((1, 192, 56, 56), 32),   # its project: eight ranges
+])
+def test_pointwise_ranges_begin_on_cache_lines(xs, oc, monkeypatch, pointwise_everywhere):
+    """On two threads each plane's cells are cut into ranges that begin on a 64-byte line of
+    y (16 floats), so two threads never write one line where the plane starts on one; the
+    bits are one thread's, and the values PyTorch's."""
+    monkeypatch.setattr(lowering, "_threads", lambda batch, flops: parallel.max_threads())
+    x, w, b, feeds = _problem(xs, oc, 1, True)
+    plan = _plan(xs, w.shape, True, "relu6", 1)
+    cells = xs[2] * xs[3]
+    starts = K.pointwise_range_starts(_path(plan).ints, 2)
+    assert starts[0] == 0 and starts[-1] == cells and len(starts) > 2
+    assert all(a < b for a, b in zip(starts, starts[1:]))
+    assert all(c % 16 == 0 for c in starts[:-1])
+    assert K.pointwise_range_starts(_path(plan).ints, 1) == (0, cells)
+    _check_threads_agree(plan, xs, x, w, b, feeds)
+
+
+def test_pointwise_range_starts_refuses_a_short_parameter_block():
+    with pytest.raises(ValueError, match="Conv parameters"):
+        K.pointwise_range_starts((1, 2, 3), 2)
