@@ -8,13 +8,10 @@ QAT forward took, so the same integers out, float32 rounding aside).
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ... import functional as F
-from ...nn.module import Buffer
-from ...ops.quantize import as_quantized, dequantize, quantize
+from ...ops.quantize import as_quantized, dequantize
 from .conv import input_scale, int32_bias
-from .module import QuantizedModule, quantized_weight
+from .module import QuantizedModule
 
 __all__ = ["BatchMatMulActivation"]
 
@@ -25,13 +22,9 @@ class BatchMatMulActivation(QuantizedModule):
     @classmethod
     def from_qat_module(cls, qat) -> BatchMatMulActivation:
         module = cls.__new__(cls)
-        module.training = False
+        module._take_weights(qat, "")
         module.batch, module.in_features = qat.batch, qat.in_features
         module.out_features, module.nonlinear_mode = qat.out_features, qat.nonlinear_mode
-        module.weight, module.weight_scale, module.weight_zero_point = quantized_weight(
-            qat.weight, qat.get_weight_qparams())
-        module.bias = None if qat.bias is None else Buffer(np.asarray(qat.bias, np.float32))
-        module._set_output(qat)
         return module
 
     def extra_repr(self) -> str:
@@ -49,5 +42,4 @@ class BatchMatMulActivation(QuantizedModule):
             y = y + F.reshape(dequantize(bias), (self.out_features, 1))
         if self.nonlinear_mode == "relu":
             y = F.relu(y)
-        params = self.out_params
-        return quantize(y, params["out_scale"], params["out_zero_point"], params["out_dtype"])
+        return self.requantized(y)

@@ -8,17 +8,13 @@ int8 input first (dequantized, padded, quantized again with its own scale: the s
 moved), then convolves it unpadded."""
 from __future__ import annotations
 
-import numpy as np
-
 from ...ir.errors import GraphError
 from ...nn.layers import conv_repr, pad_input
-from ...nn.module import Buffer
-from ...ops.builder import graph_of
 from ...ops.quantize import as_quantized, dequantize, quantize
 from ...ops.quantized import quantized_conv2d
 from ..qat import conv as qat_conv
 from ..qat import conv_bn as qat_conv_bn
-from .module import QuantizedModule, quantized_weight
+from .module import QuantizedModule
 
 __all__ = ["Conv2d", "ConvBn2d", "ConvBnRelu2d", "ConvRelu2d"]
 
@@ -52,20 +48,11 @@ class Conv2d(QuantizedModule):
 
     @classmethod
     def from_qat_module(cls, qat) -> Conv2d:
-        if isinstance(qat, qat_conv_bn._ConvBnActivation2d):
-            _, weight, bias = qat.fold(graph_of(qat.conv.weight))
-            geometry = qat.conv
-        else:
-            weight, bias, geometry = qat.weight, qat.bias, qat
         module = cls.__new__(cls)
-        module.training = False
+        geometry = module._take_weights(qat, "conv")
         module.stride, module.padding = geometry.stride, geometry.padding
         module.dilation, module.groups = geometry.dilation, geometry.groups
         module.padding_mode = getattr(geometry, "padding_mode", "zeros")
-        module.weight, module.weight_scale, module.weight_zero_point = quantized_weight(
-            weight, qat.get_weight_qparams())
-        module.bias = None if bias is None else Buffer(np.asarray(bias, np.float32))
-        module._set_output(qat)
         return module
 
     def extra_repr(self) -> str:

@@ -12,15 +12,10 @@ of the same float ops aside). A kernel would make it faster, not different.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ... import functional as F
-from ...nn.module import Buffer
-from ...ops.builder import graph_of
-from ...ops.quantize import as_quantized, dequantize, quantize
-from ..qat import conv_transpose_bn as qat_conv_transpose_bn
+from ...ops.quantize import as_quantized, dequantize
 from .conv import input_scale, int32_bias
-from .module import QuantizedModule, quantized_weight
+from .module import QuantizedModule
 
 __all__ = ["ConvTranspose2d", "ConvTransposeBn2d", "ConvTransposeBnRelu2d",
            "ConvTransposeRelu2d"]
@@ -33,20 +28,11 @@ class ConvTranspose2d(QuantizedModule):
 
     @classmethod
     def from_qat_module(cls, qat) -> ConvTranspose2d:
-        if isinstance(qat, qat_conv_transpose_bn._ConvTransposeBnActivation2d):
-            _, weight, bias = qat.fold(graph_of(qat.conv_transpose2d.weight))
-            geometry = qat.conv_transpose2d
-        else:
-            weight, bias, geometry = qat.weight, qat.bias, qat
         module = cls.__new__(cls)
-        module.training = False
+        geometry = module._take_weights(qat, "conv_transpose2d")
         module.stride, module.padding = geometry.stride, geometry.padding
         module.output_padding, module.dilation = geometry.output_padding, geometry.dilation
         module.groups = geometry.groups
-        module.weight, module.weight_scale, module.weight_zero_point = quantized_weight(
-            weight, qat.get_weight_qparams())
-        module.bias = None if bias is None else Buffer(np.asarray(bias, np.float32))
-        module._set_output(qat)
         return module
 
     def extra_repr(self) -> str:
@@ -62,9 +48,7 @@ class ConvTranspose2d(QuantizedModule):
         y = F.conv_transpose2d(dequantize(inp), dequantize(weight),
                                None if bias is None else dequantize(bias), self.stride,
                                self.padding, self.output_padding, self.dilation, self.groups)
-        params = self.out_params
-        return quantize(F.relu(y) if self.relu else y, params["out_scale"],
-                        params["out_zero_point"], params["out_dtype"])
+        return self.requantized(F.relu(y) if self.relu else y)
 
 
 class ConvTransposeRelu2d(ConvTranspose2d):

@@ -3,15 +3,10 @@
 QAT module, so all four are one layer), run by ``ops.quantized.quantized_linear``."""
 from __future__ import annotations
 
-import numpy as np
-
-from ...nn.module import Buffer
-from ...ops.builder import graph_of
 from ...ops.quantize import as_quantized
 from ...ops.quantized import quantized_linear
-from ..qat.conv_bn import BnFolded
 from .conv import input_scale, int32_bias
-from .module import QuantizedModule, quantized_weight
+from .module import QuantizedModule
 
 __all__ = ["Linear", "LinearBn1d", "LinearBnRelu1d", "LinearRelu"]
 
@@ -23,16 +18,8 @@ class Linear(QuantizedModule):
 
     @classmethod
     def from_qat_module(cls, qat) -> Linear:
-        if isinstance(qat, BnFolded):
-            _, weight, bias = qat.fold(graph_of(qat.linear.weight))
-        else:
-            weight, bias = qat.weight, qat.bias
         module = cls.__new__(cls)
-        module.training = False
-        module.weight, module.weight_scale, module.weight_zero_point = quantized_weight(
-            weight, qat.get_weight_qparams())
-        module.bias = None if bias is None else Buffer(np.asarray(bias, np.float32))
-        module._set_output(qat)
+        module._take_weights(qat, "linear")
         return module
 
     def forward(self, inp):
