@@ -282,7 +282,18 @@ __attribute__((target("avx2,avxvnni"))) static void qg_tile_avxvnni(QG_TILE_ARGS
  * every k pair of a weight row has positive parts summing to at most 128 and negative parts to at
  * least -128, which 7-bit weights meet and full-range per-channel int8 weights (a 127 in every
  * channel) almost never do. Splitting the activation into its high 7 bits and low bit makes it
- * exact for any weights at 3 multiplies per 32 multiply-adds, against vpmaddwd's 2. */
+ * exact for any weights at 3 multiplies per 32 multiply-adds, against vpmaddwd's 2.
+ * Not taken either: the GEMV's 4-bit split in this tile (benchmarks/int8_nibble_tile.c, both
+ * ways in inline assembly, bitwise this tile's sums; Zen 3, 1 thread, interleaved medians of 25
+ * and 31, four runs on a machine at load 2-10). Splitting B per call into nibble planes
+ * (vpmaddubsw of each with A's int8, 8 k groups summed in int16, then vpmaddwd by 1 and 16) took
+ * 1.00-1.36x this tile's time on ResNet-18's GEMM shapes at 64x64 and 1.11-1.32x on the MLP's
+ * at batch 128; splitting A once at pack time (w + 128 = 16 h + l, B read as int8, a column-sum
+ * correction) 1.25-1.46x and 1.21-1.43x (the MLP's figures from the runs where the tile's own
+ * time held steady: its 2-4 ms calls suffered the load's preemption more). Per 32 products the
+ * split needs 2 vpmaddubsw plus 1/4 vpmaddwd where this tile needs 2 vpmaddwd, and on Zen 3
+ * both run on the same two vector-multiply pipes, which bound this loop: the saved widening
+ * (2 unpacks per 128 products) does not pay for the extra multiplies. */
 #define QG_AVX2_KC 128 /* k groups of A widened at a time: 8 rows x 512 k x 2 bytes, 8 KiB */
 
 /* one k step of a row: t = B_lo * A_r, acc_lo += t; A_r = B_hi * A_r, acc_hi += A_r */

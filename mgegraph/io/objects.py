@@ -17,6 +17,7 @@ import sys
 
 import numpy as np
 
+from .. import dtype as qdtypes
 from ..ir.errors import GraphError
 from ..ir.types import SUPPORTED, tensor_type
 from .container import fail, write
@@ -68,6 +69,8 @@ class _Encoder:
             return {"scalar": self.array(np.asarray(obj), where)}
         if isinstance(obj, np.ndarray):
             return {"ndarray": self.array(obj, where)}
+        if isinstance(obj, np.dtype):
+            return _encode_dtype(obj, where)
         return self.shared(obj, where)
 
     def shared(self, obj, where: str) -> dict:
@@ -90,6 +93,35 @@ class _Encoder:
             node["attributes"] = {"dict": [[key, self.encode(value, f"{where}.{key}")]
                                            for key, value in vars(obj).items()]}
         return node
+
+
+def _encode_dtype(dtype: np.dtype, where: str) -> dict:
+    """A dtype (an int8 layer's output type): its name, and a quantized dtype's "mgb_dtype"
+    fields (mgegraph.dtype's qint8, quint8, qint32)."""
+    if dtype not in SUPPORTED:
+        raise GraphError(f"save(): {where}: dtype {dtype} cannot be stored")
+    node = {"dtype": dtype.name}
+    if qdtypes.is_quantize(dtype):
+        node["mgb_dtype"] = dict(dtype.metadata["mgb_dtype"])
+    return node
+
+
+def _decode_dtype(node, where: str) -> np.dtype:
+    name, fields = node["dtype"], node.get("mgb_dtype")
+    if type(name) is not str or name not in {d.name for d in map(np.dtype, SUPPORTED)}:
+        fail(f"{where}: {name!r} is not a dtype a file may hold")
+    if fields is None:
+        return np.dtype(name)
+    if type(fields) is not dict or not {"name", "scale"} <= set(fields) <= {
+            "name", "scale", "zero_point"}:
+        fail(f"{where}: a quantized dtype's fields are name, scale and zero_point")
+    meta = qdtypes._BY_CNAME.get(fields["name"]) if type(fields["name"]) is str else None
+    if meta is None or meta.np_dtype_str != name:
+        fail(f"{where}: {fields['name']!r} is not a quantized dtype stored as {name}")
+    try:
+        return qdtypes.create_quantized_dtype(meta, fields["scale"], fields.get("zero_point"))
+    except (TypeError, ValueError) as exc:
+        fail(f"{where}: {exc}")
 
 
 def _class_name(cls, where: str) -> str:
@@ -139,6 +171,8 @@ class _Decoder:
         if tag in ("ndarray", "scalar") and len(node) == 1:
             array = self.array(node[tag], where)
             return array if tag == "ndarray" else array[()]
+        if tag == "dtype" and set(node) <= {"dtype", "mgb_dtype"}:
+            return _decode_dtype(node, where)
         if tag == "ref" and len(node) == 1:
             if type(node["ref"]) is not int or node["ref"] not in self.made:
                 fail(f"{where}: a reference to {node['ref']!r}, which comes before nothing")

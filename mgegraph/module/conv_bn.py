@@ -8,7 +8,6 @@ float forms that quantization-aware training folds (``module.qat``) and deploys 
 from __future__ import annotations
 
 from .. import functional as F
-from ..ir.errors import GraphError
 from ..nn.layers import Conv2d
 from ..nn.module import Module
 from ..nn.norm import BatchNorm2d
@@ -29,13 +28,8 @@ class _ConvBnActivation2d(Module):
                  padding_mode="zeros", eps=1e-5, momentum=0.9, affine=True,
                  track_running_stats=True, name=None):
         super().__init__(name)
-        modes = (conv_mode, compute_mode, padding_mode)
-        if modes != ("cross_correlation", "default", "zeros"):
-            raise GraphError(f"{type(self).__name__}: conv_mode, compute_mode and padding_mode "
-                             f"other than cross_correlation, default and zeros are not "
-                             f"supported, got {modes}")
         self.conv = Conv2d(in_channels, out_channels, kernel_size, stride, padding, dilation,
-                           groups, bias)
+                           groups, bias, conv_mode, compute_mode, padding_mode)
         self.bn = BatchNorm2d(out_channels, eps, momentum, affine, track_running_stats)
 
 

@@ -7,6 +7,7 @@ import numpy as np
 
 from .. import functional as F
 from ..ir.errors import GraphError
+from ..ops.conv import check_conv_modes
 from . import init
 from .module import Buffer, Module, Parameter
 
@@ -48,6 +49,8 @@ def conv_repr(module, in_channels: int, out_channels: int, kernel) -> str:
             text += f", {what}={value if n > 1 else value[0]}"
     if getattr(module, "groups", 1) != 1:
         text += f", groups={module.groups}"
+    if getattr(module, "padding_mode", "zeros") != "zeros":
+        text += f", padding_mode={module.padding_mode!r}"
     return text + (", bias=False" if module.bias is None else "")
 
 
@@ -123,10 +126,16 @@ class Linear(Module):
 
 
 class Conv2d(Module):
-    """2-D convolution over NCHW input; weight (out, in/groups, kh, kw)."""
+    """2-D convolution over NCHW input; weight (out, in/groups, kh, kw). MegEngine's
+    ``padding_mode``: "zeros" (the convolution's own padding), "reflect" or "replicate" (the
+    input padded by ``F.pad`` first, the convolution then unpadded).
+
+    >>> conv = nn.Conv2d(3, 16, 3, padding=1, padding_mode="reflect")
+    """
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
-                 groups=1, bias=True):
+                 groups=1, bias=True, conv_mode="cross_correlation", compute_mode="default",
+                 padding_mode="zeros"):
         in_channels = _size("Conv2d", "in_channels", in_channels)
         out_channels = _size("Conv2d", "out_channels", out_channels)
         groups = _size("Conv2d", "groups", groups)
@@ -137,20 +146,43 @@ class Conv2d(Module):
         _pair("Conv2d", "stride", stride, 1)
         _pair("Conv2d", "padding", padding, 0)
         _pair("Conv2d", "dilation", dilation, 1)
+        check_conv_modes("Conv2d", conv_mode, compute_mode)
+        if padding_mode not in PADDING_MODES:
+            raise GraphError(f"Conv2d: padding_mode must be one of {PADDING_MODES}, got "
+                             f"{padding_mode!r}")
         shape = (out_channels, in_channels // groups, kh, kw)
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+        self.conv_mode, self.compute_mode = conv_mode, compute_mode
+        self.padding_mode = padding_mode
         self.weight = init.grouped(Parameter(init.kaiming_uniform(shape, a=math.sqrt(5))),
                                    groups)
         fan_in, _ = init.fans(shape)
         self.bias = Parameter(init.uniform(out_channels, 1 / math.sqrt(fan_in))) if bias else None
 
+    def calc_conv(self, x, weight, bias):
+        """This layer's convolution of ``x`` with ``weight`` and ``bias`` (a QAT layer passes
+        its fake-quantized ones), its padding as ``padding_mode`` says."""
+        padding = self.padding
+        if getattr(self, "padding_mode", "zeros") != "zeros":  # absent: a layer saved before it
+            x, padding = pad_input(x, self.padding, self.padding_mode), 0
+        return F.conv2d(x, weight, bias, self.stride, padding, self.dilation, self.groups)
+
     def forward(self, x):
-        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
-                        self.groups)
+        return self.calc_conv(x, self.weight, self.bias)
 
     def extra_repr(self):
         o, i, kh, kw = self.weight.shape
         return conv_repr(self, i * self.groups, o, (kh, kw))
+
+
+PADDING_MODES = ("zeros", "reflect", "replicate")
+
+
+def pad_input(x, padding, mode: str):
+    """NCHW ``x`` padded on its last two axes by ``padding`` (an int or a pair) in ``mode``
+    ("reflect" or "replicate", ``F.pad``'s)."""
+    ph, pw = (padding, padding) if not isinstance(padding, (tuple, list)) else padding
+    return F.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), mode=mode)
 
 
 class LayerNorm(Module):

@@ -16,12 +16,17 @@ from __future__ import annotations
 from copy import deepcopy
 
 from ..ir.errors import GraphError
+from ..module import batch_matmul_activation as float_bmm
 from ..module import concat as float_concat
 from ..module import conv_bn as float_conv_bn
+from ..module import conv_transpose_bn as float_conv_transpose_bn
 from ..module import elemwise as float_elemwise
+from ..module import linear as float_linear
+from ..module import linear_bn as float_linear_bn
 from ..module import qat as QAT
 from ..module import quant_dequant as float_stubs
 from ..module import quantized as Quantized
+from ..nn.conv import ConvTranspose2d as FloatConvTranspose2d
 from ..nn.layers import Conv2d as FloatConv2d
 from ..nn.layers import Linear as FloatLinear
 from ..nn.module import Module
@@ -36,7 +41,19 @@ QUANTISABLE = {
     float_conv_bn.ConvRelu2d: (QAT.ConvRelu2d, Quantized.ConvRelu2d),
     float_conv_bn.ConvBn2d: (QAT.ConvBn2d, Quantized.ConvBn2d),
     float_conv_bn.ConvBnRelu2d: (QAT.ConvBnRelu2d, Quantized.ConvBnRelu2d),
+    FloatConvTranspose2d: (QAT.ConvTranspose2d, Quantized.ConvTranspose2d),
+    float_conv_transpose_bn.ConvTransposeRelu2d: (QAT.ConvTransposeRelu2d,
+                                                  Quantized.ConvTransposeRelu2d),
+    float_conv_transpose_bn.ConvTransposeBn2d: (QAT.ConvTransposeBn2d,
+                                                Quantized.ConvTransposeBn2d),
+    float_conv_transpose_bn.ConvTransposeBnRelu2d: (QAT.ConvTransposeBnRelu2d,
+                                                    Quantized.ConvTransposeBnRelu2d),
     FloatLinear: (QAT.Linear, Quantized.Linear),
+    float_linear.LinearRelu: (QAT.LinearRelu, Quantized.LinearRelu),
+    float_linear_bn.LinearBn1d: (QAT.LinearBn1d, Quantized.LinearBn1d),
+    float_linear_bn.LinearBnRelu1d: (QAT.LinearBnRelu1d, Quantized.LinearBnRelu1d),
+    float_bmm.BatchMatMulActivation: (QAT.BatchMatMulActivation,
+                                      Quantized.BatchMatMulActivation),
     float_elemwise.Elemwise: (QAT.Elemwise, Quantized.Elemwise),
     float_concat.Concat: (QAT.Concat, Quantized.Concat),
     float_stubs.QuantStub: (QAT.QuantStub, Quantized.QuantStub),

@@ -117,3 +117,28 @@ def test_load_refuses_a_device_and_a_text_file_and_load_predictor_an_object(tmp_
         mg.load(text)
     with pytest.raises(mg.ModelFormatError, match="holds a state dict or a saved object"):
         mg.io.load_predictor(path)
+
+
+def test_dtypes_round_trip_quantized_ones_with_their_scale():
+    from mgegraph.dtype import get_scale, get_zero_point, qint8, quint8
+    saved = {"plain": np.dtype(np.float32), "q": qint8(0.25), "u": quint8(0.5, 7)}
+    loaded = _round_trip(saved)
+    assert loaded == saved
+    assert get_scale(loaded["q"]) == 0.25 and get_zero_point(loaded["u"]) == 7
+    assert loaded["plain"].metadata is None
+
+
+@pytest.mark.parametrize("node, message", [
+    ({"dtype": "complex128"}, r"is not a dtype a file may hold"),
+    ({"dtype": "int8", "mgb_dtype": {"name": "Quantized8Asymm", "scale": 0.1,
+                                     "zero_point": 3}}, r"not a quantized dtype stored as int8"),
+    ({"dtype": "uint8", "mgb_dtype": {"name": "Quantized8Asymm", "scale": -1.0,
+                                      "zero_point": 3}}, r"scale must be positive"),
+    ({"dtype": "uint8", "mgb_dtype": {"name": "Quantized8Asymm", "scale": 0.1,
+                                      "zero_point": 300}}, r"zero_point should be within"),
+    ({"dtype": "int8", "mgb_dtype": {"name": "QuantizedS8", "scale": 0.1, "code": 1}},
+     r"fields are name, scale and zero_point"),
+])
+def test_a_malformed_dtype_is_refused(tmp_path, node, message):
+    with pytest.raises(mg.ModelFormatError, match=message):
+        mg.load(_hostile(tmp_path, node))

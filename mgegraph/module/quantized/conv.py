@@ -3,20 +3,18 @@
 bias by the QAT module, so all four are one layer), run by ``ops.quantized.quantized_conv2d``.
 
 The float bias becomes int32 in units of input scale x weight scale when the input's scale is
-known, at each call, as MegEngine's does."""
+known, at each call, as MegEngine's does. A ``padding_mode`` of "reflect" or "replicate" pads the
+int8 input first (dequantized, padded, quantized again with its own scale: the same integers,
+moved), then convolves it unpadded."""
 from __future__ import annotations
 
-import numpy as np
-
 from ...ir.errors import GraphError
-from ...nn.layers import conv_repr
-from ...nn.module import Buffer
-from ...ops.builder import graph_of
-from ...ops.quantize import as_quantized, quantize
+from ...nn.layers import conv_repr, pad_input
+from ...ops.quantize import as_quantized, dequantize, quantize
 from ...ops.quantized import quantized_conv2d
 from ..qat import conv as qat_conv
 from ..qat import conv_bn as qat_conv_bn
-from .module import QuantizedModule, quantized_weight
+from .module import QuantizedModule
 
 __all__ = ["Conv2d", "ConvBn2d", "ConvBnRelu2d", "ConvRelu2d"]
 
@@ -28,6 +26,14 @@ def input_scale(inp, owner: str) -> float:
         raise GraphError(f"{owner}: takes a value quantized per tensor (from a QuantStub or an "
                          f"int8 layer), got {inp.type}")
     return quant.scale
+
+
+def pad_quantized(inp, padding, mode: str):
+    """Quantized ``inp`` (per tensor) padded on its last two axes in ``mode`` ("reflect",
+    "replicate"): the same integers, moved."""
+    quant = inp.type.quant
+    return quantize(pad_input(dequantize(inp), padding, mode), quant.scales[0],
+                    quant.zero_points[0], inp.dtype.name)
 
 
 def int32_bias(g, bias, scale: float):
@@ -42,19 +48,11 @@ class Conv2d(QuantizedModule):
 
     @classmethod
     def from_qat_module(cls, qat) -> Conv2d:
-        if isinstance(qat, qat_conv_bn._ConvBnActivation2d):
-            _, weight, bias = qat.fold(graph_of(qat.conv.weight))
-            geometry = qat.conv
-        else:
-            weight, bias, geometry = qat.weight, qat.bias, qat
         module = cls.__new__(cls)
-        module.training = False
+        geometry = module._take_weights(qat, "conv")
         module.stride, module.padding = geometry.stride, geometry.padding
         module.dilation, module.groups = geometry.dilation, geometry.groups
-        module.weight, module.weight_scale, module.weight_zero_point = quantized_weight(
-            weight, qat.get_weight_qparams())
-        module.bias = None if bias is None else Buffer(np.asarray(bias, np.float32))
-        module._set_output(qat)
+        module.padding_mode = getattr(geometry, "padding_mode", "zeros")
         return module
 
     def extra_repr(self) -> str:
@@ -65,8 +63,11 @@ class Conv2d(QuantizedModule):
         scale = input_scale(inp, type(self).__name__)
         g = inp.graph
         weight = as_quantized(g.lift(self.weight), self.weight_scale, self.weight_zero_point)
+        padding = self.padding
+        if getattr(self, "padding_mode", "zeros") != "zeros":  # absent: saved before it
+            inp, padding = pad_quantized(inp, self.padding, self.padding_mode), 0
         return quantized_conv2d(inp, weight, int32_bias(g, self.bias, scale * self.weight_scale),
-                                self.stride, self.padding, self.dilation, self.groups,
+                                self.stride, padding, self.dilation, self.groups,
                                 relu=self.relu, **self.out_params)
 
 

@@ -7,9 +7,8 @@ meaning of their fake-quantized QAT forward."""
 from __future__ import annotations
 
 from ... import functional as F
-from ...dtype import get_scale, get_zero_point
 from ...nn.elemwise import MODES
-from ...ops.quantize import dequantize, quantize
+from ...ops.quantize import dequantize
 from ...ops.quantized import quantized_add
 from .module import QuantizedModule
 
@@ -27,28 +26,24 @@ class _Requantizing(QuantizedModule):
         module._set_output(qat)
         return module
 
-    def _quantized(self, real):
-        dtype = self.output_dtype
-        return quantize(real, get_scale(dtype), get_zero_point(dtype), dtype.str)
-
 
 class Elemwise(_Requantizing):
     def forward(self, *inps):
         if self.method in _QUANTIZED_ADDS:
             return quantized_add(*inps, relu=_QUANTIZED_ADDS[self.method], **self.out_params)
-        return self._quantized(MODES[self.method](*(dequantize(x) for x in inps)))
+        return self.requantized(MODES[self.method](*(dequantize(x) for x in inps)))
 
 
 class Concat(_Requantizing):
     def forward(self, inps, axis: int = 0):
-        return self._quantized(F.concat([dequantize(x) for x in inps], axis))
+        return self.requantized(F.concat([dequantize(x) for x in inps], axis))
 
 
 class QuantStub(_Requantizing):
     """Quantizes the model's float input with its QAT observer's parameters."""
 
     def forward(self, inp):
-        return self._quantized(inp)
+        return self.requantized(inp)
 
 
 class DequantStub(QuantizedModule):

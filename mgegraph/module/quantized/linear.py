@@ -1,34 +1,42 @@
-"""The int8 ``Linear`` (MegEngine's ``module.quantized.linear``), run by
-``ops.quantized.quantized_linear``."""
+"""The int8 ``Linear`` and ``LinearRelu`` (MegEngine's ``module.quantized.linear``) and
+``LinearBn1d``, ``LinearBnRelu1d`` (``module.quantized.linear_bn``: the batch norm folded by the
+QAT module, so all four are one layer), run by ``ops.quantized.quantized_linear``."""
 from __future__ import annotations
 
-import numpy as np
-
-from ...nn.module import Buffer
 from ...ops.quantize import as_quantized
 from ...ops.quantized import quantized_linear
 from .conv import input_scale, int32_bias
-from .module import QuantizedModule, quantized_weight
+from .module import QuantizedModule
 
-__all__ = ["Linear"]
+__all__ = ["Linear", "LinearBn1d", "LinearBnRelu1d", "LinearRelu"]
 
 
 class Linear(QuantizedModule):
     """``x @ w.T + b`` of int8 values and int8 weights, int32 accumulation, requantised."""
 
+    relu = False
+
     @classmethod
     def from_qat_module(cls, qat) -> Linear:
         module = cls.__new__(cls)
-        module.training = False
-        module.weight, module.weight_scale, module.weight_zero_point = quantized_weight(
-            qat.weight, qat.get_weight_qparams())
-        module.bias = None if qat.bias is None else Buffer(np.asarray(qat.bias, np.float32))
-        module._set_output(qat)
+        module._take_weights(qat, "linear")
         return module
 
     def forward(self, inp):
-        scale = input_scale(inp, "Linear")
+        scale = input_scale(inp, type(self).__name__)
         g = inp.graph
         weight = as_quantized(g.lift(self.weight), self.weight_scale, self.weight_zero_point)
         return quantized_linear(inp, weight, int32_bias(g, self.bias, scale * self.weight_scale),
-                                **self.out_params)
+                                relu=self.relu, **self.out_params)
+
+
+class LinearRelu(Linear):
+    relu = True
+
+
+class LinearBn1d(Linear):
+    pass
+
+
+class LinearBnRelu1d(Linear):
+    relu = True

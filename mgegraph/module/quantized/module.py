@@ -8,6 +8,9 @@ import numpy as np
 from ...dtype import get_scale, get_zero_point
 from ...ir.errors import GraphError
 from ...nn.module import Buffer, Module
+from ...ops.builder import graph_of
+from ...ops.quantize import quantize
+from ..qat.conv_bn import BnFolded
 
 __all__ = ["QuantizedModule"]
 
@@ -25,6 +28,27 @@ class QuantizedModule(Module):
             raise GraphError(f"{type(qat).__name__} has no activation observer or fake "
                              f"quantizer to take the output's scale from")
         self.output_dtype = dtype
+
+    def _take_weights(self, qat, layer: str):
+        """This layer's int8 weight, its scale and zero point, and its float bias, from QAT
+        module ``qat``: a ``BnFolded`` one's folded weight and bias (its inner layer, attribute
+        ``layer``, holds the geometry, which is returned), else its own (``qat`` returned)."""
+        if isinstance(qat, BnFolded):
+            geometry = getattr(qat, layer)
+            _, weight, bias = qat.fold(graph_of(geometry.weight))
+        else:
+            weight, bias, geometry = qat.weight, qat.bias, qat
+        self.training = False
+        self.weight, self.weight_scale, self.weight_zero_point = quantized_weight(
+            weight, qat.get_weight_qparams())
+        self.bias = None if bias is None else Buffer(np.asarray(bias, np.float32))
+        self._set_output(qat)
+        return geometry
+
+    def requantized(self, real):
+        """Float ``real`` quantized as this layer's output."""
+        dtype = self.output_dtype
+        return quantize(real, get_scale(dtype), get_zero_point(dtype), dtype.str)
 
     @property
     def out_params(self) -> dict:
