@@ -35,7 +35,8 @@ def grad(loss: Var, wrt, seed: Var | None = None) -> list[Var]:
 install_walker(grad)  # the backward ops' own gradient rules differentiate with it
 
 
-def backward(nodes, roots, wrt, consume: bool = False, on_final=None) -> dict[int, Var]:
+def backward(nodes, roots, wrt, consume: bool = False, on_final=None,
+             after_node=None) -> dict[int, Var]:
     """The walker: {id of each ``wrt`` entry the roots depend on: its gradient}, through the
     gradient rules of ``nodes`` (a graph's nodes, or an eager tape: any list in which a value
     is made before it is used), from each ``(value, seed)`` of ``roots`` (the seeds of one
@@ -44,7 +45,8 @@ def backward(nodes, roots, wrt, consume: bool = False, on_final=None) -> dict[in
     activations during the walk. ``on_final(v, g)`` is called for each ``wrt`` entry ``v`` as
     soon as its gradient ``g`` is final (the walk has passed every node that reads ``v``), in
     the order the walk finishes them: what lets data-parallel training send a gradient while
-    the walk goes on."""
+    the walk goes on; ``after_node()`` after each node walked (where it tests the sends under
+    way, MPI moving a message only inside its calls)."""
     needed = _on_a_path(nodes, wrt, [y for y, _ in roots])
     keep = {v.id for v in wrt}
     finished = _finished_at(nodes, wrt, needed)
@@ -57,6 +59,8 @@ def backward(nodes, roots, wrt, consume: bool = False, on_final=None) -> dict[in
         for v in finished.pop(position, ()):
             if on_final is not None and v.id in grads:
                 on_final(v, grads[v.id])
+        if after_node is not None:
+            after_node()
     if on_final is not None:  # read by no node walked: final from the start (a root itself)
         for v in finished.pop(None, ()):
             if v.id in grads:

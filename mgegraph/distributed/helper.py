@@ -233,8 +233,7 @@ class AllreduceCallback:
         if not isinstance(grad, Tensor):
             raise DistributedError(f"make_allreduce_cb: the gradient of {param!r:.60} is "
                                    f"{type(grad).__name__}, not a Tensor (at {user_location()})")
-        for sent in self._buckets:  # let MPI move the buckets under way on
-            sent.pending.test()
+        self.progress()
         dtype = np.dtype(np.float32) if grad.dtype in HALF_DTYPES else grad.dtype
         bucket = self._open.get(dtype)
         if bucket is None:
@@ -247,6 +246,12 @@ class AllreduceCallback:
             del self._open[dtype]
             self._send([bucket], closing=False)
         return _HalfFuture(future, grad.dtype) if grad.dtype in HALF_DTYPES else future
+
+    def progress(self) -> None:
+        """Test the buckets under way (the GradManager calls it after each node it walks):
+        MPICH moves a non-blocking collective's messages only inside MPI calls."""
+        for sent in self._buckets:
+            sent.pending.test()
 
     def _flush(self, backward_pass: int) -> None:
         """Backward pass ``backward_pass``'s walk is over: send every bucket not yet full

@@ -217,7 +217,8 @@ def _handed_over(tape, roots, wrt, accumulated) -> list:
     Each gradient goes through its tensor's callbacks as soon as the walk has made it final, in
     the order the walk finishes them, so that a callback may start sending it (data-parallel
     training's buckets) while the walk goes on; a callback's future (``.get()``, MegEngine's
-    protocol) is resolved once the walk is over. If anything fails, every callback that has a
+    protocol) is resolved once the walk is over. A callback's ``progress()``, if it has one, is
+    called after each node walked. If anything fails, every callback that has a
     ``backward_failed(error, during_walk)`` hook hears of it (the all-reduce callback completes
     the sends under way and tells the other ranks), and no gradient lands."""
     callbacks_of = {p.id: (p, callbacks) for p, callbacks in wrt}
@@ -227,23 +228,26 @@ def _handed_over(tape, roots, wrt, accumulated) -> list:
         p, callbacks = callbacks_of[v.id]
         sent.append((p, _through(p, g, callbacks)))
 
+    progress = _hooks(wrt, "progress")
     during_walk = True
     try:
-        walk(tape, roots, [p for p, _ in wrt], consume=True, on_final=hand_over)
+        walk(tape, roots, [p for p, _ in wrt], consume=True, on_final=hand_over,
+             after_node=(lambda: [tick() for tick in progress]) if progress else None)
         during_walk = False
         return [(p, accumulated(p, _resolved(g))) for p, g in sent]
     except BaseException as error:
-        for hook in _failure_hooks(wrt):
+        for hook in _hooks(wrt, "backward_failed"):
             hook(error, during_walk)
         raise
 
 
-def _failure_hooks(wrt) -> list:
-    """The distinct callbacks' ``backward_failed`` hooks, in the order of attaching."""
+def _hooks(wrt, name: str) -> list:
+    """The distinct callbacks' methods ``name``, in the order of attaching: ``progress()``,
+    called after each node walked, and ``backward_failed(error, during_walk)``."""
     hooks = {}
     for _, callbacks in wrt:
         for callback in callbacks:
-            hook = getattr(callback, "backward_failed", None)
+            hook = getattr(callback, name, None)
             if hook is not None:
                 hooks.setdefault(id(callback), hook)
     return list(hooks.values())

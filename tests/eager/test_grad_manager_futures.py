@@ -137,3 +137,25 @@ def test_a_failure_after_the_walk_says_so_and_applies_no_gradient():
         with pytest.raises(mg.GraphError, match="no gradient was applied"):
             gm.backward((a * 2.0).sum() + (b * 3.0).sum())
     assert watch.failures == [("GraphError", False)] and a.grad is None and b.grad is None
+
+
+def test_a_callbacks_progress_hook_runs_after_each_node_walked():
+    layers = [mg.nn.Linear(8, 8) for _ in range(2)]
+    params = [p for layer in layers for p in (layer.weight, layer.bias)]
+
+    class Ticking:
+        def __init__(self):
+            self.ticks, self.left = 0, []
+
+        def __call__(self, p, g):
+            return g
+
+        def progress(self):
+            self.ticks += 1
+            self.left.append(len(log[0]))
+
+    log, ticking = [], Ticking()
+    gm = mg.autodiff.GradManager().attach(params, callbacks=[ticking])
+    _mlp_step(gm, layers, log)
+    # one tick per tape node, the tape one node shorter each time
+    assert ticking.left == list(range(ticking.ticks - 1, -1, -1)) and ticking.ticks >= 5
