@@ -24,6 +24,11 @@ through the same agreement (the manager's ``backward_failed`` hook), so they rai
 next bucket, naming it, instead of waiting for a bucket that never comes; every rank completes
 the sends under way (MPI cannot cancel a collective) and no gradient lands.
 
+Design: a traced step (``mg.jit.trace``) runs its plan, not this Python, after the recording
+call, so there the callback sends nothing itself: each future resolves to the gradient marked
+with the ``all_reduce`` op (``_TracedFuture``), which the trace records, and the planner packs
+the marks into buckets overlapped with the backward pass, as for ``compile_train_step``.
+
 Design: checkpoints. ``mg.save`` itself stays the same in every process (a rank may save its own
 files: a per-rank log, a shard); ``on_root`` is the explicit helper, MegEngine's users' ``if
 dist.get_rank() == 0:`` guard with the barrier and the error handling it usually lacks: the
@@ -38,10 +43,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..communicator import DistributedError, Pending
+from ..eager.mode import MODE
 from ..eager.tensor import Tensor, rebind, wrap
 from ..ir.errors import user_location
 from ..ir.types import HALF_DTYPES
-from .functional import refuse_replay
+from ..ops.collective import all_reduce
 from .group import WORLD, Group, _require, group_barrier, is_distributed
 
 BUCKET_BYTES = 10 * 1024 * 1024  # MegEngine's param-pack threshold
@@ -224,8 +230,7 @@ class AllreduceCallback:
         bytes) each."""
         return [(str(b.dtype), len(b.grads), b.nbytes) for b in self._buckets]
 
-    def __call__(self, param: Tensor, grad: Tensor) -> _Future:
-        refuse_replay("make_allreduce_cb")
+    def __call__(self, param: Tensor, grad: Tensor) -> _Future | _TracedFuture:
         if self._closed:  # the first gradient of a backward pass
             self._open, self._buckets, self._signature = {}, [], []
             self._closed = self._broken = False
@@ -233,6 +238,9 @@ class AllreduceCallback:
         if not isinstance(grad, Tensor):
             raise DistributedError(f"make_allreduce_cb: the gradient of {param!r:.60} is "
                                    f"{type(grad).__name__}, not a Tensor (at {user_location()})")
+        if any(r.replays for r in MODE.recorders):  # a trace records the step
+            self._signature.append((tuple(grad.shape), str(grad.dtype)))
+            return _TracedFuture(self, grad, self._passes)
         self.progress()
         dtype = np.dtype(np.float32) if grad.dtype in HALF_DTYPES else grad.dtype
         bucket = self._open.get(dtype)
@@ -327,6 +335,34 @@ def _refuse_other_states(comm, state: tuple, states: list) -> None:
                 f"make_allreduce_cb: rank {me} sends (bucket_bytes, reduce_method, "
                 f"deterministic) = {tuple(state[2:])}, rank {comm.ranks[rank]} "
                 f"{tuple(settings)}")
+
+
+@dataclass
+class _TracedFuture:
+    """A gradient of a traced step: resolved as the ``all_reduce`` op, which the trace records
+    as a node of its plan, where the planner packs the marks into buckets and overlaps them
+    with the backward pass as in ``compile_train_step(all_reduce=...)``.
+
+    Design: the op, not MPI calls from Python, because a trace's later calls run its plan and
+    no Python: a reduction done here would be a constant of the plan. Made at ``get()``, once
+    the walk is over and the ranks have agreed on every gradient (the recording call runs each
+    op at once, so a mismatch would otherwise reach MPI); the plan's calls are not checked
+    again, as a compiled step's are not after its first (the ranks retrace at the same calls
+    only if their batches' shapes change alike)."""
+
+    callback: AllreduceCallback
+    grad: Tensor
+    backward_pass: int
+
+    def get(self) -> Tensor:
+        cb, grad = self.callback, self.grad
+        cb._flush(self.backward_pass)
+        group = cb.group
+        scale = 1.0 / group.size if cb.reduce_method == "mean" else 1.0
+        wide = grad.astype(np.float32) if grad.dtype in HALF_DTYPES else grad
+        reduced = all_reduce(wide, group=group.key, scale=scale, bucket_bytes=cb.bucket_bytes,
+                             deterministic=cb.deterministic)
+        return reduced.astype(grad.dtype) if reduced.dtype != grad.dtype else reduced
 
 
 @dataclass

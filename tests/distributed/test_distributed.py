@@ -128,8 +128,9 @@ def test_a_rank_that_hangs_stops_the_others_at_their_collective_timeout():
     assert elapsed < 100  # rank 1 sleeps 120 s: the abort ended it
 
 
-def test_ranks_with_different_models_are_refused_at_the_first_backward():
-    output, _ = _failed_job("mismatch")
+@pytest.mark.parametrize("mode", ["mismatch", "traced"])
+def test_ranks_with_different_models_are_refused_at_the_first_backward(mode):
+    output, _ = _failed_job(mode)
     # whichever rank aborts first names itself first; the gradients in the order the walk
     # finished them: the second layer's bias (float32[2] on both), then its weight
     assert ("rank 0 has gradients #1 of 4 as float32[2, 2], rank 1 #1 of 4 as float32[2, 3]"
