@@ -49,7 +49,7 @@ def backward(nodes, roots, wrt, consume: bool = False, on_final=None,
     way, MPI moving a message only inside its calls)."""
     needed = _on_a_path(nodes, wrt, [y for y, _ in roots])
     keep = {v.id for v in wrt}
-    finished = _finished_at(nodes, wrt, needed)
+    finished = _finished_at(nodes, wrt, needed) if on_final is not None else {}
     grads: dict[int, Var] = {}
     for y, seed in roots:
         grads[y.id] = seed if y.id not in grads else grads[y.id] + seed
@@ -57,14 +57,13 @@ def backward(nodes, roots, wrt, consume: bool = False, on_final=None,
     for position, node in zip(range(len(nodes) - 1, -1, -1), walk):
         _walk_node(node, grads, keep, needed, wrt)
         for v in finished.pop(position, ()):
-            if on_final is not None and v.id in grads:
+            if v.id in grads:
                 on_final(v, grads[v.id])
         if after_node is not None:
             after_node()
-    if on_final is not None:  # read by no node walked: final from the start (a root itself)
-        for v in finished.pop(None, ()):
-            if v.id in grads:
-                on_final(v, grads[v.id])
+    for v in finished.pop(None, ()):  # read by no node walked: a root itself
+        if v.id in grads:
+            on_final(v, grads[v.id])
     return {v.id: grads[v.id] for v in wrt if v.id in grads}
 
 
