@@ -3,6 +3,7 @@
 
     python benchmarks/distributed_scaling.py                       # both workloads, 30 steps
     python benchmarks/distributed_scaling.py --steps 5 mlp-train   # a smoke run
+    python benchmarks/distributed_scaling.py mlp-train-eager       # eager mode's overlap
 
 Its own command, never in the test run. Each (implementation, workload, process count) is one
 ``mpiexec -n N`` job of this script (``--child``); rank 0 times ``--steps`` steps after two
@@ -15,11 +16,19 @@ The share of the all-reduce hidden behind the backward pass, measured from the w
 (mgegraph only): under ``mg.profile()``, the time the step spends in its ``all_reduce_start``
 and ``all_reduce_wait`` instructions (the communication the backward pass did not hide) against
 the same buckets all-reduced alone, nothing else running (started back to back, then awaited,
-as the plan sends them): hidden = 1 - exposed / alone, floored at 0. It is printed with the
-executor's progress calls (a test of each request after every instruction between its start and
-its wait, the default) and without them (``progress off``: MPI moves a bucket only inside its
-wait), so the progress calls' worth is measured, not assumed. ``--async-progress`` sets
+as the plan sends them): hidden = 1 - exposed / alone, floored at 0. The eager rows
+(``*-eager``: GradManager with ``make_allreduce_cb("mean")``, whose buckets leave during the
+backward walk) count as exposed the time the step spends in the callback's sends (the ranks'
+agreement, packing the bucket into one array and unpacking the sum included) and in waiting
+for each bucket, the same measure without a profiler. It is printed with the executor's
+progress calls (a test of each request after every instruction between its start and its
+wait, the default; eager: the callback's test of the buckets under way at each gradient handed
+over) and without them (``progress off``: MPI moves a bucket only inside its wait), so the
+progress calls' worth is measured, not assumed. ``--async-progress`` sets
 ``MPICH_ASYNC_PROGRESS=1`` (MPICH's progress thread in each rank) for every job instead.
+
+``--bucket-mb`` sets both ways' bucket size (10 MiB by default, MegEngine's: the MLP's 7 MiB of
+gradients are then one bucket, sent when the walk is over, so nothing can hide it).
 
 Under load (a shared machine) the absolute figures mean little; compare rows of one run.
 """
@@ -39,8 +48,18 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-WORKLOADS = {"mlp-train": ((128, 784), "mlp"), "convnet-train": ((32, 3, 32, 32), "convnet")}
+# name -> (per-process batch shape, model, mgegraph's way: a compiled step or eager code)
+WORKLOADS = {"mlp-train": ((128, 784), "mlp", "plan"),
+             "convnet-train": ((32, 3, 32, 32), "convnet", "plan"),
+             "mlp-train-eager": ((128, 784), "mlp", "eager"),
+             "convnet-train-eager": ((32, 3, 32, 32), "convnet", "eager")}
 IMPLS = ("mgegraph", "torch ddp")
+
+
+def _impls(workload: str) -> tuple[str, ...]:
+    """Who runs ``workload``: PyTorch's DDP step is the same for the plan and eager rows, so it
+    runs once, beside the plan's."""
+    return IMPLS if WORKLOADS[workload][2] == "plan" else IMPLS[:1]
 WARMUP = 2
 
 
@@ -63,7 +82,7 @@ def _timed_steps(step, steps: int) -> float:
     return statistics.median(times)
 
 
-def _mgegraph_rank(workload: str, steps: int) -> dict:
+def _mgegraph_rank(workload: str, steps: int, bucket_mb: float) -> dict:
     import workloads as W
 
     import mgegraph as mg
@@ -71,13 +90,15 @@ def _mgegraph_rank(workload: str, steps: int) -> dict:
     import mgegraph.functional as F
     from mgegraph import optim
 
+    shape, kind, way = WORKLOADS[workload]
+    if way == "eager":
+        return _mgegraph_eager_rank(kind, shape, steps, bucket_mb)
     dist.init_process_group(timeout=120)
     n, rank = dist.get_world_size(), dist.get_rank()
-    shape, kind = WORKLOADS[workload]
     mg.nn.init.manual_seed(W.SEED)
     x, y = _rank_batch(shape, rank)
 
-    def compiled(all_reduce=dist.AllReduce()):
+    def compiled(all_reduce=dist.AllReduce(bucket_mb)):
         model = W._mlp_module() if kind == "mlp" else W._convnet()
         dist.bcast_list_(model.parameters())
         step = mg.compile_train_step(model, F.cross_entropy,
@@ -85,7 +106,7 @@ def _mgegraph_rank(workload: str, steps: int) -> dict:
                                      all_reduce=all_reduce)
         return step
 
-    step = compiled(dist.AllReduce() if n > 1 else None)
+    step = compiled(dist.AllReduce(bucket_mb) if n > 1 else None)
     dist.group_barrier()
     result = {"step_s": _timed_steps(lambda: step(x, y), steps)}
     if n > 1:
@@ -93,6 +114,76 @@ def _mgegraph_rank(workload: str, steps: int) -> dict:
         result["no_progress"] = _hidden_share(_without_progress(compiled, x, y), x, y,
                                                     steps)
     return result
+
+
+def _mgegraph_eager_rank(kind: str, shape, steps: int, bucket_mb: float) -> dict:
+    """The eager step (GradManager, ``make_allreduce_cb("mean")`` on 2 processes, SGD), and
+    on 2 processes its hidden share, with the callback's progress tests and without."""
+    import workloads as W
+
+    import mgegraph as mg
+    import mgegraph.distributed as dist
+    import mgegraph.functional as F
+    from mgegraph import communicator, optim
+
+    dist.init_process_group(timeout=120)
+    n = dist.get_world_size()
+    mg.nn.init.manual_seed(W.SEED)
+    model = W._mlp_module() if kind == "mlp" else W._convnet()
+    dist.bcast_list_(model.parameters())
+    allreduce = (dist.make_allreduce_cb("mean", bucket_bytes=max(1, int(bucket_mb * 2**20)))
+                 if n > 1 else None)
+    gm = mg.autodiff.GradManager().attach(model.parameters(), callbacks=allreduce)
+    opt = optim.SGD(model.parameters(), lr=0.01)
+    x, y = (mg.tensor(a) for a in _rank_batch(shape, dist.get_rank()))
+    y = y.astype("int32")
+
+    def step():
+        with gm:
+            gm.backward(F.cross_entropy(model(x), y))
+        opt.step().clear_grad()
+
+    dist.group_barrier()
+    result = {"step_s": _timed_steps(step, steps)}
+    if n > 1:
+        result["progress"] = _eager_hidden_share(step, allreduce, steps)
+        kept, communicator.Pending.test = communicator.Pending.test, lambda self: False
+        try:
+            result["no_progress"] = _eager_hidden_share(step, allreduce, steps)
+        finally:
+            communicator.Pending.test = kept
+    return result
+
+
+def _eager_hidden_share(step, allreduce, steps: int) -> dict:
+    """1 - (time the step spends sending buckets, the ranks' agreement included, and waiting
+    for them) / (its buckets all-reduced alone): the measure of ``_hidden_share`` for the
+    eager callback, its sends and waits timed in place of the plan's kernels."""
+    from mgegraph.distributed import helper
+
+    exposed = [0.0]
+
+    def timed(method):
+        def run(*args, **kwargs):
+            begin = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                exposed[0] += time.perf_counter() - begin
+        return run
+
+    kept = helper.AllreduceCallback._send, helper._Bucket.result
+    helper.AllreduceCallback._send, helper._Bucket.result = (timed(m) for m in kept)
+    try:
+        for _ in range(WARMUP):
+            step()
+        exposed[0] = 0.0
+        for _ in range(steps):
+            step()
+    finally:
+        helper.AllreduceCallback._send, helper._Bucket.result = kept
+    sizes = [nbytes // 4 for _, _, nbytes in allreduce.buckets]
+    return _against_alone(allreduce.group.comm, sizes, exposed[0] / steps, steps)
 
 
 def _without_progress(compiled, x, y):
@@ -125,6 +216,12 @@ def _hidden_share(step, x, y, steps: int) -> dict:
     sizes = [b["bytes"] // 4 for b in json.loads(step.plan.memory_report(format="json"))
              ["buckets"]]
     world = communicator.by_key(_group_of(step.plan))
+    return _against_alone(world, sizes, exposed, steps)  # the mean per step already
+
+
+def _against_alone(world, sizes: list[int], exposed_s: float, steps: int) -> dict:
+    """The hidden share of a step whose communication showed for ``exposed_s`` seconds,
+    against all-reducing float32 buckets of ``sizes`` alone, nothing else running."""
     buffers = [np.ones(size, np.float32) for size in sizes]
     alone = []
     for _ in range(WARMUP + steps):
@@ -134,7 +231,7 @@ def _hidden_share(step, x, y, steps: int) -> dict:
             pending.wait()
         alone.append(time.perf_counter() - begin)
     alone_s = statistics.median(alone[WARMUP:])
-    return {"hidden": max(0.0, 1.0 - exposed / alone_s), "exposed_s": exposed,
+    return {"hidden": max(0.0, 1.0 - exposed_s / alone_s), "exposed_s": exposed_s,
             "alone_s": alone_s}
 
 
@@ -144,7 +241,7 @@ def _group_of(plan) -> str:
     return group
 
 
-def _torch_rank(workload: str, steps: int) -> dict:
+def _torch_rank(workload: str, steps: int, bucket_mb: float) -> dict:
     import torch
     import torch.distributed as tdist
     import workloads as W
@@ -152,14 +249,15 @@ def _torch_rank(workload: str, steps: int) -> dict:
     torch.set_num_threads(1)
     n = int(os.environ.get("PMI_SIZE", "1"))
     rank = int(os.environ.get("PMI_RANK", "0"))
-    shape, kind = WORKLOADS[workload]
+    shape, kind, _ = WORKLOADS[workload]
     torch.manual_seed(W.SEED)
     t = torch.nn
     model = (t.Sequential(t.Linear(784, 1024), t.ReLU(), t.Linear(1024, 1024), t.ReLU(),
                           t.Linear(1024, 10)) if kind == "mlp" else W._torch_convnet(torch))
     if n > 1:
         tdist.init_process_group("gloo", rank=rank, world_size=n)
-        model = t.parallel.DistributedDataParallel(model)  # broadcasts rank 0's weights
+        # broadcasts rank 0's weights
+        model = t.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_mb)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = (torch.from_numpy(a) for a in _rank_batch(shape, rank))
 
@@ -176,9 +274,9 @@ def _torch_rank(workload: str, steps: int) -> dict:
     return result
 
 
-def child(impl: str, workload: str, steps: int) -> None:
+def child(impl: str, workload: str, steps: int, bucket_mb: float) -> None:
     sys.path.insert(0, str(HERE))
-    result = (_mgegraph_rank if impl == "mgegraph" else _torch_rank)(workload, steps)
+    result = (_mgegraph_rank if impl == "mgegraph" else _torch_rank)(workload, steps, bucket_mb)
     if int(os.environ.get("PMI_RANK", "0")) == 0:
         print("RESULT " + json.dumps(result), flush=True)
 
@@ -190,7 +288,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def job(impl: str, workload: str, n: int, steps: int, async_progress: bool) -> dict | str:
+def job(impl: str, workload: str, n: int, steps: int, async_progress: bool,
+        bucket_mb: float) -> dict | str:
     """Rank 0's result of one job, or why it failed."""
     from mgegraph.distributed.launcher import mpiexec  # lazy: after the path is set
 
@@ -201,7 +300,7 @@ def job(impl: str, workload: str, n: int, steps: int, async_progress: bool) -> d
     if async_progress:
         env["MPICH_ASYNC_PROGRESS"] = "1"
     command = [mpiexec(), "-n", str(n), sys.executable, __file__, "--child", impl, workload,
-               "--steps", str(steps)]
+               "--steps", str(steps), "--bucket-mb", str(bucket_mb)]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600,
                           check=False)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -211,18 +310,18 @@ def job(impl: str, workload: str, n: int, steps: int, async_progress: bool) -> d
 
 
 def table(results: dict, workloads: list[str]) -> list[str]:
-    lines = [f"{'workload':14} {'implementation':12} {'1 proc ms':>9} {'2 procs ms':>10} "
+    lines = [f"{'workload':20} {'implementation':12} {'1 proc ms':>9} {'2 procs ms':>10} "
              f"{'efficiency':>10} {'all-reduce alone ms':>19} {'hidden (exposed ms)':>19} "
              f"{'progress off':>19}"]
     for workload in workloads:
-        for impl in IMPLS:
+        for impl in _impls(workload):
             one, two = results[workload, impl, 1], results[workload, impl, 2]
             if isinstance(one, str) or isinstance(two, str):
-                lines.append(f"{workload:14} {impl:12} {one if isinstance(one, str) else two}")
+                lines.append(f"{workload:20} {impl:12} {one if isinstance(one, str) else two}")
                 continue
             share = (f"{two['progress']['alone_s'] * 1e3:19.2f} {_share(two['progress'])} "
                      f"{_share(two['no_progress'])}" if "progress" in two else "")
-            lines.append(f"{workload:14} {impl:12} {one['step_s'] * 1e3:9.2f} "
+            lines.append(f"{workload:20} {impl:12} {one['step_s'] * 1e3:9.2f} "
                          f"{two['step_s'] * 1e3:10.2f} {one['step_s'] / two['step_s']:10.2f} "
                          f"{share}")
     return lines
@@ -237,17 +336,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workloads", nargs="*", choices=[[], *WORKLOADS], default=[])
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--bucket-mb", type=float, default=10.0,
+                        help="bucket size of every implementation, MiB")
     parser.add_argument("--async-progress", action="store_true",
                         help="MPICH_ASYNC_PROGRESS=1 in every rank (MPICH's progress thread)")
     parser.add_argument("--child", nargs=2, metavar=("IMPL", "WORKLOAD"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(*args.child, args.steps)
+        child(*args.child, args.steps, args.bucket_mb)
         return
     sys.path.insert(0, str(ROOT))
     workloads = args.workloads or list(WORKLOADS)
-    results = {(w, impl, n): job(impl, w, n, args.steps, args.async_progress)
-               for w in workloads for impl in IMPLS for n in (1, 2)}
+    results = {(w, impl, n): job(impl, w, n, args.steps, args.async_progress, args.bucket_mb)
+               for w in workloads for impl in _impls(w) for n in (1, 2)}
     print("\n".join(table(results, workloads)))
 
 

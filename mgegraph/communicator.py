@@ -228,6 +228,13 @@ class Pending:
     dtype: np.dtype
     what: str
 
+    def test(self) -> bool:
+        """Whether it has completed; each call lets MPI move its messages on (MPICH progresses
+        a non-blocking collective only inside MPI calls)."""
+        if self.request is not None and self.request.Test():
+            self.request = None
+        return self.request is None
+
     def wait(self) -> np.ndarray:
         if self.request is not None:
             self.comm.wait(self.request, self.what)

@@ -35,34 +35,71 @@ def grad(loss: Var, wrt, seed: Var | None = None) -> list[Var]:
 install_walker(grad)  # the backward ops' own gradient rules differentiate with it
 
 
-def backward(nodes, roots, wrt, consume: bool = False) -> dict[int, Var]:
+def backward(nodes, roots, wrt, consume: bool = False, on_final=None,
+             after_node=None) -> dict[int, Var]:
     """The walker: {id of each ``wrt`` entry the roots depend on: its gradient}, through the
     gradient rules of ``nodes`` (a graph's nodes, or an eager tape: any list in which a value
     is made before it is used), from each ``(value, seed)`` of ``roots`` (the seeds of one
     value add up). A gradient is dropped once the node that made its value is done, and with
     ``consume`` each node is popped off ``nodes`` as it is walked, so an eager tape frees its
-    activations during the walk."""
+    activations during the walk. ``on_final(v, g)`` is called for each ``wrt`` entry ``v`` as
+    soon as its gradient ``g`` is final (the walk has passed every node that reads ``v``), in
+    the order the walk finishes them: what lets data-parallel training send a gradient while
+    the walk goes on; ``after_node()`` after each node walked (where it tests the sends under
+    way, MPI moving a message only inside its calls)."""
     needed = _on_a_path(nodes, wrt, [y for y, _ in roots])
     keep = {v.id for v in wrt}
+    finished = _finished_at(nodes, wrt, needed) if on_final is not None else {}
     grads: dict[int, Var] = {}
     for y, seed in roots:
         grads[y.id] = seed if y.id not in grads else grads[y.id] + seed
     walk = _popping(nodes) if consume else reversed(nodes)
-    for node in walk:
-        outs = tuple(grads.get(v.id) if v.id in keep else grads.pop(v.id, None)
-                     for v in node.outputs)
-        if all(g is None for g in outs) or not any(v.id in needed for v in node.inputs):
-            continue
-        if node.op.grad is None:
-            raise GraphError(f"op {node.op.name!r} has no gradient rule (node made at "
-                             f"{node.location}); it lies between the loss and {wrt_names(wrt)}")
-        in_grads = node.op.grad(node, outs)
-        for var, g in zip(node.inputs, in_grads):
-            if g is None or var.id not in needed:
-                continue
-            g = _unbroadcast(g, var)
-            grads[var.id] = g if var.id not in grads else grads[var.id] + g
+    for position, node in zip(range(len(nodes) - 1, -1, -1), walk):
+        _walk_node(node, grads, keep, needed, wrt)
+        for v in finished.pop(position, ()):
+            if v.id in grads:
+                on_final(v, grads[v.id])
+        if after_node is not None:
+            after_node()
+    for v in finished.pop(None, ()):  # read by no node walked: a root itself
+        if v.id in grads:
+            on_final(v, grads[v.id])
     return {v.id: grads[v.id] for v in wrt if v.id in grads}
+
+
+def _walk_node(node, grads: dict, keep: set, needed: set, wrt) -> None:
+    """One step of the walk: ``node``'s gradient rule, its input gradients added up."""
+    outs = tuple(grads.get(v.id) if v.id in keep else grads.pop(v.id, None)
+                 for v in node.outputs)
+    if all(g is None for g in outs) or not any(v.id in needed for v in node.inputs):
+        return
+    if node.op.grad is None:
+        raise GraphError(f"op {node.op.name!r} has no gradient rule (node made at "
+                         f"{node.location}); it lies between the loss and {wrt_names(wrt)}")
+    in_grads = node.op.grad(node, outs)
+    for var, g in zip(node.inputs, in_grads):
+        if g is None or var.id not in needed:
+            continue
+        g = _unbroadcast(g, var)
+        grads[var.id] = g if var.id not in grads else grads[var.id] + g
+
+
+def _finished_at(nodes, wrt, needed: set) -> dict:
+    """{position of a node in ``nodes``: the ``wrt`` entries whose gradient is final once the
+    walk has done it (the first node to read them on a path to a root)}; key None: those no
+    such node reads. ``wrt`` order within a node."""
+    first_reader: dict[int, int] = {}
+    wanted = {v.id for v in wrt if v.id in needed}
+    for position, node in enumerate(nodes):
+        if not any(out.id in needed for out in node.outputs):
+            continue
+        for v in node.inputs:
+            if v.id in wanted and v.id not in first_reader:
+                first_reader[v.id] = position
+    finished: dict = {}
+    for v in wrt:
+        finished.setdefault(first_reader.get(v.id), []).append(v)
+    return finished
 
 
 def _popping(nodes: list):

@@ -6,21 +6,33 @@ rank 0 alone, the others waiting).
 >>> dist.bcast_list_(model.parameters())
 >>> gm = GradManager().attach(model.parameters(), callbacks=[dist.make_allreduce_cb("mean")])
 
-Design: the GradManager calls the callback once per gradient, in the order the parameters were
-attached, after the backward walk has made them all; the callback packs them into per-dtype
-buckets of about ``bucket_bytes`` (MegEngine's param pack), returning a future per gradient.
-The manager resolves the futures once every gradient has been handed over: the first ``get()``
-checks that the ranks send alike and starts every bucket's non-blocking all-reduce, then each
-future waits for its own bucket and takes its slice. Buckets are sent only after the check: a
-mismatch (shapes, dtypes or order of the gradients) would otherwise sum unrelated numbers or
-hang MPI.
+Design: the GradManager hands the callback each gradient as soon as its backward walk has made
+it final, in the order the walk finishes them (the last layer's first); the callback packs them
+into per-dtype buckets of about ``bucket_bytes`` (MegEngine's param pack) and starts a bucket's
+non-blocking all-reduce the moment it is full, so the sum travels while the walk computes the
+earlier layers' gradients (each later gradient handed over also lets MPI move the messages on,
+MPICH progressing only inside MPI calls). It returns a future per gradient; the manager
+resolves them once the walk is over (MegEngine's ``Future.get``): the first ``get()`` sends the
+buckets not yet full, then each future waits for its own bucket and takes its slice.
+
+Design: the ranks must send alike, or MPI sums unrelated numbers or hangs on sizes that
+differ. Before each send the ranks agree on every gradient handed over so far (shapes, dtypes,
+order) and on whether the walk is over: at the first backward by comparing the lists, later
+by one small blocking all-reduce of their checksum (a model whose gradients change from step
+to step, a branch taken on one rank only). A rank whose backward pass fails tells the others
+through the same agreement (the manager's ``backward_failed`` hook), so they raise at their
+next bucket, naming it, instead of waiting for a bucket that never comes; every rank completes
+the sends under way (MPI cannot cancel a collective) and no gradient lands.
+
+Design: a traced step (``mg.jit.trace``) runs its plan, not this Python, after the recording
+call, so there the callback sends nothing itself: each future resolves to the gradient marked
+with the ``all_reduce`` op (``_TracedFuture``), which the trace records, and the planner packs
+the marks into buckets overlapped with the backward pass, as for ``compile_train_step``.
 
 Design: checkpoints. ``mg.save`` itself stays the same in every process (a rank may save its own
 files: a per-rank log, a shard); ``on_root`` is the explicit helper, MegEngine's users' ``if
 dist.get_rank() == 0:`` guard with the barrier and the error handling it usually lacks: the
 root's failure reaches every rank instead of leaving them to time out in the next collective.
-Since the walk has ended before the first callback, sending a bucket as it fills
-would overlap nothing here; overlapping the backward pass is the planner's all-reduce nodes'.
 """
 from __future__ import annotations
 
@@ -31,10 +43,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..communicator import DistributedError, Pending
+from ..eager.mode import MODE
 from ..eager.tensor import Tensor, rebind, wrap
 from ..ir.errors import user_location
 from ..ir.types import HALF_DTYPES
-from .functional import refuse_replay
+from ..ops.collective import all_reduce
 from .group import WORLD, Group, _require, group_barrier, is_distributed
 
 BUCKET_BYTES = 10 * 1024 * 1024  # MegEngine's param-pack threshold
@@ -68,8 +81,15 @@ def _writable_in_place(t) -> bool:
 def _check_same(comm, signature: list, what: str, things: str) -> None:
     """Refuse, naming both ranks and the first difference, if the ranks' ``signature`` (a
     list of (shape, dtype)) differ."""
-    me = comm.ranks[comm.rank]
-    for rank, theirs in enumerate(comm.allgather_object(signature, what)):
+    _refuse_different(comm.ranks[comm.rank], comm.allgather_object(signature, what), comm,
+                      what, things)
+
+
+def _refuse_different(me: int, signatures: list, comm, what: str, things: str) -> None:
+    """The DistributedError naming this rank (world rank ``me``), the first rank whose entry
+    of ``signatures`` (in rank order) differs from this rank's, and the first difference."""
+    signature = signatures[comm.rank]
+    for rank, theirs in enumerate(signatures):
         if theirs != signature:
             raise DistributedError(
                 f"{what}: rank {me} has {things} {_described(signature, theirs)}, rank "
@@ -164,18 +184,20 @@ class _Future:
     callback: AllreduceCallback
     bucket: _Bucket
     index: int
+    backward_pass: int
 
     def get(self) -> Tensor:
-        self.callback._flush()
+        self.callback._flush(self.backward_pass)  # the walk is over
         return self.bucket.result(self.index)
 
 
 class AllreduceCallback:
     """The GradManager callback of data-parallel training: each gradient summed
     (``reduce_method="sum"``) or averaged ("mean") over ``group``, sent in buckets of about
-    ``bucket_bytes`` per dtype (MegEngine's ``make_allreduce_cb``). ``deterministic=True``:
-    each bucket all-gathered and added in rank order, ((g0 + g1) + g2) + ..., the same bits
-    whatever MPI's algorithm (as ``dist.AllReduce(deterministic=True)`` in a compiled step).
+    ``bucket_bytes`` per dtype (MegEngine's ``make_allreduce_cb``), each bucket as soon as the
+    backward walk has filled it. ``deterministic=True``: each bucket all-gathered and added in
+    rank order, ((g0 + g1) + g2) + ..., the same bits whatever MPI's algorithm (as
+    ``dist.AllReduce(deterministic=True)`` in a compiled step), a blocking call per bucket.
 
     >>> gm.attach(model.parameters(), callbacks=[dist.make_allreduce_cb("mean")])
     """
@@ -194,14 +216,13 @@ class AllreduceCallback:
         _require("make_allreduce_cb")
         self.reduce_method, self.group, self.bucket_bytes = method, group, bucket_bytes
         self.deterministic = bool(deterministic)
-        self._checked = False
-        self._reset()
-
-    def _reset(self) -> None:
+        self._checked = False   # the ranks' full lists were compared once
+        self._closed = True     # the latest backward pass is all sent (or abandoned)
+        self._broken = False    # the ranks disagreed in this pass: nothing more is sent
         self._open: dict = {}      # dtype -> the bucket being filled
-        self._buckets: list = []   # every bucket of this backward pass, in order
-        self._flushed = False
-        self._signature: list = []
+        self._buckets: list = []   # the buckets of this backward pass, in the order sent
+        self._signature: list = []  # (shape, dtype) of each gradient handed over, in order
+        self._passes = 0  # backward passes begun
 
     @property
     def buckets(self) -> list[tuple[str, int, int]]:
@@ -209,48 +230,139 @@ class AllreduceCallback:
         bytes) each."""
         return [(str(b.dtype), len(b.grads), b.nbytes) for b in self._buckets]
 
-    def __call__(self, param: Tensor, grad: Tensor) -> _Future:
-        refuse_replay("make_allreduce_cb")
-        if self._flushed:  # the previous backward pass is resolved: this is a new one
-            self._reset()
+    def __call__(self, param: Tensor, grad: Tensor) -> _Future | _TracedFuture:
+        if self._closed:  # the first gradient of a backward pass
+            self._open, self._buckets, self._signature = {}, [], []
+            self._closed = self._broken = False
+            self._passes += 1
         if not isinstance(grad, Tensor):
             raise DistributedError(f"make_allreduce_cb: the gradient of {param!r:.60} is "
                                    f"{type(grad).__name__}, not a Tensor (at {user_location()})")
+        if any(r.replays for r in MODE.recorders):  # a trace records the step
+            self._signature.append((tuple(grad.shape), str(grad.dtype)))
+            return _TracedFuture(self, grad, self._passes)
+        self.progress()
         dtype = np.dtype(np.float32) if grad.dtype in HALF_DTYPES else grad.dtype
         bucket = self._open.get(dtype)
         if bucket is None:
             bucket = self._open[dtype] = _Bucket(dtype)
-            self._buckets.append(bucket)
         bucket.grads.append(grad if grad.dtype == dtype else grad.astype(dtype))
         bucket.nbytes += grad.size * dtype.itemsize
         self._signature.append((tuple(grad.shape), str(grad.dtype)))
-        future = _Future(self, bucket, len(bucket.grads) - 1)
-        if bucket.nbytes >= self.bucket_bytes:  # full: the next gradient opens another
+        future = _Future(self, bucket, len(bucket.grads) - 1, self._passes)
+        if bucket.nbytes >= self.bucket_bytes:  # full: sent now; the next gradient opens another
             del self._open[dtype]
+            self._send([bucket], closing=False)
         return _HalfFuture(future, grad.dtype) if grad.dtype in HALF_DTYPES else future
 
-    def _flush(self) -> None:
-        """Check that the ranks send alike, then start every bucket's all-reduce."""
-        if self._flushed:
-            return
-        self._check_signatures()
-        for bucket in self._buckets:
-            bucket.send(self.group.comm, self.reduce_method == "mean", self.deterministic)
-        self._flushed = True
+    def progress(self) -> None:
+        """Test the buckets under way (the GradManager calls it after each node it walks):
+        MPICH moves a non-blocking collective's messages only inside MPI calls."""
+        for sent in self._buckets:
+            sent.pending.test()
 
-    def _check_signatures(self) -> None:
-        """Refuse ranks whose gradients differ (shapes, dtypes, order): at the first backward
-        by comparing the lists, later by one small all-reduce of their checksum (a model whose
-        gradients change from step to step, a branch taken on one rank only), so that
-        mismatched buckets are never summed."""
+    def _flush(self, backward_pass: int) -> None:
+        """Backward pass ``backward_pass``'s walk is over: send every bucket not yet full
+        (once: the first of its futures resolved does it)."""
+        if backward_pass != self._passes or self._closed:
+            return
+        if self._broken:
+            raise DistributedError("make_allreduce_cb: this backward pass was abandoned (the "
+                                   "ranks disagreed); its gradients are not available")
+        self._send(list(self._open.values()), closing=True)
+        self._open, self._closed = {}, True
+
+    def _send(self, buckets: list, closing: bool) -> None:
+        self._agree(closing)
+        for bucket in buckets:
+            bucket.send(self.group.comm, self.reduce_method == "mean", self.deterministic)
+            self._buckets.append(bucket)
+
+    def backward_failed(self, error: BaseException, during_walk: bool) -> None:
+        """The GradManager's hook: its backward pass failed (``during_walk``: before the walk
+        was over). The other ranks hear of it if they may still be sending this pass's
+        buckets; the sends under way are completed; nothing is returned."""
+        try:
+            if not self._broken and (during_walk or not self._closed):
+                self._agree(True, failure=f"{type(error).__name__}: {error}")
+        except DistributedError:
+            pass  # the other ranks are gone or elsewhere: this rank's own error goes on
+        for sent in self._buckets:
+            try:
+                sent.pending.wait()
+            except DistributedError:
+                pass
+        self._open, self._closed, self._broken = {}, True, False
+
+    def _agree(self, closing: bool, failure: str | None = None) -> None:
+        """Refuse ranks that would send differently (see the module's design): every
+        gradient handed over so far and whether the walk is over, or a rank's failure."""
         comm = self.group.comm
+        state = (self._signature, closing, self.bucket_bytes, self.reduce_method,
+                 self.deterministic)
         if self._checked:
-            mine = zlib.crc32(repr(self._signature).encode())
-            lowest, highest = comm.allreduce(np.array([-mine, mine], np.int64), "max")
-            if -lowest == highest == mine:
+            code = -1 if failure else zlib.crc32(repr(state).encode())
+            lowest, highest = comm.allreduce(np.array([-code, code], np.int64), "max")
+            if -lowest == highest == code:
                 return
-        _check_same(comm, self._signature, "make_allreduce_cb", "gradients")
-        self._checked = True
+        states = comm.allgather_object((state, failure), "make_allreduce_cb")
+        if all(s == (state, failure) for s in states):
+            self._checked = self._checked or (closing and failure is None)
+            return
+        self._broken = True
+        if failure is None:  # a rank that failed raises its own error
+            _refuse_other_states(comm, state, states)
+
+
+def _refuse_other_states(comm, state: tuple, states: list) -> None:
+    """The DistributedError for ranks whose callbacks' ``states`` (see ``_agree``) differ."""
+    for rank, (_, failure) in enumerate(states):
+        if failure is not None:
+            raise DistributedError(f"make_allreduce_cb: rank {comm.ranks[rank]} failed during "
+                                   f"its backward pass ({failure}); no gradient of this step "
+                                   f"was applied (at {user_location()})")
+    me = comm.ranks[comm.rank]
+    _refuse_different(me, [s[0][0] for s in states], comm, "make_allreduce_cb", "gradients")
+    for rank, ((_, closing, *settings), _) in enumerate(states):
+        if closing != state[1]:
+            ended, going = (me, comm.ranks[rank]) if state[1] else (comm.ranks[rank], me)
+            raise DistributedError(
+                f"make_allreduce_cb: rank {ended} ended its backward pass after "
+                f"{len(state[0])} gradients, rank {going} has more: the ranks must train the "
+                "same model at every step")
+        if settings != list(state[2:]):
+            raise DistributedError(
+                f"make_allreduce_cb: rank {me} sends (bucket_bytes, reduce_method, "
+                f"deterministic) = {tuple(state[2:])}, rank {comm.ranks[rank]} "
+                f"{tuple(settings)}")
+
+
+@dataclass
+class _TracedFuture:
+    """A gradient of a traced step: resolved as the ``all_reduce`` op, which the trace records
+    as a node of its plan, where the planner packs the marks into buckets and overlaps them
+    with the backward pass as in ``compile_train_step(all_reduce=...)``.
+
+    Design: the op, not MPI calls from Python, because a trace's later calls run its plan and
+    no Python: a reduction done here would be a constant of the plan. Made at ``get()``, once
+    the walk is over and the ranks have agreed on every gradient (the recording call runs each
+    op at once, so a mismatch would otherwise reach MPI); the plan's calls are not checked
+    again, as a compiled step's are not after its first (the ranks retrace at the same calls
+    only if their batches' shapes change alike)."""
+
+    callback: AllreduceCallback
+    grad: Tensor
+    backward_pass: int
+
+    def get(self) -> Tensor:
+        cb, grad = self.callback, self.grad
+        cb._flush(self.backward_pass)
+        group = cb.group
+        scale = 1.0 / group.size if cb.reduce_method == "mean" else 1.0
+        wide = grad.astype(np.float32) if grad.dtype in HALF_DTYPES else grad
+        reduced = all_reduce(wide, group=group.key, scale=scale, bucket_bytes=cb.bucket_bytes,
+                             deterministic=cb.deterministic)
+        return reduced.astype(grad.dtype) if reduced.dtype != grad.dtype else reduced
 
 
 @dataclass

@@ -7,10 +7,10 @@ all_reduce=dist.AllReduce(bucket_mb=10, mean=True))``.
 Design: the step's graph marks each gradient with the ``all_reduce`` op (ops/collective.py);
 the planner's ``bucket_grads`` pass packs the marks into buckets of ``bucket_mb`` and
 overlaps each bucket's reduction with the rest of the backward pass, inside the plan (the
-eager ``make_allreduce_cb`` is the GradManager's way). Every rank compiles the same plan, so
-the ranks call the same collectives in the same order; that holds only if they train the same
-model on batches of the same shapes, which the first step checks (``check``), naming both
-ranks, before any bucket is sent.
+eager ``make_allreduce_cb`` is the GradManager's way; in a traced step it makes the same
+marks). Every rank compiles the same plan, so the ranks call the same collectives in the same
+order; that holds only if they train the same model on batches of the same shapes, which the
+first step checks (``check``), naming both ranks, before any bucket is sent.
 """
 from __future__ import annotations
 

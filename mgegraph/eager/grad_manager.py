@@ -10,6 +10,10 @@ Design: inside ``with gm:`` the eager dispatcher shows the GradManager every nod
 tape keeps the nodes that depend on an attached tensor (and with them the values their
 gradient rules read). ``backward`` walks the tape with the ops' own gradient rules
 (``autodiff.backward``, the walker graphs use), which run as eager ops, then frees the tape.
+The walker says when each attached tensor's gradient is final (no node left to walk reads the
+tensor), and the manager hands it to the tensor's callbacks then, during the walk, so that
+data-parallel training sends it while the earlier layers' gradients are computed; nothing
+lands in ``.grad`` before the whole pass has succeeded.
 Outside ``with gm:`` nothing is recorded and nothing is held.
 
 Several GradManagers, as MegEngine's (its ``megengine.autodiff``): each records while it is
@@ -63,8 +67,10 @@ class GradManager(Recorder):
         float tensor) at ``backward``, into each one's ``.grad``. ``callbacks``: a function or
         a list of functions ``f(param, grad) -> grad`` applied in order to each gradient before
         it is accumulated (where data-parallel training all-reduces; None: no gradient; the
-        last may return a future, whose ``get()`` is called once every gradient's callbacks
-        have run, as ``distributed.make_allreduce_cb`` does to send them in buckets).
+        last may return a future, whose ``get()`` is called once the backward walk is over).
+        Each gradient goes through its callbacks as soon as the walk has made it final, in the
+        order the walk finishes them, so ``distributed.make_allreduce_cb`` sends a full bucket
+        while the walk goes on.
         Attaching a tensor again adds its callbacks to those it has. A tensor attached while
         recording counts from then on (an intermediate value too)."""
         params = [params] if isinstance(params, Tensor) else list(params)
@@ -179,13 +185,7 @@ class GradManager(Recorder):
         if not roots:  # y depends on no attached tensor: every .grad stays as it is
             return
         with hidden(unseen):
-            grads = walk(tape, roots, [p for p, _ in wrt], consume=True)
-            # every gradient is made (and checked) before any lands: all or none; a callback
-            # may return a future (``.get()``), resolved once every callback has run, so that
-            # data-parallel training sends gradients in buckets
-            sent = [(p, _through(p, grads[p.id], callbacks)) for p, callbacks in wrt
-                    if p.id in grads]
-            done = [(p, self._accumulated(p, _resolved(g))) for p, g in sent]
+            done = _handed_over(tape, roots, wrt, self._accumulated)
         for p, g in done:
             if g is not None:
                 p.grad = g
@@ -209,6 +209,48 @@ class GradManager(Recorder):
                              "dtype after the forward pass, or a callback returned another; "
                              f"no gradient was applied; at {user_location()})")
         return g if p.grad is None else p.grad + g
+
+
+def _handed_over(tape, roots, wrt, accumulated) -> list:
+    """(tensor, its new ``.grad``) for each gradient of the walk, none landed yet: all or none.
+
+    Each gradient goes through its tensor's callbacks as soon as the walk has made it final, in
+    the order the walk finishes them, so that a callback may start sending it (data-parallel
+    training's buckets) while the walk goes on; a callback's future (``.get()``, MegEngine's
+    protocol) is resolved once the walk is over. A callback's ``progress()``, if it has one, is
+    called after each node walked. If anything fails, every callback that has a
+    ``backward_failed(error, during_walk)`` hook hears of it (the all-reduce callback completes
+    the sends under way and tells the other ranks), and no gradient lands."""
+    callbacks_of = {p.id: (p, callbacks) for p, callbacks in wrt}
+    sent = []
+
+    def hand_over(v, g):
+        p, callbacks = callbacks_of[v.id]
+        sent.append((p, _through(p, g, callbacks)))
+
+    progress = _hooks(wrt, "progress")
+    during_walk = True
+    try:
+        walk(tape, roots, [p for p, _ in wrt], consume=True, on_final=hand_over,
+             after_node=(lambda: [tick() for tick in progress]) if progress else None)
+        during_walk = False
+        return [(p, accumulated(p, _resolved(g))) for p, g in sent]
+    except BaseException as error:
+        for hook in _hooks(wrt, "backward_failed"):
+            hook(error, during_walk)
+        raise
+
+
+def _hooks(wrt, name: str) -> list:
+    """The distinct callbacks' methods ``name``, in the order of attaching: ``progress()``,
+    called after each node walked, and ``backward_failed(error, during_walk)``."""
+    hooks = {}
+    for _, callbacks in wrt:
+        for callback in callbacks:
+            hook = getattr(callback, name, None)
+            if hook is not None:
+                hooks.setdefault(id(callback), hook)
+    return list(hooks.values())
 
 
 def _through(p: Tensor, g: Tensor, callbacks):

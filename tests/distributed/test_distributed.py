@@ -128,18 +128,22 @@ def test_a_rank_that_hangs_stops_the_others_at_their_collective_timeout():
     assert elapsed < 100  # rank 1 sleeps 120 s: the abort ended it
 
 
-def test_ranks_with_different_models_are_refused_at_the_first_backward():
-    output, _ = _failed_job("mismatch")
-    # whichever rank aborts first names itself first
-    assert ("rank 0 has gradients #0 of 4 as float32[2], rank 1 #0 of 4 as float32[3]" in output
-            or "rank 1 has gradients #0 of 4 as float32[3], rank 0 #0 of 4 as float32[2]"
-            in output), output
+@pytest.mark.parametrize("mode", ["mismatch", "traced"])
+def test_ranks_with_different_models_are_refused_at_the_first_backward(mode):
+    output, _ = _failed_job(mode)
+    # whichever rank aborts first names itself first; the gradients in the order the walk
+    # finished them: the second layer's bias (float32[2] on both), then its weight
+    assert ("rank 0 has gradients #1 of 4 as float32[2, 2], rank 1 #1 of 4 as float32[2, 3]"
+            in output or "rank 1 has gradients #1 of 4 as float32[2, 3], rank 0 #1 of 4 as "
+            "float32[2, 2]" in output), output
 
 
 def test_a_rank_that_skips_a_layer_later_is_refused_before_its_buckets_are_summed():
     output, _ = _failed_job("branch")
-    assert ("rank 0 has gradients 4 in all, rank 1 2 in all" in output
-            or "rank 1 has gradients 2 in all, rank 0 4 in all" in output), output
+    # rank 1's second gradient is the first layer's weight, rank 0's the second layer's
+    assert ("rank 0 has gradients #1 of 4 as float32[2, 2], rank 1 #1 of 2 as float32[2, 4]"
+            in output or "rank 1 has gradients #1 of 2 as float32[2, 4], rank 0 #1 of 4 as "
+            "float32[2, 2]" in output), output
 
 
 # -- starting jobs --------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """A job one rank of which goes wrong (``sys.argv[1]``): ``raise`` (an exception nothing
 catches), ``hang`` (sleeps far past the others' 2 s collective timeout), ``mismatch`` (a
-model of other shapes) or ``branch`` (a layer skipped at the second step). The test checks
+model of other shapes; ``traced``: the same in an ``mg.jit.trace``d step) or ``branch`` (a
+layer skipped at the second step). The test checks
 that the whole job ends within its timeout with the error named."""
 from __future__ import annotations
 
@@ -23,15 +24,23 @@ if MODE == "raise" and R == 1:
     raise ValueError("rank 1 fails on purpose")
 if MODE == "hang" and R == 1:
     time.sleep(120)
-width = 3 if MODE == "mismatch" and R == 1 else 2
+width = 3 if MODE in ("mismatch", "traced") and R == 1 else 2
 first, second = nn.Linear(4, width), nn.Linear(width, 2)
 gm = mg.autodiff.GradManager().attach(first.parameters() + second.parameters(),
                                       callbacks=[dist.make_allreduce_cb("mean")])
-for step in range(2):
+
+
+def train_step(x, skip: bool):
     with gm:
-        y = first(mg.tensor(np.ones((2, 4), np.float32)))
-        if not (MODE == "branch" and R == 1 and step == 1):  # the branch one rank skips
+        y = first(x)
+        if not skip:  # the branch one rank skips
             y = second(y)
         gm.backward(F.sum(y))
+
+
+if MODE == "traced":  # the mismatch, in a traced step
+    train_step = mg.jit.trace(train_step)
+for step in range(2):
+    train_step(mg.tensor(np.ones((2, 4), np.float32)), MODE == "branch" and R == 1 and step == 1)
 dist.functional.all_reduce_sum(x)
 print(f"rank {R} finished", flush=True)
