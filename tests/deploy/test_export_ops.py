@@ -35,7 +35,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "io"))
 import test_epilogue_model_file as epilogue_file  # noqa: E402  the model-file tests' models
 import test_model_file as model_file  # noqa: E402
 import test_pool_model_file as pool_file  # noqa: E402
-import test_small_ints_file as small_ints_file  # noqa: E402
 import test_symbolic_model_file as symbolic_file  # noqa: E402
 from models import mobilenet_v2, resnet18  # noqa: E402  the benchmarks' models
 
@@ -450,10 +449,8 @@ def _sorting_plan():
 
 
 @pytest.mark.parametrize("make_plan, lacking", [
-    (lambda: small_ints_file.small_plan(np.int8)[0], r"binary_i8 \(op add, maximum, mul\)"),
-    (lambda: small_ints_file.small_plan(np.int16)[0], r"slot s0 is i16\[3,5\]"),
     (_sorting_plan, r"cumprod_f32 \(op cumprod\); sort_f32 \(op sort\); topk_f32"),
-], ids=["small-ints", "int16", "sorting"])
+], ids=["sorting"])
 def test_the_model_files_lacking_kernels_are_refused_by_name(tmp_path, make_plan, lacking):
     with pytest.raises(ExportError, match=lacking):
         export_c(make_plan(), tmp_path / "out")
