@@ -40,9 +40,15 @@ LIBRARY = {
     "quantized_add_u8": ("qadd_i8.c", (), ()),
     **{f"{name}_{dt}": ("qconv_i8.c", (), INT8_GEMM) for dt in ("i8", "u8") for name in (
         "quantized_conv2d", "quantized_conv2d_packed", "quantized_pack_weight")},
-    # the copies of every dtype (movement.c: one loop per element size)
+    # the copies of every dtype (movement.c: one loop per element size), scatter_add's floats
     **{f"{name}_{dt}": ("movement.c", (), ()) for dt in DTYPE_SUFFIXES
-       for name in ("strided", "concat", "pad")},
+       for name in ("strided", "concat", "pad", "slice_backward", "gather")},
+    "scatter_add_f32": ("movement.c", (), ()),
+    "scatter_add_f64": ("movement.c", (), ()),
+    # sort, topk and the scans on sorting.h, the rows and lines sorting.pyx runs
+    **{f"{name}_{dt}": ("sorting.c", (), ("sorting.h", "scalar.h"))
+       for dt in ("f32", "f64", "i32", "i64")
+       for name in ("sort", "topk", "cumsum", "cumprod", "cumprod_backward")},
 }
 
 # the sources built with FP contraction (the Makefile's -ffp-contract=off elsewhere): those on

@@ -44,9 +44,24 @@ static int strided_copy(const mgr_call* call, int64_t size) {
     return MGR_KERNEL_OK;
 }
 
+/* NULL where every element of a window of ``shape`` (no dimension empty) at element ``stride``s
+ * (any sign) from ``offset`` lies in [0, limit), else ``past`` or what is wrong */
+static const char* window_check(const int64_t* shape, const int64_t* stride, int64_t ndim,
+                                int64_t offset, int64_t limit, const char* past) {
+    int64_t ahead = 0, behind = 0;
+    for (int64_t d = 0; d < ndim; d++) /* the furthest elements ahead of and behind offset */
+        if (stride[d] == INT64_MIN ||
+            !mgr_muladd(stride[d] >= 0 ? ahead : behind, shape[d] - 1,
+                        stride[d] >= 0 ? stride[d] : -stride[d],
+                        stride[d] >= 0 ? &ahead : &behind))
+            return "its strides reach past any index";
+    if (offset < behind || !mgr_muladd(offset, 1, ahead, &ahead) || ahead >= limit) return past;
+    return NULL;
+}
+
 static const char* strided_check(const mgr_check_args* x, int64_t dtype, int64_t size) {
     const int64_t* s = x->ints;
-    int64_t count = 1, ahead = 0, behind = 0;
+    int64_t count = 1;
     if (x->n_bufs != 2 || x->n_floats != 0 || x->n_ints < 1)
         return "wants buffers x, y, ndim, shape, strides, offset and no floats";
     if (s[0] < 1 || s[0] > MGR_MOVE_DIMS || (int64_t)x->n_ints != 2 + 2 * s[0])
@@ -62,16 +77,8 @@ static const char* strided_check(const mgr_check_args* x, int64_t dtype, int64_t
     if (count > x->buf_bytes[1] / size) return "its shape reaches past y's bytes";
     if (!mgr_counts_ok(shape, (int)s[0])) return "its shape makes no loop this runtime bounds";
     if (count == 0) return NULL; /* reads nothing */
-    for (int64_t d = 0; d < s[0]; d++) /* the furthest elements ahead of and behind offset */
-        if (stride[d] == INT64_MIN ||
-            !mgr_muladd(stride[d] >= 0 ? ahead : behind, shape[d] - 1,
-                        stride[d] >= 0 ? stride[d] : -stride[d],
-                        stride[d] >= 0 ? &ahead : &behind))
-            return "its strides reach past any index";
-    if (offset < behind || !mgr_muladd(offset, 1, ahead, &ahead) ||
-        ahead >= x->buf_bytes[0] / size)
-        return "its window reaches past x's bytes";
-    return NULL;
+    return window_check(shape, stride, s[0], offset, x->buf_bytes[0] / size,
+                        "its window reaches past x's bytes");
 }
 
 static int concat_rows(const mgr_call* call) {
@@ -206,6 +213,179 @@ static const char* pad_check(const mgr_check_args* x, int64_t dtype, int64_t siz
     return NULL;
 }
 
+/* -- slice_backward and gather (every size), scatter_add (floats) --------------------------- */
+/* ints: ndim, shape[ndim], y's element strides[ndim] (non-zero), offset, size: the contiguous x
+ * lands on a strided window of y, zeroed first (size elements) */
+#define MGR_SCATTER_LOOP(T)                                                                   \
+    do {                                                                                      \
+        const T* xt = (const T*)x;                                                            \
+        T* yt = (T*)y;                                                                        \
+        for (int64_t e = 0; e < count; e++) {                                                 \
+            yt[at] = xt[e];                                                                   \
+            for (int64_t d = ndim - 1; d >= 0; d--) {                                         \
+                at += stride[d];                                                              \
+                if (++index[d] < shape[d]) break;                                             \
+                at -= stride[d] * shape[d];                                                   \
+                index[d] = 0;                                                                 \
+            }                                                                                 \
+        }                                                                                     \
+    } while (0)
+
+static int slice_backward_copy(const mgr_call* call, int64_t size) {
+    const int64_t* s = call->ints;
+    int64_t ndim = s[0], index[MGR_MOVE_DIMS] = {0}, count = 1, at = s[1 + 2 * ndim];
+    const int64_t* shape = s + 1;
+    const int64_t* stride = s + 1 + ndim;
+    const char* x = call->bufs[0];
+    char* y = call->bufs[1];
+    memset(y, 0, (size_t)(s[2 + 2 * ndim] * size));
+    for (int64_t d = 0; d < ndim; d++) count *= shape[d];
+    if (size == 1) MGR_SCATTER_LOOP(uint8_t);
+    else if (size == 2) MGR_SCATTER_LOOP(uint16_t);
+    else if (size == 4) MGR_SCATTER_LOOP(uint32_t);
+    else MGR_SCATTER_LOOP(uint64_t);
+    return MGR_KERNEL_OK;
+}
+
+static const char* slice_backward_check(const mgr_check_args* x, int64_t dtype, int64_t size) {
+    const int64_t* s = x->ints;
+    int64_t count = 1;
+    if (x->n_bufs != 2 || x->n_floats != 0 || x->n_ints < 1)
+        return "wants buffers x, y, ndim, shape, strides, offset, size and no floats";
+    int64_t ndim = s[0];
+    if (ndim < 1 || ndim > MGR_MOVE_DIMS || (int64_t)x->n_ints != 3 + 2 * ndim)
+        return "its ndim and the size of its parameter block disagree (1 <= ndim <= 8)";
+    if (x->buf_dtypes[0] != dtype || x->buf_dtypes[1] != dtype)
+        return "x and y are not of the kernel's dtype";
+    int64_t offset = s[1 + 2 * ndim], total = s[2 + 2 * ndim];
+    for (int64_t d = 0; d < ndim; d++)
+        if (s[1 + d] < 0 || !mgr_muladd(0, count, s[1 + d], &count))
+            return "a dimension is negative or the shape too large";
+    if (count > x->buf_bytes[0] / size) return "its shape reaches past x's bytes";
+    if (total < 0 || total > x->buf_bytes[1] / size) return "its size reaches past y's bytes";
+    if (!mgr_counts_ok(s + 1, (int)ndim)) return "its shape makes no loop this runtime bounds";
+    if (count == 0) return NULL;
+    return window_check(s + 1, s + 1 + ndim, ndim, offset, total,
+                        "its window reaches past y's size");
+}
+
+/* wrap_index of movement.pyx: -n..n-1 valid, negatives from the end */
+static int wrap_index(int64_t* i, int64_t n) {
+    if (*i < 0) *i += n;
+    return 0 <= *i && *i < n;
+}
+
+/* gather (np.take_along_axis) and its adjoint scatter_add walk one layout: index64, ndim,
+ * shape[ndim], the strides of the tensor indexed (0 on the axis) and of the index [ndim each],
+ * axis_length, axis_stride, then scatter_add's size. STEP(e, at) is run for each element e of the
+ * contiguous side with `at` the indexed tensor's element; an index out of range stops the run
+ * (status 1) as in movement.pyx, after the elements before it. */
+#define MGR_GATHER_WALK(STEP)                                                                 \
+    do {                                                                                      \
+        const int64_t* s = call->ints;                                                        \
+        int64_t ndim = s[1], index[MGR_MOVE_DIMS] = {0}, count = 1, at = 0, ai = 0;           \
+        const int64_t* shape = s + 2;                                                         \
+        const int64_t* ts = shape + ndim;                                                     \
+        const int64_t* is = ts + ndim;                                                        \
+        int64_t n = is[ndim], axis_stride = is[ndim + 1];                                     \
+        for (int64_t d = 0; d < ndim; d++) count *= shape[d];                                 \
+        for (int64_t e = 0; e < count; e++) {                                                 \
+            int64_t k = s[0] ? ((const int64_t*)call->bufs[1])[ai]                            \
+                             : ((const int32_t*)call->bufs[1])[ai];                           \
+            if (!wrap_index(&k, n)) return MGR_KERNEL_INDEX_OUT_OF_RANGE;                     \
+            STEP(e, at + k * axis_stride);                                                    \
+            for (int64_t d = ndim - 1; d >= 0; d--) {                                         \
+                at += ts[d];                                                                  \
+                ai += is[d];                                                                  \
+                if (++index[d] < shape[d]) break;                                             \
+                at -= ts[d] * shape[d];                                                       \
+                ai -= is[d] * shape[d];                                                       \
+                index[d] = 0;                                                                 \
+            }                                                                                 \
+        }                                                                                     \
+        return MGR_KERNEL_OK;                                                                 \
+    } while (0)
+
+/* scatter_add: y (the indexed tensor, `size` elements, zeroed first) += x; repeated indices and
+ * broadcast axes (stride 0) accumulate in movement.pyx's order */
+#define MGR_SCATTER_ADD(S, T)                                                                 \
+    static int scatter_add_##S(const mgr_call* call) {                                        \
+        const T* xt = (const T*)call->bufs[0];                                                \
+        T* y = (T*)call->bufs[2];                                                             \
+        memset(y, 0, (size_t)call->ints[4 + 3 * call->ints[1]] * sizeof(T));                  \
+        MGR_GATHER_WALK(MGR_ADD_STEP);                                                        \
+    }
+#define MGR_ADD_STEP(e, to) y[to] += xt[e]
+
+/* gather: y (contiguous) = x at the indexed elements, T an element of the size */
+#define MGR_GATHER(T)                                                                         \
+    static int gather_##T(const mgr_call* call) {                                             \
+        const T* xt = (const T*)call->bufs[0];                                                \
+        T* y = (T*)call->bufs[2];                                                             \
+        MGR_GATHER_WALK(MGR_TAKE_STEP);                                                       \
+    }
+#define MGR_TAKE_STEP(e, from) y[e] = xt[from]
+MGR_GATHER(uint8_t)
+MGR_GATHER(uint16_t)
+MGR_GATHER(uint32_t)
+MGR_GATHER(uint64_t)
+
+static int gather_copy(const mgr_call* call, int64_t size) {
+    if (size == 1) return gather_uint8_t(call);
+    if (size == 2) return gather_uint16_t(call);
+    return size == 4 ? gather_uint32_t(call) : gather_uint64_t(call);
+}
+
+/* gather's (scatter: 0) or scatter_add's (1) layout against its buffers x, index, y */
+static const char* gather_check(const mgr_check_args* x, int64_t dtype, int64_t size,
+                                int scatter) {
+    const int64_t* s = x->ints;
+    int64_t count = 1, t_far = 0, i_far = 0;
+    if (x->n_bufs != 3 || x->n_floats != 0 || x->n_ints < 2)
+        return "wants buffers x, index, y and the ints of Gather and its tail, no floats";
+    int64_t ndim = s[1];
+    if (ndim < 1 || ndim > MGR_MOVE_DIMS || (int64_t)x->n_ints != 4 + scatter + 3 * ndim)
+        return "its ndim and the size of its parameter block disagree (1 <= ndim <= 8)";
+    if ((s[0] != 0 && s[0] != 1) || x->buf_dtypes[1] != (s[0] ? 3 : 2))
+        return "index64 is not 0 or 1, or the index not of its int32 or int64";
+    if (x->buf_dtypes[0] != dtype || x->buf_dtypes[2] != dtype)
+        return "x and y are not of the kernel's dtype";
+    const int64_t* shape = s + 2;
+    const int64_t* ts = shape + ndim;
+    const int64_t* is = ts + ndim;
+    int64_t n = is[ndim], axis_stride = is[ndim + 1];
+    /* the contiguous side (scatter_add's x, gather's y) and the indexed one's elements */
+    int64_t flat = scatter ? 0 : 2, indexed = 2 - flat;
+    int64_t total = scatter ? is[ndim + 2] : x->buf_bytes[indexed] / size;
+    for (int64_t d = 0; d < ndim; d++)
+        if (shape[d] < 0 || !mgr_muladd(0, count, shape[d], &count))
+            return "a dimension is negative or the shape too large";
+    if (count > x->buf_bytes[flat] / size) return "its shape reaches past its contiguous side";
+    if (total < 0 || total > x->buf_bytes[indexed] / size) return "its size reaches past y's bytes";
+    if (!mgr_counts_ok(shape, (int)ndim)) return "its shape makes no loop this runtime bounds";
+    if (count == 0) return NULL;
+    if (n < 1 || axis_stride < 0 || !mgr_muladd(0, n - 1, axis_stride, &t_far))
+        return "its axis is empty or its stride negative";
+    for (int64_t d = 0; d < ndim; d++)
+        if (ts[d] < 0 || is[d] < 0 || !mgr_muladd(t_far, shape[d] - 1, ts[d], &t_far) ||
+            !mgr_muladd(i_far, shape[d] - 1, is[d], &i_far))
+            return "its strides are negative or reach past any index";
+    if (t_far >= total) return "its strides reach past the indexed tensor";
+    if (i_far >= x->buf_bytes[1] / (s[0] ? 8 : 4)) return "its index strides reach past the index";
+    return NULL;
+}
+
+MGR_SCATTER_ADD(f32, float)
+MGR_SCATTER_ADD(f64, double)
+int mgr_scatter_add_f32(const mgr_call* call) { return scatter_add_f32(call); }
+const char* mgr_scatter_add_f32_check(const mgr_check_args* x) {
+    return gather_check(x, 0, 4, 1);
+}
+int mgr_scatter_add_f64(const mgr_call* call) { return scatter_add_f64(call); }
+const char* mgr_scatter_add_f64_check(const mgr_check_args* x) {
+    return gather_check(x, 1, 8, 1);
+}
+
 /* a dtype's kernels: those of its element size, checked to read and write that dtype */
 #define MGR_MOVE_KERNELS(S, DTYPE, SIZE)                                                      \
     int mgr_strided_##S(const mgr_call* call) { return strided_copy(call, SIZE); }           \
@@ -217,7 +397,15 @@ static const char* pad_check(const mgr_check_args* x, int64_t dtype, int64_t siz
         return concat_check(x, DTYPE, SIZE);                                                  \
     }                                                                                         \
     int mgr_pad_##S(const mgr_call* call) { return pad_copy(call, SIZE); }                   \
-    const char* mgr_pad_##S##_check(const mgr_check_args* x) { return pad_check(x, DTYPE, SIZE); }
+    const char* mgr_pad_##S##_check(const mgr_check_args* x) { return pad_check(x, DTYPE, SIZE); } \
+    int mgr_slice_backward_##S(const mgr_call* call) { return slice_backward_copy(call, SIZE); } \
+    const char* mgr_slice_backward_##S##_check(const mgr_check_args* x) {                    \
+        return slice_backward_check(x, DTYPE, SIZE);                                          \
+    }                                                                                         \
+    int mgr_gather_##S(const mgr_call* call) { return gather_copy(call, SIZE); }             \
+    const char* mgr_gather_##S##_check(const mgr_check_args* x) {                            \
+        return gather_check(x, DTYPE, SIZE, 0);                                               \
+    }
 
 /* the blob's dtype codes (deploy/blob.py) and sizes */
 MGR_MOVE_KERNELS(f32, 0, 4)
