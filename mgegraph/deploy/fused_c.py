@@ -65,8 +65,9 @@ def program(ins, types) -> dict:
     n = len(ins.inputs)
     if ins.kernel.startswith("cast_"):
         code = (("load", 0, 0), ("store", 0, 0))
-    elif n == 1:
-        code = (("load", 0, 0), (ins.op, 1, 0, 0, 1), ("store", 0, 1))
+    elif n == 1:  # (a state update, assign, is a copy into its param: the lowering's op code)
+        op = TABLE.OPS[ins.ints[0]].name if ins.op == "assign" else ins.op
+        code = (("load", 0, 0), (op, 1, 0, 0, 1), ("store", 0, 1))
     else:
         code = (("load", 0, 0), ("load", 1, 1), (ins.op, 2, 0, 1), ("store", 0, 2))
     # the loop's shape and each input's element strides as the lowering laid them out

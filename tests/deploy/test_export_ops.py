@@ -448,18 +448,9 @@ def _group_norm_plan():
     return mg.compile([apply("group_norm", (x, w, w), groups=2, activation="relu")])
 
 
-def _state_plan():
-    # the model-file test's state update: a param assigned after the run
-    g = mg.Graph()
-    w = g.param("w", np.ones(4, np.float32))
-    g.assign(w, w + g.input("x", (4,)))
-    return mg.compile([w * 2.0])
-
-
 @pytest.mark.parametrize("make_plan, lacking", [
     (_group_norm_plan, r"group_norm_f32 \(op group_norm\)"),
-    (_state_plan, r"unary_f32 step assign \(op assign\)"),
-], ids=["group-norm", "state-update"])
+], ids=["group-norm"])
 def test_the_model_files_lacking_kernels_are_refused_by_name(tmp_path, make_plan, lacking):
     # the plans of tests/io the C runtime does not run yet (the small integers:
     # test_export_small_ints.py; sorting: test_export_sorting.py)

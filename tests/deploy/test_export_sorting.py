@@ -5,6 +5,8 @@ several axes, in every numeric dtype; and their parameter blocks refused when co
 from __future__ import annotations
 
 import struct
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,18 +19,8 @@ from mgegraph.ops.builder import apply
 from .cbuild import SANITIZE, assert_refused, blob_calls, cc, fuzz_blob, make, model_run, patched
 from .test_export_small_ints import assert_bitwise, exported_run
 
-
-def sorting_file_plan(shape=(3, 11)):
-    """tests/io/test_sorting_model_file.py's plan: sorts, scans and the gradient of them all."""
-    g = mg.Graph()
-    x = g.input("x", shape)
-    values, indices = F.sort(x, descending=True)
-    top, where = F.topk(x, 4)
-    scan = apply("cumsum", (x,), axis=1, exclusive=True, reverse=True)
-    prod = F.cumprod(x, 0)
-    loss = F.sum(values * top[:, :1]) + F.sum(scan * scan) + F.sum(prod)
-    (dx,) = mg.grad(loss, [x])
-    return mg.compile([values, indices, top, where, F.argsort(x), scan, prod, dx])
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "io"))
+import test_sorting_model_file as sorting_file  # noqa: E402  the model-file test's plan
 
 
 def awkward(shape, dtype, seed=0) -> np.ndarray:
@@ -53,7 +45,7 @@ def awkward(shape, dtype, seed=0) -> np.ndarray:
 @pytest.mark.parametrize("threads", [1, 2])
 def test_the_sorting_model_files_plan_is_bitwise(tmp_path, threads):
     cc()
-    plan = sorting_file_plan()
+    plan = sorting_file.sorting_plan()
     kernels = {i.kernel for i in plan.instructions}
     assert {"sort_f32", "topk_f32", "cumsum_f32", "cumprod_f32", "cumprod_backward_f32",
             "slice_backward_f32", "scatter_add_f32"} <= kernels, kernels
@@ -129,7 +121,7 @@ def test_a_gather_slice_backward_and_scatter_add_are_bitwise(tmp_path):
 # -- the new parameter blocks: refused when corrupt, never run ------------------------------
 def test_corrupt_sorting_and_adjoint_blocks_are_refused_under_the_sanitizers(tmp_path):
     cc()
-    plan = sorting_file_plan()
+    plan = sorting_file.sorting_plan()
     exported = export_c(plan, tmp_path / "out")
     make(exported.directory, cflags=SANITIZE)
     blob = (exported.directory / "model.mgr").read_bytes()

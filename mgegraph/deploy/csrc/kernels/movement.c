@@ -12,13 +12,14 @@
 
 #define MGR_MOVE_DIMS 8
 
-/* y[e] = x[at] over the odometer of shape and strides (T: an element of the size) */
-#define MGR_STRIDED_LOOP(T)                                                                   \
+/* STEP for each element e of the contiguous side, `at` its element at stride over the odometer
+ * of shape (strided: y[e] = x[at]; slice_backward: y[at] = x[e]), T an element of the size */
+#define MGR_STRIDED_WALK(T, STEP)                                                             \
     do {                                                                                      \
         const T* xt = (const T*)x;                                                            \
         T* yt = (T*)y;                                                                        \
         for (int64_t e = 0; e < count; e++) {                                                 \
-            yt[e] = xt[at];                                                                   \
+            STEP;                                                                             \
             for (int64_t d = ndim - 1; d >= 0; d--) { /* the odometer, its offset kept */     \
                 at += stride[d];                                                              \
                 if (++index[d] < shape[d]) break;                                             \
@@ -27,6 +28,8 @@
             }                                                                                 \
         }                                                                                     \
     } while (0)
+#define MGR_READ_STRIDED(T) MGR_STRIDED_WALK(T, yt[e] = xt[at])
+#define MGR_WRITE_STRIDED(T) MGR_STRIDED_WALK(T, yt[at] = xt[e])
 
 static int strided_copy(const mgr_call* call, int64_t size) {
     const int64_t* s = call->ints;
@@ -37,10 +40,10 @@ static int strided_copy(const mgr_call* call, int64_t size) {
     char* y = call->bufs[1];
     int64_t index[MGR_MOVE_DIMS] = {0}, count = 1, at = 0;
     for (int64_t d = 0; d < ndim; d++) count *= shape[d];
-    if (size == 1) MGR_STRIDED_LOOP(uint8_t);
-    else if (size == 2) MGR_STRIDED_LOOP(uint16_t);
-    else if (size == 4) MGR_STRIDED_LOOP(uint32_t);
-    else MGR_STRIDED_LOOP(uint64_t);
+    if (size == 1) MGR_READ_STRIDED(uint8_t);
+    else if (size == 2) MGR_READ_STRIDED(uint16_t);
+    else if (size == 4) MGR_READ_STRIDED(uint32_t);
+    else MGR_READ_STRIDED(uint64_t);
     return MGR_KERNEL_OK;
 }
 
@@ -216,21 +219,6 @@ static const char* pad_check(const mgr_check_args* x, int64_t dtype, int64_t siz
 /* -- slice_backward and gather (every size), scatter_add (floats) --------------------------- */
 /* ints: ndim, shape[ndim], y's element strides[ndim] (non-zero), offset, size: the contiguous x
  * lands on a strided window of y, zeroed first (size elements) */
-#define MGR_SCATTER_LOOP(T)                                                                   \
-    do {                                                                                      \
-        const T* xt = (const T*)x;                                                            \
-        T* yt = (T*)y;                                                                        \
-        for (int64_t e = 0; e < count; e++) {                                                 \
-            yt[at] = xt[e];                                                                   \
-            for (int64_t d = ndim - 1; d >= 0; d--) {                                         \
-                at += stride[d];                                                              \
-                if (++index[d] < shape[d]) break;                                             \
-                at -= stride[d] * shape[d];                                                   \
-                index[d] = 0;                                                                 \
-            }                                                                                 \
-        }                                                                                     \
-    } while (0)
-
 static int slice_backward_copy(const mgr_call* call, int64_t size) {
     const int64_t* s = call->ints;
     int64_t ndim = s[0], index[MGR_MOVE_DIMS] = {0}, count = 1, at = s[1 + 2 * ndim];
@@ -240,10 +228,10 @@ static int slice_backward_copy(const mgr_call* call, int64_t size) {
     char* y = call->bufs[1];
     memset(y, 0, (size_t)(s[2 + 2 * ndim] * size));
     for (int64_t d = 0; d < ndim; d++) count *= shape[d];
-    if (size == 1) MGR_SCATTER_LOOP(uint8_t);
-    else if (size == 2) MGR_SCATTER_LOOP(uint16_t);
-    else if (size == 4) MGR_SCATTER_LOOP(uint32_t);
-    else MGR_SCATTER_LOOP(uint64_t);
+    if (size == 1) MGR_WRITE_STRIDED(uint8_t);
+    else if (size == 2) MGR_WRITE_STRIDED(uint16_t);
+    else if (size == 4) MGR_WRITE_STRIDED(uint32_t);
+    else MGR_WRITE_STRIDED(uint64_t);
     return MGR_KERNEL_OK;
 }
 
