@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernel_abi.status import CODES
 from ..ops import elementwise_table as TABLE
 from ..ops.fused_program import (
     BINARY,
@@ -38,7 +39,7 @@ FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 # the C types of the integers a load or store step names (its storage code)
 STORAGE_C_TYPES = {np.dtype(np.int8): "int8_t", np.dtype(np.uint8): "uint8_t"}
 SHARED_HEADER = "scalar.h"  # _kernels' header every generated loop includes
-NEGATIVE_POWER = 4  # kernel_abi/status.py's: an integer to a negative power, as NumPy refuses
+NEGATIVE_POWER = CODES["NEGATIVE_POWER"]  # an integer to a negative power, as NumPy refuses
 
 
 def unsupported(attrs: dict, dtype) -> list[str]:
@@ -207,7 +208,8 @@ def render(name: str, attrs: dict, input_shapes, dtype) -> tuple[str, list[int]]
     """The C source of kernel ``name`` (``mgr_<name>`` and its check) for the fused program of
     ``attrs`` over inputs of ``input_shapes``, and the bytes of each buffer it reads and writes
     (inputs, then outputs), which its check requires. It calls ``ew_functions`` of
-    ``table_ops(attrs["code"])``, which the including file defines once for all its loops."""
+    ``table_ops(attrs["code"], dtype)``, which the including file defines once for all its
+    loops."""
     dtype = np.dtype(dtype)
     ctype = C_TYPES[dtype][0]
     out_shape = tuple(attrs["shape"]) or (1,)
