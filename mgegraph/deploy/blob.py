@@ -20,8 +20,9 @@ NAME_BYTES = 32  # a kernel's name, NUL padded
 ALIGN = 64
 MAX_NDIM = 8
 KIND_ARENA, KIND_WEIGHT, KIND_INPUT, KIND_OUTPUT = 0, 1, 2, 3
+# (int16 came after the others: a blob without one reads as before, so the version stays 1)
 DTYPES = {np.dtype(name): code for code, name in enumerate(
-    ("float32", "float64", "int32", "int64", "uint8", "int8", "bool"))}
+    ("float32", "float64", "int32", "int64", "uint8", "int8", "bool", "int16"))}
 
 
 @dataclass(frozen=True)

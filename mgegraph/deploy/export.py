@@ -137,7 +137,7 @@ def _check_plan(plan: Plan) -> None:
         elif kernels.refuses(ins):
             lacking.setdefault(kernels.refuses(ins), set()).add(ins.op)
         elif ins.kernel in kernels.GENERATED:
-            attrs = fused_c.program(ins, plan.slots[ins.outputs[0]].type)
+            attrs = fused_c.program(ins, _types(plan, ins))
             for step in fused_c.unsupported(attrs, attrs["dtype"]):
                 lacking.setdefault(f"{ins.kernel} step {step}", set()).add(ins.op)
     if lacking:
@@ -201,6 +201,11 @@ class _Tables:
                           "neither an input, an output, a weight nor in the arena")
 
 
+def _types(plan: Plan, ins) -> list:
+    """The types of instruction ``ins``'s inputs, then its outputs."""
+    return [plan.slots[s].type for s in (*ins.inputs, *ins.outputs)]
+
+
 def _tables(plan: Plan, input_names, output_names) -> tuple[Blob, dict[str, str]]:
     """The blob's tables and the C source of each generated kernel, by name (``""``: the table
     ops the generated loops call, defined once before them)."""
@@ -210,11 +215,13 @@ def _tables(plan: Plan, input_names, output_names) -> tuple[Blob, dict[str, str]
         refs, ints, floats, name = ins.buffers, ins.ints, ins.floats, ins.kernel
         if ins.kernel in kernels.GENERATED:  # a loop of its own, needing no parameters
             name, refs, ints, floats = f"fused_{i}", ins.inputs + ins.outputs, (), ()
-            attrs = fused_c.program(ins, plan.slots[ins.outputs[0]].type)
+            attrs = fused_c.program(ins, _types(plan, ins))
             shapes = [plan.slots[s].type.shape for s in ins.inputs]
-            generated[name] = fused_c.render(name, attrs, shapes, attrs["dtype"])[0]
-            ew_ops.setdefault(np.dtype(attrs["dtype"]), set()).update(
-                fused_c.table_ops(attrs["code"]))
+            dtype = np.dtype(attrs["dtype"])
+            generated[name] = fused_c.render(name, attrs, shapes, dtype)[0]
+            # one set of functions per C type (bool's are uint8's)
+            ew_ops.setdefault(fused_c.C_TYPES[dtype], (dtype, set()))[1].update(
+                fused_c.table_ops(attrs["code"], dtype))
         if name not in index:
             index[name] = len(blob.kernels)
             blob.kernels.append(name)
@@ -223,7 +230,8 @@ def _tables(plan: Plan, input_names, output_names) -> tuple[Blob, dict[str, str]
     if generated:
         generated[""] = "\n".join(
             [f'#include "{fused_c.SHARED_HEADER}"', ""]
-            + [line for dtype, ops in ew_ops.items() for line in fused_c.ew_functions(ops, dtype)]
+            + [line for dtype, ops in ew_ops.values()
+               for line in fused_c.ew_functions(ops, dtype)]
             + [""])
     return blob, generated
 

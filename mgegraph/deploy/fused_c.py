@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernel_abi.status import CODES
 from ..ops import elementwise_table as TABLE
 from ..ops.fused_program import (
     BINARY,
@@ -25,15 +26,20 @@ from ..ops.fused_program import (
     constants,
     steps,
 )
+from .blob import DTYPES
 
-# dtype -> (C type, the suffix of scalar.h's functions of that type)
-C_TYPES = {np.dtype(np.float32): ("float", "f32"), np.dtype(np.float64): ("double", "f64")}
+# dtype -> (C type, the suffix of scalar.h's functions of that type): the floats every step
+# takes, then the integers and bool the unfused table ops, comparisons and casts run on (bool is
+# uint8_t, as the Python kernels hold it)
+C_TYPES = {np.dtype(np.float32): ("float", "f32"), np.dtype(np.float64): ("double", "f64"),
+           np.dtype(np.int32): ("int32_t", "i32"), np.dtype(np.int64): ("int64_t", "i64"),
+           np.dtype(np.uint8): ("uint8_t", "u8"), np.dtype(np.int8): ("int8_t", "i8"),
+           np.dtype(np.int16): ("int16_t", "i16"), np.dtype(np.bool_): ("uint8_t", "u8")}
+FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 # the C types of the integers a load or store step names (its storage code)
 STORAGE_C_TYPES = {np.dtype(np.int8): "int8_t", np.dtype(np.uint8): "uint8_t"}
-# the blob's dtype codes of a generated loop's buffers (deploy/blob.py)
-BLOB_CODES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.uint8): 4,
-              np.dtype(np.int8): 5}
 SHARED_HEADER = "scalar.h"  # _kernels' header every generated loop includes
+NEGATIVE_POWER = CODES["NEGATIVE_POWER"]  # an integer to a negative power, as NumPy refuses
 
 
 def unsupported(attrs: dict, dtype) -> list[str]:
@@ -48,17 +54,21 @@ def unsupported(attrs: dict, dtype) -> list[str]:
     return sorted(set(missing))
 
 
-def program(ins, out_type) -> dict:
+def program(ins, types) -> dict:
     """The fused program (attrs as a fused_elementwise node has them: code, constants, shape,
-    dtype) that instruction ``ins`` runs: its own for a fused group; one step for an unfused
-    table op (kernels unary and binary, ``out_type`` its output's type), a unary op's parameters
-    its constants 0 and 1, so that it is generated as a loop too and computes what the op's
-    scalar function computes."""
+    dtype) that instruction ``ins`` runs, ``types`` its inputs' and outputs' types: its own for a
+    fused group; one step for an unfused table op (kernels unary, binary and compare), a unary
+    op's parameters its constants 0 and 1, so that it is generated as a loop too and computes
+    what the op's scalar function computes; a load and a converting store for a cast. A
+    comparison and a cast compute in their input's dtype and store ``out_dtype``."""
     if ins.kernel.startswith("fused_"):
         return dict(ins.attrs)
     n = len(ins.inputs)
-    if n == 1:
-        code = (("load", 0, 0), (ins.op, 1, 0, 0, 1), ("store", 0, 1))
+    if ins.kernel.startswith("cast_"):
+        code = (("load", 0, 0), ("store", 0, 0))
+    elif n == 1:  # (a state update, assign, is a copy into its param: the lowering's op code)
+        op = TABLE.OPS[ins.ints[0]].name if ins.op == "assign" else ins.op
+        code = (("load", 0, 0), (op, 1, 0, 0, 1), ("store", 0, 1))
     else:
         code = (("load", 0, 0), ("load", 1, 1), (ins.op, 2, 0, 1), ("store", 0, 2))
     # the loop's shape and each input's element strides as the lowering laid them out
@@ -67,11 +77,18 @@ def program(ins, out_type) -> dict:
     shape = tuple(ins.ints[2:2 + ndim])
     strides = [tuple(ins.ints[2 + ndim * (1 + i):2 + ndim * (2 + i)]) for i in range(n)]
     return {"code": code, "constants": tuple(ins.floats), "shape": shape, "strides": strides,
-            "dtype": np.dtype(out_type.dtype), "n_outputs": 1}
+            "dtype": np.dtype(types[0].dtype), "out_dtype": np.dtype(types[-1].dtype),
+            "n_outputs": 1}
 
 
 # -- the table's ops as C functions ----------------------------------------------------------
-def table_ops(code) -> set[str]:
+def _expr_of(op, dtype) -> str:
+    """The op's C expression for ``dtype``: its integer one where it has one (NumPy's
+    wrapping and division, scalar.h's ``m_*_int``), as ew_codegen.py renders it."""
+    return op.int_expr if op.int_expr and np.dtype(dtype) not in FLOATS else op.expr
+
+
+def table_ops(code, dtype) -> set[str]:
     """The table ops a program's steps call, with every table op their expressions call."""
     todo = [op for op, *_ in steps(code) if op in TABLE.BY_NAME]
     found: set[str] = set()
@@ -79,7 +96,8 @@ def table_ops(code) -> set[str]:
         name = todo.pop()
         if name not in found:
             found.add(name)
-            todo += [n for n in TABLE.calls(TABLE.BY_NAME[name].expr) if n in TABLE.BY_NAME]
+            todo += [n for n in TABLE.calls(_expr_of(TABLE.BY_NAME[name], dtype))
+                     if n in TABLE.BY_NAME]
     return found
 
 
@@ -91,7 +109,7 @@ def _expression(expr: str, ctype: str, suffix: str) -> str:
 
 def ew_functions(ops, dtype) -> list[str]:
     """``static inline`` C functions ``ew_<op>_<suffix>`` of the table ops named, in table order
-    (a callee before its callers), for one float dtype."""
+    (a callee before its callers), for one dtype."""
     ctype, suffix = C_TYPES[np.dtype(dtype)]
     lines = []
     for op in TABLE.OPS:
@@ -101,7 +119,7 @@ def ew_functions(ops, dtype) -> list[str]:
         result = "int" if op.kind == "compare" else ctype
         params = ", ".join(f"{ctype} {a}" for a in args)
         lines.append(f"static inline {result} ew_{op.name}_{suffix}({params}) "
-                     f"{{ return {_expression(op.expr, ctype, suffix)}; }}")
+                     f"{{ return {_expression(_expr_of(op, dtype), ctype, suffix)}; }}")
     return lines
 
 
@@ -150,11 +168,27 @@ def _quantize(op, dst, a, b, c, consts, ctype) -> list[str]:
             f"q{dst} > {info.max}.0 ? {info.max}.0 : q{dst});"]
 
 
-def _body(code, consts, ctype, suffix) -> list[str]:
+def _converted(value: str, src, dst) -> str:
+    """``value`` of dtype ``src`` as ``dst``, as the cast kernel's ``put`` converts it: bool is
+    ``!= 0``; a float to an integer through scalar.h's ``float_to_i32``/``_i64`` (NumPy's on x86:
+    INT_MIN for NaN, inf and out of range; a small integer the low bits of the int32); else C's
+    conversion (wrapping to a narrower integer, as GCC and Clang define it)."""
+    ctype = C_TYPES[dst][0]
+    if dst == np.dtype(np.bool_):
+        return f"(uint8_t)({value} != 0)"
+    if src in FLOATS and dst.kind in "iu":
+        return f"({ctype})float_to_{'i64' if dst.itemsize == 8 else 'i32'}({value})"
+    return f"({ctype}){value}"
+
+
+def _body(code, consts, dtype, out_dtype) -> list[str]:
+    ctype, suffix = C_TYPES[dtype]
     lines = []
     for op, dst, a, b, c in steps(code):
         if op == "load":
             lines.append(f"T v{dst} = (T)in{a}[o{a}];")
+        elif op == "store" and out_dtype != dtype:  # a comparison's bool, a cast's dtype
+            lines.append(f"out{dst}[e] = {_converted(f'v{a}', dtype, out_dtype)};")
         elif op == "store":
             cast = f"({STORAGE_C_TYPES[STORAGE[b]]})" if b else ""
             lines.append(f"out{dst}[e] = {cast}v{a};")
@@ -164,6 +198,8 @@ def _body(code, consts, ctype, suffix) -> list[str]:
         elif op in QUANTIZE:
             lines += _quantize(op, dst, a, b, c, consts, ctype)
         else:
+            if op == "pow" and dtype not in FLOATS:  # as the binary kernel refuses, NumPy raises
+                lines.append(f"if (v{b} < 0) return {NEGATIVE_POWER};")
             lines.append(f"T v{dst} = {_step(op, a, b, c, consts, ctype, suffix)};")
     return lines
 
@@ -172,16 +208,20 @@ def render(name: str, attrs: dict, input_shapes, dtype) -> tuple[str, list[int]]
     """The C source of kernel ``name`` (``mgr_<name>`` and its check) for the fused program of
     ``attrs`` over inputs of ``input_shapes``, and the bytes of each buffer it reads and writes
     (inputs, then outputs), which its check requires. It calls ``ew_functions`` of
-    ``table_ops(attrs["code"])``, which the including file defines once for all its loops."""
+    ``table_ops(attrs["code"], dtype)``, which the including file defines once for all its
+    loops."""
     dtype = np.dtype(dtype)
-    ctype, suffix = C_TYPES[dtype]
+    ctype = C_TYPES[dtype][0]
     out_shape = tuple(attrs["shape"]) or (1,)
     n_in = len(input_shapes)
     strides = attrs.get("strides") or [_strides(s, out_shape) for s in input_shapes]
     ndim = len(out_shape)
     in_dtypes, out_dtypes = Program(list(input_shapes), out_shape, dtype,
                                     list(attrs["code"])).buffer_dtypes()
-    c_type = lambda dt: STORAGE_C_TYPES.get(dt, "T")  # noqa: E731
+    out_dtype = np.dtype(attrs.get("out_dtype", dtype))
+    if out_dtype != dtype:
+        out_dtypes = [out_dtype]
+    c_type = lambda dt: "T" if dt == dtype else C_TYPES[dt][0]  # noqa: E731
     lines = [f"static int mgr_{name}(const mgr_call* call) {{", f"    typedef {ctype} T;"]
     lines += [f"    const {c_type(dt)}* in{i} = (const {c_type(dt)}*)call->bufs[{i}];"
               for i, dt in enumerate(in_dtypes)]
@@ -196,7 +236,7 @@ def render(name: str, attrs: dict, input_shapes, dtype) -> tuple[str, list[int]]
             base = f"p{i}_{d - 1} + " if d else ""
             lines.append(f"{indent}int64_t p{i}_{d} = {base}i{d} * {strides[i][d]};")
     lines += [f"{indent}int64_t o{i} = p{i}_{ndim - 1};" for i in range(n_in)]
-    body = _body(attrs["code"], attrs.get("constants", ()), ctype, suffix)
+    body = _body(attrs["code"], attrs.get("constants", ()), dtype, out_dtype)
     lines += [indent + line for line in body]
     lines.append(f"{indent}e++;")
     for _ in range(ndim):
@@ -213,7 +253,7 @@ def render(name: str, attrs: dict, input_shapes, dtype) -> tuple[str, list[int]]
 def _check(name: str, nbytes: list[int], dtypes) -> str:
     """The C check of a generated kernel: exactly the buffers it was generated for."""
     sizes = ", ".join(map(str, nbytes))
-    codes = ", ".join(str(BLOB_CODES[np.dtype(d)]) for d in dtypes)
+    codes = ", ".join(str(DTYPES[np.dtype(d)]) for d in dtypes)
     return "\n".join([
         f"static const char* mgr_{name}_check(const mgr_check_args* x) {{",
         f"    static const int64_t bytes[] = {{{sizes}}}, dtypes[] = {{{codes}}};",

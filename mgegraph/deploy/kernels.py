@@ -18,6 +18,8 @@ MODEL_RUN = "model_run.c"
 GEMM_TILES = ("conv_tile.h", "cpu_isa.h", "activation.h")
 # the int8 GEMM's headers: the patches and depthwise kernel, the GEMM's tiles, their AMX form
 INT8_GEMM = ("qconv.h", "qgemm.h", "qgemm_amx.h")
+# the plan's kernel suffixes of the blob's dtypes
+DTYPE_SUFFIXES = ("f32", "f64", "i32", "i64", "u8", "i8", "i16", "bool")
 # kernel name -> (its C file, the headers it includes: csrc/kernels' own, then _kernels')
 LIBRARY = {
     "matmul_f32": ("matmul_f32.c", ("gemm_fma.h",), GEMM_TILES),
@@ -26,8 +28,6 @@ LIBRARY = {
     "conv2d_f32": ("conv2d_f32.c", (), ("activation.h",)),
     "conv2d_backward_data_f32": ("conv2d_f32.c", (), ("activation.h",)),
     "pool2d_f32": ("pool2d_f32.c", (), ()),
-    "strided_f32": ("movement_f32.c", (), ()),
-    "concat_f32": ("movement_f32.c", (), ()),
     "reduce_f32": ("reduce_f32.c", (), ()),
     "max_pool2d_backward_f32": ("pool2d_f32.c", (), ()),
     "avg_pool2d_backward_f32": ("pool2d_f32.c", (), ()),
@@ -40,6 +40,15 @@ LIBRARY = {
     "quantized_add_u8": ("qadd_i8.c", (), ()),
     **{f"{name}_{dt}": ("qconv_i8.c", (), INT8_GEMM) for dt in ("i8", "u8") for name in (
         "quantized_conv2d", "quantized_conv2d_packed", "quantized_pack_weight")},
+    # the copies of every dtype (movement.c: one loop per element size), scatter_add's floats
+    **{f"{name}_{dt}": ("movement.c", (), ()) for dt in DTYPE_SUFFIXES
+       for name in ("strided", "concat", "pad", "slice_backward", "gather")},
+    "scatter_add_f32": ("movement.c", (), ()),
+    "scatter_add_f64": ("movement.c", (), ()),
+    # sort, topk and the scans on sorting.h, the rows and lines sorting.pyx runs
+    **{f"{name}_{dt}": ("sorting.c", (), ("sorting.h", "scalar.h"))
+       for dt in ("f32", "f64", "i32", "i64")
+       for name in ("sort", "topk", "cumsum", "cumprod", "cumprod_backward")},
 }
 
 # the sources built with FP contraction (the Makefile's -ffp-contract=off elsewhere): those on
@@ -48,8 +57,10 @@ CONTRACTED = ("kernels/matmul_f32.c", "kernels/linear_f32.c")
 
 # (a group loading quantized integers is named by its first input's dtype: fused_u8, fused_i8)
 FUSED_KERNELS = ("fused_f32", "fused_f64", "fused_u8", "fused_i8")
-# the unfused table ops' kernels: each instruction generated as a one-step fused loop
-ELEMENTWISE_KERNELS = ("unary_f32", "unary_f64", "binary_f32", "binary_f64")
+# the unfused table ops', comparisons' and casts' kernels, named by their input's dtype: each
+# instruction generated as a one-step loop (fused_c.program)
+ELEMENTWISE_KERNELS = tuple(f"{family}_{dtype}" for family in ("unary", "binary", "compare", "cast")
+                            for dtype in DTYPE_SUFFIXES)
 GENERATED = FUSED_KERNELS + ELEMENTWISE_KERNELS
 
 

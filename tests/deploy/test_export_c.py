@@ -16,6 +16,7 @@ from mgegraph.cli import main as cli_main
 from mgegraph.deploy import ExportError, export_c
 from mgegraph.deploy import blob as B
 from mgegraph.deploy.kernels import CSRC
+from mgegraph.ops.builder import apply
 
 from .cbuild import assert_refused, cc, fuzz_blob, make, model_run, sanitizer_env
 
@@ -218,11 +219,30 @@ def test_a_symbolic_plan_needs_its_bindings():
 def test_ops_the_c_runtime_lacks_are_named(tmp_path):
     g = mg.Graph()
     x = g.input("x", shape=(2, 3, 8, 8), dtype="float32")
-    y = F.argmax(F.sort(F.relu(x))[0], axis=1)
-    with pytest.raises(ExportError, match=r"reduce_f32 argmax and argmin .*\(op argmax\); "
-                                          r"sort_f32 \(op sort\)"):
+    w = g.input("w", shape=(3,), dtype="float32")
+    y = F.argmax(apply("group_norm", (F.relu(x), w, w), groups=3), axis=1)
+    with pytest.raises(ExportError, match=r"group_norm_f32 \(op group_norm\); reduce_f32 argmax "
+                                          r"and argmin .*\(op argmax\)"):
         export_c(mg.compile([y]), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_state_update_persists_across_runs_as_in_python(tmp_path):
+    # the model-file test's state update: assign copies into its param after every run, so the
+    # weights the blob loaded change from run to run in the C runtime as in the plan
+    cc()
+    g = mg.Graph()
+    w = g.param("w", np.arange(4, dtype=np.float32))
+    g.assign(w, w + g.input("x", (4,)))
+    plan = mg.compile([w * 2.0])
+    exported = export_c(plan, tmp_path / "out")
+    make(exported.directory)
+    x = np.array([0.5, -1.0, 3.0, 1e-3], np.float32)
+    for _ in range(3):
+        (want,) = plan.run({"x": x})
+    done, (got,) = model_run(exported.directory, {"x": x}, ["x"], options=["--runs", "3"])
+    assert done.returncode == 0, done.stderr
+    assert got.tobytes() == want.tobytes() and want[1] == 2.0 * (1.0 - 2.0)
 
 
 def test_a_wrong_input_file_is_refused_by_model_run(tmp_path):

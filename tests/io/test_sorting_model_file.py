@@ -15,7 +15,8 @@ def test_every_sorting_op_has_a_version():
         assert OP_VERSIONS[op] == 1
 
 
-def test_sorting_and_scans_round_trip_bitwise(tmp_path):
+def sorting_plan():
+    """Sorts, scans and the gradient of them all (tests/deploy runs it in C too)."""
     g = mg.Graph()
     x = g.input("x", (3, 11))
     values, indices = F.sort(x, descending=True)
@@ -24,7 +25,11 @@ def test_sorting_and_scans_round_trip_bitwise(tmp_path):
     prod = F.cumprod(x, 0)
     loss = F.sum(values * top[:, :1]) + F.sum(scan * scan) + F.sum(prod)
     (dx,) = mg.grad(loss, [x])
-    plan = mg.compile([values, indices, top, where, F.argsort(x), scan, prod, dx])
+    return mg.compile([values, indices, top, where, F.argsort(x), scan, prod, dx])
+
+
+def test_sorting_and_scans_round_trip_bitwise(tmp_path):
+    plan = sorting_plan()
     assert {"sort", "topk", "cumsum", "cumprod", "cumprod_backward"} <= {
         node.op.name for node in plan.source.graph.nodes}
     mg.save(plan, tmp_path / "m.mgm")

@@ -74,9 +74,9 @@ static int fail(int status, const char* fmt, ...) {
     return status;
 }
 
-static const size_t DTYPE_SIZE[MGR_N_DTYPES] = {4, 8, 4, 8, 1, 1, 1};
+static const size_t DTYPE_SIZE[MGR_N_DTYPES] = {4, 8, 4, 8, 1, 1, 1, 2};
 static const char* const DTYPE_NAME[MGR_N_DTYPES] = {"float32", "float64", "int32", "int64",
-                                                     "uint8", "int8", "bool"};
+                                                     "uint8", "int8", "bool", "int16"};
 
 size_t mgr_dtype_size(int dtype) {
     return dtype >= 0 && dtype < MGR_N_DTYPES ? DTYPE_SIZE[dtype] : 0;

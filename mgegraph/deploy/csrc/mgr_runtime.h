@@ -22,7 +22,7 @@ enum mgr_status {
 
 enum mgr_dtype {
     MGR_FLOAT32 = 0, MGR_FLOAT64 = 1, MGR_INT32 = 2, MGR_INT64 = 3, MGR_UINT8 = 4, MGR_INT8 = 5,
-    MGR_BOOL = 6, MGR_N_DTYPES = 7
+    MGR_BOOL = 6, MGR_INT16 = 7, MGR_N_DTYPES = 8
 };
 
 #define MGR_MAX_NDIM 8

@@ -21,7 +21,7 @@ static int die(const char* what, const char* detail) {
 }
 
 static const char* descr_of(int dtype) {
-    static const char* const D[] = {"<f4", "<f8", "<i4", "<i8", "|u1", "|i1", "|b1"};
+    static const char* const D[] = {"<f4", "<f8", "<i4", "<i8", "|u1", "|i1", "|b1", "<i2"};
     return dtype >= 0 && dtype < MGR_N_DTYPES ? D[dtype] : "?";
 }
 
