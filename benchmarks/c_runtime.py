@@ -25,10 +25,21 @@ to ONNX Runtime:
 The Python rows run with ``OMP_NUM_THREADS`` and ``MGEGRAPH_BENCH_THREADS`` at T, the C runtime
 with ``--threads T``. Every timed call comes after 3 warm-up calls (the C runtime's: see above).
 The C runtime's outputs are checked against the Python executor's once, before timing.
+
+``--in-process`` times instead, in this one process, the export built as a shared library (its
+C API through ctypes) and the Python executor alone, interleaved call by call (A, B, A, B, ...),
+and prints the medians' ratio: on a loaded machine, where fresh processes see different loads,
+the ratio is what holds (OpenMP's idle threads made to sleep, ``OMP_WAIT_POLICY=PASSIVE``, so
+the executor's pool does not spin beside the C runtime's). ``--baseline ROOT`` adds the export
+made by the mgegraph at ROOT (say, a checkout of main: its C kernels before a change) to the
+same interleaving.
+
+    python benchmarks/c_runtime.py --in-process --baseline /work/main --threads 1 resnet-infer
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import re
@@ -172,6 +183,79 @@ def child(row: str, workload: str, folder: Path, threads: int, runs: int) -> flo
     return json.loads(done.stdout.strip().splitlines()[-1])["seconds"]
 
 
+def shared_library(directory: Path) -> Path:
+    """The export in ``directory`` built as a shared library (-O3), as its Makefile builds it."""
+    sys.path.insert(0, str(HERE.parent))
+    from mgegraph.deploy.kernels import CONTRACTED  # lazy: as _inputs
+    sources = ["mgr_runtime.c", "mgr_threads.c", "model_kernels.c",
+               *sorted(str(p.relative_to(directory)) for p in directory.glob("kernels/*.c"))]
+    objects = []
+    for source in sources:
+        objects.append(source.replace("/", "_")[:-2] + ".pic.o")
+        contract = "-ffp-contract=fast" if source in CONTRACTED else "-ffp-contract=off"
+        subprocess.run(["cc", "-O3", "-std=gnu11", contract, "-fno-math-errno", "-pthread",
+                        "-fPIC", "-I", ".", "-I", "kernels", "-c", source, "-o", objects[-1]],
+                       cwd=directory, check=True, capture_output=True, timeout=600)
+    subprocess.run(["cc", "-shared", "-o", "libmgr_model.so", *objects, "-lm", "-pthread"],
+                   cwd=directory, check=True, capture_output=True, timeout=600)
+    return directory / "libmgr_model.so"
+
+
+def c_call(library: Path, directory: Path, x, threads: int):
+    """A call of ``mgr_run`` on the export's model loaded through ``library``, x set once."""
+    lib = ctypes.CDLL(str(library))  # RTLD_LOCAL: two builds' mgr_* symbols stay apart
+    lib.mgr_load_file.restype = ctypes.c_void_p
+    lib.mgr_load_file.argtypes = [ctypes.c_char_p]
+    lib.mgr_last_error.restype = ctypes.c_char_p
+    for name, args in (("mgr_set_input", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
+                                          ctypes.c_size_t]),
+                       ("mgr_set_threads", [ctypes.c_void_p, ctypes.c_int]),
+                       ("mgr_run", [ctypes.c_void_p])):
+        getattr(lib, name).argtypes = args
+    model = lib.mgr_load_file(str(directory / "model.mgr").encode())
+    if not model:
+        raise RuntimeError(lib.mgr_last_error().decode())
+    if lib.mgr_set_input(model, 0, x.ctypes.data, x.nbytes) or \
+            lib.mgr_set_threads(model, threads):
+        raise RuntimeError(lib.mgr_last_error().decode())
+
+    def run():
+        if lib.mgr_run(model):
+            raise RuntimeError(lib.mgr_last_error().decode())
+    run.keep = (lib, x)  # the library and the input the model reads stay alive with the call
+    return run
+
+
+def in_process(workload: str, folder: Path, threads: int, runs: int, baseline) -> str:
+    """The C runtime (and the baseline's) against the executor alone, interleaved in this
+    process: a line of medians and ratios."""
+    import numpy as np  # lazy: as _inputs
+    x = np.load(folder / "x.npy")
+    calls = {"c runtime": c_call(shared_library(folder / "c"), folder / "c", x, threads)}
+    if baseline:
+        env = {**os.environ, "PYTHONPATH": str(baseline)}
+        subprocess.run([sys.executable, "-c", "from mgegraph.deploy import export_c; "
+                        "export_c('model.mgm', 'base')"], cwd=folder, env=env, check=True,
+                       capture_output=True, timeout=600)
+        calls["baseline c runtime"] = c_call(shared_library(folder / "base"), folder / "base", x,
+                                             threads)
+    calls[EXECUTOR] = python_call(EXECUTOR, workload, folder)
+    times: dict = {name: [] for name in calls}
+    for _ in range(3):
+        for call in calls.values():
+            call()
+    for _ in range(runs):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    cells = [f"{name} {m * 1e3:.3f} ms ({m / medians[EXECUTOR]:.2f}x exec)"
+             for name, m in medians.items()]
+    return f"{workload:20} {threads} threads, in one process, {runs} interleaved: " + \
+        "; ".join(cells)
+
+
 def table(results: dict, skipped: dict, chosen, threads) -> list[str]:
     """Each row's median of round medians, and its ratio to the executor alone and to ONNX
     Runtime."""
@@ -201,11 +285,25 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=40, help="timed calls per process")
+    parser.add_argument("--in-process", action="store_true",
+                        help="the C runtime and the executor interleaved in this process")
+    parser.add_argument("--baseline", type=Path, help="--in-process: also the export made by "
+                        "the mgegraph at this root")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         row, workload, folder, runs = args.child
         print(json.dumps({"seconds": measure(row, workload, Path(folder), int(runs))}))
+        return 0
+    if args.in_process and (len(args.threads) > 1 or
+                            os.environ.get("OMP_NUM_THREADS") != str(args.threads[0])):
+        for t in args.threads:  # a process per thread count, its libraries started with it;
+            # OpenMP's idle threads sleep, or they spin beside the C runtime's pool
+            env = {**os.environ, "OMP_NUM_THREADS": str(t), "MGEGRAPH_BENCH_THREADS": str(t),
+                   "OMP_WAIT_POLICY": "PASSIVE"}
+            subprocess.run([sys.executable, __file__, *(argv if argv is not None else
+                                                        sys.argv[1:]), "--threads", str(t)],
+                           env=env, check=True)  # (the last --threads given is the one taken)
         return 0
     chosen = [w for w in WORKLOADS if not args.workloads
               or any(w.startswith(p) for p in args.workloads)]
@@ -217,6 +315,11 @@ def main(argv=None) -> int:
         for workload, folder in folders.items():
             folder.mkdir()
             built[workload] = prepare(workload, folder)
+        if args.in_process:
+            for workload in chosen:
+                print(in_process(workload, folders[workload], args.threads[0], args.runs,
+                                 args.baseline), flush=True)
+            return 0
         for _ in range(args.rounds):
             for workload in chosen:
                 for t in args.threads:

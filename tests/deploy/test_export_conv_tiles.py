@@ -14,7 +14,7 @@ import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph.deploy import export_c
 
-from .cbuild import cc, make, model_run, sanitizer_env
+from .cbuild import cc, fuzz_blob, make, model_run, sanitizer_env
 
 
 def _bits(a):
@@ -190,6 +190,25 @@ def test_the_tiles_run_clean_under_the_sanitizers(tmp_path, case):
         (got,) = run_c(tmp_path / str(threads), plan, feeds, threads,
                        cflags="-O1 -g -fsanitize=address,undefined", env=sanitizer_env())
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+def test_mutated_blobs_of_tiled_convolutions_never_crash(tmp_path):
+    # the tiles trust the geometry the loader checked, and check the rest themselves (every
+    # window inside the padded planes, sizes without overflow): mutated blocks of a packed, a
+    # padded gather and a Winograd convolution run under the sanitizers, or are refused
+    cc()
+    rng = np.random.default_rng(8)
+    g = mg.Graph()
+    x = g.input("x", shape=(1, 32, 5, 5), dtype="float32")
+    packed = F.conv2d(x, g.param("wp", rng.standard_normal((32, 32, 3, 3), dtype=np.float32)),
+                      stride=2, padding=1)
+    wino = F.conv2d(x, g.param("ww", rng.standard_normal((32, 32, 3, 3), dtype=np.float32)),
+                    padding=1)
+    gather = F.conv2d(x[:, :3], g.input("w", shape=(8, 3, 3, 3), dtype="float32"), stride=2,
+                      padding=2, dilation=2)
+    plan = mg.compile([packed, wino, gather])
+    exported = export_c(plan, tmp_path / "out")
+    fuzz_blob(exported.directory, seeds=[3], count=600)
 
 
 def test_the_packed_convolution_builds_for_aarch64_and_agrees_with_x86(tmp_path):
