@@ -5,6 +5,7 @@ weights, the gather path), within float32 rounding where it runs Winograd or the
 tiles do not run. And a single row's GEMM on gemv_row.h's loops, bitwise."""
 from __future__ import annotations
 
+import dataclasses
 import shutil
 
 import numpy as np
@@ -241,5 +242,33 @@ def test_a_single_row_is_bitwise_the_python_executors_gemv(tmp_path, threads):
     h = F.relu(x @ w1 + g.param("b1", rng.standard_normal(600, dtype=np.float32)))
     plan = mg.compile([F.matmul(h, w2, transpose_b=True)])
     feeds = {"x": rng.standard_normal((1, 781), dtype=np.float32)}
+    (want,), (got,) = plan.run(feeds), run_c(tmp_path, plan, feeds, threads)
+    assert np.array_equal(_bits(got), _bits(want))
+
+
+def _on_baseline_tiles(plan):
+    """The plan with its convolutions' isa field 0: the baseline tiles (a multiply and an add on
+    x86-64), in the Python executor and the C runtime alike."""
+    from mgegraph.kernel_abi.conv import FIELDS  # lazy: the block's layout, for this test
+
+    def baseline(ins):
+        if ins.kernel != "conv2d_f32":
+            return ins
+        ints = list(ins.ints)
+        ints[FIELDS.index("isa")] = 0
+        return dataclasses.replace(ins, ints=tuple(ints))
+    return dataclasses.replace(plan, instructions=tuple(map(baseline, plan.instructions)))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_baseline_tiles_are_bitwise_the_python_executors(tmp_path, threads):
+    # the portable tile (4 x 8, SSE on x86-64) in both executors: the gather path on weights
+    # packed per call, padded and strided, bitwise
+    cc()
+    x_shape, w_shape, attrs = GATHER["5x5/2 dilated"]
+    plan, feeds = conv_plan(x_shape, w_shape, True, np.random.default_rng(9), **attrs)
+    if not paths(plan) or not all(p.startswith("gather") for p in paths(plan)):
+        pytest.skip(f"the rules chose {paths(plan)} here, not the gather tiles")
+    plan = _on_baseline_tiles(plan)
     (want,), (got,) = plan.run(feeds), run_c(tmp_path, plan, feeds, threads)
     assert np.array_equal(_bits(got), _bits(want))
