@@ -14,8 +14,12 @@ SHARED = Path(__file__).parent.parent / "_kernels"  # headers the .pyx kernels i
 RUNTIME = ("mgr_runtime.h", "mgr_runtime.c", "mgr_threads.c", "mgr_kernel.h")
 MODEL_RUN = "model_run.c"
 
-# the package's headers the GEMM (gemm_fma.h) runs on: its gather tiles and what they include
-GEMM_TILES = ("conv_tile.h", "cpu_isa.h", "activation.h")
+# the package's gather tiles and what they include (the convolution runs them), and the GEMM's
+# (gemm_fma.h): the tiles and the single row's loops
+TILES = ("conv_tile.h", "cpu_isa.h", "activation.h")
+GEMM_TILES = (*TILES, "gemv_row.h")
+# the convolution's drivers of those tiles, direct and Winograd (conv2d_f32.c includes them)
+CONV_TILES = ("conv_gather_c.h", "conv_wino_c.h")
 # the int8 GEMM's headers: the patches and depthwise kernel, the GEMM's tiles, their AMX form
 INT8_GEMM = ("qconv.h", "qgemm.h", "qgemm_amx.h")
 # the plan's kernel suffixes of the blob's dtypes
@@ -25,8 +29,8 @@ LIBRARY = {
     "matmul_f32": ("matmul_f32.c", ("gemm_fma.h",), GEMM_TILES),
     "linear_f32": ("linear_f32.c", ("gemm_fma.h",), GEMM_TILES),
     "softmax_f32": ("softmax_f32.c", (), ("softmax.h",)),
-    "conv2d_f32": ("conv2d_f32.c", (), ("activation.h",)),
-    "conv2d_backward_data_f32": ("conv2d_f32.c", (), ("activation.h",)),
+    "conv2d_f32": ("conv2d_f32.c", CONV_TILES, (*TILES, "wino_tile.h")),
+    "conv2d_backward_data_f32": ("conv2d_f32.c", CONV_TILES, (*TILES, "wino_tile.h")),
     "pool2d_f32": ("pool2d_f32.c", (), ()),
     "reduce_f32": ("reduce_f32.c", (), ()),
     "max_pool2d_backward_f32": ("pool2d_f32.c", (), ()),
@@ -52,8 +56,8 @@ LIBRARY = {
 }
 
 # the sources built with FP contraction (the Makefile's -ffp-contract=off elsewhere): those on
-# the GEMM tiles, whose sums are FMAs as the package's build contracts them
-CONTRACTED = ("kernels/matmul_f32.c", "kernels/linear_f32.c")
+# the GEMM and convolution tiles, whose sums are FMAs as the package's build contracts them
+CONTRACTED = ("kernels/matmul_f32.c", "kernels/linear_f32.c", "kernels/conv2d_f32.c")
 
 # (a group loading quantized integers is named by its first input's dtype: fused_u8, fused_i8)
 FUSED_KERNELS = ("fused_f32", "fused_f64", "fused_u8", "fused_i8")

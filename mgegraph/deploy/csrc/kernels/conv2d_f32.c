@@ -1,28 +1,31 @@
-/* conv2d_f32, grouped and depthwise too, with the arithmetic of the package's gather tiles on
- * packed weights (conv_tile.h, conv_blocked.pxi's packed path): each output is summed over its
- * group's input channels, then the taps (i-major), in order from zero, the zero padding's
- * products included, by fused multiply-adds where the block's isa has them (1 AVX2, 2 AVX-512)
- * and by a multiply and an add on the baseline tile (0); then act(sum + bias) as conv_out. So
- * on packed weights at stride 1 (or one tap) the bits are the Python executor's; its other ways
- * (Winograd, im2col through the BLAS, strided taps summed by phase, the depthwise planes) agree
- * within float32 rounding. The parameter block is kernel_abi/conv.py's FIELDS; bufs x, the
- * weights (packed, one group: blocks of `packed` output channels, w[block][c][tap][packed]; else
- * (cout, cin / groups, kh, kw)), [bias,] y[, workspace]. The block's `transposed` says how
- * im2col's GEMM lays out its product in Python (y or y^T, then a transpose): the same
- * convolution, which these loops compute either way.
+/* conv2d_f32, grouped and depthwise too. Where the plan chose Winograd, Winograd (conv_wino_c.h:
+ * within float32 rounding of the Python executor's, whose GEMMs go through the BLAS); else on
+ * the package's gather tiles where they run it
+ * (conv_gather_c.h: packed weights bitwise the Python executor's packed path; weights not
+ * packed within float32 rounding of its other ways, Winograd and the GEMMs through the BLAS);
+ * elsewhere (more than 64 taps, fewer than 8 output channels per group: depthwise, or an x86
+ * CPU without the FMA running an FMA plan) a plain loop with the tiles' order of sums: each
+ * output over its group's input channels, then the taps (i-major), from zero, the zero
+ * padding's products included, by fused multiply-adds where the block's isa has them (1 AVX2,
+ * 2 AVX-512) and by a multiply and an add on the baseline tile (0); then act(sum + bias) as
+ * conv_out. The parameter block is kernel_abi/conv.py's FIELDS; bufs x, the weights (packed,
+ * one group: blocks of `packed` output channels, w[block][c][tap][packed]; else (cout,
+ * cin / groups, kh, kw)), [bias,] y[, workspace] (unused: the tiles allocate their own). The
+ * block's `transposed` says how im2col's GEMM lays out its product in Python (y or y^T, then a
+ * transpose): the same convolution, which these loops compute either way.
  *
  * conv2d_backward_data_f32 (the transposed convolution, the data gradient): on the same block
  * (x the result dx), dx[n, c, iy, ix] = the sum over the group's output channels and the taps
  * reaching (iy, ix) of w * dy, accumulated in double in that order and rounded once: within
  * float32 rounding of the Python executor's ways (a GEMM and col2im, the tiles, Winograd).
- * Bufs w, dy, dx[, workspace]. */
+ * Bufs w, dy, dx[, workspace].
+ *
+ * Built with -ffp-contract=fast (kernels.CONTRACTED), as the package builds the tiles. */
 #include "../mgr_kernel.h"
-#include "activation.h"
+#include "conv_gather_c.h" /* the Conv block's field names, the tiles, activation.h */
+#include "conv_wino_c.h"
 
 #include <math.h>
-
-enum { BATCH, CIN, H, W, COUT, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, GROUPS, HAS_BIAS, PATH,
-       ACT, ISA, THREADS, TRANSPOSED, PACKED, FIELDS };
 
 #define MGR_CONV_BODY(STEP)                                                                   \
     const mgr_call* call = ctx;                                                               \
@@ -61,7 +64,7 @@ enum { BATCH, CIN, H, W, COUT, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, GROUPS, H
         }
 
 #define MGR_FMA_STEP(a, b, acc) fmaf(a, b, acc)
-#define MGR_MUL_ADD_STEP(a, b, acc) ((acc) + (a) * (b)) /* built with -ffp-contract=off */
+#define MGR_MUL_ADD_STEP(a, b, acc) ((acc) + (a) * (b)) /* an FMA only where the baseline tile's is */
 
 /* parts of [0, batch * cout): the planes of y each thread computes (mgr_parallel_for) */
 static void conv_fma(void* ctx, int64_t lo, int64_t hi) { MGR_CONV_BODY(MGR_FMA_STEP) }
@@ -72,6 +75,9 @@ __attribute__((target("avx2,fma"))) static void conv_fma_avx2(void* ctx, int64_t
 static void conv_mul_add(void* ctx, int64_t lo, int64_t hi) { MGR_CONV_BODY(MGR_MUL_ADD_STEP) }
 
 int mgr_conv2d_f32(const mgr_call* call) {
+    int status = mgr_conv2d_winograd(call);
+    if (status == MGR_KERNEL_UNSUPPORTED) status = mgr_conv2d_tiles(call);
+    if (status != MGR_KERNEL_UNSUPPORTED) return status;
     mgr_part_fn body = conv_fma;
     if (call->ints[ISA] == 0) body = conv_mul_add;
 #if defined(__GNUC__) && defined(__x86_64__)

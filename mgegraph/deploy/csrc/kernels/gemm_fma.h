@@ -20,6 +20,7 @@
 
 #include "../mgr_kernel.h"
 #include "conv_tile.h"
+#include "gemv_row.h"
 
 #define MGR_GEMM_CH_MAX 64 /* the widest tile's columns */
 
@@ -65,13 +66,39 @@ static void mgr_gemm_rows(void* ctx, int64_t lo, int64_t hi) {
     }
 }
 
+/* A single row times op(B): gemv_row.h's loops, the Python executor's for a float32 row (linalg.pyx),
+ * reading B where it lies, once, where the tiles would pack all of it first (mlp-infer at batch 1:
+ * 7 MiB of weights copied per call). Threads split the columns in blocks of MGR_GEMV_COLS: each
+ * column's sum runs in the same order whatever range holds it, so any split gives the bits of
+ * one call, and those of the Python executor's gemv. */
+#define MGR_GEMV_COLS 256
+
+typedef struct {
+    gemv_fn fn;
+    const float *a, *b;
+    float* c;
+    int64_t n, k, ldb;
+} mgr_gemv_call;
+
+static void mgr_gemv_cols(void* ctx, int64_t lo, int64_t hi) {
+    const mgr_gemv_call* g = (const mgr_gemv_call*)ctx;
+    int64_t j1 = hi * MGR_GEMV_COLS < g->n ? hi * MGR_GEMV_COLS : g->n;
+    g->fn(g->a, g->b, g->ldb, g->k, lo * MGR_GEMV_COLS, j1, 1.0f, 0, g->c);
+}
+
 /* MGR_KERNEL_OK, or MGR_KERNEL_OUT_OF_MEMORY where op(B)'s packed block (k x CH) is not had.
- * Each column block is packed once, then its row tiles are split among the threads. */
+ * Each column block is packed once, then its row tiles are split among the threads; a single
+ * row runs the GEMV instead. */
 static inline int mgr_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const float* a,
                            const float* b, float* c) {
     mgr_gemm_block g = {mgr_gemm_tile_of(), ta, m, n, k, 0, 0, a, NULL, c};
     int64_t ch = g.t.ch;
     if (m == 0 || n == 0) return MGR_KERNEL_OK;
+    if (m == 1) { /* op(A)'s one row is contiguous either way */
+        mgr_gemv_call v = {gemv_of(tb), a, b, c, n, k, tb ? k : n};
+        mgr_parallel_for((n + MGR_GEMV_COLS - 1) / MGR_GEMV_COLS, mgr_gemv_cols, &v);
+        return MGR_KERNEL_OK;
+    }
     float* blk = (float*)malloc((size_t)(k > 0 ? k : 1) * (size_t)ch * sizeof(float));
     if (!blk) return MGR_KERNEL_OUT_OF_MEMORY;
     g.blk = blk;
