@@ -16,7 +16,6 @@ import mgegraph.functional as F
 from mgegraph.deploy import ExportError, export_c
 from mgegraph.deploy.sizes import main as sizes_main
 from mgegraph.deploy.sizes import measure
-from mgegraph.ops.builder import apply
 from mgegraph.ops.fused import FUSABLE_OPS
 
 from .cbuild import (
