@@ -12,6 +12,7 @@
 #ifndef MG_GROUP_NORM_H
 #define MG_GROUP_NORM_H
 
+#include <math.h>
 #include <stddef.h>
 
 #include "activation.h"
@@ -92,6 +93,34 @@ typedef struct {
     void (*dx)(const float* x, const float* g, ptrdiff_t n, float centre, float p, float q,
                float r, float* dx);
 } GroupNormLoops;
+
+/* group norm's forward over the groups [lo, hi) of x (batch, channels, inner), each a contiguous
+ * run of (channels / groups) * inner values: a group's mean and 1 / sqrt(variance + eps) from
+ * its sums shifted by its first value (no cancellation where |mean| >> std; a variance below 0
+ * or NaN taken as 0), then y = act((x - mean) (rstd w) + b) per channel in float32. The float32
+ * body of both executors (norm.pyx's and the C runtime's group_norm_f32): the same bits. */
+static inline void gn_forward_f32(const GroupNormLoops* k, const float* x, const float* w,
+                                  const float* b, float* y, ptrdiff_t channels, ptrdiff_t inner,
+                                  ptrdiff_t groups, int act, double eps, ptrdiff_t lo,
+                                  ptrdiff_t hi) {
+    const ptrdiff_t per = channels / groups, n = per * inner;
+    if (n == 0) return;  /* empty groups: nothing to write */
+    for (ptrdiff_t unit = lo; unit < hi; ++unit) {
+        const float* px = x + unit * n;
+        float* py = y + unit * n;
+        const double shift = px[0];
+        double s[2], variance;
+        k->sums(px, n, shift, s);
+        variance = (s[1] - s[0] * (s[0] / n)) / n;
+        const double rstd = 1 / sqrt((variance > 0 ? variance : 0) + eps);
+        const float centre = (float)(shift + s[0] / n);
+        for (ptrdiff_t c = 0; c < per; ++c) {
+            const ptrdiff_t ch = (unit % groups) * per + c;
+            k->affine(px + c * inner, inner, centre, (float)(rstd * w[ch]), b[ch], act,
+                      py + c * inner);
+        }
+    }
+}
 
 /* the loops of the widest build this CPU runs */
 static inline GroupNormLoops group_norm_loops(void) {

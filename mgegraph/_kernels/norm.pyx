@@ -49,6 +49,9 @@ cdef extern from "group_norm.h":
         void (*dx)(const float* x, const float* g, Py_ssize_t n, float centre, float p, float q,
                    float r, float* dx) noexcept nogil
     GroupNormLoops group_norm_loops() noexcept nogil
+    void gn_forward_f32(const GroupNormLoops* k, const float* x, const float* w, const float* b,
+                        float* y, Py_ssize_t channels, Py_ssize_t inner, Py_ssize_t groups,
+                        int act, double eps, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil
 
 # float32's loops, vectorised for the widest instruction set this CPU runs (the same bits as
 # the loops below, which float64 takes)
@@ -119,19 +122,17 @@ cdef inline double group_variance(double s1, double s2, Py_ssize_t n) noexcept n
 
 cdef inline void group_stats(const floating* x, Py_ssize_t n, double eps, double* mean,
                              double* rstd) noexcept nogil:
-    # One pass over the group, shifted by its first value
+    # One pass over the group, shifted by its first value (float64's; gn_forward_f32 float32's)
     cdef double s[2]
     cdef double shift = x[0] if n else 0
-    if floating is float:
-        F32.sums(x, n, shift, s)
-    else:
-        shifted_sums(x, n, shift, &s[0], &s[1])
+    shifted_sums(x, n, shift, &s[0], &s[1])
     mean[0] = shift + s[0] / n
     rstd[0] = 1 / sqrt(group_variance(s[0], s[1], n) + eps)
 
 
 cdef inline int forward_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
                              floating* tag) noexcept nogil:
+    # float32: group_norm.h's body, which the C runtime runs too; float64: the same steps here
     cdef const GroupNorm* s = <const GroupNorm*>c.ints
     cdef Py_ssize_t per = s.channels // s.groups, M = s.inner, unit, k, ch, m
     cdef double mean, rstd
@@ -142,6 +143,10 @@ cdef inline int forward_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
     cdef floating* y = <floating*>c.bufs[3]
     cdef const floating* px
     cdef floating* py
+    if floating is float:
+        gn_forward_f32(&F32, x, w, b, y, s.channels, M, s.groups, <int>s.activation,
+                       c.floats[0], lo, hi)
+        return KERNEL_OK
     for unit in range(lo, hi):
         px, py = x + unit * per * M, y + unit * per * M
         group_stats(px, per * M, c.floats[0], &mean, &rstd)
@@ -150,11 +155,8 @@ cdef inline int forward_part(const Call* c, Py_ssize_t lo, Py_ssize_t hi,
             ch = (unit % s.groups) * per + k
             scale = <floating>(rstd * w[ch])
             shift = b[ch]
-            if floating is float:
-                F32.affine(px + k * M, M, centre, scale, shift, s.activation, py + k * M)
-            else:
-                for m in range(k * M, (k + 1) * M):
-                    py[m] = activate((px[m] - centre) * scale + shift, s.activation)
+            for m in range(k * M, (k + 1) * M):
+                py[m] = activate((px[m] - centre) * scale + shift, s.activation)
     return KERNEL_OK
 
 

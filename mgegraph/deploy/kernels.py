@@ -29,6 +29,7 @@ LIBRARY = {
     "matmul_f32": ("matmul_f32.c", ("gemm_fma.h",), GEMM_TILES),
     "linear_f32": ("linear_f32.c", ("gemm_fma.h",), GEMM_TILES),
     "softmax_f32": ("softmax_f32.c", (), ("softmax.h",)),
+    "group_norm_f32": ("group_norm_f32.c", (), ("group_norm.h", "activation.h", "cpu_isa.h")),
     "conv2d_f32": ("conv2d_f32.c", CONV_TILES, (*TILES, "wino_tile.h")),
     "conv2d_backward_data_f32": ("conv2d_f32.c", CONV_TILES, (*TILES, "wino_tile.h")),
     "pool2d_f32": ("pool2d_f32.c", (), ()),

@@ -16,7 +16,6 @@ import mgegraph.functional as F
 from mgegraph.deploy import ExportError, export_c
 from mgegraph.deploy.sizes import main as sizes_main
 from mgegraph.deploy.sizes import measure
-from mgegraph.ops.builder import apply
 from mgegraph.ops.fused import FUSABLE_OPS
 
 from .cbuild import (
@@ -439,24 +438,6 @@ def test_the_model_file_tests_float_models_match(tmp_path, make_plan):
     assert done.returncode == 0, done.stderr
     for w, c in zip(exported.plan.run(feeds), got):
         np.testing.assert_allclose(c, w, rtol=1e-5, atol=1e-5)
-
-
-def _group_norm_plan():
-    # the group norm model-file test's plan (built inside its test)
-    g = mg.Graph()
-    x, w = g.input("x", (2, 4, 3)), g.input("w", (4,))
-    return mg.compile([apply("group_norm", (x, w, w), groups=2, activation="relu")])
-
-
-@pytest.mark.parametrize("make_plan, lacking", [
-    (_group_norm_plan, r"group_norm_f32 \(op group_norm\)"),
-], ids=["group-norm"])
-def test_the_model_files_lacking_kernels_are_refused_by_name(tmp_path, make_plan, lacking):
-    # the plans of tests/io the C runtime does not run yet (the small integers:
-    # test_export_small_ints.py; sorting: test_export_sorting.py)
-    with pytest.raises(ExportError, match=lacking):
-        export_c(make_plan(), tmp_path / "out")
-    assert not (tmp_path / "out").exists()
 
 
 def _gradients_plan(pool, x_shape=(2, 3, 9, 8)):
