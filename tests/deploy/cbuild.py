@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mgegraph.deploy import export_c
+
 HERE = Path(__file__).parent
 SANITIZE = "-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined " \
            "-fno-omit-frame-pointer"
@@ -47,6 +49,16 @@ def model_run(directory: Path, feeds: dict, names, runner=(), env=None, options=
         outputs.append(np.load(directory / f"output{k}.npy"))
         k += 1
     return done, outputs
+
+
+def exported_run(tmp_path, plan, feeds, threads=1, compiler=None, cflags="-O2", runner=()):
+    """The exported plan's outputs through model_run."""
+    exported = export_c(plan, tmp_path / "out")
+    make(exported.directory, compiler, cflags)
+    done, got = model_run(exported.directory, feeds, exported.input_names, runner=runner,
+                          options=["--threads", str(threads)])
+    assert done.returncode == 0, done.stderr
+    return got
 
 
 def build_fuzzer(directory: Path) -> Path:

@@ -13,7 +13,16 @@ import mgegraph as mg
 from mgegraph.deploy import ExportError, export_c
 from mgegraph.ops.builder import apply
 
-from .cbuild import SANITIZE, assert_refused, blob_calls, cc, fuzz_blob, make, model_run, patched
+from .cbuild import (
+    SANITIZE,
+    assert_refused,
+    blob_calls,
+    cc,
+    exported_run,
+    fuzz_blob,
+    make,
+    patched,
+)
 
 
 def group_norm_plan(shape=(2, 4, 3), groups=2, activation="relu"):
@@ -34,15 +43,6 @@ def feeds_for(shape, seed=0):
             "b": rng.standard_normal(shape[1], dtype=np.float32)}
 
 
-def c_outputs(tmp_path, plan, feeds, threads=1, compiler=None, cflags="-O2", runner=()):
-    exported = export_c(plan, tmp_path / "out")
-    make(exported.directory, compiler, cflags)
-    done, got = model_run(exported.directory, feeds, exported.input_names, runner=runner,
-                          options=["--threads", str(threads)])
-    assert done.returncode == 0, done.stderr
-    return got
-
-
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("shape, groups, activation", [
     ((2, 4, 3), 2, "relu"),              # the model-file test's plan
@@ -57,7 +57,7 @@ def test_group_norm_is_bitwise_the_python_plan(tmp_path, shape, groups, activati
     feeds = feeds_for(shape)
     if feeds["x"].size:
         feeds["x"].reshape(-1)[5] = np.nan      # its group all NaN, the others untouched
-    (got,) = c_outputs(tmp_path, plan, feeds, threads)
+    (got,) = exported_run(tmp_path, plan, feeds, threads)
     (want,) = plan.run(feeds)
     assert got.tobytes() == want.tobytes()
 
@@ -70,7 +70,7 @@ def test_group_norm_builds_for_aarch64_and_agrees(tmp_path):
                     "gcc-aarch64-linux-gnu qemu-user)")
     plan = group_norm_plan((2, 12, 33), 4, "relu6")
     feeds = feeds_for((2, 12, 33), seed=3)
-    (got,) = c_outputs(tmp_path, plan, feeds, compiler=cross, cflags="-O2 -static",
+    (got,) = exported_run(tmp_path, plan, feeds, compiler=cross, cflags="-O2 -static",
                        runner=[qemu])
     assert got.tobytes() == plan.run(feeds)[0].tobytes()
 

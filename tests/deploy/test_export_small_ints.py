@@ -21,7 +21,17 @@ from mgegraph.deploy import export_c
 from mgegraph.ir.types import short_name
 from mgegraph.ops import elementwise_table as TABLE
 
-from .cbuild import SANITIZE, assert_refused, blob_calls, cc, fuzz_blob, make, model_run, patched
+from .cbuild import (
+    SANITIZE,
+    assert_refused,
+    blob_calls,
+    cc,
+    exported_run,
+    fuzz_blob,
+    make,
+    model_run,
+    patched,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "io"))
 import test_small_ints_file as small_ints_file  # noqa: E402  the model-file tests' plans
@@ -38,16 +48,6 @@ def edge_values(dtype) -> np.ndarray:
     values += [v for v in (-1, -2, -7, info.min // 2) if info.min < 0]
     values += list(np.random.default_rng(0).integers(info.min, info.max, 8, endpoint=True))
     return np.array(values, dtype)
-
-
-def exported_run(tmp_path, plan, feeds, threads=1, compiler=None, cflags="-O2", runner=()):
-    """The exported plan's outputs through model_run."""
-    exported = export_c(plan, tmp_path / "out")
-    make(exported.directory, compiler, cflags)
-    done, got = model_run(exported.directory, feeds, exported.input_names, runner=runner,
-                          options=["--threads", str(threads)])
-    assert done.returncode == 0, done.stderr
-    return got
 
 
 def assert_bitwise(got, want):
