@@ -51,6 +51,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import fresh_process  # noqa: E402  its timing loop and ONNX Runtime sessions (stdlib only here)
+
 WORKLOADS = ("resnet-infer 1x224", "resnet-infer 8x64", "mlp-infer 1", "mlp-infer 128")
 C_ROW, EXECUTOR = "c runtime", "mgegraph executor"
 PY_ROWS = ("mgegraph runtime.load().run", "mgegraph plan.run", EXECUTOR)
@@ -128,8 +131,6 @@ def python_call(row: str, workload: str, folder: Path):
     from mgegraph import runtime
     x = np.load(folder / "x.npy")
     if row == "onnxruntime":
-        sys.path.insert(0, str(HERE))
-        import fresh_process
         call = fresh_process.resnet_call if workload.startswith("resnet") else \
             fresh_process.mlp_infer_call
         return call("onnxruntime", workload)
@@ -149,15 +150,7 @@ def python_call(row: str, workload: str, folder: Path):
 
 def measure(row: str, workload: str, folder: Path, runs: int) -> float:
     """Median seconds of ``runs`` calls after 3 warm-up calls (in the child)."""
-    call = python_call(row, workload, folder)
-    for _ in range(3):
-        call()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return fresh_process.median_seconds(python_call(row, workload, folder), runs)
 
 
 def c_runtime(directory: Path, folder: Path, threads: int, runs: int) -> float | str:

@@ -206,6 +206,19 @@ def resnet18_int8_call(impl: str, workload: str):
 CALLS["resnet18-int8"] = resnet18_int8_call
 
 
+def median_seconds(call, runs: int, warmup: int = 3) -> float:
+    """Median seconds of ``runs`` calls of ``call``, after ``warmup`` untimed ones (the timing
+    loop of every fresh-process benchmark: this one, c_runtime.py's, lstm.py's)."""
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def measure(impl: str, workload: str, runs: int) -> float:
     """Median seconds of ``runs`` calls, after 3 warm-up calls (run in the child)."""
     if impl.startswith("torch"):  # its OpenMP runtime loads first, with its defaults
@@ -213,18 +226,11 @@ def measure(impl: str, workload: str, runs: int) -> float:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     else:  # mgegraph's loads first, with the policy it chooses
         import mgegraph._kernels  # noqa: F401
-    call = CALLS[workload.split(" ")[0]](impl, workload)
-    for _ in range(3):
-        call()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
+    seconds = median_seconds(CALLS[workload.split(" ")[0]](impl, workload), runs)
     if workload == "fusion-chain" and impl == "limit":  # np.copyto's 128 MiB -> the chain's 80
         _, test_fusion, _ = _benchmark_modules()
-        return statistics.median(times) * test_fusion.CHAIN_BYTES / (2 * test_fusion.COPY_BYTES)
-    return statistics.median(times)
+        return seconds * test_fusion.CHAIN_BYTES / (2 * test_fusion.COPY_BYTES)
+    return seconds
 
 
 def child(impl: str, workload: str, threads: int, runs: int) -> float | str:

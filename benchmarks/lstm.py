@@ -20,8 +20,10 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fresh_process  # noqa: E402  the fresh-process benchmarks' timing loop (stdlib only)
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 IMPLS = ("mgegraph", "mgegraph -O2", "torch")
@@ -79,14 +81,7 @@ def measure(impl: str, runs: int) -> float:
         call = torch_step()
     else:
         call = mgegraph_step(2 if impl.endswith("-O2") else 1)
-    for _ in range(3):
-        call()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return fresh_process.median_seconds(call, runs)
 
 
 def child(impl: str, threads: int, runs: int) -> float | str:
