@@ -9,8 +9,7 @@ QAT forward took, so the same integers out, float32 rounding aside).
 from __future__ import annotations
 
 from ... import functional as F
-from ...ops.quantize import as_quantized, dequantize
-from .conv import input_scale, int32_bias
+from ...ops.quantize import dequantize
 from .module import QuantizedModule
 
 __all__ = ["BatchMatMulActivation"]
@@ -32,12 +31,8 @@ class BatchMatMulActivation(QuantizedModule):
                f"out_features={self.out_features}, bias={self.bias is not None}"
 
     def forward(self, inp):
-        scale = input_scale(inp, type(self).__name__)
-        g = inp.graph
-        weight = dequantize(as_quantized(g.lift(self.weight), self.weight_scale,
-                                         self.weight_zero_point))
-        y = F.matmul(weight, dequantize(inp))
-        bias = int32_bias(g, self.bias, scale * self.weight_scale)
+        weight, bias = self.int8_operands(inp)
+        y = F.matmul(dequantize(weight), dequantize(inp))
         if bias is not None:
             y = y + F.reshape(dequantize(bias), (self.out_features, 1))
         if self.nonlinear_mode == "relu":

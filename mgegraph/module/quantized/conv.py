@@ -8,9 +8,8 @@ int8 input first (dequantized, padded, quantized again with its own scale: the s
 moved), then convolves it unpadded."""
 from __future__ import annotations
 
-from ...ir.errors import GraphError
 from ...nn.layers import conv_repr, pad_input
-from ...ops.quantize import as_quantized, dequantize, quantize
+from ...ops.quantize import dequantize, quantize
 from ...ops.quantized import quantized_conv2d
 from ..qat import conv as qat_conv
 from ..qat import conv_bn as qat_conv_bn
@@ -19,26 +18,12 @@ from .module import QuantizedModule
 __all__ = ["Conv2d", "ConvBn2d", "ConvBnRelu2d", "ConvRelu2d"]
 
 
-def input_scale(inp, owner: str) -> float:
-    """The per-tensor scale of quantized ``inp``, or a GraphError naming ``owner``."""
-    quant = inp.type.quant
-    if quant is None or quant.per_channel:
-        raise GraphError(f"{owner}: takes a value quantized per tensor (from a QuantStub or an "
-                         f"int8 layer), got {inp.type}")
-    return quant.scale
-
-
 def pad_quantized(inp, padding, mode: str):
     """Quantized ``inp`` (per tensor) padded on its last two axes in ``mode`` ("reflect",
     "replicate"): the same integers, moved."""
     quant = inp.type.quant
     return quantize(pad_input(dequantize(inp), padding, mode), quant.scales[0],
                     quant.zero_points[0], inp.dtype.name)
-
-
-def int32_bias(g, bias, scale: float):
-    """Float ``bias`` (a Buffer) in int32 units of ``scale``."""
-    return None if bias is None else quantize(g.lift(bias), scale, 0, "int32")
 
 
 class Conv2d(QuantizedModule):
@@ -60,15 +45,12 @@ class Conv2d(QuantizedModule):
         return conv_repr(self, i * self.groups, o, (kh, kw))
 
     def forward(self, inp):
-        scale = input_scale(inp, type(self).__name__)
-        g = inp.graph
-        weight = as_quantized(g.lift(self.weight), self.weight_scale, self.weight_zero_point)
+        weight, bias = self.int8_operands(inp)
         padding = self.padding
         if getattr(self, "padding_mode", "zeros") != "zeros":  # absent: saved before it
             inp, padding = pad_quantized(inp, self.padding, self.padding_mode), 0
-        return quantized_conv2d(inp, weight, int32_bias(g, self.bias, scale * self.weight_scale),
-                                self.stride, padding, self.dilation, self.groups,
-                                relu=self.relu, **self.out_params)
+        return quantized_conv2d(inp, weight, bias, self.stride, padding, self.dilation,
+                                self.groups, relu=self.relu, **self.out_params)
 
 
 class ConvRelu2d(Conv2d):

@@ -13,8 +13,7 @@ of the same float ops aside). A kernel would make it faster, not different.
 from __future__ import annotations
 
 from ... import functional as F
-from ...ops.quantize import as_quantized, dequantize
-from .conv import input_scale, int32_bias
+from ...ops.quantize import dequantize
 from .module import QuantizedModule
 
 __all__ = ["ConvTranspose2d", "ConvTransposeBn2d", "ConvTransposeBnRelu2d",
@@ -41,10 +40,7 @@ class ConvTranspose2d(QuantizedModule):
                f"padding={self.padding}, output_padding={self.output_padding}"
 
     def forward(self, inp):
-        scale = input_scale(inp, type(self).__name__)
-        g = inp.graph
-        weight = as_quantized(g.lift(self.weight), self.weight_scale, self.weight_zero_point)
-        bias = int32_bias(g, self.bias, scale * self.weight_scale)
+        weight, bias = self.int8_operands(inp)
         y = F.conv_transpose2d(dequantize(inp), dequantize(weight),
                                None if bias is None else dequantize(bias), self.stride,
                                self.padding, self.output_padding, self.dilation, self.groups)

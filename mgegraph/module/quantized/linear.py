@@ -3,9 +3,7 @@
 QAT module, so all four are one layer), run by ``ops.quantized.quantized_linear``."""
 from __future__ import annotations
 
-from ...ops.quantize import as_quantized
 from ...ops.quantized import quantized_linear
-from .conv import input_scale, int32_bias
 from .module import QuantizedModule
 
 __all__ = ["Linear", "LinearBn1d", "LinearBnRelu1d", "LinearRelu"]
@@ -23,11 +21,8 @@ class Linear(QuantizedModule):
         return module
 
     def forward(self, inp):
-        scale = input_scale(inp, type(self).__name__)
-        g = inp.graph
-        weight = as_quantized(g.lift(self.weight), self.weight_scale, self.weight_zero_point)
-        return quantized_linear(inp, weight, int32_bias(g, self.bias, scale * self.weight_scale),
-                                relu=self.relu, **self.out_params)
+        weight, bias = self.int8_operands(inp)
+        return quantized_linear(inp, weight, bias, relu=self.relu, **self.out_params)
 
 
 class LinearRelu(Linear):

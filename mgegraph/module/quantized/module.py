@@ -9,7 +9,7 @@ from ...dtype import get_scale, get_zero_point
 from ...ir.errors import GraphError
 from ...nn.module import Buffer, Module
 from ...ops.builder import graph_of
-from ...ops.quantize import quantize
+from ...ops.quantize import as_quantized, quantize
 from ..qat.conv_bn import BnFolded
 
 __all__ = ["QuantizedModule"]
@@ -45,6 +45,14 @@ class QuantizedModule(Module):
         self._set_output(qat)
         return geometry
 
+    def int8_operands(self, inp) -> tuple:
+        """(this layer's int8 weight as a value of ``inp``'s graph, its float bias in int32 units
+        of input scale x weight scale, or None) for int8 input ``inp``, quantized per tensor."""
+        scale = input_scale(inp, type(self).__name__)
+        g = inp.graph
+        weight = as_quantized(g.lift(self.weight), self.weight_scale, self.weight_zero_point)
+        return weight, int32_bias(g, self.bias, scale * self.weight_scale)
+
     def requantized(self, real):
         """Float ``real`` quantized as this layer's output."""
         dtype = self.output_dtype
@@ -56,6 +64,20 @@ class QuantizedModule(Module):
         dtype = self.output_dtype
         return {"out_dtype": np.dtype(dtype.str).name, "out_scale": get_scale(dtype),
                 "out_zero_point": get_zero_point(dtype)}
+
+
+def input_scale(inp, owner: str) -> float:
+    """The per-tensor scale of quantized ``inp``, or a GraphError naming ``owner``."""
+    quant = inp.type.quant
+    if quant is None or quant.per_channel:
+        raise GraphError(f"{owner}: takes a value quantized per tensor (from a QuantStub or an "
+                         f"int8 layer), got {inp.type}")
+    return quant.scale
+
+
+def int32_bias(g, bias, scale: float):
+    """Float ``bias`` (a Buffer) in int32 units of ``scale``."""
+    return None if bias is None else quantize(g.lift(bias), scale, 0, "int32")
 
 
 def quantized_weight(weight, qparams) -> tuple:
