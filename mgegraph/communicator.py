@@ -117,16 +117,17 @@ class Communicator:
         """Every rank gets ``op`` ("sum", "max", "min") over the ranks' ``x``."""
         return self.start_allreduce(x, op).wait()
 
-    def start_allreduce(self, x: np.ndarray, op: str = "sum") -> Pending:
+    def start_allreduce(self, x: np.ndarray, op: str = "sum", what: str | None = None
+                        ) -> Pending:
         """``allreduce`` started: its ``wait()`` gives the result (``x`` must stay unchanged
-        until then)."""
-        send = _widened(x)
+        until then); ``what`` names it in a timeout (``all_reduce_<op>`` by default)."""
+        send, what = _widened(x), what or f"all_reduce_{op}"
         if self.comm is None:
-            return Pending(self, None, send, send.copy(), x.dtype, f"all_reduce_{op}")
+            return Pending(self, None, send, send.copy(), x.dtype, what)
         MPI, out = load_mpi(), np.empty_like(send)
         kind = _mpi_type(MPI, x.dtype)
         request = self.comm.Iallreduce([send, kind], [out, kind], _mpi_op(MPI, op, x.dtype))
-        return Pending(self, request, send, out, x.dtype, f"all_reduce_{op}")
+        return Pending(self, request, send, out, x.dtype, what)
 
     def reduce(self, x: np.ndarray, op: str = "sum") -> np.ndarray | None:
         """The root (group rank 0) gets ``op`` over the ranks' ``x``; the others None."""
@@ -201,6 +202,18 @@ class Communicator:
     def barrier(self) -> None:
         if self.comm is not None:
             self._run(self.comm.Ibarrier, "group_barrier")
+
+    def duplicate(self, what: str) -> Communicator:
+        """The same ranks over a new MPI communicator (MPI_Comm_idup, awaited with the
+        timeout), called by every rank at the same point: collectives on it are matched apart
+        from this one's, so a caller may keep two orders of non-blocking collectives under way
+        (a bucket's sum here, the ranks' agreement on the next bucket there). Not registered
+        by key (``by_key`` names this one)."""
+        if self.comm is None:
+            return Communicator(None, self.ranks, self.rank, self.timeout)
+        copy, request = self.comm.Idup()
+        self.wait(request, what)
+        return Communicator(copy, self.ranks, self.rank, self.timeout)
 
     def allgather_object(self, obj, what: str) -> list:
         """Every rank's ``obj`` (a small picklable value), in rank order."""
