@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..communicator import Communicator, DistributedError, Pending
+from ..communicator import Communicator, DistributedError, Pending, ProgressThread
 from ..eager.mode import MODE
 from ..eager.tensor import Tensor, rebind, wrap
 from ..ir.errors import user_location
@@ -202,7 +202,9 @@ class _Future:
 
     def get(self) -> Tensor:
         self.callback._flush(self.backward_pass)  # the walk is over
-        return self.bucket.result(self.index)
+        result = self.bucket.result(self.index)
+        self.callback._received()
+        return result
 
 
 @dataclass
@@ -244,12 +246,15 @@ class AllreduceCallback:
     backward walk has filled it. ``deterministic=True``: each bucket all-gathered and added in
     rank order, ((g0 + g1) + g2) + ..., the same bits whatever MPI's algorithm (as
     ``dist.AllReduce(deterministic=True)`` in a compiled step), a blocking call per bucket.
+    ``progress_thread``: while buckets are under way, a thread lets MPI move them on during
+    the nodes that make no MPI call (``communicator.ProgressThread``; sleeps between calls).
 
     >>> gm.attach(model.parameters(), callbacks=[dist.make_allreduce_cb("mean")])
     """
 
     def __init__(self, reduce_method: str, group: Group = WORLD, backend: str | None = None,
-                 *, bucket_bytes: int = BUCKET_BYTES, deterministic: bool = False):
+                 *, bucket_bytes: int = BUCKET_BYTES, deterministic: bool = False,
+                 progress_thread: bool = True):
         method = str(reduce_method).lower()
         if method not in ("sum", "mean"):
             raise DistributedError(f"make_allreduce_cb: reduce_method must be 'sum' or 'mean', "
@@ -262,6 +267,7 @@ class AllreduceCallback:
         _require("make_allreduce_cb")
         self.reduce_method, self.group, self.bucket_bytes = method, group, bucket_bytes
         self.deterministic = bool(deterministic)
+        self.progress_thread = ProgressThread() if progress_thread else None
         self._comm: Communicator | None = None  # the group's duplicate: checks and buckets
         self._checked = False   # the ranks' full lists were compared once
         self._closed = True     # the latest backward pass is all sent (or abandoned)
@@ -342,6 +348,15 @@ class AllreduceCallback:
         for bucket in buckets:
             bucket.send(self._comm, self.reduce_method == "mean", self.deterministic)
             self._buckets.append(bucket)
+        if buckets and self.progress_thread is not None:
+            self.progress_thread.hold()
+
+    def _received(self) -> None:
+        """A future was resolved: once every bucket of the pass has arrived, the progress
+        thread rests."""
+        if self.progress_thread is not None and all(b.results is not None
+                                                    for b in self._buckets):
+            self.progress_thread.release()
 
     def _pump(self, block: bool, failure: str | None = None) -> None:
         """Start, in order, the buckets of each round whose check has come back agreeing, the
@@ -374,6 +389,8 @@ class AllreduceCallback:
                 sent.pending.wait()
             except DistributedError:
                 pass
+        if self.progress_thread is not None:
+            self.progress_thread.release()
         self._open, self._rounds, self._closed, self._broken = {}, deque(), True, False
 
     def _tell_failure(self, failure: str) -> None:
