@@ -9,9 +9,11 @@ rank 0 alone, the others waiting).
 Design: the GradManager hands the callback each gradient as soon as its backward walk has made
 it final, in the order the walk finishes them (the last layer's first); the callback packs them
 into per-dtype buckets of about ``bucket_bytes`` (MegEngine's param pack) and starts a bucket's
-non-blocking all-reduce the moment it is full, so the sum travels while the walk computes the
-earlier layers' gradients (each later gradient handed over also lets MPI move the messages on,
-MPICH progressing only inside MPI calls). It returns a future per gradient; the manager
+non-blocking all-reduce once it is full (and the ranks' check below came back), so the sum
+travels while the walk computes the earlier layers' gradients. MPICH moves messages only inside
+MPI calls: the manager's ``progress()`` after each node tests the buckets under way, and during
+a node (a GEMM of milliseconds makes no MPI call) the ``ProgressThread`` does, from its own
+thread, while buckets are under way. It returns a future per gradient; the manager
 resolves them once the walk is over (MegEngine's ``Future.get``): the first ``get()`` sends the
 buckets not yet full, then each future waits for its own bucket and takes its slice.
 
@@ -348,8 +350,8 @@ class AllreduceCallback:
         for bucket in buckets:
             bucket.send(self._comm, self.reduce_method == "mean", self.deterministic)
             self._buckets.append(bucket)
-        if buckets and self.progress_thread is not None:
-            self.progress_thread.hold()
+        if buckets and self.progress_thread is not None and self._comm.comm is not None:
+            self.progress_thread.hold()  # (a group of one process sends nothing)
 
     def _received(self) -> None:
         """A future was resolved: once every bucket of the pass has arrived, the progress
