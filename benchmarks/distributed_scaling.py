@@ -24,11 +24,12 @@ for each bucket, the same measure without a profiler. It is printed with the exe
 progress calls (a test of each request after every instruction between its start and its
 wait, the default; eager: the callback's test of the buckets under way at each gradient handed
 over) and without them (``progress off``: MPI moves a bucket only inside its wait), so the
-progress calls' worth is measured, not assumed. The eager rows also give the share without
-the callback's progress thread (``thread off``: the tests at each node only; ``progress off``
-has neither) and the step's time with the thread over without it, interleaved in one process
-(``thread/none``, medians of 20 or more steps each). ``--async-progress`` sets
-``MPIR_CVAR_ASYNC_PROGRESS=1`` (MPICH's progress thread in each rank) for every job instead.
+progress calls' worth is measured, not assumed. The eager rows also give the share with the
+callback's progress thread (``thread on``; by default it is off: the tests at each node only;
+``progress off`` has neither) and the step's time with the thread over without it,
+interleaved in one process (``thread/none``, medians of 20 or more steps each).
+``--async-progress`` sets ``MPIR_CVAR_ASYNC_PROGRESS=1`` (MPICH's progress thread in each
+rank) for every job instead.
 
 Beside each measured share is the best one the step's order allows (``best_hidden``): from the
 step's own times (the profiler's per instruction; eager: when each bucket was ready) and each
@@ -167,23 +168,24 @@ def _mgegraph_eager_rank(kind: str, shape, steps: int, bucket_mb: float) -> dict
     result = {"step_s": _timed_steps(step, steps)}
     if n > 1:
         result["progress"] = _eager_hidden_share(step, allreduce, steps)
-        thread, allreduce.progress_thread = allreduce.progress_thread, None
-        result["thread_off"] = _eager_hidden_share(step, allreduce, steps)
+        thread = communicator.ProgressThread()
+        allreduce.progress_thread = thread
+        result["thread_on"] = _eager_hidden_share(step, allreduce, steps)
+        allreduce.progress_thread = None
         kept, communicator.Pending.test = communicator.Pending.test, lambda self: False
         try:
             result["no_progress"] = _eager_hidden_share(step, allreduce, steps)
         finally:
             communicator.Pending.test = kept
-            allreduce.progress_thread = thread
-        result["thread_ratio"] = _thread_ratio(step, allreduce, max(steps, 20))
+        result["thread_ratio"] = _thread_ratio(step, allreduce, thread, max(steps, 20))
+        thread.close()
     return result
 
 
-def _thread_ratio(step, allreduce, steps: int) -> float:
+def _thread_ratio(step, allreduce, thread, steps: int) -> float:
     """The step's median time with the callback's progress thread over without it, the two
     interleaved in this process (thread, none, thread, ...: load on a shared machine falls on
     both alike)."""
-    thread = allreduce.progress_thread
     times = {True: [], False: []}
     try:
         for _ in range(WARMUP + steps):
@@ -193,7 +195,7 @@ def _thread_ratio(step, allreduce, steps: int) -> float:
                 step()
                 times[on].append(time.perf_counter() - begin)
     finally:
-        allreduce.progress_thread = thread
+        allreduce.progress_thread = None
     return statistics.median(times[True][WARMUP:]) / statistics.median(times[False][WARMUP:])
 
 
@@ -459,7 +461,7 @@ def table(results: dict, workloads: list[str], buckets: dict) -> list[str]:
     lines = [f"{'workload':20} {'implementation':12} {'bucket MiB':>10} {'1 proc ms':>9} "
              f"{'2 procs ms':>10} "
              f"{'efficiency':>10} {'all-reduce alone ms':>19} {'hidden/best (exposed ms)':>24} "
-             f"{'progress off':>24} {'thread off (eager)':>24} {'thread/none':>11}"]
+             f"{'progress off':>24} {'thread on (eager)':>24} {'thread/none':>11}"]
     for workload in workloads:
         for impl in _impls(workload):
             one, two = results[workload, impl, 1], results[workload, impl, 2]
@@ -470,7 +472,7 @@ def table(results: dict, workloads: list[str], buckets: dict) -> list[str]:
             share = (f"{two['progress']['alone_s'] * 1e3:19.2f} {_share(two['progress'])} "
                      f"{_share(two['no_progress'])}" if "progress" in two else "")
             if "thread_ratio" in two:
-                share += f" {_share(two['thread_off'])} {two['thread_ratio']:11.2f}"
+                share += f" {_share(two['thread_on'])} {two['thread_ratio']:11.2f}"
             lines.append(f"{workload:20} {impl:12} {buckets[workload]:10g} "
                          f"{one['step_s'] * 1e3:9.2f} "
                          f"{two['step_s'] * 1e3:10.2f} {one['step_s'] / two['step_s']:10.2f} "

@@ -13,6 +13,7 @@ def test_a_slow_rank_does_not_stop_the_others_walk():
     # sums after it (a blocking check would hold it at its third bucket)
     assert fast["walk_s"] < 0.3 < 0.55 < fast["backward_s"], fast
     assert slow["walk_s"] > 0.55, slow
+    assert fast["thread"] == slow["thread"] == [True, False], fast  # started, resting now
 
 
 def test_a_bucket_filled_differently_is_refused_during_the_walk_naming_both_ranks():

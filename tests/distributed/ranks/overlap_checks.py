@@ -5,7 +5,8 @@ manager resolves the futures) and the whole backward: with a blocking check per 
 would wait at its next bucket for rank 1's sleep; here it finishes its walk and waits only
 for the sums. Then rank 1 skips the last layer at one step, so its walk ends while rank 0's
 goes on: the check of that round refuses it, every rank raising a DistributedError naming
-both, no gradient landing, and the next step trains as before."""
+both, no gradient landing, and the next step trains as before. The callback's progress thread
+is on (``progress_thread=True``): started with the first bucket, resting after each pass."""
 from __future__ import annotations
 
 import sys
@@ -59,7 +60,7 @@ layers = [nn.Linear(64, 64) for _ in range(4)]
 for layer in layers:
     layer.weight.value = rng.standard_normal(layer.weight.shape).astype(np.float32) * 0.1
 params = [p for layer in layers for p in (layer.weight, layer.bias)]
-allreduce = dist.make_allreduce_cb("mean", bucket_bytes=64 * 64 * 4)
+allreduce = dist.make_allreduce_cb("mean", bucket_bytes=64 * 64 * 4, progress_thread=True)
 gm = mg.autodiff.GradManager().attach(params, callbacks=[allreduce])
 x = mg.tensor(np.random.default_rng([1, R]).standard_normal((16, 64)).astype(np.float32))
 
@@ -93,5 +94,7 @@ untouched = all(np.array_equal(p.grad.numpy(), b) for p, b in zip(params, before
 step()
 grads_after = [p.grad.numpy() for p in params]
 every = [dist.WORLD.comm.allgather(g) for g in grads_after]
+poller = allreduce.progress_thread  # it ran while buckets were under way, and rests now
 report(R, walk_s=walk_s, backward_s=backward_s, buckets=allreduce.buckets, failure=failure,
-       untouched=untouched, ranks_agree=all(np.array_equal(e[0], e[1]) for e in every))
+       untouched=untouched, ranks_agree=all(np.array_equal(e[0], e[1]) for e in every),
+       thread=[poller._thread is not None, poller._wanted.is_set()])
