@@ -24,11 +24,29 @@ for each bucket, the same measure without a profiler. It is printed with the exe
 progress calls (a test of each request after every instruction between its start and its
 wait, the default; eager: the callback's test of the buckets under way at each gradient handed
 over) and without them (``progress off``: MPI moves a bucket only inside its wait), so the
-progress calls' worth is measured, not assumed. ``--async-progress`` sets
-``MPICH_ASYNC_PROGRESS=1`` (MPICH's progress thread in each rank) for every job instead.
+progress calls' worth is measured, not assumed. The eager rows also give the share with the
+callback's progress thread (``thread on``; by default it is off: the tests at each node only;
+``progress off`` has neither) and the step's time with the thread over without it,
+interleaved in one process (``thread/none``, medians of 20 or more steps each).
+``--async-progress`` sets ``MPIR_CVAR_ASYNC_PROGRESS=1`` (MPICH's progress thread in each
+rank) for every job instead.
 
-``--bucket-mb`` sets both ways' bucket size (10 MiB by default, MegEngine's: the MLP's 7 MiB of
-gradients are then one bucket, sent when the walk is over, so nothing can hide it).
+Beside each measured share is the best one the step's order allows (``best_hidden``): from the
+step's own times (the profiler's per instruction; eager: when each bucket was ready) and each
+bucket's all-reduce alone, as if messages moved by themselves at the speed they have alone: a
+bucket sent when no computation is left (the first layers' gradients, last by nature) hides
+nothing whatever the progress, so "12%/40%" reads: 12% hidden, of 40% possible.
+
+``--bucket-mb`` sets every implementation's bucket size; by default each workload has its own
+(``BUCKET_MB``): at MegEngine's 10 MiB the MLP's 7 MiB of gradients and the convnet's 0.37 MiB
+are one bucket each, filled only when the first layer's gradient is, at the end of the
+backward pass, so the best share is 0% whatever the progress; the defaults cut the MLP's into
+about 8 buckets and the convnet's into 3 (the first holds the third convolution's weight,
+0.28 MiB, ready before the two costliest backward convolutions).
+
+The exposed time is all the step spends in communication calls, the wait for a rank that is
+late included: on a loaded machine the ranks drift apart and that wait can exceed the
+all-reduce alone (a share of 0%, floored), which no progress can hide.
 
 Under load (a shared machine) the absolute figures mean little; compare rows of one run.
 """
@@ -54,6 +72,9 @@ WORKLOADS = {"mlp-train": ((128, 784), "mlp", "plan"),
              "mlp-train-eager": ((128, 784), "mlp", "eager"),
              "convnet-train-eager": ((32, 3, 32, 32), "convnet", "eager")}
 IMPLS = ("mgegraph", "torch ddp")
+# name -> its bucket size in MiB unless --bucket-mb says (see the module's docstring)
+BUCKET_MB = {"mlp-train": 1.0, "convnet-train": 0.05, "mlp-train-eager": 1.0,
+             "convnet-train-eager": 0.05}
 
 
 def _impls(workload: str) -> tuple[str, ...]:
@@ -147,43 +168,112 @@ def _mgegraph_eager_rank(kind: str, shape, steps: int, bucket_mb: float) -> dict
     result = {"step_s": _timed_steps(step, steps)}
     if n > 1:
         result["progress"] = _eager_hidden_share(step, allreduce, steps)
+        thread = communicator.ProgressThread()
+        allreduce.progress_thread = thread
+        result["thread_on"] = _eager_hidden_share(step, allreduce, steps)
+        allreduce.progress_thread = None
         kept, communicator.Pending.test = communicator.Pending.test, lambda self: False
         try:
             result["no_progress"] = _eager_hidden_share(step, allreduce, steps)
         finally:
             communicator.Pending.test = kept
+        result["thread_ratio"] = _thread_ratio(step, allreduce, thread, max(steps, 20))
+        thread.close()
     return result
 
 
+def _thread_ratio(step, allreduce, thread, steps: int) -> float:
+    """The step's median time with the callback's progress thread over without it, the two
+    interleaved in this process (thread, none, thread, ...: load on a shared machine falls on
+    both alike)."""
+    times = {True: [], False: []}
+    try:
+        for _ in range(WARMUP + steps):
+            for on in (True, False):
+                allreduce.progress_thread = thread if on else None
+                begin = time.perf_counter()
+                step()
+                times[on].append(time.perf_counter() - begin)
+    finally:
+        allreduce.progress_thread = None
+    return statistics.median(times[True][WARMUP:]) / statistics.median(times[False][WARMUP:])
+
+
 def _eager_hidden_share(step, allreduce, steps: int) -> dict:
-    """1 - (time the step spends sending buckets, the ranks' agreement included, and waiting
-    for them) / (its buckets all-reduced alone): the measure of ``_hidden_share`` for the
-    eager callback, its sends and waits timed in place of the plan's kernels."""
+    """1 - (time the step spends on the callback's communication: packing and starting
+    buckets, the ranks' checks, the progress tests, waiting for and unpacking the sums) / (its
+    buckets all-reduced alone): the measure of ``_hidden_share`` for the eager callback, its
+    calls timed in place of the plan's kernels; with the best share its bucket order allows."""
     from mgegraph.distributed import helper
 
-    exposed = [0.0]
+    watch = _Exposure()
+    timed = [(helper._Bucket, "send"), (helper._Bucket, "result"),
+             (helper.AllreduceCallback, "progress"), (helper.AllreduceCallback, "_flush")]
+    kept = [getattr(owner, name) for owner, name in timed] + [helper.AllreduceCallback._send]
+    for owner, name in timed:
+        setattr(owner, name, watch.timed(getattr(owner, name)))
+    helper.AllreduceCallback._send = watch.marking(helper.AllreduceCallback._send)
+    try:
+        for _ in range(WARMUP):
+            step()
+        exposed, bounds = 0.0, []
+        for _ in range(steps):
+            watch.begin()
+            step()
+            exposed += watch.seconds
+            bounds.append(watch.events())
+    finally:
+        for (owner, name), method in zip(timed, kept):
+            setattr(owner, name, method)
+        helper.AllreduceCallback._send = kept[-1]
+    comm = allreduce.group.comm
+    alone = _alone_each(comm, watch.sizes, steps)
+    result = _against_alone(comm, list(watch.sizes.values()), exposed / steps, steps)
+    result["best"] = statistics.median(best_hidden(events, alone) for events in bounds)
+    return result
 
-    def timed(method):
+
+class _Exposure:
+    """The eager step's time in the callback's communication (nested calls counted once), and
+    when each bucket was ready in the step's compute time (wall time less that time), as the
+    events of ``best_hidden``: every bucket awaited when the walk is over."""
+
+    def __init__(self):
+        self.sizes: dict[int, int] = {}  # bucket key -> float32 values
+        self.begin()
+
+    def begin(self) -> None:
+        self.seconds, self._depth, self._start = 0.0, 0, time.perf_counter()
+        self._events, self._computed, self._keys = [], 0.0, []
+
+    def timed(self, method):
         def run(*args, **kwargs):
+            self._depth += 1
             begin = time.perf_counter()
             try:
                 return method(*args, **kwargs)
             finally:
-                exposed[0] += time.perf_counter() - begin
+                self._depth -= 1
+                if not self._depth:
+                    self.seconds += time.perf_counter() - begin
         return run
 
-    kept = helper.AllreduceCallback._send, helper._Bucket.result
-    helper.AllreduceCallback._send, helper._Bucket.result = (timed(m) for m in kept)
-    try:
-        for _ in range(WARMUP):
-            step()
-        exposed[0] = 0.0
-        for _ in range(steps):
-            step()
-    finally:
-        helper.AllreduceCallback._send, helper._Bucket.result = kept
-    sizes = [nbytes // 4 for _, _, nbytes in allreduce.buckets]
-    return _against_alone(allreduce.group.comm, sizes, exposed[0] / steps, steps)
+    def marking(self, send):
+        def run(callback, buckets, closing):
+            computed = time.perf_counter() - self._start - self.seconds
+            self._events.append(("compute", computed - self._computed))
+            self._computed = computed
+            for bucket in buckets:
+                key = len(self._keys)
+                self.sizes[key] = bucket.nbytes // 4
+                self._keys.append(key)
+                self._events.append(("start", key))
+            return send(callback, buckets, closing)
+        return run
+
+    def events(self) -> list:
+        """The step's events, its buckets awaited once its walk was over (the last send)."""
+        return self._events + [("wait", key) for key in self._keys]
 
 
 def _without_progress(compiled, x, y):
@@ -213,10 +303,68 @@ def _hidden_share(step, x, y, steps: int) -> dict:
     times = prof.instruction_times(step.plan)
     exposed = sum(t for t, ins in zip(times, step.plan.instructions)
                   if ins.op in ("all_reduce_start", "all_reduce_wait"))
-    sizes = [b["bytes"] // 4 for b in json.loads(step.plan.memory_report(format="json"))
-             ["buckets"]]
+    buckets = json.loads(step.plan.memory_report(format="json"))["buckets"]
     world = communicator.by_key(_group_of(step.plan))
-    return _against_alone(world, sizes, exposed, steps)  # the mean per step already
+    result = _against_alone(world, [b["bytes"] // 4 for b in buckets], exposed, steps)
+    alone = _alone_each(world, {b["bucket"]: b["bytes"] // 4 for b in buckets}, steps)
+    result["best"] = best_hidden(_plan_events(step.plan, times), alone)
+    return result  # the means per step already
+
+
+def _plan_events(plan, times) -> list:
+    """The plan's instructions as ``best_hidden``'s events: each start and wait by bucket,
+    every other instruction its mean time."""
+    events = []
+    for ins, seconds in zip(plan.instructions, times):
+        if ins.op in ("all_reduce_start", "all_reduce_wait"):
+            events.append(("start" if ins.op == "all_reduce_start" else "wait",
+                           dict(ins.attrs)["bucket"]))
+        else:
+            events.append(("compute", seconds))
+    return events
+
+
+def best_hidden(events, alone: dict) -> float:
+    """The largest share of a step's all-reduce that its order of sends and waits lets the
+    computation hide: ``events`` in the step's order, ("compute", seconds), ("start", bucket)
+    or ("wait", bucket); ``alone``: each bucket's all-reduce alone, in seconds.
+
+    The model: the buckets travel one after another (one link), each taking its time alone
+    from its start or the end of the one before, whichever is later, while the computation
+    goes on at full speed (messages moving by themselves, taking no core from it); a wait
+    holds the computation until its bucket has arrived. The share hidden is 1 - (the time the
+    waits held it) / (the buckets' time alone). A bucket started after the last computation
+    (the first layers' gradients, at the end of the backward pass by nature) cannot hide at
+    all; what the measured share lacks of this bound is what the real progress lost.
+
+    >>> best_hidden([("compute", 2.0), ("start", 0), ("compute", 1.0), ("wait", 0)], {0: 3.0})
+    0.3333333333333333
+    """
+    clock = link = computed = 0.0
+    arrives = {}
+    for kind, value in events:
+        if kind == "compute":
+            clock, computed = clock + value, computed + value
+        elif kind == "start":
+            link = arrives[value] = max(clock, link) + alone[value]
+        else:
+            clock = max(clock, arrives[value])
+    total = sum(alone[key] for key in arrives)
+    return 1.0 - (clock - computed) / total if total > 0 else 0.0
+
+
+def _alone_each(world, sizes: dict, steps: int) -> dict:
+    """{bucket: median seconds of its float32 all-reduce of ``sizes[bucket]`` values alone}."""
+    alone = {}
+    for key, size in sizes.items():
+        buffer, times = np.ones(size, np.float32), []
+        for _ in range(WARMUP + steps):
+            world.barrier()
+            begin = time.perf_counter()
+            world.start_allreduce(buffer).wait()
+            times.append(time.perf_counter() - begin)
+        alone[key] = statistics.median(times[WARMUP:])
+    return alone
 
 
 def _against_alone(world, sizes: list[int], exposed_s: float, steps: int) -> dict:
@@ -298,7 +446,7 @@ def job(impl: str, workload: str, n: int, steps: int, async_progress: bool,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
                                                        os.environ.get("PYTHONPATH")]))}
     if async_progress:
-        env["MPICH_ASYNC_PROGRESS"] = "1"
+        env["MPIR_CVAR_ASYNC_PROGRESS"] = "1"
     command = [mpiexec(), "-n", str(n), sys.executable, __file__, "--child", impl, workload,
                "--steps", str(steps), "--bucket-mb", str(bucket_mb)]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600,
@@ -309,37 +457,47 @@ def job(impl: str, workload: str, n: int, steps: int, async_progress: bool,
     return json.loads(lines[-1][len("RESULT "):])
 
 
-def table(results: dict, workloads: list[str]) -> list[str]:
-    lines = [f"{'workload':20} {'implementation':12} {'1 proc ms':>9} {'2 procs ms':>10} "
-             f"{'efficiency':>10} {'all-reduce alone ms':>19} {'hidden (exposed ms)':>19} "
-             f"{'progress off':>19}"]
+def table(results: dict, workloads: list[str], buckets: dict) -> list[str]:
+    lines = [f"{'workload':20} {'implementation':12} {'bucket MiB':>10} {'1 proc ms':>9} "
+             f"{'2 procs ms':>10} "
+             f"{'efficiency':>10} {'all-reduce alone ms':>19} {'hidden/best (exposed ms)':>24} "
+             f"{'progress off':>24} {'thread on (eager)':>24} {'thread/none':>11}"]
     for workload in workloads:
         for impl in _impls(workload):
             one, two = results[workload, impl, 1], results[workload, impl, 2]
             if isinstance(one, str) or isinstance(two, str):
-                lines.append(f"{workload:20} {impl:12} {one if isinstance(one, str) else two}")
+                lines.append(f"{workload:20} {impl:12} {buckets[workload]:10g} "
+                             f"{one if isinstance(one, str) else two}")
                 continue
             share = (f"{two['progress']['alone_s'] * 1e3:19.2f} {_share(two['progress'])} "
                      f"{_share(two['no_progress'])}" if "progress" in two else "")
-            lines.append(f"{workload:20} {impl:12} {one['step_s'] * 1e3:9.2f} "
+            if "thread_ratio" in two:
+                share += f" {_share(two['thread_on'])} {two['thread_ratio']:11.2f}"
+            lines.append(f"{workload:20} {impl:12} {buckets[workload]:10g} "
+                         f"{one['step_s'] * 1e3:9.2f} "
                          f"{two['step_s'] * 1e3:10.2f} {one['step_s'] / two['step_s']:10.2f} "
                          f"{share}")
     return lines
 
 
 def _share(measured: dict) -> str:
-    text = f"{measured['hidden']:.0%} ({measured['exposed_s'] * 1e3:.2f})"
-    return f"{text:>19}"
+    """The measured hidden share, the best the step's order allows (``best_hidden``) and the
+    exposed milliseconds: "12%/40% (0.52)"."""
+    text = (f"{measured['hidden']:.0%}/{measured['best']:.0%} "
+            f"({measured['exposed_s'] * 1e3:.2f})")
+    return f"{text:>24}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workloads", nargs="*", choices=[[], *WORKLOADS], default=[])
     parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--bucket-mb", type=float, default=10.0,
-                        help="bucket size of every implementation, MiB")
+    parser.add_argument("--bucket-mb", type=float, default=None,
+                        help="bucket size of every implementation and workload, MiB (default: "
+                             "each workload's, BUCKET_MB)")
     parser.add_argument("--async-progress", action="store_true",
-                        help="MPICH_ASYNC_PROGRESS=1 in every rank (MPICH's progress thread)")
+                        help="MPIR_CVAR_ASYNC_PROGRESS=1 in every rank (MPICH's progress "
+                             "thread)")
     parser.add_argument("--child", nargs=2, metavar=("IMPL", "WORKLOAD"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -347,9 +505,10 @@ def main() -> None:
         return
     sys.path.insert(0, str(ROOT))
     workloads = args.workloads or list(WORKLOADS)
-    results = {(w, impl, n): job(impl, w, n, args.steps, args.async_progress, args.bucket_mb)
+    buckets = {w: args.bucket_mb or BUCKET_MB[w] for w in workloads}
+    results = {(w, impl, n): job(impl, w, n, args.steps, args.async_progress, buckets[w])
                for w in workloads for impl in _impls(w) for n in (1, 2)}
-    print("\n".join(table(results, workloads)))
+    print("\n".join(table(results, workloads, buckets)))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import mgegraph.distributed as dist
 import mgegraph.functional as F
 from mgegraph import nn
 from mgegraph.autodiff import Function
+from mgegraph.distributed import helper
 
 dist.init_process_group(timeout=20)
 R, N = dist.get_rank(), dist.get_world_size()
@@ -29,15 +30,14 @@ LEFT: list = []  # tape nodes not yet walked at each bucket's send
 TAPE: list = []  # the tape being walked (the GradManager's list, popped by the walk)
 
 
-def recording_sends(start):
-    def start_allreduce(x, op="sum"):
-        if x.size > 2:  # a bucket, not the ranks' small agreement
-            LEFT.append(len(TAPE[0]) if TAPE else -1)
-        return start(x, op)
-    return start_allreduce
+def recording_sends(send):
+    def sending(bucket, *args):
+        LEFT.append(len(TAPE[0]) if TAPE else -1)
+        return send(bucket, *args)
+    return sending
 
 
-COMM.start_allreduce = recording_sends(COMM.start_allreduce)
+helper._Bucket.send = recording_sends(helper._Bucket.send)  # the callback's bucket sends
 
 
 class FailsOn(Function):
