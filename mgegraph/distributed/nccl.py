@@ -175,7 +175,7 @@ def unique_id() -> bytes:
     """A new ncclUniqueId (rank 0's, for the group to share)."""
     uid = UniqueId()
     _call("ncclGetUniqueId", ctypes.byref(uid))
-    return bytes(uid.internal)
+    return bytes(uid)  # all 128 bytes (``uid.internal`` would stop at the first zero)
 
 
 @dataclass
@@ -288,7 +288,8 @@ def shared_unique_id(group: Communicator) -> bytes:
 def init_rank(uid: bytes, size: int, rank: int, what: str) -> int:
     """ncclCommInitRank on the current CUDA device: the new communicator's handle."""
     handle = _VOID_P()
-    _call("ncclCommInitRank", ctypes.byref(handle), size, UniqueId(uid), rank, what=what)
+    _call("ncclCommInitRank", ctypes.byref(handle), size, UniqueId.from_buffer_copy(uid), rank,
+          what=what)
     return handle.value
 
 

@@ -41,7 +41,7 @@ class FakeNccl:
 
     def ncclCommInitRank(self, handle, size, uid, rank):
         handle._obj.value = HANDLE
-        return self._record("ncclCommInitRank", size, bytes(uid.internal)[:2], rank)
+        return self._record("ncclCommInitRank", size, bytes(uid)[:2], rank)
 
     def ncclCommGetAsyncError(self, comm, result):
         result._obj.value = self.async_error
