@@ -5,18 +5,22 @@ against the same step on the CPU, over several steps (the later ones replay the 
 with the NCCL calls captured in it)."""
 import copy
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+sys.path.insert(0, str(Path(__file__).parents[1] / "distributed"))  # nccl_fake.py
+from nccl_fake import pretend_two_ranks  # noqa: E402
+
 import mgegraph as mg
 import mgegraph.distributed as dist
 import mgegraph.functional as F
-from mgegraph import communicator, optim
+from mgegraph import optim
 from mgegraph.cuda import collective as cuda_collective
 from mgegraph.cuda import fetch
 from mgegraph.demo import mlp
-from mgegraph.distributed import group, nccl
+from mgegraph.distributed import nccl
 
 pytestmark = pytest.mark.cuda
 
@@ -51,18 +55,7 @@ def two_rank_job(monkeypatch):
     """A job that believes it has two ranks (rank 0 here; no MPI), whose CUDA plans reduce over
     a real one-rank NCCL communicator: NCCL's sum is each value itself, and the mean halves it,
     as the CPU plan of the same job does (its group has no MPI communicator: the value)."""
-    def world(timeout):
-        comm = communicator.Communicator(None, (0, 1), 0, timeout)
-        communicator._GROUPS[comm.key] = comm
-        return comm
-
-    monkeypatch.setattr(communicator, "_GROUPS", {})
-    monkeypatch.setattr(communicator, "world", world)
-    monkeypatch.setattr(group, "_job", None)
-    monkeypatch.setattr(group.WORLD, "proc_ranks", None)
-    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
-    monkeypatch.setattr(cuda_collective, "_provider", None)
-    dist.init_process_group(backend="nccl", timeout=60)
+    pretend_two_ranks(monkeypatch, timeout=60)
     cuda_collective.install_communicators(_alone)
 
 

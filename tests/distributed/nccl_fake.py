@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import sys
 
 import numpy as np
 
+import mgegraph.distributed as dist
+from mgegraph import communicator
+from mgegraph.cuda import collective as cuda_collective
 from mgegraph.cuda.backend import CudaBackend
+from mgegraph.distributed import group
 
 HANDLE = 0xC0FFEE  # the ncclComm_t the fake makes
 PLAN_STREAM, COMM_STREAM = 0x51, 0x52  # stream handles: the plan's, the first one made
@@ -124,3 +129,20 @@ class FakeBackend(CudaBackend):
 
     def module(self, source, text=None, extra=()):
         return source
+
+
+def pretend_two_ranks(monkeypatch, timeout: float) -> None:
+    """``dist.init_process_group(backend="nccl")`` in a job that believes it has two ranks
+    (this process rank 0; no MPI: the group's MPI calls do nothing), undone after the test."""
+    def world(seconds):
+        comm = communicator.Communicator(None, (0, 1), 0, seconds)
+        communicator._GROUPS[comm.key] = comm
+        return comm
+
+    monkeypatch.setattr(communicator, "_GROUPS", {})
+    monkeypatch.setattr(communicator, "world", world)
+    monkeypatch.setattr(group, "_job", None)
+    monkeypatch.setattr(group.WORLD, "proc_ranks", None)
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # a job of two sets its own
+    monkeypatch.setattr(cuda_collective, "_provider", None)
+    dist.init_process_group(backend="nccl", timeout=timeout)

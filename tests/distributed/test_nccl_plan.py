@@ -6,11 +6,16 @@ its gradients, the mean's scale after each wait, the CUDA graph capture of later
 of one process (no NCCL), and the timeout's abort."""
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
-from nccl_fake import COMM_STREAM, HANDLE, PLAN_STREAM, FakeBackend, FakeNccl
+from nccl_fake import (
+    COMM_STREAM,
+    HANDLE,
+    PLAN_STREAM,
+    FakeBackend,
+    FakeNccl,
+    pretend_two_ranks,
+)
 
 import mgegraph as mg
 import mgegraph.distributed as dist
@@ -20,7 +25,7 @@ from mgegraph.backend import get_backend, unregister_backend
 from mgegraph.cuda import collective as cuda_collective
 from mgegraph.cuda.runtime import CudaExecutable
 from mgegraph.demo import mlp
-from mgegraph.distributed import group, nccl
+from mgegraph.distributed import nccl
 from mgegraph.ops.collective import bucket_layout
 
 FLOAT32 = 7  # ncclFloat32
@@ -31,20 +36,8 @@ def job(monkeypatch):
     """A job of two ranks (this process rank 0; no MPI: the group's MPI calls are no-ops)
     whose NCCL is the recording fake, made by init_process_group(backend="nccl")."""
     log = []
-
-    def world(timeout):
-        comm = communicator.Communicator(None, (0, 1), 0, timeout)
-        communicator._GROUPS[comm.key] = comm
-        return comm
-
-    monkeypatch.setattr(communicator, "_GROUPS", {})
-    monkeypatch.setattr(communicator, "world", world)
     monkeypatch.setattr(nccl, "library", lambda: FakeNccl(log))
-    monkeypatch.setattr(group, "_job", None)
-    monkeypatch.setattr(group.WORLD, "proc_ranks", None)
-    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
-    monkeypatch.setattr(cuda_collective, "_provider", None)
-    dist.init_process_group(backend="nccl", timeout=0.2)
+    pretend_two_ranks(monkeypatch, timeout=0.2)
     mg.register_backend("cuda-nccl-fake", lambda: FakeBackend(log, "cuda-nccl-fake"))
     yield log
     unregister_backend("cuda-nccl-fake")
