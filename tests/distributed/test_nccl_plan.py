@@ -179,3 +179,31 @@ def test_a_cuda_plan_without_an_nccl_backend_says_what_to_call(monkeypatch):
     monkeypatch.setattr(cuda_collective, "_provider", None)
     with pytest.raises(dist.DistributedError, match=r"init_process_group\(\).*nccl"):
         cuda_collective.communicator("0,1", 0)
+
+
+def test_a_deterministic_reduction_gathers_into_the_workspace_then_sums_in_rank_order(job):
+    rng = np.random.default_rng(0)
+    model = mlp()
+    batch = (rng.standard_normal((4, 64)).astype(np.float32),
+             rng.integers(0, 10, 4).astype(np.int32))
+    step = mg.compile_train_step(model, F.cross_entropy, optim.SGD(model.parameters(), 0.1),
+                                 batch, device="cuda-nccl-fake",
+                                 all_reduce=dist.AllReduce(deterministic=True))
+    plan = step.plan
+    ex = _executable(plan)
+    del job[:]
+    ex.launch()
+    reductions = [ins for ins in plan.instructions if ins.op == "all_reduce"]
+    gathers = [e for e in job if e[0] == "ncclAllGather"]
+    assert len(gathers) == len(reductions) == len(list(model.parameters()))
+    for ins, gather in zip(reductions, gathers):
+        x, y, workspace = ins.inputs[0], ins.outputs[0], ins.workspace
+        nbytes = plan.slots[x].nbytes
+        assert plan.slots[workspace].nbytes >= 2 * nbytes  # both ranks' values
+        # send x, receive into the workspace, as bytes (ncclUint8), on the plan's stream
+        assert gather == ("ncclAllGather", ex.address[x], ex.address[workspace], nbytes, 1,
+                          HANDLE, PLAN_STREAM)
+        at = job.index(gather)
+        assert job[at + 1] == ("launch", "mg_collective_rank_sum_f32",
+                               (ex.address[workspace], ex.address[y]))
+        assert job[at + 2] == ("launch", "mg_collective_scale_f32", (ex.address[y],))
