@@ -11,7 +11,9 @@ Rows (medians of timed repeats after warm-up, each ratio measured in this run):
 - mlp-train and convnet-train: a whole training step (batch in, loss out) against PyTorch CUDA
   eager (target <= 1.0x), with the plan replayed as a CUDA graph and launched one by one;
 - int8 conv and linear (dp4a): the quantized ops' integer rate against the CPU kernels of the
-  same plan, whose integers they must equal bit for bit.
+  same plan, whose integers they must equal bit for bit;
+- NCCL (the nccl extra): a one-rank communicator's all-reduce of 64 MiB out of place against a
+  device copy: that the wheel's library runs on this GPU (two ranks need two GPUs).
 
 Exit status: 0 when the tests passed (or were not run), 1 when they failed, 2 when no GPU can
 run here (the reason is printed: the cuda extra, the driver or a GPU is missing).
@@ -200,6 +202,36 @@ def int8_row(op: str, x_shape, w_shape, geometry) -> list:
             "bitwise"]
 
 
+def nccl_row() -> list:
+    from mgegraph.cuda.driver import Device
+    from mgegraph.distributed import nccl
+    name = "NCCL all-reduce 64 MiB, 1 rank"
+    try:
+        nccl.library()
+    except nccl.NcclError as exc:
+        return [name, "skipped", str(exc)[:80], "", "runs"]
+    device, nbytes = Device(0), 64 << 20
+    comm = nccl.NcclCommunicator(nccl.init_rank(nccl.unique_id(), 1, 0, "cuda_check"), 0, 1,
+                                 "0", 0, 60.0)
+    src, dst = device.alloc(nbytes), device.alloc(nbytes)
+
+    def reduce():
+        comm.all_reduce(src, dst, nbytes // 4, np.float32, device.stream)
+        device.synchronize()
+
+    def copy():
+        device.copy(dst, src, nbytes)
+        device.synchronize()
+
+    t_nccl, t_copy = median_seconds(reduce), median_seconds(copy)
+    comm.destroy()
+    device.free(src)
+    device.free(dst)
+    return [name, f"{2 * nbytes / t_nccl / 1e9:.0f} GB/s (NCCL "
+            f"{'.'.join(map(str, nccl.version()))})", f"D2D copy {2 * nbytes / t_copy / 1e9:.0f} "
+            "GB/s", f"{100 * t_copy / t_nccl:.0f}% of copy", "runs"]
+
+
 # -- the run ------------------------------------------------------------------------------------
 def run_tests(timeout: float) -> int:
     command = [sys.executable, "-m", "pytest", "-m", "cuda", "tests/cuda", "-q", "-x",
@@ -233,7 +265,7 @@ def main(argv=None) -> int:
     rows = []
     for make in (fusion_chain_row, gemm_row, lambda: train_rows("mlp"),
                  lambda: train_rows("convnet"),
-                 *(functools.partial(int8_row, *case) for case in INT8_CASES)):
+                 *(functools.partial(int8_row, *case) for case in INT8_CASES), nccl_row):
         try:
             made = make()
         except Exception as exc:  # noqa: BLE001  one failing row still prints the others

@@ -131,6 +131,36 @@ class Device:
     def synchronize(self) -> None:
         _check(_driver().cuStreamSynchronize(self.stream), "cuStreamSynchronize")
 
+    # -- streams and events: a collective's own stream, joined to the plan's by events -------
+    def new_stream(self):
+        """A second stream (non-blocking, as the plan's)."""
+        d = _driver()
+        return _check(d.cuStreamCreate(int(d.CUstream_flags.CU_STREAM_NON_BLOCKING)),
+                      "cuStreamCreate")
+
+    def new_event(self):
+        """An event for ordering streams only (no timing)."""
+        d = _driver()
+        return _check(d.cuEventCreate(int(d.CUevent_flags.CU_EVENT_DISABLE_TIMING)),
+                      "cuEventCreate")
+
+    def record(self, event, stream) -> None:
+        _check(_driver().cuEventRecord(event, stream), "cuEventRecord")
+
+    def wait_event(self, stream, event) -> None:
+        """Work enqueued on ``stream`` from now on waits for ``event``."""
+        _check(_driver().cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent")
+
+    def query(self, event) -> bool:
+        """Whether the work before ``event`` has finished (never blocks)."""
+        d = _driver()
+        err = d.cuEventQuery(event)
+        err = err[0] if isinstance(err, tuple) else err
+        if err == d.CUresult.CUDA_ERROR_NOT_READY:
+            return False
+        _check((err,), "cuEventQuery")
+        return True
+
     # -- modules and launches --------------------------------------------------------------
     def load(self, cubin: bytes):
         """A module from a CUBIN; where the driver refuses it (a driver older than the NVRTC

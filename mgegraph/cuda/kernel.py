@@ -23,6 +23,25 @@ class Step:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_bytes: int = 0
+    # positions in the instruction's buffers that the launch's MgArgs get (None: all), for an
+    # op with more buffers than MgArgs holds whose kernel reads few (a bucket's wait)
+    buffers: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class CommStep:
+    """A step that is a call of the plan's communicator, not a kernel (cuda/collective.py runs
+    it): ``action`` "start" (a bucket's reduction on the communication stream), "wait" (the
+    plan's stream waits for it), "all_reduce" or "all_gather" (on the plan's stream), or "copy"
+    (a group of one: the value itself); ``buffers`` as Step's (send, then receive);
+    ``count`` elements of ``dtype`` (a NumPy name); ``bucket`` pairs a start with its wait."""
+
+    entry: str                      # "nccl_start", for reports
+    action: str
+    buffers: tuple[int, ...]
+    count: int
+    dtype: str
+    bucket: int = 0
 
 
 @dataclass(frozen=True)

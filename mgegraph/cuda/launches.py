@@ -73,7 +73,8 @@ def plan_calls(plan, backend) -> tuple[list[Call], list[str]]:
             source = entry.source
         else:
             raise GraphError(f"kernel {ins.kernel!r} is not a CUDA kernel")
-        calls += [Call(i, source, step, ins.buffers) for step in steps]
+        calls += [Call(i, source, step, ins.buffers if step.buffers is None else
+                       tuple(ins.buffers[b] for b in step.buffers)) for step in steps]
     return calls, list(texts)
 
 

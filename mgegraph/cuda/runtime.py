@@ -22,6 +22,8 @@ from ..plan import Role, check_feeds, dead_values, non_finite_output
 from ..weight_writes import before_writes, versions, written
 from .abi import STATUS_BYTES, decode
 from .abi import pack as pack_args
+from .collective import Collectives
+from .kernel import CommStep
 from .launches import persistent_layout, plan_calls, rendered_source, slot_addresses
 from .nvrtc import EXACT_OPTIONS
 
@@ -83,14 +85,19 @@ class CudaExecutable:
         # their last reader, as the CPU executor poisons them, so a read of one shows
         self.poison = poison_after(plan, self.calls, self.address) \
             if plan.memory.options.poison else {}
-        self.use_graph, self._graph, self._lock = True, None, threading.Lock()
+        # NCCL calls (cuda/collective.py): None for a plan without collectives
+        self.collectives = Collectives(plan, self.calls, device) \
+            if any(isinstance(c.step, CommStep) for c in self.calls) else None
+        self.use_graph = self.collectives is None or self.collectives.captures
+        self._graph, self._lock = None, threading.Lock()
         device.synchronize()
 
     def _functions(self, texts) -> list:
         b = self.backend
         rendered = b.module("rendered.cu", rendered_source(texts), EXACT_OPTIONS) \
             if texts else None
-        return [self.device.function(rendered if c.source is None else b.module(c.source),
+        return [None if isinstance(c.step, CommStep) else  # an NCCL call, not a kernel
+                self.device.function(rendered if c.source is None else b.module(c.source),
                                      c.step.entry) for c in self.calls]
 
     def __del__(self):
@@ -121,7 +128,7 @@ class CudaExecutable:
         for slot in plan.outputs:
             device.to_host(self.staging[slot], self.address[slot])
         device.to_host(self.status_host, self.status)
-        device.synchronize()
+        self._synchronize()
         self._mark_updated()  # the assigns before a failure did run on the device
         self._check_status()
         return [self.staging[s].view(plan.slots[s].type.dtype).reshape(
@@ -134,8 +141,23 @@ class CudaExecutable:
             self.device.activate()
             self._launch_all()
             self.device.to_host(self.status_host, self.status)
-            self.device.synchronize()
+            self._synchronize()
             self._check_status()
+
+    def _synchronize(self) -> None:
+        """Wait for the run; with collectives, never past their group's timeout."""
+        if self.collectives is None:
+            self.device.synchronize()
+        else:
+            self.collectives.synchronize()
+
+    def _launch(self, k: int) -> None:
+        """Enqueue launch ``k`` (a kernel, or an NCCL call)."""
+        call = self.calls[k]
+        if isinstance(call.step, CommStep):
+            self.collectives.run(call, [self.address[s] for s in call.slots])
+        else:
+            self.device.launch(self.functions[k], call.step, self.args[k])
 
     def _check_status(self) -> None:
         """Raise the KernelError of the status word read back last, if a kernel set it."""
@@ -163,8 +185,8 @@ class CudaExecutable:
 
     def _launch_each(self) -> None:
         self.device.memset(self.status, 0, STATUS_BYTES)  # captured: zeroed by every replay
-        for k, (function, call, args) in enumerate(zip(self.functions, self.calls, self.args)):
-            self.device.launch(function, call.step, args)
+        for k in range(len(self.calls)):
+            self._launch(k)
             for address, nbytes in self.poison.get(k, ()):
                 self.device.memset(address, 0xFF, nbytes)
 
@@ -176,9 +198,9 @@ class CudaExecutable:
         self.device.memset(self.status, 0, STATUS_BYTES)
         for index, ks in by_ins.items():
             for k in ks:
-                self.device.launch(self.functions[k], self.calls[k].step, self.args[k])
+                self._launch(k)
             self.device.to_host(self.status_host, self.status)
-            self.device.synchronize()
+            self._synchronize()
             self._check_status()  # a kernel's error before the NaN it may have written
             for s in plan.instructions[index].outputs:
                 message = non_finite_output(plan, index, s, self._read(s))

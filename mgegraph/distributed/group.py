@@ -25,8 +25,11 @@ from dataclasses import dataclass, field
 
 from .. import communicator
 from ..communicator import Communicator, DistributedError
+from . import nccl
 
-BACKENDS = ("auto", "mpi")
+# MegEngine's spelling: "nccl" (and "auto") run a device="cuda" plan's collectives over NCCL
+# (nccl.py); the host's collectives, and NCCL's unique id, go over MPI whatever the choice
+BACKENDS = ("auto", "mpi", "nccl")
 FAILURE_FOLDER_ENV = "MGEGRAPH_LAUNCH_FAILURES"  # where a rank's uncaught error is reported
 
 
@@ -36,6 +39,7 @@ class _Job:
     backend: str
     device: int
     groups: dict = field(default_factory=dict)  # ranks -> Communicator
+    nccl: dict = field(default_factory=dict)  # (group key, GPU) -> NcclCommunicator
 
 
 _job: _Job | None = None
@@ -112,6 +116,9 @@ def init_process_group(master_ip: str | None = None, port: int | None = None,
     not needed, MPI's launcher has met the processes; ``world_size`` and ``rank``, when given,
     must be MPI's). ``timeout``: seconds a collective waits for the other ranks before raising
     ``CollectiveTimeout``. Called once per process; a script run without mpiexec is a job of one.
+    ``backend``: "auto" (MegEngine's default) and "nccl" run the collectives of ``device="cuda"``
+    plans over NCCL, each GPU's communicator made at the first such run ("nccl" checks now that
+    NCCL loads); "mpi" leaves CUDA plans without collectives. Host collectives use MPI always.
 
     >>> dist.init_process_group()
     """
@@ -120,7 +127,7 @@ def init_process_group(master_ip: str | None = None, port: int | None = None,
         raise DistributedError("init_process_group: already called in this process")
     if backend not in BACKENDS:
         raise DistributedError(f"init_process_group: backend must be one of {BACKENDS} (MPI "
-                               f"on the CPU), got {backend!r}")
+                               f"on the CPU, NCCL for device='cuda' plans), got {backend!r}")
     if not timeout > 0:
         raise DistributedError(f"init_process_group: timeout must be > 0 s, got {timeout!r}")
     if not communicator.launched_by_mpiexec() and world_size not in (None, 1):
@@ -134,10 +141,28 @@ def init_process_group(master_ip: str | None = None, port: int | None = None,
         if given is not None and given != actual:
             raise DistributedError(f"init_process_group({what}={given}): mpiexec started this "
                                    f"process with {what} {actual}")
-    _job = _Job(world, "mpi", int(device))
+    if backend == "nccl":
+        nccl.library()  # a missing wheel is said now, not at the first CUDA plan
+    _job = _Job(world, "nccl" if backend == "nccl" else "mpi", int(device))
     WORLD.reset(list(world.ranks))
+    if backend != "mpi":
+        _cuda_collectives().install_communicators(_nccl_communicator)
     if world.size > 1:
         sys.excepthook = _abort_on_uncaught
+
+
+def _cuda_collectives():
+    from ..cuda import collective  # lazy: the CUDA backend's hook, only where NCCL may run
+    return collective
+
+
+def _nccl_communicator(key: str, device: int):
+    """The NCCL communicator of group ``key`` on GPU ``device`` (made once, by the group's
+    ranks together, the first time a CUDA plan of theirs runs a collective)."""
+    job = _require("a CUDA plan's collective")
+    if (key, device) not in job.nccl:
+        job.nccl[key, device] = nccl.communicator_of(communicator.by_key(key), device)
+    return job.nccl[key, device]
 
 
 def _abort_on_uncaught(kind, value, tb) -> None:
@@ -191,7 +216,8 @@ def get_world_size() -> int:
 
 
 def get_backend() -> str:
-    """The communication backend: "mpi"."""
+    """The communication backend: "nccl" where ``init_process_group(backend="nccl")`` asked for
+    it, else "mpi" (with "auto", device="cuda" plans still run their collectives on NCCL)."""
     return _require("get_backend").backend
 
 

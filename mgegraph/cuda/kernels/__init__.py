@@ -62,3 +62,7 @@ FAMILIES += [
 FAMILIES += [
     "quantized",     # csrc_cuda/quantized.cu(h): quantized conv2d and linear (dp4a), add
 ]
+# the collectives of data-parallel training (ops/collective.py): NCCL calls (cuda/collective.py)
+FAMILIES += [
+    "collective",    # csrc_cuda/collective.cu: the scale and the rank-order sum around NCCL
+]
