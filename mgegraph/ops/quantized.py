@@ -54,7 +54,7 @@ from ..ir.quant import QUANT_STORAGE, QuantParams, per_tensor
 from ..ir.types import TensorType
 from .builder import apply, graph_of
 from .conv import _as_pair, weight_dims
-from .registry import OpDef, get_op, named, register
+from .registry import OpDef, get_op, named, register, same_shape
 
 __all__ = ["quantized_add", "quantized_batch_matmul", "quantized_conv2d",
            "quantized_conv_transpose2d", "quantized_linear"]
@@ -250,10 +250,7 @@ def _batch_of(batch_a, batch_b):
         return batch_b
     if not named(batch_b) and batch_b == 1:
         return batch_a
-    if named(batch_a, batch_b):
-        raise ValueError(f"batches {batch_a} and {batch_b}: a named batch must be matched by "
-                         f"the other operand's same name or by 1")
-    if batch_a != batch_b:
+    if not same_shape((batch_a,), (batch_b,), "the batches of a and b"):
         raise ValueError(f"batches {batch_a} and {batch_b} differ (one of them may be 1)")
     return batch_a
 
