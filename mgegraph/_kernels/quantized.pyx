@@ -70,22 +70,39 @@ cdef inline int32_t stored(const char* p, Py_ssize_t i, Py_ssize_t code) noexcep
     return (<const uint8_t*>p)[i]
 
 
+cdef bint channel_tables(const Call* c, Py_ssize_t oc, int32_t** zw,
+                         float** mult) noexcept nogil:
+    # each output channel's multiplier and weight zero point, as the floats hold them (the
+    # double holds the float32 exactly); False where the memory cannot be had (the caller frees)
+    cdef Py_ssize_t o
+    zw[0] = <int32_t*>malloc(max(oc, 1) * sizeof(int32_t))
+    mult[0] = <float*>malloc(max(oc, 1) * sizeof(float))
+    if zw[0] == NULL or mult[0] == NULL:
+        return False
+    for o in range(oc):
+        mult[0][o] = <float>c.floats[o]
+        zw[0][o] = <int32_t>c.floats[oc + o]
+    return True
+
+
+cdef inline int output_kind(Py_ssize_t code) noexcept nogil:
+    return (QG_OUT_INT32 if code == CODE_INT32 else
+            QG_OUT_INT8 if code == CODE_INT8 else QG_OUT_UINT8)
+
+
 # -- the int8 GEMM of qgemm.pyx for a convolution or a linear layer (its 1x1 planes: one GEMM
 # over the rows), the direct depthwise kernel for groups == channels == out channels
 cdef int gemm_conv(const Call* c, int x_signed) noexcept nogil:
     cdef const QConv* s = <const QConv*>c.ints
-    cdef Py_ssize_t oc = s.out_channels, o
+    cdef Py_ssize_t oc = s.out_channels
     cdef Py_ssize_t k = s.channels // s.groups * s.kernel_h * s.kernel_w
     cdef const int32_t* bias = <const int32_t*>c.bufs[2] if s.has_bias else NULL
-    cdef int32_t* zw = <int32_t*>malloc(oc * sizeof(int32_t))
-    cdef float* mult = <float*>malloc(oc * sizeof(float))
+    cdef int32_t* zw = NULL
+    cdef float* mult = NULL
     cdef int status = KERNEL_OUT_OF_MEMORY
     cdef qg_conv g
     cdef QOutput out
-    if zw != NULL and mult != NULL:
-        for o in range(oc):
-            mult[o] = <float>c.floats[o]  # the double holds the float32 exactly
-            zw[o] = <int32_t>c.floats[oc + o]
+    if channel_tables(c, oc, &zw, &mult):
         g = geometry(s)
         out = output_of(c)
         if s.groups == s.channels == oc:
@@ -168,8 +185,7 @@ cdef QOutput output_of(const Call* c) noexcept nogil:
     cdef const QConv* s = <const QConv*>c.ints
     cdef QOutput out
     out.y = c.bufs[2 + s.has_bias]
-    out.kind = (QG_OUT_INT32 if s.out_code == CODE_INT32 else
-                QG_OUT_INT8 if s.out_code == CODE_INT8 else QG_OUT_UINT8)
+    out.kind = output_kind(s.out_code)
     out.zy, out.lo, out.hi = <int32_t>s.out_zero, <int32_t>s.low, <int32_t>s.high
     return out
 
@@ -184,16 +200,13 @@ cdef int quantized_conv2d_u8(const Call* c) noexcept nogil:
 # out_w the output's), its floats and buffers
 cdef int conv_transpose(const Call* c, int x_signed) noexcept nogil:
     cdef const QConv* s = <const QConv*>c.ints
-    cdef Py_ssize_t oc = s.out_channels, o
-    cdef int32_t* zw = <int32_t*>malloc(max(oc, 1) * sizeof(int32_t))
-    cdef float* mult = <float*>malloc(max(oc, 1) * sizeof(float))
+    cdef Py_ssize_t oc = s.out_channels
+    cdef int32_t* zw = NULL
+    cdef float* mult = NULL
     cdef int status = KERNEL_OUT_OF_MEMORY
     cdef qg_conv g = geometry(s)
     cdef QOutput out = output_of(c)
-    if zw != NULL and mult != NULL:
-        for o in range(oc):
-            mult[o] = <float>c.floats[o]  # the double holds the float32 exactly
-            zw[o] = <int32_t>c.floats[oc + o]
+    if channel_tables(c, oc, &zw, &mult):
         status = conv_transpose_run(<const uint8_t*>c.bufs[0], x_signed, <int32_t>s.x_zero,
                                     <const uint8_t*>c.bufs[1], s.w_code == CODE_UINT8, zw,
                                     <const int32_t*>c.bufs[2] if s.has_bias else NULL,
@@ -214,9 +227,9 @@ cdef int quantized_conv_transpose2d_u8(const Call* c) noexcept nogil:
 # b, [bias,] y; floats each row's multiplier, then each row's zero point of a
 cdef int batch_matmul(const Call* c, int b_signed) noexcept nogil:
     cdef const QBmm* s = <const QBmm*>c.ints
-    cdef Py_ssize_t n = s.rows, k = s.depth, cols = s.cols, o, bi
-    cdef int32_t* zw = <int32_t*>malloc(max(n, 1) * sizeof(int32_t))
-    cdef float* mult = <float*>malloc(max(n, 1) * sizeof(float))
+    cdef Py_ssize_t n = s.rows, k = s.depth, cols = s.cols, bi
+    cdef int32_t* zw = NULL
+    cdef float* mult = NULL
     cdef char* packed = <char*>malloc(packed_size(n, k, 1))
     cdef const int32_t* bias = <const int32_t*>c.bufs[2] if s.has_bias else NULL
     cdef int32_t zb = <int32_t>s.b_zero
@@ -224,15 +237,11 @@ cdef int batch_matmul(const Call* c, int b_signed) noexcept nogil:
     cdef QWeights pw
     cdef qg_conv g  # b's (depth, cols) matrix: the channel rows of a 1x1 convolution
     cdef QOutput out
-    if zw != NULL and mult != NULL and packed != NULL:
-        for o in range(n):
-            mult[o] = <float>c.floats[o]  # the double holds the float32 exactly
-            zw[o] = <int32_t>c.floats[n + o]
+    if channel_tables(c, n, &zw, &mult) and packed != NULL:
         g.c, g.h, g.w, g.oh, g.ow = k, 1, cols, 1, cols
         g.kh = g.kw = g.sh = g.sw = g.dh = g.dw = 1
         g.ph = g.pw = 0
-        out.kind = (QG_OUT_INT32 if s.out_code == CODE_INT32 else
-                    QG_OUT_INT8 if s.out_code == CODE_INT8 else QG_OUT_UINT8)
+        out.kind = output_kind(s.out_code)
         out.zy, out.lo, out.hi = <int32_t>s.out_zero, <int32_t>s.low, <int32_t>s.high
         status = KERNEL_OK
         for bi in range(s.batch):
