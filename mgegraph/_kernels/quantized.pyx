@@ -3,8 +3,8 @@
 # (the convolution's block), quantized_batch_matmul and quantized_add.
 #
 # Parameter layout: the ints are the structs below, whose field names this module exports
-# (QCONV_FIELDS, QBMM_FIELDS, QADD_FIELDS) for the lowering, mgegraph/_kernels/lowering/quantized.py, to pack
-# by name. The convolution's floats are each output channel's requantisation multiplier, then
+# (QCONV_FIELDS, QBMM_FIELDS, QADD_FIELDS) for the lowering, mgegraph/_kernels/lowering/
+# quantized.py, to pack by name. The convolution's floats are each output channel's requantisation multiplier, then
 # each one's weight zero point; quantized_add's are its two multipliers. Buffers: x, w, the
 # bias when there is one, then the output.
 #
@@ -21,7 +21,8 @@
 # would be code no run reaches. The transposed convolution is the GEMM of the transposed weight
 # by x's channel rows, then col2im (qgemm.pyx's conv_transpose_run, qconv.h); the batched matmul
 # is one GEMM per batch (b's (depth, cols) matrix is the B of a 1x1 convolution read in place),
-# its weights packed once when a has no batch. quantized_add is a loop here, vectorised where its operands allow.
+# its weights packed once when a has no batch. quantized_add is a loop here, vectorised where
+# its operands allow.
 
 from libc.math cimport rintf
 from libc.stdint cimport int8_t, int32_t, uint8_t
@@ -32,8 +33,8 @@ from .nditer cimport MAX_DIMS, Odometer, dims_ok, odometer_init, odometer_next, 
 from .params cimport fields_of
 from .parallel cimport parallel_for
 from .qgemm cimport (QG_OUT_INT8, QG_OUT_INT32, QG_OUT_UINT8, QOutput, QWeights,
-                     conv_run, conv_transpose_run, depthwise_run, linear_run, pack_weights, packed_size, qg_conv,
-                     weights_view)
+                     conv_run, conv_transpose_run, depthwise_run, linear_run, pack_weights,
+                     packed_size, qg_conv, weights_view)
 
 ctypedef struct QConv:
     Py_ssize_t batch, channels, height, width, out_channels, kernel_h, kernel_w, out_h, out_w
