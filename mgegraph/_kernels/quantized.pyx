@@ -4,8 +4,9 @@
 #
 # Parameter layout: the ints are the structs below, whose field names this module exports
 # (QCONV_FIELDS, QBMM_FIELDS, QADD_FIELDS) for the lowering, mgegraph/_kernels/lowering/
-# quantized.py, to pack by name. The convolution's floats are each output channel's requantisation multiplier, then
-# each one's weight zero point; quantized_add's are its two multipliers. Buffers: x, w, the
+# quantized.py, to pack by name. The convolution's floats are each output channel's
+# requantisation multiplier, then each one's weight zero point (the batched matmul's: each
+# row's); quantized_add's are its two multipliers. Buffers: x, w, the
 # bias when there is one, then the output.
 #
 # Design: the convolution and the linear layer run on the int8 GEMM of qgemm.pyx (AMX, VNNI,
