@@ -65,6 +65,8 @@ WORKLOADS |= {**{f"mobilenet {case}": ("mgegraph", "mgegraph im2col", "mgegraph 
 # int8 inference against the float32 plan and ONNX Runtime's quantize_static (int8_workloads.py)
 INT8_IMPLS = ("mgegraph float", "mgegraph int8", "onnxruntime float", "onnxruntime int8")
 WORKLOADS |= {"mlp-int8 1": INT8_IMPLS, "mlp-int8 128": INT8_IMPLS}
+# the int8 transposed convolution against the float32 one (int8_conv_transpose.py)
+WORKLOADS |= {"conv-transpose-int8 64->32": ("mgegraph float", "mgegraph int8")}
 # the transformer language model of examples/transformer_lm.py (sequence_workloads.py)
 WORKLOADS |= {w: ("mgegraph", "torch", "torch.compile")
               for w in ("transformer-train", "transformer-generate")}
@@ -204,6 +206,15 @@ def resnet18_int8_call(impl: str, workload: str):
 
 
 CALLS["resnet18-int8"] = resnet18_int8_call
+
+
+def conv_transpose_int8_call(impl: str, workload: str):
+    _benchmark_modules()  # benchmarks/ on the path
+    import int8_conv_transpose
+    return int8_conv_transpose.conv_transpose_int8_call(impl, workload)
+
+
+CALLS["conv-transpose-int8"] = conv_transpose_int8_call
 
 
 def median_seconds(call, runs: int, warmup: int = 3) -> float:

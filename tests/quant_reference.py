@@ -81,6 +81,49 @@ def quantized_linear(x, xp, w, wp, bias=None, **attrs) -> np.ndarray:
     return _finish(acc, bias, xp.scale, wp, attrs, channel_axis=x.ndim - 1)
 
 
+def _accumulate_conv_transpose(x, zx, w, zw, stride, padding, output_padding, dilation,
+                               groups) -> np.ndarray:
+    """Every input cell's products scattered to the output cells its taps reach, in int64."""
+    n, c_in, h, wd = x.shape
+    _, per_group, kh, kw = w.shape
+    sizes = [(h - 1) * stride[0] + dilation[0] * (kh - 1) + 1,
+             (wd - 1) * stride[1] + dilation[1] * (kw - 1) + 1]
+    out = [sizes[a] - 2 * padding[a] + output_padding[a] for a in range(2)]
+    full = np.zeros((n, per_group * groups, max(sizes[0], padding[0] + out[0]),
+                     max(sizes[1], padding[1] + out[1])), np.int64)
+    cg = c_in // groups
+    xs = x.astype(np.int64) - zx
+    # w[c, o] belongs to output channel (c // cg) * per_group + o
+    zws = _per_channel(zw, per_group * groups).reshape(groups, per_group)[np.arange(c_in) // cg]
+    ws = w.astype(np.int64) - zws[:, :, None, None]
+    for i in range(kh):
+        for j in range(kw):
+            rows = slice(i * dilation[0], i * dilation[0] + stride[0] * (h - 1) + 1, stride[0])
+            cols = slice(j * dilation[1], j * dilation[1] + stride[1] * (wd - 1) + 1, stride[1])
+            for g in range(groups):
+                part = np.einsum("nchw,co->nohw", xs[:, g * cg:(g + 1) * cg],
+                                 ws[g * cg:(g + 1) * cg, :, i, j])
+                full[:, g * per_group:(g + 1) * per_group, rows, cols] += part
+    return full[:, :, padding[0]:padding[0] + out[0], padding[1]:padding[1] + out[1]]
+
+
+def quantized_conv_transpose2d(x, xp, w, wp, bias=None, **attrs) -> np.ndarray:
+    """``attrs``: the op's (stride, padding, output_padding, dilation, groups, out_dtype,
+    out_scale, out_zero_point, relu), all given; a per-channel ``wp`` is along axis 1."""
+    acc = _accumulate_conv_transpose(x, xp.zero_point, w, wp.zero_points, attrs["stride"],
+                                     attrs["padding"], attrs["output_padding"],
+                                     attrs["dilation"], attrs["groups"])
+    return _finish(acc, bias, xp.scale, wp, attrs, channel_axis=1)
+
+
+def quantized_batch_matmul(a, ap, b, bp, bias=None, **attrs) -> np.ndarray:
+    """a (batch or 1, n, k) @ b (batch or 1, k, m); a per tensor or per row (axis 1)."""
+    za = _per_channel(ap.zero_points, a.shape[1]).reshape(1, -1, 1)
+    acc = (a.astype(np.int64) - za) @ (b.astype(np.int64) - bp.zero_point)
+    # the bias and the multipliers are per row: the channel axis 1
+    return _finish(acc, bias, bp.scale, ap, attrs, channel_axis=1)
+
+
 def quantized_add(a, ap, b, bp, **attrs) -> np.ndarray:
     sy = np.float32(attrs["out_scale"])
     ma, mb = np.float32(ap.scale) / sy, np.float32(bp.scale) / sy

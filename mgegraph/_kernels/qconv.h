@@ -234,4 +234,59 @@ static void qg_store_plane(const qg_variant* var, const int32_t* acc, ptrdiff_t 
     }
 }
 
+
+/* ---- the transposed convolution: W^T x on the GEMM, then col2im ------------------------- */
+
+/* Design: a transposed convolution of x (c_in, h, w) per group is the GEMM of the transposed
+ * weight, rows (o, i, j) of C_out/groups * kh * kw, by x's channel rows (the in-place 1x1 case
+ * above: its B is x itself), giving for every input cell the int32 contribution of each tap
+ * of each output channel; col2im then adds each tap's plane into the output cells it reaches
+ * (oh = ih * sh - ph + i * dh, likewise across). Every term is an exact int32 product sum and the
+ * adds wrap as the tiles' do, so the output is the exact accumulator, whatever the order. */
+
+/* w (c_in, opg, kh, kw) of `groups` groups of c_in / groups input channels into wt, per group
+ * rows (o, i, j) of its c_in / groups values: the A the GEMM packs; zrows[row] = zw[channel] */
+static void qg_transpose_weight(const uint8_t* w, const int32_t* zw, ptrdiff_t c_in,
+                                ptrdiff_t opg, ptrdiff_t taps, ptrdiff_t groups, uint8_t* wt,
+                                int32_t* zrows) {
+    ptrdiff_t cg = c_in / groups, m = opg * taps;
+    for (ptrdiff_t gi = 0; gi < groups; gi++)
+        for (ptrdiff_t c = 0; c < cg; c++)
+            for (ptrdiff_t r = 0; r < m; r++)
+                wt[(gi * m + r) * cg + c] = w[((gi * cg + c) * opg) * taps + r];
+    for (ptrdiff_t gi = 0; gi < groups; gi++)
+        for (ptrdiff_t r = 0; r < m; r++) zrows[gi * m + r] = zw[gi * opg + r / taps];
+}
+
+/* of the input columns iw in [0, w), those whose output column iw * s + off is in [0, ow) */
+static inline void qg_reach(ptrdiff_t off, ptrdiff_t s, ptrdiff_t w, ptrdiff_t ow, ptrdiff_t* lo,
+                            ptrdiff_t* hi) {
+    ptrdiff_t first = off >= 0 ? 0 : (-off + s - 1) / s;
+    ptrdiff_t end = ow - off <= 0 ? 0 : (ow - off + s - 1) / s;
+    *hi = end < w ? end : w;
+    *lo = first < *hi ? first : *hi;
+}
+
+/* One output channel of a transposed convolution of geometry g (h x w in, oh x ow out):
+ * acc = the sum over taps t = (i, j) of column plane cols + t * h * w placed at its cells. */
+static void qg_col2im_plane(const int32_t* cols, const qg_conv* g, int32_t* acc) {
+    memset(acc, 0, (size_t)(g->oh * g->ow) * sizeof(int32_t));
+    for (ptrdiff_t i = 0; i < g->kh; i++)
+        for (ptrdiff_t j = 0; j < g->kw; j++) {
+            const uint32_t* plane = (const uint32_t*)cols + (i * g->kw + j) * g->h * g->w;
+            ptrdiff_t lo, hi, off = j * g->dw - g->pw;
+            qg_reach(off, g->sw, g->w, g->ow, &lo, &hi);
+            for (ptrdiff_t ih = 0; ih < g->h; ih++) {
+                ptrdiff_t r = ih * g->sh - g->ph + i * g->dh;
+                if (r < 0 || r >= g->oh) continue;
+                uint32_t* dst = (uint32_t*)acc + r * g->ow;
+                const uint32_t* src = plane + ih * g->w;
+                if (g->sw == 1)
+                    for (ptrdiff_t iw = lo; iw < hi; iw++) dst[iw + off] += src[iw];
+                else
+                    for (ptrdiff_t iw = lo; iw < hi; iw++) dst[iw * g->sw + off] += src[iw];
+            }
+        }
+}
+
 #endif

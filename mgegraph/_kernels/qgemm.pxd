@@ -5,6 +5,7 @@
 #     pack_weights(packed, w, w_unsigned, oc, k, groups, zw, zx_shifted, bias)  # packed_size
 #     weights_view(&pw, packed, oc, k, groups, mult)
 #     status = conv_run(&pw, x, x_signed, zx, images, &geometry, &out, threads)
+#     status = conv_transpose_run(x, ..., w, ..., images, groups, opg, &geometry, &out, threads)
 #
 # A run whose scratch memory cannot be allocated returns KERNEL_OUT_OF_MEMORY (abi.pxd).
 
@@ -47,3 +48,8 @@ cdef int depthwise_run(const uint8_t* x, int x_signed, int32_t zx, const uint8_t
                        const QOutput* out, Py_ssize_t threads) noexcept nogil
 cdef int linear_run(const QWeights* pw, const uint8_t* x, int x_signed, Py_ssize_t rows,
                     const QOutput* out, Py_ssize_t threads) noexcept nogil
+cdef int conv_transpose_run(const uint8_t* x, int x_signed, int32_t zx, const uint8_t* w,
+                            int w_unsigned, const int32_t* zw, const int32_t* bias,
+                            const float* mult, Py_ssize_t images, Py_ssize_t groups,
+                            Py_ssize_t opg, const qg_conv* g, const QOutput* out,
+                            Py_ssize_t threads) noexcept nogil

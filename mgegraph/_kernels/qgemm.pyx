@@ -85,6 +85,10 @@ cdef extern from "qconv.h":
     Py_ssize_t qg_depthwise_scratch(const qg_conv* g) noexcept nogil
     void qg_store_plane(const qg_variant* var, const int32_t* acc, Py_ssize_t m,
                         Py_ssize_t cells, const qg_epilogue* e) noexcept nogil
+    void qg_transpose_weight(const uint8_t* w, const int32_t* zw, Py_ssize_t c_in,
+                             Py_ssize_t opg, Py_ssize_t taps, Py_ssize_t groups, uint8_t* wt,
+                             int32_t* zrows) noexcept nogil
+    void qg_col2im_plane(const int32_t* cols, const qg_conv* g, int32_t* acc) noexcept nogil
     int qg_vnni_loop(long long iterations) noexcept nogil
     int qg_amx_loop(long long iterations) noexcept nogil
 
@@ -512,6 +516,83 @@ cdef int depthwise_run(const uint8_t* x, int x_signed, int32_t zx, const uint8_t
     s.e.sm, s.e.sn = g.oh * g.ow, 1
     status = parallel_for(threads, images * g.c, _depthwise_part, &s)
     free(consts)
+    return status
+
+
+# ---- the transposed convolution: W^T x on the GEMM per image, then col2im per output channel --
+
+ctypedef struct Col2im:
+    const int32_t* cols   # per group, rows (o, i, j) of input planes: channel ch's at ch * taps
+    const qg_conv* g
+    Py_ssize_t taps
+    qg_variant var
+    qg_epilogue e
+
+
+cdef int _col2im_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    # output channels [lo, hi) of one image: summed from their taps' planes, then stored
+    cdef Col2im* s = <Col2im*>ctx
+    cdef const qg_conv* g = s.g
+    cdef Py_ssize_t ch, cells = g.oh * g.ow
+    cdef int32_t* acc = <int32_t*>malloc(max(cells, 1) * sizeof(int32_t))
+    if acc == NULL:
+        return KERNEL_OUT_OF_MEMORY
+    for ch in range(lo, hi):
+        qg_col2im_plane(s.cols + ch * s.taps * g.h * g.w, g, acc)
+        qg_store_plane(&s.var, acc, ch, cells, &s.e)
+    free(acc)
+    return KERNEL_OK
+
+
+cdef int conv_transpose_run(const uint8_t* x, int x_signed, int32_t zx, const uint8_t* w,
+                            int w_unsigned, const int32_t* zw, const int32_t* bias,
+                            const float* mult, Py_ssize_t images, Py_ssize_t groups,
+                            Py_ssize_t opg, const qg_conv* g, const QOutput* out,
+                            Py_ssize_t threads) noexcept nogil:
+    # x (images, groups * g.c, g.h, g.w), w (groups * g.c, opg, g.kh, g.kw), zw and bias per
+    # output channel, y (images, groups * opg, g.oh, g.ow); the GEMM's int32 planes then col2im
+    cdef Py_ssize_t taps = g.kh * g.kw, rows = groups * opg * taps, oc = groups * opg
+    cdef Py_ssize_t plane = g.h * g.w, i, o
+    cdef uint8_t* wt = <uint8_t*>malloc(max(rows * g.c, 1))
+    cdef int32_t* zrows = <int32_t*>malloc(max(rows, 1) * sizeof(int32_t))
+    cdef int32_t* consts = <int32_t*>malloc(max(oc, 1) * sizeof(int32_t))
+    cdef char* packed = <char*>malloc(packed_size(rows, g.c, groups))
+    cdef int32_t* cols = <int32_t*>malloc(max(rows * plane, 1) * sizeof(int32_t))
+    cdef int status = KERNEL_OUT_OF_MEMORY
+    cdef QWeights pw
+    cdef qg_conv unit  # the GEMM's: x's channel rows read in place
+    cdef QOutput planes
+    cdef Col2im s
+    if wt != NULL and zrows != NULL and consts != NULL and packed != NULL and cols != NULL:
+        qg_transpose_weight(w, zw, groups * g.c, opg, taps, groups, wt, zrows)
+        pack_weights(packed, wt, w_unsigned, rows, g.c, groups, zrows,
+                     zx + 128 if x_signed else zx, NULL)
+        weights_view(&pw, packed, rows, g.c, groups, NULL)
+        unit.c, unit.h, unit.w, unit.oh, unit.ow = g.c, g.h, g.w, g.h, g.w
+        unit.kh = unit.kw = unit.sh = unit.sw = unit.dh = unit.dw = 1
+        unit.ph = unit.pw = 0
+        planes.y, planes.kind, planes.zy, planes.lo, planes.hi = cols, QG_OUT_INT32, 0, 0, 0
+        for o in range(oc):
+            consts[o] = 0 if bias == NULL else bias[o]
+        s.cols, s.g, s.taps, s.var = cols, g, taps, qg_variant_of(_isa)
+        s.e.row_const, s.e.zw, s.e.colsum, s.e.mult = consts, NULL, NULL, mult
+        s.e.zy, s.e.lo, s.e.hi, s.e.kind = out.zy, out.lo, out.hi, out.kind
+        s.e.sm, s.e.sn = g.oh * g.ow, 1
+        status = KERNEL_OK
+        for i in range(images):
+            status = conv_run(&pw, x + i * groups * g.c * plane, x_signed, zx, 1, &unit, &planes,
+                              threads)
+            if status != KERNEL_OK:
+                break
+            s.e.out = <char*>out.y + i * oc * g.oh * g.ow * _item(out.kind)
+            status = parallel_for(threads, oc, _col2im_part, &s)
+            if status != KERNEL_OK:
+                break
+    free(wt)
+    free(zrows)
+    free(consts)
+    free(packed)
+    free(cols)
     return status
 
 

@@ -89,6 +89,8 @@ OP_VERSIONS |= {"local_conv2d": 1, "local_conv2d_backward": 1, "region_restricte
 OP_VERSIONS |= {"quantize": 1, "dequantize": 1, "as_quantized": 1}
 # the int8 compute ops (ops/quantized.py)
 OP_VERSIONS |= {"quantized_conv2d": 1, "quantized_linear": 1, "quantized_add": 1}
+# the int8 transposed convolution and batched matmul (ops/quantized.py)
+OP_VERSIONS |= {"quantized_conv_transpose2d": 1, "quantized_batch_matmul": 1}
 # the int8 conv2d and linear on packed weights (ops/quantized_pack.py; the CPU's prepack pass)
 OP_VERSIONS |= {"quantized_pack_weight": 1, "quantized_conv2d_packed": 1,
                 "quantized_linear_packed": 1}

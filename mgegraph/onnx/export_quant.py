@@ -29,11 +29,12 @@ def _dequantized(w, var, name: str) -> str:
     return w.add("DequantizeLinear", [name, *_quant_inputs(w, quant, var.dtype)], **axis)[0]
 
 
-def _bias(w, n, ins) -> list[str]:
-    """The int32 bias dequantized with the accumulator's scales (its integers as they are)."""
+def _bias(w, n, ins, activation: int = 0, weight: int = 1) -> list[str]:
+    """The int32 bias dequantized with the accumulator's scales (its integers as they are):
+    those of input ``activation`` times input ``weight``."""
     if len(ins) < 3:
         return []
-    scales = accumulator_scales(n.inputs[0].type.quant, n.inputs[1].type.quant)
+    scales = accumulator_scales(n.inputs[activation].type.quant, n.inputs[weight].type.quant)
     scale = np.asarray(scales, np.float32)
     zero_point = np.zeros(scale.shape, np.int32)
     if len(scales) == 1:
@@ -63,6 +64,26 @@ def _conv(w, n, ins):
     return _requantized(w, n, out[0])
 
 
+def _conv_transpose(w, n, ins):
+    x, wt = (_dequantized(w, v, name) for v, name in zip(n.inputs[:2], ins[:2]))
+    ph, pw = n.attr["padding"]
+    out = w.add("ConvTranspose", [x, wt, *_bias(w, n, ins)], strides=list(n.attr["stride"]),
+                pads=[ph, pw, ph, pw], dilations=list(n.attr["dilation"]),
+                output_padding=list(n.attr["output_padding"]), group=int(n.attr["groups"]),
+                kernel_shape=list(n.inputs[1].shape[2:]))
+    return _requantized(w, n, out[0])
+
+
+def _batch_matmul(w, n, ins):
+    """MatMul (which broadcasts a batch of 1), then the bias per row: a (rows, 1) column."""
+    a, b = (_dequantized(w, v, name) for v, name in zip(n.inputs[:2], ins[:2]))
+    out = w.add("MatMul", [a, b])[0]
+    bias = _bias(w, n, ins, activation=1, weight=0)
+    if bias:
+        out = w.add("Add", [out, w.add("Reshape", [bias[0], w.ints([-1, 1])])[0]])[0]
+    return _requantized(w, n, out)
+
+
 def _linear(w, n, ins):
     x, wt = (_dequantized(w, v, name) for v, name in zip(n.inputs[:2], ins[:2]))
     bias = _bias(w, n, ins)
@@ -80,4 +101,6 @@ def _add(w, n, ins):
     return _requantized(w, n, w.add("Add", [a, b])[0])
 
 
-WRITERS = {"quantized_conv2d": _conv, "quantized_linear": _linear, "quantized_add": _add}
+WRITERS = {"quantized_conv2d": _conv, "quantized_linear": _linear, "quantized_add": _add,
+           "quantized_conv_transpose2d": _conv_transpose,
+           "quantized_batch_matmul": _batch_matmul}

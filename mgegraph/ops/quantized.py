@@ -22,6 +22,19 @@ What they compute, exactly (every backend gives these integers):
   multiplier), ``rint`` rounds half to even (as ``quantize`` and the fake quantizer do), and
   ``[lo, hi]`` is the storage range, narrowed to ``[max(lo, zy), hi]`` when ``relu`` is set
   (the real 0 is ``zy``).
+- ``quantized_conv_transpose2d(x, w[, bias])`` is the transposed convolution (conv2d's data
+  gradient) of ``x`` (N, C_in, H, W) by ``w`` (C_in, C_out/groups, kh, kw), as
+  ``conv_transpose2d``: ``acc[o, oh, ow] = sum (x[c, ih, iw] - zx) * (w[c, o, i, j] - zw[o]) +
+  bias[o]`` over the inputs and taps with ``oh = ih * stride - padding + i * dilation`` (and
+  likewise across), ``output_padding`` adding cells at the bottom and right. ``w`` is per tensor,
+  or per output channel along axis 1 when groups is 1 (axis 1 is then the output channel).
+  An output sums at most ``C_in/groups * ceil(kh / (sh / gcd(sh, dh)))`` (times the same across)
+  products, which ``MAX_WINDOW`` bounds.
+- ``quantized_batch_matmul(a, b[, bias])`` is ``a @ b`` of ``a`` (batch or 1, n, k) and ``b``
+  (batch or 1, k, m), per batch, giving (batch, n, m): ``acc[n, m] = sum (a - za[n]) * (b - zb)
+  + bias[n]``. ``a`` plays the weight (per tensor, or per row along axis 1), ``b`` the
+  activation (per tensor), and the bias is per row of the result (an output feature of
+  ``BatchMatMulActivation``'s ``weight @ x``, as MegEngine's int8 module adds it).
 - ``quantized_add(a, b)`` broadcasts as ``add`` and gives
   ``clamp(rint(float32(a - za) * ma + float32(b - zb) * mb) + zy, lo, hi)``, ``ma`` being
   ``float32(sa) / float32(sy)`` in float32 (``mb`` likewise), the two products rounded to
@@ -41,9 +54,10 @@ from ..ir.quant import QUANT_STORAGE, QuantParams, per_tensor
 from ..ir.types import TensorType
 from .builder import apply, graph_of
 from .conv import _as_pair, weight_dims
-from .registry import OpDef, get_op, named, register
+from .registry import OpDef, get_op, named, register, same_shape
 
-__all__ = ["quantized_add", "quantized_conv2d", "quantized_linear"]
+__all__ = ["quantized_add", "quantized_batch_matmul", "quantized_conv2d",
+           "quantized_conv_transpose2d", "quantized_linear"]
 
 EIGHT_BITS = (np.dtype(np.int8), np.dtype(np.uint8))
 # the most values one int32 accumulator sums: 33025 * 255 * 255 < 2^31
@@ -63,12 +77,14 @@ def _activation(t: TensorType, what: str) -> QuantParams:
     return t.quant
 
 
-def _weight(w: TensorType) -> QuantParams:
+def _weight(w: TensorType, axis: int = 0, what: str = "the weight") -> QuantParams:
+    """The parameters of an int8 or uint8 weight ``w``: per tensor, or per channel along
+    ``axis``, its output channels."""
     if w.quant is None or w.dtype not in EIGHT_BITS:
-        raise TypeError(f"the weight must be a quantized int8 or uint8 value, got {w}")
-    if w.quant.per_channel and w.quant.axis != 0:
-        raise TypeError(f"a per-channel weight is quantized along axis 0 (its output channels), "
-                        f"got {w}")
+        raise TypeError(f"{what} must be a quantized int8 or uint8 value, got {w}")
+    if w.quant.per_channel and w.quant.axis != axis:
+        raise TypeError(f"a per-channel {what} is quantized along axis {axis} (its output "
+                        f"channels), got {w}")
     return w.quant
 
 
@@ -157,6 +173,88 @@ def _linear_rule(in_types, attrs):
     return (_result((*x.shape[:-1], w.shape[0]), scales, attrs, channel_axis=x.ndim - 1),)
 
 
+def _transposed_size(n, k, stride, padding, output_padding, dilation) -> int:
+    """One spatial side of a transposed convolution's output (``conv_transpose2d``'s)."""
+    if output_padding >= max(stride, dilation):
+        raise ValueError(f"output_padding {output_padding} must be smaller than the stride "
+                         f"{stride} or the dilation {dilation}")
+    size = (n - 1) * stride - 2 * padding + dilation * (k - 1) + 1 + output_padding
+    if size < 1:
+        raise ValueError(f"the output side would be {size}: padding {padding} crops more than "
+                         f"the input of {n} spreads to")
+    return size
+
+
+def _taps_per_output(k, stride, dilation) -> int:
+    """The most taps of one axis that reach one output cell of a transposed convolution: those
+    ``i`` with ``i * dilation`` in one residue class modulo the stride."""
+    return -(-k // (stride // math.gcd(stride, dilation)))
+
+
+def _conv_transpose_rule(in_types, attrs):
+    if len(in_types) not in (2, 3):
+        raise ValueError(f"takes (x, w) or (x, w, bias), got {len(in_types)} inputs")
+    x, w = in_types[:2]
+    groups = attrs["groups"]
+    xq = _activation(x, "the input")
+    wq = _weight(w, axis=1)
+    if x.ndim != 4 or w.ndim != 4:
+        raise ValueError(f"takes x (N, C_in, H, W) and w (C_in, C_out/groups, kh, kw), got "
+                         f"{x.shape} and {w.shape}")
+    if groups < 1 or wq.per_channel and groups != 1:
+        raise ValueError(f"groups must be at least 1, and 1 for a per-channel weight (axis 1 "
+                         f"is then the output channel), got groups={groups} with {w}")
+    c_in, per_group, kh, kw = w.shape
+    if named(*x.shape[1:], *w.shape):
+        raise ValueError(f"the channels, the spatial size and the kernel must be known, got x "
+                         f"{x.shape} and w {w.shape}")
+    if x.shape[1] != c_in or c_in % groups:
+        raise ValueError(f"the weight's first dim ({c_in}) must equal the input's "
+                         f"{x.shape[1]} channels, and groups={groups} must divide them")
+    if min(*attrs["stride"], *attrs["dilation"]) < 1 or min(attrs["padding"]) < 0:
+        raise ValueError(f"stride and dilation must be at least 1 and padding at least 0, got "
+                         f"{attrs['stride']}, {attrs['dilation']}, {attrs['padding']}")
+    sizes = tuple(_transposed_size(x.shape[2 + a], w.shape[2 + a], attrs["stride"][a],
+                                   attrs["padding"][a], attrs["output_padding"][a],
+                                   attrs["dilation"][a]) for a in range(2))
+    _check_window(c_in // groups * _taps_per_output(kh, attrs["stride"][0], attrs["dilation"][0])
+                  * _taps_per_output(kw, attrs["stride"][1], attrs["dilation"][1]))
+    scales = accumulator_scales(xq, wq)
+    if len(in_types) == 3:
+        _check_bias(in_types[2], scales, per_group * groups)
+    return (_result((x.shape[0], per_group * groups, *sizes), scales, attrs, channel_axis=1),)
+
+
+def _batch_matmul_rule(in_types, attrs):
+    if len(in_types) not in (2, 3):
+        raise ValueError(f"takes (a, b) or (a, b, bias), got {len(in_types)} inputs")
+    a, b = in_types[:2]
+    aq = _weight(a, axis=1, what="a")
+    bq = _activation(b, "b")
+    if a.ndim != 3 or b.ndim != 3:
+        raise ValueError(f"takes a (batch, n, k) and b (batch, k, m), got {a.shape} and "
+                         f"{b.shape}")
+    if not named(a.shape[2], b.shape[1]) and a.shape[2] != b.shape[1]:
+        raise ValueError(f"a has {a.shape[2]} columns but b has {b.shape[1]} rows")
+    batch = _batch_of(a.shape[0], b.shape[0])
+    _check_window(a.shape[2])
+    scales = accumulator_scales(bq, aq)
+    if len(in_types) == 3:
+        _check_bias(in_types[2], scales, a.shape[1])
+    return (_result((batch, a.shape[1], b.shape[2]), scales, attrs, channel_axis=1),)
+
+
+def _batch_of(batch_a, batch_b):
+    """The result's batch: the two operands' where they agree, the other where one is 1."""
+    if not named(batch_a) and batch_a == 1:
+        return batch_b
+    if not named(batch_b) and batch_b == 1:
+        return batch_a
+    if not same_shape((batch_a,), (batch_b,), "the batches of a and b"):
+        raise ValueError(f"batches {batch_a} and {batch_b} differ (one of them may be 1)")
+    return batch_a
+
+
 def _add_rule(in_types, attrs):
     a, b = in_types
     _activation(a, "a")
@@ -171,6 +269,15 @@ def _conv_flops(node) -> float:
     return 2.0 * node.outputs[0].size * math.prod(node.inputs[1].shape[1:])
 
 
+def _conv_transpose_flops(node) -> float:
+    # every input value meets C_out/groups * kh * kw weights
+    return 2.0 * node.inputs[0].size * math.prod(node.inputs[1].shape[1:])
+
+
+def _batch_matmul_flops(node) -> float:
+    return 2.0 * node.outputs[0].size * node.inputs[0].shape[2]
+
+
 def _linear_flops(node) -> float:
     return 2.0 * node.outputs[0].size * node.inputs[1].shape[1]
 
@@ -180,6 +287,11 @@ register(OpDef("quantized_conv2d", "matmul", _conv_rule, quantized=True,
                attrs={**_CONV_GEOMETRY, **REQUANT_ATTRS}, flops=_conv_flops))
 register(OpDef("quantized_linear", "matmul", _linear_rule, quantized=True,
                attrs=REQUANT_ATTRS, flops=_linear_flops))
+register(OpDef("quantized_conv_transpose2d", "matmul", _conv_transpose_rule, quantized=True,
+               attrs={**_CONV_GEOMETRY, "output_padding": (0, 0), **REQUANT_ATTRS},
+               flops=_conv_transpose_flops))
+register(OpDef("quantized_batch_matmul", "matmul", _batch_matmul_rule, quantized=True,
+               attrs=REQUANT_ATTRS, flops=_batch_matmul_flops))
 register(OpDef("quantized_add", "elementwise", _add_rule, quantized=True,
                attrs=REQUANT_ATTRS, flops_per_element=6.0))
 
@@ -211,6 +323,34 @@ def quantized_linear(x, w, bias=None, *, out_dtype="int8", out_scale=None, out_z
     requantised as ``quantized_conv2d``."""
     inputs = (x, w) if bias is None else (x, w, bias)
     return apply("quantized_linear", tuple(graph_of(*inputs).lift(v) for v in inputs),
+                 **_requant(out_dtype, out_scale, out_zero_point, relu))
+
+
+def quantized_conv_transpose2d(x, w, bias=None, stride=1, padding=0, output_padding=0,
+                               dilation=1, groups=1, *, out_dtype="int8", out_scale=None,
+                               out_zero_point=0, relu=False):
+    """conv_transpose2d of quantized ``x`` (N, C_in, H, W) and ``w`` (C_in, C_out/groups, kh,
+    kw) in int32, requantised as ``quantized_conv2d``.
+
+    >>> y = quantized_conv_transpose2d(xq, wq, bq, stride=2, out_scale=0.05)  # 32x32 -> 64x64
+    """
+    inputs = (x, w) if bias is None else (x, w, bias)
+    return apply("quantized_conv_transpose2d",
+                 tuple(graph_of(*inputs).lift(v) for v in inputs), stride=_as_pair(stride),
+                 padding=_as_pair(padding), output_padding=_as_pair(output_padding),
+                 dilation=_as_pair(dilation), groups=int(groups),
+                 **_requant(out_dtype, out_scale, out_zero_point, relu))
+
+
+def quantized_batch_matmul(a, b, bias=None, *, out_dtype="int8", out_scale=None,
+                           out_zero_point=0, relu=False):
+    """``a @ b`` per batch of quantized ``a`` (batch or 1, n, k) and ``b`` (batch or 1, k, m)
+    in int32, plus ``bias`` (n,) per row, requantised as ``quantized_conv2d``.
+
+    >>> y = quantized_batch_matmul(wq, xq, bq, out_scale=0.1, relu=True)  # (4, 8, 16) @ (4, 16, 5)
+    """
+    inputs = (a, b) if bias is None else (a, b, bias)
+    return apply("quantized_batch_matmul", tuple(graph_of(*inputs).lift(v) for v in inputs),
                  **_requant(out_dtype, out_scale, out_zero_point, relu))
 
 

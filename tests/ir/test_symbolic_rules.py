@@ -441,6 +441,12 @@ CASES["quantized_conv2d"] = _node("quantized_conv2d", lambda g, b: (
     {"stride": (2, 1), "padding": (1, 0), "dilation": (1, 1), "groups": 2, **_REQUANT}))
 CASES["quantized_linear"] = _node("quantized_linear", lambda g, b: (
     [_q8(g, (b, 3, 5)), _q8(g, (4, 5), 0, "int8")], _REQUANT))
+CASES["quantized_conv_transpose2d"] = _node("quantized_conv_transpose2d", lambda g, b: (
+    [_q8(g, (b, 4, 5, 3)), _q8(g, (4, 3, 3, 2), None), _input(g, (6,), "int32")],
+    {"stride": (2, 3), "padding": (1, 0), "output_padding": (1, 2), "dilation": (1, 1),
+     "groups": 2, **_REQUANT}))
+CASES["quantized_batch_matmul"] = _node("quantized_batch_matmul", lambda g, b: (
+    [_q8(g, (b, 3, 5), 1, "int8"), _q8(g, (b, 5, 4)), _input(g, (3,), "int32")], _REQUANT))
 CASES["quantized_add"] = _node("quantized_add", lambda g, b: (
     [_q8(g, (b, 3, 5)), _q8(g, (1, 5))], _REQUANT))
 # fake quantization (ops/fake_quant.py): per channel along a fixed axis of a named batch

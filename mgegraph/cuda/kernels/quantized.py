@@ -102,10 +102,15 @@ def _ints_only(op, cpu_lower):
     return lambda node: Launch(cpu_lower(node).ints)
 
 
+# the int8 transposed convolution and batched matmul have no CUDA kernel yet: a plan with them
+# on CUDA is refused at compile, naming the op
+CUDA_OPS = ("quantized_conv2d", "quantized_linear", "quantized_add")
+
+
 def implement(table) -> None:
     """Register quantized_conv2d, quantized_linear and quantized_add on ``table``, dispatched
     by the dtype of their input 0 (int8 or uint8)."""
-    implement_shared(table, abi, _ints_only)
+    implement_shared(table, abi, _ints_only, ops=CUDA_OPS)
 
 
 KERNELS = {

@@ -1,15 +1,15 @@
 """The int8 ``BatchMatMulActivation`` (MegEngine's
-``module.quantized.batch_matmul_activation``).
+``module.quantized.batch_matmul_activation``), run by ``ops.quantized.quantized_batch_matmul``.
 
-Design: MegEngine runs it as a batched int8 convolution of 1x1 kernels; mgegraph has no batched
-int8 GEMM, so the layer runs as dequantize -> float32 batched matmul -> quantize, on the int8
-weights and the qint32 bias the QAT module's fake quantizers stood for (the same numbers the
-QAT forward took, so the same integers out, float32 rounding aside).
+Design: MegEngine runs it as a batched int8 convolution of 1x1 kernels
+(``batch_conv_bias_activation``); here it is the batched int8 GEMM ``weight @ x`` per batch, on
+the int8 weights and the qint32 bias (per output feature, as MegEngine's int8 module adds it)
+the QAT module's fake quantizers stood for, summed exactly in int32 and requantised once.
 """
 from __future__ import annotations
 
-from ... import functional as F
-from ...ops.quantize import dequantize
+from ...ir.errors import GraphError
+from ...ops.quantized import quantized_batch_matmul
 from .module import QuantizedModule
 
 __all__ = ["BatchMatMulActivation"]
@@ -31,10 +31,10 @@ class BatchMatMulActivation(QuantizedModule):
                f"out_features={self.out_features}, bias={self.bias is not None}"
 
     def forward(self, inp):
+        if inp.ndim != 3 or tuple(inp.shape[:2]) != (self.batch, self.in_features):
+            raise GraphError(f"BatchMatMulActivation({self.batch}, {self.in_features}, "
+                             f"{self.out_features}): needs a (batch, in_features, n) input, got "
+                             f"shape {tuple(inp.shape)}")
         weight, bias = self.int8_operands(inp)
-        y = F.matmul(dequantize(weight), dequantize(inp))
-        if bias is not None:
-            y = y + F.reshape(dequantize(bias), (self.out_features, 1))
-        if self.nonlinear_mode == "relu":
-            y = F.relu(y)
-        return self.requantized(y)
+        return quantized_batch_matmul(weight, inp, bias, relu=self.nonlinear_mode == "relu",
+                                      **self.out_params)

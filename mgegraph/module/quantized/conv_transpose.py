@@ -1,19 +1,17 @@
 """The int8 transposed convolutions (MegEngine's ``ConvTranspose2d`` and ``ConvTransposeRelu2d``
 of ``module.quantized.conv``, ``ConvTransposeBn2d`` and ``ConvTransposeBnRelu2d`` of
 ``module.quantized.conv_transpose_bn``: the batch norm folded by the QAT module, so all four are
-one layer).
+one layer), run by ``ops.quantized.quantized_conv_transpose2d``.
 
-Design: there is no int8 transposed-convolution kernel, so the layer runs as dequantize ->
-float32 ``conv_transpose2d`` -> quantize. Its weight is stored as int8 (the model file holds
-the integers) and its bias as the qint32 integers in units of input scale x weight scale that
-the QAT module's bias fake quantizer stood for; the float convolution then takes exactly the
-numbers the QAT forward took, so the int8 output is the QAT output's integers (float32 rounding
-of the same float ops aside). A kernel would make it faster, not different.
+Design: the weight is stored as int8 (the model file holds the integers) and the bias as the
+qint32 integers in units of input scale x weight scale that the QAT module's bias fake quantizer
+stood for; the int8 kernel sums the same products exactly in int32 and requantises once, so its
+output is the QAT output's integers wherever the float sums do not cross a rounding boundary,
+and one step away where they do.
 """
 from __future__ import annotations
 
-from ... import functional as F
-from ...ops.quantize import dequantize
+from ...ops.quantized import quantized_conv_transpose2d
 from .module import QuantizedModule
 
 __all__ = ["ConvTranspose2d", "ConvTransposeBn2d", "ConvTransposeBnRelu2d",
@@ -21,7 +19,7 @@ __all__ = ["ConvTranspose2d", "ConvTransposeBn2d", "ConvTransposeBnRelu2d",
 
 
 class ConvTranspose2d(QuantizedModule):
-    """conv_transpose2d of an int8 value and int8 weights, computed in float32, requantised."""
+    """conv_transpose2d of an int8 value and int8 weights, int32 accumulation, requantised."""
 
     relu = False
 
@@ -41,10 +39,9 @@ class ConvTranspose2d(QuantizedModule):
 
     def forward(self, inp):
         weight, bias = self.int8_operands(inp)
-        y = F.conv_transpose2d(dequantize(inp), dequantize(weight),
-                               None if bias is None else dequantize(bias), self.stride,
-                               self.padding, self.output_padding, self.dilation, self.groups)
-        return self.requantized(F.relu(y) if self.relu else y)
+        return quantized_conv_transpose2d(inp, weight, bias, self.stride, self.padding,
+                                          self.output_padding, self.dilation, self.groups,
+                                          relu=self.relu, **self.out_params)
 
 
 class ConvTransposeRelu2d(ConvTranspose2d):
@@ -57,4 +54,3 @@ class ConvTransposeBn2d(ConvTranspose2d):
 
 class ConvTransposeBnRelu2d(ConvTranspose2d):
     relu = True
-

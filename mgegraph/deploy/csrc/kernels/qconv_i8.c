@@ -26,6 +26,9 @@ enum { BATCH, CHANNELS, HEIGHT, WIDTH, OUT_CHANNELS, KERNEL_H, KERNEL_W, OUT_H, 
        OUT_ZERO, LOW, HIGH, HAS_BIAS, THREADS, FIELDS };
 enum { P_OUT_CHANNELS, P_K, P_GROUPS, P_X_ZERO_SHIFTED, P_HAS_BIAS, P_THREADS, PACK_FIELDS };
 enum { CODE_INT8, CODE_UINT8, CODE_INT32, CODES };
+/* the batched matmul's block (kernel_abi/quantized.py's QBMM_FIELDS) */
+enum { B_BATCH, B_ROWS, B_DEPTH, B_COLS, B_A_BATCHED, B_B_BATCHED, B_A_CODE, B_OUT_CODE, B_B_ZERO,
+       B_OUT_ZERO, B_LOW, B_HIGH, B_HAS_BIAS, B_THREADS, BMM_FIELDS };
 /* the blob's dtype codes (deploy/blob.py) */
 enum { DT_I32 = 2, DT_U8 = 4, DT_I8 = 5 };
 /* the most products one int32 accumulator sums (ops/quantized.py's MAX_WINDOW) */
@@ -194,8 +197,7 @@ static int run(const int64_t* s, const q_weights* pw, const char* x, int x_signe
 }
 
 /* the multipliers as float32 (the doubles hold them exactly) */
-static float* multipliers(const mgr_call* c) {
-    int64_t oc = c->ints[OUT_CHANNELS];
+static float* multipliers(const mgr_call* c, int64_t oc) {
     float* mult = malloc(sizeof(float) * (size_t)oc + 1);
     for (int64_t o = 0; mult && o < oc; o++) mult[o] = (float)c->floats[o];
     return mult;
@@ -203,7 +205,7 @@ static float* multipliers(const mgr_call* c) {
 
 static int conv_packed(const mgr_call* c, int x_signed) {
     const int64_t* s = c->ints;
-    float* mult = multipliers(c);
+    float* mult = multipliers(c, s[OUT_CHANNELS]);
     if (!mult) return MGR_KERNEL_OUT_OF_MEMORY;
     q_weights pw;
     int64_t k = s[CHANNELS] / s[GROUPS] * s[KERNEL_H] * s[KERNEL_W];
@@ -257,7 +259,7 @@ static int conv(const mgr_call* c, int x_signed) {
     int64_t oc = s[OUT_CHANNELS], k = s[CHANNELS] / s[GROUPS] * s[KERNEL_H] * s[KERNEL_W];
     int32_t zx = (int32_t)s[X_ZERO];
     const int32_t* bias = s[HAS_BIAS] ? (const int32_t*)c->bufs[2] : NULL;
-    float* mult = multipliers(c);
+    float* mult = multipliers(c, s[OUT_CHANNELS]);
     int32_t* zw = malloc(sizeof(int32_t) * (size_t)oc + 1);
     int depthwise_ = s[GROUPS] == s[CHANNELS] && s[GROUPS] == oc;
     char* packed = depthwise_ ? NULL : malloc((size_t)packed_size(oc, k, s[GROUPS]));
@@ -282,6 +284,117 @@ static int conv(const mgr_call* c, int x_signed) {
 
 int mgr_quantized_conv2d_i8(const mgr_call* call) { return conv(call, 1); }
 int mgr_quantized_conv2d_u8(const mgr_call* call) { return conv(call, 0); }
+
+/* ---- quantized_conv_transpose2d: per image the GEMM of the transposed weight by x's channel
+ * rows (a 1x1 convolution read in place), then col2im per output channel and the epilogue
+ * (qgemm.pyx's conv_transpose_run, qconv.h's helpers) ---------------------------------------- */
+
+typedef struct {
+    const int32_t* cols; /* per group, rows (o, i, j) of input planes: channel ch's at ch * taps */
+    int32_t* acc;        /* a plane per output channel */
+    const qg_conv* g;
+    ptrdiff_t taps;
+    qg_variant var;
+    qg_epilogue e;
+} col2im_ctx;
+
+static void col2im_part(void* ctx, int64_t lo, int64_t hi) {
+    col2im_ctx* s = (col2im_ctx*)ctx;
+    ptrdiff_t cells = s->g->oh * s->g->ow;
+    for (int64_t ch = lo; ch < hi; ch++) {
+        qg_col2im_plane(s->cols + ch * s->taps * s->g->h * s->g->w, s->g, s->acc + ch * cells);
+        qg_store_plane(&s->var, s->acc + ch * cells, ch, cells, &s->e);
+    }
+}
+
+static int conv_transpose(const mgr_call* c, int x_signed) {
+    const int64_t* s = c->ints;
+    int64_t oc = s[OUT_CHANNELS], groups = s[GROUPS];
+    qg_conv g = geometry(s), unit = {g.c, g.h, g.w, 1, 1, 1, 1, 0, 0, 1, 1, g.h, g.w};
+    ptrdiff_t taps = g.kh * g.kw, rows = oc * taps, plane = g.h * g.w, cells = g.oh * g.ow;
+    int32_t zx = (int32_t)s[X_ZERO];
+    const int32_t* bias = s[HAS_BIAS] ? (const int32_t*)c->bufs[2] : NULL;
+    float* mult = multipliers(c, oc);
+    int32_t* zw = malloc(sizeof(int32_t) * (size_t)oc + 1);
+    int32_t* zrows = malloc(sizeof(int32_t) * (size_t)rows + 1);
+    int32_t* consts = malloc(sizeof(int32_t) * (size_t)oc + 1);
+    uint8_t* wt = malloc((size_t)(rows * g.c) + 1);
+    char* packed = malloc((size_t)packed_size(rows, g.c, groups));
+    int32_t* cols = malloc(sizeof(int32_t) * (size_t)(rows * plane) + 1);
+    int32_t* acc = malloc(sizeof(int32_t) * (size_t)(oc * cells) + 1);
+    int status = mult && zw && zrows && consts && wt && packed && cols && acc
+                     ? MGR_KERNEL_OK : MGR_KERNEL_OUT_OF_MEMORY;
+    q_output out = output_of(c), planes = {(char*)cols, QG_OUT_INT32, 0, 0, 0};
+    q_weights pw;
+    col2im_ctx t = {cols, acc, &g, taps, qg_variant_of(qg_widest()),
+                    {consts, NULL, NULL, mult, out.zy, out.lo, out.hi, out.kind, NULL, cells, 1}};
+    if (status == MGR_KERNEL_OK) {
+        for (int64_t o = 0; o < oc; o++) {
+            zw[o] = (int32_t)c->floats[oc + o];
+            consts[o] = bias ? bias[o] : 0;
+        }
+        qg_transpose_weight((const uint8_t*)c->bufs[1], zw, s[CHANNELS], oc / groups, taps, groups,
+                            wt, zrows);
+        pack_weights(packed, wt, s[W_CODE] == CODE_UINT8, rows, g.c, groups, zrows,
+                     x_signed ? zx + 128 : zx, NULL);
+        weights_view(&pw, packed, rows, g.c, groups, NULL);
+    }
+    for (int64_t i = 0; status == MGR_KERNEL_OK && i < s[BATCH]; i++) {
+        status = gemm(&pw, (const uint8_t*)c->bufs[0] + i * s[CHANNELS] * plane, x_signed, zx, 1,
+                      &unit, &planes);
+        t.e.out = out.y + i * oc * cells * item(out.kind);
+        if (status == MGR_KERNEL_OK) mgr_parallel_for(oc, col2im_part, &t);
+    }
+    free(mult);
+    free(zw);
+    free(zrows);
+    free(consts);
+    free(wt);
+    free(packed);
+    free(cols);
+    free(acc);
+    return status;
+}
+
+int mgr_quantized_conv_transpose2d_i8(const mgr_call* call) { return conv_transpose(call, 1); }
+int mgr_quantized_conv_transpose2d_u8(const mgr_call* call) { return conv_transpose(call, 0); }
+
+/* ---- quantized_batch_matmul: a (batch or 1, rows, depth) @ b (batch or 1, depth, cols), one
+ * GEMM per batch, b's matrix the channel rows of a 1x1 convolution (quantized.pyx's) ------- */
+
+static int batch_matmul(const mgr_call* c, int b_signed) {
+    const int64_t* s = c->ints;
+    int64_t n = s[B_ROWS], k = s[B_DEPTH], cols = s[B_COLS];
+    int32_t zb = (int32_t)s[B_B_ZERO];
+    float* mult = multipliers(c, n);
+    int32_t* zw = malloc(sizeof(int32_t) * (size_t)n + 1);
+    char* packed = malloc((size_t)packed_size(n, k, 1));
+    int status = mult && zw && packed ? MGR_KERNEL_OK : MGR_KERNEL_OUT_OF_MEMORY;
+    qg_conv unit = {k, 1, cols, 1, 1, 1, 1, 0, 0, 1, 1, 1, cols};
+    int kind = s[B_OUT_CODE] == CODE_INT32 ? QG_OUT_INT32
+               : s[B_OUT_CODE] == CODE_INT8 ? QG_OUT_INT8 : QG_OUT_UINT8;
+    q_weights pw;
+    for (int64_t o = 0; status == MGR_KERNEL_OK && o < n; o++) zw[o] = (int32_t)c->floats[n + o];
+    for (int64_t bi = 0; status == MGR_KERNEL_OK && bi < s[B_BATCH]; bi++) {
+        if (bi == 0 || s[B_A_BATCHED]) {
+            pack_weights(packed, (const uint8_t*)c->bufs[0] + bi * s[B_A_BATCHED] * n * k,
+                         s[B_A_CODE] == CODE_UINT8, n, k, 1, zw, b_signed ? zb + 128 : zb,
+                         s[B_HAS_BIAS] ? (const int32_t*)c->bufs[2] : NULL);
+            weights_view(&pw, packed, n, k, 1, kind == QG_OUT_INT32 ? NULL : mult);
+        }
+        q_output out = {c->bufs[2 + (s[B_HAS_BIAS] != 0)] + bi * n * cols * item(kind), kind,
+                        (int32_t)s[B_OUT_ZERO], (int32_t)s[B_LOW], (int32_t)s[B_HIGH]};
+        status = gemm(&pw, (const uint8_t*)c->bufs[1] + bi * s[B_B_BATCHED] * k * cols, b_signed,
+                      zb, 1, &unit, &out);
+    }
+    free(mult);
+    free(zw);
+    free(packed);
+    return status;
+}
+
+int mgr_quantized_batch_matmul_i8(const mgr_call* call) { return batch_matmul(call, 1); }
+int mgr_quantized_batch_matmul_u8(const mgr_call* call) { return batch_matmul(call, 0); }
 
 /* ---- quantized_pack_weight -------------------------------------------------------------- */
 
@@ -313,7 +426,32 @@ static int integers_in(const double* v, int64_t n, double lo, double hi) {
 /* the geometry: sizes positive (the batch may be 0) and at most 2^24, so no sum of them
  * overflows; groups dividing the channels; the output size the convolution's; K at most the
  * ops' window; x and y inside their buffers */
-static const char* geometry_check(const mgr_check_args* x, int64_t x_dtype, size_t y_buf) {
+/* the taps of one axis of a transposed convolution that reach one output cell (ops/quantized.py's
+ * _taps_per_output): those i with i * d in one residue class modulo s */
+static int64_t taps_per_output(int64_t k, int64_t s, int64_t d) {
+    int64_t a = s, b = d;
+    while (b) {
+        int64_t r = a % b;
+        a = b, b = r;
+    }
+    int64_t step = s / a;
+    return (k + step - 1) / step;
+}
+
+/* out_h and out_w a transposed convolution's (output_padding below max(stride, dilation)) */
+static int transposed_sizes_ok(const int64_t* s) {
+    int64_t full_h = (s[HEIGHT] - 1) * s[STRIDE_H] - 2 * s[PAD_H] +
+                     s[DILATION_H] * (s[KERNEL_H] - 1) + 1;
+    int64_t full_w = (s[WIDTH] - 1) * s[STRIDE_W] - 2 * s[PAD_W] +
+                     s[DILATION_W] * (s[KERNEL_W] - 1) + 1;
+    int64_t extra_h = s[OUT_H] - full_h, extra_w = s[OUT_W] - full_w;
+    return extra_h >= 0 && extra_w >= 0 &&
+           extra_h < (s[STRIDE_H] > s[DILATION_H] ? s[STRIDE_H] : s[DILATION_H]) &&
+           extra_w < (s[STRIDE_W] > s[DILATION_W] ? s[STRIDE_W] : s[DILATION_W]);
+}
+
+static const char* geometry_check(const mgr_check_args* x, int64_t x_dtype, size_t y_buf,
+                                  int transposed) {
     const int64_t* s = x->ints;
     for (int f = 0; f <= DILATION_W; f++)
         if (s[f] < (f == BATCH || f == PAD_H || f == PAD_W ? 0 : 1) || s[f] > ((int64_t)1 << 24))
@@ -322,9 +460,14 @@ static const char* geometry_check(const mgr_check_args* x, int64_t x_dtype, size
         return "the groups do not divide the channels";
     int64_t oh = (s[HEIGHT] + 2 * s[PAD_H] - s[DILATION_H] * (s[KERNEL_H] - 1) - 1);
     int64_t ow = (s[WIDTH] + 2 * s[PAD_W] - s[DILATION_W] * (s[KERNEL_W] - 1) - 1);
-    if (oh < 0 || ow < 0 || oh / s[STRIDE_H] + 1 != s[OUT_H] || ow / s[STRIDE_W] + 1 != s[OUT_W])
+    if (transposed ? !transposed_sizes_ok(s)
+                   : oh < 0 || ow < 0 || oh / s[STRIDE_H] + 1 != s[OUT_H] ||
+                         ow / s[STRIDE_W] + 1 != s[OUT_W])
         return "out_h and out_w are not the convolution's";
-    int64_t k = s[CHANNELS] / s[GROUPS] * s[KERNEL_H] * s[KERNEL_W];
+    int64_t k = s[CHANNELS] / s[GROUPS] *
+                (transposed ? taps_per_output(s[KERNEL_H], s[STRIDE_H], s[DILATION_H]) *
+                                  taps_per_output(s[KERNEL_W], s[STRIDE_W], s[DILATION_W])
+                            : s[KERNEL_H] * s[KERNEL_W]);
     if (k > MAX_WINDOW) return "each output sums more products than an int32 holds";
     if (s[OUT_CODE] < 0 || s[OUT_CODE] >= CODES) return "its output code is not int8, uint8 or int32";
     int64_t code = s[OUT_CODE], xe, ye;
@@ -358,7 +501,7 @@ static const char* packed_check(const mgr_check_args* x, int64_t x_dtype) {
     if (x->n_bufs != 3 || x->n_ints != FIELDS) return "wants buffers x, packed, y and 24 ints";
     if (x->n_floats != (size_t)x->ints[OUT_CHANNELS] || x->ints[HAS_BIAS] != 0)
         return "wants one multiplier per output channel, the bias in the pack";
-    const char* why = geometry_check(x, x_dtype, 2);
+    const char* why = geometry_check(x, x_dtype, 2, 0);
     if (why) return why;
     const int64_t* s = x->ints;
     int64_t k = s[CHANNELS] / s[GROUPS] * s[KERNEL_H] * s[KERNEL_W];
@@ -374,7 +517,7 @@ const char* mgr_quantized_conv2d_packed_u8_check(const mgr_check_args* x) {
     return packed_check(x, DT_U8);
 }
 
-static const char* conv_check(const mgr_check_args* x, int64_t x_dtype) {
+static const char* conv_check(const mgr_check_args* x, int64_t x_dtype, int transposed) {
     if (x->n_ints != FIELDS || x->ints[HAS_BIAS] < 0 || x->ints[HAS_BIAS] > 1)
         return "wants 24 ints";
     const int64_t* s = x->ints;
@@ -382,7 +525,7 @@ static const char* conv_check(const mgr_check_args* x, int64_t x_dtype) {
     if (x->n_bufs != y_buf + 1) return "wants buffers x, w, [bias,] y";
     if (s[OUT_CHANNELS] < 1 || x->n_floats != 2 * (size_t)s[OUT_CHANNELS])
         return "wants a multiplier and a weight zero point per output channel";
-    const char* why = geometry_check(x, x_dtype, y_buf);
+    const char* why = geometry_check(x, x_dtype, y_buf, transposed);
     if (why) return why;
     if (s[W_CODE] != CODE_INT8 && s[W_CODE] != CODE_UINT8) return "its weight code is not 8-bit";
     int64_t k = s[CHANNELS] / s[GROUPS] * s[KERNEL_H] * s[KERNEL_W], we;
@@ -398,10 +541,68 @@ static const char* conv_check(const mgr_check_args* x, int64_t x_dtype) {
 }
 
 const char* mgr_quantized_conv2d_i8_check(const mgr_check_args* x) {
-    return conv_check(x, DT_I8);
+    return conv_check(x, DT_I8, 0);
 }
 const char* mgr_quantized_conv2d_u8_check(const mgr_check_args* x) {
-    return conv_check(x, DT_U8);
+    return conv_check(x, DT_U8, 0);
+}
+const char* mgr_quantized_conv_transpose2d_i8_check(const mgr_check_args* x) {
+    return conv_check(x, DT_I8, 1);
+}
+const char* mgr_quantized_conv_transpose2d_u8_check(const mgr_check_args* x) {
+    return conv_check(x, DT_U8, 1);
+}
+
+/* the batched matmul's block: sizes positive and at most 2^24 (the batch may be 0), the flags
+ * and codes in range, depth at most the ops' window, a, b, bias and y inside their buffers */
+static const char* bmm_check(const mgr_check_args* x, int64_t b_dtype) {
+    const int64_t* s = x->ints;
+    if (x->n_ints != BMM_FIELDS || s[B_HAS_BIAS] < 0 || s[B_HAS_BIAS] > 1) return "wants 14 ints";
+    size_t y_buf = 2 + (size_t)s[B_HAS_BIAS];
+    if (x->n_bufs != y_buf + 1) return "wants buffers a, b, [bias,] y";
+    for (int f = B_BATCH; f <= B_COLS; f++)
+        if (s[f] < (f == B_BATCH ? 0 : 1) || s[f] > ((int64_t)1 << 24))
+            return "a size is not positive, or past 2^24";
+    if (s[B_DEPTH] > MAX_WINDOW) return "each output sums more products than an int32 holds";
+    if (s[B_A_BATCHED] < 0 || s[B_A_BATCHED] > 1 || s[B_B_BATCHED] < 0 || s[B_B_BATCHED] > 1 ||
+        s[B_THREADS] < 1 || (s[B_A_CODE] != CODE_INT8 && s[B_A_CODE] != CODE_UINT8) ||
+        s[B_OUT_CODE] < 0 || s[B_OUT_CODE] >= CODES)
+        return "a flag or code is out of its range";
+    int64_t n = s[B_ROWS], k = s[B_DEPTH], m = s[B_COLS], code = s[B_OUT_CODE], ae, be, ye;
+    if (x->n_floats != 2 * (size_t)n) return "wants a multiplier and a zero point of a per row";
+    if (x->buf_dtypes[0] != CODE_DTYPE[s[B_A_CODE]] || x->buf_dtypes[1] != b_dtype ||
+        x->buf_dtypes[y_buf] != CODE_DTYPE[code])
+        return "a, b or y is not of the dtype its name and codes say";
+    int64_t loops[4] = {s[B_BATCH], n, k, m};
+    if (!mgr_counts_ok(loops, 4)) return "its sizes make no loop this runtime bounds";
+    if (!mgr_muladd(0, s[B_A_BATCHED] ? s[B_BATCH] : 1, n * k, &ae) || ae > x->buf_bytes[0] ||
+        !mgr_muladd(0, s[B_B_BATCHED] ? s[B_BATCH] : 1, k * m, &be) || be > x->buf_bytes[1])
+        return "a or b reaches past its bytes";
+    if (!mgr_muladd(0, s[B_BATCH], n * m, &ye) ||
+        ye > x->buf_bytes[y_buf] / (code == CODE_INT32 ? 4 : 1))
+        return "batch * rows * cols reaches past y's bytes";
+    if (s[B_HAS_BIAS] && (x->buf_dtypes[2] != DT_I32 || n > x->buf_bytes[2] / 4))
+        return "the bias is not int32 of a value per row";
+    int64_t b_code = b_dtype == DT_I8 ? CODE_INT8 : CODE_UINT8;
+    if (s[B_B_ZERO] < LOWEST[b_code] || s[B_B_ZERO] > HIGHEST[b_code])
+        return "b's zero point is outside its storage range";
+    if (code != CODE_INT32 &&
+        (s[B_OUT_ZERO] < LOWEST[code] || s[B_OUT_ZERO] > HIGHEST[code] ||
+         s[B_LOW] < LOWEST[code] || s[B_HIGH] > HIGHEST[code] || s[B_LOW] > s[B_HIGH]))
+        return "the output's zero point or range is outside its storage range";
+    for (int64_t o = 0; code != CODE_INT32 && o < n; o++)
+        if (!isfinite(x->floats[o]) || fabs(x->floats[o]) > FLT_MAX)
+            return "a multiplier is not a finite float32";
+    if (!integers_in(x->floats + n, n, LOWEST[s[B_A_CODE]], HIGHEST[s[B_A_CODE]]))
+        return "a zero point of a is not an integer of a's storage range";
+    return NULL;
+}
+
+const char* mgr_quantized_batch_matmul_i8_check(const mgr_check_args* x) {
+    return bmm_check(x, DT_I8);
+}
+const char* mgr_quantized_batch_matmul_u8_check(const mgr_check_args* x) {
+    return bmm_check(x, DT_U8);
 }
 
 static const char* pack_check(const mgr_check_args* x, int64_t w_dtype) {
