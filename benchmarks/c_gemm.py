@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mgegraph.deploy.export import gemm_panels  # the exporter's layout of a packed weight
+
 HERE = Path(__file__).resolve().parent
 # mlp-infer's layers (784-1024-1024-10) at batch 128, and the same as nn.Linear stores them
 SHAPES = ("128x1024x784", "128x1024x1024", "128x10x1024", "128x1024x1024t", "32x1024x1024")
@@ -66,14 +68,6 @@ def build(root: Path, folder: Path) -> ctypes.CDLL:
     return lib
 
 
-def pack(b: np.ndarray, panel: int) -> np.ndarray:
-    """op(B) (k, n) in panels of ``panel`` columns: deploy/export.py's layout."""
-    k, n = b.shape
-    padded = np.zeros((k, -(-n // panel) * panel), np.float32)
-    padded[:, :n] = b
-    return np.ascontiguousarray(padded.reshape(k, -1, panel).transpose(1, 0, 2))
-
-
 def calls(shape: str, libs: dict, threads: int) -> dict:
     """{row: a call} for one shape, each writing its own C; checked against float64 first."""
     m, n, k = (int(s) for s in shape.rstrip("t").split("x"))
@@ -88,7 +82,7 @@ def calls(shape: str, libs: dict, threads: int) -> dict:
         rows[f"C {name}"] = lambda c, lib=lib: lib.bench_gemm(
             int(tb), m, n, k, a.ctypes.data, b.ctypes.data, c.ctypes.data)
         if lib.panels:
-            panels = pack(np.ascontiguousarray(opb), lib.bench_panel())
+            panels = gemm_panels(np.ascontiguousarray(opb), lib.bench_panel())
             rows[f"C {name} packed"] = lambda c, lib=lib, p=panels: lib.bench_packed(
                 m, n, k, a.ctypes.data, p.ctypes.data, p.shape[2], c.ctypes.data)
     outs = {}
