@@ -52,18 +52,21 @@ def bits(x: np.ndarray) -> np.ndarray:
 
 
 def weighted_gemm(m, n, k, kind, seed=0):
-    """A plan of one GEMM on a weight: ``kind`` "linear" (w (n, k), bias, relu), "matmul"
+    """A plan of one GEMM on a weight: ``kind`` "linear" (w (n, k), bias, relu; "linear_nobias"
+    without the bias, "linear_relu6" relu6), "matmul"
     (x @ w, w (k, n)), "matmul_tb" (w (n, k) transposed) or "matmul_ta" (x stored (k, m)).
     Returns the plan, its feeds and the expected output by the FMA order."""
     rng = np.random.default_rng(seed)
     g = mg.Graph()
     x0 = rng.standard_normal((k, m) if kind == "matmul_ta" else (m, k), dtype=np.float32)
     x = g.input("x", shape=x0.shape, dtype="float32")
-    if kind == "linear":
+    if kind.startswith("linear"):  # the activation fused into linear's epilogue
         w0 = rng.standard_normal((n, k), dtype=np.float32)
-        b0 = rng.standard_normal(n, dtype=np.float32)
-        y = F.relu(F.linear(x, g.param("w", w0), g.param("b", b0)))
-        want = np.maximum(fma_order(x0, w0.T) + b0, 0)
+        b0 = rng.standard_normal(n, dtype=np.float32) * (kind != "linear_nobias")
+        bias = None if kind == "linear_nobias" else g.param("b", b0)
+        act, clip = (F.relu6, 6) if kind == "linear_relu6" else (F.relu, np.inf)
+        y = act(F.linear(x, g.param("w", w0), bias))
+        want = np.minimum(np.maximum(fma_order(x0, w0.T) + b0, 0), clip).astype(np.float32)
     else:
         tb, ta = kind == "matmul_tb", kind == "matmul_ta"
         w0 = rng.standard_normal((n, k) if tb else (k, n), dtype=np.float32)
@@ -93,6 +96,17 @@ def test_packed_weights_give_the_fma_order_bitwise_on_any_threads(tmp_path, kind
         got = run(exported.directory, feeds, exported.input_names, threads)
         assert np.array_equal(bits(got), bits(want)), (threads, np.abs(got - want).max())
     np.testing.assert_allclose(got, plan.run(feeds)[0], rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+@pytest.mark.parametrize("kind", ["linear_nobias", "linear_relu6"])
+def test_linears_epilogue_runs_on_each_tile_after_its_last_k_block(tmp_path, kind):
+    cc()
+    plan, feeds, want = weighted_gemm(13, 17, 300, kind, seed=5)
+    assert plan.instructions[0].ints[3:5] == ((0, 1) if kind == "linear_nobias" else (1, 2))
+    exported = export_c(plan, tmp_path / "out")
+    make(exported.directory)
+    got = run(exported.directory, feeds, exported.input_names, threads=2)
+    assert np.array_equal(bits(got), bits(want))
 
 
 @pytest.mark.parametrize("panel", [8, 32, 64])
