@@ -2,7 +2,9 @@
 
 The layout is docs/c_runtime.md's, read by ``csrc/mgr_runtime.c``; its numbers are the
 ``#define``s and enums there, which ``tests/deploy`` compares with these. Little-endian 64-bit
-fields, sections 64-byte aligned.
+fields, sections 64-byte aligned. A GEMM's weight packed at export (``export.gemm_panels``) is
+a weight record like any other; its kernel's name (``linear_packed_f32``, ``matmul_packed_f32``)
+is what an older runtime refuses, so the layout and ``VERSION`` are unchanged.
 """
 from __future__ import annotations
 

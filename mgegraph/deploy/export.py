@@ -172,6 +172,7 @@ class _Tables:
         self.plan, self.blob = plan, Blob(arena_bytes=plan.arena_bytes)
         self.records: dict[int, int] = {}
         self.weight_at: dict[int, int] = {}
+        self.panels: dict[tuple, int] = {}  # (weight slot, transposed, width) -> its record
         self.io = {**{plan.feeds[n]: (KIND_INPUT, k, n) for k, n in enumerate(input_names)},
                    **{s: (KIND_OUTPUT, k, output_names[k]) for k, s in enumerate(plan.outputs)}}
         for slot in self.io:  # every input and output has its named root record
@@ -211,6 +212,7 @@ def _tables(plan: Plan, input_names, output_names) -> tuple[Blob, dict[str, str]
     ops the generated loops call, defined once before them)."""
     tables = _Tables(plan, input_names, output_names)
     blob, generated, index, ew_ops = tables.blob, {}, {}, {}
+    written = {_root(plan, s)[0] for ins in plan.instructions for s in ins.outputs}
     for i, ins in enumerate(plan.instructions):
         refs, ints, floats, name = ins.buffers, ins.ints, ins.floats, ins.kernel
         if ins.kernel in kernels.GENERATED:  # a loop of its own, needing no parameters
@@ -222,11 +224,18 @@ def _tables(plan: Plan, input_names, output_names) -> tuple[Blob, dict[str, str]
             # one set of functions per C type (bool's are uint8's)
             ew_ops.setdefault(fused_c.C_TYPES[dtype], (dtype, set()))[1].update(
                 fused_c.table_ops(attrs["code"], dtype))
+        packed = _packed_gemm(tables, ins, written)
+        if packed:  # its weight's record is the panels, not the weight
+            name, ints, panels = packed
+            records = (refs[0], panels, *refs[2:])
+        else:
+            records = refs
         if name not in index:
             index[name] = len(blob.kernels)
             blob.kernels.append(name)
-        blob.calls.append(Call(index[name], tuple(tables.tensor(s) for s in refs),
-                               tuple(ints), tuple(floats)))
+        blob.calls.append(Call(index[name], tuple(
+            r if packed and k == 1 else tables.tensor(r) for k, r in enumerate(records)),
+            tuple(ints), tuple(floats)))
     if generated:
         generated[""] = "\n".join(
             [f'#include "{fused_c.SHARED_HEADER}"', ""]
@@ -234,6 +243,66 @@ def _tables(plan: Plan, input_names, output_names) -> tuple[Blob, dict[str, str]
                for line in fused_c.ew_functions(ops, dtype)]
             + [""])
     return blob, generated
+
+
+# -- GEMMs on weights packed at export --------------------------------------------------------
+# A GEMM of many rows whose op(B) is a weight (linear's w, matmul's b the same for every batch)
+# runs on op(B) in gemm_fma.h's panels, packed here once instead of on every call: the
+# instruction becomes linear_packed_f32 or matmul_packed_f32, its b the panels' record (the
+# weight itself is stored only if another instruction reads it), its block the plan's with the
+# panel width appended (matmul's transpose_b 0: the panels are op(B)). A single row keeps the
+# plan's kernel, whose GEMV reads the weight where it lies; a weight an instruction writes (a
+# state update) is never packed, as the panels would go stale.
+PACKED_GEMMS = {"linear_f32": "linear_packed_f32", "matmul_f32": "matmul_packed_f32"}
+
+
+def gemm_panels(opb: np.ndarray, panel: int) -> np.ndarray:
+    """op(B) (k, n) in panels of ``panel`` columns, zeros past n: (ceil(n / panel), k, panel),
+    panel j's row p the columns j * panel ... of op(B)'s row p (gemm_fma.h's layout)."""
+    k, n = opb.shape
+    padded = np.zeros((k, -(-n // panel) * panel), np.float32)
+    padded[:, :n] = opb
+    return np.ascontiguousarray(padded.reshape(k, -1, panel).transpose(1, 0, 2))
+
+
+def _constant_opb(plan: Plan, ins, written) -> np.ndarray | None:
+    """op(B) (k, n) of a linear_f32 or matmul_f32 of at least 2 rows whose B is a float32 weight
+    of its own root that no instruction writes, the same for every batch; else None."""
+    if ins.kernel not in PACKED_GEMMS or ins.ints[0] < 2:
+        return None
+    m, n, k = ins.ints[:3]
+    transpose_b, b = True, ins.inputs[1]
+    if ins.kernel == "matmul_f32":
+        ndim = ins.ints[8]
+        transpose_b = bool(ins.ints[4])
+        if any(ins.ints[9 + 2 * ndim:9 + 3 * ndim]):  # b's batch strides
+            return None
+    slot = plan.slots[b]
+    if slot.alias is not None or slot.role not in (Role.PARAM, Role.CONST) or b in written:
+        return None
+    value = np.asarray(plan.values[b])
+    if value.dtype != np.float32 or value.size != n * k:
+        return None
+    return value.reshape(n, k).T if transpose_b else value.reshape(k, n)
+
+
+def _packed_gemm(tables: _Tables, ins, written) -> tuple[str, tuple, int] | None:
+    """(kernel, parameter block, the panels' tensor record) where ``ins`` runs on packed
+    weights, else None; each weight packed once however many instructions read it."""
+    opb = _constant_opb(tables.plan, ins, written)
+    if opb is None:
+        return None
+    panel = kernels.gemm_panel()
+    key = (ins.inputs[1], ins.kernel == "linear_f32" or bool(ins.ints[4]), panel)
+    if key not in tables.panels:
+        panels = gemm_panels(opb, panel)
+        tables.panels[key] = len(tables.blob.tensors)
+        tables.blob.tensors.append(Tensor(KIND_WEIGHT, 0, tables.blob.add_weight(panels),
+                                          panels.dtype, panels.shape))
+    ints = list(ins.ints)
+    if ins.kernel == "matmul_f32":
+        ints[4] = 0
+    return PACKED_GEMMS[ins.kernel], (*ints, panel), tables.panels[key]
 
 
 # -- the files -------------------------------------------------------------------------------

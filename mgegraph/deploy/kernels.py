@@ -28,6 +28,9 @@ DTYPE_SUFFIXES = ("f32", "f64", "i32", "i64", "u8", "i8", "i16", "bool")
 LIBRARY = {
     "matmul_f32": ("matmul_f32.c", ("gemm_fma.h",), GEMM_TILES),
     "linear_f32": ("linear_f32.c", ("gemm_fma.h",), GEMM_TILES),
+    # the same on weights the exporter packed into panels (export.py's gemm_panels)
+    "matmul_packed_f32": ("matmul_f32.c", ("gemm_fma.h",), GEMM_TILES),
+    "linear_packed_f32": ("linear_f32.c", ("gemm_fma.h",), GEMM_TILES),
     "softmax_f32": ("softmax_f32.c", (), ("softmax.h",)),
     "group_norm_f32": ("group_norm_f32.c", (), ("group_norm.h", "activation.h", "cpu_isa.h")),
     "conv2d_f32": ("conv2d_f32.c", CONV_TILES, (*TILES, "wino_tile.h")),
@@ -58,6 +61,18 @@ LIBRARY = {
        for dt in ("f32", "f64", "i32", "i64")
        for name in ("sort", "topk", "cumsum", "cumprod", "cumprod_backward")},
 }
+
+# The width of the panels the exporter packs a GEMM's constant op(B) into: the columns of the
+# exporting CPU's widest GEMM tile (gemm_fma.h's mgr_gemm_panel), by conv_tile.h's instruction
+# sets. A runtime on another CPU reads them with its widest tile whose width divides this one.
+GEMM_PANELS = {"avx512": 64, "avx2": 16, "base": 8}
+
+
+def gemm_panel() -> int:
+    """The panel width of this CPU's widest GEMM tile (the exports' packed weights)."""
+    from .._kernels import conv  # lazy: compiled kernels, loaded only when a GEMM is packed
+    return GEMM_PANELS[conv.blocked_isas()[-1]]
+
 
 # the sources built with FP contraction (the Makefile's -ffp-contract=off elsewhere): those on
 # the GEMM and convolution tiles, whose sums are FMAs as the package's build contracts them

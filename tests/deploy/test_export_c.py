@@ -308,7 +308,7 @@ def _corruptions(blob: bytes) -> dict[str, tuple[bytes, str]]:
         "arena offset": (_set(blob, tensors + arena_tensor * 128 + 16, 1 << 40),
                          "run past the arena"),
         "kernel index": (_set(blob, first_call, 7), "calls kernel 7 of 3"),
-        "block size": (_set(blob, first_call + 32, 3), "matmul_f32"),
+        "block size": (_set(blob, first_call + 32, 3), "matmul_packed_f32"),
         "gemm rows": (_set(blob, ints_at, 1 << 20), "reach past"),
         "section": (_set(blob, 8 * 8, 1 << 50), "run past"),
     }

@@ -1,16 +1,26 @@
-/* C = op(A) op(B) in float32 on the package's gather tiles (conv_tile.h, included: the tiles
- * linalg.pyx's tile GEMM runs, one source for both executors). A tile keeps PIX rows x CH columns
- * of C in registers and sums each element over k in order from zero, by fused multiply-adds
- * where the tile's isa has them; rows of op(A) are read where they lie (down a column of A when
- * transposed), op(B) packed per block of CH columns (zeros past n). So an exported plan's GEMM
- * gives bitwise what the Python executor's gives on the tiles (its AVX-512 64-column tile), on
- * any thread count (no element's sum is split).
+/* C = op(A) op(B) in float32 for the C runtime: a GEMM of many rows on op(B) in panels, and a
+ * single row's GEMV (gemv_row.h, the Python executor's loops for a float32 row).
  *
- * The widest tile the CPU runs is taken, each summing every element in the same order: x86-64's
- * AVX-512 7 x 64 tile, AVX2's 6 x 16, the baseline's 4 x 8 (a multiply and an add: x86-64's
- * baseline has no FMA); aarch64's baseline tile has the FMA, so its bits are the x86 FMA tiles'.
- * The files that include this one build with -ffp-contract=fast (kernels.CONTRACTED), as the
- * package builds the tiles: the export's -ffp-contract=off would split each FMA in two. */
+ * Panels: op(B) (k x n) cut into blocks of `panel` columns (zeros past n), each stored k rows of
+ * `panel` floats: panel j at panels + j * k * panel, its row p at + p * panel. The exporter packs
+ * a constant op(B) (linear's and matmul's weights) so once (deploy/export.py's gemm_panels, the
+ * width of the exporting CPU's tile); other operands are packed so on each call, at this CPU's
+ * width. A register tile keeps MR rows x W columns of C (W dividing the panel: the widest of
+ * this CPU's tiles that does) and runs over k in blocks of KC: its W-column slice of a panel's
+ * KC rows (KC x W floats, 16 KiB on AVX2) stays in L1 while the tile passes every MR rows of a
+ * block of rows, whose KC columns of A (at most MC_TILES tiles: 144 x 256 floats on AVX2) stay
+ * in L2 while the panels pass (GotoBLAS's loop order; A is read where it lies, not packed).
+ *
+ * Bits: each element of C is summed over k in order from zero, one fused multiply-add per step
+ * where the tile's isa has it, as conv_tile.h's gather tiles sum it (the Python executor's tile
+ * GEMM on AVX-512); a k block starts its tile from the sums the last block stored (float32,
+ * exactly what the registers held), so blocking over k changes no bit, nor does the tile's
+ * width, nor the threads: work items are blocks of rows x panels, each element computed whole
+ * by one item, which runs every k block of it. x86-64's baseline tile (no FMA) multiplies and
+ * adds; aarch64's has the FMA, so its bits are x86's FMA tiles'. The files that include this one
+ * build with -ffp-contract=fast (kernels.CONTRACTED): the export's -ffp-contract=off would split
+ * each FMA in two. linear's bias and activation are applied to each tile after its last k block,
+ * while it is in L1 (act(sum + bias), the add and op linalg.pyx's epilogue rounds). */
 #ifndef MGR_GEMM_FMA_H
 #define MGR_GEMM_FMA_H
 
@@ -19,50 +29,220 @@
 #include <string.h>
 
 #include "../mgr_kernel.h"
-#include "conv_tile.h"
+#include "activation.h"
+#include "cpu_isa.h"
 #include "gemv_row.h"
 
-#define MGR_GEMM_CH_MAX 64 /* the widest tile's columns */
+#define MGR_GEMM_MR_MAX 7      /* the most rows a tile keeps */
+#define MGR_GEMM_W_MAX 64      /* the most columns a tile keeps, and the widest panel */
+#define MGR_GEMM_KC_FLOATS 4096 /* a tile's slice of a k block: KC x W floats (16 KiB of L1) */
+#define MGR_GEMM_MC_TILES 24    /* row tiles per block of rows (its KC columns of A in L2) */
+#define MGR_GEMM_ITEMS 8        /* work items wanted for the threads when the panels are few */
 
-typedef struct { conv_gather_fn fn; int64_t pix, ch; } mgr_gemm_tile;
+/* c[r][0..W) for r < MR (ldc apart) = (first ? 0 : c) + sum over p < kb of a_r[p * as] * b[p][..],
+ * b's rows ldb apart, a_r = px[r] */
+typedef void (*mgr_panel_tile_fn)(const float* const* px, ptrdiff_t as, ptrdiff_t kb,
+                                  const float* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc,
+                                  int first);
 
-static inline mgr_gemm_tile mgr_gemm_tile_of(void) {
-#if defined(__GNUC__) && defined(__x86_64__)
-    int isa = cpu_isa_widest(); /* conv_packed_tiles' widest of each isa */
-    if (isa == 2) return (mgr_gemm_tile){conv_gather_avx512_64, 7, 64};
-    if (isa == 1) return (mgr_gemm_tile){conv_gather_avx2, 6, 16};
-    return (mgr_gemm_tile){conv_gather_base, 4, 8};
+#define MGR_PANEL_TILE_BODY(VW, MR, NV)                                                      \
+    typedef float vec __attribute__((vector_size(VW * 4)));                                  \
+    typedef float uvec __attribute__((vector_size(VW * 4), aligned(4)));                     \
+    vec acc[MR][NV];                                                                         \
+    const float* row[MR];                                                                    \
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                                   \
+        row[r] = px[r];                                                                      \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                 \
+            acc[r][v] = first ? (vec){0} : *(const uvec*)(c + r * ldc + v * VW);             \
+    }                                                                                        \
+    for (ptrdiff_t p = 0; p < kb; p++, b += ldb) {                                           \
+        vec wv[NV];                                                                          \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) wv[v] = *(const uvec*)(b + v * VW); \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                               \
+            vec x = row[r][p * as] - (vec){0};                                               \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[r][v] += x * wv[v];     \
+        }                                                                                    \
+    }                                                                                        \
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                                     \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                 \
+            *(uvec*)(c + r * ldc + v * VW) = acc[r][v];
+
+#define MGR_PANEL_TILE_ARGS                                                                  \
+    const float* const* px, ptrdiff_t as, ptrdiff_t kb, const float* b, ptrdiff_t ldb,       \
+    float* c, ptrdiff_t ldc, int first
+
+static void mgr_panel_tile_base(MGR_PANEL_TILE_ARGS) { MGR_PANEL_TILE_BODY(4, 4, 2) }
+
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(MGR_GEMM_PORTABLE)
+__attribute__((target("avx2,fma"))) static void mgr_panel_tile_avx2(MGR_PANEL_TILE_ARGS)
+{ MGR_PANEL_TILE_BODY(8, 6, 2) }
+__attribute__((target("avx2,fma"))) static void mgr_panel_tile_avx2_8(MGR_PANEL_TILE_ARGS)
+{ MGR_PANEL_TILE_BODY(8, 6, 1) }
+__attribute__((target("avx512f,fma,prefer-vector-width=512")))
+static void mgr_panel_tile_avx512(MGR_PANEL_TILE_ARGS) { MGR_PANEL_TILE_BODY(16, 7, 4) }
+#endif
+
+typedef struct { mgr_panel_tile_fn fn; int64_t mr, w; } mgr_panel_tile;
+
+/* The widest tile of this CPU whose width divides `panel` (a multiple of 8): AVX-512's 7 x 64,
+ * AVX2's 6 x 16 (the shapes of conv_tile.h's widest gather tiles), the baseline's 4 x 8; an FMA
+ * CPU reads panels of 8 (a blob packed for the baseline tile) with a 6 x 8 AVX2 tile, so every
+ * FMA CPU gives the same bits. -DMGR_GEMM_PORTABLE builds the baseline tile alone (as every
+ * non-x86 build is). */
+static inline mgr_panel_tile mgr_panel_tile_for(int64_t panel) {
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(MGR_GEMM_PORTABLE)
+    int isa = cpu_isa_widest();
+    if (isa == 2 && panel % 64 == 0) return (mgr_panel_tile){mgr_panel_tile_avx512, 7, 64};
+    if (isa >= 1 && panel % 16 == 0) return (mgr_panel_tile){mgr_panel_tile_avx2, 6, 16};
+    if (isa >= 1) return (mgr_panel_tile){mgr_panel_tile_avx2_8, 6, 8};
+#endif
+    (void)panel;
+    return (mgr_panel_tile){mgr_panel_tile_base, 4, 8};
+}
+
+/* the panel width this CPU's widest tile reads: what a GEMM packs op(B) into on each call, and
+ * what the exporter packs weights into (deploy.kernels.gemm_panel asks the same of cpu_isa) */
+static inline int64_t mgr_gemm_panel(void) {
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(MGR_GEMM_PORTABLE)
+    int isa = cpu_isa_widest();
+    return isa == 2 ? 64 : isa == 1 ? 16 : 8;
 #else
-    return (mgr_gemm_tile){conv_gather_base, 4, 8};
+    return 8;
 #endif
 }
 
-/* one column block of C: its packed op(B) and where it goes */
-typedef struct {
-    mgr_gemm_tile t;
-    int ta;
-    int64_t m, n, k, j0, w;
-    const float* a;
-    const float* blk;
-    float* c;
-} mgr_gemm_block;
+/* The loader's check of packed panels for n columns over k: NULL with *floats the floats they
+ * take, else what is wrong. Any multiple of 8 up to 64 runs (the tile taken is the widest whose
+ * width divides it), so a blob packed on another CPU runs here with the same bits. */
+static inline const char* mgr_gemm_panels_check(int64_t n, int64_t k, int64_t panel,
+                                                int64_t* floats) {
+    if (panel < 8 || panel > MGR_GEMM_W_MAX || panel % 8 != 0)
+        return "its panel width is not a multiple of 8 from 8 to 64";
+    if (n < 0 || n > INT64_MAX - MGR_GEMM_W_MAX || !mgr_muladd(0, (n + panel - 1) / panel * panel, k, floats))
+        return "m, n or k is negative or too large";
+    return NULL;
+}
 
-/* row tiles [lo, hi) of a column block: a part of mgr_parallel_for (no two write one row) */
-static void mgr_gemm_rows(void* ctx, int64_t lo, int64_t hi) {
-    const mgr_gemm_block* g = (const mgr_gemm_block*)ctx;
-    const float* px[CONV_PIX_MAX];
-    float part[CONV_PIX_MAX * MGR_GEMM_CH_MAX];
-    ptrdiff_t zero = 0;
-    int64_t pix = g->t.pix, ch = g->t.ch;
-    for (int64_t r0 = lo * pix; r0 < hi * pix && r0 < g->m; r0 += pix) {
-        int64_t rows = g->m - r0 < pix ? g->m - r0 : pix;
-        for (int64_t p = 0; p < pix; p++) { /* a short last tile reads its last row again */
-            int64_t row = r0 + p < g->m ? r0 + p : g->m - 1;
-            px[p] = g->a + (g->ta ? row : row * g->k);
+/* A GEMM on panels: C (m x n, row-major) = op(A) op(B), then act(C + bias) where bias or act */
+typedef struct {
+    int ta;                /* A stored (k, m): op(A)'s row i is A's column i */
+    int64_t m, n, k, panel;
+    const float* a;
+    const float* panels;   /* op(B) in panels of `panel` columns (above) */
+    float* c;
+    const float* bias;     /* NULL: none */
+    int act;               /* activation.h's code */
+} mgr_gemm_job;
+
+typedef struct {
+    const mgr_gemm_job* g;
+    mgr_panel_tile t;
+    int64_t kc, mc, npanels;
+} mgr_gemm_plan;
+
+/* one tile of C at rows [r0, r0 + rows) and columns [j0, j0 + cols): straight into C when
+ * whole, else through a local tile (a short last row tile reads its last row again) */
+static inline void mgr_gemm_tile(const mgr_gemm_plan* s, int64_t r0, int64_t rows, int64_t j0,
+                                 int64_t cols, int64_t p0, int64_t kb, const float* b) {
+    const mgr_gemm_job* g = s->g;
+    const float* px[MGR_GEMM_MR_MAX];
+    float part[MGR_GEMM_MR_MAX * MGR_GEMM_W_MAX];
+    int64_t mr = s->t.mr, w = s->t.w, r, j;
+    int first = p0 == 0, last = p0 + kb >= g->k, whole = rows == mr && cols == w;
+    for (r = 0; r < mr; r++) {
+        int64_t i = r0 + (r < rows ? r : rows - 1);
+        px[r] = g->a + (g->ta ? i + p0 * g->m : i * g->k + p0);
+    }
+    float* dst = whole ? g->c + r0 * g->n + j0 : part;
+    int64_t ld = whole ? g->n : w;
+    if (!whole && !first)
+        for (r = 0; r < rows; r++)
+            memcpy(part + r * w, g->c + (r0 + r) * g->n + j0, (size_t)cols * sizeof(float));
+    s->t.fn(px, g->ta ? g->m : 1, kb, b, s->g->panel, dst, ld, first);
+    if (!whole)
+        for (r = 0; r < rows; r++)
+            memcpy(g->c + (r0 + r) * g->n + j0, part + r * w, (size_t)cols * sizeof(float));
+    if (last && (g->bias || g->act))
+        for (r = 0; r < rows; r++) {
+            float* y = g->c + (r0 + r) * g->n + j0;
+            const float* bias = g->bias ? g->bias + j0 : NULL;
+            if (bias)
+                for (j = 0; j < cols; j++) y[j] = act_f32(y[j] + bias[j], g->act);
+            else
+                for (j = 0; j < cols; j++) y[j] = act_f32(y[j], g->act);
         }
-        g->t.fn(px, g->ta ? g->m : 1, &zero, 1, g->k, g->blk, ch, part, ch, 0);
-        for (int64_t r = 0; r < rows; r++)
-            memcpy(g->c + (r0 + r) * g->n + g->j0, part + r * ch, (size_t)g->w * sizeof(float));
+}
+
+/* work items [lo, hi) (item = row block * npanels + panel: a part of mgr_parallel_for), every
+ * k block of each, k blocks outermost */
+static void mgr_gemm_items(void* ctx, int64_t lo, int64_t hi) {
+    const mgr_gemm_plan* s = (const mgr_gemm_plan*)ctx;
+    const mgr_gemm_job* g = s->g;
+    for (int64_t p0 = 0;; p0 += s->kc) {
+        int64_t kb = g->k - p0 < s->kc ? g->k - p0 : s->kc;
+        for (int64_t item = lo; item < hi; item++) {
+            int64_t r0 = item / s->npanels * s->mc, pj = item % s->npanels;
+            int64_t r1 = r0 + s->mc < g->m ? r0 + s->mc : g->m;
+            const float* panel = g->panels + pj * g->k * g->panel + p0 * g->panel;
+            for (int64_t sub = 0; sub < g->panel; sub += s->t.w) {
+                int64_t j0 = pj * g->panel + sub;
+                if (j0 >= g->n) break;
+                int64_t cols = g->n - j0 < s->t.w ? g->n - j0 : s->t.w;
+                for (int64_t r = r0; r < r1; r += s->t.mr)
+                    mgr_gemm_tile(s, r, r1 - r < s->t.mr ? r1 - r : s->t.mr, j0, cols, p0, kb,
+                                  panel + sub);
+            }
+        }
+        if (p0 + s->kc >= g->k) break;
+    }
+}
+
+/* Run `g` over this model's threads: one mgr_parallel_for of (row block, panel) items */
+static inline void mgr_gemm_on_panels(const mgr_gemm_job* g) {
+    if (g->m == 0 || g->n == 0) return;
+    mgr_gemm_plan s = {g, mgr_panel_tile_for(g->panel), 0, 0, (g->n + g->panel - 1) / g->panel};
+    int64_t tiles = (g->m + s.t.mr - 1) / s.t.mr, blocks;
+    s.kc = MGR_GEMM_KC_FLOATS / s.t.w;
+    /* rows in blocks of at most MC_TILES tiles; smaller where the panels are too few to give
+     * the threads MGR_GEMM_ITEMS items */
+    blocks = (tiles + MGR_GEMM_MC_TILES - 1) / MGR_GEMM_MC_TILES;
+    if (blocks * s.npanels < MGR_GEMM_ITEMS) {
+        blocks = (MGR_GEMM_ITEMS + s.npanels - 1) / s.npanels;
+        if (blocks > tiles) blocks = tiles;
+    }
+    s.mc = (tiles + blocks - 1) / blocks * s.t.mr;
+    mgr_parallel_for((g->m + s.mc - 1) / s.mc * s.npanels, mgr_gemm_items, &s);
+}
+
+/* panels [lo, hi) of op(B) packed: a part of mgr_parallel_for. Loops, not memcpy (a call per
+ * 64 bytes cost more than the copy); B^T's rows transposed 8 steps of k at a time, so each read
+ * is 32 contiguous bytes of one row. */
+typedef struct { int tb; int64_t n, k, panel; const float* b; float* out; } mgr_pack_job;
+
+#define MGR_PACK_K 8
+
+static void mgr_pack_panels(void* ctx, int64_t lo, int64_t hi) {
+    const mgr_pack_job* q = (const mgr_pack_job*)ctx;
+    int64_t n = q->n, k = q->k, panel = q->panel;
+    for (int64_t pj = lo; pj < hi; pj++) {
+        int64_t j0 = pj * panel, w = n - j0 < panel ? n - j0 : panel, p = 0, j;
+        float* out = q->out + pj * k * panel;
+        if (q->tb)
+            for (; p + MGR_PACK_K <= k; p += MGR_PACK_K)
+                for (j = 0; j < w; j++) {
+                    const float* src = q->b + (j0 + j) * k + p;
+                    for (int s = 0; s < MGR_PACK_K; s++) out[(p + s) * panel + j] = src[s];
+                }
+        for (; p < k; p++) { /* B's rows (or B^T's last steps of k) */
+            float* row = out + p * panel;
+            if (q->tb)
+                for (j = 0; j < w; j++) row[j] = q->b[(j0 + j) * k + p];
+            else
+                for (j = 0; j < w; j++) row[j] = q->b[p * n + j0 + j];
+        }
+        if (w < panel)
+            for (p = 0; p < k; p++)
+                for (j = w; j < panel; j++) out[p * panel + j] = 0.0f;
     }
 }
 
@@ -86,32 +266,37 @@ static void mgr_gemv_cols(void* ctx, int64_t lo, int64_t hi) {
     g->fn(g->a, g->b, g->ldb, g->k, lo * MGR_GEMV_COLS, j1, 1.0f, 0, g->c);
 }
 
-/* MGR_KERNEL_OK, or MGR_KERNEL_OUT_OF_MEMORY where op(B)'s packed block (k x CH) is not had.
- * Each column block is packed once, then its row tiles are split among the threads; a single
- * row runs the GEMV instead. */
-static inline int mgr_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const float* a,
-                           const float* b, float* c) {
-    mgr_gemm_block g = {mgr_gemm_tile_of(), ta, m, n, k, 0, 0, a, NULL, c};
-    int64_t ch = g.t.ch;
+/* C = op(A) op(B), then act(C + bias) where bias or act: MGR_KERNEL_OK, or
+ * MGR_KERNEL_OUT_OF_MEMORY where op(B)'s panels (k x n rounded up to the panel) are not had.
+ * A single row runs the GEMV instead (then the epilogue over its row). */
+static inline int mgr_gemm_epilogue(int ta, int tb, int64_t m, int64_t n, int64_t k,
+                                    const float* a, const float* b, float* c,
+                                    const float* bias, int act) {
     if (m == 0 || n == 0) return MGR_KERNEL_OK;
     if (m == 1) { /* op(A)'s one row is contiguous either way */
         mgr_gemv_call v = {gemv_of(tb), a, b, c, n, k, tb ? k : n};
         mgr_parallel_for((n + MGR_GEMV_COLS - 1) / MGR_GEMV_COLS, mgr_gemv_cols, &v);
+        if (bias)
+            for (int64_t j = 0; j < n; j++) c[j] = act_f32(c[j] + bias[j], act);
+        else if (act)
+            for (int64_t j = 0; j < n; j++) c[j] = act_f32(c[j], act);
         return MGR_KERNEL_OK;
     }
-    float* blk = (float*)malloc((size_t)(k > 0 ? k : 1) * (size_t)ch * sizeof(float));
-    if (!blk) return MGR_KERNEL_OUT_OF_MEMORY;
-    g.blk = blk;
-    for (g.j0 = 0; g.j0 < n; g.j0 += ch) {
-        g.w = n - g.j0 < ch ? n - g.j0 : ch;
-        for (int64_t p = 0; p < k; p++)
-            for (int64_t j = 0; j < ch; j++)
-                blk[p * ch + j] = j >= g.w ? 0.0f
-                                  : tb ? b[(g.j0 + j) * k + p] : b[p * n + g.j0 + j];
-        mgr_parallel_for((m + g.t.pix - 1) / g.t.pix, mgr_gemm_rows, &g);
-    }
-    free(blk);
+    int64_t panel = mgr_gemm_panel(), npanels = (n + panel - 1) / panel;
+    float* panels = (float*)malloc((size_t)(k > 0 ? k : 1) * (size_t)(npanels * panel) *
+                                   sizeof(float));
+    if (!panels) return MGR_KERNEL_OUT_OF_MEMORY;
+    mgr_pack_job q = {tb, n, k, panel, b, panels};
+    mgr_parallel_for(npanels, mgr_pack_panels, &q);
+    mgr_gemm_job g = {ta, m, n, k, panel, a, panels, c, bias, act};
+    mgr_gemm_on_panels(&g);
+    free(panels);
     return MGR_KERNEL_OK;
+}
+
+static inline int mgr_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const float* a,
+                           const float* b, float* c) {
+    return mgr_gemm_epilogue(ta, tb, m, n, k, a, b, c, NULL, 0);
 }
 
 #endif

@@ -1,6 +1,10 @@
 /* matmul_f32: the parameter block of kernel_abi/matmul.py's MATMUL_FIELDS (m, n, k, transpose_a,
  * transpose_b, threads, tiles, gemv_split, ndim), then the batch shape[ndim] and the element
- * strides of a[ndim] and b[ndim] over it; bufs a, b, c[, workspace] (unused here). */
+ * strides of a[ndim] and b[ndim] over it; bufs a, b, c[, workspace] (unused here).
+ *
+ * matmul_packed_f32: the same with b a weight the exporter packed (gemm_fma.h's panels of op(B),
+ * one matrix for every batch): the block of matmul_f32 (transpose_b 0, b's batch strides 0: the
+ * panels are op(B) already), then `panel`, the panels' width; bufs a, panels, c[, workspace]. */
 #include "../mgr_kernel.h"
 #include "gemm_fma.h"
 
@@ -30,6 +34,24 @@ int mgr_matmul_f32(const mgr_call* call) {
     return MGR_KERNEL_OK;
 }
 
+int mgr_matmul_packed_f32(const mgr_call* call) {
+    const int64_t* s = call->ints;
+    int64_t ndim = s[NDIM], batches = 1, index[8] = {0};
+    const int64_t* shape = s + HEAD;
+    const int64_t* sa = shape + ndim;
+    mgr_gemm_job g = {s[TA] != 0, s[M], s[N], s[K], s[HEAD + 3 * ndim], NULL,
+                      (const float*)call->bufs[1], (float*)call->bufs[2], NULL, 0};
+    for (int64_t d = 0; d < ndim; d++) batches *= shape[d];
+    for (int64_t r = 0; r < batches; r++, g.c += g.m * g.n) {
+        int64_t oa = 0;
+        for (int64_t d = 0; d < ndim; d++) oa += index[d] * sa[d];
+        g.a = (const float*)call->bufs[0] + oa;
+        mgr_gemm_on_panels(&g);
+        for (int64_t d = ndim - 1; d >= 0 && ++index[d] == shape[d]; d--) index[d] = 0;
+    }
+    return MGR_KERNEL_OK;
+}
+
 /* the furthest element an operand's batches reach, plus one matrix of `size` elements */
 static int reach(const int64_t* shape, const int64_t* strides, int64_t ndim, int64_t size,
                  int64_t* out) {
@@ -40,12 +62,13 @@ static int reach(const int64_t* shape, const int64_t* strides, int64_t ndim, int
     return 1;
 }
 
-const char* mgr_matmul_f32_check(const mgr_check_args* x) {
+/* the checks of both; `packed`: b holds panels (one more int, the panel width, at the end) */
+static const char* matmul_check(const mgr_check_args* x, int packed) {
     const int64_t* s = x->ints;
     int64_t mk, kn, mn, ea, eb, batches = 1;
     if ((x->n_bufs != 3 && x->n_bufs != 4) || x->n_floats != 0 || x->n_ints < HEAD)
         return "wants buffers a, b, c[, workspace], no floats and at least 9 ints";
-    if (s[NDIM] < 1 || s[NDIM] > 8 || (int64_t)x->n_ints != HEAD + 3 * s[NDIM])
+    if (s[NDIM] < 1 || s[NDIM] > 8 || (int64_t)x->n_ints != HEAD + 3 * s[NDIM] + packed)
         return "its ndim and the size of its parameter block disagree (1 <= ndim <= 8)";
     for (int b = 0; b < 3; b++)
         if (x->buf_dtypes[b] != 0) return "reads and writes float32 only";
@@ -62,9 +85,21 @@ const char* mgr_matmul_f32_check(const mgr_check_args* x) {
     if (!mgr_counts_ok(mnk, 3)) return "m, n and k make no loop this runtime bounds";
     if (!reach(s + HEAD, s + HEAD + s[NDIM], s[NDIM], mk, &ea) || ea > x->buf_bytes[0] / 4)
         return "its batches of a reach past a's bytes";
-    if (!reach(s + HEAD, s + HEAD + 2 * s[NDIM], s[NDIM], kn, &eb) || eb > x->buf_bytes[1] / 4)
+    if (packed) {
+        const char* panels = mgr_gemm_panels_check(s[N], s[K], s[HEAD + 3 * s[NDIM]], &eb);
+        if (panels) return panels;
+        if (s[TB]) return "packed panels are op(B): transpose_b must be 0";
+        for (int64_t d = 0; d < s[NDIM]; d++)
+            if (s[HEAD + 2 * s[NDIM] + d] != 0) return "packed panels have no batches of b";
+        if (eb > x->buf_bytes[1] / 4) return "its panels reach past b's bytes";
+    } else if (!reach(s + HEAD, s + HEAD + 2 * s[NDIM], s[NDIM], kn, &eb) ||
+               eb > x->buf_bytes[1] / 4)
         return "its batches of b reach past b's bytes";
     if (!mgr_muladd(0, batches, mn, &mn) || mn > x->buf_bytes[2] / 4)
         return "its batches of c reach past c's bytes";
     return NULL;
 }
+
+const char* mgr_matmul_f32_check(const mgr_check_args* x) { return matmul_check(x, 0); }
+
+const char* mgr_matmul_packed_f32_check(const mgr_check_args* x) { return matmul_check(x, 1); }

@@ -1,0 +1,134 @@
+"""The C runtime's float32 GEMM against the BLAS NumPy calls, per shape, in one process.
+
+    python benchmarks/c_gemm.py                              # mlp-infer's GEMMs, 1 and 2 threads
+    python benchmarks/c_gemm.py --baseline /work/main        # and the C GEMM of another checkout
+    python benchmarks/c_gemm.py --shapes 128x1024x1024 --threads 2 --runs 20
+
+The C runtime's GEMM (``deploy/csrc/kernels/gemm_fma.h``) is built with the runtime's thread
+pool into a small shared library (``-O3 -ffp-contract=fast``, as an export builds it) and called
+through ctypes: ``mgr_gemm`` packs op(B) on each call, as a product of two activations does;
+"packed" runs on op(B) packed beforehand, as the exporter packs a weight. It is timed against
+``np.matmul`` (SciPy's or NumPy's OpenBLAS, its threads set by threadpoolctl), call by call
+interleaved (A, B, C, A, B, C, ...), and prints medians with GFLOP/s: on a loaded machine the
+ratios between rows, not the times, are what hold. Each shape is ``MxNxK`` (C = A B, A (M, K),
+B (K, N)); ``t`` after K stores B transposed (``NxK``, a linear layer's weight).
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from mgegraph.deploy.export import gemm_panels  # the exporter's layout of a packed weight
+
+HERE = Path(__file__).resolve().parent
+# mlp-infer's layers (784-1024-1024-10) at batch 128, and the same as nn.Linear stores them
+SHAPES = ("128x1024x784", "128x1024x1024", "128x10x1024", "128x1024x1024t", "32x1024x1024")
+
+SHIM = r"""
+#include "mgr_kernel.h"
+#include "gemm_fma.h"
+void bench_threads(int t) { mgr_set_run_threads(t); }
+int bench_gemm(int tb, int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c)
+{ return mgr_gemm(0, tb, m, n, k, a, b, c); }
+#ifdef PANELS
+int64_t bench_panel(void) { return mgr_gemm_panel(); }
+void bench_packed(int64_t m, int64_t n, int64_t k, const float* a, const float* panels,
+                  int64_t panel, float* c) {
+    mgr_gemm_job g = {0, m, n, k, panel, a, panels, c, NULL, 0};
+    mgr_gemm_on_panels(&g);
+}
+#endif
+"""
+
+
+def build(root: Path, folder: Path) -> ctypes.CDLL:
+    """The GEMM of the mgegraph at ``root`` with its thread pool, as a shared library."""
+    csrc, shared = root / "mgegraph/deploy/csrc", root / "mgegraph/_kernels"
+    panels = "mgr_gemm_on_panels" in (csrc / "kernels/gemm_fma.h").read_text()
+    (folder / "shim.c").write_text(SHIM)
+    library = folder / "libgemm.so"
+    subprocess.run(["cc", "-O3", "-std=gnu11", "-ffp-contract=fast", "-fPIC", "-shared",
+                    "-pthread", *(["-DPANELS"] if panels else []), f"-I{csrc}",
+                    f"-I{csrc}/kernels", f"-I{shared}", "-o", str(library),
+                    str(folder / "shim.c"), str(csrc / "mgr_threads.c")], check=True)
+    lib = ctypes.CDLL(str(library))
+    lib.bench_gemm.argtypes = [ctypes.c_int, *[ctypes.c_int64] * 3, *[ctypes.c_void_p] * 3]
+    if panels:
+        lib.bench_panel.restype = ctypes.c_int64
+        lib.bench_packed.argtypes = [*[ctypes.c_int64] * 3, ctypes.c_void_p, ctypes.c_void_p,
+                                     ctypes.c_int64, ctypes.c_void_p]
+    lib.panels = panels
+    return lib
+
+
+def calls(shape: str, libs: dict, threads: int) -> dict:
+    """{row: a call} for one shape, each writing its own C; checked against float64 first."""
+    m, n, k = (int(s) for s in shape.rstrip("t").split("x"))
+    tb = shape.endswith("t")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((n, k) if tb else (k, n), dtype=np.float32)
+    opb = b.T if tb else b
+    want = a.astype(np.float64) @ opb.astype(np.float64)
+    rows = {"openblas": lambda c: np.matmul(a, opb, out=c)}
+    for name, lib in libs.items():
+        rows[f"C {name}"] = lambda c, lib=lib: lib.bench_gemm(
+            int(tb), m, n, k, a.ctypes.data, b.ctypes.data, c.ctypes.data)
+        if lib.panels:
+            panels = gemm_panels(np.ascontiguousarray(opb), lib.bench_panel())
+            rows[f"C {name} packed"] = lambda c, lib=lib, p=panels: lib.bench_packed(
+                m, n, k, a.ctypes.data, p.ctypes.data, p.shape[2], c.ctypes.data)
+    outs = {}
+    for row, call in rows.items():
+        for lib in libs.values():
+            lib.bench_threads(threads)
+        outs[row] = np.empty((m, n), np.float32)
+        call(outs[row])
+        np.testing.assert_allclose(outs[row], want, rtol=1e-3, atol=1e-3 * np.sqrt(k))
+    return {row: (lambda call=call, c=outs[row]: call(c)) for row, call in rows.items()}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", nargs="*", default=list(SHAPES))
+    parser.add_argument("--threads", nargs="*", type=int, default=[1, 2])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--baseline", type=Path, help="a checkout whose C GEMM joins the rows")
+    args = parser.parse_args(argv)
+    from threadpoolctl import threadpool_limits  # lazy: optional dependency (the BLAS's threads)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        libs = {"this": build(HERE.parent, Path(tmp))}
+        if args.baseline:
+            (Path(tmp) / "base").mkdir()
+            libs["baseline"] = build(args.baseline, Path(tmp) / "base")
+        for threads in args.threads:
+            with threadpool_limits(threads):
+                for lib in libs.values():
+                    lib.bench_threads(threads)
+                for shape in args.shapes:
+                    m, n, k = (int(s) for s in shape.rstrip("t").split("x"))
+                    rows = calls(shape, libs, threads)
+                    times = {row: [] for row in rows}
+                    for _ in range(args.runs):
+                        for row, call in rows.items():
+                            start = time.perf_counter()
+                            call()
+                            times[row].append(time.perf_counter() - start)
+                    base = statistics.median(times["openblas"])
+                    for row, ts in times.items():
+                        t = statistics.median(ts)
+                        print(f"{shape:>15} {threads}t {row:>18}: {t * 1e3:8.3f} ms "
+                              f"{2 * m * n * k / t / 1e9:6.1f} GFLOP/s  {t / base:5.2f}x BLAS")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
