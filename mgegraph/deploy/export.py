@@ -17,7 +17,7 @@ import numpy as np
 from ..ir.dims import bindings_text
 from ..plan import Plan, Role
 from ..symbolic_plan import SymbolicPlan
-from . import fused_c, kernels
+from . import conv_prepack, fused_c, kernels
 from .blob import (
     DTYPES,
     KIND_ARENA,
@@ -31,6 +31,8 @@ from .blob import (
     encode,
 )
 from .errors import ExportError
+
+FIELDS_PACKED = conv_prepack.FIELDS.index("packed")
 
 BLOB_NAME = "model.mgr"
 # -ffp-contract=off: the fused loops round each step as the fused kernels do (build_flags.py).
@@ -172,6 +174,8 @@ class _Tables:
         self.plan, self.blob = plan, Blob(arena_bytes=plan.arena_bytes)
         self.records: dict[int, int] = {}
         self.weight_at: dict[int, int] = {}
+        # (filters' slot, kernel, packed block) -> the prepared filters' record (_prepared_conv)
+        self.prepared: dict[tuple, int] = {}
         self.io = {**{plan.feeds[n]: (KIND_INPUT, k, n) for k, n in enumerate(input_names)},
                    **{s: (KIND_OUTPUT, k, output_names[k]) for k, s in enumerate(plan.outputs)}}
         for slot in self.io:  # every input and output has its named root record
@@ -211,6 +215,7 @@ def _tables(plan: Plan, input_names, output_names) -> tuple[Blob, dict[str, str]
     ops the generated loops call, defined once before them)."""
     tables = _Tables(plan, input_names, output_names)
     blob, generated, index, ew_ops = tables.blob, {}, {}, {}
+    written = {_root(plan, s)[0] for ins in plan.instructions for s in ins.outputs}
     for i, ins in enumerate(plan.instructions):
         refs, ints, floats, name = ins.buffers, ins.ints, ins.floats, ins.kernel
         if ins.kernel in kernels.GENERATED:  # a loop of its own, needing no parameters
@@ -222,11 +227,18 @@ def _tables(plan: Plan, input_names, output_names) -> tuple[Blob, dict[str, str]
             # one set of functions per C type (bool's are uint8's)
             ew_ops.setdefault(fused_c.C_TYPES[dtype], (dtype, set()))[1].update(
                 fused_c.table_ops(attrs["code"], dtype))
+        packed = _prepared_conv(tables, ins, written)
+        if packed:  # its weight's record is the prepared filters, not the weight
+            name, ints, panels = packed
+            records = (refs[0], panels, *refs[2:])
+        else:
+            records = refs
         if name not in index:
             index[name] = len(blob.kernels)
             blob.kernels.append(name)
-        blob.calls.append(Call(index[name], tuple(tables.tensor(s) for s in refs),
-                               tuple(ints), tuple(floats)))
+        blob.calls.append(Call(index[name], tuple(
+            r if packed and k == 1 else tables.tensor(r) for k, r in enumerate(records)),
+            tuple(ints), tuple(floats)))
     if generated:
         generated[""] = "\n".join(
             [f'#include "{fused_c.SHARED_HEADER}"', ""]
@@ -234,6 +246,29 @@ def _tables(plan: Plan, input_names, output_names) -> tuple[Blob, dict[str, str]
                for line in fused_c.ew_functions(ops, dtype)]
             + [""])
     return blob, generated
+
+
+# -- convolutions on filters prepared at export ----------------------------------------------
+def _prepared_conv(tables: _Tables, ins, written) -> tuple[str, tuple, int] | None:
+    """(kernel, parameter block, the prepared filters' tensor record) where the conv2d_f32
+    ``ins`` runs on filters prepared here (conv_prepack.py: Winograd's transform, or packed
+    blocks), else None. The filters must be a float32 weight of their own root that no
+    instruction writes; each is prepared once however many instructions read it."""
+    w = ins.inputs[1] if ins.kernel == "conv2d_f32" else None
+    plan = tables.plan
+    if w is None or plan.slots[w].alias is not None or w in written or \
+            plan.slots[w].role not in (Role.PARAM, Role.CONST):
+        return None
+    done = conv_prepack.prepared(ins.kernel, ins.ints, np.asarray(plan.values[w]))
+    if done is None:
+        return None
+    kernel, ints, value = done
+    key = (w, kernel, ints[FIELDS_PACKED])
+    if key not in tables.prepared:
+        tables.prepared[key] = len(tables.blob.tensors)
+        tables.blob.tensors.append(Tensor(KIND_WEIGHT, 0, tables.blob.add_weight(value),
+                                          value.dtype, value.shape))
+    return kernel, ints, tables.prepared[key]
 
 
 # -- the files -------------------------------------------------------------------------------
