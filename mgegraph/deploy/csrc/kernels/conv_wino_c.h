@@ -191,6 +191,24 @@ static void mgr_wino_items(void* ctx, int64_t lo, int64_t hi) {
     free(v);
 }
 
+/* Tiles per block: whole tiles of `ch` columns, V and M within `fit` tiles (or
+ * MGR_WINO_MIN_TILES), so that the busiest of `threads` parts (mgr_parallel_for's contiguous runs
+ * of blocks) computes the fewest columns; a narrower block only where it saves that part an
+ * eighth of its columns, as each block reads all of U again (8 images of 4x4 tiles, 256
+ * channels, on 2 threads: 2 blocks of 16 tiles, where one of 32 left a thread idle). */
+static int64_t mgr_wino_block(int64_t ntiles, int64_t fit, int64_t ch, int64_t threads) {
+    int64_t widest = (fit < MGR_WINO_MIN_TILES ? MGR_WINO_MIN_TILES : fit) / ch * ch;
+    int64_t best = 0, best_cols = 0;
+    if (widest > mgr_round_up(ntiles, ch)) widest = mgr_round_up(ntiles, ch);
+    if (widest < ch) widest = ch;
+    for (int64_t block = widest; block >= ch; block -= ch) {
+        int64_t n = (ntiles + block - 1) / block, parts = n < threads ? n : threads;
+        int64_t cols = (n + parts - 1) / parts * block;
+        if (!best || cols * 8 < best_cols * 7) best = block, best_cols = cols;
+    }
+    return best;
+}
+
 /* Whether Winograd runs this block (float32 3x3, stride 1, undilated, one group, weights not
  * packed, a gather tile on this CPU), and its geometry in k; 0 where the sizes overflow */
 static int mgr_wino_of(const int64_t* s, mgr_wino* k) {
@@ -207,14 +225,8 @@ static int mgr_wino_of(const int64_t* s, mgr_wino* k) {
     k->ph = s[PH], k->pw = s[PW], k->th = (s[OH] + 1) / 2, k->tw = (s[OW] + 1) / 2;
     k->ntiles = s[BATCH] * k->th * k->tw;
     k->rows = mgr_round_up(k->cout, k->t.pix);
-    /* blocks whose V and M fit MGR_WINO_BLOCK_FLOATS, as many as the threads where there are
-     * MGR_WINO_MIN_TILES tiles a thread; each a whole number of tiles of columns */
     fit = MGR_WINO_BLOCK_FLOATS / (16 * (k->cin + k->cout) + 1);
-    fit = fit < MGR_WINO_MIN_TILES ? MGR_WINO_MIN_TILES : fit;
-    k->nblocks = (k->ntiles + fit - 1) / fit;
-    if (threads > 1 && k->ntiles >= MGR_WINO_MIN_TILES * threads)
-        k->nblocks = mgr_round_up(k->nblocks, threads);
-    k->block = mgr_round_up((k->ntiles + k->nblocks - 1) / k->nblocks, k->t.ch);
+    k->block = mgr_wino_block(k->ntiles, fit, k->t.ch, threads);
     k->nblocks = (k->ntiles + k->block - 1) / k->block;
     k->splits = k->nblocks >= threads ? 1 : (threads + k->nblocks - 1) / k->nblocks;
     if (k->splits > k->rows / k->t.pix) k->splits = k->rows / k->t.pix;
