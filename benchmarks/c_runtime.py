@@ -35,6 +35,11 @@ made by the mgegraph at ROOT (say, a checkout of main: its C kernels before a ch
 same interleaving.
 
     python benchmarks/c_runtime.py --in-process --baseline /work/main --threads 1 resnet-infer
+
+``--in-process --layers`` times each instruction instead: the export built with
+``-DMGR_PROFILE`` (``mgr_instruction_ns``) and the executor's timed loop (``run_timed``),
+interleaved, a row per layer with the two medians and their ratio, and the sums per kind of layer
+(op and the way its kernel took): which layers make the whole's ratio.
 """
 from __future__ import annotations
 
@@ -176,8 +181,9 @@ def child(row: str, workload: str, folder: Path, threads: int, runs: int) -> flo
     return json.loads(done.stdout.strip().splitlines()[-1])["seconds"]
 
 
-def shared_library(directory: Path) -> Path:
-    """The export in ``directory`` built as a shared library (-O3), as its Makefile builds it."""
+def shared_library(directory: Path, defines=()) -> Path:
+    """The export in ``directory`` built as a shared library (-O3), as its Makefile builds it,
+    with ``defines`` (``-D`` flags: ``-DMGR_PROFILE`` times each instruction)."""
     sys.path.insert(0, str(HERE.parent))
     from mgegraph.deploy.kernels import CONTRACTED  # lazy: as _inputs
     sources = ["mgr_runtime.c", "mgr_threads.c", "model_kernels.c",
@@ -187,7 +193,8 @@ def shared_library(directory: Path) -> Path:
         objects.append(source.replace("/", "_")[:-2] + ".pic.o")
         contract = "-ffp-contract=fast" if source in CONTRACTED else "-ffp-contract=off"
         subprocess.run(["cc", "-O3", "-std=gnu11", contract, "-fno-math-errno", "-pthread",
-                        "-fPIC", "-I", ".", "-I", "kernels", "-c", source, "-o", objects[-1]],
+                        *defines, "-fPIC", "-I", ".", "-I", "kernels", "-c", source, "-o",
+                        objects[-1]],
                        cwd=directory, check=True, capture_output=True, timeout=600)
     subprocess.run(["cc", "-shared", "-o", "libmgr_model.so", *objects, "-lm", "-pthread"],
                    cwd=directory, check=True, capture_output=True, timeout=600)
@@ -195,7 +202,9 @@ def shared_library(directory: Path) -> Path:
 
 
 def c_call(library: Path, directory: Path, x, threads: int):
-    """A call of ``mgr_run`` on the export's model loaded through ``library``, x set once."""
+    """A call of ``mgr_run`` on the export's model loaded through ``library``, x set once (its
+    ``times()``: each instruction's last nanoseconds, where the library was built to time
+    them)."""
     lib = ctypes.CDLL(str(library))  # RTLD_LOCAL: two builds' mgr_* symbols stay apart
     lib.mgr_load_file.restype = ctypes.c_void_p
     lib.mgr_load_file.argtypes = [ctypes.c_char_p]
@@ -216,6 +225,10 @@ def c_call(library: Path, directory: Path, x, threads: int):
         if lib.mgr_run(model):
             raise RuntimeError(lib.mgr_last_error().decode())
     run.keep = (lib, x)  # the library and the input the model reads stay alive with the call
+    if hasattr(lib, "mgr_instruction_ns"):
+        lib.mgr_instruction_ns.restype = ctypes.c_int64
+        lib.mgr_instruction_ns.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        run.times = lambda n: [lib.mgr_instruction_ns(model, i) for i in range(n)]
     return run
 
 
@@ -247,6 +260,62 @@ def in_process(workload: str, folder: Path, threads: int, runs: int, baseline) -
              for name, m in medians.items()]
     return f"{workload:20} {threads} threads, in one process, {runs} interleaved: " + \
         "; ".join(cells)
+
+
+def _label(plan, ins) -> str:
+    """An instruction as the layer table names it: op, the way its kernel took, output shape."""
+    way = ins.choice.path if ins.choice else ins.kernel
+    shape = "x".join(map(str, plan.slots[ins.outputs[0]].type.shape)) if ins.outputs else ""
+    return f"{ins.op} [{way}] {shape}"
+
+
+def layers(workload: str, folder: Path, threads: int, runs: int) -> list[str]:
+    """Each instruction's median time in the C runtime (built with ``-DMGR_PROFILE``) and in
+    the executor's timed loop (``run_timed``), the two runs interleaved in this process: the
+    layers that make the whole's ratio, slowest in C first, and the totals per kind of
+    layer."""
+    import numpy as np  # lazy: as _inputs
+
+    from mgegraph import runtime
+    x = np.load(folder / "x.npy")
+    c = c_call(shared_library(folder / "c", ["-DMGR_PROFILE"]), folder / "c", x, threads)
+    predictor = runtime.load(folder / "model.mgm")
+    plan = predictor.plan
+    plan.run(dict(zip(predictor.input_names, [x])))
+    executable = plan.executable()
+    n = len(plan.instructions)
+    py_ns = np.zeros((n, 2), np.int64)
+    c_times, py_times = [], []
+    for k in range(runs + 3):
+        c()
+        executable.executor.run_timed()
+        executable.executor.copy_times(py_ns)
+        if k >= 3:  # after the warm-up calls
+            c_times.append(c.times(n))
+            py_times.append(py_ns[:, 1].copy())
+    c_med = np.median(np.array(c_times), axis=0) / 1e6
+    py_med = np.median(np.array(py_times), axis=0) / 1e6
+    lines = [f"{workload}, {threads} threads, {runs} interleaved runs, median ms per "
+             "instruction (in one process)",
+             f"{'#':>4} {'C':>8} {'executor':>9} {'C/exec':>7}  instruction"]
+    kinds: dict = {}
+    for i in np.argsort(-c_med):
+        ins = plan.instructions[i]
+        label = _label(plan, ins)
+        kind = label.split(" [")[0] + " [" + label.split(" [")[1].split("]")[0] + "]"
+        total = kinds.setdefault(kind, [0.0, 0.0, 0])
+        total[0] += c_med[i]
+        total[1] += py_med[i]
+        total[2] += 1
+        if c_med[i] >= 0.01 * c_med.sum():
+            lines.append(f"{i:>4} {c_med[i]:>8.3f} {py_med[i]:>9.3f} "
+                         f"{c_med[i] / max(py_med[i], 1e-9):>7.2f}  {label}")
+    lines.append(f"{'n':>4} {'C':>8} {'executor':>9} {'C/exec':>7}  kind (sums of medians)")
+    for kind, (tc, tp, count) in sorted(kinds.items(), key=lambda kv: -kv[1][0]):
+        lines.append(f"{count:>4} {tc:>8.3f} {tp:>9.3f} {tc / max(tp, 1e-9):>7.2f}  {kind}")
+    lines.append(f"{n:>4} {c_med.sum():>8.3f} {py_med.sum():>9.3f} "
+                 f"{c_med.sum() / py_med.sum():>7.2f}  all")
+    return lines
 
 
 def table(results: dict, skipped: dict, chosen, threads) -> list[str]:
@@ -282,6 +351,8 @@ def main(argv=None) -> int:
                         help="the C runtime and the executor interleaved in this process")
     parser.add_argument("--baseline", type=Path, help="--in-process: also the export made by "
                         "the mgegraph at this root")
+    parser.add_argument("--layers", action="store_true", help="--in-process: each "
+                        "instruction's time in the C runtime and the executor, interleaved")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -310,8 +381,10 @@ def main(argv=None) -> int:
             built[workload] = prepare(workload, folder)
         if args.in_process:
             for workload in chosen:
-                print(in_process(workload, folders[workload], args.threads[0], args.runs,
-                                 args.baseline), flush=True)
+                print("\n".join(layers(workload, folders[workload], args.threads[0], args.runs))
+                      if args.layers else in_process(workload, folders[workload],
+                                                     args.threads[0], args.runs, args.baseline),
+                      flush=True)
             return 0
         for _ in range(args.rounds):
             for workload in chosen:

@@ -17,7 +17,7 @@ import numpy as np
 from ..ir.dims import bindings_text
 from ..plan import Plan, Role
 from ..symbolic_plan import SymbolicPlan
-from . import fused_c, kernels
+from . import conv_prepack, fused_c, kernels
 from .blob import (
     DTYPES,
     KIND_ARENA,
@@ -31,6 +31,8 @@ from .blob import (
     encode,
 )
 from .errors import ExportError
+
+FIELDS_PACKED = conv_prepack.FIELDS.index("packed")
 
 BLOB_NAME = "model.mgr"
 # -ffp-contract=off: the fused loops round each step as the fused kernels do (build_flags.py).
@@ -172,11 +174,22 @@ class _Tables:
         self.plan, self.blob = plan, Blob(arena_bytes=plan.arena_bytes)
         self.records: dict[int, int] = {}
         self.weight_at: dict[int, int] = {}
-        self.panels: dict[tuple, int] = {}  # (weight slot, transposed, width) -> its record
+        # a weight prepared at export (GEMM panels, Winograd's or packed conv filters), by what
+        # it was made from and how -> its record: each made once however many calls read it
+        self.prepared: dict[tuple, int] = {}
         self.io = {**{plan.feeds[n]: (KIND_INPUT, k, n) for k, n in enumerate(input_names)},
                    **{s: (KIND_OUTPUT, k, output_names[k]) for k, s in enumerate(plan.outputs)}}
         for slot in self.io:  # every input and output has its named root record
             self.tensor(slot)
+
+    def prepared_weight(self, key: tuple, make) -> int:
+        """The record of the weight ``make()`` returns, made and stored once per ``key``."""
+        if key not in self.prepared:
+            value = make()
+            self.prepared[key] = len(self.blob.tensors)
+            self.blob.tensors.append(Tensor(KIND_WEIGHT, 0, self.blob.add_weight(value),
+                                            value.dtype, value.shape))
+        return self.prepared[key]
 
     def tensor(self, index: int) -> int:
         if index not in self.records:
@@ -224,8 +237,8 @@ def _tables(plan: Plan, input_names, output_names) -> tuple[Blob, dict[str, str]
             # one set of functions per C type (bool's are uint8's)
             ew_ops.setdefault(fused_c.C_TYPES[dtype], (dtype, set()))[1].update(
                 fused_c.table_ops(attrs["code"], dtype))
-        packed = _packed_gemm(tables, ins, written)
-        if packed:  # its weight's record is the panels, not the weight
+        packed = _packed_gemm(tables, ins, written) or _prepared_conv(tables, ins, written)
+        if packed:  # its weight's record is the panels or prepared filters, not the weight
             name, ints, panels = packed
             records = (refs[0], panels, *refs[2:])
         else:
@@ -243,6 +256,13 @@ def _tables(plan: Plan, input_names, output_names) -> tuple[Blob, dict[str, str]
                for line in fused_c.ew_functions(ops, dtype)]
             + [""])
     return blob, generated
+
+
+def _fixed_weight(plan: Plan, index: int, written) -> bool:
+    """Slot ``index`` is a weight of its own root that no instruction writes (a state update's
+    weight is never prepared at export: the prepared copy would go stale)."""
+    slot = plan.slots[index]
+    return slot.alias is None and slot.role in (Role.PARAM, Role.CONST) and index not in written
 
 
 # -- GEMMs on weights packed at export --------------------------------------------------------
@@ -277,8 +297,7 @@ def _constant_opb(plan: Plan, ins, written) -> np.ndarray | None:
         transpose_b = bool(ins.ints[4])
         if any(ins.ints[9 + 2 * ndim:9 + 3 * ndim]):  # b's batch strides
             return None
-    slot = plan.slots[b]
-    if slot.alias is not None or slot.role not in (Role.PARAM, Role.CONST) or b in written:
+    if not _fixed_weight(plan, b, written):
         return None
     value = np.asarray(plan.values[b])
     if value.dtype != np.float32 or value.size != n * k:
@@ -293,16 +312,29 @@ def _packed_gemm(tables: _Tables, ins, written) -> tuple[str, tuple, int] | None
     if opb is None:
         return None
     panel = kernels.gemm_panel()
-    key = (ins.inputs[1], ins.kernel == "linear_f32" or bool(ins.ints[4]), panel)
-    if key not in tables.panels:
-        panels = gemm_panels(opb, panel)
-        tables.panels[key] = len(tables.blob.tensors)
-        tables.blob.tensors.append(Tensor(KIND_WEIGHT, 0, tables.blob.add_weight(panels),
-                                          panels.dtype, panels.shape))
+    key = ("panels", ins.inputs[1], ins.kernel == "linear_f32" or bool(ins.ints[4]), panel)
+    record = tables.prepared_weight(key, lambda: gemm_panels(opb, panel))
     ints = list(ins.ints)
     if ins.kernel == "matmul_f32":
         ints[4] = 0
-    return PACKED_GEMMS[ins.kernel], (*ints, panel), tables.panels[key]
+    return PACKED_GEMMS[ins.kernel], (*ints, panel), record
+
+
+# -- convolutions on filters prepared at export ----------------------------------------------
+def _prepared_conv(tables: _Tables, ins, written) -> tuple[str, tuple, int] | None:
+    """(kernel, parameter block, the prepared filters' tensor record) where the conv2d_f32
+    ``ins`` runs on filters prepared here (conv_prepack.py: Winograd's transform, or packed
+    blocks), else None. The filters must be a float32 weight of their own root that no
+    instruction writes; each is prepared once however many instructions read it."""
+    w = ins.inputs[1] if ins.kernel == "conv2d_f32" else None
+    plan = tables.plan
+    if w is None or not _fixed_weight(plan, w, written):
+        return None
+    done = conv_prepack.prepared(ins.kernel, ins.ints, np.asarray(plan.values[w]))
+    if done is None:
+        return None
+    kernel, ints, value = done
+    return kernel, ints, tables.prepared_weight((kernel, w, ints[FIELDS_PACKED]), lambda: value)
 
 
 # -- the files -------------------------------------------------------------------------------

@@ -50,6 +50,8 @@ typedef void (*mgr_part_fn)(void* ctx, int64_t lo, int64_t hi);
 void mgr_parallel_for(int64_t n, mgr_part_fn part, void* ctx);
 /* the threads this thread's mgr_parallel_for calls split over (mgr_run sets its model's) */
 void mgr_set_run_threads(int threads);
+/* that count: a kernel may shape its work items by it (the bits must not depend on it) */
+int mgr_run_threads(void);
 
 /* a + b * c without overflow into *out (all non-negative); 0 when it would overflow */
 static inline int mgr_muladd(int64_t a, int64_t b, int64_t c, int64_t* out) {

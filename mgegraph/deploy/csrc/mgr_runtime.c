@@ -10,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef MGR_PROFILE
+#include <time.h>
+#endif
 
 #include "mgr_kernel.h"
 
@@ -60,6 +63,9 @@ struct mgr_model {
     size_t* buf_tensor;     /* per entry of bufs: its tensor */
     size_t n_bufs;
     int threads;
+#ifdef MGR_PROFILE
+    int64_t* instruction_ns; /* the last run's time of each instruction */
+#endif
 };
 
 static _Thread_local char last_error[512];
@@ -436,6 +442,9 @@ void mgr_free(mgr_model* m) {
     free(m->bufs);
     free(m->arena);
     free(m->blob);
+#ifdef MGR_PROFILE
+    free(m->instruction_ns);
+#endif
     free(m);
 }
 
@@ -461,6 +470,10 @@ mgr_model* mgr_load_memory(const void* data, size_t nbytes) {
     if (!s && !(m->arena = aligned((size_t)B.h[H_ARENA_BYTES], 0)))
         s = fail(MGR_NO_MEMORY, "out of memory for an arena of %lld bytes",
                  (long long)B.h[H_ARENA_BYTES]);
+#ifdef MGR_PROFILE
+    if (!s && !(m->instruction_ns = calloc(m->n_instr + 1, sizeof(int64_t))))
+        s = fail(MGR_NO_MEMORY, "out of memory for the instructions' times");
+#endif
     free(B.bound);
     if (s) {
         mgr_free(m);
@@ -582,11 +595,29 @@ int mgr_set_threads(mgr_model* m, int threads) {
 
 int mgr_threads(const mgr_model* m) { return m ? m->threads : 0; }
 
+#ifdef MGR_PROFILE
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+int64_t mgr_instruction_ns(const mgr_model* m, size_t i) {
+    return m && i < m->n_instr ? m->instruction_ns[i] : -1;
+}
+#endif
+
 int mgr_run(mgr_model* m) {
     if (!m) return fail(MGR_BAD_ARGUMENT, "mgr_run: no model");
     mgr_set_run_threads(m->threads);
     for (size_t i = 0; i < m->n_instr; i++) {
+#ifdef MGR_PROFILE
+        int64_t start = now_ns();
         int status = m->fns[i](&m->calls[i]);
+        m->instruction_ns[i] = now_ns() - start;
+#else
+        int status = m->fns[i](&m->calls[i]);
+#endif
         if (status != MGR_KERNEL_OK) {
             mgr_set_run_threads(1);
             return fail(MGR_KERNEL_FAILED, "instruction %zu failed with status %d", i, status);

@@ -67,6 +67,13 @@ int mgr_threads(const mgr_model* model);
 /* Run every instruction in order. */
 int mgr_run(mgr_model* model);
 
+#ifdef MGR_PROFILE
+/* A build with -DMGR_PROFILE times each instruction of every run (two clock reads each): the
+ * last run's nanoseconds of instruction i, -1 for an index out of range. For profiling only
+ * (benchmarks/c_runtime.py --layers); the default build has neither the clock nor this. */
+int64_t mgr_instruction_ns(const mgr_model* model, size_t i);
+#endif
+
 /* Output i after a run: the model's buffer, valid until the next run or mgr_free. */
 const void* mgr_output(const mgr_model* model, size_t i);
 

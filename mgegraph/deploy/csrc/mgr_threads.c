@@ -34,6 +34,8 @@ void mgr_set_run_threads(int threads) {
     run_threads = threads < 1 ? 1 : threads > MGR_MAX_THREADS ? MGR_MAX_THREADS : threads;
 }
 
+int mgr_run_threads(void) { return run_threads; }
+
 /* part k of [0, n) in `parts` contiguous runs, the first n % parts one longer */
 static void run_part(mgr_part_fn part, void* ctx, int64_t n, int parts, int k) {
     int64_t size = n / parts, extra = n % parts;

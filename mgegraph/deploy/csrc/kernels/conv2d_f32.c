@@ -1,4 +1,5 @@
-/* conv2d_f32, grouped and depthwise too. Where the plan chose Winograd, Winograd (conv_wino_c.h:
+/* conv2d_f32, grouped and depthwise too, and conv2d_winograd_f32 (its Winograd on filters the
+ * export transformed: below). Where the plan chose Winograd, Winograd (conv_wino_c.h:
  * within float32 rounding of the Python executor's, whose GEMMs go through the BLAS); else on
  * the package's gather tiles where they run it
  * (conv_gather_c.h: packed weights bitwise the Python executor's packed path; weights not
@@ -90,7 +91,9 @@ int mgr_conv2d_f32(const mgr_call* call) {
     return MGR_KERNEL_OK;
 }
 
-const char* mgr_conv2d_f32_check(const mgr_check_args* x) {
+/* The Conv block's checks for conv2d_f32 (its weights `weights` floats: the plan's, packed or
+ * not) and conv2d_winograd_f32 (16 * cout * cin of U): NULL where it is safe to run. */
+static const char* conv_check(const mgr_check_args* x, int winograd) {
     const int64_t* s = x->ints;
     int64_t xe, we, ye, blocks, taps;
     if (x->n_ints != FIELDS || x->n_floats != 0) return "wants 23 ints and no floats";
@@ -104,6 +107,9 @@ const char* mgr_conv2d_f32_check(const mgr_check_args* x) {
         return "a flag is out of its range";
     if (s[SH] < 1 || s[SW] < 1 || s[DH] < 1 || s[DW] < 1 || s[KH] < 1 || s[KW] < 1)
         return "strides, dilations and the kernel must be positive";
+    if (winograd && (s[GROUPS] != 1 || s[PACKED] || s[KH] != 3 || s[KW] != 3 || s[SH] != 1 ||
+                     s[SW] != 1 || s[DH] != 1 || s[DW] != 1))
+        return "Winograd's filters take a 3x3 kernel at stride 1, undilated, one group";
     int64_t loops[7] = {s[BATCH], s[COUT], s[OH], s[OW], s[CIN], s[KH], s[KW]};
     if (!mgr_counts_ok(loops, 7)) return "its sizes make no loop this runtime bounds";
     int64_t reach;  /* every tap's input index stays an int64_t (the fuzzer's find) */
@@ -117,16 +123,37 @@ const char* mgr_conv2d_f32_check(const mgr_check_args* x) {
     if (!mgr_muladd(0, s[BATCH], s[CIN], &xe) || !mgr_muladd(0, xe, s[H], &xe) ||
         !mgr_muladd(0, xe, s[W], &xe) || xe > x->buf_bytes[0] / 4)
         return "batch * cin * h * w reaches past x's bytes";
-    if (!mgr_muladd(0, s[KH], s[KW], &taps) || !mgr_muladd(0, blocks, s[CIN] / s[GROUPS], &we) ||
-        !mgr_muladd(0, we, taps, &we) || !mgr_muladd(0, we, s[PACKED] ? s[PACKED] : 1, &we) ||
-        we > x->buf_bytes[1] / 4)
-        return "the weights reach past w's bytes";
+    if (winograd ? !mgr_muladd(0, s[COUT], s[CIN], &we) || !mgr_muladd(0, we, 16, &we)
+                 : !mgr_muladd(0, s[KH], s[KW], &taps) ||
+                       !mgr_muladd(0, blocks, s[CIN] / s[GROUPS], &we) ||
+                       !mgr_muladd(0, we, taps, &we) ||
+                       !mgr_muladd(0, we, s[PACKED] ? s[PACKED] : 1, &we))
+        return "the weights reach past any index";
+    if (we > x->buf_bytes[1] / 4)
+        return winograd ? "16 * cout * cin of U reach past its bytes"
+                        : "the weights reach past w's bytes";
     if (!mgr_muladd(0, s[BATCH], s[COUT], &ye) || !mgr_muladd(0, ye, s[OH], &ye) ||
         !mgr_muladd(0, ye, s[OW], &ye) || ye > x->buf_bytes[want - 1] / 4 ||
         (s[HAS_BIAS] && s[COUT] > x->buf_bytes[2] / 4))
         return "batch * cout * oh * ow reaches past y's bytes, or cout past the bias";
     return NULL;
 }
+
+const char* mgr_conv2d_f32_check(const mgr_check_args* x) { return conv_check(x, 0); }
+
+/* ---- conv2d_winograd_f32: conv2d_f32's Winograd on U transformed at export -------------- */
+
+/* Bufs x, U (16, cout, cin): the export's G g G^T of the plan's filters (deploy/conv_prepack.py),
+ * [bias,] y[, workspace]; the Conv block of the plan's instruction. */
+int mgr_conv2d_winograd_f32(const mgr_call* call) {
+    const int64_t* s = call->ints;
+    mgr_wino k;
+    if (s[BATCH] * s[COUT] == 0 || s[OH] == 0 || s[OW] == 0) return MGR_KERNEL_OK; /* empty */
+    if (!mgr_wino_of(s, &k)) return MGR_KERNEL_OUT_OF_MEMORY; /* sizes past any allocation */
+    return mgr_wino_run_on(call, &k, (const float*)call->bufs[1], k.cin * k.cout);
+}
+
+const char* mgr_conv2d_winograd_f32_check(const mgr_check_args* x) { return conv_check(x, 1); }
 
 /* ---- conv2d_backward_data_f32 ----------------------------------------------------------- */
 
