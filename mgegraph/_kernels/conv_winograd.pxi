@@ -16,7 +16,8 @@
 #                                                              tiles
 #     M[xi] = U[xi] V[xi]                                      16 GEMMs on one thread: float32
 #                                                              on the gather tiles (AVX-512,
-#                                                              blocks of whole 64 tiles), else
+#                                                              blocks of whole 64 tiles), the
+#                                                              row tiles (AVX2, U packed), else
 #                                                              the BLAS
 #     y = A^T M A per (output channel, tile), with the bias     wino_tile.h's vectors
 #       and activation
@@ -26,8 +27,11 @@
 # few ulps of the largest term, which the tests bound against NumPy. float32 only (the lowering
 # takes no other dtype here).
 # conv2d_backward_data at stride 1 runs here too, as the convolution it is (wino_backward).
-# Workspace: U (16, cout, cin), then per thread V (16, cin, block) and M (16, cout, block),
-# each of the 16 matrices WINO_SKEW elements after the last.
+# Workspace: U (16, cout, cin; on the row tiles cout rounded up to CONV_PACK and packed), then
+# per thread V (16, cin, block) and M (16, cout, block), each of the 16 matrices WINO_SKEW
+# elements after the last. Several threads take the blocks as they come (OpenMP's dynamic
+# schedule): a thread the system started late leaves its blocks to the others instead of
+# holding the closing barrier for its share.
 
 cdef extern from "wino_tile.h":
     ctypedef void (*wino_in_fn)(const float* const* rows, Py_ssize_t q0, Py_ssize_t w,
@@ -51,11 +55,25 @@ cdef enum:
     # threads) went from 1.03 / 1.10 to 0.96 / 0.93 at 28x28 (34 left) and 1.03 / 1.16 to
     # 1.03 / 0.92 at 56x56 (4 left); 14x14 (49 left) kept the tile: 0.80 / 0.85
     WINO_SLIVER = 40
+    # the row tiles' columns (AVX2's conv_tile_avx2; the baseline tile's 8 divide it): blocks of
+    # whole panels leave no partial panel, which costs a whole one
+    WINO_ROW_COLS = 24
 
 
 cdef inline Py_ssize_t wino_ld(Py_ssize_t rows, Py_ssize_t cols) noexcept nogil:
     # the distance between two of the 16 matrices of (rows, cols)
     return rows * cols + WINO_SKEW
+
+
+cdef inline bint wino_row_tiles(const Conv* s) noexcept nogil:
+    # whether the 16 GEMMs run on conv_tile.h's row tiles (AVX2 plans): U packed in blocks of
+    # CONV_PACK output channels, V read in place
+    return s.isa == 1
+
+
+cdef inline Py_ssize_t wino_urows(const Conv* s) noexcept nogil:
+    # U's rows: the output channels, on the row tiles rounded up to whole packed blocks (zeros)
+    return round_up(s.cout, CONV_PACK) if wino_row_tiles(s) else s.cout
 
 
 cdef inline Py_ssize_t wino_tiles(const Conv* s) noexcept nogil:
@@ -70,6 +88,12 @@ cdef inline Py_ssize_t wino_block(const Conv* s) noexcept nogil:
     cdef Py_ssize_t whole
     if s.threads > 1 and ntiles >= 32 * s.threads:
         n = round_up(n, s.threads)
+    if wino_row_tiles(s) and ntiles >= WINO_ROW_COLS * max(n, 1):
+        # whole panels for wino_gemm_rows: blocks rounded up to them (at most WINO_ROW_COLS - 1
+        # tiles past the budget), where the threads still divide the number of blocks
+        whole = round_up(ceil_div(ntiles, max(n, 1)), WINO_ROW_COLS)
+        if ceil_div(ntiles, whole) % max(s.threads, 1) == 0:
+            return whole
     if s.isa == 2 and ntiles >= 64 * max(n, 1):
         # whole 64-column tiles for wino_gemm_tiles, where the threads still share the tiles
         # evenly: a number of blocks they divide, the last more than half full (ResNet's 56x56
@@ -89,28 +113,34 @@ cdef inline Py_ssize_t wino_slot(const Conv* s) noexcept nogil:
 
 
 cdef inline Py_ssize_t winograd_elems(const Conv* s) noexcept nogil:
-    return 16 * wino_ld(s.cout, s.cin) + s.threads * wino_slot(s)
+    return 16 * wino_ld(wino_urows(s), s.cin) + s.threads * wino_slot(s)
 
 
 cdef inline void wino_filter(const float* w, float* u, Py_ssize_t o, bint flip,
                              const Conv* s) noexcept nogil:
     # u[xi, o, c] = (G g G^T)[xi] for output channel o's filters g = w[o, c]; with flip (the
-    # backward pass, wino_backward), g = w[c, o] turned by 180 degrees
-    cdef Py_ssize_t c, i, plane = wino_ld(s.cout, s.cin)
+    # backward pass, wino_backward), g = w[c, o] turned by 180 degrees. On the row tiles U[xi]
+    # is packed, u[xi, o // CONV_PACK, c, o % CONV_PACK], and rows o >= cout are zeros.
+    cdef Py_ssize_t c, i, plane = wino_ld(wino_urows(s), s.cin)
+    cdef bint packed = wino_row_tiles(s)
     cdef float g[9]
     cdef float t[4][3]
     cdef const float* src
     cdef float* dst
     for c in range(s.cin):
-        src = w + ((c * s.cout + o) if flip else (o * s.cin + c)) * 9
         for i in range(9):
-            g[i] = src[8 - i] if flip else src[i]
+            g[i] = 0
+        if o < s.cout:
+            src = w + ((c * s.cout + o) if flip else (o * s.cin + c)) * 9
+            for i in range(9):
+                g[i] = src[8 - i] if flip else src[i]
         for i in range(3):  # G g: rows g0, (g0 + g1 + g2) / 2, (g0 - g1 + g2) / 2, g2
             t[0][i] = g[i]
             t[1][i] = (g[i] + g[3 + i] + g[6 + i]) * 0.5
             t[2][i] = (g[i] - g[3 + i] + g[6 + i]) * 0.5
             t[3][i] = g[6 + i]
-        dst = u + o * s.cin + c
+        dst = (u + (o // CONV_PACK * s.cin + c) * CONV_PACK + o % CONV_PACK if packed
+               else u + o * s.cin + c)
         for i in range(4):  # (G g) G^T, row by row
             dst[(4 * i) * plane] = t[i][0]
             dst[(4 * i + 1) * plane] = (t[i][0] + t[i][1] + t[i][2]) * 0.5
@@ -185,15 +215,52 @@ cdef inline void wino_tiles_block(const float* x, const float* u, const float* b
 
 cdef inline void wino_gemm(const float* u, const float* v, float* m, Py_ssize_t nb,
                            Py_ssize_t xi, const Conv* s) noexcept nogil:
-    # M[xi] (cout, nb) = U[xi] (cout, cin) @ V[xi] (cin, nb): for float32 on the 64-column
-    # gather tile where the CPU has it, else the BLAS
+    # M[xi] (cout, nb) = U[xi] (cout, cin) @ V[xi] (cin, nb): on the row tiles for AVX2 plans,
+    # for float32 on the 64-column gather tile where the CPU has AVX-512, else the BLAS
     cdef conv_tile tile
+    if wino_row_tiles(s):
+        wino_gemm_rows(u + xi * wino_ld(wino_urows(s), s.cin), v + xi * wino_ld(s.cin, nb),
+                       m + xi * wino_ld(s.cout, nb), nb, s)
+        return
     if s.isa == 2 and cpu_isa_ok(2) and packed_tile(2, 64, &tile):
         wino_gemm_tiles(u + xi * wino_ld(s.cout, s.cin), v + xi * wino_ld(s.cin, nb),
                         m + xi * wino_ld(s.cout, nb), nb, s, &tile)
         return
     gemm(False, False, s.cout, nb, s.cin, u + xi * wino_ld(s.cout, s.cin),
          v + xi * wino_ld(s.cin, nb), m + xi * wino_ld(s.cout, nb), False)
+
+
+cdef inline void wino_gemm_rows(const float* u, const float* v, float* m, Py_ssize_t nb,
+                                const Conv* s) noexcept nogil:
+    # One of wino_gemm's products on the row tile (AVX2's 4 channels x 24 columns; the
+    # baseline's where the CPU lacks AVX2): U packed as the tile reads its weights, V read in
+    # place as a plane of cin channels nb apart, so nothing is packed per GEMM (the BLAS copied V
+    # on every call). Per panel of the tile's columns (cin x 96 bytes, in L1), every row tile of
+    # U. A last, partial panel reads past its row into the next, and past V's last row into the
+    # workspace after it (M): those sums land in columns that are dropped. Measured on the
+    # shared 2-core AMD EPYC (Zen 3, OpenBLAS), one thread, the two ways in one process
+    # interleaved (medians of 25-40 calls each, load about 2), row tiles over the BLAS: the
+    # U-Net's 64 -> 32 at 128x128 0.70-0.78, its 32 -> 64 at 64x64 0.82-0.89, convnet's
+    # 32 -> 64 at 32x32 (batch 32) 0.80-0.83, ResNet's 64 -> 64 at 56x56 0.81-0.85. The BLAS
+    # spent 40% of its GEMMs' time copying V. Blocks of 2^18 or 2^17 floats (L2 is 512 KiB
+    # there) were slower than WINO_BLOCK_FLOATS', not faster.
+    cdef conv_tile tile = conv_tile_of(1 if cpu_isa_ok(1) else 0)
+    cdef float part[CONV_PACK * CONV_COLS_MAX]
+    cdef Py_ssize_t zero = 0, b, r0, r, rows, cols, panel, t
+    cdef const float* w
+    for panel in range(ceil_div(nb, tile.cols)):
+        b = panel * tile.cols
+        cols = min(tile.cols, nb - b)
+        for t in range(ceil_div(s.cout, tile.rows)):
+            r0 = t * tile.rows
+            rows = min(tile.rows, s.cout - r0)
+            w = u + (r0 // CONV_PACK * s.cin) * CONV_PACK + r0 % CONV_PACK
+            if cols == tile.cols:
+                tile.fn(v + b, nb, &zero, 1, s.cin, w, m + r0 * nb + b, nb, rows, 0)
+                continue
+            tile.fn(v + b, nb, &zero, 1, s.cin, w, part, tile.cols, rows, 0)
+            for r in range(rows):
+                memcpy(m + (r0 + r) * nb + b, part + r * tile.cols, <size_t>cols * sizeof(float))
 
 
 cdef inline void wino_gemm_tiles(const float* u, const float* v, float* m, Py_ssize_t nb,
@@ -264,20 +331,20 @@ cdef inline int conv2d_winograd(const float* x, const float* w, const float* bia
                                 const Conv* s) noexcept nogil:
     cdef Py_ssize_t nblocks = ceil_div(wino_tiles(s), wino_block(s)), o, k
     cdef Py_ssize_t slot = wino_slot(s)
-    cdef float* area = ws + 16 * wino_ld(s.cout, s.cin)
+    cdef float* area = ws + 16 * wino_ld(wino_urows(s), s.cin)
     cdef int nt = run_threads(s), previous = 0
     if nt == 1:
-        for o in range(s.cout):
+        for o in range(wino_urows(s)):
             wino_filter(w, ws, o, flip, s)
         for k in range(nblocks):
             wino_tiles_block(x, ws, bias, y, area, k, s)
         return KERNEL_OK
     with parallel(num_threads=nt):
         previous = blas_one_thread()
-        for o in prange(s.cout, schedule="static"):
+        for o in prange(wino_urows(s), schedule="static"):
             wino_filter(w, ws, o, flip, s)
-        if nblocks >= nt:
-            for k in prange(nblocks, schedule="static"):
+        if nblocks >= nt:  # taken as threads come: a late one leaves its blocks to the others
+            for k in prange(nblocks, schedule="dynamic"):
                 wino_tiles_block(x, ws, bias, y, area + threadid() * slot, k, s)
         blas_restore_threads(previous)
     if nblocks < nt:  # too few blocks to share: share each one's steps
