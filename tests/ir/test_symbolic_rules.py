@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 import mgegraph  # noqa: F401  (registers the ops)
+from mgegraph.ir import quant
 from mgegraph.ir.dims import Dim
 from mgegraph.ir.errors import FeedError, OpError
 from mgegraph.ir.graph import Graph
-from mgegraph.ir import quant
 from mgegraph.ir.specialize import substitute_type
 from mgegraph.ops import elementwise_table as TABLE
 from mgegraph.ops import quantized_pack
