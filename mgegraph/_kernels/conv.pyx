@@ -284,6 +284,11 @@ cdef inline void col2im_rows(const floating* col, floating* x, const floating* b
                 crow = col + ((ci - c0) * taps + i * s.kw) * npix + t // s.sh * s.ow
                 j = 0
                 while j < s.kw:
+                    if s.sw == 2 and s.dw == 1 and j + 2 < s.kw:
+                        add_triple(xrow, crow + j * npix, crow + (j + 1) * npix,
+                                   crow + (j + 2) * npix, j - s.pw, s)
+                        j += 3
+                        continue
                     if s.sw == 2 and s.dw == 1 and j + 1 < s.kw:
                         add_pair(xrow, crow + j * npix, crow + (j + 1) * npix, j - s.pw, s)
                         j += 2
@@ -331,6 +336,39 @@ cdef inline void add_pair(floating* xrow, const floating* a, const floating* b, 
         xrow[2 * ow + off] += a[ow]
     for ow in range(max(hi, lo_b), hi_b):
         xrow[2 * ow + off + 1] += b[ow]
+
+
+cdef inline void add_triple(floating* xrow, const floating* a, const floating* b,
+                            const floating* c, Py_ssize_t off, const Conv* s) noexcept nogil:
+    # add_strided of three neighbouring taps at stride 2 (offsets off, off + 1, off + 2: a 3-wide
+    # kernel's row): cell 2k + off takes a[k] then c[k - 1], cell 2k + off + 1 takes b[k]. One
+    # loop of interleaved pairs where all three are inside the image, which the compiler
+    # vectorises, where add_pair and add_strided left c's adds a stride apart, one by one; the
+    # ends one by one, a's before c's, so every cell sums in the order (j) as before: same bits.
+    cdef Py_ssize_t lo_a, hi_a, lo_b, hi_b, lo_c, hi_c, lo, hi, k
+    inside(off, s, &lo_a, &hi_a)
+    inside(off + 1, s, &lo_b, &hi_b)
+    inside(off + 2, s, &lo_c, &hi_c)
+    lo, hi = max(max(lo_a, lo_b), lo_c + 1), min(min(hi_a, hi_b), hi_c + 1)
+    if hi <= lo:  # no column in common: two taps, then the third
+        add_pair(xrow, a, b, off, s)
+        add_strided(xrow, c, off + 2, s)
+        return
+    for k in range(lo_a, lo):
+        xrow[2 * k + off] += a[k]
+    for k in range(lo_b, lo):
+        xrow[2 * k + off + 1] += b[k]
+    for k in range(lo_c, lo - 1):
+        xrow[2 * k + off + 2] += c[k]
+    for k in range(lo, hi):
+        xrow[2 * k + off] = xrow[2 * k + off] + a[k] + c[k - 1]
+        xrow[2 * k + off + 1] += b[k]
+    for k in range(hi, hi_a):
+        xrow[2 * k + off] += a[k]
+    for k in range(hi, hi_b):
+        xrow[2 * k + off + 1] += b[k]
+    for k in range(hi - 1, hi_c):
+        xrow[2 * k + off + 2] += c[k]
 
 
 # -- convolution ----------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from mgegraph.ops.conv import conv2d_backward_data
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "io"))
+from test_conv import backward_data_ref  # noqa: E402
 from test_kernel_ways import CPU, node_of, run_way  # noqa: E402
 from test_model_file import first, members, refused, with_json  # noqa: E402
 
@@ -92,6 +93,40 @@ def test_the_ways_cover_the_gemm_and_tile_paths():
                        **_data_attrs(xs, ws, options, np.float32))
         seen |= {c.path.split(", ")[0] for c in CPU.impl(node.op.name).candidates(node)}
     assert {"im2col", "direct"} <= seen and seen & {"blocked", "gather", "winograd"}
+
+
+# The strided data path (W^T dy, then col2im row by row of dx, the bias as each row completes; at
+# stride 2, three neighbouring taps of a row in one loop of pairs: add_triple): the U-Net's 3x3
+# layer, 5- and 7-wide kernels (a triple and a pair; two triples and one tap, at padding that
+# cuts into the loops' ends), stride 3 with dilation and groups, rows no window reaches
+STRIDED = [
+    ((1, 64, 32, 32), (64, 32, 3, 3), {"stride": 2, "padding": 1, "output_padding": 1}),
+    ((1, 8, 6, 9), (8, 16, 5, 5), {"stride": 2, "padding": 2}),
+    ((2, 3, 6, 5), (3, 4, 3, 7), {"stride": (1, 2), "padding": (1, 3), "output_padding": (0, 1)}),
+    ((2, 6, 7, 9), (6, 64, 3, 3), {"stride": 3, "dilation": 2, "groups": 2, "padding": 1}),
+    ((1, 4, 5, 5), (4, 8, 2, 2), {"stride": 3, "padding": (0, 1), "output_padding": 2}),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", STRIDED, ids=["unet-3x3", "5x5", "3x7", "stride-3",
+                                                "untouched-rows"])
+def test_the_strided_path_matches_numpy_on_1_2_3_threads(case, dtype, monkeypatch):
+    xs, ws, options = case
+    x, w, b = _arrays(xs, ws, options, dtype)
+    attrs = _data_attrs(xs, ws, options, dtype)
+    node = node_of("conv2d_backward_data", [w, x, b], **attrs)
+    want = backward_data_ref(w.astype(np.float64), x.astype(np.float64), attrs["input_hw"],
+                             attrs["stride"], attrs["padding"], attrs["dilation"],
+                             attrs["groups"]) + b.reshape(1, -1, 1, 1)
+    scale = float(np.abs(x).max() * np.abs(w).max() * ws[0] * ws[2] * ws[3])
+    tol = 1e-6 if dtype == np.float32 else 1e-14
+    for threads in (1, 2, 3):  # (the BLAS may round a thread's chunk of channels otherwise)
+        monkeypatch.setattr(lowering, "_threads", lambda batch, flops, t=threads: t)
+        launch = CPU.impl(node.op.name).lower(node)
+        assert launch.path == f"im2col, {threads} thread" + ("s" if threads > 1 else "")
+        got = run_way(node, launch, [w, x, b])
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol * scale)
 
 
 # -- the pass -------------------------------------------------------------------------------------
