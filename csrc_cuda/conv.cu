@@ -7,7 +7,8 @@
 //   ints [batch, cin, h, w, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups, has_bias,
 //         path, activation, ...]  (activation: scalar.cuh's MG_ACT_* code; path and what
 //         follows choose among the CPU's ways: unused here)
-//   conv2d: x, w, [bias,] y;  conv2d_backward_data: w, dy, dx;  conv2d_backward_filter: x, dy, dw
+//   conv2d: x, w, [bias,] y;  conv2d_backward_data: w, dy, [bias,] dx (the epilogue pass's
+//   bias, added to each sum once complete);  conv2d_backward_filter: x, dy, dw
 //
 // Design: each convolution is one product per group through gemm_tile.cuh, whose operands are
 // read straight from the tensors through the im2col index map (a column is a (channel, tap) of
@@ -64,7 +65,7 @@ template <class T> struct BackwardData {
     Conv c;
     i64 g, m, n, k;
     bool a_down = false, b_across = true;
-    const T *wt, *dy;
+    const T *wt, *dy, *bias;
     T* dx;
     __device__ T a(i64 i, i64 p) const {
         const i64 oc = g * c.ocg() + mg_div(p, c.taps());
@@ -81,8 +82,10 @@ template <class T> struct BackwardData {
         return dy[((img * c.cout + oc) * c.oh + oy) * c.ow + ox];
     }
     template <class V> __device__ void store(i64 i, i64 j, V acc) const {
-        const i64 pix = c.h * c.w;
-        dx[(mg_div(j, pix) * c.cin + g * c.cg() + i) * pix + mg_mod(j, pix)] = (T)acc;
+        const i64 pix = c.h * c.w, ch = g * c.cg() + i;
+        T v = (T)acc;
+        if (bias) v = v + bias[ch];
+        dx[(mg_div(j, pix) * c.cin + ch) * pix + mg_mod(j, pix)] = v;
     }
 };
 
@@ -136,7 +139,10 @@ template <class T, class C> __device__ void conv2d_backward_data(const MgArgs& a
     BackwardData<T> op;
     op.c = *(const Conv*)a.ints;
     op.m = op.c.cg(), op.n = op.c.batch * op.c.h * op.c.w, op.k = op.c.ocg() * op.c.taps();
-    op.wt = (const T*)a.bufs[0], op.dy = (const T*)a.bufs[1], op.dx = (T*)a.bufs[2];
+    const bool nb = op.c.has_bias != 0;
+    op.wt = (const T*)a.bufs[0], op.dy = (const T*)a.bufs[1];
+    op.bias = nb ? (const T*)a.bufs[2] : nullptr;
+    op.dx = (T*)a.bufs[nb ? 3 : 2];
     tiles_of<T, C>(op);
 }
 

@@ -5,7 +5,9 @@
 # CONV_FIELDS (the lowering, mgegraph/_kernels/lowering/conv.py, packs them by name; a struct of
 # Py_ssize_t fields has no padding, so it overlays the int array exactly):
 #   conv2d:                 bufs: x, w, [bias,] y, [workspace]
-#   conv2d_backward_data:   x is the result; bufs: w, dy, dx, [workspace]
+#   conv2d_backward_data:   x is the result; bufs: w, dy, [bias,] dx, [workspace] (the bias
+#                           the epilogue pass folds in: added to each cell of dx once its sum
+#                           is complete, so the bits are those of a separate add)
 #   conv2d_backward_filter: w is the result; bufs: x, dy, dw, [workspace]
 # ``path`` is one of CONV_PATHS; the workspace, present unless the path is C_DIRECT, holds
 # workspace_size(ints, op) elements. ``isa`` and ``threads`` matter to the tiled paths only.
@@ -259,14 +261,15 @@ cdef inline void col2im_range(floating* col, floating* x, Py_ssize_t c0, Py_ssiz
                     col += s.ow
 
 
-cdef inline void col2im_rows(const floating* col, floating* x, Py_ssize_t c0, Py_ssize_t c1,
-                             const Conv* s) noexcept nogil:
+cdef inline void col2im_rows(const floating* col, floating* x, const floating* bias,
+                             Py_ssize_t c0, Py_ssize_t c1, const Conv* s) noexcept nogil:
     # col2im of the rows of input channels [c0, c1) at a stride, planes of x written whole (no
     # zeroing beforehand): row by row, each zeroed and summed while in L1 from every (tap, col
     # row) that lands on it. A cell takes its terms in the order (i, j), as col2im_range's, so
     # the two give the same bits; but col2im_range passes over x once per tap, after the
     # zeroing pass, where at a stride the taps' adds land a stride apart (cache lines read
-    # and written back kh * kw / (sh * sw) + 1 times instead of once).
+    # and written back kh * kw / (sh * sw) + 1 times instead of once). bias (the group's, or
+    # NULL) is added to each row once its sums are complete: the bits of a separate add.
     cdef Py_ssize_t npix = s.oh * s.ow, taps = s.kh * s.kw, ci, ih, i, j, t
     cdef floating* xrow
     cdef const floating* crow
@@ -281,12 +284,25 @@ cdef inline void col2im_rows(const floating* col, floating* x, Py_ssize_t c0, Py
                 crow = col + ((ci - c0) * taps + i * s.kw) * npix + t // s.sh * s.ow
                 j = 0
                 while j < s.kw:
+                    if s.sw == 2 and s.dw == 1 and j + 2 < s.kw:
+                        add_triple(xrow, crow + j * npix, crow + (j + 1) * npix,
+                                   crow + (j + 2) * npix, j - s.pw, s)
+                        j += 3
+                        continue
                     if s.sw == 2 and s.dw == 1 and j + 1 < s.kw:
                         add_pair(xrow, crow + j * npix, crow + (j + 1) * npix, j - s.pw, s)
                         j += 2
                         continue
                     add_strided(xrow, crow + j * npix, j * s.dw - s.pw, s)
                     j += 1
+            if bias != NULL:
+                add_value(xrow, bias[ci], s.w)
+
+
+cdef inline void add_value(floating* x, floating v, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t k
+    for k in range(n):
+        x[k] += v
 
 
 cdef inline void add_strided(floating* xrow, const floating* crow, Py_ssize_t off,
@@ -320,6 +336,39 @@ cdef inline void add_pair(floating* xrow, const floating* a, const floating* b, 
         xrow[2 * ow + off] += a[ow]
     for ow in range(max(hi, lo_b), hi_b):
         xrow[2 * ow + off + 1] += b[ow]
+
+
+cdef inline void add_triple(floating* xrow, const floating* a, const floating* b,
+                            const floating* c, Py_ssize_t off, const Conv* s) noexcept nogil:
+    # add_strided of three neighbouring taps at stride 2 (offsets off, off + 1, off + 2: a 3-wide
+    # kernel's row): cell 2k + off takes a[k] then c[k - 1], cell 2k + off + 1 takes b[k]. One
+    # loop of interleaved pairs where all three are inside the image, which the compiler
+    # vectorises, where add_pair and add_strided left c's adds a stride apart, one by one; the
+    # ends one by one, a's before c's, so every cell sums in the order (j) as before: same bits.
+    cdef Py_ssize_t lo_a, hi_a, lo_b, hi_b, lo_c, hi_c, lo, hi, k
+    inside(off, s, &lo_a, &hi_a)
+    inside(off + 1, s, &lo_b, &hi_b)
+    inside(off + 2, s, &lo_c, &hi_c)
+    lo, hi = max(max(lo_a, lo_b), lo_c + 1), min(min(hi_a, hi_b), hi_c + 1)
+    if hi <= lo:  # no column in common: two taps, then the third
+        add_pair(xrow, a, b, off, s)
+        add_strided(xrow, c, off + 2, s)
+        return
+    for k in range(lo_a, lo):
+        xrow[2 * k + off] += a[k]
+    for k in range(lo_b, lo):
+        xrow[2 * k + off + 1] += b[k]
+    for k in range(lo_c, lo - 1):
+        xrow[2 * k + off + 2] += c[k]
+    for k in range(lo, hi):
+        xrow[2 * k + off] = xrow[2 * k + off] + a[k] + c[k - 1]
+        xrow[2 * k + off + 1] += b[k]
+    for k in range(hi, hi_a):
+        xrow[2 * k + off] += a[k]
+    for k in range(hi, hi_b):
+        xrow[2 * k + off + 1] += b[k]
+    for k in range(hi - 1, hi_c):
+        xrow[2 * k + off + 2] += c[k]
 
 
 # -- convolution ----------------------------------------------------------------------------------
@@ -466,22 +515,24 @@ cdef inline int conv2d_impl(const floating* x, const floating* w, const floating
 
 cdef inline int conv2d_backward_data_impl(const floating* w,   # IN  (cout, cin/groups, kh, kw)
                                           const floating* dy,  # IN  (batch, cout, oh, ow)
+                                          const floating* bias,  # IN (cin,) or NULL
                                           floating* dx,        # OUT (batch, cin, h, w)
                                           floating* col, const Conv* s) noexcept nogil:
     # Per (image, group): col = W_g^T dy_g, then col2im; without im2col, W_g^T dy_g is dx_g.
+    # The tiles add the bias as they store a cell, as conv2d's epilogue does.
     cdef Blocked b
     cdef Conv t
     if s.path == C_BLOCKED or s.path == C_GATHER:
         if floating is float:
             b = blocked_backward(s)
-            return blocked_call(dy, w, NULL, False, dx, col, &b, s)
+            return blocked_call(dy, w, bias, False, dx, col, &b, s)
         return KERNEL_UNSUPPORTED
     if s.path == C_WINOGRAD:
         if floating is float:
             t = wino_backward(s)
-            return conv2d_winograd(dy, w, NULL, dx, col, True, &t)
+            return conv2d_winograd(dy, w, bias, dx, col, True, &t)
         return KERNEL_UNSUPPORTED
-    return backward_gemm(w, dy, dx, col, True, s)
+    return backward_gemm(w, dy, bias, dx, col, True, s)
 
 
 cdef inline int conv2d_backward_filter_impl(const floating* x,   # IN  (batch, cin, h, w)
@@ -493,7 +544,7 @@ cdef inline int conv2d_backward_filter_impl(const floating* x,   # IN  (batch, c
         if floating is float:
             return filter_call(x, dy, dw, col, s)
         return KERNEL_UNSUPPORTED
-    return backward_gemm(x, dy, dw, col, False, s)
+    return backward_gemm(x, dy, NULL, dw, col, False, s)
 
 
 cdef inline int conv2d_call(const Call* c, floating* dtype_tag) noexcept nogil:
@@ -514,12 +565,15 @@ cdef inline int conv2d_call(const Call* c, floating* dtype_tag) noexcept nogil:
 
 cdef inline int conv2d_backward_call(const Call* c, bint data, floating* dtype_tag) noexcept nogil:
     cdef const Conv* s = <const Conv*>c.ints
-    cdef floating* col = (<floating*>c.bufs[3] if s.path in (C_IM2COL, C_BLOCKED, C_GATHER,
-                                                              C_WINOGRAD) else NULL)
+    cdef int nb = <int>(data and s.has_bias)
+    cdef const floating* bias = <const floating*>c.bufs[2] if nb else NULL
+    cdef floating* col = (<floating*>c.bufs[3 + nb] if s.path in (C_IM2COL, C_BLOCKED, C_GATHER,
+                                                                   C_WINOGRAD) else NULL)
     cdef int previous = blas_one_thread(), status  # as conv2d_call's
     if data:
         status = conv2d_backward_data_impl(<const floating*>c.bufs[0],
-                                           <const floating*>c.bufs[1], <floating*>c.bufs[2], col, s)
+                                           <const floating*>c.bufs[1], bias,
+                                           <floating*>c.bufs[2 + nb], col, s)
     else:
         status = conv2d_backward_filter_impl(<const floating*>c.bufs[0],
                                              <const floating*>c.bufs[1], <floating*>c.bufs[2], col,

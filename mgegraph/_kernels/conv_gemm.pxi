@@ -291,30 +291,36 @@ cdef inline int conv2d_batched(const floating* x, const floating* w, const float
 
 
 # -- the backward passes, by (group, input channel) pairs -----------------------------------------
-cdef inline void data_pairs(const floating* w, const floating* dy, floating* dx, floating* area,
-                            Py_ssize_t p0, Py_ssize_t p1, const Conv* s) noexcept nogil:
+cdef inline void data_pairs(const floating* w, const floating* dy, const floating* bias,
+                            floating* dx, floating* area, Py_ssize_t p0, Py_ssize_t p1,
+                            const Conv* s) noexcept nogil:
     # dx's planes of pairs [p0, p1) in every image: rows of W_g^T dy_g, then col2im (im2col
-    # path; the direct path's rows are the planes)
+    # path; the direct path's rows are the planes); then the bias, if any (NULL: none), on
+    # planes just written (col2im_rows adds it to each row while the row is in L1)
     cdef Py_ssize_t cg = s.cin // s.groups, ocg = s.cout // s.groups, taps = s.kh * s.kw
-    cdef Py_ssize_t kdim = cg * taps, npix = s.oh * s.ow, n, g, c0, c1
+    cdef Py_ssize_t kdim = cg * taps, npix = s.oh * s.ow, plane = s.h * s.w, n, g, c0, c1
     cdef floating* dxg
     cdef const floating* dyg
+    cdef const floating* bg
     for n in range(s.batch):
         for g in range(p0 // cg, ceil_div(p1, cg)):
             c0, c1 = max(p0 - g * cg, 0), min(p1 - g * cg, cg)
-            dxg = dx + (n * s.cin + g * cg) * s.h * s.w
+            dxg = dx + (n * s.cin + g * cg) * plane
             dyg = dy + (n * s.cout + g * ocg) * npix
+            bg = bias + g * cg if bias != NULL else NULL
             if s.path == C_IM2COL:
                 gemm_ld(True, False, (c1 - c0) * taps, npix, ocg, w + g * ocg * kdim + c0 * taps,
                         kdim, dyg, npix, area, npix, False)
-                if s.sh == 1 and s.sw == 1:
-                    zero(dxg + c0 * s.h * s.w, (c1 - c0) * s.h * s.w)
-                    col2im_range(area, dxg, c0, c1, s)
-                else:
-                    col2im_rows(area, dxg, c0, c1, s)
+                if s.sh > 1 or s.sw > 1:
+                    col2im_rows(area, dxg, bg, c0, c1, s)
+                    continue  # its rows took the bias
+                zero(dxg + c0 * plane, (c1 - c0) * plane)
+                col2im_range(area, dxg, c0, c1, s)
             else:
                 gemm_ld(True, False, c1 - c0, npix, ocg, w + g * ocg * kdim + c0, kdim, dyg, npix,
                         dxg + c0 * npix, npix, False)
+            if bg != NULL:
+                epilogue_rows(dxg + c0 * plane, bg + c0, 0, c1 - c0, plane)
 
 
 cdef inline void filter_pairs(const floating* x, const floating* dy, floating* dw, floating* area,
@@ -334,9 +340,11 @@ cdef inline void filter_pairs(const floating* x, const floating* dy, floating* d
                     npix, src, npix, dw + g * ocg * kdim + c0 * taps, kdim, True)
 
 
-cdef inline int backward_gemm(const floating* a, const floating* dy, floating* result,
-                              floating* ws, bint data, const Conv* s) noexcept nogil:
-    # backward data (a: w, result: dx) or filter (a: x, result: dw) on the GEMM paths
+cdef inline int backward_gemm(const floating* a, const floating* dy, const floating* bias,
+                              floating* result, floating* ws, bint data,
+                              const Conv* s) noexcept nogil:
+    # backward data (a: w, result: dx, bias: dx's or NULL) or filter (a: x, result: dw, bias
+    # NULL) on the GEMM paths
     cdef Py_ssize_t chunk = pair_chunk(s), slot = gemm_slot(s, OP_DATA), k
     cdef Py_ssize_t nchunks = ceil_div(s.cin, chunk)
     cdef int nt = run_threads(s), previous = 0
@@ -345,7 +353,7 @@ cdef inline int backward_gemm(const floating* a, const floating* dy, floating* r
     if nt == 1:
         for k in range(nchunks):
             if data:
-                data_pairs(a, dy, result, ws, k * chunk, min(s.cin, (k + 1) * chunk), s)
+                data_pairs(a, dy, bias, result, ws, k * chunk, min(s.cin, (k + 1) * chunk), s)
             else:
                 filter_pairs(a, dy, result, ws, k * chunk, min(s.cin, (k + 1) * chunk), s)
         return KERNEL_OK
@@ -353,7 +361,7 @@ cdef inline int backward_gemm(const floating* a, const floating* dy, floating* r
         previous = blas_one_thread()
         for k in prange(nchunks, schedule="static"):
             if data:
-                data_pairs(a, dy, result, ws + threadid() * slot, k * chunk,
+                data_pairs(a, dy, bias, result, ws + threadid() * slot, k * chunk,
                            min(s.cin, (k + 1) * chunk), s)
             else:
                 filter_pairs(a, dy, result, ws + threadid() * slot, k * chunk,

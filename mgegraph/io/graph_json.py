@@ -120,13 +120,20 @@ OP_VERSIONS |= dict.fromkeys(EPILOGUE_V2, 2)
 # clip(0, 6) after it in). A node without one is written as version 1, without the attribute.
 OP_VERSIONS |= {"group_norm": 2}
 V2_ATTRS |= {("group_norm", "activation"): "none"}
+# version 2 of conv2d_backward_data: its optional bias input (the epilogue pass folds the
+# transposed convolution's bias add in). A node without one is written as version 1.
+BIAS_V2 = {"conv2d_backward_data": 3}  # op -> its number of inputs with the bias
+OP_VERSIONS |= dict.fromkeys(BIAS_V2, 2)
 # op -> the older versions read
-OLDER_VERSIONS = dict.fromkeys(EPILOGUE_V2 + tuple(op for op, _ in V2_ATTRS), (1,))
+OLDER_VERSIONS = dict.fromkeys(EPILOGUE_V2 + tuple(op for op, _ in V2_ATTRS) + tuple(BIAS_V2),
+                               (1,))
 
 
 def node_version(node) -> int:
     """The version ``node`` is written at: the oldest that has its meaning."""
     if node.op.name in EPILOGUE_V2 and node.attr["activation"] != "relu6":
+        return 1
+    if node.op.name in BIAS_V2 and len(node.inputs) < BIAS_V2[node.op.name]:
         return 1
     older = [(key, value) for (op, key), value in V2_ATTRS.items() if op == node.op.name]
     if older and all(node.attr[key] == value for key, value in older):
@@ -148,6 +155,9 @@ def _check_version(op, entry, where) -> None:
         if op == name and version == 1 and type(attrs) is dict and attrs.get(key, value) != value:
             fail(f"{where}: the {key} attribute needs version 2 of {op}, the file says "
                  "version 1")
+    inputs = entry.get("inputs")
+    if op in BIAS_V2 and version == 1 and type(inputs) is list and len(inputs) >= BIAS_V2[op]:
+        fail(f"{where}: a bias input needs version 2 of {op}, the file says version 1")
 
 
 SOURCES = ("input", "param", "const")

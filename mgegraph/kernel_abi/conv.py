@@ -45,9 +45,10 @@ def _lowerings(launch):
         return launch("conv2d", x.type, w.type, node.outputs[0].type, node.attr,
                       len(node.inputs) == 3, activation_code(node.attr))
 
-    def backward_data(node):
-        w, dy = node.inputs
-        return launch(node.op.name, node.outputs[0].type, w.type, dy.type, node.attr)
+    def backward_data(node):  # its bias: the epilogue pass's (bufs w, dy, [bias,] dx)
+        w, dy = node.inputs[:2]
+        return launch(node.op.name, node.outputs[0].type, w.type, dy.type, node.attr,
+                      len(node.inputs) == 3)
 
     def backward_filter(node):
         x, dy = node.inputs

@@ -308,13 +308,17 @@ def _matmul(w, n, ins):
     return w.add("MatMul", [a, b])
 
 
+def _bias_1d(w, n, ins) -> list:
+    """A convolution's optional third input as the (C,) bias ONNX wants: [] when it has none."""
+    if len(ins) < 3 or n.inputs[2].ndim == 1:
+        return ins[2:]
+    return w.add("Reshape", [ins[2], w.ints([-1])])
+
+
 @writer("conv2d")
 def _conv(w, n, ins):
     ph, pw = n.attr["padding"]
-    bias = ins[2:]
-    if bias and n.inputs[2].ndim != 1:
-        bias = w.add("Reshape", [ins[2], w.ints([-1])])
-    out = w.add("Conv", [ins[0], ins[1], *bias], strides=list(n.attr["stride"]),
+    out = w.add("Conv", [ins[0], ins[1], *_bias_1d(w, n, ins)], strides=list(n.attr["stride"]),
                 pads=[ph, pw, ph, pw], dilations=list(n.attr["dilation"]),
                 group=int(n.attr["groups"]), kernel_shape=list(n.inputs[1].shape[2:]))
     return _activation(w, n, out)
@@ -322,14 +326,15 @@ def _conv(w, n, ins):
 
 # conv2d's data gradient is a transposed convolution: ConvTranspose of the gradient by the weight,
 # its output_padding the rows and columns input_hw has past the stride's grid.
+# Its bias, where the epilogue pass gave it one, is ConvTranspose's B, (C,) as conv2d's is Conv's.
 @writer("conv2d_backward_data")
 def _conv_transpose(w, n, ins):
-    weight, dy = n.inputs
+    weight, dy = n.inputs[:2]
     (ph, pw), stride, dilation = n.attr["padding"], n.attr["stride"], n.attr["dilation"]
     extra = [size - ((m - 1) * s + (k - 1) * d + 1 - 2 * p) for size, m, k, s, d, p in zip(
         n.attr["input_hw"], dy.shape[2:], weight.shape[2:], stride, dilation, (ph, pw))]
-    return w.add("ConvTranspose", [ins[1], ins[0]], strides=list(stride), pads=[ph, pw, ph, pw],
-                 dilations=list(dilation), group=int(n.attr["groups"]),
+    return w.add("ConvTranspose", [ins[1], ins[0], *_bias_1d(w, n, ins)], strides=list(stride),
+                 pads=[ph, pw, ph, pw], dilations=list(dilation), group=int(n.attr["groups"]),
                  kernel_shape=list(weight.shape[2:]), output_padding=extra)
 
 

@@ -2,7 +2,9 @@
 the backward ops their gradient rules are made of (each of which has a rule too).
 
 NOTE: like ``linear``, ``conv2d`` takes its bias as an optional third input so the bias add
-happens in the convolution's kernel; epilogue fusion extends that kernel.
+happens in the convolution's kernel; epilogue fusion extends that kernel. So does
+``conv2d_backward_data`` (the transposed convolution): the epilogue pass gives it the bias added
+after it as a third input, (weight, grad, bias), added to each cell once its sum is complete.
 """
 from __future__ import annotations
 
@@ -126,12 +128,18 @@ def _check_grad_shape(x, w, dy, attrs):
 
 
 def _backward_data_infer(in_types, attrs):
-    w, dy = in_types
+    if len(in_types) not in (2, 3):
+        raise ValueError(f"takes (weight, grad) or (weight, grad, bias), got {len(in_types)} "
+                         "inputs")
+    w, dy = in_types[:2]
     same_dtype(in_types)
     _require_nchw("conv2d_backward_data", dy)
     _, cg, _, _ = weight_dims(w, _groups(attrs))
-    x = TensorType((dy.shape[0], cg * attrs["groups"], *_pair(attrs, "input_hw", 1)), dy.dtype)
+    c = cg * attrs["groups"]
+    x = TensorType((dy.shape[0], c, *_pair(attrs, "input_hw", 1)), dy.dtype)
     _check_grad_shape(x, w, dy, attrs)
+    if len(in_types) == 3 and in_types[2].shape not in ((c,), (1, c, 1, 1)):
+        raise ValueError(f"bias must have shape ({c},) or (1, {c}, 1, 1), got {in_types[2].shape}")
     return (x,)
 
 
@@ -193,10 +201,13 @@ def _conv2d_grad(node, out_grads):
 
 
 def _backward_data_grad(node, out_grads):
-    w, dy = node.inputs
+    w, dy = node.inputs[:2]
     h, conv = out_grads[0], _conv_attrs(node)
     dw = _like(conv2d_backward_filter(h, dy, w.shape[-2:], **conv), w.shape)
-    return dw, apply("conv2d", (h, w), **conv)
+    if len(node.inputs) == 2:
+        return dw, apply("conv2d", (h, w), **conv)
+    db = _like(reduce_sum(h, axis=(0, 2, 3)), node.inputs[2].shape)
+    return dw, apply("conv2d", (h, w), **conv), db
 
 
 def _backward_filter_grad(node, out_grads):

@@ -8,7 +8,8 @@ Winograd tiles at stride 1), its CUDA kernel, its gradient rules (dx = conv2d(dy
 conv2d_backward_filter with the roles of input and gradient swapped) and its model-file and ONNX
 forms. So ``conv_transpose2d`` is that op, and no new one: what the data gradient cannot say by
 itself (asymmetric padding, an ``output_padding`` of at least the stride) is a crop or a zero
-pad of its result, and the bias one broadcast add the planner fuses. The 1-D functions are the
+pad of its result, and the bias one broadcast add, which the epilogue pass folds into the
+op's kernel (its optional bias input) where nothing comes between them. The 1-D functions are the
 2-D ones on a unit width; ``conv3d`` is a sum over the kernel's depth of 2-D convolutions of
 depth slices, each slice's depth folded into the batch, and ``conv_transpose3d`` the same sum of
 transposed 2-D convolutions, each tap's result spread along the depth by the stride and shifted

@@ -1,6 +1,8 @@
 """Epilogue fusion: linear or conv2d, then a bias add and an activation (relu, or relu6: a
 clip to [0, 6]), become one kernel call; so do group_norm and an activation after it (its
-kernel applies it as it writes y: the U-Net's group norm + relu, one pass over the tensor less).
+kernel applies it as it writes y: the U-Net's group norm + relu, one pass over the tensor less);
+and conv2d_backward_data (the transposed convolution) and a per-channel bias add after it (its
+col2im adds the bias to each row as it completes it: a pass over the output less, the same bits).
 
 The GEMM kernels apply the bias and the activation row by row while the output is still in
 cache (``activation="relu"`` or ``"relu6"`` on linear and conv2d), so the intermediate values
@@ -17,6 +19,8 @@ from dataclasses import dataclass
 from .rewrite import PassResult, rebuild, result, use_counts
 
 PRODUCERS = ("linear", "conv2d", "group_norm")
+# ops that take a bias added after them as an input, and no activation
+BIAS_ONLY = ("conv2d_backward_data",)
 
 
 def activation_of(node) -> str | None:
@@ -42,7 +46,8 @@ class _Chain:
 def _extend(node, chains, uses) -> _Chain | None:
     """The chain ``node`` continues, or None."""
     name = node.op.name
-    if name in PRODUCERS and node.attr["activation"] == "none":
+    if (name in PRODUCERS and node.attr["activation"] == "none") \
+            or (name in BIAS_ONLY and len(node.inputs) == 2):
         return _Chain(node, ops=(name,))
     activation = activation_of(node)
     if name != "add" and activation is None:
@@ -52,12 +57,25 @@ def _extend(node, chains, uses) -> _Chain | None:
         if chain is None or uses.get(v.id) != 1 or chain.activation != "none":
             continue
         if activation is not None:
+            if chain.base.op.name in BIAS_ONLY:
+                return None
             return _Chain(chain.base, chain.bias, activation, chain.ops + (name,))
         bias = node.inputs[1 - k]
-        if (chain.base.op.name == "linear" and len(chain.base.inputs) == 2 and chain.bias is None
-                and bias.shape == (v.shape[-1],) and node.outputs[0].type == v.type):
+        if chain.bias is None and _takes_bias(chain.base, bias) \
+                and node.outputs[0].type == v.type:
             return _Chain(chain.base, bias, "none", chain.ops + ("add",))
     return None
+
+
+def _takes_bias(base, bias) -> bool:
+    """Whether ``bias`` added to ``base``'s output can be its bias input: linear's (out,) along
+    the last axis; conv2d_backward_data's (1, C, 1, 1) along the channels."""
+    out = base.outputs[0]
+    if bias.dtype != out.dtype:
+        return False
+    if base.op.name == "linear":
+        return len(base.inputs) == 2 and bias.shape == (out.shape[-1],)
+    return base.op.name in BIAS_ONLY and bias.shape == (1, out.shape[1], 1, 1)
 
 
 def _chains(graph, outputs) -> dict[int, _Chain]:
@@ -90,7 +108,9 @@ def epilogue(graph, outputs) -> PassResult:
             inputs = [builder.var(v) for v in c.base.inputs]
             if c.bias is not None:
                 inputs.append(builder.var(c.bias))
-            attrs = {**c.base.attr, "activation": c.activation}
+            attrs = dict(c.base.attr)
+            if c.base.op.name not in BIAS_ONLY:
+                attrs["activation"] = c.activation
             fused.append("+".join(c.ops))
             return builder.add(c.base.op, inputs, attrs, node)
         if id(node) in members or (out in chains and id(chains[out].base) in members):

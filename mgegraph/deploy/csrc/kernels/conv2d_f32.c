@@ -19,7 +19,8 @@
  * (x the result dx), dx[n, c, iy, ix] = the sum over the group's output channels and the taps
  * reaching (iy, ix) of w * dy, accumulated in double in that order and rounded once: within
  * float32 rounding of the Python executor's ways (a GEMM and col2im, the tiles, Winograd).
- * Bufs w, dy, dx[, workspace].
+ * Bufs w, dy, [bias,] dx[, workspace]: the bias (has_bias, the epilogue pass's) is added to
+ * each rounded sum, as the Python executor adds it after its sums (data_bias).
  *
  * Built with -ffp-contract=fast (kernels.CONTRACTED), as the package builds the tiles. */
 #include "../mgr_kernel.h"
@@ -157,13 +158,18 @@ const char* mgr_conv2d_winograd_f32_check(const mgr_check_args* x) { return conv
 
 /* ---- conv2d_backward_data_f32 ----------------------------------------------------------- */
 
+/* one plane of dx plus its channel's bias, once its sums are rounded */
+static void data_bias(float* plane, float bias, int64_t n) {
+    for (int64_t k = 0; k < n; k++) plane[k] = plane[k] + bias;
+}
+
 /* parts of [0, batch * cin): the planes of dx each thread computes */
 static void data_part(void* ctx, int64_t lo, int64_t hi) {
     const mgr_call* call = ctx;
     const int64_t* s = call->ints;
     const float* w = (const float*)call->bufs[0];
     const float* dy = (const float*)call->bufs[1];
-    float* dx = (float*)call->bufs[2];
+    float* dx = (float*)call->bufs[s[HAS_BIAS] ? 3 : 2];
     int64_t cg = s[CIN] / s[GROUPS], og = s[COUT] / s[GROUPS], taps = s[KH] * s[KW];
     for (int64_t nc = lo; nc < hi; nc++) {
         int64_t n = nc / s[CIN], c = nc % s[CIN], g = c / cg;
@@ -186,6 +192,8 @@ static void data_part(void* ctx, int64_t lo, int64_t hi) {
                 }
                 dx[(nc * s[H] + iy) * s[W] + ix] = (float)acc;
             }
+        if (s[HAS_BIAS]) data_bias(dx + nc * s[H] * s[W], ((const float*)call->bufs[2])[c],
+                                   s[H] * s[W]);
     }
 }
 
@@ -198,8 +206,11 @@ const char* mgr_conv2d_backward_data_f32_check(const mgr_check_args* x) {
     const int64_t* s = x->ints;
     int64_t xe, we, ye, taps;
     if (x->n_ints != FIELDS || x->n_floats != 0) return "wants 23 ints and no floats";
-    if (x->n_bufs != 3 && x->n_bufs != 4) return "wants buffers w, dy, dx[, workspace]";
-    for (size_t b = 0; b < 3; b++)
+    size_t nb = s[HAS_BIAS] ? 1 : 0, out = 2 + nb;
+    if (s[HAS_BIAS] > 1) return "has_bias must be 0 or 1";
+    if (x->n_bufs != 3 + nb && x->n_bufs != 4 + nb)
+        return "wants buffers w, dy, [bias,] dx[, workspace]";
+    for (size_t b = 0; b <= out; b++)
         if (x->buf_dtypes[b] != 0) return "reads and writes float32 only";
     for (int f = 0; f < FIELDS; f++)
         if (s[f] < 0) return "a field is negative";
@@ -207,7 +218,8 @@ const char* mgr_conv2d_backward_data_f32_check(const mgr_check_args* x) {
         return "groups must divide the input and output channels";
     if (s[SH] < 1 || s[SW] < 1 || s[DH] < 1 || s[DW] < 1 || s[KH] < 1 || s[KW] < 1)
         return "strides, dilations and the kernel must be positive";
-    if (s[HAS_BIAS] || s[PACKED]) return "takes no bias and no packed weights";
+    if (s[PACKED]) return "takes no packed weights";
+    if (nb && x->buf_bytes[2] / 4 < s[CIN]) return "the bias holds fewer than cin floats";
     int64_t loops[7] = {s[BATCH], s[CIN], s[H], s[W], s[COUT], s[KH], s[KW]};
     if (!mgr_counts_ok(loops, 7)) return "its sizes make no loop this runtime bounds";
     int64_t reach;  /* iy + ph and i * dh stay int64_ts */
@@ -216,7 +228,7 @@ const char* mgr_conv2d_backward_data_f32_check(const mgr_check_args* x) {
         !mgr_muladd(0, s[KW], s[DW], &reach))
         return "the windows reach past any index";
     if (!mgr_muladd(0, s[BATCH], s[CIN], &xe) || !mgr_muladd(0, xe, s[H], &xe) ||
-        !mgr_muladd(0, xe, s[W], &xe) || xe > x->buf_bytes[2] / 4)
+        !mgr_muladd(0, xe, s[W], &xe) || xe > x->buf_bytes[out] / 4)
         return "batch * cin * h * w reaches past dx's bytes";
     if (!mgr_muladd(0, s[KH], s[KW], &taps) || !mgr_muladd(0, s[COUT], s[CIN] / s[GROUPS], &we) ||
         !mgr_muladd(0, we, taps, &we) || we > x->buf_bytes[0] / 4)
