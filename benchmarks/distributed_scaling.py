@@ -4,6 +4,8 @@
     python benchmarks/distributed_scaling.py                       # both workloads, 30 steps
     python benchmarks/distributed_scaling.py --steps 5 mlp-train   # a smoke run
     python benchmarks/distributed_scaling.py mlp-train-eager       # eager mode's overlap
+    python benchmarks/distributed_scaling.py --rounds 5 --step-only mlp-train convnet-train
+                                       # the efficiency target: medians of 5 alternating rounds
 
 Its own command, never in the test run. Each (implementation, workload, process count) is one
 ``mpiexec -n N`` job of this script (``--child``); rank 0 times ``--steps`` steps after two
@@ -43,6 +45,18 @@ are one bucket each, filled only when the first layer's gradient is, at the end 
 backward pass, so the best share is 0% whatever the progress; the defaults cut the MLP's into
 about 8 buckets and the convnet's into 3 (the first holds the third convolution's weight,
 0.28 MiB, ready before the two costliest backward convolutions).
+
+The plan rows also give the share with ``dist.AllReduce(progress_thread=True)`` (``thread
+on``: the eager callback's ``ProgressThread`` held around the plan's run, so MPI moves the
+buckets during a long kernel too, not only at the executor's tests between instructions) and
+the step's time with it over without (``thread/none``, interleaved in one process), as the
+eager rows do.
+
+``--rounds N`` runs every job N times, each in fresh processes, mgegraph's and DDP's jobs
+alternating (mgegraph first in even rounds, DDP first in odd ones), prints each round's table,
+then the medians per row and, per round, mgegraph's efficiency over DDP's (the target: at least
+1) with their median. ``--step-only`` skips the hidden shares (each costs several profiled
+runs per job), for the efficiency alone.
 
 The exposed time is all the step spends in communication calls, the wait for a rank that is
 late included: on a loaded machine the ranks drift apart and that wait can exceed the
@@ -103,7 +117,7 @@ def _timed_steps(step, steps: int) -> float:
     return statistics.median(times)
 
 
-def _mgegraph_rank(workload: str, steps: int, bucket_mb: float) -> dict:
+def _mgegraph_rank(workload: str, steps: int, bucket_mb: float, shares: bool) -> dict:
     import workloads as W
 
     import mgegraph as mg
@@ -113,7 +127,7 @@ def _mgegraph_rank(workload: str, steps: int, bucket_mb: float) -> dict:
 
     shape, kind, way = WORKLOADS[workload]
     if way == "eager":
-        return _mgegraph_eager_rank(kind, shape, steps, bucket_mb)
+        return _mgegraph_eager_rank(kind, shape, steps, bucket_mb, shares)
     dist.init_process_group(timeout=120)
     n, rank = dist.get_world_size(), dist.get_rank()
     mg.nn.init.manual_seed(W.SEED)
@@ -130,14 +144,19 @@ def _mgegraph_rank(workload: str, steps: int, bucket_mb: float) -> dict:
     step = compiled(dist.AllReduce(bucket_mb) if n > 1 else None)
     dist.group_barrier()
     result = {"step_s": _timed_steps(lambda: step(x, y), steps)}
-    if n > 1:
+    if n > 1 and shares:
         result["progress"] = _hidden_share(step, x, y, steps)
         result["no_progress"] = _hidden_share(_without_progress(compiled, x, y), x, y,
                                                     steps)
+        threaded = compiled(dist.AllReduce(bucket_mb, progress_thread=True))
+        result["thread_on"] = _hidden_share(threaded, x, y, steps)
+        result["thread_ratio"] = _interleaved_ratio(lambda: threaded(x, y),
+                                                    lambda: step(x, y), max(steps, 20))
     return result
 
 
-def _mgegraph_eager_rank(kind: str, shape, steps: int, bucket_mb: float) -> dict:
+def _mgegraph_eager_rank(kind: str, shape, steps: int, bucket_mb: float, shares: bool
+                         ) -> dict:
     """The eager step (GradManager, ``make_allreduce_cb("mean")`` on 2 processes, SGD), and
     on 2 processes its hidden share, with the callback's progress tests and without."""
     import workloads as W
@@ -166,7 +185,7 @@ def _mgegraph_eager_rank(kind: str, shape, steps: int, bucket_mb: float) -> dict
 
     dist.group_barrier()
     result = {"step_s": _timed_steps(step, steps)}
-    if n > 1:
+    if n > 1 and shares:
         result["progress"] = _eager_hidden_share(step, allreduce, steps)
         thread = communicator.ProgressThread()
         allreduce.progress_thread = thread
@@ -177,26 +196,30 @@ def _mgegraph_eager_rank(kind: str, shape, steps: int, bucket_mb: float) -> dict
             result["no_progress"] = _eager_hidden_share(step, allreduce, steps)
         finally:
             communicator.Pending.test = kept
-        result["thread_ratio"] = _thread_ratio(step, allreduce, thread, max(steps, 20))
+
+        def threaded():
+            allreduce.progress_thread = thread
+            try:
+                step()
+            finally:
+                allreduce.progress_thread = None
+
+        result["thread_ratio"] = _interleaved_ratio(threaded, step, max(steps, 20))
         thread.close()
     return result
 
 
-def _thread_ratio(step, allreduce, thread, steps: int) -> float:
-    """The step's median time with the callback's progress thread over without it, the two
-    interleaved in this process (thread, none, thread, ...: load on a shared machine falls on
-    both alike)."""
-    times = {True: [], False: []}
-    try:
-        for _ in range(WARMUP + steps):
-            for on in (True, False):
-                allreduce.progress_thread = thread if on else None
-                begin = time.perf_counter()
-                step()
-                times[on].append(time.perf_counter() - begin)
-    finally:
-        allreduce.progress_thread = None
-    return statistics.median(times[True][WARMUP:]) / statistics.median(times[False][WARMUP:])
+def _interleaved_ratio(first, second, steps: int) -> float:
+    """The median time of ``first()`` over that of ``second()``, the two interleaved in this
+    process (first, second, first, ...: load on a shared machine falls on both alike). Every
+    rank calls it alike (the steps' collectives match)."""
+    times = {first: [], second: []}
+    for _ in range(WARMUP + steps):
+        for way in (first, second):
+            begin = time.perf_counter()
+            way()
+            times[way].append(time.perf_counter() - begin)
+    return statistics.median(times[first][WARMUP:]) / statistics.median(times[second][WARMUP:])
 
 
 def _eager_hidden_share(step, allreduce, steps: int) -> dict:
@@ -422,9 +445,10 @@ def _torch_rank(workload: str, steps: int, bucket_mb: float) -> dict:
     return result
 
 
-def child(impl: str, workload: str, steps: int, bucket_mb: float) -> None:
+def child(impl: str, workload: str, steps: int, bucket_mb: float, shares: bool) -> None:
     sys.path.insert(0, str(HERE))
-    result = (_mgegraph_rank if impl == "mgegraph" else _torch_rank)(workload, steps, bucket_mb)
+    result = (_mgegraph_rank(workload, steps, bucket_mb, shares) if impl == "mgegraph"
+              else _torch_rank(workload, steps, bucket_mb))
     if int(os.environ.get("PMI_RANK", "0")) == 0:
         print("RESULT " + json.dumps(result), flush=True)
 
@@ -437,7 +461,7 @@ def _free_port() -> int:
 
 
 def job(impl: str, workload: str, n: int, steps: int, async_progress: bool,
-        bucket_mb: float) -> dict | str:
+        bucket_mb: float, shares: bool = True) -> dict | str:
     """Rank 0's result of one job, or why it failed."""
     from mgegraph.distributed.launcher import mpiexec  # lazy: after the path is set
 
@@ -448,7 +472,8 @@ def job(impl: str, workload: str, n: int, steps: int, async_progress: bool,
     if async_progress:
         env["MPIR_CVAR_ASYNC_PROGRESS"] = "1"
     command = [mpiexec(), "-n", str(n), sys.executable, __file__, "--child", impl, workload,
-               "--steps", str(steps), "--bucket-mb", str(bucket_mb)]
+               "--steps", str(steps), "--bucket-mb", str(bucket_mb)] + \
+        ([] if shares else ["--step-only"])
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600,
                           check=False)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -488,6 +513,56 @@ def _share(measured: dict) -> str:
     return f"{text:>24}"
 
 
+def run_rounds(workloads: list[str], buckets: dict, args) -> list[dict]:
+    """Each round's results, every job a fresh ``mpiexec``: at each process count the
+    implementations alternate, mgegraph first in even rounds and DDP first in odd ones, so a
+    drift of the machine's load falls on both alike. A round's table is printed as it ends."""
+    rounds = []
+    for r in range(args.rounds):
+        results = {}
+        for w in workloads:
+            for n in (1, 2):
+                for impl in _impls(w)[::1 if r % 2 == 0 else -1]:
+                    results[w, impl, n] = job(impl, w, n, args.steps, args.async_progress,
+                                              buckets[w], not args.step_only)
+        print(f"round {r + 1} of {args.rounds}\n" + "\n".join(table(results, workloads, buckets)),
+              flush=True)
+        rounds.append(results)
+    return rounds
+
+
+def _efficiency(result: dict, workload: str, impl: str) -> float | None:
+    one, two = result[workload, impl, 1], result[workload, impl, 2]
+    if isinstance(one, str) or isinstance(two, str):
+        return None
+    return one["step_s"] / two["step_s"]
+
+
+def summary(rounds: list[dict], workloads: list[str]) -> list[str]:
+    """Medians over the rounds of each row's step times and efficiency, and each round's
+    efficiency of mgegraph over DDP's (the target: at least 1), with their median."""
+    lines = [f"medians of {len(rounds)} rounds",
+             f"{'workload':20} {'implementation':12} {'1 proc ms':>9} {'2 procs ms':>10} "
+             f"{'efficiency':>10} {'rounds':>6}"]
+    for w in workloads:
+        per_round = {impl: [_efficiency(r, w, impl) for r in rounds] for impl in _impls(w)}
+        for impl, efficiencies in per_round.items():
+            ok = [r for r, e in zip(rounds, efficiencies) if e is not None]
+            if not ok:
+                lines.append(f"{w:20} {impl:12} failed in every round")
+                continue
+            one, two = (statistics.median(r[w, impl, n]["step_s"] for r in ok) for n in (1, 2))
+            lines.append(f"{w:20} {impl:12} {one * 1e3:9.2f} {two * 1e3:10.2f} "
+                         f"{statistics.median(e for e in efficiencies if e):10.2f} "
+                         f"{len(ok):6}")
+        if len(per_round) == 2:
+            ratios = [a / b for a, b in zip(*per_round.values()) if a and b]
+            text = " ".join(f"{x:.2f}" for x in ratios)
+            lines.append(f"{w:20} efficiency mgegraph / DDP per round: {text or '-'}" +
+                         (f"; median {statistics.median(ratios):.2f}" if ratios else ""))
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workloads", nargs="*", choices=[[], *WORKLOADS], default=[])
@@ -498,17 +573,23 @@ def main() -> None:
     parser.add_argument("--async-progress", action="store_true",
                         help="MPIR_CVAR_ASYNC_PROGRESS=1 in every rank (MPICH's progress "
                              "thread)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="rounds of every job, each in fresh processes, the "
+                             "implementations alternating; medians over them at the end")
+    parser.add_argument("--step-only", action="store_true",
+                        help="time the steps only: no hidden shares (each costs several "
+                             "profiled runs per job)")
     parser.add_argument("--child", nargs=2, metavar=("IMPL", "WORKLOAD"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(*args.child, args.steps, args.bucket_mb)
+        child(*args.child, args.steps, args.bucket_mb, not args.step_only)
         return
     sys.path.insert(0, str(ROOT))
     workloads = args.workloads or list(WORKLOADS)
     buckets = {w: args.bucket_mb or BUCKET_MB[w] for w in workloads}
-    results = {(w, impl, n): job(impl, w, n, args.steps, args.async_progress, buckets[w])
-               for w in workloads for impl in _impls(w) for n in (1, 2)}
-    print("\n".join(table(results, workloads, buckets)))
+    rounds = run_rounds(workloads, buckets, args)
+    if args.rounds > 1:
+        print("\n".join(summary(rounds, workloads)))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import pickle
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from ml_dtypes import bfloat16
@@ -91,6 +91,7 @@ class Communicator:
     ranks: tuple[int, ...]
     rank: int
     timeout: float = _DEFAULT_TIMEOUT
+    _free: weakref.finalize | None = field(default=None, repr=False, compare=False)
 
     @property
     def size(self) -> int:
@@ -211,12 +212,22 @@ class Communicator:
         timeout), called by every rank at the same point: collectives on it are matched apart
         from this one's, so a caller may keep two orders of non-blocking collectives under way
         (a bucket's sum here, the ranks' agreement on the next bucket there). Not registered
-        by key (``by_key`` names this one)."""
+        by key (``by_key`` names this one). MPI's communicators are few (MPICH has about 2000
+        context ids), so the copy is freed by its ``free()``, when it is dropped, or at exit
+        before MPI_Finalize, whichever comes first."""
         if self.comm is None:
             return Communicator(None, self.ranks, self.rank, self.timeout)
         copy, request = self.comm.Idup()
         self.wait(request, what)
-        return Communicator(copy, self.ranks, self.rank, self.timeout)
+        made = Communicator(copy, self.ranks, self.rank, self.timeout)
+        made._free = weakref.finalize(made, _free_mpi_communicator, copy)
+        return made
+
+    def free(self) -> None:
+        """Give MPI back the communicator ``duplicate`` made (collectives on it must have
+        ended); nothing for the others, which MPI_Finalize frees. It cannot be used after."""
+        if self._free is not None:
+            self._free()
 
     def allgather_object(self, obj, what: str) -> list:
         """Every rank's ``obj`` (a small picklable value), in rank order."""
@@ -256,6 +267,13 @@ class Pending:
             self.comm.wait(self.request, self.what)
             self.request = None
         return self.out.astype(self.dtype, copy=False)
+
+
+def _free_mpi_communicator(comm) -> None:
+    # weakref.finalize runs this at exit too, before mpi4py's MPI_Finalize (a Py_AtExit
+    # function); MPICH's MPI_Comm_free is local, so ranks need not free at the same moment
+    if not load_mpi().Is_finalized():
+        comm.Free()
 
 
 def _widened(x: np.ndarray) -> np.ndarray:

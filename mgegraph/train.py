@@ -1,6 +1,7 @@
 """A whole training step as one plan, a predictor that shares the weights, and a data loader."""
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 
@@ -40,10 +41,12 @@ def _named_axes(inputs) -> dict:
 class TrainStep:
     """``loss = step(x, y)`` runs forward, backward and the optimiser update as one plan."""
 
-    def __init__(self, plan, optimizer, metric_names, first_check=None):
+    def __init__(self, plan, optimizer, metric_names, first_check=None,
+                 running=contextlib.nullcontext):
         self.plan, self.optimizer, self.metric_names = plan, optimizer, metric_names
         # run on the first call's batch (the ranks of a data-parallel step agree), then dropped
         self._first_check = first_check
+        self._running = running  # a context around each run (a data-parallel step's progress)
 
     def __call__(self, *batch):
         feeds = {f"input{i}": np.asarray(a) for i, a in enumerate(batch)}
@@ -58,7 +61,8 @@ class TrainStep:
             saved = (opt.step_count, opt.scalars.value.copy())
             opt.prepare_step()
             try:
-                loss, *metrics = self.plan.run(feeds)
+                with self._running():
+                    loss, *metrics = self.plan.run(feeds)
             except BaseException:  # a step that did not run is not counted (Adam's bias)
                 opt.undo_step(*saved)
                 raise
@@ -126,13 +130,14 @@ def compile_train_step(model, loss_fn, optimizer, example_batch, metrics=(),
         extra = [METRICS[m](out, y) for m in metrics]
     plan = compile([F.reshape(loss, ())] + extra, device=device, memory=memory,
                    optimize=optimize, remat=remat, check_numerics=check_numerics, tune=tune)
-    first_check = None
+    first_check, running = None, contextlib.nullcontext
     if all_reduce is not None:
+        running = all_reduce.running
         grad_types = [(tuple(v.shape), str(v.dtype)) for v in grads.values()]
 
         def first_check(batch):
             all_reduce.check([(a.shape, str(a.dtype)) for a in batch] + grad_types)
-    return TrainStep(plan, optimizer, tuple(metrics), first_check)
+    return TrainStep(plan, optimizer, tuple(metrics), first_check, running)
 
 
 class Predictor:

@@ -22,6 +22,8 @@ peer that died makes this rank raise, naming itself, instead of hanging on the G
 """
 from __future__ import annotations
 
+import contextlib
+
 from ..communicator import CollectiveTimeout, DistributedError
 from ..kernel_abi.status import CollectiveKernelTimeout
 from .kernel import CommStep
@@ -56,9 +58,13 @@ class Collectives:
     collectives (``calls``: the plan's launches; ``device``: a driver Device)."""
 
     def __init__(self, plan, calls, device):
-        self.plan, self.device = plan, device
+        # what the runs read of the plan, kept here: the plan owns the executable that owns
+        # this, so a reference to the plan would be a cycle that outlives a dropped plan
+        self.device = device
         steps = [c for c in calls if isinstance(c.step, CommStep)]
-        keys = sorted({group_of(plan, c) for c in steps if c.step.action != "copy"})
+        self.groups = {c.index: group_of(plan, c) for c in steps}
+        self.itemsizes = {c.index: _itemsize(plan, c) for c in steps}
+        keys = sorted({self.groups[c.index] for c in steps if c.step.action != "copy"})
         self.comms = {key: communicator(key, device.index) for key in keys}
         buckets = sorted({c.step.bucket for c in steps if c.step.action == "start"})
         self.stream = device.new_stream() if buckets else None
@@ -75,10 +81,9 @@ class Collectives:
         step, device = call.step, self.device
         if step.action == "copy":
             if addresses[0] != addresses[1]:
-                device.copy(addresses[1], addresses[0],
-                            step.count * _itemsize(self.plan, call))
+                device.copy(addresses[1], addresses[0], step.count * self.itemsizes[call.index])
             return
-        comm = self.comms[group_of(self.plan, call)]
+        comm = self.comms[self.groups[call.index]]
         if step.action == "start":
             started, reduced = self.events[step.bucket]
             device.record(started, device.stream)
@@ -107,6 +112,27 @@ class Collectives:
         except CollectiveTimeout as exc:
             raise CollectiveKernelTimeout(str(exc)) from exc
         device.synchronize()  # finished: returns at once
+
+
+    def close(self) -> None:
+        """Destroy the communication stream and the events, after the stream's work has ended
+        (a plan dropped mid-run: its NCCL calls still write into the arena, which is freed
+        next), waiting at most the groups' timeouts (then aborting, as a run's wait does)."""
+        if self.done is None:
+            return  # closed already
+        device, stream, self.stream = self.device, self.stream, None
+        if stream is not None:
+            device.record(self.done, stream)
+            with contextlib.suppress(DistributedError):  # aborted: its kernels are gone
+                for comm in self.comms.values():
+                    if not comm.aborted:
+                        comm.wait(lambda: device.query(self.done), "closing a plan's stream")
+            device.synchronize_stream(stream)
+        for event in [e for pair in self.events.values() for e in pair] + [self.done]:
+            device.destroy_event(event)
+        self.events, self.done = {}, None
+        if stream is not None:
+            device.destroy_stream(stream)
 
 
 def _itemsize(plan, call) -> int:

@@ -144,6 +144,16 @@ class Device:
         return _check(d.cuEventCreate(int(d.CUevent_flags.CU_EVENT_DISABLE_TIMING)),
                       "cuEventCreate")
 
+    def synchronize_stream(self, stream) -> None:
+        """Wait for everything enqueued on ``stream`` (one made by ``new_stream``)."""
+        _check(_driver().cuStreamSynchronize(stream), "cuStreamSynchronize")
+
+    def destroy_stream(self, stream) -> None:
+        _check(_driver().cuStreamDestroy(stream), "cuStreamDestroy")
+
+    def destroy_event(self, event) -> None:
+        _check(_driver().cuEventDestroy(event), "cuEventDestroy")
+
     def record(self, event, stream) -> None:
         _check(_driver().cuEventRecord(event, stream), "cuEventRecord")
 
@@ -197,10 +207,16 @@ class Device:
     def end_capture(self):
         d = _driver()
         graph = _check(d.cuStreamEndCapture(self.stream), "cuStreamEndCapture")
-        return _check(d.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        try:
+            return _check(d.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        finally:  # the instance keeps what it needs of the graph
+            d.cuGraphDestroy(graph)
 
     def replay(self, graph_exec) -> None:
         _check(_driver().cuGraphLaunch(graph_exec, self.stream), "cuGraphLaunch")
+
+    def destroy_graph(self, graph_exec) -> None:
+        _check(_driver().cuGraphExecDestroy(graph_exec), "cuGraphExecDestroy")
 
 
 class _Pinned:

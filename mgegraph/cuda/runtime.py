@@ -23,6 +23,7 @@ from ..weight_writes import before_writes, versions, written
 from .abi import STATUS_BYTES, decode
 from .abi import pack as pack_args
 from .collective import Collectives
+from .errors import DeviceUnavailableError
 from .kernel import CommStep
 from .launches import persistent_layout, plan_calls, rendered_source, slot_addresses
 from .nvrtc import EXACT_OPTIONS
@@ -65,6 +66,7 @@ class CudaExecutable:
         self.functions = self._functions(texts)
         offsets, total = persistent_layout(plan)
         self.arena = backend.allocate(plan.memory.arena_bytes, plan.memory.options.alignment)
+        self._open = True  # close() frees what is made from here on
         self.persistent = device.alloc(total + STATUS_BYTES)
         self.status = self.persistent + total  # the status word (a multiple of 256 bytes in)
         self.address = slot_addresses(plan, self.arena, self.persistent, offsets)
@@ -101,12 +103,26 @@ class CudaExecutable:
                                      c.step.entry) for c in self.calls]
 
     def __del__(self):
-        with contextlib.suppress(Exception):  # at interpreter exit the driver may be gone
-            self.device.free(self.arena)
-            self.device.free(self.persistent)
+        self.close()
+
+    def close(self) -> None:
+        """Give the device back what this executable holds (once; the finaliser calls it): the
+        captured graph first (it names the collectives' events), then the collectives' stream
+        and events once their work has ended, then the memory that work reads."""
+        if not self.__dict__.pop("_open", False):
+            return  # closed already, or made no allocation
+        device, graph = self.device, getattr(self, "_graph", None)
+        collectives = getattr(self, "collectives", None)
+        releases = ([lambda: device.destroy_graph(graph)] if graph is not None else []) + \
+            ([collectives.close] if collectives is not None else []) + \
+            [lambda: device.free(self.arena), lambda: device.free(getattr(self, "persistent", 0))]
+        for release in releases:
+            with contextlib.suppress(Exception):  # at interpreter exit the driver may be gone
+                release()
 
     # -- runs ------------------------------------------------------------------------------
     def run(self, feeds: dict) -> list[np.ndarray]:
+        self._check_open()
         if self._assigned:  # work pending elsewhere reads these weights as they are now
             before_writes()
         with self._lock:
@@ -137,12 +153,18 @@ class CudaExecutable:
     def launch(self) -> None:
         """Run the instructions on what the device buffers hold now, and wait: no feed in, no
         output out (what benchmarks time alone, like the CPU's ``executor.run()``)."""
+        self._check_open()
         with self._lock:
             self.device.activate()
             self._launch_all()
             self.device.to_host(self.status_host, self.status)
             self._synchronize()
             self._check_status()
+
+    def _check_open(self) -> None:
+        if "_open" not in self.__dict__:
+            raise DeviceUnavailableError(f"this {self.backend.name} executable was closed: its "
+                                         "device memory is gone; make the plan's executable again")
 
     def _synchronize(self) -> None:
         """Wait for the run; with collectives, never past their group's timeout."""

@@ -52,6 +52,7 @@ root's failure reaches every rank instead of leaving them to time out in the nex
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import zlib
 from collections import deque
@@ -282,6 +283,7 @@ class AllreduceCallback:
         self._buckets: list = []   # the buckets of this backward pass, in the order sent
         self._signature: list = []  # (shape, dtype) of each gradient handed over, in order
         self._passes = 0  # backward passes begun
+        self._ended = False  # closed: its communicator freed
 
     @property
     def buckets(self) -> list[tuple[str, int, int]]:
@@ -289,7 +291,28 @@ class AllreduceCallback:
         bytes) each."""
         return [(str(b.dtype), len(b.grads), b.nbytes) for b in self._buckets]
 
+    def close(self) -> None:
+        """Done with it: the buckets under way are completed, then the communicator the
+        callback duplicated is freed and its progress thread ended (what dropping the callback,
+        or the GradManager holding it, does). It cannot be called after."""
+        for sent in self._buckets:
+            with contextlib.suppress(DistributedError):  # the other ranks are gone
+                sent.pending.wait()
+        self._buckets, self._rounds, self._open, self._closed = [], deque(), {}, True
+        if self._comm is not None:
+            self._comm.free()
+        if self.progress_thread is not None:
+            self.progress_thread.close()
+        self._comm, self._ended = None, True
+
+    def __del__(self):
+        with contextlib.suppress(Exception):  # a half-made callback; the interpreter's exit
+            self.close()
+
     def __call__(self, param: Tensor, grad: Tensor) -> _Future | _TracedFuture:
+        if self._ended:
+            raise DistributedError("make_allreduce_cb: this callback was closed (its "
+                                   "communicator is freed): make a new one")
         if self._closed:  # the first gradient of a backward pass
             self._open, self._rounds, self._buckets, self._signature = {}, deque(), [], []
             self._closed = self._broken = False
@@ -384,6 +407,8 @@ class AllreduceCallback:
         """The GradManager's hook: its backward pass failed (``during_walk``: before the walk
         was over). The other ranks hear of it if they may still be sending this pass's
         buckets; the sends under way are completed; nothing is returned."""
+        if self._ended:
+            return  # closed: it sent nothing this pass
         try:
             if not self._broken and (during_walk or not self._closed):
                 self._tell_failure(f"{type(error).__name__}: {error}")

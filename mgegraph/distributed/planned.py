@@ -14,9 +14,10 @@ first step checks (``check``), naming both ranks, before any bucket is sent.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
-from ..communicator import DistributedError
+from ..communicator import DistributedError, ProgressThread
 from ..ops.collective import all_reduce
 from .group import WORLD, Group, _require
 from .helper import BUCKET_BYTES, _check_same
@@ -38,6 +39,14 @@ class AllReduce:
     over the batch rows, which a GEMM or a reduction adds in its own blocked order, not chunk
     by chunk), so in general only within float tolerance.
 
+    ``progress_thread=True``: while the plan runs, the eager callback's ``ProgressThread``
+    lets MPI move the buckets on during a long kernel too (the executor itself tests each
+    bucket's request only between instructions); the results are the same bits. Off by
+    default: on 2 ranks of one thread on a 2-core machine under heavy load it made the
+    convnet's and the MLP's steps 1.25-1.30x slower (interleaved in one process) and hid no
+    more (``benchmarks/distributed_scaling.py``'s thread columns), as the eager callback's
+    thread did not pay there either; a machine with a spare core per rank may differ.
+
     >>> step = mg.compile_train_step(model, loss, opt, batch,
     ...                              all_reduce=dist.AllReduce(deterministic=True))
     """
@@ -46,11 +55,28 @@ class AllReduce:
     mean: bool = True
     group: Group = field(default=WORLD)
     deterministic: bool = False
+    progress_thread: bool = False
+    _poller: ProgressThread | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if not (isinstance(self.bucket_mb, (int, float)) and self.bucket_mb >= 0):
             raise DistributedError(f"AllReduce: bucket_mb must be a number >= 0, got "
                                    f"{self.bucket_mb!r}")
+        if self.progress_thread:  # (frozen: the thread is made once, with the settings)
+            object.__setattr__(self, "_poller", ProgressThread())
+
+    @contextlib.contextmanager
+    def running(self):
+        """Around each run of the step's plan: the progress thread held, where asked for and
+        there are other ranks (a job of one process sends nothing)."""
+        if self._poller is None or self.group.size == 1:
+            yield
+            return
+        self._poller.hold()
+        try:
+            yield
+        finally:
+            self._poller.release()
 
     def reduced(self, grads: dict) -> dict:
         """``grads`` (key -> gradient Var) each marked to be all-reduced in the plan."""

@@ -92,6 +92,21 @@ class FakeDevice:
     def query(self, event):
         return True
 
+    def synchronize_stream(self, stream):
+        self.log.append(("synchronize_stream", stream))
+
+    def destroy_stream(self, stream):
+        self.log.append(("destroy_stream", stream))
+
+    def destroy_event(self, event):
+        self.log.append(("destroy_event", event))
+
+    def destroy_graph(self, graph):
+        self.log.append(("destroy_graph", graph))
+
+    def free(self, address):
+        self.log.append(("free", address))
+
     def launch(self, function, step, args):
         self.log.append(("launch", step.entry, tuple(args.bufs[:args.n_bufs])))
 
@@ -114,7 +129,7 @@ class FakeDevice:
     def activate(self, *args):
         pass
 
-    free = memset = to_device = to_host = synchronize = activate
+    memset = to_device = to_host = synchronize = activate
 
 
 class FakeBackend(CudaBackend):

@@ -6,6 +6,9 @@ its gradients, the mean's scale after each wait, the CUDA graph capture of later
 of one process (no NCCL), and the timeout's abort."""
 from __future__ import annotations
 
+import time
+import weakref
+
 import numpy as np
 import pytest
 from nccl_fake import (
@@ -23,6 +26,7 @@ import mgegraph.functional as F
 from mgegraph import communicator, optim
 from mgegraph.backend import get_backend, unregister_backend
 from mgegraph.cuda import collective as cuda_collective
+from mgegraph.cuda.errors import DeviceUnavailableError
 from mgegraph.cuda.runtime import CudaExecutable
 from mgegraph.demo import mlp
 from mgegraph.distributed import nccl
@@ -167,8 +171,8 @@ def test_a_group_of_one_process_makes_no_nccl_call(monkeypatch):
         g = mg.Graph()
         x = g.input("x", (8,), np.float32)
         y = all_reduce(F.exp(x), group="0", scale=0.5) + 1.0
-        ex = _executable(mg.compile([y], device="cuda-nccl-alone"))
-        ex.launch()
+        plan = mg.compile([y], device="cuda-nccl-alone")
+        _executable(plan).launch()
     finally:
         unregister_backend("cuda-nccl-alone")
     assert not any(e[0].startswith("nccl") for e in log)
@@ -207,3 +211,74 @@ def test_a_deterministic_reduction_gathers_into_the_workspace_then_sums_in_rank_
         assert job[at + 1] == ("launch", "mg_collective_rank_sum_f32",
                                (ex.address[workspace], ex.address[y]))
         assert job[at + 2] == ("launch", "mg_collective_scale_f32", (ex.address[y],))
+
+
+def _released(log) -> list:
+    return [e for e in log if e[0] in ("destroy_graph", "synchronize_stream", "destroy_event",
+                                        "destroy_stream", "free")]
+
+
+def test_dropping_the_plan_destroys_its_graph_stream_and_events_once_in_order(job):
+    step = _step(bucket_mb=0.02)
+    ex = step.plan.executable()
+    ex.launch()
+    ex.launch()  # captured: a graph to destroy too
+    events = [e for pair in ex.collectives.events.values() for e in pair]
+    done, arena, persistent = ex.collectives.done, ex.arena, ex.persistent
+    closed = weakref.ref(ex)
+    del job[:], ex, step
+    assert closed() is None  # no cycle holds it: dropped with the plan, not at a gc pass
+    assert ("record", done, COMM_STREAM) in job  # the communication stream's end, awaited
+    assert _released(job) == (
+        [("destroy_graph", "graph"), ("synchronize_stream", COMM_STREAM)]
+        + [("destroy_event", e) for e in events + [done]]
+        + [("destroy_stream", COMM_STREAM), ("free", arena), ("free", persistent)])
+
+
+def test_close_is_done_once_and_a_closed_executable_refuses_to_run(job):
+    step = _step(bucket_mb=0.02)
+    ex = _executable(step.plan)
+    ex.close()
+    released = _released(job)
+    assert [e[0] for e in released].count("destroy_stream") == 1
+    ex.close()
+    del ex
+    assert _released(job) == released
+    step = _step(bucket_mb=0.02)
+    ex = _executable(step.plan)
+    ex.close()
+    with pytest.raises(DeviceUnavailableError, match="closed"):
+        ex.launch()
+
+
+def test_a_plan_dropped_mid_run_waits_for_its_communication_stream_first(job, monkeypatch):
+    step = _step(bucket_mb=0.02)
+    ex = _executable(step.plan)
+    ex.launch()
+    busy = iter([False] * 3)  # the stream's NCCL calls end after three polls
+
+    def query(self, event):
+        job.append(("query", event))
+        return next(busy, True)
+
+    monkeypatch.setattr(type(ex.device), "query", query)
+    done = ex.collectives.done
+    del job[:]
+    ex.close()
+    polls = [i for i, e in enumerate(job) if e == ("query", done)]
+    assert len(polls) == 4
+    assert polls[-1] < job.index(("synchronize_stream", COMM_STREAM)) \
+        < job.index(("destroy_stream", COMM_STREAM)) < min(
+            i for i, e in enumerate(job) if e[0] == "free")
+
+
+def test_a_plan_whose_run_timed_out_is_closed_without_waiting_again(job, monkeypatch):
+    step = _step(bucket_mb=0.02)
+    ex = _executable(step.plan)
+    monkeypatch.setattr(type(ex.device), "query", lambda self, event: False)  # never done
+    with pytest.raises(dist.CollectiveTimeout):
+        ex.launch()
+    started = time.monotonic()
+    ex.close()  # the communicator was aborted: its kernels are gone, nothing to wait for
+    assert time.monotonic() - started < 0.1
+    assert ("destroy_stream", COMM_STREAM) in job

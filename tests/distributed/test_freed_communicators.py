@@ -1,0 +1,14 @@
+"""The communicator an all-reduce callback duplicates is given back to MPI
+(``ranks/many_callbacks.py``): 3000 callbacks made one after another in a job of 2 ranks, past
+MPICH's ~2000 context ids (without the frees the job fails near 2000 in MPI_Comm_idup), each
+summing bitwise; ``close()`` frees at once and a closed callback refuses to be used."""
+from __future__ import annotations
+
+from mpi_jobs import reports
+
+
+def test_three_thousand_callbacks_do_not_use_up_mpis_communicators():
+    for r in reports("many_callbacks.py", 2, "3000", timeout=300):
+        assert r["loops"] == 3000 and r["wrong"] == 0, r
+        assert r["freed"], r
+        assert r["refused"].startswith("make_allreduce_cb: this callback was closed"), r
