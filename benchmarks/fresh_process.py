@@ -66,7 +66,8 @@ WORKLOADS |= {**{f"mobilenet {case}": ("mgegraph", "mgegraph im2col", "mgegraph 
 INT8_IMPLS = ("mgegraph float", "mgegraph int8", "onnxruntime float", "onnxruntime int8")
 WORKLOADS |= {"mlp-int8 1": INT8_IMPLS, "mlp-int8 128": INT8_IMPLS}
 # the int8 transposed convolution against the float32 one (int8_conv_transpose.py)
-WORKLOADS |= {"conv-transpose-int8 64->32": ("mgegraph float", "mgegraph int8")}
+WORKLOADS |= {"conv-transpose-int8 64->32": ("mgegraph float", "mgegraph int8",
+                                              "mgegraph int8 per call")}
 # the transformer language model of examples/transformer_lm.py (sequence_workloads.py)
 WORKLOADS |= {w: ("mgegraph", "torch", "torch.compile")
               for w in ("transformer-train", "transformer-generate")}

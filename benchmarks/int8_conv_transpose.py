@@ -3,12 +3,14 @@
 output_padding 1, 32x32 -> 64x64, batch 1).
 
     python benchmarks/fresh_process.py --threads 1 2 --rounds 3 "conv-transpose-int8 64->32"
-    python benchmarks/int8_conv_transpose.py     # in one process, interleaved: the ratio
+    python benchmarks/int8_conv_transpose.py     # in one process, interleaved: the ratios
 
 "mgegraph float": the float32 plan (frozen, the kernels' ways by the rules). "mgegraph int8":
 the int8 layer as it runs inside an int8 network, int8 in and int8 out: the weight per tensor
 (symmetric, max |w| / 127), the input's scale max |x| / 127, the output's the float output's
-max / 127, the bias int32 in units of input scale x weight scale.
+max / 127, the bias int32 in units of input scale x weight scale; its weight packed once (the
+prepack pass: quantized_conv_transpose2d_packed). "mgegraph int8 per call": the same layer
+compiled without the prepack pass, the weight transposed and packed on every call.
 """
 from __future__ import annotations
 
@@ -22,9 +24,11 @@ import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph.ir.quant import per_tensor
 from mgegraph.ops.quantized import quantized_conv_transpose2d
+from mgegraph.planner.passes.pipeline import LEVELS
 
 SHAPE, SEED = (1, 64, 32, 32), 0
 GEOMETRY = {"stride": 2, "padding": 1, "output_padding": 1}
+UNPACKED = [p for p in LEVELS[1] if p != "prepack"]
 
 
 @functools.cache
@@ -43,8 +47,9 @@ def float_plan():
     return mg.compile([y], freeze=True, tune="rules"), x
 
 
-def int8_plan():
-    """The int8 layer and its int8 input (the float input quantized)."""
+def int8_plan(packed: bool = True):
+    """The int8 layer and its int8 input (the float input quantized); its weight packed once,
+    or (``packed`` False) on every call."""
     x, w, b = _float_layer()
     sx, sw = float(np.abs(x).max()) / 127, float(np.abs(w).max()) / 127
     (y,) = float_plan()[0].run({"x": x})
@@ -55,24 +60,28 @@ def int8_plan():
         g.input("x", SHAPE, "int8", quant=per_tensor(sx)),
         g.param("w", np.clip(np.rint(w / sw), -127, 127).astype(np.int8), quant=per_tensor(sw)),
         g.param("b", np.rint(b / (sx * sw)).astype(np.int32)), **GEOMETRY, out_scale=sy)
-    return mg.compile([out], freeze=True, tune="rules"), xq
+    plan = mg.compile([out], freeze=True, tune="rules", optimize=1 if packed else UNPACKED)
+    return plan, xq
+
+
+IMPLS = {"mgegraph float": float_plan, "mgegraph int8": int8_plan,
+         "mgegraph int8 per call": functools.partial(int8_plan, packed=False)}
 
 
 def conv_transpose_int8_call(impl: str, workload: str):
-    plan, x = {"mgegraph float": float_plan, "mgegraph int8": int8_plan}[impl]()
+    plan, x = IMPLS[impl]()
     return functools.partial(plan.run, {"x": x})
 
 
 def interleaved(rounds: int = 25) -> dict[str, float]:
-    """Median seconds of each way, the two called alternately in this process (A, B, A, B...),
+    """Median seconds of each way, the ways called alternately in this process (A, B, A, B...),
     so a loaded machine's changes fall on both alike."""
-    calls = {impl: conv_transpose_int8_call(impl, "") for impl in ("mgegraph float",
-                                                                    "mgegraph int8")}
+    calls = {impl: conv_transpose_int8_call(impl, "") for impl in IMPLS}
     times: dict[str, list[float]] = {impl: [] for impl in calls}
     for call in calls.values():  # warm: the arenas, the packed scratch's first touch
         call()
-    for _ in range(rounds):
-        for impl, call in calls.items():
+    for r in range(rounds):  # the order reversed every other round: no way always first
+        for impl, call in (list(calls.items()) if r % 2 == 0 else list(calls.items())[::-1]):
             start = time.perf_counter()
             call()
             times[impl].append(time.perf_counter() - start)
@@ -84,3 +93,5 @@ if __name__ == "__main__":
     for impl, seconds in medians.items():
         print(f"{impl}: {seconds * 1e3:.3f} ms (median)")
     print(f"int8 / float32: {medians['mgegraph int8'] / medians['mgegraph float']:.2f}")
+    print(f"int8 packed once / per call: "
+          f"{medians['mgegraph int8'] / medians['mgegraph int8 per call']:.2f}")

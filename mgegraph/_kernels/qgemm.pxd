@@ -6,6 +6,7 @@
 #     weights_view(&pw, packed, oc, k, groups, mult)
 #     status = conv_run(&pw, x, x_signed, zx, images, &geometry, &out, threads)
 #     status = conv_transpose_run(x, ..., w, ..., images, groups, opg, &geometry, &out, threads)
+#     status = conv_transpose_packed_run(&pw, x, ..., images, oc, &geometry, &out, threads)
 #
 # A run whose scratch memory cannot be allocated returns KERNEL_OUT_OF_MEMORY (abi.pxd).
 
@@ -53,3 +54,7 @@ cdef int conv_transpose_run(const uint8_t* x, int x_signed, int32_t zx, const ui
                             const float* mult, Py_ssize_t images, Py_ssize_t groups,
                             Py_ssize_t opg, const qg_conv* g, const QOutput* out,
                             Py_ssize_t threads) noexcept nogil
+cdef int conv_transpose_packed_run(const QWeights* pw, const uint8_t* x, int x_signed,
+                                   int32_t zx, const int32_t* bias, const float* mult,
+                                   Py_ssize_t images, Py_ssize_t oc, const qg_conv* g,
+                                   const QOutput* out, Py_ssize_t threads) noexcept nogil

@@ -210,9 +210,50 @@ cdef int quantized_pack_weight_u8(const Call* c) noexcept nogil:
     return pack_call(c, 1)
 
 
+# quantized_pack_transposed_weight (kernel quantized_pack_deconv_weight, a name that fits the C
+# runtime's 31 bytes): a transposed convolution's weight (c_in, out_per_group, taps)
+# as its GEMM rows (qg_transpose_weight), packed without a bias; floats each output channel's
+# weight zero point
+
+ctypedef struct QPackT:
+    Py_ssize_t c_in, out_per_group, taps, groups, x_zero_shifted, threads
+
+cdef QPackT _qpt
+QPACKT_FIELDS = fields_of(_qpt, sizeof(QPackT))
+
+
+cdef inline int pack_transposed_call(const Call* c, int w_unsigned) noexcept nogil:
+    cdef const QPackT* s = <const QPackT*>c.ints
+    cdef Py_ssize_t oc = s.groups * s.out_per_group, rows = oc * s.taps, o
+    cdef int32_t* zw = <int32_t*>malloc(max(oc, 1) * sizeof(int32_t))
+    cdef int32_t* zrows = <int32_t*>malloc(max(rows, 1) * sizeof(int32_t))
+    cdef uint8_t* wt = <uint8_t*>malloc(max(rows * (s.c_in // s.groups), 1))
+    cdef int status = KERNEL_OUT_OF_MEMORY
+    if zw != NULL and zrows != NULL and wt != NULL:
+        for o in range(oc):
+            zw[o] = <int32_t>c.floats[o]
+        qg_transpose_weight(<const uint8_t*>c.bufs[0], zw, s.c_in, s.out_per_group, s.taps,
+                            s.groups, wt, zrows)
+        pack_weights(c.bufs[1], wt, w_unsigned, rows, s.c_in // s.groups, s.groups, zrows,
+                     <int32_t>s.x_zero_shifted, NULL)
+        status = KERNEL_OK
+    free(zw)
+    free(zrows)
+    free(wt)
+    return status
+
+
+cdef int quantized_pack_deconv_weight_i8(const Call* c) noexcept nogil:
+    return pack_transposed_call(c, 0)
+cdef int quantized_pack_deconv_weight_u8(const Call* c) noexcept nogil:
+    return pack_transposed_call(c, 1)
+
+
 KERNELS = {
     "quantized_pack_weight_i8": kernel_address(quantized_pack_weight_i8),
     "quantized_pack_weight_u8": kernel_address(quantized_pack_weight_u8),
+    "quantized_pack_deconv_weight_i8": kernel_address(quantized_pack_deconv_weight_i8),
+    "quantized_pack_deconv_weight_u8": kernel_address(quantized_pack_deconv_weight_u8),
 }
 
 
@@ -550,24 +591,43 @@ cdef int conv_transpose_run(const uint8_t* x, int x_signed, int32_t zx, const ui
                             Py_ssize_t opg, const qg_conv* g, const QOutput* out,
                             Py_ssize_t threads) noexcept nogil:
     # x (images, groups * g.c, g.h, g.w), w (groups * g.c, opg, g.kh, g.kw), zw and bias per
-    # output channel, y (images, groups * opg, g.oh, g.ow); the GEMM's int32 planes then col2im
-    cdef Py_ssize_t taps = g.kh * g.kw, rows = groups * opg * taps, oc = groups * opg
-    cdef Py_ssize_t plane = g.h * g.w, i, o
+    # output channel, y (images, groups * opg, g.oh, g.ow); the weight transposed and packed
+    # now, then conv_transpose_packed_run
+    cdef Py_ssize_t taps = g.kh * g.kw, rows = groups * opg * taps
     cdef uint8_t* wt = <uint8_t*>malloc(max(rows * g.c, 1))
     cdef int32_t* zrows = <int32_t*>malloc(max(rows, 1) * sizeof(int32_t))
-    cdef int32_t* consts = <int32_t*>malloc(max(oc, 1) * sizeof(int32_t))
     cdef char* packed = <char*>malloc(packed_size(rows, g.c, groups))
-    cdef int32_t* cols = <int32_t*>malloc(max(rows * plane, 1) * sizeof(int32_t))
     cdef int status = KERNEL_OUT_OF_MEMORY
     cdef QWeights pw
-    cdef qg_conv unit  # the GEMM's: x's channel rows read in place
-    cdef QOutput planes
-    cdef Col2im s
-    if wt != NULL and zrows != NULL and consts != NULL and packed != NULL and cols != NULL:
+    if wt != NULL and zrows != NULL and packed != NULL:
         qg_transpose_weight(w, zw, groups * g.c, opg, taps, groups, wt, zrows)
         pack_weights(packed, wt, w_unsigned, rows, g.c, groups, zrows,
                      zx + 128 if x_signed else zx, NULL)
         weights_view(&pw, packed, rows, g.c, groups, NULL)
+        status = conv_transpose_packed_run(&pw, x, x_signed, zx, bias, mult, images,
+                                           groups * opg, g, out, threads)
+    free(wt)
+    free(zrows)
+    free(packed)
+    return status
+
+
+cdef int conv_transpose_packed_run(const QWeights* pw, const uint8_t* x, int x_signed,
+                                   int32_t zx, const int32_t* bias, const float* mult,
+                                   Py_ssize_t images, Py_ssize_t oc, const qg_conv* g,
+                                   const QOutput* out, Py_ssize_t threads) noexcept nogil:
+    # pw: the transposed weight's rows (output channel, tap) of g.c values per group (oc
+    # output channels in pw.groups), packed without a bias (qg_transpose_weight, pack_weights);
+    # per image their GEMM by x's channel rows into int32 planes, then col2im per output channel
+    cdef Py_ssize_t taps = g.kh * g.kw, rows = oc * taps
+    cdef Py_ssize_t plane = g.h * g.w, i, o
+    cdef int32_t* consts = <int32_t*>malloc(max(oc, 1) * sizeof(int32_t))
+    cdef int32_t* cols = <int32_t*>malloc(max(rows * plane, 1) * sizeof(int32_t))
+    cdef int status = KERNEL_OUT_OF_MEMORY
+    cdef qg_conv unit  # the GEMM's: x's channel rows read in place
+    cdef QOutput planes
+    cdef Col2im s
+    if consts != NULL and cols != NULL:
         unit.c, unit.h, unit.w, unit.oh, unit.ow = g.c, g.h, g.w, g.h, g.w
         unit.kh = unit.kw = unit.sh = unit.sw = unit.dh = unit.dw = 1
         unit.ph = unit.pw = 0
@@ -580,18 +640,15 @@ cdef int conv_transpose_run(const uint8_t* x, int x_signed, int32_t zx, const ui
         s.e.sm, s.e.sn = g.oh * g.ow, 1
         status = KERNEL_OK
         for i in range(images):
-            status = conv_run(&pw, x + i * groups * g.c * plane, x_signed, zx, 1, &unit, &planes,
-                              threads)
+            status = conv_run(pw, x + i * pw.groups * g.c * plane, x_signed, zx, 1, &unit,
+                              &planes, threads)
             if status != KERNEL_OK:
                 break
             s.e.out = <char*>out.y + i * oc * g.oh * g.ow * _item(out.kind)
             status = parallel_for(threads, oc, _col2im_part, &s)
             if status != KERNEL_OK:
                 break
-    free(wt)
-    free(zrows)
     free(consts)
-    free(packed)
     free(cols)
     return status
 

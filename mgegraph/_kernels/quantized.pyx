@@ -34,8 +34,8 @@ from .nditer cimport MAX_DIMS, Odometer, dims_ok, odometer_init, odometer_next, 
 from .params cimport fields_of
 from .parallel cimport parallel_for
 from .qgemm cimport (QG_OUT_INT8, QG_OUT_INT32, QG_OUT_UINT8, QOutput, QWeights,
-                     conv_run, conv_transpose_run, depthwise_run, linear_run, pack_weights,
-                     packed_size, qg_conv, weights_view)
+                     conv_run, conv_transpose_packed_run, conv_transpose_run, depthwise_run,
+                     linear_run, pack_weights, packed_size, qg_conv, weights_view)
 
 ctypedef struct QConv:
     Py_ssize_t batch, channels, height, width, out_channels, kernel_h, kernel_w, out_h, out_w
@@ -145,19 +145,28 @@ cdef int gemm_run(const Call* c, int x_signed, Py_ssize_t k, const int32_t* zw,
 
 # -- quantized_conv2d_packed and quantized_linear_packed (ops/quantized_pack.py): the weights
 # packed once by quantized_pack_weight (bufs[1]); the floats are the multipliers alone.
+cdef float* multipliers(const Call* c, Py_ssize_t oc) noexcept nogil:
+    # the packed kernels' floats: each output channel's multiplier, as float32 (the doubles hold
+    # them exactly); NULL where the memory cannot be had
+    cdef float* mult = <float*>malloc(max(oc, 1) * sizeof(float))
+    cdef Py_ssize_t o
+    if mult != NULL:
+        for o in range(oc):
+            mult[o] = <float>c.floats[o]
+    return mult
+
+
 cdef int conv_packed(const Call* c, int x_signed) noexcept nogil:
     cdef const QConv* s = <const QConv*>c.ints
-    cdef Py_ssize_t oc = s.out_channels, o
+    cdef Py_ssize_t oc = s.out_channels
     cdef Py_ssize_t k = s.channels // s.groups * s.kernel_h * s.kernel_w
-    cdef float* mult = <float*>malloc(oc * sizeof(float))
+    cdef float* mult = multipliers(c, oc)
     cdef QWeights pw
     cdef qg_conv g = geometry(s)
     cdef QOutput out = output_of(c)
     cdef int status
     if mult == NULL:
         return KERNEL_OUT_OF_MEMORY
-    for o in range(oc):
-        mult[o] = <float>c.floats[o]  # the double holds the float32 exactly
     weights_view(&pw, c.bufs[1], oc, k, s.groups, NULL if s.out_code == CODE_INT32 else mult)
     if g.h == g.w == g.kh == g.kw == 1 and s.groups == 1:
         status = linear_run(&pw, <const uint8_t*>c.bufs[0], x_signed, s.batch, &out, s.threads)
@@ -223,6 +232,36 @@ cdef int quantized_conv_transpose2d_i8(const Call* c) noexcept nogil:
     return conv_transpose(c, 1)
 cdef int quantized_conv_transpose2d_u8(const Call* c) noexcept nogil:
     return conv_transpose(c, 0)
+
+
+# -- quantized_conv_transpose2d_packed (ops/quantized_pack.py), kernel quantized_deconv2d_packed
+# (MegEngine's "deconv": a name that fits the C runtime's 31 bytes): the transposed weight's GEMM
+# rows packed once by quantized_pack_transposed_weight (bufs[1]); bufs x, packed, [bias,] y; the
+# floats are the multipliers alone
+cdef int conv_transpose_packed(const Call* c, int x_signed) noexcept nogil:
+    cdef const QConv* s = <const QConv*>c.ints
+    cdef Py_ssize_t oc = s.out_channels
+    cdef float* mult = multipliers(c, oc)
+    cdef QWeights pw
+    cdef qg_conv g = geometry(s)
+    cdef QOutput out = output_of(c)
+    cdef int status
+    if mult == NULL:
+        return KERNEL_OUT_OF_MEMORY
+    weights_view(&pw, c.bufs[1], oc * s.kernel_h * s.kernel_w, g.c, s.groups, NULL)
+    status = conv_transpose_packed_run(&pw, <const uint8_t*>c.bufs[0], x_signed,
+                                       <int32_t>s.x_zero,
+                                       <const int32_t*>c.bufs[2] if s.has_bias else NULL,
+                                       NULL if s.out_code == CODE_INT32 else mult, s.batch, oc,
+                                       &g, &out, s.threads)
+    free(mult)
+    return status
+
+
+cdef int quantized_deconv2d_packed_i8(const Call* c) noexcept nogil:
+    return conv_transpose_packed(c, 1)
+cdef int quantized_deconv2d_packed_u8(const Call* c) noexcept nogil:
+    return conv_transpose_packed(c, 0)
 
 
 # -- quantized_batch_matmul: a (batch or 1, rows, depth) @ b (batch or 1, depth, cols), bufs a,
@@ -356,4 +395,6 @@ KERNELS = {
     "quantized_add_u8": kernel_address(quantized_add_u8),
     "quantized_conv2d_packed_i8": kernel_address(quantized_conv2d_packed_i8),
     "quantized_conv2d_packed_u8": kernel_address(quantized_conv2d_packed_u8),
+    "quantized_deconv2d_packed_i8": kernel_address(quantized_deconv2d_packed_i8),
+    "quantized_deconv2d_packed_u8": kernel_address(quantized_deconv2d_packed_u8),
 }

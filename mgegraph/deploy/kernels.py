@@ -52,7 +52,8 @@ LIBRARY = {
         "quantized_conv2d", "quantized_conv2d_packed", "quantized_pack_weight")},
     # the int8 transposed convolution and batched matmul, on the same GEMM (qconv_i8.c)
     **{f"{name}_{dt}": ("qconv_i8.c", (), INT8_GEMM) for dt in ("i8", "u8") for name in (
-        "quantized_conv_transpose2d", "quantized_batch_matmul")},
+        "quantized_conv_transpose2d", "quantized_batch_matmul",
+        "quantized_deconv2d_packed", "quantized_pack_deconv_weight")},
     # the copies of every dtype (movement.c: one loop per element size), scatter_add's floats
     **{f"{name}_{dt}": ("movement.c", (), ()) for dt in DTYPE_SUFFIXES
        for name in ("strided", "concat", "pad", "slice_backward", "gather")},

@@ -99,6 +99,12 @@ OP_VERSIONS |= {"quantized_pack_weight": 1, "quantized_conv2d_packed": 1,
 # refused, never misread.
 OP_VERSIONS |= {"quantized_pack_weight": 2, "quantized_conv2d_packed": 2,
                 "quantized_linear_packed": 2}
+# the int8 transposed convolution and batched matmul on packed weights (ops/quantized_pack.py).
+# quantized_pack_weight also packs a batched matmul's (1, n, k) a now: only
+# quantized_batch_matmul_packed reads such a pack, so a reader without it refuses the file by
+# that op's name, and its version stays.
+OP_VERSIONS |= {"quantized_pack_transposed_weight": 1, "quantized_conv_transpose2d_packed": 1,
+                "quantized_batch_matmul_packed": 1}
 # quantization-aware training's fake quantization (ops/fake_quant.py); version 2: the tqt
 # attribute (TQT's gradient at the clip edges). A node without it is written as version 1.
 OP_VERSIONS |= {"fake_quant": 2}

@@ -5,9 +5,12 @@ DynamicQuantizeLinear) onto the int8 ops of ``ops/quantized.py``.
 A QuantizeLinear's output is a quantized value (its type carries the scale and zero point); a
 DequantizeLinear reads its input's integers with its own scale and zero point: an initializer
 becomes a quantized constant (a QDQ model's int8 weights), a computed value keeps its bytes
-(``as_quantized``, no copy) when its parameters differ. Scales and zero points must be known at
-import; per-axis parameters are 1-D along ``axis``; blocked quantization (opset 21's
-``block_size``) and the 4-bit, 16-bit and float8 types are refused.
+(``as_quantized``, no copy) when its parameters differ. Per-axis parameters are 1-D along
+``axis``; blocked quantization (opset 21's ``block_size``) and the 4-bit, 16-bit and float8 types
+are refused. A scale or zero point computed at run time (a graph input, say) has no quantized
+type, so the pair runs in float as ONNX defines it (``(x - zp) * scale``; ``clip(round half to
+even(x / scale) + zp)`` cast to the storage type), its integers plain: the QDQ folding pass
+leaves such a chain in float.
 
 The quantized operators: QLinearConv is ``quantized_conv2d`` (ONNX Runtime's float32 multiplier
 and rounding, so the same integers); QLinearMatMul with a constant 2-D B is
@@ -79,12 +82,51 @@ def _float32_only(cx, at, name: str, meaning: str) -> None:
         cx.fail(f"{name} {DTYPES.get(given, given)}: {meaning} in float32 only")
 
 
+def _computed(*values) -> bool:
+    """Whether a scale or zero point is computed at run time (not an initializer)."""
+    return any(v is not None and not isinstance(v, np.ndarray) for v in values)
+
+
+def _along_axis(cx, v, rank: int, at):
+    """A scale or zero point as a float32 value that broadcasts: a 1-D one along ``axis``."""
+    v = F.astype(cx.g.const(v) if isinstance(v, np.ndarray) else cx.var(v), "float32")
+    if v.ndim == 0:
+        return v
+    axis = cx.axis(int(at.get("axis", 1)), rank)
+    return F.reshape(v, tuple(-1 if d == axis else 1 for d in range(rank)))
+
+
+def _quantize_in_float(cx, x, scale, zero_point, at):
+    dtype = np.dtype(cx.var(zero_point).dtype) if _computed(zero_point) else _storage(
+        cx, zero_point, at)
+    if dtype not in EIGHT_BITS:
+        cx.fail(f"quantized type {dtype}: int8 and uint8 are supported")
+    q = F.round_half_even(x / _along_axis(cx, scale, x.ndim, at))
+    if zero_point is not None:
+        q = q + _along_axis(cx, zero_point, x.ndim, at)
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+    return [F.astype(F.clip(q, lo, hi), dtype.name)]
+
+
+def _dequantize_in_float(cx, x, scale, zero_point, at):
+    xv = cx.g.const(x) if isinstance(x, np.ndarray) else cx.var(x)
+    if xv.type.quant is not None:
+        cx.fail("a quantized value read with a scale or zero point computed at run time: "
+                "constant ones are supported there")
+    xf = F.astype(xv, "float32")
+    if zero_point is not None:
+        xf = xf - _along_axis(cx, zero_point, xf.ndim, at)
+    return [xf * _along_axis(cx, scale, xf.ndim, at)]
+
+
 def _quantize_linear(cx, ins, at):
     x = cx.var(ins[0])
     if x.dtype != FLOAT32:
         cx.fail(f"input of {x.dtype}: float32 inputs are quantized")
     _float32_only(cx, at, "precision", "the division by the scale is computed")
     zero_point = ins[2] if len(ins) > 2 else None
+    if _computed(ins[1], zero_point):
+        return _quantize_in_float(cx, x, ins[1], zero_point, at)
     dtype = _storage(cx, zero_point, at)
     p = _params(cx, x.shape, ins[1], zero_point, at)
     return [quantize(x, p.scales, p.zero_points, dtype, p.axis)]
@@ -94,6 +136,8 @@ def _dequantize_linear(cx, ins, at):
     x, scale = ins[0], ins[1]
     zero_point = ins[2] if len(ins) > 2 else None
     _float32_only(cx, at, "output_dtype", "values are dequantized")
+    if _computed(scale, zero_point):
+        return _dequantize_in_float(cx, x, scale, zero_point, at)
     shape = x.shape if isinstance(x, np.ndarray) else cx.var(x).shape
     return [dequantize(_quantized(cx, x, _params(cx, shape, scale, zero_point, at)))]
 

@@ -470,6 +470,17 @@ CASES["quantized_conv2d_packed"] = _node("quantized_conv2d_packed", lambda g, b:
 CASES["quantized_linear_packed"] = _node("quantized_linear_packed", lambda g, b: (
     [_q8(g, (b, 3, 5)), _packed_weights(g, (4, 5))],
     {**_REQUANT, **_PACKED, "weight_shape": (4, 5)}))
+# the transposed convolution's weight (4, 3, 3, 2) in 2 groups: 2 * 3 * 6 rows of 2 values;
+# the batched matmul's a (1, 3, 5)
+CASES["quantized_conv_transpose2d_packed"] = _node("quantized_conv_transpose2d_packed",
+                                                   lambda g, b: (
+    [_q8(g, (b, 4, 5, 3)), _input(g, (quantized_pack.packed_size(36, 2, 2) // 4,), "int32"),
+     _input(g, (6,), "int32")],
+    {"stride": (2, 3), "padding": (1, 0), "output_padding": (1, 2), "dilation": (1, 1),
+     "groups": 2, **_REQUANT, **_PACKED, "weight_shape": (4, 3, 3, 2)}))
+CASES["quantized_batch_matmul_packed"] = _node("quantized_batch_matmul_packed", lambda g, b: (
+    [_q8(g, (b, 5, 4)), _packed_weights(g, (3, 5))],
+    {**_REQUANT, **_PACKED, "weight_shape": (1, 3, 5)}))
 
 
 # -- local_conv2d, region_restricted_conv (ops/local_conv.py): a named batch -------------------
@@ -538,8 +549,12 @@ REFUSED["quantized_pack_weight"] = (
     lambda g: ([g.input("w", (2 * BATCH, 2, 3, 2), "int8", quant.per_tensor(0.5))],
                {"groups": 2, "x_zero_point": 128, "x_dtype": "uint8"}),
     "packs weights of a shape in numbers")
+REFUSED["quantized_pack_transposed_weight"] = (
+    lambda g: ([g.input("w", (2 * BATCH, 2, 3, 2), "int8", quant.per_tensor(0.5))],
+               {"groups": 2, "x_zero_point": 128, "x_dtype": "uint8"}),
+    "packs weights of a shape in numbers")
 # ops whose every input is a weight of a shape in numbers: their case is a refusal above
-WEIGHTS_ONLY = {"quantized_pack_weight"}
+WEIGHTS_ONLY = {"quantized_pack_weight", "quantized_pack_transposed_weight"}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

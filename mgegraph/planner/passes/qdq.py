@@ -8,6 +8,15 @@ in quantize/dequantize pairs. This pass rewrites
   ``activation``), the int32 bias in units of ``sx * sw[o]``;
 - the same around ``linear`` and around ``matmul`` with a constant 2-D weight (a (K, N) weight
   is transposed to (N, K) here, once) into ``quantized_linear``;
+- the same around ``conv2d_backward_data(dequantize(wq), dequantize(xq))``, the form ONNX's
+  ConvTranspose and ``conv_transpose2d`` import to when their padding is symmetric (no crop or
+  pad after it), into ``quantized_conv_transpose2d`` (its output_padding the cells
+  ``input_hw`` holds past the convolution's), the weight per tensor or, with groups 1, per
+  output channel along its axis 1;
+- the same around ``matmul(dequantize(a), dequantize(b))`` of two 3-D values (a MatMul of a
+  (batch or 1, n, k) weight or activation by a (batch or 1, k, m) activation), ``a`` per tensor
+  or per row (axis 1), ``b`` per tensor, a bias added per row ((n, 1)), into
+  ``quantized_batch_matmul``;
 - ``quantize(act(add(dequantize(a), dequantize(b))))`` into ``quantized_add``;
 - ``quantize(pool(dequantize(xq)))`` with ``xq``'s own parameters into the pool of ``xq``'s
   integers, where the pooling op takes quantized values: max pooling (exact: max commutes
@@ -44,7 +53,7 @@ from .rewrite import PassResult, rebuild, result, use_counts, weight_values
 
 FLOAT32 = np.dtype(np.float32)
 INT32 = np.dtype(np.int32)
-LINEAR_OPS = ("conv2d", "linear", "matmul")
+LINEAR_OPS = ("conv2d", "linear", "matmul", "conv2d_backward_data")
 # ops that keep their input's quantization: on the integers, those that pick or move values
 # give the quantize of their float result exactly (max commutes with the increasing map
 # q -> s (q - z)); an average pool gives the integer mean rounded half to even, which the float
@@ -188,12 +197,17 @@ def _takes_quantized(name: str) -> bool:
 
 
 def _linear(graph, core: Node, extra_bias: Var | None, requant: dict) -> _Match | None:
-    """conv2d, linear or matmul of dequantized values, with its own bias or ``extra_bias``."""
+    """conv2d, linear, matmul or conv2d_backward_data of dequantized values, with its own bias
+    or ``extra_bias``."""
     name = core.op.name
     if core.attr.get("activation", "none") not in ("none", "relu"):
         return None
     if core.attr.get("activation") == "relu":
         requant = {**requant, "relu": True}
+    if name == "conv2d_backward_data":
+        return _conv_transpose(core, extra_bias, requant)
+    if name == "matmul" and _weight(graph, core) is None:
+        return _batch_matmul(core, extra_bias, requant)
     xq = _dequantized(core.inputs[0])
     weight = _weight(graph, core)
     if xq is None or weight is None:
@@ -219,6 +233,63 @@ def _linear(graph, core: Node, extra_bias: Var | None, requant: dict) -> _Match 
         attrs = {k: core.attr[k] for k in ("stride", "padding", "dilation", "groups")}
         return _Match("quantized_conv2d", {**attrs, **requant}, make)
     return _Match("quantized_linear", requant, make)
+
+
+def _with_bias(first: Var, second: Var, bias: Var | None, scales, channels, core: Node):
+    """The int8 op's inputs ``first``, ``second`` and the bias in int32 units of ``scales``."""
+    def make(builder):
+        inputs = [builder.var(first), builder.var(second)]
+        if bias is not None:
+            inputs.append(_int_bias(builder, bias, scales, channels, core))
+        return inputs
+    return make
+
+
+def _conv_transpose(core: Node, bias: Var | None, requant: dict) -> _Match | None:
+    """conv2d_backward_data(dequantize(wq), dequantize(xq)) (+ a bias per channel): the
+    transposed convolution of xq by wq (C_in, C_out/groups, kh, kw), its weight per tensor or
+    per output channel (axis 1) with groups 1."""
+    wq, xq = _dequantized(core.inputs[0], per_tensor=False), _dequantized(core.inputs[1])
+    groups = core.attr["groups"]
+    if wq is None or xq is None or wq.ndim != 4 or (
+            wq.type.quant.per_channel and (wq.type.quant.axis != 1 or groups != 1)):
+        return None
+    channels = wq.shape[1] * groups
+    if bias is not None and not _per_channel_bias(bias, channels, conv=True):
+        return None
+    stride, padding, dilation = (core.attr[k] for k in ("stride", "padding", "dilation"))
+    # input_hw holds the output_padding: the cells past (n - 1) s - 2 p + d (k - 1) + 1
+    output_padding = tuple(
+        core.attr["input_hw"][a] - ((xq.shape[2 + a] - 1) * stride[a] - 2 * padding[a]
+                                    + dilation[a] * (wq.shape[2 + a] - 1) + 1) for a in range(2))
+    attrs = {"stride": stride, "padding": padding, "output_padding": output_padding,
+             "dilation": dilation, "groups": groups, **requant}
+    scales = accumulator_scales(xq.type.quant, wq.type.quant)
+    return _Match("quantized_conv_transpose2d", attrs,
+                  _with_bias(xq, wq, bias, scales, channels, core))
+
+
+def _batch_matmul(core: Node, bias: Var | None, requant: dict) -> _Match | None:
+    """matmul(dequantize(a), dequantize(b)) of (batch or 1, n, k) and (batch or 1, k, m) values
+    (+ a bias per row): ``a`` per tensor or per row (axis 1), ``b`` per tensor."""
+    a, b = _dequantized(core.inputs[0], per_tensor=False), _dequantized(core.inputs[1])
+    if (a is None or b is None or a.ndim != 3 or b.ndim != 3 or core.attr["transpose_a"]
+            or core.attr["transpose_b"] or not _per_output(a.type.quant, 1)):
+        return None
+    rows = a.shape[1]
+    if bias is not None and not _per_row_bias(bias, rows):
+        return None
+    scales = accumulator_scales(b.type.quant, a.type.quant)
+    return _Match("quantized_batch_matmul", requant, _with_bias(a, b, bias, scales, rows, core))
+
+
+def _per_row_bias(c: Var, rows) -> bool:
+    """Whether adding ``c`` to a (batch, n, m) result adds one number per row: (n, 1) after
+    leading ones."""
+    shape = list(c.shape)
+    while len(shape) > 2 and shape[0] == 1:
+        shape.pop(0)
+    return shape == [rows, 1] and c.dtype == FLOAT32
 
 
 def _weight(graph, core: Node):

@@ -166,7 +166,7 @@ def use_counts(graph: Graph, outputs) -> dict[int, int]:
 # their input (the prepack pass makes them only where the padding is a third at most)
 REPACKS = ("conv2d_pack_weight",)
 # the int8 weights in the GEMM's blocks of 8 rows and groups of 4, with 8 bytes per channel
-REPACKS += ("quantized_pack_weight",)
+REPACKS += ("quantized_pack_weight", "quantized_pack_transposed_weight")
 
 
 def weight_result_fits(node: Node) -> bool:

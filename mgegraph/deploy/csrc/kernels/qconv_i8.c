@@ -14,7 +14,11 @@
  * Parameter blocks: kernel_abi/quantized.py's QCONV_FIELDS (the convolution: floats the
  * multipliers, then the weight zero points, per output channel; bufs x, w, [bias,] y; the packed
  * kernels: floats the multipliers alone, bufs x, packed, y) and kernel_abi/quantized_pack.py's
- * QPACK_FIELDS (floats the weight zero points; bufs w, [bias,] packed). */
+ * QPACK_FIELDS (floats the weight zero points; bufs w, [bias,] packed). The transposed
+ * convolution on packed weights: quantized_pack_deconv_weight_i8/u8 (the op
+ * quantized_pack_transposed_weight; QPACKT_FIELDS; floats each output channel's weight zero
+ * point; bufs w, packed) and quantized_deconv2d_packed_i8/u8 (quantized_conv_transpose2d_packed;
+ * the convolution's block; floats the multipliers; bufs x, packed, [bias,] y). The packed batched matmul runs on quantized_conv2d_packed. */
 #include <float.h>
 #include <math.h>
 
@@ -25,6 +29,8 @@ enum { BATCH, CHANNELS, HEIGHT, WIDTH, OUT_CHANNELS, KERNEL_H, KERNEL_W, OUT_H, 
        STRIDE_W, PAD_H, PAD_W, DILATION_H, DILATION_W, GROUPS, W_CODE, OUT_CODE, X_ZERO,
        OUT_ZERO, LOW, HIGH, HAS_BIAS, THREADS, FIELDS };
 enum { P_OUT_CHANNELS, P_K, P_GROUPS, P_X_ZERO_SHIFTED, P_HAS_BIAS, P_THREADS, PACK_FIELDS };
+/* the transposed weight's pack (kernel_abi/quantized_pack.py's QPACKT_FIELDS) */
+enum { T_C_IN, T_OUT_PER_GROUP, T_TAPS, T_GROUPS, T_X_ZERO_SHIFTED, T_THREADS, PACKT_FIELDS };
 enum { CODE_INT8, CODE_UINT8, CODE_INT32, CODES };
 /* the batched matmul's block (kernel_abi/quantized.py's QBMM_FIELDS) */
 enum { B_BATCH, B_ROWS, B_DEPTH, B_COLS, B_A_BATCHED, B_B_BATCHED, B_A_CODE, B_OUT_CODE, B_B_ZERO,
@@ -307,57 +313,91 @@ static void col2im_part(void* ctx, int64_t lo, int64_t hi) {
     }
 }
 
-static int conv_transpose(const mgr_call* c, int x_signed) {
+/* pw: the transposed weight's rows (output channel, tap) packed without a bias; per image their
+ * GEMM by x's channel rows into int32 planes, then col2im and the epilogue per output channel
+ * (qgemm.pyx's conv_transpose_packed_run) */
+static int transposed_run(const mgr_call* c, const q_weights* pw, int x_signed,
+                          const float* mult) {
     const int64_t* s = c->ints;
-    int64_t oc = s[OUT_CHANNELS], groups = s[GROUPS];
+    int64_t oc = s[OUT_CHANNELS];
     qg_conv g = geometry(s), unit = {g.c, g.h, g.w, 1, 1, 1, 1, 0, 0, 1, 1, g.h, g.w};
     ptrdiff_t taps = g.kh * g.kw, rows = oc * taps, plane = g.h * g.w, cells = g.oh * g.ow;
     int32_t zx = (int32_t)s[X_ZERO];
     const int32_t* bias = s[HAS_BIAS] ? (const int32_t*)c->bufs[2] : NULL;
-    float* mult = multipliers(c, oc);
-    int32_t* zw = malloc(sizeof(int32_t) * (size_t)oc + 1);
-    int32_t* zrows = malloc(sizeof(int32_t) * (size_t)rows + 1);
     int32_t* consts = malloc(sizeof(int32_t) * (size_t)oc + 1);
-    uint8_t* wt = malloc((size_t)(rows * g.c) + 1);
-    char* packed = malloc((size_t)packed_size(rows, g.c, groups));
     int32_t* cols = malloc(sizeof(int32_t) * (size_t)(rows * plane) + 1);
     int32_t* acc = malloc(sizeof(int32_t) * (size_t)(oc * cells) + 1);
-    int status = mult && zw && zrows && consts && wt && packed && cols && acc
-                     ? MGR_KERNEL_OK : MGR_KERNEL_OUT_OF_MEMORY;
+    int status = consts && cols && acc ? MGR_KERNEL_OK : MGR_KERNEL_OUT_OF_MEMORY;
     q_output out = output_of(c), planes = {(char*)cols, QG_OUT_INT32, 0, 0, 0};
-    q_weights pw;
     col2im_ctx t = {cols, acc, &g, taps, qg_variant_of(qg_widest()),
-                    {consts, NULL, NULL, mult, out.zy, out.lo, out.hi, out.kind, NULL, cells, 1}};
-    if (status == MGR_KERNEL_OK) {
-        for (int64_t o = 0; o < oc; o++) {
-            zw[o] = (int32_t)c->floats[oc + o];
-            consts[o] = bias ? bias[o] : 0;
-        }
-        qg_transpose_weight((const uint8_t*)c->bufs[1], zw, s[CHANNELS], oc / groups, taps, groups,
-                            wt, zrows);
-        pack_weights(packed, wt, s[W_CODE] == CODE_UINT8, rows, g.c, groups, zrows,
-                     x_signed ? zx + 128 : zx, NULL);
-        weights_view(&pw, packed, rows, g.c, groups, NULL);
-    }
+                    {consts, NULL, NULL, s[OUT_CODE] == CODE_INT32 ? NULL : mult, out.zy, out.lo,
+                     out.hi, out.kind, NULL, cells, 1}};
+    for (int64_t o = 0; status == MGR_KERNEL_OK && o < oc; o++) consts[o] = bias ? bias[o] : 0;
     for (int64_t i = 0; status == MGR_KERNEL_OK && i < s[BATCH]; i++) {
-        status = gemm(&pw, (const uint8_t*)c->bufs[0] + i * s[CHANNELS] * plane, x_signed, zx, 1,
+        status = gemm(pw, (const uint8_t*)c->bufs[0] + i * s[CHANNELS] * plane, x_signed, zx, 1,
                       &unit, &planes);
         t.e.out = out.y + i * oc * cells * item(out.kind);
         if (status == MGR_KERNEL_OK) mgr_parallel_for(oc, col2im_part, &t);
     }
-    free(mult);
-    free(zw);
-    free(zrows);
     free(consts);
-    free(wt);
-    free(packed);
     free(cols);
     free(acc);
     return status;
 }
 
+/* the weight transposed and packed now, then transposed_run */
+static int conv_transpose(const mgr_call* c, int x_signed) {
+    const int64_t* s = c->ints;
+    int64_t oc = s[OUT_CHANNELS], groups = s[GROUPS];
+    qg_conv g = geometry(s);
+    ptrdiff_t taps = g.kh * g.kw, rows = oc * taps;
+    int32_t zx = (int32_t)s[X_ZERO];
+    float* mult = multipliers(c, oc);
+    int32_t* zw = malloc(sizeof(int32_t) * (size_t)oc + 1);
+    int32_t* zrows = malloc(sizeof(int32_t) * (size_t)rows + 1);
+    uint8_t* wt = malloc((size_t)(rows * g.c) + 1);
+    char* packed = malloc((size_t)packed_size(rows, g.c, groups));
+    int status = mult && zw && zrows && wt && packed ? MGR_KERNEL_OK : MGR_KERNEL_OUT_OF_MEMORY;
+    q_weights pw;
+    if (status == MGR_KERNEL_OK) {
+        for (int64_t o = 0; o < oc; o++) zw[o] = (int32_t)c->floats[oc + o];
+        qg_transpose_weight((const uint8_t*)c->bufs[1], zw, s[CHANNELS], oc / groups, taps, groups,
+                            wt, zrows);
+        pack_weights(packed, wt, s[W_CODE] == CODE_UINT8, rows, g.c, groups, zrows,
+                     x_signed ? zx + 128 : zx, NULL);
+        weights_view(&pw, packed, rows, g.c, groups, NULL);
+        status = transposed_run(c, &pw, x_signed, mult);
+    }
+    free(mult);
+    free(zw);
+    free(zrows);
+    free(wt);
+    free(packed);
+    return status;
+}
+
 int mgr_quantized_conv_transpose2d_i8(const mgr_call* call) { return conv_transpose(call, 1); }
 int mgr_quantized_conv_transpose2d_u8(const mgr_call* call) { return conv_transpose(call, 0); }
+
+/* on the rows quantized_pack_transposed_weight packed (bufs[1]) */
+static int conv_transpose_packed(const mgr_call* c, int x_signed) {
+    const int64_t* s = c->ints;
+    float* mult = multipliers(c, s[OUT_CHANNELS]);
+    if (!mult) return MGR_KERNEL_OUT_OF_MEMORY;
+    q_weights pw;
+    weights_view(&pw, c->bufs[1], s[OUT_CHANNELS] * s[KERNEL_H] * s[KERNEL_W],
+                 s[CHANNELS] / s[GROUPS], s[GROUPS], NULL);
+    int status = transposed_run(c, &pw, x_signed, mult);
+    free(mult);
+    return status;
+}
+
+int mgr_quantized_deconv2d_packed_i8(const mgr_call* call) {
+    return conv_transpose_packed(call, 1);
+}
+int mgr_quantized_deconv2d_packed_u8(const mgr_call* call) {
+    return conv_transpose_packed(call, 0);
+}
 
 /* ---- quantized_batch_matmul: a (batch or 1, rows, depth) @ b (batch or 1, depth, cols), one
  * GEMM per batch, b's matrix the channel rows of a 1x1 convolution (quantized.pyx's) ------- */
@@ -413,6 +453,36 @@ static int pack_call(const mgr_call* c, int w_unsigned) {
 
 int mgr_quantized_pack_weight_i8(const mgr_call* call) { return pack_call(call, 0); }
 int mgr_quantized_pack_weight_u8(const mgr_call* call) { return pack_call(call, 1); }
+
+/* a transposed convolution's weight (c_in, out_per_group, taps) as its GEMM rows, packed
+ * without a bias (qgemm.pyx's pack_transposed_call) */
+static int pack_transposed_call(const mgr_call* c, int w_unsigned) {
+    const int64_t* s = c->ints;
+    int64_t oc = s[T_GROUPS] * s[T_OUT_PER_GROUP], rows = oc * s[T_TAPS];
+    int64_t k = s[T_C_IN] / s[T_GROUPS];
+    int32_t* zw = malloc(sizeof(int32_t) * (size_t)oc + 1);
+    int32_t* zrows = malloc(sizeof(int32_t) * (size_t)rows + 1);
+    uint8_t* wt = malloc((size_t)(rows * k) + 1);
+    int status = zw && zrows && wt ? MGR_KERNEL_OK : MGR_KERNEL_OUT_OF_MEMORY;
+    if (status == MGR_KERNEL_OK) {
+        for (int64_t o = 0; o < oc; o++) zw[o] = (int32_t)c->floats[o];
+        qg_transpose_weight((const uint8_t*)c->bufs[0], zw, s[T_C_IN], s[T_OUT_PER_GROUP],
+                            s[T_TAPS], s[T_GROUPS], wt, zrows);
+        pack_weights(c->bufs[1], wt, w_unsigned, rows, k, s[T_GROUPS], zrows,
+                     (int32_t)s[T_X_ZERO_SHIFTED], NULL);
+    }
+    free(zw);
+    free(zrows);
+    free(wt);
+    return status;
+}
+
+int mgr_quantized_pack_deconv_weight_i8(const mgr_call* call) {
+    return pack_transposed_call(call, 0);
+}
+int mgr_quantized_pack_deconv_weight_u8(const mgr_call* call) {
+    return pack_transposed_call(call, 1);
+}
 
 /* ---- the checks ------------------------------------------------------------------------- */
 
@@ -553,6 +623,32 @@ const char* mgr_quantized_conv_transpose2d_u8_check(const mgr_check_args* x) {
     return conv_check(x, DT_U8, 1);
 }
 
+static const char* transposed_packed_check(const mgr_check_args* x, int64_t x_dtype) {
+    const int64_t* s = x->ints;
+    if (x->n_ints != FIELDS || s[HAS_BIAS] < 0 || s[HAS_BIAS] > 1) return "wants 24 ints";
+    size_t y_buf = 2 + (size_t)s[HAS_BIAS];
+    if (x->n_bufs != y_buf + 1) return "wants buffers x, packed, [bias,] y";
+    if (s[OUT_CHANNELS] < 1 || x->n_floats != (size_t)s[OUT_CHANNELS])
+        return "wants one multiplier per output channel";
+    const char* why = geometry_check(x, x_dtype, y_buf, 1);
+    if (why) return why;
+    int64_t rows;
+    if (!mgr_muladd(0, s[OUT_CHANNELS], s[KERNEL_H] * s[KERNEL_W], &rows) ||
+        rows > MGR_EMPTY_DIM * 64 ||
+        packed_size(rows, s[CHANNELS] / s[GROUPS], s[GROUPS]) > x->buf_bytes[1])
+        return "the packed weights are smaller than their layout";
+    if (s[HAS_BIAS] && (x->buf_dtypes[2] != DT_I32 || s[OUT_CHANNELS] > x->buf_bytes[2] / 4))
+        return "the bias is not int32 of a value per output channel";
+    return NULL;
+}
+
+const char* mgr_quantized_deconv2d_packed_i8_check(const mgr_check_args* x) {
+    return transposed_packed_check(x, DT_I8);
+}
+const char* mgr_quantized_deconv2d_packed_u8_check(const mgr_check_args* x) {
+    return transposed_packed_check(x, DT_U8);
+}
+
 /* the batched matmul's block: sizes positive and at most 2^24 (the batch may be 0), the flags
  * and codes in range, depth at most the ops' window, a, b, bias and y inside their buffers */
 static const char* bmm_check(const mgr_check_args* x, int64_t b_dtype) {
@@ -635,4 +731,35 @@ const char* mgr_quantized_pack_weight_i8_check(const mgr_check_args* x) {
 }
 const char* mgr_quantized_pack_weight_u8_check(const mgr_check_args* x) {
     return pack_check(x, DT_U8);
+}
+
+static const char* pack_transposed_check(const mgr_check_args* x, int64_t w_dtype) {
+    const int64_t* s = x->ints;
+    int64_t oc, rows, we;
+    if (x->n_ints != PACKT_FIELDS) return "wants 6 ints";
+    if (x->n_bufs != 2) return "wants buffers w, packed";
+    for (int f = T_C_IN; f <= T_GROUPS; f++)
+        if (s[f] < 1 || s[f] > ((int64_t)1 << 24)) return "a size is not positive, or past 2^24";
+    if (s[T_C_IN] % s[T_GROUPS] || s[T_C_IN] / s[T_GROUPS] > MAX_WINDOW ||
+        s[T_X_ZERO_SHIFTED] < 0 || s[T_X_ZERO_SHIFTED] > 255 || s[T_THREADS] < 1)
+        return "its channels, groups or zero point are out of their range";
+    if (!mgr_muladd(0, s[T_GROUPS], s[T_OUT_PER_GROUP], &oc) ||
+        !mgr_muladd(0, oc, s[T_TAPS], &rows) || rows > MGR_EMPTY_DIM * 64)
+        return "its rows are past what this runtime bounds";
+    if (x->n_floats != (size_t)oc ||
+        !integers_in(x->floats, oc, w_dtype == DT_I8 ? -128 : 0, w_dtype == DT_I8 ? 127 : 255))
+        return "wants a weight zero point of w's storage range per output channel";
+    if (x->buf_dtypes[0] != w_dtype || !mgr_muladd(0, s[T_C_IN], s[T_OUT_PER_GROUP] * s[T_TAPS],
+                                                   &we) || we > x->buf_bytes[0])
+        return "w is not of its dtype or smaller than c_in * out_per_group * taps";
+    if (packed_size(rows, s[T_C_IN] / s[T_GROUPS], s[T_GROUPS]) > x->buf_bytes[1])
+        return "the packed buffer is smaller than the layout";
+    return NULL;
+}
+
+const char* mgr_quantized_pack_deconv_weight_i8_check(const mgr_check_args* x) {
+    return pack_transposed_check(x, DT_I8);
+}
+const char* mgr_quantized_pack_deconv_weight_u8_check(const mgr_check_args* x) {
+    return pack_transposed_check(x, DT_U8);
 }
