@@ -10,8 +10,8 @@ Rows (medians of timed repeats after warm-up, each ratio measured in this run):
   (target >= 50%; the row is skipped when torch has no CUDA);
 - mlp-train and convnet-train: a whole training step (batch in, loss out) against PyTorch CUDA
   eager (target <= 1.0x), with the plan replayed as a CUDA graph and launched one by one;
-- int8 conv and linear (dp4a): the quantized ops' integer rate against the CPU kernels of the
-  same plan, whose integers they must equal bit for bit;
+- int8 conv, linear, transposed conv and batched matmul (dp4a): the quantized ops' integer rate
+  against the CPU kernels of the same plan, whose integers they must equal bit for bit;
 - NCCL (the nccl extra): a one-rank communicator's all-reduce of 64 MiB out of place against a
   device copy: that the wheel's library runs on this GPU (two ranks need two GPUs).
 
@@ -160,34 +160,44 @@ def train_rows(kind: str) -> list[list]:
 
 
 # -- int8 (ops/quantized.py: csrc_cuda/quantized.cuh's dp4a kernels) ------------------------------
-INT8_CASES = [  # op, x, w, geometry
+INT8_CASES = [  # op, activation, weight, geometry
     ("quantized_conv2d", (32, 64, 56, 56), (64, 64, 3, 3), {"padding": 1}),  # a ResNet stage
     ("quantized_linear", (512, 4096), (4096, 4096), {}),
+    # a U-Net's up-sampling, 32x32 -> 64x64: the transposed convolution's gather per output
+    ("quantized_conv_transpose2d", (16, 128, 32, 32), (128, 64, 3, 3),
+     {"stride": 2, "padding": 1, "output_padding": 1}),
+    # BatchMatMulActivation's weight @ x over a batch of 64: a (1, 512, 512) broadcast
+    ("quantized_batch_matmul", (64, 512, 256), (1, 512, 512), {}),
 ]
+# the weight's axis of output channels (its per-channel axis): 0 but for these
+OUT_AXIS = {"quantized_conv_transpose2d": 1, "quantized_batch_matmul": 1}
 
 
 def _int8_graph(op: str, x_shape, w_shape, **geometry):
-    """quantized conv2d or linear of uint8 activations, per-channel int8 weights and an int32
-    bias, requantised to int8 with relu: (graph outputs, feeds, multiply-adds)."""
+    """An int8 op of uint8 activations, per-channel int8 weights and an int32 bias, requantised
+    to int8 with relu (the batched matmul's weight is its a, the activation its b): (graph
+    outputs, feeds, the op's operations)."""
     from mgegraph.ir.quant import per_channel, per_tensor
     from mgegraph.ops import quantized as Q
+    from mgegraph.ops.registry import get_op
     rng = np.random.default_rng(2)
-    out = w_shape[0]
+    axis = OUT_AXIS.get(op, 0)
+    out = w_shape[axis]
     g = mg.Graph()
     x = g.input("x", x_shape, "uint8", per_tensor(0.02, 128))
     w = g.input("w", w_shape, "int8", per_channel(rng.uniform(0.001, 0.01, out),
-                                                   rng.integers(-2, 3, out), 0))
+                                                   rng.integers(-2, 3, out), axis))
     b = g.input("b", (out,), "int32")
-    y = getattr(Q, op)(x, w, b, **geometry, out_scale=0.1, out_zero_point=-3, relu=True)
+    operands = (w, x) if op == "quantized_batch_matmul" else (x, w)
+    y = getattr(Q, op)(*operands, b, **geometry, out_scale=0.1, out_zero_point=-3, relu=True)
     feeds = {"x": rng.integers(0, 256, x_shape).astype(np.uint8),
              "w": rng.integers(-128, 128, w_shape).astype(np.int8),
              "b": rng.integers(-1000, 1000, out).astype(np.int32)}
-    macs = int(np.prod(y.shape)) * int(np.prod(w_shape[1:]))
-    return [y], feeds, macs
+    return [y], feeds, get_op(op).cost(y.node)
 
 
 def int8_row(op: str, x_shape, w_shape, geometry) -> list:
-    outputs, feeds, macs = _int8_graph(op, x_shape, w_shape, **geometry)
+    outputs, feeds, ops = _int8_graph(op, x_shape, w_shape, **geometry)
     ex = mg.compile(outputs, device="cuda").executable()
     (got,) = ex.run(feeds)
     t_gpu = median_seconds(ex.launch)
@@ -196,9 +206,9 @@ def int8_row(op: str, x_shape, w_shape, geometry) -> list:
     t_cpu = median_seconds(lambda: cpu.run(feeds), repeat=3, warmup=1)
     same = "bitwise equal" if np.array_equal(got, want) else (
         f"DIFFERS at {int((got != want).sum())} of {got.size}")
-    return [f"int8 {op.split('_')[1]} {'x'.join(map(str, x_shape))}",
-            f"{2 * macs / t_gpu / 1e12:.2f} TOP/s ({t_gpu * 1e3:.2f} ms)",
-            f"CPU {2 * macs / t_cpu / 1e9:.1f} GOP/s", f"{t_cpu / t_gpu:.0f}x CPU, {same}",
+    return [f"int8 {op.removeprefix('quantized_')} {'x'.join(map(str, x_shape))}",
+            f"{ops / t_gpu / 1e12:.2f} TOP/s ({t_gpu * 1e3:.2f} ms)",
+            f"CPU {ops / t_cpu / 1e9:.1f} GOP/s", f"{t_cpu / t_gpu:.0f}x CPU, {same}",
             "bitwise"]
 
 

@@ -1,6 +1,7 @@
 // The int8 compute ops (mgegraph/ops/quantized.py): int32 accumulation through __dp4a and the
-// requantisation epilogue, shared by the rendered conv and linear kernels
-// (mgegraph/cuda/kernels/quantized.py) and csrc_cuda/quantized.cu (quantized_add).
+// requantisation epilogue, shared by the rendered conv, linear, transposed conv and batched
+// matmul kernels (mgegraph/cuda/kernels/quantized.py) and csrc_cuda/quantized.cu
+// (quantized_add).
 //
 // Design: dp4a multiplies four signed bytes by four signed bytes. A uint8 value q becomes the
 // int8 q - 128 (its byte XOR 0x80) with its zero point moved by 128 too, so every mix of int8
@@ -141,6 +142,40 @@ __device__ __forceinline__ void mg_q_epilogue(char* y, mg_q64 i, mg_q64 acc, con
     mg_q_store(y, i, mg_q_round(mg_q_mul(mg_q_to_float((int)acc), m[o]), out), out.out_code);
 }
 
+// The operands of a rendered kernel as its loop reads them: the activation x and the weight w
+// (their bytes XOR the flips are the int8 dp4a reads), zx' (x's zero point, shifted too), the
+// bias or null, the output and its epilogue's numbers. bufs: x and w in the order x_buf says
+// (0: x first), then [bias], y.
+struct MgQOperands {
+    const unsigned char *x, *w;
+    unsigned xflip, wflip;
+    int zx;
+    const int* bias;
+    char* y;
+    MgQOut out;
+};
+
+__device__ __forceinline__ MgQOperands mg_q_operands(const MgArgs& a, int x_buf, int x_code,
+                                                     long long w_code, long long x_zero,
+                                                     long long has_bias, const MgQOut& out) {
+    MgQOperands p;
+    p.x = (const unsigned char*)a.bufs[x_buf];
+    p.w = (const unsigned char*)a.bufs[1 - x_buf];
+    p.xflip = x_code == MG_Q_UINT8 ? 0x80u : 0u;
+    p.wflip = w_code == MG_Q_UINT8 ? 0x80u : 0u;
+    p.zx = (int)x_zero - (p.xflip ? 128 : 0);
+    p.bias = has_bias ? (const int*)a.bufs[2] : nullptr;
+    p.y = a.bufs[has_bias ? 3 : 2];
+    p.out = out;
+    return p;
+}
+
+// a convolution's operands (conv2d's block, which the transposed convolution reads too)
+__device__ __forceinline__ MgQOperands mg_q_conv_operands(const MgArgs& a, int x_code) {
+    const long long* g = a.ints;
+    return mg_q_operands(a, 0, x_code, g[16], g[18], g[22], mg_q_out(g[17], g[19], g[20], g[21]));
+}
+
 // the window sums of output (b, o, oy, ox) of a convolution, its taps gathered a byte at a time
 __device__ __forceinline__ void mg_q_window(MgQSums& s, const unsigned char* xg,
                                             const unsigned char* wo, const long long* g,
@@ -188,15 +223,7 @@ __device__ void mg_qconv2d(const MgArgs& a, const float* m, const int* zw_of, in
     const long long* g = a.ints;
     const mg_q64 n = g[0], cin = g[1], h = g[2], wd = g[3], cout = g[4];
     const mg_q64 kh = g[5], kw = g[6], oh = g[7], ow = g[8], groups = g[15];
-    const unsigned xflip = x_code == MG_Q_UINT8 ? 0x80u : 0u;
-    const unsigned wflip = g[16] == MG_Q_UINT8 ? 0x80u : 0u;
-    const int zx = (int)g[18] - (xflip ? 128 : 0);  // zx', the shifted values' zero point
-    const MgQOut out = mg_q_out(g[17], g[19], g[20], g[21]);
-    const bool has_bias = g[22] != 0;
-    const unsigned char* x = (const unsigned char*)a.bufs[0];
-    const unsigned char* w = (const unsigned char*)a.bufs[1];
-    const int* bias = has_bias ? (const int*)a.bufs[2] : nullptr;
-    char* y = a.bufs[has_bias ? 3 : 2];
+    const MgQOperands p = mg_q_conv_operands(a, x_code);
     const mg_q64 cg = cin / groups, og = cout / groups, k = cg * kh * kw;
     const bool rows = h * wd * kh * kw == 1;  // every window is its channels' bytes in a row
     const mg_q64 total = n * cout * oh * ow;
@@ -204,11 +231,101 @@ __device__ void mg_qconv2d(const MgArgs& a, const float* m, const int* zw_of, in
          i += (mg_q64)gridDim.x * blockDim.x) {
         const mg_q64 ox = i % ow, oy = (i / ow) % oh, o = (i / (ow * oh)) % cout;
         const mg_q64 b = i / (ow * oh * cout);
-        const unsigned char* xg = x + (b * cin + (o / og) * cg) * h * wd;
+        const unsigned char* xg = p.x + (b * cin + (o / og) * cg) * h * wd;
         MgQSums s;
         mg_q_start(s);
-        if (rows) mg_q_rows(s, xg, w + o * k, k, xflip, wflip);
-        else mg_q_window(s, xg, w + o * k, g, oy, ox, xflip, wflip, (unsigned)zx & 0xFFu);
-        mg_q_epilogue(y, i, mg_q_finish(s, k, zx, zw_of[o]), bias, (int)o, m, out);
+        if (rows) mg_q_rows(s, xg, p.w + o * k, k, p.xflip, p.wflip);
+        else mg_q_window(s, xg, p.w + o * k, g, oy, ox, p.xflip, p.wflip,
+                         (unsigned)p.zx & 0xFFu);
+        mg_q_epilogue(p.y, i, mg_q_finish(s, k, p.zx, zw_of[o]), p.bias, (int)o, m, p.out);
+    }
+}
+
+// -- quantized_conv_transpose2d: the convolution's block (height and width the input's, out_h
+// and out_w the output's, output_padding in them). bufs: x (batch, channels, height, width),
+// w (channels, out_channels / groups, kernel_h, kernel_w), [bias], y. One thread per output.
+//
+// Design: a gather per output cell rather than the CPU's GEMM and col2im: each output reads the
+// input cells its taps reach (oy = iy * stride_h - pad_h + r * dilation_h, likewise across), so
+// one thread owns each sum: no atomics, no order to fix, and no workspace of int32 planes
+// (out_channels * kernel_h * kernel_w * height * width per image), on mg_qconv2d's sums and
+// epilogue. A tap that reaches no input cell is skipped, not fed the zero point, so an output
+// of a stride-2 up-sampling sums a quarter of the kernel; K counts the pairs summed. The sums
+// are exact and the bias and the rounding the epilogue's: the CPU's integers.
+
+// the input row (or column) that tap r of output cell o reads along one axis, or -1: none
+__device__ __forceinline__ mg_q64 mg_q_source(mg_q64 o, mg_q64 r, mg_q64 pad, mg_q64 stride,
+                                              mg_q64 dilation, mg_q64 size) {
+    const mg_q64 t = o + pad - r * dilation;
+    if (t < 0 || t % stride != 0) return -1;
+    return t / stride < size ? t / stride : -1;
+}
+
+__device__ void mg_qconv_transpose2d(const MgArgs& a, const float* m, const int* zw_of,
+                                     int x_code) {
+    const long long* g = a.ints;
+    const mg_q64 n = g[0], cin = g[1], h = g[2], wd = g[3], cout = g[4];
+    const mg_q64 kh = g[5], kw = g[6], oh = g[7], ow = g[8], groups = g[15];
+    const MgQOperands p = mg_q_conv_operands(a, x_code);
+    const mg_q64 cg = cin / groups, og = cout / groups, taps = kh * kw;
+    const mg_q64 total = n * cout * oh * ow;
+    for (mg_q64 i = (mg_q64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (mg_q64)gridDim.x * blockDim.x) {
+        const mg_q64 ox = i % ow, oy = (i / ow) % oh, o = (i / (ow * oh)) % cout;
+        const mg_q64 b = i / (ow * oh * cout), group = o / og;
+        const unsigned char* xg = p.x + (b * cin + group * cg) * h * wd;
+        // w[c, o % og] of the group's channels c: og * taps bytes apart
+        const unsigned char* wo = p.w + (group * cg * og + o % og) * taps;
+        MgQSums s;
+        mg_q_start(s);
+        mg_q64 reached = 0;
+        for (mg_q64 r = 0; r < kh; ++r) {
+            const mg_q64 iy = mg_q_source(oy, r, g[11], g[9], g[13], h);
+            if (iy < 0) continue;
+            for (mg_q64 q = 0; q < kw; ++q) {
+                const mg_q64 ix = mg_q_source(ox, q, g[12], g[10], g[14], wd);
+                if (ix < 0) continue;
+                ++reached;
+                for (mg_q64 c = 0; c < cg; ++c)
+                    mg_q_pair(s, mg_q_load(xg, (c * h + iy) * wd + ix, p.xflip),
+                              mg_q_load(wo, c * og * taps + r * kw + q, p.wflip));
+            }
+        }
+        mg_q_epilogue(p.y, i, mg_q_finish(s, reached * cg, p.zx, zw_of[o]), p.bias, (int)o, m,
+                      p.out);
+    }
+}
+
+// -- quantized_batch_matmul: a (batch or 1, rows, depth) @ b (batch or 1, depth, cols) --------
+// ints: the CPU's block (mgegraph/kernel_abi/quantized.py QBMM_FIELDS; a test compares):
+// [batch, rows, depth, cols, a_batched, b_batched, a_code, out_code, b_zero, out_zero, low,
+//  high, has_bias, threads]
+// bufs: a, b, [bias], y (batch, rows, cols). a plays the weight: its rows' multipliers and
+// shifted zero points are the rendered tables, as a convolution's output channels', and the
+// bias is per row; b is the activation, b_code from the entry (the kernel is dispatched by b's
+// dtype). One thread per output, grid-stride: neighbouring threads read neighbouring bytes of
+// b's row and share a's row. A one-column b is read a word at a time, as a linear layer's x.
+__device__ void mg_qbatch_matmul(const MgArgs& a, const float* m, const int* za_of,
+                                 int b_code) {
+    const long long* g = a.ints;
+    const mg_q64 batch = g[0], rows = g[1], depth = g[2], cols = g[3];
+    const mg_q64 a_batched = g[4] != 0, b_batched = g[5] != 0;
+    // b is the activation: x of the operands
+    const MgQOperands p = mg_q_operands(a, 1, b_code, g[6], g[8], g[12],
+                                        mg_q_out(g[7], g[9], g[10], g[11]));
+    const mg_q64 total = batch * rows * cols;
+    for (mg_q64 i = (mg_q64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (mg_q64)gridDim.x * blockDim.x) {
+        const mg_q64 col = i % cols, row = (i / cols) % rows, bi = i / (cols * rows);
+        const unsigned char* ar = p.w + (bi * a_batched * rows + row) * depth;
+        const unsigned char* bc = p.x + bi * b_batched * depth * cols + col;
+        MgQSums s;
+        mg_q_start(s);
+        if (cols == 1) mg_q_rows(s, bc, ar, depth, p.xflip, p.wflip);
+        else
+            for (mg_q64 t = 0; t < depth; ++t)
+                mg_q_pair(s, mg_q_load(bc, t * cols, p.xflip), mg_q_load(ar, t, p.wflip));
+        mg_q_epilogue(p.y, i, mg_q_finish(s, depth, p.zx, za_of[row]), p.bias, (int)row, m,
+                      p.out);
     }
 }

@@ -10,6 +10,19 @@ import numpy as np
 
 RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int32": (-(2 ** 31), 2 ** 31 - 1)}
 
+# The transposed convolutions every backend's kernels are checked on (the CPU's, CUDA's): x shape,
+# (out/groups, kh, kw), stride, padding, output_padding, dilation, groups
+CONV_TRANSPOSE_CASES = [
+    ((2, 5, 7, 6), (3, 3, 3), (1, 1), (0, 0), (0, 0), (1, 1), 1),
+    ((1, 4, 5, 5), (6, 3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 1),    # the U-Net's up-sampling
+    ((2, 3, 4, 6), (5, 2, 2), (2, 2), (0, 0), (0, 0), (1, 1), 1),    # k == stride: no overlap
+    ((1, 6, 5, 4), (2, 3, 2), (3, 2), (1, 0), (2, 1), (1, 1), 3),    # groups, stride 3
+    ((1, 7, 6, 5), (4, 3, 3), (2, 3), (2, 1), (1, 0), (2, 2), 1),    # dilation with stride
+    ((2, 4, 3, 3), (4, 5, 4), (1, 2), (3, 2), (0, 1), (1, 1), 2),    # padding past the kernel
+    ((1, 8, 9, 9), (8, 1, 1), (1, 1), (0, 0), (0, 0), (1, 1), 8),    # depthwise 1x1
+    ((1, 70, 2, 3), (9, 3, 3), (2, 2), (1, 1), (0, 1), (1, 1), 1),   # K 70, GEMM of 6 columns
+]
+
 
 def _per_channel(values, count: int) -> np.ndarray:
     values = np.asarray(values)

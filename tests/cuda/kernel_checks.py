@@ -109,6 +109,38 @@ def cuda_launch(family, node):
     return launch, kernel, kernel.steps(launch, types)
 
 
+def rendered_launch(family, node) -> tuple:
+    """(Launch, text, steps) of a node whose kernel the family renders per instruction
+    (a RenderedKernel: its tables baked into the text), as a plan would render it."""
+    from types import SimpleNamespace
+
+    from mgegraph.backend import KernelTable, kernel_name
+    from mgegraph.cuda.kernel import RenderedKernel
+    table = KernelTable("cuda")
+    family.implement(table)
+    impl = table.impl(node.op.name)
+    launch = impl.lower(node)
+    kernel = family.KERNELS[kernel_name(impl.kernel, impl.dispatch_dtype(node))]
+    assert isinstance(kernel, RenderedKernel)
+    types = tuple(v.type for v in node.inputs + node.outputs)
+    return (launch, *kernel.render(SimpleNamespace(ints=launch.ints, floats=launch.floats),
+                                   types))
+
+
+def emulate_rendered(family, node, arrays) -> np.ndarray:
+    """Output 0 of the node by its rendered CUDA kernel on the host (host_emu.h alone: such
+    kernels use no shared memory); the kernel must not report a failure."""
+    from host_emu import have_compiler, run_on_host
+    if not have_compiler():
+        pytest.skip("no g++ for the host emulation")
+    launch, text, steps = rendered_launch(family, node)
+    out = poisoned(node.outputs[0].shape, node.outputs[0].dtype)
+    word = run_on_host(text, steps, [np.ascontiguousarray(a) for a in arrays] + [out],
+                       launch.ints, launch.floats)
+    assert word == 0, f"the kernel reported a failure: (instruction, code) {decode(word)}"
+    return out
+
+
 def emulate(family, node, arrays, steps=None, fibers=True, status=False):
     """The node's outputs by its CUDA kernel, emulated on the host with the launch geometry of
     its steps (or of ``steps``, to reach another entry of the kernel): through fiber_emu.h, or

@@ -5,19 +5,24 @@ per-channel weights with nonzero zero points, K not a multiple of 4, bias, relu,
 saturation at both ends (of the output and of the int32 accumulator), strides, dilation,
 groups and depthwise, broadcasting adds; and a whole quantized plan at its planned offsets."""
 import re
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from host_emu import have_compiler, run_on_host
-from kernel_checks import ARCHS, cpu_result, emulate, nvrtc_compile, poisoned, ptx_of
+from kernel_checks import (
+    ARCHS,
+    cpu_result,
+    emulate,
+    emulate_rendered,
+    nvrtc_compile,
+    ptx_of,
+    rendered_launch,
+)
 from quant_reference import quantized_add, quantized_conv2d, quantized_linear
 
 import mgegraph as mg
-from mgegraph.backend import KernelTable, kernel_name, unregister_backend
+from mgegraph.backend import unregister_backend
 from mgegraph.cuda import CSRC
 from mgegraph.cuda.backend import CudaBackend
-from mgegraph.cuda.kernel import RenderedKernel
 from mgegraph.cuda.kernels import quantized as family
 from mgegraph.cuda.render import module
 from mgegraph.ir.quant import per_channel, per_tensor
@@ -42,32 +47,12 @@ def _node(op, arrays, quants, **attrs):
     return getattr(Q, op)(*xs, **attrs).node
 
 
-def _rendered(node) -> tuple:
-    """(launch, text, steps) of a conv or linear node's rendered kernel."""
-    table = KernelTable("cuda")
-    family.implement(table)
-    impl = table.impl(node.op.name)
-    launch = impl.lower(node)
-    kernel = family.KERNELS[kernel_name(impl.kernel, impl.dispatch_dtype(node))]
-    assert isinstance(kernel, RenderedKernel)
-    types = tuple(v.type for v in node.inputs + node.outputs)
-    return (launch, *kernel.render(SimpleNamespace(ints=launch.ints, floats=launch.floats),
-                                   types))
-
-
 def _emulated(node, arrays) -> np.ndarray:
     """The node's output by its CUDA kernel on the host: a rendered kernel's text (its tables
     baked in) or quantized.cu's add."""
     if node.op.name == "quantized_add":
         return emulate(family, node, arrays, fibers=False)[0]
-    if not have_compiler():
-        pytest.skip("no g++ for the host emulation")
-    launch, text, steps = _rendered(node)
-    out = poisoned(node.outputs[0].shape, node.outputs[0].dtype)
-    word = run_on_host(text, steps, [np.ascontiguousarray(a) for a in arrays] + [out],
-                       launch.ints, launch.floats)
-    assert word == 0
-    return out
+    return emulate_rendered(family, node, arrays)
 
 
 def _same(node, arrays, want, cpu=True) -> np.ndarray:
@@ -231,7 +216,7 @@ def test_equal_tables_share_a_kernel_and_different_ones_do_not():
     texts = []
     for out_scale in (0.4, 0.4, 0.5):
         node = _node("quantized_conv2d", arrays, quants, padding=1, out_scale=out_scale)
-        texts.append(_rendered(node)[1])
+        texts.append(rendered_launch(family, node)[1])
     assert texts[0] == texts[1] != texts[2]
 
 
@@ -260,7 +245,7 @@ def _rendered_module() -> str:
     texts = []
     for op, (arrays, quants) in (("quantized_conv2d", _conv_case(rng, np.uint8, np.int8)),
                                  ("quantized_linear", _linear_case(rng, np.int8, 13))):
-        texts.append(_rendered(_node(op, arrays, quants, out_scale=0.1))[1])
+        texts.append(rendered_launch(family, _node(op, arrays, quants, out_scale=0.1))[1])
     return module(texts)
 
 
