@@ -3,6 +3,7 @@ kernels (every window shape the literal loops take and the clamped windows aroun
 -0.0 and 0.0, NaN and infinities), split over threads, under the sanitizers too."""
 from __future__ import annotations
 
+import shutil
 import struct
 import sys
 from pathlib import Path
@@ -174,3 +175,23 @@ def test_generated_loops_run_clean_under_the_sanitizers(tmp_path):
     for threads, got in runs_of(tmp_path, plan, feeds, (1, 2), SANITIZE).items():
         for k, (w, c) in enumerate(zip(want, got)):
             assert same_bits(c, w), (k, threads)
+
+
+def test_poolings_and_generated_loops_agree_on_aarch64(tmp_path):
+    # the same sources cross-built, their loops vectorised for NEON, under qemu-user
+    cross, qemu = shutil.which("aarch64-linux-gnu-gcc"), shutil.which("qemu-aarch64")
+    if not (cross and qemu):
+        pytest.skip("needs aarch64-linux-gnu-gcc and qemu-aarch64 (apt-get install "
+                    "gcc-aarch64-linux-gnu qemu-user)")
+    for name, (plan, feeds) in {
+            "pool": (_pool_plan((1, 9, 11, 12)), {"x": tied_values((1, 9, 11, 12), 4)}),
+            "ew": _elementwise_plan((1, 2, 3, 8500))}.items():
+        exported = export_c(plan, tmp_path / name)
+        make(exported.directory, compiler=cross, cflags="-O3 -static")
+        done, arm = model_run(exported.directory, feeds, exported.input_names, runner=[qemu],
+                              options=["--threads", "2"])
+        assert done.returncode == 0, done.stderr
+        with np.errstate(all="ignore"):
+            want = plan.run(feeds)
+        for k, (w, c) in enumerate(zip(want, arm)):
+            assert same_bits(c, w), (name, k)
