@@ -225,7 +225,9 @@ def render(name: str, attrs: dict, input_shapes, dtype) -> tuple[str, list[int]]
     nbytes = in_bytes + out_bytes
     shape, steps_ = _collapsed(out_shape, [list(s) for s in strides])
     lines = _rows_function(name, dtype, in_dtypes, out_dtypes, shape, steps_, body)
-    lines += _entry_points(name, shape, sum(nbytes))
+    work = int(np.prod(out_shape, dtype=np.int64)) * sum(
+        TABLE.BY_NAME[op].flops if op in TABLE.BY_NAME else 1.0 for op, *_ in attrs["code"])
+    lines += _entry_points(name, shape, work >= PARALLEL_WORK)
     return "\n".join(lines) + _check(name, nbytes, in_dtypes + out_dtypes), nbytes
 
 
@@ -237,11 +239,12 @@ def render(name: str, attrs: dict, input_shapes, dtype) -> tuple[str, list[int]]
 # prove it, so the loop vectorises without a run-time overlap check (that fails in place). Each
 # element is the same expression as before at any width: no FP contraction (the Makefile), no
 # reassociation. A run of rows (an outer index, and a chunk of the innermost loop where it is
-# long) is a unit of mgr_parallel_for, above PARALLEL_BYTES moved (lowering/parallel.py's grain:
-# a second thread pays from about 1-2 MB on the 2-core AMD EPYC the executor's were measured
-# on); each function is compiled for the baseline and for AVX2 (the driver picks).
+# long) is a unit of mgr_parallel_for above PARALLEL_WORK (elements x the table's flops per
+# element of each step, one per other step): the fused kernel's threshold where idle threads
+# sleep (_kernels/lowering/fused.py, measured on the 2-core AMD EPYC), as the C runtime's do;
+# each function is compiled for the baseline and for AVX2 (the driver picks).
 CHUNK = 4096  # elements of a unit cut from an innermost loop of more than 2 CHUNKs
-PARALLEL_BYTES = 2 << 20
+PARALLEL_WORK = 2_500_000
 
 DRIVER = """\
 /* the generated loops' driver: rows [0, n) of a loop nest by mgr_parallel_for where the loop
@@ -348,7 +351,7 @@ def _rows_function(name, dtype, in_dtypes, out_dtypes, shape, steps_, body) -> l
     return lines
 
 
-def _entry_points(name, shape, moved: int) -> list[str]:
+def _entry_points(name, shape, parallel: bool) -> list[str]:
     """``mgr_<name>``: its rows through the driver, built for the baseline and for AVX2."""
     rows = _units(shape)[0]
     part = ("(void* job, int64_t lo, int64_t hi) {\n"
@@ -361,7 +364,7 @@ def _entry_points(name, shape, moved: int) -> list[str]:
             f"#define {name}_avx2 NULL",
             "#endif",
             f"static int mgr_{name}(const mgr_call* call) {{",
-            f"    return mgr_ew_run(call->bufs, {rows}, {int(moved >= PARALLEL_BYTES)}, "
+            f"    return mgr_ew_run(call->bufs, {rows}, {int(parallel)}, "
             f"{name}_base, {name}_avx2);",
             "}", ""]
 

@@ -71,7 +71,8 @@ def _pool_plan(shape):
     return plan
 
 
-@pytest.mark.parametrize("shape", [(2, 9, 16, 20), (1, 3, 13, 17)], ids=["even", "odd"])
+@pytest.mark.parametrize("shape", [(2, 9, 16, 20), (1, 3, 13, 17), (2, 4, 256, 260)],
+                         ids=["even", "odd", "threaded"])  # (2 MiB moved: split among threads)
 def test_float_poolings_are_bitwise_on_any_thread_count(tmp_path, shape):
     # 18 planes: the global average's 8-plane chains and the planes after them; rows wide
     # enough for the vector loops' bodies and their tails
@@ -153,7 +154,7 @@ def _elementwise_plan(shape):
         "t": rng.standard_normal(shape[:2] + shape[:1:-1], dtype=np.float32)}
 
 
-@pytest.mark.parametrize("shape", [(2, 3, 4, 9001), (2, 5, 7, 9)], ids=["long-rows", "short"])
+@pytest.mark.parametrize("shape", [(2, 3, 8, 9001), (2, 5, 7, 9)], ids=["long-rows", "short"])
 def test_generated_loops_are_bitwise_on_any_thread_count(tmp_path, shape):
     cc()
     plan, feeds = _elementwise_plan(shape)
@@ -165,6 +166,8 @@ def test_generated_loops_are_bitwise_on_any_thread_count(tmp_path, shape):
     for threads, got in runs_of(tmp_path, plan, feeds).items():
         for k, (w, c) in enumerate(zip(want, got)):
             assert same_bits(c, w), (k, threads)
+    source = (tmp_path / "out" / "model_kernels.c").read_text()
+    assert (", 1, fused_" in source) == (shape[-1] > 9000)  # some loops split among threads
 
 
 def test_generated_loops_run_clean_under_the_sanitizers(tmp_path):

@@ -221,6 +221,8 @@ __attribute__((target("avx2"))) static void planes_avx2(void* ctx, int64_t lo, i
 }
 #endif
 
+#define MGR_POOL_PARALLEL_FLOATS ((int64_t)1 << 19) /* 2 MiB moved */
+
 int mgr_pool2d_f32(const mgr_call* call) {
     pool_run k = {{0}, (const float*)call->bufs[0], (float*)call->bufs[1]};
     for (int f = 0; f < FIELDS; f++) k.s[f] = call->ints[f];
@@ -230,7 +232,11 @@ int mgr_pool2d_f32(const mgr_call* call) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2")) part = planes_avx2;
 #endif
-    mgr_parallel_for(k.s[PLANES], part, &k);
+    /* threads only where they pay for waking (parallel.pyx's grain: 1 MiB a thread) */
+    if ((k.s[H] * k.s[W] + k.s[OH] * k.s[OW]) * k.s[PLANES] >= MGR_POOL_PARALLEL_FLOATS)
+        mgr_parallel_for(k.s[PLANES], part, &k);
+    else if (k.s[PLANES] > 0)
+        part(&k, 0, k.s[PLANES]);
     return MGR_KERNEL_OK;
 }
 
