@@ -192,9 +192,9 @@ def shared_library(directory: Path, defines=()) -> Path:
     for source in sources:
         objects.append(source.replace("/", "_")[:-2] + ".pic.o")
         contract = "-ffp-contract=fast" if source in CONTRACTED else "-ffp-contract=off"
-        subprocess.run(["cc", "-O3", "-std=gnu11", contract, "-fno-math-errno", "-pthread",
-                        *defines, "-fPIC", "-I", ".", "-I", "kernels", "-c", source, "-o",
-                        objects[-1]],
+        subprocess.run(["cc", "-O3", "-std=gnu11", contract, "-fno-math-errno",
+                        "-fno-trapping-math", "-pthread", *defines, "-fPIC", "-I", ".", "-I",
+                        "kernels", "-c", source, "-o", objects[-1]],
                        cwd=directory, check=True, capture_output=True, timeout=600)
     subprocess.run(["cc", "-shared", "-o", "libmgr_model.so", *objects, "-lm", "-pthread"],
                    cwd=directory, check=True, capture_output=True, timeout=600)

@@ -36,12 +36,15 @@ FIELDS_PACKED = conv_prepack.FIELDS.index("packed")
 
 BLOB_NAME = "model.mgr"
 # -ffp-contract=off: the fused loops round each step as the fused kernels do (build_flags.py).
+# -fno-trapping-math, as the package's kernels are built: selects of float compares (relu, the
+# clamps of exp) if-converted, so the generated loops vectorise; no value changes by it.
 # MGR_FLAGS, not CFLAGS: a `make CFLAGS=...` on the command line replaces CFLAGS whole
 MAKEFILE = """\
 # Build the exported model's runtime: `make` (or `make CC=aarch64-linux-gnu-gcc` for 64-bit ARM).
 CC ?= cc
 CFLAGS ?= -O3
-MGR_FLAGS = -std=gnu11 -ffp-contract=off -fno-math-errno -pthread -I. -Ikernels
+MGR_FLAGS = -std=gnu11 -ffp-contract=off -fno-math-errno -fno-trapping-math -pthread \\
+    -I. -Ikernels
 SOURCES = mgr_runtime.c mgr_threads.c model_kernels.c {kernels}
 OBJECTS = $(SOURCES:.c=.o)
 
@@ -251,7 +254,7 @@ def _tables(plan: Plan, input_names, output_names) -> tuple[Blob, dict[str, str]
             tuple(ints), tuple(floats)))
     if generated:
         generated[""] = "\n".join(
-            [f'#include "{fused_c.SHARED_HEADER}"', ""]
+            [f'#include "{fused_c.SHARED_HEADER}"', "", fused_c.DRIVER]
             + [line for dtype, ops in ew_ops.values()
                for line in fused_c.ew_functions(ops, dtype)]
             + [""])

@@ -208,46 +208,165 @@ def render(name: str, attrs: dict, input_shapes, dtype) -> tuple[str, list[int]]
     """The C source of kernel ``name`` (``mgr_<name>`` and its check) for the fused program of
     ``attrs`` over inputs of ``input_shapes``, and the bytes of each buffer it reads and writes
     (inputs, then outputs), which its check requires. It calls ``ew_functions`` of
-    ``table_ops(attrs["code"], dtype)``, which the including file defines once for all its
-    loops."""
+    ``table_ops(attrs["code"], dtype)`` and the driver ``DRIVER``, which the including file
+    defines once for all its loops."""
     dtype = np.dtype(dtype)
-    ctype = C_TYPES[dtype][0]
     out_shape = tuple(attrs["shape"]) or (1,)
-    n_in = len(input_shapes)
     strides = attrs.get("strides") or [_strides(s, out_shape) for s in input_shapes]
-    ndim = len(out_shape)
     in_dtypes, out_dtypes = Program(list(input_shapes), out_shape, dtype,
                                     list(attrs["code"])).buffer_dtypes()
     out_dtype = np.dtype(attrs.get("out_dtype", dtype))
     if out_dtype != dtype:
         out_dtypes = [out_dtype]
-    c_type = lambda dt: "T" if dt == dtype else C_TYPES[dt][0]  # noqa: E731
-    lines = [f"static int mgr_{name}(const mgr_call* call) {{", f"    typedef {ctype} T;"]
-    lines += [f"    const {c_type(dt)}* in{i} = (const {c_type(dt)}*)call->bufs[{i}];"
-              for i, dt in enumerate(in_dtypes)]
-    lines += [f"    {c_type(dt)}* out{k} = ({c_type(dt)}*)call->bufs[{n_in + k}];"
-              for k, dt in enumerate(out_dtypes)]
-    lines.append("    int64_t e = 0;")
-    indent = "    "
-    for d in range(ndim):  # each input's offset at this level of the nest: p<input>_<level>
-        lines.append(f"{indent}for (int64_t i{d} = 0; i{d} < {out_shape[d]}; i{d}++) {{")
-        indent += "    "
-        for i in range(n_in):
-            base = f"p{i}_{d - 1} + " if d else ""
-            lines.append(f"{indent}int64_t p{i}_{d} = {base}i{d} * {strides[i][d]};")
-    lines += [f"{indent}int64_t o{i} = p{i}_{ndim - 1};" for i in range(n_in)]
     body = _body(attrs["code"], attrs.get("constants", ()), dtype, out_dtype)
-    lines += [indent + line for line in body]
-    lines.append(f"{indent}e++;")
-    for _ in range(ndim):
-        indent = indent[:-4]
-        lines.append(f"{indent}}}")
-    lines += ["    (void)e;", "    return MGR_KERNEL_OK;", "}", ""]
     in_bytes = [int(np.prod(s, dtype=np.int64)) * dt.itemsize
                 for s, dt in zip(input_shapes, in_dtypes)]
     out_bytes = [int(np.prod(out_shape, dtype=np.int64)) * dt.itemsize for dt in out_dtypes]
     nbytes = in_bytes + out_bytes
+    shape, steps_ = _collapsed(out_shape, [list(s) for s in strides])
+    lines = _rows_function(name, dtype, in_dtypes, out_dtypes, shape, steps_, body)
+    work = int(np.prod(out_shape, dtype=np.int64)) * sum(
+        TABLE.BY_NAME[op].flops if op in TABLE.BY_NAME else 1.0 for op, *_ in attrs["code"])
+    lines += _entry_points(name, shape, work >= PARALLEL_WORK)
     return "\n".join(lines) + _check(name, nbytes, in_dtypes + out_dtypes), nbytes
+
+
+# -- the loop nest, vectorisable and split over threads ----------------------------------------
+# Design: the nest's dims merge where every input steps through them as one, so the innermost
+# loop is as long as the layout allows (a contiguous tensor and its broadcast bias rows: one
+# loop over each plane); its iterations are independent (an output never overlaps an input
+# except as the same elements, in place), which `ivdep` tells the compiler where it cannot
+# prove it, so the loop vectorises without a run-time overlap check (that fails in place). Each
+# element is the same expression as before at any width: no FP contraction (the Makefile), no
+# reassociation. A run of rows (an outer index, and a chunk of the innermost loop where it is
+# long) is a unit of mgr_parallel_for above PARALLEL_WORK (elements x the table's flops per
+# element of each step, one per other step): the fused kernel's threshold where idle threads
+# sleep (_kernels/lowering/fused.py, measured on the 2-core AMD EPYC), as the C runtime's do;
+# each function is compiled for the baseline and for AVX2 (the driver picks).
+CHUNK = 4096  # elements of a unit cut from an innermost loop of more than 2 CHUNKs
+PARALLEL_WORK = 2_500_000
+
+DRIVER = """\
+/* the generated loops' driver: rows [0, n) of a loop nest by mgr_parallel_for where the loop
+ * moves enough bytes to pay for waking threads, else in this thread; the AVX2 build of its rows
+ * where the CPU runs it; a row's nonzero status is the kernel's */
+typedef struct {
+    char** bufs;
+    int status;
+} mgr_ew_job;
+
+static void mgr_ew_failed(mgr_ew_job* job, int status) {
+    if (status) __atomic_store_n(&job->status, status, __ATOMIC_RELAXED);
+}
+
+static int mgr_ew_run(char** bufs, int64_t rows, int parallel, mgr_part_fn base,
+                      mgr_part_fn avx2) {
+    mgr_ew_job job = {bufs, 0};
+    mgr_part_fn part = base;
+#if defined(__GNUC__) && defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2")) part = avx2;
+#else
+    (void)avx2;
+#endif
+    if (parallel) mgr_parallel_for(rows, part, &job);
+    else if (rows > 0) part(&job, 0, rows);
+    return job.status;
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#define MGR_EW_IVDEP _Pragma("GCC ivdep")
+#elif defined(__clang__)
+#define MGR_EW_IVDEP _Pragma("clang loop vectorize(assume_safety)")
+#else
+#define MGR_EW_IVDEP
+#endif
+"""
+
+
+def _collapsed(shape, strides) -> tuple[tuple[int, ...], list[list[int]]]:
+    """The loop nest over ``shape`` with each input's element ``strides``, its dims of one
+    dropped and each dim merged into the one before where every input steps through the two as
+    one (the outer's stride the inner's times its size): the same elements in the same order."""
+    dims = [(n, [s[d] for s in strides]) for d, n in enumerate(shape) if n != 1] or \
+        [(1, [0] * len(strides))]
+    merged = [dims[0]]
+    for n, inner in dims[1:]:
+        size, outer = merged[-1]
+        if all(a == b * n for a, b in zip(outer, inner)):
+            merged[-1] = (size * n, inner)
+        else:
+            merged.append((n, inner))
+    return tuple(n for n, _ in merged), [[s[i] for _, s in merged] for i in range(len(strides))]
+
+
+def _units(shape) -> tuple[int, int, int]:
+    """(rows: the nest's units, chunks: of the innermost loop per outer index, its length)"""
+    inner = shape[-1]
+    chunks = -(-inner // CHUNK) if inner > 2 * CHUNK else 1
+    return int(np.prod(shape[:-1], dtype=np.int64)) * chunks, chunks, inner
+
+
+def _offset(base: str, stride: int) -> str:
+    return base if stride == 0 else f"{base} + j" if stride == 1 else f"{base} + j * {stride}"
+
+
+def _rows_function(name, dtype, in_dtypes, out_dtypes, shape, steps_, body) -> list[str]:
+    """``<name>_rows(bufs, lo, hi)``: the units [lo, hi) of the nest, inlined into each build."""
+    ctype = C_TYPES[dtype][0]
+    c_type = lambda dt: "T" if dt == dtype else C_TYPES[dt][0]  # noqa: E731
+    rows, chunks, inner = _units(shape)
+    lines = [f"static inline __attribute__((always_inline)) int {name}_rows(char** bufs, "
+             "int64_t lo, int64_t hi) {", f"    typedef {ctype} T;"]
+    lines += [f"    const {c_type(dt)}* in{i} = (const {c_type(dt)}*)bufs[{i}];"
+              for i, dt in enumerate(in_dtypes)]
+    lines += [f"    {c_type(dt)}* out{k} = ({c_type(dt)}*)bufs[{len(in_dtypes) + k}];"
+              for k, dt in enumerate(out_dtypes)]
+    lines.append("    for (int64_t r = lo; r < hi; r++) {")
+    if chunks > 1:  # unit r: chunk r % chunks of outer index r / chunks
+        lines += [f"        int64_t row = r / {chunks}, j0 = r % {chunks} * {CHUNK};",
+                  f"        int64_t j1 = j0 + {CHUNK} < {inner} ? j0 + {CHUNK} : {inner};"]
+    else:
+        lines += [f"        int64_t row = r, j0 = 0, j1 = {inner};"]
+    lines.append("        int64_t rest = row;")
+    index = []  # the outer dims' indices, innermost first taken from rest
+    for d in range(len(shape) - 2, -1, -1):
+        last = d == 0
+        lines.append(f"        int64_t i{d} = rest{'' if last else f' % {shape[d]}'};")
+        if not last:
+            lines.append(f"        rest /= {shape[d]};")
+        index.append(d)
+    lines.append("        (void)rest;")
+    for i, s in enumerate(steps_):
+        terms = [f"i{d} * {s[d]}" for d in sorted(index) if s[d]]
+        lines.append(f"        int64_t b{i} = {' + '.join(terms) or '0'};")
+    lines += [f"        int64_t e0 = row * {inner};",
+              "        MGR_EW_IVDEP",
+              "        for (int64_t j = j0; j < j1; j++) {",
+              "            int64_t e = e0 + j;"]
+    lines += [f"            int64_t o{i} = {_offset(f'b{i}', s[-1])};"
+              for i, s in enumerate(steps_)]
+    lines += ["            " + line for line in body]
+    lines += ["        }", "    }", "    return MGR_KERNEL_OK;", "}", ""]
+    return lines
+
+
+def _entry_points(name, shape, parallel: bool) -> list[str]:
+    """``mgr_<name>``: its rows through the driver, built for the baseline and for AVX2."""
+    rows = _units(shape)[0]
+    part = ("(void* job, int64_t lo, int64_t hi) {\n"
+            f"    mgr_ew_failed((mgr_ew_job*)job, {name}_rows(((mgr_ew_job*)job)->bufs, lo, hi));"
+            "\n}")
+    return [f"static void {name}_base{part}",
+            "#if defined(__GNUC__) && defined(__x86_64__)",
+            f'__attribute__((target("avx2"))) static void {name}_avx2{part}',
+            "#else",
+            f"#define {name}_avx2 NULL",
+            "#endif",
+            f"static int mgr_{name}(const mgr_call* call) {{",
+            f"    return mgr_ew_run(call->bufs, {rows}, {int(parallel)}, "
+            f"{name}_base, {name}_avx2);",
+            "}", ""]
 
 
 def _check(name: str, nbytes: list[int], dtypes) -> str:

@@ -20,7 +20,8 @@ from .errors import ExportError
 from .kernels import CONTRACTED
 
 # same as the Makefile's: the loops round each step as the fused kernels do
-BASE_FLAGS = ("-std=gnu11", "-ffp-contract=off", "-fno-math-errno", "-pthread", "-fPIC")
+BASE_FLAGS = ("-std=gnu11", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math",
+              "-pthread", "-fPIC")
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,7 @@ static void conv_mul_add(void* ctx, int64_t lo, int64_t hi) { MGR_CONV_BODY(MGR_
 
 int mgr_conv2d_f32(const mgr_call* call) {
     int status = mgr_conv2d_winograd(call);
+    if (status == MGR_KERNEL_UNSUPPORTED) status = mgr_conv2d_pointwise(call);
     if (status == MGR_KERNEL_UNSUPPORTED) status = mgr_conv2d_tiles(call);
     if (status != MGR_KERNEL_UNSUPPORTED) return status;
     mgr_part_fn body = conv_fma;

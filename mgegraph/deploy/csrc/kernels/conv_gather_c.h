@@ -52,7 +52,8 @@ typedef struct {
     int act;
     int64_t nc, no, cin, cout, pack, kdim, taps; /* nc, no: channels per group */
     int64_t plane, wp, sh, sw, ow, ncols, ncells;  /* ncols: one image's output cells */
-    int64_t ldy, nblocks, nchunks, ntiles, ogroups;
+    int64_t ldy, nblocks, nchunks, ntiles, ogroups, chunk_tiles; /* the most tiles a chunk has */
+    int panels; /* planes holds a tile's cells' channels together: mgr_conv2d_pointwise's */
     ptrdiff_t offs[MGR_CONV_MAX_TAPS];
     int failed; /* a part found no memory for its slot */
 } mgr_conv_tiles;
@@ -96,8 +97,9 @@ static void mgr_conv_item(const mgr_conv_tiles* c, int64_t item, float* res) {
                 int64_t cell = first + i * pix + p < c->ncells ? first + i * pix + p
                                                                : c->ncells - 1;
                 int64_t q = cell % c->ncols;
-                px[p] = planes + cell / c->ncols * c->cin * c->plane +
-                        q / c->ow * c->sh * c->wp + q % c->ow * c->sw;
+                px[p] = c->panels ? planes + cell / pix * c->cin * pix + cell % pix
+                                  : planes + cell / c->ncols * c->cin * c->plane +
+                                        q / c->ow * c->sh * c->wp + q % c->ow * c->sw;
             }
             c->t.fn(px, c->plane, c->offs, c->taps, c->nc, wo, c->pack,
                     res + i * pix * c->ldy + o * ch, c->ldy, 0);
@@ -116,7 +118,7 @@ static void mgr_conv_item(const mgr_conv_tiles* c, int64_t item, float* res) {
 /* parts of the work items, each with its own slot for a chunk's results */
 static void mgr_conv_items(void* ctx, int64_t lo, int64_t hi) {
     mgr_conv_tiles* c = (mgr_conv_tiles*)ctx;
-    float* res = (float*)malloc((size_t)(MGR_CHUNK_TILES * c->t.pix * c->ldy) * sizeof(float));
+    float* res = (float*)malloc((size_t)(c->chunk_tiles * c->t.pix * c->ldy) * sizeof(float));
     if (!res) {
         __atomic_store_n(&c->failed, 1, __ATOMIC_RELAXED);
         return;
@@ -235,6 +237,7 @@ static int mgr_conv_tiles_of(const int64_t* s, mgr_conv_tiles* c) {
     c->ldy = c->nblocks * c->t.ch;
     c->ntiles = (c->ncells + c->t.pix - 1) / c->t.pix;
     c->nchunks = (c->ntiles + MGR_CHUNK_TILES - 1) / MGR_CHUNK_TILES;
+    c->chunk_tiles = MGR_CHUNK_TILES;
     /* a few items per thread; a group's weights in L2 where the next chunk reads them again */
     int64_t units = s[GROUPS] * c->nchunks, wanted = (MGR_MIN_ITEMS + units - 1) / units;
     int64_t bytes = c->kdim * c->ldy * (int64_t)sizeof(float);
@@ -282,6 +285,79 @@ static int mgr_conv2d_tiles(const mgr_call* call) {
     mgr_parallel_for(s[GROUPS] * c.ogroups * c.nchunks, mgr_conv_items, &c);
     free(padded);
     free(packed);
+    return c.failed ? MGR_KERNEL_OUT_OF_MEMORY : MGR_KERNEL_OK;
+}
+
+/* ---- 1x1 convolutions, unpadded, on packed weights: their cells packed into panels -------------
+ * A gather tile broadcasts each of its cells' values, channel after channel: on NCHW planes
+ * every channel's few cells sit on a cache line of their own (at a stride, half used or less),
+ * so a tile over 256 channels touches 256 lines, besides its weights, and L1 holds no more. The
+ * executor's GEMM packs its A panel (im2col's rows, at a stride) into contiguous memory
+ * instead. Here each tile's PIX cells are copied once, channel by channel, into a panel
+ * (panels[tile][c][PIX]) the tiles read as a stream, at a channel stride of PIX: each output
+ * the same sum in the same order (one tap: the input channels from zero), bitwise the walk
+ * over the planes (which a build with -DMGR_NO_PANELS runs: the tests' reference). */
+typedef struct {
+    const float* x;
+    float* panels;
+    int64_t pix, cin, plane, ncols, ncells, ow, w, sh, sw;
+} mgr_conv_panel_pack;
+
+/* parts of [0, tiles): panel t holds cells t * pix .. (the last one's cells only) */
+static void mgr_conv_panel_part(void* ctx, int64_t lo, int64_t hi) {
+    const mgr_conv_panel_pack* k = (const mgr_conv_panel_pack*)ctx;
+    int64_t from[CONV_PIX_MAX];
+    for (int64_t t = lo; t < hi; t++) {
+        int64_t n = k->ncells - t * k->pix < k->pix ? k->ncells - t * k->pix : k->pix;
+        float* panel = k->panels + t * k->cin * k->pix;
+        for (int64_t p = 0; p < n; p++) {
+            int64_t cell = t * k->pix + p, q = cell % k->ncols;
+            from[p] = cell / k->ncols * k->cin * k->plane + q / k->ow * k->sh * k->w +
+                      q % k->ow * k->sw;
+        }
+        for (int64_t c = 0; c < k->cin; c++, panel += k->pix)
+            for (int64_t p = 0; p < n; p++) panel[p] = k->x[from[p] + c * k->plane];
+    }
+}
+
+/* Chunks of as many panels as MGR_PANEL_CHUNK_BYTES hold (L2), so that each block of weights
+ * is read once per chunk: a layer of few cells and many weights (ResNet's last skip, 49 cells
+ * by 256 x 512 weights) reads them once; the channel block groups as mgr_conv_tiles_of's */
+#define MGR_PANEL_CHUNK_BYTES (256 * 1024)
+static void mgr_conv_panel_chunks(mgr_conv_tiles* c) {
+    int64_t per = MGR_PANEL_CHUNK_BYTES / (c->cin * c->t.pix * (int64_t)sizeof(float));
+    c->chunk_tiles = per > MGR_CHUNK_TILES ? per : MGR_CHUNK_TILES;
+    c->nchunks = (c->ntiles + c->chunk_tiles - 1) / c->chunk_tiles;
+    c->ogroups = mgr_even_groups(c->nblocks, (MGR_MIN_ITEMS + c->nchunks - 1) / c->nchunks);
+}
+
+/* conv2d_f32 of a 1x1 kernel, unpadded, one group, on packed weights, on the tiles over panels
+ * of its cells: MGR_KERNEL_UNSUPPORTED for any other block, or where the tiles do not run it */
+static int mgr_conv2d_pointwise(const mgr_call* call) {
+    const int64_t* s = call->ints;
+    mgr_conv_tiles c;
+    int64_t panels_n;
+#ifdef MGR_NO_PANELS
+    return MGR_KERNEL_UNSUPPORTED;
+#endif
+    if (s[KH] != 1 || s[KW] != 1 || s[PH] || s[PW] || s[GROUPS] != 1 || !s[PACKED] ||
+        !mgr_conv_tiles_of(s, &c) || !mgr_muladd(0, c.ntiles, c.t.pix, &panels_n) ||
+        !mgr_muladd(0, panels_n, s[CIN], &panels_n))
+        return MGR_KERNEL_UNSUPPORTED;
+    mgr_conv_panel_pack k = {(const float*)call->bufs[0], NULL, c.t.pix, s[CIN], s[H] * s[W],
+                             c.ncols, c.ncells, s[OW], s[W], s[SH], s[SW]};
+    k.panels = (float*)malloc((size_t)panels_n * sizeof(float));
+    if (!k.panels) return MGR_KERNEL_OUT_OF_MEMORY;
+    mgr_parallel_for(c.ntiles, mgr_conv_panel_part, &k);
+    c.planes = k.panels;
+    c.plane = c.t.pix; /* the tiles' channel stride */
+    mgr_conv_panel_chunks(&c);
+    c.panels = 1;
+    c.w = (const float*)call->bufs[1];
+    c.bias = s[HAS_BIAS] ? (const float*)call->bufs[2] : NULL;
+    c.y = (float*)call->bufs[s[HAS_BIAS] ? 3 : 2];
+    mgr_parallel_for(c.ogroups * c.nchunks, mgr_conv_items, &c);
+    free(k.panels);
     return c.failed ? MGR_KERNEL_OUT_OF_MEMORY : MGR_KERNEL_OK;
 }
 

@@ -58,41 +58,185 @@ static void as_sliding(int64_t* s) {
     s[DH] = s[DW] = 1;
 }
 
-int mgr_pool2d_f32(const mgr_call* call) {
-    const int64_t* s = call->ints;
-    const float* x = (const float*)call->bufs[0];
-    float* y = (float*)call->bufs[1];
-    int64_t mode = s[MODE];
-    int is_max = mode == P_MAX || mode == P_ADAPTIVE_MAX;
-    int64_t dh = mode >= P_ADAPTIVE_MAX ? 1 : s[DH], dw = mode >= P_ADAPTIVE_MAX ? 1 : s[DW];
-    for (int64_t p = 0; p < s[PLANES]; p++, x += s[H] * s[W])
-        for (int64_t oy = 0; oy < s[OH]; oy++) {
-            span r = window(s, 0, oy);
-            for (int64_t ox = 0; ox < s[OW]; ox++) {
-                span c = window(s, 1, ox);
-                /* a window wholly in the padding reads nothing, and its lo may lie far past the
-                 * image (the fuzzer's find): no pointer is made of it */
-                const float* cell = r.n > 0 && c.n > 0 ? x + r.lo * s[W] + c.lo : x;
-                if (is_max) {
-                    float m = -INFINITY;
-                    int nan = 0;
-                    for (int64_t i = 0; i < r.n; i++)
-                        for (int64_t j = 0; j < c.n; j++) {
-                            float v = cell[i * dh * s[W] + j * dw];
-                            m = v > m ? v : m;
-                            nan |= v != v;
-                        }
-                    *y++ = nan ? NAN : m;
-                } else {
-                    double acc = 0;
-                    for (int64_t i = 0; i < r.n; i++)
-                        for (int64_t j = 0; j < c.n; j++) acc += cell[i * dh * s[W] + j * dw];
-                    double div = mode == P_AVG_INCLUDE ? (double)(r.padded * c.padded)
-                                                       : (double)(r.n * c.n);
-                    *y++ = (float)(acc / div);
-                }
-            }
+/* ---- pool2d_f32's forward: pool.pyx's row kernels, split over planes ---------------------
+ * Each output row's interior columns (windows wholly inside the image, undilated, not
+ * adaptive) run as one loop over windows, with literal loops for the common windows (2x2 and
+ * 3x3 at stride 2: max_2x2, max_3x3_s2) that the compiler vectorises across windows; the
+ * border columns, and windows of rows a hostile block puts wholly in the padding, take
+ * pool_cell's clamped window. Each window computes exactly the scalar loop's value: a max folds
+ * its cells in row-major order with `v > m ? v : m` (first of equal maxima kept) with NaN
+ * flagged beside it (max4 and max3 are that fold, regrouped where it is associative); an
+ * average sums its cells row-major in double. So any vector width gives the same bits. A
+ * global average (one window a plane) sums 8 planes at once (global_sums: 8 chains of adds).
+ * The passes are compiled for the baseline and for AVX2 (their always-inline bodies take each
+ * entry point's target; the widest this CPU runs is picked), aarch64's baseline being NEON.
+ * Planes are split over threads in contiguous runs (mgr_parallel_for): the same bits on any
+ * thread count. */
+#define POOL_INLINE static inline __attribute__((always_inline))
+
+/* the first-hit fold of window_max, of 2, 3 and 4 cells (NaNs flagged by the caller) */
+POOL_INLINE float max2(float a, float b) { return b > a ? b : a; }
+POOL_INLINE float max3(float a, float b, float c) { return max2(max2(a, b), c); }
+POOL_INLINE int nan3(float a, float b, float c) { return (a != a) | (b != b) | (c != c); }
+
+/* cells nr rows of w floats apart by nc columns cs apart, clamping done */
+POOL_INLINE float window_max(const float* x, int64_t w, int64_t cs, int64_t nr, int64_t nc) {
+    float m = -INFINITY;
+    int nan = 0;
+    for (int64_t i = 0; i < nr; i++)
+        for (int64_t j = 0; j < nc; j++) {
+            float v = x[i * w + j * cs];
+            m = v > m ? v : m;
+            nan |= v != v;
         }
+    return nan ? NAN : m;
+}
+
+POOL_INLINE double window_sum(const float* x, int64_t w, int64_t cs, int64_t nr, int64_t nc) {
+    double acc = 0;
+    for (int64_t i = 0; i < nr; i++)
+        for (int64_t j = 0; j < nc; j++) acc += x[i * w + j * cs];
+    return acc;
+}
+
+/* n windows of 2x2 cells, 2 columns apart: rows x and x + w */
+POOL_INLINE void max_2x2(const float* restrict x, int64_t w, float* restrict y, int64_t n) {
+    const float* restrict x1 = x + w;
+    for (int64_t o = 0; o < n; o++) {
+        float a = x[2 * o], b = x[2 * o + 1], c = x1[2 * o], d = x1[2 * o + 1];
+        float m = max2(max2(a, b), max2(c, d));
+        y[o] = (a != a) | (b != b) | (c != c) | (d != d) ? NAN : m;
+    }
+}
+
+/* n windows of 3x3 cells, 2 columns apart */
+POOL_INLINE void max_3x3_s2(const float* restrict x, int64_t w, float* restrict y, int64_t n) {
+    const float* restrict x1 = x + w;
+    const float* restrict x2 = x + 2 * w;
+    for (int64_t o = 0; o < n; o++) {
+        float m = max2(max2(max3(x[2 * o], x[2 * o + 1], x[2 * o + 2]),
+                            max3(x1[2 * o], x1[2 * o + 1], x1[2 * o + 2])),
+                       max3(x2[2 * o], x2[2 * o + 1], x2[2 * o + 2]));
+        int nan = nan3(x[2 * o], x[2 * o + 1], x[2 * o + 2]) |
+                  nan3(x1[2 * o], x1[2 * o + 1], x1[2 * o + 2]) |
+                  nan3(x2[2 * o], x2[2 * o + 1], x2[2 * o + 2]);
+        y[o] = nan ? NAN : m;
+    }
+}
+
+/* n windows of nr x nc cells, `stride` columns apart (an average's divisor div) */
+POOL_INLINE void row_windows(int is_max, const float* x, float* restrict y, int64_t w, int64_t n,
+                             int64_t nr, int64_t nc, int64_t stride, double div) {
+    for (int64_t o = 0; o < n; o++)
+        y[o] = is_max ? window_max(x + o * stride, w, 1, nr, nc)
+                      : (float)(window_sum(x + o * stride, w, 1, nr, nc) / div);
+}
+
+/* literal window shapes, so that each call compiles to its own loop (pool.pyx's row_interior).
+ * Across windows the compiler may put a cell before the sum it adds to (the add commutes): a
+ * NaN's payload may then differ (the sum's inf + -inf or the cell's NaN), never a number. */
+POOL_INLINE void row_interior(int is_max, const float* x, float* y, int64_t w, int64_t n,
+                              int64_t nr, int64_t nc, int64_t stride, double div) {
+    if (is_max && nr == 2 && nc == 2 && stride == 2) max_2x2(x, w, y, n);
+    else if (is_max && nr == 3 && nc == 3 && stride == 2) max_3x3_s2(x, w, y, n);
+    else if (nr == 2 && nc == 2 && stride == 2) row_windows(is_max, x, y, w, n, 2, 2, 2, div);
+    else if (nr == 3 && nc == 3 && stride == 2) row_windows(is_max, x, y, w, n, 3, 3, 2, div);
+    else if (nr == 3 && nc == 3 && stride == 3) row_windows(is_max, x, y, w, n, 3, 3, 3, div);
+    else if (nr == 3 && nc == 3 && stride == 1) row_windows(is_max, x, y, w, n, 3, 3, 1, div);
+    else row_windows(is_max, x, y, w, n, nr, nc, stride, div);
+}
+
+/* output cell (r, ox) of one plane through its clamped window */
+POOL_INLINE float pool_cell(const int64_t* s, const float* x, span r, int64_t ox) {
+    span c = window(s, 1, ox);
+    int adaptive = s[MODE] >= P_ADAPTIVE_MAX;
+    int64_t dh = adaptive ? 1 : s[DH], dw = adaptive ? 1 : s[DW];
+    /* a window wholly in the padding reads nothing, and its lo may lie far past the image (the
+     * fuzzer's find): no pointer is made of it */
+    const float* cell = r.n > 0 && c.n > 0 ? x + r.lo * s[W] + c.lo : x;
+    if (s[MODE] == P_MAX || s[MODE] == P_ADAPTIVE_MAX)
+        return window_max(cell, dh * s[W], dw, r.n, c.n);
+    double div = s[MODE] == P_AVG_INCLUDE ? (double)(r.padded * c.padded) : (double)(r.n * c.n);
+    return (float)(window_sum(cell, dh * s[W], dw, r.n, c.n) / div);
+}
+
+/* the output columns [lo, hi) whose windows need no clamping (pool.pyx's interior) */
+static void interior(const int64_t* s, int64_t* lo, int64_t* hi);
+
+POOL_INLINE void pool_plane(const int64_t* s, const float* x, float* y) {
+    int is_max = s[MODE] == P_MAX || s[MODE] == P_ADAPTIVE_MAX;
+    int64_t lo, hi;
+    interior(s, &lo, &hi);
+    for (int64_t oy = 0; oy < s[OH]; oy++, y += s[OW]) {
+        span r = window(s, 0, oy);
+        int64_t first = r.n > 0 ? lo : s[OW]; /* a row of windows in the padding: all clamped */
+        if (hi > first) {
+            double div = s[MODE] == P_AVG_INCLUDE ? (double)(r.padded * s[KW])
+                                                  : (double)(r.n * s[KW]);
+            row_interior(is_max, x + r.lo * s[W] + lo * s[SW] - s[PW], y + lo, s[W], hi - lo,
+                         r.n, s[KW], s[SW], div);
+        }
+        for (int64_t ox = 0; ox < s[OW]; ox++)
+            if (ox < first || ox >= hi) y[ox] = pool_cell(s, x, r, ox);
+    }
+}
+
+/* y[p] = the sum of plane p (full cells) in order / div, 8 planes at a time: one plane's adds
+ * wait on each other, 8 chains overlap (pool.pyx's global_sums) */
+POOL_INLINE void global_sums(const float* x, float* y, int64_t planes, int64_t full,
+                             double div) {
+    int64_t p = 0;
+    for (; p + 8 <= planes; p += 8, x += 8 * full) {
+        double acc[8] = {0};
+        for (int64_t i = 0; i < full; i++)
+            for (int k = 0; k < 8; k++) acc[k] += x[k * full + i];
+        for (int k = 0; k < 8; k++) y[p + k] = (float)(acc[k] / div);
+    }
+    for (; p < planes; p++, x += full) y[p] = (float)(window_sum(x, 0, 1, 1, full) / div);
+}
+
+typedef struct {
+    int64_t s[FIELDS]; /* the block, adaptive windows made sliding where they can be */
+    const float* x;
+    float* y;
+} pool_run;
+
+static int tiles(const int64_t* s);
+
+POOL_INLINE void pool_planes(const pool_run* k, int64_t lo, int64_t hi) {
+    const int64_t* s = k->s;
+    int64_t full = s[H] * s[W], pooled = s[OH] * s[OW];
+    int is_max = s[MODE] == P_MAX || s[MODE] == P_ADAPTIVE_MAX;
+    if (!is_max && s[OH] == 1 && s[OW] == 1 && s[KH] == s[H] && s[KW] == s[W] && tiles(s)) {
+        global_sums(k->x + lo * full, k->y + lo, hi - lo, full, (double)full);
+        return;
+    }
+    for (int64_t p = lo; p < hi; p++) pool_plane(s, k->x + p * full, k->y + p * pooled);
+}
+
+static void planes_base(void* ctx, int64_t lo, int64_t hi) { pool_planes(ctx, lo, hi); }
+#if defined(__GNUC__) && defined(__x86_64__)
+__attribute__((target("avx2"))) static void planes_avx2(void* ctx, int64_t lo, int64_t hi) {
+    pool_planes(ctx, lo, hi);
+}
+#endif
+
+#define MGR_POOL_PARALLEL_FLOATS ((int64_t)1 << 19) /* 2 MiB moved */
+
+int mgr_pool2d_f32(const mgr_call* call) {
+    pool_run k = {{0}, (const float*)call->bufs[0], (float*)call->bufs[1]};
+    for (int f = 0; f < FIELDS; f++) k.s[f] = call->ints[f];
+    as_sliding(k.s);
+    mgr_part_fn part = planes_base;
+#if defined(__GNUC__) && defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2")) part = planes_avx2;
+#endif
+    /* threads only where they pay for waking (parallel.pyx's grain: 1 MiB a thread) */
+    if ((k.s[H] * k.s[W] + k.s[OH] * k.s[OW]) * k.s[PLANES] >= MGR_POOL_PARALLEL_FLOATS)
+        mgr_parallel_for(k.s[PLANES], part, &k);
+    else if (k.s[PLANES] > 0)
+        part(&k, 0, k.s[PLANES]);
     return MGR_KERNEL_OK;
 }
 
