@@ -1,11 +1,14 @@
 """Convolution weights prepared at export for the C runtime: what ``conv2d_f32`` computed from
 its filters on every call, computed once here (docs/c_runtime.md, "Convolutions").
 
-- **Winograd** (the plan's path): U = G g G^T of every (output, input channel) filter, a
-  (16, cout, cin) float32 tensor, by the float32 adds and halvings of ``conv_wino_c.h``'s
-  ``mgr_wino_filter`` in its order (no product there to fuse: bitwise the transform the runtime
-  made on each call). The instruction becomes ``conv2d_winograd_f32``, reading U where the
-  filters were; a runtime from before has no kernel of that name and refuses the blob by it.
+- **Winograd** (the plan's path): U = G g G^T of every (output, input channel) filter, by the
+  float32 adds and halvings of ``conv_wino_c.h``'s ``mgr_wino_filter`` in its order (no product
+  there to fuse: bitwise the transform the runtime made on each call), packed as the row tiles
+  of ``conv_tile.h`` read their weights: a (16, ceil(cout / 8), cin, 8) float32 tensor, blocks
+  of 8 output channels, zeros past cout. The instruction becomes ``conv2d_winograd_packed_f32``
+  (its block's ``packed`` set to 8), reading U where the filters were; a runtime from before has
+  no kernel of that name and refuses the blob by it. (Blobs of ``conv2d_winograd_f32``, U
+  unpacked as ``winograd_filters`` gives it, still run: the runtime packs that U per call.)
 - **The gather tiles**, on filters the plan did not pack: packed here into blocks of output
   channels (the prepack pass's layout, ``ops.conv.pack_weight_array``) and the block's
   ``packed`` field set, so the instruction is the ``conv2d_f32`` on packed weights that every
@@ -21,7 +24,8 @@ import numpy as np
 from ..kernel_abi.conv import FIELDS
 from ..ops.conv import pack_weight_array
 
-WINOGRAD_KERNEL = "conv2d_winograd_f32"
+WINOGRAD_KERNEL = "conv2d_winograd_packed_f32"
+WINOGRAD_PACK = 8  # output channels per block of U: conv_tile.h's CONV_PACK, every row tile's
 WINOGRAD_PATH = 6  # the block's path code of Winograd (conv.pyx's C_WINOGRAD, conv_wino_c.h)
 # the gather tiles' limits (conv_gather_c.h): more taps, or fewer output channels per group,
 # run a plain loop, which gains nothing from packed filters
@@ -54,6 +58,21 @@ def winograd_filters(w: np.ndarray) -> np.ndarray:
     return u
 
 
+def winograd_packed(w: np.ndarray) -> np.ndarray:
+    """U of ``winograd_filters`` packed for the row tiles: (16, ceil(cout / 8), cin, 8), block
+    j's row c the 8 output channels from 8 j on of input channel c, zeros past cout.
+
+    >>> winograd_packed(np.ones((3, 2, 3, 3), np.float32)).shape
+    (16, 1, 2, 8)
+    """
+    u = winograd_filters(w)
+    blocks = -(-u.shape[1] // WINOGRAD_PACK)
+    padded = np.zeros((16, blocks * WINOGRAD_PACK, u.shape[2]), np.float32)
+    padded[:, :u.shape[1]] = u
+    return np.ascontiguousarray(
+        padded.reshape(16, blocks, WINOGRAD_PACK, u.shape[2]).transpose(0, 1, 3, 2))
+
+
 def block_for(cout: int) -> int:
     """The channels per packed block for ``cout`` output channels: of BLOCKS, the one padding
     the fewest, the widest of those."""
@@ -70,7 +89,9 @@ def prepared(kernel: str, ints: tuple, w: np.ndarray) -> tuple[str, tuple, np.nd
         return None
     if f["path"] == WINOGRAD_PATH and (f["kh"], f["kw"], f["sh"], f["sw"], f["dh"],
                                        f["dw"]) == (3, 3, 1, 1, 1, 1):
-        return WINOGRAD_KERNEL, tuple(ints), winograd_filters(w)
+        ints = list(ints)
+        ints[FIELDS.index("packed")] = WINOGRAD_PACK
+        return WINOGRAD_KERNEL, tuple(ints), winograd_packed(w)
     if f["path"] == WINOGRAD_PATH or f["kh"] * f["kw"] > MAX_TAPS or \
             f["cout"] < MIN_GROUP_CHANNELS:
         return None

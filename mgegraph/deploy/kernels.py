@@ -34,7 +34,9 @@ LIBRARY = {
     "softmax_f32": ("softmax_f32.c", (), ("softmax.h",)),
     "group_norm_f32": ("group_norm_f32.c", (), ("group_norm.h", "activation.h", "cpu_isa.h")),
     "conv2d_f32": ("conv2d_f32.c", CONV_TILES, (*TILES, "wino_tile.h")),
-    # conv2d_f32's Winograd on filters transformed at export (conv_prepack.py)
+    # conv2d_f32's Winograd on filters transformed and packed at export (conv_prepack.py), and
+    # on U unpacked (blobs from before the packing)
+    "conv2d_winograd_packed_f32": ("conv2d_f32.c", CONV_TILES, (*TILES, "wino_tile.h")),
     "conv2d_winograd_f32": ("conv2d_f32.c", CONV_TILES, (*TILES, "wino_tile.h")),
     "conv2d_backward_data_f32": ("conv2d_f32.c", CONV_TILES, (*TILES, "wino_tile.h")),
     "pool2d_f32": ("pool2d_f32.c", (), ()),

@@ -1,6 +1,7 @@
-/* conv2d_f32, grouped and depthwise too, and conv2d_winograd_f32 (its Winograd on filters the
- * export transformed: below). Where the plan chose Winograd, Winograd (conv_wino_c.h:
- * within float32 rounding of the Python executor's, whose GEMMs go through the BLAS); else on
+/* conv2d_f32, grouped and depthwise too, and conv2d_winograd_packed_f32 (its Winograd on filters
+ * the export transformed and packed: below). Where the plan chose Winograd, Winograd
+ * (conv_wino_c.h: its GEMMs on the row tiles, bitwise the Python executor's on AVX2 plans,
+ * within float32 rounding of its other ways); else on
  * the package's gather tiles where they run it
  * (conv_gather_c.h: packed weights bitwise the Python executor's packed path; weights not
  * packed within float32 rounding of its other ways, Winograd and the GEMMs through the BLAS);
@@ -93,9 +94,14 @@ int mgr_conv2d_f32(const mgr_call* call) {
     return MGR_KERNEL_OK;
 }
 
-/* The Conv block's checks for conv2d_f32 (its weights `weights` floats: the plan's, packed or
- * not) and conv2d_winograd_f32 (16 * cout * cin of U): NULL where it is safe to run. */
-static const char* conv_check(const mgr_check_args* x, int winograd) {
+/* what a Conv block's weights are: the plan's filters (packed or not), or U of Winograd, unpacked
+ * (16, cout, cin) or packed (16, cout rounded up to CONV_PACK, cin) */
+enum { CONV_FILTERS, WINO_U, WINO_U_PACKED };
+
+/* The Conv block's checks for conv2d_f32, conv2d_winograd_f32 and conv2d_winograd_packed_f32
+ * (`weights`, the kind of their second buffer): NULL where it is safe to run. */
+static const char* conv_check(const mgr_check_args* x, int weights) {
+    int winograd = weights != CONV_FILTERS;
     const int64_t* s = x->ints;
     int64_t xe, we, ye, blocks, taps;
     if (x->n_ints != FIELDS || x->n_floats != 0) return "wants 23 ints and no floats";
@@ -109,9 +115,12 @@ static const char* conv_check(const mgr_check_args* x, int winograd) {
         return "a flag is out of its range";
     if (s[SH] < 1 || s[SW] < 1 || s[DH] < 1 || s[DW] < 1 || s[KH] < 1 || s[KW] < 1)
         return "strides, dilations and the kernel must be positive";
-    if (winograd && (s[GROUPS] != 1 || s[PACKED] || s[KH] != 3 || s[KW] != 3 || s[SH] != 1 ||
-                     s[SW] != 1 || s[DH] != 1 || s[DW] != 1))
+    if (winograd && (s[GROUPS] != 1 || s[KH] != 3 || s[KW] != 3 || s[SH] != 1 || s[SW] != 1 ||
+                     s[DH] != 1 || s[DW] != 1))
         return "Winograd's filters take a 3x3 kernel at stride 1, undilated, one group";
+    if (winograd && s[PACKED] != (weights == WINO_U_PACKED ? CONV_PACK : 0))
+        return weights == WINO_U_PACKED ? "Winograd's U is packed by 8 output channels"
+                                        : "Winograd's U from the filters is not packed";
     int64_t loops[7] = {s[BATCH], s[COUT], s[OH], s[OW], s[CIN], s[KH], s[KW]};
     if (!mgr_counts_ok(loops, 7)) return "its sizes make no loop this runtime bounds";
     int64_t reach;  /* every tap's input index stays an int64_t (the fuzzer's find) */
@@ -125,14 +134,19 @@ static const char* conv_check(const mgr_check_args* x, int winograd) {
     if (!mgr_muladd(0, s[BATCH], s[CIN], &xe) || !mgr_muladd(0, xe, s[H], &xe) ||
         !mgr_muladd(0, xe, s[W], &xe) || xe > x->buf_bytes[0] / 4)
         return "batch * cin * h * w reaches past x's bytes";
-    if (winograd ? !mgr_muladd(0, s[COUT], s[CIN], &we) || !mgr_muladd(0, we, 16, &we)
+    if (winograd ? !mgr_muladd(CONV_PACK - 1, s[COUT], 1, &we) ||
+                       !mgr_muladd(0, weights == WINO_U_PACKED ? we / CONV_PACK * CONV_PACK
+                                                               : s[COUT], s[CIN], &we) ||
+                       !mgr_muladd(0, we, 16, &we)
                  : !mgr_muladd(0, s[KH], s[KW], &taps) ||
                        !mgr_muladd(0, blocks, s[CIN] / s[GROUPS], &we) ||
                        !mgr_muladd(0, we, taps, &we) ||
                        !mgr_muladd(0, we, s[PACKED] ? s[PACKED] : 1, &we))
         return "the weights reach past any index";
     if (we > x->buf_bytes[1] / 4)
-        return winograd ? "16 * cout * cin of U reach past its bytes"
+        return weights == WINO_U_PACKED ? "16 * (cout rounded up to 8) * cin of U reach past "
+                                          "its bytes"
+               : winograd               ? "16 * cout * cin of U reach past its bytes"
                         : "the weights reach past w's bytes";
     if (!mgr_muladd(0, s[BATCH], s[COUT], &ye) || !mgr_muladd(0, ye, s[OH], &ye) ||
         !mgr_muladd(0, ye, s[OW], &ye) || ye > x->buf_bytes[want - 1] / 4 ||
@@ -141,21 +155,37 @@ static const char* conv_check(const mgr_check_args* x, int winograd) {
     return NULL;
 }
 
-const char* mgr_conv2d_f32_check(const mgr_check_args* x) { return conv_check(x, 0); }
+const char* mgr_conv2d_f32_check(const mgr_check_args* x) {
+    return conv_check(x, CONV_FILTERS);
+}
 
-/* ---- conv2d_winograd_f32: conv2d_f32's Winograd on U transformed at export -------------- */
+/* ---- conv2d_f32's Winograd on U transformed at export ------------------------------------ */
 
-/* Bufs x, U (16, cout, cin): the export's G g G^T of the plan's filters (deploy/conv_prepack.py),
- * [bias,] y[, workspace]; the Conv block of the plan's instruction. */
-int mgr_conv2d_winograd_f32(const mgr_call* call) {
+/* conv2d_winograd_packed_f32: bufs x, U (16, cout rounded up to 8, cin) in the row tiles' packed
+ * layout (conv_wino_c.h), the export's G g G^T of the plan's filters (deploy/conv_prepack.py),
+ * [bias,] y[, workspace]; the Conv block of the plan's instruction, `packed` 8. And
+ * conv2d_winograd_f32, of blobs from before the packing: U (16, cout, cin), packed on each call. */
+static int winograd_on_u(const mgr_call* call, int packed) {
     const int64_t* s = call->ints;
+    const float* u = (const float*)call->bufs[1];
     mgr_wino k;
     if (s[BATCH] * s[COUT] == 0 || s[OH] == 0 || s[OW] == 0) return MGR_KERNEL_OK; /* empty */
     if (!mgr_wino_of(s, &k)) return MGR_KERNEL_OUT_OF_MEMORY; /* sizes past any allocation */
-    return mgr_wino_run_on(call, &k, (const float*)call->bufs[1], k.cin * k.cout);
+    return packed ? mgr_wino_run_on(call, &k, u, k.urows * k.cin)
+                  : mgr_wino_run_made(call, &k, NULL, u);
 }
 
-const char* mgr_conv2d_winograd_f32_check(const mgr_check_args* x) { return conv_check(x, 1); }
+int mgr_conv2d_winograd_packed_f32(const mgr_call* call) { return winograd_on_u(call, 1); }
+
+const char* mgr_conv2d_winograd_packed_f32_check(const mgr_check_args* x) {
+    return conv_check(x, WINO_U_PACKED);
+}
+
+int mgr_conv2d_winograd_f32(const mgr_call* call) { return winograd_on_u(call, 0); }
+
+const char* mgr_conv2d_winograd_f32_check(const mgr_check_args* x) {
+    return conv_check(x, WINO_U);
+}
 
 /* ---- conv2d_backward_data_f32 ----------------------------------------------------------- */
 
