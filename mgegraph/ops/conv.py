@@ -164,14 +164,16 @@ def _conv_attrs(node) -> dict:
     return {key: node.attr[key] for key in CONV_ATTRS}
 
 
-def conv2d_backward_data(weight, grad, input_hw, **conv):
+def conv2d_backward_data(weight, grad, input_hw, bias=None, **conv):
     """conv2d's input gradient, a transposed convolution: ``grad`` (N, OC, OH, OW) gives
-    (N, C, *input_hw). ``conv`` holds conv2d's attributes.
+    (N, C, *input_hw), plus ``bias`` ((C,) or (1, C, 1, 1)) where given. ``conv`` holds
+    conv2d's attributes.
 
     >>> dx = conv2d_backward_data(w, dy, (32, 32), stride=(2, 2), padding=(1, 1),
     ...                           dilation=(1, 1), groups=1)
     """
-    return apply("conv2d_backward_data", (weight, grad), input_hw=tuple(input_hw), **conv)
+    inputs = (weight, grad) if bias is None else (weight, grad, bias)
+    return apply("conv2d_backward_data", inputs, input_hw=tuple(input_hw), **conv)
 
 
 def conv2d_backward_filter(inp, grad, kernel_size, **conv):

@@ -8,8 +8,8 @@ Winograd tiles at stride 1), its CUDA kernel, its gradient rules (dx = conv2d(dy
 conv2d_backward_filter with the roles of input and gradient swapped) and its model-file and ONNX
 forms. So ``conv_transpose2d`` is that op, and no new one: what the data gradient cannot say by
 itself (asymmetric padding, an ``output_padding`` of at least the stride) is a crop or a zero
-pad of its result, and the bias one broadcast add, which the epilogue pass folds into the
-op's kernel (its optional bias input) where nothing comes between them. The 1-D functions are the
+pad of its result; the bias is the op's optional bias input (added by the kernel as it writes
+each cell, ONNX's B), or a broadcast add after a crop or pad. The 1-D functions are the
 2-D ones on a unit width; ``conv3d`` is a sum over the kernel's depth of 2-D convolutions of
 depth slices, each slice's depth folded into the batch, and ``conv_transpose3d`` the same sum of
 transposed 2-D convolutions, each tap's result spread along the depth by the stride and shifted
@@ -103,15 +103,20 @@ def transposed(x, w, bias, stride, pads, out_hw, dilation, groups, op="conv_tran
     _check_transpose(op, x, w, bias, groups)
     plans = [_axis_plan(x.shape[2 + i], w.shape[2 + i], stride[i], dilation[i], pads[i],
                         out_hw[i]) for i in range(2)]
-    y = conv2d_backward_data(w, x, tuple(p[1] for p in plans), stride=tuple(stride),
+    crops = [p[2] for p in plans]
+    cropped = any(crop != (0, p[1]) for crop, p in zip(crops, plans))
+    padded = any(p[3] for p in plans)
+    # the kernel adds the bias as it writes each cell (as ONNX's B); a crop or pad comes after
+    # the kernel and before the bias, so those keep it a separate add
+    inner_bias = None if cropped or padded else bias
+    y = conv2d_backward_data(w, x, tuple(p[1] for p in plans), inner_bias, stride=tuple(stride),
                              padding=tuple(p[0] for p in plans), dilation=tuple(dilation),
                              groups=groups)
-    crops = [p[2] for p in plans]
-    if any(crop != (0, p[1]) for crop, p in zip(crops, plans)):
+    if cropped:
         y = subscript(y, (slice(None), slice(None), slice(*crops[0]), slice(*crops[1])))
-    if any(p[3] for p in plans):
+    if padded:
         y = pad(y, ((0, 0), (0, 0), (0, plans[0][3]), (0, plans[1][3])))
-    if bias is None:
+    if bias is None or inner_bias is not None:
         return y
     return add(y, bias if bias.ndim == 4 else reshape(bias, (1, bias.shape[0], 1, 1)))
 

@@ -20,6 +20,7 @@ from mgegraph._kernels.lowering import conv as lowering
 from mgegraph.ir.errors import OpError
 from mgegraph.ops.builder import apply
 from mgegraph.ops.conv import conv2d_backward_data
+from mgegraph.ops.conv_api import transposed
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ops"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "io"))
@@ -50,10 +51,23 @@ def _arrays(xs, ws, options, dtype, seed=54):
 
 
 def _graph(xs, ws, options, dtype, arrays):
+    """The layer with its bias as a separate add after the kernel, as an imported or hand-built
+    graph may have it: the form the epilogue pass folds."""
     g = mg.Graph()
     x = g.input("x", xs, dtype)
     _, w, b = arrays
-    return F.conv_transpose2d(x, g.param("w", w), g.param("b", b), **options)
+    y = F.conv_transpose2d(x, g.param("w", w), **options)
+    return y + F.reshape(g.param("b", b), (1, -1, 1, 1))
+
+
+def test_conv_transpose2d_gives_its_bias_to_the_kernel_unless_it_crops():
+    g = mg.Graph()
+    x, w, b = g.input("x", (1, 4, 5, 5)), g.input("w", (4, 3, 3, 3)), g.input("b", (3,))
+    y = F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1)
+    assert y.node.op.name == "conv2d_backward_data" and y.node.inputs[2] is b
+    # ONNX's asymmetric pads crop the kernel's output before the bias: a separate add
+    cropped = transposed(x, w, b, (1, 1), ((0, 1), (0, 1)), (6, 6), (1, 1), 1)
+    assert cropped.shape == (1, 3, 6, 6) and cropped.node.op.name == "add"
 
 
 def _data_attrs(xs, ws, options, dtype) -> dict:

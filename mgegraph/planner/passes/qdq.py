@@ -246,7 +246,7 @@ def _with_bias(first: Var, second: Var, bias: Var | None, scales, channels, core
 
 
 def _conv_transpose(core: Node, bias: Var | None, requant: dict) -> _Match | None:
-    """conv2d_backward_data(dequantize(wq), dequantize(xq)) (+ a bias per channel): the
+    """conv2d_backward_data(dequantize(wq), dequantize(xq)[, bias]) (or + a bias per channel): the
     transposed convolution of xq by wq (C_in, C_out/groups, kh, kw), its weight per tensor or
     per output channel (axis 1) with groups 1."""
     wq, xq = _dequantized(core.inputs[0], per_tensor=False), _dequantized(core.inputs[1])
@@ -257,6 +257,10 @@ def _conv_transpose(core: Node, bias: Var | None, requant: dict) -> _Match | Non
     channels = wq.shape[1] * groups
     if bias is not None and not _per_channel_bias(bias, channels, conv=True):
         return None
+    biases = list(core.inputs[2:]) + ([bias] if bias is not None else [])  # its own, the add's
+    if len(biases) > 1:
+        return None
+    bias = biases[0] if biases else None
     stride, padding, dilation = (core.attr[k] for k in ("stride", "padding", "dilation"))
     # input_hw holds the output_padding: the cells past (n - 1) s - 2 p + d (k - 1) + 1
     output_padding = tuple(
