@@ -11,7 +11,8 @@ pytest.importorskip("onnxruntime.quantization")
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
-from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+from test_onnx_quantize_static import Batches  # its calibration reader
 
 import mgegraph as mg
 import mgegraph.functional as F
@@ -157,14 +158,6 @@ def _float_model():
         [init("w", 8, 4, 3, 3), init("b", 4, scale=0.1), init("wm", 144, 10, scale=0.1),
          numpy_helper.from_array(np.asarray([2, 4, 144], np.int64), "shape")])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-
-
-class Batches(CalibrationDataReader):
-    def __init__(self, batches):
-        self.batches = iter([{"x": b} for b in batches])
-
-    def get_next(self):
-        return next(self.batches, None)
 
 
 def _batches(count, seed):
