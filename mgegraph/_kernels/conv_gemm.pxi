@@ -304,6 +304,11 @@ cdef inline int conv2d_batched(const floating* x, const floating* w, const float
 # - the GEMM by blocks of dy's rows, each block's dx rows made by col2im_rows at once, while
 #   its columns are in L2: 1.04-1.14x slower on that layer, up to 1.5x on 128 -> 64 at 16x16
 #   (thin GEMMs of 96-320 columns; col rows a plane apart).
+# - the sub-pixel form (four stride-1 convolutions of dy by the 1x1, 2x1, 1x2 and 2x2 subsets
+#   of the taps, one per output phase, interleaved): as a graph of conv2d's paths (pointwise,
+#   row tiles), the four convolutions alone took 1160 us against this kernel's 1216 (profiler
+#   medians), before any interleaving: the saving can only be col2im's, and only with tiles
+#   that store the phases interleaved at the GEMM's speed.
 cdef inline void data_pairs(const floating* w, const floating* dy, const floating* bias,
                             floating* dx, floating* area, Py_ssize_t p0, Py_ssize_t p1,
                             const Conv* s) noexcept nogil:
