@@ -291,6 +291,24 @@ cdef inline int conv2d_batched(const floating* x, const floating* w, const float
 
 
 # -- the backward passes, by (group, input channel) pairs -----------------------------------------
+# Design: at a stride, backward data stays one GEMM W_g^T dy_g through the BLAS's transpose flag
+# into the whole col matrix, then col2im_rows. On the U-Net's transposed layer (64 -> 32, 3x3/2,
+# 32x32 -> 64x64: a 288 x 1024 x 64 GEMM) perf gave the GEMM (SciPy's OpenBLAS, kernel and
+# packing) about 70% of the kernel's time and col2im with its zeroing 30% (AMD Zen 3, 1
+# thread). Alternatives measured against it in one process, old and new kernels interleaved
+# (ABBA, medians of 200-300 calls; the shared 2-core machine at load 9-12, so ratios only):
+# - W^T stored contiguous, so the GEMM needs no transpose flag (what packing the weight once
+#   at compile time would give): 0.985-0.987 of the time at 1 thread, 0.980 at 2: not worth a
+#   packed op; copying W^T into the slot on every call instead was 1.00-1.06x slower over
+#   seven shapes (1.23x on a 2x2 plane), though SciPy's sgemm alone ran 16-22% faster so.
+# - the GEMM by blocks of dy's rows, each block's dx rows made by col2im_rows at once, while
+#   its columns are in L2: 1.04-1.14x slower on that layer, up to 1.5x on 128 -> 64 at 16x16
+#   (thin GEMMs of 96-320 columns; col rows a plane apart).
+# - the sub-pixel form (four stride-1 convolutions of dy by the 1x1, 2x1, 1x2 and 2x2 subsets
+#   of the taps, one per output phase, interleaved): as a graph of conv2d's paths (pointwise,
+#   row tiles), the four convolutions alone took 1160 us against this kernel's 1216 (profiler
+#   medians), before any interleaving: the saving can only be col2im's, and only with tiles
+#   that store the phases interleaved at the GEMM's speed.
 cdef inline void data_pairs(const floating* w, const floating* dy, const floating* bias,
                             floating* dx, floating* area, Py_ssize_t p0, Py_ssize_t p1,
                             const Conv* s) noexcept nogil:
