@@ -208,6 +208,47 @@ static void qg_tile_portable(QG_TILE_ARGS) {
         }
 }
 
+/* aarch64 with ARMv8.2's dot product (built for it: -march=armv8.2-a+dotprod defines
+ * __ARM_FEATURE_DOTPROD): sdot multiplies int8 by int8, so B's uint8 bytes go in with their sign
+ * bit flipped (b - 128) and each row gets 128 times the sum of its A bytes back. The integers
+ * are the portable tile's (int32 wraps alike). Per column block and half of the rows, 4 rows x
+ * 4 vectors of 4 columns (16 accumulators); a B vector is 4 columns' 4 bytes of one k group. */
+#if defined(__GNUC__) && defined(__aarch64__) && defined(__ARM_FEATURE_DOTPROD) \
+    && !defined(QG_PORTABLE_ONLY)
+#include <arm_neon.h>
+#define QG_SDOT 1
+static void qg_tile_sdot(QG_TILE_ARGS) {
+    const int8x16_t flip = vdupq_n_s8(-128);
+    for (int v = 0; v < nv; v++)
+        for (int h = 0; h < QG_MR; h += 4) {
+            int32x4_t acc[4][4];
+            uint32_t back[4] = {0, 0, 0, 0};
+            _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)
+                _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++) acc[r][q] = vdupq_n_s32(0);
+            for (ptrdiff_t g = 0; g < kg; g++) {
+                const uint8_t* bg = b + v * block_stride + g * QG_NB * 4;
+                int8x16_t bv[4];
+                _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++)
+                    bv[q] = veorq_s8(vreinterpretq_s8_u8(vld1q_u8(bg + 16 * q)), flip);
+                _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {
+                    int8x16_t av =
+                        vreinterpretq_s8_s32(vdupq_n_s32(qg_word(a + (h + r) * lda + g * 4)));
+                    _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++)
+                        acc[r][q] = vdotq_s32(acc[r][q], bv[q], av);
+                }
+            }
+            for (int r = 0; r < 4; r++) {
+                for (ptrdiff_t i = 0; i < kg * 4; i++)
+                    back[r] += (uint32_t)(int32_t)a[(h + r) * lda + i] * 128u;
+                for (int q = 0; q < 4; q++)
+                    vst1q_s32(tile + (h + r) * QG_TILE_COLS + v * QG_NB + 4 * q,
+                              vreinterpretq_s32_u32(vaddq_u32(vreinterpretq_u32_s32(acc[r][q]),
+                                                              vdupq_n_u32(back[r]))));
+            }
+        }
+}
+#endif
+
 #if QG_X86
 /* AVX-512 VNNI: 8 rows x NV zmm (16 columns each) accumulators; per k group NV loads of B, 8
  * broadcasts of A's 4 bytes, 8 * NV vpdpbusd */
@@ -603,6 +644,9 @@ typedef struct {
 static qg_variant qg_variant_of(int isa) {
     qg_variant v = {QG_PORTABLE, qg_tile_portable, qg_store_portable, qg_gemv_portable};
     (void)isa;
+#ifdef QG_SDOT
+    v.tile = qg_tile_sdot; /* aarch64's one variant, the same integers */
+#endif
 #if QG_X86
     if (isa == QG_AVX2) v = (qg_variant){isa, qg_tile_avx2, qg_store_avx2, qg_gemv_avx2};
     if (isa == QG_AVXVNNI) v = (qg_variant){isa, qg_tile_avxvnni, qg_store_avx2, NULL};

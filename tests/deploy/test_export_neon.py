@@ -9,14 +9,15 @@ import subprocess
 
 import numpy as np
 import pytest
-from mgegraph._kernels.conv import blocked_isas
 
 import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph.deploy import export_c
+from mgegraph.deploy import kernels as DK
 
 from .cbuild import cc, make, model_run
 from .test_export_gemm_packed import bits, fma_order
+from .test_export_int8 import MODELS, assert_bitwise, exported
 
 CROSS, QEMU, NM = (shutil.which(tool) for tool in
                    ("aarch64-linux-gnu-gcc", "qemu-aarch64", "aarch64-linux-gnu-nm"))
@@ -102,10 +103,24 @@ def test_every_output_is_bitwise_the_x86_builds(builds, threads):
     assert len(got) == len(native) == len(plan.run(feeds))
     # the batch-1 MLP's GEMV sums a dot in 8 lanes on aarch64 as AVX2 does: AVX-512's 16
     # lanes add in another order
-    exact = len(got) if blocked_isas()[-1] == "avx2" else len(got) - 1
+    exact = len(got) if DK.gemm_panel() == DK.GEMM_PANELS["avx2"] else len(got) - 1
     for k, (mine, theirs) in enumerate(zip(got[:exact], native)):
         assert np.array_equal(bits(mine), bits(theirs)), k
     for mine, want in zip(got, gemms):  # and the GEMMs are the FMA order's sums
         assert np.array_equal(bits(mine), bits(want))
     for mine, want in zip(got, plan.run(feeds)):  # the Python executor: BLAS, other sums
         np.testing.assert_allclose(mine, want, rtol=1e-4, atol=1e-4)
+
+
+# -- int8: the GEMM tile on ARMv8.2's sdot, where the build asks for it ---------------------
+@pytest.mark.parametrize("model", ["digits", "ops-unpacked"])
+def test_the_int8_sdot_tile_gives_the_python_executors_integers(tmp_path, model):
+    if not (CROSS and QEMU and NM):
+        pytest.skip("needs aarch64-linux-gnu-gcc, -nm and qemu-aarch64")
+    plan, feeds = MODELS[model]()
+    out = exported(tmp_path, plan, compiler=CROSS,
+                   cflags="-O2 -static -march=armv8.2-a+dotprod")
+    listed = subprocess.run([NM, str(out.directory / "model_run")], check=True,
+                            capture_output=True, text=True).stdout
+    assert "qg_tile_sdot" in listed
+    assert_bitwise(out, plan, feeds, runner=[QEMU, "-cpu", "max"], options=["--threads", "3"])
