@@ -29,6 +29,8 @@
  * int16 and summed in pairs with vpmaddwd, 4 x 8 register blocks: vpmaddubsw would saturate)
  * and portable C. A fifth, AMX (qgemm_amx.h), runs blocks of 32 x 32 on the tile registers
  * (TDPBSUD: signed A rows times unsigned B, the same operands) and the AVX-512 VNNI epilogue.
+ * On aarch64 built with the dot product (-march=armv8.2-a+dotprod) the portable variant's tile
+ * and GEMV run on sdot (s8 x s8: B's bytes sign-flipped, the difference added back).
  * The epilogue is one C loop built per instruction set, in float32 without contraction: the same
  * bits everywhere. qg_widest picks the widest variant this CPU runs, once
  * per process, or the one MGEGRAPH_INT8_ISA names (the tests force each one).
@@ -504,6 +506,28 @@ static void qg_gemv_portable(QG_GEMV_ARGS) {
         }
 }
 
+#ifdef QG_SDOT
+/* sdot on the nibbles (0..15: int8 as they are), 16 bytes of k a step, a row's weights loaded
+ * once for the nc columns; lo + 16 hi in wrapping int32, the portable GEMV's integers */
+static void qg_gemv_sdot(QG_GEMV_ARGS) {
+    for (int r = 0; r < rows; r++) {
+        int32x4_t lo[QG_GEMV_COLS], hi[QG_GEMV_COLS];
+        for (int c = 0; c < nc; c++) lo[c] = hi[c] = vdupq_n_s32(0);
+        for (ptrdiff_t i = 0; i < lda; i += 16) {
+            int8x16_t w = vld1q_s8(a + r * lda + i);
+            for (int c = 0; c < nc; c++) {
+                const uint8_t* xc = x + c * 2 * lda + i;
+                lo[c] = vdotq_s32(lo[c], w, vreinterpretq_s8_u8(vld1q_u8(xc)));
+                hi[c] = vdotq_s32(hi[c], w, vreinterpretq_s8_u8(vld1q_u8(xc + lda)));
+            }
+        }
+        for (int c = 0; c < nc; c++)
+            sums[r * nc + c] = (int32_t)((uint32_t)vaddvq_s32(lo[c])
+                                         + 16u * (uint32_t)vaddvq_s32(hi[c]));
+    }
+}
+#endif
+
 #if QG_X86
 __attribute__((target("avx2"), always_inline)) static inline int32_t qg_hsum_avx2(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -646,6 +670,7 @@ static qg_variant qg_variant_of(int isa) {
     (void)isa;
 #ifdef QG_SDOT
     v.tile = qg_tile_sdot; /* aarch64's one variant, the same integers */
+    v.gemv = qg_gemv_sdot;
 #endif
 #if QG_X86
     if (isa == QG_AVX2) v = (qg_variant){isa, qg_tile_avx2, qg_store_avx2, qg_gemv_avx2};

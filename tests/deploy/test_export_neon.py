@@ -113,8 +113,8 @@ def test_every_output_is_bitwise_the_x86_builds(builds, threads):
 
 
 # -- int8: the GEMM tile on ARMv8.2's sdot, where the build asks for it ---------------------
-@pytest.mark.parametrize("model", ["digits", "ops-unpacked"])
-def test_the_int8_sdot_tile_gives_the_python_executors_integers(tmp_path, model):
+@pytest.mark.parametrize("model", ["digits", "mlp", "ops-unpacked"])  # mlp: the GEMV
+def test_the_int8_sdot_tile_and_gemv_give_the_python_executors_integers(tmp_path, model):
     if not (CROSS and QEMU and NM):
         pytest.skip("needs aarch64-linux-gnu-gcc, -nm and qemu-aarch64")
     plan, feeds = MODELS[model]()
@@ -122,5 +122,5 @@ def test_the_int8_sdot_tile_gives_the_python_executors_integers(tmp_path, model)
                    cflags="-O2 -static -march=armv8.2-a+dotprod")
     listed = subprocess.run([NM, str(out.directory / "model_run")], check=True,
                             capture_output=True, text=True).stdout
-    assert "qg_tile_sdot" in listed
+    assert "qg_tile_sdot" in listed and "qg_gemv_sdot" in listed
     assert_bitwise(out, plan, feeds, runner=[QEMU, "-cpu", "max"], options=["--threads", "3"])
