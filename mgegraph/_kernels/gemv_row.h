@@ -188,6 +188,7 @@ static gemv_fn gemv_of(int dots) {
     if (isa == 2) return dots ? gemv_dots_avx512 : gemv_rows_avx512;
     if (isa == 1) return dots ? gemv_dots_avx2 : gemv_rows_avx2;
 #elif defined(__GNUC__) && defined(__aarch64__)
+    (void)isa;
     if (dots) return gemv_dots_neon;
 #endif
     return dots ? gemv_dots_base : gemv_rows_base;
