@@ -123,8 +123,74 @@ __attribute__((target("avx512f,fma,prefer-vector-width=512")))
 static void conv_gather_avx512_64(CONV_GATHER_ARGS) { CONV_GATHER_BODY(16, 7, 4) }
 #endif
 
-/* isa: 0 baseline, 1 AVX2 + FMA, 2 AVX-512F; rows/cols: the row tile's shape, pix/ch the
- * gather tile's; narrow*: a gather tile of fewer channels, for channel counts it divides */
+/* aarch64: NEON (every aarch64 CPU has it) through intrinsics, its 32 registers filled: the row
+ * tile 8 channels x 12 cells (24 accumulators), each tap's 8 weights loaded as two vectors and
+ * taken by lane (vfmaq_laneq_f32) instead of 8 broadcasts; the gather tiles 6 cells x 16
+ * channels and 12 x 8 (24 accumulators), the shapes of AVX2's. Each sum is the same fused
+ * multiply-adds in the same order as the x86 FMA tiles', so the bits are theirs (and the
+ * baseline tile's, which aarch64's builds contract into FMAs). */
+#if defined(__GNUC__) && defined(__aarch64__)
+#include <arm_neon.h>
+
+/* acc[R0 + lane][v] += q[lane] * in[v] for lane 0..3: four rows' weights in one vector */
+#define CONV_NEON_LANES(R0, q, NV)                                                           \
+    _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                                   \
+        acc[R0][v] = vfmaq_laneq_f32(acc[R0][v], in[v], q, 0);                               \
+        acc[R0 + 1][v] = vfmaq_laneq_f32(acc[R0 + 1][v], in[v], q, 1);                       \
+        acc[R0 + 2][v] = vfmaq_laneq_f32(acc[R0 + 2][v], in[v], q, 2);                       \
+        acc[R0 + 3][v] = vfmaq_laneq_f32(acc[R0 + 3][v], in[v], q, 3);                       \
+    }
+
+#define CONV_TILE_NEON_BODY(NV) /* 8 rows: CONV_PACK, so a tap's weights are two vectors */  \
+    float32x4_t acc[8][NV];                                                                  \
+    _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)                                      \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                 \
+            acc[r][v] = accumulate && r < nrows ? vld1q_f32(y + r * ldy + v * 4)             \
+                                                : vdupq_n_f32(0);                            \
+    for (ptrdiff_t c = 0; c < nc; c++) {                                                     \
+        const float* xc = x + c * cstride;                                                   \
+        for (ptrdiff_t t = 0; t < ntaps; t++, w += CONV_PACK) {                              \
+            const float* p = xc + offs[t];                                                   \
+            float32x4_t in[NV], lo = vld1q_f32(w), hi = vld1q_f32(w + 4);                    \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) in[v] = vld1q_f32(p + v * 4); \
+            CONV_NEON_LANES(0, lo, NV)                                                       \
+            CONV_NEON_LANES(4, hi, NV)                                                       \
+        }                                                                                    \
+    }                                                                                        \
+    for (int r = 0; r < 8 && r < nrows; r++)                                                 \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                 \
+            vst1q_f32(y + r * ldy + v * 4, acc[r][v]);
+
+#define CONV_GATHER_NEON_BODY(PIX, NV)                                                       \
+    float32x4_t acc[PIX][NV];                                                                \
+    _Pragma("GCC unroll 12") for (int p = 0; p < PIX; p++)                                   \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[p][v] = vdupq_n_f32(0);     \
+    for (ptrdiff_t c = 0; c < nc; c++) {                                                     \
+        for (ptrdiff_t t = 0; t < ntaps; t++, w += ldw) {                                    \
+            ptrdiff_t off = c * cstride + offs[t];                                           \
+            float32x4_t wv[NV];                                                              \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) wv[v] = vld1q_f32(w + v * 4); \
+            _Pragma("GCC unroll 12") for (int p = 0; p < PIX; p++) {                         \
+                float32x4_t b = vld1q_dup_f32(px[p] + off);                                  \
+                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                         \
+                    acc[p][v] = vfmaq_f32(acc[p][v], b, wv[v]);                              \
+            }                                                                                \
+        }                                                                                    \
+    }                                                                                        \
+    _Pragma("GCC unroll 12") for (int p = 0; p < PIX; p++)                                   \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {                               \
+            float* out = y + p * ldy + v * 4;                                                \
+            vst1q_f32(out, accumulate ? vaddq_f32(vld1q_f32(out), acc[p][v]) : acc[p][v]);   \
+        }
+
+static void conv_tile_neon(CONV_TILE_ARGS) { CONV_TILE_NEON_BODY(3) }
+static void conv_gather_neon(CONV_GATHER_ARGS) { CONV_GATHER_NEON_BODY(6, 4) }
+static void conv_gather_neon_narrow(CONV_GATHER_ARGS) { CONV_GATHER_NEON_BODY(12, 2) }
+#endif
+
+/* isa: 0 baseline (aarch64's: the NEON tiles), 1 AVX2 + FMA, 2 AVX-512F; rows/cols: the row
+ * tile's shape, pix/ch the gather tile's; narrow*: a gather tile of fewer channels, for channel
+ * counts it divides */
 typedef struct {
     conv_tile_fn fn; ptrdiff_t rows, cols;
     conv_gather_fn gather; ptrdiff_t pix, ch;
@@ -143,6 +209,12 @@ static conv_tile conv_tile_of(int isa) {
         t.gather = conv_gather_avx512; t.pix = 8; t.ch = 48;
         t.narrow = conv_gather_avx512_narrow; t.narrow_pix = 12; t.narrow_ch = 32;
     }
+#elif defined(__GNUC__) && defined(__aarch64__)
+    /* aarch64's one isa: its baseline has NEON and the FMA (the NEON tiles above) */
+    t.fn = conv_tile_neon; t.rows = 8; t.cols = 12;
+    t.gather = conv_gather_neon; t.pix = 6; t.ch = 16;
+    t.narrow = conv_gather_neon_narrow; t.narrow_pix = 12; t.narrow_ch = 8;
+    (void)isa;
 #endif
     return t;
 }

@@ -174,12 +174,22 @@ __attribute__((target("avx512f,fma,prefer-vector-width=512")))
 static void gemv_finish_avx512(GEMV_FINISH_ARGS) { GEMV_FINISH_BODY }
 #endif
 
+/* aarch64: the dots form with AVX2's 8 lanes (two NEON vectors each; the build contracts the
+ * steps to FMAs), so a dot sums in AVX2's order and gives its bits; the rows form's lanes are
+ * independent, so the baseline's 4 already give every isa's bits. */
+#if defined(__GNUC__) && defined(__aarch64__)
+static void gemv_dots_neon(GEMV_ROWS_ARGS) { GEMV_DOTS_BODY(8) }
+#endif
+
 /* the form for B stored (k, n) (rows) or (n, k) (dots), on the widest instruction set */
 static gemv_fn gemv_of(int dots) {
     int isa = cpu_isa_widest(); /* a few loads per call; no cache for threads to race on */
 #if defined(__GNUC__) && defined(__x86_64__)
     if (isa == 2) return dots ? gemv_dots_avx512 : gemv_rows_avx512;
     if (isa == 1) return dots ? gemv_dots_avx2 : gemv_rows_avx2;
+#elif defined(__GNUC__) && defined(__aarch64__)
+    (void)isa;
+    if (dots) return gemv_dots_neon;
 #endif
     return dots ? gemv_dots_base : gemv_rows_base;
 }

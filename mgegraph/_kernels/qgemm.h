@@ -29,6 +29,8 @@
  * int16 and summed in pairs with vpmaddwd, 4 x 8 register blocks: vpmaddubsw would saturate)
  * and portable C. A fifth, AMX (qgemm_amx.h), runs blocks of 32 x 32 on the tile registers
  * (TDPBSUD: signed A rows times unsigned B, the same operands) and the AVX-512 VNNI epilogue.
+ * On aarch64 built with the dot product (-march=armv8.2-a+dotprod) the portable variant's tile
+ * and GEMV run on sdot (s8 x s8: B's bytes sign-flipped, the difference added back).
  * The epilogue is one C loop built per instruction set, in float32 without contraction: the same
  * bits everywhere. qg_widest picks the widest variant this CPU runs, once
  * per process, or the one MGEGRAPH_INT8_ISA names (the tests force each one).
@@ -207,6 +209,47 @@ static void qg_tile_portable(QG_TILE_ARGS) {
             tile[r * QG_TILE_COLS + c] = s;
         }
 }
+
+/* aarch64 with ARMv8.2's dot product (built for it: -march=armv8.2-a+dotprod defines
+ * __ARM_FEATURE_DOTPROD): sdot multiplies int8 by int8, so B's uint8 bytes go in with their sign
+ * bit flipped (b - 128) and each row gets 128 times the sum of its A bytes back. The integers
+ * are the portable tile's (int32 wraps alike). Per column block and half of the rows, 4 rows x
+ * 4 vectors of 4 columns (16 accumulators); a B vector is 4 columns' 4 bytes of one k group. */
+#if defined(__GNUC__) && defined(__aarch64__) && defined(__ARM_FEATURE_DOTPROD) \
+    && !defined(QG_PORTABLE_ONLY)
+#include <arm_neon.h>
+#define QG_SDOT 1
+static void qg_tile_sdot(QG_TILE_ARGS) {
+    const int8x16_t flip = vdupq_n_s8(-128);
+    for (int v = 0; v < nv; v++)
+        for (int h = 0; h < QG_MR; h += 4) {
+            int32x4_t acc[4][4];
+            uint32_t back[4] = {0, 0, 0, 0};
+            _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)
+                _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++) acc[r][q] = vdupq_n_s32(0);
+            for (ptrdiff_t g = 0; g < kg; g++) {
+                const uint8_t* bg = b + v * block_stride + g * QG_NB * 4;
+                int8x16_t bv[4];
+                _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++)
+                    bv[q] = veorq_s8(vreinterpretq_s8_u8(vld1q_u8(bg + 16 * q)), flip);
+                _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {
+                    int8x16_t av =
+                        vreinterpretq_s8_s32(vdupq_n_s32(qg_word(a + (h + r) * lda + g * 4)));
+                    _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++)
+                        acc[r][q] = vdotq_s32(acc[r][q], bv[q], av);
+                }
+            }
+            for (int r = 0; r < 4; r++) {
+                for (ptrdiff_t i = 0; i < kg * 4; i++)
+                    back[r] += (uint32_t)(int32_t)a[(h + r) * lda + i] * 128u;
+                for (int q = 0; q < 4; q++)
+                    vst1q_s32(tile + (h + r) * QG_TILE_COLS + v * QG_NB + 4 * q,
+                              vreinterpretq_s32_u32(vaddq_u32(vreinterpretq_u32_s32(acc[r][q]),
+                                                              vdupq_n_u32(back[r]))));
+            }
+        }
+}
+#endif
 
 #if QG_X86
 /* AVX-512 VNNI: 8 rows x NV zmm (16 columns each) accumulators; per k group NV loads of B, 8
@@ -463,6 +506,28 @@ static void qg_gemv_portable(QG_GEMV_ARGS) {
         }
 }
 
+#ifdef QG_SDOT
+/* sdot on the nibbles (0..15: int8 as they are), 16 bytes of k a step, a row's weights loaded
+ * once for the nc columns; lo + 16 hi in wrapping int32, the portable GEMV's integers */
+static void qg_gemv_sdot(QG_GEMV_ARGS) {
+    for (int r = 0; r < rows; r++) {
+        int32x4_t lo[QG_GEMV_COLS], hi[QG_GEMV_COLS];
+        for (int c = 0; c < nc; c++) lo[c] = hi[c] = vdupq_n_s32(0);
+        for (ptrdiff_t i = 0; i < lda; i += 16) {
+            int8x16_t w = vld1q_s8(a + r * lda + i);
+            for (int c = 0; c < nc; c++) {
+                const uint8_t* xc = x + c * 2 * lda + i;
+                lo[c] = vdotq_s32(lo[c], w, vreinterpretq_s8_u8(vld1q_u8(xc)));
+                hi[c] = vdotq_s32(hi[c], w, vreinterpretq_s8_u8(vld1q_u8(xc + lda)));
+            }
+        }
+        for (int c = 0; c < nc; c++)
+            sums[r * nc + c] = (int32_t)((uint32_t)vaddvq_s32(lo[c])
+                                         + 16u * (uint32_t)vaddvq_s32(hi[c]));
+    }
+}
+#endif
+
 #if QG_X86
 __attribute__((target("avx2"), always_inline)) static inline int32_t qg_hsum_avx2(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -603,6 +668,10 @@ typedef struct {
 static qg_variant qg_variant_of(int isa) {
     qg_variant v = {QG_PORTABLE, qg_tile_portable, qg_store_portable, qg_gemv_portable};
     (void)isa;
+#ifdef QG_SDOT
+    v.tile = qg_tile_sdot; /* aarch64's one variant, the same integers */
+    v.gemv = qg_gemv_sdot;
+#endif
 #if QG_X86
     if (isa == QG_AVX2) v = (qg_variant){isa, qg_tile_avx2, qg_store_avx2, qg_gemv_avx2};
     if (isa == QG_AVXVNNI) v = (qg_variant){isa, qg_tile_avxvnni, qg_store_avx2, NULL};

@@ -17,9 +17,9 @@
  * exactly what the registers held), so blocking over k changes no bit, nor does the tile's
  * width, nor the threads: work items are blocks of rows x panels, each element computed whole
  * by one item, which runs every k block of it. x86-64's baseline tile (no FMA) multiplies and
- * adds; aarch64's has the FMA, so its bits are x86's FMA tiles'. The files that include this one
- * build with -ffp-contract=fast (kernels.CONTRACTED): the export's -ffp-contract=off would split
- * each FMA in two. linear's bias and activation are applied to each tile after its last k block,
+ * adds; aarch64's NEON tile (and its baseline, contracted) has the FMA, so its bits are x86's FMA
+ * tiles'. The files that include this one build with -ffp-contract=fast (kernels.CONTRACTED):
+ * the export's -ffp-contract=off would split each FMA in two. linear's bias and activation are applied to each tile after its last k block,
  * while it is in L1 (act(sum + bias), the add and op linalg.pyx's epilogue rounds). */
 #ifndef MGR_GEMM_FMA_H
 #define MGR_GEMM_FMA_H
@@ -33,7 +33,7 @@
 #include "cpu_isa.h"
 #include "gemv_row.h"
 
-#define MGR_GEMM_MR_MAX 7      /* the most rows a tile keeps */
+#define MGR_GEMM_MR_MAX 8      /* the most rows a tile keeps */
 #define MGR_GEMM_W_MAX 64      /* the most columns a tile keeps, and the widest panel */
 #define MGR_GEMM_KC_FLOATS 4096 /* a tile's slice of a k block: KC x W floats (16 KiB of L1) */
 #define MGR_GEMM_MC_TILES 24    /* row tiles per block of rows (its KC columns of A in L2) */
@@ -82,19 +82,67 @@ __attribute__((target("avx512f,fma,prefer-vector-width=512")))
 static void mgr_panel_tile_avx512(MGR_PANEL_TILE_ARGS) { MGR_PANEL_TILE_BODY(16, 7, 4) }
 #endif
 
+/* aarch64's NEON tile, 8 rows x 8 columns (16 accumulators of its 32 registers): where A's rows
+ * are contiguous (as 1) it loads 4 steps of k of each row as one vector and takes them by lane
+ * (vfmaq_laneq_f32), 16 loads per 64 multiply-adds; A transposed broadcasts one value per row
+ * and step. Each element is the same fused multiply-adds over k in order as x86's FMA tiles. */
+#if defined(__GNUC__) && defined(__aarch64__) && !defined(MGR_GEMM_PORTABLE)
+#include <arm_neon.h>
+
+#define MGR_NEON_STEP(lane) /* step p + lane of k: acc[r] += x[r][lane] * b's row */         \
+    {                                                                                        \
+        const float* bp = b + (p + lane) * ldb;                                              \
+        float32x4_t w0 = vld1q_f32(bp), w1 = vld1q_f32(bp + 4);                              \
+        _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) {                                \
+            acc[r][0] = vfmaq_laneq_f32(acc[r][0], w0, x[r], lane);                          \
+            acc[r][1] = vfmaq_laneq_f32(acc[r][1], w1, x[r], lane);                          \
+        }                                                                                    \
+    }
+
+static void mgr_panel_tile_neon(MGR_PANEL_TILE_ARGS) {
+    float32x4_t acc[8][2];
+    ptrdiff_t p = 0;
+    _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) {
+        acc[r][0] = first ? vdupq_n_f32(0) : vld1q_f32(c + r * ldc);
+        acc[r][1] = first ? vdupq_n_f32(0) : vld1q_f32(c + r * ldc + 4);
+    }
+    if (as == 1)
+        for (; p + 4 <= kb; p += 4) {
+            float32x4_t x[8];
+            _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) x[r] = vld1q_f32(px[r] + p);
+            MGR_NEON_STEP(0) MGR_NEON_STEP(1) MGR_NEON_STEP(2) MGR_NEON_STEP(3)
+        }
+    for (; p < kb; p++) { /* A transposed, or the last steps of k */
+        float32x4_t w0 = vld1q_f32(b + p * ldb), w1 = vld1q_f32(b + p * ldb + 4);
+        _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) {
+            float32x4_t x = vld1q_dup_f32(px[r] + p * as);
+            acc[r][0] = vfmaq_f32(acc[r][0], w0, x);
+            acc[r][1] = vfmaq_f32(acc[r][1], w1, x);
+        }
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) {
+        vst1q_f32(c + r * ldc, acc[r][0]);
+        vst1q_f32(c + r * ldc + 4, acc[r][1]);
+    }
+}
+#endif
+
 typedef struct { mgr_panel_tile_fn fn; int64_t mr, w; } mgr_panel_tile;
 
 /* The widest tile of this CPU whose width divides `panel` (a multiple of 8): AVX-512's 7 x 64,
  * AVX2's 6 x 16 (the shapes of conv_tile.h's widest gather tiles), the baseline's 4 x 8; an FMA
  * CPU reads panels of 8 (a blob packed for the baseline tile) with a 6 x 8 AVX2 tile, so every
- * FMA CPU gives the same bits. -DMGR_GEMM_PORTABLE builds the baseline tile alone (as every
- * non-x86 build is). */
+ * FMA CPU gives the same bits. aarch64 runs every panel on its NEON tile, 8 x 8, which has
+ * those bits too. -DMGR_GEMM_PORTABLE builds the baseline tile alone (as every build for another
+ * CPU is). */
 static inline mgr_panel_tile mgr_panel_tile_for(int64_t panel) {
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(MGR_GEMM_PORTABLE)
     int isa = cpu_isa_widest();
     if (isa == 2 && panel % 64 == 0) return (mgr_panel_tile){mgr_panel_tile_avx512, 7, 64};
     if (isa >= 1 && panel % 16 == 0) return (mgr_panel_tile){mgr_panel_tile_avx2, 6, 16};
     if (isa >= 1) return (mgr_panel_tile){mgr_panel_tile_avx2_8, 6, 8};
+#elif defined(__GNUC__) && defined(__aarch64__) && !defined(MGR_GEMM_PORTABLE)
+    return (mgr_panel_tile){mgr_panel_tile_neon, 8, 8}; /* any panel: 8 divides them all */
 #endif
     (void)panel;
     return (mgr_panel_tile){mgr_panel_tile_base, 4, 8};
