@@ -10,11 +10,13 @@ import sys
 
 import numpy as np
 
+import mgegraph as mg
 import mgegraph.distributed as dist
 from mgegraph import communicator
+from mgegraph.backend import unregister_backend
 from mgegraph.cuda import collective as cuda_collective
 from mgegraph.cuda.backend import CudaBackend
-from mgegraph.distributed import group
+from mgegraph.distributed import group, nccl
 
 HANDLE = 0xC0FFEE  # the ncclComm_t the fake makes
 PLAN_STREAM, COMM_STREAM = 0x51, 0x52  # stream handles: the plan's, the first one made
@@ -161,3 +163,16 @@ def pretend_two_ranks(monkeypatch, timeout: float) -> None:
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # a job of two sets its own
     monkeypatch.setattr(cuda_collective, "_provider", None)
     dist.init_process_group(backend="nccl", timeout=timeout)
+
+
+def fake_job(monkeypatch, backend: str, log: list | None = None):
+    """A job of two ranks (``pretend_two_ranks``) whose NCCL is a FakeNccl over one log (a
+    new list, or ``log``), which it yields, with a FakeBackend over that log registered as
+    ``backend``; for a fixture."""
+    log = [] if log is None else log
+    monkeypatch.setattr(nccl, "library", lambda: FakeNccl(log))
+    monkeypatch.setattr(cuda_collective, "_OPEN", type(cuda_collective._OPEN)())
+    pretend_two_ranks(monkeypatch, timeout=0.2)
+    mg.register_backend(backend, lambda: FakeBackend(log, backend))
+    yield log
+    unregister_backend(backend)

@@ -16,8 +16,7 @@ from nccl_fake import (
     HANDLE,
     PLAN_STREAM,
     FakeBackend,
-    FakeNccl,
-    pretend_two_ranks,
+    fake_job,
 )
 
 import mgegraph as mg
@@ -39,12 +38,7 @@ FLOAT32 = 7  # ncclFloat32
 def job(monkeypatch):
     """A job of two ranks (this process rank 0; no MPI: the group's MPI calls are no-ops)
     whose NCCL is the recording fake, made by init_process_group(backend="nccl")."""
-    log = []
-    monkeypatch.setattr(nccl, "library", lambda: FakeNccl(log))
-    pretend_two_ranks(monkeypatch, timeout=0.2)
-    mg.register_backend("cuda-nccl-fake", lambda: FakeBackend(log, "cuda-nccl-fake"))
-    yield log
-    unregister_backend("cuda-nccl-fake")
+    yield from fake_job(monkeypatch, "cuda-nccl-fake")
 
 
 def _step(bucket_mb: float, mean: bool = True):
