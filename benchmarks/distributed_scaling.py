@@ -239,13 +239,10 @@ def _plan_split(step, quiet, x, y, steps: int) -> dict:
     progress calls and check points, Python)."""
     import mgegraph as mg
 
-    walls = {step: [], quiet: []}
+    ways = {step: lambda: step(x, y), quiet: lambda: quiet(x, y)}
     with mg.profile(warmup=WARMUP) as prof:
-        for _ in range(WARMUP + steps):
-            for way in (step, quiet):
-                begin = time.perf_counter()
-                way(x, y)
-                walls[way].append(time.perf_counter() - begin)
+        walls = _interleaved(tuple(ways.values()), steps)
+    walls = {w: walls[call] for w, call in ways.items()}
     comm = [ins.op in ("all_reduce_start", "all_reduce_wait") for ins in step.plan.instructions]
     inside = {step: [], quiet: []}
     exposed = []
@@ -256,7 +253,7 @@ def _plan_split(step, quiet, x, y, steps: int) -> dict:
             inside[way].append(seconds.sum())
         if way is step:
             exposed.append(seconds[comm].sum())
-    wall = {w: np.array(walls[w][WARMUP:]) for w in walls}
+    wall = {w: np.array(walls[w]) for w in walls}
     med = statistics.median
     rest = med(wall[step] - exposed) - med(wall[quiet])
     kernels = med(np.array(inside[step]) - exposed) - med(inside[quiet])
@@ -264,17 +261,23 @@ def _plan_split(step, quiet, x, y, steps: int) -> dict:
             "rest_s": rest, "kernels_s": kernels, "outside_s": rest - kernels}
 
 
-def _interleaved_ratio(first, second, steps: int) -> float:
-    """The median time of ``first()`` over that of ``second()``, the two interleaved in this
-    process (first, second, first, ...: load on a shared machine falls on both alike). Every
-    rank calls it alike (the steps' collectives match)."""
-    times = {first: [], second: []}
+def _interleaved(ways, steps: int) -> dict:
+    """{way: its ``steps`` times after the warm-up ones}: the calls ``ways`` interleaved in
+    this process (a, b, a, b, ...: load on a shared machine falls on all alike). Every rank
+    calls it alike (the steps' collectives match)."""
+    times = {way: [] for way in ways}
     for _ in range(WARMUP + steps):
-        for way in (first, second):
+        for way in ways:
             begin = time.perf_counter()
             way()
             times[way].append(time.perf_counter() - begin)
-    return statistics.median(times[first][WARMUP:]) / statistics.median(times[second][WARMUP:])
+    return {way: seconds[WARMUP:] for way, seconds in times.items()}
+
+
+def _interleaved_ratio(first, second, steps: int) -> float:
+    """The median time of ``first()`` over that of ``second()``, the two interleaved."""
+    times = _interleaved((first, second), steps)
+    return statistics.median(times[first]) / statistics.median(times[second])
 
 
 def _eager_hidden_share(step, allreduce, steps: int) -> dict:
@@ -510,13 +513,8 @@ def _ddp_split(model, step, steps: int) -> dict:
         with model.no_sync():
             step()
 
-    times = {step: [], quiet: []}
-    for _ in range(WARMUP + steps):
-        for way in (step, quiet):
-            begin = time.perf_counter()
-            way()
-            times[way].append(time.perf_counter() - begin)
-    step_s, quiet_s = (statistics.median(times[w][WARMUP:]) for w in (step, quiet))
+    times = _interleaved((step, quiet), steps)
+    step_s, quiet_s = (statistics.median(times[w]) for w in (step, quiet))
     return {"step_s": step_s, "quiet_s": quiet_s, "exposed_s": None,
             "rest_s": step_s - quiet_s}
 

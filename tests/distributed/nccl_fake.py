@@ -12,10 +12,12 @@ import numpy as np
 
 import mgegraph as mg
 import mgegraph.distributed as dist
-from mgegraph import communicator
+import mgegraph.functional as F
+from mgegraph import communicator, optim
 from mgegraph.backend import unregister_backend
 from mgegraph.cuda import collective as cuda_collective
 from mgegraph.cuda.backend import CudaBackend
+from mgegraph.demo import mlp
 from mgegraph.distributed import group, nccl
 
 HANDLE = 0xC0FFEE  # the ncclComm_t the fake makes
@@ -176,3 +178,15 @@ def fake_job(monkeypatch, backend: str, log: list | None = None):
     mg.register_backend(backend, lambda: FakeBackend(log, backend))
     yield log
     unregister_backend(backend)
+
+
+def data_parallel_step(backend: str, bucket_mb: float, mean: bool = True):
+    """A compile_train_step of the demo MLP on ``backend`` (a fake job's), its gradients
+    all-reduced in buckets of ``bucket_mb`` MiB."""
+    rng = np.random.default_rng(0)
+    model = mlp()
+    batch = (rng.standard_normal((4, 64)).astype(np.float32),
+             rng.integers(0, 10, 4).astype(np.int32))
+    return mg.compile_train_step(model, F.cross_entropy, optim.SGD(model.parameters(), 0.1),
+                                 batch, device=backend,
+                                 all_reduce=dist.AllReduce(bucket_mb=bucket_mb, mean=mean))

@@ -12,14 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from mpi_jobs import _env
-from nccl_fake import COMM_STREAM, HANDLE, PLAN_STREAM, fake_job
+from nccl_fake import COMM_STREAM, HANDLE, PLAN_STREAM, data_parallel_step, fake_job
 
-import mgegraph as mg
-import mgegraph.distributed as dist
-import mgegraph.functional as F
-from mgegraph import optim
 from mgegraph.cuda.errors import DeviceUnavailableError
-from mgegraph.demo import mlp
 from mgegraph.distributed import group, nccl
 
 HERE = Path(__file__).resolve().parent
@@ -31,13 +26,7 @@ def job(monkeypatch):
 
 
 def _step():
-    rng = np.random.default_rng(0)
-    model = mlp()
-    batch = (rng.standard_normal((4, 64)).astype(np.float32),
-             rng.integers(0, 10, 4).astype(np.int32))
-    return mg.compile_train_step(model, F.cross_entropy, optim.SGD(model.parameters(), 0.1),
-                                 batch, device="cuda-nccl-end-fake",
-                                 all_reduce=dist.AllReduce(bucket_mb=0.02))
+    return data_parallel_step("cuda-nccl-end-fake", bucket_mb=0.02)
 
 
 def _names(log) -> list:

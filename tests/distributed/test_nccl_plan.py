@@ -16,6 +16,7 @@ from nccl_fake import (
     HANDLE,
     PLAN_STREAM,
     FakeBackend,
+    data_parallel_step,
     fake_job,
 )
 
@@ -42,13 +43,7 @@ def job(monkeypatch):
 
 
 def _step(bucket_mb: float, mean: bool = True):
-    rng = np.random.default_rng(0)
-    model = mlp()
-    batch = (rng.standard_normal((4, 64)).astype(np.float32),
-             rng.integers(0, 10, 4).astype(np.int32))
-    return mg.compile_train_step(model, F.cross_entropy, optim.SGD(model.parameters(), 0.1),
-                                 batch, device="cuda-nccl-fake",
-                                 all_reduce=dist.AllReduce(bucket_mb=bucket_mb, mean=mean))
+    return data_parallel_step("cuda-nccl-fake", bucket_mb, mean)
 
 
 def _executable(plan):
