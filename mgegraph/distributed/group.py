@@ -173,9 +173,10 @@ def end_nccl() -> None:
     before the process ends: every CUDA executable with collectives closed first (its captured
     graph destroyed, both its streams' work awaited, at most the group's timeout, then
     aborted), then each communicator destroyed (ncclCommDestroy), newest first, while the CUDA
-    context is still there. Once: a second call, or one in a child forked from this process,
-    does nothing; a later CUDA plan makes new communicators (all ranks together again). An
-    NcclError names every destroy that failed, after the others were done."""
+    context is still there. Once: a second call does nothing, and no communicator is ended in
+    a child forked from the process that made it (nor does the exit hook run there); a later
+    CUDA plan makes new communicators (all ranks together again). An NcclError names every
+    destroy that failed, after the others were done."""
     job = _job
     if job is None or not job.nccl:
         return
