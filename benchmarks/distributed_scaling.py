@@ -31,7 +31,22 @@ callback's progress thread (``thread on``; by default it is off: the tests at ea
 ``progress off`` has neither) and the step's time with the thread over without it,
 interleaved in one process (``thread/none``, medians of 20 or more steps each).
 ``--async-progress`` sets ``MPIR_CVAR_ASYNC_PROGRESS=1`` (MPICH's progress thread in each
-rank) for every job instead.
+rank) for every job instead; ``--iallreduce ALGORITHM`` sets MPICH's algorithm of the
+non-blocking all-reduce (``MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM``, e.g.
+``sched_recursive_doubling``) for every job, to compare with MPICH's own choice.
+
+Where the 2-process step's extra time goes (``+machine/exposed/rest(out)``, every job of 2
+processes, ``--step-only`` too): in the same job, the step and the same step without the
+all-reduce (mgegraph: compiled with ``all_reduce=None``; DDP: under ``no_sync()``) run
+interleaved, both ranks computing at once. "machine" is that quiet step over the 1-process
+step (two single-thread processes contending for the cores, caches and memory: no
+communication at all); "exposed" the median time in the start and wait instructions (the
+profiler's, mgegraph only: the communication the backward pass did not hide, and the wait
+for a rank that is late); "rest" the step less its exposed time over the quiet step (the
+mean's scaling, a schedule the waits changed, the executor's progress calls, Python), and in
+brackets its part outside the instructions. DDP's exposed time is not seen (gloo works in its
+own threads): its rest holds it. The parts add up to the interleaved step, whose median
+differs a little from the ``2 procs ms`` timed alone.
 
 Beside each measured share is the best one the step's order allows (``best_hidden``): from the
 step's own times (the profiler's per instruction; eager: when each bucket was ready) and each
@@ -144,6 +159,8 @@ def _mgegraph_rank(workload: str, steps: int, bucket_mb: float, shares: bool) ->
     step = compiled(dist.AllReduce(bucket_mb) if n > 1 else None)
     dist.group_barrier()
     result = {"step_s": _timed_steps(lambda: step(x, y), steps)}
+    if n > 1:
+        result["split"] = _plan_split(step, compiled(None), x, y, max(steps, 20))
     if n > 1 and shares:
         result["progress"] = _hidden_share(step, x, y, steps)
         result["no_progress"] = _hidden_share(_without_progress(compiled, x, y), x, y,
@@ -209,17 +226,58 @@ def _mgegraph_eager_rank(kind: str, shape, steps: int, bucket_mb: float, shares:
     return result
 
 
-def _interleaved_ratio(first, second, steps: int) -> float:
-    """The median time of ``first()`` over that of ``second()``, the two interleaved in this
-    process (first, second, first, ...: load on a shared machine falls on both alike). Every
-    rank calls it alike (the steps' collectives match)."""
-    times = {first: [], second: []}
+def _plan_split(step, quiet, x, y, steps: int) -> dict:
+    """The 2-process step against ``quiet``, the same step compiled without the all-reduce
+    (its own model: the weights of ``step`` stay the ranks' common ones), interleaved in this
+    process under ``mg.profile()`` (step, quiet, step, ...: both ranks compute at once, as
+    in the real step, and the load falls on both alike). Medians over the runs: of each step
+    (``step_s``, ``quiet_s``), of the time in the step's start and wait instructions
+    (``exposed_s``: the communication the backward pass did not hide, a late rank's lag
+    included) and of the step less that (``rest_s``: that over ``quiet_s``), which splits
+    into the other instructions' extra time (``kernels_s``: the mean's scaling, a schedule the
+    waits changed) and the time outside the instructions (``outside_s``: the executor's
+    progress calls and check points, Python)."""
+    import mgegraph as mg
+
+    ways = {step: lambda: step(x, y), quiet: lambda: quiet(x, y)}
+    with mg.profile(warmup=WARMUP) as prof:
+        walls = _interleaved(tuple(ways.values()), steps)
+    walls = {w: walls[call] for w, call in ways.items()}
+    comm = [ins.op in ("all_reduce_start", "all_reduce_wait") for ins in step.plan.instructions]
+    inside = {step: [], quiet: []}
+    exposed = []
+    for run in prof.runs:  # (a plan's prologue runs are recorded too: left out)
+        way = {id(step.plan): step, id(quiet.plan): quiet}.get(id(run.plan))
+        seconds = run.times[:, 1] * 1e-9
+        if way is not None:
+            inside[way].append(seconds.sum())
+        if way is step:
+            exposed.append(seconds[comm].sum())
+    wall = {w: np.array(walls[w]) for w in walls}
+    med = statistics.median
+    rest = med(wall[step] - exposed) - med(wall[quiet])
+    kernels = med(np.array(inside[step]) - exposed) - med(inside[quiet])
+    return {"step_s": med(wall[step]), "quiet_s": med(wall[quiet]), "exposed_s": med(exposed),
+            "rest_s": rest, "kernels_s": kernels, "outside_s": rest - kernels}
+
+
+def _interleaved(ways, steps: int) -> dict:
+    """{way: its ``steps`` times after the warm-up ones}: the calls ``ways`` interleaved in
+    this process (a, b, a, b, ...: load on a shared machine falls on all alike). Every rank
+    calls it alike (the steps' collectives match)."""
+    times = {way: [] for way in ways}
     for _ in range(WARMUP + steps):
-        for way in (first, second):
+        for way in ways:
             begin = time.perf_counter()
             way()
             times[way].append(time.perf_counter() - begin)
-    return statistics.median(times[first][WARMUP:]) / statistics.median(times[second][WARMUP:])
+    return {way: seconds[WARMUP:] for way, seconds in times.items()}
+
+
+def _interleaved_ratio(first, second, steps: int) -> float:
+    """The median time of ``first()`` over that of ``second()``, the two interleaved."""
+    times = _interleaved((first, second), steps)
+    return statistics.median(times[first]) / statistics.median(times[second])
 
 
 def _eager_hidden_share(step, allreduce, steps: int) -> dict:
@@ -441,8 +499,24 @@ def _torch_rank(workload: str, steps: int, bucket_mb: float) -> dict:
         tdist.barrier()
     result = {"step_s": _timed_steps(step, steps)}
     if n > 1:
+        result["split"] = _ddp_split(model, step, max(steps, 20))
         tdist.destroy_process_group()
     return result
+
+
+def _ddp_split(model, step, steps: int) -> dict:
+    """DDP's step against the same step under ``model.no_sync()`` (no all-reduce), interleaved
+    in this process as ``_plan_split`` does: ``exposed_s`` is unknown (None; gloo works in its
+    own threads), so ``rest_s`` is all of the difference, the communication's exposed part
+    included."""
+    def quiet():
+        with model.no_sync():
+            step()
+
+    times = _interleaved((step, quiet), steps)
+    step_s, quiet_s = (statistics.median(times[w]) for w in (step, quiet))
+    return {"step_s": step_s, "quiet_s": quiet_s, "exposed_s": None,
+            "rest_s": step_s - quiet_s}
 
 
 def child(impl: str, workload: str, steps: int, bucket_mb: float, shares: bool) -> None:
@@ -461,8 +535,9 @@ def _free_port() -> int:
 
 
 def job(impl: str, workload: str, n: int, steps: int, async_progress: bool,
-        bucket_mb: float, shares: bool = True) -> dict | str:
-    """Rank 0's result of one job, or why it failed."""
+        bucket_mb: float, shares: bool = True, iallreduce: str | None = None) -> dict | str:
+    """Rank 0's result of one job, or why it failed; ``iallreduce``: MPICH's algorithm for
+    the non-blocking all-reduce (``MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM``), None its own."""
     from mgegraph.distributed.launcher import mpiexec  # lazy: after the path is set
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
@@ -471,6 +546,8 @@ def job(impl: str, workload: str, n: int, steps: int, async_progress: bool,
                                                        os.environ.get("PYTHONPATH")]))}
     if async_progress:
         env["MPIR_CVAR_ASYNC_PROGRESS"] = "1"
+    if iallreduce:
+        env["MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM"] = iallreduce
     command = [mpiexec(), "-n", str(n), sys.executable, __file__, "--child", impl, workload,
                "--steps", str(steps), "--bucket-mb", str(bucket_mb)] + \
         ([] if shares else ["--step-only"])
@@ -485,7 +562,8 @@ def job(impl: str, workload: str, n: int, steps: int, async_progress: bool,
 def table(results: dict, workloads: list[str], buckets: dict) -> list[str]:
     lines = [f"{'workload':20} {'implementation':12} {'bucket MiB':>10} {'1 proc ms':>9} "
              f"{'2 procs ms':>10} "
-             f"{'efficiency':>10} {'all-reduce alone ms':>19} {'hidden/best (exposed ms)':>24} "
+             f"{'efficiency':>10} {'+machine/exposed/rest(out) ms':>30} "
+             f"{'all-reduce alone ms':>19} {'hidden/best (exposed ms)':>24} "
              f"{'progress off':>24} {'thread on (eager)':>24} {'thread/none':>11}"]
     for workload in workloads:
         for impl in _impls(workload):
@@ -501,8 +579,22 @@ def table(results: dict, workloads: list[str], buckets: dict) -> list[str]:
             lines.append(f"{workload:20} {impl:12} {buckets[workload]:10g} "
                          f"{one['step_s'] * 1e3:9.2f} "
                          f"{two['step_s'] * 1e3:10.2f} {one['step_s'] / two['step_s']:10.2f} "
-                         f"{share}")
+                         f"{_split(one, two):>30} {share}")
     return lines
+
+
+def _split(one: dict, two: dict) -> str:
+    """Where the 2-process step's time beyond the 1-process one goes (``_plan_split``):
+    "+60.1/3.2/1.0(0.4)": the machine (the same step without communication, on 2 processes at
+    once, over the 1-process step), the exposed communication, the rest, and of the rest the
+    time outside the instructions ("-" for DDP's exposed part, which its rest holds)."""
+    split = two.get("split")
+    if split is None:
+        return "-"
+    exposed = "-" if split["exposed_s"] is None else f"{split['exposed_s'] * 1e3:.1f}"
+    outside = f"({split['outside_s'] * 1e3:.1f})" if "outside_s" in split else ""
+    return (f"+{(split['quiet_s'] - one['step_s']) * 1e3:.1f}/{exposed}/"
+            f"{split['rest_s'] * 1e3:.1f}{outside}")
 
 
 def _share(measured: dict) -> str:
@@ -524,7 +616,7 @@ def run_rounds(workloads: list[str], buckets: dict, args) -> list[dict]:
             for n in (1, 2):
                 for impl in _impls(w)[::1 if r % 2 == 0 else -1]:
                     results[w, impl, n] = job(impl, w, n, args.steps, args.async_progress,
-                                              buckets[w], not args.step_only)
+                                              buckets[w], not args.step_only, args.iallreduce)
         print(f"round {r + 1} of {args.rounds}\n" + "\n".join(table(results, workloads, buckets)),
               flush=True)
         rounds.append(results)
@@ -543,7 +635,7 @@ def summary(rounds: list[dict], workloads: list[str]) -> list[str]:
     efficiency of mgegraph over DDP's (the target: at least 1), with their median."""
     lines = [f"medians of {len(rounds)} rounds",
              f"{'workload':20} {'implementation':12} {'1 proc ms':>9} {'2 procs ms':>10} "
-             f"{'efficiency':>10} {'rounds':>6}"]
+             f"{'efficiency':>10} {'rounds':>6} {'+machine/exposed/rest(out) ms':>30}"]
     for w in workloads:
         per_round = {impl: [_efficiency(r, w, impl) for r in rounds] for impl in _impls(w)}
         for impl, efficiencies in per_round.items():
@@ -554,13 +646,27 @@ def summary(rounds: list[dict], workloads: list[str]) -> list[str]:
             one, two = (statistics.median(r[w, impl, n]["step_s"] for r in ok) for n in (1, 2))
             lines.append(f"{w:20} {impl:12} {one * 1e3:9.2f} {two * 1e3:10.2f} "
                          f"{statistics.median(e for e in efficiencies if e):10.2f} "
-                         f"{len(ok):6}")
+                         f"{len(ok):6} {_median_split(ok, w, impl):>30}")
         if len(per_round) == 2:
             ratios = [a / b for a, b in zip(*per_round.values()) if a and b]
             text = " ".join(f"{x:.2f}" for x in ratios)
             lines.append(f"{w:20} efficiency mgegraph / DDP per round: {text or '-'}" +
                          (f"; median {statistics.median(ratios):.2f}" if ratios else ""))
     return lines
+
+
+def _median_split(rounds: list[dict], workload: str, impl: str) -> str:
+    """``_split``'s column with each part the median over ``rounds``."""
+    splits = [(r[workload, impl, 1], r[workload, impl, 2].get("split")) for r in rounds]
+    splits = [(one, split) for one, split in splits if split is not None]
+    if not splits:
+        return "-"
+    median = {key: statistics.median(split[key] for _, split in splits)
+              for key in splits[0][1] if splits[0][1][key] is not None}
+    median["quiet_s"] = statistics.median(split["quiet_s"] - one["step_s"]
+                                          for one, split in splits)
+    median.setdefault("exposed_s", None)
+    return _split({"step_s": 0.0}, {"split": median})
 
 
 def main() -> None:
@@ -573,6 +679,10 @@ def main() -> None:
     parser.add_argument("--async-progress", action="store_true",
                         help="MPIR_CVAR_ASYNC_PROGRESS=1 in every rank (MPICH's progress "
                              "thread)")
+    parser.add_argument("--iallreduce", default=None, metavar="ALGORITHM",
+                        help="MPICH's algorithm of MPI_Iallreduce in every job "
+                             "(MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM: sched_recursive_doubling, "
+                             "tsp_recexch_single_buffer, ...; default: MPICH's choice)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="rounds of every job, each in fresh processes, the "
                              "implementations alternating; medians over them at the end")

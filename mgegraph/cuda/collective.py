@@ -23,12 +23,18 @@ peer that died makes this rank raise, naming itself, instead of hanging on the G
 from __future__ import annotations
 
 import contextlib
+import itertools
+import weakref
 
 from ..communicator import CollectiveTimeout, DistributedError
 from ..kernel_abi.status import CollectiveKernelTimeout
 from .kernel import CommStep
 
 _provider = None  # (group key, GPU index) -> communicator, installed by mgegraph.distributed
+# the open executables that run collectives, by when they were made: what ``close_plans``
+# closes before the communicators end (weakly: a dropped plan closes itself)
+_OPEN: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_made = itertools.count()
 
 
 def install_communicators(provider) -> None:
@@ -47,6 +53,22 @@ def communicator(key: str, device: int):
             "provides NCCL communicators: call dist.init_process_group() (backend 'auto' or "
             "'nccl'; 'mpi' runs collectives on the CPU only) and install nvidia-nccl-cu12")
     return _provider(key, device)
+
+
+def track(executable) -> None:
+    """Count ``executable`` (a CUDA executable with collectives) among those ``close_plans``
+    closes."""
+    _OPEN[next(_made)] = executable
+
+
+def close_plans() -> None:
+    """Close every open executable with collectives, oldest first (``close()``: its graph,
+    its collectives' work awaited, its memory): what must be over before the communicators
+    those collectives ran on are destroyed."""
+    for key in sorted(_OPEN.keys()):
+        executable = _OPEN.pop(key, None)
+        if executable is not None:
+            executable.close()
 
 
 def group_of(plan, call) -> str:
@@ -115,18 +137,24 @@ class Collectives:
 
 
     def close(self) -> None:
-        """Destroy the communication stream and the events, after the stream's work has ended
-        (a plan dropped mid-run: its NCCL calls still write into the arena, which is freed
-        next), waiting at most the groups' timeouts (then aborting, as a run's wait does)."""
+        """Destroy the communication stream and the events, after the work of both streams
+        has ended (a plan dropped mid-run: its NCCL calls still write into the arena, which is
+        freed next, and its communicators may be destroyed next), waiting at most the groups'
+        timeouts (then aborting, as a run's wait does); an ended communicator's kernels are
+        gone (aborted) or were awaited, so nothing is awaited on it."""
         if self.done is None:
             return  # closed already
         device, stream, self.stream = self.device, self.stream, None
+        live = [comm for comm in self.comms.values() if not comm.ended]
+        if live:
+            if stream is not None:  # the plan's stream's end comes after the other's
+                device.record(self.done, stream)
+                device.wait_event(device.stream, self.done)
+            device.record(self.done, device.stream)
+            with contextlib.suppress(DistributedError):  # aborted by the wait: kernels gone
+                for comm in live:
+                    comm.wait(lambda: device.query(self.done), "closing a plan's streams")
         if stream is not None:
-            device.record(self.done, stream)
-            with contextlib.suppress(DistributedError):  # aborted: its kernels are gone
-                for comm in self.comms.values():
-                    if not comm.aborted:
-                        comm.wait(lambda: device.query(self.done), "closing a plan's stream")
             device.synchronize_stream(stream)
         for event in [e for pair in self.events.values() for e in pair] + [self.done]:
             device.destroy_event(event)

@@ -22,7 +22,7 @@ from ..plan import Role, check_feeds, dead_values, non_finite_output
 from ..weight_writes import before_writes, versions, written
 from .abi import STATUS_BYTES, decode
 from .abi import pack as pack_args
-from .collective import Collectives
+from .collective import Collectives, track
 from .errors import DeviceUnavailableError
 from .kernel import CommStep
 from .launches import persistent_layout, plan_calls, rendered_source, slot_addresses
@@ -90,6 +90,8 @@ class CudaExecutable:
         # NCCL calls (cuda/collective.py): None for a plan without collectives
         self.collectives = Collectives(plan, self.calls, device) \
             if any(isinstance(c.step, CommStep) for c in self.calls) else None
+        if self.collectives is not None:  # closed before its communicators end
+            track(self)
         self.use_graph = self.collectives is None or self.collectives.captures
         self._graph, self._lock = None, threading.Lock()
         device.synchronize()
@@ -106,9 +108,11 @@ class CudaExecutable:
         self.close()
 
     def close(self) -> None:
-        """Give the device back what this executable holds (once; the finaliser calls it): the
-        captured graph first (it names the collectives' events), then the collectives' stream
-        and events once their work has ended, then the memory that work reads."""
+        """Give the device back what this executable holds (once; the finaliser calls it, and
+        the end of the process group's NCCL, ``collective.close_plans``, before it destroys the
+        communicators): the captured graph first (it names the collectives' events and NCCL
+        calls), then the collectives' stream and events once both streams' work has ended,
+        then the memory that work reads."""
         if not self.__dict__.pop("_open", False):
             return  # closed already, or made no allocation
         device, graph = self.device, getattr(self, "_graph", None)

@@ -17,6 +17,7 @@ job has ended.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import time
@@ -158,11 +159,59 @@ def _cuda_collectives():
 
 def _nccl_communicator(key: str, device: int):
     """The NCCL communicator of group ``key`` on GPU ``device`` (made once, by the group's
-    ranks together, the first time a CUDA plan of theirs runs a collective)."""
+    ranks together, the first time a CUDA plan of theirs runs a collective; ended at exit)."""
     job = _require("a CUDA plan's collective")
     if (key, device) not in job.nccl:
-        job.nccl[key, device] = nccl.communicator_of(communicator.by_key(key), device)
+        made = nccl.communicator_of(communicator.by_key(key), device)
+        _end_nccl_at_exit()
+        job.nccl[key, device] = made
     return job.nccl[key, device]
+
+
+def end_nccl() -> None:
+    """End this process's NCCL communicators, as PyTorch's and MegEngine's process groups do
+    before the process ends: every CUDA executable with collectives closed first (its captured
+    graph destroyed, both its streams' work awaited, at most the group's timeout, then
+    aborted), then each communicator destroyed (ncclCommDestroy), newest first, while the CUDA
+    context is still there. Once: a second call does nothing, and no communicator is ended in
+    a child forked from the process that made it (nor does the exit hook run there); a later
+    CUDA plan makes new communicators (all ranks together again). An NcclError names every
+    destroy that failed, after the others were done."""
+    job = _job
+    if job is None or not job.nccl:
+        return
+    _cuda_collectives().close_plans()
+    comms, job.nccl = list(job.nccl.values()), {}
+    failed = []
+    for comm in reversed(comms):
+        try:
+            comm.destroy()
+        except nccl.NcclError as exc:
+            failed.append(str(exc))
+    if failed:
+        raise nccl.NcclError("; ".join(failed))
+
+
+_exit_hook_pid: int | None = None  # the process whose exit ends its communicators
+
+
+def _end_nccl_at_exit() -> None:
+    """Register, once per process, the end of NCCL at interpreter exit: an atexit function,
+    which runs before mpi4py's MPI_Finalize and before the CUDA driver tears its contexts
+    down, and does nothing in a child forked after it was registered."""
+    global _exit_hook_pid
+    if _exit_hook_pid != os.getpid():  # (a fork registers its own)
+        _exit_hook_pid = os.getpid()
+        atexit.register(_end_nccl_at_exit_now)
+
+
+def _end_nccl_at_exit_now() -> None:
+    if os.getpid() != _exit_hook_pid:
+        return  # a fork: the communicators and the GPU's state are the parent's
+    try:
+        end_nccl()
+    except Exception as exc:  # exiting anyway: say it, do not raise out of atexit
+        sys.stderr.write(f"mgegraph.distributed: ending NCCL at exit: {exc}\n")
 
 
 def _abort_on_uncaught(kind, value, tb) -> None:

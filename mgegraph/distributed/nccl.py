@@ -26,7 +26,7 @@ import ctypes
 import functools
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -182,7 +182,11 @@ def unique_id() -> bytes:
 class NcclCommunicator:
     """One group's NCCL communicator on one GPU: ``handle`` (ncclComm_t), this process's
     ``rank`` among ``size``, the group's ``key`` and ``timeout`` (seconds a wait waits).
-    Buffers are device addresses (ints), streams CUDA stream handles (ints)."""
+    Buffers are device addresses (ints), streams CUDA stream handles (ints).
+
+    It ends once, by ``abort`` (a failure) or ``destroy`` (its work done); after that, and in
+    a child forked from the process that made it (``pid``: the handle and its GPU state are the
+    parent's), ``ended`` is true: a collective is refused and neither ends it again."""
 
     handle: int
     rank: int
@@ -191,15 +195,24 @@ class NcclCommunicator:
     device: int
     timeout: float
     aborted: bool = False
+    destroyed: bool = False
+    pid: int = field(default_factory=os.getpid)
+
+    @property
+    def ended(self) -> bool:
+        return self.aborted or self.destroyed or self.pid != os.getpid()
 
     def _where(self, what: str) -> str:
         return f"{what} on rank {self.rank} of group [{self.key}] (cuda:{self.device})"
 
     def _enqueue(self, name: str, *args, stream: int, what: str) -> None:
         """``name(*args, comm, stream)``: every collective takes the two last."""
-        if self.aborted:
-            raise NcclError(f"{self._where(what)}: the communicator was aborted by an earlier "
-                            "failure; make a new process group")
+        if self.ended:
+            why = ("was aborted by an earlier failure" if self.aborted else
+                   "was destroyed when the process group's NCCL ended" if self.destroyed else
+                   f"belongs to process {self.pid} (this one is a fork of it)")
+            raise NcclError(f"{self._where(what)}: the communicator {why}; make a new process "
+                            "group")
         _call(name, *args, self.handle, int(stream), comm=self.handle, what=self._where(what))
 
     @property
@@ -260,14 +273,15 @@ class NcclCommunicator:
 
     def abort(self) -> None:
         """End the communicator at once, its kernels still on the GPU too (ncclCommAbort)."""
-        if not self.aborted:
+        if not self.ended:
             self.aborted = True
             library().ncclCommAbort(self.handle)
 
     def destroy(self) -> None:
-        """Free the communicator once its work is done (ncclCommDestroy)."""
-        if not self.aborted:
-            self.aborted = True
+        """Free the communicator once its work is done (ncclCommDestroy: the caller has
+        waited for its kernels, and the CUDA context is still there)."""
+        if not self.ended:
+            self.destroyed = True
             _call("ncclCommDestroy", self.handle, comm=self.handle,
                   what=self._where("ncclCommDestroy"))
 

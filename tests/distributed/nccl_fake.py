@@ -10,11 +10,15 @@ import sys
 
 import numpy as np
 
+import mgegraph as mg
 import mgegraph.distributed as dist
-from mgegraph import communicator
+import mgegraph.functional as F
+from mgegraph import communicator, optim
+from mgegraph.backend import unregister_backend
 from mgegraph.cuda import collective as cuda_collective
 from mgegraph.cuda.backend import CudaBackend
-from mgegraph.distributed import group
+from mgegraph.demo import mlp
+from mgegraph.distributed import group, nccl
 
 HANDLE = 0xC0FFEE  # the ncclComm_t the fake makes
 PLAN_STREAM, COMM_STREAM = 0x51, 0x52  # stream handles: the plan's, the first one made
@@ -161,3 +165,28 @@ def pretend_two_ranks(monkeypatch, timeout: float) -> None:
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # a job of two sets its own
     monkeypatch.setattr(cuda_collective, "_provider", None)
     dist.init_process_group(backend="nccl", timeout=timeout)
+
+
+def fake_job(monkeypatch, backend: str, log: list | None = None):
+    """A job of two ranks (``pretend_two_ranks``) whose NCCL is a FakeNccl over one log (a
+    new list, or ``log``), which it yields, with a FakeBackend over that log registered as
+    ``backend``; for a fixture."""
+    log = [] if log is None else log
+    monkeypatch.setattr(nccl, "library", lambda: FakeNccl(log))
+    monkeypatch.setattr(cuda_collective, "_OPEN", type(cuda_collective._OPEN)())
+    pretend_two_ranks(monkeypatch, timeout=0.2)
+    mg.register_backend(backend, lambda: FakeBackend(log, backend))
+    yield log
+    unregister_backend(backend)
+
+
+def data_parallel_step(backend: str, bucket_mb: float, mean: bool = True):
+    """A compile_train_step of the demo MLP on ``backend`` (a fake job's), its gradients
+    all-reduced in buckets of ``bucket_mb`` MiB."""
+    rng = np.random.default_rng(0)
+    model = mlp()
+    batch = (rng.standard_normal((4, 64)).astype(np.float32),
+             rng.integers(0, 10, 4).astype(np.int32))
+    return mg.compile_train_step(model, F.cross_entropy, optim.SGD(model.parameters(), 0.1),
+                                 batch, device=backend,
+                                 all_reduce=dist.AllReduce(bucket_mb=bucket_mb, mean=mean))

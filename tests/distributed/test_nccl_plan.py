@@ -16,8 +16,8 @@ from nccl_fake import (
     HANDLE,
     PLAN_STREAM,
     FakeBackend,
-    FakeNccl,
-    pretend_two_ranks,
+    data_parallel_step,
+    fake_job,
 )
 
 import mgegraph as mg
@@ -39,22 +39,11 @@ FLOAT32 = 7  # ncclFloat32
 def job(monkeypatch):
     """A job of two ranks (this process rank 0; no MPI: the group's MPI calls are no-ops)
     whose NCCL is the recording fake, made by init_process_group(backend="nccl")."""
-    log = []
-    monkeypatch.setattr(nccl, "library", lambda: FakeNccl(log))
-    pretend_two_ranks(monkeypatch, timeout=0.2)
-    mg.register_backend("cuda-nccl-fake", lambda: FakeBackend(log, "cuda-nccl-fake"))
-    yield log
-    unregister_backend("cuda-nccl-fake")
+    yield from fake_job(monkeypatch, "cuda-nccl-fake")
 
 
 def _step(bucket_mb: float, mean: bool = True):
-    rng = np.random.default_rng(0)
-    model = mlp()
-    batch = (rng.standard_normal((4, 64)).astype(np.float32),
-             rng.integers(0, 10, 4).astype(np.int32))
-    return mg.compile_train_step(model, F.cross_entropy, optim.SGD(model.parameters(), 0.1),
-                                 batch, device="cuda-nccl-fake",
-                                 all_reduce=dist.AllReduce(bucket_mb=bucket_mb, mean=mean))
+    return data_parallel_step("cuda-nccl-fake", bucket_mb, mean)
 
 
 def _executable(plan):

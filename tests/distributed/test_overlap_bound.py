@@ -40,3 +40,23 @@ def test_a_wait_holds_the_computation_after_it():
 
 def test_no_bucket_means_nothing_to_hide():
     assert best_hidden([("compute", 1.0)], {}) == 0.0
+
+
+def test_the_split_column_adds_the_machine_exposed_and_rest_parts():
+    from distributed_scaling import _split, summary
+
+    one = {"step_s": 0.100}
+    ours = {"step_s": 0.150, "split": {"step_s": 0.150, "quiet_s": 0.130, "exposed_s": 0.012,
+                                       "rest_s": 0.008, "kernels_s": 0.005, "outside_s": 0.003}}
+    ddp = {"step_s": 0.150, "split": {"step_s": 0.150, "quiet_s": 0.140, "exposed_s": None,
+                                      "rest_s": 0.010}}
+    assert _split(one, ours) == "+30.0/12.0/8.0(3.0)"
+    assert _split(one, ddp) == "+40.0/-/10.0"
+    assert _split(one, {"step_s": 0.150}) == "-"  # a job without the split (an old result)
+    later = {**ours, "split": {**ours["split"], "quiet_s": 0.150, "exposed_s": 0.020}}
+    rounds = [{("mlp-train", "mgegraph", 1): one, ("mlp-train", "mgegraph", 2): two,
+               ("mlp-train", "torch ddp", 1): one, ("mlp-train", "torch ddp", 2): ddp}
+              for two in (ours, later, later)]
+    rows = [r for r in summary(rounds, ["mlp-train"]) if r.startswith("mlp-train ")]
+    assert rows[0].endswith("+50.0/20.0/8.0(3.0)")  # each part's median over the rounds
+    assert rows[1].endswith("+40.0/-/10.0")
