@@ -97,21 +97,6 @@ def _to_cache(key: str | None, obj: Path) -> None:
         os.replace(OBJECT_CACHE / f"{key}.part", OBJECT_CACHE / key)
 
 
-def _compile(directory: Path, flags: list, source: Path) -> Path:
-    """``source`` compiled with ``flags`` in ``directory`` into its ``objects`` folder (the
-    cached object where there is one); the object's path."""
-    obj = directory / "objects" / f"{source.stem}.o"
-    obj.parent.mkdir(exist_ok=True)
-    named = source.relative_to(directory) if source.is_relative_to(directory) else source
-    command = [cc(), *flags, "-c", "-o", str(obj.relative_to(directory)), str(named)]
-    key = _object_key(directory, " ".join(command), source)
-    _from_cache(key, obj)
-    if not obj.exists():
-        subprocess.run(command, check=True, cwd=directory, capture_output=True, timeout=300)
-        _to_cache(key, obj)
-    return obj
-
-
 def model_run(directory: Path, feeds: dict, names, runner=(), env=None, options=()):
     """Run model_run on ``feeds`` (saved as .npy in ``directory``, in ``names``' order);
     returns the CompletedProcess and the outputs it wrote."""
@@ -141,15 +126,21 @@ def exported_run(tmp_path, plan, feeds, threads=1, compiler=None, cflags="-O2", 
 
 
 def build_fuzzer(directory: Path) -> Path:
-    """blob_fuzz.c linked with the export's runtime and kernels under ASan and UBSan."""
-    flags = [*SANITIZE.split(), "-std=gnu11", "-ffp-contract=off", "-I", ".", "-I", "kernels"]
-    sources = [HERE / "blob_fuzz.c", directory / "mgr_runtime.c", directory / "mgr_threads.c",
-               directory / "model_kernels.c", *sorted(directory.glob("kernels/*.c"))]
-    objects = [str(_compile(directory, flags, source)) for source in sources]
-    target = directory / "blob_fuzz"
-    subprocess.run([cc(), *SANITIZE.split(), "-o", str(target), *objects, "-lm", "-pthread"],
-                   check=True, cwd=directory, capture_output=True, timeout=300)
-    return target
+    """blob_fuzz.c linked with the export's library as make builds it under ASan and UBSan
+    (with the objects of the other sanitised builds where they match)."""
+    make(directory, cflags=SANITIZE)
+    harness, obj = HERE / "blob_fuzz.c", directory / "blob_fuzz.o"
+    command = [cc(), *SANITIZE.split(), "-std=gnu11", "-I", ".", "-c", "-o", obj.name,
+               str(harness)]
+    key = _object_key(directory, " ".join(command), harness)
+    _from_cache(key, obj)
+    if not obj.exists():
+        subprocess.run(command, check=True, cwd=directory, capture_output=True, timeout=300)
+        _to_cache(key, obj)
+    subprocess.run([cc(), *SANITIZE.split(), "-o", "blob_fuzz", obj.name, "libmgr_model.a",
+                    "-lm", "-pthread"], check=True, cwd=directory, capture_output=True,
+                   timeout=300)
+    return directory / "blob_fuzz"
 
 
 def fuzz_blob(directory: Path, seeds, count: int) -> None:
