@@ -1,6 +1,7 @@
 """Building and running an export in the tests: the C compiler, model_run, the fuzz harness."""
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -27,10 +28,73 @@ def cc() -> str:
 
 
 def make(directory: Path, compiler: str | None = None, cflags: str = "-O2") -> Path:
-    """``make`` in an export folder; the path of its model_run."""
-    subprocess.run(["make", "-s", "-C", str(directory), f"CC={compiler or cc()}",
-                    f"CFLAGS={cflags}"], check=True, capture_output=True, timeout=300)
+    """``make`` in an export folder; the path of its model_run. Objects this session compiled
+    before from the same command, source and headers are reused (``OBJECT_CACHE``)."""
+    command = ["make", "-s", "-C", str(directory), f"CC={compiler or cc()}", f"CFLAGS={cflags}"]
+    dry = subprocess.run([*command, "-n", "-B"], check=True, capture_output=True, text=True,
+                         timeout=60)
+    keys = {}
+    for line in map(str.strip, dry.stdout.splitlines()):
+        if found := _COMPILE.search(line):
+            obj, source = found.groups()
+            keys[directory / obj] = _object_key(directory, line, directory / source)
+    for obj, key in keys.items():
+        _from_cache(key, obj)
+    subprocess.run(command, check=True, capture_output=True, timeout=300)
+    for obj, key in keys.items():
+        _to_cache(key, obj)
     return directory / "model_run"
+
+
+# -- compiled objects shared by the session's builds -------------------------------------------
+# Design: most exports compile the same runtime and kernel sources with the same flags, and the
+# compiler is most of a deploy test's time (a sanitised build ~20 s on the loaded 2-core CI
+# machine). An object is keyed by its compile command's text (compiler and every flag), its
+# source and every header that includes, so it is reused only where the compiler would get the
+# same input; tests/deploy/conftest.py gives the session its folder (None: no reuse).
+OBJECT_CACHE: Path | None = None
+_COMPILE = re.compile(r" -c -o (\S+\.o) (\S+\.c)$")
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+def _object_key(directory: Path, command: str, source: Path) -> str | None:
+    if OBJECT_CACHE is None:
+        return None
+    digest = hashlib.sha256(command.encode())
+    for path in _sources_of(directory.resolve(), source.resolve()):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _sources_of(directory: Path, source: Path) -> list:
+    """``source`` and the quoted headers it includes, transitively (searched as the compiler
+    does: the including file's folder, then the Makefile's ``-I. -Ikernels``)."""
+    found, todo = [], [source]
+    while todo:
+        path = todo.pop()
+        if path in found:
+            continue
+        found.append(path)
+        for name in _INCLUDE.findall(path.read_text(errors="replace")):
+            for folder in (path.parent, directory, directory / "kernels"):
+                if (folder / name).is_file():
+                    todo.append((folder / name).resolve())
+                    break
+    return found
+
+
+def _from_cache(key: str | None, obj: Path) -> None:
+    """The cached object at ``obj`` (newer than its sources: make keeps it); else no object
+    there, so that one compiled with other flags cannot look up to date."""
+    obj.unlink(missing_ok=True)
+    if key is not None and (OBJECT_CACHE / key).exists():
+        shutil.copyfile(OBJECT_CACHE / key, obj)
+
+
+def _to_cache(key: str | None, obj: Path) -> None:
+    if key is not None and not (OBJECT_CACHE / key).exists():
+        shutil.copyfile(obj, OBJECT_CACHE / f"{key}.part")
+        os.replace(OBJECT_CACHE / f"{key}.part", OBJECT_CACHE / key)
 
 
 def model_run(directory: Path, feeds: dict, names, runner=(), env=None, options=()):
@@ -62,14 +126,21 @@ def exported_run(tmp_path, plan, feeds, threads=1, compiler=None, cflags="-O2", 
 
 
 def build_fuzzer(directory: Path) -> Path:
-    """blob_fuzz.c linked with the export's runtime and kernels under ASan and UBSan."""
-    sources = ["mgr_runtime.c", "mgr_threads.c", "model_kernels.c",
-               *(str(p.relative_to(directory)) for p in sorted(directory.glob("kernels/*.c")))]
-    target = directory / "blob_fuzz"
-    subprocess.run([cc(), *SANITIZE.split(), "-std=gnu11", "-ffp-contract=off", "-I", ".",
-                    "-I", "kernels", "-o", str(target), str(HERE / "blob_fuzz.c"), *sources,
-                    "-lm", "-pthread"], check=True, cwd=directory, capture_output=True, timeout=300)
-    return target
+    """blob_fuzz.c linked with the export's library as make builds it under ASan and UBSan
+    (with the objects of the other sanitised builds where they match)."""
+    make(directory, cflags=SANITIZE)
+    harness, obj = HERE / "blob_fuzz.c", directory / "blob_fuzz.o"
+    command = [cc(), *SANITIZE.split(), "-std=gnu11", "-I", ".", "-c", "-o", obj.name,
+               str(harness)]
+    key = _object_key(directory, " ".join(command), harness)
+    _from_cache(key, obj)
+    if not obj.exists():
+        subprocess.run(command, check=True, cwd=directory, capture_output=True, timeout=300)
+        _to_cache(key, obj)
+    subprocess.run([cc(), *SANITIZE.split(), "-o", "blob_fuzz", obj.name, "libmgr_model.a",
+                    "-lm", "-pthread"], check=True, cwd=directory, capture_output=True,
+                   timeout=300)
+    return directory / "blob_fuzz"
 
 
 def fuzz_blob(directory: Path, seeds, count: int) -> None:

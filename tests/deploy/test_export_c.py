@@ -18,7 +18,7 @@ from mgegraph.deploy import blob as B
 from mgegraph.deploy.kernels import CSRC
 from mgegraph.ops.builder import apply
 
-from .cbuild import assert_refused, cc, fuzz_blob, make, model_run, sanitizer_env
+from .cbuild import SANITIZE, assert_refused, cc, fuzz_blob, make, model_run, sanitizer_env
 
 
 def readme_mlp(batch=128):
@@ -76,7 +76,7 @@ def test_inputs_given_by_pointer_give_the_same_outputs(tmp_path):
     cc()
     plan, feeds = tiles_mlp()
     exported = export_c(plan, tmp_path / "out")
-    make(exported.directory, cflags="-O1 -g -fsanitize=address,undefined")
+    make(exported.directory, cflags=SANITIZE)
     copied = model_run(exported.directory, feeds, exported.input_names, env=sanitizer_env())[1]
     done, pointed = model_run(exported.directory, feeds, exported.input_names,
                               env=sanitizer_env(), options=["--by-pointer", "--runs", "3"])
@@ -318,8 +318,7 @@ def test_corrupt_blobs_are_refused_under_the_sanitizers(tmp_path):
     cc()
     plan = readme_mlp(batch=4)
     exported = export_c(plan, tmp_path / "out")
-    make(exported.directory, cflags="-O1 -g -fsanitize=address,undefined "
-                                      "-fno-sanitize-recover=undefined")
+    make(exported.directory, cflags=SANITIZE)
     blob = (exported.directory / "model.mgr").read_bytes()
     assert_refused(exported.directory, _corruptions(blob), {"x": np.ones((4, 784), np.float32)},
                    ["x"])
@@ -359,7 +358,7 @@ def fuzz(tmp_path, seeds, count):
 
 def test_mutated_blobs_never_crash_the_loader(tmp_path):
     cc()
-    fuzz(tmp_path, seeds=[1], count=1000)
+    fuzz(tmp_path, seeds=[1], count=400)  # 50,000 below: pytest -m slow
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ import mgegraph.functional as F
 from mgegraph.deploy import conv_prepack, export_c
 from mgegraph.kernel_abi.conv import FIELDS
 
-from .cbuild import assert_refused, blob_calls, cc, fuzz_blob, make, model_run, patched
+from .cbuild import SANITIZE, assert_refused, blob_calls, cc, fuzz_blob, make, model_run, patched
 
 
 def _bits(a):
@@ -144,7 +144,7 @@ def test_a_filter_a_state_update_writes_is_not_prepared(tmp_path):
 def test_corrupt_prepared_blocks_are_refused_under_the_sanitizers(tmp_path):
     cc()
     plan, feeds, exported = winograd_export(tmp_path, 4, 9)
-    make(exported.directory, cflags="-O1 -g -fsanitize=address,undefined")
+    make(exported.directory, cflags=SANITIZE)
     blob = (exported.directory / "model.mgr").read_bytes()
     calls = blob_calls(blob)
     wino = next(ints for name, ints, _ in calls if name == conv_prepack.WINOGRAD_KERNEL)

@@ -15,7 +15,7 @@ import mgegraph as mg
 import mgegraph.functional as F
 from mgegraph.deploy import export_c
 
-from .cbuild import cc, fuzz_blob, make, model_run, sanitizer_env
+from .cbuild import SANITIZE, cc, fuzz_blob, make, model_run, sanitizer_env
 
 
 def _bits(a):
@@ -189,7 +189,7 @@ def test_the_tiles_run_clean_under_the_sanitizers(tmp_path, case):
     (want,) = plan.run(feeds)
     for threads in (1, 2):
         (got,) = run_c(tmp_path / str(threads), plan, feeds, threads,
-                       cflags="-O1 -g -fsanitize=address,undefined", env=sanitizer_env())
+                       cflags=SANITIZE, env=sanitizer_env())
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
 
 

@@ -17,7 +17,7 @@ import mgegraph.functional as F
 from mgegraph.deploy import conv_prepack, export_c
 from mgegraph.kernel_abi.conv import FIELDS
 
-from .cbuild import assert_refused, blob_calls, cc, fuzz_blob, make, model_run, patched
+from .cbuild import SANITIZE, assert_refused, blob_calls, cc, fuzz_blob, make, model_run, patched
 
 KERNEL = conv_prepack.WINOGRAD_KERNEL
 # (input shape, output channels): one block of 25 tiles (split by output channels on 2 and 3
@@ -132,7 +132,7 @@ def test_corrupt_packed_u_blocks_are_refused_under_the_sanitizers(tmp_path):
     cc()
     plan, feeds = layer(*LAYERS["one block"], seed=4)
     exported = export_c(plan, tmp_path)
-    make(exported.directory, cflags="-O1 -g -fsanitize=address,undefined")
+    make(exported.directory, cflags=SANITIZE)
     blob = (exported.directory / "model.mgr").read_bytes()
     first, second = [ints for name, ints, _ in blob_calls(blob) if name == KERNEL]
     at = {f: 8 * FIELDS.index(f) for f in FIELDS}
