@@ -15,9 +15,9 @@ RUNTIME = ("mgr_runtime.h", "mgr_runtime.c", "mgr_threads.c", "mgr_kernel.h")
 MODEL_RUN = "model_run.c"
 
 # the package's gather tiles and what they include (the convolution runs them), and the GEMM's
-# (gemm_fma.h): the tiles and the single row's loops
+# (gemm_fma.h): the tiles, the single row's loops and the executor's threads rule
 TILES = ("conv_tile.h", "cpu_isa.h", "activation.h")
-GEMM_TILES = (*TILES, "gemv_row.h")
+GEMM_TILES = (*TILES, "gemv_row.h", "grain.h")
 # the convolution's drivers of those tiles, direct and Winograd (conv2d_f32.c includes them)
 CONV_TILES = ("conv_gather_c.h", "conv_wino_c.h")
 # the int8 GEMM's headers: the patches and depthwise kernel, the GEMM's tiles, their AMX form
