@@ -17,6 +17,7 @@ from mgegraph._kernels import linalg, parallel
 from mgegraph._kernels.lowering import matmul as lowering
 from mgegraph.deploy import export_c
 from mgegraph.deploy.kernels import CONTRACTED
+from mgegraph.ops.builder import apply
 
 from .cbuild import blob_calls, cc, make, model_run
 from .test_export_gemm_packed import bits, fma_order
@@ -194,3 +195,40 @@ def test_products_threads_are_the_executors(tmp_path):
         planned, split = ins.ints[5], ins.ints[7]
         assert planned == lowering.gemm_threads(np.float32, m, n, k)
         assert parts[i] == min(planned, threads, _units(m, n, k, split)), (m, k, n)
+
+
+# (kernel, input shape): tiny work on one thread whatever the model's count, and a pooling of
+# 12.8 MB moved on every thread there is (one per MiB)
+SMALL_WORK = (("pool2d_f32", (2, 8, 16, 16)), ("group_norm_f32", (2, 8, 64)),
+              ("pool2d_f32", (4, 64, 112, 112)))
+
+
+def small_work_plan():
+    rng = np.random.default_rng(5)
+    g = mg.Graph()
+    outs, feeds = [], {}
+    for i, (kernel, shape) in enumerate(SMALL_WORK):
+        x = g.input(f"x{i}", shape, "float32")
+        feeds[f"x{i}"] = rng.standard_normal(shape, dtype=np.float32)
+        if kernel == "pool2d_f32":
+            outs.append(F.max_pool2d(x, 2, 2))
+        else:
+            w, b = (g.param(f"{n}{i}", rng.standard_normal(shape[1], dtype=np.float32))
+                    for n in "wb")
+            outs.append(apply("group_norm", (x, w, b), groups=4, activation="none"))
+    return mg.compile(outs, freeze=True), feeds
+
+
+def test_pooling_and_group_norm_wake_threads_by_the_bytes_they_move(tmp_path):
+    plan, feeds = small_work_plan()
+    exported = export_c(plan, tmp_path / "c")
+    lib = profiled_library(exported.directory)
+    inputs = [np.ascontiguousarray(feeds[name]) for name in exported.input_names]
+    kernels = [ins.kernel for ins in plan.instructions]
+    assert kernels == [kernel for kernel, _ in SMALL_WORK]
+    for threads in (1, 2, 3):
+        parts = parts_per_instruction(lib, exported.directory, inputs, threads)
+        for ins, got in zip(plan.instructions, parts):
+            moved = sum(plan.slots[s].type.nbytes for s in (*ins.inputs, *ins.outputs))
+            want = max(1, min(threads, moved // parallel.GRAIN_BYTES))
+            assert got == want, (ins.kernel, threads, moved, got, want)
