@@ -286,9 +286,13 @@ static void mgr_gemv_parts(void* ctx, int64_t lo, int64_t hi) {
     g->sums(g->a, g->b, g->n, g->k, g->n, lo, hi, g->partials);
 }
 
-/* c (n) = a (k) op(B); `partials` (gemv_parts(k) x n floats) or NULL */
-static inline void mgr_gemv(int tb, int64_t n, int64_t k, const float* a, const float* b,
-                            float* c, float* partials) {
+/* c (n) = a (k) op(B); `partials` (gemv_parts(k) x n floats) or NULL. Inlined, as
+ * mgr_gemm_epilogue is, so that a caller's constant tb and NULL partials leave out the loops it
+ * never runs (linear_f32.c: the dots alone, 12 KB less code at -O3). */
+#define MGR_GEMM_INLINE static inline __attribute__((always_inline))
+
+MGR_GEMM_INLINE void mgr_gemv(int tb, int64_t n, int64_t k, const float* a, const float* b,
+                              float* c, float* partials) {
     int64_t threads = mg_gemm_threads(1, n, k, 4, mgr_run_threads());
     if (threads > 1 && !tb && partials && gemv_parts(k) > 1) {
         mgr_gemv_split_call g = {NULL, a, b, partials, n, k};
@@ -306,9 +310,9 @@ static inline void mgr_gemv(int tb, int64_t n, int64_t k, const float* a, const 
  * MGR_KERNEL_OUT_OF_MEMORY where op(B)'s panels (k x n rounded up to the panel) are not had.
  * A single row runs the GEMV instead (then the epilogue over its row), split by parts of k
  * where `partials` is given (mgr_gemv). */
-static inline int mgr_gemm_epilogue(int ta, int tb, int64_t m, int64_t n, int64_t k,
-                                    const float* a, const float* b, float* c,
-                                    const float* bias, int act, float* partials) {
+MGR_GEMM_INLINE int mgr_gemm_epilogue(int ta, int tb, int64_t m, int64_t n, int64_t k,
+                                      const float* a, const float* b, float* c,
+                                      const float* bias, int act, float* partials) {
     if (m == 0 || n == 0) return MGR_KERNEL_OK;
     if (m == 1) { /* op(A)'s one row is contiguous either way */
         mgr_gemv(tb, n, k, a, b, c, partials);
