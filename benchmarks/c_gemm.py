@@ -36,7 +36,13 @@ SHIM = r"""
 #include "gemm_fma.h"
 void bench_threads(int t) { mgr_set_run_threads(t); }
 int bench_gemm(int tb, int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c)
-{ return mgr_gemm(0, tb, m, n, k, a, b, c); }
+{
+#ifdef MGR_GEMM_INLINE /* a gemm_fma.h whose mgr_gemm takes a single row's workspace (none here) */
+    return mgr_gemm(0, tb, m, n, k, a, b, c, NULL);
+#else
+    return mgr_gemm(0, tb, m, n, k, a, b, c);
+#endif
+}
 #ifdef PANELS
 int64_t bench_panel(void) { return mgr_gemm_panel(); }
 void bench_packed(int64_t m, int64_t n, int64_t k, const float* a, const float* panels,

@@ -343,7 +343,8 @@ def table(results: dict, skipped: dict, chosen, threads) -> list[str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workloads", nargs="*", metavar="WORKLOAD",
-                        help=f"some of: {', '.join(WORKLOADS)} (a prefix is enough)")
+                        help=f"some of: {', '.join(WORKLOADS)} (a prefix is enough; a "
+                        "whole name is that workload alone)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=40, help="timed calls per process")
@@ -369,8 +370,9 @@ def main(argv=None) -> int:
                                                         sys.argv[1:]), "--threads", str(t)],
                            env=env, check=True)  # (the last --threads given is the one taken)
         return 0
+    # a workload named whole is that one alone ("mlp-infer 1" is not "mlp-infer 128")
     chosen = [w for w in WORKLOADS if not args.workloads
-              or any(w.startswith(p) for p in args.workloads)]
+              or any(w == p or (p not in WORKLOADS and w.startswith(p)) for p in args.workloads)]
     results: dict = {}  # (workload, row, threads) -> each round's seconds
     skipped: dict = {}  # (workload, row, threads) -> why it could not run
     with tempfile.TemporaryDirectory(prefix="c_runtime_bench_") as tmp:

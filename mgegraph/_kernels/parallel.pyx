@@ -60,10 +60,18 @@ cdef extern from *:
 if mg_watch_fork() != 0:
     raise ImportError("pthread_atfork failed: the kernels could not guard against fork")
 
+cdef extern from "grain.h":
+    # the grains and the GEMM's rule, shared with the C runtime (deploy/csrc)
+    long long MG_GRAIN_BYTES, MG_GRAIN_FLOPS
+    long long mg_gemm_threads(long long m, long long n, long long k, long long itemsize,
+                              long long most) noexcept nogil
+
 # Whether this build has OpenMP (without it every kernel runs on the calling thread)
 OPENMP = bool(MG_HAVE_OPENMP)
-# Bytes a thread should move for a second one to pay for the fork/join (see Design)
-GRAIN_BYTES = 1 << 20
+# Bytes a thread should move for a second one to pay for the fork/join (see Design; grain.h)
+GRAIN_BYTES = MG_GRAIN_BYTES
+# FLOPs one thread of a GEMM should have (grain.h)
+GRAIN_FLOPS = MG_GRAIN_FLOPS
 TEAM_LIMIT = MAX_TEAM
 
 
@@ -113,6 +121,19 @@ def threads_for(work: int, grain: int = GRAIN_BYTES) -> int:
     if grain <= 0:
         raise ValueError(f"threads_for: grain must be positive, got {grain}")
     return int(max(1, min(max_threads(), MAX_TEAM, work // grain)))
+
+
+def gemm_threads(long long m, long long n, long long k, long long itemsize) -> int:
+    """The threads a float GEMM of C (m, n) over k plans for (grain.h's rule, the C runtime's
+    too): a single row by the bytes of its matrix, any other by its FLOPs; at most
+    max_threads() now.
+
+    >>> gemm_threads(1, 10, 1024, 4)
+    1
+    """
+    if min(m, n, k) < 0 or itemsize < 1:
+        raise ValueError(f"gemm_threads: sizes must not be negative, got {(m, n, k, itemsize)}")
+    return int(mg_gemm_threads(m, n, k, itemsize, min(max_threads(), MAX_TEAM)))
 
 
 cdef int _empty(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:

@@ -15,9 +15,9 @@ RUNTIME = ("mgr_runtime.h", "mgr_runtime.c", "mgr_threads.c", "mgr_kernel.h")
 MODEL_RUN = "model_run.c"
 
 # the package's gather tiles and what they include (the convolution runs them), and the GEMM's
-# (gemm_fma.h): the tiles and the single row's loops
+# (gemm_fma.h): the tiles, the single row's loops and the executor's threads rule
 TILES = ("conv_tile.h", "cpu_isa.h", "activation.h")
-GEMM_TILES = (*TILES, "gemv_row.h")
+GEMM_TILES = (*TILES, "gemv_row.h", "grain.h")
 # the convolution's drivers of those tiles, direct and Winograd (conv2d_f32.c includes them)
 CONV_TILES = ("conv_gather_c.h", "conv_wino_c.h")
 # the int8 GEMM's headers: the patches and depthwise kernel, the GEMM's tiles, their AMX form
@@ -32,19 +32,20 @@ LIBRARY = {
     "matmul_packed_f32": ("matmul_f32.c", ("gemm_fma.h",), GEMM_TILES),
     "linear_packed_f32": ("linear_f32.c", ("gemm_fma.h",), GEMM_TILES),
     "softmax_f32": ("softmax_f32.c", (), ("softmax.h",)),
-    "group_norm_f32": ("group_norm_f32.c", (), ("group_norm.h", "activation.h", "cpu_isa.h")),
+    "group_norm_f32": ("group_norm_f32.c", (), ("group_norm.h", "activation.h", "cpu_isa.h",
+                                               "grain.h")),
     "conv2d_f32": ("conv2d_f32.c", CONV_TILES, (*TILES, "wino_tile.h")),
     # conv2d_f32's Winograd on filters transformed and packed at export (conv_prepack.py), and
     # on U unpacked (blobs from before the packing)
     "conv2d_winograd_packed_f32": ("conv2d_f32.c", CONV_TILES, (*TILES, "wino_tile.h")),
     "conv2d_winograd_f32": ("conv2d_f32.c", CONV_TILES, (*TILES, "wino_tile.h")),
     "conv2d_backward_data_f32": ("conv2d_f32.c", CONV_TILES, (*TILES, "wino_tile.h")),
-    "pool2d_f32": ("pool2d_f32.c", (), ()),
+    "pool2d_f32": ("pool2d_f32.c", (), ("grain.h",)),
     "reduce_f32": ("reduce_f32.c", (), ()),
-    "max_pool2d_backward_f32": ("pool2d_f32.c", (), ()),
-    "avg_pool2d_backward_f32": ("pool2d_f32.c", (), ()),
-    "pool2d_i8": ("pool2d_f32.c", (), ()),
-    "pool2d_u8": ("pool2d_f32.c", (), ()),
+    "max_pool2d_backward_f32": ("pool2d_f32.c", (), ("grain.h",)),
+    "avg_pool2d_backward_f32": ("pool2d_f32.c", (), ("grain.h",)),
+    "pool2d_i8": ("pool2d_f32.c", (), ("grain.h",)),
+    "pool2d_u8": ("pool2d_f32.c", (), ("grain.h",)),
     **{name: ("quantize.c", (), ()) for name in (
         "quantize_f32", "quantize_f64", "dequantize_i8", "dequantize_u8", "dequantize_i32",
         "fake_quant_f32", "fake_quant_f64")},

@@ -16,19 +16,18 @@ from .built import check_built
 from .threads import thread_choices, way_label
 
 # FLOPs one thread of a GEMM should have for a second to pay for the fork/join (~10 us asleep,
-# a few awake): 2 MFLOP is ~20 us of this machine's single-core sgemm
-GRAIN_FLOPS = 2_000_000
+# a few awake): 2 MFLOP is ~20 us of this machine's single-core sgemm (grain.h, which the C
+# runtime reads too)
+GRAIN_FLOPS = parallel.GRAIN_FLOPS
 
 
 def gemm_threads(dtype, m, n, k) -> int:
     """The column blocks a float GEMM is planned in (linalg.pyx's Threads); 1 for integers. A
     single row is a gemv, which reads its (k, n) matrix once: its bytes decide, as for the
-    other bandwidth-bound kernels."""
+    other bandwidth-bound kernels (grain.h's rule: the C runtime decides by it too)."""
     if dtype not in FLOAT_DTYPES:
         return 1
-    if m == 1:
-        return parallel.threads_for(n * k * np.dtype(dtype).itemsize)
-    return parallel.threads_for(2 * m * n * k, GRAIN_FLOPS)
+    return parallel.gemm_threads(m, n, k, np.dtype(dtype).itemsize)
 
 
 # Which float32 GEMMs run on the gather tiles (linalg.pyx's tile_product) rather than the BLAS.

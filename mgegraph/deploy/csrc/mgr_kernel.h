@@ -48,6 +48,14 @@ enum { MGR_KERNEL_OK = 0, MGR_KERNEL_INDEX_OUT_OF_RANGE = 1, MGR_KERNEL_BAD_VALU
  * as one thread would, gives the same bits on any thread count */
 typedef void (*mgr_part_fn)(void* ctx, int64_t lo, int64_t hi);
 void mgr_parallel_for(int64_t n, mgr_part_fn part, void* ctx);
+/* the same on at most `most` threads: a kernel whose work pays for fewer threads than the model
+ * has (grain.h's rule, the Python executor's) wakes no more */
+void mgr_parallel_for_upto(int64_t n, int64_t most, mgr_part_fn part, void* ctx);
+#ifdef MGR_PROFILE
+/* the most parts one mgr_parallel_for of this thread split into since the last call (0: none
+ * ran), then forgotten: mgr_run reads it after each instruction */
+int mgr_take_parts(void);
+#endif
 /* the threads this thread's mgr_parallel_for calls split over (mgr_run sets its model's) */
 void mgr_set_run_threads(int threads);
 /* that count: a kernel may shape its work items by it (the bits must not depend on it) */

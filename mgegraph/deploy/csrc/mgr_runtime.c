@@ -65,6 +65,7 @@ struct mgr_model {
     int threads;
 #ifdef MGR_PROFILE
     int64_t* instruction_ns; /* the last run's time of each instruction */
+    int* instruction_parts;  /* and the most threads one of its parallel loops ran on */
 #endif
 };
 
@@ -444,6 +445,7 @@ void mgr_free(mgr_model* m) {
     free(m->blob);
 #ifdef MGR_PROFILE
     free(m->instruction_ns);
+    free(m->instruction_parts);
 #endif
     free(m);
 }
@@ -471,7 +473,8 @@ mgr_model* mgr_load_memory(const void* data, size_t nbytes) {
         s = fail(MGR_NO_MEMORY, "out of memory for an arena of %lld bytes",
                  (long long)B.h[H_ARENA_BYTES]);
 #ifdef MGR_PROFILE
-    if (!s && !(m->instruction_ns = calloc(m->n_instr + 1, sizeof(int64_t))))
+    if (!s && (!(m->instruction_ns = calloc(m->n_instr + 1, sizeof(int64_t))) ||
+               !(m->instruction_parts = calloc(m->n_instr + 1, sizeof(int)))))
         s = fail(MGR_NO_MEMORY, "out of memory for the instructions' times");
 #endif
     free(B.bound);
@@ -605,6 +608,10 @@ static int64_t now_ns(void) {
 int64_t mgr_instruction_ns(const mgr_model* m, size_t i) {
     return m && i < m->n_instr ? m->instruction_ns[i] : -1;
 }
+
+int mgr_instruction_parts(const mgr_model* m, size_t i) {
+    return m && i < m->n_instr ? m->instruction_parts[i] : -1;
+}
 #endif
 
 int mgr_run(mgr_model* m) {
@@ -613,8 +620,10 @@ int mgr_run(mgr_model* m) {
     for (size_t i = 0; i < m->n_instr; i++) {
 #ifdef MGR_PROFILE
         int64_t start = now_ns();
+        mgr_take_parts();
         int status = m->fns[i](&m->calls[i]);
         m->instruction_ns[i] = now_ns() - start;
+        m->instruction_parts[i] = mgr_take_parts();
 #else
         int status = m->fns[i](&m->calls[i]);
 #endif

@@ -72,6 +72,10 @@ int mgr_run(mgr_model* model);
  * last run's nanoseconds of instruction i, -1 for an index out of range. For profiling only
  * (benchmarks/c_runtime.py --layers); the default build has neither the clock nor this. */
 int64_t mgr_instruction_ns(const mgr_model* model, size_t i);
+/* the most threads one parallel loop of instruction i ran on in the last run (0: it has none,
+ * 1: it kept to the calling thread), -1 for an index out of range: the tests check the threads'
+ * rule with it (grain.h) */
+int mgr_instruction_parts(const mgr_model* model, size_t i);
 #endif
 
 /* Output i after a run: the model's buffer, valid until the next run or mgr_free. */

@@ -75,9 +75,27 @@ static int workers_for(int want) {
     return pool.n_workers;
 }
 
+#ifdef MGR_PROFILE
+static _Thread_local int parts_most; /* the most parts of this thread's calls since the last take */
+
+int mgr_take_parts(void) {
+    int most = parts_most;
+    parts_most = 0;
+    return most;
+}
+#endif
+
 void mgr_parallel_for(int64_t n, mgr_part_fn part, void* ctx) {
-    int parts = n < run_threads ? (int)n : run_threads;
+    mgr_parallel_for_upto(n, run_threads, part, ctx);
+}
+
+void mgr_parallel_for_upto(int64_t n, int64_t most, mgr_part_fn part, void* ctx) {
+    int64_t cap = most < run_threads ? most : run_threads;
+    int parts = n < cap ? (int)n : (int)cap;
     if (parts <= 1 || pthread_mutex_trylock(&pool_in_use) != 0) {
+#ifdef MGR_PROFILE
+        if (n > 0 && parts_most < 1) parts_most = 1;
+#endif
         if (n > 0) part(ctx, 0, n);
         return;
     }
@@ -92,6 +110,9 @@ void mgr_parallel_for(int64_t n, mgr_part_fn part, void* ctx) {
     pool.generation++;
     pthread_cond_broadcast(&pool.work);
     pthread_mutex_unlock(&pool.lock);
+#ifdef MGR_PROFILE
+    if (parts > parts_most) parts_most = parts;
+#endif
     run_part(part, ctx, n, parts, 0);
     pthread_mutex_lock(&pool.lock);
     while (pool.pending > 0) pthread_cond_wait(&pool.done, &pool.lock);

@@ -32,6 +32,7 @@
 #include "activation.h"
 #include "cpu_isa.h"
 #include "gemv_row.h"
+#include "grain.h"
 
 #define MGR_GEMM_MR_MAX 8      /* the most rows a tile keeps */
 #define MGR_GEMM_W_MAX 64      /* the most columns a tile keeps, and the widest panel */
@@ -245,7 +246,8 @@ static void mgr_gemm_items(void* ctx, int64_t lo, int64_t hi) {
     }
 }
 
-/* Run `g` over this model's threads: one mgr_parallel_for of (row block, panel) items */
+/* Run `g` over this model's threads, as many as its FLOPs pay for (grain.h, the executor's
+ * rule): one mgr_parallel_for of (row block, panel) items */
 static inline void mgr_gemm_on_panels(const mgr_gemm_job* g) {
     if (g->m == 0 || g->n == 0) return;
     mgr_gemm_plan s = {g, mgr_panel_tile_for(g->panel), 0, 0, (g->n + g->panel - 1) / g->panel};
@@ -259,7 +261,9 @@ static inline void mgr_gemm_on_panels(const mgr_gemm_job* g) {
         if (blocks > tiles) blocks = tiles;
     }
     s.mc = (tiles + blocks - 1) / blocks * s.t.mr;
-    mgr_parallel_for((g->m + s.mc - 1) / s.mc * s.npanels, mgr_gemm_items, &s);
+    mgr_parallel_for_upto((g->m + s.mc - 1) / s.mc * s.npanels,
+                          mg_gemm_threads(g->m, g->n, g->k, 4, mgr_run_threads()),
+                          mgr_gemm_items, &s);
 }
 
 /* panels [lo, hi) of op(B) packed: a part of mgr_parallel_for. Loops, not memcpy (a call per
@@ -296,10 +300,13 @@ static void mgr_pack_panels(void* ctx, int64_t lo, int64_t hi) {
 
 /* A single row times op(B): gemv_row.h's loops, the Python executor's for a float32 row (linalg.pyx),
  * reading B where it lies, once, where the tiles would pack all of it first (mlp-infer at batch 1:
- * 7 MiB of weights copied per call). Threads split the columns in blocks of MGR_GEMV_COLS: each
- * column's sum runs in the same order whatever range holds it, so any split gives the bits of
- * one call, and those of the Python executor's gemv. */
-#define MGR_GEMV_COLS 256
+ * 7 MiB of weights copied per call). On the threads its bytes pay for (grain.h: the executor's
+ * plan gives it the same count), split as linalg.pyx splits it: a stored B (k, n) by parts of k
+ * where the plan gave the parts' sums a workspace (matmul's gemv_split: each thread reads whole
+ * rows of B, contiguous bytes), else the columns in blocks of MGR_GEMV_COLS (linalg.pyx's
+ * BLOCK_COLUMNS). Each column's sum runs in the same order whatever range or part holds it
+ * (gemv_row.h), so any split gives the bits of one call, and those of the Python executor's. */
+#define MGR_GEMV_COLS 16
 
 typedef struct {
     gemv_fn fn;
@@ -314,16 +321,49 @@ static void mgr_gemv_cols(void* ctx, int64_t lo, int64_t hi) {
     g->fn(g->a, g->b, g->ldb, g->k, lo * MGR_GEMV_COLS, j1, 1.0f, 0, g->c);
 }
 
+typedef struct {
+    gemv_parts_fn sums;
+    const float *a, *b;
+    float* partials;
+    int64_t n, k;
+} mgr_gemv_split_call;
+
+/* parts [lo, hi) of k: their sums for every column (gemv_row.h's gemv_parts_*) */
+static void mgr_gemv_parts(void* ctx, int64_t lo, int64_t hi) {
+    const mgr_gemv_split_call* g = (const mgr_gemv_split_call*)ctx;
+    g->sums(g->a, g->b, g->n, g->k, g->n, lo, hi, g->partials);
+}
+
+/* c (n) = a (k) op(B); `partials` (gemv_parts(k) x n floats) or NULL. Inlined, as
+ * mgr_gemm_epilogue is, so that a caller's constant tb and NULL partials leave out the loops it
+ * never runs (linear_f32.c: the dots alone, 12 KB less code at -O3). */
+#define MGR_GEMM_INLINE static inline __attribute__((always_inline))
+
+MGR_GEMM_INLINE void mgr_gemv(int tb, int64_t n, int64_t k, const float* a, const float* b,
+                              float* c, float* partials) {
+    int64_t threads = mg_gemm_threads(1, n, k, 4, mgr_run_threads());
+    if (threads > 1 && !tb && partials && gemv_parts(k) > 1) {
+        mgr_gemv_split_call g = {NULL, a, b, partials, n, k};
+        gemv_finish_fn finish;
+        gemv_split_of(&g.sums, &finish);
+        mgr_parallel_for_upto(gemv_parts(k), threads, mgr_gemv_parts, &g);
+        finish(partials, gemv_parts(k), n, 0, n, 1.0f, 0, c);
+        return;
+    }
+    mgr_gemv_call v = {gemv_of(tb), a, b, c, n, k, tb ? k : n};
+    mgr_parallel_for_upto((n + MGR_GEMV_COLS - 1) / MGR_GEMV_COLS, threads, mgr_gemv_cols, &v);
+}
+
 /* C = op(A) op(B), then act(C + bias) where bias or act: MGR_KERNEL_OK, or
  * MGR_KERNEL_OUT_OF_MEMORY where op(B)'s panels (k x n rounded up to the panel) are not had.
- * A single row runs the GEMV instead (then the epilogue over its row). */
-static inline int mgr_gemm_epilogue(int ta, int tb, int64_t m, int64_t n, int64_t k,
-                                    const float* a, const float* b, float* c,
-                                    const float* bias, int act) {
+ * A single row runs the GEMV instead (then the epilogue over its row), split by parts of k
+ * where `partials` is given (mgr_gemv). */
+MGR_GEMM_INLINE int mgr_gemm_epilogue(int ta, int tb, int64_t m, int64_t n, int64_t k,
+                                      const float* a, const float* b, float* c,
+                                      const float* bias, int act, float* partials) {
     if (m == 0 || n == 0) return MGR_KERNEL_OK;
     if (m == 1) { /* op(A)'s one row is contiguous either way */
-        mgr_gemv_call v = {gemv_of(tb), a, b, c, n, k, tb ? k : n};
-        mgr_parallel_for((n + MGR_GEMV_COLS - 1) / MGR_GEMV_COLS, mgr_gemv_cols, &v);
+        mgr_gemv(tb, n, k, a, b, c, partials);
         if (bias)
             for (int64_t j = 0; j < n; j++) c[j] = act_f32(c[j] + bias[j], act);
         else if (act)
@@ -335,7 +375,8 @@ static inline int mgr_gemm_epilogue(int ta, int tb, int64_t m, int64_t n, int64_
                                    sizeof(float));
     if (!panels) return MGR_KERNEL_OUT_OF_MEMORY;
     mgr_pack_job q = {tb, n, k, panel, b, panels};
-    mgr_parallel_for(npanels, mgr_pack_panels, &q);
+    mgr_parallel_for_upto(npanels, mg_gemm_threads(m, n, k, 4, mgr_run_threads()),
+                          mgr_pack_panels, &q);
     mgr_gemm_job g = {ta, m, n, k, panel, a, panels, c, bias, act};
     mgr_gemm_on_panels(&g);
     free(panels);
@@ -343,8 +384,8 @@ static inline int mgr_gemm_epilogue(int ta, int tb, int64_t m, int64_t n, int64_
 }
 
 static inline int mgr_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const float* a,
-                           const float* b, float* c) {
-    return mgr_gemm_epilogue(ta, tb, m, n, k, a, b, c, NULL, 0);
+                           const float* b, float* c, float* partials) {
+    return mgr_gemm_epilogue(ta, tb, m, n, k, a, b, c, NULL, 0, partials);
 }
 
 #endif

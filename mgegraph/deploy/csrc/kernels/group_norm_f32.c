@@ -1,9 +1,11 @@
 /* group_norm_f32: group norm's forward, the body of norm.pyx's float32 path (group_norm.h's
  * gn_forward_f32, one source for both executors: the same bits); the parameter block of
  * kernel_abi/norm.py's FIELDS (batch, channels, inner, groups, activation, threads: the
- * runtime's own thread count is used) and [eps]; bufs x, weight, bias, y. Threads take
- * contiguous runs of the batch * groups groups, each computed as on one thread. */
+ * runtime's own thread count is used, as far as the bytes moved pay for them: grain.h, the
+ * executor's rule) and [eps]; bufs x, weight, bias, y. Threads take contiguous runs of the
+ * batch * groups groups, each computed as on one thread. */
 #include "../mgr_kernel.h"
+#include "grain.h"
 #include "group_norm.h"
 
 enum { BATCH, CHANNELS, INNER, GROUPS, ACTIVATION, THREADS, FIELDS };
@@ -24,7 +26,12 @@ static void forward_part(void* ctx, int64_t lo, int64_t hi) {
 
 int mgr_group_norm_f32(const mgr_call* call) {
     forward_job job = {call, group_norm_loops()};
-    mgr_parallel_for(call->ints[BATCH] * call->ints[GROUPS], forward_part, &job);
+    const int64_t* s = call->ints;
+    double moved = 4.0 * (2.0 * (double)s[BATCH] * (double)s[CHANNELS] * (double)s[INNER] +
+                          2.0 * (double)s[CHANNELS]);
+    mgr_parallel_for_upto(s[BATCH] * s[GROUPS],
+                          mg_threads_for(moved, MG_GRAIN_BYTES, mgr_run_threads()),
+                          forward_part, &job);
     return MGR_KERNEL_OK;
 }
 

@@ -17,7 +17,7 @@ int mgr_linear_f32(const mgr_call* call) {
     const float* bias = s[HAS_BIAS] ? (const float*)call->bufs[2] : NULL;
     float* y = (float*)call->bufs[s[HAS_BIAS] ? 3 : 2];
     return mgr_gemm_epilogue(0, 1, s[M], s[N], s[K], (const float*)call->bufs[0],
-                             (const float*)call->bufs[1], y, bias, (int)s[ACT]);
+                             (const float*)call->bufs[1], y, bias, (int)s[ACT], NULL);
 }
 
 int mgr_linear_packed_f32(const mgr_call* call) {

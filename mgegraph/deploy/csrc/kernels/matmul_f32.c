@@ -1,6 +1,8 @@
 /* matmul_f32: the parameter block of kernel_abi/matmul.py's MATMUL_FIELDS (m, n, k, transpose_a,
  * transpose_b, threads, tiles, gemv_split, ndim), then the batch shape[ndim] and the element
- * strides of a[ndim] and b[ndim] over it; bufs a, b, c[, workspace] (unused here).
+ * strides of a[ndim] and b[ndim] over it; bufs a, b, c[, workspace]. With gemv_split, the
+ * workspace holds a single row's parts' sums (gemv_row.h's gemv_parts(k) x n floats: the row
+ * then runs on its threads by parts of k, as the Python executor's); else it is unused.
  *
  * matmul_packed_f32: the same with b a weight the exporter packed (gemm_fma.h's panels of op(B),
  * one matrix for every batch): the block of matmul_f32 (transpose_b 0, b's batch strides 0: the
@@ -21,13 +23,14 @@ int mgr_matmul_f32(const mgr_call* call) {
     const float* a = (const float*)call->bufs[0];
     const float* b = (const float*)call->bufs[1];
     float* c = (float*)call->bufs[2];
+    float* partials = s[GEMV_SPLIT] ? (float*)call->bufs[3] : NULL;
     for (int64_t r = 0; r < batches; r++, c += m * n) {
         int64_t oa = 0, ob = 0;
         for (int64_t d = 0; d < ndim; d++) {
             oa += index[d] * sa[d];
             ob += index[d] * sb[d];
         }
-        int status = mgr_gemm(s[TA] != 0, s[TB] != 0, m, n, k, a + oa, b + ob, c);
+        int status = mgr_gemm(s[TA] != 0, s[TB] != 0, m, n, k, a + oa, b + ob, c, partials);
         if (status != MGR_KERNEL_OK) return status;
         for (int64_t d = ndim - 1; d >= 0 && ++index[d] == shape[d]; d--) index[d] = 0;
     }
@@ -97,6 +100,12 @@ static const char* matmul_check(const mgr_check_args* x, int packed) {
         return "its batches of b reach past b's bytes";
     if (!mgr_muladd(0, batches, mn, &mn) || mn > x->buf_bytes[2] / 4)
         return "its batches of c reach past c's bytes";
+    if (s[GEMV_SPLIT]) { /* the parts' sums of a single row (mgr_gemv) */
+        int64_t floats;
+        if (packed || x->n_bufs != 4 || !mgr_muladd(0, gemv_parts(s[K]), s[N], &floats) ||
+            floats > x->buf_bytes[3] / 4)
+            return "gemv_split wants a workspace of gemv_parts(k) x n floats";
+    }
     return NULL;
 }
 

@@ -14,6 +14,7 @@
 #include <math.h>
 
 #include "../mgr_kernel.h"
+#include "grain.h"
 
 enum { MODE, PLANES, H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, EH, EW, THREADS, FIELDS };
 enum { P_MAX, P_AVG_INCLUDE, P_AVG_EXCLUDE, P_ADAPTIVE_MAX, P_ADAPTIVE_AVG, P_MODES };
@@ -221,7 +222,6 @@ __attribute__((target("avx2"))) static void planes_avx2(void* ctx, int64_t lo, i
 }
 #endif
 
-#define MGR_POOL_PARALLEL_FLOATS ((int64_t)1 << 19) /* 2 MiB moved */
 
 int mgr_pool2d_f32(const mgr_call* call) {
     pool_run k = {{0}, (const float*)call->bufs[0], (float*)call->bufs[1]};
@@ -232,11 +232,10 @@ int mgr_pool2d_f32(const mgr_call* call) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2")) part = planes_avx2;
 #endif
-    /* threads only where they pay for waking (parallel.pyx's grain: 1 MiB a thread) */
-    if ((k.s[H] * k.s[W] + k.s[OH] * k.s[OW]) * k.s[PLANES] >= MGR_POOL_PARALLEL_FLOATS)
-        mgr_parallel_for(k.s[PLANES], part, &k);
-    else if (k.s[PLANES] > 0)
-        part(&k, 0, k.s[PLANES]);
+    /* threads only where they pay for waking: one per MiB moved (grain.h, the executor's) */
+    double moved = 4.0 * (double)(k.s[H] * k.s[W] + k.s[OH] * k.s[OW]) * (double)k.s[PLANES];
+    mgr_parallel_for_upto(k.s[PLANES], mg_threads_for(moved, MG_GRAIN_BYTES, mgr_run_threads()),
+                          part, &k);
     return MGR_KERNEL_OK;
 }
 
