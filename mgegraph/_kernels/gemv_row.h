@@ -193,7 +193,7 @@ static void gemv_finish_avx512(GEMV_FINISH_ARGS) { GEMV_FINISH_BODY }
  * steps to FMAs), so a dot sums in AVX2's order and gives its bits; the rows form's lanes are
  * independent, so the baseline's 4 already give every isa's bits. */
 #if defined(__GNUC__) && defined(__aarch64__)
-static void gemv_dots_neon(GEMV_ROWS_ARGS) { GEMV_DOTS_BODY(8) }
+GEMV_ALIGNED static void gemv_dots_neon(GEMV_ROWS_ARGS) { GEMV_DOTS_BODY(8) }
 #endif
 
 /* the form for B stored (k, n) (rows) or (n, k) (dots), on the widest instruction set */
