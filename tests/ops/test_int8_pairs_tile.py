@@ -10,6 +10,7 @@ from quant_reference import multipliers, quantized_conv2d, quantized_linear
 
 from mgegraph._kernels import qgemm
 from mgegraph.ir.quant import QuantParams
+from mgegraph.ops.quantized_pack import pack_weight_array, pairs_fit
 
 
 def _fits(w, groups=1) -> bool:
@@ -79,6 +80,25 @@ def test_the_flags_keep_the_zero_point_bit():
     assert qgemm.packed_pairs_fit(packed)
     assert not qgemm.packed_pairs_fit(qgemm.without_pairs_fit(packed))
     assert qgemm.packed_pairs_fit(packed)  # without_pairs_fit copies
+
+
+@pytest.mark.parametrize("wd, groups, k, fits", [("int8", 1, 37, True), ("uint8", 3, 70, True),
+                                                 ("int8", 2, 9, False), ("uint8", 1, 130, False)])
+def test_the_numpy_pack_writes_the_kernels_flags(wd, groups, k, fits):
+    # the prepack pass packs constant weights in NumPy: the same bytes, the proof included
+    rng = np.random.default_rng(k)
+    w = _in_range(rng, (6 * groups, k), wd)
+    if not fits:
+        w.reshape(6 * groups, -1)[4, 6:8] = (200, 200) if wd == "uint8" else (70, 70)
+    zw = (128 if wd == "uint8" else 0) + rng.integers(-2, 3, 6 * groups)
+    for x_dtype in ("int8", "uint8"):
+        ours = pack_weight_array(w, zw, None, groups, 5, x_dtype).view(np.uint8)
+        kernels = qgemm.packed_weights(w, zw.astype(np.int32), None, groups, x_dtype == "int8",
+                                       5)
+        np.testing.assert_array_equal(ours, kernels)
+        assert qgemm.packed_pairs_fit(kernels) is fits
+    assert pairs_fit(np.array([[64, 64, -128, 0]], np.int8))
+    assert not pairs_fit(np.array([[64, 65, 0, 0]], np.int8))
 
 
 # ---- the tile, bitwise -----------------------------------------------------------------------
