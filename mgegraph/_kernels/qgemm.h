@@ -273,28 +273,33 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void qg_tile_avx51
     if (nv >= 3) QG_TILE512(3) else if (nv == 2) QG_TILE512(2) else QG_TILE512(1)
 }
 
-/* AVX-VNNI: per column block and half of the rows, 4 rows x 2 ymm accumulators */
-__attribute__((target("avx2,avxvnni"))) static void qg_tile_avxvnni(QG_TILE_ARGS) {
-    for (int v = 0; v < nv; v++)
-        for (int h = 0; h < QG_MR; h += 4) {
-            __m256i acc[4][2];
-            for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
-            const uint8_t* bv = b + v * block_stride;
-            for (ptrdiff_t g = 0; g < kg; g++) {
-                __m256i b0 = _mm256_loadu_si256((const __m256i*)(bv + g * QG_NB * 4));
-                __m256i b1 = _mm256_loadu_si256((const __m256i*)(bv + g * QG_NB * 4 + 32));
-                for (int r = 0; r < 4; r++) {
-                    __m256i av = _mm256_set1_epi32(qg_word(a + (h + r) * lda + g * 4));
-                    acc[r][0] = _mm256_dpbusd_avx_epi32(acc[r][0], b0, av);
-                    acc[r][1] = _mm256_dpbusd_avx_epi32(acc[r][1], b1, av);
-                }
-            }
-            for (int r = 0; r < 4; r++) {
-                int32_t* out = tile + (h + r) * QG_TILE_COLS + v * QG_NB;
-                _mm256_storeu_si256((__m256i*)out, acc[r][0]);
-                _mm256_storeu_si256((__m256i*)(out + 8), acc[r][1]);
-            }
+/* 4 rows x 2 ymm accumulators per column block and half of the rows; DOT(acc, b, a) adds each
+ * int32 lane's 4 products of a k group (B's uint8, A's int8 broadcast) to acc */
+#define QG_TILE_4X2(DOT)                                                                    \
+    for (int v = 0; v < nv; v++)                                                            \
+        for (int h = 0; h < QG_MR; h += 4) {                                                \
+            __m256i acc[4][2];                                                              \
+            for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();     \
+            const uint8_t* bv = b + v * block_stride;                                       \
+            for (ptrdiff_t g = 0; g < kg; g++) {                                            \
+                __m256i b0 = _mm256_loadu_si256((const __m256i*)(bv + g * QG_NB * 4));      \
+                __m256i b1 = _mm256_loadu_si256((const __m256i*)(bv + g * QG_NB * 4 + 32)); \
+                for (int r = 0; r < 4; r++) {                                               \
+                    __m256i av = _mm256_set1_epi32(qg_word(a + (h + r) * lda + g * 4));     \
+                    acc[r][0] = DOT(acc[r][0], b0, av);                                     \
+                    acc[r][1] = DOT(acc[r][1], b1, av);                                     \
+                }                                                                           \
+            }                                                                               \
+            for (int r = 0; r < 4; r++) {                                                   \
+                int32_t* out = tile + (h + r) * QG_TILE_COLS + v * QG_NB;                   \
+                _mm256_storeu_si256((__m256i*)out, acc[r][0]);                              \
+                _mm256_storeu_si256((__m256i*)(out + 8), acc[r][1]);                        \
+            }                                                                               \
         }
+
+/* AVX-VNNI: vpdpbusd on ymm */
+__attribute__((target("avx2,avxvnni"))) static void qg_tile_avxvnni(QG_TILE_ARGS) {
+    QG_TILE_4X2(_mm256_dpbusd_avx_epi32)
 }
 
 /* AVX2: exact sums with vpmaddwd on operands widened to int16, in register blocks of 4 rows x 8
@@ -318,7 +323,12 @@ __attribute__((target("avx2,avxvnni"))) static void qg_tile_avxvnni(QG_TILE_ARGS
  * when every k pair of a weight row has positive parts summing to at most 128 and negative parts
  * to at least -128, which 7-bit weights meet (quantization's qint7, ONNX Runtime's reduce_range)
  * and full-range per-channel int8 weights (a 127 in every channel) almost never do. The packing
- * checks it on the bytes (qg_pairs_fit) and flags the weights; qg_tile_avx2_pairs runs those. Splitting the activation into its high 7 bits and low bit makes it
+ * checks it on the bytes (qg_pairs_fit) and flags the weights; qg_tile_avx2_pairs runs those:
+ * per 32 products one vpmaddubsw and one vpmaddwd, as many multiplies as this tile's two
+ * vpmaddwd, but no widening of either operand and half the adds. Measured against this tile on
+ * the same 7-bit packed weights (Zen 3, 1 thread, ResNet-18's 3x3 convolutions at 1x224 and
+ * 8x64, interleaved medians of 25 CPU times, benchmarks/int8_pairs_tile.py; a machine at load
+ * 8-13 on 2 cores, so ratios only): 0.60-0.91 of its time, median 0.72. Splitting the activation into its high 7 bits and low bit makes it
  * exact for any weights at 3 multiplies per 32 multiply-adds, against vpmaddwd's 2.
  * Not taken either: the GEMV's 4-bit split in this tile (benchmarks/int8_nibble_tile.c, both
  * ways in inline assembly, bitwise this tile's sums; Zen 3, 1 thread, interleaved medians of 25
@@ -416,34 +426,18 @@ __attribute__((target("avx2"))) static void qg_tile_avx2(QG_TILE_ARGS) {
 
 /* AVX2 on weights qg_pairs_fit proved: vpmaddubsw sums each k pair of u8 x s8 products in
  * int16 (exact by the proof), vpmaddwd by ones the two pairs of a k group into int32: the sums
- * of vpdpbusd, so of every other tile. Per column block and half of the rows, 4 rows x 2 ymm
- * accumulators (the AVX-VNNI tile's blocking); the weights are read as stored, never widened.
+ * of vpdpbusd, so of every other tile, on the AVX-VNNI tile's blocking (QG_TILE_4X2); the
+ * weights are read as stored, never widened.
  * Summing two steps in int16 before the vpmaddwd is not exact under the proof (2 x 32640). */
+/* vpdpbusd's sum from vpmaddubsw (the pairs, exact on proven weights) and vpmaddwd by ones */
+#define QG_DOT_PAIRS(acc, b, a) \
+    _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(b, a), _mm256_set1_epi16(1)))
+
 __attribute__((target("avx2"))) static void qg_tile_avx2_pairs(QG_TILE_ARGS) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int v = 0; v < nv; v++)
-        for (int h = 0; h < QG_MR; h += 4) {
-            __m256i acc[4][2];
-            for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
-            const uint8_t* bv = b + v * block_stride;
-            for (ptrdiff_t g = 0; g < kg; g++) {
-                __m256i b0 = _mm256_loadu_si256((const __m256i*)(bv + g * QG_NB * 4));
-                __m256i b1 = _mm256_loadu_si256((const __m256i*)(bv + g * QG_NB * 4 + 32));
-                for (int r = 0; r < 4; r++) {
-                    __m256i av = _mm256_set1_epi32(qg_word(a + (h + r) * lda + g * 4));
-                    acc[r][0] = _mm256_add_epi32(
-                        acc[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(b0, av), ones));
-                    acc[r][1] = _mm256_add_epi32(
-                        acc[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(b1, av), ones));
-                }
-            }
-            for (int r = 0; r < 4; r++) {
-                int32_t* out = tile + (h + r) * QG_TILE_COLS + v * QG_NB;
-                _mm256_storeu_si256((__m256i*)out, acc[r][0]);
-                _mm256_storeu_si256((__m256i*)(out + 8), acc[r][1]);
-            }
-        }
+    QG_TILE_4X2(QG_DOT_PAIRS)
 }
+#undef QG_DOT_PAIRS
+#undef QG_TILE_4X2
 #endif
 
 typedef void (*qg_tile_fn)(QG_TILE_ARGS);

@@ -15,20 +15,12 @@ from mgegraph.ops.quantize import dequantize, quantize
 from mgegraph.ops.quantized import quantized_conv2d, quantized_linear
 
 from .cbuild import cc
-from .test_export_int8 import DigitsCNN, assert_bitwise, exported
+from .test_export_int8 import assert_bitwise, exported, int8_digits
 
 
-def digits_7bit(batch=6):
+def digits_7bit():
     """the digits CNN calibrated with 7-bit weights (calibration_reduce_range_qconfig)"""
-    mg.random.seed(0)
-    net = DigitsCNN().eval()
-    x = np.random.default_rng(31).standard_normal((batch, 1, 8, 8), dtype=np.float32)
-    Q.quantize_qat(net, qconfig=Q.calibration_reduce_range_qconfig)
-    Q.enable_observer(net)
-    net(mg.tensor(x))
-    Q.quantize(net)
-    plan = mg.compile_module(net, (x,)).plan
-    return plan, {name: x for name in plan.feeds}
+    return int8_digits(qconfig=Q.calibration_reduce_range_qconfig, seed=31)
 
 
 def ops_7bit(optimize=None):
