@@ -3,6 +3,7 @@ from the float model, against the float model's test accuracy.
 
     python benchmarks/qat_digits.py                 # float 15 epochs, QAT 3 epochs
     python benchmarks/qat_digits.py --float-epochs 5 --qat-epochs 1
+    python benchmarks/qat_digits.py --reduce-range  # 7-bit weights (qint7_narrow)
 
 The CNN is the demo's (conv3x3 1->32, conv3x3 32->64, each with batch norm and ReLU, max
 pooling, a linear layer) written with MegEngine's fused modules and stubs, so that
@@ -56,7 +57,13 @@ def _predict(net, x) -> np.ndarray:
     return net.eval()(mg.tensor(x)).numpy()
 
 
-def run(float_epochs: int, qat_epochs: int, calibration_rows: int = 256) -> dict:
+def run(float_epochs: int, qat_epochs: int, calibration_rows: int = 256,
+        reduce_range: bool = False) -> dict:
+    """``reduce_range``: 7-bit weights (quantization's ``*_reduce_range_qconfig``), which AVX2
+    runs on its vpmaddubsw int8 tile."""
+    calibration, fakequant = ((Q.calibration_reduce_range_qconfig,
+                               Q.ema_fakequant_reduce_range_qconfig) if reduce_range
+                              else (Q.calibration_qconfig, Q.ema_fakequant_qconfig))
     mg.nn.init.manual_seed(0)
     x_train, y_train, x_test, y_test = load_digits_split()
     x_train, x_test = x_train.reshape(-1, 1, 8, 8), x_test.reshape(-1, 1, 8, 8)
@@ -69,14 +76,14 @@ def run(float_epochs: int, qat_epochs: int, calibration_rows: int = 256) -> dict
     accuracy["float32"] = float((float_logits.argmax(1) == y_test).mean())
     print(f"float32 trained {float_epochs} epochs in {time.perf_counter() - start:.1f} s")
 
-    ptq = Q.quantize_qat(copy.deepcopy(net).eval(), qconfig=Q.calibration_qconfig)
+    ptq = Q.quantize_qat(copy.deepcopy(net).eval(), qconfig=calibration)
     Q.enable_observer(ptq)  # eval mode: the batch norm's statistics stay; the observers observe
     ptq(mg.tensor(x_train[:calibration_rows]))
     Q.quantize(ptq)
     accuracy["int8, calibration only"] = float((_predict(ptq, x_test).argmax(1) == y_test).mean())
 
     start = time.perf_counter()
-    qat = Q.quantize_qat(copy.deepcopy(net).train(), qconfig=Q.ema_fakequant_qconfig)
+    qat = Q.quantize_qat(copy.deepcopy(net).train(), qconfig=fakequant)
     _train(qat, (x_train, y_train), qat_epochs, 3e-4)
     qat_logits = _predict(qat, x_test)
     accuracy["QAT fake-quant"] = float((qat_logits.argmax(1) == y_test).mean())
@@ -103,5 +110,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--float-epochs", type=int, default=15)
     parser.add_argument("--qat-epochs", type=int, default=3)
+    parser.add_argument("--reduce-range", action="store_true",
+                        help="7-bit weights (qint7_narrow): AVX2's vpmaddubsw int8 tile")
     args = parser.parse_args()
-    run(args.float_epochs, args.qat_epochs)
+    run(args.float_epochs, args.qat_epochs, reduce_range=args.reduce_range)

@@ -62,13 +62,20 @@ _builtin_quant_dtypes = {
     "qint8": QuantDtypeMeta("qint8", "QuantizedS8", "int8", -128, 127),
     # the symmetric range MegEngine's weights may use: int8 storage, -127 never made
     "qint8_narrow": QuantDtypeMeta("qint8_narrow", "QuantizedS8", "int8", -127, 127),
+    # 7-bit weights in int8 storage (ONNX Runtime's and PyTorch's reduce_range): every pair of
+    # them sums within vpmaddubsw's int16, so AVX2 without VNNI runs the int8 GEMM's faster tile
+    # (_kernels/qgemm.h's qg_pairs_fit proves it from the packed bytes)
+    "qint7": QuantDtypeMeta("qint7", "QuantizedS8", "int8", -64, 63),
+    "qint7_narrow": QuantDtypeMeta("qint7_narrow", "QuantizedS8", "int8", -63, 63),
     "qint32": QuantDtypeMeta("qint32", "QuantizedS32", "int32", -(2 ** 31), 2 ** 31 - 1),
     # fake quantization only (quantization-aware training to 4 bits): no storage form
     "quint4": QuantDtypeMeta("quint4", None, "uint8", 0, 15),
     "qint4": QuantDtypeMeta("qint4", None, "int8", -8, 7),
 }
+# ranges inside int8 storage: a stored dtype reads back as qint8
+_NARROWED = {"qint8_narrow", "qint7", "qint7_narrow"}
 _BY_CNAME = {m.cname: m for m in _builtin_quant_dtypes.values()
-             if m.cname is not None and m.name != "qint8_narrow"}
+             if m.cname is not None and m.name not in _NARROWED}
 
 
 def _metadata(dtype) -> dict | None:

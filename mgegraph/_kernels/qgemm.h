@@ -26,8 +26,9 @@
  * One tile is QG_MR rows by up to QG_NV column blocks, summed over all of K in registers. Four
  * variants of the tile, one per instruction set, all exact integer sums, so all give the same
  * integers: AVX-512 VNNI (8 x 3 zmm accumulators), AVX-VNNI (vpdpbusd on ymm), AVX2 (widened to
- * int16 and summed in pairs with vpmaddwd, 4 x 8 register blocks: vpmaddubsw would saturate)
- * and portable C. A fifth, AMX (qgemm_amx.h), runs blocks of 32 x 32 on the tile registers
+ * int16 and summed in pairs with vpmaddwd, 4 x 8 register blocks: vpmaddubsw would saturate;
+ * on weights whose packed bytes prove it cannot, qg_pairs_fit, the vpmaddubsw tile
+ * qg_tile_avx2_pairs) and portable C. A fifth, AMX (qgemm_amx.h), runs blocks of 32 x 32 on the tile registers
  * (TDPBSUD: signed A rows times unsigned B, the same operands) and the AVX-512 VNNI epilogue.
  * On aarch64 built with the dot product (-march=armv8.2-a+dotprod) the portable variant's tile
  * and GEMV run on sdot (s8 x s8: B's bytes sign-flipped, the difference added back).
@@ -126,6 +127,41 @@ static void qg_pack_a(const uint8_t* w, int w_unsigned, ptrdiff_t m, ptrdiff_t k
                     + (int64_t)k * zx * zw[r];
         row_const[r] = (int32_t)(uint32_t)(uint64_t)c;
     }
+}
+
+/* The flags word that follows packed weights' per-channel constants (qgemm.pyx's packed_size):
+ * QG_ZERO_POINTS where a weight zero point is not 0, QG_PAIRS_FIT where qg_pairs_fit proved
+ * the packed A (a flag set from its bytes when packed, never assumed from a dtype). A word of 0
+ * or 1 (weights packed before the second flag existed) runs the widening tile, as it did. */
+enum { QG_ZERO_POINTS = 1, QG_PAIRS_FIT = 2 };
+
+/* Whether vpmaddubsw is exact on rows [0, rows) of packed A (lda bytes apart, k padded with
+ * zeros): with the activation u in [0, 255], a k pair (2i, 2i + 1) of a row sums
+ * u0 w0 + u1 w1 in int16 without saturating for every u exactly when the pair's positive parts
+ * sum to at most 128 and its negative parts to at least -128 (255 * 128 = 32640 <= 32767). The
+ * pairs are the packed layout's own: bytes 2i, 2i + 1 of a row, zero padding included. */
+static int qg_pairs_fit(const int8_t* a, ptrdiff_t lda, ptrdiff_t rows) {
+    for (ptrdiff_t r = 0; r < rows; r++)
+        for (ptrdiff_t i = 0; i < lda; i += 2) {
+            int w0 = a[r * lda + i], w1 = a[r * lda + i + 1];
+            int pos = (w0 > 0 ? w0 : 0) + (w1 > 0 ? w1 : 0);
+            int neg = (w0 < 0 ? w0 : 0) + (w1 < 0 ? w1 : 0);
+            if (pos > 128 || neg < -128) return 0;
+        }
+    return 1;
+}
+
+/* the flags word of packed weights: `groups` packed As of m rows (qg_a_bytes apart), and the
+ * oc = groups * m shifted weight zero points */
+static int32_t qg_weights_flags(const int8_t* a, ptrdiff_t groups, ptrdiff_t m, ptrdiff_t kg,
+                                const int32_t* zw) {
+    int32_t flags = QG_PAIRS_FIT;
+    for (ptrdiff_t o = 0; o < groups * m; o++)
+        if (zw[o]) flags |= QG_ZERO_POINTS;
+    for (ptrdiff_t gi = 0; gi < groups; gi++)
+        if (!qg_pairs_fit(a + gi * qg_a_bytes(m, kg), qg_a_stride(kg), m))
+            flags &= ~QG_PAIRS_FIT;
+    return flags;
 }
 
 /* Interleaves the 4 k rows of one group (rows[j] NULL past K: zeros) for columns [n0, n1) of B
@@ -280,28 +316,33 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void qg_tile_avx51
     if (nv >= 3) QG_TILE512(3) else if (nv == 2) QG_TILE512(2) else QG_TILE512(1)
 }
 
-/* AVX-VNNI: per column block and half of the rows, 4 rows x 2 ymm accumulators */
-__attribute__((target("avx2,avxvnni"))) static void qg_tile_avxvnni(QG_TILE_ARGS) {
-    for (int v = 0; v < nv; v++)
-        for (int h = 0; h < QG_MR; h += 4) {
-            __m256i acc[4][2];
-            for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
-            const uint8_t* bv = b + v * block_stride;
-            for (ptrdiff_t g = 0; g < kg; g++) {
-                __m256i b0 = _mm256_loadu_si256((const __m256i*)(bv + g * QG_NB * 4));
-                __m256i b1 = _mm256_loadu_si256((const __m256i*)(bv + g * QG_NB * 4 + 32));
-                for (int r = 0; r < 4; r++) {
-                    __m256i av = _mm256_set1_epi32(qg_word(a + (h + r) * lda + g * 4));
-                    acc[r][0] = _mm256_dpbusd_avx_epi32(acc[r][0], b0, av);
-                    acc[r][1] = _mm256_dpbusd_avx_epi32(acc[r][1], b1, av);
-                }
-            }
-            for (int r = 0; r < 4; r++) {
-                int32_t* out = tile + (h + r) * QG_TILE_COLS + v * QG_NB;
-                _mm256_storeu_si256((__m256i*)out, acc[r][0]);
-                _mm256_storeu_si256((__m256i*)(out + 8), acc[r][1]);
-            }
+/* 4 rows x 2 ymm accumulators per column block and half of the rows; DOT(acc, b, a) adds each
+ * int32 lane's 4 products of a k group (B's uint8, A's int8 broadcast) to acc */
+#define QG_TILE_4X2(DOT)                                                                    \
+    for (int v = 0; v < nv; v++)                                                            \
+        for (int h = 0; h < QG_MR; h += 4) {                                                \
+            __m256i acc[4][2];                                                              \
+            for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();     \
+            const uint8_t* bv = b + v * block_stride;                                       \
+            for (ptrdiff_t g = 0; g < kg; g++) {                                            \
+                __m256i b0 = _mm256_loadu_si256((const __m256i*)(bv + g * QG_NB * 4));      \
+                __m256i b1 = _mm256_loadu_si256((const __m256i*)(bv + g * QG_NB * 4 + 32)); \
+                for (int r = 0; r < 4; r++) {                                               \
+                    __m256i av = _mm256_set1_epi32(qg_word(a + (h + r) * lda + g * 4));     \
+                    acc[r][0] = DOT(acc[r][0], b0, av);                                     \
+                    acc[r][1] = DOT(acc[r][1], b1, av);                                     \
+                }                                                                           \
+            }                                                                               \
+            for (int r = 0; r < 4; r++) {                                                   \
+                int32_t* out = tile + (h + r) * QG_TILE_COLS + v * QG_NB;                   \
+                _mm256_storeu_si256((__m256i*)out, acc[r][0]);                              \
+                _mm256_storeu_si256((__m256i*)(out + 8), acc[r][1]);                        \
+            }                                                                               \
         }
+
+/* AVX-VNNI: vpdpbusd on ymm */
+__attribute__((target("avx2,avxvnni"))) static void qg_tile_avxvnni(QG_TILE_ARGS) {
+    QG_TILE_4X2(_mm256_dpbusd_avx_epi32)
 }
 
 /* AVX2: exact sums with vpmaddwd on operands widened to int16, in register blocks of 4 rows x 8
@@ -319,12 +360,18 @@ __attribute__((target("avx2,avxvnni"))) static void qg_tile_avxvnni(QG_TILE_ARGS
  *     at the store;
  *   - the k loop is inline assembly: GCC 12 kept the 8 accumulators of the same loop in C with
  *     a spill and register moves every iteration (0.85-0.99 of the old time, not 0.75).
- * What was not taken: vpmaddubsw (u8 x s8 pairs summed to int16, then vpmaddwd by ones), which
- * ONNX Runtime's MLAS and oneDNN use on AVX2, ran these GEMMs in 0.47-0.63 of the old time, but
- * it saturates where a pair's products exceed int16 (255 x (127 + 127)); it is exact only when
- * every k pair of a weight row has positive parts summing to at most 128 and negative parts to at
- * least -128, which 7-bit weights meet and full-range per-channel int8 weights (a 127 in every
- * channel) almost never do. Splitting the activation into its high 7 bits and low bit makes it
+ * Taken only where proven: vpmaddubsw (u8 x s8 pairs summed to int16, then vpmaddwd by ones),
+ * which ONNX Runtime's MLAS and oneDNN use on AVX2, ran these GEMMs in 0.47-0.63 of the old time,
+ * but it saturates where a pair's products exceed int16 (255 x (127 + 127)); it is exact only
+ * when every k pair of a weight row has positive parts summing to at most 128 and negative parts
+ * to at least -128, which 7-bit weights meet (quantization's qint7, ONNX Runtime's reduce_range)
+ * and full-range per-channel int8 weights (a 127 in every channel) almost never do. The packing
+ * checks it on the bytes (qg_pairs_fit) and flags the weights; qg_tile_avx2_pairs runs those:
+ * per 32 products one vpmaddubsw and one vpmaddwd, as many multiplies as this tile's two
+ * vpmaddwd, but no widening of either operand and half the adds. Measured against this tile on
+ * the same 7-bit packed weights (Zen 3, 1 thread, ResNet-18's 3x3 convolutions at 1x224 and
+ * 8x64, interleaved medians of 25 CPU times, benchmarks/int8_pairs_tile.py; a machine at load
+ * 8-13 on 2 cores, so ratios only): 0.60-0.91 of its time, median 0.72. Splitting the activation into its high 7 bits and low bit makes it
  * exact for any weights at 3 multiplies per 32 multiply-adds, against vpmaddwd's 2.
  * Not taken either: the GEMV's 4-bit split in this tile (benchmarks/int8_nibble_tile.c, both
  * ways in inline assembly, bitwise this tile's sums; Zen 3, 1 thread, interleaved medians of 25
@@ -419,6 +466,21 @@ __attribute__((target("avx2"))) static void qg_tile_avx2(QG_TILE_ARGS) {
                 }
     }
 }
+
+/* AVX2 on weights qg_pairs_fit proved: vpmaddubsw sums each k pair of u8 x s8 products in
+ * int16 (exact by the proof), vpmaddwd by ones the two pairs of a k group into int32: the sums
+ * of vpdpbusd, so of every other tile, on the AVX-VNNI tile's blocking (QG_TILE_4X2); the
+ * weights are read as stored, never widened.
+ * Summing two steps in int16 before the vpmaddwd is not exact under the proof (2 x 32640). */
+/* vpdpbusd's sum from vpmaddubsw (the pairs, exact on proven weights) and vpmaddwd by ones */
+#define QG_DOT_PAIRS(acc, b, a) \
+    _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(b, a), _mm256_set1_epi16(1)))
+
+__attribute__((target("avx2"))) static void qg_tile_avx2_pairs(QG_TILE_ARGS) {
+    QG_TILE_4X2(QG_DOT_PAIRS)
+}
+#undef QG_DOT_PAIRS
+#undef QG_TILE_4X2
 #endif
 
 typedef void (*qg_tile_fn)(QG_TILE_ARGS);
@@ -662,21 +724,23 @@ typedef struct {
     int isa;
     qg_tile_fn tile;
     qg_store_fn store;
-    qg_gemv_fn gemv; /* NULL: few columns run on the tile too */
+    qg_gemv_fn gemv;       /* NULL: few columns run on the tile too */
+    qg_tile_fn tile_pairs; /* on weights qg_pairs_fit proved; NULL: the tile runs them too */
 } qg_variant;
 
 static qg_variant qg_variant_of(int isa) {
-    qg_variant v = {QG_PORTABLE, qg_tile_portable, qg_store_portable, qg_gemv_portable};
+    qg_variant v = {QG_PORTABLE, qg_tile_portable, qg_store_portable, qg_gemv_portable, NULL};
     (void)isa;
 #ifdef QG_SDOT
     v.tile = qg_tile_sdot; /* aarch64's one variant, the same integers */
     v.gemv = qg_gemv_sdot;
 #endif
 #if QG_X86
-    if (isa == QG_AVX2) v = (qg_variant){isa, qg_tile_avx2, qg_store_avx2, qg_gemv_avx2};
-    if (isa == QG_AVXVNNI) v = (qg_variant){isa, qg_tile_avxvnni, qg_store_avx2, NULL};
+    if (isa == QG_AVX2)
+        v = (qg_variant){isa, qg_tile_avx2, qg_store_avx2, qg_gemv_avx2, qg_tile_avx2_pairs};
+    if (isa == QG_AVXVNNI) v = (qg_variant){isa, qg_tile_avxvnni, qg_store_avx2, NULL, NULL};
     if (isa == QG_AVX512VNNI || isa == QG_AMX)
-        v = (qg_variant){isa, qg_tile_avx512vnni, qg_store_avx512, NULL};
+        v = (qg_variant){isa, qg_tile_avx512vnni, qg_store_avx512, NULL, NULL};
 #endif
     return v;
 }
@@ -688,11 +752,13 @@ static inline int qg_gemv_fits(const qg_variant* var, ptrdiff_t n) {
 
 /* ---- the GEMM over tiles ---------------------------------------------------------------- */
 
-/* A GEMM's operands: packed A (m rows) and B (n columns), kg groups of k */
+/* A GEMM's operands: packed A (m rows) and B (n columns), kg groups of k; pairs_fit: A's
+ * packed weights carry QG_PAIRS_FIT */
 typedef struct {
     const int8_t* a;
     const uint8_t* b;
     ptrdiff_t m, n, kg;
+    int pairs_fit;
 } qg_operands;
 
 /* tiles: column panels of QG_NV blocks by row blocks */
@@ -719,6 +785,7 @@ static void qg_gemm_tiles(const qg_variant* var, const qg_operands* op, const qg
                           ptrdiff_t lo, ptrdiff_t hi) {
     int32_t tile[QG_MR * QG_TILE_COLS] __attribute__((aligned(64)));
     ptrdiff_t block_stride = qg_b_stride(op->kg), lda = qg_a_stride(op->kg);
+    qg_tile_fn run = op->pairs_fit && var->tile_pairs ? var->tile_pairs : var->tile;
     for (ptrdiff_t t = lo; t < hi; t++) {
         ptrdiff_t panel, rb;
         qg_tile_at(t, qg_blocks(op->m, QG_MR), qg_blocks(op->n, QG_TILE_COLS), &panel, &rb);
@@ -726,8 +793,8 @@ static void qg_gemm_tiles(const qg_variant* var, const qg_operands* op, const qg
         ptrdiff_t cols = op->n - n0 < QG_TILE_COLS ? op->n - n0 : QG_TILE_COLS;
         int nv = (int)qg_blocks(cols, QG_NB);
         ptrdiff_t m0 = rb * QG_MR, rows = op->m - m0 < QG_MR ? op->m - m0 : QG_MR;
-        var->tile(op->a + m0 * lda, lda, op->b + (n0 / QG_NB) * block_stride, block_stride,
-                  op->kg, nv, tile);
+        run(op->a + m0 * lda, lda, op->b + (n0 / QG_NB) * block_stride, block_stride, op->kg,
+            nv, tile);
         var->store(tile, QG_TILE_COLS, m0, (int)rows, n0, (int)cols, e);
     }
 }

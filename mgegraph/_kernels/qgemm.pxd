@@ -27,6 +27,7 @@ ctypedef struct QWeights:
     int32_t* zw           # per output channel, shifted to int8; NULL when all are 0
     const float* mult     # per output channel; NULL for an int32 result
     Py_ssize_t groups, m, k, kg, group_bytes
+    int pairs_fit         # the packed A carries QG_PAIRS_FIT (qgemm.h's qg_pairs_fit)
 
 # where and how the result goes: storage kind (QG_OUT_*), zero point, range narrowed by relu
 ctypedef struct QOutput:

@@ -28,7 +28,10 @@ from .params cimport fields_of
 from .parallel cimport parallel_for
 
 cdef extern from "qconv.h":
-    int QG_MR, QG_NB, QG_ISAS, QG_PORTABLE, QG_GEMV_MAX
+    int QG_MR, QG_NB, QG_ISAS, QG_PORTABLE, QG_GEMV_MAX, QG_ZERO_POINTS, QG_PAIRS_FIT
+    int qg_pairs_fit(const int8_t* a, Py_ssize_t lda, Py_ssize_t rows) noexcept nogil
+    int32_t qg_weights_flags(const int8_t* a, Py_ssize_t groups, Py_ssize_t m, Py_ssize_t kg,
+                             const int32_t* zw) noexcept nogil
     const char* qg_isa_names[]
     int qg_isa_ok(int isa) noexcept nogil
     int qg_widest() noexcept nogil
@@ -64,6 +67,7 @@ cdef extern from "qconv.h":
         const int8_t* a
         const uint8_t* b
         Py_ssize_t m, n, kg
+        int pairs_fit
     qg_variant qg_variant_of(int isa) noexcept nogil
     void qg_pack_a(const uint8_t* w, int w_unsigned, Py_ssize_t m, Py_ssize_t k, Py_ssize_t ldw,
                    const int32_t* zw, int32_t zx, const int32_t* bias, int8_t* dst,
@@ -144,7 +148,8 @@ if os.environ.get("MGEGRAPH_INT8_ISA"):
 
 cdef Py_ssize_t packed_size(Py_ssize_t oc, Py_ssize_t k, Py_ssize_t groups) noexcept nogil:
     # bytes of packed weights: each group's A, then per channel the constants and the shifted
-    # weight zero points (int32), then whether any weight zero point is not 0 (int32)
+    # weight zero points (int32), then the flags (int32, qgemm.h's QG_ZERO_POINTS and
+    # QG_PAIRS_FIT)
     return groups * qg_a_bytes(oc // groups, qg_groups(k)) + (2 * oc + 1) * 4
 
 
@@ -154,18 +159,15 @@ cdef void pack_weights(char* packed, const uint8_t* w, int w_unsigned, Py_ssize_
     # w (oc, k) row-major, groups of oc / groups rows; zw the stored zero points per channel
     cdef QWeights pw
     cdef Py_ssize_t gi, o
-    cdef int32_t* any_zw
     weights_view(&pw, packed, oc, k, groups, NULL)
-    pw.zw = pw.row_const + oc  # the view reads the flag, not written yet
-    any_zw = pw.row_const + 2 * oc
-    any_zw[0] = 0
+    pw.zw = pw.row_const + oc  # the view reads the flags, not written yet
     for o in range(oc):
         pw.zw[o] = zw[o] - 128 if w_unsigned else zw[o]
-        any_zw[0] = any_zw[0] or pw.zw[o] != 0
     for gi in range(groups):
         qg_pack_a(w + gi * pw.m * k, w_unsigned, pw.m, k, k, pw.zw + gi * pw.m,
                   zx_shifted, NULL if bias == NULL else bias + gi * pw.m,
                   pw.a + gi * pw.group_bytes, pw.row_const + gi * pw.m)
+    pw.zw[oc] = qg_weights_flags(pw.a, groups, pw.m, pw.kg, pw.zw)
 
 
 cdef void weights_view(QWeights* pw, const char* packed, Py_ssize_t oc, Py_ssize_t k,
@@ -176,7 +178,8 @@ cdef void weights_view(QWeights* pw, const char* packed, Py_ssize_t oc, Py_ssize
     pw.a = <int8_t*>packed
     pw.row_const = <int32_t*>(packed + groups * pw.group_bytes)
     pw.zw = pw.row_const + oc
-    if not pw.zw[oc]:
+    pw.pairs_fit = (pw.zw[oc] & QG_PAIRS_FIT) != 0
+    if not (pw.zw[oc] & QG_ZERO_POINTS):
         pw.zw = NULL
 
 
@@ -382,6 +385,7 @@ cdef int _conv_images(const QWeights* pw, const uint8_t* x, int x_signed, int32_
         free(<void*>gemv.x)
         return KERNEL_OUT_OF_MEMORY
     tiles.op.b, tiles.op.m, tiles.op.n, tiles.op.kg = pack.b, pw.m, cells, pw.kg
+    tiles.op.pairs_fit = pw.pairs_fit
     for i in range(lo, hi):
         for gi in range(pw.groups):
             pack.x = x + (i * pw.groups + gi) * g.c * g.h * g.w
@@ -456,7 +460,7 @@ cdef int _linear_gemv(const QWeights* pw, const uint8_t* x, int x_signed, Py_ssi
                         colsum if pw.zw != NULL else NULL)
         s.x, s.tiles.var = prepared, qg_variant_of(_isa)
         s.tiles.op.a, s.tiles.op.b, s.tiles.op.m, s.tiles.op.n = pw.a, NULL, pw.m, rows
-        s.tiles.op.kg = pw.kg
+        s.tiles.op.kg, s.tiles.op.pairs_fit = pw.kg, pw.pairs_fit
         _epilogue(&s.tiles.e, pw, out, colsum, 1, pw.m)
         status = parallel_for(threads, qg_gemv_blocks(pw.m), _gemv_part, &s)
     free(prepared)
@@ -491,6 +495,7 @@ cdef int _linear_tiles(const QWeights* pw, const uint8_t* x, int x_signed, Py_ss
         free(pack.b)
         return KERNEL_OUT_OF_MEMORY
     tiles.op.a, tiles.op.b, tiles.op.m, tiles.op.n, tiles.op.kg = pw.a, pack.b, pw.m, rows, pw.kg
+    tiles.op.pairs_fit = pw.pairs_fit
     _epilogue(&tiles.e, pw, out, pack.colsum, 1, pw.m)
     status = _gemm(&pack, &tiles, threads)
     free(pack.b)
@@ -694,6 +699,22 @@ def packed_weights(w, zw, bias, Py_ssize_t groups=1, bint x_signed=False, int zx
         pack_weights(<char*>&out[0], &wb[0], w_unsigned, oc, k, groups, &zws[0], zxs,
                      NULL if bs is None else &bs[0])
     return packed
+
+
+def packed_pairs_fit(packed) -> bool:
+    """Whether packed weights (packed_weights) carry the proof that vpmaddubsw is exact on them
+    (qgemm.h's qg_pairs_fit, from their bytes): the AVX2 variant then runs its vpmaddubsw tile.
+    The flags are the buffer's last int32."""
+    return bool(int(np.asarray(packed).view(np.uint8)[-4:].view(np.int32)[0]) & QG_PAIRS_FIT)
+
+
+def without_pairs_fit(packed):
+    """A copy of packed weights without the proof, so the AVX2 variant runs its widening tile on
+    the same weights (tests and benchmarks compare the two)."""
+    out = np.array(packed, np.uint8, copy=True)
+    flags = out[-4:].view(np.int32)
+    flags[0] &= ~QG_PAIRS_FIT
+    return out
 
 
 cdef QWeights _view(packed, Py_ssize_t oc, Py_ssize_t k, Py_ssize_t groups,

@@ -9,7 +9,9 @@ opaque bytes (held as int32, the dtype a prologue's assign takes): the CPU's int
 multiple of 16 and k to a multiple of 64, the AMX tiles' shape; one layout that every
 instruction-set variant reads, so a pack stays valid whichever runs) followed by each output
 channel's int32 constant (the bias and the zero points' cross terms, which depend on the input's
-zero point) and shifted weight zero point, and one int32 saying whether any of those is not 0.
+zero point) and shifted weight zero point, and one int32 of flags: whether any of those is not 0
+(ZERO_POINTS), and whether every k pair of the packed rows is in vpmaddubsw's range
+(PAIRS_FIT, ``pairs_fit``: AVX2 then runs its vpmaddubsw tile, exact on such weights).
 The packed op keeps what the rule of the op it replaces needs as attributes (the weight's shape
 and scales, and the input zero point and dtype the pack assumed, which its rule checks against
 the input's type), so it gives the same output type and, bitwise, the same integers.
@@ -37,10 +39,12 @@ from ..ir.types import TensorType
 from .quantized import EIGHT_BITS, REQUANT_ATTRS
 from .registry import REQUIRED, OpDef, get_op, named, register
 
-__all__ = ["gemm_rows", "pack_transposed_weight_array", "pack_weight_array", "packed_size"]
+__all__ = ["gemm_rows", "pack_transposed_weight_array", "pack_weight_array", "packed_size",
+           "pairs_fit"]
 
 ROWS = 16      # weight rows (output channels) are padded to a multiple of this: qgemm.h's QG_AR
 K_STEP = 64    # k is padded to a multiple of this: qgemm.h's QG_KS groups of 4
+ZERO_POINTS, PAIRS_FIT = 1, 2  # the flags word: qgemm.h's QG_ZERO_POINTS, QG_PAIRS_FIT
 _CONV_GEOMETRY = {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1}
 _PACK_ATTRS = {"groups": 1, "x_zero_point": REQUIRED, "x_dtype": REQUIRED}
 _PACKED_ATTRS = {**REQUANT_ATTRS, "weight_shape": REQUIRED, "weight_scales": REQUIRED,
@@ -53,6 +57,15 @@ def packed_size(out_channels: int, k: int, groups: int = 1) -> int:
     per_group = out_channels // groups
     return (groups * -(-per_group // ROWS) * ROWS * -(-k // K_STEP) * K_STEP
             + (2 * out_channels + 1) * 4)
+
+
+def pairs_fit(a: np.ndarray) -> bool:
+    """Whether vpmaddubsw is exact on packed weight rows ``a`` (int8, the last axis k padded to
+    an even length; qgemm.h's qg_pairs_fit): every pair (2i, 2i + 1) has positive parts summing
+    to at most 128 and negative parts to at least -128, so 255 times either fits int16."""
+    pairs = a.astype(np.int16).reshape(*a.shape[:-1], -1, 2)
+    return bool((np.maximum(pairs, 0).sum(-1) <= 128).all()
+                and (np.minimum(pairs, 0).sum(-1) >= -128).all())
 
 
 def pack_weight_array(w: np.ndarray, zero_points, bias, groups: int, x_zero_point: int,
@@ -69,7 +82,8 @@ def pack_weight_array(w: np.ndarray, zero_points, bias, groups: int, x_zero_poin
     b = np.zeros(oc, np.int64) if bias is None else np.asarray(bias, np.int64)
     const = b - zx * shifted.astype(np.int64).sum(1) + k * zx * zw
     wrapped = (const % 2 ** 32).astype(np.uint32).view(np.int32)  # the kernels' sums wrap
-    tail = np.concatenate([wrapped, zw.astype(np.int32), [np.int32(zw.any())]]).astype("<i4")
+    flags = ZERO_POINTS * bool(zw.any()) | PAIRS_FIT * pairs_fit(a)
+    tail = np.concatenate([wrapped, zw.astype(np.int32), [np.int32(flags)]]).astype("<i4")
     return np.concatenate([np.ascontiguousarray(a).reshape(-1).view(np.uint8),
                            tail.view(np.uint8)]).view(np.int32)
 

@@ -3,8 +3,12 @@ fake-quantizes its weight and its activation, as four constructors (classes or
 ``functools.partial``s), and MegEngine's predefined configurations.
 
 Weights use ``qint8_narrow`` ([-127, 127]): a sum of products of two -128s would overflow
-int16 accumulators, MegEngine's reason. The 4-bit configuration (``ema_lowbit_fakequant_qconfig``)
-fake-quantizes to [-8, 7] for training only: no 4-bit storage, so ``quantize`` refuses it.
+int16 accumulators, MegEngine's reason. The ``reduce_range`` configurations use ``qint7_narrow``
+([-63, 63]) for weights, as ONNX Runtime's and PyTorch's ``reduce_range`` do on x86 without
+VNNI: a little accuracy for AVX2's vpmaddubsw int8 tile, exact on such weights (and only where
+the packed weights' bytes prove it, so any int8 weights still run, on the widening tile). The
+4-bit configuration (``ema_lowbit_fakequant_qconfig``) fake-quantizes to [-8, 7] for training
+only: no 4-bit storage, so ``quantize`` refuses it.
 
 >>> quantize_qat(model, qconfig=ema_fakequant_qconfig)
 """
@@ -22,7 +26,8 @@ from .observer import (
     PassiveObserver,
 )
 
-__all__ = ["QConfig", "calibration_qconfig", "easyquant_qconfig", "ema_fakequant_qconfig",
+__all__ = ["QConfig", "calibration_qconfig", "calibration_reduce_range_qconfig",
+           "easyquant_qconfig", "ema_fakequant_qconfig", "ema_fakequant_reduce_range_qconfig",
            "ema_lowbit_fakequant_qconfig", "lsq_qconfig", "min_max_fakequant_qconfig",
            "passive_qconfig", "tqt_qconfig"]
 
@@ -63,6 +68,19 @@ ema_lowbit_fakequant_qconfig = QConfig(
 # post-training calibration: observers only, a histogram's searched range for activations
 calibration_qconfig = QConfig(
     weight_observer=partial(MinMaxObserver, dtype="qint8_narrow"),
+    act_observer=partial(HistogramObserver, dtype="qint8"),
+    weight_fake_quant=None,
+    act_fake_quant=None,
+)
+# 7-bit weights (qint7_narrow), 8-bit activations: AVX2's vpmaddubsw int8 tile
+ema_fakequant_reduce_range_qconfig = QConfig(
+    weight_observer=partial(MinMaxObserver, dtype="qint7_narrow"),
+    act_observer=partial(ExponentialMovingAverageObserver, dtype="qint8"),
+    weight_fake_quant=partial(FakeQuantize, dtype="qint7_narrow"),
+    act_fake_quant=partial(FakeQuantize, dtype="qint8"),
+)
+calibration_reduce_range_qconfig = QConfig(
+    weight_observer=partial(MinMaxObserver, dtype="qint7_narrow"),
     act_observer=partial(HistogramObserver, dtype="qint8"),
     weight_fake_quant=None,
     act_fake_quant=None,

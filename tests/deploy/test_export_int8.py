@@ -43,13 +43,13 @@ import test_quantized_pack_model_file as packed_file  # noqa: E402
 from qat_digits import DigitsCNN  # noqa: E402  the digits CNN with its stubs
 
 
-def int8_digits(batch=6):
+def int8_digits(batch=6, qconfig=Q.calibration_qconfig, seed=21):
     """The digits CNN through quantize_qat (calibrated on random images) and quantize: int8
     convolutions and linear layer on packed weights, int8 max pooling, (de)quantize."""
     mg.random.seed(0)
     net = DigitsCNN().eval()
-    x = np.random.default_rng(21).standard_normal((batch, 1, 8, 8), dtype=np.float32)
-    Q.quantize_qat(net, qconfig=Q.calibration_qconfig)
+    x = np.random.default_rng(seed).standard_normal((batch, 1, 8, 8), dtype=np.float32)
+    Q.quantize_qat(net, qconfig=qconfig)
     Q.enable_observer(net)
     net(mg.tensor(x))
     Q.quantize(net)

@@ -107,7 +107,7 @@ def test_fake_quantize_refuses_parameters_of_another_dtype():
 
 def test_unknown_dtypes_and_arguments_are_refused():
     with pytest.raises(ValueError, match="unknown dtype"):
-        Q.MinMaxObserver(dtype="qint7")
+        Q.MinMaxObserver(dtype="qint6")
     with pytest.raises(GraphError, match="unknown arguments"):
         Q.FakeQuantize("qint8", bins=3)
     with pytest.raises(ValueError, match="class generator"):

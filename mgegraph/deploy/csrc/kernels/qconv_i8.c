@@ -50,6 +50,7 @@ typedef struct {
     int32_t* zw;         /* per output channel, shifted to int8; NULL when all are 0 */
     const float* mult;   /* per output channel; NULL for an int32 result */
     ptrdiff_t groups, m, k, kg, group_bytes;
+    int pairs_fit;       /* the packed A carries QG_PAIRS_FIT (qgemm.h's qg_pairs_fit) */
 } q_weights;
 
 static ptrdiff_t packed_size(ptrdiff_t oc, ptrdiff_t k, ptrdiff_t groups) {
@@ -64,7 +65,8 @@ static void weights_view(q_weights* pw, const char* packed, ptrdiff_t oc, ptrdif
     pw->a = (int8_t*)packed;
     pw->row_const = (int32_t*)(packed + groups * pw->group_bytes);
     pw->zw = pw->row_const + oc;
-    if (!pw->zw[oc]) pw->zw = NULL;
+    pw->pairs_fit = (pw->zw[oc] & QG_PAIRS_FIT) != 0;
+    if (!(pw->zw[oc] & QG_ZERO_POINTS)) pw->zw = NULL;
 }
 
 /* w (oc, k) row-major in groups of oc / groups rows; zw the stored zero points per channel */
@@ -73,17 +75,13 @@ static void pack_weights(char* packed, const uint8_t* w, int w_unsigned, ptrdiff
                          const int32_t* bias) {
     q_weights pw;
     weights_view(&pw, packed, oc, k, groups, NULL);
-    pw.zw = pw.row_const + oc; /* the view read the flag, not written yet */
-    int32_t* any_zw = pw.row_const + 2 * oc;
-    *any_zw = 0;
-    for (ptrdiff_t o = 0; o < oc; o++) {
-        pw.zw[o] = w_unsigned ? zw[o] - 128 : zw[o];
-        *any_zw = *any_zw || pw.zw[o] != 0;
-    }
+    pw.zw = pw.row_const + oc; /* the view read the flags, not written yet */
+    for (ptrdiff_t o = 0; o < oc; o++) pw.zw[o] = w_unsigned ? zw[o] - 128 : zw[o];
     for (ptrdiff_t gi = 0; gi < groups; gi++)
         qg_pack_a(w + gi * pw.m * k, w_unsigned, pw.m, k, k, pw.zw + gi * pw.m, zx_shifted,
                   bias ? bias + gi * pw.m : NULL, pw.a + gi * pw.group_bytes,
                   pw.row_const + gi * pw.m);
+    pw.zw[oc] = qg_weights_flags(pw.a, groups, pw.m, pw.kg, pw.zw);
 }
 
 /* ---- one GEMM: B packed, then the tiles split across the threads ------------------------- */
@@ -141,7 +139,7 @@ static int gemm(const q_weights* pw, const uint8_t* x, int x_signed, int32_t zx,
     uint8_t* columns = few ? malloc((size_t)(n * qg_gemv_column_bytes(pw->kg))) : NULL;
     int status = b && scratch && (colsum || !pw->zw) && (columns || !few)
                      ? MGR_KERNEL_OK : MGR_KERNEL_OUT_OF_MEMORY;
-    t.op.b = b, t.op.m = pw->m, t.op.n = n, t.op.kg = pw->kg;
+    t.op.b = b, t.op.m = pw->m, t.op.n = n, t.op.kg = pw->kg, t.op.pairs_fit = pw->pairs_fit;
     for (ptrdiff_t i = 0; status == MGR_KERNEL_OK && i < (g ? images : 1); i++)
         for (ptrdiff_t gi = 0; gi < pw->groups; gi++) {
             const uint8_t* xg = x + (i * pw->groups + gi) * (g ? g->c * g->h * g->w : 0);
