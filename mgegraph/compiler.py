@@ -17,6 +17,7 @@ from .ir.errors import GraphError
 from .ir.graph import Graph, Var
 from .lowering import Lowered, lower, view_root
 from .ops.builder import apply
+from .ops.quantized_pack import check_packed_consts
 from .plan import Plan, PlanSource
 from .planner.memory.plan import memory_options, place, schedule
 from .planner.memory.verify import checks_enabled, verify_plan
@@ -97,6 +98,7 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
     check_backend(backend)
     check_mode(tune)
     _check_names_bound(graph)
+    check_packed_consts(graph)
     if graph.symbolic:
         given = {"device": device, "memory": memory, "optimize": optimize, "remat": remat_given,
                  "check_numerics": check_numerics, "freeze": freeze}

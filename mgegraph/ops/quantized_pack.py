@@ -34,13 +34,14 @@ import math
 
 import numpy as np
 
+from ..ir.errors import OpError
 from ..ir.quant import QuantParams
 from ..ir.types import TensorType
 from .quantized import EIGHT_BITS, REQUANT_ATTRS
 from .registry import REQUIRED, OpDef, get_op, named, register
 
-__all__ = ["gemm_rows", "pack_transposed_weight_array", "pack_weight_array", "packed_size",
-           "pairs_fit"]
+__all__ = ["check_packed_consts", "gemm_rows", "pack_transposed_weight_array",
+           "pack_weight_array", "packed_size", "pairs_fit"]
 
 ROWS = 16      # weight rows (output channels) are padded to a multiple of this: qgemm.h's QG_AR
 K_STEP = 64    # k is padded to a multiple of this: qgemm.h's QG_KS groups of 4
@@ -113,6 +114,44 @@ def gemm_rows(op: str, weight_shape, groups: int = 1) -> tuple[int, int]:
     if op == "quantized_batch_matmul":
         return weight_shape[1], weight_shape[2]
     return weight_shape[0], math.prod(weight_shape[1:])
+
+
+def packed_flags_error(packed: np.ndarray, op: str, weight_shape, groups: int) -> str | None:
+    """What is wrong with the flags word of ``packed`` (op ``op``'s weights of
+    ``weight_shape``, already of packed_size's length), or None: ZERO_POINTS must be what its
+    zero points say, PAIRS_FIT may be set only where its bytes prove it (else AVX2's vpmaddubsw
+    tile would saturate silently), no other bit. A word of 0 or 1 (files from before
+    PAIRS_FIT) is valid."""
+    rows, k = gemm_rows(op, weight_shape, groups)
+    m = rows // groups
+    shape = (groups, -(-m // ROWS) * ROWS, -(-k // K_STEP) * K_STEP)
+    raw = packed.view(np.uint8)
+    a = raw[:math.prod(shape)].view(np.int8).reshape(shape)
+    tail = raw[a.size:].view("<i4")
+    zw, flags = tail[rows:2 * rows], int(tail[2 * rows])
+    if flags & ~(ZERO_POINTS | PAIRS_FIT):
+        return f"the packed weights' flags word {flags:#x} has bits no kernel knows"
+    if bool(flags & ZERO_POINTS) != bool(zw.any()):
+        return "the packed weights' flags word disagrees with their zero points"
+    if flags & PAIRS_FIT and not pairs_fit(a):
+        return ("the packed weights claim that every k pair's products fit int16 (PAIRS_FIT) "
+                "but their bytes do not: corrupt or hand-made packed bytes")
+    return None
+
+
+def check_packed_consts(graph) -> None:
+    """Refuse a graph whose packed int8 op reads a const whose flags word its bytes do not
+    bear out (a hostile or corrupt model file, a hand-built graph): the kernels trust the word.
+    Packs made by quantized_pack_weight's kernel or pack_weight_array are right by making."""
+    for node in graph.nodes:
+        base = _PACKED_BASE.get(node.op.name)
+        packed = graph.values.get(node.inputs[1].id) if base else None
+        if packed is None:
+            continue
+        why = packed_flags_error(np.ascontiguousarray(packed), base, node.attr["weight_shape"],
+                                 node.attr.get("groups", 1))
+        if why:
+            raise OpError(node.op.name, [v.type for v in node.inputs], why, node.location)
 
 
 # each packed op's weight: the axis of its output channels, and whether the weight is the op's
@@ -247,3 +286,8 @@ register(OpDef("quantized_conv_transpose2d_packed", "matmul",
                flops=_packed_transposed_flops))
 register(OpDef("quantized_batch_matmul_packed", "matmul", _packed_rule("quantized_batch_matmul"),
                quantized=True, attrs=_PACKED_ATTRS, flops=_packed_batch_matmul_flops))
+# each packed op: the op whose weights it reads packed (its weight's layout, gemm_rows)
+_PACKED_BASE = {"quantized_conv2d_packed": "quantized_conv2d",
+                "quantized_linear_packed": "quantized_linear",
+                "quantized_conv_transpose2d_packed": "quantized_conv_transpose2d",
+                "quantized_batch_matmul_packed": "quantized_batch_matmul"}

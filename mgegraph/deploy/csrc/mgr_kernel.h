@@ -14,7 +14,9 @@ typedef struct {
     const double* floats;
 } mgr_call;
 
-/* what a check sees of one instruction: its buffers' sizes and dtypes, and its block */
+/* what a check sees of one instruction: its buffers' sizes and dtypes, its block, and the
+ * bytes of those buffers that are the model's weights (NULL for the others: their bytes are
+ * made at run time), for a check of what a kernel trusts in them (packed int8 weights' flags) */
 typedef struct {
     size_t n_bufs;
     const int64_t* buf_bytes;
@@ -23,6 +25,7 @@ typedef struct {
     const int64_t* ints;
     size_t n_floats;
     const double* floats;
+    const char* const* buf_weights;
 } mgr_check_args;
 
 /* a kernel: 0, or a status as kernel_abi/status.py's */

@@ -329,6 +329,7 @@ static int check_instruction(mgr_model* m, const blob* B, int64_t i, int64_t* re
 static int check_block(const blob* B, int64_t i, const int64_t* rec, int64_t* ints,
                        double* floats) {
     int64_t bytes[256], dtypes[256];
+    const char* weights[256];
     tensor_rec r;
     if (rec[2] > 256)
         return fail(MGR_BAD_BLOB, "blob: instruction %lld has %lld buffers", (long long)i,
@@ -342,6 +343,9 @@ static int check_block(const blob* B, int64_t i, const int64_t* rec, int64_t* in
         read_tensor(B->b, B->h[H_TENSORS_OFF], t, &r);
         bytes[k] = r.nbytes;
         dtypes[k] = r.dtype;
+        /* load_tensors checked a weight's bytes inside the blob's weights */
+        weights[k] = r.kind == KIND_WEIGHT
+                         ? (const char*)B->b.p + B->h[H_WEIGHTS_OFF] + r.offset : NULL;
     }
     for (int64_t k = 0; k < rec[4]; k++) ints[k] = field(B->b, B->h[H_INTS_OFF], rec[3] + k);
     for (int64_t k = 0; k < rec[6]; k++) {
@@ -349,7 +353,7 @@ static int check_block(const blob* B, int64_t i, const int64_t* rec, int64_t* in
         memcpy(&floats[k], &bits, sizeof bits);
     }
     mgr_check_args a = {(size_t)rec[2], bytes, dtypes, (size_t)rec[4], ints, (size_t)rec[6],
-                        floats};
+                        floats, weights};
     const mgr_kernel* kernel = B->bound[rec[0]];
     const char* why = kernel->check(&a);
     if (why)

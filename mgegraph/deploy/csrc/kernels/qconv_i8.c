@@ -565,6 +565,28 @@ static const char* geometry_check(const mgr_check_args* x, int64_t x_dtype, size
     return NULL;
 }
 
+/* Packed weights that are the model's weights (not packed at run time by the plan): their
+ * flags word is what the kernels trust, so it must be what the bytes say (qg_weights_flags):
+ * QG_ZERO_POINTS exactly, QG_PAIRS_FIT only where proved (else the vpmaddubsw tile would
+ * saturate silently), no other bit; a word without QG_PAIRS_FIT on weights that fit is valid
+ * (packs from before it). ops/quantized_pack.py's packed_flags_error in Python. */
+static const char* flags_check(const mgr_check_args* x, int64_t rows, int64_t k, int64_t groups) {
+    const char* packed = x->buf_weights ? x->buf_weights[1] : NULL;
+    if (!packed) return NULL;
+    q_weights pw;
+    weights_view(&pw, packed, rows, k, groups, NULL);
+    const int32_t* zw = pw.row_const + rows;
+    int32_t stored = zw[rows], proved = qg_weights_flags(pw.a, groups, pw.m, pw.kg, zw);
+    if (stored & ~(QG_ZERO_POINTS | QG_PAIRS_FIT)) return "the packed weights' flags word has "
+                                                          "bits no kernel knows";
+    if ((stored ^ proved) & QG_ZERO_POINTS)
+        return "the packed weights' flags word disagrees with their zero points";
+    if (stored & ~proved & QG_PAIRS_FIT)
+        return "the packed weights claim that every k pair's products fit int16 (QG_PAIRS_FIT) "
+               "but their bytes do not";
+    return NULL;
+}
+
 static const char* packed_check(const mgr_check_args* x, int64_t x_dtype) {
     if (x->n_bufs != 3 || x->n_ints != FIELDS) return "wants buffers x, packed, y and 24 ints";
     if (x->n_floats != (size_t)x->ints[OUT_CHANNELS] || x->ints[HAS_BIAS] != 0)
@@ -575,7 +597,7 @@ static const char* packed_check(const mgr_check_args* x, int64_t x_dtype) {
     int64_t k = s[CHANNELS] / s[GROUPS] * s[KERNEL_H] * s[KERNEL_W];
     if (packed_size(s[OUT_CHANNELS], k, s[GROUPS]) > x->buf_bytes[1])
         return "the packed weights are smaller than their layout";
-    return NULL;
+    return flags_check(x, s[OUT_CHANNELS], k, s[GROUPS]);
 }
 
 const char* mgr_quantized_conv2d_packed_i8_check(const mgr_check_args* x) {
@@ -637,7 +659,7 @@ static const char* transposed_packed_check(const mgr_check_args* x, int64_t x_dt
         return "the packed weights are smaller than their layout";
     if (s[HAS_BIAS] && (x->buf_dtypes[2] != DT_I32 || s[OUT_CHANNELS] > x->buf_bytes[2] / 4))
         return "the bias is not int32 of a value per output channel";
-    return NULL;
+    return flags_check(x, rows, s[CHANNELS] / s[GROUPS], s[GROUPS]);
 }
 
 const char* mgr_quantized_deconv2d_packed_i8_check(const mgr_check_args* x) {
