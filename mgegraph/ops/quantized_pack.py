@@ -69,6 +69,12 @@ def pairs_fit(a: np.ndarray) -> bool:
                 and (np.minimum(pairs, 0).sum(-1) >= -128).all())
 
 
+def proved_flags(a: np.ndarray, zw: np.ndarray) -> int:
+    """The flags word packed weight rows ``a`` with shifted zero points ``zw`` earn (qgemm.h's
+    qg_weights_flags): ZERO_POINTS where a zero point is not 0, PAIRS_FIT where pairs_fit holds."""
+    return ZERO_POINTS * bool(zw.any()) | PAIRS_FIT * pairs_fit(a)
+
+
 def pack_weight_array(w: np.ndarray, zero_points, bias, groups: int, x_zero_point: int,
                       x_dtype: str) -> np.ndarray:
     """quantized_pack_weight of stored integers, in NumPy: bitwise the kernel's bytes (the
@@ -83,7 +89,7 @@ def pack_weight_array(w: np.ndarray, zero_points, bias, groups: int, x_zero_poin
     b = np.zeros(oc, np.int64) if bias is None else np.asarray(bias, np.int64)
     const = b - zx * shifted.astype(np.int64).sum(1) + k * zx * zw
     wrapped = (const % 2 ** 32).astype(np.uint32).view(np.int32)  # the kernels' sums wrap
-    flags = ZERO_POINTS * bool(zw.any()) | PAIRS_FIT * pairs_fit(a)
+    flags = proved_flags(a, zw)
     tail = np.concatenate([wrapped, zw.astype(np.int32), [np.int32(flags)]]).astype("<i4")
     return np.concatenate([np.ascontiguousarray(a).reshape(-1).view(np.uint8),
                            tail.view(np.uint8)]).view(np.int32)
@@ -128,12 +134,12 @@ def packed_flags_error(packed: np.ndarray, op: str, weight_shape, groups: int) -
     raw = packed.view(np.uint8)
     a = raw[:math.prod(shape)].view(np.int8).reshape(shape)
     tail = raw[a.size:].view("<i4")
-    zw, flags = tail[rows:2 * rows], int(tail[2 * rows])
+    flags, proved = int(tail[2 * rows]), proved_flags(a, tail[rows:2 * rows])
     if flags & ~(ZERO_POINTS | PAIRS_FIT):
         return f"the packed weights' flags word {flags:#x} has bits no kernel knows"
-    if bool(flags & ZERO_POINTS) != bool(zw.any()):
+    if (flags ^ proved) & ZERO_POINTS:
         return "the packed weights' flags word disagrees with their zero points"
-    if flags & PAIRS_FIT and not pairs_fit(a):
+    if flags & ~proved & PAIRS_FIT:
         return ("the packed weights claim that every k pair's products fit int16 (PAIRS_FIT) "
                 "but their bytes do not: corrupt or hand-made packed bytes")
     return None
