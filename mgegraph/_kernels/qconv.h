@@ -1,14 +1,16 @@
-/* The int8 convolution on top of qgemm.h: one group of one image as a GEMM whose B is the
- * image's patches (im2col) packed straight into B's layout, and a direct depthwise kernel.
+/* The int8 convolution on top of qgemm.h: one group of one image (or of several small ones,
+ * side by side: qg_images_per_gemm) as a GEMM whose B is the patches (im2col) packed straight
+ * into B's layout, and a direct depthwise kernel.
  *
  * Design: B's k index is (channel, kernel row, kernel column) as the weight's (in/groups, kh,
- * kw) flattening; column n is the output cell (oh, ow). Packing one k group unfolds its 4 k
- * rows for the column range being packed (a memcpy per output row at stride 1, the zero point's
- * stored value at padded positions) and interleaves them (qg_interleave); a 1x1 stride-1
- * convolution without padding reads its channel rows in place. The depthwise kernel (groups ==
- * in channels == out channels) takes one channel plane at a time: the plane minus its zero point
- * in int16 with zero padding, summed tap by tap into an int32 plane over contiguous output
- * columns (vectorised by the compiler, per instruction set), then the same epilogue.
+ * kw) flattening; column n is the output cell (oh, ow) (of image n / cells). Packing one k
+ * group unfolds its 4 k rows for the column range being packed (a memcpy per output row at
+ * stride 1, the zero point's stored value at padded positions) and interleaves them
+ * (qg_interleave); a 1x1 stride-1 convolution without padding reads its channel rows in place
+ * (within one image). The depthwise kernel (groups == in channels == out channels) takes one
+ * channel plane at a time: the plane minus its zero point in int16 with zero padding, summed
+ * tap by tap into an int32 plane over contiguous output columns (vectorised by the compiler,
+ * per instruction set), then the same epilogue.
  */
 #ifndef MG_QCONV_H
 #define MG_QCONV_H
@@ -68,14 +70,54 @@ static void qg_unfold_row(const uint8_t* x, const qg_conv* g, ptrdiff_t k, ptrdi
     }
 }
 
-/* Packs columns [n0, n1) (n0 a multiple of QG_NB) of one group's patches of image x into B's
- * layout; scratch holds 4 * (n1 - n0) bytes (unused for in-place 1x1). pad is the stored zero
- * point, flip 0x80 for int8 x. */
-static void qg_pack_b_conv(const uint8_t* x, const qg_conv* g, ptrdiff_t n0, ptrdiff_t n1,
-                           uint8_t pad, uint8_t flip, uint8_t* scratch, uint8_t* dst) {
-    ptrdiff_t k = g->c * g->kh * g->kw, kg = qg_groups(k), block_stride = qg_b_stride(kg);
+/* How many images one GEMM takes as its columns (their cells side by side), of `images`.
+ *
+ * Design: one image a GEMM reads all the weights once per image; on small planes (ResNet-18 at
+ * 8x3x64x64: 4 x 4 and 2 x 2 cells in its last stages) that is 8 passes over up to 2.4 MB of
+ * weights for 16 or 4 columns each, which the tiles pad to 16 (or the GEMV runs at 4), and the
+ * weights come from L3 every time. Images side by side make one GEMM of 128 or 32 full columns,
+ * the weights read once. From QG_TILE_COLS cells up an image fills a tile's panel by itself,
+ * and more images would only grow B past the L2 cache. */
+#define QG_BATCH_COLUMNS 256 /* at most this many columns of small images in one GEMM */
+static inline ptrdiff_t qg_images_per_gemm(ptrdiff_t cells, ptrdiff_t images) {
+    if (cells >= QG_TILE_COLS || cells <= 0) return 1;
+    ptrdiff_t per = QG_BATCH_COLUMNS / cells;
+    return per < images ? per : images;
+}
+
+/* row kk of the patches for columns [n0, n1), column n the cell n % cells of image n / cells
+ * (images image_bytes apart from x): *row points at them, in place (a 1x1 convolution's channel
+ * row within one image) or unfolded into scratch */
+static void qg_patch_row(const uint8_t* x, ptrdiff_t image_bytes, const qg_conv* g,
+                         ptrdiff_t kk, ptrdiff_t n0, ptrdiff_t n1, uint8_t pad, uint8_t* scratch,
+                         const uint8_t** row) {
     ptrdiff_t cells = g->oh * g->ow;
     int in_place = qg_conv_in_place(g);
+    for (ptrdiff_t n = n0; n < n1;) {
+        ptrdiff_t image = n / cells, c0 = n - image * cells;
+        ptrdiff_t c1 = cells - c0 < n1 - n ? cells : c0 + n1 - n;
+        const uint8_t* xi = x + image * image_bytes;
+        if (in_place && c1 - c0 == n1 - n0) {
+            *row = xi + kk * cells + c0;
+            return;
+        }
+        if (in_place)
+            memcpy(scratch + (n - n0), xi + kk * cells + c0, (size_t)(c1 - c0));
+        else
+            qg_unfold_row(xi, g, kk, c0, c1, pad, scratch + (n - n0));
+        n += c1 - c0;
+    }
+    *row = scratch;
+}
+
+/* Packs columns [n0, n1) (n0 a multiple of QG_NB) of one group's patches into B's layout,
+ * column n the cell n % cells of image n / cells (x the first image, image_bytes between
+ * images; one image's columns: any image_bytes); scratch holds 4 * (n1 - n0) bytes. pad is
+ * the stored zero point, flip 0x80 for int8 x. */
+static void qg_pack_b_conv(const uint8_t* x, ptrdiff_t image_bytes, const qg_conv* g,
+                           ptrdiff_t n0, ptrdiff_t n1, uint8_t pad, uint8_t flip,
+                           uint8_t* scratch, uint8_t* dst) {
+    ptrdiff_t k = g->c * g->kh * g->kw, kg = qg_groups(k), block_stride = qg_b_stride(kg);
     /* the groups past K that pad a block to the tiles' depth: zeros */
     for (ptrdiff_t b = n0 / QG_NB; b * QG_NB < n1; b++)
         memset(dst + b * block_stride + kg * QG_NB * 4, 0, (size_t)(block_stride - kg * QG_NB * 4));
@@ -83,15 +125,10 @@ static void qg_pack_b_conv(const uint8_t* x, const qg_conv* g, ptrdiff_t n0, ptr
         const uint8_t* rows[4];
         for (int j = 0; j < 4; j++) {
             ptrdiff_t kk = grp * 4 + j;
-            if (kk >= k) {
-                rows[j] = NULL;
-            } else if (in_place) {
-                rows[j] = x + kk * cells + n0;
-            } else {
-                uint8_t* row = scratch + j * (n1 - n0);
-                qg_unfold_row(x, g, kk, n0, n1, pad, row);
-                rows[j] = row;
-            }
+            rows[j] = NULL;
+            if (kk < k)
+                qg_patch_row(x, image_bytes, g, kk, n0, n1, pad, scratch + j * (n1 - n0),
+                             &rows[j]);
         }
         qg_interleave(rows, n0, n1, flip, dst + grp * QG_NB * 4, block_stride);
     }

@@ -651,7 +651,9 @@ typedef void (*qg_gemv_fn)(QG_GEMV_ARGS);
 
 /* What turns a tile's sums into outputs: per row (output channel) the constant, the shifted
  * weight zero point (NULL: all zero) and the float32 multiplier (out int8/uint8); per column
- * the sums of B (read only where zw is given). out[m * sm + n * sn], storage type ``kind``. */
+ * the sums of B (read only where zw is given). out[m * sm + n * sn], storage type ``kind``;
+ * where the columns are several images' cells (cells per image, not 0: qconv.h's
+ * qg_images_per_gemm), column n = i * cells + c goes to out[i * si + m * sm + c * sn]. */
 typedef struct {
     const int32_t* row_const;
     const int32_t* zw;
@@ -661,16 +663,21 @@ typedef struct {
     int kind;
     void* out;
     ptrdiff_t sm, sn;
+    ptrdiff_t cells, si; /* cells 0: the columns are one image's */
 } qg_epilogue;
 
-/* rows [m0, m0 + rows) x columns [n0, n0 + cols) from acc (row stride lda) */
+/* row m's values q of columns [n0, n0 + cols), in runs that stay within one image */
 #define QG_STORE(T, q)                                                                      \
-    {                                                                                       \
-        T* o = (T*)e->out + m * e->sm + n0 * e->sn;                                         \
+    for (int j = 0; j < cols;) {                                                            \
+        ptrdiff_t n = n0 + j, image = e->cells ? n / e->cells : 0;                          \
+        ptrdiff_t c = n - image * e->cells;                                                 \
+        int run = e->cells && e->cells - c < cols - j ? (int)(e->cells - c) : cols - j;     \
+        T* o = (T*)e->out + image * e->si + m * e->sm + c * e->sn;                          \
         if (e->sn == 1)                                                                     \
-            for (int j = 0; j < cols; j++) o[j] = (T)q[j];                                  \
+            for (int u = 0; u < run; u++) o[u] = (T)q[j + u];                               \
         else                                                                                \
-            for (int j = 0; j < cols; j++) o[j * e->sn] = (T)q[j];                          \
+            for (int u = 0; u < run; u++) o[u * e->sn] = (T)q[j + u];                       \
+        j += run;                                                                           \
     }
 
 /* per row: the int32 sums (wrapping, as the tile's), then the requantised integers, then the
