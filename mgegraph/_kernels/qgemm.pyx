@@ -74,6 +74,7 @@ cdef extern from "qconv.h":
                    const int32_t* zw, int32_t zx, const int32_t* bias, int8_t* dst,
                    int32_t* row_const) noexcept nogil
     Py_ssize_t qg_images_per_gemm(Py_ssize_t cells, Py_ssize_t images) noexcept nogil
+    Py_ssize_t qg_pack_b_scratch(const qg_conv* g, Py_ssize_t n0, Py_ssize_t n1) noexcept nogil
     void qg_pack_b_conv(const uint8_t* x, Py_ssize_t image_bytes, const qg_conv* g,
                         Py_ssize_t n0, Py_ssize_t n1, uint8_t pad, uint8_t flip,
                         uint8_t* scratch, uint8_t* dst) noexcept nogil
@@ -289,7 +290,7 @@ cdef int _pack_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept 
     if s.g == NULL:
         qg_pack_b_columns(s.x, s.k, s.ldx, n0, n1, s.flip, s.b)
     else:
-        scratch = <uint8_t*>malloc(4 * (n1 - n0))
+        scratch = <uint8_t*>malloc(qg_pack_b_scratch(s.g, n0, n1))
         if scratch == NULL:
             return KERNEL_OUT_OF_MEMORY
         qg_pack_b_conv(s.x, s.image_bytes, s.g, n0, n1, s.pad, s.flip, scratch, s.b)

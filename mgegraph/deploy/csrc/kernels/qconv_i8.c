@@ -132,7 +132,7 @@ static int gemm(const q_weights* pw, const uint8_t* x, int x_signed, int32_t zx,
     ptrdiff_t cells = g ? g->oh * g->ow : images, per = g ? qg_images_per_gemm(cells, images) : 1;
     ptrdiff_t n = per * cells, blocks = qg_blocks(n, QG_NB);
     uint8_t* b = malloc((size_t)(blocks * qg_b_stride(pw->kg)) + 1);
-    uint8_t* scratch = malloc(4 * (size_t)(g ? n : 0) + 1);
+    uint8_t* scratch = malloc((size_t)(g ? qg_pack_b_scratch(g, 0, n) : 0) + 1);
     int32_t* colsum = pw->zw ? malloc(sizeof(int32_t) * (size_t)n + 1) : NULL;
     uint8_t flip = x_signed ? 0x80 : 0;
     tiles t;
