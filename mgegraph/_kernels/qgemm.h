@@ -496,8 +496,9 @@ typedef void (*qg_tile_fn)(QG_TILE_ARGS);
  * weights are read as they are stored, never widened; every 8 steps vpmaddwd by 1 and by 16
  * carries the int16 sums into int32. The sums equal the tile's: exact integers, wrapping in
  * int32 like every int32 accumulation. The rule (qg_gemv_fits): up to QG_GEMV_MAX columns (a
- * linear layer's rows, a convolution's output cells per image), known when the plan is made, on
- * a variant that has a GEMV (AVX2, portable); wider GEMMs and the VNNI and AMX variants run
+ * linear layer's rows, the output cells of a convolution's GEMM: qconv.h's
+ * qg_images_per_gemm), known when the plan is made, on a variant that has a GEMV (AVX2,
+ * portable); wider GEMMs and the VNNI and AMX variants run
  * their tiles (not measured there: no such CPU in the session that wrote this).
  *
  * Design (measured on AMD EPYC Zen 3, AVX2 variant, 1 thread, the int8 MLP's layers 784->1024,
@@ -508,7 +509,8 @@ typedef void (*qg_tile_fn)(QG_TILE_ARGS);
  * at 8, 0.86-0.96 at 12, 1.12-1.25 at 16 (benchmarks/int8_gemv.py). A convolution's GEMM of few
  * output cells per image runs it too, its patches packed as for the tiles then prepared
  * (qg_gemv_from_packed): on ResNet-18's last stage at 64x64 (2x2 cells, one image, same
- * conditions) 0.42-0.48 of the tiles' time for the 3x3 ones, 0.63 for the 1x1 stride 2. */
+ * conditions) 0.42-0.48 of the tiles' time for the 3x3 ones, 0.63 for the 1x1 stride 2 (a
+ * batch of 8 such images is one GEMM of 32 columns on the tiles now: qg_images_per_gemm). */
 #define QG_GEMV_COLS 4  /* columns a GEMV pass holds; more run as several passes */
 #define QG_GEMV_MAX 8   /* the most columns the rule runs as a GEMV */
 #define QG_GEMV_STEPS 8 /* 32-k steps summed in int16: 8 * 3840 <= 32767 */
