@@ -1,14 +1,16 @@
-/* The int8 convolution on top of qgemm.h: one group of one image as a GEMM whose B is the
- * image's patches (im2col) packed straight into B's layout, and a direct depthwise kernel.
+/* The int8 convolution on top of qgemm.h: one group of one image (or of several small ones,
+ * side by side: qg_images_per_gemm) as a GEMM whose B is the patches (im2col) packed straight
+ * into B's layout, and a direct depthwise kernel.
  *
  * Design: B's k index is (channel, kernel row, kernel column) as the weight's (in/groups, kh,
- * kw) flattening; column n is the output cell (oh, ow). Packing one k group unfolds its 4 k
- * rows for the column range being packed (a memcpy per output row at stride 1, the zero point's
- * stored value at padded positions) and interleaves them (qg_interleave); a 1x1 stride-1
- * convolution without padding reads its channel rows in place. The depthwise kernel (groups ==
- * in channels == out channels) takes one channel plane at a time: the plane minus its zero point
- * in int16 with zero padding, summed tap by tap into an int32 plane over contiguous output
- * columns (vectorised by the compiler, per instruction set), then the same epilogue.
+ * kw) flattening; column n is the output cell (oh, ow) (of image n / cells). Packing one k
+ * group unfolds its 4 k rows for the column range being packed (a memcpy per output row at
+ * stride 1, the zero point's stored value at padded positions) and interleaves them
+ * (qg_interleave); a 1x1 stride-1 convolution without padding reads its channel rows in place
+ * (within one image). The depthwise kernel (groups == in channels == out channels) takes one
+ * channel plane at a time: the plane minus its zero point in int16 with zero padding, summed
+ * tap by tap into an int32 plane over contiguous output columns (vectorised by the compiler,
+ * per instruction set), then the same epilogue.
  */
 #ifndef MG_QCONV_H
 #define MG_QCONV_H
@@ -24,74 +26,137 @@ static inline int qg_conv_in_place(const qg_conv* g) {
     return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
 }
 
-/* of the run of output columns [0, run) whose input columns are iw0 + e * step, the first and
- * the end of those inside [0, w) (no division at stride 1) */
-static inline void qg_inside(ptrdiff_t iw0, ptrdiff_t step, ptrdiff_t w, ptrdiff_t run,
-                             ptrdiff_t* lo, ptrdiff_t* hi) {
-    ptrdiff_t first, end;
+/* Design: the patches are unfolded from a padded copy of the image (each channel's plane with
+ * ph rows and pw columns of the zero point's stored value around it: qg_pad_image), so a k row's
+ * run over one output row is a plain copy, or every sw-th byte, with no bounds to test, and
+ * vector copies may read and write past a run (the copy and the rows have QG_RUN_SLACK bytes
+ * after them; the next run overwrites what a copy wrote past its end). Measured on ResNet-18's
+ * 8x3x64x64 layers (Zen 3, 1 thread): the unfold from the unpadded planes, a division and
+ * three bounds-tested byte loops a run of 2 to 32 bytes, took a quarter of the int8 plan's time. */
+#define QG_RUN_SLACK 64
+
+/* a padded image's sizes: hp x wp per channel (the window never reaches past them), and the
+ * bytes of the copy */
+static inline ptrdiff_t qg_padded_h(const qg_conv* g) { return g->h + 2 * g->ph; }
+static inline ptrdiff_t qg_padded_w(const qg_conv* g) { return g->w + 2 * g->pw; }
+static inline ptrdiff_t qg_padded_bytes(const qg_conv* g) {
+    return g->c * qg_padded_h(g) * qg_padded_w(g) + QG_RUN_SLACK;
+}
+
+/* bytes of qg_pack_b_conv's scratch for columns [n0, n1): 4 rows of them (and slack), and,
+ * but for a 1x1 convolution read in place, the padded copy of each image they reach */
+static inline ptrdiff_t qg_pack_b_scratch(const qg_conv* g, ptrdiff_t n0, ptrdiff_t n1) {
+    ptrdiff_t cells = g->oh * g->ow, images = n1 > n0 ? (n1 - 1) / cells - n0 / cells + 1 : 0;
+    return 4 * (n1 - n0 + QG_RUN_SLACK) + (qg_conv_in_place(g) ? 0 : images * qg_padded_bytes(g));
+}
+
+/* the c planes of x (h x w) into dst with pad around (qg_padded_h x qg_padded_w each) */
+static void qg_pad_image(const uint8_t* x, const qg_conv* g, uint8_t pad, uint8_t* dst) {
+    ptrdiff_t hp = qg_padded_h(g), wp = qg_padded_w(g);
+    memset(dst, pad, (size_t)qg_padded_bytes(g));
+    for (ptrdiff_t ch = 0; ch < g->c; ch++)
+        for (ptrdiff_t r = 0; r < g->h; r++)
+            memcpy(dst + (ch * hp + r + g->ph) * wp + g->pw, x + (ch * g->h + r) * g->w,
+                   (size_t)g->w);
+}
+
+/* dst[e] = src[e * step] for e in [0, run); may read and write up to QG_RUN_SLACK bytes past */
+static inline void qg_copy_run(const uint8_t* src, ptrdiff_t step, ptrdiff_t run, uint8_t* dst) {
+#if QG_X86
     if (step == 1) {
-        first = iw0 >= 0 ? 0 : -iw0;
-        end = w - iw0;
-    } else {
-        first = iw0 >= 0 ? 0 : (-iw0 + step - 1) / step;
-        end = iw0 < w ? (w - iw0 + step - 1) / step : 0;
+        for (ptrdiff_t e = 0; e < run; e += 16)
+            _mm_storeu_si128((__m128i*)(dst + e), _mm_loadu_si128((const __m128i*)(src + e)));
+        return;
     }
-    *lo = first < run ? first : run;
-    *hi = end < *lo ? *lo : end < run ? end : run;
-}
-
-/* row k = (ch, i, j) of the patches for columns [n0, n1) into dst, pad at padded positions */
-static void qg_unfold_row(const uint8_t* x, const qg_conv* g, ptrdiff_t k, ptrdiff_t n0,
-                          ptrdiff_t n1, uint8_t pad, uint8_t* dst) {
-    ptrdiff_t ch = k / (g->kh * g->kw), i = k / g->kw % g->kh, j = k % g->kw;
-    const uint8_t* plane = x + ch * g->h * g->w;
-    ptrdiff_t oh = n0 / g->ow, ow = n0 % g->ow;
-    for (ptrdiff_t n = n0; n < n1; oh++, ow = 0) {
-        ptrdiff_t run = g->ow - ow < n1 - n ? g->ow - ow : n1 - n;
-        ptrdiff_t ih = oh * g->sh - g->ph + i * g->dh, iw0 = ow * g->sw - g->pw + j * g->dw;
-        if (ih < 0 || ih >= g->h) {
-            for (ptrdiff_t e = 0; e < run; e++) dst[e] = pad;
-        } else {
-            ptrdiff_t lo, hi;
-            qg_inside(iw0, g->sw, g->w, run, &lo, &hi);
-            const uint8_t* src = plane + ih * g->w + iw0;
-            /* short runs: plain loops beat the calls of memset and memcpy */
-            for (ptrdiff_t e = 0; e < lo; e++) dst[e] = pad;
-            if (g->sw == 1)
-                for (ptrdiff_t e = lo; e < hi; e++) dst[e] = src[e];
-            else
-                for (ptrdiff_t e = lo; e < hi; e++) dst[e] = src[e * g->sw];
-            for (ptrdiff_t e = hi; e < run; e++) dst[e] = pad;
+    if (step == 2) {
+        const __m128i even = _mm_set1_epi16(0x00ff);
+        for (ptrdiff_t e = 0; e < run; e += 16) {
+            __m128i lo = _mm_and_si128(_mm_loadu_si128((const __m128i*)(src + 2 * e)), even);
+            __m128i hi = _mm_and_si128(_mm_loadu_si128((const __m128i*)(src + 2 * e + 16)), even);
+            _mm_storeu_si128((__m128i*)(dst + e), _mm_packus_epi16(lo, hi));
         }
-        dst += run;
-        n += run;
+        return;
     }
+#endif
+    for (ptrdiff_t e = 0; e < run; e++) dst[e] = src[e * step];
 }
 
-/* Packs columns [n0, n1) (n0 a multiple of QG_NB) of one group's patches of image x into B's
- * layout; scratch holds 4 * (n1 - n0) bytes (unused for in-place 1x1). pad is the stored zero
- * point, flip 0x80 for int8 x. */
-static void qg_pack_b_conv(const uint8_t* x, const qg_conv* g, ptrdiff_t n0, ptrdiff_t n1,
-                           uint8_t pad, uint8_t flip, uint8_t* scratch, uint8_t* dst) {
+/* cells [c0, c0 + count) of one tap's patch row into dst: output row oh reads the padded
+ * image from base + oh * row_step, every sw-th byte (scalars by value: dst aliases nothing) */
+static inline void qg_unfold_row(const uint8_t* base, ptrdiff_t row_step, ptrdiff_t ow,
+                                 ptrdiff_t sw, ptrdiff_t c0, ptrdiff_t count, uint8_t* dst) {
+    ptrdiff_t oh = c0 ? c0 / ow : 0, first = c0 - oh * ow;
+    const uint8_t* src = base + oh * row_step;
+    if (first) { /* the rest of a row */
+        ptrdiff_t run = ow - first < count ? ow - first : count;
+        qg_copy_run(src + first * sw, sw, run, dst);
+        dst += run, count -= run, src += row_step;
+    }
+    for (; count >= ow; count -= ow, dst += ow, src += row_step) qg_copy_run(src, sw, ow, dst);
+    if (count > 0) qg_copy_run(src, sw, count, dst);
+}
+
+/* How many images one GEMM takes as its columns (their cells side by side), of `images`.
+ *
+ * Design: one image a GEMM reads all the weights once per image; on small planes (ResNet-18 at
+ * 8x3x64x64: 4 x 4 and 2 x 2 cells in its last stages) that is 8 passes over up to 2.4 MB of
+ * weights for 16 or 4 columns each, which the tiles pad to 16 (or the GEMV runs at 4), and the
+ * weights come from L3 every time. Images side by side make one GEMM of 128 or 32 full columns,
+ * the weights read once. From QG_TILE_COLS cells up an image fills a tile's panel by itself,
+ * and more images would only grow B past the L2 cache. Measured with the padded unfold below
+ * (Zen 3, AVX2 vpmaddubsw tile, 1 thread, CPU time, medians of 15, against the commit before
+ * both; a machine at load 5-10 on 2 cores, so ratios only): 8 images of 512 channels at 2 x 2
+ * 0.34 of the time, of 256 at 4 x 4 0.42, of 128 at 8 x 8 0.47, of 64 at 16 x 16 0.70. */
+#define QG_BATCH_COLUMNS 256 /* at most this many columns of small images in one GEMM */
+static inline ptrdiff_t qg_images_per_gemm(ptrdiff_t cells, ptrdiff_t images) {
+    if (cells >= QG_TILE_COLS || cells <= 0) return 1;
+    ptrdiff_t per = QG_BATCH_COLUMNS / cells;
+    return per < images ? per : images;
+}
+
+/* Packs columns [n0, n1) (n0 a multiple of QG_NB) of one group's patches into B's layout,
+ * column n the cell n % cells of image n / cells (x the first image, image_bytes between
+ * images; one image's columns: any image_bytes); scratch holds qg_pack_b_scratch(g, n0, n1)
+ * bytes. pad is the stored zero point, flip 0x80 for int8 x. A 1x1 stride-1 convolution
+ * without padding reads its channel rows in place where the columns are one image's. */
+static void qg_pack_b_conv(const uint8_t* x, ptrdiff_t image_bytes, const qg_conv* g,
+                           ptrdiff_t n0, ptrdiff_t n1, uint8_t pad, uint8_t flip,
+                           uint8_t* scratch, uint8_t* dst) {
     ptrdiff_t k = g->c * g->kh * g->kw, kg = qg_groups(k), block_stride = qg_b_stride(kg);
-    ptrdiff_t cells = g->oh * g->ow;
+    ptrdiff_t cells = g->oh * g->ow, row_bytes = n1 - n0 + QG_RUN_SLACK;
+    ptrdiff_t first = n0 / cells, images = (n1 - 1) / cells - first + 1;
+    ptrdiff_t wp = qg_padded_w(g), image_pad = qg_padded_bytes(g);
+    ptrdiff_t row_step = g->sh * wp, ow = g->ow, sw = g->sw;
+    ptrdiff_t l0 = n0 - first * cells, l1 = n1 - first * cells; /* from the first image's */
+    ptrdiff_t ch = 0, ti = 0, tj = 0; /* the tap of row kk */
     int in_place = qg_conv_in_place(g);
+    uint8_t* padded = scratch + 4 * row_bytes;
+    x += first * image_bytes;
     /* the groups past K that pad a block to the tiles' depth: zeros */
     for (ptrdiff_t b = n0 / QG_NB; b * QG_NB < n1; b++)
         memset(dst + b * block_stride + kg * QG_NB * 4, 0, (size_t)(block_stride - kg * QG_NB * 4));
+    for (ptrdiff_t i = 0; i < images && !in_place; i++)
+        qg_pad_image(x + i * image_bytes, g, pad, padded + i * image_pad);
     for (ptrdiff_t grp = 0; grp < kg; grp++) {
-        const uint8_t* rows[4];
-        for (int j = 0; j < 4; j++) {
-            ptrdiff_t kk = grp * 4 + j;
-            if (kk >= k) {
-                rows[j] = NULL;
-            } else if (in_place) {
-                rows[j] = x + kk * cells + n0;
-            } else {
-                uint8_t* row = scratch + j * (n1 - n0);
-                qg_unfold_row(x, g, kk, n0, n1, pad, row);
-                rows[j] = row;
+        const uint8_t* rows[4] = {NULL, NULL, NULL, NULL};
+        for (int j = 0; j < 4 && grp * 4 + j < k; j++) {
+            ptrdiff_t kk = grp * 4 + j, tap = (ch * qg_padded_h(g) + ti * g->dh) * wp + tj * g->dw;
+            if (++tj == g->kw && (tj = 0, ++ti == g->kh)) ti = 0, ch++;
+            if (in_place && images == 1) {
+                rows[j] = x + kk * cells + l0;
+                continue;
             }
+            uint8_t* row = scratch + j * row_bytes;
+            for (ptrdiff_t i = 0; i < images; i++) { /* image i's cells [c0, c1) */
+                ptrdiff_t c0 = i ? 0 : l0, c1 = i < images - 1 ? cells : l1 - i * cells;
+                uint8_t* out = row + i * cells + c0 - l0;
+                if (in_place)
+                    memcpy(out, x + i * image_bytes + kk * cells + c0, (size_t)(c1 - c0));
+                else
+                    qg_unfold_row(padded + i * image_pad + tap, row_step, ow, sw, c0, c1 - c0,
+                                  out);
+            }
+            rows[j] = row;
         }
         qg_interleave(rows, n0, n1, flip, dst + grp * QG_NB * 4, block_stride);
     }

@@ -496,8 +496,9 @@ typedef void (*qg_tile_fn)(QG_TILE_ARGS);
  * weights are read as they are stored, never widened; every 8 steps vpmaddwd by 1 and by 16
  * carries the int16 sums into int32. The sums equal the tile's: exact integers, wrapping in
  * int32 like every int32 accumulation. The rule (qg_gemv_fits): up to QG_GEMV_MAX columns (a
- * linear layer's rows, a convolution's output cells per image), known when the plan is made, on
- * a variant that has a GEMV (AVX2, portable); wider GEMMs and the VNNI and AMX variants run
+ * linear layer's rows, the output cells of a convolution's GEMM: qconv.h's
+ * qg_images_per_gemm), known when the plan is made, on a variant that has a GEMV (AVX2,
+ * portable); wider GEMMs and the VNNI and AMX variants run
  * their tiles (not measured there: no such CPU in the session that wrote this).
  *
  * Design (measured on AMD EPYC Zen 3, AVX2 variant, 1 thread, the int8 MLP's layers 784->1024,
@@ -508,7 +509,8 @@ typedef void (*qg_tile_fn)(QG_TILE_ARGS);
  * at 8, 0.86-0.96 at 12, 1.12-1.25 at 16 (benchmarks/int8_gemv.py). A convolution's GEMM of few
  * output cells per image runs it too, its patches packed as for the tiles then prepared
  * (qg_gemv_from_packed): on ResNet-18's last stage at 64x64 (2x2 cells, one image, same
- * conditions) 0.42-0.48 of the tiles' time for the 3x3 ones, 0.63 for the 1x1 stride 2. */
+ * conditions) 0.42-0.48 of the tiles' time for the 3x3 ones, 0.63 for the 1x1 stride 2 (a
+ * batch of 8 such images is one GEMM of 32 columns on the tiles now: qg_images_per_gemm). */
 #define QG_GEMV_COLS 4  /* columns a GEMV pass holds; more run as several passes */
 #define QG_GEMV_MAX 8   /* the most columns the rule runs as a GEMV */
 #define QG_GEMV_STEPS 8 /* 32-k steps summed in int16: 8 * 3840 <= 32767 */
@@ -651,7 +653,9 @@ typedef void (*qg_gemv_fn)(QG_GEMV_ARGS);
 
 /* What turns a tile's sums into outputs: per row (output channel) the constant, the shifted
  * weight zero point (NULL: all zero) and the float32 multiplier (out int8/uint8); per column
- * the sums of B (read only where zw is given). out[m * sm + n * sn], storage type ``kind``. */
+ * the sums of B (read only where zw is given). out[m * sm + n * sn], storage type ``kind``;
+ * where the columns are several images' cells (cells per image, not 0: qconv.h's
+ * qg_images_per_gemm), column n = i * cells + c goes to out[i * si + m * sm + c * sn]. */
 typedef struct {
     const int32_t* row_const;
     const int32_t* zw;
@@ -661,16 +665,21 @@ typedef struct {
     int kind;
     void* out;
     ptrdiff_t sm, sn;
+    ptrdiff_t cells, si; /* cells 0: the columns are one image's */
 } qg_epilogue;
 
-/* rows [m0, m0 + rows) x columns [n0, n0 + cols) from acc (row stride lda) */
+/* row m's values q of columns [n0, n0 + cols), in runs that stay within one image */
 #define QG_STORE(T, q)                                                                      \
-    {                                                                                       \
-        T* o = (T*)e->out + m * e->sm + n0 * e->sn;                                         \
+    for (int j = 0; j < cols;) {                                                            \
+        ptrdiff_t n = n0 + j, image = e->cells ? n / e->cells : 0;                          \
+        ptrdiff_t c = n - image * e->cells;                                                 \
+        int run = e->cells && e->cells - c < cols - j ? (int)(e->cells - c) : cols - j;     \
+        T* o = (T*)e->out + image * e->si + m * e->sm + c * e->sn;                          \
         if (e->sn == 1)                                                                     \
-            for (int j = 0; j < cols; j++) o[j] = (T)q[j];                                  \
+            for (int u = 0; u < run; u++) o[u] = (T)q[j + u];                               \
         else                                                                                \
-            for (int j = 0; j < cols; j++) o[j * e->sn] = (T)q[j];                          \
+            for (int u = 0; u < run; u++) o[u * e->sn] = (T)q[j + u];                       \
+        j += run;                                                                           \
     }
 
 /* per row: the int32 sums (wrapping, as the tile's), then the requantised integers, then the

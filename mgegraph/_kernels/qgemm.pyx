@@ -3,12 +3,13 @@
 # qconv.h, and the thread split. The integers are ops/quantized.py's (tests/quant_reference.py).
 #
 # Design: the weights are packed once (pack_weights: packed A, per-channel constants, into a
-# byte buffer: a constant of the plan, or a NumPy array here) and the
-# kernels pack only the activations, per image and group: B of the patches, column blocks split
-# across threads, then the tiles of C split across threads (panel-major, so a thread's tiles
-# share columns of B). A GEMM of few columns (a linear layer of up to 8 rows, a convolution of
-# up to 8 output cells per image: qgemm.h's qg_gemv_fits) runs as a GEMV instead on the AVX2
-# and portable variants, its threads splitting the output channels. Every output is computed
+# byte buffer: a constant of the plan, or a NumPy array here) and the kernels pack only the
+# activations, per image (or batch of small images side by side: qconv.h's
+# qg_images_per_gemm) and group: B of the patches, column blocks split across threads, then
+# the tiles of C split across threads (panel-major, so a thread's tiles share columns of B). A
+# GEMM of few columns (a linear layer of up to 8 rows, a convolution of up to 8 output cells
+# per GEMM: qgemm.h's qg_gemv_fits) runs as a GEMV instead on the AVX2 and portable variants,
+# its threads splitting the output channels. Every output is computed
 # whole by one thread: any thread count gives the same bits. Each instruction-set variant (and
 # the GEMV and the tiles) gives the same integers; the process uses the widest
 # this CPU runs, or the one MGEGRAPH_INT8_ISA names ("portable", "avx2", "avxvnni",
@@ -49,7 +50,7 @@ cdef extern from "qconv.h":
         int32_t zy, lo, hi
         int kind
         void* out
-        Py_ssize_t sm, sn
+        Py_ssize_t sm, sn, cells, si
     ctypedef void (*qg_gemv_fn)(const int8_t*, Py_ssize_t, const uint8_t*, int, int,
                                 int32_t*) noexcept nogil
     ctypedef struct qg_variant:
@@ -72,8 +73,11 @@ cdef extern from "qconv.h":
     void qg_pack_a(const uint8_t* w, int w_unsigned, Py_ssize_t m, Py_ssize_t k, Py_ssize_t ldw,
                    const int32_t* zw, int32_t zx, const int32_t* bias, int8_t* dst,
                    int32_t* row_const) noexcept nogil
-    void qg_pack_b_conv(const uint8_t* x, const qg_conv* g, Py_ssize_t n0, Py_ssize_t n1,
-                        uint8_t pad, uint8_t flip, uint8_t* scratch, uint8_t* dst) noexcept nogil
+    Py_ssize_t qg_images_per_gemm(Py_ssize_t cells, Py_ssize_t images) noexcept nogil
+    Py_ssize_t qg_pack_b_scratch(const qg_conv* g, Py_ssize_t n0, Py_ssize_t n1) noexcept nogil
+    void qg_pack_b_conv(const uint8_t* x, Py_ssize_t image_bytes, const qg_conv* g,
+                        Py_ssize_t n0, Py_ssize_t n1, uint8_t pad, uint8_t flip,
+                        uint8_t* scratch, uint8_t* dst) noexcept nogil
     void qg_pack_b_columns(const uint8_t* x, Py_ssize_t k, Py_ssize_t ldx, Py_ssize_t n0,
                            Py_ssize_t n1, uint8_t flip, uint8_t* dst) noexcept nogil
     void qg_column_sums(const uint8_t* b, Py_ssize_t kg, Py_ssize_t n0, Py_ssize_t n1,
@@ -266,6 +270,7 @@ ctypedef struct PackB:
     const uint8_t* x
     const qg_conv* g      # NULL: a linear layer's rows (x (n, k), ldx apart)
     Py_ssize_t n, k, ldx, kg
+    Py_ssize_t image_bytes  # a convolution's: between the images of its columns
     uint8_t pad, flip
     uint8_t* b
     int32_t* colsum       # NULL: not needed
@@ -285,10 +290,10 @@ cdef int _pack_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept 
     if s.g == NULL:
         qg_pack_b_columns(s.x, s.k, s.ldx, n0, n1, s.flip, s.b)
     else:
-        scratch = <uint8_t*>malloc(4 * (n1 - n0))
+        scratch = <uint8_t*>malloc(qg_pack_b_scratch(s.g, n0, n1))
         if scratch == NULL:
             return KERNEL_OUT_OF_MEMORY
-        qg_pack_b_conv(s.x, s.g, n0, n1, s.pad, s.flip, scratch, s.b)
+        qg_pack_b_conv(s.x, s.image_bytes, s.g, n0, n1, s.pad, s.flip, scratch, s.b)
         free(scratch)
     if s.colsum != NULL:
         qg_column_sums(s.b, s.kg, n0, n1, s.colsum)
@@ -345,6 +350,7 @@ cdef void _epilogue(qg_epilogue* e, const QWeights* pw, const QOutput* out, int3
                     Py_ssize_t sm, Py_ssize_t sn) noexcept nogil:
     e.row_const, e.zw, e.colsum, e.mult = pw.row_const, pw.zw, colsum, pw.mult
     e.zy, e.lo, e.hi, e.kind, e.out, e.sm, e.sn = out.zy, out.lo, out.hi, out.kind, out.y, sm, sn
+    e.cells, e.si = 0, 0
 
 
 cdef Py_ssize_t _item(int kind) noexcept nogil:
@@ -361,51 +367,61 @@ cdef int _conv_gemv(PackB* pack, Gemv* gemv, Py_ssize_t threads) noexcept nogil:
     return parallel_for(threads, qg_gemv_blocks(gemv.tiles.op.m), _gemv_part, gemv)
 
 
+cdef Py_ssize_t _images_per_gemm(Py_ssize_t cells, Py_ssize_t images, int way) noexcept nogil:
+    # a forced GEMV packs one column block: one image a GEMM there
+    return 1 if way == WAY_GEMV else qg_images_per_gemm(cells, images)
+
+
 cdef int _conv_images(const QWeights* pw, const uint8_t* x, int x_signed, int32_t zx,
                       Py_ssize_t lo, Py_ssize_t hi, const qg_conv* g, const QOutput* out,
                       Py_ssize_t threads, int way) noexcept nogil:
-    # images [lo, hi): per image and group one GEMM (or GEMV: _gemv_way), each split across
-    # `threads`
+    # images [lo, hi): per batch of images (qg_images_per_gemm, their cells side by side) and
+    # group one GEMM (or GEMV: _gemv_way), each split across `threads`
     cdef PackB pack
     cdef Tiles tiles
     cdef Gemv gemv
-    cdef Py_ssize_t cells = g.oh * g.ow, i, gi
+    cdef Py_ssize_t cells = g.oh * g.ow, i, gi, batch
+    cdef Py_ssize_t per = _images_per_gemm(cells, hi - lo, way)
     cdef int status = KERNEL_OK
     cdef char* y = <char*>out.y
-    pack.g, pack.n, pack.k, pack.kg = g, cells, pw.k, pw.kg
+    pack.g, pack.n, pack.k, pack.kg = g, per * cells, pw.k, pw.kg
+    pack.image_bytes = pw.groups * g.c * g.h * g.w
     pack.pad, pack.flip = <uint8_t>zx, 0x80 if x_signed else 0
     tiles.var = qg_variant_of(_isa)
     gemv.x = NULL
-    if _gemv_way(&tiles.var, cells, way):
-        gemv.x = <uint8_t*>malloc(cells * qg_gemv_column_bytes(pw.kg))
+    if _gemv_way(&tiles.var, cells, way):  # the smallest batch's columns
+        gemv.x = <uint8_t*>malloc(per * cells * qg_gemv_column_bytes(pw.kg))
     if _buffers(&pack, pw.zw != NULL) != KERNEL_OK or (
             _gemv_way(&tiles.var, cells, way) and gemv.x == NULL):
         free(pack.b)
         free(pack.colsum)
         free(<void*>gemv.x)
         return KERNEL_OUT_OF_MEMORY
-    tiles.op.b, tiles.op.m, tiles.op.n, tiles.op.kg = pack.b, pw.m, cells, pw.kg
+    tiles.op.b, tiles.op.m, tiles.op.kg = pack.b, pw.m, pw.kg
     tiles.op.pairs_fit = pw.pairs_fit
-    for i in range(lo, hi):
+    i = lo
+    while i < hi and status == KERNEL_OK:
+        batch = min(per, hi - i)
+        pack.n = tiles.op.n = batch * cells
         for gi in range(pw.groups):
             pack.x = x + (i * pw.groups + gi) * g.c * g.h * g.w
             tiles.op.a = pw.a + gi * pw.group_bytes
             _epilogue(&tiles.e, pw, out, pack.colsum, cells, 1)
+            tiles.e.cells, tiles.e.si = cells, pw.groups * pw.m * cells
             tiles.e.row_const += gi * pw.m
             if tiles.e.zw != NULL:
                 tiles.e.zw += gi * pw.m
             if tiles.e.mult != NULL:
                 tiles.e.mult += gi * pw.m
             tiles.e.out = y + (i * pw.groups + gi) * pw.m * cells * _item(out.kind)
-            if gemv.x != NULL:
+            if gemv.x != NULL and _gemv_way(&tiles.var, pack.n, way):
                 gemv.tiles = tiles
                 status = _conv_gemv(&pack, &gemv, threads)
             else:
                 status = _gemm(&pack, &tiles, threads)
             if status != KERNEL_OK:
                 break
-        if status != KERNEL_OK:
-            break
+        i += batch
     free(pack.b)
     free(pack.colsum)
     free(<void*>gemv.x)
@@ -440,9 +456,11 @@ cdef int _conv_run(const QWeights* pw, const uint8_t* x, int x_signed, int32_t z
     # Design: a batch the threads divide evenly runs whole images per thread, one fork and join
     # for the layer; otherwise each image's GEMMs are split, two joins per image and group. A
     # batch of 8 small images (ResNet-18 at 8x3x64x64: 16 x 16 cells at layer 1) made 320
-    # joins per forward the other way, and each costs most on a loaded machine.
+    # joins per forward the other way, and each costs most on a loaded machine. Small images
+    # that one GEMM takes side by side (qg_images_per_gemm) run as that GEMM, its tiles split.
     cdef Images s
-    if threads > 1 and images >= threads and images % threads == 0:
+    if (threads > 1 and images >= threads and images % threads == 0
+            and _images_per_gemm(g.oh * g.ow, images, way) == 1):
         s.pw, s.x, s.x_signed, s.zx, s.g, s.out, s.way = pw, x, x_signed, zx, g, out, way
         return parallel_for(threads, images, _images_part, &s)
     return _conv_images(pw, x, x_signed, zx, 0, images, g, out, threads, way)
@@ -559,7 +577,7 @@ cdef int depthwise_run(const uint8_t* x, int x_signed, int32_t zx, const uint8_t
     s.var = qg_variant_of(_isa)
     s.e.row_const, s.e.zw, s.e.colsum, s.e.mult = consts, NULL, NULL, mult
     s.e.zy, s.e.lo, s.e.hi, s.e.kind, s.e.out = out.zy, out.lo, out.hi, out.kind, out.y
-    s.e.sm, s.e.sn = g.oh * g.ow, 1
+    s.e.sm, s.e.sn, s.e.cells, s.e.si = g.oh * g.ow, 1, 0, 0
     status = parallel_for(threads, images * g.c, _depthwise_part, &s)
     free(consts)
     return status
@@ -642,7 +660,7 @@ cdef int conv_transpose_packed_run(const QWeights* pw, const uint8_t* x, int x_s
         s.cols, s.g, s.taps, s.var = cols, g, taps, qg_variant_of(_isa)
         s.e.row_const, s.e.zw, s.e.colsum, s.e.mult = consts, NULL, NULL, mult
         s.e.zy, s.e.lo, s.e.hi, s.e.kind = out.zy, out.lo, out.hi, out.kind
-        s.e.sm, s.e.sn = g.oh * g.ow, 1
+        s.e.sm, s.e.sn, s.e.cells, s.e.si = g.oh * g.ow, 1, 0, 0
         status = KERNEL_OK
         for i in range(images):
             status = conv_run(pw, x + i * pw.groups * g.c * plane, x_signed, zx, 1, &unit,

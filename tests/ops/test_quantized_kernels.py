@@ -81,6 +81,16 @@ CONVS = [  # (n, c, h, w), (oc, k), stride, padding, dilation, groups
     ((1, 5, 11, 10), (5, 5), 2, 2, 1, 5),    # depthwise 5x5 stride 2
     ((1, 70, 9, 11), (37, 3), 1, 1, 1, 1),   # K 630, 37 outputs: AMX blocks of 32 and of 5
     ((2, 64, 6, 5), (33, 1), 1, 0, 1, 1),    # K 64: one AMX tile deep; 30 columns
+    # small images side by side in one GEMM (qconv.h's qg_images_per_gemm)
+    ((7, 9, 3, 5), (11, 3), 1, 1, 1, 1),     # 15 cells: 7 images, blocks cut images
+    ((8, 20, 4, 4), (12, 3), 2, 1, 1, 1),    # 2 x 2 cells, stride 2: 8 images, 32 columns
+    ((2, 20, 2, 2), (12, 3), 1, 1, 1, 1),    # 2 images of 4 cells: a GEMV of 8 columns
+    ((40, 3, 5, 5), (5, 1), 1, 0, 1, 1),     # 1x1 in place across images; 4 GEMMs of 10
+    ((6, 6, 3, 4), (9, 3), 1, 1, 1, 3),      # groups, 12 cells
+    # the unfold's runs (qconv.h's qg_copy_run): vectors at strides 1 and 2, bytes at 3
+    ((1, 3, 9, 70), (5, 7), 2, 3, 1, 1),     # ResNet's 7x7 stride 2: runs of 35
+    ((1, 5, 5, 37), (7, 3), 1, 1, 1, 1),     # runs of 37 at stride 1
+    ((1, 4, 10, 23), (6, 3), 3, 1, 1, 1),    # stride 3
 ]
 
 
@@ -271,14 +281,15 @@ int main(void) {
     for (int i = 0; i < C * H * W; i++) scanf("%hhu", &x[i]);
     for (int i = 0; i < M * K; i++) scanf("%hhu", &w[i]);
     qg_conv g = {C, H, W, 3, 3, 1, 1, 1, 1, 1, 1, H, W};
-    uint8_t scratch[4 * H * W];
+    uint8_t* scratch = malloc((size_t)qg_pack_b_scratch(&g, 0, H * W));
     qg_pack_a(w, 0, M, K, K, zw, 3, NULL, a, rc);
-    qg_pack_b_conv(x, &g, 0, H * W, 3, 0, scratch, b);
+    qg_pack_b_conv(x, 0, &g, 0, H * W, 3, 0, scratch, b);
     qg_variant var = qg_variant_of(qg_widest());
     qg_operands op = {a, b, M, H * W, qg_groups(K)};
     qg_epilogue e = {rc, NULL, NULL, NULL, 0, 0, 0, QG_OUT_INT32, y, H * W, 1};
     qg_gemm_tiles(&var, &op, &e, 0, qg_tiles(M, H * W));
     for (int i = 0; i < M * H * W; i++) printf("%d\n", y[i]);
+    free(scratch);
     return var.isa;
 }
 """

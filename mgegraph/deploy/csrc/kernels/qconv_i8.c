@@ -121,47 +121,54 @@ static void epilogue(qg_epilogue* e, const q_weights* pw, const q_output* out,
                      const int32_t* colsum, ptrdiff_t sm, ptrdiff_t sn) {
     e->row_const = pw->row_const, e->zw = pw->zw, e->colsum = colsum, e->mult = pw->mult;
     e->zy = out->zy, e->lo = out->lo, e->hi = out->hi, e->kind = out->kind, e->out = out->y;
-    e->sm = sm, e->sn = sn;
+    e->sm = sm, e->sn = sn, e->cells = 0, e->si = 0;
 }
 
-/* per image and group one GEMM over the patches (qgemm.pyx's _conv_images), or, with g NULL,
- * the linear layer's one GEMM over x's rows (images of them, k apart) */
+/* per batch of images (qg_images_per_gemm: small ones side by side) and group one GEMM over
+ * the patches (qgemm.pyx's _conv_images), or, with g NULL, the linear layer's one GEMM over
+ * x's rows (images of them, k apart) */
 static int gemm(const q_weights* pw, const uint8_t* x, int x_signed, int32_t zx,
                 ptrdiff_t images, const qg_conv* g, const q_output* out) {
-    ptrdiff_t n = g ? g->oh * g->ow : images, blocks = qg_blocks(n, QG_NB);
+    ptrdiff_t cells = g ? g->oh * g->ow : images, per = g ? qg_images_per_gemm(cells, images) : 1;
+    ptrdiff_t n = per * cells, blocks = qg_blocks(n, QG_NB);
     uint8_t* b = malloc((size_t)(blocks * qg_b_stride(pw->kg)) + 1);
-    uint8_t* scratch = malloc(4 * (size_t)(g ? n : 0) + 1);
+    uint8_t* scratch = malloc((size_t)(g ? qg_pack_b_scratch(g, 0, n) : 0) + 1);
     int32_t* colsum = pw->zw ? malloc(sizeof(int32_t) * (size_t)n + 1) : NULL;
     uint8_t flip = x_signed ? 0x80 : 0;
     tiles t;
     t.var = qg_variant_of(qg_widest());
-    int few = qg_gemv_fits(&t.var, n);
-    uint8_t* columns = few ? malloc((size_t)(n * qg_gemv_column_bytes(pw->kg))) : NULL;
-    int status = b && scratch && (colsum || !pw->zw) && (columns || !few)
+    int some_few = qg_gemv_fits(&t.var, cells); /* the smallest batch's columns */
+    uint8_t* columns = some_few ? malloc((size_t)(n * qg_gemv_column_bytes(pw->kg))) : NULL;
+    int status = b && scratch && (colsum || !pw->zw) && (columns || !some_few)
                      ? MGR_KERNEL_OK : MGR_KERNEL_OUT_OF_MEMORY;
-    t.op.b = b, t.op.m = pw->m, t.op.n = n, t.op.kg = pw->kg, t.op.pairs_fit = pw->pairs_fit;
-    for (ptrdiff_t i = 0; status == MGR_KERNEL_OK && i < (g ? images : 1); i++)
+    ptrdiff_t image_bytes = g ? pw->groups * g->c * g->h * g->w : 0;
+    t.op.b = b, t.op.m = pw->m, t.op.kg = pw->kg, t.op.pairs_fit = pw->pairs_fit;
+    for (ptrdiff_t i = 0; status == MGR_KERNEL_OK && i < (g ? images : 1); i += per) {
+        ptrdiff_t cols = g ? (images - i < per ? images - i : per) * cells : n;
+        t.op.n = cols;
         for (ptrdiff_t gi = 0; gi < pw->groups; gi++) {
             const uint8_t* xg = x + (i * pw->groups + gi) * (g ? g->c * g->h * g->w : 0);
             if (g)
-                qg_pack_b_conv(xg, g, 0, n, (uint8_t)zx, flip, scratch, b);
+                qg_pack_b_conv(xg, image_bytes, g, 0, cols, (uint8_t)zx, flip, scratch, b);
             else
-                qg_pack_b_columns(x, pw->k, pw->k, 0, n, flip, b);
-            if (colsum) qg_column_sums(b, pw->kg, 0, n, colsum);
+                qg_pack_b_columns(x, pw->k, pw->k, 0, cols, flip, b);
+            if (colsum) qg_column_sums(b, pw->kg, 0, cols, colsum);
             t.op.a = pw->a + gi * pw->group_bytes;
-            epilogue(&t.e, pw, out, colsum, g ? n : 1, g ? 1 : pw->m);
+            epilogue(&t.e, pw, out, colsum, g ? cells : 1, g ? 1 : pw->m);
+            if (g) t.e.cells = cells, t.e.si = pw->groups * pw->m * cells;
             t.e.row_const += gi * pw->m;
             if (t.e.zw) t.e.zw += gi * pw->m;
             if (t.e.mult) t.e.mult += gi * pw->m;
-            t.e.out = out->y + (i * pw->groups + gi) * pw->m * (g ? n : 0) * item(out->kind);
-            if (few) {
+            t.e.out = out->y + (i * pw->groups + gi) * pw->m * (g ? cells : 0) * item(out->kind);
+            if (qg_gemv_fits(&t.var, cols)) {
                 gemv s = {t, columns};
-                qg_gemv_from_packed(b, pw->kg, n, columns);
+                qg_gemv_from_packed(b, pw->kg, cols, columns);
                 mgr_parallel_for(qg_gemv_blocks(pw->m), gemv_part, &s);
             } else {
                 mgr_parallel_for(qg_units(&t.var, &t.op), tiles_part, &t);
             }
         }
+    }
     free(b);
     free(columns);
     free(scratch);
