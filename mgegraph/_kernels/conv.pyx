@@ -36,6 +36,11 @@ from .blas cimport gemm, gemm_ld
 from .blas_table cimport blas_one_thread, blas_restore_threads
 from .activation cimport activate
 
+cdef extern from "conv_data.h":  # the data gradient's layout, shared with the C runtime
+    Py_ssize_t conv_data_pad(Py_ssize_t k, Py_ssize_t d, Py_ssize_t p) noexcept nogil
+    Py_ssize_t conv_data_weight(Py_ssize_t g, Py_ssize_t o, Py_ssize_t c, Py_ssize_t t,
+                                Py_ssize_t nc, Py_ssize_t no, Py_ssize_t taps) noexcept nogil
+
 ctypedef struct Conv:
     Py_ssize_t batch, cin, h, w, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups
     # path: a ConvPath; activation: the epilogue's (conv2d), an activation.h code (ACT_*)

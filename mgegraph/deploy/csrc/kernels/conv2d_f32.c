@@ -16,12 +16,17 @@
  * block's `transposed` says how im2col's GEMM lays out its product in Python (y or y^T, then a
  * transpose): the same convolution, which these loops compute either way.
  *
- * conv2d_backward_data_f32 (the transposed convolution, the data gradient): on the same block
- * (x the result dx), dx[n, c, iy, ix] = the sum over the group's output channels and the taps
- * reaching (iy, ix) of w * dy, accumulated in double in that order and rounded once: within
- * float32 rounding of the Python executor's ways (a GEMM and col2im, the tiles, Winograd).
- * Bufs w, dy, [bias,] dx[, workspace]: the bias (has_bias, the epilogue pass's) is added to
- * each rounded sum, as the Python executor adds it after its sums (data_bias).
+ * conv2d_backward_data_f32 (the transposed convolution, the data gradient), on the same block
+ * (x the result dx); bufs w, dy, [bias,] dx[, workspace]. Where the plan chose the tiles
+ * ("blocked" or "gather") or Winograd, the executor's way: at stride 1 the data gradient is the
+ * forward convolution of dy padded by d (k - 1) - p by the filters transposed and turned
+ * (conv_data.h, the layout conv.pyx reads too), which runs on the gather tiles (the
+ * executor's row tiles sum each output in the same order: the same bits) or conv_wino_c.h,
+ * the bias (has_bias, the epilogue pass's) added as each output is stored: bitwise the Python
+ * executor's. Where it chose a GEMM and col2im (im2col: every stride above 1), dx[n, c, iy, ix]
+ * = the sum over the group's output channels and the taps reaching (iy, ix) of w * dy,
+ * accumulated in double in that order and rounded once, then the bias added (data_bias):
+ * within float32 rounding of the executor's.
  *
  * Built with -ffp-contract=fast (kernels.CONTRACTED), as the package builds the tiles. */
 #include "../mgr_kernel.h"
@@ -171,8 +176,8 @@ static int winograd_on_u(const mgr_call* call, int packed) {
     mgr_wino k;
     if (s[BATCH] * s[COUT] == 0 || s[OH] == 0 || s[OW] == 0) return MGR_KERNEL_OK; /* empty */
     if (!mgr_wino_of(s, &k)) return MGR_KERNEL_OUT_OF_MEMORY; /* sizes past any allocation */
-    return packed ? mgr_wino_run_on(call, &k, u, k.urows * k.cin)
-                  : mgr_wino_run_made(call, &k, NULL, u);
+    mgr_wino_conv_buffers(&k, call);
+    return packed ? mgr_wino_run_on(&k, u, k.urows * k.cin) : mgr_wino_run_made(&k, NULL, u, 0);
 }
 
 int mgr_conv2d_winograd_packed_f32(const mgr_call* call) { return winograd_on_u(call, 1); }
@@ -228,8 +233,48 @@ static void data_part(void* ctx, int64_t lo, int64_t hi) {
     }
 }
 
+/* The forward convolution that the data gradient of block s is (conv_data.h), in t: dy's
+ * channels in, dx's out, dy padded by d (k - 1) - p, stride 1, no activation; 0 where it is
+ * none (a stride, or a padding past d (k - 1)): the executor's tiles and Winograd take none. */
+static int data_as_forward(const int64_t* s, int64_t* t) {
+    if (s[SH] != 1 || s[SW] != 1) return 0;
+    memcpy(t, s, FIELDS * sizeof *t);
+    t[CIN] = s[COUT], t[COUT] = s[CIN];
+    t[H] = s[OH], t[W] = s[OW], t[OH] = s[H], t[OW] = s[W];
+    t[PH] = conv_data_pad(s[KH], s[DH], s[PH]);
+    t[PW] = conv_data_pad(s[KW], s[DW], s[PW]);
+    t[ACT] = 0;
+    return t[PH] >= 0 && t[PW] >= 0;
+}
+
+/* The data gradient the way the plan's path runs it in the executor, where that is Winograd or
+ * the tiles (t: data_as_forward's block): the same sums, so the same bits; else
+ * MGR_KERNEL_UNSUPPORTED, for data_part's double sums */
+static int data_as_planned(const int64_t* t, const float* w, const float* dy, const float* bias,
+                           float* dx) {
+    mgr_wino k;
+    if (t[PATH] == MGR_WINO_PATH) {
+        if (!mgr_wino_of(t, &k)) return MGR_KERNEL_UNSUPPORTED;
+        k.x = dy, k.bias = bias, k.y = dx;
+        return mgr_wino_run_made(&k, w, NULL, 1);
+    }
+    /* the executor's row tiles ("blocked") sum each output as the gather tiles do: over dy's
+     * channels, then the taps, from zero by one FMA each (conv_tile.h) */
+    if (t[PATH] == MGR_BLOCKED_PATH || t[PATH] == MGR_GATHER_PATH)
+        return mgr_conv_tiles_run(t, dy, w, bias, dx, 1, 1);
+    return MGR_KERNEL_UNSUPPORTED;
+}
+
 int mgr_conv2d_backward_data_f32(const mgr_call* call) {
-    mgr_parallel_for(call->ints[BATCH] * call->ints[CIN], data_part, (void*)call);
+    const int64_t* s = call->ints;
+    int64_t t[FIELDS];
+    int status = MGR_KERNEL_UNSUPPORTED;
+    if (data_as_forward(s, t))
+        status = data_as_planned(t, (const float*)call->bufs[0], (const float*)call->bufs[1],
+                                 s[HAS_BIAS] ? (const float*)call->bufs[2] : NULL,
+                                 (float*)call->bufs[s[HAS_BIAS] ? 3 : 2]);
+    if (status != MGR_KERNEL_UNSUPPORTED) return status;
+    mgr_parallel_for(s[BATCH] * s[CIN], data_part, (void*)call);
     return MGR_KERNEL_OK;
 }
 
