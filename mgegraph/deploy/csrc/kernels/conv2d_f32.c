@@ -247,6 +247,19 @@ static int data_as_forward(const int64_t* s, int64_t* t) {
     return t[PH] >= 0 && t[PW] >= 0;
 }
 
+/* The most floats the tiles' zero-padded copy of dy may take: 16 times dy's and dx's together,
+ * or 16 Mi. A geometry past both (a dilation of hundreds over a few cells, a block a fuzzer
+ * made) keeps the double sums, which need no memory beyond the buffers. */
+#define DATA_PADDED_MIN (1 << 24)
+static int data_padding_fits(const int64_t* t) {
+    int64_t padded, hp, wp;
+    int64_t buffers = t[BATCH] * (t[CIN] * t[H] * t[W] + t[COUT] * t[OH] * t[OW]); /* checked */
+    return mgr_muladd(t[H], 2, t[PH], &hp) && mgr_muladd(t[W], 2, t[PW], &wp) &&
+           mgr_muladd(0, t[BATCH], t[CIN], &padded) && mgr_muladd(0, padded, hp, &padded) &&
+           mgr_muladd(0, padded, wp, &padded) &&
+           (padded <= DATA_PADDED_MIN || padded / 16 <= buffers);
+}
+
 /* The data gradient the way the plan's path runs it in the executor, where that is Winograd or
  * the tiles (t: data_as_forward's block): the same sums, so the same bits; else
  * MGR_KERNEL_UNSUPPORTED, for data_part's double sums */
@@ -260,7 +273,7 @@ static int data_as_planned(const int64_t* t, const float* w, const float* dy, co
     }
     /* the executor's row tiles ("blocked") sum each output as the gather tiles do: over dy's
      * channels, then the taps, from zero by one FMA each (conv_tile.h) */
-    if (t[PATH] == MGR_BLOCKED_PATH || t[PATH] == MGR_GATHER_PATH)
+    if ((t[PATH] == MGR_BLOCKED_PATH || t[PATH] == MGR_GATHER_PATH) && data_padding_fits(t))
         return mgr_conv_tiles_run(t, dy, w, bias, dx, 1, 1);
     return MGR_KERNEL_UNSUPPORTED;
 }
