@@ -18,10 +18,11 @@ MODEL_RUN = "model_run.c"
 # (gemm_fma.h): the tiles, the single row's loops and the executor's threads rule
 TILES = ("conv_tile.h", "cpu_isa.h", "activation.h")
 GEMM_TILES = (*TILES, "gemv_row.h", "grain.h")
-# the convolution's drivers of those tiles, direct and Winograd (conv2d_f32.c includes them),
-# and what they include of _kernels': the tiles, Winograd's transforms, the data gradient's layout
-CONV_TILES = ("conv_gather_c.h", "conv_wino_c.h")
-CONV_HEADERS = (*TILES, "wino_tile.h", "conv_data.h")
+# the convolution's drivers of those tiles, direct and Winograd, and the GEMM of the data
+# gradient's GEMM path (conv2d_f32.c includes them); and what they include of _kernels': the
+# tiles, Winograd's transforms, the data gradient's layout and col2im
+CONV_TILES = ("conv_gather_c.h", "conv_wino_c.h", "gemm_fma.h")
+CONV_HEADERS = (*GEMM_TILES, "wino_tile.h", "conv_data.h", "conv_col2im.h")
 # the int8 GEMM's headers: the patches and depthwise kernel, the GEMM's tiles, their AMX form
 INT8_GEMM = ("qconv.h", "qgemm.h", "qgemm_amx.h")
 # the plan's kernel suffixes of the blob's dtypes

@@ -116,7 +116,8 @@ def test_the_c_runtime_reads_conv_pyx_path_codes():
     assert conv_prepack.WINOGRAD_PATH == K.CONV_PATHS["winograd"]
 
 
-@pytest.mark.parametrize("case", ["row tiles grouped, output padding", "winograd"])
+@pytest.mark.parametrize("case", ["row tiles grouped, output padding", "winograd",
+                                  "im2col at stride 2"])
 def test_corrupt_blocks_of_each_way_are_refused_under_the_sanitizers(tmp_path, monkeypatch,
                                                                      case):
     cc()
@@ -139,7 +140,8 @@ def test_corrupt_blocks_of_each_way_are_refused_under_the_sanitizers(tmp_path, m
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
 
 
-@pytest.mark.parametrize("case", ["gather grouped dilated", "winograd unpadded rows"])
+@pytest.mark.parametrize("case", ["gather grouped dilated", "winograd unpadded rows",
+                                  "im2col at stride (2, 3), grouped"])
 def test_mutated_blocks_of_each_way_never_crash(tmp_path, monkeypatch, case):
     # a path, stride or padding changed, a kernel shrunk: each runs one of the ways or the
     # double sums, inside the buffers the block's checks bound

@@ -30,8 +30,10 @@
  *
  * Built with -ffp-contract=fast (kernels.CONTRACTED), as the package builds the tiles. */
 #include "../mgr_kernel.h"
+#include "conv_col2im.h"
 #include "conv_gather_c.h" /* the Conv block's field names, the tiles, activation.h */
 #include "conv_wino_c.h"
+#include "gemm_fma.h"
 
 #include <math.h>
 
@@ -247,22 +249,71 @@ static int data_as_forward(const int64_t* s, int64_t* t) {
     return t[PH] >= 0 && t[PW] >= 0;
 }
 
-/* The most floats the tiles' zero-padded copy of dy may take: 16 times dy's and dx's together,
- * or 16 Mi. A geometry past both (a dilation of hundreds over a few cells, a block a fuzzer
- * made) keeps the double sums, which need no memory beyond the buffers. */
-#define DATA_PADDED_MIN (1 << 24)
+/* The most floats of scratch the data gradient of block s takes (the tiles' zero-padded copy
+ * of dy, the GEMM's col): 16 times dy's and dx's together, or 16 Mi. A geometry past both (a
+ * dilation of hundreds over a few cells, a block a fuzzer made) keeps the double sums, which
+ * need no memory beyond the buffers. */
+#define DATA_SCRATCH_MIN (1 << 24)
+static int data_scratch_fits(const int64_t* s, int64_t floats) {
+    int64_t xs, ys; /* an empty tensor's other sizes are not bounded by its bytes */
+    return floats <= DATA_SCRATCH_MIN ||
+           (mgr_muladd(0, s[BATCH], s[CIN], &xs) && mgr_muladd(0, xs, s[H], &xs) &&
+            mgr_muladd(0, xs, s[W], &xs) && mgr_muladd(0, s[BATCH], s[COUT], &ys) &&
+            mgr_muladd(0, ys, s[OH], &ys) && mgr_muladd(0, ys, s[OW], &ys) &&
+            floats / 16 <= xs + ys);
+}
+
+/* whether the tiles' zero-padded copy of dy (t: data_as_forward's block) fits */
 static int data_padding_fits(const int64_t* t) {
     int64_t padded, hp, wp;
-    int64_t buffers = t[BATCH] * (t[CIN] * t[H] * t[W] + t[COUT] * t[OH] * t[OW]); /* checked */
     return mgr_muladd(t[H], 2, t[PH], &hp) && mgr_muladd(t[W], 2, t[PW], &wp) &&
            mgr_muladd(0, t[BATCH], t[CIN], &padded) && mgr_muladd(0, padded, hp, &padded) &&
-           mgr_muladd(0, padded, wp, &padded) &&
-           (padded <= DATA_PADDED_MIN || padded / 16 <= buffers);
+           mgr_muladd(0, padded, wp, &padded) && data_scratch_fits(t, padded);
+}
+
+/* The GEMM path, as the executor's data_pairs: per (image, group), col = W_g^T dy_g (kh * kw
+ * rows per dx channel, a row of oh * ow cells) on gemm_fma.h's tiles (the executor's BLAS sums
+ * in another order: within float32 rounding), then conv_col2im.h's col2im into dx's planes with
+ * the bias (the executor's, line for line), the channels split among the threads. */
+typedef struct {
+    const float* col;
+    float* dx;         /* the group's planes of one image */
+    const float* bias; /* the group's, or NULL */
+    conv_col2im_geometry g;
+} data_col2im;
+
+static void data_col2im_part(void* ctx, int64_t lo, int64_t hi) {
+    const data_col2im* k = (const data_col2im*)ctx;
+    conv_col2im_rows_f32(k->col + lo * k->g.kh * k->g.kw * k->g.oh * k->g.ow, k->dx, k->bias, lo,
+                         hi, &k->g);
+}
+
+static int data_gemm(const int64_t* s, const float* w, const float* dy, const float* bias,
+                     float* dx) {
+    int64_t cg = s[CIN] / s[GROUPS], ocg = s[COUT] / s[GROUPS], kdim, npix, floats;
+    if (!mgr_muladd(0, cg, s[KH] * s[KW], &kdim) || !mgr_muladd(0, s[OH], s[OW], &npix) ||
+        !mgr_muladd(0, kdim, npix, &floats) || !data_scratch_fits(s, floats))
+        return MGR_KERNEL_UNSUPPORTED;
+    float* col = (float*)malloc((size_t)(floats ? floats : 1) * sizeof(float));
+    if (!col) return MGR_KERNEL_OUT_OF_MEMORY;
+    data_col2im k = {col, NULL, NULL, {s[H], s[W], s[OH], s[OW], s[KH], s[KW], s[SH], s[SW],
+                                       s[PH], s[PW], s[DH], s[DW]}};
+    int status = MGR_KERNEL_OK;
+    for (int64_t n = 0; n < s[BATCH] && status == MGR_KERNEL_OK; n++)
+        for (int64_t g = 0; g < s[GROUPS] && status == MGR_KERNEL_OK; g++) {
+            status = mgr_gemm(1, 0, kdim, npix, ocg, w + g * ocg * kdim,
+                              dy + (n * s[COUT] + g * ocg) * npix, col, NULL);
+            k.dx = dx + (n * s[CIN] + g * cg) * s[H] * s[W];
+            k.bias = bias ? bias + g * cg : NULL;
+            if (status == MGR_KERNEL_OK) mgr_parallel_for(cg, data_col2im_part, &k);
+        }
+    free(col);
+    return status;
 }
 
 /* The data gradient the way the plan's path runs it in the executor, where that is Winograd or
  * the tiles (t: data_as_forward's block): the same sums, so the same bits; else
- * MGR_KERNEL_UNSUPPORTED, for data_part's double sums */
+ * MGR_KERNEL_UNSUPPORTED, for data_gemm */
 static int data_as_planned(const int64_t* t, const float* w, const float* dy, const float* bias,
                            float* dx) {
     mgr_wino k;
@@ -280,12 +331,14 @@ static int data_as_planned(const int64_t* t, const float* w, const float* dy, co
 
 int mgr_conv2d_backward_data_f32(const mgr_call* call) {
     const int64_t* s = call->ints;
+    const float* w = (const float*)call->bufs[0];
+    const float* dy = (const float*)call->bufs[1];
+    const float* bias = s[HAS_BIAS] ? (const float*)call->bufs[2] : NULL;
+    float* dx = (float*)call->bufs[s[HAS_BIAS] ? 3 : 2];
     int64_t t[FIELDS];
     int status = MGR_KERNEL_UNSUPPORTED;
-    if (data_as_forward(s, t))
-        status = data_as_planned(t, (const float*)call->bufs[0], (const float*)call->bufs[1],
-                                 s[HAS_BIAS] ? (const float*)call->bufs[2] : NULL,
-                                 (float*)call->bufs[s[HAS_BIAS] ? 3 : 2]);
+    if (data_as_forward(s, t)) status = data_as_planned(t, w, dy, bias, dx);
+    if (status == MGR_KERNEL_UNSUPPORTED) status = data_gemm(s, w, dy, bias, dx);
     if (status != MGR_KERNEL_UNSUPPORTED) return status;
     mgr_parallel_for(s[BATCH] * s[CIN], data_part, (void*)call);
     return MGR_KERNEL_OK;
