@@ -2,6 +2,10 @@
 
     python benchmarks/c_runtime.py                          # every workload, 1 and 2 threads
     python benchmarks/c_runtime.py --rounds 1 --runs 3 mlp-infer     # a smoke check
+    python benchmarks/c_runtime.py --in-process conv-transpose       # unet_layers.py's layer
+
+The conv-transpose rows are ``benchmarks/unet_layers.py``'s layer (64 -> 32 channels, 3x3 from
+32x32): at stride 2 the executor's GEMM and col2im, at stride 1 its Winograd.
 
 Each workload's model is saved once (``mg.save``, ``freeze=True``: the executor runs no
 prologue), exported from that file with ``export_c`` and built with the export's Makefile
