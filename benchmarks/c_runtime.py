@@ -2,6 +2,10 @@
 
     python benchmarks/c_runtime.py                          # every workload, 1 and 2 threads
     python benchmarks/c_runtime.py --rounds 1 --runs 3 mlp-infer     # a smoke check
+    python benchmarks/c_runtime.py --in-process conv-transpose       # unet_layers.py's layer
+
+The conv-transpose rows are ``benchmarks/unet_layers.py``'s layer (64 -> 32 channels, 3x3 from
+32x32): at stride 2 the executor's GEMM and col2im, at stride 1 its Winograd.
 
 Each workload's model is saved once (``mg.save``, ``freeze=True``: the executor runs no
 prologue), exported from that file with ``export_c`` and built with the export's Makefile
@@ -59,7 +63,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import fresh_process  # noqa: E402  its timing loop and ONNX Runtime sessions (stdlib only here)
 
-WORKLOADS = ("resnet-infer 1x224", "resnet-infer 8x64", "mlp-infer 1", "mlp-infer 128")
+WORKLOADS = ("resnet-infer 1x224", "resnet-infer 8x64", "mlp-infer 1", "mlp-infer 128",
+             "conv-transpose s2", "conv-transpose s1")
 C_ROW, EXECUTOR = "c runtime", "mgegraph executor"
 PY_ROWS = ("mgegraph runtime.load().run", "mgegraph plan.run", EXECUTOR)
 ROWS = (C_ROW, *PY_ROWS, "onnxruntime")
@@ -69,8 +74,8 @@ RTOL, ATOL = 1e-4, 1e-4
 
 
 def _inputs(workload: str):
-    """The workload's model (a Module or a Graph's output) and its input, as fresh_process.py
-    makes them."""
+    """The workload's model (a Module, or None: a graph _graph_plan builds) and its input, as
+    fresh_process.py makes them."""
     import numpy as np  # lazy: the parent process of the timed rows imports no library
     sys.path.insert(0, str(HERE))
     import test_deploy
@@ -79,8 +84,35 @@ def _inputs(workload: str):
     if workload.startswith("resnet-infer"):
         batch, size = (1, 224) if workload.endswith("1x224") else (8, 64)
         return test_deploy.model(), rng.standard_normal((batch, 3, size, size), np.float32)
+    if workload.startswith("conv-transpose"):
+        return None, rng.standard_normal(CONV_TRANSPOSE_INPUT, np.float32)
     return None, rng.standard_normal((int(workload.split()[-1]), workloads.MLP_LAYERS[0]),
                                      np.float32)
+
+
+# the conv-transpose rows: vision_workloads.py's layer (benchmarks/unet_layers.py's), 64 -> 32
+# channels 3x3 from 32x32, at stride 2 (padding 1, output padding 1: the executor's GEMM and
+# col2im) and at stride 1 (padding 1: its Winograd by the rules)
+CONV_TRANSPOSE_INPUT = (1, 64, 32, 32)
+
+
+def _conv_transpose_plan(workload: str, x):
+    import numpy as np  # lazy: as _inputs
+    import vision_workloads as vw
+
+    import mgegraph as mg
+    import mgegraph.functional as F
+    rng = np.random.default_rng(vw.SEED)
+    g = mg.Graph()
+    w, b = g.param("w", vw._weight(rng, 64, 32, 3, 3)), g.param("b", vw._weight(rng, 32, 1)[:, 0])
+    strided = dict(stride=2, output_padding=1) if workload.endswith("s2") else {}
+    y = F.conv_transpose2d(g.input("x", x.shape, "float32"), w, b, padding=1, **strided)
+    return mg.compile([y], tune="rules")
+
+
+def _graph_plan(workload: str, x):
+    return _conv_transpose_plan(workload, x) if workload.startswith("conv-transpose") \
+        else _mlp_plan(x)
 
 
 def _mlp_plan(x):
@@ -111,7 +143,7 @@ def prepare(workload: str, folder: Path) -> Path:
     if module is not None:
         saved = mg.compile_module(module, (x,), freeze=True, tune="rules")
     else:
-        saved = _mlp_plan(x)
+        saved = _graph_plan(workload, x)
     mg.save(saved, folder / "model.mgm")
     np.save(folder / "x.npy", x)
     exported = export_c(folder / "model.mgm", folder / "c")
@@ -136,6 +168,11 @@ def python_call(row: str, workload: str, folder: Path):
     from mgegraph import runtime
     x = np.load(folder / "x.npy")
     if row == "onnxruntime":
+        if workload == "conv-transpose s2":
+            import vision_workloads
+            return vision_workloads.conv_transpose_call("onnxruntime", workload)
+        if workload.startswith("conv-transpose"):
+            raise ValueError(f"no ONNX Runtime row for {workload}")
         call = fresh_process.resnet_call if workload.startswith("resnet") else \
             fresh_process.mlp_infer_call
         return call("onnxruntime", workload)

@@ -36,6 +36,19 @@ from .blas cimport gemm, gemm_ld
 from .blas_table cimport blas_one_thread, blas_restore_threads
 from .activation cimport activate
 
+cdef extern from "conv_col2im.h":  # the GEMM path's col2im, shared with the C runtime
+    ctypedef struct conv_col2im_geometry:
+        Py_ssize_t h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw
+    void conv_col2im_rows_f32(const float* col, float* x, const float* bias, Py_ssize_t c0,
+                              Py_ssize_t c1, const conv_col2im_geometry* s) noexcept nogil
+    void conv_col2im_rows_f64(const double* col, double* x, const double* bias, Py_ssize_t c0,
+                              Py_ssize_t c1, const conv_col2im_geometry* s) noexcept nogil
+
+cdef extern from "conv_data.h":  # the data gradient's layout, shared with the C runtime
+    Py_ssize_t conv_data_pad(Py_ssize_t k, Py_ssize_t d, Py_ssize_t p) noexcept nogil
+    Py_ssize_t conv_data_weight(Py_ssize_t g, Py_ssize_t o, Py_ssize_t c, Py_ssize_t t,
+                                Py_ssize_t nc, Py_ssize_t no, Py_ssize_t taps) noexcept nogil
+
 ctypedef struct Conv:
     Py_ssize_t batch, cin, h, w, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups
     # path: a ConvPath; activation: the epilogue's (conv2d), an activation.h code (ACT_*)
@@ -264,111 +277,16 @@ cdef inline void col2im_range(floating* col, floating* x, Py_ssize_t c0, Py_ssiz
 cdef inline void col2im_rows(const floating* col, floating* x, const floating* bias,
                              Py_ssize_t c0, Py_ssize_t c1, const Conv* s) noexcept nogil:
     # col2im of the rows of input channels [c0, c1) at a stride, planes of x written whole (no
-    # zeroing beforehand): row by row, each zeroed and summed while in L1 from every (tap, col
-    # row) that lands on it. A cell takes its terms in the order (i, j), as col2im_range's, so
-    # the two give the same bits; but col2im_range passes over x once per tap, after the
-    # zeroing pass, where at a stride the taps' adds land a stride apart (cache lines read
-    # and written back kh * kw / (sh * sw) + 1 times instead of once). bias (the group's, or
-    # NULL) is added to each row once its sums are complete: the bits of a separate add.
-    cdef Py_ssize_t npix = s.oh * s.ow, taps = s.kh * s.kw, ci, ih, i, j, t
-    cdef floating* xrow
-    cdef const floating* crow
-    for ci in range(c0, c1):
-        for ih in range(s.h):
-            xrow = x + (ci * s.h + ih) * s.w
-            zero(xrow, s.w)
-            for i in range(s.kh):
-                t = ih + s.ph - i * s.dh  # the col row's oh * sh, where it divides
-                if t < 0 or t % s.sh or t // s.sh >= s.oh:
-                    continue
-                crow = col + ((ci - c0) * taps + i * s.kw) * npix + t // s.sh * s.ow
-                j = 0
-                while j < s.kw:
-                    if s.sw == 2 and s.dw == 1 and j + 2 < s.kw:
-                        add_triple(xrow, crow + j * npix, crow + (j + 1) * npix,
-                                   crow + (j + 2) * npix, j - s.pw, s)
-                        j += 3
-                        continue
-                    if s.sw == 2 and s.dw == 1 and j + 1 < s.kw:
-                        add_pair(xrow, crow + j * npix, crow + (j + 1) * npix, j - s.pw, s)
-                        j += 2
-                        continue
-                    add_strided(xrow, crow + j * npix, j * s.dw - s.pw, s)
-                    j += 1
-            if bias != NULL:
-                add_value(xrow, bias[ci], s.w)
-
-
-cdef inline void add_value(floating* x, floating v, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t k
-    for k in range(n):
-        x[k] += v
-
-
-cdef inline void add_strided(floating* xrow, const floating* crow, Py_ssize_t off,
-                             const Conv* s) noexcept nogil:
-    # xrow[ow * sw + off] += crow[ow] where that column is inside the image
-    cdef Py_ssize_t lo, hi, ow
-    inside(off, s, &lo, &hi)
-    for ow in range(lo, hi):
-        xrow[ow * s.sw + off] += crow[ow]
-
-
-cdef inline void add_pair(floating* xrow, const floating* a, const floating* b, Py_ssize_t off,
-                          const Conv* s) noexcept nogil:
-    # add_strided of two neighbouring taps at stride 2 (offsets off and off + 1), which fill
-    # the even and odd columns: one loop of interleaved pairs, which the compiler vectorises,
-    # where both are inside the image, and the ends one by one
-    cdef Py_ssize_t lo_a, hi_a, lo_b, hi_b, lo, hi, ow
-    inside(off, s, &lo_a, &hi_a)
-    inside(off + 1, s, &lo_b, &hi_b)
-    lo, hi = max(lo_a, lo_b), min(hi_a, hi_b)
-    if hi <= lo:  # no column in common
-        lo = hi = hi_a
-    for ow in range(lo_a, lo):
-        xrow[2 * ow + off] += a[ow]
-    for ow in range(lo_b, min(lo, hi_b)):
-        xrow[2 * ow + off + 1] += b[ow]
-    for ow in range(lo, hi):
-        xrow[2 * ow + off] += a[ow]
-        xrow[2 * ow + off + 1] += b[ow]
-    for ow in range(hi, hi_a):
-        xrow[2 * ow + off] += a[ow]
-    for ow in range(max(hi, lo_b), hi_b):
-        xrow[2 * ow + off + 1] += b[ow]
-
-
-cdef inline void add_triple(floating* xrow, const floating* a, const floating* b,
-                            const floating* c, Py_ssize_t off, const Conv* s) noexcept nogil:
-    # add_strided of three neighbouring taps at stride 2 (offsets off, off + 1, off + 2: a 3-wide
-    # kernel's row): cell 2k + off takes a[k] then c[k - 1], cell 2k + off + 1 takes b[k]. One
-    # loop of interleaved pairs where all three are inside the image, which the compiler
-    # vectorises, where add_pair and add_strided left c's adds a stride apart, one by one; the
-    # ends one by one, a's before c's, so every cell sums in the order (j) as before: same bits.
-    cdef Py_ssize_t lo_a, hi_a, lo_b, hi_b, lo_c, hi_c, lo, hi, k
-    inside(off, s, &lo_a, &hi_a)
-    inside(off + 1, s, &lo_b, &hi_b)
-    inside(off + 2, s, &lo_c, &hi_c)
-    lo, hi = max(max(lo_a, lo_b), lo_c + 1), min(min(hi_a, hi_b), hi_c + 1)
-    if hi <= lo:  # no column in common: two taps, then the third
-        add_pair(xrow, a, b, off, s)
-        add_strided(xrow, c, off + 2, s)
-        return
-    for k in range(lo_a, lo):
-        xrow[2 * k + off] += a[k]
-    for k in range(lo_b, lo):
-        xrow[2 * k + off + 1] += b[k]
-    for k in range(lo_c, lo - 1):
-        xrow[2 * k + off + 2] += c[k]
-    for k in range(lo, hi):
-        xrow[2 * k + off] = xrow[2 * k + off] + a[k] + c[k - 1]
-        xrow[2 * k + off + 1] += b[k]
-    for k in range(hi, hi_a):
-        xrow[2 * k + off] += a[k]
-    for k in range(hi, hi_b):
-        xrow[2 * k + off + 1] += b[k]
-    for k in range(hi - 1, hi_c):
-        xrow[2 * k + off + 2] += c[k]
+    # zeroing beforehand), bias (the group's, or NULL) added to each row once its sums are
+    # complete: conv_col2im.h's, which the C runtime runs too (the same order of adds as
+    # col2im_range: the same bits)
+    cdef conv_col2im_geometry g
+    g.h, g.w, g.oh, g.ow, g.kh, g.kw = s.h, s.w, s.oh, s.ow, s.kh, s.kw
+    g.sh, g.sw, g.ph, g.pw, g.dh, g.dw = s.sh, s.sw, s.ph, s.pw, s.dh, s.dw
+    if floating is float:
+        conv_col2im_rows_f32(col, x, bias, c0, c1, &g)
+    else:
+        conv_col2im_rows_f64(col, x, bias, c0, c1, &g)
 
 
 # -- convolution ----------------------------------------------------------------------------------

@@ -152,8 +152,10 @@ cdef inline Blocked blocked_forward(const Conv* s) noexcept nogil:
 
 cdef inline Blocked blocked_backward(const Conv* s) noexcept nogil:
     # dx = dy padded by d (k - 1) - p (the lowering checks it is not negative), convolved
+    # (conv_data.h)
     cdef Blocked b = blocked_of(s.cout // s.groups, s.cin // s.groups, s.oh, s.ow,
-                                s.dh * (s.kh - 1) - s.ph, s.dw * (s.kw - 1) - s.pw, s)
+                                conv_data_pad(s.kh, s.dh, s.ph), conv_data_pad(s.kw, s.dw, s.pw),
+                                s)
     b.flip = True
     return b
 
@@ -193,7 +195,7 @@ cdef inline void pack_blocks(const float* w, float* packed, const Blocked* b,
                              const Conv* s) noexcept nogil:
     # packed[g, blk, phase, k, t, r] = the weight of output row blk * pack + r, input k, the
     # phase's tap t, 0 past the last row. Forward: w[g, row, k, tap]; backward data:
-    # w[g, k, row, flipped tap].
+    # w[g, k, row, flipped tap] (conv_data.h).
     cdef Py_ssize_t g, o, k, a, t, tap, ng = s.cout // s.groups, cg = s.cin // s.groups
     cdef Py_ssize_t rows = round_up(b.no, b.pack)
     cdef float* blk
@@ -207,7 +209,7 @@ cdef inline void pack_blocks(const float* w, float* packed, const Blocked* b,
                         if o >= b.no:
                             blk[0] = 0
                         elif b.flip:
-                            blk[0] = w[((g * ng + k) * cg + o) * b.taps + b.taps - 1 - tap]
+                            blk[0] = w[conv_data_weight(g, o, k, tap, ng, cg, b.taps)]
                         else:
                             blk[0] = w[((g * ng + o) * cg + k) * b.taps + tap]
                         blk += b.pack

@@ -125,15 +125,14 @@ cdef inline void wino_filter(const float* w, float* u, Py_ssize_t o, bint flip,
     cdef bint packed = wino_row_tiles(s)
     cdef float g[9]
     cdef float t[4][3]
-    cdef const float* src
     cdef float* dst
     for c in range(s.cin):
         for i in range(9):
             g[i] = 0
         if o < s.cout:
-            src = w + ((c * s.cout + o) if flip else (o * s.cin + c)) * 9
             for i in range(9):
-                g[i] = src[8 - i] if flip else src[i]
+                g[i] = w[conv_data_weight(0, o, c, i, s.cin, s.cout, 9) if flip
+                         else (o * s.cin + c) * 9 + i]
         for i in range(3):  # G g: rows g0, (g0 + g1 + g2) / 2, (g0 - g1 + g2) / 2, g2
             t[0][i] = g[i]
             t[1][i] = (g[i] + g[3 + i] + g[6 + i]) * 0.5
@@ -318,10 +317,11 @@ cdef inline void wino_shared_block(const float* x, const float* u, const float* 
 cdef inline Conv wino_backward(const Conv* s) noexcept nogil:
     # conv2d_backward_data at stride 1 is the convolution of dy by the filters transposed (in <->
     # out channels) and turned by 180 degrees, padded by k - 1 - p (the lowering checks it is
-    # not negative): this is that convolution's geometry, for conv2d_winograd with flip
+    # not negative; conv_data.h): this is that convolution's geometry, for conv2d_winograd with
+    # flip
     cdef Conv t = s[0]
     t.cin, t.cout, t.h, t.w, t.oh, t.ow = s.cout, s.cin, s.oh, s.ow, s.h, s.w
-    t.ph, t.pw = s.kh - 1 - s.ph, s.kw - 1 - s.pw
+    t.ph, t.pw = conv_data_pad(s.kh, 1, s.ph), conv_data_pad(s.kw, 1, s.pw)
     t.has_bias, t.activation = 0, 0
     return t
 

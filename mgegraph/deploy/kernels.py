@@ -18,8 +18,11 @@ MODEL_RUN = "model_run.c"
 # (gemm_fma.h): the tiles, the single row's loops and the executor's threads rule
 TILES = ("conv_tile.h", "cpu_isa.h", "activation.h")
 GEMM_TILES = (*TILES, "gemv_row.h", "grain.h")
-# the convolution's drivers of those tiles, direct and Winograd (conv2d_f32.c includes them)
+# the convolution's drivers of those tiles, direct and Winograd (conv2d_f32.c includes them),
+# and what they include of _kernels': the tiles, Winograd's transforms, the data gradient's
+# layout; the transposed convolution (conv2d_data_f32.c) adds the GEMM and col2im
 CONV_TILES = ("conv_gather_c.h", "conv_wino_c.h")
+CONV_HEADERS = (*TILES, "wino_tile.h", "conv_data.h")
 # the int8 GEMM's headers: the patches and depthwise kernel, the GEMM's tiles, their AMX form
 INT8_GEMM = ("qconv.h", "qgemm.h", "qgemm_amx.h")
 # the plan's kernel suffixes of the blob's dtypes
@@ -34,12 +37,13 @@ LIBRARY = {
     "softmax_f32": ("softmax_f32.c", (), ("softmax.h",)),
     "group_norm_f32": ("group_norm_f32.c", (), ("group_norm.h", "activation.h", "cpu_isa.h",
                                                "grain.h")),
-    "conv2d_f32": ("conv2d_f32.c", CONV_TILES, (*TILES, "wino_tile.h")),
+    "conv2d_f32": ("conv2d_f32.c", CONV_TILES, CONV_HEADERS),
     # conv2d_f32's Winograd on filters transformed and packed at export (conv_prepack.py), and
     # on U unpacked (blobs from before the packing)
-    "conv2d_winograd_packed_f32": ("conv2d_f32.c", CONV_TILES, (*TILES, "wino_tile.h")),
-    "conv2d_winograd_f32": ("conv2d_f32.c", CONV_TILES, (*TILES, "wino_tile.h")),
-    "conv2d_backward_data_f32": ("conv2d_f32.c", CONV_TILES, (*TILES, "wino_tile.h")),
+    "conv2d_winograd_packed_f32": ("conv2d_f32.c", CONV_TILES, CONV_HEADERS),
+    "conv2d_winograd_f32": ("conv2d_f32.c", CONV_TILES, CONV_HEADERS),
+    "conv2d_backward_data_f32": ("conv2d_data_f32.c", (*CONV_TILES, "gemm_fma.h"),
+                                 (*GEMM_TILES, "wino_tile.h", "conv_data.h", "conv_col2im.h")),
     "pool2d_f32": ("pool2d_f32.c", (), ("grain.h",)),
     "reduce_f32": ("reduce_f32.c", (), ()),
     "max_pool2d_backward_f32": ("pool2d_f32.c", (), ("grain.h",)),
@@ -82,7 +86,8 @@ def gemm_panel() -> int:
 
 # the sources built with FP contraction (the Makefile's -ffp-contract=off elsewhere): those on
 # the GEMM and convolution tiles, whose sums are FMAs as the package's build contracts them
-CONTRACTED = ("kernels/matmul_f32.c", "kernels/linear_f32.c", "kernels/conv2d_f32.c")
+CONTRACTED = ("kernels/matmul_f32.c", "kernels/linear_f32.c", "kernels/conv2d_f32.c",
+              "kernels/conv2d_data_f32.c")
 
 # (a group loading quantized integers is named by its first input's dtype: fused_u8, fused_i8)
 FUSED_KERNELS = ("fused_f32", "fused_f64", "fused_u8", "fused_i8")

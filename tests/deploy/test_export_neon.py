@@ -32,8 +32,9 @@ def odd_models(rng):
     """One plan of the kernels the NEON tiles run, sizes no multiple of their blocks: GEMMs on
     packed weights (linear; A transposed) and packed per call (both operands fed), a ResNet
     block (Winograd 3x3s, a 1x1 skip, a strided 3x3 on packed gather tiles), a gather
-    convolution on fed weights, and an MLP at batch 3 and at batch 1 (the GEMV). Returns the
-    plan, its feeds and the GEMMs' outputs in the FMA order (fma_order), first."""
+    convolution on fed weights, transposed convolutions on the tiles, by Winograd and on the
+    GEMM, and an MLP at batch 3 and at batch 1 (the GEMV). Returns the plan, its feeds and the
+    GEMMs' outputs in the FMA order (fma_order), first."""
     g = mg.Graph()
     feeds, values = {}, {}
 
@@ -57,6 +58,13 @@ def odd_models(rng):
     outs.append(F.relu(F.conv2d(h, param("c3", (44, 40, 3, 3)), stride=2, padding=1)))
     outs.append(F.conv2d(fed("small", (2, 3, 17, 15)), fed("wf", (16, 3, 3, 3)), stride=2,
                          padding=1))
+    # transposed convolutions on the row tiles' path, Winograd's and the GEMM's (the rules')
+    outs.append(F.conv_transpose2d(fed("dy5", (2, 16, 16, 17)), param("t5", (16, 12, 5, 5)),
+                                   param("t5b", (12,)), padding=2))
+    outs.append(F.conv_transpose2d(fed("dy3", (1, 40, 9, 11)), param("t3", (40, 20, 3, 3)),
+                                   padding=1))
+    outs.append(F.conv_transpose2d(fed("dy2", (1, 24, 7, 9)), param("t2", (24, 11, 3, 3)),
+                                   param("t2b", (11,)), stride=2, padding=1, output_padding=1))
     for batch in (3, 1):
         m = fed(f"m{batch}", (batch, 50))
         hidden = F.relu(F.linear(m, param(f"l1_{batch}", (70, 50)), param(f"b1_{batch}", (70,))))

@@ -16,12 +16,7 @@
  * block's `transposed` says how im2col's GEMM lays out its product in Python (y or y^T, then a
  * transpose): the same convolution, which these loops compute either way.
  *
- * conv2d_backward_data_f32 (the transposed convolution, the data gradient): on the same block
- * (x the result dx), dx[n, c, iy, ix] = the sum over the group's output channels and the taps
- * reaching (iy, ix) of w * dy, accumulated in double in that order and rounded once: within
- * float32 rounding of the Python executor's ways (a GEMM and col2im, the tiles, Winograd).
- * Bufs w, dy, [bias,] dx[, workspace]: the bias (has_bias, the epilogue pass's) is added to
- * each rounded sum, as the Python executor adds it after its sums (data_bias).
+ * conv2d_backward_data_f32, the transposed convolution, is conv2d_data_f32.c's.
  *
  * Built with -ffp-contract=fast (kernels.CONTRACTED), as the package builds the tiles. */
 #include "../mgr_kernel.h"
@@ -171,8 +166,8 @@ static int winograd_on_u(const mgr_call* call, int packed) {
     mgr_wino k;
     if (s[BATCH] * s[COUT] == 0 || s[OH] == 0 || s[OW] == 0) return MGR_KERNEL_OK; /* empty */
     if (!mgr_wino_of(s, &k)) return MGR_KERNEL_OUT_OF_MEMORY; /* sizes past any allocation */
-    return packed ? mgr_wino_run_on(call, &k, u, k.urows * k.cin)
-                  : mgr_wino_run_made(call, &k, NULL, u);
+    mgr_wino_conv_buffers(&k, call);
+    return packed ? mgr_wino_run_on(&k, u, k.urows * k.cin) : mgr_wino_run_made(&k, NULL, u, 0);
 }
 
 int mgr_conv2d_winograd_packed_f32(const mgr_call* call) { return winograd_on_u(call, 1); }
@@ -185,87 +180,4 @@ int mgr_conv2d_winograd_f32(const mgr_call* call) { return winograd_on_u(call, 0
 
 const char* mgr_conv2d_winograd_f32_check(const mgr_check_args* x) {
     return conv_check(x, WINO_U);
-}
-
-/* ---- conv2d_backward_data_f32 ----------------------------------------------------------- */
-
-/* one plane of dx plus its channel's bias, once its sums are rounded */
-static void data_bias(float* plane, float bias, int64_t n) {
-    for (int64_t k = 0; k < n; k++) plane[k] = plane[k] + bias;
-}
-
-/* parts of [0, batch * cin): the planes of dx each thread computes */
-static void data_part(void* ctx, int64_t lo, int64_t hi) {
-    const mgr_call* call = ctx;
-    const int64_t* s = call->ints;
-    const float* w = (const float*)call->bufs[0];
-    const float* dy = (const float*)call->bufs[1];
-    float* dx = (float*)call->bufs[s[HAS_BIAS] ? 3 : 2];
-    int64_t cg = s[CIN] / s[GROUPS], og = s[COUT] / s[GROUPS], taps = s[KH] * s[KW];
-    for (int64_t nc = lo; nc < hi; nc++) {
-        int64_t n = nc / s[CIN], c = nc % s[CIN], g = c / cg;
-        for (int64_t iy = 0; iy < s[H]; iy++)
-            for (int64_t ix = 0; ix < s[W]; ix++) {
-                double acc = 0;
-                for (int64_t o = g * og; o < (g + 1) * og; o++) {
-                    const float* wo = w + (o * cg + c % cg) * taps;
-                    const float* dyo = dy + (n * s[COUT] + o) * s[OH] * s[OW];
-                    for (int64_t i = 0; i < s[KH]; i++) {
-                        int64_t ty = iy + s[PH] - i * s[DH];  /* oy * sh, where it divides */
-                        if (ty < 0 || ty % s[SH] || ty / s[SH] >= s[OH]) continue;
-                        for (int64_t j = 0; j < s[KW]; j++) {
-                            int64_t tx = ix + s[PW] - j * s[DW];
-                            if (tx < 0 || tx % s[SW] || tx / s[SW] >= s[OW]) continue;
-                            acc += (double)wo[i * s[KW] + j] *
-                                   dyo[ty / s[SH] * s[OW] + tx / s[SW]];
-                        }
-                    }
-                }
-                dx[(nc * s[H] + iy) * s[W] + ix] = (float)acc;
-            }
-        if (s[HAS_BIAS]) data_bias(dx + nc * s[H] * s[W], ((const float*)call->bufs[2])[c],
-                                   s[H] * s[W]);
-    }
-}
-
-int mgr_conv2d_backward_data_f32(const mgr_call* call) {
-    mgr_parallel_for(call->ints[BATCH] * call->ints[CIN], data_part, (void*)call);
-    return MGR_KERNEL_OK;
-}
-
-const char* mgr_conv2d_backward_data_f32_check(const mgr_check_args* x) {
-    const int64_t* s = x->ints;
-    int64_t xe, we, ye, taps;
-    if (x->n_ints != FIELDS || x->n_floats != 0) return "wants 23 ints and no floats";
-    size_t nb = s[HAS_BIAS] ? 1 : 0, out = 2 + nb;
-    if (s[HAS_BIAS] > 1) return "has_bias must be 0 or 1";
-    if (x->n_bufs != 3 + nb && x->n_bufs != 4 + nb)
-        return "wants buffers w, dy, [bias,] dx[, workspace]";
-    for (size_t b = 0; b <= out; b++)
-        if (x->buf_dtypes[b] != 0) return "reads and writes float32 only";
-    for (int f = 0; f < FIELDS; f++)
-        if (s[f] < 0) return "a field is negative";
-    if (s[GROUPS] < 1 || s[CIN] % s[GROUPS] || s[COUT] % s[GROUPS])
-        return "groups must divide the input and output channels";
-    if (s[SH] < 1 || s[SW] < 1 || s[DH] < 1 || s[DW] < 1 || s[KH] < 1 || s[KW] < 1)
-        return "strides, dilations and the kernel must be positive";
-    if (s[PACKED]) return "takes no packed weights";
-    if (nb && x->buf_bytes[2] / 4 < s[CIN]) return "the bias holds fewer than cin floats";
-    int64_t loops[7] = {s[BATCH], s[CIN], s[H], s[W], s[COUT], s[KH], s[KW]};
-    if (!mgr_counts_ok(loops, 7)) return "its sizes make no loop this runtime bounds";
-    int64_t reach;  /* iy + ph and i * dh stay int64_ts */
-    if (s[H] > MGR_EMPTY_DIM * 64 || s[W] > MGR_EMPTY_DIM * 64 || s[PH] > MGR_EMPTY_DIM ||
-        s[PW] > MGR_EMPTY_DIM || !mgr_muladd(0, s[KH], s[DH], &reach) ||
-        !mgr_muladd(0, s[KW], s[DW], &reach))
-        return "the windows reach past any index";
-    if (!mgr_muladd(0, s[BATCH], s[CIN], &xe) || !mgr_muladd(0, xe, s[H], &xe) ||
-        !mgr_muladd(0, xe, s[W], &xe) || xe > x->buf_bytes[out] / 4)
-        return "batch * cin * h * w reaches past dx's bytes";
-    if (!mgr_muladd(0, s[KH], s[KW], &taps) || !mgr_muladd(0, s[COUT], s[CIN] / s[GROUPS], &we) ||
-        !mgr_muladd(0, we, taps, &we) || we > x->buf_bytes[0] / 4)
-        return "the weights reach past w's bytes";
-    if (!mgr_muladd(0, s[BATCH], s[COUT], &ye) || !mgr_muladd(0, ye, s[OH], &ye) ||
-        !mgr_muladd(0, ye, s[OW], &ye) || ye > x->buf_bytes[1] / 4)
-        return "batch * cout * oh * ow reaches past dy's bytes";
-    return NULL;
 }

@@ -25,12 +25,15 @@
 #include <string.h>
 
 #include "../mgr_kernel.h"
+#include "conv_data.h"
 #include "conv_tile.h"
 
 /* the Conv parameter block (kernel_abi/conv.py's FIELDS) */
 enum { BATCH, CIN, H, W, COUT, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, GROUPS, HAS_BIAS, PATH,
        ACT, ISA, THREADS, TRANSPOSED, PACKED, FIELDS };
 
+#define MGR_BLOCKED_PATH 3           /* conv.pyx's C_BLOCKED: the row tiles */
+#define MGR_GATHER_PATH 4            /* conv.pyx's C_GATHER */
 #define MGR_CONV_MAX_TAPS 64         /* conv_blocked.pxi's BLOCKED_MAX_TAPS */
 #define MGR_CHUNK_TILES 8            /* packed_call's PACKED_CHUNK_TILES */
 #define MGR_GROUP_BYTES (512 * 1024) /* a group of channel blocks' weights, where it can */
@@ -149,12 +152,14 @@ static void mgr_conv_pad_part(void* ctx, int64_t lo, int64_t hi) {
 }
 
 /* weights w[g][o][kdim] (no per group) packed into blocks of `pack` channels,
- * packed[g][block][kdim][pack], zero past no (conv_blocked.pxi's pack_weight): parts of
+ * packed[g][block][kdim][pack], zero past no (conv_blocked.pxi's pack_weight); with flip, the
+ * data gradient's weights of the forward filters w (conv_data.h; kdim = nc * taps): parts of
  * [0, groups * blocks) */
 typedef struct {
     const float* w;
     float* packed;
     int64_t no, kdim, pack, blocks;
+    int64_t flip, nc, taps;
 } mgr_conv_pack;
 
 static void mgr_conv_pack_part(void* ctx, int64_t lo, int64_t hi) {
@@ -162,11 +167,13 @@ static void mgr_conv_pack_part(void* ctx, int64_t lo, int64_t hi) {
     for (int64_t gb = lo; gb < hi; gb++) {
         int64_t g = gb / k->blocks, o0 = gb % k->blocks * k->pack;
         float* blk = k->packed + gb * k->kdim * k->pack;
-        for (int64_t r = 0; r < k->pack; r++) {
-            const float* src = k->w + (g * k->no + o0 + r) * k->kdim;
-            for (int64_t j = 0; j < k->kdim; j++)
-                blk[j * k->pack + r] = o0 + r < k->no ? src[j] : 0.0f;
-        }
+        for (int64_t r = 0; r < k->pack; r++)
+            for (int64_t j = 0, o = o0 + r; j < k->kdim; j++)
+                blk[j * k->pack + r] =
+                    o >= k->no ? 0.0f
+                    : k->flip ? k->w[conv_data_weight(g, o, j / k->taps, j % k->taps, k->nc,
+                                                      k->no, k->taps)]
+                              : k->w[(g * k->no + o) * k->kdim + j];
     }
 }
 
@@ -197,17 +204,17 @@ static int mgr_tile_isas(int plan_isa, int* out) {
 }
 
 /* The geometry of the tiles' walk, or 0 where they do not run this block (the caller's loop
- * does): at most MGR_CONV_MAX_TAPS taps, MGR_MIN_GROUP_CHANNELS output channels per group,
- * every window inside the padded planes (a hostile block's oh may say otherwise), sizes that
- * do not overflow, a tile of this CPU with the plan's arithmetic. */
-static int mgr_conv_tiles_of(const int64_t* s, mgr_conv_tiles* c) {
+ * does): at most MGR_CONV_MAX_TAPS taps, `min_channels` output channels per group, every
+ * window inside the padded planes (a hostile block's oh may say otherwise), sizes that do not
+ * overflow, a tile of this CPU with the plan's arithmetic. */
+static int mgr_conv_tiles_of(const int64_t* s, int64_t min_channels, mgr_conv_tiles* c) {
     int64_t hp, wp, reach_y, reach_x, isas_n;
     int isas[3];
     memset(c, 0, sizeof *c);
     c->taps = s[KH] * s[KW];
     c->nc = s[CIN] / s[GROUPS];
     c->no = s[COUT] / s[GROUPS];
-    if (c->taps > MGR_CONV_MAX_TAPS || c->no < MGR_MIN_GROUP_CHANNELS || s[BATCH] == 0 ||
+    if (c->taps > MGR_CONV_MAX_TAPS || c->no < min_channels || s[BATCH] == 0 ||
         s[OH] == 0 || s[OW] == 0 || !mgr_muladd(s[H], 2, s[PH], &hp) ||
         !mgr_muladd(s[W], 2, s[PW], &wp) || !mgr_muladd(0, hp, wp, &c->plane) ||
         !mgr_muladd(0, s[OH] - 1, s[SH], &reach_y) ||
@@ -247,23 +254,26 @@ static int mgr_conv_tiles_of(const int64_t* s, mgr_conv_tiles* c) {
     return 1;
 }
 
-/* conv2d_f32 on the tiles: MGR_KERNEL_OK or MGR_KERNEL_OUT_OF_MEMORY; MGR_KERNEL_UNSUPPORTED
- * where they do not run this block (mgr_conv_tiles_of), for the caller's loop */
-static int mgr_conv2d_tiles(const mgr_call* call) {
-    const int64_t* s = call->ints;
+/* The convolution of block s on the tiles, x by the filters w (or, with flip, by the data
+ * gradient's weights of the forward filters w: conv_data.h) into y, bias NULL or per output
+ * channel: MGR_KERNEL_OK or MGR_KERNEL_OUT_OF_MEMORY; MGR_KERNEL_UNSUPPORTED where they do not
+ * run it (mgr_conv_tiles_of, with `min_channels`), for the caller's loop */
+static int mgr_conv_tiles_run(const int64_t* s, const float* x, const float* w,
+                              const float* bias, float* y, int flip, int64_t min_channels) {
     mgr_conv_tiles c;
     float *padded = NULL, *packed = NULL;
     int64_t padded_n, packed_n;
-    if (!mgr_conv_tiles_of(s, &c)) return MGR_KERNEL_UNSUPPORTED;
+    if (!mgr_conv_tiles_of(s, min_channels, &c) || (flip && s[PACKED]))
+        return MGR_KERNEL_UNSUPPORTED;
     if (!mgr_muladd(0, s[BATCH], s[CIN], &padded_n) ||
         !mgr_muladd(0, padded_n, c.plane, &padded_n) ||
         !mgr_muladd(0, s[GROUPS], mgr_round_up(c.no, c.pack), &packed_n) ||
         !mgr_muladd(0, packed_n, c.kdim, &packed_n))
         return MGR_KERNEL_OUT_OF_MEMORY;
-    c.planes = (const float*)call->bufs[0];
-    c.w = (const float*)call->bufs[1];
-    c.bias = s[HAS_BIAS] ? (const float*)call->bufs[2] : NULL;
-    c.y = (float*)call->bufs[s[HAS_BIAS] ? 3 : 2];
+    c.planes = x;
+    c.w = w;
+    c.bias = bias;
+    c.y = y;
     if (s[PH] || s[PW]) {
         mgr_conv_pad pad = {c.planes, NULL, s[CIN], s[H], s[W], s[H] + 2 * s[PH], c.wp, s[PH],
                             s[PW]};
@@ -273,7 +283,8 @@ static int mgr_conv2d_tiles(const mgr_call* call) {
         c.planes = padded;
     }
     if (!s[PACKED]) {
-        mgr_conv_pack pack = {c.w, NULL, c.no, c.kdim, c.pack, (c.no + c.pack - 1) / c.pack};
+        mgr_conv_pack pack = {c.w,  NULL, c.no, c.kdim, c.pack, (c.no + c.pack - 1) / c.pack,
+                              flip, c.nc, c.taps};
         packed = pack.packed = (float*)malloc((size_t)(packed_n ? packed_n : 1) * sizeof(float));
         if (!packed) {
             free(padded);
@@ -286,6 +297,14 @@ static int mgr_conv2d_tiles(const mgr_call* call) {
     free(padded);
     free(packed);
     return c.failed ? MGR_KERNEL_OUT_OF_MEMORY : MGR_KERNEL_OK;
+}
+
+/* conv2d_f32 on the tiles (mgr_conv_tiles_run of the call's buffers) */
+static int mgr_conv2d_tiles(const mgr_call* call) {
+    const int64_t* s = call->ints;
+    return mgr_conv_tiles_run(s, (const float*)call->bufs[0], (const float*)call->bufs[1],
+                              s[HAS_BIAS] ? (const float*)call->bufs[2] : NULL,
+                              (float*)call->bufs[s[HAS_BIAS] ? 3 : 2], 0, MGR_MIN_GROUP_CHANNELS);
 }
 
 /* ---- 1x1 convolutions, unpadded, on packed weights: their cells packed into panels -------------
@@ -341,7 +360,8 @@ static int mgr_conv2d_pointwise(const mgr_call* call) {
     return MGR_KERNEL_UNSUPPORTED;
 #endif
     if (s[KH] != 1 || s[KW] != 1 || s[PH] || s[PW] || s[GROUPS] != 1 || !s[PACKED] ||
-        !mgr_conv_tiles_of(s, &c) || !mgr_muladd(0, c.ntiles, c.t.pix, &panels_n) ||
+        !mgr_conv_tiles_of(s, MGR_MIN_GROUP_CHANNELS, &c) ||
+        !mgr_muladd(0, c.ntiles, c.t.pix, &panels_n) ||
         !mgr_muladd(0, panels_n, s[CIN], &panels_n))
         return MGR_KERNEL_UNSUPPORTED;
     mgr_conv_panel_pack k = {(const float*)call->bufs[0], NULL, c.t.pix, s[CIN], s[H] * s[W],

@@ -76,14 +76,16 @@ static inline int64_t mgr_wino_at(int64_t o, int64_t c, int64_t cin) {
 }
 
 /* u[xi * ld + mgr_wino_at(o, c)] = (G g G^T)[xi] of the filters g = w[o, c] of output channels
- * [lo, hi), zeros for o >= cout */
+ * [lo, hi) (with flip, the data gradient's of the forward filters w: w[c, o] turned, as
+ * conv_data.h lays it out), zeros for o >= cout */
 static void mgr_wino_filter(const float* w, float* u, int64_t cin, int64_t cout, int64_t ld,
-                            int64_t lo, int64_t hi) {
+                            int flip, int64_t lo, int64_t hi) {
     for (int64_t o = lo; o < hi; o++)
         for (int64_t c = 0; c < cin; c++) {
             float g[9] = {0}, t[4][3];
             float* dst = u + mgr_wino_at(o, c, cin);
-            if (o < cout) memcpy(g, w + (o * cin + c) * 9, sizeof g);
+            for (int i = 0; o < cout && i < 9; i++)
+                g[i] = w[flip ? conv_data_weight(0, o, c, i, cin, cout, 9) : (o * cin + c) * 9 + i];
             for (int i = 0; i < 3; i++) { /* G g: g0, (g0 + g1 + g2) / 2, (g0 - g1 + g2) / 2, g2 */
                 t[0][i] = g[i];
                 t[1][i] = (g[i] + g[3 + i] + g[6 + i]) * 0.5f;
@@ -99,19 +101,20 @@ static void mgr_wino_filter(const float* w, float* u, int64_t cin, int64_t cout,
         }
 }
 
-/* U made on a call: from the filters w (transformed) or from an older blob's unpacked U
- * (16, cout, cin) (moved into the packed layout); parts of [0, urows) */
+/* U made on a call: from the filters w (transformed; flip: the data gradient's) or from an
+ * older blob's unpacked U (16, cout, cin) (moved into the packed layout); parts of [0, urows) */
 typedef struct {
     const float* w;
     const float* unpacked;
     float* u;
     int64_t cin, cout, ld;
+    int flip;
 } mgr_wino_filters;
 
 static void mgr_wino_filter_part(void* ctx, int64_t lo, int64_t hi) {
     const mgr_wino_filters* f = (const mgr_wino_filters*)ctx;
     if (f->w) {
-        mgr_wino_filter(f->w, f->u, f->cin, f->cout, f->ld, lo, hi);
+        mgr_wino_filter(f->w, f->u, f->cin, f->cout, f->ld, f->flip, lo, hi);
         return;
     }
     for (int xi = 0; xi < 16; xi++)
@@ -277,31 +280,36 @@ static int mgr_wino_of(const int64_t* s, mgr_wino* k) {
     return 1;
 }
 
-/* conv2d_f32 by Winograd on U (the packed layout, its 16 matrices uld floats apart): status */
-static int mgr_wino_run_on(const mgr_call* call, mgr_wino* k, const float* u, int64_t uld) {
+/* k's x, bias and y: conv2d_f32's buffers x, [bias,] y */
+static void mgr_wino_conv_buffers(mgr_wino* k, const mgr_call* call) {
     const int64_t* s = call->ints;
-    k->u = u;
-    k->uld = uld;
     k->x = (const float*)call->bufs[0];
     k->bias = s[HAS_BIAS] ? (const float*)call->bufs[2] : NULL;
     k->y = (float*)call->bufs[s[HAS_BIAS] ? 3 : 2];
+}
+
+/* Winograd on U (the packed layout, its 16 matrices uld floats apart), k's x, bias and y set:
+ * status */
+static int mgr_wino_run_on(mgr_wino* k, const float* u, int64_t uld) {
+    k->u = u;
+    k->uld = uld;
     int64_t items = k->nblocks * k->splits, threads = mgr_run_threads();
     mgr_parallel_for(items < threads ? items : threads, mgr_wino_items, k);
     return k->failed ? MGR_KERNEL_OUT_OF_MEMORY : MGR_KERNEL_OK;
 }
 
-/* conv2d_f32 by Winograd on U made on this call, from the filters w or from an older blob's
- * unpacked U (the other NULL): MGR_KERNEL_OK or MGR_KERNEL_OUT_OF_MEMORY */
-static int mgr_wino_run_made(const mgr_call* call, mgr_wino* k, const float* w,
-                             const float* unpacked) {
+/* Winograd on U made on this call, from the filters w (flip: the data gradient's) or from an
+ * older blob's unpacked U (the other NULL), k's x, bias and y set: MGR_KERNEL_OK or
+ * MGR_KERNEL_OUT_OF_MEMORY */
+static int mgr_wino_run_made(mgr_wino* k, const float* w, const float* unpacked, int flip) {
     int64_t uld, un; /* the 16 matrices a cache line apart more: written 16 at a time */
     if (!mgr_muladd(MGR_WINO_SKEW, k->cin, k->urows, &uld) || !mgr_muladd(0, uld, 16, &un))
         return MGR_KERNEL_OUT_OF_MEMORY;
     float* u = (float*)malloc((size_t)un * sizeof(float));
     if (!u) return MGR_KERNEL_OUT_OF_MEMORY;
-    mgr_wino_filters f = {w, unpacked, u, k->cin, k->cout, uld};
+    mgr_wino_filters f = {w, unpacked, u, k->cin, k->cout, uld, flip};
     mgr_parallel_for(k->urows, mgr_wino_filter_part, &f);
-    int status = mgr_wino_run_on(call, k, u, uld);
+    int status = mgr_wino_run_on(k, u, uld);
     free(u);
     return status;
 }
@@ -313,7 +321,8 @@ static int mgr_conv2d_winograd(const mgr_call* call) {
     mgr_wino k;
     if (call->ints[PATH] != MGR_WINO_PATH || call->ints[PACKED] || !mgr_wino_of(call->ints, &k))
         return MGR_KERNEL_UNSUPPORTED;
-    return mgr_wino_run_made(call, &k, (const float*)call->bufs[1], NULL);
+    mgr_wino_conv_buffers(&k, call);
+    return mgr_wino_run_made(&k, (const float*)call->bufs[1], NULL, 0);
 }
 
 #endif
