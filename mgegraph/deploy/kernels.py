@@ -41,7 +41,8 @@ LIBRARY = {
     "conv2d_winograd_f32": ("conv2d_f32.c", CONV_TILES, (*TILES, "wino_tile.h")),
     "conv2d_backward_data_f32": ("conv2d_f32.c", CONV_TILES, (*TILES, "wino_tile.h")),
     "pool2d_f32": ("pool2d_f32.c", (), ("grain.h",)),
-    "reduce_f32": ("reduce_f32.c", (), ()),
+    # the package's reductions (reduce.h) and the threads rule (grain.h)
+    "reduce_f32": ("reduce_f32.c", (), ("reduce.h", "grain.h")),
     "max_pool2d_backward_f32": ("pool2d_f32.c", (), ("grain.h",)),
     "avg_pool2d_backward_f32": ("pool2d_f32.c", (), ("grain.h",)),
     "pool2d_i8": ("pool2d_f32.c", (), ("grain.h",)),
