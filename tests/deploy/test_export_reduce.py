@@ -1,9 +1,11 @@
 """The reductions in the C runtime, bitwise against the Python executor: both run reduce.h's
 bodies (sum, prod, mean, var, max and min of float32; axes last, first, middle, several, all,
 kept; the reduced sizes 1, 7, 129 and 1000, where the pairwise sums split; NaN and infinities;
-1 to 3 threads in C), on data whose sums depend on their order, so that any other order of
-summation changes bits."""
+1 to 3 threads in C; an aarch64 build under qemu), on data whose sums depend on their order, so
+that any other order of summation changes bits."""
 from __future__ import annotations
+
+import shutil
 
 import numpy as np
 import pytest
@@ -119,3 +121,23 @@ def test_the_data_tells_summation_orders_apart():
         naive = naive_sums(feeds["x"], axis)
         finite = np.isfinite(naive)
         assert (got.reshape(-1)[finite] != naive[finite]).any(), (shape, axis)
+
+
+def test_an_aarch64_build_agrees(tmp_path):
+    # no FP contraction in either build: aarch64's FMA fuses no square into var's sums. A NaN
+    # made by arithmetic (var of infinities) is x86's default NaN, negative, or ARM's, positive
+    cross, qemu = shutil.which("aarch64-linux-gnu-gcc"), shutil.which("qemu-aarch64")
+    if not (cross and qemu):
+        pytest.skip("needs aarch64-linux-gnu-gcc and qemu-aarch64 (apt-get install "
+                    "gcc-aarch64-linux-gnu qemu-user)")
+    shape, axis = (5, 129, 7), (0, 1)
+    plan = reductions_plan(shape, axis)
+    feeds = order_sensitive(shape, axis, seed=2)
+    got = exported_run(tmp_path, plan, feeds, compiler=cross, cflags="-O2 -static",
+                       runner=[qemu])
+    with np.errstate(all="ignore"):
+        want = plan.run(feeds)
+    for k, (w, c) in enumerate(zip(want, got)):
+        nan = np.isnan(w)
+        assert (np.isnan(c) == nan).all(), k
+        assert c[~nan].view(np.uint32).tobytes() == w[~nan].view(np.uint32).tobytes(), k
