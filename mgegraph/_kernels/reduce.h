@@ -33,6 +33,8 @@
 
 /* the op codes (kernel_abi/reduce.py's CODES) */
 enum { MG_R_SUM, MG_R_PROD, MG_R_MEAN, MG_R_VAR, MG_R_MAX, MG_R_MIN, MG_R_ARGMAX, MG_R_ARGMIN };
+/* the element types: a run's dtype (uint8 and bool are MG_REDUCE_U8) */
+enum { MG_REDUCE_F32, MG_REDUCE_F64, MG_REDUCE_I32, MG_REDUCE_I64, MG_REDUCE_U8 };
 /* kernel_abi/status.py's codes */
 enum { MG_REDUCE_OK = 0, MG_REDUCE_BAD_VALUE = 2, MG_REDUCE_UNSUPPORTED = 3 };
 
@@ -98,7 +100,7 @@ typedef struct {
 /* One reduction, for the parts a caller's threads run: a unit is `per` outputs of a kept row
  * (one chunk by columns, one output by rows), `nper` units to a row of `last` outputs. */
 typedef struct {
-    int op, ndo;
+    int op, ndo, dtype;
     const int64_t* oshape;
     const int64_t* ostride;
     int64_t last, so, item, per, nper;
@@ -110,26 +112,33 @@ typedef struct {
     char* y;
 } mg_reduce_run;
 
+static inline int64_t mg_reduce_itemsize(int dtype) {
+    if (dtype == MG_REDUCE_U8) return 1;
+    return dtype == MG_REDUCE_F64 || dtype == MG_REDUCE_I64 ? 8 : 4;
+}
+
 /* Mirrors mgegraph.ops.reduce.result_dtype: max/min keep the dtype, arg* give int64, the rest
  * keep float32 and give 8-byte int64/float64 otherwise. */
-static inline int64_t mg_reduce_out_itemsize(int op, int64_t itemsize, int is_f32) {
+static inline int64_t mg_reduce_out_itemsize(int op, int dtype, int64_t itemsize) {
     if (op == MG_R_MAX || op == MG_R_MIN) return itemsize;
-    if (op < MG_R_ARGMAX && is_f32) return 4;
+    if (op < MG_R_ARGMAX && dtype == MG_REDUCE_F32) return 4;
     return 8;
 }
 
-/* r set up for the block `ints` over x (`itemsize`-byte elements; is_f32: float32) and y: a
- * status. Its dims are checked to fit mg_rows (whatever the block says, no walk writes past
- * them); the rest is the caller's check of the block against its buffers. */
+/* r set up for the block `ints` over x (of `dtype`, an MG_REDUCE_ type) and y: a status. Its
+ * dims are checked to fit mg_rows (whatever the block says, no walk writes past them); the rest
+ * is the caller's check of the block against its buffers. */
 static inline int mg_reduce_setup(mg_reduce_run* r, const int64_t* ints, const void* x, char* y,
-                                  int64_t itemsize, int is_f32) {
+                                  int dtype) {
     int64_t op = ints[0], kept_ndim = ints[1];
     r->units = 0;
     if (kept_ndim < 1 || kept_ndim > MG_REDUCE_DIMS) return MG_REDUCE_UNSUPPORTED;
     const int64_t* reduced = ints + 2 + 2 * kept_ndim; /* at ndr */
     if (reduced[0] < 1 || reduced[0] > MG_REDUCE_DIMS) return MG_REDUCE_UNSUPPORTED;
     if (op < MG_R_SUM || op > MG_R_ARGMIN) return MG_REDUCE_UNSUPPORTED;
+    int64_t itemsize = mg_reduce_itemsize(dtype);
     r->op = (int)op;
+    r->dtype = dtype;
     r->ndo = (int)kept_ndim;
     r->x = x;
     r->y = y;
@@ -137,7 +146,7 @@ static inline int mg_reduce_setup(mg_reduce_run* r, const int64_t* ints, const v
     r->ostride = r->oshape + r->ndo;
     r->last = r->oshape[r->ndo - 1];
     r->so = r->ostride[r->ndo - 1];
-    r->item = mg_reduce_out_itemsize(r->op, itemsize, is_f32);
+    r->item = mg_reduce_out_itemsize(r->op, dtype, itemsize);
     r->L.ndr = (int)reduced[0];
     r->L.rshape = reduced + 1;
     r->L.rstride = reduced + 1 + r->L.ndr;
@@ -563,5 +572,17 @@ MG_REDUCE_DEFINE(i32, int32_t, uint64_t, 0, MG_REDUCE_INT_IS_NAN, 0)
 MG_REDUCE_DEFINE(i64, int64_t, uint64_t, 0, MG_REDUCE_INT_IS_NAN, 0)
 MG_REDUCE_DEFINE(u8, uint8_t, uint64_t, 0, MG_REDUCE_INT_IS_NAN, 0) /* bool and uint8 */
 #undef MG_REDUCE_DEFINE
+
+/* the units [lo, hi) of r, by its dtype (a caller of one dtype calls its mg_reduce_part_S,
+ * which keeps the others out of its binary) */
+static inline void mg_reduce_part(const mg_reduce_run* r, int64_t lo, int64_t hi) {
+    switch (r->dtype) {
+    case MG_REDUCE_F32: mg_reduce_part_f32(r, lo, hi); break;
+    case MG_REDUCE_F64: mg_reduce_part_f64(r, lo, hi); break;
+    case MG_REDUCE_I32: mg_reduce_part_i32(r, lo, hi); break;
+    case MG_REDUCE_I64: mg_reduce_part_i64(r, lo, hi); break;
+    default: mg_reduce_part_u8(r, lo, hi);
+    }
+}
 
 #endif

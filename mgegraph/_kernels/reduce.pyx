@@ -11,24 +11,21 @@
 # (mgegraph/deploy) compiles too, so both give the same bits; this module binds them to the
 # executor's calling convention and threads. Results are bitwise the same at any thread count.
 
-from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.stdint cimport int64_t
 
 from .abi cimport Call, KERNEL_OK, kernel_address
 from .params cimport fields_of
-from .parallel cimport parallel_for, part_fn
+from .parallel cimport parallel_for
 
 cdef extern from "reduce.h" nogil:
     enum:
         MG_R_SUM, MG_R_PROD, MG_R_MEAN, MG_R_VAR, MG_R_MAX, MG_R_MIN, MG_R_ARGMAX, MG_R_ARGMIN
+    enum:
+        MG_REDUCE_F32, MG_REDUCE_F64, MG_REDUCE_I32, MG_REDUCE_I64, MG_REDUCE_U8
     ctypedef struct mg_reduce_run:
         int64_t units, threads
-    int mg_reduce_setup(mg_reduce_run* r, const int64_t* ints, const void* x, char* y,
-                        int64_t itemsize, int is_f32)
-    void mg_reduce_part_f32(const mg_reduce_run* r, int64_t lo, int64_t hi)
-    void mg_reduce_part_f64(const mg_reduce_run* r, int64_t lo, int64_t hi)
-    void mg_reduce_part_i32(const mg_reduce_run* r, int64_t lo, int64_t hi)
-    void mg_reduce_part_i64(const mg_reduce_run* r, int64_t lo, int64_t hi)
-    void mg_reduce_part_u8(const mg_reduce_run* r, int64_t lo, int64_t hi)
+    int mg_reduce_setup(mg_reduce_run* r, const int64_t* ints, const void* x, char* y, int dtype)
+    void mg_reduce_part(const mg_reduce_run* r, int64_t lo, int64_t hi)
 
 REDUCE_OPS = {"sum": MG_R_SUM, "prod": MG_R_PROD, "mean": MG_R_MEAN, "var": MG_R_VAR,
               "max": MG_R_MAX, "min": MG_R_MIN, "argmax": MG_R_ARGMAX, "argmin": MG_R_ARGMIN}
@@ -40,43 +37,30 @@ cdef Reduce _reduce
 REDUCE_FIELDS = fields_of(_reduce, sizeof(Reduce))
 
 
-cdef int part_f32(void* r, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    mg_reduce_part_f32(<const mg_reduce_run*>r, lo, hi)
-    return KERNEL_OK
-cdef int part_f64(void* r, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    mg_reduce_part_f64(<const mg_reduce_run*>r, lo, hi)
-    return KERNEL_OK
-cdef int part_i32(void* r, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    mg_reduce_part_i32(<const mg_reduce_run*>r, lo, hi)
-    return KERNEL_OK
-cdef int part_i64(void* r, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    mg_reduce_part_i64(<const mg_reduce_run*>r, lo, hi)
-    return KERNEL_OK
-cdef int part_u8(void* r, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    mg_reduce_part_u8(<const mg_reduce_run*>r, lo, hi)
+cdef int reduce_part(void* r, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    mg_reduce_part(<const mg_reduce_run*>r, lo, hi)
     return KERNEL_OK
 
 
-cdef int reduce_impl(const Call* c, Py_ssize_t itemsize, bint is_f32, part_fn part) noexcept nogil:
+cdef int reduce_impl(const Call* c, int dtype) noexcept nogil:
     cdef mg_reduce_run r
-    cdef int status = mg_reduce_setup(&r, <const int64_t*>c.ints, c.bufs[0], c.bufs[1],
-                                      itemsize, is_f32)
+    cdef int status = mg_reduce_setup(&r, <const int64_t*>c.ints, c.bufs[0], c.bufs[1], dtype)
     if status != KERNEL_OK or r.units == 0:
         return status
-    return parallel_for(r.threads, r.units, part, &r)
+    return parallel_for(r.threads, r.units, reduce_part, &r)
 
 
 # -- entry points ---------------------------------------------------------------------------------
 cdef int reduce_f32(const Call* c) noexcept nogil:
-    return reduce_impl(c, sizeof(float), True, part_f32)
+    return reduce_impl(c, MG_REDUCE_F32)
 cdef int reduce_f64(const Call* c) noexcept nogil:
-    return reduce_impl(c, sizeof(double), False, part_f64)
+    return reduce_impl(c, MG_REDUCE_F64)
 cdef int reduce_i32(const Call* c) noexcept nogil:
-    return reduce_impl(c, sizeof(int32_t), False, part_i32)
+    return reduce_impl(c, MG_REDUCE_I32)
 cdef int reduce_i64(const Call* c) noexcept nogil:
-    return reduce_impl(c, sizeof(int64_t), False, part_i64)
+    return reduce_impl(c, MG_REDUCE_I64)
 cdef int reduce_bool(const Call* c) noexcept nogil:
-    return reduce_impl(c, sizeof(uint8_t), False, part_u8)
+    return reduce_impl(c, MG_REDUCE_U8)
 
 KERNELS = {
     "reduce_f32": kernel_address(reduce_f32), "reduce_f64": kernel_address(reduce_f64),

@@ -18,7 +18,7 @@ static void reduce_part(void* run, int64_t lo, int64_t hi) {
 
 int mgr_reduce_f32(const mgr_call* call) {
     mg_reduce_run run;
-    int status = mg_reduce_setup(&run, call->ints, call->bufs[0], call->bufs[1], 4, 1);
+    int status = mg_reduce_setup(&run, call->ints, call->bufs[0], call->bufs[1], MG_REDUCE_F32);
     if (status != MG_REDUCE_OK || run.units == 0) return status;
     mgr_parallel_for_upto(run.units,
                           mg_threads_for(run.moved, MG_GRAIN_BYTES, mgr_run_threads()),
