@@ -11,9 +11,8 @@
  * neighbours in the input (kept innermost stride 1), a chunk is reduced "by columns": every
  * reduced position updates the chunk's accumulators from one contiguous run, so reducing a
  * leading axis streams memory instead of striding through it; four positions a pass over the
- * accumulators (each still updated in C order: the same bits as one a pass, with a quarter of
- * their loads and stores: 0.55-0.8x the time of one a pass on Zen 3). Otherwise each output
- * reduces its own block "by rows". Float sums accumulate in double, pairwise along rows as NumPy does
+ * accumulators (mg_reduce_passes: 0.55-0.8x the time of one a pass on Zen 3). Otherwise each
+ * output reduces its own block "by rows". Float sums accumulate in double, pairwise along rows as NumPy does
  * (mg_reduce_pairwise); integer sums and products wrap in uint64 (well defined, and what NumPy's
  * int64 arithmetic gives); var is two passes (the mean, then the squared deviations from it).
  * The unit of work is a chunk by columns (an output by rows), cut on one grid whatever the
@@ -169,6 +168,35 @@ static inline int mg_reduce_setup(mg_reduce_run* r, const int64_t* ints, const v
 static inline int64_t mg_reduce_first_output(const mg_reduce_run* r, int64_t unit) {
     int64_t at = (unit % r->nper) * r->per;
     return (unit / r->nper) * r->last + (at < r->last ? at : r->last);
+}
+
+/* The reduced positions of the columns walk in C order, in passes of four along a row (one at a
+ * time at its end): four positions a pass over a chunk's accumulators load and store them a
+ * quarter as often as one (each still updated in C order: the same bits). */
+typedef struct {
+    mg_rows o;
+    int64_t rows, r, i, n, s;
+} mg_reduce_passes;
+
+static inline void mg_reduce_passes_init(mg_reduce_passes* w, const mg_reduce_layout* L) {
+    mg_rows_init(&w->o, L->ndr, L->rshape, L->rstride);
+    w->rows = mg_rows_count(L->ndr, L->rshape);
+    w->r = w->i = 0;
+    w->n = w->rows > 0 ? L->n : 0;
+    w->s = L->s;
+}
+
+/* the element offsets of the next pass's positions into at[]: 4 of them, 1, or 0 at the end */
+static inline int mg_reduce_next_pass(mg_reduce_passes* w, int64_t at[4]) {
+    while (w->i >= w->n) {
+        if (++w->r >= w->rows) return 0;
+        mg_rows_next(&w->o);
+        w->i = 0;
+    }
+    int k = w->i + 4 <= w->n ? 4 : 1;
+    for (int j = 0; j < k; j++) at[j] = w->o.offset + (w->i + j) * w->s;
+    w->i += k;
+    return k;
 }
 
 #define MG_REDUCE_FLOAT_IS_NAN(v) ((v) != (v))
@@ -329,72 +357,63 @@ static inline int64_t mg_reduce_first_output(const mg_reduce_run* r, int64_t uni
     }                                                                                              \
                                                                                                    \
     /* -- cnt neighbouring outputs at once ("columns") -- */                                       \
-    /* each acc[b] summed over the reduced positions in C order; four positions a pass over acc,   \
-     * which loads and stores it a quarter as often (the same sums, in the same order) */          \
+    /* each acc[b] summed over the reduced positions in C order, four a pass */                    \
     static void mg_reduce_cols_sum_##S(const T* x, const mg_reduce_layout* L, int64_t cnt,         \
                                        double* acc, const double* centre) {                        \
-        int64_t rows = mg_rows_count(L->ndr, L->rshape), n = L->n, s = L->s;                       \
-        mg_rows o;                                                                                 \
+        mg_reduce_passes w;                                                                        \
+        int64_t at[4] = {0, 0, 0, 0};                                                              \
+        int k;                                                                                     \
         for (int64_t b = 0; b < cnt; b++) acc[b] = 0;                                              \
-        mg_rows_init(&o, L->ndr, L->rshape, L->rstride);                                           \
-        for (int64_t r = 0; r < rows; r++) {                                                       \
-            const T* row = x + o.offset;                                                           \
-            int64_t i = 0;                                                                         \
-            if (centre == NULL) {                                                                  \
-                for (; i + 4 <= n; i += 4) {                                                       \
-                    const T *p0 = row + i * s, *p1 = p0 + s, *p2 = p1 + s, *p3 = p2 + s;           \
-                    for (int64_t b = 0; b < cnt; b++)                                              \
-                        acc[b] = (((acc[b] + (double)p0[b]) + (double)p1[b]) + (double)p2[b]) +    \
-                                 (double)p3[b];                                                    \
+        mg_reduce_passes_init(&w, L);                                                              \
+        while ((k = mg_reduce_next_pass(&w, at)) > 0) {                                            \
+            const T *p0 = x + at[0], *p1 = x + at[1], *p2 = x + at[2], *p3 = x + at[3];            \
+            if (k == 4 && centre == NULL) {                                                        \
+                for (int64_t b = 0; b < cnt; b++)                                                  \
+                    acc[b] = (((acc[b] + (double)p0[b]) + (double)p1[b]) + (double)p2[b]) +        \
+                             (double)p3[b];                                                        \
+            } else if (k == 4) {                                                                   \
+                for (int64_t b = 0; b < cnt; b++) {                                                \
+                    double c = centre[b], d0 = (double)p0[b] - c, d1 = (double)p1[b] - c;          \
+                    double d2 = (double)p2[b] - c, d3 = (double)p3[b] - c;                         \
+                    acc[b] = (((acc[b] + d0 * d0) + d1 * d1) + d2 * d2) + d3 * d3;                 \
                 }                                                                                  \
-                for (; i < n; i++)                                                                 \
-                    for (int64_t b = 0; b < cnt; b++) acc[b] += (double)row[i * s + b];            \
+            } else if (centre == NULL) {                                                           \
+                for (int64_t b = 0; b < cnt; b++) acc[b] += (double)p0[b];                         \
             } else {                                                                               \
-                for (; i + 4 <= n; i += 4) {                                                       \
-                    const T *p0 = row + i * s, *p1 = p0 + s, *p2 = p1 + s, *p3 = p2 + s;           \
-                    for (int64_t b = 0; b < cnt; b++) {                                            \
-                        double c = centre[b], d0 = (double)p0[b] - c, d1 = (double)p1[b] - c;      \
-                        double d2 = (double)p2[b] - c, d3 = (double)p3[b] - c;                     \
-                        acc[b] = (((acc[b] + d0 * d0) + d1 * d1) + d2 * d2) + d3 * d3;             \
-                    }                                                                              \
+                for (int64_t b = 0; b < cnt; b++) {                                                \
+                    double d = (double)p0[b] - centre[b];                                          \
+                    acc[b] += d * d;                                                               \
                 }                                                                                  \
-                for (; i < n; i++)                                                                 \
-                    for (int64_t b = 0; b < cnt; b++) {                                            \
-                        double d = (double)row[i * s + b] - centre[b];                             \
-                        acc[b] += d * d;                                                           \
-                    }                                                                              \
             }                                                                                      \
-            mg_rows_next(&o);                                                                      \
         }                                                                                          \
     }                                                                                              \
                                                                                                    \
-    /* products, and integer sums, in C order: four positions a pass, as mg_reduce_cols_sum */     \
+    /* products, and integer sums, in C order, four positions a pass */                            \
     static void mg_reduce_cols_fold_##S(const T* x, const mg_reduce_layout* L, int64_t cnt,        \
                                         ACC* acc, int mul) {                                       \
-        int64_t rows = mg_rows_count(L->ndr, L->rshape), n = L->n, s = L->s;                       \
-        mg_rows o;                                                                                 \
+        mg_reduce_passes w;                                                                        \
+        int64_t at[4] = {0, 0, 0, 0};                                                              \
+        int k;                                                                                     \
         for (int64_t b = 0; b < cnt; b++) acc[b] = mul ? 1 : 0;                                    \
-        mg_rows_init(&o, L->ndr, L->rshape, L->rstride);                                           \
-        for (int64_t r = 0; r < rows; r++) {                                                       \
-            const T* row = x + o.offset;                                                           \
-            int64_t i = 0;                                                                         \
-            for (; i + 4 <= n; i += 4) {                                                           \
-                const T *p0 = row + i * s, *p1 = p0 + s, *p2 = p1 + s, *p3 = p2 + s;               \
+        mg_reduce_passes_init(&w, L);                                                              \
+        while ((k = mg_reduce_next_pass(&w, at)) > 0) {                                            \
+            const T *p0 = x + at[0], *p1 = x + at[1], *p2 = x + at[2], *p3 = x + at[3];            \
+            if (k == 4) {                                                                          \
                 for (int64_t b = 0; b < cnt; b++) {                                                \
                     ACC a = mg_reduce_fold_step_##S(acc[b], p0[b], mul);                           \
                     a = mg_reduce_fold_step_##S(a, p1[b], mul);                                    \
                     a = mg_reduce_fold_step_##S(a, p2[b], mul);                                    \
                     acc[b] = mg_reduce_fold_step_##S(a, p3[b], mul);                               \
                 }                                                                                  \
-            }                                                                                      \
-            for (; i < n; i++)                                                                     \
+            } else {                                                                               \
                 for (int64_t b = 0; b < cnt; b++)                                                  \
-                    acc[b] = mg_reduce_fold_step_##S(acc[b], row[i * s + b], mul);                 \
-            mg_rows_next(&o);                                                                      \
+                    acc[b] = mg_reduce_fold_step_##S(acc[b], p0[b], mul);                          \
+            }                                                                                      \
         }                                                                                          \
     }                                                                                              \
                                                                                                    \
-    /* branch-free over the chunk, a NaN kept aside; four positions a pass */                      \
+    /* branch-free over the chunk, a NaN kept aside; four positions a pass, walked here: GCC 12    \
+     * vectorises this loop only so, not over mg_reduce_passes (3x the time) */                    \
     static void mg_reduce_cols_extreme_##S(const T* x, const mg_reduce_layout* L, int64_t cnt,     \
                                            int want_max, T* best) {                                \
         int64_t rows = mg_rows_count(L->ndr, L->rshape), n = L->n, s = L->s;                       \
