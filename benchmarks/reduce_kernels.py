@@ -6,7 +6,7 @@ the module: say main's, copied before a change to the kernels.
     python benchmarks/reduce_kernels.py --baseline ... --threads 2 --rounds 41
 
 In one process, the two builds' kernels are called on the same arrays through a Launcher (the
-executor's call of one instruction), alternately (ABAB... rounds, each a batch of calls of about
+executor's call of one instruction), alternately (ABBA... rounds, each a batch of calls of about
 2 ms), with the threads field set to ``--threads``. Per workload and op: the median CPU time of a
 call of each build and the ratio of the medians (this build / the baseline), after a check that
 the two wrote the same bits. On a shared machine quote the ratios as "in-process, under load".
@@ -69,8 +69,8 @@ def compare(baseline, shape, axes, op: str, threads: int, rounds: int) -> tuple[
     assert ys[0].tobytes() == ys[1].tobytes(), f"{op} {shape} {axes}: the builds' bits differ"
     count = max(1, int(2e-3 / batch_seconds(calls[0], 3)))
     times = [[], []]
-    for _ in range(rounds):
-        for k in (0, 1):
+    for r in range(rounds):
+        for k in ((0, 1) if r % 2 else (1, 0)):  # ABBA: neither build always goes first
             times[k].append(batch_seconds(calls[k], count))
     return statistics.median(times[0]), statistics.median(times[1])
 
