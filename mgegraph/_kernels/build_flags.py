@@ -17,8 +17,11 @@ DEBUG = ["-O0", "-g"]
 # beside them made GCC stop short: fusion-chain's evaluator took 28-31 ms at 1 thread against
 # 10.8 (GCC 12, AMD EPYC).
 INLINE = ["--param=inline-unit-growth=400", "--param=large-function-growth=400"]
-# norm: its float32 loops (group_norm.h) give one result from three instruction sets.
+# norm: its float32 loops (group_norm.h) give one result from three instruction sets; reduce:
+# var's squares (reduce.h) are not fused into its sums where the CPU has FMA (aarch64), as the C
+# runtime's build does not fuse them.
 TARGET = {"elementwise": ["-ffp-contract=off"], "norm": ["-ffp-contract=off"],
+          "reduce": ["-ffp-contract=off"],
           "fused": ["-ffp-contract=off", *INLINE],
           "fused_avx2": ["-mavx2", "-mfma", "-ffp-contract=off", *INLINE],
           "fused_avx512": ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mfma",

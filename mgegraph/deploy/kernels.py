@@ -45,7 +45,8 @@ LIBRARY = {
     "conv2d_backward_data_f32": ("conv2d_data_f32.c", (*CONV_TILES, "gemm_fma.h"),
                                  (*GEMM_TILES, "wino_tile.h", "conv_data.h", "conv_col2im.h")),
     "pool2d_f32": ("pool2d_f32.c", (), ("grain.h",)),
-    "reduce_f32": ("reduce_f32.c", (), ()),
+    # the package's reductions (reduce.h) and the threads rule (grain.h)
+    "reduce_f32": ("reduce_f32.c", (), ("reduce.h", "grain.h")),
     "max_pool2d_backward_f32": ("pool2d_f32.c", (), ("grain.h",)),
     "avg_pool2d_backward_f32": ("pool2d_f32.c", (), ("grain.h",)),
     "pool2d_i8": ("pool2d_f32.c", (), ("grain.h",)),
