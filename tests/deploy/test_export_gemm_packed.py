@@ -1,4 +1,4 @@
-"""The C runtime's GEMM of many rows (deploy/csrc/kernels/gemm_fma.h): weights packed into
+"""The C runtime's GEMM of many rows (_kernels/gemm_tile.h through deploy/csrc/kernels/gemm_c.h): weights packed into
 panels at export (linear_packed_f32, matmul_packed_f32), other operands packed per call, k
 blocked. Every element is summed over k in order from zero by fused multiply-adds, so the bits
 are a NumPy emulation of that order's, whatever the threads, the panel width or k's blocks."""

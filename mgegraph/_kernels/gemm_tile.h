@@ -1,5 +1,12 @@
-/* C = op(A) op(B) in float32 for the C runtime: a GEMM of many rows on op(B) in panels, and a
- * single row's GEMV (gemv_row.h, the Python executor's loops for a float32 row).
+/* C = op(A) op(B) in float32 on panels of op(B) and register tiles: the one GEMM of the Python
+ * executor's "tiles" way on AVX2 (linalg.pyx's panel_product) and of the C runtime
+ * (deploy/csrc/kernels/gemm_c.h, which adds a single row's GEMV and the memory of a per-call
+ * packing), so the two give the same bits.
+ *
+ * Seam: the includer brings its threads as an mg_gemm_pool_fn (the C runtime's
+ * mgr_parallel_for_upto; the executor's parallel_for behind a shim) and any memory: a job reads
+ * panels packed where the includer put them (mg_gemm_pack into its workspace, or the
+ * exporter's packed weights), so nothing here allocates or fails.
  *
  * Panels: op(B) (k x n) cut into blocks of `panel` columns (zeros past n), each stored k rows of
  * `panel` floats: panel j at panels + j * k * panel, its row p at + p * panel. The exporter packs
@@ -18,35 +25,40 @@
  * width, nor the threads: work items are blocks of rows x panels, each element computed whole
  * by one item, which runs every k block of it. x86-64's baseline tile (no FMA) multiplies and
  * adds; aarch64's NEON tile (and its baseline, contracted) has the FMA, so its bits are x86's FMA
- * tiles'. The files that include this one build with -ffp-contract=fast (kernels.CONTRACTED):
- * the export's -ffp-contract=off would split each FMA in two. linear's bias and activation are applied to each tile after its last k block,
- * while it is in L1 (act(sum + bias), the add and op linalg.pyx's epilogue rounds). */
-#ifndef MGR_GEMM_FMA_H
-#define MGR_GEMM_FMA_H
+ * tiles'. The files that include this one build with FP contraction (the package's default; the
+ * C export's kernels.CONTRACTED): -ffp-contract=off would split each FMA in two. linear's bias
+ * and activation are applied to each tile after its last k block, while it is in L1
+ * (act(sum + bias), the add and op linalg.pyx's epilogue rounds); an includer's epilogue
+ * (addmm's) takes k in one block instead, so that C keeps its values until the tile's sums are
+ * whole. */
+#ifndef MG_GEMM_TILE_H
+#define MG_GEMM_TILE_H
 
+#include <stddef.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "../mgr_kernel.h"
 #include "activation.h"
 #include "cpu_isa.h"
-#include "gemv_row.h"
-#include "grain.h"
 
-#define MGR_GEMM_MR_MAX 8      /* the most rows a tile keeps */
-#define MGR_GEMM_W_MAX 64      /* the most columns a tile keeps, and the widest panel */
-#define MGR_GEMM_KC_FLOATS 4096 /* a tile's slice of a k block: KC x W floats (16 KiB of L1) */
-#define MGR_GEMM_MC_TILES 24    /* row tiles per block of rows (its KC columns of A in L2) */
-#define MGR_GEMM_ITEMS 8        /* work items wanted for the threads when the panels are few */
+/* The seam to the includer's threads: part(ctx, lo, hi) over [0, n) in contiguous runs, on at
+ * most `most` threads, each unit in exactly one run (the bits do not depend on the count) */
+typedef void (*mg_gemm_part_fn)(void* ctx, int64_t lo, int64_t hi);
+typedef void (*mg_gemm_pool_fn)(int64_t n, int64_t most, mg_gemm_part_fn part, void* ctx);
+
+#define MG_GEMM_MR_MAX 8      /* the most rows a tile keeps */
+#define MG_GEMM_W_MAX 64      /* the most columns a tile keeps, and the widest panel */
+#define MG_GEMM_KC_FLOATS 4096 /* a tile's slice of a k block: KC x W floats (16 KiB of L1) */
+#define MG_GEMM_MC_TILES 24    /* row tiles per block of rows (its KC columns of A in L2) */
+#define MG_GEMM_ITEMS 8        /* work items wanted for the threads when the panels are few */
 
 /* c[r][0..W) for r < MR (ldc apart) = (first ? 0 : c) + sum over p < kb of a_r[p * as] * b[p][..],
  * b's rows ldb apart, a_r = px[r] */
-typedef void (*mgr_panel_tile_fn)(const float* const* px, ptrdiff_t as, ptrdiff_t kb,
+typedef void (*mg_panel_tile_fn)(const float* const* px, ptrdiff_t as, ptrdiff_t kb,
                                   const float* b, ptrdiff_t ldb, float* c, ptrdiff_t ldc,
                                   int first);
 
-#define MGR_PANEL_TILE_BODY(VW, MR, NV)                                                      \
+#define MG_PANEL_TILE_BODY(VW, MR, NV)                                                      \
     typedef float vec __attribute__((vector_size(VW * 4)));                                  \
     typedef float uvec __attribute__((vector_size(VW * 4), aligned(4)));                     \
     vec acc[MR][NV];                                                                         \
@@ -68,19 +80,19 @@ typedef void (*mgr_panel_tile_fn)(const float* const* px, ptrdiff_t as, ptrdiff_
         _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)                                 \
             *(uvec*)(c + r * ldc + v * VW) = acc[r][v];
 
-#define MGR_PANEL_TILE_ARGS                                                                  \
+#define MG_PANEL_TILE_ARGS                                                                  \
     const float* const* px, ptrdiff_t as, ptrdiff_t kb, const float* b, ptrdiff_t ldb,       \
     float* c, ptrdiff_t ldc, int first
 
-static void mgr_panel_tile_base(MGR_PANEL_TILE_ARGS) { MGR_PANEL_TILE_BODY(4, 4, 2) }
+static void mg_panel_tile_base(MG_PANEL_TILE_ARGS) { MG_PANEL_TILE_BODY(4, 4, 2) }
 
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(MGR_GEMM_PORTABLE)
-__attribute__((target("avx2,fma"))) static void mgr_panel_tile_avx2(MGR_PANEL_TILE_ARGS)
-{ MGR_PANEL_TILE_BODY(8, 6, 2) }
-__attribute__((target("avx2,fma"))) static void mgr_panel_tile_avx2_8(MGR_PANEL_TILE_ARGS)
-{ MGR_PANEL_TILE_BODY(8, 6, 1) }
+__attribute__((target("avx2,fma"))) static void mg_panel_tile_avx2(MG_PANEL_TILE_ARGS)
+{ MG_PANEL_TILE_BODY(8, 6, 2) }
+__attribute__((target("avx2,fma"))) static void mg_panel_tile_avx2_8(MG_PANEL_TILE_ARGS)
+{ MG_PANEL_TILE_BODY(8, 6, 1) }
 __attribute__((target("avx512f,fma,prefer-vector-width=512")))
-static void mgr_panel_tile_avx512(MGR_PANEL_TILE_ARGS) { MGR_PANEL_TILE_BODY(16, 7, 4) }
+static void mg_panel_tile_avx512(MG_PANEL_TILE_ARGS) { MG_PANEL_TILE_BODY(16, 7, 4) }
 #endif
 
 /* aarch64's NEON tile, 8 rows x 8 columns (16 accumulators of its 32 registers): where A's rows
@@ -90,7 +102,7 @@ static void mgr_panel_tile_avx512(MGR_PANEL_TILE_ARGS) { MGR_PANEL_TILE_BODY(16,
 #if defined(__GNUC__) && defined(__aarch64__) && !defined(MGR_GEMM_PORTABLE)
 #include <arm_neon.h>
 
-#define MGR_NEON_STEP(lane) /* step p + lane of k: acc[r] += x[r][lane] * b's row */         \
+#define MG_NEON_STEP(lane) /* step p + lane of k: acc[r] += x[r][lane] * b's row */         \
     {                                                                                        \
         const float* bp = b + (p + lane) * ldb;                                              \
         float32x4_t w0 = vld1q_f32(bp), w1 = vld1q_f32(bp + 4);                              \
@@ -100,7 +112,7 @@ static void mgr_panel_tile_avx512(MGR_PANEL_TILE_ARGS) { MGR_PANEL_TILE_BODY(16,
         }                                                                                    \
     }
 
-static void mgr_panel_tile_neon(MGR_PANEL_TILE_ARGS) {
+static void mg_panel_tile_neon(MG_PANEL_TILE_ARGS) {
     float32x4_t acc[8][2];
     ptrdiff_t p = 0;
     _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) {
@@ -111,7 +123,7 @@ static void mgr_panel_tile_neon(MGR_PANEL_TILE_ARGS) {
         for (; p + 4 <= kb; p += 4) {
             float32x4_t x[8];
             _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) x[r] = vld1q_f32(px[r] + p);
-            MGR_NEON_STEP(0) MGR_NEON_STEP(1) MGR_NEON_STEP(2) MGR_NEON_STEP(3)
+            MG_NEON_STEP(0) MG_NEON_STEP(1) MG_NEON_STEP(2) MG_NEON_STEP(3)
         }
     for (; p < kb; p++) { /* A transposed, or the last steps of k */
         float32x4_t w0 = vld1q_f32(b + p * ldb), w1 = vld1q_f32(b + p * ldb + 4);
@@ -128,7 +140,7 @@ static void mgr_panel_tile_neon(MGR_PANEL_TILE_ARGS) {
 }
 #endif
 
-typedef struct { mgr_panel_tile_fn fn; int64_t mr, w; } mgr_panel_tile;
+typedef struct { mg_panel_tile_fn fn; int64_t mr, w; } mg_panel_tile;
 
 /* The widest tile of this CPU whose width divides `panel` (a multiple of 8): AVX-512's 7 x 64,
  * AVX2's 6 x 16 (the shapes of conv_tile.h's widest gather tiles), the baseline's 4 x 8; an FMA
@@ -136,22 +148,22 @@ typedef struct { mgr_panel_tile_fn fn; int64_t mr, w; } mgr_panel_tile;
  * FMA CPU gives the same bits. aarch64 runs every panel on its NEON tile, 8 x 8, which has
  * those bits too. -DMGR_GEMM_PORTABLE builds the baseline tile alone (as every build for another
  * CPU is). */
-static inline mgr_panel_tile mgr_panel_tile_for(int64_t panel) {
+static inline mg_panel_tile mg_panel_tile_for(int64_t panel) {
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(MGR_GEMM_PORTABLE)
     int isa = cpu_isa_widest();
-    if (isa == 2 && panel % 64 == 0) return (mgr_panel_tile){mgr_panel_tile_avx512, 7, 64};
-    if (isa >= 1 && panel % 16 == 0) return (mgr_panel_tile){mgr_panel_tile_avx2, 6, 16};
-    if (isa >= 1) return (mgr_panel_tile){mgr_panel_tile_avx2_8, 6, 8};
+    if (isa == 2 && panel % 64 == 0) return (mg_panel_tile){mg_panel_tile_avx512, 7, 64};
+    if (isa >= 1 && panel % 16 == 0) return (mg_panel_tile){mg_panel_tile_avx2, 6, 16};
+    if (isa >= 1) return (mg_panel_tile){mg_panel_tile_avx2_8, 6, 8};
 #elif defined(__GNUC__) && defined(__aarch64__) && !defined(MGR_GEMM_PORTABLE)
-    return (mgr_panel_tile){mgr_panel_tile_neon, 8, 8}; /* any panel: 8 divides them all */
+    return (mg_panel_tile){mg_panel_tile_neon, 8, 8}; /* any panel: 8 divides them all */
 #endif
     (void)panel;
-    return (mgr_panel_tile){mgr_panel_tile_base, 4, 8};
+    return (mg_panel_tile){mg_panel_tile_base, 4, 8};
 }
 
 /* the panel width this CPU's widest tile reads: what a GEMM packs op(B) into on each call, and
  * what the exporter packs weights into (deploy.kernels.gemm_panel asks the same of cpu_isa) */
-static inline int64_t mgr_gemm_panel(void) {
+static inline int64_t mg_gemm_panel(void) {
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(MGR_GEMM_PORTABLE)
     int isa = cpu_isa_widest();
     return isa == 2 ? 64 : isa == 1 ? 16 : 8;
@@ -160,19 +172,19 @@ static inline int64_t mgr_gemm_panel(void) {
 #endif
 }
 
-/* The loader's check of packed panels for n columns over k: NULL with *floats the floats they
- * take, else what is wrong. Any multiple of 8 up to 64 runs (the tile taken is the widest whose
- * width divides it), so a blob packed on another CPU runs here with the same bits. */
-static inline const char* mgr_gemm_panels_check(int64_t n, int64_t k, int64_t panel,
-                                                int64_t* floats) {
-    if (panel < 8 || panel > MGR_GEMM_W_MAX || panel % 8 != 0)
-        return "its panel width is not a multiple of 8 from 8 to 64";
-    if (n < 0 || n > INT64_MAX - MGR_GEMM_W_MAX || !mgr_muladd(0, (n + panel - 1) / panel * panel, k, floats))
-        return "m, n or k is negative or too large";
-    return NULL;
+/* the floats op(B) (k x n) takes in panels of `panel` columns: a per-call packing's workspace */
+static inline int64_t mg_gemm_panels_floats(int64_t n, int64_t k, int64_t panel) {
+    return (n + panel - 1) / panel * panel * k;
 }
 
-/* A GEMM on panels: C (m x n, row-major) = op(A) op(B), then act(C + bias) where bias or act */
+/* An includer's epilogue of a tile's final sums (rows x cols of them, ld apart), C's rows
+ * [r0, r0 + rows) and columns [j0, j0 + cols): it writes those elements of C, which until then
+ * hold what they held before the GEMM (an addmm's addend may be C itself) */
+typedef void (*mg_gemm_out_fn)(const void* ctx, const float* sums, int64_t ld, int64_t r0,
+                               int64_t rows, int64_t j0, int64_t cols);
+
+/* A GEMM on panels: C (m x n, row-major) = op(A) op(B), then act(C + bias) where bias or act,
+ * or out's epilogue where given */
 typedef struct {
     int ta;                /* A stored (k, m): op(A)'s row i is A's column i */
     int64_t m, n, k, panel;
@@ -181,23 +193,28 @@ typedef struct {
     float* c;
     const float* bias;     /* NULL: none */
     int act;               /* activation.h's code */
-} mgr_gemm_job;
+    mg_gemm_out_fn out;    /* NULL: the bias and act above; else k in one block, C untouched */
+    const void* out_ctx;   /* until out writes it */
+    mg_gemm_pool_fn pool;  /* the includer's threads, and at most how many of them to use */
+    int64_t threads;
+} mg_gemm_job;
 
 typedef struct {
-    const mgr_gemm_job* g;
-    mgr_panel_tile t;
+    const mg_gemm_job* g;
+    mg_panel_tile t;
     int64_t kc, mc, npanels;
-} mgr_gemm_plan;
+} mg_gemm_plan;
 
 /* one tile of C at rows [r0, r0 + rows) and columns [j0, j0 + cols): straight into C when
- * whole, else through a local tile (a short last row tile reads its last row again) */
-static inline void mgr_gemm_tile(const mgr_gemm_plan* s, int64_t r0, int64_t rows, int64_t j0,
+ * whole, else (or for out's epilogue) through a local tile (a short last row tile reads its
+ * last row again) */
+static inline void mg_gemm_tile(const mg_gemm_plan* s, int64_t r0, int64_t rows, int64_t j0,
                                  int64_t cols, int64_t p0, int64_t kb, const float* b) {
-    const mgr_gemm_job* g = s->g;
-    const float* px[MGR_GEMM_MR_MAX];
-    float part[MGR_GEMM_MR_MAX * MGR_GEMM_W_MAX];
+    const mg_gemm_job* g = s->g;
+    const float* px[MG_GEMM_MR_MAX];
+    float part[MG_GEMM_MR_MAX * MG_GEMM_W_MAX];
     int64_t mr = s->t.mr, w = s->t.w, r, j;
-    int first = p0 == 0, last = p0 + kb >= g->k, whole = rows == mr && cols == w;
+    int first = p0 == 0, last = p0 + kb >= g->k, whole = rows == mr && cols == w && !g->out;
     for (r = 0; r < mr; r++) {
         int64_t i = r0 + (r < rows ? r : rows - 1);
         px[r] = g->a + (g->ta ? i + p0 * g->m : i * g->k + p0);
@@ -208,6 +225,10 @@ static inline void mgr_gemm_tile(const mgr_gemm_plan* s, int64_t r0, int64_t row
         for (r = 0; r < rows; r++)
             memcpy(part + r * w, g->c + (r0 + r) * g->n + j0, (size_t)cols * sizeof(float));
     s->t.fn(px, g->ta ? g->m : 1, kb, b, s->g->panel, dst, ld, first);
+    if (g->out) { /* its one k block: first and last */
+        g->out(g->out_ctx, part, w, r0, rows, j0, cols);
+        return;
+    }
     if (!whole)
         for (r = 0; r < rows; r++)
             memcpy(g->c + (r0 + r) * g->n + j0, part + r * w, (size_t)cols * sizeof(float));
@@ -222,11 +243,11 @@ static inline void mgr_gemm_tile(const mgr_gemm_plan* s, int64_t r0, int64_t row
         }
 }
 
-/* work items [lo, hi) (item = row block * npanels + panel: a part of mgr_parallel_for), every
+/* work items [lo, hi) (item = row block * npanels + panel: a part of the pool's run), every
  * k block of each, k blocks outermost */
-static void mgr_gemm_items(void* ctx, int64_t lo, int64_t hi) {
-    const mgr_gemm_plan* s = (const mgr_gemm_plan*)ctx;
-    const mgr_gemm_job* g = s->g;
+static void mg_gemm_items(void* ctx, int64_t lo, int64_t hi) {
+    const mg_gemm_plan* s = (const mg_gemm_plan*)ctx;
+    const mg_gemm_job* g = s->g;
     for (int64_t p0 = 0;; p0 += s->kc) {
         int64_t kb = g->k - p0 < s->kc ? g->k - p0 : s->kc;
         for (int64_t item = lo; item < hi; item++) {
@@ -238,7 +259,7 @@ static void mgr_gemm_items(void* ctx, int64_t lo, int64_t hi) {
                 if (j0 >= g->n) break;
                 int64_t cols = g->n - j0 < s->t.w ? g->n - j0 : s->t.w;
                 for (int64_t r = r0; r < r1; r += s->t.mr)
-                    mgr_gemm_tile(s, r, r1 - r < s->t.mr ? r1 - r : s->t.mr, j0, cols, p0, kb,
+                    mg_gemm_tile(s, r, r1 - r < s->t.mr ? r1 - r : s->t.mr, j0, cols, p0, kb,
                                   panel + sub);
             }
         }
@@ -246,44 +267,41 @@ static void mgr_gemm_items(void* ctx, int64_t lo, int64_t hi) {
     }
 }
 
-/* Run `g` over this model's threads, as many as its FLOPs pay for (grain.h, the executor's
- * rule): one mgr_parallel_for of (row block, panel) items */
-static inline void mgr_gemm_on_panels(const mgr_gemm_job* g) {
+/* Run `g` on its pool: one run of (row block, panel) items on at most g->threads threads */
+static inline void mg_gemm_on_panels(const mg_gemm_job* g) {
     if (g->m == 0 || g->n == 0) return;
-    mgr_gemm_plan s = {g, mgr_panel_tile_for(g->panel), 0, 0, (g->n + g->panel - 1) / g->panel};
+    mg_gemm_plan s = {g, mg_panel_tile_for(g->panel), 0, 0, (g->n + g->panel - 1) / g->panel};
     int64_t tiles = (g->m + s.t.mr - 1) / s.t.mr, blocks;
-    s.kc = MGR_GEMM_KC_FLOATS / s.t.w;
+    s.kc = g->out ? (g->k > 1 ? g->k : 1) : MG_GEMM_KC_FLOATS / s.t.w;
     /* rows in blocks of at most MC_TILES tiles; smaller where the panels are too few to give
-     * the threads MGR_GEMM_ITEMS items */
-    blocks = (tiles + MGR_GEMM_MC_TILES - 1) / MGR_GEMM_MC_TILES;
-    if (blocks * s.npanels < MGR_GEMM_ITEMS) {
-        blocks = (MGR_GEMM_ITEMS + s.npanels - 1) / s.npanels;
+     * the threads MG_GEMM_ITEMS items */
+    blocks = (tiles + MG_GEMM_MC_TILES - 1) / MG_GEMM_MC_TILES;
+    if (blocks * s.npanels < MG_GEMM_ITEMS) {
+        blocks = (MG_GEMM_ITEMS + s.npanels - 1) / s.npanels;
         if (blocks > tiles) blocks = tiles;
     }
     s.mc = (tiles + blocks - 1) / blocks * s.t.mr;
-    mgr_parallel_for_upto((g->m + s.mc - 1) / s.mc * s.npanels,
-                          mg_gemm_threads(g->m, g->n, g->k, 4, mgr_run_threads()),
-                          mgr_gemm_items, &s);
+    g->pool((g->m + s.mc - 1) / s.mc * s.npanels, g->threads, mg_gemm_items, &s);
 }
 
-/* panels [lo, hi) of op(B) packed: a part of mgr_parallel_for. Loops, not memcpy (a call per
+/* panels [lo, hi) of op(B) packed: a part of the pool's run. Loops, not memcpy (a call per
  * 64 bytes cost more than the copy); B^T's rows transposed 8 steps of k at a time, so each read
  * is 32 contiguous bytes of one row. */
-typedef struct { int tb; int64_t n, k, panel; const float* b; float* out; } mgr_pack_job;
+typedef struct { int tb; int64_t n, k, panel; const float* b; float* out; } mg_pack_job;
 
-#define MGR_PACK_K 8
+#define MG_PACK_K 8
 
-static void mgr_pack_panels(void* ctx, int64_t lo, int64_t hi) {
-    const mgr_pack_job* q = (const mgr_pack_job*)ctx;
+static void mg_pack_panels(void* ctx, int64_t lo, int64_t hi) {
+    const mg_pack_job* q = (const mg_pack_job*)ctx;
     int64_t n = q->n, k = q->k, panel = q->panel;
     for (int64_t pj = lo; pj < hi; pj++) {
         int64_t j0 = pj * panel, w = n - j0 < panel ? n - j0 : panel, p = 0, j;
         float* out = q->out + pj * k * panel;
         if (q->tb)
-            for (; p + MGR_PACK_K <= k; p += MGR_PACK_K)
+            for (; p + MG_PACK_K <= k; p += MG_PACK_K)
                 for (j = 0; j < w; j++) {
                     const float* src = q->b + (j0 + j) * k + p;
-                    for (int s = 0; s < MGR_PACK_K; s++) out[(p + s) * panel + j] = src[s];
+                    for (int s = 0; s < MG_PACK_K; s++) out[(p + s) * panel + j] = src[s];
                 }
         for (; p < k; p++) { /* B's rows (or B^T's last steps of k) */
             float* row = out + p * panel;
@@ -298,94 +316,12 @@ static void mgr_pack_panels(void* ctx, int64_t lo, int64_t hi) {
     }
 }
 
-/* A single row times op(B): gemv_row.h's loops, the Python executor's for a float32 row (linalg.pyx),
- * reading B where it lies, once, where the tiles would pack all of it first (mlp-infer at batch 1:
- * 7 MiB of weights copied per call). On the threads its bytes pay for (grain.h: the executor's
- * plan gives it the same count), split as linalg.pyx splits it: a stored B (k, n) by parts of k
- * where the plan gave the parts' sums a workspace (matmul's gemv_split: each thread reads whole
- * rows of B, contiguous bytes), else the columns in blocks of MGR_GEMV_COLS (linalg.pyx's
- * BLOCK_COLUMNS). Each column's sum runs in the same order whatever range or part holds it
- * (gemv_row.h), so any split gives the bits of one call, and those of the Python executor's. */
-#define MGR_GEMV_COLS 16
-
-typedef struct {
-    gemv_fn fn;
-    const float *a, *b;
-    float* c;
-    int64_t n, k, ldb;
-} mgr_gemv_call;
-
-static void mgr_gemv_cols(void* ctx, int64_t lo, int64_t hi) {
-    const mgr_gemv_call* g = (const mgr_gemv_call*)ctx;
-    int64_t j1 = hi * MGR_GEMV_COLS < g->n ? hi * MGR_GEMV_COLS : g->n;
-    g->fn(g->a, g->b, g->ldb, g->k, lo * MGR_GEMV_COLS, j1, 1.0f, 0, g->c);
-}
-
-typedef struct {
-    gemv_parts_fn sums;
-    const float *a, *b;
-    float* partials;
-    int64_t n, k;
-} mgr_gemv_split_call;
-
-/* parts [lo, hi) of k: their sums for every column (gemv_row.h's gemv_parts_*) */
-static void mgr_gemv_parts(void* ctx, int64_t lo, int64_t hi) {
-    const mgr_gemv_split_call* g = (const mgr_gemv_split_call*)ctx;
-    g->sums(g->a, g->b, g->n, g->k, g->n, lo, hi, g->partials);
-}
-
-/* c (n) = a (k) op(B); `partials` (gemv_parts(k) x n floats) or NULL. Inlined, as
- * mgr_gemm_epilogue is, so that a caller's constant tb and NULL partials leave out the loops it
- * never runs (linear_f32.c: the dots alone, 12 KB less code at -O3). */
-#define MGR_GEMM_INLINE static inline __attribute__((always_inline))
-
-MGR_GEMM_INLINE void mgr_gemv(int tb, int64_t n, int64_t k, const float* a, const float* b,
-                              float* c, float* partials) {
-    int64_t threads = mg_gemm_threads(1, n, k, 4, mgr_run_threads());
-    if (threads > 1 && !tb && partials && gemv_parts(k) > 1) {
-        mgr_gemv_split_call g = {NULL, a, b, partials, n, k};
-        gemv_finish_fn finish;
-        gemv_split_of(&g.sums, &finish);
-        mgr_parallel_for_upto(gemv_parts(k), threads, mgr_gemv_parts, &g);
-        finish(partials, gemv_parts(k), n, 0, n, 1.0f, 0, c);
-        return;
-    }
-    mgr_gemv_call v = {gemv_of(tb), a, b, c, n, k, tb ? k : n};
-    mgr_parallel_for_upto((n + MGR_GEMV_COLS - 1) / MGR_GEMV_COLS, threads, mgr_gemv_cols, &v);
-}
-
-/* C = op(A) op(B), then act(C + bias) where bias or act: MGR_KERNEL_OK, or
- * MGR_KERNEL_OUT_OF_MEMORY where op(B)'s panels (k x n rounded up to the panel) are not had.
- * A single row runs the GEMV instead (then the epilogue over its row), split by parts of k
- * where `partials` is given (mgr_gemv). */
-MGR_GEMM_INLINE int mgr_gemm_epilogue(int ta, int tb, int64_t m, int64_t n, int64_t k,
-                                      const float* a, const float* b, float* c,
-                                      const float* bias, int act, float* partials) {
-    if (m == 0 || n == 0) return MGR_KERNEL_OK;
-    if (m == 1) { /* op(A)'s one row is contiguous either way */
-        mgr_gemv(tb, n, k, a, b, c, partials);
-        if (bias)
-            for (int64_t j = 0; j < n; j++) c[j] = act_f32(c[j] + bias[j], act);
-        else if (act)
-            for (int64_t j = 0; j < n; j++) c[j] = act_f32(c[j], act);
-        return MGR_KERNEL_OK;
-    }
-    int64_t panel = mgr_gemm_panel(), npanels = (n + panel - 1) / panel;
-    float* panels = (float*)malloc((size_t)(k > 0 ? k : 1) * (size_t)(npanels * panel) *
-                                   sizeof(float));
-    if (!panels) return MGR_KERNEL_OUT_OF_MEMORY;
-    mgr_pack_job q = {tb, n, k, panel, b, panels};
-    mgr_parallel_for_upto(npanels, mg_gemm_threads(m, n, k, 4, mgr_run_threads()),
-                          mgr_pack_panels, &q);
-    mgr_gemm_job g = {ta, m, n, k, panel, a, panels, c, bias, act};
-    mgr_gemm_on_panels(&g);
-    free(panels);
-    return MGR_KERNEL_OK;
-}
-
-static inline int mgr_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const float* a,
-                           const float* b, float* c, float* partials) {
-    return mgr_gemm_epilogue(ta, tb, m, n, k, a, b, c, NULL, 0, partials);
+/* op(B) (B stored (k, n), or (n, k) where tb) packed into `out`'s panels of `panel` columns
+ * (mg_gemm_panels_floats of them), by panels on at most `threads` of the pool's threads */
+static inline void mg_gemm_pack(mg_gemm_pool_fn pool, int64_t threads, int tb, int64_t n, int64_t k,
+                                int64_t panel, const float* b, float* out) {
+    mg_pack_job q = {tb, n, k, panel, b, out};
+    pool((n + panel - 1) / panel, threads, mg_pack_panels, &q);
 }
 
 #endif
