@@ -27,12 +27,23 @@ static inline const char* mgr_gemm_panels_check(int64_t n, int64_t k, int64_t pa
     return NULL;
 }
 
-/* `g` (its pool and threads left zero) on this model's threads, as many as its FLOPs pay for
- * (grain.h, the executor's rule) */
-static inline void mgr_gemm_on_panels(mg_gemm_job* g) {
+/* `g` on this model's threads, as many as its FLOPs pay for (grain.h, the executor's rule),
+ * op(B) packed first into panels where `b` is given (else g's panels are the exporter's), op(A)
+ * where it pays (mg_gemm_packs_a), into memory had here: MGR_KERNEL_OK, or
+ * MGR_KERNEL_OUT_OF_MEMORY where that memory is not had */
+static inline int mgr_gemm_packed_run(mg_gemm_job* g, int tb, const float* b) {
+    int64_t panels = b ? mg_gemm_panels_floats(g->n, g->k, g->panel) : 0, rows = 0;
+    if (g->m == 0 || g->n == 0) return MGR_KERNEL_OK;
+    if (mg_gemm_packs_a(g->n, g->panel)) rows = mg_gemm_apack_floats(g->m, g->k, g->panel);
     g->pool = mgr_parallel_for_upto;
     g->threads = mg_gemm_threads(g->m, g->n, g->k, 4, mgr_run_threads());
+    float* memory = NULL;
+    if (panels + rows > 0 && !(memory = (float*)malloc((size_t)(panels + rows) * sizeof(float))))
+        return MGR_KERNEL_OUT_OF_MEMORY;
+    mg_gemm_pack(g, tb, b, b ? memory : NULL, rows ? memory + panels : NULL);
     mg_gemm_on_panels(g);
+    free(memory);
+    return MGR_KERNEL_OK;
 }
 
 /* A single row times op(B): gemv_row.h's loops, the Python executor's for a float32 row (linalg.pyx),
@@ -92,7 +103,8 @@ MGR_GEMM_INLINE void mgr_gemv(int tb, int64_t n, int64_t k, const float* a, cons
 }
 
 /* C = op(A) op(B), then act(C + bias) where bias or act: MGR_KERNEL_OK, or
- * MGR_KERNEL_OUT_OF_MEMORY where op(B)'s panels (k x n rounded up to the panel) are not had.
+ * MGR_KERNEL_OUT_OF_MEMORY where op(B)'s panels (k x n rounded up to the panel) and op(A)'s
+ * packing are not had.
  * A single row runs the GEMV instead (then the epilogue over its row), split by parts of k
  * where `partials` is given (mgr_gemv). */
 MGR_GEMM_INLINE int mgr_gemm_epilogue(int ta, int tb, int64_t m, int64_t n, int64_t k,
@@ -107,15 +119,8 @@ MGR_GEMM_INLINE int mgr_gemm_epilogue(int ta, int tb, int64_t m, int64_t n, int6
             for (int64_t j = 0; j < n; j++) c[j] = act_f32(c[j], act);
         return MGR_KERNEL_OK;
     }
-    int64_t panel = mg_gemm_panel(), floats = mg_gemm_panels_floats(n, k, panel);
-    float* panels = (float*)malloc((size_t)(floats > 0 ? floats : 1) * sizeof(float));
-    if (!panels) return MGR_KERNEL_OUT_OF_MEMORY;
-    mg_gemm_pack(mgr_parallel_for_upto, mg_gemm_threads(m, n, k, 4, mgr_run_threads()), tb, n, k,
-                 panel, b, panels);
-    mg_gemm_job g = {ta, m, n, k, panel, a, panels, c, bias, act};
-    mgr_gemm_on_panels(&g);
-    free(panels);
-    return MGR_KERNEL_OK;
+    mg_gemm_job g = {ta, m, n, k, mg_gemm_panel(), a, NULL, c, bias, act};
+    return mgr_gemm_packed_run(&g, tb, b);
 }
 
 static inline int mgr_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, const float* a,

@@ -25,8 +25,7 @@ int mgr_linear_packed_f32(const mgr_call* call) {
     mg_gemm_job g = {0, s[M], s[N], s[K], s[PANEL], (const float*)call->bufs[0],
                       (const float*)call->bufs[1], (float*)call->bufs[s[HAS_BIAS] ? 3 : 2],
                       s[HAS_BIAS] ? (const float*)call->bufs[2] : NULL, (int)s[ACT]};
-    mgr_gemm_on_panels(&g);
-    return MGR_KERNEL_OK;
+    return mgr_gemm_packed_run(&g, 0, NULL);
 }
 
 /* the checks of both: `w_floats` what w's buffer must hold (n * k, or the panels) */

@@ -49,7 +49,8 @@ int mgr_matmul_packed_f32(const mgr_call* call) {
         int64_t oa = 0;
         for (int64_t d = 0; d < ndim; d++) oa += index[d] * sa[d];
         g.a = (const float*)call->bufs[0] + oa;
-        mgr_gemm_on_panels(&g);
+        int status = mgr_gemm_packed_run(&g, 0, NULL);
+        if (status != MGR_KERNEL_OK) return status;
         for (int64_t d = ndim - 1; d >= 0 && ++index[d] == shape[d]; d--) index[d] = 0;
     }
     return MGR_KERNEL_OK;
