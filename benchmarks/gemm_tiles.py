@@ -53,7 +53,7 @@ def forced_way(tiles: bool):
     """Plans compiled inside take (or leave) the tiles for every GEMM the tiles apply to."""
     rule = lowering.tiles_rule
     lowering.tiles_rule = lambda dtype, m, n, k, tb, ta=False: \
-        tiles and lowering.tiles_apply(dtype, n, k)
+        tiles and lowering.tiles_apply(dtype, m, n, k)
     try:
         yield
     finally:

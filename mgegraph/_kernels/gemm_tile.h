@@ -4,9 +4,10 @@
  * packing), so the two give the same bits.
  *
  * Seam: the includer brings its threads as an mg_gemm_pool_fn (the C runtime's
- * mgr_parallel_for_upto; the executor's parallel_for behind a shim) and any memory: a job reads
- * panels packed where the includer put them (mg_gemm_pack into its workspace, or the
- * exporter's packed weights), so nothing here allocates or fails.
+ * mgr_parallel_for_upto; the executor's parallel_for behind a shim) and any memory: a job packs
+ * its operands where the includer says (mg_gemm_pack_run: the executor's workspace, memory the
+ * C runtime allocates) or reads the exporter's packed weights, so nothing here allocates or
+ * fails.
  *
  * Panels: op(B) (k x n) cut into blocks of `panel` columns (zeros past n), each stored k rows of
  * `panel` floats: panel j at panels + j * k * panel, its row p at + p * panel. The exporter packs
@@ -34,6 +35,7 @@
 #ifndef MG_GEMM_TILE_H
 #define MG_GEMM_TILE_H
 
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -197,7 +199,7 @@ typedef struct {
     const void* out_ctx;   /* until out writes it */
     mg_gemm_pool_fn pool;  /* the includer's threads, and at most how many of them to use */
     int64_t threads;
-    const float* apack;    /* NULL: A read where it lies; else op(A) packed (mg_gemm_pack) */
+    const float* apack;    /* NULL: A read where it lies; else op(A) packed (mg_gemm_pack_run) */
 } mg_gemm_job;
 
 /* Whether op(A) is packed before the GEMM: where its rows are read by enough panels to pay for
@@ -220,10 +222,84 @@ static inline int64_t mg_gemm_apack_floats(int64_t m, int64_t k, int64_t panel) 
     return (m + mr - 1) / mr * mr * k;
 }
 
+/* What a run packs: op(B)'s panels (pack item pj) and op(A)'s row tiles (item npanels + t),
+ * each by the first work item that reads it (mg_pack_once). Loops, not memcpy (a call per 64
+ * bytes cost more than the copy); B^T's rows transposed 8 steps of k at a time, so each read
+ * is 32 contiguous bytes of one row. */
+typedef struct {
+    const mg_gemm_job* g;
+    int tb;
+    const float* b;
+    float *panels, *apack;
+    int64_t npanels, mr;
+} mg_pack_job;
+
+#define MG_PACK_K 8
+
+static void mg_pack_panel(const mg_pack_job* q, int64_t pj) {
+    int64_t n = q->g->n, k = q->g->k, panel = q->g->panel;
+    int64_t j0 = pj * panel, w = n - j0 < panel ? n - j0 : panel, p = 0, j;
+    float* out = q->panels + pj * k * panel;
+    if (q->tb)
+        for (; p + MG_PACK_K <= k; p += MG_PACK_K)
+            for (j = 0; j < w; j++) {
+                const float* src = q->b + (j0 + j) * k + p;
+                for (int s = 0; s < MG_PACK_K; s++) out[(p + s) * panel + j] = src[s];
+            }
+    for (; p < k; p++) { /* B's rows (or B^T's last steps of k) */
+        float* row = out + p * panel;
+        if (q->tb)
+            for (j = 0; j < w; j++) row[j] = q->b[(j0 + j) * k + p];
+        else
+            for (j = 0; j < w; j++) row[j] = q->b[p * n + j0 + j];
+    }
+    if (w < panel)
+        for (p = 0; p < k; p++)
+            for (j = w; j < panel; j++) out[p * panel + j] = 0.0f;
+}
+
+/* row tile t of op(A): its rows' k values, step by step (A^T's rows are those steps) */
+static void mg_pack_rows(const mg_pack_job* q, int64_t t) {
+    const mg_gemm_job* g = q->g;
+    int64_t mr = q->mr, p, r;
+    float* out = q->apack + t * mr * g->k;
+    for (r = 0; r < mr; r++) {
+        int64_t i = t * mr + r < g->m ? t * mr + r : g->m - 1;
+        if (g->ta)
+            for (p = 0; p < g->k; p++) out[p * mr + r] = g->a[p * g->m + i];
+        else
+            for (p = 0; p < g->k; p++) out[p * mr + r] = g->a[i * g->k + p];
+    }
+}
+
+static void mg_pack_item(const mg_pack_job* q, int64_t item) {
+    if (item < q->npanels)
+        mg_pack_panel(q, item);
+    else
+        mg_pack_rows(q, item - q->npanels);
+}
+
+/* Pack item `item` unless done: the first thread to claim its flag (0 -> 1) packs it and marks
+ * it done (2); another that needs it meanwhile yields until then. A claimant never waits while
+ * it holds a claim, so parts run one after another on one thread (a pool that has no other)
+ * never wait at all. */
+static void mg_pack_once(const mg_pack_job* q, int* flag, int64_t item) {
+    int idle = 0;
+    if (__atomic_load_n(flag, __ATOMIC_ACQUIRE) == 2) return;
+    if (__atomic_compare_exchange_n(flag, &idle, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        mg_pack_item(q, item);
+        __atomic_store_n(flag, 2, __ATOMIC_RELEASE);
+        return;
+    }
+    while (__atomic_load_n(flag, __ATOMIC_ACQUIRE) != 2) sched_yield();
+}
+
 typedef struct {
     const mg_gemm_job* g;
     mg_panel_tile t;
     int64_t kc, mc, npanels;
+    const mg_pack_job* q;  /* NULL: nothing to pack */
+    int* ready;            /* the pack items' flags */
 } mg_gemm_plan;
 
 /* one tile of C at rows [r0, r0 + rows) and columns [j0, j0 + cols): straight into C when
@@ -275,6 +351,12 @@ static void mg_gemm_items(void* ctx, int64_t lo, int64_t hi) {
         for (int64_t item = lo; item < hi; item++) {
             int64_t r0 = item / s->npanels * s->mc, pj = item % s->npanels;
             int64_t r1 = r0 + s->mc < g->m ? r0 + s->mc : g->m;
+            if (p0 == 0 && s->q) { /* this item's panel and row tiles, packed by now */
+                if (s->q->panels) mg_pack_once(s->q, s->ready + pj, pj);
+                for (int64_t t = s->q->apack ? r0 / s->t.mr : 0; s->q->apack && t * s->t.mr < r1;
+                     t++)
+                    mg_pack_once(s->q, s->ready + s->q->npanels + t, s->q->npanels + t);
+            }
             const float* panel = g->panels + pj * g->k * g->panel + p0 * g->panel;
             for (int64_t sub = 0; sub < g->panel; sub += s->t.w) {
                 int64_t j0 = pj * g->panel + sub;
@@ -289,10 +371,12 @@ static void mg_gemm_items(void* ctx, int64_t lo, int64_t hi) {
     }
 }
 
-/* Run `g` on its pool: one run of (row block, panel) items on at most g->threads threads */
-static inline void mg_gemm_on_panels(const mg_gemm_job* g) {
+/* Run `g` on its pool, packing what q says: one run of (row block, panel) items on at most
+ * g->threads threads */
+static void mg_gemm_run(const mg_gemm_job* g, const mg_pack_job* q, int* ready) {
     if (g->m == 0 || g->n == 0) return;
-    mg_gemm_plan s = {g, mg_panel_tile_for(g->panel), 0, 0, (g->n + g->panel - 1) / g->panel};
+    mg_gemm_plan s = {g, mg_panel_tile_for(g->panel), 0, 0, (g->n + g->panel - 1) / g->panel,
+                      q, ready};
     int64_t tiles = (g->m + s.t.mr - 1) / s.t.mr, blocks;
     s.kc = g->out ? (g->k > 1 ? g->k : 1) : MG_GEMM_KC_FLOATS / s.t.w;
     /* rows in blocks of at most MC_TILES tiles; smaller where the panels are too few to give
@@ -306,77 +390,33 @@ static inline void mg_gemm_on_panels(const mg_gemm_job* g) {
     g->pool((g->m + s.mc - 1) / s.mc * s.npanels, g->threads, mg_gemm_items, &s);
 }
 
-/* op(B)'s panels, then op(A)'s row tiles, packed: items [lo, hi) of one run of the pool (panel
- * pj, then row tile npanels + t). Loops, not memcpy (a call per 64 bytes cost more than the
- * copy); B^T's rows transposed 8 steps of k at a time, so each read is 32 contiguous bytes of
- * one row. */
-typedef struct {
-    const mg_gemm_job* g;
-    int tb;
-    const float* b;
-    float *panels, *apack;
-    int64_t npanels, mr;
-} mg_pack_job;
+/* Run `g` on panels packed already (the exporter's), reading op(A) where it lies */
+static inline void mg_gemm_on_panels(const mg_gemm_job* g) { mg_gemm_run(g, NULL, NULL); }
 
-#define MG_PACK_K 8
-
-static void mg_pack_panel(const mg_pack_job* q, int64_t pj) {
-    int64_t n = q->g->n, k = q->g->k, panel = q->g->panel;
-    int64_t j0 = pj * panel, w = n - j0 < panel ? n - j0 : panel, p = 0, j;
-    float* out = q->panels + pj * k * panel;
-    if (q->tb)
-        for (; p + MG_PACK_K <= k; p += MG_PACK_K)
-            for (j = 0; j < w; j++) {
-                const float* src = q->b + (j0 + j) * k + p;
-                for (int s = 0; s < MG_PACK_K; s++) out[(p + s) * panel + j] = src[s];
-            }
-    for (; p < k; p++) { /* B's rows (or B^T's last steps of k) */
-        float* row = out + p * panel;
-        if (q->tb)
-            for (j = 0; j < w; j++) row[j] = q->b[(j0 + j) * k + p];
-        else
-            for (j = 0; j < w; j++) row[j] = q->b[p * n + j0 + j];
-    }
-    if (w < panel)
-        for (p = 0; p < k; p++)
-            for (j = w; j < panel; j++) out[p * panel + j] = 0.0f;
+/* the flags a packing run takes: one per panel and per row tile of op(A) */
+static inline int64_t mg_gemm_ready_ints(int64_t m, int64_t n, int64_t panel) {
+    int64_t mr = mg_panel_tile_for(panel).mr;
+    return (n + panel - 1) / panel + (m + mr - 1) / mr;
 }
 
-/* row tile t of op(A): its rows' k values, step by step (A^T's rows are those steps) */
-static void mg_pack_rows(const mg_pack_job* q, int64_t t) {
-    const mg_gemm_job* g = q->g;
-    int64_t mr = q->mr, p, r;
-    float* out = q->apack + t * mr * g->k;
-    for (r = 0; r < mr; r++) {
-        int64_t i = t * mr + r < g->m ? t * mr + r : g->m - 1;
-        if (g->ta)
-            for (p = 0; p < g->k; p++) out[p * mr + r] = g->a[p * g->m + i];
-        else
-            for (p = 0; p < g->k; p++) out[p * mr + r] = g->a[i * g->k + p];
-    }
-}
-
-static void mg_pack_items(void* ctx, int64_t lo, int64_t hi) {
-    const mg_pack_job* q = (const mg_pack_job*)ctx;
-    for (int64_t item = lo; item < hi; item++)
-        if (item < q->npanels)
-            mg_pack_panel(q, item);
-        else
-            mg_pack_rows(q, item - q->npanels);
-}
-
-/* Pack g's operands on its pool, in one run: op(B) (B stored (k, n), or (n, k) where tb) into
- * `panels` (mg_gemm_panels_floats; NULL: g's panels are packed already), and op(A) into `apack`
- * (mg_gemm_apack_floats; NULL: none), which g then reads (its panels and apack) */
-static inline void mg_gemm_pack(mg_gemm_job* g, int tb, const float* b, float* panels,
-                                float* apack) {
-    mg_pack_job q = {g, tb, b, panels, apack, 0, mg_panel_tile_for(g->panel).mr};
-    int64_t tiles = apack ? (g->m + q.mr - 1) / q.mr : 0;
-    q.npanels = panels ? (g->n + g->panel - 1) / g->panel : 0;
+/* Run g with its operands packed in the same run of the pool, each piece by the first work item
+ * that reads it: op(B) (B stored (k, n), or (n, k) where tb) into `panels`
+ * (mg_gemm_panels_floats; NULL: g's panels are packed already), op(A) into `apack`
+ * (mg_gemm_apack_floats; NULL: read where it lies); `ready`, mg_gemm_ready_ints ints, is
+ * scratch. One run instead of a packing run then the GEMM's: on a loaded machine each wakes
+ * threads that may wait for a core. */
+static inline void mg_gemm_pack_run(mg_gemm_job* g, int tb, const float* b, float* panels,
+                                    float* apack, int* ready) {
+    mg_pack_job q = {g, tb, b, panels, apack, (g->n + g->panel - 1) / g->panel,
+                     mg_panel_tile_for(g->panel).mr};
     if (panels) g->panels = panels;
     g->apack = apack;
-    if (q.npanels + tiles > 0 && g->m > 0 && g->n > 0)
-        g->pool(q.npanels + tiles, g->threads, mg_pack_items, &q);
+    if (!panels && !apack) {
+        mg_gemm_run(g, NULL, NULL);
+        return;
+    }
+    memset(ready, 0, (size_t)mg_gemm_ready_ints(g->m, g->n, g->panel) * sizeof(int));
+    mg_gemm_run(g, &q, ready);
 }
 
 #endif

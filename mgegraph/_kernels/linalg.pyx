@@ -7,9 +7,10 @@
 # by three groups of ``ndim`` ints: the batch shape, then the batch strides of a and of b, in
 # elements and 0 on broadcast batch dims, so broadcast operands are never materialised; the
 # output is contiguous (batch..., m, n). Float dtypes go to the BLAS in use (blas.pxd,
-# blas_select.py), but for float32 GEMMs the lowering marks ``tiles`` (on the gather tiles,
-# below; their workspace follows the outputs) and a float32 single row, which gemv_row.h's loops
-# stream faster; integer dtypes use a plain loop.
+# blas_select.py), but for float32 GEMMs the lowering marks ``tiles`` (on AVX-512 the gather
+# tiles, on AVX2 gemm_tile.h's panels, the C runtime's GEMM: below; their workspace follows the
+# outputs) and a float32 single row, which gemv_row.h's loops stream faster; integer dtypes use
+# a plain loop.
 #
 # Threads: ``threads`` (the lowering's, from the GEMM's FLOPs, or a gemv's bytes) is how many
 # column blocks of C a float GEMM is cut into when the BLAS in use is split by the kernels
@@ -424,9 +425,9 @@ cdef extern from "gemm_tile.h":
     int64_t mg_gemm_panels_floats(int64_t n, int64_t k, int64_t panel) noexcept nogil
     int mg_gemm_packs_a(int64_t n, int64_t panel) noexcept nogil
     int64_t mg_gemm_apack_floats(int64_t m, int64_t k, int64_t panel) noexcept nogil
-    void mg_gemm_pack(mg_gemm_job* g, int tb, const float* b, float* panels,
-                      float* apack) noexcept nogil
-    void mg_gemm_on_panels(const mg_gemm_job* g) noexcept nogil
+    int64_t mg_gemm_ready_ints(int64_t m, int64_t n, int64_t panel) noexcept nogil
+    void mg_gemm_pack_run(mg_gemm_job* g, int tb, const float* b, float* panels, float* apack,
+                          int* ready) noexcept nogil
 
 
 cdef inline Py_ssize_t panel_floats(Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
@@ -438,9 +439,10 @@ cdef inline Py_ssize_t panel_floats(Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
 
 def panels_bytes(Py_ssize_t m, Py_ssize_t n, Py_ssize_t k) -> int:
     """The workspace of a GEMM of C (m, n) over k on gemm_tile.h's panels (op(B) packed at
-    this CPU's width, and op(A) where the header packs it): the lowering sizes the panels
-    way's by it."""
-    return panel_floats(m, n, k, mg_gemm_panel(), True) * sizeof(float)
+    this CPU's width, op(A) where the header packs it, then the packing run's flags): the
+    lowering sizes the panels way's by it."""
+    cdef int64_t panel = mg_gemm_panel()
+    return (panel_floats(m, n, k, panel, True) + mg_gemm_ready_ints(m, n, panel)) * 4
 
 
 ctypedef struct PoolCall:  # a gemm_tile.h part run by parallel_for
@@ -480,7 +482,7 @@ cdef inline bint panel_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_
                                const float* a, const float* b, TileOut out, float* c, float* ws,
                                Py_ssize_t threads) noexcept nogil:
     # C = out(op(A) op(B)) on gemm_tile.h, op(B) (and where it pays op(A)) packed into ws
-    # (panel_floats of it); False, having done nothing,
+    # (panel_floats of it, then the packing's flags) in the same run; False, having done nothing,
     # where this CPU has no FMA (the caller takes the BLAS). linear's bias and activation are
     # the header's (activation.h: the ops' own rounding); addmm's row_out, through panel_out.
     cdef mg_gemm_job g
@@ -496,9 +498,9 @@ cdef inline bint panel_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_
         epilogue.out, epilogue.c, epilogue.n = out, c, n
         g.out, g.out_ctx = panel_out, &epilogue
     g.pool, g.threads = pool_run, threads
-    mg_gemm_pack(&g, tb, b, ws, ws + panel_floats(m, n, k, g.panel, False)
-                 if mg_gemm_packs_a(n, g.panel) else NULL)
-    mg_gemm_on_panels(&g)
+    mg_gemm_pack_run(&g, tb, b, ws, ws + panel_floats(m, n, k, g.panel, False)
+                     if mg_gemm_packs_a(n, g.panel) else NULL,
+                     <int*>(ws + panel_floats(m, n, k, g.panel, True)))
     return True
 
 

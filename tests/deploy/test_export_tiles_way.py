@@ -47,7 +47,7 @@ def gemms_plan(tiles_rule=None):
 
 
 def test_gemms_on_the_tiles_way_give_the_executors_bits_in_c(tmp_path):
-    forced = lambda dtype, m, n, k, tb, ta=False: lowering.tiles_apply(dtype, n, k)  # noqa: E731
+    forced = lambda dtype, m, n, k, tb, ta=False: lowering.tiles_apply(dtype, m, n, k)  # noqa: E731
     with threadpool_limits(2):
         plan, feeds = gemms_plan(forced)
     gemms = [i for i in plan.instructions if i.kernel in GEMMS]

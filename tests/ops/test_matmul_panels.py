@@ -21,7 +21,7 @@ RNG = np.random.default_rng(5)
 def panels_forced(monkeypatch):
     """Every float32 GEMM the panels apply to takes them, whatever the fitted rule says."""
     monkeypatch.setattr(lowering, "tiles_rule", lambda dtype, m, n, k, tb, ta=False:
-                        lowering.tiles_apply(dtype, n, k))
+                        lowering.tiles_apply(dtype, m, n, k))
 
 
 def compiled(fn, *arrays, optimize=0):
@@ -152,10 +152,32 @@ def test_nan_and_infinities_land_where_numpy_puts_them():
 @pytest.mark.parametrize("n,rows", [(130, 66), (40, 0)])
 def test_a_panels_plan_has_a_workspace_of_op_b_packed_and_op_a_where_it_pays(n, rows):
     # op(B) in panels of 16 (9 of them for 130 columns, 3 for 40); op(A) in row tiles of 6
-    # (64 rows take 11 tiles, 66 rows) where 4 panels or more read it
+    # (64 rows take 11 tiles, 66 rows) where 4 panels or more read it; then a flag for each
+    # panel and row tile, marking it packed
     a = RNG.standard_normal((64, 80)).astype(np.float32)
     b = RNG.standard_normal((80, n)).astype(np.float32)
     plan = compiled(F.matmul, a, b)
     (ins,) = [i for i in plan.instructions if i.op == "matmul"]
-    want = 80 * (-(-n // 16) * 16 + rows) * 4
+    panels = -(-n // 16)
+    want = 80 * (panels * 16 + rows) * 4 + (panels + 11) * 4
     assert plan.slots[ins.workspace].type.nbytes == KL.panels_bytes(64, n, 80) == want
+
+
+def test_the_panels_apply_while_their_workspace_is_bounded():
+    f32 = np.dtype(np.float32)
+    assert lowering.tiles_apply(f32, 64, 1024, 1024)
+    assert not lowering.tiles_apply(f32, 4096, 1024, 1024)  # 16 MiB of A packed, and B's 4
+    assert not lowering.tiles_apply(f32, 64, 1024, 0)       # k = 0: zeros, the BLAS's way
+    assert not lowering.tiles_apply(np.dtype(np.float64), 64, 1024, 1024)
+
+
+def test_the_rule_takes_few_transposed_rows_and_short_ks(monkeypatch):
+    monkeypatch.undo()  # the fitted rule, not the forced one
+    f32 = np.dtype(np.float32)
+    assert lowering.tiles_rule(f32, 10, 1024, 128, False, transpose_a=True)  # a weight gradient
+    assert lowering.tiles_rule(f32, 4, 1024, 784, True)    # nn.Linear at batch 4
+    assert lowering.tiles_rule(f32, 128, 1024, 10, False)  # an input gradient through 10
+    assert not lowering.tiles_rule(f32, 17, 1024, 784, True)
+    assert not lowering.tiles_rule(f32, 4, 10, 1024, True)  # a few columns: OpenBLAS
+    assert not lowering.tiles_rule(f32, 128, 1024, 1024, False)  # OpenBLAS's own kernel is faster
+    assert not lowering.tiles_rule(f32, 1, 1024, 10, True)  # a single row: the GEMV

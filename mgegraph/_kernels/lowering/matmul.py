@@ -1,6 +1,7 @@
 """CPU lowerings of matmul, linear and addmm: the shared parameter blocks (mgegraph/kernel_abi/
-matmul.py) with the CPU's choices for each product (threads, the gather tiles, a single row's
-split of k, their workspace), once _kernels/linalg.pyx is checked to read those blocks."""
+matmul.py) with the CPU's choices for each product (threads, the tiles: the gather tiles on
+AVX-512, gemm_tile.h's panels on AVX2; a single row's split of k, their workspace), once
+_kernels/linalg.pyx is checked to read those blocks."""
 from __future__ import annotations
 
 import numpy as np
@@ -65,13 +66,18 @@ TILE_COLUMNS = 64  # a packed block of op(B): each thread's workspace holds one
 #   a stored A^T of few rows (the weight gradient of a narrow layer): (10, 1024, 128) 0.60
 #     (0.76); (10, 128, 32) 0.89 (0.91)
 #   a short k (the input gradient through a narrow layer): (128, 1024, 10) 0.82 (0.81)
+#   but not on a few columns: (4, 10, 1024) B^T 1.13 (1.19); (16, 10, 1024) B^T 1.09 (1.14)
 #   but OpenBLAS's own kernel is faster on the large GEMMs: (128, 1024, 784) B^T 1.06 (1.04);
 #     (128, 1024, 1024) 1.01-1.16 (1.23); (1024, 784, 128) A^T 1.11 (0.98); (32, 1000, 512) B^T
 #     1.10 (1.16); (288, 1024, 64), the U-Net's transposed convolution, 0.94 (1.14); and on x @ w
 #     of 2-16 rows it varies run to run, 0.84-1.31.
 # Earlier rounds at load 3-6 (medians of 10 ms blocks, and by CPU time) agreed where the rule
-# takes the panels and varied most on the x @ w of few rows, which it leaves to OpenBLAS.
+# takes the panels and varied most on the x @ w of few rows, which it leaves to OpenBLAS. At two
+# threads and load 8-11 the medians are the scheduler's (a woken thread waits for a core): the
+# panels, packing in the GEMM's one run of the threads, 0.51-0.86 of OpenBLAS's on the B^T of
+# few rows above, 0.72 on (10, 1024, 128) A^T, 0.98 on (128, 1024, 10).
 PANELS_MAX_ROWS_T = 16  # a transposed operand's product of at most this many rows
+PANELS_MIN_COLUMNS = 64  # ... and at least this many columns
 PANELS_MAX_K = 16       # a product over at most this many steps of k
 PANELS_MAX_BYTES = 16 << 20  # op(B) and op(A) packed: the workspace of a GEMM on the panels
 
@@ -83,13 +89,14 @@ def tiles_isa() -> str | None:
     return widest if widest in ("avx512", "avx2") else None
 
 
-def tiles_apply(dtype, n, k) -> bool:
-    """Whether the tiles compute a float32 GEMM of n columns over k: 0 < k <= TILE_MAX_K on
-    AVX-512; on AVX2 while op(B)'s panels (its workspace) take at most PANELS_MAX_BYTES."""
+def tiles_apply(dtype, m, n, k) -> bool:
+    """Whether the tiles compute a float32 GEMM of C (m, n) over k: 0 < k <= TILE_MAX_K on
+    AVX-512; on AVX2 while op(B) and op(A) packed (its workspace) take at most
+    PANELS_MAX_BYTES."""
     if np.dtype(dtype) != np.float32 or not 0 < k <= TILE_MAX_K:
         return False
     isa = tiles_isa()
-    return isa == "avx512" or isa == "avx2" and K.panels_bytes(1, n, k) <= PANELS_MAX_BYTES
+    return isa == "avx512" or isa == "avx2" and K.panels_bytes(m, n, k) <= PANELS_MAX_BYTES
 
 
 def tiles_rule(dtype, m, n, k, transpose_b, transpose_a=False) -> bool:
@@ -97,7 +104,7 @@ def tiles_rule(dtype, m, n, k, transpose_b, transpose_a=False) -> bool:
     gather tiles) at least TILE_MIN_COLUMNS columns and TILE_MIN_ROWS rows (TILE_MIN_ROWS_BT
     when B is stored transposed), and k at most TILE_MAX_K_AT when A is stored transposed; on
     AVX2 (the panels) panels_rule's."""
-    if not tiles_apply(dtype, n, k):
+    if not tiles_apply(dtype, m, n, k):
         return False
     if tiles_isa() == "avx2":
         return panels_rule(m, n, k, transpose_b, transpose_a)
@@ -107,8 +114,10 @@ def tiles_rule(dtype, m, n, k, transpose_b, transpose_a=False) -> bool:
 
 def panels_rule(m, n, k, transpose_b, transpose_a) -> bool:
     """Whether a float32 GEMM on AVX2 goes to gemm_tile.h's panels (a single row is the
-    GEMV's): a stored A^T or B^T of at most PANELS_MAX_ROWS_T rows, or k at most PANELS_MAX_K."""
-    few_rows = (transpose_a or transpose_b) and m <= PANELS_MAX_ROWS_T
+    GEMV's): a stored A^T or B^T of at most PANELS_MAX_ROWS_T rows and at least
+    PANELS_MIN_COLUMNS columns, or k at most PANELS_MAX_K."""
+    few_rows = (transpose_a or transpose_b) and m <= PANELS_MAX_ROWS_T \
+        and n >= PANELS_MIN_COLUMNS
     return m >= 2 and (few_rows or k <= PANELS_MAX_K)
 
 
@@ -159,13 +168,13 @@ def _gemm(dtype, m, n, k, threads, tiles, split) -> Gemm:
 def cpu_gemms(dtype, m: int, n: int, k: int, transpose_b: bool,
               transpose_a: bool = False) -> tuple[Gemm, ...]:
     """Every way the CPU runs the product (the measured choice's candidates): the BLAS and,
-    for float32 on AVX-512 with k up to TILE_MAX_K, the gather tiles, on each of
-    thread_choices and the rules' count; a single row times a stored B also split over k.
-    Integers have one way. (``transpose_a`` is the rule's: the tiles stay a candidate for a
-    stored A^T, the measurement decides.)"""
+    for float32 where tiles_apply (the gather tiles on AVX-512, the panels on AVX2), the tiles,
+    on each of thread_choices and the rules' count; a single row times a stored B also split
+    over k. Integers have one way. (``transpose_a`` is the rule's: the tiles stay a candidate
+    for a stored A^T, the measurement decides.)"""
     if dtype not in FLOAT_DTYPES:
         return (cpu_gemm(dtype, m, n, k, transpose_b),)
-    tiles = (False, True) if tiles_apply(dtype, n, k) else (False,)
+    tiles = (False, True) if tiles_apply(dtype, m, n, k) else (False,)
     ways = []
     for threads in sorted({*thread_choices(2 * m * n * k), gemm_threads(dtype, m, n, k)}):
         splits = (False, True) if gemv_split(dtype, m, n, k, transpose_b, threads) else (False,)

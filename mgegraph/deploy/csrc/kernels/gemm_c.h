@@ -37,23 +37,27 @@ static inline int mgr_gemm_packed_run(mg_gemm_job* g, int tb, const float* b) {
     if (mg_gemm_packs_a(g->n, g->panel)) rows = mg_gemm_apack_floats(g->m, g->k, g->panel);
     g->pool = mgr_parallel_for_upto;
     g->threads = mg_gemm_threads(g->m, g->n, g->k, 4, mgr_run_threads());
+    /* the floats, then the run's flags (int, as wide as a float) */
+    int64_t words = panels + rows + (panels + rows > 0 ? mg_gemm_ready_ints(g->m, g->n, g->panel)
+                                                         : 0);
     float* memory = NULL;
-    if (panels + rows > 0 && !(memory = (float*)malloc((size_t)(panels + rows) * sizeof(float))))
+    if (words > 0 && !(memory = (float*)malloc((size_t)words * sizeof(float))))
         return MGR_KERNEL_OUT_OF_MEMORY;
-    mg_gemm_pack(g, tb, b, b ? memory : NULL, rows ? memory + panels : NULL);
-    mg_gemm_on_panels(g);
+    mg_gemm_pack_run(g, tb, b, b ? memory : NULL, rows ? memory + panels : NULL,
+                     (int*)(memory + panels + rows));
     free(memory);
     return MGR_KERNEL_OK;
 }
 
-/* A single row times op(B): gemv_row.h's loops, the Python executor's for a float32 row (linalg.pyx),
- * reading B where it lies, once, where the tiles would pack all of it first (mlp-infer at batch 1:
- * 7 MiB of weights copied per call). On the threads its bytes pay for (grain.h: the executor's
- * plan gives it the same count), split as linalg.pyx splits it: a stored B (k, n) by parts of k
- * where the plan gave the parts' sums a workspace (matmul's gemv_split: each thread reads whole
- * rows of B, contiguous bytes), else the columns in blocks of MGR_GEMV_COLS (linalg.pyx's
- * BLOCK_COLUMNS). Each column's sum runs in the same order whatever range or part holds it
- * (gemv_row.h), so any split gives the bits of one call, and those of the Python executor's. */
+/* A single row times op(B): gemv_row.h's loops, the Python executor's for a float32 row
+ * (linalg.pyx), reading B where it lies, once, where the tiles would pack all of it first
+ * (mlp-infer at batch 1: 7 MiB of weights copied per call). On the threads its bytes pay for
+ * (grain.h: the executor's plan gives it the same count), split as linalg.pyx splits it: a
+ * stored B (k, n) by parts of k where the plan gave the parts' sums a workspace (matmul's
+ * gemv_split: each thread reads whole rows of B, contiguous bytes), else the columns in blocks
+ * of MGR_GEMV_COLS (linalg.pyx's BLOCK_COLUMNS). Each column's sum runs in the same order
+ * whatever range or part holds it (gemv_row.h), so any split gives the bits of one call, and
+ * those of the Python executor's. */
 #define MGR_GEMV_COLS 16
 
 typedef struct {
