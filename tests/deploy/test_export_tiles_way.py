@@ -22,21 +22,23 @@ GEMMS = ("matmul_f32", "linear_f32")
 
 def gemms_plan(tiles_rule=None):
     """linear (weight, bias, relu) -> matmul by a weight -> matmul by an input -> a transposed
-    A's product and a batched product of two inputs: the plan (on ``tiles_rule``, else the
-    fitted rule) and its feeds."""
+    A's product of 12 rows and a batched product over k = 12 (both of which the fitted AVX2
+    rule takes), each of two inputs (a product's bits are the executor's only where its
+    operands' are): the plan (on ``tiles_rule``, else the fitted rule) and its feeds."""
     rng = np.random.default_rng(8)
     feeds = {"x": rng.standard_normal((37, 300), dtype=np.float32),
-             "y": rng.standard_normal((45, 29), dtype=np.float32),
-             "z": rng.standard_normal((37, 23), dtype=np.float32),
-             "p": rng.standard_normal((3, 9, 20), dtype=np.float32),
-             "q": rng.standard_normal((3, 20, 33), dtype=np.float32)}
+             "y": rng.standard_normal((45, 70), dtype=np.float32),
+             "z": rng.standard_normal((37, 12), dtype=np.float32),
+             "u": rng.standard_normal((37, 70), dtype=np.float32),
+             "p": rng.standard_normal((3, 9, 12), dtype=np.float32),
+             "q": rng.standard_normal((3, 12, 33), dtype=np.float32)}
     g = mg.Graph()
-    x, y, z, p, q = (g.input(name, v.shape, "float32") for name, v in feeds.items())
+    x, y, z, u, p, q = (g.input(name, v.shape, "float32") for name, v in feeds.items())
     w1 = g.param("w1", rng.standard_normal((70, 300), dtype=np.float32) * 0.1)
     b1 = g.param("b1", rng.standard_normal(70, dtype=np.float32))
     w2 = g.param("w2", rng.standard_normal((70, 45), dtype=np.float32))
-    h = F.relu(F.linear(x, w1, b1)) @ w2 @ y       # (37, 29)
-    outs = [h, F.matmul(z, h, transpose_a=True), F.matmul(p, q)]
+    h = F.relu(F.linear(x, w1, b1)) @ w2 @ y       # (37, 70)
+    outs = [h, F.matmul(z, u, transpose_a=True), F.matmul(p, q)]
     rule = lowering.tiles_rule
     if tiles_rule is not None:
         lowering.tiles_rule = tiles_rule
@@ -75,6 +77,7 @@ def test_the_fitted_rule_plans_are_the_executors_bits_where_the_rule_takes_the_t
     done, got = model_run(exported.directory, feeds, exported.input_names)
     assert done.returncode == 0, done.stderr
     on_tiles = {i.outputs[0] for i in plan.instructions if i.kernel in GEMMS and i.ints[6]}
+    assert len(on_tiles) >= (2 if lowering.tiles_isa() == "avx2" else 0)
     for slot, c_out, executor in zip(plan.outputs, got, want):
         if slot in on_tiles:
             np.testing.assert_array_equal(bits(c_out), bits(executor))
