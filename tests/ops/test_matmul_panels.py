@@ -171,13 +171,13 @@ def test_the_panels_apply_while_their_workspace_is_bounded():
     assert not lowering.tiles_apply(np.dtype(np.float64), 64, 1024, 1024)
 
 
-def test_the_rule_takes_few_transposed_rows_and_short_ks(monkeypatch):
+def test_the_rule_takes_a_few_rows_of_a_transposed_a_and_short_ks(monkeypatch):
     monkeypatch.undo()  # the fitted rule, not the forced one
     f32 = np.dtype(np.float32)
     assert lowering.tiles_rule(f32, 10, 1024, 128, False, transpose_a=True)  # a weight gradient
-    assert lowering.tiles_rule(f32, 4, 1024, 784, True)    # nn.Linear at batch 4
     assert lowering.tiles_rule(f32, 128, 1024, 10, False)  # an input gradient through 10
-    assert not lowering.tiles_rule(f32, 17, 1024, 784, True)
-    assert not lowering.tiles_rule(f32, 4, 10, 1024, True)  # a few columns: OpenBLAS
+    assert not lowering.tiles_rule(f32, 17, 1024, 128, False, transpose_a=True)
+    assert not lowering.tiles_rule(f32, 10, 63, 128, False, transpose_a=True)  # a few columns
+    assert not lowering.tiles_rule(f32, 4, 1024, 784, True)  # nn.Linear at batch 4: OpenBLAS
     assert not lowering.tiles_rule(f32, 128, 1024, 1024, False)  # OpenBLAS's own kernel is faster
     assert not lowering.tiles_rule(f32, 1, 1024, 10, True)  # a single row: the GEMV

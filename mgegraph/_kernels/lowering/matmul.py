@@ -58,27 +58,26 @@ TILE_MAX_K_AT = 256  # a batch's rows: MLP-train's (1024, 1024, 128) A^T stays o
 TILE_COLUMNS = 64  # a packed block of op(B): each thread's workspace holds one
 
 # AVX2 (FMA, no AVX-512): gemm_tile.h's panels, the C runtime's GEMM, against OpenBLAS. On the
-# 2-core AMD EPYC (Zen 3), one thread, load average 4-6 (other jobs), one-GEMM plans called
-# 100 times each way interleaved (benchmarks/gemm_tiles.py), panels / OpenBLAS by the fastest
-# calls (then by medians):
-#   a stored B^T of few rows (nn.Linear at a small batch): (4, 1024, 784) 0.78 (0.90);
-#     (4, 1024, 1024) 0.89 (1.00); (16, 1024, 784) 0.96 (0.98); (8, 1000, 512) 0.86 (1.05)
-#   a stored A^T of few rows (the weight gradient of a narrow layer): (10, 1024, 128) 0.60
-#     (0.76); (10, 128, 32) 0.89 (0.91)
-#   a short k (the input gradient through a narrow layer): (128, 1024, 10) 0.82 (0.81)
-#   but not on a few columns: (4, 10, 1024) B^T 1.13 (1.19); (16, 10, 1024) B^T 1.09 (1.14)
-#   but OpenBLAS's own kernel is faster on the large GEMMs: (128, 1024, 784) B^T 1.06 (1.04);
-#     (128, 1024, 1024) 1.01-1.16 (1.23); (1024, 784, 128) A^T 1.11 (0.98); (32, 1000, 512) B^T
-#     1.10 (1.16); (288, 1024, 64), the U-Net's transposed convolution, 0.94 (1.14); and on x @ w
-#     of 2-16 rows it varies run to run, 0.84-1.31.
+# 2-core AMD EPYC (Zen 3), load average 4-11 (other jobs), one-GEMM plans called 100-200 times
+# each way interleaved (benchmarks/gemm_tiles.py), panels / OpenBLAS by the fastest calls (then
+# by medians), one thread / two:
+#   a stored A^T of few rows (the weight gradient of a narrow layer): (10, 1024, 128) 0.60-0.62
+#     (0.69-0.76) / 0.62 (0.73); (10, 128, 32) 0.89-0.92 (0.91-0.92) / 0.88 (0.93)
+#   a short k (the input gradient through a narrow layer): (128, 1024, 10) 0.82-0.90 (0.81-1.15)
+#     / 0.88-0.90 (0.98-1.15); (32, 128, 10) 0.97-1.04 (1.03-1.05) / 1.02 (1.04)
+#   but a stored B^T of few rows (nn.Linear at a small batch) varies with the threads: (4, 1024,
+#     784) 0.78-0.91 (0.90-1.04) / 1.04-1.22 (0.68-2.25); (16, 1024, 1024) 0.95-1.22 (1.07-1.18)
+#     / 1.00-1.41 (0.86-2.42); and on a few columns 1.09-1.20: (4, 10, 1024) B^T
+#   and OpenBLAS's own kernel is faster on the large GEMMs: (128, 1024, 784) B^T 1.04-1.06;
+#     (128, 1024, 1024) 1.01-1.16 (1.23); (1024, 784, 128) A^T 1.05-1.11 (0.98-1.03); (32,
+#     1000, 512) B^T 1.08-1.10; (288, 1024, 64), the U-Net's transposed convolution, 0.94-0.96
+#     (1.14-1.21); and on x @ w of 2-16 rows it varies run to run, 0.84-1.31.
 # Earlier rounds at load 3-6 (medians of 10 ms blocks, and by CPU time) agreed where the rule
-# takes the panels and varied most on the x @ w of few rows, which it leaves to OpenBLAS. At two
-# threads and load 8-11 the medians are the scheduler's (a woken thread waits for a core): the
-# panels, packing in the GEMM's one run of the threads, 0.51-0.86 of OpenBLAS's on the B^T of
-# few rows above, 0.72 on (10, 1024, 128) A^T, 0.98 on (128, 1024, 10).
-PANELS_MAX_ROWS_T = 16  # a transposed operand's product of at most this many rows
+# takes the panels. At two threads the medians are mostly the scheduler's (a woken thread waits
+# for a core), which is why the panels pack in the GEMM's one run of the threads.
+PANELS_MAX_ROWS_AT = 16  # a stored A^T's product of at most this many rows
 PANELS_MIN_COLUMNS = 64  # ... and at least this many columns
-PANELS_MAX_K = 16       # a product over at most this many steps of k
+PANELS_MAX_K = 16        # a product over at most this many steps of k
 PANELS_MAX_BYTES = 16 << 20  # op(B) and op(A) packed: the workspace of a GEMM on the panels
 
 
@@ -114,10 +113,9 @@ def tiles_rule(dtype, m, n, k, transpose_b, transpose_a=False) -> bool:
 
 def panels_rule(m, n, k, transpose_b, transpose_a) -> bool:
     """Whether a float32 GEMM on AVX2 goes to gemm_tile.h's panels (a single row is the
-    GEMV's): a stored A^T or B^T of at most PANELS_MAX_ROWS_T rows and at least
-    PANELS_MIN_COLUMNS columns, or k at most PANELS_MAX_K."""
-    few_rows = (transpose_a or transpose_b) and m <= PANELS_MAX_ROWS_T \
-        and n >= PANELS_MIN_COLUMNS
+    GEMV's): a stored A^T of at most PANELS_MAX_ROWS_AT rows and at least PANELS_MIN_COLUMNS
+    columns, or k at most PANELS_MAX_K."""
+    few_rows = transpose_a and m <= PANELS_MAX_ROWS_AT and n >= PANELS_MIN_COLUMNS
     return m >= 2 and (few_rows or k <= PANELS_MAX_K)
 
 
