@@ -4,10 +4,11 @@
     python benchmarks/c_gemm.py --baseline /work/main        # and the C GEMM of another checkout
     python benchmarks/c_gemm.py --shapes 128x1024x1024 --threads 2 --runs 20
 
-The C runtime's GEMM (``deploy/csrc/kernels/gemm_fma.h``) is built with the runtime's thread
-pool into a small shared library (``-O3 -ffp-contract=fast``, as an export builds it) and called
-through ctypes: ``mgr_gemm`` packs op(B) on each call, as a product of two activations does;
-"packed" runs on op(B) packed beforehand, as the exporter packs a weight. It is timed against
+The C runtime's GEMM (``_kernels/gemm_tile.h`` through ``deploy/csrc/kernels/gemm_c.h``) is
+built with the runtime's thread pool into a small shared library (``-O3 -ffp-contract=fast``, as
+an export builds it) and called through ctypes: ``mgr_gemm`` packs op(B) on each call, as a
+product of two activations does; "packed" runs on op(B) packed beforehand, as the exporter packs
+a weight. It is timed against
 ``np.matmul`` (SciPy's or NumPy's OpenBLAS, its threads set by threadpoolctl), call by call
 interleaved (A, B, C, A, B, C, ...), and prints medians with GFLOP/s: on a loaded machine the
 ratios between rows, not the times, are what hold. Each shape is ``MxNxK`` (C = A B, A (M, K),
@@ -33,35 +34,47 @@ SHAPES = ("128x1024x784", "128x1024x1024", "128x10x1024", "128x1024x1024t", "32x
 
 SHIM = r"""
 #include "mgr_kernel.h"
-#include "gemm_fma.h"
+#include GEMM_HEADER
 void bench_threads(int t) { mgr_set_run_threads(t); }
 int bench_gemm(int tb, int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c)
 {
-#ifdef MGR_GEMM_INLINE /* a gemm_fma.h whose mgr_gemm takes a single row's workspace (none here) */
+#ifdef MGR_GEMM_INLINE /* a GEMM whose mgr_gemm takes a single row's workspace (none here) */
     return mgr_gemm(0, tb, m, n, k, a, b, c, NULL);
 #else
     return mgr_gemm(0, tb, m, n, k, a, b, c);
 #endif
 }
-#ifdef PANELS
-int64_t bench_panel(void) { return mgr_gemm_panel(); }
+#if PANELS
+int64_t bench_panel(void) { return mg_gemm_panel(); }
 void bench_packed(int64_t m, int64_t n, int64_t k, const float* a, const float* panels,
                   int64_t panel, float* c) {
+#if PANELS == 2 /* _kernels/gemm_tile.h through gemm_c.h */
+    mg_gemm_job g = {0, m, n, k, panel, a, panels, c, NULL, 0};
+    mgr_gemm_packed_run(&g, 0, NULL);
+#else /* csrc/kernels/gemm_fma.h */
     mgr_gemm_job g = {0, m, n, k, panel, a, panels, c, NULL, 0};
     mgr_gemm_on_panels(&g);
+#endif
 }
 #endif
 """
 
 
 def build(root: Path, folder: Path) -> ctypes.CDLL:
-    """The GEMM of the mgegraph at ``root`` with its thread pool, as a shared library."""
+    """The GEMM of the mgegraph at ``root`` with its thread pool, as a shared library: the
+    shared header ``_kernels/gemm_tile.h`` through ``csrc/kernels/gemm_c.h``, or in checkouts
+    from before it ``csrc/kernels/gemm_fma.h`` (with or without its panels)."""
     csrc, shared = root / "mgegraph/deploy/csrc", root / "mgegraph/_kernels"
-    panels = "mgr_gemm_on_panels" in (csrc / "kernels/gemm_fma.h").read_text()
-    (folder / "shim.c").write_text(SHIM)
+    if (csrc / "kernels/gemm_c.h").exists():
+        header, panels = "gemm_c.h", 2
+    else:
+        header = "gemm_fma.h"
+        panels = int("mgr_gemm_on_panels" in (csrc / "kernels/gemm_fma.h").read_text())
+    (folder / "shim.c").write_text(SHIM.replace("mg_gemm_panel()", "mgr_gemm_panel()")
+                                   if panels == 1 else SHIM)
     library = folder / "libgemm.so"
     subprocess.run(["cc", "-O3", "-std=gnu11", "-ffp-contract=fast", "-fPIC", "-shared",
-                    "-pthread", *(["-DPANELS"] if panels else []), f"-I{csrc}",
+                    "-pthread", f"-DPANELS={panels}", f'-DGEMM_HEADER="{header}"', f"-I{csrc}",
                     f"-I{csrc}/kernels", f"-I{shared}", "-o", str(library),
                     str(folder / "shim.c"), str(csrc / "mgr_threads.c")], check=True)
     lib = ctypes.CDLL(str(library))

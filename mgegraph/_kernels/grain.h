@@ -1,6 +1,6 @@
 /* How many threads a piece of work pays for: the one rule of the Python executor (parallel.pyx's
  * threads_for and gemm_threads, which the lowerings pack into each parameter block) and of the
- * C runtime (deploy/csrc/kernels/gemm_fma.h, which decides when it runs, at its model's thread
+ * C runtime (deploy/csrc/kernels/gemm_c.h, which decides when it runs, at its model's thread
  * count), read by both from here so that a GEMV the executor keeps on one thread does not wake a
  * second one in C.
  *

@@ -7,9 +7,10 @@
 # by three groups of ``ndim`` ints: the batch shape, then the batch strides of a and of b, in
 # elements and 0 on broadcast batch dims, so broadcast operands are never materialised; the
 # output is contiguous (batch..., m, n). Float dtypes go to the BLAS in use (blas.pxd,
-# blas_select.py), but for float32 GEMMs the lowering marks ``tiles`` (on the gather tiles,
-# below; their workspace follows the outputs) and a float32 single row, which gemv_row.h's loops
-# stream faster; integer dtypes use a plain loop.
+# blas_select.py), but for float32 GEMMs the lowering marks ``tiles`` (on AVX-512 the gather
+# tiles, on AVX2 gemm_tile.h's panels, the C runtime's GEMM: below; their workspace follows the
+# outputs) and a float32 single row, which gemv_row.h's loops stream faster; integer dtypes use
+# a plain loop.
 #
 # Threads: ``threads`` (the lowering's, from the GEMM's FLOPs, or a gemv's bytes) is how many
 # column blocks of C a float GEMM is cut into when the BLAS in use is split by the kernels
@@ -395,6 +396,124 @@ cdef inline bint tile_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_s
     return True
 
 
+# -- float32 GEMMs on gemm_tile.h's panels ------------------------------------------------------
+# Where the lowering sets ``tiles`` on an FMA CPU without AVX-512 (AVX2), a GEMM runs on the C
+# runtime's GEMM (gemm_tile.h: op(B) packed into panels of 16 columns in the workspace, then 6 x
+# 16 register tiles over k in L1-sized blocks), with the plan's threads behind its pool seam
+# (pool_run). Each element of C is its FMAs over k in order, as on the gather tiles above, so
+# every CPU with the FMA gives the same bits, and an export to C gives the executor's.
+cdef extern from "gemm_tile.h":
+    ctypedef void (*mg_gemm_part_fn)(void* ctx, int64_t lo, int64_t hi) noexcept nogil
+    ctypedef void (*mg_gemm_pool_fn)(int64_t n, int64_t most, mg_gemm_part_fn part,
+                                     void* ctx) noexcept nogil
+    ctypedef void (*mg_gemm_out_fn)(const void* ctx, const float* sums, int64_t ld, int64_t r0,
+                                    int64_t rows, int64_t j0, int64_t cols) noexcept nogil
+    ctypedef struct mg_gemm_job:
+        int ta
+        int64_t m, n, k, panel
+        const float* a
+        const float* panels
+        float* c
+        const float* bias
+        int act
+        mg_gemm_out_fn out
+        const void* out_ctx
+        mg_gemm_pool_fn pool
+        int64_t threads
+        const float* apack
+    int64_t mg_gemm_panel() noexcept nogil
+    int64_t mg_gemm_panels_floats(int64_t n, int64_t k, int64_t panel) noexcept nogil
+    int mg_gemm_packs_a(int64_t n, int64_t panel) noexcept nogil
+    int64_t mg_gemm_apack_floats(int64_t m, int64_t k, int64_t panel) noexcept nogil
+    int64_t mg_gemm_ready_ints(int64_t m, int64_t n, int64_t panel) noexcept nogil
+    void mg_gemm_pack_run(mg_gemm_job* g, int tb, const float* b, float* panels, float* apack,
+                          int* ready) noexcept nogil
+
+
+cdef inline Py_ssize_t panel_floats(Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
+                                    int64_t panel, bint rows) noexcept nogil:
+    # op(B)'s panels, then (rows) op(A)'s row tiles where gemm_tile.h packs them
+    return mg_gemm_panels_floats(n, k, panel) + (
+        mg_gemm_apack_floats(m, k, panel) if rows and mg_gemm_packs_a(n, panel) else 0)
+
+
+def panels_bytes(Py_ssize_t m, Py_ssize_t n, Py_ssize_t k) -> int:
+    """The workspace of a GEMM of C (m, n) over k on gemm_tile.h's panels (op(B) packed at
+    this CPU's width, op(A) where the header packs it, then the packing run's flags): the
+    lowering sizes the panels way's by it."""
+    cdef int64_t panel = mg_gemm_panel()
+    return (panel_floats(m, n, k, panel, True) + mg_gemm_ready_ints(m, n, panel)) * 4
+
+
+ctypedef struct PoolCall:  # a gemm_tile.h part run by parallel_for
+    mg_gemm_part_fn part
+    void* ctx
+
+
+cdef int pool_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef const PoolCall* p = <const PoolCall*>ctx
+    p.part(p.ctx, lo, hi)
+    return KERNEL_OK
+
+
+cdef void pool_run(int64_t n, int64_t most, mg_gemm_part_fn part, void* ctx) noexcept nogil:
+    # gemm_tile.h's seam: its parts on at most `most` of the executor's threads
+    cdef PoolCall p
+    p.part, p.ctx = part, ctx
+    parallel_for(most, n, pool_part, &p)
+
+
+ctypedef struct PanelOut:  # addmm's epilogue (row_out) of a tile's sums, C's rows n apart
+    TileOut out
+    float* c
+    Py_ssize_t n
+
+
+cdef void panel_out(const void* ctx, const float* sums, int64_t ld, int64_t r0, int64_t rows,
+                    int64_t j0, int64_t cols) noexcept nogil:
+    cdef const PanelOut* o = <const PanelOut*>ctx
+    cdef Py_ssize_t r, at
+    for r in range(rows):
+        at = (r0 + r) * o.n + j0
+        row_out(&o.out, sums + r * ld, cols, o.c + at, at, j0)
+
+
+cdef inline bint panel_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
+                               const float* a, const float* b, TileOut out, float* c, float* ws,
+                               Py_ssize_t threads) noexcept nogil:
+    # C = out(op(A) op(B)) on gemm_tile.h, op(B) (and where it pays op(A)) packed into ws
+    # (panel_floats of it, then the packing's flags) in the same run; False, having done nothing,
+    # where this CPU has no FMA (the caller takes the BLAS). linear's bias and activation are
+    # the header's (activation.h: the ops' own rounding); addmm's row_out, through panel_out.
+    cdef mg_gemm_job g
+    cdef PanelOut epilogue
+    if not cpu_isa_ok(1):
+        return False
+    if m == 0 or n == 0:
+        return True
+    g.panel = mg_gemm_panel()
+    g.ta, g.m, g.n, g.k, g.a, g.c = ta, m, n, k, a, c
+    g.bias, g.act, g.out, g.out_ctx = out.bias, <int>out.act, NULL, NULL
+    if out.addend != NULL:
+        epilogue.out, epilogue.c, epilogue.n = out, c, n
+        g.out, g.out_ctx = panel_out, &epilogue
+    g.pool, g.threads = pool_run, threads
+    mg_gemm_pack_run(&g, tb, b, ws, ws + panel_floats(m, n, k, g.panel, False)
+                     if mg_gemm_packs_a(n, g.panel) else NULL,
+                     <int*>(ws + panel_floats(m, n, k, g.panel, True)))
+    return True
+
+
+cdef inline bint tiles_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
+                               const float* a, const float* b, TileOut out, float* c, float* ws,
+                               Py_ssize_t threads) noexcept nogil:
+    # the "tiles" way: the gather tiles on AVX-512, else gemm_tile.h's panels (the lowering
+    # sized the workspace for the one this CPU runs: lowering/matmul.py's tiles_workspace)
+    if cpu_isa_ok(TILE_ISA):
+        return tile_product(ta, tb, m, n, k, a, b, out, c, ws, threads)
+    return panel_product(ta, tb, m, n, k, a, b, out, c, ws, threads)
+
+
 # -- kernels --------------------------------------------------------------------------------------
 cdef inline int matmul_impl(const num_t* a, const num_t* b, num_t* c, void* ws,
                             const Call* call) noexcept nogil:
@@ -412,7 +531,7 @@ cdef inline int matmul_impl(const num_t* a, const num_t* b, num_t* c, void* ws,
     for r in range(rows):
         for i in range(inner):
             if num_t is float:
-                if s.tiles and tile_product(ta, tb, m, n, k, a + o.offset[0] + i * sa,
+                if s.tiles and tiles_product(ta, tb, m, n, k, a + o.offset[0] + i * sa,
                                             b + o.offset[1] + i * sb, PLAIN, c, <float*>ws,
                                             s.threads):
                     c += m * n
@@ -435,7 +554,7 @@ cdef inline int linear_impl(const floating* x, const floating* w, const floating
     cdef TileOut out = PLAIN
     if floating is float:
         out.bias, out.act = bias, act
-        if s.tiles and tile_product(False, True, m, n, k, x, w, out, y, <float*>ws, s.threads):
+        if s.tiles and tiles_product(False, True, m, n, k, x, w, out, y, <float*>ws, s.threads):
             return KERNEL_OK
     float_product(False, True, m, n, k, 1, x, w, 0, y, s.threads, NULL)
     for i in range(m):
@@ -463,7 +582,7 @@ cdef inline int addmm_impl(const floating* c, const floating* a, const floating*
     cdef TileOut epilogue = PLAIN
     if floating is float:
         epilogue.addend, epilogue.scale, epilogue.alpha = c, scale, alpha
-        if s.tiles and tile_product(s.transpose_a != 0, s.transpose_b != 0, s.m, s.n, s.k, a, b,
+        if s.tiles and tiles_product(s.transpose_a != 0, s.transpose_b != 0, s.m, s.n, s.k, a, b,
                                     epilogue, out, <float*>ws, s.threads):
             return KERNEL_OK
     if scale != NULL:

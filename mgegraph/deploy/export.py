@@ -271,7 +271,7 @@ def _fixed_weight(plan: Plan, index: int, written) -> bool:
 
 # -- GEMMs on weights packed at export --------------------------------------------------------
 # A GEMM of many rows whose op(B) is a weight (linear's w, matmul's b the same for every batch)
-# runs on op(B) in gemm_fma.h's panels, packed here once instead of on every call: the
+# runs on op(B) in gemm_tile.h's panels, packed here once instead of on every call: the
 # instruction becomes linear_packed_f32 or matmul_packed_f32, its b the panels' record (the
 # weight itself is stored only if another instruction reads it), its block the plan's with the
 # panel width appended (matmul's transpose_b 0: the panels are op(B)). A single row keeps the
@@ -282,7 +282,7 @@ PACKED_GEMMS = {"linear_f32": "linear_packed_f32", "matmul_f32": "matmul_packed_
 
 def gemm_panels(opb: np.ndarray, panel: int) -> np.ndarray:
     """op(B) (k, n) in panels of ``panel`` columns, zeros past n: (ceil(n / panel), k, panel),
-    panel j's row p the columns j * panel ... of op(B)'s row p (gemm_fma.h's layout)."""
+    panel j's row p the columns j * panel ... of op(B)'s row p (gemm_tile.h's layout)."""
     k, n = opb.shape
     padded = np.zeros((k, -(-n // panel) * panel), np.float32)
     padded[:, :n] = opb

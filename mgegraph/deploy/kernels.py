@@ -15,9 +15,9 @@ RUNTIME = ("mgr_runtime.h", "mgr_runtime.c", "mgr_threads.c", "mgr_kernel.h")
 MODEL_RUN = "model_run.c"
 
 # the package's gather tiles and what they include (the convolution runs them), and the GEMM's
-# (gemm_fma.h): the tiles, the single row's loops and the executor's threads rule
+# (csrc/kernels/gemm_c.h): the executor's GEMM tiles, the single row's loops, the threads rule
 TILES = ("conv_tile.h", "cpu_isa.h", "activation.h")
-GEMM_TILES = (*TILES, "gemv_row.h", "grain.h")
+GEMM_TILES = ("gemm_tile.h", "cpu_isa.h", "activation.h", "gemv_row.h", "grain.h")
 # the convolution's drivers of those tiles, direct and Winograd (conv2d_f32.c includes them),
 # and what they include of _kernels': the tiles, Winograd's transforms, the data gradient's
 # layout; the transposed convolution (conv2d_data_f32.c) adds the GEMM and col2im
@@ -29,11 +29,11 @@ INT8_GEMM = ("qconv.h", "qgemm.h", "qgemm_amx.h")
 DTYPE_SUFFIXES = ("f32", "f64", "i32", "i64", "u8", "i8", "i16", "bool")
 # kernel name -> (its C file, the headers it includes: csrc/kernels' own, then _kernels')
 LIBRARY = {
-    "matmul_f32": ("matmul_f32.c", ("gemm_fma.h",), GEMM_TILES),
-    "linear_f32": ("linear_f32.c", ("gemm_fma.h",), GEMM_TILES),
+    "matmul_f32": ("matmul_f32.c", ("gemm_c.h",), GEMM_TILES),
+    "linear_f32": ("linear_f32.c", ("gemm_c.h",), GEMM_TILES),
     # the same on weights the exporter packed into panels (export.py's gemm_panels)
-    "matmul_packed_f32": ("matmul_f32.c", ("gemm_fma.h",), GEMM_TILES),
-    "linear_packed_f32": ("linear_f32.c", ("gemm_fma.h",), GEMM_TILES),
+    "matmul_packed_f32": ("matmul_f32.c", ("gemm_c.h",), GEMM_TILES),
+    "linear_packed_f32": ("linear_f32.c", ("gemm_c.h",), GEMM_TILES),
     "softmax_f32": ("softmax_f32.c", (), ("softmax.h",)),
     "group_norm_f32": ("group_norm_f32.c", (), ("group_norm.h", "activation.h", "cpu_isa.h",
                                                "grain.h")),
@@ -42,8 +42,8 @@ LIBRARY = {
     # on U unpacked (blobs from before the packing)
     "conv2d_winograd_packed_f32": ("conv2d_f32.c", CONV_TILES, CONV_HEADERS),
     "conv2d_winograd_f32": ("conv2d_f32.c", CONV_TILES, CONV_HEADERS),
-    "conv2d_backward_data_f32": ("conv2d_data_f32.c", (*CONV_TILES, "gemm_fma.h"),
-                                 (*GEMM_TILES, "wino_tile.h", "conv_data.h", "conv_col2im.h")),
+    "conv2d_backward_data_f32": ("conv2d_data_f32.c", (*CONV_TILES, "gemm_c.h"), tuple(
+        dict.fromkeys((*CONV_HEADERS, *GEMM_TILES, "conv_col2im.h")))),
     "pool2d_f32": ("pool2d_f32.c", (), ("grain.h",)),
     # the package's reductions (reduce.h) and the threads rule (grain.h)
     "reduce_f32": ("reduce_f32.c", (), ("reduce.h", "grain.h")),
@@ -74,7 +74,7 @@ LIBRARY = {
 }
 
 # The width of the panels the exporter packs a GEMM's constant op(B) into: the columns of the
-# exporting CPU's widest GEMM tile (gemm_fma.h's mgr_gemm_panel), by conv_tile.h's instruction
+# exporting CPU's widest GEMM tile (gemm_tile.h's mg_gemm_panel), by conv_tile.h's instruction
 # sets. A runtime on another CPU reads them with its widest tile whose width divides this one.
 GEMM_PANELS = {"avx512": 64, "avx2": 16, "base": 8}
 

@@ -1,7 +1,8 @@
-"""The C runtime's GEMM of many rows (deploy/csrc/kernels/gemm_fma.h): weights packed into
-panels at export (linear_packed_f32, matmul_packed_f32), other operands packed per call, k
-blocked. Every element is summed over k in order from zero by fused multiply-adds, so the bits
-are a NumPy emulation of that order's, whatever the threads, the panel width or k's blocks."""
+"""The C runtime's GEMM of many rows (_kernels/gemm_tile.h through deploy/csrc/kernels/gemm_c.h):
+weights packed into panels at export (linear_packed_f32, matmul_packed_f32), other operands
+packed per call, op(A) packed where it pays, k blocked. Every element is summed over k in order
+from zero by fused multiply-adds, so the bits are a NumPy emulation of that order's, whatever
+the threads, the panel width or k's blocks."""
 from __future__ import annotations
 
 import shutil

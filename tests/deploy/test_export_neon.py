@@ -1,4 +1,4 @@
-"""The C runtime's NEON tiles on 64-bit ARM (gemm_fma.h's 8 x 8 GEMM tile, conv_tile.h's row
+"""The C runtime's NEON tiles on 64-bit ARM (gemm_tile.h's 8 x 8 GEMM tile, conv_tile.h's row
 tile and gather tiles, gemv_row.h's 8-lane dots), cross-built and run under qemu-user: the
 binary holds them and not the portable tiles, and every output is bitwise the x86 build's (the
 same FMAs in the same order) on odd sizes and 1, 2 and 3 threads. One build per target for the
@@ -23,9 +23,9 @@ from .test_export_int8 import MODELS, assert_bitwise, exported
 
 CROSS, QEMU, NM = (shutil.which(tool) for tool in
                    ("aarch64-linux-gnu-gcc", "qemu-aarch64", "aarch64-linux-gnu-nm"))
-NEON_TILES = {"mgr_panel_tile_neon", "conv_tile_neon", "conv_gather_neon",
+NEON_TILES = {"mg_panel_tile_neon", "conv_tile_neon", "conv_gather_neon",
               "conv_gather_neon_narrow", "gemv_dots_neon"}
-PORTABLE_TILES = {"mgr_panel_tile_base", "conv_tile_base", "conv_gather_base"}
+PORTABLE_TILES = {"mg_panel_tile_base", "conv_tile_base", "conv_gather_base"}
 
 
 def odd_models(rng):

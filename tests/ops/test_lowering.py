@@ -15,6 +15,7 @@ from mgegraph._kernels import nn as KN
 from mgegraph._kernels import pool as KP
 from mgegraph._kernels import reduce as KR
 from mgegraph._kernels.lowering import conv, nn, pool, reduce
+from mgegraph._kernels.lowering.matmul import tiles_rule
 from mgegraph.backend import KernelTable
 from mgegraph.kernel_abi import pool as abi_pool
 from mgegraph.kernel_abi.layout import pack
@@ -88,7 +89,9 @@ def test_matmul_linear_reduce_and_nn_parameters_by_name():
     x, wt, bias = (g.input(n, s, np.float32) for n, s in (("x", (8, 5)), ("w", (3, 5)),
                                                           ("bias", (3,))))
     got = fields(KL.LINEAR_FIELDS, instruction([F.linear(x, wt, bias)], "linear").ints)
-    assert got == {"m": 8, "n": 3, "k": 5, "has_bias": 1, "activation": 0, "threads": 1, "tiles": 0}
+    on_tiles = tiles_rule(np.dtype(np.float32), 8, 3, 5, True)  # this CPU's rule
+    assert got == {"m": 8, "n": 3, "k": 5, "has_bias": 1, "activation": 0, "threads": 1,
+                   "tiles": on_tiles}
     # a GEMM is planned in one column block per 2 MFLOP (at most the threads there are)
     from mgegraph._kernels import parallel
     from mgegraph._kernels.lowering.matmul import gemm_threads

@@ -1,6 +1,7 @@
 """CPU lowerings of matmul, linear and addmm: the shared parameter blocks (mgegraph/kernel_abi/
-matmul.py) with the CPU's choices for each product (threads, the gather tiles, a single row's
-split of k, their workspace), once _kernels/linalg.pyx is checked to read those blocks."""
+matmul.py) with the CPU's choices for each product (threads, the tiles: the gather tiles on
+AVX-512, gemm_tile.h's panels on AVX2; a single row's split of k, their workspace), once
+_kernels/linalg.pyx is checked to read those blocks."""
 from __future__ import annotations
 
 import numpy as np
@@ -56,21 +57,66 @@ TILE_MIN_ROWS, TILE_MIN_ROWS_BT, TILE_MIN_COLUMNS, TILE_MAX_K = 4, 32, 64, 16384
 TILE_MAX_K_AT = 256  # a batch's rows: MLP-train's (1024, 1024, 128) A^T stays on the tiles
 TILE_COLUMNS = 64  # a packed block of op(B): each thread's workspace holds one
 
+# AVX2 (FMA, no AVX-512): gemm_tile.h's panels, the C runtime's GEMM, against OpenBLAS. On the
+# 2-core AMD EPYC (Zen 3), load average 4-11 (other jobs), one-GEMM plans called 100-200 times
+# each way interleaved (benchmarks/gemm_tiles.py), panels / OpenBLAS by the fastest calls (then
+# by medians), one thread / two:
+#   a stored A^T of few rows (the weight gradient of a narrow layer): (10, 1024, 128) 0.60-0.62
+#     (0.69-0.76) / 0.62 (0.73); (10, 128, 32) 0.89-0.92 (0.91-0.92) / 0.88 (0.93)
+#   a short k (the input gradient through a narrow layer): (128, 1024, 10) 0.82-0.90 (0.81-1.15)
+#     / 0.88-0.90 (0.98-1.15); (32, 128, 10) 0.97-1.04 (1.03-1.05) / 1.02 (1.04)
+#   but a stored B^T of few rows (nn.Linear at a small batch) varies with the threads: (4, 1024,
+#     784) 0.78-0.91 (0.90-1.04) / 1.04-1.22 (0.68-2.25); (16, 1024, 1024) 0.95-1.22 (1.07-1.18)
+#     / 1.00-1.41 (0.86-2.42); and on a few columns 1.09-1.20: (4, 10, 1024) B^T
+#   and OpenBLAS's own kernel is faster on the large GEMMs: (128, 1024, 784) B^T 1.04-1.06;
+#     (128, 1024, 1024) 1.01-1.16 (1.23); (1024, 784, 128) A^T 1.05-1.11 (0.98-1.03); (32,
+#     1000, 512) B^T 1.08-1.10; (288, 1024, 64), the U-Net's transposed convolution, 0.94-0.96
+#     (1.14-1.21); and on x @ w of 2-16 rows it varies run to run, 0.84-1.31.
+# Earlier rounds at load 3-6 (medians of 10 ms blocks, and by CPU time) agreed where the rule
+# takes the panels. At two threads the medians are mostly the scheduler's (a woken thread waits
+# for a core), which is why the panels pack in the GEMM's one run of the threads.
+PANELS_MAX_ROWS_AT = 16  # a stored A^T's product of at most this many rows
+PANELS_MIN_COLUMNS = 64  # ... and at least this many columns
+PANELS_MAX_K = 16        # a product over at most this many steps of k
+PANELS_MAX_BYTES = 16 << 20  # op(B) and op(A) packed: the workspace of a GEMM on the panels
 
-def tiles_apply(dtype, k) -> bool:
-    """Whether the gather tiles compute a GEMM over k: float32 on an AVX-512 CPU, 0 < k <=
-    TILE_MAX_K."""
-    return np.dtype(dtype) == np.float32 and C.blocked_isas()[-1] == "avx512" \
-        and 0 < k <= TILE_MAX_K
+
+def tiles_isa() -> str | None:
+    """The instruction set of this CPU's "tiles" way: "avx512" (linalg.pyx's gather tiles),
+    "avx2" (AVX2 with FMA: gemm_tile.h's panels, the C runtime's GEMM), else None (none)."""
+    widest = C.blocked_isas()[-1]
+    return widest if widest in ("avx512", "avx2") else None
+
+
+def tiles_apply(dtype, m, n, k) -> bool:
+    """Whether the tiles compute a float32 GEMM of C (m, n) over k: 0 < k <= TILE_MAX_K on
+    AVX-512; on AVX2 while op(B) and op(A) packed (its workspace) take at most
+    PANELS_MAX_BYTES."""
+    if np.dtype(dtype) != np.float32 or not 0 < k <= TILE_MAX_K:
+        return False
+    isa = tiles_isa()
+    return isa == "avx512" or isa == "avx2" and K.panels_bytes(m, n, k) <= PANELS_MAX_BYTES
 
 
 def tiles_rule(dtype, m, n, k, transpose_b, transpose_a=False) -> bool:
-    """Whether a GEMM of C (m, n) over k goes to the gather tiles: where they apply, at least
-    TILE_MIN_COLUMNS columns and TILE_MIN_ROWS rows (TILE_MIN_ROWS_BT when B is stored
-    transposed), and k at most TILE_MAX_K_AT when A is stored transposed."""
-    return (tiles_apply(dtype, k) and n >= TILE_MIN_COLUMNS
-            and m >= (TILE_MIN_ROWS_BT if transpose_b else TILE_MIN_ROWS)
+    """Whether a GEMM of C (m, n) over k goes to the tiles where they apply: on AVX-512 (the
+    gather tiles) at least TILE_MIN_COLUMNS columns and TILE_MIN_ROWS rows (TILE_MIN_ROWS_BT
+    when B is stored transposed), and k at most TILE_MAX_K_AT when A is stored transposed; on
+    AVX2 (the panels) panels_rule's."""
+    if not tiles_apply(dtype, m, n, k):
+        return False
+    if tiles_isa() == "avx2":
+        return panels_rule(m, n, k, transpose_b, transpose_a)
+    return (n >= TILE_MIN_COLUMNS and m >= (TILE_MIN_ROWS_BT if transpose_b else TILE_MIN_ROWS)
             and (not transpose_a or k <= TILE_MAX_K_AT))
+
+
+def panels_rule(m, n, k, transpose_b, transpose_a) -> bool:
+    """Whether a float32 GEMM on AVX2 goes to gemm_tile.h's panels (a single row is the
+    GEMV's): a stored A^T of at most PANELS_MAX_ROWS_AT rows and at least PANELS_MIN_COLUMNS
+    columns, or k at most PANELS_MAX_K."""
+    few_rows = transpose_a and m <= PANELS_MAX_ROWS_AT and n >= PANELS_MIN_COLUMNS
+    return m >= 2 and (few_rows or k <= PANELS_MAX_K)
 
 
 def accumulates_exactly(product) -> bool:
@@ -82,7 +128,9 @@ def accumulates_exactly(product) -> bool:
     return tiles_rule(a.dtype, m, n, k, product.attr["transpose_b"], product.attr["transpose_a"])
 
 
-def _tiles_workspace(threads, k) -> int:
+def _tiles_workspace(threads, m, n, k) -> int:
+    if tiles_isa() == "avx2":
+        return K.panels_bytes(m, n, k)  # all of op(B) in panels, and of op(A) where it pays
     return threads * k * TILE_COLUMNS * 4  # one packed block of op(B) per thread
 
 
@@ -94,9 +142,9 @@ def gemv_split(dtype, m, n, k, transpose_b, threads) -> bool:
             and threads > 1 and K.gemv_parts(k) > 1)
 
 
-def _workspace(tiles, split, threads, n, k) -> int:
+def _workspace(tiles, split, threads, m, n, k) -> int:
     if tiles:
-        return _tiles_workspace(threads, k)
+        return _tiles_workspace(threads, m, n, k)
     return K.gemv_parts(k) * n * 4 if split else 0
 
 
@@ -106,29 +154,29 @@ def cpu_gemm(dtype, m: int, n: int, k: int, transpose_b: bool,
     or a single row split over k, and the workspace that takes."""
     threads = gemm_threads(dtype, m, n, k)
     tiles = tiles_rule(dtype, m, n, k, transpose_b, transpose_a)
-    return _gemm(dtype, n, k, threads, tiles, gemv_split(dtype, m, n, k, transpose_b, threads))
+    return _gemm(dtype, m, n, k, threads, tiles, gemv_split(dtype, m, n, k, transpose_b, threads))
 
 
-def _gemm(dtype, n, k, threads, tiles, split) -> Gemm:
+def _gemm(dtype, m, n, k, threads, tiles, split) -> Gemm:
     way = "tiles" if tiles else "blas split k" if split else "blas"
-    return Gemm(threads, tiles, split, _workspace(tiles, split, threads, n, k),
+    return Gemm(threads, tiles, split, _workspace(tiles, split, threads, m, n, k),
                 way_label(way, threads) if dtype in FLOAT_DTYPES else "")
 
 
 def cpu_gemms(dtype, m: int, n: int, k: int, transpose_b: bool,
               transpose_a: bool = False) -> tuple[Gemm, ...]:
     """Every way the CPU runs the product (the measured choice's candidates): the BLAS and,
-    for float32 on AVX-512 with k up to TILE_MAX_K, the gather tiles, on each of
-    thread_choices and the rules' count; a single row times a stored B also split over k.
-    Integers have one way. (``transpose_a`` is the rule's: the tiles stay a candidate for a
-    stored A^T, the measurement decides.)"""
+    for float32 where tiles_apply (the gather tiles on AVX-512, the panels on AVX2), the tiles,
+    on each of thread_choices and the rules' count; a single row times a stored B also split
+    over k. Integers have one way. (``transpose_a`` is the rule's: the tiles stay a candidate
+    for a stored A^T, the measurement decides.)"""
     if dtype not in FLOAT_DTYPES:
         return (cpu_gemm(dtype, m, n, k, transpose_b),)
-    tiles = (False, True) if tiles_apply(dtype, k) else (False,)
+    tiles = (False, True) if tiles_apply(dtype, m, n, k) else (False,)
     ways = []
     for threads in sorted({*thread_choices(2 * m * n * k), gemm_threads(dtype, m, n, k)}):
         splits = (False, True) if gemv_split(dtype, m, n, k, transpose_b, threads) else (False,)
-        ways += [_gemm(dtype, n, k, threads, t, split) for t in tiles for split in splits
+        ways += [_gemm(dtype, m, n, k, threads, t, split) for t in tiles for split in splits
                  if not (t and split)]
     return tuple(ways)
 

@@ -7,7 +7,7 @@
  *   the bias (has_bias, the epilogue pass's) added as each output is stored: bitwise the Python
  *   executor's;
  * - the GEMM and col2im (im2col, and direct for a 1x1: every stride above 1): col = W_g^T dy_g
- *   on gemm_fma.h's tiles, then conv_col2im.h's col2im with the bias, as the executor's
+ *   on gemm_tile.h's tiles, then conv_col2im.h's col2im with the bias, as the executor's
  *   data_pairs: within float32 rounding of its BLAS.
  * A block whose scratch would pass 16 times its buffers keeps a gather of each dx cell's taps
  * summed in double, rounded once, then the bias (data_part): within rounding too.
@@ -19,7 +19,7 @@
 #include "conv_col2im.h"
 #include "conv_gather_c.h" /* the Conv block's field names, the tiles, conv_data.h */
 #include "conv_wino_c.h"
-#include "gemm_fma.h"
+#include "gemm_c.h"
 
 /* one plane of dx plus its channel's bias, once its sums are rounded */
 static void data_bias(float* plane, float bias, int64_t n) {
@@ -97,7 +97,7 @@ static int data_padding_fits(const int64_t* t) {
 }
 
 /* The GEMM path, as the executor's data_pairs: per (image, group), col = W_g^T dy_g (kh * kw
- * rows per dx channel, a row of oh * ow cells) on gemm_fma.h's tiles (the executor's BLAS sums
+ * rows per dx channel, a row of oh * ow cells) on gemm_tile.h's tiles (the executor's BLAS sums
  * in another order: within float32 rounding), then conv_col2im.h's col2im into dx's planes with
  * the bias (the executor's, line for line), the channels split among the threads. */
 typedef struct {

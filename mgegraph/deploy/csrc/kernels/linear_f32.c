@@ -3,12 +3,12 @@
  * of kernel_abi/matmul.py's LINEAR_FIELDS (m, n, k, has_bias, activation, threads, tiles); bufs
  * x, w, [bias,] y[, workspace] (unused here).
  *
- * linear_packed_f32: the same on a weight the exporter packed (gemm_fma.h's panels of op(B) =
+ * linear_packed_f32: the same on a weight the exporter packed (gemm_tile.h's panels of op(B) =
  * w^T): the block of linear_f32 then `panel`, the panels' width; bufs x, panels, [bias,] y[,
  * workspace]. */
 #include "../mgr_kernel.h"
 #include "activation.h"
-#include "gemm_fma.h"
+#include "gemm_c.h"
 
 enum { M, N, K, HAS_BIAS, ACT, THREADS, TILES, FIELDS, PANEL = FIELDS };
 
@@ -22,11 +22,10 @@ int mgr_linear_f32(const mgr_call* call) {
 
 int mgr_linear_packed_f32(const mgr_call* call) {
     const int64_t* s = call->ints;
-    mgr_gemm_job g = {0, s[M], s[N], s[K], s[PANEL], (const float*)call->bufs[0],
+    mg_gemm_job g = {0, s[M], s[N], s[K], s[PANEL], (const float*)call->bufs[0],
                       (const float*)call->bufs[1], (float*)call->bufs[s[HAS_BIAS] ? 3 : 2],
                       s[HAS_BIAS] ? (const float*)call->bufs[2] : NULL, (int)s[ACT]};
-    mgr_gemm_on_panels(&g);
-    return MGR_KERNEL_OK;
+    return mgr_gemm_packed_run(&g, 0, NULL);
 }
 
 /* the checks of both: `w_floats` what w's buffer must hold (n * k, or the panels) */

@@ -4,11 +4,11 @@
  * workspace holds a single row's parts' sums (gemv_row.h's gemv_parts(k) x n floats: the row
  * then runs on its threads by parts of k, as the Python executor's); else it is unused.
  *
- * matmul_packed_f32: the same with b a weight the exporter packed (gemm_fma.h's panels of op(B),
+ * matmul_packed_f32: the same with b a weight the exporter packed (gemm_tile.h's panels of op(B),
  * one matrix for every batch): the block of matmul_f32 (transpose_b 0, b's batch strides 0: the
  * panels are op(B) already), then `panel`, the panels' width; bufs a, panels, c[, workspace]. */
 #include "../mgr_kernel.h"
-#include "gemm_fma.h"
+#include "gemm_c.h"
 
 enum { M, N, K, TA, TB, THREADS, TILES, GEMV_SPLIT, NDIM, HEAD };
 
@@ -42,14 +42,15 @@ int mgr_matmul_packed_f32(const mgr_call* call) {
     int64_t ndim = s[NDIM], batches = 1, index[8] = {0};
     const int64_t* shape = s + HEAD;
     const int64_t* sa = shape + ndim;
-    mgr_gemm_job g = {s[TA] != 0, s[M], s[N], s[K], s[HEAD + 3 * ndim], NULL,
+    mg_gemm_job g = {s[TA] != 0, s[M], s[N], s[K], s[HEAD + 3 * ndim], NULL,
                       (const float*)call->bufs[1], (float*)call->bufs[2], NULL, 0};
     for (int64_t d = 0; d < ndim; d++) batches *= shape[d];
     for (int64_t r = 0; r < batches; r++, g.c += g.m * g.n) {
         int64_t oa = 0;
         for (int64_t d = 0; d < ndim; d++) oa += index[d] * sa[d];
         g.a = (const float*)call->bufs[0] + oa;
-        mgr_gemm_on_panels(&g);
+        int status = mgr_gemm_packed_run(&g, 0, NULL);
+        if (status != MGR_KERNEL_OK) return status;
         for (int64_t d = ndim - 1; d >= 0 && ++index[d] == shape[d]; d--) index[d] = 0;
     }
     return MGR_KERNEL_OK;
