@@ -141,6 +141,10 @@ class Backend(Protocol):
     # packed_blocks(conv2d node): the blocks its packed kernel can read the weights in, which a
     # measured choice times against the unpacked ways; None: the rules' prepack decides alone
     packed_blocks: Callable | None
+    # deterministic(op, launch): whether that way of the op sums in a fixed order on the
+    # backend's own kernels (no BLAS: the same bits on any thread count, and in the plan's C
+    # export), which compile(tune="deterministic") prefers; None: no way is known to be
+    deterministic: Callable | None
 
     def impl(self, op: str) -> OpImpl | None:
         """How this backend runs ``op``; None when it does not."""
@@ -189,6 +193,7 @@ class KernelTable:
     exact_accumulate: Callable | None = None
     measurer: Measurer | None = None
     packed_blocks: Callable | None = None
+    deterministic: Callable | None = None
 
     def __init__(self, device: str):
         self.device = device
@@ -237,7 +242,7 @@ class KernelTable:
 
 # what the compiler reads of a backend, beyond the methods (KernelTable defaults the optional ones)
 CAPABILITIES = ("name", "alignment", "fusion", "runs_prologue", "prepack", "exact_accumulate",
-                "measurer", "packed_blocks")
+                "measurer", "packed_blocks", "deterministic")
 
 
 def check_backend(backend) -> None:

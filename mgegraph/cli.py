@@ -267,8 +267,7 @@ def _add_export_c(sub):
 def cmd_export_c(args) -> int:
     """``mgegraph export-c MODEL.mgm -o DIR``: ``mg.deploy.export_c`` and how to build it."""
     deploy = _tool("mgegraph.deploy", "the C export")
-    exported = deploy.export_c(runtime.load(args.model), args.output,
-                               bindings=dict(args.dim) or None)
+    exported = deploy.export_c(args.model, args.output, bindings=dict(args.dim) or None)
     print(f"exported {args.model} -> {exported.directory}: kernels "
           f"{', '.join(exported.kernels)}; build with `make -C {exported.directory}`, run "
           f"`{exported.directory}/model_run {exported.directory}/model.mgr "

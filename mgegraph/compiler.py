@@ -75,7 +75,9 @@ def compile(outputs, device: str = "cpu", memory=None, optimize=1, remat=None,
     a GEMM's, their threads; MegEngine's fast-run, ``mgegraph.tuning``): None (the default)
     takes the choices stored for this machine and the backend's rules for the rest,
     "measure" times every way on the instruction's shapes now and stores the fastest,
-    "cached" measures only what is not stored, "rules" ignores the store.
+    "cached" measures only what is not stored, "rules" ignores the store, "deterministic"
+    takes the ways on the package's own kernels (no BLAS where another way exists: the same bits
+    on any thread count and in the plan's C export, ``mg.deploy.export_c``).
     ``plan.kernels_report()`` says which way each instruction took and why.
 
     >>> plan = compile([y]); (out,) = plan.run({"x": x_value})

@@ -12,7 +12,7 @@ class KernelRow:
     op: str
     inputs: str           # the input types, "f32[1, 64, 56, 56], f32[64, 64, 3, 3]"
     path: str
-    how: str              # "rules", "measured" or "cached"
+    how: str              # "rules", "measured", "cached" or "deterministic"
     seconds: float | None
     runner_up: str | None
     runner_up_seconds: float | None

@@ -13,6 +13,12 @@ attributes and build of the kernels, in ``$XDG_CACHE_HOME/mgegraph/kernel_choice
 - "rules": the rules alone, whatever is stored.
 - "measure": time every way now (a few calls each within a budget) and store the choices.
 - "cached": the stored choices; what is missing is measured and stored.
+- "deterministic": nothing measured or stored; every instruction that has a way on the
+  package's own kernels (sums in an order fixed by the plan, no BLAS: the backend's
+  ``deterministic``) takes it, the rules' where theirs is one; the prepack pass keeps its
+  rules. Such a plan gives the same bits on any thread count, and its C export
+  (``mg.deploy.export_c``) computes what it computes, bit for bit (``plan.kernels_report()``
+  says "rules" beside an instruction left on the BLAS, where no other way exists).
 
 Every way computes the same values within float32 (or float64) rounding of the sums: the
 tests hold every way of a convolution or GEMM to a float64 reference at the same tolerance as
@@ -40,7 +46,7 @@ from .ir.graph import Graph
 from .ops.conv import weight_dims
 from .plan import Choice
 
-MODES = (None, "rules", "measure", "cached")
+MODES = (None, "rules", "measure", "cached", "deterministic")
 # seconds the measurer may spend on one instruction beyond one call of each way
 BUDGET = 0.02
 _lock = threading.Lock()  # one writer of the store per process
@@ -50,7 +56,7 @@ def check_mode(tune) -> None:
     """A ValueError naming the modes when ``tune`` is not one."""
     if tune not in MODES:
         raise ValueError(f"compile(tune={tune!r}): tune is one of None (stored choices, else "
-                         "the rules), 'rules', 'measure' or 'cached'")
+                         "the rules), 'rules', 'measure', 'cached' or 'deterministic'")
 
 
 def store_path() -> Path:
@@ -152,6 +158,8 @@ class Tuner:
         """The launch the node runs with and the choice it records; ``timed``: measured even
         where it has one way (the prepack question compares it with another node's)."""
         ruled = by_rules(node, impl)
+        if self.mode == "deterministic":
+            return deterministic_way(node, impl, ruled, self.backend.deterministic)
         if impl.candidates is None or self.measurer is None or self.mode == "rules":
             return ruled
         key = entry_key(self.measurer.machine(), node, kernel.name)
@@ -196,7 +204,7 @@ class Tuner:
         rules' answer."""
         backend, block_of = self.backend, self.backend.prepack
         if (block_of is None or self.measurer is None or backend.packed_blocks is None
-                or self.mode == "rules"):
+                or self.mode in ("rules", "deterministic")):
             return block_of
 
         def measured_block(node):
@@ -230,6 +238,21 @@ class Tuner:
         """Store the choices measured (nothing when none was)."""
         if self.measured:
             _write_store(self.measured)
+
+
+def deterministic_way(node, impl, ruled, deterministic) -> tuple[Launch, Choice | None]:
+    """The rules' way where it is deterministic (``deterministic(op, launch)``), else the first
+    candidate that is, on the rules' threads where one is; the rules' way where none is (the
+    report says "rules" there, "deterministic" where the way was changed)."""
+    launch = ruled[0]
+    if impl.candidates is None or deterministic is None or deterministic(node.op.name, launch):
+        return ruled
+    ways = [c for c in impl.candidates(node) if deterministic(node.op.name, c)]
+    if not ways:
+        return ruled
+    threads = launch.path.partition(", ")[2]
+    way = next((c for c in ways if c.path.partition(", ")[2] == threads), ways[0])
+    return way, Choice(way.path, "deterministic")
 
 
 def _choice(entry: dict, how: str) -> Choice:

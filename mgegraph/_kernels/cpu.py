@@ -30,6 +30,7 @@ from .binding import OutputPool, binding_groups, overlaps_any, readable_in_place
 from .launch import Launcher
 from .lowering.built import check_built
 from .lowering.conv import packed_blocks, prepack_block
+from .lowering.deterministic import deterministic
 from .lowering.matmul import accumulates_exactly
 from .measure import CpuMeasurer
 from .runtime import POISON_BYTES, POISON_FLOAT32, POISON_FLOAT64, Executor
@@ -59,6 +60,7 @@ class CpuBackend(KernelTable):
         # times the ways of a convolution or GEMM (compile(tune=...))
         self.measurer = CpuMeasurer()
         self.packed_blocks = packed_blocks  # what a measured prepack decision tries
+        self.deterministic = deterministic  # the ways compile(tune="deterministic") prefers
         check_built(runtime, KERNEL_STATUS=MESSAGES)  # the statuses a failed run reports
         lowering.implement_all(self)
         self.resolve(_kernel_addresses())

@@ -85,6 +85,12 @@ def export_c(obj, out_dir, *, bindings: dict | None = None,
     kernels its plan calls, ``model_kernels.c``, the blob ``model.mgr``, ``model_run.c`` and a
     Makefile. An ``ExportError`` names what the C runtime lacks.
 
+    The C runtime computes what the plan's deterministic ways compute, bit for bit; where a plan
+    runs the BLAS (the default rules' GEMMs and im2col convolutions), C agrees within float32
+    rounding. A plan compiled with ``tune="deterministic"`` runs no BLAS where it need not, and
+    a model file's path is loaded so (``runtime.load(path, tune="deterministic")`` is then the
+    Python twin of the export, bitwise).
+
     >>> mg.deploy.export_c(plan, "out")   # then: make -C out && out/model_run out/model.mgr x.npy
     """
     plan, input_names, names = _resolve(obj, bindings)
@@ -112,7 +118,7 @@ def _resolve(obj, bindings) -> tuple[Plan, tuple[str, ...], tuple[str, ...] | No
     names = None
     if isinstance(obj, (str, os.PathLike)):
         from ..io.predictor import load_predictor  # lazy: startup cost (the model file's reader)
-        obj = load_predictor(obj)
+        obj = load_predictor(obj, tune="deterministic")
     if not isinstance(obj, (Plan, SymbolicPlan)) and hasattr(obj, "plan"):
         names = getattr(obj, "output_names", None)
         obj = obj.plan
