@@ -19,8 +19,10 @@
  * of dx and then add; adaptive windows that divide the input are such windows
  * (pool_as_sliding), and the global average of a plane, a chain of dependent adds when summed
  * alone, sums 8 planes at once (global_sums).
- * Each body is written once for both float types (POOL_FLOAT) and inlined into entry points the
- * includer makes (POOL_PARTS) for the baseline and for AVX2 (no FMA: nothing contracts), the
+ * Each body is written once for both float types (POOL_FLOAT, a macro: one body, so a fix lands
+ * in float64 too; the C runtime, float32 only, gets no code of the float64 bodies it never
+ * calls) and inlined into entry points the includer makes (POOL_PARTS) for the baseline and
+ * for AVX2 (no FMA: nothing contracts), the
  * widest this CPU runs picked; each window computes the scalar loop's value in any of them, so
  * every build gives the same numbers (across windows the compiler may put a cell before the sum
  * it adds to: a NaN's payload may then differ, never a number). Threads: planes are
@@ -265,8 +267,8 @@ static inline pool_run pool_run_of(int op, const pool_block* s, const void* x, c
         return pool_max2_##S(pool_max2_##S(a, b), c);                                           \
     }                                                                                           \
     POOL_INLINE int pool_nan3_##S(T a, T b, T c) { return (a != a) | (b != b) | (c != c); }     \
-    POOL_OUTLINE void pool_max_3x3_s2_##S(const T* restrict x, int64_t w, T* restrict y,         \
-                                         int64_t n) {                                           \
+    POOL_OUTLINE void pool_max_3x3_s2_##S(const T* restrict x, int64_t w, T* restrict y,       \
+                                          int64_t n) {                                          \
         const T* restrict x1 = x + w;                                                           \
         const T* restrict x2 = x + 2 * w;                                                       \
         for (int64_t o = 0; o < n; o++) {                                                       \
@@ -291,8 +293,8 @@ static inline pool_run pool_run_of(int op, const pool_block* s, const void* x, c
     }                                                                                           \
                                                                                                 \
     /* pool_row_interior's literal cases, applied per chunk */                                  \
-    POOL_OUTLINE void pool_chunk_argmax_##S(const T* x, T* m, int* k, int64_t cnt, int64_t w,    \
-                                           int64_t nr, int64_t nc, int64_t stride) {            \
+    POOL_OUTLINE void pool_chunk_argmax_##S(const T* x, T* m, int* k, int64_t cnt, int64_t w,  \
+                                            int64_t nr, int64_t nc, int64_t stride) {           \
         if (nr == 2 && nc == 2 && stride == 2) {                                                \
             for (int64_t o = 0; o < cnt; o++)                                                   \
                 m[o] = pool_max4_##S(x[2 * o], x[2 * o + 1], x[w + 2 * o], x[w + 2 * o + 1]);   \

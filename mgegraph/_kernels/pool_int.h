@@ -1,4 +1,6 @@
-/* Rows of int8 and uint8 pooling windows, vectorised (pool_int.pxi's fast path).
+/* int8 and uint8 pooling: the one source of pool_int.pxi's kernels and of the C runtime's
+ * (mgegraph/deploy/csrc/kernels/pool2d_i8.c): rows of windows, vectorised, and the planes
+ * around them (pi_planes, at the end), on pool.h's windows.
  *
  * One output row's interior windows (every cell inside the input: no clamping) are pooled in
  * separable passes over scratch rows on the stack: the window's rows reduced column by column
