@@ -59,8 +59,10 @@ typedef struct {
 #define POOL_INLINE static inline __attribute__((always_inline))
 /* Design: two loops run faster out of line, compiled for the baseline, than inlined into either
  * build: max 3x3/2 (0.85x the time) and the argmax passes' chunks (0.64-0.75x), on the 2-core
- * AMD EPYC (Zen 3) under load, medians of 41 interleaved runs on 8x64x112x112 (GCC 12). max 2x2
- * inlined takes half the time it takes out of line; the other loops are inlined. */
+ * AMD EPYC (Zen 3) under load, medians of 41 interleaved runs on 8x64x112x112 (GCC 12). 3x3/3
+ * windows are out of line for their size: their stride-3 loads took 5 KB of AVX2 code. max 2x2
+ * inlined takes half the time it takes out of line, the clamped windows (pool_cell: all of an
+ * adaptive pooling's) 0.4x; the other loops are inlined too. */
 #define POOL_OUTLINE static __attribute__((noinline, unused))
 
 static inline int64_t pool_ceil_div(int64_t a, int64_t d) {
@@ -351,6 +353,12 @@ static inline pool_run pool_run_of(int op, const pool_block* s, const void* x, c
                                pout + o, w, 1, nr, nc, div, overwrite);                         \
     }                                                                                           \
                                                                                                 \
+    /* 3x3/3 windows, out of line (POOL_OUTLINE) */                                             \
+    POOL_OUTLINE void pool_row_3x3_s3_##S(int op, const T* x, const T* h, T* dx, const T* pin,  \
+                                          T* pout, int64_t w, int64_t n, double div,            \
+                                          int overwrite) {                                      \
+        pool_row_windows_##S(op, x, h, dx, pin, pout, w, n, 3, 3, 3, div, overwrite);           \
+    }                                                                                           \
     /* n interior windows of one row. Literal window shapes for the common layers, so each     \
      * call below compiles to its own loop */                                                   \
     POOL_INLINE void pool_row_interior_##S(int op, const T* x, const T* h, T* dx, const T* pin, \
@@ -367,7 +375,7 @@ static inline pool_run pool_run_of(int op, const pool_block* s, const void* x, c
         else if (nr == 2 && nc == 2 && stride == 2)                                             \
             pool_row_windows_##S(op, x, h, dx, pin, pout, w, n, 2, 2, 2, div, overwrite);       \
         else if (nr == 3 && nc == 3 && stride == 3)                                             \
-            pool_row_windows_##S(op, x, h, dx, pin, pout, w, n, 3, 3, 3, div, overwrite);       \
+            pool_row_3x3_s3_##S(op, x, h, dx, pin, pout, w, n, div, overwrite);                 \
         else if (nr == 3 && nc == 3 && stride == 2)                                             \
             pool_row_windows_##S(op, x, h, dx, pin, pout, w, n, 3, 3, 2, div, overwrite);       \
         else if (nr == 3 && nc == 3 && stride == 1)                                             \
@@ -465,13 +473,12 @@ static inline pool_run pool_run_of(int op, const pool_block* s, const void* x, c
         }                                                                                       \
     }                                                                                           \
                                                                                                 \
-    /* a part of the forward pass (ctx a pool_run), or of a backward one */                     \
-    POOL_INLINE void pool_forward_##S(void* ctx, int64_t lo, int64_t hi) {                      \
-        const pool_run* r = (const pool_run*)ctx;                                               \
-        if (r->op == POOL_R_MAX)                                                                \
-            pool_planes_##S(r, POOL_R_MAX, lo, hi);                                             \
-        else                                                                                    \
-            pool_planes_##S(r, POOL_R_AVG, lo, hi);                                             \
+    /* a part of the max pass (ctx a pool_run), of the average, or of a backward one */          \
+    POOL_INLINE void pool_max_##S(void* ctx, int64_t lo, int64_t hi) {                          \
+        pool_planes_##S((const pool_run*)ctx, POOL_R_MAX, lo, hi);                              \
+    }                                                                                           \
+    POOL_INLINE void pool_avg_##S(void* ctx, int64_t lo, int64_t hi) {                          \
+        pool_planes_##S((const pool_run*)ctx, POOL_R_AVG, lo, hi);                              \
     }                                                                                           \
     POOL_INLINE void pool_backward_##S(void* ctx, int64_t lo, int64_t hi) {                     \
         const pool_run* r = (const pool_run*)ctx;                                               \
@@ -495,8 +502,18 @@ typedef void (*pool_part_fn)(void* ctx, int64_t lo, int64_t hi);
 #define POOL_X86 0
 #endif
 
-/* Entry points NAME_base and (x86-64) NAME_avx2 of the part BODY (pool_forward_f32, ...), whose
- * inlined passes take each one's target, and NAME(), the widest this CPU runs. */
+/* Entry points NAME_base and (x86-64) NAME_avx2 of the part BODY (pool_avg_f32, ...), whose
+ * inlined passes take each one's target, and NAME(r), the build for pool_run r: the widest this
+ * CPU runs, but the baseline for adaptive windows (made no sliding ones: every window clamped).
+ * POOL_BASE_PART: the baseline's alone.
+ * Design: AVX2 builds only the averages, where it pays: 0.68-0.77x the baseline's time (avg 3x3/1
+ * of 8x64x56x56, the global average of 8x512x7x7); the max passes and the gradients take
+ * 0.94-1.04x (max 2x2 and 3x3/2, the max gradient of 8x64x112x112), adaptive windows 1.0x, or
+ * 1.2x in the package's build (-finline-limit=5000; Zen 3, GCC 12, medians of 31 interleaved
+ * runs), and each build of a pass adds 10-20 KB to an export. */
+#define POOL_BASE_PART(NAME, BODY)                                                              \
+    static void NAME##_base(void* ctx, int64_t lo, int64_t hi) { BODY(ctx, lo, hi); }           \
+    static inline pool_part_fn NAME(const pool_run* r) { return (void)r, NAME##_base; }
 #if POOL_X86
 #define POOL_PARTS(NAME, BODY)                                                                  \
     static void NAME##_base(void* ctx, int64_t lo, int64_t hi) { BODY(ctx, lo, hi); }           \
@@ -504,14 +521,13 @@ typedef void (*pool_part_fn)(void* ctx, int64_t lo, int64_t hi);
                                                             int64_t hi) {                       \
         BODY(ctx, lo, hi);                                                                      \
     }                                                                                           \
-    static inline pool_part_fn NAME(void) {                                                     \
+    static inline pool_part_fn NAME(const pool_run* r) {                                        \
         __builtin_cpu_init();                                                                   \
-        return __builtin_cpu_supports("avx2") ? NAME##_avx2 : NAME##_base;                      \
+        return __builtin_cpu_supports("avx2") && !pool_is_adaptive(&r->s) ? NAME##_avx2         \
+                                                                          : NAME##_base;        \
     }
 #else
-#define POOL_PARTS(NAME, BODY)                                                                  \
-    static void NAME##_base(void* ctx, int64_t lo, int64_t hi) { BODY(ctx, lo, hi); }           \
-    static inline pool_part_fn NAME(void) { return NAME##_base; }
+#define POOL_PARTS(NAME, BODY) POOL_BASE_PART(NAME, BODY)
 #endif
 
 /* the bytes a pass over block s moves, `full` full-size buffers and one pooled of `item`-byte

@@ -35,18 +35,23 @@ cdef extern from "pool.h" nogil:
     pool_run pool_run_of(int op, const pool_block* s, const void* x, const void* h, void* dx,
                          const void* pin, void* pout)
 
-# the parts of each pass, compiled for the baseline and AVX2 (the widest this CPU runs is used)
+# the parts of each pass: the averages built for the baseline and AVX2 (the build for each run
+# is picked per call), the max and the gradients for the baseline (pool.h's POOL_PARTS says why)
 cdef extern from *:
     """
-    POOL_PARTS(pool_forward_f32_part, pool_forward_f32)
-    POOL_PARTS(pool_forward_f64_part, pool_forward_f64)
-    POOL_PARTS(pool_backward_f32_part, pool_backward_f32)
-    POOL_PARTS(pool_backward_f64_part, pool_backward_f64)
+    POOL_BASE_PART(pool_max_f32_part, pool_max_f32)
+    POOL_BASE_PART(pool_max_f64_part, pool_max_f64)
+    POOL_PARTS(pool_avg_f32_part, pool_avg_f32)
+    POOL_PARTS(pool_avg_f64_part, pool_avg_f64)
+    POOL_BASE_PART(pool_backward_f32_part, pool_backward_f32)
+    POOL_BASE_PART(pool_backward_f64_part, pool_backward_f64)
     """
-    pool_part_fn pool_forward_f32_part() noexcept nogil
-    pool_part_fn pool_forward_f64_part() noexcept nogil
-    pool_part_fn pool_backward_f32_part() noexcept nogil
-    pool_part_fn pool_backward_f64_part() noexcept nogil
+    pool_part_fn pool_max_f32_part(const pool_run* r) noexcept nogil
+    pool_part_fn pool_max_f64_part(const pool_run* r) noexcept nogil
+    pool_part_fn pool_avg_f32_part(const pool_run* r) noexcept nogil
+    pool_part_fn pool_avg_f64_part(const pool_run* r) noexcept nogil
+    pool_part_fn pool_backward_f32_part(const pool_run* r) noexcept nogil
+    pool_part_fn pool_backward_f64_part(const pool_run* r) noexcept nogil
 
 POOL_MODES = {"max": POOL_MAX, "average": POOL_AVG_INCLUDE,
               "average_count_exclude_padding": POOL_AVG_EXCLUDE,
@@ -55,15 +60,12 @@ POOL_MODES = {"max": POOL_MAX, "average": POOL_AVG_INCLUDE,
 cdef Pool _pool
 POOL_FIELDS = fields_of(_pool, sizeof(Pool))
 
-cdef pool_part_fn _forward_f32 = pool_forward_f32_part()
-cdef pool_part_fn _forward_f64 = pool_forward_f64_part()
-cdef pool_part_fn _backward_f32 = pool_backward_f32_part()
-cdef pool_part_fn _backward_f64 = pool_backward_f64_part()
+ctypedef pool_part_fn (*part_picker)(const pool_run* r) noexcept nogil
 
 
 ctypedef struct PoolCall:
     pool_run run
-    pool_part_fn part
+    pool_part_fn part   # the build for run (pool.h's POOL_PARTS)
 
 
 cdef int planes_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
@@ -72,12 +74,12 @@ cdef int planes_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept
     return KERNEL_OK
 
 
-cdef int pool_planes(const Call* c, int op, pool_part_fn part, const void* x, const void* h,
+cdef int pool_planes(const Call* c, int op, part_picker pick, const void* x, const void* h,
                      void* dx, const void* pin, void* pout) noexcept nogil:
     cdef const Pool* s = <const Pool*>c.ints
     cdef PoolCall r
     r.run = pool_run_of(op, <const pool_block*>s, x, h, dx, pin, pout)
-    r.part = part
+    r.part = pick(&r.run)
     return parallel_for(s.threads, s.planes, planes_part, &r)
 
 
@@ -89,45 +91,48 @@ cdef inline bint is_max_mode(const Call* c) noexcept nogil:
 # -- entry points: one per (kernel family, dtype) -------------------------------------------------
 # pool2d: bufs x, y; max_pool2d_backward: x, dy, dx; max_pool2d_select: x, h, y;
 # avg_pool2d_backward: dy, dx (the pass's unused pointers are used ones of the same layout)
-cdef int pool2d_float(const Call* c, pool_part_fn part) noexcept nogil:
-    return pool_planes(c, POOL_R_MAX if is_max_mode(c) else POOL_R_AVG, part, c.bufs[0],
-                       c.bufs[0], c.bufs[1], c.bufs[1], c.bufs[1])
+cdef int pool2d_float(const Call* c, part_picker max_part, part_picker avg_part) noexcept nogil:
+    if is_max_mode(c):
+        return pool_planes(c, POOL_R_MAX, max_part, c.bufs[0], c.bufs[0], c.bufs[1], c.bufs[1],
+                           c.bufs[1])
+    return pool_planes(c, POOL_R_AVG, avg_part, c.bufs[0], c.bufs[0], c.bufs[1], c.bufs[1],
+                       c.bufs[1])
 
 
-cdef int max_backward(const Call* c, pool_part_fn part) noexcept nogil:
+cdef int max_backward(const Call* c, part_picker part) noexcept nogil:
     # each window's gradient goes to its argmax; overlapping windows add up
     return pool_planes(c, POOL_R_MAX_BACKWARD, part, c.bufs[0], c.bufs[0], c.bufs[2], c.bufs[1],
                        c.bufs[2])
 
 
-cdef int max_select(const Call* c, pool_part_fn part) noexcept nogil:
+cdef int max_select(const Call* c, part_picker part) noexcept nogil:
     # the adjoint of max_pool2d_backward in its gradient argument: read h where it wrote
     return pool_planes(c, POOL_R_SELECT, part, c.bufs[0], c.bufs[1], c.bufs[2], c.bufs[2],
                        c.bufs[2])
 
 
-cdef int avg_backward(const Call* c, pool_part_fn part) noexcept nogil:
+cdef int avg_backward(const Call* c, part_picker part) noexcept nogil:
     # each window spreads dy / divisor over the cells it read; overlapping windows add up
     return pool_planes(c, POOL_R_AVG_BACKWARD, part, c.bufs[1], c.bufs[1], c.bufs[1], c.bufs[0],
                        c.bufs[1])
 
 
 cdef int pool2d_f32(const Call* c) noexcept nogil:
-    return pool2d_float(c, _forward_f32)
+    return pool2d_float(c, pool_max_f32_part, pool_avg_f32_part)
 cdef int pool2d_f64(const Call* c) noexcept nogil:
-    return pool2d_float(c, _forward_f64)
+    return pool2d_float(c, pool_max_f64_part, pool_avg_f64_part)
 cdef int max_pool2d_backward_f32(const Call* c) noexcept nogil:
-    return max_backward(c, _backward_f32)
+    return max_backward(c, pool_backward_f32_part)
 cdef int max_pool2d_backward_f64(const Call* c) noexcept nogil:
-    return max_backward(c, _backward_f64)
+    return max_backward(c, pool_backward_f64_part)
 cdef int max_pool2d_select_f32(const Call* c) noexcept nogil:
-    return max_select(c, _backward_f32)
+    return max_select(c, pool_backward_f32_part)
 cdef int max_pool2d_select_f64(const Call* c) noexcept nogil:
-    return max_select(c, _backward_f64)
+    return max_select(c, pool_backward_f64_part)
 cdef int avg_pool2d_backward_f32(const Call* c) noexcept nogil:
-    return avg_backward(c, _backward_f32)
+    return avg_backward(c, pool_backward_f32_part)
 cdef int avg_pool2d_backward_f64(const Call* c) noexcept nogil:
-    return avg_backward(c, _backward_f64)
+    return avg_backward(c, pool_backward_f64_part)
 
 include "pool_int.pxi"
 

@@ -8,13 +8,13 @@
  * FIELDS; bufs x, dy, dx (max), dy, dx (average), x, h, y (select). */
 #include "pool_c.h"
 
-POOL_PARTS(backward_part, pool_backward_f32)
+POOL_BASE_PART(backward_part, pool_backward_f32)
 
 int mgr_max_pool2d_backward_f32(const mgr_call* call) {
     pool_block s = pool_block_of(call);
     char** b = call->bufs;
     pool_run run = pool_run_of(POOL_R_MAX_BACKWARD, &s, b[0], b[0], b[2], b[1], b[2]);
-    pool_parts(backward_part(), &run, &s, 2, 4);
+    pool_parts(backward_part(&run), &run, &s, 2, 4);
     return MGR_KERNEL_OK;
 }
 
@@ -22,7 +22,7 @@ int mgr_avg_pool2d_backward_f32(const mgr_call* call) {
     pool_block s = pool_block_of(call);
     char** b = call->bufs;
     pool_run run = pool_run_of(POOL_R_AVG_BACKWARD, &s, b[1], b[1], b[1], b[0], b[1]);
-    pool_parts(backward_part(), &run, &s, 1, 4);
+    pool_parts(backward_part(&run), &run, &s, 1, 4);
     return MGR_KERNEL_OK;
 }
 
@@ -30,7 +30,7 @@ int mgr_max_pool2d_select_f32(const mgr_call* call) {
     pool_block s = pool_block_of(call);
     char** b = call->bufs;
     pool_run run = pool_run_of(POOL_R_SELECT, &s, b[0], b[1], b[2], b[2], b[2]);
-    pool_parts(backward_part(), &run, &s, 2, 4);
+    pool_parts(backward_part(&run), &run, &s, 2, 4);
     return MGR_KERNEL_OK;
 }
 
