@@ -10,28 +10,23 @@
 
 POOL_BASE_PART(backward_part, pool_backward_f32)
 
+/* pass op over the call's buffers by index: x, h and dx (y for select) full-size, dy pooled */
+static int pass(const mgr_call* call, int op, int x, int h, int dx, int dy, int full) {
+    pool_block s = pool_block_of(call);
+    char** b = call->bufs;
+    pool_run run = pool_run_of(op, &s, b[x], b[h], b[dx], b[dy], b[dx]);
+    pool_parts(backward_part(&run), &run, &s, full, 4);
+    return MGR_KERNEL_OK;
+}
+
 int mgr_max_pool2d_backward_f32(const mgr_call* call) {
-    pool_block s = pool_block_of(call);
-    char** b = call->bufs;
-    pool_run run = pool_run_of(POOL_R_MAX_BACKWARD, &s, b[0], b[0], b[2], b[1], b[2]);
-    pool_parts(backward_part(&run), &run, &s, 2, 4);
-    return MGR_KERNEL_OK;
+    return pass(call, POOL_R_MAX_BACKWARD, 0, 0, 2, 1, 2);
 }
-
 int mgr_avg_pool2d_backward_f32(const mgr_call* call) {
-    pool_block s = pool_block_of(call);
-    char** b = call->bufs;
-    pool_run run = pool_run_of(POOL_R_AVG_BACKWARD, &s, b[1], b[1], b[1], b[0], b[1]);
-    pool_parts(backward_part(&run), &run, &s, 1, 4);
-    return MGR_KERNEL_OK;
+    return pass(call, POOL_R_AVG_BACKWARD, 1, 1, 1, 0, 1);
 }
-
 int mgr_max_pool2d_select_f32(const mgr_call* call) {
-    pool_block s = pool_block_of(call);
-    char** b = call->bufs;
-    pool_run run = pool_run_of(POOL_R_SELECT, &s, b[0], b[1], b[2], b[2], b[2]);
-    pool_parts(backward_part(&run), &run, &s, 2, 4);
-    return MGR_KERNEL_OK;
+    return pass(call, POOL_R_SELECT, 0, 1, 2, 2, 2);
 }
 
 /* pool_check's over a view of the block's buffers: the full-size side the smallest of those
