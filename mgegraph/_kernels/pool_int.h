@@ -1,4 +1,6 @@
-/* Rows of int8 and uint8 pooling windows, vectorised (pool_int.pxi's fast path).
+/* int8 and uint8 pooling: the one source of pool_int.pxi's kernels and of the C runtime's
+ * (mgegraph/deploy/csrc/kernels/pool2d_i8.c): rows of windows, vectorised, and the planes
+ * around them (pi_planes, at the end), on pool.h's windows.
  *
  * One output row's interior windows (every cell inside the input: no clamping) are pooled in
  * separable passes over scratch rows on the stack: the window's rows reduced column by column
@@ -26,6 +28,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "pool.h"
 
 /* PI_PORTABLE_ONLY builds what a non-x86 machine builds (to check that it compiles) */
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(PI_PORTABLE_ONLY)
@@ -301,5 +305,144 @@ static inline pi_variant pi_variant_of(int isa) {
 #endif
     return v;
 }
+
+/* ---- the planes: pool_int.pxi's kernels and the C runtime's pool2d_i8 / pool2d_u8 --------------
+ * Each output row's interior windows go through the variant's row passes, the rest (border,
+ * adaptive and over-large windows, rows of fewer than PI_MIN_WINDOWS) through the per-window loop
+ * (pi_cell), where a window of whole rows (a global pool's plane) of at least PI_B cells is one
+ * contiguous run. A max is the max of the cells inside the input: padding never wins. An average
+ * is the window's integer sum (int64, exact for any plane), the counted padding adding the zero
+ * point each, divided by the divisor and rounded half to even in integer arithmetic: the floor
+ * quotient q and remainder r (0 <= r < div) are exact, and r compared with div / 2 (as 2r with
+ * div) decides the rounding, so the result is the exact rint(sum / div) with no float step. It
+ * lies between the window's least and greatest integer, so it needs no saturation. A window with
+ * no cell inside (never in a plan: its shape rule refuses it) gives the zero point. */
+
+typedef struct {
+    pool_block s;       /* the windows, adaptive ones made sliding where they can be */
+    const void* x;
+    void* y;
+    int64_t size;       /* of x, in values */
+    int64_t zero_point;
+    int rows;           /* whether the variant has row passes (not PI_SCALAR) */
+    pi_variant var;
+    int64_t lo, hi;     /* the output columns the row passes pool (pi_vector_columns) */
+} pi_run;
+
+/* total / div (div > 0) rounded to nearest, ties to even; C's division truncates toward 0, so
+ * a negative remainder moves q down one to the floor */
+static inline int64_t pi_rounded_quotient(int64_t total, int64_t div) {
+    int64_t q = total / div, r = total - q * div;
+    if (r < 0) q -= 1, r += div;
+    if (2 * r > div || (2 * r == div && (q & 1))) q += 1;
+    return q;
+}
+
+/* The output columns [lo, hi) whose windows lie inside the input and the row passes' limits
+ * take; none for the scalar variant and adaptive windows (they vary in width). */
+static inline void pi_vector_columns(const pi_run* r, int64_t* lo, int64_t* hi) {
+    const pool_block* s = &r->s;
+    int64_t last = s->w - 1 + s->pw - (s->kw - 1) * s->dw; /* the last inside start, + pw */
+    int avg = s->mode == POOL_AVG_INCLUDE || s->mode == POOL_AVG_EXCLUDE;
+    *lo = *hi = 0;
+    if (!r->rows || pool_is_adaptive(s) || last < 0 || pi_chunk(s->kw, s->sw, s->dw) == 0 ||
+        (avg && s->kh * s->kw > PI_MAX_CELLS))
+        return;
+    *lo = pool_clamp(pool_ceil_div(s->pw, s->sw), 0, s->ow);
+    *hi = pool_clamp(last / s->sw + 1, *lo, s->ow);
+    if (*hi - *lo < PI_MIN_WINDOWS) *hi = *lo;
+}
+
+/* The pass over block s (as_sliding applied) of variant isa, x of zero point zero_point */
+static inline pi_run pi_run_of(const pool_block* s, const void* x, void* y, int64_t zero_point,
+                               int isa) {
+    pi_run r;
+    r.s = *s;
+    pool_as_sliding(&r.s);
+    r.x = x, r.y = y, r.zero_point = zero_point;
+    r.size = r.s.planes * r.s.h * r.s.w;
+    r.rows = isa != PI_SCALAR;
+    r.var = pi_variant_of(isa);
+    pi_vector_columns(&r, &r.lo, &r.hi);
+    return r;
+}
+
+/* int8 is pooled as uint8 with its sign bit flipped (the row passes' flip) */
+#define PI_FLIP_i8 0x80
+#define PI_FLIP_u8 0
+
+#define PI_PLANES(S, T)                                                                         \
+    /* One clamped window: nr rows w apart by nc columns cs apart, nr * nc > 0 */               \
+    static inline T pi_window_max_##S(const T* x, int64_t w, int64_t cs, int64_t nr,           \
+                                      int64_t nc) {                                             \
+        T m = x[0];                                                                             \
+        for (int64_t r = 0; r < nr; r++)                                                        \
+            for (int64_t j = 0; j < nc; j++) m = x[r * w + j * cs] > m ? x[r * w + j * cs] : m; \
+        return m;                                                                               \
+    }                                                                                           \
+    static inline int64_t pi_window_sum_##S(const T* x, int64_t w, int64_t cs, int64_t nr,     \
+                                            int64_t nc) {                                       \
+        int64_t acc = 0;                                                                        \
+        for (int64_t r = 0; r < nr; r++)                                                        \
+            for (int64_t j = 0; j < nc; j++) acc += x[r * w + j * cs];                          \
+        return acc;                                                                             \
+    }                                                                                           \
+    /* Output cell ow of the row of windows `rows`. Whole rows of the plane (a global pool) are \
+     * one contiguous run, reduced in vectors where it fills at least one block (a 7x7 plane is \
+     * quicker cell by cell). */                                                                \
+    static inline T pi_cell_##S(const pi_run* r, const T* x, pool_span rows, int64_t ow) {      \
+        const pool_block* s = &r->s;                                                            \
+        pool_span cols = pool_window(s, 0, ow);                                                 \
+        int64_t dh = pool_is_adaptive(s) ? 1 : s->dh, dw = pool_is_adaptive(s) ? 1 : s->dw;     \
+        int64_t cells = rows.n * cols.n, div = pool_divisor(s, rows, cols), total;              \
+        if (rows.n <= 0 || cols.n <= 0) return (T)r->zero_point;                                \
+        const T* at = x + rows.lo * s->w + cols.lo;                                             \
+        int run = r->rows && cols.n == s->w && (dh == 1 || rows.n == 1) && cells >= PI_B;       \
+        if (pool_is_max(s)) {                                                                   \
+            if (run) return (T)r->var.run_max((const uint8_t*)at, cells, PI_FLIP_##S);          \
+            return pi_window_max_##S(at, dh * s->w, dw, rows.n, cols.n);                        \
+        }                                                                                       \
+        if (run) /* the flipped values' sum, less the flip's 128 per cell */                    \
+            total = r->var.run_sum((const uint8_t*)at, cells, PI_FLIP_##S) -                    \
+                    (PI_FLIP_##S != 0) * 128 * cells;                                           \
+        else                                                                                    \
+            total = pi_window_sum_##S(at, dh * s->w, dw, rows.n, cols.n);                       \
+        total += r->zero_point * (div - cells); /* the counted padding's cells */               \
+        return (T)pi_rounded_quotient(total, div);                                              \
+    }                                                                                           \
+    static inline void pi_plane_##S(const pi_run* r, const T* x, T* y) {                        \
+        const pool_block* s = &r->s;                                                            \
+        pool_span full = {0, s->kw, s->kw}; /* an interior window's columns */                  \
+        pi_row a;                                                                               \
+        a.step = s->dh * s->w, a.kw = s->kw, a.sw = s->sw, a.dw = s->dw, a.n = r->hi - r->lo;  \
+        a.flip = PI_FLIP_##S;                                                                   \
+        for (int64_t oh = 0; oh < s->oh; oh++, y += s->ow) {                                    \
+            pool_span rows = pool_window(s, 1, oh);                                             \
+            int64_t lo = rows.n > 0 ? r->lo : 0, hi = rows.n > 0 ? r->hi : 0;                   \
+            if (hi > lo) {                                                                      \
+                a.x = (const uint8_t*)(x + rows.lo * s->w + lo * s->sw - s->pw);                \
+                a.readable = (const uint8_t*)r->x + r->size - a.x;                              \
+                a.rows = rows.n, a.y = (uint8_t*)(y + lo);                                      \
+                a.div = pool_is_max(s) ? 0 : (int32_t)pool_divisor(s, rows, full);              \
+                /* the counted padding in the flipped values: the zero point (+128 for int8) */ \
+                a.offset = pool_is_max(s) ? 0                                                   \
+                                          : (int32_t)((r->zero_point + (PI_FLIP_##S != 0) * 128) \
+                                                      * (a.div - rows.n * s->kw));              \
+                r->var.row(&a);                                                                 \
+            }                                                                                   \
+            for (int64_t ow = 0; ow < lo; ow++) y[ow] = pi_cell_##S(r, x, rows, ow);            \
+            for (int64_t ow = hi; ow < s->ow; ow++) y[ow] = pi_cell_##S(r, x, rows, ow);        \
+        }                                                                                       \
+    }                                                                                           \
+    /* planes [lo, hi) of the pi_run at ctx */                                                  \
+    static inline void pi_planes_##S(void* ctx, int64_t lo, int64_t hi) {                       \
+        const pi_run* r = (const pi_run*)ctx;                                                   \
+        int64_t full = r->s.h * r->s.w, pooled = r->s.oh * r->s.ow;                             \
+        for (int64_t p = lo; p < hi; p++)                                                       \
+            pi_plane_##S(r, (const T*)r->x + p * full, (T*)r->y + p * pooled);                  \
+    }
+
+PI_PLANES(i8, int8_t)
+PI_PLANES(u8, uint8_t)
 
 #endif

@@ -25,6 +25,8 @@ CONV_TILES = ("conv_gather_c.h", "conv_wino_c.h")
 CONV_HEADERS = (*TILES, "wino_tile.h", "conv_data.h")
 # the int8 GEMM's headers: the patches and depthwise kernel, the GEMM's tiles, their AMX form
 INT8_GEMM = ("qconv.h", "qgemm.h", "qgemm_amx.h")
+# the poolings' passes (pool.pyx's: pool.h, pool_int.h for the integers) and the threads rule
+POOLING = ("pool.h", "grain.h")
 # the plan's kernel suffixes of the blob's dtypes
 DTYPE_SUFFIXES = ("f32", "f64", "i32", "i64", "u8", "i8", "i16", "bool")
 # kernel name -> (its C file, the headers it includes: csrc/kernels' own, then _kernels')
@@ -44,13 +46,15 @@ LIBRARY = {
     "conv2d_winograd_f32": ("conv2d_f32.c", CONV_TILES, CONV_HEADERS),
     "conv2d_backward_data_f32": ("conv2d_data_f32.c", (*CONV_TILES, "gemm_c.h"), tuple(
         dict.fromkeys((*CONV_HEADERS, *GEMM_TILES, "conv_col2im.h")))),
-    "pool2d_f32": ("pool2d_f32.c", (), ("grain.h",)),
+    "pool2d_f32": ("pool2d_f32.c", ("pool_c.h",), POOLING),
     # the package's reductions (reduce.h) and the threads rule (grain.h)
     "reduce_f32": ("reduce_f32.c", (), ("reduce.h", "grain.h")),
-    "max_pool2d_backward_f32": ("pool2d_f32.c", (), ("grain.h",)),
-    "avg_pool2d_backward_f32": ("pool2d_f32.c", (), ("grain.h",)),
-    "pool2d_i8": ("pool2d_f32.c", (), ("grain.h",)),
-    "pool2d_u8": ("pool2d_f32.c", (), ("grain.h",)),
+    # the gradients (and select, their adjoint) and the integers apart: a plan's library holds
+    # the whole files it calls, and an inference plan calls the forward float pooling alone
+    **{name: ("pool2d_backward_f32.c", ("pool_c.h",), POOLING) for name in (
+        "max_pool2d_backward_f32", "avg_pool2d_backward_f32", "max_pool2d_select_f32")},
+    "pool2d_i8": ("pool2d_i8.c", ("pool_c.h",), (*POOLING, "pool_int.h")),
+    "pool2d_u8": ("pool2d_i8.c", ("pool_c.h",), (*POOLING, "pool_int.h")),
     **{name: ("quantize.c", (), ()) for name in (
         "quantize_f32", "quantize_f64", "dequantize_i8", "dequantize_u8", "dequantize_i32",
         "fake_quant_f32", "fake_quant_f64")},
