@@ -23,8 +23,8 @@ def deterministic(op: str, launch) -> bool:
     """Whether ``launch`` (a way of ``op``: its ``path``, "gather, 2 threads") is
     deterministic."""
     way = launch.path.partition(", ")[0]
-    if op in GEMM_OPS:
-        return way == "tiles"
+    if op in GEMM_OPS:  # the tiles; a float32 row's GEMV (gemv_row.h)
+        return way in ("tiles", "gemv", "gemv split k")
     if op in CONV_OPS:
         # Winograd's GEMMs on the row tiles: plans for AVX2, the widest tiles of this CPU
         return way in CONV_OWN_WAYS or (way == "winograd" and K.blocked_isas()[-1] == "avx2")

@@ -92,8 +92,8 @@ def tiles_apply(dtype, m, n, k) -> bool:
     """Whether the tiles compute a float32 GEMM of C (m, n) over k: 0 < k <= TILE_MAX_K on
     AVX-512; on AVX2 while op(B) and op(A) packed (its workspace) take at most
     PANELS_MAX_BYTES."""
-    if np.dtype(dtype) != np.float32 or not 0 < k <= TILE_MAX_K:
-        return False
+    if np.dtype(dtype) != np.float32 or not 0 < k <= TILE_MAX_K or m == 1:
+        return False  # a single row is the GEMV's, which reads its matrix once
     isa = tiles_isa()
     return isa == "avx512" or isa == "avx2" and K.panels_bytes(m, n, k) <= PANELS_MAX_BYTES
 
@@ -158,7 +158,10 @@ def cpu_gemm(dtype, m: int, n: int, k: int, transpose_b: bool,
 
 
 def _gemm(dtype, m, n, k, threads, tiles, split) -> Gemm:
-    way = "tiles" if tiles else "blas split k" if split else "blas"
+    # a float32 row runs gemv_row.h's loops whatever the BLAS (linalg.pyx's float_product), as
+    # the C runtime does: the way says so (compile(tune="deterministic") keeps it)
+    row = m == 1 and np.dtype(dtype) == np.float32
+    way = "tiles" if tiles else "gemv split k" if split else "gemv" if row else "blas"
     return Gemm(threads, tiles, split, _workspace(tiles, split, threads, m, n, k),
                 way_label(way, threads) if dtype in FLOAT_DTYPES else "")
 
