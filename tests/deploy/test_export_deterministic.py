@@ -29,15 +29,7 @@ import test_symbolic_model_file as symbolic_file  # noqa: E402
 CPU = get_backend("cpu")
 
 
-def _small_cnn():
-    model = model_file.SmallCNN()
-    for p in model.bn.parameters():  # statistics that are not the defaults
-        p.value[...] = np.random.default_rng(11).uniform(0.5, 1.5, p.shape).astype(np.float32)
-    model.eval()
-    return mg.compile_module(model, (np.ones((2, 3, 8, 8), np.float32),)).plan
-
-
-MODELS = {"mlp": model_file.mlp_plan, "cnn-batch-norm": _small_cnn,
+MODELS = {"mlp": model_file.mlp_plan, "cnn-batch-norm": model_file.small_cnn_plan,
           "mobilenet-head": epilogue_file.mobilenet_head,
           "mobilenet-head-unfused": lambda: epilogue_file.mobilenet_head(False),
           "pooling": pool_file.pooling_plan, "digits": symbolic_file.digits_plan,

@@ -405,16 +405,8 @@ def test_an_index_reduction_is_refused_by_name(tmp_path):
         export_c(mg.compile([F.argmax(x, axis=1)]), tmp_path / "out")
 
 
-def _small_cnn():
-    model = model_file.SmallCNN()
-    for p in model.bn.parameters():  # statistics that are not the defaults
-        p.value[...] = np.random.default_rng(11).uniform(0.5, 1.5, p.shape).astype(np.float32)
-    model.eval()
-    return mg.compile_module(model, (np.ones((2, 3, 8, 8), np.float32),)).plan
-
-
 @pytest.mark.parametrize("make_plan", [
-    model_file.mlp_plan, _small_cnn, epilogue_file.mobilenet_head,
+    model_file.mlp_plan, model_file.small_cnn_plan, epilogue_file.mobilenet_head,
     lambda: epilogue_file.mobilenet_head(False), symbolic_file.digits_plan,
     symbolic_file.mlp_plan,
 ], ids=["mlp", "cnn-batch-norm", "mobilenet-head", "mobilenet-head-unfused", "digits",

@@ -145,6 +145,15 @@ class SmallCNN(mg.nn.Module):
         return self.fc(F.flatten(x, 1))
 
 
+
+def small_cnn_plan():
+    """SmallCNN in eval mode with batch-norm statistics that are not the defaults, compiled."""
+    model = SmallCNN()
+    for p in model.bn.parameters():
+        p.value[...] = np.random.default_rng(11).uniform(0.5, 1.5, p.shape).astype(np.float32)
+    model.eval()
+    return mg.compile_module(model, (np.ones((2, 3, 8, 8), np.float32),)).plan
+
 def test_a_compile_module_cnn_with_batch_norm_round_trips(tmp_path):
     model = SmallCNN()
     for p in model.bn.parameters():  # statistics that are not the defaults
