@@ -162,12 +162,11 @@ def test_the_planner_gives_both_backends_the_same_plan(reference, optimize, monk
     monkeypatch.setattr(get_backend("cpu"), "runs_prologue", False)
     model, batch = _mlp(np.float32), _batch(np.float32)
     cpu, ref = (_inference_plan(model, batch[0], d, optimize) for d in ("cpu", reference))
-    # no kernel of an MLP's inference asks for a workspace: the plans agree to the byte
-    assert [(s.type, s.role, s.name, s.alias, s.view_offset, s.offset) for s in ref.slots] == \
-        [(s.type, s.role, s.name, s.alias, s.view_offset, s.offset) for s in cpu.slots]
-    assert [(i.op, i.attrs, i.inputs, i.outputs, i.workspace) for i in ref.instructions] == \
-        [(i.op, i.attrs, i.inputs, i.outputs, i.workspace) for i in cpu.instructions]
-    assert (ref.feeds, ref.outputs, ref.arena_bytes) == (cpu.feeds, cpu.outputs, cpu.arena_bytes)
+    # the same slots, instructions, feeds and outputs; the CPU's lowering may give a small GEMM
+    # a workspace (its tiles' packed operands, on AVX2), which the reference's never asks for
+    assert _planned(ref) == _planned(cpu)
+    assert not any(s.role == mg.Role.WORKSPACE for s in ref.slots)
+    assert ref.arena_bytes <= cpu.arena_bytes
     assert (ref.device, cpu.device) == ("reference", "cpu")
 
     cpu, ref = (_train_plan(_mlp(np.float32), batch, d, optimize)[0] for d in ("cpu", reference))
