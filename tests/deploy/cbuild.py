@@ -198,3 +198,15 @@ def patched(blob: bytes, at: int, value, fmt="<q") -> bytes:
     out = bytearray(blob)
     struct.pack_into(fmt, out, at, value)
     return bytes(out)
+
+
+def run_on_random_floats(exported, seed=12):
+    """Build ``exported``, run model_run on standard-normal float32 feeds of its plan's shapes:
+    (the feeds, the outputs)."""
+    rng = np.random.default_rng(seed)
+    feeds = {name: rng.standard_normal(exported.plan.slots[slot].type.shape, dtype=np.float32)
+             for name, slot in exported.plan.feeds.items()}
+    make(exported.directory)
+    done, got = model_run(exported.directory, feeds, exported.input_names)
+    assert done.returncode == 0, done.stderr
+    return feeds, got

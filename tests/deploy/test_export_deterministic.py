@@ -18,7 +18,7 @@ from mgegraph import runtime
 from mgegraph.backend import get_backend
 from mgegraph.deploy import export_c
 
-from .cbuild import cc, make, model_run
+from .cbuild import cc, run_on_random_floats
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "io"))
 import test_epilogue_model_file as epilogue_file  # noqa: E402  the model-file tests' models
@@ -60,12 +60,7 @@ def test_a_saved_model_exported_from_its_file_is_bitwise_the_runtimes(tmp_path, 
     bindings = {n: 3 for n in getattr(plan, "names", ())} or None
     exported = export_c(path, tmp_path / "out", bindings=bindings)
     assert off_the_blas(exported.plan) == []
-    rng = np.random.default_rng(12)
-    feeds = {n: rng.standard_normal(exported.plan.slots[slot].type.shape, dtype=np.float32)
-             for n, slot in exported.plan.feeds.items()}
-    make(exported.directory)
-    done, got = model_run(exported.directory, feeds, exported.input_names)
-    assert done.returncode == 0, done.stderr
+    feeds, got = run_on_random_floats(exported)
     assert_same_bits(got, predictor.run(feeds))
 
 

@@ -27,6 +27,7 @@ from .cbuild import (
     make,
     model_run,
     patched,
+    run_on_random_floats,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -419,12 +420,7 @@ def test_the_model_file_tests_float_models_match(tmp_path, make_plan):
     plan = make_plan()
     bindings = {name: 3 for name in getattr(plan, "names", ())} or None
     exported = export_c(plan, tmp_path / "out", bindings=bindings)
-    rng = np.random.default_rng(12)
-    feeds = {name: rng.standard_normal(exported.plan.slots[slot].type.shape, dtype=np.float32)
-             for name, slot in exported.plan.feeds.items()}
-    make(exported.directory)
-    done, got = model_run(exported.directory, feeds, exported.input_names)
-    assert done.returncode == 0, done.stderr
+    feeds, got = run_on_random_floats(exported)
     for w, c in zip(exported.plan.run(feeds), got):
         np.testing.assert_allclose(c, w, rtol=1e-5, atol=1e-5)
 
