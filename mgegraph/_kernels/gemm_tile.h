@@ -399,6 +399,19 @@ static inline int64_t mg_gemm_ready_ints(int64_t m, int64_t n, int64_t panel) {
     return (n + panel - 1) / panel + (m + mr - 1) / mr;
 }
 
+/* The floats of a packing run's scratch, in this order: op(B)'s panels where `pack_b`
+ * (mg_gemm_panels_floats), op(A)'s row tiles where mg_gemm_packs_a (from *apack_at, else -1),
+ * then, where anything is packed, the run's flags (mg_gemm_ready_ints ints, as wide as floats,
+ * from *ready_at): the one layout of the executor's workspace and the C runtime's malloc */
+static inline int64_t mg_gemm_scratch_floats(int64_t m, int64_t n, int64_t k, int64_t panel,
+                                             int pack_b, int64_t* apack_at, int64_t* ready_at) {
+    int64_t panels = pack_b ? mg_gemm_panels_floats(n, k, panel) : 0;
+    int64_t rows = mg_gemm_packs_a(n, panel) ? mg_gemm_apack_floats(m, k, panel) : 0;
+    *apack_at = rows ? panels : -1;
+    *ready_at = panels + rows;
+    return panels + rows + (panels + rows > 0 ? mg_gemm_ready_ints(m, n, panel) : 0);
+}
+
 /* Run g with its operands packed in the same run of the pool, each piece by the first work item
  * that reads it: op(B) (B stored (k, n), or (n, k) where tb) into `panels`
  * (mg_gemm_panels_floats; NULL: g's panels are packed already), op(A) into `apack`

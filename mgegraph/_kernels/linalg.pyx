@@ -422,27 +422,18 @@ cdef extern from "gemm_tile.h":
         int64_t threads
         const float* apack
     int64_t mg_gemm_panel() noexcept nogil
-    int64_t mg_gemm_panels_floats(int64_t n, int64_t k, int64_t panel) noexcept nogil
-    int mg_gemm_packs_a(int64_t n, int64_t panel) noexcept nogil
-    int64_t mg_gemm_apack_floats(int64_t m, int64_t k, int64_t panel) noexcept nogil
-    int64_t mg_gemm_ready_ints(int64_t m, int64_t n, int64_t panel) noexcept nogil
+    int64_t mg_gemm_scratch_floats(int64_t m, int64_t n, int64_t k, int64_t panel, int pack_b,
+                                   int64_t* apack_at, int64_t* ready_at) noexcept nogil
     void mg_gemm_pack_run(mg_gemm_job* g, int tb, const float* b, float* panels, float* apack,
                           int* ready) noexcept nogil
-
-
-cdef inline Py_ssize_t panel_floats(Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
-                                    int64_t panel, bint rows) noexcept nogil:
-    # op(B)'s panels, then (rows) op(A)'s row tiles where gemm_tile.h packs them
-    return mg_gemm_panels_floats(n, k, panel) + (
-        mg_gemm_apack_floats(m, k, panel) if rows and mg_gemm_packs_a(n, panel) else 0)
 
 
 def panels_bytes(Py_ssize_t m, Py_ssize_t n, Py_ssize_t k) -> int:
     """The workspace of a GEMM of C (m, n) over k on gemm_tile.h's panels (op(B) packed at
     this CPU's width, op(A) where the header packs it, then the packing run's flags): the
     lowering sizes the panels way's by it."""
-    cdef int64_t panel = mg_gemm_panel()
-    return (panel_floats(m, n, k, panel, True) + mg_gemm_ready_ints(m, n, panel)) * 4
+    cdef int64_t apack, ready
+    return mg_gemm_scratch_floats(m, n, k, mg_gemm_panel(), True, &apack, &ready) * 4
 
 
 ctypedef struct PoolCall:  # a gemm_tile.h part run by parallel_for
@@ -482,11 +473,12 @@ cdef inline bint panel_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_
                                const float* a, const float* b, TileOut out, float* c, float* ws,
                                Py_ssize_t threads) noexcept nogil:
     # C = out(op(A) op(B)) on gemm_tile.h, op(B) (and where it pays op(A)) packed into ws
-    # (panel_floats of it, then the packing's flags) in the same run; False, having done nothing,
+    # (mg_gemm_scratch_floats' layout, the packing's flags last) in the same run; False, having done nothing,
     # where this CPU has no FMA (the caller takes the BLAS). linear's bias and activation are
     # the header's (activation.h: the ops' own rounding); addmm's row_out, through panel_out.
     cdef mg_gemm_job g
     cdef PanelOut epilogue
+    cdef int64_t apack, ready
     if not cpu_isa_ok(1):
         return False
     if m == 0 or n == 0:
@@ -498,9 +490,8 @@ cdef inline bint panel_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_
         epilogue.out, epilogue.c, epilogue.n = out, c, n
         g.out, g.out_ctx = panel_out, &epilogue
     g.pool, g.threads = pool_run, threads
-    mg_gemm_pack_run(&g, tb, b, ws, ws + panel_floats(m, n, k, g.panel, False)
-                     if mg_gemm_packs_a(n, g.panel) else NULL,
-                     <int*>(ws + panel_floats(m, n, k, g.panel, True)))
+    mg_gemm_scratch_floats(m, n, k, g.panel, True, &apack, &ready)
+    mg_gemm_pack_run(&g, tb, b, ws, ws + apack if apack >= 0 else NULL, <int*>(ws + ready))
     return True
 
 

@@ -32,19 +32,16 @@ static inline const char* mgr_gemm_panels_check(int64_t n, int64_t k, int64_t pa
  * where it pays (mg_gemm_packs_a), into memory had here: MGR_KERNEL_OK, or
  * MGR_KERNEL_OUT_OF_MEMORY where that memory is not had */
 static inline int mgr_gemm_packed_run(mg_gemm_job* g, int tb, const float* b) {
-    int64_t panels = b ? mg_gemm_panels_floats(g->n, g->k, g->panel) : 0, rows = 0;
     if (g->m == 0 || g->n == 0) return MGR_KERNEL_OK;
-    if (mg_gemm_packs_a(g->n, g->panel)) rows = mg_gemm_apack_floats(g->m, g->k, g->panel);
     g->pool = mgr_parallel_for_upto;
     g->threads = mg_gemm_threads(g->m, g->n, g->k, 4, mgr_run_threads());
-    /* the floats, then the run's flags (int, as wide as a float) */
-    int64_t words = panels + rows + (panels + rows > 0 ? mg_gemm_ready_ints(g->m, g->n, g->panel)
-                                                         : 0);
+    int64_t apack, ready;
+    int64_t words = mg_gemm_scratch_floats(g->m, g->n, g->k, g->panel, b != NULL, &apack, &ready);
     float* memory = NULL;
     if (words > 0 && !(memory = (float*)malloc((size_t)words * sizeof(float))))
         return MGR_KERNEL_OUT_OF_MEMORY;
-    mg_gemm_pack_run(g, tb, b, b ? memory : NULL, rows ? memory + panels : NULL,
-                     (int*)(memory + panels + rows));
+    mg_gemm_pack_run(g, tb, b, b ? memory : NULL, apack >= 0 ? memory + apack : NULL,
+                     (int*)(memory + ready));
     free(memory);
     return MGR_KERNEL_OK;
 }
