@@ -112,11 +112,11 @@ def tiles_rule(dtype, m, n, k, transpose_b, transpose_a=False) -> bool:
 
 
 def panels_rule(m, n, k, transpose_b, transpose_a) -> bool:
-    """Whether a float32 GEMM on AVX2 goes to gemm_tile.h's panels (a single row is the
-    GEMV's): a stored A^T of at most PANELS_MAX_ROWS_AT rows and at least PANELS_MIN_COLUMNS
-    columns, or k at most PANELS_MAX_K."""
+    """Whether a float32 GEMM on AVX2 that the panels apply to (tiles_apply: a single row is
+    the GEMV's) goes to them: a stored A^T of at most PANELS_MAX_ROWS_AT rows and at least
+    PANELS_MIN_COLUMNS columns, or k at most PANELS_MAX_K."""
     few_rows = transpose_a and m <= PANELS_MAX_ROWS_AT and n >= PANELS_MIN_COLUMNS
-    return m >= 2 and (few_rows or k <= PANELS_MAX_K)
+    return few_rows or k <= PANELS_MAX_K
 
 
 def accumulates_exactly(product) -> bool:
