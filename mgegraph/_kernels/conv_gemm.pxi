@@ -312,6 +312,14 @@ cdef inline int conv2d_batched(const floating* x, const floating* w, const float
 #   row tiles), the four convolutions alone took 1160 us against this kernel's 1216 (profiler
 #   medians), before any interleaving: the saving can only be col2im's, and only with tiles
 #   that store the phases interleaved at the GEMM's speed.
+# - the same GEMM on gemm_tile.h's panels, then the same col2im (the "tiles" way below, the C
+#   runtime's: bitwise C's): benchmarks/unet_layers.py conv-transpose --ways, the two plans
+#   called by turns, medians of 100-200 calls, four runs each (AMD EPYC Zen 3, OpenBLAS, load
+#   11-15 on the 2 cores, so ratios only), tiles / BLAS at 1 thread: 3x3/2 64 -> 32 at 32x32
+#   1.04-1.19, the U-Net's 2x2/2 at 64x64 1.13-2.67 (col's rows 16 KiB apart: the tiles'
+#   stores of a panel land in few cache sets); at 2 threads 1.50-1.57 and 1.48 (both 70-130
+#   ms: the scheduler's, and the tiles way wakes the threads twice per image and group). So
+#   the rules keep the BLAS; compile(tune="deterministic") takes the tiles.
 cdef inline void data_pairs(const floating* w, const floating* dy, const floating* bias,
                             floating* dx, floating* area, Py_ssize_t p0, Py_ssize_t p1,
                             const Conv* s) noexcept nogil:
