@@ -7,6 +7,14 @@ mgegraph exports; the two run interleaved, call by call, so load on a shared mac
     OMP_NUM_THREADS=2 python benchmarks/unet_layers.py --calls 60
     OMP_NUM_THREADS=1 python benchmarks/unet_layers.py conv-transpose
 
+    OMP_NUM_THREADS=2 python benchmarks/unet_layers.py conv-transpose --ways
+
+``--ways``: the U-Net's transposed convolutions alone (3x3/2 from 64 to 32 channels at 32x32,
+the conv-transpose layer; 2x2/2 at 64x64, the U-Net's own at 1x3x128x128) each run two ways,
+the rules' (the BLAS's GEMM, "im2col") and compile(tune="deterministic")'s ("tiles":
+gemm_tile.h's, the C runtime's), called by turns, ABAB..., and the median microseconds of each
+with their ratio.
+
 Prints each side's layers, slowest first, as median microseconds over the calls (a mean would
 take in every call the system preempted): mgegraph's per instruction (with its kernel and
 way), ONNX Runtime's per node (its graph optimiser fuses and reorders:
@@ -80,12 +88,51 @@ def _mgegraph_instructions(prof) -> list[tuple[float, str, str]]:
     return sorted(rows, reverse=True)
 
 
+# the U-Net's transposed convolutions: x's shape, the weight's, the options
+TRANSPOSED = {"3x3/2 64->32 at 32x32": ((1, 64, 32, 32), (64, 32, 3, 3),
+                                         dict(stride=2, padding=1, output_padding=1)),
+              "2x2/2 64->32 at 64x64": ((1, 64, 64, 64), (64, 32, 2, 2), dict(stride=2))}
+
+
+def _ways(calls: int, warmup: int) -> None:
+    """Each transposed layer's rules' and deterministic ways, by turns: medians and ratio."""
+    import time
+
+    import mgegraph.functional as F
+    rng = np.random.default_rng(vw.SEED)
+    for name, (shape, weight, options) in TRANSPOSED.items():
+        g = mg.Graph()
+        y = F.conv_transpose2d(g.input("x", shape), g.param("w", vw._weight(rng, *weight)),
+                               g.param("b", vw._weight(rng, weight[1], 1)[:, 0]), **options)
+        plans = {tune: mg.compile([y], freeze=True, tune=tune)
+                 for tune in ("rules", "deterministic")}
+        feeds = {"x": rng.standard_normal(shape, dtype=np.float32)}
+        times = {tune: [] for tune in plans}
+        for k in range(warmup + calls):
+            for tune, plan in plans.items():
+                start = time.perf_counter()
+                plan.run(feeds)
+                if k >= warmup:
+                    times[tune].append(time.perf_counter() - start)
+        medians = {t: statistics.median(v) * 1e6 for t, v in times.items()}
+        ways = {t: [i.choice.path for i in p.instructions if i.op == "conv2d_backward_data"]
+                for t, p in plans.items()}
+        print(f"{name}: " + ", ".join(f"{ways[t][0]} {medians[t]:.0f} us" for t in plans)
+              + f"; tiles / BLAS {medians['deterministic'] / medians['rules']:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("workload", nargs="?", default="unet", choices=("unet", "conv-transpose"))
     parser.add_argument("--calls", type=int, default=40, help="timed calls of each (default 40)")
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--ways", action="store_true",
+                        help="the transposed layers' two ways against each other, no ONNX")
     args = parser.parse_args()
+    if args.ways:
+        print(f"{int(os.environ['OMP_NUM_THREADS'])} thread(s), {args.calls} calls each")
+        _ways(args.calls, args.warmup)
+        return
     import onnxruntime as ort
     threads = int(os.environ["OMP_NUM_THREADS"])
     predict, x, path = _model(args.workload)

@@ -21,6 +21,8 @@
 # per tap over a padded copy of the input (see shifted_group).
 # The backward passes reuse the forward's layout: backward-data is GEMM (W^T dy) then col2im,
 # the adjoint of im2col; backward-filter accumulates dy col^T over the batch in place.
+# Backward data's "tiles" way (float32) runs that GEMM on gemm_tile.h's panels and col2im from
+# conv_data_gemm.h, the C runtime's own (conv_gemm.pxi's data_tiles).
 # The tiled paths ("blocked", "gather"; float32) live in conv_blocked.pxi and conv_tile.h, the
 # depthwise path in conv_depthwise.pxi (dw3.h, dw_tap.h), the pointwise one (float32 1x1 at
 # stride 1: register tiles over NCHW in place) in conv_pointwise.pxi and conv_pointwise.h.
@@ -69,10 +71,11 @@ cdef enum ConvPath:
     C_WINOGRAD,  # conv2d without groups, 3x3 at stride 1: Winograd F(2x2, 3x3), 16 GEMMs
     C_DEPTHWISE,  # conv2d with one input and output channel per group: planes summed in place
     C_POINTWISE,  # float32 conv2d 1x1 at stride 1 unpadded: register tiles on NCHW in place
+    C_TILES,    # float32 backward data: im2col's (or direct's) GEMM on gemm_tile.h's panels
 
 CONV_PATHS = {"direct": C_DIRECT, "im2col": C_IM2COL, "shifted": C_SHIFTED, "blocked": C_BLOCKED,
               "gather": C_GATHER, "batched": C_BATCHED, "winograd": C_WINOGRAD,
-              "depthwise": C_DEPTHWISE, "pointwise": C_POINTWISE}
+              "depthwise": C_DEPTHWISE, "pointwise": C_POINTWISE, "tiles": C_TILES}
 
 cdef Conv _conv
 CONV_FIELDS = fields_of(_conv, sizeof(Conv))
@@ -387,6 +390,8 @@ cdef inline Py_ssize_t workspace_elems(const Conv* s, int op) noexcept nogil:
         return depthwise_elems(s)
     if s.path == C_POINTWISE:
         return 0
+    if s.path == C_TILES:
+        return data_tiles_elems(s) if op == OP_DATA else 0
     if s.path == C_SHIFTED:
         extra = shifted_of(s).npacked
     if s.path == C_BATCHED:  # every image's im2col and the GEMM's result
@@ -450,6 +455,10 @@ cdef inline int conv2d_backward_data_impl(const floating* w,   # IN  (cout, cin/
             t = wino_backward(s)
             return conv2d_winograd(dy, w, bias, dx, col, True, &t)
         return KERNEL_UNSUPPORTED
+    if s.path == C_TILES:
+        if floating is float:
+            return data_tiles(w, dy, bias, dx, col, s)
+        return KERNEL_UNSUPPORTED  # the lowering takes it for float32 only
     return backward_gemm(w, dy, bias, dx, col, True, s)
 
 
@@ -485,8 +494,8 @@ cdef inline int conv2d_backward_call(const Call* c, bint data, floating* dtype_t
     cdef const Conv* s = <const Conv*>c.ints
     cdef int nb = <int>(data and s.has_bias)
     cdef const floating* bias = <const floating*>c.bufs[2] if nb else NULL
-    cdef floating* col = (<floating*>c.bufs[3 + nb] if s.path in (C_IM2COL, C_BLOCKED, C_GATHER,
-                                                                   C_WINOGRAD) else NULL)
+    cdef floating* col = (<floating*>c.bufs[3 + nb] if s.path in (
+        C_IM2COL, C_BLOCKED, C_GATHER, C_WINOGRAD, C_TILES) else NULL)
     cdef int previous = blas_one_thread(), status  # as conv2d_call's
     if data:
         status = conv2d_backward_data_impl(<const floating*>c.bufs[0],

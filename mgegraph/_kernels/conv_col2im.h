@@ -1,6 +1,7 @@
 /* col2im row by row: the adjoint of im2col for the data gradient's GEMM path (conv_gemm.pxi's
- * data_pairs at a stride, and the C runtime's conv2d_backward_data_f32 at every stride: one
- * source for both), in float32 and float64 (conv_col2im_rows_f32, _f64).
+ * data_pairs at a stride, and conv_data_gemm.h's GEMM path, which the executor's "tiles" way and
+ * the C runtime's conv2d_backward_data_f32 run: one source for both), in float32 and float64
+ * (conv_col2im_rows_f32, _f64).
  *
  * col holds, per input channel c of [c0, c1), kh * kw rows of oh * ow cells (tap (i, j)'s row:
  * the output cells' products W_g^T dy_g); x's planes of those channels are written whole, no

@@ -20,6 +20,9 @@
 # threads), so that the instruction gets the threads the lowering gave it, and the same bits.
 
 from cython.parallel cimport parallel
+from libc.stdint cimport int64_t
+
+from .parallel cimport parallel_for
 
 cdef enum:
     ROW_BLOCK = 16  # output rows per GEMM block are a multiple of this: whole register tiles
@@ -309,6 +312,14 @@ cdef inline int conv2d_batched(const floating* x, const floating* w, const float
 #   row tiles), the four convolutions alone took 1160 us against this kernel's 1216 (profiler
 #   medians), before any interleaving: the saving can only be col2im's, and only with tiles
 #   that store the phases interleaved at the GEMM's speed.
+# - the same GEMM on gemm_tile.h's panels, then the same col2im (the "tiles" way below, the C
+#   runtime's: bitwise C's): benchmarks/unet_layers.py conv-transpose --ways, the two plans
+#   called by turns, medians of 100-200 calls, four runs each (AMD EPYC Zen 3, OpenBLAS, load
+#   11-15 on the 2 cores, so ratios only), tiles / BLAS at 1 thread: 3x3/2 64 -> 32 at 32x32
+#   1.04-1.19, the U-Net's 2x2/2 at 64x64 1.13-2.67 (col's rows 16 KiB apart: the tiles'
+#   stores of a panel land in few cache sets); at 2 threads 1.50-1.57 and 1.48 (both 70-130
+#   ms: the scheduler's, and the tiles way wakes the threads twice per image and group). So
+#   the rules keep the BLAS; compile(tune="deterministic") takes the tiles.
 cdef inline void data_pairs(const floating* w, const floating* dy, const floating* bias,
                             floating* dx, floating* area, Py_ssize_t p0, Py_ssize_t p1,
                             const Conv* s) noexcept nogil:
@@ -385,4 +396,68 @@ cdef inline int backward_gemm(const floating* a, const floating* dy, const float
                 filter_pairs(a, dy, result, ws + threadid() * slot, k * chunk,
                              min(s.cin, (k + 1) * chunk), s)
         blas_restore_threads(previous)
+    return KERNEL_OK
+
+
+# -- backward data's "tiles" way: conv_data_gemm.h, the C runtime's GEMM path --------------------
+# Design: the GEMM W_g^T dy_g on gemm_tile.h's panels (dy_g packed, W_g^T's row tiles where they
+# pay), then col2im by dx's channels: the header the C runtime's data_gemm runs, with its scratch
+# in the workspace, so an export gives this way's bits at any thread count (compile(tune=
+# "deterministic") takes it where the rules' way is the BLAS). Per (image, group) a GEMM run of
+# the threads, then a col2im run; the BLAS ways split by channel pairs instead, each thread its
+# rows' GEMM and col2im while they are in cache, which the panels cannot (op(A)^T's columns are
+# read m apart: a block of them is no operand of theirs).
+cdef extern from "conv_data_gemm.h":
+    ctypedef void (*mg_gemm_part_fn)(void* ctx, int64_t lo, int64_t hi) noexcept nogil
+    ctypedef void (*mg_gemm_pool_fn)(int64_t n, int64_t most, mg_gemm_part_fn part,
+                                     void* ctx) noexcept nogil
+    ctypedef struct conv_data_gemm_shape:
+        int64_t batch, cin, cout, groups
+        conv_col2im_geometry g
+    int64_t conv_data_gemm_floats(const conv_data_gemm_shape* s, int64_t* gemm_at) noexcept nogil
+    void conv_data_gemm_run(const conv_data_gemm_shape* s, const float* w, const float* dy,
+                            const float* bias, float* dx, float* scratch, mg_gemm_pool_fn pool,
+                            int64_t gemm_threads, int64_t threads) noexcept nogil
+
+
+ctypedef struct PoolCall:  # a conv_data_gemm.h part run by parallel_for
+    mg_gemm_part_fn part
+    void* ctx
+
+
+cdef int pool_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    cdef const PoolCall* p = <const PoolCall*>ctx
+    p.part(p.ctx, lo, hi)
+    return KERNEL_OK
+
+
+cdef void pool_run(int64_t n, int64_t most, mg_gemm_part_fn part, void* ctx) noexcept nogil:
+    # the header's seam: its parts on at most `most` of the executor's threads
+    cdef PoolCall p
+    p.part, p.ctx = part, ctx
+    parallel_for(most, n, pool_part, &p)
+
+
+cdef inline conv_data_gemm_shape data_shape(const Conv* s) noexcept nogil:
+    cdef conv_data_gemm_shape t
+    t.batch, t.cin, t.cout, t.groups = s.batch, s.cin, s.cout, s.groups
+    t.g.h, t.g.w, t.g.oh, t.g.ow, t.g.kh, t.g.kw = s.h, s.w, s.oh, s.ow, s.kh, s.kw
+    t.g.sh, t.g.sw, t.g.ph, t.g.pw, t.g.dh, t.g.dw = s.sh, s.sw, s.ph, s.pw, s.dh, s.dw
+    return t
+
+
+cdef inline Py_ssize_t data_tiles_elems(const Conv* s) noexcept nogil:
+    # the header's scratch (col, then the GEMM's), one float at least: the workspace is a buffer
+    cdef conv_data_gemm_shape t = data_shape(s)
+    cdef int64_t gemm_at
+    return max(conv_data_gemm_floats(&t, &gemm_at), 1)
+
+
+cdef inline int data_tiles(const float* w, const float* dy, const float* bias, float* dx,
+                           float* ws, const Conv* s) noexcept nogil:
+    cdef conv_data_gemm_shape t = data_shape(s)
+    cdef int nt = run_threads(s)
+    if not cpu_isa_ok(1):
+        return KERNEL_UNSUPPORTED  # no FMA: the lowering offers this way only with it
+    conv_data_gemm_run(&t, w, dy, bias, dx, ws, pool_run, nt, nt)
     return KERNEL_OK

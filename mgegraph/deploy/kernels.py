@@ -20,7 +20,7 @@ TILES = ("conv_tile.h", "cpu_isa.h", "activation.h")
 GEMM_TILES = ("gemm_tile.h", "cpu_isa.h", "activation.h", "gemv_row.h", "grain.h")
 # the convolution's drivers of those tiles, direct and Winograd (conv2d_f32.c includes them),
 # and what they include of _kernels': the tiles, Winograd's transforms, the data gradient's
-# layout; the transposed convolution (conv2d_data_f32.c) adds the GEMM and col2im
+# layout; the transposed convolution (conv2d_data_f32.c) adds the GEMM's tiles and col2im
 CONV_TILES = ("conv_gather_c.h", "conv_wino_c.h")
 CONV_HEADERS = (*TILES, "wino_tile.h", "conv_data.h")
 # the int8 GEMM's headers: the patches and depthwise kernel, the GEMM's tiles, their AMX form
@@ -44,8 +44,8 @@ LIBRARY = {
     # on U unpacked (blobs from before the packing)
     "conv2d_winograd_packed_f32": ("conv2d_f32.c", CONV_TILES, CONV_HEADERS),
     "conv2d_winograd_f32": ("conv2d_f32.c", CONV_TILES, CONV_HEADERS),
-    "conv2d_backward_data_f32": ("conv2d_data_f32.c", (*CONV_TILES, "gemm_c.h"), tuple(
-        dict.fromkeys((*CONV_HEADERS, *GEMM_TILES, "conv_col2im.h")))),
+    "conv2d_backward_data_f32": ("conv2d_data_f32.c", CONV_TILES, tuple(dict.fromkeys((
+        *CONV_HEADERS, "gemm_tile.h", "grain.h", "conv_col2im.h", "conv_data_gemm.h")))),
     "pool2d_f32": ("pool2d_f32.c", ("pool_c.h",), POOLING),
     # the package's reductions (reduce.h) and the threads rule (grain.h)
     "reduce_f32": ("reduce_f32.c", (), ("reduce.h", "grain.h")),

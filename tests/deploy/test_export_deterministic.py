@@ -14,7 +14,7 @@ from threadpoolctl import threadpool_limits
 
 import mgegraph as mg
 import mgegraph.functional as F
-from mgegraph import runtime
+from mgegraph import nn, runtime
 from mgegraph.backend import get_backend
 from mgegraph.deploy import export_c
 
@@ -29,11 +29,40 @@ import test_symbolic_model_file as symbolic_file  # noqa: E402
 CPU = get_backend("cpu")
 
 
+class UNet(nn.Module):
+    """A small U-Net of the ops the C runtime has (no bilinear resize): two levels down by max
+    pooling, back up by the transposed convolutions at stride 2, 3x3 padded with an output
+    padding and 2x2, each joined to its skip; group norm, odd channels."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc1, self.gn1 = nn.Conv2d(3, 6, 3, padding=1), nn.GroupNorm(3, 6)
+        self.enc2, self.gn2 = nn.Conv2d(6, 10, 3, padding=1), nn.GroupNorm(2, 10)
+        self.bottom = nn.Conv2d(10, 14, 3, padding=1)
+        self.up2 = nn.ConvTranspose2d(14, 9, 3, stride=2, padding=1, output_padding=1)
+        self.dec2 = nn.Conv2d(19, 7, 3, padding=1)
+        self.up1 = nn.ConvTranspose2d(7, 5, 2, stride=2)
+        self.head = nn.Conv2d(11, 2, 1)
+
+    def forward(self, x):
+        skip1 = F.relu(self.gn1(self.enc1(x)))
+        skip2 = F.relu(self.gn2(self.enc2(F.max_pool2d(skip1, 2))))
+        deep = F.relu(self.bottom(F.max_pool2d(skip2, 2)))
+        up = F.relu(self.dec2(F.concat([skip2, self.up2(deep)], axis=1)))
+        return self.head(F.concat([skip1, self.up1(up)], axis=1))
+
+
+def unet_plan():
+    model = UNet()
+    model.eval()
+    return mg.compile_module(model, (np.ones((2, 3, 20, 12), np.float32),)).plan
+
+
 MODELS = {"mlp": model_file.mlp_plan, "cnn-batch-norm": model_file.small_cnn_plan,
           "mobilenet-head": epilogue_file.mobilenet_head,
           "mobilenet-head-unfused": lambda: epilogue_file.mobilenet_head(False),
           "pooling": pool_file.pooling_plan, "digits": symbolic_file.digits_plan,
-          "symbolic-mlp": symbolic_file.mlp_plan}
+          "symbolic-mlp": symbolic_file.mlp_plan, "unet": unet_plan}
 
 
 def assert_same_bits(got, want):

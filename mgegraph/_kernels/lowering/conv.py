@@ -19,7 +19,7 @@ from .threads import thread_choices, way_label
 # a convolution below this many FLOPs runs on one thread (fork/join costs ~10 us)
 PARALLEL_FLOPS = 4_000_000
 PATHS = ("direct", "im2col", "shifted", "blocked", "gather", "batched",
-         "winograd", "depthwise", "pointwise")  # _conv_path's choices
+         "winograd", "depthwise", "pointwise", "tiles")  # _conv_path's choices
 
 
 def _shifted_pays(cg, ocg, col_bytes) -> bool:
@@ -340,15 +340,22 @@ def _conv_launch(op, x, w, y, attrs, has_bias=False, activation=0, way=None) -> 
                   path=way_label(path, threads, transposed))
 
 
+def _gemm_tiles_apply(op, dtype) -> bool:
+    """Whether backward data's GEMM runs on gemm_tile.h's panels ("tiles", the C runtime's
+    GEMM and col2im, conv_data_gemm.h): float32 on a CPU with the FMA (its tiles)."""
+    return op == "conv2d_backward_data" and dtype == "float32" and _isa() in ("avx2", "avx512")
+
+
 def applicable_paths(op, dtype, kernel, stride, padding, dilation, groups, cg,
                      out_cols, ocg=0) -> tuple[str, ...]:
     """Every path of ``PATHS`` that computes this convolution (the measured choice's
-    candidates): the direct GEMM alone where the input is its own im2col matrix. ``ocg``:
-    output channels per group."""
+    candidates): the direct GEMM alone where the input is its own im2col matrix, and for
+    backward data that GEMM on the tiles. ``ocg``: output channels per group."""
+    tiles = ("tiles",) if _gemm_tiles_apply(op, dtype) else ()
     if cg == 0:
         return ("direct",)
     if kernel == (1, 1) and stride == (1, 1) and padding == (0, 0):
-        return ("direct", "pointwise") if _pointwise_applies(op, dtype) else ("direct",)
+        return ("direct", "pointwise") if _pointwise_applies(op, dtype) else ("direct", *tiles)
     paths = ["im2col"]
     if _depthwise_applies(op, (cg, ocg)):
         paths.append("depthwise")
@@ -359,7 +366,7 @@ def applicable_paths(op, dtype, kernel, stride, padding, dilation, groups, cg,
     if _winograd_applies(op, dtype, kernel, stride, padding, dilation, groups):
         paths.append("winograd")
     paths += _tiles_apply(op, dtype, kernel, stride, padding, dilation, out_cols)
-    return tuple(paths)
+    return (*paths, *tiles)
 
 
 def _conv_candidates(op, x, w, y, attrs, has_bias=False, activation=0) -> tuple[Launch, ...]:

@@ -6,9 +6,11 @@
  *   executor's row tiles sum each output in the same order: the same bits) or conv_wino_c.h,
  *   the bias (has_bias, the epilogue pass's) added as each output is stored: bitwise the Python
  *   executor's;
- * - the GEMM and col2im (im2col, and direct for a 1x1: every stride above 1): col = W_g^T dy_g
- *   on gemm_tile.h's tiles, then conv_col2im.h's col2im with the bias, as the executor's
- *   data_pairs: within float32 rounding of its BLAS.
+ * - the GEMM and col2im (every other way, and every stride above 1): conv_data_gemm.h's, col =
+ *   W_g^T dy_g on gemm_tile.h's panels, then conv_col2im.h's col2im with the bias (a 1x1 at
+ *   stride 1 unpadded: the GEMM into dx's planes, then the bias): bitwise the executor's
+ *   "tiles" way (conv_gemm.pxi's data_tiles, the same header), within float32 rounding of its
+ *   BLAS ways ("im2col", "direct").
  * A block whose scratch would pass 16 times its buffers keeps a gather of each dx cell's taps
  * summed in double, rounded once, then the bias (data_part): within rounding too.
  *
@@ -16,10 +18,10 @@
  * the GEMM's tiles). Built with -ffp-contract=fast (kernels.CONTRACTED), as the package builds
  * the tiles. */
 #include "../mgr_kernel.h"
-#include "conv_col2im.h"
+#include "conv_data_gemm.h"
 #include "conv_gather_c.h" /* the Conv block's field names, the tiles, conv_data.h */
 #include "conv_wino_c.h"
-#include "gemm_c.h"
+#include "grain.h" /* the GEMM's threads, the executor's rule */
 
 /* one plane of dx plus its channel's bias, once its sums are rounded */
 static void data_bias(float* plane, float bias, int64_t n) {
@@ -96,44 +98,31 @@ static int data_padding_fits(const int64_t* t) {
            mgr_muladd(0, padded, wp, &padded) && data_scratch_fits(t, padded);
 }
 
-/* The GEMM path, as the executor's data_pairs: per (image, group), col = W_g^T dy_g (kh * kw
- * rows per dx channel, a row of oh * ow cells) on gemm_tile.h's tiles (the executor's BLAS sums
- * in another order: within float32 rounding), then conv_col2im.h's col2im into dx's planes with
- * the bias (the executor's, line for line), the channels split among the threads. */
-typedef struct {
-    const float* col;
-    float* dx;         /* the group's planes of one image */
-    const float* bias; /* the group's, or NULL */
-    conv_col2im_geometry g;
-} data_col2im;
-
-static void data_col2im_part(void* ctx, int64_t lo, int64_t hi) {
-    const data_col2im* k = (const data_col2im*)ctx;
-    conv_col2im_rows_f32(k->col + lo * k->g.kh * k->g.kw * k->g.oh * k->g.ow, k->dx, k->bias, lo,
-                         hi, &k->g);
-}
-
+/* The GEMM path: conv_data_gemm.h's, which the executor's "tiles" way runs too (the same bits,
+ * at any thread count; its "im2col" and "direct" ways sum on the BLAS: within float32 rounding),
+ * its scratch malloc'd here. */
 static int data_gemm(const int64_t* s, const float* w, const float* dy, const float* bias,
                      float* dx) {
-    int64_t cg = s[CIN] / s[GROUPS], ocg = s[COUT] / s[GROUPS], kdim, npix, floats;
+    conv_data_gemm_shape shape = {s[BATCH], s[CIN], s[COUT], s[GROUPS],
+                                  {s[H], s[W], s[OH], s[OW], s[KH], s[KW], s[SH], s[SW], s[PH],
+                                   s[PW], s[DH], s[DW]}};
+    int64_t cg = s[CIN] / s[GROUPS], ocg = s[COUT] / s[GROUPS], kdim, npix, edge, bound, gemm_at;
+    /* col (kdim x npix), then dy_g's panels and W_g^T's row tiles (npix and kdim rounded up to
+     * a tile, times ocg) and a flag per panel and row tile: at most col + edge (ocg + 1) */
     if (!mgr_muladd(0, cg, s[KH] * s[KW], &kdim) || !mgr_muladd(0, s[OH], s[OW], &npix) ||
-        !mgr_muladd(0, kdim, npix, &floats) || !data_scratch_fits(s, floats))
+        !mgr_muladd(kdim, 1, npix, &edge) ||
+        !mgr_muladd(edge, 1, MG_GEMM_W_MAX + MG_GEMM_MR_MAX, &edge) ||
+        !mgr_muladd(0, kdim, npix, &bound) || !mgr_muladd(bound, edge, ocg + 1, &bound) ||
+        !data_scratch_fits(s, bound))
         return MGR_KERNEL_UNSUPPORTED;
-    float* col = (float*)malloc((size_t)(floats ? floats : 1) * sizeof(float));
-    if (!col) return MGR_KERNEL_OUT_OF_MEMORY;
-    data_col2im k = {col, NULL, NULL, {s[H], s[W], s[OH], s[OW], s[KH], s[KW], s[SH], s[SW],
-                                       s[PH], s[PW], s[DH], s[DW]}};
-    int status = MGR_KERNEL_OK;
-    for (int64_t n = 0; n < s[BATCH] && status == MGR_KERNEL_OK; n++)
-        for (int64_t g = 0; g < s[GROUPS] && status == MGR_KERNEL_OK; g++) {
-            status = mgr_gemm(1, 0, kdim, npix, ocg, w + g * ocg * kdim,
-                              dy + (n * s[COUT] + g * ocg) * npix, col, NULL);
-            k.dx = dx + (n * s[CIN] + g * cg) * s[H] * s[W];
-            k.bias = bias ? bias + g * cg : NULL;
-            if (status == MGR_KERNEL_OK) mgr_parallel_for(cg, data_col2im_part, &k);
-        }
-    free(col);
-    return status;
+    int64_t floats = conv_data_gemm_floats(&shape, &gemm_at);
+    float* scratch = (float*)malloc((size_t)(floats ? floats : 1) * sizeof(float));
+    if (!scratch) return MGR_KERNEL_OUT_OF_MEMORY;
+    int64_t threads = mgr_run_threads();
+    conv_data_gemm_run(&shape, w, dy, bias, dx, scratch, mgr_parallel_for_upto,
+                       mg_gemm_threads(kdim, npix, ocg, 4, threads), threads);
+    free(scratch);
+    return MGR_KERNEL_OK;
 }
 
 /* The data gradient the way the plan's path runs it in the executor, where that is Winograd or
