@@ -12,7 +12,10 @@ a weight. It is timed against
 ``np.matmul`` (SciPy's or NumPy's OpenBLAS, its threads set by threadpoolctl), call by call
 interleaved (A, B, C, A, B, C, ...), and prints medians with GFLOP/s: on a loaded machine the
 ratios between rows, not the times, are what hold. Each shape is ``MxNxK`` (C = A B, A (M, K),
-B (K, N)); ``t`` after K stores B transposed (``NxK``, a linear layer's weight).
+B (K, N)); ``t`` after K stores B transposed (``NxK``, a linear layer's weight). A single row
+(``1xNxK``) runs the GEMV as a plan's matmul runs it, split by parts of k with their workspace:
+
+    python benchmarks/c_gemm.py --baseline /work/main --shapes 1x1024x784 1x1024x1024 --threads 2
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mgegraph._kernels import linalg  # gemv_parts: a single row's parts of k (gemv_row.h)
 from mgegraph.deploy.export import gemm_panels  # the exporter's layout of a packed weight
 
 HERE = Path(__file__).resolve().parent
@@ -36,11 +40,13 @@ SHIM = r"""
 #include "mgr_kernel.h"
 #include GEMM_HEADER
 void bench_threads(int t) { mgr_set_run_threads(t); }
-int bench_gemm(int tb, int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c)
+int bench_gemm(int tb, int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c,
+               float* partials)
 {
-#ifdef MGR_GEMM_INLINE /* a GEMM whose mgr_gemm takes a single row's workspace (none here) */
-    return mgr_gemm(0, tb, m, n, k, a, b, c, NULL);
+#ifdef MGR_GEMM_INLINE /* a GEMM whose mgr_gemm takes a single row's workspace */
+    return mgr_gemm(0, tb, m, n, k, a, b, c, partials);
 #else
+    (void)partials;
     return mgr_gemm(0, tb, m, n, k, a, b, c);
 #endif
 }
@@ -78,7 +84,7 @@ def build(root: Path, folder: Path) -> ctypes.CDLL:
                     f"-I{csrc}/kernels", f"-I{shared}", "-o", str(library),
                     str(folder / "shim.c"), str(csrc / "mgr_threads.c")], check=True)
     lib = ctypes.CDLL(str(library))
-    lib.bench_gemm.argtypes = [ctypes.c_int, *[ctypes.c_int64] * 3, *[ctypes.c_void_p] * 3]
+    lib.bench_gemm.argtypes = [ctypes.c_int, *[ctypes.c_int64] * 3, *[ctypes.c_void_p] * 4]
     if panels:
         lib.bench_panel.restype = ctypes.c_int64
         lib.bench_packed.argtypes = [*[ctypes.c_int64] * 3, ctypes.c_void_p, ctypes.c_void_p,
@@ -87,7 +93,7 @@ def build(root: Path, folder: Path) -> ctypes.CDLL:
     return lib
 
 
-def calls(shape: str, libs: dict, threads: int) -> dict:
+def calls(shape: str, libs: dict, threads: int, blas: bool = True) -> dict:
     """{row: a call} for one shape, each writing its own C; checked against float64 first."""
     m, n, k = (int(s) for s in shape.rstrip("t").split("x"))
     tb = shape.endswith("t")
@@ -96,10 +102,12 @@ def calls(shape: str, libs: dict, threads: int) -> dict:
     b = rng.standard_normal((n, k) if tb else (k, n), dtype=np.float32)
     opb = b.T if tb else b
     want = a.astype(np.float64) @ opb.astype(np.float64)
-    rows = {"openblas": lambda c: np.matmul(a, opb, out=c)}
+    rows = {"openblas": lambda c: np.matmul(a, opb, out=c)} if blas else {}
+    # a single row's parts' sums (the plan's gemv_split workspace), as matmul's kernel gives it
+    partials = np.empty(linalg.gemv_parts(k) * n if m == 1 and not tb else 1, np.float32)
     for name, lib in libs.items():
         rows[f"C {name}"] = lambda c, lib=lib: lib.bench_gemm(
-            int(tb), m, n, k, a.ctypes.data, b.ctypes.data, c.ctypes.data)
+            int(tb), m, n, k, a.ctypes.data, b.ctypes.data, c.ctypes.data, partials.ctypes.data)
         if lib.panels:
             panels = gemm_panels(np.ascontiguousarray(opb), lib.bench_panel())
             rows[f"C {name} packed"] = lambda c, lib=lib, p=panels: lib.bench_packed(
@@ -120,6 +128,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", nargs="*", type=int, default=[1, 2])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--baseline", type=Path, help="a checkout whose C GEMM joins the rows")
+    parser.add_argument("--no-blas", action="store_true", help="leave the BLAS's row out (its "
+                        "idle threads spin beside the C pool's): ratios to the first row")
     args = parser.parse_args(argv)
     from threadpoolctl import threadpool_limits  # lazy: optional dependency (the BLAS's threads)
 
@@ -134,18 +144,19 @@ def main(argv=None) -> int:
                     lib.bench_threads(threads)
                 for shape in args.shapes:
                     m, n, k = (int(s) for s in shape.rstrip("t").split("x"))
-                    rows = calls(shape, libs, threads)
+                    rows = calls(shape, libs, threads, blas=not args.no_blas)
                     times = {row: [] for row in rows}
                     for _ in range(args.runs):
                         for row, call in rows.items():
                             start = time.perf_counter()
                             call()
                             times[row].append(time.perf_counter() - start)
-                    base = statistics.median(times["openblas"])
+                    first = next(iter(times))  # the BLAS, or with --no-blas the first C row
+                    base = statistics.median(times[first])
                     for row, ts in times.items():
                         t = statistics.median(ts)
                         print(f"{shape:>15} {threads}t {row:>18}: {t * 1e3:8.3f} ms "
-                              f"{2 * m * n * k / t / 1e9:6.1f} GFLOP/s  {t / base:5.2f}x BLAS")
+                              f"{2 * m * n * k / t / 1e9:6.1f} GFLOP/s  {t / base:5.2f}x {first}")
     return 0
 
 

@@ -128,19 +128,24 @@ def exported_run(tmp_path, plan, feeds, threads=1, compiler=None, cflags="-O2", 
 def build_fuzzer(directory: Path) -> Path:
     """blob_fuzz.c linked with the export's library as make builds it under ASan and UBSan
     (with the objects of the other sanitised builds where they match)."""
-    make(directory, cflags=SANITIZE)
-    harness, obj = HERE / "blob_fuzz.c", directory / "blob_fuzz.o"
-    command = [cc(), *SANITIZE.split(), "-std=gnu11", "-I", ".", "-c", "-o", obj.name,
+    return build_harness(directory, "blob_fuzz", SANITIZE)
+
+
+def build_harness(directory: Path, name: str, cflags: str) -> Path:
+    """``tests/deploy/<name>.c`` linked with the export's library, both built with ``cflags``
+    (objects reused as ``make``'s are)."""
+    make(directory, cflags=cflags)
+    harness, obj = HERE / f"{name}.c", directory / f"{name}.o"
+    command = [cc(), *cflags.split(), "-std=gnu11", "-I", ".", "-c", "-o", obj.name,
                str(harness)]
     key = _object_key(directory, " ".join(command), harness)
     _from_cache(key, obj)
     if not obj.exists():
         subprocess.run(command, check=True, cwd=directory, capture_output=True, timeout=300)
         _to_cache(key, obj)
-    subprocess.run([cc(), *SANITIZE.split(), "-o", "blob_fuzz", obj.name, "libmgr_model.a",
-                    "-lm", "-pthread"], check=True, cwd=directory, capture_output=True,
-                   timeout=300)
-    return directory / "blob_fuzz"
+    subprocess.run([cc(), *cflags.split(), "-o", name, obj.name, "libmgr_model.a", "-lm",
+                    "-pthread"], check=True, cwd=directory, capture_output=True, timeout=300)
+    return directory / name
 
 
 def fuzz_blob(directory: Path, seeds, count: int) -> None:

@@ -54,6 +54,10 @@ void mgr_parallel_for(int64_t n, mgr_part_fn part, void* ctx);
 /* the same on at most `most` threads: a kernel whose work pays for fewer threads than the model
  * has (grain.h's rule, the Python executor's) wakes no more */
 void mgr_parallel_for_upto(int64_t n, int64_t most, mgr_part_fn part, void* ctx);
+/* the same threads, each unit of [0, n) a part of its own, taken in order by whichever thread is
+ * free: for a few units of even cost (a GEMV's parts of k), where a worker woken late should
+ * take fewer than its share (the caller waits for no part that has not started) */
+void mgr_parallel_for_each(int64_t n, int64_t most, mgr_part_fn part, void* ctx);
 #ifdef MGR_PROFILE
 /* the most parts one mgr_parallel_for of this thread split into since the last call (0: none
  * ran), then forgotten: mgr_run reads it after each instruction */

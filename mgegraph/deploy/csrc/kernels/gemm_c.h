@@ -51,8 +51,10 @@ static inline int mgr_gemm_packed_run(mg_gemm_job* g, int tb, const float* b) {
  * (mlp-infer at batch 1: 7 MiB of weights copied per call). On the threads its bytes pay for
  * (grain.h: the executor's plan gives it the same count), split as linalg.pyx splits it: a
  * stored B (k, n) by parts of k where the plan gave the parts' sums a workspace (matmul's
- * gemv_split: each thread reads whole rows of B, contiguous bytes), else the columns in blocks
- * of MGR_GEMV_COLS (linalg.pyx's BLOCK_COLUMNS). Each column's sum runs in the same order
+ * gemv_split: each thread reads whole rows of B, contiguous bytes; each part of k taken by the
+ * first thread free, mgr_parallel_for_each, so a worker woken late takes fewer and the caller
+ * waits for none it could run itself), else the columns in blocks of MGR_GEMV_COLS
+ * (linalg.pyx's BLOCK_COLUMNS). Each column's sum runs in the same order
  * whatever range or part holds it (gemv_row.h), so any split gives the bits of one call, and
  * those of the Python executor's. */
 #define MGR_GEMV_COLS 16
@@ -95,7 +97,7 @@ MGR_GEMM_INLINE void mgr_gemv(int tb, int64_t n, int64_t k, const float* a, cons
         mgr_gemv_split_call g = {NULL, a, b, partials, n, k};
         gemv_finish_fn finish;
         gemv_split_of(&g.sums, &finish);
-        mgr_parallel_for_upto(gemv_parts(k), threads, mgr_gemv_parts, &g);
+        mgr_parallel_for_each(gemv_parts(k), threads, mgr_gemv_parts, &g);
         finish(partials, gemv_parts(k), n, 0, n, 1.0f, 0, c);
         return;
     }
