@@ -24,6 +24,7 @@ import time
 # name: (dtype, shape, pooling)
 WORKLOADS = {
     "resnet stem max 3x3/2 p1, 1x64x112x112 s8": ("int8", (1, 64, 112, 112), "max3s2"),
+    "resnet 8x64 max 3x3/2 p1, 8x64x32x32 s8": ("int8", (8, 64, 32, 32), "max3s2"),
     "max 2x2/2, 8x64x56x56 u8": ("uint8", (8, 64, 56, 56), "max2"),
     "avg 3x3/1 p1, 8x64x56x56 s8": ("int8", (8, 64, 56, 56), "avg3s1"),
     "avg 2x2/2, 8x64x56x56 u8": ("uint8", (8, 64, 56, 56), "avg2"),

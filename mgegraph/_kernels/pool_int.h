@@ -7,7 +7,8 @@
  * (max, or a uint16 sum), then kw shifted copies of that row reduced (the window's columns),
  * then every sw-th result picked; an average's picked sums are then divided, rounded half to
  * even exactly. A contiguous run of cells (a global pool's plane, a window of whole rows) is
- * reduced in one pass.
+ * reduced in one pass. A max of a small window at stride 1 or 2 skips those passes on x86
+ * (pi_max_plane_body: 32 windows a vector straight from the input, border columns included).
  *
  * Design: each pass is a plain C loop with unit stride (or a literal stride 2), which GCC
  * vectorises. The same source is compiled three times (as build_flags.py builds the fused
@@ -57,10 +58,39 @@ typedef struct {
     uint8_t* y;                 /* n outputs */
 } pi_row;
 
+#define PI_EDGES 8 /* border columns of a row that a max in vectors keeps the spans of */
+
+/* A max in vectors (pi_max_plan_of): the geometry of its planes, the same for each */
+typedef struct {
+    pool_block s;                       /* the windows (as_sliding applied) */
+    int64_t lo, hi;                     /* the output columns of windows inside the input */
+    int64_t row_lo, row_hi;             /* the output rows of windows needing no clamping */
+    int64_t n_edges, edge_at[PI_EDGES]; /* the other output columns */
+    pool_span edge[PI_EDGES];           /* and their columns, clamped: the same in every row */
+    uint8_t edge_keep[PI_EDGES][16];    /* of 16 columns from edge[e].lo, those it takes */
+    int64_t zero_point;                 /* a window with no cell's value */
+    const uint8_t* end;                 /* of the input: no load reaches it */
+} pi_max_plan;
+
+/* one output row's windows [lo, hi) of a max in vectors (pi_max_plane_body) */
+typedef struct {
+    const uint8_t* x;     /* the first window's top-left cell */
+    ptrdiff_t step;       /* between a window's rows: dilation x row length */
+    ptrdiff_t rows, kw, sw, dw; /* a window's rows (clamped) and columns; column strides */
+    ptrdiff_t n;          /* windows */
+    ptrdiff_t readable;   /* bytes of the input from x on */
+    ptrdiff_t room;       /* bytes of the plane's output from y on */
+    int is_signed;        /* int8 (else uint8) */
+    uint8_t* y;
+} pi_max_row;
+
 typedef struct {
     void (*row)(const pi_row* a);
     uint8_t (*run_max)(const uint8_t* x, ptrdiff_t n, uint8_t flip); /* flipped back */
     int64_t (*run_sum)(const uint8_t* x, ptrdiff_t n, uint8_t flip); /* of the flipped values */
+    /* a max's planes in vectors, [0] uint8, [1] int8 (y_end: the plane's); NULL: none */
+    void (*max_plane[2])(const pi_max_plan* m, const uint8_t* x, uint8_t* y,
+                         const uint8_t* y_end);
 } pi_variant;
 
 /* whether this CPU runs variant ``isa`` */
@@ -279,6 +309,135 @@ PI_INLINE int64_t pi_run_sum_body(const uint8_t* restrict x, ptrdiff_t n, uint8_
     return total;
 }
 
+/* ---- a max in 32-byte vectors, straight from the input (x86) -------------------------------
+ * A small max window needs no separable passes: each block of 32 window starts is the max of the
+ * window's rows x kw shifted loads of the input itself (unaligned loads: nothing waits on a store
+ * to scratch, as the passes' second pass does), then every sw-th column (sw 1 or 2) of two such
+ * blocks packed into 32 outputs, stored straight to y. int8 compares signed (vpmaxsb), uint8
+ * unsigned: no flip. Where 32 outputs would write past the plane (another thread's) or a block
+ * would read past the input, the block goes through scratch or window by window. The AVX-512
+ * variant runs these 32-byte passes too: one path, the one an AVX2 machine tests. */
+
+#define PI_MAX_VEC_CELLS 25 /* larger windows load fewer bytes through the separable passes */
+
+/* The max of rows x cols cells step and dw apart, at least one (flip: 0x80 for int8) */
+static inline uint8_t pi_max_cells(const uint8_t* x, ptrdiff_t step, ptrdiff_t dw,
+                                   ptrdiff_t rows, ptrdiff_t cols, uint8_t flip) {
+    uint8_t m = 0;
+    for (ptrdiff_t r = 0; r < rows; r++)
+        for (ptrdiff_t j = 0; j < cols; j++) {
+            uint8_t v = x[r * step + j * dw] ^ flip;
+            m = v > m ? v : m;
+        }
+    return m ^ flip;
+}
+
+#if PI_X86
+#include <immintrin.h>
+
+#define PI_AVX2_INLINE static inline __attribute__((always_inline, target("avx2")))
+
+PI_AVX2_INLINE __m256i pi_max32(__m256i a, __m256i b, int is_signed) {
+    return is_signed ? _mm256_max_epi8(a, b) : _mm256_max_epu8(a, b);
+}
+
+PI_AVX2_INLINE __m128i pi_max16(__m128i a, __m128i b, int is_signed) {
+    return is_signed ? _mm_max_epi8(a, b) : _mm_max_epu8(a, b);
+}
+
+/* A border window's max: the max of its rows' 16 columns from x, those not in keep made the
+ * least value, then folded to lane 0 (what the shifts bring in never reaches lane 0). The
+ * scalar loop took as long as the 32 windows beside it. */
+PI_AVX2_INLINE uint8_t pi_edge16(const uint8_t* x, ptrdiff_t step, ptrdiff_t rows,
+                                 const uint8_t* keep, int is_signed) {
+    __m128i m = _mm_loadu_si128((const __m128i*)x);
+    for (ptrdiff_t r = 1; r < rows; r++)
+        m = pi_max16(m, _mm_loadu_si128((const __m128i*)(x + r * step)), is_signed);
+    m = _mm_blendv_epi8(_mm_set1_epi8(is_signed ? -128 : 0), m,
+                        _mm_loadu_si128((const __m128i*)keep));
+    m = pi_max16(m, _mm_srli_si128(m, 8), is_signed);
+    m = pi_max16(m, _mm_srli_si128(m, 4), is_signed);
+    m = pi_max16(m, _mm_srli_si128(m, 2), is_signed);
+    m = pi_max16(m, _mm_srli_si128(m, 1), is_signed);
+    return (uint8_t)_mm_cvtsi128_si32(m);
+}
+
+/* lane k: the max of the window whose top-left cell is x + k */
+PI_AVX2_INLINE __m256i pi_windows32(const uint8_t* x, const pi_max_row* a) {
+    __m256i m = _mm256_loadu_si256((const __m256i*)x);
+    for (ptrdiff_t r = 0; r < a->rows; r++)
+        for (ptrdiff_t j = r == 0; j < a->kw; j++)
+            m = pi_max32(m, _mm256_loadu_si256((const __m256i*)(x + r * a->step + j * a->dw)),
+                         a->is_signed);
+    return m;
+}
+
+/* outputs o0 .. o0 + 31: at stride 2, the even lanes of two blocks (the second only where
+ * more than 16 outputs are left), packed in order */
+PI_AVX2_INLINE __m256i pi_outputs32(const pi_max_row* a, ptrdiff_t o0) {
+    const uint8_t* x = a->x + o0 * a->sw;
+    __m256i low = pi_windows32(x, a);
+    if (a->sw == 1) return low;
+    __m256i high = a->n - o0 > 16 ? pi_windows32(x + 32, a) : _mm256_setzero_si256();
+    __m256i even = _mm256_set1_epi16(0xFF); /* per lane: 8 of low's, then 8 of high's */
+    __m256i packed = _mm256_packus_epi16(_mm256_and_si256(low, even),
+                                         _mm256_and_si256(high, even));
+    return _mm256_permute4x64_epi64(packed, 0xD8);
+}
+
+PI_AVX2_INLINE void pi_max_row_body(const pi_max_row* a) {
+    ptrdiff_t reach = (a->rows - 1) * a->step + (a->kw - 1) * a->dw; /* past a window's start */
+    for (ptrdiff_t o0 = 0; o0 < a->n; o0 += 32) {
+        ptrdiff_t valid = a->n - o0 < 32 ? a->n - o0 : 32;
+        ptrdiff_t span = a->sw == 2 && valid > 16 ? 64 : 32;
+        if (o0 * a->sw + reach + span > a->readable) {
+            for (ptrdiff_t o = o0; o < a->n; o++)
+                a->y[o] = pi_max_cells(a->x + o * a->sw, a->step, a->dw, a->rows, a->kw,
+                                       a->is_signed ? 0x80 : 0);
+            return;
+        }
+        __m256i out = pi_outputs32(a, o0);
+        if (o0 + 32 <= a->room) { /* the lanes past n land on cells written later */
+            _mm256_storeu_si256((__m256i*)(a->y + o0), out);
+        } else {
+            uint8_t part[32];
+            _mm256_storeu_si256((__m256i*)part, out);
+            memcpy(a->y + o0, part, (size_t)valid);
+        }
+    }
+}
+
+/* One plane: each row's windows [lo, hi) in vectors, before its border columns (the vectors'
+ * stores may pass hi) on their kept spans. */
+PI_AVX2_INLINE void pi_max_plane_body(const pi_max_plan* m, const uint8_t* x, uint8_t* y,
+                                      const uint8_t* y_end, int is_signed) {
+    const pool_block* s = &m->s;
+    pi_max_row a;
+    a.step = s->dh * s->w, a.kw = s->kw, a.sw = s->sw, a.dw = s->dw, a.n = m->hi - m->lo;
+    a.is_signed = is_signed;
+    for (int64_t oh = 0; oh < s->oh; oh++, y += s->ow) {
+        pool_span rows = {oh * s->sh - s->ph, s->kh, s->kh};
+        if (oh < m->row_lo || oh >= m->row_hi) rows = pool_window(s, 1, oh);
+        if (rows.n <= 0) {
+            memset(y, (uint8_t)m->zero_point, (size_t)s->ow);
+            continue;
+        }
+        const uint8_t* at = x + rows.lo * s->w;
+        a.x = at + m->lo * s->sw - s->pw, a.readable = m->end - a.x;
+        a.rows = rows.n, a.y = y + m->lo, a.room = y_end - a.y;
+        pi_max_row_body(&a);
+        for (int64_t e = 0; e < m->n_edges; e++) {
+            const uint8_t* cell = at + m->edge[e].lo;
+            if ((m->edge[e].n - 1) * s->dw < 16 && (rows.n - 1) * a.step + 16 <= m->end - cell)
+                y[m->edge_at[e]] = pi_edge16(cell, a.step, rows.n, m->edge_keep[e], is_signed);
+            else
+                y[m->edge_at[e]] = pi_max_cells(cell, a.step, s->dw, rows.n, m->edge[e].n,
+                                                is_signed ? 0x80 : 0);
+        }
+    }
+}
+#endif
+
 /* ---- the variants: the same passes compiled per instruction set --------------------------- */
 
 #define PI_VARIANT(name, attr)                                                                 \
@@ -294,14 +453,28 @@ PI_VARIANT(portable, )
 #if PI_X86
 PI_VARIANT(avx2, __attribute__((target("avx2"))))
 PI_VARIANT(avx512, __attribute__((target("avx512f,avx512bw,avx512vl"))))
+
+#define PI_MAX_PLANE(name, attr, S, is_signed)                                                 \
+    attr static void pi_max_plane_##S##_##name(const pi_max_plan* m, const uint8_t* x,         \
+                                               uint8_t* y, const uint8_t* y_end) {             \
+        pi_max_plane_body(m, x, y, y_end, is_signed);                                          \
+    }
+PI_MAX_PLANE(avx2, __attribute__((target("avx2"))), u8, 0)
+PI_MAX_PLANE(avx2, __attribute__((target("avx2"))), i8, 1)
+PI_MAX_PLANE(avx512, __attribute__((target("avx512f,avx512bw,avx512vl"))), u8, 0)
+PI_MAX_PLANE(avx512, __attribute__((target("avx512f,avx512bw,avx512vl"))), i8, 1)
 #endif
 
 /* the passes of variant ``isa`` (PI_SCALAR has none: its caller keeps the per-window loop) */
 static inline pi_variant pi_variant_of(int isa) {
-    pi_variant v = {pi_row_portable, pi_run_max_portable, pi_run_sum_portable};
+    pi_variant v = {pi_row_portable, pi_run_max_portable, pi_run_sum_portable, {NULL, NULL}};
 #if PI_X86
-    if (isa == PI_AVX2) v = (pi_variant){pi_row_avx2, pi_run_max_avx2, pi_run_sum_avx2};
-    if (isa == PI_AVX512) v = (pi_variant){pi_row_avx512, pi_run_max_avx512, pi_run_sum_avx512};
+    if (isa == PI_AVX2)
+        v = (pi_variant){pi_row_avx2, pi_run_max_avx2, pi_run_sum_avx2,
+                         {pi_max_plane_u8_avx2, pi_max_plane_i8_avx2}};
+    if (isa == PI_AVX512)
+        v = (pi_variant){pi_row_avx512, pi_run_max_avx512, pi_run_sum_avx512,
+                         {pi_max_plane_u8_avx512, pi_max_plane_i8_avx512}};
 #endif
     return v;
 }
@@ -327,6 +500,8 @@ typedef struct {
     int rows;           /* whether the variant has row passes (not PI_SCALAR) */
     pi_variant var;
     int64_t lo, hi;     /* the output columns the row passes pool (pi_vector_columns) */
+    int fast_max;       /* whether a max goes through var.max_plane, on max's geometry */
+    pi_max_plan max;
 } pi_run;
 
 /* total / div (div > 0) rounded to nearest, ties to even; C's division truncates toward 0, so
@@ -353,6 +528,35 @@ static inline void pi_vector_columns(const pi_run* r, int64_t* lo, int64_t* hi) 
     if (*hi - *lo < PI_MIN_WINDOWS) *hi = *lo;
 }
 
+/* Whether a max goes through var.max_plane, and its geometry: sliding windows of at most
+ * PI_MAX_VEC_CELLS cells at stride 1 or 2, at least 2 a row inside the input, and at most
+ * PI_EDGES border columns, each with a cell inside. */
+static inline void pi_max_plan_of(pi_run* r) {
+    const pool_block* s = &r->s;
+    pi_max_plan* m = &r->max;
+    int64_t last = s->w - 1 + s->pw - (s->kw - 1) * s->dw; /* the last inside start, + pw */
+    int64_t bottom = s->h - 1 + s->ph - (s->kh - 1) * s->dh;
+    r->fast_max = 0;
+    if (!r->rows || !r->var.max_plane[0] || s->mode != POOL_MAX || (s->sw != 1 && s->sw != 2) ||
+        last < 0 || s->kh * s->kw > PI_MAX_VEC_CELLS)
+        return;
+    m->s = *s, m->n_edges = 0, m->zero_point = r->zero_point;
+    m->end = (const uint8_t*)r->x + r->size;
+    m->lo = pool_clamp(pool_ceil_div(s->pw, s->sw), 0, s->ow);
+    m->hi = pool_clamp(last / s->sw + 1, m->lo, s->ow);
+    if (m->hi - m->lo < 2 || m->lo + s->ow - m->hi > PI_EDGES) return;
+    for (int64_t ow = m->lo > 0 ? 0 : m->hi; ow < s->ow; ow = ow + 1 == m->lo ? m->hi : ow + 1) {
+        pool_span cols = pool_window(s, 0, ow);
+        if (cols.n <= 0) return; /* a window wholly in the padding: pi_cell's zero point */
+        for (int lane = 0; lane < 16; lane++)
+            m->edge_keep[m->n_edges][lane] = lane % s->dw == 0 && lane / s->dw < cols.n ? 0xFF : 0;
+        m->edge_at[m->n_edges] = ow, m->edge[m->n_edges++] = cols;
+    }
+    m->row_lo = pool_clamp(pool_ceil_div(s->ph, s->sh), 0, s->oh);
+    m->row_hi = bottom < 0 ? m->row_lo : pool_clamp(bottom / s->sh + 1, m->row_lo, s->oh);
+    r->fast_max = 1;
+}
+
 /* The pass over block s (as_sliding applied) of variant isa, x of zero point zero_point */
 static inline pi_run pi_run_of(const pool_block* s, const void* x, void* y, int64_t zero_point,
                                int isa) {
@@ -364,6 +568,7 @@ static inline pi_run pi_run_of(const pool_block* s, const void* x, void* y, int6
     r.rows = isa != PI_SCALAR;
     r.var = pi_variant_of(isa);
     pi_vector_columns(&r, &r.lo, &r.hi);
+    pi_max_plan_of(&r);
     return r;
 }
 
@@ -438,8 +643,15 @@ static inline pi_run pi_run_of(const pool_block* s, const void* x, void* y, int6
     static inline void pi_planes_##S(void* ctx, int64_t lo, int64_t hi) {                       \
         const pi_run* r = (const pi_run*)ctx;                                                   \
         int64_t full = r->s.h * r->s.w, pooled = r->s.oh * r->s.ow;                             \
-        for (int64_t p = lo; p < hi; p++)                                                       \
-            pi_plane_##S(r, (const T*)r->x + p * full, (T*)r->y + p * pooled);                  \
+        for (int64_t p = lo; p < hi; p++) {                                                     \
+            const T* x = (const T*)r->x + p * full;                                             \
+            T* y = (T*)r->y + p * pooled;                                                       \
+            if (r->fast_max)                                                                    \
+                r->var.max_plane[PI_FLIP_##S != 0](&r->max, (const uint8_t*)x, (uint8_t*)y,    \
+                                                   (const uint8_t*)(y + pooled));               \
+            else                                                                                \
+                pi_plane_##S(r, x, y);                                                          \
+        }                                                                                       \
     }
 
 PI_PLANES(i8, int8_t)

@@ -105,6 +105,24 @@ def test_rows_wider_than_a_chunk_of_the_row_passes(isa, dtype, window):
     _check(_q((1, 2, 4, 2500), dtype, seed=3), window, modes)
 
 
+# a max in 32-byte vectors (pool_int.h's pi_max_plan): border columns on 16-lane masks or, where
+# a window's columns span 16 lanes or more, cell by cell; clamped right windows; dilation
+VECTOR_MAX_WINDOWS = [
+    ((5, 5), (1, 1), (2, 2), (1, 1), False),  # two border columns each side
+    ((3, 3), (2, 2), (0, 0), (1, 1), True),   # ceil mode: a clamped right column
+    ((2, 5), (2, 2), (1, 2), (1, 4), False),  # border columns 4 apart: within 16 lanes
+    ((1, 5), (1, 1), (0, 6), (1, 6), False),  # border columns 6 apart: past 16 lanes
+]
+
+
+@pytest.mark.parametrize("dtype", STORAGE)
+@pytest.mark.parametrize("window", VECTOR_MAX_WINDOWS)
+@pytest.mark.parametrize("shape", [(2, 3, 9, 41), (1, 2, 5, 70)])
+def test_a_max_in_vectors_at_its_borders_and_the_input_end(isa, dtype, window, shape):
+    # the last rows of the last plane read past no input; 70 columns: 32-output blocks cut
+    _check(_q(shape, dtype, seed=shape[-1]), window, ("max",))
+
+
 @pytest.mark.parametrize("dtype", STORAGE)
 def test_windows_past_the_row_passes_limits_take_the_window_loop(isa, dtype):
     # an average of 18 x 16 = 288 cells (over PI_MAX_CELLS); a max 1100 columns wide
