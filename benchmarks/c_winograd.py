@@ -4,7 +4,7 @@ against the Python executor, in one process: the layers of ResNet-18 that run Wi
     python benchmarks/c_winograd.py                         # every layer, 1 thread
     python benchmarks/c_winograd.py --threads 2 --baseline /tmp/main 128@28
     python benchmarks/c_winograd.py --runs 3 64@56          # a smoke check
-    python benchmarks/c_winograd.py --variant MGR_WINO_BLOCK_FLOATS=524288 256@14
+    python benchmarks/c_winograd.py --variant WINO_BLOCK_FLOATS=524288 256@14
 
 Each layer is a plan of one ``conv2d_f32`` (``tune="rules"``, so the path is the rules' choice:
 Winograd on this CPU for these shapes; a layer that takes another path says so and is skipped),

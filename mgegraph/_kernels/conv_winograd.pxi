@@ -1,316 +1,151 @@
 # conv.pyx's "winograd" path: 3x3 convolutions at stride 1 by Winograd's minimal filtering
 # F(2x2, 3x3) (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2015).
 #
-# Design: each 2x2 block of output cells (a tile) is A^T [(G g G^T) * (B^T d B)] A, where d is the
-# 4x4 input window under it and g the 3x3 filter: 16 multiplies per tile and channel pair where
-# the direct sum takes 36. Summed over input channels, the 16 elementwise products become 16
-# GEMMs, M[xi] (cout, tiles) = U[xi] (cout, cin) @ V[xi] (cin, tiles), one per position xi of the
-# 4x4 transformed tile. Every image's tiles are numbered together (as the batched path stacks
-# images, so small planes still make wide GEMMs) and taken in blocks whose V and M stay in the
-# L2 cache between the transforms and the GEMMs (V and M of a whole plane are 4x and 8x its
-# size: streaming them through memory cost more than the multiplies saved, measured on ResNet's
-# 56x56 layer). The steps:
-#   U = G g G^T per (output, input channel), once per call    split by output channels
-#   per block of tiles, on one thread with its own V and M:
-#     V = B^T d B per (input channel, tile)                   wino_tile.h's vectors, by rows of
-#                                                              tiles
-#     M[xi] = U[xi] V[xi]                                      16 GEMMs on one thread: float32
-#                                                              on the gather tiles (AVX-512,
-#                                                              blocks of whole 64 tiles), the
-#                                                              row tiles (AVX2, U packed), else
-#                                                              the BLAS
-#     y = A^T M A per (output channel, tile), with the bias     wino_tile.h's vectors
-#       and activation
-# so blocks go to threads whole (or, when there are fewer blocks than threads, the threads share
-# each block's three steps), and a plan gives the same bits on any number of cores. The
-# transforms add and subtract (G halves), so results differ from the direct sum by rounding: a
-# few ulps of the largest term, which the tests bound against NumPy. float32 only (the lowering
-# takes no other dtype here).
-# conv2d_backward_data at stride 1 runs here too, as the convolution it is (wino_backward).
-# Workspace: U (16, cout, cin; on the row tiles cout rounded up to CONV_PACK and packed), then
-# per thread V (16, cin, block) and M (16, cout, block), each of the 16 matrices WINO_SKEW
-# elements after the last. Several threads take the blocks as they come (OpenMP's dynamic
-# schedule): a thread the system started late leaves its blocks to the others instead of
-# holding the closing barrier for its share.
+# Design: the driver is wino_conv.h's, one source with the C runtime (deploy's conv_wino_c.h):
+# the geometry of a call (filled here from the Conv struct), the filter, input and output
+# transforms' loops (wino_tile.h's vectors) and the work items, each a block of tiles (or a
+# split of its output channels) on one thread with its own V and M. This binding keeps the
+# executor's own: the thread loop (OpenMP; the items taken as threads come, so a thread the
+# system started late leaves its blocks to the others), the workspace from the plan's arena,
+# and the 16 GEMMs where they leave the row tiles (AVX2 plans run those, as C does on every
+# plan, bitwise): the BLAS, and for float32 on a CPU with AVX-512 the 64-column gather tile,
+# on plain V and U. On those, where there are fewer blocks than threads, the threads share each
+# block's steps: its input transform by input channels, its GEMMs by xi, its output transform
+# by output channels. A plan gives the same bits on any number of cores. The transforms add and
+# subtract (G halves), so results differ from the direct sum by rounding: a few ulps of the
+# largest term, which the tests bound against NumPy. float32 only (the lowering takes no other
+# dtype here). conv2d_backward_data at stride 1 runs here too, as the convolution it is
+# (wino_backward).
+# Workspace: U (16 matrices of urows x cin, wino_uld apart), then per thread a slot of V and M.
 
-cdef extern from "wino_tile.h":
-    ctypedef void (*wino_in_fn)(const float* const* rows, Py_ssize_t q0, Py_ssize_t w,
-                                Py_ssize_t count, float* dst, Py_ssize_t ld) noexcept nogil
-    ctypedef void (*wino_out_fn)(const float* m, Py_ssize_t ld, Py_ssize_t count, float* y0,
-                                 float* y1, Py_ssize_t end, float add, int act) noexcept nogil
-    ctypedef struct wino_transforms:
-        wino_in_fn in_ "in"
-        wino_out_fn out
-    wino_transforms wino_of(int isa) noexcept nogil
+from libc.stdint cimport int64_t
+
+cdef extern from "wino_conv.h":
+    ctypedef struct wino_sizes:
+        int64_t batch, cin, h, w, cout, oh, ow, ph, pw
+        int act
+        int64_t threads
+        int tile_isa, transform_isa
+        int64_t gemm_cols
+    ctypedef struct wino_conv:
+        wino_sizes s
+        int rows
+        int64_t urows, block, nblocks, splits, vld, mld, slot
+    ctypedef void (*wino_gemm_fn)(const wino_conv* k, const float* u, const float* v, float* m,
+                                  int64_t nb, int64_t o0, int64_t o1) noexcept nogil
+    ctypedef struct wino_call:
+        const wino_conv* k
+        const float* x
+        const float* u
+        const float* bias
+        float* y
+        int64_t uld
+        wino_gemm_fn gemm
+    enum:
+        WINO_CALLER_GEMM
+    int wino_conv_of(wino_conv* k, const wino_sizes* s) noexcept nogil
+    int64_t wino_uld(const wino_conv* k) noexcept nogil
+    int64_t wino_block_tiles(const wino_conv* k, int64_t blk, int64_t* first) noexcept nogil
+    void wino_filter(const wino_conv* k, const float* w, float* u, int64_t uld, int flip,
+                     int64_t lo, int64_t hi) noexcept nogil
+    void wino_input(const wino_conv* k, const float* x, float* v, int64_t first, int64_t nb,
+                    int64_t c0, int64_t c1) noexcept nogil
+    void wino_output(const wino_conv* k, const float* m, const float* bias, float* y,
+                     int64_t first, int64_t nb, int64_t o0, int64_t o1) noexcept nogil
+    void wino_gemm_rows(const wino_conv* k, const float* u, const float* v, float* m,
+                        int64_t nb, int64_t o0, int64_t o1) noexcept nogil
+    void wino_item(const wino_call* c, float* area, int64_t item) noexcept nogil
 
 
 cdef enum:
-    WINO_BLOCK_FLOATS = 1 << 19  # V and M of one block: 2 MiB of float32, the L2 and some
-    # U, V and M are 16 matrices each, written 16 at a time: were they a power of two apart, the
-    # 16 streams would fall in the same cache sets and evict each other (the 512-channel U took
-    # 4x the whole convolution's time), so each matrix starts a cache line further
-    WINO_SKEW = 16
     # the most columns left after a block's whole 64-column tiles that go to the BLAS rather
     # than a tile 64 wide: tiles ÷ BLAS for ResNet's layers at batch 1 (abwino.py, 1 / 2
     # threads) went from 1.03 / 1.10 to 0.96 / 0.93 at 28x28 (34 left) and 1.03 / 1.16 to
     # 1.03 / 0.92 at 56x56 (4 left); 14x14 (49 left) kept the tile: 0.80 / 0.85
     WINO_SLIVER = 40
-    # the row tiles' columns (AVX2's conv_tile_avx2; the baseline tile's 8 divide it): blocks of
-    # whole panels leave no partial panel, which costs a whole one
-    WINO_ROW_COLS = 24
 
 
-cdef inline Py_ssize_t wino_ld(Py_ssize_t rows, Py_ssize_t cols) noexcept nogil:
-    # the distance between two of the 16 matrices of (rows, cols)
-    return rows * cols + WINO_SKEW
-
-
-cdef inline bint wino_row_tiles(const Conv* s) noexcept nogil:
-    # whether the 16 GEMMs run on conv_tile.h's row tiles (AVX2 plans): U packed in blocks of
-    # CONV_PACK output channels, V read in place
-    return s.isa == 1
-
-
-cdef inline Py_ssize_t wino_urows(const Conv* s) noexcept nogil:
-    # U's rows: the output channels, on the row tiles rounded up to whole packed blocks (zeros)
-    return round_up(s.cout, CONV_PACK) if wino_row_tiles(s) else s.cout
-
-
-cdef inline Py_ssize_t wino_tiles(const Conv* s) noexcept nogil:
-    return s.batch * ceil_div(s.oh, 2) * ceil_div(s.ow, 2)
-
-
-cdef inline Py_ssize_t wino_block(const Conv* s) noexcept nogil:
-    # tiles per block: V and M within WINO_BLOCK_FLOATS (or 32 tiles), in a number of blocks the
-    # plan's threads divide where there are 32 tiles a thread
-    cdef Py_ssize_t ntiles = wino_tiles(s)
-    cdef Py_ssize_t n = ceil_div(ntiles, max(WINO_BLOCK_FLOATS // (16 * (s.cin + s.cout)), 32))
-    cdef Py_ssize_t whole
-    if s.threads > 1 and ntiles >= 32 * s.threads:
-        n = round_up(n, s.threads)
-    if wino_row_tiles(s) and ntiles >= WINO_ROW_COLS * max(n, 1):
-        # whole panels for wino_gemm_rows: blocks rounded up to them (at most WINO_ROW_COLS - 1
-        # tiles past the budget), where the threads still divide the number of blocks
-        whole = round_up(ceil_div(ntiles, max(n, 1)), WINO_ROW_COLS)
-        if ceil_div(ntiles, whole) % max(s.threads, 1) == 0:
-            return whole
-    if s.isa == 2 and ntiles >= 64 * max(n, 1):
-        # whole 64-column tiles for wino_gemm_tiles, where the threads still share the tiles
-        # evenly: a number of blocks they divide, the last more than half full (ResNet's 56x56
-        # layer at batch 1: 784 tiles in 4 blocks of 196, not 5 of 192, which took 1.16x the
-        # time on 2 threads). float64's blocks follow the same rule, as the workspace the
-        # lowering sized does.
-        whole = ceil_div(ntiles, max(n, 1)) // 64 * 64
-        if (ceil_div(ntiles, whole) % max(s.threads, 1) == 0
-                and ceil_div(ntiles, whole) * whole - ntiles < whole // 2):
-            return whole
-    return max(ceil_div(ntiles, max(n, 1)), 1)  # an empty batch still has a block, of nothing
-
-
-cdef inline Py_ssize_t wino_slot(const Conv* s) noexcept nogil:
-    # one thread's V and M
-    return 16 * (wino_ld(s.cin, wino_block(s)) + wino_ld(s.cout, wino_block(s)))
+cdef inline wino_conv wino_geometry(const Conv* s) noexcept nogil:
+    # the call's geometry, its blocks cut for the plan's threads: the GEMMs on the row tiles for
+    # AVX2 plans (AVX2's 4 x 24, the baseline's where the CPU lacks AVX2), else on wino_gemm_own
+    cdef wino_sizes z
+    cdef wino_conv k
+    z.batch, z.cin, z.h, z.w, z.cout, z.oh, z.ow = s.batch, s.cin, s.h, s.w, s.cout, s.oh, s.ow
+    z.ph, z.pw, z.act, z.threads = s.ph, s.pw, <int>s.activation, s.threads
+    z.tile_isa = (1 if cpu_isa_ok(1) else 0) if s.isa == 1 else WINO_CALLER_GEMM
+    z.transform_isa, z.gemm_cols = <int>s.isa, 64 if s.isa == 2 else 0
+    wino_conv_of(&k, &z)  # the lowering's sizes fit in memory: no overflow
+    return k
 
 
 cdef inline Py_ssize_t winograd_elems(const Conv* s) noexcept nogil:
-    return 16 * wino_ld(wino_urows(s), s.cin) + s.threads * wino_slot(s)
+    cdef wino_conv k = wino_geometry(s)
+    return 16 * wino_uld(&k) + s.threads * k.slot
 
 
-cdef inline void wino_filter(const float* w, float* u, Py_ssize_t o, bint flip,
-                             const Conv* s) noexcept nogil:
-    # u[xi, o, c] = (G g G^T)[xi] for output channel o's filters g = w[o, c]; with flip (the
-    # backward pass, wino_backward), g = w[c, o] turned by 180 degrees. On the row tiles U[xi]
-    # is packed, u[xi, o // CONV_PACK, c, o % CONV_PACK], and rows o >= cout are zeros.
-    cdef Py_ssize_t c, i, plane = wino_ld(wino_urows(s), s.cin)
-    cdef bint packed = wino_row_tiles(s)
-    cdef float g[9]
-    cdef float t[4][3]
-    cdef float* dst
-    for c in range(s.cin):
-        for i in range(9):
-            g[i] = 0
-        if o < s.cout:
-            for i in range(9):
-                g[i] = w[conv_data_weight(0, o, c, i, s.cin, s.cout, 9) if flip
-                         else (o * s.cin + c) * 9 + i]
-        for i in range(3):  # G g: rows g0, (g0 + g1 + g2) / 2, (g0 - g1 + g2) / 2, g2
-            t[0][i] = g[i]
-            t[1][i] = (g[i] + g[3 + i] + g[6 + i]) * 0.5
-            t[2][i] = (g[i] - g[3 + i] + g[6 + i]) * 0.5
-            t[3][i] = g[6 + i]
-        dst = (u + (o // CONV_PACK * s.cin + c) * CONV_PACK + o % CONV_PACK if packed
-               else u + o * s.cin + c)
-        for i in range(4):  # (G g) G^T, row by row
-            dst[(4 * i) * plane] = t[i][0]
-            dst[(4 * i + 1) * plane] = (t[i][0] + t[i][1] + t[i][2]) * 0.5
-            dst[(4 * i + 2) * plane] = (t[i][0] - t[i][1] + t[i][2]) * 0.5
-            dst[(4 * i + 3) * plane] = t[i][2]
-
-
-cdef inline Py_ssize_t wino_run(Py_ssize_t tile, Py_ssize_t left, Py_ssize_t tw) noexcept nogil:
-    # tiles from this one to the end of its row of tiles, of the block's left
-    return min(tw - tile % tw, left)
-
-
-cdef inline void wino_input(const float* x, float* v, Py_ssize_t first, Py_ssize_t nb,
-                            Py_ssize_t c0, Py_ssize_t c1, const Conv* s) noexcept nogil:
-    # v[xi, c, k] = (B^T d B)[xi] for tile first + k's window d in input channel c, by runs of
-    # tiles along their rows; channels outer, so each of the 16 matrices is written along rows
-    cdef Py_ssize_t th = ceil_div(s.oh, 2), tw = ceil_div(s.ow, 2), c, k, tile, count
-    cdef Py_ssize_t ld = wino_ld(s.cin, nb)
-    cdef wino_in_fn run = wino_of(s.isa).in_
-    cdef const float* rows[4]
-    cdef const float* plane
-    cdef Py_ssize_t a, i, r
-    for c in range(c0, c1):
-        k = 0
-        while k < nb:
-            tile = first + k
-            count = wino_run(tile, nb - k, tw)
-            plane = x + (tile // (th * tw) * s.cin + c) * s.h * s.w
-            a = tile // tw % th
-            for i in range(4):  # the windows' rows 2a - ph + i, NULL off the plane
-                r = 2 * a - s.ph + i
-                rows[i] = plane + r * s.w if 0 <= r < s.h else NULL
-            run(rows, 2 * (tile % tw) - s.pw, s.w, count, v + c * nb + k, ld)
-            k += count
-
-
-cdef inline void wino_output(const float* m, const float* bias, float* y,
-                             Py_ssize_t first, Py_ssize_t nb, Py_ssize_t o0, Py_ssize_t o1,
-                             const Conv* s) noexcept nogil:
-    # y's cells of tiles [first, first + nb) = A^T M A, by runs of tiles along their rows
-    cdef Py_ssize_t th = ceil_div(s.oh, 2), tw = ceil_div(s.ow, 2), o, k, tile, count
-    cdef Py_ssize_t ld = wino_ld(s.cout, nb)
-    cdef wino_out_fn run = wino_of(s.isa).out
-    cdef float add
-    cdef float* out
-    for o in range(o0, o1):
-        add = bias[o] if bias != NULL else 0
-        k = 0
-        while k < nb:
-            tile = first + k
-            count = wino_run(tile, nb - k, tw)
-            # output rows 2a and 2a + 1 (if the output has it), from column 2b
-            out = (y + (tile // (th * tw) * s.cout + o) * s.oh * s.ow
-                   + 2 * (tile // tw % th) * s.ow + 2 * (tile % tw))
-            run(m + o * nb + k, ld, count, out, out + s.ow if 2 * (tile // tw % th) + 1 < s.oh
-                else NULL, min(2 * count, s.ow - 2 * (tile % tw)), add, <int>s.activation)
-            k += count
-
-
-cdef inline void wino_tiles_block(const float* x, const float* u, const float* bias,
-                                  float* y, float* area, Py_ssize_t k,
-                                  const Conv* s) noexcept nogil:
-    # block k of tiles, on one thread; area: its V and M
-    cdef Py_ssize_t block = wino_block(s), xi
-    cdef Py_ssize_t first = k * block, nb = min(block, wino_tiles(s) - k * block)
-    cdef float* m = area + 16 * wino_ld(s.cin, block)
-    wino_input(x, area, first, nb, 0, s.cin, s)
-    for xi in range(16):
-        wino_gemm(u, area, m, nb, xi, s)
-    wino_output(m, bias, y, first, nb, 0, s.cout, s)
-
-
-cdef inline void wino_gemm(const float* u, const float* v, float* m, Py_ssize_t nb,
-                           Py_ssize_t xi, const Conv* s) noexcept nogil:
-    # M[xi] (cout, nb) = U[xi] (cout, cin) @ V[xi] (cin, nb): on the row tiles for AVX2 plans,
-    # for float32 on the 64-column gather tile where the CPU has AVX-512, else the BLAS
+cdef void wino_gemm_own(const wino_conv* k, const float* u, const float* v, float* m,
+                        int64_t nb, int64_t o0, int64_t o1) noexcept nogil:
+    # wino_item's GEMM off the row tiles, on plain U (cout, cin) and V (cin, nb): for float32
+    # on the 64-column gather tile where the CPU has AVX-512, else the BLAS
     cdef conv_tile tile
-    if wino_row_tiles(s):
-        wino_gemm_rows(u + xi * wino_ld(wino_urows(s), s.cin), v + xi * wino_ld(s.cin, nb),
-                       m + xi * wino_ld(s.cout, nb), nb, s)
+    cdef Py_ssize_t cin = k.s.cin
+    if k.s.gemm_cols == 64 and cpu_isa_ok(2) and packed_tile(2, 64, &tile):
+        wino_gemm_tiles(k, u + o0 * cin, v, m + o0 * k.block, nb, o1 - o0, &tile)
         return
-    if s.isa == 2 and cpu_isa_ok(2) and packed_tile(2, 64, &tile):
-        wino_gemm_tiles(u + xi * wino_ld(s.cout, s.cin), v + xi * wino_ld(s.cin, nb),
-                        m + xi * wino_ld(s.cout, nb), nb, s, &tile)
-        return
-    gemm(False, False, s.cout, nb, s.cin, u + xi * wino_ld(s.cout, s.cin),
-         v + xi * wino_ld(s.cin, nb), m + xi * wino_ld(s.cout, nb), False)
+    gemm_ld(False, False, o1 - o0, nb, cin, u + o0 * cin, cin, v, k.block, m + o0 * k.block,
+            k.block, False)
 
 
-cdef inline void wino_gemm_rows(const float* u, const float* v, float* m, Py_ssize_t nb,
-                                const Conv* s) noexcept nogil:
-    # One of wino_gemm's products on the row tile (AVX2's 4 channels x 24 columns; the
-    # baseline's where the CPU lacks AVX2): U packed as the tile reads its weights, V read in
-    # place as a plane of cin channels nb apart, so nothing is packed per GEMM (the BLAS copied V
-    # on every call). Per panel of the tile's columns (cin x 96 bytes, in L1), every row tile of
-    # U. A last, partial panel reads past its row into the next, and past V's last row into the
-    # workspace after it (M): those sums land in columns that are dropped. Measured on the
-    # shared 2-core AMD EPYC (Zen 3, OpenBLAS), one thread, the two ways in one process
-    # interleaved (medians of 25-40 calls each, load about 2), row tiles over the BLAS: the
-    # U-Net's 64 -> 32 at 128x128 0.70-0.78, its 32 -> 64 at 64x64 0.82-0.89, convnet's
-    # 32 -> 64 at 32x32 (batch 32) 0.80-0.83, ResNet's 64 -> 64 at 56x56 0.81-0.85. The BLAS
-    # spent 40% of its GEMMs' time copying V. Blocks of 2^18 or 2^17 floats (L2 is 512 KiB
-    # there) were slower than WINO_BLOCK_FLOATS', not faster.
-    cdef conv_tile tile = conv_tile_of(1 if cpu_isa_ok(1) else 0)
-    cdef float part[CONV_PACK * CONV_COLS_MAX]
-    cdef Py_ssize_t zero = 0, b, r0, r, rows, cols, panel, t
-    cdef const float* w
-    for panel in range(ceil_div(nb, tile.cols)):
-        b = panel * tile.cols
-        cols = min(tile.cols, nb - b)
-        for t in range(ceil_div(s.cout, tile.rows)):
-            r0 = t * tile.rows
-            rows = min(tile.rows, s.cout - r0)
-            w = u + (r0 // CONV_PACK * s.cin) * CONV_PACK + r0 % CONV_PACK
-            if cols == tile.cols:
-                tile.fn(v + b, nb, &zero, 1, s.cin, w, m + r0 * nb + b, nb, rows, 0)
-                continue
-            tile.fn(v + b, nb, &zero, 1, s.cin, w, part, tile.cols, rows, 0)
-            for r in range(rows):
-                memcpy(m + (r0 + r) * nb + b, part + r * tile.cols, <size_t>cols * sizeof(float))
-
-
-cdef inline void wino_gemm_tiles(const float* u, const float* v, float* m, Py_ssize_t nb,
-                                 const Conv* s, const conv_tile* tile) noexcept nogil:
-    # One of wino_gemm's products on the tile, which reads 64 of V's columns in place (rows nb
-    # apart) and broadcasts U's: no packing, as V is written for it. Per block of 64 columns,
-    # every row tile of U, so the block (cin x 256 bytes) stays in L1. A last, partial block of
-    # more than WINO_SLIVER columns reads past its row into the next, and past V's last row into
-    # the workspace after it (M): those sums land in columns that are dropped. Measured on
+cdef inline void wino_gemm_tiles(const wino_conv* k, const float* u, const float* v, float* m,
+                                 Py_ssize_t nb, Py_ssize_t rows_u,
+                                 const conv_tile* tile) noexcept nogil:
+    # One of the GEMMs on the tile, which reads 64 of V's columns in place (rows `block` apart)
+    # and broadcasts U's: no packing, as V is written for it. Per block of 64 columns, every
+    # row tile of U, so the block (cin x 256 bytes) stays in L1. A last, partial block of more
+    # than WINO_SLIVER columns reads past its row into the next, and past V's last row into the
+    # workspace after it (M): those sums land in columns that are dropped. Measured on
     # convnet-train's 32 -> 64 layer at 32x32 (the 2-core EPYC, Zen 4): the 16 GEMMs took 6.6
     # ms of the call's 11.3 through MKL (81 GFLOP/s); on the tile the call takes 0.95x the time
     # on 1 thread, 0.89x on 2.
     cdef const float* px[CONV_PIX_MAX]
     cdef float part[CONV_PIX_MAX * 64]
-    cdef Py_ssize_t zero = 0, b, t, r0, r, p, rows, cols
+    cdef Py_ssize_t zero = 0, b, t, r0, r, p, rows, cols, cin = k.s.cin, ld = k.block
     for b in range(0, nb, 64):
         cols = min(64, nb - b)
         if cols <= WINO_SLIVER:  # a few columns left: the BLAS, not a tile 64 wide
-            gemm_ld(False, False, s.cout, cols, s.cin, u, s.cin, v + b, nb, m + b, nb, False)
+            gemm_ld(False, False, rows_u, cols, cin, u, cin, v + b, ld, m + b, ld, False)
             continue
-        for t in range(ceil_div(s.cout, tile.pix)):
+        for t in range(ceil_div(rows_u, tile.pix)):
             r0 = t * tile.pix
-            rows = min(tile.pix, s.cout - r0)
+            rows = min(tile.pix, rows_u - r0)
             for p in range(tile.pix):  # a short last tile reads its last row again
-                px[p] = u + min(r0 + p, s.cout - 1) * s.cin
+                px[p] = u + min(r0 + p, rows_u - 1) * cin
             if rows == tile.pix and cols == 64:
-                tile.gather(px, 1, &zero, 1, s.cin, v + b, nb, m + r0 * nb + b, nb, 0)
+                tile.gather(px, 1, &zero, 1, cin, v + b, ld, m + r0 * ld + b, ld, 0)
                 continue
-            tile.gather(px, 1, &zero, 1, s.cin, v + b, nb, part, 64, 0)
+            tile.gather(px, 1, &zero, 1, cin, v + b, ld, part, 64, 0)
             for r in range(rows):
-                memcpy(m + (r0 + r) * nb + b, part + r * 64, <size_t>cols * sizeof(float))
+                memcpy(m + (r0 + r) * ld + b, part + r * 64, <size_t>cols * sizeof(float))
 
 
-cdef inline void wino_shared_block(const float* x, const float* u, const float* bias,
-                                   float* y, float* area, Py_ssize_t k, const Conv* s,
+cdef inline void wino_shared_block(const wino_call* c, float* area, Py_ssize_t blk,
                                    int nt) noexcept nogil:
-    # block k of tiles on nt threads, fewer blocks than threads: its input transform by input
-    # channels, its GEMMs by xi, its output transform by output channels (the same operations as
-    # wino_tiles_block's, in other threads)
-    cdef Py_ssize_t block = wino_block(s), xi, c, o
-    cdef Py_ssize_t first = k * block, nb = min(block, wino_tiles(s) - k * block)
-    cdef float* m = area + 16 * wino_ld(s.cin, block)
+    # block blk of tiles on nt threads, fewer blocks than threads, off the row tiles: its input
+    # transform by input channels, its GEMMs by xi, its output transform by output channels
+    # (wino_item's steps, in other threads)
+    cdef const wino_conv* k = c.k
+    cdef int64_t first = 0, nb = wino_block_tiles(k, blk, &first)
+    cdef float* m = area + 16 * k.vld
+    cdef Py_ssize_t ci, xi, o
     cdef int previous = 0
     with parallel(num_threads=nt):
         previous = blas_one_thread()
-        for c in prange(s.cin, schedule="static"):
-            wino_input(x, area, first, nb, c, c + 1, s)
+        for ci in prange(k.s.cin, schedule="static"):
+            wino_input(k, c.x, area, first, nb, ci, ci + 1)
         for xi in prange(16, schedule="static"):
-            wino_gemm(u, area, m, nb, xi, s)
-        for o in prange(s.cout, schedule="static"):
-            wino_output(m, bias, y, first, nb, o, o + 1, s)
+            c.gemm(k, c.u + xi * c.uld, area + xi * k.vld, m + xi * k.mld, nb, 0, k.s.cout)
+        for o in prange(k.s.cout, schedule="static"):
+            wino_output(k, m, c.bias, c.y, first, nb, o, o + 1)
         blas_restore_threads(previous)
 
 
@@ -329,25 +164,28 @@ cdef inline Conv wino_backward(const Conv* s) noexcept nogil:
 cdef inline int conv2d_winograd(const float* x, const float* w, const float* bias,
                                 float* y, float* ws, bint flip,
                                 const Conv* s) noexcept nogil:
-    cdef Py_ssize_t nblocks = ceil_div(wino_tiles(s), wino_block(s)), o, k
-    cdef Py_ssize_t slot = wino_slot(s)
-    cdef float* area = ws + 16 * wino_ld(wino_urows(s), s.cin)
+    # U = G g G^T of w (flip: the data gradient's filters) into ws, then the work items
+    cdef wino_conv k = wino_geometry(s)
+    cdef wino_call c
+    cdef Py_ssize_t items = k.nblocks * k.splits, uld = wino_uld(&k), o, i
+    cdef float* area = ws + 16 * uld
     cdef int nt = run_threads(s), previous = 0
+    c.k, c.x, c.u, c.bias, c.y, c.uld = &k, x, ws, bias, y, uld
+    c.gemm = wino_gemm_rows if k.rows else wino_gemm_own
     if nt == 1:
-        for o in range(wino_urows(s)):
-            wino_filter(w, ws, o, flip, s)
-        for k in range(nblocks):
-            wino_tiles_block(x, ws, bias, y, area, k, s)
+        wino_filter(&k, w, ws, uld, flip, 0, k.urows)
+        for i in range(items):
+            wino_item(&c, area, i)
         return KERNEL_OK
     with parallel(num_threads=nt):
         previous = blas_one_thread()
-        for o in prange(wino_urows(s), schedule="static"):
-            wino_filter(w, ws, o, flip, s)
-        if nblocks >= nt:  # taken as threads come: a late one leaves its blocks to the others
-            for k in prange(nblocks, schedule="dynamic"):
-                wino_tiles_block(x, ws, bias, y, area + threadid() * slot, k, s)
+        for o in prange(k.urows, schedule="static"):
+            wino_filter(&k, w, ws, uld, flip, o, o + 1)
+        if items >= nt or k.rows:  # taken as threads come: a late one leaves its items
+            for i in prange(items, schedule="dynamic"):
+                wino_item(&c, area + threadid() * k.slot, i)
         blas_restore_threads(previous)
-    if nblocks < nt:  # too few blocks to share: share each one's steps
-        for k in range(nblocks):
-            wino_shared_block(x, ws, bias, y, area, k, s, nt)
+    if items < nt and not k.rows:  # too few blocks to share off the row tiles: share steps
+        for i in range(k.nblocks):
+            wino_shared_block(&c, area, i, nt)
     return KERNEL_OK

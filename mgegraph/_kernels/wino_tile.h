@@ -1,5 +1,5 @@
-/* Winograd F(2x2, 3x3)'s input and output transforms (float32) for conv_winograd.pxi, on a run
- * of tiles along one row of tiles, VW tiles per vector.
+/* Winograd F(2x2, 3x3)'s input and output transforms (float32) for wino_conv.h's driver, on a
+ * run of tiles along one row of tiles, VW tiles per vector.
  *
  * Design: a tile's 4x4 window starts two columns after the previous tile's, so VW windows'
  * columns 0 and 1 are the even and odd columns of 2 VW consecutive ones, and columns 2 and 3
@@ -16,6 +16,9 @@
  * gained only 1.6x from a second thread), their output transform 1.22; these take 1.46 and
  * 0.37, the call 7.3 ms.
  */
+#ifndef MG_WINO_TILE_H
+#define MG_WINO_TILE_H
+
 #include <stddef.h>
 
 #include "activation.h"
@@ -251,3 +254,5 @@ static wino_transforms wino_of(int isa) {
 #endif
     return t;
 }
+
+#endif

@@ -2,7 +2,7 @@
 its filters on every call, computed once here (docs/c_runtime.md, "Convolutions").
 
 - **Winograd** (the plan's path): U = G g G^T of every (output, input channel) filter, by the
-  float32 adds and halvings of ``conv_wino_c.h``'s ``mgr_wino_filter`` in its order (no product
+  float32 adds and halvings of ``wino_conv.h``'s ``wino_filter`` in its order (no product
   there to fuse: bitwise the transform the runtime made on each call), packed as the row tiles
   of ``conv_tile.h`` read their weights: a (16, ceil(cout / 8), cin, 8) float32 tensor, blocks
   of 8 output channels, zeros past cout. The instruction becomes ``conv2d_winograd_packed_f32``
@@ -40,7 +40,7 @@ BLOCKS = (64, 48, 32, 16)
 def winograd_filters(w: np.ndarray) -> np.ndarray:
     """U (16, cout, cin): U[4 i + j, o, c] = (G g G^T)[i, j] of the 3x3 filter g = w[o, c],
     G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]], in float32, each step rounded
-    as mgr_wino_filter rounds it.
+    as wino_conv.h's wino_filter rounds it.
 
     >>> float(winograd_filters(np.ones((1, 1, 3, 3), np.float32))[5, 0, 0])   # (3/2)^2
     2.25

@@ -1,4 +1,4 @@
-"""Winograd's 16 GEMMs on AVX2's row tiles (conv_winograd.pxi's wino_gemm_rows): the U-Net's
+"""Winograd's 16 GEMMs on AVX2's row tiles (wino_conv.h's wino_gemm_rows): the U-Net's
 decoder layer (64 -> 32 channels, 3x3 at 128x128) and its data gradient, against NumPy in
 float64, against the BLAS's GEMMs (the baseline plan's), and the same bits on 1, 2 and 3
 threads (blocks of whole 24-column panels, taken by the threads as they come)."""

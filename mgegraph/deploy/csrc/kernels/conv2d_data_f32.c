@@ -133,7 +133,7 @@ static int data_as_planned(const int64_t* t, const float* w, const float* dy, co
     mgr_wino k;
     if (t[PATH] == MGR_WINO_PATH) {
         if (!mgr_wino_of(t, &k)) return MGR_KERNEL_UNSUPPORTED;
-        k.x = dy, k.bias = bias, k.y = dx;
+        mgr_wino_buffers(&k, dy, bias, dx);
         return mgr_wino_run_made(&k, w, NULL, 1);
     }
     /* the executor's row tiles ("blocked") sum each output as the gather tiles do: over dy's

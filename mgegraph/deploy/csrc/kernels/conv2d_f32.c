@@ -1,8 +1,8 @@
 /* conv2d_f32, grouped and depthwise too, and conv2d_winograd_packed_f32 (its Winograd on filters
  * the export transformed and packed: below). Where the plan chose Winograd, Winograd
- * (conv_wino_c.h: its GEMMs on the row tiles, bitwise the Python executor's on AVX2 plans,
- * within float32 rounding of its other ways); else on
- * the package's gather tiles where they run it
+ * (conv_wino_c.h over wino_conv.h, the executor's driver: its GEMMs on the row tiles, bitwise
+ * the Python executor's on AVX2 plans, within float32 rounding of its other ways); else on the
+ * package's gather tiles where they run it
  * (conv_gather_c.h: packed weights bitwise the Python executor's packed path; weights not
  * packed within float32 rounding of its other ways, Winograd and the GEMMs through the BLAS);
  * elsewhere (more than 64 taps, fewer than 8 output channels per group: depthwise, or an x86
@@ -167,7 +167,8 @@ static int winograd_on_u(const mgr_call* call, int packed) {
     if (s[BATCH] * s[COUT] == 0 || s[OH] == 0 || s[OW] == 0) return MGR_KERNEL_OK; /* empty */
     if (!mgr_wino_of(s, &k)) return MGR_KERNEL_OUT_OF_MEMORY; /* sizes past any allocation */
     mgr_wino_conv_buffers(&k, call);
-    return packed ? mgr_wino_run_on(&k, u, k.urows * k.cin) : mgr_wino_run_made(&k, NULL, u, 0);
+    return packed ? mgr_wino_run_on(&k, u, k.geo.urows * k.geo.s.cin)
+                  : mgr_wino_run_made(&k, NULL, u, 0);
 }
 
 int mgr_conv2d_winograd_packed_f32(const mgr_call* call) { return winograd_on_u(call, 1); }
