@@ -17,6 +17,9 @@
  * sub-block. Reads may run up to COLS - 1 cells past the last output cell: the caller's buffer
  * has that slack, and the cells they feed are dropped.
  */
+#ifndef MG_CONV_TILE_H
+#define MG_CONV_TILE_H
+
 #include <stddef.h>
 
 #include "activation.h" /* the epilogue's activations */
@@ -324,3 +327,5 @@ static conv_out_fn conv_out_of(int isa) {
 #endif
     return conv_out_base;
 }
+
+#endif
