@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from .. import conv as K
 
-# a convolution's ways on the package's own loops: the gather tiles (conv_blocked.pxi's
-# packed path, which the C runtime runs for every convolution it packs: conv_gather_c.h), the
+# a convolution's ways on the package's own loops: the gather tiles (conv_gather.h's driver,
+# the executor's packed path and the C runtime's for every convolution it packs), the
 # row tiles, the pointwise tiles and the depthwise loops, whose sums are the gather tiles'
 CONV_OWN_WAYS = ("gather", "gather packed", "blocked", "pointwise", "depthwise")
 CONV_OPS = ("conv2d", "conv2d_packed", "conv2d_backward_data", "conv2d_backward_filter")

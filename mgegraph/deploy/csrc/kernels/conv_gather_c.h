@@ -107,7 +107,7 @@ static int mgr_conv_tiles_of(const int64_t* s, int64_t min_channels, mgr_conv_ti
     int64_t hp, wp, plane, reach_y, reach_x, isas_n, i = 0;
     int isas[3];
     conv_shape shape = mgr_conv_shape(s);
-    conv_packed_tile tile;
+    conv_packed_tile tile = {NULL, 0, 0};
     memset(k, 0, sizeof *k);
     if (s[KH] * s[KW] > CONV_GATHER_MAX_TAPS || s[COUT] / s[GROUPS] < min_channels ||
         s[BATCH] == 0 || s[OH] == 0 || s[OW] == 0 || !mgr_muladd(s[H], 2, s[PH], &hp) ||
