@@ -47,6 +47,9 @@ cdef extern from "conv_col2im.h":  # the GEMM path's col2im, shared with the C r
                               Py_ssize_t c1, const conv_col2im_geometry* s) noexcept nogil
 
 cdef extern from "conv_data.h":  # the data gradient's layout, shared with the C runtime
+    ctypedef struct conv_shape:  # the sizes: the Conv struct's first fields
+        Py_ssize_t batch, cin, h, w, cout, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, groups
+    int conv_data_as_forward(const conv_shape* s, conv_shape* t) noexcept nogil
     Py_ssize_t conv_data_pad(Py_ssize_t k, Py_ssize_t d, Py_ssize_t p) noexcept nogil
     Py_ssize_t conv_data_weight(Py_ssize_t g, Py_ssize_t o, Py_ssize_t c, Py_ssize_t t,
                                 Py_ssize_t nc, Py_ssize_t no, Py_ssize_t taps) noexcept nogil

@@ -25,7 +25,7 @@ from cython.parallel cimport parallel, prange, threadid
 from .tiles cimport (cpu_isa_ok, conv_tile_fn, conv_gather_fn, conv_tile,
                      conv_packed_tile, conv_out_fn, CONV_PACK, CONV_COLS_MAX,
                      CONV_CPACK, CONV_PIX_MAX, CONV_PACKED_MAX, conv_tile_of,
-                     conv_packed_tiles, conv_out_of, conv_out_one, packed_tile)
+                     conv_packed_tiles, conv_out_of, packed_tile)
 
 # The threads a call runs on: the plan's (s.threads, the lowering's), capped by the one thread
 # policy's maximum now (parallel.pyx: OpenMP's, 1 in a forked child, whose copy of GCC's pool
@@ -150,12 +150,22 @@ cdef inline Blocked blocked_forward(const Conv* s) noexcept nogil:
     return blocked_of(s.cin // s.groups, s.cout // s.groups, s.h, s.w, s.ph, s.pw, s)
 
 
+cdef inline conv_shape shape_of(const Conv* s) noexcept nogil:
+    # the sizes conv_data.h and conv_gather.h read: the Conv struct's first fields
+    cdef conv_shape t
+    t.batch, t.cin, t.h, t.w, t.cout, t.oh, t.ow = s.batch, s.cin, s.h, s.w, s.cout, s.oh, s.ow
+    t.kh, t.kw, t.sh, t.sw, t.ph, t.pw = s.kh, s.kw, s.sh, s.sw, s.ph, s.pw
+    t.dh, t.dw, t.groups = s.dh, s.dw, s.groups
+    return t
+
+
 cdef inline Blocked blocked_backward(const Conv* s) noexcept nogil:
-    # dx = dy padded by d (k - 1) - p (the lowering checks it is not negative), convolved
-    # (conv_data.h)
-    cdef Blocked b = blocked_of(s.cout // s.groups, s.cin // s.groups, s.oh, s.ow,
-                                conv_data_pad(s.kh, s.dh, s.ph), conv_data_pad(s.kw, s.dw, s.pw),
-                                s)
+    # dx = dy padded by d (k - 1) - p, convolved (conv_data.h's conv_data_as_forward: the
+    # lowering checks that it is one)
+    cdef conv_shape shape = shape_of(s)
+    cdef conv_shape t
+    conv_data_as_forward(&shape, &t)
+    cdef Blocked b = blocked_of(t.cin // t.groups, t.cout // t.groups, t.h, t.w, t.ph, t.pw, s)
     b.flip = True
     return b
 
@@ -382,7 +392,7 @@ cdef inline int blocked_call(const float* x, const float* w, const float* bias, 
     pack_blocks(w, ws, b, s)
     for k in range(blocked_slots(s)):
         memset(area + k * slot, 0, <size_t>b.npadded * sizeof(float))
-    if nt > 1 and s.batch >= nt:
+    if nt > 1 and blocked_slots(s) > 1:  # a slot per thread of the plan's (nt at most)
         for n in prange(s.batch, num_threads=nt, schedule="static"):
             k = threadid()
             blocked_image(x + n * xs, ws, y + n * ys, bias, act, area + k * slot,
@@ -522,44 +532,49 @@ cdef inline int filter_call(const float* x,   # IN  (batch, cin, h, w)
 # The weights come packed by conv2d_pack_weight (pack_weight), once per weight change instead of
 # once per call (blocked_call's pack_blocks writes 9 MiB for a 512 x 512 3x3 convolution on every
 # call, more than the convolution's own time), in blocks of s.packed output channels: the width
-# of one of the isa's conv2d_packed tiles (conv_packed_tiles). The tiles run over the cells of the
-# whole batch, every image padded into the workspace (an unpadded batch is read where it is), so
-# a batch of small planes fills them (8 images of 2x2 cells make 5 tiles of 7 cells rather than 8
-# half-empty ones). A work item is a chunk of at most PACKED_CHUNK_TILES cell tiles (the tiles
-# split evenly among the fewest such chunks) and a group of channel blocks: per block, the tiles
-# innermost (a block's weights stay in L2 while the chunk's windows, at most 56 cells', pass:
-# with the blocks innermost, ResNet's 512 -> 512 at 7x7 streamed its 9 MiB of weights from L3
-# once per tile, 4.5 ms against 3.1 in the plan on 1 thread, Intel Xeon family 6 model 207);
-# then the chunk's results go out (transposed into y with the epilogue) while they are still in
-# L1/L2, from the item's own
-# slot of the workspace (one per thread). The channel blocks are split into groups when the
-# chunks are too few for the threads (a 7x7 plane is one or two chunks), and so that a group's
-# weights fit in L2 (PACKED_GROUP_BYTES): an item's chunk and the next one (same group) then read
-# them from L2, where all of ResNet's 512 -> 512 weights (9 MiB) streamed from L3 past every
-# chunk (1 thread, Intel Xeon family 6 model 207, 2 MiB L2: 5.2 ms a call, 44 GFLOP/s).
-cdef enum:
-    PACKED_CHUNK_TILES = 8  # a chunk's tiles at most: its results fill the item's slot
-    PACKED_GROUP_BYTES = 512 * 1024  # a group of channel blocks' weights at most, where it can
+# of one of the isa's conv2d_packed tiles (conv_packed_tiles). The driver is conv_gather.h's,
+# the C runtime's too (one source: the work items, the padding, the packing, the 1x1 GEMM of
+# rows); here its items run in one OpenMP region, each thread's slot in the workspace: the
+# padded batch (when padded), then a slot per thread.
+cdef extern from "conv_gather.h":
+    ctypedef struct conv_gather:
+        Py_ssize_t no, plane
+        const float* planes
+        const float* weights
+        const float* bias
+        float* y
+        int act
+    enum:
+        CONV_CHUNK_TILES
+    int conv_gather_tile_for(int isa, Py_ssize_t pack, Py_ssize_t no,
+                             conv_packed_tile* out) noexcept nogil
+    int conv_gather_geometry(conv_gather* c, const conv_shape* s) noexcept nogil
+    void conv_gather_walk(conv_gather* c, conv_packed_tile t, Py_ssize_t pack,
+                          Py_ssize_t min_items, int isa) noexcept nogil
+    Py_ssize_t conv_gather_items(const conv_gather* c) noexcept nogil
+    void conv_gather_pad(const conv_gather* c, const float* x, float* padded, Py_ssize_t n0,
+                         Py_ssize_t n1) noexcept nogil
+    void conv_gather_pack(const float* w, float* packed, Py_ssize_t nc, Py_ssize_t no,
+                          Py_ssize_t taps, Py_ssize_t pack, int flip, Py_ssize_t b0,
+                          Py_ssize_t b1) noexcept nogil
+    void conv_gather_item(const conv_gather* c, Py_ssize_t item, float* res) noexcept nogil
+    void conv_gather_rows_item(const float* x, const float* packed, const float* bias, int act,
+                               float* y, Py_ssize_t item, Py_ssize_t rgroups, conv_packed_tile t,
+                               Py_ssize_t m, Py_ssize_t n, Py_ssize_t k) noexcept nogil
 
 
 cdef inline void pack_weight(const float* w, float* packed, const Conv* s) noexcept nogil:
     # packed[g, blk, k, r] = w[g * ocg + blk * packed + r, k] (k: input channel x tap), 0 past
     # the group's last output channel
-    cdef Py_ssize_t ocg = s.cout // s.groups, kdim = s.cin // s.groups * s.kh * s.kw
-    cdef Py_ssize_t nb = ceil_div(ocg, s.packed), g, o, k
-    cdef const float* src
-    cdef float* blk
-    for g in range(s.groups):
-        for o in range(nb * s.packed):
-            blk = packed + (g * nb + o // s.packed) * kdim * s.packed + o % s.packed
-            src = w + (g * ocg + o) * kdim
-            for k in range(kdim):
-                blk[k * s.packed] = src[k] if o < ocg else 0
+    cdef Py_ssize_t ocg = s.cout // s.groups
+    conv_gather_pack(w, packed, s.cin // s.groups, ocg, s.kh * s.kw, s.packed, 0, 0,
+                     s.groups * ceil_div(ocg, s.packed))
 
 
 cdef inline Py_ssize_t packed_slot(const Conv* s) noexcept nogil:
-    # one work item's results: a chunk of cells by the padded channels
-    return PACKED_CHUNK_TILES * CONV_PIX_MAX * round_up(s.cout, s.packed)
+    # one work item's results: a chunk of cells by the padded channels (at least
+    # conv_gather_slot's, whichever tile runs)
+    return CONV_CHUNK_TILES * CONV_PIX_MAX * round_up(s.cout, s.packed)
 
 
 cdef inline bint rows_case(const Conv* s) noexcept nogil:
@@ -570,146 +585,61 @@ cdef inline bint rows_case(const Conv* s) noexcept nogil:
 cdef inline Py_ssize_t packed_elems(const Conv* s) noexcept nogil:
     if rows_case(s):
         return 0
-    cdef Blocked b = blocked_forward(s)
-    cdef Py_ssize_t padded = s.batch * b.npadded if s.ph != 0 or s.pw != 0 else 0
+    cdef Py_ssize_t padded = 0
+    if s.ph != 0 or s.pw != 0:
+        padded = s.batch * s.cin * (s.h + 2 * s.ph) * (s.w + 2 * s.pw)
     return padded + max(s.threads, 1) * packed_slot(s)
 
 
-cdef inline void packed_chunk(const float* planes, const float* packed, float* res, float* y,
-                              const float* bias, Py_ssize_t act, Py_ssize_t item,
-                              Py_ssize_t ogroups, conv_tile tile, const Blocked* b,
-                              Py_ssize_t ncells, Py_ssize_t nchunks, int isa) noexcept nogil:
-    # work item (chunk item % nchunks, channel block group item // nchunks): its cells through
-    # its channel blocks into res, then out into y (by images: a chunk may span them). The
-    # chunks split the tiles evenly: 49 cells in tiles of 6 are chunks of 5 and 4 tiles, not 8
-    # and 1 (one thread had all the work: 2.64 ms at 2 threads against 2.80 at 1 for ResNet's
-    # 512 -> 512 at 7x7, AMD Zen 3), and a thread's static share of the items holds groups of
-    # every chunk, not one chunk's groups
-    cdef Py_ssize_t ntiles = ceil_div(ncells, tile.pix)
-    cdef const float* px[CONV_PIX_MAX]
-    cdef Py_ssize_t p, i, o, q, n, cell, end, chunk = item % nchunks
-    cdef Py_ssize_t nblocks = b.ldy // tile.ch, group = item // nchunks
-    cdef Py_ssize_t first = cut(ntiles, nchunks, chunk) * tile.pix
-    cdef Py_ssize_t last = min(cut(ntiles, nchunks, chunk + 1) * tile.pix, ncells)
-    cdef Py_ssize_t ob0 = group * nblocks // ogroups, ob1 = (group + 1) * nblocks // ogroups
-    for o in range(ob0, ob1):  # a block's weights stay in L2 while the chunk's tiles pass
-        for i in range(ceil_div(last - first, tile.pix)):
-            for p in range(tile.pix):
-                cell = min(first + i * tile.pix + p, ncells - 1)
-                q = cell % b.ncols
-                px[p] = (planes + cell // b.ncols * b.npadded + q // b.ow * b.sh * b.wp
-                         + q % b.ow * b.sw)
-            tile.gather(px, b.plane, b.offs, b.taps, b.nc, packed + o * b.nc * b.taps * tile.ch,
-                        tile.ch, res + i * tile.pix * b.ldy + o * tile.ch, b.ldy, 0)
-    cell = first
-    while cell < last:
-        n = cell // b.ncols
-        end = min(last, (n + 1) * b.ncols)
-        conv_out_of(isa)(res + (cell - first) * b.ldy, b.ldy, y + n * b.no * b.ncols
-                         + cell % b.ncols, b.ncols, end - cell, ob0 * tile.ch,
-                         min(b.no, ob1 * tile.ch), bias, act)
-        cell = end
-
-
-# A 1x1 convolution of 1x1 planes is a GEMM of rows: y[r, :] = x[r, :] W^T over the batch's r,
-# each row read where it is (x is (batch, nc) row-major, y (batch, no)): the prepack pass
-# makes one of every linear layer of weights alone (passes/prepack.py). Its work items are the
-# other way round from packed_chunk's: a channel block by a group of row tiles, so one block's
-# weights (nc x 64 floats: 200 KiB for nc = 784) stay in L2 while every row tile passes, where
-# packed_chunk streams all the weights past each tile (4 MiB per 7 rows of a 1024 x 1024
-# layer, from L3). A tile writes into y directly where it is whole, else into a stack buffer.
-cdef inline void rows_item(const float* x, const float* packed, const float* bias, Py_ssize_t act,
-                           float* y, Py_ssize_t item, Py_ssize_t rgroups, conv_tile tile,
-                           Py_ssize_t m, Py_ssize_t n, Py_ssize_t k) noexcept nogil:
-    # work item (channel block item // rgroups, its group item % rgroups of row tiles)
-    cdef const float* px[CONV_PIX_MAX]
-    cdef float part[CONV_PIX_MAX * 64]  # a tile's result: at most 12 rows x 64 channels
-    cdef Py_ssize_t zero = 0, ntiles = ceil_div(m, tile.pix), o = item // rgroups
-    cdef Py_ssize_t g = item % rgroups, c0 = o * tile.ch, c1 = min(n, c0 + tile.ch)
-    cdef Py_ssize_t t, p, r, c, r0, rows, ld
-    cdef float* dst
-    for t in range(g * ntiles // rgroups, (g + 1) * ntiles // rgroups):
-        r0 = t * tile.pix
-        rows = min(tile.pix, m - r0)
-        for p in range(tile.pix):  # a short last tile reads its last row again
-            px[p] = x + min(r0 + p, m - 1) * k
-        if rows == tile.pix and c1 - c0 == tile.ch:
-            dst, ld = y + r0 * n + c0, n
-        else:
-            dst, ld = part, tile.ch
-        tile.gather(px, 1, &zero, 1, k, packed + o * k * tile.ch, tile.ch, dst, ld, 0)
-        for r in range(rows):  # the epilogue while the tile is in L1, as conv_out's
-            for c in range(c0, c1):
-                y[(r0 + r) * n + c] = conv_out_one(dst[r * ld + c - c0],
-                                                   bias[c] if bias != NULL else 0, act)
-
-
 cdef inline int rows_call(const float* x, const float* packed, const float* bias, Py_ssize_t act,
-                          float* y, conv_tile tile, const Conv* s) noexcept nogil:
+                          float* y, conv_packed_tile tile, const Conv* s) noexcept nogil:
     cdef Py_ssize_t item, nblocks = ceil_div(s.cout, tile.ch), rgroups = 1
-    cdef Py_ssize_t ntiles = ceil_div(s.batch, tile.pix), k = s.cin
+    cdef Py_ssize_t ntiles = ceil_div(s.batch, tile.pix)
     cdef int nt = run_threads(s)
     if nt > 1 and nblocks < 2 * nt:  # too few blocks for the threads: split the rows too
         rgroups = min(ntiles, ceil_div(2 * nt, nblocks))
     if nt > 1:
         for item in prange(nblocks * rgroups, schedule="static", num_threads=nt):
-            rows_item(x, packed, bias, act, y, item, rgroups, tile, s.batch, s.cout, k)
+            conv_gather_rows_item(x, packed, bias, <int>act, y, item, rgroups, tile, s.batch,
+                                  s.cout, s.cin)
     else:
         for item in range(nblocks * rgroups):
-            rows_item(x, packed, bias, act, y, item, rgroups, tile, s.batch, s.cout, k)
+            conv_gather_rows_item(x, packed, bias, <int>act, y, item, rgroups, tile, s.batch,
+                                  s.cout, s.cin)
     return KERNEL_OK
-
-
-cdef inline Py_ssize_t even_groups(Py_ssize_t nblocks, Py_ssize_t wanted) noexcept nogil:
-    # the fewest groups, at least ``wanted``, that split nblocks channel blocks evenly: 3 groups
-    # of 4 blocks (1, 1, 2) left one of 2 threads half as much work again as the other
-    cdef Py_ssize_t groups = max(1, min(wanted, nblocks))
-    while nblocks % groups:
-        groups += 1
-    return groups
 
 
 cdef inline int packed_call(const float* x, const float* packed, const float* bias, Py_ssize_t act,
                             float* y, float* ws, const Conv* s) noexcept nogil:
-    # x: (batch, nc, h, w) -> y: (batch, no, oh, ow); no groups
-    cdef Blocked b = blocked_forward(s)
-    cdef conv_tile tile
-    cdef Py_ssize_t n, item, nitems, nchunks, ogroups = 1, ncells = s.batch * b.ncols
+    # x: (batch, nc, h, w) -> y: (batch, no, oh, ow); no groups. Threads: a few items each
+    # (4 per thread); the bits do not depend on them (conv_gather.h)
+    cdef conv_shape shape = shape_of(s)
+    cdef conv_gather c
+    cdef conv_packed_tile tile
+    cdef Py_ssize_t n, item, nitems
     cdef bint padded = s.ph != 0 or s.pw != 0
-    cdef float* slots = ws + s.batch * b.npadded if padded else ws
-    cdef const float* planes = x  # or the padded copy
+    cdef float* slots = ws
     cdef int nt = run_threads(s)
-    if (s.groups != 1 or b.taps > BLOCKED_MAX_TAPS or not cpu_isa_ok(<int>s.isa)
-            or not packed_tile(<int>s.isa, s.packed, &tile)):
+    if (s.groups != 1 or not cpu_isa_ok(<int>s.isa) or not conv_gather_geometry(&c, &shape)
+            or not conv_gather_tile_for(<int>s.isa, s.packed, c.no, &tile)):
         return KERNEL_UNSUPPORTED
     if rows_case(s):
         return rows_call(x, packed, bias, act, y, tile, s)
-    b.pack, b.ldy = s.packed, round_up(b.no, s.packed)
-    nchunks = ceil_div(ceil_div(ncells, tile.pix), PACKED_CHUNK_TILES)
-    if nt > 1 and nchunks < 4 * nt:  # a few items per thread balance them
-        ogroups = ceil_div(4 * nt, max(nchunks, 1))
-    if nchunks > 1:  # weights read again by the next chunk: a group's should stay in L2
-        ogroups = max(ogroups, ceil_div(b.nc * b.taps * b.ldy * <Py_ssize_t>sizeof(float),
-                                        PACKED_GROUP_BYTES))
-    ogroups = even_groups(b.ldy // tile.ch, ogroups)
-    nitems = nchunks * ogroups
+    conv_gather_walk(&c, tile, s.packed, 4 * nt if nt > 1 else 1, <int>s.isa)
+    c.planes, c.weights, c.bias, c.y, c.act = x, packed, bias, y, <int>act
     if padded:
-        planes = ws
+        c.planes, slots = ws, ws + s.batch * s.cin * c.plane
+    nitems = conv_gather_items(&c)
     if nt > 1:  # one parallel region: waking sleeping threads costs 60-90 us a region
         with parallel(num_threads=nt):
             if padded:
                 for n in prange(s.batch, schedule="static"):
-                    memset(ws + n * b.npadded, 0, <size_t>b.npadded * sizeof(float))
-                    pad_image(x + n * b.nc * b.h * b.w, ws + n * b.npadded, &b)
+                    conv_gather_pad(&c, x, ws, n, n + 1)
             for item in prange(nitems, schedule="static"):
-                packed_chunk(planes, packed, slots + threadid() * packed_slot(s), y, bias,
-                             act, item, ogroups, tile, &b, ncells, nchunks, <int>s.isa)
+                conv_gather_item(&c, item, slots + threadid() * packed_slot(s))
         return KERNEL_OK
     if padded:
-        memset(ws, 0, <size_t>(s.batch * b.npadded) * sizeof(float))
-        for n in range(s.batch):
-            pad_image(x + n * b.nc * b.h * b.w, ws + n * b.npadded, &b)
+        conv_gather_pad(&c, x, ws, 0, s.batch)
     for item in range(nitems):
-        packed_chunk(planes, packed, slots, y, bias, act, item, ogroups, tile, &b, ncells,
-                     nchunks, <int>s.isa)
+        conv_gather_item(&c, item, slots)
     return KERNEL_OK

@@ -27,8 +27,8 @@ from ..ops.conv import pack_weight_array
 WINOGRAD_KERNEL = "conv2d_winograd_packed_f32"
 WINOGRAD_PACK = 8  # output channels per block of U: conv_tile.h's CONV_PACK, every row tile's
 WINOGRAD_PATH = 6  # the block's path code of Winograd (conv.pyx's C_WINOGRAD, conv_wino_c.h)
-# the gather tiles' limits (conv_gather_c.h): more taps, or fewer output channels per group,
-# run a plain loop, which gains nothing from packed filters
+# the gather tiles' limits (conv_gather.h's taps, conv_gather_c.h's channels): more taps, or
+# fewer output channels per group, run a plain loop, which gains nothing from packed filters
 MAX_TAPS = 64
 MIN_GROUP_CHANNELS = 8
 # the channels per block: a multiple of every tile's width that the runtime may pick (the

@@ -19,11 +19,11 @@ MODEL_RUN = "model_run.c"
 TILES = ("conv_tile.h", "cpu_isa.h", "activation.h")
 GEMM_TILES = ("gemm_tile.h", "cpu_isa.h", "activation.h", "gemv_row.h", "grain.h")
 # the convolution's drivers of those tiles, direct and Winograd (conv2d_f32.c includes them),
-# and what they include of _kernels': the tiles, Winograd's driver and transforms, the data
-# gradient's layout; the transposed convolution (conv2d_data_f32.c) adds the GEMM's tiles and
-# col2im
+# and what they include of _kernels': the tiles, the gather tiles' driver (the executor's
+# packed path), Winograd's driver and transforms, the data gradient's layout; the transposed
+# convolution (conv2d_data_f32.c) adds the GEMM's tiles and col2im
 CONV_TILES = ("conv_gather_c.h", "conv_wino_c.h")
-CONV_HEADERS = (*TILES, "wino_conv.h", "wino_tile.h", "conv_data.h")
+CONV_HEADERS = (*TILES, "conv_gather.h", "wino_conv.h", "wino_tile.h", "conv_data.h")
 # the int8 GEMM's headers: the patches and depthwise kernel, the GEMM's tiles, their AMX form
 INT8_GEMM = ("qconv.h", "qgemm.h", "qgemm_amx.h")
 # the poolings' passes (pool.pyx's: pool.h, pool_int.h for the integers) and the threads rule

@@ -197,6 +197,35 @@ def test_tiles_give_the_same_bits_on_one_and_two_threads(tiled, monkeypatch, op,
         assert (sizes[1] > sizes[0]) == (batch >= 2)
 
 
+@pytest.mark.parametrize("op", ["conv2d", "conv2d_backward_data"])
+def test_tiles_of_a_plan_for_more_threads_than_run_stay_in_their_workspace(tiled, monkeypatch,
+                                                                           op):
+    # a plan lowered for more threads than run it (another machine's, or the policy's cap): a
+    # batch below the plan's threads has one workspace slot, so the threads that run must share
+    # each image's tiles rather than take whole images into slots past the workspace
+    from mgegraph._kernels import parallel
+    nt = parallel.max_threads()
+    if nt < 2:
+        pytest.skip("one thread runs here")
+    monkeypatch.setattr(lowering, "_threads", lambda batch, flops: nt + 1)
+    batch = nt
+    xs, ws = (batch, 9, 12, 10), (20, 9, 3, 3)
+    x, w = RNG.standard_normal(xs).astype(np.float32), RNG.standard_normal(ws).astype(np.float32)
+    dy = RNG.standard_normal((batch, 20, 12, 10)).astype(np.float32)
+    if op == "conv2d":
+        plan, ins = compile_op(lambda a, b: F.conv2d(a, b, padding=1), [xs, ws])
+        outs, want = [run_twice(plan, x, w) for _ in range(3)], conv_ref(x, w, None, 1, 1, 1, 1)
+    else:
+        conv = conv_attrs(1, 1, 1, 1)
+        plan, ins = compile_op(lambda a, b: C.conv2d_backward_data(a, b, xs[2:], **conv),
+                               [ws, dy.shape])
+        outs = [run_twice(plan, w, dy) for _ in range(3)]
+        want = backward_data_ref(w, dy, xs[2:], 1, 1, 1, 1)
+    assert ins.ints[FIELD["threads"]] == nt + 1
+    for out in outs:
+        check(out, want.astype(np.float32))
+
+
 def tiled_workspace(path, xs, ws, stride, padding, dilation, groups, threads=1):
     """The bytes the tiled layouts take: packed weights, then per slot the padded input (with
     the widest row tile's slack) and the result."""

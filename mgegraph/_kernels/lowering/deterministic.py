@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from .. import conv as K
 
-# a convolution's ways on the package's own loops: the gather tiles (conv_blocked.pxi's
-# packed path, which the C runtime runs for every convolution it packs: conv_gather_c.h), the
-# row tiles, the pointwise tiles and the depthwise loops, whose sums are the gather tiles'; and
+# a convolution's ways on the package's own loops: the gather tiles (conv_gather.h's driver,
+# the executor's packed path and the C runtime's for every convolution it packs), the row
+# tiles, the pointwise tiles and the depthwise loops, whose sums are the gather tiles'; and
 # backward data's GEMM and col2im on gemm_tile.h's panels ("tiles": conv_data_gemm.h, the C
 # runtime's at every stride)
 CONV_OWN_WAYS = ("gather", "gather packed", "blocked", "pointwise", "depthwise", "tiles")

@@ -62,18 +62,17 @@ static void data_part(void* ctx, int64_t lo, int64_t hi) {
     }
 }
 
-/* The forward convolution that the data gradient of block s is (conv_data.h), in t: dy's
- * channels in, dx's out, dy padded by d (k - 1) - p, stride 1, no activation; 0 where it is
- * none (a stride, or a padding past d (k - 1)): the executor's tiles and Winograd take none. */
+/* The forward convolution that the data gradient of block s is (conv_data.h's
+ * conv_data_as_forward), in t: dy's channels in, dx's out, dy padded by d (k - 1) - p, stride
+ * 1, no activation; 0 where it is none (a stride, or a padding past d (k - 1)): the executor's
+ * tiles and Winograd take none. */
 static int data_as_forward(const int64_t* s, int64_t* t) {
-    if (s[SH] != 1 || s[SW] != 1) return 0;
+    conv_shape shape = mgr_conv_shape(s), f;
+    int is_forward = conv_data_as_forward(&shape, &f);
     memcpy(t, s, FIELDS * sizeof *t);
-    t[CIN] = s[COUT], t[COUT] = s[CIN];
-    t[H] = s[OH], t[W] = s[OW], t[OH] = s[H], t[OW] = s[W];
-    t[PH] = conv_data_pad(s[KH], s[DH], s[PH]);
-    t[PW] = conv_data_pad(s[KW], s[DW], s[PW]);
-    t[ACT] = 0;
-    return t[PH] >= 0 && t[PW] >= 0;
+    t[CIN] = f.cin, t[COUT] = f.cout, t[H] = f.h, t[W] = f.w, t[OH] = f.oh, t[OW] = f.ow;
+    t[PH] = f.ph, t[PW] = f.pw, t[ACT] = 0;
+    return is_forward;
 }
 
 /* The most floats of scratch the data gradient of block s takes (the tiles' zero-padded copy
