@@ -63,17 +63,7 @@ def _step(impl: str, workload: str, rank: int):
 
     torch.set_num_threads(1)
     torch.manual_seed(W.SEED)
-    t = torch.nn
-    model = (t.Sequential(t.Linear(784, 1024), t.ReLU(), t.Linear(1024, 1024), t.ReLU(),
-                          t.Linear(1024, 10)) if kind == "mlp" else W._torch_convnet(torch))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
-
-    def run():
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(xt), yt).backward()
-        opt.step()
-    return run, None
+    return W._torch_train_step(torch, None, x, y, kind), None
 
 
 def _neighbour(phase: str, step, done) -> None:
