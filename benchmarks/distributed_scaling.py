@@ -46,7 +46,11 @@ for a rank that is late); "rest" the step less its exposed time over the quiet s
 mean's scaling, a schedule the waits changed, the executor's progress calls, Python), and in
 brackets its part outside the instructions. DDP's exposed time is not seen (gloo works in its
 own threads): its rest holds it. The parts add up to the interleaved step, whose median
-differs a little from the ``2 procs ms`` timed alone.
+differs a little from the ``2 procs ms`` timed alone. Each rank computes on one thread (the jobs
+set OMP_NUM_THREADS=1: ``plan.kernels_report()`` gives 1 thread to every instruction of both
+workloads' steps, and the process has one thread with CPU time), so "+machine" is what the
+other process takes of the cores' time, the shared L3, the memory and the clock:
+``distributed_neighbours.py`` splits it by kind of neighbour.
 
 Beside each measured share is the best one the step's order allows (``best_hidden``): from the
 step's own times (the profiler's per instruction; eager: when each bucket was ready) and each

@@ -9,7 +9,8 @@ tensors, graphs or gradients, so it sits in the lowest layer: eager collectives
 communicators later without reaching up. Every collective is MPI's non-blocking form followed by
 ``wait``, which polls with a deadline: a rank that died or hangs makes the others raise
 ``CollectiveTimeout`` (naming the collective, the group and the wait) instead of blocking
-forever, and a waiting rank sleeps instead of spinning on a core another rank may need.
+forever. A wait spins (yielding the core between tests) for its first ``WAIT_SPIN`` seconds,
+then sleeps (a late or dead rank: the core is not taken from another rank for long).
 Reductions of float16 and bfloat16 run in float32 (MPI has no arithmetic for them) and round
 once at the end; every other collective moves bytes, so it takes every dtype the engine has.
 """
@@ -34,6 +35,15 @@ LAUNCHER_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD
 REDUCE_OPS = ("sum", "max", "min")
 _HALF = (np.dtype(np.float16), np.dtype(bfloat16))
 _DEFAULT_TIMEOUT = 300.0  # seconds a collective waits for the other ranks
+# Seconds a wait tests its request back to back (sched_yield between: another process that
+# wants the core gets it) before it sleeps between tests, here and in the plan's kernels
+# (_kernels/collective.pyx). MPICH moves an intranode all-reduce in many steps (cells of
+# 8 KiB, a handshake per large message), each only inside an MPI call of both ranks: a sleep
+# between tests (10 us doubling to 1 ms, as before) delays every step, and made the MLP's
+# 5 buckets (7.4 MB) take 2.8x as long as MPI_Wait, the convnet's (0.37 MB) 4.3x, a 64 KiB
+# one 14x (benchmarks/allreduce_micro.py, 2 ranks of this 2-core machine under load). 50 ms
+# covers a step's transfer and the ranks' usual drift; a rank later than that sleeps.
+WAIT_SPIN = 0.05
 
 
 class DistributedError(RuntimeError):
@@ -103,13 +113,19 @@ class Communicator:
 
     # -- waiting ------------------------------------------------------------------------
     def wait(self, request, what: str) -> None:
-        """Wait for ``request`` (an MPI request), at most ``timeout`` seconds."""
-        deadline, delay = time.monotonic() + self.timeout, 0.0
+        """Wait for ``request`` (an MPI request), at most ``timeout`` seconds: tests back to
+        back for ``WAIT_SPIN`` seconds, yielding the core between, then sleeping between."""
+        now = time.monotonic()
+        deadline, spin_until, delay = now + self.timeout, now + WAIT_SPIN, 0.0
         while not request.Test():
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 raise CollectiveTimeout(
                     f"{what}: rank {self.rank} of group [{self.key}] waited {self.timeout:g} s "
                     "for the other ranks (one died, hangs, or did not call the same collective)")
+            if now < spin_until:
+                os.sched_yield()
+                continue
             time.sleep(delay)
             delay = min(2 * delay + 1e-5, 1e-3)
 
@@ -125,13 +141,17 @@ class Communicator:
                         ) -> Pending:
         """``allreduce`` started: its ``wait()`` gives the result (``x`` must stay unchanged
         until then); ``what`` names it in a timeout (``all_reduce_<op>`` by default)."""
-        send, what = _widened(x), what or f"all_reduce_{op}"
+        what = what or f"all_reduce_{op}"
+        # reduced in place in an array of its own (the half types' float32 copy is one): MPICH's
+        # all-reduce of 1-7 MB out of place took 1.1-1.7x the in-place one, a copy 0.1x
+        # (benchmarks/allreduce_micro.py, 2 ranks)
+        out = _widened(x) if x.dtype in _HALF else np.array(x, order="C")
         if self.comm is None:
-            return Pending(self, None, send, send.copy(), x.dtype, what)
-        MPI, out = load_mpi(), np.empty_like(send)
+            return Pending(self, None, out, out, x.dtype, what)
+        MPI = load_mpi()
         kind = _mpi_type(MPI, x.dtype)
-        request = self.comm.Iallreduce([send, kind], [out, kind], _mpi_op(MPI, op, x.dtype))
-        return Pending(self, request, send, out, x.dtype, what)
+        request = self.comm.Iallreduce(MPI.IN_PLACE, [out, kind], _mpi_op(MPI, op, x.dtype))
+        return Pending(self, request, out, out, x.dtype, what)
 
     def reduce(self, x: np.ndarray, op: str = "sum") -> np.ndarray | None:
         """The root (group rank 0) gets ``op`` over the ranks' ``x``; the others None."""
@@ -251,7 +271,7 @@ class Pending:
     comm: Communicator
     request: object
     send: np.ndarray  # held: MPI reads it until the request completes
-    out: np.ndarray
+    out: np.ndarray  # (for an all-reduce, the same array: reduced in place)
     dtype: np.dtype
     what: str
 

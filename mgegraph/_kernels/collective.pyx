@@ -14,10 +14,12 @@
 # interface to be known here: MPICH's (the mpich wheel, and Intel MPI, MVAPICH: libmpi.so.12),
 # whose handles are C ints, MPI_IN_PLACE is (void*)-1 and MPI_STATUS_IGNORE (MPI_Status*)1;
 # another MPI is refused when the plan is lowered, naming it. The start reduces the bucket in
-# place (MPI_IN_PLACE: no copy) and leaves the request in its output; the wait polls MPI_Test,
-# sleeping up to a millisecond between tests (a waiting rank must not take the core another
-# rank needs), until the communicator's timeout, then returns KERNEL_TIMED_OUT, which the run
-# raises as a CollectiveTimeout. MPICH moves a request's messages only inside MPI calls, so the
+# place (MPI_IN_PLACE: no copy) and leaves the request in its output; the wait polls MPI_Test
+# back to back for spin_ns (communicator.WAIT_SPIN: MPICH moves a message in steps, each only
+# inside an MPI call, so a sleep between tests delays every step), calling sched_yield between
+# (another process that wants the core gets it), then sleeping up to a millisecond between
+# tests (a rank that late must not hold the core), until the communicator's timeout, then
+# returns KERNEL_TIMED_OUT, which the run raises as a CollectiveTimeout. MPICH moves a request's messages only inside MPI calls, so the
 # executor calls all_reduce_progress on each start's Call at the check points between the start
 # and its wait (CpuExecutable's progress list): one MPI_Test of the request, which advances it
 # (and every other pending request) and leaves MPI_REQUEST_NULL in the token once it completed,
@@ -40,6 +42,9 @@ from .abi cimport (Call, KERNEL_COLLECTIVE_FAILED, KERNEL_OK, KERNEL_OUT_OF_MEMO
                    KERNEL_TIMED_OUT, kernel_address)
 from .params cimport fields_of
 
+cdef extern from "<sched.h>" nogil:
+    int sched_yield()
+
 ctypedef int (*iallreduce_fn)(const void* send, void* recv, int count, int datatype, int op,
                               int comm, int* request) noexcept nogil
 ctypedef int (*iallgather_fn)(const void* send, int send_count, int send_type, void* recv,
@@ -58,6 +63,7 @@ ctypedef struct Collective:
     Py_ssize_t iallgather         # address of MPI_Iallgather (the deterministic all_reduce)
     Py_ssize_t ranks              # the group's size
     Py_ssize_t deterministic      # sum in rank order (all_reduce only)
+    Py_ssize_t spin_ns            # how long a wait tests back to back before it sleeps
 
 cdef Collective _c
 COLLECTIVE_FIELDS = fields_of(_c, sizeof(Collective))
@@ -74,15 +80,20 @@ cdef inline int64_t _now_ns() noexcept nogil:
 
 cdef int _wait(const Collective* s, int* request) noexcept nogil:
     cdef int flag = 0
-    cdef int64_t deadline = _now_ns() + s.timeout_ns, delay = 0
+    cdef int64_t now = _now_ns(), delay = 0
+    cdef int64_t deadline = now + s.timeout_ns, spin_until = now + s.spin_ns
     cdef timespec pause
     while True:
         if (<test_fn>s.test)(request, &flag, MPI_STATUS_IGNORE) != 0:
             return KERNEL_COLLECTIVE_FAILED
         if flag:
             return KERNEL_OK
-        if _now_ns() > deadline:
+        now = _now_ns()
+        if now > deadline:
             return KERNEL_TIMED_OUT
+        if now < spin_until:
+            sched_yield()
+            continue
         pause.tv_sec, pause.tv_nsec = 0, delay
         nanosleep(&pause, NULL)
         delay = min(2 * delay + 10000, 1000000)

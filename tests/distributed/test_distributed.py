@@ -43,6 +43,68 @@ def test_a_job_of_several_processes_needs_mpiexec(monkeypatch):
     assert not dist.is_distributed() and (dist.get_rank(), dist.get_world_size()) == (0, 1)
 
 
+class _FakeClock:
+    """time.monotonic advancing ``tick`` seconds per reading; records the waits' yields and
+    sleeps in ``calls``."""
+
+    def __init__(self, tick: float):
+        self.now, self.tick, self.calls = 0.0, tick, []
+
+    def monotonic(self) -> float:
+        self.now += self.tick
+        return self.now
+
+    def sched_yield(self) -> None:
+        self.calls.append(("yield", None))
+
+    def sleep(self, seconds: float) -> None:
+        self.calls.append(("sleep", seconds))
+
+
+class _Request:
+    """An MPI request whose Test() says done at its ``done_at``-th call."""
+
+    def __init__(self, done_at: int):
+        self.tests, self.done_at = 0, done_at
+
+    def Test(self) -> bool:  # noqa: N802 - mpi4py's name
+        self.tests += 1
+        return self.tests >= self.done_at
+
+
+def test_a_wait_tests_back_to_back_for_its_spin_then_sleeps_then_times_out(monkeypatch):
+    clock = _FakeClock(tick=communicator.WAIT_SPIN / 3.5)
+    monkeypatch.setattr(communicator.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(communicator.time, "sleep", clock.sleep)
+    monkeypatch.setattr(communicator.os, "sched_yield", clock.sched_yield)
+    comm = communicator.Communicator(None, (0, 1), 0, timeout=communicator.WAIT_SPIN * 3)
+    comm.wait(_Request(done_at=8), "all_reduce_sum")
+    # 7 failed tests: 1, 2, 3 ticks after the start are within the spin (3.5 ticks), then
+    # sleeps of 10 us doubling
+    assert [kind for kind, _ in clock.calls] == ["yield"] * 3 + ["sleep"] * 4
+    assert [s for _, s in clock.calls[3:]] == pytest.approx([0.0, 1e-5, 3e-5, 7e-5])
+    clock.now, clock.calls = 0.0, []
+    with pytest.raises(communicator.CollectiveTimeout, match=r"all_reduce_sum: rank 0 of "
+                                                             r"group \[0,1\] waited 0.15 s"):
+        comm.wait(_Request(done_at=10**6), "all_reduce_sum")
+    assert [kind for kind, _ in clock.calls] == ["yield"] * 3 + ["sleep"] * 7
+
+
+def test_the_plans_wait_kernel_spins_as_long_as_the_communicators_wait(monkeypatch):
+    from mgegraph._kernels.lowering import collective as lowering
+    from mgegraph.ir.graph import Graph
+    from mgegraph.ops.collective import all_reduce
+
+    monkeypatch.setitem(communicator._GROUPS, "0",
+                        communicator.Communicator(None, (0,), 0, timeout=5.0))
+    g = Graph()
+    node = all_reduce(g.input("x", (3,), np.float32), group="0").node
+    ints = lowering._lower(node).ints
+    fields = lowering.FIELDS["COLLECTIVE_FIELDS"]
+    assert ints[fields.index("spin_ns")] == int(communicator.WAIT_SPIN * 1e9) > 0
+    assert ints[fields.index("timeout_ns")] == int(5.0 * 1e9)
+
+
 def test_megengines_path_f_distributed_loads_the_collectives_on_first_use():
     code = "import sys, mgegraph.functional as F; before = 'mgegraph.distributed' in " \
            "sys.modules; print(before, F.distributed is __import__('mgegraph.distributed', " \

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...backend import Launch
-from ...communicator import DistributedError, by_key, mpi_abi
+from ...communicator import WAIT_SPIN, DistributedError, by_key, mpi_abi
 from ...kernel_abi.layout import pack
 from ...ops.collective import REDUCED_DTYPES, bucket_layout
 from .. import collective as K
@@ -14,7 +14,7 @@ from .built import check_built
 
 FIELDS = {"COLLECTIVE_FIELDS": ("iallreduce", "test", "comm", "datatype", "op", "count",
                                 "timeout_ns", "itemsize", "is_float", "members", "iallgather",
-                                "ranks", "deterministic")}
+                                "ranks", "deterministic", "spin_ns")}
 _INT_MAX = 2**31 - 1  # MPI's counts are C ints
 
 
@@ -46,7 +46,8 @@ def _lower(node) -> Launch:
                 op=abi.op if abi else 0, count=count, timeout_ns=int(comm.timeout * 1e9),
                 itemsize=dtype.itemsize, is_float=is_float, members=len(values),
                 iallgather=abi.iallgather if abi else 0, ranks=comm.size,
-                deterministic=bool(attrs.get("deterministic", False)))
+                deterministic=bool(attrs.get("deterministic", False)),
+                spin_ns=int(WAIT_SPIN * 1e9))
     return Launch(ints, (float(attrs["scale"]),))
 
 
