@@ -420,22 +420,7 @@ cdef extern from "conv_data_gemm.h":
                             int64_t gemm_threads, int64_t threads) noexcept nogil
 
 
-ctypedef struct PoolCall:  # a conv_data_gemm.h part run by parallel_for
-    mg_gemm_part_fn part
-    void* ctx
-
-
-cdef int pool_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    cdef const PoolCall* p = <const PoolCall*>ctx
-    p.part(p.ctx, lo, hi)
-    return KERNEL_OK
-
-
-cdef void pool_run(int64_t n, int64_t most, mg_gemm_part_fn part, void* ctx) noexcept nogil:
-    # the header's seam: its parts on at most `most` of the executor's threads
-    cdef PoolCall p
-    p.part, p.ctx = part, ctx
-    parallel_for(most, n, pool_part, &p)
+include "gemm_pool.pxi"
 
 
 cdef inline conv_data_gemm_shape data_shape(const Conv* s) noexcept nogil:

@@ -436,22 +436,7 @@ def panels_bytes(Py_ssize_t m, Py_ssize_t n, Py_ssize_t k) -> int:
     return mg_gemm_scratch_floats(m, n, k, mg_gemm_panel(), True, &apack, &ready) * 4
 
 
-ctypedef struct PoolCall:  # a gemm_tile.h part run by parallel_for
-    mg_gemm_part_fn part
-    void* ctx
-
-
-cdef int pool_part(void* ctx, int part, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    cdef const PoolCall* p = <const PoolCall*>ctx
-    p.part(p.ctx, lo, hi)
-    return KERNEL_OK
-
-
-cdef void pool_run(int64_t n, int64_t most, mg_gemm_part_fn part, void* ctx) noexcept nogil:
-    # gemm_tile.h's seam: its parts on at most `most` of the executor's threads
-    cdef PoolCall p
-    p.part, p.ctx = part, ctx
-    parallel_for(most, n, pool_part, &p)
+include "gemm_pool.pxi"
 
 
 ctypedef struct PanelOut:  # addmm's epilogue (row_out) of a tile's sums, C's rows n apart
