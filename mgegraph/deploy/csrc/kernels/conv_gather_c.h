@@ -28,8 +28,6 @@ enum { BATCH, CIN, H, W, COUT, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW, GROUPS, H
 #define MGR_MIN_GROUP_CHANNELS 8     /* fewer output channels per group keep the plain loop */
 
 static inline int64_t mgr_round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
-/* where part i of n units cut into `parts` begins (parallel.pxd's cut) */
-static inline int64_t mgr_cut(int64_t n, int64_t parts, int64_t i) { return conv_cut(n, parts, i); }
 
 /* the sizes of parameter block s */
 static inline conv_shape mgr_conv_shape(const int64_t* s) {
