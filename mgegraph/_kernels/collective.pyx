@@ -19,13 +19,14 @@
 # inside an MPI call, so a sleep between tests delays every step), calling sched_yield between
 # (another process that wants the core gets it), then sleeping up to a millisecond between
 # tests (a rank that late must not hold the core), until the communicator's timeout, then
-# returns KERNEL_TIMED_OUT, which the run raises as a CollectiveTimeout. MPICH moves a request's messages only inside MPI calls, so the
-# executor calls all_reduce_progress on each start's Call at the check points between the start
-# and its wait (CpuExecutable's progress list): one MPI_Test of the request, which advances it
-# (and every other pending request) and leaves MPI_REQUEST_NULL in the token once it completed,
-# which the wait's first test then returns at once. The sum is MPI's, in
-# the order its algorithm picks for the group's size (the same on every rank); the scale (1/N
-# for a mean) is one multiplication per element afterwards.
+# returns KERNEL_TIMED_OUT, which the run raises as a CollectiveTimeout. MPICH moves a
+# request's messages only inside MPI calls, so the executor calls all_reduce_progress on each
+# start's Call at the check points between the start and its wait (CpuExecutable's progress
+# list): one MPI_Test of the request, which advances it (and every other pending request) and
+# leaves MPI_REQUEST_NULL in the token once it completed, which the wait's first test then
+# returns at once. The sum is MPI's, in the order its algorithm picks for the group's size
+# (the same on every rank); the scale (1/N for a mean) is one multiplication per element
+# afterwards.
 #
 # Design: the deterministic all_reduce (its op's ``deterministic``) sums in rank order, whatever
 # MPI's algorithm: MPI_Iallgather of every rank's values into a scratch buffer of ranks * count

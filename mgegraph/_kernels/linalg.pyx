@@ -458,9 +458,10 @@ cdef inline bint panel_product(bint ta, bint tb, Py_ssize_t m, Py_ssize_t n, Py_
                                const float* a, const float* b, TileOut out, float* c, float* ws,
                                Py_ssize_t threads) noexcept nogil:
     # C = out(op(A) op(B)) on gemm_tile.h, op(B) (and where it pays op(A)) packed into ws
-    # (mg_gemm_scratch_floats' layout, the packing's flags last) in the same run; False, having done nothing,
-    # where this CPU has no FMA (the caller takes the BLAS). linear's bias and activation are
-    # the header's (activation.h: the ops' own rounding); addmm's row_out, through panel_out.
+    # (mg_gemm_scratch_floats' layout, the packing's flags last) in the same run; False,
+    # having done nothing, where this CPU has no FMA (the caller takes the BLAS). linear's
+    # bias and activation are the header's (activation.h: the ops' own rounding); addmm's
+    # row_out, through panel_out.
     cdef mg_gemm_job g
     cdef PanelOut epilogue
     cdef int64_t apack, ready
